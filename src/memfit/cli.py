@@ -1,0 +1,171 @@
+"""The ``memfit`` command line. The only module that parses argv, prints, or exits.
+
+Exit codes: 0 ok, 1 a valid "does not fit", 2 bad input (and any memfit error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from memfit.errors import MemfitError
+from memfit.spec import ATTENTIONS, CHECKPOINTING, OPTIMIZERS, PRECISIONS, TASKS
+
+EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
+
+ESTIMATE_EXAMPLES = """examples:
+  memfit estimate llama-3.2-1b --batch 4 --seq 2048 --gpu A100-40GB
+  memfit estimate mistral-7b-v0.1 --lora-rank 16 --checkpointing full --gpu L4
+  memfit estimate llama-3.1-8b --mode infer --seq 4096 --new-tokens 256 --gpu L40S --json
+  memfit estimate ./my-model/config.json --precision amp-bf16 --optimizer adamw-fused
+  memfit estimate mypkg.models:make_unet --batch 8 --precision fp16
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2 (argparse's own contract)
+        self.exit(EXIT_BAD_INPUT, f"memfit: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _integer(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="memfit", description="Predict the GPU memory of training and inference.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    e = sub.add_parser(
+        "estimate",
+        help="peak memory of a training step or an inference run, by component",
+        description="Trace MODEL's step on fake tensors (no GPU, no weights) and report peak "
+        "allocated / reserved / device memory by component and phase.",
+        epilog=ESTIMATE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    e.add_argument("model", help="bundled name (see `memfit models`), path to config.json or a "
+                   "model dir, Hugging Face hub id, or package.module:factory")
+    e.add_argument("--mode", choices=("train", "infer"), default="train")
+    e.add_argument("--batch", type=_integer, default=1, help="micro-batch size (default 1)")
+    e.add_argument("--seq", type=_integer, default=512, help="sequence length (default 512)")
+    e.add_argument("--new-tokens", type=_integer, default=None,
+                   help="infer: tokens to generate after the prompt (default 0: prefill only)")
+    e.add_argument("--precision", choices=PRECISIONS, default="bf16")
+    e.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
+    e.add_argument("--checkpointing", choices=CHECKPOINTING, default=None)
+    e.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="train: default adamw (foreach, torch's CUDA default)")
+    e.add_argument("--lora-rank", type=_integer, default=None)
+    e.add_argument("--lora-targets", default=None,
+                   help="comma-separated module names or all-linear (default all-linear)")
+    e.add_argument("--freeze", type=_integer, default=None,
+                   help="freeze the embeddings and the first N layers")
+    e.add_argument("--task", choices=TASKS, default="auto")
+    e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
+    e.add_argument("--engine", choices=("auto", "trace"), default="auto")
+    e.add_argument("--trust-remote-code", action="store_true",
+                   help="allow configs that need the repo's own Python code (runs that code)")
+    e.add_argument("--no-extrapolate", action="store_true",
+                   help="trace every layer instead of a few layers + extrapolation (slower)")
+    e.add_argument("--top", type=int, default=5, help="modules to list at the peak (default 5)")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    m = sub.add_parser("models", help="list the bundled model configs",
+                       epilog="examples:\n  memfit models\n  memfit models --json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("--json", action="store_true")
+    g = sub.add_parser("gpus", help="list the GPU catalog",
+                       epilog="examples:\n  memfit gpus\n  memfit gpus --json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--json", action="store_true")
+    return p
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    from memfit.spec import WorkloadSpec
+
+    targets: Any = "all-linear"
+    if args.lora_targets and args.lora_targets != "all-linear":
+        targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+    kwargs: dict[str, Any] = dict(
+        mode=args.mode, batch_size=args.batch, seq_len=args.seq,
+        new_tokens=args.new_tokens or 0, precision=args.precision, attention=args.attention,
+        checkpointing=args.checkpointing or "none", optimizer=args.optimizer,
+        lora_rank=args.lora_rank, lora_targets=targets, freeze_layers=args.freeze or 0,
+        task=args.task,
+    )
+    if args.lora_targets and args.lora_rank is None:
+        kwargs["lora_rank"] = 0  # reported as "lora_rank must be positive" with the other problems
+    return WorkloadSpec(**kwargs)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from memfit.estimate import estimate
+    from memfit.report.text import render_estimate
+
+    est = estimate(args.model, _workload(args), gpu=args.gpu, engine=args.engine,
+                   trust_remote_code=args.trust_remote_code, extrapolate=not args.no_extrapolate)
+    print(json.dumps(est.to_json(), indent=2) if args.json else render_estimate(est, top=args.top))
+    return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from memfit.models import list_bundled
+
+    rows = list_bundled()
+    if args.json:
+        print(json.dumps([vars(r) if not hasattr(r, "__dataclass_fields__") else
+                          {k: getattr(r, k) for k in r.__dataclass_fields__} for r in rows], indent=2))
+        return EXIT_OK
+    print(f"{'name':<24}{'family':<14}{'task':<12}source")
+    for r in rows:
+        print(f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}")
+    return EXIT_OK
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from memfit.hardware import list_gpus
+    from memfit.units import GiB
+
+    gpus = list_gpus()
+    if args.json:
+        print(json.dumps([{"name": g.name, "memory_bytes": g.memory_bytes, "arch": g.arch,
+                           "aliases": list(g.aliases), "source": g.source} for g in gpus], indent=2))
+        return EXIT_OK
+    print(f"{'name':<16}{'memory':>12}  {'arch':<10}source")
+    for g in gpus:
+        print(f"{g.name:<16}{g.memory_bytes / GiB:>8.2f} GiB  {g.arch:<10}{g.source}")
+    return EXIT_OK
+
+
+COMMANDS = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from memfit import __version__
+
+        print(__version__)
+        return EXIT_OK
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return COMMANDS[args.command](args)
+    except MemfitError as exc:
+        from memfit.errors import DoesNotFitError
+
+        print(f"memfit: error: {exc}", file=sys.stderr)
+        return EXIT_DOES_NOT_FIT if isinstance(exc, DoesNotFitError) else EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

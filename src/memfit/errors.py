@@ -1,0 +1,66 @@
+"""The memfit exception tree. Every message says what is wrong, the value, and what to do next.
+
+::
+
+    MemfitError
+    ├── SpecError(ValueError)        an input breaks a rule (field, value, rule)
+    ├── UnknownModelError(LookupError)   a MODEL argument that no source recognises
+    │   └── HubUnavailableError          a hub id while offline / hub unreachable
+    ├── ModelConfigError             a config.json / safetensors header that cannot be read
+    ├── UnknownGPUError(LookupError)     a GPU name not in the catalog (carries close matches)
+    ├── TraceError                   the model could not be executed on fake tensors
+    ├── MissingDependencyError(ImportError)  an optional package (torch, transformers, peft) is absent
+    └── DoesNotFitError              raised on request by ``raise_if_not_fit()``
+"""
+
+from __future__ import annotations
+
+
+class MemfitError(Exception):
+    """Base class of every error memfit raises on purpose."""
+
+
+class SpecError(MemfitError, ValueError):
+    """An input value breaks a rule. Several problems may be reported at once (``problems``)."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
+
+    @classmethod
+    def from_problems(cls, problems: list[str]) -> SpecError:
+        if len(problems) == 1:
+            return cls(problems[0], problems)
+        return cls(f"{len(problems)} problems: " + "; ".join(problems), problems)
+
+
+class UnknownModelError(MemfitError, LookupError):
+    """A MODEL argument that is not a bundled name, a path, a hub id or a module:factory."""
+
+
+class HubUnavailableError(UnknownModelError):
+    """A hub id was given but the hub cannot be reached and no cached config exists."""
+
+
+class ModelConfigError(MemfitError):
+    """A config.json or safetensors header exists but is malformed or incomplete."""
+
+
+class UnknownGPUError(MemfitError, LookupError):
+    """A GPU name not in the catalog; ``close_matches`` lists the nearest names."""
+
+    def __init__(self, message: str, close_matches: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.close_matches = close_matches or []
+
+
+class TraceError(MemfitError):
+    """The model or step could not be executed on fake tensors."""
+
+
+class MissingDependencyError(MemfitError, ImportError):
+    """An optional dependency is not installed (the message gives the pip command)."""
+
+
+class DoesNotFitError(MemfitError):
+    """The workload does not fit the requested GPU (raised only on request)."""

@@ -1,0 +1,126 @@
+"""The estimate record every engine returns, and its JSON form (field names are a public contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit.errors import DoesNotFitError
+from memfit.units import format_bytes
+
+#: Components of device memory, in report order. ``parameters`` includes module buffers;
+#: ``activations`` includes the step's inputs; ``temporary`` is everything born in backward or in the
+#: optimizer step that is not a gradient or an optimizer state (autograd buffers, foreach temporaries).
+COMPONENTS = (
+    "parameters",
+    "gradients",
+    "optimizer_states",
+    "activations",
+    "kv_cache",
+    "temporary",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhasePeak:
+    """The highest live bytes inside one phase (forward, backward, optimizer, prefill, decode)."""
+
+    phase: str
+    peak_allocated_bytes: int
+    components: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"peak_allocated_bytes": self.peak_allocated_bytes, "components": self.components}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitVerdict:
+    gpu: str
+    capacity_bytes: int
+    free_bytes: int
+    fits: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "capacity_bytes": self.capacity_bytes,
+            "free_bytes": self.free_bytes,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModuleBytes:
+    name: str
+    n_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryEstimate:
+    """Peak memory of one job, by component and phase.
+
+    ``peak_allocated_bytes``: what ``torch.cuda.max_memory_allocated()`` would report (tensor bytes,
+    rounded to the allocator's 512 B blocks). ``peak_reserved_bytes``: ``max_memory_reserved()``
+    (allocator segments incl. cache and fragmentation, plus library workspaces held in the
+    allocator). ``device_used_bytes``: what ``nvidia-smi`` shows for the process (reserved + CUDA
+    context). ``components`` are the live bytes at the peak and sum to ``peak_allocated_bytes``.
+    """
+
+    model_name: str
+    n_params: int
+    n_trainable_params: int
+    workload: dict[str, Any]
+    engine: str
+    environment: dict[str, str]
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    cuda_context_bytes: int
+    device_used_bytes: int
+    peak_phase: str
+    components: dict[str, int]
+    phases: dict[str, PhasePeak]
+    top_modules: list[ModuleBytes]
+    fits: FitVerdict | None = None
+    attention_backends: dict[str, int] = field(default_factory=dict)
+    trace: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        total = sum(self.components.values())
+        if total != self.peak_allocated_bytes:
+            raise ValueError(
+                f"components sum to {total} bytes but peak_allocated_bytes is "
+                f"{self.peak_allocated_bytes}: an engine bug, please report it"
+            )
+
+    def raise_if_not_fit(self) -> None:
+        if self.fits is not None and not self.fits.fits:
+            raise DoesNotFitError(
+                f"{self.model_name} needs {format_bytes(self.device_used_bytes)} on the device but "
+                f"{self.fits.gpu} has {format_bytes(self.fits.capacity_bytes)} "
+                f"(short by {format_bytes(-self.fits.free_bytes)})"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": {
+                "name": self.model_name,
+                "n_params": self.n_params,
+                "n_trainable_params": self.n_trainable_params,
+            },
+            "workload": self.workload,
+            "engine": self.engine,
+            "environment": self.environment,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "cuda_context_bytes": self.cuda_context_bytes,
+            "device_used_bytes": self.device_used_bytes,
+            "peak_phase": self.peak_phase,
+            "components": dict(self.components),
+            "phases": {name: p.to_json() for name, p in self.phases.items()},
+            "top_modules": [{"name": m.name, "bytes": m.n_bytes} for m in self.top_modules],
+            "fits": None if self.fits is None else self.fits.to_json(),
+            "attention_backends": dict(self.attention_backends),
+            "trace": dict(self.trace),
+            "notes": list(self.notes),
+        }

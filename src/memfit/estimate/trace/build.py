@@ -1,0 +1,289 @@
+"""Build the model a job runs — from a Hugging Face config — with fake parameters and no weights.
+
+The model (and any peft wrappers) is built on the ``meta`` device outside FakeTensorMode, then each
+parameter and buffer is replaced by a FakeTensor on the trace device (tracing.md, trap 7: ``.to()``
+on fake parameters fails inside peft). Tied parameters stay tied.
+
+Layer counts can be overridden (``layer_counts``) so the engine can trace a few layers and
+extrapolate: :func:`layer_plan` says which counts a config has and the period of its layer pattern
+(Gemma 2 alternates sliding and full attention: period 2).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from memfit.errors import SpecError, TraceError
+from memfit.spec import WorkloadSpec
+
+PARAM_DTYPE = {
+    "fp32": torch.float32,
+    "amp-bf16": torch.float32,
+    "amp-fp16": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+#: Config keys holding a layer count, in the order transformers' configs use them.
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+VISION_TYPES = ("vit", "deit", "beit", "swin", "convnext", "dinov2", "resnet")
+
+
+@dataclass(frozen=True)
+class LayerVar:
+    """One independently repeated stack: ``path`` to its config dict and the count ``key``."""
+
+    name: str
+    path: tuple[str, ...]
+    key: str
+    count: int
+    period: int
+
+
+def resolve_task(config: dict[str, Any], task: str) -> str:
+    if task != "auto":
+        return task
+    model_type = config.get("model_type", "")
+    archs = " ".join(config.get("architectures") or [])
+    if model_type == "clip":
+        return "clip"
+    if model_type in VISION_TYPES or "ImageClassification" in archs:
+        return "image-cls"
+    if config.get("is_encoder_decoder"):
+        return "seq2seq"
+    if "CausalLM" in archs or "LMHead" in archs:
+        return "causal-lm"
+    if "SequenceClassification" in archs or "MaskedLM" in archs or archs.endswith("Model"):
+        return "seq-cls"
+    return "causal-lm"
+
+
+def _hf_config(config: dict[str, Any], trust_remote_code: bool) -> Any:
+    from transformers import AutoConfig
+
+    d = dict(config)
+    model_type = d.pop("model_type", None)
+    try:
+        return AutoConfig.for_model(model_type, trust_remote_code=trust_remote_code, **d)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TraceError(f"transformers cannot build a {model_type!r} config: {exc}") from exc
+
+
+def layer_plan(config: dict[str, Any], trust_remote_code: bool = False) -> list[LayerVar]:
+    """The repeated stacks of a config (decoder layers; encoder + decoder for seq2seq; two towers
+    for CLIP), with their counts and layer-pattern period."""
+    out: list[LayerVar] = []
+    if "text_config" in config and "vision_config" in config:
+        for tower in ("text_config", "vision_config"):
+            sub = config[tower] or {}
+            count = int(sub.get("num_hidden_layers", 12))
+            out.append(LayerVar(tower, (tower,), "num_hidden_layers", count, 1))
+        return out
+    if "num_decoder_layers" in config or (config.get("is_encoder_decoder") and "num_layers" in config):
+        enc = int(config.get("num_layers", 6))
+        dec = int(config.get("num_decoder_layers") or enc)
+        return [LayerVar("encoder", (), "num_layers", enc, 1), LayerVar("decoder", (), "num_decoder_layers", dec, 1)]
+    for key in LAYER_KEYS:
+        if key in config:
+            count = int(config[key])
+            hf = _hf_config(config, trust_remote_code)
+            period = _period(getattr(hf, "layer_types", None) or [])
+            return [LayerVar("layers", (), key, count, period)]
+    return out
+
+
+def _period(layer_types: list[str]) -> int:
+    n = len(layer_types)
+    for p in range(1, n + 1):
+        if all(layer_types[i] == layer_types[i % p] for i in range(n)):
+            return p
+    return max(n, 1)
+
+
+def with_layer_counts(
+    config: dict[str, Any], plan: list[LayerVar], counts: dict[str, int], trust_remote_code: bool
+) -> dict[str, Any]:
+    """A copy of ``config`` with the stacks resized to ``counts`` (layer_types sliced to match)."""
+    d = copy.deepcopy(config)
+    for var in plan:
+        n = counts[var.name]
+        target = d
+        for part in var.path:
+            target = target[part]
+        target[var.key] = n
+        if var.name == "decoder":
+            target["num_decoder_layers"] = n
+    if any(v.period > 1 for v in plan) or "layer_types" in d:
+        full = getattr(_hf_config(config, trust_remote_code), "layer_types", None)
+        if full:
+            d["layer_types"] = list(full[: counts[plan[0].name]])
+    return d
+
+
+def model_class(task: str) -> Any:
+    import transformers as tf
+
+    return {
+        "causal-lm": tf.AutoModelForCausalLM,
+        "seq-cls": tf.AutoModelForSequenceClassification,
+        "seq2seq": tf.AutoModelForSeq2SeqLM,
+        "image-cls": tf.AutoModelForImageClassification,
+        "clip": tf.AutoModel,
+    }[task]
+
+
+def build_hf_model(
+    config: dict[str, Any], workload: WorkloadSpec, task: str, *, trust_remote_code: bool = False
+) -> torch.nn.Module:
+    """Build the model on the meta device with the workload's dtype, attention and techniques."""
+    hf = _hf_config(config, trust_remote_code)
+    if task == "seq-cls":
+        hf.num_labels = 2
+        if getattr(hf, "pad_token_id", None) is None:
+            hf.pad_token_id = 0
+    impl = "eager" if workload.attention == "eager" else "sdpa"
+    cls = model_class(task)
+    kwargs: dict[str, Any] = {"dtype": PARAM_DTYPE[workload.precision]}
+    if trust_remote_code:
+        kwargs["trust_remote_code"] = True
+    with torch.device("meta"):
+        try:
+            model = cls.from_config(hf, attn_implementation=impl, **kwargs)
+        except ValueError as exc:
+            if impl != "sdpa" or "sdpa" not in str(exc).lower():
+                raise TraceError(f"transformers cannot build this model for task {task!r}: {exc}") from exc
+            model = cls.from_config(hf, attn_implementation="eager", **kwargs)
+    if workload.is_train:
+        model.train()
+        _apply_training_techniques(model, workload)
+    else:
+        model.eval()
+    return model
+
+
+def _apply_training_techniques(model: torch.nn.Module, workload: WorkloadSpec) -> None:
+    if workload.freeze_layers:
+        freeze_first_layers_(model, workload.freeze_layers)
+    if workload.checkpointing != "none":
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise SpecError(
+                f"checkpointing ({workload.checkpointing!r}) is not supported by "
+                f"{type(model).__name__}; use --checkpointing none"
+            )
+        kwargs: dict[str, Any] = {"use_reentrant": False}
+        if workload.checkpointing == "selective":
+            kwargs["context_fn"] = selective_checkpoint_context
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def apply_lora_(model: torch.nn.Module, workload: WorkloadSpec) -> torch.nn.Module:
+    """Wrap with peft LoRA adapters (frozen base, trainable adapters; peft keeps them in fp32)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        from memfit.errors import MissingDependencyError
+
+        raise MissingDependencyError(
+            "--lora-rank needs peft: pip install 'memfit[lora]' (or pip install peft)"
+        ) from exc
+    targets = workload.lora_targets
+    target_modules: Any = "all-linear" if targets == "all-linear" else list(targets)
+    rank = workload.lora_rank or 8
+    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=target_modules)
+    with torch.device("meta"):
+        try:
+            return get_peft_model(model, cfg)
+        except ValueError as exc:
+            raise SpecError(f"lora_targets ({targets!r}) do not match this model: {exc}") from exc
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
+    """The longest ModuleList of the model: its repeated blocks."""
+    best: torch.nn.ModuleList | None = None
+    for m in model.modules():
+        if isinstance(m, torch.nn.ModuleList) and (best is None or len(m) > len(best)):
+            best = m
+    return best
+
+
+def freeze_first_layers_(model: torch.nn.Module, n_layers: int) -> None:
+    """Freeze the input embeddings and the first ``n_layers`` repeated blocks."""
+    layers = decoder_layers(model)
+    if layers is None or n_layers > len(layers):
+        n = 0 if layers is None else len(layers)
+        raise SpecError(f"freeze_layers ({n_layers}) exceeds the model's {n} layers")
+    get_emb = getattr(model, "get_input_embeddings", None)
+    emb = get_emb() if callable(get_emb) else None
+    for module in ([emb] if emb is not None else []) + list(layers[:n_layers]):
+        for p in module.parameters():
+            p.requires_grad_(False)
+
+
+#: Selective activation checkpointing: ops whose outputs are saved (expensive to recompute); all
+#: other ops inside a checkpointed block are recomputed. This is the op-level SAC policy of
+#: torchtitan (matmuls and attention kernels saved) — Korthikanti et al. 2022 §4.2 recompute the cheap
+#: attention-core elementwise work instead of storing it.
+SAC_SAVE_OPS = (
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+)
+
+
+def _sac_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    name = getattr(op, "__name__", str(op)).split(".")[0]
+    if name in SAC_SAVE_OPS:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective_checkpoint_context() -> Any:
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(_sac_policy)
+
+
+def meta_to_fake_(model: torch.nn.Module, fake_mode: Any, device: str = "cpu") -> torch.nn.Module:
+    """Replace every meta parameter/buffer by an uninitialised FakeTensor on ``device``."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def convert(t: torch.Tensor, is_param: bool) -> torch.Tensor:
+        if id(t) in memo:
+            return memo[id(t)]
+        if t.device.type != "meta":
+            new = fake_mode.from_tensor(t)
+        else:
+            with fake_mode:
+                new = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+        if is_param:
+            new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
+        memo[id(t)] = new
+        return new
+
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None:
+                module._parameters[name] = convert(p, True)  # type: ignore[assignment]
+        for name, b in list(module._buffers.items()):
+            if b is not None:
+                module._buffers[name] = convert(b, False)
+    return model
+
+
+_LAYER_INDEX = re.compile(r"\.(\d+)(?=\.|$)")
+
+
+def generic_module_name(name: str) -> str:
+    """``model.layers.3.mlp`` → ``model.layers.*.mlp`` (so layer traces can be extrapolated)."""
+    return _LAYER_INDEX.sub(".*", name)
+

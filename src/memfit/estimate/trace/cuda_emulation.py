@@ -1,0 +1,271 @@
+"""Make a trace on fake CPU tensors allocate what the same step allocates on a CUDA GPU.
+
+Fake ``cuda`` tensors abort the process in ``backward()`` on a CPU-only torch build (a C++
+``terminate`` that cannot be caught; see shared/notes/tracing.md, trap 1), so memfit traces on fake
+``cpu`` tensors and reproduces the choices CUDA would make where they differ:
+
+* **SDPA kernel choice** (:class:`SdpaRouter`): on CPU, ``scaled_dot_product_attention`` takes the
+  math path and materialises B·H·S² scores; CUDA picks FlashAttention-2 or the memory-efficient
+  kernel. We route the call to the same ATen kernels CUDA would pick (they have meta kernels), by
+  patching ``F.scaled_dot_product_attention`` (a TorchFunctionMode would not be active during
+  checkpoint recomputation inside ``backward()``).
+* **Autocast op lists** (:func:`cuda_autocast_policy`): CPU autocast keeps ops such as
+  ``layer_norm``, ``softmax``, ``log_softmax``, ``sum`` in the input dtype where CUDA autocast runs
+  them in fp32 (``aten/src/ATen/autocast_mode.cpp``, the ``AT_FORALL_FP32`` and
+  ``AT_FORALL_FP32_SET_OPT_DTYPE`` lists). We register AutocastCPU kernels that apply CUDA's policy for
+  the duration of the trace.
+* **Hugging Face fake-tensor detection** (:func:`hf_treat_fake_as_real`): transformers treats a
+  FakeTensor as "tracing" and then builds a (B, 1, S, S) mask a real run skips (trap 5).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+#: Ops CUDA autocast runs in fp32 (CastPolicy::fp32), from aten/src/ATen/autocast_mode.cpp
+#: (``AT_FORALL_FP32``). Only overloads that exist in this torch build are patched.
+CUDA_FP32_OPS = (
+    "acos",
+    "asin",
+    "cosh",
+    "erfinv",
+    "exp",
+    "expm1",
+    "log",
+    "log10",
+    "log2",
+    "log1p",
+    "reciprocal",
+    "rsqrt",
+    "sinh",
+    "tan",
+    "pow.Tensor_Scalar",
+    "pow.Tensor_Tensor",
+    "pow.Scalar",
+    "softplus",
+    "layer_norm",
+    "native_layer_norm",
+    "group_norm",
+    "frobenius_norm.dim",
+    "nuclear_norm",
+    "cosine_similarity",
+    "poisson_nll_loss",
+    "cosine_embedding_loss",
+    "nll_loss",
+    "nll_loss2d",
+    "hinge_embedding_loss",
+    "kl_div",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "mse_loss",
+    "margin_ranking_loss",
+    "multilabel_margin_loss",
+    "soft_margin_loss",
+    "triplet_margin_loss",
+    "multi_margin_loss",
+    "binary_cross_entropy_with_logits",
+    "dist",
+    "pdist",
+    "cdist",
+    "renorm",
+    "logsumexp",
+)
+#: Ops CUDA autocast runs with ``dtype=float32`` when no dtype is given (CastPolicy::fp32_set_opt_dtype,
+#: ``AT_FORALL_FP32_SET_OPT_DTYPE``).
+CUDA_FP32_SET_OPT_DTYPE_OPS = (
+    "prod",
+    "prod.dim_int",
+    "softmax.int",
+    "log_softmax.int",
+    "cumprod",
+    "cumsum",
+    "linalg_vector_norm",
+    "sum",
+    "sum.dim_IntList",
+)
+
+_AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _upcast(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.dtype in _LOW:
+        return x.float()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_upcast(v) for v in x)
+    return x
+
+
+def _resolve(name: str) -> Any | None:
+    base, _, overload = name.partition(".")
+    packet = getattr(torch.ops.aten, base, None)
+    if packet is None:
+        return None
+    return getattr(packet, overload or "default", None)
+
+
+def _fp32_kernel(op: Any) -> Any:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
+            return op(*_upcast(args), **{k: _upcast(v) for k, v in kwargs.items()})
+
+    return kernel
+
+
+def _set_opt_dtype_kernel(op: Any) -> Any:
+    names = [a.name for a in op._schema.arguments]
+    dtype_pos = names.index("dtype")
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
+            first = args[0] if args else None
+            eligible = isinstance(first, torch.Tensor) and first.dtype in _LOW
+            given = args[dtype_pos] if len(args) > dtype_pos else kwargs.get("dtype")
+            if eligible and given is None:
+                args = args[:dtype_pos]
+                kwargs = {**kwargs, "dtype": torch.float32}
+            return op(*args, **kwargs)
+
+    return kernel
+
+
+@contextmanager
+def cuda_autocast_policy() -> Iterator[None]:
+    """Within this context, CPU autocast follows CUDA autocast's fp32 op lists."""
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+            for name in CUDA_FP32_OPS:
+                op = _resolve(name)
+                if op is not None:
+                    lib.impl(name, _fp32_kernel(op), "AutocastCPU")
+            for name in CUDA_FP32_SET_OPT_DTYPE_OPS:
+                op = _resolve(name)
+                if op is not None and "dtype" in [a.name for a in op._schema.arguments]:
+                    lib.impl(name, _set_opt_dtype_kernel(op), "AutocastCPU")
+        yield
+    finally:
+        lib._destroy()
+
+
+class SdpaRouter:
+    """Route ``F.scaled_dot_product_attention`` to the kernel a CUDA GPU (sm80+) would run.
+
+    ``mode``: ``"auto"`` picks as PyTorch's ``_fused_sdp_choice`` does on CUDA (priority flash →
+    memory-efficient → math): flash for fp16/bf16 without an explicit mask and head_dim ≤ 256 and a
+    multiple of 8; memory-efficient for masks, fp32, or shapes flash rejects; math otherwise.
+    ``"flash"`` forces FlashAttention (what ``attn_implementation="flash_attention_2"`` runs).
+    ``choices`` counts the backend picked per call (forward calls only, recomputation included).
+    """
+
+    def __init__(self, mode: str = "auto") -> None:
+        self.mode = mode
+        self.choices: Counter[str] = Counter()
+        self._orig = F.scaled_dot_product_attention
+
+    def __enter__(self) -> SdpaRouter:
+        self._orig = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = self._sdpa  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        F.scaled_dot_product_attention = self._orig
+
+    def choose(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> str:
+        head_dim = q.shape[-1]
+        half = q.dtype in _LOW
+        flash_ok = half and head_dim <= 256 and head_dim % 8 == 0 and k.shape[-1] == v.shape[-1]
+        if self.mode == "flash" and flash_ok:
+            return "flash"
+        if flash_ok and mask is None:
+            return "flash"
+        align = 8 if half else 4
+        if q.dtype in (*_LOW, torch.float32) and head_dim % align == 0:
+            return "efficient"
+        return "math"
+
+    def _sdpa(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        q, k, v, mask = query, key, value, attn_mask
+        if torch.is_autocast_enabled("cpu"):  # SDPA is on autocast's lower-precision list
+            low = torch.get_autocast_dtype("cpu")
+            q, k, v = (t.to(low) if t.dtype == torch.float32 else t for t in (q, k, v))
+            if mask is not None and mask.is_floating_point():
+                mask = mask.to(low)
+        choice = self.choose(q, k, v, mask)
+        self.choices[choice] += 1
+        n_rep = q.shape[-3] // k.shape[-3]
+        if choice == "flash":
+            # flash handles a causal mask itself; with an explicit mask only when forced ("flash").
+            # FlashAttention-2 takes fewer K/V heads than Q heads (GQA) natively: no repeat.
+            causal = is_causal or mask is not None
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                q, k, v, dropout_p, causal, False, scale=scale
+            )[0]
+        if choice == "efficient":
+            if n_rep > 1:
+                k, v = (t.repeat_interleave(n_rep, dim=-3) for t in (k, v))
+            bias = mask
+            if bias is not None and bias.dtype == torch.bool:
+                bias = torch.zeros(bias.shape, dtype=q.dtype, device=q.device).masked_fill_(
+                    bias.logical_not(), float("-inf")
+                )
+            if bias is not None:
+                bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+            need_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                q, k, v, bias, need_lse, dropout_p, is_causal, scale=scale
+            )[0]
+        return self._orig(
+            query,
+            key,
+            value,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+        )
+
+
+@contextmanager
+def hf_treat_fake_as_real() -> Iterator[None]:
+    """Make transformers take the code path it takes for real tensors of an unpadded batch."""
+    try:
+        import transformers.masking_utils as masking
+        import transformers.utils.import_utils as import_utils
+    except ImportError:
+        yield
+        return
+    saved_fake, saved_packed = import_utils.is_fake_tensor, masking.find_packed_sequence_indices
+
+    def find_packed(position_ids: Any) -> Any:
+        if isinstance(position_ids, torch._subclasses.FakeTensor):
+            return None  # memfit's inputs are never packed sequences
+        return saved_packed(position_ids)
+
+    import_utils.is_fake_tensor = lambda _t: False
+    masking.find_packed_sequence_indices = find_packed
+    try:
+        yield
+    finally:
+        import_utils.is_fake_tensor = saved_fake
+        masking.find_packed_sequence_indices = saved_packed

@@ -1,0 +1,41 @@
+"""From the allocator's view to the device's: library workspaces, CUDA context, and the verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit.estimate.result import FitVerdict
+from memfit.hardware.overhead import device_overhead
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceTotals:
+    reserved_bytes: int
+    cuda_context_bytes: int
+    device_used_bytes: int
+    notes: list[str] = field(default_factory=list)
+
+
+def device_totals(gpu: Any, *, reserved_bytes: int, training: bool) -> DeviceTotals:
+    """Add cuBLAS workspaces (held in the caching allocator, so part of ``memory_reserved``) and the
+    CUDA context (outside it: only ``nvidia-smi`` sees it) for the GPU's architecture."""
+    overhead = device_overhead(getattr(gpu, "arch", None), training=training)
+    workspace = overhead.cublas_workspace_bytes * overhead.n_cublas_handles
+    reserved = reserved_bytes + workspace
+    notes = []
+    if gpu is None:
+        notes.append("no --gpu given: CUDA context and cuBLAS workspace sized for a generic Ampere GPU")
+    return DeviceTotals(
+        reserved_bytes=reserved,
+        cuda_context_bytes=overhead.cuda_context_bytes,
+        device_used_bytes=reserved + overhead.cuda_context_bytes,
+        notes=notes,
+    )
+
+
+def fit_verdict(gpu: Any, device_used_bytes: int) -> FitVerdict | None:
+    if gpu is None:
+        return None
+    free = gpu.memory_bytes - device_used_bytes
+    return FitVerdict(gpu=gpu.name, capacity_bytes=gpu.memory_bytes, free_bytes=free, fits=free >= 0)

@@ -1,0 +1,279 @@
+"""The trace engine: run the job on fake tensors, count every byte, extrapolate over repeated layers.
+
+A model with L identical blocks is not traced block by block. memfit traces the model with a few
+blocks — a base count ``b`` (one period of the layer pattern), ``b + p`` for each repeated stack, and
+``b + 2p`` on the first stack as a check — and extrapolates every quantity linearly in the block
+counts: each phase's peak and its components, the peak's owners, the simulated reserved memory, the
+parameter counts. Within a phase the peak of a stack of identical blocks is an affine function of
+the block count as long as it happens at the same relative point of the step, which the check
+trace verifies (``trace["extrapolation_check_error"]``; a test compares with full traces).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from memfit.errors import SpecError, TraceError
+from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
+from memfit.estimate.trace import build, steps
+from memfit.estimate.trace.cuda_emulation import (
+    SdpaRouter,
+    cuda_autocast_policy,
+    hf_treat_fake_as_real,
+)
+from memfit.estimate.trace.device import device_totals, fit_verdict
+from memfit.estimate.trace.tracker import StorageTracker
+from memfit.spec import WorkloadSpec
+
+#: How many module owners the estimate lists.
+N_TOP_MODULES = 10
+#: Relative mismatch above which the extrapolation check is reported in ``notes``.
+EXTRAPOLATION_TOLERANCE = 0.001
+
+Flat = dict[str, float]
+
+
+def trace_hf(
+    config: dict[str, Any],
+    workload: WorkloadSpec,
+    *,
+    name: str,
+    gpu: Any = None,
+    trust_remote_code: bool = False,
+    extrapolate: bool = True,
+) -> MemoryEstimate:
+    """Estimate a Hugging Face model's job from its config.json (a dict)."""
+    started = time.perf_counter()
+    task = build.resolve_task(config, workload.task)
+    _check_task(task, workload)
+    stacks = build.layer_plan(config, trust_remote_code)
+    targets = {v.name: v.count for v in stacks}
+    period = {v.name: v.period for v in stacks}
+    if workload.freeze_layers:
+        if not stacks or workload.freeze_layers > stacks[0].count:
+            n = stacks[0].count if stacks else 0
+            raise SpecError(f"freeze_layers ({workload.freeze_layers}) exceeds the model's {n} layers")
+        first = stacks[0].name
+        targets["frozen"] = workload.freeze_layers
+        targets[first] -= workload.freeze_layers
+        period["frozen"] = period[first]
+
+    def run(counts: dict[str, int]) -> Flat:
+        return _trace_once(config, workload, task, stacks, counts, trust_remote_code)
+
+    flat, check = _extrapolated(run, targets, period) if extrapolate else (run(targets), None)
+    notes = []
+    if check is not None and check > EXTRAPOLATION_TOLERANCE:
+        notes.append(f"layer extrapolation deviated by {check:.2%} on the check trace")
+    trace_info = {
+        "task": task,
+        "layers": targets,
+        "extrapolated": check is not None,
+        "extrapolation_check_error": check,
+        "wall_s": round(time.perf_counter() - started, 3),
+    }
+    return _to_estimate(flat, workload, name=name, gpu=gpu, trace=trace_info, notes=notes)
+
+
+def _check_task(task: str, workload: WorkloadSpec) -> None:
+    if workload.mode == "infer" and workload.new_tokens and task not in ("causal-lm", "seq2seq"):
+        raise SpecError(
+            f"new_tokens ({workload.new_tokens}) needs a generative model but the task is {task!r}; "
+            "drop --new-tokens"
+        )
+
+
+def _extrapolated(
+    run: Callable[[dict[str, int]], Flat], targets: dict[str, int], period: dict[str, int]
+) -> tuple[Flat, float | None]:
+    base = {k: period[k] for k in targets}
+    if not targets or any(targets[k] < base[k] + 2 * period[k] for k in targets):
+        return run(targets), None
+    at_base = run(base)
+    slopes: dict[str, Flat] = {}
+    for k in targets:
+        step = run({**base, k: base[k] + period[k]})
+        slopes[k] = {key: (step.get(key, 0) - at_base.get(key, 0)) / period[k] for key in _keys(step, at_base)}
+    first = next(iter(targets))
+    check_counts = {**base, first: base[first] + 2 * period[first]}
+    check = run(check_counts)
+    predicted = _affine(at_base, slopes, base, check_counts)
+    error = max(
+        (abs(predicted.get(k, 0) - v) / max(v, 1) for k, v in check.items() if k.endswith("/peak")),
+        default=0.0,
+    )
+    return _affine(at_base, slopes, base, targets), error
+
+
+def _keys(*flats: Flat) -> set[str]:
+    return set().union(*flats)
+
+
+def _affine(
+    at_base: Flat, slopes: dict[str, Flat], base: dict[str, int], counts: dict[str, int]
+) -> Flat:
+    out = dict(at_base)
+    for k, slope in slopes.items():
+        for key, s in slope.items():
+            out[key] = out.get(key, 0) + s * (counts[k] - base[k])
+    return {k: round(v) for k, v in out.items()}
+
+
+def _trace_once(
+    config: dict[str, Any],
+    workload: WorkloadSpec,
+    task: str,
+    stacks: list[build.LayerVar],
+    counts: dict[str, int],
+    trust_remote_code: bool,
+) -> Flat:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    layer_counts = dict(counts)
+    frozen = layer_counts.pop("frozen", 0)
+    if frozen:
+        layer_counts[stacks[0].name] += frozen
+    cfg = build.with_layer_counts(config, stacks, layer_counts, trust_remote_code) if stacks else config
+    wl = dataclasses.replace(workload, freeze_layers=frozen)
+    model = build.build_hf_model(cfg, wl, task, trust_remote_code=trust_remote_code)
+    if wl.is_train and wl.lora_rank:
+        model = build.apply_lora_(model, wl)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    build.meta_to_fake_(model, fake)
+    tracker = StorageTracker(device_type="cpu")
+    with fake, _emulation(wl) as router:
+        inputs = steps.example_inputs(cfg, wl, task)
+        with tracker:
+            steps.label_model_state(tracker, model)
+            tracker.label([v for v in inputs.values() if isinstance(v, torch.Tensor)], "activations")
+            tracker.watch_modules(model)
+            try:
+                if wl.is_train:
+                    steps.run_train_steps(model, inputs, wl, tracker)
+                else:
+                    steps.run_inference(model, inputs, wl, task, tracker)
+            except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+                raise TraceError(
+                    f"could not run {type(model).__name__} on fake tensors: "
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                ) from exc
+    n_params = sum(p.numel() for p in model.parameters())
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return _flatten(tracker, n_params, n_trainable, router)
+
+
+class _emulation:
+    """Enter the CUDA emulations the workload needs; ``as`` gives the SDPA router (or None)."""
+
+    def __init__(self, workload: WorkloadSpec) -> None:
+        self.workload = workload
+        self.stack: list[Any] = []
+
+    def __enter__(self) -> SdpaRouter | None:
+        from contextlib import ExitStack
+
+        self._exit = ExitStack()
+        self._exit.enter_context(hf_treat_fake_as_real())
+        if self.workload.precision.startswith("amp-"):
+            self._exit.enter_context(cuda_autocast_policy())
+        if self.workload.attention == "eager":
+            return None
+        mode = "flash" if self.workload.attention == "flash" else "auto"
+        return self._exit.enter_context(SdpaRouter(mode))
+
+    def __exit__(self, *exc: Any) -> None:
+        self._exit.__exit__(*exc)
+
+
+def _flatten(tracker: StorageTracker, n_params: int, n_trainable: int, router: Any) -> Flat:
+    from memfit.estimate.trace.allocator import simulate
+
+    flat: Flat = {"n_params": n_params, "n_trainable": n_trainable, "n_ops": tracker.n_ops}
+    for phase, snap in tracker.phase_peaks.items():
+        if phase in ("init", "end"):
+            continue
+        flat[f"phase/{phase}/peak"] = snap.total_bytes
+        for comp, n in tracker.breakdown(snap).items():
+            flat[f"phase/{phase}/comp/{comp}"] = n
+        for mod, n in tracker.by_module(snap).items():
+            key = f"phase/{phase}/mod/{build.generic_module_name(mod)}"
+            flat[key] = flat.get(key, 0) + n
+    result = simulate(tracker.events or [])
+    flat["reserved"] = result.peak_reserved_bytes
+    if router is not None:
+        for backend, n in router.choices.items():
+            flat[f"backend/{backend}"] = n
+    return flat
+
+
+def _to_estimate(
+    flat: Flat,
+    workload: WorkloadSpec,
+    *,
+    name: str,
+    gpu: Any,
+    trace: dict[str, Any],
+    notes: list[str],
+    engine: str = "trace",
+) -> MemoryEstimate:
+    phases: dict[str, PhasePeak] = {}
+    for key, value in flat.items():
+        parts = key.split("/")
+        if parts[0] == "phase" and parts[2] == "peak":
+            comps = {c: int(flat.get(f"phase/{parts[1]}/comp/{c}", 0)) for c in COMPONENTS}
+            phases[parts[1]] = PhasePeak(
+                phase=parts[1], peak_allocated_bytes=int(sum(comps.values())), components=comps
+            )
+    if not phases:
+        raise TraceError("the traced step allocated nothing on the device")
+    peak_phase = max(phases.values(), key=lambda p: p.peak_allocated_bytes)
+    modules = {
+        k.split("/", 3)[3]: int(v)
+        for k, v in flat.items()
+        if k.startswith(f"phase/{peak_phase.phase}/mod/") and v > 0
+    }
+    top = sorted(modules.items(), key=lambda kv: -kv[1])[:N_TOP_MODULES]
+    reserved = max(int(flat.get("reserved", 0)), peak_phase.peak_allocated_bytes)
+    totals = device_totals(gpu, reserved_bytes=reserved, training=workload.is_train)
+    verdict = fit_verdict(gpu, totals.device_used_bytes)
+    trace = {**trace, "n_ops": int(flat.get("n_ops", 0))}
+    return MemoryEstimate(
+        model_name=name,
+        n_params=int(flat["n_params"]),
+        n_trainable_params=int(flat["n_trainable"]) if workload.is_train else 0,
+        workload=workload.normalized(),
+        engine=engine,
+        environment=environment(),
+        peak_allocated_bytes=peak_phase.peak_allocated_bytes,
+        peak_reserved_bytes=totals.reserved_bytes,
+        cuda_context_bytes=totals.cuda_context_bytes,
+        device_used_bytes=totals.device_used_bytes,
+        peak_phase=peak_phase.phase,
+        components=dict(peak_phase.components),
+        phases=phases,
+        top_modules=[ModuleBytes(name=n, n_bytes=b) for n, b in top],
+        fits=verdict,
+        attention_backends={
+            k.split("/", 1)[1]: int(v) for k, v in flat.items() if k.startswith("backend/")
+        },
+        trace=trace,
+        notes=notes + totals.notes,
+    )
+
+
+def environment() -> dict[str, str]:
+    """Versions the trace ran with: what the estimate assumes about the user's stack."""
+    env = {"python": platform.python_version(), "torch": torch.__version__}
+    for pkg in ("transformers", "peft"):
+        try:
+            module = __import__(pkg)
+            env[pkg] = str(module.__version__)
+        except ImportError:
+            env[pkg] = "not installed"
+    return env

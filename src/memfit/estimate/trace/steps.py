@@ -1,0 +1,267 @@
+"""What the job runs, step by step: the training step and the generation loop, as HF users run them.
+
+Training (two steps, so optimizer states exist at the second step's peak)::
+
+    with autocast (amp-*): loss = model(**batch).loss      # phase "forward"
+    (scaler.scale(loss) if amp-fp16 else loss).backward()    # phase "backward"
+    optimizer.step(); optimizer.zero_grad(set_to_none=...)   # phase "optimizer"
+
+Inference of a causal LM follows ``generate()`` with a DynamicCache: a prefill of ``seq_len`` tokens
+that keeps only the last position's logits (``logits_to_keep=1``) and copies them to fp32, then
+``new_tokens - 1`` decode steps. Decode steps differ only in the cache length, so memfit runs the first
+one and then the last one with the cache grown to its final length (its peak is the decode peak).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from memfit.estimate.trace.tracker import StorageTracker
+from memfit.spec import WorkloadSpec
+
+AUTOCAST_DTYPE = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
+
+
+def make_optimizer(params: list[torch.nn.Parameter], name: str) -> torch.optim.Optimizer | None:
+    """The optimizer as a CUDA run builds it (foreach is torch's default for CUDA tensors; fake CPU
+    tensors would get the for-loop path, so the implementation is passed explicitly)."""
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    if name == "adamw-fused":
+        return torch.optim.AdamW(params, lr=1e-4, fused=True)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, foreach=True)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-2, foreach=True)
+    return None
+
+
+def example_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) -> dict[str, Any]:
+    """Token ids / pixels for one micro-batch (create inside FakeTensorMode)."""
+    b, s = workload.batch_size, workload.seq_len
+    vocab = int(_cfg(config, "vocab_size", 32000))
+    if task == "image-cls":
+        size = int(_cfg(config, "image_size", 224))
+        channels = int(_cfg(config, "num_channels", 3))
+        inputs: dict[str, Any] = {"pixel_values": torch.empty(b, channels, size, size)}
+        if workload.is_train:
+            inputs["labels"] = torch.zeros(b, dtype=torch.long)
+        return inputs
+    if task == "clip":
+        vision = config.get("vision_config") or {}
+        text = config.get("text_config") or {}
+        size = int(vision.get("image_size", 224))
+        vocab = int(text.get("vocab_size", 49408))
+        return {
+            "input_ids": torch.randint(0, vocab, (b, s)),
+            "pixel_values": torch.empty(b, 3, size, size),
+            "return_loss": workload.is_train,
+        }
+    ids = torch.randint(0, vocab, (b, s))
+    inputs = {"input_ids": ids}
+    if task == "seq-cls" and workload.is_train:
+        inputs["labels"] = torch.zeros(b, dtype=torch.long)
+    elif task == "seq2seq" and workload.is_train:
+        inputs["labels"] = torch.randint(0, vocab, (b, s))
+    elif task == "causal-lm" and workload.is_train:
+        inputs["labels"] = ids
+    return inputs
+
+
+def _cfg(config: dict[str, Any], key: str, default: Any) -> Any:
+    value = config.get(key)
+    return default if value is None else value
+
+
+@contextlib.contextmanager
+def _autocast(workload: WorkloadSpec) -> Iterator[None]:
+    dtype = AUTOCAST_DTYPE.get(workload.precision)
+    if dtype is None:
+        yield
+        return
+    with torch.autocast("cpu", dtype=dtype):
+        yield
+
+
+def label_model_state(
+    tracker: StorageTracker, model: torch.nn.Module, optimizer: Any = None, scaler: Any = None
+) -> None:
+    """Label parameters/buffers, gradients and optimizer states, owned by their module."""
+    for mod_name, module in model.named_modules():
+        for p in module.parameters(recurse=False):
+            _label(tracker, p, "parameters", mod_name)
+            if p.grad is not None:
+                _label(tracker, p.grad, "gradients", mod_name)
+            if optimizer is not None:
+                for key, value in optimizer.state.get(p, {}).items():
+                    if not isinstance(value, torch.Tensor):
+                        continue
+                    if key == "step" and not _step_on_device(optimizer):
+                        tracker.ignore([value])  # a host-side scalar on CUDA runs
+                    else:
+                        _label(tracker, value, "optimizer_states", mod_name)
+        for b in module.buffers(recurse=False):
+            _label(tracker, b, "parameters", mod_name)
+    if scaler is not None:
+        for value in vars(scaler).values():
+            if isinstance(value, torch.Tensor):
+                _label(tracker, value, "optimizer_states", "(grad scaler)")
+
+
+def _label(tracker: StorageTracker, t: torch.Tensor, label: str, module: str) -> None:
+    key = tracker.track(t, label)
+    if key is not None:
+        tracker.storages[key].module = module
+
+
+def _step_on_device(optimizer: Any) -> bool:
+    d = optimizer.defaults
+    return bool(d.get("fused") or d.get("capturable"))
+
+
+def run_train_steps(
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    workload: WorkloadSpec,
+    tracker: StorageTracker,
+    *,
+    n_steps: int = 2,
+) -> None:
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(params, workload.optimizer or "none") if params else None
+    scaler = torch.amp.GradScaler("cpu") if workload.precision == "amp-fp16" else None
+    for _ in range(n_steps):
+        tracker.set_phase("forward")
+        with _autocast(workload):
+            out = model(**inputs)
+        loss = out.loss if hasattr(out, "loss") and out.loss is not None else _fallback_loss(out)
+        tracker.set_phase("backward")
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        del out, loss
+        label_model_state(tracker, model)
+        tracker.set_phase("optimizer")
+        if optimizer is not None:
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            label_model_state(tracker, model, optimizer, scaler)
+            optimizer.zero_grad(set_to_none=workload.zero_grad_set_to_none)
+        else:
+            model.zero_grad(set_to_none=workload.zero_grad_set_to_none)
+    tracker.set_phase("end")
+
+
+def _fallback_loss(out: Any) -> torch.Tensor:
+    """Models without a built-in loss: the mean of the first output (a scalar to backprop)."""
+    first = out if isinstance(out, torch.Tensor) else out[0]
+    return first.mean()
+
+
+def run_inference(
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    workload: WorkloadSpec,
+    task: str,
+    tracker: StorageTracker,
+) -> None:
+    with torch.no_grad(), _autocast(workload):
+        if task == "causal-lm":
+            _generate(model, inputs["input_ids"], workload, tracker)
+        elif task == "seq2seq":
+            _generate_seq2seq(model, inputs["input_ids"], workload, tracker)
+        else:
+            tracker.set_phase("forward")
+            out = model(**inputs)
+            del out
+    tracker.set_phase("end")
+
+
+def _next_token(out: Any, tracker: StorageTracker) -> torch.Tensor:
+    logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+    tracker.label(_cache_tensors(out.past_key_values), "kv_cache")
+    return logits.argmax(-1, keepdim=True)
+
+
+def _generate(
+    model: torch.nn.Module, ids: torch.Tensor, workload: WorkloadSpec, tracker: StorageTracker
+) -> None:
+    tracker.set_phase("prefill")
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    token, cache = _next_token(out, tracker), out.past_key_values
+    del out
+    total = ids.shape[1] + workload.new_tokens - 1  # cache length after the last decode step
+    tracker.set_phase("decode")
+    for step in _decode_steps(workload.new_tokens):
+        if step > 1:
+            _grow_cache(cache, total - 1, tracker)
+        out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        token = _next_token(out, tracker)
+        del out
+
+
+def _decode_steps(new_tokens: int) -> list[int]:
+    """The decode steps traced: the first and the last (steps in between differ only in length)."""
+    return sorted({k for k in (1, new_tokens - 1) if k >= 1})
+
+
+def _generate_seq2seq(
+    model: torch.nn.Module, ids: torch.Tensor, workload: WorkloadSpec, tracker: StorageTracker
+) -> None:
+    tracker.set_phase("prefill")
+    start = torch.zeros(ids.shape[0], 1, dtype=torch.long)
+    encoder_outputs = model.get_encoder()(input_ids=ids)
+    out = model(encoder_outputs=encoder_outputs, decoder_input_ids=start, use_cache=True)
+    token, cache = _next_token(out, tracker), out.past_key_values
+    del out
+    tracker.set_phase("decode")
+    for step in _decode_steps(workload.new_tokens):
+        if step > 1:
+            _grow_cache(cache.self_attention_cache, workload.new_tokens - 1, tracker)
+        out = model(
+            encoder_outputs=encoder_outputs,
+            decoder_input_ids=token,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        token = _next_token(out, tracker)
+        del out
+
+
+def _cache_tensors(cache: Any) -> list[torch.Tensor]:
+    if cache is None:
+        return []
+    caches = [cache.self_attention_cache, cache.cross_attention_cache] if hasattr(
+        cache, "self_attention_cache"
+    ) else [cache]
+    out: list[torch.Tensor] = []
+    for c in caches:
+        for layer in getattr(c, "layers", []):
+            out += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                    if isinstance(t, torch.Tensor)]
+    return out
+
+
+def _grow_cache(cache: Any, length: int, tracker: StorageTracker) -> None:
+    """Give every cache layer the length it has after ``length`` tokens (windowed layers keep
+    ``sliding_window - 1``), as the skipped decode steps would have."""
+    for layer in getattr(cache, "layers", []):
+        keys = getattr(layer, "keys", None)
+        if not isinstance(keys, torch.Tensor) or keys.dim() != 4:
+            continue
+        n = length
+        if getattr(layer, "is_sliding", False):
+            n = min(length, int(layer.sliding_window) - 1)
+        shape = (*keys.shape[:2], n, keys.shape[3])
+        layer.keys = torch.empty(shape, dtype=keys.dtype)
+        layer.values = torch.empty(shape, dtype=layer.values.dtype)
+        if hasattr(layer, "cumulative_length"):
+            layer.cumulative_length = length
+        tracker.label([layer.keys, layer.values], "kv_cache")

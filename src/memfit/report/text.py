@@ -1,0 +1,89 @@
+"""Human-readable rendering of estimates (the CLI prints these; nothing here prints)."""
+
+from __future__ import annotations
+
+from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.units import format_bytes
+
+
+def _count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return str(n)
+
+
+def _workload_line(est: MemoryEstimate) -> str:
+    w = est.workload
+    parts = [w["mode"], f"batch {w['batch_size']} × seq {w['seq_len']}", w["precision"]]
+    if w["mode"] == "infer" and w.get("new_tokens"):
+        parts.append(f"{w['new_tokens']} new tokens")
+    backends = ", ".join(f"{k} ×{v}" for k, v in sorted(est.attention_backends.items()))
+    parts.append(f"attention {w['attention']}" + (f" ({backends})" if backends else ""))
+    if w["mode"] == "train":
+        parts.append(f"checkpointing {w['checkpointing']}")
+        parts.append(f"optimizer {w['optimizer']}")
+        if w.get("lora_rank"):
+            targets = w.get("lora_targets")
+            shown = targets if isinstance(targets, str) else ",".join(targets or [])
+            parts.append(f"LoRA r={w['lora_rank']} on {shown}")
+        if w.get("freeze_layers"):
+            parts.append(f"first {w['freeze_layers']} layers frozen")
+    return ", ".join(parts)
+
+
+def render_estimate(est: MemoryEstimate, *, top: int = 5) -> str:
+    lines = [
+        f"memfit estimate: {est.model_name} ({_count(est.n_params)} params, "
+        f"{_count(est.n_trainable_params)} trainable)",
+        f"workload: {_workload_line(est)}",
+        _engine_line(est),
+        "",
+        f"{'component':<20}{'at peak (' + est.peak_phase + ')':>22}",
+    ]
+    for comp in COMPONENTS:
+        lines.append(f"  {comp:<18}{format_bytes(est.components[comp]):>22}")
+    lines += [
+        f"{'peak allocated':<20}{format_bytes(est.peak_allocated_bytes):>22}"
+        "   torch.cuda.max_memory_allocated()",
+        f"{'peak reserved':<20}{format_bytes(est.peak_reserved_bytes):>22}"
+        "   torch.cuda.max_memory_reserved() (allocator cache + cuBLAS workspaces)",
+        f"{'CUDA context':<20}{format_bytes(est.cuda_context_bytes):>22}",
+        f"{'device used':<20}{format_bytes(est.device_used_bytes):>22}   what nvidia-smi shows",
+        "",
+        "phase peaks: "
+        + " · ".join(f"{p.phase} {format_bytes(p.peak_allocated_bytes)}" for p in est.phases.values()),
+    ]
+    if est.top_modules and top > 0:
+        lines.append(f"top modules at the peak ({est.peak_phase}; '*' = summed over layers):")
+        for m in est.top_modules[:top]:
+            lines.append(f"  {m.name or '(outside modules)':<48}{format_bytes(m.n_bytes):>14}")
+    lines.append(verdict_line(est))
+    lines += [f"note: {n}" for n in est.notes]
+    return "\n".join(lines)
+
+
+def _engine_line(est: MemoryEstimate) -> str:
+    env = ", ".join(f"{k} {v}" for k, v in est.environment.items() if k != "python")
+    t = est.trace
+    how = ""
+    if t.get("extrapolated"):
+        how = f"; traced a few layers, extrapolated to {t.get('layers')}"
+    if "wall_s" in t:
+        how += f"; {t['wall_s']:.1f} s"
+    return f"engine: {est.engine} ({env}){how}"
+
+
+def verdict_line(est: MemoryEstimate) -> str:
+    if est.fits is None:
+        return "verdict: no GPU given (--gpu NAME adds a fits / free-memory verdict)"
+    f = est.fits
+    if f.fits:
+        return (
+            f"verdict: FITS on {f.gpu} ({format_bytes(f.capacity_bytes)}): "
+            f"{format_bytes(f.free_bytes)} free"
+        )
+    return (
+        f"verdict: DOES NOT FIT on {f.gpu} ({format_bytes(f.capacity_bytes)}): "
+        f"short by {format_bytes(-f.free_bytes)}"
+    )
