@@ -137,9 +137,15 @@ def model_class(task: str) -> Any:
 
 
 def build_hf_model(
-    config: dict[str, Any], workload: WorkloadSpec, task: str, *, trust_remote_code: bool = False
+    config: dict[str, Any],
+    workload: WorkloadSpec,
+    task: str,
+    *,
+    trust_remote_code: bool = False,
+    device: str = "meta",
 ) -> torch.nn.Module:
-    """Build the model on the meta device with the workload's dtype, attention and techniques."""
+    """Build the model (on ``meta`` unless a validation run asks for real ``cpu`` weights) with the
+    workload's dtype, attention and techniques."""
     hf = _hf_config(config, trust_remote_code)
     if task == "seq-cls":
         hf.num_labels = 2
@@ -150,7 +156,7 @@ def build_hf_model(
     kwargs: dict[str, Any] = {"dtype": PARAM_DTYPE[workload.precision]}
     if trust_remote_code:
         kwargs["trust_remote_code"] = True
-    with torch.device("meta"):
+    with torch.device(device):
         try:
             model = cls.from_config(hf, attn_implementation=impl, **kwargs)
         except ValueError as exc:
@@ -180,7 +186,9 @@ def _apply_training_techniques(model: torch.nn.Module, workload: WorkloadSpec) -
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def apply_lora_(model: torch.nn.Module, workload: WorkloadSpec) -> torch.nn.Module:
+def apply_lora_(
+    model: torch.nn.Module, workload: WorkloadSpec, device: str = "meta"
+) -> torch.nn.Module:
     """Wrap with peft LoRA adapters (frozen base, trainable adapters; peft keeps them in fp32)."""
     try:
         from peft import LoraConfig, get_peft_model
@@ -194,7 +202,7 @@ def apply_lora_(model: torch.nn.Module, workload: WorkloadSpec) -> torch.nn.Modu
     target_modules: Any = "all-linear" if targets == "all-linear" else list(targets)
     rank = workload.lora_rank or 8
     cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=target_modules)
-    with torch.device("meta"):
+    with torch.device(device):
         try:
             return get_peft_model(model, cfg)
         except ValueError as exc:

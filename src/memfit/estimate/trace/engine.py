@@ -11,6 +11,7 @@ trace verifies (``trace["extrapolation_check_error"]``; a test compares with ful
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import platform
 import time
@@ -47,8 +48,15 @@ def trace_hf(
     gpu: Any = None,
     trust_remote_code: bool = False,
     extrapolate: bool = True,
+    execution: str = "fake",
+    emulate_cuda: bool = True,
 ) -> MemoryEstimate:
-    """Estimate a Hugging Face model's job from its config.json (a dict)."""
+    """Estimate a Hugging Face model's job from its config.json (a dict).
+
+    ``execution="real"`` runs the same step on real CPU tensors under the same tracker, and
+    ``emulate_cuda=False`` keeps CPU's own SDPA kernels: together they are how tests check that the
+    fake trace counts exactly what real execution allocates.
+    """
     started = time.perf_counter()
     task = build.resolve_task(config, workload.task)
     _check_task(task, workload)
@@ -65,7 +73,9 @@ def trace_hf(
         period["frozen"] = period[first]
 
     def run(counts: dict[str, int]) -> Flat:
-        return _trace_once(config, workload, task, stacks, counts, trust_remote_code)
+        return _trace_once(
+            config, workload, task, stacks, counts, trust_remote_code, execution, emulate_cuda
+        )
 
     flat, check = _extrapolated(run, targets, period) if extrapolate else (run(targets), None)
     notes = []
@@ -132,6 +142,8 @@ def _trace_once(
     stacks: list[build.LayerVar],
     counts: dict[str, int],
     trust_remote_code: bool,
+    execution: str = "fake",
+    emulate_cuda: bool = True,
 ) -> Flat:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -141,13 +153,18 @@ def _trace_once(
         layer_counts[stacks[0].name] += frozen
     cfg = build.with_layer_counts(config, stacks, layer_counts, trust_remote_code) if stacks else config
     wl = dataclasses.replace(workload, freeze_layers=frozen)
-    model = build.build_hf_model(cfg, wl, task, trust_remote_code=trust_remote_code)
+    real = execution == "real"
+    device = "cpu" if real else "meta"
+    if real:
+        torch.manual_seed(0)
+    model = build.build_hf_model(cfg, wl, task, trust_remote_code=trust_remote_code, device=device)
     if wl.is_train and wl.lora_rank:
-        model = build.apply_lora_(model, wl)
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
-    build.meta_to_fake_(model, fake)
+        model = build.apply_lora_(model, wl, device=device)
+    fake: Any = contextlib.nullcontext() if real else FakeTensorMode(allow_non_fake_inputs=True)
+    if not real:
+        build.meta_to_fake_(model, fake)
     tracker = StorageTracker(device_type="cpu")
-    with fake, _emulation(wl) as router:
+    with fake, _emulation(wl, emulate_cuda) as router:
         inputs = steps.example_inputs(cfg, wl, task)
         with tracker:
             steps.label_model_state(tracker, model)
@@ -171,9 +188,9 @@ def _trace_once(
 class _emulation:
     """Enter the CUDA emulations the workload needs; ``as`` gives the SDPA router (or None)."""
 
-    def __init__(self, workload: WorkloadSpec) -> None:
+    def __init__(self, workload: WorkloadSpec, sdpa: bool = True) -> None:
         self.workload = workload
-        self.stack: list[Any] = []
+        self.sdpa = sdpa
 
     def __enter__(self) -> SdpaRouter | None:
         from contextlib import ExitStack
@@ -182,7 +199,7 @@ class _emulation:
         self._exit.enter_context(hf_treat_fake_as_real())
         if self.workload.precision.startswith("amp-"):
             self._exit.enter_context(cuda_autocast_policy())
-        if self.workload.attention == "eager":
+        if self.workload.attention == "eager" or not self.sdpa:
             return None
         mode = "flash" if self.workload.attention == "flash" else "auto"
         return self._exit.enter_context(SdpaRouter(mode))

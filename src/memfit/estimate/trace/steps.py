@@ -49,7 +49,7 @@ def example_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) ->
     if task == "image-cls":
         size = int(_cfg(config, "image_size", 224))
         channels = int(_cfg(config, "num_channels", 3))
-        inputs: dict[str, Any] = {"pixel_values": torch.empty(b, channels, size, size)}
+        inputs: dict[str, Any] = {"pixel_values": torch.randn(b, channels, size, size)}
         if workload.is_train:
             inputs["labels"] = torch.zeros(b, dtype=torch.long)
         return inputs
@@ -60,7 +60,7 @@ def example_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) ->
         vocab = int(text.get("vocab_size", 49408))
         return {
             "input_ids": torch.randint(0, vocab, (b, s)),
-            "pixel_values": torch.empty(b, 3, size, size),
+            "pixel_values": torch.randn(b, 3, size, size),
             "return_loss": workload.is_train,
         }
     ids = torch.randint(0, vocab, (b, s))
@@ -135,7 +135,7 @@ def run_train_steps(
 ) -> None:
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, workload.optimizer or "none") if params else None
-    scaler = torch.amp.GradScaler("cpu") if workload.precision == "amp-fp16" else None
+    scaler = _LossScaler() if workload.precision == "amp-fp16" else None
     for _ in range(n_steps):
         tracker.set_phase("forward")
         with _autocast(workload):
@@ -148,15 +148,37 @@ def run_train_steps(
         tracker.set_phase("optimizer")
         if optimizer is not None:
             if scaler is not None:
-                scaler.step(optimizer)
+                scaler.unscale_(params)
+            optimizer.step()
+            if scaler is not None:
                 scaler.update()
-            else:
-                optimizer.step()
             label_model_state(tracker, model, optimizer, scaler)
             optimizer.zero_grad(set_to_none=workload.zero_grad_set_to_none)
         else:
             model.zero_grad(set_to_none=workload.zero_grad_set_to_none)
     tracker.set_phase("end")
+
+
+class _LossScaler:
+    """What ``torch.amp.GradScaler`` allocates on the device, without its host-side ``.item()``
+    checks (fake tensors have no values): a scale and a growth tracker, a found-inf flag and the
+    reciprocal scale per step, in-place unscaling of the gradients, the in-place scale update."""
+
+    def __init__(self) -> None:
+        self.scale_t = torch.full((), 65536.0, dtype=torch.float32)
+        self.growth_tracker = torch.full((), 0, dtype=torch.int32)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self.scale_t
+
+    def unscale_(self, params: list[torch.nn.Parameter]) -> None:
+        self.found_inf = torch.full((), 0.0, dtype=torch.float32)
+        inv_scale = self.scale_t.double().reciprocal().float()
+        grads = [p.grad for p in params if p.grad is not None]
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found_inf, inv_scale)
+
+    def update(self) -> None:
+        torch._amp_update_scale_(self.scale_t, self.growth_tracker, self.found_inf, 2.0, 0.5, 2000)
 
 
 def _fallback_loss(out: Any) -> torch.Tensor:

@@ -34,6 +34,14 @@ from memfit.estimate.result import COMPONENTS
 FORWARD_PHASES = ("forward", "prefill", "decode", "init")
 
 
+#: What ``.item()`` returns for a fake tensor (float / integer-or-bool).
+_FAKE_SCALAR = {True: 1.0, False: 1}
+
+
+def _is_fake(t: Any) -> bool:
+    return isinstance(t, torch._subclasses.FakeTensor)
+
+
 @dataclass
 class _Storage:
     n_bytes: int
@@ -190,6 +198,10 @@ class StorageTracker(TorchDispatchMode):
 
     # ----------------------------------------------------------------- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]):
+            # ``.item()`` on a fake tensor has no value. Optimizers such as Adafactor use it only for
+            # step sizes, never for shapes: any positive value leaves the allocations unchanged.
+            return _FAKE_SCALAR[args[0].dtype.is_floating_point]
         out = func(*args, **(kwargs or {}))
         self.n_ops += 1
         flat, _ = tree_flatten(out)

@@ -1,0 +1,22 @@
+"""Where model descriptions come from: bundled configs, local files and folders, the hub, factories.
+
+>>> from memfit.models import resolve_model
+>>> source = resolve_model("llama-3.1-8b")        # bundled: no network
+>>> source.origin, source.model_type
+('bundled', 'llama')
+
+Importing this package never imports torch or transformers (a test guards it).
+"""
+
+from memfit.models.bundled import BundledModel, list_bundled
+from memfit.models.safetensors_header import SafetensorsInfo, read_safetensors_header
+from memfit.models.source import ModelSource, resolve_model
+
+__all__ = [
+    "BundledModel",
+    "ModelSource",
+    "SafetensorsInfo",
+    "list_bundled",
+    "read_safetensors_header",
+    "resolve_model",
+]

@@ -1,0 +1,232 @@
+"""Turning the user's MODEL argument into a :class:`ModelSource`: a config dict and where it came from.
+
+Resolution order (the first that applies wins):
+
+1. an existing path: a ``config.json`` file, or a folder holding one (its ``*.safetensors`` headers,
+   or the shards ``model.safetensors.index.json`` names, are read for exact dtypes and counts);
+2. a bundled name, any case, or the hub id of a bundled model (``meta-llama/Llama-2-7b-hf``);
+3. ``package.module:function``: a factory that builds the model (recorded, never imported here);
+4. a hub id ``org/name``: only its config.json is fetched, and cached (see :mod:`memfit.models.hub`);
+5. anything else is an UnknownModelError listing close bundled names and the accepted forms.
+
+Nothing here imports torch or transformers at module level; transformers is imported lazily only
+to decide whether a config with ``auto_map`` needs repository code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memfit.errors import ModelConfigError, SpecError, UnknownModelError
+from memfit.models import hub
+from memfit.models.bundled import (
+    BundledModel,
+    bundled_names,
+    find_bundled,
+    list_bundled,
+)
+from memfit.models.config_json import check_config, read_config_file
+from memfit.models.safetensors_header import (
+    SafetensorsInfo,
+    find_safetensors,
+    read_safetensors_header,
+    summarize_safetensors,
+)
+
+__all__ = [
+    "BundledModel",
+    "ModelSource",
+    "SafetensorsInfo",
+    "list_bundled",
+    "read_safetensors_header",
+    "resolve_model",
+]
+
+ORIGINS = ("bundled", "path", "hub", "factory")
+#: ``pkg.module:function``: a dotted Python identifier, a colon, an identifier.
+FACTORY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+#: ``org/name`` as the hub allows it: letters, digits, ``-_.``, not starting or ending with ``-.``.
+HUB_ID_RE = re.compile(
+    r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$"
+)
+ACCEPTED_FORMS = (
+    "a bundled name (e.g. llama-3.1-8b), path/to/config.json or the folder holding it, "
+    "org/name on the Hugging Face hub, or package.module:function that builds the model"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSource:
+    """A resolved MODEL argument. ``config`` is the raw config.json dict (None for a factory)."""
+
+    name: str  # display name
+    origin: str  # "bundled" | "path" | "hub" | "factory"
+    config: dict[str, Any] | None
+    source_url: str | None
+    config_path: str | None
+    safetensors: SafetensorsInfo | None
+    factory: str | None  # "pkg.module:fn" when origin == "factory"; never imported here
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.origin not in ORIGINS:
+            problems.append(f"origin ({self.origin!r}) must be one of {', '.join(ORIGINS)}")
+        if (self.origin == "factory") != (self.factory is not None):
+            problems.append(
+                f"factory ({self.factory!r}) must be set exactly when origin is 'factory'"
+            )
+        if (self.origin == "factory") != (self.config is None):
+            problems.append("config must be None exactly when origin is 'factory'")
+        if problems:
+            raise SpecError.from_problems(problems)
+
+    @property
+    def model_type(self) -> str | None:
+        """The config's ``model_type`` ("llama", "t5", ...); None for a factory."""
+        value = self.config.get("model_type") if self.config else None
+        return value if isinstance(value, str) else None
+
+
+def resolve_model(
+    model: str | os.PathLike[str],
+    *,
+    trust_remote_code: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> ModelSource:
+    """Resolve a MODEL argument (see the module docstring for the order and the errors)."""
+    text = os.fspath(model).strip()
+    if not text:
+        raise UnknownModelError(f"the model name is empty; pass {ACCEPTED_FORMS}")
+    path = Path(text).expanduser()
+    if path.exists():
+        return _from_path(path, trust_remote_code=trust_remote_code)
+    bundled = find_bundled(text)
+    if bundled is not None:
+        return _from_bundled(bundled, trust_remote_code=trust_remote_code)
+    if FACTORY_RE.match(text):
+        return ModelSource(
+            name=text,
+            origin="factory",
+            config=None,
+            source_url=None,
+            config_path=None,
+            safetensors=None,
+            factory=text,
+            trust_remote_code=trust_remote_code,
+        )
+    if _looks_like_path(text):
+        raise UnknownModelError(
+            f"no file or folder at {text!r} (looked in {path.absolute()}); check the path, or "
+            f"pass {ACCEPTED_FORMS}"
+        )
+    if HUB_ID_RE.match(text):
+        return _from_hub(text, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+    raise _unknown(text)
+
+
+def _from_bundled(bundled: BundledModel, *, trust_remote_code: bool) -> ModelSource:
+    config = read_config_file(bundled.config_path)
+    check_config(config, where=f"bundled {bundled.name}", trust_remote_code=trust_remote_code)
+    return ModelSource(
+        name=bundled.name,
+        origin="bundled",
+        config=config,
+        source_url=bundled.source_url,
+        config_path=str(bundled.config_path),
+        safetensors=None,
+        factory=None,
+        trust_remote_code=trust_remote_code,
+    )
+
+
+def _from_path(path: Path, *, trust_remote_code: bool) -> ModelSource:
+    info: SafetensorsInfo | None = None
+    if path.is_dir():
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise ModelConfigError(
+                f"{path}: the folder has no config.json; pass the folder that holds the "
+                "model's config.json, or the file itself (memfit estimate path/to/config.json)"
+            )
+        files = find_safetensors(path)
+        name = path.resolve().name
+    else:
+        if path.suffix == ".safetensors":
+            raise ModelConfigError(
+                f"{path}: a weights file, not a config; pass the folder holding it and its "
+                "config.json (memfit estimate path/to/folder)"
+            )
+        config_file, files = path, []
+        name = path.resolve().parent.name if path.name == "config.json" else path.stem
+    config = read_config_file(config_file)
+    check_config(config, where=str(config_file), trust_remote_code=trust_remote_code)
+    if files:
+        info = summarize_safetensors(files)
+    return ModelSource(
+        name=name,
+        origin="path",
+        config=config,
+        source_url=None,
+        config_path=str(config_file),
+        safetensors=info,
+        factory=None,
+        trust_remote_code=trust_remote_code,
+    )
+
+
+def _from_hub(
+    hf_id: str, *, trust_remote_code: bool, cache_dir: str | os.PathLike[str] | None
+) -> ModelSource:
+    config_path = hub.fetch_config(hf_id, cache_dir=cache_dir)
+    try:
+        config = read_config_file(config_path)
+    except ModelConfigError as e:
+        raise ModelConfigError(
+            f"{e} (this is memfit's cached copy of {hf_id}: delete it to download it again)"
+        ) from None
+    check_config(config, where=f"{hf_id} ({config_path})", trust_remote_code=trust_remote_code)
+    return ModelSource(
+        name=hf_id,
+        origin="hub",
+        config=config,
+        source_url=hub.source_url(hf_id),
+        config_path=str(config_path),
+        safetensors=None,
+        factory=None,
+        trust_remote_code=trust_remote_code,
+    )
+
+
+def _looks_like_path(text: str) -> bool:
+    """Strings that can only mean a file: a hub id has one slash and no file extension."""
+    return (
+        text.startswith(("/", "./", "../", "~", ".\\"))
+        or "\\" in text
+        or text.count("/") > 1
+        or text.endswith((".json", ".safetensors", ".bin", ".pt", ".gguf"))
+    )
+
+
+def close_bundled_matches(text: str, n: int = 3) -> list[str]:
+    """Up to ``n`` bundled names closest to ``text`` (matching names, hub ids and aliases)."""
+    found: list[str] = []
+    for spelling in difflib.get_close_matches(text.lower(), bundled_names(), n=3 * n, cutoff=0.6):
+        bundled = find_bundled(spelling)
+        if bundled is not None and bundled.name not in found:
+            found.append(bundled.name)
+    return found[:n]
+
+
+def _unknown(text: str) -> UnknownModelError:
+    matches = close_bundled_matches(text)
+    hint = f"did you mean {', '.join(matches)}? " if matches else ""
+    return UnknownModelError(
+        f"unknown model {text!r}: not an existing path, a bundled name, a module:function or a "
+        f"hub id (org/name); {hint}pass {ACCEPTED_FORMS}"
+    )
