@@ -79,7 +79,7 @@ def run_case(name: str, alloc_trace_dir: str | None) -> dict:
     torch.cuda.synchronize()
     after_init = {"nvml_process_bytes": _nvml_process(nvml), "reserved": torch.cuda.memory_reserved()}
     if alloc_trace_dir:
-        torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+        torch.cuda.memory._record_memory_history(context=None, stacks="python", max_entries=2_000_000)
     torch.cuda.reset_peak_memory_stats()
     with torch.device(dev):
         model = cls.from_config(hf, dtype=dtype, attn_implementation=attn)

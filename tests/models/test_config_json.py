@@ -37,7 +37,7 @@ def test_a_truncated_config_reports_path_position_and_next_step(tmp_path):
 
 def test_malformed_json_gives_line_and_column(tmp_path):
     path = _write(tmp_path, '{\n  "model_type": "llama",\n  "hidden_size": 64,,\n}')
-    with pytest.raises(ModelConfigError, match=r"invalid JSON at line 3, column 20 \(char 45\)"):
+    with pytest.raises(ModelConfigError, match=r"line 3, column 21 \(char 47\): Expecting prop"):
         resolve_model(str(path))
 
 

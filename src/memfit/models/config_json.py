@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from memfit.errors import ModelConfigError
 from memfit.units import MiB
@@ -106,11 +106,18 @@ def config_problems(config: dict[str, Any], *, prefix: str = "") -> list[str]:
         problems.append(f"{prefix}architectures ({architectures!r}) must be a list of class names")
     for field in POSITIVE_INT_FIELDS:
         value = config.get(field)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
             problems.append(f"{prefix}{field} ({value!r}) must be a positive integer")
     for heads_key, width_key in HEADS_DIVIDE_WIDTH:
         heads, width = config.get(heads_key), config.get(width_key)
-        if _positive(heads) and _positive(width) and config.get("head_dim") is None and width % heads:
+        if (
+            _positive(heads)
+            and _positive(width)
+            and config.get("head_dim") is None
+            and width % heads
+        ):
             problems.append(
                 f"{prefix}{heads_key} ({heads}) must divide {width_key} ({width}) "
                 "unless head_dim is given"
@@ -126,7 +133,7 @@ def config_problems(config: dict[str, Any], *, prefix: str = "") -> list[str]:
     return problems
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 

@@ -77,7 +77,7 @@ def _offline_requested() -> bool:
 
 
 def download_config(hf_id: str, *, token: str | None, offline: bool) -> str:
-    """The text of ``hf_id``'s config.json from the hub. The only network access in memfit.models."""
+    """The text of ``hf_id``'s config.json; the only network access in memfit.models."""
     try:
         import huggingface_hub  # noqa: F401  (only probing whether it is installed)
     except ImportError:
@@ -109,7 +109,9 @@ def _download_with_hf_hub(hf_id: str, *, token: str | None, offline: bool) -> st
     except errors.EntryNotFoundError:
         raise _no_config(hf_id) from None
     except errors.HFValidationError as e:
-        raise UnknownModelError(f"{hf_id!r} is not a valid hub id ({e}); {LOCAL_COPY_HINT}") from None
+        raise UnknownModelError(
+            f"{hf_id!r} is not a valid hub id ({e}); {LOCAL_COPY_HINT}"
+        ) from None
     except OSError as e:  # HfHubHTTPError (5xx, 403), OfflineModeIsEnabled, socket errors
         raise _unreachable(hf_id, f"{type(e).__name__}: {e}".splitlines()[0]) from None
     return Path(str(path)).read_text(encoding="utf-8")
@@ -143,8 +145,7 @@ def _gated(hf_id: str) -> HubUnavailableError:
 
 def _not_found(hf_id: str) -> UnknownModelError:
     return UnknownModelError(
-        f"no repository {hf_id!r} on the Hugging Face hub (404); check the id, or "
-        f"{LOCAL_COPY_HINT}"
+        f"no repository {hf_id!r} on the Hugging Face hub (404); check the id, or {LOCAL_COPY_HINT}"
     )
 
 

@@ -1,9 +1,9 @@
 """Exact parameter counts and dtypes from ``*.safetensors`` headers, without reading any weights.
 
 A safetensors file starts with an 8-byte little-endian ``N``, then ``N`` bytes of JSON describing
-every tensor (``dtype``, ``shape``, ``data_offsets`` into the data block that follows), then the data
-(format spec: https://github.com/huggingface/safetensors#format). Only the first ``8 + N`` bytes are
-read here, so a 140 GB checkpoint costs a few kilobytes of I/O.
+every tensor (``dtype``, ``shape``, ``data_offsets`` into the data block that follows), then the
+data (format spec: https://github.com/huggingface/safetensors#format). Only the first ``8 + N``
+bytes are read here, so a 140 GB checkpoint costs a few kilobytes of I/O.
 
 ``n_params`` counts the elements the files store. Tied weights are stored once, so a tied LM head is
 not counted twice; packed quantized weights (e.g. GPTQ ``I32``) count packed elements, not the

@@ -1,4 +1,4 @@
-"""Turning the user's MODEL argument into a :class:`ModelSource`: a config dict and where it came from.
+"""Turning the user's MODEL argument into a :class:`ModelSource`: a config dict and its origin.
 
 Resolution order (the first that applies wins):
 
@@ -6,7 +6,7 @@ Resolution order (the first that applies wins):
    or the shards ``model.safetensors.index.json`` names, are read for exact dtypes and counts);
 2. a bundled name, any case, or the hub id of a bundled model (``meta-llama/Llama-2-7b-hf``);
 3. ``package.module:function``: a factory that builds the model (recorded, never imported here);
-4. a hub id ``org/name``: only its config.json is fetched, and cached (see :mod:`memfit.models.hub`);
+4. a hub id ``org/name``: only its config.json is fetched, then cached (:mod:`memfit.models.hub`);
 5. anything else is an UnknownModelError listing close bundled names and the accepted forms.
 
 Nothing here imports torch or transformers at module level; transformers is imported lazily only
@@ -49,7 +49,9 @@ __all__ = [
 
 ORIGINS = ("bundled", "path", "hub", "factory")
 #: ``pkg.module:function``: a dotted Python identifier, a colon, an identifier.
-FACTORY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+FACTORY_RE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+)
 #: ``org/name`` as the hub allows it: letters, digits, ``-_.``, not starting or ending with ``-.``.
 HUB_ID_RE = re.compile(
     r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$"

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memfit.estimate.result import FitVerdict
-from memfit.hardware.overhead import device_overhead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,6 +19,8 @@ class DeviceTotals:
 def device_totals(gpu: Any, *, reserved_bytes: int, training: bool) -> DeviceTotals:
     """Add cuBLAS workspaces (held in the caching allocator, so part of ``memory_reserved``) and the
     CUDA context (outside it: only ``nvidia-smi`` sees it) for the GPU's architecture."""
+    from memfit.hardware.overhead import device_overhead
+
     overhead = device_overhead(getattr(gpu, "arch", None), training=training)
     workspace = overhead.cublas_workspace_bytes * overhead.n_cublas_handles
     reserved = reserved_bytes + workspace
