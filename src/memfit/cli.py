@@ -72,8 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--engine", choices=("auto", "trace"), default="auto")
     e.add_argument("--trust-remote-code", action="store_true",
                    help="allow configs that need the repo's own Python code (runs that code)")
-    e.add_argument("--no-extrapolate", action="store_true",
-                   help="trace every layer instead of a few layers + extrapolation (slower)")
+    x = e.add_mutually_exclusive_group()
+    x.add_argument("--no-extrapolate", dest="extrapolate", action="store_const", const=False,
+                   help="trace every layer (default up to 48 layers; slower, exact reserved)")
+    x.add_argument("--extrapolate", dest="extrapolate", action="store_const", const=True,
+                   help="trace a few layers and extrapolate (default beyond 48 layers; fast)")
     e.add_argument("--top", type=int, default=5, help="modules to list at the peak (default 5)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     m = sub.add_parser("models", help="list the bundled model configs",
@@ -110,7 +113,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from memfit.report.text import render_estimate
 
     est = estimate(args.model, _workload(args), gpu=args.gpu, engine=args.engine,
-                   trust_remote_code=args.trust_remote_code, extrapolate=not args.no_extrapolate)
+                   trust_remote_code=args.trust_remote_code, extrapolate=args.extrapolate)
     print(json.dumps(est.to_json(), indent=2) if args.json else render_estimate(est, top=args.top))
     return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 
 import pytest
 
 from memfit.errors import ModelConfigError
 from memfit.models import resolve_model
 from memfit.models.bundled import CONFIGS_DIR
-from memfit.models.config_json import MAX_CONFIG_BYTES, check_config
+from memfit.models.config_json import MAX_CONFIG_BYTES, builtin_model_types, check_config
 
 LLAMA = json.loads((CONFIGS_DIR / "llama-3.2-1b.json").read_text(encoding="utf-8"))
 
@@ -139,3 +141,25 @@ def test_trust_remote_code_lets_a_remote_code_config_through(tmp_path):
     path = _write(tmp_path, json.dumps(REMOTE))
     source = resolve_model(str(path), trust_remote_code=True)
     assert (source.model_type, source.trust_remote_code) == ("my_new_arch", True)
+
+
+def test_builtin_model_types_read_from_source_match_transformers_own_mapping():
+    transformers_auto = pytest.importorskip("transformers.models.auto.configuration_auto")
+    builtin_model_types.cache_clear()
+    with pytest.MonkeyPatch.context() as mp:  # force the read-from-source path
+        mp.delitem(sys.modules, "transformers.models.auto.configuration_auto")
+        from_source = builtin_model_types()
+    builtin_model_types.cache_clear()
+    assert from_source == frozenset(transformers_auto.CONFIG_MAPPING_NAMES)
+    assert {"llama", "falcon", "phi3", "gpt_bigcode", "t5"} <= from_source
+
+
+def test_without_transformers_remote_code_cannot_be_decided_and_is_let_through(monkeypatch):
+    builtin_model_types.cache_clear()
+    monkeypatch.delitem(sys.modules, "transformers.models.auto.configuration_auto", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    try:
+        assert builtin_model_types() is None
+        check_config(REMOTE, where="x", trust_remote_code=False)
+    finally:
+        builtin_model_types.cache_clear()

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from memfit.errors import HubUnavailableError, ModelConfigError, UnknownModelError
+from memfit.errors import HubUnavailableError, ModelConfigError, SpecError, UnknownModelError
 from memfit.models import hub, resolve_model
 from memfit.models.bundled import CONFIGS_DIR
 
@@ -251,3 +251,10 @@ def test_without_huggingface_hub_offline_mode_makes_no_request(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubUnavailableError, match="HF_HUB_OFFLINE is set"):
         resolve_model(HF_ID, cache_dir=tmp_path)
+
+
+def test_an_unwritable_cache_says_how_to_move_it(tmp_path, fake_download):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    with pytest.raises(SpecError, match=r"cannot write memfit's hub cache .*MEMFIT_CACHE_DIR"):
+        resolve_model(HF_ID, cache_dir=blocker)

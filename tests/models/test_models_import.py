@@ -41,3 +41,11 @@ def test_public_api_is_exactly_the_documented_names():
         "read_safetensors_header",
         "resolve_model",
     ]
+
+
+def test_deciding_remote_code_for_auto_map_configs_does_not_import_torch():
+    # falcon-7b and phi-3 carry auto_map but are built into transformers
+    code = (
+        "import memfit.models as m; m.resolve_model('falcon-7b'); m.resolve_model('phi-3-mini-4k')"
+    )
+    assert _modules_after(code) == dict.fromkeys(HEAVY, False)

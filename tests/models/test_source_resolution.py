@@ -153,3 +153,8 @@ def test_model_source_is_frozen():
     source = resolve_model("gpt2")
     with pytest.raises(AttributeError, match="cannot assign to field"):
         source.name = "other"  # type: ignore[misc]
+
+
+def test_names_the_os_cannot_look_up_are_not_taken_for_paths():
+    with pytest.raises(UnknownModelError, match="unknown model"):
+        resolve_model("x" * 5000)

@@ -24,10 +24,13 @@ def estimate(
     gpu: str | Any = None,
     engine: str = "auto",
     trust_remote_code: bool = False,
-    extrapolate: bool = True,
+    extrapolate: bool | None = None,
 ) -> MemoryEstimate:
     """Estimate ``model`` (a MODEL string — bundled name, path, hub id, ``pkg.mod:factory`` — or a
-    ``ModelSource``) running ``workload`` (default: a bf16 AdamW training step, batch 1, seq 512)."""
+    ``ModelSource``) running ``workload`` (default: a bf16 AdamW training step, batch 1, seq 512).
+
+    ``extrapolate``: None (default) traces every layer of models up to 48 layers and extrapolates
+    deeper ones from a few layers; True/False force either."""
     from memfit.models import ModelSource, resolve_model
 
     if engine not in ENGINES:

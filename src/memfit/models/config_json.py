@@ -14,7 +14,11 @@ Three kinds of problem are caught here, each as a ModelConfigError that names th
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -148,8 +152,9 @@ def check_config(config: dict[str, Any], *, where: str, trust_remote_code: bool)
             "fix the file or pass another one"
         )
     if not trust_remote_code and needs_remote_code(config):
-        auto_map = config.get("auto_map") or {}
-        code = ", ".join(sorted({str(v) for v in auto_map.values()})) or "auto_map"
+        auto_map = config.get("auto_map")
+        entries = auto_map.values() if isinstance(auto_map, dict) else ()
+        code = ", ".join(sorted({str(v) for v in entries})) or "auto_map"
         raise ModelConfigError(
             f"{where}: model_type {config['model_type']!r} is not built into transformers; its "
             f"code comes from the model repository ({code}). Pass --trust-remote-code "
@@ -161,13 +166,45 @@ def check_config(config: dict[str, Any], *, where: str, trust_remote_code: bool)
 def needs_remote_code(config: dict[str, Any]) -> bool:
     """True when the config relies on repository code transformers does not ship.
 
-    Only decidable with transformers installed (it is imported here, lazily); without it the
-    answer is False and the question is left to whatever later builds the model.
+    Only decidable with transformers installed; without it the answer is False and the question
+    is left to whatever later builds the model.
     """
     if "auto_map" not in config:
         return False
-    try:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    except ImportError:
-        return False
-    return config.get("model_type") not in CONFIG_MAPPING_NAMES
+    known = builtin_model_types()
+    return known is not None and config.get("model_type") not in known
+
+
+#: ``("llama", "LlamaConfig")`` tuples and ``"llama": "LlamaConfig"`` pairs in transformers' source.
+_MAPPING_ENTRIES = (
+    re.compile(r'\(\s*"([\w.-]+)",\s*"\w+Config"\s*\)'),
+    re.compile(r'"([\w.-]+)":\s*"\w+Config"'),
+)
+
+
+@lru_cache(maxsize=1)
+def builtin_model_types() -> frozenset[str] | None:
+    """The ``model_type`` values installed transformers builds itself; None without transformers.
+
+    Importing ``transformers.models.auto`` imports torch (about 1.5 s), which the analytic path
+    must not pay just to read a config. Unless transformers is already loaded, the mapping is read
+    from its source files instead (found with ``importlib.util.find_spec``, which imports
+    nothing): the ``CONFIG_MAPPING_NAMES`` entries, or, for a version that lays the mapping out
+    differently, the names of the ``transformers/models/<type>/`` packages.
+    """
+    loaded = sys.modules.get("transformers.models.auto.configuration_auto")
+    if loaded is not None:
+        return frozenset(loaded.CONFIG_MAPPING_NAMES)
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    models = Path(next(iter(spec.submodule_search_locations))) / "models"
+    types: set[str] = set()
+    for name in ("auto_mappings.py", "configuration_auto.py"):
+        source = models / "auto" / name
+        if source.is_file():
+            text = source.read_text(encoding="utf-8")
+            types.update(t for pattern in _MAPPING_ENTRIES for t in pattern.findall(text))
+    if not types:
+        types = {p.name for p in models.iterdir() if (p / "__init__.py").is_file()}
+    return frozenset(types)

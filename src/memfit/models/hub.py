@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from memfit.errors import HubUnavailableError, UnknownModelError
+from memfit.errors import HubUnavailableError, SpecError, UnknownModelError
 from memfit.models.config_json import parse_config_text
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -63,13 +63,26 @@ def fetch_config(hf_id: str, *, cache_dir: str | os.PathLike[str] | None = None)
         hf_id, token=os.environ.get("HF_TOKEN") or None, offline=_offline_requested()
     )
     parse_config_text(text, where=f"config.json downloaded for {hf_id!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=path.parent, suffix=".tmp", delete=False
-    ) as tmp:
-        tmp.write(text)
-    os.replace(tmp.name, path)
+    try:
+        _write_atomically(path, text)
+    except OSError as e:
+        raise SpecError(
+            f"cannot write memfit's hub cache at {path.parent} ({e.strerror or e}); set "
+            "MEMFIT_CACHE_DIR or pass cache_dir to a writable folder"
+        ) from None
     return path
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so readers never see half a config."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)  # gone already after a successful rename
 
 
 def _offline_requested() -> bool:

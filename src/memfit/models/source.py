@@ -52,10 +52,10 @@ ORIGINS = ("bundled", "path", "hub", "factory")
 FACTORY_RE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 )
-#: ``org/name`` as the hub allows it: letters, digits, ``-_.``, not starting or ending with ``-.``.
-HUB_ID_RE = re.compile(
-    r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$"
-)
+#: One half of ``org/name`` as the hub allows it: up to 96 letters, digits and ``-_.``, starting
+#: and ending with a letter or digit.
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+HUB_ID_RE = re.compile(rf"^{_HUB_PART}/{_HUB_PART}$")
 ACCEPTED_FORMS = (
     "a bundled name (e.g. llama-3.1-8b), path/to/config.json or the folder holding it, "
     "org/name on the Hugging Face hub, or package.module:function that builds the model"
@@ -106,7 +106,7 @@ def resolve_model(
     if not text:
         raise UnknownModelError(f"the model name is empty; pass {ACCEPTED_FORMS}")
     path = Path(text).expanduser()
-    if path.exists():
+    if _exists(path):
         return _from_path(path, trust_remote_code=trust_remote_code)
     bundled = find_bundled(text)
     if bundled is not None:
@@ -165,7 +165,8 @@ def _from_path(path: Path, *, trust_remote_code: bool) -> ModelSource:
                 "config.json (memfit estimate path/to/folder)"
             )
         config_file, files = path, []
-        name = path.resolve().parent.name if path.name == "config.json" else path.stem
+        parent = path.resolve().parent.name
+        name = parent if path.name == "config.json" and parent else path.stem
     config = read_config_file(config_file)
     check_config(config, where=str(config_file), trust_remote_code=trust_remote_code)
     if files:
@@ -203,6 +204,14 @@ def _from_hub(
         factory=None,
         trust_remote_code=trust_remote_code,
     )
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists() that answers False for names the OS cannot even look up (too long, NUL)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _looks_like_path(text: str) -> bool:

@@ -31,11 +31,23 @@ Source: ``c10/cuda/CUDACachingAllocator.cpp`` in pytorch/pytorch (read on main, 
   allocated, as in torch after it raises; a later free of its key is ignored.
 - ``expandable_segments=True``: one segment per pool that grows by mapping pages at its end (2 MiB
   pages for the small pool, 20 MiB for the large one); blocks inside split at 512 B. The model
-  follows the source (a free block that ends at the unmapped tail is chosen last; an OOM unmaps the
-  whole free pages of free blocks). It was not validated on a GPU in the cases with OOMs.
+  follows the source: a free block that ends at the unmapped tail is chosen last, and an OOM
+  unmaps the whole free pages inside free blocks. With a capacity, both torch's check (reserved +
+  segment size, as under a memory fraction) and the physical one (reserved + pages to map) apply.
 
-Not modelled: several streams (``record_stream``), CUDA graph pools, ``garbage_collection_threshold``
-and ``roundup_power2_divisions``; zero-byte requests allocate nothing, as in torch.
+Checked on an H200 (torch 2.11.0+cu130, driver 580.159.04) against ``torch.cuda.memory_stats``
+after replaying the same random events (20k-100k events, 16 B to 256 MiB) with real tensors:
+default, small-only, large-only and expandable runs, with and without a memory fraction, gave
+identical peak allocated, peak reserved, final reserved, OOM count and event of the peak. Two
+runs differ slightly after OOM releases (final reserved by one 2 MiB segment; with
+``max_split_size_mb:64``, 1861 OOMs against 1902): best fit breaks ties between equal-size
+blocks by address, and the driver places new segments at addresses this model does not predict
+(ours only increase). Fed the driver's own segment addresses, the replay matched torch exactly
+in those runs too.
+
+Not modelled: several streams (``record_stream``), CUDA graph pools,
+``garbage_collection_threshold`` and ``roundup_power2_divisions``; zero-byte requests allocate
+nothing, as in torch.
 """
 
 from __future__ import annotations
@@ -277,7 +289,8 @@ class CachingAllocatorSim:
         found = keys[i] >> _KEY_SHIFT
         limit = self._max_split
         if limit is not None and (
-            (size < limit and found >= limit) or (size >= limit and found >= size + LARGE_BUFFER_BYTES)
+            (size < limit and found >= limit)
+            or (size >= limit and found >= size + LARGE_BUFFER_BYTES)
         ):
             return None
         block = pool.by_addr.pop(keys.pop(i) & _ADDR_MASK)
@@ -289,7 +302,9 @@ class CachingAllocatorSim:
         if block.pool.is_small or self._expandable:
             split = remaining >= MIN_BLOCK_BYTES
         else:
-            split = remaining > SMALL_SIZE_BYTES and (self._max_split is None or size < self._max_split)
+            split = remaining > SMALL_SIZE_BYTES and (
+                self._max_split is None or size < self._max_split
+            )
         if split:
             rest = _Block(block.addr + size, remaining, block.pool)
             rest.prev, rest.next = block, block.next
@@ -407,10 +422,11 @@ class CachingAllocatorSim:
             start = pool.unmapped[addr]
             if start.prev is not None and not start.prev.allocated:
                 start = start.prev
-            run, block = 0, start
-            while block is not None and run < size and not block.allocated:
-                run += block.size
-                block = block.next
+            run = 0
+            walker: _Block | None = start
+            while walker is not None and run < size and not walker.allocated:
+                run += walker.size
+                walker = walker.next
             if run >= size:
                 return start
         raise AssertionError("expandable segment address space exhausted")  # pragma: no cover
@@ -490,18 +506,22 @@ def simulate(
     expandable_segments: bool = False,
     max_split_size_bytes: int | None = None,
 ) -> AllocatorResult:
-    """Replay ``("a", key, n_bytes)`` / ``("f", key, 0)`` events; see :class:`CachingAllocatorSim`."""
+    """Replay ``("a", key, n_bytes)`` / ``("f", key, 0)`` events through the allocator.
+
+    The keyword arguments are those of :class:`CachingAllocatorSim`.
+    """
     sim = CachingAllocatorSim(
         capacity_bytes=capacity_bytes,
         expandable_segments=expandable_segments,
         max_split_size_bytes=max_split_size_bytes,
     )
     malloc, free = sim.malloc, sim.free
-    for index, (kind, key, n_bytes) in enumerate(events):
+    for index, event in enumerate(events):
+        kind = event[0]
         if kind == "a":
-            malloc(key, n_bytes)
-        elif kind == "f":
-            free(key)
+            malloc(event[1], event[2])
+        elif kind == "f":  # ("f", key) without the size is accepted too
+            free(event[1])
         else:
             raise SpecError(
                 f"event {index} has kind {kind!r}: use 'a' (allocate) or 'f' (free), "

@@ -160,8 +160,11 @@ def build_hf_model(
         try:
             model = cls.from_config(hf, attn_implementation=impl, **kwargs)
         except ValueError as exc:
-            if impl != "sdpa" or "sdpa" not in str(exc).lower():
-                raise TraceError(f"transformers cannot build this model for task {task!r}: {exc}") from exc
+            if impl != "sdpa":
+                raise TraceError(
+                    f"transformers cannot build this model for task {task!r}: {exc}"
+                ) from exc
+            # The architecture has no SDPA path: transformers runs it with eager attention.
             model = cls.from_config(hf, attn_implementation="eager", **kwargs)
     if workload.is_train:
         model.train()

@@ -180,7 +180,9 @@ class SdpaRouter:
     def __exit__(self, *exc: Any) -> None:
         F.scaled_dot_product_attention = self._orig
 
-    def choose(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> str:
+    def choose(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, gqa: bool = False
+    ) -> str:
         head_dim = q.shape[-1]
         half = q.dtype in _LOW
         flash_ok = half and head_dim <= 256 and head_dim % 8 == 0 and k.shape[-1] == v.shape[-1]
@@ -188,6 +190,11 @@ class SdpaRouter:
             return "flash"
         if flash_ok and mask is None:
             return "flash"
+        if gqa:
+            # The memory-efficient kernel has no grouped-query support: with enable_gqa and fewer
+            # K/V heads, CUDA falls back to math (measured: fp32 Qwen2.5 on an H200 materialises
+            # the B·H·S² fp32 scores, benchmarks/results/gpu_h200_measurements.jsonl).
+            return "math"
         align = 8 if half else 4
         if q.dtype in (*_LOW, torch.float32) and head_dim % align == 0:
             return "efficient"
@@ -210,16 +217,19 @@ class SdpaRouter:
             q, k, v = (t.to(low) if t.dtype == torch.float32 else t for t in (q, k, v))
             if mask is not None and mask.is_floating_point():
                 mask = mask.to(low)
-        choice = self.choose(q, k, v, mask)
-        self.choices[choice] += 1
         n_rep = q.shape[-3] // k.shape[-3]
+        choice = self.choose(q, k, v, mask, gqa=enable_gqa and n_rep > 1)
+        self.choices[choice] += 1
         if choice == "flash":
             # flash handles a causal mask itself; with an explicit mask only when forced ("flash").
             # FlashAttention-2 takes fewer K/V heads than Q heads (GQA) natively: no repeat.
             causal = is_causal or mask is not None
-            return torch.ops.aten._scaled_dot_product_flash_attention(
+            out = torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, dropout_p, causal, False, scale=scale
             )[0]
+            if out.requires_grad and out.grad_fn is not None:
+                _reserve_during_backward(out.grad_fn, flash_backward_workspace_bytes(q, k))
+            return out
         if choice == "efficient":
             if n_rep > 1:
                 k, v = (t.repeat_interleave(n_rep, dim=-3) for t in (k, v))
@@ -234,16 +244,44 @@ class SdpaRouter:
             return torch.ops.aten._scaled_dot_product_efficient_attention(
                 q, k, v, bias, need_lse, dropout_p, is_causal, scale=scale
             )[0]
-        return self._orig(
-            query,
-            key,
-            value,
-            attn_mask=attn_mask,
-            dropout_p=dropout_p,
-            is_causal=is_causal,
-            scale=scale,
-            enable_gqa=enable_gqa,
-        )
+        # CUDA's math path (CPU's own SDPA would pick its flash kernel instead).
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            q, k, v, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+        )[0]
+
+
+#: FlashAttention-2 backward (``mha_bwd``) allocates, for the duration of the kernel, an fp32
+#: ``dq_accum`` (B, S_q rounded to 128, H_q, D rounded to 32), the fp32 ``softmax_d`` (B, H_q, S_q
+#: rounded) and, with grouped-query attention, ``dk``/``dv`` expanded to H_q heads in the input dtype.
+#: On an H200 (torch 2.11) these came as one block per backward call: 32.25 MiB for Llama-3.2-1B at
+#: B=2, S=1024 and 129 MiB at B=4, S=2048, as the formula gives (benchmarks/results/).
+FLASH_SEQ_ROUND = 128
+FLASH_HEAD_ROUND = 32
+
+
+def flash_backward_workspace_bytes(q: torch.Tensor, k: torch.Tensor) -> int:
+    b, h_q, s_q, d = q.shape
+    h_k, s_k = k.shape[-3], k.shape[-2]
+    s_q_r = -(-s_q // FLASH_SEQ_ROUND) * FLASH_SEQ_ROUND
+    d_r = -(-d // FLASH_HEAD_ROUND) * FLASH_HEAD_ROUND
+    n_bytes = b * s_q_r * h_q * d_r * 4 + b * h_q * s_q_r * 4
+    if h_k != h_q:
+        n_bytes += 2 * b * s_k * h_q * d * q.element_size()
+    return int(n_bytes)
+
+
+def _reserve_during_backward(node: Any, n_bytes: int) -> None:
+    """Allocate ``n_bytes`` when autograd enters ``node`` and free them when it leaves."""
+    held: list[torch.Tensor] = []
+
+    def pre(_grad_outputs: Any) -> None:
+        held.append(torch.empty(n_bytes, dtype=torch.uint8))
+
+    def post(_grad_inputs: Any, _grad_outputs: Any) -> None:
+        held.clear()
+
+    node.register_prehook(pre)
+    node.register_hook(post)
 
 
 @contextmanager

@@ -17,13 +17,14 @@ class DeviceTotals:
 
 
 def device_totals(gpu: Any, *, reserved_bytes: int, training: bool) -> DeviceTotals:
-    """Add cuBLAS workspaces (held in the caching allocator, so part of ``memory_reserved``) and the
-    CUDA context (outside it: only ``nvidia-smi`` sees it) for the GPU's architecture."""
+    """Add what lives outside the caching allocator — the CUDA context, and cuBLAS workspaces where
+    they are not allocator blocks — to the simulated reserved bytes (which already replay the
+    workspaces that are). Only ``nvidia-smi`` sees the context."""
     from memfit.hardware.overhead import device_overhead
 
     overhead = device_overhead(getattr(gpu, "arch", None), training=training)
-    workspace = overhead.cublas_workspace_bytes * overhead.n_cublas_handles
-    reserved = reserved_bytes + workspace
+    outside = overhead.outside_allocator_bytes - overhead.cuda_context_bytes
+    reserved = reserved_bytes + outside
     notes = []
     if gpu is None:
         notes.append("no --gpu given: CUDA context and cuBLAS workspace sized for a generic Ampere GPU")

@@ -8,8 +8,8 @@ Training (two steps, so optimizer states exist at the second step's peak)::
 
 Inference of a causal LM follows ``generate()`` with a DynamicCache: a prefill of ``seq_len`` tokens
 that keeps only the last position's logits (``logits_to_keep=1``) and copies them to fp32, then
-``new_tokens - 1`` decode steps. Decode steps differ only in the cache length, so memfit runs the first
-one and then the last one with the cache grown to its final length (its peak is the decode peak).
+``new_tokens - 1`` decode steps, each traced (up to ``MAX_TRACED_DECODE_STEPS``; beyond, memfit jumps to
+the last step with the cache grown to its final length — its peak is the decode peak).
 """
 
 from __future__ import annotations
@@ -222,16 +222,25 @@ def _generate(
     total = ids.shape[1] + workload.new_tokens - 1  # cache length after the last decode step
     tracker.set_phase("decode")
     for step in _decode_steps(workload.new_tokens):
-        if step > 1:
+        if step > MAX_TRACED_DECODE_STEPS:
             _grow_cache(cache, total - 1, tracker)
         out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
         token = _next_token(out, tracker)
         del out
 
 
+#: Decode steps traced one by one. Each step grows the DynamicCache by one token (``torch.cat``),
+#: which fragments the caching allocator; beyond this many steps memfit jumps to the last step with
+#: the cache grown to its final length (allocated bytes stay exact, reserved may be lower).
+MAX_TRACED_DECODE_STEPS = 256
+
+
 def _decode_steps(new_tokens: int) -> list[int]:
-    """The decode steps traced: the first and the last (steps in between differ only in length)."""
-    return sorted({k for k in (1, new_tokens - 1) if k >= 1})
+    """The decode steps traced: every step up to the cap, then the last one."""
+    steps = list(range(1, min(new_tokens, MAX_TRACED_DECODE_STEPS + 1)))
+    if new_tokens - 1 > MAX_TRACED_DECODE_STEPS:
+        steps.append(new_tokens - 1)
+    return steps
 
 
 def _generate_seq2seq(
@@ -245,7 +254,7 @@ def _generate_seq2seq(
     del out
     tracker.set_phase("decode")
     for step in _decode_steps(workload.new_tokens):
-        if step > 1:
+        if step > MAX_TRACED_DECODE_STEPS:
             _grow_cache(cache.self_attention_cache, workload.new_tokens - 1, tracker)
         out = model(
             encoder_outputs=encoder_outputs,

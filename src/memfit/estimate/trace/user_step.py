@@ -33,7 +33,7 @@ from memfit.errors import SpecError, TraceError
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import build, steps
 from memfit.estimate.trace.cuda_emulation import SdpaRouter
-from memfit.estimate.trace.engine import _flatten, _to_estimate
+from memfit.estimate.trace.engine import _flatten, _replay, _to_estimate
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
@@ -93,6 +93,7 @@ def trace_step(
     n_trainable = sum(p.numel() for p in traced.parameters() if p.requires_grad)
     flat = _flatten(tracker, n_params, n_trainable, router)
     workload = WorkloadSpec(mode="train" if "phase/backward/peak" in flat else "infer")
+    flat["reserved"] = _replay(tracker.events or [], gpu, workload.is_train)
     return _to_estimate(
         flat,
         workload,
