@@ -163,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
+        sys.stderr.close()
+        return EXIT_OK
     except MemfitError as exc:
         from memfit.errors import DoesNotFitError
 

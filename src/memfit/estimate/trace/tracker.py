@@ -109,7 +109,7 @@ class StorageTracker(TorchDispatchMode):
             key = next(self._counter)
             n_bytes = self._rounded(storage.nbytes())
             self._key_of[storage] = key
-            module = self._module_stack[-1] if self._module_stack else ""
+            module = self._module_stack[-1] if self._module_stack else self._outside_owner()
             ref = weakref.ref(storage, lambda _r, k=key: self._on_free(k))
             self.storages[key] = _Storage(n_bytes, self.phase, module, label, ref)
             self._set_live(key, n_bytes)
@@ -121,6 +121,14 @@ class StorageTracker(TorchDispatchMode):
         """CUDA's caching allocator hands out multiples of 512 B (``kMinBlockSize``)."""
         r = self.round_to
         return -(-n_bytes // r) * r if r > 1 else n_bytes
+
+    def _outside_owner(self) -> str:
+        """Owner of a storage born outside any module: the autograd node running it in backward
+        (``(backward) MmBackward0``), else the phase (the loss, the optimizer step)."""
+        node = torch._C._current_autograd_node() if self.phase == "backward" else None
+        if node is not None:
+            return f"(backward) {node.name()}"
+        return f"({self.phase}, outside modules)"
 
     def label(self, tensors: Iterable[Any], label: str) -> None:
         """Force ``label`` (one of COMPONENTS) on the storages of ``tensors``."""
@@ -255,7 +263,7 @@ class StorageTracker(TorchDispatchMode):
         out: dict[str, int] = defaultdict(int)
         for key in snap.keys:
             st = self.storages[key]
-            out[st.module or "(outside modules)"] += self._live_size_at(key)
+            out[st.module or "(top-level forward, e.g. the loss)"] += self._live_size_at(key)
         return dict(out)
 
     def iter_live(self) -> Iterator[tuple[int, int]]:

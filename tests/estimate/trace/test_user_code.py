@@ -1,0 +1,72 @@
+"""Tracing the user's own step and `module:factory` models (non-transformer code)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import memfit
+from memfit import SpecError, WorkloadSpec
+from tests.fixtures.cnn import SmallCNN
+
+
+def _train_step(model, opt, batch):
+    loss = model(batch["x"]).float().logsumexp(-1).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def test_trace_step_of_a_meta_model_matches_real_cpu_execution() -> None:
+    with torch.device("meta"):
+        meta_model = SmallCNN()
+    fake = memfit.trace_step(
+        _train_step, model=meta_model,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
+        inputs={"x": torch.empty(8, 3, 32, 32, device="meta")},
+    )
+    from memfit.estimate.trace.steps import label_model_state
+    from memfit.estimate.trace.tracker import StorageTracker
+
+    torch.manual_seed(0)
+    real_model = SmallCNN()
+    opt = torch.optim.SGD(real_model.parameters(), lr=0.1, momentum=0.9, foreach=False)
+    batch = {"x": torch.randn(8, 3, 32, 32)}
+    tracker = StorageTracker(device_type="cpu")
+    with tracker:
+        label_model_state(tracker, real_model)
+        for _ in range(2):
+            _train_step(real_model, opt, batch)
+    assert fake.peak_allocated_bytes == tracker.peak.total_bytes + 8 * 3 * 32 * 32 * 4
+    assert fake.phases["optimizer"].components["optimizer_states"] > 0
+    assert set(fake.phases) == {"forward", "backward", "optimizer"}
+
+
+def test_trace_step_leaves_a_real_model_untouched() -> None:
+    model = SmallCNN()
+    before = model.head.weight.detach().clone()
+    est = memfit.trace_step(_train_step, model=model,
+                            optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+                            inputs={"x": torch.randn(4, 3, 32, 32)})
+    assert est.n_params == sum(p.numel() for p in model.parameters())
+    assert torch.equal(model.head.weight, before)
+    assert not isinstance(model.head.weight, torch._subclasses.FakeTensor)
+
+
+def test_trace_step_rejects_an_optimizer_instance() -> None:
+    model = SmallCNN()
+    with pytest.raises(SpecError, match="optimizer must be a factory"):
+        memfit.trace_step(_train_step, model=model, optimizer=torch.optim.SGD(model.parameters()))
+
+
+def test_factory_models_are_estimated_from_module_colon_function() -> None:
+    small = memfit.estimate("tests.fixtures.cnn:make_cnn", WorkloadSpec(batch_size=4))
+    big = memfit.estimate("tests.fixtures.cnn:make_cnn", WorkloadSpec(batch_size=16))
+    assert small.n_params == sum(p.numel() for p in SmallCNN().parameters())
+    assert big.components["activations"] > 3 * small.components["activations"]
+    assert small.workload["batch_size"] == 4
+
+
+def test_factory_without_input_description_is_a_clear_error() -> None:
+    with pytest.raises(SpecError, match="gave no input description"):
+        memfit.estimate("tests.fixtures.cnn:make_cnn_without_inputs")

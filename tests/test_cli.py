@@ -1,0 +1,128 @@
+"""The command line: output contract, exit codes, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memfit.cli import main
+
+JSON_KEYS = {
+    "model", "workload", "engine", "environment", "peak_allocated_bytes", "peak_reserved_bytes",
+    "cuda_context_bytes", "device_used_bytes", "peak_phase", "components", "phases",
+    "top_modules", "fits",
+}
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_estimate_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "estimate", "gpt2", "--batch", "2", "--seq", "128", "--json",
+                       "--gpu", "A100-80GB")
+    data = json.loads(out)
+    assert code == 0
+    assert JSON_KEYS <= set(data)
+    assert set(data["model"]) == {"name", "n_params", "n_trainable_params"}
+    assert data["model"]["n_params"] == 124_439_808
+    assert sum(data["components"].values()) == data["peak_allocated_bytes"]
+    assert set(data["components"]) == {
+        "parameters", "gradients", "optimizer_states", "activations", "kv_cache", "temporary"}
+    assert data["peak_phase"] in data["phases"]
+    assert data["fits"]["gpu"] == "A100-80GB" and data["fits"]["fits"] is True
+    assert data["device_used_bytes"] >= data["peak_reserved_bytes"] >= data["peak_allocated_bytes"]
+    assert {"torch", "transformers", "peft"} <= set(data["environment"])
+    assert data["workload"]["optimizer"] == "adamw"
+
+
+def test_human_output_shows_components_peak_phase_modules_and_verdict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "estimate", "gpt2", "--seq", "128", "--gpu", "T4")
+    assert code == 0
+    for text in ("parameters", "optimizer_states", "peak allocated", "device used",
+                 "top modules at the peak", "verdict: FITS on T4"):
+        assert text in out
+
+
+def test_does_not_fit_exits_1_with_the_shortfall(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "estimate", "llama-2-7b", "--seq", "256", "--gpu", "T4")
+    assert code == 1
+    assert "DOES NOT FIT on T4" in out and "short by" in out
+
+
+def test_inference_reports_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "estimate", "gpt2", "--mode", "infer", "--seq", "256",
+                       "--new-tokens", "8", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert set(data["phases"]) == {"prefill", "decode"}
+    # GPT-2: 12 layers × 2 (K, V) × 263 tokens × 768 × 2 bytes (bf16) after the last decode step
+    assert data["phases"]["decode"]["components"]["kv_cache"] >= 12 * 2 * 263 * 768 * 2
+    assert "optimizer" not in data["workload"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["estimate", "no-such-model-xyz"], "unknown model"),
+        (["estimate", "gpt2", "--batch", "0"], r"batch_size \(0\) must be a positive integer"),
+        (["estimate", "gpt2", "--batch", "-3"], r"batch_size \(-3\) must be a positive integer"),
+        (["estimate", "gpt2", "--seq", "999999999"], r"seq_len \(999999999\) is beyond"),
+        (["estimate", "gpt2", "--gpu", "A1000"], "did you mean"),
+        (["estimate", "gpt2", "--mode", "infer", "--optimizer", "adamw"], "contradicts mode"),
+        (["estimate", "gpt2", "--new-tokens", "5"], "only applies to mode 'infer'"),
+        (["estimate", "gpt2", "--precision", "fp8"], "invalid choice"),
+        (["estimate", "gpt2", "--batch", "two"], "expected a whole number"),
+        (["estimate", "gpt2", "--lora-rank", "0"], r"lora_rank \(0\)"),
+        (["estimate", "gpt2", "--freeze", "40"], r"freeze_layers \(40\) exceeds"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exc_info:
+        raise SystemExit(main(argv))
+    err = capsys.readouterr().err
+    assert exc_info.value.code == 2
+    assert err.startswith("memfit: error:") and err.count("\n") == 1
+    assert "Traceback" not in err
+    import re
+
+    assert re.search(message, err), err
+
+
+def test_malformed_and_truncated_config_files_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": 4096, "num_hid')
+    code, _, err = run(capsys, "estimate", str(bad))
+    assert code == 2 and "config.json" in err and err.count("\n") == 1
+    bad.write_text('{"hidden_size": 4096}')
+    code, _, err = run(capsys, "estimate", str(bad))
+    assert code == 2 and "model_type" in err
+
+
+def test_models_and_gpus_list_the_catalogs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "models", "--json")
+    models = json.loads(out)
+    assert code == 0 and len(models) >= 25
+    assert all(m["source_url"].startswith("https://huggingface.co/") for m in models)
+    code, out, _ = run(capsys, "gpus", "--json")
+    names = {g["name"] for g in json.loads(out)}
+    assert {"V100-16GB", "V100-32GB", "T4", "A10G", "L4", "A2", "A30", "A100-40GB", "A100-80GB",
+            "RTX-3090", "RTX-4090", "RTX-6000-Ada", "L40S", "H100-80GB", "H200"} <= names
+
+
+def test_python_dash_m_and_help_end_with_examples() -> None:
+    proc = subprocess.run([sys.executable, "-m", "memfit", "estimate", "--help"],
+                          capture_output=True, text=True, check=True)
+    assert "examples:" in proc.stdout and "--lora-targets" in proc.stdout
