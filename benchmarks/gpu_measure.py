@@ -30,23 +30,38 @@ CONFIGS = ROOT / "src" / "memfit" / "models" / "configs"
 CASES: dict[str, tuple[str, dict]] = {
     "llama1b-train-bf16": ("llama-3.2-1b", dict(mode="train", batch_size=2, seq_len=1024)),
     "llama1b-train-bf16-eager": (
-        "llama-3.2-1b", dict(mode="train", batch_size=2, seq_len=1024, attention="eager")),
+        "llama-3.2-1b",
+        dict(mode="train", batch_size=2, seq_len=1024, attention="eager"),
+    ),
     "llama1b-train-ampbf16": (
-        "llama-3.2-1b", dict(mode="train", batch_size=2, seq_len=1024, precision="amp-bf16")),
+        "llama-3.2-1b",
+        dict(mode="train", batch_size=2, seq_len=1024, precision="amp-bf16"),
+    ),
     "llama1b-train-bf16-ckpt": (
-        "llama-3.2-1b", dict(mode="train", batch_size=4, seq_len=2048, checkpointing="full")),
+        "llama-3.2-1b",
+        dict(mode="train", batch_size=4, seq_len=2048, checkpointing="full"),
+    ),
     "llama1b-train-lora": (
-        "llama-3.2-1b", dict(mode="train", batch_size=2, seq_len=1024, lora_rank=16)),
+        "llama-3.2-1b",
+        dict(mode="train", batch_size=2, seq_len=1024, lora_rank=16),
+    ),
     "llama1b-infer-gen": (
-        "llama-3.2-1b", dict(mode="infer", batch_size=4, seq_len=2048, new_tokens=64)),
+        "llama-3.2-1b",
+        dict(mode="infer", batch_size=4, seq_len=2048, new_tokens=64),
+    ),
     "qwen05b-train-fp32-sgd": (
-        "qwen2.5-0.5b", dict(mode="train", batch_size=2, seq_len=512, precision="fp32",
-                             optimizer="sgd-momentum")),
+        "qwen2.5-0.5b",
+        dict(mode="train", batch_size=2, seq_len=512, precision="fp32", optimizer="sgd-momentum"),
+    ),
     "gpt2-train-fp32": ("gpt2", dict(mode="train", batch_size=8, seq_len=1024, precision="fp32")),
     "bert-train-seqcls": (
-        "bert-base-uncased", dict(mode="train", batch_size=32, seq_len=512, precision="bf16")),
+        "bert-base-uncased",
+        dict(mode="train", batch_size=32, seq_len=512, precision="bf16"),
+    ),
     "mistral7b-infer": (
-        "mistral-7b-v0.1", dict(mode="infer", batch_size=1, seq_len=4096, new_tokens=32)),
+        "mistral-7b-v0.1",
+        dict(mode="infer", batch_size=1, seq_len=4096, new_tokens=32),
+    ),
 }
 
 
@@ -77,9 +92,14 @@ def run_case(name: str, alloc_trace_dir: str | None) -> dict:
     baseline = _nvml_used(nvml)
     torch.ones(1, device=dev) @ torch.ones(1, 1, device=dev)  # context + cuBLAS handle
     torch.cuda.synchronize()
-    after_init = {"nvml_process_bytes": _nvml_process(nvml), "reserved": torch.cuda.memory_reserved()}
+    after_init = {
+        "nvml_process_bytes": _nvml_process(nvml),
+        "reserved": torch.cuda.memory_reserved(),
+    }
     if alloc_trace_dir:
-        torch.cuda.memory._record_memory_history(context=None, stacks="python", max_entries=2_000_000)
+        torch.cuda.memory._record_memory_history(
+            context=None, stacks="python", max_entries=2_000_000
+        )
     torch.cuda.reset_peak_memory_stats()
     with torch.device(dev):
         model = cls.from_config(hf, dtype=dtype, attn_implementation=attn)
@@ -87,13 +107,17 @@ def run_case(name: str, alloc_trace_dir: str | None) -> dict:
     t0 = time.perf_counter()
     if mode == "train":
         if wl.get("checkpointing") == "full":
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         if wl.get("lora_rank"):
             from peft import LoraConfig, get_peft_model
 
             r = wl["lora_rank"]
-            model = get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
-                                                     target_modules="all-linear"))
+            model = get_peft_model(
+                model,
+                LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules="all-linear"),
+            )
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
         opt_name = wl.get("optimizer", "adamw")
@@ -113,17 +137,28 @@ def run_case(name: str, alloc_trace_dir: str | None) -> dict:
         model.eval()
         n = wl.get("new_tokens", 0)
         with torch.no_grad():
-            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                           min_new_tokens=n, do_sample=False)
+            model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+            )
     torch.cuda.synchronize()
     out = {
-        "case": name, "config": config_name, "workload": wl, "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__, "transformers": transformers.__version__,
+        "case": name,
+        "config": config_name,
+        "workload": wl,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
         "max_memory_allocated": torch.cuda.max_memory_allocated(),
         "max_memory_reserved": torch.cuda.max_memory_reserved(),
         "memory_reserved_end": torch.cuda.memory_reserved(),
-        "nvml_process_bytes": _nvml_process(nvml), "nvml_device_used": _nvml_used(nvml),
-        "nvml_device_used_baseline": baseline, "after_init": after_init,
+        "nvml_process_bytes": _nvml_process(nvml),
+        "nvml_device_used": _nvml_used(nvml),
+        "nvml_device_used_baseline": baseline,
+        "after_init": after_init,
         "wall_s": round(time.perf_counter() - t0, 2),
     }
     if alloc_trace_dir:

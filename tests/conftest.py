@@ -1,31 +1,67 @@
-"""Shared fixtures: tiny configs of real architectures (fast to trace and to run for real on CPU)."""
+"""Shared fixtures: tiny configs of real architectures (fast to trace and to run on CPU)."""
 
 from __future__ import annotations
 
 import pytest
 
 TINY_LLAMA = dict(
-    model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=128,
-    num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
-    vocab_size=500, max_position_embeddings=2048, tie_word_embeddings=False,
+    model_type="llama",
+    architectures=["LlamaForCausalLM"],
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=256,
+    vocab_size=500,
+    max_position_embeddings=2048,
+    tie_word_embeddings=False,
 )
 TINY_GPT2 = dict(
-    model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=128, n_layer=3, n_head=4,
-    vocab_size=500, n_positions=1024,
+    model_type="gpt2",
+    architectures=["GPT2LMHeadModel"],
+    n_embd=128,
+    n_layer=3,
+    n_head=4,
+    vocab_size=500,
+    n_positions=1024,
 )
 TINY_BERT = dict(
-    model_type="bert", architectures=["BertForMaskedLM"], hidden_size=128, num_hidden_layers=3,
-    num_attention_heads=4, intermediate_size=256, vocab_size=500, max_position_embeddings=512,
+    model_type="bert",
+    architectures=["BertForMaskedLM"],
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=256,
+    vocab_size=500,
+    max_position_embeddings=512,
 )
 TINY_GEMMA2 = dict(
-    model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=128,
-    num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-    intermediate_size=256, vocab_size=500, max_position_embeddings=2048, sliding_window=64,
+    model_type="gemma2",
+    architectures=["Gemma2ForCausalLM"],
+    hidden_size=128,
+    num_hidden_layers=8,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    intermediate_size=256,
+    vocab_size=500,
+    max_position_embeddings=2048,
+    sliding_window=64,
 )
 TINY_T5 = dict(
-    model_type="t5", architectures=["T5ForConditionalGeneration"], d_model=128, d_kv=32, d_ff=256,
-    num_layers=3, num_decoder_layers=3, num_heads=4, vocab_size=500, is_encoder_decoder=True,
-    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+    model_type="t5",
+    architectures=["T5ForConditionalGeneration"],
+    d_model=128,
+    d_kv=32,
+    d_ff=256,
+    num_layers=3,
+    num_decoder_layers=3,
+    num_heads=4,
+    vocab_size=500,
+    is_encoder_decoder=True,
+    decoder_start_token_id=0,
+    pad_token_id=0,
+    eos_token_id=1,
 )
 
 

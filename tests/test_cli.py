@@ -12,9 +12,19 @@ import pytest
 from memfit.cli import main
 
 JSON_KEYS = {
-    "model", "workload", "engine", "environment", "peak_allocated_bytes", "peak_reserved_bytes",
-    "cuda_context_bytes", "device_used_bytes", "peak_phase", "components", "phases",
-    "top_modules", "fits",
+    "model",
+    "workload",
+    "engine",
+    "environment",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "cuda_context_bytes",
+    "device_used_bytes",
+    "peak_phase",
+    "components",
+    "phases",
+    "top_modules",
+    "fits",
 }
 
 
@@ -25,16 +35,23 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_estimate_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "estimate", "gpt2", "--batch", "2", "--seq", "128", "--json",
-                       "--gpu", "A100-80GB")
+    code, out, _ = run(
+        capsys, "estimate", "gpt2", "--batch", "2", "--seq", "128", "--json", "--gpu", "A100-80GB"
+    )
     data = json.loads(out)
     assert code == 0
-    assert JSON_KEYS <= set(data)
+    assert set(data) >= JSON_KEYS
     assert set(data["model"]) == {"name", "n_params", "n_trainable_params"}
     assert data["model"]["n_params"] == 124_439_808
     assert sum(data["components"].values()) == data["peak_allocated_bytes"]
     assert set(data["components"]) == {
-        "parameters", "gradients", "optimizer_states", "activations", "kv_cache", "temporary"}
+        "parameters",
+        "gradients",
+        "optimizer_states",
+        "activations",
+        "kv_cache",
+        "temporary",
+    }
     assert data["peak_phase"] in data["phases"]
     assert data["fits"]["gpu"] == "A100-80GB" and data["fits"]["fits"] is True
     assert data["device_used_bytes"] >= data["peak_reserved_bytes"] >= data["peak_allocated_bytes"]
@@ -47,8 +64,14 @@ def test_human_output_shows_components_peak_phase_modules_and_verdict(
 ) -> None:
     code, out, _ = run(capsys, "estimate", "gpt2", "--seq", "128", "--gpu", "T4")
     assert code == 0
-    for text in ("parameters", "optimizer_states", "peak allocated", "device used",
-                 "top modules at the peak", "verdict: FITS on T4"):
+    for text in (
+        "parameters",
+        "optimizer_states",
+        "peak allocated",
+        "device used",
+        "top modules at the peak",
+        "verdict: FITS on T4",
+    ):
         assert text in out
 
 
@@ -59,8 +82,9 @@ def test_does_not_fit_exits_1_with_the_shortfall(capsys: pytest.CaptureFixture[s
 
 
 def test_inference_reports_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "estimate", "gpt2", "--mode", "infer", "--seq", "256",
-                       "--new-tokens", "8", "--json")
+    code, out, _ = run(
+        capsys, "estimate", "gpt2", "--mode", "infer", "--seq", "256", "--new-tokens", "8", "--json"
+    )
     data = json.loads(out)
     assert code == 0
     assert set(data["phases"]) == {"prefill", "decode"}
@@ -118,11 +142,30 @@ def test_models_and_gpus_list_the_catalogs(capsys: pytest.CaptureFixture[str]) -
     assert all(m["source_url"].startswith("https://huggingface.co/") for m in models)
     code, out, _ = run(capsys, "gpus", "--json")
     names = {g["name"] for g in json.loads(out)}
-    assert {"V100-16GB", "V100-32GB", "T4", "A10G", "L4", "A2", "A30", "A100-40GB", "A100-80GB",
-            "RTX-3090", "RTX-4090", "RTX-6000-Ada", "L40S", "H100-80GB", "H200"} <= names
+    assert {
+        "V100-16GB",
+        "V100-32GB",
+        "T4",
+        "A10G",
+        "L4",
+        "A2",
+        "A30",
+        "A100-40GB",
+        "A100-80GB",
+        "RTX-3090",
+        "RTX-4090",
+        "RTX-6000-Ada",
+        "L40S",
+        "H100-80GB",
+        "H200",
+    } <= names
 
 
 def test_python_dash_m_and_help_end_with_examples() -> None:
-    proc = subprocess.run([sys.executable, "-m", "memfit", "estimate", "--help"],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memfit", "estimate", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "examples:" in proc.stdout and "--lora-targets" in proc.stdout

@@ -12,25 +12,45 @@ def test_all_lists_exactly_the_public_names() -> None:
     import inspect
 
     public = {
-        name for name in dir(memfit)
-        if not name.startswith("_") and not inspect.ismodule(getattr(memfit, name))
+        name
+        for name in dir(memfit)
+        if not name.startswith("_")
+        and not inspect.ismodule(getattr(memfit, name))
         and name not in ("annotations", "Any")
     }
     assert public == set(memfit.__all__) - {"__version__"}
-    for name in ("estimate", "trace_step", "WorkloadSpec", "MemoryEstimate", "SpecError",
-                 "UnknownModelError", "UnknownGPUError", "DoesNotFitError", "COMPONENTS"):
+    for name in (
+        "estimate",
+        "trace_step",
+        "WorkloadSpec",
+        "MemoryEstimate",
+        "SpecError",
+        "UnknownModelError",
+        "UnknownGPUError",
+        "DoesNotFitError",
+        "COMPONENTS",
+    ):
         assert name in memfit.__all__
 
 
 def test_importing_memfit_and_its_cli_does_not_import_torch() -> None:
-    code = "import sys, memfit, memfit.cli, memfit.models, memfit.hardware; print('torch' in sys.modules)"
+    code = (
+        "import sys, memfit, memfit.cli, memfit.models, memfit.hardware;"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_errors_form_one_tree() -> None:
-    for cls in (memfit.SpecError, memfit.UnknownModelError, memfit.UnknownGPUError,
-                memfit.DoesNotFitError, memfit.TraceError, memfit.ModelConfigError):
+    for cls in (
+        memfit.SpecError,
+        memfit.UnknownModelError,
+        memfit.UnknownGPUError,
+        memfit.DoesNotFitError,
+        memfit.TraceError,
+        memfit.ModelConfigError,
+    ):
         assert issubclass(cls, memfit.MemfitError)
     assert issubclass(memfit.SpecError, ValueError)
 

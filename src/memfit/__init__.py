@@ -47,7 +47,7 @@ __all__ = [
 
 
 def trace_step(*args: Any, **kwargs: Any) -> MemoryEstimate:
-    """Trace the user's own step function on fake tensors (see ``memfit.estimate.trace.user_step``)."""
+    """Trace the user's own step function on fake tensors (``memfit.estimate.trace.user_step``)."""
     from memfit.estimate.trace.user_step import trace_step as _trace_step
 
     return _trace_step(*args, **kwargs)

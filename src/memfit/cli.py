@@ -50,42 +50,76 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=ESTIMATE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    e.add_argument("model", help="bundled name (see `memfit models`), path to config.json or a "
-                   "model dir, Hugging Face hub id, or package.module:factory")
+    e.add_argument(
+        "model",
+        help="bundled name (see `memfit models`), path to config.json or a "
+        "model dir, Hugging Face hub id, or package.module:factory",
+    )
     e.add_argument("--mode", choices=("train", "infer"), default="train")
     e.add_argument("--batch", type=_integer, default=1, help="micro-batch size (default 1)")
     e.add_argument("--seq", type=_integer, default=512, help="sequence length (default 512)")
-    e.add_argument("--new-tokens", type=_integer, default=None,
-                   help="infer: tokens to generate after the prompt (default 0: prefill only)")
+    e.add_argument(
+        "--new-tokens",
+        type=_integer,
+        default=None,
+        help="infer: tokens to generate after the prompt (default 0: prefill only)",
+    )
     e.add_argument("--precision", choices=PRECISIONS, default="bf16")
     e.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
     e.add_argument("--checkpointing", choices=CHECKPOINTING, default=None)
-    e.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="train: default adamw (foreach, torch's CUDA default)")
+    e.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=None,
+        help="train: default adamw (foreach, torch's CUDA default)",
+    )
     e.add_argument("--lora-rank", type=_integer, default=None)
-    e.add_argument("--lora-targets", default=None,
-                   help="comma-separated module names or all-linear (default all-linear)")
-    e.add_argument("--freeze", type=_integer, default=None,
-                   help="freeze the embeddings and the first N layers")
+    e.add_argument(
+        "--lora-targets",
+        default=None,
+        help="comma-separated module names or all-linear (default all-linear)",
+    )
+    e.add_argument(
+        "--freeze", type=_integer, default=None, help="freeze the embeddings and the first N layers"
+    )
     e.add_argument("--task", choices=TASKS, default="auto")
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
     e.add_argument("--engine", choices=("auto", "trace"), default="auto")
-    e.add_argument("--trust-remote-code", action="store_true",
-                   help="allow configs that need the repo's own Python code (runs that code)")
+    e.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow configs that need the repo's own Python code (runs that code)",
+    )
     x = e.add_mutually_exclusive_group()
-    x.add_argument("--no-extrapolate", dest="extrapolate", action="store_const", const=False,
-                   help="trace every layer (default up to 48 layers; slower, exact reserved)")
-    x.add_argument("--extrapolate", dest="extrapolate", action="store_const", const=True,
-                   help="trace a few layers and extrapolate (default beyond 48 layers; fast)")
+    x.add_argument(
+        "--no-extrapolate",
+        dest="extrapolate",
+        action="store_const",
+        const=False,
+        help="trace every layer (default up to 48 layers; slower, exact reserved)",
+    )
+    x.add_argument(
+        "--extrapolate",
+        dest="extrapolate",
+        action="store_const",
+        const=True,
+        help="trace a few layers and extrapolate (default beyond 48 layers; fast)",
+    )
     e.add_argument("--top", type=int, default=5, help="modules to list at the peak (default 5)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
-    m = sub.add_parser("models", help="list the bundled model configs",
-                       epilog="examples:\n  memfit models\n  memfit models --json",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    m = sub.add_parser(
+        "models",
+        help="list the bundled model configs",
+        epilog="examples:\n  memfit models\n  memfit models --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     m.add_argument("--json", action="store_true")
-    g = sub.add_parser("gpus", help="list the GPU catalog",
-                       epilog="examples:\n  memfit gpus\n  memfit gpus --json",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = sub.add_parser(
+        "gpus",
+        help="list the GPU catalog",
+        epilog="examples:\n  memfit gpus\n  memfit gpus --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     g.add_argument("--json", action="store_true")
     return p
 
@@ -97,10 +131,17 @@ def _workload(args: argparse.Namespace) -> Any:
     if args.lora_targets and args.lora_targets != "all-linear":
         targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
     kwargs: dict[str, Any] = dict(
-        mode=args.mode, batch_size=args.batch, seq_len=args.seq,
-        new_tokens=args.new_tokens or 0, precision=args.precision, attention=args.attention,
-        checkpointing=args.checkpointing or "none", optimizer=args.optimizer,
-        lora_rank=args.lora_rank, lora_targets=targets, freeze_layers=args.freeze or 0,
+        mode=args.mode,
+        batch_size=args.batch,
+        seq_len=args.seq,
+        new_tokens=args.new_tokens or 0,
+        precision=args.precision,
+        attention=args.attention,
+        checkpointing=args.checkpointing or "none",
+        optimizer=args.optimizer,
+        lora_rank=args.lora_rank,
+        lora_targets=targets,
+        freeze_layers=args.freeze or 0,
         task=args.task,
     )
     if args.lora_targets and args.lora_rank is None:
@@ -112,8 +153,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from memfit.estimate import estimate
     from memfit.report.text import render_estimate
 
-    est = estimate(args.model, _workload(args), gpu=args.gpu, engine=args.engine,
-                   trust_remote_code=args.trust_remote_code, extrapolate=args.extrapolate)
+    est = estimate(
+        args.model,
+        _workload(args),
+        gpu=args.gpu,
+        engine=args.engine,
+        trust_remote_code=args.trust_remote_code,
+        extrapolate=args.extrapolate,
+    )
     print(json.dumps(est.to_json(), indent=2) if args.json else render_estimate(est, top=args.top))
     return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
 
@@ -123,8 +170,17 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     rows = list_bundled()
     if args.json:
-        print(json.dumps([vars(r) if not hasattr(r, "__dataclass_fields__") else
-                          {k: getattr(r, k) for k in r.__dataclass_fields__} for r in rows], indent=2))
+        print(
+            json.dumps(
+                [
+                    vars(r)
+                    if not hasattr(r, "__dataclass_fields__")
+                    else {k: getattr(r, k) for k in r.__dataclass_fields__}
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
         return EXIT_OK
     print(f"{'name':<24}{'family':<14}{'task':<12}source")
     for r in rows:
@@ -138,8 +194,21 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
     gpus = list_gpus()
     if args.json:
-        print(json.dumps([{"name": g.name, "memory_bytes": g.memory_bytes, "arch": g.arch,
-                           "aliases": list(g.aliases), "source": g.source} for g in gpus], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": g.name,
+                        "memory_bytes": g.memory_bytes,
+                        "arch": g.arch,
+                        "aliases": list(g.aliases),
+                        "source": g.source,
+                    }
+                    for g in gpus
+                ],
+                indent=2,
+            )
+        )
         return EXIT_OK
     print(f"{'name':<16}{'memory':>12}  {'arch':<10}source")
     for g in gpus:

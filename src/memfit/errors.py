@@ -9,7 +9,7 @@
     ├── ModelConfigError             a config.json / safetensors header that cannot be read
     ├── UnknownGPUError(LookupError)     a GPU name not in the catalog (carries close matches)
     ├── TraceError                   the model could not be executed on fake tensors
-    ├── MissingDependencyError(ImportError)  an optional package (torch, transformers, peft) is absent
+    ├── MissingDependencyError(ImportError)  an optional package (torch, transformers…) is absent
     └── DoesNotFitError              raised on request by ``raise_if_not_fit()``
 """
 

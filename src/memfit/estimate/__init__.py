@@ -37,8 +37,10 @@ def estimate(
         raise SpecError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
     workload = workload or WorkloadSpec()
     gpu_record = _gpu(gpu)
-    source = model if isinstance(model, ModelSource) else resolve_model(
-        str(model), trust_remote_code=trust_remote_code
+    source = (
+        model
+        if isinstance(model, ModelSource)
+        else resolve_model(str(model), trust_remote_code=trust_remote_code)
     )
     _require_trace_stack(source)
     if source.origin == "factory":

@@ -1,4 +1,4 @@
-"""The estimate record every engine returns, and its JSON form (field names are a public contract)."""
+"""The estimate record every engine returns, and its JSON form (field names are public)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from memfit.errors import DoesNotFitError
 from memfit.units import format_bytes
 
 #: Components of device memory, in report order. ``parameters`` includes module buffers;
-#: ``activations`` includes the step's inputs; ``temporary`` is everything born in backward or in the
-#: optimizer step that is not a gradient or an optimizer state (autograd buffers, foreach temporaries).
+#: ``activations`` includes the step's inputs; ``temporary`` is everything born in backward or in
+#: the
+#: optimizer step that is not a gradient or an optimizer state (autograd buffers, foreach
+#: temporaries).
 COMPONENTS = (
     "parameters",
     "gradients",

@@ -52,7 +52,9 @@ def render_estimate(est: MemoryEstimate, *, top: int = 5) -> str:
         f"{'device used':<20}{format_bytes(est.device_used_bytes):>22}   what nvidia-smi shows",
         "",
         "phase peaks: "
-        + " · ".join(f"{p.phase} {format_bytes(p.peak_allocated_bytes)}" for p in est.phases.values()),
+        + " · ".join(
+            f"{p.phase} {format_bytes(p.peak_allocated_bytes)}" for p in est.phases.values()
+        ),
     ]
     if est.top_modules and top > 0:
         lines.append(f"top modules at the peak ({est.peak_phase}; '*' = summed over layers):")

@@ -1,7 +1,8 @@
 """The fake trace counts exactly what the same step allocates when executed for real on CPU.
 
 Both runs use the same tracker; the real run builds the model with real (random) weights on the CPU.
-CPU has no FlashAttention kernel, so CUDA's SDPA routing is off in both runs (``emulate_cuda=False``);
+CPU has no FlashAttention kernel, so CUDA's SDPA routing is off in both runs
+(``emulate_cuda=False``);
 the routing itself is checked against GPU measurements (docs/accuracy.md). Tolerance: none — every
 phase peak and every component must be equal to the byte.
 """
@@ -9,10 +10,10 @@ phase peak and every component must be equal to the byte.
 from __future__ import annotations
 
 import pytest
+from tests.conftest import TINY_BERT, TINY_GPT2, TINY_LLAMA, TINY_T5
 
 from memfit.estimate.trace.engine import trace_hf
 from memfit.spec import WorkloadSpec
-from tests.conftest import TINY_BERT, TINY_GPT2, TINY_LLAMA, TINY_T5
 
 
 def _both(config: dict, **workload) -> tuple:
@@ -55,12 +56,22 @@ LLAMA_MATRIX = [
 ]
 
 
-@pytest.mark.parametrize("workload", LLAMA_MATRIX, ids=lambda w: ",".join(f"{k}={v}" for k, v in w.items()) or "default")
+@pytest.mark.parametrize(
+    "workload", LLAMA_MATRIX, ids=lambda w: ",".join(f"{k}={v}" for k, v in w.items()) or "default"
+)
 def test_fake_trace_of_llama_equals_real_cpu_execution(workload: dict) -> None:
     _assert_equal(*_both(TINY_LLAMA, **workload))
 
 
-@pytest.mark.parametrize("workload", [{}, {"precision": "fp32", "attention": "eager"}, {"precision": "amp-bf16"}, {"mode": "infer", "new_tokens": 4}])
+@pytest.mark.parametrize(
+    "workload",
+    [
+        {},
+        {"precision": "fp32", "attention": "eager"},
+        {"precision": "amp-bf16"},
+        {"mode": "infer", "new_tokens": 4},
+    ],
+)
 def test_fake_trace_of_gpt2_equals_real_cpu_execution(workload: dict) -> None:
     _assert_equal(*_both(TINY_GPT2, **workload))
 

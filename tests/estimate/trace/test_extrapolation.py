@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from tests.conftest import TINY_GEMMA2, TINY_LLAMA, TINY_T5
 
 from memfit.estimate.trace.engine import trace_hf
 from memfit.spec import WorkloadSpec
-from tests.conftest import TINY_GEMMA2, TINY_LLAMA, TINY_T5
 
 
 def _pair(config: dict, **workload) -> tuple:
@@ -18,8 +18,14 @@ def _pair(config: dict, **workload) -> tuple:
 
 @pytest.mark.parametrize(
     "workload",
-    [{}, {"precision": "amp-bf16"}, {"checkpointing": "full"}, {"lora_rank": 8},
-     {"freeze_layers": 2}, {"mode": "infer", "new_tokens": 8}],
+    [
+        {},
+        {"precision": "amp-bf16"},
+        {"checkpointing": "full"},
+        {"lora_rank": 8},
+        {"freeze_layers": 2},
+        {"mode": "infer", "new_tokens": 8},
+    ],
     ids=lambda w: ",".join(f"{k}={v}" for k, v in w.items()) or "default",
 )
 def test_extrapolated_llama_equals_the_full_trace(workload: dict) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from tests.conftest import TINY_BERT, TINY_LLAMA
 
 from memfit.estimate.trace.engine import trace_hf
 from memfit.spec import WorkloadSpec
-from tests.conftest import TINY_BERT, TINY_LLAMA
 
 
 def est(config: dict = TINY_LLAMA, **workload):
@@ -44,14 +44,18 @@ def test_optimizer_states_follow_the_optimizer() -> None:
 
 def test_amp_keeps_fp32_master_weights_and_gradients() -> None:
     pure, amp = est(), est(precision="amp-bf16")
-    assert amp.components["parameters"] == pytest.approx(2 * pure.components["parameters"], rel=0.01)
+    assert amp.components["parameters"] == pytest.approx(
+        2 * pure.components["parameters"], rel=0.01
+    )
     assert amp.phases["optimizer"].components["optimizer_states"] == pytest.approx(
         2 * pure.phases["optimizer"].components["optimizer_states"], rel=0.01
     )
 
 
 def test_checkpointing_trades_activations_for_recomputation() -> None:
-    none, sel, full = (est(checkpointing=c).phases["forward"] for c in ("none", "selective", "full"))
+    none, sel, full = (
+        est(checkpointing=c).phases["forward"] for c in ("none", "selective", "full")
+    )
     acts = [p.components["activations"] for p in (none, sel, full)]
     assert acts[0] > acts[1] > acts[2]
 
@@ -84,5 +88,8 @@ def test_inference_separates_the_kv_cache_and_grows_it_with_new_tokens() -> None
 def test_foreach_adamw_allocates_a_parameter_sized_temporary() -> None:
     foreach, fused = est(), est(optimizer="adamw-fused")
     params = foreach.components["parameters"]
-    extra = foreach.phases["optimizer"].peak_allocated_bytes - fused.phases["optimizer"].peak_allocated_bytes
+    extra = (
+        foreach.phases["optimizer"].peak_allocated_bytes
+        - fused.phases["optimizer"].peak_allocated_bytes
+    )
     assert extra >= 0.9 * params

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.fixtures.cnn import SmallCNN
 
 import memfit
 from memfit import SpecError, WorkloadSpec
-from tests.fixtures.cnn import SmallCNN
 
 
 def _train_step(model, opt, batch):
@@ -21,7 +21,8 @@ def test_trace_step_of_a_meta_model_matches_real_cpu_execution() -> None:
     with torch.device("meta"):
         meta_model = SmallCNN()
     fake = memfit.trace_step(
-        _train_step, model=meta_model,
+        _train_step,
+        model=meta_model,
         optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
         inputs={"x": torch.empty(8, 3, 32, 32, device="meta")},
     )
@@ -45,9 +46,12 @@ def test_trace_step_of_a_meta_model_matches_real_cpu_execution() -> None:
 def test_trace_step_leaves_a_real_model_untouched() -> None:
     model = SmallCNN()
     before = model.head.weight.detach().clone()
-    est = memfit.trace_step(_train_step, model=model,
-                            optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
-                            inputs={"x": torch.randn(4, 3, 32, 32)})
+    est = memfit.trace_step(
+        _train_step,
+        model=model,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+        inputs={"x": torch.randn(4, 3, 32, 32)},
+    )
     assert est.n_params == sum(p.numel() for p in model.parameters())
     assert torch.equal(model.head.weight, before)
     assert not isinstance(model.head.weight, torch._subclasses.FakeTensor)

@@ -83,10 +83,15 @@ def layer_plan(config: dict[str, Any], trust_remote_code: bool = False) -> list[
             count = int(sub.get("num_hidden_layers", 12))
             out.append(LayerVar(tower, (tower,), "num_hidden_layers", count, 1))
         return out
-    if "num_decoder_layers" in config or (config.get("is_encoder_decoder") and "num_layers" in config):
+    if "num_decoder_layers" in config or (
+        config.get("is_encoder_decoder") and "num_layers" in config
+    ):
         enc = int(config.get("num_layers", 6))
         dec = int(config.get("num_decoder_layers") or enc)
-        return [LayerVar("encoder", (), "num_layers", enc, 1), LayerVar("decoder", (), "num_decoder_layers", dec, 1)]
+        return [
+            LayerVar("encoder", (), "num_layers", enc, 1),
+            LayerVar("decoder", (), "num_decoder_layers", dec, 1),
+        ]
     for key in LAYER_KEYS:
         if key in config:
             count = int(config[key])
@@ -186,7 +191,7 @@ def _apply_training_techniques(model: torch.nn.Module, workload: WorkloadSpec) -
         kwargs: dict[str, Any] = {"use_reentrant": False}
         if workload.checkpointing == "selective":
             kwargs["context_fn"] = selective_checkpoint_context
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # type: ignore[operator]
 
 
 def apply_lora_(
@@ -236,7 +241,8 @@ def freeze_first_layers_(model: torch.nn.Module, n_layers: int) -> None:
 
 #: Selective activation checkpointing: ops whose outputs are saved (expensive to recompute); all
 #: other ops inside a checkpointed block are recomputed. This is the op-level SAC policy of
-#: torchtitan (matmuls and attention kernels saved) — Korthikanti et al. 2022 §4.2 recompute the cheap
+#: torchtitan (matmuls and attention kernels saved) — Korthikanti et al. 2022 §4.2 recompute the
+#: cheap
 #: attention-core elementwise work instead of storing it.
 SAC_SAVE_OPS = (
     "mm",
@@ -275,7 +281,9 @@ def meta_to_fake_(model: torch.nn.Module, fake_mode: Any, device: str = "cpu") -
             new = fake_mode.from_tensor(t)
         else:
             with fake_mode:
-                new = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+                new = torch.empty_strided(
+                    tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device
+                )
         if is_param:
             new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
         memo[id(t)] = new
@@ -297,4 +305,3 @@ _LAYER_INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 def generic_module_name(name: str) -> str:
     """``model.layers.3.mlp`` → ``model.layers.*.mlp`` (so layer traces can be extrapolated)."""
     return _LAYER_INDEX.sub(".*", name)
-

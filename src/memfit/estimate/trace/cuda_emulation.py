@@ -12,7 +12,8 @@ Fake ``cuda`` tensors abort the process in ``backward()`` on a CPU-only torch bu
 * **Autocast op lists** (:func:`cuda_autocast_policy`): CPU autocast keeps ops such as
   ``layer_norm``, ``softmax``, ``log_softmax``, ``sum`` in the input dtype where CUDA autocast runs
   them in fp32 (``aten/src/ATen/autocast_mode.cpp``, the ``AT_FORALL_FP32`` and
-  ``AT_FORALL_FP32_SET_OPT_DTYPE`` lists). We register AutocastCPU kernels that apply CUDA's policy for
+  ``AT_FORALL_FP32_SET_OPT_DTYPE`` lists). We register AutocastCPU kernels that apply CUDA's policy
+  for
   the duration of the trace.
 * **Hugging Face fake-tensor detection** (:func:`hf_treat_fake_as_real`): transformers treats a
   FakeTensor as "tracing" and then builds a (B, 1, S, S) mask a real run skips (trap 5).
@@ -78,7 +79,8 @@ CUDA_FP32_OPS = (
     "renorm",
     "logsumexp",
 )
-#: Ops CUDA autocast runs with ``dtype=float32`` when no dtype is given (CastPolicy::fp32_set_opt_dtype,
+#: Ops CUDA autocast runs with ``dtype=float32`` when no dtype is given
+#: (CastPolicy::fp32_set_opt_dtype,
 #: ``AT_FORALL_FP32_SET_OPT_DTYPE``).
 CUDA_FP32_SET_OPT_DTYPE_OPS = (
     "prod",
@@ -252,7 +254,8 @@ class SdpaRouter:
 
 #: FlashAttention-2 backward (``mha_bwd``) allocates, for the duration of the kernel, an fp32
 #: ``dq_accum`` (B, S_q rounded to 128, H_q, D rounded to 32), the fp32 ``softmax_d`` (B, H_q, S_q
-#: rounded) and, with grouped-query attention, ``dk``/``dv`` expanded to H_q heads in the input dtype.
+#: rounded) and, with grouped-query attention, ``dk``/``dv`` expanded to H_q heads in the input
+#: dtype.
 #: On an H200 (torch 2.11) these came as one block per backward call: 32.25 MiB for Llama-3.2-1B at
 #: B=2, S=1024 and 129 MiB at B=4, S=2048, as the formula gives (benchmarks/results/).
 FLASH_SEQ_ROUND = 128
@@ -300,7 +303,7 @@ def hf_treat_fake_as_real() -> Iterator[None]:
             return None  # memfit's inputs are never packed sequences
         return saved_packed(position_ids)
 
-    import_utils.is_fake_tensor = lambda _t: False
+    import_utils.is_fake_tensor = lambda x: False
     masking.find_packed_sequence_indices = find_packed
     try:
         yield

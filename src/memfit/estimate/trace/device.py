@@ -27,7 +27,9 @@ def device_totals(gpu: Any, *, reserved_bytes: int, training: bool) -> DeviceTot
     reserved = reserved_bytes + outside
     notes = []
     if gpu is None:
-        notes.append("no --gpu given: CUDA context and cuBLAS workspace sized for a generic Ampere GPU")
+        notes.append(
+            "no --gpu given: CUDA context and cuBLAS workspace sized for a generic Ampere GPU"
+        )
     return DeviceTotals(
         reserved_bytes=reserved,
         cuda_context_bytes=overhead.cuda_context_bytes,
@@ -40,4 +42,6 @@ def fit_verdict(gpu: Any, device_used_bytes: int) -> FitVerdict | None:
     if gpu is None:
         return None
     free = gpu.memory_bytes - device_used_bytes
-    return FitVerdict(gpu=gpu.name, capacity_bytes=gpu.memory_bytes, free_bytes=free, fits=free >= 0)
+    return FitVerdict(
+        gpu=gpu.name, capacity_bytes=gpu.memory_bytes, free_bytes=free, fits=free >= 0
+    )

@@ -1,8 +1,9 @@
-"""The trace engine: run the job on fake tensors, count every byte, extrapolate over repeated layers.
+"""The trace engine: run the job on fake tensors, count every byte, extrapolate over layers.
 
 A model with L identical blocks is not traced block by block. memfit traces the model with a few
 blocks — a base count ``b`` (two periods ``p`` of the layer pattern), ``b + p`` for each repeated
-stack, and ``b + 2p`` on the first stack as a check — and extrapolates every quantity linearly in the block
+stack, and ``b + 2p`` on the first stack as a check — and extrapolates every quantity linearly in
+the block
 counts: each phase's peak and its components, the peak's owners, the simulated reserved memory, the
 parameter counts. Within a phase the peak of a stack of identical blocks is an affine function of
 the block count as long as it happens at the same relative point of the step, which the check
@@ -35,7 +36,8 @@ from memfit.spec import WorkloadSpec
 #: Models with at most this many repeated blocks are traced block by block. Allocated bytes and
 #: components extrapolate exactly from a few blocks, but reserved bytes depend on the whole
 #: allocation history: extrapolated from 4-6 blocks they missed H200 measurements of Llama-3.2-1B by
-#: -6 % to -15 %, traced in full by +0.6 % (docs/accuracy.md). A full trace of a 40-layer model takes
+#: -6 % to -15 %, traced in full by +0.6 % (docs/accuracy.md). A full trace of a 40-layer model
+#: takes
 #: about 3 s on a 2-core laptop; deeper models (70B-class, 80 layers) are extrapolated.
 FULL_TRACE_MAX_LAYERS = 48
 #: How many module owners the estimate lists.
@@ -72,7 +74,9 @@ def trace_hf(
     if workload.freeze_layers:
         if not stacks or workload.freeze_layers > stacks[0].count:
             n = stacks[0].count if stacks else 0
-            raise SpecError(f"freeze_layers ({workload.freeze_layers}) exceeds the model's {n} layers")
+            raise SpecError(
+                f"freeze_layers ({workload.freeze_layers}) exceeds the model's {n} layers"
+            )
         first = stacks[0].name
         targets["frozen"] = workload.freeze_layers
         targets[first] -= workload.freeze_layers
@@ -107,7 +111,8 @@ def trace_hf(
 def _check_task(task: str, workload: WorkloadSpec) -> None:
     if workload.mode == "infer" and workload.new_tokens and task not in ("causal-lm", "seq2seq"):
         raise SpecError(
-            f"new_tokens ({workload.new_tokens}) needs a generative model but the task is {task!r}; "
+            f"new_tokens ({workload.new_tokens}) needs a generative model but the task is "
+            f"{task!r}; "
             "drop --new-tokens"
         )
 
@@ -119,8 +124,10 @@ def _extrapolated(
     # checkpointing the backward peak then sits at a different relative point of the step.
     base = {k: 2 * period[k] for k in targets}
     growing = [k for k in targets if targets[k] > base[k]]
-    if not targets or any(targets[k] < base[k] for k in targets) or not any(
-        targets[k] >= base[k] + 2 * period[k] for k in growing
+    if (
+        not targets
+        or any(targets[k] < base[k] for k in targets)
+        or not any(targets[k] >= base[k] + 2 * period[k] for k in growing)
     ):
         return run(targets), None
     at_base = run(base)
@@ -128,7 +135,8 @@ def _extrapolated(
     for k in growing:
         step = run({**base, k: base[k] + period[k]})
         slopes[k] = {
-            key: (step.get(key, 0) - at_base.get(key, 0)) / period[k] for key in _keys(step, at_base)
+            key: (step.get(key, 0) - at_base.get(key, 0)) / period[k]
+            for key in _keys(step, at_base)
         }
     checked = max(growing, key=lambda k: targets[k] - base[k])
     check_counts = {**base, checked: base[checked] + 2 * period[checked]}
@@ -172,7 +180,11 @@ def _trace_once(
     frozen = layer_counts.pop("frozen", 0)
     if frozen:
         layer_counts[stacks[0].name] += frozen
-    cfg = build.with_layer_counts(config, stacks, layer_counts, trust_remote_code) if stacks else config
+    cfg = (
+        build.with_layer_counts(config, stacks, layer_counts, trust_remote_code)
+        if stacks
+        else config
+    )
     wl = dataclasses.replace(workload, freeze_layers=frozen)
     real = execution == "real"
     device = "cpu" if real else "meta"
@@ -189,7 +201,9 @@ def _trace_once(
         inputs = steps.example_inputs(cfg, wl, task)
         with tracker:
             steps.label_model_state(tracker, model)
-            tracker.label([v for v in inputs.values() if isinstance(v, torch.Tensor)], "activations")
+            tracker.label(
+                [v for v in inputs.values() if isinstance(v, torch.Tensor)], "activations"
+            )
             tracker.watch_modules(model)
             try:
                 if wl.is_train:
@@ -272,7 +286,7 @@ def _to_estimate(
     engine: str = "trace",
 ) -> MemoryEstimate:
     phases: dict[str, PhasePeak] = {}
-    for key, value in flat.items():
+    for key, _value in flat.items():
         parts = key.split("/")
         if parts[0] == "phase" and parts[2] == "peak":
             comps = {c: int(flat.get(f"phase/{parts[1]}/comp/{c}", 0)) for c in COMPONENTS}

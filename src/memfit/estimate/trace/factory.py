@@ -34,7 +34,8 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UnknownModelError(
-            f"cannot import {module_name!r} for factory {spec!r}: {exc}; make sure the module is on "
+            f"cannot import {module_name!r} for factory {spec!r}: {exc}; make sure the module "
+            "is on "
             "PYTHONPATH (run memfit from its directory)"
         ) from exc
     factory = getattr(module, attr, None)
@@ -80,9 +81,9 @@ def trace_factory(spec: str, workload: WorkloadSpec, *, gpu: Any = None) -> Memo
     autocast = AUTOCAST_DTYPE.get(workload.precision)
 
     def step(m: torch.nn.Module, opt: Any, data: Any) -> None:
-        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            with torch.set_grad_enabled(workload.is_train):
-                out = m(**data) if isinstance(data, dict) else m(*data)
+        amp = torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None)
+        with amp, torch.set_grad_enabled(workload.is_train):
+            out = m(**data) if isinstance(data, dict) else m(*data)
         if not workload.is_train:
             return
         loss = getattr(out, "loss", None)
@@ -96,6 +97,7 @@ def trace_factory(spec: str, workload: WorkloadSpec, *, gpu: Any = None) -> Memo
 
     optimizer = None
     if workload.uses_optimizer:
+
         def optimizer(params: list[torch.nn.Parameter]) -> Any:
             return make_optimizer(params, workload.optimizer or "none")
 

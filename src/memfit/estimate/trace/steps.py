@@ -8,7 +8,8 @@ Training (two steps, so optimizer states exist at the second step's peak)::
 
 Inference of a causal LM follows ``generate()`` with a DynamicCache: a prefill of ``seq_len`` tokens
 that keeps only the last position's logits (``logits_to_keep=1``) and copies them to fp32, then
-``new_tokens - 1`` decode steps, each traced (up to ``MAX_TRACED_DECODE_STEPS``; beyond, memfit jumps to
+``new_tokens - 1`` decode steps, each traced (up to ``MAX_TRACED_DECODE_STEPS``; beyond, memfit
+jumps to
 the last step with the cache grown to its final length — its peak is the decode peak).
 """
 
@@ -248,7 +249,7 @@ def _generate_seq2seq(
 ) -> None:
     tracker.set_phase("prefill")
     start = torch.zeros(ids.shape[0], 1, dtype=torch.long)
-    encoder_outputs = model.get_encoder()(input_ids=ids)
+    encoder_outputs = model.get_encoder()(input_ids=ids)  # type: ignore[operator]
     out = model(encoder_outputs=encoder_outputs, decoder_input_ids=start, use_cache=True)
     token, cache = _next_token(out, tracker), out.past_key_values
     del out
@@ -269,14 +270,19 @@ def _generate_seq2seq(
 def _cache_tensors(cache: Any) -> list[torch.Tensor]:
     if cache is None:
         return []
-    caches = [cache.self_attention_cache, cache.cross_attention_cache] if hasattr(
-        cache, "self_attention_cache"
-    ) else [cache]
+    caches = (
+        [cache.self_attention_cache, cache.cross_attention_cache]
+        if hasattr(cache, "self_attention_cache")
+        else [cache]
+    )
     out: list[torch.Tensor] = []
     for c in caches:
         for layer in getattr(c, "layers", []):
-            out += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                    if isinstance(t, torch.Tensor)]
+            out += [
+                t
+                for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                if isinstance(t, torch.Tensor)
+            ]
     return out
 
 

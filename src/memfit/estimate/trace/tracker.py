@@ -7,8 +7,10 @@ parameters with ``UntypedStorage.resize_(0)``) are tracked too. This works ident
 tensors and for FakeTensors, which is what lets tests compare a fake trace with a real CPU run.
 
 Categories (parameters, gradients, …) are resolved when a result is read, not when a storage is
-born: a buffer created by the autograd engine that later becomes ``param.grad`` counts as a gradient.
-Storages nobody labels are ``activations`` if born in a forward-like phase and ``temporary`` otherwise.
+born: a buffer created by the autograd engine that later becomes ``param.grad`` counts as a
+gradient.
+Storages nobody labels are ``activations`` if born in a forward-like phase and ``temporary``
+otherwise.
 
 The tracker also records the module whose ``forward`` was running when a storage was born (global
 module hooks, a name stack), so the peak can be attributed to modules.
@@ -21,6 +23,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -110,7 +113,7 @@ class StorageTracker(TorchDispatchMode):
             n_bytes = self._rounded(storage.nbytes())
             self._key_of[storage] = key
             module = self._module_stack[-1] if self._module_stack else self._outside_owner()
-            ref = weakref.ref(storage, lambda _r, k=key: self._on_free(k))
+            ref = weakref.ref(storage, partial(self._on_free_ref, key))
             self.storages[key] = _Storage(n_bytes, self.phase, module, label, ref)
             self._set_live(key, n_bytes)
         elif label is not None:
@@ -158,6 +161,9 @@ class StorageTracker(TorchDispatchMode):
                 self.events.append(("a", key, n_bytes))
         if n_bytes > old:
             self._check_peak()
+
+    def _on_free_ref(self, key: int, _ref: Any) -> None:
+        self._on_free(key)
 
     def _on_free(self, key: int) -> None:
         n_bytes = self.live.pop(key, None)
@@ -207,7 +213,8 @@ class StorageTracker(TorchDispatchMode):
     # ----------------------------------------------------------------- dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]):
-            # ``.item()`` on a fake tensor has no value. Optimizers such as Adafactor use it only for
+            # ``.item()`` on a fake tensor has no value. Optimizers such as Adafactor use it only
+            # for
             # step sizes, never for shapes: any positive value leaves the allocations unchanged.
             return _FAKE_SCALAR[args[0].dtype.is_floating_point]
         out = func(*args, **(kwargs or {}))
@@ -231,7 +238,7 @@ class StorageTracker(TorchDispatchMode):
                 tracker._set_live(key, n_bytes)
             return result
 
-        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
         super().__enter__()
         return self
 
@@ -268,4 +275,3 @@ class StorageTracker(TorchDispatchMode):
 
     def iter_live(self) -> Iterator[tuple[int, int]]:
         return iter(self.live.items())
-

@@ -13,7 +13,8 @@
 
 The model may live on ``meta`` (recommended: nothing is allocated) or be a real CPU model (its
 parameters are converted to fake copies; the user's model is left untouched). The optimizer is a
-factory, called with the fake parameters. Inputs are tensors (real or meta; turned into fake ones) or
+factory, called with the fake parameters. Inputs are tensors (real or meta; turned into fake ones)
+or
 a callable returning them. Phases are found automatically: the step starts in ``forward``, any
 ``backward()`` switches to ``backward`` and ``optimizer.step()`` to ``optimizer``.
 """
@@ -49,7 +50,7 @@ def trace_step(
     name: str | None = None,
     emulate_cuda_sdpa: bool = True,
 ) -> MemoryEstimate:
-    """Run ``step_fn(model, optimizer, inputs)`` ``n_steps`` times on fake tensors and estimate it."""
+    """Run ``step_fn(model, optimizer, inputs)`` ``n_steps`` times on fake tensors; estimate it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     if not isinstance(model, torch.nn.Module):
@@ -145,7 +146,7 @@ class _backward_marks_phase:
             return self._orig_tensor(self_, *args, **kwargs)
 
         torch.autograd.backward = backward  # type: ignore[assignment]
-        torch.Tensor.backward = tensor_backward  # type: ignore[method-assign]
+        torch.Tensor.backward = tensor_backward  # type: ignore[method-assign,assignment]
 
     def __exit__(self, *exc: Any) -> None:
         torch.autograd.backward = self._orig  # type: ignore[assignment]
