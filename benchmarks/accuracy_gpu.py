@@ -3,7 +3,8 @@
 The measurements were taken by ``benchmarks/gpu_measure.py`` on an NVIDIA H200 (see the JSON lines
 for torch / transformers versions). This script re-estimates each case on this machine and writes
 ``benchmarks/results/gpu_h200_comparison.md`` (quoted in docs/accuracy.md), plus a replay of the
-real allocation traces through memfit's caching-allocator simulation (validates the simulation alone).
+real allocation traces through memfit's caching-allocator simulation (checks the simulation
+alone).
 
     .venv/bin/python benchmarks/accuracy_gpu.py
 """
@@ -114,9 +115,8 @@ def render(rows: list[dict], replays: list[tuple[str, float, float]]) -> str:
         "|---|---|---|---|",
     ]
     for case, real, sim in replays:
-        lines.append(
-            f"| {case} | {real / GIB:.3f} GiB | {sim / GIB:.3f} GiB | {sim / real - 1:+.2%} |"
-        )
+        error = sim / real - 1
+        lines.append(f"| {case} | {real / GIB:.3f} GiB | {sim / GIB:.3f} GiB | {error:+.2%} |")
     return "\n".join(lines) + "\n"
 
 

@@ -39,7 +39,13 @@ def _integer(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="memfit", description="Predict the GPU memory of training and inference.")
+    p = _Parser(
+        prog="memfit",
+        description="Predict the GPU memory of training and inference.",
+        epilog="examples:\n  memfit estimate llama-3.2-1b --batch 4 --seq 2048 --gpu A100-40GB\n"
+        "  memfit models\n  memfit gpus\n  memfit estimate --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     e = sub.add_parser(
