@@ -30,11 +30,12 @@ Run from the repository root (about a minute on a 2-core laptop; no GPU needed):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,18 +106,23 @@ BENCHMARK_SOURCES = {
         "optimizer": "none",
         "head": "BertLMHeadModel (AutoModelForCausalLM)",
         "evidence": "https://github.com/huggingface/transformers/pull/28802",
+        "note": "BertLMHeadModel built from the plain bert-base-uncased config (is_decoder unset, "
+        "as from_pretrained gives it: bidirectional attention); transformers/torch versions are "
+        "memfit's, not the source's (PyTorch 2.2.0)",
     },
     "https://huggingface.co/docs/transformers/model_doc/opt": {
         "metric": "max_memory_allocated",
         "optimizer": "none",
         "head": "OPTForCausalLM",
         "evidence": "https://github.com/huggingface/transformers/pull/33298",
+        "note": "",
     },
     "https://huggingface.co/docs/transformers/model_doc/gpt_neox": {
         "metric": "max_memory_allocated",
         "optimizer": "none",
         "head": "GPTNeoXForCausalLM",
         "evidence": "https://github.com/huggingface/transformers/pull/31031",
+        "note": "",
     },
 }
 
@@ -131,8 +137,12 @@ SOURCE_UNIT_BYTES = {
     "https://arxiv.org/abs/1910.02054": {"GB": GB},
 }
 
-#: Sharding values that still mean one GPU holding the whole model.
-SINGLE_GPU_SHARDING = (None, "TP=1", "TP=1, PP=1")
+#: Sharding values that still mean one GPU holding the whole model (plain data parallelism keeps a
+#: full replica per GPU).
+SINGLE_GPU_SHARDING = (None, "TP=1", "TP=1, PP=1", "plain DP")
+#: Markers of a quantized checkpoint in a model name (some records leave ``quantization`` empty
+#: although the checkpoint is, e.g. RedHatAI/...-FP8-dynamic).
+QUANTIZED_NAME_MARKERS = ("fp8", "int4", "int8", "w4a16", "w8a8", "gptq", "awq", "mxfp4", "nf4")
 
 #: Hub models not bundled under their own name whose tensor shapes equal a bundled config's
 #: (hidden, layers, heads, KV heads, intermediate, vocab, tied embeddings all the same).
@@ -215,8 +225,9 @@ class Case:
 
 def select(record: dict[str, Any]) -> Case:
     """A Case for ``record``, or raise Skip with the first rule it fails (module docstring)."""
-    measured_bytes, measured_from, unit_bytes = measured_value(record)
+    check_value(record)
     metric = metric_of(record)
+    measured_bytes, measured_from, unit_bytes = measured_value(record)
     check_techniques(record)
     bundled, assumptions = bundled_model(record)
     workload, runner, more = workload_of(record, metric, bundled)
@@ -234,13 +245,17 @@ def select(record: dict[str, Any]) -> Case:
     )
 
 
-def measured_value(record: dict[str, Any]) -> tuple[int, str, float]:
-    """(bytes, how they were obtained, bytes per published unit)."""
-    value, unit = record.get("value"), record.get("unit") or ""
+def check_value(record: dict[str, Any]) -> None:
+    value = record.get("value")
     if value is None:
         raise Skip(f"no measured value ({record.get('notes') or 'missing'})")
     if not isinstance(value, (int, float)):
         raise Skip(f"symbolic formula {value!r}, no number to compare")
+
+
+def measured_value(record: dict[str, Any]) -> tuple[int, str, float]:
+    """(bytes, how they were obtained, bytes per published unit)."""
+    value, unit = record["value"], record.get("unit") or ""
     factor = UNIT_BYTES.get(unit) or SOURCE_UNIT_BYTES.get(record["url"], {}).get(unit)
     if record.get("value_bytes") is not None:
         factor = factor or record["value_bytes"] / value
@@ -267,6 +282,9 @@ def metric_of(record: dict[str, Any]) -> str:
 def check_techniques(record: dict[str, Any]) -> None:
     if record.get("quantization"):
         raise Skip(f"quantization ({record['quantization']}): not modelled")
+    model = (record.get("model") or "").lower()
+    if any(marker in model for marker in QUANTIZED_NAME_MARKERS):
+        raise Skip(f"quantized checkpoint ({record['model']}): not modelled")
     if record.get("sharding") not in SINGLE_GPU_SHARDING or (record.get("num_gpus") or 1) > 1:
         raise Skip(f"multi-GPU sharding ({record.get('sharding')}): not modelled")
     if record.get("lora"):
@@ -304,8 +322,9 @@ def workload_of(
     record: dict[str, Any], metric: str, bundled: str
 ) -> tuple[WorkloadSpec, str, list[str]]:
     """(WorkloadSpec, runner, assumptions) for the metric; Skip if the record says too little."""
-    missing = [f for f in WORKLOAD_FIELDS[metric] if record.get(f) is None]
-    precision, notes = precision_of(record, metric, bundled, missing)
+    precision, notes = precision_of(record, metric, bundled)
+    stated = {**record, "precision": precision or None}
+    missing = [f for f in WORKLOAD_FIELDS[metric] if stated.get(f) is None]
     if missing:
         raise Skip(f"workload not stated: {', '.join(missing)}")
     if metric == "model_weights":
@@ -326,15 +345,13 @@ def workload_of(
     return step_workload(record, precision, notes)
 
 
-def precision_of(
-    record: dict[str, Any], metric: str, bundled: str, missing: list[str]
-) -> tuple[str, list[str]]:
-    """The memfit precision; vLLM weights with no dtype stated use vLLM's default (config dtype)."""
+def precision_of(record: dict[str, Any], metric: str, bundled: str) -> tuple[str, list[str]]:
+    """The memfit precision ("" if not stated); vLLM weights with no dtype stated use vLLM's
+    default, the config's dtype."""
     text = record.get("precision")
     if text is None and metric == "model_weights" and record.get("framework") == "vLLM":
         dtype = resolve_model(bundled).config.get("torch_dtype")
         if dtype in CONFIG_DTYPES:
-            missing.remove("precision")
             why = f"dtype not stated: vLLM's default --dtype auto loads the config's {dtype}"
             return CONFIG_DTYPES[dtype], [why]
     if text is None:
@@ -375,14 +392,14 @@ def step_workload(
     )
     runner = "sdpa-benchmark-loop" if record["url"] in BENCHMARK_SOURCES else "estimate"
     if runner == "sdpa-benchmark-loop":
-        head = BENCHMARK_SOURCES[record["url"]]["head"]
+        source = BENCHMARK_SOURCES[record["url"]]
         notes = notes + [
             why,
-            f"the source's loop is traced with memfit.trace_step: {head}, input_ids only, "
-            "loss = logits.sum(), the previous step's outputs alive until reassigned",
-            "BertLMHeadModel built from the plain bert-base-uncased config (is_decoder unset, "
-            "as from_pretrained gives it: bidirectional attention)",
+            f"the source's loop is traced with memfit.trace_step: {source['head']}, input_ids "
+            "only, loss = logits.sum(), the previous step's outputs alive until reassigned",
+            source["note"],
         ]
+        notes = [n for n in notes if n]
     return wl, runner, notes
 
 
@@ -414,7 +431,7 @@ def metric_bytes(est: MemoryEstimate, metric: str) -> int:
 
 def nearest_api_workload(wl: WorkloadSpec) -> WorkloadSpec:
     """What ``memfit.estimate`` can express of the benchmark: a seq-cls head with its CE loss."""
-    return WorkloadSpec(**{**asdict(wl), "task": "seq-cls"})
+    return dataclasses.replace(wl, task="seq-cls")
 
 
 def trace_sdpa_benchmark(case: Case) -> MemoryEstimate:

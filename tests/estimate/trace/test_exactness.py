@@ -91,3 +91,14 @@ def test_real_and_fake_runs_are_not_trivially_equal(tiny_llama: dict) -> None:
     big, _ = _both(tiny_llama, batch_size=4)
     assert big.peak_allocated_bytes > small.peak_allocated_bytes
     assert big.components["activations"] > small.components["activations"]
+
+
+def test_fake_trace_of_full_size_gpt2_small_equals_real_cpu_execution() -> None:
+    """GPT-2 small at its real size (124M parameters), fp32, one short sequence."""
+    from memfit.models import resolve_model
+
+    config = resolve_model("gpt2").config
+    assert config is not None
+    fake, real = _both(config, batch_size=1, seq_len=32, precision="fp32")
+    _assert_equal(fake, real)
+    assert fake.n_params == 124_439_808
