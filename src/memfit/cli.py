@@ -171,22 +171,19 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
 
 
+def _print_records(records: list[Any]) -> None:
+    """The JSON form of catalog rows (frozen dataclasses), all fields."""
+    from dataclasses import asdict
+
+    print(json.dumps([asdict(r) for r in records], indent=2))
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from memfit.models import list_bundled
 
     rows = list_bundled()
     if args.json:
-        print(
-            json.dumps(
-                [
-                    vars(r)
-                    if not hasattr(r, "__dataclass_fields__")
-                    else {k: getattr(r, k) for k in r.__dataclass_fields__}
-                    for r in rows
-                ],
-                indent=2,
-            )
-        )
+        _print_records(rows)
         return EXIT_OK
     print(f"{'name':<24}{'family':<14}{'task':<12}source")
     for r in rows:
@@ -200,21 +197,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
     gpus = list_gpus()
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "name": g.name,
-                        "memory_bytes": g.memory_bytes,
-                        "arch": g.arch,
-                        "aliases": list(g.aliases),
-                        "source": g.source,
-                    }
-                    for g in gpus
-                ],
-                indent=2,
-            )
-        )
+        _print_records(gpus)
         return EXIT_OK
     print(f"{'name':<16}{'memory':>12}  {'arch':<10}source")
     for g in gpus:
