@@ -103,11 +103,33 @@ def download_config(hf_id: str, *, token: str | None, offline: bool) -> str:
     return _download_with_hf_hub(hf_id, token=token, offline=offline)
 
 
+#: Seconds to wait for a TCP connection to the hub before treating it as unreachable (without
+#: this probe, huggingface_hub retries for ~25 s with a warning per retry).
+HUB_CONNECT_TIMEOUT_S = 3.0
+
+
+def _hub_reachable() -> bool:
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=HUB_CONNECT_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
 def _download_with_hf_hub(hf_id: str, *, token: str | None, offline: bool) -> str:
     from huggingface_hub import errors, hf_hub_download
 
+    # Unreachable hub: only huggingface's own cache can answer.
+    cache_only = offline or not _hub_reachable()
     try:
-        path = hf_hub_download(hf_id, "config.json", token=token, local_files_only=offline)
+        path = hf_hub_download(hf_id, "config.json", token=token, local_files_only=cache_only)
     except errors.GatedRepoError:
         raise _gated(hf_id) from None
     except errors.RepositoryNotFoundError:
