@@ -12,17 +12,23 @@ writes:
 A record is compared only when all of these hold (``select()``; the first failing rule is the skip
 reason):
 
-1. it has a number (not an OOM marker or a symbolic formula) in an unambiguous unit (``UNIT_BYTES``
-   or ``SOURCE_UNIT_BYTES``);
+1. it has a number (not an OOM marker or a symbolic formula);
 2. its metric maps to one of memfit's numbers (``METRICS``, found by ``MAPPED_METRIC_PATTERNS`` or
    by what is known of the source's script, ``BENCHMARK_SOURCES``);
-3. it uses only techniques memfit models: no quantization, no multi-GPU sharding (ZeRO, FSDP, TP,
-   PP);
-4. its model is a bundled config (by hub id, by ``SAME_SHAPES_AS``, or by the record's
+3. its unit is unambiguous (``UNIT_BYTES``, or ``SOURCE_UNIT_BYTES`` where the source's arithmetic
+   shows what "MB"/"GB" means);
+4. it uses only techniques memfit models: no quantization (declared, or in the checkpoint's name),
+   no sharding or offload (ZeRO, FSDP, TP, PP);
+5. its model is a bundled config (by hub id, by ``SAME_SHAPES_AS``, or by the record's
    ``model_arch_key``); a standard HF model without a bundled config is skipped, not guessed;
-5. its workload is stated well enough for the metric (``WORKLOAD_FIELDS``).
+6. its workload is stated well enough for the metric (``WORKLOAD_FIELDS``).
 
-Run from the repository root (about a minute on a 2-core laptop; no GPU needed)::
+Records are run with ``memfit.estimate``, except benchmark tables whose loop ``estimate`` cannot
+express (an LM head with ``loss = logits.sum()`` and no optimizer): that loop is traced with
+``memfit.trace_step`` on the bundled config, and ``estimate``'s nearest workload is reported beside
+it.
+
+Run from the repository root (under a minute on a 2-core laptop; no GPU needed)::
 
     .venv/bin/python benchmarks/accuracy_published.py
 """
@@ -79,6 +85,7 @@ MAPPED_METRIC_PATTERNS = (
     ("model loading took", "model_weights"),  # vLLM startup log: weights only
     ("model states", "model_states"),  # ZeRO paper: (2 + 2 + K)·Ψ
     ("(2+2+k)", "model_states"),
+    ("model_states", "model_states"),  # DeepSpeed estimate_zero3_model_states_mem_needs_all_live
     ("training using adam", "model_states"),  # accelerate estimate-memory
 )
 
@@ -168,6 +175,12 @@ PRECISIONS = {
         "(4+4+8 B/param): the same 16 B/param in total",
     ),
 }
+#: What a vLLM "weights" figure holds besides the checkpoint's tensors.
+VLLM_WEIGHTS_NOTE = (
+    "vLLM's weights figure also holds its RoPE cos/sin cache (max_position_embeddings x head_dim "
+    "in the model dtype, e.g. 32 MiB for Llama-3.1-8B in bf16); HF computes RoPE on the fly, so "
+    "memfit's parameters lack it"
+)
 #: HF ``torch_dtype`` -> memfit precision (vLLM's ``--dtype auto`` loads the config's dtype).
 CONFIG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
@@ -176,6 +189,9 @@ OPTIMIZERS = {
     "Adam": ("adamw", "optimizer 'Adam' run as AdamW: the same two fp32 moments per parameter"),
     "Adam (K=12)": ("adamw", "'Adam (K=12)' run as AdamW: K counts the fp32 master copy too"),
 }
+
+#: A record's attention implementation -> memfit attention.
+ATTENTIONS = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash"}
 
 #: Workload fields each metric needs stated (model states and weights do not depend on the batch).
 WORKLOAD_FIELDS = {
@@ -187,6 +203,9 @@ WORKLOAD_FIELDS = {
 }
 #: Batch and sequence length used where the metric does not depend on them (weights, states).
 STATE_ONLY_BATCH, STATE_ONLY_SEQ = 1, 64
+
+#: memfit's pure precisions -> torch dtype name (the benchmark loop loads the model in it).
+TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 #: Record GPU text prefix -> memfit catalog name (affects only reserved/device-used numbers).
 GPUS = {
@@ -286,9 +305,9 @@ def check_techniques(record: dict[str, Any]) -> None:
     if any(marker in model for marker in QUANTIZED_NAME_MARKERS):
         raise Skip(f"quantized checkpoint ({record['model']}): not modelled")
     if record.get("sharding") not in SINGLE_GPU_SHARDING or (record.get("num_gpus") or 1) > 1:
-        raise Skip(f"multi-GPU sharding ({record.get('sharding')}): not modelled")
+        raise Skip(f"sharding/offload ({record.get('sharding')}): not modelled")
     if record.get("lora"):
-        raise Skip(f"LoRA ({record['lora']}) on a model without a bundled config")
+        raise Skip(f"LoRA ({record['lora']}): not mapped by this script")
 
 
 def bundled_model(record: dict[str, Any]) -> tuple[str, list[str]]:
@@ -331,7 +350,10 @@ def workload_of(
         wl = WorkloadSpec(
             mode="infer", batch_size=STATE_ONLY_BATCH, seq_len=STATE_ONLY_SEQ, precision=precision
         )
-        return wl, "estimate", notes + ["weights do not depend on batch/sequence (1 x 64 used)"]
+        notes = notes + ["weights do not depend on batch/sequence (1 x 64 used)"]
+        if record.get("framework") == "vLLM":
+            notes.append(VLLM_WEIGHTS_NOTE)
+        return wl, "estimate", notes
     if metric == "model_states":
         optimizer, why = optimizer_of(record)
         wl = WorkloadSpec(
@@ -377,24 +399,25 @@ def optimizer_of(record: dict[str, Any]) -> tuple[str, str]:
 def step_workload(
     record: dict[str, Any], precision: str, notes: list[str]
 ) -> tuple[WorkloadSpec, str, list[str]]:
-    """Training/inference steps. Only training steps with a known loop are reproduced."""
-    mode = "train" if record["mode"].startswith("training") else "infer"
-    if mode == "infer":
+    """Training steps (no record states the generated-token count an inference run needs)."""
+    if not record["mode"].startswith("training"):
         raise Skip("inference: number of generated tokens not stated")
+    if record["attention_impl"] not in ATTENTIONS:
+        raise Skip(f"attention {record['attention_impl']!r} has no memfit equivalent")
     optimizer, why = optimizer_of(record)
     wl = WorkloadSpec(
         mode="train",
         batch_size=int(record["batch_size"]),
         seq_len=int(record["seq_len"]),
         precision=precision,
-        attention=record["attention_impl"],
+        attention=ATTENTIONS[record["attention_impl"]],
         optimizer=optimizer,
     )
+    notes = notes + [why]
     runner = "sdpa-benchmark-loop" if record["url"] in BENCHMARK_SOURCES else "estimate"
     if runner == "sdpa-benchmark-loop":
         source = BENCHMARK_SOURCES[record["url"]]
         notes = notes + [
-            why,
             f"the source's loop is traced with memfit.trace_step: {source['head']}, input_ids "
             "only, loss = logits.sum(), the previous step's outputs alive until reassigned",
             source["note"],
@@ -409,7 +432,7 @@ def step_workload(
 
 
 def predict(case: Case) -> dict[str, Any]:
-    """memfit's number for the case's metric, plus the estimate's JSON summary."""
+    """memfit's number for the case's metric (and estimate()'s nearest one for benchmark loops)."""
     if case.runner == "sdpa-benchmark-loop":
         est = trace_sdpa_benchmark(case)
         api = memfit.estimate(case.bundled, nearest_api_workload(case.workload), gpu=case.gpu)
@@ -439,15 +462,13 @@ def trace_sdpa_benchmark(case: Case) -> MemoryEstimate:
     import torch
     import transformers
 
-    transformers.logging.set_verbosity_error()
     config = dict(resolve_model(case.bundled).config)
     hf_config = transformers.AutoConfig.for_model(config.pop("model_type"), **config)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             hf_config,
             attn_implementation=case.workload.attention,
-            dtype=dtype[case.workload.precision],
+            dtype=getattr(torch, TORCH_DTYPES[case.workload.precision]),
         )
     model.train()
     held: dict[str, Any] = {}
@@ -554,6 +575,14 @@ def api_note(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def assumption_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One bullet per distinct list of assumptions, naming the records it applies to."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r["assumptions"]), []).append(r["id"])
+    return [f"- {', '.join(ids)}: " + "; ".join(a) for a, ids in groups.items() if a]
+
+
 def markdown(rows: list[dict[str, Any]], skipped: list[tuple[str, str]], n_total: int) -> str:
     out = [
         "# memfit vs published GPU memory measurements",
@@ -569,8 +598,7 @@ def markdown(rows: list[dict[str, Any]], skipped: list[tuple[str, str]], n_total
             out.append("No record could be compared.")
             continue
         out += metric_table(group) + [""] + metric_stats(group) + api_note(group)
-    out += ["", "## Assumptions", ""]
-    out += [f"- {r['id']}: " + "; ".join(r["assumptions"]) for r in rows if r["assumptions"]]
+    out += ["", "## Assumptions", ""] + assumption_lines(rows)
     out += ["", f"## Skipped ({len(skipped)})", ""]
     out += [f"- {rid} — {reason}" for rid, reason in skipped]
     out += ["", "## Regenerate", "", f"    {REGENERATE}", ""]
@@ -587,7 +615,10 @@ def load(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run(records: list[dict[str, Any]], log: Callable[[str], None]) -> tuple[list, list]:
+def run(
+    records: list[dict[str, Any]], log: Callable[[str], None]
+) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """Compare every record memfit can reproduce; collect (id, reason) for the others."""
     rows: list[dict[str, Any]] = []
     skipped: list[tuple[str, str]] = []
     for record in records:
@@ -602,12 +633,20 @@ def run(records: list[dict[str, Any]], log: Callable[[str], None]) -> tuple[list
     return rows, skipped
 
 
+def quiet_transformers() -> None:
+    """transformers warns about config fields of the bundled configs; the run does not need it."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = next((p for p in DATA_CANDIDATES if p.exists()), DATA_CANDIDATES[0])
     parser.add_argument("--data", type=Path, default=default)
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    quiet_transformers()
     records = load(args.data)
     rows, skipped = run(records, lambda line: print(line, file=sys.stderr))
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,8 @@ PUBLISHED_N_PARAMS = {
     "opt-125m": 125_239_296,
     "bloom-560m": 559_214_592,
     "pythia-160m": 162_322_944,
+    "pythia-410m-deduped": 405_334_016,
+    "opt-350m": 331_196_416,
     "bert-base-uncased": 109_482_240,
     "roberta-base": 124_645_632,
     "t5-small": 60_506_624,

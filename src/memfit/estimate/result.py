@@ -10,9 +10,8 @@ from memfit.units import format_bytes
 
 #: Components of device memory, in report order. ``parameters`` includes module buffers;
 #: ``activations`` includes the step's inputs; ``temporary`` is everything born in backward or in
-#: the
-#: optimizer step that is not a gradient or an optimizer state (autograd buffers, foreach
-#: temporaries).
+#: the optimizer step that is not a gradient or an optimizer state (autograd buffers, foreach
+#: temporaries, kernel workspaces) plus the cuBLAS/cuBLASLt workspaces held for the process's life.
 COMPONENTS = (
     "parameters",
     "gradients",

@@ -15,6 +15,7 @@ Fake ``cuda`` tensors abort the process in ``backward()`` on a CPU-only torch bu
   ``AT_FORALL_FP32_SET_OPT_DTYPE`` lists). We register AutocastCPU kernels that apply CUDA's policy
   for
   the duration of the trace.
+* **Dropout** (:func:`fused_dropout`): CUDA's fused kernel saves a bool mask, CPU a noise tensor.
 * **Hugging Face fake-tensor detection** (:func:`hf_treat_fake_as_real`): transformers treats a
   FakeTensor as "tracing" and then builds a (B, 1, S, S) mask a real run skips (trap 5).
 """
@@ -285,6 +286,26 @@ def _reserve_during_backward(node: Any, n_bytes: int) -> None:
 
     node.register_prehook(pre)
     node.register_hook(post)
+
+
+@contextmanager
+def fused_dropout() -> Iterator[None]:
+    """Dropout as CUDA runs it: ``aten::dropout`` takes the fused ``native_dropout`` kernel on CUDA
+    (``is_fused_kernel_acceptable``), saving a 1-byte bool mask, while on CPU it multiplies by a
+    noise tensor in the input's dtype (2-4 bytes per element). Seen on an H200: BERT training keeps
+    one (tokens × hidden) bool mask per dropout (benchmarks/results/gpu_h200_alloc_traces.tgz)."""
+    original = F.dropout
+
+    def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+        if not training or p == 0.0 or inplace or not 0.0 < p < 1.0 or input.numel() == 0:
+            return original(input, p, training, inplace)
+        return torch.ops.aten.native_dropout(input, p, True)[0]
+
+    F.dropout = dropout  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        F.dropout = original
 
 
 @contextmanager

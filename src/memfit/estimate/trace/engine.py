@@ -27,6 +27,7 @@ from memfit.estimate.trace import build, steps
 from memfit.estimate.trace.cuda_emulation import (
     SdpaRouter,
     cuda_autocast_policy,
+    fused_dropout,
     hf_treat_fake_as_real,
 )
 from memfit.estimate.trace.device import device_totals, fit_verdict
@@ -238,9 +239,9 @@ def _replay(events: list[tuple[str, int, int]], gpu: Any, training: bool) -> int
 class _emulation:
     """Enter the CUDA emulations the workload needs; ``as`` gives the SDPA router (or None)."""
 
-    def __init__(self, workload: WorkloadSpec, sdpa: bool = True) -> None:
+    def __init__(self, workload: WorkloadSpec, cuda_kernels: bool = True) -> None:
         self.workload = workload
-        self.sdpa = sdpa
+        self.cuda_kernels = cuda_kernels
 
     def __enter__(self) -> SdpaRouter | None:
         from contextlib import ExitStack
@@ -249,7 +250,10 @@ class _emulation:
         self._exit.enter_context(hf_treat_fake_as_real())
         if self.workload.precision.startswith("amp-"):
             self._exit.enter_context(cuda_autocast_policy())
-        if self.workload.attention == "eager" or not self.sdpa:
+        if not self.cuda_kernels:
+            return None
+        self._exit.enter_context(fused_dropout())
+        if self.workload.attention == "eager":
             return None
         mode = "flash" if self.workload.attention == "flash" else "auto"
         return self._exit.enter_context(SdpaRouter(mode))
@@ -286,10 +290,12 @@ def _to_estimate(
     engine: str = "trace",
 ) -> MemoryEstimate:
     phases: dict[str, PhasePeak] = {}
-    for key, _value in flat.items():
+    workspaces = _workspace_bytes(gpu, workload.is_train)
+    for key in flat:
         parts = key.split("/")
         if parts[0] == "phase" and parts[2] == "peak":
             comps = {c: int(flat.get(f"phase/{parts[1]}/comp/{c}", 0)) for c in COMPONENTS}
+            comps["temporary"] += workspaces
             phases[parts[1]] = PhasePeak(
                 phase=parts[1], peak_allocated_bytes=int(sum(comps.values())), components=comps
             )
@@ -328,6 +334,15 @@ def _to_estimate(
         trace=trace,
         notes=notes + totals.notes,
     )
+
+
+def _workspace_bytes(gpu: Any, training: bool) -> int:
+    """cuBLAS/cuBLASLt workspaces: allocator blocks held for the process's life, so they count in
+    ``max_memory_allocated`` (measured on an H200) and are reported under ``temporary``."""
+    from memfit.hardware.overhead import device_overhead
+
+    overhead = device_overhead(getattr(gpu, "arch", None), training=training)
+    return overhead.workspace_bytes if overhead.workspaces_in_allocator else 0
 
 
 def environment() -> dict[str, str]:

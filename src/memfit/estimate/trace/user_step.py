@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_map
 from memfit.errors import SpecError, TraceError
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import build, steps
-from memfit.estimate.trace.cuda_emulation import SdpaRouter
+from memfit.estimate.trace.cuda_emulation import SdpaRouter, fused_dropout
 from memfit.estimate.trace.engine import _flatten, _replay, _to_estimate
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
@@ -48,7 +48,7 @@ def trace_step(
     n_steps: int = 2,
     gpu: Any = None,
     name: str | None = None,
-    emulate_cuda_sdpa: bool = True,
+    emulate_cuda: bool = True,
 ) -> MemoryEstimate:
     """Run ``step_fn(model, optimizer, inputs)`` ``n_steps`` times on fake tensors; estimate it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -68,7 +68,10 @@ def trace_step(
     tracker = StorageTracker(device_type="cpu")
     with ExitStack() as stack:
         stack.enter_context(fake)
-        router = stack.enter_context(SdpaRouter("auto")) if emulate_cuda_sdpa else None
+        router = None
+        if emulate_cuda:  # the SDPA kernel and dropout as CUDA runs them
+            router = stack.enter_context(SdpaRouter("auto"))
+            stack.enter_context(fused_dropout())
         batch = _fake_inputs(inputs, fake)
         params = [p for p in traced.parameters() if p.requires_grad]
         opt = optimizer(params) if optimizer is not None and params else None
