@@ -62,6 +62,28 @@ CASES: dict[str, tuple[str, dict]] = {
         "mistral-7b-v0.1",
         dict(mode="infer", batch_size=1, seq_len=4096, new_tokens=32),
     ),
+    "llama1b-train-selective-fused": (
+        "llama-3.2-1b",
+        dict(
+            mode="train",
+            batch_size=4,
+            seq_len=2048,
+            checkpointing="selective",
+            optimizer="adamw-fused",
+        ),
+    ),
+    "llama1b-train-ampfp16": (
+        "llama-3.2-1b",
+        dict(mode="train", batch_size=2, seq_len=1024, precision="amp-fp16"),
+    ),
+    "opt350m-train-fp16-eager": (
+        "opt-350m",
+        dict(mode="train", batch_size=4, seq_len=1024, precision="fp16", attention="eager"),
+    ),
+    "pythia410m-train-fp16": (
+        "pythia-410m-deduped",
+        dict(mode="train", batch_size=4, seq_len=1024, precision="fp16"),
+    ),
 }
 
 
@@ -74,12 +96,13 @@ def run_case(name: str, alloc_trace_dir: str | None) -> dict:
     mode = wl.get("mode", "train")
     precision = wl.get("precision", "bf16")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    amp_dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(precision)
     attn = "eager" if wl.get("attention") == "eager" else "sdpa"
     b, s = wl.get("batch_size", 1), wl.get("seq_len", 512)
     model_type = cfg_dict.pop("model_type")
     hf = transformers.AutoConfig.for_model(model_type, **cfg_dict)
     archs = " ".join(cfg_dict.get("architectures") or [])
-    seq_cls = "MaskedLM" in archs or archs.endswith("Model")
+    seq_cls = not ("CausalLM" in archs or "LMHead" in archs)  # as memfit's resolve_task
     if seq_cls:
         hf.num_labels = 2
         cls = transformers.AutoModelForSequenceClassification
@@ -106,10 +129,14 @@ def run_case(name: str, alloc_trace_dir: str | None) -> dict:
     ids = torch.randint(0, hf.vocab_size, (b, s), device=dev)
     t0 = time.perf_counter()
     if mode == "train":
-        if wl.get("checkpointing") == "full":
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+        if wl.get("checkpointing") in ("full", "selective"):
+            kwargs: dict = {"use_reentrant": False}
+            if wl["checkpointing"] == "selective":  # memfit's own policy (the repo is on the path)
+                sys.path.insert(0, str(ROOT / "src"))
+                from memfit.estimate.trace.build import selective_checkpoint_context
+
+                kwargs["context_fn"] = selective_checkpoint_context
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         if wl.get("lora_rank"):
             from peft import LoraConfig, get_peft_model
 
@@ -124,14 +151,16 @@ def run_case(name: str, alloc_trace_dir: str | None) -> dict:
         if opt_name == "sgd-momentum":
             opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
         else:
-            opt = torch.optim.AdamW(params, lr=1e-4)
+            opt = torch.optim.AdamW(params, lr=1e-4, fused=opt_name == "adamw-fused" or None)
+        scaler = torch.amp.GradScaler("cuda", enabled=precision == "amp-fp16")
         labels = torch.zeros(b, dtype=torch.long, device=dev) if seq_cls else ids
         for _ in range(2):
-            with torch.autocast("cuda", torch.bfloat16, enabled=precision == "amp-bf16"):
+            with torch.autocast("cuda", amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
                 loss = model(input_ids=ids, labels=labels).loss
-            loss.backward()
+            scaler.scale(loss).backward()
             del loss
-            opt.step()
+            scaler.step(opt)
+            scaler.update()
             opt.zero_grad(set_to_none=True)
     else:
         model.eval()
@@ -209,6 +238,7 @@ def _nvml_process(nvml) -> int | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=sorted(CASES))
+    ap.add_argument("--cases", nargs="*", default=None, help="run only these cases")
     ap.add_argument("--out", default=None, help="JSON Lines file for all cases")
     ap.add_argument("--alloc-trace", default=None, help="directory for allocation traces")
     args = ap.parse_args()
@@ -216,7 +246,7 @@ def main() -> None:
         print(json.dumps(run_case(args.case, args.alloc_trace)))
         return
     lines = []
-    for name in CASES:
+    for name in args.cases or CASES:
         cmd = [sys.executable, __file__, "--case", name]
         if args.alloc_trace:
             cmd += ["--alloc-trace", args.alloc_trace]
