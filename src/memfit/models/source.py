@@ -28,24 +28,15 @@ from memfit.models.bundled import (
     BundledModel,
     bundled_names,
     find_bundled,
-    list_bundled,
 )
 from memfit.models.config_json import check_config, read_config_file
 from memfit.models.safetensors_header import (
     SafetensorsInfo,
     find_safetensors,
-    read_safetensors_header,
     summarize_safetensors,
 )
 
-__all__ = [
-    "BundledModel",
-    "ModelSource",
-    "SafetensorsInfo",
-    "list_bundled",
-    "read_safetensors_header",
-    "resolve_model",
-]
+__all__ = ["ModelSource", "resolve_model"]  # the package re-exports the rest (memfit.models)
 
 ORIGINS = ("bundled", "path", "hub", "factory")
 #: ``pkg.module:function``: a dotted Python identifier, a colon, an identifier.
