@@ -1,8 +1,7 @@
 """Validated, frozen inputs: what job is being estimated.
 
 A :class:`WorkloadSpec` says *what the user's job runs* (train or infer, batch, sequence, precision
-and
-the memory techniques). It is validated once in ``__post_init__`` and every problem is reported
+and the memory techniques). It is validated once in ``__post_init__`` and every problem is reported
 together, each naming the field, the value and the rule.
 """
 
@@ -21,8 +20,7 @@ TASKS = ("auto", "causal-lm", "seq-cls", "seq2seq")
 MODES = ("train", "infer")
 
 #: The largest sequence memfit will accept: 16 Mi tokens. Beyond it no single GPU could hold even
-#: the
-#: activations of one layer of the smallest bundled model, so such values are typos.
+#: the activations of one layer of the smallest bundled model, so such values are typos.
 MAX_SEQ_LEN = 16 * 1024 * 1024
 #: Likewise for batch size (samples per micro-batch).
 MAX_BATCH_SIZE = 1 << 20
@@ -33,11 +31,9 @@ class WorkloadSpec:
     """One training step or one inference run, as the user's job executes it.
 
     ``precision``: ``fp32``/``bf16``/``fp16`` keep weights, grads and optimizer states in that
-    dtype;
-    ``amp-*`` keep fp32 master weights and run the forward under autocast (``amp-fp16`` adds a
-    GradScaler). ``attention``: ``eager`` materialises the (B, H, S, S) scores, ``sdpa`` lets
-    PyTorch
-    pick the kernel a CUDA GPU would pick, ``flash`` forces FlashAttention-2.
+    dtype; ``amp-*`` keep fp32 master weights and run the forward under autocast (``amp-fp16`` adds
+    a GradScaler). ``attention``: ``eager`` materialises the (B, H, S, S) scores, ``sdpa`` lets
+    PyTorch pick the kernel a CUDA GPU would pick, ``flash`` forces FlashAttention-2.
     ``zero_grad_set_to_none`` is torch's default (True); HF Trainer before 4.x kept grads (False).
     """
 

@@ -1,9 +1,8 @@
 """Byte units, bytes per dtype, and parsing/formatting of human sizes.
 
 Memory inside memfit is always an ``int`` of bytes. Human units appear only in ``report/`` and the
-CLI.
-``GB`` means 10**9 bytes and ``GiB`` 2**30 bytes; a bare ``G`` is read as GiB (how GPU memory is
-usually meant).
+CLI. ``GB`` means 10**9 bytes and ``GiB`` 2**30 bytes; a bare ``G`` is read as GiB (how GPU memory
+is usually meant).
 """
 
 from __future__ import annotations

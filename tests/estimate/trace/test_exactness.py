@@ -2,9 +2,8 @@
 
 Both runs use the same tracker; the real run builds the model with real (random) weights on the CPU.
 CPU has no FlashAttention kernel, so CUDA's SDPA routing is off in both runs
-(``emulate_cuda=False``);
-the routing itself is checked against GPU measurements (docs/accuracy.md). Tolerance: none — every
-phase peak and every component must be equal to the byte.
+(``emulate_cuda=False``); the routing itself is checked against GPU measurements (docs/accuracy.md).
+Tolerance: none — every phase peak and every component must be equal to the byte.
 """
 
 from __future__ import annotations

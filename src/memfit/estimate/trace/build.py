@@ -242,8 +242,7 @@ def freeze_first_layers_(model: torch.nn.Module, n_layers: int) -> None:
 #: Selective activation checkpointing: ops whose outputs are saved (expensive to recompute); all
 #: other ops inside a checkpointed block are recomputed. This is the op-level SAC policy of
 #: torchtitan (matmuls and attention kernels saved) — Korthikanti et al. 2022 §4.2 recompute the
-#: cheap
-#: attention-core elementwise work instead of storing it.
+#: cheap attention-core elementwise work instead of storing it.
 SAC_SAVE_OPS = (
     "mm",
     "addmm",

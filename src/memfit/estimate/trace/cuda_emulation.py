@@ -13,8 +13,7 @@ Fake ``cuda`` tensors abort the process in ``backward()`` on a CPU-only torch bu
   ``layer_norm``, ``softmax``, ``log_softmax``, ``sum`` in the input dtype where CUDA autocast runs
   them in fp32 (``aten/src/ATen/autocast_mode.cpp``, the ``AT_FORALL_FP32`` and
   ``AT_FORALL_FP32_SET_OPT_DTYPE`` lists). We register AutocastCPU kernels that apply CUDA's policy
-  for
-  the duration of the trace.
+  for the duration of the trace.
 * **Dropout** (:func:`fused_dropout`): CUDA's fused kernel saves a bool mask, CPU a noise tensor.
 * **Hugging Face fake-tensor detection** (:func:`hf_treat_fake_as_real`): transformers treats a
   FakeTensor as "tracing" and then builds a (B, 1, S, S) mask a real run skips (trap 5).
@@ -81,8 +80,7 @@ CUDA_FP32_OPS = (
     "logsumexp",
 )
 #: Ops CUDA autocast runs with ``dtype=float32`` when no dtype is given
-#: (CastPolicy::fp32_set_opt_dtype,
-#: ``AT_FORALL_FP32_SET_OPT_DTYPE``).
+#: (CastPolicy::fp32_set_opt_dtype, ``AT_FORALL_FP32_SET_OPT_DTYPE``).
 CUDA_FP32_SET_OPT_DTYPE_OPS = (
     "prod",
     "prod.dim_int",
@@ -256,9 +254,9 @@ class SdpaRouter:
 #: FlashAttention-2 backward (``mha_bwd``) allocates, for the duration of the kernel, an fp32
 #: ``dq_accum`` (B, S_q rounded to 128, H_q, D rounded to 32), the fp32 ``softmax_d`` (B, H_q, S_q
 #: rounded) and, with grouped-query attention, ``dk``/``dv`` expanded to H_q heads in the input
-#: dtype.
-#: On an H200 (torch 2.11) these came as one block per backward call: 32.25 MiB for Llama-3.2-1B at
-#: B=2, S=1024 and 129 MiB at B=4, S=2048, as the formula gives (benchmarks/results/).
+#: dtype. On an H200 (torch 2.11) these came as one block per backward call: 32.25 MiB for
+#: Llama-3.2-1B at B=2, S=1024 and 129 MiB at B=4, S=2048, as the formula gives
+#: (benchmarks/results/).
 FLASH_SEQ_ROUND = 128
 FLASH_HEAD_ROUND = 32
 

@@ -9,8 +9,7 @@ Training (two steps, so optimizer states exist at the second step's peak)::
 Inference of a causal LM follows ``generate()`` with a DynamicCache: a prefill of ``seq_len`` tokens
 that keeps only the last position's logits (``logits_to_keep=1``) and copies them to fp32, then
 ``new_tokens - 1`` decode steps, each traced (up to ``MAX_TRACED_DECODE_STEPS``; beyond, memfit
-jumps to
-the last step with the cache grown to its final length — its peak is the decode peak).
+jumps to the last step with the cache grown to its final length — its peak is the decode peak).
 """
 
 from __future__ import annotations

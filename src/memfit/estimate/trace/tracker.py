@@ -8,9 +8,8 @@ tensors and for FakeTensors, which is what lets tests compare a fake trace with 
 
 Categories (parameters, gradients, …) are resolved when a result is read, not when a storage is
 born: a buffer created by the autograd engine that later becomes ``param.grad`` counts as a
-gradient.
-Storages nobody labels are ``activations`` if born in a forward-like phase and ``temporary``
-otherwise.
+gradient. Storages nobody labels are ``activations`` if born in a forward-like phase and
+``temporary`` otherwise.
 
 The tracker also records the module whose ``forward`` was running when a storage was born (global
 module hooks, a name stack), so the peak can be attributed to modules.
@@ -214,8 +213,7 @@ class StorageTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]):
             # ``.item()`` on a fake tensor has no value. Optimizers such as Adafactor use it only
-            # for
-            # step sizes, never for shapes: any positive value leaves the allocations unchanged.
+            # for step sizes, never for shapes: any positive value leaves the allocations unchanged.
             return _FAKE_SCALAR[args[0].dtype.is_floating_point]
         out = func(*args, **(kwargs or {}))
         self.n_ops += 1
