@@ -16,6 +16,15 @@ class DeviceTotals:
     notes: list[str] = field(default_factory=list)
 
 
+def allocator_workspaces(gpu: Any, *, training: bool) -> tuple[int, ...]:
+    """Request sizes of the cuBLAS/cuBLASLt workspaces that live in the caching allocator (never
+    freed) on ``gpu``'s architecture; empty where the library allocates them itself."""
+    from memfit.hardware.overhead import device_overhead
+
+    overhead = device_overhead(getattr(gpu, "arch", None), training=training)
+    return overhead.workspace_allocations if overhead.workspaces_in_allocator else ()
+
+
 def device_totals(gpu: Any, *, reserved_bytes: int, training: bool) -> DeviceTotals:
     """Add what lives outside the caching allocator — the CUDA context, and cuBLAS workspaces where
     they are not allocator blocks — to the simulated reserved bytes (which already replay the

@@ -3,11 +3,10 @@
 A model with L identical blocks is not traced block by block. memfit traces the model with a few
 blocks — a base count ``b`` (two periods ``p`` of the layer pattern), ``b + p`` for each repeated
 stack, and ``b + 2p`` on the first stack as a check — and extrapolates every quantity linearly in
-the block
-counts: each phase's peak and its components, the peak's owners, the simulated reserved memory, the
-parameter counts. Within a phase the peak of a stack of identical blocks is an affine function of
-the block count as long as it happens at the same relative point of the step, which the check
-trace verifies (``trace["extrapolation_check_error"]``; a test compares with full traces).
+the block counts: each phase's peak and its components, the peak's owners, the simulated reserved
+memory, the parameter counts. Within a phase the peak of a stack of identical blocks is an affine
+function of the block count as long as it happens at the same relative point of the step, which the
+check trace verifies (``trace["extrapolation_check_error"]``; a test compares with full traces).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import contextlib
 import dataclasses
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -30,16 +29,16 @@ from memfit.estimate.trace.cuda_emulation import (
     fused_dropout,
     hf_treat_fake_as_real,
 )
-from memfit.estimate.trace.device import device_totals, fit_verdict
+from memfit.estimate.trace.device import allocator_workspaces, device_totals, fit_verdict
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
 #: Models with at most this many repeated blocks are traced block by block. Allocated bytes and
 #: components extrapolate exactly from a few blocks, but reserved bytes depend on the whole
 #: allocation history: extrapolated from 4-6 blocks they missed H200 measurements of Llama-3.2-1B by
-#: -6 % to -15 %, traced in full by +0.6 % (docs/accuracy.md). A full trace of a 40-layer model
-#: takes
-#: about 3 s on a 2-core laptop; deeper models (70B-class, 80 layers) are extrapolated.
+#: -6 % to -15 %, traced in full by +0.6 % (docs/accuracy.md). A full trace of Llama-2-7B (32
+#: layers) takes 3.7 s on a 2-core machine (benchmarks/results/trace_speed.md); deeper models
+#: (70B-class, 80 layers) are extrapolated.
 FULL_TRACE_MAX_LAYERS = 48
 #: How many module owners the estimate lists.
 N_TOP_MODULES = 10
@@ -113,8 +112,7 @@ def _check_task(task: str, workload: WorkloadSpec) -> None:
     if workload.mode == "infer" and workload.new_tokens and task not in ("causal-lm", "seq2seq"):
         raise SpecError(
             f"new_tokens ({workload.new_tokens}) needs a generative model but the task is "
-            f"{task!r}; "
-            "drop --new-tokens"
+            f"{task!r}; drop --new-tokens"
         )
 
 
@@ -227,39 +225,26 @@ def _replay(events: list[tuple[str, int, int]], gpu: Any, training: bool) -> int
     """Peak reserved bytes: the trace's allocations replayed through the caching-allocator model,
     after the cuBLAS/cuBLASLt workspaces the GPU's first matmuls allocate (never freed)."""
     from memfit.estimate.trace.allocator import simulate
-    from memfit.hardware.overhead import device_overhead
 
-    overhead = device_overhead(getattr(gpu, "arch", None), training=training)
-    workspaces = [("a", -1 - i, n) for i, n in enumerate(overhead.workspace_allocations)]
-    if not overhead.workspaces_in_allocator:
-        workspaces = []
+    sizes = allocator_workspaces(gpu, training=training)
+    workspaces = [("a", -1 - i, n) for i, n in enumerate(sizes)]
     return simulate(workspaces + events).peak_reserved_bytes
 
 
-class _emulation:
-    """Enter the CUDA emulations the workload needs; ``as`` gives the SDPA router (or None)."""
-
-    def __init__(self, workload: WorkloadSpec, cuda_kernels: bool = True) -> None:
-        self.workload = workload
-        self.cuda_kernels = cuda_kernels
-
-    def __enter__(self) -> SdpaRouter | None:
-        from contextlib import ExitStack
-
-        self._exit = ExitStack()
-        self._exit.enter_context(hf_treat_fake_as_real())
-        if self.workload.precision.startswith("amp-"):
-            self._exit.enter_context(cuda_autocast_policy())
-        if not self.cuda_kernels:
-            return None
-        self._exit.enter_context(fused_dropout())
-        if self.workload.attention == "eager":
-            return None
-        mode = "flash" if self.workload.attention == "flash" else "auto"
-        return self._exit.enter_context(SdpaRouter(mode))
-
-    def __exit__(self, *exc: Any) -> None:
-        self._exit.__exit__(*exc)
+@contextlib.contextmanager
+def _emulation(workload: WorkloadSpec, cuda_kernels: bool = True) -> Iterator[SdpaRouter | None]:
+    """Enter the CUDA emulations the workload needs; yields the SDPA router (or None)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(hf_treat_fake_as_real())
+        if workload.precision.startswith("amp-"):
+            stack.enter_context(cuda_autocast_policy())
+        router = None
+        if cuda_kernels:
+            stack.enter_context(fused_dropout())
+            if workload.attention != "eager":
+                mode = "flash" if workload.attention == "flash" else "auto"
+                router = stack.enter_context(SdpaRouter(mode))
+        yield router
 
 
 def _flatten(tracker: StorageTracker, n_params: int, n_trainable: int, router: Any) -> Flat:
@@ -290,7 +275,9 @@ def _to_estimate(
     engine: str = "trace",
 ) -> MemoryEstimate:
     phases: dict[str, PhasePeak] = {}
-    workspaces = _workspace_bytes(gpu, workload.is_train)
+    # cuBLAS/cuBLASLt workspaces: allocator blocks held for the process's life, so they count in
+    # ``max_memory_allocated`` (measured on an H200); reported under ``temporary``.
+    workspaces = sum(allocator_workspaces(gpu, training=workload.is_train))
     for key in flat:
         parts = key.split("/")
         if parts[0] == "phase" and parts[2] == "peak":
@@ -334,15 +321,6 @@ def _to_estimate(
         trace=trace,
         notes=notes + totals.notes,
     )
-
-
-def _workspace_bytes(gpu: Any, training: bool) -> int:
-    """cuBLAS/cuBLASLt workspaces: allocator blocks held for the process's life, so they count in
-    ``max_memory_allocated`` (measured on an H200) and are reported under ``temporary``."""
-    from memfit.hardware.overhead import device_overhead
-
-    overhead = device_overhead(getattr(gpu, "arch", None), training=training)
-    return overhead.workspace_bytes if overhead.workspaces_in_allocator else 0
 
 
 def environment() -> dict[str, str]:

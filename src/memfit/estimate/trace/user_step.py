@@ -14,8 +14,7 @@
 The model may live on ``meta`` (recommended: nothing is allocated) or be a real CPU model (its
 parameters are converted to fake copies; the user's model is left untouched). The optimizer is a
 factory, called with the fake parameters. Inputs are tensors (real or meta; turned into fake ones)
-or
-a callable returning them. Phases are found automatically: the step starts in ``forward``, any
+or a callable returning them. Phases are found automatically: the step starts in ``forward``, any
 ``backward()`` switches to ``backward`` and ``optimizer.step()`` to ``optimizer``.
 """
 
@@ -33,8 +32,7 @@ from torch.utils._pytree import tree_map
 from memfit.errors import SpecError, TraceError
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import build, steps
-from memfit.estimate.trace.cuda_emulation import SdpaRouter, fused_dropout
-from memfit.estimate.trace.engine import _flatten, _replay, _to_estimate
+from memfit.estimate.trace.engine import _emulation, _flatten, _replay, _to_estimate
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
@@ -68,10 +66,8 @@ def trace_step(
     tracker = StorageTracker(device_type="cpu")
     with ExitStack() as stack:
         stack.enter_context(fake)
-        router = None
-        if emulate_cuda:  # the SDPA kernel and dropout as CUDA runs them
-            router = stack.enter_context(SdpaRouter("auto"))
-            stack.enter_context(fused_dropout())
+        # the SDPA kernel and dropout as CUDA runs them, transformers' real-tensor code paths
+        router = stack.enter_context(_emulation(WorkloadSpec(attention="sdpa"), emulate_cuda))
         batch = _fake_inputs(inputs, fake)
         params = [p for p in traced.parameters() if p.requires_grad]
         opt = optimizer(params) if optimizer is not None and params else None
