@@ -12,7 +12,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from memfit.errors import MemfitError
-from memfit.spec import ATTENTIONS, CHECKPOINTING, OPTIMIZERS, PRECISIONS, TASKS
+from memfit.estimate import ENGINES
+from memfit.spec import (
+    ATTENTIONS,
+    CHECKPOINTING,
+    OFFLOADS,
+    OPTIMIZERS,
+    PRECISIONS,
+    QUANTS,
+    SHARDS,
+    TASKS,
+)
 
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -88,9 +98,41 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--freeze", type=_integer, default=None, help="freeze the embeddings and the first N layers"
     )
+    e.add_argument(
+        "--quant",
+        choices=QUANTS,
+        default="none",
+        help="weight format (train: QLoRA, needs --lora-rank; default none)",
+    )
+    e.add_argument(
+        "--group-size",
+        type=_integer,
+        default=128,
+        help="int4-gptq / int4-awq quantization group size (default 128)",
+    )
+    e.add_argument("--gpus", type=_integer, default=1, help="GPUs in the job (default 1)")
+    e.add_argument(
+        "--shard",
+        choices=SHARDS,
+        default=None,
+        help="how data-parallel ranks hold the model (default ddp when gpus / tp > 1)",
+    )
+    e.add_argument(
+        "--offload",
+        choices=OFFLOADS,
+        default="none",
+        help="keep optimizer states (or also params) in host RAM; needs a ZeRO/FSDP --shard",
+    )
+    e.add_argument("--tp", type=_integer, default=1, help="tensor-parallel degree (default 1)")
     e.add_argument("--task", choices=TASKS, default="auto")
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
-    e.add_argument("--engine", choices=("auto", "trace"), default="auto")
+    e.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help="trace (fake-tensor run), analytic (closed forms, torch-free, milliseconds), auto "
+        "(trace when torch can build the model, else analytic; the output says which)",
+    )
     e.add_argument(
         "--trust-remote-code",
         action="store_true",
@@ -149,6 +191,12 @@ def _workload(args: argparse.Namespace) -> Any:
         lora_targets=targets,
         freeze_layers=args.freeze or 0,
         task=args.task,
+        quant=args.quant,
+        quant_group_size=args.group_size,
+        gpus=args.gpus,
+        shard=args.shard,
+        offload=args.offload,
+        tp=args.tp,
     )
     if args.lora_targets and args.lora_rank is None:
         kwargs["lora_rank"] = 0  # reported as "lora_rank must be positive" with the other problems

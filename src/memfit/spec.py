@@ -15,7 +15,28 @@ Mode = Literal["train", "infer"]
 PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
 ATTENTIONS = ("eager", "sdpa", "flash")
 CHECKPOINTING = ("none", "full", "selective")
-OPTIMIZERS = ("adamw", "adamw-fused", "sgd", "sgd-momentum", "adafactor", "none")
+OPTIMIZERS = (
+    "adamw",
+    "adamw-fused",
+    "adamw-8bit",
+    "paged-adamw-8bit",
+    "adafactor",
+    "lion",
+    "sgd",
+    "sgd-momentum",
+    "none",
+)
+#: Weight formats: bitsandbytes LLM.int8 / NF4 (± double quant) / FP4, GPTQ and AWQ packed int4,
+#: FP8 (per-tensor scales). ``none`` keeps the precision's dtype.
+QUANTS = ("none", "int8", "nf4", "nf4-dq", "fp4", "int4-gptq", "int4-awq", "fp8")
+#: How data-parallel ranks hold the model: ``ddp`` replicates it; ZeRO-1/2/3 partition optimizer
+#: states / + gradients / + parameters; ``fsdp`` is PyTorch FSDP2 (fully sharded, like ZeRO-3).
+SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp")
+#: What lives in host RAM instead of the GPU: optimizer states (+ fp32 master weights), or those
+#: and the parameters too (ZeRO-3 / FSDP only).
+OFFLOADS = ("none", "optimizer", "params")
+#: GPUs per job memfit will reason about.
+MAX_GPUS = 1 << 16
 TASKS = ("auto", "causal-lm", "seq-cls", "seq2seq")
 MODES = ("train", "infer")
 
@@ -50,11 +71,20 @@ class WorkloadSpec:
     freeze_layers: int = 0
     task: str = "auto"
     zero_grad_set_to_none: bool = True
+    quant: str = "none"
+    quant_group_size: int = 128
+    gpus: int = 1
+    shard: str | None = None  # None: "ddp" when there are data-parallel ranks, else "none"
+    offload: str = "none"
+    tp: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", "adamw" if self.mode == "train" else "none")
+        if self.shard is None:
+            dp = self.gpus // self.tp if _is_count(self.gpus) and _is_count(self.tp) else 1
+            object.__setattr__(self, "shard", "ddp" if dp > 1 else "none")
         if isinstance(self.lora_targets, list):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         problems = self.problems()
@@ -82,6 +112,12 @@ class WorkloadSpec:
         choice("checkpointing", self.checkpointing, CHECKPOINTING)
         choice("optimizer", self.optimizer, OPTIMIZERS)
         choice("task", self.task, TASKS)
+        choice("quant", self.quant, QUANTS)
+        choice("shard", self.shard, SHARDS)
+        choice("offload", self.offload, OFFLOADS)
+        positive("quant_group_size", self.quant_group_size, 1 << 20)
+        positive("gpus", self.gpus, MAX_GPUS)
+        positive("tp", self.tp, MAX_GPUS)
         positive("batch_size", self.batch_size, MAX_BATCH_SIZE)
         positive("seq_len", self.seq_len, MAX_SEQ_LEN)
         if not isinstance(self.new_tokens, int) or self.new_tokens < 0:
@@ -116,7 +152,80 @@ class WorkloadSpec:
                 f"new_tokens ({self.new_tokens}) only applies to mode 'infer' (generation); "
                 "drop --new-tokens or use --mode infer"
             )
+        p.extend(self._technique_problems())
         return p
+
+    def _technique_problems(self) -> list[str]:
+        """Combinations that cannot run (quantized training without adapters, offload without a
+        sharding engine, tensor parallelism not dividing the GPUs)."""
+        p: list[str] = []
+        if not (_is_count(self.gpus) and _is_count(self.tp)):
+            return p
+        if self.gpus % self.tp:
+            p.append(
+                f"tp ({self.tp}) must divide gpus ({self.gpus}): each tensor-parallel group spans "
+                "tp GPUs and the data-parallel degree is gpus / tp"
+            )
+        dp = self.gpus // self.tp
+        if self.shard == "none" and dp > 1:
+            p.append(
+                f"shard 'none' with {dp} data-parallel ranks (gpus {self.gpus} / tp {self.tp}): "
+                "say how the ranks hold the model with --shard ddp|zero1|zero2|zero3|fsdp"
+            )
+        if self.mode == "train" and self.quant != "none" and self.lora_rank is None:
+            p.append(
+                f"quant ({self.quant!r}) with mode 'train' needs LoRA adapters (QLoRA): quantized "
+                "base weights get no gradients; add --lora-rank, or use --quant none"
+            )
+        if self.offload != "none" and self.shard not in ("zero1", "zero2", "zero3", "fsdp"):
+            hint = (
+                "--shard zero3" if self.offload == "params" else "--shard zero2 (ZeRO-Offload)"
+            )
+            p.append(
+                f"offload ({self.offload!r}) needs a sharding engine that offloads "
+                f"(got shard {self.shard!r}); use {hint}, also with --gpus 1"
+            )
+        if self.offload == "params" and self.shard in ("zero1", "zero2"):
+            p.append(
+                f"offload 'params' needs --shard zero3 or fsdp (shard {self.shard!r} keeps "
+                "every parameter on each GPU)"
+            )
+        if self.mode == "infer" and self.offload == "optimizer":
+            p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
+        if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
+            p.append(
+                f"shard ({self.shard!r}) is a training setup; for inference use --tp, --shard "
+                "zero3 (ZeRO-Inference) or ddp (one replica per GPU)"
+            )
+        return p
+
+    def warnings(self) -> list[str]:
+        """Valid but probably unintended settings (reported in the estimate's ``notes``)."""
+        w: list[str] = []
+        if self.shard in ("zero1", "zero2", "zero3", "fsdp") and self.gpus // max(self.tp, 1) == 1:
+            if self.offload == "none":
+                w.append(
+                    f"shard {self.shard!r} over a single data-parallel rank partitions nothing: "
+                    "it saves memory only with --gpus > 1 or with --offload"
+                )
+        if self.shard == "ddp" and self.gpus // max(self.tp, 1) == 1:
+            w.append("shard 'ddp' with one data-parallel rank is a single-GPU run")
+        if self.quant in ("nf4", "nf4-dq", "fp4") and self.precision == "fp32" and self.is_train:
+            w.append(
+                "4-bit base weights with fp32 compute: bitsandbytes dequantizes to fp32 for every "
+                "matmul; QLoRA normally computes in bf16 (--precision bf16)"
+            )
+        if self.quant == "fp8" and self.is_train:
+            w.append(
+                "fp8 here stores frozen base weights in fp8 (per-tensor scales); fp8 training "
+                "recipes (transformer-engine) keep higher-precision masters and are not modelled"
+            )
+        return w
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: ``gpus / tp``."""
+        return self.gpus // self.tp
 
     @property
     def is_train(self) -> bool:
@@ -130,6 +239,8 @@ class WorkloadSpec:
         """The inputs as JSON-ready values (what ``--json`` prints under ``workload``)."""
         d = asdict(self)
         d.pop("extra")
+        if self.quant not in ("int4-gptq", "int4-awq"):
+            d.pop("quant_group_size")
         if self.mode == "infer":
             for k in ("optimizer", "lora_rank", "lora_targets", "freeze_layers", "checkpointing"):
                 d.pop(k)
@@ -138,3 +249,7 @@ class WorkloadSpec:
         if isinstance(d.get("lora_targets"), tuple):
             d["lora_targets"] = list(d["lora_targets"])
         return d
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

@@ -1,7 +1,8 @@
 """Estimate the peak GPU memory of a job: ``estimate(model, workload, gpu=...)``.
 
 Engines: ``trace`` runs the model on fake tensors (needs torch, and transformers for HF configs);
-``auto`` uses trace when it is available. The analytic engine is not part of this release.
+``analytic`` evaluates closed forms from config.json (torch-free, milliseconds); ``auto`` uses
+trace when torch can build the model and analytic otherwise, and the estimate says which.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from memfit.errors import MissingDependencyError, SpecError
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.spec import WorkloadSpec
 
-ENGINES = ("auto", "trace")
+ENGINES = ("auto", "trace", "analytic")
 
 __all__ = ["COMPONENTS", "ENGINES", "MemoryEstimate", "estimate"]
 
@@ -42,6 +43,10 @@ def estimate(
         if isinstance(model, ModelSource)
         else resolve_model(str(model), trust_remote_code=trust_remote_code)
     )
+    if engine == "analytic":
+        from memfit.estimate.analytic import estimate_analytic
+
+        return estimate_analytic(source, workload, gpu=gpu_record)
     _require_trace_stack(source)
     if source.origin == "factory":
         from memfit.estimate.trace.factory import trace_factory

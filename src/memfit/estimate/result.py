@@ -82,6 +82,14 @@ class MemoryEstimate:
     phases: dict[str, PhasePeak]
     top_modules: list[ModuleBytes]
     fits: FitVerdict | None = None
+    #: Host (CPU) RAM the job needs for what it offloads (optimizer states, fp32 masters, params).
+    host_memory_bytes: int = 0
+    #: Paged optimizer states: CUDA unified memory, on the device until the driver evicts them to
+    #: host RAM under pressure; included in ``optimizer_states`` and reported here as well.
+    unified_memory_bytes: int = 0
+    #: ``{"peak_allocated_bytes": (low, high), "peak_reserved_bytes": ..., "device_used_bytes":
+    #: ...}``: what the engine cannot know (fragmentation, library workspaces, kernel choice).
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     attention_backends: dict[str, int] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -116,6 +124,13 @@ class MemoryEstimate:
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "cuda_context_bytes": self.cuda_context_bytes,
             "device_used_bytes": self.device_used_bytes,
+            **{
+                f"{metric}_{end}": value
+                for metric, pair in self.ranges.items()
+                for end, value in zip(("low", "high"), pair, strict=True)
+            },
+            "host_memory_bytes": self.host_memory_bytes,
+            "unified_memory_bytes": self.unified_memory_bytes,
             "peak_phase": self.peak_phase,
             "components": dict(self.components),
             "phases": {name: p.to_json() for name, p in self.phases.items()},

@@ -66,6 +66,7 @@ def trace_hf(
     fake trace counts exactly what real execution allocates.
     """
     started = time.perf_counter()
+    _reject_unsupported(workload)
     task = build.resolve_task(config, workload.task)
     _check_task(task, workload)
     stacks = build.layer_plan(config, trust_remote_code)
@@ -106,6 +107,28 @@ def trace_hf(
         "wall_s": round(time.perf_counter() - started, 3),
     }
     return _to_estimate(flat, workload, name=name, gpu=gpu, trace=trace_info, notes=notes)
+
+
+#: Workload settings the trace engine does not model yet, with their default value.
+UNSUPPORTED_DEFAULTS: dict[str, Any] = {
+    "quant": "none",
+    "gpus": 1,
+    "offload": "none",
+    "tp": 1,
+}
+UNSUPPORTED_OPTIMIZERS = ("adamw-8bit", "paged-adamw-8bit", "lion")
+
+
+def _reject_unsupported(workload: WorkloadSpec) -> None:
+    bad = [
+        f"{k}={getattr(workload, k)!r}"
+        for k, default in UNSUPPORTED_DEFAULTS.items()
+        if getattr(workload, k) != default
+    ]
+    if workload.optimizer in UNSUPPORTED_OPTIMIZERS:
+        bad.append(f"optimizer={workload.optimizer!r}")
+    if bad:
+        raise SpecError(f"the trace engine does not model {', '.join(bad)} yet")
 
 
 def _check_task(task: str, workload: WorkloadSpec) -> None:
@@ -319,7 +342,7 @@ def _to_estimate(
             k.split("/", 1)[1]: int(v) for k, v in flat.items() if k.startswith("backend/")
         },
         trace=trace,
-        notes=notes + totals.notes,
+        notes=workload.warnings() + notes + totals.notes,
     )
 
 
