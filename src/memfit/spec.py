@@ -202,13 +202,13 @@ class WorkloadSpec:
     def warnings(self) -> list[str]:
         """Valid but probably unintended settings (reported in the estimate's ``notes``)."""
         w: list[str] = []
-        if self.shard in ("zero1", "zero2", "zero3", "fsdp") and self.gpus // max(self.tp, 1) == 1:
-            if self.offload == "none":
-                w.append(
-                    f"shard {self.shard!r} over a single data-parallel rank partitions nothing: "
-                    "it saves memory only with --gpus > 1 or with --offload"
-                )
-        if self.shard == "ddp" and self.gpus // max(self.tp, 1) == 1:
+        sharded = self.shard in ("zero1", "zero2", "zero3", "fsdp")
+        if sharded and self.dp == 1 and self.offload == "none":
+            w.append(
+                f"shard {self.shard!r} over a single data-parallel rank partitions nothing: "
+                "it saves memory only with --gpus > 1 or with --offload"
+            )
+        if self.shard == "ddp" and self.dp == 1:
             w.append("shard 'ddp' with one data-parallel rank is a single-GPU run")
         if self.quant in ("nf4", "nf4-dq", "fp4") and self.precision == "fp32" and self.is_train:
             w.append(
