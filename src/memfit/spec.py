@@ -178,9 +178,7 @@ class WorkloadSpec:
                 "base weights get no gradients; add --lora-rank, or use --quant none"
             )
         if self.offload != "none" and self.shard not in ("zero1", "zero2", "zero3", "fsdp"):
-            hint = (
-                "--shard zero3" if self.offload == "params" else "--shard zero2 (ZeRO-Offload)"
-            )
+            hint = "--shard zero3" if self.offload == "params" else "--shard zero2 (ZeRO-Offload)"
             p.append(
                 f"offload ({self.offload!r}) needs a sharding engine that offloads "
                 f"(got shard {self.shard!r}); use {hint}, also with --gpus 1"
