@@ -431,15 +431,20 @@ def step_workload(
 # --------------------------------------------------------------------------------------------
 
 
+def estimate_case(case: Case) -> MemoryEstimate:
+    """The estimate the case's metric is read from."""
+    if case.runner == "sdpa-benchmark-loop":
+        return trace_sdpa_benchmark(case)
+    return memfit.estimate(case.bundled, case.workload, gpu=case.gpu)
+
+
 def predict(case: Case) -> dict[str, Any]:
     """memfit's number for the case's metric (and estimate()'s nearest one for benchmark loops)."""
+    est = estimate_case(case)
+    extra = {}
     if case.runner == "sdpa-benchmark-loop":
-        est = trace_sdpa_benchmark(case)
         api = memfit.estimate(case.bundled, nearest_api_workload(case.workload), gpu=case.gpu)
         extra = {"predicted_bytes_estimate_api": api.peak_allocated_bytes}
-    else:
-        est = memfit.estimate(case.bundled, case.workload, gpu=case.gpu)
-        extra = {}
     return {"predicted_bytes": metric_bytes(est, case.metric), "engine": case.runner, **extra}
 
 

@@ -101,6 +101,10 @@ class MemoryEstimate:
                 f"components sum to {total} bytes but peak_allocated_bytes is "
                 f"{self.peak_allocated_bytes}: an engine bug, please report it"
             )
+        if not self.ranges:
+            from memfit.estimate.uncertainty import ranges
+
+            object.__setattr__(self, "ranges", ranges(self))
 
     def raise_if_not_fit(self) -> None:
         if self.fits is not None and not self.fits.fits:

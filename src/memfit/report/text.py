@@ -29,7 +29,28 @@ def _workload_line(est: MemoryEstimate) -> str:
             parts.append(f"LoRA r={w['lora_rank']} on {shown}")
         if w.get("freeze_layers"):
             parts.append(f"first {w['freeze_layers']} layers frozen")
+    if w.get("quant", "none") != "none":
+        group = f" (group {w['quant_group_size']})" if w.get("quant_group_size") else ""
+        parts.append(f"weights {w['quant']}{group}")
+    if (
+        w.get("gpus", 1) > 1
+        or w.get("shard", "none") != "none"
+        or w.get("offload", "none") != "none"
+    ):
+        layout = [f"{w['gpus']} GPUs", f"shard {w['shard']}"]
+        if w.get("tp", 1) > 1:
+            layout.append(f"tp {w['tp']}")
+        if w.get("offload", "none") != "none":
+            layout.append(f"offload {w['offload']}")
+        parts.append(" ".join(layout) + " (per-GPU figures)")
     return ", ".join(parts)
+
+
+def _range(est: MemoryEstimate, metric: str) -> str:
+    if metric not in est.ranges:
+        return ""
+    low, high = est.ranges[metric]
+    return f"  [{format_bytes(low)} – {format_bytes(high)}]"
 
 
 def render_estimate(est: MemoryEstimate, *, top: int = 5) -> str:
@@ -45,11 +66,22 @@ def render_estimate(est: MemoryEstimate, *, top: int = 5) -> str:
         lines.append(f"  {comp:<18}{format_bytes(est.components[comp]):>22}")
     lines += [
         f"{'peak allocated':<20}{format_bytes(est.peak_allocated_bytes):>22}"
-        "   torch.cuda.max_memory_allocated()",
+        f"{_range(est, 'peak_allocated_bytes')}   max_memory_allocated()",
         f"{'peak reserved':<20}{format_bytes(est.peak_reserved_bytes):>22}"
-        "   torch.cuda.max_memory_reserved() (allocator cache + cuBLAS workspaces)",
+        f"{_range(est, 'peak_reserved_bytes')}   max_memory_reserved()",
         f"{'CUDA context':<20}{format_bytes(est.cuda_context_bytes):>22}",
-        f"{'device used':<20}{format_bytes(est.device_used_bytes):>22}   what nvidia-smi shows",
+        f"{'device used':<20}{format_bytes(est.device_used_bytes):>22}"
+        f"{_range(est, 'device_used_bytes')}   what nvidia-smi shows",
+    ]
+    if est.host_memory_bytes:
+        lines.append(f"{'host RAM':<20}{format_bytes(est.host_memory_bytes):>22}   offloaded")
+    if est.unified_memory_bytes:
+        lines.append(
+            f"{'unified (paged)':<20}{format_bytes(est.unified_memory_bytes):>22}"
+            "   paged optimizer states (in optimizer_states)"
+        )
+    lines += [
+        "[low – high]: the range measurements fall in (docs/accuracy.md, uncertainty)",
         "",
         "phase peaks: "
         + " · ".join(
@@ -80,6 +112,13 @@ def verdict_line(est: MemoryEstimate) -> str:
     if est.fits is None:
         return "verdict: no GPU given (--gpu NAME adds a fits / free-memory verdict)"
     f = est.fits
+    high = est.ranges.get("device_used_bytes", (0, est.device_used_bytes))[1]
+    if f.fits and high > f.capacity_bytes:
+        return (
+            f"verdict: FITS on {f.gpu} ({format_bytes(f.capacity_bytes)}) at the estimate, "
+            f"{format_bytes(f.free_bytes)} free, but the upper end of the range "
+            f"({format_bytes(high)}) does not: keep headroom or reduce memory"
+        )
     if f.fits:
         return (
             f"verdict: FITS on {f.gpu} ({format_bytes(f.capacity_bytes)}): "
