@@ -107,6 +107,8 @@ def test_inference_reports_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> N
         (["estimate", "gpt2", "--batch", "two"], "expected a whole number"),
         (["estimate", "gpt2", "--lora-rank", "0"], r"lora_rank \(0\)"),
         (["estimate", "gpt2", "--freeze", "40"], r"freeze_layers \(40\) exceeds"),
+        (["estimate", "gpt2", "--gpus", "4", "--tp", "3"], r"tp \(3\) must divide gpus \(4\)"),
+        (["estimate", "gpt2", "--gpus", "2", "--tp", "2"], r"model_type 'gpt2'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -169,3 +171,62 @@ def test_python_dash_m_and_help_end_with_examples() -> None:
         check=True,
     )
     assert "examples:" in proc.stdout and "--lora-targets" in proc.stdout
+
+
+def test_paged_optimizer_reports_unified_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.conftest import TINY_LLAMA
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**TINY_LLAMA, "vocab_size": 1000}))
+    argv = ["estimate", str(config), "--seq", "32", "--engine", "trace", "--json"]
+    code, out, _ = run(capsys, *argv, "--optimizer", "paged-adamw-8bit")
+    data = json.loads(out)
+    # bitsandbytes pages the states of the 128 000-element embedding (fp32, HF Trainer's 32-bit
+    # override) and LM head (uint8); the smaller matrices' states stay in ordinary device memory.
+    assert code == 0 and data["unified_memory_bytes"] == 2 * 128_000 * 4 + 2 * 128_000
+    assert any("paged" in note for note in data["notes"])
+    _, out, _ = run(capsys, *argv, "--optimizer", "adamw-8bit")
+    plain = json.loads(out)
+    assert plain["unified_memory_bytes"] == 0
+    assert plain["components"]["optimizer_states"] == data["components"]["optimizer_states"]
+
+
+def test_qlora_estimate_stores_the_base_in_4_bits(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["estimate", "gpt2", "--lora-rank", "8", "--seq", "64", "--json"]
+    code, out, _ = run(capsys, *argv)
+    plain = json.loads(out)
+    code_q, out_q, _ = run(capsys, *argv, "--quant", "nf4")
+    nf4 = json.loads(out_q)
+    assert code == code_q == 0
+    assert nf4["workload"]["quant"] == "nf4"
+    assert nf4["model"]["n_params"] == plain["model"]["n_params"]
+    # 72 decoder linears go from 2 bytes to 4.5 bits per weight; embeddings (tied lm_head) stay
+    assert nf4["components"]["parameters"] < 0.75 * plain["components"]["parameters"]
+
+
+def test_fp8_on_a_gpu_without_fp8_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["estimate", "gpt2", "--mode", "infer", "--quant", "fp8", "--gpu", "T4"]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1
+    assert "quant 'fp8' cannot run on T4 (compute capability 7.5)" in err
+
+
+def test_gpus_and_shard_give_per_gpu_memory_and_host_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.conftest import TINY_LLAMA
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    argv = ["estimate", str(config), "--seq", "32", "--engine", "trace", "--json"]
+    _, out, _ = run(capsys, *argv)
+    one = json.loads(out)
+    code, out, _ = run(capsys, *argv, "--gpus", "4", "--shard", "fsdp", "--offload", "params")
+    fsdp = json.loads(out)
+    assert code == 0 and fsdp["workload"]["gpus"] == 4 and fsdp["workload"]["shard"] == "fsdp"
+    assert fsdp["components"]["optimizer_states"] == 0
+    # sharded params, grads and AdamW states (bf16) in host RAM: at least a quarter of the model's
+    assert fsdp["host_memory_bytes"] >= one["model"]["n_params"] * 2 * 4 // 4
+    assert any("FSDP2 traced" in note for note in fsdp["notes"])

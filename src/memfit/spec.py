@@ -188,6 +188,12 @@ class WorkloadSpec:
                 f"offload 'params' needs --shard zero3 or fsdp (shard {self.shard!r} keeps "
                 "every parameter on each GPU)"
             )
+        if self.offload == "optimizer" and self.shard == "fsdp":
+            p.append(
+                "offload 'optimizer' with shard 'fsdp': FSDP2's CPUOffloadPolicy offloads "
+                "parameters, gradients and optimizer states together; use --offload params, or "
+                "--shard zero2/zero3 for optimizer-only offload (ZeRO-Offload)"
+            )
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
         if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):

@@ -6,7 +6,7 @@ import pytest
 
 from memfit.errors import SpecError, UnknownGPUError
 from memfit.hardware import GPU, get_gpu, list_gpus
-from memfit.hardware.catalog import ARCHS
+from memfit.hardware.catalog import ARCHS, FORM_FACTORS, TENSOR_PRECISIONS
 from memfit.units import GiB, MiB
 
 REQUIRED = (
@@ -16,10 +16,11 @@ REQUIRED = (
 )
 
 
-def test_catalog_holds_every_required_gpu():
+def test_catalog_holds_every_required_gpu_and_at_least_25_rows():
     names = [gpu.name for gpu in list_gpus()]
     assert set(REQUIRED) <= set(names)
     assert len(names) == len(set(names))
+    assert len(names) >= 25
 
 
 @pytest.mark.parametrize(
@@ -39,6 +40,19 @@ def test_catalog_holds_every_required_gpu():
         ("rtx 6000 ada", "RTX-6000-Ada"),
         ("NVIDIA H200", "H200"),
         ("AMD Instinct MI300X", "MI300X"),
+        ("NVIDIA A100-PCIE-40GB", "A100-PCIe-40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB"),
+        ("Tesla V100-PCIE-16GB", "V100-PCIe-16GB"),
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("NVIDIA H200 NVL", "H200-NVL"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA GB200", "GB200"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-Blackwell"),
+        ("NVIDIA L40", "L40"),
+        ("NVIDIA RTX A6000", "RTX-A6000"),
+        ("NVIDIA RTX A5000", "RTX-A5000"),
+        ("NVIDIA GeForce RTX 4080", "RTX-4080"),
+        ("AMD Instinct MI325X", "MI325X"),
     ],
 )
 def test_lookup_ignores_case_spaces_dashes_and_vendor_words(spelling, name):
@@ -56,7 +70,9 @@ def test_unknown_gpu_error_lists_close_matches_and_the_next_step():
 
 def test_ambiguous_family_name_suggests_each_member():
     with pytest.raises(
-        UnknownGPUError, match=r"unknown GPU 'a100': did you mean A100-40GB, A100-80GB\?"
+        UnknownGPUError,
+        match=r"unknown GPU 'a100': did you mean A100-40GB, A100-80GB, A100-PCIe-40GB, "
+        r"A100-PCIe-80GB\?",
     ):
         get_gpu("a100")
 
@@ -89,7 +105,7 @@ def test_every_row_is_sourced_and_within_sane_bounds():
         assert gpu.source.startswith("https://"), gpu.name
         assert gpu.arch in ARCHS
         assert gpu.memory_bytes % MiB == 0, gpu.name
-        assert 14 * GiB <= gpu.memory_bytes <= 200 * GiB, gpu.name
+        assert 14 * GiB <= gpu.memory_bytes <= 300 * GiB, gpu.name
         assert gpu.supports_bf16 == (gpu.arch not in ("volta", "turing")), gpu.name
         assert gpu.supports_fp8 == (gpu.arch in ("ada", "hopper", "blackwell", "cdna3")), gpu.name
         if gpu.bf16_dense_tflops is not None:
@@ -124,6 +140,152 @@ def test_gpu_rows_are_validated_with_every_problem_named():
             supports_fp8=False,
             source="https://example.com",
         )
+
+
+RATE_FIELDS = (
+    "bf16_dense_tflops",
+    "fp16_dense_tflops",
+    "fp8_dense_tflops",
+    "int8_dense_tops",
+    "fp32_tflops",
+)
+
+
+def test_rates_and_links_are_in_sane_units():
+    for gpu in list_gpus():
+        if gpu.rate_source is not None:
+            assert gpu.rate_source.startswith("https://"), gpu.name
+        if gpu.memory_bandwidth_gbps is not None:  # GB/s, not TB/s or bytes/s
+            assert 100 <= gpu.memory_bandwidth_gbps <= 10_000, gpu.name
+        for field in RATE_FIELDS:
+            value = getattr(gpu, field)
+            assert value is None or 1 <= value <= 10_000, (gpu.name, field)
+        if gpu.interconnect_gbps is not None:  # PCIe 3.0 x16 (32) up to NVLink 5 (1800)
+            assert 16 <= gpu.interconnect_gbps <= 2000, gpu.name
+            assert gpu.interconnect and f"{gpu.interconnect_gbps:g} GB/s" in gpu.interconnect
+        assert gpu.form_factor is None or gpu.form_factor in FORM_FACTORS, gpu.name
+        assert gpu.tdp_w is None or 40 <= gpu.tdp_w <= 1500, gpu.name
+
+
+def test_tensor_rates_exceed_fp32_and_fp16_matches_bf16():
+    for gpu in list_gpus():
+        if gpu.bf16_dense_tflops is not None and gpu.fp32_tflops is not None:
+            assert gpu.bf16_dense_tflops >= gpu.fp32_tflops, gpu.name
+        if gpu.bf16_dense_tflops is not None:  # every vendor here quotes one rate for both
+            assert gpu.fp16_dense_tflops == gpu.bf16_dense_tflops, gpu.name
+        if gpu.int8_dense_tops is not None and gpu.fp16_dense_tflops is not None:
+            assert gpu.int8_dense_tops >= gpu.fp16_dense_tflops, gpu.name
+
+
+def test_dense_fp8_is_twice_dense_bf16_where_vendors_publish_both():
+    # The datasheets round independently: the L40S's 733 / 362.05 is 2.02.
+    checked = []
+    for gpu in list_gpus():
+        if gpu.fp8_dense_tflops is not None and gpu.bf16_dense_tflops is not None:
+            assert gpu.fp8_dense_tflops == pytest.approx(2 * gpu.bf16_dense_tflops, rel=0.03)
+            checked.append(gpu.arch)
+    assert {"ada", "hopper", "blackwell", "cdna3"} <= set(checked)
+
+
+def test_dense_rates_are_half_the_sparse_datasheet_figures():
+    assert get_gpu("H100").bf16_dense_tflops == pytest.approx(1979 / 2, abs=0.15)
+    assert get_gpu("H100").fp8_dense_tflops == 3958 / 2
+    assert get_gpu("L4").fp8_dense_tflops == 485 / 2
+    assert get_gpu("B200").fp8_dense_tflops == 72_000 / 8 / 2
+
+
+def test_precisions_follow_the_architecture():
+    assert get_gpu("V100-32GB").precisions == ("fp32", "fp16")
+    assert get_gpu("T4").precisions == ("fp32", "fp16", "int8")
+    assert "bf16" in get_gpu("A100-80GB").precisions
+    assert "fp8" not in get_gpu("A100-80GB").precisions
+    assert "fp8" in get_gpu("L4").precisions and "fp8" in get_gpu("MI300X").precisions
+    for gpu in list_gpus():
+        formats = TENSOR_PRECISIONS[gpu.arch]
+        assert gpu.supports_fp8 == ("fp8" in formats), gpu.name
+        assert gpu.fp8_dense_tflops is None or gpu.supports_fp8, gpu.name
+        assert gpu.int8_dense_tops is None or "int8" in formats, gpu.name
+
+
+def test_sxm_parts_talk_over_nvlink_and_pcie_cards_over_pcie():
+    assert get_gpu("H100").interconnect_gbps == 900
+    assert get_gpu("B200").interconnect_gbps == 1800
+    assert get_gpu("A100-80GB").interconnect_gbps == 600
+    assert get_gpu("A100-PCIe-80GB").interconnect_gbps == 64  # the NVLink bridge joins pairs
+    assert get_gpu("H100-NVL").interconnect_gbps == 128
+    assert get_gpu("MI300X").interconnect_gbps == 7 * 128
+
+
+def _row(**overrides):
+    fields = dict(
+        name="X",
+        aliases=(),
+        memory_bytes=1,
+        vendor="nvidia",
+        arch="ampere",
+        compute_capability=(8, 0),
+        memory_bandwidth_gbps=1000.0,
+        bf16_dense_tflops=100.0,
+        supports_bf16=True,
+        supports_fp8=False,
+        source="https://example.com",
+    )
+    return GPU(**{**fields, **overrides})
+
+
+def test_a_rate_the_architecture_cannot_run_is_rejected():
+    with pytest.raises(
+        SpecError, match=r"X: fp8_dense_tflops \(200.0\) must be None: ampere has no fp8 tensor"
+    ):
+        _row(fp8_dense_tflops=200.0)
+    with pytest.raises(SpecError, match=r"X: bf16_dense_tflops \(100.0\) must be None: volta"):
+        _row(arch="volta", supports_bf16=False)
+
+
+def test_precision_flags_must_agree_with_the_architecture():
+    with pytest.raises(SpecError, match=r"X: supports_fp8 \(True\) disagrees with arch ampere"):
+        _row(supports_fp8=True)
+
+
+def test_rates_links_and_power_must_be_positive_and_named():
+    with pytest.raises(SpecError, match=r"X: memory_bandwidth_gbps \(0.0\) must be > 0"):
+        _row(memory_bandwidth_gbps=0.0)
+    with pytest.raises(SpecError, match=r"X: interconnect_gbps needs interconnect"):
+        _row(interconnect_gbps=64.0)
+    with pytest.raises(SpecError, match=r"X: form_factor \('mxm'\) must be one of sxm, pcie"):
+        _row(form_factor="mxm")
+    with pytest.raises(SpecError, match=r"X: tdp_w \(-1\) must be > 0"):
+        _row(tdp_w=-1)
+    with pytest.raises(SpecError, match=r"X: rate_source \('www.nvidia.com'\) must be an https"):
+        _row(rate_source="www.nvidia.com")
+
+
+def test_gpus_table_shows_rates_within_100_columns(capsys):
+    from memfit.cli import main
+
+    assert main(["gpus"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        *("name", "memory", "arch", "mem", "GB/s", "bf16", "TF", "fp8", "TF"),
+        *("link", "GB/s", "form"),
+    ]
+    assert max(len(line) for line in lines) <= 100
+    h100 = next(line for line in lines if line.startswith("H100-80GB "))
+    assert h100.split()[3:] == ["hopper", "3350", "989", "1979", "900", "sxm"]
+    assert len(lines) == 1 + len(list_gpus())
+
+
+def test_gpus_json_prints_every_field(capsys):
+    import dataclasses
+    import json
+
+    from memfit.cli import main
+
+    assert main(["gpus", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert set(rows[0]) == {field.name for field in dataclasses.fields(GPU)}
+    l40s = next(row for row in rows if row["name"] == "L40S")
+    assert (l40s["fp8_dense_tflops"], l40s["interconnect_gbps"], l40s["tdp_w"]) == (733, 64, 350)
 
 
 def test_hardware_and_allocator_modules_import_without_torch():

@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from memfit.errors import SpecError, TraceError
+from memfit.estimate.quant import gpu_problems
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
-from memfit.estimate.trace import build, steps
+from memfit.estimate.trace import build, distributed, quantized, steps
 from memfit.estimate.trace.cuda_emulation import (
     SdpaRouter,
     cuda_autocast_policy,
@@ -67,8 +68,11 @@ def trace_hf(
     """
     started = time.perf_counter()
     _reject_unsupported(workload)
+    if quant_problems := gpu_problems(workload.quant, gpu):
+        raise SpecError.from_problems(quant_problems)
     task = build.resolve_task(config, workload.task)
     _check_task(task, workload)
+    distributed.check(config, workload)
     stacks = build.layer_plan(config, trust_remote_code)
     targets = {v.name: v.count for v in stacks}
     period = {v.name: v.period for v in stacks}
@@ -91,7 +95,7 @@ def trace_hf(
     if extrapolate is None:
         extrapolate = sum(targets.values()) > FULL_TRACE_MAX_LAYERS
     flat, check = _extrapolated(run, targets, period) if extrapolate else (run(targets), None)
-    notes = []
+    notes = distributed.notes(workload)
     if check is not None:
         notes.append(
             "traced a few layers and extrapolated: allocated bytes are exact, reserved bytes are "
@@ -110,13 +114,9 @@ def trace_hf(
 
 
 #: Workload settings the trace engine does not model yet, with their default value.
-UNSUPPORTED_DEFAULTS: dict[str, Any] = {
-    "quant": "none",
-    "gpus": 1,
-    "offload": "none",
-    "tp": 1,
-}
-UNSUPPORTED_OPTIMIZERS = ("adamw-8bit", "paged-adamw-8bit", "lion")
+UNSUPPORTED_DEFAULTS: dict[str, Any] = {}
+#: Optimizer names the trace engine cannot run (all of ``spec.OPTIMIZERS`` run today).
+UNSUPPORTED_OPTIMIZERS: tuple[str, ...] = ()
 
 
 def _reject_unsupported(workload: WorkloadSpec) -> None:
@@ -208,28 +208,36 @@ def _trace_once(
         else config
     )
     wl = dataclasses.replace(workload, freeze_layers=frozen)
+    plan = distributed.plan_for(wl, cfg)  # None for one plain GPU; else rank 0's view
+    full_cfg, cfg = cfg, cfg if plan is None else plan.config
     real = execution == "real"
     device = "cpu" if real else "meta"
     if real:
         torch.manual_seed(0)
     model = build.build_hf_model(cfg, wl, task, trust_remote_code=trust_remote_code, device=device)
+    to_quantize = quantized.linears_to_quantize(model, wl.quant) if wl.quant != "none" else []
     if wl.is_train and wl.lora_rank:
         model = build.apply_lora_(model, wl, device=device)
+    if to_quantize:  # after peft: LoRA wraps the Linear, the stand-in replaces its base layer
+        quantized.quantize_(model, to_quantize, wl, device=device)
     fake: Any = contextlib.nullcontext() if real else FakeTensorMode(allow_non_fake_inputs=True)
     if not real:
         build.meta_to_fake_(model, fake)
-    tracker = StorageTracker(device_type="cpu")
+    tracker = StorageTracker(device_type="cpu") if plan is None else plan.tracker
     with fake, _emulation(wl, emulate_cuda) as router:
         inputs = steps.example_inputs(cfg, wl, task)
+        if plan is not None:
+            plan.wrap_(model)
         with tracker:
             steps.label_model_state(tracker, model)
             tracker.label(
                 [v for v in inputs.values() if isinstance(v, torch.Tensor)], "activations"
             )
             tracker.watch_modules(model)
+            paged: set[int] = set()
             try:
                 if wl.is_train:
-                    steps.run_train_steps(model, inputs, wl, tracker)
+                    paged = steps.run_train_steps(model, inputs, wl, tracker)
                 else:
                     steps.run_inference(model, inputs, wl, task, tracker)
             except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
@@ -237,10 +245,15 @@ def _trace_once(
                     f"could not run {type(model).__name__} on fake tensors: "
                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
                 ) from exc
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = sum(p.numel() for p in model.parameters()) + quantized.n_quantized_params(model)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    flat = _flatten(tracker, n_params, n_trainable, router)
-    flat["reserved"] = _replay(tracker.events or [], gpu, wl.is_train)
+    flat = _flatten(tracker, n_params, n_trainable, router, paged)
+    events = tracker.events or []
+    if plan is not None:
+        events = plan.finish(
+            flat, model, lambda: build.build_hf_model(full_cfg, wl, task, device="meta")
+        )
+    flat["reserved"] = _replay(events, gpu, wl.is_train)
     return flat
 
 
@@ -270,12 +283,23 @@ def _emulation(workload: WorkloadSpec, cuda_kernels: bool = True) -> Iterator[Sd
         yield router
 
 
-def _flatten(tracker: StorageTracker, n_params: int, n_trainable: int, router: Any) -> Flat:
+def _flatten(
+    tracker: StorageTracker,
+    n_params: int,
+    n_trainable: int,
+    router: Any,
+    paged: set[int] | frozenset[int] = frozenset(),
+) -> Flat:
+    """The trace as flat numbers; ``paged``: tracker keys of paged optimizer states, summed per
+    phase peak under ``phase/<phase>/unified`` (they are part of ``optimizer_states`` too)."""
     flat: Flat = {"n_params": n_params, "n_trainable": n_trainable, "n_ops": tracker.n_ops}
     for phase, snap in tracker.phase_peaks.items():
         if phase in ("init", "end"):
             continue
         flat[f"phase/{phase}/peak"] = snap.total_bytes
+        if paged:
+            live = set(snap.keys) & paged
+            flat[f"phase/{phase}/unified"] = sum(tracker.storages[k].n_bytes for k in live)
         for comp, n in tracker.breakdown(snap).items():
             flat[f"phase/{phase}/comp/{comp}"] = n
         for mod, n in tracker.by_module(snap).items():
@@ -322,6 +346,9 @@ def _to_estimate(
     totals = device_totals(gpu, reserved_bytes=reserved, training=workload.is_train)
     verdict = fit_verdict(gpu, totals.device_used_bytes)
     trace = {**trace, "n_ops": int(flat.get("n_ops", 0))}
+    unified = int(flat.get(f"phase/{peak_phase.phase}/unified", 0))
+    if unified:
+        notes = [*notes, _paged_note(unified)]
     return MemoryEstimate(
         model_name=name,
         n_params=int(flat["n_params"]),
@@ -338,11 +365,23 @@ def _to_estimate(
         phases=phases,
         top_modules=[ModuleBytes(name=n, n_bytes=b) for n, b in top],
         fits=verdict,
+        unified_memory_bytes=unified,
+        host_memory_bytes=int(flat.get("host_memory", 0)),
         attention_backends={
             k.split("/", 1)[1]: int(v) for k, v in flat.items() if k.startswith("backend/")
         },
         trace=trace,
         notes=workload.warnings() + notes + totals.notes,
+    )
+
+
+def _paged_note(unified_bytes: int) -> str:
+    from memfit.units import format_bytes
+
+    return (
+        f"{format_bytes(unified_bytes)} of the optimizer states are paged (bitsandbytes, CUDA "
+        "unified memory): counted on the device, where they sit until the driver evicts them to "
+        "host RAM under memory pressure; torch.cuda.max_memory_allocated() does not see them"
     )
 
 

@@ -26,9 +26,16 @@ from memfit.spec import WorkloadSpec
 AUTOCAST_DTYPE = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
 
-def make_optimizer(params: list[torch.nn.Parameter], name: str) -> torch.optim.Optimizer | None:
+def make_optimizer(
+    params: list[torch.nn.Parameter], name: str, model: torch.nn.Module | None = None
+) -> torch.optim.Optimizer | None:
     """The optimizer as a CUDA run builds it (foreach is torch's default for CUDA tensors; fake CPU
-    tensors would get the for-loop path, so the implementation is passed explicitly)."""
+    tensors would get the for-loop path, so the implementation is passed explicitly).
+
+    bitsandbytes optimizers are stand-ins allocating what the real ones allocate on CUDA, set up
+    as HF Trainer does (``model``'s embeddings keep 32-bit states); ``adafactor`` is
+    transformers' Adafactor as HF Trainer's ``optim="adafactor"`` builds it (docs/optimizers.md).
+    """
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-4, foreach=True)
     if name == "adamw-fused":
@@ -38,7 +45,13 @@ def make_optimizer(params: list[torch.nn.Parameter], name: str) -> torch.optim.O
     if name == "sgd-momentum":
         return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
     if name == "adafactor":
-        return torch.optim.Adafactor(params, lr=1e-2, foreach=True)
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False)
+    if name in ("adamw-8bit", "paged-adamw-8bit", "lion"):
+        from memfit.estimate.trace.optimizers import make_bnb_optimizer
+
+        return make_bnb_optimizer(name, params, model)
     return None
 
 
@@ -91,8 +104,11 @@ def _autocast(workload: WorkloadSpec) -> Iterator[None]:
 
 def label_model_state(
     tracker: StorageTracker, model: torch.nn.Module, optimizer: Any = None, scaler: Any = None
-) -> None:
-    """Label parameters/buffers, gradients and optimizer states, owned by their module."""
+) -> set[int]:
+    """Label parameters/buffers, gradients and optimizer states, owned by their module.
+
+    Returns the tracker keys of paged optimizer states (CUDA unified memory, ``is_paged``)."""
+    paged: set[int] = set()
     for mod_name, module in model.named_modules():
         for p in module.parameters(recurse=False):
             _label(tracker, p, "parameters", mod_name)
@@ -105,19 +121,23 @@ def label_model_state(
                     if key == "step" and not _step_on_device(optimizer):
                         tracker.ignore([value])  # a host-side scalar on CUDA runs
                     else:
-                        _label(tracker, value, "optimizer_states", mod_name)
+                        k = _label(tracker, value, "optimizer_states", mod_name)
+                        if k is not None and getattr(value, "is_paged", False):
+                            paged.add(k)
         for b in module.buffers(recurse=False):
             _label(tracker, b, "parameters", mod_name)
     if scaler is not None:
         for value in vars(scaler).values():
             if isinstance(value, torch.Tensor):
                 _label(tracker, value, "optimizer_states", "(grad scaler)")
+    return paged
 
 
-def _label(tracker: StorageTracker, t: torch.Tensor, label: str, module: str) -> None:
+def _label(tracker: StorageTracker, t: torch.Tensor, label: str, module: str) -> int | None:
     key = tracker.track(t, label)
     if key is not None:
         tracker.storages[key].module = module
+    return key
 
 
 def _step_on_device(optimizer: Any) -> bool:
@@ -132,9 +152,11 @@ def run_train_steps(
     tracker: StorageTracker,
     *,
     n_steps: int = 2,
-) -> None:
+) -> set[int]:
+    """Run ``n_steps`` training steps; returns the tracker keys of paged optimizer states."""
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(params, workload.optimizer or "none") if params else None
+    optimizer = make_optimizer(params, workload.optimizer or "none", model) if params else None
+    paged: set[int] = set()
     scaler = _LossScaler() if workload.precision == "amp-fp16" else None
     for _ in range(n_steps):
         tracker.set_phase("forward")
@@ -152,11 +174,12 @@ def run_train_steps(
             optimizer.step()
             if scaler is not None:
                 scaler.update()
-            label_model_state(tracker, model, optimizer, scaler)
+            paged |= label_model_state(tracker, model, optimizer, scaler)
             optimizer.zero_grad(set_to_none=workload.zero_grad_set_to_none)
         else:
             model.zero_grad(set_to_none=workload.zero_grad_set_to_none)
     tracker.set_phase("end")
+    return paged
 
 
 class _LossScaler:

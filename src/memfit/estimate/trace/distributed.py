@@ -1,0 +1,339 @@
+"""Multi-GPU and offload jobs in the trace engine: what one rank (rank 0) holds, step by step.
+
+Two routes, chosen per setup:
+
+- ``fsdp`` is **traced for real**: PyTorch FSDP2 (``fully_shard`` on every decoder block and on the
+  root) runs on FakeTensors with torch's fake process group (``FakeStore``, ``world_size = dp``,
+  rank 0). Every byte FSDP2 allocates — sharded parameters, the all-gather buffers, the unsharded
+  parameters it frees with ``resize_(0)``, reduce-scatter buffers, sharded gradients — is counted
+  by the tracker as it happens. The collectives move no data, which changes no allocation.
+  Storages born inside FSDP2's all-gather are labelled ``parameters``, inside its reduce-scatter
+  ``gradients``. FSDP2's default ``MixedPrecisionPolicy`` (no cast) is used: gathers and
+  reductions run in the parameters' dtype (with ``amp-*`` the forward runs under autocast).
+- ``ddp``, ``zero1/2/3`` and every ``offload`` are a **rewrite of the traced timeline**
+  (DeepSpeed is not a dependency, and DDP's reducer lives in C++). The single-GPU step is traced
+  once, with marks for phases and for each parameter-owning module's forward and backward, then
+  replayed as rank 0 runs it: parameter, gradient and optimizer-state storages shrunk to their
+  partition; DDP buckets and ZeRO's contiguous-gradient bucket allocated; ZeRO-3 parameters
+  gathered per module around its forward and backward (with prefetch); offloaded storages moved
+  to a host timeline whose peak is ``host_memory_bytes``. The arithmetic and the cited defaults
+  live in :mod:`memfit.estimate.sharding`.
+
+Tensor parallelism (``tp``) is handled before tracing: the traced config has attention heads, KV
+heads, intermediate size and (padded) vocabulary divided by ``tp`` and the hidden size unchanged,
+which is exactly one rank's share of a Megatron-style block without sequence parallelism
+(column-parallel QKV/gate/up, row-parallel o/down, vocab-parallel embedding and lm_head; norms,
+dropout and the block input/output activations replicated: Korthikanti et al. 2022, §4.1).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass as _is_wrapper
+
+from memfit.errors import SpecError, TraceError
+from memfit.estimate import sharding
+from memfit.estimate.trace.build import decoder_layers
+from memfit.estimate.trace.tracker import StorageTracker
+from memfit.spec import WorkloadSpec
+
+#: Model types whose configs honour an explicit ``head_dim``: dividing their head counts by ``tp``
+#: keeps the head size, so the traced block is one tensor-parallel rank's block.
+TP_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "olmo",
+    "olmo2",
+    "granite",
+    "phi3",
+)
+
+
+# ----------------------------------------------------------------------------- entry points
+def check(config: dict[str, Any], workload: WorkloadSpec) -> None:
+    """Raise a SpecError when the trace engine cannot split this model/workload as asked."""
+    if workload.tp > 1:
+        problems = _tp_problems(config, workload.tp)
+        if problems:
+            raise SpecError.from_problems(problems)
+
+
+def is_distributed(workload: WorkloadSpec) -> bool:
+    return workload.gpus > 1 or workload.offload != "none" or workload.shard != "none"
+
+
+def per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
+    """The config of one tensor-parallel rank's model (see the module docstring)."""
+    if tp == 1:
+        return config
+    d = copy.deepcopy(config)
+    heads = int(d["num_attention_heads"])
+    d["head_dim"] = int(d.get("head_dim") or d["hidden_size"] // heads)
+    d["num_attention_heads"] = heads // tp
+    d["num_key_value_heads"] = int(d.get("num_key_value_heads") or heads) // tp
+    for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        if d.get(key):
+            d[key] = int(d[key]) // tp
+    d["vocab_size"] = sharding.tp_vocab_per_rank(int(d["vocab_size"]), tp)
+    return d
+
+
+def _tp_problems(config: dict[str, Any], tp: int) -> list[str]:
+    model_type = config.get("model_type")
+    if model_type not in TP_MODEL_TYPES or "num_attention_heads" not in config:
+        return [
+            f"tp ({tp}) with model_type {model_type!r}: the trace engine splits Llama-style "
+            f"decoders ({', '.join(TP_MODEL_TYPES)}); use --engine analytic for this model"
+        ]
+    heads = int(config["num_attention_heads"])
+    return sharding.tp_problems(
+        tp,
+        n_heads=heads,
+        n_kv_heads=int(config.get("num_key_value_heads") or heads),
+        intermediate_size=config.get("intermediate_size"),
+    )
+
+
+def notes(workload: WorkloadSpec) -> list[str]:
+    """What the estimate assumes about the distributed setup (added to ``MemoryEstimate.notes``)."""
+    if not is_distributed(workload) and workload.tp == 1:
+        return []
+    out = [
+        f"per-GPU memory of rank 0: {workload.gpus} GPU(s) = tp {workload.tp} x data-parallel "
+        f"{workload.dp}, shard {workload.shard!r}, offload {workload.offload!r}"
+    ]
+    if workload.shard == "fsdp":
+        out.append("FSDP2 traced with a fake process group (fully_shard per block and root)")
+    elif workload.shard in ("zero1", "zero2", "zero3"):
+        d = sharding.DEEPSPEED_DEFAULTS
+        out.append(
+            "DeepSpeed ZeRO modelled on the traced timeline with its code defaults: "
+            f"reduce_bucket_size {d['reduce_bucket_size']:.0e}, prefetch "
+            f"{d['stage3_prefetch_bucket_size']:.0e}, persistence threshold "
+            f"{d['stage3_param_persistence_threshold']:.0e}; fp32 master weights and Adam states"
+        )
+        if workload.shard == "zero3":
+            out.append(
+                "ZeRO-3 releases each module's gathered parameters after use; "
+                "stage3_max_reuse_distance (1e9) can keep more gathered near the forward/backward "
+                "turn (at most stage3_max_live_parameters, 1e9 elements)"
+            )
+    elif workload.shard == "ddp":
+        out.append(
+            "DDP with bucket_cap_mb 25 (first bucket 1 MiB) and gradient_as_bucket_view False: "
+            "bucket copies held in addition to .grad"
+        )
+    if workload.tp > 1:
+        out.append(
+            "tensor parallelism traced as one rank's block (heads, KV heads, intermediate and "
+            "padded vocabulary divided by tp; no sequence parallelism)"
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- the tracker
+class DistTracker(StorageTracker):
+    """The storage tracker, plus marks (phase changes, module forward/backward boundaries)
+    between its events, and a label forced on storages born while ``forced_label`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(device_type="cpu")
+        self.marks: list[tuple[int, str, str]] = []
+        self.forced_label: str | None = None
+        self.grad_keys: set[int] = set()
+        self.on_enter: list[Callable[[], Callable[[], None]]] = []
+        self._undo: list[Callable[[], None]] = []
+
+    def mark(self, kind: str, payload: str) -> None:
+        self.marks.append((len(self.events or ()), kind, payload))
+
+    def set_phase(self, phase: str) -> None:
+        self.mark("phase", phase)
+        super().set_phase(phase)
+
+    def track(self, t: torch.Tensor, label: str | None = None) -> int | None:
+        if label is None and self.forced_label is not None and not _is_wrapper(t):
+            if self._key_of.get(t.untyped_storage()) is None:
+                label = self.forced_label
+            return super().track(t, label)
+        key = super().track(t, label)
+        if label == "gradients" and key is not None:
+            self.grad_keys.add(key)  # some parameter's .grad (labelled by the step)
+        return key
+
+    def __enter__(self) -> DistTracker:
+        super().__enter__()
+        self._undo = [setup() for setup in self.on_enter]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
+        super().__exit__(*exc)
+
+
+# ----------------------------------------------------------------------------- the plan
+@dataclass
+class Plan:
+    """How one traced run becomes rank 0's run. Create outside FakeTensorMode (FSDP's device mesh
+    must be); call :meth:`wrap_` inside it, before the step; :meth:`finish` after it."""
+
+    workload: WorkloadSpec
+    full_config: dict[str, Any]
+    tracker: DistTracker = field(default_factory=DistTracker)
+    mesh: Any = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return per_rank_config(self.full_config, self.workload.tp)
+
+    def wrap_(self, model: torch.nn.Module) -> None:
+        if self.workload.shard == "fsdp":
+            _fully_shard_(model, self.mesh)
+            self.tracker.on_enter.append(partial_label_fsdp(self.tracker))
+        else:
+            _mark_modules_(model, self.tracker)
+
+    def finish(
+        self, flat: dict[str, float], model: torch.nn.Module, build_full: Callable[[], Any]
+    ) -> list[tuple[str, int, int]]:
+        """Replace ``flat``'s phase entries by rank 0's, add ``host_memory``; return the events
+        to replay through the allocator. ``build_full`` builds the un-split model (tp > 1) on
+        ``meta`` to count its parameters."""
+        from memfit.estimate.trace.rank_replay import strategy
+
+        rewrite = strategy(self.workload, self.tracker, model)
+        timeline = rewrite.run()
+        for key in [k for k in flat if k.startswith("phase/")]:
+            del flat[key]
+        flat.update(timeline.flat())
+        if self.workload.tp > 1:
+            full = build_full()
+            flat["n_params"] = sum(p.numel() for p in full.parameters())
+            if not self.workload.lora_rank:  # LoRA: the traced rank's adapter count stays
+                flat["n_trainable"] = sum(p.numel() for p in full.parameters() if p.requires_grad)
+        return timeline.events
+
+
+def plan_for(workload: WorkloadSpec, config: dict[str, Any]) -> Plan | None:
+    """The plan for a multi-GPU / offload / tensor-parallel job, or None for one plain GPU."""
+    if not is_distributed(workload) and workload.tp == 1:
+        return None
+    plan = Plan(workload=workload, full_config=config)
+    if workload.shard == "fsdp":
+        plan.mesh = _fake_mesh(workload.dp)
+    return plan
+
+
+def _fake_mesh(dp: int) -> Any:
+    """A 1-D device mesh of ``dp`` ranks over torch's fake process group (rank 0)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        if dist.get_backend() != "fake":
+            raise TraceError(
+                "a real torch.distributed process group is initialised in this process; run "
+                "memfit's FSDP trace in a separate process"
+            )
+        if dist.get_world_size() != dp:
+            dist.destroy_process_group()
+    if not dist.is_initialized():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=dp)
+    return init_device_mesh("cpu", (dp,))
+
+
+def _fully_shard_(model: torch.nn.Module, mesh: Any) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    layers = decoder_layers(model)
+    for layer in layers if layers is not None else []:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def partial_label_fsdp(tracker: DistTracker) -> Callable[[], Callable[[], None]]:
+    """While tracking, label storages FSDP2 creates inside its all-gather ``parameters`` and
+    inside its reduce-scatter ``gradients`` (both would otherwise read as activations/temporary)."""
+
+    def setup() -> Callable[[], None]:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group as group
+
+        names = {
+            "foreach_all_gather": "parameters",
+            "foreach_all_gather_copy_out": "parameters",
+            "foreach_reduce": "gradients",
+        }
+        saved = {n: getattr(group, n) for n in names if hasattr(group, n)}
+        for name, fn in saved.items():
+            setattr(group, name, _labelled(fn, tracker, names[name]))
+
+        def undo() -> None:
+            for name, fn in saved.items():
+                setattr(group, name, fn)
+
+        return undo
+
+    return setup
+
+
+def _labelled(fn: Callable[..., Any], tracker: DistTracker, label: str) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous, tracker.forced_label = tracker.forced_label, label
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            tracker.forced_label = previous
+
+    return wrapper
+
+
+def _mark_modules_(model: torch.nn.Module, tracker: DistTracker) -> None:
+    """Mark the forward and backward boundaries of every module that owns parameters: forward
+    pre/post hooks, and tensor hooks on its output (its backward starts when that gradient is
+    ready) and on its first differentiable input (its backward has ended)."""
+    for name, module in model.named_modules():
+        if not any(True for _ in module.parameters(recurse=False)):
+            continue
+
+        def pre(_m: Any, _args: Any, name: str = name) -> None:
+            tracker.mark("fwd_in", name)
+
+        def post(_m: Any, args: Any, out: Any, name: str = name) -> None:
+            tracker.mark("fwd_out", name)
+            if not torch.is_grad_enabled():
+                return
+            first_out = _first_differentiable(out)
+            if first_out is not None:
+                first_out.register_hook(lambda g, name=name: tracker.mark("bwd_in", name))
+            first_in = _first_differentiable(args)
+            if first_in is not None:
+                first_in.register_hook(lambda g, name=name: tracker.mark("bwd_out", name))
+
+        module.register_forward_pre_hook(pre)
+        module.register_forward_hook(post)
+
+
+def _first_differentiable(tree: Any) -> torch.Tensor | None:
+    from torch.utils._pytree import tree_flatten
+
+    leaves, _ = tree_flatten(tree)
+    for t in leaves:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            return t
+    return None
