@@ -77,3 +77,16 @@ def test_factory_models_are_estimated_from_module_colon_function() -> None:
 def test_factory_without_input_description_is_a_clear_error() -> None:
     with pytest.raises(SpecError, match="gave no input description"):
         memfit.estimate("tests.fixtures.cnn:make_cnn_without_inputs")
+
+
+def test_factory_models_refuse_techniques_memfit_cannot_apply_to_user_code() -> None:
+    with pytest.raises(SpecError, match=r"lora_rank=8, gpus=2.*cannot be applied to factory"):
+        memfit.estimate(
+            "tests.fixtures.cnn:make_cnn", WorkloadSpec(lora_rank=8, gpus=2, shard="ddp")
+        )
+
+
+def test_factory_models_take_the_8bit_optimizer() -> None:
+    est = memfit.estimate("tests.fixtures.cnn:make_cnn", WorkloadSpec(optimizer="adamw-8bit"))
+    ref = memfit.estimate("tests.fixtures.cnn:make_cnn", WorkloadSpec(optimizer="adamw"))
+    assert 0 < est.components["optimizer_states"] <= ref.components["optimizer_states"]

@@ -72,7 +72,36 @@ def _materialise(inputs: Any, workload: WorkloadSpec, dtype: torch.dtype) -> Any
     return out
 
 
+#: Workload settings a factory model cannot take from memfit (they change how the model is built
+#: or distributed, which is the user's code), with their neutral value.
+FACTORY_NEUTRAL: dict[str, Any] = {
+    "lora_rank": None,
+    "freeze_layers": 0,
+    "checkpointing": "none",
+    "quant": "none",
+    "gpus": 1,
+    "tp": 1,
+    "shard": "none",
+    "offload": "none",
+}
+
+
+def _reject_model_techniques(spec: str, workload: WorkloadSpec) -> None:
+    if not workload.is_train:
+        neutral = {k: v for k, v in FACTORY_NEUTRAL.items() if k in ("quant", "gpus", "tp")}
+    else:
+        neutral = FACTORY_NEUTRAL
+    bad = [f"{k}={getattr(workload, k)!r}" for k, v in neutral.items() if getattr(workload, k) != v]
+    if bad:
+        raise SpecError(
+            f"{', '.join(bad)} cannot be applied to factory model {spec!r}: memfit builds "
+            "Hugging Face configs itself but runs your factory's module as it is; apply the "
+            "technique inside the factory (or trace your own step with memfit.trace_step)"
+        )
+
+
 def trace_factory(spec: str, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
+    _reject_model_techniques(spec, workload)
     model, inputs = load_factory(spec)
     dtype = PARAM_DTYPE[workload.precision]
     model = model.to(dtype)
@@ -99,7 +128,7 @@ def trace_factory(spec: str, workload: WorkloadSpec, *, gpu: Any = None) -> Memo
     if workload.uses_optimizer:
 
         def optimizer(params: list[torch.nn.Parameter]) -> Any:
-            return make_optimizer(params, workload.optimizer or "none")
+            return make_optimizer(params, workload.optimizer or "none", model)
 
     est = trace_step(step, model=model, optimizer=optimizer, inputs=batch, gpu=gpu, name=spec)
     return _with_workload(est, workload)
