@@ -29,6 +29,12 @@ def test_all_lists_exactly_the_public_names() -> None:
         "UnknownGPUError",
         "DoesNotFitError",
         "COMPONENTS",
+        "Monitor",
+        "oom_guard",
+        "diagnose",
+        "analyze_snapshot",
+        "render_html_report",
+        "SnapshotError",
     ):
         assert name in memfit.__all__
 
@@ -50,6 +56,7 @@ def test_errors_form_one_tree() -> None:
         memfit.DoesNotFitError,
         memfit.TraceError,
         memfit.ModelConfigError,
+        memfit.SnapshotError,
     ):
         assert issubclass(cls, memfit.MemfitError)
     assert issubclass(memfit.SpecError, ValueError)

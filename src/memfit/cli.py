@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from memfit import cli_monitor, cli_plan, cli_report
 from memfit.errors import MemfitError
 from memfit.estimate import ENGINES
 from memfit.spec import (
@@ -169,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     g.add_argument("--json", action="store_true")
+    COMMANDS.update(cli_monitor.register(sub))  # monitor, diagnose
+    COMMANDS.update(cli_report.register(sub))  # report, snapshot
+    COMMANDS.update(cli_plan.register(sub))  # plan, fit
     return p
 
 
@@ -247,16 +252,35 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if args.json:
         _print_records(gpus)
         return EXIT_OK
-    print(f"{'name':<16}{'memory':>12}  {'arch':<10}source")
+
+    def num(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    # Rates: GB/s and dense TFLOPS; every field and each row's source is in --json.
+    print(
+        f"{'name':<24}{'memory':>10}  {'arch':<10}{'mem GB/s':>9}{'bf16 TF':>9}{'fp8 TF':>8}"
+        f"{'link GB/s':>11}  form"
+    )
     for g in gpus:
-        print(f"{g.name:<16}{g.memory_bytes / GiB:>8.2f} GiB  {g.arch:<10}{g.source}")
+        print(
+            f"{g.name:<24}{g.memory_bytes / GiB:>6.1f} GiB  {g.arch:<10}"
+            f"{num(g.memory_bandwidth_gbps):>9}{num(g.bf16_dense_tflops):>9}"
+            f"{num(g.fp8_dense_tflops):>8}{num(g.interconnect_gbps):>11}  {g.form_factor or '-'}"
+        )
     return EXIT_OK
 
 
 COMMANDS = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus}
 
 
+#: Libraries whose import-time warnings are noise for a CLI user (bitsandbytes on CPU looks for
+#: optional accelerated kernels memfit never runs).
+QUIET_LOGGERS = ("bitsandbytes",)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

@@ -10,6 +10,7 @@
     ├── UnknownGPUError(LookupError)     a GPU name not in the catalog (carries close matches)
     ├── TraceError                   the model could not be executed on fake tensors
     ├── MissingDependencyError(ImportError)  an optional package (torch, transformers…) is absent
+    ├── SnapshotError                a CUDA memory snapshot that is unreadable or not a snapshot
     └── DoesNotFitError              raised on request by ``raise_if_not_fit()``
 """
 
@@ -64,3 +65,7 @@ class MissingDependencyError(MemfitError, ImportError):
 
 class DoesNotFitError(MemfitError):
     """The workload does not fit the requested GPU (raised only on request)."""
+
+
+class SnapshotError(MemfitError):
+    """A CUDA memory snapshot file that cannot be read, is not a snapshot, or names a class."""

@@ -1,0 +1,314 @@
+"""``memfit plan`` and ``memfit fit``: argparse subcommands, registered by :mod:`memfit.cli`.
+
+Each handler builds the request, calls :mod:`memfit.plan`, and prints text or ``--json``.
+Exit codes: 0 a plan / answer exists, 1 nothing fits (the closest attempt is printed), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from memfit.errors import SpecError
+from memfit.spec import ATTENTIONS, CHECKPOINTING, OFFLOADS, OPTIMIZERS, PRECISIONS, QUANTS, SHARDS
+from memfit.units import format_bytes
+
+EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
+
+PLAN_EXAMPLES = """examples:
+  memfit plan llama-3.1-8b --gpu L4 --mode train --seq 4096 --global-batch 16
+  memfit plan llama-3.1-8b --gpu A100-80GB --seq 4096 --global-batch 16 --keep-full-finetune
+  memfit plan llama-3.1-8b --gpu H100-80GB --gpus 8 --seq 4096 --global-batch 64 --json
+  memfit plan llama-3.1-70b --gpu H100-80GB --gpus 4 --mode infer --seq 8192 --batch 32
+  memfit plan llama-3.1-8b --recommend-gpu --seq 4096 --global-batch 16 --max-quality-risk low
+"""
+FIT_EXAMPLES = """examples:
+  memfit fit llama-3.1-8b --gpu A100-80GB --solve batch --seq 4096 --checkpointing full
+  memfit fit llama-3.1-8b --gpu-memory 24GB --solve seq --lora-rank 16 --quant nf4-dq
+  memfit fit llama-3.1-8b --gpu L40S --solve concurrency --mode infer --seq 8192 --json
+"""
+
+
+def _headroom(text: str) -> float:
+    """``0.05``, ``5%``: a fraction of the capacity left free."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction (0.05) or a percent (5%), got {text!r}"
+        ) from None
+    return value
+
+
+def _size(text: str) -> int:
+    from memfit.units import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
+    from memfit.cli import _integer
+    from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
+
+    headroom_help = (
+        f"fraction of GPU memory left free (default {DEFAULT_HEADROOM:g}; 0 plans to the limit "
+        "itself); plans are checked against the estimate's upper range end"
+    )
+    p = sub.add_parser(
+        "plan",
+        help="the fastest technique combination that fits, with the settings to use",
+        description="Search precision, quantization, micro-batch x accumulation, checkpointing, "
+        "optimizer, LoRA/QLoRA, freezing and ZeRO/FSDP/offload; rank the plans that fit by "
+        "predicted step time (roofline); show alternatives and why faster plans do not fit.",
+        epilog=PLAN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", help="bundled name, config.json path or dir, or hub id")
+    p.add_argument("--gpu", help="GPU name (see `memfit gpus`); its rates rank the plans")
+    p.add_argument("--gpus", type=_integer, default=1, help="GPUs in the job (default 1)")
+    p.add_argument("--gpu-memory", type=_size, help="override the GPU memory: 24GB or 24GiB")
+    p.add_argument("--mode", choices=("train", "infer"), default="train")
+    p.add_argument("--seq", type=_integer, default=512, help="sequence length (default 512)")
+    b = p.add_mutually_exclusive_group()
+    b.add_argument(
+        "--batch",
+        type=_integer,
+        help="train: micro-batch per GPU (fixed); infer: concurrent requests",
+    )
+    b.add_argument(
+        "--global-batch",
+        type=_integer,
+        help="train: samples per optimizer step, "
+        "split into GPUs x micro-batch x gradient accumulation",
+    )
+    p.add_argument("--new-tokens", type=_integer, default=0, help="infer: tokens generated")
+    p.add_argument("--goal", choices=GOALS, default="throughput")
+    p.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
+    p.add_argument("--keep-full-finetune", action="store_true", help="no LoRA, freezing or quant")
+    p.add_argument("--no-quant", action="store_true", help="keep 16-bit weights")
+    p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
+    p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
+    p.add_argument(
+        "--lora-rank",
+        type=_integer,
+        action="append",
+        help="LoRA ranks to try (repeat; default 16 and 64)",
+    )
+    p.add_argument("--alternatives", type=_integer, default=4, help="runners-up shown (default 4)")
+    p.add_argument(
+        "--recommend-gpu",
+        action="store_true",
+        help="list GPUs (and counts) on which a plan fits, fastest first",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    f = sub.add_parser(
+        "fit",
+        help="the largest batch, longest sequence or most concurrent requests that fit",
+        description="Solve one dimension of the job (flags as `memfit estimate`) against the GPU "
+        "memory minus headroom: doubling then bisection on the fast engine, confirmed by trace.",
+        epilog=FIT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    f.add_argument("model", help="bundled name, config.json path or dir, or hub id")
+    f.add_argument("--gpu", help="GPU name (see `memfit gpus`)")
+    f.add_argument("--gpu-memory", type=_size, help="GPU memory: 24GB (10^9) or 24GiB (2^30)")
+    f.add_argument("--solve", choices=SOLVES, required=True)
+    f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
+    _workload_flags(f, _integer)
+    f.add_argument("--json", action="store_true", help="print one JSON object")
+    return {"plan": cmd_plan, "fit": cmd_fit}
+
+
+def _workload_flags(f: argparse.ArgumentParser, integer: Callable[[str], int]) -> None:
+    """The technique flags of ``memfit estimate`` (same names and meanings)."""
+    f.add_argument("--mode", choices=("train", "infer"), default="train")
+    f.add_argument("--batch", type=integer, default=1, help="micro-batch (default 1)")
+    f.add_argument("--seq", type=integer, default=512, help="sequence length (default 512)")
+    f.add_argument("--new-tokens", type=integer, default=None)
+    f.add_argument("--precision", choices=PRECISIONS, default="bf16")
+    f.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
+    f.add_argument("--checkpointing", choices=CHECKPOINTING, default=None)
+    f.add_argument("--optimizer", choices=OPTIMIZERS, default=None)
+    f.add_argument("--lora-rank", type=integer, default=None)
+    f.add_argument("--lora-targets", default=None)
+    f.add_argument("--freeze", type=integer, default=None)
+    f.add_argument("--quant", choices=QUANTS, default="none")
+    f.add_argument("--group-size", type=integer, default=128)
+    f.add_argument("--gpus", type=integer, default=1)
+    f.add_argument("--shard", choices=SHARDS, default=None)
+    f.add_argument("--offload", choices=OFFLOADS, default="none")
+    f.add_argument("--tp", type=integer, default=1)
+    f.add_argument("--task", default="auto")
+
+
+# -- plan -------------------------------------------------------------------------------------
+def cmd_plan(args: argparse.Namespace) -> int:
+    from memfit.plan import PlanRequest, plan, recommend_gpus
+
+    request = PlanRequest(
+        mode=args.mode,
+        seq_len=args.seq,
+        batch_size=args.batch,
+        global_batch=args.global_batch,
+        new_tokens=args.new_tokens,
+        gpus=args.gpus,
+        goal=args.goal,
+        headroom=args.headroom,
+        keep_full_finetune=args.keep_full_finetune,
+        allow_quant=not args.no_quant,
+        max_quality_risk=args.max_quality_risk,
+        allow_offload=args.allow_offload,
+        lora_ranks=tuple(args.lora_rank or (16, 64)),
+        n_alternatives=args.alternatives,
+    )
+    if args.recommend_gpu:
+        advice = recommend_gpus(args.model, request)
+        if args.json:
+            print(json.dumps([a.to_json() for a in advice], indent=2))
+        else:
+            print(render_advice(advice))
+        return EXIT_OK if advice else EXIT_DOES_NOT_FIT
+    if args.gpu is None:
+        raise SpecError("plan needs --gpu NAME (its rates rank the plans) or --recommend-gpu")
+    result = plan(args.model, request, gpu=args.gpu, gpu_memory_bytes=args.gpu_memory)
+    print(json.dumps(result.to_json(), indent=2) if args.json else render_plan(result))
+    return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
+
+
+def _rate(tokens_per_s: float) -> str:
+    if tokens_per_s >= 1e6:
+        return f"{tokens_per_s / 1e6:.1f}M"
+    return f"{tokens_per_s / 1000:.1f}k" if tokens_per_s >= 1000 else f"{tokens_per_s:.0f}"
+
+
+def _mem(opt: Any) -> str:
+    return format_bytes(opt.need_bytes) if opt.need_bytes is not None else "n/a"
+
+
+def render_plan(p: Any) -> str:
+    from memfit.estimate.result import COMPONENTS
+    from memfit.plan.cost import COST_CONSTANTS
+    from memfit.plan.export import export_settings
+
+    r, b = p.request, p.budget
+    batch = f"global batch {r.global_batch}" if r.global_batch else f"batch {r.per_rank_batch}"
+    lines = [
+        f"memfit plan: {p.model_name}, {r.mode} seq {r.seq_len}, {batch}, on {r.gpus} x "
+        f"{b.gpu_name}: limit {format_bytes(b.limit_bytes)} ({format_bytes(b.capacity_bytes)} "
+        f"- {format_bytes(b.headroom_bytes)} headroom)",
+        f"searched {p.n_candidates} combinations: {p.n_estimated} estimated ({p.search_engine}"
+        f"{', confirmed by ' + p.confirm_engine if p.confirm_engine else ''}), "
+        f"{p.n_pruned} skipped as dominated, {p.n_overruled} overruled by the confirming "
+        f"engine, {p.elapsed_s:.1f} s",
+        "",
+    ]
+    rec = p.recommended or p.closest
+    if p.recommended is None:
+        lines.append("NOTHING FITS. closest attempt:" if rec else "NOTHING FITS.")
+    if rec is not None:
+        mfu = COST_CONSTANTS["mfu"][0]
+        if p.recommended is not None:
+            lines.append(f"recommended: {rec.settings.describe()}")
+        else:
+            lines.append(f"  {rec.settings.describe()}: {rec.reason}")
+        lines.append(
+            f"  predicted {rec.cost.step_s:.3g} s/step, {_rate(rec.cost.tokens_per_s)} tokens/s "
+            f"(roofline at MFU {mfu:.0%}); quality risk: {rec.risk}"
+        )
+        lines += [f"    - {why}" for why in rec.risk_reasons]
+        lines.append("")
+        base = p.baseline.estimate
+        lines.append(f"  {'memory at the peak':<22}{'naive baseline':>16}{'this plan':>16}")
+        for c in COMPONENTS:
+            old = format_bytes(base.components.get(c, 0)) if base else "n/a"
+            new = format_bytes(rec.estimate.components.get(c, 0)) if rec.estimate else "n/a"
+            lines.append(f"  {c:<22}{old:>16}{new:>16}")
+        lines.append(f"  {'device (upper end)':<22}{_mem(p.baseline):>16}{_mem(rec):>16}")
+        lines.append(f"  naive baseline: {p.baseline.settings.describe()}")
+    if p.recommended is not None:
+        lines += ["", "settings:"]
+        for key, value in export_settings(rec.settings, r, p.model_name).items():
+            text = json.dumps(value, indent=2) if isinstance(value, dict) else value
+            lines.append(f"  {key}: " + text.replace("\n", "\n    "))
+    if p.alternatives:
+        lines += ["", f"alternatives:  {'s/step':>8} {'tokens/s':>9} {'memory':>11}  risk"]
+        for a in p.alternatives:
+            lines.append(
+                f"  {a.settings.describe()}\n  {'':<14}{a.cost.step_s:>8.3g} "
+                f"{_rate(a.cost.tokens_per_s):>9} {_mem(a):>11}  {a.risk}"
+            )
+    if p.rejected:
+        head = "faster plans that do not fit:" if p.recommended else "attempts, closest first:"
+        lines += ["", head]
+        for x in p.rejected:
+            lines.append(f"  {x.settings.describe()} ({x.cost.step_s:.3g} s/step)\n    {x.reason}")
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def render_advice(advice: list[Any]) -> str:
+    if not advice:
+        return "no GPU in the catalog (up to 8 per job) fits a plan for this job"
+    lines = [f"{'gpu':<24}{'count':>6}{'tokens/s':>10}{'per GPU':>9}{'memory':>12}  risk    plan"]
+    for a in advice:
+        lines.append(
+            f"{a.gpu:<24}{a.gpus:>6}{_rate(a.best.cost.tokens_per_s):>10}"
+            f"{_rate(a.tokens_per_s_per_gpu):>9}{_mem(a.best):>12}  {a.best.risk:<8}"
+            f"{a.best.settings.describe()}"
+        )
+    return "\n".join(lines)
+
+
+# -- fit --------------------------------------------------------------------------------------
+def cmd_fit(args: argparse.Namespace) -> int:
+    from memfit.cli import _workload
+    from memfit.plan import fit
+
+    if args.gpu is None and args.gpu_memory is None:
+        raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
+    result = fit(
+        args.model,
+        _workload(args),
+        solve=args.solve,
+        gpu=args.gpu,
+        gpu_memory_bytes=args.gpu_memory,
+        headroom=args.headroom,
+    )
+    print(json.dumps(result.to_json(), indent=2) if args.json else render_fit(result))
+    return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
+
+
+def render_fit(r: Any) -> str:
+    what = {"batch": "batch size", "seq": "sequence length", "concurrency": "concurrent requests"}
+    b = r.budget
+    confirmed = r.confirmed_by not in (None, r.search_engine)
+    lines = [
+        f"largest {what[r.solve]} that fits {b.gpu_name}: {r.max_value}",
+        f"  limit {format_bytes(b.limit_bytes)} = {format_bytes(b.capacity_bytes)} - "
+        f"{format_bytes(b.headroom_bytes)} headroom; searched with {r.search_engine}"
+        f"{', confirmed by ' + r.confirmed_by if confirmed else ''} "
+        f"({r.n_estimates} estimates)",
+    ]
+    est = r.estimate
+    if est is not None:
+        high = est.ranges.get("device_used_bytes", (0, est.device_used_bytes))[1]
+        lines.append(
+            f"  at {'that' if r.fits else 'the smallest'} value: device "
+            f"{format_bytes(est.device_used_bytes)} (upper end {format_bytes(high)}), peak "
+            f"allocated {format_bytes(est.peak_allocated_bytes)}"
+        )
+    if r.kv_table:
+        lines += ["", f"  {'context':>8} {'requests':>9} {'KV cache':>12}"]
+        for row in r.kv_table:
+            lines.append(
+                f"  {row['context_tokens']:>8} {row['max_concurrency']:>9} "
+                f"{format_bytes(row['kv_cache_bytes']):>12}"
+            )
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)

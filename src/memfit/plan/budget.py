@@ -1,0 +1,96 @@
+"""How much of a GPU a plan may use: capacity minus headroom, checked against an estimate's top.
+
+The planner never plans to 100 %. A plan fits when the **upper end** of the estimate's range for
+device memory (``ranges["device_used_bytes"][1]``: what ``nvidia-smi`` would show, including the
+estimator's calibrated error, see memfit.estimate.uncertainty) stays within ``capacity -
+headroom``. The default headroom (:data:`DEFAULT_HEADROOM`) covers what one step's estimate
+does not see: allocator fragmentation that grows over thousands of steps with varying shapes,
+communication buffers (NCCL), and other processes on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.errors import SpecError
+from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.units import format_bytes
+
+#: Fraction of the capacity left free by default. vLLM's default ``gpu_memory_utilization`` of
+#: 0.9 leaves 10 % for what its profiling run misses; memfit's upper range end already covers the
+#: estimator's error, so it keeps half of that: 5 %.
+DEFAULT_HEADROOM = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """``capacity_bytes``: what CUDA can hand out (catalog: total minus the driver's reservation
+    where measured; or the ``--gpu-memory`` the user gave). ``headroom_bytes`` stays free."""
+
+    gpu_name: str
+    capacity_bytes: int
+    headroom_bytes: int
+
+    @classmethod
+    def of(cls, gpu: Any = None, *, memory_bytes: int | None = None, headroom: float) -> Budget:
+        problems = []
+        if not 0 <= headroom < 1:
+            problems.append(f"headroom ({headroom}) must be a fraction in [0, 1), e.g. 0.05")
+        if memory_bytes is None and gpu is None:
+            problems.append("give a GPU (--gpu NAME) or its memory (--gpu-memory 24GB)")
+        if memory_bytes is not None and memory_bytes <= 0:
+            problems.append(f"gpu memory ({memory_bytes} bytes) must be > 0")
+        if problems:
+            raise SpecError.from_problems(problems)
+        if memory_bytes is not None:
+            capacity = memory_bytes
+            name = f"{format_bytes(memory_bytes)} GPU" if gpu is None else gpu.name
+        else:
+            capacity = gpu.cuda_visible_bytes or gpu.memory_bytes
+            name = gpu.name
+        return cls(
+            gpu_name=name, capacity_bytes=capacity, headroom_bytes=round(capacity * headroom)
+        )
+
+    @property
+    def limit_bytes(self) -> int:
+        return self.capacity_bytes - self.headroom_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu_name,
+            "capacity_bytes": self.capacity_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "limit_bytes": self.limit_bytes,
+        }
+
+
+def need_bytes(est: MemoryEstimate) -> int:
+    """Device memory a plan is charged: the upper end of the device-used range (the point value
+    where an engine gives no range)."""
+    low_high = est.ranges.get("device_used_bytes")
+    return max(low_high[1], est.device_used_bytes) if low_high else est.device_used_bytes
+
+
+def fits(est: MemoryEstimate, budget: Budget) -> bool:
+    return need_bytes(est) <= budget.limit_bytes
+
+
+def overflow_reason(est: MemoryEstimate, budget: Budget, reference: MemoryEstimate | None) -> str:
+    """Why ``est`` does not fit: by how much, its largest component, and what grew most against
+    ``reference`` (the recommended plan) when given."""
+    over = need_bytes(est) - budget.limit_bytes
+    comps = {c: est.components.get(c, 0) for c in COMPONENTS}
+    top = max(comps, key=lambda c: comps[c])
+    text = (
+        f"needs {format_bytes(need_bytes(est))} (upper end) > limit "
+        f"{format_bytes(budget.limit_bytes)}: over by {format_bytes(over)}; largest component "
+        f"{top} {format_bytes(comps[top])}"
+    )
+    if reference is not None:
+        grew = {c: comps[c] - reference.components.get(c, 0) for c in COMPONENTS}
+        worst = max(grew, key=lambda c: grew[c])
+        if grew[worst] > 0:
+            text += f" (+{format_bytes(grew[worst])} {worst} vs the recommended plan)"
+    return text

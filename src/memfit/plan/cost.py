@@ -1,0 +1,284 @@
+"""Predicted step time of a plan: a roofline per GPU from the catalog's rates.
+
+Training (one optimizer step over the global batch, per data-parallel rank)::
+
+    micro-batch  = max(FLOPs / (peak · MFU), weight bytes moved / (bandwidth · MBU)) + dequant
+    FLOPs        = forward · (1 + backward factor) + recompute          (Kaplan et al. 2020, §2.1)
+    forward      = 2 · N_matmul · tokens + 2 · n_layer · seq · d_model · tokens  (Kaplan Table 1)
+    step         = max(n_accum · micro-batch, data-parallel communication) + optimizer + offload
+
+Inference (one batch of requests): prefill is compute-bound (the forward above over the prompt
+tokens), each decode step is memory-bound: the weights plus the KV cache are read once per new
+token, ``max(bytes / (bandwidth · MBU), 2 · N · batch / (peak · MFU))``.
+
+Every rule of thumb is in :data:`COST_CONSTANTS` with its source. The model ranks plans; its
+absolute numbers are a roofline (an optimistic bound scaled by MFU/MBU), not a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.plan.space import Settings
+
+#: Rules of thumb of the cost model, each with its source.
+COST_CONSTANTS: dict[str, tuple[float, str]] = {
+    "mfu": (
+        0.40,
+        "model FLOPs utilization of dense training/prefill: Chowdhery et al. 2022 (PaLM), "
+        "Table 3, report 46.2 % (PaLM 540B), 32.5 % (Gopher), 29.7 % (MT-NLG), 21.3 % (GPT-3); "
+        "memfit assumes 40 %",
+    ),
+    "mbu": (
+        0.70,
+        "fraction of peak memory bandwidth that memory-bound kernels (decode, optimizer step, "
+        "dequantization) achieve: memfit's assumption, not measured",
+    ),
+    "backward_per_forward": (
+        2.0,
+        "backward = 2 x forward FLOPs (gradients w.r.t. inputs and w.r.t. weights, one forward "
+        "each): Kaplan et al. 2020 §2.1, the 6N = 2N + 4N rule",
+    ),
+    "host_memory_gbps": (
+        100.0,
+        "host DRAM bandwidth a CPU optimizer step (ZeRO-Offload's CPU-Adam) streams at: 8-channel "
+        "DDR4-3200 peaks at 204.8 GB/s per socket (JEDEC); memfit assumes half",
+    ),
+}
+
+#: Host<->GPU link per direction, GB/s, by architecture: PCIe x16 as PCI-SIG specifies it
+#: (Gen3 16, Gen4 32, Gen5 64 GB/s per direction). Superchips (GH200/GB200) use NVLink-C2C
+#: (450 GB/s per direction, NVIDIA GH200 datasheet).
+PCIE_GBPS_PER_DIRECTION = {
+    "volta": 16.0,
+    "turing": 16.0,
+    "ampere": 32.0,
+    "ada": 32.0,
+    "hopper": 64.0,
+    "blackwell": 64.0,
+    "cdna3": 64.0,
+}
+NVLINK_C2C_GBPS_PER_DIRECTION = 450.0
+
+#: Bytes read + written per trainable parameter by one optimizer step (memory-bound):
+#: AdamW (fp32 master): read p, g, m, v (4 each) and write p, m, v = 28; 8-bit AdamW: m, v are
+#: 1 B each: read 4+4+1+1, write 4+1+1 = 16; Adafactor (factored second moment, no first moment,
+#: Shazeer & Stern 2018): read p, g, write p = 12; Lion (one momentum): read p, g, m, write p, m =
+#: 20; SGD: 12; SGD momentum: 20. Scaled by the parameter width for pure bf16/fp16 (below).
+OPTIMIZER_STEP_BYTES = {
+    "adamw": 28,
+    "adamw-fused": 28,
+    "adamw-8bit": 16,
+    "paged-adamw-8bit": 16,
+    "adafactor": 12,
+    "lion": 20,
+    "sgd": 12,
+    "sgd-momentum": 20,
+    "none": 0,
+}
+
+#: Bytes per weight as stored, per quantized format (4-bit: 0.5 B plus its scales; bitsandbytes
+#: block of 64 with an fp32 absmax = +1/16, double quant ~ +1/128; GPTQ/AWQ group 128 fp16 scale +
+#: packed zero = +1/64 + 1/256), docs of each library (see memfit.estimate.quant).
+STORED_BYTES_PER_WEIGHT = {
+    "int8": 1.0,
+    "fp8": 1.0,
+    "nf4": 0.5 + 4 / 64,
+    "fp4": 0.5 + 4 / 64,
+    "nf4-dq": 0.5 + 1 / 64 + 4 / (64 * 256),
+    "int4-gptq": 0.5 + 2 / 128 + 0.5 / 128,
+    "int4-awq": 0.5 + 2 / 128 + 0.5 / 128,
+}
+#: Formats whose kernels dequantize the weight into a 16-bit temporary before a dense matmul once
+#: a matmul has more than a few rows (memfit.estimate.quant.FUSED_MAX_TOKENS): the temporary is
+#: written and read back, 2 x 2 B per weight of extra traffic.
+DEQUANTIZING_FORMATS = ("nf4", "nf4-dq", "fp4", "int4-gptq", "int4-awq")
+DEQUANT_EXTRA_BYTES_PER_WEIGHT = 4.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFacts:
+    """What the cost model needs to know of a model (from config.json and one estimate)."""
+
+    n_params: int
+    n_layers: int
+    d_model: int
+    vocab_size: int
+    kv_bytes_per_token_per_byte: int  # 2 (K and V) · n_layers · n_kv_heads · head_dim
+    tied_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | None, n_params: int) -> ModelFacts:
+        c = dict(config or {})
+        c.update(c.get("text_config") or {})
+
+        def first(*keys: str, default: int = 0) -> int:
+            for k in keys:
+                if isinstance(c.get(k), int):
+                    return int(c[k])
+            return default
+
+        d = first("hidden_size", "n_embd", "d_model")
+        layers = first("num_hidden_layers", "n_layer", "num_layers")
+        heads = first("num_attention_heads", "n_head", "num_heads", default=1)
+        kv_heads = first("num_key_value_heads", "num_kv_heads", default=heads)
+        head_dim = first("head_dim", "d_kv", default=d // max(heads, 1))
+        return cls(
+            n_params=n_params,
+            n_layers=layers,
+            d_model=d,
+            vocab_size=first("vocab_size"),
+            kv_bytes_per_token_per_byte=2 * layers * kv_heads * head_dim,
+            tied_embeddings=bool(c.get("tie_word_embeddings", True)),
+        )
+
+    @property
+    def n_matmul_params(self) -> int:
+        """Parameters used in matmuls: all but an untied input embedding (a lookup)."""
+        lookup = 0 if self.tied_embeddings else self.vocab_size * self.d_model
+        return max(self.n_params - lookup, 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rates:
+    """A GPU's rates in the units the cost model uses (FLOP/s, B/s)."""
+
+    name: str
+    flops: dict[str, float]  # compute precision -> FLOP/s (dense)
+    memory_bps: float
+    link_bps: float  # GPU-to-GPU, one direction
+    host_bps: float  # host<->GPU, one direction
+
+    @classmethod
+    def of(cls, gpu: Any) -> Rates:
+        def tflops(field: str) -> float | None:
+            value = getattr(gpu, field, None)
+            return None if value is None else float(value) * 1e12
+
+        fp32 = tflops("fp32_tflops") or 0.0
+        fp16 = tflops("fp16_dense_tflops") or tflops("bf16_dense_tflops") or fp32
+        flops = {"fp32": fp32 or fp16 / 8, "fp16": fp16, "bf16": tflops("bf16_dense_tflops") or 0}
+        if not flops["bf16"]:
+            flops.pop("bf16")
+        arch = getattr(gpu, "arch", "ampere")
+        superchip = getattr(gpu, "form_factor", None) == "superchip"
+        host = NVLINK_C2C_GBPS_PER_DIRECTION if superchip else PCIE_GBPS_PER_DIRECTION[arch]
+        link = getattr(gpu, "interconnect_gbps", None) or 2 * PCIE_GBPS_PER_DIRECTION[arch]
+        return cls(
+            name=gpu.name,
+            flops=flops,
+            memory_bps=float(gpu.memory_bandwidth_gbps or 0) * 1e9,
+            link_bps=float(link) / 2 * 1e9,
+            host_bps=host * 1e9,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCost:
+    """Predicted time of one step and its parts (seconds); ``tokens_per_s`` over all GPUs."""
+
+    step_s: float
+    tokens_per_s: float
+    parts_s: dict[str, float]
+
+
+def _c(name: str) -> float:
+    return COST_CONSTANTS[name][0]
+
+
+def compute_dtype(precision: str) -> str:
+    return {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "bf16"}.get(precision, "fp16")
+
+
+def _weight_bytes(s: Settings, facts: ModelFacts) -> float:
+    """Bytes of the weights a matmul pass reads (16-bit copy for AMP: autocast's cast cache)."""
+    if s.quant != "none":
+        return facts.n_params * STORED_BYTES_PER_WEIGHT[s.quant]
+    return facts.n_params * (4 if s.precision == "fp32" else 2)
+
+
+def _pass_s(flops: float, n_bytes: float, flops_rate: float, rates: Rates) -> float:
+    return max(flops / (flops_rate * _c("mfu")), n_bytes / (rates.memory_bps * _c("mbu")))
+
+
+def _dequant_s(s: Settings, facts: ModelFacts, tokens: int, rates: Rates) -> float:
+    if s.quant not in DEQUANTIZING_FORMATS or tokens <= 4:
+        return 0.0
+    return facts.n_params * DEQUANT_EXTRA_BYTES_PER_WEIGHT / (rates.memory_bps * _c("mbu"))
+
+
+def train_step_cost(
+    s: Settings, facts: ModelFacts, rates: Rates, *, seq_len: int, trainable_fraction: float
+) -> StepCost:
+    """One optimizer step of ``s.micro_batch x s.grad_accum`` samples per rank."""
+    tokens = s.micro_batch * seq_len
+    attn_fwd = 2.0 * facts.n_layers * seq_len * facts.d_model * tokens
+    fwd = 2.0 * facts.n_matmul_params * tokens + attn_fwd
+    frozen_share = s.freeze_layers / facts.n_layers if facts.n_layers else 0.0
+    # backward: grad-input (1 forward) for layers after the first trainable one, grad-weight (1
+    # forward) for the trainable share only
+    bwd = fwd * (1.0 - frozen_share) * (1.0 + trainable_fraction * (_c("backward_per_forward") - 1))
+    recompute = {"none": 0.0, "full": fwd, "selective": attn_fwd}[s.checkpointing]
+    rate = rates.flops.get(compute_dtype(s.precision), rates.flops["fp16"])
+    n_passes = 2 + (s.checkpointing == "full")
+    w_bytes = _weight_bytes(s, facts)
+    micro = _pass_s(fwd + bwd + recompute, n_passes * w_bytes, rate, rates)
+    micro += n_passes * _dequant_s(s, facts, tokens, rates)
+    parts = {"compute": micro * s.grad_accum}
+    dp = s.dp
+    n_train = facts.n_params * trainable_fraction
+    grad_width = 4 if s.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
+    ring = 2.0 * (dp - 1) / dp if dp > 1 else 0.0
+    if s.shard in ("zero3", "fsdp") and dp > 1:
+        gathered = 2 * w_bytes + n_train * grad_width / 2  # all-gather fwd + bwd, reduce-scatter
+        parts["communication"] = s.grad_accum * ring * gathered / rates.link_bps
+    else:
+        parts["communication"] = ring * n_train * grad_width / rates.link_bps
+    opt_share = n_train / (dp if s.shard in ("zero1", "zero2", "zero3", "fsdp") else 1)
+    width = 1.0 if s.precision in ("fp32", "amp-bf16", "amp-fp16") else 0.5
+    opt_bytes = OPTIMIZER_STEP_BYTES[s.optimizer] * width * opt_share
+    if s.offload == "none":
+        parts["optimizer"] = opt_bytes / (rates.memory_bps * _c("mbu"))
+    else:  # ZeRO-Offload: grads D2H, CPU optimizer step, 16-bit params H2D (Ren et al. 2021)
+        parts["optimizer"] = opt_bytes / (_c("host_memory_gbps") * 1e9)
+        parts["offload_pcie"] = opt_share * (grad_width + 2) / rates.host_bps
+    if s.offload == "params":  # parameters stream in for every pass of every micro-batch
+        parts["offload_pcie"] += s.grad_accum * n_passes * w_bytes / dp / rates.host_bps
+    step = max(parts["compute"], parts["communication"]) + parts["optimizer"]
+    step += parts.get("offload_pcie", 0.0)
+    return StepCost(step_s=step, tokens_per_s=tokens * s.grad_accum * dp / step, parts_s=parts)
+
+
+def infer_cost(
+    s: Settings, facts: ModelFacts, rates: Rates, *, seq_len: int, new_tokens: int
+) -> StepCost:
+    """Prefill of ``micro_batch`` prompts of ``seq_len`` tokens, then ``new_tokens`` decode steps;
+    tensor parallelism splits weights, KV cache and FLOPs ``tp`` ways (plus 2 all-reduces of the
+    hidden states per layer, Shoeybi et al. 2019 §3)."""
+    b, tp = s.micro_batch, s.tp
+    rate = rates.flops.get(compute_dtype(s.precision), rates.flops["fp16"]) * tp
+    w_bytes = _weight_bytes(s, facts) / tp
+    tokens = b * seq_len
+    fwd = (
+        2.0 * facts.n_matmul_params * tokens
+        + 2.0 * facts.n_layers * seq_len * facts.d_model * tokens
+    )
+    kv_width = 4 if s.precision == "fp32" else 2
+    tp_ring = 2.0 * (tp - 1) / tp
+    act = (
+        2 * facts.n_layers * facts.d_model * kv_width
+    )  # bytes all-reduced per token per layer pair
+    parts = {"prefill": _pass_s(fwd, w_bytes, rate, rates) + _dequant_s(s, facts, tokens, rates)}
+    parts["prefill"] += tp_ring * act * tokens / rates.link_bps
+    decode = 0.0
+    if new_tokens:
+        mean_ctx = seq_len + new_tokens / 2
+        kv = facts.kv_bytes_per_token_per_byte * kv_width * b * mean_ctx / tp
+        step = _pass_s(2.0 * facts.n_matmul_params * b, w_bytes + kv, rate, rates)
+        step += _dequant_s(s, facts, b, rates) + tp_ring * act * b / rates.link_bps
+        decode = new_tokens * step
+    parts["decode"] = decode
+    total = parts["prefill"] + decode
+    produced = b * (new_tokens or seq_len) * s.dp
+    return StepCost(step_s=total, tokens_per_s=produced / total, parts_s=parts)

@@ -1,0 +1,170 @@
+"""A plan's settings as the user types them: memfit flags, transformers / peft / bitsandbytes
+snippets, and a DeepSpeed JSON or accelerate FSDP config for multi-GPU (or offloading) jobs.
+
+Names follow transformers ``TrainingArguments`` (``optim`` values: ``adamw_torch_fused``,
+``adamw_bnb_8bit``, ``adafactor``), ``BitsAndBytesConfig``, peft ``LoraConfig``, the DeepSpeed
+config reference (``zero_optimization.stage``, ``offload_optimizer``, ``offload_param``) and
+accelerate's FSDP plugin keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memfit.plan.request import PlanRequest
+from memfit.plan.space import Settings
+
+HF_OPTIM = {
+    "adamw": "adamw_torch",
+    "adamw-fused": "adamw_torch_fused",
+    "adamw-8bit": "adamw_bnb_8bit",
+    "paged-adamw-8bit": "paged_adamw_8bit",
+    "adafactor": "adafactor",
+    "lion": "lion_32bit",
+    "sgd": "sgd",
+}
+
+
+def memfit_flags(s: Settings, request: PlanRequest, model: str) -> str:
+    flags = [f"memfit estimate {model} --mode {request.mode}", f"--batch {s.micro_batch}"]
+    flags.append(f"--seq {request.seq_len}")
+    if request.mode == "infer" and request.new_tokens:
+        flags.append(f"--new-tokens {request.new_tokens}")
+    flags.append(f"--precision {s.precision}")
+    if s.attention != "sdpa":
+        flags.append(f"--attention {s.attention}")
+    if request.mode == "train":
+        flags += [f"--checkpointing {s.checkpointing}", f"--optimizer {s.optimizer}"]
+        if s.lora_rank is not None:
+            flags.append(f"--lora-rank {s.lora_rank}")
+        if s.freeze_layers:
+            flags.append(f"--freeze {s.freeze_layers}")
+    if s.quant != "none":
+        flags.append(f"--quant {s.quant}")
+    if s.gpus > 1:
+        flags.append(f"--gpus {s.gpus}")
+    if s.shard not in ("none", "ddp") or (s.shard == "ddp" and s.tp > 1):
+        flags.append(f"--shard {s.shard}")
+    if s.offload != "none":
+        flags.append(f"--offload {s.offload}")
+    if s.tp > 1:
+        flags.append(f"--tp {s.tp}")
+    return " ".join(flags)
+
+
+def _bnb(s: Settings) -> str | None:
+    compute = "torch.bfloat16" if "bf16" in s.precision else "torch.float16"
+    if s.quant in ("nf4", "nf4-dq", "fp4"):
+        kind = "fp4" if s.quant == "fp4" else "nf4"
+        return (
+            "BitsAndBytesConfig(load_in_4bit=True, "
+            f'bnb_4bit_quant_type="{kind}", '
+            f"bnb_4bit_use_double_quant={s.quant == 'nf4-dq'}, "
+            f"bnb_4bit_compute_dtype={compute})"
+        )
+    if s.quant == "int8":
+        return "BitsAndBytesConfig(load_in_8bit=True)"
+    return None
+
+
+def training_arguments(s: Settings) -> str:
+    args = [
+        f"per_device_train_batch_size={s.micro_batch}",
+        f"gradient_accumulation_steps={s.grad_accum}",
+    ]
+    if s.precision in ("amp-bf16", "amp-fp16"):
+        args.append("bf16=True" if s.precision == "amp-bf16" else "fp16=True")
+    if s.checkpointing != "none":
+        args.append("gradient_checkpointing=True")
+    args.append(f'optim="{HF_OPTIM.get(s.optimizer, s.optimizer)}"')
+    if s.shard in ("zero1", "zero2", "zero3"):
+        args.append('deepspeed="ds_config.json"')
+    elif s.shard == "fsdp":
+        args.append('fsdp="full_shard auto_wrap"' + (" offload" if s.offload != "none" else ""))
+    return "TrainingArguments(" + ", ".join(args) + ")"
+
+
+def deepspeed_config(s: Settings) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": int(s.shard[-1])}
+    if s.offload in ("optimizer", "params"):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if s.offload == "params":
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": s.micro_batch,
+        "gradient_accumulation_steps": s.grad_accum,
+        "zero_optimization": zero,
+    }
+    if "bf16" in s.precision:
+        cfg["bf16"] = {"enabled": True}
+    elif "fp16" in s.precision:
+        cfg["fp16"] = {"enabled": True}
+    return cfg
+
+
+def fsdp_config(s: Settings) -> dict[str, Any]:
+    return {
+        "distributed_type": "FSDP",
+        "num_processes": s.gpus,
+        "mixed_precision": "bf16" if "bf16" in s.precision else "fp16",
+        "fsdp_config": {
+            "fsdp_sharding_strategy": "FULL_SHARD",
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_offload_params": s.offload != "none",
+            "fsdp_activation_checkpointing": s.checkpointing != "none",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        },
+    }
+
+
+def _vllm(s: Settings, request: PlanRequest, model: str) -> str:
+    cmd = [f"vllm serve {model}", f"--max-model-len {request.seq_len + request.new_tokens}"]
+    cmd.append(f"--max-num-seqs {s.micro_batch}")
+    if s.tp > 1:
+        cmd.append(f"--tensor-parallel-size {s.tp}")
+    if s.quant in ("fp8", "int4-awq", "int4-gptq"):
+        cmd.append(f"--quantization {dict(fp8='fp8').get(s.quant, s.quant.split('-')[1])}")
+    elif s.quant != "none":
+        cmd.append("--quantization bitsandbytes")
+    if s.dp > 1:
+        cmd.append(f"  # one server per {s.tp} GPU(s), {s.dp} replicas")
+    return " ".join(cmd)
+
+
+def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, Any]:
+    """Every form of the settings; keys absent where they do not apply."""
+    out: dict[str, Any] = {"memfit": memfit_flags(s, request, model)}
+    bnb = _bnb(s)
+    if bnb:
+        out["bitsandbytes"] = bnb
+    if s.quant in ("int4-awq", "int4-gptq"):
+        out["weights"] = f"load a pre-quantized {s.quant.split('-')[1].upper()} checkpoint"
+    if s.quant == "fp8" and request.mode == "train":
+        out["weights"] = "fp8 frozen base weights (torchao Float8WeightOnlyConfig)"
+    if request.mode == "infer":
+        out["vllm"] = _vllm(s, request, model)
+        return out
+    if s.precision in ("bf16", "fp16"):
+        dtype = "torch.bfloat16" if s.precision == "bf16" else "torch.float16"
+        out["model_dtype"] = f"from_pretrained(..., torch_dtype={dtype}) and no autocast"
+    out["training_arguments"] = training_arguments(s)
+    if s.checkpointing == "selective":
+        out["checkpointing"] = (
+            "selective activation checkpointing: torch.utils.checkpoint with "
+            "create_selective_checkpoint_contexts (torchtitan's op-level SAC policy); "
+            "TrainingArguments offers only full checkpointing"
+        )
+    if s.lora_rank is not None:
+        out["lora"] = (
+            f"LoraConfig(r={s.lora_rank}, lora_alpha={2 * s.lora_rank}, "
+            'target_modules="all-linear", task_type="CAUSAL_LM")'
+        )
+    if s.shard in ("zero1", "zero2", "zero3"):
+        out["deepspeed"] = deepspeed_config(s)
+    elif s.shard == "fsdp":
+        out["accelerate_fsdp"] = fsdp_config(s)
+    if s.freeze_layers:
+        out["freeze"] = (
+            f"requires_grad_(False) on the embeddings and layers 0..{s.freeze_layers - 1}"
+        )
+    return out

@@ -1,0 +1,138 @@
+"""What the user asks the planner for (validated once), and what each considered option is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.errors import SpecError
+from memfit.estimate.result import MemoryEstimate
+from memfit.plan.budget import DEFAULT_HEADROOM
+from memfit.plan.cost import StepCost
+from memfit.plan.space import RISK_LEVELS, Settings
+from memfit.spec import MAX_BATCH_SIZE, MAX_SEQ_LEN, MODES, WorkloadSpec
+
+GOALS = ("throughput", "memory")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """``batch_size``: training: the micro-batch per GPU, fixed (no accumulation); inference: the
+    concurrent requests over all GPUs. ``global_batch`` (training only): samples per optimizer
+    step over all GPUs, split by the planner into GPUs x micro-batch x accumulation. Neither:
+    batch 1 per GPU. ``goal``: ``throughput`` ranks by predicted step time, ``memory`` by the
+    memory a plan needs."""
+
+    mode: str = "train"
+    seq_len: int = 512
+    batch_size: int | None = None
+    global_batch: int | None = None
+    new_tokens: int = 0
+    gpus: int = 1
+    goal: str = "throughput"
+    headroom: float = DEFAULT_HEADROOM
+    keep_full_finetune: bool = False
+    allow_quant: bool = True
+    max_quality_risk: str = "high"
+    allow_offload: bool = False
+    lora_ranks: tuple[int, ...] = (16, 64)
+    n_alternatives: int = 4
+
+    def __post_init__(self) -> None:
+        p: list[str] = []
+        if self.mode not in MODES:
+            p.append(f"mode ({self.mode!r}) must be one of {', '.join(MODES)}")
+        if self.goal not in GOALS:
+            p.append(f"goal ({self.goal!r}) must be one of {', '.join(GOALS)}")
+        if self.max_quality_risk not in RISK_LEVELS:
+            p.append(
+                f"max_quality_risk ({self.max_quality_risk!r}) must be one of "
+                f"{', '.join(RISK_LEVELS)}"
+            )
+        for name, value, upper in (
+            ("seq_len", self.seq_len, MAX_SEQ_LEN),
+            ("gpus", self.gpus, 1 << 16),
+            ("batch_size", self.batch_size, MAX_BATCH_SIZE),
+            ("global_batch", self.global_batch, MAX_BATCH_SIZE),
+        ):
+            if value is not None and (not isinstance(value, int) or not 1 <= value <= upper):
+                p.append(f"{name} ({value!r}) must be a whole number in 1..{upper}")
+        if self.batch_size is not None and self.global_batch is not None:
+            p.append("give batch_size (--batch) or global_batch (--global-batch), not both")
+        if self.global_batch is not None and self.mode != "train":
+            p.append("global_batch (--global-batch) is a training setting; use --batch for infer")
+        elif (
+            isinstance(self.global_batch, int)
+            and isinstance(self.gpus, int)
+            and self.gpus >= 1
+            and self.global_batch % self.gpus
+        ):
+            p.append(
+                f"global_batch ({self.global_batch}) must be a multiple of gpus "
+                f"({self.gpus}): each GPU runs the same number of samples"
+            )
+        if self.new_tokens and self.mode != "infer":
+            p.append(f"new_tokens ({self.new_tokens}) only applies to mode 'infer'")
+        if not 0 <= self.headroom < 1:
+            p.append(f"headroom ({self.headroom}) must be a fraction in [0, 1), e.g. 0.05")
+        if any(not isinstance(r, int) or r < 1 for r in self.lora_ranks):
+            p.append(f"lora_ranks ({self.lora_ranks!r}) must be positive integers")
+        if p:
+            raise SpecError.from_problems(p)
+
+    @property
+    def per_rank_batch(self) -> int:
+        """Training: samples per GPU per optimizer step; inference: all concurrent requests."""
+        if self.mode == "train" and self.global_batch is not None:
+            return self.global_batch // self.gpus
+        return self.batch_size or 1
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["lora_ranks"] = list(self.lora_ranks)
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOption:
+    """One considered combination: its settings, predicted cost and risk, and — when it was
+    estimated — the estimate, the bytes it is charged, and whether it fits."""
+
+    settings: Settings
+    workload: WorkloadSpec
+    cost: StepCost
+    risk_level: int
+    risk_reasons: tuple[str, ...]
+    estimate: MemoryEstimate | None = None
+    need_bytes: int | None = None
+    fits: bool | None = None
+    confirmed_by: str | None = None
+    reason: str | None = None
+
+    @property
+    def risk(self) -> str:
+        return RISK_LEVELS[self.risk_level]
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        est = self.estimate
+        return {
+            "settings": asdict(self.settings),
+            "summary": self.settings.describe(),
+            "workload": self.workload.normalized(),
+            "step_s": self.cost.step_s,
+            "tokens_per_s": self.cost.tokens_per_s,
+            "cost_parts_s": dict(self.cost.parts_s),
+            "quality_risk": self.risk,
+            "risk_reasons": list(self.risk_reasons),
+            "need_bytes": self.need_bytes,
+            "fits": self.fits,
+            "engine": None if est is None else est.engine,
+            "confirmed_by": self.confirmed_by,
+            "reason": self.reason,
+            "components": None if est is None else dict(est.components),
+            "device_used_bytes": None if est is None else est.device_used_bytes,
+        }

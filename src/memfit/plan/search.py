@@ -1,0 +1,380 @@
+"""``plan()``: the fastest technique stack that fits, found best-first, confirmed, explained.
+
+1. Enumerate the combinations (:mod:`memfit.plan.space`) allowed by the request's constraints
+   (``keep_full_finetune``, ``allow_quant``, ``max_quality_risk``, ``allow_offload``).
+2. Predict each one's step time with the roofline (:mod:`memfit.plan.cost`) — no estimate
+   needed — and visit them fastest first (goal ``throughput``) or smallest micro-batch first
+   (goal ``memory``).
+3. Estimate a visited combination with the fast engine unless it is *dominated*: it keeps at
+   least as much in memory as one that already did not fit, or a faster split of the same stack
+   already fits. A fit is then confirmed by the precise engine; if that disagrees, the
+   combination counts as not fitting.
+4. Stop when the recommended plan and ``n_alternatives`` runners-up (distinct stacks) are found.
+
+The result always comes back; ``Plan.raise_if_not_fit()`` raises when nothing fits.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memfit.errors import DoesNotFitError, MemfitError
+from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason
+from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
+from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
+from memfit.plan.request import PlanOption, PlanRequest
+from memfit.plan.space import (
+    RISK_LEVELS,
+    Settings,
+    SpaceOptions,
+    candidates,
+    dominates,
+    naive,
+    quality_risk,
+)
+from memfit.units import format_bytes
+
+#: Rejected plans listed in a result (fastest first, one per technique stack).
+N_REJECTED_SHOWN = 5
+#: Combinations the search engine cannot estimate that are sent to the confirming (slow) engine
+#: instead, at most, per plan: beyond it they are reported as not estimated (keeps a plan to
+#: about a minute when the trace engine takes seconds per estimate).
+MAX_FALLBACK_ESTIMATES = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """The planner's answer. ``recommended`` is None when nothing fits; ``closest`` is then the
+    attempt that came nearest. ``rejected``: faster stacks that do not fit, and why."""
+
+    model_name: str
+    request: PlanRequest
+    budget: Budget
+    recommended: PlanOption | None
+    alternatives: list[PlanOption]
+    baseline: PlanOption
+    rejected: list[PlanOption]
+    closest: PlanOption | None
+    search_engine: str
+    confirm_engine: str | None
+    n_candidates: int
+    n_estimated: int
+    n_pruned: int
+    n_overruled: int  # plans the search engine accepted and the confirming engine did not
+    elapsed_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.recommended is not None
+
+    def raise_if_not_fit(self) -> None:
+        if self.recommended is None:
+            closest = ""
+            if self.closest is not None and self.closest.reason:
+                closest = (
+                    f"; closest attempt ({self.closest.settings.describe()}) {self.closest.reason}"
+                )
+            raise DoesNotFitError(
+                f"no plan for {self.model_name} fits {self.budget.gpu_name} x{self.request.gpus} "
+                f"within {format_bytes(self.budget.limit_bytes)} (headroom "
+                f"{format_bytes(self.budget.headroom_bytes)}){closest}: try more GPUs "
+                "(--gpus / --recommend-gpu), --allow-offload, or relax the constraints"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        from memfit.plan.export import export_settings
+
+        rec = self.recommended
+        return {
+            "model": self.model_name,
+            "request": self.request.to_json(),
+            "budget": self.budget.to_json(),
+            "fits": self.fits,
+            "recommended": None if rec is None else rec.to_json(),
+            "settings_export": None
+            if rec is None
+            else export_settings(rec.settings, self.request, self.model_name),
+            "baseline": self.baseline.to_json(),
+            "alternatives": [a.to_json() for a in self.alternatives],
+            "rejected": [r.to_json() for r in self.rejected],
+            "closest": None if self.closest is None else self.closest.to_json(),
+            "search": {
+                "engine": self.search_engine,
+                "confirm_engine": self.confirm_engine,
+                "n_candidates": self.n_candidates,
+                "n_estimated": self.n_estimated,
+                "n_pruned": self.n_pruned,
+                "n_overruled": self.n_overruled,
+                "elapsed_s": self.elapsed_s,
+            },
+            "notes": list(self.notes),
+        }
+
+
+def plan(
+    model: Any,
+    request: PlanRequest | None = None,
+    *,
+    gpu: Any = None,
+    gpu_memory_bytes: int | None = None,
+    estimator: Estimator | None = None,
+    confirm: Estimator | None = None,
+    **request_fields: Any,
+) -> Plan:
+    """Plan ``model`` (a MODEL string or ``ModelSource``) for ``request`` on ``gpu`` (a catalog
+    name or record: its rates drive the cost model; ``gpu_memory_bytes`` overrides its memory).
+
+    ``estimator`` / ``confirm``: ``Callable[[WorkloadSpec], MemoryEstimate]``; default the analytic
+    engine to search and the trace engine to confirm (see :mod:`memfit.plan.engines`).
+    ``request_fields``: :class:`PlanRequest` fields, applied over ``request``."""
+    start = time.perf_counter()
+    request = replace(request or PlanRequest(), **request_fields)
+    source, gpu_rec = _resolve(model, gpu)
+    budget = Budget.of(gpu_rec, memory_bytes=gpu_memory_bytes, headroom=request.headroom)
+    engines = resolve_engines(source, gpu_rec, estimator, confirm)
+    opts = _space_options(request, gpu_rec, source)
+    search = _Search(request, budget, engines, Rates.of(gpu_rec), source)
+    baseline = search.baseline(naive(opts))
+    found = search.run(candidates(opts))
+    return search.result(found, baseline, time.perf_counter() - start)
+
+
+def _resolve(model: Any, gpu: Any) -> tuple[Any, Any]:
+    from memfit.errors import SpecError
+    from memfit.hardware import get_gpu
+    from memfit.models import ModelSource, resolve_model
+
+    if gpu is None:
+        raise SpecError("plan needs --gpu NAME: its bandwidth and FLOPS rank the plans")
+    source = model if isinstance(model, ModelSource) else resolve_model(str(model))
+    return source, get_gpu(gpu) if isinstance(gpu, str) else gpu
+
+
+def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
+    facts = ModelFacts.from_config(source.config, n_params=1)
+    return SpaceOptions(
+        mode=request.mode,
+        per_rank_batch=request.per_rank_batch,
+        fixed_micro_batch=request.global_batch is None,
+        gpus=request.gpus,
+        n_layers=facts.n_layers,
+        supports_bf16=bool(getattr(gpu, "supports_bf16", True)),
+        supports_fp8=bool(getattr(gpu, "supports_fp8", False)),
+        keep_full_finetune=request.keep_full_finetune,
+        allow_quant=request.allow_quant,
+        allow_offload=request.allow_offload,
+        lora_ranks=request.lora_ranks,
+    )
+
+
+class _Search:
+    """The state of one search: engines, budget, what did not fit, counters."""
+
+    def __init__(
+        self, request: PlanRequest, budget: Budget, engines: EnginePair, rates: Rates, source: Any
+    ) -> None:
+        self.request, self.budget, self.engines, self.rates = request, budget, engines, rates
+        self.source = source
+        self.facts = ModelFacts.from_config(source.config, n_params=1)
+        self.failed: dict[tuple[Any, ...], list[Settings]] = {}
+        self.rejected: list[PlanOption] = []
+        self.unsupported: list[str] = []
+        self.n_candidates = self.n_pruned = self.n_overruled = self.n_fallback = 0
+
+    # -- one option --------------------------------------------------------------------------
+    def option(self, s: Settings) -> PlanOption:
+        level, reasons = quality_risk(s)
+        return PlanOption(
+            settings=s,
+            workload=s.workload(self.request.mode, self.request.seq_len, self.request.new_tokens),
+            cost=self.cost(s),
+            risk_level=level,
+            risk_reasons=reasons,
+        )
+
+    def cost(self, s: Settings) -> StepCost:
+        r = self.request
+        if r.mode == "infer":
+            return infer_cost(s, self.facts, self.rates, seq_len=r.seq_len, new_tokens=r.new_tokens)
+        return train_step_cost(
+            s, self.facts, self.rates, seq_len=r.seq_len, trainable_fraction=self._trainable(s)
+        )
+
+    def _trainable(self, s: Settings) -> float:
+        """Trainable share of the parameters: LoRA on every linear adds r·(in + out) per linear
+        (Hu et al. 2021), ~ r·12·d per layer for a transformer block (4 attention projections
+        + 3 MLP ones of 4d); freezing k of L layers leaves (L - k) / L."""
+        f = self.facts
+        if s.lora_rank is not None:
+            return min(1.0, s.lora_rank * 12 * f.d_model * f.n_layers / max(f.n_params, 1))
+        return 1.0 - s.freeze_layers / f.n_layers if f.n_layers else 1.0
+
+    def estimate(self, opt: PlanOption, engine: CachedEstimator) -> PlanOption:
+        try:
+            est = engine(opt.workload)
+        except MemfitError as exc:
+            return replace(opt, reason=f"{engine.name} engine cannot estimate it: {exc}")
+        ok = fits(est, self.budget)
+        return replace(
+            opt,
+            estimate=est,
+            need_bytes=need_bytes(est),
+            fits=ok,
+            confirmed_by=engine.name if ok else None,
+            reason=None if ok else overflow_reason(est, self.budget, None),
+        )
+
+    # -- baseline ----------------------------------------------------------------------------
+    def baseline(self, s: Settings) -> PlanOption:
+        """The naive plan, by the precise engine where there is one (the "before" column)."""
+        opt = self.estimate(self.option(s), self.engines.confirm or self.engines.search)
+        if opt.estimate is None and self.engines.confirm is not None:
+            opt = self.estimate(self.option(s), self.engines.search)
+        if opt.estimate is not None:
+            self.facts = ModelFacts.from_config(self.source.config, opt.estimate.n_params)
+            return replace(opt, cost=self.cost(s))
+        single = replace(s, gpus=1, tp=1, shard="none", micro_batch=1, grad_accum=1)
+        est = self.engines.search(single.workload(self.request.mode, self.request.seq_len))
+        self.facts = ModelFacts.from_config(self.source.config, est.n_params)
+        return replace(opt, cost=self.cost(s))
+
+    # -- the search --------------------------------------------------------------------------
+    def run(self, all_settings: list[Settings]) -> list[PlanOption]:
+        max_risk = RISK_LEVELS.index(self.request.max_quality_risk)
+        opts = [o for o in map(self.option, all_settings) if o.risk_level <= max_risk]
+        self.n_candidates = len(opts)
+        if self.request.goal == "memory":
+            return self._run_memory(opts)
+        # ties (compute-bound splits): the larger micro-batch first (fewer, larger kernels)
+        opts.sort(key=lambda o: (o.cost.step_s, o.risk_level, -o.settings.micro_batch))
+        wanted = 1 + self.request.n_alternatives
+        found: list[PlanOption] = []
+        fitting_stacks: set[tuple[Any, ...]] = set()
+        for opt in opts:
+            if len(found) >= wanted:
+                break
+            s = opt.settings
+            if s.technique_key in fitting_stacks or self._dominated(s):
+                self.n_pruned += 1
+                continue
+            checked = self._check(opt)
+            if checked.fits:
+                fitting_stacks.add(s.technique_key)
+                found.append(checked)
+        return found
+
+    def _run_memory(self, opts: list[PlanOption]) -> list[PlanOption]:
+        smallest = min((o.settings.micro_batch for o in opts), default=1)
+        pool = [o for o in opts if o.settings.micro_batch == smallest]
+        self.n_pruned += len(opts) - len(pool)
+        pool.sort(key=lambda o: (o.cost.step_s, o.risk_level))
+        estimated = []
+        for opt in pool:
+            if self._dominated(opt.settings):
+                self.n_pruned += 1
+                continue
+            done = self.estimate(opt, self.engines.search)
+            if done.fits:
+                estimated.append(done)
+            else:
+                self._record_failure(done)
+        estimated.sort(key=lambda o: (o.need_bytes or 0, o.cost.step_s))
+        found: list[PlanOption] = []
+        for opt in estimated:
+            if len(found) > self.request.n_alternatives:
+                break
+            checked = self._confirm(opt)
+            if checked.fits:
+                found.append(checked)
+        return found
+
+    def _check(self, opt: PlanOption) -> PlanOption:
+        done = self.estimate(opt, self.engines.search)
+        if (
+            done.estimate is None
+            and self.engines.confirm is not None
+            and self.n_fallback < MAX_FALLBACK_ESTIMATES
+        ):
+            self.n_fallback += 1
+            # the fast engine does not model this combination: ask the precise one directly
+            done = self.estimate(opt, self.engines.confirm)
+            if not done.fits:
+                self._record_failure(done)
+            return done
+        if not done.fits:
+            self._record_failure(done)
+            return done
+        return self._confirm(done)
+
+    def _confirm(self, opt: PlanOption) -> PlanOption:
+        if self.engines.confirm is None:
+            return opt
+        done = self.estimate(opt, self.engines.confirm)
+        if done.estimate is None:  # the precise engine cannot run it: keep the fast estimate
+            return replace(opt, confirmed_by=None, reason=f"not confirmed: {done.reason}")
+        if not done.fits:
+            self.n_overruled += 1
+            self._record_failure(done)
+        return done
+
+    def _record_failure(self, opt: PlanOption) -> None:
+        if opt.estimate is None:
+            self.unsupported.append(opt.reason or "")
+            return
+        s = opt.settings
+        self.failed.setdefault(_group(s), []).append(s)
+        self.rejected.append(opt)
+
+    def _dominated(self, s: Settings) -> bool:
+        return any(dominates(s, f) for f in self.failed.get(_group(s), ()))
+
+    # -- the result --------------------------------------------------------------------------
+    def result(self, found: list[PlanOption], baseline: PlanOption, elapsed_s: float) -> Plan:
+        rec = found[0] if found else None
+        ref = rec.estimate if rec is not None else None
+        pool = self.rejected
+        if rec is not None:
+            pool = [r for r in pool if r.cost.step_s < rec.cost.step_s]
+            pool.sort(key=lambda r: r.cost.step_s)
+        else:
+            pool = sorted(pool, key=lambda r: r.need_bytes or 0)
+        shown: list[PlanOption] = []
+        seen: set[tuple[Any, ...]] = set()
+        for r in pool:
+            if r.settings.technique_key in seen or len(shown) >= N_REJECTED_SHOWN:
+                continue
+            seen.add(r.settings.technique_key)
+            if r.estimate is not None:  # always: only estimated options are rejected
+                reason = overflow_reason(r.estimate, self.budget, ref)
+                shown.append(replace(r, reason=f"{r.estimate.engine} engine: {reason}"))
+        notes = []
+        if self.unsupported:
+            notes.append(
+                f"{len(self.unsupported)} combinations could not be estimated, e.g. "
+                f"{self.unsupported[0]}"
+            )
+        return Plan(
+            model_name=self.source.name,
+            request=self.request,
+            budget=self.budget,
+            recommended=rec,
+            alternatives=found[1:],
+            baseline=baseline,
+            rejected=shown,
+            closest=None if rec is not None or not shown else shown[0],
+            search_engine=self.engines.search.name,
+            confirm_engine=None if self.engines.confirm is None else self.engines.confirm.name,
+            n_candidates=self.n_candidates,
+            n_estimated=self.engines.search.n_calls,
+            n_pruned=self.n_pruned,
+            n_overruled=self.n_overruled,
+            elapsed_s=elapsed_s,
+            notes=notes,
+        )
+
+
+def _group(s: Settings) -> tuple[Any, ...]:
+    return (s.precision, s.lora_rank, s.freeze_layers, s.attention, s.tp)

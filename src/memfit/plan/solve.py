@@ -1,0 +1,216 @@
+"""``fit()``: the largest batch, the longest sequence, or the most concurrent requests that fit.
+
+Memory grows with each of the three, so the answer is found by a monotone search: double until it
+no longer fits, then bisect (``2·log2(answer)`` estimates). The search runs on the fast engine;
+the precise engine then checks the answer and, where it disagrees, the search is repeated below
+it with the precise engine. Fits means the estimate's upper end stays within capacity minus
+headroom (:mod:`memfit.plan.budget`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memfit.errors import DoesNotFitError, MemfitError, SpecError
+from memfit.estimate.result import MemoryEstimate
+from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits
+from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
+from memfit.spec import MAX_BATCH_SIZE, MAX_SEQ_LEN, WorkloadSpec
+from memfit.units import format_bytes
+
+SOLVES = ("batch", "seq", "concurrency")
+#: ``--solve seq`` answers in multiples of this many tokens (kernels and tokenizers pad to it;
+#: fewer estimates).
+SEQ_GRANULARITY = 64
+#: Context lengths of the KV-cache budget table (``--solve concurrency``), capped at the model's.
+KV_TABLE_CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+_FIELD = {"batch": "batch_size", "seq": "seq_len", "concurrency": "batch_size"}
+_KEY = {"batch": "max_batch", "seq": "max_seq", "concurrency": "max_concurrency"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitResult:
+    """``max_value``: the answer (0: not even 1 fits). ``estimate``: at the answer, or at the
+    smallest value when nothing fits."""
+
+    solve: str
+    max_value: int
+    budget: Budget
+    estimate: MemoryEstimate | None
+    search_engine: str
+    confirmed_by: str | None
+    n_estimates: int
+    kv_table: list[dict[str, int]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.max_value > 0
+
+    def raise_if_not_fit(self) -> None:
+        if not self.fits:
+            raise DoesNotFitError(
+                f"not even {_FIELD[self.solve]}=1 fits {self.budget.gpu_name} within "
+                f"{format_bytes(self.budget.limit_bytes)}: see `memfit plan` for techniques"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "solve": self.solve,
+            _KEY[self.solve]: self.max_value,
+            "capacity_bytes": self.budget.capacity_bytes,
+            "headroom_bytes": self.budget.headroom_bytes,
+            "limit_bytes": self.budget.limit_bytes,
+            "gpu": self.budget.gpu_name,
+            "search_engine": self.search_engine,
+            "confirmed_by": self.confirmed_by,
+            "n_estimates": self.n_estimates,
+            "kv_table": list(self.kv_table),
+            "estimate": None if self.estimate is None else self.estimate.to_json(),
+            "notes": list(self.notes),
+        }
+
+
+def largest(pred: Callable[[int], bool], *, cap: int, step: int = 1) -> int:
+    """The largest multiple of ``step`` in ``[step, cap]`` for which the monotone ``pred`` holds
+    (0 if none): doubling, then bisection."""
+    if cap < step or not pred(step):
+        return 0
+    lo = 1  # in units of step: pred(lo * step) holds
+    while 2 * lo * step <= cap and pred(2 * lo * step):
+        lo *= 2
+    hi = min(2 * lo, cap // step + 1)  # pred(hi * step) fails or hi * step > cap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(mid * step):
+            lo = mid
+        else:
+            hi = mid
+    return lo * step
+
+
+def fit(
+    model: Any,
+    workload: WorkloadSpec,
+    *,
+    solve: str,
+    gpu: Any = None,
+    gpu_memory_bytes: int | None = None,
+    headroom: float = DEFAULT_HEADROOM,
+    estimator: Estimator | None = None,
+    confirm: Estimator | None = None,
+    kv_table: bool = True,
+) -> FitResult:
+    """Solve ``workload``'s batch size, sequence length or (inference) concurrency on ``gpu`` (a
+    catalog name or record) or a GPU of ``gpu_memory_bytes``."""
+    from memfit.hardware import get_gpu
+    from memfit.models import ModelSource, resolve_model
+
+    if solve not in SOLVES:
+        raise SpecError(f"solve ({solve!r}) must be one of {', '.join(SOLVES)}")
+    if solve == "concurrency" and workload.mode != "infer":
+        raise SpecError("solve 'concurrency' counts inference requests: add --mode infer")
+    gpu_rec = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    budget = Budget.of(gpu_rec, memory_bytes=gpu_memory_bytes, headroom=headroom)
+    source = model if isinstance(model, ModelSource) else resolve_model(str(model))
+    engines = resolve_engines(source, gpu_rec, estimator, confirm)
+    cap, step, notes = _bounds(solve, source)
+    name = _FIELD[solve]
+    value, est, confirmed = _solve(engines, budget, workload, name, cap, step)
+    if value >= cap:
+        notes.append(f"reached the search limit {name}={cap}")
+    table = (
+        _kv_table(engines.search, budget, workload, source)
+        if solve == "concurrency" and kv_table
+        else []
+    )
+    n = engines.search.n_calls + (engines.confirm.n_calls if engines.confirm else 0)
+    return FitResult(
+        solve=solve,
+        max_value=value,
+        budget=budget,
+        estimate=est,
+        search_engine=engines.search.name,
+        confirmed_by=confirmed,
+        n_estimates=n,
+        kv_table=table,
+        notes=notes,
+    )
+
+
+def _bounds(solve: str, source: Any) -> tuple[int, int, list[str]]:
+    if solve != "seq":
+        return MAX_BATCH_SIZE, 1, []
+    limit = _context_limit(source)
+    if limit is None:
+        return MAX_SEQ_LEN, SEQ_GRANULARITY, []
+    note = f"sequence capped at the model's context limit ({limit} tokens, config.json)"
+    return limit, SEQ_GRANULARITY, [note]
+
+
+def _context_limit(source: Any) -> int | None:
+    c = source.config or {}
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        if isinstance(c.get(key), int) and c[key] > 0:
+            return int(c[key])
+    return None
+
+
+def _predicate(
+    engine: CachedEstimator, budget: Budget, w: WorkloadSpec, name: str
+) -> Callable[[int], bool]:
+    def pred(value: int) -> bool:
+        try:
+            return fits(engine(_with(w, name, value)), budget)
+        except MemfitError:  # e.g. a sequence beyond what the model's positions allow
+            return False
+
+    return pred
+
+
+def _solve(
+    engines: EnginePair, budget: Budget, w: WorkloadSpec, name: str, cap: int, step: int
+) -> tuple[int, MemoryEstimate | None, str | None]:
+    value = largest(_predicate(engines.search, budget, w, name), cap=cap, step=step)
+    at = _with(w, name, max(value, step))
+    confirm = engines.confirm
+    if confirm is None:
+        return value, _try(engines.search, at), engines.search.name if value else None
+    if value and _predicate(confirm, budget, w, name)(value):
+        return value, _try(confirm, at), confirm.name
+    if value:  # the precise engine disagrees: search again below, with it
+        value = largest(_predicate(confirm, budget, w, name), cap=value - step, step=step)
+    at = _with(w, name, max(value, step))
+    return value, _try(confirm, at) or _try(engines.search, at), confirm.name if value else None
+
+
+def _with(w: WorkloadSpec, name: str, value: int) -> WorkloadSpec:
+    changes: dict[str, Any] = {name: value}
+    return replace(w, **changes)
+
+
+def _try(engine: CachedEstimator, w: WorkloadSpec) -> MemoryEstimate | None:
+    try:
+        return engine(w)
+    except MemfitError:
+        return None
+
+
+def _kv_table(
+    engine: CachedEstimator, budget: Budget, w: WorkloadSpec, source: Any
+) -> list[dict[str, int]]:
+    """Context length x the most concurrent requests that fit (fast engine only)."""
+    limit = _context_limit(source) or KV_TABLE_CONTEXTS[-1]
+    rows = []
+    for ctx in (c for c in KV_TABLE_CONTEXTS if c <= limit):
+        base = replace(w, seq_len=max(ctx - w.new_tokens, 1))
+        n = largest(_predicate(engine, budget, base, "batch_size"), cap=MAX_BATCH_SIZE)
+        est = _try(engine, replace(base, batch_size=max(n, 1)))
+        kv = est.components.get("kv_cache", 0) if est is not None and n else 0
+        rows.append({"context_tokens": ctx, "max_concurrency": n, "kv_cache_bytes": kv})
+        if n == 0:
+            break
+    return rows

@@ -1,0 +1,302 @@
+"""The search space: technique settings, their quality risk, and the memory order between them.
+
+A :class:`Settings` is one combination of techniques (what ``memfit estimate`` flags say) plus
+the split of the per-GPU batch into micro-batch x gradient accumulation. :func:`candidates`
+enumerates those the planner considers; options that another option beats in both memory and
+speed are left out (each omission says why). :func:`dominates` encodes the memory order used to
+skip combinations: a combination that keeps at least as much in memory as one that already did not
+fit, in every ordered dimension, is not estimated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.spec import WorkloadSpec
+
+#: Ordered quality-risk scale (index = level).
+RISK_LEVELS = ("none", "low", "medium", "high")
+
+#: Risk of each setting, with the reason shown to the user. Sources: Micikevicius et al. 2018
+#: (mixed precision: fp16 needs loss scaling and fp32 master weights), Zamirai et al. 2020
+#: (pure bf16 training loses small updates without fp32 masters / stochastic rounding), Dettmers
+#: et al. 2022 (block-wise 8-bit optimizers match 32-bit Adam on their benchmarks), Shazeer & Stern
+#: 2018 (Adafactor drops the first moment; needs its own learning-rate schedule), Hu et al. 2021
+#: and Biderman et al. 2024 (LoRA matches full fine-tuning on many tasks, learns less on others),
+#: Dettmers et al. 2023 (QLoRA: NF4 base weights recover 16-bit fine-tuning on their benchmarks).
+RISKS: dict[tuple[str, str], tuple[int, str]] = {
+    ("precision", "bf16"): (1, "bf16 weights without fp32 master copy: tiny updates are lost"),
+    ("precision", "fp16"): (3, "fp16 without loss scaling or fp32 masters: gradients underflow"),
+    ("precision", "amp-fp16"): (1, "fp16 autocast: bf16-pretrained models can overflow in fp16"),
+    ("optimizer", "adamw-8bit"): (1, "8-bit optimizer states (block-wise quantized)"),
+    ("optimizer", "paged-adamw-8bit"): (1, "8-bit optimizer states (block-wise quantized)"),
+    ("optimizer", "adafactor"): (2, "Adafactor: factored 2nd moment, no momentum; retune the LR"),
+    ("optimizer", "lion"): (2, "Lion: sign updates; needs a smaller LR than AdamW"),
+    ("adapter", "lora"): (1, "LoRA adapters instead of full fine-tuning"),
+    ("adapter", "lora-small"): (2, "LoRA rank < 16: less capacity than full fine-tuning"),
+    ("adapter", "freeze"): (1, "lower half of the layers frozen"),
+    ("quant", "int8"): (1, "8-bit base weights (LLM.int8): check quality on your eval set"),
+    ("quant", "fp8"): (1, "fp8 base weights (per-tensor scales): check quality"),
+    ("quant", "nf4"): (2, "4-bit base weights: check quality on your eval set"),
+    ("quant", "nf4-dq"): (2, "4-bit base weights: check quality on your eval set"),
+    ("quant", "fp4"): (3, "FP4 base weights: worse than NF4 (QLoRA paper, Table 2)"),
+    ("quant", "int4-awq"): (2, "4-bit AWQ weights: check quality on your eval set"),
+    ("quant", "int4-gptq"): (2, "4-bit GPTQ weights: check quality on your eval set"),
+}
+
+#: Memory order per dimension: a higher index keeps less in device memory. Values of equal index
+#: are not compared (int8 vs fp8, zero3 vs fsdp). ``micro_batch`` is ordered by its value.
+MEMORY_ORDER: dict[str, dict[str, int]] = {
+    "checkpointing": {"none": 0, "selective": 1, "full": 2},
+    "optimizer": {"adamw": 0, "adamw-fused": 0, "adamw-8bit": 1, "adafactor": 2},
+    "quant": {"none": 0, "int8": 1, "fp8": 1, "nf4": 2, "nf4-dq": 3, "int4-awq": 2},
+    "shard": {"none": 0, "ddp": 0, "zero2": 1, "zero3": 2, "fsdp": 2},
+    "offload": {"none": 0, "optimizer": 1, "params": 2},
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """One technique combination and batch split, per data-parallel rank."""
+
+    precision: str
+    quant: str = "none"
+    attention: str = "sdpa"
+    checkpointing: str = "none"
+    optimizer: str = "none"
+    lora_rank: int | None = None
+    freeze_layers: int = 0
+    gpus: int = 1
+    shard: str = "none"
+    offload: str = "none"
+    tp: int = 1
+    micro_batch: int = 1
+    grad_accum: int = 1
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // self.tp
+
+    @property
+    def technique_key(self) -> tuple[Any, ...]:
+        """Everything but the batch split: two settings with one key are one technique stack."""
+        return (
+            self.precision,
+            self.quant,
+            self.attention,
+            self.checkpointing,
+            self.optimizer,
+            self.lora_rank,
+            self.freeze_layers,
+            self.shard,
+            self.offload,
+            self.tp,
+        )
+
+    def workload(self, mode: str, seq_len: int, new_tokens: int = 0) -> WorkloadSpec:
+        train = mode == "train"
+        return WorkloadSpec(
+            mode="train" if train else "infer",
+            batch_size=self.micro_batch,
+            seq_len=seq_len,
+            new_tokens=0 if train else new_tokens,
+            precision=self.precision,
+            attention=self.attention,
+            checkpointing=self.checkpointing if train else "none",
+            optimizer=self.optimizer if train else "none",
+            lora_rank=self.lora_rank if train else None,
+            freeze_layers=self.freeze_layers if train else 0,
+            quant=self.quant,
+            gpus=self.gpus,
+            shard=self.shard,
+            offload=self.offload,
+            tp=self.tp,
+        )
+
+    def describe(self) -> str:
+        """Short human form: ``amp-bf16, LoRA r16, nf4-dq, ckpt full, adamw-8bit, mb 4 x 8``."""
+        parts = [self.precision]
+        if self.lora_rank:
+            parts.append(f"{'Q' if self.quant != 'none' else ''}LoRA r{self.lora_rank}")
+        if self.quant != "none":
+            parts.append(self.quant)
+        if self.freeze_layers:
+            parts.append(f"freeze {self.freeze_layers}")
+        if self.checkpointing != "none":
+            parts.append(f"ckpt {self.checkpointing}")
+        if self.optimizer != "none":
+            parts.append(self.optimizer)
+        if self.gpus > 1 or self.shard != "none":
+            parts.append(self.shard if self.tp == 1 else f"tp {self.tp}")
+        if self.offload != "none":
+            parts.append(f"offload {self.offload}")
+        parts.append(
+            f"mb {self.micro_batch}" + (f" x {self.grad_accum}" if self.grad_accum > 1 else "")
+        )
+        return ", ".join(parts)
+
+
+def quality_risk(s: Settings) -> tuple[int, tuple[str, ...]]:
+    """The plan's risk level (the highest of its settings') and the reasons."""
+    found: list[tuple[int, str]] = []
+    for dim, value in (("precision", s.precision), ("optimizer", s.optimizer), ("quant", s.quant)):
+        if (dim, value) in RISKS:
+            found.append(RISKS[(dim, value)])
+    if s.lora_rank is not None:
+        found.append(RISKS[("adapter", "lora" if s.lora_rank >= 16 else "lora-small")])
+    if s.freeze_layers:
+        found.append(RISKS[("adapter", "freeze")])
+    level = max((lvl for lvl, _ in found), default=0)
+    return level, tuple(reason for _, reason in found)
+
+
+def dominates(worse: Settings, failed: Settings) -> bool:
+    """True when ``worse`` keeps at least as much in memory as ``failed`` in every ordered
+    dimension and equals it in the others, so it cannot fit where ``failed`` did not."""
+    if (worse.precision, worse.lora_rank, worse.freeze_layers, worse.attention, worse.tp) != (
+        failed.precision,
+        failed.lora_rank,
+        failed.freeze_layers,
+        failed.attention,
+        failed.tp,
+    ):
+        return False
+    if worse.micro_batch < failed.micro_batch:
+        return False
+    for dim, order in MEMORY_ORDER.items():
+        a, b = getattr(worse, dim), getattr(failed, dim)
+        if a == b:
+            continue
+        if a not in order or b not in order or order[a] >= order[b]:
+            return False
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpaceOptions:
+    """What the planner may try. Built by the planner from the request and the GPU."""
+
+    mode: str
+    per_rank_batch: int
+    fixed_micro_batch: bool
+    gpus: int
+    n_layers: int
+    supports_bf16: bool
+    supports_fp8: bool
+    keep_full_finetune: bool = False
+    allow_quant: bool = True
+    allow_offload: bool = False
+    lora_ranks: tuple[int, ...] = (16, 64)
+
+
+def _micro_batches(o: SpaceOptions) -> list[tuple[int, int]]:
+    if o.fixed_micro_batch:
+        return [(o.per_rank_batch, 1)]
+    n = o.per_rank_batch
+    return [(m, n // m) for m in range(1, n + 1) if n % m == 0]
+
+
+def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
+    """Adapter x quantization x optimizer stacks for training. fp32 is left out (AMP uses less
+    memory and is faster); so are plain adamw (the fused kernel is as small and faster), paged
+    8-bit AdamW (its states are counted on the device until evicted, like adamw-8bit) and FP4
+    (NF4 is as small and better)."""
+    full_opts = ("adamw-fused", "adamw-8bit", "adafactor")
+    yield from ({"optimizer": opt} for opt in full_opts)
+    if o.keep_full_finetune:
+        return
+    if o.n_layers >= 2:
+        for opt in full_opts:
+            yield {"optimizer": opt, "freeze_layers": o.n_layers // 2}
+    quants = ["none"]
+    if o.allow_quant:
+        quants += ["int8", "nf4-dq"] + (["fp8"] if o.supports_fp8 else [])
+    for rank in o.lora_ranks:
+        for q in quants:
+            for opt in ("adamw-fused", "adamw-8bit"):
+                yield {"optimizer": opt, "lora_rank": rank, "quant": q}
+
+
+def _parallel_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
+    if o.mode == "infer":  # tensor parallelism inside a replica, replicas across the rest
+        return [
+            {"tp": tp, "shard": "ddp" if o.gpus // tp > 1 else "none"}
+            for tp in range(1, o.gpus + 1)
+            if o.gpus % tp == 0 and o.per_rank_batch > 0
+        ]
+    layouts: list[dict[str, Any]] = []
+    if o.gpus > 1:  # ZeRO-1 is left out: ZeRO-2 holds less and communicates the same (ZeRO §7)
+        layouts += [{"shard": s} for s in ("ddp", "zero2", "zero3", "fsdp")]
+    else:
+        layouts.append({"shard": "none"})
+    if o.allow_offload:
+        layouts += [
+            {"shard": "zero2", "offload": "optimizer"},
+            {"shard": "zero3", "offload": "optimizer"},
+            {"shard": "zero3", "offload": "params"},
+        ]
+    return layouts
+
+
+def candidates(o: SpaceOptions) -> list[Settings]:
+    """Every combination the planner considers, unordered."""
+    out: list[Settings] = []
+    if o.mode == "infer":
+        precision = "bf16" if o.supports_bf16 else "fp16"
+        quants = ["none"]
+        if o.allow_quant:
+            quants += (["fp8"] if o.supports_fp8 else []) + ["int8", "int4-awq", "nf4"]
+        for layout in _parallel_layouts(o):
+            dp = o.gpus // layout["tp"]
+            if o.per_rank_batch % dp:
+                continue
+            for q in quants:
+                out.append(
+                    Settings(
+                        precision=precision,
+                        quant=q,
+                        gpus=o.gpus,
+                        micro_batch=max(o.per_rank_batch // dp, 1),
+                        **layout,
+                    )
+                )
+        return out
+    precisions = ("amp-bf16", "bf16") if o.supports_bf16 else ("amp-fp16", "fp16")
+    for precision in precisions:
+        for stack in _train_stacks(o):
+            for layout in _parallel_layouts(o):
+                for ckpt in ("none", "selective", "full"):
+                    for m, accum in _micro_batches(o):
+                        out.append(
+                            Settings(
+                                precision=precision,
+                                checkpointing=ckpt,
+                                gpus=o.gpus,
+                                micro_batch=m,
+                                grad_accum=accum,
+                                **stack,
+                                **layout,
+                            )
+                        )
+    return out
+
+
+def naive(o: SpaceOptions) -> Settings:
+    """What a job runs without planning: AMP (or bf16 weights for inference), AdamW, no
+    checkpointing, the whole per-GPU batch at once, DDP / tensor parallelism over all GPUs."""
+    if o.mode == "infer":
+        return Settings(
+            precision="bf16" if o.supports_bf16 else "fp16",
+            gpus=o.gpus,
+            tp=o.gpus,
+            micro_batch=o.per_rank_batch,
+        )
+    return Settings(
+        precision="amp-bf16" if o.supports_bf16 else "amp-fp16",
+        optimizer="adamw",
+        gpus=o.gpus,
+        shard="ddp" if o.gpus > 1 else "none",
+        micro_batch=o.per_rank_batch,
+    )

@@ -1,0 +1,127 @@
+"""The solver: exact monotone search, confirmed by the trace engine; seq and batch trade off."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.plan.conftest import closed_form_estimate
+
+from memfit.estimate.result import MemoryEstimate
+from memfit.plan import fit
+from memfit.plan.budget import need_bytes
+from memfit.plan.solve import largest
+from memfit.spec import WorkloadSpec
+from memfit.units import MiB
+
+
+@settings(max_examples=200, deadline=None)
+@given(threshold=st.integers(min_value=0, max_value=5000), cap=st.integers(1, 6000))
+def test_largest_finds_the_threshold_of_a_monotone_predicate(threshold: int, cap: int) -> None:
+    calls: list[int] = []
+
+    def pred(x: int) -> bool:
+        calls.append(x)
+        return x <= threshold
+
+    assert largest(pred, cap=cap) == min(threshold, cap)
+    assert len(calls) <= 2 * cap.bit_length() + 2
+
+
+def test_largest_respects_the_step() -> None:
+    assert largest(lambda x: x <= 1000, cap=4096, step=64) == 960
+    assert largest(lambda x: x <= 10, cap=4096, step=64) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seq=st.integers(min_value=16, max_value=2048),
+    longer=st.integers(min_value=0, max_value=2048),
+    capacity=st.integers(min_value=4 * MiB, max_value=64 * MiB),
+)
+def test_a_longer_sequence_never_yields_a_larger_max_batch(
+    tiny_llama_dir: Path, seq: int, longer: int, capacity: int
+) -> None:
+    def max_batch(s: int) -> int:
+        w = WorkloadSpec(seq_len=s, checkpointing="full")
+        r = fit(
+            str(tiny_llama_dir),
+            w,
+            solve="batch",
+            gpu_memory_bytes=capacity,
+            estimator=closed_form_estimate,
+        )
+        return r.max_value
+
+    assert max_batch(seq + longer) <= max_batch(seq)
+
+
+def test_max_batch_is_exact_by_the_trace_engine_and_confirmed(
+    tiny_llama_dir: Path, trace_estimator: Callable[[WorkloadSpec], MemoryEstimate]
+) -> None:
+    """The fast engine over-reports 10 MiB here (pessimistic); the trace engine confirms its answer,
+    which is then the largest batch the fast engine allows, below the trace engine's own maximum."""
+    w = WorkloadSpec(seq_len=128, precision="amp-bf16")
+
+    def pessimistic(x: WorkloadSpec) -> MemoryEstimate:
+        est = trace_estimator(x)
+        ranges = {k: (lo, hi + 10 * MiB) for k, (lo, hi) in est.ranges.items()}
+        return dataclasses.replace(est, engine="pessimistic", ranges=ranges)
+
+    r = fit(
+        str(tiny_llama_dir),
+        w,
+        solve="batch",
+        gpu="L4",
+        gpu_memory_bytes=780 * MiB,
+        estimator=pessimistic,
+        confirm=trace_estimator,
+    )
+    assert r.max_value > 1 and r.confirmed_by == "trace"
+    limit = r.budget.limit_bytes
+    assert need_bytes(trace_estimator(dataclasses.replace(w, batch_size=r.max_value))) <= limit
+    assert need_bytes(pessimistic(dataclasses.replace(w, batch_size=r.max_value + 1))) > limit
+
+
+def test_the_trace_engine_overrules_an_optimistic_fast_engine(
+    tiny_llama_dir: Path, trace_estimator: Callable[[WorkloadSpec], MemoryEstimate]
+) -> None:
+    w = WorkloadSpec(seq_len=128, precision="amp-bf16")
+
+    def optimistic(x: WorkloadSpec) -> MemoryEstimate:
+        est = trace_estimator(x)
+        ranges = {k: (lo, hi - 20 * MiB) for k, (lo, hi) in est.ranges.items()}
+        return dataclasses.replace(est, engine="optimistic", ranges=ranges)
+
+    r = fit(
+        str(tiny_llama_dir),
+        w,
+        solve="batch",
+        gpu="L4",
+        gpu_memory_bytes=740 * MiB,
+        estimator=optimistic,
+        confirm=trace_estimator,
+    )
+    limit = r.budget.limit_bytes
+    assert r.max_value >= 1
+    assert need_bytes(trace_estimator(dataclasses.replace(w, batch_size=r.max_value))) <= limit
+    assert need_bytes(trace_estimator(dataclasses.replace(w, batch_size=r.max_value + 1))) > limit
+
+
+def test_serving_reports_a_kv_cache_budget_table(tiny_llama_dir: Path) -> None:
+    w = WorkloadSpec(mode="infer", seq_len=512, new_tokens=16)
+    r = fit(
+        str(tiny_llama_dir),
+        w,
+        solve="concurrency",
+        gpu_memory_bytes=64 * MiB,
+        estimator=closed_form_estimate,
+    )
+    assert r.max_value > 0
+    contexts = [row["context_tokens"] for row in r.kv_table]
+    assert contexts == [1024, 2048]  # capped at the tiny Llama's 2048 positions
+    assert r.kv_table[0]["max_concurrency"] >= r.kv_table[1]["max_concurrency"] > 0
+    assert r.to_json()["max_concurrency"] == r.max_value

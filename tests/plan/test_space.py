@@ -1,0 +1,87 @@
+"""The search space: constraints, quality risk, and the memory order used to skip combinations."""
+
+from __future__ import annotations
+
+import pytest
+
+from memfit.errors import SpecError
+from memfit.plan import PlanRequest
+from memfit.plan.space import Settings, SpaceOptions, candidates, dominates, quality_risk
+
+
+def _opts(**kw: object) -> SpaceOptions:
+    base: dict[str, object] = dict(
+        mode="train",
+        per_rank_batch=8,
+        fixed_micro_batch=False,
+        gpus=1,
+        n_layers=4,
+        supports_bf16=True,
+        supports_fp8=False,
+    )
+    base.update(kw)
+    return SpaceOptions(**base)  # type: ignore[arg-type]
+
+
+def test_keep_full_finetune_excludes_lora_freezing_and_quantization() -> None:
+    got = candidates(_opts(keep_full_finetune=True))
+    assert got
+    assert all(s.lora_rank is None and s.freeze_layers == 0 and s.quant == "none" for s in got)
+
+
+def test_no_quant_keeps_16_bit_weights_but_allows_lora() -> None:
+    got = candidates(_opts(allow_quant=False))
+    assert all(s.quant == "none" for s in got)
+    assert any(s.lora_rank is not None for s in got)
+
+
+def test_micro_batch_times_accumulation_is_the_per_gpu_batch() -> None:
+    got = candidates(_opts(per_rank_batch=12))
+    assert {s.micro_batch * s.grad_accum for s in got} == {12}
+    assert {s.micro_batch for s in got} == {1, 2, 3, 4, 6, 12}
+
+
+def test_multi_gpu_training_tries_zero_and_fsdp_and_offload_only_when_allowed() -> None:
+    shards = {(s.shard, s.offload) for s in candidates(_opts(gpus=4, per_rank_batch=2))}
+    assert shards == {("ddp", "none"), ("zero2", "none"), ("zero3", "none"), ("fsdp", "none")}
+    offl = {s.offload for s in candidates(_opts(allow_offload=True))}
+    assert offl == {"none", "optimizer", "params"}
+
+
+def test_gpus_without_bf16_plan_in_fp16() -> None:
+    precisions = {s.precision for s in candidates(_opts(supports_bf16=False))}
+    assert precisions == {"amp-fp16", "fp16"}
+
+
+def test_inference_splits_requests_over_replicas_and_tries_fp8_where_supported() -> None:
+    got = candidates(_opts(mode="infer", per_rank_batch=8, gpus=4, supports_fp8=True))
+    assert {(s.tp, s.micro_batch) for s in got} == {(1, 2), (2, 4), (4, 8)}
+    assert "fp8" in {s.quant for s in got}
+
+
+def test_quality_risk_is_the_highest_of_the_settings_with_reasons() -> None:
+    assert quality_risk(Settings(precision="amp-bf16", optimizer="adamw-fused")) == (0, ())
+    level, why = quality_risk(
+        Settings(precision="amp-bf16", optimizer="adamw-8bit", lora_rank=16, quant="nf4-dq")
+    )
+    assert level == 2 and any("4-bit" in w for w in why) and any("8-bit" in w for w in why)
+    assert quality_risk(Settings(precision="fp16"))[0] == 3  # no loss scaling
+
+
+def test_a_larger_micro_batch_with_less_checkpointing_is_dominated_by_a_failure() -> None:
+    failed = Settings(precision="amp-bf16", checkpointing="selective", micro_batch=2)
+    assert dominates(Settings(precision="amp-bf16", checkpointing="none", micro_batch=4), failed)
+    assert not dominates(
+        Settings(precision="amp-bf16", checkpointing="full", micro_batch=4), failed
+    )
+    assert not dominates(Settings(precision="bf16", checkpointing="none", micro_batch=4), failed)
+    # equal rank, different value: not comparable
+    zero3 = Settings(precision="amp-bf16", gpus=2, shard="zero3")
+    assert not dominates(Settings(precision="amp-bf16", gpus=2, shard="fsdp"), zero3)
+
+
+def test_plan_request_reports_every_problem_together() -> None:
+    with pytest.raises(SpecError, match=r"3 problems: .*global_batch \(10\) must be a multiple"):
+        PlanRequest(global_batch=10, gpus=4, goal="speed", max_quality_risk="tiny")
+    with pytest.raises(SpecError, match=r"not both"):
+        PlanRequest(batch_size=2, global_batch=8)
