@@ -17,8 +17,10 @@ reason):
    by what is known of the source's script, ``BENCHMARK_SOURCES``);
 3. its unit is unambiguous (``UNIT_BYTES``, or ``SOURCE_UNIT_BYTES`` where the source's arithmetic
    shows what "MB"/"GB" means);
-4. it uses only techniques memfit models: no quantization (declared, or in the checkpoint's name),
-   no sharding or offload (ZeRO, FSDP, TP, PP);
+4. its techniques map to memfit's: a quantization format in ``QUANTIZATIONS`` (declared, or named
+   by the checkpoint, ``QUANTIZED_NAME_FORMATS``) and tensor parallelism ``TP=N`` — both for
+   weight figures only — and no pipeline parallelism, ZeRO or offload (those are reproduced as
+   tests, tests/estimate/test_sharding.py);
 5. its model is a bundled config (by hub id, by ``SAME_SHAPES_AS``, or by the record's
    ``model_arch_key``); a standard HF model without a bundled config is skipped, not guessed;
 6. its workload is stated well enough for the metric (``WORKLOAD_FIELDS``).
@@ -28,7 +30,7 @@ express (an LM head with ``loss = logits.sum()`` and no optimizer): that loop is
 ``memfit.trace_step`` on the bundled config, and ``estimate``'s nearest workload is reported beside
 it.
 
-Run from the repository root (under a minute on a 2-core laptop; no GPU needed)::
+Run from the repository root (about two minutes on a 2-core laptop; no GPU needed)::
 
     .venv/bin/python benchmarks/accuracy_published.py
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 import sys
 from collections.abc import Callable
@@ -168,6 +171,9 @@ PRECISIONS = {
     "fp16": ("fp16", None),
     "fp32 (--dtype float32)": ("fp32", None),
     "fp16 (model loaded with torch_dtype=float16)": ("fp16", None),
+    # quantized checkpoints: the activation dtype, which unquantized weights keep
+    "bf16 act": ("bf16", None),
+    "fp16 act": ("fp16", None),
     "fp16 mixed (fp32 master+Adam)": (
         "amp-fp16",
         "ZeRO's mixed precision holds fp16 params+grads and fp32 master/momentum/variance "
@@ -298,14 +304,71 @@ def metric_of(record: dict[str, Any]) -> str:
     raise Skip(f"metric {record.get('measured')!r} maps to no memfit number")
 
 
-def check_techniques(record: dict[str, Any]) -> None:
-    if record.get("quantization"):
-        raise Skip(f"quantization ({record['quantization']}): not modelled")
+#: A record's quantization text (or a marker in a quantized checkpoint's name) -> (memfit quant,
+#: the assumption that maps it).
+QUANTIZATIONS = {
+    "--quantization fp8 (online dynamic FP8)": (
+        "fp8",
+        "vLLM online FP8: fp8 weights with one "
+        "per-tensor scale, lm_head and embeddings kept in bf16 = memfit's fp8",
+    ),
+    "FP8 dynamic (compressed-tensors)": (
+        "fp8",
+        "compressed-tensors FP8-dynamic: fp8 weights "
+        "with a per-channel scale (memfit: per-tensor; the scales are < 0.1 % of the bytes)",
+    ),
+    "FP8 dynamic": (
+        "fp8",
+        "FP8-dynamic checkpoint: fp8 weights, per-channel scales "
+        "(memfit: per-tensor; the scales are < 0.1 % of the bytes)",
+    ),
+    "GPTQ INT4 w4a16 (gptq_marlin)": (
+        "int4-gptq",
+        "RedHatAI w4a16 = GPTQ int4, group size 128; Marlin repacks the same bytes",
+    ),
+    "INT8 w8a8 (compressed-tensors)": (
+        "int8",
+        "compressed-tensors w8a8: int8 weights and one "
+        "scale per output channel, the bytes of bitsandbytes LLM.int8 (int8 + per-row stats)",
+    ),
+}
+#: Quantized checkpoints whose record leaves ``quantization`` empty: name marker -> the text.
+QUANTIZED_NAME_FORMATS = {"fp8-dynamic": "FP8 dynamic"}
+
+
+def quant_of(record: dict[str, Any]) -> tuple[str, list[str]]:
+    """(memfit quant, assumptions); Skip for formats memfit does not model."""
+    text = record.get("quantization")
     model = (record.get("model") or "").lower()
-    if any(marker in model for marker in QUANTIZED_NAME_MARKERS):
-        raise Skip(f"quantized checkpoint ({record['model']}): not modelled")
-    if record.get("sharding") not in SINGLE_GPU_SHARDING or (record.get("num_gpus") or 1) > 1:
-        raise Skip(f"sharding/offload ({record.get('sharding')}): not modelled")
+    if text is None:
+        text = next((t for m, t in QUANTIZED_NAME_FORMATS.items() if m in model), None)
+    if text is None:
+        if any(marker in model for marker in QUANTIZED_NAME_MARKERS):
+            raise Skip(f"quantized checkpoint ({record['model']}): format not stated")
+        return "none", []
+    if text not in QUANTIZATIONS:
+        raise Skip(f"quantization ({text}): not mapped to a memfit format")
+    quant, why = QUANTIZATIONS[text]
+    return quant, [why]
+
+
+def tp_of(record: dict[str, Any]) -> int:
+    """The tensor-parallel degree of a TP-only record (1 for single-GPU records)."""
+    sharding = record.get("sharding")
+    if sharding in SINGLE_GPU_SHARDING and (record.get("num_gpus") or 1) == 1:
+        return 1
+    match = re.fullmatch(r"TP=(\d+)(, PP=1)?", sharding or "")
+    if match is None or int(match.group(1)) != (record.get("num_gpus") or 1):
+        raise Skip(f"sharding/offload ({sharding}): not mapped by this script")
+    return int(match.group(1))
+
+
+def check_techniques(record: dict[str, Any]) -> None:
+    quant, _ = quant_of(record)
+    if quant != "none" and metric_of(record) != "model_weights":
+        raise Skip(f"quantized {metric_of(record)}: only weights are compared")
+    if tp_of(record) > 1 and metric_of(record) != "model_weights":
+        raise Skip("tensor parallelism: only weights per GPU are compared")
     if record.get("lora"):
         raise Skip(f"LoRA ({record['lora']}): not mapped by this script")
 
@@ -347,10 +410,20 @@ def workload_of(
     if missing:
         raise Skip(f"workload not stated: {', '.join(missing)}")
     if metric == "model_weights":
+        quant, quant_notes = quant_of(record)
+        tp = tp_of(record)
         wl = WorkloadSpec(
-            mode="infer", batch_size=STATE_ONLY_BATCH, seq_len=STATE_ONLY_SEQ, precision=precision
+            mode="infer",
+            batch_size=STATE_ONLY_BATCH,
+            seq_len=STATE_ONLY_SEQ,
+            precision=precision,
+            quant=quant,
+            tp=tp,
+            gpus=tp,
         )
-        notes = notes + ["weights do not depend on batch/sequence (1 x 64 used)"]
+        notes = notes + quant_notes + ["weights do not depend on batch/sequence (1 x 64 used)"]
+        if tp > 1:
+            notes.append(f"per GPU of tensor parallelism {tp} (Megatron-style splits)")
         if record.get("framework") == "vLLM":
             notes.append(VLLM_WEIGHTS_NOTE)
         return wl, "estimate", notes
@@ -524,7 +597,9 @@ def compare(case: Case) -> dict[str, Any]:
 def short_workload(row: dict[str, Any]) -> str:
     wl = row["workload"]
     if row["metric"] == "model_weights":
-        return f"weights, {wl['precision']}"
+        quant = f", {wl['quant']}" if wl.get("quant", "none") != "none" else ""
+        tp = f", per GPU of tp {wl['tp']}" if wl.get("tp", 1) > 1 else ""
+        return f"weights, {wl['precision']}{quant}{tp}"
     if row["metric"] == "model_states":
         return f"model states, {wl['precision']}, {wl['optimizer']}"
     return (
