@@ -1,7 +1,9 @@
-"""``memfit plan`` and ``memfit fit``: argparse subcommands, registered by :mod:`memfit.cli`.
+"""``memfit plan``, ``fit``, ``upgrade`` and ``doctor``: argparse subcommands for :mod:`memfit.cli`.
 
 Each handler builds the request, calls :mod:`memfit.plan`, and prints text or ``--json``.
 Exit codes: 0 a plan / answer exists, 1 nothing fits (the closest attempt is printed), 2 bad input.
+``upgrade``: 0 no upgrade needed (stay / optimize first), 1 upgrade recommended, 2 bad input or
+undetermined. ``doctor``: 0 for every completed check, 2 bad input.
 """
 
 from __future__ import annotations
@@ -28,6 +30,19 @@ FIT_EXAMPLES = """examples:
   memfit fit llama-3.1-8b --gpu A100-80GB --solve batch --seq 4096 --checkpointing full
   memfit fit llama-3.1-8b --gpu-memory 24GB --solve seq --lora-rank 16 --quant nf4-dq
   memfit fit llama-3.1-8b --gpu L40S --solve concurrency --mode infer --seq 8192 --json
+"""
+UPGRADE_EXAMPLES = """examples:
+  memfit upgrade llama-3.1-8b --gpu L4 --mode train --seq 4096 --global-batch 16
+  memfit upgrade llama-3.2-1b --gpu A100-80GB --seq 2048 --global-batch 32 --throughput-target 1e5
+  memfit upgrade llama-3.1-8b --gpu L4 --mode infer --seq 4096 --concurrency 16 --context 8192
+  memfit upgrade llama-3.1-70b --gpu H100-80GB --gpus 4 --mode infer --seq 8192 --json
+"""
+DOCTOR_EXAMPLES = """examples:
+  memfit doctor llama-3.1-8b --gpu A100-80GB --seq 4096 --batch 4 --lora-rank 16 \\
+      --checkpointing full --optimizer adamw-8bit --sized-by weights --batch-from guess
+  memfit doctor llama-3.1-8b --gpu L4 --mode infer --seq 4096 --batch 8 --quant int4-awq \\
+      --no-quality-checked --chose-gpu-by vram
+  memfit doctor gpt2 --gpu T4 --seq 1024 --batch 8 --log run.jsonl --json
 """
 
 
@@ -122,7 +137,93 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     _workload_flags(f, _integer)
     f.add_argument("--json", action="store_true", help="print one JSON object")
-    return {"plan": cmd_plan, "fit": cmd_fit}
+    _register_upgrade(sub, headroom_help)
+    _register_doctor(sub, headroom_help)
+    return {"plan": cmd_plan, "fit": cmd_fit, "upgrade": cmd_upgrade, "doctor": cmd_doctor}
+
+
+def _register_upgrade(sub: Any, headroom_help: str) -> None:
+    from memfit.cli import _integer
+    from memfit.plan import DEFAULT_HEADROOM, RISK_LEVELS
+    from memfit.plan.upgrade import DEFAULT_MAX_QUALITY_RISK, MAX_TRACE_FALLBACKS
+
+    u = sub.add_parser(
+        "upgrade",
+        help="the 'when should you upgrade' checklist as a verdict, with the numbers",
+        description="Plan the job on the GPU, solve the longest context, the largest batch and "
+        "the most concurrent requests, and check the seed's upgrade checklist: optimized plan "
+        "still too big, context out of reach, throughput target out of reach, KV cache "
+        "exhausted, only impractical recomputation/offload fits, missing bf16/fp8, decode "
+        "bandwidth. Prints each item's evidence, a verdict (stay / optimize first / upgrade) "
+        "and the catalog GPUs that resolve the triggered items.",
+        epilog=UPGRADE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    u.add_argument("model", help="bundled name, config.json path or dir, or hub id")
+    u.add_argument("--gpu", required=True, help="the GPU you have or plan to use")
+    u.add_argument("--gpus", type=_integer, default=1, help="GPUs in the job (default 1)")
+    u.add_argument("--mode", choices=("train", "infer"), default="train")
+    u.add_argument("--seq", type=_integer, default=512, help="sequence (infer: prompt) length")
+    b = u.add_mutually_exclusive_group()
+    b.add_argument("--batch", type=_integer, help="train: micro-batch per GPU; infer: requests")
+    b.add_argument("--global-batch", type=_integer, help="train: samples per optimizer step")
+    u.add_argument("--new-tokens", type=_integer, default=0, help="infer: tokens generated")
+    u.add_argument("--concurrency", type=_integer, help="infer: requests served at once")
+    u.add_argument("--context", type=_integer, help="infer: tokens per request (prompt + new)")
+    u.add_argument("--throughput-target", type=float, help="tokens/s the job must reach (all GPUs)")
+    u.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
+    u.add_argument(
+        "--max-quality-risk",
+        choices=RISK_LEVELS,
+        default=DEFAULT_MAX_QUALITY_RISK,
+        help=f"riskiest plan that counts as optimized (default {DEFAULT_MAX_QUALITY_RISK})",
+    )
+    u.add_argument(
+        "--trace-fallbacks",
+        type=_integer,
+        default=MAX_TRACE_FALLBACKS,
+        help="trace-engine estimates for combinations the analytic engine does not model yet "
+        f"(default {MAX_TRACE_FALLBACKS}; seconds each)",
+    )
+    u.add_argument("--no-recommend", action="store_true", help="skip the catalog GPU scan")
+    u.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _register_doctor(sub: Any, headroom_help: str) -> None:
+    from memfit.cli import _integer
+    from memfit.plan import DEFAULT_HEADROOM
+    from memfit.plan.doctor import BATCH_FROM, CHOSE_GPU_BY, SIZED_BY
+
+    d = sub.add_parser(
+        "doctor",
+        help="check a described job for the seven common memory mistakes",
+        description="Estimate the job (flags as `memfit estimate`) and check it for weights-only "
+        "sizing, quantization without a quality check, an unprofiled batch size, an ignored "
+        "sequence length / KV cache, techniques stacked without benchmarking, reserved memory "
+        "mistaken for a leak (--log), and a GPU chosen by VRAM alone. Facts only you know make "
+        "a finding yes/no; left out, it is unknown unless the numbers decide it.",
+        epilog=DOCTOR_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d.add_argument("model", help="bundled name, config.json path or dir, or hub id")
+    d.add_argument("--gpu", help="the GPU the job runs on (see `memfit gpus`)")
+    d.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
+    _workload_flags(d, _integer)
+    d.add_argument("--sized-by", choices=SIZED_BY, help="how the job's memory was sized")
+    d.add_argument(
+        "--quality-checked",
+        action=argparse.BooleanOptionalAction,
+        help="was the quantized model's quality checked on an eval set",
+    )
+    d.add_argument("--batch-from", choices=BATCH_FROM, help="where the batch size came from")
+    d.add_argument(
+        "--benchmarked",
+        action=argparse.BooleanOptionalAction,
+        help="were the stacked techniques benchmarked (step time with and without)",
+    )
+    d.add_argument("--log", help="a run log of memfit monitor (checks leak vs allocator cache)")
+    d.add_argument("--chose-gpu-by", choices=CHOSE_GPU_BY, help="why this GPU was chosen")
+    d.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _workload_flags(f: argparse.ArgumentParser, integer: Callable[[str], int]) -> None:
@@ -310,5 +411,89 @@ def render_fit(r: Any) -> str:
                 f"  {row['context_tokens']:>8} {row['max_concurrency']:>9} "
                 f"{format_bytes(row['kv_cache_bytes']):>12}"
             )
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)
+
+
+# -- upgrade ----------------------------------------------------------------------------------
+STATUS_MARK = {
+    "triggered": "[x]",
+    "not_triggered": "[ ]",
+    "not_applicable": "[-]",
+    "unknown": "[?]",
+}
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from memfit.plan.upgrade import upgrade_verdict
+
+    v = upgrade_verdict(
+        args.model, gpu=args.gpu, mode=args.mode, seq_len=args.seq, batch_size=args.batch,
+        global_batch=args.global_batch, gpus=args.gpus, new_tokens=args.new_tokens,
+        concurrency=args.concurrency, context=args.context,
+        throughput_target=args.throughput_target, headroom=args.headroom,
+        max_quality_risk=args.max_quality_risk, recommend=not args.no_recommend,
+        trace_fallbacks=args.trace_fallbacks,
+    )  # fmt: skip
+    print(json.dumps(v.to_json(), indent=2) if args.json else render_upgrade(v))
+    if v.verdict == "undetermined":
+        return 2
+    return EXIT_DOES_NOT_FIT if v.upgrade else EXIT_OK
+
+
+def render_upgrade(v: Any) -> str:
+    r = v.request
+    job = f"{r.mode} seq {r.seq_len}"
+    if r.mode == "infer":
+        job += f", {v.concurrency} concurrent requests of {v.context_tokens} tokens"
+    elif r.global_batch:
+        job += f", global batch {r.global_batch}"
+    lines = [f"memfit upgrade: {v.model_name}, {job}, on {r.gpus} x {v.gpu_name}", ""]
+    for item in v.items:
+        lines.append(f"{STATUS_MARK[item.status]} {item.title}: {item.status.replace('_', ' ')}")
+        lines.append(f"    {item.evidence}")
+    lines += ["", f"verdict: {v.summary}"]
+    if v.resolving:
+        lines.append("GPUs that resolve the triggered items (fastest first):")
+        lines.append(render_advice(v.resolving[:N_RESOLVING_SHOWN]))
+        if len(v.resolving) > N_RESOLVING_SHOWN:
+            lines.append(f"... and {len(v.resolving) - N_RESOLVING_SHOWN} more (--json)")
+    lines += [f"note: {n}" for n in v.notes]
+    return "\n".join(lines)
+
+
+#: GPUs listed in the text output of ``upgrade`` (``--json`` lists all).
+N_RESOLVING_SHOWN = 8
+
+
+# -- doctor -----------------------------------------------------------------------------------
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from memfit.cli import _workload
+    from memfit.plan.doctor import doctor
+
+    report = doctor(
+        args.model, _workload(args), gpu=args.gpu, sized_by=args.sized_by,
+        quality_checked=args.quality_checked, batch_from=args.batch_from,
+        benchmarked=args.benchmarked, log=args.log, chose_gpu_by=args.chose_gpu_by,
+        headroom=args.headroom,
+    )  # fmt: skip
+    print(json.dumps(report.to_json(), indent=2) if args.json else render_doctor(report))
+    return EXIT_OK
+
+
+def render_doctor(r: Any) -> str:
+    where = f" on {r.gpu_name}" if r.gpu_name else ""
+    lines = [
+        f"memfit doctor: {r.model_name}{where}: {len(r.applying)} of {len(r.findings)} mistakes "
+        f"apply, {sum(f.applies == 'unknown' for f in r.findings)} unknown "
+        f"(engine {r.estimate.engine})",
+        "",
+    ]
+    mark = {"yes": "[x]", "no": "[ ]", "unknown": "[?]"}
+    for f in r.findings:
+        lines.append(f"{mark[f.applies]} {f.title}: {f.applies}")
+        lines.append(f"    {f.evidence}")
+        if f.applies != "no":
+            lines.append(f"    next: {f.next_step}")
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

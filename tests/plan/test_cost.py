@@ -82,3 +82,10 @@ def test_zero3_communicates_more_than_ddp_on_a_pcie_link() -> None:
 def test_every_cost_constant_cites_a_source() -> None:
     for name, (value, source) in COST_CONSTANTS.items():
         assert value > 0 and len(source) > 30, name
+
+
+def test_a_gpu_without_published_rates_is_a_clear_error_not_a_division_by_zero() -> None:
+    from memfit.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"A10G has no published compute rate"):
+        Rates.of(get_gpu("A10G"))

@@ -7,6 +7,8 @@
 - :func:`plan` (search.py): the fastest stack that fits, alternatives, why faster ones fail.
 - :func:`fit` (solve.py): the largest batch / sequence / concurrency that fits.
 - :func:`recommend_gpus` (advice.py): GPUs and counts on which a plan fits, by throughput.
+- :func:`upgrade_verdict` (upgrade.py): the "when should you upgrade" checklist, computed.
+- :func:`doctor` (doctor.py): a described job checked for the seven common mistakes.
 - cost.py: the roofline cost model and its constants; space.py: the search space, quality risk;
   budget.py: capacity and headroom; export.py: the settings as flags and configs.
 """
@@ -14,10 +16,12 @@
 from memfit.plan.advice import GPUAdvice, recommend_gpus
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget
 from memfit.plan.cost import COST_CONSTANTS
+from memfit.plan.doctor import DoctorReport, Finding, doctor
 from memfit.plan.request import GOALS, PlanOption, PlanRequest
 from memfit.plan.search import Plan, plan
 from memfit.plan.solve import SOLVES, FitResult, fit
 from memfit.plan.space import RISK_LEVELS, Settings
+from memfit.plan.upgrade import CheckItem, UpgradeVerdict, upgrade_verdict
 
 __all__ = [
     "COST_CONSTANTS",
@@ -26,13 +30,19 @@ __all__ = [
     "RISK_LEVELS",
     "SOLVES",
     "Budget",
+    "CheckItem",
+    "DoctorReport",
+    "Finding",
     "FitResult",
     "GPUAdvice",
     "Plan",
     "PlanOption",
     "PlanRequest",
     "Settings",
+    "UpgradeVerdict",
+    "doctor",
     "fit",
     "plan",
     "recommend_gpus",
+    "upgrade_verdict",
 ]

@@ -161,6 +161,14 @@ class Rates:
         flops = {"fp32": fp32 or fp16 / 8, "fp16": fp16, "bf16": tflops("bf16_dense_tflops") or 0}
         if not flops["bf16"]:
             flops.pop("bf16")
+        if not any(flops.values()) or not gpu.memory_bandwidth_gbps:
+            from memfit.errors import SpecError
+
+            raise SpecError(
+                f"{gpu.name} has no published compute rate or memory bandwidth in the catalog "
+                "(see `memfit gpus --json`), so memfit cannot predict step times on it; use "
+                "`memfit fit` / `memfit estimate` for its memory, or pick a GPU with rates"
+            )
         arch = getattr(gpu, "arch", "ampere")
         superchip = getattr(gpu, "form_factor", None) == "superchip"
         host = NVLINK_C2C_GBPS_PER_DIRECTION if superchip else PCIE_GBPS_PER_DIRECTION[arch]

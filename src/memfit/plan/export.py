@@ -52,36 +52,77 @@ def memfit_flags(s: Settings, request: PlanRequest, model: str) -> str:
     return " ".join(flags)
 
 
-def _bnb(s: Settings) -> str | None:
-    compute = "torch.bfloat16" if "bf16" in s.precision else "torch.float16"
+#: ``bnb_4bit_compute_dtype`` per precision: the workload's compute dtype, as memfit's estimator
+#: assumes (``memfit.estimate.trace.quantized.COMPUTE_DTYPE``).
+BNB_COMPUTE_DTYPE = {
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "amp-bf16": "bfloat16",
+    "fp16": "float16",
+    "amp-fp16": "float16",
+}
+
+
+def bnb_kwargs(s: Settings) -> dict[str, Any] | None:
+    """``BitsAndBytesConfig`` keyword arguments (the compute dtype by its torch name), or None
+    when the settings use no bitsandbytes format."""
     if s.quant in ("nf4", "nf4-dq", "fp4"):
-        kind = "fp4" if s.quant == "fp4" else "nf4"
-        return (
-            "BitsAndBytesConfig(load_in_4bit=True, "
-            f'bnb_4bit_quant_type="{kind}", '
-            f"bnb_4bit_use_double_quant={s.quant == 'nf4-dq'}, "
-            f"bnb_4bit_compute_dtype={compute})"
-        )
+        return {
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "fp4" if s.quant == "fp4" else "nf4",
+            "bnb_4bit_use_double_quant": s.quant == "nf4-dq",
+            "bnb_4bit_compute_dtype": BNB_COMPUTE_DTYPE[s.precision],
+        }
     if s.quant == "int8":
-        return "BitsAndBytesConfig(load_in_8bit=True)"
+        return {"load_in_8bit": True}
     return None
 
 
-def training_arguments(s: Settings) -> str:
-    args = [
-        f"per_device_train_batch_size={s.micro_batch}",
-        f"gradient_accumulation_steps={s.grad_accum}",
-    ]
+def _bnb(s: Settings) -> str | None:
+    kwargs = bnb_kwargs(s)
+    if kwargs is None:
+        return None
+    if "bnb_4bit_compute_dtype" in kwargs:
+        kwargs["bnb_4bit_compute_dtype"] = _Code("torch." + kwargs["bnb_4bit_compute_dtype"])
+    return _call("BitsAndBytesConfig", kwargs)
+
+
+class _Code(str):
+    """A value rendered as code, unquoted (``torch.bfloat16``)."""
+
+
+def _call(name: str, kwargs: dict[str, Any]) -> str:
+    def value(v: Any) -> str:
+        if isinstance(v, _Code):
+            return str(v)
+        return f'"{v}"' if isinstance(v, str) else repr(v)
+
+    return name + "(" + ", ".join(f"{k}={value(v)}" for k, v in kwargs.items()) + ")"
+
+
+def training_arguments_kwargs(s: Settings) -> dict[str, Any]:
+    """``TrainingArguments`` keyword arguments of the settings (``memfit.apply`` builds the real
+    object from them; ``deepspeed`` names the file :func:`deepspeed_config` is written to)."""
+    args: dict[str, Any] = {
+        "per_device_train_batch_size": s.micro_batch,
+        "gradient_accumulation_steps": s.grad_accum,
+    }
     if s.precision in ("amp-bf16", "amp-fp16"):
-        args.append("bf16=True" if s.precision == "amp-bf16" else "fp16=True")
+        args["bf16" if s.precision == "amp-bf16" else "fp16"] = True
     if s.checkpointing != "none":
-        args.append("gradient_checkpointing=True")
-    args.append(f'optim="{HF_OPTIM.get(s.optimizer, s.optimizer)}"')
+        args["gradient_checkpointing"] = True
+    args["optim"] = HF_OPTIM.get(s.optimizer, s.optimizer)
+    if s.optimizer == "sgd-momentum":  # HF Trainer's SGD reads momentum from optim_args
+        args["optim"], args["optim_args"] = "sgd", "momentum=0.9"
     if s.shard in ("zero1", "zero2", "zero3"):
-        args.append('deepspeed="ds_config.json"')
+        args["deepspeed"] = "ds_config.json"
     elif s.shard == "fsdp":
-        args.append('fsdp="full_shard auto_wrap"' + (" offload" if s.offload != "none" else ""))
-    return "TrainingArguments(" + ", ".join(args) + ")"
+        args["fsdp"] = "full_shard auto_wrap" + (" offload" if s.offload != "none" else "")
+    return args
+
+
+def training_arguments(s: Settings) -> str:
+    return _call("TrainingArguments", training_arguments_kwargs(s))
 
 
 def deepspeed_config(s: Settings) -> dict[str, Any]:

@@ -1,0 +1,553 @@
+"""``doctor()``: check a described job for the seed's seven common mistakes, with the numbers.
+
+Each finding says whether the mistake applies (``yes`` / ``no`` / ``unknown``), the evidence
+(from one estimate of the job, a batch solve, the cost model, and the run log when given), and
+the next step as a memfit command. What only the user knows comes as facts: how the job was sized
+(``sized_by``), whether the quantized model's quality was checked, where the batch size came from,
+whether the stacked techniques were benchmarked, and why the GPU was chosen. A fact left out
+makes the finding ``unknown`` unless the numbers decide it (a batch that does not fit is a
+mistake whatever its origin).
+
+1. ``weights_only_sizing``: the weights as stored vs the step's device memory (upper end).
+2. ``quantization_unchecked``: quantized weights and no quality check.
+3. ``batch_unprofiled``: the batch vs the largest that fits (``fit --solve batch``).
+4. ``sequence_ignored``: the share of the peak that grows with the sequence (activations for
+   training, the KV cache for inference) at the requested sequence x batch.
+5. ``stacked_unbenchmarked``: at least :data:`STACK_MIN` memory techniques and no benchmark;
+   their predicted slowdown (cost model) vs the naive stack.
+6. ``reserved_as_leak``: the run log through :func:`memfit.monitor.diagnose` (cache vs leak).
+7. ``gpu_by_vram``: the GPUs of the catalog with room for the job, by predicted tokens/s.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memfit.errors import SpecError
+from memfit.estimate.result import MemoryEstimate
+from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes
+from memfit.plan.cost import (
+    STORED_BYTES_PER_WEIGHT,
+    ModelFacts,
+    Rates,
+    StepCost,
+    infer_cost,
+    train_step_cost,
+)
+from memfit.plan.engines import CachedEstimator, Estimator
+from memfit.plan.solve import fit
+from memfit.plan.space import RISKS, Settings
+from memfit.plan.upgrade import AnalyticFirst, has_rates
+from memfit.spec import WorkloadSpec
+from memfit.units import format_bytes
+
+APPLIES = ("yes", "no", "unknown")
+SIZED_BY = ("weights", "estimate", "profile")
+BATCH_FROM = ("guess", "profile", "finder")
+CHOSE_GPU_BY = ("vram", "throughput")
+MISTAKES: dict[str, str] = {
+    "weights_only_sizing": "sizing by the weights alone",
+    "quantization_unchecked": "quantization without a quality check",
+    "batch_unprofiled": "batch size chosen without profiling",
+    "sequence_ignored": "sequence length / KV cache ignored",
+    "stacked_unbenchmarked": "several techniques stacked without benchmarking",
+    "reserved_as_leak": "reserved memory mistaken for a leak",
+    "gpu_by_vram": "GPU chosen by VRAM alone",
+}
+#: Memory techniques stacked before the combination should be benchmarked: "several" in the seed;
+#: memfit counts 3 (two techniques interact in one pair, three in three pairs: checkpointing x
+#: offload x quantization each change the step time), a rule of thumb chosen here.
+STACK_MIN = 3
+#: Share of the peak that grows with the sequence below which ignoring it is harmless: 10 %,
+#: twice the default headroom (5 %, memfit.plan.budget), which absorbs it; chosen here.
+SEQUENCE_SHARE_MIN = 0.10
+#: Bytes per weight of a 16-bit checkpoint (what "8B parameters = 16 GB" sizing counts).
+CHECKPOINT_BYTES_PER_WEIGHT = 2
+_SIZED_APPLIES = {"weights": "yes", "estimate": "no", "profile": "no"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    mistake: str
+    applies: str
+    evidence: str
+    next_step: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return MISTAKES[self.mistake]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mistake": self.mistake,
+            "title": self.title,
+            "applies": self.applies,
+            "evidence": self.evidence,
+            "next_step": self.next_step,
+            "numbers": dict(self.numbers),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorReport:
+    model_name: str
+    workload: WorkloadSpec
+    gpu_name: str | None
+    estimate: MemoryEstimate
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def applying(self) -> list[Finding]:
+        return [f for f in self.findings if f.applies == "yes"]
+
+    def finding(self, mistake: str) -> Finding:
+        return next(f for f in self.findings if f.mistake == mistake)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model_name,
+            "gpu": self.gpu_name,
+            "workload": self.workload.normalized(),
+            "engine": self.estimate.engine,
+            "need_bytes": need_bytes(self.estimate),
+            "n_apply": len(self.applying),
+            "n_unknown": sum(f.applies == "unknown" for f in self.findings),
+            "findings": [f.to_json() for f in self.findings],
+            "notes": list(self.notes),
+        }
+
+
+def doctor(
+    model: Any,
+    workload: WorkloadSpec,
+    *,
+    gpu: Any = None,
+    sized_by: str | None = None,
+    quality_checked: bool | None = None,
+    batch_from: str | None = None,
+    benchmarked: bool | None = None,
+    log: str | os.PathLike[str] | None = None,
+    chose_gpu_by: str | None = None,
+    headroom: float = DEFAULT_HEADROOM,
+    estimator: Estimator | None = None,
+) -> DoctorReport:
+    """Check ``workload`` of ``model`` (on ``gpu``, a catalog name or record) for the seven
+    mistakes. ``estimator``: ``Callable[[WorkloadSpec], MemoryEstimate]`` (tests); default the
+    analytic engine, the trace engine for a setting it does not model yet (said in the notes)."""
+    from memfit.hardware import get_gpu
+    from memfit.models import ModelSource, resolve_model
+
+    _check_facts(sized_by, batch_from, chose_gpu_by, log)
+    source = model if isinstance(model, ModelSource) else resolve_model(str(model))
+    gpu_rec = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    est_fn, first = _estimator(source, gpu_rec, estimator)
+    est = est_fn(workload)
+    notes = []
+    if first is not None and first.n_trace:
+        notes.append(f"estimated by the trace engine: {first.rejected[0]}")
+    d = _Doctor(source, workload, gpu_rec, est, est_fn, headroom)
+    findings = [
+        d.weights_only_sizing(sized_by),
+        d.quantization_unchecked(quality_checked),
+        d.batch_unprofiled(batch_from),
+        d.sequence_ignored(sized_by),
+        d.stacked_unbenchmarked(benchmarked),
+        d.reserved_as_leak(log),
+        d.gpu_by_vram(chose_gpu_by),
+    ]
+    return DoctorReport(
+        model_name=source.name,
+        workload=workload,
+        gpu_name=None if gpu_rec is None else gpu_rec.name,
+        estimate=est,
+        findings=findings,
+        notes=notes + d.notes,
+    )
+
+
+def _check_facts(
+    sized_by: str | None, batch_from: str | None, chose_gpu_by: str | None, log: Any
+) -> None:
+    p = []
+    for name, value, allowed in (
+        ("sized_by", sized_by, SIZED_BY),
+        ("batch_from", batch_from, BATCH_FROM),
+        ("chose_gpu_by", chose_gpu_by, CHOSE_GPU_BY),
+    ):
+        if value is not None and value not in allowed:
+            p.append(f"{name} ({value!r}) must be one of {', '.join(allowed)}")
+    if log is not None and not os.path.isfile(log):
+        p.append(f"log ({str(log)!r}) is not a file: give a run log written by memfit monitor")
+    if p:
+        raise SpecError.from_problems(p)
+
+
+def _estimator(
+    source: Any, gpu: Any, injected: Estimator | None
+) -> tuple[Estimator, AnalyticFirst | None]:
+    """The injected estimator, or the analytic engine with the trace engine for the job itself
+    when the analytic engine does not model it yet (one trace run: seconds)."""
+    if injected is not None:
+        return injected, None
+    first = AnalyticFirst(source, gpu, max_trace=1)
+    return CachedEstimator(first, "analytic"), first
+
+
+class _Doctor:
+    def __init__(
+        self,
+        source: Any,
+        w: WorkloadSpec,
+        gpu: Any,
+        est: MemoryEstimate,
+        est_fn: Estimator,
+        headroom: float,
+    ) -> None:
+        self.source, self.w, self.gpu, self.est, self.est_fn = source, w, gpu, est, est_fn
+        self.headroom = headroom
+        self.budget = None if gpu is None else Budget.of(gpu, headroom=headroom)
+        self.need = need_bytes(est)
+        self.facts = ModelFacts.from_config(source.config, est.n_params)
+        self.model = source.name
+        self.notes: list[str] = []
+
+    def cmd(self, verb: str, *extra: str) -> str:
+        gpu = [] if self.gpu is None else ["--gpu", self.gpu.name]
+        return " ".join(["memfit", verb, self.model, *gpu, *extra, workload_flags(self.w)])
+
+    def plan_cmd(self, *extra: str, gpu: bool = True) -> str:
+        """``memfit plan`` takes the job's shape, not its techniques (it chooses those)."""
+        w = self.w
+        f = ["memfit plan", self.model]
+        f += ["--gpu", self.gpu.name] if gpu and self.gpu is not None else []
+        f += [f"--mode {w.mode} --seq {w.seq_len} --batch {w.batch_size}"]
+        f += [f"--new-tokens {w.new_tokens}"] if w.new_tokens else []
+        f += [f"--gpus {w.gpus}"] if w.gpus > 1 else []
+        return " ".join(f + list(extra))
+
+    # -- 1 -----------------------------------------------------------------------------------
+    def weights_only_sizing(self, sized_by: str | None) -> Finding:
+        per_weight = STORED_BYTES_PER_WEIGHT.get(self.w.quant)
+        if per_weight is None:
+            per_weight = 4 if self.w.precision == "fp32" else CHECKPOINT_BYTES_PER_WEIGHT
+        weights = round(self.est.n_params * per_weight)
+        ratio = self.need / max(weights, 1)
+        text = (
+            f"the weights are {format_bytes(weights)} but the "
+            f"{'step' if self.w.is_train else 'run'} needs {format_bytes(self.need)} on the "
+            f"device (upper end): sizing by weights under-counts by {ratio:.1f}x"
+        )
+        applies = {"weights": "yes", "estimate": "no", "profile": "no"}.get(
+            sized_by or "", "unknown"
+        )
+        if self.budget is not None and weights <= self.budget.capacity_bytes < self.need:
+            text += f"; the weights alone fit {self.gpu.name} but the job does not"
+        return Finding(
+            mistake="weights_only_sizing",
+            applies=applies,
+            evidence=text,
+            next_step=f"size the whole job: {self.cmd('estimate')}",
+            numbers={"weights_bytes": weights, "need_bytes": self.need, "ratio": ratio},
+        )
+
+    # -- 2 -----------------------------------------------------------------------------------
+    def quantization_unchecked(self, checked: bool | None) -> Finding:
+        q = self.w.quant
+        if q == "none":
+            return Finding(
+                mistake="quantization_unchecked",
+                applies="no",
+                evidence=f"weights stay {self.w.precision}: nothing quantized",
+                next_step="none",
+            )
+        risk = RISKS.get(("quant", q), (1, f"{q} base weights: check quality"))[1]
+        applies = "unknown" if checked is None else ("no" if checked else "yes")
+        told = {None: "not said (--quality-checked)", True: "checked", False: "not checked"}
+        return Finding(
+            mistake="quantization_unchecked",
+            applies=applies,
+            evidence=f"{q} weights ({risk}); quality {told[checked]}",
+            next_step="compare the quantized model with the 16-bit one on your eval set "
+            f"(perplexity or the task metric); whether a 16-bit plan fits instead: "
+            f"{self.plan_cmd('--no-quant')}",
+            numbers={"quant": q},
+        )
+
+    # -- 3 -----------------------------------------------------------------------------------
+    def batch_unprofiled(self, batch_from: str | None) -> Finding:
+        b = self.w.batch_size
+        applies = {"guess": "yes", "profile": "no", "finder": "no"}.get(batch_from or "", "unknown")
+        step = f"find it: {self.cmd('fit', '--solve', 'batch')}, then watch the first steps "
+        step += "with `memfit monitor -- python train.py`"
+        if self.gpu is None:
+            return Finding(
+                mistake="batch_unprofiled",
+                applies=applies,
+                evidence=f"batch {b} needs {format_bytes(self.need)}; give --gpu to compare it "
+                "with the largest batch that fits",
+                next_step=step,
+                numbers={"batch": b, "need_bytes": self.need},
+            )
+        r = fit(
+            self.source, replace(self.w, batch_size=1), solve="batch", gpu=self.gpu,
+            headroom=self.headroom, estimator=self.est_fn, kv_table=False,
+        )  # fmt: skip
+        limit = r.budget.limit_bytes
+        text = (
+            f"batch {b} needs {format_bytes(self.need)}; the largest batch that fits "
+            f"{self.gpu.name} within {format_bytes(limit)} is {r.max_value} (fit --solve batch)"
+        )
+        if b > r.max_value:
+            applies, text = "yes", text + f": batch {b} does not fit"
+        elif r.max_value >= 2 * b:
+            text += f": {r.max_value / b:.1f}x the batch in use fits"
+        return Finding(
+            mistake="batch_unprofiled",
+            applies=applies,
+            evidence=text,
+            next_step=step,
+            numbers={"batch": b, "max_batch": r.max_value, "limit_bytes": limit},
+        )
+
+    # -- 4 -----------------------------------------------------------------------------------
+    def sequence_ignored(self, sized_by: str | None) -> Finding:
+        key = "activations" if self.w.is_train else "kv_cache"
+        part = self.est.components.get(key, 0)
+        share = part / max(self.est.peak_allocated_bytes, 1)
+        b, s = self.w.batch_size, self.w.seq_len
+        text = (
+            f"at seq {s} x batch {b} the {key.replace('_', ' ')} take {format_bytes(part)} = "
+            f"{share:.0%} of the peak allocated {format_bytes(self.est.peak_allocated_bytes)}"
+        )
+        numbers: dict[str, Any] = {"bytes": part, "share": share, "component": key}
+        if not self.w.is_train:
+            tokens = b * (s + self.w.new_tokens)
+            per_token = part // max(tokens, 1)
+            text += f" ({format_bytes(per_token)} per token of context per request)"
+            numbers["kv_bytes_per_token"] = per_token
+        if share < SEQUENCE_SHARE_MIN:
+            applies = "no"
+            text += f"; below {SEQUENCE_SHARE_MIN:.0%}, the headroom absorbs it"
+        elif sized_by == "weights":
+            applies = "yes"
+            text += "; sizing by the weights leaves it out"
+        else:
+            applies = "no" if sized_by in ("estimate", "profile") else "unknown"
+        solve = "seq" if self.w.is_train else "concurrency"
+        return Finding(
+            mistake="sequence_ignored",
+            applies=applies,
+            evidence=text,
+            next_step=f"see how far it goes: {self.cmd('fit', '--solve', solve)}",
+            numbers=numbers,
+        )
+
+    # -- 5 -----------------------------------------------------------------------------------
+    def stacked_unbenchmarked(self, benchmarked: bool | None) -> Finding:
+        used = techniques(self.w)
+        numbers: dict[str, Any] = {"techniques": used}
+        text = f"{len(used)} memory technique(s): {', '.join(used) or 'none'}"
+        if self.gpu is not None and used:
+            mine, naive = self._cost(settings_of(self.w)), self._cost(naive_settings(self.w))
+            slowdown = mine.step_s / naive.step_s
+            numbers["predicted_slowdown"] = slowdown
+            text += (
+                f"; predicted {mine.step_s:.3g} s/step vs {naive.step_s:.3g} s without them "
+                f"({slowdown:.2f}x, roofline on {self.gpu.name})"
+            )
+        if len(used) < STACK_MIN:
+            applies = "no"
+        else:
+            applies = "unknown" if benchmarked is None else ("no" if benchmarked else "yes")
+        return Finding(
+            mistake="stacked_unbenchmarked",
+            applies=applies,
+            evidence=text,
+            next_step="check which of them the job needs: "
+            f"{self.plan_cmd()}; time each addition for a few "
+            "steps with `memfit monitor -- python train.py` (tokens/s in the log)",
+            numbers=numbers,
+        )
+
+    def _cost(self, s: Settings) -> StepCost:
+        rates = Rates.of(self.gpu)
+        w = self.w
+        if not w.is_train:
+            return infer_cost(s, self.facts, rates, seq_len=w.seq_len, new_tokens=w.new_tokens)
+        share = 1.0  # the naive stack trains every weight; the job's own share from its estimate
+        if s.lora_rank is not None or s.freeze_layers:
+            share = self.est.n_trainable_params / max(self.est.n_params, 1)
+        return train_step_cost(s, self.facts, rates, seq_len=w.seq_len, trainable_fraction=share)
+
+    # -- 6 -----------------------------------------------------------------------------------
+    def reserved_as_leak(self, log: Any) -> Finding:
+        from memfit.monitor import diagnose
+
+        if log is None:
+            return Finding(
+                mistake="reserved_as_leak",
+                applies="unknown",
+                evidence="no run log given (--log)",
+                next_step="record a run with `memfit monitor -- python train.py` (or "
+                "memfit.Monitor in the script), then `memfit diagnose run.jsonl`",
+            )
+        d = diagnose(log)
+        numbers: dict[str, Any] = {"verdict": d.verdict, "cache_bytes": d.cache_bytes}
+        if d.allocated is not None and d.reserved is not None:
+            numbers["allocated_bytes"] = d.allocated.end_bytes
+            numbers["reserved_bytes"] = d.reserved.end_bytes
+        applies = {"cache": "yes", "too_few_steps": "unknown"}.get(d.verdict, "no")
+        step = {
+            "cache": "nothing to fix: the allocator reuses its cache; compare allocated, not "
+            "nvidia-smi, with the estimate (`memfit report run.jsonl`)",
+            "leak": "a real leak: find what keeps tensors alive (store loss.item())",
+            "fragmentation": "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            "stable": "nothing to fix",
+        }.get(d.verdict, "log more steps with memfit.Monitor in the training loop")
+        return Finding(
+            mistake="reserved_as_leak",
+            applies=applies,
+            evidence=f"{os.path.basename(str(log))}: {d.summary}",
+            next_step=step,
+            numbers=numbers,
+        )
+
+    # -- 7 -----------------------------------------------------------------------------------
+    def gpu_by_vram(self, chose_gpu_by: str | None) -> Finding:
+        applies = {"vram": "yes", "throughput": "no"}.get(chose_gpu_by or "", "unknown")
+        step = "rank GPUs by predicted throughput: "
+        step += self.plan_cmd("--recommend-gpu").replace(
+            f" --gpu {self.gpu.name}" if self.gpu else "", ""
+        )
+        if self.gpu is None:
+            return Finding(
+                mistake="gpu_by_vram",
+                applies=applies,
+                evidence="no --gpu given",
+                next_step=step,
+            )
+        ranked = self._rank_gpus()
+        names = [g for g, _ in ranked]
+        mine = dict(ranked).get(self.gpu.name)
+        text = (
+            f"{len(ranked)} GPUs of the catalog have room for this job ({format_bytes(self.need)})"
+        )
+        numbers: dict[str, Any] = {"n_with_room": len(ranked), "tokens_per_s": mine}
+        if mine is None:
+            text += f"; {self.gpu.name} is not one of them"
+        else:
+            rank = names.index(self.gpu.name) + 1
+            numbers["rank"] = rank
+            text += f"; {self.gpu.name} ranks {rank} by predicted tokens/s ({mine:,.0f})"
+        top = ", ".join(f"{g} {t:,.0f}" for g, t in ranked[:3])
+        text += f"; fastest: {top} tokens/s (same stack, roofline)" if ranked else ""
+        return Finding(
+            mistake="gpu_by_vram", applies=applies, evidence=text, next_step=step, numbers=numbers
+        )
+
+    def _rank_gpus(self) -> list[tuple[str, float]]:
+        """Catalog GPUs whose capacity minus headroom holds this job's estimate (the CUDA
+        context differs by a few hundred MiB between GPUs: said in the notes), fastest first."""
+        from memfit.hardware import list_gpus
+
+        out = []
+        for g in list_gpus():
+            limit = Budget.of(g, headroom=self.headroom).limit_bytes
+            if has_rates(g) and self.need <= limit:
+                s = settings_of(self.w)
+                out.append((g.name, self._cost_on(s, g).tokens_per_s))
+        self.notes.append(
+            "GPUs ranked with this GPU's estimate; the CUDA context differs by < 0.3 GiB "
+            "between GPUs"
+        )
+        return sorted(out, key=lambda x: -x[1])
+
+    def _cost_on(self, s: Settings, gpu: Any) -> StepCost:
+        saved, self.gpu = self.gpu, gpu
+        try:
+            return self._cost(s)
+        finally:
+            self.gpu = saved
+
+
+def techniques(w: WorkloadSpec) -> list[str]:
+    """The memory-saving techniques a workload stacks, in words."""
+    out = []
+    if w.is_train and w.checkpointing != "none":
+        out.append(f"{w.checkpointing} checkpointing")
+    if w.is_train and w.optimizer in ("adamw-8bit", "paged-adamw-8bit", "adafactor"):
+        out.append(f"{w.optimizer} optimizer")
+    if w.is_train and w.lora_rank is not None:
+        out.append(f"LoRA r{w.lora_rank}")
+    if w.is_train and w.freeze_layers:
+        out.append(f"{w.freeze_layers} frozen layers")
+    if w.quant != "none":
+        out.append(f"{w.quant} weights")
+    if w.shard in ("zero1", "zero2", "zero3", "fsdp"):
+        out.append(w.shard)
+    if w.offload != "none":
+        out.append(f"offload {w.offload}")
+    if w.tp > 1:
+        out.append(f"tensor parallel {w.tp}")
+    return out
+
+
+def settings_of(w: WorkloadSpec) -> Settings:
+    return Settings(
+        precision=w.precision,
+        quant=w.quant,
+        attention=w.attention,
+        checkpointing=w.checkpointing if w.is_train else "none",
+        optimizer=w.optimizer or "none",
+        lora_rank=w.lora_rank if w.is_train else None,
+        freeze_layers=w.freeze_layers if w.is_train else 0,
+        gpus=w.gpus,
+        shard=w.shard or "none",
+        offload=w.offload,
+        tp=w.tp,
+        micro_batch=w.batch_size,
+    )
+
+
+def naive_settings(w: WorkloadSpec) -> Settings:
+    """The same job without memory techniques: 16-bit or AMP weights, AdamW, DDP."""
+    return Settings(
+        precision=w.precision,
+        attention=w.attention,
+        optimizer="adamw" if w.is_train else "none",
+        gpus=w.gpus,
+        shard="ddp" if w.gpus > 1 else "none",
+        micro_batch=w.batch_size,
+    )
+
+
+def workload_flags(w: WorkloadSpec) -> str:
+    """``w`` as ``memfit estimate`` flags (defaults left out)."""
+    f = [f"--mode {w.mode}", f"--batch {w.batch_size}", f"--seq {w.seq_len}"]
+    if w.new_tokens:
+        f.append(f"--new-tokens {w.new_tokens}")
+    f.append(f"--precision {w.precision}")
+    if w.attention != "sdpa":
+        f.append(f"--attention {w.attention}")
+    if w.is_train:
+        if w.checkpointing != "none":
+            f.append(f"--checkpointing {w.checkpointing}")
+        if w.optimizer != "adamw":
+            f.append(f"--optimizer {w.optimizer}")
+        if w.lora_rank is not None:
+            f.append(f"--lora-rank {w.lora_rank}")
+        if w.freeze_layers:
+            f.append(f"--freeze {w.freeze_layers}")
+    if w.quant != "none":
+        f.append(f"--quant {w.quant}")
+    if w.gpus > 1:
+        f.append(f"--gpus {w.gpus} --shard {w.shard}")
+    if w.offload != "none":
+        f.append(f"--offload {w.offload}")
+    if w.tp > 1:
+        f.append(f"--tp {w.tp}")
+    return " ".join(f)
