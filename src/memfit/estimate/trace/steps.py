@@ -202,6 +202,7 @@ class _LossScaler:
 
     def update(self) -> None:
         torch._amp_update_scale_(self.scale_t, self.growth_tracker, self.found_inf, 2.0, 0.5, 2000)
+        del self.found_inf  # GradScaler.update() drops its per-optimizer state (found_inf) too
 
 
 def _fallback_loss(out: Any) -> torch.Tensor:

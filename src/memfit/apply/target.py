@@ -1,0 +1,86 @@
+"""What a plan asks for, in one shape: a :class:`WorkloadSpec` (the techniques, as the estimator
+reads them) and the planner's :class:`Settings` (the same techniques plus the batch split).
+
+Every function of :mod:`memfit.apply` accepts a :class:`~memfit.plan.Plan` (its recommended
+option), a :class:`~memfit.plan.PlanOption` or a bare :class:`WorkloadSpec`; this module turns any
+of them into a :class:`PlanTarget`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.errors import SpecError
+from memfit.plan.space import Settings
+from memfit.spec import WorkloadSpec
+
+#: ``WorkloadSpec.extra`` key read for the gradient-accumulation steps of a bare workload (a
+#: :class:`PlanOption` carries them in its settings).
+GRAD_ACCUM_KEY = "grad_accum"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanTarget:
+    """The workload (what the estimate assumed) and the settings (what the exports render)."""
+
+    workload: WorkloadSpec
+    settings: Settings
+    model_name: str | None = None
+
+    @property
+    def grad_accum(self) -> int:
+        return self.settings.grad_accum
+
+    @property
+    def sharded(self) -> bool:
+        """Needs a launcher: data-parallel ranks, a ZeRO/FSDP engine, offload or tensor parallel."""
+        w = self.workload
+        return w.gpus > 1 or w.shard not in ("none", "ddp") or w.offload != "none" or w.tp > 1
+
+
+def resolve(plan: Any) -> PlanTarget:
+    """``plan``: a Plan (its recommended option; raises DoesNotFitError when nothing fits), a
+    PlanOption, a WorkloadSpec, or a PlanTarget."""
+    from memfit.plan.request import PlanOption
+    from memfit.plan.search import Plan
+
+    if isinstance(plan, PlanTarget):
+        return plan
+    if isinstance(plan, Plan):
+        plan.raise_if_not_fit()
+        option = plan.recommended
+        assert option is not None  # raise_if_not_fit guarantees it
+        return PlanTarget(
+            workload=option.workload, settings=option.settings, model_name=plan.model_name
+        )
+    if isinstance(plan, PlanOption):
+        return PlanTarget(workload=plan.workload, settings=plan.settings)
+    if isinstance(plan, WorkloadSpec):
+        return PlanTarget(workload=plan, settings=settings_of(plan))
+    raise SpecError(
+        f"plan ({type(plan).__name__}) must be a memfit Plan, PlanOption or WorkloadSpec: pass "
+        "memfit.plan(...), one of its options, or memfit.WorkloadSpec(...)"
+    )
+
+
+def settings_of(w: WorkloadSpec) -> Settings:
+    """The planner's Settings for a bare workload (micro-batch = its batch size)."""
+    accum = w.extra.get(GRAD_ACCUM_KEY, 1)
+    if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1:
+        raise SpecError(f"extra[{GRAD_ACCUM_KEY!r}] ({accum!r}) must be a positive integer")
+    return Settings(
+        precision=w.precision,
+        quant=w.quant,
+        attention=w.attention,
+        checkpointing=w.checkpointing,
+        optimizer=w.optimizer or "none",
+        lora_rank=w.lora_rank,
+        freeze_layers=w.freeze_layers,
+        gpus=w.gpus,
+        shard=w.shard or "none",
+        offload=w.offload,
+        tp=w.tp,
+        micro_batch=w.batch_size,
+        grad_accum=accum,
+    )
