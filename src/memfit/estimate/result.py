@@ -88,7 +88,8 @@ class MemoryEstimate:
     #: host RAM under pressure; included in ``optimizer_states`` and reported here as well.
     unified_memory_bytes: int = 0
     #: ``{"peak_allocated_bytes": (low, high), "peak_reserved_bytes": ..., "device_used_bytes":
-    #: ...}``: what the engine cannot know (fragmentation, library workspaces, kernel choice).
+    #: ...}``: what the engine cannot know (fragmentation, library workspaces, kernel choice),
+    #: from memfit.estimate.uncertainty; an engine may pass wider ranges of its own.
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     attention_backends: dict[str, int] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
@@ -101,10 +102,15 @@ class MemoryEstimate:
                 f"components sum to {total} bytes but peak_allocated_bytes is "
                 f"{self.peak_allocated_bytes}: an engine bug, please report it"
             )
-        if not self.ranges:
-            from memfit.estimate.uncertainty import ranges
+        from memfit.estimate.uncertainty import ranges
 
-            object.__setattr__(self, "ranges", ranges(self))
+        # An engine's own ranges (the analytic engine's reserved-bytes model) widen the generic
+        # ones; they never narrow them.
+        merged = ranges(self)
+        for metric, (low, high) in self.ranges.items():
+            base_low, base_high = merged.get(metric, (low, high))
+            merged[metric] = (min(low, base_low), max(high, base_high))
+        object.__setattr__(self, "ranges", merged)
 
     def raise_if_not_fit(self) -> None:
         if self.fits is not None and not self.fits.fits:
