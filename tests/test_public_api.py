@@ -35,6 +35,13 @@ def test_all_lists_exactly_the_public_names() -> None:
         "analyze_snapshot",
         "render_html_report",
         "SnapshotError",
+        "upgrade_verdict",
+        "doctor",
+        "bench",
+        "quality",
+        "apply_plan_",
+        "build_optimizer",
+        "find_batch_size",
     ):
         assert name in memfit.__all__
 
@@ -42,6 +49,7 @@ def test_all_lists_exactly_the_public_names() -> None:
 def test_importing_memfit_and_its_cli_does_not_import_torch() -> None:
     code = (
         "import sys, memfit, memfit.cli, memfit.models, memfit.hardware;"
+        "memfit.apply_plan_, memfit.build_optimizer, memfit.find_batch_size;"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

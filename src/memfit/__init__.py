@@ -46,13 +46,20 @@ __all__ = [
     "WorkloadSpec",
     "__version__",
     "analyze_snapshot",
+    "apply_plan_",
+    "bench",
+    "build_optimizer",
     "diagnose",
+    "doctor",
     "estimate",
+    "find_batch_size",
     "fit",
     "oom_guard",
     "plan",
+    "quality",
     "render_html_report",
     "trace_step",
+    "upgrade_verdict",
 ]
 
 
@@ -61,6 +68,46 @@ def trace_step(*args: Any, **kwargs: Any) -> MemoryEstimate:
     from memfit.estimate.trace.user_step import trace_step as _trace_step
 
     return _trace_step(*args, **kwargs)
+
+
+def apply_plan_(model: Any, plan: Any, **kwargs: Any) -> Any:
+    """Make ``model`` run ``plan`` (a Plan, PlanOption or WorkloadSpec) with the ecosystem's
+    libraries; returns the model to train (``memfit.apply.model.apply_plan_``)."""
+    from memfit.apply.model import apply_plan_ as _apply
+
+    return _apply(model, plan, **kwargs)
+
+
+def build_optimizer(model: Any, plan: Any, **kwargs: Any) -> Any:
+    """The plan's optimizer over the model's trainable parameters (``memfit.apply.optimizers``)."""
+    from memfit.apply.optimizers import build_optimizer as _build
+
+    return _build(model, plan, **kwargs)
+
+
+def find_batch_size(step_fn: Any, **kwargs: Any) -> Any:
+    """The largest batch that really runs, starting from memfit's estimate and confirmed with
+    real steps at the worst-case sequence length (``memfit.apply.batch_size``)."""
+    from memfit.apply.batch_size import find_batch_size as _find
+
+    return _find(step_fn, **kwargs)
+
+
+# Imported here (torch-free, like memfit.plan below) so that importing memfit.bench.runner later
+# does not rebind ``memfit.bench`` from the function to the package.
+import memfit.bench as _bench_package  # noqa: E402
+
+
+def bench(model: str = "opt-125m", **kwargs: Any) -> Any:
+    """Run a real small model as the baseline, with each technique and with the combined plan;
+    measured peak vs memfit's estimate, speed and quality (``memfit.bench.bench``)."""
+    return _bench_package.bench(model, **kwargs)
+
+
+def quality(model: str = "minilm", **kwargs: Any) -> Any:
+    """Quality gate: a quantized copy of ``model`` vs the original on packaged text — KL, top-1,
+    cosine, pass/fail (``memfit.bench.gate``)."""
+    return _bench_package.quality(model, **kwargs)
 
 
 def analyze_snapshot(path: Any, *, top: int = 10, stream: bool | None = None) -> Any:
@@ -91,3 +138,13 @@ def plan(model: Any, request: Any = None, **kwargs: Any) -> Any:
 def fit(model: Any, workload: WorkloadSpec, **kwargs: Any) -> Any:
     """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``)."""
     return _plan_package.fit(model, workload, **kwargs)
+
+
+def upgrade_verdict(model: Any, **kwargs: Any) -> Any:
+    """The "when should you upgrade" checklist as a verdict (``memfit.plan.upgrade_verdict``)."""
+    return _plan_package.upgrade_verdict(model, **kwargs)
+
+
+def doctor(model: Any, workload: WorkloadSpec, **kwargs: Any) -> Any:
+    """A described job checked for the seven common memory mistakes (``memfit.plan.doctor``)."""
+    return _plan_package.doctor(model, workload, **kwargs)

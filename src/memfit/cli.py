@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from memfit import cli_monitor, cli_plan, cli_report
+from memfit import cli_bench, cli_monitor, cli_plan, cli_report
 from memfit.errors import MemfitError
 from memfit.estimate import ENGINES
 from memfit.spec import (
@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true")
     COMMANDS.update(cli_monitor.register(sub))  # monitor, diagnose
     COMMANDS.update(cli_report.register(sub))  # report, snapshot
-    COMMANDS.update(cli_plan.register(sub))  # plan, fit
+    COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor
+    COMMANDS.update(cli_bench.register(sub))  # bench, quality
     return p
 
 
