@@ -1,0 +1,390 @@
+"""One data-parallel rank's view of a training step or a generation: DDP, ZeRO-1/2/3, FSDP2,
+offload (``--gpus``, ``--shard``, ``--offload``).
+
+The single-GPU phases (``engine.py``) are rewritten point by point, as the trace engine rewrites
+its timeline (``trace/rank_replay.py``) or, for FSDP2, as its real trace allocates; the sizes and
+defaults come from :mod:`memfit.estimate.sharding` (DeepSpeed's code defaults, DDP's buckets):
+
+* ``ddp``: the reducer's flat bucket copies of every gradient, held for the process's life.
+* ``zero1``/``zero2``: optimizer states partitioned (fp32 with fp32 master weights when the
+  parameters are 16-bit); the contiguous-gradient bucket (``reduce_bucket_size`` elements) during
+  backward; the step converts the rank's gradient partition to fp32. ``zero2`` copies each
+  gradient into the bucket as it is produced and keeps only its partition.
+* ``zero3``: parameters of at least ``stage3_param_persistence_threshold`` elements partitioned;
+  each module's parameters gathered around its forward and backward, with the modules that follow
+  prefetched while they fit in ``stage3_prefetch_bucket_size`` (simulated over the model's module
+  order; each block gets the most it ever holds gathered); bucket and gradient partition from the
+  start.
+* ``fsdp`` (FSDP2, ``fully_shard`` per decoder block and on the root): every parameter sharded on
+  dim 0; the root (embeddings, final norm, LM head) unsharded from its forward to the end of
+  backward; in forward the running block and the next one being all-gathered (flat buffer and
+  copy-out); in backward the running and prefetched blocks and the running block's unsharded
+  gradients (the reduce-scatter input). States and gradients 1/dp in the parameters' dtype.
+* ``offload``: what DeepSpeed (ZeRO-Offload / ZeRO-Infinity) or FSDP2's CPUOffloadPolicy move to
+  host RAM leaves the device and is summed into ``host_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit.estimate import sharding
+from memfit.estimate.analytic.graph import GRADS, PARAMS, TEMP, Vec, one, vadd
+from memfit.estimate.analytic.step import BlockProfile
+
+#: Optimizers DeepSpeed runs as its fused multi-tensor Adam (no parameter-sized temporaries);
+#: the trace engine's rule (``rank_replay.DEEPSPEED_FUSED_ADAM``).
+DEEPSPEED_FUSED_ADAM = ("adamw", "adamw-fused")
+#: Unsharded copies of a decoder block FSDP2 holds at once in forward (the running block, and the
+#: next one's all-gather output while it is copied out into its parameters) and in backward (the
+#: running block and the prefetched one).
+FSDP_FWD_BLOCKS = 3
+FSDP_BWD_BLOCKS = 2
+
+
+@dataclass
+class Param:
+    shape: tuple[int, ...]
+    elem_bytes: int
+    trainable: bool
+    fwd_point: int = -1  # its block's first forward point that uses it
+    bwd_point: int = -1
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def n_bytes(self) -> int:
+        return self.numel * self.elem_bytes
+
+
+@dataclass
+class RankView:
+    """Rewrites of the single-GPU points. ``fwd_extra``/``bwd_extra``: bytes added to every
+    point of a stack (gathered parameters, transient gradients), by stack index."""
+
+    params_bytes: int
+    grads: str  # "keep" | "drop" (ZeRO-2/3) | "shard" (FSDP)
+    grad_fixed_bytes: int = 0  # partitions, buckets held in every phase
+    bwd_bucket_bytes: int = 0  # ZeRO-1/2's bucket, backward only
+    states_bytes: int = 0
+    opt_temp_bytes: int = 0
+    single_opt_temp_bytes: int = 0  # the one-GPU step's temporaries (replaced)
+    opt_grad_bytes: int = 0  # the step's fp32 gradient partition
+    fwd_extra: dict[int, Vec] = field(default_factory=dict)
+    bwd_extra: dict[int, Vec] = field(default_factory=dict)
+    #: extras at one point only, by (stack, point index), instead of the stack's
+    fwd_at: dict[tuple[int, int], Vec] = field(default_factory=dict)
+    bwd_at: dict[tuple[int, int], Vec] = field(default_factory=dict)
+    host_bytes: int = 0
+    dp: int = 1
+
+    def point(self, v: Vec, *, backward: bool = False, optimizer: bool = False) -> Vec:
+        grads = {"keep": v[GRADS], "drop": 0, "shard": -(-v[GRADS] // self.dp)}[self.grads]
+        grads += self.grad_fixed_bytes
+        if backward:
+            grads += self.bwd_bucket_bytes
+        temp = v[TEMP]
+        if optimizer:
+            grads += self.opt_grad_bytes
+            temp += self.opt_temp_bytes - self.single_opt_temp_bytes
+        return (self.params_bytes + v[PARAMS], grads, self.states_bytes, v[3], v[4], temp)
+
+    def fwd(self, i: int, j: int, v: Vec) -> Vec:
+        extra = self.fwd_at.get((i, j)) or self.fwd_extra.get(i)
+        return vadd(self.point(v), extra) if extra else self.point(v)
+
+    def bwd(self, i: int, j: int, v: Vec) -> Vec:
+        extra = self.bwd_at.get((i, j)) or self.bwd_extra.get(i)
+        p = self.point(v, backward=True)
+        return vadd(p, extra) if extra else p
+
+
+def params_of(
+    blocks: Sequence[BlockProfile], counts: Sequence[int], tied: bool
+) -> list[list[Param]]:
+    """Each stack's parameters (one block's), in creation order; a tied LM head's weight is the
+    embedding's (dropped from the head)."""
+    out = []
+    for blk in blocks:
+        points = blk.param_points or [(-1, -1)] * len(blk.params)
+        out.append(
+            [Param(s, b, t, f, k) for (s, b, t), (f, k) in zip(blk.params, points, strict=True)]
+        )
+    if tied and out[-1]:
+        emb = out[0][0].shape if out[0] else None
+        for k in range(len(out[-1]) - 1, -1, -1):
+            if out[-1][k].shape == emb:
+                del out[-1][k]
+                break
+    return out
+
+
+def rank_view(
+    *,
+    shard: str,
+    dp: int,
+    offload: str,
+    train: bool,
+    optimizer: str,
+    params: list[list[Param]],
+    counts: Sequence[int],
+    state_bytes: int,
+    opt_temp_bytes: int,
+) -> RankView:
+    """Rank 0's view (see the module docstring). ``params``: per stack, one block's
+    parameters; ``state_bytes``/``opt_temp_bytes``: the single GPU's optimizer states and step
+    temporaries."""
+    trainable = [p for ps, c in zip(params, counts, strict=True) for p in ps * c if p.trainable]
+    n_tr = sum(p.numel for p in trainable)
+    pb = max((p.elem_bytes for p in trainable), default=4)
+    if shard == "fsdp":
+        full = sum(p.n_bytes * c for ps, c in zip(params, counts, strict=True) for p in ps)
+        return _fsdp(dp, offload, params, counts, full, state_bytes, opt_temp_bytes)
+    if shard == "ddp" or shard == "none":
+        fixed = 0
+        if shard == "ddp" and train:
+            sizes = [p.n_bytes for p in reversed(trainable)]
+            fixed = sum(_r512(n) for n in sharding.ddp_bucket_bytes(sizes))
+        return RankView(
+            params_bytes=0,
+            grads="keep",
+            grad_fixed_bytes=fixed,
+            states_bytes=state_bytes,
+            opt_temp_bytes=opt_temp_bytes,
+            single_opt_temp_bytes=opt_temp_bytes,
+        )
+    stage = int(shard[-1])
+    low = pb < 4
+    scale = 4 / pb if low else 1.0
+    part = sharding.partition_numel(n_tr, dp) if n_tr else 0
+    offload_opt = offload in ("optimizer", "params")
+    offload_params = offload == "params"
+    states = round(-(-state_bytes // dp) * scale) + (
+        part * sharding.FP32_MASTER_BYTES if low else 0
+    )
+    host = 0
+    if offload_opt and train:
+        host += states
+        states = 0
+    bucket = sharding.zero_ipg_bucket_numel(n_tr, stage=stage) * pb if train else 0
+    view = RankView(
+        params_bytes=0,
+        grads="keep" if stage == 1 else "drop",
+        states_bytes=states if train else 0,
+        opt_temp_bytes=0
+        if (offload_opt or optimizer in DEEPSPEED_FUSED_ADAM)
+        else round(-(-opt_temp_bytes // dp) * scale),
+        single_opt_temp_bytes=opt_temp_bytes,
+        opt_grad_bytes=part * 4 if (low and not offload_opt and train) else 0,
+        dp=dp,
+    )
+    if stage >= 2 and train and n_tr:
+        if offload_opt:
+            host += part * sharding.OFFLOAD_FP32_GRAD_BYTES
+        else:
+            view.grad_fixed_bytes += part * pb
+        # the gradient just produced, before it is copied into the bucket and dropped
+        for i, ps in enumerate(params):
+            largest = max((p.n_bytes for p in ps if p.trainable), default=0)
+            view.bwd_extra[i] = one(GRADS, largest)
+    if stage == 3:
+        view.grad_fixed_bytes += bucket
+        full = sum(p.n_bytes * c for ps, c in zip(params, counts, strict=True) for p in ps)
+        kept = sum(
+            _zero3_rank_bytes(p, dp, offload_params) * c
+            for ps, c in zip(params, counts, strict=True)
+            for p in ps
+        )
+        if offload_params:
+            host += sum(
+                _zero3_rank_bytes(p, dp, False) * c
+                for ps, c in zip(params, counts, strict=True)
+                for p in ps
+                if not sharding.zero3_persists(p.numel)
+            )
+        view.params_bytes = kept - full
+        fwd, bwd = _zero3_gathered(params, counts)
+        for i in range(len(params)):
+            view.fwd_extra[i] = one(PARAMS, fwd[i])
+            view.bwd_extra[i] = vadd(view.bwd_extra.get(i, (0,) * 6), one(PARAMS, bwd[i]))  # type: ignore[arg-type]
+    else:
+        view.bwd_bucket_bytes = bucket
+    if train:
+        # The head's largest tensors (fp32 logits, log-probs, their gradients) live after the LM
+        # head's forward has ended and before its backward starts: its gathered weight and its
+        # gradient exist at the LM head's own forward and backward points only.
+        head = len(params) - 1
+        head_w: Param | None = max(params[head], key=lambda p: p.numel, default=None)
+        fwd_x, bwd_x = view.fwd_extra.pop(head, None), view.bwd_extra.pop(head, None)
+        if head_w is not None and fwd_x is not None and head_w.fwd_point >= 0:
+            view.fwd_at[(head, head_w.fwd_point)] = fwd_x
+        if head_w is not None and bwd_x is not None and head_w.bwd_point >= 0:
+            view.bwd_at[(head, head_w.bwd_point)] = bwd_x
+    view.host_bytes = host
+    return view
+
+
+def _zero3_rank_bytes(p: Param, dp: int, offloaded: bool) -> int:
+    if sharding.zero3_persists(p.numel):
+        return p.n_bytes
+    return 0 if offloaded else sharding.partition_numel(p.numel, dp) * p.elem_bytes
+
+
+def _zero3_gathered(
+    params: list[list[Param]], counts: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """Most bytes each stack holds gathered in forward and in backward: DeepSpeed's fetch of the
+    running module plus the prefetch of the modules that follow while they fit in
+    ``stage3_prefetch_bucket_size`` (and ``stage3_max_live_parameters``); a module's parameters
+    are released when it finishes (``rank_replay._Zero`` applies the same rules to a trace)."""
+    seq: list[tuple[int, int, int]] = []  # (stack, numel, bytes) per partitioned parameter
+    for i, (ps, c) in enumerate(zip(params, counts, strict=True)):
+        units = [(i, p.numel, p.n_bytes) for p in ps if not sharding.zero3_persists(p.numel)]
+        seq.extend(units * c)
+    return _walk(seq, len(params)), _walk(seq[::-1], len(params))
+
+
+def _walk(seq: list[tuple[int, int, int]], n_stacks: int) -> list[int]:
+    d = sharding.DEEPSPEED_DEFAULTS
+    most = [0] * n_stacks
+    gathered: dict[int, tuple[int, int]] = {}  # position → (numel, bytes)
+    for pos, (stack, numel, n_bytes) in enumerate(seq):
+        gathered.setdefault(pos, (numel, n_bytes))
+        budget = d["stage3_prefetch_bucket_size"]
+        live = sum(n for n, _ in gathered.values())
+        for ahead in range(pos + 1, len(seq)):
+            need = seq[ahead][1]
+            if need > budget:
+                break
+            if ahead not in gathered:
+                if live + need > d["stage3_max_live_parameters"]:
+                    break
+                gathered[ahead] = (need, seq[ahead][2])
+                live += need
+            budget -= need
+        most[stack] = max(most[stack], sum(b for _, b in gathered.values()))
+        del gathered[pos]
+    return most
+
+
+def _fsdp(
+    dp: int,
+    offload: str,
+    params: list[list[Param]],
+    counts: Sequence[int],
+    full: int,
+    state_bytes: int,
+    opt_temp_bytes: int,
+) -> RankView:
+    """FSDP2: see the module docstring; ``full``: the single GPU's parameter bytes."""
+    shards = sum(
+        sharding.fsdp_shard_numel(p.shape, dp) * p.elem_bytes * c
+        for ps, c in zip(params, counts, strict=True)
+        for p in ps
+    )
+    root = sum(p.n_bytes for p in params[0] + params[-1])
+    layer = max((sum(p.n_bytes for p in ps) for ps in params[1:-1]), default=0)
+    layer_grads = max((sum(p.n_bytes for p in ps if p.trainable) for ps in params[1:-1]), default=0)
+    states = -(-state_bytes // dp)
+    temp = -(-opt_temp_bytes // dp)
+    view = RankView(
+        params_bytes=shards - full,
+        grads="shard",
+        states_bytes=states,
+        opt_temp_bytes=temp,
+        single_opt_temp_bytes=opt_temp_bytes,
+        dp=dp,
+    )
+    last = len(params) - 1
+    for i in range(len(params)):
+        blocks = FSDP_FWD_BLOCKS if 0 < i < last else 0
+        view.fwd_extra[i] = one(PARAMS, root + blocks * layer)
+        bwd_blocks = FSDP_BWD_BLOCKS if 0 < i < last else 0
+        view.bwd_extra[i] = vadd(
+            one(PARAMS, root + bwd_blocks * layer), one(GRADS, layer_grads if 0 < i < last else 0)
+        )
+        if offload == "params" and 0 < i < last:  # the reduce-scatter output before its D2H copy
+            view.bwd_extra[i] = vadd(view.bwd_extra[i], one(GRADS, -(-layer_grads // dp)))
+    if offload == "params":
+        grad_shards = sum(
+            sharding.fsdp_shard_numel(p.shape, dp) * p.elem_bytes * c
+            for ps, c in zip(params, counts, strict=True)
+            for p in ps
+            if p.trainable
+        )
+        view.host_bytes = shards + grad_shards + states + temp
+        view.params_bytes = -full
+        view.states_bytes = 0
+        view.opt_temp_bytes = 0
+        view.grads = "drop"
+    return view
+
+
+def _r512(n: int) -> int:
+    return -(-n // 512) * 512
+
+
+# ----------------------------------------------------------------------------- tensor parallel
+#: Model types whose configs honour an explicit ``head_dim`` (the trace engine's
+#: ``distributed.TP_MODEL_TYPES``): one tensor-parallel rank is the same model with heads, KV
+#: heads, intermediate size and padded vocabulary divided by ``tp``.
+TP_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "olmo",
+    "olmo2",
+    "granite",
+    "phi3",
+)
+
+
+def tp_problems(config: dict[str, Any], tp: int) -> list[str]:
+    model_type = config.get("model_type")
+    if model_type not in TP_MODEL_TYPES or "num_attention_heads" not in config:
+        return [
+            f"tp ({tp}) with model_type {model_type!r}: Megatron-style splitting is modelled for "
+            f"Llama-style decoders ({', '.join(TP_MODEL_TYPES)})"
+        ]
+    heads = int(config["num_attention_heads"])
+    return sharding.tp_problems(
+        tp,
+        n_heads=heads,
+        n_kv_heads=int(config.get("num_key_value_heads") or heads),
+        intermediate_size=config.get("intermediate_size"),
+    )
+
+
+def per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
+    """One tensor-parallel rank's model (Megatron without sequence parallelism: column-parallel
+    q/k/v, gate, up; row-parallel o, down; vocab-parallel embedding and LM head, the vocabulary
+    padded to a multiple of 128·tp; norms and the block's input/output replicated)."""
+    if tp == 1:
+        return config
+    d = dict(config)
+    heads = int(d["num_attention_heads"])
+    d["head_dim"] = int(d.get("head_dim") or d["hidden_size"] // heads)
+    d["num_attention_heads"] = heads // tp
+    d["num_key_value_heads"] = int(d.get("num_key_value_heads") or heads) // tp
+    for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        if d.get(key):
+            d[key] = int(d[key]) // tp
+    d["vocab_size"] = sharding.tp_vocab_per_rank(int(d["vocab_size"]), tp)
+    return d
+
+
+__all__ = ["Param", "RankView", "params_of", "per_rank_config", "rank_view", "tp_problems"]

@@ -1,0 +1,300 @@
+"""Run a family's program through a training step or a generation, phase by phase.
+
+Returns :class:`Simulated`: each phase's peak as a component vector (see ``graph.py``), the
+parameter counts, and what the optimizer keeps. Pure Python; no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit.estimate.analytic.distributed import RankView, params_of, rank_view
+from memfit.estimate.analytic.families import Shared, Work
+from memfit.estimate.analytic.graph import (
+    ACTS,
+    DTYPE_BYTES,
+    GRADS,
+    KV,
+    PARAMS,
+    STATES,
+    TEMP,
+    Vec,
+    one,
+    vadd,
+)
+from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
+from memfit.estimate.analytic.optimizer import optimizer_bytes
+from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
+from memfit.spec import WorkloadSpec
+
+#: Bytes of one int64 token id (``input_ids``, ``labels``).
+ID_BYTES = DTYPE_BYTES["i64"]
+
+
+@dataclass
+class Simulated:
+    """``candidates``: per phase, every point that can be the phase's peak (the peak is the one
+    with the most bytes; the batch API keeps them to re-evaluate at other batch sizes)."""
+
+    candidates: dict[str, list[Vec]]
+    n_params: int
+    n_trainable: int
+    notes: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def hidden_dtype(precision: str) -> str:
+    """The residual stream's dtype: the parameters' (fp32 under AMP: fp32 embeddings plus half
+    matmul outputs promote to fp32)."""
+    return PARAM_DTYPE[precision]
+
+
+def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockProfile:
+    a = prog.a
+    h = a.hidden
+    frozen = kw.pop("frozen", False)
+    in_rg = kw.pop("in_rg", True)
+    tied = kw.pop("tied", False)
+    lm_head_trainable = kw.pop("lm_head_trainable", True)
+    freeze_tokens = kw.pop("freeze_tokens", False)
+
+    def build(o: Ops) -> tuple[Any, list[Any]]:
+        o.lm_head_trainable = lm_head_trainable
+        o.quant = wl.quant if wl.quant != "none" else None
+        o.quant_group_size = wl.quant_group_size
+        o.in_repeated_block = kind == "layer"
+        o.batch = w.batch
+        if kind == "embed":
+            o.tied_embedding = tied
+            o.freeze_token_embedding = freeze_tokens
+            x, _ = prog.embed(o, w)
+            return None, [x]
+        x = o.g.input(w.tokens * h, hidden_dtype(wl.precision), rg=in_rg)
+        if kind == "head":
+            return x, prog.head(o, x, w)[-1:]  # backward starts from the loss
+        sh: Shared = prog.shared_for_layer(o, w, hidden_dtype(wl.precision))
+        out = x
+        for i in range(prog.period):
+            out = prog.layer(o, out, w, sh, i)
+        # The caller's ``hidden_states`` (the loop variable) references the input until the
+        # layer returns.
+        o.g.touch(x)
+        o.g.hold(out)
+        return x, [out]
+
+    lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
+    return run_block(
+        build,
+        precision=wl.precision,
+        train=w.train,
+        frozen=frozen,
+        lora=lora,
+        checkpointing=wl.checkpointing if kind == "layer" else "none",
+        existing_grads=not wl.zero_grad_set_to_none,
+        **kw,
+    )
+
+
+def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
+    a = prog.a
+    s = prog.q_len(wl.seq_len)
+    w = Work(
+        batch=wl.batch_size,
+        q_len=s,
+        kv_len=s,
+        impl=wl.attention,
+        task=task,
+        train=True,
+        use_cache=prog.use_cache and wl.checkpointing == "none",
+    )
+    frozen = wl.freeze_layers
+    lora = wl.lora_rank is not None
+    tied_grad = a.tie and not lora and not frozen
+    embed = _block(prog, "embed", wl, w, freeze_tokens=bool(frozen), tied=tied_grad)
+    n_periods = a.n_layers // prog.period
+    stacks = []
+    # freeze_layers freezes the token embedding only (get_input_embeddings): learned positions
+    # stay trainable, so the frozen layers still carry gradients through to them.
+    emb_rg = embed.out_rg
+    if frozen:
+        stacks.append(Stack(_block(prog, "layer", wl, w, frozen=True, in_rg=emb_rg), frozen))
+    if n_periods - frozen > 0:
+        first_rg = emb_rg
+        trainable = _block(prog, "layer", wl, w, in_rg=True)
+        if not first_rg:
+            # The first trainable layer's input needs no gradient (frozen embeddings below).
+            stacks.append(Stack(_block(prog, "layer", wl, w, in_rg=False), 1))
+            stacks.append(Stack(trainable, n_periods - frozen - 1))
+        else:
+            stacks.append(Stack(trainable, n_periods - frozen))
+    head = _block(
+        prog, "head", wl, w, frozen=lora, lm_head_trainable=not (a.tie and (frozen or lora))
+    )
+    blocks = [embed] + [s.profile for s in stacks] + [head]
+    counts = [1] + [s.count for s in stacks] + [1]
+    n_params = sum(b.n_params * c for b, c in zip(blocks, counts, strict=True))
+    n_train = sum(b.n_trainable * c for b, c in zip(blocks, counts, strict=True))
+    param_bytes = sum(b.param_bytes * c for b, c in zip(blocks, counts, strict=True))
+    grad_bytes = sum(b.grad_bytes * c for b, c in zip(blocks, counts, strict=True))
+    if a.tie:
+        tied = a.vocab * prog.embed_dim
+        n_params -= tied
+        param_bytes -= tied * DTYPE_BYTES[PARAM_DTYPE[wl.precision]]
+        if tied_grad:
+            n_train -= tied
+            grad_bytes -= tied * DTYPE_BYTES[PARAM_DTYPE[wl.precision]]
+    param_bytes += prog.buffer_bytes(wl.precision)
+    shapes = _trainable_shapes(blocks, counts)
+    if tied_grad:
+        shapes.remove(((a.vocab, prog.embed_dim), PARAM_DTYPE[wl.precision]))
+    embeddings = [e for b in blocks for e in b.embedding_shapes]
+    opt = optimizer_bytes(wl.optimizer or "none", shapes, grad_bytes, embedding_shapes=embeddings)
+    inputs = prog.input_bytes(wl.batch_size, s, True)
+    held_grads = grad_bytes if not wl.zero_grad_set_to_none else 0
+    static = vadd(
+        vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes)),
+        vadd(one(GRADS, held_grads), one(ACTS, inputs)),
+    )
+    all_stacks = [Stack(embed, 1), *stacks, Stack(head, 1)]
+    view = _rank_view(wl, blocks, counts, a.tie, opt) if _distributed(wl) else None
+    pts, cur = run_stacks(static, all_stacks, backward=False, point=view.fwd if view else None)
+    bpts, end = run_stacks(cur, all_stacks, backward=True, point=view.bwd if view else None)
+    grads = grad_bytes
+    opt_base = vadd(
+        vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes)),
+        vadd(one(GRADS, grads), one(ACTS, inputs)),
+    )
+    optim = vadd(opt_base, one(TEMP, opt.temp_bytes))
+    info: dict[str, Any] = {
+        "optimizer_state_bytes": opt.state_bytes,
+        "paged_bytes": opt.paged_bytes,
+    }
+    if view is not None:
+        static, optim = view.point(static), view.point(optim, optimizer=True)
+        cur = view.point(cur, backward=True)
+        info["host_bytes"] = view.host_bytes
+        info["optimizer_state_bytes"] = view.states_bytes
+    return Simulated(
+        candidates={"forward": [static, *pts], "backward": [cur, *bpts], "optimizer": [optim]},
+        n_params=n_params,
+        n_trainable=n_train,
+        info=info,
+    )
+
+
+def _distributed(wl: WorkloadSpec) -> bool:
+    return wl.gpus > 1 or wl.shard != "none" or wl.offload != "none"
+
+
+def _rank_view(
+    wl: WorkloadSpec, blocks: list[BlockProfile], counts: list[int], tied: bool, opt: Any
+) -> RankView:
+    return rank_view(
+        shard=str(wl.shard),
+        dp=wl.dp,
+        offload=wl.offload,
+        train=wl.is_train,
+        optimizer=wl.optimizer or "none",
+        params=params_of(blocks, counts, tied),
+        counts=counts,
+        state_bytes=opt.state_bytes if opt is not None else 0,
+        opt_temp_bytes=opt.temp_bytes if opt is not None else 0,
+    )
+
+
+def _trainable_shapes(
+    blocks: list[BlockProfile], counts: list[int]
+) -> list[tuple[tuple[int, ...], str]]:
+    out: list[tuple[tuple[int, ...], str]] = []
+    for b, c in zip(blocks, counts, strict=True):
+        out.extend(b.trainable_shapes * c)
+    return out
+
+
+def _infer_blocks(prog: Any, wl: WorkloadSpec, w: Work) -> list[Stack]:
+    a = prog.a
+    embed = _block(prog, "embed", wl, w)
+    layer = _block(prog, "layer", wl, w)
+    head = _block(prog, "head", wl, w)
+    return [Stack(embed, 1), Stack(layer, a.n_layers // prog.period), Stack(head, 1)]
+
+
+def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
+    """Inference: one forward (classifiers, encoders), or ``generate()`` for causal LMs: a
+    prefill of ``seq_len`` tokens keeping the last position's logits, then ``new_tokens - 1``
+    decode steps; the last one (cache at its final length) is the decode peak."""
+    b, s = wl.batch_size, prog.q_len(wl.seq_len)
+    inputs = prog.input_bytes(b, s, False)
+    generative = task == "causal-lm"
+    w = Work(
+        batch=b,
+        q_len=s,
+        kv_len=s,
+        impl=wl.attention,
+        task=task,
+        train=False,
+        use_cache=generative and prog.use_cache,
+        logits_to_keep=1 if generative else 0,
+    )
+    stacks = _infer_blocks(prog, wl, w)
+    n_params = sum(st.profile.n_params * st.count for st in stacks)
+    param_bytes = sum(st.profile.param_bytes * st.count for st in stacks)
+    if prog.a.tie:
+        n_params -= prog.a.vocab * prog.embed_dim
+        param_bytes -= prog.a.vocab * prog.embed_dim * DTYPE_BYTES[PARAM_DTYPE[wl.precision]]
+    param_bytes += prog.buffer_bytes(wl.precision)
+    static = vadd(one(PARAMS, param_bytes), one(ACTS, inputs))
+    view = None
+    if _distributed(wl):
+        blocks = [st.profile for st in stacks]
+        view = _rank_view(wl, blocks, [st.count for st in stacks], prog.a.tie, None)
+    pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
+    first = "prefill" if generative else "forward"
+    phases = {first: [static if view is None else view.point(static), *pts]}
+    if generative:
+        phases["decode"] = _decode_points(prog, wl, task, static, cur, view)
+    info = {"host_bytes": view.host_bytes} if view is not None else {}
+    return Simulated(candidates=phases, n_params=n_params, n_trainable=0, info=info)
+
+
+def _decode_points(
+    prog: Any, wl: WorkloadSpec, task: str, static: Vec, after_prefill: Vec, view: Any = None
+) -> list[Vec]:
+    """After the prefill the model output (its last-position logits) is dropped and one token id
+    per sequence is kept; each decode step grows every layer's cache by one token."""
+    b, s = wl.batch_size, wl.seq_len
+    a = prog.a
+    token = one(ACTS, b * ID_BYTES)
+    cache = after_prefill[KV]
+    start = vadd(vadd(static, one(KV, cache)), token)
+    if view is not None:
+        start = view.point(start)
+    if wl.new_tokens <= 1:
+        return [start]
+    total = s + wl.new_tokens - 1
+    w = Work(
+        batch=b,
+        q_len=1,
+        kv_len=total,
+        impl=wl.attention,
+        task=task,
+        train=False,
+        use_cache=prog.use_cache,
+        logits_to_keep=1,
+    )
+    stacks = _infer_blocks(prog, wl, w)
+    per_layer_token = stacks[1].profile.fwd_end[KV] // prog.period
+    kv_before = per_layer_token * (total - 1) * a.n_layers if prog.use_cache else 0
+    base = vadd(vadd(static, one(KV, kv_before)), token)
+    pts, _ = run_stacks(base, stacks, backward=False, point=view.fwd if view else None)
+    return [start, *pts]
+
+
+def simulate(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
+    if wl.is_train:
+        return simulate_train(prog, wl, task)
+    return simulate_infer(prog, wl, task)
+
+
+__all__ = ["Simulated", "simulate"]

@@ -1,0 +1,184 @@
+"""Encoder families: BERT and RoBERTa (post-LayerNorm, sequence classification head)."""
+
+from __future__ import annotations
+
+from memfit.estimate.analytic.attention import attention
+from memfit.estimate.analytic.families import LlamaProgram, Shared, Tensor, Work, attn_shape
+from memfit.estimate.analytic.families_gpt import ACT_KIND
+from memfit.estimate.analytic.ops import Ops
+
+#: Labels of the sequence-classification head memfit builds (trace/build.py: ``num_labels = 2``).
+N_LABELS = 2
+
+
+class BertProgram(LlamaProgram):
+    """``BertLayer``: q/k/v projections (views into SDPA), dense + dropout + LayerNorm(x + ·),
+    GELU MLP; embeddings = word + token type + position, LayerNorm, dropout. Head:
+    ``BertForSequenceClassification`` (pooler on the first token, tanh, dropout, classifier,
+    cross-entropy)."""
+
+    tasks = ("seq-cls",)
+
+    def __init__(self, a) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(a)
+        self.use_cache = False
+
+    @property
+    def roberta(self) -> bool:
+        return self.a.model_type == "roberta"
+
+    def buffer_bytes(self, precision: str) -> int:
+        """``position_ids`` and ``token_type_ids`` buffers: (1, max_position_embeddings) int64."""
+        return 2 * 8 * self.a.n_positions
+
+    def embed(self, o: Ops, w: Work) -> tuple[Tensor, Shared]:
+        a = self.a
+        n = w.tokens * a.hidden
+        if self.roberta:  # create_position_ids_from_input_ids: ne, int, cumsum, type_as, *, +
+            ids = [o.new(w.tokens, dt) for dt in ("bool", "i32", "i32", "i32", "i32", "i64")]
+            o.g.touch(*ids)
+        tok = o.embedding(w.tokens, a.vocab, a.hidden)
+        tt = o.embedding(w.tokens, int(a.extra.get("type_vocab_size", 2)), a.hidden)
+        x = o.add(tok, tt)
+        o.g.touch(tok)  # ``inputs_embeds`` local
+        pos = o.embedding(w.q_len if not self.roberta else w.tokens, a.n_positions, a.hidden)
+        x = o.add(x, pos)
+        x = o.dropout(o.layer_norm(x, a.hidden), a.emb_dropout)
+        o.g.hold(x)
+        keep_local(o, w, x)
+        del n
+        return x, Shared()
+
+    def shared_for_layer(self, o: Ops, w: Work, x_dtype: str) -> Shared:
+        return Shared()
+
+    def layer(self, o: Ops, x: Tensor, w: Work, sh: Shared, index: int = 0) -> Tensor:
+        a = self.a
+        h = a.hidden
+        q = o.linear(x, h, h, bias=True, name="query")
+        k = o.linear(x, h, h, bias=True, name="key")
+        v = o.linear(x, h, h, bias=True, name="value")
+        out = attention(o, q, k, v, attn_shape(a, w), impl=w.impl, dropout_p=a.attn_dropout)
+        o.release_locals(q, k, v)
+        out = o.dropout(o.linear(out, h, h, bias=True, name="dense"), a.resid_dropout)
+        x = o.layer_norm(o.add(out, x), h)
+        m = o.act(o.linear(x, h, a.ffn, bias=True, name="dense"), ACT_KIND.get(a.act, "gelu"))
+        m = o.dropout(o.linear(m, a.ffn, h, bias=True, name="dense"), a.resid_dropout)
+        return o.layer_norm(o.add(m, x), h)
+
+    def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
+        a = self.a
+        first = o.slice(x, w.batch, w.tokens)  # hidden_states[:, 0]
+        pooled = o.linear(first, a.hidden, a.hidden, bias=True, name="dense")
+        (pooled,) = o.g.op([pooled], [(pooled.numel, pooled.dtype)])  # tanh saves its output
+        o._save_outputs(pooled)
+        pooled = o.dropout(pooled, a.resid_dropout)
+        logits = o.linear(pooled, a.hidden, N_LABELS, bias=True, name="classifier")
+        o.g.hold(logits)
+        if not w.train:
+            return [logits]
+        lf = o.fp32_op(logits)
+        (logp,) = o.g.op([lf], [(lf.numel, "f32" if o.autocast else lf.dtype)])
+        o._save_outputs(logp)
+        (loss,) = o.g.op([logp], [(1, logp.dtype)])
+        o.g.hold(loss)
+        return [logits, loss]
+
+
+class ViTProgram(BertProgram):
+    """``ViTForImageClassification``: a patch convolution (pixels cast to the weights' dtype and
+    saved by the conv), a CLS token and learned positions; pre-LayerNorm layers (q/k/v with bias,
+    SDPA, o_proj, GELU MLP); the classifier reads the CLS token. The sequence is
+    ``(image_size / patch_size)² + 1`` whatever ``seq_len`` says."""
+
+    tasks = ("image-cls",)
+
+    @property
+    def image(self) -> tuple[int, int, int]:
+        e = self.a.extra
+        return (
+            int(e.get("image_size", 224)),
+            int(e.get("patch_size", 16)),
+            int(e.get("num_channels", 3)),
+        )
+
+    def q_len(self, seq_len: int) -> int:
+        size, patch, _ = self.image
+        return (size // patch) ** 2 + 1
+
+    def input_bytes(self, batch: int, seq_len: int, train: bool) -> int:
+        size, _, channels = self.image
+        return batch * channels * size * size * 4 + (batch * 8 if train else 0)
+
+    def buffer_bytes(self, precision: str) -> int:
+        return 0
+
+    def embed(self, o: Ops, w: Work) -> tuple[Tensor, Shared]:
+        a = self.a
+        size, patch, channels = self.image
+        n_patches = (size // patch) ** 2
+        pixels = o.g.external(w.batch * channels * size * size, "f32")
+        px = o.cast(pixels, o.pdtype)
+        frozen = o.freeze_token_embedding  # get_input_embeddings() is the patch projection
+        o.freeze_token_embedding = False
+        wconv = o.weight(a.hidden, channels, patch, patch, trainable=not frozen)
+        bconv = o.weight(a.hidden, trainable=not frozen)
+        xin, wi = o._ac(px), o._ac_weight(wconv)
+        (conv,) = o.g.op(
+            [xin, wi, o._ac_weight(bconv)],
+            [(w.batch * n_patches * a.hidden, xin.dtype)],
+            saves=[xin, wi],
+        )
+        cls = o.weight(a.hidden)
+        pos = o.weight(n_patches + 1, a.hidden)
+        (x,) = o.g.op([cls, conv], [(w.tokens * a.hidden, promote_of(o, conv, cls))])  # cat
+        x = o.dropout(o.add(x, pos), a.emb_dropout)
+        o.g.hold(x)
+        keep_local(o, w, x)
+        keep_local(o, w, px)  # ``pixel_values = pixel_values.to(dtype)``, a local too
+        return x, Shared()
+
+    def layer(self, o: Ops, x: Tensor, w: Work, sh: Shared, index: int = 0) -> Tensor:
+        a = self.a
+        h = a.hidden
+        hn = o.layer_norm(x, h)
+        q = o.linear(hn, h, h, bias=True, name="q_proj")
+        k = o.linear(hn, h, h, bias=True, name="k_proj")
+        v = o.linear(hn, h, h, bias=True, name="v_proj")
+        out = attention(o, q, k, v, attn_shape(a, w), impl=w.impl, dropout_p=a.attn_dropout)
+        out = o.linear(out, h, h, bias=True, name="o_proj")
+        o.release_locals(q, k, v)
+        x = o.add(o.dropout(out, a.resid_dropout), x)
+        m = o.act(o.linear(o.layer_norm(x, h), h, a.ffn, bias=True, name="fc1"), "gelu")
+        m = o.linear(m, a.ffn, h, bias=True, name="fc2")
+        return o.add(o.dropout(m, a.resid_dropout), x)
+
+    def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
+        a = self.a
+        x = o.layer_norm(x, a.hidden)
+        o.g.hold(x)  # last_hidden_state is part of the output
+        first = o.slice(x, w.batch, w.tokens)
+        logits = o.linear(first, a.hidden, N_LABELS, bias=True, name="classifier")
+        o.g.hold(logits)
+        if not w.train:
+            return [logits]
+        lf = o.cast(logits, "f32")
+        (logp,) = o.g.op([lf], [(lf.numel, "f32")])
+        o._save_outputs(logp)
+        (loss,) = o.g.op([logp], [(1, "f32")])
+        o.g.hold(loss)
+        return [logits, loss]
+
+
+def keep_local(o: Ops, w: Work, x: Tensor) -> None:
+    """``embedding_output`` stays referenced by a local of ``*Model.forward`` until the forward
+    returns. Training saves it anyway (the first layer's LayerNorm/linears); under no_grad it is
+    one more tensor of its size alive through the forward: counted by holding a copy."""
+    if not w.train and x.dtype != "i64":
+        o.g.hold(o.new(x.numel, x.dtype))
+
+
+def promote_of(o: Ops, a: Tensor, b: Tensor) -> str:
+    from memfit.estimate.analytic.ops import promote
+
+    return promote(a.dtype, b.dtype)

@@ -1,0 +1,390 @@
+"""A symbolic autograd tape: which tensors one block of a model allocates, saves and frees.
+
+The analytic engine describes each model family as a short program of tensor ops (``ops.py``,
+``families.py``). Recording the program builds a :class:`Graph` of :class:`Node` s; :meth:`Graph.
+forward` and :meth:`Graph.backward` then replay it the way PyTorch's autograd runs it:
+
+* forward: every op allocates its outputs; a tensor is freed after its last use unless a node saved
+  it for backward (``SavedVariable``) or the program holds it (a Python local, a returned value);
+* backward: nodes run in reverse creation order (autograd's sequence-number priority); a node
+  allocates the gradients of its inputs (and a kernel workspace) while its incoming gradients and
+  saved tensors are still alive, then releases them (``release_variables`` with
+  ``retain_graph=False``). A second gradient for the same tensor is summed into the first
+  (``InputBuffer::accumulate``: one transient allocation). A leaf's first gradient becomes
+  ``param.grad`` (AccumulateGrad steals it).
+
+Sizes are exact byte counts. The result of a replay is a :class:`Profile`: the live bytes at every
+allocation, *relative to the start of the block*, by component. The engine composes blocks
+(embeddings, ``L`` identical layers, the head and loss) by adding profiles, which is exact for
+identical layers (the same argument as the trace engine's layer extrapolation) and independent of
+``L`` in cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Bytes per element (torch dtypes: float32, bfloat16, float16, int64, bool/uint8).
+DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "bool": 1, "u8": 1}
+
+#: Components, in ``memfit.estimate.result.COMPONENTS`` order, as vector indices.
+PARAMS, GRADS, STATES, ACTS, KV, TEMP = range(6)
+N_COMP = 6
+
+Vec = tuple[int, int, int, int, int, int]
+ZERO: Vec = (0, 0, 0, 0, 0, 0)
+
+
+def vadd(a: Vec, b: Vec) -> Vec:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4], a[5] + b[5])
+
+
+def vscale(a: Vec, k: int) -> Vec:
+    return (a[0] * k, a[1] * k, a[2] * k, a[3] * k, a[4] * k, a[5] * k)
+
+
+def _sub(a: Vec, b: Vec) -> Vec:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], a[4] - b[4], a[5] - b[5])
+
+
+def one(comp: int, n_bytes: int) -> Vec:
+    v = [0] * N_COMP
+    v[comp] = n_bytes
+    return (v[0], v[1], v[2], v[3], v[4], v[5])
+
+
+class Storage:
+    """A block of device memory; views share one."""
+
+    __slots__ = ("n_bytes", "comp", "refs", "live")
+
+    def __init__(self, n_bytes: int, comp: int) -> None:
+        self.n_bytes = n_bytes
+        self.comp = comp
+        self.refs = 0  # live tensors viewing it
+        self.live = False
+
+
+class Tensor:
+    """A tensor of the program: ``numel`` elements of ``dtype``; ``rg``: requires grad."""
+
+    __slots__ = (
+        "numel",
+        "dtype",
+        "storage",
+        "rg",
+        "leaf",
+        "n_uses",
+        "n_savers",
+        "held",
+        "grad",
+        "external",
+        "alive",
+        "trainable",
+        "shape",
+        "sum_out_of_place",
+        "hold_grad",
+        "release_buffered",
+        "is_embedding",
+        "stored_bytes",
+    )
+
+    def __init__(self, numel: int, dtype: str, *, rg: bool, storage: Storage | None = None):
+        self.numel = numel
+        self.dtype = dtype
+        self.storage = storage or Storage(numel * DTYPE_BYTES[dtype], ACTS)
+        self.rg = rg
+        self.leaf = False  # a parameter: its first gradient becomes .grad
+        self.n_uses = 0  # forward uses still to come
+        self.n_savers = 0  # backward nodes still to run that saved it
+        self.held = False  # the program keeps a reference (lives until the block's end)
+        self.grad: Storage | None = None
+        self.external = False  # created outside this block (its memory is the caller's)
+        self.alive = False
+        self.trainable = False
+        self.shape: tuple[int, ...] = ()
+        self.sum_out_of_place = False  # an existing .grad is replaced by old + new
+        self.hold_grad = False  # its gradient waits in an input buffer past this block
+        self.release_buffered = False  # frees the gradient another block buffered for it
+        self.is_embedding = False  # an nn.Embedding weight
+        self.stored_bytes: int | None = (
+            None  # a quantized layer's stored bytes (else numel x dtype)
+        )
+
+    @property
+    def n_bytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(slots=True)
+class Node:
+    """One op. ``saves``: tensors autograd keeps for its backward. ``grad_to``: inputs that get a
+    gradient (default: the inputs that require grad). ``bwd_workspace``: bytes the backward kernel
+    allocates for its duration. ``fwd_workspace``: likewise in forward. ``recompute``: whether a
+    selective-checkpointing policy recomputes (True) or stores (False) its outputs."""
+
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    saves: list[Tensor]
+    grad_to: list[Tensor] | None = None
+    bwd_workspace: int = 0
+    fwd_workspace: int = 0
+    matmul: bool = False
+    rg: bool = False
+
+
+@dataclass
+class Profile:
+    """Live bytes relative to the block's start, at each allocation: ``fwd``/``bwd`` points and
+    the net change at the end of each pass (``fwd_end``, ``bwd_end``)."""
+
+    fwd: list[Vec] = field(default_factory=list)
+    fwd_end: Vec = ZERO
+    bwd: list[Vec] = field(default_factory=list)
+    bwd_end: Vec = ZERO
+
+    def fwd_peak(self) -> Vec:
+        return max(self.fwd, key=sum, default=ZERO)
+
+    def bwd_peak(self) -> Vec:
+        return max(self.bwd, key=sum, default=ZERO)
+
+
+class Graph:
+    """Records a block's ops, then replays forward and backward (see the module docstring)."""
+
+    def __init__(self, *, grad_enabled: bool) -> None:
+        self.grad_enabled = grad_enabled
+        self.nodes: list[Node] = []
+        self.params: list[Tensor] = []
+        self._live: list[int] = [0] * N_COMP
+        self._points: list[Vec] = []
+        #: index of the first forward / backward point of a node using each parameter (by id)
+        self.fwd_point_of: dict[int, int] = {}
+        self.bwd_point_of: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ recording
+    def external(self, numel: int, dtype: str, *, rg: bool = False, comp: int = ACTS) -> Tensor:
+        """A tensor that exists before the block (its input, a shared mask): not counted unless the
+        block frees it."""
+        t = Tensor(numel, dtype, rg=rg, storage=Storage(numel * DTYPE_BYTES[dtype], comp))
+        t.external = True
+        return t
+
+    def input(self, numel: int, dtype: str, *, rg: bool, comp: int = ACTS) -> Tensor:
+        """The block's input: alive when the block starts (counted by the caller), freed by the
+        block after its last use unless saved or held (its bytes then leave the profile)."""
+        t = Tensor(numel, dtype, rg=rg and self.grad_enabled)
+        t.storage.comp = comp
+        t.alive = True
+        t.storage.refs = 1
+        t.storage.live = True
+        self._live[comp] += t.storage.n_bytes
+        return t
+
+    def param(
+        self, numel: int, dtype: str, *, trainable: bool, shape: tuple[int, ...] = ()
+    ) -> Tensor:
+        t = Tensor(numel, dtype, rg=trainable and self.grad_enabled, storage=Storage(0, PARAMS))
+        t.leaf = True
+        t.external = True
+        t.trainable = trainable
+        t.shape = shape or (numel,)
+        self.params.append(t)
+        return t
+
+    def op(
+        self,
+        inputs: list[Tensor],
+        outputs: list[tuple[int, str]] | list[Tensor],
+        *,
+        saves: list[Tensor] | None = None,
+        differentiable: bool = True,
+        grad_to: list[Tensor] | None = None,
+        bwd_workspace: int = 0,
+        fwd_workspace: int = 0,
+        matmul: bool = False,
+        view_of: Tensor | None = None,
+    ) -> list[Tensor]:
+        rg = self.grad_enabled and differentiable and any(t.rg for t in inputs)
+        outs: list[Tensor] = []
+        shared = view_of.storage if view_of is not None else None
+        for o in outputs:
+            if isinstance(o, Tensor):
+                o.rg = rg
+                outs.append(o)
+            else:
+                outs.append(Tensor(o[0], o[1], rg=rg, storage=shared))
+        node = Node(
+            inputs=list(inputs),
+            outputs=outs,
+            saves=[t for t in (saves or []) if t is not None] if rg else [],
+            grad_to=grad_to,
+            bwd_workspace=bwd_workspace,
+            fwd_workspace=fwd_workspace,
+            matmul=matmul,
+            rg=rg,
+        )
+        self.nodes.append(node)
+        return outs
+
+    def hold(self, *tensors: Tensor) -> None:
+        """The program keeps these alive until the block ends (returned values, module outputs the
+        caller keeps)."""
+        for t in tensors:
+            t.held = True
+
+    def touch(self, *tensors: Tensor) -> None:
+        """A Python local still referenced here: extend the tensors' lifetime to this point."""
+        self.nodes.append(Node(inputs=list(tensors), outputs=[], saves=[]))
+
+    # ------------------------------------------------------------------ replay helpers
+    def _alloc(self, storage: Storage) -> None:
+        if not storage.live:
+            storage.live = True
+            self._live[storage.comp] += storage.n_bytes
+
+    def _release(self, storage: Storage) -> None:
+        if storage.live:
+            storage.live = False
+            self._live[storage.comp] -= storage.n_bytes
+
+    def _point(self) -> None:
+        v = self._live
+        self._points.append((v[0], v[1], v[2], v[3], v[4], v[5]))
+
+    def _now(self) -> Vec:
+        v = self._live
+        return (v[0], v[1], v[2], v[3], v[4], v[5])
+
+    def _drop(self, t: Tensor) -> None:
+        """``t`` is no longer referenced by the program: free its storage with its last view."""
+        if not t.alive:
+            return
+        t.alive = False
+        t.storage.refs -= 1
+        if t.storage.refs <= 0 and not t.external:
+            self._release(t.storage)
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self, *, save_policy: str = "all", prealloc_matmul: bool = False
+    ) -> tuple[list[Vec], Vec]:
+        """Replay the forward pass. ``save_policy``: ``all`` (autograd saves), ``none`` (a
+        checkpointed block: nothing saved), ``matmul`` (selective checkpointing: only matmul and
+        attention outputs are stored). ``prealloc_matmul``: the matmul outputs exist already
+        (selective checkpointing's stored outputs during recomputation). Returns the points and
+        the net change, relative to the start."""
+        if prealloc_matmul:
+            for node in self.nodes:
+                if node.matmul and node.rg:
+                    for t in node.outputs:
+                        if not t.alive:
+                            t.alive = True
+                            t.storage.refs += 1
+                            self._alloc(t.storage)
+        base = self._now()
+        for node in self.nodes:
+            for t in node.inputs:
+                t.n_uses += 1
+            if save_policy == "all":
+                for t in node.saves:
+                    t.n_savers += 1
+            elif save_policy == "matmul" and node.matmul and node.rg:
+                for t in node.outputs:
+                    t.n_savers += 1
+        for node in self.nodes:
+            for t in node.outputs:
+                if not t.alive:
+                    t.alive = True
+                    t.storage.refs += 1
+                    if not t.external:
+                        self._alloc(t.storage)
+            if node.fwd_workspace:
+                self._live[TEMP if not self.grad_enabled else ACTS] += node.fwd_workspace
+            if node.outputs or node.fwd_workspace:
+                self._point()
+                for t in node.inputs:
+                    if t.leaf:
+                        self.fwd_point_of.setdefault(id(t), len(self._points) - 1)
+            if node.fwd_workspace:
+                self._live[TEMP if not self.grad_enabled else ACTS] -= node.fwd_workspace
+            for t in node.inputs:
+                t.n_uses -= 1
+                if t.n_uses == 0 and t.n_savers == 0 and not t.held and not t.external:
+                    self._drop(t)
+            for t in node.outputs:
+                if t.n_uses == 0 and t.n_savers == 0 and not t.held:
+                    self._drop(t)
+        return [_sub(p, base) for p in self._points], _sub(self._now(), base)
+
+    # ------------------------------------------------------------------ backward
+    def backward(self, outputs: list[Tensor], *, existing_grads: bool = False) -> list[Vec]:
+        """Replay backward from gradients of ``outputs`` (allocated by the caller, i.e. already
+        counted). ``existing_grads``: parameters already hold a gradient (accumulation, or
+        ``zero_grad(set_to_none=False)``): new ones are summed in place."""
+        self._points = []
+        base = self._now()
+        for t in outputs:
+            t.grad = Storage(t.n_bytes, TEMP)
+            t.grad.live = True
+        for node in reversed(self.nodes):
+            if not node.rg:
+                continue
+            incoming = [t.grad for t in node.outputs if t.grad is not None]
+            if not incoming:
+                self._release_saved(node)
+                continue
+            if node.bwd_workspace:
+                self._live[TEMP] += node.bwd_workspace
+            transient: list[Storage] = []
+            for t in node.grad_to if node.grad_to is not None else node.inputs:
+                if not t.rg:
+                    continue
+                if t.leaf:
+                    g = Storage(t.n_bytes, GRADS)
+                    self._alloc(g)
+                    if t.grad is not None or existing_grads or t.sum_out_of_place:
+                        g.comp = TEMP
+                        self._live[GRADS] -= g.n_bytes
+                        self._live[TEMP] += g.n_bytes
+                        if not t.hold_grad:
+                            transient.append(g)
+                        if t.sum_out_of_place:
+                            s = Storage(t.n_bytes, TEMP)
+                            self._alloc(s)
+                            transient.append(s)
+                        if t.release_buffered:
+                            buffered = Storage(t.n_bytes, TEMP)
+                            buffered.live = True
+                            transient.append(buffered)
+                    else:
+                        t.grad = g
+                elif t.grad is None:
+                    t.grad = Storage(t.n_bytes, TEMP)
+                    self._alloc(t.grad)
+                else:
+                    g = Storage(t.n_bytes, TEMP)
+                    self._alloc(g)
+                    transient.append(g)
+            self._point()
+            for t in node.inputs:
+                if t.leaf:
+                    self.bwd_point_of.setdefault(id(t), len(self._points) - 1)
+            if node.bwd_workspace:
+                self._live[TEMP] -= node.bwd_workspace
+            for g in transient:
+                self._release(g)
+            for t in node.outputs:
+                if t.grad is not None:
+                    self._release(t.grad)
+                    t.grad = None
+            self._release_saved(node)
+        return [_sub(p, base) for p in self._points] + [_sub(self._now(), base)]
+
+    def _release_saved(self, node: Node) -> None:
+        for t in node.saves:
+            t.n_savers -= 1
+            if t.n_savers == 0 and t.n_uses == 0 and not t.held:
+                self._drop(t)
+        node.saves = []

@@ -1,0 +1,307 @@
+"""Tensor ops with PyTorch's rules for what they allocate and what autograd saves.
+
+Each method records one op on a :class:`~memfit.estimate.analytic.graph.Graph`. The rules come from
+PyTorch's derivatives (``tools/autograd/derivatives.yaml``: which inputs/outputs a backward formula
+uses is what ``SavedVariable`` keeps) and CUDA autocast's cast policy
+(``aten/src/ATen/autocast_mode.cpp``): matmuls run in the autocast dtype (inputs cast, weight casts
+cached for leaf parameters until autocast exits), ops on the fp32 list (``layer_norm``, ``pow``,
+``rsqrt``, ``softmax``/``log_softmax`` with no dtype, losses) run in fp32.
+"""
+
+from __future__ import annotations
+
+from memfit.estimate.analytic.graph import DTYPE_BYTES, Graph, Tensor
+from memfit.estimate.analytic.quant_ops import lora_on_quantized, quantized_linear, quantizes
+
+#: Storage dtype of parameters and the dtype matmuls compute in, per ``WorkloadSpec.precision``.
+PARAM_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "amp-bf16": "f32", "amp-fp16": "f32"}
+COMPUTE_DTYPE = {
+    "fp32": "f32",
+    "bf16": "bf16",
+    "fp16": "f16",
+    "amp-bf16": "bf16",
+    "amp-fp16": "f16",
+}
+HALF = ("bf16", "f16")
+
+
+def promote(a: str, b: str) -> str:
+    """Type promotion of two floating tensors (bf16 with fp16 does not occur here)."""
+    return a if DTYPE_BYTES[a] >= DTYPE_BYTES[b] else b
+
+
+class Ops:
+    """Op recorder bound to one precision. ``lora``: (rank, targets) or None; a linear whose
+    name is a target gets a peft LoRA adapter (base weight frozen, adapters kept in fp32)."""
+
+    def __init__(
+        self,
+        g: Graph,
+        *,
+        precision: str,
+        train: bool,
+        frozen: bool = False,
+        lora: tuple[int, tuple[str, ...] | str] | None = None,
+    ) -> None:
+        self.g = g
+        self.pdtype = PARAM_DTYPE[precision]
+        self.cdtype = COMPUTE_DTYPE[precision]
+        self.autocast = precision.startswith("amp-")
+        self.train = train
+        self.frozen = frozen or not train
+        self.lora = lora
+        self._cast_cache: dict[int, Tensor] = {}
+        #: The embedding weight is the LM head's (tied): its gradient arrives second and
+        #: AccumulateGrad sums it out of place (the old, new and summed tensors coexist).
+        self.tied_embedding = False
+        #: ``freeze_layers``: the input embeddings (the first embedding looked up) are frozen.
+        self.freeze_token_embedding = False
+        #: ``zero_grad(set_to_none=False)``: parameters hold gradients when backward starts.
+        self.existing_grads = False
+        #: The LM head's weight is the (tied) embedding's: trainable only if the embedding is.
+        self.lm_head_trainable = True
+        #: Tensors a Python local keeps until the current module returns (``touch`` them then).
+        self.locals: list[Tensor] = []
+        #: ``--quant`` format of this block's Linear layers (None: unquantized), its group size,
+        #: whether the block is one of the repeated layers (GPTQ/AWQ quantize only those) and the
+        #: batch size (AWQ's backward repeats its weight per sequence).
+        self.quant: str | None = None
+        self.quant_group_size = 128
+        self.in_repeated_block = False
+        self.batch = 1
+
+    def release_locals(self, *more: Tensor) -> None:
+        """The module returns: its locals (and ``more``) may be freed after this point."""
+        self.g.touch(*more, *self.locals)
+        self.locals = []
+
+    # ------------------------------------------------------------------ basics
+    def weight(self, *shape: int, trainable: bool = True) -> Tensor:
+        """A parameter in the precision's dtype; frozen in a frozen block and, with LoRA, all
+        base weights are (peft's ``mark_only_lora_as_trainable``)."""
+        numel = 1
+        for d in shape:
+            numel *= d
+        train = trainable and not self.frozen and self.lora is None
+        return self.g.param(numel, self.pdtype, trainable=train, shape=tuple(shape))
+
+    def cast(self, x: Tensor, dtype: str) -> Tensor:
+        """``x.to(dtype)``: a copy when the dtype changes (ToCopyBackward saves nothing)."""
+        if x.dtype == dtype:
+            return x
+        return self.g.op([x], [(x.numel, dtype)])[0]
+
+    def new(self, numel: int, dtype: str) -> Tensor:
+        """A tensor made from no differentiable input (ids, masks, position tables)."""
+        return self.g.op([], [(numel, dtype)])[0]
+
+    def fp32_op(self, x: Tensor) -> Tensor:
+        """Autocast's fp32 policy: a half input is cast to fp32 first."""
+        return self.cast(x, "f32") if self.autocast else x
+
+    def _ac(self, x: Tensor) -> Tensor:
+        """Autocast's lower-precision policy for an activation input."""
+        return self.cast(x, self.cdtype) if self.autocast and x.dtype == "f32" else x
+
+    def _ac_weight(self, w: Tensor) -> Tensor:
+        if not self.autocast or w.dtype != "f32":
+            return w
+        if w.leaf and w.rg:  # autocast caches casts of leaf tensors that require grad
+            key = id(w)
+            if key not in self._cast_cache:
+                self._cast_cache[key] = self.cast(w, self.cdtype)
+            return self._cast_cache[key]
+        return self.cast(w, self.cdtype)
+
+    # ------------------------------------------------------------------ layers
+    def linear(
+        self,
+        x: Tensor,
+        n_in: int,
+        n_out: int,
+        *,
+        bias: bool = False,
+        name: str = "",
+        trainable: bool = True,
+        conv1d: bool = False,
+    ) -> Tensor:
+        """``F.linear``: MmBackward/AddmmBackward save the input (for the weight's gradient) and
+        the weight (for the input's); the output is in the compute dtype. ``conv1d``: GPT-2's
+        ``Conv1D``, an addmm with an (in, out) weight."""
+        adapted = self._lora_applies(name)
+        if quantizes(self.quant, name, in_repeated_block=self.in_repeated_block):
+            out = quantized_linear(self, x, n_in, n_out, bias=bias)
+            return lora_on_quantized(self, x, out, n_in, n_out) if adapted else out
+        shape = (n_in, n_out) if conv1d else (n_out, n_in)
+        w = self.weight(*shape, trainable=trainable and not adapted)
+        b = self.weight(n_out, trainable=trainable and not adapted) if bias else None
+        xi, wi = self._ac(x), self._ac_weight(w)
+        bi = self._ac_weight(b) if b is not None else None
+        inputs = [xi, wi] + ([bi] if bi is not None else [])
+        (out,) = self.g.op(
+            inputs,
+            [(x.numel // n_in * n_out, xi.dtype)],
+            saves=[xi if wi.rg else None, wi if xi.rg else None],  # type: ignore[list-item]
+            matmul=True,
+        )
+        if adapted:
+            out = self.lora_default(x, out, n_in, n_out)
+        return out
+
+    def _lora_applies(self, name: str) -> bool:
+        if self.lora is None or not self.train or not name:
+            return False
+        targets = self.lora[1]
+        if targets == "all-linear":  # peft: every linear but the output embedding (LM head)
+            return name != "lm_head"
+        return name in targets
+
+    def lora_default(self, x: Tensor, base: Tensor, n_in: int, n_out: int) -> Tensor:
+        """peft ``lora.Linear.forward``: ``result + lora_B(lora_A(x.to(fp32))) * scaling``, cast
+        back to the base output's dtype. Adapters are fp32 (peft ``autocast_adapter_dtype``)."""
+        assert self.lora is not None
+        r = self.lora[0]
+        a = self.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
+        bw = self.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
+        xa = self._ac(self.cast(x, "f32")) if not self.autocast else self._ac(x)
+        xa_w, b_w = self._ac_weight(a), self._ac_weight(bw)
+        (h,) = self.g.op(
+            [xa, xa_w], [(x.numel // n_in * r, xa.dtype)], saves=[xa, xa_w], matmul=True
+        )
+        (y,) = self.g.op([h, b_w], [(x.numel // n_in * n_out, h.dtype)], saves=[h, b_w])
+        (y,) = self.g.op([y], [(y.numel, y.dtype)])  # * scaling
+        (out,) = self.g.op([base, y], [(base.numel, promote(base.dtype, y.dtype))])
+        return self.cast(out, base.dtype)
+
+    def embedding(self, n_tokens: int, vocab: int, dim: int, *, trainable: bool = True) -> Tensor:
+        """``F.embedding`` saves the (int64) indices only."""
+        w = self.weight(vocab, dim, trainable=trainable and not self.freeze_token_embedding)
+        w.is_embedding = True
+        self.freeze_token_embedding = False
+        if self.tied_embedding and w.rg:  # the token embedding comes first
+            w.sum_out_of_place = True
+            w.release_buffered = self.existing_grads
+            self.tied_embedding = False
+        (out,) = self.g.op([w], [(n_tokens * dim, self.pdtype)])
+        return out
+
+    def layer_norm(self, x: Tensor, dim: int, *, bias: bool = True) -> Tensor:
+        """``native_layer_norm`` (fp32 under autocast): saves input, weight and the fp32
+        ``mean``/``rstd`` (one per row)."""
+        w = self.weight(dim)
+        b = self.weight(dim) if bias else None
+        xi = self.fp32_op(x)
+        rows = x.numel // dim
+        out, mean, rstd = self.g.op(
+            [xi, w] + ([b] if b is not None else []),
+            [(x.numel, xi.dtype), (rows, "f32"), (rows, "f32")],
+            saves=[xi, w],
+        )
+        self._save_outputs(mean, rstd)
+        return out
+
+    def _save_outputs(self, *outputs: Tensor) -> None:
+        """The last op's backward uses some of its own outputs."""
+        node = self.g.nodes[-1]
+        if node.rg:
+            node.saves += list(outputs)
+
+    def rms_norm(self, x: Tensor, dim: int, *, style: str = "llama") -> Tensor:
+        """Hugging Face's Python RMSNorm (``LlamaRMSNorm``, ``Gemma2RMSNorm``, ``T5LayerNorm``).
+
+        llama: ``w * (x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).to(x.dtype)``: PowBackward
+        saves the fp32 copy, RsqrtBackward its output, the final mul the cast result.
+        gemma: ``(x.float() * rsqrt(...)) * (1 + w.float())`` cast back: saves the fp32 product.
+        t5: ``x * rsqrt(x.float().pow(2).mean(-1) + eps)``: the mul saves ``x`` itself."""
+        w = self.weight(dim)
+        xf = self.cast(x, "f32")
+        rows = x.numel // dim
+        (sq,) = self.g.op([xf], [(x.numel, "f32")], saves=[xf])  # pow(2)
+        (var,) = self.g.op([sq], [(rows, "f32")])  # mean(-1, keepdim)
+        (var,) = self.g.op([var], [(rows, "f32")])  # + eps
+        (r,) = self.g.op([var], [(rows, "f32")])  # rsqrt
+        self._save_outputs(r)
+        base = x if style == "t5" else xf
+        (y,) = self.g.op([base, r], [(x.numel, "f32")], saves=[base, r])
+        if style == "gemma":
+            wf = self.cast(w, "f32")
+            (w1,) = self.g.op([wf], [(dim, "f32")])  # 1 + weight
+            return self.cast(self.mul(y, w1), x.dtype)
+        if style == "llama":
+            y = self.cast(y, x.dtype)
+        elif w.dtype in HALF:  # t5 casts to a half weight's dtype
+            y = self.cast(y, w.dtype)
+        return self.mul(w, y)
+
+    def act(self, x: Tensor, kind: str) -> Tensor:
+        """Activation functions. ``silu``/``gelu``/``gelu_tanh`` (native kernels) save their
+        input, ``relu`` its output; ``gelu_new`` (GPT-2's Python tanh formula) saves four
+        tensors: ``x`` (pow), ``tanh(...)``, ``0.5 * x`` and ``1 + tanh(...)``."""
+        if kind == "relu":
+            (out,) = self.g.op([x], [(x.numel, x.dtype)])
+            self._save_outputs(out)
+            return out
+        if kind == "gelu_new":
+            # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), evaluated left to right
+            (hx,) = self.g.op([x], [(x.numel, x.dtype)])  # 0.5 * x
+            xp = self.fp32_op(x)  # pow is on autocast's fp32 list
+            (p,) = self.g.op([xp], [(x.numel, xp.dtype)], saves=[xp])
+            (p,) = self.g.op([p], [(x.numel, xp.dtype)])  # * 0.044715
+            (p,) = self.g.op([x, p], [(x.numel, promote(x.dtype, xp.dtype))])  # x + ...
+            (p,) = self.g.op([p], [(x.numel, p.dtype)])  # * sqrt(2/pi)
+            (t,) = self.g.op([p], [(x.numel, p.dtype)])  # tanh saves its result
+            self._save_outputs(t)
+            (t1,) = self.g.op([t], [(x.numel, t.dtype)])  # 1 + tanh
+            (out,) = self.g.op([hx, t1], [(x.numel, promote(hx.dtype, t1.dtype))], saves=[hx, t1])
+            return out
+        (out,) = self.g.op([x], [(x.numel, x.dtype)], saves=[x])
+        return out
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        (out,) = self.g.op(
+            [a, b],
+            [(max(a.numel, b.numel), promote(a.dtype, b.dtype))],
+            saves=[a if b.rg else None, b if a.rg else None],  # type: ignore[list-item]
+        )
+        return out
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        (out,) = self.g.op([a, b], [(max(a.numel, b.numel), promote(a.dtype, b.dtype))])
+        return out
+
+    def split(self, x: Tensor, sizes: list[int]) -> list[Tensor]:
+        """``split``/``chunk``: views of ``x``; SplitBackward builds one gradient of x's size."""
+        total = sum(sizes)
+        return self.g.op(
+            [x], [(x.numel // total * n, x.dtype) for n in sizes], view_of=x, grad_to=[x]
+        )
+
+    def slice(self, x: Tensor, part: int, whole: int) -> Tensor:
+        """``x[..., :part]``: a view; SliceBackward builds a zero gradient of x's full size."""
+        (out,) = self.g.op([x], [(x.numel // whole * part, x.dtype)], view_of=x)
+        return out
+
+    def unary(self, x: Tensor, *, dtype: str | None = None) -> Tensor:
+        """An op that saves nothing (scale by a constant, neg, slice copy, cat of one tensor)."""
+        (out,) = self.g.op([x], [(x.numel, dtype or x.dtype)])
+        return out
+
+    def dropout(self, x: Tensor, p: float) -> Tensor:
+        """Dropout in training: CUDA's fused ``native_dropout`` returns the output and a bool mask,
+        and saves the mask (memfit's trace emulates the same kernel)."""
+        if not self.train or p <= 0.0 or not x.rg:
+            return x
+        out, mask = self.g.op([x], [(x.numel, x.dtype), (x.numel, "bool")])
+        self._save_outputs(mask)
+        return out
+
+    def matmul(self, a: Tensor, b: Tensor, n_out: int) -> Tensor:
+        """A batched matmul of two activations (eager attention): saves both."""
+        ai, bi = self._ac(a), self._ac(b)
+        (out,) = self.g.op(
+            [ai, bi],
+            [(n_out, promote(ai.dtype, bi.dtype))],
+            saves=[ai if bi.rg else None, bi if ai.rg else None],  # type: ignore[list-item]
+            matmul=True,
+        )
+        return out

@@ -1,0 +1,102 @@
+"""Optimizer states and step temporaries, per trainable parameter tensor.
+
+States come from :mod:`memfit.estimate.optim_states` (one table for every engine). The step's
+temporaries are what the implementation allocates beyond its states while it runs:
+
+* ``adamw`` (torch ``_multi_tensor_adamw``, foreach): ``exp_avg_sq_sqrt = _foreach_sqrt(
+  exp_avg_sqs)`` — one tensor per parameter, in the state dtype — then in-place ops;
+* ``adamw-fused``, ``sgd``, ``sgd-momentum``, ``lion``, bitsandbytes 8-bit AdamW: in place
+  (``_fused_adamw_``, ``_foreach_add_``, bitsandbytes' fused update kernels);
+* ``adafactor`` (``torch.optim.Adafactor``, foreach, as memfit's trace runs it): the step's
+  largest transient is the per-parameter ``p.norm(2)`` / ``grad.norm(dim)`` of the largest
+  trainable tensor, 16 bytes per element for fp16/bf16 parameters (the norm upcasts to fp32 and
+  keeps a squared copy), 8 for fp32 — measured on the trace, independent of the layer count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from memfit.estimate.analytic.graph import DTYPE_BYTES
+from memfit.estimate.optim_states import model_optimizer_state_bytes
+
+#: Optimizer step temporaries as a multiple of the trainable parameters' bytes (see above).
+TEMP_PARAM_MULTIPLE = {
+    "adamw": 1,
+    "adamw-fused": 0,
+    "adamw-8bit": 0,
+    "paged-adamw-8bit": 0,
+    "lion": 0,
+    "adafactor": 0,
+    "sgd": 0,
+    "sgd-momentum": 0,
+    "none": 0,
+}
+#: Adafactor's transient per element of the largest trainable tensor (see above).
+ADAFACTOR_NORM_BYTES = {"f32": 8, "bf16": 16, "f16": 16}
+
+_TORCH_DTYPE = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+
+
+@dataclass(frozen=True)
+class OptimizerBytes:
+    state_bytes: int
+    temp_bytes: int
+    paged_bytes: int = 0
+
+
+def optimizer_bytes(
+    optimizer: str,
+    shapes: Sequence[tuple[tuple[int, ...], str]],
+    grad_bytes: int,
+    *,
+    embedding_shapes: Sequence[tuple[tuple[int, ...], str]] = (),
+) -> OptimizerBytes:
+    """See :func:`_optimizer_bytes` (memoised: a model's shapes repeat across workloads)."""
+    return _optimizer_bytes(optimizer, tuple(shapes), grad_bytes, tuple(embedding_shapes))
+
+
+@lru_cache(maxsize=256)
+def _optimizer_bytes(
+    optimizer: str,
+    shapes: tuple[tuple[tuple[int, ...], str], ...],
+    grad_bytes: int,
+    embedding_shapes: tuple[tuple[tuple[int, ...], str], ...],
+) -> OptimizerBytes:
+    """States and temporaries for trainable parameters of ``shapes`` ((shape, dtype) pairs).
+    ``embedding_shapes``: the trainable ``nn.Embedding`` weights among them, which bitsandbytes'
+    8-bit optimizers keep at 32 bits (HF Trainer's override). Each state tensor is rounded to
+    the allocator's 512-byte blocks, as on the device."""
+    if optimizer == "none" or not shapes:
+        return OptimizerBytes(0, 0)
+    rest = list(shapes)
+    for e in embedding_shapes:
+        rest.remove(e)
+    by_dtype: dict[str, tuple[list[tuple[int, ...]], list[tuple[int, ...]]]] = {}
+    for group_shapes, index in ((rest, 0), (list(embedding_shapes), 1)):
+        for shape, dtype in group_shapes:
+            by_dtype.setdefault(dtype, ([], []))[index].append(shape)
+    states = paged = 0
+    for dtype, (plain, embeddings) in by_dtype.items():
+        r = model_optimizer_state_bytes(
+            optimizer, plain, _TORCH_DTYPE[dtype], fp32_state_shapes=embeddings
+        )
+        states += r.total_bytes
+        paged += r.paged_bytes
+    temp = TEMP_PARAM_MULTIPLE.get(optimizer, 0) * grad_bytes
+    if optimizer == "adafactor":
+        shape, dtype = max(shapes, key=lambda sd: _numel(sd[0]))
+        temp = ADAFACTOR_NORM_BYTES[dtype] * _numel(shape)
+    return OptimizerBytes(states, temp, paged)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+__all__ = ["DTYPE_BYTES", "OptimizerBytes", "optimizer_bytes"]

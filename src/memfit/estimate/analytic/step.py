@@ -1,0 +1,188 @@
+"""Compose block profiles into the phases of a training step or a generation run.
+
+A training step (the one memfit's trace runs, second iteration, so optimizer states exist)::
+
+    forward:   static + embed → L layers → head (logits, fp32 log-probs, loss)
+    backward:  head → L layers (reverse) → embed; parameter gradients accumulate
+    optimizer: parameters + gradients + states + the optimizer's temporaries
+
+``static`` = parameters (+ buffers) + optimizer states + gradients kept from the previous step
+(``zero_grad(set_to_none=False)``) + the input ids. Every layer of a stack has the same profile,
+so the live bytes at point ``p`` of layer ``k`` are ``start + k · net + p``: linear in ``k``, the
+maximum over the stack is at its first or last layer. This is exact for identical layers and costs
+the same for 2 or 80 layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from memfit.estimate.analytic.graph import (
+    ACTS,
+    GRADS,
+    PARAMS,
+    STATES,
+    TEMP,
+    ZERO,
+    Graph,
+    Tensor,
+    Vec,
+    one,
+    vadd,
+    vscale,
+)
+from memfit.estimate.analytic.ops import Ops
+
+Build = Callable[[Ops], tuple[Tensor | None, list[Tensor]]]
+
+
+@dataclass
+class BlockProfile:
+    fwd: list[Vec]
+    fwd_end: Vec
+    bwd: list[Vec] = field(default_factory=list)
+    bwd_end: Vec = ZERO
+    param_bytes: int = 0
+    grad_bytes: int = 0  # trainable parameters' bytes (their gradients)
+    n_params: int = 0
+    n_trainable: int = 0
+    out_rg: bool = False  # the block's output requires grad
+    #: (shape, dtype) of each trainable parameter (optimizer states are per tensor)
+    trainable_shapes: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
+    embedding_shapes: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
+    #: every parameter in creation (forward) order: (shape, bytes per element, trainable)
+    params: list[tuple[tuple[int, ...], int, bool]] = field(default_factory=list)
+    #: per parameter (as ``params``): its first forward and backward point (-1: none)
+    param_points: list[tuple[int, int]] = field(default_factory=list)
+
+
+def run_block(
+    build: Build,
+    *,
+    precision: str,
+    train: bool,
+    frozen: bool = False,
+    lora: tuple[int, tuple[str, ...] | str] | None = None,
+    checkpointing: str = "none",
+    backward: bool = True,
+    existing_grads: bool = False,
+    setup: Callable[[Ops], None] | None = None,
+) -> BlockProfile:
+    """Record ``build`` and replay it. ``build`` returns the block input (or None) and the outputs
+    gradients flow back from (their gradients are counted by the caller)."""
+
+    def record() -> tuple[Graph, Tensor | None, list[Tensor]]:
+        g = Graph(grad_enabled=train)
+        o = Ops(g, precision=precision, train=train, frozen=frozen, lora=lora)
+        o.existing_grads = existing_grads
+        if setup is not None:
+            setup(o)
+        x, outs = build(o)
+        return g, x, outs
+
+    g, x, outs = record()
+    policy = {"none": "all", "full": "none", "selective": "matmul"}[checkpointing]
+    ckpt = checkpointing != "none" and train and any(t.rg for t in outs)
+    if ckpt and x is not None:
+        g.hold(x)  # torch.utils.checkpoint keeps the block's inputs for the recomputation
+    fwd, fwd_end = g.forward(save_policy=policy if ckpt else "all")
+    prof = BlockProfile(fwd=fwd, fwd_end=fwd_end, out_rg=any(t.rg for t in outs))
+    _count_params(prof, g)
+    if not (backward and train and any(t.rg for t in outs)):
+        return prof
+    if ckpt:
+        g, x, outs = record()
+        pre, pre_end = g.forward(prealloc_matmul=checkpointing == "selective")
+        bwd = g.backward([t for t in outs if t.rg], existing_grads=existing_grads)
+        prof.bwd = pre + [vadd(pre_end, p) for p in bwd]
+        prof.bwd_end = vadd(pre_end, bwd[-1])
+    else:
+        bwd = g.backward([t for t in outs if t.rg], existing_grads=existing_grads)
+        prof.bwd, prof.bwd_end = bwd[:-1], bwd[-1]
+        prof.param_points = [
+            (g.fwd_point_of.get(id(p), -1), g.bwd_point_of.get(id(p), -1)) for p in g.params
+        ]
+    return prof
+
+
+def _count_params(prof: BlockProfile, g: Graph) -> None:
+    from memfit.estimate.analytic.graph import DTYPE_BYTES
+
+    for p in g.params:
+        n_bytes = p.numel * DTYPE_BYTES[p.dtype] if p.stored_bytes is None else p.stored_bytes
+        prof.param_bytes += n_bytes
+        prof.n_params += p.numel
+        prof.params.append((p.shape, DTYPE_BYTES[p.dtype], p.trainable))
+        if p.trainable:
+            prof.n_trainable += p.numel
+            prof.grad_bytes += n_bytes
+            prof.trainable_shapes.append((p.shape, p.dtype))
+            if p.is_embedding:
+                prof.embedding_shapes.append((p.shape, p.dtype))
+
+
+@dataclass
+class Stack:
+    profile: BlockProfile
+    count: int
+
+
+def run_stacks(
+    start: Vec,
+    stacks: list[Stack],
+    *,
+    backward: bool,
+    point: Callable[[int, int, Vec], Vec] | None = None,
+) -> tuple[list[Vec], Vec]:
+    """Points of a sequence of stacks (reversed for backward), from ``start``. ``point(i, j, v)``
+    rewrites point ``v``, the ``j``-th of stack ``i`` (a multi-GPU rank's view,
+    ``distributed.py``)."""
+    points: list[Vec] = []
+    cur = start
+    order = list(enumerate(stacks))
+    for i, st in reversed(order) if backward else order:
+        pts, net = (
+            (st.profile.bwd, st.profile.bwd_end)
+            if backward
+            else (
+                st.profile.fwd,
+                st.profile.fwd_end,
+            )
+        )
+        if st.count <= 0:
+            continue
+        for k in {0, st.count - 1}:
+            base = vadd(cur, vscale(net, k))
+            if point is None:
+                points.extend(vadd(base, p) for p in pts)
+            else:
+                points.extend(point(i, j, vadd(base, p)) for j, p in enumerate(pts))
+        cur = vadd(cur, vscale(net, st.count))
+    return points, cur
+
+
+def peak(points: list[Vec], floor: Vec) -> Vec:
+    """The point with the most live bytes (``floor``: the phase's state when it starts)."""
+    best = floor
+    best_total = sum(floor)
+    for p in points:
+        t = sum(p)
+        if t > best_total:
+            best, best_total = p, t
+    return best
+
+
+__all__ = [
+    "ACTS",
+    "GRADS",
+    "PARAMS",
+    "STATES",
+    "TEMP",
+    "BlockProfile",
+    "Stack",
+    "one",
+    "peak",
+    "run_block",
+    "run_stacks",
+]

@@ -1,0 +1,120 @@
+"""Tiny configs of every family the analytic engine models (fast to trace on CPU)."""
+
+from __future__ import annotations
+
+from tests.conftest import TINY_BERT, TINY_GEMMA2, TINY_GPT2, TINY_LLAMA
+
+TINY_QWEN2 = dict(
+    TINY_LLAMA,
+    model_type="qwen2",
+    architectures=["Qwen2ForCausalLM"],
+    tie_word_embeddings=True,
+)
+TINY_MISTRAL = dict(TINY_LLAMA, model_type="mistral", architectures=["MistralForCausalLM"])
+TINY_PHI3 = dict(
+    TINY_LLAMA,
+    model_type="phi3",
+    architectures=["Phi3ForCausalLM"],
+    num_key_value_heads=4,
+    pad_token_id=0,
+)
+TINY_MIXTRAL = dict(
+    TINY_LLAMA,
+    model_type="mixtral",
+    architectures=["MixtralForCausalLM"],
+    num_local_experts=4,
+    num_experts_per_tok=2,
+)
+TINY_NEOX = dict(
+    model_type="gpt_neox",
+    architectures=["GPTNeoXForCausalLM"],
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=512,
+    vocab_size=500,
+    rotary_pct=0.25,
+    max_position_embeddings=2048,
+)
+TINY_OPT = dict(
+    model_type="opt",
+    architectures=["OPTForCausalLM"],
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    ffn_dim=512,
+    vocab_size=500,
+    word_embed_proj_dim=128,
+    max_position_embeddings=2048,
+    pad_token_id=1,
+)
+TINY_BIGCODE = dict(
+    model_type="gpt_bigcode",
+    architectures=["GPTBigCodeForCausalLM"],
+    n_embd=128,
+    n_layer=3,
+    n_head=4,
+    n_inner=512,
+    vocab_size=500,
+    n_positions=1024,
+    multi_query=True,
+)
+TINY_PHI = dict(
+    model_type="phi",
+    architectures=["PhiForCausalLM"],
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=512,
+    vocab_size=500,
+    resid_pdrop=0.1,
+    max_position_embeddings=2048,
+)
+TINY_ROBERTA = dict(
+    TINY_BERT,
+    model_type="roberta",
+    architectures=["RobertaForMaskedLM"],
+    pad_token_id=1,
+    max_position_embeddings=514,
+)
+TINY_VIT = dict(
+    model_type="vit",
+    architectures=["ViTForImageClassification"],
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=256,
+    image_size=64,
+    patch_size=8,
+)
+
+TINY = {
+    "llama": TINY_LLAMA,
+    "qwen2": TINY_QWEN2,
+    "mistral": TINY_MISTRAL,
+    "mistral-window": dict(TINY_MISTRAL, sliding_window=32),  # sequence 64: the mask is built
+    "phi3": TINY_PHI3,
+    "mixtral": TINY_MIXTRAL,
+    "gemma2": TINY_GEMMA2,
+    "gpt2": TINY_GPT2,
+    "neox": TINY_NEOX,
+    "phi": TINY_PHI,
+    "opt": TINY_OPT,
+    "bigcode": TINY_BIGCODE,
+    "bert": TINY_BERT,
+    "roberta": TINY_ROBERTA,
+    "vit": TINY_VIT,
+}
+
+#: A small Llama whose matrices all hold at least 1e5 elements (ZeRO-3 partitions them; DeepSpeed
+#: keeps smaller parameters whole), as tests/estimate/trace/test_distributed.py uses.
+MID_LLAMA = dict(
+    TINY_LLAMA,
+    hidden_size=512,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    intermediate_size=1024,
+    vocab_size=1000,
+    num_hidden_layers=2,
+)
+TINY["mid-llama"] = MID_LLAMA
