@@ -33,3 +33,10 @@ def test_accuracy_doc_quotes_the_generated_gpu_table() -> None:
     doc = (ROOT / "docs/accuracy.md").read_text()
     table = [line for line in generated.splitlines() if line.startswith("| llama1b")]
     assert table and all(line in doc for line in table)
+
+
+def test_accuracy_doc_quotes_the_generated_uncertainty_bands() -> None:
+    generated = (ROOT / "benchmarks/results/uncertainty.md").read_text()
+    doc = (ROOT / "docs/accuracy.md").read_text()
+    bands = [line for line in generated.splitlines() if line.startswith("| ")][:12]
+    assert len(bands) >= 10 and all(line in doc for line in bands)
