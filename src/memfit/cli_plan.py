@@ -70,6 +70,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
     from memfit.cli import _integer
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
+    from memfit.plan.request import CONFIRM_MODES
 
     headroom_help = (
         f"fraction of GPU memory left free (default {DEFAULT_HEADROOM:g}; 0 plans to the limit "
@@ -116,6 +117,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="LoRA ranks to try (repeat; default 16 and 64)",
     )
     p.add_argument("--alternatives", type=_integer, default=4, help="runners-up shown (default 4)")
+    p.add_argument(
+        "--confirm",
+        choices=CONFIRM_MODES,
+        default=None,
+        help="plans the trace engine confirms: every plan shown (default), the recommended one "
+        "only, or none (seconds faster per plan of a 7B model); --recommend-gpu defaults to none",
+    )
     p.add_argument(
         "--recommend-gpu",
         action="store_true",
@@ -267,13 +275,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         allow_offload=args.allow_offload,
         lora_ranks=tuple(args.lora_rank or (16, 64)),
         n_alternatives=args.alternatives,
+        confirm=args.confirm or ("none" if args.recommend_gpu else "shown"),
     )
     if args.recommend_gpu:
         advice = recommend_gpus(args.model, request)
         if args.json:
-            print(json.dumps([a.to_json() for a in advice], indent=2))
+            print(
+                json.dumps({"gpus": [a.to_json() for a in advice], "notes": advice.notes}, indent=2)
+            )
         else:
-            print(render_advice(advice))
+            print(render_advice(advice, confirm=request.confirm))
         return EXIT_OK if advice else EXIT_DOES_NOT_FIT
     if args.gpu is None:
         raise SpecError("plan needs --gpu NAME (its rates rank the plans) or --recommend-gpu")
@@ -303,10 +314,15 @@ def render_plan(p: Any) -> str:
         f"memfit plan: {p.model_name}, {r.mode} seq {r.seq_len}, {batch}, on {r.gpus} x "
         f"{b.gpu_name}: limit {format_bytes(b.limit_bytes)} ({format_bytes(b.capacity_bytes)} "
         f"- {format_bytes(b.headroom_bytes)} headroom)",
-        f"searched {p.n_candidates} combinations: {p.n_estimated} estimated ({p.search_engine}"
-        f"{', confirmed by ' + p.confirm_engine if p.confirm_engine else ''}), "
-        f"{p.n_pruned} skipped as dominated, {p.n_overruled} overruled by the confirming "
-        f"engine, {p.elapsed_s:.1f} s",
+        f"searched {p.n_candidates} combinations: {p.n_estimated} estimated by {p.search_engine} "
+        f"({p.search_s:.2f} s), {p.n_pruned} skipped as dominated; "
+        + (
+            f"{p.n_confirmed} estimated by {p.confirm_engine} to confirm ({p.confirm_s:.1f} s), "
+            f"{p.n_overruled} overruled; "
+            if p.confirm_engine
+            else ""
+        )
+        + f"{p.elapsed_s:.1f} s in all",
         "",
     ]
     rec = p.recommended or p.closest
@@ -345,7 +361,11 @@ def render_plan(p: Any) -> str:
                 f"{_rate(a.cost.tokens_per_s):>9} {_mem(a):>11}  {a.risk}"
             )
     if p.rejected:
-        head = "faster plans that do not fit:" if p.recommended else "attempts, closest first:"
+        head = (
+            "faster plans that do not fit, closest first:"
+            if p.recommended
+            else "attempts, closest first:"
+        )
         lines += ["", head]
         for x in p.rejected:
             lines.append(f"  {x.settings.describe()} ({x.cost.step_s:.3g} s/step)\n    {x.reason}")
@@ -353,9 +373,18 @@ def render_plan(p: Any) -> str:
     return "\n".join(lines)
 
 
-def render_advice(advice: list[Any]) -> str:
+def render_advice(advice: list[Any], *, confirm: str | None = None) -> str:
+    notes = list(getattr(advice, "notes", []))
+    if confirm == "none" and advice:
+        engine = advice[0].best.estimate.engine if advice[0].best.estimate else "search"
+        notes.append(
+            f"memory by the {engine} engine (upper range end), not confirmed by the trace engine "
+            "(--confirm recommended does, seconds per GPU); confirm your pick with "
+            "`memfit plan MODEL --gpu NAME --gpus N`"
+        )
     if not advice:
-        return "no GPU in the catalog (up to 8 per job) fits a plan for this job"
+        lines = ["no GPU in the catalog (up to 8 per job) fits a plan for this job"]
+        return "\n".join(lines + [f"note: {n}" for n in notes])
     lines = [f"{'gpu':<24}{'count':>6}{'tokens/s':>10}{'per GPU':>9}{'memory':>12}  risk    plan"]
     for a in advice:
         lines.append(
@@ -363,7 +392,7 @@ def render_advice(advice: list[Any]) -> str:
             f"{_rate(a.tokens_per_s_per_gpu):>9}{_mem(a.best):>12}  {a.best.risk:<8}"
             f"{a.best.settings.describe()}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + [f"note: {n}" for n in notes])
 
 
 # -- fit --------------------------------------------------------------------------------------
@@ -398,7 +427,9 @@ def render_fit(r: Any) -> str:
     ]
     est = r.estimate
     if est is not None:
-        high = est.ranges.get("device_used_bytes", (0, est.device_used_bytes))[1]
+        from memfit.plan.budget import need_bytes
+
+        high = need_bytes(est)
         lines.append(
             f"  at {'that' if r.fits else 'the smallest'} value: device "
             f"{format_bytes(est.device_used_bytes)} (upper end {format_bytes(high)}), peak "

@@ -85,3 +85,21 @@ def test_plan_request_reports_every_problem_together() -> None:
         PlanRequest(global_batch=10, gpus=4, goal="speed", max_quality_risk="tiny")
     with pytest.raises(SpecError, match=r"not both"):
         PlanRequest(batch_size=2, global_batch=8)
+
+
+def test_gradient_accumulation_holds_the_gradients_through_later_micro_batches() -> None:
+    one_step = Settings(precision="amp-bf16", optimizer="adamw", micro_batch=8, grad_accum=1)
+    accumulating = Settings(precision="amp-bf16", optimizer="adamw", micro_batch=2, grad_accum=4)
+    assert one_step.workload("train", 512).zero_grad_set_to_none is True
+    assert accumulating.workload("train", 512).zero_grad_set_to_none is False
+    assert accumulating.workload("infer", 512).zero_grad_set_to_none is True
+
+
+def test_inference_risk_counts_only_the_weight_format() -> None:
+    served = Settings(precision="bf16", quant="int4-awq")
+    assert quality_risk(served, "infer") == (
+        2,
+        ("4-bit AWQ weights: check quality on your eval set",),
+    )
+    assert quality_risk(Settings(precision="bf16"), "infer") == (0, ())
+    assert quality_risk(Settings(precision="bf16"), "train")[0] == 1

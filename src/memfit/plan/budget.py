@@ -67,10 +67,17 @@ class Budget:
 
 
 def need_bytes(est: MemoryEstimate) -> int:
-    """Device memory a plan is charged: the upper end of the device-used range (the point value
-    where an engine gives no range)."""
+    """Device memory a plan is charged: the upper end of the device-used range. An estimate that
+    carries no device-used range (the analytic engine gives only its reserved-bytes range) is
+    charged the calibrated range of :mod:`memfit.estimate.uncertainty` (the one trace estimates
+    carry, with the analytic engine's own band), so every engine is held to the same end of its
+    error and the confirming engine does not overrule the search engine for its range alone."""
     low_high = est.ranges.get("device_used_bytes")
-    return max(low_high[1], est.device_used_bytes) if low_high else est.device_used_bytes
+    if low_high is None:
+        from memfit.estimate.uncertainty import ranges
+
+        low_high = ranges(est)["device_used_bytes"]
+    return max(low_high[1], est.device_used_bytes)
 
 
 def fits(est: MemoryEstimate, budget: Budget) -> bool:

@@ -92,8 +92,11 @@ STORED_BYTES_PER_WEIGHT = {
 }
 #: Formats whose kernels dequantize the weight into a 16-bit temporary before a dense matmul once
 #: a matmul has more than a few rows (memfit.estimate.quant.FUSED_MAX_TOKENS): the temporary is
-#: written and read back, 2 x 2 B per weight of extra traffic.
-DEQUANTIZING_FORMATS = ("nf4", "nf4-dq", "fp4", "int4-gptq", "int4-awq")
+#: written and read back, 2 x 2 B per weight of extra traffic. bitsandbytes' LLM.int8()
+#: (``MatMul8bitLt``) counts too: its backward dequantizes the int8 weight (``CB * SCB / 127``)
+#: into a 16-bit copy for the input gradient, and its forward adds activation quantization and
+#: an fp16 outlier matmul (Dettmers et al. 2022, §3.2: slower than fp16 below ~6.7B parameters).
+DEQUANTIZING_FORMATS = ("nf4", "nf4-dq", "fp4", "int4-gptq", "int4-awq", "int8")
 DEQUANT_EXTRA_BYTES_PER_WEIGHT = 4.0
 
 

@@ -464,6 +464,12 @@ class _Doctor:
             "GPUs ranked with this GPU's estimate; the CUDA context differs by < 0.3 GiB "
             "between GPUs"
         )
+        no_rates = [g.name for g in list_gpus() if not has_rates(g)]
+        if no_rates:
+            self.notes.append(
+                "not ranked (no published compute rate or memory bandwidth in the catalog): "
+                + ", ".join(no_rates)
+            )
         return sorted(out, key=lambda x: -x[1])
 
     def _cost_on(self, s: Settings, gpu: Any) -> StepCost:

@@ -7,8 +7,11 @@
    (goal ``memory``).
 3. Estimate a visited combination with the fast engine unless it is *dominated*: it keeps at
    least as much in memory as one that already did not fit, or a faster split of the same stack
-   already fits. A fit is then confirmed by the precise engine; if that disagrees, the
-   combination counts as not fitting.
+   already fits. The first visit of a technique stack estimates all its micro-batch splits in
+   one batch call (the analytic engine's ``estimate_many``: workloads that differ only in batch
+   size share two simulations), and the smallest split that does not fit prunes the others.
+   A fit is then confirmed by the precise engine (``request.confirm``: every plan shown, the
+   recommended one only, or none); if that disagrees, the combination counts as not fitting.
 4. Stop when the recommended plan and ``n_alternatives`` runners-up (distinct stacks) are found.
 
 The result always comes back; ``Plan.raise_if_not_fit()`` raises when nothing fits.
@@ -16,6 +19,7 @@ The result always comes back; ``Plan.raise_if_not_fit()`` raises when nothing fi
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +42,11 @@ from memfit.units import format_bytes
 
 #: Rejected plans listed in a result (fastest first, one per technique stack).
 N_REJECTED_SHOWN = 5
+#: Predicted step times within this fraction of each other rank as ties, broken by the lower
+#: quality risk: the roofline's MFU/MBU constants (memfit.plan.cost) are rules of thumb, so a
+#: 1 % faster prediction does not justify Adafactor over 8-bit AdamW. Ties are buckets of width
+#: ``log(1 + RANK_TIE_FRACTION)`` in log step time, so the order stays total and transitive.
+RANK_TIE_FRACTION = 0.05
 #: Combinations the search engine cannot estimate that are sent to the confirming (slow) engine
 #: instead, at most, per plan: beyond it they are reported as not estimated (keeps a plan to
 #: about a minute when the trace engine takes seconds per estimate).
@@ -64,6 +73,9 @@ class Plan:
     n_pruned: int
     n_overruled: int  # plans the search engine accepted and the confirming engine did not
     elapsed_s: float
+    n_confirmed: int = 0  # workloads the confirming engine estimated
+    search_s: float = 0.0  # time in the search engine
+    confirm_s: float = 0.0  # time in the confirming engine
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -108,7 +120,10 @@ class Plan:
                 "n_estimated": self.n_estimated,
                 "n_pruned": self.n_pruned,
                 "n_overruled": self.n_overruled,
+                "n_confirmed": self.n_confirmed,
                 "elapsed_s": self.elapsed_s,
+                "search_s": self.search_s,
+                "confirm_s": self.confirm_s,
             },
             "notes": list(self.notes),
         }
@@ -182,11 +197,13 @@ class _Search:
         self.failed: dict[tuple[Any, ...], list[Settings]] = {}
         self.rejected: list[PlanOption] = []
         self.unsupported: list[str] = []
+        self.by_stack: dict[tuple[Any, ...], list[PlanOption]] = {}
         self.n_candidates = self.n_pruned = self.n_overruled = self.n_fallback = 0
+        self.n_found = 0  # plans accepted so far (``confirm="recommended"`` confirms the first)
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
-        level, reasons = quality_risk(s)
+        level, reasons = quality_risk(s, self.request.mode)
         return PlanOption(
             settings=s,
             workload=s.workload(self.request.mode, self.request.seq_len, self.request.new_tokens),
@@ -229,10 +246,12 @@ class _Search:
 
     # -- baseline ----------------------------------------------------------------------------
     def baseline(self, s: Settings) -> PlanOption:
-        """The naive plan, by the precise engine where there is one (the "before" column)."""
-        opt = self.estimate(self.option(s), self.engines.confirm or self.engines.search)
-        if opt.estimate is None and self.engines.confirm is not None:
-            opt = self.estimate(self.option(s), self.engines.search)
+        """The naive plan (the "before" column), by the search engine; by the precise one only
+        where the search engine cannot estimate it (it is shown, not recommended: one trace of
+        an 8B model costs seconds)."""
+        opt = self.estimate(self.option(s), self.engines.search)
+        if opt.estimate is None and self.engines.confirm is not None and self._may_fall_back():
+            opt = self.estimate(self.option(s), self.engines.confirm)
         if opt.estimate is not None:
             self.facts = ModelFacts.from_config(self.source.config, opt.estimate.n_params)
             return replace(opt, cost=self.cost(s))
@@ -246,10 +265,11 @@ class _Search:
         max_risk = RISK_LEVELS.index(self.request.max_quality_risk)
         opts = [o for o in map(self.option, all_settings) if o.risk_level <= max_risk]
         self.n_candidates = len(opts)
+        for o in opts:
+            self.by_stack.setdefault(o.settings.technique_key, []).append(o)
         if self.request.goal == "memory":
             return self._run_memory(opts)
-        # ties (compute-bound splits): the larger micro-batch first (fewer, larger kernels)
-        opts.sort(key=lambda o: (o.cost.step_s, o.risk_level, -o.settings.micro_batch))
+        opts.sort(key=rank_key)
         wanted = 1 + self.request.n_alternatives
         found: list[PlanOption] = []
         fitting_stacks: set[tuple[Any, ...]] = set()
@@ -264,6 +284,7 @@ class _Search:
             if checked.fits:
                 fitting_stacks.add(s.technique_key)
                 found.append(checked)
+                self.n_found += 1
         return found
 
     def _run_memory(self, opts: list[PlanOption]) -> list[PlanOption]:
@@ -272,6 +293,7 @@ class _Search:
         self.n_pruned += len(opts) - len(pool)
         pool.sort(key=lambda o: (o.cost.step_s, o.risk_level))
         estimated = []
+        self.engines.search.prefetch([o.workload for o in pool[:1]])
         for opt in pool:
             if self._dominated(opt.settings):
                 self.n_pruned += 1
@@ -289,15 +311,35 @@ class _Search:
             checked = self._confirm(opt)
             if checked.fits:
                 found.append(checked)
+                self.n_found += 1
         return found
 
+    def _may_fall_back(self) -> bool:
+        return self.request.confirm != "none" and self.n_fallback < MAX_FALLBACK_ESTIMATES
+
+    def _prefetch_stack(self, opt: PlanOption) -> None:
+        """Estimate every split of ``opt``'s stack not dominated yet in one batch call, and let
+        the smallest one that does not fit prune the others (and larger stacks)."""
+        engine = self.engines.search
+        splits = [
+            o
+            for o in self.by_stack.get(opt.settings.technique_key, [opt])
+            if o is opt or not self._dominated(o.settings)
+        ]
+        engine.prefetch([o.workload for o in splits])
+        for o in sorted(splits, key=lambda o: o.settings.micro_batch):
+            try:
+                ok = fits(engine(o.workload), self.budget)
+            except MemfitError:
+                continue
+            if not ok:
+                self._note_failure(o.settings)
+                break
+
     def _check(self, opt: PlanOption) -> PlanOption:
+        self._prefetch_stack(opt)
         done = self.estimate(opt, self.engines.search)
-        if (
-            done.estimate is None
-            and self.engines.confirm is not None
-            and self.n_fallback < MAX_FALLBACK_ESTIMATES
-        ):
+        if done.estimate is None and self.engines.confirm is not None and self._may_fall_back():
             self.n_fallback += 1
             # the fast engine does not model this combination: ask the precise one directly
             done = self.estimate(opt, self.engines.confirm)
@@ -312,6 +354,9 @@ class _Search:
     def _confirm(self, opt: PlanOption) -> PlanOption:
         if self.engines.confirm is None:
             return opt
+        mode = self.request.confirm
+        if mode == "none" or (mode == "recommended" and self.n_found > 0):
+            return replace(opt, confirmed_by=None)
         done = self.estimate(opt, self.engines.confirm)
         if done.estimate is None:  # the precise engine cannot run it: keep the fast estimate
             return replace(opt, confirmed_by=None, reason=f"not confirmed: {done.reason}")
@@ -324,33 +369,56 @@ class _Search:
         if opt.estimate is None:
             self.unsupported.append(opt.reason or "")
             return
-        s = opt.settings
-        self.failed.setdefault(_group(s), []).append(s)
+        self._note_failure(opt.settings)
         self.rejected.append(opt)
+
+    def _note_failure(self, s: Settings) -> None:
+        """Keep the failures as an antichain: a failure that keeps at least as much as a known
+        one prunes nothing more, and a new one replaces those it is smaller than."""
+        group = self.failed.setdefault(_group(s), [])
+        if any(dominates(s, f) for f in group):
+            return
+        group[:] = [f for f in group if not dominates(f, s)]
+        group.append(s)
 
     def _dominated(self, s: Settings) -> bool:
         return any(dominates(s, f) for f in self.failed.get(_group(s), ()))
 
     # -- the result --------------------------------------------------------------------------
+    def _rejected_shown(self, rec: PlanOption | None) -> list[PlanOption]:
+        """Per technique stack the nearest miss (the split that overflowed least); with a plan,
+        only stacks predicted faster than it. Closest first: they show what almost fits."""
+        ref = rec.estimate if rec is not None else None
+        nearest: dict[tuple[Any, ...], PlanOption] = {}
+        for r in self.rejected:
+            if r.estimate is None or (rec is not None and r.cost.step_s >= rec.cost.step_s):
+                continue
+            key = r.settings.technique_key
+            if key not in nearest or (r.need_bytes or 0) < (nearest[key].need_bytes or 0):
+                nearest[key] = r
+        pool = sorted(nearest.values(), key=lambda r: (r.need_bytes or 0, r.cost.step_s))
+        return [
+            replace(
+                r,
+                reason=f"{r.estimate.engine} engine: "
+                + overflow_reason(r.estimate, self.budget, ref),
+            )
+            for r in pool[:N_REJECTED_SHOWN]
+            if r.estimate is not None
+        ]
+
     def result(self, found: list[PlanOption], baseline: PlanOption, elapsed_s: float) -> Plan:
         rec = found[0] if found else None
-        ref = rec.estimate if rec is not None else None
-        pool = self.rejected
-        if rec is not None:
-            pool = [r for r in pool if r.cost.step_s < rec.cost.step_s]
-            pool.sort(key=lambda r: r.cost.step_s)
-        else:
-            pool = sorted(pool, key=lambda r: r.need_bytes or 0)
-        shown: list[PlanOption] = []
-        seen: set[tuple[Any, ...]] = set()
-        for r in pool:
-            if r.settings.technique_key in seen or len(shown) >= N_REJECTED_SHOWN:
-                continue
-            seen.add(r.settings.technique_key)
-            if r.estimate is not None:  # always: only estimated options are rejected
-                reason = overflow_reason(r.estimate, self.budget, ref)
-                shown.append(replace(r, reason=f"{r.estimate.engine} engine: {reason}"))
+        shown = self._rejected_shown(rec)
         notes = []
+        confirm = self.engines.confirm
+        if confirm is not None and self.request.confirm != "shown" and rec is not None:
+            which = (
+                "the recommended plan only" if self.request.confirm == "recommended" else "no plan"
+            )
+            notes.append(
+                f"confirm={self.request.confirm}: the {confirm.name} engine checked {which}"
+            )
         if self.unsupported:
             notes.append(
                 f"{len(self.unsupported)} combinations could not be estimated, e.g. "
@@ -372,9 +440,22 @@ class _Search:
             n_pruned=self.n_pruned,
             n_overruled=self.n_overruled,
             elapsed_s=elapsed_s,
+            n_confirmed=0 if confirm is None else confirm.n_calls,
+            search_s=self.engines.search.elapsed_s,
+            confirm_s=0.0 if confirm is None else confirm.elapsed_s,
             notes=notes,
         )
 
 
+def rank_key(o: PlanOption) -> tuple[int, int, float, int]:
+    """The order plans are visited and recommended in (goal ``throughput``): predicted step time
+    in buckets of :data:`RANK_TIE_FRACTION`, then the lower quality risk, then the step time,
+    then the larger micro-batch (fewer, larger kernels)."""
+    bucket = math.floor(math.log(max(o.cost.step_s, 1e-12)) / math.log1p(RANK_TIE_FRACTION))
+    return (bucket, o.risk_level, o.cost.step_s, -o.settings.micro_batch)
+
+
 def _group(s: Settings) -> tuple[Any, ...]:
-    return (s.precision, s.lora_rank, s.freeze_layers, s.attention, s.tp)
+    """Settings :func:`dominates` compares only when equal: a failure is looked up among its
+    group's."""
+    return (s.attention, s.tp, s.lora_rank is None)

@@ -55,6 +55,9 @@ MEMORY_ORDER: dict[str, dict[str, int]] = {
     "shard": {"none": 0, "ddp": 0, "zero2": 1, "zero3": 2, "fsdp": 2},
     "offload": {"none": 0, "optimizer": 1, "params": 2},
 }
+#: Precision pairs (a, b) where a keeps at least as much as b: AMP (fp32 weights, gradients,
+#: optimizer states and residual stream) against pure 16-bit weights of the same width.
+PRECISION_KEEPS_MORE = {("amp-bf16", "bf16"), ("amp-fp16", "fp16")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +116,10 @@ class Settings:
             shard=self.shard,
             offload=self.offload,
             tp=self.tp,
+            # gradient accumulation: from the second micro-batch on, the gradients of the
+            # previous ones are held through the forward and backward (the engines model this
+            # as gradients that exist when the step starts)
+            zero_grad_set_to_none=not (train and self.grad_accum > 1),
         )
 
     def describe(self) -> str:
@@ -138,10 +145,12 @@ class Settings:
         return ", ".join(parts)
 
 
-def quality_risk(s: Settings) -> tuple[int, tuple[str, ...]]:
-    """The plan's risk level (the highest of its settings') and the reasons."""
+def quality_risk(s: Settings, mode: str = "train") -> tuple[int, tuple[str, ...]]:
+    """The plan's risk level (the highest of its settings') and the reasons. Inference has no
+    updates to lose: only the weight format counts (16-bit weights as published carry none)."""
     found: list[tuple[int, str]] = []
-    for dim, value in (("precision", s.precision), ("optimizer", s.optimizer), ("quant", s.quant)):
+    dims = (("precision", s.precision), ("optimizer", s.optimizer), ("quant", s.quant))
+    for dim, value in dims if mode == "train" else (("quant", s.quant),):
         if (dim, value) in RISKS:
             found.append(RISKS[(dim, value)])
     if s.lora_rank is not None:
@@ -154,24 +163,38 @@ def quality_risk(s: Settings) -> tuple[int, tuple[str, ...]]:
 
 def dominates(worse: Settings, failed: Settings) -> bool:
     """True when ``worse`` keeps at least as much in memory as ``failed`` in every ordered
-    dimension and equals it in the others, so it cannot fit where ``failed`` did not."""
-    if (worse.precision, worse.lora_rank, worse.freeze_layers, worse.attention, worse.tp) != (
-        failed.precision,
-        failed.lora_rank,
-        failed.freeze_layers,
-        failed.attention,
-        failed.tp,
-    ):
+    dimension and equals it in the others, so it cannot fit where ``failed`` did not.
+
+    Beyond :data:`MEMORY_ORDER`: a larger micro-batch keeps more; AMP keeps more than pure
+    16-bit weights of the same width (fp32 weights, gradients and optimizer states, an fp32
+    residual stream); a higher LoRA rank keeps more (larger adapters and their states); fewer
+    frozen layers keep more (their gradients, states and activations). Full fine-tuning and LoRA
+    are not compared (LoRA's dropout copies of the inputs can outgrow the gradients it saves)."""
+    if (worse.attention, worse.tp, worse.gpus) != (failed.attention, failed.tp, failed.gpus):
         return False
     if worse.micro_batch < failed.micro_batch:
         return False
-    for dim, order in MEMORY_ORDER.items():
-        a, b = getattr(worse, dim), getattr(failed, dim)
-        if a == b:
-            continue
-        if a not in order or b not in order or order[a] >= order[b]:
+    precisions = (worse.precision, failed.precision)
+    if precisions[0] != precisions[1] and precisions not in PRECISION_KEEPS_MORE:
+        return False
+    if (worse.lora_rank is None) != (failed.lora_rank is None):
+        return False
+    if worse.lora_rank is not None and failed.lora_rank is not None:
+        if worse.lora_rank < failed.lora_rank or worse.freeze_layers != failed.freeze_layers:
             return False
-    return True
+    elif worse.freeze_layers > failed.freeze_layers:
+        return False
+    return all(
+        _keeps_at_least(getattr(worse, dim), getattr(failed, dim), order)
+        for dim, order in MEMORY_ORDER.items()
+    )
+
+
+def _keeps_at_least(a: str, b: str, order: dict[str, int]) -> bool:
+    """``a`` keeps at least as much as ``b`` in one ordered dimension (equal, or lower index)."""
+    if a == b:
+        return True
+    return a in order and b in order and order[a] < order[b]
 
 
 @dataclass(frozen=True, kw_only=True)

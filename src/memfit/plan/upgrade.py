@@ -344,6 +344,7 @@ class _Job:
         self.source, self.gpu, self.request = source, gpu, request
         self.context_tokens, self.concurrency, self.target = context_tokens, concurrency, target
         self.engine = engine
+        self.scan_notes: list[str] = []
         self.estimator_for = engine.for_gpu
         self.estimator = engine.for_gpu(gpu)
         self.budget = Budget.of(gpu, headroom=request.headroom)
@@ -355,7 +356,7 @@ class _Job:
         self.facts = ModelFacts.from_config(source.config, n_params)
 
     def notes(self) -> list[str]:
-        return list(self.plan.notes) + self.engine.notes()
+        return list(self.plan.notes) + self.engine.notes() + self.scan_notes
 
     # -- the items ----------------------------------------------------------------------------
     def items(self) -> list[CheckItem]:
@@ -593,6 +594,12 @@ class _Job:
 
         ids = {i.id for i in triggered}
         out: list[GPUAdvice] = []
+        no_rates = [g.name for g in list_gpus() if not has_rates(g)]
+        if no_rates:
+            self.scan_notes.append(
+                f"not scanned (no published compute rate or memory bandwidth in the catalog): "
+                f"{', '.join(no_rates)}"
+            )
         for g in list_gpus():
             if not has_rates(g):
                 continue
