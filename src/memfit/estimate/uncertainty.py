@@ -3,10 +3,10 @@
 An estimate's number is a single allocation history; the real run differs by what memfit does not
 see. The range splits the estimate into parts that are uncertain in different ways:
 
-* **static** bytes — parameters, gradients, optimizer states. Their layouts are exact (tests check
-  them to the byte); what varies is what a runtime adds beside them (vLLM keeps a RoPE cache: +0.2 %
-  of Llama-3.1-8B's weights).
-* **dynamic** bytes — activations, temporaries, KV cache. These depend on kernel choice, library
+* **static** bytes — parameters, gradients, optimizer states, KV cache. Their layouts are exact
+  (tests check them to the byte); what varies is what a runtime adds beside them (vLLM keeps a RoPE
+  cache: +0.2 % of Llama-3.1-8B's weights).
+* **dynamic** bytes — activations and temporaries. These depend on kernel choice, library
   versions (the HF-docs tables of PyTorch 2.2-era runs allocate up to 23 % more than today's stack)
   and autograd's exact saving decisions.
 * **cache** bytes — reserved minus allocated: the caching allocator's rounding and fragmentation,
@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from memfit.estimate.result import MemoryEstimate
 
-STATIC_COMPONENTS = ("parameters", "gradients", "optimizer_states")
-DYNAMIC_COMPONENTS = ("activations", "kv_cache", "temporary")
+#: The KV cache is static too: its size is the config's layers x KV heads x head_dim x tokens, exact.
+STATIC_COMPONENTS = ("parameters", "gradients", "optimizer_states", "kv_cache")
+DYNAMIC_COMPONENTS = ("activations", "temporary")
 
 
 @dataclass(frozen=True)
