@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -274,14 +276,20 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 COMMANDS = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus}
 
 
-#: Libraries whose import-time warnings are noise for a CLI user (bitsandbytes on CPU looks for
-#: optional accelerated kernels memfit never runs).
-QUIET_LOGGERS = ("bitsandbytes",)
+#: Libraries whose import-time warnings are noise for a CLI user: bitsandbytes and torchao on CPU
+#: look for optional accelerated kernels memfit never runs; torch's pytree logs deprecations of
+#: registrations those libraries make; transformers and peft log notes about the model building
+#: memfit does (use_cache off under checkpointing), which are not the user's concern.
+QUIET_LOGGERS = ("bitsandbytes", "torchao", "torch.utils._pytree", "transformers", "peft")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers configures
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    # Deprecations inside transformers / peft (e.g. peft reading is_gradient_checkpointing) are
+    # for those libraries' own callers, not for a CLI user.
+    warnings.filterwarnings("ignore", category=FutureWarning)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

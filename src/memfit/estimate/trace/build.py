@@ -191,7 +191,11 @@ def _apply_training_techniques(model: torch.nn.Module, workload: WorkloadSpec) -
         kwargs: dict[str, Any] = {"use_reentrant": False}
         if workload.checkpointing == "selective":
             kwargs["context_fn"] = selective_checkpoint_context
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # type: ignore[operator]
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.2x
+        if enable is not None:
+            enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # type: ignore[operator]
 
 
 def apply_lora_(
