@@ -1,4 +1,4 @@
-"""Make docs/sample-report.html: a real CPU training run, monitored, with memfit's estimate beside it.
+"""Make docs/sample-report.html: a real CPU training run, monitored, beside memfit's estimate.
 
 The model is a 4-layer GPT-2 (256 wide, byte-level vocabulary) built from a config, trained for
 40 AdamW steps on the text of memfit's own docs (real text, shipped in this repository). The

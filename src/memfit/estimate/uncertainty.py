@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from memfit.estimate.result import MemoryEstimate
 
-#: The KV cache is static too: its size is the config's layers x KV heads x head_dim x tokens, exact.
+#: The KV cache is static too: its size (layers x KV heads x head_dim x tokens) is exact.
 STATIC_COMPONENTS = ("parameters", "gradients", "optimizer_states", "kv_cache")
 DYNAMIC_COMPONENTS = ("activations", "temporary")
 
