@@ -76,6 +76,10 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("bert-large-uncased", {"batch_size": 8, "seq_len": 512, "precision": "amp-bf16"}, True),
     ("roberta-base", {"mode": "infer", "batch_size": 32, "seq_len": 512}, False),
     ("vit-base-patch16-224-in21k", {"batch_size": 64}, False),
+    ("falcon-7b", {"batch_size": 1, "seq_len": 2048}, False),
+    ("falcon-7b", {"mode": "infer", "batch_size": 4, "seq_len": 1024, "new_tokens": 32}, False),
+    ("bloom-560m", {"batch_size": 4, "seq_len": 1024}, False),
+    ("bloom-560m", {"mode": "infer", "batch_size": 8, "seq_len": 512, "new_tokens": 16}, False),
     # quantized weights (--quant): inference and QLoRA
     (
         "llama-3.1-8b",

@@ -25,9 +25,11 @@ computed; the trace engine places those in time.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from memfit.errors import SpecError
 from memfit.units import MiB
@@ -296,6 +298,65 @@ def tp_problems(
                 f"{name}/tp of them; use a --tp that divides {value}"
             )
     return p
+
+
+#: Model types whose configs honour an explicit ``head_dim``: dividing their head counts by ``tp``
+#: keeps the head size, so one tensor-parallel rank is the same model with heads, KV heads,
+#: intermediate size and padded vocabulary divided by ``tp`` (both engines use this list).
+TP_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "olmo",
+    "olmo2",
+    "granite",
+    "phi3",
+)
+
+
+def tp_config_problems(config: dict[str, Any], tp: int, *, engine: str) -> list[str]:
+    """Why ``engine`` ("trace" or "analytic") cannot split this config.json ``tp`` ways: a model
+    type outside :data:`TP_MODEL_TYPES`, or head / MLP counts ``tp`` does not divide."""
+    model_type = config.get("model_type")
+    if model_type not in TP_MODEL_TYPES or "num_attention_heads" not in config:
+        hint = "; use --engine analytic for this model" if engine == "trace" else ""
+        return [
+            f"tp ({tp}) with model_type {model_type!r}: the {engine} engine splits Llama-style "
+            f"decoders ({', '.join(TP_MODEL_TYPES)}){hint}"
+        ]
+    heads = int(config["num_attention_heads"])
+    return tp_problems(
+        tp,
+        n_heads=heads,
+        n_kv_heads=int(config.get("num_key_value_heads") or heads),
+        intermediate_size=config.get("intermediate_size"),
+    )
+
+
+def tp_per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
+    """One tensor-parallel rank's config.json (Megatron without sequence parallelism:
+    column-parallel q/k/v, gate, up; row-parallel o, down; vocab-parallel embedding and LM head,
+    the vocabulary padded to a multiple of 128·tp; norms and the block's input/output
+    replicated). A new dict; the input is not modified."""
+    if tp == 1:
+        return config
+    d = copy.deepcopy(config)
+    heads = int(d["num_attention_heads"])
+    d["head_dim"] = int(d.get("head_dim") or d["hidden_size"] // heads)
+    d["num_attention_heads"] = heads // tp
+    d["num_key_value_heads"] = int(d.get("num_key_value_heads") or heads) // tp
+    for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        if d.get(key):
+            d[key] = int(d[key]) // tp
+    d["vocab_size"] = tp_vocab_per_rank(int(d["vocab_size"]), tp)
+    return d
 
 
 def _check_dp(dp: int) -> None:

@@ -118,3 +118,26 @@ MID_LLAMA = dict(
     num_hidden_layers=2,
 )
 TINY["mid-llama"] = MID_LLAMA
+
+TINY_FALCON = dict(
+    model_type="falcon",
+    architectures=["FalconForCausalLM"],
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    vocab_size=500,
+    max_position_embeddings=2048,
+)
+TINY_BLOOM = dict(
+    model_type="bloom",
+    architectures=["BloomForCausalLM"],
+    hidden_size=128,
+    n_layer=3,
+    n_head=4,
+    vocab_size=500,
+)
+TINY["falcon"] = TINY_FALCON  # falcon-7b's layout: multi-query, parallel attention, no bias
+TINY["falcon-40b"] = dict(  # new_decoder_architecture: grouped K/V, two LayerNorms per layer
+    TINY_FALCON, new_decoder_architecture=True, num_kv_heads=2, num_attention_heads=8
+)
+TINY["bloom"] = TINY_BLOOM

@@ -49,6 +49,8 @@ CASES = [
     ("gemma2", {}),
     ("gemma2", {"precision": "amp-bf16"}),
     ("gemma2", {"lora_rank": 4}),
+    ("gemma2", {"mode": "infer", "new_tokens": 3}),
+    ("gemma2", {"mode": "infer", "new_tokens": 3, "seq_len": 256}),
     ("gpt2", {}),
     ("gpt2", {"precision": "fp32", "attention": "eager"}),
     ("gpt2", {"freeze_layers": 1}),
@@ -66,6 +68,12 @@ CASES = [
     ("roberta", {"lora_rank": 4}),
     ("vit", {}),
     ("vit", {"mode": "infer"}),
+    ("falcon", {}),
+    ("falcon", {"attention": "eager", "precision": "amp-bf16"}),
+    ("falcon", {"mode": "infer", "new_tokens": 4}),
+    ("falcon-40b", {}),
+    ("bloom", {}),
+    ("bloom", {"mode": "infer", "new_tokens": 4}),
 ]
 
 
@@ -90,12 +98,18 @@ def test_analytic_peak_is_within_three_percent_of_the_trace(case, trace_hf) -> N
     traced = trace_hf(config, wl, name=family)
     analytic = estimate_analytic(config, wl)
     error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
-    assert abs(error) <= TOLERANCE, (
+    fixed = _fixed_bytes(wl)
+    net = (analytic.peak_allocated_bytes - fixed) / (traced.peak_allocated_bytes - fixed) - 1
+    detail = (
         f"{family} {overrides}: analytic {analytic.peak_allocated_bytes} vs trace "
-        f"{traced.peak_allocated_bytes} ({error:+.2%}), phases "
-        f"{ {k: v.peak_allocated_bytes for k, v in analytic.phases.items()} } vs "
+        f"{traced.peak_allocated_bytes} ({error:+.2%}; {net:+.2%} without the fixed {fixed} B), "
+        f"phases { {k: v.peak_allocated_bytes for k, v in analytic.phases.items()} } vs "
         f"{ {k: v.peak_allocated_bytes for k, v in traced.phases.items()} }"
     )
+    assert abs(error) <= TOLERANCE, detail
+    # The cuBLAS workspaces are a large share of these tiny peaks: without them a missing
+    # activation term cannot hide (tiny Gemma 2 prefill was -13 % net while within 3 % gross).
+    assert abs(net) <= NET_TOLERANCE, detail
     assert analytic.n_params == traced.n_params
     assert analytic.n_trainable_params == traced.n_trainable_params
     assert set(analytic.phases) == set(traced.phases)
@@ -153,7 +167,9 @@ def _fixed_bytes(wl: WorkloadSpec) -> int:
     return fixed
 
 
-def _compare(trace_hf, config: dict, wl: WorkloadSpec) -> None:
+def _compare(
+    trace_hf, config: dict, wl: WorkloadSpec, *, net_tolerance: float | None = None
+) -> None:
     traced = trace_hf(config, wl, name="case")
     analytic = estimate_analytic(config, wl)
     fixed = _fixed_bytes(wl)
@@ -164,7 +180,7 @@ def _compare(trace_hf, config: dict, wl: WorkloadSpec) -> None:
         f"({error:+.2%}; {net:+.2%} without the fixed {fixed} B)"
     )
     assert abs(error) <= TOLERANCE, detail
-    assert abs(net) <= NET_TOLERANCE, detail
+    assert abs(net) <= (NET_TOLERANCE if net_tolerance is None else net_tolerance), detail
     assert analytic.n_params == traced.n_params
     assert analytic.n_trainable_params == traced.n_trainable_params
     assert analytic.host_memory_bytes == pytest.approx(traced.host_memory_bytes, rel=0.01)
@@ -185,6 +201,28 @@ def test_quantized_inference_and_qlora_are_within_tolerance_of_the_trace(fmt, tr
     ):
         wl = WorkloadSpec(batch_size=2, seq_len=64, quant=fmt, **overrides)
         _compare(trace_hf, config, wl)
+
+
+#: LoRA under selective checkpointing. What torch's SAC stores for each peft LoRA Linear: the base
+#: ``mm``/``addmm`` output (also a frozen one whose input needs no gradient: the first layer's),
+#: the fp32 ``lora_A`` and ``lora_B`` ``mm`` outputs, and for a quantized base whatever its
+#: dequantized path runs through ``mm`` (bitsandbytes 4-bit's ``F.linear``; int8's int32 GEMM is
+#: no ``mm``). On these configs the ``lora_B`` outputs are ~30 % of the net peak and the first
+#: layer's frozen base outputs ~1.5 %, hence the 1 % net tolerance (measured: within 0.2 %).
+SAC_LORA_CASES = [
+    {"lora_rank": 4},
+    {"lora_rank": 4, "quant": "nf4"},
+    {"lora_rank": 4, "quant": "int8"},
+]
+SAC_LORA_NET_TOLERANCE = 0.01
+
+
+@pytest.mark.parametrize(
+    "overrides", SAC_LORA_CASES, ids=[_ids(("llama", c)) for c in SAC_LORA_CASES]
+)
+def test_lora_under_selective_checkpointing_keeps_what_torch_stores(overrides, trace_hf) -> None:
+    wl = WorkloadSpec(batch_size=2, seq_len=64, checkpointing="selective", **overrides)
+    _compare(trace_hf, TINY["llama"], wl, net_tolerance=SAC_LORA_NET_TOLERANCE)
 
 
 @pytest.mark.parametrize("overrides", DIST_CASES, ids=[_ids(("mid", c)) for c in DIST_CASES])

@@ -35,7 +35,7 @@ FAMILY_OF = {
 
 
 #: Families whose config class defaults ``tie_word_embeddings`` to True.
-TIED_BY_DEFAULT = ("gemma2", "gpt2", "gpt_bigcode", "opt", "bloom", "phi3", "t5")
+TIED_BY_DEFAULT = ("gemma2", "gpt2", "gpt_bigcode", "opt", "bloom", "phi3", "t5", "falcon")
 
 
 def _get(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -235,7 +235,38 @@ def _read_phi(config: dict[str, Any], family: str, model_type: str) -> Arch:
     )
 
 
+def _read_falcon(config: dict[str, Any], family: str, model_type: str) -> Arch:
+    """Falcon: ``ffn_hidden_size`` (None: 4·hidden), ``activation``; K/V heads as the attention
+    sees them (one with ``multi_query``; every query head under ``new_decoder_architecture``)."""
+    from memfit.estimate.analytic.families_falcon import falcon_shape
+
+    a = _read_decoder(config, family, model_type)
+    return replace(
+        a,
+        n_kv=falcon_shape(config)[1],
+        head_dim=a.hidden // a.n_heads,
+        rot_dim=a.hidden // a.n_heads,
+        ffn=int(config.get("ffn_hidden_size") or 4 * a.hidden),
+        act=str(config.get("activation", "gelu")),
+        attn_dropout=float(config.get("attention_dropout", 0.0)),
+        resid_dropout=float(config.get("hidden_dropout", 0.0)),
+    )
+
+
+def _read_bloom(config: dict[str, Any], family: str, model_type: str) -> Arch:
+    a = _read_decoder(config, family, model_type)
+    return replace(
+        a,
+        ffn=4 * a.hidden,  # BloomMLP: dense_h_to_4h is always 4·hidden
+        attn_dropout=float(config.get("attention_dropout", 0.0)),
+        resid_dropout=float(config.get("hidden_dropout", 0.0)),
+        rot_dim=0,
+    )
+
+
 _READERS: dict[str, Any] = {
+    "falcon": _read_falcon,
+    "bloom": _read_bloom,
     "phi": _read_phi,
     "gemma2": _read_gemma2,
     "vit": _read_vit,

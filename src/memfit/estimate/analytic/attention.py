@@ -198,6 +198,9 @@ def _eager(
         att = o.add(att, mask)
     probs = _softmax(o, att, "f32")
     probs = o.cast(probs, q.dtype)
+    # ``attn_weights = softmax(attn_weights, dtype=float32).to(query.dtype)``: the softmax input
+    # stays referenced by ``attn_weights`` until the cast result is assigned to it.
+    o.g.touch(att)
     probs = o.dropout(probs, p)
     out = o.matmul(probs, v, b * h * shape.q_len * shape.vd)
     o.locals.append(probs)  # returned as ``attn_weights``: alive until the module returns

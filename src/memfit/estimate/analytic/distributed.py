@@ -332,59 +332,18 @@ def _r512(n: int) -> int:
 
 
 # ----------------------------------------------------------------------------- tensor parallel
-#: Model types whose configs honour an explicit ``head_dim`` (the trace engine's
-#: ``distributed.TP_MODEL_TYPES``): one tensor-parallel rank is the same model with heads, KV
-#: heads, intermediate size and padded vocabulary divided by ``tp``.
-TP_MODEL_TYPES = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "olmo",
-    "olmo2",
-    "granite",
-    "phi3",
-)
+#: Model types the tensor-parallel split applies to (``sharding.TP_MODEL_TYPES``, shared with the
+#: trace engine).
+TP_MODEL_TYPES = sharding.TP_MODEL_TYPES
 
 
 def tp_problems(config: dict[str, Any], tp: int) -> list[str]:
-    model_type = config.get("model_type")
-    if model_type not in TP_MODEL_TYPES or "num_attention_heads" not in config:
-        return [
-            f"tp ({tp}) with model_type {model_type!r}: Megatron-style splitting is modelled for "
-            f"Llama-style decoders ({', '.join(TP_MODEL_TYPES)})"
-        ]
-    heads = int(config["num_attention_heads"])
-    return sharding.tp_problems(
-        tp,
-        n_heads=heads,
-        n_kv_heads=int(config.get("num_key_value_heads") or heads),
-        intermediate_size=config.get("intermediate_size"),
-    )
+    return sharding.tp_config_problems(config, tp, engine="analytic")
 
 
 def per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
-    """One tensor-parallel rank's model (Megatron without sequence parallelism: column-parallel
-    q/k/v, gate, up; row-parallel o, down; vocab-parallel embedding and LM head, the vocabulary
-    padded to a multiple of 128·tp; norms and the block's input/output replicated)."""
-    if tp == 1:
-        return config
-    d = dict(config)
-    heads = int(d["num_attention_heads"])
-    d["head_dim"] = int(d.get("head_dim") or d["hidden_size"] // heads)
-    d["num_attention_heads"] = heads // tp
-    d["num_key_value_heads"] = int(d.get("num_key_value_heads") or heads) // tp
-    for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
-        if d.get(key):
-            d[key] = int(d[key]) // tp
-    d["vocab_size"] = sharding.tp_vocab_per_rank(int(d["vocab_size"]), tp)
-    return d
+    """One tensor-parallel rank's model (``sharding.tp_per_rank_config``)."""
+    return sharding.tp_per_rank_config(config, tp)
 
 
 __all__ = ["Param", "RankView", "params_of", "per_rank_config", "rank_view", "tp_problems"]

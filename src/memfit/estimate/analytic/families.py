@@ -45,6 +45,7 @@ class Shared:
     cos: Tensor | None = None
     sin: Tensor | None = None
     mask: Tensor | None = None
+    bias: Tensor | None = None  # BLOOM's ALiBi bias, T5's position bias
 
 
 # ---------------------------------------------------------------------- pieces

@@ -1,6 +1,7 @@
-"""LayerNorm decoder families: GPT-2, StarCoder (GPT-BigCode), GPT-NeoX/Pythia, OPT, Phi, Falcon,
-BLOOM — each ``layer`` follows its ``modeling_*.py`` in transformers 5 (residual order, fused QKV
-projections split into views, learned or rotary positions, dropout sites)."""
+"""LayerNorm decoder families: GPT-2, StarCoder (GPT-BigCode), GPT-NeoX/Pythia, OPT, Phi (Falcon
+and BLOOM: ``families_falcon.py``) — each ``layer`` follows its ``modeling_*.py`` in
+transformers 5 (residual order, fused QKV projections split into views, learned or rotary
+positions, dropout sites)."""
 
 from __future__ import annotations
 

@@ -274,10 +274,14 @@ class Graph:
         checkpointed block: nothing saved), ``matmul`` (selective checkpointing: only matmul and
         attention outputs are stored). ``prealloc_matmul``: the matmul outputs exist already
         (selective checkpointing's stored outputs during recomputation). Returns the points and
-        the net change, relative to the start."""
+        the net change, relative to the start.
+
+        Selective checkpointing stores a matmul's outputs whether or not they require grad
+        (``torch.utils.checkpoint._CachingTorchDispatchMode`` asks only the policy): the frozen
+        base projection of a LoRA layer whose input needs no gradient is kept too."""
         if prealloc_matmul:
             for node in self.nodes:
-                if node.matmul and node.rg:
+                if node.matmul:
                     for t in node.outputs:
                         if not t.alive:
                             t.alive = True
@@ -290,7 +294,7 @@ class Graph:
             if save_policy == "all":
                 for t in node.saves:
                     t.n_savers += 1
-            elif save_policy == "matmul" and node.matmul and node.rg:
+            elif save_policy == "matmul" and node.matmul:
                 for t in node.outputs:
                     t.n_savers += 1
         for node in self.nodes:

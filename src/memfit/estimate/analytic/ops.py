@@ -168,10 +168,15 @@ class Ops:
         (h,) = self.g.op(
             [xa, xa_w], [(x.numel // n_in * r, xa.dtype)], saves=[xa, xa_w], matmul=True
         )
-        (y,) = self.g.op([h, b_w], [(x.numel // n_in * n_out, h.dtype)], saves=[h, b_w])
+        (y,) = self.g.op(
+            [h, b_w], [(x.numel // n_in * n_out, h.dtype)], saves=[h, b_w], matmul=True
+        )
         (y,) = self.g.op([y], [(y.numel, y.dtype)])  # * scaling
         (out,) = self.g.op([base, y], [(base.numel, promote(base.dtype, y.dtype))])
-        return self.cast(out, base.dtype)
+        out = self.cast(out, base.dtype)
+        if not self.autocast and xa is not x:  # peft's local ``x``, rebound to the fp32 copy,
+            self.g.touch(xa)  # lives until forward returns (autocast's cast is F.linear's own)
+        return out
 
     def embedding(self, n_tokens: int, vocab: int, dim: int, *, trainable: bool = True) -> Tensor:
         """``F.embedding`` saves the (int64) indices only."""

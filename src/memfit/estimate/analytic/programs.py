@@ -8,6 +8,7 @@ from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.families import LlamaProgram
 from memfit.estimate.analytic.families_enc import BertProgram, ViTProgram
+from memfit.estimate.analytic.families_falcon import BloomProgram, FalconProgram
 from memfit.estimate.analytic.families_gpt import (
     BigCodeProgram,
     GPT2Program,
@@ -32,6 +33,8 @@ PROGRAMS: dict[str, Any] = {
     "gemma2": Gemma2Program,
     "vit": ViTProgram,
     "phi": PhiProgram,
+    "falcon": FalconProgram,
+    "bloom": BloomProgram,
 }
 
 

@@ -88,6 +88,7 @@ def quantized_linear(o: Ops, x: Tensor, n_in: int, n_out: int, *, bias: bool) ->
             saves=[x16],
             fwd_workspace=ws,
             bwd_workspace=nk * 2 * (1 + o.batch),
+            matmul=ws > 0,  # torch.matmul on the dequantized weight: an ``mm``
         )
         if bias:
             out = o.unary(out)  # out + bias, out of place
@@ -95,7 +96,7 @@ def quantized_linear(o: Ops, x: Tensor, n_in: int, n_out: int, *, bias: bool) ->
     if fmt == "int4-gptq":
         x16 = o.cast(x, "f16")
         ws = nk * 2 if quant.uses_dequantized_weight(fmt, m, n_in) else 0
-        (out,) = o.g.op([x16], [(mn, "f16")], fwd_workspace=ws, bwd_workspace=nk * 2)
+        (out,) = o.g.op([x16], [(mn, "f16")], fwd_workspace=ws, bwd_workspace=nk * 2, matmul=ws > 0)
         return o.cast(out, x.dtype)
     # fp8: abs() then the scaled and clamped copies (2 x M·K) before the float8 copy (M·K bytes)
     # lives next to the output.
@@ -115,7 +116,11 @@ def _bnb4(o: Ops, x: Tensor, fmt: str, n_in: int, n_out: int, m: int) -> Tensor:
         ws += 2 * 4 * -(-nk // quant.BNB_4BIT_BLOCKSIZE)
     # backward: the weight in the stored dtype, cast to the gradient's (the compute) dtype
     bwd = nk * DTYPE_BYTES[o.pdtype] + (nk * DTYPE_BYTES[cd] if o.pdtype != cd else 0)
-    (out,) = o.g.op([xc], [(m * n_out, cd)], fwd_workspace=ws, bwd_workspace=bwd)
+    # dequantized: ``F.linear`` on the (N, K) weight, an ``mm`` that selective checkpointing stores
+    dequantized = quant.uses_dequantized_weight(fmt, m, n_in)
+    (out,) = o.g.op(
+        [xc], [(m * n_out, cd)], fwd_workspace=ws, bwd_workspace=bwd, matmul=dequantized
+    )
     return o.cast(out, x.dtype)
 
 
@@ -133,14 +138,18 @@ def lora_on_quantized(o: Ops, x: Tensor, base: Tensor, n_in: int, n_out: int) ->
     xa = o.cast(x, "f32") if convert else o._ac(x)
     aw, bw = o._ac_weight(a), o._ac_weight(b)
     (h,) = o.g.op([xa, aw], [(x.numel // n_in * r, xa.dtype)], saves=[xa, aw], matmul=True)
-    (y,) = o.g.op([h, bw], [(x.numel // n_in * n_out, h.dtype)], saves=[h, bw])
+    (y,) = o.g.op([h, bw], [(x.numel // n_in * n_out, h.dtype)], saves=[h, bw], matmul=True)
     if style != "awq":
         y = o.unary(y)  # * scaling
     if convert:
         y = o.cast(y, result.dtype)
+    output = y  # the local ``output`` (AWQ: the cast, alive while it is scaled and added)
     if style == "awq":
         y = o.unary(y)  # * scaling, after the cast
-    return o.add(result, y)
+    out = o.add(result, y)
+    # peft rebinds the local ``x`` to the fp32 copy: it lives until forward returns
+    o.g.touch(output, *([xa] if convert and xa is not x else []))
+    return out
 
 
 __all__ = ["lora_on_quantized", "quantized_linear", "quantizes"]

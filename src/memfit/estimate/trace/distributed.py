@@ -28,7 +28,6 @@ dropout and the block input/output activations replicated: Korthikanti et al. 20
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,24 +41,8 @@ from memfit.estimate.trace.build import decoder_layers
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
-#: Model types whose configs honour an explicit ``head_dim``: dividing their head counts by ``tp``
-#: keeps the head size, so the traced block is one tensor-parallel rank's block.
-TP_MODEL_TYPES = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "olmo",
-    "olmo2",
-    "granite",
-    "phi3",
-)
+#: Model types the tensor-parallel split applies to (shared with the analytic engine).
+TP_MODEL_TYPES = sharding.TP_MODEL_TYPES
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -77,34 +60,11 @@ def is_distributed(workload: WorkloadSpec) -> bool:
 
 def per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
     """The config of one tensor-parallel rank's model (see the module docstring)."""
-    if tp == 1:
-        return config
-    d = copy.deepcopy(config)
-    heads = int(d["num_attention_heads"])
-    d["head_dim"] = int(d.get("head_dim") or d["hidden_size"] // heads)
-    d["num_attention_heads"] = heads // tp
-    d["num_key_value_heads"] = int(d.get("num_key_value_heads") or heads) // tp
-    for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
-        if d.get(key):
-            d[key] = int(d[key]) // tp
-    d["vocab_size"] = sharding.tp_vocab_per_rank(int(d["vocab_size"]), tp)
-    return d
+    return sharding.tp_per_rank_config(config, tp)
 
 
 def _tp_problems(config: dict[str, Any], tp: int) -> list[str]:
-    model_type = config.get("model_type")
-    if model_type not in TP_MODEL_TYPES or "num_attention_heads" not in config:
-        return [
-            f"tp ({tp}) with model_type {model_type!r}: the trace engine splits Llama-style "
-            f"decoders ({', '.join(TP_MODEL_TYPES)}); use --engine analytic for this model"
-        ]
-    heads = int(config["num_attention_heads"])
-    return sharding.tp_problems(
-        tp,
-        n_heads=heads,
-        n_kv_heads=int(config.get("num_key_value_heads") or heads),
-        intermediate_size=config.get("intermediate_size"),
-    )
+    return sharding.tp_config_problems(config, tp, engine="trace")
 
 
 def notes(workload: WorkloadSpec) -> list[str]:
