@@ -379,15 +379,21 @@ def _tensor_bytes_only(est: MemoryEstimate, training: bool) -> MemoryEstimate:
     p = est.peak_allocated_bytes - workspaces
     components = dict(est.components)
     components["temporary"] = components.get("temporary", 0) - workspaces  # counted there
-    return dataclasses.replace(
+    out = dataclasses.replace(
         est,
         components=components,
         peak_allocated_bytes=p,
         device_used_bytes=p,
         peak_reserved_bytes=p,
         cuda_context_bytes=0,
-        ranges={"peak_allocated_bytes": (p, p), "device_used_bytes": (p, p)},
     )
+    # The CPU count is exact (the same tracker measures the run), so no uncertainty band: the
+    # calibrated bands describe a CUDA device, and MemoryEstimate only ever widens ranges.
+    exact = {
+        m: (p, p) for m in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes")
+    }
+    object.__setattr__(out, "ranges", exact)
+    return out
 
 
 def _estimated_batch(

@@ -104,7 +104,7 @@ class MemoryEstimate:
             )
         from memfit.estimate.uncertainty import ranges
 
-        # An engine's own ranges (the analytic engine's reserved-bytes model) widen the generic
+        # An engine's own ranges (the analytic engine's reserved-bytes model) widen the calibrated
         # ones; they never narrow them.
         merged = ranges(self)
         for metric, (low, high) in self.ranges.items():
