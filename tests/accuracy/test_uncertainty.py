@@ -87,3 +87,16 @@ def test_the_analytic_engine_range_is_wider_than_the_trace_range(
     assert (a_high - a_low) / other.peak_allocated_bytes > (
         t_high - t_low
     ) / trace.peak_allocated_bytes
+
+
+def test_the_device_range_covers_the_reserved_range_plus_the_context() -> None:
+    est = memfit.estimate(
+        "llama-3.1-8b",
+        memfit.WorkloadSpec(seq_len=4096, precision="amp-bf16", checkpointing="full"),
+        engine="analytic",
+        gpu="A100-80GB",
+    )
+    context = est.device_used_bytes - est.peak_reserved_bytes
+    res_low, res_high = est.ranges["peak_reserved_bytes"]
+    dev_low, dev_high = est.ranges["device_used_bytes"]
+    assert dev_high >= res_high + context and dev_low <= res_low + context

@@ -110,6 +110,14 @@ class MemoryEstimate:
         for metric, (low, high) in self.ranges.items():
             base_low, base_high = merged.get(metric, (low, high))
             merged[metric] = (min(low, base_low), max(high, base_high))
+        # nvidia-smi sees reserved + the context: keep the device range at least that wide.
+        context = self.device_used_bytes - self.peak_reserved_bytes
+        res_low, res_high = merged["peak_reserved_bytes"]
+        dev_low, dev_high = merged["device_used_bytes"]
+        merged["device_used_bytes"] = (
+            min(dev_low, res_low + context),
+            max(dev_high, res_high + context),
+        )
         object.__setattr__(self, "ranges", merged)
 
     def raise_if_not_fit(self) -> None:

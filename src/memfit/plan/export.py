@@ -164,7 +164,8 @@ def _vllm(s: Settings, request: PlanRequest, model: str) -> str:
     if s.tp > 1:
         cmd.append(f"--tensor-parallel-size {s.tp}")
     if s.quant in ("fp8", "int4-awq", "int4-gptq"):
-        cmd.append(f"--quantization {dict(fp8='fp8').get(s.quant, s.quant.split('-')[1])}")
+        method = "fp8" if s.quant == "fp8" else s.quant.split("-")[1]  # int4-awq -> awq
+        cmd.append(f"--quantization {method}")
     elif s.quant != "none":
         cmd.append("--quantization bitsandbytes")
     if s.dp > 1:
