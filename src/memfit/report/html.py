@@ -221,7 +221,12 @@ def _header(run: RunData, est: dict[str, Any] | None) -> str:
     tps = [float(x["tokens_per_s"]) for x in run.steps if x.get("tokens_per_s")]
     cards = [
         _card("peak allocated", _fmt_bytes(got["peak_allocated_bytes"])),
-        _card("peak reserved", _fmt_bytes(got["peak_reserved_bytes"])),
+        _card(
+            "peak reserved",
+            _fmt_bytes(
+                got["peak_reserved_bytes"] if was_measured(run, "peak_reserved_bytes") else None
+            ),
+        ),
         _card("device used (max)", _fmt_bytes(got["device_used_bytes"])),
         _card("steps", str(len(run.steps))),
         _card("median step time", f"{statistics.median(step_times):.3f} s" if step_times else "–"),
