@@ -328,12 +328,11 @@ class _Search:
         ]
         engine.prefetch([o.workload for o in splits])
         for o in sorted(splits, key=lambda o: o.settings.micro_batch):
-            try:
-                ok = fits(engine(o.workload), self.budget)
-            except MemfitError:
+            done = self.estimate(o, engine)  # cached: the batch call above estimated it
+            if done.estimate is None:
                 continue
-            if not ok:
-                self._note_failure(o.settings)
+            if not done.fits:
+                self._record_failure(done)  # shown among the faster plans that do not fit
                 break
 
     def _check(self, opt: PlanOption) -> PlanOption:
