@@ -12,16 +12,9 @@ import torch
 
 from memfit.apply.requirements import UnsupportedHardwareError, device_of, require_bf16
 
-#: Parameter dtype per precision (the ``amp-*`` modes keep fp32 masters and autocast the forward).
-PARAM_DTYPE = {
-    "fp32": torch.float32,
-    "amp-bf16": torch.float32,
-    "amp-fp16": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
-#: The autocast dtype of the mixed-precision modes.
-AUTOCAST_DTYPE = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
+# The estimator's tables: a plan applies exactly the dtypes memfit estimated.
+from memfit.estimate.trace.build import PARAM_DTYPE as PARAM_DTYPE
+from memfit.estimate.trace.steps import AUTOCAST_DTYPE as AUTOCAST_DTYPE
 
 
 def check_precision(precision: str, device: torch.device) -> None:

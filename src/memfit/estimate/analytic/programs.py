@@ -17,9 +17,7 @@ from memfit.estimate.analytic.families_gpt import (
     PhiProgram,
 )
 from memfit.estimate.analytic.families_moe import Gemma2Program, MixtralProgram, Phi3Program
-
-#: Vision model types (memfit's trace: ``VISION_TYPES`` in trace/build.py).
-VISION_TYPES = ("vit", "deit", "beit", "swin", "convnext", "dinov2", "resnet")
+from memfit.estimate.tasks import resolve_task as resolve_task  # the trace engine's rules
 
 PROGRAMS: dict[str, Any] = {
     "llama": LlamaProgram,
@@ -36,26 +34,6 @@ PROGRAMS: dict[str, Any] = {
     "falcon": FalconProgram,
     "bloom": BloomProgram,
 }
-
-
-def resolve_task(config: dict[str, Any], task: str) -> str:
-    """The task ``auto`` means, from ``model_type`` and ``architectures`` — the same rules as the
-    trace engine (``trace/build.py:resolve_task``), without importing it (it needs torch)."""
-    if task != "auto":
-        return task
-    model_type = config.get("model_type", "")
-    archs = " ".join(config.get("architectures") or [])
-    if model_type == "clip":
-        return "clip"
-    if model_type in VISION_TYPES or "ImageClassification" in archs:
-        return "image-cls"
-    if config.get("is_encoder_decoder"):
-        return "seq2seq"
-    if "CausalLM" in archs or "LMHead" in archs:
-        return "causal-lm"
-    if "SequenceClassification" in archs or "MaskedLM" in archs or archs.endswith("Model"):
-        return "seq-cls"
-    return "causal-lm"
 
 
 def program_for(arch: Arch, task: str, *, lora_rank: int | None = None) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from memfit.errors import SpecError, TraceError
+from memfit.estimate.tasks import resolve_task as resolve_task  # callers use build.resolve_task
 from memfit.spec import WorkloadSpec
 
 PARAM_DTYPE = {
@@ -30,7 +31,6 @@ PARAM_DTYPE = {
 }
 #: Config keys holding a layer count, in the order transformers' configs use them.
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-VISION_TYPES = ("vit", "deit", "beit", "swin", "convnext", "dinov2", "resnet")
 
 
 @dataclass(frozen=True)
@@ -42,24 +42,6 @@ class LayerVar:
     key: str
     count: int
     period: int
-
-
-def resolve_task(config: dict[str, Any], task: str) -> str:
-    if task != "auto":
-        return task
-    model_type = config.get("model_type", "")
-    archs = " ".join(config.get("architectures") or [])
-    if model_type == "clip":
-        return "clip"
-    if model_type in VISION_TYPES or "ImageClassification" in archs:
-        return "image-cls"
-    if config.get("is_encoder_decoder"):
-        return "seq2seq"
-    if "CausalLM" in archs or "LMHead" in archs:
-        return "causal-lm"
-    if "SequenceClassification" in archs or "MaskedLM" in archs or archs.endswith("Model"):
-        return "seq-cls"
-    return "causal-lm"
 
 
 def _hf_config(config: dict[str, Any], trust_remote_code: bool) -> Any:
