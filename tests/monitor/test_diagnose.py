@@ -126,6 +126,13 @@ def test_a_few_steps_are_not_enough_to_judge(tmp_path: Path) -> None:
     assert d.summary == "6 steps logged; need 7 (2 of warm-up)"
 
 
+def test_steps_with_unknown_allocator_counters_are_left_out(tmp_path: Path) -> None:
+    steps: list[tuple[int | None, int | None]] = [(GiB + i * 4 * MiB, 2 * GiB) for i in range(12)]
+    steps[3] = steps[7] = (None, None)  # null is "unknown" in the schema: no point on the line
+    d = memfit.diagnose(_write_log(tmp_path / "r.jsonl", steps))  # type: ignore[arg-type]
+    assert d.verdict == "leak" and d.n_steps == 10, d.summary
+
+
 def test_a_noisy_flat_run_is_not_a_leak(tmp_path: Path) -> None:
     noise = [0, 3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9]
     steps = [(GiB + n * MiB, 2 * GiB) for n in noise]
@@ -144,7 +151,8 @@ def test_unreadable_logs_name_the_file_and_line(tmp_path: Path) -> None:
     good.write_text(good.read_text() + '{"type": "step", "ti')  # a crash mid-write: tolerated
     assert memfit.diagnose(good).n_steps == 10
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"type":"start"}\nnot json\n{"type":"end"}\n')
+    start = good.read_text().splitlines()[0]
+    bad.write_text(f'{start}\nnot json\n{{"type":"end"}}\n')
     with pytest.raises(memfit.SpecError, match=r"bad.jsonl:2 is not a JSON record"):
         memfit.diagnose(bad)
     with pytest.raises(memfit.SpecError, match=r"run log '.*missing.jsonl' does not exist"):

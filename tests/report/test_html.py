@@ -13,17 +13,11 @@ import pytest
 from tests.report import runlogs
 
 from memfit.errors import SpecError
+from memfit.monitor.log import read_log
 from memfit.report.html import render_html_report, simple_leak_reading
-from memfit.report.runlog import read_run
 from memfit.report.svg import COLORS
 
 GiB = runlogs.GiB
-
-
-def test_fixture_records_follow_the_monitors_schema() -> None:
-    log = pytest.importorskip("memfit.monitor.log")
-    for rec in runlogs.training_run():
-        assert tuple(rec) == log.RECORD_FIELDS[rec["type"]]
 
 
 def test_report_shows_timeline_receipt_oom_and_leak(tmp_path: Path) -> None:
@@ -52,7 +46,7 @@ def test_html_is_self_contained(tmp_path: Path) -> None:
 def test_a_crash_mid_write_is_tolerated_and_a_bad_line_is_named(tmp_path: Path) -> None:
     recs = runlogs.training_run(with_oom=False)[:-1]  # no end record: the process died
     log = runlogs.write(tmp_path / "crash.jsonl", recs, tail='{"type": "step", "time": 17600')
-    run = read_run(log)
+    run = read_log(log)
     assert run.truncated_last_line and run.end is None and len(run.steps) == 60
     html = render_html_report(log, tmp_path / "r.html").read_text()
     assert "no end record: the process was killed or crashed" in html
@@ -64,14 +58,22 @@ def test_a_crash_mid_write_is_tolerated_and_a_bad_line_is_named(tmp_path: Path) 
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_text(json.dumps(recs[0]) + "\nnot json\n" + json.dumps(recs[1]) + "\n")
     with pytest.raises(SpecError, match=r"garbage\.jsonl:2 is not a JSON record"):
-        read_run(garbage)
+        read_log(garbage)
+
+
+def test_a_log_of_only_an_oom_record_is_still_a_report(tmp_path: Path) -> None:
+    # what oom_guard(log=...) writes when no Monitor runs: one oom record, no start
+    recs = [r for r in runlogs.training_run() if r["type"] == "oom"]
+    log = runlogs.write(tmp_path / "oom.jsonl", recs)
+    html = render_html_report(log, tmp_path / "r.html").read_text()
+    assert "OOM at step 60" in html and "halve the batch" in html and "no end record" in html
 
 
 def test_simple_leak_reading_separates_growth_from_noise(tmp_path: Path) -> None:
-    leak = read_run(
+    leak = read_log(
         runlogs.write(tmp_path / "a.jsonl", runlogs.training_run(leak_per_step=64 * 1024**2))
     )
-    flat = read_run(runlogs.write(tmp_path / "b.jsonl", runlogs.training_run()))
+    flat = read_log(runlogs.write(tmp_path / "b.jsonl", runlogs.training_run()))
     got = simple_leak_reading(leak)
     assert got["verdict"] == "leak" and 60 * 1024**2 < got["bytes_per_step"] < 70 * 1024**2
     assert simple_leak_reading(flat)["verdict"] == "steady"

@@ -4,7 +4,7 @@ Importing this package does not import torch; the monitor imports it when it sta
 """
 
 from memfit.monitor.diagnose import Diagnosis, diagnose
-from memfit.monitor.log import RECORD_FIELDS, read_log
+from memfit.monitor.log import RECORD_FIELDS, RunData, read_log
 from memfit.monitor.oom import OOMAnalysis, oom_guard
 from memfit.monitor.runtime import Monitor
 
@@ -13,6 +13,7 @@ __all__ = [
     "Diagnosis",
     "Monitor",
     "OOMAnalysis",
+    "RunData",
     "diagnose",
     "oom_guard",
     "read_log",

@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from memfit.monitor.log import read_log
+from memfit.monitor.log import RunData, read_log
 from memfit.units import format_bytes
 
 #: Thresholds of the verdicts (rules of thumb, chosen here; each is stated in the finding text).
@@ -35,6 +35,8 @@ LEAK_MIN_GROWTH_BYTES = 4096
 LEAK_MIN_GROWTH_FRACTION = 0.01
 #: Cache worth naming: reserved above allocated by this share of reserved at the last step.
 CACHE_MIN_FRACTION = 0.05
+#: The step-record keys the verdicts are computed from.
+_TREND_KEYS = ("allocated_bytes", "reserved_bytes", "peak_reserved_bytes")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,11 +102,13 @@ def _device_used(records: list[dict[str, Any]]) -> int | None:
     return None
 
 
-def diagnose(log_path: str | os.PathLike[str]) -> Diagnosis:
-    """Leak, fragmentation, cache or stable, from a run log written by ``memfit.Monitor``."""
-    records = read_log(log_path)
-    steps = [r for r in records if r["type"] == "step"]
-    used = _device_used([r for r in records if r["type"] in ("step", "sample")])
+def diagnose(log_path: str | os.PathLike[str] | RunData) -> Diagnosis:
+    """Leak, fragmentation, cache or stable, from a run log written by ``memfit.Monitor`` (its
+    path, or the log already read by :func:`memfit.monitor.read_log`)."""
+    run = log_path if isinstance(log_path, RunData) else read_log(log_path)
+    # steps whose allocator counters are unknown (null) say nothing about a trend
+    steps = [r for r in run.steps if all(r[key] is not None for key in _TREND_KEYS)]
+    used = _device_used(run.steps + run.samples)
     warmup = max(WARMUP_MIN_STEPS, int(len(steps) * WARMUP_FRACTION))
     steady = steps[warmup:]
     if len(steady) < MIN_STEADY_STEPS:

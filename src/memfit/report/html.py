@@ -19,8 +19,8 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.result import COMPONENTS
+from memfit.monitor.log import RunData, read_log
 from memfit.report import svg
-from memfit.report.runlog import RunData, read_run
 from memfit.units import MiB, format_bytes
 
 #: Receipt metrics: (name in the estimate JSON, label, how the run measures it).
@@ -151,7 +151,7 @@ def diagnosis(run: RunData) -> tuple[str, dict[str, Any]]:
         from memfit.monitor.diagnose import diagnose  # written alongside; optional here
     except ImportError:
         return "report", simple_leak_reading(run)
-    result: Any = diagnose(run.path)
+    result: Any = diagnose(run)
     if hasattr(result, "to_json"):
         result = result.to_json()
     elif is_dataclass(result) and not isinstance(result, type):
@@ -524,7 +524,7 @@ def render_html_report(log_path: str | Path, out_path: str | Path, estimate: Any
     ``estimate``: a ``memfit estimate --json`` file, its dict, or a MemoryEstimate; default the
     estimate the monitor stored in the log's start record, if any.
     """
-    run = read_run(log_path)
+    run = read_log(log_path)
     est = load_estimate(estimate)
     if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
         est = run.start["estimate"]

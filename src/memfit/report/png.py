@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import MissingDependencyError, SpecError
+from memfit.monitor.log import RunData, read_log
 from memfit.report.html import RECEIPT_METRICS, load_estimate, shown_capacity, was_measured
-from memfit.report.runlog import RunData, read_run
 from memfit.report.svg import COLORS
 
 GiB = 1024**3
@@ -70,7 +70,7 @@ def _memory(ax: Any, run: RunData, xkey: str, est: dict[str, Any] | None) -> Non
 def render_png(log_path: str | Path, out_path: str | Path, estimate: Any = None) -> Path:
     """Write a 2×2 PNG summary of the run log to ``out_path``."""
     plt = _matplotlib()
-    run = read_run(log_path)
+    run = read_log(log_path)
     est = load_estimate(estimate)
     if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
         est = run.start["estimate"]
