@@ -70,7 +70,7 @@ def test_estimates_have_the_trace_engines_shape() -> None:
 def test_supports_names_the_families_with_closed_forms() -> None:
     assert supports(resolve_model("mistral-7b-v0.1").config)
     assert supports(TINY["vit"])
-    assert not supports(resolve_model("t5-small").config)
+    assert supports(resolve_model("t5-small").config)
     assert not supports({"model_type": "mamba"})
     assert not supports(None)
 

@@ -253,6 +253,12 @@ def _read_falcon(config: dict[str, Any], family: str, model_type: str) -> Arch:
     )
 
 
+def _read_t5(config: dict[str, Any], family: str, model_type: str) -> Arch:
+    from memfit.estimate.analytic.families_t5 import read_t5
+
+    return read_t5(config, family, model_type)
+
+
 def _read_bloom(config: dict[str, Any], family: str, model_type: str) -> Arch:
     a = _read_decoder(config, family, model_type)
     return replace(
@@ -265,6 +271,7 @@ def _read_bloom(config: dict[str, Any], family: str, model_type: str) -> Arch:
 
 
 _READERS: dict[str, Any] = {
+    "t5": _read_t5,
     "falcon": _read_falcon,
     "bloom": _read_bloom,
     "phi": _read_phi,

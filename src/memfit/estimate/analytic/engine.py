@@ -292,6 +292,11 @@ def _decode_points(
 
 
 def simulate(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
+    """Run ``prog`` through ``wl``. A program whose model is not one chain of identical layers
+    (encoder-decoder, two-tower) composes its own step: it defines ``simulate(wl, task)``."""
+    custom = getattr(prog, "simulate", None)
+    if custom is not None:
+        return custom(wl, task)  # type: ignore[no-any-return]
     if wl.is_train:
         return simulate_train(prog, wl, task)
     return simulate_infer(prog, wl, task)

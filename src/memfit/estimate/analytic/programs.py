@@ -17,6 +17,7 @@ from memfit.estimate.analytic.families_gpt import (
     PhiProgram,
 )
 from memfit.estimate.analytic.families_moe import Gemma2Program, MixtralProgram, Phi3Program
+from memfit.estimate.analytic.families_t5 import T5Program
 from memfit.estimate.tasks import resolve_task as resolve_task  # the trace engine's rules
 
 PROGRAMS: dict[str, Any] = {
@@ -33,6 +34,7 @@ PROGRAMS: dict[str, Any] = {
     "phi": PhiProgram,
     "falcon": FalconProgram,
     "bloom": BloomProgram,
+    "t5": T5Program,
 }
 
 

@@ -1,0 +1,127 @@
+"""The analytic engine's encoder-decoder program (T5 / Flan-T5) against the trace engine.
+
+Same bounds as test_vs_trace.py: 3 % on peak allocated bytes, and 5 % once the cuBLAS workspaces
+(which dwarf a tiny model's activations) are left out of both; parameter and trainable counts
+exact; the same phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.conftest import TINY_T5
+from tests.estimate.analytic.test_vs_trace import NET_TOLERANCE, TOLERANCE, _fixed_bytes
+
+from memfit.errors import SpecError
+from memfit.estimate.analytic import estimate_analytic, estimate_many
+from memfit.estimate.analytic.arch import read_arch
+from memfit.spec import WorkloadSpec
+
+#: Flan-T5's layout: gated-GELU feed-forward, unscaled decoder output (``tie_word_embeddings:
+#: false`` in config.json; the weights are tied all the same), a head width that is not
+#: d_model / num_heads, and an asymmetric decoder.
+TINY_FLAN = dict(
+    TINY_T5,
+    feed_forward_proj="gated-gelu",
+    tie_word_embeddings=False,
+    d_kv=16,
+    num_decoder_layers=2,
+)
+
+CASES = [
+    (TINY_T5, {}),
+    (TINY_T5, {"precision": "fp32"}),
+    (TINY_T5, {"precision": "amp-bf16"}),
+    (TINY_T5, {"precision": "fp16"}),
+    (TINY_T5, {"attention": "eager"}),
+    (TINY_T5, {"attention": "eager", "precision": "amp-bf16"}),
+    (TINY_T5, {"checkpointing": "full"}),
+    (TINY_T5, {"checkpointing": "selective"}),
+    (TINY_T5, {"lora_rank": 4}),
+    (TINY_T5, {"lora_rank": 4, "lora_targets": ("q", "v"), "checkpointing": "full"}),
+    (TINY_T5, {"freeze_layers": 1}),
+    (TINY_T5, {"zero_grad_set_to_none": False}),
+    (TINY_T5, {"optimizer": "adamw-8bit"}),
+    (TINY_T5, {"optimizer": "adafactor", "precision": "fp32"}),
+    (TINY_T5, {"mode": "infer", "new_tokens": 4}),
+    (TINY_T5, {"mode": "infer", "new_tokens": 1}),
+    (TINY_T5, {"mode": "infer", "new_tokens": 6, "attention": "eager", "precision": "fp32"}),
+    (TINY_FLAN, {}),
+    (TINY_FLAN, {"precision": "amp-bf16", "checkpointing": "full"}),
+    (TINY_FLAN, {"mode": "infer", "new_tokens": 3}),
+    (TINY_T5, {"quant": "nf4", "lora_rank": 4}),
+    (TINY_T5, {"mode": "infer", "new_tokens": 3, "quant": "int8"}),
+]
+
+
+def _ids(case: tuple[dict, dict]) -> str:
+    config, wl = case
+    name = "flan" if config is TINY_FLAN else "t5"
+    return name + ":" + (",".join(f"{k}={v}" for k, v in wl.items()) or "default")
+
+
+@pytest.fixture(scope="module")
+def trace_hf():
+    pytest.importorskip("transformers")
+    from memfit.estimate.trace.engine import trace_hf
+
+    return trace_hf
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_t5_analytic_peak_is_within_three_percent_of_the_trace(case, trace_hf) -> None:
+    config, overrides = case
+    wl = WorkloadSpec(**{"batch_size": 2, "seq_len": 64, **overrides})
+    traced = trace_hf(config, wl, name="t5")
+    analytic = estimate_analytic(config, wl)
+    error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
+    fixed = _fixed_bytes(wl)
+    net = (analytic.peak_allocated_bytes - fixed) / (traced.peak_allocated_bytes - fixed) - 1
+    detail = (
+        f"{overrides}: analytic {analytic.peak_allocated_bytes} vs trace "
+        f"{traced.peak_allocated_bytes} ({error:+.2%}, {net:+.2%} net), phases "
+        f"{ {k: v.peak_allocated_bytes for k, v in analytic.phases.items()} } vs "
+        f"{ {k: v.peak_allocated_bytes for k, v in traced.phases.items()} }"
+    )
+    assert abs(error) <= TOLERANCE, detail
+    assert abs(net) <= NET_TOLERANCE, detail
+    assert analytic.n_params == traced.n_params
+    assert analytic.n_trainable_params == traced.n_trainable_params
+    assert set(analytic.phases) == set(traced.phases)
+
+
+def test_a_wider_t5_at_a_longer_sequence_stays_within_tolerance(trace_hf) -> None:
+    """Sequence-squared terms (the position bias, its expanded gradient, eager scores) grow
+    faster than the rest: a config none of the closed forms were written on, at 4x the length."""
+    config = dict(TINY_T5, d_model=256, d_kv=64, d_ff=512, vocab_size=1000)
+    for overrides in ({}, {"checkpointing": "full"}, {"precision": "amp-bf16"}):
+        wl = WorkloadSpec(batch_size=4, seq_len=256, **overrides)
+        traced = trace_hf(config, wl, name="t5-held-out")
+        analytic = estimate_analytic(config, wl)
+        error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
+        assert abs(error) <= TOLERANCE, (overrides, error)
+
+
+def test_t5_config_reader_follows_t5config() -> None:
+    a = read_arch(TINY_FLAN)
+    assert (a.hidden, a.head_dim, a.n_heads, a.ffn) == (128, 16, 4, 256)
+    assert (a.n_layers, a.n_dec_layers) == (3, 2)
+    assert a.act == "gelu_new" and a.extra["_gated"]
+    assert a.tie  # T5Config forces the tie in transformers 5
+    assert not a.extra["_scale_decoder_outputs"]
+    assert read_arch(TINY_T5).extra["_scale_decoder_outputs"]
+    assert read_arch(TINY_T5).n_dec_layers == 3  # num_decoder_layers defaults to num_layers
+
+
+def test_t5_batch_api_matches_single_estimates() -> None:
+    for base in (WorkloadSpec(seq_len=64), WorkloadSpec(mode="infer", seq_len=64, new_tokens=4)):
+        wls = [replace(base, batch_size=b) for b in (1, 3, 8)]
+        many = estimate_many(TINY_T5, wls)
+        one = [estimate_analytic(TINY_T5, wl) for wl in wls]
+        assert [e.peak_allocated_bytes for e in many] == [e.peak_allocated_bytes for e in one]
+
+
+def test_t5_multi_gpu_is_refused_with_a_pointer_to_the_trace_engine() -> None:
+    with pytest.raises(SpecError, match=r"encoder-decoder.*--engine trace"):
+        estimate_analytic(TINY_T5, WorkloadSpec(gpus=2, shard="ddp"))
