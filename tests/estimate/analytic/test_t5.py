@@ -51,6 +51,10 @@ CASES = [
     (TINY_FLAN, {"precision": "amp-bf16", "checkpointing": "full"}),
     (TINY_FLAN, {"mode": "infer", "new_tokens": 3}),
     (TINY_T5, {"quant": "nf4", "lora_rank": 4}),
+    (TINY_T5, {"gpus": 2, "shard": "ddp"}),
+    (TINY_T5, {"gpus": 2, "shard": "zero2", "offload": "optimizer"}),
+    (TINY_T5, {"gpus": 4, "shard": "zero3"}),
+    (TINY_T5, {"gpus": 4, "shard": "zero3", "offload": "params"}),
     (TINY_T5, {"mode": "infer", "new_tokens": 3, "quant": "int8"}),
 ]
 
@@ -122,6 +126,10 @@ def test_t5_batch_api_matches_single_estimates() -> None:
         assert [e.peak_allocated_bytes for e in many] == [e.peak_allocated_bytes for e in one]
 
 
-def test_t5_multi_gpu_is_refused_with_a_pointer_to_the_trace_engine() -> None:
-    with pytest.raises(SpecError, match=r"encoder-decoder.*--engine trace"):
-        estimate_analytic(TINY_T5, WorkloadSpec(gpus=2, shard="ddp"))
+def test_t5_fsdp_and_tp_are_refused_with_a_pointer_to_the_trace_engine() -> None:
+    """FSDP2 wraps the longest block list in the trace (T5's encoder only) and the
+    tensor-parallel split is for Llama-style decoders: neither is modelled for T5."""
+    with pytest.raises(SpecError, match=r"shard='fsdp'.*encoder-decoder.*--engine trace"):
+        estimate_analytic(TINY_T5, WorkloadSpec(gpus=2, shard="fsdp"))
+    with pytest.raises(SpecError, match=r"tp \(2\) with model_type 't5'.*Llama-style"):
+        estimate_analytic(TINY_T5, WorkloadSpec(gpus=2, tp=2))

@@ -46,7 +46,8 @@ from memfit.estimate.analytic.attention import (
     _up,
     choose_kernel,
 )
-from memfit.estimate.analytic.engine import ID_BYTES, Simulated, hidden_dtype
+from memfit.estimate.analytic.distributed import RankView, params_of, rank_view
+from memfit.estimate.analytic.engine import ID_BYTES, Simulated, _distributed, hidden_dtype
 from memfit.estimate.analytic.families import LlamaProgram, Work, cache_kv
 from memfit.estimate.analytic.graph import (
     ACTS,
@@ -428,10 +429,11 @@ class T5Program(LlamaProgram):
 
     # ------------------------------------------------------------------ composition
     def simulate(self, wl: WorkloadSpec, task: str) -> Simulated:
-        if wl.gpus > 1 or wl.shard != "none" or wl.offload != "none" or wl.tp > 1:
+        if wl.tp > 1 or wl.shard == "fsdp" or (not wl.is_train and wl.gpus > 1):
             raise SpecError(
-                "multi-GPU, sharding and offload are not modelled by the analytic engine for "
-                f"{self.a.model_type!r} (encoder-decoder) yet; use --engine trace"
+                f"tp={wl.tp}, shard={wl.shard!r}, gpus={wl.gpus} ({wl.mode}) is not modelled by "
+                f"the analytic engine for {self.a.model_type!r} (encoder-decoder): it models "
+                "one GPU, DDP and ZeRO-1/2/3 with offload in training; use --engine trace"
             )
         return _T5Step(self, wl, task).run()
 
@@ -766,18 +768,51 @@ class _T5Step:
             vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes)),
             vadd(one(GRADS, held), one(ACTS, inputs)),
         )
-        pts, cur = run_stacks(static, stacks, backward=False)
-        bpts, _ = run_stacks(cur, stacks, backward=True)
+        view = self._rank_view(stacks, len(enc), opt) if _distributed(wl) else None
+        pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
+        bpts, _ = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
         base = vadd(
             vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes)),
             vadd(one(GRADS, grad_bytes), one(ACTS, inputs)),
         )
         optim = vadd(base, one(TEMP, opt.temp_bytes))
+        info: dict[str, Any] = {
+            "optimizer_state_bytes": opt.state_bytes,
+            "paged_bytes": opt.paged_bytes,
+        }
+        if view is not None:
+            static, optim = view.point(static), view.point(optim, optimizer=True)
+            cur = view.point(cur, backward=True)
+            info["host_bytes"] = view.host_bytes
+            info["optimizer_state_bytes"] = view.states_bytes
         return Simulated(
             candidates={"forward": [static, *pts], "backward": [cur, *bpts], "optimizer": [optim]},
             n_params=n,
             n_trainable=n_train,
-            info={"optimizer_state_bytes": opt.state_bytes, "paged_bytes": opt.paged_bytes},
+            info=info,
+        )
+
+    def _rank_view(self, stacks: list[Stack], dec_embed: int, opt: Any) -> RankView:
+        """One data-parallel rank (``distributed.rank_view``): the shared embedding is a
+        parameter of the encoder's embedding only (dropped from the decoder's and the head's)."""
+        wl = self.wl
+        counts = [st.count for st in stacks]
+        params = params_of([st.profile for st in stacks], counts, tied=True)
+        shared = (self.a.vocab, self.a.hidden)
+        for k, prm in enumerate(params[dec_embed]):
+            if prm.shape == shared:
+                del params[dec_embed][k]
+                break
+        return rank_view(
+            shard=str(wl.shard),
+            dp=wl.dp,
+            offload=wl.offload,
+            train=True,
+            optimizer=wl.optimizer or "none",
+            params=params,
+            counts=counts,
+            state_bytes=opt.state_bytes,
+            opt_temp_bytes=opt.temp_bytes,
         )
 
     def generate(self) -> Simulated:
