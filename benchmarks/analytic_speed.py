@@ -28,6 +28,8 @@ SINGLE_CASES: list[tuple[str, dict[str, Any]]] = [
     ("mixtral-8x7b", {"batch_size": 1, "seq_len": 2048, "lora_rank": None}),
     ("gemma-2-9b", {"batch_size": 2, "seq_len": 2048, "precision": "amp-bf16"}),
     ("bert-base-uncased", {"batch_size": 32, "seq_len": 512}),
+    ("flan-t5-large", {"batch_size": 8, "seq_len": 1024, "checkpointing": "full"}),
+    ("flan-t5-large", {"mode": "infer", "batch_size": 8, "seq_len": 512, "new_tokens": 128}),
     ("llama-3.1-8b", {"batch_size": 1, "seq_len": 2048, "quant": "nf4-dq", "lora_rank": 16}),
     ("llama-2-70b", {"batch_size": 1, "seq_len": 4096, "gpus": 8, "shard": "zero3"}),
     ("llama-2-70b", {"batch_size": 1, "seq_len": 4096, "gpus": 8, "shard": "fsdp"}),

@@ -80,6 +80,20 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("falcon-7b", {"mode": "infer", "batch_size": 4, "seq_len": 1024, "new_tokens": 32}, False),
     ("bloom-560m", {"batch_size": 4, "seq_len": 1024}, False),
     ("bloom-560m", {"mode": "infer", "batch_size": 8, "seq_len": 512, "new_tokens": 16}, False),
+    # encoder-decoder (T5 / Flan-T5)
+    ("t5-small", {"batch_size": 8, "seq_len": 512}, False),
+    ("t5-small", {"mode": "infer", "batch_size": 16, "seq_len": 512, "new_tokens": 32}, False),
+    ("t5-base", {"batch_size": 8, "seq_len": 512, "precision": "amp-bf16"}, False),
+    ("t5-base", {"batch_size": 8, "seq_len": 512, "attention": "eager"}, False),
+    ("t5-base", {"batch_size": 16, "seq_len": 512, "checkpointing": "full"}, False),
+    ("flan-t5-large", {"batch_size": 4, "seq_len": 512, "lora_rank": 16}, False),
+    (
+        "flan-t5-large",
+        {"batch_size": 8, "seq_len": 1024, "precision": "amp-bf16", "checkpointing": "full"},
+        True,
+    ),
+    ("flan-t5-large", {"mode": "infer", "batch_size": 8, "seq_len": 512, "new_tokens": 64}, False),
+    ("t5-base", {"batch_size": 8, "seq_len": 512, "gpus": 4, "shard": "zero2"}, True),
     # quantized weights (--quant): inference and QLoRA
     (
         "llama-3.1-8b",

@@ -80,8 +80,26 @@ def test_fake_trace_of_bert_classifier_equals_real_cpu_execution(workload: dict)
     _assert_equal(*_both(TINY_BERT, **workload))
 
 
-def test_fake_trace_of_t5_equals_real_cpu_execution() -> None:
-    _assert_equal(*_both(TINY_T5, precision="fp32"))
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fake_trace_of_t5_equals_real_cpu_execution(precision: str) -> None:
+    """fp16 also runs T5's fp32 ``wo`` path (``_keep_in_fp32_modules``)."""
+    _assert_equal(*_both(TINY_T5, precision=precision))
+
+
+def test_t5_keeps_wo_in_fp32_under_fp16_as_from_pretrained_does() -> None:
+    """``from_pretrained(dtype=float16)`` loads ``_keep_in_fp32_modules`` in fp32; the trace builds
+    with ``from_config`` and applies the same plan (bf16 and fp32 are left as they are)."""
+    import torch
+
+    from memfit.estimate.trace.build import build_hf_model
+
+    for precision, wo, rest in (
+        ("fp16", torch.float32, torch.float16),
+        ("bf16", torch.bfloat16, torch.bfloat16),
+    ):
+        model = build_hf_model(dict(TINY_T5), WorkloadSpec(precision=precision), "seq2seq")
+        dtypes = {n.split(".")[-2]: p.dtype for n, p in model.named_parameters()}
+        assert dtypes["wo"] == wo and dtypes["q"] == rest and dtypes["shared"] == rest
 
 
 def test_real_and_fake_runs_are_not_trivially_equal(tiny_llama: dict) -> None:

@@ -162,6 +162,8 @@ class T5Program(LlamaProgram):
         self.buckets = int(a.extra.get("_buckets", 32))
         self.p = a.resid_dropout
         self.inner = a.n_heads * a.head_dim
+        #: the model is fp16: ``wo`` stays fp32 (set per workload by ``simulate``)
+        self.wo_fp32 = False
 
     # ------------------------------------------------------------------ pieces
     def input_bytes(self, batch: int, seq_len: int, train: bool) -> int:
@@ -339,8 +341,15 @@ class T5Program(LlamaProgram):
         else:
             m = o.act(o.linear(hn, d, ff, name="wi"), kind)
         m = o.dropout(m, self.p)
-        fmt, o.quant = o.quant, None  # ``_keep_in_fp32_modules = ["wo"]``: never quantized
+        # ``_keep_in_fp32_modules = ["wo"]``: never quantized; loaded in fp32 when the model is
+        # fp16, and the activation is cast to it (the residual stream turns fp32 from here on)
+        fmt, o.quant = o.quant, None
+        pd, cd = o.pdtype, o.cdtype
+        if self.wo_fp32:
+            m = o.cast(m, "f32")
+            o.pdtype, o.cdtype = "f32", "f32"
         m = o.linear(m, ff, d, name="wo")
+        o.pdtype, o.cdtype = pd, cd
         o.quant = fmt
         o.g.touch(hn)
         m = o.dropout(m, self.p)
@@ -435,6 +444,7 @@ class T5Program(LlamaProgram):
                 f"the analytic engine for {self.a.model_type!r} (encoder-decoder): it models "
                 "one GPU, DDP and ZeRO-1/2/3 with offload in training; use --engine trace"
             )
+        self.wo_fp32 = PARAM_DTYPE[wl.precision] == "f16"
         return _T5Step(self, wl, task).run()
 
 
@@ -451,6 +461,8 @@ class _T5Step:
         self.wl = wl
         self.task = task
         self.hd = hidden_dtype(wl.precision)
+        #: the residual stream after the first feed-forward (fp32 once ``wo`` is fp32)
+        self.res = "f32" if prog.wo_fp32 else self.hd
         self.pd = PARAM_DTYPE[wl.precision]
         self.train = wl.is_train
         self.ckpt = wl.checkpointing != "none" and self.train
@@ -558,7 +570,7 @@ class _T5Step:
         rg = self.enc_bias_rg
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            x = o.g.input(w.tokens * a.hidden, self.hd, rg=key.in_rg)
+            x = o.g.input(w.tokens * a.hidden, self.hd if key.first else self.res, rg=key.in_rg)
             if key.first and self.embed_alias:  # x is ``inputs_embeds``: the stack's local
                 o.g.hold(x)
             if key.first:
@@ -581,7 +593,7 @@ class _T5Step:
         bias_n = a.n_heads * w.q_len * w.kv_len
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            x = o.g.input(w.tokens * a.hidden, self.hd, rg=self.train)
+            x = o.g.input(w.tokens * a.hidden, self.res, rg=self.train)
             gone = []
             if not self.emb_leaf:  # inputs_embeds (else the autograd graph keeps it)
                 gone.append(o.g.input(w.tokens * a.hidden, self.pd, rg=False))
@@ -637,7 +649,7 @@ class _T5Step:
         cross_rg = self.ckpt
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            x = o.g.input(w.tokens * a.hidden, self.hd, rg=key.in_rg)
+            x = o.g.input(w.tokens * a.hidden, self.hd if key.first else self.res, rg=key.in_rg)
             if key.first and self.embed_alias:  # x is ``inputs_embeds``: the stack's local
                 o.g.hold(x)
             enc = o.g.external(enc_n, self.hd, rg=self.train)
@@ -671,7 +683,7 @@ class _T5Step:
         cross_n = a.n_heads * w.q_len * s_enc
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            x = o.g.input(w.tokens * a.hidden, self.hd, rg=self.train)
+            x = o.g.input(w.tokens * a.hidden, self.res, rg=self.train)
             locals_ = []
             if not self.emb_leaf:  # inputs_embeds (else the autograd graph keeps it)
                 locals_.append(o.g.input(w.tokens * a.hidden, self.pd, rg=False))

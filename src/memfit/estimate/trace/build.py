@@ -153,12 +153,32 @@ def build_hf_model(
                 ) from exc
             # The architecture has no SDPA path: transformers runs it with eager attention.
             model = cls.from_config(hf, attn_implementation="eager", **kwargs)
+    keep_in_fp32_(model, kwargs["dtype"])
     if workload.is_train:
         model.train()
         _apply_training_techniques(model, workload)
     else:
         model.eval()
     return model
+
+
+def keep_in_fp32_(model: torch.nn.Module, dtype: Any) -> None:
+    """What ``from_pretrained`` does and ``from_config`` does not: parameters matching the
+    model's ``_keep_in_fp32_modules`` (in fp16) or ``_keep_in_fp32_modules_strict`` (in fp16 and
+    bf16) are loaded in fp32 (transformers' ``_get_dtype_plan``; T5 keeps ``wo`` in fp32 under
+    fp16). The patterns are searched in each parameter's name, as the loader does."""
+    plan_of = getattr(model, "_get_dtype_plan", None)
+    if not callable(plan_of) or isinstance(dtype, str):
+        return
+    plan: dict[str, Any] = plan_of(dtype) or {}
+    if not plan:
+        return
+    patterns = [(re.compile(glob.replace("*", ".*")), target) for glob, target in plan.items()]
+    for name, param in model.named_parameters():
+        for pattern, target in patterns:
+            if pattern.search(name):
+                param.data = param.data.to(target)
+                break
 
 
 def _apply_training_techniques(model: torch.nn.Module, workload: WorkloadSpec) -> None:
