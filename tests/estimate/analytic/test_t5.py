@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from tests.conftest import TINY_T5
-from tests.estimate.analytic.test_vs_trace import NET_TOLERANCE, TOLERANCE, _fixed_bytes
+from tests.estimate.analytic.test_vs_trace import TOLERANCE, assert_matches_trace
 
 from memfit.errors import SpecError
 from memfit.estimate.analytic import estimate_analytic, estimate_many
@@ -78,23 +78,7 @@ def trace_hf():
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_t5_analytic_peak_is_within_three_percent_of_the_trace(case, trace_hf) -> None:
     config, overrides = case
-    wl = WorkloadSpec(**{"batch_size": 2, "seq_len": 64, **overrides})
-    traced = trace_hf(config, wl, name="t5")
-    analytic = estimate_analytic(config, wl)
-    error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
-    fixed = _fixed_bytes(wl)
-    net = (analytic.peak_allocated_bytes - fixed) / (traced.peak_allocated_bytes - fixed) - 1
-    detail = (
-        f"{overrides}: analytic {analytic.peak_allocated_bytes} vs trace "
-        f"{traced.peak_allocated_bytes} ({error:+.2%}, {net:+.2%} net), phases "
-        f"{ {k: v.peak_allocated_bytes for k, v in analytic.phases.items()} } vs "
-        f"{ {k: v.peak_allocated_bytes for k, v in traced.phases.items()} }"
-    )
-    assert abs(error) <= TOLERANCE, detail
-    assert abs(net) <= NET_TOLERANCE, detail
-    assert analytic.n_params == traced.n_params
-    assert analytic.n_trainable_params == traced.n_trainable_params
-    assert set(analytic.phases) == set(traced.phases)
+    assert_matches_trace(config, overrides, trace_hf, _ids(case))
 
 
 def test_a_wider_t5_at_a_longer_sequence_stays_within_tolerance(trace_hf) -> None:

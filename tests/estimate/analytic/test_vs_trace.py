@@ -93,15 +93,21 @@ def trace_hf():
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_analytic_peak_is_within_three_percent_of_the_trace(case, trace_hf) -> None:
     family, overrides = case
-    config = TINY[family]
+    assert_matches_trace(TINY[family], overrides, trace_hf, family)
+
+
+def assert_matches_trace(config: dict, overrides: dict, trace_hf, label: str) -> None:
+    """Both engines on ``config`` (batch 2 x 64 tokens unless ``overrides`` say otherwise): peak
+    within ``TOLERANCE``, and within ``NET_TOLERANCE`` without the fixed bytes; exact parameter
+    counts; the same phases."""
     wl = WorkloadSpec(**{"batch_size": 2, "seq_len": 64, **overrides})
-    traced = trace_hf(config, wl, name=family)
+    traced = trace_hf(config, wl, name=label)
     analytic = estimate_analytic(config, wl)
     error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
     fixed = _fixed_bytes(wl)
     net = (analytic.peak_allocated_bytes - fixed) / (traced.peak_allocated_bytes - fixed) - 1
     detail = (
-        f"{family} {overrides}: analytic {analytic.peak_allocated_bytes} vs trace "
+        f"{label} {overrides}: analytic {analytic.peak_allocated_bytes} vs trace "
         f"{traced.peak_allocated_bytes} ({error:+.2%}; {net:+.2%} without the fixed {fixed} B), "
         f"phases { {k: v.peak_allocated_bytes for k, v in analytic.phases.items()} } vs "
         f"{ {k: v.peak_allocated_bytes for k, v in traced.phases.items()} }"

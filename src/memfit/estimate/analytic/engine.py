@@ -151,21 +151,44 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     embeddings = [e for b in blocks for e in b.embedding_shapes]
     opt = optimizer_bytes(wl.optimizer or "none", shapes, grad_bytes, embedding_shapes=embeddings)
     inputs = prog.input_bytes(wl.batch_size, s, True)
-    held_grads = grad_bytes if not wl.zero_grad_set_to_none else 0
-    static = vadd(
-        vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes)),
-        vadd(one(GRADS, held_grads), one(ACTS, inputs)),
-    )
     all_stacks = [Stack(embed, 1), *stacks, Stack(head, 1)]
     view = _rank_view(wl, blocks, counts, a.tie, opt) if _distributed(wl) else None
-    pts, cur = run_stacks(static, all_stacks, backward=False, point=view.fwd if view else None)
-    bpts, end = run_stacks(cur, all_stacks, backward=True, point=view.bwd if view else None)
-    grads = grad_bytes
-    opt_base = vadd(
-        vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes)),
-        vadd(one(GRADS, grads), one(ACTS, inputs)),
+    return training_step(
+        all_stacks,
+        wl,
+        param_bytes=param_bytes,
+        grad_bytes=grad_bytes,
+        opt=opt,
+        inputs=inputs,
+        view=view,
+        n_params=n_params,
+        n_trainable=n_train,
     )
-    optim = vadd(opt_base, one(TEMP, opt.temp_bytes))
+
+
+def training_step(
+    stacks: list[Stack],
+    wl: WorkloadSpec,
+    *,
+    param_bytes: int,
+    grad_bytes: int,
+    opt: Any,
+    inputs: int,
+    view: RankView | None,
+    n_params: int,
+    n_trainable: int,
+) -> Simulated:
+    """The phases of one training step through ``stacks`` (in forward order): forward and
+    backward from the step's static bytes (parameters, optimizer states, gradients kept from the
+    previous step, the inputs), then the optimizer step; ``view``: one data-parallel rank's
+    rewrite of every point."""
+    held = grad_bytes if not wl.zero_grad_set_to_none else 0
+    static = _state(param_bytes, opt.state_bytes, held, inputs)
+    pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
+    bpts, _ = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
+    optim = vadd(
+        _state(param_bytes, opt.state_bytes, grad_bytes, inputs), one(TEMP, opt.temp_bytes)
+    )
     info: dict[str, Any] = {
         "optimizer_state_bytes": opt.state_bytes,
         "paged_bytes": opt.paged_bytes,
@@ -178,8 +201,15 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     return Simulated(
         candidates={"forward": [static, *pts], "backward": [cur, *bpts], "optimizer": [optim]},
         n_params=n_params,
-        n_trainable=n_train,
+        n_trainable=n_trainable,
         info=info,
+    )
+
+
+def _state(param_bytes: int, state_bytes: int, grad_bytes: int, inputs: int) -> Vec:
+    return vadd(
+        vadd(one(PARAMS, param_bytes), one(STATES, state_bytes)),
+        vadd(one(GRADS, grad_bytes), one(ACTS, inputs)),
     )
 
 
@@ -302,4 +332,4 @@ def simulate(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     return simulate_infer(prog, wl, task)
 
 
-__all__ = ["Simulated", "simulate"]
+__all__ = ["Simulated", "simulate", "training_step"]

@@ -47,15 +47,19 @@ from memfit.estimate.analytic.attention import (
     choose_kernel,
 )
 from memfit.estimate.analytic.distributed import RankView, params_of, rank_view
-from memfit.estimate.analytic.engine import ID_BYTES, Simulated, _distributed, hidden_dtype
+from memfit.estimate.analytic.engine import (
+    ID_BYTES,
+    Simulated,
+    _distributed,
+    hidden_dtype,
+    training_step,
+)
 from memfit.estimate.analytic.families import LlamaProgram, Work, cache_kv
 from memfit.estimate.analytic.graph import (
     ACTS,
     DTYPE_BYTES,
-    GRADS,
     KV,
     PARAMS,
-    STATES,
     TEMP,
     Storage,
     Tensor,
@@ -304,20 +308,35 @@ class T5Program(LlamaProgram):
         if bias is None:
             bias = self._position_bias(o, w.q_len, kv, bidirectional=bidirectional)
             o.g.hold(bias)
+        return self._attend(o, x, hn, (q, k, v), bias, w, kv, kind), bias
+
+    def _attend(
+        self,
+        o: Ops,
+        x: Tensor,
+        hn: Tensor,
+        qkv: tuple[Tensor, Tensor, Tensor],
+        bias: Tensor,
+        w: Work,
+        kv_len: int,
+        kind: str,
+    ) -> Tensor:
+        """A sub-layer's attention core, ``o`` projection, dropout and residual add."""
+        a = self.a
         shape = AttnShape(
             batch=w.batch,
             n_heads=a.n_heads,
             n_kv=a.n_heads,
             head_dim=a.head_dim,
             q_len=w.q_len,
-            kv_len=kv,
+            kv_len=kv_len,
         )
-        out = self._attention(o, q, k, v, bias, shape, w.impl, kind=kind)
-        out = o.linear(out, inner, d, name="o")
-        o.release_locals(q, k, v)
+        out = self._attention(o, *qkv, bias, shape, w.impl, kind=kind)
+        out = o.linear(out, self.inner, a.hidden, name="o")
+        o.release_locals(*qkv)
         o.g.touch(hn)
         out = o.dropout(out, self.p)
-        return self._clamp(o, o.add(x, out)), bias
+        return self._clamp(o, o.add(x, out))
 
     def _clamp(self, o: Ops, x: Tensor) -> Tensor:
         """fp16 hidden states are clamped after every sub-layer (``isinf().any()``, ``where``,
@@ -421,20 +440,7 @@ class T5Program(LlamaProgram):
             zeros = o.new(a.n_heads * w.q_len * cw.kv_len, o.cdtype)
             zeros.rg = cross_rg
             o.g.hold(zeros)
-        shape = AttnShape(
-            batch=w.batch,
-            n_heads=a.n_heads,
-            n_kv=a.n_heads,
-            head_dim=a.head_dim,
-            q_len=w.q_len,
-            kv_len=cw.kv_len,
-        )
-        out = self._attention(o, q, k, v, zeros, shape, w.impl, kind="dense")
-        out = o.linear(out, inner, d, name="o")
-        o.release_locals(q, k, v)
-        o.g.touch(hn)
-        out = o.dropout(out, self.p)
-        return self._clamp(o, o.add(x, out)), zeros
+        return self._attend(o, x, hn, (q, k, v), zeros, w, cw.kv_len, "dense"), zeros
 
     # ------------------------------------------------------------------ composition
     def simulate(self, wl: WorkloadSpec, task: str) -> Simulated:
@@ -774,34 +780,16 @@ class _T5Step:
         opt = optimizer_bytes(
             wl.optimizer or "none", shapes, grad_bytes, embedding_shapes=embeddings
         )
-        inputs = self.prog.input_bytes(wl.batch_size, wl.seq_len, True)
-        held = grad_bytes if not wl.zero_grad_set_to_none else 0
-        static = vadd(
-            vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes)),
-            vadd(one(GRADS, held), one(ACTS, inputs)),
-        )
-        view = self._rank_view(stacks, len(enc), opt) if _distributed(wl) else None
-        pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
-        bpts, _ = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
-        base = vadd(
-            vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes)),
-            vadd(one(GRADS, grad_bytes), one(ACTS, inputs)),
-        )
-        optim = vadd(base, one(TEMP, opt.temp_bytes))
-        info: dict[str, Any] = {
-            "optimizer_state_bytes": opt.state_bytes,
-            "paged_bytes": opt.paged_bytes,
-        }
-        if view is not None:
-            static, optim = view.point(static), view.point(optim, optimizer=True)
-            cur = view.point(cur, backward=True)
-            info["host_bytes"] = view.host_bytes
-            info["optimizer_state_bytes"] = view.states_bytes
-        return Simulated(
-            candidates={"forward": [static, *pts], "backward": [cur, *bpts], "optimizer": [optim]},
+        return training_step(
+            stacks,
+            wl,
+            param_bytes=param_bytes,
+            grad_bytes=grad_bytes,
+            opt=opt,
+            inputs=self.prog.input_bytes(wl.batch_size, wl.seq_len, True),
+            view=self._rank_view(stacks, len(enc), opt) if _distributed(wl) else None,
             n_params=n,
             n_trainable=n_train,
-            info=info,
         )
 
     def _rank_view(self, stacks: list[Stack], dec_embed: int, opt: Any) -> RankView:
