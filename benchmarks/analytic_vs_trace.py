@@ -143,6 +143,24 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
         {"mode": "infer", "batch_size": 1, "seq_len": 2048, "new_tokens": 16, "gpus": 4, "tp": 4},
         True,
     ),
+    # two towers and a contrastive loss (CLIP)
+    ("clip-vit-large-patch14", {"batch_size": 32, "seq_len": 77}, False),
+    (
+        "clip-vit-large-patch14",
+        {"batch_size": 32, "seq_len": 77, "lora_rank": 16, "checkpointing": "full"},
+        False,
+    ),
+    (
+        "clip-vit-large-patch14",
+        {
+            "mode": "infer",
+            "batch_size": 64,
+            "seq_len": 77,
+            "precision": "fp32",
+            "attention": "eager",
+        },
+        False,
+    ),
 ]
 
 

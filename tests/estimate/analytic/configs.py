@@ -141,3 +141,27 @@ TINY["falcon-40b"] = dict(  # new_decoder_architecture: grouped K/V, two LayerNo
     TINY_FALCON, new_decoder_architecture=True, num_kv_heads=2, num_attention_heads=8
 )
 TINY["bloom"] = TINY_BLOOM
+
+#: CLIP: two towers of different widths and depths (the vision tower: 65 positions of 8x8
+#: patches), a projection narrower than both.
+TINY_CLIP = dict(
+    model_type="clip",
+    architectures=["CLIPModel"],
+    projection_dim=48,
+    text_config=dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        vocab_size=500,
+    ),
+    vision_config=dict(
+        hidden_size=96,
+        intermediate_size=192,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        image_size=64,
+        patch_size=8,
+    ),
+)
+TINY["clip"] = TINY_CLIP

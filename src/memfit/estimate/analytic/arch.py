@@ -31,6 +31,7 @@ FAMILY_OF = {
     "roberta": "bert",
     "t5": "t5",
     "vit": "vit",
+    "clip": "clip",
 }
 
 
@@ -270,8 +271,15 @@ def _read_bloom(config: dict[str, Any], family: str, model_type: str) -> Arch:
     )
 
 
+def _read_clip(config: dict[str, Any], family: str, model_type: str) -> Arch:
+    from memfit.estimate.analytic.families_clip import read_clip
+
+    return read_clip(config, family, model_type)
+
+
 _READERS: dict[str, Any] = {
     "t5": _read_t5,
+    "clip": _read_clip,
     "falcon": _read_falcon,
     "bloom": _read_bloom,
     "phi": _read_phi,

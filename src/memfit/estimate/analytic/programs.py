@@ -7,6 +7,7 @@ from typing import Any
 from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.families import LlamaProgram
+from memfit.estimate.analytic.families_clip import ClipProgram
 from memfit.estimate.analytic.families_enc import BertProgram, ViTProgram
 from memfit.estimate.analytic.families_falcon import BloomProgram, FalconProgram
 from memfit.estimate.analytic.families_gpt import (
@@ -35,6 +36,7 @@ PROGRAMS: dict[str, Any] = {
     "falcon": FalconProgram,
     "bloom": BloomProgram,
     "t5": T5Program,
+    "clip": ClipProgram,
 }
 
 
