@@ -141,6 +141,10 @@ TINY["falcon-40b"] = dict(  # new_decoder_architecture: grouped K/V, two LayerNo
     TINY_FALCON, new_decoder_architecture=True, num_kv_heads=2, num_attention_heads=8
 )
 TINY["bloom"] = TINY_BLOOM
+#: falcon-rw-1b's layout: ALiBi instead of rotary, a K/V head per query head, the MLP after the
+#: attention residual, biases; and its multi-query variant.
+TINY["falcon-rw"] = dict(TINY_FALCON, alibi=True, multi_query=False, parallel_attn=False, bias=True)
+TINY["falcon-rw-mq"] = dict(TINY["falcon-rw"], multi_query=True)
 
 #: CLIP: two towers of different widths and depths (the vision tower: 65 positions of 8x8
 #: patches), a projection narrower than both.

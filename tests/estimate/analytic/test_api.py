@@ -88,6 +88,9 @@ def test_settings_not_modelled_raise_a_spec_error_naming_them() -> None:
         estimate_analytic(TINY["llama"], WorkloadSpec(freeze_layers=9))
     with pytest.raises(SpecError, match=r"new_tokens \(4\) needs a generative model"):
         estimate_analytic(TINY["bert"], WorkloadSpec(mode="infer", new_tokens=4))
+    alibi_40b = dict(TINY["falcon-40b"], alibi=True)
+    with pytest.raises(SpecError, match=r"alibi=true and new_decoder_architecture=true.*trace"):
+        estimate_analytic(alibi_40b, WorkloadSpec())
 
 
 def test_flash_attention_removes_the_quadratic_term() -> None:

@@ -48,6 +48,7 @@ CASES = [
     (TINY_T5, {"optimizer": "adafactor", "precision": "fp32"}),
     (TINY_T5, {"mode": "infer", "new_tokens": 4}),
     (TINY_T5, {"mode": "infer", "new_tokens": 1}),
+    (TINY_T5, {"mode": "infer", "new_tokens": 4, "precision": "amp-bf16"}),
     (TINY_T5, {"mode": "infer", "new_tokens": 6, "attention": "eager", "precision": "fp32"}),
     (TINY_FLAN, {}),
     (TINY_FLAN, {"precision": "amp-bf16", "checkpointing": "full"}),

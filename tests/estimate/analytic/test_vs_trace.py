@@ -38,6 +38,11 @@ CASES = [
     ("llama", {"zero_grad_set_to_none": False}),
     ("llama", {"mode": "infer", "new_tokens": 6}),
     ("llama", {"mode": "infer", "precision": "fp32"}),
+    # autocast caches every weight cast until generation ends; fp32 rotary keys make the
+    # value cache fp32 too (DynamicLayer's empty caches take the keys' dtype)
+    ("llama", {"mode": "infer", "new_tokens": 4, "precision": "amp-bf16"}),
+    ("gpt2", {"mode": "infer", "new_tokens": 3, "precision": "amp-fp16"}),
+    ("bert", {"mode": "infer", "precision": "amp-bf16"}),
     ("qwen2", {}),
     ("qwen2", {"mode": "infer", "new_tokens": 3}),
     ("mistral", {"precision": "fp16", "attention": "flash"}),
@@ -66,6 +71,7 @@ CASES = [
     ("bert", {"precision": "fp32", "attention": "eager"}),
     ("bert", {"mode": "infer"}),
     ("roberta", {"lora_rank": 4}),
+    ("roberta", {"lora_rank": 4, "precision": "amp-bf16"}),
     ("vit", {}),
     ("vit", {"mode": "infer"}),
     ("falcon", {}),
@@ -74,6 +80,12 @@ CASES = [
     ("falcon-40b", {}),
     ("bloom", {}),
     ("bloom", {"mode": "infer", "new_tokens": 4}),
+    ("falcon-rw", {}),
+    ("falcon-rw", {"attention": "eager", "precision": "amp-bf16"}),
+    ("falcon-rw", {"mode": "infer", "new_tokens": 4}),
+    ("falcon-rw", {"mode": "infer", "new_tokens": 4, "attention": "eager"}),
+    ("falcon-rw-mq", {"attention": "eager"}),
+    ("falcon-rw-mq", {"mode": "infer", "new_tokens": 4}),
 ]
 
 
@@ -119,6 +131,36 @@ def assert_matches_trace(config: dict, overrides: dict, trace_hf, label: str) ->
     assert analytic.n_params == traced.n_params
     assert analytic.n_trainable_params == traced.n_trainable_params
     assert set(analytic.phases) == set(traced.phases)
+
+
+#: Tensors that Hugging Face's module code keeps referenced although no backward saves them: an
+#: argument until the call returns (BLOOM's ``layernorm_output``, peft's input), a local rebound
+#: only after the next call (BERT's ``hidden_states``), a returned tuple (BERT's
+#: ``self_outputs``), the model's ``embedding_output`` when a frozen first layer saves nothing of
+#: it. Each missing one was 1.5-4 % of these net peaks (BLOOM's prefill -1.6 %, RoBERTa with
+#: LoRA -2.8 %, with LoRA under AMP -6.5 %: peft's fp32 copy of a half input); what remains is
+#: the caching allocator's 512-byte rounding of small tensors (LayerNorm statistics, biases),
+#: which the analytic engine does not model: hence 1 % (measured: within 0.7 %).
+LOCALS_CASES = [
+    ("bloom", {"mode": "infer", "new_tokens": 4}),
+    ("bloom", {}),
+    ("roberta", {"lora_rank": 4}),
+    ("roberta", {"lora_rank": 4, "precision": "amp-bf16"}),
+    ("roberta", {"mode": "infer"}),
+    ("bert", {"freeze_layers": 1}),
+    ("falcon-rw", {"mode": "infer", "new_tokens": 4}),
+    ("falcon-rw", {"attention": "eager"}),
+    ("falcon-rw-mq", {"mode": "infer", "new_tokens": 4, "attention": "eager"}),
+    ("falcon-40b", {"mode": "infer", "new_tokens": 4}),
+]
+LOCALS_NET_TOLERANCE = 0.01
+
+
+@pytest.mark.parametrize("case", LOCALS_CASES, ids=[_ids(c) for c in LOCALS_CASES])
+def test_tensors_module_code_keeps_referenced_stay_alive(case, trace_hf) -> None:
+    family, overrides = case
+    wl = WorkloadSpec(**{"batch_size": 2, "seq_len": 64, **overrides})
+    _compare(trace_hf, TINY[family], wl, net_tolerance=LOCALS_NET_TOLERANCE)
 
 
 def test_a_larger_held_out_config_stays_within_tolerance(trace_hf) -> None:

@@ -58,9 +58,11 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
     tied = kw.pop("tied", False)
     lm_head_trainable = kw.pop("lm_head_trainable", True)
     freeze_tokens = kw.pop("freeze_tokens", False)
+    casts_exist = kw.pop("casts_exist", False)
 
     def build(o: Ops) -> tuple[Any, list[Any]]:
         o.lm_head_trainable = lm_head_trainable
+        o.casts_exist = casts_exist
         o.quant = wl.quant if wl.quant != "none" else None
         o.quant_group_size = wl.quant_group_size
         o.in_repeated_block = kind == "layer"
@@ -107,6 +109,7 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         task=task,
         train=True,
         use_cache=prog.use_cache and wl.checkpointing == "none",
+        checkpointed=wl.checkpointing != "none",
     )
     frozen = wl.freeze_layers
     lora = wl.lora_rank is not None
@@ -242,12 +245,21 @@ def _trainable_shapes(
     return out
 
 
-def _infer_blocks(prog: Any, wl: WorkloadSpec, w: Work) -> list[Stack]:
+def _infer_blocks(
+    prog: Any, wl: WorkloadSpec, w: Work, *, casts_exist: bool = False
+) -> list[Stack]:
+    """``casts_exist``: a later pass of a generation under autocast, whose weight casts the
+    first pass left in autocast's cache."""
     a = prog.a
-    embed = _block(prog, "embed", wl, w)
-    layer = _block(prog, "layer", wl, w)
-    head = _block(prog, "head", wl, w)
+    embed = _block(prog, "embed", wl, w, casts_exist=casts_exist)
+    layer = _block(prog, "layer", wl, w, casts_exist=casts_exist)
+    head = _block(prog, "head", wl, w, casts_exist=casts_exist)
     return [Stack(embed, 1), Stack(layer, a.n_layers // prog.period), Stack(head, 1)]
+
+
+def cast_cache_bytes(stacks: list[Stack]) -> int:
+    """Bytes of the weight casts autocast keeps cached after these inference stacks."""
+    return sum(st.profile.cast_bytes * st.count for st in stacks)
 
 
 def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
@@ -283,7 +295,8 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     first = "prefill" if generative else "forward"
     phases = {first: [static if view is None else view.point(static), *pts]}
     if generative:
-        phases["decode"] = _decode_points(prog, wl, task, static, cur, view)
+        casts = one(ACTS, cast_cache_bytes(stacks))
+        phases["decode"] = _decode_points(prog, wl, task, vadd(static, casts), cur, view)
     info = {"host_bytes": view.host_bytes} if view is not None else {}
     return Simulated(candidates=phases, n_params=n_params, n_trainable=0, info=info)
 
@@ -292,7 +305,8 @@ def _decode_points(
     prog: Any, wl: WorkloadSpec, task: str, static: Vec, after_prefill: Vec, view: Any = None
 ) -> list[Vec]:
     """After the prefill the model output (its last-position logits) is dropped and one token id
-    per sequence is kept; each decode step grows every layer's cache by one token."""
+    per sequence is kept; each decode step grows every layer's cache by one token. ``static``
+    includes the weight casts autocast caches for the whole generation."""
     b, s = wl.batch_size, wl.seq_len
     a = prog.a
     token = one(ACTS, b * ID_BYTES)
@@ -313,7 +327,7 @@ def _decode_points(
         use_cache=prog.use_cache,
         logits_to_keep=1,
     )
-    stacks = _infer_blocks(prog, wl, w)
+    stacks = _infer_blocks(prog, wl, w, casts_exist=True)
     per_layer_token = stacks[1].profile.fwd_end[KV] // prog.period
     kv_before = per_layer_token * (total - 1) * a.n_layers if prog.use_cache else 0
     base = vadd(vadd(static, one(KV, kv_before)), token)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.attention import AttnShape, attention
 from memfit.estimate.analytic.graph import KV, Tensor
-from memfit.estimate.analytic.ops import Ops
+from memfit.estimate.analytic.ops import Ops, promote
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +32,7 @@ class Work:
     train: bool
     use_cache: bool = False  # the model keeps K/V in a DynamicCache
     logits_to_keep: int = 0  # 0: all positions; generate() keeps 1
+    checkpointed: bool = False  # layers run under activation checkpointing (training)
 
     @property
     def tokens(self) -> int:
@@ -104,10 +105,13 @@ def cache_kv(o: Ops, w: Work, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     out = []
     for t in (k, v):
         per_token = t.numel // w.q_len
+        # ``lazy_initialization`` makes both empty caches in the keys' dtype and ``cat``
+        # promotes: under autocast, fp32 rotary keys make the value cache fp32 too
+        dtype = promote(k.dtype, t.dtype)
         parts = [t]
         if old_len > 0:
-            parts.insert(0, o.g.input(per_token * old_len, t.dtype, rg=False, comp=KV))
-        (c,) = o.g.op(parts, [(per_token * w.kv_len, t.dtype)])
+            parts.insert(0, o.g.input(per_token * old_len, dtype, rg=False, comp=KV))
+        (c,) = o.g.op(parts, [(per_token * w.kv_len, dtype)])
         if not w.train:
             c.storage.comp = KV
         o.g.hold(c)
@@ -249,6 +253,7 @@ def lm_head_and_loss(o: Ops, x: Tensor, w: Work, a: Arch, *, bias: bool = False)
     model output (``out.logits``) until the step ends. Inference keeps ``logits_to_keep`` rows and
     ``generate()`` copies the last one to fp32."""
     keep = w.logits_to_keep
+    hidden = x
     if keep:
         x = o.unary(x)  # hidden_states[:, -keep:, :] (a view; a copy under no_grad is freed)
         x.numel = w.batch * keep * a.hidden
@@ -268,6 +273,7 @@ def lm_head_and_loss(o: Ops, x: Tensor, w: Work, a: Arch, *, bias: bool = False)
     if not w.train:
         if keep:  # generate(): next_token_logits = logits[:, -1, :].to(copy=True, dtype=fp32)
             o.g.hold(o.unary(logits, dtype="f32"))
+        o.g.touch(hidden)
         return [logits]
     lf = o.cast(logits, "f32")
     labels = o.new(w.tokens, "i64")  # nn.functional.pad(labels, (0, 1)) then a contiguous slice
@@ -275,4 +281,5 @@ def lm_head_and_loss(o: Ops, x: Tensor, w: Work, a: Arch, *, bias: bool = False)
     o._save_outputs(logp)
     (loss,) = o.g.op([logp, labels], [(1, "f32")])
     o.g.hold(loss)
+    o.g.touch(hidden)  # ``outputs.last_hidden_state``: referenced until the forward returns
     return [logits, loss]

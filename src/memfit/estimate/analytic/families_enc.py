@@ -34,6 +34,7 @@ class BertProgram(LlamaProgram):
     def embed(self, o: Ops, w: Work) -> tuple[Tensor, Shared]:
         a = self.a
         n = w.tokens * a.hidden
+        first_frozen = o.freeze_token_embedding or o.lora is not None  # freeze_layers or LoRA
         if self.roberta:  # create_position_ids_from_input_ids: ne, int, cumsum, type_as, *, +
             ids = [o.new(w.tokens, dt) for dt in ("bool", "i32", "i32", "i32", "i32", "i64")]
             o.g.touch(*ids)
@@ -45,7 +46,7 @@ class BertProgram(LlamaProgram):
         x = o.add(x, pos)
         x = o.dropout(o.layer_norm(x, a.hidden), a.emb_dropout)
         o.g.hold(x)
-        keep_local(o, w, x)
+        self._embedding_local = keep_local(o, w, x, first_layer_frozen=first_frozen)
         del n
         return x, Shared()
 
@@ -58,13 +59,18 @@ class BertProgram(LlamaProgram):
         q = o.linear(x, h, h, bias=True, name="query")
         k = o.linear(x, h, h, bias=True, name="key")
         v = o.linear(x, h, h, bias=True, name="value")
-        out = attention(o, q, k, v, attn_shape(a, w), impl=w.impl, dropout_p=a.attn_dropout)
+        att = attention(o, q, k, v, attn_shape(a, w), impl=w.impl, dropout_p=a.attn_dropout)
         o.release_locals(q, k, v)
-        out = o.dropout(o.linear(out, h, h, bias=True, name="dense"), a.resid_dropout)
+        out = o.dropout(o.linear(att, h, h, bias=True, name="dense"), a.resid_dropout)
         x = o.layer_norm(o.add(out, x), h)
-        m = o.act(o.linear(x, h, a.ffn, bias=True, name="dense"), ACT_KIND.get(a.act, "gelu"))
-        m = o.dropout(o.linear(m, a.ffn, h, bias=True, name="dense"), a.resid_dropout)
-        return o.layer_norm(o.add(m, x), h)
+        # Until that LayerNorm returns: BertAttention's ``self_outputs`` and BertSelfOutput's
+        # ``hidden_states``; likewise BertLayer's ``intermediate_output`` and BertOutput's.
+        o.g.touch(att, out)
+        inter = o.act(o.linear(x, h, a.ffn, bias=True, name="dense"), ACT_KIND.get(a.act, "gelu"))
+        m = o.dropout(o.linear(inter, a.ffn, h, bias=True, name="dense"), a.resid_dropout)
+        out = o.layer_norm(o.add(m, x), h)
+        o.g.touch(inter, m, x)  # and BertLayer's ``attention_output`` (x) until it returns
+        return out
 
     def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
         a = self.a
@@ -72,6 +78,8 @@ class BertProgram(LlamaProgram):
         pooled = o.linear(first, a.hidden, a.hidden, bias=True, name="dense")
         (pooled,) = o.g.op([pooled], [(pooled.numel, pooled.dtype)])  # tanh saves its output
         o._save_outputs(pooled)
+        if getattr(self, "_embedding_local", False):  # BertModel.forward returns: its local
+            o.g.touch(o.g.input(w.tokens * a.hidden, o.pdtype, rg=False))  # goes
         pooled = o.dropout(pooled, a.resid_dropout)
         logits = o.linear(pooled, a.hidden, N_LABELS, bias=True, name="classifier")
         o.g.hold(logits)
@@ -170,12 +178,16 @@ class ViTProgram(BertProgram):
         return [logits, loss]
 
 
-def keep_local(o: Ops, w: Work, x: Tensor) -> None:
+def keep_local(o: Ops, w: Work, x: Tensor, *, first_layer_frozen: bool = False) -> bool:
     """``embedding_output`` stays referenced by a local of ``*Model.forward`` until the forward
-    returns. Training saves it anyway (the first layer's LayerNorm/linears); under no_grad it is
-    one more tensor of its size alive through the forward: counted by holding a copy."""
-    if not w.train and x.dtype != "i64":
+    returns. Training saves it anyway (the first layer's linears) unless that layer is frozen
+    (``freeze_layers``, or LoRA's frozen base weights: what they save is the weights, or LoRA's
+    fp32 copy); then, and under no_grad, it is one more tensor of its size alive through the
+    forward: counted by holding a copy (returns whether it did)."""
+    if (not w.train or first_layer_frozen) and x.dtype != "i64":
         o.g.hold(o.new(x.numel, x.dtype))
+        return True
+    return False
 
 
 def promote_of(o: Ops, a: Tensor, b: Tensor) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
-from memfit.estimate.analytic.attention import _softmax, attention
+from memfit.estimate.analytic.attention import _softmax, attention, choose_kernel
 from memfit.estimate.analytic.families import (
     LlamaProgram,
     Shared,
@@ -26,6 +26,7 @@ from memfit.estimate.analytic.families import (
     keep_local,
     lm_head_and_loss,
     rope,
+    rotary_tables,
 )
 from memfit.estimate.analytic.families_gpt import ACT_KIND
 from memfit.estimate.analytic.graph import DTYPE_BYTES
@@ -50,15 +51,16 @@ def falcon_shape(config: dict[str, Any]) -> tuple[int, int]:
     return 3 * heads, heads
 
 
-def previous_attn_weights(o: Ops, w: Work, a: Arch) -> list[Tensor]:
+def previous_attn_weights(o: Ops, w: Work, a: Arch, dtype: str) -> list[Tensor]:
     """Eager Falcon/BLOOM blocks return ``(hidden_states, attn_weights)`` and the model's loop
     keeps that tuple in ``outputs`` until the next block returns: under no_grad the previous
-    block's attention probabilities (compute dtype) are alive through this block. (Training saves
-    them for ``bmm``'s backward anyway.) Counted as a tensor of that size alive from the block's
-    start; every block is alike, so the first block's peak stands for all."""
+    block's attention probabilities (``dtype``: Falcon's softmax returns the hidden states' dtype,
+    BLOOM casts to the query's) are alive through this block. (Training saves them for ``bmm``'s
+    backward anyway.) Counted as a tensor of that size alive from the block's start; every block
+    is alike, so the first block's peak stands for all."""
     if w.train:
         return []
-    return [o.new(w.batch * a.n_heads * w.q_len * w.kv_len, o.cdtype)]
+    return [o.new(w.batch * a.n_heads * w.q_len * w.kv_len, dtype)]
 
 
 class FalconProgram(LlamaProgram):
@@ -70,10 +72,6 @@ class FalconProgram(LlamaProgram):
     def __init__(self, a: Arch) -> None:
         super().__init__(a)
         e = a.extra
-        if e.get("alibi"):
-            raise SpecError(
-                "Falcon with alibi=true is not modelled by the analytic engine; use --engine trace"
-            )
         self.new_arch = bool(e.get("new_decoder_architecture", False))
         self.parallel = bool(e.get("parallel_attn", True))
         self.bias = bool(e.get("bias", False))
@@ -86,10 +84,12 @@ class FalconProgram(LlamaProgram):
         return x_dtype if w.impl == "eager" else "bool"
 
     def _linear(self, o: Ops, x: Tensor, n_in: int, n_out: int, name: str) -> Tensor:
-        """``FalconLinear``: ``input @ weight.T`` then ``+ bias`` (a second tensor)."""
+        """``FalconLinear``: ``input @ weight.T`` then ``+ bias`` (a second tensor, while the
+        input, an argument, is still referenced)."""
         out = o.linear(x, n_in, n_out, name=name)
         if self.bias:
             out = o.add(out, o.weight(n_out))
+            o.g.touch(x)
         return out
 
     def _qkv(self, o: Ops, hn: Tensor, w: Work) -> tuple[Tensor, Tensor, Tensor]:
@@ -116,23 +116,13 @@ class FalconProgram(LlamaProgram):
     def layer(self, o: Ops, x: Tensor, w: Work, sh: Shared, index: int = 0) -> Tensor:
         a = self.a
         h = a.hidden
-        prev = previous_attn_weights(o, w, a) if w.impl == "eager" else []
+        prev = previous_attn_weights(o, w, a, o.pdtype) if w.impl == "eager" else []
         hn = o.layer_norm(x, h)
         hn_mlp = o.layer_norm(x, h) if self.two_ln else hn
-        q, k, v = self._qkv(o, hn, w)
-        assert sh.cos is not None and sh.sin is not None
-        q = rope(o, q, sh.cos, sh.sin, a.head_dim, a.head_dim)
-        k = rope(o, k, sh.cos, sh.sin, a.head_dim, a.head_dim)
-        k, v = cache_kv(o, w, k, v)
         self._probs: list[Tensor] = []
-        if w.impl == "eager":
-            out = self._eager(o, q, k, v, w, sh.mask)
-        else:
-            # flash takes the single K/V head natively and handles the causal mask itself
-            mask = sh.mask if w.impl != "flash" else None
-            out = attention(o, q, k, v, attn_shape(a, w), impl=w.impl, mask=mask)
+        out = self._attention(o, hn, w, sh)
         out = self._linear(o, out, a.q_dim, h, "dense")
-        o.release_locals(q, k, v)
+        o.release_locals()
         if not self.new_arch and not self.parallel:
             x = o.add(x, o.dropout(out, float(a.extra.get("attention_dropout", 0.0))))
             hn_mlp = o.layer_norm(x, h)
@@ -143,8 +133,24 @@ class FalconProgram(LlamaProgram):
             # ``mlp_output += attention_output``: in place (m's storage), AddBackward saves nothing
             (m,) = o.g.op([m, out], [(m.numel, m.dtype)], view_of=m)
         out_ = o.add(x, o.dropout(m, a.resid_dropout))
-        o.g.touch(hn, *prev, *self._probs)
+        # FalconDecoderLayer's locals: both LayerNorm outputs and ``attention_output``
+        o.g.touch(hn, hn_mlp, out, *prev, *self._probs)
         return out_
+
+    def _attention(self, o: Ops, hn: Tensor, w: Work, sh: Shared) -> Tensor:
+        """``FalconAttention`` up to ``dense``: fused QKV, rotary q/k, the cache, the core."""
+        a = self.a
+        q, k, v = self._qkv(o, hn, w)
+        assert sh.cos is not None and sh.sin is not None
+        q = rope(o, q, sh.cos, sh.sin, a.head_dim, a.head_dim)
+        k = rope(o, k, sh.cos, sh.sin, a.head_dim, a.head_dim)
+        k, v = cache_kv(o, w, k, v)
+        o.locals += [q, k, v]
+        if w.impl == "eager":
+            return self._eager(o, q, k, v, w, sh.mask)
+        # flash takes the single K/V head natively and handles the causal mask itself
+        mask = sh.mask if w.impl != "flash" else None
+        return attention(o, q, k, v, attn_shape(a, w), impl=w.impl, mask=mask)
 
     def _eager(
         self, o: Ops, q: Tensor, k: Tensor, v: Tensor, w: Work, mask: Tensor | None
@@ -170,6 +176,148 @@ class FalconProgram(LlamaProgram):
 
     def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
         return lm_head_and_loss(o, o.layer_norm(x, self.a.hidden), w, self.a)
+
+
+class FalconAlibiProgram(FalconProgram):
+    """Falcon-RW layers (``alibi: true``; ``new_decoder_architecture`` off). ``FalconModel`` builds
+    the (B·H, 1, kv) ALiBi bias from an all-ones mask and folds it into the causal mask once —
+    ``masked_fill(alibi / sqrt(head_dim), causal_mask < -1, min)``: one (B, H, q, kv) float tensor
+    every layer reads. No rotary (the model still computes the tables). SDPA passes that tensor as
+    ``attn_mask`` (memory-efficient kernel, under autocast a half copy it saves); eager attention
+    casts the scores to fp32, adds the bias, then the mask, and ``softmax(dtype=hidden dtype)``."""
+
+    def __init__(self, a: Arch) -> None:
+        super().__init__(a)
+        if self.new_arch:
+            raise SpecError(
+                "Falcon with alibi=true and new_decoder_architecture=true is not modelled by the "
+                "analytic engine; use --engine trace"
+            )
+
+    def mask_dtype(self, w: Work, x_dtype: str) -> str | None:
+        return x_dtype
+
+    def _mask_numel(self, w: Work) -> int:
+        return w.batch * self.a.n_heads * w.q_len * w.kv_len
+
+    def embed(self, o: Ops, w: Work) -> tuple[Tensor, Shared]:
+        a = self.a
+        x = o.embedding(w.tokens, a.vocab, a.hidden)
+        o.g.hold(x)
+        keep_local(o, w, x)  # ``inputs_embeds``
+        ones = o.new(w.batch * w.kv_len, "i64")  # ``mask``: a local of FalconModel.forward
+        o.g.hold(ones)
+        # build_alibi_tensor: ``slopes.bfloat16() * ((mask.cumsum(-1) - 1) * mask)``, .to(dtype)
+        positions = o.new(w.batch * w.kv_len, "i64")
+        slopes = o.new(a.n_heads, "bf16")
+        (alibi,) = o.g.op([positions, slopes], [(w.batch * a.n_heads * w.kv_len, "bf16")])
+        alibi = o.cast(alibi, x.dtype)
+        o.g.hold(alibi)
+        shared = Shared(bias=alibi)
+        bool_mask = o.new(w.q_len * w.kv_len, "bool")  # create_causal_mask (SDPA: a bool mask)
+        (mask,) = o.g.op([bool_mask], [(w.batch * w.q_len * w.kv_len, x.dtype)])  # torch.where
+        (scaled,) = o.g.op([alibi], [(alibi.numel, x.dtype)])  # alibi / sqrt(head_dim)
+        (below,) = o.g.op([mask], [(w.batch * w.q_len * w.kv_len, "bool")])  # causal_mask < -1
+        (shared.mask,) = o.g.op([scaled, below, mask], [(self._mask_numel(w), x.dtype)])
+        o.g.hold(shared.mask)
+        o.g.freed_at_backward.append(shared.mask)  # where backward needs it (see ``head``)
+        shared.cos, shared.sin = rotary_tables(o, w, a.head_dim, x.dtype)
+        return x, shared
+
+    def shared_for_layer(self, o: Ops, w: Work, x_dtype: str) -> Shared:
+        alibi = o.g.external(w.batch * self.a.n_heads * w.kv_len, x_dtype)
+        return Shared(bias=alibi, mask=o.g.external(self._mask_numel(w), x_dtype))
+
+    def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
+        """``ln_f``, then FalconModel.forward returns: the tensors its embed step built are freed
+        — the mask too, unless backward still needs it: every layer's memory-efficient SDPA
+        saved it, or checkpointed layers hold it as an argument of their recomputation."""
+        a = self.a
+        x = o.layer_norm(x, a.hidden)
+        dt = o.pdtype  # the embeddings' dtype
+        built = [(w.batch * w.kv_len, "i64"), (w.batch * a.n_heads * w.kv_len, dt)]
+        built += [(self._rope_numel(w), dt)] * 2
+        saved = not o.autocast and self._kernel(o, w) == "efficient"
+        if not (w.train and (saved or w.checkpointed)):
+            built.append((self._mask_numel(w), dt))
+        o.g.touch(*(o.g.input(n, dtype, rg=False) for n, dtype in built))
+        return lm_head_and_loss(o, x, w, a)
+
+    def _rope_numel(self, w: Work) -> int:
+        return (w.kv_len if w.q_len > 1 else 1) * self.a.head_dim
+
+    def _kernel(self, o: Ops, w: Work) -> str:
+        return choose_kernel(o, attn_shape(self.a, w), impl=w.impl, masked=True, gqa=False)
+
+    def _attention(self, o: Ops, hn: Tensor, w: Work, sh: Shared) -> Tensor:
+        """``_split_heads`` then ``transpose(1, 2).reshape`` to the same shape: q, k, v are views
+        of the fused projection, but multi-query's ``[..., [-2], :]`` / ``[-1]`` (advanced
+        indexing: copies); then the cache and the attention core."""
+        a = self.a
+        fused = self._linear(o, hn, a.hidden, self.fused_heads * a.head_dim, "query_key_value")
+        (q,) = o.g.op(
+            [fused], [(fused.numel // self.fused_heads * a.n_heads, fused.dtype)], view_of=fused
+        )
+        if a.n_kv == 1:
+            k, v = (o.unary(o.slice(fused, 1, self.fused_heads)) for _ in range(2))
+        else:
+            k, v = (o.slice(fused, a.n_heads, self.fused_heads) for _ in range(2))
+        k, v = cache_kv(o, w, k, v)
+        o.locals += [fused, q, k, v]
+        assert sh.mask is not None and sh.bias is not None
+        if w.impl == "eager":
+            return self._eager_alibi(o, q, k, v, w, sh.bias, sh.mask)
+        q, k, v = (o._ac(t) for t in (q, k, v))  # SDPA is on autocast's half list
+        mask = None if w.impl == "flash" else o._ac(sh.mask)
+        out = attention(
+            o, q, k, v, attn_shape(a, w), impl=w.impl, mask=mask, dropout_p=a.attn_dropout
+        )
+        node = o.g.nodes[-1]
+        if mask is not None and node.rg and node.matmul:  # the kernel saves its attn_bias
+            node.saves.append(mask)
+        return out
+
+    def _eager_alibi(
+        self, o: Ops, q: Tensor, k: Tensor, v: Tensor, w: Work, alibi: Tensor, mask: Tensor
+    ) -> Tensor:
+        """``query @ key.T``; ``.to(float32)`` of half scores; ``+ alibi``, ``*=`` scale in place,
+        ``softmax(+ mask, dtype=hidden dtype)``; ``@ value``; ``_merge_heads`` (a copy unless one
+        query). The scores in each dtype stay locals until the attention returns."""
+        a = self.a
+        n_rep = a.n_heads // a.n_kv
+        loose = not w.use_cache and a.n_kv > 1 and w.kv_len > 1  # K/V still views of fused
+        qm = self._bmm_operand(o, q, w, strided=w.q_len > 1 or a.n_kv == 1)
+        km = self._bmm_operand(o, k, w, strided=loose, n_rep=n_rep)
+        raw = o.matmul(qm, km, self._mask_numel(w))
+        scores = o.cast(raw, "f32")
+        logits = o.add(scores, alibi)
+        masked = o.add(logits, mask)
+        probs = _softmax(o, masked, o.pdtype)  # its cast of ``masked`` happens inside softmax
+        o.g.touch(masked)
+        probs = o.dropout(probs, a.attn_dropout)
+        self._probs = [probs]  # returned as ``attn_weights`` (see previous_attn_weights)
+        pm = self._bmm_operand(o, probs, w, strided=False)
+        vm = self._bmm_operand(o, v, w, strided=loose, n_rep=n_rep)
+        ctx = o.matmul(pm, vm, w.batch * a.n_heads * w.q_len * a.head_dim)
+        o.locals += [raw, scores, logits]
+        return o.unary(ctx) if w.q_len > 1 else ctx
+
+    def _bmm_operand(self, o: Ops, t: Tensor, w: Work, *, strided: bool, n_rep: int = 1) -> Tensor:
+        """What ``torch.matmul`` of 4-D tensors hands ``bmm``: autocast's cast of an fp32 operand
+        (a contiguous copy), then (B, H, ·, ·) reshaped to one batch dim — a copy when B > 1 and
+        the operand is a single K/V head expanded to every query head (``n_rep``) or a strided
+        view of the fused projection whose batch and head strides do not merge."""
+        c = o._ac(t)
+        if w.batch > 1 and n_rep > 1:
+            return o.g.op([c], [(c.numel * n_rep, c.dtype)])[0]
+        if w.batch > 1 and strided and c is t and self.a.n_heads > 1:
+            return o.unary(c)
+        return c
+
+
+def falcon_program(a: Arch) -> FalconProgram:
+    """The Falcon program a config runs: ALiBi (Falcon-RW) or rotary."""
+    return FalconAlibiProgram(a) if a.extra.get("alibi") else FalconProgram(a)
 
 
 class BloomProgram(LlamaProgram):
@@ -217,7 +365,7 @@ class BloomProgram(LlamaProgram):
     def layer(self, o: Ops, x: Tensor, w: Work, sh: Shared, index: int = 0) -> Tensor:
         a = self.a
         h = a.hidden
-        prev = previous_attn_weights(o, w, a)
+        prev = previous_attn_weights(o, w, a, o.cdtype)
         hn = o.layer_norm(x, h)
         fused = o.linear(hn, h, 3 * h, bias=True, name="query_key_value")
         q, k, v = o.split(fused, [h, h, h])  # views (B, H, S, D) of the fused output
@@ -242,13 +390,15 @@ class BloomProgram(LlamaProgram):
         ctx = o.unary(ctx)  # _merge_heads: permute + reshape, a copy
         out = o.linear(ctx, h, h, bias=True, name="dense")
         x = o.add(x, o.dropout(out, a.resid_dropout))  # dropout_add inside BloomAttention
-        o.g.touch(q, k, v, scores_t, att)
+        o.g.touch(fused, q, k, v, scores_t, att)  # BloomAttention's locals, ``fused_qkv`` too
         hn2 = o.layer_norm(x, h)
+        o.g.touch(hn)  # ``layernorm_output`` is rebound only once the second LayerNorm returns
         m = o.linear(hn2, h, a.ffn, bias=True, name="dense_h_to_4h")
         m = self._gelu(o, m)
         m = o.linear(m, a.ffn, h, bias=True, name="dense_4h_to_h")
         out_ = o.add(x, o.dropout(m, a.resid_dropout))
-        o.g.touch(probs, *prev)  # this block's ``attn_weights``, returned with its output
+        # this block's ``attn_weights``, returned with its output; ``layernorm_output`` (hn2)
+        o.g.touch(probs, hn2, *prev)
         return out_
 
     def _gelu(self, o: Ops, x: Tensor) -> Tensor:

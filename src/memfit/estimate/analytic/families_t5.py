@@ -51,6 +51,7 @@ from memfit.estimate.analytic.engine import (
     ID_BYTES,
     Simulated,
     _distributed,
+    cast_cache_bytes,
     hidden_dtype,
     training_step,
 )
@@ -489,6 +490,8 @@ class _T5Step:
         self.enc_bias_rg = self.train and not lora and self.freeze_enc == 0
         self.dec_bias_rg = self.train and not lora and self.freeze_dec == 0
         self._cache: dict[Any, BlockProfile] = {}
+        #: generation under autocast, after the first pass: the weight casts are cached
+        self.casts_exist = False
 
     # -------------------------------------------------------------- block runner
     def block(
@@ -509,6 +512,7 @@ class _T5Step:
             o.quant_group_size = wl.quant_group_size
             o.in_repeated_block = repeated
             o.batch = w.batch
+            o.casts_exist = self.casts_exist
             return body(o)
 
         prof = run_block(
@@ -842,7 +846,10 @@ class _T5Step:
         cdt = COMPUTE_DTYPE[wl.precision]
         cross_cache = 2 * a.n_dec_layers * b * wl.seq_len * inner * DTYPE_BYTES[cdt]
         per_token = 2 * a.n_dec_layers * b * inner * DTYPE_BYTES[cdt]
-        kept = vadd(vadd(static, one(ACTS, enc_bytes + 2 * b * ID_BYTES)), one(KV, cross_cache))
+        casts = cast_cache_bytes(prefill_stacks + first)  # autocast's cache, until it exits
+        kept = vadd(
+            vadd(static, one(ACTS, enc_bytes + 2 * b * ID_BYTES + casts)), one(KV, cross_cache)
+        )
         start = vadd(kept, one(KV, per_token))
         del after
         if wl.new_tokens <= 1:
@@ -850,6 +857,7 @@ class _T5Step:
         else:
             total = wl.new_tokens
             base = vadd(kept, one(KV, per_token * (total - 1)))
+            self.casts_exist = True
             last = self.decoder(self.dec_work(1, total), enc_n, cross="reuse", shift=False)
             pts, _ = run_stacks(base, last, backward=False)
             phases["decode"] = [start, *pts]

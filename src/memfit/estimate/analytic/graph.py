@@ -162,6 +162,9 @@ class Graph:
         #: index of the first forward / backward point of a node using each parameter (by id)
         self.fwd_point_of: dict[int, int] = {}
         self.bwd_point_of: dict[int, int] = {}
+        #: Held tensors whose last reference goes once backward has passed the later blocks
+        #: (a mask every layer's backward still reads): freed when this block's backward starts.
+        self.freed_at_backward: list[Tensor] = []
 
     # ------------------------------------------------------------------ recording
     def external(self, numel: int, dtype: str, *, rg: bool = False, comp: int = ACTS) -> Tensor:
@@ -329,6 +332,9 @@ class Graph:
         ``zero_grad(set_to_none=False)``): new ones are summed in place."""
         self._points = []
         base = self._now()
+        for t in self.freed_at_backward:
+            t.held = False
+            self._drop(t)
         for t in outputs:
             t.grad = Storage(t.n_bytes, TEMP)
             t.grad.live = True

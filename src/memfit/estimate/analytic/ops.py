@@ -69,6 +69,10 @@ class Ops:
         self.quant_group_size = 128
         self.in_repeated_block = False
         self.batch = 1
+        #: inference under autocast: bytes of the weight casts held in autocast's cache, and
+        #: whether an earlier pass of the same generation made them already
+        self.held_cast_bytes = 0
+        self.casts_exist = False
 
     def release_locals(self, *more: Tensor) -> None:
         """The module returns: its locals (and ``more``) may be freed after this point."""
@@ -104,14 +108,27 @@ class Ops:
         return self.cast(x, self.cdtype) if self.autocast and x.dtype == "f32" else x
 
     def _ac_weight(self, w: Tensor) -> Tensor:
+        """Autocast's cast of a weight. Casts of leaf tensors that require grad are cached
+        until autocast exits (``can_try_cache``): trainable parameters in training, and under
+        ``no_grad`` every parameter (they still require grad): there the cache alone keeps
+        the casts, so they are held, and a generation's later passes find them made
+        (``casts_exist``)."""
         if not self.autocast or w.dtype != "f32":
             return w
-        if w.leaf and w.rg:  # autocast caches casts of leaf tensors that require grad
-            key = id(w)
-            if key not in self._cast_cache:
+        if not (w.leaf and (w.rg or not self.train)):
+            return self.cast(w, self.cdtype)
+        key = id(w)
+        if key not in self._cast_cache:
+            if self.train:
                 self._cast_cache[key] = self.cast(w, self.cdtype)
-            return self._cast_cache[key]
-        return self.cast(w, self.cdtype)
+            elif self.casts_exist:
+                self._cast_cache[key] = self.g.external(w.numel, self.cdtype)
+            else:
+                cast = self.cast(w, self.cdtype)
+                self.g.hold(cast)
+                self.held_cast_bytes += cast.n_bytes
+                self._cast_cache[key] = cast
+        return self._cast_cache[key]
 
     # ------------------------------------------------------------------ layers
     def linear(
@@ -158,12 +175,15 @@ class Ops:
 
     def lora_default(self, x: Tensor, base: Tensor, n_in: int, n_out: int) -> Tensor:
         """peft ``lora.Linear.forward``: ``result + lora_B(lora_A(x.to(fp32))) * scaling``, cast
-        back to the base output's dtype. Adapters are fp32 (peft ``autocast_adapter_dtype``)."""
+        back to the base output's dtype. Adapters are fp32 (peft ``autocast_adapter_dtype``);
+        ``_cast_input_dtype`` copies a half ``x`` to fp32 under autocast too, and autocast's
+        ``F.linear`` then casts that copy back to the half dtype."""
         assert self.lora is not None
         r = self.lora[0]
         a = self.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
         bw = self.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
-        xa = self._ac(self.cast(x, "f32")) if not self.autocast else self._ac(x)
+        xf = self.cast(x, "f32")
+        xa = self._ac(xf)
         xa_w, b_w = self._ac_weight(a), self._ac_weight(bw)
         (h,) = self.g.op(
             [xa, xa_w], [(x.numel // n_in * r, xa.dtype)], saves=[xa, xa_w], matmul=True
@@ -174,8 +194,9 @@ class Ops:
         (y,) = self.g.op([y], [(y.numel, y.dtype)])  # * scaling
         (out,) = self.g.op([base, y], [(base.numel, promote(base.dtype, y.dtype))])
         out = self.cast(out, base.dtype)
-        if not self.autocast and xa is not x:  # peft's local ``x``, rebound to the fp32 copy,
-            self.g.touch(xa)  # lives until forward returns (autocast's cast is F.linear's own)
+        # peft's local ``x``, rebound to the fp32 copy, and the caller's argument: referenced
+        # until forward returns
+        self.g.touch(xf, x)
         return out
 
     def embedding(self, n_tokens: int, vocab: int, dim: int, *, trainable: bool = True) -> Tensor:

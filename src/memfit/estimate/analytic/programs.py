@@ -9,7 +9,7 @@ from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.families import LlamaProgram
 from memfit.estimate.analytic.families_clip import ClipProgram
 from memfit.estimate.analytic.families_enc import BertProgram, ViTProgram
-from memfit.estimate.analytic.families_falcon import BloomProgram, FalconProgram
+from memfit.estimate.analytic.families_falcon import BloomProgram, falcon_program
 from memfit.estimate.analytic.families_gpt import (
     BigCodeProgram,
     GPT2Program,
@@ -33,7 +33,7 @@ PROGRAMS: dict[str, Any] = {
     "gemma2": Gemma2Program,
     "vit": ViTProgram,
     "phi": PhiProgram,
-    "falcon": FalconProgram,
+    "falcon": falcon_program,
     "bloom": BloomProgram,
     "t5": T5Program,
     "clip": ClipProgram,

@@ -55,6 +55,8 @@ class BlockProfile:
     params: list[tuple[tuple[int, ...], int, bool]] = field(default_factory=list)
     #: per parameter (as ``params``): its first forward and backward point (-1: none)
     param_points: list[tuple[int, int]] = field(default_factory=list)
+    #: inference under autocast: weight casts the block leaves in autocast's cache
+    cast_bytes: int = 0
 
 
 def run_block(
@@ -72,6 +74,8 @@ def run_block(
     """Record ``build`` and replay it. ``build`` returns the block input (or None) and the outputs
     gradients flow back from (their gradients are counted by the caller)."""
 
+    recorded: list[Ops] = []
+
     def record() -> tuple[Graph, Tensor | None, list[Tensor]]:
         g = Graph(grad_enabled=train)
         o = Ops(g, precision=precision, train=train, frozen=frozen, lora=lora)
@@ -79,6 +83,7 @@ def run_block(
         if setup is not None:
             setup(o)
         x, outs = build(o)
+        recorded.append(o)
         return g, x, outs
 
     g, x, outs = record()
@@ -88,6 +93,7 @@ def run_block(
         g.hold(x)  # torch.utils.checkpoint keeps the block's inputs for the recomputation
     fwd, fwd_end = g.forward(save_policy=policy if ckpt else "all")
     prof = BlockProfile(fwd=fwd, fwd_end=fwd_end, out_rg=any(t.rg for t in outs))
+    prof.cast_bytes = recorded[0].held_cast_bytes
     _count_params(prof, g)
     if not (backward and train and any(t.rg for t in outs)):
         return prof
