@@ -144,6 +144,25 @@ KEPT_OUT: dict[str, KeptOutRule] = {
 }
 
 
+#: Model types whose projections are subclasses of ``nn.Linear``. transformers' quantizer
+#: replaces modules whose type *is* ``nn.Linear`` (or GPT-2's Conv1D) —
+#: ``integrations/bitsandbytes.py``: ``type(module) is nn.Linear`` in transformers 5.23 — so
+#: these layers stay in the model's dtype; memfit's trace applies that rule to every format.
+LINEAR_SUBCLASSES: dict[str, str] = {"falcon": "FalconLinear"}
+
+
+def unquantized_layers_note(model_type: str, fmt: str) -> str | None:
+    """What ``--quant`` leaves undone on a model whose projections are Linear subclasses."""
+    cls = LINEAR_SUBCLASSES.get(model_type)
+    if fmt == "none" or cls is None:
+        return None
+    return (
+        f"quant={fmt!r}: transformers quantizes modules whose type is exactly nn.Linear, and "
+        f"{model_type}'s projections are {cls} (a subclass): they stay unquantized in the "
+        "model's dtype, only the remaining Linear layers (if any) are quantized"
+    )
+
+
 def _check(fmt: str, out_features: int, in_features: int, group_size: int) -> None:
     if fmt not in FORMATS:
         raise SpecError(f"quant ({fmt!r}) must be one of {', '.join(FORMATS)}")

@@ -77,6 +77,9 @@ CASES = [
     ("falcon", {}),
     ("falcon", {"attention": "eager", "precision": "amp-bf16"}),
     ("falcon", {"mode": "infer", "new_tokens": 4}),
+    # FalconLinear is an nn.Linear subclass: transformers leaves it unquantized
+    ("falcon", {"mode": "infer", "new_tokens": 3, "quant": "int8"}),
+    ("falcon", {"quant": "nf4", "lora_rank": 4}),
     ("falcon-40b", {}),
     ("bloom", {}),
     ("bloom", {"mode": "infer", "new_tokens": 4}),

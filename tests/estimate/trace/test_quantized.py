@@ -196,6 +196,38 @@ def test_module_selection_matches_transformers_bitsandbytes_integration() -> Non
         assert ours
 
 
+def test_linear_subclasses_stay_unquantized_as_transformers_leaves_them() -> None:
+    """transformers' bitsandbytes integration converts ``type(module) is nn.Linear`` only: a
+    model whose projections subclass nn.Linear (Falcon's FalconLinear) keeps them in its dtype.
+    ``quant.LINEAR_SUBCLASSES`` (the analytic engine's rule and the note) names exactly the
+    families of memfit's tiny configs that have such layers."""
+    from tests.estimate.analytic.configs import TINY
+    from transformers import BitsAndBytesConfig
+    from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+
+    with_subclasses = {}
+    for config in TINY.values():
+        task = build.resolve_task(config, "auto")
+        model = build.build_hf_model(config, WorkloadSpec(mode="infer"), task)
+        names = {
+            type(m).__name__
+            for m in model.modules()
+            if isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear
+        }
+        if names:
+            with_subclasses[config["model_type"]] = names
+    assert with_subclasses == {t: {c} for t, c in quant.LINEAR_SUBCLASSES.items()}
+
+    model = build.build_hf_model(TINY["falcon"], WorkloadSpec(mode="infer"), "causal-lm")
+    assert quantized.linears_to_quantize(model, "nf4") == []
+    falcon = {n for n, m in model.named_modules() if type(m).__name__ == "FalconLinear"}
+    replace_with_bnb_linear(model, quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+    converted = {n for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
+    assert falcon and converted == {"lm_head"}  # the default skips keep even that one out
+    est = trace_hf(TINY["falcon"], WorkloadSpec(mode="infer", quant="nf4"), name="falcon")
+    assert any("FalconLinear" in n for n in est.notes)
+
+
 def _cpu_peak_bytes(fn: Any) -> int:
     """Peak of the CPU allocator's running total while ``fn`` runs (every allocation, including
     those inside bitsandbytes' custom ops that a dispatch-level tracker cannot see)."""

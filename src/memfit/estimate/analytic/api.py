@@ -16,7 +16,7 @@ from memfit.estimate.analytic.engine import Simulated, simulate
 from memfit.estimate.analytic.graph import TEMP, Vec, vadd
 from memfit.estimate.analytic.programs import PROGRAMS, program_for, resolve_task
 from memfit.estimate.analytic.reserved import reserved_bytes
-from memfit.estimate.quant import gpu_problems
+from memfit.estimate.quant import gpu_problems, unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, PhasePeak
 from memfit.estimate.trace.device import allocator_workspaces, device_totals, fit_verdict
 from memfit.spec import WorkloadSpec
@@ -42,7 +42,13 @@ def estimate_analytic(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -
     _check_gpu(workload, gpu)
     prog, task = _prepare(config, workload)
     sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
+    _add_notes(sim, config, workload)
     return _to_estimate(sim, workload, name=name, gpu=gpu, task=task, started=started)
+
+
+def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None:
+    if note := unquantized_layers_note(str(config.get("model_type", "")), wl.quant):
+        sim.notes.append(note)
 
 
 def estimate_many(
@@ -65,6 +71,7 @@ def estimate_many(
             prog, task = _prepare(config, wl)
             one_ = simulate(prog, replace(wl, batch_size=1), task)
             one_ = _with_full_counts(one_, config, wl, task)
+            _add_notes(one_, config, wl)
             two = simulate(prog, replace(wl, batch_size=2), task)
             entry = cache[key] = (task, one_, _envelopes(one_, two))
         task, one_, lines = entry

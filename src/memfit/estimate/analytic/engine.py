@@ -26,6 +26,7 @@ from memfit.estimate.analytic.graph import (
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
+from memfit.estimate.quant import LINEAR_SUBCLASSES
 from memfit.spec import WorkloadSpec
 
 #: Bytes of one int64 token id (``input_ids``, ``labels``).
@@ -42,6 +43,14 @@ class Simulated:
     n_trainable: int
     notes: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def quant_format(a: Any, wl: WorkloadSpec) -> str | None:
+    """The ``--quant`` format the model's Linear layers get (None: none; transformers leaves
+    a model's ``nn.Linear`` subclasses unquantized, ``quant.LINEAR_SUBCLASSES``)."""
+    if wl.quant == "none" or a.model_type in LINEAR_SUBCLASSES:
+        return None
+    return str(wl.quant)
 
 
 def hidden_dtype(precision: str) -> str:
@@ -63,7 +72,7 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
     def build(o: Ops) -> tuple[Any, list[Any]]:
         o.lm_head_trainable = lm_head_trainable
         o.casts_exist = casts_exist
-        o.quant = wl.quant if wl.quant != "none" else None
+        o.quant = quant_format(prog.a, wl)
         o.quant_group_size = wl.quant_group_size
         o.in_repeated_block = kind == "layer"
         o.batch = w.batch

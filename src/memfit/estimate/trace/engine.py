@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from memfit.errors import SpecError, TraceError
-from memfit.estimate.quant import gpu_problems
+from memfit.estimate.quant import gpu_problems, unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.estimate.trace import build, distributed, quantized, steps
 from memfit.estimate.trace.cuda_emulation import (
@@ -96,6 +96,8 @@ def trace_hf(
         extrapolate = sum(targets.values()) > FULL_TRACE_MAX_LAYERS
     flat, check = _extrapolated(run, targets, period) if extrapolate else (run(targets), None)
     notes = distributed.notes(workload)
+    if note := unquantized_layers_note(str(config.get("model_type", "")), workload.quant):
+        notes.append(note)
     if check is not None:
         notes.append(
             "traced a few layers and extrapolated: allocated bytes are exact, reserved bytes are "
