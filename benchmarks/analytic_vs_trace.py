@@ -280,14 +280,16 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"| {r['case']} | {r['workload']} | {r['reserved_ratio']:.3f} "
             f"| {r['reserved_error']:+.2%} |"
         )
+    fit = reserved_fit([(r["workload"], round(r["reserved_ratio"], 3)) for r in rows])
     for mode, train in (("training", True), ("inference", False)):
-        ratios = [r["reserved_ratio"] for r in rows if r["train"] == train]
         errs = [abs(r["reserved_error"]) for r in rows if r["train"] == train]
+        mid, low, high = fit["train" if train else "infer"]
         lines.append("")
         lines.append(
-            f"{mode}: ratio median {statistics.median(ratios):.3f}, range "
-            f"{min(ratios):.3f}-{max(ratios):.3f}; analytic reserved median |error| "
-            f"{statistics.median(errs):.2%}, worst {max(errs):.2%}."
+            f"{mode}: single-GPU ratio median {mid:.3f}, range {low:.3f}-{high:.3f} "
+            f"(`RESERVED_RATIO[{'train' if train else 'infer'!r}] = ({mid}, {low}, {high})`); "
+            f"analytic reserved median |error| {statistics.median(errs):.2%}, worst "
+            f"{max(errs):.2%} (all cases)."
         )
     lines += [
         "",
@@ -298,6 +300,25 @@ def render(rows: list[dict[str, Any]]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def single_gpu(workload: str) -> bool:
+    """A row of one plain GPU (the rows ``RESERVED_RATIO`` is fitted on)."""
+    return not any(k in workload for k in ("gpus=", "shard=", "offload=", "tp="))
+
+
+def reserved_fit(rows: list[tuple[str, float]]) -> dict[str, tuple[float, float, float]]:
+    """``estimate/analytic/reserved.py``'s ``RESERVED_RATIO`` from (workload, trace reserved /
+    allocated) rows: median, lowest and highest of the single-GPU rows, per mode, to 3 places."""
+    out = {}
+    for mode, train in (("train", True), ("infer", False)):
+        ratios = [r for w, r in rows if single_gpu(w) and ("mode=infer" not in w) == train]
+        out[mode] = (
+            round(statistics.median(ratios), 3),
+            round(min(ratios), 3),
+            round(max(ratios), 3),
+        )
+    return out
 
 
 def main() -> int:

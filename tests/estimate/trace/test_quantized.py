@@ -223,7 +223,7 @@ def test_linear_subclasses_stay_unquantized_as_transformers_leaves_them() -> Non
     falcon = {n for n, m in model.named_modules() if type(m).__name__ == "FalconLinear"}
     replace_with_bnb_linear(model, quantization_config=BitsAndBytesConfig(load_in_4bit=True))
     converted = {n for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
-    assert falcon and converted == {"lm_head"}  # the default skips keep even that one out
+    assert falcon and converted == {"lm_head"}  # without the default skips: the one nn.Linear
     est = trace_hf(TINY["falcon"], WorkloadSpec(mode="infer", quant="nf4"), name="falcon")
     assert any("FalconLinear" in n for n in est.notes)
 
