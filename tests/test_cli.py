@@ -107,6 +107,10 @@ def test_inference_reports_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> N
         (["estimate", "gpt2", "--batch", "two"], "expected a whole number"),
         (["estimate", "gpt2", "--lora-rank", "0"], r"lora_rank \(0\)"),
         (["estimate", "gpt2", "--freeze", "40"], r"freeze_layers \(40\) exceeds"),
+        (
+            ["estimate", "clip-vit-large-patch14", "--seq", "77", "--freeze", "2"],
+            r"CLIPModel has no single input embedding",
+        ),
         (["estimate", "gpt2", "--gpus", "4", "--tp", "3"], r"tp \(3\) must divide gpus \(4\)"),
         (["estimate", "gpt2", "--gpus", "2", "--tp", "2"], r"model_type 'gpt2'"),
     ],

@@ -239,7 +239,13 @@ def freeze_first_layers_(model: torch.nn.Module, n_layers: int) -> None:
         n = 0 if layers is None else len(layers)
         raise SpecError(f"freeze_layers ({n_layers}) exceeds the model's {n} layers")
     get_emb = getattr(model, "get_input_embeddings", None)
-    emb = get_emb() if callable(get_emb) else None
+    try:
+        emb = get_emb() if callable(get_emb) else None
+    except NotImplementedError as exc:  # e.g. CLIPModel: two towers, no one input embedding
+        raise SpecError(
+            f"freeze_layers ({n_layers}): {type(model).__name__} has no single input embedding "
+            "to freeze with its first layers; use LoRA (--lora-rank) or drop --freeze"
+        ) from exc
     for module in ([emb] if emb is not None else []) + list(layers[:n_layers]):
         for p in module.parameters():
             p.requires_grad_(False)
