@@ -111,6 +111,8 @@ def test_inference_reports_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> N
             ["estimate", "clip-vit-large-patch14", "--seq", "77", "--freeze", "2"],
             r"CLIPModel has no single input embedding",
         ),
+        (["estimate", "gpt2", "--seq", "4096"], r"exceeds gpt2's 1024 learned positions"),
+        (["estimate", "clip-vit-large-patch14"], r"seq_len \(512\) exceeds clip's 77 text"),
         (["estimate", "gpt2", "--gpus", "4", "--tp", "3"], r"tp \(3\) must divide gpus \(4\)"),
         (["estimate", "gpt2", "--gpus", "2", "--tp", "2"], r"model_type 'gpt2'"),
     ],

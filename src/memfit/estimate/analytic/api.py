@@ -18,6 +18,7 @@ from memfit.estimate.analytic.programs import PROGRAMS, program_for, resolve_tas
 from memfit.estimate.analytic.reserved import reserved_bytes
 from memfit.estimate.quant import gpu_problems, unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, PhasePeak
+from memfit.estimate.tasks import position_problems
 from memfit.estimate.trace.device import allocator_workspaces, device_totals, fit_verdict
 from memfit.spec import WorkloadSpec
 
@@ -165,6 +166,10 @@ def _prepare(config: dict[str, Any], wl: WorkloadSpec) -> tuple[Any, str]:
         config = per_rank_config(config, wl.tp)
     arch = read_arch(config)
     task = resolve_task(config, wl.task)
+    if problems := position_problems(
+        config, wl.seq_len, wl.new_tokens, generative=not wl.is_train and task == "causal-lm"
+    ):
+        raise SpecError.from_problems(problems)
     if wl.freeze_layers > arch.n_layers:
         raise SpecError(
             f"freeze_layers ({wl.freeze_layers}) exceeds the model's {arch.n_layers} layers"

@@ -177,7 +177,7 @@ class ClipProgram:
         if wl.seq_len > self.text.n_positions:
             problems.append(
                 f"seq_len ({wl.seq_len}) exceeds the CLIP text tower's max_position_embeddings "
-                f"({self.text.n_positions}); pass --seq-len {self.text.n_positions} or less"
+                f"({self.text.n_positions}); pass --seq {self.text.n_positions} or less"
             )
         refused = []
         if wl.freeze_layers:

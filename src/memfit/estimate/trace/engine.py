@@ -23,6 +23,7 @@ import torch
 from memfit.errors import SpecError, TraceError
 from memfit.estimate.quant import gpu_problems, unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
+from memfit.estimate.tasks import position_problems
 from memfit.estimate.trace import build, distributed, quantized, steps
 from memfit.estimate.trace.cuda_emulation import (
     SdpaRouter,
@@ -72,6 +73,11 @@ def trace_hf(
         raise SpecError.from_problems(quant_problems)
     task = build.resolve_task(config, workload.task)
     _check_task(task, workload)
+    generative = not workload.is_train and task == "causal-lm"
+    if problems := position_problems(
+        config, workload.seq_len, workload.new_tokens, generative=generative
+    ):
+        raise SpecError.from_problems(problems)
     distributed.check(config, workload)
     stacks = build.layer_plan(config, trust_remote_code)
     targets = {v.name: v.count for v in stacks}
