@@ -135,6 +135,18 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ),
     ("llama-3.1-8b", {"batch_size": 2, "seq_len": 1024, "quant": "nf4", "lora_rank": 16}, True),
     (
+        "llama-3.1-8b",
+        {
+            "batch_size": 1,
+            "seq_len": 2048,
+            "quant": "nf4",
+            "lora_rank": 16,
+            "checkpointing": "full",
+            "prepare_kbit": True,
+        },
+        False,
+    ),
+    (
         "llama-3.1-70b",
         {"mode": "infer", "batch_size": 1, "seq_len": 1024, "new_tokens": 16, "quant": "int4-awq"},
         True,

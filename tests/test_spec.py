@@ -60,3 +60,14 @@ def test_all_problems_are_reported_together() -> None:
     assert "quant ('int3') must be one of" in text
     assert "gpus (0) must be a positive integer" in text
     assert "shard ('zero9') must be one of" in text
+
+
+def test_prepare_kbit_is_for_qlora_training_and_shows_in_the_json() -> None:
+    for bad in (WorkloadSpec, lambda **k: WorkloadSpec(mode="infer", quant="nf4", **k)):
+        with pytest.raises(SpecError, match=r"prepare_kbit .* needs --mode train and a --quant"):
+            bad(prepare_kbit=True)
+    w = WorkloadSpec(quant="nf4", lora_rank=8, prepare_kbit=True)
+    assert w.normalized()["prepare_kbit"] is True
+    assert "prepare_kbit" not in WorkloadSpec().normalized()  # only where it can apply
+    gptq = WorkloadSpec(quant="int4-gptq", lora_rank=8, prepare_kbit=True)
+    assert any("skips the fp32 casts for GPTQ" in n for n in gptq.warnings())

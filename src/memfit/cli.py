@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=128,
         help="int4-gptq / int4-awq quantization group size (default 128)",
     )
+    e.add_argument(
+        "--prepare-kbit",
+        action="store_true",
+        help="QLoRA through peft's prepare_model_for_kbit_training, as TRL's SFTTrainer runs it: "
+        "unquantized parameters (embeddings, norms, LM head) and activations in fp32",
+    )
     e.add_argument("--gpus", type=_integer, default=1, help="GPUs in the job (default 1)")
     e.add_argument(
         "--shard",
@@ -201,6 +207,7 @@ def _workload(args: argparse.Namespace) -> Any:
         task=args.task,
         quant=args.quant,
         quant_group_size=args.group_size,
+        prepare_kbit=bool(getattr(args, "prepare_kbit", False)),
         gpus=args.gpus,
         shard=args.shard,
         offload=args.offload,

@@ -108,6 +108,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     p.add_argument("--keep-full-finetune", action="store_true", help="no LoRA, freezing or quant")
     p.add_argument("--no-quant", action="store_true", help="keep 16-bit weights")
+    p.add_argument(
+        "--prepare-kbit",
+        action="store_true",
+        help="QLoRA plans run peft's prepare_model_for_kbit_training (as TRL's SFTTrainer does): "
+        "embeddings, norms and LM head in fp32",
+    )
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
     p.add_argument(
@@ -249,6 +255,11 @@ def _workload_flags(f: argparse.ArgumentParser, integer: Callable[[str], int]) -
     f.add_argument("--freeze", type=integer, default=None)
     f.add_argument("--quant", choices=QUANTS, default="none")
     f.add_argument("--group-size", type=integer, default=128)
+    f.add_argument(
+        "--prepare-kbit",
+        action="store_true",
+        help="QLoRA through peft's prepare_model_for_kbit_training (fp32 around quantized layers)",
+    )
     f.add_argument("--gpus", type=integer, default=1)
     f.add_argument("--shard", choices=SHARDS, default=None)
     f.add_argument("--offload", choices=OFFLOADS, default="none")
@@ -274,6 +285,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         max_quality_risk=args.max_quality_risk,
         allow_offload=args.allow_offload,
         lora_ranks=tuple(args.lora_rank or (16, 64)),
+        prepare_kbit=args.prepare_kbit,
         n_alternatives=args.alternatives,
         confirm=args.confirm or ("none" if args.recommend_gpu else "shown"),
     )

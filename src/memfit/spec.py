@@ -56,6 +56,10 @@ class WorkloadSpec:
     a GradScaler). ``attention``: ``eager`` materialises the (B, H, S, S) scores, ``sdpa`` lets
     PyTorch pick the kernel a CUDA GPU would pick, ``flash`` forces FlashAttention-2.
     ``zero_grad_set_to_none`` is torch's default (True); HF Trainer before 4.x kept grads (False).
+    ``prepare_kbit``: QLoRA through peft's ``prepare_model_for_kbit_training`` (what TRL's
+    SFTTrainer calls on a quantized model): every unquantized half-precision parameter is cast
+    to fp32, so the embeddings, norms and LM head, and the activations between the quantized
+    layers, run in fp32.
     """
 
     mode: Mode = "train"
@@ -73,6 +77,7 @@ class WorkloadSpec:
     zero_grad_set_to_none: bool = True
     quant: str = "none"
     quant_group_size: int = 128
+    prepare_kbit: bool = False
     gpus: int = 1
     shard: str | None = None  # None: "ddp" when there are data-parallel ranks, else "none"
     offload: str = "none"
@@ -172,6 +177,13 @@ class WorkloadSpec:
                 f"shard 'none' with {dp} data-parallel ranks (gpus {self.gpus} / tp {self.tp}): "
                 "say how the ranks hold the model with --shard ddp|zero1|zero2|zero3|fsdp"
             )
+        if self.prepare_kbit not in (True, False):
+            p.append(f"prepare_kbit ({self.prepare_kbit!r}) must be true or false")
+        elif self.prepare_kbit and (self.mode != "train" or self.quant == "none"):
+            p.append(
+                "prepare_kbit (peft's prepare_model_for_kbit_training) applies to QLoRA training: "
+                "it needs --mode train and a --quant format; drop --prepare-kbit"
+            )
         if self.mode == "train" and self.quant != "none" and self.lora_rank is None:
             p.append(
                 f"quant ({self.quant!r}) with mode 'train' needs LoRA adapters (QLoRA): quantized "
@@ -219,6 +231,11 @@ class WorkloadSpec:
                 "4-bit base weights with fp32 compute: bitsandbytes dequantizes to fp32 for every "
                 "matmul; QLoRA normally computes in bf16 (--precision bf16)"
             )
+        if self.prepare_kbit and self.quant in ("int4-gptq", "fp8"):
+            w.append(
+                f"prepare_kbit with quant {self.quant!r}: peft's prepare_model_for_kbit_training "
+                "skips the fp32 casts for GPTQ and torchao models, so it changes nothing here"
+            )
         if self.quant == "fp8" and self.is_train:
             w.append(
                 "fp8 here stores frozen base weights in fp8 (per-tensor scales); fp8 training "
@@ -245,6 +262,8 @@ class WorkloadSpec:
         d.pop("extra")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
+        if self.quant == "none" or self.mode != "train":
+            d.pop("prepare_kbit")
         if self.mode == "infer":
             for k in ("optimizer", "lora_rank", "lora_targets", "freeze_layers", "checkpointing"):
                 d.pop(k)

@@ -103,3 +103,17 @@ def test_inference_risk_counts_only_the_weight_format() -> None:
     )
     assert quality_risk(Settings(precision="bf16"), "infer") == (0, ())
     assert quality_risk(Settings(precision="bf16"), "train")[0] == 1
+
+
+def test_prepare_kbit_marks_the_quantized_training_stacks_only() -> None:
+    from memfit.plan.export import memfit_flags
+
+    got = candidates(_opts(prepare_kbit=True))
+    quantized = [s for s in got if s.quant != "none"]
+    assert quantized and all(s.prepare_kbit for s in quantized)
+    assert all(not s.prepare_kbit for s in got if s.quant == "none")
+    s = quantized[0]
+    assert s.workload("train", 512).prepare_kbit
+    assert "(prepare_kbit)" in s.describe()
+    assert "--prepare-kbit" in memfit_flags(s, PlanRequest(seq_len=512), "m")
+    assert not any(s.prepare_kbit for s in candidates(_opts()))

@@ -4,9 +4,10 @@ with ``get_peft_model`` — reused from :func:`memfit.estimate.trace.build.apply
 
 On a quantized model (QLoRA) peft wraps the bitsandbytes / torchao layers with its
 format-specific LoRA layers. ``prepare_model_for_kbit_training`` is opt-in
-(``prepare_kbit=True``): it casts the unquantized modules (embeddings, norms, ``lm_head``) to
-fp32, which memfit's estimate does not assume (docs/quantization.md); with non-reentrant
-checkpointing, the only other thing it does (input gradients) is not needed.
+(``prepare_kbit=True``, or ``WorkloadSpec.prepare_kbit``): it casts the unquantized modules
+(embeddings, norms, ``lm_head``) to fp32, as the estimate of such a workload assumes
+(docs/quantization.md); with non-reentrant checkpointing, the only other thing it does (input
+gradients) is not needed.
 """
 
 from __future__ import annotations

@@ -48,18 +48,21 @@ def apply_plan_(
     plan: Any,
     *,
     quant_backend: str = "auto",
-    prepare_kbit: bool = False,
+    prepare_kbit: bool | None = None,
 ) -> torch.nn.Module:
     """Apply ``plan`` (a Plan, PlanOption or WorkloadSpec) to ``model`` in place and return the
     model to train or serve (a peft ``PeftModel`` when the plan has LoRA adapters).
 
     ``quant_backend``: ``auto`` | ``bitsandbytes`` | ``torchao`` (:mod:`memfit.apply.quantization`).
     ``prepare_kbit``: call peft's ``prepare_model_for_kbit_training`` on a quantized model (casts
-    norms and embeddings to fp32, which memfit's estimate does not assume).
+    the unquantized parameters — embeddings, norms, LM head — to fp32); None: as the workload
+    says (``WorkloadSpec.prepare_kbit``, which the estimate models).
     Raises :class:`~memfit.apply.UnsupportedHardwareError` / ``MissingDependencyError`` /
     ``SpecError`` before changing anything when a technique cannot run here."""
     target = resolve(plan)
     w = target.workload
+    if prepare_kbit is None:
+        prepare_kbit = w.prepare_kbit
     device = device_of(model)
     backend = _preflight(w, device, quant_backend)
     applied: dict[str, str] = {}

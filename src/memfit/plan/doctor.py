@@ -550,6 +550,8 @@ def workload_flags(w: WorkloadSpec) -> str:
             f.append(f"--freeze {w.freeze_layers}")
     if w.quant != "none":
         f.append(f"--quant {w.quant}")
+    if w.prepare_kbit:
+        f.append("--prepare-kbit")
     if w.gpus > 1:
         f.append(f"--gpus {w.gpus} --shard {w.shard}")
     if w.offload != "none":

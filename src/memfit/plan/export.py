@@ -41,6 +41,8 @@ def memfit_flags(s: Settings, request: PlanRequest, model: str) -> str:
             flags.append(f"--freeze {s.freeze_layers}")
     if s.quant != "none":
         flags.append(f"--quant {s.quant}")
+    if s.prepare_kbit:
+        flags.append("--prepare-kbit")
     if s.gpus > 1:
         flags.append(f"--gpus {s.gpus}")
     if s.shard not in ("none", "ddp") or (s.shard == "ddp" and s.tp > 1):
@@ -200,6 +202,11 @@ def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, 
         out["lora"] = (
             f"LoraConfig(r={s.lora_rank}, lora_alpha={2 * s.lora_rank}, "
             'target_modules="all-linear", task_type="CAUSAL_LM")'
+        )
+    if s.prepare_kbit:
+        out["prepare_kbit"] = (
+            "prepare_model_for_kbit_training(model) before get_peft_model (what TRL's "
+            "SFTTrainer calls; the estimate includes its fp32 casts)"
         )
     if s.shard in ("zero1", "zero2", "zero3"):
         out["deepspeed"] = deepspeed_config(s)

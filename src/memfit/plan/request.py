@@ -40,6 +40,8 @@ class PlanRequest:
     max_quality_risk: str = "high"
     allow_offload: bool = False
     lora_ranks: tuple[int, ...] = (16, 64)
+    #: QLoRA plans run through peft's prepare_model_for_kbit_training (TRL's SFTTrainer does)
+    prepare_kbit: bool = False
     n_alternatives: int = 4
     confirm: str = "shown"
 

@@ -182,6 +182,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         allow_quant=request.allow_quant,
         allow_offload=request.allow_offload,
         lora_ranks=request.lora_ranks,
+        prepare_kbit=request.prepare_kbit,
     )
 
 

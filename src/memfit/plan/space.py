@@ -77,6 +77,7 @@ class Settings:
     tp: int = 1
     micro_batch: int = 1
     grad_accum: int = 1
+    prepare_kbit: bool = False  # QLoRA through peft's prepare_model_for_kbit_training
 
     @property
     def dp(self) -> int:
@@ -96,6 +97,7 @@ class Settings:
             self.shard,
             self.offload,
             self.tp,
+            self.prepare_kbit,
         )
 
     def workload(self, mode: str, seq_len: int, new_tokens: int = 0) -> WorkloadSpec:
@@ -112,6 +114,7 @@ class Settings:
             lora_rank=self.lora_rank if train else None,
             freeze_layers=self.freeze_layers if train else 0,
             quant=self.quant,
+            prepare_kbit=self.prepare_kbit and train and self.quant != "none",
             gpus=self.gpus,
             shard=self.shard,
             offload=self.offload,
@@ -128,7 +131,7 @@ class Settings:
         if self.lora_rank:
             parts.append(f"{'Q' if self.quant != 'none' else ''}LoRA r{self.lora_rank}")
         if self.quant != "none":
-            parts.append(self.quant)
+            parts.append(self.quant + (" (prepare_kbit)" if self.prepare_kbit else ""))
         if self.freeze_layers:
             parts.append(f"freeze {self.freeze_layers}")
         if self.checkpointing != "none":
@@ -212,6 +215,7 @@ class SpaceOptions:
     allow_quant: bool = True
     allow_offload: bool = False
     lora_ranks: tuple[int, ...] = (16, 64)
+    prepare_kbit: bool = False
 
 
 def _micro_batches(o: SpaceOptions) -> list[tuple[int, int]]:
@@ -299,6 +303,8 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                                 gpus=o.gpus,
                                 micro_batch=m,
                                 grad_accum=accum,
+                                prepare_kbit=o.prepare_kbit
+                                and stack.get("quant", "none") != "none",
                                 **stack,
                                 **layout,
                             )

@@ -32,6 +32,8 @@ def _workload_line(est: MemoryEstimate) -> str:
     if w.get("quant", "none") != "none":
         group = f" (group {w['quant_group_size']})" if w.get("quant_group_size") else ""
         parts.append(f"weights {w['quant']}{group}")
+        if w.get("prepare_kbit"):
+            parts.append("prepare_model_for_kbit_training (fp32 around them)")
     if (
         w.get("gpus", 1) > 1
         or w.get("shard", "none") != "none"

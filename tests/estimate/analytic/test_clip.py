@@ -146,7 +146,7 @@ def test_estimate_many_interpolates_clip_up_to_its_batch_squared_logits() -> Non
             r"shard 'fsdp' not modelled .* for CLIP; use --engine trace",
         ),
         ({"gpus": 2, "tp": 2}, r"tp \(2\) with model_type 'clip'"),
-        ({"seq_len": 78}, r"seq_len \(78\) exceeds the CLIP text tower's max_position_embeddings"),
+        ({"seq_len": 78}, r"seq_len \(78\) exceeds clip's 77 text positions; pass --seq 77"),
         ({"mode": "infer", "new_tokens": 4}, r"new_tokens \(4\) needs a generative model"),
     ],
 )

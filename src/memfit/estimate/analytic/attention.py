@@ -28,6 +28,13 @@ EFFICIENT_LSE_ROUND = 32
 RNG_STATE_BYTES = 16
 
 
+#: The softmax of each family's ``eager_attention_forward``: ``f32`` (Llama and most:
+#: ``softmax(x, dtype=float32).to(query.dtype)``), ``value`` (GPT-2: ``softmax(x)`` in the
+#: scores' dtype, fp32 under autocast, then ``.type(value.dtype)``), ``input`` (BERT, RoBERTa:
+#: ``softmax(x)`` and no cast).
+EAGER_SOFTMAX = ("f32", "value", "input")
+
+
 def _up(n: int, k: int) -> int:
     return -(-n // k) * k
 
@@ -83,16 +90,19 @@ def attention(
     dropout_p: float = 0.0,
     softcap: float | None = None,
     q_head_major: bool = False,
+    eager_softmax: str = "f32",
 ) -> Tensor:
     """Attention output in (B, S, H·D) layout (after HF's ``transpose(1, 2).contiguous()``).
     ``mask``: an explicit mask tensor (None: causal or full attention without one).
     ``q_head_major``: q is laid out (B, H, S, D) in memory (a ``cat`` made it, e.g. partial
     rotary) rather than as a transposed (B, S, H, D) projection; FlashAttention's output follows
-    q's layout, so ``transpose(1, 2).contiguous()`` then copies it."""
+    q's layout, so ``transpose(1, 2).contiguous()`` then copies it.
+    ``eager_softmax``: how the family's ``eager_attention_forward`` normalises the scores (see
+    ``EAGER_SOFTMAX``)."""
     n_rep = shape.n_heads // shape.n_kv
     d = shape.head_dim
     if impl == "eager" or softcap:
-        return _eager(o, q, k, v, shape, mask, dropout_p, softcap)
+        return _eager(o, q, k, v, shape, mask, dropout_p, softcap, eager_softmax)
     gqa_native = n_rep > 1 and mask is None and d == shape.vd and d <= 256
     if n_rep > 1 and not gqa_native:
         k, v = _repeat_kv(o, k, n_rep), _repeat_kv(o, v, n_rep)
@@ -179,15 +189,23 @@ def _eager(
     mask: Tensor | None,
     p: float,
     softcap: float | None = None,
+    softmax: str = "f32",
 ) -> Tensor:
     """``eager_attention_forward`` (Llama and most decoder families); Gemma 2 caps the logits
-    (``tanh(x / cap) * cap``: TanhBackward saves its output)."""
+    (``tanh(x / cap) * cap``: TanhBackward saves its output). ``softmax``: see
+    ``EAGER_SOFTMAX``."""
     n_rep = shape.n_heads // shape.n_kv
-    if n_rep > 1:
+    repeated: list[Tensor] = []
+    # With one key/value head (multi-query) ``repeat_kv``'s reshape of the expanded tensor is a
+    # view (the size-1 head dim merges); each ``matmul`` then copies its broadcast operand
+    # (``expand(...).reshape``), which only its ``bmm`` uses (and saves, in training).
+    mqa = n_rep > 1 and shape.n_kv == 1
+    if n_rep > 1 and not mqa:
         k, v = _repeat_kv(o, k, n_rep), _repeat_kv(o, v, n_rep)
+        repeated = [k, v]
     b, h = shape.batch, shape.n_heads
     scores = b * h * shape.q_len * shape.kv_len
-    att = o.matmul(q, k, scores)
+    att = o.matmul(q, _repeat_kv(o, k, n_rep) if mqa else k, scores)
     att = o.unary(att)  # * scaling
     if softcap:
         att = o.unary(att)  # / softcap
@@ -196,12 +214,24 @@ def _eager(
         att = o.unary(att)  # * softcap
     if mask is not None:
         att = o.add(att, mask)
-    probs = _softmax(o, att, "f32")
-    probs = o.cast(probs, q.dtype)
-    # ``attn_weights = softmax(attn_weights, dtype=float32).to(query.dtype)``: the softmax input
-    # stays referenced by ``attn_weights`` until the cast result is assigned to it.
+    if softmax == "f32":
+        probs = o.cast(_softmax(o, att, "f32"), q.dtype)
+    else:
+        probs = _softmax(o, att)
+        if softmax == "value":
+            probs = o.cast(probs, v.dtype)
+    # ``attn_weights = softmax(attn_weights, ...).to(...)``: the softmax input stays referenced
+    # by ``attn_weights`` until the cast result is assigned to it.
     o.g.touch(att)
     probs = o.dropout(probs, p)
-    out = o.matmul(probs, v, b * h * shape.q_len * shape.vd)
-    o.locals.append(probs)  # returned as ``attn_weights``: alive until the module returns
-    return o.unary(out)  # transpose(1, 2).contiguous()
+    out = o.matmul(probs, _repeat_kv(o, v, n_rep) if mqa else v, b * h * shape.q_len * shape.vd)
+    # Returned as ``attn_weights``: alive until the attention module returns, and in the chain
+    # families' layers (``hidden_states, _ = self.self_attn(...)``; BERT's and ViT's ``_`` too)
+    # until the decoder layer returns, through the MLP.
+    o.locals.append(probs)
+    o.layer_locals.append(probs)
+    out = o.unary(out)  # transpose(1, 2).contiguous()
+    # ``repeat_kv``'s copies are the function's ``key_states``/``value_states``: alive until it
+    # returns.
+    o.g.touch(*repeated)
+    return out

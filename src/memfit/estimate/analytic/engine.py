@@ -6,7 +6,7 @@ parameter counts, and what the optimizer keeps. Pure Python; no torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.estimate.analytic.distributed import RankView, params_of, rank_view
@@ -45,12 +45,47 @@ class Simulated:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def quant_format(a: Any, wl: WorkloadSpec) -> str | None:
+def quant_format(model_type: str, wl: WorkloadSpec) -> str | None:
     """The ``--quant`` format the model's Linear layers get (None: none; transformers leaves
     a model's ``nn.Linear`` subclasses unquantized, ``quant.LINEAR_SUBCLASSES``)."""
-    if wl.quant == "none" or a.model_type in LINEAR_SUBCLASSES:
+    if wl.quant == "none" or model_type in LINEAR_SUBCLASSES:
         return None
     return str(wl.quant)
+
+
+def configure_quant(o: Ops, model_type: str, wl: WorkloadSpec) -> None:
+    """Set a block's ``--quant`` settings on its :class:`Ops` (``kbit_workload`` explains
+    ``quant_dtype``)."""
+    o.quant = quant_format(model_type, wl)
+    o.quant_group_size = wl.quant_group_size
+    o.quant_dtype = wl.extra.get(QUANT_DTYPE_KEY)
+
+
+#: ``WorkloadSpec.extra`` key of the dtype quantized layers keep under ``prepare_kbit``.
+QUANT_DTYPE_KEY = "_analytic_quant_dtype"
+
+
+def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
+    """The workload the programs run for ``prepare_kbit``: peft casts every unquantized half
+    parameter to fp32 (embeddings, norms, LM head, LoRA's base biases), so the model runs as an
+    fp32 model around quantized layers that still compute in the loaded dtype. GPTQ and torchao
+    (fp8) models are left as they are, as are AMP ones (their parameters are fp32 already)."""
+    if (
+        not wl.prepare_kbit
+        or wl.quant in ("int4-gptq", "fp8")
+        or wl.precision not in HALF_PRECISIONS
+    ):
+        return wl
+    return replace(
+        wl,
+        precision="fp32",
+        prepare_kbit=False,
+        extra={**wl.extra, QUANT_DTYPE_KEY: PARAM_DTYPE[wl.precision]},
+    )
+
+
+#: Precisions whose parameters are half precision (what peft's casts change).
+HALF_PRECISIONS = ("bf16", "fp16")
 
 
 def hidden_dtype(precision: str) -> str:
@@ -68,12 +103,12 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
     lm_head_trainable = kw.pop("lm_head_trainable", True)
     freeze_tokens = kw.pop("freeze_tokens", False)
     casts_exist = kw.pop("casts_exist", False)
+    cached_casts = kw.pop("cached_casts", 0)
 
     def build(o: Ops) -> tuple[Any, list[Any]]:
         o.lm_head_trainable = lm_head_trainable
         o.casts_exist = casts_exist
-        o.quant = quant_format(prog.a, wl)
-        o.quant_group_size = wl.quant_group_size
+        configure_quant(o, prog.a.model_type, wl)
         o.in_repeated_block = kind == "layer"
         o.batch = w.batch
         if kind == "embed":
@@ -83,11 +118,15 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
             return None, [x]
         x = o.g.input(w.tokens * h, hidden_dtype(wl.precision), rg=in_rg)
         if kind == "head":
-            return x, prog.head(o, x, w)[-1:]  # backward starts from the loss
+            outs = prog.head(o, x, w)
+            if cached_casts:  # the model returns, autocast exits: its cached weight casts go
+                o.g.touch(o.g.input(cached_casts, "u8", rg=False))
+            return x, outs[-1:]  # backward starts from the loss
         sh: Shared = prog.shared_for_layer(o, w, hidden_dtype(wl.precision))
         out = x
         for i in range(prog.period):
             out = prog.layer(o, out, w, sh, i)
+            o.release_layer_locals()
         # The caller's ``hidden_states`` (the loop variable) references the input until the
         # layer returns.
         o.g.touch(x)
@@ -141,7 +180,13 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         else:
             stacks.append(Stack(trainable, n_periods - frozen))
     head = _block(
-        prog, "head", wl, w, frozen=lora, lm_head_trainable=not (a.tie and (frozen or lora))
+        prog,
+        "head",
+        wl,
+        w,
+        frozen=lora,
+        lm_head_trainable=not (a.tie and (frozen or lora)),
+        cached_casts=cast_cache_bytes(stacks),
     )
     blocks = [embed] + [s.profile for s in stacks] + [head]
     counts = [1] + [s.count for s in stacks] + [1]
@@ -347,6 +392,7 @@ def _decode_points(
 def simulate(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     """Run ``prog`` through ``wl``. A program whose model is not one chain of identical layers
     (encoder-decoder, two-tower) composes its own step: it defines ``simulate(wl, task)``."""
+    wl = kbit_workload(wl)
     custom = getattr(prog, "simulate", None)
     if custom is not None:
         return custom(wl, task)  # type: ignore[no-any-return]

@@ -46,6 +46,7 @@ from memfit.estimate.analytic.engine import (
     _distributed,
     _rank_view,
     _trainable_shapes,
+    configure_quant,
     hidden_dtype,
 )
 from memfit.estimate.analytic.families import Work, attn_shape, eager_mask
@@ -57,7 +58,6 @@ from memfit.estimate.analytic.graph import (
     PARAMS,
     STATES,
     TEMP,
-    Graph,
     Tensor,
     one,
     vadd,
@@ -197,8 +197,7 @@ class ClipProgram:
     # ------------------------------------------------------------------ blocks
     def _run(self, wl: WorkloadSpec, body: Body, *, layer: bool = False) -> BlockProfile:
         def build(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            o.quant = wl.quant if wl.quant != "none" else None
-            o.quant_group_size = wl.quant_group_size
+            configure_quant(o, "clip", wl)
             o.in_repeated_block = layer
             o.batch = wl.batch_size
             return body(o)
@@ -246,29 +245,23 @@ class ClipProgram:
         """One encoder layer's profile, and the bytes of the weight casts autocast caches for
         it until the forward ends when checkpointing keeps nothing else (module docstring)."""
         text = a is self.text
-        n_records = [0]
         cached = [0]
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            n_records[0] += 1
             x = o.g.input(w.tokens * a.hidden, hidden_dtype(wl.precision), rg=in_rg)
             mask = None
             if text and w.impl == "eager":
                 mask = o.g.external(w.batch * w.q_len * w.q_len, hidden_dtype(wl.precision))
             out = self._layer(o, a, x, w, mask)
             o.g.touch(x)  # the encoder loop's ``hidden_states`` until the layer returns
-            if n_records[0] == 1:
-                # The output lives on as the next block's input. ``run_block`` records a
-                # checkpointed layer a second time for its recomputation, whose output nothing
-                # keeps (torch's early stop does not even compute it): not held there, else
-                # every checkpointed layer would leave one more hidden state behind in backward.
-                o.g.hold(out)
-                cached[0] = _hold_cached_casts(o, wl, layer=True)
-            elif wl.checkpointing == "full":
-                _early_stop(o.g)
+            o.g.hold(out)  # the next block's input
+            cached[0] = _hold_cached_casts(o, wl)
             return x, [out]
 
-        return self._run(wl, body, layer=True), cached[0]
+        # Checkpointed training: ``run_block`` holds the casts autocast caches (its recomputation
+        # holds nothing past its early stop: ``Graph.recomputation``).
+        prof = self._run(wl, body, layer=True)
+        return prof, prof.cast_bytes if wl.is_train else cached[0]
 
     def _vision_embed(self, wl: WorkloadSpec, w: Work) -> tuple[BlockProfile, int]:
         """``CLIPVisionEmbeddings`` then ``pre_layrnorm`` (and the bytes of cached casts)."""
@@ -394,7 +387,7 @@ class ClipProgram:
                 o.g.hold(loss)
                 outs = [loss]
             # The model returns and autocast exits: its cache of weight casts is freed.
-            own = _cached_casts(o, wl, layer=False)
+            own = _cached_casts(o, wl)
             if cached_casts or own:
                 o.g.touch(o.g.input(cached_casts, "u8", rg=False), *own)
             return x, outs
@@ -538,31 +531,13 @@ def _keep_local(o: Ops, wl: WorkloadSpec, x: Tensor) -> None:
         o.g.hold(o.new(x.numel, x.dtype))
 
 
-def _early_stop(g: Graph) -> None:
-    """``torch.utils.checkpoint``'s early stop (on by default): the recomputation stops once the
-    last tensor the forward saved has been saved again. A node's saved inputs are packed before
-    its kernel runs, its saved outputs after: the last saving node's outputs exist only if it
-    saves one of them. Outputs of the nodes after it are not allocated (the backward still runs
-    through those nodes)."""
-    last = max((i for i, n in enumerate(g.nodes) if n.saves), default=-1)
-    if last < 0:
-        return
-    node = g.nodes[last]
-    start = last + 1 if any(s is t for s in node.saves for t in node.outputs) else last
-    for n in g.nodes[start:]:
-        for t in n.outputs:
-            t.external = True
-
-
-def _cached_casts(o: Ops, wl: WorkloadSpec, *, layer: bool) -> list[Tensor]:
+def _cached_casts(o: Ops, wl: WorkloadSpec) -> list[Tensor]:
     """The weight casts autocast keeps in its cache until it exits (the end of the forward)
     where nothing else keeps them: casts of fp32 leaf parameters that require grad
     (``autocast_mode.cpp``, ``can_try_cache``), which model parameters do under no_grad too.
-    Training saves them for backward, except in checkpointed layers."""
-    if not o.autocast:
+    Training saves them for backward, except in checkpointed layers (``run_block``)."""
+    if not o.autocast or wl.is_train:
         return []
-    if wl.is_train:
-        return list(o._cast_cache.values()) if layer and wl.checkpointing != "none" else []
     return [  # under no_grad nothing requires grad in the graph: find the parameter casts
         n.outputs[0]
         for n in o.g.nodes
@@ -574,9 +549,9 @@ def _cached_casts(o: Ops, wl: WorkloadSpec, *, layer: bool) -> list[Tensor]:
     ]
 
 
-def _hold_cached_casts(o: Ops, wl: WorkloadSpec, *, layer: bool = False) -> int:
+def _hold_cached_casts(o: Ops, wl: WorkloadSpec) -> int:
     """Hold :func:`_cached_casts` past the block (the text head frees them); their bytes."""
-    casts = _cached_casts(o, wl, layer=layer)
+    casts = _cached_casts(o, wl)
     o.g.hold(*casts)
     return sum(t.n_bytes for t in casts)
 

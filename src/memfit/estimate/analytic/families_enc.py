@@ -59,7 +59,16 @@ class BertProgram(LlamaProgram):
         q = o.linear(x, h, h, bias=True, name="query")
         k = o.linear(x, h, h, bias=True, name="key")
         v = o.linear(x, h, h, bias=True, name="value")
-        att = attention(o, q, k, v, attn_shape(a, w), impl=w.impl, dropout_p=a.attn_dropout)
+        att = attention(
+            o,
+            q,
+            k,
+            v,
+            attn_shape(a, w),
+            impl=w.impl,
+            dropout_p=a.attn_dropout,
+            eager_softmax="input",
+        )
         o.release_locals(q, k, v)
         out = o.dropout(o.linear(att, h, h, bias=True, name="dense"), a.resid_dropout)
         x = o.layer_norm(o.add(out, x), h)
@@ -142,8 +151,14 @@ class ViTProgram(BertProgram):
         (x,) = o.g.op([cls, conv], [(w.tokens * a.hidden, promote_of(o, conv, cls))])  # cat
         x = o.dropout(o.add(x, pos), a.emb_dropout)
         o.g.hold(x)
-        keep_local(o, w, x)
-        keep_local(o, w, px)  # ``pixel_values = pixel_values.to(dtype)``, a local too
+        # ViTModel.forward's locals ``embedding_output`` (with LoRA nothing saves it: the frozen
+        # embeddings make it need no gradient) and ``pixel_values = pixel_values.to(dtype)`` (a
+        # copy outside fp32; the convolution saves it only with a trainable kernel)
+        self._model_locals = (
+            [x.numel] if keep_local(o, w, x, first_layer_frozen=bool(o.lora)) else []
+        )
+        if px is not pixels and keep_local(o, w, px, first_layer_frozen=not wconv.rg):
+            self._model_locals.append(px.numel)
         return x, Shared()
 
     def layer(self, o: Ops, x: Tensor, w: Work, sh: Shared, index: int = 0) -> Tensor:
@@ -155,16 +170,21 @@ class ViTProgram(BertProgram):
         v = o.linear(hn, h, h, bias=True, name="v_proj")
         out = attention(o, q, k, v, attn_shape(a, w), impl=w.impl, dropout_p=a.attn_dropout)
         out = o.linear(out, h, h, bias=True, name="o_proj")
-        o.release_locals(q, k, v)
+        # ``layernorm_before``'s output is the attention's argument: alive until it returns
+        o.release_locals(q, k, v, hn)
         x = o.add(o.dropout(out, a.resid_dropout), x)
-        m = o.act(o.linear(o.layer_norm(x, h), h, a.ffn, bias=True, name="fc1"), "gelu")
+        hn = o.layer_norm(x, h)
+        m = o.act(o.linear(hn, h, a.ffn, bias=True, name="fc1"), "gelu")
         m = o.linear(m, a.ffn, h, bias=True, name="fc2")
+        o.g.touch(hn)  # likewise ``layernorm_after``'s, the MLP's argument
         return o.add(o.dropout(m, a.resid_dropout), x)
 
     def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
         a = self.a
         x = o.layer_norm(x, a.hidden)
         o.g.hold(x)  # last_hidden_state is part of the output
+        for numel in getattr(self, "_model_locals", []):  # ViTModel.forward returns
+            o.g.touch(o.g.input(numel, o.pdtype, rg=False))
         first = o.slice(x, w.batch, w.tokens)
         logits = o.linear(first, a.hidden, N_LABELS, bias=True, name="classifier")
         o.g.hold(logits)

@@ -85,8 +85,11 @@ class FalconProgram(LlamaProgram):
 
     def _linear(self, o: Ops, x: Tensor, n_in: int, n_out: int, name: str) -> Tensor:
         """``FalconLinear``: ``input @ weight.T`` then ``+ bias`` (a second tensor, while the
-        input, an argument, is still referenced)."""
+        input, an argument, is still referenced). ``weight.T`` is a view, not a leaf: autocast
+        casts it anew at every call and caches nothing (inference kept no casts)."""
+        o.cache_weight_casts = False
         out = o.linear(x, n_in, n_out, name=name)
+        o.cache_weight_casts = True
         if self.bias:
             out = o.add(out, o.weight(n_out))
             o.g.touch(x)
@@ -131,7 +134,7 @@ class FalconProgram(LlamaProgram):
         m = self._linear(o, m, a.ffn, h, "dense_4h_to_h")
         if self.new_arch or self.parallel:
             # ``mlp_output += attention_output``: in place (m's storage), AddBackward saves nothing
-            (m,) = o.g.op([m, out], [(m.numel, m.dtype)], view_of=m)
+            (m,) = o.g.op([m, out], [(m.numel, m.dtype)], view_of=m, passthrough=True)
         out_ = o.add(x, o.dropout(m, a.resid_dropout))
         # FalconDecoderLayer's locals: both LayerNorm outputs and ``attention_output``
         o.g.touch(hn, hn_mlp, out, *prev, *self._probs)

@@ -45,6 +45,9 @@ class GPT2Program(LlamaProgram):
     """``GPT2Block``: pre-LayerNorm, fused ``c_attn`` (Conv1D) split into q/k/v views, learned
     positions, GELU (tanh formula in Python), dropout on embeddings, attention, residuals."""
 
+    #: ``eager_attention_forward``'s softmax (``attention.EAGER_SOFTMAX``)
+    eager_softmax = "value"
+
     def buffer_bytes(self, precision: str) -> int:
         return 0
 
@@ -79,19 +82,30 @@ class GPT2Program(LlamaProgram):
         q, k, v = self.qkv(o, hn)
         k, v = cache_kv(o, w, k, v)
         out = attention(
-            o, q, k, v, attn_shape(a, w), impl=w.impl, mask=sh.mask, dropout_p=a.attn_dropout
+            o,
+            q,
+            k,
+            v,
+            attn_shape(a, w),
+            impl=w.impl,
+            mask=sh.mask,
+            dropout_p=a.attn_dropout,
+            eager_softmax=self.eager_softmax,
         )
         out = o.linear(out, a.q_dim, h, bias=True, conv1d=True, name="c_proj")
         o.release_locals(q, k, v)
         out = o.dropout(out, a.resid_dropout)
         x = o.add(out, x)
+        # GPT2Block's ``hidden_states`` holds each LayerNorm's output until the residual add
+        # rebinds it (through the attention, and through the MLP)
+        o.g.touch(hn)
         hn = o.layer_norm(x, h)
         m = o.linear(hn, h, a.ffn, bias=True, conv1d=True, name="c_fc")
         m = o.act(m, ACT_KIND.get(a.act, "gelu"))
         m = o.linear(m, a.ffn, h, bias=True, conv1d=True, name="c_proj")
         m = o.dropout(m, a.resid_dropout)
         out_ = o.add(x, m)
-        o.g.touch(out)  # ``attn_output`` is a local of GPT2Block.forward until it returns
+        o.g.touch(out, hn)  # ``attn_output`` is a local of GPT2Block.forward until it returns
         return out_
 
     def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
@@ -100,7 +114,9 @@ class GPT2Program(LlamaProgram):
 
 class BigCodeProgram(GPT2Program):
     """``GPTBigCodeBlock``: GPT-2 with multi-query attention (``c_attn`` → h + 2·head_dim) and
-    nn.Linear projections."""
+    nn.Linear projections; its eager softmax runs in fp32."""
+
+    eager_softmax = "f32"
 
     def buffer_bytes(self, precision: str) -> int:
         """``GPTBigCodeModel.bias``: a (n_positions, n_positions) bool causal mask buffer."""
@@ -136,15 +152,25 @@ class NeoXProgram(LlamaProgram):
             q_head_major=a.rot_dim != a.head_dim,
         )
         out = o.linear(out, a.q_dim, h, bias=True, name="dense")
-        o.release_locals(q, k, v)
+        # GPTNeoXAttention's ``qkv`` local (q/k/v are its views) and the LayerNorm output, the
+        # attention's argument, until the attention returns
+        o.release_locals(q, k, v, fused, hn)
         out = o.dropout(out, a.resid_dropout)
         if a.extra.get("use_parallel_residual", True):
-            m = self.mlp(o, o.layer_norm(x, h))
+            m = self._mlp_of_norm(o, x)
             m = o.dropout(m, a.resid_dropout)
             return o.add(o.add(m, out), x)
         x = o.add(out, x)
-        m = o.dropout(self.mlp(o, o.layer_norm(x, h)), a.resid_dropout)
+        m = o.dropout(self._mlp_of_norm(o, x), a.resid_dropout)
         return o.add(m, x)
+
+    def _mlp_of_norm(self, o: Ops, x: Tensor) -> Tensor:
+        """``self.mlp(self.post_attention_layernorm(x))``: the LayerNorm output is the MLP's
+        argument, alive until the MLP returns."""
+        hn = o.layer_norm(x, self.a.hidden)
+        m = self.mlp(o, hn)
+        o.g.touch(hn)
+        return m
 
     def mlp(self, o: Ops, x: Tensor) -> Tensor:
         a = self.a
@@ -179,13 +205,18 @@ class OPTProgram(GPT2Program):
         ones = o.new(w.batch * w.kv_len, "f32")  # position_attention_mask = torch.ones(...)
         cums = o.new(w.batch * w.kv_len, "f32")  # cumsum
         pid = o.new(w.tokens, "i64")  # (cumsum * mask - 1).long()
-        o.g.touch(ones, cums)
+        o.g.touch(cums)
         pos = o.embedding(w.tokens, a.n_positions + 2, a.hidden)
-        o.g.touch(pid)
+        if w.train:
+            o.g.touch(ones, pid)
+        else:  # locals of OPTDecoder.forward until it returns (see keep_local)
+            o.g.hold(ones, pid)
         if self.proj_dim != a.hidden:
             tok = o.linear(tok, self.proj_dim, a.hidden, name="project_in")
         x = o.add(tok, pos)
         o.g.hold(x)
+        keep_local(o, w, tok)  # ``inputs_embeds`` (rebound to project_in's output) and
+        keep_local(o, w, pos)  # ``pos_embeds`` locals
         shared = Shared()
         if w.impl == "eager" and w.q_len > 1:
             shared.mask = eager_mask(o, w, x.dtype)
@@ -202,13 +233,14 @@ class OPTProgram(GPT2Program):
         a = self.a
         h = a.hidden
         before = bool(a.extra.get("do_layer_norm_before", True))
-        q, k, v = self.qkv(o, o.layer_norm(x, h) if before else x)
+        hn = o.layer_norm(x, h) if before else x
+        q, k, v = self.qkv(o, hn)
         k, v = cache_kv(o, w, k, v)
         out = attention(
             o, q, k, v, attn_shape(a, w), impl=w.impl, mask=sh.mask, dropout_p=a.attn_dropout
         )
         out = o.linear(out, a.q_dim, h, bias=True, name="out_proj")
-        o.release_locals(q, k, v)
+        o.release_locals(q, k, v, hn)  # and the LayerNorm output, the attention's argument
         out = o.dropout(out, a.resid_dropout)
         x = o.add(x, out)
         if not before:
@@ -262,6 +294,9 @@ class PhiProgram(NeoXProgram):
         k = o.linear(hn, h, a.kv_dim, bias=True, name="k_proj")
         v = o.linear(hn, h, a.kv_dim, bias=True, name="v_proj")
         assert sh.cos is not None and sh.sin is not None
+        # ``query_pass``/``key_pass`` (views of the projections, empty under full rotary) stay
+        # locals of PhiAttention: the q/k projections live until it returns
+        projections = [q, k]
         q = rope(o, q, sh.cos, sh.sin, a.rot_dim, a.head_dim)
         k = rope(o, k, sh.cos, sh.sin, a.rot_dim, a.head_dim)
         k, v = cache_kv(o, w, k, v)
@@ -277,12 +312,14 @@ class PhiProgram(NeoXProgram):
             q_head_major=a.rot_dim != a.head_dim,
         )
         out = o.linear(out, a.q_dim, h, bias=True, name="dense")
-        o.release_locals(q, k, v)
+        o.release_locals(q, k, v, *projections)
         out = o.dropout(out, a.resid_dropout)
         m = o.linear(hn, h, a.ffn, bias=True, name="fc1")
         m = o.act(m, ACT_KIND.get(a.act, "gelu_new"))
         m = o.dropout(o.linear(m, a.ffn, h, bias=True, name="fc2"), a.resid_dropout)
-        return o.add(o.add(out, m), x)
+        out = o.add(o.add(out, m), x)
+        o.g.touch(hn)  # PhiDecoderLayer's ``hidden_states`` until the sum rebinds it
+        return out
 
     def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
         return lm_head_and_loss(o, o.layer_norm(x, self.a.hidden), w, self.a, bias=True)

@@ -27,6 +27,7 @@ class Phi3Program(LlamaProgram):
         a = self.a
         total = a.q_dim + 2 * a.kv_dim
         fused = o.linear(x, a.hidden, total, name="qkv_proj")
+        o.locals.append(fused)  # ``qkv``, whose views q/k/v are: alive until attention returns
         return (
             o.slice(fused, a.q_dim, total),
             o.slice(fused, a.kv_dim, total),
@@ -37,7 +38,9 @@ class Phi3Program(LlamaProgram):
         a = self.a
         fused = o.linear(x, a.hidden, 2 * a.ffn, name="gate_up_proj")
         gate, up = o.split(fused, [a.ffn, a.ffn])
-        return o.linear(o.mul(up, o.act(gate, "silu")), a.ffn, a.hidden, name="down_proj")
+        out = o.linear(o.mul(up, o.act(gate, "silu")), a.ffn, a.hidden, name="down_proj")
+        o.g.touch(gate)  # a view of the fused output, a local until the MLP returns
+        return out
 
 
 class MixtralProgram(LlamaProgram):
@@ -153,11 +156,19 @@ class Gemma2Program(LlamaProgram):
 
     def layer(self, o: Ops, x: Tensor, w: Work, sh: Shared, index: int = 0) -> Tensor:
         h = self.a.hidden
+        # Each sub-block's input (the pre-norm output) lives until the sub-block returns, and its
+        # output, the post-norm's argument, until that norm returns.
         hn = o.rms_norm(x, h, style="gemma")
-        y = o.rms_norm(self.attention_block(o, hn, w, sh), h, style="gemma")
+        att = self.attention_block(o, hn, w, sh)
+        o.g.touch(hn)
+        y = o.rms_norm(att, h, style="gemma")
+        o.g.touch(att)
         x = o.add(x, y)
         hn = o.rms_norm(x, h, style="gemma")
-        y = o.rms_norm(self.mlp(o, hn), h, style="gemma")
+        m = self.mlp(o, hn)
+        o.g.touch(hn)
+        y = o.rms_norm(m, h, style="gemma")
+        o.g.touch(m)
         return o.add(x, y)
 
     def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:

@@ -52,6 +52,7 @@ from memfit.estimate.analytic.engine import (
     Simulated,
     _distributed,
     cast_cache_bytes,
+    configure_quant,
     hidden_dtype,
     training_step,
 )
@@ -153,6 +154,9 @@ class _LayerKey:
     last: bool
     frozen: bool
     in_rg: bool
+    #: layer 1 under checkpointing: the last checkpoint to keep layer 0's biases (arguments of
+    #: every later layer's), which go with it in backward
+    second: bool = False
 
 
 class T5Program(LlamaProgram):
@@ -492,6 +496,8 @@ class _T5Step:
         self._cache: dict[Any, BlockProfile] = {}
         #: generation under autocast, after the first pass: the weight casts are cached
         self.casts_exist = False
+        #: checkpointed training under autocast: the encoder's cached weight casts (bytes)
+        self.enc_casts = 0
 
     # -------------------------------------------------------------- block runner
     def block(
@@ -508,8 +514,7 @@ class _T5Step:
         wl = self.wl
 
         def build(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            o.quant = wl.quant if wl.quant != "none" else None
-            o.quant_group_size = wl.quant_group_size
+            configure_quant(o, self.a.model_type, wl)
             o.in_repeated_block = repeated
             o.batch = w.batch
             o.casts_exist = self.casts_exist
@@ -532,12 +537,12 @@ class _T5Step:
         self, n: int, n_frozen: int, in_rg0: bool, make: Callable[[_LayerKey], BlockProfile]
     ) -> list[Stack]:
         """A stack's layers as runs of identical profiles (layer 0, the middle, the last one;
-        frozen ones first)."""
+        frozen ones first; under checkpointing layer 1 too)."""
         stacks: list[Stack] = []
         rg = in_rg0
         for i in range(n):
             frozen = i < n_frozen
-            key = _LayerKey(False, i == 0, i == n - 1 and n > 1, frozen, rg)
+            key = _LayerKey(False, i == 0, i == n - 1 and n > 1, frozen, rg, self.ckpt and i == 1)
             prof = make(key)
             if stacks and stacks[-1].profile is prof:
                 stacks[-1].count += 1
@@ -591,6 +596,8 @@ class _T5Step:
                 p = o.g.external(bias_n, self.pd, rg=rg)
                 if rg and not key.last:
                     _preset_grad(p)
+                if key.second:
+                    o.checkpoint_args.append(p)
                 out, _ = self.prog._enc_layer(o, x, w, _Pending(p, ""), False)
             o.g.touch(x)
             o.g.hold(out)
@@ -678,6 +685,8 @@ class _T5Step:
                 for t, on in ((p, rg), (z, cross_rg)):
                     if on and not key.last:
                         _preset_grad(t)
+                if key.second:  # the zero bias is a leaf: its AccumulateGrad keeps it
+                    o.checkpoint_args.append(p)
                 out, _ = self.prog._dec_layer(o, x, w, enc, (p, z), cross=cross)
             o.g.touch(x)
             o.g.hold(out)
@@ -687,7 +696,9 @@ class _T5Step:
             w, body, repeated=True, frozen=key.frozen, key=("dec", key, w, enc_n, cross)
         )
 
-    def head(self, w: Work, s_enc: int) -> BlockProfile:
+    def head(self, w: Work, s_enc: int, cached_casts: int = 0) -> BlockProfile:
+        """``final_layer_norm``, dropout, the LM head and (training) the loss; then the model
+        returns and autocast exits: ``cached_casts`` bytes of cached weight casts go."""
         a = self.a
         bias_n = a.n_heads * w.q_len * w.kv_len
         cross_n = a.n_heads * w.q_len * s_enc
@@ -719,9 +730,11 @@ class _T5Step:
             o._save_outputs(logp)
             (loss,) = o.g.op([logp], [(1, lf.dtype)])
             o.g.hold(loss)
-            return x, [logits, loss]
+            if cached_casts:
+                o.g.touch(o.g.input(cached_casts, "u8", rg=False))
+            return x, [loss]  # backward starts from the loss
 
-        return self.block(w, body, key=("head", w, s_enc))
+        return self.block(w, body, key=("head", w, s_enc, cached_casts))
 
     def dec_work(self, q_len: int, kv_len: int) -> Work:
         return Work(
@@ -744,7 +757,9 @@ class _T5Step:
             lambda k: self.dec_layer(w, k, enc_n, cross),
         )
         s_enc = enc_n // (w.batch * self.a.hidden)
-        return [Stack(embed, 1), *layers, Stack(self.head(w, s_enc), 1)]
+        # checkpointed training: the layers' weight casts autocast caches until it exits
+        casts = self.enc_casts + cast_cache_bytes(layers) if self.train else 0
+        return [Stack(embed, 1), *layers, Stack(self.head(w, s_enc, casts), 1)]
 
     # -------------------------------------------------------------- totals
     def _counts(self, stacks: list[Stack]) -> tuple[int, int, int, int]:
@@ -768,6 +783,7 @@ class _T5Step:
     def train_step(self) -> Simulated:
         wl = self.wl
         enc = self.encoder()
+        self.enc_casts = cast_cache_bytes(enc)
         ew = self.enc_work()
         enc_n = ew.tokens * self.a.hidden
         cross = "project" if self.ckpt or not self.prog.use_cache else "cache"

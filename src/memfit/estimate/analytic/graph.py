@@ -120,8 +120,9 @@ class Tensor:
 class Node:
     """One op. ``saves``: tensors autograd keeps for its backward. ``grad_to``: inputs that get a
     gradient (default: the inputs that require grad). ``bwd_workspace``: bytes the backward kernel
-    allocates for its duration. ``fwd_workspace``: likewise in forward. ``recompute``: whether a
-    selective-checkpointing policy recomputes (True) or stores (False) its outputs."""
+    allocates for its duration. ``fwd_workspace``: likewise in forward. ``matmul``: a selective
+    checkpointing policy stores its outputs. ``passthrough``: the backward hands its incoming
+    gradient itself to each input of the output's size and dtype (``AddBackward0``)."""
 
     inputs: list[Tensor]
     outputs: list[Tensor]
@@ -131,6 +132,7 @@ class Node:
     fwd_workspace: int = 0
     matmul: bool = False
     rg: bool = False
+    passthrough: bool = False
 
 
 @dataclass
@@ -165,6 +167,14 @@ class Graph:
         #: Held tensors whose last reference goes once backward has passed the later blocks
         #: (a mask every layer's backward still reads): freed when this block's backward starts.
         self.freed_at_backward: list[Tensor] = []
+        #: A recomputation (:meth:`recomputation`): the index of the first node it does not run,
+        #: the tensors the checkpoint keeps (its inputs, stored outputs the recomputation does
+        #: not reach) and the node whose release of its saved tensors frees them.
+        self._stop: int | None = None
+        self._until_stop: list[Tensor] = []
+        self._kept: list[Tensor] = []
+        self._first_saver: Node | None = None
+        self._last_saver: Node | None = None
 
     # ------------------------------------------------------------------ recording
     def external(self, numel: int, dtype: str, *, rg: bool = False, comp: int = ACTS) -> Tensor:
@@ -208,6 +218,7 @@ class Graph:
         fwd_workspace: int = 0,
         matmul: bool = False,
         view_of: Tensor | None = None,
+        passthrough: bool = False,
     ) -> list[Tensor]:
         rg = self.grad_enabled and differentiable and any(t.rg for t in inputs)
         outs: list[Tensor] = []
@@ -227,6 +238,7 @@ class Graph:
             fwd_workspace=fwd_workspace,
             matmul=matmul,
             rg=rg,
+            passthrough=passthrough,
         )
         self.nodes.append(node)
         return outs
@@ -240,6 +252,64 @@ class Graph:
     def touch(self, *tensors: Tensor) -> None:
         """A Python local still referenced here: extend the tensors' lifetime to this point."""
         self.nodes.append(Node(inputs=list(tensors), outputs=[], saves=[]))
+
+    def recomputation(self, inputs: list[Tensor], *, stored: bool = False) -> None:
+        """Make this recording of a checkpointed block its recomputation in backward, as
+        ``torch.utils.checkpoint`` runs it with ``use_reentrant=False``; :meth:`backward` then
+        replays it:
+
+        * the recomputation runs when backward first needs a saved tensor: at the last node
+          that saves any (the nodes after it have run their backward by then);
+        * nothing the recomputed forward makes outlives it but what autograd saves (the
+          checkpoint's unpack hooks hand those out): what the block holds (its return value, a
+          module's returned locals) is dropped when the recomputation ends;
+        * the checkpoint keeps the block's ``inputs`` (its arguments, for the recomputation)
+          until the last saved tensor of the block is released: once the backward of its first
+          node that saves anything is done (the last reference to the checkpoint's frame goes
+          with that node's saved variables). An external input among them is one this
+          checkpoint is the last to keep: freed then too;
+        * early stop (on by default): the recomputation raises once the last tensor the forward
+          saved has been saved again (``_recomputation_hook.pack_hook``). A node packs its saved
+          inputs before its kernel runs and its saved outputs after: the last saving node runs
+          only if it saves one of its outputs, and no later node runs (their backward still
+          does). Selective checkpointing (``stored``) stops at the same tensor: the matmul
+          outputs its policy stored in the forward are there already (the recomputation takes
+          them from the checkpoint's cache), those of the nodes not reached stay in the cache,
+          freed with the inputs.
+
+        Tensors made outside the block are the forward's own: a hold on them stands."""
+        self._until_stop = [
+            t
+            for node in self.nodes
+            for t in node.outputs
+            if t.held and not t.alive and not t.external
+        ]
+        for t in inputs:
+            if t.external:  # counted by the caller until this checkpoint lets go of it
+                t.external = False
+                t.alive = True
+                t.storage.refs += 1
+                self._alloc(t.storage)
+            if not t.held:
+                t.held = True
+                self._kept.append(t)
+        savers = [i for i, n in enumerate(self.nodes) if n.saves]
+        self._stop = 0
+        if savers:
+            self._first_saver = self.nodes[savers[0]]
+            self._last_saver = node = self.nodes[savers[-1]]
+            saves_output = any(s is t for s in node.saves for t in node.outputs)
+            self._stop = savers[-1] + 1 if saves_output else savers[-1]
+        if stored:
+            for i, node in enumerate(self.nodes):
+                for t in node.outputs if node.matmul else []:
+                    if not t.alive:  # counted by the caller since the forward
+                        t.alive = True
+                        t.storage.refs += 1
+                        self._alloc(t.storage)
+                        if i >= self._stop:  # not reached: the checkpoint's cache keeps it
+                            t.held = True
+                            self._kept.append(t)
 
     # ------------------------------------------------------------------ replay helpers
     def _alloc(self, storage: Storage) -> None:
@@ -270,27 +340,24 @@ class Graph:
             self._release(t.storage)
 
     # ------------------------------------------------------------------ forward
-    def forward(
-        self, *, save_policy: str = "all", prealloc_matmul: bool = False
-    ) -> tuple[list[Vec], Vec]:
+    def forward(self, *, save_policy: str = "all") -> tuple[list[Vec], Vec]:
         """Replay the forward pass. ``save_policy``: ``all`` (autograd saves), ``none`` (a
         checkpointed block: nothing saved), ``matmul`` (selective checkpointing: only matmul and
-        attention outputs are stored). ``prealloc_matmul``: the matmul outputs exist already
-        (selective checkpointing's stored outputs during recomputation). Returns the points and
-        the net change, relative to the start.
+        attention outputs are stored). Returns the points and the net change, relative to the
+        start.
 
         Selective checkpointing stores a matmul's outputs whether or not they require grad
         (``torch.utils.checkpoint._CachingTorchDispatchMode`` asks only the policy): the frozen
         base projection of a LoRA layer whose input needs no gradient is kept too."""
-        if prealloc_matmul:
-            for node in self.nodes:
-                if node.matmul:
-                    for t in node.outputs:
-                        if not t.alive:
-                            t.alive = True
-                            t.storage.refs += 1
-                            self._alloc(t.storage)
         base = self._now()
+        self._points = []
+        self._replay(save_policy)
+        return [_sub(p, base) for p in self._points], _sub(self._now(), base)
+
+    def _replay(self, save_policy: str) -> None:
+        """The forward's allocations and frees, as points appended to ``_points`` (a
+        recomputation: up to its early stop)."""
+        stop = len(self.nodes) if self._stop is None else self._stop
         for node in self.nodes:
             for t in node.inputs:
                 t.n_uses += 1
@@ -300,7 +367,13 @@ class Graph:
             elif save_policy == "matmul" and node.matmul:
                 for t in node.outputs:
                     t.n_savers += 1
-        for node in self.nodes:
+        for i, node in enumerate(self.nodes):
+            if i >= stop:  # a recomputation stopped early: uses end, nothing is made
+                for t in node.inputs:
+                    t.n_uses -= 1
+                    if t.n_uses == 0 and t.n_savers == 0 and not t.held and not t.external:
+                        self._drop(t)
+                continue
             for t in node.outputs:
                 if not t.alive:
                     t.alive = True
@@ -323,13 +396,18 @@ class Graph:
             for t in node.outputs:
                 if t.n_uses == 0 and t.n_savers == 0 and not t.held:
                     self._drop(t)
-        return [_sub(p, base) for p in self._points], _sub(self._now(), base)
+        for t in self._until_stop:  # a recomputation ends: its locals go
+            t.held = False
+            if t.n_uses == 0 and t.n_savers == 0:
+                self._drop(t)
+        self._until_stop = []
 
     # ------------------------------------------------------------------ backward
     def backward(self, outputs: list[Tensor], *, existing_grads: bool = False) -> list[Vec]:
         """Replay backward from gradients of ``outputs`` (allocated by the caller, i.e. already
         counted). ``existing_grads``: parameters already hold a gradient (accumulation, or
-        ``zero_grad(set_to_none=False)``): new ones are summed in place."""
+        ``zero_grad(set_to_none=False)``): new ones are summed in place. A recomputation
+        (:meth:`recomputation`) runs when backward reaches its last saving node."""
         self._points = []
         base = self._now()
         for t in self.freed_at_backward:
@@ -338,7 +416,10 @@ class Graph:
         for t in outputs:
             t.grad = Storage(t.n_bytes, TEMP)
             t.grad.live = True
+            t.grad.refs = 1
         for node in reversed(self.nodes):
+            if node is self._last_saver:  # the first unpack: the checkpoint recomputes
+                self._replay("all")
             if not node.rg:
                 continue
             incoming = [t.grad for t in node.outputs if t.grad is not None]
@@ -348,8 +429,13 @@ class Graph:
             if node.bwd_workspace:
                 self._live[TEMP] += node.bwd_workspace
             transient: list[Storage] = []
+            passed = node.outputs[0] if node.passthrough else None
             for t in node.grad_to if node.grad_to is not None else node.inputs:
                 if not t.rg:
+                    continue
+                if passed is not None and passed.grad is not None and _takes(t, passed):
+                    t.grad = passed.grad  # the incoming gradient itself: no allocation
+                    t.grad.refs += 1
                     continue
                 if t.leaf:
                     g = Storage(t.n_bytes, GRADS)
@@ -372,7 +458,16 @@ class Graph:
                         t.grad = g
                 elif t.grad is None:
                     t.grad = Storage(t.n_bytes, TEMP)
+                    t.grad.refs = 1
                     self._alloc(t.grad)
+                elif t.grad.refs > 1:
+                    # InputBuffer::accumulate: the buffered gradient is shared, so the sum goes
+                    # into the new one (in place) and the buffer lets go of the shared one
+                    g = Storage(t.n_bytes, TEMP)
+                    g.refs = 1
+                    self._alloc(g)
+                    self._unref_grad(t.grad)
+                    t.grad = g
                 else:
                     g = Storage(t.n_bytes, TEMP)
                     self._alloc(g)
@@ -387,10 +482,17 @@ class Graph:
                 self._release(g)
             for t in node.outputs:
                 if t.grad is not None:
-                    self._release(t.grad)
+                    self._unref_grad(t.grad)
                     t.grad = None
             self._release_saved(node)
+        self._release_kept()
         return [_sub(p, base) for p in self._points] + [_sub(self._now(), base)]
+
+    def _unref_grad(self, g: Storage) -> None:
+        """A holder of gradient ``g`` lets go of it: freed with its last holder."""
+        g.refs -= 1
+        if g.refs <= 0:
+            self._release(g)
 
     def _release_saved(self, node: Node) -> None:
         for t in node.saves:
@@ -398,3 +500,19 @@ class Graph:
             if t.n_savers == 0 and t.n_uses == 0 and not t.held:
                 self._drop(t)
         node.saves = []
+        if node is self._first_saver:
+            self._release_kept()
+
+    def _release_kept(self) -> None:
+        """A recomputed block's checkpoint is gone: free what it kept."""
+        for t in self._kept:
+            t.held = False
+            if t.n_savers == 0 and t.n_uses == 0:
+                self._drop(t)
+        self._kept = []
+
+
+def _takes(t: Tensor, out: Tensor) -> bool:
+    """``t`` has no gradient yet and takes ``out``'s as it is (same size and dtype: no
+    reduction, no cast). Not a parameter: AccumulateGrad copies a gradient others share."""
+    return not t.leaf and t.grad is None and t.numel == out.numel and t.dtype == out.dtype

@@ -62,22 +62,41 @@ class Ops:
         self.lm_head_trainable = True
         #: Tensors a Python local keeps until the current module returns (``touch`` them then).
         self.locals: list[Tensor] = []
+        #: Tensors a local of the running decoder layer keeps until the layer returns: the
+        #: eager attention weights of ``hidden_states, _ = self.self_attn(...)`` (the engine
+        #: touches them after each layer, ``release_layer_locals``).
+        self.layer_locals: list[Tensor] = []
         #: ``--quant`` format of this block's Linear layers (None: unquantized), its group size,
         #: whether the block is one of the repeated layers (GPTQ/AWQ quantize only those) and the
         #: batch size (AWQ's backward repeats its weight per sequence).
         self.quant: str | None = None
         self.quant_group_size = 128
+        #: peft's ``prepare_model_for_kbit_training``: the block runs in fp32 around quantized
+        #: layers loaded (and computing) in this dtype; None: the precision's own
+        self.quant_dtype: str | None = None
         self.in_repeated_block = False
         self.batch = 1
         #: inference under autocast: bytes of the weight casts held in autocast's cache, and
         #: whether an earlier pass of the same generation made them already
         self.held_cast_bytes = 0
         self.casts_exist = False
+        #: Tensors made outside this block that its checkpoint keeps as arguments and is the
+        #: last to let go of (T5's position bias: every later layer's checkpoint holds it, layer
+        #: 1's backward comes last): freed with the checkpoint (``Graph.recomputation``).
+        self.checkpoint_args: list[Tensor] = []
+        #: False while a layer multiplies by a view of its weight (FalconLinear's
+        #: ``input @ self.weight.T``): autocast caches casts of leaf tensors only.
+        self.cache_weight_casts = True
 
     def release_locals(self, *more: Tensor) -> None:
         """The module returns: its locals (and ``more``) may be freed after this point."""
         self.g.touch(*more, *self.locals)
         self.locals = []
+
+    def release_layer_locals(self) -> None:
+        """The decoder layer returns: the tensors its locals kept may be freed after this point."""
+        self.g.touch(*self.layer_locals)
+        self.layer_locals = []
 
     # ------------------------------------------------------------------ basics
     def weight(self, *shape: int, trainable: bool = True) -> Tensor:
@@ -115,7 +134,7 @@ class Ops:
         (``casts_exist``)."""
         if not self.autocast or w.dtype != "f32":
             return w
-        if not (w.leaf and (w.rg or not self.train)):
+        if not (self.cache_weight_casts and w.leaf and (w.rg or not self.train)):
             return self.cast(w, self.cdtype)
         key = id(w)
         if key not in self._cast_cache:
@@ -284,15 +303,26 @@ class Ops:
         return out
 
     def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        """``a * b``: MulBackward0 saves each factor the other's gradient needs. A broadcast
+        factor's gradient is the full-size product of the incoming gradient and the other
+        factor, then summed to its shape: a full-size temporary while the backward runs."""
+        n = max(a.numel, b.numel)
+        dtype = promote(a.dtype, b.dtype)
+        broadcast = any(t.rg and t.numel < n for t in (a, b))
         (out,) = self.g.op(
             [a, b],
-            [(max(a.numel, b.numel), promote(a.dtype, b.dtype))],
+            [(n, dtype)],
             saves=[a if b.rg else None, b if a.rg else None],  # type: ignore[list-item]
+            bwd_workspace=n * DTYPE_BYTES[dtype] if broadcast else 0,
         )
         return out
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
-        (out,) = self.g.op([a, b], [(max(a.numel, b.numel), promote(a.dtype, b.dtype))])
+        """``a + b``: AddBackward0 hands its incoming gradient to each input of the output's size
+        and dtype as it is (a broadcast input gets a reduced copy, another dtype a cast)."""
+        (out,) = self.g.op(
+            [a, b], [(max(a.numel, b.numel), promote(a.dtype, b.dtype))], passthrough=True
+        )
         return out
 
     def split(self, x: Tensor, sizes: list[int]) -> list[Tensor]:

@@ -108,14 +108,18 @@ def quantized_linear(o: Ops, x: Tensor, n_in: int, n_out: int, *, bias: bool) ->
 
 
 def _bnb4(o: Ops, x: Tensor, fmt: str, n_in: int, n_out: int, m: int) -> Tensor:
-    cd = o.cdtype
+    """``Linear4bit``: the input cast to ``bnb_4bit_compute_dtype`` and the output back to the
+    input's dtype (``o.quant_dtype``: the dtype the model was loaded in, when peft's
+    ``prepare_model_for_kbit_training`` made the rest of it fp32)."""
+    cd = o.quant_dtype or o.cdtype
+    stored = o.quant_dtype or o.pdtype
     xc = o.cast(x, cd)
     nk = n_in * n_out
     ws = quant.dequant_temporary_bytes(fmt, n_out, n_in, n_tokens=m, compute_bytes=DTYPE_BYTES[cd])
     if ws and fmt == "nf4-dq":  # nested statistics → fp32 absmax, + offset
         ws += 2 * 4 * -(-nk // quant.BNB_4BIT_BLOCKSIZE)
     # backward: the weight in the stored dtype, cast to the gradient's (the compute) dtype
-    bwd = nk * DTYPE_BYTES[o.pdtype] + (nk * DTYPE_BYTES[cd] if o.pdtype != cd else 0)
+    bwd = nk * DTYPE_BYTES[stored] + (nk * DTYPE_BYTES[cd] if stored != cd else 0)
     # dequantized: ``F.linear`` on the (N, K) weight, an ``mm`` that selective checkpointing stores
     dequantized = quant.uses_dequantized_weight(fmt, m, n_in)
     (out,) = o.g.op(

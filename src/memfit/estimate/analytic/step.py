@@ -55,7 +55,7 @@ class BlockProfile:
     params: list[tuple[tuple[int, ...], int, bool]] = field(default_factory=list)
     #: per parameter (as ``params``): its first forward and backward point (-1: none)
     param_points: list[tuple[int, int]] = field(default_factory=list)
-    #: inference under autocast: weight casts the block leaves in autocast's cache
+    #: weight casts the block leaves in autocast's cache (inference, checkpointed training)
     cast_bytes: int = 0
 
 
@@ -91,21 +91,26 @@ def run_block(
     ckpt = checkpointing != "none" and train and any(t.rg for t in outs)
     if ckpt and x is not None:
         g.hold(x)  # torch.utils.checkpoint keeps the block's inputs for the recomputation
+    cast_bytes = recorded[0].held_cast_bytes
+    if ckpt:
+        # Autocast caches the casts of the weights that require grad until it exits (the end
+        # of the forward: the caller frees ``cast_bytes``); nothing else keeps them here.
+        casts = list(recorded[0]._cast_cache.values())
+        g.hold(*casts)
+        cast_bytes += sum(t.n_bytes for t in casts)
     fwd, fwd_end = g.forward(save_policy=policy if ckpt else "all")
     prof = BlockProfile(fwd=fwd, fwd_end=fwd_end, out_rg=any(t.rg for t in outs))
-    prof.cast_bytes = recorded[0].held_cast_bytes
+    prof.cast_bytes = cast_bytes
     _count_params(prof, g)
     if not (backward and train and any(t.rg for t in outs)):
         return prof
-    if ckpt:
+    if ckpt:  # recorded again: the recomputation its backward runs
         g, x, outs = record()
-        pre, pre_end = g.forward(prealloc_matmul=checkpointing == "selective")
-        bwd = g.backward([t for t in outs if t.rg], existing_grads=existing_grads)
-        prof.bwd = pre + [vadd(pre_end, p) for p in bwd]
-        prof.bwd_end = vadd(pre_end, bwd[-1])
-    else:
-        bwd = g.backward([t for t in outs if t.rg], existing_grads=existing_grads)
-        prof.bwd, prof.bwd_end = bwd[:-1], bwd[-1]
+        args = [x] if x is not None else []
+        g.recomputation(args + recorded[-1].checkpoint_args, stored=checkpointing == "selective")
+    bwd = g.backward([t for t in outs if t.rg], existing_grads=existing_grads)
+    prof.bwd, prof.bwd_end = bwd[:-1], bwd[-1]
+    if not ckpt:
         prof.param_points = [
             (g.fwd_point_of.get(id(p), -1), g.bwd_point_of.get(id(p), -1)) for p in g.params
         ]

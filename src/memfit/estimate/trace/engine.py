@@ -228,6 +228,8 @@ def _trace_once(
         model = build.apply_lora_(model, wl, device=device)
     if to_quantize:  # after peft: LoRA wraps the Linear, the stand-in replaces its base layer
         quantized.quantize_(model, to_quantize, wl, device=device)
+    if wl.prepare_kbit and wl.is_train:
+        quantized.prepare_kbit_(model, wl.quant)
     fake: Any = contextlib.nullcontext() if real else FakeTensorMode(allow_non_fake_inputs=True)
     if not real:
         build.meta_to_fake_(model, fake)

@@ -346,6 +346,27 @@ def linears_to_quantize(model: torch.nn.Module, fmt: str) -> list[str]:
     return out
 
 
+#: Formats whose models peft's ``prepare_model_for_kbit_training`` leaves uncast (its
+#: ``is_gptq_quantized`` / ``is_torchao_quantized`` checks).
+PREPARE_KBIT_SKIPS = ("int4-gptq", "fp8")
+
+
+def prepare_kbit_(model: torch.nn.Module, fmt: str) -> int:
+    """The casts of peft's ``prepare_model_for_kbit_training`` (peft/utils/other.py): every
+    fp16/bf16 parameter that is not a bitsandbytes ``Params4bit`` becomes fp32 (quantized weights
+    are buffers of the stand-ins, or int8). Its other steps change no memory here: it freezes
+    every parameter (memfit adds the LoRA adapters afterwards in the same order of effect) and
+    enables input gradients only for reentrant checkpointing. Returns the parameters cast."""
+    if fmt in PREPARE_KBIT_SKIPS:
+        return 0
+    n = 0
+    for param in model.parameters():
+        if param.dtype in (torch.float16, torch.bfloat16) and type(param).__name__ != "Params4bit":
+            param.data = param.data.to(torch.float32)
+            n += 1
+    return n
+
+
 def _is_linear(module: torch.nn.Module) -> bool:
     if type(module) is torch.nn.Linear:
         return True
