@@ -73,7 +73,7 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("mixtral-8x7b", {"batch_size": 1, "seq_len": 512, "checkpointing": "full"}, False),
     ("gpt2", {"batch_size": 8, "seq_len": 1024, "precision": "fp32"}, False),
     ("gpt2-medium", {"batch_size": 4, "seq_len": 1024, "precision": "amp-fp16"}, True),
-    ("gpt2-xl", {"mode": "infer", "batch_size": 4, "seq_len": 1024, "new_tokens": 32}, True),
+    ("gpt2-xl", {"mode": "infer", "batch_size": 4, "seq_len": 992, "new_tokens": 32}, True),
     ("pythia-410m-deduped", {"batch_size": 4, "seq_len": 1024, "precision": "fp16"}, True),
     ("pythia-1.4b", {"batch_size": 2, "seq_len": 1024, "attention": "eager"}, True),
     (
