@@ -1,8 +1,9 @@
 """Re-run the `memfit` command transcripts quoted in docs/planning.md and write their output back.
 
-Each fenced ``text`` block that starts with ``$ memfit …`` (a trailing ``\\`` continues the command
-on the next line) is re-run with this checkout's CLI and its output replaced, so the document
-shows what the code prints today. Timings in the output vary from run to run; the numbers do not.
+Each fenced ``text`` block that starts with ``$ memfit …`` is re-run command by command (a trailing
+``\\`` continues a command on the next line) with this checkout's CLI; each command's output is
+replaced, followed by its exit code and, where the transcript showed one, its wall time. Timings
+vary from run to run; the numbers do not.
 
     .venv/bin/python benchmarks/render_doc_transcripts.py [docs/planning.md ...]
 """
@@ -14,6 +15,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,41 +23,59 @@ DEFAULT_DOCS = [ROOT / "docs" / "planning.md"]
 BLOCK = re.compile(r"```text\n(\$ memfit .*?)```", re.S)
 
 
-def _command(block: str) -> tuple[str, int]:
-    """The command of a block (continuation lines joined) and the number of lines it spans."""
+def _commands(block: str) -> list[tuple[list[str], bool]]:
+    """The commands of a block: each one's command lines (a trailing backslash continues it) and
+    whether the transcript shows its wall time."""
     lines = block.splitlines()
-    n = 1
-    while lines[n - 1].endswith("\\"):
-        n += 1
-    cmd = " ".join(line.rstrip("\\").strip() for line in lines[:n])
-    return cmd[2:], n
+    out: list[tuple[list[str], bool]] = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("$ memfit"):
+            i += 1
+            continue
+        head = [lines[i]]
+        while head[-1].endswith("\\") and i + 1 < len(lines):
+            i += 1
+            head.append(lines[i])
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith("$ memfit"):
+            j += 1
+        timed = any(line.startswith("(wall time") for line in lines[i + 1 : j])
+        out.append((head, timed))
+        i = j
+    return out
 
 
-def _run(cmd: str) -> str:
+def _run(head: list[str], timed: bool) -> str:
+    cmd = " ".join(line.rstrip("\\").strip() for line in head)[2:]
     memfit = str(ROOT / ".venv" / "bin" / "memfit")
-    args = shlex.split(cmd)
     env = {**os.environ, "COLUMNS": "100"}
+    started = time.perf_counter()
     proc = subprocess.run(
-        [memfit, *args[1:]], capture_output=True, text=True, cwd=ROOT, env=env, check=False
+        [memfit, *shlex.split(cmd)[1:]], capture_output=True, text=True, cwd=ROOT, env=env
     )
-    return proc.stdout
+    wall = time.perf_counter() - started
+    text = "\n".join(head) + "\n" + proc.stdout + f"exit {proc.returncode}\n"
+    if timed:
+        text += f"(wall time {wall:.2f} s)\n"
+    return text
 
 
 def render(path: Path) -> int:
     text = path.read_text(encoding="utf-8")
-    n_blocks = 0
+    n_commands = 0
 
     def replace(match: re.Match[str]) -> str:
-        nonlocal n_blocks
-        block = match.group(1)
-        cmd, n = _command(block)
-        head = "\n".join(block.splitlines()[:n])
-        print(f"{path.name}: {cmd}", flush=True)
-        n_blocks += 1
-        return f"```text\n{head}\n{_run(cmd)}```"
+        nonlocal n_commands
+        parts = []
+        for head, timed in _commands(match.group(1)):
+            print(f"{path.name}: {head[0][2:]}", flush=True)
+            parts.append(_run(head, timed))
+            n_commands += 1
+        return "```text\n" + "\n".join(parts) + "```"
 
     path.write_text(BLOCK.sub(replace, text), encoding="utf-8")
-    return n_blocks
+    return n_commands
 
 
 def main() -> int:
