@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from tests.estimate.analytic.configs import TINY_CLIP
-from tests.estimate.analytic.test_vs_trace import NET_TOLERANCE, TOLERANCE, _fixed_bytes
+from tests.estimate.analytic.test_vs_trace import assert_matches_trace
 
 from memfit.errors import SpecError
 from memfit.estimate.analytic import estimate_analytic, estimate_many, supports
@@ -77,35 +77,13 @@ def _ids(case: tuple[dict, dict]) -> str:
     return name + ":" + (",".join(f"{k}={v}" for k, v in wl.items()) or "default")
 
 
-@pytest.fixture(scope="module")
-def trace_hf():
-    pytest.importorskip("transformers")
-    from memfit.estimate.trace.engine import trace_hf
-
-    return trace_hf
-
-
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_clip_analytic_peak_is_within_three_percent_of_the_trace(case, trace_hf) -> None:
     config, overrides = case
-    wl = WorkloadSpec(**{"batch_size": 2, "seq_len": 16, **overrides})
-    traced = trace_hf(config, wl, name="clip")
-    analytic = estimate_analytic(config, wl)
-    fixed = _fixed_bytes(wl)
-    error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
-    net = (analytic.peak_allocated_bytes - fixed) / (traced.peak_allocated_bytes - fixed) - 1
-    detail = (
-        f"{overrides}: analytic {analytic.peak_allocated_bytes} vs trace "
-        f"{traced.peak_allocated_bytes} ({error:+.2%}; {net:+.2%} without the fixed {fixed} B), "
-        f"phases { {k: v.peak_allocated_bytes for k, v in analytic.phases.items()} } vs "
-        f"{ {k: v.peak_allocated_bytes for k, v in traced.phases.items()} }"
+    traced, analytic = assert_matches_trace(
+        config, {"seq_len": 16, **overrides}, trace_hf, _ids(case)
     )
-    assert abs(error) <= TOLERANCE, detail
-    assert abs(net) <= NET_TOLERANCE, detail
-    assert analytic.n_params == traced.n_params
-    assert analytic.n_trainable_params == traced.n_trainable_params
     assert analytic.host_memory_bytes == pytest.approx(traced.host_memory_bytes, rel=0.01)
-    assert set(analytic.phases) == set(traced.phases)
 
 
 def test_the_bundled_clip_has_closed_forms_and_its_exact_parameter_count() -> None:

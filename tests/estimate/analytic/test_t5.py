@@ -73,14 +73,6 @@ def _ids(case: tuple[dict, dict]) -> str:
     return name + ":" + (",".join(f"{k}={v}" for k, v in wl.items()) or "default")
 
 
-@pytest.fixture(scope="module")
-def trace_hf():
-    pytest.importorskip("transformers")
-    from memfit.estimate.trace.engine import trace_hf
-
-    return trace_hf
-
-
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_t5_analytic_peak_is_within_three_percent_of_the_trace(case, trace_hf) -> None:
     config, overrides = case

@@ -107,21 +107,13 @@ def _ids(case: tuple[str, dict]) -> str:
     return fam + ":" + (",".join(f"{k}={v}" for k, v in wl.items()) or "default")
 
 
-@pytest.fixture(scope="module")
-def trace_hf():
-    pytest.importorskip("transformers")
-    from memfit.estimate.trace.engine import trace_hf
-
-    return trace_hf
-
-
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_analytic_peak_is_within_three_percent_of_the_trace(case, trace_hf) -> None:
     family, overrides = case
     assert_matches_trace(TINY[family], overrides, trace_hf, family)
 
 
-def assert_matches_trace(config: dict, overrides: dict, trace_hf, label: str) -> None:
+def assert_matches_trace(config: dict, overrides: dict, trace_hf, label: str) -> tuple:
     """Both engines on ``config`` (batch 2 x 64 tokens unless ``overrides`` say otherwise): peak
     within ``TOLERANCE``, and within ``NET_TOLERANCE`` without the fixed bytes; exact parameter
     counts; the same phases."""
@@ -144,6 +136,7 @@ def assert_matches_trace(config: dict, overrides: dict, trace_hf, label: str) ->
     assert analytic.n_params == traced.n_params
     assert analytic.n_trainable_params == traced.n_trainable_params
     assert set(analytic.phases) == set(traced.phases)
+    return traced, analytic
 
 
 #: Tensors that Hugging Face's module code keeps referenced although no backward saves them: an

@@ -48,16 +48,14 @@ from memfit.estimate.analytic.engine import (
     _trainable_shapes,
     configure_quant,
     hidden_dtype,
+    training_step,
 )
 from memfit.estimate.analytic.families import Work, attn_shape, eager_mask
 from memfit.estimate.analytic.families_gpt import ACT_KIND
 from memfit.estimate.analytic.graph import (
     ACTS,
     DTYPE_BYTES,
-    GRADS,
     PARAMS,
-    STATES,
-    TEMP,
     Tensor,
     one,
     vadd,
@@ -475,28 +473,16 @@ class ClipProgram:
             grad_bytes,
             embedding_shapes=embeddings,
         )
-        held = grad_bytes if not wl.zero_grad_set_to_none else 0
-        base = vadd(one(PARAMS, param_bytes), one(STATES, opt.state_bytes))
-        static = vadd(base, vadd(one(GRADS, held), one(ACTS, inputs)))
-        view = _rank_view(wl, blocks, counts, False, opt) if _distributed(wl) else None
-        pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
-        bpts, _ = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
-        optim = vadd(vadd(base, one(GRADS, grad_bytes)), one(ACTS, inputs))
-        optim = vadd(optim, one(TEMP, opt.temp_bytes))
-        info: dict[str, Any] = {
-            "optimizer_state_bytes": opt.state_bytes,
-            "paged_bytes": opt.paged_bytes,
-        }
-        if view is not None:
-            static, optim = view.point(static), view.point(optim, optimizer=True)
-            cur = view.point(cur, backward=True)
-            info["host_bytes"] = view.host_bytes
-            info["optimizer_state_bytes"] = view.states_bytes
-        return Simulated(
-            candidates={"forward": [static, *pts], "backward": [cur, *bpts], "optimizer": [optim]},
+        return training_step(
+            stacks,
+            wl,
+            param_bytes=param_bytes,
+            grad_bytes=grad_bytes,
+            opt=opt,
+            inputs=inputs,
+            view=_rank_view(wl, blocks, counts, False, opt) if _distributed(wl) else None,
             n_params=n_params,
             n_trainable=n_train,
-            info=info,
         )
 
     def _infer(
