@@ -553,14 +553,17 @@ class _T5Step:
 
     # -------------------------------------------------------------- encoder
     def enc_work(self) -> Work:
-        s = self.wl.seq_len
+        return self._work(self.wl.seq_len, self.wl.seq_len, use_cache=False)
+
+    def _work(self, q_len: int, kv_len: int, *, use_cache: bool) -> Work:
         return Work(
             batch=self.wl.batch_size,
-            q_len=s,
-            kv_len=s,
+            q_len=q_len,
+            kv_len=kv_len,
             impl=self.wl.attention,
             task=self.task,
             train=self.train,
+            use_cache=use_cache,
         )
 
     def enc_embed(self, w: Work) -> BlockProfile:
@@ -737,15 +740,7 @@ class _T5Step:
         return self.block(w, body, key=("head", w, s_enc, cached_casts))
 
     def dec_work(self, q_len: int, kv_len: int) -> Work:
-        return Work(
-            batch=self.wl.batch_size,
-            q_len=q_len,
-            kv_len=kv_len,
-            impl=self.wl.attention,
-            task=self.task,
-            train=self.train,
-            use_cache=self.prog.use_cache and not self.ckpt,
-        )
+        return self._work(q_len, kv_len, use_cache=self.prog.use_cache and not self.ckpt)
 
     def decoder(self, w: Work, enc_n: int, *, cross: str, shift: bool) -> list[Stack]:
         embed = self.dec_embed(w, shift=shift)
