@@ -120,17 +120,6 @@ def read_t5(config: dict[str, Any], family: str, model_type: str) -> Arch:
 ACT_KIND = {"relu": "relu", "gelu_new": "gelu_new", "gelu": "gelu", "silu": "silu"}
 
 
-@dataclass
-class _Pending:
-    """A tensor several layers add to (a position bias, the encoder output), seen by one layer.
-    ``grad``: how its gradient stands when this layer's backward reaches it — ``first``: this
-    layer's contribution allocates the buffer (the last layer of the stack); ``buffered``: the
-    buffer exists and this layer sums into it; ``own``: as buffered, and this layer consumes it."""
-
-    tensor: Tensor
-    grad: str
-
-
 def _update_cache(o: Ops, w: Work, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """``past_key_values.update(key_states, value_states)``: both projections stay referenced
     by the caller's locals until both copies into the cache are made."""
@@ -149,7 +138,8 @@ def _preset_grad(t: Tensor) -> None:
 
 @dataclass(frozen=True)
 class _LayerKey:
-    decoder: bool
+    """Which of a stack's layer profiles a layer needs."""
+
     first: bool
     last: bool
     frozen: bool
@@ -381,12 +371,12 @@ class T5Program(LlamaProgram):
 
     # ------------------------------------------------------------------ blocks
     def _enc_layer(
-        self, o: Ops, x: Tensor, w: Work, bias: _Pending | None, first: bool
+        self, o: Ops, x: Tensor, w: Work, bias: Tensor | None
     ) -> tuple[Tensor, Tensor | None]:
-        """One ``T5Block`` of the encoder; layer 0 computes the bias and returns it."""
-        given = None if first else bias.tensor if bias is not None else None
-        x, made = self._attn_sublayer(o, x, w, given, kind="view")
-        return self._ff(o, x), made if first else None
+        """One ``T5Block`` of the encoder; layer 0 (``bias`` None) computes the stack's position
+        bias and returns it."""
+        x, made = self._attn_sublayer(o, x, w, bias, kind="view")
+        return self._ff(o, x), made if bias is None else None
 
     def _dec_layer(
         self,
@@ -542,7 +532,7 @@ class _T5Step:
         rg = in_rg0
         for i in range(n):
             frozen = i < n_frozen
-            key = _LayerKey(False, i == 0, i == n - 1 and n > 1, frozen, rg, self.ckpt and i == 1)
+            key = _LayerKey(i == 0, i == n - 1 and n > 1, frozen, rg, self.ckpt and i == 1)
             prof = make(key)
             if stacks and stacks[-1].profile is prof:
                 stacks[-1].count += 1
@@ -592,7 +582,7 @@ class _T5Step:
             if key.first and self.embed_alias:  # x is ``inputs_embeds``: the stack's local
                 o.g.hold(x)
             if key.first:
-                out, made = self.prog._enc_layer(o, x, w, None, True)
+                out, made = self.prog._enc_layer(o, x, w, None)
                 if made is not None and rg and n > 1:
                     _preset_grad(made)
             else:
@@ -601,7 +591,7 @@ class _T5Step:
                     _preset_grad(p)
                 if key.second:
                     o.checkpoint_args.append(p)
-                out, _ = self.prog._enc_layer(o, x, w, _Pending(p, ""), False)
+                out, _ = self.prog._enc_layer(o, x, w, p)
             o.g.touch(x)
             o.g.hold(out)
             return x, [out]
