@@ -52,6 +52,14 @@ def _integer(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of 1 or more."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="memfit",

@@ -41,16 +41,6 @@ turns one off). Exit 0 pass, 1 fail, 2 bad input.
 """
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
-    return value
-
-
 def _threshold(text: str) -> float | None:
     if text.lower() == "none":
         return None
@@ -75,6 +65,8 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add the ``bench`` and ``quality`` subcommands; return their handlers by name."""
+    from memfit.cli import positive_int  # memfit.cli imports this module
+
     b = sub.add_parser(
         "bench",
         help="run a real small model with each technique and compare measured vs estimated",
@@ -95,9 +87,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         default=None,
         help=f"comma-separated subset of {','.join(TECHNIQUE_NAMES)} (default: all)",
     )
-    b.add_argument("--steps", type=_positive, default=3, help="training steps per row (default 3)")
-    b.add_argument("--batch", type=_positive, default=1, help="micro-batch size (default 1)")
-    b.add_argument("--seq", type=_positive, default=128, help="tokens per sample (default 128)")
+    b.add_argument(
+        "--steps", type=positive_int, default=3, help="training steps per row (default 3)"
+    )
+    b.add_argument("--batch", type=positive_int, default=1, help="micro-batch size (default 1)")
+    b.add_argument("--seq", type=positive_int, default=128, help="tokens per sample (default 128)")
     b.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     b.add_argument("--no-combined", action="store_true", help="skip the combined-plan row")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -124,7 +118,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         default="torchao",
         help="quantization library (default torchao: weight-only, runs on CPU)",
     )
-    q.add_argument("--seq", type=_positive, default=128, help="tokens per window (default 128)")
+    q.add_argument("--seq", type=positive_int, default=128, help="tokens per window (default 128)")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     _gate_args(q)
     return {"bench": cmd_bench, "quality": cmd_quality}

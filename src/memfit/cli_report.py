@@ -31,18 +31,10 @@ cannot run code); files of 32 MiB and more are streamed in bounded memory.
 """
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
-    return value
-
-
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add the ``report`` and ``snapshot`` subcommands; return their handlers by name."""
+    from memfit.cli import positive_int  # memfit.cli imports this module
+
     r = sub.add_parser(
         "report",
         help="HTML report (and PNG) of a `memfit monitor` run log",
@@ -71,7 +63,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     s.add_argument("file", help="snapshot pickle")
-    s.add_argument("--top", type=_positive, default=10, help="rows per table (default 10)")
+    s.add_argument("--top", type=positive_int, default=10, help="rows per table (default 10)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     return {"report": cmd_report, "snapshot": cmd_snapshot}
 

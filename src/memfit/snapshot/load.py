@@ -21,10 +21,11 @@ memory.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -67,9 +68,18 @@ _PICKLE_FAILURES = (
 def load_snapshot(path: str | Path) -> dict[str, Any]:
     """The snapshot dict, loaded whole with a pickle reader that refuses every global."""
     path = Path(path)
+    with _reading(path) as f:
+        obj = _RefusingUnpickler(f).load()
+    return _check_root(path, obj)
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[BinaryIO]:
+    """``path`` opened for reading; whatever goes wrong while it is read becomes a
+    :class:`SnapshotError` naming the file."""
     try:
         with path.open("rb") as f:
-            obj = _RefusingUnpickler(f).load()
+            yield f
     except SnapshotError as exc:
         raise SnapshotError(f"{path}: {exc}") from None
     except OSError as exc:
@@ -78,7 +88,6 @@ def load_snapshot(path: str | Path) -> dict[str, Any]:
         raise SnapshotError(
             f"{path}: not a readable pickle ({type(exc).__name__}: {exc})"
         ) from None
-    return _check_root(path, obj)
 
 
 def _check_root(path: Path, obj: Any) -> dict[str, Any]:
@@ -494,19 +503,10 @@ def stream_snapshot(path: str | Path, on_segment: SegmentFn, on_event: EventFn) 
     ``on_event(device, event)`` for each trace event; return the rest of the root dict (the
     ``segments`` and per-device trace lists come back empty)."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            kept = _scan(f)
-            f.seek(0)
-            root = _parse(f, kept, on_segment, on_event)
-    except SnapshotError as exc:
-        raise SnapshotError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
-    except _PICKLE_FAILURES as exc:
-        raise SnapshotError(
-            f"{path}: not a readable pickle ({type(exc).__name__}: {exc})"
-        ) from None
+    with _reading(path) as f:
+        kept = _scan(f)
+        f.seek(0)
+        root = _parse(f, kept, on_segment, on_event)
     return _check_root(path, root)
 
 
