@@ -558,19 +558,25 @@ class _T5Step:
 
     def enc_embed(self, w: Work) -> BlockProfile:
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            ids = o.g.external(w.tokens, "i64")
-            o.freeze_token_embedding = self.frozen_emb
-            o.tied_embedding = self.tied_grad
-            emb = self.prog._embed_tokens(o, ids, w.tokens)
-            emb.rg = emb.rg or self.emb_leaf
-            o.g.hold(emb)  # ``inputs_embeds``: a local until the stack returns
-            y = o.dropout(emb, self.prog.p)
-            if y is emb and not self.embed_alias:  # native_dropout runs without grad too
-                y = o.unary(emb)
-            o.g.hold(y)
-            return None, [y]
+            return None, [self._embed(o, o.g.external(w.tokens, "i64"), w)]
 
         return self.block(w, body)
+
+    def _embed(self, o: Ops, ids: Tensor, w: Work, *, causal_mask: bool = False) -> Tensor:
+        """A stack's ``embed_tokens(ids)`` (a local until the stack returns), the mask the stack
+        builds (``causal_mask``) and the dropout; returns the first layer's input."""
+        o.freeze_token_embedding = self.frozen_emb
+        o.tied_embedding = self.tied_grad
+        emb = self.prog._embed_tokens(o, ids, w.tokens)
+        emb.rg = emb.rg or self.emb_leaf
+        o.g.hold(emb)
+        if causal_mask:
+            o.g.hold(o.new(w.batch * w.q_len * w.kv_len, self.hd))
+        y = o.dropout(emb, self.prog.p)
+        if y is emb and not self.embed_alias:  # native_dropout runs without grad too
+            y = o.unary(emb)
+        o.g.hold(y)
+        return y
 
     def enc_layer(self, w: Work, key: _LayerKey) -> BlockProfile:
         a, n = self.a, self.a.n_layers
@@ -635,18 +641,8 @@ class _T5Step:
                 o.g.touch(ids, part, eq)
             else:
                 ids = o.g.external(w.tokens, "i64")
-            o.freeze_token_embedding = self.frozen_emb
-            o.tied_embedding = self.tied_grad
-            emb = self.prog._embed_tokens(o, ids, w.tokens)
-            emb.rg = emb.rg or self.emb_leaf
-            o.g.hold(emb)
-            if w.impl == "eager" and w.q_len > 1:  # create_causal_mask: a (B, 1, Q, K) float
-                o.g.hold(o.new(w.batch * w.q_len * w.kv_len, self.hd))
-            y = o.dropout(emb, self.prog.p)
-            if y is emb and not self.embed_alias:  # native_dropout runs without grad too
-                y = o.unary(emb)
-            o.g.hold(y)
-            return None, [y]
+            causal = w.impl == "eager" and w.q_len > 1  # create_causal_mask: (B, 1, Q, K) float
+            return None, [self._embed(o, ids, w, causal_mask=causal)]
 
         return self.block(w, body)
 
