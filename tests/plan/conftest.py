@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.conftest import TINY_LLAMA
@@ -83,4 +84,19 @@ def trace_estimator(tiny_llama_dir: Path) -> Callable[[WorkloadSpec], MemoryEsti
 
     return CachedEstimator(
         lambda w: estimate(str(tiny_llama_dir), w, gpu="L4", engine="trace"), "trace"
+    )
+
+
+def closed_form_plan(tiny_llama_dir: Path, capacity: int, **kw: object) -> Any:
+    """``plan`` of the tiny Llama at 512 tokens, global batch 8, on a GPU of ``capacity`` bytes,
+    estimated by :func:`closed_form_estimate` (``kw``: more PlanRequest fields)."""
+    from memfit.plan import PlanRequest, plan
+
+    request = PlanRequest(**{"seq_len": 512, "global_batch": 8, **kw})  # type: ignore[arg-type]
+    return plan(
+        str(tiny_llama_dir),
+        request,
+        gpu="A100-80GB",
+        gpu_memory_bytes=capacity,
+        estimator=closed_form_estimate,
     )

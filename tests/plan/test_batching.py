@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conftest import TINY_LLAMA
-from tests.plan.conftest import closed_form_estimate
+from tests.plan.conftest import closed_form_estimate, closed_form_plan
 
 from memfit.errors import SpecError
 from memfit.estimate.result import MemoryEstimate
@@ -139,14 +139,7 @@ def test_dominance_orders_precision_lora_rank_and_freezing() -> None:
 
 
 def _closed_form_plan(tiny_llama_dir: Path, capacity: int, **kw: Any) -> Plan:
-    request = PlanRequest(**{"seq_len": 512, "global_batch": 8, "n_alternatives": 2, **kw})
-    return plan(
-        str(tiny_llama_dir),
-        request,
-        gpu="A100-80GB",
-        gpu_memory_bytes=capacity,
-        estimator=closed_form_estimate,
-    )
+    return closed_form_plan(tiny_llama_dir, capacity, n_alternatives=2, **kw)
 
 
 @settings(max_examples=5, deadline=None)

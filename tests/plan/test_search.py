@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.plan.conftest import closed_form_estimate
+from tests.plan.conftest import closed_form_plan
 
 from memfit.errors import DoesNotFitError
 from memfit.estimate.result import MemoryEstimate
-from memfit.plan import Plan, PlanRequest, plan
+from memfit.plan import PlanRequest, plan
 from memfit.plan.budget import need_bytes
 from memfit.plan.search import RANK_TIE_FRACTION, rank_key
 from memfit.spec import WorkloadSpec
@@ -75,17 +75,6 @@ def test_the_recommended_plan_fits_by_the_trace_engine_within_the_headroom(
     assert all("over by" in r.reason for r in p.rejected if r.reason)
 
 
-def _closed_form_plan(tiny_llama_dir: Path, capacity: int, **kw: object) -> Plan:
-    request = PlanRequest(**{"seq_len": 512, "global_batch": 8, **kw})  # type: ignore[arg-type]
-    return plan(
-        str(tiny_llama_dir),
-        request,
-        gpu="A100-80GB",
-        gpu_memory_bytes=capacity,
-        estimator=closed_form_estimate,
-    )
-
-
 @settings(max_examples=25, deadline=None)
 @given(
     small=st.integers(min_value=2 * MiB, max_value=40 * MiB),
@@ -94,8 +83,8 @@ def _closed_form_plan(tiny_llama_dir: Path, capacity: int, **kw: object) -> Plan
 def test_more_memory_never_yields_a_slower_best_plan(
     tiny_llama_dir: Path, small: int, extra: int
 ) -> None:
-    p1 = _closed_form_plan(tiny_llama_dir, small)
-    p2 = _closed_form_plan(tiny_llama_dir, small + extra)
+    p1 = closed_form_plan(tiny_llama_dir, small)
+    p2 = closed_form_plan(tiny_llama_dir, small + extra)
     if p1.recommended is not None:
         assert p2.recommended is not None
         # no worse by the planner's ranking: step time (ties within RANK_TIE_FRACTION), then risk
@@ -104,10 +93,10 @@ def test_more_memory_never_yields_a_slower_best_plan(
 
 
 def test_constraints_bound_the_recommended_plan(tiny_llama_dir: Path) -> None:
-    free = _closed_form_plan(tiny_llama_dir, 6 * MiB)
+    free = closed_form_plan(tiny_llama_dir, 6 * MiB)
     assert free.recommended is not None
-    safe = _closed_form_plan(tiny_llama_dir, 6 * MiB, max_quality_risk="none")
-    full = _closed_form_plan(tiny_llama_dir, 12 * MiB, keep_full_finetune=True)
+    safe = closed_form_plan(tiny_llama_dir, 6 * MiB, max_quality_risk="none")
+    full = closed_form_plan(tiny_llama_dir, 12 * MiB, keep_full_finetune=True)
     assert free.recommended.risk_level > 0
     for p in (safe, full):
         if p.recommended is not None:
@@ -118,8 +107,8 @@ def test_constraints_bound_the_recommended_plan(tiny_llama_dir: Path) -> None:
 
 
 def test_goal_memory_picks_a_plan_needing_no_more_than_the_fastest(tiny_llama_dir: Path) -> None:
-    fast = _closed_form_plan(tiny_llama_dir, 30 * MiB)
-    small = _closed_form_plan(tiny_llama_dir, 30 * MiB, goal="memory")
+    fast = closed_form_plan(tiny_llama_dir, 30 * MiB)
+    small = closed_form_plan(tiny_llama_dir, 30 * MiB, goal="memory")
     assert small.recommended.need_bytes <= fast.recommended.need_bytes
     assert small.recommended.settings.micro_batch == 1
 
@@ -127,7 +116,7 @@ def test_goal_memory_picks_a_plan_needing_no_more_than_the_fastest(tiny_llama_di
 def test_nothing_fits_returns_the_closest_attempt_and_says_by_how_much(
     tiny_llama_dir: Path,
 ) -> None:
-    p = _closed_form_plan(tiny_llama_dir, 1 * MiB)
+    p = closed_form_plan(tiny_llama_dir, 1 * MiB)
     assert p.recommended is None and p.closest is not None
     assert p.closest.need_bytes == min(r.need_bytes for r in p.rejected)
     with pytest.raises(DoesNotFitError, match=r"no plan .* fits .* closest attempt .* over by"):
@@ -135,6 +124,6 @@ def test_nothing_fits_returns_the_closest_attempt_and_says_by_how_much(
 
 
 def test_the_search_skips_dominated_combinations(tiny_llama_dir: Path) -> None:
-    p = _closed_form_plan(tiny_llama_dir, 4 * MiB)
+    p = closed_form_plan(tiny_llama_dir, 4 * MiB)
     assert p.n_pruned > 0
     assert p.n_estimated < p.n_candidates / 2
