@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from memfit.estimate.analytic.ops import COMPUTE_DTYPE
+from memfit.estimate.analytic.quant_ops import QUANT_DTYPE
 from memfit.plan.request import PlanRequest
 from memfit.plan.space import Settings
 
@@ -54,15 +56,9 @@ def memfit_flags(s: Settings, request: PlanRequest, model: str) -> str:
     return " ".join(flags)
 
 
-#: ``bnb_4bit_compute_dtype`` per precision: the workload's compute dtype, as memfit's estimator
-#: assumes (``memfit.estimate.trace.quantized.COMPUTE_DTYPE``).
-BNB_COMPUTE_DTYPE = {
-    "fp32": "float32",
-    "bf16": "bfloat16",
-    "amp-bf16": "bfloat16",
-    "fp16": "float16",
-    "amp-fp16": "float16",
-}
+#: ``bnb_4bit_compute_dtype`` per precision: the workload's compute dtype, as memfit's estimators
+#: assume (the analytic engine's ``COMPUTE_DTYPE``, by torch name).
+BNB_COMPUTE_DTYPE = {p: QUANT_DTYPE[d] for p, d in COMPUTE_DTYPE.items()}
 
 
 def bnb_kwargs(s: Settings) -> dict[str, Any] | None:
