@@ -255,8 +255,9 @@ def _generate(
 
 #: Decode steps traced one by one. Each step grows the DynamicCache by one token (``torch.cat``),
 #: which fragments the caching allocator; beyond this many steps memfit jumps to the last step with
-#: the cache grown to its final length (allocated bytes stay exact, reserved may be lower). Each
-#: traced step of an 8B model costs ~0.25 s, so the cap keeps a generation estimate near 5 s.
+#: the cache grown to its final length (allocated bytes within 0.5 %, never lower; reserved may be
+#: lower). Each traced step of an 8B model costs ~0.25 s, so the cap keeps a generation estimate
+#: near 5 s.
 MAX_TRACED_DECODE_STEPS = 16
 
 
@@ -320,9 +321,9 @@ def _grow_cache(cache: Any, length: int, tracker: StorageTracker) -> None:
         n = length
         if getattr(layer, "is_sliding", False):
             n = min(length, int(layer.sliding_window) - 1)
-        shape = (*keys.shape[:2], n, keys.shape[3])
-        layer.keys = torch.empty(shape, dtype=keys.dtype)
-        layer.values = torch.empty(shape, dtype=layer.values.dtype)
+        values = layer.values  # MLA (DeepSeek V2/V3): values have their own head size
+        layer.keys = torch.empty((*keys.shape[:2], n, keys.shape[3]), dtype=keys.dtype)
+        layer.values = torch.empty((*values.shape[:2], n, values.shape[3]), dtype=values.dtype)
         if hasattr(layer, "cumulative_length"):
             layer.cumulative_length = length
         tracker.label([layer.keys, layer.values], "kv_cache")
