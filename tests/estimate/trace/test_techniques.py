@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from tests.conftest import TINY_BERT, TINY_LLAMA
 
+from memfit.errors import SpecError
 from memfit.estimate.trace.engine import trace_hf
 from memfit.spec import WorkloadSpec
 
@@ -93,3 +94,8 @@ def test_foreach_adamw_allocates_a_parameter_sized_temporary() -> None:
         - fused.phases["optimizer"].peak_allocated_bytes
     )
     assert extra >= 0.9 * params
+
+
+def test_lora_targets_that_match_nothing_list_the_models_linear_modules() -> None:
+    with pytest.raises(SpecError, match=r"its linear modules are down_proj, gate_proj, k_proj, "):
+        est(lora_rank=8, lora_targets=("query",))

@@ -220,7 +220,20 @@ def apply_lora_(
         try:
             return get_peft_model(model, cfg)
         except ValueError as exc:
-            raise SpecError(f"lora_targets ({targets!r}) do not match this model: {exc}") from exc
+            raise SpecError(
+                f"lora_targets ({targets!r}) do not match this model: {exc}; its linear modules "
+                f"are {', '.join(linear_module_names(model))} (or name roles: q,k,v,o,gate,up,"
+                "down, attention, mlp, all-linear)"
+            ) from exc
+
+
+def linear_module_names(model: torch.nn.Module) -> list[str]:
+    """The leaf names of the model's linear modules (what peft's ``target_modules`` matches)."""
+    from transformers.pytorch_utils import Conv1D
+
+    kinds = (torch.nn.Linear, Conv1D)
+    names = (n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, kinds))
+    return sorted(set(names))
 
 
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
