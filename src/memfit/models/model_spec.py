@@ -170,6 +170,11 @@ class ModelSpec:
         except SpecError as e:
             raise ModelConfigError(f"config.json: {e}") from None
 
+    @classmethod
+    def of(cls, model: ModelSpec | Mapping[str, Any]) -> ModelSpec:
+        """``model`` itself when it is a ModelSpec, else the spec of that config.json dict."""
+        return model if isinstance(model, ModelSpec) else cls.from_config(model)
+
     def get(self, key: str, default: Any = None) -> Any:
         """The raw config.json value of ``key`` (a family knob with no general field)."""
         value = self.raw.get(key)

@@ -276,7 +276,9 @@ def _encoder(config: Mapping[str, Any], f: dict[str, Any]) -> None:
 @reader("gemma2")
 def _gemma2(config: Mapping[str, Any], f: dict[str, Any]) -> None:
     """Gemma2Config.__post_init__: layers alternate sliding and full attention, starting with
-    sliding (``layer_types`` when config.json does not give them)."""
+    sliding (``layer_types`` when config.json does not give them). Gemma2MLP's activation is
+    ``hidden_activation``; a ``hidden_act`` beside it is not a Gemma2Config field."""
+    f["hidden_act"] = config.get("hidden_activation") or "gelu_pytorch_tanh"
     if f["layer_types"] is None and isinstance(f["n_layers"], int):
         f["layer_types"] = [
             "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(f["n_layers"])
