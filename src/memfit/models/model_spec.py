@@ -31,7 +31,14 @@ __all__ = ["ModelSpec", "QuantizationConfig"]
 ROPE_KEYS = ("rope_theta", "rope_parameters", "rope_scaling", "rotary_emb_base")
 #: Vision model types (image classification when traced; see :attr:`ModelSpec.task`).
 VISION_TYPES = ("vit", "deit", "beit", "swin", "convnext", "dinov2", "resnet")
-_COUNTS = ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim", "intermediate_size")
+_COUNTS: tuple[str, ...] = (
+    "hidden_size",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "intermediate_size",
+)
 _COUNTS += ("vocab_size", "max_positions", "expert_intermediate_size")
 _COUNTS += ("shared_expert_intermediate_size",)
 _MAY_BE_ZERO = ("n_decoder_layers", "n_experts", "n_experts_per_token", "n_shared_experts")
@@ -150,7 +157,7 @@ class ModelSpec:
         model_type = config.get("model_type")
         values, keys = readers.read_fields(config)
         problems: list[str] = []
-        kwargs = {name: _typed(name, keys.get(name, name), v, problems) for name, v in values.items()}
+        kwargs = {n: _typed(n, keys.get(n, n), v, problems) for n, v in values.items()}
         if problems:
             raise ModelConfigError(_joined(problems))
         _derive(config, kwargs)
@@ -180,10 +187,23 @@ class ModelSpec:
         value = self.raw.get(key)
         return default if value is None else value
 
+    def text_field(self, name: str) -> Any:
+        """Field ``name`` of the text tower where the model has one with that field set (CLIP,
+        LLaVA), else this spec's own: what a consumer modelling the language part reads."""
+        value = getattr(self.text, name) if self.text is not None else None
+        return getattr(self, name) if value is None else value
+
     @property
     def n_layers_key(self) -> str | None:
         """The config.json key the layer count was read from (None: a family default)."""
         return self.keys.get("n_layers")
+
+    @property
+    def context_limit(self) -> int | None:
+        """The positions config.json itself gives (``max_position_embeddings`` /
+        ``n_positions`` / ``max_sequence_length``); None where only a config class's default
+        would say, since that is no promise about the model's context."""
+        return self.max_positions if "max_positions" in self.keys else None
 
     @property
     def kv_dim(self) -> int | None:

@@ -54,12 +54,22 @@ KEY_TABLE: dict[str, tuple[str, ...]] = {
     "final_logit_softcapping": ("final_logit_softcapping",),
 }
 
-_LLAMA = {"hidden_act": "silu", "mlp_gated": True, "qkv_bias": False, "o_bias": False}
+_LLAMA: dict[str, Any] = {
+    "hidden_act": "silu",
+    "mlp_gated": True,
+    "qkv_bias": False,
+    "o_bias": False,
+}
 _LLAMA |= {"mlp_bias": False, "attention_dropout": 0.0, "partial_rotary_factor": 1.0}
 _LLAMA |= {"tie_word_embeddings": False}
-_ENCODER = {"hidden_act": "gelu", "qkv_bias": True, "o_bias": True, "mlp_bias": True}
+_ENCODER: dict[str, Any] = {
+    "hidden_act": "gelu",
+    "qkv_bias": True,
+    "o_bias": True,
+    "mlp_bias": True,
+}
 _ENCODER |= {"mlp_gated": False, "tie_word_embeddings": True}
-_GPT2 = {"hidden_size": 768, "n_layers": 12, "n_heads": 12, "vocab_size": 50257}
+_GPT2: dict[str, Any] = {"hidden_size": 768, "n_layers": 12, "n_heads": 12, "vocab_size": 50257}
 _GPT2 |= {"max_positions": 1024, "tie_word_embeddings": True, "attention_dropout": 0.1}
 _GPT2 |= {"hidden_dropout": 0.1, "embedding_dropout": 0.1, "mlp_gated": False}
 _GPT2 |= {"qkv_bias": True, "o_bias": True, "mlp_bias": True}

@@ -1,4 +1,4 @@
-"""Turning the user's MODEL argument into a :class:`ModelSource`: a config, its ModelSpec, its origin.
+"""Turning the MODEL argument into a :class:`ModelSource`: its config, its ModelSpec, its origin.
 
 Resolution order (the first that applies wins):
 
