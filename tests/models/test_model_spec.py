@@ -265,3 +265,11 @@ def test_n_params_equals_the_model_transformers_builds(name) -> None:
 def test_every_bundled_config_has_a_counted_layout() -> None:
     assert len(BUNDLED) == 39
     assert all(resolve_model(name).spec.n_params for name in BUNDLED)  # type: ignore[union-attr]
+
+
+def test_per_layer_lists_are_unknown_not_errors() -> None:
+    # OpenELM-style repository-code configs give one head count per layer
+    spec = ModelSpec.from_config(
+        {"model_type": "openelm", "num_kv_heads": [3, 3, 4], "sliding_window": False}
+    )
+    assert spec.n_kv_heads is None and spec.sliding_window is None

@@ -23,28 +23,30 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from memfit.errors import ModelConfigError
-from memfit.models.readers import KEY_TABLE
 from memfit.units import MiB
 
 #: A real config.json is a few kB (the largest bundled one, CLIP's, is 6 kB). Anything over this is
 #: a weights file or archive passed by mistake; it is refused before being read into memory.
 MAX_CONFIG_BYTES = 16 * MiB
 
-#: Keys that must be positive integers when present: every spelling the ModelSpec key table
-#: (:data:`memfit.models.readers.KEY_TABLE`) reads a width, a layer count, a head count, an MLP
-#: width or a vocabulary from.
-POSITIVE_INT_FIELDS = tuple(
-    key
-    for name in (
-        "hidden_size",
-        "n_layers",
-        "n_heads",
-        "n_kv_heads",
-        "head_dim",
-        "intermediate_size",
-        "vocab_size",
-    )
-    for key in KEY_TABLE[name]
+#: Fields that must be positive integers when present: the standard names and the GPT-2/BLOOM and
+#: T5 spellings of the same quantities. (The ModelSpec reader checks every spelling of its key
+#: table as it reads it; this list stays as it is, since widening it would refuse configs that
+#: resolve today, such as per-layer ``num_kv_heads`` lists of repository-code models.)
+POSITIVE_INT_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "intermediate_size",
+    "head_dim",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "d_model",
+    "num_layers",
+    "num_heads",
 )
 #: (heads field, width field) pairs whose heads must divide the width unless ``head_dim`` is given.
 HEADS_DIVIDE_WIDTH = (("num_attention_heads", "hidden_size"), ("n_head", "n_embd"))

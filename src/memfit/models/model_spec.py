@@ -44,6 +44,11 @@ _COUNTS += ("shared_expert_intermediate_size",)
 _MAY_BE_ZERO = ("n_decoder_layers", "n_experts", "n_experts_per_token", "n_shared_experts")
 _FLAGS = ("tie_word_embeddings", "mlp_gated", "qkv_bias", "o_bias", "mlp_bias")
 _DROPOUTS = ("attention_dropout", "hidden_dropout", "embedding_dropout")
+_INTS = frozenset(_COUNTS + _MAY_BE_ZERO + ("sliding_window",))
+_BOOLS = frozenset(_FLAGS + ("is_encoder_decoder",))
+_FLOATS = frozenset(
+    _DROPOUTS + ("partial_rotary_factor", "attn_logit_softcapping", "final_logit_softcapping")
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,10 +274,14 @@ def _derive(config: Mapping[str, Any], f: dict[str, Any]) -> None:
 
 
 def _typed(name: str, key: str, value: Any, problems: list[str]) -> Any:
-    """``value`` as the field's type; a problem naming the config key when it cannot be."""
-    if value is None:
+    """``value`` as the field's type; a problem naming the config key when it cannot be. A list
+    or mapping where one number is expected (per-layer head counts of repository-code models)
+    and a boolean sliding window are not one value: unknown, None."""
+    if value is None or (isinstance(value, list | dict) and name != "layer_types"):
         return None
-    if name in _COUNTS + _MAY_BE_ZERO + ("sliding_window",):
+    if name == "sliding_window" and isinstance(value, bool):
+        return None
+    if name in _INTS:
         if not (_is_int(value) or (_is_number(value) and float(value).is_integer())):
             problems.append(f"{key} ({value!r}) must be an integer")
             return None
@@ -281,11 +290,11 @@ def _typed(name: str, key: str, value: Any, problems: list[str]) -> Any:
             rule = "a non-negative" if least == 0 else "a positive"
             problems.append(f"{key} ({value!r}) must be {rule} integer")
         return int(value)
-    elif name in _FLAGS + ("is_encoder_decoder",):
+    elif name in _BOOLS:
         if isinstance(value, bool) or (_is_int(value) and value in (0, 1)):
             return bool(value)
         problems.append(f"{key} ({value!r}) must be true or false")
-    elif name in _DROPOUTS + ("partial_rotary_factor",) or name.endswith("softcapping"):
+    elif name in _FLOATS:
         if _is_number(value):
             if name == "partial_rotary_factor" and not 0.0 < value <= 1.0:
                 problems.append(f"{key} ({value!r}) must be a fraction in (0, 1]")
