@@ -24,6 +24,7 @@ from typing import Any
 
 from memfit.errors import ModelConfigError, SpecError
 from memfit.models import readers
+from memfit.models.param_count import count_params
 
 __all__ = ["ModelSpec", "QuantizationConfig"]
 
@@ -138,8 +139,7 @@ class ModelSpec:
                 out.append(f"{name} ({value!r}) must be a probability between 0 and 1")
         if out:
             return out
-        h, heads, kv, top_k, n_e = (
-            self.hidden_size,
+        heads, kv, top_k, n_e = (
             self.n_heads,
             self.n_kv_heads,
             self.n_experts_per_token,
@@ -147,12 +147,10 @@ class ModelSpec:
         )
         if heads and kv and heads % kv:
             out.append(f"n_kv_heads ({kv}) must divide n_heads ({heads})")
-        if top_k and n_e is not None and top_k > n_e:
+        if top_k and n_e and top_k > n_e:  # n_experts 0: a dense model, top-k unused
             out.append(f"n_experts_per_token ({top_k}) must not exceed n_experts ({n_e})")
         if self.rotary_dim is not None and self.head_dim and self.rotary_dim > self.head_dim:
             out.append(f"rotary_dim ({self.rotary_dim}) must not exceed head_dim ({self.head_dim})")
-        if h is not None and heads and self.head_dim is None and h % heads:
-            out.append(f"n_heads ({heads}) must divide hidden_size ({h}) unless head_dim is given")
         return out
 
     # ------------------------------------------------------------------------------ reading
@@ -242,8 +240,6 @@ class ModelSpec:
 
     def param_count(self, task: str) -> int | None:
         """Parameters of the ``task`` model (``causal-lm``, ``seq-cls``…); None where unknown."""
-        from memfit.models.param_count import count_params
-
         return count_params(self, task)
 
 

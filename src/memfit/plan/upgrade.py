@@ -656,8 +656,10 @@ def _verdict(job: _Job, items: list[CheckItem]) -> tuple[str, str]:
     )
 
 
-def precision_item(spec: ModelSpec | None, gpu: Any) -> CheckItem:
-    """bf16 weights on a GPU without bf16, fp8 weights on one without fp8 (catalog flags)."""
+def precision_item(model: ModelSpec | dict[str, Any] | None, gpu: Any) -> CheckItem:
+    """bf16 weights on a GPU without bf16, fp8 weights on one without fp8 (catalog flags);
+    ``model`` is a ModelSpec or its config.json dict."""
+    spec = None if model is None else ModelSpec.of(model)
     needs = _needed_precisions(spec)
     if not needs:
         dtype = spec.dtype if spec is not None else None
