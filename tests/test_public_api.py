@@ -23,6 +23,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         "estimate",
         "trace_step",
         "WorkloadSpec",
+        "ModelSpec",
         "MemoryEstimate",
         "SpecError",
         "UnknownModelError",

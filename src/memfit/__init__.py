@@ -21,6 +21,7 @@ from memfit.errors import (
 )
 from memfit.estimate import estimate
 from memfit.estimate.result import COMPONENTS, FitVerdict, MemoryEstimate, ModuleBytes, PhasePeak
+from memfit.models.model_spec import ModelSpec
 from memfit.monitor import Monitor, diagnose, oom_guard  # torch is imported when one starts
 from memfit.spec import WorkloadSpec
 
@@ -35,6 +36,7 @@ __all__ = [
     "MemoryEstimate",
     "MissingDependencyError",
     "ModelConfigError",
+    "ModelSpec",
     "Monitor",
     "ModuleBytes",
     "PhasePeak",

@@ -35,3 +35,12 @@ def test_both_engines_refuse_a_sequence_past_the_positions(engine: str) -> None:
         estimate("bert-base-uncased", WorkloadSpec(seq_len=1024), engine=engine)
     with pytest.raises(SpecError, match=r"seq_len \+ new_tokens - 1 \(1100\)"):
         estimate("gpt2", WorkloadSpec(mode="infer", seq_len=1000, new_tokens=101), engine=engine)
+
+
+def test_an_omitted_position_table_size_is_the_config_class_default() -> None:
+    # RobertaConfig.max_position_embeddings is 512; two rows go to the padding offset
+    roberta = {"model_type": "roberta", "architectures": ["RobertaForMaskedLM"]}
+    assert position_problems(roberta, 510) == []
+    assert "exceeds roberta's 510 learned positions" in position_problems(roberta, 511)[0]
+    gpt2 = {"model_type": "gpt2"}  # GPT2Config.n_positions 1024
+    assert "pass --seq 1024" in position_problems(gpt2, 1025)[0]

@@ -187,3 +187,18 @@ def test_bad_degrees_and_combinations_are_spec_errors() -> None:
         WorkloadSpec(gpus=4, shard="fsdp", offload="optimizer")
     with pytest.raises(SpecError, match=r"tp \(3\) must divide gpus \(4\)"):
         WorkloadSpec(gpus=4, tp=3)
+
+
+def test_a_tp_rank_keeps_the_config_class_head_dim_and_kv_heads() -> None:
+    # Gemma2Config: head_dim 256 whatever the width; MistralConfig: 8 K/V heads when omitted
+    gemma2 = {"model_type": "gemma2", "hidden_size": 512, "num_attention_heads": 8}
+    rank = sharding.tp_per_rank_config({**gemma2, "vocab_size": 1000}, 2)
+    assert (rank["head_dim"], rank["num_attention_heads"], rank["num_key_value_heads"]) == (
+        256,
+        4,
+        2,
+    )
+    mistral = {"model_type": "mistral", "num_attention_heads": 32, "vocab_size": 1000}
+    assert sharding.tp_per_rank_config(mistral, 4)["num_key_value_heads"] == 8 // 4
+    problems = sharding.tp_config_problems(mistral, 16, engine="trace")
+    assert len(problems) == 1 and "tp (16) must divide num_key_value_heads (8)" in problems[0]

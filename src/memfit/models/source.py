@@ -1,4 +1,4 @@
-"""Turning the user's MODEL argument into a :class:`ModelSource`: a config dict and its origin.
+"""Turning the MODEL argument into a :class:`ModelSource`: its config, its ModelSpec, its origin.
 
 Resolution order (the first that applies wins):
 
@@ -30,6 +30,7 @@ from memfit.models.bundled import (
     find_bundled,
 )
 from memfit.models.config_json import check_config, read_config_file
+from memfit.models.model_spec import ModelSpec
 from memfit.models.safetensors_header import (
     SafetensorsInfo,
     find_safetensors,
@@ -55,7 +56,9 @@ ACCEPTED_FORMS = (
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSource:
-    """A resolved MODEL argument. ``config`` is the raw config.json dict (None for a factory)."""
+    """A resolved MODEL argument. ``config`` is the raw config.json dict (what transformers'
+    ``AutoConfig`` is built from) and ``spec`` the :class:`ModelSpec` read from it once; both are
+    None for a factory."""
 
     name: str  # display name
     origin: str  # "bundled" | "path" | "hub" | "factory"
@@ -65,6 +68,7 @@ class ModelSource:
     safetensors: SafetensorsInfo | None
     factory: str | None  # "pkg.module:fn" when origin == "factory"; never imported here
     trust_remote_code: bool = False
+    spec: ModelSpec | None = None  # read from ``config`` when not given
 
     def __post_init__(self) -> None:
         problems = []
@@ -78,12 +82,13 @@ class ModelSource:
             problems.append("config must be None exactly when origin is 'factory'")
         if problems:
             raise SpecError.from_problems(problems)
+        if self.spec is None and self.config is not None:
+            object.__setattr__(self, "spec", read_spec(self.config, where=self.name))
 
     @property
     def model_type(self) -> str | None:
         """The config's ``model_type`` ("llama", "t5", ...); None for a factory."""
-        value = self.config.get("model_type") if self.config else None
-        return value if isinstance(value, str) else None
+        return self.spec.model_type if self.spec is not None else None
 
 
 def resolve_model(
@@ -125,8 +130,10 @@ def resolve_model(
 
 def _from_bundled(bundled: BundledModel, *, trust_remote_code: bool) -> ModelSource:
     config = read_config_file(bundled.config_path)
-    check_config(config, where=f"bundled {bundled.name}", trust_remote_code=trust_remote_code)
+    where = f"bundled {bundled.name}"
+    check_config(config, where=where, trust_remote_code=trust_remote_code)
     return ModelSource(
+        spec=read_spec(config, where=where),
         name=bundled.name,
         origin="bundled",
         config=config,
@@ -160,9 +167,11 @@ def _from_path(path: Path, *, trust_remote_code: bool) -> ModelSource:
         name = parent if path.name == "config.json" and parent else path.stem
     config = read_config_file(config_file)
     check_config(config, where=str(config_file), trust_remote_code=trust_remote_code)
+    spec = read_spec(config, where=str(config_file))
     if files:
         info = summarize_safetensors(files)
     return ModelSource(
+        spec=spec,
         name=name,
         origin="path",
         config=config,
@@ -184,8 +193,10 @@ def _from_hub(
         raise ModelConfigError(
             f"{e} (this is memfit's cached copy of {hf_id}: delete it to download it again)"
         ) from None
-    check_config(config, where=f"{hf_id} ({config_path})", trust_remote_code=trust_remote_code)
+    where = f"{hf_id} ({config_path})"
+    check_config(config, where=where, trust_remote_code=trust_remote_code)
     return ModelSource(
+        spec=read_spec(config, where=where),
         name=hf_id,
         origin="hub",
         config=config,
@@ -195,6 +206,16 @@ def _from_hub(
         factory=None,
         trust_remote_code=trust_remote_code,
     )
+
+
+def read_spec(config: dict[str, Any], *, where: str) -> ModelSpec:
+    """``config``'s ModelSpec; its ModelConfigError says which file or model it came from."""
+    try:
+        return ModelSpec.from_config(config)
+    except ModelConfigError as e:
+        raise ModelConfigError(
+            f"{where}: {str(e).removeprefix('config.json: ')}; fix the file or pass another one"
+        ) from None
 
 
 def _exists(path: Path) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.models.model_spec import ModelSpec
 from memfit.plan.space import Settings
 
 #: Rules of thumb of the cost model, each with its source.
@@ -102,7 +103,7 @@ DEQUANT_EXTRA_BYTES_PER_WEIGHT = 4.0
 
 @dataclass(frozen=True, kw_only=True)
 class ModelFacts:
-    """What the cost model needs to know of a model (from config.json and one estimate)."""
+    """What the cost model needs to know of a model (from its ModelSpec and one estimate)."""
 
     n_params: int
     n_layers: int
@@ -112,29 +113,29 @@ class ModelFacts:
     tied_embeddings: bool
 
     @classmethod
-    def from_config(cls, config: dict[str, Any] | None, n_params: int) -> ModelFacts:
-        c = dict(config or {})
-        c.update(c.get("text_config") or {})
-
-        def first(*keys: str, default: int = 0) -> int:
-            for k in keys:
-                if isinstance(c.get(k), int):
-                    return int(c[k])
-            return default
-
-        d = first("hidden_size", "n_embd", "d_model")
-        layers = first("num_hidden_layers", "n_layer", "num_layers")
-        heads = first("num_attention_heads", "n_head", "num_heads", default=1)
-        kv_heads = first("num_key_value_heads", "num_kv_heads", default=heads)
-        head_dim = first("head_dim", "d_kv", default=d // max(heads, 1))
+    def from_spec(cls, spec: ModelSpec | None, n_params: int) -> ModelFacts:
+        """The facts of ``spec`` (its text tower's, for a multi-part model). Unknown counts are
+        0 (one head); an unknown tie flag counts the embedding as a matmul (tied)."""
+        s = spec if spec is not None else ModelSpec(model_type=None)
+        d = s.text_field("hidden_size") or 0
+        layers = s.text_field("n_layers") or 0
+        heads = s.text_field("n_heads") or 1
+        kv_heads = s.text_field("n_kv_heads") or heads
+        head_dim = s.text_field("head_dim") or d // max(heads, 1)
+        tied = s.text_field("tie_word_embeddings")
         return cls(
             n_params=n_params,
             n_layers=layers,
             d_model=d,
-            vocab_size=first("vocab_size"),
+            vocab_size=s.text_field("vocab_size") or 0,
             kv_bytes_per_token_per_byte=2 * layers * kv_heads * head_dim,
-            tied_embeddings=bool(c.get("tie_word_embeddings", True)),
+            tied_embeddings=True if tied is None else tied,
         )
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | None, n_params: int) -> ModelFacts:
+        """:meth:`from_spec` of a config.json dict."""
+        return cls.from_spec(ModelSpec.from_config(config) if config else None, n_params)
 
     @property
     def n_matmul_params(self) -> int:

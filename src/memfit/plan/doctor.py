@@ -211,7 +211,7 @@ class _Doctor:
         self.headroom = headroom
         self.budget = None if gpu is None else Budget.of(gpu, headroom=headroom)
         self.need = need_bytes(est)
-        self.facts = ModelFacts.from_config(source.config, est.n_params)
+        self.facts = ModelFacts.from_spec(source.spec, est.n_params)
         self.model = source.name
         self.notes: list[str] = []
 

@@ -169,7 +169,7 @@ def _resolve(model: Any, gpu: Any) -> tuple[Any, Any]:
 
 
 def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
-    facts = ModelFacts.from_config(source.config, n_params=1)
+    facts = ModelFacts.from_spec(source.spec, n_params=1)
     return SpaceOptions(
         mode=request.mode,
         per_rank_batch=request.per_rank_batch,
@@ -194,7 +194,7 @@ class _Search:
     ) -> None:
         self.request, self.budget, self.engines, self.rates = request, budget, engines, rates
         self.source = source
-        self.facts = ModelFacts.from_config(source.config, n_params=1)
+        self.facts = ModelFacts.from_spec(source.spec, n_params=1)
         self.failed: dict[tuple[Any, ...], list[Settings]] = {}
         self.rejected: list[PlanOption] = []
         self.unsupported: list[str] = []
@@ -254,11 +254,11 @@ class _Search:
         if opt.estimate is None and self.engines.confirm is not None and self._may_fall_back():
             opt = self.estimate(self.option(s), self.engines.confirm)
         if opt.estimate is not None:
-            self.facts = ModelFacts.from_config(self.source.config, opt.estimate.n_params)
+            self.facts = ModelFacts.from_spec(self.source.spec, opt.estimate.n_params)
             return replace(opt, cost=self.cost(s))
         single = replace(s, gpus=1, tp=1, shard="none", micro_batch=1, grad_accum=1)
         est = self.engines.search(single.workload(self.request.mode, self.request.seq_len))
-        self.facts = ModelFacts.from_config(self.source.config, est.n_params)
+        self.facts = ModelFacts.from_spec(self.source.spec, est.n_params)
         return replace(opt, cost=self.cost(s))
 
     # -- the search --------------------------------------------------------------------------

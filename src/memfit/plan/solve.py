@@ -152,11 +152,7 @@ def _bounds(solve: str, source: Any) -> tuple[int, int, list[str]]:
 
 
 def _context_limit(source: Any) -> int | None:
-    c = source.config or {}
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        if isinstance(c.get(key), int) and c[key] > 0:
-            return int(c[key])
-    return None
+    return source.spec.context_limit if source.spec is not None else None
 
 
 def _predicate(

@@ -34,6 +34,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.result import MemoryEstimate
+from memfit.models.model_spec import ModelSpec
 from memfit.plan.advice import GPU_COUNTS, GPUAdvice, recommend_gpus
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget
 from memfit.plan.cost import (
@@ -353,7 +354,7 @@ class _Job:
         lean_req = replace(request, goal="memory", batch_size=1, global_batch=None)
         self.lean = plan(source, lean_req, gpu=gpu, estimator=self.estimator)
         n_params = _n_params(self.plan) or _n_params(self.lean) or 1
-        self.facts = ModelFacts.from_config(source.config, n_params)
+        self.facts = ModelFacts.from_spec(source.spec, n_params)
 
     def notes(self) -> list[str]:
         return list(self.plan.notes) + self.engine.notes() + self.scan_notes
@@ -395,7 +396,7 @@ class _Job:
 
     def context_unreachable(self) -> CheckItem:
         unit, want = self._unit(), self.context_tokens
-        limit = _model_context_limit(self.source.config)
+        limit = _model_context_limit(self.source.spec)
         if limit is not None and want > limit:
             return CheckItem(
                 id="context_unreachable",
@@ -538,7 +539,7 @@ class _Job:
         )
 
     def precision_support(self) -> CheckItem:
-        return precision_item(self.source.config, self.gpu)
+        return precision_item(self.source.spec, self.gpu)
 
     def bandwidth(self) -> CheckItem:
         rec = self.plan.recommended
@@ -619,7 +620,7 @@ class _Job:
         """A plan fits on ``a`` (so the batch, context and concurrency asked for fit); check the
         remaining items on its best plan."""
         best = a.best
-        if "precision_support" in ids and precision_item(self.source.config, gpu).triggered:
+        if "precision_support" in ids and precision_item(self.source.spec, gpu).triggered:
             return False
         if "throughput_target" in ids and best.cost.tokens_per_s < (self.target or 0):
             return False
@@ -655,11 +656,13 @@ def _verdict(job: _Job, items: list[CheckItem]) -> tuple[str, str]:
     )
 
 
-def precision_item(config: dict[str, Any] | None, gpu: Any) -> CheckItem:
-    """bf16 weights on a GPU without bf16, fp8 weights on one without fp8 (catalog flags)."""
-    needs = _needed_precisions(config or {})
+def precision_item(model: ModelSpec | dict[str, Any] | None, gpu: Any) -> CheckItem:
+    """bf16 weights on a GPU without bf16, fp8 weights on one without fp8 (catalog flags);
+    ``model`` is a ModelSpec or its config.json dict."""
+    spec = None if model is None else ModelSpec.of(model)
+    needs = _needed_precisions(spec)
     if not needs:
-        dtype = (config or {}).get("torch_dtype")
+        dtype = spec.dtype if spec is not None else None
         return _na(
             "precision_support", f"the model's weights (torch_dtype {dtype}) need no bf16 or fp8"
         )
@@ -686,24 +689,20 @@ def has_rates(gpu: Any) -> bool:
     return bool(gpu.memory_bandwidth_gbps and rate)
 
 
-def _needed_precisions(config: dict[str, Any]) -> tuple[str, ...]:
-    c = dict(config)
-    c.update(c.get("text_config") or {})
+def _needed_precisions(spec: ModelSpec | None) -> tuple[str, ...]:
+    if spec is None:
+        return ()
+    dtype, quant = spec.text_field("dtype"), spec.text_field("quantization")
     needs = []
-    if str(c.get("torch_dtype", "")).lower() in ("bfloat16", "bf16"):
+    if str(dtype or "").lower() in ("bfloat16", "bf16"):
         needs.append("bf16")
-    q = c.get("quantization_config") or {}
-    if str(q.get("quant_method", "")).lower() == "fp8" or "float8" in str(c.get("torch_dtype")):
+    if str(quant.method if quant else "").lower() == "fp8" or "float8" in str(dtype):
         needs.append("fp8")
     return tuple(needs)
 
 
-def _model_context_limit(config: dict[str, Any] | None) -> int | None:
-    c = config or {}
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        if isinstance(c.get(key), int) and c[key] > 0:
-            return int(c[key])
-    return None
+def _model_context_limit(spec: ModelSpec | None) -> int | None:
+    return spec.context_limit if spec is not None else None
 
 
 def _incomplete(p: Plan) -> bool:

@@ -1,16 +1,19 @@
-"""A model family's shape, read from config.json: the numbers the closed forms need.
+"""A model family's shape as the closed forms need it: an analytic view of the ModelSpec.
 
-``read_arch(config)`` normalises the many spellings of Hugging Face configs (``n_embd`` /
-``hidden_size`` / ``d_model``…) into one :class:`Arch`. Each family maps to a layer program in
-``families.py``; ``supports(config)`` says whether one exists.
+``read_arch(config)`` reads the :class:`~memfit.models.model_spec.ModelSpec` (where the many
+spellings of Hugging Face configs and the config classes' defaults are resolved) and keeps what
+the layer programs read, in their names. Each family maps to a layer program in ``families.py``;
+``supports(config)`` says whether one exists.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.models.model_spec import ModelSpec
 
 #: model_type → program family. Families share a layer program (``families.py``).
 FAMILY_OF = {
@@ -33,18 +36,6 @@ FAMILY_OF = {
     "vit": "vit",
     "clip": "clip",
 }
-
-
-#: Families whose config class defaults ``tie_word_embeddings`` to True.
-TIED_BY_DEFAULT = ("gemma2", "gpt2", "gpt_bigcode", "opt", "bloom", "phi3", "t5", "falcon")
-
-
-def _get(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        value = config.get(key)
-        if value is not None:
-            return value
-    return default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,203 +82,172 @@ def supports(config: dict[str, Any]) -> bool:
     return config.get("model_type") in FAMILY_OF
 
 
-def read_arch(config: dict[str, Any]) -> Arch:
-    """The :class:`Arch` of a config.json dict; SpecError naming the model_type otherwise."""
-    model_type = str(config.get("model_type", ""))
+def read_arch(config: dict[str, Any] | ModelSpec) -> Arch:
+    """The :class:`Arch` of a config.json dict or its ModelSpec; SpecError naming the model_type
+    when the analytic engine has no closed forms for it."""
+    spec = ModelSpec.of(config)
+    model_type = spec.model_type or ""
     family = FAMILY_OF.get(model_type)
     if family is None:
         raise SpecError(
             f"the analytic engine has no closed forms for model_type {model_type!r} "
             f"(supported: {', '.join(sorted(FAMILY_OF))}); use --engine trace"
         )
-    reader = _READERS.get(family, _read_decoder)
-    return reader(config, family, model_type)
+    view = _VIEWS.get(family, _decoder)
+    return view(spec, family)
 
 
-def _read_decoder(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    h = int(_get(config, "hidden_size", "n_embd", "d_model"))
-    heads = int(_get(config, "num_attention_heads", "n_head", "num_heads"))
-    kv = int(_get(config, "num_key_value_heads", default=heads))
-    head_dim = int(_get(config, "head_dim", default=h // heads))
-    ffn = int(_get(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * h))
-    layers = int(_get(config, "num_hidden_layers", "n_layer", "num_layers"))
-    rope_params = config.get("rope_parameters") or {}
-    partial = float(
-        _get(config, "partial_rotary_factor", "rotary_pct", default=None)
-        or rope_params.get("partial_rotary_factor", 1.0)
+def _need(spec: ModelSpec, *names: str) -> list[int]:
+    """The named counts; SpecError naming the first the config leaves unknown."""
+    values = [getattr(spec, n) for n in names]
+    for name, value in zip(names, values, strict=True):
+        if value is None:
+            raise SpecError(
+                f"model_type {spec.model_type!r}: the config gives no {name} (nor does its "
+                "config class default one); add it to config.json or use --engine trace"
+            )
+    return values
+
+
+def _decoder(spec: ModelSpec, family: str) -> Arch:
+    """The Llama-style view: the spec's fields as they are; an unknown ``intermediate_size``
+    is 4·hidden, no dropout where the config gives none."""
+    h, layers, heads, kv, head_dim = _need(
+        spec, "hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim"
     )
     return Arch(
         family=family,
-        model_type=model_type,
+        model_type=spec.model_type or "",
         hidden=h,
         n_layers=layers,
         n_heads=heads,
         n_kv=kv,
         head_dim=head_dim,
-        ffn=ffn,
-        vocab=int(config.get("vocab_size", 0)),
-        tie=bool(config.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)),
-        act=str(_get(config, "hidden_act", "activation_function", default="silu")),
-        qkv_bias=bool(_get(config, "attention_bias", default=model_type == "qwen2")),
-        o_bias=bool(_get(config, "attention_bias", default=False)),
-        mlp_bias=bool(_get(config, "mlp_bias", default=False)),
-        rot_dim=int(head_dim * partial),
-        attn_dropout=float(_get(config, "attention_dropout", default=0.0)),
-        sliding_window=_get(config, "sliding_window"),
-        n_experts=int(_get(config, "num_local_experts", default=0)),
-        top_k=int(_get(config, "num_experts_per_tok", default=0)),
-        extra=dict(config),
+        ffn=spec.intermediate_size or 4 * h,
+        vocab=spec.vocab_size or 0,
+        tie=bool(spec.tie_word_embeddings),
+        act=spec.hidden_act or "silu",
+        qkv_bias=bool(spec.qkv_bias),
+        o_bias=bool(spec.o_bias),
+        mlp_bias=bool(spec.mlp_bias),
+        rot_dim=spec.rotary_dim or 0,
+        n_positions=0,
+        attn_dropout=spec.attention_dropout or 0.0,
+        sliding_window=spec.sliding_window,
+        layer_types=spec.layer_types or (),
+        n_experts=spec.n_experts or 0,
+        top_k=spec.n_experts_per_token or 0,
+        extra=dict(spec.raw),
     )
 
 
-def _read_gpt2(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    """GPT-2 / GPT-BigCode: ``n_embd``, ``n_inner`` (None: 4·n_embd), ``*_pdrop`` dropouts;
-    BigCode's ``multi_query`` has one key/value head."""
-    a = _read_decoder(config, family, model_type)
-    h = a.hidden
+def _learned(spec: ModelSpec, family: str, *, emb_dropout: bool = True) -> Arch:
+    """GPT-2 / BigCode / OPT / BERT / ViT: learned positions, no rotary, the spec's residual
+    (and embedding) dropouts."""
     return replace(
-        a,
-        n_kv=1 if config.get("multi_query", model_type == "gpt_bigcode") else a.n_heads,
-        ffn=int(config.get("n_inner") or 4 * h),
-        tie=bool(config.get("tie_word_embeddings", True)),
-        act=str(
-            config.get("activation_function")
-            or ("gelu_pytorch_tanh" if model_type == "gpt_bigcode" else "gelu_new")
-        ),
-        n_positions=int(config.get("n_positions", 1024)),
-        attn_dropout=float(config.get("attn_pdrop", 0.1)),
-        resid_dropout=float(config.get("resid_pdrop", 0.1)),
-        emb_dropout=float(config.get("embd_pdrop", 0.1)),
+        _decoder(spec, family),
+        n_positions=spec.max_positions or 0,
+        resid_dropout=spec.hidden_dropout or 0.0,
+        emb_dropout=(spec.embedding_dropout or 0.0) if emb_dropout else 0.0,
         rot_dim=0,
     )
 
 
-def _read_neox(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    a = _read_decoder(config, family, model_type)
+def _opt(spec: ModelSpec, family: str) -> Arch:
+    return _learned(spec, family, emb_dropout=False)
+
+
+def _bert(spec: ModelSpec, family: str) -> Arch:
+    """BERT / RoBERTa / ViT: ``tie`` is False since the classification head has no LM head."""
+    return replace(_learned(spec, family), tie=False)
+
+
+def _residual(spec: ModelSpec, family: str) -> Arch:
+    """NeoX / Phi / Falcon / BLOOM: the spec's residual dropout (``hidden_dropout``,
+    ``resid_pdrop``); Phi's embedding dropout."""
+    a = _decoder(spec, family)
     return replace(
-        a,
-        tie=bool(config.get("tie_word_embeddings", False)),
-        act=str(config.get("hidden_act", "gelu")),
-        attn_dropout=float(config.get("attention_dropout", 0.0)),
-        resid_dropout=float(config.get("hidden_dropout", 0.0)),
+        a, resid_dropout=spec.hidden_dropout or 0.0, emb_dropout=spec.embedding_dropout or 0.0
     )
 
 
-def _read_opt(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    a = _read_decoder(config, family, model_type)
+def _falcon(spec: ModelSpec, family: str) -> Arch:
+    """Falcon: K/V heads as the attention sees them (every query head under
+    ``new_decoder_architecture``: K/V are broadcast before attention), rotary over the whole
+    head (``rot_dim`` is kept for the ALiBi variant too; its program ignores it)."""
+    a = _residual(spec, family)
+    n_kv = a.n_heads if spec.get("new_decoder_architecture") else a.n_kv
+    return replace(a, n_kv=n_kv, rot_dim=a.head_dim)
+
+
+def _bloom(spec: ModelSpec, family: str) -> Arch:
+    return replace(_residual(spec, family), rot_dim=0)
+
+
+def _gemma2(spec: ModelSpec, family: str) -> Arch:
+    """Gemma 2: the soft-capping values (Gemma2Config's 50 / 30 when config.json omits them)
+    travel in ``extra``, where the program reads them."""
+    a = _decoder(spec, family)
+    caps = {
+        "attn_logit_softcapping": spec.attn_logit_softcapping,
+        "final_logit_softcapping": spec.final_logit_softcapping,
+    }
+    return replace(a, extra={**a.extra, **caps})
+
+
+def _t5(spec: ModelSpec, family: str) -> Arch:
+    """T5: encoder layers and decoder layers, ``d_kv`` heads, one dropout; ``extra`` carries
+    the gated feed-forward switch, whether the decoder output is scaled by ``d_model ** -0.5``
+    (unless config.json says ``tie_word_embeddings: false``: T5 v1.1, Flan-T5; the weights are
+    tied whatever it says) and the relative-position buckets."""
+    a = _decoder(spec, family)
+    p = spec.hidden_dropout or 0.0
+    extra = {
+        **a.extra,
+        "_gated": bool(spec.mlp_gated),
+        "_scale_decoder_outputs": spec.get("tie_word_embeddings") is not False,
+        "_buckets": int(spec.get("relative_attention_num_buckets", 32)),
+    }
     return replace(
         a,
-        ffn=int(config.get("ffn_dim", 4 * a.hidden)),
-        tie=bool(config.get("tie_word_embeddings", True)),
-        act=str(config.get("activation_function", "relu")),
-        n_positions=int(config.get("max_position_embeddings", 2048)),
-        attn_dropout=float(config.get("attention_dropout", 0.0)),
-        resid_dropout=float(config.get("dropout", 0.1)),
+        n_dec_layers=spec.n_decoder_layers or a.n_layers,
+        n_kv=a.n_heads,
+        attn_dropout=p,
+        resid_dropout=p,
+        emb_dropout=p,
         rot_dim=0,
+        sliding_window=None,
+        extra=extra,
     )
 
 
-def _read_bert(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    a = _read_decoder(config, family, model_type)
+def _clip(spec: ModelSpec, family: str) -> Arch:
+    """CLIP: the text tower's dimensions (the trace's first layer stack; ``freeze_layers`` is
+    checked against it); ``extra`` keeps the whole config for the CLIP program."""
+    if spec.text is None:
+        raise SpecError("model_type 'clip': the config has no text_config; use --engine trace")
+    a = _learned(spec.text, family)
     return replace(
         a,
-        tie=False,  # the classification head has no LM head
-        act=str(config.get("hidden_act", "gelu")),
-        n_positions=int(config.get("max_position_embeddings", 512)),
-        attn_dropout=float(config.get("attention_probs_dropout_prob", 0.1)),
-        resid_dropout=float(config.get("hidden_dropout_prob", 0.1)),
-        emb_dropout=float(config.get("hidden_dropout_prob", 0.1)),
-        rot_dim=0,
+        model_type=spec.model_type or "",
+        tie=False,
+        resid_dropout=0.0,
+        emb_dropout=0.0,
+        extra=dict(spec.raw),
     )
 
 
-def _read_vit(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    a = _read_bert(config, family, model_type)
-    return replace(
-        a,
-        vocab=0,
-        attn_dropout=float(config.get("attention_probs_dropout_prob", 0.0)),
-        resid_dropout=float(config.get("hidden_dropout_prob", 0.0)),
-        emb_dropout=float(config.get("hidden_dropout_prob", 0.0)),
-    )
-
-
-def _read_gemma2(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    """Gemma 2: Gemma2Config's soft-capping defaults (50 on attention logits, 30 on the final
-    logits) apply when config.json omits them."""
-    a = _read_decoder(config, family, model_type)
-    extra = {"attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, **config}
-    return replace(a, act=str(config.get("hidden_activation") or "gelu_pytorch_tanh"), extra=extra)
-
-
-def _read_phi(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    a = _read_decoder(config, family, model_type)
-    given = "partial_rotary_factor" in config or "partial_rotary_factor" in (
-        config.get("rope_parameters") or {}
-    )
-    return replace(
-        a,
-        rot_dim=a.rot_dim if given else a.head_dim // 2,  # PhiConfig's default factor: 0.5
-        act=str(config.get("hidden_act", "gelu_new")),
-        attn_dropout=float(config.get("attention_dropout", 0.0)),
-        resid_dropout=float(config.get("resid_pdrop", 0.0)),
-        emb_dropout=float(config.get("embd_pdrop", 0.0)),
-        qkv_bias=True,
-    )
-
-
-def _read_falcon(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    """Falcon: ``ffn_hidden_size`` (None: 4·hidden), ``activation``; K/V heads as the attention
-    sees them (one with ``multi_query``; every query head under ``new_decoder_architecture``)."""
-    from memfit.estimate.analytic.families_falcon import falcon_shape
-
-    a = _read_decoder(config, family, model_type)
-    return replace(
-        a,
-        n_kv=falcon_shape(config)[1],
-        head_dim=a.hidden // a.n_heads,
-        rot_dim=a.hidden // a.n_heads,
-        ffn=int(config.get("ffn_hidden_size") or 4 * a.hidden),
-        act=str(config.get("activation", "gelu")),
-        attn_dropout=float(config.get("attention_dropout", 0.0)),
-        resid_dropout=float(config.get("hidden_dropout", 0.0)),
-    )
-
-
-def _read_t5(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    from memfit.estimate.analytic.families_t5 import read_t5
-
-    return read_t5(config, family, model_type)
-
-
-def _read_bloom(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    a = _read_decoder(config, family, model_type)
-    return replace(
-        a,
-        ffn=4 * a.hidden,  # BloomMLP: dense_h_to_4h is always 4·hidden
-        attn_dropout=float(config.get("attention_dropout", 0.0)),
-        resid_dropout=float(config.get("hidden_dropout", 0.0)),
-        rot_dim=0,
-    )
-
-
-def _read_clip(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    from memfit.estimate.analytic.families_clip import read_clip
-
-    return read_clip(config, family, model_type)
-
-
-_READERS: dict[str, Any] = {
-    "t5": _read_t5,
-    "clip": _read_clip,
-    "falcon": _read_falcon,
-    "bloom": _read_bloom,
-    "phi": _read_phi,
-    "gemma2": _read_gemma2,
-    "vit": _read_vit,
-    "bert": _read_bert,
-    "gpt2": _read_gpt2,
-    "bigcode": _read_gpt2,
-    "neox": _read_neox,
-    "opt": _read_opt,
+_VIEWS: dict[str, Callable[[ModelSpec, str], Arch]] = {
+    "t5": _t5,
+    "clip": _clip,
+    "falcon": _falcon,
+    "bloom": _bloom,
+    "phi": _residual,
+    "neox": _residual,
+    "gemma2": _gemma2,
+    "vit": _bert,
+    "bert": _bert,
+    "gpt2": _learned,
+    "bigcode": _learned,
+    "opt": _opt,
 }

@@ -20,6 +20,7 @@ import torch
 
 from memfit.errors import SpecError, TraceError
 from memfit.estimate.tasks import resolve_task as resolve_task  # callers use build.resolve_task
+from memfit.models.model_spec import ModelSpec
 from memfit.spec import WorkloadSpec
 
 PARAM_DTYPE = {
@@ -29,8 +30,6 @@ PARAM_DTYPE = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-#: Config keys holding a layer count, in the order transformers' configs use them.
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
 
 @dataclass(frozen=True)
@@ -57,30 +56,36 @@ def _hf_config(config: dict[str, Any], trust_remote_code: bool) -> Any:
 
 def layer_plan(config: dict[str, Any], trust_remote_code: bool = False) -> list[LayerVar]:
     """The repeated stacks of a config (decoder layers; encoder + decoder for seq2seq; two towers
-    for CLIP), with their counts and layer-pattern period."""
-    out: list[LayerVar] = []
-    if "text_config" in config and "vision_config" in config:
-        for tower in ("text_config", "vision_config"):
-            sub = config[tower] or {}
-            count = int(sub.get("num_hidden_layers", 12))
-            out.append(LayerVar(tower, (tower,), "num_hidden_layers", count, 1))
-        return out
-    if "num_decoder_layers" in config or (
-        config.get("is_encoder_decoder") and "num_layers" in config
-    ):
-        enc = int(config.get("num_layers", 6))
-        dec = int(config.get("num_decoder_layers") or enc)
+    for CLIP), with their counts and layer-pattern period. The counts and the keys holding them
+    come from the config's ModelSpec (``spec.keys``); a count only a config class's default
+    gives is not resized."""
+    spec = ModelSpec.from_config(config)
+    if spec.text is not None and spec.vision is not None:
+        towers = (("text_config", spec.text), ("vision_config", spec.vision))
+        return [
+            LayerVar(key, (key,), "num_hidden_layers", _tower_layers(tower), 1)
+            for key, tower in towers
+        ]
+    enc_key = spec.n_layers_key
+    if "n_decoder_layers" in spec.keys or (spec.is_encoder_decoder and enc_key == "num_layers"):
+        enc = spec.n_layers if enc_key == "num_layers" and spec.n_layers else 6
+        dec = spec.n_decoder_layers or enc
         return [
             LayerVar("encoder", (), "num_layers", enc, 1),
             LayerVar("decoder", (), "num_decoder_layers", dec, 1),
         ]
-    for key in LAYER_KEYS:
-        if key in config:
-            count = int(config[key])
-            hf = _hf_config(config, trust_remote_code)
-            period = _period(getattr(hf, "layer_types", None) or [])
-            return [LayerVar("layers", (), key, count, period)]
-    return out
+    if enc_key is not None and spec.n_layers is not None:
+        hf = _hf_config(config, trust_remote_code)
+        period = _period(getattr(hf, "layer_types", None) or [])
+        return [LayerVar("layers", (), enc_key, spec.n_layers, period)]
+    return []
+
+
+def _tower_layers(tower: ModelSpec | None) -> int:
+    """A tower's layer count as config.json gives it (the tower config classes' default: 12)."""
+    if tower is not None and tower.n_layers_key == "num_hidden_layers" and tower.n_layers:
+        return tower.n_layers
+    return 12
 
 
 def _period(layer_types: list[str]) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from memfit.estimate.trace.tracker import StorageTracker
+from memfit.models.model_spec import ModelSpec
 from memfit.spec import WorkloadSpec
 
 AUTOCAST_DTYPE = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
@@ -58,19 +59,18 @@ def make_optimizer(
 def example_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) -> dict[str, Any]:
     """Token ids / pixels for one micro-batch (create inside FakeTensorMode)."""
     b, s = workload.batch_size, workload.seq_len
-    vocab = int(_cfg(config, "vocab_size", 32000))
+    spec = ModelSpec.from_config(config)
+    vocab = spec.vocab_size or 32000
     if task == "image-cls":
-        size = int(_cfg(config, "image_size", 224))
-        channels = int(_cfg(config, "num_channels", 3))
+        size = int(spec.get("image_size", 224))
+        channels = int(spec.get("num_channels", 3))
         inputs: dict[str, Any] = {"pixel_values": torch.randn(b, channels, size, size)}
         if workload.is_train:
             inputs["labels"] = torch.zeros(b, dtype=torch.long)
         return inputs
     if task == "clip":
-        vision = config.get("vision_config") or {}
-        text = config.get("text_config") or {}
-        size = int(vision.get("image_size", 224))
-        vocab = int(text.get("vocab_size", 49408))
+        size = int(spec.vision.get("image_size", 224)) if spec.vision else 224
+        vocab = (spec.text.vocab_size if spec.text else None) or 49408  # CLIPTextConfig
         return {
             "input_ids": torch.randint(0, vocab, (b, s)),
             "pixel_values": torch.randn(b, 3, size, size),
@@ -85,11 +85,6 @@ def example_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) ->
     elif task == "causal-lm" and workload.is_train:
         inputs["labels"] = ids
     return inputs
-
-
-def _cfg(config: dict[str, Any], key: str, default: Any) -> Any:
-    value = config.get(key)
-    return default if value is None else value
 
 
 @contextlib.contextmanager

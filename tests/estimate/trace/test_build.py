@@ -1,0 +1,42 @@
+"""The trace engine's layer plan reads the layer counts and their keys from the ModelSpec."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from memfit.estimate.trace.build import layer_plan, with_layer_counts  # noqa: E402
+from memfit.models import resolve_model  # noqa: E402
+
+
+def test_the_layer_count_is_rewritten_under_the_key_it_was_read_from() -> None:
+    config = resolve_model("gpt2").config
+    assert config is not None
+    (var,) = layer_plan(config)
+    assert (var.key, var.count, var.period) == ("n_layer", 12, 1)
+    assert with_layer_counts(config, [var], {"layers": 2}, False)["n_layer"] == 2
+
+
+def test_gemma2_alternating_layers_have_period_two() -> None:
+    config = resolve_model("gemma-2-2b").config
+    assert config is not None
+    (var,) = layer_plan(config)
+    assert (var.key, var.count, var.period) == ("num_hidden_layers", 26, 2)
+
+
+def test_t5_and_clip_have_two_stacks_each() -> None:
+    t5 = layer_plan(resolve_model("flan-t5-large").config or {})
+    assert [(v.name, v.key, v.count) for v in t5] == [
+        ("encoder", "num_layers", 24),
+        ("decoder", "num_decoder_layers", 24),
+    ]
+    clip = layer_plan(resolve_model("clip-vit-large-patch14").config or {})
+    assert [(v.name, v.path, v.count) for v in clip] == [
+        ("text_config", ("text_config",), 12),
+        ("vision_config", ("vision_config",), 24),
+    ]
+
+
+def test_a_count_only_a_default_gives_is_not_resized() -> None:
+    assert layer_plan({"model_type": "llama", "hidden_size": 64}) == []
