@@ -145,9 +145,14 @@ CLI_RUNS: list[list[str]] = [
 _VOLATILE = ("wall_s", "elapsed_s", "seconds", "time_s", "duration_s")
 
 
+def _volatile(key: str, value: Any) -> bool:
+    """A duration: a float under a name ending in ``_s`` (``search_s``, ``wall_s`` ...)."""
+    return key.endswith(_VOLATILE) or (key.endswith("_s") and isinstance(value, float))
+
+
 def _scrub(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items() if not str(k).endswith(_VOLATILE)}
+        return {k: _scrub(v) for k, v in value.items() if not _volatile(str(k), v)}
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     if isinstance(value, str) and (" ms" in value or "traced in" in value):
