@@ -267,7 +267,7 @@ def lm_head_and_loss(o: Ops, x: Tensor, w: Work, a: Arch, *, bias: bool = False)
     cap = a.extra.get("final_logit_softcapping")
     if cap:  # Gemma 2: logits = tanh(logits / cap) * cap
         (t,) = o.g.op([o.unary(logits)], [(logits.numel, logits.dtype)])
-        o._save_outputs(t)
+        o.save_outputs(t)
         logits = o.unary(t)
     o.g.hold(logits)
     if not w.train:
@@ -278,7 +278,7 @@ def lm_head_and_loss(o: Ops, x: Tensor, w: Work, a: Arch, *, bias: bool = False)
     lf = o.cast(logits, "f32")
     labels = o.new(w.tokens, "i64")  # nn.functional.pad(labels, (0, 1)) then a contiguous slice
     (logp,) = o.g.op([lf], [(lf.numel, "f32")])
-    o._save_outputs(logp)
+    o.save_outputs(logp)
     (loss,) = o.g.op([logp, labels], [(1, "f32")])
     o.g.hold(loss)
     o.g.touch(hidden)  # ``outputs.last_hidden_state``: referenced until the forward returns

@@ -271,7 +271,7 @@ class ClipProgram:
             pixels = o.g.external(w.batch * c * self.image_size**2, "f32")
             px = o.cast(pixels, o.pdtype)  # pixel_values.to(patch_embedding.weight.dtype)
             wconv = o.weight(h, c, p, p)
-            xin, wi = o._ac(px), o._ac_weight(wconv)
+            xin, wi = o.autocast_input(px), o.autocast_weight(wconv)
             (conv,) = o.g.op(
                 [xin, wi], [(w.batch * self.n_patches * h, xin.dtype)], saves=[xin, wi]
             )
@@ -371,7 +371,7 @@ class ClipProgram:
             logits = o.matmul(txt_n, img_n, b * b)
             scale = o.fp32_op(o.weight(1))  # logit_scale.exp(): ExpBackward saves its result
             (e,) = o.g.op([scale], [(1, scale.dtype)])
-            o._save_outputs(e)
+            o.save_outputs(e)
             (logits,) = o.g.op(  # a 0-dim factor keeps the logits' dtype
                 [logits, e],
                 [(logits.numel, logits.dtype)],
@@ -559,7 +559,7 @@ def _act(o: Ops, x: Tensor, kind: str) -> Tensor:
         return o.act(x, ACT_KIND.get(kind, "gelu"))
     (s,) = o.g.op([x], [(x.numel, x.dtype)])  # 1.702 * x
     (sig,) = o.g.op([s], [(x.numel, x.dtype)])
-    o._save_outputs(sig)
+    o.save_outputs(sig)
     return o.mul(x, sig)
 
 
@@ -581,7 +581,7 @@ def _cross_entropy(o: Ops, logits: Tensor, b: int) -> Tensor:
     target = o.new(b, "i64")
     lf = o.fp32_op(logits)
     (logp,) = o.g.op([lf], [(lf.numel, lf.dtype)])
-    o._save_outputs(logp)
+    o.save_outputs(logp)
     loss, _ = o.g.op([logp, target], [(1, logp.dtype), (1, logp.dtype)])
     return loss
 

@@ -86,7 +86,7 @@ class BertProgram(LlamaProgram):
         first = o.slice(x, w.batch, w.tokens)  # hidden_states[:, 0]
         pooled = o.linear(first, a.hidden, a.hidden, bias=True, name="dense")
         (pooled,) = o.g.op([pooled], [(pooled.numel, pooled.dtype)])  # tanh saves its output
-        o._save_outputs(pooled)
+        o.save_outputs(pooled)
         if getattr(self, "_embedding_local", False):  # BertModel.forward returns: its local
             o.g.touch(o.g.input(w.tokens * a.hidden, o.pdtype, rg=False))  # goes
         pooled = o.dropout(pooled, a.resid_dropout)
@@ -96,7 +96,7 @@ class BertProgram(LlamaProgram):
             return [logits]
         lf = o.fp32_op(logits)
         (logp,) = o.g.op([lf], [(lf.numel, "f32" if o.autocast else lf.dtype)])
-        o._save_outputs(logp)
+        o.save_outputs(logp)
         (loss,) = o.g.op([logp], [(1, logp.dtype)])
         o.g.hold(loss)
         return [logits, loss]
@@ -140,9 +140,9 @@ class ViTProgram(BertProgram):
         o.freeze_token_embedding = False
         wconv = o.weight(a.hidden, channels, patch, patch, trainable=not frozen)
         bconv = o.weight(a.hidden, trainable=not frozen)
-        xin, wi = o._ac(px), o._ac_weight(wconv)
+        xin, wi = o.autocast_input(px), o.autocast_weight(wconv)
         (conv,) = o.g.op(
-            [xin, wi, o._ac_weight(bconv)],
+            [xin, wi, o.autocast_weight(bconv)],
             [(w.batch * n_patches * a.hidden, xin.dtype)],
             saves=[xin, wi],
         )
@@ -192,7 +192,7 @@ class ViTProgram(BertProgram):
             return [logits]
         lf = o.cast(logits, "f32")
         (logp,) = o.g.op([lf], [(lf.numel, "f32")])
-        o._save_outputs(logp)
+        o.save_outputs(logp)
         (loss,) = o.g.op([logp], [(1, "f32")])
         o.g.hold(loss)
         return [logits, loss]

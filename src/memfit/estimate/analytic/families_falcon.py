@@ -14,7 +14,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
-from memfit.estimate.analytic.attention import _softmax, attention, choose_kernel
+from memfit.estimate.analytic.attention import attention, choose_kernel, softmax
 from memfit.estimate.analytic.families import (
     LlamaProgram,
     Shared,
@@ -169,7 +169,7 @@ class FalconProgram(LlamaProgram):
         raw = att  # ``attention_scores`` keeps the product until the softmax is assigned to it
         if mask is not None:
             att = o.add(att, mask)
-        probs = _softmax(o, att, o.pdtype)  # dtype=hidden_states.dtype (fp32 under autocast)
+        probs = softmax(o, att, o.pdtype)  # dtype=hidden_states.dtype (fp32 under autocast)
         o.g.touch(raw)
         self._probs = [probs]  # returned as ``attn_weights`` (see previous_attn_weights)
         if n_rep > 1:
@@ -270,8 +270,8 @@ class FalconAlibiProgram(FalconProgram):
         assert sh.mask is not None and sh.bias is not None
         if w.impl == "eager":
             return self._eager_alibi(o, q, k, v, w, sh.bias, sh.mask)
-        q, k, v = (o._ac(t) for t in (q, k, v))  # SDPA is on autocast's half list
-        mask = None if w.impl == "flash" else o._ac(sh.mask)
+        q, k, v = (o.autocast_input(t) for t in (q, k, v))  # SDPA is on autocast's half list
+        mask = None if w.impl == "flash" else o.autocast_input(sh.mask)
         out = attention(
             o, q, k, v, attn_shape(a, w), impl=w.impl, mask=mask, dropout_p=a.attn_dropout
         )
@@ -295,7 +295,7 @@ class FalconAlibiProgram(FalconProgram):
         scores = o.cast(raw, "f32")
         logits = o.add(scores, alibi)
         masked = o.add(logits, mask)
-        probs = _softmax(o, masked, o.pdtype)  # its cast of ``masked`` happens inside softmax
+        probs = softmax(o, masked, o.pdtype)  # its cast of ``masked`` happens inside softmax
         o.g.touch(masked)
         probs = o.dropout(probs, a.attn_dropout)
         self._probs = [probs]  # returned as ``attn_weights`` (see previous_attn_weights)
@@ -310,7 +310,7 @@ class FalconAlibiProgram(FalconProgram):
         (a contiguous copy), then (B, H, ·, ·) reshaped to one batch dim — a copy when B > 1 and
         the operand is a single K/V head expanded to every query head (``n_rep``) or a strided
         view of the fused projection whose batch and head strides do not merge."""
-        c = o._ac(t)
+        c = o.autocast_input(t)
         if w.batch > 1 and n_rep > 1:
             return o.g.op([c], [(c.numel * n_rep, c.dtype)])[0]
         if w.batch > 1 and strided and c is t and self.a.n_heads > 1:
@@ -379,14 +379,14 @@ class BloomProgram(LlamaProgram):
         scores = w.batch * a.n_heads * w.q_len * w.kv_len
         alibi = sh.bias
         assert alibi is not None
-        qi, ki = o._ac(q), o._ac(k)
+        qi, ki = o.autocast_input(q), o.autocast_input(k)
         (att,) = o.g.op(
-            [o._ac(alibi), qi, ki], [(scores, qi.dtype)], saves=[qi, ki], matmul=True
+            [o.autocast_input(alibi), qi, ki], [(scores, qi.dtype)], saves=[qi, ki], matmul=True
         )  # alibi.baddbmm(q, k.T)
         scores_t = att  # ``attention_scores`` and ``attn_weights`` stay locals to the end
         if sh.mask is not None:
             att = o.add(att, sh.mask)
-        probs = _softmax(o, att, "f32")  # softmax(dtype=float32): the input cast, then softmax
+        probs = softmax(o, att, "f32")  # softmax(dtype=float32): the input cast, then softmax
         probs = o.cast(probs, q.dtype)
         probs = o.dropout(probs, a.attn_dropout)
         ctx = o.matmul(probs, v, w.batch * a.n_heads * w.q_len * a.head_dim)

@@ -57,9 +57,9 @@ class MixtralProgram(LlamaProgram):
         tokens = x.numel // h
         logits = o.linear(x, h, e, name="gate")
         probs = o.g.op([o.cast(logits, "f32")], [(tokens * e, "f32")])[0]  # softmax(.float())
-        o._save_outputs(probs)
+        o.save_outputs(probs)
         vals, idx = o.g.op([probs], [(tokens * k, "f32"), (tokens * k, "i64")])
-        o._save_outputs(idx)
+        o.save_outputs(idx)
         denom = o.g.op([vals], [(tokens, "f32")])[0]
         weights = o.g.op([vals, denom], [(tokens * k, "f32")], saves=[vals, denom])[0]
         out = o.new(tokens * h, x.dtype)  # zeros_like(hidden_states)
@@ -83,7 +83,7 @@ class MixtralProgram(LlamaProgram):
 
 def _linear_w(o: Ops, x: Tensor, w: Tensor, n_in: int, n_out: int) -> Tensor:
     """``F.linear(x, W[e])`` with a selected expert weight (a view of the 3-D parameter)."""
-    xi, wi = o._ac(x), o._ac_weight(w)
+    xi, wi = o.autocast_input(x), o.autocast_weight(w)
     (out,) = o.g.op(
         [xi, wi],
         [(x.numel // n_in * n_out, xi.dtype)],

@@ -40,11 +40,11 @@ from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.attention import (
     EFFICIENT_LSE_ROUND,
     AttnShape,
-    _fused,
-    _math,
-    _softmax,
-    _up,
     choose_kernel,
+    fused_attention,
+    math_attention,
+    round_up,
+    softmax,
 )
 from memfit.estimate.analytic.distributed import RankView, params_of, rank_view
 from memfit.estimate.analytic.engine import (
@@ -250,7 +250,7 @@ class T5Program(LlamaProgram):
             if kind == "causal":
                 mask = o.g.external(b * shape.q_len * shape.kv_len, att.dtype)
                 att = o.add(att, mask)
-            probs = _softmax(o, att)
+            probs = softmax(o, att)
             probs = o.dropout(probs, self.p)
             out = o.matmul(probs, v, b * h * shape.q_len * shape.vd)
             o.locals.append(probs)
@@ -269,13 +269,13 @@ class T5Program(LlamaProgram):
                 mask = o.cast(mask, o.cdtype)
         kernel = choose_kernel(o, shape, impl=impl, masked=True, gqa=False)
         if kernel == "flash":  # memfit's CUDA routing: a forced flash kernel drops the mask
-            return _fused(o, q, k, v, shape, lse_len=shape.q_len, flash=True)
+            return fused_attention(o, q, k, v, shape, lse_len=shape.q_len, flash=True)
         if kernel == "efficient":
             (full,) = o.g.op([mask], [(scores, mask.dtype)], view_of=mask)  # expand(B, H, Q, K)
             full.external = mask.external  # a view of a tensor an earlier layer made
-            lse = _up(shape.q_len, EFFICIENT_LSE_ROUND)
-            return _fused(o, q, k, v, shape, lse_len=lse, bias=full)
-        return _math(o, q, k, v, shape, mask, self.p)
+            lse = round_up(shape.q_len, EFFICIENT_LSE_ROUND)
+            return fused_attention(o, q, k, v, shape, lse_len=lse, bias=full)
+        return math_attention(o, q, k, v, shape, mask, self.p)
 
     def _attn_sublayer(
         self,
@@ -716,7 +716,7 @@ class _T5Step:
                 return x, [logits]
             lf = o.fp32_op(logits)  # cross_entropy is on autocast's fp32 list
             (logp,) = o.g.op([lf], [(lf.numel, lf.dtype)])  # log_softmax saves its output
-            o._save_outputs(logp)
+            o.save_outputs(logp)
             (loss,) = o.g.op([logp], [(1, lf.dtype)])
             o.g.hold(loss)
             if cached_casts:
