@@ -1,39 +1,15 @@
 """A model family's shape, read from config.json: the numbers the closed forms need.
 
-``read_arch(config)`` normalises the many spellings of Hugging Face configs (``n_embd`` /
-``hidden_size`` / ``d_model``…) into one :class:`Arch`. Each family maps to a layer program in
-``families.py``; ``supports(config)`` says whether one exists.
+``read_config(config, family, model_type)`` normalises the many spellings of Hugging Face configs
+(``n_embd`` / ``hidden_size`` / ``d_model``…) into one :class:`Arch`. Which family a model_type
+is, and whether it has a layer program, is the registry's (``registry.py``: ``read_arch``,
+``supports``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
-
-from memfit.errors import SpecError
-
-#: model_type → program family. Families share a layer program (``families.py``).
-FAMILY_OF = {
-    "llama": "llama",
-    "mistral": "llama",
-    "qwen2": "llama",
-    "mixtral": "mixtral",
-    "gemma2": "gemma2",
-    "phi3": "phi3",
-    "phi": "phi",
-    "gpt2": "gpt2",
-    "gpt_bigcode": "bigcode",
-    "gpt_neox": "neox",
-    "falcon": "falcon",
-    "opt": "opt",
-    "bloom": "bloom",
-    "bert": "bert",
-    "roberta": "bert",
-    "t5": "t5",
-    "vit": "vit",
-    "clip": "clip",
-}
-
 
 #: Families whose config class defaults ``tie_word_embeddings`` to True.
 TIED_BY_DEFAULT = ("gemma2", "gpt2", "gpt_bigcode", "opt", "bloom", "phi3", "t5", "falcon")
@@ -86,20 +62,9 @@ class Arch:
         return self.n_heads * self.head_dim
 
 
-def supports(config: dict[str, Any]) -> bool:
-    """Whether the analytic engine has closed forms for this config's ``model_type``."""
-    return config.get("model_type") in FAMILY_OF
-
-
-def read_arch(config: dict[str, Any]) -> Arch:
-    """The :class:`Arch` of a config.json dict; SpecError naming the model_type otherwise."""
-    model_type = str(config.get("model_type", ""))
-    family = FAMILY_OF.get(model_type)
-    if family is None:
-        raise SpecError(
-            f"the analytic engine has no closed forms for model_type {model_type!r} "
-            f"(supported: {', '.join(sorted(FAMILY_OF))}); use --engine trace"
-        )
+def read_config(config: dict[str, Any], family: str, model_type: str) -> Arch:
+    """The :class:`Arch` of a config.json dict of ``family`` (the registry, ``registry.py``,
+    maps each model_type to its family and reader)."""
     reader = _READERS.get(family, _read_decoder)
     return reader(config, family, model_type)
 
@@ -236,30 +201,6 @@ def _read_phi(config: dict[str, Any], family: str, model_type: str) -> Arch:
     )
 
 
-def _read_falcon(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    """Falcon: ``ffn_hidden_size`` (None: 4·hidden), ``activation``; K/V heads as the attention
-    sees them (one with ``multi_query``; every query head under ``new_decoder_architecture``)."""
-    from memfit.estimate.analytic.families_falcon import falcon_shape
-
-    a = _read_decoder(config, family, model_type)
-    return replace(
-        a,
-        n_kv=falcon_shape(config)[1],
-        head_dim=a.hidden // a.n_heads,
-        rot_dim=a.hidden // a.n_heads,
-        ffn=int(config.get("ffn_hidden_size") or 4 * a.hidden),
-        act=str(config.get("activation", "gelu")),
-        attn_dropout=float(config.get("attention_dropout", 0.0)),
-        resid_dropout=float(config.get("hidden_dropout", 0.0)),
-    )
-
-
-def _read_t5(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    from memfit.estimate.analytic.families_t5 import read_t5
-
-    return read_t5(config, family, model_type)
-
-
 def _read_bloom(config: dict[str, Any], family: str, model_type: str) -> Arch:
     a = _read_decoder(config, family, model_type)
     return replace(
@@ -271,16 +212,7 @@ def _read_bloom(config: dict[str, Any], family: str, model_type: str) -> Arch:
     )
 
 
-def _read_clip(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    from memfit.estimate.analytic.families_clip import read_clip
-
-    return read_clip(config, family, model_type)
-
-
 _READERS: dict[str, Any] = {
-    "t5": _read_t5,
-    "clip": _read_clip,
-    "falcon": _read_falcon,
     "bloom": _read_bloom,
     "phi": _read_phi,
     "gemma2": _read_gemma2,

@@ -10,26 +10,26 @@ Function whose forward and backward evaluate the tanh formula in temporaries.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.estimate.analytic.arch import Arch
+from memfit.estimate.analytic.arch import Arch, read_config
 from memfit.estimate.analytic.attention import attention, choose_kernel, softmax
-from memfit.estimate.analytic.families import (
-    LlamaProgram,
+from memfit.estimate.analytic.blocks import (
+    Attention,
     Shared,
-    Tensor,
     Work,
     attn_shape,
     cache_kv,
     eager_mask,
     keep_local,
     lm_head_and_loss,
-    rope,
     rotary_tables,
 )
-from memfit.estimate.analytic.families_gpt import ACT_KIND
-from memfit.estimate.analytic.graph import DTYPE_BYTES
+from memfit.estimate.analytic.decoder import DecoderFamily, DecoderProgram
+from memfit.estimate.analytic.graph import DTYPE_BYTES, Tensor
+from memfit.estimate.analytic.mlp import ACT_KIND
 from memfit.estimate.analytic.ops import Ops
 
 #: ``bloom_gelu_forward`` / ``bloom_gelu_back`` (modeling_bloom.py) evaluated left to right: the
@@ -51,6 +51,22 @@ def falcon_shape(config: dict[str, Any]) -> tuple[int, int]:
     return 3 * heads, heads
 
 
+def read_falcon(config: dict[str, Any], family: str, model_type: str) -> Arch:
+    """Falcon: ``ffn_hidden_size`` (None: 4·hidden), ``activation``; K/V heads as the attention
+    sees them (one with ``multi_query``; every query head under ``new_decoder_architecture``)."""
+    a = read_config(config, family, model_type)
+    return replace(
+        a,
+        n_kv=falcon_shape(config)[1],
+        head_dim=a.hidden // a.n_heads,
+        rot_dim=a.hidden // a.n_heads,
+        ffn=int(config.get("ffn_hidden_size") or 4 * a.hidden),
+        act=str(config.get("activation", "gelu")),
+        attn_dropout=float(config.get("attention_dropout", 0.0)),
+        resid_dropout=float(config.get("hidden_dropout", 0.0)),
+    )
+
+
 def previous_attn_weights(o: Ops, w: Work, a: Arch, dtype: str) -> list[Tensor]:
     """Eager Falcon/BLOOM blocks return ``(hidden_states, attn_weights)`` and the model's loop
     keeps that tuple in ``outputs`` until the next block returns: under no_grad the previous
@@ -63,14 +79,14 @@ def previous_attn_weights(o: Ops, w: Work, a: Arch, dtype: str) -> list[Tensor]:
     return [o.new(w.batch * a.n_heads * w.q_len * w.kv_len, dtype)]
 
 
-class FalconProgram(LlamaProgram):
+class FalconProgram(DecoderProgram):
     """``FalconDecoderLayer`` (rotary): LayerNorm, ``FalconLinear`` fused QKV (``x @ W.T``, then
     ``+ bias``), heads transposed and reshaped into copies, rotary q/k, attention on the
     materialised mask, ``dense``; the MLP reads the same LayerNorm output (``parallel_attn``) or a
     second one after the attention residual; ``mlp_output += attention_output`` in place."""
 
-    def __init__(self, a: Arch) -> None:
-        super().__init__(a)
+    def __init__(self, a: Arch, family: DecoderFamily) -> None:
+        super().__init__(a, family)
         e = a.extra
         self.new_arch = bool(e.get("new_decoder_architecture", False))
         self.parallel = bool(e.get("parallel_attn", True))
@@ -95,7 +111,8 @@ class FalconProgram(LlamaProgram):
             o.g.touch(x)
         return out
 
-    def _qkv(self, o: Ops, hn: Tensor, w: Work) -> tuple[Tensor, Tensor, Tensor]:
+    def project_qkv(self, o: Ops, hn: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``FalconAttention``'s fused QKV, heads transposed and reshaped."""
         a = self.a
         d = a.head_dim
         fused = self._linear(o, hn, a.hidden, self.fused_heads * d, "query_key_value")
@@ -123,9 +140,7 @@ class FalconProgram(LlamaProgram):
         hn = o.layer_norm(x, h)
         hn_mlp = o.layer_norm(x, h) if self.two_ln else hn
         self._probs: list[Tensor] = []
-        out = self._attention(o, hn, w, sh)
-        out = self._linear(o, out, a.q_dim, h, "dense")
-        o.release_locals()
+        out = self.attention_block(o, hn, w, sh)
         if not self.new_arch and not self.parallel:
             x = o.add(x, o.dropout(out, float(a.extra.get("attention_dropout", 0.0))))
             hn_mlp = o.layer_norm(x, h)
@@ -140,20 +155,17 @@ class FalconProgram(LlamaProgram):
         o.g.touch(hn, hn_mlp, out, *prev, *self._probs)
         return out_
 
-    def _attention(self, o: Ops, hn: Tensor, w: Work, sh: Shared) -> Tensor:
-        """``FalconAttention`` up to ``dense``: fused QKV, rotary q/k, the cache, the core."""
-        a = self.a
-        q, k, v = self._qkv(o, hn, w)
-        assert sh.cos is not None and sh.sin is not None
-        q = rope(o, q, sh.cos, sh.sin, a.head_dim, a.head_dim)
-        k = rope(o, k, sh.cos, sh.sin, a.head_dim, a.head_dim)
-        k, v = cache_kv(o, w, k, v)
+    def attend(self, o: Ops, q: Tensor, k: Tensor, v: Tensor, w: Work, sh: Shared) -> Tensor:
+        """The core on the materialised mask: eager as ``FalconAttention`` writes it, or SDPA."""
         o.locals += [q, k, v]
         if w.impl == "eager":
             return self._eager(o, q, k, v, w, sh.mask)
         # flash takes the single K/V head natively and handles the causal mask itself
         mask = sh.mask if w.impl != "flash" else None
-        return attention(o, q, k, v, attn_shape(a, w), impl=w.impl, mask=mask)
+        return attention(o, q, k, v, attn_shape(self.a, w), impl=w.impl, mask=mask)
+
+    def project_out(self, o: Ops, x: Tensor) -> Tensor:
+        return self._linear(o, x, self.a.q_dim, self.a.hidden, "dense")
 
     def _eager(
         self, o: Ops, q: Tensor, k: Tensor, v: Tensor, w: Work, mask: Tensor | None
@@ -177,9 +189,6 @@ class FalconProgram(LlamaProgram):
         out = o.matmul(probs, v, w.batch * a.n_heads * w.q_len * a.head_dim)
         return o.unary(out)
 
-    def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
-        return lm_head_and_loss(o, o.layer_norm(x, self.a.hidden), w, self.a)
-
 
 class FalconAlibiProgram(FalconProgram):
     """Falcon-RW layers (``alibi: true``; ``new_decoder_architecture`` off). ``FalconModel`` builds
@@ -189,8 +198,8 @@ class FalconAlibiProgram(FalconProgram):
     ``attn_mask`` (memory-efficient kernel, under autocast a half copy it saves); eager attention
     casts the scores to fp32, adds the bias, then the mask, and ``softmax(dtype=hidden dtype)``."""
 
-    def __init__(self, a: Arch) -> None:
-        super().__init__(a)
+    def __init__(self, a: Arch, family: DecoderFamily) -> None:
+        super().__init__(a, family)
         if self.new_arch:
             raise SpecError(
                 "Falcon with alibi=true and new_decoder_architecture=true is not modelled by the "
@@ -252,7 +261,13 @@ class FalconAlibiProgram(FalconProgram):
     def _kernel(self, o: Ops, w: Work) -> str:
         return choose_kernel(o, attn_shape(self.a, w), impl=w.impl, masked=True, gqa=False)
 
-    def _attention(self, o: Ops, hn: Tensor, w: Work, sh: Shared) -> Tensor:
+    def attention_block(self, o: Ops, x: Tensor, w: Work, sh: Shared) -> Tensor:
+        """No rotary: the fused projection's views, the cache, the ALiBi core, ``dense``."""
+        out = self.project_out(o, self._alibi_attention(o, x, w, sh))
+        o.release_locals()
+        return out
+
+    def _alibi_attention(self, o: Ops, hn: Tensor, w: Work, sh: Shared) -> Tensor:
         """``_split_heads`` then ``transpose(1, 2).reshape`` to the same shape: q, k, v are views
         of the fused projection, but multi-query's ``[..., [-2], :]`` / ``[-1]`` (advanced
         indexing: copies); then the cache and the attention core."""
@@ -318,19 +333,17 @@ class FalconAlibiProgram(FalconProgram):
         return c
 
 
-def falcon_program(a: Arch) -> FalconProgram:
+def falcon_program(a: Arch, family: DecoderFamily) -> FalconProgram:
     """The Falcon program a config runs: ALiBi (Falcon-RW) or rotary."""
-    return FalconAlibiProgram(a) if a.extra.get("alibi") else FalconProgram(a)
+    cls = FalconAlibiProgram if a.extra.get("alibi") else FalconProgram
+    return cls(a, family)
 
 
-class BloomProgram(LlamaProgram):
+class BloomProgram(DecoderProgram):
     """``BloomBlock``: LayerNorm, fused QKV viewed per head, ALiBi ``baddbmm`` scores, the
     additive causal mask, fp32 softmax cast back, ``bmm`` with V, heads merged (a copy), ``dense``
     + residual, post-attention LayerNorm, ``dense_h_to_4h`` → BloomGelu → ``dense_4h_to_h`` +
     residual. Embeddings: word embeddings then ``word_embeddings_layernorm``."""
-
-    def buffer_bytes(self, precision: str) -> int:
-        return 0
 
     def mask_dtype(self, w: Work, x_dtype: str) -> str | None:
         return x_dtype if w.q_len > 1 else None  # eager attention: the additive float mask
@@ -417,5 +430,37 @@ class BloomProgram(LlamaProgram):
         )
         return out
 
-    def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
-        return lm_head_and_loss(o, o.layer_norm(x, self.a.hidden), w, self.a)
+
+#: ``FalconDecoderLayer``: rotary (``FalconProgram``) or ALiBi (``FalconAlibiProgram``), by the
+#: config's ``alibi``; its FalconLinear projections and attention core are the programs' own.
+FALCON = DecoderFamily(
+    name="falcon",
+    model_types=("falcon",),
+    program=falcon_program,
+    reader=read_falcon,
+    norm="layer",
+    attention=Attention(
+        projections="fused-chunks", names=("query_key_value",), out_name="dense", rotary="full"
+    ),
+)
+#: ``BloomBlock`` (``BloomProgram``): ALiBi, no rotary.
+BLOOM = DecoderFamily(
+    name="bloom",
+    model_types=("bloom",),
+    program=BloomProgram,
+    norm="layer",
+    attention=Attention(
+        projections="fused-chunks", names=("query_key_value",), out_name="dense", rotary="none"
+    ),
+)
+
+__all__ = [
+    "BLOOM",
+    "FALCON",
+    "BloomProgram",
+    "FalconAlibiProgram",
+    "FalconProgram",
+    "falcon_program",
+    "falcon_shape",
+    "read_falcon",
+]

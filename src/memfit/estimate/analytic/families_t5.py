@@ -46,17 +46,23 @@ from memfit.estimate.analytic.attention import (
     round_up,
     softmax,
 )
-from memfit.estimate.analytic.distributed import RankView, params_of, rank_view
-from memfit.estimate.analytic.engine import (
+from memfit.estimate.analytic.blocks import Work, cache_kv
+from memfit.estimate.analytic.compose import (
     ID_BYTES,
+    Body,
     Simulated,
-    _distributed,
     cast_cache_bytes,
-    configure_quant,
+    embedding_shapes,
     hidden_dtype,
+    is_distributed,
+    rank_view_for,
+    run_workload_block,
+    totals,
+    trainable_shapes,
     training_step,
 )
-from memfit.estimate.analytic.families import LlamaProgram, Work, cache_kv
+from memfit.estimate.analytic.decoder import ChainProgram, CustomFamily
+from memfit.estimate.analytic.distributed import RankView, params_of
 from memfit.estimate.analytic.graph import (
     ACTS,
     DTYPE_BYTES,
@@ -70,7 +76,7 @@ from memfit.estimate.analytic.graph import (
 )
 from memfit.estimate.analytic.ops import COMPUTE_DTYPE, PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
-from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
+from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
 from memfit.spec import WorkloadSpec
 
 
@@ -149,7 +155,7 @@ class _LayerKey:
     second: bool = False
 
 
-class T5Program(LlamaProgram):
+class T5Program(ChainProgram):
     """``T5ForConditionalGeneration`` (task ``seq2seq``); see the module docstring."""
 
     tasks = ("seq2seq",)
@@ -449,10 +455,6 @@ class T5Program(LlamaProgram):
         return _T5Step(self, wl, task).run()
 
 
-def _lora(wl: WorkloadSpec) -> tuple[int, tuple[str, ...] | str] | None:
-    return (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
-
-
 class _T5Step:
     """Blocks of one training step or one generation, composed (module docstring)."""
 
@@ -493,7 +495,7 @@ class _T5Step:
     def block(
         self,
         w: Work,
-        body: Callable[[Ops], tuple[Tensor | None, list[Tensor]]],
+        body: Body,
         *,
         repeated: bool = False,
         frozen: bool = False,
@@ -501,23 +503,15 @@ class _T5Step:
     ) -> BlockProfile:
         if key is not None and key in self._cache:
             return self._cache[key]
-        wl = self.wl
-
-        def build(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            configure_quant(o, self.a.model_type, wl)
-            o.in_repeated_block = repeated
-            o.batch = w.batch
-            o.casts_exist = self.casts_exist
-            return body(o)
-
-        prof = run_block(
-            build,
-            precision=wl.precision,
+        prof = run_workload_block(
+            self.wl,
+            body,
+            model_type=self.a.model_type,
+            batch=w.batch,
             train=w.train,
+            repeated=repeated,
             frozen=frozen,
-            lora=_lora(wl),
-            checkpointing=wl.checkpointing if repeated else "none",
-            existing_grads=not wl.zero_grad_set_to_none,
+            casts_exist=self.casts_exist,
         )
         if key is not None:
             self._cache[key] = prof
@@ -746,10 +740,8 @@ class _T5Step:
     def _counts(self, stacks: list[Stack]) -> tuple[int, int, int, int]:
         """Parameters, trainable parameters, their bytes, gradient bytes — the shared embedding
         once (it is counted by both embeddings and the LM head)."""
-        n = sum(st.profile.n_params * st.count for st in stacks)
-        n_train = sum(st.profile.n_trainable * st.count for st in stacks)
-        p_bytes = sum(st.profile.param_bytes * st.count for st in stacks)
-        g_bytes = sum(st.profile.grad_bytes * st.count for st in stacks)
+        t = totals(stacks)
+        n, n_train, p_bytes, g_bytes = t.n_params, t.n_trainable, t.param_bytes, t.grad_bytes
         shared = self.a.vocab * self.a.hidden
         n -= 2 * shared
         p_bytes -= 2 * shared * DTYPE_BYTES[self.pd]
@@ -771,11 +763,11 @@ class _T5Step:
         dec = self.decoder(self.dec_work(wl.seq_len, wl.seq_len), enc_n, cross=cross, shift=True)
         stacks = enc + dec
         n, n_train, param_bytes, grad_bytes = self._counts(stacks)
-        shapes = [sh for st in stacks for sh in st.profile.trainable_shapes * st.count]
+        shapes = trainable_shapes(stacks)
         if self.tied_grad:
             for _ in range(2):
                 shapes.remove(((self.a.vocab, self.a.hidden), self.pd))
-        embeddings = [e for st in stacks for e in st.profile.embedding_shapes * st.count]
+        embeddings = embedding_shapes(stacks)
         if self.tied_grad:
             embeddings.remove(((self.a.vocab, self.a.hidden), self.pd))
         opt = optimizer_bytes(
@@ -788,15 +780,14 @@ class _T5Step:
             grad_bytes=grad_bytes,
             opt=opt,
             inputs=self.prog.input_bytes(wl.batch_size, wl.seq_len, True),
-            view=self._rank_view(stacks, len(enc), opt) if _distributed(wl) else None,
+            view=self._rank_view(stacks, len(enc), opt) if is_distributed(wl) else None,
             n_params=n,
             n_trainable=n_train,
         )
 
     def _rank_view(self, stacks: list[Stack], dec_embed: int, opt: Any) -> RankView:
-        """One data-parallel rank (``distributed.rank_view``): the shared embedding is a
+        """One data-parallel rank (``compose.rank_view_for``): the shared embedding is a
         parameter of the encoder's embedding only (dropped from the decoder's and the head's)."""
-        wl = self.wl
         counts = [st.count for st in stacks]
         params = params_of([st.profile for st in stacks], counts, tied=True)
         shared = (self.a.vocab, self.a.hidden)
@@ -804,17 +795,7 @@ class _T5Step:
             if prm.shape == shared:
                 del params[dec_embed][k]
                 break
-        return rank_view(
-            shard=str(wl.shard),
-            dp=wl.dp,
-            offload=wl.offload,
-            train=True,
-            optimizer=wl.optimizer or "none",
-            params=params,
-            counts=counts,
-            state_bytes=opt.state_bytes,
-            opt_temp_bytes=opt.temp_bytes,
-        )
+        return rank_view_for(self.wl, stacks, tied=True, opt=opt, params=params)
 
     def generate(self) -> Simulated:
         """memfit's seq2seq generation: the encoder once, a first decoder step from the start
@@ -861,4 +842,7 @@ class _T5Step:
         return Simulated(candidates=phases, n_params=n, n_trainable=0)
 
 
-__all__ = ["T5Program", "read_t5"]
+#: ``T5ForConditionalGeneration`` (T5, Flan-T5).
+T5 = CustomFamily(name="t5", model_types=("t5",), program=T5Program, reader=read_t5)
+
+__all__ = ["T5", "T5Program", "read_t5"]
