@@ -1,12 +1,14 @@
 """Run a family's program through a training step or a generation, phase by phase.
 
-Chain programs (an embedding block, identical layers, a head) go through ``simulate_train`` /
-``simulate_infer``; a program whose model is not one chain (T5's encoder-decoder, CLIP's two
-towers) defines its own ``simulate`` and composes its blocks with the same pieces
-(``training_step``, ``run_stacks``, the rank view).
+Chain programs (an embedding block, identical layers, a head: ``decoder.ChainProgram``) go
+through ``simulate_train`` / ``simulate_infer``; a program whose model is not one chain (T5's
+encoder-decoder, CLIP's two towers) defines its own ``simulate`` and composes its blocks with the
+same public pieces (``compose.py``: ``run_workload_block``, ``training_step``, ``forward_pass``,
+the rank view).
 
-Returns :class:`Simulated`: each phase's peak as a component vector (see ``graph.py``), the
-parameter counts, and what the optimizer keeps. Pure Python; no torch.
+Returns :class:`~memfit.estimate.analytic.compose.Simulated`: each phase's peak as a component
+vector (see ``graph.py``), the parameter counts, and what the optimizer keeps. Pure Python; no
+torch.
 """
 
 from __future__ import annotations
