@@ -66,7 +66,9 @@ _BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
 def supports(config: dict[str, Any] | None) -> bool:
     """Whether the analytic engine has closed forms for this config.json dict's ``model_type``
     (the workload may still name a setting not modelled)."""
-    return bool(config) and str(config.get("model_type", "")) in BY_MODEL_TYPE  # type: ignore[union-attr]
+    if not config:
+        return False
+    return str(config.get("model_type", "")) in BY_MODEL_TYPE
 
 
 def family_of(model_type: str) -> Family:
