@@ -3,7 +3,8 @@ what a declaration means: ``decoder.py``).
 
 Each declaration follows its ``modeling_*.py`` in transformers 5.23. A new decoder that differs
 from one of these in a block is one :func:`~memfit.estimate.analytic.decoder.declare` call here
-and its entry in ``registry.FAMILIES`` (Qwen3 below: Qwen2 with per-head q/k RMSNorms).
+(the registry, ``registry.py``, picks up every declaration of this module): Qwen3 below is Qwen2
+with per-head q/k RMSNorms.
 """
 
 from __future__ import annotations

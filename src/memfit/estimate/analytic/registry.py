@@ -6,8 +6,9 @@ Every family the analytic engine models is one entry of :data:`FAMILIES`: a
 :class:`~memfit.estimate.analytic.decoder.CustomFamily` whose program composes its own step
 (``families_enc.py``, ``families_t5.py``, ``families_clip.py``). A declaration names the
 model_types it covers, how its config is read (``read_arch``) and the program that runs it
-(``program_for``). Adding a family: declare it, list it here, test it against the trace
-(docs/decisions.md, "Analytic families").
+(``program_for``). Every declaration at the top level of a family module is registered: adding
+a family is declaring it and testing it against the trace (docs/decisions.md, "Analytic
+families").
 """
 
 from __future__ import annotations
@@ -15,47 +16,36 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate.analytic import (
+    families,
+    families_clip,
+    families_enc,
+    families_falcon,
+    families_gpt,
+    families_t5,
+)
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.decoder import CustomFamily, DecoderFamily
-from memfit.estimate.analytic.families import (
-    GEMMA2,
-    LLAMA,
-    MIXTRAL,
-    NEOX,
-    PHI,
-    PHI3,
-    QWEN2,
-    QWEN3,
-)
-from memfit.estimate.analytic.families_clip import CLIP
-from memfit.estimate.analytic.families_enc import BERT, VIT
-from memfit.estimate.analytic.families_falcon import BLOOM, FALCON
-from memfit.estimate.analytic.families_gpt import BIGCODE, GPT2, OPT
-from memfit.estimate.analytic.families_t5 import T5
 from memfit.estimate.tasks import resolve_task as resolve_task  # the trace engine's rules
 
 Family = DecoderFamily | CustomFamily
+#: The modules whose declarations are the analytic engine's families.
+FAMILY_MODULES = (families, families_gpt, families_falcon, families_enc, families_t5, families_clip)
+
+
+def _declared() -> tuple[Family, ...]:
+    """Every family declared at the top level of ``FAMILY_MODULES``, in module order (a
+    declaration another module imports, e.g. as ``like=``, counts once)."""
+    seen: dict[int, Family] = {}
+    for module in FAMILY_MODULES:
+        for value in vars(module).values():
+            if isinstance(value, DecoderFamily | CustomFamily):
+                seen.setdefault(id(value), value)
+    return tuple(seen.values())
+
 
 #: Every family with closed forms.
-FAMILIES: tuple[Family, ...] = (
-    LLAMA,
-    QWEN2,
-    QWEN3,
-    MIXTRAL,
-    GEMMA2,
-    PHI3,
-    PHI,
-    GPT2,
-    BIGCODE,
-    NEOX,
-    FALCON,
-    OPT,
-    BLOOM,
-    BERT,
-    T5,
-    VIT,
-    CLIP,
-)
+FAMILIES: tuple[Family, ...] = _declared()
 #: model_type → its family's declaration.
 BY_MODEL_TYPE: dict[str, Family] = {mt: f for f in FAMILIES for mt in f.model_types}
 #: model_type → family name (the Arch's ``family``).
