@@ -122,7 +122,8 @@ def test_family_defaults_agree_with_the_transformers_config_class(model_type) ->
         ("bert", True),
         ("vit", False),
         ("clip", False),
-        ("qwen3", None),  # no reader: unknown, not guessed
+        ("qwen3", False),
+        ("deepseek_v3", None),  # no reader: unknown, not guessed
     ],
 )
 def test_the_tie_default_is_the_familys(model_type, tied) -> None:
@@ -263,7 +264,7 @@ def test_n_params_equals_the_model_transformers_builds(name) -> None:
 
 
 def test_every_bundled_config_has_a_counted_layout() -> None:
-    assert len(BUNDLED) == 39
+    assert len(BUNDLED) == 40
     assert all(resolve_model(name).spec.n_params for name in BUNDLED)  # type: ignore[union-attr]
 
 

@@ -36,6 +36,8 @@ def test_public_api_is_exactly_the_documented_names():
     assert sorted(memfit.models.__all__) == [
         "BundledModel",
         "ModelSource",
+        "ModelSpec",
+        "QuantizationConfig",
         "SafetensorsInfo",
         "list_bundled",
         "read_safetensors_header",

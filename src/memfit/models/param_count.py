@@ -82,9 +82,11 @@ def _mlp(s: ModelSpec, h: int, f: int) -> int:
 #: RMSNorm weights per decoder layer: input and post-attention (Gemma 2 adds pre- and
 #: post-feed-forward norms, ``Gemma2DecoderLayer``).
 NORMS_PER_LAYER = {"gemma2": 4}
+#: Per-head RMSNorms over q and k (``Qwen3Attention.q_norm`` / ``k_norm``: ``head_dim`` each).
+QK_NORMS = ("qwen3",)
 
 
-@_counter("llama", "mistral", "qwen2", "gemma2", "phi3", "mixtral")
+@_counter("llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "mixtral")
 def _llama(s: ModelSpec, task: str) -> int:
     """``LlamaForCausalLM`` and its relatives (Phi-3 fuses qkv and gate/up: same counts;
     Mixtral's sparse block holds a router and ``n_experts`` gated MLPs)."""
@@ -96,6 +98,8 @@ def _llama(s: ModelSpec, task: str) -> int:
     else:
         mlp = _mlp(s, h, *_need(s.intermediate_size))
     layer = _attention(s, h) + mlp + NORMS_PER_LAYER.get(s.model_type or "", 2) * h
+    if s.model_type in QK_NORMS:
+        layer += 2 * _need(s.head_dim)[0]
     return v * h + n * layer + h + _lm_head(s, h, v)
 
 

@@ -96,6 +96,10 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     | {"hidden_size": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32}
     | {"intermediate_size": 22016, "vocab_size": 151936, "max_positions": 32768}
     | {"qkv_bias": True},
+    # Qwen3Config: Qwen2's shape with head_dim 128 whatever the width, no q/k/v bias
+    "qwen3": _LLAMA
+    | {"hidden_size": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32, "head_dim": 128}
+    | {"intermediate_size": 22016, "vocab_size": 151936, "max_positions": 32768},
     # Gemma2Config: head_dim 256 whatever the width, tied, soft-capping 50 (scores) / 30 (logits)
     "gemma2": _LLAMA
     | {"hidden_size": 2304, "n_layers": 26, "n_heads": 8, "n_kv_heads": 4, "head_dim": 256}
@@ -295,9 +299,10 @@ def _gemma2(config: Mapping[str, Any], f: dict[str, Any]) -> None:
         ]
 
 
-@reader("qwen2")
+@reader("qwen2", "qwen3")
 def _qwen2(config: Mapping[str, Any], f: dict[str, Any]) -> None:
-    """Qwen2Config.__post_init__: ``sliding_window`` is None unless ``use_sliding_window``;
+    """Qwen2Config / Qwen3Config.__post_init__: ``sliding_window`` is None unless
+    ``use_sliding_window``;
     layers from ``max_window_layers`` (default 28) on slide when it is set."""
     if not config.get("use_sliding_window", False):
         f["sliding_window"] = None

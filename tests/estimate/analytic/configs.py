@@ -10,6 +10,15 @@ TINY_QWEN2 = dict(
     architectures=["Qwen2ForCausalLM"],
     tie_word_embeddings=True,
 )
+#: Qwen3-0.6B's layout in small: a head wider than hidden / heads (q/o project 4 x 64 from 128),
+#: grouped K/V, tied embeddings, per-head q/k RMSNorms.
+TINY_QWEN3 = dict(
+    TINY_LLAMA,
+    model_type="qwen3",
+    architectures=["Qwen3ForCausalLM"],
+    head_dim=64,
+    tie_word_embeddings=True,
+)
 TINY_MISTRAL = dict(TINY_LLAMA, model_type="mistral", architectures=["MistralForCausalLM"])
 TINY_PHI3 = dict(
     TINY_LLAMA,
@@ -91,6 +100,7 @@ TINY_VIT = dict(
 TINY = {
     "llama": TINY_LLAMA,
     "qwen2": TINY_QWEN2,
+    "qwen3": TINY_QWEN3,
     "mistral": TINY_MISTRAL,
     "mistral-window": dict(TINY_MISTRAL, sliding_window=32),  # sequence 64: the mask is built
     "phi3": TINY_PHI3,

@@ -20,7 +20,7 @@ from tests.estimate.analytic.test_vs_trace import (
 
 from memfit.errors import SpecError
 from memfit.estimate.analytic import estimate_analytic, estimate_many
-from memfit.estimate.analytic.arch import read_arch
+from memfit.estimate.analytic.registry import read_arch
 from memfit.spec import WorkloadSpec
 
 #: Flan-T5's layout: gated-GELU feed-forward, unscaled decoder output (``tie_word_embeddings:

@@ -10,11 +10,11 @@ from dataclasses import replace
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.estimate.analytic.arch import FAMILY_OF, read_arch
 from memfit.estimate.analytic.distributed import per_rank_config, tp_problems
 from memfit.estimate.analytic.engine import Simulated, simulate
 from memfit.estimate.analytic.graph import TEMP, Vec, vadd
-from memfit.estimate.analytic.programs import PROGRAMS, program_for, resolve_task
+from memfit.estimate.analytic.registry import program_for, read_arch, resolve_task
+from memfit.estimate.analytic.registry import supports as _family_supports
 from memfit.estimate.analytic.reserved import reserved_bytes
 from memfit.estimate.quant import gpu_problems, unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, PhasePeak
@@ -29,9 +29,7 @@ UNSUPPORTED_DEFAULTS: dict[str, Any] = {}
 def supports(config: dict[str, Any] | None) -> bool:
     """Whether ``estimate_analytic`` has closed forms for this config.json dict (its
     ``model_type`` has a layer program; the workload may still name a setting not modelled)."""
-    if not config:
-        return False
-    return FAMILY_OF.get(str(config.get("model_type", ""))) in PROGRAMS
+    return _family_supports(config)
 
 
 def estimate_analytic(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:

@@ -1,9 +1,9 @@
 """A model family's shape as the closed forms need it: an analytic view of the ModelSpec.
 
-``read_arch(config)`` reads the :class:`~memfit.models.model_spec.ModelSpec` (where the many
-spellings of Hugging Face configs and the config classes' defaults are resolved) and keeps what
-the layer programs read, in their names. Each family maps to a layer program in ``families.py``;
-``supports(config)`` says whether one exists.
+``read_config(config, family)`` reads the :class:`~memfit.models.model_spec.ModelSpec` (where
+the many spellings of Hugging Face configs and the config classes' defaults are resolved) and
+keeps what the layer programs of ``family`` read, in their names. Which family a model_type is,
+and whether it has a program, is the registry's (``registry.py``: ``read_arch``, ``supports``).
 """
 
 from __future__ import annotations
@@ -14,28 +14,6 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.models.model_spec import ModelSpec
-
-#: model_type → program family. Families share a layer program (``families.py``).
-FAMILY_OF = {
-    "llama": "llama",
-    "mistral": "llama",
-    "qwen2": "llama",
-    "mixtral": "mixtral",
-    "gemma2": "gemma2",
-    "phi3": "phi3",
-    "phi": "phi",
-    "gpt2": "gpt2",
-    "gpt_bigcode": "bigcode",
-    "gpt_neox": "neox",
-    "falcon": "falcon",
-    "opt": "opt",
-    "bloom": "bloom",
-    "bert": "bert",
-    "roberta": "bert",
-    "t5": "t5",
-    "vit": "vit",
-    "clip": "clip",
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,24 +55,11 @@ class Arch:
         return self.n_heads * self.head_dim
 
 
-def supports(config: dict[str, Any]) -> bool:
-    """Whether the analytic engine has closed forms for this config's ``model_type``."""
-    return config.get("model_type") in FAMILY_OF
-
-
-def read_arch(config: dict[str, Any] | ModelSpec) -> Arch:
-    """The :class:`Arch` of a config.json dict or its ModelSpec; SpecError naming the model_type
-    when the analytic engine has no closed forms for it."""
-    spec = ModelSpec.of(config)
-    model_type = spec.model_type or ""
-    family = FAMILY_OF.get(model_type)
-    if family is None:
-        raise SpecError(
-            f"the analytic engine has no closed forms for model_type {model_type!r} "
-            f"(supported: {', '.join(sorted(FAMILY_OF))}); use --engine trace"
-        )
-    view = _VIEWS.get(family, _decoder)
-    return view(spec, family)
+def read_config(config: dict[str, Any] | ModelSpec, family: str, model_type: str = "") -> Arch:
+    """The :class:`Arch` of ``family`` viewed from a config.json dict or its ModelSpec. Which
+    family a model_type is, and whether it has a program, is the registry's (``registry.py``:
+    ``read_arch``, ``supports``); ``model_type`` is the spec's own."""
+    return _VIEWS.get(family, _decoder)(ModelSpec.of(config), family)
 
 
 def _need(spec: ModelSpec, *names: str) -> list[int]:

@@ -35,7 +35,7 @@ RNG_STATE_BYTES = 16
 EAGER_SOFTMAX = ("f32", "value", "input")
 
 
-def _up(n: int, k: int) -> int:
+def round_up(n: int, k: int) -> int:
     return -(-n // k) * k
 
 
@@ -70,8 +70,8 @@ def choose_kernel(o: Ops, shape: AttnShape, *, impl: str, masked: bool, gqa: boo
 
 
 def flash_backward_workspace_bytes(shape: AttnShape, itemsize: int) -> int:
-    s_r = _up(shape.q_len, FLASH_SEQ_ROUND)
-    d_r = _up(shape.head_dim, FLASH_HEAD_ROUND)
+    s_r = round_up(shape.q_len, FLASH_SEQ_ROUND)
+    d_r = round_up(shape.head_dim, FLASH_HEAD_ROUND)
     n = shape.batch * s_r * shape.n_heads * d_r * 4 + shape.batch * shape.n_heads * s_r * 4
     if shape.n_kv != shape.n_heads:
         n += 2 * shape.batch * shape.kv_len * shape.n_heads * shape.head_dim * itemsize
@@ -110,7 +110,7 @@ def attention(
         q, k, v = (o.cast(t, o.cdtype) if t.dtype == "f32" else t for t in (q, k, v))
     kernel = choose_kernel(o, shape, impl=impl, masked=mask is not None, gqa=gqa_native)
     if kernel == "flash":
-        out = _fused(o, q, k, v, shape, lse_len=shape.q_len, flash=True)
+        out = fused_attention(o, q, k, v, shape, lse_len=shape.q_len, flash=True)
         return o.unary(out) if q_head_major else out
     if kernel == "efficient":
         if gqa_native:
@@ -118,10 +118,12 @@ def attention(
         bias = None
         if mask is not None and mask.dtype == "bool":  # zeros(...).masked_fill_(~mask, -inf)
             bias = o.g.op([mask], [(mask.numel, q.dtype)])[0]
-        return _fused(o, q, k, v, shape, lse_len=_up(shape.q_len, EFFICIENT_LSE_ROUND), bias=bias)
+        return fused_attention(
+            o, q, k, v, shape, lse_len=round_up(shape.q_len, EFFICIENT_LSE_ROUND), bias=bias
+        )
     if gqa_native:
         k, v = _repeat_kv(o, k, n_rep, interleave=True), _repeat_kv(o, v, n_rep, True)
-    return _math(o, q, k, v, shape, mask, dropout_p)
+    return math_attention(o, q, k, v, shape, mask, dropout_p)
 
 
 def _repeat_kv(o: Ops, t: Tensor, n_rep: int, interleave: bool = False) -> Tensor:
@@ -130,7 +132,7 @@ def _repeat_kv(o: Ops, t: Tensor, n_rep: int, interleave: bool = False) -> Tenso
     return out
 
 
-def _fused(
+def fused_attention(
     o: Ops,
     q: Tensor,
     k: Tensor,
@@ -152,11 +154,11 @@ def _fused(
         bwd_workspace=ws,
         matmul=True,
     )
-    o._save_outputs(out, lse, rng)
+    o.save_outputs(out, lse, rng)
     return out
 
 
-def _math(
+def math_attention(
     o: Ops, q: Tensor, k: Tensor, v: Tensor, shape: AttnShape, mask: Tensor | None, p: float
 ) -> Tensor:
     """``_scaled_dot_product_attention_math``: scale q, q·kᵀ, add the mask, softmax, dropout, ·v."""
@@ -166,17 +168,17 @@ def _math(
     att = o.matmul(qs, k, scores)
     if mask is not None or shape.q_len > 1:
         att = o.add(att, mask) if mask is not None else o.unary(att)
-    probs = _softmax(o, att)
+    probs = softmax(o, att)
     probs = o.dropout(probs, p)
     out = o.matmul(probs, v, b * h * shape.q_len * shape.vd)
     return o.unary(out)  # transpose(1, 2).contiguous()
 
 
-def _softmax(o: Ops, x: Tensor, dtype: str | None = None) -> Tensor:
+def softmax(o: Ops, x: Tensor, dtype: str | None = None) -> Tensor:
     """``softmax`` saves its output (SoftmaxBackward uses the result)."""
     xi = o.cast(x, dtype) if dtype else o.fp32_op(x)
     (out,) = o.g.op([xi], [(x.numel, xi.dtype)])
-    o._save_outputs(out)
+    o.save_outputs(out)
     return out
 
 
@@ -189,10 +191,10 @@ def _eager(
     mask: Tensor | None,
     p: float,
     softcap: float | None = None,
-    softmax: str = "f32",
+    eager_softmax: str = "f32",
 ) -> Tensor:
     """``eager_attention_forward`` (Llama and most decoder families); Gemma 2 caps the logits
-    (``tanh(x / cap) * cap``: TanhBackward saves its output). ``softmax``: see
+    (``tanh(x / cap) * cap``: TanhBackward saves its output). ``eager_softmax``: see
     ``EAGER_SOFTMAX``."""
     n_rep = shape.n_heads // shape.n_kv
     repeated: list[Tensor] = []
@@ -210,15 +212,15 @@ def _eager(
     if softcap:
         att = o.unary(att)  # / softcap
         (att,) = o.g.op([att], [(att.numel, att.dtype)])  # tanh
-        o._save_outputs(att)
+        o.save_outputs(att)
         att = o.unary(att)  # * softcap
     if mask is not None:
         att = o.add(att, mask)
-    if softmax == "f32":
-        probs = o.cast(_softmax(o, att, "f32"), q.dtype)
+    if eager_softmax == "f32":
+        probs = o.cast(softmax(o, att, "f32"), q.dtype)
     else:
-        probs = _softmax(o, att)
-        if softmax == "value":
+        probs = softmax(o, att)
+        if eager_softmax == "value":
             probs = o.cast(probs, v.dtype)
     # ``attn_weights = softmax(attn_weights, ...).to(...)``: the softmax input stays referenced
     # by ``attn_weights`` until the cast result is assigned to it.

@@ -1,73 +1,42 @@
 """Run a family's program through a training step or a generation, phase by phase.
 
-Chain programs (an embedding block, identical layers, a head) go through ``simulate_train`` /
-``simulate_infer``; a program whose model is not one chain (T5's encoder-decoder, CLIP's two
-towers) defines its own ``simulate`` and composes its blocks with the same pieces
-(``training_step``, ``run_stacks``, the rank view).
+Chain programs (an embedding block, identical layers, a head: ``decoder.ChainProgram``) go
+through ``simulate_train`` / ``simulate_infer``; a program whose model is not one chain (T5's
+encoder-decoder, CLIP's two towers) defines its own ``simulate`` and composes its blocks with the
+same public pieces (``compose.py``: ``run_workload_block``, ``training_step``, ``forward_pass``,
+the rank view).
 
-Returns :class:`Simulated`: each phase's peak as a component vector (see ``graph.py``), the
-parameter counts, and what the optimizer keeps. Pure Python; no torch.
+Returns :class:`~memfit.estimate.analytic.compose.Simulated`: each phase's peak as a component
+vector (see ``graph.py``), the parameter counts, and what the optimizer keeps. Pure Python; no
+torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from memfit.estimate.analytic.distributed import RankView, params_of, rank_view
-from memfit.estimate.analytic.families import Shared, Work
-from memfit.estimate.analytic.graph import (
-    ACTS,
-    DTYPE_BYTES,
-    GRADS,
-    KV,
-    PARAMS,
-    STATES,
-    TEMP,
-    Vec,
-    one,
-    vadd,
+from memfit.estimate.analytic.blocks import Shared, Work
+from memfit.estimate.analytic.compose import (
+    ID_BYTES,
+    QUANT_DTYPE_KEY,
+    Simulated,
+    cast_cache_bytes,
+    embedding_shapes,
+    forward_pass,
+    hidden_dtype,
+    is_distributed,
+    rank_view_for,
+    run_workload_block,
+    totals,
+    trainable_shapes,
+    training_step,
 )
+from memfit.estimate.analytic.graph import ACTS, DTYPE_BYTES, KV, Tensor, Vec, one, vadd
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
-from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
-from memfit.estimate.quant import LINEAR_SUBCLASSES
+from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
 from memfit.spec import WorkloadSpec
-
-#: Bytes of one int64 token id (``input_ids``, ``labels``).
-ID_BYTES = DTYPE_BYTES["i64"]
-
-
-@dataclass
-class Simulated:
-    """``candidates``: per phase, every point that can be the phase's peak (the peak is the one
-    with the most bytes; the batch API keeps them to re-evaluate at other batch sizes)."""
-
-    candidates: dict[str, list[Vec]]
-    n_params: int
-    n_trainable: int
-    notes: list[str] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-def quant_format(model_type: str, wl: WorkloadSpec) -> str | None:
-    """The ``--quant`` format the model's Linear layers get (None: none; transformers leaves
-    a model's ``nn.Linear`` subclasses unquantized, ``quant.LINEAR_SUBCLASSES``)."""
-    if wl.quant == "none" or model_type in LINEAR_SUBCLASSES:
-        return None
-    return str(wl.quant)
-
-
-def configure_quant(o: Ops, model_type: str, wl: WorkloadSpec) -> None:
-    """Set a block's ``--quant`` settings on its :class:`Ops` (``kbit_workload`` explains
-    ``quant_dtype``)."""
-    o.quant = quant_format(model_type, wl)
-    o.quant_group_size = wl.quant_group_size
-    o.quant_dtype = wl.extra.get(QUANT_DTYPE_KEY)
-
-
-#: ``WorkloadSpec.extra`` key of the dtype quantized layers keep under ``prepare_kbit``.
-QUANT_DTYPE_KEY = "_analytic_quant_dtype"
 
 
 def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
@@ -93,29 +62,18 @@ def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
 HALF_PRECISIONS = ("bf16", "fp16")
 
 
-def hidden_dtype(precision: str) -> str:
-    """The residual stream's dtype: the parameters' (fp32 under AMP: fp32 embeddings plus half
-    matmul outputs promote to fp32)."""
-    return PARAM_DTYPE[precision]
-
-
 def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockProfile:
+    """One of a chain program's blocks (``kind``: embed, layer, head) under ``wl``."""
     a = prog.a
     h = a.hidden
-    frozen = kw.pop("frozen", False)
     in_rg = kw.pop("in_rg", True)
     tied = kw.pop("tied", False)
     lm_head_trainable = kw.pop("lm_head_trainable", True)
     freeze_tokens = kw.pop("freeze_tokens", False)
-    casts_exist = kw.pop("casts_exist", False)
     cached_casts = kw.pop("cached_casts", 0)
 
-    def build(o: Ops) -> tuple[Any, list[Any]]:
+    def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
         o.lm_head_trainable = lm_head_trainable
-        o.casts_exist = casts_exist
-        configure_quant(o, prog.a.model_type, wl)
-        o.in_repeated_block = kind == "layer"
-        o.batch = w.batch
         if kind == "embed":
             o.tied_embedding = tied
             o.freeze_token_embedding = freeze_tokens
@@ -138,15 +96,13 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
         o.g.hold(out)
         return x, [out]
 
-    lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
-    return run_block(
-        build,
-        precision=wl.precision,
+    return run_workload_block(
+        wl,
+        body,
+        model_type=a.model_type,
+        batch=w.batch,
         train=w.train,
-        frozen=frozen,
-        lora=lora,
-        checkpointing=wl.checkpointing if kind == "layer" else "none",
-        existing_grads=not wl.zero_grad_set_to_none,
+        repeated=kind == "layer",
         **kw,
     )
 
@@ -193,12 +149,14 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         lm_head_trainable=not (a.tie and (frozen or lora)),
         cached_casts=cast_cache_bytes(stacks),
     )
-    blocks = [embed] + [s.profile for s in stacks] + [head]
-    counts = [1] + [s.count for s in stacks] + [1]
-    n_params = sum(b.n_params * c for b, c in zip(blocks, counts, strict=True))
-    n_train = sum(b.n_trainable * c for b, c in zip(blocks, counts, strict=True))
-    param_bytes = sum(b.param_bytes * c for b, c in zip(blocks, counts, strict=True))
-    grad_bytes = sum(b.grad_bytes * c for b, c in zip(blocks, counts, strict=True))
+    all_stacks = [Stack(embed, 1), *stacks, Stack(head, 1)]
+    t = totals(all_stacks)
+    n_params, n_train, param_bytes, grad_bytes = (
+        t.n_params,
+        t.n_trainable,
+        t.param_bytes,
+        t.grad_bytes,
+    )
     if a.tie:
         tied = a.vocab * prog.embed_dim
         n_params -= tied
@@ -207,14 +165,13 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
             n_train -= tied
             grad_bytes -= tied * DTYPE_BYTES[PARAM_DTYPE[wl.precision]]
     param_bytes += prog.buffer_bytes(wl.precision)
-    shapes = _trainable_shapes(blocks, counts)
+    shapes = trainable_shapes(all_stacks)
     if tied_grad:
         shapes.remove(((a.vocab, prog.embed_dim), PARAM_DTYPE[wl.precision]))
-    embeddings = [e for b in blocks for e in b.embedding_shapes]
+    embeddings = embedding_shapes(all_stacks)
     opt = optimizer_bytes(wl.optimizer or "none", shapes, grad_bytes, embedding_shapes=embeddings)
     inputs = prog.input_bytes(wl.batch_size, s, True)
-    all_stacks = [Stack(embed, 1), *stacks, Stack(head, 1)]
-    view = _rank_view(wl, blocks, counts, a.tie, opt) if _distributed(wl) else None
+    view = rank_view_for(wl, all_stacks, tied=a.tie, opt=opt) if is_distributed(wl) else None
     return training_step(
         all_stacks,
         wl,
@@ -228,82 +185,6 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     )
 
 
-def training_step(
-    stacks: list[Stack],
-    wl: WorkloadSpec,
-    *,
-    param_bytes: int,
-    grad_bytes: int,
-    opt: Any,
-    inputs: int,
-    view: RankView | None,
-    n_params: int,
-    n_trainable: int,
-) -> Simulated:
-    """The phases of one training step through ``stacks`` (in forward order): forward and
-    backward from the step's static bytes (parameters, optimizer states, gradients kept from the
-    previous step, the inputs), then the optimizer step; ``view``: one data-parallel rank's
-    rewrite of every point."""
-    held = grad_bytes if not wl.zero_grad_set_to_none else 0
-    static = _state(param_bytes, opt.state_bytes, held, inputs)
-    pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
-    bpts, _ = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
-    optim = vadd(
-        _state(param_bytes, opt.state_bytes, grad_bytes, inputs), one(TEMP, opt.temp_bytes)
-    )
-    info: dict[str, Any] = {
-        "optimizer_state_bytes": opt.state_bytes,
-        "paged_bytes": opt.paged_bytes,
-    }
-    if view is not None:
-        static, optim = view.point(static), view.point(optim, optimizer=True)
-        cur = view.point(cur, backward=True)
-        info["host_bytes"] = view.host_bytes
-        info["optimizer_state_bytes"] = view.states_bytes
-    return Simulated(
-        candidates={"forward": [static, *pts], "backward": [cur, *bpts], "optimizer": [optim]},
-        n_params=n_params,
-        n_trainable=n_trainable,
-        info=info,
-    )
-
-
-def _state(param_bytes: int, state_bytes: int, grad_bytes: int, inputs: int) -> Vec:
-    return vadd(
-        vadd(one(PARAMS, param_bytes), one(STATES, state_bytes)),
-        vadd(one(GRADS, grad_bytes), one(ACTS, inputs)),
-    )
-
-
-def _distributed(wl: WorkloadSpec) -> bool:
-    return wl.gpus > 1 or wl.shard != "none" or wl.offload != "none"
-
-
-def _rank_view(
-    wl: WorkloadSpec, blocks: list[BlockProfile], counts: list[int], tied: bool, opt: Any
-) -> RankView:
-    return rank_view(
-        shard=str(wl.shard),
-        dp=wl.dp,
-        offload=wl.offload,
-        train=wl.is_train,
-        optimizer=wl.optimizer or "none",
-        params=params_of(blocks, counts, tied),
-        counts=counts,
-        state_bytes=opt.state_bytes if opt is not None else 0,
-        opt_temp_bytes=opt.temp_bytes if opt is not None else 0,
-    )
-
-
-def _trainable_shapes(
-    blocks: list[BlockProfile], counts: list[int]
-) -> list[tuple[tuple[int, ...], str]]:
-    out: list[tuple[tuple[int, ...], str]] = []
-    for b, c in zip(blocks, counts, strict=True):
-        out.extend(b.trainable_shapes * c)
-    return out
-
-
 def _infer_blocks(
     prog: Any, wl: WorkloadSpec, w: Work, *, casts_exist: bool = False
 ) -> list[Stack]:
@@ -314,11 +195,6 @@ def _infer_blocks(
     layer = _block(prog, "layer", wl, w, casts_exist=casts_exist)
     head = _block(prog, "head", wl, w, casts_exist=casts_exist)
     return [Stack(embed, 1), Stack(layer, a.n_layers // prog.period), Stack(head, 1)]
-
-
-def cast_cache_bytes(stacks: list[Stack]) -> int:
-    """Bytes of the weight casts autocast keeps cached after these inference stacks."""
-    return sum(st.profile.cast_bytes * st.count for st in stacks)
 
 
 def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
@@ -339,25 +215,19 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         logits_to_keep=1 if generative else 0,
     )
     stacks = _infer_blocks(prog, wl, w)
-    n_params = sum(st.profile.n_params * st.count for st in stacks)
-    param_bytes = sum(st.profile.param_bytes * st.count for st in stacks)
+    t = totals(stacks)
+    n_params, param_bytes = t.n_params, t.param_bytes
     if prog.a.tie:
         n_params -= prog.a.vocab * prog.embed_dim
         param_bytes -= prog.a.vocab * prog.embed_dim * DTYPE_BYTES[PARAM_DTYPE[wl.precision]]
     param_bytes += prog.buffer_bytes(wl.precision)
-    static = vadd(one(PARAMS, param_bytes), one(ACTS, inputs))
-    view = None
-    if _distributed(wl):
-        blocks = [st.profile for st in stacks]
-        view = _rank_view(wl, blocks, [st.count for st in stacks], prog.a.tie, None)
-    pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
+    fp = forward_pass(stacks, wl, param_bytes=param_bytes, inputs=inputs, tied=prog.a.tie)
     first = "prefill" if generative else "forward"
-    phases = {first: [static if view is None else view.point(static), *pts]}
+    phases = {first: fp.points}
     if generative:
         casts = one(ACTS, cast_cache_bytes(stacks))
-        phases["decode"] = _decode_points(prog, wl, task, vadd(static, casts), cur, view)
-    info = {"host_bytes": view.host_bytes} if view is not None else {}
-    return Simulated(candidates=phases, n_params=n_params, n_trainable=0, info=info)
+        phases["decode"] = _decode_points(prog, wl, task, vadd(fp.static, casts), fp.end, fp.view)
+    return Simulated(candidates=phases, n_params=n_params, n_trainable=0, info=fp.info)
 
 
 def _decode_points(
@@ -406,4 +276,4 @@ def simulate(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     return simulate_infer(prog, wl, task)
 
 
-__all__ = ["Simulated", "simulate", "training_step"]
+__all__ = ["ID_BYTES", "QUANT_DTYPE_KEY", "Simulated", "kbit_workload", "simulate"]

@@ -34,35 +34,31 @@ longer tower's layers in their own units, the rest stays in the root) and tensor
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.attention import attention
-from memfit.estimate.analytic.engine import (
+from memfit.estimate.analytic.blocks import Work, attn_shape, eager_mask
+from memfit.estimate.analytic.compose import (
+    Body,
     Simulated,
-    _distributed,
-    _rank_view,
-    _trainable_shapes,
-    configure_quant,
+    embedding_shapes,
+    forward_pass,
     hidden_dtype,
+    is_distributed,
+    rank_view_for,
+    run_workload_block,
+    totals,
+    trainable_shapes,
     training_step,
 )
-from memfit.estimate.analytic.families import Work, attn_shape, eager_mask
-from memfit.estimate.analytic.families_gpt import ACT_KIND
-from memfit.estimate.analytic.graph import (
-    ACTS,
-    DTYPE_BYTES,
-    PARAMS,
-    Tensor,
-    one,
-    vadd,
-)
+from memfit.estimate.analytic.decoder import CustomFamily
+from memfit.estimate.analytic.graph import DTYPE_BYTES, Tensor
+from memfit.estimate.analytic.mlp import ACT_KIND
 from memfit.estimate.analytic.ops import COMPUTE_DTYPE, Ops, promote
 from memfit.estimate.analytic.optimizer import optimizer_bytes
-from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
+from memfit.estimate.analytic.step import BlockProfile, Stack
 from memfit.spec import WorkloadSpec
 
 #: ``CLIPTextConfig`` / ``CLIPVisionConfig`` / ``CLIPConfig`` defaults (transformers 5.23), for
@@ -90,8 +86,6 @@ VISION_DEFAULTS: dict[str, Any] = {
     "attention_dropout": 0.0,
 }
 PROJECTION_DIM_DEFAULT = 512
-#: A block's recorded body: its input (None for embeddings) and the outputs gradients flow from.
-Body = Callable[[Ops], tuple[Tensor | None, list[Tensor]]]
 #: ``eos_token_id`` of configs saved before transformers PR #24773: the text tower then pools
 #: the position of the largest token id (``argmax`` of the ids) instead of the first EOS.
 LEGACY_EOS_TOKEN_ID = 2
@@ -135,14 +129,6 @@ def clip_towers(config: dict[str, Any]) -> tuple[Arch, Arch, int]:
         _tower_config(config, "vision_config", VISION_DEFAULTS), "clip_vision_model"
     )
     return text, vision, int(config.get("projection_dim") or PROJECTION_DIM_DEFAULT)
-
-
-def read_clip(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    """``arch.read_arch``'s reader: the text tower's dimensions (the trace's first layer stack;
-    ``freeze_layers`` is checked against it); ``extra`` keeps the whole config for
-    :class:`ClipProgram`."""
-    text, _, _ = clip_towers(config)
-    return replace(text, family=family, model_type=model_type, extra=dict(config))
 
 
 class ClipProgram:
@@ -194,20 +180,8 @@ class ClipProgram:
 
     # ------------------------------------------------------------------ blocks
     def _run(self, wl: WorkloadSpec, body: Body, *, layer: bool = False) -> BlockProfile:
-        def build(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            configure_quant(o, "clip", wl)
-            o.in_repeated_block = layer
-            o.batch = wl.batch_size
-            return body(o)
-
-        lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
-        return run_block(
-            build,
-            precision=wl.precision,
-            train=wl.is_train,
-            lora=lora,
-            checkpointing=wl.checkpointing if layer else "none",
-            existing_grads=not wl.zero_grad_set_to_none,
+        return run_workload_block(
+            wl, body, model_type="clip", batch=wl.batch_size, train=wl.is_train, repeated=layer
         )
 
     def _layer(self, o: Ops, a: Arch, x: Tensor, w: Work, mask: Tensor | None) -> Tensor:
@@ -271,7 +245,7 @@ class ClipProgram:
             pixels = o.g.external(w.batch * c * self.image_size**2, "f32")
             px = o.cast(pixels, o.pdtype)  # pixel_values.to(patch_embedding.weight.dtype)
             wconv = o.weight(h, c, p, p)
-            xin, wi = o._ac(px), o._ac_weight(wconv)
+            xin, wi = o.autocast_input(px), o.autocast_weight(wconv)
             (conv,) = o.g.op(
                 [xin, wi], [(w.batch * self.n_patches * h, xin.dtype)], saves=[xin, wi]
             )
@@ -371,7 +345,7 @@ class ClipProgram:
             logits = o.matmul(txt_n, img_n, b * b)
             scale = o.fp32_op(o.weight(1))  # logit_scale.exp(): ExpBackward saves its result
             (e,) = o.g.op([scale], [(1, scale.dtype)])
-            o._save_outputs(e)
+            o.save_outputs(e)
             (logits,) = o.g.op(  # a 0-dim factor keeps the logits' dtype
                 [logits, e],
                 [(logits.numel, logits.dtype)],
@@ -456,48 +430,34 @@ class ClipProgram:
         """The training step (forward, backward, optimizer) or one inference forward."""
         self.check(wl)
         stacks = self._stacks(wl)
-        blocks = [st.profile for st in stacks]
-        counts = [st.count for st in stacks]
-        n_params = sum(b.n_params * c for b, c in zip(blocks, counts, strict=True))
-        param_bytes = sum(b.param_bytes * c for b, c in zip(blocks, counts, strict=True))
-        param_bytes += self.buffer_bytes()
+        t = totals(stacks)
+        param_bytes = t.param_bytes + self.buffer_bytes()
         inputs = self.input_bytes(wl.batch_size, wl.seq_len)
         if not wl.is_train:
-            return self._infer(wl, stacks, n_params, param_bytes, inputs)
-        n_train = sum(b.n_trainable * c for b, c in zip(blocks, counts, strict=True))
-        grad_bytes = sum(b.grad_bytes * c for b, c in zip(blocks, counts, strict=True))
-        embeddings = [e for b in blocks for e in b.embedding_shapes]
+            fp = forward_pass(stacks, wl, param_bytes=param_bytes, inputs=inputs, tied=False)
+            return Simulated(
+                candidates={"forward": fp.points},
+                n_params=t.n_params,
+                n_trainable=0,
+                info=fp.info,
+            )
         opt = optimizer_bytes(
             wl.optimizer or "none",
-            _trainable_shapes(blocks, counts),
-            grad_bytes,
-            embedding_shapes=embeddings,
+            trainable_shapes(stacks),
+            t.grad_bytes,
+            embedding_shapes=embedding_shapes(stacks),
         )
+        view = rank_view_for(wl, stacks, tied=False, opt=opt) if is_distributed(wl) else None
         return training_step(
             stacks,
             wl,
             param_bytes=param_bytes,
-            grad_bytes=grad_bytes,
+            grad_bytes=t.grad_bytes,
             opt=opt,
             inputs=inputs,
-            view=_rank_view(wl, blocks, counts, False, opt) if _distributed(wl) else None,
-            n_params=n_params,
-            n_trainable=n_train,
-        )
-
-    def _infer(
-        self, wl: WorkloadSpec, stacks: list[Stack], n_params: int, param_bytes: int, inputs: int
-    ) -> Simulated:
-        static = vadd(one(PARAMS, param_bytes), one(ACTS, inputs))
-        view = None
-        if _distributed(wl):
-            blocks = [st.profile for st in stacks]
-            view = _rank_view(wl, blocks, [st.count for st in stacks], False, None)
-        pts, _ = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
-        first = static if view is None else view.point(static)
-        info = {"host_bytes": view.host_bytes} if view is not None else {}
-        return Simulated(
-            candidates={"forward": [first, *pts]}, n_params=n_params, n_trainable=0, info=info
+            view=view,
+            n_params=t.n_params,
+            n_trainable=t.n_trainable,
         )
 
 
@@ -559,7 +519,7 @@ def _act(o: Ops, x: Tensor, kind: str) -> Tensor:
         return o.act(x, ACT_KIND.get(kind, "gelu"))
     (s,) = o.g.op([x], [(x.numel, x.dtype)])  # 1.702 * x
     (sig,) = o.g.op([s], [(x.numel, x.dtype)])
-    o._save_outputs(sig)
+    o.save_outputs(sig)
     return o.mul(x, sig)
 
 
@@ -581,9 +541,16 @@ def _cross_entropy(o: Ops, logits: Tensor, b: int) -> Tensor:
     target = o.new(b, "i64")
     lf = o.fp32_op(logits)
     (logp,) = o.g.op([lf], [(lf.numel, lf.dtype)])
-    o._save_outputs(logp)
+    o.save_outputs(logp)
     loss, _ = o.g.op([logp, target], [(1, logp.dtype), (1, logp.dtype)])
     return loss
 
 
-__all__ = ["ClipProgram", "clip_towers", "read_clip"]
+#: ``CLIPModel`` with ``return_loss``.
+CLIP = CustomFamily(name="clip", model_types=("clip",), program=ClipProgram)
+
+__all__ = [
+    "CLIP",
+    "ClipProgram",
+    "clip_towers",
+]

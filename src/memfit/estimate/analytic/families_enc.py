@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.attention import attention
-from memfit.estimate.analytic.families import LlamaProgram, Shared, Tensor, Work, attn_shape
-from memfit.estimate.analytic.families_gpt import ACT_KIND
-from memfit.estimate.analytic.ops import Ops
+from memfit.estimate.analytic.blocks import Shared, Work, attn_shape
+from memfit.estimate.analytic.decoder import ChainProgram, CustomFamily
+from memfit.estimate.analytic.graph import Tensor
+from memfit.estimate.analytic.mlp import ACT_KIND
+from memfit.estimate.analytic.ops import Ops, promote
 
 #: Labels of the sequence-classification head memfit builds (trace/build.py: ``num_labels = 2``).
 N_LABELS = 2
 
 
-class BertProgram(LlamaProgram):
+class BertProgram(ChainProgram):
     """``BertLayer``: q/k/v projections (views into SDPA), dense + dropout + LayerNorm(x + ·),
     GELU MLP; embeddings = word + token type + position, LayerNorm, dropout. Head:
     ``BertForSequenceClassification`` (pooler on the first token, tanh, dropout, classifier,
@@ -19,7 +22,7 @@ class BertProgram(LlamaProgram):
 
     tasks = ("seq-cls",)
 
-    def __init__(self, a) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, a: Arch) -> None:
         super().__init__(a)
         self.use_cache = False
 
@@ -46,7 +49,7 @@ class BertProgram(LlamaProgram):
         x = o.add(x, pos)
         x = o.dropout(o.layer_norm(x, a.hidden), a.emb_dropout)
         o.g.hold(x)
-        self._embedding_local = keep_local(o, w, x, first_layer_frozen=first_frozen)
+        self._embedding_local = keep_output_local(o, w, x, first_layer_frozen=first_frozen)
         del n
         return x, Shared()
 
@@ -86,7 +89,7 @@ class BertProgram(LlamaProgram):
         first = o.slice(x, w.batch, w.tokens)  # hidden_states[:, 0]
         pooled = o.linear(first, a.hidden, a.hidden, bias=True, name="dense")
         (pooled,) = o.g.op([pooled], [(pooled.numel, pooled.dtype)])  # tanh saves its output
-        o._save_outputs(pooled)
+        o.save_outputs(pooled)
         if getattr(self, "_embedding_local", False):  # BertModel.forward returns: its local
             o.g.touch(o.g.input(w.tokens * a.hidden, o.pdtype, rg=False))  # goes
         pooled = o.dropout(pooled, a.resid_dropout)
@@ -96,7 +99,7 @@ class BertProgram(LlamaProgram):
             return [logits]
         lf = o.fp32_op(logits)
         (logp,) = o.g.op([lf], [(lf.numel, "f32" if o.autocast else lf.dtype)])
-        o._save_outputs(logp)
+        o.save_outputs(logp)
         (loss,) = o.g.op([logp], [(1, logp.dtype)])
         o.g.hold(loss)
         return [logits, loss]
@@ -140,24 +143,24 @@ class ViTProgram(BertProgram):
         o.freeze_token_embedding = False
         wconv = o.weight(a.hidden, channels, patch, patch, trainable=not frozen)
         bconv = o.weight(a.hidden, trainable=not frozen)
-        xin, wi = o._ac(px), o._ac_weight(wconv)
+        xin, wi = o.autocast_input(px), o.autocast_weight(wconv)
         (conv,) = o.g.op(
-            [xin, wi, o._ac_weight(bconv)],
+            [xin, wi, o.autocast_weight(bconv)],
             [(w.batch * n_patches * a.hidden, xin.dtype)],
             saves=[xin, wi],
         )
         cls = o.weight(a.hidden)
         pos = o.weight(n_patches + 1, a.hidden)
-        (x,) = o.g.op([cls, conv], [(w.tokens * a.hidden, promote_of(o, conv, cls))])  # cat
+        (x,) = o.g.op([cls, conv], [(w.tokens * a.hidden, promote(conv.dtype, cls.dtype))])  # cat
         x = o.dropout(o.add(x, pos), a.emb_dropout)
         o.g.hold(x)
         # ViTModel.forward's locals ``embedding_output`` (with LoRA nothing saves it: the frozen
         # embeddings make it need no gradient) and ``pixel_values = pixel_values.to(dtype)`` (a
         # copy outside fp32; the convolution saves it only with a trainable kernel)
         self._model_locals = (
-            [x.numel] if keep_local(o, w, x, first_layer_frozen=bool(o.lora)) else []
+            [x.numel] if keep_output_local(o, w, x, first_layer_frozen=bool(o.lora)) else []
         )
-        if px is not pixels and keep_local(o, w, px, first_layer_frozen=not wconv.rg):
+        if px is not pixels and keep_output_local(o, w, px, first_layer_frozen=not wconv.rg):
             self._model_locals.append(px.numel)
         return x, Shared()
 
@@ -192,13 +195,13 @@ class ViTProgram(BertProgram):
             return [logits]
         lf = o.cast(logits, "f32")
         (logp,) = o.g.op([lf], [(lf.numel, "f32")])
-        o._save_outputs(logp)
+        o.save_outputs(logp)
         (loss,) = o.g.op([logp], [(1, "f32")])
         o.g.hold(loss)
         return [logits, loss]
 
 
-def keep_local(o: Ops, w: Work, x: Tensor, *, first_layer_frozen: bool = False) -> bool:
+def keep_output_local(o: Ops, w: Work, x: Tensor, *, first_layer_frozen: bool = False) -> bool:
     """``embedding_output`` stays referenced by a local of ``*Model.forward`` until the forward
     returns. Training saves it anyway (the first layer's linears) unless that layer is frozen
     (``freeze_layers``, or LoRA's frozen base weights: what they save is the weights, or LoRA's
@@ -210,7 +213,9 @@ def keep_local(o: Ops, w: Work, x: Tensor, *, first_layer_frozen: bool = False) 
     return False
 
 
-def promote_of(o: Ops, a: Tensor, b: Tensor) -> str:
-    from memfit.estimate.analytic.ops import promote
+#: ``BertForSequenceClassification`` / ``RobertaForSequenceClassification``.
+BERT = CustomFamily(name="bert", model_types=("bert", "roberta"), program=BertProgram)
+#: ``ViTForImageClassification``.
+VIT = CustomFamily(name="vit", model_types=("vit",), program=ViTProgram)
 
-    return promote(a.dtype, b.dtype)
+__all__ = ["BERT", "N_LABELS", "VIT", "BertProgram", "ViTProgram", "keep_output_local"]

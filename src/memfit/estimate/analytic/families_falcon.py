@@ -14,22 +14,21 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
-from memfit.estimate.analytic.attention import _softmax, attention, choose_kernel
-from memfit.estimate.analytic.families import (
-    LlamaProgram,
+from memfit.estimate.analytic.attention import attention, choose_kernel, softmax
+from memfit.estimate.analytic.blocks import (
+    Attention,
     Shared,
-    Tensor,
     Work,
     attn_shape,
     cache_kv,
     eager_mask,
     keep_local,
     lm_head_and_loss,
-    rope,
     rotary_tables,
 )
-from memfit.estimate.analytic.families_gpt import ACT_KIND
-from memfit.estimate.analytic.graph import DTYPE_BYTES
+from memfit.estimate.analytic.decoder import DecoderFamily, DecoderProgram
+from memfit.estimate.analytic.graph import DTYPE_BYTES, Tensor
+from memfit.estimate.analytic.mlp import ACT_KIND
 from memfit.estimate.analytic.ops import Ops
 
 #: ``bloom_gelu_forward`` / ``bloom_gelu_back`` (modeling_bloom.py) evaluated left to right: the
@@ -63,14 +62,14 @@ def previous_attn_weights(o: Ops, w: Work, a: Arch, dtype: str) -> list[Tensor]:
     return [o.new(w.batch * a.n_heads * w.q_len * w.kv_len, dtype)]
 
 
-class FalconProgram(LlamaProgram):
+class FalconProgram(DecoderProgram):
     """``FalconDecoderLayer`` (rotary): LayerNorm, ``FalconLinear`` fused QKV (``x @ W.T``, then
     ``+ bias``), heads transposed and reshaped into copies, rotary q/k, attention on the
     materialised mask, ``dense``; the MLP reads the same LayerNorm output (``parallel_attn``) or a
     second one after the attention residual; ``mlp_output += attention_output`` in place."""
 
-    def __init__(self, a: Arch) -> None:
-        super().__init__(a)
+    def __init__(self, a: Arch, family: DecoderFamily) -> None:
+        super().__init__(a, family)
         e = a.extra
         self.new_arch = bool(e.get("new_decoder_architecture", False))
         self.parallel = bool(e.get("parallel_attn", True))
@@ -95,7 +94,8 @@ class FalconProgram(LlamaProgram):
             o.g.touch(x)
         return out
 
-    def _qkv(self, o: Ops, hn: Tensor, w: Work) -> tuple[Tensor, Tensor, Tensor]:
+    def project_qkv(self, o: Ops, hn: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``FalconAttention``'s fused QKV, heads transposed and reshaped."""
         a = self.a
         d = a.head_dim
         fused = self._linear(o, hn, a.hidden, self.fused_heads * d, "query_key_value")
@@ -123,9 +123,7 @@ class FalconProgram(LlamaProgram):
         hn = o.layer_norm(x, h)
         hn_mlp = o.layer_norm(x, h) if self.two_ln else hn
         self._probs: list[Tensor] = []
-        out = self._attention(o, hn, w, sh)
-        out = self._linear(o, out, a.q_dim, h, "dense")
-        o.release_locals()
+        out = self.attention_block(o, hn, w, sh)
         if not self.new_arch and not self.parallel:
             x = o.add(x, o.dropout(out, float(a.extra.get("attention_dropout", 0.0))))
             hn_mlp = o.layer_norm(x, h)
@@ -140,20 +138,17 @@ class FalconProgram(LlamaProgram):
         o.g.touch(hn, hn_mlp, out, *prev, *self._probs)
         return out_
 
-    def _attention(self, o: Ops, hn: Tensor, w: Work, sh: Shared) -> Tensor:
-        """``FalconAttention`` up to ``dense``: fused QKV, rotary q/k, the cache, the core."""
-        a = self.a
-        q, k, v = self._qkv(o, hn, w)
-        assert sh.cos is not None and sh.sin is not None
-        q = rope(o, q, sh.cos, sh.sin, a.head_dim, a.head_dim)
-        k = rope(o, k, sh.cos, sh.sin, a.head_dim, a.head_dim)
-        k, v = cache_kv(o, w, k, v)
+    def attend(self, o: Ops, q: Tensor, k: Tensor, v: Tensor, w: Work, sh: Shared) -> Tensor:
+        """The core on the materialised mask: eager as ``FalconAttention`` writes it, or SDPA."""
         o.locals += [q, k, v]
         if w.impl == "eager":
             return self._eager(o, q, k, v, w, sh.mask)
         # flash takes the single K/V head natively and handles the causal mask itself
         mask = sh.mask if w.impl != "flash" else None
-        return attention(o, q, k, v, attn_shape(a, w), impl=w.impl, mask=mask)
+        return attention(o, q, k, v, attn_shape(self.a, w), impl=w.impl, mask=mask)
+
+    def project_out(self, o: Ops, x: Tensor) -> Tensor:
+        return self._linear(o, x, self.a.q_dim, self.a.hidden, "dense")
 
     def _eager(
         self, o: Ops, q: Tensor, k: Tensor, v: Tensor, w: Work, mask: Tensor | None
@@ -169,16 +164,13 @@ class FalconProgram(LlamaProgram):
         raw = att  # ``attention_scores`` keeps the product until the softmax is assigned to it
         if mask is not None:
             att = o.add(att, mask)
-        probs = _softmax(o, att, o.pdtype)  # dtype=hidden_states.dtype (fp32 under autocast)
+        probs = softmax(o, att, o.pdtype)  # dtype=hidden_states.dtype (fp32 under autocast)
         o.g.touch(raw)
         self._probs = [probs]  # returned as ``attn_weights`` (see previous_attn_weights)
         if n_rep > 1:
             v = o.g.op([v], [(v.numel * n_rep, v.dtype)])[0]
         out = o.matmul(probs, v, w.batch * a.n_heads * w.q_len * a.head_dim)
         return o.unary(out)
-
-    def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
-        return lm_head_and_loss(o, o.layer_norm(x, self.a.hidden), w, self.a)
 
 
 class FalconAlibiProgram(FalconProgram):
@@ -189,8 +181,8 @@ class FalconAlibiProgram(FalconProgram):
     ``attn_mask`` (memory-efficient kernel, under autocast a half copy it saves); eager attention
     casts the scores to fp32, adds the bias, then the mask, and ``softmax(dtype=hidden dtype)``."""
 
-    def __init__(self, a: Arch) -> None:
-        super().__init__(a)
+    def __init__(self, a: Arch, family: DecoderFamily) -> None:
+        super().__init__(a, family)
         if self.new_arch:
             raise SpecError(
                 "Falcon with alibi=true and new_decoder_architecture=true is not modelled by the "
@@ -252,7 +244,13 @@ class FalconAlibiProgram(FalconProgram):
     def _kernel(self, o: Ops, w: Work) -> str:
         return choose_kernel(o, attn_shape(self.a, w), impl=w.impl, masked=True, gqa=False)
 
-    def _attention(self, o: Ops, hn: Tensor, w: Work, sh: Shared) -> Tensor:
+    def attention_block(self, o: Ops, x: Tensor, w: Work, sh: Shared) -> Tensor:
+        """No rotary: the fused projection's views, the cache, the ALiBi core, ``dense``."""
+        out = self.project_out(o, self._alibi_attention(o, x, w, sh))
+        o.release_locals()
+        return out
+
+    def _alibi_attention(self, o: Ops, hn: Tensor, w: Work, sh: Shared) -> Tensor:
         """``_split_heads`` then ``transpose(1, 2).reshape`` to the same shape: q, k, v are views
         of the fused projection, but multi-query's ``[..., [-2], :]`` / ``[-1]`` (advanced
         indexing: copies); then the cache and the attention core."""
@@ -270,8 +268,8 @@ class FalconAlibiProgram(FalconProgram):
         assert sh.mask is not None and sh.bias is not None
         if w.impl == "eager":
             return self._eager_alibi(o, q, k, v, w, sh.bias, sh.mask)
-        q, k, v = (o._ac(t) for t in (q, k, v))  # SDPA is on autocast's half list
-        mask = None if w.impl == "flash" else o._ac(sh.mask)
+        q, k, v = (o.autocast_input(t) for t in (q, k, v))  # SDPA is on autocast's half list
+        mask = None if w.impl == "flash" else o.autocast_input(sh.mask)
         out = attention(
             o, q, k, v, attn_shape(a, w), impl=w.impl, mask=mask, dropout_p=a.attn_dropout
         )
@@ -295,7 +293,7 @@ class FalconAlibiProgram(FalconProgram):
         scores = o.cast(raw, "f32")
         logits = o.add(scores, alibi)
         masked = o.add(logits, mask)
-        probs = _softmax(o, masked, o.pdtype)  # its cast of ``masked`` happens inside softmax
+        probs = softmax(o, masked, o.pdtype)  # its cast of ``masked`` happens inside softmax
         o.g.touch(masked)
         probs = o.dropout(probs, a.attn_dropout)
         self._probs = [probs]  # returned as ``attn_weights`` (see previous_attn_weights)
@@ -310,7 +308,7 @@ class FalconAlibiProgram(FalconProgram):
         (a contiguous copy), then (B, H, ·, ·) reshaped to one batch dim — a copy when B > 1 and
         the operand is a single K/V head expanded to every query head (``n_rep``) or a strided
         view of the fused projection whose batch and head strides do not merge."""
-        c = o._ac(t)
+        c = o.autocast_input(t)
         if w.batch > 1 and n_rep > 1:
             return o.g.op([c], [(c.numel * n_rep, c.dtype)])[0]
         if w.batch > 1 and strided and c is t and self.a.n_heads > 1:
@@ -318,19 +316,17 @@ class FalconAlibiProgram(FalconProgram):
         return c
 
 
-def falcon_program(a: Arch) -> FalconProgram:
+def falcon_program(a: Arch, family: DecoderFamily) -> FalconProgram:
     """The Falcon program a config runs: ALiBi (Falcon-RW) or rotary."""
-    return FalconAlibiProgram(a) if a.extra.get("alibi") else FalconProgram(a)
+    cls = FalconAlibiProgram if a.extra.get("alibi") else FalconProgram
+    return cls(a, family)
 
 
-class BloomProgram(LlamaProgram):
+class BloomProgram(DecoderProgram):
     """``BloomBlock``: LayerNorm, fused QKV viewed per head, ALiBi ``baddbmm`` scores, the
     additive causal mask, fp32 softmax cast back, ``bmm`` with V, heads merged (a copy), ``dense``
     + residual, post-attention LayerNorm, ``dense_h_to_4h`` → BloomGelu → ``dense_4h_to_h`` +
     residual. Embeddings: word embeddings then ``word_embeddings_layernorm``."""
-
-    def buffer_bytes(self, precision: str) -> int:
-        return 0
 
     def mask_dtype(self, w: Work, x_dtype: str) -> str | None:
         return x_dtype if w.q_len > 1 else None  # eager attention: the additive float mask
@@ -379,14 +375,14 @@ class BloomProgram(LlamaProgram):
         scores = w.batch * a.n_heads * w.q_len * w.kv_len
         alibi = sh.bias
         assert alibi is not None
-        qi, ki = o._ac(q), o._ac(k)
+        qi, ki = o.autocast_input(q), o.autocast_input(k)
         (att,) = o.g.op(
-            [o._ac(alibi), qi, ki], [(scores, qi.dtype)], saves=[qi, ki], matmul=True
+            [o.autocast_input(alibi), qi, ki], [(scores, qi.dtype)], saves=[qi, ki], matmul=True
         )  # alibi.baddbmm(q, k.T)
         scores_t = att  # ``attention_scores`` and ``attn_weights`` stay locals to the end
         if sh.mask is not None:
             att = o.add(att, sh.mask)
-        probs = _softmax(o, att, "f32")  # softmax(dtype=float32): the input cast, then softmax
+        probs = softmax(o, att, "f32")  # softmax(dtype=float32): the input cast, then softmax
         probs = o.cast(probs, q.dtype)
         probs = o.dropout(probs, a.attn_dropout)
         ctx = o.matmul(probs, v, w.batch * a.n_heads * w.q_len * a.head_dim)
@@ -417,5 +413,35 @@ class BloomProgram(LlamaProgram):
         )
         return out
 
-    def head(self, o: Ops, x: Tensor, w: Work) -> list[Tensor]:
-        return lm_head_and_loss(o, o.layer_norm(x, self.a.hidden), w, self.a)
+
+#: ``FalconDecoderLayer``: rotary (``FalconProgram``) or ALiBi (``FalconAlibiProgram``), by the
+#: config's ``alibi``; its FalconLinear projections and attention core are the programs' own.
+FALCON = DecoderFamily(
+    name="falcon",
+    model_types=("falcon",),
+    program=falcon_program,
+    norm="layer",
+    attention=Attention(
+        projections="fused-chunks", names=("query_key_value",), out_name="dense", rotary="full"
+    ),
+)
+#: ``BloomBlock`` (``BloomProgram``): ALiBi, no rotary.
+BLOOM = DecoderFamily(
+    name="bloom",
+    model_types=("bloom",),
+    program=BloomProgram,
+    norm="layer",
+    attention=Attention(
+        projections="fused-chunks", names=("query_key_value",), out_name="dense", rotary="none"
+    ),
+)
+
+__all__ = [
+    "BLOOM",
+    "FALCON",
+    "BloomProgram",
+    "FalconAlibiProgram",
+    "FalconProgram",
+    "falcon_program",
+    "falcon_shape",
+]

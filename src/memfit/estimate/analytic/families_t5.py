@@ -40,23 +40,29 @@ from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.attention import (
     EFFICIENT_LSE_ROUND,
     AttnShape,
-    _fused,
-    _math,
-    _softmax,
-    _up,
     choose_kernel,
+    fused_attention,
+    math_attention,
+    round_up,
+    softmax,
 )
-from memfit.estimate.analytic.distributed import RankView, params_of, rank_view
-from memfit.estimate.analytic.engine import (
+from memfit.estimate.analytic.blocks import Work, cache_kv
+from memfit.estimate.analytic.compose import (
     ID_BYTES,
+    Body,
     Simulated,
-    _distributed,
     cast_cache_bytes,
-    configure_quant,
+    embedding_shapes,
     hidden_dtype,
+    is_distributed,
+    rank_view_for,
+    run_workload_block,
+    totals,
+    trainable_shapes,
     training_step,
 )
-from memfit.estimate.analytic.families import LlamaProgram, Work, cache_kv
+from memfit.estimate.analytic.decoder import ChainProgram, CustomFamily
+from memfit.estimate.analytic.distributed import RankView, params_of
 from memfit.estimate.analytic.graph import (
     ACTS,
     DTYPE_BYTES,
@@ -70,51 +76,8 @@ from memfit.estimate.analytic.graph import (
 )
 from memfit.estimate.analytic.ops import COMPUTE_DTYPE, PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
-from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
+from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
 from memfit.spec import WorkloadSpec
-
-
-def read_t5(config: dict[str, Any], family: str, model_type: str) -> Arch:
-    """``T5Config``: ``d_model``, ``d_kv`` (head width, not ``d_model / num_heads``), ``d_ff``,
-    ``num_layers`` / ``num_decoder_layers`` (default: symmetric), ``feed_forward_proj``
-    (``gated-gelu`` means ``gelu_new``), ``dropout_rate``; the decoder output is scaled by
-    ``d_model ** -0.5`` unless config.json says ``tie_word_embeddings: false`` (T5 v1.1, Flan-T5),
-    while the weights are tied whatever it says."""
-    d = int(config.get("d_model", 512))
-    heads = int(config.get("num_heads", 8))
-    d_kv = int(config.get("d_kv", 64))
-    n_enc = int(config.get("num_layers", 6))
-    n_dec = int(config.get("num_decoder_layers") or n_enc)
-    proj = str(config.get("feed_forward_proj", "relu"))
-    gated = proj.startswith("gated-")
-    act = proj.split("-")[-1]
-    if proj == "gated-gelu":
-        act = "gelu_new"
-    p = float(config.get("dropout_rate", 0.1))
-    return Arch(
-        family=family,
-        model_type=model_type,
-        hidden=d,
-        n_layers=n_enc,
-        n_dec_layers=n_dec,
-        n_heads=heads,
-        n_kv=heads,
-        head_dim=d_kv,
-        ffn=int(config.get("d_ff", 2048)),
-        vocab=int(config.get("vocab_size", 32128)),
-        tie=True,
-        act=act,
-        attn_dropout=p,
-        resid_dropout=p,
-        emb_dropout=p,
-        extra={
-            **config,
-            "_gated": gated,
-            "_scale_decoder_outputs": config.get("tie_word_embeddings") is not False,
-            "_buckets": int(config.get("relative_attention_num_buckets", 32)),
-        },
-    )
-
 
 #: Activation kinds of ``Ops.act`` per ``dense_act_fn``.
 ACT_KIND = {"relu": "relu", "gelu_new": "gelu_new", "gelu": "gelu", "silu": "silu"}
@@ -149,7 +112,7 @@ class _LayerKey:
     second: bool = False
 
 
-class T5Program(LlamaProgram):
+class T5Program(ChainProgram):
     """``T5ForConditionalGeneration`` (task ``seq2seq``); see the module docstring."""
 
     tasks = ("seq2seq",)
@@ -250,7 +213,7 @@ class T5Program(LlamaProgram):
             if kind == "causal":
                 mask = o.g.external(b * shape.q_len * shape.kv_len, att.dtype)
                 att = o.add(att, mask)
-            probs = _softmax(o, att)
+            probs = softmax(o, att)
             probs = o.dropout(probs, self.p)
             out = o.matmul(probs, v, b * h * shape.q_len * shape.vd)
             o.locals.append(probs)
@@ -269,13 +232,13 @@ class T5Program(LlamaProgram):
                 mask = o.cast(mask, o.cdtype)
         kernel = choose_kernel(o, shape, impl=impl, masked=True, gqa=False)
         if kernel == "flash":  # memfit's CUDA routing: a forced flash kernel drops the mask
-            return _fused(o, q, k, v, shape, lse_len=shape.q_len, flash=True)
+            return fused_attention(o, q, k, v, shape, lse_len=shape.q_len, flash=True)
         if kernel == "efficient":
             (full,) = o.g.op([mask], [(scores, mask.dtype)], view_of=mask)  # expand(B, H, Q, K)
             full.external = mask.external  # a view of a tensor an earlier layer made
-            lse = _up(shape.q_len, EFFICIENT_LSE_ROUND)
-            return _fused(o, q, k, v, shape, lse_len=lse, bias=full)
-        return _math(o, q, k, v, shape, mask, self.p)
+            lse = round_up(shape.q_len, EFFICIENT_LSE_ROUND)
+            return fused_attention(o, q, k, v, shape, lse_len=lse, bias=full)
+        return math_attention(o, q, k, v, shape, mask, self.p)
 
     def _attn_sublayer(
         self,
@@ -449,10 +412,6 @@ class T5Program(LlamaProgram):
         return _T5Step(self, wl, task).run()
 
 
-def _lora(wl: WorkloadSpec) -> tuple[int, tuple[str, ...] | str] | None:
-    return (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
-
-
 class _T5Step:
     """Blocks of one training step or one generation, composed (module docstring)."""
 
@@ -493,7 +452,7 @@ class _T5Step:
     def block(
         self,
         w: Work,
-        body: Callable[[Ops], tuple[Tensor | None, list[Tensor]]],
+        body: Body,
         *,
         repeated: bool = False,
         frozen: bool = False,
@@ -501,23 +460,15 @@ class _T5Step:
     ) -> BlockProfile:
         if key is not None and key in self._cache:
             return self._cache[key]
-        wl = self.wl
-
-        def build(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            configure_quant(o, self.a.model_type, wl)
-            o.in_repeated_block = repeated
-            o.batch = w.batch
-            o.casts_exist = self.casts_exist
-            return body(o)
-
-        prof = run_block(
-            build,
-            precision=wl.precision,
+        prof = run_workload_block(
+            self.wl,
+            body,
+            model_type=self.a.model_type,
+            batch=w.batch,
             train=w.train,
+            repeated=repeated,
             frozen=frozen,
-            lora=_lora(wl),
-            checkpointing=wl.checkpointing if repeated else "none",
-            existing_grads=not wl.zero_grad_set_to_none,
+            casts_exist=self.casts_exist,
         )
         if key is not None:
             self._cache[key] = prof
@@ -716,7 +667,7 @@ class _T5Step:
                 return x, [logits]
             lf = o.fp32_op(logits)  # cross_entropy is on autocast's fp32 list
             (logp,) = o.g.op([lf], [(lf.numel, lf.dtype)])  # log_softmax saves its output
-            o._save_outputs(logp)
+            o.save_outputs(logp)
             (loss,) = o.g.op([logp], [(1, lf.dtype)])
             o.g.hold(loss)
             if cached_casts:
@@ -746,10 +697,8 @@ class _T5Step:
     def _counts(self, stacks: list[Stack]) -> tuple[int, int, int, int]:
         """Parameters, trainable parameters, their bytes, gradient bytes — the shared embedding
         once (it is counted by both embeddings and the LM head)."""
-        n = sum(st.profile.n_params * st.count for st in stacks)
-        n_train = sum(st.profile.n_trainable * st.count for st in stacks)
-        p_bytes = sum(st.profile.param_bytes * st.count for st in stacks)
-        g_bytes = sum(st.profile.grad_bytes * st.count for st in stacks)
+        t = totals(stacks)
+        n, n_train, p_bytes, g_bytes = t.n_params, t.n_trainable, t.param_bytes, t.grad_bytes
         shared = self.a.vocab * self.a.hidden
         n -= 2 * shared
         p_bytes -= 2 * shared * DTYPE_BYTES[self.pd]
@@ -771,11 +720,11 @@ class _T5Step:
         dec = self.decoder(self.dec_work(wl.seq_len, wl.seq_len), enc_n, cross=cross, shift=True)
         stacks = enc + dec
         n, n_train, param_bytes, grad_bytes = self._counts(stacks)
-        shapes = [sh for st in stacks for sh in st.profile.trainable_shapes * st.count]
+        shapes = trainable_shapes(stacks)
         if self.tied_grad:
             for _ in range(2):
                 shapes.remove(((self.a.vocab, self.a.hidden), self.pd))
-        embeddings = [e for st in stacks for e in st.profile.embedding_shapes * st.count]
+        embeddings = embedding_shapes(stacks)
         if self.tied_grad:
             embeddings.remove(((self.a.vocab, self.a.hidden), self.pd))
         opt = optimizer_bytes(
@@ -788,15 +737,14 @@ class _T5Step:
             grad_bytes=grad_bytes,
             opt=opt,
             inputs=self.prog.input_bytes(wl.batch_size, wl.seq_len, True),
-            view=self._rank_view(stacks, len(enc), opt) if _distributed(wl) else None,
+            view=self._rank_view(stacks, len(enc), opt) if is_distributed(wl) else None,
             n_params=n,
             n_trainable=n_train,
         )
 
     def _rank_view(self, stacks: list[Stack], dec_embed: int, opt: Any) -> RankView:
-        """One data-parallel rank (``distributed.rank_view``): the shared embedding is a
+        """One data-parallel rank (``compose.rank_view_for``): the shared embedding is a
         parameter of the encoder's embedding only (dropped from the decoder's and the head's)."""
-        wl = self.wl
         counts = [st.count for st in stacks]
         params = params_of([st.profile for st in stacks], counts, tied=True)
         shared = (self.a.vocab, self.a.hidden)
@@ -804,17 +752,7 @@ class _T5Step:
             if prm.shape == shared:
                 del params[dec_embed][k]
                 break
-        return rank_view(
-            shard=str(wl.shard),
-            dp=wl.dp,
-            offload=wl.offload,
-            train=True,
-            optimizer=wl.optimizer or "none",
-            params=params,
-            counts=counts,
-            state_bytes=opt.state_bytes,
-            opt_temp_bytes=opt.temp_bytes,
-        )
+        return rank_view_for(self.wl, stacks, tied=True, opt=opt, params=params)
 
     def generate(self) -> Simulated:
         """memfit's seq2seq generation: the encoder once, a first decoder step from the start
@@ -861,4 +799,10 @@ class _T5Step:
         return Simulated(candidates=phases, n_params=n, n_trainable=0)
 
 
-__all__ = ["T5Program", "read_t5"]
+#: ``T5ForConditionalGeneration`` (T5, Flan-T5).
+T5 = CustomFamily(name="t5", model_types=("t5",), program=T5Program)
+
+__all__ = [
+    "T5",
+    "T5Program",
+]

@@ -1,7 +1,7 @@
 """A symbolic autograd tape: which tensors one block of a model allocates, saves and frees.
 
 The analytic engine describes each model family as a short program of tensor ops (``ops.py``,
-``families.py``). Recording the program builds a :class:`Graph` of :class:`Node` s; :meth:`Graph.
+``blocks.py``). Recording the program builds a :class:`Graph` of :class:`Node` s; :meth:`Graph.
 forward` and :meth:`Graph.backward` then replay it the way PyTorch's autograd runs it:
 
 * forward: every op allocates its outputs; a tensor is freed after its last use unless a node saved

@@ -50,7 +50,7 @@ class Ops:
         self.train = train
         self.frozen = frozen or not train
         self.lora = lora
-        self._cast_cache: dict[int, Tensor] = {}
+        self.cast_cache: dict[int, Tensor] = {}
         #: The embedding weight is the LM head's (tied): its gradient arrives second and
         #: AccumulateGrad sums it out of place (the old, new and summed tensors coexist).
         self.tied_embedding = False
@@ -122,11 +122,11 @@ class Ops:
         """Autocast's fp32 policy: a half input is cast to fp32 first."""
         return self.cast(x, "f32") if self.autocast else x
 
-    def _ac(self, x: Tensor) -> Tensor:
+    def autocast_input(self, x: Tensor) -> Tensor:
         """Autocast's lower-precision policy for an activation input."""
         return self.cast(x, self.cdtype) if self.autocast and x.dtype == "f32" else x
 
-    def _ac_weight(self, w: Tensor) -> Tensor:
+    def autocast_weight(self, w: Tensor) -> Tensor:
         """Autocast's cast of a weight. Casts of leaf tensors that require grad are cached
         until autocast exits (``can_try_cache``): trainable parameters in training, and under
         ``no_grad`` every parameter (they still require grad): there the cache alone keeps
@@ -137,17 +137,17 @@ class Ops:
         if not (self.cache_weight_casts and w.leaf and (w.rg or not self.train)):
             return self.cast(w, self.cdtype)
         key = id(w)
-        if key not in self._cast_cache:
+        if key not in self.cast_cache:
             if self.train:
-                self._cast_cache[key] = self.cast(w, self.cdtype)
+                self.cast_cache[key] = self.cast(w, self.cdtype)
             elif self.casts_exist:
-                self._cast_cache[key] = self.g.external(w.numel, self.cdtype)
+                self.cast_cache[key] = self.g.external(w.numel, self.cdtype)
             else:
                 cast = self.cast(w, self.cdtype)
                 self.g.hold(cast)
                 self.held_cast_bytes += cast.n_bytes
-                self._cast_cache[key] = cast
-        return self._cast_cache[key]
+                self.cast_cache[key] = cast
+        return self.cast_cache[key]
 
     # ------------------------------------------------------------------ layers
     def linear(
@@ -171,8 +171,8 @@ class Ops:
         shape = (n_in, n_out) if conv1d else (n_out, n_in)
         w = self.weight(*shape, trainable=trainable and not adapted)
         b = self.weight(n_out, trainable=trainable and not adapted) if bias else None
-        xi, wi = self._ac(x), self._ac_weight(w)
-        bi = self._ac_weight(b) if b is not None else None
+        xi, wi = self.autocast_input(x), self.autocast_weight(w)
+        bi = self.autocast_weight(b) if b is not None else None
         inputs = [xi, wi] + ([bi] if bi is not None else [])
         (out,) = self.g.op(
             inputs,
@@ -202,8 +202,8 @@ class Ops:
         a = self.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
         bw = self.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
         xf = self.cast(x, "f32")
-        xa = self._ac(xf)
-        xa_w, b_w = self._ac_weight(a), self._ac_weight(bw)
+        xa = self.autocast_input(xf)
+        xa_w, b_w = self.autocast_weight(a), self.autocast_weight(bw)
         (h,) = self.g.op(
             [xa, xa_w], [(x.numel // n_in * r, xa.dtype)], saves=[xa, xa_w], matmul=True
         )
@@ -242,10 +242,10 @@ class Ops:
             [(x.numel, xi.dtype), (rows, "f32"), (rows, "f32")],
             saves=[xi, w],
         )
-        self._save_outputs(mean, rstd)
+        self.save_outputs(mean, rstd)
         return out
 
-    def _save_outputs(self, *outputs: Tensor) -> None:
+    def save_outputs(self, *outputs: Tensor) -> None:
         """The last op's backward uses some of its own outputs."""
         node = self.g.nodes[-1]
         if node.rg:
@@ -265,7 +265,7 @@ class Ops:
         (var,) = self.g.op([sq], [(rows, "f32")])  # mean(-1, keepdim)
         (var,) = self.g.op([var], [(rows, "f32")])  # + eps
         (r,) = self.g.op([var], [(rows, "f32")])  # rsqrt
-        self._save_outputs(r)
+        self.save_outputs(r)
         base = x if style == "t5" else xf
         (y,) = self.g.op([base, r], [(x.numel, "f32")], saves=[base, r])
         if style == "gemma":
@@ -284,7 +284,7 @@ class Ops:
         tensors: ``x`` (pow), ``tanh(...)``, ``0.5 * x`` and ``1 + tanh(...)``."""
         if kind == "relu":
             (out,) = self.g.op([x], [(x.numel, x.dtype)])
-            self._save_outputs(out)
+            self.save_outputs(out)
             return out
         if kind == "gelu_new":
             # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), evaluated left to right
@@ -295,7 +295,7 @@ class Ops:
             (p,) = self.g.op([x, p], [(x.numel, promote(x.dtype, xp.dtype))])  # x + ...
             (p,) = self.g.op([p], [(x.numel, p.dtype)])  # * sqrt(2/pi)
             (t,) = self.g.op([p], [(x.numel, p.dtype)])  # tanh saves its result
-            self._save_outputs(t)
+            self.save_outputs(t)
             (t1,) = self.g.op([t], [(x.numel, t.dtype)])  # 1 + tanh
             (out,) = self.g.op([hx, t1], [(x.numel, promote(hx.dtype, t1.dtype))], saves=[hx, t1])
             return out
@@ -348,12 +348,12 @@ class Ops:
         if not self.train or p <= 0.0 or not x.rg:
             return x
         out, mask = self.g.op([x], [(x.numel, x.dtype), (x.numel, "bool")])
-        self._save_outputs(mask)
+        self.save_outputs(mask)
         return out
 
     def matmul(self, a: Tensor, b: Tensor, n_out: int) -> Tensor:
         """A batched matmul of two activations (eager attention): saves both."""
-        ai, bi = self._ac(a), self._ac(b)
+        ai, bi = self.autocast_input(a), self.autocast_input(b)
         (out,) = self.g.op(
             [ai, bi],
             [(n_out, promote(ai.dtype, bi.dtype))],

@@ -139,8 +139,8 @@ def lora_on_quantized(o: Ops, x: Tensor, base: Tensor, n_in: int, n_out: int) ->
     a = o.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
     b = o.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
     convert = not o.autocast
-    xa = o.cast(x, "f32") if convert else o._ac(x)
-    aw, bw = o._ac_weight(a), o._ac_weight(b)
+    xa = o.cast(x, "f32") if convert else o.autocast_input(x)
+    aw, bw = o.autocast_weight(a), o.autocast_weight(b)
     (h,) = o.g.op([xa, aw], [(x.numel // n_in * r, xa.dtype)], saves=[xa, aw], matmul=True)
     (y,) = o.g.op([h, bw], [(x.numel // n_in * n_out, h.dtype)], saves=[h, bw], matmul=True)
     if style != "awq":

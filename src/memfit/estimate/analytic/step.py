@@ -95,7 +95,7 @@ def run_block(
     if ckpt:
         # Autocast caches the casts of the weights that require grad until it exits (the end
         # of the forward: the caller frees ``cast_bytes``); nothing else keeps them here.
-        casts = list(recorded[0]._cast_cache.values())
+        casts = list(recorded[0].cast_cache.values())
         g.hold(*casts)
         cast_bytes += sum(t.n_bytes for t in casts)
     fwd, fwd_end = g.forward(save_policy=policy if ckpt else "all")

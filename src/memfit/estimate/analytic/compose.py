@@ -1,0 +1,282 @@
+"""The step composer: block profiles → the phases of a training step or of one forward pass.
+
+Public, for every program that composes its own step (``engine.py`` for chain programs; T5's
+encoder-decoder and CLIP's two towers compose theirs from the same pieces):
+
+* :func:`run_workload_block` — record and replay one block under a workload (its precision,
+  ``--quant`` format, LoRA, checkpointing for repeated layers, ``zero_grad`` setting);
+* :func:`totals` — parameter counts and bytes of a list of :class:`~.step.Stack` s;
+  :func:`trainable_shapes`, :func:`embedding_shapes` — what the optimizer keeps states for;
+* :func:`training_step` — forward, backward and optimizer phases from the step's static bytes;
+* :func:`forward_pass` — one forward pass (inference) from the parameters and inputs;
+* :func:`is_distributed`, :func:`rank_view_for` — one data-parallel rank's view of the points
+  (``distributed.py``);
+* :func:`cast_cache_bytes`, :func:`hidden_dtype`, :func:`configure_quant`, :data:`ID_BYTES`.
+
+Everything returns byte counts as component vectors (``graph.py``); :class:`Simulated` is what
+every program's ``simulate`` returns to the API. Pure Python; no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit.estimate.analytic.distributed import Param, RankView, params_of, rank_view
+from memfit.estimate.analytic.graph import (
+    ACTS,
+    DTYPE_BYTES,
+    GRADS,
+    PARAMS,
+    STATES,
+    TEMP,
+    Tensor,
+    Vec,
+    one,
+    vadd,
+)
+from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
+from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
+from memfit.estimate.quant import LINEAR_SUBCLASSES
+from memfit.spec import WorkloadSpec
+
+#: Bytes of one int64 token id (``input_ids``, ``labels``).
+ID_BYTES = DTYPE_BYTES["i64"]
+#: ``WorkloadSpec.extra`` key of the dtype quantized layers keep under ``prepare_kbit``
+#: (``engine.kbit_workload``).
+QUANT_DTYPE_KEY = "_analytic_quant_dtype"
+#: A block's recorded body: its input (None for embeddings) and the outputs gradients flow from.
+Body = Callable[[Ops], tuple[Tensor | None, list[Tensor]]]
+
+
+@dataclass
+class Simulated:
+    """``candidates``: per phase, every point that can be the phase's peak (the peak is the one
+    with the most bytes; the batch API keeps them to re-evaluate at other batch sizes)."""
+
+    candidates: dict[str, list[Vec]]
+    n_params: int
+    n_trainable: int
+    notes: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def quant_format(model_type: str, wl: WorkloadSpec) -> str | None:
+    """The ``--quant`` format the model's Linear layers get (None: none; transformers leaves
+    a model's ``nn.Linear`` subclasses unquantized, ``quant.LINEAR_SUBCLASSES``)."""
+    if wl.quant == "none" or model_type in LINEAR_SUBCLASSES:
+        return None
+    return str(wl.quant)
+
+
+def configure_quant(o: Ops, model_type: str, wl: WorkloadSpec) -> None:
+    """Set a block's ``--quant`` settings on its :class:`Ops` (``engine.kbit_workload``
+    explains ``quant_dtype``)."""
+    o.quant = quant_format(model_type, wl)
+    o.quant_group_size = wl.quant_group_size
+    o.quant_dtype = wl.extra.get(QUANT_DTYPE_KEY)
+
+
+def hidden_dtype(precision: str) -> str:
+    """The residual stream's dtype: the parameters' (fp32 under AMP: fp32 embeddings plus half
+    matmul outputs promote to fp32)."""
+    return PARAM_DTYPE[precision]
+
+
+def run_workload_block(
+    wl: WorkloadSpec,
+    body: Body,
+    *,
+    model_type: str,
+    batch: int,
+    train: bool,
+    repeated: bool = False,
+    frozen: bool = False,
+    casts_exist: bool = False,
+) -> BlockProfile:
+    """Record ``body`` as one block of ``wl`` and replay it (``step.run_block``). ``repeated``:
+    one of the model's repeated layers (checkpointed under ``wl.checkpointing``; GPTQ/AWQ
+    quantize only those); ``frozen``: its parameters are frozen; ``casts_exist``: a later pass of
+    a generation under autocast, whose weight casts an earlier pass cached."""
+
+    def build(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
+        configure_quant(o, model_type, wl)
+        o.in_repeated_block = repeated
+        o.batch = batch
+        o.casts_exist = casts_exist
+        return body(o)
+
+    lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
+    return run_block(
+        build,
+        precision=wl.precision,
+        train=train,
+        frozen=frozen,
+        lora=lora,
+        checkpointing=wl.checkpointing if repeated else "none",
+        existing_grads=not wl.zero_grad_set_to_none,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Totals:
+    """Parameter counts and bytes of a model's stacks (each block times its count)."""
+
+    n_params: int
+    n_trainable: int
+    param_bytes: int
+    grad_bytes: int
+
+
+def totals(stacks: list[Stack]) -> Totals:
+    """Sums over ``stacks``; a weight two blocks share (tied embeddings) is counted by both:
+    the caller subtracts it."""
+    return Totals(
+        n_params=sum(st.profile.n_params * st.count for st in stacks),
+        n_trainable=sum(st.profile.n_trainable * st.count for st in stacks),
+        param_bytes=sum(st.profile.param_bytes * st.count for st in stacks),
+        grad_bytes=sum(st.profile.grad_bytes * st.count for st in stacks),
+    )
+
+
+def trainable_shapes(stacks: list[Stack]) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of every trainable parameter (optimizer states are per tensor)."""
+    return [sh for st in stacks for sh in st.profile.trainable_shapes * st.count]
+
+
+def embedding_shapes(stacks: list[Stack]) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of every trainable ``nn.Embedding`` weight (8-bit optimizers keep them
+    32-bit)."""
+    return [e for st in stacks for e in st.profile.embedding_shapes * st.count]
+
+
+def cast_cache_bytes(stacks: list[Stack]) -> int:
+    """Bytes of the weight casts autocast keeps cached after these stacks."""
+    return sum(st.profile.cast_bytes * st.count for st in stacks)
+
+
+def is_distributed(wl: WorkloadSpec) -> bool:
+    """Whether ``wl`` runs on more than one GPU or offloads (a rank view rewrites the points)."""
+    return wl.gpus > 1 or wl.shard != "none" or wl.offload != "none"
+
+
+def rank_view_for(
+    wl: WorkloadSpec,
+    stacks: list[Stack],
+    *,
+    tied: bool,
+    opt: Any = None,
+    params: list[list[Param]] | None = None,
+) -> RankView:
+    """One data-parallel rank's view of ``stacks`` (``distributed.rank_view``). ``params``: the
+    stacks' parameters when the caller drops shared ones itself (default ``params_of``)."""
+    blocks = [st.profile for st in stacks]
+    counts = [st.count for st in stacks]
+    return rank_view(
+        shard=str(wl.shard),
+        dp=wl.dp,
+        offload=wl.offload,
+        train=wl.is_train,
+        optimizer=wl.optimizer or "none",
+        params=params if params is not None else params_of(blocks, counts, tied),
+        counts=counts,
+        state_bytes=opt.state_bytes if opt is not None else 0,
+        opt_temp_bytes=opt.temp_bytes if opt is not None else 0,
+    )
+
+
+def training_step(
+    stacks: list[Stack],
+    wl: WorkloadSpec,
+    *,
+    param_bytes: int,
+    grad_bytes: int,
+    opt: Any,
+    inputs: int,
+    view: RankView | None,
+    n_params: int,
+    n_trainable: int,
+) -> Simulated:
+    """The phases of one training step through ``stacks`` (in forward order): forward and
+    backward from the step's static bytes (parameters, optimizer states, gradients kept from the
+    previous step, the inputs), then the optimizer step; ``view``: one data-parallel rank's
+    rewrite of every point."""
+    held = grad_bytes if not wl.zero_grad_set_to_none else 0
+    static = _state(param_bytes, opt.state_bytes, held, inputs)
+    pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
+    bpts, _ = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
+    optim = vadd(
+        _state(param_bytes, opt.state_bytes, grad_bytes, inputs), one(TEMP, opt.temp_bytes)
+    )
+    info: dict[str, Any] = {
+        "optimizer_state_bytes": opt.state_bytes,
+        "paged_bytes": opt.paged_bytes,
+    }
+    if view is not None:
+        static, optim = view.point(static), view.point(optim, optimizer=True)
+        cur = view.point(cur, backward=True)
+        info["host_bytes"] = view.host_bytes
+        info["optimizer_state_bytes"] = view.states_bytes
+    return Simulated(
+        candidates={"forward": [static, *pts], "backward": [cur, *bpts], "optimizer": [optim]},
+        n_params=n_params,
+        n_trainable=n_trainable,
+        info=info,
+    )
+
+
+def _state(param_bytes: int, state_bytes: int, grad_bytes: int, inputs: int) -> Vec:
+    return vadd(
+        vadd(one(PARAMS, param_bytes), one(STATES, state_bytes)),
+        vadd(one(GRADS, grad_bytes), one(ACTS, inputs)),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardPass:
+    """One forward pass: ``points`` (the static bytes first, as the rank sees them), the live
+    bytes when it ends (single-GPU view), its static bytes and the rank view (None: one GPU)."""
+
+    points: list[Vec]
+    end: Vec
+    static: Vec
+    view: RankView | None
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"host_bytes": self.view.host_bytes} if self.view is not None else {}
+
+
+def forward_pass(
+    stacks: list[Stack], wl: WorkloadSpec, *, param_bytes: int, inputs: int, tied: bool
+) -> ForwardPass:
+    """Inference through ``stacks`` from the parameters and the inputs (``tied``: the model's
+    embedding is its LM head's weight, one parameter)."""
+    static = vadd(one(PARAMS, param_bytes), one(ACTS, inputs))
+    view = rank_view_for(wl, stacks, tied=tied) if is_distributed(wl) else None
+    pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
+    first = static if view is None else view.point(static)
+    return ForwardPass(points=[first, *pts], end=cur, static=static, view=view)
+
+
+__all__ = [
+    "ID_BYTES",
+    "QUANT_DTYPE_KEY",
+    "Body",
+    "ForwardPass",
+    "Simulated",
+    "Totals",
+    "cast_cache_bytes",
+    "configure_quant",
+    "embedding_shapes",
+    "forward_pass",
+    "hidden_dtype",
+    "is_distributed",
+    "quant_format",
+    "rank_view_for",
+    "run_workload_block",
+    "totals",
+    "trainable_shapes",
+    "training_step",
+]
