@@ -1,16 +1,22 @@
 """The pipeline around an engine's core: the checks before it runs, the estimate after (torch-free).
 
-Every engine runs the same three stages::
+Every engine runs the same stages::
 
-    check_gpu(workload, gpu)                      the GPU can run the job's number formats
-    task = check_job(config, workload, engine=…)  tensor parallel split, positions, generation
-    …the engine's own core…                       (it knows its layer count: check_freeze_depth)
-    assemble(EngineResult(…), workload, gpu)      → MemoryEstimate
+    check_gpu(workload, gpu)                   the GPU can run the job's number formats
+    check_tp(config, workload, engine=…)       the tensor-parallel split
+    check_positions(config, workload, task)    the sequence fits learned positions
+    check_generation(workload, task)           new_tokens only from a model that generates
+    check_freeze_depth(workload, n_layers)     (the engine knows its layer count)
+    …the engine's own core…
+    assemble(EngineResult(…), workload, gpu)   → MemoryEstimate
 
 The checks raise a :class:`~memfit.errors.SpecError` whose message is the same whichever engine
 runs (tests/estimate/test_pipeline.py holds both to it), or a
 :class:`~memfit.errors.NotModelledError` where the engine has no route for the job (another may).
-An engine's capability checks (what it does not model yet) are its own and run first.
+An engine's capability checks (what it does not model yet) are its own. Each engine still calls
+the checks in its historical order (analytic: tp, positions, freeze depth, generation; trace:
+generation, positions, tp, freeze depth), which decides which message a job breaking two rules
+gets; docs/decisions.md says how one order (every problem at once) replaces them.
 
 An engine returns an :class:`EngineResult` — its own numbers: per phase the live bytes by
 component at the phase's peak, the owners of those bytes, how it knows the reserved bytes — and
@@ -29,7 +35,7 @@ from memfit.estimate import sharding
 from memfit.estimate.device import allocator_workspaces, device_totals, fit_verdict
 from memfit.estimate.quant import gpu_problems
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
-from memfit.estimate.tasks import position_problems, resolve_task
+from memfit.estimate.tasks import position_problems
 from memfit.spec import WorkloadSpec
 
 #: How many module owners the estimate lists.
@@ -45,27 +51,10 @@ def check_gpu(workload: WorkloadSpec, gpu: Any) -> None:
         raise SpecError.from_problems(problems)
 
 
-def check_job(config: dict[str, Any], workload: WorkloadSpec, *, engine: str) -> str:
-    """The task ``workload.task`` means for ``config`` (a config.json dict), after raising for a
-    job this model cannot run: a tensor-parallel split ``engine`` cannot make
-    (:class:`NotModelledError`) or that does not divide the model (SpecError), a sequence longer
-    than learned positions, ``new_tokens`` for a model that does not generate."""
-    _check_tp(config, workload, engine)
-    task = resolve_task(config, workload.task)
-    generative = not workload.is_train and task == "causal-lm"
-    if problems := position_problems(
-        config, workload.seq_len, workload.new_tokens, generative=generative
-    ):
-        raise SpecError.from_problems(problems)
-    if not workload.is_train and workload.new_tokens and task not in GENERATIVE_TASKS:
-        raise SpecError(
-            f"new_tokens ({workload.new_tokens}) needs a generative model but the task is "
-            f"{task!r}; drop --new-tokens"
-        )
-    return task
-
-
-def _check_tp(config: dict[str, Any], workload: WorkloadSpec, engine: str) -> None:
+def check_tp(config: dict[str, Any], workload: WorkloadSpec, *, engine: str) -> None:
+    """Raise for a tensor-parallel split of ``config`` (a config.json dict) that ``engine``
+    cannot make (:class:`NotModelledError`: the layout is not a Llama-style decoder) or that does
+    not divide the model's heads or MLP (SpecError)."""
     if workload.tp <= 1:
         return
     problems = sharding.tp_config_problems(config, workload.tp, engine=engine)
@@ -76,6 +65,26 @@ def _check_tp(config: dict[str, Any], workload: WorkloadSpec, engine: str) -> No
     if not splits:
         raise NotModelledError(problems[0], engine=engine)
     raise SpecError.from_problems(problems)
+
+
+def check_positions(config: dict[str, Any], workload: WorkloadSpec, task: str) -> None:
+    """Raise a SpecError when the sequence (plus generated tokens) is longer than the model's
+    learned positions (:func:`memfit.estimate.tasks.position_problems`)."""
+    generative = not workload.is_train and task == "causal-lm"
+    if problems := position_problems(
+        config, workload.seq_len, workload.new_tokens, generative=generative
+    ):
+        raise SpecError.from_problems(problems)
+
+
+def check_generation(workload: WorkloadSpec, task: str) -> None:
+    """Raise a SpecError when inference asks for ``new_tokens`` from a model that does not
+    generate (``task``: what ``workload.task`` means for the model, ``tasks.resolve_task``)."""
+    if not workload.is_train and workload.new_tokens and task not in GENERATIVE_TASKS:
+        raise SpecError(
+            f"new_tokens ({workload.new_tokens}) needs a generative model but the task is "
+            f"{task!r}; drop --new-tokens"
+        )
 
 
 def check_freeze_depth(workload: WorkloadSpec, n_layers: int) -> None:
@@ -221,7 +230,9 @@ __all__ = [
     "ReservedRule",
     "assemble",
     "check_freeze_depth",
+    "check_generation",
     "check_gpu",
-    "check_job",
+    "check_positions",
+    "check_tp",
     "paged_note",
 ]

@@ -21,11 +21,14 @@ from memfit.estimate.pipeline import (
     PhaseResult,
     assemble,
     check_freeze_depth,
+    check_generation,
     check_gpu,
-    check_job,
+    check_positions,
+    check_tp,
 )
 from memfit.estimate.quant import unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.estimate.tasks import resolve_task
 from memfit.spec import WorkloadSpec
 
 #: Workload settings the analytic engine does not model yet, with their default value.
@@ -165,11 +168,14 @@ def _prepare(config: dict[str, Any], wl: WorkloadSpec) -> tuple[Any, str]:
             f"the analytic engine does not model {', '.join(bad)} yet; use --engine trace",
             engine="analytic",
         )
-    task = check_job(config, wl, engine="analytic")
+    check_tp(config, wl, engine="analytic")
     if wl.tp > 1:
         config = per_rank_config(config, wl.tp)
     arch = _arch(config)
+    task = resolve_task(config, wl.task)
+    check_positions(config, wl, task)
     check_freeze_depth(wl, arch.n_layers)
+    check_generation(wl, task)
     try:
         prog = program_for(arch, task, lora_rank=wl.lora_rank if wl.is_train else None)
     except SpecError as exc:  # every refusal of program_for is a family/task/technique it lacks

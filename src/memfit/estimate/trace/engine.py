@@ -28,8 +28,10 @@ from memfit.estimate.pipeline import (
     ReservedRule,
     assemble,
     check_freeze_depth,
+    check_generation,
     check_gpu,
-    check_job,
+    check_positions,
+    check_tp,
 )
 from memfit.estimate.quant import unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
@@ -76,7 +78,10 @@ def trace_hf(
     started = time.perf_counter()
     _reject_unsupported(workload)
     check_gpu(workload, gpu)
-    task = check_job(config, workload, engine="trace")
+    task = build.resolve_task(config, workload.task)
+    check_generation(workload, task)
+    check_positions(config, workload, task)
+    check_tp(config, workload, engine="trace")
     stacks = build.layer_plan(config, trust_remote_code)
     targets = {v.name: v.count for v in stacks}
     period = {v.name: v.period for v in stacks}
