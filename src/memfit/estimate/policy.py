@@ -144,7 +144,9 @@ class EnginePolicy:
         return "trace", None
 
     def analytic_first(self, source: Any, gpu: Any, *, max_trace: int) -> AnalyticFirst:
-        """The checklist's estimator (``upgrade``, ``doctor``): see :class:`AnalyticFirst`."""
+        """The checklist's estimator (``upgrade``, ``doctor``): see :class:`AnalyticFirst`. It is
+        the ``auto`` rule; checklists take no ``--engine`` yet (a named engine's checklist would
+        use :meth:`estimator`)."""
         return AnalyticFirst(source, gpu, max_trace=max_trace)
 
 
