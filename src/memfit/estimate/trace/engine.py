@@ -315,7 +315,7 @@ def _flatten(
 
 
 def engine_result(
-    flat: Flat, *, name: str, trace: dict[str, Any], notes: list[str], engine: str = "trace"
+    flat: Flat, *, name: str, trace: dict[str, Any], notes: list[str]
 ) -> EngineResult:
     """The trace's numbers (:func:`_flatten`, extrapolated or not, ``reserved`` replayed) as the
     record :func:`memfit.estimate.pipeline.assemble` turns into the estimate."""
@@ -335,7 +335,7 @@ def engine_result(
     if not phases:
         raise TraceError("the traced step allocated nothing on the device")
     return EngineResult(
-        engine=engine,
+        engine="trace",
         model_name=name,
         n_params=int(flat["n_params"]),
         n_trainable_params=int(flat["n_trainable"]),
