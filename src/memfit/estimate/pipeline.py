@@ -53,16 +53,14 @@ def check_gpu(workload: WorkloadSpec, gpu: Any) -> None:
 
 def check_tp(config: dict[str, Any], workload: WorkloadSpec, *, engine: str) -> None:
     """Raise for a tensor-parallel split of ``config`` (a config.json dict) that ``engine``
-    cannot make (:class:`NotModelledError`: the layout is not a Llama-style decoder) or that does
-    not divide the model's heads or MLP (SpecError)."""
+    cannot make (:class:`NotModelledError`: the model type is not a Llama-style decoder) or that
+    does not divide the model's heads or MLP (SpecError)."""
     if workload.tp <= 1:
         return
     problems = sharding.tp_config_problems(config, workload.tp, engine=engine)
     if not problems:
         return
-    # the model-type branch of ``tp_config_problems``: no split of this layout, not a bad tp
-    splits = config.get("model_type") in sharding.TP_MODEL_TYPES and "num_attention_heads" in config
-    if not splits:
+    if config.get("model_type") not in sharding.TP_MODEL_TYPES:  # no split of this layout
         raise NotModelledError(problems[0], engine=engine)
     raise SpecError.from_problems(problems)
 
