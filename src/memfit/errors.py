@@ -4,6 +4,7 @@
 
     MemfitError
     ├── SpecError(ValueError)        an input breaks a rule (field, value, rule)
+    │   └── NotModelledError             an engine cannot model this job; another engine may
     ├── UnknownModelError(LookupError)   a MODEL argument that no source recognises
     │   └── HubUnavailableError          a hub id while offline / hub unreachable
     ├── ModelConfigError             a config.json / safetensors header that cannot be read
@@ -33,6 +34,17 @@ class SpecError(MemfitError, ValueError):
         if len(problems) == 1:
             return cls(problems[0], problems)
         return cls(f"{len(problems)} problems: " + "; ".join(problems), problems)
+
+
+class NotModelledError(SpecError):
+    """An engine has no route for this job (a model family, task or technique combination it does
+    not model): not a property of the job, which another engine may answer. ``engine`` names the
+    engine that refused. A ``SpecError`` so that code written before the distinction (which
+    treated the refusal as bad input) keeps working; catch this one first to tell them apart."""
+
+    def __init__(self, message: str, *, engine: str) -> None:
+        super().__init__(message)
+        self.engine = engine
 
 
 class UnknownModelError(MemfitError, LookupError):

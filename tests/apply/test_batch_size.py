@@ -10,7 +10,7 @@ from tests.conftest import TINY_LLAMA
 
 import memfit
 from memfit.apply import AmpStep, training_step
-from memfit.estimate.trace.device import allocator_workspaces
+from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.trace.engine import trace_hf
 from memfit.spec import WorkloadSpec
 

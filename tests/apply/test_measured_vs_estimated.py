@@ -22,7 +22,7 @@ import pytest
 from tests.apply.conftest import build, measured_train
 from tests.conftest import TINY_LLAMA
 
-from memfit.estimate.trace.device import allocator_workspaces
+from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.trace.engine import trace_hf
 from memfit.spec import WorkloadSpec
 

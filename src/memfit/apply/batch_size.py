@@ -373,7 +373,7 @@ def _estimator(
 def _tensor_bytes_only(est: MemoryEstimate, training: bool) -> MemoryEstimate:
     """The CPU 'device' holds tensors only: no CUDA context, no allocator cache, no cuBLAS
     workspaces (which the estimate adds for a CUDA device)."""
-    from memfit.estimate.trace.device import allocator_workspaces
+    from memfit.estimate.device import allocator_workspaces
 
     workspaces = sum(allocator_workspaces(None, training=training))
     p = est.peak_allocated_bytes - workspaces

@@ -256,7 +256,7 @@ def _estimate(
 
 def _workspace_bytes() -> int:
     """cuBLAS/cuBLASLt workspaces the trace adds for a CUDA device (training, generic GPU)."""
-    from memfit.estimate.trace.device import allocator_workspaces
+    from memfit.estimate.device import allocator_workspaces
 
     return sum(allocator_workspaces(None, training=True))
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate.policy import AUTO, AnalyticFirst
 from memfit.estimate.result import MemoryEstimate
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes
 from memfit.plan.cost import (
@@ -39,7 +40,7 @@ from memfit.plan.cost import (
 from memfit.plan.engines import CachedEstimator, Estimator
 from memfit.plan.solve import fit
 from memfit.plan.space import RISKS, Settings
-from memfit.plan.upgrade import AnalyticFirst, has_rates
+from memfit.plan.upgrade import has_rates
 from memfit.spec import WorkloadSpec
 from memfit.units import format_bytes
 
@@ -193,7 +194,7 @@ def _estimator(
     when the analytic engine does not model it yet (one trace run: seconds)."""
     if injected is not None:
         return injected, None
-    first = AnalyticFirst(source, gpu, max_trace=1)
+    first = AUTO.analytic_first(source, gpu, max_trace=1)
     return CachedEstimator(first, "analytic"), first
 
 

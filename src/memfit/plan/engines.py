@@ -1,25 +1,26 @@
 """The estimators the planner and the solver call: a fast one to search, a precise one to confirm.
 
-An estimator is any ``Callable[[WorkloadSpec], MemoryEstimate]`` (tests inject their own). The
-default searches with the analytic engine (closed forms, milliseconds) when it is installed and
-confirms the plans it shows with the trace engine (fake-tensor execution, seconds); without the
-analytic engine it searches with the trace engine and needs no confirmation.
+An estimator is any ``Callable[[WorkloadSpec], MemoryEstimate]`` (tests inject their own). Which
+engines the defaults are is the engine policy's choice
+(:meth:`memfit.estimate.policy.EnginePolicy.search_engines`): the analytic engine (closed forms,
+milliseconds) searches and the trace engine (fake-tensor execution, seconds) confirms the plans
+shown; without the analytic engine the trace engine searches and needs no confirmation.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import MemfitError
+from memfit.estimate.policy import AUTO, EnginePolicy
+from memfit.estimate.policy import Estimator as Estimator  # the planner's name for it
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
 
-Estimator = Callable[[WorkloadSpec], MemoryEstimate]
 BatchEstimator = Callable[[Sequence[WorkloadSpec]], list[MemoryEstimate]]
 
 
@@ -96,37 +97,26 @@ def _unwrap(value: MemoryEstimate | MemfitError) -> MemoryEstimate:
     return value
 
 
-def analytic_available() -> bool:
-    """Whether the analytic engine (``memfit.estimate.analytic.estimate_analytic``) is installed."""
-    try:
-        module = importlib.import_module("memfit.estimate.analytic")
-    except ImportError:
-        return False
-    return hasattr(module, "estimate_analytic")
-
-
 @dataclass(frozen=True, kw_only=True)
 class EnginePair:
     search: CachedEstimator
     confirm: CachedEstimator | None  # None: the search engine is already the precise one
 
 
-def default_engines(source: Any, gpu: Any) -> EnginePair:
-    """Analytic to search and trace to confirm, or trace alone without the analytic engine."""
-    from memfit.estimate import _trace_stack_missing, estimate
+def default_engines(source: Any, gpu: Any, policy: EnginePolicy = AUTO) -> EnginePair:
+    """The ``policy``'s engines for a search: the analytic one batched over workloads that
+    differ only in batch size where the model has a config.json (``estimate_many``)."""
+    search_name, confirm_name = policy.search_engines(source)
 
     def engine(name: str) -> CachedEstimator:
-        return CachedEstimator(lambda w: estimate(source, w, gpu=gpu, engine=name), name)
+        return CachedEstimator(EnginePolicy(engine=name).estimator(source, gpu), name)
 
-    trace_ok = source.origin == "factory" or _trace_stack_missing(source) is None
-    if analytic_available():
+    search = engine(search_name)
+    if search_name == "analytic" and source.config is not None:
         from memfit.estimate.analytic import estimate_many
 
-        search = engine("analytic")
-        if source.config is not None:
-            search.batch = lambda ws: estimate_many(source, ws, gpu=gpu)
-        return EnginePair(search=search, confirm=engine("trace") if trace_ok else None)
-    return EnginePair(search=engine("trace"), confirm=None)
+        search.batch = lambda ws: estimate_many(source, ws, gpu=gpu)
+    return EnginePair(search=search, confirm=None if confirm_name is None else engine(confirm_name))
 
 
 def _wrap(fn: Estimator, name: str) -> CachedEstimator:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate import policy
 from memfit.estimate.result import MemoryEstimate
 from memfit.models.model_spec import ModelSpec
 from memfit.plan.advice import GPU_COUNTS, GPUAdvice, recommend_gpus
@@ -50,7 +51,6 @@ from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.search import Plan, plan
 from memfit.plan.solve import fit
 from memfit.plan.space import Settings
-from memfit.spec import WorkloadSpec
 from memfit.units import format_bytes
 
 #: Thresholds of the checklist, each a rule of thumb chosen here, with its reason.
@@ -171,26 +171,8 @@ class UpgradeVerdict:
         }
 
 
-class AnalyticFirst:
-    """Estimator: the analytic engine; what it does not model yet goes to the trace engine, at
-    most ``max_trace`` times (then it raises, and the planner counts it as not estimated)."""
-
-    def __init__(self, source: Any, gpu: Any, *, max_trace: int = MAX_TRACE_FALLBACKS) -> None:
-        self.source, self.gpu, self.max_trace = source, gpu, max_trace
-        self.n_trace = 0
-        self.rejected: list[str] = []
-
-    def __call__(self, w: WorkloadSpec) -> MemoryEstimate:
-        from memfit.estimate import _trace_stack_missing, estimate
-
-        try:
-            return estimate(self.source, w, gpu=self.gpu, engine="analytic")
-        except SpecError as exc:
-            self.rejected.append(str(exc))
-            if self.n_trace >= self.max_trace or _trace_stack_missing(self.source) is not None:
-                raise
-        self.n_trace += 1
-        return estimate(self.source, w, gpu=self.gpu, engine="trace")
+#: The checklist's estimator is the engine policy's (``EnginePolicy.analytic_first``).
+AnalyticFirst = policy.AnalyticFirst
 
 
 def upgrade_verdict(
@@ -314,7 +296,9 @@ class _Engine:
             return self.injected
         key = f"{gpu.name}:{trace}"
         if key not in self.engines:
-            first = AnalyticFirst(self.source, gpu, max_trace=self.trace_fallbacks if trace else 0)
+            first = policy.AUTO.analytic_first(
+                self.source, gpu, max_trace=self.trace_fallbacks if trace else 0
+            )
             self.engines[key] = (first, CachedEstimator(first, "analytic"))
         return self.engines[key][1]
 

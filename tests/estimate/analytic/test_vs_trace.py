@@ -230,8 +230,8 @@ def _fixed_bytes(wl: WorkloadSpec) -> int:
     """Bytes both engines add by the same fixed rule whatever the model: the cuBLAS workspaces
     and ZeRO's ``reduce_bucket_size``-element gradient bucket (2-byte gradients here). On these
     small models they dwarf the rest, so the comparison also runs without them."""
+    from memfit.estimate.device import allocator_workspaces
     from memfit.estimate.sharding import DEEPSPEED_DEFAULTS
-    from memfit.estimate.trace.device import allocator_workspaces
 
     fixed = sum(allocator_workspaces(None, training=wl.is_train))
     if wl.is_train and wl.shard in ("zero1", "zero2", "zero3"):

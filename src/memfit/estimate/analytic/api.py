@@ -9,17 +9,26 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from memfit.errors import SpecError
-from memfit.estimate.analytic.distributed import per_rank_config, tp_problems
+from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.analytic.arch import Arch
+from memfit.estimate.analytic.distributed import per_rank_config
 from memfit.estimate.analytic.engine import Simulated, simulate
-from memfit.estimate.analytic.graph import TEMP, Vec, vadd
-from memfit.estimate.analytic.registry import program_for, read_arch, resolve_task
+from memfit.estimate.analytic.graph import TEMP, Vec
+from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
-from memfit.estimate.analytic.reserved import reserved_bytes
-from memfit.estimate.quant import gpu_problems, unquantized_layers_note
-from memfit.estimate.result import COMPONENTS, MemoryEstimate, PhasePeak
-from memfit.estimate.tasks import position_problems
-from memfit.estimate.trace.device import allocator_workspaces, device_totals, fit_verdict
+from memfit.estimate.analytic.reserved import reserved_rule
+from memfit.estimate.pipeline import (
+    EngineResult,
+    PhaseResult,
+    assemble,
+    check_freeze_depth,
+    check_generation,
+    check_gpu,
+    check_positions,
+    check_tp,
+)
+from memfit.estimate.quant import unquantized_layers_note
+from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.spec import WorkloadSpec
 
 #: Workload settings the analytic engine does not model yet, with their default value.
@@ -35,14 +44,15 @@ def supports(config: dict[str, Any] | None) -> bool:
 def estimate_analytic(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
     """Estimate ``source`` (a ``ModelSource`` or a config.json dict) running ``workload``.
 
-    Raises SpecError for a model_type without closed forms or a workload setting not modelled."""
+    Raises NotModelledError (a SpecError) for a model_type, task or setting without closed forms,
+    SpecError for a job the model cannot run."""
     started = time.perf_counter()
     config, name = _config_of(source)
-    _check_gpu(workload, gpu)
+    check_gpu(workload, gpu)
     prog, task = _prepare(config, workload)
     sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
-    return _to_estimate(sim, workload, name=name, gpu=gpu, task=task, started=started)
+    return assemble(_result(sim, workload, name=name, task=task, started=started), workload, gpu)
 
 
 def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None:
@@ -59,7 +69,7 @@ def estimate_many(
     numbers ``estimate_analytic`` gives, at a fraction of the cost."""
     config, name = _config_of(model)
     for wl in {w.quant: w for w in workloads}.values():
-        _check_gpu(wl, gpu)
+        check_gpu(wl, gpu)
     cache: dict[tuple[Any, ...], tuple[str, Simulated, dict[str, list[tuple[Vec, Vec]]]]] = {}
     out = []
     for wl in workloads:
@@ -75,13 +85,9 @@ def estimate_many(
             entry = cache[key] = (task, one_, _envelopes(one_, two))
         task, one_, lines = entry
         sim = _at_batch(one_, lines, wl.batch_size)
-        out.append(_to_estimate(sim, wl, name=name, gpu=gpu, task=task, started=started))
+        est = assemble(_result(sim, wl, name=name, task=task, started=started), wl, gpu)
+        out.append(est)
     return out
-
-
-def _check_gpu(wl: WorkloadSpec, gpu: Any) -> None:
-    if problems := gpu_problems(wl.quant, gpu):
-        raise SpecError.from_problems(problems)
 
 
 def _batch_free_key(wl: WorkloadSpec) -> tuple[Any, ...]:
@@ -139,9 +145,10 @@ def _config_of(source: Any) -> tuple[dict[str, Any], str]:
         return source, str(source.get("_name_or_path") or source.get("model_type") or "model")
     config = getattr(source, "config", None)
     if config is None:
-        raise SpecError(
+        raise NotModelledError(
             f"the analytic engine needs a config.json; {getattr(source, 'name', source)!r} is a "
-            "factory (pkg.module:function): use --engine trace"
+            "factory (pkg.module:function): use --engine trace",
+            engine="analytic",
         )
     return config, str(getattr(source, "name", "model"))
 
@@ -155,29 +162,32 @@ def _prepare(config: dict[str, Any], wl: WorkloadSpec) -> tuple[Any, str]:
     if wl.quant != "none" and (wl.tp > 1 or wl.shard in ("zero3", "fsdp")):
         bad.append(f"quant={wl.quant!r} with tp={wl.tp}, shard={wl.shard!r}")
     if bad:
-        raise SpecError(
-            f"the analytic engine does not model {', '.join(bad)} yet; use --engine trace"
+        raise NotModelledError(
+            f"the analytic engine does not model {', '.join(bad)} yet; use --engine trace",
+            engine="analytic",
         )
+    check_tp(config, wl, engine="analytic")
     if wl.tp > 1:
-        if problems := tp_problems(config, wl.tp):
-            raise SpecError.from_problems(problems)
         config = per_rank_config(config, wl.tp)
-    arch = read_arch(config)
+    arch = _arch(config)
     task = resolve_task(config, wl.task)
-    if problems := position_problems(
-        config, wl.seq_len, wl.new_tokens, generative=not wl.is_train and task == "causal-lm"
-    ):
-        raise SpecError.from_problems(problems)
-    if wl.freeze_layers > arch.n_layers:
-        raise SpecError(
-            f"freeze_layers ({wl.freeze_layers}) exceeds the model's {arch.n_layers} layers"
-        )
-    if not wl.is_train and wl.new_tokens and task not in ("causal-lm", "seq2seq"):
-        raise SpecError(
-            f"new_tokens ({wl.new_tokens}) needs a generative model but the task is {task!r}; "
-            "drop --new-tokens"
-        )
-    return program_for(arch, task, lora_rank=wl.lora_rank if wl.is_train else None), task
+    check_positions(config, wl, task)
+    check_freeze_depth(wl, arch.n_layers)
+    check_generation(wl, task)
+    try:
+        prog = program_for(arch, task, lora_rank=wl.lora_rank if wl.is_train else None)
+    except SpecError as exc:  # every refusal of program_for is a family/task/technique it lacks
+        raise NotModelledError(str(exc), engine="analytic") from None
+    return prog, task
+
+
+def _arch(config: dict[str, Any]) -> Arch:
+    try:
+        return read_arch(config)
+    except SpecError as exc:
+        if str(config.get("model_type", "")) in FAMILY_OF:
+            raise
+        raise NotModelledError(str(exc), engine="analytic") from None
 
 
 def _with_full_counts(
@@ -196,41 +206,27 @@ def _with_full_counts(
     return sim
 
 
-def _to_estimate(
-    sim: Simulated, wl: WorkloadSpec, *, name: str, gpu: Any, task: str, started: float
-) -> MemoryEstimate:
-    ws = sum(allocator_workspaces(gpu, training=wl.is_train))
-    phases: dict[str, PhasePeak] = {}
+def _result(
+    sim: Simulated, wl: WorkloadSpec, *, name: str, task: str, started: float
+) -> EngineResult:
+    assert COMPONENTS.index("temporary") == TEMP
+    paged = int(sim.info.get("paged_bytes", 0))
+    phases: dict[str, PhaseResult] = {}
     for phase, pts in sim.candidates.items():
         best: Vec = max(pts, key=sum)
-        best = vadd(best, (0, 0, 0, 0, 0, ws))
         comps = {c: int(best[i]) for i, c in enumerate(COMPONENTS)}
-        assert COMPONENTS.index("temporary") == TEMP
-        phases[phase] = PhasePeak(
-            phase=phase, peak_allocated_bytes=sum(comps.values()), components=comps
-        )
-    top = max(phases.values(), key=lambda p: p.peak_allocated_bytes)
-    reserved = reserved_bytes(top.peak_allocated_bytes, training=wl.is_train)
-    totals = device_totals(gpu, reserved_bytes=reserved.bytes, training=wl.is_train)
-    return MemoryEstimate(
+        phases[phase] = PhaseResult(components=comps, unified_bytes=paged)
+    reserved = reserved_rule(training=wl.is_train)
+    assert reserved.ratio is not None
+    return EngineResult(
+        engine="analytic",
         model_name=name,
         n_params=sim.n_params,
-        n_trainable_params=sim.n_trainable if wl.is_train else 0,
-        workload=wl.normalized(),
-        engine="analytic",
-        environment={"python": platform.python_version(), "models": "transformers 5.23 code"},
-        peak_allocated_bytes=top.peak_allocated_bytes,
-        peak_reserved_bytes=totals.reserved_bytes,
-        cuda_context_bytes=totals.cuda_context_bytes,
-        device_used_bytes=totals.device_used_bytes,
-        peak_phase=top.phase,
-        components=dict(top.components),
+        n_trainable_params=sim.n_trainable,
         phases=phases,
-        top_modules=[],
-        fits=fit_verdict(gpu, totals.device_used_bytes),
-        unified_memory_bytes=int(sim.info.get("paged_bytes", 0)),
+        reserved=reserved,
+        environment={"python": platform.python_version(), "models": "transformers 5.23 code"},
         host_memory_bytes=int(sim.info.get("host_bytes", 0)),
-        ranges={"peak_reserved_bytes": reserved.range},
         trace={
             "analytic": {
                 "task": task,
@@ -238,12 +234,11 @@ def _to_estimate(
                 **sim.info,
             }
         },
-        notes=wl.warnings()
-        + [
+        notes=[
             "analytic engine: closed forms of what transformers 5.23 / torch 2.13 allocate per "
             "layer, calibrated against the trace engine (docs/accuracy.md); reserved bytes are "
-            f"allocated x {reserved.ratio:.3f} (a fit to the trace's allocator replay)"
+            f"allocated x {reserved.ratio[0]:.3f} (a fit to the trace's allocator replay)"
         ]
-        + sim.notes
-        + totals.notes,
+        + sim.notes,
+        paged_note=False,
     )

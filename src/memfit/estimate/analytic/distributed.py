@@ -337,13 +337,9 @@ def _r512(n: int) -> int:
 TP_MODEL_TYPES = sharding.TP_MODEL_TYPES
 
 
-def tp_problems(config: dict[str, Any], tp: int) -> list[str]:
-    return sharding.tp_config_problems(config, tp, engine="analytic")
-
-
 def per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
     """One tensor-parallel rank's model (``sharding.tp_per_rank_config``)."""
     return sharding.tp_per_rank_config(config, tp)
 
 
-__all__ = ["Param", "RankView", "params_of", "per_rank_config", "rank_view", "tp_problems"]
+__all__ = ["Param", "RankView", "params_of", "per_rank_config", "rank_view"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memfit.estimate.pipeline import ReservedRule
+
 #: Median, lowest and highest ``peak_reserved_bytes / peak_allocated_bytes`` of the trace engine
 #: over the single-GPU cases of the calibration grid (benchmarks/results/analytic_vs_trace.md,
 #: 62 cases of 18 families; ``reserved_fit`` in benchmarks/analytic_vs_trace.py computes them
@@ -30,10 +32,13 @@ class Reserved:
     range: tuple[int, int]
 
 
+def reserved_rule(*, training: bool) -> ReservedRule:
+    """The rule the analytic engine hands the pipeline (``pipeline.assemble`` applies it)."""
+    return ReservedRule(ratio=RESERVED_RATIO["train" if training else "infer"])
+
+
 def reserved_bytes(peak_allocated_bytes: int, *, training: bool) -> Reserved:
-    mid, low, high = RESERVED_RATIO["train" if training else "infer"]
-    return Reserved(
-        bytes=int(peak_allocated_bytes * mid),
-        ratio=mid,
-        range=(int(peak_allocated_bytes * low), int(peak_allocated_bytes * high)),
-    )
+    rule = reserved_rule(training=training)
+    n_bytes, rng = rule.at(peak_allocated_bytes)
+    assert rule.ratio is not None and rng is not None  # a ratio rule always has a range
+    return Reserved(bytes=n_bytes, ratio=rule.ratio[0], range=rng)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass as _is_wrapper
 
-from memfit.errors import SpecError, TraceError
+from memfit.errors import TraceError
 from memfit.estimate import sharding
 from memfit.estimate.trace.build import decoder_layers
 from memfit.estimate.trace.tracker import StorageTracker
@@ -46,14 +46,6 @@ TP_MODEL_TYPES = sharding.TP_MODEL_TYPES
 
 
 # ----------------------------------------------------------------------------- entry points
-def check(config: dict[str, Any], workload: WorkloadSpec) -> None:
-    """Raise a SpecError when the trace engine cannot split this model/workload as asked."""
-    if workload.tp > 1:
-        problems = _tp_problems(config, workload.tp)
-        if problems:
-            raise SpecError.from_problems(problems)
-
-
 def is_distributed(workload: WorkloadSpec) -> bool:
     return workload.gpus > 1 or workload.offload != "none" or workload.shard != "none"
 
@@ -61,10 +53,6 @@ def is_distributed(workload: WorkloadSpec) -> bool:
 def per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
     """The config of one tensor-parallel rank's model (see the module docstring)."""
     return sharding.tp_per_rank_config(config, tp)
-
-
-def _tp_problems(config: dict[str, Any], tp: int) -> list[str]:
-    return sharding.tp_config_problems(config, tp, engine="trace")
 
 
 def notes(workload: WorkloadSpec) -> list[str]:

@@ -20,10 +20,21 @@ from typing import Any
 
 import torch
 
-from memfit.errors import SpecError, TraceError
-from memfit.estimate.quant import gpu_problems, unquantized_layers_note
-from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
-from memfit.estimate.tasks import position_problems
+from memfit.errors import NotModelledError, TraceError
+from memfit.estimate.device import allocator_workspaces
+from memfit.estimate.pipeline import (
+    EngineResult,
+    PhaseResult,
+    ReservedRule,
+    assemble,
+    check_freeze_depth,
+    check_generation,
+    check_gpu,
+    check_positions,
+    check_tp,
+)
+from memfit.estimate.quant import unquantized_layers_note
+from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.estimate.trace import build, distributed, quantized, steps
 from memfit.estimate.trace.cuda_emulation import (
     SdpaRouter,
@@ -31,7 +42,6 @@ from memfit.estimate.trace.cuda_emulation import (
     fused_dropout,
     hf_treat_fake_as_real,
 )
-from memfit.estimate.trace.device import allocator_workspaces, device_totals, fit_verdict
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
@@ -42,8 +52,6 @@ from memfit.spec import WorkloadSpec
 #: layers) takes 3.7 s on a 2-core machine (benchmarks/results/trace_speed.md); deeper models
 #: (70B-class, 80 layers) are extrapolated.
 FULL_TRACE_MAX_LAYERS = 48
-#: How many module owners the estimate lists.
-N_TOP_MODULES = 10
 #: Relative mismatch above which the extrapolation check is reported in ``notes``.
 EXTRAPOLATION_TOLERANCE = 0.001
 
@@ -69,25 +77,16 @@ def trace_hf(
     """
     started = time.perf_counter()
     _reject_unsupported(workload)
-    if quant_problems := gpu_problems(workload.quant, gpu):
-        raise SpecError.from_problems(quant_problems)
+    check_gpu(workload, gpu)
     task = build.resolve_task(config, workload.task)
-    _check_task(task, workload)
-    generative = not workload.is_train and task == "causal-lm"
-    if problems := position_problems(
-        config, workload.seq_len, workload.new_tokens, generative=generative
-    ):
-        raise SpecError.from_problems(problems)
-    distributed.check(config, workload)
+    check_generation(workload, task)
+    check_positions(config, workload, task)
+    check_tp(config, workload, engine="trace")
     stacks = build.layer_plan(config, trust_remote_code)
     targets = {v.name: v.count for v in stacks}
     period = {v.name: v.period for v in stacks}
+    check_freeze_depth(workload, stacks[0].count if stacks else 0)
     if workload.freeze_layers:
-        if not stacks or workload.freeze_layers > stacks[0].count:
-            n = stacks[0].count if stacks else 0
-            raise SpecError(
-                f"freeze_layers ({workload.freeze_layers}) exceeds the model's {n} layers"
-            )
         first = stacks[0].name
         targets["frozen"] = workload.freeze_layers
         targets[first] -= workload.freeze_layers
@@ -118,7 +117,7 @@ def trace_hf(
         "extrapolation_check_error": check,
         "wall_s": round(time.perf_counter() - started, 3),
     }
-    return _to_estimate(flat, workload, name=name, gpu=gpu, trace=trace_info, notes=notes)
+    return assemble(engine_result(flat, name=name, trace=trace_info, notes=notes), workload, gpu)
 
 
 #: Workload settings the trace engine does not model yet, with their default value.
@@ -136,14 +135,8 @@ def _reject_unsupported(workload: WorkloadSpec) -> None:
     if workload.optimizer in UNSUPPORTED_OPTIMIZERS:
         bad.append(f"optimizer={workload.optimizer!r}")
     if bad:
-        raise SpecError(f"the trace engine does not model {', '.join(bad)} yet")
-
-
-def _check_task(task: str, workload: WorkloadSpec) -> None:
-    if workload.mode == "infer" and workload.new_tokens and task not in ("causal-lm", "seq2seq"):
-        raise SpecError(
-            f"new_tokens ({workload.new_tokens}) needs a generative model but the task is "
-            f"{task!r}; drop --new-tokens"
+        raise NotModelledError(
+            f"the trace engine does not model {', '.join(bad)} yet", engine="trace"
         )
 
 
@@ -321,77 +314,40 @@ def _flatten(
     return flat
 
 
-def _to_estimate(
-    flat: Flat,
-    workload: WorkloadSpec,
-    *,
-    name: str,
-    gpu: Any,
-    trace: dict[str, Any],
-    notes: list[str],
-    engine: str = "trace",
-) -> MemoryEstimate:
-    phases: dict[str, PhasePeak] = {}
-    # cuBLAS/cuBLASLt workspaces: allocator blocks held for the process's life, so they count in
-    # ``max_memory_allocated`` (measured on an H200); reported under ``temporary``.
-    workspaces = sum(allocator_workspaces(gpu, training=workload.is_train))
+def engine_result(
+    flat: Flat, *, name: str, trace: dict[str, Any], notes: list[str]
+) -> EngineResult:
+    """The trace's numbers (:func:`_flatten`, extrapolated or not, ``reserved`` replayed) as the
+    record :func:`memfit.estimate.pipeline.assemble` turns into the estimate."""
+    phases: dict[str, PhaseResult] = {}
     for key in flat:
         parts = key.split("/")
         if parts[0] == "phase" and parts[2] == "peak":
-            comps = {c: int(flat.get(f"phase/{parts[1]}/comp/{c}", 0)) for c in COMPONENTS}
-            comps["temporary"] += workspaces
-            phases[parts[1]] = PhasePeak(
-                phase=parts[1], peak_allocated_bytes=int(sum(comps.values())), components=comps
+            phase = parts[1]
+            prefix = f"phase/{phase}/mod/"
+            phases[phase] = PhaseResult(
+                components={c: int(flat.get(f"phase/{phase}/comp/{c}", 0)) for c in COMPONENTS},
+                modules={
+                    k.split("/", 3)[3]: int(v) for k, v in flat.items() if k.startswith(prefix)
+                },
+                unified_bytes=int(flat.get(f"phase/{phase}/unified", 0)),
             )
     if not phases:
         raise TraceError("the traced step allocated nothing on the device")
-    peak_phase = max(phases.values(), key=lambda p: p.peak_allocated_bytes)
-    modules = {
-        k.split("/", 3)[3]: int(v)
-        for k, v in flat.items()
-        if k.startswith(f"phase/{peak_phase.phase}/mod/") and v > 0
-    }
-    top = sorted(modules.items(), key=lambda kv: -kv[1])[:N_TOP_MODULES]
-    reserved = max(int(flat.get("reserved", 0)), peak_phase.peak_allocated_bytes)
-    totals = device_totals(gpu, reserved_bytes=reserved, training=workload.is_train)
-    verdict = fit_verdict(gpu, totals.device_used_bytes)
-    trace = {**trace, "n_ops": int(flat.get("n_ops", 0))}
-    unified = int(flat.get(f"phase/{peak_phase.phase}/unified", 0))
-    if unified:
-        notes = [*notes, _paged_note(unified)]
-    return MemoryEstimate(
+    return EngineResult(
+        engine="trace",
         model_name=name,
         n_params=int(flat["n_params"]),
-        n_trainable_params=int(flat["n_trainable"]) if workload.is_train else 0,
-        workload=workload.normalized(),
-        engine=engine,
-        environment=environment(),
-        peak_allocated_bytes=peak_phase.peak_allocated_bytes,
-        peak_reserved_bytes=totals.reserved_bytes,
-        cuda_context_bytes=totals.cuda_context_bytes,
-        device_used_bytes=totals.device_used_bytes,
-        peak_phase=peak_phase.phase,
-        components=dict(peak_phase.components),
+        n_trainable_params=int(flat["n_trainable"]),
         phases=phases,
-        top_modules=[ModuleBytes(name=n, n_bytes=b) for n, b in top],
-        fits=verdict,
-        unified_memory_bytes=unified,
+        reserved=ReservedRule(replayed_bytes=int(flat.get("reserved", 0))),
+        environment=environment(),
         host_memory_bytes=int(flat.get("host_memory", 0)),
         attention_backends={
             k.split("/", 1)[1]: int(v) for k, v in flat.items() if k.startswith("backend/")
         },
-        trace=trace,
-        notes=workload.warnings() + notes + totals.notes,
-    )
-
-
-def _paged_note(unified_bytes: int) -> str:
-    from memfit.units import format_bytes
-
-    return (
-        f"{format_bytes(unified_bytes)} of the optimizer states are paged (bitsandbytes, CUDA "
-        "unified memory): counted on the device, where they sit until the driver evicts them to "
-        "host RAM under memory pressure; torch.cuda.max_memory_allocated() does not see them"
+        trace={**trace, "n_ops": int(flat.get("n_ops", 0))},
+        notes=notes,
     )
 
 

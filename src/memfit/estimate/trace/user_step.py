@@ -30,9 +30,10 @@ import torch
 from torch.utils._pytree import tree_map
 
 from memfit.errors import SpecError, TraceError
+from memfit.estimate.pipeline import assemble
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import build, steps
-from memfit.estimate.trace.engine import _emulation, _flatten, _replay, _to_estimate
+from memfit.estimate.trace.engine import _emulation, _flatten, _replay, engine_result
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
@@ -94,15 +95,13 @@ def trace_step(
     flat = _flatten(tracker, n_params, n_trainable, router)
     workload = WorkloadSpec(mode="train" if "phase/backward/peak" in flat else "infer")
     flat["reserved"] = _replay(tracker.events or [], gpu, workload.is_train)
-    return _to_estimate(
+    result = engine_result(
         flat,
-        workload,
         name=name or type(model).__name__,
-        gpu=gpu,
         trace={"user_step": True, "wall_s": round(time.perf_counter() - started, 3)},
         notes=[],
-        engine="trace",
     )
+    return assemble(result, workload, gpu)
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
