@@ -92,8 +92,6 @@ def test_checks_declared_out_of_the_vocabularys_order_fail_when_the_job_is_defin
 
 def test_an_overridden_check_keeps_its_place() -> None:
     class Stricter(ToyJob):
-        result_type = Toy
-
         @check
         def first(self) -> Toy:
             return Toy(id="first", status="fine", evidence="overridden")

@@ -115,7 +115,7 @@ class Checklist(Generic[R]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "result_type" not in vars(cls):
+        if getattr(cls, "result_type", None) is None:
             return  # a partial declaration; its subclass names the vocabulary
         declared: list[str] = []
         for klass in reversed(cls.__mro__):
