@@ -27,12 +27,12 @@ CASES = [
 CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from memfit.cli import build_parser, _workload
+from memfit.cli import build_parser, workload_from_args
 import memfit, torch, transformers
 t_import = time.perf_counter() - t0
 args = build_parser().parse_args(["estimate", *sys.argv[1:]])
 t1 = time.perf_counter()
-est = memfit.estimate(args.model, _workload(args), extrapolate=args.extrapolate)
+est = memfit.estimate(args.model, workload_from_args(args), extrapolate=args.extrapolate)
 t_trace = time.perf_counter() - t1
 rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"import_s": t_import, "trace_s": t_trace, "max_rss_mb": rss_mb,

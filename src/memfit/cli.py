@@ -44,7 +44,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"memfit: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _integer(text: str) -> int:
+def integer(text: str) -> int:
+    """An argparse type: a whole number (the specs check its range)."""
     try:
         value = int(text)
     except ValueError:
@@ -52,9 +53,12 @@ def _integer(text: str) -> int:
     return value
 
 
+_integer = integer  # the name the argparse blocks below use
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of 1 or more."""
-    value = _integer(text)
+    value = integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
     return value
@@ -194,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _workload(args: argparse.Namespace) -> Any:
+def workload_from_args(args: argparse.Namespace) -> Any:
+    """The ``WorkloadSpec`` of the ``memfit estimate`` flags (``fit`` and ``doctor`` share them)."""
     from memfit.spec import WorkloadSpec
 
     targets: Any = "all-linear"
@@ -232,7 +237,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     est = estimate(
         args.model,
-        _workload(args),
+        workload_from_args(args),
         gpu=args.gpu,
         engine=args.engine,
         trust_remote_code=args.trust_remote_code,

@@ -15,7 +15,6 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.spec import ATTENTIONS, CHECKPOINTING, OFFLOADS, OPTIMIZERS, PRECISIONS, QUANTS, SHARDS
-from memfit.units import format_bytes
 
 EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
 
@@ -68,7 +67,7 @@ def _size(text: str) -> int:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
-    from memfit.cli import _integer
+    from memfit.cli import integer as _integer
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
     from memfit.plan.request import CONFIRM_MODES
 
@@ -157,7 +156,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def _register_upgrade(sub: Any, headroom_help: str) -> None:
-    from memfit.cli import _integer
+    from memfit.cli import integer as _integer
     from memfit.plan import DEFAULT_HEADROOM, RISK_LEVELS
     from memfit.plan.upgrade import DEFAULT_MAX_QUALITY_RISK, MAX_TRACE_FALLBACKS
 
@@ -204,7 +203,7 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
 
 
 def _register_doctor(sub: Any, headroom_help: str) -> None:
-    from memfit.cli import _integer
+    from memfit.cli import integer as _integer
     from memfit.plan import DEFAULT_HEADROOM
     from memfit.plan.doctor import BATCH_FROM, CHOSE_GPU_BY, SIZED_BY
 
@@ -270,6 +269,7 @@ def _workload_flags(f: argparse.ArgumentParser, integer: Callable[[str], int]) -
 # -- plan -------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     from memfit.plan import PlanRequest, plan, recommend_gpus
+    from memfit.report.plan import render_advice, render_plan
 
     request = PlanRequest(
         mode=args.mode,
@@ -305,118 +305,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
 
 
-def _rate(tokens_per_s: float) -> str:
-    if tokens_per_s >= 1e6:
-        return f"{tokens_per_s / 1e6:.1f}M"
-    return f"{tokens_per_s / 1000:.1f}k" if tokens_per_s >= 1000 else f"{tokens_per_s:.0f}"
-
-
-def _mem(opt: Any) -> str:
-    return format_bytes(opt.need_bytes) if opt.need_bytes is not None else "n/a"
-
-
-def render_plan(p: Any) -> str:
-    from memfit.estimate.result import COMPONENTS
-    from memfit.plan.cost import COST_CONSTANTS
-    from memfit.plan.export import export_settings
-
-    r, b = p.request, p.budget
-    batch = f"global batch {r.global_batch}" if r.global_batch else f"batch {r.per_rank_batch}"
-    lines = [
-        f"memfit plan: {p.model_name}, {r.mode} seq {r.seq_len}, {batch}, on {r.gpus} x "
-        f"{b.gpu_name}: limit {format_bytes(b.limit_bytes)} ({format_bytes(b.capacity_bytes)} "
-        f"- {format_bytes(b.headroom_bytes)} headroom)",
-        f"searched {p.n_candidates} combinations: {p.n_estimated} estimated by {p.search_engine} "
-        f"({p.search_s:.2f} s), {p.n_pruned} skipped as dominated; "
-        + (
-            f"{p.n_confirmed} estimated by {p.confirm_engine} to confirm ({p.confirm_s:.1f} s), "
-            f"{p.n_overruled} overruled; "
-            if p.confirm_engine
-            else ""
-        )
-        + f"{p.elapsed_s:.1f} s in all",
-        "",
-    ]
-    rec = p.recommended or p.closest
-    if p.recommended is None:
-        lines.append("NOTHING FITS. closest attempt:" if rec else "NOTHING FITS.")
-    if rec is not None:
-        mfu = COST_CONSTANTS["mfu"][0]
-        if p.recommended is not None:
-            lines.append(f"recommended: {rec.settings.describe()}")
-        else:
-            lines.append(f"  {rec.settings.describe()}: {rec.reason}")
-        lines.append(
-            f"  predicted {rec.cost.step_s:.3g} s/step, {_rate(rec.cost.tokens_per_s)} tokens/s "
-            f"(roofline at MFU {mfu:.0%}); quality risk: {rec.risk}"
-        )
-        lines += [f"    - {why}" for why in rec.risk_reasons]
-        lines.append("")
-        base = p.baseline.estimate
-        lines.append(f"  {'memory at the peak':<22}{'naive baseline':>16}{'this plan':>16}")
-        for c in COMPONENTS:
-            old = format_bytes(base.components.get(c, 0)) if base else "n/a"
-            new = format_bytes(rec.estimate.components.get(c, 0)) if rec.estimate else "n/a"
-            lines.append(f"  {c:<22}{old:>16}{new:>16}")
-        lines.append(f"  {'device (upper end)':<22}{_mem(p.baseline):>16}{_mem(rec):>16}")
-        lines.append(f"  naive baseline: {p.baseline.settings.describe()}")
-    if p.recommended is not None:
-        lines += ["", "settings:"]
-        for key, value in export_settings(rec.settings, r, p.model_name).items():
-            text = json.dumps(value, indent=2) if isinstance(value, dict) else value
-            lines.append(f"  {key}: " + text.replace("\n", "\n    "))
-    if p.alternatives:
-        lines += ["", f"alternatives:  {'s/step':>8} {'tokens/s':>9} {'memory':>11}  risk"]
-        for a in p.alternatives:
-            lines.append(
-                f"  {a.settings.describe()}\n  {'':<14}{a.cost.step_s:>8.3g} "
-                f"{_rate(a.cost.tokens_per_s):>9} {_mem(a):>11}  {a.risk}"
-            )
-    if p.rejected:
-        head = (
-            "faster plans that do not fit, closest first:"
-            if p.recommended
-            else "attempts, closest first:"
-        )
-        lines += ["", head]
-        for x in p.rejected:
-            lines.append(f"  {x.settings.describe()} ({x.cost.step_s:.3g} s/step)\n    {x.reason}")
-    lines += [f"note: {n}" for n in p.notes]
-    return "\n".join(lines)
-
-
-def render_advice(advice: list[Any], *, confirm: str | None = None) -> str:
-    notes = list(getattr(advice, "notes", []))
-    if confirm == "none" and advice:
-        engine = advice[0].best.estimate.engine if advice[0].best.estimate else "search"
-        notes.append(
-            f"memory by the {engine} engine (upper range end), not confirmed by the trace engine "
-            "(--confirm recommended does, seconds per GPU); confirm your pick with "
-            "`memfit plan MODEL --gpu NAME --gpus N`"
-        )
-    if not advice:
-        lines = ["no GPU in the catalog (up to 8 per job) fits a plan for this job"]
-        return "\n".join(lines + [f"note: {n}" for n in notes])
-    lines = [f"{'gpu':<24}{'count':>6}{'tokens/s':>10}{'per GPU':>9}{'memory':>12}  risk    plan"]
-    for a in advice:
-        lines.append(
-            f"{a.gpu:<24}{a.gpus:>6}{_rate(a.best.cost.tokens_per_s):>10}"
-            f"{_rate(a.tokens_per_s_per_gpu):>9}{_mem(a.best):>12}  {a.best.risk:<8}"
-            f"{a.best.settings.describe()}"
-        )
-    return "\n".join(lines + [f"note: {n}" for n in notes])
-
-
 # -- fit --------------------------------------------------------------------------------------
 def cmd_fit(args: argparse.Namespace) -> int:
-    from memfit.cli import _workload
+    from memfit.cli import workload_from_args
     from memfit.plan import fit
+    from memfit.report.plan import render_fit
 
     if args.gpu is None and args.gpu_memory is None:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     result = fit(
         args.model,
-        _workload(args),
+        workload_from_args(args),
         solve=args.solve,
         gpu=args.gpu,
         gpu_memory_bytes=args.gpu_memory,
@@ -426,49 +325,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
 
 
-def render_fit(r: Any) -> str:
-    what = {"batch": "batch size", "seq": "sequence length", "concurrency": "concurrent requests"}
-    b = r.budget
-    confirmed = r.confirmed_by not in (None, r.search_engine)
-    lines = [
-        f"largest {what[r.solve]} that fits {b.gpu_name}: {r.max_value}",
-        f"  limit {format_bytes(b.limit_bytes)} = {format_bytes(b.capacity_bytes)} - "
-        f"{format_bytes(b.headroom_bytes)} headroom; searched with {r.search_engine}"
-        f"{', confirmed by ' + r.confirmed_by if confirmed else ''} "
-        f"({r.n_estimates} estimates)",
-    ]
-    est = r.estimate
-    if est is not None:
-        from memfit.plan.budget import need_bytes
-
-        high = need_bytes(est)
-        lines.append(
-            f"  at {'that' if r.fits else 'the smallest'} value: device "
-            f"{format_bytes(est.device_used_bytes)} (upper end {format_bytes(high)}), peak "
-            f"allocated {format_bytes(est.peak_allocated_bytes)}"
-        )
-    if r.kv_table:
-        lines += ["", f"  {'context':>8} {'requests':>9} {'KV cache':>12}"]
-        for row in r.kv_table:
-            lines.append(
-                f"  {row['context_tokens']:>8} {row['max_concurrency']:>9} "
-                f"{format_bytes(row['kv_cache_bytes']):>12}"
-            )
-    lines += [f"note: {n}" for n in r.notes]
-    return "\n".join(lines)
-
-
 # -- upgrade ----------------------------------------------------------------------------------
-STATUS_MARK = {
-    "triggered": "[x]",
-    "not_triggered": "[ ]",
-    "not_applicable": "[-]",
-    "unknown": "[?]",
-}
-
-
 def cmd_upgrade(args: argparse.Namespace) -> int:
     from memfit.plan.upgrade import upgrade_verdict
+    from memfit.report.checklist import render_upgrade
 
     v = upgrade_verdict(
         args.model, gpu=args.gpu, mode=args.mode, seq_len=args.seq, batch_size=args.batch,
@@ -484,59 +344,17 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     return EXIT_DOES_NOT_FIT if v.upgrade else EXIT_OK
 
 
-def render_upgrade(v: Any) -> str:
-    r = v.request
-    job = f"{r.mode} seq {r.seq_len}"
-    if r.mode == "infer":
-        job += f", {v.concurrency} concurrent requests of {v.context_tokens} tokens"
-    elif r.global_batch:
-        job += f", global batch {r.global_batch}"
-    lines = [f"memfit upgrade: {v.model_name}, {job}, on {r.gpus} x {v.gpu_name}", ""]
-    for item in v.items:
-        lines.append(f"{STATUS_MARK[item.status]} {item.title}: {item.status.replace('_', ' ')}")
-        lines.append(f"    {item.evidence}")
-    lines += ["", f"verdict: {v.summary}"]
-    if v.resolving:
-        lines.append("GPUs that resolve the triggered items (fastest first):")
-        lines.append(render_advice(v.resolving[:N_RESOLVING_SHOWN]))
-        if len(v.resolving) > N_RESOLVING_SHOWN:
-            lines.append(f"... and {len(v.resolving) - N_RESOLVING_SHOWN} more (--json)")
-    lines += [f"note: {n}" for n in v.notes]
-    return "\n".join(lines)
-
-
-#: GPUs listed in the text output of ``upgrade`` (``--json`` lists all).
-N_RESOLVING_SHOWN = 8
-
-
 # -- doctor -----------------------------------------------------------------------------------
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from memfit.cli import _workload
+    from memfit.cli import workload_from_args
     from memfit.plan.doctor import doctor
+    from memfit.report.checklist import render_doctor
 
     report = doctor(
-        args.model, _workload(args), gpu=args.gpu, sized_by=args.sized_by,
+        args.model, workload_from_args(args), gpu=args.gpu, sized_by=args.sized_by,
         quality_checked=args.quality_checked, batch_from=args.batch_from,
         benchmarked=args.benchmarked, log=args.log, chose_gpu_by=args.chose_gpu_by,
         headroom=args.headroom,
     )  # fmt: skip
     print(json.dumps(report.to_json(), indent=2) if args.json else render_doctor(report))
     return EXIT_OK
-
-
-def render_doctor(r: Any) -> str:
-    where = f" on {r.gpu_name}" if r.gpu_name else ""
-    lines = [
-        f"memfit doctor: {r.model_name}{where}: {len(r.applying)} of {len(r.findings)} mistakes "
-        f"apply, {sum(f.applies == 'unknown' for f in r.findings)} unknown "
-        f"(engine {r.estimate.engine})",
-        "",
-    ]
-    mark = {"yes": "[x]", "no": "[ ]", "unknown": "[?]"}
-    for f in r.findings:
-        lines.append(f"{mark[f.applies]} {f.title}: {f.applies}")
-        lines.append(f"    {f.evidence}")
-        if f.applies != "no":
-            lines.append(f"    next: {f.next_step}")
-    lines += [f"note: {n}" for n in r.notes]
-    return "\n".join(lines)

@@ -9,6 +9,7 @@
 - :func:`recommend_gpus` (advice.py): GPUs and counts on which a plan fits, by throughput.
 - :func:`upgrade_verdict` (upgrade.py): the "when should you upgrade" checklist, computed.
 - :func:`doctor` (doctor.py): a described job checked for the seven common mistakes.
+- checklist.py: the checklist shape both share (a result per check, a job declaring them).
 - cost.py: the roofline cost model and its constants; space.py: the search space, quality risk;
   budget.py: capacity and headroom; export.py: the settings as flags and configs.
 """

@@ -17,46 +17,35 @@ mistake whatever its origin).
    their predicted slowdown (cost model) vs the naive stack.
 6. ``reserved_as_leak``: the run log through :func:`memfit.monitor.diagnose` (cache vs leak).
 7. ``gpu_by_vram``: the GPUs of the catalog with room for the job, by predicted tokens/s.
+
+The mistakes, the facts, :class:`Finding` and :class:`DoctorReport` are in
+:mod:`memfit.plan.doctor_findings`; :class:`DoctorChecks` declares the seven checks over the
+checklist shape of :mod:`memfit.plan.checklist`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from memfit.errors import SpecError
 from memfit.estimate.policy import AUTO, AnalyticFirst
 from memfit.estimate.result import MemoryEstimate
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes
-from memfit.plan.cost import (
-    STORED_BYTES_PER_WEIGHT,
-    ModelFacts,
-    Rates,
-    StepCost,
-    infer_cost,
-    train_step_cost,
-)
+from memfit.plan.checklist import Checklist, check, rated_gpus, step_cost, trainable_share
+from memfit.plan.cost import STORED_BYTES_PER_WEIGHT, ModelFacts, Rates, StepCost
+from memfit.plan.doctor_findings import APPLIES as APPLIES
+from memfit.plan.doctor_findings import BATCH_FROM as BATCH_FROM
+from memfit.plan.doctor_findings import CHOSE_GPU_BY as CHOSE_GPU_BY
+from memfit.plan.doctor_findings import MISTAKES as MISTAKES
+from memfit.plan.doctor_findings import SIZED_BY as SIZED_BY
+from memfit.plan.doctor_findings import DoctorReport, Finding, UserFacts
 from memfit.plan.engines import CachedEstimator, Estimator
 from memfit.plan.solve import fit
 from memfit.plan.space import RISKS, Settings
-from memfit.plan.upgrade import has_rates
 from memfit.spec import WorkloadSpec
 from memfit.units import format_bytes
 
-APPLIES = ("yes", "no", "unknown")
-SIZED_BY = ("weights", "estimate", "profile")
-BATCH_FROM = ("guess", "profile", "finder")
-CHOSE_GPU_BY = ("vram", "throughput")
-MISTAKES: dict[str, str] = {
-    "weights_only_sizing": "sizing by the weights alone",
-    "quantization_unchecked": "quantization without a quality check",
-    "batch_unprofiled": "batch size chosen without profiling",
-    "sequence_ignored": "sequence length / KV cache ignored",
-    "stacked_unbenchmarked": "several techniques stacked without benchmarking",
-    "reserved_as_leak": "reserved memory mistaken for a leak",
-    "gpu_by_vram": "GPU chosen by VRAM alone",
-}
 #: Memory techniques stacked before the combination should be benchmarked: "several" in the seed;
 #: memfit counts 3 (two techniques interact in one pair, three in three pairs: checkpointing x
 #: offload x quantization each change the step time), a rule of thumb chosen here.
@@ -67,59 +56,6 @@ SEQUENCE_SHARE_MIN = 0.10
 #: Bytes per weight of a 16-bit checkpoint (what "8B parameters = 16 GB" sizing counts).
 CHECKPOINT_BYTES_PER_WEIGHT = 2
 _SIZED_APPLIES = {"weights": "yes", "estimate": "no", "profile": "no"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Finding:
-    mistake: str
-    applies: str
-    evidence: str
-    next_step: str
-    numbers: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def title(self) -> str:
-        return MISTAKES[self.mistake]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "mistake": self.mistake,
-            "title": self.title,
-            "applies": self.applies,
-            "evidence": self.evidence,
-            "next_step": self.next_step,
-            "numbers": dict(self.numbers),
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class DoctorReport:
-    model_name: str
-    workload: WorkloadSpec
-    gpu_name: str | None
-    estimate: MemoryEstimate
-    findings: list[Finding]
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def applying(self) -> list[Finding]:
-        return [f for f in self.findings if f.applies == "yes"]
-
-    def finding(self, mistake: str) -> Finding:
-        return next(f for f in self.findings if f.mistake == mistake)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model_name,
-            "gpu": self.gpu_name,
-            "workload": self.workload.normalized(),
-            "engine": self.estimate.engine,
-            "need_bytes": need_bytes(self.estimate),
-            "n_apply": len(self.applying),
-            "n_unknown": sum(f.applies == "unknown" for f in self.findings),
-            "findings": [f.to_json() for f in self.findings],
-            "notes": list(self.notes),
-        }
 
 
 def doctor(
@@ -142,7 +78,10 @@ def doctor(
     from memfit.hardware import get_gpu
     from memfit.models import ModelSource, resolve_model
 
-    _check_facts(sized_by, batch_from, chose_gpu_by, log)
+    told = UserFacts(
+        sized_by=sized_by, quality_checked=quality_checked, batch_from=batch_from,
+        benchmarked=benchmarked, log=log, chose_gpu_by=chose_gpu_by,
+    )  # fmt: skip
     source = model if isinstance(model, ModelSource) else resolve_model(str(model))
     gpu_rec = get_gpu(gpu) if isinstance(gpu, str) else gpu
     est_fn, first = _estimator(source, gpu_rec, estimator)
@@ -150,16 +89,8 @@ def doctor(
     notes = []
     if first is not None and first.n_trace:
         notes.append(f"estimated by the trace engine: {first.rejected[0]}")
-    d = _Doctor(source, workload, gpu_rec, est, est_fn, headroom)
-    findings = [
-        d.weights_only_sizing(sized_by),
-        d.quantization_unchecked(quality_checked),
-        d.batch_unprofiled(batch_from),
-        d.sequence_ignored(sized_by),
-        d.stacked_unbenchmarked(benchmarked),
-        d.reserved_as_leak(log),
-        d.gpu_by_vram(chose_gpu_by),
-    ]
+    d = DoctorChecks(source, workload, gpu_rec, est, est_fn, headroom, told)
+    findings = d.run()
     return DoctorReport(
         model_name=source.name,
         workload=workload,
@@ -168,23 +99,6 @@ def doctor(
         findings=findings,
         notes=notes + d.notes,
     )
-
-
-def _check_facts(
-    sized_by: str | None, batch_from: str | None, chose_gpu_by: str | None, log: Any
-) -> None:
-    p = []
-    for name, value, allowed in (
-        ("sized_by", sized_by, SIZED_BY),
-        ("batch_from", batch_from, BATCH_FROM),
-        ("chose_gpu_by", chose_gpu_by, CHOSE_GPU_BY),
-    ):
-        if value is not None and value not in allowed:
-            p.append(f"{name} ({value!r}) must be one of {', '.join(allowed)}")
-    if log is not None and not os.path.isfile(log):
-        p.append(f"log ({str(log)!r}) is not a file: give a run log written by memfit monitor")
-    if p:
-        raise SpecError.from_problems(p)
 
 
 def _estimator(
@@ -198,7 +112,11 @@ def _estimator(
     return CachedEstimator(first, "analytic"), first
 
 
-class _Doctor:
+class DoctorChecks(Checklist[Finding]):
+    """One job's checks: its estimate, budget and cost facts, shared by the seven findings."""
+
+    result_type = Finding
+
     def __init__(
         self,
         source: Any,
@@ -207,9 +125,10 @@ class _Doctor:
         est: MemoryEstimate,
         est_fn: Estimator,
         headroom: float,
+        told: UserFacts,
     ) -> None:
         self.source, self.w, self.gpu, self.est, self.est_fn = source, w, gpu, est, est_fn
-        self.headroom = headroom
+        self.headroom, self.told = headroom, told
         self.budget = None if gpu is None else Budget.of(gpu, headroom=headroom)
         self.need = need_bytes(est)
         self.facts = ModelFacts.from_spec(source.spec, est.n_params)
@@ -231,7 +150,9 @@ class _Doctor:
         return " ".join(f + list(extra))
 
     # -- 1 -----------------------------------------------------------------------------------
-    def weights_only_sizing(self, sized_by: str | None) -> Finding:
+    @check
+    def weights_only_sizing(self) -> Finding:
+        sized_by = self.told.sized_by
         per_weight = STORED_BYTES_PER_WEIGHT.get(self.w.quant)
         if per_weight is None:
             per_weight = 4 if self.w.precision == "fp32" else CHECKPOINT_BYTES_PER_WEIGHT
@@ -242,26 +163,26 @@ class _Doctor:
             f"{'step' if self.w.is_train else 'run'} needs {format_bytes(self.need)} on the "
             f"device (upper end): sizing by weights under-counts by {ratio:.1f}x"
         )
-        applies = {"weights": "yes", "estimate": "no", "profile": "no"}.get(
-            sized_by or "", "unknown"
-        )
+        applies = _SIZED_APPLIES.get(sized_by or "", "unknown")
         if self.budget is not None and weights <= self.budget.capacity_bytes < self.need:
             text += f"; the weights alone fit {self.gpu.name} but the job does not"
         return Finding(
-            mistake="weights_only_sizing",
-            applies=applies,
+            id="weights_only_sizing",
+            status=applies,
             evidence=text,
             next_step=f"size the whole job: {self.cmd('estimate')}",
             numbers={"weights_bytes": weights, "need_bytes": self.need, "ratio": ratio},
         )
 
     # -- 2 -----------------------------------------------------------------------------------
-    def quantization_unchecked(self, checked: bool | None) -> Finding:
+    @check
+    def quantization_unchecked(self) -> Finding:
+        checked = self.told.quality_checked
         q = self.w.quant
         if q == "none":
             return Finding(
-                mistake="quantization_unchecked",
-                applies="no",
+                id="quantization_unchecked",
+                status="no",
                 evidence=f"weights stay {self.w.precision}: nothing quantized",
                 next_step="none",
             )
@@ -269,8 +190,8 @@ class _Doctor:
         applies = "unknown" if checked is None else ("no" if checked else "yes")
         told = {None: "not said (--quality-checked)", True: "checked", False: "not checked"}
         return Finding(
-            mistake="quantization_unchecked",
-            applies=applies,
+            id="quantization_unchecked",
+            status=applies,
             evidence=f"{q} weights ({risk}); quality {told[checked]}",
             next_step="compare the quantized model with the 16-bit one on your eval set "
             f"(perplexity or the task metric); whether a 16-bit plan fits instead: "
@@ -279,15 +200,17 @@ class _Doctor:
         )
 
     # -- 3 -----------------------------------------------------------------------------------
-    def batch_unprofiled(self, batch_from: str | None) -> Finding:
+    @check
+    def batch_unprofiled(self) -> Finding:
+        batch_from = self.told.batch_from
         b = self.w.batch_size
         applies = {"guess": "yes", "profile": "no", "finder": "no"}.get(batch_from or "", "unknown")
         step = f"find it: {self.cmd('fit', '--solve', 'batch')}, then watch the first steps "
         step += "with `memfit monitor -- python train.py`"
         if self.gpu is None:
             return Finding(
-                mistake="batch_unprofiled",
-                applies=applies,
+                id="batch_unprofiled",
+                status=applies,
                 evidence=f"batch {b} needs {format_bytes(self.need)}; give --gpu to compare it "
                 "with the largest batch that fits",
                 next_step=step,
@@ -307,15 +230,17 @@ class _Doctor:
         elif r.max_value >= 2 * b:
             text += f": {r.max_value / b:.1f}x the batch in use fits"
         return Finding(
-            mistake="batch_unprofiled",
-            applies=applies,
+            id="batch_unprofiled",
+            status=applies,
             evidence=text,
             next_step=step,
             numbers={"batch": b, "max_batch": r.max_value, "limit_bytes": limit},
         )
 
     # -- 4 -----------------------------------------------------------------------------------
-    def sequence_ignored(self, sized_by: str | None) -> Finding:
+    @check
+    def sequence_ignored(self) -> Finding:
+        sized_by = self.told.sized_by
         key = "activations" if self.w.is_train else "kv_cache"
         part = self.est.components.get(key, 0)
         share = part / max(self.est.peak_allocated_bytes, 1)
@@ -340,15 +265,17 @@ class _Doctor:
             applies = "no" if sized_by in ("estimate", "profile") else "unknown"
         solve = "seq" if self.w.is_train else "concurrency"
         return Finding(
-            mistake="sequence_ignored",
-            applies=applies,
+            id="sequence_ignored",
+            status=applies,
             evidence=text,
             next_step=f"see how far it goes: {self.cmd('fit', '--solve', solve)}",
             numbers=numbers,
         )
 
     # -- 5 -----------------------------------------------------------------------------------
-    def stacked_unbenchmarked(self, benchmarked: bool | None) -> Finding:
+    @check
+    def stacked_unbenchmarked(self) -> Finding:
+        benchmarked = self.told.benchmarked
         used = techniques(self.w)
         numbers: dict[str, Any] = {"techniques": used}
         text = f"{len(used)} memory technique(s): {', '.join(used) or 'none'}"
@@ -365,8 +292,8 @@ class _Doctor:
         else:
             applies = "unknown" if benchmarked is None else ("no" if benchmarked else "yes")
         return Finding(
-            mistake="stacked_unbenchmarked",
-            applies=applies,
+            id="stacked_unbenchmarked",
+            status=applies,
             evidence=text,
             next_step="check which of them the job needs: "
             f"{self.plan_cmd()}; time each addition for a few "
@@ -374,24 +301,27 @@ class _Doctor:
             numbers=numbers,
         )
 
-    def _cost(self, s: Settings) -> StepCost:
-        rates = Rates.of(self.gpu)
+    def _cost(self, s: Settings, gpu: Any = None) -> StepCost:
+        """The cost model's step of ``s`` on ``gpu`` (default the job's)."""
         w = self.w
-        if not w.is_train:
-            return infer_cost(s, self.facts, rates, seq_len=w.seq_len, new_tokens=w.new_tokens)
         share = 1.0  # the naive stack trains every weight; the job's own share from its estimate
         if s.lora_rank is not None or s.freeze_layers:
-            share = self.est.n_trainable_params / max(self.est.n_params, 1)
-        return train_step_cost(s, self.facts, rates, seq_len=w.seq_len, trainable_fraction=share)
+            share = trainable_share(self.est)
+        return step_cost(
+            s, self.facts, Rates.of(gpu or self.gpu), mode=w.mode, seq_len=w.seq_len,
+            new_tokens=w.new_tokens, trainable_fraction=share,
+        )  # fmt: skip
 
     # -- 6 -----------------------------------------------------------------------------------
-    def reserved_as_leak(self, log: Any) -> Finding:
+    @check
+    def reserved_as_leak(self) -> Finding:
         from memfit.monitor import diagnose
 
+        log = self.told.log
         if log is None:
             return Finding(
-                mistake="reserved_as_leak",
-                applies="unknown",
+                id="reserved_as_leak",
+                status="unknown",
                 evidence="no run log given (--log)",
                 next_step="record a run with `memfit monitor -- python train.py` (or "
                 "memfit.Monitor in the script), then `memfit diagnose run.jsonl`",
@@ -410,15 +340,17 @@ class _Doctor:
             "stable": "nothing to fix",
         }.get(d.verdict, "log more steps with memfit.Monitor in the training loop")
         return Finding(
-            mistake="reserved_as_leak",
-            applies=applies,
+            id="reserved_as_leak",
+            status=applies,
             evidence=f"{os.path.basename(str(log))}: {d.summary}",
             next_step=step,
             numbers=numbers,
         )
 
     # -- 7 -----------------------------------------------------------------------------------
-    def gpu_by_vram(self, chose_gpu_by: str | None) -> Finding:
+    @check
+    def gpu_by_vram(self) -> Finding:
+        chose_gpu_by = self.told.chose_gpu_by
         applies = {"vram": "yes", "throughput": "no"}.get(chose_gpu_by or "", "unknown")
         step = "rank GPUs by predicted throughput: "
         step += self.plan_cmd("--recommend-gpu").replace(
@@ -426,8 +358,8 @@ class _Doctor:
         )
         if self.gpu is None:
             return Finding(
-                mistake="gpu_by_vram",
-                applies=applies,
+                id="gpu_by_vram",
+                status=applies,
                 evidence="no --gpu given",
                 next_step=step,
             )
@@ -447,38 +379,26 @@ class _Doctor:
         top = ", ".join(f"{g} {t:,.0f}" for g, t in ranked[:3])
         text += f"; fastest: {top} tokens/s (same stack, roofline)" if ranked else ""
         return Finding(
-            mistake="gpu_by_vram", applies=applies, evidence=text, next_step=step, numbers=numbers
+            id="gpu_by_vram", status=applies, evidence=text, next_step=step, numbers=numbers
         )
 
     def _rank_gpus(self) -> list[tuple[str, float]]:
         """Catalog GPUs whose capacity minus headroom holds this job's estimate (the CUDA
         context differs by a few hundred MiB between GPUs: said in the notes), fastest first."""
-        from memfit.hardware import list_gpus
-
+        gpus, unrated = rated_gpus("ranked")
         out = []
-        for g in list_gpus():
+        for g in gpus:
             limit = Budget.of(g, headroom=self.headroom).limit_bytes
-            if has_rates(g) and self.need <= limit:
+            if self.need <= limit:
                 s = settings_of(self.w)
-                out.append((g.name, self._cost_on(s, g).tokens_per_s))
+                out.append((g.name, self._cost(s, g).tokens_per_s))
         self.notes.append(
             "GPUs ranked with this GPU's estimate; the CUDA context differs by < 0.3 GiB "
             "between GPUs"
         )
-        no_rates = [g.name for g in list_gpus() if not has_rates(g)]
-        if no_rates:
-            self.notes.append(
-                "not ranked (no published compute rate or memory bandwidth in the catalog): "
-                + ", ".join(no_rates)
-            )
+        if unrated:
+            self.notes.append(unrated)
         return sorted(out, key=lambda x: -x[1])
-
-    def _cost_on(self, s: Settings, gpu: Any) -> StepCost:
-        saved, self.gpu = self.gpu, gpu
-        try:
-            return self._cost(s)
-        finally:
-            self.gpu = saved
 
 
 def techniques(w: WorkloadSpec) -> list[str]:

@@ -1,0 +1,151 @@
+"""Text of ``memfit plan`` and ``memfit fit``: a plan with its memory table and settings, the GPU
+advice list, a solve (the CLI prints these; nothing here prints)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from memfit.units import format_bytes
+
+if TYPE_CHECKING:
+    from memfit.plan.advice import GPUAdvice
+    from memfit.plan.request import PlanOption
+    from memfit.plan.search import Plan
+    from memfit.plan.solve import FitResult
+
+
+def rate_text(tokens_per_s: float) -> str:
+    """Tokens/s in a few characters: ``812``, ``33.8k``, ``1.9M``."""
+    if tokens_per_s >= 1e6:
+        return f"{tokens_per_s / 1e6:.1f}M"
+    return f"{tokens_per_s / 1000:.1f}k" if tokens_per_s >= 1000 else f"{tokens_per_s:.0f}"
+
+
+def need_text(opt: PlanOption) -> str:
+    """A plan option's device memory (upper end), ``n/a`` when it was not estimated."""
+    return format_bytes(opt.need_bytes) if opt.need_bytes is not None else "n/a"
+
+
+def render_plan(p: Plan) -> str:
+    from memfit.estimate.result import COMPONENTS
+    from memfit.plan.cost import COST_CONSTANTS
+    from memfit.plan.export import export_settings
+
+    r, b = p.request, p.budget
+    batch = f"global batch {r.global_batch}" if r.global_batch else f"batch {r.per_rank_batch}"
+    lines = [
+        f"memfit plan: {p.model_name}, {r.mode} seq {r.seq_len}, {batch}, on {r.gpus} x "
+        f"{b.gpu_name}: limit {format_bytes(b.limit_bytes)} ({format_bytes(b.capacity_bytes)} "
+        f"- {format_bytes(b.headroom_bytes)} headroom)",
+        f"searched {p.n_candidates} combinations: {p.n_estimated} estimated by {p.search_engine} "
+        f"({p.search_s:.2f} s), {p.n_pruned} skipped as dominated; "
+        + (
+            f"{p.n_confirmed} estimated by {p.confirm_engine} to confirm ({p.confirm_s:.1f} s), "
+            f"{p.n_overruled} overruled; "
+            if p.confirm_engine
+            else ""
+        )
+        + f"{p.elapsed_s:.1f} s in all",
+        "",
+    ]
+    rec = p.recommended or p.closest
+    if p.recommended is None:
+        lines.append("NOTHING FITS. closest attempt:" if rec else "NOTHING FITS.")
+    if rec is not None:
+        mfu = COST_CONSTANTS["mfu"][0]
+        if p.recommended is not None:
+            lines.append(f"recommended: {rec.settings.describe()}")
+        else:
+            lines.append(f"  {rec.settings.describe()}: {rec.reason}")
+        lines.append(
+            f"  predicted {rec.cost.step_s:.3g} s/step, {rate_text(rec.cost.tokens_per_s)} "
+            f"tokens/s (roofline at MFU {mfu:.0%}); quality risk: {rec.risk}"
+        )
+        lines += [f"    - {why}" for why in rec.risk_reasons]
+        lines.append("")
+        base = p.baseline.estimate
+        lines.append(f"  {'memory at the peak':<22}{'naive baseline':>16}{'this plan':>16}")
+        for c in COMPONENTS:
+            old = format_bytes(base.components.get(c, 0)) if base else "n/a"
+            new = format_bytes(rec.estimate.components.get(c, 0)) if rec.estimate else "n/a"
+            lines.append(f"  {c:<22}{old:>16}{new:>16}")
+        lines.append(f"  {'device (upper end)':<22}{need_text(p.baseline):>16}{need_text(rec):>16}")
+        lines.append(f"  naive baseline: {p.baseline.settings.describe()}")
+    if p.recommended is not None:
+        lines += ["", "settings:"]
+        for key, value in export_settings(p.recommended.settings, r, p.model_name).items():
+            text = json.dumps(value, indent=2) if isinstance(value, dict) else value
+            lines.append(f"  {key}: " + text.replace("\n", "\n    "))
+    if p.alternatives:
+        lines += ["", f"alternatives:  {'s/step':>8} {'tokens/s':>9} {'memory':>11}  risk"]
+        for a in p.alternatives:
+            lines.append(
+                f"  {a.settings.describe()}\n  {'':<14}{a.cost.step_s:>8.3g} "
+                f"{rate_text(a.cost.tokens_per_s):>9} {need_text(a):>11}  {a.risk}"
+            )
+    if p.rejected:
+        head = (
+            "faster plans that do not fit, closest first:"
+            if p.recommended
+            else "attempts, closest first:"
+        )
+        lines += ["", head]
+        for x in p.rejected:
+            lines.append(f"  {x.settings.describe()} ({x.cost.step_s:.3g} s/step)\n    {x.reason}")
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def render_advice(advice: list[GPUAdvice], *, confirm: str | None = None) -> str:
+    notes = list(getattr(advice, "notes", []))
+    if confirm == "none" and advice:
+        engine = advice[0].best.estimate.engine if advice[0].best.estimate else "search"
+        notes.append(
+            f"memory by the {engine} engine (upper range end), not confirmed by the trace engine "
+            "(--confirm recommended does, seconds per GPU); confirm your pick with "
+            "`memfit plan MODEL --gpu NAME --gpus N`"
+        )
+    if not advice:
+        lines = ["no GPU in the catalog (up to 8 per job) fits a plan for this job"]
+        return "\n".join(lines + [f"note: {n}" for n in notes])
+    lines = [f"{'gpu':<24}{'count':>6}{'tokens/s':>10}{'per GPU':>9}{'memory':>12}  risk    plan"]
+    for a in advice:
+        lines.append(
+            f"{a.gpu:<24}{a.gpus:>6}{rate_text(a.best.cost.tokens_per_s):>10}"
+            f"{rate_text(a.tokens_per_s_per_gpu):>9}{need_text(a.best):>12}  {a.best.risk:<8}"
+            f"{a.best.settings.describe()}"
+        )
+    return "\n".join(lines + [f"note: {n}" for n in notes])
+
+
+def render_fit(r: FitResult) -> str:
+    what = {"batch": "batch size", "seq": "sequence length", "concurrency": "concurrent requests"}
+    b = r.budget
+    confirmed = r.confirmed_by not in (None, r.search_engine)
+    lines = [
+        f"largest {what[r.solve]} that fits {b.gpu_name}: {r.max_value}",
+        f"  limit {format_bytes(b.limit_bytes)} = {format_bytes(b.capacity_bytes)} - "
+        f"{format_bytes(b.headroom_bytes)} headroom; searched with {r.search_engine}"
+        f"{f', confirmed by {r.confirmed_by}' if confirmed else ''} "
+        f"({r.n_estimates} estimates)",
+    ]
+    est = r.estimate
+    if est is not None:
+        from memfit.plan.budget import need_bytes
+
+        high = need_bytes(est)
+        lines.append(
+            f"  at {'that' if r.fits else 'the smallest'} value: device "
+            f"{format_bytes(est.device_used_bytes)} (upper end {format_bytes(high)}), peak "
+            f"allocated {format_bytes(est.peak_allocated_bytes)}"
+        )
+    if r.kv_table:
+        lines += ["", f"  {'context':>8} {'requests':>9} {'KV cache':>12}"]
+        for row in r.kv_table:
+            lines.append(
+                f"  {row['context_tokens']:>8} {row['max_concurrency']:>9} "
+                f"{format_bytes(row['kv_cache_bytes']):>12}"
+            )
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)
