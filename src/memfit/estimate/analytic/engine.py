@@ -63,11 +63,7 @@ def configure_quant(o: Ops, model_type: str, wl: WorkloadSpec) -> None:
     ``quant_dtype``)."""
     o.quant = quant_format(model_type, wl)
     o.quant_group_size = wl.quant_group_size
-    o.quant_dtype = wl.extra.get(QUANT_DTYPE_KEY)
-
-
-#: ``WorkloadSpec.extra`` key of the dtype quantized layers keep under ``prepare_kbit``.
-QUANT_DTYPE_KEY = "_analytic_quant_dtype"
+    o.quant_dtype = wl.quant_compute_dtype
 
 
 def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
@@ -82,10 +78,7 @@ def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
     ):
         return wl
     return replace(
-        wl,
-        precision="fp32",
-        prepare_kbit=False,
-        extra={**wl.extra, QUANT_DTYPE_KEY: PARAM_DTYPE[wl.precision]},
+        wl, precision="fp32", prepare_kbit=False, quant_compute_dtype=PARAM_DTYPE[wl.precision]
     )
 
 
