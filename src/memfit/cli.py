@@ -134,7 +134,9 @@ def add_flags(parser: argparse.ArgumentParser, command: str, *names: str) -> Non
     for f in flags_for(command, *names):
         where: Any = parser
         if f.group is not None:
-            where = groups.setdefault(f.group, parser.add_mutually_exclusive_group())
+            if f.group not in groups:
+                groups[f.group] = parser.add_mutually_exclusive_group()
+            where = groups[f.group]
         kwargs: dict[str, Any] = {"dest": f.dest, "default": f.default, "help": f.help}
         if f.kind == "switch":
             kwargs["action"] = "store_true"

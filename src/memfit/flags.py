@@ -313,17 +313,23 @@ def workload_kwargs(values: Mapping[str, Any], command: str = "estimate") -> dic
     return kwargs
 
 
+#: The fields other defaults depend on (the optimizer on the mode, the sharding on the layout).
+DEFAULTS_DEPEND_ON = ("mode", "gpus", "tp")
+
+
 def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
     """``w`` as ``memfit estimate`` flags: the shape and the precision always, every other flag
     only where ``w`` differs from what the parser would default to (given its mode and
     layout), and the fields in ``explicit`` even at their default."""
-    implied = WorkloadSpec(mode=w.mode, gpus=w.gpus, tp=w.tp)
+    plain = WorkloadSpec()
+    implied = WorkloadSpec(**{k: getattr(w, k) for k in DEFAULTS_DEPEND_ON})
     out: list[str] = []
     for f in flags_for("estimate"):
         value = getattr(w, f.field)
-        if f.needs is not None and getattr(w, f.needs) is None:
+        if value is None or (f.needs is not None and getattr(w, f.needs) is None):
             continue
-        if not (f.always or f.field in explicit or value != getattr(implied, f.field)):
+        default = getattr(plain if f.field in DEFAULTS_DEPEND_ON else implied, f.field)
+        if not (f.always or f.field in explicit or value != default):
             continue
         if f.kind == "switch":
             out += [f.name] if value else []
