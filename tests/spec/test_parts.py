@@ -41,7 +41,8 @@ def test_each_part_refuses_its_own_bad_fields_with_the_workloads_message(build, 
 
 
 def test_a_part_reports_all_its_problems_together() -> None:
-    with pytest.raises(SpecError, match=r"^2 problems: shard \('x'\) must be .*; gpus \(0\) must be a"):
+    both = r"^2 problems: shard \('x'\) must be .*; gpus \(0\) must be a positive integer$"
+    with pytest.raises(SpecError, match=both):
         ParallelSpec(gpus=0, shard="x")
 
 
