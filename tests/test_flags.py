@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import shlex
 
 import pytest
@@ -73,8 +74,13 @@ def test_every_row_sets_a_field_that_exists() -> None:
         assert set(row.commands) <= set(EVERY), row.name
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
 def _parsed(flags: str) -> WorkloadSpec:
-    return _workload(build_parser().parse_args(["estimate", "m", *shlex.split(flags)]))
+    return _workload(_parser().parse_args(["estimate", "m", *shlex.split(flags)]))
 
 
 @st.composite
