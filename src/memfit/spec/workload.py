@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from functools import cached_property
 from typing import Any
 
 from memfit.spec.parts import ParallelSpec, ShapeSpec, TechniqueSpec
@@ -40,8 +39,8 @@ class WorkloadSpec:
     ``quant_compute_dtype``: see :class:`QuantSpec` (``compute_dtype``).
 
     The flat fields are the inputs; :attr:`shape`, :attr:`techniques` and :attr:`parallel` are
-    the same values as the three records (built on first use), and :meth:`of` composes a
-    workload from them.
+    the same values as the three records (built when read, so ``vars(w)`` stays the flat
+    fields), and :meth:`of` composes a workload from them.
     """
 
     mode: Mode = "train"
@@ -91,15 +90,15 @@ class WorkloadSpec:
             **(parallel or ParallelSpec()).flat(),
         )
 
-    @cached_property
+    @property
     def shape(self) -> ShapeSpec:
         return ShapeSpec(**{k: getattr(self, k) for k in SHAPE_FIELDS})
 
-    @cached_property
+    @property
     def techniques(self) -> TechniqueSpec:
         return TechniqueSpec.from_flat(**{k: getattr(self, k) for k in TECHNIQUE_FIELDS})
 
-    @cached_property
+    @property
     def parallel(self) -> ParallelSpec:
         return ParallelSpec(**{k: getattr(self, k) for k in PARALLEL_FIELDS})
 
