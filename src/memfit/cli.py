@@ -17,16 +17,6 @@ from typing import Any
 from memfit import cli_bench, cli_monitor, cli_plan, cli_report
 from memfit.errors import MemfitError
 from memfit.estimate import ENGINES
-from memfit.spec import (
-    ATTENTIONS,
-    CHECKPOINTING,
-    OFFLOADS,
-    OPTIMIZERS,
-    PRECISIONS,
-    QUANTS,
-    SHARDS,
-    TASKS,
-)
 
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -51,9 +41,6 @@ def integer(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     return value
-
-
-_integer = integer  # the name the argparse blocks below use
 
 
 def positive_int(text: str) -> int:
@@ -87,66 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="bundled name (see `memfit models`), path to config.json or a "
         "model dir, Hugging Face hub id, or package.module:factory",
     )
-    e.add_argument("--mode", choices=("train", "infer"), default="train")
-    e.add_argument("--batch", type=_integer, default=1, help="micro-batch size (default 1)")
-    e.add_argument("--seq", type=_integer, default=512, help="sequence length (default 512)")
-    e.add_argument(
-        "--new-tokens",
-        type=_integer,
-        default=None,
-        help="infer: tokens to generate after the prompt (default 0: prefill only)",
-    )
-    e.add_argument("--precision", choices=PRECISIONS, default="bf16")
-    e.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
-    e.add_argument("--checkpointing", choices=CHECKPOINTING, default=None)
-    e.add_argument(
-        "--optimizer",
-        choices=OPTIMIZERS,
-        default=None,
-        help="train: default adamw (foreach, torch's CUDA default)",
-    )
-    e.add_argument("--lora-rank", type=_integer, default=None)
-    e.add_argument(
-        "--lora-targets",
-        default=None,
-        help="comma-separated module names or all-linear (default all-linear)",
-    )
-    e.add_argument(
-        "--freeze", type=_integer, default=None, help="freeze the embeddings and the first N layers"
-    )
-    e.add_argument(
-        "--quant",
-        choices=QUANTS,
-        default="none",
-        help="weight format (train: QLoRA, needs --lora-rank; default none)",
-    )
-    e.add_argument(
-        "--group-size",
-        type=_integer,
-        default=128,
-        help="int4-gptq / int4-awq quantization group size (default 128)",
-    )
-    e.add_argument(
-        "--prepare-kbit",
-        action="store_true",
-        help="QLoRA through peft's prepare_model_for_kbit_training, as TRL's SFTTrainer runs it: "
-        "unquantized parameters (embeddings, norms, LM head) and activations in fp32",
-    )
-    e.add_argument("--gpus", type=_integer, default=1, help="GPUs in the job (default 1)")
-    e.add_argument(
-        "--shard",
-        choices=SHARDS,
-        default=None,
-        help="how data-parallel ranks hold the model (default ddp when gpus / tp > 1)",
-    )
-    e.add_argument(
-        "--offload",
-        choices=OFFLOADS,
-        default="none",
-        help="keep optimizer states (or also params) in host RAM; needs a ZeRO/FSDP --shard",
-    )
-    e.add_argument("--tp", type=_integer, default=1, help="tensor-parallel degree (default 1)")
-    e.add_argument("--task", choices=TASKS, default="auto")
+    add_flags(e, "estimate")
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
     e.add_argument(
         "--engine",
@@ -198,37 +126,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def add_flags(parser: argparse.ArgumentParser, command: str, *names: str) -> None:
+    """Add the workload flags ``command`` takes (all, or those named) from the one table,
+    :data:`memfit.flags.FLAGS`."""
+    from memfit.flags import flags_for
+
+    groups: dict[str, Any] = {}
+    for f in flags_for(command, *names):
+        where: Any = parser
+        if f.group is not None:
+            if f.group not in groups:
+                groups[f.group] = parser.add_mutually_exclusive_group()
+            where = groups[f.group]
+        kwargs: dict[str, Any] = {"dest": f.dest, "default": f.default, "help": f.help}
+        if f.kind == "switch":
+            kwargs["action"] = "store_true"
+        elif f.kind == "ints":
+            kwargs.update(type=integer, action="append")
+        elif f.kind == "int":
+            kwargs["type"] = integer
+        elif f.kind == "choice":
+            kwargs["choices"] = f.choices
+        where.add_argument(f.name, **kwargs)
+
+
 def workload_from_args(args: argparse.Namespace) -> Any:
-    """The ``WorkloadSpec`` of the ``memfit estimate`` flags (``fit`` and ``doctor`` share them)."""
+    """The ``WorkloadSpec`` of the workload flags (estimate, fit and doctor share them)."""
+    from memfit.flags import workload_kwargs
     from memfit.spec import WorkloadSpec
 
-    targets: Any = "all-linear"
-    if args.lora_targets and args.lora_targets != "all-linear":
-        targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
-    kwargs: dict[str, Any] = dict(
-        mode=args.mode,
-        batch_size=args.batch,
-        seq_len=args.seq,
-        new_tokens=args.new_tokens or 0,
-        precision=args.precision,
-        attention=args.attention,
-        checkpointing=args.checkpointing or "none",
-        optimizer=args.optimizer,
-        lora_rank=args.lora_rank,
-        lora_targets=targets,
-        freeze_layers=args.freeze or 0,
-        task=args.task,
-        quant=args.quant,
-        quant_group_size=args.group_size,
-        prepare_kbit=bool(getattr(args, "prepare_kbit", False)),
-        gpus=args.gpus,
-        shard=args.shard,
-        offload=args.offload,
-        tp=args.tp,
-    )
-    if args.lora_targets and args.lora_rank is None:
-        kwargs["lora_rank"] = 0  # reported as "lora_rank must be positive" with the other problems
-    return WorkloadSpec(**kwargs)
+    return WorkloadSpec(**workload_kwargs(vars(args)))
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:

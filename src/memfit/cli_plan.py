@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.spec import ATTENTIONS, CHECKPOINTING, OFFLOADS, OPTIMIZERS, PRECISIONS, QUANTS, SHARDS
 
 EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
 
@@ -67,7 +66,7 @@ def _size(text: str) -> int:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
-    from memfit.cli import integer as _integer
+    from memfit.cli import add_flags, integer
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
     from memfit.plan.request import CONFIRM_MODES
 
@@ -86,42 +85,18 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     p.add_argument("model", help="bundled name, config.json path or dir, or hub id")
     p.add_argument("--gpu", help="GPU name (see `memfit gpus`); its rates rank the plans")
-    p.add_argument("--gpus", type=_integer, default=1, help="GPUs in the job (default 1)")
+    add_flags(p, "plan", "--gpus")
     p.add_argument("--gpu-memory", type=_size, help="override the GPU memory: 24GB or 24GiB")
-    p.add_argument("--mode", choices=("train", "infer"), default="train")
-    p.add_argument("--seq", type=_integer, default=512, help="sequence length (default 512)")
-    b = p.add_mutually_exclusive_group()
-    b.add_argument(
-        "--batch",
-        type=_integer,
-        help="train: micro-batch per GPU (fixed); infer: concurrent requests",
-    )
-    b.add_argument(
-        "--global-batch",
-        type=_integer,
-        help="train: samples per optimizer step, "
-        "split into GPUs x micro-batch x gradient accumulation",
-    )
-    p.add_argument("--new-tokens", type=_integer, default=0, help="infer: tokens generated")
+    add_flags(p, "plan", "--mode", "--seq", "--batch", "--global-batch", "--new-tokens")
     p.add_argument("--goal", choices=GOALS, default="throughput")
     p.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     p.add_argument("--keep-full-finetune", action="store_true", help="no LoRA, freezing or quant")
     p.add_argument("--no-quant", action="store_true", help="keep 16-bit weights")
-    p.add_argument(
-        "--prepare-kbit",
-        action="store_true",
-        help="QLoRA plans run peft's prepare_model_for_kbit_training (as TRL's SFTTrainer does): "
-        "embeddings, norms and LM head in fp32",
-    )
+    add_flags(p, "plan", "--prepare-kbit")
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
-    p.add_argument(
-        "--lora-rank",
-        type=_integer,
-        action="append",
-        help="LoRA ranks to try (repeat; default 16 and 64)",
-    )
-    p.add_argument("--alternatives", type=_integer, default=4, help="runners-up shown (default 4)")
+    add_flags(p, "plan", "--lora-rank")
+    p.add_argument("--alternatives", type=integer, default=4, help="runners-up shown (default 4)")
     p.add_argument(
         "--confirm",
         choices=CONFIRM_MODES,
@@ -148,7 +123,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("--gpu-memory", type=_size, help="GPU memory: 24GB (10^9) or 24GiB (2^30)")
     f.add_argument("--solve", choices=SOLVES, required=True)
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
-    _workload_flags(f, _integer)
+    add_flags(f, "fit")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     _register_upgrade(sub, headroom_help)
     _register_doctor(sub, headroom_help)
@@ -156,7 +131,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def _register_upgrade(sub: Any, headroom_help: str) -> None:
-    from memfit.cli import integer as _integer
+    from memfit.cli import add_flags, integer
     from memfit.plan import DEFAULT_HEADROOM, RISK_LEVELS
     from memfit.plan.upgrade import DEFAULT_MAX_QUALITY_RISK, MAX_TRACE_FALLBACKS
 
@@ -174,15 +149,10 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
     )
     u.add_argument("model", help="bundled name, config.json path or dir, or hub id")
     u.add_argument("--gpu", required=True, help="the GPU you have or plan to use")
-    u.add_argument("--gpus", type=_integer, default=1, help="GPUs in the job (default 1)")
-    u.add_argument("--mode", choices=("train", "infer"), default="train")
-    u.add_argument("--seq", type=_integer, default=512, help="sequence (infer: prompt) length")
-    b = u.add_mutually_exclusive_group()
-    b.add_argument("--batch", type=_integer, help="train: micro-batch per GPU; infer: requests")
-    b.add_argument("--global-batch", type=_integer, help="train: samples per optimizer step")
-    u.add_argument("--new-tokens", type=_integer, default=0, help="infer: tokens generated")
-    u.add_argument("--concurrency", type=_integer, help="infer: requests served at once")
-    u.add_argument("--context", type=_integer, help="infer: tokens per request (prompt + new)")
+    add_flags(u, "upgrade", "--gpus", "--mode", "--seq")
+    add_flags(u, "upgrade", "--batch", "--global-batch", "--new-tokens")
+    u.add_argument("--concurrency", type=integer, help="infer: requests served at once")
+    u.add_argument("--context", type=integer, help="infer: tokens per request (prompt + new)")
     u.add_argument("--throughput-target", type=float, help="tokens/s the job must reach (all GPUs)")
     u.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     u.add_argument(
@@ -193,7 +163,7 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
     )
     u.add_argument(
         "--trace-fallbacks",
-        type=_integer,
+        type=integer,
         default=MAX_TRACE_FALLBACKS,
         help="trace-engine estimates for combinations the analytic engine does not model yet "
         f"(default {MAX_TRACE_FALLBACKS}; seconds each)",
@@ -203,7 +173,7 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
 
 
 def _register_doctor(sub: Any, headroom_help: str) -> None:
-    from memfit.cli import integer as _integer
+    from memfit.cli import add_flags
     from memfit.plan import DEFAULT_HEADROOM
     from memfit.plan.doctor import BATCH_FROM, CHOSE_GPU_BY, SIZED_BY
 
@@ -221,7 +191,7 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
     d.add_argument("model", help="bundled name, config.json path or dir, or hub id")
     d.add_argument("--gpu", help="the GPU the job runs on (see `memfit gpus`)")
     d.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
-    _workload_flags(d, _integer)
+    add_flags(d, "doctor")
     d.add_argument("--sized-by", choices=SIZED_BY, help="how the job's memory was sized")
     d.add_argument(
         "--quality-checked",
@@ -237,33 +207,6 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
     d.add_argument("--log", help="a run log of memfit monitor (checks leak vs allocator cache)")
     d.add_argument("--chose-gpu-by", choices=CHOSE_GPU_BY, help="why this GPU was chosen")
     d.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _workload_flags(f: argparse.ArgumentParser, integer: Callable[[str], int]) -> None:
-    """The technique flags of ``memfit estimate`` (same names and meanings)."""
-    f.add_argument("--mode", choices=("train", "infer"), default="train")
-    f.add_argument("--batch", type=integer, default=1, help="micro-batch (default 1)")
-    f.add_argument("--seq", type=integer, default=512, help="sequence length (default 512)")
-    f.add_argument("--new-tokens", type=integer, default=None)
-    f.add_argument("--precision", choices=PRECISIONS, default="bf16")
-    f.add_argument("--attention", choices=ATTENTIONS, default="sdpa")
-    f.add_argument("--checkpointing", choices=CHECKPOINTING, default=None)
-    f.add_argument("--optimizer", choices=OPTIMIZERS, default=None)
-    f.add_argument("--lora-rank", type=integer, default=None)
-    f.add_argument("--lora-targets", default=None)
-    f.add_argument("--freeze", type=integer, default=None)
-    f.add_argument("--quant", choices=QUANTS, default="none")
-    f.add_argument("--group-size", type=integer, default=128)
-    f.add_argument(
-        "--prepare-kbit",
-        action="store_true",
-        help="QLoRA through peft's prepare_model_for_kbit_training (fp32 around quantized layers)",
-    )
-    f.add_argument("--gpus", type=integer, default=1)
-    f.add_argument("--shard", choices=SHARDS, default=None)
-    f.add_argument("--offload", choices=OFFLOADS, default="none")
-    f.add_argument("--tp", type=integer, default=1)
-    f.add_argument("--task", default="auto")
 
 
 # -- plan -------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def test_training_arguments_carry_the_plan() -> None:
         checkpointing="full",
         optimizer="adamw-8bit",
         batch_size=4,
-        extra={"grad_accum": 8},
+        grad_accum=8,
     )
     args = memfit.apply.training_arguments(w, output_dir="unused", report_to=[])
     assert isinstance(args, transformers.TrainingArguments)

@@ -38,10 +38,11 @@ def test_a_stacks_splits_are_estimated_in_one_batch_call(tiny_llama_dir: Path) -
 
     def batch(ws: Sequence[WorkloadSpec]) -> list[MemoryEstimate]:
         batches.append(len(ws))
-        # one stack per call: the splits differ in batch size (and, with accumulation, in the
-        # gradients held from the previous micro-batches)
+        # one stack per call: the splits differ in batch size and micro-batch count (and, with
+        # accumulation, in the gradients held from the previous micro-batches)
         stacks = {
-            repr(dataclasses.replace(w, batch_size=1, zero_grad_set_to_none=True)) for w in ws
+            repr(dataclasses.replace(w, batch_size=1, grad_accum=1, zero_grad_set_to_none=True))
+            for w in ws
         }
         assert len(stacks) == 1
         return [closed_form_estimate(w) for w in ws]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from memfit.errors import SpecError
 from memfit.plan import PlanRequest
 from memfit.plan.space import Settings, SpaceOptions, candidates, dominates, quality_risk
+from memfit.spec import LoraSpec, ParallelSpec, WorkloadSpec
 
 
 def _opts(**kw: object) -> SpaceOptions:
@@ -117,3 +120,68 @@ def test_prepare_kbit_marks_the_quantized_training_stacks_only() -> None:
     assert "(prepare_kbit)" in s.describe()
     assert "--prepare-kbit" in memfit_flags(s, PlanRequest(seq_len=512), "m")
     assert not any(s.prepare_kbit for s in candidates(_opts()))
+
+
+# -- settings share the workload's records ------------------------------------------------------
+def test_settings_are_the_workloads_techniques_and_layout_plus_the_batch_split() -> None:
+    w = WorkloadSpec(
+        precision="amp-bf16",
+        lora_rank=16,
+        quant="nf4",
+        prepare_kbit=True,
+        gpus=2,
+        shard="zero3",
+        batch_size=4,
+        grad_accum=8,
+        zero_grad_set_to_none=False,
+    )
+    s = Settings.of(w)
+    assert s.techniques == w.techniques and s.parallel == w.parallel
+    assert (s.micro_batch, s.grad_accum) == (4, 8)
+    assert (s.precision, s.lora_rank, s.quant, s.prepare_kbit) == ("amp-bf16", 16, "nf4", True)
+    assert (s.gpus, s.shard, s.dp) == (2, "zero3", 2)
+
+
+def test_settings_take_flat_names_and_validate_them_as_the_workload_does() -> None:
+    s = Settings(precision="amp-bf16", gpus=2, shard="zero3", micro_batch=2)
+    assert s.optimizer == "none" and s.techniques.lora is None  # the planner names optimizers
+    assert Settings(precision="bf16", gpus=4).shard == "ddp"  # the layout's default
+    assert dataclasses.replace(s, lora_rank=16).techniques.lora == LoraSpec(rank=16)
+    single = dataclasses.replace(s, parallel=ParallelSpec(), grad_accum=4)
+    assert (single.gpus, single.shard, single.micro_batch, single.grad_accum) == (1, "none", 2, 4)
+    with pytest.raises(SpecError, match=r"tp \(3\) must divide gpus \(4\)"):
+        Settings(precision="bf16", gpus=4, tp=3)
+    with pytest.raises(TypeError, match="batch_size"):
+        Settings(precision="bf16", batch_size=2)
+
+
+def test_a_plans_workload_carries_its_split_and_gives_the_settings_back() -> None:
+    accumulating = [s for s in candidates(_opts(prepare_kbit=True)) if s.grad_accum > 1]
+    assert accumulating
+    for s in accumulating:
+        w = s.workload("train", 512)
+        back = Settings.of(w)
+        assert back.technique_key == s.technique_key
+        assert (back.micro_batch, back.grad_accum) == (s.micro_batch, s.grad_accum)
+        assert "grad_accum" not in w.normalized()  # the estimate is of one micro-batch
+
+
+def test_settings_print_their_flat_names_in_the_plan_json() -> None:
+    s = Settings(precision="amp-bf16", optimizer="adamw-fused", micro_batch=2, grad_accum=4)
+    assert list(s.to_json()) == [
+        "precision",
+        "quant",
+        "attention",
+        "checkpointing",
+        "optimizer",
+        "lora_rank",
+        "freeze_layers",
+        "gpus",
+        "shard",
+        "offload",
+        "tp",
+        "micro_batch",
+        "grad_accum",
+        "prepare_kbit",
+    ]
+    assert s.to_json()["grad_accum"] == 4 and s.to_json()["optimizer"] == "adamw-fused"

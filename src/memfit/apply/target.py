@@ -15,10 +15,6 @@ from memfit.errors import SpecError
 from memfit.plan.space import Settings
 from memfit.spec import WorkloadSpec
 
-#: ``WorkloadSpec.extra`` key read for the gradient-accumulation steps of a bare workload (a
-#: :class:`PlanOption` carries them in its settings).
-GRAD_ACCUM_KEY = "grad_accum"
-
 
 @dataclass(frozen=True, kw_only=True)
 class PlanTarget:
@@ -57,30 +53,8 @@ def resolve(plan: Any) -> PlanTarget:
     if isinstance(plan, PlanOption):
         return PlanTarget(workload=plan.workload, settings=plan.settings)
     if isinstance(plan, WorkloadSpec):
-        return PlanTarget(workload=plan, settings=settings_of(plan))
+        return PlanTarget(workload=plan, settings=Settings.of(plan))
     raise SpecError(
         f"plan ({type(plan).__name__}) must be a memfit Plan, PlanOption or WorkloadSpec: pass "
         "memfit.plan(...), one of its options, or memfit.WorkloadSpec(...)"
-    )
-
-
-def settings_of(w: WorkloadSpec) -> Settings:
-    """The planner's Settings for a bare workload (micro-batch = its batch size)."""
-    accum = w.extra.get(GRAD_ACCUM_KEY, 1)
-    if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1:
-        raise SpecError(f"extra[{GRAD_ACCUM_KEY!r}] ({accum!r}) must be a positive integer")
-    return Settings(
-        precision=w.precision,
-        quant=w.quant,
-        attention=w.attention,
-        checkpointing=w.checkpointing,
-        optimizer=w.optimizer or "none",
-        lora_rank=w.lora_rank,
-        freeze_layers=w.freeze_layers,
-        gpus=w.gpus,
-        shard=w.shard or "none",
-        offload=w.offload,
-        tp=w.tp,
-        micro_batch=w.batch_size,
-        grad_accum=accum,
     )

@@ -424,20 +424,7 @@ def techniques(w: WorkloadSpec) -> list[str]:
 
 
 def settings_of(w: WorkloadSpec) -> Settings:
-    return Settings(
-        precision=w.precision,
-        quant=w.quant,
-        attention=w.attention,
-        checkpointing=w.checkpointing if w.is_train else "none",
-        optimizer=w.optimizer or "none",
-        lora_rank=w.lora_rank if w.is_train else None,
-        freeze_layers=w.freeze_layers if w.is_train else 0,
-        gpus=w.gpus,
-        shard=w.shard or "none",
-        offload=w.offload,
-        tp=w.tp,
-        micro_batch=w.batch_size,
-    )
+    return Settings.of(w)
 
 
 def naive_settings(w: WorkloadSpec) -> Settings:
@@ -454,29 +441,6 @@ def naive_settings(w: WorkloadSpec) -> Settings:
 
 def workload_flags(w: WorkloadSpec) -> str:
     """``w`` as ``memfit estimate`` flags (defaults left out)."""
-    f = [f"--mode {w.mode}", f"--batch {w.batch_size}", f"--seq {w.seq_len}"]
-    if w.new_tokens:
-        f.append(f"--new-tokens {w.new_tokens}")
-    f.append(f"--precision {w.precision}")
-    if w.attention != "sdpa":
-        f.append(f"--attention {w.attention}")
-    if w.is_train:
-        if w.checkpointing != "none":
-            f.append(f"--checkpointing {w.checkpointing}")
-        if w.optimizer != "adamw":
-            f.append(f"--optimizer {w.optimizer}")
-        if w.lora_rank is not None:
-            f.append(f"--lora-rank {w.lora_rank}")
-        if w.freeze_layers:
-            f.append(f"--freeze {w.freeze_layers}")
-    if w.quant != "none":
-        f.append(f"--quant {w.quant}")
-    if w.prepare_kbit:
-        f.append("--prepare-kbit")
-    if w.gpus > 1:
-        f.append(f"--gpus {w.gpus} --shard {w.shard}")
-    if w.offload != "none":
-        f.append(f"--offload {w.offload}")
-    if w.tp > 1:
-        f.append(f"--tp {w.tp}")
-    return " ".join(f)
+    from memfit.flags import workload_flags as flags
+
+    return flags(w)

@@ -28,32 +28,13 @@ HF_OPTIM = {
 
 
 def memfit_flags(s: Settings, request: PlanRequest, model: str) -> str:
-    flags = [f"memfit estimate {model} --mode {request.mode}", f"--batch {s.micro_batch}"]
-    flags.append(f"--seq {request.seq_len}")
-    if request.mode == "infer" and request.new_tokens:
-        flags.append(f"--new-tokens {request.new_tokens}")
-    flags.append(f"--precision {s.precision}")
-    if s.attention != "sdpa":
-        flags.append(f"--attention {s.attention}")
-    if request.mode == "train":
-        flags += [f"--checkpointing {s.checkpointing}", f"--optimizer {s.optimizer}"]
-        if s.lora_rank is not None:
-            flags.append(f"--lora-rank {s.lora_rank}")
-        if s.freeze_layers:
-            flags.append(f"--freeze {s.freeze_layers}")
-    if s.quant != "none":
-        flags.append(f"--quant {s.quant}")
-    if s.prepare_kbit:
-        flags.append("--prepare-kbit")
-    if s.gpus > 1:
-        flags.append(f"--gpus {s.gpus}")
-    if s.shard not in ("none", "ddp") or (s.shard == "ddp" and s.tp > 1):
-        flags.append(f"--shard {s.shard}")
-    if s.offload != "none":
-        flags.append(f"--offload {s.offload}")
-    if s.tp > 1:
-        flags.append(f"--tp {s.tp}")
-    return " ".join(flags)
+    """The ``memfit estimate`` command of one micro-batch of the plan; a training plan names its
+    checkpointing and optimizer even where they are the defaults."""
+    from memfit.flags import workload_flags
+
+    w = s.workload(request.mode, request.seq_len, request.new_tokens)
+    explicit = ("checkpointing", "optimizer") if w.is_train else ()
+    return f"memfit estimate {model} {workload_flags(w, explicit=explicit)}"
 
 
 #: ``bnb_4bit_compute_dtype`` per precision: the workload's compute dtype, as memfit's estimators

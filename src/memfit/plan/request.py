@@ -125,11 +125,9 @@ class PlanOption:
         return RISK_LEVELS[self.risk_level]
 
     def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         est = self.estimate
         return {
-            "settings": asdict(self.settings),
+            "settings": self.settings.to_json(),
             "summary": self.settings.describe(),
             "workload": self.workload.normalized(),
             "step_s": self.cost.step_s,

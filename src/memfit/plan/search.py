@@ -38,6 +38,7 @@ from memfit.plan.space import (
     naive,
     quality_risk,
 )
+from memfit.spec import ParallelSpec
 from memfit.units import format_bytes
 
 #: Rejected plans listed in a result (fastest first, one per technique stack).
@@ -256,7 +257,7 @@ class _Search:
         if opt.estimate is not None:
             self.facts = ModelFacts.from_spec(self.source.spec, opt.estimate.n_params)
             return replace(opt, cost=self.cost(s))
-        single = replace(s, gpus=1, tp=1, shard="none", micro_batch=1, grad_accum=1)
+        single = replace(s, parallel=ParallelSpec(), micro_batch=1, grad_accum=1)  # one GPU
         est = self.engines.search(single.workload(self.request.mode, self.request.seq_len))
         self.facts = ModelFacts.from_spec(self.source.spec, est.n_params)
         return replace(opt, cost=self.cost(s))

@@ -14,7 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memfit.spec import WorkloadSpec
+from memfit.spec import (
+    PARALLEL_FIELDS,
+    TECHNIQUE_FIELDS,
+    ParallelSpec,
+    TechniqueSpec,
+    WorkloadSpec,
+)
 
 #: Ordered quality-risk scale (index = level).
 RISK_LEVELS = ("none", "low", "medium", "high")
@@ -58,30 +64,95 @@ MEMORY_ORDER: dict[str, dict[str, int]] = {
 #: Precision pairs (a, b) where a keeps at least as much as b: AMP (fp32 weights, gradients,
 #: optimizer states and residual stream) against pure 16-bit weights of the same width.
 PRECISION_KEEPS_MORE = {("amp-bf16", "bf16"), ("amp-fp16", "fp16")}
+#: The flat names ``Settings.to_json`` gives, in the order ``memfit plan --json`` prints them.
+SETTINGS_JSON = (
+    "precision",
+    "quant",
+    "attention",
+    "checkpointing",
+    "optimizer",
+    "lora_rank",
+    "freeze_layers",
+    "gpus",
+    "shard",
+    "offload",
+    "tp",
+    "micro_batch",
+    "grad_accum",
+    "prepare_kbit",
+)
 
 
-@dataclass(frozen=True, kw_only=True)
+def _view(part: str, name: str) -> Any:
+    """A read-only flat attribute of :class:`Settings`: ``name`` of its ``part`` record."""
+    return property(lambda self: getattr(getattr(self, part), name), doc=f"``{part}.{name}``")
+
+
+@dataclass(frozen=True, init=False)
 class Settings:
-    """One technique combination and batch split, per data-parallel rank."""
+    """One technique combination and batch split, per data-parallel rank: the job's
+    :class:`TechniqueSpec` and :class:`ParallelSpec` (the records a :class:`WorkloadSpec` is
+    made of) plus the split of the per-rank batch into ``micro_batch`` x ``grad_accum``.
 
-    precision: str
-    quant: str = "none"
-    attention: str = "sdpa"
-    checkpointing: str = "none"
-    optimizer: str = "none"
-    lora_rank: int | None = None
-    freeze_layers: int = 0
-    gpus: int = 1
-    shard: str = "none"
-    offload: str = "none"
-    tp: int = 1
+    Built from the records or from their flat names, as a WorkloadSpec is:
+    ``Settings(precision="amp-bf16", lora_rank=16, gpus=2, shard="zero3", micro_batch=4)``
+    (``optimizer`` left out: none; ``shard``: the layout's default). Flat names read through
+    (``s.precision``, ``s.lora_rank``) and ``dataclasses.replace`` takes them too.
+    """
+
+    techniques: TechniqueSpec
+    parallel: ParallelSpec
     micro_batch: int = 1
     grad_accum: int = 1
-    prepare_kbit: bool = False  # QLoRA through peft's prepare_model_for_kbit_training
 
-    @property
-    def dp(self) -> int:
-        return self.gpus // self.tp
+    def __init__(
+        self,
+        *,
+        techniques: TechniqueSpec | None = None,
+        parallel: ParallelSpec | None = None,
+        micro_batch: int = 1,
+        grad_accum: int = 1,
+        **flat: Any,
+    ) -> None:
+        unknown = set(flat) - set(TECHNIQUE_FIELDS) - set(PARALLEL_FIELDS)
+        if unknown:
+            raise TypeError(f"Settings got unexpected keyword arguments: {sorted(unknown)}")
+        tech = techniques.flat() if techniques else {}
+        tech.update((k, v) for k, v in flat.items() if k in TECHNIQUE_FIELDS)
+        if tech.get("optimizer") is None:
+            tech["optimizer"] = "none"  # the planner names every optimizer it runs
+        layout = parallel.flat() if parallel else {}
+        layout.update((k, v) for k, v in flat.items() if k in PARALLEL_FIELDS)
+        set_ = object.__setattr__
+        set_(self, "techniques", TechniqueSpec.from_flat(**tech))
+        set_(self, "parallel", ParallelSpec(**layout))
+        set_(self, "micro_batch", micro_batch)
+        set_(self, "grad_accum", grad_accum)
+
+    @classmethod
+    def of(cls, w: WorkloadSpec) -> Settings:
+        """The settings a workload runs: its techniques and layout, its batch as the
+        micro-batch and its gradient accumulation."""
+        return cls(
+            techniques=w.techniques,
+            parallel=w.parallel,
+            micro_batch=w.batch_size,
+            grad_accum=w.grad_accum,
+        )
+
+    precision = _view("techniques", "precision")
+    quant = _view("techniques", "quant")
+    attention = _view("techniques", "attention")
+    checkpointing = _view("techniques", "checkpointing")
+    optimizer = _view("techniques", "optimizer")
+    lora_rank = _view("techniques", "lora_rank")
+    freeze_layers = _view("techniques", "freeze_layers")
+    prepare_kbit = _view("techniques", "prepare_kbit")
+    gpus = _view("parallel", "gpus")
+    shard = _view("parallel", "shard")
+    offload = _view("parallel", "offload")
+    tp = _view("parallel", "tp")
+    dp = _view("parallel", "dp")
 
     @property
     def technique_key(self) -> tuple[Any, ...]:
@@ -100,29 +171,29 @@ class Settings:
             self.prepare_kbit,
         )
 
+    def to_json(self) -> dict[str, Any]:
+        """The settings by their flat names (what ``memfit plan --json`` prints)."""
+        return {k: getattr(self, k) for k in SETTINGS_JSON}
+
     def workload(self, mode: str, seq_len: int, new_tokens: int = 0) -> WorkloadSpec:
+        """The workload of one micro-batch. Training keeps the techniques; inference drops the
+        training-only ones. Gradient accumulation: from the second micro-batch on, the gradients
+        of the previous ones are held through the forward and backward (the engines model this
+        as gradients that exist when the step starts: ``zero_grad_set_to_none=False``)."""
         train = mode == "train"
+        tech = self.techniques.flat()
+        tech["prepare_kbit"] = self.prepare_kbit and train and self.quant != "none"
+        tech["zero_grad_set_to_none"] = not (train and self.grad_accum > 1)
+        if not train:
+            tech.update(checkpointing="none", optimizer="none", lora_rank=None, freeze_layers=0)
         return WorkloadSpec(
             mode="train" if train else "infer",
             batch_size=self.micro_batch,
             seq_len=seq_len,
             new_tokens=0 if train else new_tokens,
-            precision=self.precision,
-            attention=self.attention,
-            checkpointing=self.checkpointing if train else "none",
-            optimizer=self.optimizer if train else "none",
-            lora_rank=self.lora_rank if train else None,
-            freeze_layers=self.freeze_layers if train else 0,
-            quant=self.quant,
-            prepare_kbit=self.prepare_kbit and train and self.quant != "none",
-            gpus=self.gpus,
-            shard=self.shard,
-            offload=self.offload,
-            tp=self.tp,
-            # gradient accumulation: from the second micro-batch on, the gradients of the
-            # previous ones are held through the forward and backward (the engines model this
-            # as gradients that exist when the step starts)
-            zero_grad_set_to_none=not (train and self.grad_accum > 1),
+            grad_accum=self.grad_accum if train else 1,
+            **tech,
+            **self.parallel.flat(),
         )
 
     def describe(self) -> str:

@@ -91,9 +91,10 @@ def estimate_many(
 
 
 def _batch_free_key(wl: WorkloadSpec) -> tuple[Any, ...]:
-    return tuple(
-        repr(getattr(wl, f.name)) for f in dataclasses.fields(wl) if f.name != "batch_size"
-    )
+    """Every field but the batch size and the micro-batch count (one micro-batch is simulated;
+    accumulation's held gradients are ``zero_grad_set_to_none``, which the key keeps)."""
+    free = ("batch_size", "grad_accum")
+    return tuple(repr(getattr(wl, f.name)) for f in dataclasses.fields(wl) if f.name not in free)
 
 
 def _envelopes(one_: Simulated, two: Simulated) -> dict[str, list[tuple[Vec, Vec]]]:

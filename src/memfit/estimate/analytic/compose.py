@@ -43,9 +43,6 @@ from memfit.spec import WorkloadSpec
 
 #: Bytes of one int64 token id (``input_ids``, ``labels``).
 ID_BYTES = DTYPE_BYTES["i64"]
-#: ``WorkloadSpec.extra`` key of the dtype quantized layers keep under ``prepare_kbit``
-#: (``engine.kbit_workload``).
-QUANT_DTYPE_KEY = "_analytic_quant_dtype"
 #: A block's recorded body: its input (None for embeddings) and the outputs gradients flow from.
 Body = Callable[[Ops], tuple[Tensor | None, list[Tensor]]]
 
@@ -75,7 +72,7 @@ def configure_quant(o: Ops, model_type: str, wl: WorkloadSpec) -> None:
     explains ``quant_dtype``)."""
     o.quant = quant_format(model_type, wl)
     o.quant_group_size = wl.quant_group_size
-    o.quant_dtype = wl.extra.get(QUANT_DTYPE_KEY)
+    o.quant_dtype = wl.quant_compute_dtype
 
 
 def hidden_dtype(precision: str) -> str:
@@ -262,7 +259,6 @@ def forward_pass(
 
 __all__ = [
     "ID_BYTES",
-    "QUANT_DTYPE_KEY",
     "Body",
     "ForwardPass",
     "Simulated",

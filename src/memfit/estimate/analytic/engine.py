@@ -19,7 +19,6 @@ from typing import Any
 from memfit.estimate.analytic.blocks import Shared, Work
 from memfit.estimate.analytic.compose import (
     ID_BYTES,
-    QUANT_DTYPE_KEY,
     Simulated,
     cast_cache_bytes,
     embedding_shapes,
@@ -51,10 +50,7 @@ def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
     ):
         return wl
     return replace(
-        wl,
-        precision="fp32",
-        prepare_kbit=False,
-        extra={**wl.extra, QUANT_DTYPE_KEY: PARAM_DTYPE[wl.precision]},
+        wl, precision="fp32", prepare_kbit=False, quant_compute_dtype=PARAM_DTYPE[wl.precision]
     )
 
 
@@ -276,4 +272,4 @@ def simulate(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     return simulate_infer(prog, wl, task)
 
 
-__all__ = ["ID_BYTES", "QUANT_DTYPE_KEY", "Simulated", "kbit_workload", "simulate"]
+__all__ = ["ID_BYTES", "Simulated", "kbit_workload", "simulate"]

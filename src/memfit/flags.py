@@ -1,0 +1,340 @@
+"""The workload flags: one table of every flag that describes a job, as the commands spell it.
+
+Each :class:`Flag` row says the option as users type it, where argparse stores it, its type,
+choices, default and help, the field it sets (a :class:`~memfit.spec.WorkloadSpec` field, or a
+``PlanRequest`` field for the planner's own spellings) and the commands that take it. From this
+table come every argparse block of the workload flags (``memfit.cli.add_flags``), the flag
+strings the planner and the doctor print (:func:`workload_flags`), the workload a parsed command
+line describes (:func:`workload_kwargs`), and so the descriptions in ``docs/cli.md`` (rendered
+from ``--help``). Data and pure functions only: :mod:`memfit.cli` parses argv.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from memfit.spec import (
+    ATTENTIONS,
+    CHECKPOINTING,
+    MODES,
+    OFFLOADS,
+    OPTIMIZERS,
+    PRECISIONS,
+    QUANTS,
+    SHARDS,
+    TASKS,
+    WorkloadSpec,
+)
+
+#: ``int``: a whole number; ``ints``: a whole number, repeatable (a list); ``choice``: one of
+#: ``choices``; ``switch``: present or not; ``text``: free text.
+Kind = Literal["int", "ints", "choice", "switch", "text"]
+
+#: Commands that describe one job with the estimate's flags (``memfit plan`` and ``upgrade``
+#: search over techniques and take only the job's shape).
+ESTIMATE_LIKE = ("estimate", "fit", "doctor")
+EVERY = (*ESTIMATE_LIKE, "plan", "upgrade")
+PLANNERS = ("plan", "upgrade")
+
+
+def _targets(text: str) -> Any:
+    """``--lora-targets q_proj,v_proj`` as the tuple of module names (or ``all-linear``)."""
+    if not text or text == "all-linear":
+        return "all-linear"
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flag:
+    """One flag. ``field``: what it sets on ``target``; ``always``: the flag strings name it
+    even at its default; ``needs``: it is written only when that field is set (not None);
+    ``group``: flags of one group exclude each other; ``parse``: text to the field's value."""
+
+    name: str
+    dest: str
+    kind: Kind
+    field: str
+    commands: tuple[str, ...]
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    help: str | None = None
+    target: Literal["workload", "request"] = "workload"
+    always: bool = False
+    needs: str | None = None
+    group: str | None = None
+    parse: Callable[[Any], Any] | None = None
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag(
+        name="--mode",
+        dest="mode",
+        kind="choice",
+        choices=MODES,
+        default="train",
+        field="mode",
+        commands=EVERY,
+        always=True,
+    ),
+    Flag(
+        name="--batch",
+        dest="batch",
+        kind="int",
+        default=1,
+        help="micro-batch size (default 1)",
+        field="batch_size",
+        commands=ESTIMATE_LIKE,
+        always=True,
+    ),
+    Flag(
+        name="--seq",
+        dest="seq",
+        kind="int",
+        default=512,
+        help="sequence length (default 512)",
+        field="seq_len",
+        commands=EVERY,
+        always=True,
+    ),
+    Flag(
+        name="--batch",
+        dest="batch",
+        kind="int",
+        help="train: micro-batch per GPU (fixed); infer: concurrent requests",
+        field="batch_size",
+        target="request",
+        commands=PLANNERS,
+        group="batch",
+    ),
+    Flag(
+        name="--global-batch",
+        dest="global_batch",
+        kind="int",
+        help="train: samples per optimizer step, "
+        "split into GPUs x micro-batch x gradient accumulation",
+        field="global_batch",
+        target="request",
+        commands=PLANNERS,
+        group="batch",
+    ),
+    Flag(
+        name="--new-tokens",
+        dest="new_tokens",
+        kind="int",
+        default=0,
+        help="infer: tokens to generate after the prompt (default 0: prefill only)",
+        field="new_tokens",
+        commands=EVERY,
+    ),
+    Flag(
+        name="--precision",
+        dest="precision",
+        kind="choice",
+        choices=PRECISIONS,
+        default="bf16",
+        field="precision",
+        commands=ESTIMATE_LIKE,
+        always=True,
+    ),
+    Flag(
+        name="--attention",
+        dest="attention",
+        kind="choice",
+        choices=ATTENTIONS,
+        default="sdpa",
+        field="attention",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--checkpointing",
+        dest="checkpointing",
+        kind="choice",
+        choices=CHECKPOINTING,
+        field="checkpointing",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--optimizer",
+        dest="optimizer",
+        kind="choice",
+        choices=OPTIMIZERS,
+        help="train: default adamw (foreach, torch's CUDA default)",
+        field="optimizer",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--lora-rank",
+        dest="lora_rank",
+        kind="int",
+        field="lora_rank",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--lora-targets",
+        dest="lora_targets",
+        kind="text",
+        help="comma-separated module names or all-linear (default all-linear)",
+        field="lora_targets",
+        commands=ESTIMATE_LIKE,
+        needs="lora_rank",
+        parse=_targets,
+    ),
+    Flag(
+        name="--freeze",
+        dest="freeze",
+        kind="int",
+        help="freeze the embeddings and the first N layers",
+        field="freeze_layers",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--quant",
+        dest="quant",
+        kind="choice",
+        choices=QUANTS,
+        default="none",
+        help="weight format (train: QLoRA, needs --lora-rank; default none)",
+        field="quant",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--group-size",
+        dest="group_size",
+        kind="int",
+        default=128,
+        help="int4-gptq / int4-awq quantization group size (default 128)",
+        field="quant_group_size",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--prepare-kbit",
+        dest="prepare_kbit",
+        kind="switch",
+        default=False,
+        help="QLoRA through peft's prepare_model_for_kbit_training, as TRL's SFTTrainer runs it: "
+        "unquantized parameters (embeddings, norms, LM head) and activations in fp32",
+        field="prepare_kbit",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--gpus",
+        dest="gpus",
+        kind="int",
+        default=1,
+        help="GPUs in the job (default 1)",
+        field="gpus",
+        commands=EVERY,
+    ),
+    Flag(
+        name="--shard",
+        dest="shard",
+        kind="choice",
+        choices=SHARDS,
+        help="how data-parallel ranks hold the model (default ddp when gpus / tp > 1)",
+        field="shard",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--offload",
+        dest="offload",
+        kind="choice",
+        choices=OFFLOADS,
+        default="none",
+        help="keep optimizer states (or also params) in host RAM; needs a ZeRO/FSDP --shard",
+        field="offload",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--tp",
+        dest="tp",
+        kind="int",
+        default=1,
+        help="tensor-parallel degree (default 1)",
+        field="tp",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--task",
+        dest="task",
+        kind="choice",
+        choices=TASKS,
+        default="auto",
+        field="task",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--prepare-kbit",
+        dest="prepare_kbit",
+        kind="switch",
+        default=False,
+        help="QLoRA plans run peft's prepare_model_for_kbit_training (as TRL's SFTTrainer does): "
+        "embeddings, norms and LM head in fp32",
+        field="prepare_kbit",
+        target="request",
+        commands=("plan",),
+    ),
+    Flag(
+        name="--lora-rank",
+        dest="lora_rank",
+        kind="ints",
+        help="LoRA ranks to try (repeat; default 16 and 64)",
+        field="lora_ranks",
+        target="request",
+        commands=("plan",),
+    ),
+)
+
+
+def flags_for(command: str, *names: str) -> list[Flag]:
+    """The rows ``command`` takes: all of them in table order, or those named, in that order."""
+    rows = [f for f in FLAGS if command in f.commands]
+    if not names:
+        return rows
+    by_name = {f.name: f for f in rows}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise KeyError(f"memfit {command} takes no workload flag {', '.join(unknown)}")
+    return [by_name[n] for n in names]
+
+
+def workload_kwargs(values: Mapping[str, Any], command: str = "estimate") -> dict[str, Any]:
+    """The :class:`WorkloadSpec` keywords of a parsed command line (``vars(args)``): a flag
+    left at None leaves the field to the WorkloadSpec's default."""
+    kwargs: dict[str, Any] = {}
+    for f in flags_for(command):
+        value = values.get(f.dest)
+        if f.target != "workload" or value is None:
+            continue
+        kwargs[f.field] = f.parse(value) if f.parse else value
+    if values.get("lora_targets") and values.get("lora_rank") is None:
+        kwargs["lora_rank"] = 0  # reported as "lora_rank must be positive" with the other problems
+    return kwargs
+
+
+#: The fields other defaults depend on (the optimizer on the mode, the sharding on the layout).
+DEFAULTS_DEPEND_ON = ("mode", "gpus", "tp")
+
+
+def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
+    """``w`` as ``memfit estimate`` flags: the shape and the precision always, every other flag
+    only where ``w`` differs from what the parser would default to (given its mode and
+    layout), and the fields in ``explicit`` even at their default."""
+    plain = WorkloadSpec()
+    implied = WorkloadSpec(**{k: getattr(w, k) for k in DEFAULTS_DEPEND_ON})
+    out: list[str] = []
+    for f in flags_for("estimate"):
+        value = getattr(w, f.field)
+        if value is None or (f.needs is not None and getattr(w, f.needs) is None):
+            continue
+        default = getattr(plain if f.field in DEFAULTS_DEPEND_ON else implied, f.field)
+        if not (f.always or f.field in explicit or value != default):
+            continue
+        if f.kind == "switch":
+            out += [f.name] if value else []
+        elif isinstance(value, tuple):
+            out.append(f"{f.name} {','.join(value)}")
+        else:
+            out.append(f"{f.name} {value}")
+    return " ".join(out)

@@ -1,0 +1,69 @@
+"""Validated, frozen inputs: what job is being estimated.
+
+A :class:`WorkloadSpec` says *what the user's job runs*. It is one flat keyword record (the public
+API: ``WorkloadSpec(batch_size=4, lora_rank=16)``, ``w.batch_size``, ``dataclasses.replace``)
+composed of three parts, each a record of its own that validates its fields:
+
+- :class:`ShapeSpec` (``w.shape``): mode, batch, sequence, new tokens, task, gradient accumulation;
+- :class:`TechniqueSpec` (``w.techniques``): precision, attention, checkpointing, optimizer,
+  :class:`LoraSpec` (or None), freezing, :class:`QuantSpec`, ``zero_grad_set_to_none``;
+- :class:`ParallelSpec` (``w.parallel``): GPUs, tensor parallelism, sharding, offload (and dp).
+
+A WorkloadSpec is validated once in ``__post_init__`` and every problem is reported together,
+each naming the field (by its flat name), the value and the rule. The rules live in one table
+(:data:`FIELD_RULES`) that the records and the WorkloadSpec share, so a record and the workload
+refuse a value with the same words. ``docs/decisions.md`` says why the flat fields are the inputs.
+"""
+
+from __future__ import annotations
+
+from memfit.spec.parts import LoraSpec, ParallelSpec, QuantSpec, ShapeSpec, TechniqueSpec
+from memfit.spec.rules import (
+    ATTENTIONS,
+    CHECKPOINTING,
+    COMPUTE_DTYPES,
+    FIELD_RULES,
+    MAX_BATCH_SIZE,
+    MAX_GPUS,
+    MAX_GRAD_ACCUM,
+    MAX_SEQ_LEN,
+    MODES,
+    OFFLOADS,
+    OPTIMIZERS,
+    PARTITIONING_SHARDS,
+    PRECISIONS,
+    QUANTS,
+    SHARDS,
+    TASKS,
+    Mode,
+)
+from memfit.spec.workload import PARALLEL_FIELDS, SHAPE_FIELDS, TECHNIQUE_FIELDS, WorkloadSpec
+
+__all__ = [
+    "ATTENTIONS",
+    "CHECKPOINTING",
+    "COMPUTE_DTYPES",
+    "FIELD_RULES",
+    "MAX_BATCH_SIZE",
+    "MAX_GPUS",
+    "MAX_GRAD_ACCUM",
+    "MAX_SEQ_LEN",
+    "MODES",
+    "OFFLOADS",
+    "OPTIMIZERS",
+    "PARALLEL_FIELDS",
+    "PARTITIONING_SHARDS",
+    "PRECISIONS",
+    "QUANTS",
+    "SHAPE_FIELDS",
+    "SHARDS",
+    "TASKS",
+    "TECHNIQUE_FIELDS",
+    "LoraSpec",
+    "Mode",
+    "ParallelSpec",
+    "QuantSpec",
+    "ShapeSpec",
+    "TechniqueSpec",
+    "WorkloadSpec",
+]

@@ -1,0 +1,192 @@
+"""The three parts of a job: its shape, its techniques and its parallel layout (frozen records).
+
+Each validates its own fields when built (:mod:`memfit.spec.rules`), names them by their
+:class:`~memfit.spec.WorkloadSpec` names in messages, and gives them back by those names
+(``flat()``), which is how a WorkloadSpec and the planner's ``Settings`` are built from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from memfit.spec.rules import (
+    Mode,
+    default_shard,
+    field_problems,
+    is_count,
+    kbit_rules,
+    layout_rules,
+    offload_rules,
+    raise_if,
+    shape_rules,
+)
+
+
+# -- the three parts of a job --------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class ShapeSpec:
+    """What one step computes: train or infer, samples per micro-batch, tokens per sample, tokens
+    generated, the model head, and micro-batches per optimizer step."""
+
+    mode: Mode = "train"
+    batch_size: int = 1
+    seq_len: int = 512
+    new_tokens: int = 0
+    task: str = "auto"
+    grad_accum: int = 1
+
+    def __post_init__(self) -> None:
+        raise_if(self.problems())
+
+    def problems(self) -> list[str]:
+        return field_problems(self.flat()) + shape_rules(
+            self.mode, self.new_tokens, self.grad_accum
+        )
+
+    def flat(self) -> dict[str, Any]:
+        """The fields by their :class:`WorkloadSpec` names."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoraSpec:
+    """LoRA adapters (Hu et al. 2021): their rank and the modules they wrap (``all-linear`` or
+    module names)."""
+
+    rank: int
+    targets: tuple[str, ...] | str = "all-linear"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.targets, list):
+            object.__setattr__(self, "targets", tuple(self.targets))
+        raise_if(self.problems())
+
+    def problems(self) -> list[str]:
+        if self.rank is None:
+            return ["lora_rank (None) must be a positive integer (no LoRA: lora=None)"]
+        return field_problems({"lora_rank": self.rank})
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantSpec:
+    """How the base weights are stored: ``format`` (``none`` keeps the precision's dtype), the
+    GPTQ/AWQ group size, peft's ``prepare_model_for_kbit_training`` (QLoRA through TRL's
+    SFTTrainer), and the dtype the quantized layers compute in when it differs from the
+    precision's (None: the precision's; the analytic engine sets it for ``prepare_kbit``)."""
+
+    format: str = "none"
+    group_size: int = 128
+    prepare_kbit: bool = False
+    compute_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        raise_if(self.problems())
+
+    def problems(self) -> list[str]:
+        return field_problems(self.flat()) + kbit_rules("train", self.format, self.prepare_kbit)
+
+    def flat(self) -> dict[str, Any]:
+        return {
+            "quant": self.format,
+            "quant_group_size": self.group_size,
+            "prepare_kbit": self.prepare_kbit,
+            "quant_compute_dtype": self.compute_dtype,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TechniqueSpec:
+    """The memory techniques of a job. ``optimizer`` None: the mode's default (a WorkloadSpec
+    resolves it: adamw to train, none to infer). ``lora`` None: full fine-tuning."""
+
+    precision: str = "bf16"
+    attention: str = "sdpa"
+    checkpointing: str = "none"
+    optimizer: str | None = None
+    lora: LoraSpec | None = None
+    freeze_layers: int = 0
+    quantization: QuantSpec = QuantSpec()
+    zero_grad_set_to_none: bool = True
+
+    def __post_init__(self) -> None:
+        raise_if(self.problems())
+
+    def problems(self) -> list[str]:
+        own = ("precision", "attention", "checkpointing", "optimizer", "freeze_layers")
+        values = {k: getattr(self, k) for k in own}
+        if self.optimizer is None:
+            del values["optimizer"]
+        return field_problems(values)
+
+    @classmethod
+    def from_flat(cls, **flat: Any) -> TechniqueSpec:
+        """From :class:`WorkloadSpec` names (``lora_rank``, ``quant``, ``quant_group_size``...)."""
+        rank, targets = flat.pop("lora_rank", None), flat.pop("lora_targets", "all-linear")
+        q = {k: flat.pop(k) for k in ("quant", "quant_group_size", "prepare_kbit") if k in flat}
+        quant = QuantSpec(
+            format=q.get("quant", "none"),
+            group_size=q.get("quant_group_size", 128),
+            prepare_kbit=q.get("prepare_kbit", False),
+            compute_dtype=flat.pop("quant_compute_dtype", None),
+        )
+        lora = None if rank is None else LoraSpec(rank=rank, targets=targets)
+        return cls(lora=lora, quantization=quant, **flat)
+
+    def flat(self) -> dict[str, Any]:
+        """The fields by their :class:`WorkloadSpec` names."""
+        return {
+            "precision": self.precision,
+            "attention": self.attention,
+            "checkpointing": self.checkpointing,
+            "optimizer": self.optimizer,
+            "lora_rank": self.lora_rank,
+            "lora_targets": self.lora.targets if self.lora else "all-linear",
+            "freeze_layers": self.freeze_layers,
+            "zero_grad_set_to_none": self.zero_grad_set_to_none,
+            **self.quantization.flat(),
+        }
+
+    @property
+    def lora_rank(self) -> int | None:
+        return None if self.lora is None else self.lora.rank
+
+    @property
+    def quant(self) -> str:
+        return self.quantization.format
+
+    @property
+    def prepare_kbit(self) -> bool:
+        return self.quantization.prepare_kbit
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelSpec:
+    """How the job spreads over GPUs: ``tp``-way tensor parallelism inside each group and
+    ``dp = gpus / tp`` data-parallel ranks holding the model as ``shard`` says (None: ``ddp``
+    when there are several ranks, else ``none``), with ``offload`` to host RAM."""
+
+    gpus: int = 1
+    tp: int = 1
+    shard: str | None = None
+    offload: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.shard is None:
+            object.__setattr__(self, "shard", default_shard(self.gpus, self.tp))
+        raise_if(self.problems())
+
+    def problems(self) -> list[str]:
+        p = field_problems(self.flat())
+        if is_count(self.gpus) and is_count(self.tp):
+            p += layout_rules(self.gpus, self.tp, self.shard)
+            p += offload_rules(self.shard, self.offload)
+        return p
+
+    def flat(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: ``gpus / tp``."""
+        return self.gpus // self.tp

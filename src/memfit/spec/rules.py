@@ -1,0 +1,213 @@
+"""The rules of a job description: allowed values, one check per field, the rules between fields.
+
+Each check names the field by its :class:`~memfit.spec.WorkloadSpec` name, the value and the rule;
+the records of :mod:`memfit.spec.parts` and the WorkloadSpec run the same checks, so both refuse a
+value with the same words. Pure Python, no imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+Mode = Literal["train", "infer"]
+
+PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
+ATTENTIONS = ("eager", "sdpa", "flash")
+CHECKPOINTING = ("none", "full", "selective")
+OPTIMIZERS = (
+    "adamw",
+    "adamw-fused",
+    "adamw-8bit",
+    "paged-adamw-8bit",
+    "adafactor",
+    "lion",
+    "sgd",
+    "sgd-momentum",
+    "none",
+)
+#: Weight formats: bitsandbytes LLM.int8 / NF4 (± double quant) / FP4, GPTQ and AWQ packed int4,
+#: FP8 (per-tensor scales). ``none`` keeps the precision's dtype.
+QUANTS = ("none", "int8", "nf4", "nf4-dq", "fp4", "int4-gptq", "int4-awq", "fp8")
+#: How data-parallel ranks hold the model: ``ddp`` replicates it; ZeRO-1/2/3 partition optimizer
+#: states / + gradients / + parameters; ``fsdp`` is PyTorch FSDP2 (fully sharded, like ZeRO-3).
+SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp")
+#: What lives in host RAM instead of the GPU: optimizer states (+ fp32 master weights), or those
+#: and the parameters too (ZeRO-3 / FSDP only).
+OFFLOADS = ("none", "optimizer", "params")
+#: GPUs per job memfit will reason about.
+MAX_GPUS = 1 << 16
+TASKS = ("auto", "causal-lm", "seq-cls", "seq2seq")
+MODES = ("train", "infer")
+
+#: The largest sequence memfit will accept: 16 Mi tokens. Beyond it no single GPU could hold even
+#: the activations of one layer of the smallest bundled model, so such values are typos.
+MAX_SEQ_LEN = 16 * 1024 * 1024
+#: Likewise for batch size (samples per micro-batch).
+MAX_BATCH_SIZE = 1 << 20
+
+
+#: Dtypes a quantized layer may compute in when it differs from the precision's (the analytic
+#: engine's names): set by the engine for peft's ``prepare_model_for_kbit_training``, which casts
+#: the model around the quantized layers to fp32 but leaves them in the dtype they were loaded in.
+COMPUTE_DTYPES = ("f32", "bf16", "f16")
+#: Micro-batches per optimizer step memfit will reason about.
+MAX_GRAD_ACCUM = 1 << 16
+#: Largest quantization group size (a typo guard; GPTQ / AWQ use 32 to 128).
+MAX_GROUP_SIZE = 1 << 20
+#: Sharding modes that partition state across data-parallel ranks (and can offload it).
+PARTITIONING_SHARDS = ("zero1", "zero2", "zero3", "fsdp")
+
+
+# -- field rules: one check per flat field, shared by the records and WorkloadSpec -------------
+Rule = Callable[[str, Any], "str | None"]
+
+
+def _choice(allowed: tuple[str, ...]) -> Rule:
+    def check(name: str, value: Any) -> str | None:
+        if value in allowed:
+            return None
+        return f"{name} ({value!r}) must be one of {', '.join(allowed)}"
+
+    return check
+
+
+def _positive(upper: int, beyond: str = "is beyond what any GPU could hold") -> Rule:
+    def check(name: str, value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{name} ({value!r}) must be a positive integer"
+        return f"{name} ({value}) {beyond} (max {upper})" if value > upper else None
+
+    return check
+
+
+def _new_tokens(name: str, value: Any) -> str | None:
+    if not isinstance(value, int) or value < 0:
+        return f"{name} ({value!r}) must be an integer >= 0"
+    return f"{name} ({value}) is beyond what any GPU could hold" if value > MAX_SEQ_LEN else None
+
+
+def _lora_rank(name: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, int) or value < 1):
+        return f"{name} ({value!r}) must be a positive integer or None"
+    return None
+
+
+def _count_or_zero(name: str, value: Any) -> str | None:
+    ok = isinstance(value, int) and value >= 0
+    return None if ok else f"{name} ({value!r}) must be an integer >= 0"
+
+
+def _compute_dtype(name: str, value: Any) -> str | None:
+    if value is None or value in COMPUTE_DTYPES:
+        return None
+    return f"{name} ({value!r}) must be None or one of {', '.join(COMPUTE_DTYPES)}"
+
+
+#: Every checked flat field and its rule, in the order problems are reported.
+FIELD_RULES: dict[str, Rule] = {
+    "mode": _choice(MODES),
+    "precision": _choice(PRECISIONS),
+    "attention": _choice(ATTENTIONS),
+    "checkpointing": _choice(CHECKPOINTING),
+    "optimizer": _choice(OPTIMIZERS),
+    "task": _choice(TASKS),
+    "quant": _choice(QUANTS),
+    "shard": _choice(SHARDS),
+    "offload": _choice(OFFLOADS),
+    "quant_group_size": _positive(MAX_GROUP_SIZE),
+    "gpus": _positive(MAX_GPUS),
+    "tp": _positive(MAX_GPUS),
+    "batch_size": _positive(MAX_BATCH_SIZE),
+    "seq_len": _positive(MAX_SEQ_LEN),
+    "new_tokens": _new_tokens,
+    "lora_rank": _lora_rank,
+    "freeze_layers": _count_or_zero,
+    "grad_accum": _positive(MAX_GRAD_ACCUM, "is more micro-batches per step than memfit models"),
+    "quant_compute_dtype": _compute_dtype,
+}
+
+
+def field_problems(values: Mapping[str, Any]) -> list[str]:
+    """The rules of :data:`FIELD_RULES` for the fields in ``values`` (by flat name)."""
+    found = (rule(name, values[name]) for name, rule in FIELD_RULES.items() if name in values)
+    return [text for text in found if text is not None]
+
+
+def raise_if(problems: list[str]) -> None:
+    if problems:
+        from memfit.errors import SpecError
+
+        raise SpecError.from_problems(problems)
+
+
+def is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+# -- rules between fields ------------------------------------------------------------------
+def shape_rules(mode: str, new_tokens: Any, grad_accum: Any) -> list[str]:
+    p: list[str] = []
+    if mode != "infer" and new_tokens and isinstance(new_tokens, int):
+        p.append(
+            f"new_tokens ({new_tokens}) only applies to mode 'infer' (generation); "
+            "drop --new-tokens or use --mode infer"
+        )
+    if mode == "infer" and is_count(grad_accum) and grad_accum > 1:
+        p.append(f"grad_accum ({grad_accum}) only applies to mode 'train' (no optimizer steps)")
+    return p
+
+
+def layout_rules(gpus: int, tp: int, shard: str | None) -> list[str]:
+    """Tensor parallelism must divide the GPUs; data-parallel ranks need a sharding mode."""
+    p: list[str] = []
+    if gpus % tp:
+        p.append(
+            f"tp ({tp}) must divide gpus ({gpus}): each tensor-parallel group spans "
+            "tp GPUs and the data-parallel degree is gpus / tp"
+        )
+    dp = gpus // tp
+    if shard == "none" and dp > 1:
+        p.append(
+            f"shard 'none' with {dp} data-parallel ranks (gpus {gpus} / tp {tp}): "
+            "say how the ranks hold the model with --shard ddp|zero1|zero2|zero3|fsdp"
+        )
+    return p
+
+
+def offload_rules(shard: str | None, offload: str) -> list[str]:
+    p: list[str] = []
+    if offload != "none" and shard not in PARTITIONING_SHARDS:
+        hint = "--shard zero3" if offload == "params" else "--shard zero2 (ZeRO-Offload)"
+        p.append(
+            f"offload ({offload!r}) needs a sharding engine that offloads "
+            f"(got shard {shard!r}); use {hint}, also with --gpus 1"
+        )
+    if offload == "params" and shard in ("zero1", "zero2"):
+        p.append(
+            f"offload 'params' needs --shard zero3 or fsdp (shard {shard!r} keeps "
+            "every parameter on each GPU)"
+        )
+    if offload == "optimizer" and shard == "fsdp":
+        p.append(
+            "offload 'optimizer' with shard 'fsdp': FSDP2's CPUOffloadPolicy offloads "
+            "parameters, gradients and optimizer states together; use --offload params, or "
+            "--shard zero2/zero3 for optimizer-only offload (ZeRO-Offload)"
+        )
+    return p
+
+
+def kbit_rules(mode: str, quant: str, prepare_kbit: Any) -> list[str]:
+    if prepare_kbit not in (True, False):
+        return [f"prepare_kbit ({prepare_kbit!r}) must be true or false"]
+    if prepare_kbit and (mode != "train" or quant == "none"):
+        return [
+            "prepare_kbit (peft's prepare_model_for_kbit_training) applies to QLoRA training: "
+            "it needs --mode train and a --quant format; drop --prepare-kbit"
+        ]
+    return []
+
+
+def default_shard(gpus: Any, tp: Any) -> str:
+    dp = gpus // tp if is_count(gpus) and is_count(tp) else 1
+    return "ddp" if dp > 1 else "none"

@@ -1,0 +1,224 @@
+"""WorkloadSpec: one job as the flat keyword record users write, composed of the three parts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from memfit.spec.parts import ParallelSpec, ShapeSpec, TechniqueSpec
+from memfit.spec.rules import (
+    FIELD_RULES,
+    PARTITIONING_SHARDS,
+    Mode,
+    default_shard,
+    field_problems,
+    is_count,
+    kbit_rules,
+    layout_rules,
+    offload_rules,
+    raise_if,
+    shape_rules,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadSpec:
+    """One training step or one inference run, as the user's job executes it.
+
+    ``precision``: ``fp32``/``bf16``/``fp16`` keep weights, grads and optimizer states in that
+    dtype; ``amp-*`` keep fp32 master weights and run the forward under autocast (``amp-fp16`` adds
+    a GradScaler). ``attention``: ``eager`` materialises the (B, H, S, S) scores, ``sdpa`` lets
+    PyTorch pick the kernel a CUDA GPU would pick, ``flash`` forces FlashAttention-2.
+    ``zero_grad_set_to_none`` is torch's default (True); HF Trainer before 4.x kept grads (False).
+    ``prepare_kbit``: QLoRA through peft's ``prepare_model_for_kbit_training`` (what TRL's
+    SFTTrainer calls on a quantized model): every unquantized half-precision parameter is cast
+    to fp32, so the embeddings, norms and LM head, and the activations between the quantized
+    layers, run in fp32. ``grad_accum``: micro-batches per optimizer step (the exports render it;
+    the estimate is of one micro-batch, and counts the gradients the earlier micro-batches leave
+    through ``zero_grad_set_to_none=False``, as the planner's workloads do).
+    ``quant_compute_dtype``: see :class:`QuantSpec` (``compute_dtype``).
+
+    The flat fields are the inputs; :attr:`shape`, :attr:`techniques` and :attr:`parallel` are
+    the same values as the three records (built when read, so ``vars(w)`` stays the flat
+    fields), and :meth:`of` composes a workload from them.
+    """
+
+    mode: Mode = "train"
+    batch_size: int = 1
+    seq_len: int = 512
+    new_tokens: int = 0
+    precision: str = "bf16"
+    attention: str = "sdpa"
+    checkpointing: str = "none"
+    optimizer: str | None = None  # None: "adamw" for train, "none" for infer
+    lora_rank: int | None = None
+    lora_targets: tuple[str, ...] | str = "all-linear"
+    freeze_layers: int = 0
+    task: str = "auto"
+    zero_grad_set_to_none: bool = True
+    quant: str = "none"
+    quant_group_size: int = 128
+    prepare_kbit: bool = False
+    gpus: int = 1
+    shard: str | None = None  # None: "ddp" when there are data-parallel ranks, else "none"
+    offload: str = "none"
+    tp: int = 1
+    grad_accum: int = 1
+    quant_compute_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.optimizer is None:
+            object.__setattr__(self, "optimizer", "adamw" if self.mode == "train" else "none")
+        if self.shard is None:
+            object.__setattr__(self, "shard", default_shard(self.gpus, self.tp))
+        if isinstance(self.lora_targets, list):
+            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        raise_if(self.problems())
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        shape: ShapeSpec | None = None,
+        techniques: TechniqueSpec | None = None,
+        parallel: ParallelSpec | None = None,
+    ) -> WorkloadSpec:
+        """The workload of three records (each left out: its defaults)."""
+        return cls(
+            **(shape or ShapeSpec()).flat(),
+            **(techniques or TechniqueSpec()).flat(),
+            **(parallel or ParallelSpec()).flat(),
+        )
+
+    @property
+    def shape(self) -> ShapeSpec:
+        return ShapeSpec(**{k: getattr(self, k) for k in SHAPE_FIELDS})
+
+    @property
+    def techniques(self) -> TechniqueSpec:
+        return TechniqueSpec.from_flat(**{k: getattr(self, k) for k in TECHNIQUE_FIELDS})
+
+    @property
+    def parallel(self) -> ParallelSpec:
+        return ParallelSpec(**{k: getattr(self, k) for k in PARALLEL_FIELDS})
+
+    def problems(self) -> list[str]:
+        values = {name: getattr(self, name) for name in FIELD_RULES}
+        p = field_problems(values)
+        if self.mode == "infer":
+            p.extend(self._training_only_problems())
+        p.extend(shape_rules(self.mode, self.new_tokens, self.grad_accum))
+        p.extend(self._technique_problems())
+        return p
+
+    def _training_only_problems(self) -> list[str]:
+        p: list[str] = []
+        if self.optimizer != "none":
+            p.append(
+                f"optimizer ({self.optimizer!r}) contradicts mode 'infer': inference runs no "
+                "optimizer; drop --optimizer or use --mode train"
+            )
+        if self.checkpointing != "none":
+            p.append(
+                f"checkpointing ({self.checkpointing!r}) only applies to mode 'train' "
+                "(inference keeps no activations for backward)"
+            )
+        if self.lora_rank is not None:
+            p.append("lora_rank is a training technique; it has no effect with mode 'infer'")
+        if self.freeze_layers:
+            p.append("freeze_layers is a training technique; it has no effect with mode 'infer'")
+        return p
+
+    def _technique_problems(self) -> list[str]:
+        """Combinations that cannot run (quantized training without adapters, offload without a
+        sharding engine, tensor parallelism not dividing the GPUs)."""
+        if not (is_count(self.gpus) and is_count(self.tp)):
+            return []
+        p = layout_rules(self.gpus, self.tp, self.shard)
+        p += kbit_rules(self.mode, self.quant, self.prepare_kbit)
+        if self.mode == "train" and self.quant != "none" and self.lora_rank is None:
+            p.append(
+                f"quant ({self.quant!r}) with mode 'train' needs LoRA adapters (QLoRA): quantized "
+                "base weights get no gradients; add --lora-rank, or use --quant none"
+            )
+        p += offload_rules(self.shard, self.offload)
+        if self.mode == "infer" and self.offload == "optimizer":
+            p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
+        if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
+            p.append(
+                f"shard ({self.shard!r}) is a training setup; for inference use --tp, --shard "
+                "zero3 (ZeRO-Inference) or ddp (one replica per GPU)"
+            )
+        return p
+
+    def warnings(self) -> list[str]:
+        """Valid but probably unintended settings (reported in the estimate's ``notes``)."""
+        w: list[str] = []
+        sharded = self.shard in PARTITIONING_SHARDS
+        if sharded and self.dp == 1 and self.offload == "none":
+            w.append(
+                f"shard {self.shard!r} over a single data-parallel rank partitions nothing: "
+                "it saves memory only with --gpus > 1 or with --offload"
+            )
+        if self.shard == "ddp" and self.dp == 1:
+            w.append("shard 'ddp' with one data-parallel rank is a single-GPU run")
+        if self.quant in ("nf4", "nf4-dq", "fp4") and self.precision == "fp32" and self.is_train:
+            w.append(
+                "4-bit base weights with fp32 compute: bitsandbytes dequantizes to fp32 for every "
+                "matmul; QLoRA normally computes in bf16 (--precision bf16)"
+            )
+        if self.prepare_kbit and self.quant in ("int4-gptq", "fp8"):
+            w.append(
+                f"prepare_kbit with quant {self.quant!r}: peft's prepare_model_for_kbit_training "
+                "skips the fp32 casts for GPTQ and torchao models, so it changes nothing here"
+            )
+        if self.quant == "fp8" and self.is_train:
+            w.append(
+                "fp8 here stores frozen base weights in fp8 (per-tensor scales); fp8 training "
+                "recipes (transformer-engine) keep higher-precision masters and are not modelled"
+            )
+        if self.grad_accum > 1 and self.zero_grad_set_to_none:
+            w.append(
+                f"grad_accum {self.grad_accum} with zero_grad_set_to_none: the gradients of the "
+                "earlier micro-batches are held through the later ones, which this estimate does "
+                "not count; pass zero_grad_set_to_none=False (the planner does)"
+            )
+        return w
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: ``gpus / tp``."""
+        return self.gpus // self.tp
+
+    @property
+    def is_train(self) -> bool:
+        return self.mode == "train"
+
+    @property
+    def uses_optimizer(self) -> bool:
+        return self.is_train and self.optimizer != "none"
+
+    def normalized(self) -> dict[str, Any]:
+        """The inputs as JSON-ready values (what ``--json`` prints under ``workload``; the
+        micro-batch count per step is the exports' concern, not the estimate's)."""
+        d = {f: v for f, v in asdict(self).items() if f not in ("grad_accum",)}
+        if self.quant_compute_dtype is None:
+            d.pop("quant_compute_dtype")
+        if self.quant not in ("int4-gptq", "int4-awq"):
+            d.pop("quant_group_size")
+        if self.quant == "none" or self.mode != "train":
+            d.pop("prepare_kbit")
+        if self.mode == "infer":
+            for k in ("optimizer", "lora_rank", "lora_targets", "freeze_layers", "checkpointing"):
+                d.pop(k)
+        elif self.lora_rank is None:
+            d.pop("lora_targets")
+        if isinstance(d.get("lora_targets"), tuple):
+            d["lora_targets"] = list(d["lora_targets"])
+        return d
+
+
+#: The flat :class:`WorkloadSpec` fields of each part.
+SHAPE_FIELDS = ("mode", "batch_size", "seq_len", "new_tokens", "task", "grad_accum")
+PARALLEL_FIELDS = ("gpus", "tp", "shard", "offload")
+TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())
