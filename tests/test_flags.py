@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from memfit.cli import _workload, build_parser
+from memfit.cli import build_parser, workload_from_args
 from memfit.errors import SpecError
 from memfit.flags import EVERY, FLAGS, flags_for, workload_flags
 from memfit.plan.request import PlanRequest
@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _parsed(flags: str) -> WorkloadSpec:
-    return _workload(_parser().parse_args(["estimate", "m", *shlex.split(flags)]))
+    return workload_from_args(_parser().parse_args(["estimate", "m", *shlex.split(flags)]))
 
 
 @st.composite
