@@ -40,7 +40,8 @@ PLANNERS = ("plan", "upgrade")
 
 
 def _targets(text: str) -> Any:
-    """``--lora-targets q_proj,v_proj`` as the tuple of module names (or ``all-linear``)."""
+    """``--lora-targets q,v`` or ``q_proj,v_proj`` as a tuple of roles and module names (or
+    ``all-linear``; roles are mapped to the model's names by ``pipeline.lora_by_role``)."""
     if not text or text == "all-linear":
         return "all-linear"
     return tuple(t.strip() for t in text.split(",") if t.strip())
@@ -175,7 +176,8 @@ FLAGS: tuple[Flag, ...] = (
         name="--lora-targets",
         dest="lora_targets",
         kind="text",
-        help="comma-separated module names or all-linear (default all-linear)",
+        help="comma-separated roles (q,k,v,o,gate,up,down, attention, mlp), module names or "
+        "all-linear (default all-linear)",
         field="lora_targets",
         commands=ESTIMATE_LIKE,
         needs="lora_rank",

@@ -180,3 +180,13 @@ def test_the_record_says_what_was_applied_and_what_is_left_to_the_launcher() -> 
 def test_inference_plan_puts_the_model_in_eval_mode() -> None:
     model, _ = applied(TINY_LLAMA, mode="infer")
     assert not model.training
+
+
+def test_lora_targets_by_role_wrap_the_familys_modules() -> None:
+    model, _ = applied(TINY_LLAMA, lora_rank=4, lora_targets=("q", "v"))
+    wrapped = {
+        n.split(".lora_A")[0].rsplit(".", 1)[-1]
+        for n, _ in model.named_parameters()
+        if "lora_A" in n
+    }
+    assert wrapped == {"q_proj", "v_proj"}

@@ -353,3 +353,20 @@ def test_the_pipeline_and_the_policy_import_no_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("engine", ["analytic", "trace"])
+def test_lora_targets_by_role_estimate_what_the_familys_module_names_do(engine: str) -> None:
+    """--lora-targets q,v on GPT-2 is its fused c_attn: the same bytes as naming c_attn, and the
+    notes say what the roles became and that k is adapted too."""
+    from memfit import WorkloadSpec, estimate
+
+    def run(targets: tuple[str, ...]) -> Any:
+        w = WorkloadSpec(batch_size=1, seq_len=64, lora_rank=8, lora_targets=targets)
+        return estimate("gpt2", w, engine=engine)
+
+    by_role, by_name = run(("q", "v")), run(("c_attn",))
+    assert by_role.peak_allocated_bytes == by_name.peak_allocated_bytes
+    assert by_role.n_trainable_params == by_name.n_trainable_params
+    assert "LoRA targets q,v are c_attn in gpt2" in by_role.notes
+    assert any("adapts k too" in n for n in by_role.notes)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from memfit.apply.requirements import device_of, require_package
+from memfit.estimate.pipeline import lora_by_role
 from memfit.estimate.trace.build import apply_lora_
 from memfit.spec import WorkloadSpec
 
@@ -29,6 +30,9 @@ def add_lora_(
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    to_dict = getattr(getattr(model, "config", None), "to_dict", None)
+    if callable(to_dict):  # a Hugging Face model: roles (q,v, mlp) → its module names
+        workload, _ = lora_by_role(to_dict(), workload)
     return apply_lora_(model, workload, device=str(device_of(model)))
 
 

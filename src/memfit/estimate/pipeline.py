@@ -2,6 +2,7 @@
 
 Every engine runs the same stages::
 
+    lora_by_role(config, workload)             --lora-targets q,v → the family's module names
     check_gpu(workload, gpu)                   the GPU can run the job's number formats
     check_tp(config, workload, engine=…)       the tensor-parallel split
     check_positions(config, workload, task)    the sequence fits learned positions
@@ -27,6 +28,7 @@ the CUDA context (:mod:`memfit.estimate.device`), the fit verdict, the ranges
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,7 @@ from memfit.estimate.device import allocator_workspaces, device_totals, fit_verd
 from memfit.estimate.quant import gpu_problems
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.estimate.tasks import position_problems
+from memfit.models.lora_targets import resolve_lora_targets
 from memfit.spec import WorkloadSpec
 
 #: How many module owners the estimate lists.
@@ -45,6 +48,28 @@ GENERATIVE_TASKS = ("causal-lm", "seq2seq")
 
 
 # ----------------------------------------------------------------------------- checks before
+def lora_by_role(config: dict[str, Any], workload: WorkloadSpec) -> tuple[WorkloadSpec, list[str]]:
+    """The workload with LoRA targets given by role (``q,v``, ``attention``, ``mlp``) named as
+    the model's family names its modules (:mod:`memfit.models.lora_targets`), and the notes that
+    say what the roles became; module names and ``all-linear`` pass through unchanged."""
+    asked = workload.lora_targets
+    if workload.lora_rank is None or not isinstance(asked, tuple):
+        return workload, []
+    model_type = str(config.get("model_type") or "")
+    resolved = resolve_lora_targets(asked, model_type, config)
+    notes = list(resolved.notes)
+    if resolved.modules == asked:
+        return workload, notes
+    modules = resolved.modules if isinstance(resolved.modules, str) else ",".join(resolved.modules)
+    notes.insert(0, f"LoRA targets {','.join(asked)} are {modules} in {model_type}")
+    return dataclasses.replace(workload, lora_targets=resolved.modules), notes
+
+
+def with_notes(est: MemoryEstimate, notes: list[str]) -> MemoryEstimate:
+    """``est`` with ``notes`` after its own."""
+    return dataclasses.replace(est, notes=[*est.notes, *notes]) if notes else est
+
+
 def check_gpu(workload: WorkloadSpec, gpu: Any) -> None:
     """Raise a SpecError when ``gpu`` cannot run the job's number formats (FP8 matmuls)."""
     if problems := gpu_problems(workload.quant, gpu):

@@ -26,6 +26,8 @@ from memfit.estimate.pipeline import (
     check_gpu,
     check_positions,
     check_tp,
+    lora_by_role,
+    with_notes,
 )
 from memfit.estimate.quant import unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
@@ -48,11 +50,13 @@ def estimate_analytic(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -
     SpecError for a job the model cannot run."""
     started = time.perf_counter()
     config, name = _config_of(source)
+    workload, lora_notes = lora_by_role(config, workload)
     check_gpu(workload, gpu)
     prog, task = _prepare(config, workload)
     sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
-    return assemble(_result(sim, workload, name=name, task=task, started=started), workload, gpu)
+    est = assemble(_result(sim, workload, name=name, task=task, started=started), workload, gpu)
+    return with_notes(est, lora_notes)
 
 
 def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None:
@@ -68,10 +72,12 @@ def estimate_many(
     share two simulations (at batch 1 and 2) and are evaluated by interpolation — the same
     numbers ``estimate_analytic`` gives, at a fraction of the cost."""
     config, name = _config_of(model)
+    mapped = [lora_by_role(config, w) for w in workloads]
+    workloads = [w for w, _ in mapped]
     for wl in {w.quant: w for w in workloads}.values():
         check_gpu(wl, gpu)
     cache: dict[tuple[Any, ...], tuple[str, Simulated, dict[str, list[tuple[Vec, Vec]]]]] = {}
-    out = []
+    out: list[MemoryEstimate] = []
     for wl in workloads:
         started = time.perf_counter()
         key = _batch_free_key(wl)
@@ -86,7 +92,7 @@ def estimate_many(
         task, one_, lines = entry
         sim = _at_batch(one_, lines, wl.batch_size)
         est = assemble(_result(sim, wl, name=name, task=task, started=started), wl, gpu)
-        out.append(est)
+        out.append(with_notes(est, mapped[len(out)][1]))
     return out
 
 

@@ -32,6 +32,8 @@ from memfit.estimate.pipeline import (
     check_gpu,
     check_positions,
     check_tp,
+    lora_by_role,
+    with_notes,
 )
 from memfit.estimate.quant import unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
@@ -76,6 +78,7 @@ def trace_hf(
     fake trace counts exactly what real execution allocates.
     """
     started = time.perf_counter()
+    workload, lora_notes = lora_by_role(config, workload)
     _reject_unsupported(workload)
     check_gpu(workload, gpu)
     task = build.resolve_task(config, workload.task)
@@ -117,7 +120,8 @@ def trace_hf(
         "extrapolation_check_error": check,
         "wall_s": round(time.perf_counter() - started, 3),
     }
-    return assemble(engine_result(flat, name=name, trace=trace_info, notes=notes), workload, gpu)
+    est = assemble(engine_result(flat, name=name, trace=trace_info, notes=notes), workload, gpu)
+    return with_notes(est, lora_notes)
 
 
 #: Workload settings the trace engine does not model yet, with their default value.
