@@ -125,3 +125,11 @@ def test_serving_reports_a_kv_cache_budget_table(tiny_llama_dir: Path) -> None:
     assert contexts == [1024, 2048]  # capped at the tiny Llama's 2048 positions
     assert r.kv_table[0]["max_concurrency"] >= r.kv_table[1]["max_concurrency"] > 0
     assert r.to_json()["max_concurrency"] == r.max_value
+
+
+def test_fit_searches_with_the_trace_where_the_analytic_engine_cannot_model_the_model() -> None:
+    """A factory model: the analytic engine refuses every point; fit used to answer 0 with
+    batch 1 needing 0.6 GiB of a T4 (issue 11). Now the trace engine searches."""
+    result = fit("tests.fixtures.cnn:make_cnn", WorkloadSpec(), gpu="T4", solve="batch")
+    assert result.max_value > 1 and result.search_engine == "trace"
+    assert result.estimate is not None and result.estimate.fits

@@ -133,14 +133,17 @@ class EnginePolicy:
         """(the engine that searches, the engine that confirms what the search shows or None).
 
         ``auto``: the analytic engine searches (milliseconds per estimate) and the trace engine
-        confirms where its stack is installed, and always for a factory model (no other engine
-        estimates one); without the analytic engine the trace engine searches and nothing
-        confirms. A named engine searches alone."""
+        confirms where its stack is installed. Where the analytic engine cannot model the model
+        at all — a factory (``pkg.mod:fn``), a model_type without closed forms — or is not
+        installed, the trace engine searches and nothing confirms: a search must not count
+        "cannot model" as "does not fit". A named engine searches alone."""
         if self.engine != "auto":
             return self.engine, None
         trace_ok = source.origin == "factory" or trace_stack_missing(source) is None
-        if analytic_available():
+        if analytic_available() and _analytic_models(source):
             return "analytic", "trace" if trace_ok else None
+        if not trace_ok:
+            return "analytic", None  # the analytic engine's refusal is the answer
         return "trace", None
 
     def analytic_first(self, source: Any, gpu: Any, *, max_trace: int) -> AnalyticFirst:
@@ -152,6 +155,16 @@ class EnginePolicy:
 
 #: The default policy.
 AUTO = EnginePolicy()
+
+
+def _analytic_models(source: Any) -> bool:
+    """Whether the analytic engine has closed forms for ``source``'s model (not a factory, a
+    model_type it has a program for); the job's settings may still be refused one by one."""
+    if source.origin == "factory" or source.config is None:
+        return False
+    from memfit.estimate.analytic import supports
+
+    return bool(supports(source.config))
 
 
 class AnalyticFirst:

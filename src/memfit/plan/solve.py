@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memfit.errors import DoesNotFitError, MemfitError, SpecError
+from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecError
 from memfit.estimate.result import MemoryEstimate
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
@@ -170,6 +170,8 @@ def _predicate(
 def _solve(
     engines: EnginePair, budget: Budget, w: WorkloadSpec, name: str, cap: int, step: int
 ) -> tuple[int, MemoryEstimate | None, str | None]:
+    if engines.confirm is not None and _not_modelled(engines.search, _with(w, name, step)):
+        engines = EnginePair(search=engines.confirm, confirm=None)  # the precise engine searches
     value = largest(_predicate(engines.search, budget, w, name), cap=cap, step=step)
     at = _with(w, name, max(value, step))
     confirm = engines.confirm
@@ -181,6 +183,18 @@ def _solve(
         value = largest(_predicate(confirm, budget, w, name), cap=value - step, step=step)
     at = _with(w, name, max(value, step))
     return value, _try(confirm, at) or _try(engines.search, at), confirm.name if value else None
+
+
+def _not_modelled(engine: CachedEstimator, w: WorkloadSpec) -> bool:
+    """Whether ``engine`` cannot model ``w`` at all (another engine may): then its "no" at the
+    smallest value would be read as "nothing fits" (issue 11)."""
+    try:
+        engine(w)
+    except NotModelledError:
+        return True
+    except MemfitError:
+        return False
+    return False
 
 
 def _with(w: WorkloadSpec, name: str, value: int) -> WorkloadSpec:
