@@ -61,3 +61,26 @@ def test_the_torch_layers_may_import_torch(as_file: str) -> None:
 def test_the_monitor_imports_torch_only_inside_functions() -> None:
     assert _codes(LAZY_TORCH, "src/memfit/monitor/runtime.py") == set()
     assert "TID253" in _codes(EAGER_TORCH, "src/memfit/monitor/runtime.py")
+
+
+def _private_imports(root: Path) -> list[str]:
+    """``from memfit.x import _name`` anywhere under ``root``: a module reaching into another's
+    private names (the coupling that made the import graph circular before issue 18)."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memfit"):
+                found += [
+                    f"{path.relative_to(root)}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names(tmp_path: Path) -> None:
+    assert _private_imports(ROOT / "src" / "memfit") == []
+    (tmp_path / "a.py").write_text("from memfit.estimate.trace.engine import _hidden\n")
+    assert _private_imports(tmp_path) == ["a.py: memfit.estimate.trace.engine._hidden"]

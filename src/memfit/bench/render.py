@@ -112,10 +112,10 @@ def _notes(res: BenchResult) -> str:
 
 def render_png(res: BenchResult, path: str | Path) -> Path:
     """Grouped bars: measured peak and estimate per row (MiB), reduction factor on top."""
-    from memfit.report.png import _matplotlib
+    from memfit.report.png import pyplot
     from memfit.report.svg import COLORS
 
-    plt = _matplotlib()
+    plt = pyplot()
     rows = [r for r in res.rows if r.measured_peak_bytes is not None]
     mib = 1024**2
     x = list(range(len(rows)))

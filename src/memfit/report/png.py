@@ -14,7 +14,7 @@ from memfit.report.svg import COLORS
 GiB = 1024**3
 
 
-def _matplotlib() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
@@ -69,7 +69,7 @@ def _memory(ax: Any, run: RunData, xkey: str, est: dict[str, Any] | None) -> Non
 
 def render_png(log_path: str | Path, out_path: str | Path, estimate: Any = None) -> Path:
     """Write a 2×2 PNG summary of the run log to ``out_path``."""
-    plt = _matplotlib()
+    plt = pyplot()
     run = read_log(log_path)
     est = load_estimate(estimate)
     if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):

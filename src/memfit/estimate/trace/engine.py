@@ -231,7 +231,7 @@ def _trace_once(
     if not real:
         build.meta_to_fake_(model, fake)
     tracker = StorageTracker(device_type="cpu") if plan is None else plan.tracker
-    with fake, _emulation(wl, emulate_cuda) as router:
+    with fake, cuda_emulation_for(wl, emulate_cuda) as router:
         inputs = steps.example_inputs(cfg, wl, task)
         if plan is not None:
             plan.wrap_(model)
@@ -254,17 +254,17 @@ def _trace_once(
                 ) from exc
     n_params = sum(p.numel() for p in model.parameters()) + quantized.n_quantized_params(model)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    flat = _flatten(tracker, n_params, n_trainable, router, paged)
+    flat = flatten_trace(tracker, n_params, n_trainable, router, paged)
     events = tracker.events or []
     if plan is not None:
         events = plan.finish(
             flat, model, lambda: build.build_hf_model(full_cfg, wl, task, device="meta")
         )
-    flat["reserved"] = _replay(events, gpu, wl.is_train)
+    flat["reserved"] = replay_reserved(events, gpu, wl.is_train)
     return flat
 
 
-def _replay(events: list[tuple[str, int, int]], gpu: Any, training: bool) -> int:
+def replay_reserved(events: list[tuple[str, int, int]], gpu: Any, training: bool) -> int:
     """Peak reserved bytes: the trace's allocations replayed through the caching-allocator model,
     after the cuBLAS/cuBLASLt workspaces the GPU's first matmuls allocate (never freed)."""
     from memfit.estimate.trace.allocator import simulate
@@ -275,7 +275,9 @@ def _replay(events: list[tuple[str, int, int]], gpu: Any, training: bool) -> int
 
 
 @contextlib.contextmanager
-def _emulation(workload: WorkloadSpec, cuda_kernels: bool = True) -> Iterator[SdpaRouter | None]:
+def cuda_emulation_for(
+    workload: WorkloadSpec, cuda_kernels: bool = True
+) -> Iterator[SdpaRouter | None]:
     """Enter the CUDA emulations the workload needs; yields the SDPA router (or None)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(hf_treat_fake_as_real())
@@ -290,7 +292,7 @@ def _emulation(workload: WorkloadSpec, cuda_kernels: bool = True) -> Iterator[Sd
         yield router
 
 
-def _flatten(
+def flatten_trace(
     tracker: StorageTracker,
     n_params: int,
     n_trainable: int,
@@ -321,8 +323,8 @@ def _flatten(
 def engine_result(
     flat: Flat, *, name: str, trace: dict[str, Any], notes: list[str]
 ) -> EngineResult:
-    """The trace's numbers (:func:`_flatten`, extrapolated or not, ``reserved`` replayed) as the
-    record :func:`memfit.estimate.pipeline.assemble` turns into the estimate."""
+    """The trace's numbers (:func:`flatten_trace`, extrapolated or not, ``reserved`` replayed)
+    as the record :func:`memfit.estimate.pipeline.assemble` turns into the estimate."""
     phases: dict[str, PhaseResult] = {}
     for key in flat:
         parts = key.split("/")

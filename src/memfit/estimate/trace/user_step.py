@@ -33,7 +33,12 @@ from memfit.errors import SpecError, TraceError
 from memfit.estimate.pipeline import assemble
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import build, steps
-from memfit.estimate.trace.engine import _emulation, _flatten, _replay, engine_result
+from memfit.estimate.trace.engine import (
+    cuda_emulation_for,
+    engine_result,
+    flatten_trace,
+    replay_reserved,
+)
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
@@ -68,7 +73,9 @@ def trace_step(
     with ExitStack() as stack:
         stack.enter_context(fake)
         # the SDPA kernel and dropout as CUDA runs them, transformers' real-tensor code paths
-        router = stack.enter_context(_emulation(WorkloadSpec(attention="sdpa"), emulate_cuda))
+        router = stack.enter_context(
+            cuda_emulation_for(WorkloadSpec(attention="sdpa"), emulate_cuda)
+        )
         batch = _fake_inputs(inputs, fake)
         params = [p for p in traced.parameters() if p.requires_grad]
         opt = optimizer(params) if optimizer is not None and params else None
@@ -92,9 +99,9 @@ def trace_step(
         tracker.set_phase("end")
     n_params = sum(p.numel() for p in traced.parameters())
     n_trainable = sum(p.numel() for p in traced.parameters() if p.requires_grad)
-    flat = _flatten(tracker, n_params, n_trainable, router)
+    flat = flatten_trace(tracker, n_params, n_trainable, router)
     workload = WorkloadSpec(mode="train" if "phase/backward/peak" in flat else "infer")
-    flat["reserved"] = _replay(tracker.events or [], gpu, workload.is_train)
+    flat["reserved"] = replay_reserved(tracker.events or [], gpu, workload.is_train)
     result = engine_result(
         flat,
         name=name or type(model).__name__,
