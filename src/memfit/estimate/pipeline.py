@@ -2,7 +2,8 @@
 
 Every engine runs the same stages::
 
-    lora_by_role(config, workload)             --lora-targets q,v → the family's module names
+    prepare_workload(config, workload)         the checkpoint's quantization_config sets the
+                                               weight format; --lora-targets q,v → module names
     check_gpu(workload, gpu)                   the GPU can run the job's number formats
     check_tp(config, workload, engine=…)       the tensor-parallel split
     check_positions(config, workload, task)    the sequence fits learned positions
@@ -38,7 +39,9 @@ from memfit.estimate.device import allocator_workspaces, device_totals, fit_verd
 from memfit.estimate.quant import gpu_problems
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.estimate.tasks import position_problems
+from memfit.models.checkpoint_quant import checkpoint_format
 from memfit.models.lora_targets import resolve_lora_targets
+from memfit.models.model_spec import ModelSpec
 from memfit.spec import WorkloadSpec
 
 #: How many module owners the estimate lists.
@@ -48,6 +51,46 @@ GENERATIVE_TASKS = ("causal-lm", "seq2seq")
 
 
 # ----------------------------------------------------------------------------- checks before
+def prepare_workload(
+    config: dict[str, Any], workload: WorkloadSpec
+) -> tuple[WorkloadSpec, list[str]]:
+    """The workload as the model runs it, and notes saying what changed: the checkpoint's own
+    weight format (:func:`checkpoint_quant`), LoRA roles as module names (:func:`lora_by_role`)."""
+    workload, quant_notes = checkpoint_quant(config, workload)
+    workload, lora_notes = lora_by_role(config, workload)
+    return workload, quant_notes + lora_notes
+
+
+def checkpoint_quant(
+    config: dict[str, Any], workload: WorkloadSpec
+) -> tuple[WorkloadSpec, list[str]]:
+    """A pre-quantized checkpoint (``quantization_config``) stores its weights in its format: that
+    format unless ``--quant`` names another (:mod:`memfit.models.checkpoint_quant`)."""
+    found = checkpoint_format(ModelSpec.of(config).quantization)
+    if found is None:
+        return workload, []
+    if workload.quant != "none":
+        return workload, [
+            f"--quant {workload.quant} overrides the checkpoint's quantization_config "
+            f"({found.described})"
+        ]
+    if found.quant is None:
+        return workload, [found.why or ""]
+    changes: dict[str, Any] = {"quant": found.quant}
+    flags = f"--quant {found.quant}"
+    if found.group_size is not None:
+        changes["quant_group_size"] = found.group_size
+        flags += f" --group-size {found.group_size}"
+    try:
+        prepared = dataclasses.replace(workload, **changes)
+    except SpecError as exc:
+        raise SpecError(
+            f"the checkpoint is quantized (quantization_config: {found.described}): {exc}"
+        ) from None
+    note = f"the checkpoint's quantization_config ({found.described}) sets {flags}; pass --quant"
+    return prepared, [note + " to cost another format"]
+
+
 def lora_by_role(config: dict[str, Any], workload: WorkloadSpec) -> tuple[WorkloadSpec, list[str]]:
     """The workload with LoRA targets given by role (``q,v``, ``attention``, ``mlp``) named as
     the model's family names its modules (:mod:`memfit.models.lora_targets`), and the notes that

@@ -26,7 +26,7 @@ from memfit.estimate.pipeline import (
     check_gpu,
     check_positions,
     check_tp,
-    lora_by_role,
+    prepare_workload,
     with_notes,
 )
 from memfit.estimate.quant import unquantized_layers_note
@@ -50,13 +50,13 @@ def estimate_analytic(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -
     SpecError for a job the model cannot run."""
     started = time.perf_counter()
     config, name = _config_of(source)
-    workload, lora_notes = lora_by_role(config, workload)
+    workload, prepared_notes = prepare_workload(config, workload)
     check_gpu(workload, gpu)
     prog, task = _prepare(config, workload)
     sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
     est = assemble(_result(sim, workload, name=name, task=task, started=started), workload, gpu)
-    return with_notes(est, lora_notes)
+    return with_notes(est, prepared_notes)
 
 
 def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None:
@@ -72,7 +72,7 @@ def estimate_many(
     share two simulations (at batch 1 and 2) and are evaluated by interpolation — the same
     numbers ``estimate_analytic`` gives, at a fraction of the cost."""
     config, name = _config_of(model)
-    mapped = [lora_by_role(config, w) for w in workloads]
+    mapped = [prepare_workload(config, w) for w in workloads]
     workloads = [w for w, _ in mapped]
     for wl in {w.quant: w for w in workloads}.values():
         check_gpu(wl, gpu)

@@ -32,7 +32,7 @@ from memfit.estimate.pipeline import (
     check_gpu,
     check_positions,
     check_tp,
-    lora_by_role,
+    prepare_workload,
     with_notes,
 )
 from memfit.estimate.quant import unquantized_layers_note
@@ -78,7 +78,7 @@ def trace_hf(
     fake trace counts exactly what real execution allocates.
     """
     started = time.perf_counter()
-    workload, lora_notes = lora_by_role(config, workload)
+    workload, prepared_notes = prepare_workload(config, workload)
     _reject_unsupported(workload)
     check_gpu(workload, gpu)
     task = build.resolve_task(config, workload.task)
@@ -121,7 +121,7 @@ def trace_hf(
         "wall_s": round(time.perf_counter() - started, 3),
     }
     est = assemble(engine_result(flat, name=name, trace=trace_info, notes=notes), workload, gpu)
-    return with_notes(est, lora_notes)
+    return with_notes(est, prepared_notes)
 
 
 #: Workload settings the trace engine does not model yet, with their default value.

@@ -1,0 +1,78 @@
+"""A pre-quantized checkpoint's quantization_config sets the weight format both engines cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.conftest import TINY_LLAMA
+
+import memfit
+from memfit.errors import SpecError
+from memfit.models.checkpoint_quant import checkpoint_format
+from memfit.models.model_spec import QuantizationConfig
+
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": True}
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}
+FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+NF4_DQ = {
+    "quant_method": "bitsandbytes",
+    "load_in_4bit": True,
+    "bnb_4bit_quant_type": "nf4",
+    "bnb_4bit_use_double_quant": True,
+}
+MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": ["router"]}
+
+
+def _model(tmp_path: Path, quantization_config: dict) -> str:
+    config = dict(TINY_LLAMA, torch_dtype="bfloat16", quantization_config=quantization_config)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("config", "quant", "group"),
+    [(GPTQ, "int4-gptq", 64), (AWQ, "int4-awq", 128), (FP8, "fp8", None), (NF4_DQ, "nf4-dq", None)],
+)
+def test_each_format_maps_to_its_quant_value(config: dict, quant: str, group: int | None) -> None:
+    found = checkpoint_format(QuantizationConfig.from_config(config))
+    assert found is not None and (found.quant, found.group_size) == (quant, group)
+
+
+@pytest.mark.parametrize("engine", ["analytic", "trace"])
+def test_a_gptq_checkpoint_is_costed_as_gptq_weights(tmp_path: Path, engine: str) -> None:
+    model = _model(tmp_path, GPTQ)
+    infer = memfit.WorkloadSpec(mode="infer")
+    by_config = memfit.estimate(model, infer, engine=engine)
+    explicit = memfit.estimate(
+        model,
+        memfit.WorkloadSpec(mode="infer", quant="int4-gptq", quant_group_size=64),
+        engine=engine,
+    )
+    assert by_config.components["parameters"] == explicit.components["parameters"]
+    assert by_config.workload["quant"] == "int4-gptq"
+    assert any(
+        "quantization_config (gptq, 4-bit) sets --quant int4-gptq" in n for n in by_config.notes
+    )
+    assert any("--quant int4-gptq overrides" in n for n in explicit.notes)
+
+
+def test_a_flag_overrides_the_checkpoint_and_says_so(tmp_path: Path) -> None:
+    model = _model(tmp_path, GPTQ)
+    est = memfit.estimate(model, memfit.WorkloadSpec(mode="infer", quant="int8"), engine="analytic")
+    assert est.workload["quant"] == "int8"
+    assert "--quant int8 overrides the checkpoint's quantization_config (gptq, 4-bit)" in est.notes
+
+
+def test_full_fine_tuning_a_quantized_checkpoint_asks_for_adapters(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"the checkpoint is quantized .*needs LoRA adapters"):
+        memfit.estimate(_model(tmp_path, GPTQ), memfit.WorkloadSpec(), engine="analytic")
+
+
+def test_a_format_memfit_does_not_model_is_said_not_guessed(tmp_path: Path) -> None:
+    est = memfit.estimate(
+        _model(tmp_path, MXFP4), memfit.WorkloadSpec(mode="infer"), engine="analytic"
+    )
+    assert est.workload["quant"] == "none"
+    assert any("quantization_config (mxfp4) is not a format memfit models" in n for n in est.notes)
