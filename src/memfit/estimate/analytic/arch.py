@@ -55,10 +55,10 @@ class Arch:
         return self.n_heads * self.head_dim
 
 
-def read_config(config: dict[str, Any] | ModelSpec, family: str, model_type: str = "") -> Arch:
+def read_config(config: dict[str, Any] | ModelSpec, family: str) -> Arch:
     """The :class:`Arch` of ``family`` viewed from a config.json dict or its ModelSpec. Which
     family a model_type is, and whether it has a program, is the registry's (``registry.py``:
-    ``read_arch``, ``supports``); ``model_type`` is the spec's own."""
+    ``read_arch``, ``supports``)."""
     return _VIEWS.get(family, _decoder)(ModelSpec.of(config), family)
 
 

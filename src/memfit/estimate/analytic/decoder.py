@@ -51,8 +51,6 @@ from memfit.estimate.analytic.graph import Tensor
 from memfit.estimate.analytic.mlp import Mlp, mlp_block
 from memfit.estimate.analytic.ops import Ops
 
-#: A family's config reader: (config.json, family name, model_type) → its Arch.
-Reader = Callable[[dict[str, Any], str, str], Arch]
 RESIDUALS = ("pre-norm", "sandwich", "parallel", "parallel-shared-norm")
 EMBEDDINGS = ("tokens", "scaled-tokens")
 
@@ -91,7 +89,7 @@ class ChainProgram:
 class DecoderFamily:
     """A decoder family: the ``model_types`` it covers and its blocks (module docstring).
     ``program``: the class that runs it (a :class:`DecoderProgram` subclass where the family's
-    code departs from the blocks); ``reader``: its config reader (None: ``arch.read_config``)."""
+    code departs from the blocks). Its Arch is ``arch.read_config``'s view of the ModelSpec."""
 
     name: str
     model_types: tuple[str, ...]
@@ -103,7 +101,6 @@ class DecoderFamily:
     lm_head_bias: bool = False
     tasks: tuple[str, ...] = ("causal-lm",)
     program: Callable[[Arch, DecoderFamily], Any] | None = None
-    reader: Reader | None = None
 
     def __post_init__(self) -> None:
         problems = [
@@ -124,21 +121,21 @@ class DecoderFamily:
         """The program that runs this family on ``a``."""
         return (self.program or DecoderProgram)(a, self)
 
-    def read(self, config: dict[str, Any], model_type: str) -> Arch:
-        """The :class:`Arch` of a config.json of this family."""
-        return (self.reader or read_config)(config, self.name, model_type)
+    def read(self, config: dict[str, Any]) -> Arch:
+        """The :class:`Arch` of a config.json of this family (its ModelSpec's view)."""
+        return read_config(config, self.name)
 
 
 @dataclass(frozen=True, kw_only=True)
 class CustomFamily:
     """A family whose program is its own (an encoder, an encoder-decoder, two towers): the
-    ``model_types`` it covers, its program class (built from the Arch) and its config reader
-    (None: ``arch.read_config``). Its program composes the block vocabulary's pieces itself."""
+    ``model_types`` it covers and its program class (built from the Arch; the Arch is
+    ``arch.read_config``'s view of the ModelSpec). Its program composes the block vocabulary's
+    pieces itself."""
 
     name: str
     model_types: tuple[str, ...]
     program: Callable[[Arch], Any]
-    reader: Reader | None = None
 
     def __post_init__(self) -> None:
         if not self.model_types:
@@ -149,8 +146,8 @@ class CustomFamily:
     def make(self, a: Arch) -> Any:
         return self.program(a)
 
-    def read(self, config: dict[str, Any], model_type: str) -> Arch:
-        return (self.reader or read_config)(config, self.name, model_type)
+    def read(self, config: dict[str, Any]) -> Arch:
+        return read_config(config, self.name)
 
 
 def declare(
@@ -162,7 +159,7 @@ def declare(
 ) -> DecoderFamily:
     """A family that is ``like`` but for ``changes``; a block given as a dict changes only the
     fields it names (``attention={"qk_norm": "rms"}``). ``model_types`` defaults to ``(name,)``;
-    the program and reader are ``like``'s unless changed."""
+    the program is ``like``'s unless changed."""
     known = {f.name for f in fields(DecoderFamily)}
     if unknown := sorted(set(changes) - known):
         raise SpecError(
@@ -366,6 +363,5 @@ __all__ = [
     "CustomFamily",
     "DecoderFamily",
     "DecoderProgram",
-    "Reader",
     "declare",
 ]

@@ -75,7 +75,7 @@ def family_of(model_type: str) -> Family:
 def read_arch(config: dict[str, Any]) -> Arch:
     """The :class:`Arch` of a config.json dict; SpecError naming the model_type otherwise."""
     model_type = str(config.get("model_type", ""))
-    return family_of(model_type).read(config, model_type)
+    return family_of(model_type).read(config)
 
 
 def program_for(arch: Arch, task: str, *, lora_rank: int | None = None) -> Any:
