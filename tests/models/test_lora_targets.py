@@ -26,9 +26,10 @@ FAMILIES = _one_config_per_family()
 
 
 def _linear_leaf_names(config: dict) -> set[str]:
+    """What peft's target names match in the model transformers builds (one layer, meta)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from transformers.pytorch_utils import Conv1D
+    from memfit.estimate.trace.build import linear_module_names
 
     fields = {k: v for k, v in config.items() if k != "model_type"}
     for key in ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers"):
@@ -40,11 +41,7 @@ def _linear_leaf_names(config: dict) -> set[str]:
             model = transformers.AutoModelForCausalLM.from_config(cfg)
         except ValueError:
             model = transformers.AutoModel.from_config(cfg)
-    return {
-        name.rsplit(".", 1)[-1]
-        for name, module in model.named_modules()
-        if isinstance(module, (torch.nn.Linear, Conv1D))
-    }
+    return set(linear_module_names(model))
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))

@@ -30,6 +30,7 @@ the CUDA context (:mod:`memfit.estimate.device`), the fit verdict, the ranges
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,7 @@ from memfit.estimate.device import allocator_workspaces, device_totals, fit_verd
 from memfit.estimate.quant import gpu_problems
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.estimate.tasks import position_problems
-from memfit.models.checkpoint_quant import checkpoint_format
+from memfit.models.checkpoint_quant import CheckpointFormat, checkpoint_format
 from memfit.models.lora_targets import resolve_lora_targets
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import WorkloadSpec
@@ -54,19 +55,32 @@ GENERATIVE_TASKS = ("causal-lm", "seq2seq")
 def prepare_workload(
     config: dict[str, Any], workload: WorkloadSpec
 ) -> tuple[WorkloadSpec, list[str]]:
-    """The workload as the model runs it, and notes saying what changed: the checkpoint's own
-    weight format (:func:`checkpoint_quant`), LoRA roles as module names (:func:`lora_by_role`)."""
-    workload, quant_notes = checkpoint_quant(config, workload)
-    workload, lora_notes = lora_by_role(config, workload)
-    return workload, quant_notes + lora_notes
+    """The workload as the model runs it, and notes saying what changed (one workload of
+    :func:`prepare_workloads`)."""
+    return prepare_workloads(config, [workload])[0]
+
+
+def prepare_workloads(
+    config: dict[str, Any], workloads: Sequence[WorkloadSpec]
+) -> list[tuple[WorkloadSpec, list[str]]]:
+    """Each workload as the model runs it, with notes saying what changed: the checkpoint's own
+    weight format (:func:`checkpoint_quant`), LoRA roles as module names (:func:`lora_by_role`).
+    The checkpoint's format is read once for all of them."""
+    found = checkpoint_format(ModelSpec.of(config).quantization)
+    out = []
+    for w in workloads:
+        w, quant_notes = checkpoint_quant(found, w)
+        w, lora_notes = lora_by_role(config, w)
+        out.append((w, quant_notes + lora_notes))
+    return out
 
 
 def checkpoint_quant(
-    config: dict[str, Any], workload: WorkloadSpec
+    found: CheckpointFormat | None, workload: WorkloadSpec
 ) -> tuple[WorkloadSpec, list[str]]:
-    """A pre-quantized checkpoint (``quantization_config``) stores its weights in its format: that
-    format unless ``--quant`` names another (:mod:`memfit.models.checkpoint_quant`)."""
-    found = checkpoint_format(ModelSpec.of(config).quantization)
+    """A pre-quantized checkpoint (``found``: its ``quantization_config``'s format, from
+    :mod:`memfit.models.checkpoint_quant`) stores its weights in that format unless ``--quant``
+    names another."""
     if found is None:
         return workload, []
     if workload.quant != "none":
@@ -108,9 +122,11 @@ def lora_by_role(config: dict[str, Any], workload: WorkloadSpec) -> tuple[Worklo
     return dataclasses.replace(workload, lora_targets=resolved.modules), notes
 
 
-def with_notes(est: MemoryEstimate, notes: list[str]) -> MemoryEstimate:
-    """``est`` with ``notes`` after its own."""
-    return dataclasses.replace(est, notes=[*est.notes, *notes]) if notes else est
+def with_notes(est: MemoryEstimate, notes: list[str], *, first: bool = False) -> MemoryEstimate:
+    """``est`` with ``notes`` after its own (``first``: before them)."""
+    if not notes:
+        return est
+    return dataclasses.replace(est, notes=[*notes, *est.notes] if first else [*est.notes, *notes])
 
 
 def check_gpu(workload: WorkloadSpec, gpu: Any) -> None:

@@ -22,7 +22,6 @@ wrong: no engine answers it). docs/decisions.md says how searches will use the d
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import MemfitError, MissingDependencyError, SpecError, TraceError
+from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
 
@@ -113,7 +113,7 @@ class EnginePolicy:
         missing = trace_stack_missing(source)
         if self.engine == "auto" and missing and source.origin != "factory":
             est = run_engine("analytic", source, workload, gpu)
-            return _with_note(est, f"engine auto: {missing}; used analytic")
+            return with_notes(est, [f"engine auto: {missing}; used analytic"], first=True)
         try:
             return run_engine("trace", source, workload, gpu, extrapolate=extrapolate)
         except TraceError as exc:
@@ -123,7 +123,8 @@ class EnginePolicy:
                 est = run_engine("analytic", source, workload, gpu)
             except MemfitError:
                 raise exc from None
-            return _with_note(est, f"engine auto: the trace engine failed ({exc}); used analytic")
+            note = f"engine auto: the trace engine failed ({exc}); used analytic"
+            return with_notes(est, [note], first=True)
 
     def estimator(self, source: Any, gpu: Any) -> Estimator:
         """:meth:`estimate` as a function of the workload alone."""
@@ -190,10 +191,6 @@ class AnalyticFirst:
                 raise
         self.n_trace += 1
         return run_engine("trace", self.source, w, self.gpu)
-
-
-def _with_note(est: MemoryEstimate, note: str) -> MemoryEstimate:
-    return dataclasses.replace(est, notes=[note, *est.notes])
 
 
 __all__ = [

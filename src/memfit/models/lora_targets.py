@@ -29,7 +29,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "attention": ("q", "k", "v", "o"),
     "mlp": ("gate", "up", "down"),
 }
-ALL_LINEAR = "all-linear"
 
 _LLAMA = {
     "q": "q_proj",
@@ -121,7 +120,7 @@ def resolve_lora_targets(
     """Map roles and role groups in ``targets`` to ``model_type``'s module names (see the module
     docstring); module names that are not roles pass through. SpecError for a role the family has
     no linear module for."""
-    if targets == ALL_LINEAR or isinstance(targets, str):
+    if isinstance(targets, str):  # all-linear: peft's own keyword
         return LoraTargets(modules=targets)
     names = role_names(model_type, config)
     missing = MISSING_ROLES.get(model_type or "", {})

@@ -27,6 +27,7 @@ from memfit.estimate.pipeline import (
     check_positions,
     check_tp,
     prepare_workload,
+    prepare_workloads,
     with_notes,
 )
 from memfit.estimate.quant import unquantized_layers_note
@@ -72,7 +73,7 @@ def estimate_many(
     share two simulations (at batch 1 and 2) and are evaluated by interpolation — the same
     numbers ``estimate_analytic`` gives, at a fraction of the cost."""
     config, name = _config_of(model)
-    mapped = [prepare_workload(config, w) for w in workloads]
+    mapped = prepare_workloads(config, workloads)
     workloads = [w for w, _ in mapped]
     for wl in {w.quant: w for w in workloads}.values():
         check_gpu(wl, gpu)
