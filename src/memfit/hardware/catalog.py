@@ -1,5 +1,6 @@
-"""The GPU catalog: every row of :mod:`memfit.hardware.datacenter` and :mod:`memfit.hardware.desktop`
-(the record and its conventions: :mod:`memfit.hardware.gpu`), looked up by any spelling."""
+"""The GPU catalog: the rows of :mod:`memfit.hardware.datacenter` and :mod:`memfit.hardware.desktop`
+(the record and its conventions: :mod:`memfit.hardware.gpu`), looked up by any spelling. On-demand
+prices: :mod:`memfit.hardware.prices`."""
 
 from __future__ import annotations
 
