@@ -69,9 +69,10 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     def num(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f}"
 
+    # 100 columns: the price's provider and date, every source: --json
     print(
-        f"{'name':<24}{'memory':>10}  {'arch':<10}{'mem GB/s':>9}{'bf16 TF':>9}{'fp8 TF':>8}"
-        f"{'link GB/s':>11}  {'form':<10}{'$/h':>7}  {'as of':<11}plan"
+        f"{'name':<23}{'memory':>9}  {'arch':<10}{'mem GB/s':>8}{'bf16 TF':>8}{'fp8 TF':>7}"
+        f"{'link GB/s':>10}  {'form':<9}{'$/h':>6}  plan"
     )
     unpriced = 0
     for g in gpus:
@@ -80,16 +81,15 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         usd = "-" if price.usd_per_hour is None else f"{price.usd_per_hour:.2f}"
         unpriced += price.usd_per_hour is None
         print(
-            f"{g.name:<24}{g.memory_bytes / GiB:>6.1f} GiB  {g.arch:<10}"
-            f"{num(g.memory_bandwidth_gbps):>9}{num(g.bf16_dense_tflops):>9}"
-            f"{num(g.fp8_dense_tflops):>8}{num(g.interconnect_gbps):>11}  "
-            f"{g.form_factor or '-':<10}{usd:>7}  {price.as_of or '-':<11}"
-            f"{'yes' if ready else 'no (no rates)'}"
+            f"{g.name:<23}{g.memory_bytes / GiB:>5.1f} GiB  {g.arch:<10}"
+            f"{num(g.memory_bandwidth_gbps):>8}{num(g.bf16_dense_tflops):>8}"
+            f"{num(g.fp8_dense_tflops):>7}{num(g.interconnect_gbps):>10}  "
+            f"{g.form_factor or '-':<9}{usd:>6}  {'yes' if ready else 'no'}"
         )
     print(
-        f"note: {len(gpus)} GPUs; memory as CUDA reports it; TFLOPS dense (no sparsity); $/h: one "
-        f"GPU on demand, one published offer ({unpriced} without a public "
-        "price: --json says why); sources and providers: --json"
+        f"note: {len(gpus)} GPUs; memory as CUDA reports it; TFLOPS dense (no sparsity); $/h: one\n"
+        f"  GPU on demand, one published offer ({unpriced} without a public price); plan: `memfit\n"
+        "  plan` can time it; sources, providers, dates and reasons: --json"
     )
     if prices.files:
         print(f"note: prices from {', '.join(prices.files)} over the catalog's")

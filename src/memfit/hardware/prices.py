@@ -214,9 +214,11 @@ def parse_prices(data: Any, *, source: str) -> dict[str, GPUPrice]:
         if "usd_per_hour" not in entry or entry["usd_per_hour"] is None:
             problems.append(f"{key}: needs usd_per_hour (US dollars per GPU-hour)")
             continue
-        fields = {k: (str(v) if k != "usd_per_hour" else v) for k, v in entry.items()}
+        text = {k: str(v) for k, v in entry.items() if k != "usd_per_hour"}
         try:
-            out[name] = GPUPrice(gpu=name, origin=source, **fields)
+            out[name] = GPUPrice(
+                gpu=name, usd_per_hour=entry["usd_per_hour"], origin=source, **text
+            )
         except SpecError as exc:
             problems += exc.problems
     if problems:
