@@ -122,3 +122,26 @@ def test_inference_costs_are_per_generated_token(model_dir: str):
         estimator=closed_form_estimate,
     )
     assert out[0].token_kind == "generated" and out[0].usd_per_million_tokens is not None
+
+
+@pytest.mark.parametrize("command", [["plan", "gpt2", "--recommend-gpu"], ["upgrade", "gpt2"]])
+def test_a_bad_price_file_stops_plan_and_upgrade_before_the_scan(
+    tmp_path, capsys: pytest.CaptureFixture[str], command: list[str]
+):
+    from memfit.cli import main
+
+    bad = tmp_path / "prices.json"
+    bad.write_text('{"H1000": 2}')
+    gpu = ["--gpu", "T4"] if command[0] == "upgrade" else []
+    argv = [*command, *gpu, "--prices", str(bad)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown GPU 'H1000'" in err and "prices.json" in err
+
+
+def test_an_unknown_rank_on_the_command_line_is_exit_2(capsys: pytest.CaptureFixture[str]):
+    from memfit.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "gpt2", "--recommend-gpu", "--rank", "price"])
+    assert info.value.code == 2 and "invalid choice: 'price'" in capsys.readouterr().err
