@@ -145,3 +145,14 @@ def test_an_unknown_rank_on_the_command_line_is_exit_2(capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as info:
         main(["plan", "gpt2", "--recommend-gpu", "--rank", "price"])
     assert info.value.code == 2 and "invalid choice: 'price'" in capsys.readouterr().err
+
+
+def test_the_text_shows_price_cost_and_the_rank_and_a_slice_keeps_them(advice):
+    from memfit.report.advice import render_advice
+
+    text = render_advice(advice[:3])
+    assert text.startswith("ranked by cost: cheapest per 1M training tokens first")
+    assert "$/hour" in text.splitlines()[1] and "$/1M tok" in text.splitlines()[1]
+    assert "RTX-4060-Ti-16GB (GeForce card" in text  # the unpriced note survives the slice
+    speed = render_advice(rank_advice(advice, "speed")[:2])
+    assert speed.startswith("ranked by speed: fastest first")

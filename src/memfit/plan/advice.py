@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, SupportsIndex, overload
 
 from memfit.errors import SpecError
 from memfit.hardware.prices import GPUPrice, PriceTable, load_prices
@@ -111,6 +111,16 @@ class GPUAdviceList(list[GPUAdvice]):
         self.notes = notes
         self.rank = rank
 
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> GPUAdvice: ...
+    @overload
+    def __getitem__(self, index: slice) -> GPUAdviceList: ...
+    def __getitem__(self, index: SupportsIndex | slice) -> GPUAdvice | GPUAdviceList:
+        """A slice (the first few rows) keeps the notes and the rank."""
+        if isinstance(index, slice):
+            return GPUAdviceList(list.__getitem__(self, index), self.notes, self.rank)
+        return list.__getitem__(self, index)
+
 
 def check_rank(rank: str) -> str:
     if rank not in RANKS:
@@ -139,19 +149,27 @@ def rank_advice(
     items = [replace(a, price=prices.of(a.gpu)) for a in advice] if prices else list(advice)
     items.sort(key=lambda a: _sort_key(a, rank))
     notes = list(getattr(advice, "notes", []))
-    unpriced = [a for a in items if a.usd_per_million_tokens is None]
-    if rank == "cost" and unpriced:
-        reasons: dict[str, list[str]] = {}
-        for a in unpriced:
-            why = a.price.reason if a.price is not None and a.price.reason else "no price"
-            reasons.setdefault(why, []).append(a.gpu)
-        notes.append(
-            f"{len(unpriced)} GPU(s) without a price are listed after the priced ones, fastest "
-            "first: "
-            + "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
-            + "; give prices with --prices FILE"
-        )
+    note = unpriced_note(items)
+    if rank == "cost" and note:
+        notes.append(note)
     return GPUAdviceList(items, notes, rank)
+
+
+def unpriced_note(advice: list[GPUAdvice]) -> str | None:
+    """The GPUs of ``advice`` without a price, grouped by the reason they have none."""
+    unpriced = [a for a in advice if a.usd_per_million_tokens is None]
+    if not unpriced:
+        return None
+    reasons: dict[str, list[str]] = {}
+    for a in unpriced:
+        why = a.price.reason if a.price is not None and a.price.reason else "no price"
+        reasons.setdefault(why, []).append(a.gpu)
+    return (
+        f"{len(unpriced)} GPU(s) without a price are listed after the priced ones, fastest "
+        "first: "
+        + "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
+        + "; give prices with --prices FILE"
+    )
 
 
 def recommend_gpus(
