@@ -156,3 +156,9 @@ def test_the_text_shows_price_cost_and_the_rank_and_a_slice_keeps_them(advice):
     assert "RTX-4060-Ti-16GB (GeForce card" in text  # the unpriced note survives the slice
     speed = render_advice(rank_advice(advice, "speed")[:2])
     assert speed.startswith("ranked by speed: fastest first")
+
+
+def test_re_ranking_does_not_repeat_the_unpriced_note(advice):
+    twice = rank_advice(rank_advice(advice, "cost"), "cost", prices=bundled_prices())
+    assert sum("without a price" in n for n in twice.notes) == 1
+    assert not any("without a price" in n for n in rank_advice(advice, "speed").notes)

@@ -38,6 +38,7 @@ RANKS = ("cost", "speed", "memory")
 DEFAULT_RANK = "cost"
 TOKENS_PER_MILLION = 1_000_000
 SECONDS_PER_HOUR = 3600
+_UNPRICED = " without a price are listed after the priced ones"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,7 +149,8 @@ def rank_advice(
     check_rank(rank)
     items = [replace(a, price=prices.of(a.gpu)) for a in advice] if prices else list(advice)
     items.sort(key=lambda a: _sort_key(a, rank))
-    notes = list(getattr(advice, "notes", []))
+    # a re-ranked list gets its unpriced note anew (prices or rank may have changed)
+    notes = [n for n in getattr(advice, "notes", []) if _UNPRICED not in n]
     note = unpriced_note(items)
     if rank == "cost" and note:
         notes.append(note)
@@ -165,8 +167,7 @@ def unpriced_note(advice: list[GPUAdvice]) -> str | None:
         why = a.price.reason if a.price is not None and a.price.reason else "no price"
         reasons.setdefault(why, []).append(a.gpu)
     return (
-        f"{len(unpriced)} GPU(s) without a price are listed after the priced ones, fastest "
-        "first: "
+        f"{len(unpriced)} GPU(s){_UNPRICED}, fastest first: "
         + "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
         + "; give prices with --prices FILE"
     )
