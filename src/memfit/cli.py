@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from memfit import cli_bench, cli_monitor, cli_plan, cli_report
+from memfit import cli_bench, cli_gpus, cli_monitor, cli_plan, cli_report
 from memfit.errors import MemfitError
 from memfit.estimate import ENGINES
 
@@ -112,13 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     m.add_argument("--json", action="store_true")
-    g = sub.add_parser(
-        "gpus",
-        help="list the GPU catalog",
-        epilog="examples:\n  memfit gpus\n  memfit gpus --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    g.add_argument("--json", action="store_true")
+    COMMANDS.update(cli_gpus.register(sub))  # gpus
     COMMANDS.update(cli_monitor.register(sub))  # monitor, diagnose
     COMMANDS.update(cli_report.register(sub))  # report, snapshot
     COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor
@@ -194,33 +188,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_gpus(args: argparse.Namespace) -> int:
-    from memfit.hardware import list_gpus
-    from memfit.units import GiB
-
-    gpus = list_gpus()
-    if args.json:
-        _print_records(gpus)
-        return EXIT_OK
-
-    def num(value: float | None) -> str:
-        return "-" if value is None else f"{value:.0f}"
-
-    # Rates: GB/s and dense TFLOPS; every field and each row's source is in --json.
-    print(
-        f"{'name':<24}{'memory':>10}  {'arch':<10}{'mem GB/s':>9}{'bf16 TF':>9}{'fp8 TF':>8}"
-        f"{'link GB/s':>11}  form"
-    )
-    for g in gpus:
-        print(
-            f"{g.name:<24}{g.memory_bytes / GiB:>6.1f} GiB  {g.arch:<10}"
-            f"{num(g.memory_bandwidth_gbps):>9}{num(g.bf16_dense_tflops):>9}"
-            f"{num(g.fp8_dense_tflops):>8}{num(g.interconnect_gbps):>11}  {g.form_factor or '-'}"
-        )
-    return EXIT_OK
-
-
-COMMANDS = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus}
+COMMANDS = {"estimate": cmd_estimate, "models": cmd_models}
 
 
 #: Libraries whose import-time warnings are noise for a CLI user: bitsandbytes and torchao on CPU

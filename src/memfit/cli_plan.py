@@ -23,6 +23,8 @@ PLAN_EXAMPLES = """examples:
   memfit plan llama-3.1-8b --gpu H100-80GB --gpus 8 --seq 4096 --global-batch 64 --json
   memfit plan llama-3.1-70b --gpu H100-80GB --gpus 4 --mode infer --seq 8192 --batch 32
   memfit plan llama-3.1-8b --recommend-gpu --seq 4096 --global-batch 16 --max-quality-risk low
+  memfit plan llama-3.1-8b --recommend-gpu --mode infer --seq 2048 --new-tokens 256 --rank cost
+  memfit plan llama-3.2-1b --recommend-gpu --seq 2048 --global-batch 8 --prices my-prices.json
 """
 FIT_EXAMPLES = """examples:
   memfit fit llama-3.1-8b --gpu A100-80GB --solve batch --seq 4096 --checkpointing full
@@ -107,8 +109,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument(
         "--recommend-gpu",
         action="store_true",
-        help="list GPUs (and counts) on which a plan fits, fastest first",
+        help="list GPUs (and counts) on which a plan fits, with speed, price and cost per 1M "
+        "tokens, in --rank order",
     )
+    _add_price_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     f = sub.add_parser(
         "fit",
@@ -169,7 +173,28 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
         f"(default {MAX_TRACE_FALLBACKS}; seconds each)",
     )
     u.add_argument("--no-recommend", action="store_true", help="skip the catalog GPU scan")
+    _add_price_flags(u)
     u.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_price_flags(parser: argparse.ArgumentParser) -> None:
+    """``--rank`` and ``--prices`` of the GPU advice (plan --recommend-gpu, upgrade)."""
+    from memfit.hardware.prices import PRICES_ENV
+    from memfit.plan.advice import DEFAULT_RANK, RANKS
+
+    parser.add_argument(
+        "--rank",
+        choices=RANKS,
+        default=DEFAULT_RANK,
+        help=f"order of the GPU advice (default {DEFAULT_RANK}): cost = $ per 1M tokens, "
+        "cheapest first (unpriced GPUs last); speed = tokens/s; memory = most memory left free",
+    )
+    parser.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="JSON/YAML price file overriding the catalog's on-demand $/GPU-hour, e.g. "
+        f'{{"prices": {{"H100": 2.49}}}} (default: ${PRICES_ENV} if set)',
+    )
 
 
 def _register_doctor(sub: Any, headroom_help: str) -> None:
@@ -212,7 +237,8 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
 # -- plan -------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     from memfit.plan import PlanRequest, plan, recommend_gpus
-    from memfit.report.plan import render_advice, render_plan
+    from memfit.report.advice import render_advice
+    from memfit.report.plan import render_plan
 
     request = PlanRequest(
         mode=args.mode,
@@ -233,11 +259,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         confirm=args.confirm or ("none" if args.recommend_gpu else "shown"),
     )
     if args.recommend_gpu:
-        advice = recommend_gpus(args.model, request)
+        from memfit.hardware.prices import load_prices
+
+        prices = load_prices(args.prices)
+        advice = recommend_gpus(args.model, request, rank=args.rank, prices=prices)
         if args.json:
-            print(
-                json.dumps({"gpus": [a.to_json() for a in advice], "notes": advice.notes}, indent=2)
-            )
+            out = {
+                "rank": advice.rank,
+                "gpus": [a.to_json() for a in advice],
+                "notes": advice.notes,
+            }
+            print(json.dumps(out, indent=2))
         else:
             print(render_advice(advice, confirm=request.confirm))
         return EXIT_OK if advice else EXIT_DOES_NOT_FIT
@@ -270,9 +302,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 # -- upgrade ----------------------------------------------------------------------------------
 def cmd_upgrade(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from memfit.hardware.prices import load_prices
+    from memfit.plan.advice import rank_advice
     from memfit.plan.upgrade import upgrade_verdict
     from memfit.report.checklist import render_upgrade
 
+    prices = load_prices(args.prices)  # bad price files fail before the (slow) checklist
     v = upgrade_verdict(
         args.model, gpu=args.gpu, mode=args.mode, seq_len=args.seq, batch_size=args.batch,
         global_batch=args.global_batch, gpus=args.gpus, new_tokens=args.new_tokens,
@@ -281,6 +318,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         max_quality_risk=args.max_quality_risk, recommend=not args.no_recommend,
         trace_fallbacks=args.trace_fallbacks,
     )  # fmt: skip
+    v = replace(v, resolving=rank_advice(v.resolving, args.rank, prices=prices))
     print(json.dumps(v.to_json(), indent=2) if args.json else render_upgrade(v))
     if v.verdict == "undetermined":
         return 2

@@ -105,7 +105,7 @@ def test_every_row_is_sourced_and_within_sane_bounds():
         assert gpu.source.startswith("https://"), gpu.name
         assert gpu.arch in ARCHS
         assert gpu.memory_bytes % MiB == 0, gpu.name
-        assert 14 * GiB <= gpu.memory_bytes <= 300 * GiB, gpu.name
+        assert 12 * GiB <= gpu.memory_bytes <= 300 * GiB, gpu.name  # RTX 3060: 12 GiB
         assert gpu.supports_bf16 == (gpu.arch not in ("volta", "turing")), gpu.name
         assert gpu.supports_fp8 == (gpu.arch in ("ada", "hopper", "blackwell", "cdna3")), gpu.name
         if gpu.bf16_dense_tflops is not None:
@@ -267,12 +267,14 @@ def test_gpus_table_shows_rates_within_100_columns(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
         *("name", "memory", "arch", "mem", "GB/s", "bf16", "TF", "fp8", "TF"),
-        *("link", "GB/s", "form"),
+        *("link", "GB/s", "form", "$/h", "plan"),
     ]
     assert max(len(line) for line in lines) <= 100
     h100 = next(line for line in lines if line.startswith("H100-80GB "))
-    assert h100.split()[3:] == ["hopper", "3350", "989", "1979", "900", "sxm"]
-    assert len(lines) == 1 + len(list_gpus())
+    assert h100.split()[3:] == ["hopper", "3350", "989", "1979", "900", "sxm", "3.78", "yes"]
+    rows = [line for line in lines[1:] if not line.startswith(("note:", "  "))]
+    assert len(rows) == len(list_gpus())
+    assert all(line.endswith(" yes") for line in rows)  # every GPU listed can be planned
 
 
 def test_gpus_json_prints_every_field(capsys):
@@ -283,9 +285,27 @@ def test_gpus_json_prints_every_field(capsys):
 
     assert main(["gpus", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert set(rows[0]) == {field.name for field in dataclasses.fields(GPU)}
+    extra = {"price", "plan_ready", "plan_not_ready_reason"}
+    assert set(rows[0]) == {field.name for field in dataclasses.fields(GPU)} | extra
     l40s = next(row for row in rows if row["name"] == "L40S")
     assert (l40s["fp8_dense_tflops"], l40s["interconnect_gbps"], l40s["tdp_w"]) == (733, 64, 350)
+    assert l40s["price"]["source"].startswith("https://") and l40s["price"]["as_of"]
+    assert all(row["plan_ready"] for row in rows)
+
+
+def test_gpus_with_a_bad_price_file_is_one_line_and_exit_2(tmp_path, capsys):
+    from memfit.cli import main
+
+    bad = tmp_path / "prices.json"
+    bad.write_text('{"H100": -2}')
+    assert main(["gpus", "--prices", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usd_per_hour (-2) must be > 0" in err
+    good = tmp_path / "ok.json"
+    good.write_text('{"H100": 2.25}')
+    assert main(["gpus", "--prices", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert next(x for x in out.splitlines() if x.startswith("H100-80GB ")).split()[-2] == "2.25"
 
 
 def test_hardware_and_allocator_modules_import_without_torch():

@@ -87,5 +87,9 @@ def test_every_cost_constant_cites_a_source() -> None:
 def test_a_gpu_without_published_rates_is_a_clear_error_not_a_division_by_zero() -> None:
     from memfit.errors import SpecError
 
-    with pytest.raises(SpecError, match=r"A10G has no published compute rate"):
-        Rates.of(get_gpu("A10G"))
+    bare = replace(
+        get_gpu("A10G"), name="Bare", bf16_dense_tflops=None, fp16_dense_tflops=None,
+        fp32_tflops=None,
+    )  # fmt: skip
+    with pytest.raises(SpecError, match=r"Bare has no published compute rate"):
+        Rates.of(bare)

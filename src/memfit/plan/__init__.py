@@ -6,7 +6,8 @@
 
 - :func:`plan` (search.py): the fastest stack that fits, alternatives, why faster ones fail.
 - :func:`fit` (solve.py): the largest batch / sequence / concurrency that fits.
-- :func:`recommend_gpus` (advice.py): GPUs and counts on which a plan fits, by throughput.
+- :func:`recommend_gpus` (advice.py): GPUs and counts on which a plan fits, with price, ranked
+  by cost per 1M tokens (default), speed or free memory.
 - :func:`upgrade_verdict` (upgrade.py): the "when should you upgrade" checklist, computed.
 - :func:`doctor` (doctor.py): a described job checked for the seven common mistakes.
 - checklist.py: the checklist shape both share (a result per check, a job declaring them).

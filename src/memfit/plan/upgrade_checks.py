@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from memfit.estimate.result import MemoryEstimate
 from memfit.models.model_spec import ModelSpec
-from memfit.plan.advice import GPU_COUNTS, GPUAdvice, recommend_gpus
+from memfit.plan.advice import DEFAULT_RANK, GPU_COUNTS, GPUAdvice, rank_advice, recommend_gpus
 from memfit.plan.budget import Budget
 from memfit.plan.checklist import Checklist, check, rated_gpus, step_cost, trainable_share
 from memfit.plan.cost import COST_CONSTANTS, ModelFacts, Rates, StepCost, infer_cost
@@ -300,8 +300,9 @@ class UpgradeChecks(Checklist[CheckItem]):
 
     # -- which GPUs resolve the triggered items -----------------------------------------------
     def resolving(self, triggered: list[CheckItem]) -> list[GPUAdvice]:
-        """The catalog GPUs (and counts) on which every triggered item is resolved, fastest
-        first; GPUs without published rates are named in the notes."""
+        """The catalog GPUs (and counts) on which every triggered item is resolved, cheapest per
+        token first (:func:`memfit.plan.advice.rank_advice`); GPUs without published rates are
+        named in the notes."""
         ids = {i.id for i in triggered}
         out: list[GPUAdvice] = []
         gpus, unrated = rated_gpus("scanned")
@@ -317,8 +318,7 @@ class UpgradeChecks(Checklist[CheckItem]):
             ):
                 if self._resolves(advice, g, ids):
                     out.append(advice)
-        out.sort(key=lambda a: -a.best.cost.tokens_per_s)
-        return out
+        return rank_advice(out, DEFAULT_RANK)
 
     def _resolves(self, a: GPUAdvice, gpu: Any, ids: set[str]) -> bool:
         """A plan fits on ``a`` (so the batch, context and concurrency asked for fit); check the

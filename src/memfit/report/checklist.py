@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from memfit.report.plan import render_advice
+from memfit.report.advice import render_advice
 
 if TYPE_CHECKING:
     from memfit.plan.checklist import CheckResult
@@ -49,7 +49,7 @@ def render_upgrade(v: UpgradeVerdict) -> str:
     lines += render_checks(v.items)
     lines += ["", f"verdict: {v.summary}"]
     if v.resolving:
-        lines.append("GPUs that resolve the triggered items (fastest first):")
+        lines.append("GPUs that resolve the triggered items:")
         lines.append(render_advice(v.resolving[:N_RESOLVING_SHOWN]))
         if len(v.resolving) > N_RESOLVING_SHOWN:
             lines.append(f"... and {len(v.resolving) - N_RESOLVING_SHOWN} more (--json)")

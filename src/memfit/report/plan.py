@@ -1,5 +1,5 @@
-"""Text of ``memfit plan`` and ``memfit fit``: a plan with its memory table and settings, the GPU
-advice list, a solve (the CLI prints these; nothing here prints)."""
+"""Text of ``memfit plan`` and ``memfit fit``: a plan with its memory table and settings, a solve
+(the CLI prints these; nothing here prints). The GPU advice list: :mod:`memfit.report.advice`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from memfit.units import format_bytes
 
 if TYPE_CHECKING:
-    from memfit.plan.advice import GPUAdvice
     from memfit.plan.request import PlanOption
     from memfit.plan.search import Plan
     from memfit.plan.solve import FitResult
@@ -95,28 +94,6 @@ def render_plan(p: Plan) -> str:
             lines.append(f"  {x.settings.describe()} ({x.cost.step_s:.3g} s/step)\n    {x.reason}")
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
-
-
-def render_advice(advice: list[GPUAdvice], *, confirm: str | None = None) -> str:
-    notes = list(getattr(advice, "notes", []))
-    if confirm == "none" and advice:
-        engine = advice[0].best.estimate.engine if advice[0].best.estimate else "search"
-        notes.append(
-            f"memory by the {engine} engine (upper range end), not confirmed by the trace engine "
-            "(--confirm recommended does, seconds per GPU); confirm your pick with "
-            "`memfit plan MODEL --gpu NAME --gpus N`"
-        )
-    if not advice:
-        lines = ["no GPU in the catalog (up to 8 per job) fits a plan for this job"]
-        return "\n".join(lines + [f"note: {n}" for n in notes])
-    lines = [f"{'gpu':<24}{'count':>6}{'tokens/s':>10}{'per GPU':>9}{'memory':>12}  risk    plan"]
-    for a in advice:
-        lines.append(
-            f"{a.gpu:<24}{a.gpus:>6}{rate_text(a.best.cost.tokens_per_s):>10}"
-            f"{rate_text(a.tokens_per_s_per_gpu):>9}{need_text(a.best):>12}  {a.best.risk:<8}"
-            f"{a.best.settings.describe()}"
-        )
-    return "\n".join(lines + [f"note: {n}" for n in notes])
 
 
 def render_fit(r: FitResult) -> str:

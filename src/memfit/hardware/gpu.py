@@ -1,0 +1,193 @@
+"""GPUs as data: memory, architecture, headline rates and links, each row with its vendor source.
+
+Memory
+------
+``memory_bytes`` is the total that ``nvidia-smi`` prints (``memory.total``), not the marketing
+size: HBM parts report their full binary size (A100-80GB: 81920 MiB), GDDR parts with ECC on
+report less (A10: 23028 MiB with ECC on, 24564 MiB with it off). Each value is one seen in
+published ``nvidia-smi`` output; where none was found the comment says how it was derived.
+On recent drivers CUDA (``cudaMemGetInfo``, ``torch.cuda.get_device_properties().total_memory``)
+sees ``memory.total`` minus ``memory.reserved``: measured on an H200 (driver 580.159.04, torch
+2.11): 143771 - 616 = 143155 MiB (torch: 150,109,880,320 B). ``driver_reserved_bytes`` holds
+that reservation where it was measured.
+
+Rates
+-----
+All from the vendor datasheet or architecture whitepaper named in ``source`` (or ``rate_source``
+where the rates, power and links come from a second document); None where the vendor publishes
+none or the GPU lacks the unit.
+
+- ``memory_bandwidth_gbps``: peak memory bandwidth in GB/s (10^9 B/s).
+- ``bf16_dense_tflops``, ``fp16_dense_tflops``, ``fp8_dense_tflops``: tensor-core TFLOPS,
+  **dense** (no 2:4 sparsity) with **FP32 accumulate**. Datasheets mostly print the sparse
+  figure (marked "with sparsity"); those are halved here and the comment says so. GeForce cards
+  run FP32-accumulate tensor math at half their FP16-accumulate rate; the whitepapers list both
+  and the FP32-accumulate one is kept. ``int8_dense_tops``: dense INT8 tensor TOPS.
+- ``fp32_tflops``: FP32 on the CUDA cores / vector units (no tensor cores, no TF32).
+- ``supports_bf16`` / ``supports_fp8`` follow the architecture (``TENSOR_PRECISIONS``): bf16
+  tensor cores from Ampere and CDNA2, fp8 from Ada, Hopper and CDNA3; rows are checked against it.
+
+Links
+-----
+``interconnect`` names the links in words; ``interconnect_gbps`` is the GPU-to-GPU bandwidth, in
+GB/s, that every GPU of a multi-GPU server has, as vendors quote it (both directions together):
+NVLink through NVSwitch for SXM parts, Infinity Fabric for OAM parts, PCIe for PCIe cards. NVLink
+*bridges* join only pairs (or fours) of PCIe cards, so they are named in ``interconnect`` but not
+counted. PCIe x16 link rates as NVIDIA's datasheets state them: Gen3 32, Gen4 64, Gen5 128 GB/s.
+A communication model that wants one direction halves ``interconnect_gbps``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memfit.errors import SpecError
+
+ARCHS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3")
+VENDORS = ("nvidia", "amd")
+FORM_FACTORS = ("sxm", "pcie", "oam", "superchip")
+
+#: Number formats the tensor cores / matrix cores of each architecture run (FP32 always runs on
+#: the CUDA cores). Volta: fp16 tensor cores only (V100 datasheet); Turing adds int8 (T4
+#: datasheet); Ampere adds bf16 (A100 datasheet); Ada and Hopper add fp8 (Ada whitepaper, H100
+#: datasheet); Blackwell keeps them (and adds fp4/fp6, not modelled); CDNA3: fp16, bf16, fp8, int8
+#: (MI300X datasheet).
+TENSOR_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "volta": ("fp16",),
+    "turing": ("fp16", "int8"),
+    "ampere": ("fp16", "bf16", "int8"),
+    "ada": ("fp16", "bf16", "fp8", "int8"),
+    "hopper": ("fp16", "bf16", "fp8", "int8"),
+    "blackwell": ("fp16", "bf16", "fp8", "int8"),
+    "cdna3": ("fp16", "bf16", "fp8", "int8"),
+}
+
+#: Rate fields, the precision each needs (None: always available), for validation.
+_RATE_FIELDS: tuple[tuple[str, str | None], ...] = (
+    ("memory_bandwidth_gbps", None),
+    ("fp32_tflops", None),
+    ("fp16_dense_tflops", "fp16"),
+    ("bf16_dense_tflops", "bf16"),
+    ("fp8_dense_tflops", "fp8"),
+    ("int8_dense_tops", "int8"),
+    ("interconnect_gbps", None),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPU:
+    """One GPU model. ``name`` is canonical ("A100-80GB"); ``aliases`` are other spellings,
+    including the device name torch and nvidia-smi print ("NVIDIA A100-SXM4-80GB")."""
+
+    name: str
+    aliases: tuple[str, ...]
+    memory_bytes: int
+    vendor: str
+    arch: str
+    compute_capability: tuple[int, int] | None
+    memory_bandwidth_gbps: float | None
+    bf16_dense_tflops: float | None
+    supports_bf16: bool
+    supports_fp8: bool
+    source: str
+    driver_reserved_bytes: int | None = None  # nvidia-smi memory.reserved, where measured
+    fp16_dense_tflops: float | None = None
+    fp8_dense_tflops: float | None = None
+    int8_dense_tops: float | None = None
+    fp32_tflops: float | None = None
+    interconnect: str | None = None
+    interconnect_gbps: float | None = None
+    form_factor: str | None = None
+    tdp_w: int | None = None
+    rate_source: str | None = None  # where rates, power or links are not in ``source``
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.memory_bytes <= 0:
+            problems.append(f"{self.name}: memory_bytes ({self.memory_bytes}) must be > 0")
+        if self.arch not in ARCHS:
+            problems.append(f"{self.name}: arch ({self.arch!r}) must be one of {', '.join(ARCHS)}")
+        if self.vendor not in VENDORS:
+            problems.append(f"{self.name}: vendor ({self.vendor!r}) must be one of {VENDORS}")
+        for field_name in ("source", "rate_source"):
+            url = getattr(self, field_name)
+            if url is not None and not url.startswith("https://"):
+                problems.append(f"{self.name}: {field_name} ({url!r}) must be an https:// URL")
+        problems += self._rate_problems()
+        if self.form_factor is not None and self.form_factor not in FORM_FACTORS:
+            problems.append(
+                f"{self.name}: form_factor ({self.form_factor!r}) must be one of "
+                f"{', '.join(FORM_FACTORS)}"
+            )
+        if self.tdp_w is not None and self.tdp_w <= 0:
+            problems.append(f"{self.name}: tdp_w ({self.tdp_w}) must be > 0")
+        if self.interconnect_gbps is not None and not self.interconnect:
+            problems.append(f"{self.name}: interconnect_gbps needs interconnect (the link's name)")
+        if problems:
+            raise SpecError.from_problems(problems)
+
+    def _rate_problems(self) -> list[str]:
+        """Rates are positive and present only for formats the architecture's tensor cores run;
+        ``supports_bf16`` / ``supports_fp8`` agree with the architecture."""
+        problems = []
+        formats = TENSOR_PRECISIONS.get(self.arch)
+        for flag, fmt in (("supports_bf16", "bf16"), ("supports_fp8", "fp8")):
+            if formats is not None and getattr(self, flag) != (fmt in formats):
+                problems.append(
+                    f"{self.name}: {flag} ({getattr(self, flag)}) disagrees with arch "
+                    f"{self.arch} (tensor formats: {', '.join(formats)})"
+                )
+        for field_name, needs in _RATE_FIELDS:
+            value = getattr(self, field_name)
+            if value is None:
+                continue
+            if value <= 0:
+                problems.append(f"{self.name}: {field_name} ({value}) must be > 0")
+            if needs is not None and formats is not None and needs not in formats:
+                problems.append(
+                    f"{self.name}: {field_name} ({value}) must be None: {self.arch} has no "
+                    f"{needs} tensor cores"
+                )
+        return problems
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """Number formats this GPU computes in: fp32, then its tensor-core formats."""
+        return ("fp32", *TENSOR_PRECISIONS.get(self.arch, ()))
+
+    @property
+    def cuda_visible_bytes(self) -> int | None:
+        """Memory CUDA can hand out (total minus the driver's reservation); None if unmeasured."""
+        if self.driver_reserved_bytes is None:
+            return None
+        return self.memory_bytes - self.driver_reserved_bytes
+
+
+# Sources and link names shared by the catalog's row modules (datacenter.py, desktop.py).
+H100_DATASHEET = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+H200_DATASHEET = "https://nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446"
+A100_DATASHEET = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+V100_DATASHEET = (
+    "https://images.nvidia.com/content/technologies/volta/pdf/"
+    "volta-v100-datasheet-update-us-1165301-r5.pdf"
+)
+ADA_WHITEPAPER = (
+    "https://images.nvidia.com/aem-dam/Solutions/Data-Center/l4/"
+    "nvidia-ada-gpu-architecture-whitepaper-v2.1.pdf"
+)
+GA102_WHITEPAPER = (
+    "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf"
+)
+BLACKWELL_RTX_WHITEPAPER = (
+    "https://images.nvidia.com/aem-dam/Solutions/geforce/blackwell/"
+    "nvidia-rtx-blackwell-gpu-architecture.pdf"
+)
+AMD_DATASHEETS = "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/"
+
+# PCIe x16 links as NVIDIA datasheets quote them (both directions together).
+PCIE3 = "PCIe 3.0 x16 32 GB/s"
+PCIE4 = "PCIe 4.0 x16 64 GB/s"
+PCIE5 = "PCIe 5.0 x16 128 GB/s"
