@@ -8,7 +8,7 @@ to a multiple of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) and split it across TP rank
 K/V head count; ``RowParallelLinear`` / ``MergedColumnParallelLinear`` split the MLP; norms are
 replicated; one ``RotaryEmbedding`` ``cos_sin_cache`` of ``max_position x rotary_dim`` in the model
 dtype is shared by all layers (``get_rope`` caches instances). Pipeline stages take layers as
-``vllm/distributed/utils.py:get_pp_indices`` splits them (remainder to the later stages), the first
+``vllm/distributed/utils.py:get_pp_indices`` splits them (the remainder to the stages before the last), the first
 stage holds the embedding and the last the final norm and lm_head.
 """
 
@@ -74,6 +74,9 @@ def weight_format(
     """(memfit quant name, group size, note) from ``--quantization`` and the checkpoint's own
     quantization_config (vLLM reads the latter; the flag must agree with it)."""
     fmt = checkpoint_format(spec.quantization)
+    ct = _compressed_tensors_int(spec)
+    if ct is not None:
+        return ct
     if fmt is not None and fmt.quant is None:
         raise NotModelledError(f"vLLM: {fmt.why}", engine="vllm")
     if fmt is not None:
@@ -88,6 +91,25 @@ def weight_format(
         f"--quantization {quantization} needs a checkpoint quantized that way (config.json has no "
         f"quantization_config); pass its hub id, or --quantization fp8 for online FP8"
     )
+
+
+def _compressed_tensors_int(spec: ModelSpec) -> tuple[str, int | None, str] | None:
+    """compressed-tensors integer weights (w8a8 / w4a16), which vLLM serves and the HF-side
+    reader leaves unmodelled: int8 -> 1 byte; int4 -> GPTQ-like packing with group scales."""
+    q = spec.quantization
+    if q is None or (q.method or "").lower() != "compressed-tensors":
+        return None
+    groups = q.raw.get("config_groups")
+    for group in groups.values() if isinstance(groups, dict) else ():
+        w = group.get("weights") if isinstance(group, dict) else None
+        if isinstance(w, dict) and w.get("type") == "int":
+            bits, size = w.get("num_bits"), w.get("group_size")
+            note = f"checkpoint quantization_config: compressed-tensors int{bits}"
+            if bits == 8:
+                return "int8", None, note
+            if bits == 4:
+                return "int4-gptq", size if isinstance(size, int) and size > 0 else None, note
+    return None
 
 
 def pp_layer_counts(n_layers: int, pp: int) -> list[int]:

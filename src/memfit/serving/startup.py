@@ -176,10 +176,13 @@ def _activation_peak(
     return int(max(forward, sampler))
 
 
-def simulate_startup(spec: ModelSpec, gpu: GPU, config: VllmConfig) -> VllmStartup:
-    """Run vLLM's start-up accounting for ``spec`` served with ``config`` on ``gpu``."""
+def simulate_startup(
+    spec: ModelSpec, gpu: GPU, config: VllmConfig, *, total_bytes: int | None = None
+) -> VllmStartup:
+    """Run vLLM's start-up accounting for ``spec`` served with ``config`` on ``gpu``
+    (``total_bytes``: the total a log printed, instead of the GPU's usual one)."""
     v = get_version(config.vllm_version)
-    total = vllm_total_bytes(gpu)
+    total = total_bytes or vllm_total_bytes(gpu)
     notes: list[str] = []
     dtype = model_dtype(spec, config, gpu)
     act_bytes = DTYPES[dtype]
@@ -208,7 +211,7 @@ def simulate_startup(spec: ModelSpec, gpu: GPU, config: VllmConfig) -> VllmStart
     requested = int(total * config.gpu_memory_utilization)
     available = requested - weights - act - non_torch
     all_layers = kv_layers(spec, tp=tp, kv_bytes=kv_bytes)
-    stage = pp_layer_counts(len(all_layers), pp)[-1]
+    stage = max(pp_layer_counts(len(all_layers), pp))  # the stage holding the most layers
     layers = all_layers[-stage:]
     kv_args: dict[str, Any] = dict(
         block_size=config.block_size,
