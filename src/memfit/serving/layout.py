@@ -8,8 +8,8 @@ to a multiple of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) and split it across TP rank
 K/V head count; ``RowParallelLinear`` / ``MergedColumnParallelLinear`` split the MLP; norms are
 replicated; one ``RotaryEmbedding`` ``cos_sin_cache`` of ``max_position x rotary_dim`` in the model
 dtype is shared by all layers (``get_rope`` caches instances). Pipeline stages take layers as
-``vllm/distributed/utils.py:get_pp_indices`` splits them (the remainder to the stages before the last), the first
-stage holds the embedding, the last the final norm and lm_head.
+``vllm/distributed/utils.py:get_pp_indices`` splits them (the remainder to the stages before the
+last); the first stage holds the embedding, the last the final norm and lm_head.
 """
 
 from __future__ import annotations
