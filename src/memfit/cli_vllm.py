@@ -269,3 +269,154 @@ def cmd_vllm(args: argparse.Namespace) -> int:
         else render_startup(s, args.model)
     )
     return 0 if s.starts else 1
+
+
+# -- fit / plan / upgrade --runtime vllm -------------------------------------------------------
+def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) -> None:
+    """``--runtime hf|vllm`` and the vLLM knobs the other commands take (their own --tp, --gpus,
+    --seq, --new-tokens and --quant carry the rest)."""
+    from memfit.cli import positive_int
+
+    p.add_argument(
+        "--runtime",
+        choices=("hf", "vllm"),
+        default="hf",
+        help="hf: Hugging Face generate() (default); vllm: `vllm serve` "
+        "(KV blocks under --gpu-memory-utilization; see `memfit vllm`)",
+    )
+    g = p.add_argument_group("--runtime vllm")
+    g.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="vllm: fraction of GPU memory vLLM may use (default 0.9)",
+    )
+    g.add_argument("--kv-cache-dtype", default="auto", help="vllm: auto | fp8")
+    g.add_argument("--vllm-version", default=None, help="vllm: version to model (default 0.19)")
+    if concurrency:
+        g.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=None,
+            help="vllm: concurrent requests of --seq (+ --new-tokens) tokens to serve",
+        )
+
+
+def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> Any:
+    from memfit.serving import DEFAULT_VERSION, VllmConfig
+
+    quant = getattr(args, "quant", None)
+    if quant not in (None, "none", "fp8"):
+        raise SpecError(
+            f"--quant {quant} with --runtime vllm: vLLM quantizes online only to fp8; for "
+            f"{quant} pass the hub id of a checkpoint quantized that way (its config says so)"
+        )
+    return VllmConfig(
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        max_model_len=length,
+        quantization="fp8" if quant == "fp8" else None,
+        vllm_version=args.vllm_version or DEFAULT_VERSION,
+    )
+
+
+def _spec(model: str) -> Any:
+    from memfit.models import resolve_model
+
+    spec = resolve_model(model).spec
+    if spec is None:
+        raise SpecError(f"--runtime vllm needs a config.json model, not a factory ({model!r})")
+    return spec
+
+
+def cmd_fit_vllm(args: argparse.Namespace) -> int:
+    """``memfit fit --runtime vllm --solve concurrency|max-model-len``."""
+    from memfit.hardware.catalog import get_gpu
+    from memfit.serving.command import serve_command
+    from memfit.serving.solve import solve_concurrency, solve_max_model_len
+
+    if args.gpu is None or args.gpu_memory is not None:
+        raise SpecError("fit --runtime vllm needs --gpu NAME (vLLM's budget is a GPU's total)")
+    if args.solve not in ("concurrency", "max-model-len"):
+        raise SpecError(
+            f"--solve {args.solve} with --runtime vllm: solve concurrency or max-model-len"
+        )
+    gpu, spec = get_gpu(args.gpu), _spec(args.model)
+    tp = getattr(args, "tp", None) or getattr(args, "gpus", None) or 1
+    length = args.seq + (args.new_tokens or 0)
+    if args.solve == "concurrency":
+        config = _runtime_config(args, tp=tp, length=length)
+        value, s = solve_concurrency(spec, gpu, config)
+        answer = f"{value} concurrent requests of {length:,} tokens"
+    else:
+        config = _runtime_config(args, tp=tp, length=None)
+        value, best = solve_max_model_len(spec, gpu, config, concurrency=args.batch or 1)
+        s = best if best is not None else _simulate(spec, gpu, config)
+        answer = f"--max-model-len {value:,} (holding {args.batch or 1} request(s))"
+        config = replace_len(config, value or None)
+    command = serve_command(args.model, config) if value else None
+    if args.json:
+        record = startup_json(s, command)
+        record.update({"solve": args.solve, "max_value": value, "fits": value > 0})
+        print(json.dumps(record, indent=2))
+    else:
+        print(render_startup(s, args.model))
+        print(f"vLLM holds {answer}" if value else "nothing fits: " + (s.error or ""))
+        if command:
+            print(command)
+    return 0 if value > 0 else 1
+
+
+def replace_len(config: Any, length: int | None) -> Any:
+    from dataclasses import replace
+
+    return replace(config, max_model_len=length)
+
+
+def _simulate(spec: Any, gpu: Any, config: Any) -> Any:
+    from memfit.serving import simulate_startup
+
+    return simulate_startup(spec, gpu, config)
+
+
+def cmd_plan_vllm(args: argparse.Namespace) -> int:
+    """``memfit plan --mode infer --runtime vllm --concurrency N --seq L``."""
+    from memfit.hardware.catalog import get_gpu
+    from memfit.serving.solve import plan_serving
+
+    if args.mode != "infer":
+        raise SpecError("--runtime vllm plans inference: pass --mode infer")
+    want = args.concurrency or args.batch or 1
+    length = args.seq + (args.new_tokens or 0)
+    spec = _spec(args.model)
+    base = _runtime_config(args, length=length)
+    gpus = None if args.gpu is None or args.recommend_gpu else [get_gpu(args.gpu)]
+    options = plan_serving(
+        spec, args.model, concurrency=want, max_model_len=length, gpus=gpus,
+        max_gpus=args.gpus if args.gpus and args.gpus > 1 else (None if gpus is None else 8),
+        allow_quant=not args.no_quant, base=base,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps({
+            "runtime": "vllm", "concurrency": want, "max_model_len": length,
+            "fits": bool(options),
+            "options": [{"gpu": o.gpu, "n_gpus": o.n_gpus, "command": o.command,
+                         **startup_json(o.startup, o.command)} for o in options],
+        }, indent=2))  # fmt: skip
+    elif not options:
+        where = args.gpu or "any catalog GPU (1-8 per replica)"
+        print(
+            f"NOTHING FITS: no vLLM configuration on {where} holds {want} requests of "
+            f"{length:,} tokens (tried TP 1-8, fp8 weights and fp8 KV where the GPU has fp8)"
+        )
+    else:
+        best = options[0]
+        print(
+            f"vLLM serves {want} concurrent requests of {length:,} tokens on {best.describe()}: "
+            f"max concurrency {best.startup.max_concurrency:.2f}x"
+        )
+        print(best.command)
+        for o in options[1:6]:
+            print(f"  also: {o.describe()} ({o.startup.max_concurrency:.2f}x): {o.command}")
+    return 0 if options else 1

@@ -154,7 +154,7 @@ def derived_max_model_len(spec: ModelSpec) -> int | None:
     return base
 
 
-def batch_defaults(gpu: GPU, total_bytes: int, version: VllmVersion) -> tuple[int, int]:
+def batch_defaults(gpu: GPU, total_bytes: int) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) vllm serve uses when not given (V1)."""
     if total_bytes >= LARGE_GPU_BYTES and not gpu.name.startswith("A100"):
         return 8192, 1024
@@ -196,7 +196,7 @@ def simulate_startup(
         )
     tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
     if v.engine == "v1":
-        d_tokens, d_seqs = batch_defaults(gpu, total, v)
+        d_tokens, d_seqs = batch_defaults(gpu, total)
     else:
         d_tokens, d_seqs = (max(L, 2048) if L <= 32768 else 2048), 256
     tokens = config.max_num_batched_tokens or d_tokens
