@@ -7,12 +7,13 @@
   DynamicCache's ``torch.cat`` of one layer that the decode peak already holds. Estimated as the
   same job at batch x K (transformers 4.5x/5.x ``generation/utils.py``).
 - ``cache_implementation="static"``: ``StaticCache`` preallocates every layer's keys and values for
-  ``max_cache_len = generation_config.max_length - 1`` (prompt + new tokens - 1: the last token
-  is never fed back; measured on CPU with transformers 5.x, tests/estimate/test_generation.py;
+  ``max_cache_len = generation_config.max_length - 1`` (prompt + new tokens - 1: the last token is
+  never fed back; measured on CPU with transformers 5.x, tests/estimate/test_generation.py;
   sliding-window layers keep ``min(window, max_cache_len)``) when generation starts, zero-filled,
   and updates them in place: no growth, no cat. So the full cache is live from the prefill on.
-  Estimated from the engine's own DynamicCache run: in every phase the dynamic cache bytes are replaced by the full static cache
-  (the cat transient of the decode peak is kept, an over-estimate of at most one layer's cache).
+  Estimated from the engine's own DynamicCache run: in every phase the dynamic cache bytes are
+  replaced by the full static cache (the cat transient of the decode peak is kept, an over-estimate
+  of at most one layer's cache).
 """
 
 from __future__ import annotations
