@@ -114,3 +114,11 @@ def test_plan_runtime_vllm_says_nothing_fits(capsys: pytest.CaptureFixture[str])
             "--runtime", "vllm", "--concurrency", "8"]  # fmt: skip
     assert main(args) == 1
     assert "NOTHING FITS" in capsys.readouterr().out
+
+
+def test_fit_runtime_vllm_serves_one_replica_over_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["fit", "llama-3.1-70b", "--gpu", "H100", "--solve", "concurrency", "--mode", "infer",
+            "--seq", "8192", "--runtime", "vllm", "--gpus", "4", "--json"]  # fmt: skip
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "--tensor-parallel-size 4" in data["command"] and data["max_value"] > 8

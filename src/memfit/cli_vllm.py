@@ -127,7 +127,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "vllm",
         help="will `vllm serve` start on this GPU: KV cache, tokens, max concurrency",
         description="Model vLLM's start-up memory accounting (weights, profile-run activation "
-        "peak, non-torch memory, KV cache blocks) and print the lines vLLM logs.",
+        "peak, non-torch memory, KV cache blocks) and print the lines vLLM logs. Flags that do "
+        "not change memory (--port, --host, --served-model-name, --enable-prefix-caching, "
+        "--trust-remote-code…) are accepted and ignored: paste a whole `vllm serve` line.",
         epilog=VLLM_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -343,7 +345,8 @@ def cmd_fit_vllm(args: argparse.Namespace) -> int:
             f"--solve {args.solve} with --runtime vllm: solve concurrency or max-model-len"
         )
     gpu, spec = get_gpu(args.gpu), _spec(args.model)
-    tp = getattr(args, "tp", None) or getattr(args, "gpus", None) or 1
+    tp_flag, n_gpus = getattr(args, "tp", None) or 1, getattr(args, "gpus", None) or 1
+    tp = tp_flag if tp_flag > 1 else n_gpus  # one replica over --gpus, unless --tp says less
     length = args.seq + (args.new_tokens or 0)
     if args.solve == "concurrency":
         config = _runtime_config(args, tp=tp, length=length)

@@ -154,3 +154,13 @@ def test_constants_agree_with_the_installed_vllm() -> None:  # pragma: no cover
     assert "UsageContext.OPENAI_API_SERVER: 8192" in Path(arg_utils.__file__).read_text()
     assert vpe.DEFAULT_VOCAB_PADDING_SIZE == 64
     assert set(VERSIONS) >= {"0.19"}
+
+
+def test_mla_layers_cache_one_latent_per_token_unsplit_by_tp() -> None:
+    from memfit.serving.layout import kv_layers
+
+    cfg = dict(resolve_model("llama-3.1-8b").config or {})
+    cfg.update(kv_lora_rank=512, qk_rope_head_dim=64)  # DeepSeek-V2/V3's MLA keys
+    layers = kv_layers(ModelSpec.from_config(cfg), tp=8, kv_bytes=2)
+    assert {x.kind for x in layers} == {"mla"}
+    assert layers[0].bytes_per_token == (512 + 64) * 2
