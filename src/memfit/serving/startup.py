@@ -32,8 +32,13 @@ __all__ = ["VllmStartup", "simulate_startup", "vllm_total_bytes"]
 
 #: ``torch.cuda.mem_get_info()`` totals printed in vLLM logs ("Free memory on device (78.57/79.18
 #: GiB)"): the memory CUDA can hand out, below the marketed size. H100 80GB: 79.18-79.22 GiB in
-#: llm-d-benchmark, llm-d-planner and PR #10511 logs.
-OBSERVED_TOTAL_BYTES = {"H100-80GB": int(79.19 * GiB), "H100-PCIe": int(79.19 * GiB)}
+#: llm-d-benchmark, llm-d-planner and PR #10511 logs; A100 40GB: "total_gpu_memory (39.38GiB)" in
+#: vllm-project/vllm#16570 (0.8.3, 4 x A100).
+OBSERVED_TOTAL_BYTES = {
+    "H100-80GB": int(79.19 * GiB),
+    "H100-PCIe": int(79.19 * GiB),
+    "A100-40GB": int(39.38 * GiB),
+}
 #: Fraction of the marketed memory CUDA keeps for itself where unmeasured: H100 80GB 79.65 ->
 #: 79.19 GiB (0.58 %), H200 140.4 -> 139.8 GiB (0.43 %, catalog); the larger is used.
 DRIVER_RESERVED_FRACTION = 0.0058
