@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from memfit import cli_vllm
 from memfit.errors import SpecError
 
 EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
@@ -114,6 +115,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     _add_price_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    cli_vllm.add_runtime_flags(p, concurrency=True)
     f = sub.add_parser(
         "fit",
         help="the largest batch, longest sequence or most concurrent requests that fit",
@@ -125,10 +127,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("model", help="bundled name, config.json path or dir, or hub id")
     f.add_argument("--gpu", help="GPU name (see `memfit gpus`)")
     f.add_argument("--gpu-memory", type=_size, help="GPU memory: 24GB (10^9) or 24GiB (2^30)")
-    f.add_argument("--solve", choices=SOLVES, required=True)
+    f.add_argument("--solve", choices=(*SOLVES, "max-model-len"), required=True)
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
     f.add_argument("--json", action="store_true", help="print one JSON object")
+    cli_vllm.add_runtime_flags(f)
     _register_upgrade(sub, headroom_help)
     _register_doctor(sub, headroom_help)
     return {"plan": cmd_plan, "fit": cmd_fit, "upgrade": cmd_upgrade, "doctor": cmd_doctor}
@@ -175,6 +178,7 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
     u.add_argument("--no-recommend", action="store_true", help="skip the catalog GPU scan")
     _add_price_flags(u)
     u.add_argument("--json", action="store_true", help="print one JSON object")
+    cli_vllm.add_runtime_flags(u)
 
 
 def _add_price_flags(parser: argparse.ArgumentParser) -> None:
@@ -240,6 +244,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from memfit.report.advice import render_advice
     from memfit.report.plan import render_plan
 
+    if args.runtime == "vllm":
+        return cli_vllm.cmd_plan_vllm(args)
     request = PlanRequest(
         mode=args.mode,
         seq_len=args.seq,
@@ -286,6 +292,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from memfit.plan import fit
     from memfit.report.plan import render_fit
 
+    if args.runtime == "vllm":
+        return cli_vllm.cmd_fit_vllm(args)
+    if args.solve == "max-model-len":
+        raise SpecError("--solve max-model-len is vLLM's: add --runtime vllm (or --solve seq)")
     if args.gpu is None and args.gpu_memory is None:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     result = fit(
@@ -316,7 +326,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, context=args.context,
         throughput_target=args.throughput_target, headroom=args.headroom,
         max_quality_risk=args.max_quality_risk, recommend=not args.no_recommend,
-        trace_fallbacks=args.trace_fallbacks,
+        trace_fallbacks=args.trace_fallbacks, runtime=args.runtime,
     )  # fmt: skip
     v = replace(v, resolving=rank_advice(v.resolving, args.rank, prices=prices))
     print(json.dumps(v.to_json(), indent=2) if args.json else render_upgrade(v))

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from memfit.spec import (
     ATTENTIONS,
+    CACHE_IMPLEMENTATIONS,
     CHECKPOINTING,
     MODES,
     OFFLOADS,
@@ -128,6 +129,27 @@ FLAGS: tuple[Flag, ...] = (
         help="infer: tokens to generate after the prompt (default 0: prefill only)",
         field="new_tokens",
         commands=EVERY,
+    ),
+    Flag(
+        name="--num-beams",
+        dest="num_beams",
+        kind="int",
+        default=1,
+        help="infer: generate(num_beams=K) beam search: the inputs and the KV cache are "
+        "expanded to batch x K (default 1)",
+        field="num_beams",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--cache-implementation",
+        dest="cache_implementation",
+        kind="choice",
+        default="dynamic",
+        choices=CACHE_IMPLEMENTATIONS,
+        help="infer: generate()'s cache: dynamic (DynamicCache, default) or static (StaticCache "
+        "preallocated for prompt + new tokens)",
+        field="cache_implementation",
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--precision",

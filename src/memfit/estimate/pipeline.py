@@ -69,6 +69,13 @@ def prepare_workloads(
     found = checkpoint_format(ModelSpec.of(config).quantization)
     out = []
     for w in workloads:
+        if w.num_beams > 1 or w.cache_implementation != "dynamic":
+            raise NotModelledError(
+                f"num_beams ({w.num_beams}) / cache_implementation ({w.cache_implementation!r}) "
+                "are modelled by `memfit estimate` (memfit.estimate.generation), not on this "
+                "path yet: estimate the job with `memfit estimate`",
+                engine="both",
+            )
         w, quant_notes = checkpoint_quant(found, w)
         w, lora_notes = lora_by_role(config, w)
         out.append((w, quant_notes + lora_notes))

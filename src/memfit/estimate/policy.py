@@ -62,6 +62,13 @@ def run_engine(
 ) -> MemoryEstimate:
     """``source`` (a ``ModelSource``) running ``workload`` on ``gpu`` (a catalog record or None),
     estimated by the engine ``name`` ("analytic" or "trace") alone."""
+    if workload.num_beams > 1 or workload.cache_implementation != "dynamic":
+        from memfit.estimate.generation import with_generation  # beams, StaticCache
+
+        def inner(w: WorkloadSpec) -> MemoryEstimate:
+            return run_engine(name, source, w, gpu, extrapolate=extrapolate)
+
+        return with_generation(source, workload, inner)
     if name == "analytic":
         from memfit.estimate.analytic import estimate_analytic
 

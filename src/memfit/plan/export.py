@@ -138,7 +138,9 @@ def fsdp_config(s: Settings) -> dict[str, Any]:
 
 
 def _vllm(s: Settings, request: PlanRequest, model: str) -> str:
-    cmd = [f"vllm serve {model}", f"--max-model-len {request.seq_len + request.new_tokens}"]
+    from memfit.serving.command import hub_id  # a bundled name is not a hub id vLLM can load
+
+    cmd = [f"vllm serve {hub_id(model)}", f"--max-model-len {request.seq_len + request.new_tokens}"]
     cmd.append(f"--max-num-seqs {s.micro_batch}")
     if s.tp > 1:
         cmd.append(f"--tensor-parallel-size {s.tp}")

@@ -126,6 +126,7 @@ def upgrade_verdict(
     recommend: bool = True,
     trace_fallbacks: int = MAX_TRACE_FALLBACKS,
     estimator: Estimator | None = None,
+    runtime: str = "hf",
 ) -> UpgradeVerdict:
     """The upgrade checklist for ``model`` on ``gpus`` x ``gpu`` (catalog name or record).
 
@@ -133,7 +134,8 @@ def upgrade_verdict(
     (default ``seq_len + new_tokens``), ``concurrency`` the requests served at once (default
     ``batch_size`` or 1). ``throughput_target``: tokens/s over all GPUs (training: tokens
     trained; inference: tokens generated, or prompt tokens without generation). ``estimator``:
-    ``Callable[[WorkloadSpec], MemoryEstimate]`` for every GPU (tests); default analytic first."""
+    ``Callable[[WorkloadSpec], MemoryEstimate]`` for every GPU (tests); default analytic first.
+    ``runtime="vllm"``: the KV-cache concurrency item asks :mod:`memfit.serving` (vLLM)."""
     from memfit.hardware import get_gpu
     from memfit.models import ModelSource, resolve_model
 
@@ -148,7 +150,9 @@ def upgrade_verdict(
     if not isinstance(trace_fallbacks, int) or trace_fallbacks < 0:
         raise SpecError(f"trace_fallbacks ({trace_fallbacks!r}) must be a whole number >= 0")
     engine = _Engine(source, estimator, trace_fallbacks)
-    job = UpgradeChecks(source, gpu_rec, request, ctx_tokens, conc, throughput_target, engine)
+    job = UpgradeChecks(
+        source, gpu_rec, request, ctx_tokens, conc, throughput_target, engine, runtime=runtime
+    )
     items = job.run()
     triggered = [i for i in items if i.triggered]
     verdict, summary = job.verdict(items)

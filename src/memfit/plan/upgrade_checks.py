@@ -54,8 +54,9 @@ class UpgradeChecks(Checklist[CheckItem]):
         concurrency: int | None,
         target: float | None,
         engine: Engines,
+        runtime: str = "hf",
     ) -> None:
-        self.source, self.gpu, self.request = source, gpu, request
+        self.source, self.gpu, self.request, self.runtime = source, gpu, request, runtime
         self.context_tokens, self.concurrency, self.target = context_tokens, concurrency, target
         self.engine = engine
         self.scan_notes: list[str] = []
@@ -175,6 +176,15 @@ class UpgradeChecks(Checklist[CheckItem]):
         if self.request.mode != "infer" or self.concurrency is None:
             return _na("kv_cache_concurrency", "training job: no KV cache")
         want, ctx = self.concurrency, self.context_tokens
+        if self.runtime == "vllm":  # vLLM's KV blocks under gpu_memory_utilization (serving/)
+            from memfit.serving.solve import concurrency_check
+
+            status, text, numbers = concurrency_check(
+                self.source.spec, self.gpu, n_gpus=self.request.gpus, context_tokens=ctx, want=want
+            )
+            return CheckItem(
+                id="kv_cache_concurrency", status=status, evidence=text, numbers=numbers
+            )
         stack = self.plan.recommended or self.lean.recommended
         if stack is None:
             unknown = _incomplete(self.lean) or self.lean.closest is None

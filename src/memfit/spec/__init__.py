@@ -20,6 +20,7 @@ from __future__ import annotations
 from memfit.spec.parts import LoraSpec, ParallelSpec, QuantSpec, ShapeSpec, TechniqueSpec
 from memfit.spec.rules import (
     ATTENTIONS,
+    CACHE_IMPLEMENTATIONS,
     CHECKPOINTING,
     COMPUTE_DTYPES,
     FIELD_RULES,
@@ -41,6 +42,7 @@ from memfit.spec.workload import PARALLEL_FIELDS, SHAPE_FIELDS, TECHNIQUE_FIELDS
 
 __all__ = [
     "ATTENTIONS",
+    "CACHE_IMPLEMENTATIONS",
     "CHECKPOINTING",
     "COMPUTE_DTYPES",
     "FIELD_RULES",

@@ -14,6 +14,7 @@ from memfit.spec.rules import (
     Mode,
     default_shard,
     field_problems,
+    generation_rules,
     is_count,
     kbit_rules,
     layout_rules,
@@ -35,13 +36,19 @@ class ShapeSpec:
     new_tokens: int = 0
     task: str = "auto"
     grad_accum: int = 1
+    num_beams: int = 1
+    cache_implementation: str = "dynamic"
 
     def __post_init__(self) -> None:
         raise_if(self.problems())
 
     def problems(self) -> list[str]:
-        return field_problems(self.flat()) + shape_rules(
-            self.mode, self.new_tokens, self.grad_accum
+        return (
+            field_problems(self.flat())
+            + shape_rules(self.mode, self.new_tokens, self.grad_accum)
+            + generation_rules(
+                self.mode, self.new_tokens, self.num_beams, self.cache_implementation
+            )
         )
 
     def flat(self) -> dict[str, Any]:

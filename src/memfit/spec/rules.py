@@ -39,6 +39,9 @@ OFFLOADS = ("none", "optimizer", "params")
 MAX_GPUS = 1 << 16
 TASKS = ("auto", "causal-lm", "seq-cls", "seq2seq")
 MODES = ("train", "infer")
+#: generate()'s ``cache_implementation``: the default DynamicCache (grows by torch.cat) or
+#: StaticCache (preallocated at max_length = prompt + new tokens).
+CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 
 #: The largest sequence memfit will accept: 16 Mi tokens. Beyond it no single GPU could hold even
 #: the activations of one layer of the smallest bundled model, so such values are typos.
@@ -125,6 +128,8 @@ FIELD_RULES: dict[str, Rule] = {
     "freeze_layers": _count_or_zero,
     "grad_accum": _positive(MAX_GRAD_ACCUM, "is more micro-batches per step than memfit models"),
     "quant_compute_dtype": _compute_dtype,
+    "num_beams": _positive(MAX_BATCH_SIZE),
+    "cache_implementation": _choice(CACHE_IMPLEMENTATIONS),
 }
 
 
@@ -155,6 +160,17 @@ def shape_rules(mode: str, new_tokens: Any, grad_accum: Any) -> list[str]:
         )
     if mode == "infer" and is_count(grad_accum) and grad_accum > 1:
         p.append(f"grad_accum ({grad_accum}) only applies to mode 'train' (no optimizer steps)")
+    return p
+
+
+def generation_rules(mode: str, new_tokens: Any, num_beams: Any, cache: Any) -> list[str]:
+    """Beam search and the static cache are generate() settings: inference with new tokens."""
+    p: list[str] = []
+    generates = mode == "infer" and isinstance(new_tokens, int) and new_tokens > 0
+    if is_count(num_beams) and num_beams > 1 and not generates:
+        p.append(f"num_beams ({num_beams}) needs generation: --mode infer --new-tokens N")
+    if cache == "static" and not generates:
+        p.append("cache_implementation 'static' needs generation: --mode infer --new-tokens N")
     return p
 
 

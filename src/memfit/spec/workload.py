@@ -12,6 +12,7 @@ from memfit.spec.rules import (
     Mode,
     default_shard,
     field_problems,
+    generation_rules,
     is_count,
     kbit_rules,
     layout_rules,
@@ -65,6 +66,8 @@ class WorkloadSpec:
     tp: int = 1
     grad_accum: int = 1
     quant_compute_dtype: str | None = None
+    num_beams: int = 1
+    cache_implementation: str = "dynamic"
 
     def __post_init__(self) -> None:
         if self.optimizer is None:
@@ -108,6 +111,9 @@ class WorkloadSpec:
         if self.mode == "infer":
             p.extend(self._training_only_problems())
         p.extend(shape_rules(self.mode, self.new_tokens, self.grad_accum))
+        p.extend(
+            generation_rules(self.mode, self.new_tokens, self.num_beams, self.cache_implementation)
+        )
         p.extend(self._technique_problems())
         return p
 
@@ -204,6 +210,10 @@ class WorkloadSpec:
         d = {f: v for f, v in asdict(self).items() if f not in ("grad_accum",)}
         if self.quant_compute_dtype is None:
             d.pop("quant_compute_dtype")
+        if self.num_beams == 1:
+            d.pop("num_beams")
+        if self.cache_implementation == "dynamic":
+            d.pop("cache_implementation")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -219,6 +229,7 @@ class WorkloadSpec:
 
 
 #: The flat :class:`WorkloadSpec` fields of each part.
-SHAPE_FIELDS = ("mode", "batch_size", "seq_len", "new_tokens", "task", "grad_accum")
+SHAPE_FIELDS: tuple[str, ...] = ("mode", "batch_size", "seq_len", "new_tokens", "task")
+SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation")
 PARALLEL_FIELDS = ("gpus", "tp", "shard", "offload")
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())

@@ -1,0 +1,23 @@
+"""Serving runtimes: what ``vllm serve`` does with a model on a GPU (torch-free).
+
+>>> from memfit.serving import VllmConfig, simulate_startup
+>>> from memfit.models import resolve_model
+>>> from memfit.hardware.catalog import get_gpu
+>>> s = simulate_startup(resolve_model("llama-3.1-8b").spec, get_gpu("H100"), VllmConfig())
+>>> s.starts, s.kv_cache_tokens > 400_000
+(True, True)
+"""
+
+from memfit.serving.config import VllmConfig
+from memfit.serving.startup import VllmStartup, simulate_startup, vllm_total_bytes
+from memfit.serving.versions import DEFAULT_VERSION, VERSIONS, get_version
+
+__all__ = [
+    "DEFAULT_VERSION",
+    "VERSIONS",
+    "VllmConfig",
+    "VllmStartup",
+    "get_version",
+    "simulate_startup",
+    "vllm_total_bytes",
+]

@@ -1,0 +1,125 @@
+"""vLLM's KV cache config: blocks, tokens and maximum concurrency from the bytes left for it.
+
+As ``vllm/v1/core/kv_cache_utils.py`` computes them. Layers are grouped by kind (the hybrid KV
+cache manager): one group per kind when the model mixes full and sliding-window layers (vLLM 0.10+;
+earlier versions size sliding layers as full attention), every group padded to the largest group's
+layer count, and the pool is ``group_size`` tensors of ``num_blocks`` pages that every group
+shares, so ``num_blocks = available // (page_bytes x group_size)``. A request of ``max_model_len``
+tokens needs ``cdiv(L, block_size)`` blocks in a full group and ``cdiv(min(window - 1 +
+max_num_batched_tokens, L), block_size) + 1`` in a sliding one (``SlidingWindowSpec.
+max_memory_usage_bytes``); MLA layers keep one latent vector per token (``MLAAttentionSpec``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from memfit.serving.layout import LayerKV
+
+__all__ = ["KVPlan", "plan_kv"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVPlan:
+    """The KV cache vLLM allocates from ``available_bytes`` (negative: none)."""
+
+    available_bytes: int
+    page_bytes: int  # one block of one layer
+    group_size: int  # layers per group (the pool's tensor count)
+    n_groups: int
+    num_blocks: int
+    kv_cache_bytes: int
+    kv_cache_tokens: int
+    blocks_per_request: int  # for one max_model_len request, all groups together
+    max_concurrency: float
+    needed_bytes: int  # KV bytes one max_model_len request needs
+    kinds: tuple[str, ...]
+
+
+def _groups(layers: list[LayerKV], hybrid: bool) -> dict[str, int]:
+    kinds = Counter("full" if (x.kind == "sliding" and not hybrid) else x.kind for x in layers)
+    if hybrid and len(kinds) > 1:
+        return dict(kinds)
+    return {next(iter(kinds)) if len(kinds) == 1 else "full": len(layers)}
+
+
+def _tokens_needed(kind: str, window: int | None, max_model_len: int, batched: int) -> int:
+    if kind == "sliding" and window is not None:
+        return min(window - 1 + batched, max_model_len)
+    return max_model_len
+
+
+def plan_kv(
+    layers: list[LayerKV],
+    *,
+    available_bytes: int,
+    block_size: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    hybrid_allocator: bool,
+    tokens_from_concurrency: bool,
+) -> KVPlan:
+    """The KV cache config for ``layers`` (one rank) in ``available_bytes``."""
+    groups = _groups(layers, hybrid_allocator)
+    group_size = max(groups.values())
+    n_groups = len(groups)
+    page = block_size * max(x.bytes_per_token for x in layers)
+    window = next((x.window for x in layers if x.window is not None), None)
+    num_blocks = max(0, available_bytes // (page * group_size)) if available_bytes > 0 else 0
+    per_request = 0
+    needed = 0
+    for kind, n in groups.items():
+        tokens = _tokens_needed(kind, window, max_model_len, max_num_batched_tokens)
+        blocks = -(-tokens // block_size) + (1 if kind == "sliding" else 0)
+        per_request += blocks
+        needed += blocks * page * n
+    # Per-request blocks of the pool: every group's blocks come from the same pool.
+    concurrency = num_blocks / per_request if per_request else 0.0
+    if tokens_from_concurrency:
+        tokens = num_blocks * max_model_len // per_request if per_request else 0
+    else:
+        tokens = num_blocks // n_groups * block_size
+    return KVPlan(
+        available_bytes=available_bytes,
+        page_bytes=page,
+        group_size=group_size,
+        n_groups=n_groups,
+        num_blocks=num_blocks,
+        kv_cache_bytes=num_blocks * page * group_size,
+        kv_cache_tokens=tokens,
+        blocks_per_request=per_request,
+        max_concurrency=concurrency,
+        needed_bytes=needed,
+        kinds=tuple(groups),
+    )
+
+
+def largest_max_model_len(
+    layers: list[LayerKV],
+    *,
+    available_bytes: int,
+    block_size: int,
+    max_num_batched_tokens: int,
+    hybrid_allocator: bool,
+    upper: int,
+) -> int:
+    """The largest max_model_len whose one request fits ``available_bytes`` (vLLM's
+    ``estimate_max_model_len``, a binary search on ``max_memory_usage_bytes``); 0 if none."""
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        plan = plan_kv(
+            layers,
+            available_bytes=available_bytes,
+            block_size=block_size,
+            max_model_len=mid,
+            max_num_batched_tokens=max_num_batched_tokens,
+            hybrid_allocator=hybrid_allocator,
+            tokens_from_concurrency=False,
+        )
+        if plan.needed_bytes <= available_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

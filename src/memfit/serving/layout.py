@@ -1,0 +1,218 @@
+"""What one vLLM rank holds of a model: weight bytes (TP/PP split, vocab padding, quantized
+linears) and its attention layers' KV cache layout (full, sliding window, MLA latent).
+
+Read from :class:`~memfit.models.ModelSpec` only (torch-free). vLLM's layers, as in
+``vllm/model_executor/layers/``: ``VocabParallelEmbedding`` / ``ParallelLMHead`` pad the vocabulary
+to a multiple of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) and split it across TP ranks;
+``QKVParallelLinear`` splits query heads and splits K/V heads, replicating them when TP exceeds the
+K/V head count; ``RowParallelLinear`` / ``MergedColumnParallelLinear`` split the MLP; norms are
+replicated; one ``RotaryEmbedding`` ``cos_sin_cache`` of ``max_position x rotary_dim`` in the model
+dtype is shared by all layers (``get_rope`` caches instances). Pipeline stages take layers as
+``vllm/distributed/utils.py:get_pp_indices`` splits them (the remainder to the stages before the
+last); the first stage holds the embedding, the last the final norm and lm_head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memfit.errors import NotModelledError, SpecError
+from memfit.models import ModelSpec
+from memfit.models.checkpoint_quant import checkpoint_format
+
+__all__ = ["LayerKV", "RankWeights", "kv_layers", "linear_bytes_per_param", "rank_weights"]
+
+#: vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE.
+VOCAB_PADDING = 64
+#: GPTQ / AWQ default group size (AutoGPTQ, AutoAWQ).
+DEFAULT_GROUP = 128
+#: bitsandbytes 4-bit: one fp32 absmax per 64 weights (blocksize 64).
+BNB4_BLOCK = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankWeights:
+    """Weight bytes on the fullest rank, and how they were counted."""
+
+    weights_bytes: int
+    linear_params: int
+    embedding_params: int
+    format: str  # "bf16", "fp8", "int4-gptq g128"…
+    note: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerKV:
+    """One attention layer's per-token KV bytes on a rank, and its window (None: full)."""
+
+    kind: str  # "full" | "sliding" | "mla"
+    bytes_per_token: int
+    window: int | None = None
+
+
+def _model_bytes(dtype: str) -> int:
+    return 4 if dtype in ("float", "float32") else 2
+
+
+def linear_bytes_per_param(quant: str | None, group_size: int | None, dtype: str) -> float:
+    """Bytes per weight of a quantized linear layer, scales and zero points included."""
+    g = group_size or DEFAULT_GROUP
+    if quant is None:
+        return float(_model_bytes(dtype))
+    if quant in ("fp8", "int8"):
+        return 1.0  # one byte per weight; per-tensor / per-channel scales are negligible
+    if quant in ("int4-gptq", "int4-awq"):
+        return 0.5 + 2.0 / g + 0.5 / g  # 4-bit packed, fp16 scale and packed 4-bit zero per group
+    if quant in ("nf4", "fp4", "nf4-dq"):
+        return 0.5 + 4.0 / BNB4_BLOCK
+    raise NotModelledError(f"weight format {quant!r} is not modelled for vLLM", engine="vllm")
+
+
+def weight_format(
+    spec: ModelSpec, quantization: str | None
+) -> tuple[str | None, int | None, str | None]:
+    """(memfit quant name, group size, note) from ``--quantization`` and the checkpoint's own
+    quantization_config (vLLM reads the latter; the flag must agree with it)."""
+    fmt = checkpoint_format(spec.quantization)
+    ct = _compressed_tensors_int(spec)
+    if ct is not None:
+        return ct
+    if fmt is not None and fmt.quant is None:
+        raise NotModelledError(f"vLLM: {fmt.why}", engine="vllm")
+    if fmt is not None:
+        return fmt.quant, fmt.group_size, f"checkpoint quantization_config: {fmt.described}"
+    if quantization is None:
+        return None, None, None
+    if quantization == "fp8":
+        return "fp8", None, "--quantization fp8: weights cast to fp8 at load (online, dynamic)"
+    if quantization == "bitsandbytes":
+        return "nf4", None, "--quantization bitsandbytes: in-flight 4-bit"
+    raise SpecError(
+        f"--quantization {quantization} needs a checkpoint quantized that way (config.json has no "
+        f"quantization_config); pass its hub id, or --quantization fp8 for online FP8"
+    )
+
+
+def _compressed_tensors_int(spec: ModelSpec) -> tuple[str, int | None, str] | None:
+    """compressed-tensors integer weights (w8a8 / w4a16), which vLLM serves and the HF-side
+    reader leaves unmodelled: int8 -> 1 byte; int4 -> GPTQ-like packing with group scales."""
+    q = spec.quantization
+    if q is None or (q.method or "").lower() != "compressed-tensors":
+        return None
+    groups = q.raw.get("config_groups")
+    for group in groups.values() if isinstance(groups, dict) else ():
+        w = group.get("weights") if isinstance(group, dict) else None
+        if isinstance(w, dict) and w.get("type") == "int":
+            bits, size = w.get("num_bits"), w.get("group_size")
+            note = f"checkpoint quantization_config: compressed-tensors int{bits}"
+            if bits == 8:
+                return "int8", None, note
+            if bits == 4:
+                return "int4-gptq", size if isinstance(size, int) and size > 0 else None, note
+    return None
+
+
+def pp_layer_counts(n_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage, as ``get_pp_indices`` splits them."""
+    counts = [n_layers // pp] * pp
+    for i in range(2, n_layers % pp + 2):
+        counts[-i] += 1
+    return counts
+
+
+def rank_weights(
+    spec: ModelSpec, *, tp: int, pp: int, dtype: str, quantization: str | None
+) -> RankWeights:
+    """Weight bytes of the fullest rank (the last pipeline stage, or the first if it holds more)."""
+    text = spec.text or spec
+    h, v, n_layers = text.hidden_size, text.vocab_size, text.n_layers
+    n_params = spec.n_params
+    if h is None or v is None or n_layers is None or n_params is None:
+        raise NotModelledError(
+            f"vLLM: the config of {spec.model_type!r} lacks hidden_size / vocab_size / layer "
+            "count, or memfit cannot count its parameters",
+            engine="vllm",
+        )
+    tied = bool(text.tie_word_embeddings)
+    embed = v * h
+    heads = embed if not tied else 0
+    norms = (2 * n_layers + 1) * h
+    linear = max(0, n_params - embed - heads - norms)
+    per_layer = linear / n_layers
+    kv_extra = 0.0  # K/V projections replicated when TP exceeds the K/V heads
+    kv, hd = text.n_kv_heads, text.head_dim
+    if kv and hd and tp > kv:
+        kv_extra = 2 * h * hd * (tp // kv - 1) * kv / tp  # per rank, per layer
+    padded = -(-v // (VOCAB_PADDING * tp)) * VOCAB_PADDING * tp
+    quant, group, note = weight_format(spec, quantization)
+    b_lin = linear_bytes_per_param(quant, group, dtype)
+    b_model = _model_bytes(dtype)
+    rope = _rope_cache_params(text)
+    stages = pp_layer_counts(n_layers, pp)
+    best = 0
+    for i, n in enumerate(stages):
+        lin = n * (per_layer / tp + kv_extra)
+        emb = (padded // tp) * h * ((i == 0) + (i == pp - 1 and (not tied or pp > 1)))
+        if pp == 1 and tied:
+            emb = (padded // tp) * h
+        other = 2 * n * h + (h if i == pp - 1 else 0) + rope
+        total = int(lin * b_lin + (emb + other) * b_model)
+        best = max(best, total)
+    label = quant or ("fp32" if b_model == 4 else "16-bit")
+    if quant in ("int4-gptq", "int4-awq"):
+        label += f" g{group or DEFAULT_GROUP}"
+    return RankWeights(
+        weights_bytes=best,
+        linear_params=int(linear),
+        embedding_params=embed + heads,
+        format=label,
+        note=note,
+    )
+
+
+def _rope_cache_params(spec: ModelSpec) -> int:
+    """Elements of the shared rotary ``cos_sin_cache``: max_position x rotary_dim."""
+    if spec.rotary_dim is None or spec.max_positions is None:
+        return 0
+    return spec.max_positions * spec.rotary_dim
+
+
+def kv_layers(spec: ModelSpec, *, tp: int, kv_bytes: int) -> list[LayerKV]:
+    """One LayerKV per attention layer, per rank (all pipeline stages together)."""
+    text = spec.text or spec
+    n_layers, kv, hd = text.n_layers, text.n_kv_heads, text.head_dim
+    if spec.is_encoder_decoder:
+        raise NotModelledError(
+            "vLLM: encoder-decoder models are not modelled (vLLM V1 serves decoder-only and "
+            "multimodal decoders)",
+            engine="vllm",
+        )
+    if n_layers is None:
+        raise NotModelledError("vLLM: the config gives no layer count", engine="vllm")
+    lora_rank = spec.get("kv_lora_rank")
+    if isinstance(lora_rank, int) and lora_rank > 0:  # MLA: one latent + rope key, not TP-split
+        rope = int(spec.get("qk_rope_head_dim", 64))
+        return [LayerKV(kind="mla", bytes_per_token=(lora_rank + rope) * kv_bytes)] * n_layers
+    if kv is None or hd is None:
+        raise NotModelledError("vLLM: the config gives no K/V heads or head_dim", engine="vllm")
+    per_rank_heads = max(1, kv // tp)
+    per_token = 2 * per_rank_heads * hd * kv_bytes
+    kinds = _layer_kinds(text, n_layers)
+    return [
+        LayerKV(
+            kind=k,
+            bytes_per_token=per_token,
+            window=text.sliding_window if k == "sliding" else None,
+        )
+        for k in kinds
+    ]
+
+
+def _layer_kinds(spec: ModelSpec, n_layers: int) -> list[str]:
+    """``full`` / ``sliding`` per layer: ``layer_types`` where the config lists them, else every
+    layer slides when the config sets a ``sliding_window`` (Mistral v0.1, Phi-3)."""
+    if spec.sliding_window is None:
+        return ["full"] * n_layers
+    if spec.layer_types is not None and len(spec.layer_types) == n_layers:
+        return ["sliding" if "sliding" in t else "full" for t in spec.layer_types]
+    return ["sliding"] * n_layers

@@ -1,0 +1,330 @@
+"""Simulate vLLM's start-up memory accounting: does ``vllm serve`` start, with how much KV cache.
+
+The steps (sources in :mod:`memfit.serving.versions`):
+
+1. ``init_device``: ``requested = total x gpu_memory_utilization``; the free memory after the
+   CUDA context (and NCCL for TP/PP > 1) must cover it (V1 0.9+).
+2. ``load_model``: weights per rank ("Model loading took X GiB"), less ``--cpu-offload-gb``.
+3. ``profile_run``: one forward pass of ``max_num_batched_tokens`` tokens, then the dummy sampler
+   pass over ``min(max_num_seqs, max_num_batched_tokens)`` rows of fp32 logits; the torch peak
+   increase is the larger of the two. Plus the non-torch increase (NCCL, custom all-reduce).
+4. ``available = requested - weights - activation peak - non-torch`` ("Available KV cache
+   memory"); blocks, tokens and concurrency as :mod:`memfit.serving.kv_cache` computes them.
+5. CUDA graphs are captured after the KV cache is allocated: their memory is outside the budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from memfit.errors import NotModelledError
+from memfit.hardware.catalog import GPU
+from memfit.models import ModelSpec
+from memfit.serving.config import DTYPES, KV_CACHE_DTYPES, VllmConfig
+from memfit.serving.kv_cache import KVPlan, largest_max_model_len, plan_kv
+from memfit.serving.layout import LayerKV, kv_layers, pp_layer_counts, rank_weights
+from memfit.serving.versions import VllmVersion, get_version
+from memfit.units import GiB, MiB
+
+__all__ = ["VllmStartup", "simulate_startup", "vllm_total_bytes"]
+
+#: ``torch.cuda.mem_get_info()`` totals printed in vLLM logs ("Free memory on device (78.57/79.18
+#: GiB)"): the memory CUDA can hand out, below the marketed size. H100 80GB: 79.18-79.22 GiB in
+#: llm-d-benchmark, llm-d-planner and PR #10511 logs; A100 40GB: "total_gpu_memory (39.38GiB)" in
+#: vllm-project/vllm#16570 (0.8.3, 4 x A100).
+OBSERVED_TOTAL_BYTES = {
+    "H100-80GB": int(79.19 * GiB),
+    "H100-PCIe": int(79.19 * GiB),
+    "A100-40GB": int(39.38 * GiB),
+}
+#: Fraction of the marketed memory CUDA keeps for itself where unmeasured: H100 80GB 79.65 ->
+#: 79.19 GiB (0.58 %), H200 140.4 -> 139.8 GiB (0.43 %, catalog); the larger is used.
+DRIVER_RESERVED_FRACTION = 0.0058
+#: Used before the snapshot: CUDA context + torch (79.18 - 78.57 GiB in the llm-d H100 logs) and,
+#: with TP/PP > 1, NCCL communicators (79.18 - 77.64 GiB at TP=2, same source).
+CONTEXT_BYTES = int(0.61 * GiB)
+CONTEXT_DIST_BYTES = int(1.54 * GiB)
+#: Forward-pass elements live per batched token at the profile peak: the residual stream and
+#: hidden states (4 h) and the MLP's gate/up output, activation and product (4 I / TP). Fitted to
+#: vLLM 0.19's PP=2 Llama-3.1-8B log (1.10 GiB at 8192 tokens, a stage without the sampler).
+FWD_HIDDEN_FACTOR = 4
+FWD_MLP_FACTOR = 4
+#: CUDA graph capture ("Graph capturing finished … took X GiB"): -0.45 to 1.03 GiB in the llm-d
+#: logs (piecewise graphs, 8B-120B); a fixed allowance, used only to warn.
+CUDA_GRAPH_BYTES = 512 * MiB
+#: ``EngineArgs.get_batch_defaults``: GPUs of 70 GiB or more (A100s excluded) get the large ones.
+LARGE_GPU_BYTES = 70 * GiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmStartup:
+    """What vLLM does at start-up for one configuration on one GPU (figures per rank)."""
+
+    version: str
+    engine: str
+    gpu: str
+    total_bytes: int
+    requested_bytes: int
+    weights_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    kv: KVPlan
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    kv_cache_dtype: str
+    weight_format: str
+    starts: bool
+    error: str | None
+    largest_max_model_len: int | None
+    smallest_gpu_memory_utilization: float | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.kv.kv_cache_bytes
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return self.kv.kv_cache_tokens
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.kv.max_concurrency
+
+    @property
+    def available_kv_bytes(self) -> int:
+        return self.kv.available_bytes
+
+    def log_lines(self) -> list[str]:
+        """The lines vLLM prints at start-up, as this version words them."""
+        g = 1 / GiB
+        lines = [f"Model loading took {self.weights_bytes * g:.4f} GiB memory"]
+        lines.append(f"Available KV cache memory: {self.kv.available_bytes * g:.2f} GiB")
+        if self.kv.num_blocks > 0:
+            if self.engine == "v0":
+                lines.append(f"# GPU blocks: {self.kv.num_blocks}")
+            lines.append(f"GPU KV cache size: {self.kv.kv_cache_tokens:,} tokens")
+            lines.append(
+                f"Maximum concurrency for {self.max_model_len:,} tokens per request: "
+                f"{self.kv.max_concurrency:.2f}x"
+            )
+        return lines
+
+
+def vllm_total_bytes(gpu: GPU) -> int:
+    """``torch.cuda.mem_get_info()[1]`` on ``gpu``: observed, measured, or the marketed size less
+    the driver's reservation."""
+    if gpu.name in OBSERVED_TOTAL_BYTES:
+        return OBSERVED_TOTAL_BYTES[gpu.name]
+    if gpu.cuda_visible_bytes is not None:
+        return gpu.cuda_visible_bytes
+    return int(gpu.memory_bytes * (1 - DRIVER_RESERVED_FRACTION))
+
+
+def model_dtype(spec: ModelSpec, config: VllmConfig, gpu: GPU) -> str:
+    """vLLM's ``--dtype auto``: config.json's torch_dtype, with fp32 (or none) cast to bf16 (fp16
+    on GPUs without bf16), as ``_get_and_verify_dtype`` does."""
+    if config.dtype != "auto":
+        return {"half": "float16", "float": "float32"}.get(config.dtype, config.dtype)
+    d = spec.dtype or "float32"
+    if d in ("float32", "float") or d not in ("float16", "bfloat16"):
+        return "bfloat16" if gpu.supports_bf16 else "float16"
+    if d == "bfloat16" and not gpu.supports_bf16:
+        return "float16"
+    return d
+
+
+def derived_max_model_len(spec: ModelSpec) -> int | None:
+    """vLLM's derived max_model_len: the config's positions, scaled by a yarn / dynamic / linear
+    rope factor (llama3 / longrope keep it), as ``_get_and_verify_max_len`` does."""
+    text = spec.text or spec
+    base = text.context_limit
+    if base is None:
+        return None
+    rope = text.get("rope_scaling")
+    if isinstance(rope, dict):
+        kind = str(rope.get("rope_type") or rope.get("type") or "")
+        factor = rope.get("factor")
+        if kind not in ("su", "longrope", "llama3", "default", "") and isinstance(
+            factor, int | float
+        ):
+            if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):
+                base = rope["original_max_position_embeddings"]
+            base = int(base * factor)
+    return base
+
+
+def batch_defaults(gpu: GPU, total_bytes: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vllm serve uses when not given (V1)."""
+    if total_bytes >= LARGE_GPU_BYTES and not gpu.name.startswith("A100"):
+        return 8192, 1024
+    return 2048, 256
+
+
+def _activation_peak(
+    spec: ModelSpec, *, tokens: int, rows: int, tp: int, act_bytes: int, v: VllmVersion
+) -> int:
+    text = spec.text or spec
+    h = text.hidden_size or 0
+    inter = text.intermediate_size or 4 * h
+    if text.n_experts and text.expert_intermediate_size:
+        inter = (text.n_experts_per_token or 1) * text.expert_intermediate_size
+        inter += (text.n_shared_experts or 0) * (text.shared_expert_intermediate_size or 0)
+    forward = tokens * act_bytes * (FWD_HIDDEN_FACTOR * h + FWD_MLP_FACTOR * inter // tp)
+    vocab = text.vocab_size or 0
+    sampler = tokens * h * act_bytes + int(rows * vocab * v.sampler_bytes_per_logit)
+    return int(max(forward, sampler))
+
+
+def simulate_startup(
+    spec: ModelSpec, gpu: GPU, config: VllmConfig, *, total_bytes: int | None = None
+) -> VllmStartup:
+    """Run vLLM's start-up accounting for ``spec`` served with ``config`` on ``gpu``
+    (``total_bytes``: the total a log printed, instead of the GPU's usual one)."""
+    v = get_version(config.vllm_version)
+    total = total_bytes or vllm_total_bytes(gpu)
+    notes: list[str] = []
+    dtype = model_dtype(spec, config, gpu)
+    act_bytes = DTYPES[dtype]
+    kv_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
+    derived = derived_max_model_len(spec)
+    L = config.max_model_len or derived
+    if L is None:
+        raise NotModelledError(
+            "vLLM: config.json gives no max_position_embeddings; pass --max-model-len",
+            engine="vllm",
+        )
+    tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
+    if v.engine == "v1":
+        d_tokens, d_seqs = batch_defaults(gpu, total)
+    else:
+        d_tokens, d_seqs = (max(L, 2048) if L <= 32768 else 2048), 256
+    tokens = config.max_num_batched_tokens or d_tokens
+    seqs = config.max_num_seqs or d_seqs
+    rows = min(seqs, tokens)
+    w = rank_weights(spec, tp=tp, pp=pp, dtype=dtype, quantization=config.quantization)
+    if w.note:
+        notes.append(w.note)
+    weights = max(0, w.weights_bytes - int(config.cpu_offload_gb * GiB))
+    act = _activation_peak(spec, tokens=tokens, rows=rows, tp=tp, act_bytes=act_bytes, v=v)
+    non_torch = v.non_torch_tp_bytes if tp > 1 else v.non_torch_bytes
+    requested = int(total * config.gpu_memory_utilization)
+    available = requested - weights - act - non_torch
+    all_layers = kv_layers(spec, tp=tp, kv_bytes=kv_bytes)
+    stage = max(pp_layer_counts(len(all_layers), pp))  # the stage holding the most layers
+    layers = all_layers[-stage:]
+    kv_args: dict[str, Any] = dict(
+        block_size=config.block_size,
+        max_num_batched_tokens=tokens,
+        hybrid_allocator=v.hybrid_allocator,
+    )
+    kv = plan_kv(
+        layers,
+        available_bytes=available,
+        max_model_len=L,
+        tokens_from_concurrency=v.tokens_from_concurrency,
+        **kv_args,
+    )
+    graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
+    context = CONTEXT_DIST_BYTES if config.world_size > 1 else CONTEXT_BYTES
+    error = _error(v, config, total, requested, context, kv, L, derived, layers, kv_args)
+    if error is None and requested + graphs + context > total:
+        notes.append(
+            f"gpu_memory_utilization {config.gpu_memory_utilization} leaves "
+            f"{(total - requested - context) / GiB:.2f} GiB outside vLLM's budget; CUDA graph "
+            f"capture (~{graphs / GiB:.1f} GiB) may run out of memory: lower it or pass "
+            "--enforce-eager"
+        )
+    fixed = weights + act + non_torch
+    largest = (
+        largest_max_model_len(
+            layers, available_bytes=available, upper=max(derived or L, L), **kv_args
+        )
+        if available > 0
+        else 0
+    )
+    util = math.ceil((fixed + kv.needed_bytes) / total * 100) / 100
+    smallest = util if total * util + context <= total else None
+    return VllmStartup(
+        version=v.name,
+        engine=v.engine,
+        gpu=gpu.name,
+        total_bytes=total,
+        requested_bytes=requested,
+        weights_bytes=weights,
+        activation_peak_bytes=act,
+        non_torch_bytes=non_torch,
+        cuda_graph_bytes=graphs,
+        kv=kv,
+        max_model_len=L,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        block_size=config.block_size,
+        kv_cache_dtype=config.kv_cache_dtype if config.kv_cache_dtype != "auto" else dtype,
+        weight_format=w.format,
+        starts=error is None,
+        error=error,
+        largest_max_model_len=largest,
+        smallest_gpu_memory_utilization=smallest,
+        notes=tuple(notes),
+    )
+
+
+def _error(
+    v: VllmVersion,
+    config: VllmConfig,
+    total: int,
+    requested: int,
+    context: int,
+    kv: KVPlan,
+    L: int,
+    derived: int | None,
+    layers: list[LayerKV],
+    kv_args: dict[str, Any],
+) -> str | None:
+    """vLLM's own error for this start-up, None when it starts."""
+    g = 1 / GiB
+    if config.max_model_len is not None and derived is not None and config.max_model_len > derived:
+        return (
+            f"ValueError: User-specified max_model_len ({config.max_model_len}) is greater than "
+            f"the derived max_model_len (max_position_embeddings={derived} in model's "
+            "config.json). To allow overriding this maximum, set the env var "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+        )
+    if v.name != "0.6" and total - context < requested:
+        return (
+            f"ValueError: Free memory on device ({(total - context) * g:.2f}/{total * g:.2f} GiB) "
+            f"on startup is less than desired GPU memory utilization "
+            f"({config.gpu_memory_utilization}, {requested * g:.2f} GiB). Decrease GPU memory "
+            "utilization or reduce GPU memory used by other processes."
+        )
+    if kv.available_bytes <= 0 or kv.num_blocks <= 0:
+        return (
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
+    if v.engine == "v0":
+        capacity = kv.num_blocks * config.block_size
+        if capacity < L:
+            return (
+                f"ValueError: The model's max seq len ({L}) is larger than the maximum number of "
+                f"tokens that can be stored in KV cache ({capacity}). Try increasing "
+                "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+                "engine."
+            )
+        return None
+    if kv.needed_bytes > kv.available_bytes:
+        est = largest_max_model_len(layers, available_bytes=kv.available_bytes, upper=L, **kv_args)
+        return (
+            f"ValueError: To serve at least one request with the models's max seq len ({L}), "
+            f"({kv.needed_bytes * g:.2f} GiB KV cache is needed, which is larger than the "
+            f"available KV cache memory ({kv.available_bytes * g:.2f} GiB). Based on the "
+            f"available memory, the estimated maximum model length is {est}. Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        )
+    return None

@@ -1,0 +1,150 @@
+"""What differs between the vLLM versions memfit models: one row per version, each constant cited.
+
+The algorithm (:mod:`memfit.serving.startup`) follows vLLM's own start-up accounting, read in
+
+- V1 engine, ``vllm/v1/worker/gpu_worker.py`` (``Worker.init_device`` takes a ``MemorySnapshot``
+  after NCCL init and sets ``requested_memory = total x gpu_memory_utilization``;
+  ``determine_available_memory`` runs ``profile_run()`` inside ``memory_profiling`` and returns
+  ``requested_memory - non_kv_cache_memory``, i.e. minus weights, the torch peak increase and the
+  non-torch increase; ``compile_or_warm_up_model`` captures CUDA graphs *after* the KV cache is
+  allocated, so graph memory comes on top of the budget), at commit 35d5cda1 (Dec 2025, the
+  v0.12/v0.13 line) and 0012cf69 (the v0.8 line, where non-torch memory was measured as
+  ``mem_get_info`` minus torch's current allocation);
+- ``vllm/v1/core/kv_cache_utils.py`` (``get_kv_cache_config``, ``_check_enough_kv_cache_memory``,
+  ``_report_kv_cache_config``; the "GPU KV cache size" and "Maximum concurrency" log lines);
+- ``vllm/engine/arg_utils.py`` (``EngineArgs.get_batch_defaults``: the max_num_batched_tokens /
+  max_num_seqs defaults by GPU memory, with A100s excluded from the large defaults, PR #17885);
+- V0 engine, ``vllm/worker/worker.py`` (``determine_num_available_blocks``: the same profile,
+  ``num_gpu_blocks = available // cache_block_size``) and ``vllm/engine/llm_engine.py``.
+
+Measured constants (sampler bytes, non-torch memory, start-up context) are fitted to the published
+logs named in each row and checked against the others in benchmarks/vllm_startup.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memfit.errors import SpecError
+from memfit.units import GiB, MiB
+
+__all__ = ["DEFAULT_VERSION", "VERSIONS", "VllmVersion", "get_version"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmVersion:
+    """The version-specific parts of vLLM's start-up memory accounting."""
+
+    name: str
+    engine: str  # "v1" | "v0"
+    #: Bytes of sampler work per logit element in the profile run's dummy sampler pass
+    #: (max_num_seqs rows x vocab): fp32 logits, the top-k/top-p sort (values + int64 indices),
+    #: softmax probabilities and their temporaries.
+    sampler_bytes_per_logit: float
+    #: Non-torch memory grown during the profile run (``non_torch_increase``), one GPU / TP > 1.
+    non_torch_bytes: int
+    non_torch_tp_bytes: int
+    #: Hybrid models (full + sliding-window layers) get one KV group per layer kind (the hybrid
+    #: KV cache manager); before it, sliding-window layers were sized as full attention.
+    hybrid_allocator: bool
+    #: The "GPU KV cache size" line counts tokens as ``max_concurrency x max_model_len`` (newer)
+    #: rather than ``num_blocks // n_groups x block_size``.
+    tokens_from_concurrency: bool
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("v0", "v1"):
+            raise SpecError(f"engine ({self.engine!r}) must be 'v0' or 'v1'")
+        if self.sampler_bytes_per_logit <= 0:
+            raise SpecError(
+                f"sampler_bytes_per_logit ({self.sampler_bytes_per_logit}) must be positive"
+            )
+
+
+_PR10511 = "https://github.com/vllm-project/vllm/pull/10511"
+_LLMD = (
+    "https://github.com/llm-d/llm-d-benchmark/blob/main/config_explorer/"
+    "empirical-vllm-memory-results.md"
+)
+_PLANNER = (
+    "https://github.com/jgchn/llm-d-planner/blob/accuracy/accuracy/results/v0.19.0/"
+    "accuracy_report.md"
+)
+
+VERSIONS: dict[str, VllmVersion] = {
+    # V0 engine (default up to 0.7): 256 sequences profiled, logits in fp32 only (no top-k/top-p
+    # sort in the dummy run): 4 B per logit; non-torch 1.79 GiB in PR #10511's Llama-3-8B log
+    # (the snapshot then came before NCCL/cuBLAS init).
+    "0.6": VllmVersion(
+        name="0.6",
+        engine="v0",
+        sampler_bytes_per_logit=4.0,
+        non_torch_bytes=int(1.79 * GiB),
+        non_torch_tp_bytes=int(3.58 * GiB),
+        hybrid_allocator=False,
+        tokens_from_concurrency=False,
+        source=_PR10511,
+    ),
+    # V1 engine before the hybrid allocator (0.8-0.9).
+    "0.9": VllmVersion(
+        name="0.9",
+        engine="v1",
+        sampler_bytes_per_logit=38.3,
+        non_torch_bytes=130 * MiB,
+        non_torch_tp_bytes=int(0.55 * GiB),
+        hybrid_allocator=False,
+        tokens_from_concurrency=False,
+        source=_LLMD,
+    ),
+    # V1 with the hybrid KV cache manager and the CUDAGraph debug line (0.10-0.13): sampler
+    # 38.3 B/logit and non-torch 0.13 / 0.55 GiB fitted to the llm-d-benchmark H100 logs.
+    "0.11": VllmVersion(
+        name="0.11",
+        engine="v1",
+        sampler_bytes_per_logit=38.3,
+        non_torch_bytes=130 * MiB,
+        non_torch_tp_bytes=int(0.55 * GiB),
+        hybrid_allocator=True,
+        tokens_from_concurrency=False,
+        source=_LLMD,
+    ),
+    # 0.19: the dummy sampler pass is leaner (14.9 B/logit fitted to Llama-3.1-8B and
+    # Qwen2.5-7B at 1024 x vocab); non-torch 0.25 GiB at TP=1, 2.1 GiB per GPU at TP>1 (custom
+    # all-reduce and NCCL buffers grown during the profile run).
+    "0.19": VllmVersion(
+        name="0.19",
+        engine="v1",
+        sampler_bytes_per_logit=14.9,
+        non_torch_bytes=int(0.25 * GiB),
+        non_torch_tp_bytes=int(2.1 * GiB),
+        hybrid_allocator=True,
+        tokens_from_concurrency=True,
+        source=_PLANNER,
+    ),
+}
+DEFAULT_VERSION = "0.19"
+
+#: Which row a release maps to: (first minor, row).
+_RANGES = ((0, "0.6"), (8, "0.9"), (10, "0.11"), (14, "0.19"))
+
+
+def get_version(text: str) -> VllmVersion:
+    """The row that models vLLM ``text`` ("0.10.1", "v0.19.0", "0.11"); SpecError otherwise."""
+    t = text.strip().lower().removeprefix("v")
+    parts = t.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise SpecError(
+            f"--vllm-version ({text!r}) must be a version such as 0.19.0 or 0.11"
+        ) from None
+    if major != 0 or minor < 4:
+        raise SpecError(
+            f"--vllm-version ({text!r}): memfit models vLLM 0.4 to 0.x (V0 engine up to 0.7, V1 "
+            f"from 0.8); pass one of those"
+        )
+    row = "0.6"
+    for first, name in _RANGES:
+        if minor >= first:
+            row = name
+    return VERSIONS[row]
