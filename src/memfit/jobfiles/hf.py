@@ -288,10 +288,9 @@ def read_trl_model(r: KeyReader) -> None:
         if r.has(key):
             r.set("model", str(r.take(key)), key)
             break
-    for key in ("dtype", "torch_dtype", "model_init_kwargs.dtype", "model_init_kwargs.torch_dtype"):
+    for key in LOAD_DTYPE_KEYS:
         if r.has(key):
-            r.take(key)
-            r.no_effect_keys.append(key)  # the load dtype; precision comes from bf16/fp16
+            r.take(key)  # the load dtype: read by read_hf with bf16 / fp16
     use_peft = as_bool(r, "use_peft", r.take("use_peft", False))
     four = as_bool(r, "load_in_4bit", r.take("load_in_4bit", False))
     eight = as_bool(r, "load_in_8bit", r.take("load_in_8bit", False))
@@ -313,9 +312,44 @@ def read_trl_model(r: KeyReader) -> None:
         r.set("quant", "int8", "load_in_8bit", True)
 
 
+LOAD_DTYPE_KEYS = (
+    "dtype",
+    "torch_dtype",
+    "model_init_kwargs.dtype",
+    "model_init_kwargs.torch_dtype",
+)
+HALF = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
+
+
+def _load_dtype(r: KeyReader) -> tuple[str, Any] | None:
+    for key in LOAD_DTYPE_KEYS:
+        if key in r.flat:
+            return key, r.flat[key]
+    return None
+
+
 def read_hf(r: KeyReader) -> None:
     read_trl_model(r)
     read_hf_common(r)
+    load = _load_dtype(r)
+    precision = next(s for s in reversed(r.settings) if s.field == "precision")
+    loaded_half = load is not None and str(load[1]).removeprefix("torch.") in HALF
+    if loaded_half and load is not None:
+        # the weights are loaded in half precision: the optimizer holds them (and its states)
+        # in that dtype; bf16/fp16 autocast over half weights is pure half-precision training
+        half = HALF[str(load[1]).removeprefix("torch.")]
+        r.set("precision", TRUE[half], load[0], load[1])
+    elif load is None or str(load[1]) in ("auto", "None"):
+        r.warnings.append(
+            r_warning(
+                r,
+                "bf16" if precision.value != "fp32" else "dtype",
+                f"estimated as {precision.value}: fp32 weights (the larger figure). transformers 5 "
+                "loads a checkpoint in its own dtype by default (bf16 for most), which trains in "
+                "pure bf16 and needs about half the weight + optimizer memory: pass --precision "
+                "bf16-true (or set dtype: bfloat16 here) if that is your run",
+            )
+        )
     if r.has("deepspeed") and not isinstance(r.flat.get("deepspeed"), str):
         r.take("deepspeed")  # an inline DeepSpeed dict: read by the combiner
     r.no_effect(HF_NO_EFFECT)
