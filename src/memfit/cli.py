@@ -14,7 +14,16 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from memfit import cli_bench, cli_gpus, cli_monitor, cli_plan, cli_report, cli_vllm
+from memfit import (
+    cli_bench,
+    cli_check,
+    cli_from,
+    cli_gpus,
+    cli_monitor,
+    cli_plan,
+    cli_report,
+    cli_vllm,
+)
 from memfit.errors import MemfitError
 from memfit.estimate import ENGINES
 
@@ -71,10 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument(
         "model",
+        nargs="?",
         help="bundled name (see `memfit models`), path to config.json or a "
         "model dir, Hugging Face hub id, or package.module:factory",
     )
     add_flags(e, "estimate")
+    cli_from.add_from(e)
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
     e.add_argument(
         "--engine",
@@ -118,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor
     COMMANDS.update(cli_bench.register(sub))  # bench, quality
     COMMANDS.update(cli_vllm.register(sub))  # vllm
+    COMMANDS.update(cli_check.register(sub))  # check
+    p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
     return p
 
 
@@ -217,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
+        args = cli_from.reparse(parser, args.subparsers, args, argv)
         return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()

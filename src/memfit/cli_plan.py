@@ -69,6 +69,7 @@ def _size(text: str) -> int:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
+    from memfit import cli_from
     from memfit.cli import add_flags, integer
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
     from memfit.plan.request import CONFIRM_MODES
@@ -86,7 +87,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         epilog=PLAN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="bundled name, config.json path or dir, or hub id")
+    p.add_argument("model", nargs="?", help="bundled name, config.json path or dir, or hub id")
     p.add_argument("--gpu", help="GPU name (see `memfit gpus`); its rates rank the plans")
     add_flags(p, "plan", "--gpus")
     p.add_argument("--gpu-memory", type=_size, help="override the GPU memory: 24GB or 24GiB")
@@ -99,6 +100,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
     add_flags(p, "plan", "--lora-rank")
+    cli_from.add_from(p)
     p.add_argument("--alternatives", type=integer, default=4, help="runners-up shown (default 4)")
     p.add_argument(
         "--confirm",
@@ -124,12 +126,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         epilog=FIT_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    f.add_argument("model", help="bundled name, config.json path or dir, or hub id")
+    f.add_argument("model", nargs="?", help="bundled name, config.json path or dir, or hub id")
     f.add_argument("--gpu", help="GPU name (see `memfit gpus`)")
     f.add_argument("--gpu-memory", type=_size, help="GPU memory: 24GB (10^9) or 24GiB (2^30)")
     f.add_argument("--solve", choices=(*SOLVES, "max-model-len"), required=True)
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
+    cli_from.add_from(f)
     f.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(f)
     _register_upgrade(sub, headroom_help)

@@ -111,6 +111,16 @@ FLAGS: tuple[Flag, ...] = (
         group="batch",
     ),
     Flag(
+        name="--grad-accum",
+        dest="grad_accum",
+        kind="int",
+        default=1,
+        help="micro-batches per optimizer step (default 1); the estimate is of one micro-batch "
+        "(gradients of earlier ones count when they are kept, not set to None)",
+        field="grad_accum",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--global-batch",
         dest="global_batch",
         kind="int",

@@ -1,0 +1,227 @@
+"""``memfit check FILE...``: estimate the job the user's own config files describe, give the
+verdict, and the edit to those files that makes it fit (``--write`` applies it).
+
+Exit codes: 0 fits (or no ``--gpu``), 1 does not fit, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+CHECK_EXAMPLES = """examples:
+  memfit check axolotl.yml --gpu RTX-4090
+  memfit check sft_config.yaml accelerate.yaml ds_zero2.json --gpu A100-80GB
+  memfit check llama3_1_8B_qlora_single_device.yaml batch_size=4 --gpu L4
+  memfit check litgpt-qlora.yaml --gpu T4 --write
+"""
+
+#: Settings a fix may change, in the order they are printed.
+FIX_FIELDS = (
+    "batch_size",
+    "grad_accum",
+    "checkpointing",
+    "attention",
+    "optimizer",
+    "offload",
+    "shard",
+    "precision",
+    "quant",
+    "lora_rank",
+    "freeze_layers",
+)
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    from memfit.estimate import ENGINES
+    from memfit.jobfiles import FORMATS
+
+    c = sub.add_parser(
+        "check",
+        help="estimate the job your own training config files describe, and the edit that fits",
+        description="Read training / launcher configs (Hugging Face TrainingArguments, TRL, "
+        "axolotl, LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate; several combine), "
+        "estimate the job, give the verdict on --gpu and, when it does not fit, the edit to your "
+        "files that makes it fit (a unified diff; --write applies it). Every key memfit does not "
+        "use is listed; keys that change memory but are not modelled are warnings.",
+        epilog=CHECK_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="job files (JSON / YAML), and torchtune-style key=value overrides",
+    )
+    c.add_argument("--gpu", default=None, help="GPU name for the verdict and the fix")
+    c.add_argument("--model", default=None, help="the model, when the files name none")
+    c.add_argument(
+        "--seq", type=int, default=None, help="sequence length, when the files give none"
+    )
+    c.add_argument("--format", choices=tuple(FORMATS), default=None, help="the first file's format")
+    c.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="analytic",
+        help="estimate engine (default analytic: milliseconds; trace: the model's real code)",
+    )
+    c.add_argument("--write", action="store_true", help="apply the fix to the files")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    return {"check": cmd_check}
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from memfit.estimate import estimate
+    from memfit.jobfiles import model_of, read_job, workload_of
+    from memfit.models import resolve_model
+
+    paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
+    overrides = [f for f in args.files if f not in paths]
+    job = read_job(paths, fmt=args.format, overrides=overrides)
+    model = model_of(job, args.model)
+    source = resolve_model(model)
+    n_layers = source.spec.n_layers if source.spec is not None else None
+    workload = workload_of(job, overrides={"seq_len": args.seq}, n_layers=n_layers)
+    est = estimate(source, workload, gpu=args.gpu, engine=args.engine)
+    fits = None if est.fits is None else est.fits.fits
+    fix: dict[str, Any] | None = None
+    if fits is False:
+        fix = _fix(job, source, workload, args)
+    if args.write and fix and fix["edits"]:
+        for e in fix["edits"]:
+            with open(e.path, "w", encoding="utf-8") as out:  # the user asked for --write
+                out.write(e.new_text)
+    if args.json:
+        print(json.dumps(_to_json(job, model, workload, est, fix, args.write), indent=2))
+    else:
+        print(_render(job, model, workload, est, fix, args.write))
+    return 1 if fits is False else 0
+
+
+def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The planner's least costly change from the job as asked, as edits to the files."""
+    from memfit.jobfiles import plan_edits
+    from memfit.plan import PlanRequest, plan
+
+    request = PlanRequest(
+        mode="train",
+        seq_len=workload.seq_len,
+        global_batch=workload.batch_size * workload.grad_accum * workload.gpus,
+        gpus=workload.gpus,
+        confirm="none",
+        keep_full_finetune=workload.lora_rank is None,
+    )
+    result = plan(source, request, gpu=args.gpu)
+    if result.recommended is None:
+        return {
+            "fits": False,
+            "edits": [],
+            "changes": {},
+            "unexpressed": [],
+            "message": "no change the planner knows makes this job fit on this GPU: "
+            "use more GPUs (memfit plan --recommend-gpu)",
+        }
+    s = result.recommended.settings
+    new = {
+        "batch_size": s.micro_batch,
+        "grad_accum": s.grad_accum,
+        **{f: getattr(s, f) for f in FIX_FIELDS if f not in ("batch_size", "grad_accum")},
+    }
+    old = {f: getattr(workload, f) for f in FIX_FIELDS}
+    changes = {f: new[f] for f in FIX_FIELDS if new[f] != old[f]}
+    set_by = {name: st.file for name, st in job.fields.items()}
+    edits, unexpressed = plan_edits(job.files, changes, set_by)
+    return {
+        "fits": True,
+        "edits": edits,
+        "changes": changes,
+        "unexpressed": unexpressed,
+        "settings": s.describe(),
+        "need_bytes": result.recommended.need_bytes,
+    }
+
+
+def _to_json(
+    job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool
+) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {
+        "files": [{"path": f.path, "format": f.format} for f in job.files],
+        "model": model,
+        "workload": asdict(workload),
+        "from": {
+            name: {"key": s.key, "file": s.file, "value": s.raw} for name, s in job.fields.items()
+        },
+        "estimate": est.to_json(),
+        "fits": None if est.fits is None else est.fits.fits,
+        "warnings": [{"key": w.key, "file": w.file, "message": w.message} for w in job.warnings],
+        "not_used": [{"file": f, "key": k} for f, k in job.no_effect()],
+        "unknown": [{"file": f, "key": k} for f, k in job.unknown()],
+        "fix": None
+        if fix is None
+        else {
+            "changes": fix["changes"],
+            "unexpressed": fix["unexpressed"],
+            "diff": "".join(e.diff() for e in fix["edits"]),
+            "written": wrote and bool(fix["edits"]),
+            "message": fix.get("message"),
+        },
+    }
+
+
+def _render(job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool) -> str:
+    from memfit.jobfiles import FORMAT_NAMES
+    from memfit.units import format_bytes
+
+    out = ["memfit check: " + ", ".join(f"{f.path} ({FORMAT_NAMES[f.format]})" for f in job.files)]
+    out.append(f"model: {model}")
+    out.append(
+        "job: "
+        + ", ".join(
+            f"{name}={s.value}" + (f" [{s.key}]" if not s.key.startswith("(") else " [default]")
+            for name, s in job.fields.items()
+            if name != "model"
+        )
+    )
+    line = (
+        f"peak on the device: {format_bytes(est.device_used_bytes)} "
+        f"(allocated {format_bytes(est.peak_allocated_bytes)})"
+    )
+    if est.fits is not None:
+        verdict = "FITS" if est.fits.fits else "DOES NOT FIT"
+        line += f" — {verdict} on {est.fits.gpu} ({format_bytes(est.fits.capacity_bytes)})"
+    out.append(line)
+    for w in job.warnings:
+        out.append(f"warning: {w.describe()}")
+    unknown = job.unknown()
+    if unknown:
+        out.append(
+            "unknown keys (not read by memfit): " + ", ".join(f"{k} ({f})" for f, k in unknown)
+        )
+    no_effect = job.no_effect()
+    if no_effect:
+        out.append(
+            f"not used (no effect on memory): {len(no_effect)} keys — "
+            + ", ".join(k for _, k in no_effect[:12])
+            + (" …" if len(no_effect) > 12 else "")
+            + " (all in --json)"
+        )
+    if fix is not None:
+        if fix.get("message"):
+            out.append(fix["message"])
+        else:
+            out.append(
+                "fix: "
+                + ", ".join(f"{k} → {v}" for k, v in fix["changes"].items())
+                + f" (needs {format_bytes(fix['need_bytes'])})"
+            )
+            for e in fix["edits"]:
+                out.append(e.diff().rstrip("\n"))
+            if fix["unexpressed"]:
+                out.append("not expressible in these files: " + ", ".join(fix["unexpressed"]))
+            if fix["edits"]:
+                out.append("written." if wrote else "apply with --write")
+    return "\n".join(out)

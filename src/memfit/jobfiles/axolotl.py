@@ -1,0 +1,161 @@
+"""axolotl's YAML (docs/config-reference.qmd of axolotl-ai-cloud/axolotl): ``base_model``,
+``micro_batch_size``, ``sequence_len``, ``adapter: lora|qlora``, ``load_in_4bit``, ``lora_r``,
+``lora_target_modules`` / ``lora_target_linear``, ``optimizer``, ``bf16: auto``,
+``gradient_checkpointing``, ``flash_attention`` / ``sdp_attention``, ``deepspeed``, ``fsdp``.
+
+axolotl trains through Hugging Face's Trainer, so its keys map onto the same settings; a QLoRA
+adapter loads NF4 with double quantization (axolotl's ``bnb_4bit_use_double_quant`` default) and
+goes through peft's ``prepare_model_for_kbit_training``.
+"""
+
+from __future__ import annotations
+
+from memfit.jobfiles.hf import optimizer_of, precision_of, targets_of
+from memfit.jobfiles.reader import KeyReader, as_bool, as_int
+
+AXOLOTL_NO_EFFECT = (
+    "base_model_config",
+    "model_type",
+    "tokenizer_type",
+    "tokenizer_config",
+    "strict",
+    "datasets",
+    "test_datasets",
+    "dataset_prepared_path",
+    "val_set_size",
+    "output_dir",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_fan_in_fan_out",
+    "lora_model_dir",
+    "wandb_project",
+    "wandb_entity",
+    "wandb_watch",
+    "wandb_name",
+    "wandb_log_model",
+    "wandb_mode",
+    "num_epochs",
+    "max_steps",
+    "lr_scheduler",
+    "learning_rate",
+    "train_on_inputs",
+    "group_by_length",
+    "tf32",
+    "early_stopping_patience",
+    "resume_from_checkpoint",
+    "local_rank",
+    "logging_steps",
+    "warmup_steps",
+    "warmup_ratio",
+    "evals_per_epoch",
+    "eval_steps",
+    "saves_per_epoch",
+    "save_steps",
+    "debug",
+    "weight_decay",
+    "special_tokens",
+    "tokens",
+    "chat_template",
+    "eval_sample_packing",
+    "hub_model_id",
+    "seed",
+    "max_grad_norm",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "save_total_limit",
+    "eval_table_size",
+    "eval_max_new_tokens",
+    "s2_attention",
+    "gradient_checkpointing_kwargs",
+    "plugins",
+    "rl",
+    "shuffle_merged_datasets",
+    "loss_watchdog_threshold",
+    "loss_watchdog_patience",
+    "dataset_processes",
+    "pad_to_sequence_len",
+    "save_safetensors",
+    "is_llama_derived_model",
+    "is_mistral_derived_model",
+    "trust_remote_code",
+    "bnb_4bit_compute_dtype",
+)
+
+
+def read_axolotl(r: KeyReader) -> None:
+    r.set("mode", "train", "(a training config)", "train")
+    if r.has("base_model"):
+        r.set("model", str(r.take("base_model")), "base_model")
+    if r.has("micro_batch_size"):
+        v = r.take("micro_batch_size")
+        r.set("batch_size", as_int(r, "micro_batch_size", v), "micro_batch_size", v)
+    if r.has("gradient_accumulation_steps"):
+        v = r.take("gradient_accumulation_steps")
+        r.set(
+            "grad_accum",
+            as_int(r, "gradient_accumulation_steps", v),
+            "gradient_accumulation_steps",
+            v,
+        )
+    if r.has("sequence_len"):
+        v = r.take("sequence_len")
+        r.set("seq_len", as_int(r, "sequence_len", v), "sequence_len", v)
+    precision_of(r)
+    if r.has("gradient_checkpointing"):
+        v = r.take("gradient_checkpointing")
+        on = v == "unsloth" or as_bool(r, "gradient_checkpointing", v)
+        r.set("checkpointing", "full" if on else "none", "gradient_checkpointing", v)
+    if r.has("optimizer"):
+        optimizer_of(r, "optimizer")
+    for key, impl in (("flash_attention", "flash"), ("sdp_attention", "sdpa")):
+        if r.has(key) and as_bool(r, key, r.take(key)):
+            r.set("attention", impl, key, True)
+    r.not_modelled("xformers_attention", "xFormers attention is estimated as sdpa")
+    adapter = r.take("adapter", None)
+    four = as_bool(r, "load_in_4bit", r.take("load_in_4bit", False))
+    eight = as_bool(r, "load_in_8bit", r.take("load_in_8bit", False))
+    if adapter in ("lora", "qlora"):
+        rank = r.take("lora_r", 8)
+        r.set("lora_rank", as_int(r, "lora_r", rank), "lora_r", rank)
+        linear = r.take("lora_target_linear", False)
+        modules = r.take("lora_target_modules", None)
+        if as_bool(r, "lora_target_linear", linear) or modules is None:
+            r.set("lora_targets", "all-linear", "lora_target_linear", linear)
+        else:
+            r.set("lora_targets", targets_of(modules), "lora_target_modules", modules)
+    elif adapter is not None:
+        raise r.fail("adapter", adapter, "must be lora or qlora (or absent for full fine-tuning)")
+    if adapter == "qlora" or four:
+        dq = as_bool(r, "bnb_4bit_use_double_quant", r.take("bnb_4bit_use_double_quant", True))
+        qtype = r.take("bnb_4bit_quant_type", "nf4")
+        r.set("quant", "fp4" if qtype == "fp4" else ("nf4-dq" if dq else "nf4"), "adapter", adapter)
+        r.set("prepare_kbit", True, "adapter", adapter)
+    elif eight:
+        r.set("quant", "int8", "load_in_8bit", True)
+    for key, what in (
+        (
+            "sample_packing",
+            "sample packing fills every sample to sequence_len: the estimate "
+            "uses the full length, right for packed batches",
+        ),
+        ("unfrozen_parameters", "a parameter-name freeze list (use --freeze N for whole layers)"),
+        ("liger_rms_norm", "Liger kernels"),
+        ("liger_glu_activation", "Liger kernels"),
+        ("liger_fused_linear_cross_entropy", "Liger's fused cross-entropy (no full logits)"),
+        ("liger_cross_entropy", "Liger kernels"),
+        ("liger_rope", "Liger kernels"),
+        ("torch_compile", "torch.compile"),
+        ("fsdp", "FSDP from axolotl's fsdp keys: pass --shard fsdp --gpus N"),
+        ("fsdp_config", "FSDP options"),
+        ("relora_steps", "ReLoRA"),
+        ("peft_use_dora", "DoRA's extra magnitude vectors"),
+    ):
+        value = r.flat.get(key)
+        if key in r.flat and value in (False, None):
+            r.take(key)
+        else:
+            r.not_modelled(key, what + (" is not modelled" if "estimate" not in what else ""))
+    if r.flat.get("deepspeed", "x") in (None, ""):
+        r.take("deepspeed")  # empty; a path is read by the combiner
+    r.no_effect(AXOLOTL_NO_EFFECT)

@@ -1,0 +1,186 @@
+"""DeepSpeed JSON (deepspeed.ai/docs/config-json: ``zero_optimization.stage``,
+``offload_optimizer.device``, ``offload_param.device``, ``train_micro_batch_size_per_gpu``,
+``gradient_accumulation_steps``, ``bf16.enabled``, ``fp16.enabled``; ``"auto"`` defers to the
+training config) and accelerate's config YAML (``distributed_type``, ``num_processes``,
+``mixed_precision``, ``fsdp_config``, ``deepspeed_config``), as ``accelerate config`` writes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memfit.jobfiles.names import MIXED
+from memfit.jobfiles.reader import KeyReader, as_bool, as_int, is_auto
+
+DS_NO_EFFECT = (
+    "optimizer.params",
+    "scheduler",
+    "gradient_clipping",
+    "steps_per_print",
+    "wall_clock_breakdown",
+    "zero_optimization.overlap_comm",
+    "zero_optimization.contiguous_gradients",
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.allgather_bucket_size",
+    "zero_optimization.reduce_scatter",
+    "zero_optimization.allgather_partitions",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+    "zero_optimization.stage3_max_live_parameters",
+    "zero_optimization.stage3_max_reuse_distance",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    "zero_optimization.sub_group_size",
+    "zero_optimization.round_robin_gradients",
+    "zero_optimization.offload_optimizer.pin_memory",
+    "zero_optimization.offload_param.pin_memory",
+    "train_batch_size",
+    "fp16.loss_scale",
+    "fp16.loss_scale_window",
+    "fp16.initial_scale_power",
+    "fp16.hysteresis",
+    "fp16.min_loss_scale",
+    "fp16.auto_cast",
+    "bf16.immediate_grad_update",
+    "zero_allow_untested_optimizer",
+    "communication_data_type",
+    "prescale_gradients",
+    "gradient_predivide_factor",
+)
+
+
+def read_deepspeed(r: KeyReader) -> None:
+    stage = r.take("zero_optimization.stage", 0)
+    if is_auto(stage):
+        stage = 0
+    stage = as_int(r, "zero_optimization.stage", stage, low=0)
+    if stage not in (0, 1, 2, 3):
+        raise r.fail("zero_optimization.stage", stage, "must be 0, 1, 2 or 3")
+    if stage:
+        r.set("shard", f"zero{stage}", "zero_optimization.stage", stage)
+    opt_dev = r.take("zero_optimization.offload_optimizer.device", "none")
+    par_dev = r.take("zero_optimization.offload_param.device", "none")
+    if par_dev in ("cpu", "nvme"):
+        r.set("offload", "params", "zero_optimization.offload_param.device", par_dev)
+    elif opt_dev in ("cpu", "nvme"):
+        r.set("offload", "optimizer", "zero_optimization.offload_optimizer.device", opt_dev)
+    for dev, key in ((opt_dev, "offload_optimizer"), (par_dev, "offload_param")):
+        if dev == "nvme":
+            r.warnings.append(
+                _w(
+                    r,
+                    f"zero_optimization.{key}.device",
+                    "NVMe offload is estimated as CPU offload (GPU side is the same)",
+                )
+            )
+    for key, field in (
+        ("train_micro_batch_size_per_gpu", "batch_size"),
+        ("gradient_accumulation_steps", "grad_accum"),
+    ):
+        v = r.take(key, "auto")
+        if not is_auto(v):
+            r.set(field, as_int(r, key, v), key, v)
+    for key, dtype in (("bf16.enabled", "bf16"), ("fp16.enabled", "fp16")):
+        v = r.take(key, False)
+        if not is_auto(v) and as_bool(r, key, v):
+            r.set("precision", MIXED[dtype], key, v)
+    opt = r.take("optimizer.type", None)
+    if isinstance(opt, str) and opt.lower() not in ("adamw", "adam", "auto"):
+        r.warnings.append(
+            _w(r, "optimizer.type", f"DeepSpeed optimizer {opt} is estimated as AdamW")
+        )
+    r.not_modelled(
+        "activation_checkpointing",
+        "DeepSpeed's own activation checkpointing "
+        "(partitioned / CPU checkpointing); use gradient_checkpointing in the trainer",
+    )
+    r.no_effect(DS_NO_EFFECT)
+
+
+def _w(r: KeyReader, key: str, message: str) -> Any:
+    from memfit.jobfiles.reader import Warning_
+
+    return Warning_(key=key, file=r.file, message=message)
+
+
+ACCELERATE_NO_EFFECT = (
+    "compute_environment",
+    "debug",
+    "downcast_bf16",
+    "machine_rank",
+    "main_training_function",
+    "num_machines",
+    "rdzv_backend",
+    "same_network",
+    "tpu_env",
+    "tpu_use_cluster",
+    "tpu_use_sudo",
+    "use_cpu",
+    "main_process_ip",
+    "main_process_port",
+    "gpu_ids",
+    "enable_cpu_affinity",
+    "fsdp_config.fsdp_auto_wrap_policy",
+    "fsdp_config.fsdp_backward_prefetch",
+    "fsdp_config.fsdp_forward_prefetch",
+    "fsdp_config.fsdp_state_dict_type",
+    "fsdp_config.fsdp_sync_module_states",
+    "fsdp_config.fsdp_use_orig_params",
+    "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
+    "fsdp_config.fsdp_cpu_ram_efficient_loading",
+    "fsdp_config.fsdp_version",
+    "fsdp_config.fsdp_reshard_after_forward",
+    "deepspeed_config.deepspeed_multinode_launcher",
+    "deepspeed_config.zero3_init_flag",
+    "deepspeed_config.zero3_save_16bit_model",
+    "deepspeed_config.gradient_clipping",
+)
+
+
+def read_accelerate(r: KeyReader) -> None:
+    kind = str(r.take("distributed_type", "NO")).upper()
+    procs = as_int(r, "num_processes", r.take("num_processes", 1))
+    r.set("gpus", procs, "num_processes", procs)
+    mp = str(r.take("mixed_precision", "no")).lower()
+    if mp in MIXED:
+        r.set("precision", MIXED[mp], "mixed_precision", mp)
+    elif mp == "fp8":
+        r.not_modelled("mixed_precision", "FP8 training (transformer-engine / MS-AMP)")
+    if kind == "FSDP":
+        strategy = str(r.take("fsdp_config.fsdp_sharding_strategy", "FULL_SHARD")).upper()
+        if strategy in ("1", "FULL_SHARD", "HYBRID_SHARD"):
+            r.set("shard", "fsdp", "fsdp_config.fsdp_sharding_strategy", strategy)
+        elif strategy in ("2", "SHARD_GRAD_OP", "_HYBRID_SHARD_ZERO2"):
+            r.set("shard", "zero2", "fsdp_config.fsdp_sharding_strategy", strategy)
+        elif strategy in ("3", "NO_SHARD"):
+            r.set("shard", "ddp", "fsdp_config.fsdp_sharding_strategy", strategy)
+        off = r.take("fsdp_config.fsdp_offload_params", False)
+        if as_bool(r, "fsdp_config.fsdp_offload_params", off):
+            r.set("offload", "params", "fsdp_config.fsdp_offload_params", off)
+        ac = r.take("fsdp_config.fsdp_activation_checkpointing", False)
+        if as_bool(r, "fsdp_config.fsdp_activation_checkpointing", ac):
+            r.set("checkpointing", "full", "fsdp_config.fsdp_activation_checkpointing", ac)
+    elif kind == "DEEPSPEED":
+        stage = as_int(
+            r, "deepspeed_config.zero_stage", r.take("deepspeed_config.zero_stage", 0), low=0
+        )
+        if stage:
+            r.set("shard", f"zero{stage}", "deepspeed_config.zero_stage", stage)
+        od = r.take("deepspeed_config.offload_optimizer_device", "none")
+        pd = r.take("deepspeed_config.offload_param_device", "none")
+        if pd in ("cpu", "nvme"):
+            r.set("offload", "params", "deepspeed_config.offload_param_device", pd)
+        elif od in ("cpu", "nvme"):
+            r.set("offload", "optimizer", "deepspeed_config.offload_optimizer_device", od)
+        v = r.take("deepspeed_config.gradient_accumulation_steps", None)
+        if v is not None and not is_auto(v):
+            r.set(
+                "grad_accum",
+                as_int(r, "deepspeed_config.gradient_accumulation_steps", v),
+                "deepspeed_config.gradient_accumulation_steps",
+                v,
+            )
+        r.take("deepspeed_config.deepspeed_config_file", None)
+    elif kind in ("MULTI_GPU", "NO"):
+        pass
+    else:
+        r.not_modelled("distributed_type", f"{kind} is not modelled (GPU, FSDP, DeepSpeed are)")
+    r.no_effect(ACCELERATE_NO_EFFECT)

@@ -1,0 +1,226 @@
+"""Read a user's job files, name each one's format, and combine them into one job.
+
+Formats (``FORMATS``): Hugging Face ``TrainingArguments`` / TRL configs (``hf``), axolotl,
+LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate. Files are read through the bounded reader
+(:mod:`memfit.userfiles`), JSON strictly and YAML with ``yaml.safe_load`` (no tags, no code).
+
+Combining: a field set explicitly by two files must agree (as Hugging Face's Trainer refuses a
+DeepSpeed config whose micro-batch differs from its own); a file's *default* (a key it leaves
+out, shown as ``(default)``) yields to any file that sets the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memfit.errors import SpecError
+from memfit.jobfiles.axolotl import read_axolotl
+from memfit.jobfiles.distributed import read_accelerate, read_deepspeed
+from memfit.jobfiles.hf import read_hf, read_llamafactory
+from memfit.jobfiles.litgpt import read_litgpt
+from memfit.jobfiles.reader import KeyReader, Setting, Warning_
+from memfit.jobfiles.torchtune import apply_overrides, read_torchtune
+from memfit.userfiles import CONFIG_MAX_BYTES, parse_json, read_text
+
+FORMATS: dict[str, Callable[[KeyReader], None]] = {
+    "hf": read_hf,
+    "axolotl": read_axolotl,
+    "llamafactory": read_llamafactory,
+    "torchtune": read_torchtune,
+    "litgpt": read_litgpt,
+    "deepspeed": read_deepspeed,
+    "accelerate": read_accelerate,
+}
+FORMAT_NAMES = {
+    "hf": "Hugging Face TrainingArguments / TRL config",
+    "axolotl": "axolotl YAML",
+    "llamafactory": "LLaMA-Factory YAML",
+    "torchtune": "torchtune recipe",
+    "litgpt": "LitGPT fine-tune YAML",
+    "deepspeed": "DeepSpeed JSON",
+    "accelerate": "accelerate config",
+}
+#: Defaults of each format for a key it leaves out (the framework's own default).
+FORMAT_DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers 5.x TrainingArguments: per_device_train_batch_size=8, optim=adamw_torch_fused
+    "hf": {"batch_size": 8, "optimizer": "adamw-fused", "checkpointing": "none"},
+    # LLaMA-Factory enables gradient checkpointing unless disable_gradient_checkpointing is set
+    "llamafactory": {"batch_size": 8, "optimizer": "adamw-fused", "checkpointing": "full"},
+    "axolotl": {"optimizer": "adamw", "checkpointing": "none", "batch_size": 1},
+    "torchtune": {"optimizer": "adamw", "checkpointing": "none"},
+    "litgpt": {"optimizer": "adamw", "checkpointing": "none"},
+}
+
+
+@dataclass
+class JobFile:
+    """One parsed file: its path, format, content and what was read from it."""
+
+    path: str
+    format: str
+    data: dict[str, Any]
+    text: str
+    reader: KeyReader
+
+    @property
+    def is_yaml(self) -> bool:
+        return not self.text.lstrip().startswith("{")
+
+
+def parse(path: str | Path) -> tuple[str, dict[str, Any]]:
+    """The text and the mapping of a JSON or YAML file."""
+    text = read_text(path, what="job file", max_bytes=CONFIG_MAX_BYTES)
+    if text.lstrip().startswith("{"):
+        data = parse_json(text, what="job file", source=str(path))
+    else:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" (line {where.line + 1})" if where is not None else ""
+            raise SpecError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"{path}: expected a mapping of keys (a training / launcher config), got "
+            f"{type(data).__name__}"
+        )
+    return text, data
+
+
+def detect(data: Mapping[str, Any], path: str) -> str:
+    """The format of a parsed file, from the keys each format is known by."""
+    keys = set(data)
+    model = data.get("model")
+    if isinstance(model, dict) and "_component_" in model:
+        return "torchtune"
+    if keys & {"zero_optimization", "train_micro_batch_size_per_gpu"} or (
+        isinstance(data.get("bf16"), dict) or isinstance(data.get("fp16"), dict)
+    ):
+        return "deepspeed"
+    if keys & {"distributed_type", "compute_environment"}:
+        return "accelerate"
+    if "checkpoint_dir" in keys and (isinstance(data.get("train"), dict) or "lora_r" in keys):
+        return "litgpt"
+    if keys & {"base_model", "micro_batch_size", "sequence_len", "adapter"}:
+        return "axolotl"
+    if keys & {"finetuning_type", "cutoff_len", "quantization_bit"}:
+        return "llamafactory"
+    if keys & {"per_device_train_batch_size", "output_dir", "model_name_or_path", "optim"}:
+        return "hf"
+    raise SpecError(
+        f"{path}: not a format memfit reads (keys: {', '.join(sorted(keys)[:8])}); memfit check "
+        f"reads {', '.join(FORMAT_NAMES.values())}; name it with --format "
+        f"({'|'.join(FORMATS)})"
+    )
+
+
+def read_file(
+    path: str | Path, *, fmt: str | None = None, overrides: Sequence[str] = ()
+) -> JobFile:
+    text, data = parse(path)
+    if overrides:
+        data = apply_overrides(data, list(overrides))
+    kind = fmt or detect(data, str(path))
+    if kind not in FORMATS:
+        raise SpecError(f"--format ({kind!r}) must be one of {', '.join(FORMATS)}")
+    reader = KeyReader(file=Path(path).name, data=data)
+    FORMATS[kind](reader)
+    return JobFile(path=str(path), format=kind, data=data, text=text, reader=reader)
+
+
+@dataclass
+class Job:
+    """The job several files describe together."""
+
+    files: list[JobFile]
+    fields: dict[str, Setting] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[Warning_]:
+        return [w for f in self.files for w in f.reader.warnings]
+
+    def unknown(self) -> list[tuple[str, str]]:
+        return [(f.reader.file, k) for f in self.files for k in f.reader.unknown()]
+
+    def no_effect(self) -> list[tuple[str, str]]:
+        return [(f.reader.file, k) for f in self.files for k in f.reader.no_effect_keys]
+
+    def value(self, name: str, default: Any = None) -> Any:
+        s = self.fields.get(name)
+        return default if s is None else s.value
+
+
+def _is_default(s: Setting) -> bool:
+    return s.key.startswith("(") or (isinstance(s.raw, str) and s.raw.endswith("(default)"))
+
+
+def combine(files: list[JobFile]) -> Job:
+    job = Job(files=files)
+    for f in files:
+        for fname, value in FORMAT_DEFAULTS.get(f.format, {}).items():
+            job.fields.setdefault(
+                fname, Setting(field=fname, value=value, key="(default)", file=f.reader.file)
+            )
+    for f in files:
+        for s in f.reader.settings:
+            old = job.fields.get(s.field)
+            if old is None or _is_default(old):
+                job.fields[s.field] = s
+            elif _is_default(s) or old.value == s.value:
+                continue
+            else:
+                raise SpecError(
+                    f"the files disagree on {s.field}: {old.key}: {old.raw!r} in {old.file} but "
+                    f'{s.key}: {s.raw!r} in {s.file}; make them agree (or set one to "auto")'
+                )
+    # A Trainer config's `deepspeed: path` names a DeepSpeed file: it must be among the files.
+    return job
+
+
+def read_job(
+    paths: Sequence[str | Path], *, fmt: str | None = None, overrides: Sequence[str] = ()
+) -> Job:
+    """Read and combine ``paths`` (``overrides``: ``tune run``-style ``key=value``, applied to
+    the first file)."""
+    if not paths:
+        raise SpecError("name at least one job file (e.g. memfit check axolotl.yml)")
+    files = [
+        read_file(p, fmt=fmt if i == 0 else None, overrides=overrides if i == 0 else ())
+        for i, p in enumerate(paths)
+    ]
+    files += _referenced_deepspeed(files)
+    return combine(files)
+
+
+def _referenced_deepspeed(files: list[JobFile]) -> list[JobFile]:
+    """DeepSpeed files a training config names (``deepspeed: ds.json``) and that exist beside
+    it, unless given already."""
+    given = {Path(f.path).resolve() for f in files}
+    extra: list[JobFile] = []
+    for f in files:
+        ref = f.data.get("deepspeed")
+        if not isinstance(ref, str) or not ref:
+            continue
+        f.reader.take("deepspeed")
+        for base in (Path(f.path).parent, Path.cwd()):
+            candidate = (base / ref).expanduser()
+            if candidate.is_file():
+                if candidate.resolve() not in given:
+                    extra.append(read_file(candidate, fmt="deepspeed"))
+                    given.add(candidate.resolve())
+                break
+        else:
+            f.reader.warnings.append(
+                Warning_(
+                    key="deepspeed",
+                    file=f.reader.file,
+                    message=f"names DeepSpeed config {ref!r}, which is not there: pass it too "
+                    "(memfit check train.yml ds.json)",
+                )
+            )
+    return extra

@@ -1,0 +1,407 @@
+"""Hugging Face ``TrainingArguments`` and TRL's ``SFTConfig`` / ``DPOConfig`` (with TRL's
+``ModelConfig`` keys, which ``trl sft --config`` files carry in the same YAML), and LLaMA-Factory's
+YAML (``TrainingArguments`` keys plus its own ``ModelArguments`` / ``FinetuningArguments``).
+
+Names: transformers/training_args.py (5.x: ``activation_checkpointing`` with
+``gradient_checkpointing`` as its alias), trl/trainer/sft_config.py (``max_length``, formerly
+``max_seq_length``), trl/trainer/model_config.py, LLaMA-Factory's ``src/llamafactory/hparams/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memfit.jobfiles.names import HF_OPTIMIZERS, MIXED, ROLE_OF_MODULE, TRUE
+from memfit.jobfiles.reader import KeyReader, as_bool, as_int
+
+#: TrainingArguments keys that do not change the memory of a training step.
+HF_NO_EFFECT = (
+    "output_dir",
+    "overwrite_output_dir",
+    "do_train",
+    "do_eval",
+    "do_predict",
+    "eval_strategy",
+    "evaluation_strategy",
+    "per_device_eval_batch_size",
+    "eval_steps",
+    "eval_accumulation_steps",
+    "learning_rate",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+    "num_train_epochs",
+    "max_steps",
+    "lr_scheduler_type",
+    "lr_scheduler_kwargs",
+    "warmup_ratio",
+    "warmup_steps",
+    "logging_dir",
+    "logging_strategy",
+    "logging_first_step",
+    "logging_steps",
+    "save_strategy",
+    "save_steps",
+    "save_total_limit",
+    "save_safetensors",
+    "save_only_model",
+    "seed",
+    "data_seed",
+    "run_name",
+    "report_to",
+    "push_to_hub",
+    "hub_model_id",
+    "hub_strategy",
+    "hub_token",
+    "hub_private_repo",
+    "dataloader_num_workers",
+    "dataloader_pin_memory",
+    "dataloader_drop_last",
+    "dataloader_persistent_workers",
+    "dataloader_prefetch_factor",
+    "remove_unused_columns",
+    "label_names",
+    "load_best_model_at_end",
+    "metric_for_best_model",
+    "greater_is_better",
+    "disable_tqdm",
+    "tf32",
+    "ddp_timeout",
+    "ddp_find_unused_parameters",
+    "group_by_length",
+    "length_column_name",
+    "resume_from_checkpoint",
+    "bf16_full_eval",
+    "fp16_full_eval",
+    "include_num_input_tokens_seen",
+    "neftune_noise_alpha",
+    "log_level",
+    "gradient_checkpointing_kwargs",
+    "activation_checkpointing_kwargs",
+    "use_reentrant",
+    "optim_args",
+    "label_smoothing_factor",
+    "warmup",
+    "prediction_loss_only",
+    "ignore_data_skip",
+    "accelerator_config",
+    "full_determinism",
+    "torchdynamo",
+    "ray_scope",
+    "skip_memory_metrics",
+    "use_liger_kernel",
+    "average_tokens_across_devices",
+    "project",
+    "trackio_space_id",
+    # TRL SFTConfig / DPOConfig / ModelConfig
+    "dataset_text_field",
+    "dataset_num_proc",
+    "dataset_kwargs",
+    "eos_token",
+    "pad_token",
+    "completion_only_loss",
+    "assistant_only_loss",
+    "chat_template_path",
+    "dataset_name",
+    "dataset_config",
+    "dataset_train_split",
+    "dataset_test_split",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_task_type",
+    "use_rslora",
+    "use_dora",
+    "model_revision",
+    "trust_remote_code",
+    "beta",
+    "loss_type",
+    "label_pad_token_id",
+    "truncation_mode",
+    "rpo_alpha",
+    "use_weighting",
+    "max_prompt_length",
+    "max_completion_length",
+    "pad_to_multiple_of",
+    "padding_free",
+    # LLaMA-Factory
+    "stage",
+    "template",
+    "dataset",
+    "dataset_dir",
+    "eval_dataset",
+    "overwrite_cache",
+    "preprocessing_num_workers",
+    "max_samples",
+    "val_size",
+    "plot_loss",
+    "ddp_timeout",
+    "lora_target_modules_to_save",
+    "additional_target",
+    "pref_beta",
+    "pref_loss",
+    "trust_remote_code",
+    "report_to",
+    "lora_dropout",
+    "lora_alpha",
+    "cache_dir",
+)
+
+
+def precision_of(r: KeyReader) -> str:
+    """``bf16`` / ``fp16`` booleans: autocast over the loaded weights (``MIXED``), else fp32."""
+    bf16 = r.take("bf16", False)
+    fp16 = r.take("fp16", False)
+    if bf16 == "auto":  # axolotl: bf16 where the GPU supports it
+        bf16 = True
+    if as_bool(r, "bf16", bf16):
+        r.set("precision", MIXED["bf16"], "bf16", bf16)
+        return MIXED["bf16"]
+    if as_bool(r, "fp16", fp16):
+        r.set("precision", MIXED["fp16"], "fp16", fp16)
+        return MIXED["fp16"]
+    r.set("precision", "fp32", "bf16", "false (default)")
+    return "fp32"
+
+
+def optimizer_of(r: KeyReader, key: str) -> None:
+    name = r.take(key)
+    if not isinstance(name, str):
+        raise r.fail(key, name, "must be an optimizer name such as adamw_torch")
+    memfit_name = HF_OPTIMIZERS.get(name.lower())
+    if memfit_name is None:
+        r.warnings.append(
+            r_warning(
+                r,
+                key,
+                f"optimizer {name!r} is not modelled; estimated as AdamW (two fp32 "
+                "states per trainable parameter), which may differ",
+            )
+        )
+        r.set("optimizer", "adamw", key, name)
+        return
+    r.set("optimizer", memfit_name, key, name)
+
+
+def r_warning(r: KeyReader, key: str, message: str) -> Any:
+    from memfit.jobfiles.reader import Warning_
+
+    return Warning_(key=key, file=r.file, message=message)
+
+
+def targets_of(value: Any) -> tuple[str, ...] | str:
+    """``lora_target_modules`` / ``lora_target`` as memfit's roles or module names."""
+    if value in (None, "all", "all-linear", "all_linear") or value is True:
+        return "all-linear"
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(v).strip() for v in items if str(v).strip()]
+    return tuple(ROLE_OF_MODULE.get(n, n) for n in names)
+
+
+def read_shape_and_steps(r: KeyReader, *, seq_keys: tuple[str, ...]) -> None:
+    if r.has("per_device_train_batch_size"):
+        v = r.take("per_device_train_batch_size")
+        r.set(
+            "batch_size",
+            as_int(r, "per_device_train_batch_size", v),
+            "per_device_train_batch_size",
+            v,
+        )
+    if r.has("gradient_accumulation_steps"):
+        v = r.take("gradient_accumulation_steps")
+        r.set(
+            "grad_accum",
+            as_int(r, "gradient_accumulation_steps", v),
+            "gradient_accumulation_steps",
+            v,
+        )
+    for key in seq_keys:
+        if r.has(key):
+            v = r.take(key)
+            if v is not None:
+                r.set("seq_len", as_int(r, key, v), key, v)
+            break
+    for key in ("activation_checkpointing", "gradient_checkpointing"):
+        if r.has(key):
+            v = r.take(key)
+            if v is not None:
+                on = as_bool(r, key, v)
+                r.set("checkpointing", "full" if on else "none", key, v)
+                break
+    if r.has("optim"):
+        optimizer_of(r, "optim")
+    attention_of(r, "attn_implementation")
+
+
+def attention_of(r: KeyReader, key: str) -> None:
+    if not r.has(key):
+        return
+    v = r.take(key)
+    table = {
+        "eager": "eager",
+        "sdpa": "sdpa",
+        "flash_attention_2": "flash",
+        "flash_attention_3": "flash",
+        "fa2": "flash",
+        "disabled": "eager",
+        "auto": "sdpa",
+    }
+    if isinstance(v, str) and v in table:
+        r.set("attention", table[v], key, v)
+    else:
+        r.not_modelled(key, f"attention {v!r} is not modelled; estimated with sdpa")
+
+
+def read_hf_common(r: KeyReader) -> None:
+    """The ``TrainingArguments`` keys every Hugging Face-based format shares."""
+    r.set("mode", "train", "(a training config)", "train")
+    read_shape_and_steps(r, seq_keys=("max_length", "max_seq_length", "cutoff_len"))
+    precision_of(r)
+    if r.has("torch_compile"):
+        if as_bool(r, "torch_compile", r.flat["torch_compile"]):
+            r.not_modelled(
+                "torch_compile",
+                "torch.compile fuses kernels and changes activation "
+                "memory; the estimate is of the eager step",
+            )
+        else:
+            r.take("torch_compile")
+    r.not_modelled(
+        "packing",
+        "packing fills every sample to the full length: the estimate "
+        "uses the full sequence length, which is right for packed batches",
+    )
+    r.not_modelled(
+        "fsdp",
+        "FSDP from TrainingArguments: read through the accelerate config or "
+        "pass --shard fsdp; not applied from this key",
+    )
+    r.not_modelled("fsdp_config", "FSDP options: see fsdp")
+    r.not_modelled("precompute_ref_log_probs", "DPO without a reference model in memory")
+    r.not_modelled("gradient_checkpointing_kwargs", "non-default checkpointing options")
+
+
+def read_trl_model(r: KeyReader) -> None:
+    """TRL ``ModelConfig`` keys: model, dtype, peft, bitsandbytes."""
+    for key in ("model_name_or_path", "model_name"):
+        if r.has(key):
+            r.set("model", str(r.take(key)), key)
+            break
+    for key in LOAD_DTYPE_KEYS:
+        if r.has(key):
+            r.take(key)  # the load dtype: read by read_hf with bf16 / fp16
+    use_peft = as_bool(r, "use_peft", r.take("use_peft", False))
+    four = as_bool(r, "load_in_4bit", r.take("load_in_4bit", False))
+    eight = as_bool(r, "load_in_8bit", r.take("load_in_8bit", False))
+    if use_peft or r.has("lora_r"):
+        rank = r.take("lora_r", 16)  # TRL ModelConfig default
+        r.set("lora_rank", as_int(r, "lora_r", rank), "lora_r", rank)
+        if r.has("lora_target_modules"):
+            v = r.take("lora_target_modules")
+            r.set("lora_targets", targets_of(v), "lora_target_modules", v)
+    if four:
+        qt = r.take("bnb_4bit_quant_type", "nf4")
+        dq = as_bool(r, "use_bnb_nested_quant", r.take("use_bnb_nested_quant", False))
+        quant = "fp4" if qt == "fp4" else ("nf4-dq" if dq else "nf4")
+        r.set("quant", quant, "load_in_4bit", True)
+        r.set(
+            "prepare_kbit", True, "load_in_4bit", True
+        )  # SFTTrainer's prepare_model_for_kbit_training
+    elif eight:
+        r.set("quant", "int8", "load_in_8bit", True)
+
+
+LOAD_DTYPE_KEYS = (
+    "dtype",
+    "torch_dtype",
+    "model_init_kwargs.dtype",
+    "model_init_kwargs.torch_dtype",
+)
+HALF = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
+
+
+def _load_dtype(r: KeyReader) -> tuple[str, Any] | None:
+    for key in LOAD_DTYPE_KEYS:
+        if key in r.flat:
+            return key, r.flat[key]
+    return None
+
+
+def read_hf(r: KeyReader) -> None:
+    read_trl_model(r)
+    read_hf_common(r)
+    load = _load_dtype(r)
+    precision = next(s for s in reversed(r.settings) if s.field == "precision")
+    loaded_half = load is not None and str(load[1]).removeprefix("torch.") in HALF
+    if loaded_half and load is not None:
+        # the weights are loaded in half precision: the optimizer holds them (and its states)
+        # in that dtype; bf16/fp16 autocast over half weights is pure half-precision training
+        half = HALF[str(load[1]).removeprefix("torch.")]
+        r.set("precision", TRUE[half], load[0], load[1])
+    elif load is None or str(load[1]) in ("auto", "None"):
+        r.warnings.append(
+            r_warning(
+                r,
+                "bf16" if precision.value != "fp32" else "dtype",
+                f"estimated as {precision.value}: fp32 weights (the larger figure). transformers 5 "
+                "loads a checkpoint in its own dtype by default (bf16 for most), which trains in "
+                "pure bf16 and needs about half the weight + optimizer memory: pass --precision "
+                "bf16-true (or set dtype: bfloat16 here) if that is your run",
+            )
+        )
+    if r.has("deepspeed") and not isinstance(r.flat.get("deepspeed"), str):
+        r.take("deepspeed")  # an inline DeepSpeed dict: read by the combiner
+    r.no_effect(HF_NO_EFFECT)
+
+
+def read_llamafactory(r: KeyReader) -> None:
+    if r.has("model_name_or_path"):
+        r.set("model", str(r.take("model_name_or_path")), "model_name_or_path")
+    read_hf_common(r)
+    kind = r.take("finetuning_type", "lora")  # LLaMA-Factory's default
+    if kind == "lora":
+        rank = r.take("lora_rank", 8)
+        r.set("lora_rank", as_int(r, "lora_rank", rank), "lora_rank", rank)
+        target = r.take("lora_target", "all")
+        r.set("lora_targets", targets_of(target), "lora_target", target)
+    elif kind == "freeze":
+        n = r.take("freeze_trainable_layers", 2)
+        r.not_modelled("freeze_trainable_modules", "which modules stay trainable")
+        r.set(
+            "freeze_layers", -as_int(r, "freeze_trainable_layers", n), "freeze_trainable_layers", n
+        )
+    elif kind != "full":
+        raise r.fail("finetuning_type", kind, "must be lora, freeze or full")
+    bits = r.take("quantization_bit", None)
+    if bits is not None:
+        method = r.take("quantization_method", "bnb")
+        if method != "bnb":
+            r.not_modelled("quantization_method", f"{method} on-the-fly quantization")
+        bits = as_int(r, "quantization_bit", bits)
+        if bits == 4:
+            qtype = r.take("quantization_type", "nf4")
+            dq = as_bool(r, "double_quantization", r.take("double_quantization", True))
+            quant = "fp4" if qtype == "fp4" else ("nf4-dq" if dq else "nf4")
+            r.set("quant", quant, "quantization_bit", bits)
+        elif bits == 8:
+            r.set("quant", "int8", "quantization_bit", bits)
+        else:
+            raise r.fail("quantization_bit", bits, "must be 4 or 8 with bitsandbytes")
+    attention_of(r, "flash_attn")
+    if r.has("disable_gradient_checkpointing"):
+        off = as_bool(r, "disable_gradient_checkpointing", r.take("disable_gradient_checkpointing"))
+        r.set("checkpointing", "none" if off else "full", "disable_gradient_checkpointing", off)
+    if r.has("pure_bf16") and as_bool(r, "pure_bf16", r.take("pure_bf16")):
+        r.set("precision", TRUE["bf16"], "pure_bf16", True)
+    for key, what in (
+        ("use_unsloth", "Unsloth's patched kernels"),
+        ("enable_liger_kernel", "Liger's fused kernels (smaller logits/activations)"),
+        ("use_galore", "GaLore projected optimizer states"),
+        ("use_badam", "BAdam block-wise optimizer"),
+    ):
+        if r.has(key) and as_bool(r, key, r.flat[key]):
+            r.not_modelled(key, what + " is not modelled")
+        elif r.has(key):
+            r.take(key)
+    r.no_effect(HF_NO_EFFECT)

@@ -1,0 +1,68 @@
+"""A combined :class:`~memfit.jobfiles.files.Job` as memfit's inputs: the MODEL argument and
+the :class:`~memfit.spec.WorkloadSpec` (validated by the spec, with the file and key in the
+message when a value breaks a rule)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memfit.errors import SpecError
+from memfit.jobfiles.files import Job
+from memfit.spec import WorkloadSpec
+
+#: Job fields that are WorkloadSpec fields.
+WORKLOAD_FIELDS = (
+    "mode",
+    "batch_size",
+    "seq_len",
+    "grad_accum",
+    "precision",
+    "checkpointing",
+    "optimizer",
+    "lora_rank",
+    "lora_targets",
+    "quant",
+    "prepare_kbit",
+    "attention",
+    "shard",
+    "offload",
+    "gpus",
+    "freeze_layers",
+)
+
+
+def model_of(job: Job, override: str | None = None) -> str:
+    if override:
+        return override
+    model = job.value("model")
+    if not model:
+        names = ", ".join(f.reader.file for f in job.files)
+        raise SpecError(
+            f"no model in {names} (base_model / model_name_or_path / checkpoint_dir): pass "
+            "--model NAME"
+        )
+    return str(model)
+
+
+def workload_of(
+    job: Job, *, overrides: dict[str, Any] | None = None, n_layers: int | None = None
+) -> WorkloadSpec:
+    kwargs: dict[str, Any] = {
+        name: job.fields[name].value for name in WORKLOAD_FIELDS if name in job.fields
+    }
+    kwargs.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if "seq_len" not in kwargs:
+        raise SpecError(
+            "the files give no sequence length (max_length / sequence_len / cutoff_len / "
+            "max_seq_len / max_seq_length): pass --seq N"
+        )
+    freeze = kwargs.get("freeze_layers", 0)
+    if isinstance(freeze, int) and freeze < 0:  # LLaMA-Factory: the last N layers train
+        if n_layers is None:
+            raise SpecError("freeze_trainable_layers needs the model's layer count")
+        kwargs["freeze_layers"] = max(0, n_layers + freeze)
+    try:
+        return WorkloadSpec(**kwargs)
+    except SpecError as exc:
+        where = "; ".join(s.describe() for s in job.fields.values() if s.field in str(exc))
+        raise SpecError(f"{exc}{' — from ' + where if where else ''}") from None

@@ -1,0 +1,214 @@
+"""`memfit check` reads each framework's own config files into the job they describe."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import memfit
+from memfit.cli import main
+from memfit.errors import SpecError
+from memfit.jobfiles import model_of, read_job, workload_of
+from memfit.spec import WorkloadSpec
+
+EXAMPLES = Path(__file__).parent / "examples"
+
+#: Each example file and the job it describes, written by hand from the framework's docs.
+EXPECTED = {
+    "axolotl-llama3-qlora.yml": (
+        "meta-llama/Llama-3.1-8B",
+        dict(
+            batch_size=2,
+            grad_accum=4,
+            seq_len=4096,
+            precision="amp-bf16",
+            checkpointing="full",
+            optimizer="adamw",
+            attention="flash",
+            lora_rank=32,
+            lora_targets="all-linear",
+            quant="nf4-dq",
+            prepare_kbit=True,
+        ),
+    ),
+    "torchtune-llama3_1-8B_qlora_single_device.yaml": (
+        "meta-llama/Llama-3.1-8B",
+        dict(
+            batch_size=2,
+            grad_accum=16,
+            seq_len=2048,
+            precision="bf16",
+            checkpointing="full",
+            optimizer="adamw-fused",
+            lora_rank=8,
+            lora_targets=("q", "v", "k", "o", "gate", "up", "down"),
+            quant="nf4-dq",
+        ),
+    ),
+    "litgpt-llama-3.1-8b-qlora.yaml": (
+        "meta-llama/Meta-Llama-3.1-8B",
+        dict(
+            batch_size=2,
+            grad_accum=4,
+            seq_len=512,
+            precision="bf16",
+            optimizer="adamw",
+            lora_rank=32,
+            lora_targets=("q", "v"),
+            quant="nf4",
+        ),
+    ),
+    "llamafactory-qwen3-lora-sft-otfq.yaml": (
+        "Qwen/Qwen3-0.6B",
+        dict(
+            batch_size=1,
+            grad_accum=8,
+            seq_len=2048,
+            precision="amp-bf16",
+            checkpointing="full",
+            optimizer="adamw-fused",
+            lora_rank=8,
+            lora_targets="all-linear",
+            quant="nf4-dq",
+        ),
+    ),
+    "trl-sft-config.yaml": (
+        "Qwen/Qwen2.5-0.5B",
+        dict(
+            batch_size=4,
+            grad_accum=4,
+            seq_len=2048,
+            precision="amp-bf16",
+            checkpointing="full",
+            optimizer="adamw-fused",
+            lora_rank=32,
+            lora_targets="all-linear",
+        ),
+    ),
+}
+
+
+def run_json(capsys, *argv: str) -> tuple[int, dict]:
+    code = main(["check", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_example_file_reads_as_the_job_it_describes(name):
+    job = read_job([EXAMPLES / name])
+    model, kwargs = EXPECTED[name]
+    assert model_of(job) == model
+    assert workload_of(job) == WorkloadSpec(mode="train", **kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_check_gives_the_estimate_of_that_job(capsys, name):
+    model, kwargs = EXPECTED[name]
+    code, out = run_json(capsys, str(EXAMPLES / name), "--gpu", "L4")
+    direct = memfit.estimate(
+        model, WorkloadSpec(mode="train", **kwargs), gpu="L4", engine="analytic"
+    )
+    expected = direct.to_json()
+    for d in (out["estimate"], expected):
+        d["trace"]["analytic"].pop("wall_s")  # a timing
+    assert out["estimate"] == expected
+    assert code == (0 if direct.fits.fits else 1)
+
+
+def test_every_key_is_accounted_for():
+    job = read_job([EXAMPLES / "axolotl-llama3-qlora.yml"])
+    f = job.files[0]
+    accounted = f.reader.used | set(f.reader.unknown())
+    assert accounted == set(f.reader.flat)
+    assert ("axolotl-llama3-qlora.yml", "learning_rate") in job.no_effect()
+    warned = {w.key for w in job.warnings}
+    assert {"sample_packing", "xformers_attention"} <= warned
+
+
+def test_an_unknown_key_is_listed_not_dropped(tmp_path):
+    f = tmp_path / "a.yml"
+    f.write_text("base_model: gpt2\nsequence_len: 128\nmicro_batch_size: 1\nmy_magic_key: 3\n")
+    job = read_job([f])
+    assert job.unknown() == [("a.yml", "my_magic_key")]
+
+
+def test_training_config_plus_accelerate_config_combine():
+    job = read_job([EXAMPLES / "trl-sft-config.yaml", EXAMPLES / "accelerate-fsdp2.yaml"])
+    w = workload_of(job)
+    assert (w.gpus, w.shard, w.batch_size, w.precision) == (2, "fsdp", 4, "amp-bf16")
+    assert job.fields["gpus"].key == "num_processes"
+
+
+def test_files_that_disagree_are_refused_naming_both():
+    with pytest.raises(
+        SpecError,
+        match=r"disagree on precision: bf16: True in trl-sft-config"
+        r".*mixed_precision: 'fp16' in accelerate-deepspeed-zero3",
+    ):
+        read_job([EXAMPLES / "trl-sft-config.yaml", EXAMPLES / "accelerate-deepspeed-zero3.yaml"])
+
+
+def test_a_deepspeed_file_named_by_the_training_config_is_read_with_it(tmp_path):
+    shutil.copy(EXAMPLES / "ds_z2_config.json", tmp_path / "ds.json")
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text((EXAMPLES / "trl-sft-config.yaml").read_text() + "deepspeed: ds.json\n")
+    job = read_job([cfg])
+    assert [f.format for f in job.files] == ["hf", "deepspeed"]
+    # "auto" values defer to the training config; the stage is the DeepSpeed file's
+    w = workload_of(job)
+    assert (w.shard, w.batch_size, w.grad_accum) == ("zero2", 4, 4)
+
+
+def test_a_missing_deepspeed_file_is_a_warning(tmp_path):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text((EXAMPLES / "trl-sft-config.yaml").read_text() + "deepspeed: nope.json\n")
+    job = read_job([cfg])
+    assert any("nope.json" in w.message for w in job.warnings)
+
+
+def test_torchtune_overrides_apply_as_tune_run_takes_them():
+    path = EXAMPLES / "torchtune-llama3_1-8B_qlora_single_device.yaml"
+    job = read_job([path], overrides=["batch_size=8", "tokenizer.max_seq_len=4096"])
+    w = workload_of(job)
+    assert (w.batch_size, w.seq_len) == (8, 4096)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("- a\n- b\n", "expected a mapping"),
+        ("base_model: [unclosed\n", "not valid YAML"),
+        ("foo: 1\nbar: 2\n", "not a format memfit reads"),
+        ("base_model: gpt2\nmicro_batch_size: 0\nsequence_len: 64\n", "micro_batch_size .0. must"),
+        ("base_model: gpt2\nmicro_batch_size: 1\n", "no sequence length"),
+        ("base_model: gpt2\nsequence_len: 64\nadapter: dora\n", "adapter .'dora'. must be lora"),
+    ],
+)
+def test_bad_files_are_exit_2_with_the_reason(tmp_path, capsys, text, match):
+    f = tmp_path / "job.yml"
+    f.write_text(text)
+    assert main(["check", str(f)]) == 2
+    assert re.search(match, capsys.readouterr().err)
+
+
+def test_the_fix_is_a_diff_of_the_users_own_file_and_write_applies_it(tmp_path, capsys):
+    f = tmp_path / "axolotl.yml"
+    shutil.copy(EXAMPLES / "axolotl-llama3-qlora.yml", f)
+    before = f.read_text()
+    code, out = run_json(capsys, str(f), "--gpu", "L4")
+    assert code == 1 and out["fix"]["diff"].startswith(f"--- a/{f}")
+    assert f.read_text() == before  # nothing written without --write
+    code, _ = run_json(capsys, str(f), "--gpu", "L4", "--write")
+    after = f.read_text()
+    assert after != before
+    assert after.startswith("# From axolotl's")  # comments and layout kept
+    job = read_job([f])  # the written file reads back as the fixed job
+    for field, value in out["fix"]["changes"].items():
+        if field in job.fields and f"{field}={value}" not in out["fix"]["unexpressed"]:
+            assert job.fields[field].value == value, field
+    code, again = run_json(capsys, str(f), "--gpu", "L4")
+    assert code == 0 or again["fix"]["changes"] != out["fix"]["changes"]

@@ -1,0 +1,58 @@
+"""`--from FILE` on estimate / fit / plan: the file's job as defaults, flags override it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memfit.cli import main
+
+EXAMPLES = Path(__file__).parent / "examples"
+AXOLOTL = str(EXAMPLES / "axolotl-llama3-qlora.yml")
+
+
+def out_json(capsys, *argv: str) -> dict:
+    main([*argv, "--json"])
+    return json.loads(capsys.readouterr().out)
+
+
+def test_estimate_from_a_file_is_the_check_estimate(capsys):
+    est = out_json(capsys, "estimate", "--from", AXOLOTL, "--engine", "analytic", "--gpu", "L4")
+    check = out_json(capsys, "check", AXOLOTL, "--gpu", "L4")["estimate"]
+    for d in (est, check):
+        d["trace"]["analytic"].pop("wall_s")
+    assert est == check
+    assert est["workload"]["seq_len"] == 4096 and est["workload"]["lora_rank"] == 32
+
+
+def test_flags_on_the_command_line_override_the_file(capsys):
+    est = out_json(
+        capsys,
+        "estimate",
+        "--from",
+        AXOLOTL,
+        "--engine",
+        "analytic",
+        "--seq",
+        "1024",
+        "--lora-rank",
+        "8",
+    )
+    assert est["workload"]["seq_len"] == 1024 and est["workload"]["lora_rank"] == 8
+    assert est["workload"]["batch_size"] == 2  # still the file's micro_batch_size
+
+
+def test_fit_and_plan_take_the_files_job_as_their_defaults():
+    from memfit.cli_from import job_defaults
+
+    fit = job_defaults("fit", [AXOLOTL])
+    assert fit["model"] == "meta-llama/Llama-3.1-8B"
+    assert (fit["batch"], fit["seq"], fit["lora_rank"], fit["quant"]) == (2, 4096, 32, "nf4-dq")
+    assert fit["grad_accum"] == 4 and fit["prepare_kbit"] is True
+    plan = job_defaults("plan", [AXOLOTL])
+    assert plan["global_batch"] == 2 * 4 and "batch" not in plan  # the planner splits it
+
+
+def test_without_model_or_from_it_is_a_clear_error(capsys):
+    assert main(["estimate"]) == 2
+    assert "needs MODEL (or --from FILE" in capsys.readouterr().err
