@@ -79,6 +79,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
     overrides = [f for f in args.files if f not in paths]
+    served = _vllm_argv(paths)
+    if served is not None:  # a serving job: the vLLM start-up model answers
+        from memfit.cli import main
+
+        gpu = ["--gpu", args.gpu] if args.gpu else []
+        return main(["vllm", *served, *gpu, *(["--json"] if args.json else [])])
     job = read_job(paths, fmt=args.format, overrides=overrides)
     model = model_of(job, args.model)
     source = resolve_model(model)
@@ -98,6 +104,29 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(_render(job, model, workload, est, fix, args.write))
     return 1 if fits is False else 0
+
+
+def _vllm_argv(paths: list[str]) -> list[str] | None:
+    """``memfit vllm`` arguments when the one file is a ``vllm serve`` line or config."""
+    from memfit.jobfiles.files import parse
+    from memfit.jobfiles.vllm_cmd import (
+        argv_from_command,
+        argv_from_config,
+        is_vllm_command,
+        is_vllm_config,
+    )
+    from memfit.userfiles import read_text
+
+    if len(paths) != 1:
+        return None
+    text = read_text(paths[0], what="job file")
+    if is_vllm_command(text):
+        return argv_from_command(text)
+    try:
+        _, data = parse(paths[0])
+    except Exception:  # noqa: BLE001 - read_job reports the file's problem
+        return None
+    return argv_from_config(data) if is_vllm_config(data) else None
 
 
 def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict[str, Any]:

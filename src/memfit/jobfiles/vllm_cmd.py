@@ -1,0 +1,75 @@
+"""A ``vllm serve`` command line (a shell line, ``\\`` continuations allowed) or a ``vllm serve
+--config`` YAML, turned into ``memfit vllm`` arguments: ``memfit check`` hands serving jobs to the
+serving model (memfit.serving) instead of reading them as training configs."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from memfit.errors import SpecError
+
+#: Keys that mark a YAML as a ``vllm serve --config`` file (its keys are the flags' long names).
+VLLM_KEYS = frozenset(
+    {
+        "gpu_memory_utilization",
+        "gpu-memory-utilization",
+        "max_model_len",
+        "max-model-len",
+        "max_num_seqs",
+        "max-num-seqs",
+        "tensor_parallel_size",
+        "tensor-parallel-size",
+        "kv_cache_dtype",
+        "kv-cache-dtype",
+        "max_num_batched_tokens",
+        "max-num-batched-tokens",
+        "enforce_eager",
+        "enforce-eager",
+    }
+)
+
+
+def is_vllm_command(text: str) -> bool:
+    return _command_words(text)[:2] == ["vllm", "serve"]
+
+
+def is_vllm_config(data: Mapping[str, Any]) -> bool:
+    return bool(VLLM_KEYS & set(data))
+
+
+def _command_words(text: str) -> list[str]:
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    joined = " ".join(ln.rstrip().removesuffix("\\") for ln in lines)
+    try:
+        return shlex.split(joined)
+    except ValueError as exc:
+        raise SpecError(f"the vllm serve command line cannot be split: {exc}") from None
+
+
+def argv_from_command(text: str) -> list[str]:
+    """``vllm serve MODEL --flag …`` → ``[MODEL, --flag, …]`` (one command per file)."""
+    words = _command_words(text)
+    if words[:2] != ["vllm", "serve"] or len(words) < 3:
+        raise SpecError("expected `vllm serve MODEL [flags]`")
+    return words[2:]
+
+
+def argv_from_config(data: Mapping[str, Any]) -> list[str]:
+    """A ``vllm serve --config`` mapping as flags (``model`` is the positional)."""
+    model = data.get("model")
+    if not isinstance(model, str):
+        raise SpecError("the vllm config names no model (model: org/name)")
+    argv = [model]
+    for key, value in data.items():
+        if key == "model":
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value in (False, None):
+            continue
+        else:
+            argv += [flag, str(value)]
+    return argv
