@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from memfit import cli_bench, cli_monitor, cli_plan, cli_report
+from memfit import cli_bench, cli_monitor, cli_plan, cli_report, cli_web
 from memfit.errors import MemfitError
 from memfit.estimate import ENGINES
 
@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_report.register(sub))  # report, snapshot
     COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor
     COMMANDS.update(cli_bench.register(sub))  # bench, quality
+    COMMANDS.update(cli_web.register(sub))  # web
     return p
 
 

@@ -1,0 +1,52 @@
+"""Screenshots of the `memfit web` page for docs/web.md, in headless Chromium.
+
+    PYTHONPATH=src python benchmarks/web_screenshots.py            # writes docs/web/*.png
+
+Starts the server on a free loopback port, opens each page state (the URL holds it) in
+/usr/bin/chromium through Playwright (no browser download: the system Chromium is used), waits
+for the answer and saves a full-page PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+from memfit.web.serve import running
+
+CHROMIUM = "/usr/bin/chromium"
+OUT = Path(__file__).resolve().parent.parent / "docs" / "web"
+#: (file, query, what to wait for after the estimate).
+SHOTS = (
+    ("estimate.png", "model=llama-3.2-1b&batch=4&seq=2048&gpu=A100-40GB", None),
+    (
+        "plan.png",
+        "model=llama-3.1-8b&seq=4096&gpu=L4&lora-rank=16&view=plan",
+        "#plan[data-state]",
+    ),
+    ("error.png", "model=llama-3.2-1b&batch=0", None),
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with running() as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        for name, query, wait in SHOTS:
+            page.goto(f"{base}/?{query}")
+            page.wait_for_selector("#status[data-state]", timeout=60_000)
+            if wait:
+                page.wait_for_selector(wait, timeout=120_000)
+            page.screenshot(path=str(args.out / name), full_page=True)
+            print(f"wrote {args.out / name}")
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()
