@@ -63,6 +63,7 @@ def schema() -> dict[str, Any]:
             "choices": list(f.choices) if f.choices else None,
             "default": f.default,
             "help": f.help,
+            "always": f.always,
         }
         for f in flags_for("estimate")
     ]
@@ -187,7 +188,9 @@ def create_app(
     ]
     middleware = []
     if allow_paths:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost"]))
+        middleware.append(
+            Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost"])
+        )
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:

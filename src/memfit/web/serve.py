@@ -8,6 +8,7 @@ import threading
 import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from memfit.errors import SpecError
 from memfit.web.app import create_app, is_loopback
@@ -35,7 +36,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server(app: object, *, quiet: bool) -> object:
+def _server(app: Any, *, quiet: bool) -> Any:
     import uvicorn
 
     config = uvicorn.Config(
@@ -71,7 +72,7 @@ def serve(
         print(f"memfit web: {url}  (Ctrl-C stops)", file=sys.stderr)
         if open_browser:
             threading.Timer(0.5, webbrowser.open, args=(url,)).start()
-        server.run(sockets=[sock])  # type: ignore[attr-defined]
+        server.run(sockets=[sock])
     finally:
         pool.close()
         sock.close()
@@ -87,17 +88,17 @@ def running(*, n_workers: int = 2, heavy_timeout_s: float = 120) -> Iterator[str
     sock = bind("127.0.0.1", 0)
     pool = WorkerPool(n_workers=n_workers, heavy_timeout_s=heavy_timeout_s)
     server = _server(create_app(pool=pool), quiet=True)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 30
-        while not server.started:  # type: ignore[attr-defined]
+        while not server.started:
             if time.monotonic() > deadline or not thread.is_alive():
                 raise RuntimeError("the test server did not start")
             time.sleep(0.02)
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
-        server.should_exit = True  # type: ignore[attr-defined]
+        server.should_exit = True
         thread.join(timeout=10)
         pool.close()
         sock.close()

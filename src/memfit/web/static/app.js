@@ -51,6 +51,7 @@ function field(f) {
     if (f.default !== null && f.default !== undefined) input.placeholder = String(f.default);
   }
   input.dataset.default = f.default === null || f.default === undefined ? "" : String(f.default);
+  if (f.always) input.dataset.always = "1";  // the shape and the precision: always in the URL
   label.appendChild(input);
   return label;
 }
@@ -73,8 +74,8 @@ function state() {
   const q = new URLSearchParams();
   for (const i of inputs()) {
     if (i.type === "checkbox") { if (i.checked) q.set(i.name, "1"); continue; }
-    const v = i.value.trim();
-    if (v === "" || (i.dataset.default !== undefined && v === i.dataset.default)) continue;
+    const v = i.value.trim() || (i.dataset.always ? i.dataset.default : "");
+    if (v === "" || (!i.dataset.always && i.dataset.default !== undefined && v === i.dataset.default)) continue;
     q.set(i.name, i.name === "config" ? JSON.stringify(JSON.parse(v)) : v);
   }
   if (!q.has("engine")) q.set("engine", $("f-engine").value);
