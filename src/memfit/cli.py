@@ -231,14 +231,18 @@ COMMANDS = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus}
 QUIET_LOGGERS = ("bitsandbytes", "torchao", "torch.utils._pytree", "transformers", "peft")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, parser: argparse.ArgumentParser | None = None
+) -> int:
+    """Run one command line. ``parser``: a :func:`build_parser` made earlier, for a caller that
+    runs many (``memfit web``'s workers; building one takes tens of milliseconds)."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers configures
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     # Deprecations inside transformers / peft (e.g. peft reading is_gradient_checkpointing) are
     # for those libraries' own callers, not for a CLI user.
     warnings.filterwarnings("ignore", category=FutureWarning)
-    parser = build_parser()
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     if args.version:
         from memfit import __version__

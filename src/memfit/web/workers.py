@@ -14,6 +14,7 @@ finds a worker; a job waits at most ``wait_s`` for one (then :class:`Busy`), and
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import multiprocessing
 import threading
@@ -56,6 +57,13 @@ class WorkerDied(MemfitError):
     """The worker process ended during the job (killed for memory, a crash); it was replaced."""
 
 
+@functools.cache
+def _parser() -> Any:
+    from memfit.cli import build_parser
+
+    return build_parser()  # reusable: argparse keeps no state between parse_args calls
+
+
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     """``memfit.cli.main(argv)`` with its output captured (in the worker process)."""
     from memfit.cli import main
@@ -63,7 +71,7 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = main(argv)
+            code = main(argv, parser=_parser())
         except SystemExit as exc:  # argparse: a bad option (exit 2, message on stderr)
             code = exc.code if isinstance(exc.code, int) else 2
         except Exception as exc:  # a memfit bug: the server must answer, not die
