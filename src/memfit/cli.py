@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--top", type=int, default=5, help="modules to list at the peak (default 5)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    cli_web.add_share_flags(e, snapshot=True)  # --html, --snapshot
     m = sub.add_parser(
         "models",
         help="list the bundled model configs",
@@ -163,14 +164,16 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from memfit.estimate import estimate
     from memfit.report.text import render_estimate
 
-    est = estimate(
-        args.model,
-        workload_from_args(args),
-        gpu=args.gpu,
-        engine=args.engine,
-        trust_remote_code=args.trust_remote_code,
-        extrapolate=args.extrapolate,
-    )
+    with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
+        est = estimate(
+            args.model,
+            workload_from_args(args),
+            gpu=args.gpu,
+            engine=args.engine,
+            trust_remote_code=args.trust_remote_code,
+            extrapolate=args.extrapolate,
+        )
+    cli_web.write_estimate_outputs(args, est, traces)
     print(json.dumps(est.to_json(), indent=2) if args.json else render_estimate(est, top=args.top))
     return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
 

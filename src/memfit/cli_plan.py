@@ -66,6 +66,7 @@ def _size(text: str) -> int:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
+    from memfit import cli_web
     from memfit.cli import add_flags, integer
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
     from memfit.plan.request import CONFIRM_MODES
@@ -110,6 +111,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="list GPUs (and counts) on which a plan fits, fastest first",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    cli_web.add_share_flags(p, snapshot=False)  # --html
     f = sub.add_parser(
         "fit",
         help="the largest batch, longest sequence or most concurrent requests that fit",
@@ -211,6 +213,7 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
 
 # -- plan -------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
+    from memfit import cli_web
     from memfit.plan import PlanRequest, plan, recommend_gpus
     from memfit.report.plan import render_advice, render_plan
 
@@ -244,6 +247,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.gpu is None:
         raise SpecError("plan needs --gpu NAME (its rates rank the plans) or --recommend-gpu")
     result = plan(args.model, request, gpu=args.gpu, gpu_memory_bytes=args.gpu_memory)
+    cli_web.write_plan_outputs(args, result)
     print(json.dumps(result.to_json(), indent=2) if args.json else render_plan(result))
     return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
 
