@@ -10,11 +10,21 @@ for the answer and saves a full-page PNG.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import tempfile
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from memfit.cli import main as memfit_main
 from memfit.web.serve import running
+
+
+def main_quiet(argv: list[str]) -> int:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return memfit_main(argv)
+
 
 CHROMIUM = "/usr/bin/chromium"
 OUT = Path(__file__).resolve().parent.parent / "docs" / "web"
@@ -45,6 +55,15 @@ def main() -> None:
                 page.wait_for_selector(wait, timeout=120_000)
             page.screenshot(path=str(args.out / name), full_page=True)
             print(f"wrote {args.out / name}")
+        # The page `memfit estimate ... --html FILE` writes (opened from disk, offline).
+        with tempfile.TemporaryDirectory() as tmp:
+            html = Path(tmp) / "estimate.html"
+            argv = ["estimate", "llama-3.2-1b", "--engine", "analytic", "--precision", "bf16"]
+            argv += ["--batch", "4", "--seq", "2048", "--gpu", "A100-40GB", "--html", str(html)]
+            main_quiet(argv)
+            page.goto(html.as_uri())
+            page.screenshot(path=str(args.out / "estimate-html.png"), full_page=True)
+            print(f"wrote {args.out / 'estimate-html.png'}")
         browser.close()
 
 
