@@ -216,6 +216,7 @@ async function refresh(opts = {}) {
   } catch (e) {
     if (mine !== generation) return;
     if (!heavy && /--engine trace|trace engine/.test(e.message) && !opts.engine) { clearInterval(tick); return refresh({ engine: "auto" }); }
+    $("answer").hidden = true;  // no stale numbers next to the message
     showError(e.message); $("status").textContent = "error"; $("status").dataset.state = "error";
   } finally { clearInterval(tick); }
 }
