@@ -105,3 +105,31 @@ def test_the_plan_view_in_the_url_shows_the_as_asked_verdict_first(page: Any, se
     assert headings[:2] == ["As asked", "Recommended plan"]
     _, plan = cli_json("plan", "gpt2", "--gpu", "T4", "--seq", "256", "--confirm", "none")
     assert page.inner_text("#plan-recommended").startswith(plan["recommended"]["summary"])
+
+
+@pytest.mark.slow  # one trace of a tiny model (tens of seconds on a loaded 2-core machine)
+def test_the_trace_button_runs_the_trace_engine_with_progress(
+    page: Any, server: str, tmp_path
+) -> None:
+    import json
+    import urllib.parse
+
+    from tests.conftest import TINY_GPT2
+
+    text = json.dumps(TINY_GPT2)
+    query = urllib.parse.urlencode({"config": text, "precision": "bf16", "seq": "64"})
+    page.goto(f"{server}/?{query}")
+    wait_done(page)
+    page.click("#run-trace")
+    page.wait_for_function(
+        "() => document.getElementById('status').textContent.startsWith('tracing')"
+    )
+    page.wait_for_function(
+        "() => document.getElementById('engine').textContent === 'trace'", timeout=300_000
+    )
+    (tmp_path / "config.json").write_text(text)
+    _, want = cli_json(
+        "estimate", str(tmp_path), "--engine", "trace", "--precision", "bf16", "--seq", "64"
+    )
+    assert shown(page, "peak-allocated") == want["peak_allocated_bytes"]
+    assert shown(page, "peak-reserved") == want["peak_reserved_bytes"]

@@ -256,7 +256,11 @@ function upgradeView(u) {
 }
 
 function fitView(f) {
-  return [el("h3", {}, "Largest batch"), el("pre", {}, JSON.stringify(f, null, 1).slice(0, 1500))];
+  const key = Object.keys(f).find((k) => k.startsWith("max_"));
+  const answer = key && f[key] !== null ? key.replace("max_", "largest ") + ": " + f[key] : "nothing fits";
+  const out = [el("h3", {}, "Largest batch"), el("p", { id: "fit-answer" }, answer + " (limit " + fmtBytes(f.limit_bytes) + " on " + f.gpu + ", confirmed by " + (f.confirmed_by || "none") + ")")];
+  for (const n of f.notes || []) out.push(el("p", { class: "note" }, n));
+  return out;
 }
 
 function copy(text) {
