@@ -65,3 +65,14 @@ def test_a_pasted_config_is_stored_by_content(tmp_path: Path) -> None:
 def test_an_unknown_command_is_named() -> None:
     with pytest.raises(SpecError, match=r"unknown API command 'doctor': use one of estimate"):
         job("doctor", model="gpt2")
+
+
+def test_the_host_header_is_read_without_its_port() -> None:
+    from memfit.web.app import request_host
+
+    def scope(host: bytes) -> dict:
+        return {"headers": [(b"host", host)]}
+
+    assert request_host(scope(b"127.0.0.1:8000")) == "127.0.0.1"
+    assert request_host(scope(b"[::1]:8000")) == "[::1]"
+    assert request_host(scope(b"evil.example")) == "evil.example"

@@ -15,7 +15,7 @@ Routes (all GET; the server takes no request bodies):
 
 Bounds: the URL (so every input) is at most :data:`MAX_URL_BYTES`; jobs run in a
 :class:`~memfit.web.workers.WorkerPool` (bounded in number, heavy ones one at a time, each in
-time); with the server on a loopback address only ``Host: 127.0.0.1`` / ``localhost`` requests
+time); with the server on a loopback address only ``Host: 127.0.0.1`` / ``localhost`` / ``[::1]``
 are served (a web page elsewhere cannot reach it by DNS rebinding).
 """
 
@@ -40,6 +40,18 @@ CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
+
+
+#: ``Host`` headers a loopback server answers (anything else is a page elsewhere, rebinding DNS).
+SERVED_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def request_host(scope: Any) -> str:
+    """The request's ``Host`` header without its port (``[::1]:8000`` -> ``[::1]``)."""
+    host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0] if ":" in host else host
 
 
 def is_loopback(host: str) -> bool:
@@ -82,8 +94,6 @@ def create_app(
 ) -> Any:
     """The ASGI application. ``pool``: the workers (made, and closed, by the app when None)."""
     from starlette.applications import Starlette
-    from starlette.middleware import Middleware
-    from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Mount, Route
@@ -171,9 +181,16 @@ def create_app(
         return JSONResponse(body, headers=headers)
 
     async def bound_url(scope: Any, receive: Any, send: Any, app: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-        if scope["type"] == "http" and size > MAX_URL_BYTES:
+        response = None
+        if size > MAX_URL_BYTES:
             response = error(414, f"memfit: error: the request ({size} bytes) is over the limit")
+        elif allow_paths and request_host(scope) not in SERVED_HOSTS:
+            response = error(400, "memfit: error: this server answers only to localhost")
+        if response is not None:
             await response(scope, receive, send)
             return
         await app(scope, receive, send)
@@ -186,12 +203,7 @@ def create_app(
         Route("/api/{command}", api_run),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
-    middleware = []
-    if allow_paths:
-        middleware.append(
-            Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost"])
-        )
-    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:
         await bound_url(scope, receive, send, app)
