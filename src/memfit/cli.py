@@ -23,6 +23,7 @@ from memfit import (
     cli_plan,
     cli_report,
     cli_vllm,
+    cli_web,
 )
 from memfit.errors import MemfitError
 from memfit.estimate import ENGINES
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--top", type=int, default=5, help="modules to list at the peak (default 5)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    cli_web.add_share_flags(e, snapshot=True)  # --html, --snapshot
     m = sub.add_parser(
         "models",
         help="list the bundled model configs",
@@ -131,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_vllm.register(sub))  # vllm
     COMMANDS.update(cli_check.register(sub))  # check
     p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
+    COMMANDS.update(cli_web.register(sub))  # web
     return p
 
 
@@ -170,14 +173,16 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from memfit.estimate import estimate
     from memfit.report.text import render_estimate
 
-    est = estimate(
-        args.model,
-        workload_from_args(args),
-        gpu=args.gpu,
-        engine=args.engine,
-        trust_remote_code=args.trust_remote_code,
-        extrapolate=args.extrapolate,
-    )
+    with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
+        est = estimate(
+            args.model,
+            workload_from_args(args),
+            gpu=args.gpu,
+            engine=args.engine,
+            trust_remote_code=args.trust_remote_code,
+            extrapolate=args.extrapolate,
+        )
+    cli_web.write_estimate_outputs(args, est, traces)
     print(json.dumps(est.to_json(), indent=2) if args.json else render_estimate(est, top=args.top))
     return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
 
@@ -212,14 +217,18 @@ COMMANDS = {"estimate": cmd_estimate, "models": cmd_models}
 QUIET_LOGGERS = ("bitsandbytes", "torchao", "torch.utils._pytree", "transformers", "peft")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, parser: argparse.ArgumentParser | None = None
+) -> int:
+    """Run one command line. ``parser``: a :func:`build_parser` made earlier, for a caller that
+    runs many (``memfit web``'s workers; building one takes tens of milliseconds)."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers configures
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     # Deprecations inside transformers / peft (e.g. peft reading is_gradient_checkpointing) are
     # for those libraries' own callers, not for a CLI user.
     warnings.filterwarnings("ignore", category=FutureWarning)
-    parser = build_parser()
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     if args.version:
         from memfit import __version__

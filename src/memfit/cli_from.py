@@ -58,8 +58,13 @@ def reparse(
     command = getattr(args, "command", None)
     paths = getattr(args, "from_files", None)
     if command in FROM_COMMANDS and paths:
-        subparsers[command].set_defaults(**job_defaults(command, paths))
-        args = parser.parse_args(argv)
+        # a fresh parser: the caller's may be reused (memfit web keeps one), and set_defaults
+        # would leave this job's values on it for the next command line
+        from memfit.cli import build_parser
+
+        fresh = build_parser()
+        fresh.get_default("subparsers")[command].set_defaults(**job_defaults(command, paths))
+        args = fresh.parse_args(argv)
     if command in FROM_COMMANDS and getattr(args, "model", None) is None:
         from memfit.errors import SpecError
 

@@ -69,7 +69,7 @@ def _size(text: str) -> int:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
-    from memfit import cli_from
+    from memfit import cli_from, cli_web
     from memfit.cli import add_flags, integer
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
     from memfit.plan.request import CONFIRM_MODES
@@ -118,6 +118,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     _add_price_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(p, concurrency=True)
+    cli_web.add_share_flags(p, snapshot=False)  # --html
     f = sub.add_parser(
         "fit",
         help="the largest batch, longest sequence or most concurrent requests that fit",
@@ -243,6 +244,7 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
 
 # -- plan -------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
+    from memfit import cli_web
     from memfit.plan import PlanRequest, plan, recommend_gpus
     from memfit.report.advice import render_advice
     from memfit.report.plan import render_plan
@@ -285,6 +287,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.gpu is None:
         raise SpecError("plan needs --gpu NAME (its rates rank the plans) or --recommend-gpu")
     result = plan(args.model, request, gpu=args.gpu, gpu_memory_bytes=args.gpu_memory)
+    cli_web.write_plan_outputs(args, result)
     print(json.dumps(result.to_json(), indent=2) if args.json else render_plan(result))
     return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
 

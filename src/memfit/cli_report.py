@@ -20,6 +20,8 @@ SNAPSHOT_EXAMPLES = """examples:
   memfit snapshot snapshot.pickle
   memfit snapshot snapshot.pickle --top 20
   memfit snapshot snapshot.pickle --json > summary.json
+  memfit estimate gpt2 --engine trace --snapshot predicted.pickle    # a predicted one
+  memfit snapshot snapshot.pickle --predicted predicted.pickle       # predicted vs measured
 
 Record one in the training script:
   torch.cuda.memory._record_memory_history(max_entries=100_000)
@@ -65,6 +67,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     s.add_argument("file", help="snapshot pickle")
     s.add_argument("--top", type=positive_int, default=10, help="rows per table (default 10)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument(
+        "--predicted",
+        metavar="PRED.pickle",
+        help="a predicted snapshot (`memfit estimate ... --engine trace --snapshot PRED.pickle`) "
+        "to compare FILE, the measured one, with",
+    )
     return {"report": cmd_report, "snapshot": cmd_snapshot}
 
 
@@ -84,6 +92,15 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from memfit.report.snapshot import render_snapshot
     from memfit.snapshot import analyze_snapshot
 
+    if args.predicted:
+        from memfit.report.snapshot import render_comparison
+        from memfit.snapshot.compare import compare_snapshots
+
+        c = compare_snapshots(args.predicted, args.file, top=args.top)
+        print(
+            json.dumps(c.to_json(), indent=2) if args.json else render_comparison(c, top=args.top)
+        )
+        return 0
     result = analyze_snapshot(args.file, top=args.top)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))

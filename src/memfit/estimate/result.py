@@ -120,6 +120,12 @@ class MemoryEstimate:
         )
         object.__setattr__(self, "ranges", merged)
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: the verdict, the peaks with their ranges, the components bar."""
+        from memfit.report.estimate_html import estimate_fragment
+
+        return estimate_fragment(self.to_json())
+
     def raise_if_not_fit(self) -> None:
         if self.fits is not None and not self.fits.fits:
             raise DoesNotFitError(

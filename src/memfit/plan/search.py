@@ -97,6 +97,12 @@ class Plan:
                 "(--gpus / --recommend-gpu), --allow-offload, or relax the constraints"
             )
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: as asked, then the recommended plan."""
+        from memfit.report.plan_html import plan_fragment
+
+        return plan_fragment(self.to_json())
+
     def to_json(self) -> dict[str, Any]:
         from memfit.plan.export import export_settings
 

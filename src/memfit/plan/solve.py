@@ -57,6 +57,12 @@ class FitResult:
                 f"{format_bytes(self.budget.limit_bytes)}: see `memfit plan` for techniques"
             )
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: the answer, then the estimate at it."""
+        from memfit.report.plan_html import fit_fragment
+
+        return fit_fragment(self.to_json())
+
     def to_json(self) -> dict[str, Any]:
         return {
             "solve": self.solve,

@@ -81,6 +81,8 @@ code{font-size:12px;background:#eef0f3;padding:1px 4px;border-radius:3px}
 footer{color:#8a909b;font-size:12px;margin:30px 0 10px}
 """
 
+#: The page style, shared with the estimate and plan pages (memfit.report.estimate_html).
+PAGE_CSS = _CSS
 
 #: Draw the device capacity only when it is at most this many times the highest curve.
 CAPACITY_SHOWN_WITHIN = 3.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from memfit.snapshot.analyze import DeviceTrace, PlaceBytes, SnapshotAnalysis
 from memfit.units import format_bytes
 
@@ -115,4 +117,26 @@ def render_snapshot(a: SnapshotAnalysis, *, top: int = 10) -> str:
     for d in a.devices:
         lines += _device(d, top)
     lines += [f"note: {n}" for n in a.notes]
+    return "\n".join(lines)
+
+
+def render_comparison(c: Any, *, top: int = 10) -> str:
+    """``memfit snapshot MEASURED --predicted PRED``: the metrics side by side, then where the
+    bytes were at each trace's peak, by module."""
+    lines = [
+        f"memfit snapshot: predicted {c.predicted.path} vs measured {c.measured.path}",
+        f"  {'':<34}{'predicted':>14}{'measured':>14}{'error':>9}",
+    ]
+    for m in c.metrics:
+        is_bytes = m.name.endswith("bytes") or "bytes " in m.name
+        show = format_bytes if is_bytes else (lambda v: "n/a" if v is None else str(v))
+        err = "n/a" if m.error is None else f"{m.error:+.1%}"
+        lines.append(f"  {m.name:<34}{show(m.predicted):>14}{show(m.measured):>14}{err:>9}")
+    for label, a in (("predicted", c.predicted), ("measured", c.measured)):
+        if a.devices and a.devices[0].at_peak_by_module:
+            lines.append(f"{label}: at the trace's peak, by module")
+            lines += [
+                f"  {format_bytes(p.n_bytes):>12}  {p.place}"
+                for p in a.devices[0].at_peak_by_module[:top]
+            ]
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,16 +113,27 @@ def _tiny_step(steps: int, batch: int, hidden: int) -> tuple[Any, Any]:
 
 def snapshot_from_cpu_step(*, steps: int = 2, batch: int = 64, hidden: int = 512) -> dict[str, Any]:
     """A snapshot dict of a real CPU training loop (see the module docstring). Needs torch."""
+    tracker, alive = _tiny_step(steps, batch, hidden)  # `alive`: the snapshot is taken now
+    snapshot = snapshot_from_events(tracker.events or [], tracker.meta)
+    del alive  # the model and optimizer die only after the end state was read
+    return snapshot
+
+
+def snapshot_from_events(
+    events: Sequence[tuple[str, int, int]],
+    meta: Sequence[tuple[int, list[dict[str, Any]] | None]],
+) -> dict[str, Any]:
+    """A snapshot dict of an allocation history: ``events`` (``("a", key, n_bytes)`` /
+    ``("f", key, 0)``, as StorageTracker records them) replayed through memfit's allocator model
+    for addresses and segments; ``meta[i]``: event i's time (microseconds) and, for an
+    allocation, its frames. Torch-free."""
     from memfit.estimate.trace.allocator import CachingAllocatorSim
 
-    tracker, alive = _tiny_step(steps, batch, hidden)  # `alive`: the snapshot is taken now
     sim = CachingAllocatorSim()
-    events: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
     requested: dict[int, int] = {}
     frames_of: dict[int, list[dict[str, Any]]] = {}
-    for (kind, key, n_bytes), (t_us, frames) in zip(
-        tracker.events or [], tracker.meta, strict=True
-    ):
+    for (kind, key, n_bytes), (t_us, frames) in zip(events, meta, strict=True):
         if kind == "a":
             if n_bytes == 0:
                 continue
@@ -135,12 +146,12 @@ def snapshot_from_cpu_step(*, steps: int = 2, batch: int = 64, hidden: int = 512
                 head = block
                 while head.prev is not None:
                     head = head.prev
-                events.append(
+                out.append(
                     _event("segment_alloc", head.addr, sim.reserved_bytes - reserved, t_us, [])
                 )
             requested[key] = n_bytes
             frames_of[key] = frames or []
-            events.append(_event("alloc", block.addr, n_bytes, t_us, frames_of[key]))
+            out.append(_event("alloc", block.addr, n_bytes, t_us, frames_of[key]))
         elif key in requested:
             block = sim._live[key]
             addr = None if block is None else block.addr  # free() merges: read it first
@@ -148,13 +159,11 @@ def snapshot_from_cpu_step(*, steps: int = 2, batch: int = 64, hidden: int = 512
             size = requested.pop(key)
             stack = frames_of.pop(key)
             if addr is not None:
-                events.append(_event("free_requested", addr, size, t_us, stack))
-                events.append(_event("free_completed", addr, size, t_us, stack))
-    segments = _segments_of(sim, requested, frames_of)
-    del alive  # the model and optimizer die only after the end state was read
+                out.append(_event("free_requested", addr, size, t_us, stack))
+                out.append(_event("free_completed", addr, size, t_us, stack))
     return {
-        "segments": segments,
-        "device_traces": [events],
+        "segments": _segments_of(sim, requested, frames_of),
+        "device_traces": [out],
         "allocator_settings": dict(ALLOCATOR_SETTINGS),
         "external_annotations": [],
     }

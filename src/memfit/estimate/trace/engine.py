@@ -45,6 +45,7 @@ from memfit.estimate.trace.cuda_emulation import (
     hf_treat_fake_as_real,
 )
 from memfit.estimate.trace.tracker import StorageTracker
+from memfit.snapshot import predicted
 from memfit.spec import WorkloadSpec
 
 #: Models with at most this many repeated blocks are traced block by block. Allocated bytes and
@@ -260,6 +261,8 @@ def _trace_once(
         events = plan.finish(
             flat, model, lambda: build.build_hf_model(full_cfg, wl, task, device="meta")
         )
+    # --snapshot: the history as replayed below (a no-op unless a recording is active)
+    predicted.keep(events, tracker, allocator_workspaces(gpu, training=wl.is_train))
     flat["reserved"] = replay_reserved(events, gpu, wl.is_train)
     return flat
 

@@ -1,0 +1,101 @@
+"""Throughput of `memfit web`'s API on analytic estimates (a benchmark, not a test).
+
+Starts the server on a free loopback port (the same app and worker pool `memfit web` runs), sends
+analytic estimates over HTTP for a fixed number of requests, from 1 and from 2 concurrent
+clients, and reports estimates per second and latency percentiles. Jobs vary across bundled
+models and shapes so no answer is served from a cache (there is none; each request runs
+`memfit estimate ... --json` in a worker). Target: at least 20 analytic estimates per second on a
+2-core machine. Writes benchmarks/results/web_api_speed.md.
+
+    PYTHONPATH=src python benchmarks/web_api_speed.py              # 200 requests per run
+    PYTHONPATH=src python benchmarks/web_api_speed.py --requests 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from memfit.web.serve import running
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT = ROOT / "benchmarks" / "results" / "web_api_speed.md"
+MODELS = ("gpt2", "llama-3.2-1b", "llama-3.1-8b", "mistral-7b-v0.1", "qwen3-0.6b")
+TARGET_PER_S = 20.0
+
+
+def queries(n: int) -> list[str]:
+    out = []
+    for i in range(n):
+        model = MODELS[i % len(MODELS)]
+        batch, seq = 1 + i % 8, 256 * (1 + i % 4)
+        out.append(
+            f"model={model}&engine=analytic&batch={batch}&seq={seq}&precision=bf16&gpu=A100-80GB"
+        )
+    return out
+
+
+def fetch(url: str) -> float:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=60) as r:
+        r.read()
+        if r.status != 200:
+            raise RuntimeError(f"{url}: HTTP {r.status}")
+    return time.perf_counter() - t0
+
+
+def run(base: str, n: int, clients: int) -> dict[str, float]:
+    urls = [f"{base}/api/estimate?{q}" for q in queries(n)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as ex:
+        latencies = sorted(ex.map(fetch, urls))
+    wall = time.perf_counter() - t0
+    return {
+        "clients": clients,
+        "requests": n,
+        "wall_s": wall,
+        "per_s": n / wall,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p95_ms": 1000 * latencies[int(0.95 * (len(latencies) - 1))],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=200)
+    args = ap.parse_args()
+    with running(n_workers=2) as base:
+        run(base, 10, 1)  # warm-up: each worker imports memfit and reads the bundled configs
+        rows = [run(base, args.requests, c) for c in (1, 2)]
+    lines = [
+        "# Web API speed",
+        "",
+        f"`PYTHONPATH=src python benchmarks/web_api_speed.py --requests {args.requests}` on "
+        f"{platform.machine()} ({os.cpu_count()} logical CPUs, shared with other work), Python "
+        f"{sys.version.split()[0]}. Each request: `GET /api/estimate?...&engine=analytic` over "
+        "HTTP to the `memfit web` app (uvicorn, 2 worker processes), which runs "
+        "`memfit estimate ... --json` in a worker and returns its output. Models cycle through "
+        f"{', '.join(MODELS)}; batch 1-8, seq 256-1024. Target: >= {TARGET_PER_S:g} estimates/s.",
+        "",
+        "| clients | requests | wall s | estimates / s | p50 ms | p95 ms | target met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        met = "yes" if r["per_s"] >= TARGET_PER_S else "no"
+        lines.append(
+            f"| {r['clients']} | {r['requests']} | {r['wall_s']:.2f} | {r['per_s']:.1f} | "
+            f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {met} |"
+        )
+    OUTPUT.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The fits-which-GPU table of one estimate: every catalog GPU, the estimate's verdict rule.
+
+The verdict is :func:`memfit.estimate.device.fit_verdict`, the one ``memfit estimate --gpu``
+prints, applied to the estimate's device bytes (what ``nvidia-smi`` would show) and to the high
+end of its measured-error range. Speed columns are the catalog's rates; price columns are the
+catalog's where it has them (any ``*usd*`` / ``*price*`` field), never made up here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from memfit.errors import SpecError
+
+
+def _price_fields(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if ("usd" in k or "price" in k) and v is not None}
+
+
+def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None) -> list[dict]:
+    """One row per catalog GPU, smallest memory first."""
+    from memfit.estimate.device import fit_verdict
+    from memfit.hardware import list_gpus
+
+    if device_used_bytes < 0:
+        raise SpecError(f"device_used_bytes ({device_used_bytes}) must be 0 or more")
+    high = device_used_bytes if device_used_bytes_high is None else device_used_bytes_high
+    if high < device_used_bytes:
+        raise SpecError(
+            f"device_used_bytes_high ({high}) must be at least device_used_bytes "
+            f"({device_used_bytes})"
+        )
+    rows = []
+    for gpu in list_gpus():
+        verdict, worst = fit_verdict(gpu, device_used_bytes), fit_verdict(gpu, high)
+        assert verdict is not None and worst is not None  # a GPU was given
+        fields = asdict(gpu)
+        rows.append(
+            {
+                "gpu": gpu.name,
+                "capacity_bytes": verdict.capacity_bytes,
+                "free_bytes": verdict.free_bytes,
+                "fits": verdict.fits,
+                "fits_high_end": worst.fits,
+                "memory_bandwidth_gbps": gpu.memory_bandwidth_gbps,
+                "bf16_dense_tflops": gpu.bf16_dense_tflops,
+                **_price_fields(fields),
+            }
+        )
+    rows.sort(key=lambda r: (r["capacity_bytes"], r["gpu"]))
+    return rows

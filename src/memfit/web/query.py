@@ -1,0 +1,223 @@
+"""A web request's parameters as the ``memfit`` command line they stand for.
+
+The API (``GET /api/estimate?model=gpt2&batch=4&seq=1024``) answers exactly what
+``memfit estimate gpt2 --batch 4 --seq 1024 --json`` prints because it *is* that command: this
+module turns the query into argv, checked against the CLI's own parser (so every flag the one
+flags table adds is accepted, spelled as the CLI spells it), and :mod:`memfit.web.workers` runs
+``memfit.cli.main`` on it. What a web caller may not ask for is refused here, with the CLI's kind
+of one-line message: running repository code (``--trust-remote-code``), importing a factory
+(``package.module:function``), reading or writing files (``--log``, ``--html``, ``--snapshot``),
+and, when the server listens beyond this machine, local paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from memfit.errors import SpecError
+
+#: The commands the API serves (``/api/<command>``).
+COMMANDS = ("estimate", "plan", "fit", "upgrade")
+#: Options a web request may not pass: they run code, read or write files, or are the API's own.
+REFUSED = frozenset(
+    {
+        "--trust-remote-code",
+        "--json",
+        "--html",
+        "--snapshot",
+        "--log",
+        "--help",
+        "--output",
+        "--from",
+        "--prices",
+        "--write",
+    }
+)
+#: Query keys that are not options: the model, a pasted config.json, the page's own state.
+MODEL_KEY, CONFIG_KEY = "model", "config"
+PAGE_KEYS = frozenset({"view"})
+#: A pasted config.json is at most this long (a real one is 1-4 KiB; the URL carries it).
+CONFIG_MAX_CHARS = 12_000
+SWITCH_ON, SWITCH_OFF = ("", "1", "true", "on", "yes"), ("0", "false", "off", "no")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One option of a subcommand, as the page's form needs it."""
+
+    name: str  # "--lora-rank"
+    kind: str  # "switch" | "int" | "number" | "choice" | "text" | "ints"
+    choices: tuple[str, ...] | None
+    default: Any
+    help: str | None
+
+    @property
+    def key(self) -> str:
+        """The query key: the option without its dashes (``lora-rank``)."""
+        return self.name[2:]
+
+
+@cache
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    """The CLI's subcommand parsers by name (built once; argparse parsers are reusable)."""
+    from memfit.cli import build_parser
+
+    parser = build_parser()
+    for action in parser._actions:  # argparse keeps subparsers as an action
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise RuntimeError("memfit's parser has no subcommands")  # pragma: no cover
+
+
+def _kind(action: argparse.Action) -> str:
+    if action.nargs == 0:
+        return "switch"
+    if isinstance(action, argparse._AppendAction):
+        return "ints"
+    if action.choices is not None:
+        return "choice"
+    if action.type is float:
+        return "number"
+    name = getattr(action.type, "__name__", "")
+    return "int" if name in ("integer", "positive_int", "int") else "text"
+
+
+@cache
+def options(command: str) -> dict[str, Option]:
+    """``command``'s options a web request may pass, by query key."""
+    out: dict[str, Option] = {}
+    for action in subparsers()[command]._actions:
+        long = [s for s in action.option_strings if s.startswith("--")]
+        if not long or long[0] in REFUSED:
+            continue
+        choices = tuple(str(c) for c in action.choices) if action.choices else None
+        default = None if action.default is argparse.SUPPRESS else action.default
+        opt = Option(
+            name=long[0], kind=_kind(action), choices=choices, default=default, help=action.help
+        )
+        out[opt.key] = opt
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """A checked request: the argv of ``memfit COMMAND ... --json`` and what it costs."""
+
+    command: str
+    argv: tuple[str, ...]  # without the program name, with --json
+    heavy: bool  # runs the trace engine or a planner search (seconds), not only closed forms
+
+    def command_line(self, *, json: bool = False) -> str:
+        """The equivalent shell command (``memfit estimate gpt2 --batch 4``)."""
+        words: list[str] = []
+        for w in self.argv:
+            if w == "--json" and not json:
+                continue
+            words += w.split("=", 1) if w.startswith("--") else [w]
+        return shlex.join(["memfit", *words])
+
+
+def build_job(
+    command: str,
+    params: Iterable[tuple[str, str]],
+    *,
+    config_dir: Path | None,
+    allow_paths: bool,
+) -> Job:
+    """The job of one request. ``params``: the query's (key, value) pairs, repeats kept.
+    ``config_dir``: where a pasted config.json is stored for the CLI to read (None refuses
+    pasted configs). Raises SpecError (a 400) naming the key, the value and the rule."""
+    if command not in COMMANDS:
+        raise SpecError(f"unknown API command {command!r}: use one of {', '.join(COMMANDS)}")
+    allowed = options(command)
+    pairs = list(params)
+    words: list[str] = []
+    model = config = None
+    for key, value in pairs:
+        if key == MODEL_KEY:
+            model = value.strip()
+        elif key == CONFIG_KEY:
+            config = value
+        elif key in PAGE_KEYS:
+            continue
+        elif key in allowed:
+            words += _option_words(allowed[key], value)
+        elif f"--{key}" in REFUSED:
+            raise SpecError(f"{key} is not available from the web server (run `memfit` itself)")
+        else:
+            raise SpecError(
+                f"memfit {command} takes no option {key!r} (see `memfit {command} --help`)"
+            )
+    if config is not None and config.strip():
+        model = str(_store_config(config, config_dir))
+    elif not model:
+        raise SpecError("model is required: a bundled name, a hub id or a pasted config.json")
+    else:
+        _check_model(model, allow_paths=allow_paths)
+    argv = (command, model, *words, "--json")
+    return Job(command=command, argv=argv, heavy=_is_heavy(command, words))
+
+
+def _option_words(opt: Option, value: str) -> list[str]:
+    if opt.kind == "switch":
+        text = value.strip().lower()
+        if text in SWITCH_ON:
+            return [opt.name]
+        if text in SWITCH_OFF:
+            return []
+        raise SpecError(f"{opt.key} is a switch: pass 1 or 0, got {value!r}")
+    if value == "":
+        return []  # an empty form field: the option's default
+    return [f"{opt.name}={value}"]  # one word, so "-1" stays the option's value
+
+
+def _check_model(model: str, *, allow_paths: bool) -> None:
+    if model.startswith("-"):
+        raise SpecError(f"model ({model!r}) must not start with '-'")
+    if ":" in model:
+        raise SpecError(
+            f"model ({model!r}) looks like package.module:function; the web server never imports "
+            "code: pass a bundled name, a hub id or paste the config.json"
+        )
+    from memfit.models.bundled import find_bundled
+
+    looks_local = "\\" in model or model.startswith((".", "/", "~")) or model.count("/") > 1
+    if not allow_paths and find_bundled(model) is None and (looks_local or Path(model).exists()):
+        raise SpecError(
+            f"model ({model!r}) is a local path; this server listens beyond localhost and reads "
+            "no local files: paste the config.json instead"
+        )
+
+
+def _store_config(text: str, config_dir: Path | None) -> Path:
+    """A pasted config.json, checked (strict JSON, an object, bounded) and stored under a name
+    of its content, so the CLI reads it as ``memfit estimate DIR`` would."""
+    from memfit.userfiles import parse_json
+
+    if config_dir is None:
+        raise SpecError("this server takes no pasted config.json")
+    if len(text) > CONFIG_MAX_CHARS:
+        raise SpecError(
+            f"config ({len(text)} characters) is longer than {CONFIG_MAX_CHARS}: paste the "
+            "model's config.json only (no weights index, no tokenizer)"
+        )
+    data = parse_json(text, what="the pasted config", source="config")
+    if not isinstance(data, dict):
+        raise SpecError(f"config must be a JSON object, got {type(data).__name__}")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = config_dir / f"pasted-{digest}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    return folder
+
+
+def _is_heavy(command: str, words: list[str]) -> bool:
+    """Only an analytic estimate is light: every other job may trace (seconds to minutes)."""
+    return not (command == "estimate" and "--engine=analytic" in words)

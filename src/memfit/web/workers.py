@@ -1,0 +1,194 @@
+"""Worker processes that run ``memfit`` commands for the web server.
+
+Each request's job (:class:`memfit.web.query.Job`) runs ``memfit.cli.main(argv)`` in a separate,
+long-lived process, its stdout and stderr captured: the answer is byte for byte what the command
+line prints, and a job cannot hold the server. Processes rather than threads because only a
+process can be stopped: a job that runs past its time is killed and its worker replaced.
+
+Bounds: ``n_workers`` processes (two by default, the machine's cores), of which at most
+``n_heavy`` run a heavy job (a trace or a planner search) at once, so an analytic estimate always
+finds a worker; a job waits at most ``wait_s`` for one (then :class:`Busy`), and runs at most
+``light_timeout_s`` / ``heavy_timeout_s`` (then :class:`TimedOut`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import multiprocessing
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from memfit.errors import MemfitError
+
+#: What a worker answers for one job.
+EXIT_INTERNAL = 70  # sysexits' EX_SOFTWARE: a memfit bug, not the user's input
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What ``memfit ARGV`` did: its exit code and what it printed."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    wall_s: float
+
+    @property
+    def error_line(self) -> str:
+        """The message the CLI printed for a bad input (its last stderr line)."""
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        return lines[-1] if lines else f"memfit exited {self.exit_code}"
+
+
+class Busy(MemfitError):
+    """Every worker (or every heavy slot) stayed busy for the whole wait."""
+
+
+class TimedOut(MemfitError):
+    """The job ran past its time and its worker was stopped."""
+
+
+class WorkerDied(MemfitError):
+    """The worker process ended during the job (killed for memory, a crash); it was replaced."""
+
+
+@functools.cache
+def _parser() -> Any:
+    from memfit.cli import build_parser
+
+    return build_parser()  # reusable: argparse keeps no state between parse_args calls
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """``memfit.cli.main(argv)`` with its output captured (in the worker process)."""
+    from memfit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv, parser=_parser())
+        except SystemExit as exc:  # argparse: a bad option (exit 2, message on stderr)
+            code = exc.code if isinstance(exc.code, int) else 2
+        except Exception as exc:  # a memfit bug: the server must answer, not die
+            print(f"memfit: internal error: {type(exc).__name__}: {exc}", file=err)
+            code = EXIT_INTERNAL
+    return code, out.getvalue(), err.getvalue()
+
+
+def _serve(conn: Connection) -> None:
+    """The worker's loop: receive argv, answer (exit code, stdout, stderr), until None."""
+    while True:
+        try:
+            argv = conn.recv()
+        except EOFError:
+            return
+        if argv is None:
+            return
+        conn.send(run_cli(argv))
+
+
+class _Worker:
+    def __init__(self, ctx: Any) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.process.join(timeout=2)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=2)
+        self.conn.close()
+
+
+class WorkerPool:
+    """A fixed set of worker processes; :meth:`run` blocks the calling thread until done."""
+
+    def __init__(
+        self,
+        *,
+        n_workers: int = 2,
+        n_heavy: int = 1,
+        wait_s: float = 30.0,
+        light_timeout_s: float = 20.0,
+        heavy_timeout_s: float = 300.0,
+    ) -> None:
+        if not 1 <= n_heavy <= n_workers:
+            raise ValueError(f"n_heavy ({n_heavy}) must be 1 to n_workers ({n_workers})")
+        self._ctx = multiprocessing.get_context("spawn")  # no fork of a threaded server
+        self._idle = [_Worker(self._ctx) for _ in range(n_workers)]
+        self._all = list(self._idle)
+        self._cond = threading.Condition()
+        self._heavy = threading.BoundedSemaphore(n_heavy)
+        self.wait_s = wait_s
+        self.light_timeout_s = light_timeout_s
+        self.heavy_timeout_s = heavy_timeout_s
+
+    def run(self, argv: tuple[str, ...], *, heavy: bool) -> Outcome:
+        """Run ``memfit ARGV`` on a free worker; raises Busy or TimedOut."""
+        if heavy and not self._heavy.acquire(timeout=self.wait_s):
+            raise Busy(
+                "another trace or plan is running and this server runs one at a time: "
+                "try again when it finishes (or ask the analytic engine)"
+            )
+        try:
+            worker = self._take()
+            start = time.perf_counter()
+            timeout = self.heavy_timeout_s if heavy else self.light_timeout_s
+            try:
+                worker.conn.send(list(argv))
+                if not worker.conn.poll(timeout):
+                    raise TimedOut(
+                        f"the job ran past {timeout:g} s and was stopped: try "
+                        "--engine analytic, a smaller model or fewer alternatives"
+                    )
+                code, out, err = worker.conn.recv()
+            except TimedOut:
+                worker = self._replace(worker)
+                raise
+            except (EOFError, OSError):
+                worker = self._replace(worker)
+                raise WorkerDied(
+                    "the worker running this job ended (out of host memory?); it was restarted"
+                ) from None
+            finally:
+                self._give(worker)
+            return Outcome(
+                exit_code=code, stdout=out, stderr=err, wall_s=time.perf_counter() - start
+            )
+        finally:
+            if heavy:
+                self._heavy.release()
+
+    def _take(self) -> _Worker:
+        with self._cond:
+            if not self._cond.wait_for(lambda: bool(self._idle), timeout=self.wait_s):
+                raise Busy(f"every worker stayed busy for {self.wait_s:g} s: try again")
+            return self._idle.pop()
+
+    def _give(self, worker: _Worker) -> None:
+        with self._cond:
+            self._idle.append(worker)
+            self._cond.notify()
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.process.kill()
+        worker.stop()
+        fresh = _Worker(self._ctx)
+        with self._cond:
+            self._all[self._all.index(worker)] = fresh
+        return fresh
+
+    def close(self) -> None:
+        with self._cond:
+            workers, self._all, self._idle = self._all, [], []
+        for w in workers:
+            w.stop()

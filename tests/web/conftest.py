@@ -1,0 +1,61 @@
+"""A calculator server shared by the web tests (worker processes start once per module)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    from memfit.web.serve import running
+
+    with running(n_workers=2, heavy_timeout_s=120) as base:
+        yield base
+
+
+def cli_json(*argv: str) -> tuple[int, dict[str, Any]]:
+    """What ``memfit ARGV --json`` prints, parsed, and its exit code (run in this process)."""
+    from memfit.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*argv, "--json"])
+    return code, json.loads(out.getvalue())
+
+
+def cli_error(*argv: str) -> str:
+    """The one-line message ``memfit ARGV`` prints for a bad input."""
+    from memfit.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    assert code == 2
+    return err.getvalue().strip()
+
+
+#: The planner's clock readings (``search``): how long this run took, not a prediction.
+CLOCK_KEYS = ("elapsed_s", "search_s", "confirm_s")
+
+
+def without_timings(value: Any) -> Any:
+    """``value`` less its wall-clock readings (``*wall_s``, the planner's ``elapsed_s`` ...): the
+    one part of an answer that differs between two runs of the same command."""
+    if isinstance(value, dict):
+        return {
+            k: without_timings(v)
+            for k, v in value.items()
+            if not (k.endswith("wall_s") or k in CLOCK_KEYS)
+        }
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value

@@ -1,0 +1,78 @@
+"""A web query as the memfit command line it stands for (no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memfit.errors import SpecError
+from memfit.web.query import build_job, options
+
+
+def job(command: str = "estimate", allow_paths: bool = True, **params: str):
+    return build_job(command, params.items(), config_dir=None, allow_paths=allow_paths)
+
+
+def test_the_query_becomes_the_cli_argv_with_json() -> None:
+    j = job(model="gpt2", batch="4", **{"lora-rank": "16", "prepare-kbit": "1"})
+    assert j.argv == ("estimate", "gpt2", "--batch=4", "--lora-rank=16", "--prepare-kbit", "--json")
+    assert j.command_line() == "memfit estimate gpt2 --batch 4 --lora-rank 16 --prepare-kbit"
+    assert j.command_line(json=True).endswith(" --json")
+
+
+def test_only_an_analytic_estimate_is_light() -> None:
+    assert not job(model="gpt2", engine="analytic").heavy
+    assert job(model="gpt2").heavy and job("plan", model="gpt2", gpu="T4").heavy
+
+
+def test_a_negative_value_stays_the_option_value() -> None:
+    assert "--batch=-1" in job(model="gpt2", batch="-1").argv
+
+
+def test_a_switch_takes_only_on_or_off() -> None:
+    assert "--prepare-kbit" not in job(model="gpt2", **{"prepare-kbit": "0"}).argv
+    with pytest.raises(SpecError, match=r"prepare-kbit is a switch: pass 1 or 0, got 'maybe'"):
+        job(model="gpt2", **{"prepare-kbit": "maybe"})
+
+
+def test_options_come_from_the_cli_parser_less_the_refused_ones() -> None:
+    keys = set(options("estimate"))
+    assert {"batch", "seq", "lora-rank", "quant", "gpu", "engine"} <= keys
+    assert not {"trust-remote-code", "json", "help"} & keys
+
+
+def test_a_server_beyond_localhost_reads_no_local_paths(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"is a local path; this server listens beyond localhost"):
+        job(model=str(tmp_path), allow_paths=False)
+    assert job(model="Qwen/Qwen2.5-3B", allow_paths=False).argv[1] == "Qwen/Qwen2.5-3B"
+    assert job(model=str(tmp_path), allow_paths=True).argv[1] == str(tmp_path)
+
+
+def test_a_pasted_config_is_stored_by_content(tmp_path: Path) -> None:
+    text = '{"model_type": "gpt2", "n_layer": 2}'
+    a = build_job("estimate", [("config", text)], config_dir=tmp_path, allow_paths=False)
+    b = build_job("estimate", [("config", text)], config_dir=tmp_path, allow_paths=False)
+    assert a.argv == b.argv and (Path(a.argv[1]) / "config.json").read_text() == text
+    with pytest.raises(SpecError, match=r"config \(12001 characters\) is longer than 12000"):
+        build_job(
+            "estimate", [("config", "{" + " " * 12_000)], config_dir=tmp_path, allow_paths=True
+        )
+    with pytest.raises(SpecError, match=r"this server takes no pasted config.json"):
+        build_job("estimate", [("config", text)], config_dir=None, allow_paths=True)
+
+
+def test_an_unknown_command_is_named() -> None:
+    with pytest.raises(SpecError, match=r"unknown API command 'doctor': use one of estimate"):
+        job("doctor", model="gpt2")
+
+
+def test_the_host_header_is_read_without_its_port() -> None:
+    from memfit.web.app import request_host
+
+    def scope(host: bytes) -> dict:
+        return {"headers": [(b"host", host)]}
+
+    assert request_host(scope(b"127.0.0.1:8000")) == "127.0.0.1"
+    assert request_host(scope(b"[::1]:8000")) == "[::1]"
+    assert request_host(scope(b"evil.example")) == "evil.example"

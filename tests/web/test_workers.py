@@ -1,0 +1,32 @@
+"""The worker pool bounds each job in time and survives a job it had to stop."""
+
+from __future__ import annotations
+
+import pytest
+
+from memfit.web.workers import TimedOut, WorkerPool, run_cli
+
+
+def test_run_cli_captures_what_the_command_prints() -> None:
+    code, out, err = run_cli(["estimate", "gpt2", "--engine=analytic", "--batch=0"])
+    assert code == 2 and out == ""
+    assert err.strip() == "memfit: error: batch_size (0) must be a positive integer"
+    code, _, err = run_cli(["estimate", "gpt2", "--no-such-flag"])
+    assert code == 2 and "unrecognized arguments: --no-such-flag" in err
+
+
+def test_a_job_past_its_time_is_stopped_and_its_worker_replaced() -> None:
+    pool = WorkerPool(n_workers=1, light_timeout_s=1e-4)
+    try:
+        argv = ("estimate", "llama-3.1-70b", "--engine=analytic", "--json")
+        with pytest.raises(TimedOut, match=r"the job ran past 0.0001 s and was stopped"):
+            pool.run(argv, heavy=False)
+        pool.light_timeout_s = 60
+        assert pool.run(argv, heavy=False).exit_code == 0  # the fresh worker answers
+    finally:
+        pool.close()
+
+
+def test_heavy_slots_cannot_exceed_the_workers() -> None:
+    with pytest.raises(ValueError, match=r"n_heavy \(3\) must be 1 to n_workers \(2\)"):
+        WorkerPool(n_workers=2, n_heavy=3)
