@@ -3,25 +3,32 @@
 The verdict is :func:`memfit.estimate.device.fit_verdict`, the one ``memfit estimate --gpu``
 prints, applied to the estimate's device bytes (what ``nvidia-smi`` would show) and to the high
 end of its measured-error range. Speed columns are the catalog's rates; price columns are the
-catalog's where it has them (any ``*usd*`` / ``*price*`` field), never made up here.
+catalog's price table (:func:`memfit.hardware.prices.load_prices`, with its source and date;
+``$MEMFIT_PRICES`` overrides it), never made up here.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from memfit.errors import SpecError
 
 
-def _price_fields(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if ("usd" in k or "price" in k) and v is not None}
+def _price_fields(price: Any) -> dict[str, Any]:
+    if price.usd_per_hour is None:
+        return {"usd_per_hour": None, "price_reason": price.reason}
+    return {
+        "usd_per_hour": price.usd_per_hour,
+        "price_source": price.source,
+        "price_as_of": price.as_of,
+    }
 
 
 def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None) -> list[dict]:
     """One row per catalog GPU, smallest memory first."""
     from memfit.estimate.device import fit_verdict
     from memfit.hardware import list_gpus
+    from memfit.hardware.prices import load_prices
 
     if device_used_bytes < 0:
         raise SpecError(f"device_used_bytes ({device_used_bytes}) must be 0 or more")
@@ -32,10 +39,10 @@ def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None)
             f"({device_used_bytes})"
         )
     rows = []
+    prices = load_prices()
     for gpu in list_gpus():
         verdict, worst = fit_verdict(gpu, device_used_bytes), fit_verdict(gpu, high)
         assert verdict is not None and worst is not None  # a GPU was given
-        fields = asdict(gpu)
         rows.append(
             {
                 "gpu": gpu.name,
@@ -45,7 +52,7 @@ def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None)
                 "fits_high_end": worst.fits,
                 "memory_bandwidth_gbps": gpu.memory_bandwidth_gbps,
                 "bf16_dense_tflops": gpu.bf16_dense_tflops,
-                **_price_fields(fields),
+                **_price_fields(prices.of(gpu)),
             }
         )
     rows.sort(key=lambda r: (r["capacity_bytes"], r["gpu"]))

@@ -183,7 +183,7 @@ async function renderGpuTable(est) {
   const body = $("gpu-table").tBodies[0];
   body.replaceChildren(...rows.map((g) => {
     const tr = el("tr", { "data-gpu": g.gpu, "data-fits": String(g.fits) });
-    const price = Object.entries(g).filter(([k]) => k.includes("usd") || k.includes("price")).map(([k, v]) => `${k}: ${v}`).join(", ");
+    const price = g.usd_per_hour == null ? "" : `$${Number(g.usd_per_hour).toFixed(2)}/h (${g.price_as_of || "?"})`;
     const cells = [g.gpu, fmtBytes(g.capacity_bytes), fmtBytes(g.free_bytes), g.fits ? "yes" : "no", g.fits_high_end ? "yes" : "no", g.memory_bandwidth_gbps ?? "–", g.bf16_dense_tflops ?? "–", price || "–"];
     cells.forEach((c, i) => { const td = el("td", {}, String(c)); if (i === 3 || i === 4) td.className = c === "yes" ? "good" : "bad"; tr.appendChild(td); });
     return tr;
