@@ -154,6 +154,6 @@ def test_a_plans_estimate_command_names_its_checkpointing_and_optimizer() -> Non
     s = Settings(precision="bf16", optimizer="adamw", micro_batch=4, grad_accum=2)
     text = memfit_flags(s, PlanRequest(seq_len=1024), "m")
     assert text == (
-        "memfit estimate m --mode train --batch 4 --seq 1024 --precision bf16 "
+        "memfit estimate m --mode train --batch 4 --seq 1024 --grad-accum 2 --precision bf16 "
         "--checkpointing none --optimizer adamw"
     )
