@@ -319,8 +319,7 @@ class CpuQuery:
         if c.n_failures:
             first = c.first_failure
             parts.append(
-                f"{c.n_failures} ops could not be counted "
-                f"(first: {type(first).__name__}: {first})"
+                f"{c.n_failures} ops could not be counted (first: {type(first).__name__}: {first})"
             )
         return "; ".join(parts)
 
