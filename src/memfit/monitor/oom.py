@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memfit.monitor.device import ALLOCATOR_ROUND_BYTES, CpuQuery, DeviceQuery, open_device
+from memfit.monitor.guard import Guard
 from memfit.monitor.log import RunLog, record
 from memfit.units import format_bytes, parse_bytes
 
@@ -333,21 +334,25 @@ class OOMGuard:
         self._device_arg = device
         self._device: DeviceQuery | None = None
         self.analysis: OOMAnalysis | None = None
+        self._guard = Guard("oom_guard")
 
     def __enter__(self) -> OOMGuard:
-        self._device = open_device(self._device_arg)
-        self._device.start()
-        if isinstance(self._device, CpuQuery) and self.model is not None:
-            self._device.track(self.model.parameters())
+        """Never raises: without a device query the guard only re-raises (with a warning)."""
+        self._device = self._guard.call("open_device", open_device, self._device_arg)
+        if self._device is not None:
+            self._guard.call("device.start", self._device.start)
+            if isinstance(self._device, CpuQuery) and self.model is not None:
+                self._guard.call("track_model", self._device.track, self.model.parameters())
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        """Analyse an OOM, undo the tracker; the user's exception propagates unchanged."""
         try:
             if exc is not None and is_oom(exc) and self._device is not None:
                 self._handle(exc)
         finally:
             if self._device is not None:
-                self._device.stop()
+                self._guard.call("device.stop", self._device.stop)
         return False  # re-raise
 
     def _handle(self, exc: BaseException) -> None:
