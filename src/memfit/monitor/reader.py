@@ -123,6 +123,8 @@ class RunData:
     maxima: dict[str, dict[str, float]] = field(default_factory=dict)
     n_skipped_lines: int = 0
     skipped_reason: str | None = None
+    #: What a reader combined to give this run (several rank logs), said in reports.
+    note: str | None = None
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [rec for rec in self.records if rec["type"] == kind]
@@ -372,3 +374,35 @@ def read_runs(paths: Iterable[str | os.PathLike[str]]) -> list[RunData]:
         for q in rank_logs(path):
             seen.setdefault(q, None)
     return [read_log(q) for q in seen]
+
+
+def binding_rank(runs: list[RunData]) -> tuple[RunData, str | None]:
+    """The run a one-run view shows for several rank logs: the rank with the highest peak
+    (allocated, else device used, else RSS) — the one that runs out of memory first — and a
+    sentence saying so; ``(run, None)`` for a single log."""
+    if len(runs) == 1:
+        return runs[0], None
+
+    def peak(run: RunData) -> float:
+        for key, kind in (
+            ("peak_allocated_bytes", "step"),
+            ("process_used_bytes", "sample"),
+            ("device_used_bytes", "sample"),
+            ("rss_bytes", "step"),
+        ):
+            value = run.peak(key, kind)
+            if value is not None:
+                return float(value)
+        return 0.0
+
+    shown = max(runs, key=peak)
+    names = ", ".join(r.path.name for r in runs)
+    note = (
+        f"merged {len(runs)} rank logs ({names}); shown: {shown.path.name}, the highest peak "
+        f"({', '.join(f'{r.path.name} {_gib(peak(r))}' for r in runs)})"
+    )
+    return shown, note
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB"
