@@ -64,9 +64,7 @@ def peak_rss(argv: list[str], src: Path) -> tuple[float, float, int]:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
     )
     wall = time.perf_counter() - t0
-    kib = next(
-        (int(x.split()[1]) for x in run.stderr.splitlines() if x.startswith("RSS_KIB")), -1
-    )
+    kib = next((int(x.split()[1]) for x in run.stderr.splitlines() if x.startswith("RSS_KIB")), -1)
     return kib / 1024, wall, run.returncode
 
 
@@ -84,7 +82,10 @@ def main() -> None:
             ("diagnose", ["diagnose", str(log), "--json"]),
             ("report", ["report", str(log), "-o", str(Path(tmp) / "r.html")]),
         ):
-            for label, src in (("streamed (this tree)", ROOT / "src"), ("before", args.baseline_src)):
+            for label, src in (
+                ("streamed (this tree)", ROOT / "src"),
+                ("before", args.baseline_src),
+            ):
                 if src is None:
                     continue
                 mib, wall, rc = peak_rss(argv, src)
