@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from memfit.monitor.device import ALLOCATOR_ROUND_BYTES, CpuQuery, DeviceQuery, open_device
 from memfit.monitor.guard import Guard
-from memfit.monitor.log import RunLog, record
+from memfit.monitor.log import RunLog, rank_log_path, record
 from memfit.units import format_bytes, parse_bytes
 
 logger = logging.getLogger("memfit.monitor")
@@ -367,7 +367,7 @@ class OOMGuard:
             )
             report = None if self.report is None else write_oom_report(self.analysis, self.report)
             if self.log is not None:
-                log = RunLog(self.log, mode="a")
+                log = RunLog(rank_log_path(self.log), mode="a")
                 log.write(oom_record(self.analysis, report))
                 log.close()
             add_note(exc, self.analysis, report)
@@ -376,7 +376,7 @@ class OOMGuard:
             if self.log is not None:
                 message = f"{type(err).__name__}: {err}"
                 with contextlib.suppress(OSError):
-                    log = RunLog(self.log, mode="a")
+                    log = RunLog(rank_log_path(self.log), mode="a")
                     log.write(record("error", where="oom_guard", message=message))
                     log.close()
 
