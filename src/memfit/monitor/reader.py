@@ -58,8 +58,13 @@ _VALUE_KINDS: dict[str, dict[str, str]] = {
 }
 
 
+_NUMBER_TYPES = (int, float)
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return type(value) in _NUMBER_TYPES or (
+        isinstance(value, (int, float)) and not isinstance(value, bool)
+    )
 
 
 def _is_receipt(value: Any) -> bool:
@@ -224,7 +229,7 @@ def read_log(path: str | os.PathLike[str]) -> RunData:
         rec = _check(where, rec)
         kind = rec["type"]
         counts[kind] = counts.get(kind, 0) + 1
-        _fold_maxima(maxima.setdefault(kind, {}), rec)
+        _fold_maxima(maxima.setdefault(kind, {}), rec)  # after the check: numbers are plain
         (kept[kind].add if kind in kept else lambda n, r: others.append((n, r)))(number, rec)
     truncated = False
     if failed is not None:
@@ -266,6 +271,23 @@ def _unusable_value(value: Any, depth: int) -> str | None:
     nesting deeper than MAX_DEPTH), or None."""
     if depth > MAX_DEPTH:
         return f"nested deeper than {MAX_DEPTH} levels"
+    if isinstance(value, dict) and depth == 0:  # the record itself: a flat loop, fast
+        for child in value.values():
+            kind = type(child)
+            if kind is str or child is None:
+                continue
+            if kind is int:
+                if not -MAX_INT <= child <= MAX_INT:
+                    return "an integer beyond 64 bits"
+                continue
+            if kind is float:
+                if child - child != 0.0:  # inf - inf and nan - nan are nan
+                    return f"{child} is not a usable value"
+                continue
+            why = _unusable_value(child, 1)
+            if why is not None:
+                return why
+        return None
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{value} is not a usable value"
     if isinstance(value, int) and not isinstance(value, bool):
@@ -284,7 +306,7 @@ def _unusable_value(value: Any, depth: int) -> str | None:
 
 def _fold_maxima(into: dict[str, float], rec: dict[str, Any]) -> None:
     for key, value in rec.items():
-        if _is_number(value) and key != "time":
+        if type(value) in _NUMBER_TYPES and key != "time":
             old = into.get(key)
             if old is None or value > old:
                 into[key] = value
