@@ -27,6 +27,7 @@ MONITOR_EXAMPLES = """examples:
 DIAGNOSE_EXAMPLES = """examples:
   memfit diagnose run.jsonl
   memfit diagnose run.jsonl --json
+  memfit diagnose run.jsonl          # under torchrun: merges run.rank0.jsonl, run.rank1.jsonl, ...
 (run.jsonl from memfit.Monitor in a training script; `memfit monitor` logs device samples only)
 """
 
@@ -68,7 +69,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         epilog=DIAGNOSE_EXAMPLES,
         formatter_class=raw,
     )
-    d.add_argument("log", help="a run log (JSON Lines) written by memfit.Monitor")
+    d.add_argument(
+        "log",
+        nargs="+",
+        help="run log(s) written by memfit.Monitor; a base path takes its per-rank files",
+    )
     d.add_argument("--json", action="store_true", help="print one JSON object")
     return {"monitor": cmd_monitor, "diagnose": cmd_diagnose}
 
@@ -121,14 +126,37 @@ def _write_report(log: str, out: str | None) -> str | None:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from memfit.monitor.diagnose import diagnose
+    from memfit.monitor.diagnose import diagnose_ranks
+    from memfit.monitor.reader import rank_of, read_runs
+
+    found = diagnose_ranks(read_runs(args.log))
+    if len(found) == 1:
+        run, d = found[0]
+        if args.json:
+            print(json.dumps(d.to_json(), indent=2))
+        else:
+            print("\n".join(_diagnosis_lines(d, run, f"memfit diagnose: {d.verdict}")))
+        return EXIT_OK
+    names = [run.path.name for run, _ in sorted(found, key=lambda p: str(p[0].path))]
+    worst = found[0][1].verdict
+    if args.json:
+        ranks = [
+            {"log": str(run.path), "rank": rank_of(run.path), **d.to_json()} for run, d in found
+        ]
+        out = {"merged_logs": len(found), "logs": names, "verdict": worst, "ranks": ranks}
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    lines = [f"memfit diagnose: merged {len(found)} rank logs ({', '.join(names)}): {worst} first"]
+    for run, d in found:
+        lines += _diagnosis_lines(d, run, f"{run.path.name}: {d.verdict}")
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _diagnosis_lines(d: Any, run: Any, head: str) -> list[str]:
     from memfit.units import format_bytes
 
-    d = diagnose(args.log)
-    if args.json:
-        print(json.dumps(d.to_json(), indent=2))
-        return EXIT_OK
-    lines = [f"memfit diagnose: {d.verdict} ({d.n_steps} steps)"]
+    lines = [f"{head} ({d.n_steps} steps)"]
     lines += [f"  {finding}" for finding in d.findings or [d.summary]]
     for name, trend in (("allocated", d.allocated), ("reserved", d.reserved)):
         if trend is not None:
@@ -137,5 +165,6 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                 f"  {name:<10} {format_bytes(trend.start_bytes)} → {format_bytes(trend.end_bytes)}"
                 f", {trend.slope_bytes_per_step:+.0f} B/step, R² {r2}"
             )
-    print("\n".join(lines))
-    return EXIT_OK
+    if run.n_skipped_lines:
+        lines.append(f"  skipped {run.n_skipped_lines} unusable lines ({run.skipped_reason})")
+    return lines

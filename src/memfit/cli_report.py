@@ -46,7 +46,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         epilog=REPORT_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    r.add_argument("log", help="run log (JSON Lines) written by `memfit monitor`")
+    r.add_argument(
+        "log",
+        nargs="+",
+        help="run log(s) (JSON Lines) written by `memfit monitor`; a base path takes its "
+        "per-rank files (run.rank0.jsonl, ...) and shows the rank with the highest peak",
+    )
     r.add_argument(
         "-o",
         "--output",
@@ -77,14 +82,21 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from memfit.monitor.reader import binding_rank, read_runs
     from memfit.report.html import render_html_report
 
-    out = render_html_report(args.log, args.output, estimate=args.estimate)
+    run, note = binding_rank(read_runs(args.log))
+    if note is not None:
+        run = dataclasses.replace(run, note=note)
+        print(note)
+    out = render_html_report(run, args.output, estimate=args.estimate)
     print(f"wrote {out}")
     if args.png:
         from memfit.report.png import render_png
 
-        print(f"wrote {render_png(args.log, args.png, estimate=args.estimate)}")
+        print(f"wrote {render_png(run, args.png, estimate=args.estimate)}")
     return 0
 
 

@@ -132,3 +132,29 @@ def test_cpu_needs_a_capacity_to_simulate() -> None:
     model, opt, step, make_batch, _ = _setup()
     with pytest.raises(memfit.SpecError, match="memory_limit_bytes is required off CUDA"):
         memfit.find_batch_size(step, make_batch=make_batch, model=model, plan=PLAN)
+
+
+def test_the_cuda_cap_puts_back_the_users_own_fraction_even_after_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cap is a process-wide allocator setting: the search must leave the user's value."""
+    import types
+
+    from memfit.apply import batch_size as bs
+
+    fraction = {"value": 0.7}  # what the user set before calling find_batch_size
+    monkeypatch.setattr(
+        torch.cuda, "get_per_process_memory_fraction", lambda device=None: fraction["value"]
+    )
+    monkeypatch.setattr(
+        torch.cuda,
+        "set_per_process_memory_fraction",
+        lambda f, device=None: fraction.update(value=f),
+    )
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=100)
+    )
+    with pytest.raises(KeyError), bs._cuda_cap(torch.device("cuda:0"), 25):
+        assert fraction["value"] == 0.25
+        raise KeyError("the user's step failed")
+    assert fraction["value"] == 0.7

@@ -13,6 +13,7 @@ import memfit
 from memfit.monitor.diagnose import fit_line
 from memfit.monitor.log import record
 from memfit.units import GiB, MiB
+from memfit.userfiles import UserFileError
 
 N_STEPS = 16
 
@@ -155,5 +156,5 @@ def test_unreadable_logs_name_the_file_and_line(tmp_path: Path) -> None:
     bad.write_text(f'{start}\nnot json\n{{"type":"end"}}\n')
     with pytest.raises(memfit.SpecError, match=r"bad.jsonl:2 is not a JSON record"):
         memfit.diagnose(bad)
-    with pytest.raises(memfit.SpecError, match=r"run log '.*missing.jsonl' does not exist"):
+    with pytest.raises(UserFileError, match=r"run log '.*missing.jsonl' does not exist"):
         memfit.diagnose(tmp_path / "missing.jsonl")

@@ -14,6 +14,7 @@ from memfit.cli import main
 from memfit.errors import SpecError
 from memfit.monitor import RunData, read_log
 from memfit.monitor.log import RECORD_FIELDS, RunLog, record
+from memfit.userfiles import UserFileError
 
 
 def _records() -> list[dict[str, Any]]:
@@ -188,9 +189,9 @@ def test_a_log_without_a_record_is_an_error(tmp_path: Path, text: str, message: 
 
 
 def test_a_missing_or_unreadable_path_is_named(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match=r"run log '.*nope\.jsonl' does not exist"):
+    with pytest.raises(UserFileError, match=r"run log '.*nope\.jsonl' does not exist"):
         read_log(tmp_path / "nope.jsonl")
-    with pytest.raises(SpecError, match=r"cannot read run log '.*': Is a directory"):
+    with pytest.raises(UserFileError, match=r"run log '.*' is a directory"):
         read_log(tmp_path)
 
 

@@ -307,19 +307,24 @@ def _default_eval(
 
 
 class _cuda_cap:
-    """Cap the CUDA caching allocator at ``limit`` bytes for the search (restored after)."""
+    """Cap the CUDA caching allocator at ``limit`` bytes for the search; the fraction the process
+    had before is put back on every exit path (not 1.0: the user may have set their own)."""
 
     def __init__(self, device: torch.device, limit: int | None) -> None:
         self.device, self.limit = device, limit
+        self._before: float | None = None
 
     def __enter__(self) -> None:
         if self.device.type == "cuda" and self.limit is not None:
+            getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+            self._before = float(getter(self.device)) if getter is not None else 1.0
             total = torch.cuda.get_device_properties(self.device).total_memory
             torch.cuda.set_per_process_memory_fraction(min(1.0, self.limit / total), self.device)
 
     def __exit__(self, *exc: Any) -> None:
-        if self.device.type == "cuda" and self.limit is not None:
-            torch.cuda.set_per_process_memory_fraction(1.0, self.device)
+        if self._before is not None:
+            torch.cuda.set_per_process_memory_fraction(self._before, self.device)
+            self._before = None
 
 
 def _source(model: torch.nn.Module, source: Any) -> Any:

@@ -308,6 +308,21 @@ class CpuQuery:
         if self._counter is not None:
             self._counter.__exit__(None, None, None)
 
+    def counting_problem(self) -> str | None:
+        """What the tensor counter could not count, if anything (reported once by the monitor)."""
+        c = self._counter
+        if c is None or (not c.n_failures and not c.n_skipped):
+            return None
+        parts = []
+        if c.n_skipped:
+            parts.append(f"{c.n_skipped} tensors without a storage (e.g. mkldnn) were not counted")
+        if c.n_failures:
+            first = c.first_failure
+            parts.append(
+                f"{c.n_failures} ops could not be counted (first: {type(first).__name__}: {first})"
+            )
+        return "; ".join(parts)
+
     def track(self, tensors: Any) -> None:
         """Count tensors that already existed when the monitor started (the model's weights)."""
         if self._counter is not None:
@@ -341,17 +356,10 @@ class CpuQuery:
 
 
 def _make_counter() -> Any:
-    """memfit's StorageTracker with an O(1) peak (no per-peak snapshot of the live set)."""
-    from memfit.estimate.trace.tracker import StorageTracker
+    """The monitor's tensor counter (memfit/monitor/counter.py: guarded, bounded, every layout)."""
+    from memfit.monitor.counter import TensorCounter
 
-    class _TensorCounter(StorageTracker):
-        peak_bytes = 0
-
-        def _check_peak(self) -> None:
-            if self.current_bytes > self.peak_bytes:
-                self.peak_bytes = self.current_bytes
-
-    return _TensorCounter(device_type="cpu", record_events=False, round_to=ALLOCATOR_ROUND_BYTES)
+    return TensorCounter(round_to=ALLOCATOR_ROUND_BYTES)
 
 
 def open_device(device: str | DeviceQuery | None) -> DeviceQuery:

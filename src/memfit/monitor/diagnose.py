@@ -93,13 +93,23 @@ def _is_growing(t: Trend) -> bool:
     return t.slope_bytes_per_step > 0 and (t.r2 or 0) >= LEAK_MIN_R2 and t.growth_bytes >= floor
 
 
-def _device_used(records: list[dict[str, Any]]) -> int | None:
-    """Peak of the process's own device use, else the device-level use."""
+def _device_used(run: RunData) -> int | None:
+    """Peak of the process's own device use, else the device-level use (over every record)."""
     for key in ("process_used_bytes", "device_used_bytes"):
-        values = [r[key] for r in records if r.get(key) is not None]
+        values = [v for v in (run.peak(key, "step"), run.peak(key, "sample")) if v is not None]
         if values:
             return max(values)
     return None
+
+
+#: Worst first: the verdict a merged multi-rank diagnosis leads with.
+SEVERITY = ("leak", "fragmentation", "cache", "stable", "too_few_steps")
+
+
+def diagnose_ranks(runs: list[RunData]) -> list[tuple[RunData, Diagnosis]]:
+    """One diagnosis per rank log, worst verdict first (ties in file order)."""
+    found = [(run, diagnose(run)) for run in runs]
+    return sorted(found, key=lambda pair: SEVERITY.index(pair[1].verdict))
 
 
 def diagnose(log_path: str | os.PathLike[str] | RunData) -> Diagnosis:
@@ -108,7 +118,9 @@ def diagnose(log_path: str | os.PathLike[str] | RunData) -> Diagnosis:
     run = log_path if isinstance(log_path, RunData) else read_log(log_path)
     # steps whose allocator counters are unknown (null) say nothing about a trend
     steps = [r for r in run.steps if all(r[key] is not None for key in _TREND_KEYS)]
-    used = _device_used(run.steps + run.samples)
+    used = _device_used(run)
+    # a long log keeps evenly spaced steps (reader.py): the count said is the file's
+    n_steps = run.n_steps if len(run.steps) < run.n_steps else len(steps)
     warmup = max(WARMUP_MIN_STEPS, int(len(steps) * WARMUP_FRACTION))
     steady = steps[warmup:]
     if len(steady) < MIN_STEADY_STEPS:
@@ -119,7 +131,7 @@ def diagnose(log_path: str | os.PathLike[str] | RunData) -> Diagnosis:
         return Diagnosis(
             verdict="too_few_steps",
             summary=why,
-            n_steps=len(steps),
+            n_steps=n_steps,
             steady_from_step=None,
             allocated=None,
             reserved=None,
@@ -143,7 +155,7 @@ def diagnose(log_path: str | os.PathLike[str] | RunData) -> Diagnosis:
     return Diagnosis(
         verdict=verdict,
         summary=summary,
-        n_steps=len(steps),
+        n_steps=n_steps,
         steady_from_step=steady[0]["step"],
         allocated=alloc,
         reserved=res,

@@ -1,311 +1,165 @@
-"""The run log: JSON Lines, one record per line, flushed as it is written (a crash loses nothing).
+"""The run log: JSON Lines, one record per line, each written whole by one ``write`` (a crash loses
+nothing that was written; there is no buffer to lose).
 
-Every record has ``"type"`` and ``"time"`` (unix seconds). :data:`RECORD_FIELDS` is the schema, the
-one docs/monitoring.md documents; tests check every record the monitor writes against it.
-:class:`RunLog` writes it; :func:`read_log` is the one reader (``memfit report``, ``memfit
-diagnose``, ``memfit doctor --log``), checking each record against the same schema.
+Every record has ``"type"`` and ``"time"`` (unix seconds). :data:`RECORD_FIELDS` (schema.py) is the
+schema, the one docs/monitoring.md documents. :class:`RunLog` writes it; :func:`read_log`
+(reader.py) is the one reader, streamed.
+
+**One writer per file** (docs/decisions.md "Run logs from several processes"): under torchrun /
+``torch.distributed`` launchers (``RANK`` or ``LOCAL_RANK`` set, a world of more than one)
+``run.jsonl`` becomes ``run.rank1.jsonl`` for rank 1 (:func:`rank_log_path`); a writer claims its
+file with an advisory lock (``fcntl.flock``), and a second writer that finds the file claimed (two
+monitors on one path) writes ``run.pid<PID>.jsonl`` instead, with a warning, rather than truncating
+or interleaving the first one's records. Appenders (``oom_guard(log=...)``) append whole lines
+with ``O_APPEND``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
 import os
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from memfit.errors import SpecError
+from memfit.monitor.schema import RECORD_FIELDS, record
 
-#: The keys of each record type, in the order they are written.
-RECORD_FIELDS: dict[str, tuple[str, ...]] = {
-    "start": (
-        "type",
-        "time",
-        "memfit_version",
-        "device",
-        "device_name",
-        "device_total_bytes",
-        "pid",
-        "argv",
-        "estimate",
-    ),
-    "step": (
-        "type",
-        "time",
-        "step",
-        "step_time_s",
-        "tokens",
-        "samples",
-        "tokens_per_s",
-        "samples_per_s",
-        "allocated_bytes",
-        "peak_allocated_bytes",
-        "reserved_bytes",
-        "peak_reserved_bytes",
-        "device_used_bytes",
-        "utilization_pct",
-        "rss_bytes",
-    ),
-    "sample": ("type", "time", "device_used_bytes", "utilization_pct", "process_used_bytes"),
-    "oom": (
-        "type",
-        "time",
-        "step",
-        "requested_bytes",
-        "message",
-        "live_bytes",
-        "advice",
-        "report",
-    ),
-    "error": ("type", "time", "where", "message"),
-    "end": ("type", "time", "summary", "receipt"),
-}
+logger = logging.getLogger("memfit.monitor")
+
+__all__ = ["RECORD_FIELDS", "RunData", "RunLog", "rank_log_path", "read_log", "record"]
+
+#: Integers beyond this are written as null: no reader can take them as memory or counts.
+MAX_INT = 2**63 - 1
 
 
-def record(kind: str, **fields: Any) -> dict[str, Any]:
-    """A record of type ``kind`` stamped with the current time; the fields must match the schema."""
-    rec = {"type": kind, "time": time.time(), **fields}
-    expected = RECORD_FIELDS[kind]
-    if set(rec) != set(expected):
-        raise ValueError(f"{kind} record has keys {sorted(rec)}, the schema says {expected}")
-    return {key: rec[key] for key in expected}
+def _rank(env: Mapping[str, str]) -> str | None:
+    """This process's rank when a launcher started several (torchrun sets RANK, WORLD_SIZE)."""
+    rank = env.get("RANK") or env.get("LOCAL_RANK")
+    if rank is None or not rank.strip().isdigit():
+        return None
+    world = env.get("WORLD_SIZE") or env.get("LOCAL_WORLD_SIZE")
+    if world is not None and world.strip().isdigit() and int(world) <= 1:
+        return None
+    return str(int(rank))
+
+
+def rank_log_path(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Path:
+    """``run.jsonl`` → ``run.rank1.jsonl`` in rank 1 of a multi-process launch, else unchanged."""
+    p = Path(path)
+    rank = _rank(os.environ if env is None else env)
+    if rank is None or p.name.startswith(("/dev/", "-")) or not p.name:
+        return p
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
+
+
+def _claimed_elsewhere_path(p: Path) -> Path:
+    return p.with_name(f"{p.stem}.pid{os.getpid()}{p.suffix}")
+
+
+def _open_fd(p: Path) -> int:
+    return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+
+def _claim(fd: int) -> bool:
+    """An exclusive advisory lock on a regular file; True when this writer holds it (or the file
+    system has no locks). Not a regular file (``/dev/null``, a FIFO): nothing to claim."""
+    import stat
+
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return True
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; one writer per rank still holds
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:  # a file system without flock (some NFS): write without the claim
+        return True
+    return True
 
 
 class RunLog:
-    """Append records to ``path`` (truncated on open), one flushed line each; thread-safe.
+    """Write records to ``path``, one whole line per ``write`` call; thread-safe.
 
+    ``mode="w"``: claim the file (see the module docstring) and start it empty; ``"a"``: append.
     ``fsync``: also ask the OS to put each line on disk (survives a machine crash, costs
-    milliseconds per record on slow disks; flushing alone survives a process crash).
+    milliseconds per record on slow disks; a process crash loses nothing either way).
+    Raises ``OSError`` when the file cannot be opened (the monitor turns that into a warning).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, mode: str = "w"):
         self.path = Path(path)
         self.fsync = fsync
         self._lock = threading.Lock()
-        self._file = open(self.path, mode, encoding="utf-8")  # noqa: SIM115 (closed in close())
+        fd = _open_fd(self.path)
+        if mode == "w":
+            if not _claim(fd):
+                os.close(fd)
+                other = _claimed_elsewhere_path(self.path)
+                logger.warning(
+                    "memfit monitor: %s is being written by another monitor; writing %s instead",
+                    self.path,
+                    other,
+                )
+                self.path = other
+                fd = _open_fd(other)
+                _claim(fd)
+            with contextlib.suppress(OSError):  # a device or FIFO: nothing to truncate
+                os.ftruncate(fd, 0)
+        self._fd: int | None = fd
 
     def write(self, rec: dict[str, Any]) -> None:
-        line = json.dumps(rec, separators=(",", ":"), default=_json_default) + "\n"
+        data = encode(rec)
         with self._lock:
-            if self._file.closed:
+            if self._fd is None:
                 return
-            self._file.write(line)
-            self._file.flush()
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
             if self.fsync:
-                os.fsync(self._file.fileno())
+                os.fsync(self._fd)
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)  # closing releases the claim
 
     @property
     def closed(self) -> bool:
-        return self._file.closed
+        return self._fd is None
 
 
-def _json_default(value: Any) -> Any:
-    """numpy / torch scalars that slipped into a record become plain numbers."""
-    item = getattr(value, "item", None)
+def encode(rec: dict[str, Any]) -> bytes:
+    """One JSON line; non-finite floats and integers beyond int64 become null (strict JSON)."""
+    return (json.dumps(_plain(rec), separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value if -MAX_INT <= value <= MAX_INT else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    item = getattr(value, "item", None)  # numpy / torch scalars that slipped into a record
     if callable(item):
-        return item()
+        try:
+            return _plain(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
     return str(value)
 
 
-# -- reading it back ----------------------------------------------------------------------------
-
-#: Checked values, by record type: the keys a reader computes with and what each must hold. Every
-#: key of RECORD_FIELDS must be present; keys beyond it are kept (a newer memfit may add some).
-#: Memory and rates may be null ("unknown"), as docs/monitoring.md says.
-_VALUE_KINDS: dict[str, dict[str, str]] = {
-    "start": {"device_total_bytes": "number?", "argv": "list?", "estimate": "object?"},
-    "step": {
-        key: "number" if key == "step" else "number?"
-        for key in RECORD_FIELDS["step"]
-        if key not in ("type", "time")
-    },
-    "sample": {key: "number?" for key in RECORD_FIELDS["sample"] if key not in ("type", "time")},
-    "oom": {
-        "step": "number?",
-        "requested_bytes": "number?",
-        "message": "text?",
-        "live_bytes": "bytes by name?",
-        "advice": "list?",
-        "report": "text?",
-    },
-    "error": {"where": "text?", "message": "text?"},
-    "end": {"summary": "object?", "receipt": "receipt?"},
-}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_receipt(value: Any) -> bool:
-    """``{metric: {"predicted_bytes", "measured_bytes", "error_pct"}}``, each a number or null."""
-    keys = ("predicted_bytes", "measured_bytes", "error_pct")
-    return isinstance(value, dict) and all(
-        isinstance(row, dict) and all(row.get(k) is None or _is_number(row[k]) for k in keys)
-        for row in value.values()
-    )
-
-
-#: kind -> (test, what the error message says the value must be).
-_KIND_TESTS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "number": (_is_number, "a number"),
-    "text": (lambda v: isinstance(v, str), "a string"),
-    "list": (lambda v: isinstance(v, list), "an array"),
-    "object": (lambda v: isinstance(v, dict), "an object"),
-    "bytes by name": (
-        lambda v: isinstance(v, dict) and all(x is None or _is_number(x) for x in v.values()),
-        "an object of byte counts",
-    ),
-    "receipt": (_is_receipt, "an object of {predicted_bytes, measured_bytes, error_pct}"),
-}
-
-_JSON_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunData:
-    """A run log read back by :func:`read_log`: its records in file order, and views by type."""
-
-    path: Path
-    records: tuple[dict[str, Any], ...]
-    #: The last line was cut short (the process died mid-write) and was dropped.
-    truncated_last_line: bool = False
-
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
-        return [rec for rec in self.records if rec["type"] == kind]
-
-    @cached_property
-    def steps(self) -> list[dict[str, Any]]:
-        return self.of_type("step")
-
-    @cached_property
-    def samples(self) -> list[dict[str, Any]]:
-        return self.of_type("sample")
-
-    @cached_property
-    def ooms(self) -> list[dict[str, Any]]:
-        return self.of_type("oom")
-
-    @cached_property
-    def errors(self) -> list[dict[str, Any]]:
-        return self.of_type("error")
-
-    @cached_property
-    def start(self) -> dict[str, Any] | None:
-        """The (last) start record, or None."""
-        return next((r for r in reversed(self.records) if r["type"] == "start"), None)
-
-    @cached_property
-    def end(self) -> dict[str, Any] | None:
-        """The (last) end record; None when the process was killed or crashed."""
-        return next((r for r in reversed(self.records) if r["type"] == "end"), None)
-
-    @property
-    def t0(self) -> float:
-        """The run's first timestamp (the start record's, else the first record's)."""
-        first = self.start or self.records[0]
-        return float(first["time"])
-
-    def peak(self, key: str) -> int | None:
-        """The largest non-null ``key`` over the step records, or None."""
-        values = [s[key] for s in self.steps if s.get(key) is not None]
-        return max(values) if values else None
-
-
-def read_log(path: str | os.PathLike[str]) -> RunData:
-    """Read a run log back, every record checked against the schema.
-
-    A last line without its newline that does not parse is the record the process was writing
-    when it died: it is dropped, and ``truncated_last_line`` says so. Anything else raises a
-    :class:`SpecError` naming the file, the line and the problem: a line that is not UTF-8 or not
-    JSON, a value that is not an object, a record type not in :data:`RECORD_FIELDS`, a key of the
-    schema missing, a value of the wrong kind (see ``_VALUE_KINDS``), or a file with no record.
-    """
-    p = Path(path)
-    data = _read_bytes(p)
-    lines = data.split(b"\n")
-    complete = data.endswith(b"\n")  # the writer ends every whole line with its newline
-    records: list[dict[str, Any]] = []
-    truncated = False
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        rec = _parse(f"{p}:{number}", raw, may_be_cut=number == len(lines) and not complete)
-        if rec is None:
-            truncated = True
-            break
-        records.append(_check(f"{p}:{number}", rec))
-    if not records:
-        what = "its only line was cut short mid-write" if truncated else "the file is empty"
-        raise SpecError(
-            f"run log {str(p)!r} has no record ({what}): give a log written by memfit.Monitor "
-            "or `memfit monitor`"
-        )
-    return RunData(path=p, records=tuple(records), truncated_last_line=truncated)
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(f"run log {str(path)!r} does not exist") from None
-    except OSError as exc:
-        raise SpecError(f"cannot read run log {str(path)!r}: {exc.strerror or exc}") from None
-
-
-def _parse(where: str, raw: bytes, *, may_be_cut: bool) -> Any:
-    """The JSON value of one line; None for a last line cut short (``may_be_cut``)."""
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        if may_be_cut:
-            return None
-        raise SpecError(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        if may_be_cut:
-            return None
-        raise SpecError(f"{where} is not a JSON record ({exc.msg})") from None
-
-
-def _check(where: str, rec: Any) -> dict[str, Any]:
-    """``rec`` if it is a run record of a known type with the schema's keys and kinds of value."""
-    if not isinstance(rec, dict):
-        raise SpecError(f"{where} is a JSON {_json_name(rec)}, not a run record (an object)")
-    kind = rec.get("type")
-    if not isinstance(kind, str) or kind not in RECORD_FIELDS:
-        what = f"record type {_short(kind)} is not" if "type" in rec else "no 'type', which must be"
-        raise SpecError(
-            f"{where}: {what} one of {', '.join(RECORD_FIELDS)}; "
-            "is this a `memfit monitor` run log?"
-        )
-    if not _is_number(rec.get("time")):
-        got = f", got {_short(rec['time'])}" if "time" in rec else ""
-        raise SpecError(f"{where}: {kind} record needs a numeric 'time' (unix seconds){got}")
-    missing = [key for key in RECORD_FIELDS[kind] if key not in rec]
-    if missing:
-        raise SpecError(f"{where}: {kind} record lacks {', '.join(map(repr, missing))}")
-    for key, rule in _VALUE_KINDS[kind].items():
-        value, nullable = rec[key], rule.endswith("?")
-        test, must_be = _KIND_TESTS[rule.rstrip("?")]
-        if not (test(value) or (nullable and value is None)):
-            must_be += " or null" if nullable else ""
-            got = _short(value)
-            raise SpecError(f"{where}: {kind} record's {key!r} must be {must_be}, got {got}")
-    return rec
-
-
-def _json_name(value: Any) -> str:
-    return _JSON_NAMES.get(type(value), "number")
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+from memfit.monitor.reader import RunData, read_log  # noqa: E402 (re-exported; reader needs no log)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memfit.monitor.device import ALLOCATOR_ROUND_BYTES, CpuQuery, DeviceQuery, open_device
-from memfit.monitor.log import RunLog, record
+from memfit.monitor.guard import Guard
+from memfit.monitor.log import RunLog, rank_log_path, record
 from memfit.units import format_bytes, parse_bytes
 
 logger = logging.getLogger("memfit.monitor")
@@ -333,21 +334,25 @@ class OOMGuard:
         self._device_arg = device
         self._device: DeviceQuery | None = None
         self.analysis: OOMAnalysis | None = None
+        self._guard = Guard("oom_guard")
 
     def __enter__(self) -> OOMGuard:
-        self._device = open_device(self._device_arg)
-        self._device.start()
-        if isinstance(self._device, CpuQuery) and self.model is not None:
-            self._device.track(self.model.parameters())
+        """Never raises: without a device query the guard only re-raises (with a warning)."""
+        self._device = self._guard.call("open_device", open_device, self._device_arg)
+        if self._device is not None:
+            self._guard.call("device.start", self._device.start)
+            if isinstance(self._device, CpuQuery) and self.model is not None:
+                self._guard.call("track_model", self._device.track, self.model.parameters())
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        """Analyse an OOM, undo the tracker; the user's exception propagates unchanged."""
         try:
             if exc is not None and is_oom(exc) and self._device is not None:
                 self._handle(exc)
         finally:
             if self._device is not None:
-                self._device.stop()
+                self._guard.call("device.stop", self._device.stop)
         return False  # re-raise
 
     def _handle(self, exc: BaseException) -> None:
@@ -362,7 +367,7 @@ class OOMGuard:
             )
             report = None if self.report is None else write_oom_report(self.analysis, self.report)
             if self.log is not None:
-                log = RunLog(self.log, mode="a")
+                log = RunLog(rank_log_path(self.log), mode="a")
                 log.write(oom_record(self.analysis, report))
                 log.close()
             add_note(exc, self.analysis, report)
@@ -371,7 +376,7 @@ class OOMGuard:
             if self.log is not None:
                 message = f"{type(err).__name__}: {err}"
                 with contextlib.suppress(OSError):
-                    log = RunLog(self.log, mode="a")
+                    log = RunLog(rank_log_path(self.log), mode="a")
                     log.write(record("error", where="oom_guard", message=message))
                     log.close()
 

@@ -21,20 +21,22 @@ run goes on.
 
 from __future__ import annotations
 
-import logging
+import atexit
+import contextlib
+import math
 import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
 from memfit.errors import SpecError
 from memfit.monitor.device import CpuQuery, DeviceQuery, DeviceSample, TensorMemory, open_device
-from memfit.monitor.log import RunLog, record
+from memfit.monitor.guard import Guard, safe_print
+from memfit.monitor.log import RunLog, rank_log_path, record
 from memfit.monitor.summary import RunStats, receipt, render_summary
-
-logger = logging.getLogger("memfit.monitor")
 
 
 def estimate_json(estimate: Any = None, plan: Any = None) -> dict[str, Any] | None:
@@ -70,7 +72,37 @@ class _Sampler(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
-        self.join(timeout=max(1.0, 2 * self._interval_s))
+        self.join(timeout=min(MAX_JOIN_S, max(1.0, 2 * self._interval_s)))
+
+
+#: Longer intervals (``inf`` included) mean no sampler thread: a sample is read at each step.
+MAX_SAMPLER_INTERVAL_S = 3600.0
+MAX_JOIN_S = 10.0
+
+#: Monitors entered and not yet exited, closed at interpreter exit (their end record written).
+_OPEN: weakref.WeakSet[Monitor] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_monitors() -> None:
+    for mon in list(_OPEN):
+        mon.close(outcome="exit")
+
+
+def _numbers_only(estimate: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[str]]:
+    """The estimate with non-numeric byte values set to None, and the keys that were."""
+    if estimate is None:
+        return None, []
+    bad = [
+        k
+        for k, v in estimate.items()
+        if k.endswith("_bytes") and v is not None and (isinstance(v, bool) or not _is_num(v))
+    ]
+    return ({**estimate, **dict.fromkeys(bad)} if bad else estimate), bad
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
 
 
 class Monitor:
@@ -97,10 +129,13 @@ class Monitor:
         fsync: bool = False,
         verbose: bool = True,
     ) -> None:
-        if not sample_interval_s > 0:
-            raise SpecError(f"sample_interval_s ({sample_interval_s}) must be positive")
+        if not sample_interval_s > 0:  # NaN too
+            raise SpecError(
+                f"sample_interval_s ({sample_interval_s}) must be positive "
+                "(seconds; inf: sample at each step only)"
+            )
         self.log_path = log
-        self.estimate = estimate_json(estimate, plan)
+        self.estimate, self._bad_estimate_keys = _numbers_only(estimate_json(estimate, plan))
         self.sample_interval_s = sample_interval_s
         self.model, self.optimizer = model, optimizer
         self.oom_report = oom_report
@@ -111,7 +146,8 @@ class Monitor:
         self.receipt: dict[str, dict[str, Any]] | None = None
         self._log: RunLog | None = None
         self._stats = RunStats()
-        self._errors: set[str] = set()
+        self._guard = Guard("monitor", self._write_error)
+        self._entered = False
         self._hooks: list[Any] = []
         self._sampler: _Sampler | None = None
         self._lock = threading.Lock()
@@ -123,37 +159,68 @@ class Monitor:
 
     # ------------------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Monitor:
-        self._log = RunLog(self.log_path, fsync=self.fsync)
+        """Start watching; never raises (a failure is a warning and the run goes on)."""
+        if self._entered:
+            return self
+        self._entered = True
         self._stats = RunStats()
-        device = self._safely("open_device", open_device, self._device_arg)
+        self._guard.call("log", self._open_log)
+        device = self._guard.call("open_device", open_device, self._device_arg)
         if device is not None:
             self.device = device
-        self._safely("device.start", self.device.start)
-        self._safely("reset_peak", self.device.reset_peak)
+        self._guard.call("device.start", self.device.start)
+        self._guard.call("reset_peak", self.device.reset_peak)
         if self.model is not None and isinstance(self.device, CpuQuery):
-            self._safely("track_model", self.device.track, self.model.parameters())
-        self._write_start()
+            self._guard.call("track_model", self.device.track, self.model.parameters())
+        self._guard.call("start", self._write_start)
+        if self._bad_estimate_keys:
+            self._guard.report(
+                "estimate",
+                f"estimate values {', '.join(self._bad_estimate_keys)} are not numbers: "
+                "left out of the receipt",
+            )
         self._t0 = self._last_t = time.perf_counter()
         if self.device.can_sample:
             self._take_sample()
-            self._sampler = _Sampler(self._take_sample, self.sample_interval_s)
-            self._sampler.start()
+            if self.sample_interval_s <= MAX_SAMPLER_INTERVAL_S:
+                self._sampler = _Sampler(self._take_sample, self.sample_interval_s)
+                self._guard.call("sampler", self._sampler.start)
+        _OPEN.add(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        """Stop watching and write the end record; never raises, never swallows the user's
+        exception (it propagates unchanged)."""
         from memfit.monitor.oom import is_oom
 
         if exc is None:
             outcome = "ok"
-        elif is_oom(exc):
+        elif self._guard.call("is_oom", is_oom, exc):
             outcome = "oom"
-            self._safely("oom", self._on_oom, exc)
+            self._guard.call("oom", self._on_oom, exc)
         else:
             outcome = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
-        self._safely("exit", self._finish, outcome)
-        if self._log is not None and not self._log.closed:
-            self._log.close()
+        self.close(outcome=outcome)
         return False
+
+    def close(self, *, outcome: str = "ok") -> None:
+        """Undo everything the monitor installed and write the end record; safe to call twice
+        (the second call does nothing) and from any thread."""
+        with self._lock:
+            if not self._entered:
+                return
+            self._entered = False
+        _OPEN.discard(self)
+        self._finish(outcome)
+
+    def _open_log(self) -> None:
+        path = rank_log_path(self.log_path)
+        try:
+            self._log = RunLog(path, fsync=self.fsync)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise OSError(f"cannot write the run log {str(path)!r} ({why}): no log") from None
+        self.log_path = self._log.path
 
     def _write_start(self) -> None:
         from memfit import __version__
@@ -172,35 +239,45 @@ class Monitor:
         )
 
     def _finish(self, outcome: str) -> None:
+        """Each undo step on its own, so one failing cannot skip the next; the end record last."""
+        g = self._guard
         if self._sampler is not None:
-            self._sampler.stop()
+            g.call("sampler.stop", self._sampler.stop)
             self._sampler = None
         for handle in self._hooks:
-            handle.remove()
+            g.call("hooks", handle.remove)
         self._hooks.clear()
-        mem = self._safely("tensor_memory", self.device.tensor_memory)
+        mem = g.call("tensor_memory", self.device.tensor_memory)
         if mem is not None:  # the tail after the last step (or a run with no steps)
             self._stats.peak("peak_allocated_bytes", mem.peak_allocated_bytes)
             self._stats.peak("peak_reserved_bytes", mem.peak_reserved_bytes)
-        self._safely("device.stop", self.device.stop)
-        self.summary = self._stats.summary(
-            outcome=outcome,
-            duration_s=time.perf_counter() - self._t0,
-            n_errors=len(self._errors),
-        )
+        problem = g.call("counting", getattr(self.device, "counting_problem", lambda: None))
+        if problem:
+            g.report("tensor counter", problem)
+        g.call("device.stop", self.device.stop)
+        duration_s = time.perf_counter() - self._t0
+        self.summary = g.call(
+            "summary", self._stats.summary, outcome=outcome, duration_s=duration_s, n_errors=0
+        ) or {"outcome": outcome, "duration_s": round(duration_s, 6), "n_steps": self._n_steps}
+        self.summary["n_errors"] = g.n_errors
         self.receipt = None
         if self.estimate is not None:
-            self.receipt = receipt(self.estimate, self.summary, device=self.device.device)
+            self.receipt = g.call(
+                "receipt", receipt, self.estimate, self.summary, device=self.device.device
+            )
         self._write(record("end", summary=self.summary, receipt=self.receipt))
         if self._log is not None:
-            self._log.close()
+            g.call("log.close", self._log.close)
         if self.verbose:
-            print(render_summary(self.summary, self.receipt), file=sys.stderr)
+            text = g.call("render_summary", render_summary, self.summary, self.receipt)
+            if text:
+                safe_print(text)
 
     # ------------------------------------------------------------------------------ steps
     def step(self, *, tokens: int | None = None, samples: int | None = None) -> None:
         """Record one step (call it after ``optimizer.step()``); never raises."""
-        self._safely("step", self._step, tokens, samples)
+        if self._entered:
+            self._guard.call("step", self._step, tokens, samples)
 
     def watch(
         self,
@@ -215,7 +292,9 @@ class Monitor:
         def hook(_opt: Any, _args: Any, _kwargs: Any) -> None:
             self.step(tokens=tokens_per_step, samples=samples_per_step)
 
-        self._hooks.append(optimizer.register_step_post_hook(hook))
+        handle = self._guard.call("watch", optimizer.register_step_post_hook, hook)
+        if handle is not None:
+            self._hooks.append(handle)
         if self.optimizer is None:
             self.optimizer = optimizer
         return self
@@ -226,6 +305,8 @@ class Monitor:
         self._last_t = now
         mem: TensorMemory = self.device.tensor_memory()
         self.device.reset_peak()
+        if self.device.can_sample and self._sampler is None:  # no sampler thread: read at steps
+            self._take_sample()
         with self._lock:
             used, utils = self._interval_used, self._interval_util
             self._interval_used, self._interval_util = None, []
@@ -255,7 +336,7 @@ class Monitor:
         self._write(rec)
 
     def _take_sample(self) -> None:
-        self._safely("sampler", self._sample_once)
+        self._guard.call("sampler", self._sample_once)
 
     def _sample_once(self) -> None:
         s = self.device.sample()
@@ -292,26 +373,20 @@ class Monitor:
 
     # ------------------------------------------------------------------------------ failures
     def _write(self, rec: dict[str, Any]) -> None:
-        if self._log is None or self._log.closed:
+        log = self._log
+        if log is None or log.closed:
             return
         try:
-            self._log.write(rec)
-        except (OSError, ValueError, TypeError) as exc:  # disk full, unserialisable value
-            self._report_error("log", exc, write=False)
+            log.write(rec)
+        except Exception as exc:  # noqa: BLE001 — disk full, unserialisable value, ...
+            self._log = None  # a half-written line must not be followed by more
+            self._guard.report("log", f"{type(exc).__name__}: {exc}; the log stops here")
+            with contextlib.suppress(OSError):
+                log.close()
 
+    def _write_error(self, where: str, message: str) -> None:
+        self._write(record("error", where=where, message=message))
+
+    # kept for callers of the former private helper (tests): same contract as Guard.call
     def _safely(self, where: str, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 — memfit must never break the user's loop
-            self._report_error(where, exc)
-            return None
-
-    def _report_error(self, where: str, exc: BaseException, *, write: bool = True) -> None:
-        """Log a monitor failure once per place: a warning and an ``error`` record."""
-        if where in self._errors:
-            return
-        self._errors.add(where)
-        message = f"{type(exc).__name__}: {exc}"
-        logger.warning("memfit monitor: %s failed (%s); the run continues", where, message)
-        if write:
-            self._write(record("error", where=where, message=message))
+        return self._guard.call(where, fn, *args)

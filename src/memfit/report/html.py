@@ -217,6 +217,10 @@ def _header(run: RunData, est: dict[str, Any] | None) -> str:
     )
     if run.truncated_last_line:
         status += "; the last line was cut short (dropped)"
+    if run.n_skipped_lines:
+        status += f"; {run.n_skipped_lines} unusable lines skipped ({run.skipped_reason})"
+    if run.note:
+        status += f"; {run.note}"
     model = f" · model {est['model']['name']}" if est and isinstance(est.get("model"), dict) else ""
     got = measured(run)
     step_times = [float(x["step_time_s"]) for x in run.steps if x.get("step_time_s")]
@@ -230,7 +234,7 @@ def _header(run: RunData, est: dict[str, Any] | None) -> str:
             ),
         ),
         _card("device used (max)", _fmt_bytes(got["device_used_bytes"])),
-        _card("steps", str(len(run.steps))),
+        _card("steps", str(run.n_steps or len(run.steps))),
         _card("median step time", f"{statistics.median(step_times):.3f} s" if step_times else "–"),
         _card("median tokens/s", f"{statistics.median(tps):,.0f}" if tps else "–"),
         _card("OOM events", str(len(run.ooms))),
@@ -520,13 +524,15 @@ def render_html(run: RunData, est: dict[str, Any] | None) -> str:
     )
 
 
-def render_html_report(log_path: str | Path, out_path: str | Path, estimate: Any = None) -> Path:
+def render_html_report(
+    log_path: str | Path | RunData, out_path: str | Path, estimate: Any = None
+) -> Path:
     """Write the HTML report of the run log ``log_path`` to ``out_path`` and return its path.
 
     ``estimate``: a ``memfit estimate --json`` file, its dict, or a MemoryEstimate; default the
     estimate the monitor stored in the log's start record, if any.
     """
-    run = read_log(log_path)
+    run = log_path if isinstance(log_path, RunData) else read_log(log_path)
     est = load_estimate(estimate)
     if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
         est = run.start["estimate"]

@@ -67,10 +67,10 @@ def _memory(ax: Any, run: RunData, xkey: str, est: dict[str, Any] | None) -> Non
     ax.legend(fontsize=8, loc="lower right")
 
 
-def render_png(log_path: str | Path, out_path: str | Path, estimate: Any = None) -> Path:
+def render_png(log_path: str | Path | RunData, out_path: str | Path, estimate: Any = None) -> Path:
     """Write a 2×2 PNG summary of the run log to ``out_path``."""
     plt = pyplot()
-    run = read_log(log_path)
+    run = log_path if isinstance(log_path, RunData) else read_log(log_path)
     est = load_estimate(estimate)
     if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
         est = run.start["estimate"]

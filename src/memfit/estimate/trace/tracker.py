@@ -31,6 +31,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 from memfit.estimate.result import COMPONENTS
+from memfit.estimate.trace import storage_patch
 
 #: Phases whose unlabelled storages are activations (kept for backward or part of a forward pass).
 FORWARD_PHASES = ("forward", "prefill", "decode", "init")
@@ -223,25 +224,21 @@ class StorageTracker(TorchDispatchMode):
                 self.track(t)
         return out
 
+    def on_storage_resize(self, storage: Any, size: int) -> None:
+        """Called by the shared ``UntypedStorage.resize_`` patch (storage_patch.py)."""
+        key = self._key_of.get(storage)
+        if key is not None and key in self.live:
+            n_bytes = self._rounded(size)
+            self.storages[key].n_bytes = max(self.storages[key].n_bytes, n_bytes)
+            self._set_live(key, n_bytes)
+
     def __enter__(self) -> StorageTracker:
-        self._orig_resize = torch.UntypedStorage.resize_
-        tracker = self
-
-        def resize_(storage: Any, size: int) -> Any:
-            result = tracker._orig_resize(storage, size)
-            key = tracker._key_of.get(storage)
-            if key is not None and key in tracker.live:
-                n_bytes = tracker._rounded(size)
-                tracker.storages[key].n_bytes = max(tracker.storages[key].n_bytes, n_bytes)
-                tracker._set_live(key, n_bytes)
-            return result
-
-        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
+        storage_patch.subscribe(self)  # one reference-counted patch, undone in any exit order
         super().__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        torch.UntypedStorage.resize_ = self._orig_resize  # type: ignore[method-assign]
+        storage_patch.unsubscribe(self)
         for h in self._hook_handles:
             h.remove()
         self._hook_handles.clear()
