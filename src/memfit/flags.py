@@ -21,7 +21,7 @@ from memfit.spec import (
     MODES,
     OFFLOADS,
     OPTIMIZERS,
-    PRECISIONS,
+    PRECISION_NAMES,
     QUANTS,
     SHARDS,
     TASKS,
@@ -133,8 +133,11 @@ FLAGS: tuple[Flag, ...] = (
         name="--precision",
         dest="precision",
         kind="choice",
-        choices=PRECISIONS,
-        default="bf16",
+        choices=PRECISION_NAMES,
+        help="Lightning's names: bf16-mixed (default to train: fp32 master weights, bf16 "
+        "autocast, as HF Trainer bf16=True), bf16-true (default to infer: bf16 weights; to "
+        "train: pure bf16 states), 16-mixed, 16-true, 32-true; aliases bf16 (train: bf16-mixed, "
+        "infer: bf16-true), fp16 / 16 (16-mixed / 16-true), fp32 / 32, amp-bf16, amp-fp16",
         field="precision",
         commands=ESTIMATE_LIKE,
         always=True,

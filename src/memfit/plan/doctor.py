@@ -155,7 +155,7 @@ class DoctorChecks(Checklist[Finding]):
         sized_by = self.told.sized_by
         per_weight = STORED_BYTES_PER_WEIGHT.get(self.w.quant)
         if per_weight is None:
-            per_weight = 4 if self.w.precision == "fp32" else CHECKPOINT_BYTES_PER_WEIGHT
+            per_weight = 4 if self.w.precision == "32-true" else CHECKPOINT_BYTES_PER_WEIGHT
         weights = round(self.est.n_params * per_weight)
         ratio = self.need / max(weights, 1)
         text = (
