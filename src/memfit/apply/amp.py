@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from memfit.apply.precision import AUTOCAST_DTYPE, check_precision
-from memfit.spec import PRECISION_RULES
 from memfit.apply.target import resolve
+from memfit.spec import PRECISION_RULES
 
 
 class AmpStep:

@@ -70,7 +70,11 @@ def apply_plan_(
     applied["precision"] = (
         f"{w.precision}: {len(changed)} parameters cast to "
         f"{precision.PARAM_DTYPE[w.run_precision]}"
-        + (" (autocast in the step: AmpStep)" if w.run_precision in precision.AUTOCAST_DTYPE else "")
+        + (
+            " (autocast in the step: AmpStep)"
+            if w.run_precision in precision.AUTOCAST_DTYPE
+            else ""
+        )
     )
     deferred = _deferred(target)
     impl = attention.set_attention_(model, w.attention)

@@ -63,8 +63,10 @@ def render_doctor(r: DoctorReport) -> str:
         f"memfit doctor: {r.model_name}{where}: {len(r.applying)} of {len(r.findings)} mistakes "
         f"apply, {sum(f.applies == 'unknown' for f in r.findings)} unknown "
         f"(engine {r.estimate.engine})",
-        "",
     ]
+    if r.verdict is not None and r.gpu_name:
+        lines.append(f"verdict: {r.verdict.text(r.gpu_name)}")
+    lines.append("")
     lines += render_checks(r.findings)
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

@@ -42,6 +42,7 @@ SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp")
 #: and the parameters too (ZeRO-3 / FSDP only).
 OFFLOADS = ("none", "optimizer", "params")
 
+
 @dataclass(frozen=True, kw_only=True)
 class PrecisionRule:
     """What one precision stores and computes in (dtype names as torch spells them)."""

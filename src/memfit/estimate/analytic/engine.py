@@ -50,7 +50,10 @@ def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
     ):
         return wl
     return replace(
-        wl, precision="32-true", prepare_kbit=False, quant_compute_dtype=PARAM_DTYPE[wl.run_precision]
+        wl,
+        precision="32-true",
+        prepare_kbit=False,
+        quant_compute_dtype=PARAM_DTYPE[wl.run_precision],
     )
 
 
