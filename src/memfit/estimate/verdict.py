@@ -83,7 +83,8 @@ class Verdict:
         need, limit = format_bytes(self.need_bytes), format_bytes(self.limit_bytes)
         head = f"{self.verdict.upper()} on {gpu}"
         if self.verdict == FITS:
-            return f"{head}: needs {need} (upper end) of {limit}, margin {format_bytes(self.margin_bytes)}"
+            margin = format_bytes(self.margin_bytes)
+            return f"{head}: needs {need} (upper end) of {limit}, margin {margin}"
         if self.verdict == TIGHT:
             return (
                 f"{head}: the estimate ({format_bytes(self.point_bytes)}) fits "

@@ -51,6 +51,14 @@ from memfit.plan.space import (
 from memfit.spec import ParallelSpec
 from memfit.units import format_bytes
 
+#: The tiers of the search (the module docstring), by the start of their names, in order.
+TIER_ORDER = (
+    "as asked",
+    "memory-only",
+    "memory-only, offloading to host RAM",
+    "changes the result: nothing memory-only fits",
+)
+
 #: Rejected plans listed in a result (fastest first, one per technique stack).
 N_REJECTED_SHOWN = 5
 #: Predicted step times within this fraction of each other rank as ties, broken by the lower
@@ -90,6 +98,18 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     #: the tier the recommendation came from (memfit.plan.search's docstring), None: nothing fits
     tier: str | None = None
+    #: its place in :data:`TIER_ORDER` (0: the job as asked fits)
+    tier_rank: int | None = None
+
+    def preference(self) -> tuple[int, tuple[Any, ...]] | None:
+        """How good the recommendation is, smaller better: its tier, then the tier's order
+        (:func:`rank_key`, or :func:`risk_first_key` among result-changing fallbacks). None
+        when nothing fits."""
+        rec = self.recommended
+        if rec is None or self.tier_rank is None:
+            return None
+        key = risk_first_key if self.tier_rank == len(TIER_ORDER) - 1 else rank_key
+        return (self.tier_rank, key(rec))
 
     @property
     def fits(self) -> bool:
@@ -309,6 +329,12 @@ class _Search:
                 return found, name
         return [], None
 
+    @staticmethod
+    def tier_rank(name: str | None) -> int | None:
+        if name is None:
+            return None
+        return TIER_ORDER.index(name)
+
     def _tiers(
         self, opts: list[PlanOption], baseline: PlanOption
     ) -> list[tuple[str, list[PlanOption], Any]]:
@@ -323,14 +349,13 @@ class _Search:
             return families(list(o.changes)) <= allowed and (free_offload or not offloaded)
 
         head = [o for o in opts if first(o)]
-        name = "memory-only" + (f" or allowed ({', '.join(sorted(allowed))})" if allowed else "")
-        tiers = [(name, head, rank_key)]
+        tiers = [(TIER_ORDER[1], head, rank_key)]
         if not free_offload:
             offload = [o for o in memory_only if o.settings.offload != "none"]
-            tiers.append(("memory-only, offloading to host RAM", offload, rank_key))
+            tiers.append((TIER_ORDER[2], offload, rank_key))
         seen = {id(o) for _, pool, _ in tiers for o in pool}
         rest = [o for o in opts if id(o) not in seen]
-        tiers.append(("changes the result: nothing memory-only fits", rest, risk_first_key))
+        tiers.append((TIER_ORDER[3], rest, risk_first_key))
         return tiers
 
     def run(self, opts: list[PlanOption], key: Any = None) -> list[PlanOption]:
@@ -517,6 +542,7 @@ class _Search:
             confirm_s=0.0 if confirm is None else confirm.elapsed_s,
             notes=notes,
             tier=tier,
+            tier_rank=self.tier_rank(tier),
         )
 
 

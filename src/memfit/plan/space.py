@@ -297,7 +297,9 @@ def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
     quants = ["none"]
     if o.allow_quant:
         quants += ["int8", "nf4-dq"] + (["fp8"] if o.supports_fp8 else [])
-    lora_opts = tuple(x for x in opts if x in ("adamw", "adamw-fused", "adamw-8bit")) or opts
+    # adapters and frozen layers: the recipe's optimizer and 8-bit AdamW only (the fused kernel
+    # and Adafactor save nothing that matters next to what LoRA / freezing already saves)
+    lora_opts = tuple(dict.fromkeys((opts[0], "adamw-8bit")))
     if o.lora_asked:
         for rank in o.lora_ranks:
             for q in quants:
@@ -308,7 +310,7 @@ def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
     if o.keep_full_finetune:
         return
     if o.n_layers >= 2:
-        for opt in opts:
+        for opt in lora_opts:
             yield {"optimizer": opt, "freeze_layers": o.n_layers // 2}
     for rank in o.lora_ranks:
         for q in quants:

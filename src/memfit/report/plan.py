@@ -57,7 +57,13 @@ def render_plan(p: Plan) -> str:
         mfu = COST_CONSTANTS["mfu"][0]
         if p.recommended is not None:
             same = "the job as asked" if not rec.changes else rec.settings.describe()
-            tier = "" if not p.tier or p.tier == "as asked" else f"  [{p.tier}]"
+            allowed = ", ".join(sorted(r.allow))
+            label = (
+                f"{p.tier} or allowed ({allowed})"
+                if allowed and p.tier == "memory-only"
+                else p.tier
+            )
+            tier = "" if not label or label == "as asked" else f"  [{label}]"
             lines.append(f"recommended: {same}{tier}")
         else:
             lines.append(f"  {rec.settings.describe()}: {rec.reason}")

@@ -80,11 +80,12 @@ PRECISION_RULES: dict[str, PrecisionRule] = {
 
 #: Other names accepted for ``precision``, resolved once (:func:`resolve_precision`) to
 #: (the meaning to train, the meaning to infer). Training follows Lightning, which maps
-#: ``"bf16"`` to ``bf16-mixed`` and ``"16"`` to ``16-mixed`` (``_convert_precision_to_unified_args``),
-#: and HF Trainer, whose ``bf16=True`` / ``fp16=True`` are autocast over fp32 master weights: the
-#: larger, safe figure. Inference has no master weights: ``bf16`` is what ``torch_dtype=bfloat16``
-#: and vLLM's ``--dtype bfloat16`` mean, the weights stored in bf16 (``bf16-true``). The ``amp-*``
-#: names (memfit < 0.x) always meant autocast over fp32 weights.
+#: ``"bf16"`` to ``bf16-mixed`` and ``"16"`` to ``16-mixed``
+#: (``_convert_precision_to_unified_args``), and HF Trainer, whose ``bf16=True`` /
+#: ``fp16=True`` are autocast over fp32 master weights: the larger, safe figure. Inference has
+#: no master weights: ``bf16`` is what ``torch_dtype=bfloat16`` and vLLM's ``--dtype bfloat16``
+#: mean, the weights stored in bf16 (``bf16-true``). The ``amp-*`` names (memfit before the
+#: Lightning names) always meant autocast over fp32 weights.
 PRECISION_ALIASES: dict[str, tuple[str, str]] = {
     "bf16": ("bf16-mixed", "bf16-true"),
     "fp16": ("16-mixed", "16-true"),

@@ -34,8 +34,9 @@ class WorkloadSpec:
     train, ``bf16-true`` to infer. The other names (``bf16``, ``fp16``, ``fp32``, ``amp-bf16``,
     ``amp-fp16``, ``16``, ``32``) are resolved once, here, by :func:`~memfit.spec.rules.
     resolve_precision` (``bf16`` trains as ``bf16-mixed``, infers as ``bf16-true``); the field
-    then holds the canonical name. ``attention``: ``eager`` materialises the (B, H, S, S) scores, ``sdpa`` lets
-    PyTorch pick the kernel a CUDA GPU would pick, ``flash`` forces FlashAttention-2.
+    then holds the canonical name. ``attention``: ``eager`` materialises the (B, H, S, S)
+    scores, ``sdpa`` lets PyTorch pick the kernel a CUDA GPU would pick, ``flash`` forces
+    FlashAttention-2.
     ``zero_grad_set_to_none`` is torch's default (True); HF Trainer before 4.x kept grads (False).
     ``prepare_kbit``: QLoRA through peft's ``prepare_model_for_kbit_training`` (what TRL's
     SFTTrainer calls on a quantized model): every unquantized half-precision parameter is cast
