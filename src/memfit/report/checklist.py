@@ -45,7 +45,10 @@ def render_upgrade(v: UpgradeVerdict) -> str:
         job += f", {v.concurrency} concurrent requests of {v.context_tokens} tokens"
     elif r.global_batch:
         job += f", global batch {r.global_batch}"
-    lines = [f"memfit upgrade: {v.model_name}, {job}, on {r.gpus} x {v.gpu_name}", ""]
+    lines = [f"memfit upgrade: {v.model_name}, {job}, on {r.gpus} x {v.gpu_name}"]
+    if v.plan.as_asked is not None:
+        lines.append(f"as asked: {v.plan.as_asked.text(v.gpu_name)}")
+    lines.append("")
     lines += render_checks(v.items)
     lines += ["", f"verdict: {v.summary}"]
     if v.resolving:
