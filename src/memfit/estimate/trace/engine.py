@@ -46,7 +46,7 @@ from memfit.estimate.trace.cuda_emulation import (
 )
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.snapshot import predicted
-from memfit.spec import WorkloadSpec
+from memfit.spec import PRECISION_RULES, WorkloadSpec
 
 #: Models with at most this many repeated blocks are traced block by block. Allocated bytes and
 #: components extrapolate exactly from a few blocks, but reserved bytes depend on the whole
@@ -284,7 +284,7 @@ def cuda_emulation_for(
     """Enter the CUDA emulations the workload needs; yields the SDPA router (or None)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(hf_treat_fake_as_real())
-        if workload.precision.startswith("amp-"):
+        if PRECISION_RULES[workload.run_precision].autocast:
             stack.enter_context(cuda_autocast_policy())
         router = None
         if cuda_kernels:
