@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from memfit import cli_bench, cli_monitor, cli_plan, cli_report
+from memfit.cli_engine import add_engine_flags, applied
 from memfit.errors import MemfitError
-from memfit.estimate import ENGINES
 
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -76,13 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_flags(e, "estimate")
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
-    e.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="auto",
-        help="trace (fake-tensor run), analytic (closed forms, torch-free, milliseconds), auto "
-        "(trace when torch can build the model, else analytic; the output says which)",
-    )
+    add_engine_flags(e)
     e.add_argument(
         "--trust-remote-code",
         action="store_true",
@@ -248,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return COMMANDS[args.command](args)
+        with applied(args):  # --engine, --quiet: the policy and the progress line
+            return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()
         return EXIT_OK

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from memfit.cli_engine import add_engine_flags
 from memfit.errors import SpecError
 
 EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
@@ -109,6 +110,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         action="store_true",
         help="list GPUs (and counts) on which a plan fits, fastest first",
     )
+    add_engine_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     f = sub.add_parser(
         "fit",
@@ -124,6 +126,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("--solve", choices=SOLVES, required=True)
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
+    add_engine_flags(f)
     f.add_argument("--json", action="store_true", help="print one JSON object")
     _register_upgrade(sub, headroom_help)
     _register_doctor(sub, headroom_help)
@@ -169,6 +172,7 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
         f"(default {MAX_TRACE_FALLBACKS}; seconds each)",
     )
     u.add_argument("--no-recommend", action="store_true", help="skip the catalog GPU scan")
+    add_engine_flags(u)
     u.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -206,6 +210,7 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
     )
     d.add_argument("--log", help="a run log of memfit monitor (checks leak vs allocator cache)")
     d.add_argument("--chose-gpu-by", choices=CHOSE_GPU_BY, help="why this GPU was chosen")
+    add_engine_flags(d)
     d.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -411,7 +411,7 @@ class _Search:
     def result(self, found: list[PlanOption], baseline: PlanOption, elapsed_s: float) -> Plan:
         rec = found[0] if found else None
         shown = self._rejected_shown(rec)
-        notes = []
+        notes = [] if self.engines.reason is None else [f"engines: {self.engines.reason}"]
         confirm = self.engines.confirm
         if confirm is not None and self.request.confirm != "shown" and rec is not None:
             which = (

@@ -192,6 +192,7 @@ def _trace_once(
     if not real:
         build.meta_to_fake_(model, fake)
     observer = RUN_OBSERVER.get()
+    tracker: StorageTracker
     if plan is not None:
         tracker = plan.tracker
     elif observer is not None:
