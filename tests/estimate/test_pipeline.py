@@ -147,7 +147,9 @@ def test_a_named_engine_never_falls_back(engine: str, engines: FakeEngines) -> N
 
 
 def test_an_unknown_engine_is_refused_with_the_choices() -> None:
-    with pytest.raises(SpecError, match=r"engine \('fast'\) must be one of auto, analytic, derived, trace"):
+    with pytest.raises(
+        SpecError, match=r"engine \('fast'\) must be one of auto, analytic, derived, trace"
+    ):
         EnginePolicy(engine="fast")
     with pytest.raises(SpecError, match=r"engine \('fast'\) must be one of"):
         memfit.estimate("gpt2", engine="fast")
