@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit import cli_vllm
+from memfit.cli_engine import add_engine_flags
 from memfit.errors import SpecError
 
 EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
@@ -132,6 +133,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "tokens, in --rank order",
     )
     _add_price_flags(p)
+    add_engine_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(p, concurrency=True)
     cli_web.add_share_flags(p, snapshot=False)  # --html
@@ -150,6 +152,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
     cli_from.add_from(f)
+    add_engine_flags(f)
     f.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(f)
     _register_upgrade(sub, headroom_help)
@@ -197,6 +200,7 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
     )
     u.add_argument("--no-recommend", action="store_true", help="skip the catalog GPU scan")
     _add_price_flags(u)
+    add_engine_flags(u)
     u.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(u)
 
@@ -255,6 +259,7 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
     )
     d.add_argument("--log", help="a run log of memfit monitor (checks leak vs allocator cache)")
     d.add_argument("--chose-gpu-by", choices=CHOSE_GPU_BY, help="why this GPU was chosen")
+    add_engine_flags(d)
     d.add_argument("--json", action="store_true", help="print one JSON object")
 
 

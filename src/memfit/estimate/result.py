@@ -123,6 +123,9 @@ class MemoryEstimate:
     attention_backends: dict[str, int] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Why ``engine`` answered (the engine policy's rule, memfit.estimate.policy); None when the
+    #: engine was called directly.
+    engine_reason: str | None = None
 
     def __post_init__(self) -> None:
         total = sum(self.components.values())
@@ -182,6 +185,7 @@ class MemoryEstimate:
             },
             "workload": self.workload,
             "engine": self.engine,
+            "engine_reason": self.engine_reason,
             "environment": self.environment,
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes,

@@ -513,7 +513,7 @@ class _Search:
     ) -> Plan:
         rec = found[0] if found else None
         shown = self._rejected_shown(rec)
-        notes = []
+        notes = [] if self.engines.reason is None else [f"engines: {self.engines.reason}"]
         confirm = self.engines.confirm
         if confirm is not None and self.request.confirm != "shown" and rec is not None:
             which = (

@@ -107,7 +107,8 @@ def _engine_line(est: MemoryEstimate) -> str:
         how = f"; traced a few layers, extrapolated to {t.get('layers')}"
     if "wall_s" in t:
         how += f"; {t['wall_s']:.1f} s"
-    return f"engine: {est.engine} ({env}){how}"
+    why = f"\n  why: {est.engine_reason}" if est.engine_reason else ""
+    return f"engine: {est.engine} ({env}){how}{why}"
 
 
 def verdict_line(est: MemoryEstimate) -> str:
