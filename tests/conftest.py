@@ -68,3 +68,12 @@ TINY_T5 = dict(
 @pytest.fixture
 def tiny_llama() -> dict:
     return dict(TINY_LLAMA)
+
+
+@pytest.fixture(autouse=True)
+def _derived_forms_in_a_temporary_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Derived forms (memfit.estimate.derived.cache) go to one temporary directory per session:
+    a test never reads forms left by a user's runs, nor writes into ~/.cache."""
+    monkeypatch.setenv("MEMFIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "memfit-cache"))

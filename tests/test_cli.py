@@ -78,7 +78,7 @@ def test_human_output_shows_components_peak_phase_modules_and_verdict(
 def test_does_not_fit_exits_1_with_the_shortfall(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "estimate", "llama-2-7b", "--seq", "256", "--gpu", "T4")
     assert code == 1
-    assert "DOES NOT FIT on T4" in out and "short by" in out
+    assert "DOES NOT FIT on T4" in out and "GiB more than its 15.00 GiB" in out
 
 
 def test_inference_reports_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> None:

@@ -131,9 +131,11 @@ def test_a_workload_written_as_flags_parses_back_to_itself(w: WorkloadSpec) -> N
 
 
 def test_the_flag_strings_leave_out_defaults_but_keep_the_shape_and_precision() -> None:
-    assert workload_flags(WorkloadSpec()) == "--mode train --batch 1 --seq 512 --precision bf16"
+    assert workload_flags(WorkloadSpec()) == (
+        "--mode train --batch 1 --seq 512 --precision bf16-mixed"
+    )
     assert workload_flags(WorkloadSpec(mode="infer", gpus=4, tp=4, new_tokens=8)) == (
-        "--mode infer --batch 1 --seq 512 --new-tokens 8 --precision bf16 --gpus 4 --tp 4"
+        "--mode infer --batch 1 --seq 512 --new-tokens 8 --precision bf16-true --gpus 4 --tp 4"
     )
 
 
@@ -151,9 +153,9 @@ def test_a_plans_estimate_command_names_its_checkpointing_and_optimizer() -> Non
     from memfit.plan.export import memfit_flags
     from memfit.plan.space import Settings
 
-    s = Settings(precision="bf16", optimizer="adamw", micro_batch=4, grad_accum=2)
+    s = Settings(precision="bf16-true", optimizer="adamw", micro_batch=4, grad_accum=2)
     text = memfit_flags(s, PlanRequest(seq_len=1024), "m")
     assert text == (
-        "memfit estimate m --mode train --batch 4 --seq 1024 --grad-accum 2 --precision bf16 "
+        "memfit estimate m --mode train --batch 4 --seq 1024 --grad-accum 2 --precision bf16-true "
         "--checkpointing none --optimizer adamw"
     )

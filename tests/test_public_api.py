@@ -77,5 +77,5 @@ def test_raise_if_not_fit_names_the_gpu_and_the_shortfall() -> None:
     est = memfit.estimate("gpt2", memfit.WorkloadSpec(seq_len=64), gpu="T4")
     est.raise_if_not_fit()  # fits: no error
     big = memfit.estimate("llama-2-7b", memfit.WorkloadSpec(seq_len=64), gpu="T4")
-    with pytest.raises(memfit.DoesNotFitError, match=r"T4 has .* \(short by"):
+    with pytest.raises(memfit.DoesNotFitError, match=r"DOES NOT FIT on T4: needs .* more than its"):
         big.raise_if_not_fit()

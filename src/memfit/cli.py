@@ -25,8 +25,8 @@ from memfit import (
     cli_vllm,
     cli_web,
 )
+from memfit.cli_engine import add_engine_flags, applied
 from memfit.errors import MemfitError
-from memfit.estimate import ENGINES
 
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -88,13 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(e, "estimate")
     cli_from.add_from(e)
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
-    e.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="auto",
-        help="trace (fake-tensor run), analytic (closed forms, torch-free, milliseconds), auto "
-        "(trace when torch can build the model, else analytic; the output says which)",
-    )
+    add_engine_flags(e)
     e.add_argument(
         "--trust-remote-code",
         action="store_true",
@@ -240,7 +234,8 @@ def main(
         return EXIT_BAD_INPUT
     try:
         args = cli_from.reparse(parser, args.subparsers, args, argv)
-        return COMMANDS[args.command](args)
+        with applied(args):  # --engine, --quiet: the policy and the progress line
+            return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()
         return EXIT_OK

@@ -3,7 +3,8 @@
 Each handler builds the request, calls :mod:`memfit.plan`, and prints text or ``--json``.
 Exit codes: 0 a plan / answer exists, 1 nothing fits (the closest attempt is printed), 2 bad input.
 ``upgrade``: 0 no upgrade needed (stay / optimize first), 1 upgrade recommended, 2 bad input or
-undetermined. ``doctor``: 0 for every completed check, 2 bad input.
+undetermined. ``doctor``: 0 when the job fits ``--gpu`` (or none is given), 1 when it is tight or
+does not fit (THE verdict rule, memfit.estimate.verdict), 2 bad input.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit import cli_vllm
+from memfit.cli_engine import add_engine_flags
 from memfit.errors import SpecError
 
 EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
 
 PLAN_EXAMPLES = """examples:
   memfit plan llama-3.1-8b --gpu L4 --mode train --seq 4096 --global-batch 16
+  memfit plan llama-3.1-8b --gpu L4 --seq 4096 --global-batch 16 --allow lora,quant
+  memfit plan llama-3.1-8b --gpu L4 --seq 2048 --lora-rank 16 --precision bf16-true
   memfit plan llama-3.1-8b --gpu A100-80GB --seq 4096 --global-batch 16 --keep-full-finetune
   memfit plan llama-3.1-8b --gpu H100-80GB --gpus 8 --seq 4096 --global-batch 64 --json
   memfit plan llama-3.1-70b --gpu H100-80GB --gpus 4 --mode infer --seq 8192 --batch 32
@@ -72,6 +76,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     from memfit import cli_from, cli_web
     from memfit.cli import add_flags, integer
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
+    from memfit.plan.recipe import ALLOW
     from memfit.plan.request import CONFIRM_MODES
 
     headroom_help = (
@@ -80,10 +85,14 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     p = sub.add_parser(
         "plan",
-        help="the fastest technique combination that fits, with the settings to use",
-        description="Search precision, quantization, micro-batch x accumulation, checkpointing, "
-        "optimizer, LoRA/QLoRA, freezing and ZeRO/FSDP/offload; rank the plans that fit by "
-        "predicted step time (roofline); show alternatives and why faster plans do not fit.",
+        help="the job as asked, then the least change that makes it fit, with the settings",
+        description="Estimate the job as asked (precision, optimizer, full fine-tune or LoRA) "
+        "and say whether it fits; then change only what it must: memory-only changes first "
+        "(checkpointing, micro-batch x accumulation, attention kernel, ZeRO/FSDP, offload), "
+        "fastest first by the roofline; result-changing ones (quantization, LoRA, freezing, "
+        "8-bit states, pure 16-bit weights) only when nothing memory-only fits, least quality "
+        "risk first, or when --allow names them. Each change is labelled memory-only or "
+        "changes the result.",
         epilog=PLAN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -99,7 +108,15 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add_flags(p, "plan", "--prepare-kbit")
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
-    add_flags(p, "plan", "--lora-rank")
+    add_flags(p, "plan", "--lora-rank", "--precision", "--optimizer", "--attention")
+    p.add_argument(
+        "--allow",
+        action="append",
+        metavar="LIST",
+        help="result-changing techniques the plan may use as freely as memory-only ones "
+        f"(comma-separated, repeatable): {', '.join(ALLOW)}; presets: any, none (default: "
+        "memory-only changes first, the others only when nothing memory-only fits)",
+    )
     cli_from.add_from(p)
     p.add_argument("--alternatives", type=integer, default=4, help="runners-up shown (default 4)")
     p.add_argument(
@@ -116,6 +133,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "tokens, in --rank order",
     )
     _add_price_flags(p)
+    add_engine_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(p, concurrency=True)
     cli_web.add_share_flags(p, snapshot=False)  # --html
@@ -134,6 +152,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
     cli_from.add_from(f)
+    add_engine_flags(f)
     f.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(f)
     _register_upgrade(sub, headroom_help)
@@ -181,6 +200,7 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
     )
     u.add_argument("--no-recommend", action="store_true", help="skip the catalog GPU scan")
     _add_price_flags(u)
+    add_engine_flags(u)
     u.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(u)
 
@@ -239,6 +259,7 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
     )
     d.add_argument("--log", help="a run log of memfit monitor (checks leak vs allocator cache)")
     d.add_argument("--chose-gpu-by", choices=CHOSE_GPU_BY, help="why this GPU was chosen")
+    add_engine_flags(d)
     d.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -246,6 +267,7 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from memfit import cli_web
     from memfit.plan import PlanRequest, plan, recommend_gpus
+    from memfit.plan.recipe import parse_allow
     from memfit.report.advice import render_advice
     from memfit.report.plan import render_plan
 
@@ -265,9 +287,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         max_quality_risk=args.max_quality_risk,
         allow_offload=args.allow_offload,
         lora_ranks=tuple(args.lora_rank or (16, 64)),
+        lora_asked=bool(args.lora_rank),
         prepare_kbit=args.prepare_kbit,
         n_alternatives=args.alternatives,
         confirm=args.confirm or ("none" if args.recommend_gpu else "shown"),
+        precision=args.precision,
+        optimizer=args.optimizer,
+        attention=args.attention,
+        allow=parse_allow(args.allow),
     )
     if args.recommend_gpu:
         from memfit.hardware.prices import load_prices
@@ -354,4 +381,4 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         headroom=args.headroom,
     )  # fmt: skip
     print(json.dumps(report.to_json(), indent=2) if args.json else render_doctor(report))
-    return EXIT_OK
+    return report.exit_code

@@ -22,7 +22,7 @@ from memfit.spec import (
     MODES,
     OFFLOADS,
     OPTIMIZERS,
-    PRECISIONS,
+    PRECISION_NAMES,
     QUANTS,
     SHARDS,
     TASKS,
@@ -165,8 +165,11 @@ FLAGS: tuple[Flag, ...] = (
         name="--precision",
         dest="precision",
         kind="choice",
-        choices=PRECISIONS,
-        default="bf16",
+        choices=PRECISION_NAMES,
+        help="Lightning's names: bf16-mixed (default to train: fp32 master weights, bf16 "
+        "autocast, as HF Trainer bf16=True), bf16-true (default to infer: bf16 weights; to "
+        "train: pure bf16 states), 16-mixed, 16-true, 32-true; aliases bf16 (train: bf16-mixed, "
+        "infer: bf16-true), fp16 / 16 (16-mixed / 16-true), fp32 / 32, amp-bf16, amp-fp16",
         field="precision",
         commands=ESTIMATE_LIKE,
         always=True,
@@ -313,8 +316,43 @@ FLAGS: tuple[Flag, ...] = (
         name="--lora-rank",
         dest="lora_rank",
         kind="ints",
-        help="LoRA ranks to try (repeat; default 16 and 64)",
+        help="the job is LoRA at these ranks (repeat); left out: the job is a full fine-tune "
+        "and LoRA r16 / r64 are result-changing options (--allow lora)",
         field="lora_ranks",
+        target="request",
+        commands=("plan",),
+    ),
+    Flag(
+        name="--precision",
+        dest="precision",
+        kind="choice",
+        choices=PRECISION_NAMES,
+        help="the job's precision, kept by the plan (default: bf16-mixed to train, bf16-true to "
+        "infer; 16-bit on GPUs without bf16); bf16-true for a bf16-mixed job needs --allow "
+        "pure-bf16",
+        field="precision",
+        target="request",
+        commands=("plan",),
+    ),
+    Flag(
+        name="--optimizer",
+        dest="optimizer",
+        kind="choice",
+        choices=OPTIMIZERS,
+        help="the job's optimizer, kept by the plan (default adamw; its fused kernel is "
+        "memory-only, 8-bit states need --allow 8bit-optim)",
+        field="optimizer",
+        target="request",
+        commands=("plan",),
+    ),
+    Flag(
+        name="--attention",
+        dest="attention",
+        kind="choice",
+        choices=ATTENTIONS,
+        default="sdpa",
+        help="the job's attention kernel (default sdpa)",
+        field="attention",
         target="request",
         commands=("plan",),
     ),

@@ -54,7 +54,7 @@ def test_every_optimizer_maps_to_an_hf_optim_name(optimizer: str, optim: str) ->
 
 
 def test_pure_bf16_loads_bf16_weights_instead_of_autocasting() -> None:
-    args = memfit.apply.training_arguments(WorkloadSpec(precision="bf16"), output_dir="u")
+    args = memfit.apply.training_arguments(WorkloadSpec(precision="bf16-true"), output_dir="u")
     assert not args.bf16 and not args.fp16
 
 

@@ -21,7 +21,9 @@ def _train(model: torch.nn.Module, w: WorkloadSpec, n_steps: int = 2) -> list[fl
     return [training_step(model, batch(), opt, amp) for _ in range(n_steps)]
 
 
-@pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+@pytest.mark.parametrize(
+    "precision,dtype", [("bf16-true", torch.bfloat16), ("16-true", torch.float16)]
+)
 def test_pure_low_precision_casts_every_weight_but_keeps_fp32_buffers(
     tiny_config: dict, precision: str, dtype: torch.dtype
 ) -> None:

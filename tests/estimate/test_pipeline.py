@@ -72,7 +72,9 @@ class FakeEngines:
 
 @pytest.fixture
 def engines(monkeypatch: pytest.MonkeyPatch) -> FakeEngines:
-    fake = FakeEngines(analytic=_estimate("analytic"), trace=_estimate("trace"))
+    fake = FakeEngines(
+        analytic=_estimate("analytic"), derived=_estimate("derived"), trace=_estimate("trace")
+    )
     monkeypatch.setattr(policy, "run_engine", fake)
     return fake
 
@@ -145,7 +147,9 @@ def test_a_named_engine_never_falls_back(engine: str, engines: FakeEngines) -> N
 
 
 def test_an_unknown_engine_is_refused_with_the_choices() -> None:
-    with pytest.raises(SpecError, match=r"engine \('fast'\) must be one of auto, trace, analytic"):
+    with pytest.raises(
+        SpecError, match=r"engine \('fast'\) must be one of auto, analytic, derived, trace"
+    ):
         EnginePolicy(engine="fast")
     with pytest.raises(SpecError, match=r"engine \('fast'\) must be one of"):
         memfit.estimate("gpt2", engine="fast")
@@ -165,28 +169,42 @@ def test_searches_use_analytic_and_confirm_with_trace_where_it_can_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     auto, gpt2, cnn = EnginePolicy(), resolve_model("gpt2"), resolve_model(FACTORY)
-    assert auto.search_engines(gpt2) == ("analytic", "trace")
+
+    def pair(p: EnginePolicy, source: Any) -> tuple[str, str | None]:
+        chosen = p.search_engines(source)
+        assert chosen.reason  # every choice says why
+        return chosen.search, chosen.confirm
+
+    assert pair(auto, gpt2) == ("analytic", "trace")
     # the analytic engine cannot model a factory or a model_type without closed forms: the
-    # trace searches, so that "cannot model" is never counted as "does not fit" (issue 11)
-    assert auto.search_engines(cnn) == ("trace", None)
+    # derived engine searches a config.json model, the trace a factory, so that "cannot model"
+    # is never counted as "does not fit" (issue 11)
+    assert pair(auto, cnn) == ("trace", None)
     unknown = resolve_model(_write_config({"model_type": "deepseek_v3"}))
-    assert auto.search_engines(unknown) == ("trace", None)
-    assert EnginePolicy(engine="trace").search_engines(gpt2) == ("trace", None)
-    assert EnginePolicy(engine="analytic").search_engines(gpt2) == ("analytic", None)
+    assert pair(auto, unknown) == ("derived", None)
+    assert "no hand-written program" in auto.search_engines(unknown).reason
+    assert pair(EnginePolicy(engine="trace"), gpt2) == ("trace", None)
+    assert pair(EnginePolicy(engine="analytic"), gpt2) == ("analytic", None)
+    assert pair(EnginePolicy(engine="derived"), gpt2) == ("derived", None)
     _without(monkeypatch, "transformers")
-    assert auto.search_engines(gpt2) == ("analytic", None)
+    assert pair(auto, gpt2) == ("analytic", None)
+    assert pair(auto, unknown) == ("analytic", None)  # its refusal is then the answer
 
 
 def test_the_checklist_sends_refused_jobs_to_the_trace_engine_at_most_max_trace_times(
     engines: FakeEngines,
 ) -> None:
     engines.answers["analytic"] = NotModelledError("no closed forms for x", engine="analytic")
+    engines.answers["derived"] = NotModelledError("no derived form", engine="derived")
     first = EnginePolicy().analytic_first(resolve_model("gpt2"), None, max_trace=1)
-    assert first(WorkloadSpec()).engine == "trace"
+    est = first(WorkloadSpec())
+    assert est.engine == "trace"
+    assert est.engine_reason and "no closed forms for x" in est.engine_reason
     with pytest.raises(NotModelledError, match="no closed forms for x"):
         first(WorkloadSpec(batch_size=2))
     assert first.n_trace == 1 and first.rejected == ["no closed forms for x"] * 2
-    assert engines.calls == ["analytic", "trace", "analytic"]
+    # the derived engine is asked first (a cached form costs no trace); it refused here
+    assert engines.calls == ["analytic", "derived", "trace", "analytic"]
 
 
 def test_the_analytic_engine_refuses_what_it_cannot_model_with_a_typed_error() -> None:

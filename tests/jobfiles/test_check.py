@@ -25,7 +25,7 @@ EXPECTED = {
             batch_size=2,
             grad_accum=4,
             seq_len=4096,
-            precision="amp-bf16",
+            precision="bf16-mixed",
             checkpointing="full",
             optimizer="adamw",
             attention="flash",
@@ -41,7 +41,7 @@ EXPECTED = {
             batch_size=2,
             grad_accum=16,
             seq_len=2048,
-            precision="bf16",
+            precision="bf16-true",
             checkpointing="full",
             optimizer="adamw-fused",
             lora_rank=8,
@@ -55,7 +55,7 @@ EXPECTED = {
             batch_size=2,
             grad_accum=4,
             seq_len=512,
-            precision="bf16",
+            precision="bf16-true",
             optimizer="adamw",
             lora_rank=32,
             lora_targets=("q", "v"),
@@ -68,7 +68,7 @@ EXPECTED = {
             batch_size=1,
             grad_accum=8,
             seq_len=2048,
-            precision="amp-bf16",
+            precision="bf16-mixed",
             checkpointing="full",
             optimizer="adamw-fused",
             lora_rank=8,
@@ -82,7 +82,7 @@ EXPECTED = {
             batch_size=4,
             grad_accum=4,
             seq_len=2048,
-            precision="amp-bf16",
+            precision="bf16-mixed",
             checkpointing="full",
             optimizer="adamw-fused",
             lora_rank=32,
@@ -139,7 +139,7 @@ def test_an_unknown_key_is_listed_not_dropped(tmp_path):
 def test_training_config_plus_accelerate_config_combine():
     job = read_job([EXAMPLES / "trl-sft-config.yaml", EXAMPLES / "accelerate-fsdp2.yaml"])
     w = workload_of(job)
-    assert (w.gpus, w.shard, w.batch_size, w.precision) == (2, "fsdp", 4, "amp-bf16")
+    assert (w.gpus, w.shard, w.batch_size, w.precision) == (2, "fsdp", 4, "bf16-mixed")
     assert job.fields["gpus"].key == "num_processes"
 
 

@@ -14,7 +14,7 @@ from memfit.plan.space import Settings
 
 SETTINGS = [
     Settings(
-        precision="amp-bf16",
+        precision="bf16-mixed",
         optimizer="adamw-fused",
         checkpointing="full",
         micro_batch=2,
@@ -23,7 +23,7 @@ SETTINGS = [
         shard="zero2",
     ),
     Settings(
-        precision="amp-fp16",
+        precision="16-mixed",
         optimizer="adamw-8bit",
         micro_batch=1,
         grad_accum=4,
@@ -32,7 +32,7 @@ SETTINGS = [
         offload="params",
     ),
     Settings(
-        precision="amp-bf16",
+        precision="bf16-mixed",
         optimizer="adamw",
         checkpointing="full",
         micro_batch=4,
@@ -41,7 +41,7 @@ SETTINGS = [
         offload="optimizer",
     ),
     Settings(
-        precision="amp-bf16", optimizer="paged-adamw-8bit", micro_batch=4, grad_accum=2, gpus=1
+        precision="bf16-mixed", optimizer="paged-adamw-8bit", micro_batch=4, grad_accum=2, gpus=1
     ),
 ]
 
@@ -68,7 +68,7 @@ def test_training_arguments_and_deepspeed_read_back_as_the_same_job(tmp_path, s)
 @pytest.mark.parametrize("offload", ["none", "params"])
 def test_the_accelerate_fsdp_config_reads_back_as_the_same_job(tmp_path, offload):
     s = Settings(
-        precision="amp-bf16",
+        precision="bf16-mixed",
         optimizer="adamw",
         checkpointing="full",
         micro_batch=2,
@@ -91,5 +91,5 @@ def test_the_accelerate_fsdp_config_reads_back_as_the_same_job(tmp_path, offload
         "fsdp",
         offload,
         "full",
-        "amp-bf16",
+        "bf16-mixed",
     )

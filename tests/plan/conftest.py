@@ -21,7 +21,13 @@ from memfit.spec import WorkloadSpec
 
 N_PARAMS = 1_000_000
 #: bytes per parameter by precision: (weights, gradients), and optimizer states per trainable one
-_WEIGHT = {"fp32": (4, 4), "bf16": (2, 2), "fp16": (2, 2), "amp-bf16": (4, 4), "amp-fp16": (4, 4)}
+_WEIGHT = {
+    "32-true": (4, 4),
+    "bf16-true": (2, 2),
+    "16-true": (2, 2),
+    "bf16-mixed": (4, 4),
+    "16-mixed": (4, 4),
+}
 _OPT = {"adamw": 8, "adamw-fused": 8, "adamw-8bit": 2, "adafactor": 1, "none": 0}
 _QUANT = {"none": 1.0, "int8": 0.5, "fp8": 0.5, "nf4": 0.3, "nf4-dq": 0.28, "int4-awq": 0.3}
 _CKPT = {"none": 1.0, "selective": 0.5, "full": 0.1}

@@ -124,9 +124,9 @@ def _s(**kw: Any) -> Settings:
 
 
 def test_dominance_orders_precision_lora_rank_and_freezing() -> None:
-    assert dominates(_s(), _s(precision="bf16"))  # AMP keeps fp32 weights, grads, states
-    assert not dominates(_s(precision="bf16"), _s())
-    assert not dominates(_s(precision="amp-bf16"), _s(precision="fp16"))  # other width
+    assert dominates(_s(), _s(precision="bf16-true"))  # mixed keeps fp32 weights, grads, states
+    assert not dominates(_s(precision="bf16-true"), _s())
+    assert not dominates(_s(precision="bf16-mixed"), _s(precision="16-true"))  # other width
     assert dominates(_s(lora_rank=64), _s(lora_rank=16))
     assert not dominates(_s(lora_rank=16), _s(lora_rank=64))
     assert dominates(_s(), _s(freeze_layers=2))  # none frozen keeps more than two

@@ -16,7 +16,7 @@ from memfit.errors import DoesNotFitError
 from memfit.estimate.result import MemoryEstimate
 from memfit.plan import PlanRequest, plan
 from memfit.plan.budget import need_bytes
-from memfit.plan.search import RANK_TIE_FRACTION, rank_key
+from memfit.plan.search import RANK_TIE_FRACTION
 from memfit.spec import WorkloadSpec
 from memfit.units import MiB
 
@@ -75,21 +75,26 @@ def test_the_recommended_plan_fits_by_the_trace_engine_within_the_headroom(
     assert all("over by" in r.reason for r in p.rejected if r.reason)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     small=st.integers(min_value=2 * MiB, max_value=40 * MiB),
     extra=st.integers(min_value=0, max_value=40 * MiB),
 )
-def test_more_memory_never_yields_a_slower_best_plan(
+def test_more_memory_never_yields_a_worse_best_plan(
     tiny_llama_dir: Path, small: int, extra: int
 ) -> None:
     p1 = closed_form_plan(tiny_llama_dir, small)
     p2 = closed_form_plan(tiny_llama_dir, small + extra)
     if p1.recommended is not None:
         assert p2.recommended is not None
-        # no worse by the planner's ranking: step time (ties within RANK_TIE_FRACTION), then risk
-        assert rank_key(p2.recommended) <= rank_key(p1.recommended)
-        assert p2.recommended.cost.step_s <= p1.recommended.cost.step_s * (1 + RANK_TIE_FRACTION)
+        # no worse by the planner's order: its tier (as asked, memory-only, offload, result-
+        # changing), then inside the tier step time (ties within RANK_TIE_FRACTION) and risk
+        pref1, pref2 = p1.preference(), p2.preference()
+        assert pref1 is not None and pref2 is not None
+        assert pref2 <= pref1
+        if pref2[0] == pref1[0] and pref1[0] < 3:
+            limit = p1.recommended.cost.step_s * (1 + RANK_TIE_FRACTION)
+            assert p2.recommended.cost.step_s <= limit
 
 
 def test_constraints_bound_the_recommended_plan(tiny_llama_dir: Path) -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from memfit.errors import SpecError
 from memfit.plan import PlanRequest
-from memfit.plan.space import Settings, SpaceOptions, candidates, dominates, quality_risk
+from memfit.plan.recipe import CHANGES_RESULT, MEMORY_ONLY, changes, quality_risk
+from memfit.plan.space import Settings, SpaceOptions, candidates, dominates, recipe
 from memfit.spec import LoraSpec, ParallelSpec, WorkloadSpec
 
 
@@ -44,16 +45,28 @@ def test_micro_batch_times_accumulation_is_the_per_gpu_batch() -> None:
     assert {s.micro_batch for s in got} == {1, 2, 3, 4, 6, 12}
 
 
-def test_multi_gpu_training_tries_zero_and_fsdp_and_offload_only_when_allowed() -> None:
+def test_multi_gpu_training_tries_zero_and_fsdp_and_offload_as_memory_only_layouts() -> None:
     shards = {(s.shard, s.offload) for s in candidates(_opts(gpus=4, per_rank_batch=2))}
-    assert shards == {("ddp", "none"), ("zero2", "none"), ("zero3", "none"), ("fsdp", "none")}
-    offl = {s.offload for s in candidates(_opts(allow_offload=True))}
-    assert offl == {"none", "optimizer", "params"}
+    assert shards == {
+        ("ddp", "none"),
+        ("zero2", "none"),
+        ("zero3", "none"),
+        ("fsdp", "none"),
+        ("zero2", "optimizer"),
+        ("zero3", "optimizer"),
+        ("zero3", "params"),
+    }
+    assert {s.offload for s in candidates(_opts(mode="infer"))} == {"none"}
+
+
+def test_pure_16_bit_states_are_never_tried_under_deepspeed_zero() -> None:
+    got = candidates(_opts(gpus=2, per_rank_batch=2))
+    assert {s.shard for s in got if s.precision == "bf16-true"} == {"ddp", "fsdp"}
 
 
 def test_gpus_without_bf16_plan_in_fp16() -> None:
     precisions = {s.precision for s in candidates(_opts(supports_bf16=False))}
-    assert precisions == {"amp-fp16", "fp16"}
+    assert precisions == {"16-mixed", "16-true"}
 
 
 def test_inference_splits_requests_over_replicas_and_tries_fp8_where_supported() -> None:
@@ -62,25 +75,70 @@ def test_inference_splits_requests_over_replicas_and_tries_fp8_where_supported()
     assert "fp8" in {s.quant for s in got}
 
 
-def test_quality_risk_is_the_highest_of_the_settings_with_reasons() -> None:
-    assert quality_risk(Settings(precision="amp-bf16", optimizer="adamw-fused")) == (0, ())
-    level, why = quality_risk(
-        Settings(precision="amp-bf16", optimizer="adamw-8bit", lora_rank=16, quant="nf4-dq")
+ASKED = Settings(precision="bf16-mixed", optimizer="adamw", micro_batch=8)
+
+
+def _risk(s: Settings, asked: Settings = ASKED, mode: str = "train") -> tuple[int, tuple[str, ...]]:
+    return quality_risk(changes(s, asked, mode))
+
+
+def test_quality_risk_sums_the_result_changing_reasons() -> None:
+    fused = Settings(precision="bf16-mixed", optimizer="adamw-fused", micro_batch=8)
+    assert _risk(fused) == (0, ())  # the same update in one kernel: memory-only
+    level, why = _risk(
+        Settings(precision="bf16-mixed", optimizer="adamw-8bit", lora_rank=16, quant="nf4-dq")
     )
-    assert level == 2 and any("4-bit" in w for w in why) and any("8-bit" in w for w in why)
-    assert quality_risk(Settings(precision="fp16"))[0] == 3  # no loss scaling
+    # LoRA 1 + 4-bit 2 + 8-bit states 1 = 4, capped at high
+    assert level == 3 and len(why) == 3
+    assert any("4-bit" in w for w in why) and any("8-bit" in w for w in why)
+    assert _risk(Settings(precision="16-true"), Settings(precision="16-mixed"))[0] == 3
+
+
+def test_three_reasons_are_never_low_risk() -> None:
+    # the opt-125m recommendation: pure bf16, 8-bit AdamW, half the layers frozen
+    s = Settings(precision="bf16-true", optimizer="adamw-8bit", freeze_layers=6, micro_batch=8)
+    level, why = _risk(s)
+    assert len(why) == 3 and level == 3
+
+
+def test_each_change_is_labelled_memory_only_or_result_changing() -> None:
+    s = Settings(
+        precision="bf16-true",
+        optimizer="adamw-fused",
+        checkpointing="full",
+        micro_batch=2,
+        grad_accum=4,
+    )
+    kinds = {c.what: c.kind for c in changes(s, ASKED, "train")}
+    assert kinds["precision bf16-true"] == CHANGES_RESULT
+    assert kinds["full activation checkpointing"] == MEMORY_ONLY
+    assert kinds["micro-batch 2 x 4 accumulation steps"] == MEMORY_ONLY
+    assert kinds["optimizer adamw-fused (same update, one fused kernel)"] == MEMORY_ONLY
+    assert changes(ASKED, ASKED, "train") == []
+
+
+def test_the_recipe_is_the_job_as_asked() -> None:
+    asked = recipe(_opts(per_rank_batch=8, optimizer="sgd", precision="bf16"))
+    assert (asked.precision, asked.optimizer, asked.micro_batch) == ("bf16-mixed", "sgd", 8)
+    assert (asked.lora_rank, asked.freeze_layers, asked.checkpointing) == (None, 0, "none")
+    lora = recipe(_opts(lora_asked=True, lora_ranks=(8,)))
+    assert lora.lora_rank == 8
+    assert recipe(_opts(mode="infer", per_rank_batch=4)).precision == "bf16-true"
+    assert all(s.lora_rank == 8 for s in candidates(_opts(lora_asked=True, lora_ranks=(8,))))
 
 
 def test_a_larger_micro_batch_with_less_checkpointing_is_dominated_by_a_failure() -> None:
-    failed = Settings(precision="amp-bf16", checkpointing="selective", micro_batch=2)
-    assert dominates(Settings(precision="amp-bf16", checkpointing="none", micro_batch=4), failed)
+    failed = Settings(precision="bf16-mixed", checkpointing="selective", micro_batch=2)
+    assert dominates(Settings(precision="bf16-mixed", checkpointing="none", micro_batch=4), failed)
     assert not dominates(
-        Settings(precision="amp-bf16", checkpointing="full", micro_batch=4), failed
+        Settings(precision="bf16-mixed", checkpointing="full", micro_batch=4), failed
     )
-    assert not dominates(Settings(precision="bf16", checkpointing="none", micro_batch=4), failed)
+    assert not dominates(
+        Settings(precision="bf16-true", checkpointing="none", micro_batch=4), failed
+    )
     # equal rank, different value: not comparable
-    zero3 = Settings(precision="amp-bf16", gpus=2, shard="zero3")
-    assert not dominates(Settings(precision="amp-bf16", gpus=2, shard="fsdp"), zero3)
+    zero3 = Settings(precision="bf16-mixed", gpus=2, shard="zero3")
+    assert not dominates(Settings(precision="bf16-mixed", gpus=2, shard="fsdp"), zero3)
 
 
 def test_plan_request_reports_every_problem_together() -> None:
@@ -91,21 +149,21 @@ def test_plan_request_reports_every_problem_together() -> None:
 
 
 def test_gradient_accumulation_holds_the_gradients_through_later_micro_batches() -> None:
-    one_step = Settings(precision="amp-bf16", optimizer="adamw", micro_batch=8, grad_accum=1)
-    accumulating = Settings(precision="amp-bf16", optimizer="adamw", micro_batch=2, grad_accum=4)
+    one_step = Settings(precision="bf16-mixed", optimizer="adamw", micro_batch=8, grad_accum=1)
+    accumulating = Settings(precision="bf16-mixed", optimizer="adamw", micro_batch=2, grad_accum=4)
     assert one_step.workload("train", 512).zero_grad_set_to_none is True
     assert accumulating.workload("train", 512).zero_grad_set_to_none is False
     assert accumulating.workload("infer", 512).zero_grad_set_to_none is True
 
 
 def test_inference_risk_counts_only_the_weight_format() -> None:
-    served = Settings(precision="bf16", quant="int4-awq")
-    assert quality_risk(served, "infer") == (
+    asked = Settings(precision="bf16-true")
+    served = Settings(precision="bf16-true", quant="int4-awq")
+    assert _risk(served, asked, "infer") == (
         2,
         ("4-bit AWQ weights: check quality on your eval set",),
     )
-    assert quality_risk(Settings(precision="bf16"), "infer") == (0, ())
-    assert quality_risk(Settings(precision="bf16"), "train")[0] == 1
+    assert _risk(Settings(precision="bf16-true", tp=1), asked, "infer") == (0, ())
 
 
 def test_prepare_kbit_marks_the_quantized_training_stacks_only() -> None:
@@ -138,12 +196,12 @@ def test_settings_are_the_workloads_techniques_and_layout_plus_the_batch_split()
     s = Settings.of(w)
     assert s.techniques == w.techniques and s.parallel == w.parallel
     assert (s.micro_batch, s.grad_accum) == (4, 8)
-    assert (s.precision, s.lora_rank, s.quant, s.prepare_kbit) == ("amp-bf16", 16, "nf4", True)
+    assert (s.precision, s.lora_rank, s.quant, s.prepare_kbit) == ("bf16-mixed", 16, "nf4", True)
     assert (s.gpus, s.shard, s.dp) == (2, "zero3", 2)
 
 
 def test_settings_take_flat_names_and_validate_them_as_the_workload_does() -> None:
-    s = Settings(precision="amp-bf16", gpus=2, shard="zero3", micro_batch=2)
+    s = Settings(precision="bf16-mixed", gpus=2, shard="zero3", micro_batch=2)
     assert s.optimizer == "none" and s.techniques.lora is None  # the planner names optimizers
     assert Settings(precision="bf16", gpus=4).shard == "ddp"  # the layout's default
     assert dataclasses.replace(s, lora_rank=16).techniques.lora == LoraSpec(rank=16)
@@ -167,7 +225,7 @@ def test_a_plans_workload_carries_its_split_and_gives_the_settings_back() -> Non
 
 
 def test_settings_print_their_flat_names_in_the_plan_json() -> None:
-    s = Settings(precision="amp-bf16", optimizer="adamw-fused", micro_batch=2, grad_accum=4)
+    s = Settings(precision="bf16-mixed", optimizer="adamw-fused", micro_batch=2, grad_accum=4)
     assert list(s.to_json()) == [
         "precision",
         "quant",

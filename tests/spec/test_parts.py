@@ -26,7 +26,10 @@ from memfit.spec import LoraSpec, ParallelSpec, QuantSpec, ShapeSpec, TechniqueS
         (lambda: QuantSpec(format="int4-gptq", group_size=0), r"quant_group_size \(0\) must be"),
         (lambda: QuantSpec(prepare_kbit=True), r"prepare_kbit .* needs --mode train and a --quant"),
         (lambda: QuantSpec(format="nf4", compute_dtype="f8"), r"quant_compute_dtype \('f8'\)"),
-        (lambda: TechniqueSpec(precision="fp9"), r"precision \('fp9'\) must be one of fp32"),
+        (
+            lambda: TechniqueSpec(precision="fp9"),
+            r"precision \('fp9'\) must be one of bf16-mixed, bf16-true",
+        ),
         (lambda: TechniqueSpec(optimizer="adam"), r"optimizer \('adam'\) must be one of adamw"),
         (lambda: TechniqueSpec(freeze_layers=-1), r"freeze_layers \(-1\) must be an integer >= 0"),
         (lambda: ParallelSpec(gpus=8, tp=3), r"tp \(3\) must divide gpus \(8\)"),
@@ -118,8 +121,12 @@ def test_accumulating_with_gradients_freed_each_step_is_warned_about() -> None:
 def test_prepare_kbit_runs_the_programs_in_fp32_with_the_quantized_layers_dtype() -> None:
     from memfit.estimate.analytic.engine import kbit_workload
 
-    qlora = WorkloadSpec(quant="nf4", lora_rank=8, prepare_kbit=True, precision="bf16")
+    qlora = WorkloadSpec(quant="nf4", lora_rank=8, prepare_kbit=True, precision="bf16-true")
     seen = kbit_workload(qlora)
-    assert (seen.precision, seen.prepare_kbit, seen.quant_compute_dtype) == ("fp32", False, "bf16")
+    assert (seen.precision, seen.prepare_kbit, seen.quant_compute_dtype) == (
+        "32-true",
+        False,
+        "bf16",
+    )
     assert seen.techniques.quantization.compute_dtype == "bf16"
     assert kbit_workload(WorkloadSpec()) == WorkloadSpec()  # nothing to rewrite

@@ -1,5 +1,5 @@
-"""The training step under the plan's precision: ``torch.autocast`` for ``amp-*`` and
-``torch.amp.GradScaler`` for ``amp-fp16`` (Micikevicius et al. 2018: fp16 gradients need loss
+"""The training step under the plan's precision: ``torch.autocast`` for ``*-mixed`` and
+``torch.amp.GradScaler`` for ``16-mixed`` (Micikevicius et al. 2018: fp16 gradients need loss
 scaling), exactly the step memfit's estimator traces (``memfit.estimate.trace.steps``)::
 
     amp = memfit.apply.AmpStep(plan, device_type="cuda")
@@ -20,20 +20,21 @@ import torch
 
 from memfit.apply.precision import AUTOCAST_DTYPE, check_precision
 from memfit.apply.target import resolve
+from memfit.spec import PRECISION_RULES
 
 
 class AmpStep:
     """Autocast + loss scaling for one plan. ``scaler`` is a ``torch.amp.GradScaler`` for
-    ``amp-fp16`` and None otherwise; ``dtype`` the autocast dtype (None: no autocast)."""
+    ``16-mixed`` and None otherwise; ``dtype`` the autocast dtype (None: no autocast)."""
 
     def __init__(self, plan: Any, *, device_type: str = "cuda") -> None:
-        precision = resolve(plan).workload.precision
+        precision = resolve(plan).workload.run_precision
         check_precision(precision, torch.device(device_type))
         self.precision = precision
         self.device_type = device_type
         self.dtype: torch.dtype | None = AUTOCAST_DTYPE.get(precision)
         self.scaler: torch.amp.GradScaler | None = (
-            torch.amp.GradScaler(device_type) if precision == "amp-fp16" else None
+            torch.amp.GradScaler(device_type) if PRECISION_RULES[precision].grad_scaler else None
         )
 
     @property

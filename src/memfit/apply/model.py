@@ -66,10 +66,15 @@ def apply_plan_(
     device = device_of(model)
     backend = _preflight(w, device, quant_backend)
     applied: dict[str, str] = {}
-    changed = precision.cast_parameters_(model, w.precision)
+    changed = precision.cast_parameters_(model, w.run_precision)
     applied["precision"] = (
-        f"{len(changed)} parameters cast to {precision.PARAM_DTYPE[w.precision]}"
-        + (" (autocast in the step: AmpStep)" if w.precision.startswith("amp-") else "")
+        f"{w.precision}: {len(changed)} parameters cast to "
+        f"{precision.PARAM_DTYPE[w.run_precision]}"
+        + (
+            " (autocast in the step: AmpStep)"
+            if w.run_precision in precision.AUTOCAST_DTYPE
+            else ""
+        )
     )
     deferred = _deferred(target)
     impl = attention.set_attention_(model, w.attention)
@@ -112,7 +117,7 @@ def _preflight(w: WorkloadSpec, device: torch.device, quant_backend: str) -> str
     """Every hardware / package requirement, checked before the model changes."""
     from memfit.apply.requirements import import_bitsandbytes, require_capability
 
-    precision.check_precision(w.precision, device)
+    precision.check_precision(w.run_precision, device)
     if w.attention == "flash":
         require_capability(device, FLASH_ATTN_MIN_CAPABILITY, "attention 'flash'")
     backend = None
@@ -168,7 +173,7 @@ def verify_plan(
     p: list[str] = []
     record = applied_plan(model)
     if record is None or not record.prepared_kbit:  # prepare_kbit upcasts norms on purpose
-        p += precision.check_model_dtype(model, w.precision)
+        p += precision.check_model_dtype(model, w.run_precision)
     impl = attention.current_attention(model)
     if impl is not None and impl != attention.HF_ATTENTION[w.attention]:
         p.append(f"attention {w.attention!r}: the model runs {impl!r}")

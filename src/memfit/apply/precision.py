@@ -1,5 +1,6 @@
-"""Precision: the dtype the weights are stored in (``bf16``/``fp16``: cast; ``fp32``/``amp-*``:
-fp32 master weights), checked against the hardware.
+"""Precision: the dtype the weights are stored in (``bf16-true``/``16-true``: cast;
+``32-true``/``*-mixed``: fp32 master weights; under DeepSpeed ZeRO ``*-mixed`` runs as its 16-bit
+model, ``WorkloadSpec.run_precision``), checked against the hardware.
 
 The cast touches floating-point *parameters* only, as ``from_pretrained(..., dtype=...)`` leaves
 them: buffers that models build in fp32 on purpose (rotary ``inv_freq``) stay fp32, which is also
@@ -15,16 +16,18 @@ from memfit.apply.requirements import UnsupportedHardwareError, device_of, requi
 # The estimator's tables: a plan applies exactly the dtypes memfit estimated.
 from memfit.estimate.trace.build import PARAM_DTYPE as PARAM_DTYPE
 from memfit.estimate.trace.steps import AUTOCAST_DTYPE as AUTOCAST_DTYPE
+from memfit.spec import PRECISION_RULES
 
 
 def check_precision(precision: str, device: torch.device) -> None:
     """Raise :class:`UnsupportedHardwareError` when ``device`` cannot run ``precision``."""
-    if "bf16" in precision:
+    rule = PRECISION_RULES[precision]
+    if rule.compute == "bfloat16":
         require_bf16(device)
-    if precision == "amp-fp16" and device.type not in ("cuda", "cpu", "xpu"):
+    if rule.grad_scaler and device.type not in ("cuda", "cpu", "xpu"):
         raise UnsupportedHardwareError(
-            f"precision 'amp-fp16' needs autocast and a GradScaler on {device.type!r}; use "
-            "'amp-bf16' or run on CUDA"
+            f"precision {precision!r} needs autocast and a GradScaler on {device.type!r}; use "
+            "'bf16-mixed' or run on CUDA"
         )
 
 

@@ -87,7 +87,7 @@ def quantize_linears_(
         raise SpecError(f"quant ({fmt!r}): {type(model).__name__} has no Linear layer to quantize")
     if backend == "bitsandbytes":
         bnb = import_bitsandbytes(f"quant {fmt!r}")
-        compute = COMPUTE_DTYPE[workload.precision]
+        compute = COMPUTE_DTYPE[workload.run_precision]
         for name in names:
             old = model.get_submodule(name)
             model.set_submodule(name, _bnb_layer(bnb, old, fmt, compute))
@@ -207,7 +207,7 @@ def from_pretrained_kwargs(plan: Any, *, quant_backend: str = "auto") -> dict[st
     target = resolve(plan)
     w = target.workload
     out: dict[str, Any] = {
-        "dtype": PARAM_DTYPE[w.precision],
+        "dtype": PARAM_DTYPE[w.run_precision],
         "attn_implementation": HF_ATTENTION[w.attention],
     }
     if w.quant == "none":

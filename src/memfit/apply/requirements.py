@@ -64,7 +64,7 @@ def require_capability(device: torch.device, minimum: tuple[int, int], what: str
 def require_bf16(device: torch.device) -> None:
     """bf16 runs on CPU and on CUDA GPUs from Ampere on (without emulation)."""
     if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
-        require_capability(device, BF16_MIN_CAPABILITY, "bf16 (precision bf16 / amp-bf16)")
+        require_capability(device, BF16_MIN_CAPABILITY, "bf16 (precision bf16-true / bf16-mixed)")
 
 
 def require_package(module: str, pip_name: str, what: str) -> None:

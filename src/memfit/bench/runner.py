@@ -51,7 +51,7 @@ Change = Callable[[WorkloadSpec, BenchModel], WorkloadSpec]
 #: weights get no gradients, so it cannot run alone in training): compare it with ``lora``.
 TECHNIQUES: dict[str, Change] = {
     "sdpa": lambda w, m: dataclasses.replace(w, attention="sdpa"),
-    "bf16": lambda w, m: dataclasses.replace(w, precision="bf16"),
+    "bf16": lambda w, m: dataclasses.replace(w, precision="bf16-true"),  # pure bf16 weights
     "checkpointing": lambda w, m: dataclasses.replace(w, checkpointing="full"),
     "lora": lambda w, m: dataclasses.replace(w, lora_rank=LORA_RANK),
     "freeze": lambda w, m: dataclasses.replace(w, freeze_layers=max(m.n_layers // 2, 1)),

@@ -24,13 +24,15 @@ from typing import Any
 
 from memfit.errors import NotModelledError
 from memfit.estimate.result import MemoryEstimate, PhasePeak
-from memfit.spec import WorkloadSpec
+from memfit.spec import PRECISION_RULES, WorkloadSpec
 
 __all__ = ["with_generation"]
 
 #: Bytes per cached element by precision: half-precision models cache in their dtype; fp32 and
 #: autocast runs keep fp32 keys (rotary in fp32) and so fp32 values (``torch.cat`` promotes).
-KV_ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "amp-bf16": 4, "amp-fp16": 4}
+#: Bytes per cached K/V element: the parameters' dtype (a mixed run's fp32 weights give fp32
+#: projections, as the trace records them).
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def with_generation(
@@ -79,7 +81,9 @@ def _static_cache_bytes(source: Any, w: WorkloadSpec) -> int:
     for i in range(n_layers):
         slides = window is not None and (not kinds or "sliding" in kinds[i % len(kinds)])
         tokens += min(window, max_len) if slides and window else max_len
-    return 2 * w.batch_size * kv * hd * KV_ELEMENT_BYTES[w.precision] * tokens
+    return (
+        2 * w.batch_size * kv * hd * DTYPE_BYTES[PRECISION_RULES[str(w.precision)].params] * tokens
+    )
 
 
 def _static(source: Any, w: WorkloadSpec, est: MemoryEstimate) -> tuple[MemoryEstimate, str]:

@@ -1,40 +1,59 @@
-"""Which engine answers a job: one policy that every command takes (torch-free).
+"""Which engine answers a job: the one rule every command takes (torch-free).
 
-Two engines. ``trace`` is the precise one: it runs the model on fake tensors and needs torch (and
-transformers for a config.json model). ``analytic`` is the fast one: closed forms, torch-free,
-for the families and techniques it has programs for. :class:`EnginePolicy` holds every rule for
-choosing between them, one method per kind of question:
+Three engines:
 
-- one answer (``memfit.estimate``, ``memfit estimate``): :meth:`EnginePolicy.estimate`. ``auto``
-  traces; it answers with the analytic engine when the trace stack is missing or the trace fails,
-  and says so in a first note. A factory model (``pkg.mod:fn``) is never sent to the analytic
-  engine, which needs a config.json. A named engine never falls back.
-- a search (``plan``, ``fit``): :meth:`EnginePolicy.search_engines`. The analytic engine searches,
-  the trace engine confirms the plans shown, where it can run.
-- a checklist (``upgrade``, ``doctor``): :meth:`EnginePolicy.analytic_first`. The analytic engine,
-  and the trace engine for at most ``max_trace`` jobs the analytic engine refuses.
+- ``analytic``: hand-written closed forms (torch-free, milliseconds) for the model families and
+  techniques it has programs for (:func:`memfit.estimate.analytic.supports`).
+- ``derived``: the trace engine's own bytes at any batch size from three or four traces of the
+  job, solved into exact per-allocation lines and replayed torch-free
+  (:mod:`memfit.estimate.derived`); cached on disk, so a second run costs no trace. Any
+  config.json model the trace engine builds on one GPU.
+- ``trace``: runs the model on fake tensors (needs torch, and transformers for a config.json
+  model); the precise one, seconds per estimate.
 
-An engine's answer is one of three typed outcomes: a ``MemoryEstimate`` (which says whether the
-job fits: ``MemoryEstimate.fits``), a :class:`~memfit.errors.NotModelledError` (this engine cannot
-model the job; another engine may), or a :class:`~memfit.errors.SpecError` (the job itself is
-wrong: no engine answers it). docs/decisions.md says how searches will use the distinction.
+**The rule** (``engine="auto"``): the fastest engine that models the job answers it.
+
+- A search (``plan``, ``fit``, ``upgrade``, ``doctor``): the analytic engine where the model's
+  type has a program (the trace engine then confirms the plans shown); else the derived engine;
+  else the trace engine. A job an engine refuses (NotModelledError) goes to the next one — never
+  "does not fit".
+- One answer (``estimate``): the precise bytes, by the cheapest route to them — the derived form
+  where one for this job is cached, else the trace engine (one trace costs less than deriving a
+  form), else the analytic engine when the trace stack is missing or the trace fails.
+
+A named engine (``--engine analytic|derived|trace``) answers alone, or says why it cannot. Every
+estimate says which engine answered and why (``MemoryEstimate.engine_reason``).
+
+The command line sets the policy for the commands it runs with :func:`use_engine`; library
+callers pass ``engine=`` to :func:`memfit.estimate` or use the same context manager. Progress of
+anything slow goes through :mod:`memfit.progress` (a callback), never a print.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memfit.errors import MemfitError, MissingDependencyError, SpecError, TraceError
+from memfit import progress
+from memfit.errors import (
+    MemfitError,
+    MissingDependencyError,
+    NotModelledError,
+    SpecError,
+    TraceError,
+)
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
 
 #: The values of ``engine``: the policy's choice, or one engine without fallback.
-ENGINES = ("auto", "trace", "analytic")
+ENGINES = ("auto", "analytic", "derived", "trace")
 
 Estimator = Callable[[WorkloadSpec], MemoryEstimate]
 
@@ -61,7 +80,7 @@ def run_engine(
     name: str, source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: bool | None = None
 ) -> MemoryEstimate:
     """``source`` (a ``ModelSource``) running ``workload`` on ``gpu`` (a catalog record or None),
-    estimated by the engine ``name`` ("analytic" or "trace") alone."""
+    estimated by the engine ``name`` ("analytic", "derived" or "trace") alone."""
     if workload.num_beams > 1 or workload.cache_implementation != "dynamic":
         from memfit.estimate.generation import with_generation  # beams, StaticCache
 
@@ -73,7 +92,12 @@ def run_engine(
         from memfit.estimate.analytic import estimate_analytic
 
         return estimate_analytic(source, workload, gpu=gpu)
+    if name == "derived":
+        from memfit.estimate.derived import estimate_derived
+
+        return estimate_derived(source, workload, gpu=gpu, progress=progress.report)
     _require_trace_stack(source)
+    progress.report(f"tracing {source.name} (batch {workload.batch_size}, seq {workload.seq_len})")
     if source.origin == "factory":
         from memfit.estimate.trace.factory import trace_factory
 
@@ -100,113 +124,256 @@ def _require_trace_stack(source: Any) -> None:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class EnginePolicy:
-    """The engine choice of every command. ``engine``: "auto" (the policy's rules, see the module
-    docstring), or "trace" / "analytic" (that engine alone, no fallback)."""
-
-    engine: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise SpecError(f"engine ({self.engine!r}) must be one of {', '.join(ENGINES)}")
-
-    def estimate(
-        self, source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: bool | None = None
-    ) -> MemoryEstimate:
-        """One answer for ``source`` running ``workload`` (``gpu``: a catalog record or None)."""
-        if self.engine == "analytic":
-            return run_engine("analytic", source, workload, gpu)
-        missing = trace_stack_missing(source)
-        if self.engine == "auto" and missing and source.origin != "factory":
-            est = run_engine("analytic", source, workload, gpu)
-            return with_notes(est, [f"engine auto: {missing}; used analytic"], first=True)
-        try:
-            return run_engine("trace", source, workload, gpu, extrapolate=extrapolate)
-        except TraceError as exc:
-            if self.engine != "auto" or source.origin == "factory":
-                raise
-            try:
-                est = run_engine("analytic", source, workload, gpu)
-            except MemfitError:
-                raise exc from None
-            note = f"engine auto: the trace engine failed ({exc}); used analytic"
-            return with_notes(est, [note], first=True)
-
-    def estimator(self, source: Any, gpu: Any) -> Estimator:
-        """:meth:`estimate` as a function of the workload alone."""
-        return lambda w: self.estimate(source, w, gpu)
-
-    def search_engines(self, source: Any) -> tuple[str, str | None]:
-        """(the engine that searches, the engine that confirms what the search shows or None).
-
-        ``auto``: the analytic engine searches (milliseconds per estimate) and the trace engine
-        confirms where its stack is installed. Where the analytic engine cannot model the model
-        at all — a factory (``pkg.mod:fn``), a model_type without closed forms — or is not
-        installed, the trace engine searches and nothing confirms: a search must not count
-        "cannot model" as "does not fit". A named engine searches alone."""
-        if self.engine != "auto":
-            return self.engine, None
-        trace_ok = source.origin == "factory" or trace_stack_missing(source) is None
-        if analytic_available() and _analytic_models(source):
-            return "analytic", "trace" if trace_ok else None
-        if not trace_ok:
-            return "analytic", None  # the analytic engine's refusal is the answer
-        return "trace", None
-
-    def analytic_first(self, source: Any, gpu: Any, *, max_trace: int) -> AnalyticFirst:
-        """The checklist's estimator (``upgrade``, ``doctor``): see :class:`AnalyticFirst`. It is
-        the ``auto`` rule; checklists take no ``--engine`` yet (a named engine's checklist would
-        use :meth:`estimator`)."""
-        return AnalyticFirst(source, gpu, max_trace=max_trace)
+def with_reason(est: MemoryEstimate, reason: str) -> MemoryEstimate:
+    """``est`` saying why its engine answered (kept when already said)."""
+    if est.engine_reason:
+        return est
+    return dataclasses.replace(est, engine_reason=reason)
 
 
-#: The default policy.
-AUTO = EnginePolicy()
+def _model_type(source: Any) -> str:
+    if source.origin == "factory":
+        return "a factory model"
+    return f"model_type {str((source.config or {}).get('model_type') or '?')!r}"
 
 
 def _analytic_models(source: Any) -> bool:
     """Whether the analytic engine has closed forms for ``source``'s model (not a factory, a
     model_type it has a program for); the job's settings may still be refused one by one."""
-    if source.origin == "factory" or source.config is None:
+    if source.origin == "factory" or source.config is None or not analytic_available():
         return False
     from memfit.estimate.analytic import supports
 
     return bool(supports(source.config))
 
 
+def _derived_may_model(source: Any) -> bool:
+    """Whether the derived engine can model ``source``'s jobs at all (a config.json model
+    without remote code, with the trace stack to build forms)."""
+    return (
+        source.origin != "factory"
+        and source.config is not None
+        and not source.trust_remote_code
+        and trace_stack_missing(source) is None
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchEngines:
+    """A search's engines: ``search`` estimates every candidate, ``confirm`` (or None) re-checks
+    the plans shown; ``reason`` says why, in one line."""
+
+    search: str
+    confirm: str | None
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnginePolicy:
+    """The engine choice of every command. ``engine``: "auto" (the rule in the module
+    docstring), or "analytic" / "derived" / "trace" (that engine alone, no fallback)."""
+
+    engine: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise SpecError(
+                f"engine ({self.engine!r}) must be one of {', '.join(ENGINES)}: --engine auto "
+                "lets memfit choose"
+            )
+
+    # ------------------------------------------------------------------ one answer
+    def estimate(
+        self, source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: bool | None = None
+    ) -> MemoryEstimate:
+        """One answer for ``source`` running ``workload`` (``gpu``: a catalog record or None)."""
+        if self.engine != "auto":
+            est = run_engine(self.engine, source, workload, gpu, extrapolate=extrapolate)
+            return with_reason(est, f"--engine {self.engine}")
+        if extrapolate is None and _derived_may_model(source):
+            from memfit.estimate.derived import is_cached
+
+            if is_cached(source, workload):
+                est = run_engine("derived", source, workload, gpu)
+                return with_reason(est, "auto: a derived form of this job is cached (the trace "
+                                   "engine's bytes without a trace)")  # fmt: skip
+        missing = trace_stack_missing(source)
+        if missing and source.origin != "factory":
+            est = run_engine("analytic", source, workload, gpu)
+            est = with_notes(est, [f"engine auto: {missing}; used analytic"], first=True)
+            return with_reason(est, f"auto: the trace engine cannot run ({missing})")
+        try:
+            est = run_engine("trace", source, workload, gpu, extrapolate=extrapolate)
+            return with_reason(est, "auto: one answer is traced (the precise engine)")
+        except TraceError as exc:
+            if source.origin == "factory":
+                raise
+            try:
+                est = run_engine("analytic", source, workload, gpu)
+            except MemfitError:
+                raise exc from None
+            note = f"engine auto: the trace engine failed ({exc}); used analytic"
+            est = with_notes(est, [note], first=True)
+            return with_reason(est, "auto: the trace failed, the analytic engine models the job")
+
+    def estimator(self, source: Any, gpu: Any) -> Estimator:
+        """:meth:`estimate` as a function of the workload alone."""
+        return lambda w: self.estimate(source, w, gpu)
+
+    # ------------------------------------------------------------------ searches
+    def search_engines(self, source: Any) -> SearchEngines:
+        """The engines of a search (``plan``, ``fit``) over ``source``'s jobs."""
+        if self.engine != "auto":
+            return SearchEngines(search=self.engine, confirm=None, reason=f"--engine {self.engine}")
+        trace_ok = source.origin == "factory" or trace_stack_missing(source) is None
+        if _analytic_models(source):
+            return SearchEngines(
+                search="analytic",
+                confirm="trace" if trace_ok else None,
+                reason=f"auto: {_model_type(source)} has a hand-written analytic program"
+                + ("; the trace engine confirms the plans shown" if trace_ok else ""),
+            )
+        if _derived_may_model(source):
+            return SearchEngines(
+                search="derived",
+                confirm=None,
+                reason=f"auto: {_model_type(source)} has no hand-written program; the derived "
+                "engine gives the trace engine's bytes (3-4 traces per technique stack, cached), "
+                "the trace engine answers the jobs it cannot model",
+            )
+        if not trace_ok:
+            return SearchEngines(
+                search="analytic",
+                confirm=None,
+                reason=f"auto: the trace engine cannot run ({trace_stack_missing(source)})",
+            )
+        return SearchEngines(
+            search="trace", confirm=None, reason=f"auto: {_model_type(source)} is traced"
+        )
+
+    def search_estimator(self, source: Any, gpu: Any, name: str, reason: str) -> Estimator:
+        """The estimator of engine ``name`` in a search: under ``auto`` the derived engine hands
+        a job it cannot model to the trace engine; a named engine answers alone."""
+        if name == "derived" and self.engine == "auto":
+            return Chain(source, gpu, ("derived", "trace"), reason=reason)
+        return Chain(source, gpu, (name,), reason=reason)
+
+    def analytic_first(self, source: Any, gpu: Any, *, max_trace: int) -> AnalyticFirst:
+        """The checklist's estimator (``upgrade``, ``doctor``): see :class:`AnalyticFirst`. The
+        ``auto`` policy object defers to the one set by :func:`use_engine`."""
+        chosen = active() if self.engine == "auto" else self
+        return AnalyticFirst(source, gpu, max_trace=max_trace, engine=chosen.engine)
+
+
+#: The default policy.
+AUTO = EnginePolicy()
+
+_ACTIVE: contextvars.ContextVar[EnginePolicy | None] = contextvars.ContextVar(
+    "memfit_engine_policy", default=None
+)
+
+
+def active() -> EnginePolicy:
+    """The policy set by :func:`use_engine`, else :data:`AUTO`."""
+    return _ACTIVE.get() or AUTO
+
+
+@contextlib.contextmanager
+def use_engine(engine: str) -> Iterator[EnginePolicy]:
+    """Run the searches and checklists inside with ``engine`` (what ``--engine`` sets)."""
+    policy = EnginePolicy(engine=engine)
+    token = _ACTIVE.set(policy)
+    try:
+        yield policy
+    finally:
+        _ACTIVE.reset(token)
+
+
+class Chain:
+    """Estimator: the engines in ``order``; one that cannot model the job (NotModelledError)
+    hands it to the next. Each estimate carries ``reason`` and, after a hand-over, why."""
+
+    def __init__(self, source: Any, gpu: Any, order: tuple[str, ...], *, reason: str) -> None:
+        self.source, self.gpu, self.order, self.reason = source, gpu, order, reason
+
+    def __call__(self, w: WorkloadSpec) -> MemoryEstimate:
+        refusals: list[str] = []
+        for i, name in enumerate(self.order):
+            last = i == len(self.order) - 1
+            try:
+                est = run_engine(name, self.source, w, self.gpu)
+            except NotModelledError as exc:
+                if last:
+                    raise
+                refusals.append(f"{name}: {exc}")
+                continue
+            reason = self.reason if not refusals else f"auto: {'; '.join(refusals)}"
+            return with_reason(est, reason)
+        raise AssertionError("unreachable: the last engine raises or answers")
+
+
 class AnalyticFirst:
-    """Estimator: the analytic engine; a job it refuses goes to the trace engine, at most
-    ``max_trace`` times (then the refusal is raised, and the caller counts the job as not
-    estimated). ``rejected`` keeps every refusal's message, ``n_trace`` the trace runs.
+    """Estimator of the checklists: under ``auto`` the analytic engine; a job it refuses goes to
+    the derived engine and then the trace engine, at most ``max_trace`` times for jobs that need
+    a trace (a cached derived form needs none; then the refusal is raised, and the caller
+    counts the job as not estimated). ``rejected`` keeps every refusal's message, ``n_trace``
+    the fallbacks that traced. A named ``engine`` answers alone.
 
     Any SpecError counts as a refusal today, a :class:`~memfit.errors.NotModelledError` or not:
     bad input then reaches the trace engine, which raises it with the same message (the shared
     checks of :mod:`memfit.estimate.pipeline`)."""
 
-    def __init__(self, source: Any, gpu: Any, *, max_trace: int = 0) -> None:
-        self.source, self.gpu, self.max_trace = source, gpu, max_trace
+    def __init__(self, source: Any, gpu: Any, *, max_trace: int = 0, engine: str = "auto") -> None:
+        self.source, self.gpu, self.max_trace, self.engine = source, gpu, max_trace, engine
         self.n_trace = 0
         self.rejected: list[str] = []
 
     def __call__(self, w: WorkloadSpec) -> MemoryEstimate:
+        if self.engine != "auto":
+            return with_reason(run_engine(self.engine, self.source, w, self.gpu),
+                               f"--engine {self.engine}")  # fmt: skip
         try:
-            return run_engine("analytic", self.source, w, self.gpu)
+            est = run_engine("analytic", self.source, w, self.gpu)
+            return with_reason(est, f"auto: {_model_type(self.source)} has an analytic program")
         except SpecError as exc:
             self.rejected.append(str(exc))
-            if self.n_trace >= self.max_trace or trace_stack_missing(self.source) is not None:
+            cached = self._derived_cached(w)
+            if not cached and (
+                self.n_trace >= self.max_trace or trace_stack_missing(self.source) is not None
+            ):
                 raise
+        why = f"auto: the analytic engine cannot model it ({self.rejected[-1]})"
+        if _derived_may_model(self.source):
+            try:
+                est = run_engine("derived", self.source, w, self.gpu)
+            except NotModelledError as exc:
+                why += f"; the derived engine neither ({exc})"
+            else:
+                self.n_trace += 0 if cached else 1
+                return with_reason(est, why + "; derived from the trace")
         self.n_trace += 1
-        return run_engine("trace", self.source, w, self.gpu)
+        return with_reason(run_engine("trace", self.source, w, self.gpu), why + "; traced")
+
+    def _derived_cached(self, w: WorkloadSpec) -> bool:
+        if not _derived_may_model(self.source):
+            return False
+        from memfit.estimate.derived import is_cached
+
+        return is_cached(self.source, w)
 
 
 __all__ = [
     "AUTO",
     "ENGINES",
     "AnalyticFirst",
+    "Chain",
     "EnginePolicy",
     "Estimator",
+    "SearchEngines",
+    "active",
     "analytic_available",
     "run_engine",
     "trace_stack_missing",
+    "use_engine",
+    "with_reason",
 ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from memfit.errors import DoesNotFitError
-from memfit.units import format_bytes
+
+if TYPE_CHECKING:
+    from memfit.estimate.verdict import Verdict
 
 #: Components of device memory, in report order. ``parameters`` includes module buffers;
 #: ``activations`` includes the step's inputs; ``temporary`` is everything born in backward or in
@@ -36,18 +38,45 @@ class PhasePeak:
 
 @dataclass(frozen=True, kw_only=True)
 class FitVerdict:
+    """The job on ``gpu`` by THE verdict rule (:mod:`memfit.estimate.verdict`): ``verdict`` is
+    ``fits`` / ``tight`` / ``does not fit``, ``fits`` is ``verdict == "fits"``. ``free_bytes``:
+    capacity minus the point value. :class:`MemoryEstimate` fills in the verdict from its range."""
+
     gpu: str
     capacity_bytes: int
     free_bytes: int
     fits: bool
+    verdict: str | None = None
+    need_bytes: int | None = None
+    headroom_bytes: int = 0
+
+    def judgement(self) -> Verdict:
+        from memfit.estimate.verdict import judge
+
+        return judge(
+            point_bytes=self.capacity_bytes - self.free_bytes,
+            need_bytes=self.need_bytes if self.need_bytes is not None else 0,
+            capacity_bytes=self.capacity_bytes,
+            headroom_bytes=self.headroom_bytes,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "gpu": self.gpu,
             "capacity_bytes": self.capacity_bytes,
             "free_bytes": self.free_bytes,
             "fits": self.fits,
         }
+        if self.verdict is not None:
+            v = self.judgement()
+            out.update(
+                verdict=v.verdict,
+                need_bytes=v.need_bytes,
+                headroom_bytes=v.headroom_bytes,
+                limit_bytes=v.limit_bytes,
+                margin_bytes=v.margin_bytes,
+            )
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +123,9 @@ class MemoryEstimate:
     attention_backends: dict[str, int] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Why ``engine`` answered (the engine policy's rule, memfit.estimate.policy); None when the
+    #: engine was called directly.
+    engine_reason: str | None = None
 
     def __post_init__(self) -> None:
         total = sum(self.components.values())
@@ -119,6 +151,18 @@ class MemoryEstimate:
             max(dev_high, res_high + context),
         )
         object.__setattr__(self, "ranges", merged)
+        if self.fits is not None and self.fits.verdict is None:
+            from memfit.estimate.verdict import judge_estimate
+
+            v = judge_estimate(self, self.fits.capacity_bytes)
+            verdict = replace(
+                self.fits,
+                fits=v.fits,
+                verdict=v.verdict,
+                need_bytes=v.need_bytes,
+                headroom_bytes=v.headroom_bytes,
+            )
+            object.__setattr__(self, "fits", verdict)
 
     def _repr_html_(self) -> str:
         """A notebook's view: the verdict, the peaks with their ranges, the components bar."""
@@ -127,12 +171,10 @@ class MemoryEstimate:
         return estimate_fragment(self.to_json())
 
     def raise_if_not_fit(self) -> None:
+        """Raise :class:`DoesNotFitError` unless the verdict is ``fits`` (``tight`` raises too:
+        the upper end of the range plus headroom does not fit; see memfit.estimate.verdict)."""
         if self.fits is not None and not self.fits.fits:
-            raise DoesNotFitError(
-                f"{self.model_name} needs {format_bytes(self.device_used_bytes)} on the device but "
-                f"{self.fits.gpu} has {format_bytes(self.fits.capacity_bytes)} "
-                f"(short by {format_bytes(-self.fits.free_bytes)})"
-            )
+            raise DoesNotFitError(f"{self.model_name}: {self.fits.judgement().text(self.fits.gpu)}")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +185,7 @@ class MemoryEstimate:
             },
             "workload": self.workload,
             "engine": self.engine,
+            "engine_reason": self.engine_reason,
             "environment": self.environment,
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes,

@@ -161,8 +161,8 @@ def precision_of(r: KeyReader) -> str:
     if as_bool(r, "fp16", fp16):
         r.set("precision", MIXED["fp16"], "fp16", fp16)
         return MIXED["fp16"]
-    r.set("precision", "fp32", "bf16", "false (default)")
-    return "fp32"
+    r.set("precision", TRUE["fp32"], "bf16", "false (default)")
+    return TRUE["fp32"]
 
 
 def optimizer_of(r: KeyReader, key: str) -> None:
@@ -343,7 +343,7 @@ def read_hf(r: KeyReader) -> None:
         r.warnings.append(
             r_warning(
                 r,
-                "bf16" if precision.value != "fp32" else "dtype",
+                "bf16" if precision.value != TRUE["fp32"] else "dtype",
                 f"estimated as {precision.value}: fp32 weights (the larger figure). transformers 5 "
                 "loads a checkpoint in its own dtype by default (bf16 for most), which trains in "
                 "pure bf16 and needs about half the weight + optimizer memory: pass --precision "

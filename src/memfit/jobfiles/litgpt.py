@@ -19,10 +19,10 @@ LIGHTNING_PRECISION = {
     "bf16-mixed": MIXED["bf16"],
     "16-true": TRUE["fp16"],
     "16-mixed": MIXED["fp16"],
-    "32-true": "fp32",
+    "32-true": TRUE["fp32"],
     "bf16": MIXED["bf16"],
     "16": MIXED["fp16"],
-    "32": "fp32",
+    "32": TRUE["fp32"],
 }
 LITGPT_QUANT = {
     "bnb.nf4": "nf4",

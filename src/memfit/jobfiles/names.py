@@ -4,9 +4,9 @@ torchtune and LitGPT spell them (each table cites where the names come from)."""
 
 from __future__ import annotations
 
-#: memfit's precision names this module writes (aliases in memfit.spec.rules).
-MIXED = {"bf16": "amp-bf16", "fp16": "amp-fp16"}
-TRUE = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+#: memfit's canonical precision names (Lightning's, memfit.spec.rules.PRECISION_RULES).
+MIXED = {"bf16": "bf16-mixed", "fp16": "16-mixed"}
+TRUE = {"bf16": "bf16-true", "fp16": "16-true", "fp32": "32-true"}
 
 #: ``TrainingArguments.optim`` values (transformers/training_args.py ``OptimizerNames``), which
 #: axolotl's ``optimizer`` and LLaMA-Factory's ``optim`` take too. None: not modelled.

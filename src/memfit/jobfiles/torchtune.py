@@ -126,7 +126,7 @@ def read_torchtune(r: KeyReader) -> None:
         # of 256), which is bitsandbytes' double quantization in all but name
         r.set("quant", "nf4-dq", "model._component_", component)
     dtype = r.take("dtype", "bf16")
-    table = {"bf16": TRUE["bf16"], "fp32": "fp32", "fp16": TRUE["fp16"]}
+    table = {"bf16": TRUE["bf16"], "fp32": TRUE["fp32"], "fp16": TRUE["fp16"]}
     if dtype not in table:
         raise r.fail("dtype", dtype, "must be bf16, fp16 or fp32")
     r.set("precision", table[dtype], "dtype", dtype)

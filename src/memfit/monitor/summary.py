@@ -115,7 +115,31 @@ def receipt(
         if predicted is not None and measured:
             error = round((predicted - measured) / measured * 100, 2)
         out[metric] = {"predicted_bytes": predicted, "measured_bytes": measured, "error_pct": error}
+    verdict = _verdict_row(estimate, out.get("device_used", {}).get("measured_bytes"))
+    if verdict is not None:
+        out["verdict"] = verdict
     return out
+
+
+def _verdict_row(estimate: dict[str, Any], measured: int | None) -> dict[str, Any] | None:
+    """The estimate's verdict (THE rule, memfit.estimate.verdict) next to the same rule applied
+    to the measured device use (point and upper end both the measurement)."""
+    fits = estimate.get("fits") or {}
+    if "verdict" not in fits:
+        return None
+    from memfit.estimate.verdict import judge
+
+    row: dict[str, Any] = {"gpu": fits["gpu"], "predicted": fits["verdict"], "measured": None}
+    row["predicted_margin_bytes"] = fits["margin_bytes"]
+    if measured:
+        v = judge(
+            point_bytes=measured,
+            need_bytes=measured,
+            capacity_bytes=fits["capacity_bytes"],
+            headroom_bytes=fits["headroom_bytes"],
+        )
+        row.update(measured=v.verdict, measured_margin_bytes=v.margin_bytes)
+    return row
 
 
 def render_summary(summary: dict[str, Any], receipt: dict[str, dict[str, Any]] | None) -> str:
@@ -141,6 +165,10 @@ def render_summary(summary: dict[str, Any], receipt: dict[str, dict[str, Any]] |
     if receipt:
         lines.append("  receipt: predicted vs measured peak")
         for metric, row in receipt.items():
+            if metric == "verdict":
+                lines.append(f"    verdict on {row['gpu']}: predicted {row['predicted']}, "
+                             f"measured {row['measured'] or 'n/a'}")  # fmt: skip
+                continue
             err = row["error_pct"]
             lines.append(
                 f"    {metric:<15}{format_bytes(row['predicted_bytes']):>12}"

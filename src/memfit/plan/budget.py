@@ -1,6 +1,7 @@
 """How much of a GPU a plan may use: capacity minus headroom, checked against an estimate's top.
 
-The planner never plans to 100 %. A plan fits when the **upper end** of the estimate's range for
+The planner never plans to 100 %. A plan fits when THE verdict rule (memfit.estimate.verdict,
+the one every command uses) says ``fits``: the **upper end** of the estimate's range for
 device memory (``ranges["device_used_bytes"][1]``: what ``nvidia-smi`` would show, including the
 estimator's calibrated error, see memfit.estimate.uncertainty) stays within ``capacity -
 headroom``. The default headroom (:data:`DEFAULT_HEADROOM`) covers what one step's estimate
@@ -15,12 +16,9 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.estimate.verdict import DEFAULT_HEADROOM as DEFAULT_HEADROOM
+from memfit.estimate.verdict import Verdict, judge, upper_device_bytes
 from memfit.units import format_bytes
-
-#: Fraction of the capacity left free by default. vLLM's default ``gpu_memory_utilization`` of
-#: 0.9 leaves 10 % for what its profiling run misses; memfit's upper range end already covers the
-#: estimator's error, so it keeps half of that: 5 %.
-DEFAULT_HEADROOM = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,16 +70,21 @@ def need_bytes(est: MemoryEstimate) -> int:
     charged the calibrated range of :mod:`memfit.estimate.uncertainty` (the one trace estimates
     carry, with the analytic engine's own band), so every engine is held to the same end of its
     error and the confirming engine does not overrule the search engine for its range alone."""
-    low_high = est.ranges.get("device_used_bytes")
-    if low_high is None:
-        from memfit.estimate.uncertainty import ranges
+    return upper_device_bytes(est)
 
-        low_high = ranges(est)["device_used_bytes"]
-    return max(low_high[1], est.device_used_bytes)
+
+def verdict(est: MemoryEstimate, budget: Budget) -> Verdict:
+    """THE verdict rule (memfit.estimate.verdict) of ``est`` on the budget's GPU."""
+    return judge(
+        point_bytes=est.device_used_bytes,
+        need_bytes=need_bytes(est),
+        capacity_bytes=budget.capacity_bytes,
+        headroom_bytes=budget.headroom_bytes,
+    )
 
 
 def fits(est: MemoryEstimate, budget: Budget) -> bool:
-    return need_bytes(est) <= budget.limit_bytes
+    return verdict(est, budget).fits
 
 
 def overflow_reason(est: MemoryEstimate, budget: Budget, reference: MemoryEstimate | None) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from memfit.models.model_spec import ModelSpec
 from memfit.plan.space import Settings
+from memfit.spec import PRECISION_RULES, precision_rule
 
 #: Rules of thumb of the cost model, each with its source.
 COST_CONSTANTS: dict[str, tuple[float, str]] = {
@@ -200,14 +201,15 @@ def _c(name: str) -> float:
 
 
 def compute_dtype(precision: str) -> str:
-    return {"fp32": "fp32", "bf16": "bf16", "amp-bf16": "bf16"}.get(precision, "fp16")
+    names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+    return names[PRECISION_RULES[precision].compute]
 
 
 def _weight_bytes(s: Settings, facts: ModelFacts) -> float:
     """Bytes of the weights a matmul pass reads (16-bit copy for AMP: autocast's cast cache)."""
     if s.quant != "none":
         return facts.n_params * STORED_BYTES_PER_WEIGHT[s.quant]
-    return facts.n_params * (4 if s.precision == "fp32" else 2)
+    return facts.n_params * (4 if compute_dtype(s.precision) == "fp32" else 2)
 
 
 def _pass_s(flops: float, n_bytes: float, flops_rate: float, rates: Rates) -> float:
@@ -240,7 +242,7 @@ def train_step_cost(
     parts = {"compute": micro * s.grad_accum}
     dp = s.dp
     n_train = facts.n_params * trainable_fraction
-    grad_width = 4 if s.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
+    grad_width = 4 if precision_rule(s.precision, s.shard).master_weights else 2
     ring = 2.0 * (dp - 1) / dp if dp > 1 else 0.0
     if s.shard in ("zero3", "fsdp") and dp > 1:
         gathered = 2 * w_bytes + n_train * grad_width / 2  # all-gather fwd + bwd, reduce-scatter
@@ -248,7 +250,7 @@ def train_step_cost(
     else:
         parts["communication"] = ring * n_train * grad_width / rates.link_bps
     opt_share = n_train / (dp if s.shard in ("zero1", "zero2", "zero3", "fsdp") else 1)
-    width = 1.0 if s.precision in ("fp32", "amp-bf16", "amp-fp16") else 0.5
+    width = 1.0 if PRECISION_RULES[s.precision].master_weights else 0.5
     opt_bytes = OPTIMIZER_STEP_BYTES[s.optimizer] * width * opt_share
     if s.offload == "none":
         parts["optimizer"] = opt_bytes / (rates.memory_bps * _c("mbu"))
@@ -276,7 +278,7 @@ def infer_cost(
         2.0 * facts.n_matmul_params * tokens
         + 2.0 * facts.n_layers * seq_len * facts.d_model * tokens
     )
-    kv_width = 4 if s.precision == "fp32" else 2
+    kv_width = 4 if compute_dtype(s.precision) == "fp32" else 2
     tp_ring = 2.0 * (tp - 1) / tp
     act = (
         2 * facts.n_layers * facts.d_model * kv_width

@@ -31,7 +31,7 @@ from typing import Any
 
 from memfit.estimate.policy import AUTO, AnalyticFirst
 from memfit.estimate.result import MemoryEstimate
-from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes
+from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes, verdict
 from memfit.plan.checklist import Checklist, check, rated_gpus, step_cost, trainable_share
 from memfit.plan.cost import STORED_BYTES_PER_WEIGHT, ModelFacts, Rates, StepCost
 from memfit.plan.doctor_findings import APPLIES as APPLIES
@@ -92,6 +92,7 @@ def doctor(
     d = DoctorChecks(source, workload, gpu_rec, est, est_fn, headroom, told)
     findings = d.run()
     return DoctorReport(
+        verdict=None if d.budget is None else verdict(est, d.budget),
         model_name=source.name,
         workload=workload,
         gpu_name=None if gpu_rec is None else gpu_rec.name,
@@ -155,7 +156,7 @@ class DoctorChecks(Checklist[Finding]):
         sized_by = self.told.sized_by
         per_weight = STORED_BYTES_PER_WEIGHT.get(self.w.quant)
         if per_weight is None:
-            per_weight = 4 if self.w.precision == "fp32" else CHECKPOINT_BYTES_PER_WEIGHT
+            per_weight = 4 if self.w.precision == "32-true" else CHECKPOINT_BYTES_PER_WEIGHT
         weights = round(self.est.n_params * per_weight)
         ratio = self.need / max(weights, 1)
         text = (

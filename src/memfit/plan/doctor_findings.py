@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from memfit.errors import SpecError
 from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.verdict import Verdict
 from memfit.plan.budget import need_bytes
 from memfit.plan.checklist import CheckResult, find
 from memfit.spec import WorkloadSpec
@@ -60,6 +61,14 @@ class DoctorReport:
     estimate: MemoryEstimate
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
+    #: THE verdict rule (memfit.estimate.verdict) of the job on the GPU; None without --gpu
+    verdict: Verdict | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the job fits the GPU (or no GPU was given), 1 when it is tight or does not
+        fit: the exit code every command gives for the same job."""
+        return 0 if self.verdict is None else self.verdict.exit_code
 
     @property
     def applying(self) -> list[Finding]:
@@ -75,6 +84,7 @@ class DoctorReport:
             "workload": self.workload.normalized(),
             "engine": self.estimate.engine,
             "need_bytes": need_bytes(self.estimate),
+            "verdict": None if self.verdict is None else self.verdict.to_json(),
             "n_apply": len(self.applying),
             "n_unknown": sum(f.applies == "unknown" for f in self.findings),
             "findings": [f.to_json() for f in self.findings],

@@ -2,9 +2,11 @@
 
 An estimator is any ``Callable[[WorkloadSpec], MemoryEstimate]`` (tests inject their own). Which
 engines the defaults are is the engine policy's choice
-(:meth:`memfit.estimate.policy.EnginePolicy.search_engines`): the analytic engine (closed forms,
-milliseconds) searches and the trace engine (fake-tensor execution, seconds) confirms the plans
-shown; without the analytic engine the trace engine searches and needs no confirmation.
+(:meth:`memfit.estimate.policy.EnginePolicy.search_engines`, the policy set by ``--engine``):
+the analytic engine (closed forms, milliseconds) searches and the trace engine (fake-tensor
+execution, seconds) confirms the plans shown; for a model without an analytic program the
+derived engine (the trace's bytes, replayed) searches and needs no confirmation; without either
+the trace engine searches.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memfit import progress
 from memfit.errors import MemfitError
-from memfit.estimate.policy import AUTO, EnginePolicy
+from memfit.estimate.policy import EnginePolicy, active, with_reason
 from memfit.estimate.policy import Estimator as Estimator  # the planner's name for it
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
@@ -48,6 +51,7 @@ class CachedEstimator:
         key = workload_key(w)
         if key not in self._cache:
             self.n_calls += 1
+            progress.report(f"{self.name} engine: estimate {self.n_calls}")
             started = time.perf_counter()
             try:
                 self._cache[key] = self.fn(w)
@@ -101,22 +105,29 @@ def _unwrap(value: MemoryEstimate | MemfitError) -> MemoryEstimate:
 class EnginePair:
     search: CachedEstimator
     confirm: CachedEstimator | None  # None: the search engine is already the precise one
+    reason: str | None = None  # why these engines (the policy's rule); None when injected
 
 
-def default_engines(source: Any, gpu: Any, policy: EnginePolicy = AUTO) -> EnginePair:
-    """The ``policy``'s engines for a search: the analytic one batched over workloads that
+def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -> EnginePair:
+    """The ``policy``'s engines for a search (default: the active one, see
+    :func:`memfit.estimate.policy.use_engine`): the analytic one batched over workloads that
     differ only in batch size where the model has a config.json (``estimate_many``)."""
-    search_name, confirm_name = policy.search_engines(source)
+    policy = policy or active()
+    chosen = policy.search_engines(source)
 
     def engine(name: str) -> CachedEstimator:
-        return CachedEstimator(EnginePolicy(engine=name).estimator(source, gpu), name)
+        fn = policy.search_estimator(source, gpu, name, chosen.reason)
+        return CachedEstimator(fn, name)
 
-    search = engine(search_name)
-    if search_name == "analytic" and source.config is not None:
+    search = engine(chosen.search)
+    if chosen.search == "analytic" and source.config is not None:
         from memfit.estimate.analytic import estimate_many
 
-        search.batch = lambda ws: estimate_many(source, ws, gpu=gpu)
-    return EnginePair(search=search, confirm=None if confirm_name is None else engine(confirm_name))
+        search.batch = lambda ws: [
+            with_reason(e, chosen.reason) for e in estimate_many(source, ws, gpu=gpu)
+        ]
+    confirm = None if chosen.confirm is None else engine(chosen.confirm)
+    return EnginePair(search=search, confirm=confirm, reason=chosen.reason)
 
 
 def _wrap(fn: Estimator, name: str) -> CachedEstimator:
@@ -130,5 +141,7 @@ def resolve_engines(
     given_confirm = None if confirm is None else _wrap(confirm, "confirm")
     if estimator is None:
         default = default_engines(source, gpu)
-        return EnginePair(search=default.search, confirm=given_confirm or default.confirm)
+        return EnginePair(
+            search=default.search, confirm=given_confirm or default.confirm, reason=default.reason
+        )
     return EnginePair(search=_wrap(estimator, "injected"), confirm=given_confirm)

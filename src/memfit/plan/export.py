@@ -15,6 +15,7 @@ from memfit.estimate.analytic.ops import COMPUTE_DTYPE
 from memfit.estimate.analytic.quant_ops import QUANT_DTYPE
 from memfit.plan.request import PlanRequest
 from memfit.plan.space import Settings
+from memfit.spec import PRECISION_RULES
 
 HF_OPTIM = {
     "adamw": "adamw_torch",
@@ -36,6 +37,9 @@ def memfit_flags(s: Settings, request: PlanRequest, model: str) -> str:
     explicit = ("checkpointing", "optimizer") if w.is_train else ()
     return f"memfit estimate {model} {workload_flags(w, explicit=explicit)}"
 
+
+#: The 16-bit compute dtypes by the names HF Trainer, DeepSpeed and accelerate give them.
+_HALF_NAME = {"bfloat16": "bf16", "float16": "fp16"}
 
 #: ``bnb_4bit_compute_dtype`` per precision: the workload's compute dtype, as memfit's estimators
 #: assume (the analytic engine's ``COMPUTE_DTYPE``, by torch name).
@@ -86,8 +90,9 @@ def training_arguments_kwargs(s: Settings) -> dict[str, Any]:
         "per_device_train_batch_size": s.micro_batch,
         "gradient_accumulation_steps": s.grad_accum,
     }
-    if s.precision in ("amp-bf16", "amp-fp16"):
-        args["bf16" if s.precision == "amp-bf16" else "fp16"] = True
+    rule = PRECISION_RULES[s.precision]
+    if rule.autocast:  # *-mixed: HF Trainer's bf16=True / fp16=True (autocast, fp32 masters)
+        args[_HALF_NAME[rule.compute]] = True
     if s.checkpointing != "none":
         args["gradient_checkpointing"] = True
     args["optim"] = HF_OPTIM.get(s.optimizer, s.optimizer)
@@ -115,10 +120,9 @@ def deepspeed_config(s: Settings) -> dict[str, Any]:
         "gradient_accumulation_steps": s.grad_accum,
         "zero_optimization": zero,
     }
-    if "bf16" in s.precision:
-        cfg["bf16"] = {"enabled": True}
-    elif "fp16" in s.precision:
-        cfg["fp16"] = {"enabled": True}
+    half = _HALF_NAME.get(PRECISION_RULES[s.precision].compute)
+    if half:  # DeepSpeed's bf16 / fp16 optimizer: a 16-bit model, fp32 masters in its state
+        cfg[half] = {"enabled": True}
     return cfg
 
 
@@ -126,7 +130,7 @@ def fsdp_config(s: Settings) -> dict[str, Any]:
     return {
         "distributed_type": "FSDP",
         "num_processes": s.gpus,
-        "mixed_precision": "bf16" if "bf16" in s.precision else "fp16",
+        "mixed_precision": _HALF_NAME.get(PRECISION_RULES[s.precision].compute, "no"),
         "fsdp_config": {
             "fsdp_sharding_strategy": "FULL_SHARD",
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
@@ -167,8 +171,9 @@ def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, 
     if request.mode == "infer":
         out["vllm"] = _vllm(s, request, model)
         return out
-    if s.precision in ("bf16", "fp16"):
-        dtype = "torch.bfloat16" if s.precision == "bf16" else "torch.float16"
+    rule = PRECISION_RULES[s.precision]
+    if not rule.autocast and rule.params != "float32":  # bf16-true / 16-true
+        dtype = f"torch.{rule.params}"
         out["model_dtype"] = f"from_pretrained(..., torch_dtype={dtype}) and no autocast"
     out["training_arguments"] = training_arguments(s)
     if s.checkpointing == "selective":

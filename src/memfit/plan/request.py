@@ -9,8 +9,17 @@ from memfit.errors import SpecError
 from memfit.estimate.result import MemoryEstimate
 from memfit.plan.budget import DEFAULT_HEADROOM
 from memfit.plan.cost import StepCost
+from memfit.plan.recipe import ALLOW, Change
 from memfit.plan.space import RISK_LEVELS, Settings
-from memfit.spec import MAX_BATCH_SIZE, MAX_SEQ_LEN, MODES, WorkloadSpec
+from memfit.spec import (
+    ATTENTIONS,
+    MAX_BATCH_SIZE,
+    MAX_SEQ_LEN,
+    MODES,
+    OPTIMIZERS,
+    PRECISION_NAMES,
+    WorkloadSpec,
+)
 
 GOALS = ("throughput", "memory")
 #: Which plans the precise (trace) engine confirms: every plan shown (recommended and
@@ -25,7 +34,13 @@ class PlanRequest:
     concurrent requests over all GPUs. ``global_batch`` (training only): samples per optimizer
     step over all GPUs, split by the planner into GPUs x micro-batch x accumulation. Neither:
     batch 1 per GPU. ``goal``: ``throughput`` ranks by predicted step time, ``memory`` by the
-    memory a plan needs. ``confirm``: which plans the trace engine checks (``CONFIRM_MODES``)."""
+    memory a plan needs. ``confirm``: which plans the trace engine checks (``CONFIRM_MODES``).
+
+    The recipe (the job as asked, memfit.plan.recipe): ``precision`` (None: ``bf16-mixed`` to
+    train, ``bf16-true`` to infer; 16-bit on GPUs without bf16), ``optimizer`` (None: adamw),
+    ``attention``, and LoRA at ``lora_ranks`` when ``lora_asked`` (else full fine-tuning).
+    ``allow``: the result-changing families (memfit.plan.recipe.ALLOW) the planner may use as
+    freely as memory-only changes; the others only when nothing else fits."""
 
     mode: str = "train"
     seq_len: int = 512
@@ -44,9 +59,24 @@ class PlanRequest:
     prepare_kbit: bool = False
     n_alternatives: int = 4
     confirm: str = "shown"
+    precision: str | None = None
+    optimizer: str | None = None
+    attention: str = "sdpa"
+    lora_asked: bool = False
+    allow: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "allow", frozenset(self.allow))
         p: list[str] = []
+        if self.precision is not None and self.precision not in PRECISION_NAMES:
+            p.append(f"precision ({self.precision!r}) must be one of {', '.join(PRECISION_NAMES)}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            p.append(f"optimizer ({self.optimizer!r}) must be one of {', '.join(OPTIMIZERS)}")
+        if self.attention not in ATTENTIONS:
+            p.append(f"attention ({self.attention!r}) must be one of {', '.join(ATTENTIONS)}")
+        unknown = sorted(set(self.allow) - set(ALLOW))
+        if unknown:
+            p.append(f"allow ({', '.join(unknown)}) must name {', '.join(ALLOW)}")
         if self.mode not in MODES:
             p.append(f"mode ({self.mode!r}) must be one of {', '.join(MODES)}")
         if self.goal not in GOALS:
@@ -101,6 +131,7 @@ class PlanRequest:
 
         d = asdict(self)
         d["lora_ranks"] = list(self.lora_ranks)
+        d["allow"] = sorted(self.allow)
         return d
 
 
@@ -119,6 +150,13 @@ class PlanOption:
     fits: bool | None = None
     confirmed_by: str | None = None
     reason: str | None = None
+    #: what the option changes about the job as asked (memfit.plan.recipe.changes)
+    changes: tuple[Change, ...] = ()
+
+    @property
+    def changes_result(self) -> bool:
+        """It changes what is trained or how its numbers round (not memory-only)."""
+        return any(c.family is not None for c in self.changes)
 
     @property
     def risk(self) -> str:
@@ -135,6 +173,8 @@ class PlanOption:
             "cost_parts_s": dict(self.cost.parts_s),
             "quality_risk": self.risk,
             "risk_reasons": list(self.risk_reasons),
+            "changes": [c.to_json() for c in self.changes],
+            "changes_result": self.changes_result,
             "need_bytes": self.need_bytes,
             "fits": self.fits,
             "engine": None if est is None else est.engine,

@@ -1,7 +1,16 @@
-"""``plan()``: the fastest technique stack that fits, found best-first, confirmed, explained.
+"""``plan()``: the job as asked, then the least change that makes it fit, confirmed, explained.
 
+0. The request is the recipe (:mod:`memfit.plan.recipe`): the job as asked is estimated first
+   (the plan's ``baseline``, judged by THE verdict rule, memfit.estimate.verdict). Candidates are
+   sorted into tiers, searched in order, the first tier with a plan that fits wins:
+   a. the job as asked fits: memory-only changes only (the recommendation is the job itself, or
+      a memory-only change predicted faster);
+   b. else: memory-only changes and the result-changing families the user allowed
+      (``allow``), ranked by speed; offload layouts here only with ``allow_offload``;
+   c. memory-only ZeRO-Offload (slow, same maths);
+   d. the result-changing options not allowed, least quality risk first, then speed.
 1. Enumerate the combinations (:mod:`memfit.plan.space`) allowed by the request's constraints
-   (``keep_full_finetune``, ``allow_quant``, ``max_quality_risk``, ``allow_offload``).
+   (``keep_full_finetune``, ``allow_quant``, ``max_quality_risk``).
 2. Predict each one's step time with the roofline (:mod:`memfit.plan.cost`) — no estimate
    needed — and visit them fastest first (goal ``throughput``) or smallest micro-batch first
    (goal ``memory``).
@@ -25,9 +34,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.errors import DoesNotFitError, MemfitError
-from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason
+from memfit.estimate.verdict import Verdict
+from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
 from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
+from memfit.plan.recipe import changes, families, quality_risk
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.space import (
     RISK_LEVELS,
@@ -35,11 +46,18 @@ from memfit.plan.space import (
     SpaceOptions,
     candidates,
     dominates,
-    naive,
-    quality_risk,
+    recipe,
 )
 from memfit.spec import ParallelSpec
 from memfit.units import format_bytes
+
+#: The tiers of the search (the module docstring), by the start of their names, in order.
+TIER_ORDER = (
+    "as asked",
+    "memory-only",
+    "memory-only, offloading to host RAM",
+    "changes the result: nothing memory-only fits",
+)
 
 #: Rejected plans listed in a result (fastest first, one per technique stack).
 N_REJECTED_SHOWN = 5
@@ -78,10 +96,31 @@ class Plan:
     search_s: float = 0.0  # time in the search engine
     confirm_s: float = 0.0  # time in the confirming engine
     notes: list[str] = field(default_factory=list)
+    #: the tier the recommendation came from (memfit.plan.search's docstring), None: nothing fits
+    tier: str | None = None
+    #: its place in :data:`TIER_ORDER` (0: the job as asked fits)
+    tier_rank: int | None = None
+
+    def preference(self) -> tuple[int, tuple[Any, ...]] | None:
+        """How good the recommendation is, smaller better: its tier, then the tier's order
+        (:func:`rank_key`, or :func:`risk_first_key` among result-changing fallbacks). None
+        when nothing fits."""
+        rec = self.recommended
+        if rec is None or self.tier_rank is None:
+            return None
+        key = risk_first_key if self.tier_rank == len(TIER_ORDER) - 1 else rank_key
+        return (self.tier_rank, key(rec))
 
     @property
     def fits(self) -> bool:
         return self.recommended is not None
+
+    @property
+    def as_asked(self) -> Verdict | None:
+        """THE verdict rule on the job as asked (the baseline); None when it was not
+        estimated."""
+        est = self.baseline.estimate
+        return None if est is None else verdict(est, self.budget)
 
     def raise_if_not_fit(self) -> None:
         if self.recommended is None:
@@ -117,6 +156,8 @@ class Plan:
             if rec is None
             else export_settings(rec.settings, self.request, self.model_name),
             "baseline": self.baseline.to_json(),
+            "as_asked": None if self.as_asked is None else self.as_asked.to_json(),
+            "tier": self.tier,
             "alternatives": [a.to_json() for a in self.alternatives],
             "rejected": [r.to_json() for r in self.rejected],
             "closest": None if self.closest is None else self.closest.to_json(),
@@ -159,9 +200,10 @@ def plan(
     engines = resolve_engines(source, gpu_rec, estimator, confirm)
     opts = _space_options(request, gpu_rec, source)
     search = _Search(request, budget, engines, Rates.of(gpu_rec), source)
-    baseline = search.baseline(naive(opts))
-    found = search.run(candidates(opts))
-    return search.result(found, baseline, time.perf_counter() - start)
+    search.recipe = recipe(opts)
+    baseline = search.baseline(search.recipe)
+    found, tier = search.run_tiers(candidates(opts), baseline)
+    return search.result(found, baseline, time.perf_counter() - start, tier)
 
 
 def _resolve(model: Any, gpu: Any) -> tuple[Any, Any]:
@@ -190,6 +232,10 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         allow_offload=request.allow_offload,
         lora_ranks=request.lora_ranks,
         prepare_kbit=request.prepare_kbit,
+        precision=request.precision,
+        optimizer=request.optimizer,
+        attention=request.attention,
+        lora_asked=request.lora_asked,
     )
 
 
@@ -208,11 +254,16 @@ class _Search:
         self.by_stack: dict[tuple[Any, ...], list[PlanOption]] = {}
         self.n_candidates = self.n_pruned = self.n_overruled = self.n_fallback = 0
         self.n_found = 0  # plans accepted so far (``confirm="recommended"`` confirms the first)
+        self.recipe: Settings | None = None  # the job as asked (set before any option)
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
-        level, reasons = quality_risk(s, self.request.mode)
+        r = self.request
+        asked = r.lora_ranks if r.lora_asked else ()
+        found = changes(s, self.recipe or s, r.mode, asked_ranks=asked)
+        level, reasons = quality_risk(found)
         return PlanOption(
+            changes=tuple(found),
             settings=s,
             workload=s.workload(self.request.mode, self.request.seq_len, self.request.new_tokens),
             cost=self.cost(s),
@@ -269,15 +320,54 @@ class _Search:
         return replace(opt, cost=self.cost(s))
 
     # -- the search --------------------------------------------------------------------------
-    def run(self, all_settings: list[Settings]) -> list[PlanOption]:
+    def run_tiers(
+        self, all_settings: list[Settings], baseline: PlanOption
+    ) -> tuple[list[PlanOption], str | None]:
+        """Search the tiers of the module docstring in order; the first with a plan wins."""
         max_risk = RISK_LEVELS.index(self.request.max_quality_risk)
         opts = [o for o in map(self.option, all_settings) if o.risk_level <= max_risk]
         self.n_candidates = len(opts)
         for o in opts:
             self.by_stack.setdefault(o.settings.technique_key, []).append(o)
+        for name, pool, key in self._tiers(opts, baseline):
+            found = self.run(pool, key)
+            if found:
+                return found, name
+        return [], None
+
+    @staticmethod
+    def tier_rank(name: str | None) -> int | None:
+        if name is None:
+            return None
+        return TIER_ORDER.index(name)
+
+    def _tiers(
+        self, opts: list[PlanOption], baseline: PlanOption
+    ) -> list[tuple[str, list[PlanOption], Any]]:
+        memory_only = [o for o in opts if not o.changes_result]
+        if baseline.fits:
+            return [("as asked", memory_only, rank_key)]
+        allowed = self.request.allow
+        free_offload = self.request.allow_offload
+
+        def first(o: PlanOption) -> bool:
+            offloaded = o.settings.offload != "none"
+            return families(list(o.changes)) <= allowed and (free_offload or not offloaded)
+
+        head = [o for o in opts if first(o)]
+        tiers = [(TIER_ORDER[1], head, rank_key)]
+        if not free_offload:
+            offload = [o for o in memory_only if o.settings.offload != "none"]
+            tiers.append((TIER_ORDER[2], offload, rank_key))
+        seen = {id(o) for _, pool, _ in tiers for o in pool}
+        rest = [o for o in opts if id(o) not in seen]
+        tiers.append((TIER_ORDER[3], rest, risk_first_key))
+        return tiers
+
+    def run(self, opts: list[PlanOption], key: Any = None) -> list[PlanOption]:
         if self.request.goal == "memory":
             return self._run_memory(opts)
-        opts.sort(key=rank_key)
+        opts = sorted(opts, key=key or rank_key)
         wanted = 1 + self.request.n_alternatives
         found: list[PlanOption] = []
         fitting_stacks: set[tuple[Any, ...]] = set()
@@ -414,10 +504,16 @@ class _Search:
             if r.estimate is not None
         ]
 
-    def result(self, found: list[PlanOption], baseline: PlanOption, elapsed_s: float) -> Plan:
+    def result(
+        self,
+        found: list[PlanOption],
+        baseline: PlanOption,
+        elapsed_s: float,
+        tier: str | None = None,
+    ) -> Plan:
         rec = found[0] if found else None
         shown = self._rejected_shown(rec)
-        notes = []
+        notes = [] if self.engines.reason is None else [f"engines: {self.engines.reason}"]
         confirm = self.engines.confirm
         if confirm is not None and self.request.confirm != "shown" and rec is not None:
             which = (
@@ -451,6 +547,8 @@ class _Search:
             search_s=self.engines.search.elapsed_s,
             confirm_s=0.0 if confirm is None else confirm.elapsed_s,
             notes=notes,
+            tier=tier,
+            tier_rank=self.tier_rank(tier),
         )
 
 
@@ -460,6 +558,13 @@ def rank_key(o: PlanOption) -> tuple[int, int, float, int]:
     then the larger micro-batch (fewer, larger kernels)."""
     bucket = math.floor(math.log(max(o.cost.step_s, 1e-12)) / math.log1p(RANK_TIE_FRACTION))
     return (bucket, o.risk_level, o.cost.step_s, -o.settings.micro_batch)
+
+
+def risk_first_key(o: PlanOption) -> tuple[int, int, float, int]:
+    """The order of the result-changing tier: the least quality risk first, then as
+    :func:`rank_key`."""
+    bucket, risk, step_s, mb = rank_key(o)
+    return (risk, bucket, step_s, mb)
 
 
 def _group(s: Settings) -> tuple[Any, ...]:

@@ -124,6 +124,8 @@ def fit(
     source = model if isinstance(model, ModelSource) else resolve_model(str(model))
     engines = resolve_engines(source, gpu_rec, estimator, confirm)
     cap, step, notes = _bounds(solve, source)
+    if engines.reason is not None:
+        notes.insert(0, f"engines: {engines.reason}")
     name = _FIELD[solve]
     value, est, confirmed = _solve(engines, budget, workload, name, cap, step)
     if value >= cap:

@@ -14,43 +14,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+# the quality-risk scale and table live with the recipe (what a plan changes about the job)
+from memfit.plan.recipe import RISK_LEVELS as RISK_LEVELS  # noqa: E402
+from memfit.plan.recipe import RISKS as RISKS  # noqa: E402
 from memfit.spec import (
     PARALLEL_FIELDS,
     TECHNIQUE_FIELDS,
     ParallelSpec,
     TechniqueSpec,
     WorkloadSpec,
+    resolve_precision,
 )
-
-#: Ordered quality-risk scale (index = level).
-RISK_LEVELS = ("none", "low", "medium", "high")
-
-#: Risk of each setting, with the reason shown to the user. Sources: Micikevicius et al. 2018
-#: (mixed precision: fp16 needs loss scaling and fp32 master weights), Zamirai et al. 2020
-#: (pure bf16 training loses small updates without fp32 masters / stochastic rounding), Dettmers
-#: et al. 2022 (block-wise 8-bit optimizers match 32-bit Adam on their benchmarks), Shazeer & Stern
-#: 2018 (Adafactor drops the first moment; needs its own learning-rate schedule), Hu et al. 2021
-#: and Biderman et al. 2024 (LoRA matches full fine-tuning on many tasks, learns less on others),
-#: Dettmers et al. 2023 (QLoRA: NF4 base weights recover 16-bit fine-tuning on their benchmarks).
-RISKS: dict[tuple[str, str], tuple[int, str]] = {
-    ("precision", "bf16"): (1, "bf16 weights without fp32 master copy: tiny updates are lost"),
-    ("precision", "fp16"): (3, "fp16 without loss scaling or fp32 masters: gradients underflow"),
-    ("precision", "amp-fp16"): (1, "fp16 autocast: bf16-pretrained models can overflow in fp16"),
-    ("optimizer", "adamw-8bit"): (1, "8-bit optimizer states (block-wise quantized)"),
-    ("optimizer", "paged-adamw-8bit"): (1, "8-bit optimizer states (block-wise quantized)"),
-    ("optimizer", "adafactor"): (2, "Adafactor: factored 2nd moment, no momentum; retune the LR"),
-    ("optimizer", "lion"): (2, "Lion: sign updates; needs a smaller LR than AdamW"),
-    ("adapter", "lora"): (1, "LoRA adapters instead of full fine-tuning"),
-    ("adapter", "lora-small"): (2, "LoRA rank < 16: less capacity than full fine-tuning"),
-    ("adapter", "freeze"): (1, "lower half of the layers frozen"),
-    ("quant", "int8"): (1, "8-bit base weights (LLM.int8): check quality on your eval set"),
-    ("quant", "fp8"): (1, "fp8 base weights (per-tensor scales): check quality"),
-    ("quant", "nf4"): (2, "4-bit base weights: check quality on your eval set"),
-    ("quant", "nf4-dq"): (2, "4-bit base weights: check quality on your eval set"),
-    ("quant", "fp4"): (3, "FP4 base weights: worse than NF4 (QLoRA paper, Table 2)"),
-    ("quant", "int4-awq"): (2, "4-bit AWQ weights: check quality on your eval set"),
-    ("quant", "int4-gptq"): (2, "4-bit GPTQ weights: check quality on your eval set"),
-}
+from memfit.spec.rules import precision_rules
 
 #: Memory order per dimension: a higher index keeps less in device memory. Values of equal index
 #: are not compared (int8 vs fp8, zero3 vs fsdp). ``micro_batch`` is ordered by its value.
@@ -61,9 +36,11 @@ MEMORY_ORDER: dict[str, dict[str, int]] = {
     "shard": {"none": 0, "ddp": 0, "zero2": 1, "zero3": 2, "fsdp": 2},
     "offload": {"none": 0, "optimizer": 1, "params": 2},
 }
-#: Precision pairs (a, b) where a keeps at least as much as b: AMP (fp32 weights, gradients,
-#: optimizer states and residual stream) against pure 16-bit weights of the same width.
-PRECISION_KEEPS_MORE = {("amp-bf16", "bf16"), ("amp-fp16", "fp16")}
+#: Precision pairs (a, b) where a keeps at least as much as b: mixed precision (fp32 weights,
+#: gradients, optimizer states and residual stream) against pure 16-bit weights of the same width.
+PRECISION_KEEPS_MORE = {("bf16-mixed", "bf16-true"), ("16-mixed", "16-true")}
+#: The pure 16-bit precision of each mixed one (the ``pure-bf16`` result-changing option).
+PURE_OF = {"bf16-mixed": "bf16-true", "16-mixed": "16-true"}
 #: The flat names ``Settings.to_json`` gives, in the order ``memfit plan --json`` prints them.
 SETTINGS_JSON = (
     "precision",
@@ -95,7 +72,7 @@ class Settings:
     made of) plus the split of the per-rank batch into ``micro_batch`` x ``grad_accum``.
 
     Built from the records or from their flat names, as a WorkloadSpec is:
-    ``Settings(precision="amp-bf16", lora_rank=16, gpus=2, shard="zero3", micro_batch=4)``
+    ``Settings(precision="bf16-mixed", lora_rank=16, gpus=2, shard="zero3", micro_batch=4)``
     (``optimizer`` left out: none; ``shard``: the layout's default). Flat names read through
     (``s.precision``, ``s.lora_rank``) and ``dataclasses.replace`` takes them too.
     """
@@ -121,6 +98,8 @@ class Settings:
         tech.update((k, v) for k, v in flat.items() if k in TECHNIQUE_FIELDS)
         if tech.get("optimizer") is None:
             tech["optimizer"] = "none"  # the planner names every optimizer it runs
+        # canonical names (aliases as for training: a plan names its inference precision)
+        tech["precision"] = resolve_precision(tech.get("precision"), "train")
         layout = parallel.flat() if parallel else {}
         layout.update((k, v) for k, v in flat.items() if k in PARALLEL_FIELDS)
         set_ = object.__setattr__
@@ -197,7 +176,7 @@ class Settings:
         )
 
     def describe(self) -> str:
-        """Short human form: ``amp-bf16, LoRA r16, nf4-dq, ckpt full, adamw-8bit, mb 4 x 8``."""
+        """Short human form: ``bf16-mixed, LoRA r16, nf4-dq, ckpt full, adamw-8bit, mb 4 x 8``."""
         parts = [self.precision]
         if self.lora_rank:
             parts.append(f"{'Q' if self.quant != 'none' else ''}LoRA r{self.lora_rank}")
@@ -217,22 +196,6 @@ class Settings:
             f"mb {self.micro_batch}" + (f" x {self.grad_accum}" if self.grad_accum > 1 else "")
         )
         return ", ".join(parts)
-
-
-def quality_risk(s: Settings, mode: str = "train") -> tuple[int, tuple[str, ...]]:
-    """The plan's risk level (the highest of its settings') and the reasons. Inference has no
-    updates to lose: only the weight format counts (16-bit weights as published carry none)."""
-    found: list[tuple[int, str]] = []
-    dims = (("precision", s.precision), ("optimizer", s.optimizer), ("quant", s.quant))
-    for dim, value in dims if mode == "train" else (("quant", s.quant),):
-        if (dim, value) in RISKS:
-            found.append(RISKS[(dim, value)])
-    if s.lora_rank is not None:
-        found.append(RISKS[("adapter", "lora" if s.lora_rank >= 16 else "lora-small")])
-    if s.freeze_layers:
-        found.append(RISKS[("adapter", "freeze")])
-    level = max((lvl for lvl, _ in found), default=0)
-    return level, tuple(reason for _, reason in found)
 
 
 def dominates(worse: Settings, failed: Settings) -> bool:
@@ -273,7 +236,10 @@ def _keeps_at_least(a: str, b: str, order: dict[str, int]) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class SpaceOptions:
-    """What the planner may try. Built by the planner from the request and the GPU."""
+    """What the planner may try. Built by the planner from the request and the GPU. The recipe
+    (the job as asked): ``precision``, ``optimizer``, ``attention``, and LoRA at ``lora_ranks``
+    when ``lora_asked`` (else full fine-tuning, LoRA at those ranks being a result-changing
+    option)."""
 
     mode: str
     per_rank_batch: int
@@ -287,6 +253,24 @@ class SpaceOptions:
     allow_offload: bool = False
     lora_ranks: tuple[int, ...] = (16, 64)
     prepare_kbit: bool = False
+    precision: str | None = None  # None: bf16-mixed / bf16-true (16-bit on GPUs without bf16)
+    optimizer: str | None = None  # None: adamw to train
+    attention: str = "sdpa"
+    lora_asked: bool = False
+
+    @property
+    def recipe_precision(self) -> str:
+        if self.precision is not None:
+            return resolve_precision(self.precision, self.mode)
+        if self.mode == "infer":
+            return "bf16-true" if self.supports_bf16 else "16-true"
+        return "bf16-mixed" if self.supports_bf16 else "16-mixed"
+
+    @property
+    def recipe_optimizer(self) -> str:
+        if self.mode == "infer":
+            return "none"
+        return self.optimizer or "adamw"
 
 
 def _micro_batches(o: SpaceOptions) -> list[tuple[int, int]]:
@@ -296,24 +280,41 @@ def _micro_batches(o: SpaceOptions) -> list[tuple[int, int]]:
     return [(m, n // m) for m in range(1, n + 1) if n % m == 0]
 
 
+def _optimizers(o: SpaceOptions) -> tuple[str, ...]:
+    """The recipe's optimizer (and the fused AdamW kernel, the same update), then the
+    result-changing ones: 8-bit AdamW and Adafactor. Paged 8-bit AdamW is left out (its states
+    are counted on the device until evicted, like adamw-8bit)."""
+    own = o.recipe_optimizer
+    same = ("adamw", "adamw-fused") if own in ("adamw", "adamw-fused") else (own,)
+    return same + tuple(x for x in ("adamw-8bit", "adafactor") if x not in same)
+
+
 def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
-    """Adapter x quantization x optimizer stacks for training. fp32 is left out (AMP uses less
-    memory and is faster); so are plain adamw (the fused kernel is as small and faster), paged
-    8-bit AdamW (its states are counted on the device until evicted, like adamw-8bit) and FP4
-    (NF4 is as small and better)."""
-    full_opts = ("adamw-fused", "adamw-8bit", "adafactor")
-    yield from ({"optimizer": opt} for opt in full_opts)
-    if o.keep_full_finetune:
-        return
-    if o.n_layers >= 2:
-        for opt in full_opts:
-            yield {"optimizer": opt, "freeze_layers": o.n_layers // 2}
+    """Adapter x quantization x optimizer stacks for training: the recipe's adapter first (full
+    fine-tuning, or LoRA at the asked ranks), then LoRA / freezing / QLoRA as result-changing
+    options (none with ``keep_full_finetune``). FP4 is left out (NF4 is as small and better)."""
+    opts = _optimizers(o)
     quants = ["none"]
     if o.allow_quant:
         quants += ["int8", "nf4-dq"] + (["fp8"] if o.supports_fp8 else [])
+    # adapters and frozen layers: the recipe's optimizer and 8-bit AdamW only (the fused kernel
+    # and Adafactor save nothing that matters next to what LoRA / freezing already saves)
+    lora_opts = tuple(dict.fromkeys((opts[0], "adamw-8bit")))
+    if o.lora_asked:
+        for rank in o.lora_ranks:
+            for q in quants:
+                for opt in lora_opts:
+                    yield {"optimizer": opt, "lora_rank": rank, "quant": q}
+        return
+    yield from ({"optimizer": opt} for opt in opts)
+    if o.keep_full_finetune:
+        return
+    if o.n_layers >= 2:
+        for opt in lora_opts:
+            yield {"optimizer": opt, "freeze_layers": o.n_layers // 2}
     for rank in o.lora_ranks:
         for q in quants:
-            for opt in ("adamw-fused", "adamw-8bit"):
+            for opt in lora_opts:
                 yield {"optimizer": opt, "lora_rank": rank, "quant": q}
 
 
@@ -329,20 +330,28 @@ def _parallel_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
         layouts += [{"shard": s} for s in ("ddp", "zero2", "zero3", "fsdp")]
     else:
         layouts.append({"shard": "none"})
-    if o.allow_offload:
-        layouts += [
-            {"shard": "zero2", "offload": "optimizer"},
-            {"shard": "zero3", "offload": "optimizer"},
-            {"shard": "zero3", "offload": "params"},
-        ]
+    layouts += offload_layouts(o)
     return layouts
 
 
+def offload_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
+    """ZeRO-Offload layouts (memory-only, slow): always candidates for training; the planner
+    tries them before any result-changing option unless ``--allow-offload`` ranks them with the
+    others by speed."""
+    if o.mode == "infer":
+        return []
+    return [
+        {"shard": "zero2", "offload": "optimizer"},
+        {"shard": "zero3", "offload": "optimizer"},
+        {"shard": "zero3", "offload": "params"},
+    ]
+
+
 def candidates(o: SpaceOptions) -> list[Settings]:
-    """Every combination the planner considers, unordered."""
+    """Every combination the planner considers, unordered (the recipe's and the ones that
+    change it; the planner sorts them into memory-only and result-changing ones)."""
     out: list[Settings] = []
     if o.mode == "infer":
-        precision = "bf16" if o.supports_bf16 else "fp16"
         quants = ["none"]
         if o.allow_quant:
             quants += (["fp8"] if o.supports_fp8 else []) + ["int8", "int4-awq", "nf4"]
@@ -353,7 +362,8 @@ def candidates(o: SpaceOptions) -> list[Settings]:
             for q in quants:
                 out.append(
                     Settings(
-                        precision=precision,
+                        precision=o.recipe_precision,
+                        attention=o.attention,
                         quant=q,
                         gpus=o.gpus,
                         micro_batch=max(o.per_rank_batch // dp, 1),
@@ -361,15 +371,19 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                     )
                 )
         return out
-    precisions = ("amp-bf16", "bf16") if o.supports_bf16 else ("amp-fp16", "fp16")
+    own = o.recipe_precision
+    precisions = (own, PURE_OF[own]) if own in PURE_OF else (own,)
     for precision in precisions:
         for stack in _train_stacks(o):
             for layout in _parallel_layouts(o):
+                if precision_rules("train", precision, layout["shard"]):
+                    continue  # pure 16-bit states do not exist under DeepSpeed ZeRO
                 for ckpt in ("none", "selective", "full"):
                     for m, accum in _micro_batches(o):
                         out.append(
                             Settings(
                                 precision=precision,
+                                attention=o.attention,
                                 checkpointing=ckpt,
                                 gpus=o.gpus,
                                 micro_batch=m,
@@ -383,20 +397,27 @@ def candidates(o: SpaceOptions) -> list[Settings]:
     return out
 
 
-def naive(o: SpaceOptions) -> Settings:
-    """What a job runs without planning: AMP (or bf16 weights for inference), AdamW, no
-    checkpointing, the whole per-GPU batch at once, DDP / tensor parallelism over all GPUs."""
+def recipe(o: SpaceOptions) -> Settings:
+    """The job as asked: its precision, optimizer, attention and adapter, no checkpointing, the
+    whole per-GPU batch at once, DDP (training) or tensor parallelism over all GPUs (inference)."""
     if o.mode == "infer":
         return Settings(
-            precision="bf16" if o.supports_bf16 else "fp16",
+            precision=o.recipe_precision,
+            attention=o.attention,
             gpus=o.gpus,
             tp=o.gpus,
             micro_batch=o.per_rank_batch,
         )
     return Settings(
-        precision="amp-bf16" if o.supports_bf16 else "amp-fp16",
-        optimizer="adamw",
+        precision=o.recipe_precision,
+        attention=o.attention,
+        optimizer=o.recipe_optimizer,
+        lora_rank=o.lora_ranks[0] if o.lora_asked and o.lora_ranks else None,
         gpus=o.gpus,
         shard="ddp" if o.gpus > 1 else "none",
         micro_batch=o.per_rank_batch,
     )
+
+
+#: The job as asked (the plan's baseline; the name before the recipe-first planner).
+naive = recipe

@@ -95,6 +95,7 @@ class UpgradeVerdict:
             "throughput_target": self.throughput_target,
             "verdict": self.verdict,
             "upgrade": self.upgrade,
+            "as_asked": None if self.plan.as_asked is None else self.plan.as_asked.to_json(),
             "summary": self.summary,
             "items": [i.to_json() for i in self.items],
             "recommended_plan": None if rec is None else rec.settings.describe(),

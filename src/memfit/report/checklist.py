@@ -45,7 +45,10 @@ def render_upgrade(v: UpgradeVerdict) -> str:
         job += f", {v.concurrency} concurrent requests of {v.context_tokens} tokens"
     elif r.global_batch:
         job += f", global batch {r.global_batch}"
-    lines = [f"memfit upgrade: {v.model_name}, {job}, on {r.gpus} x {v.gpu_name}", ""]
+    lines = [f"memfit upgrade: {v.model_name}, {job}, on {r.gpus} x {v.gpu_name}"]
+    if v.plan.as_asked is not None:
+        lines.append(f"as asked: {v.plan.as_asked.text(v.gpu_name)}")
+    lines.append("")
     lines += render_checks(v.items)
     lines += ["", f"verdict: {v.summary}"]
     if v.resolving:
@@ -63,8 +66,10 @@ def render_doctor(r: DoctorReport) -> str:
         f"memfit doctor: {r.model_name}{where}: {len(r.applying)} of {len(r.findings)} mistakes "
         f"apply, {sum(f.applies == 'unknown' for f in r.findings)} unknown "
         f"(engine {r.estimate.engine})",
-        "",
     ]
+    if r.verdict is not None and r.gpu_name:
+        lines.append(f"verdict: {r.verdict.text(r.gpu_name)}")
+    lines.append("")
     lines += render_checks(r.findings)
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

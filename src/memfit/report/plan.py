@@ -34,6 +34,7 @@ def render_plan(p: Plan) -> str:
     r, b = p.request, p.budget
     batch = f"global batch {r.global_batch}" if r.global_batch else f"batch {r.per_rank_batch}"
     lines = [
+        as_asked_line(p),
         f"memfit plan: {p.model_name}, {r.mode} seq {r.seq_len}, {batch}, on {r.gpus} x "
         f"{b.gpu_name}: limit {format_bytes(b.limit_bytes)} ({format_bytes(b.capacity_bytes)} "
         f"- {format_bytes(b.headroom_bytes)} headroom)",
@@ -54,23 +55,32 @@ def render_plan(p: Plan) -> str:
     if rec is not None:
         mfu = COST_CONSTANTS["mfu"][0]
         if p.recommended is not None:
-            lines.append(f"recommended: {rec.settings.describe()}")
+            same = "the job as asked" if not rec.changes else rec.settings.describe()
+            allowed = ", ".join(sorted(r.allow))
+            label = (
+                f"{p.tier} or allowed ({allowed})"
+                if allowed and p.tier == "memory-only"
+                else p.tier
+            )
+            tier = "" if not label or label == "as asked" else f"  [{label}]"
+            lines.append(f"recommended: {same}{tier}")
         else:
             lines.append(f"  {rec.settings.describe()}: {rec.reason}")
+        lines += changes_lines(rec)
         lines.append(
             f"  predicted {rec.cost.step_s:.3g} s/step, {rate_text(rec.cost.tokens_per_s)} "
             f"tokens/s (roofline at MFU {mfu:.0%}); quality risk: {rec.risk}"
+            + (f" ({len(rec.risk_reasons)} result-changing)" if rec.risk_reasons else "")
         )
-        lines += [f"    - {why}" for why in rec.risk_reasons]
         lines.append("")
         base = p.baseline.estimate
-        lines.append(f"  {'memory at the peak':<22}{'naive baseline':>16}{'this plan':>16}")
+        lines.append(f"  {'memory at the peak':<22}{'as asked':>16}{'this plan':>16}")
         for c in COMPONENTS:
             old = format_bytes(base.components.get(c, 0)) if base else "n/a"
             new = format_bytes(rec.estimate.components.get(c, 0)) if rec.estimate else "n/a"
             lines.append(f"  {c:<22}{old:>16}{new:>16}")
         lines.append(f"  {'device (upper end)':<22}{need_text(p.baseline):>16}{need_text(rec):>16}")
-        lines.append(f"  naive baseline: {p.baseline.settings.describe()}")
+        lines.append(f"  as asked: {p.baseline.settings.describe()}")
     if p.recommended is not None:
         lines += ["", "settings:"]
         for key, value in export_settings(p.recommended.settings, r, p.model_name).items():
@@ -79,9 +89,10 @@ def render_plan(p: Plan) -> str:
     if p.alternatives:
         lines += ["", f"alternatives:  {'s/step':>8} {'tokens/s':>9} {'memory':>11}  risk"]
         for a in p.alternatives:
+            kind = "changes the result" if a.changes_result else "memory-only"
             lines.append(
                 f"  {a.settings.describe()}\n  {'':<14}{a.cost.step_s:>8.3g} "
-                f"{rate_text(a.cost.tokens_per_s):>9} {need_text(a):>11}  {a.risk}"
+                f"{rate_text(a.cost.tokens_per_s):>9} {need_text(a):>11}  {a.risk} ({kind})"
             )
     if p.rejected:
         head = (
@@ -94,6 +105,24 @@ def render_plan(p: Plan) -> str:
             lines.append(f"  {x.settings.describe()} ({x.cost.step_s:.3g} s/step)\n    {x.reason}")
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
+
+
+def as_asked_line(p: Plan) -> str:
+    """The first line of a plan: THE verdict rule on the job as asked."""
+    v = p.as_asked
+    what = f"as asked ({p.baseline.settings.describe()})"
+    if v is None:
+        return f"{what}: not estimated ({p.baseline.reason})"
+    return f"{what}: {v.text(p.budget.gpu_name)}"
+
+
+def changes_lines(opt: PlanOption) -> list[str]:
+    """A plan's changes to the job as asked, each labelled memory-only or changes the result."""
+    out = []
+    for c in opt.changes:
+        why = f": {c.reason}" if c.reason and c.reason != c.what else ""
+        out.append(f"    - {c.what} ({c.kind}{why})")
+    return out
 
 
 def render_fit(r: FitResult) -> str:

@@ -107,26 +107,11 @@ def _engine_line(est: MemoryEstimate) -> str:
         how = f"; traced a few layers, extrapolated to {t.get('layers')}"
     if "wall_s" in t:
         how += f"; {t['wall_s']:.1f} s"
-    return f"engine: {est.engine} ({env}){how}"
+    why = f"\n  why: {est.engine_reason}" if est.engine_reason else ""
+    return f"engine: {est.engine} ({env}){how}{why}"
 
 
 def verdict_line(est: MemoryEstimate) -> str:
     if est.fits is None:
         return "verdict: no GPU given (--gpu NAME adds a fits / free-memory verdict)"
-    f = est.fits
-    high = est.ranges.get("device_used_bytes", (0, est.device_used_bytes))[1]
-    if f.fits and high > f.capacity_bytes:
-        return (
-            f"verdict: FITS on {f.gpu} ({format_bytes(f.capacity_bytes)}) at the estimate, "
-            f"{format_bytes(f.free_bytes)} free, but the upper end of the range "
-            f"({format_bytes(high)}) does not: keep headroom or reduce memory"
-        )
-    if f.fits:
-        return (
-            f"verdict: FITS on {f.gpu} ({format_bytes(f.capacity_bytes)}): "
-            f"{format_bytes(f.free_bytes)} free"
-        )
-    return (
-        f"verdict: DOES NOT FIT on {f.gpu} ({format_bytes(f.capacity_bytes)}): "
-        f"short by {format_bytes(-f.free_bytes)}"
-    )
+    return f"verdict: {est.fits.judgement().text(est.fits.gpu)}"

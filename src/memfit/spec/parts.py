@@ -107,7 +107,7 @@ class TechniqueSpec:
     """The memory techniques of a job. ``optimizer`` None: the mode's default (a WorkloadSpec
     resolves it: adamw to train, none to infer). ``lora`` None: full fine-tuning."""
 
-    precision: str = "bf16"
+    precision: str | None = None  # None: the mode's default (WorkloadSpec resolves it)
     attention: str = "sdpa"
     checkpointing: str = "none"
     optimizer: str | None = None
@@ -122,8 +122,9 @@ class TechniqueSpec:
     def problems(self) -> list[str]:
         own = ("precision", "attention", "checkpointing", "optimizer", "freeze_layers")
         values = {k: getattr(self, k) for k in own}
-        if self.optimizer is None:
-            del values["optimizer"]
+        for name in ("optimizer", "precision"):
+            if values[name] is None:
+                del values[name]
         return field_problems(values)
 
     @classmethod

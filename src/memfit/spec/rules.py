@@ -8,11 +8,17 @@ value with the same words. Pure Python, no imports beyond the standard library.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Mode = Literal["train", "infer"]
 
-PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
+#: Precision, as PyTorch Lightning names it (``Trainer(precision=...)``): ``*-mixed`` keeps fp32
+#: master weights (parameters, gradients and optimizer states in fp32) and runs the step under
+#: ``torch.autocast`` in the 16-bit dtype (``16-mixed`` adds a GradScaler); ``*-true`` stores the
+#: weights, gradients and optimizer states in that dtype (no master copy). :data:`PRECISION_RULES`
+#: says what each stores and computes in; :data:`PRECISION_ALIASES` the other names accepted.
+PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed", "16-true", "32-true")
 ATTENTIONS = ("eager", "sdpa", "flash")
 CHECKPOINTING = ("none", "full", "selective")
 OPTIMIZERS = (
@@ -35,6 +41,110 @@ SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp")
 #: What lives in host RAM instead of the GPU: optimizer states (+ fp32 master weights), or those
 #: and the parameters too (ZeRO-3 / FSDP only).
 OFFLOADS = ("none", "optimizer", "params")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionRule:
+    """What one precision stores and computes in (dtype names as torch spells them)."""
+
+    params: str  # dtype of the parameters (fp32: the master weights themselves)
+    compute: str  # dtype the matmuls run in
+    autocast: bool  # the step runs under torch.autocast(dtype=compute)
+    grad_scaler: bool  # torch.amp.GradScaler scales the loss (fp16 autocast)
+
+    @property
+    def master_weights(self) -> bool:
+        """An fp32 copy of the weights is what the optimizer updates."""
+        return self.params == "float32"
+
+
+#: THE precision table: every engine, the planner, the exports and ``apply`` read dtypes from it.
+#: ``*-mixed`` as Lightning's MixedPrecision plugin and HF Trainer's ``bf16=True`` / ``fp16=True``
+#: run it on an fp32 model (torch.autocast; Micikevicius et al. 2018 for the fp32 masters and
+#: loss scaling); ``*-true`` as Lightning's HalfPrecision plugin (``model.to(dtype)``).
+PRECISION_RULES: dict[str, PrecisionRule] = {
+    "bf16-mixed": PrecisionRule(
+        params="float32", compute="bfloat16", autocast=True, grad_scaler=False
+    ),
+    "bf16-true": PrecisionRule(
+        params="bfloat16", compute="bfloat16", autocast=False, grad_scaler=False
+    ),
+    "16-mixed": PrecisionRule(params="float32", compute="float16", autocast=True, grad_scaler=True),
+    "16-true": PrecisionRule(
+        params="float16", compute="float16", autocast=False, grad_scaler=False
+    ),
+    "32-true": PrecisionRule(
+        params="float32", compute="float32", autocast=False, grad_scaler=False
+    ),
+}
+
+#: Other names accepted for ``precision``, resolved once (:func:`resolve_precision`) to
+#: (the meaning to train, the meaning to infer). Training follows Lightning, which maps
+#: ``"bf16"`` to ``bf16-mixed`` and ``"16"`` to ``16-mixed``
+#: (``_convert_precision_to_unified_args``), and HF Trainer, whose ``bf16=True`` /
+#: ``fp16=True`` are autocast over fp32 master weights: the larger, safe figure. Inference has
+#: no master weights: ``bf16`` is what ``torch_dtype=bfloat16`` and vLLM's ``--dtype bfloat16``
+#: mean, the weights stored in bf16 (``bf16-true``). The ``amp-*`` names (memfit before the
+#: Lightning names) always meant autocast over fp32 weights.
+PRECISION_ALIASES: dict[str, tuple[str, str]] = {
+    "bf16": ("bf16-mixed", "bf16-true"),
+    "fp16": ("16-mixed", "16-true"),
+    "16": ("16-mixed", "16-true"),
+    "fp32": ("32-true", "32-true"),
+    "32": ("32-true", "32-true"),
+    "amp-bf16": ("bf16-mixed", "bf16-mixed"),
+    "amp-fp16": ("16-mixed", "16-mixed"),
+}
+#: Every name ``--precision`` accepts (canonical first).
+PRECISION_NAMES = PRECISIONS + tuple(PRECISION_ALIASES)
+#: What ``precision=None`` means: mixed precision to train, bf16 weights to infer.
+DEFAULT_PRECISION = {"train": "bf16-mixed", "infer": "bf16-true"}
+#: ZeRO stages run by DeepSpeed, whose bf16 / fp16 optimizers keep fp32 master weights in the
+#: partitioned optimizer state over a 16-bit model (ZeRO §3.1: 2 + 2 + 12 bytes per parameter).
+DEEPSPEED_SHARDS = ("zero1", "zero2", "zero3")
+
+
+def resolve_precision(value: Any, mode: Any) -> Any:
+    """The canonical name of ``value`` for ``mode`` (None: :data:`DEFAULT_PRECISION`); anything
+    else is returned as given, for :data:`FIELD_RULES` to refuse."""
+    infer = mode == "infer"
+    if value is None:
+        return DEFAULT_PRECISION["infer" if infer else "train"]
+    if isinstance(value, str) and value.lower() in PRECISION_ALIASES:
+        return PRECISION_ALIASES[value.lower()][1 if infer else 0]
+    return value
+
+
+def run_precision(precision: str, shard: str | None) -> str:
+    """The precision the step's tensors are stored in, for the engines. Under DeepSpeed ZeRO a
+    ``*-mixed`` job runs as DeepSpeed's bf16 / fp16 optimizer does: the model in the 16-bit dtype
+    (the ``*-true`` tensors) with fp32 master weights in the partitioned optimizer state, which the
+    sharding models add (``estimate.sharding.FP32_MASTER_BYTES``). Elsewhere: ``precision``."""
+    if shard in DEEPSPEED_SHARDS and precision in ("bf16-mixed", "16-mixed"):
+        return precision.replace("-mixed", "-true")
+    return precision
+
+
+def precision_rule(precision: str, shard: str | None = None) -> PrecisionRule:
+    """:data:`PRECISION_RULES` of the precision as run (:func:`run_precision`)."""
+    return PRECISION_RULES[run_precision(precision, shard)]
+
+
+def precision_rules(mode: str, precision: Any, shard: str | None) -> list[str]:
+    """``*-true`` 16-bit training under DeepSpeed ZeRO does not exist: its bf16 / fp16 optimizers
+    keep fp32 masters whatever the model's dtype (Lightning passes ``bf16-true`` to it as
+    ``bf16: {enabled: true}``), so memfit refuses the name rather than switch silently."""
+    if mode == "train" and shard in DEEPSPEED_SHARDS and precision in ("bf16-true", "16-true"):
+        mixed = precision.replace("-true", "-mixed")
+        return [
+            f"precision ({precision!r}) with shard {shard!r}: DeepSpeed ZeRO keeps fp32 master "
+            f"weights for a 16-bit model (16 bytes per parameter with AdamW), so pure 16-bit "
+            f"states do not exist there; use --precision {mixed}, or --shard fsdp for sharded "
+            "pure 16-bit training"
+        ]
+    return []
+
+
 #: GPUs per job memfit will reason about.
 MAX_GPUS = 1 << 16
 TASKS = ("auto", "causal-lm", "seq-cls", "seq2seq")
@@ -110,7 +220,7 @@ def _compute_dtype(name: str, value: Any) -> str | None:
 #: Every checked flat field and its rule, in the order problems are reported.
 FIELD_RULES: dict[str, Rule] = {
     "mode": _choice(MODES),
-    "precision": _choice(PRECISIONS),
+    "precision": _choice(PRECISION_NAMES),
     "attention": _choice(ATTENTIONS),
     "checkpointing": _choice(CHECKPOINTING),
     "optimizer": _choice(OPTIMIZERS),

@@ -17,7 +17,10 @@ from memfit.spec.rules import (
     kbit_rules,
     layout_rules,
     offload_rules,
+    precision_rules,
     raise_if,
+    resolve_precision,
+    run_precision,
     shape_rules,
 )
 
@@ -26,10 +29,15 @@ from memfit.spec.rules import (
 class WorkloadSpec:
     """One training step or one inference run, as the user's job executes it.
 
-    ``precision``: ``fp32``/``bf16``/``fp16`` keep weights, grads and optimizer states in that
-    dtype; ``amp-*`` keep fp32 master weights and run the forward under autocast (``amp-fp16`` adds
-    a GradScaler). ``attention``: ``eager`` materialises the (B, H, S, S) scores, ``sdpa`` lets
-    PyTorch pick the kernel a CUDA GPU would pick, ``flash`` forces FlashAttention-2.
+    ``precision``: Lightning's names (:data:`memfit.spec.rules.PRECISIONS`): ``*-mixed`` keeps
+    fp32 master weights and runs the step under autocast (``16-mixed`` adds a GradScaler);
+    ``*-true`` keeps weights, grads and optimizer states in that dtype. None: ``bf16-mixed`` to
+    train, ``bf16-true`` to infer. The other names (``bf16``, ``fp16``, ``fp32``, ``amp-bf16``,
+    ``amp-fp16``, ``16``, ``32``) are resolved once, here, by :func:`~memfit.spec.rules.
+    resolve_precision` (``bf16`` trains as ``bf16-mixed``, infers as ``bf16-true``); the field
+    then holds the canonical name. ``attention``: ``eager`` materialises the (B, H, S, S)
+    scores, ``sdpa`` lets PyTorch pick the kernel a CUDA GPU would pick, ``flash`` forces
+    FlashAttention-2.
     ``zero_grad_set_to_none`` is torch's default (True); HF Trainer before 4.x kept grads (False).
     ``prepare_kbit``: QLoRA through peft's ``prepare_model_for_kbit_training`` (what TRL's
     SFTTrainer calls on a quantized model): every unquantized half-precision parameter is cast
@@ -48,7 +56,7 @@ class WorkloadSpec:
     batch_size: int = 1
     seq_len: int = 512
     new_tokens: int = 0
-    precision: str = "bf16"
+    precision: str | None = None  # None: "bf16-mixed" for train, "bf16-true" for infer
     attention: str = "sdpa"
     checkpointing: str = "none"
     optimizer: str | None = None  # None: "adamw" for train, "none" for infer
@@ -70,6 +78,7 @@ class WorkloadSpec:
     cache_implementation: str = "dynamic"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode))
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", "adamw" if self.mode == "train" else "none")
         if self.shard is None:
@@ -142,6 +151,7 @@ class WorkloadSpec:
             return []
         p = layout_rules(self.gpus, self.tp, self.shard)
         p += kbit_rules(self.mode, self.quant, self.prepare_kbit)
+        p += precision_rules(self.mode, self.precision, self.shard)
         if self.mode == "train" and self.quant != "none" and self.lora_rank is None:
             p.append(
                 f"quant ({self.quant!r}) with mode 'train' needs LoRA adapters (QLoRA): quantized "
@@ -168,10 +178,10 @@ class WorkloadSpec:
             )
         if self.shard == "ddp" and self.dp == 1:
             w.append("shard 'ddp' with one data-parallel rank is a single-GPU run")
-        if self.quant in ("nf4", "nf4-dq", "fp4") and self.precision == "fp32" and self.is_train:
+        if self.quant in ("nf4", "nf4-dq", "fp4") and self.precision == "32-true" and self.is_train:
             w.append(
                 "4-bit base weights with fp32 compute: bitsandbytes dequantizes to fp32 for every "
-                "matmul; QLoRA normally computes in bf16 (--precision bf16)"
+                "matmul; QLoRA normally computes in bf16 (--precision bf16-mixed)"
             )
         if self.prepare_kbit and self.quant in ("int4-gptq", "fp8"):
             w.append(
@@ -195,6 +205,13 @@ class WorkloadSpec:
     def dp(self) -> int:
         """Data-parallel degree: ``gpus / tp``."""
         return self.gpus // self.tp
+
+    @property
+    def run_precision(self) -> str:
+        """The precision the engines store the step's tensors in
+        (:func:`~memfit.spec.rules.run_precision`: ``*-mixed`` under DeepSpeed ZeRO runs as
+        DeepSpeed's 16-bit model with fp32 masters in the optimizer state)."""
+        return run_precision(str(self.precision), self.shard)
 
     @property
     def is_train(self) -> bool:

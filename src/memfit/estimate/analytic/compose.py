@@ -107,7 +107,7 @@ def run_workload_block(
     lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
     return run_block(
         build,
-        precision=wl.precision,
+        precision=wl.run_precision,
         train=train,
         frozen=frozen,
         lora=lora,

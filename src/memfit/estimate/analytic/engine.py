@@ -46,16 +46,19 @@ def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
     if (
         not wl.prepare_kbit
         or wl.quant in ("int4-gptq", "fp8")
-        or wl.precision not in HALF_PRECISIONS
+        or wl.run_precision not in HALF_PRECISIONS
     ):
         return wl
     return replace(
-        wl, precision="fp32", prepare_kbit=False, quant_compute_dtype=PARAM_DTYPE[wl.precision]
+        wl,
+        precision="32-true",
+        prepare_kbit=False,
+        quant_compute_dtype=PARAM_DTYPE[wl.run_precision],
     )
 
 
 #: Precisions whose parameters are half precision (what peft's casts change).
-HALF_PRECISIONS = ("bf16", "fp16")
+HALF_PRECISIONS = ("bf16-true", "16-true")
 
 
 def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockProfile:
@@ -75,13 +78,13 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
             o.freeze_token_embedding = freeze_tokens
             x, _ = prog.embed(o, w)
             return None, [x]
-        x = o.g.input(w.tokens * h, hidden_dtype(wl.precision), rg=in_rg)
+        x = o.g.input(w.tokens * h, hidden_dtype(wl.run_precision), rg=in_rg)
         if kind == "head":
             outs = prog.head(o, x, w)
             if cached_casts:  # the model returns, autocast exits: its cached weight casts go
                 o.g.touch(o.g.input(cached_casts, "u8", rg=False))
             return x, outs[-1:]  # backward starts from the loss
-        sh: Shared = prog.shared_for_layer(o, w, hidden_dtype(wl.precision))
+        sh: Shared = prog.shared_for_layer(o, w, hidden_dtype(wl.run_precision))
         out = x
         for i in range(prog.period):
             out = prog.layer(o, out, w, sh, i)
@@ -156,14 +159,14 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     if a.tie:
         tied = a.vocab * prog.embed_dim
         n_params -= tied
-        param_bytes -= tied * DTYPE_BYTES[PARAM_DTYPE[wl.precision]]
+        param_bytes -= tied * DTYPE_BYTES[PARAM_DTYPE[wl.run_precision]]
         if tied_grad:
             n_train -= tied
-            grad_bytes -= tied * DTYPE_BYTES[PARAM_DTYPE[wl.precision]]
-    param_bytes += prog.buffer_bytes(wl.precision)
+            grad_bytes -= tied * DTYPE_BYTES[PARAM_DTYPE[wl.run_precision]]
+    param_bytes += prog.buffer_bytes(wl.run_precision)
     shapes = trainable_shapes(all_stacks)
     if tied_grad:
-        shapes.remove(((a.vocab, prog.embed_dim), PARAM_DTYPE[wl.precision]))
+        shapes.remove(((a.vocab, prog.embed_dim), PARAM_DTYPE[wl.run_precision]))
     embeddings = embedding_shapes(all_stacks)
     opt = optimizer_bytes(wl.optimizer or "none", shapes, grad_bytes, embedding_shapes=embeddings)
     inputs = prog.input_bytes(wl.batch_size, s, True)
@@ -215,8 +218,8 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     n_params, param_bytes = t.n_params, t.param_bytes
     if prog.a.tie:
         n_params -= prog.a.vocab * prog.embed_dim
-        param_bytes -= prog.a.vocab * prog.embed_dim * DTYPE_BYTES[PARAM_DTYPE[wl.precision]]
-    param_bytes += prog.buffer_bytes(wl.precision)
+        param_bytes -= prog.a.vocab * prog.embed_dim * DTYPE_BYTES[PARAM_DTYPE[wl.run_precision]]
+    param_bytes += prog.buffer_bytes(wl.run_precision)
     fp = forward_pass(stacks, wl, param_bytes=param_bytes, inputs=inputs, tied=prog.a.tie)
     first = "prefill" if generative else "forward"
     phases = {first: fp.points}

@@ -220,10 +220,10 @@ class ClipProgram:
         cached = [0]
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
-            x = o.g.input(w.tokens * a.hidden, hidden_dtype(wl.precision), rg=in_rg)
+            x = o.g.input(w.tokens * a.hidden, hidden_dtype(wl.run_precision), rg=in_rg)
             mask = None
             if text and w.impl == "eager":
-                mask = o.g.external(w.batch * w.q_len * w.q_len, hidden_dtype(wl.precision))
+                mask = o.g.external(w.batch * w.q_len * w.q_len, hidden_dtype(wl.run_precision))
             out = self._layer(o, a, x, w, mask)
             o.g.touch(x)  # the encoder loop's ``hidden_states`` until the layer returns
             o.g.hold(out)  # the next block's input
@@ -273,7 +273,7 @@ class ClipProgram:
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
             h = a.hidden
-            x = o.g.input(w.tokens * h, hidden_dtype(wl.precision), rg=in_rg)
+            x = o.g.input(w.tokens * h, hidden_dtype(wl.run_precision), rg=in_rg)
             o.g.hold(x)  # vision_model_output.last_hidden_state
             pooled = o.layer_norm(o.slice(x, w.batch, w.tokens), h)  # [:, 0, :]
             if local:  # the tower returns: ``_keep_local``'s copy is freed
@@ -321,9 +321,9 @@ class ClipProgram:
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
             h = a.hidden
-            x = o.g.input(w.tokens * h, hidden_dtype(wl.precision), rg=x_rg)
+            x = o.g.input(w.tokens * h, hidden_dtype(wl.run_precision), rg=x_rg)
             # visual_projection's output, in the compute dtype
-            img = o.g.input(b * self.proj, COMPUTE_DTYPE[wl.precision], rg=image_rg)
+            img = o.g.input(b * self.proj, COMPUTE_DTYPE[wl.run_precision], rg=image_rg)
             o.g.hold(img)
             last = o.layer_norm(x, h)
             o.g.hold(last)  # text_model_output.last_hidden_state

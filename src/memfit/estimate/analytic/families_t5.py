@@ -408,7 +408,7 @@ class T5Program(ChainProgram):
                 f"the analytic engine for {self.a.model_type!r} (encoder-decoder): it models "
                 "one GPU, DDP and ZeRO-1/2/3 with offload in training; use --engine trace"
             )
-        self.wo_fp32 = PARAM_DTYPE[wl.precision] == "f16"
+        self.wo_fp32 = PARAM_DTYPE[wl.run_precision] == "f16"
         return _T5Step(self, wl, task).run()
 
 
@@ -420,10 +420,10 @@ class _T5Step:
         self.a = prog.a
         self.wl = wl
         self.task = task
-        self.hd = hidden_dtype(wl.precision)
+        self.hd = hidden_dtype(wl.run_precision)
         #: the residual stream after the first feed-forward (fp32 once ``wo`` is fp32)
         self.res = "f32" if prog.wo_fp32 else self.hd
-        self.pd = PARAM_DTYPE[wl.precision]
+        self.pd = PARAM_DTYPE[wl.run_precision]
         self.train = wl.is_train
         self.ckpt = wl.checkpointing != "none" and self.train
         lora = wl.lora_rank is not None and self.train
@@ -621,7 +621,7 @@ class _T5Step:
                     _preset_grad(made[1])
             else:
                 p = o.g.external(bias_n, self.pd, rg=rg)
-                z = o.g.external(cross_n, COMPUTE_DTYPE[self.wl.precision], rg=cross_rg)
+                z = o.g.external(cross_n, COMPUTE_DTYPE[self.wl.run_precision], rg=cross_rg)
                 for t, on in ((p, rg), (z, cross_rg)):
                     if on and not key.last:
                         _preset_grad(t)
@@ -650,7 +650,7 @@ class _T5Step:
                 locals_.append(o.g.input(w.tokens * a.hidden, self.pd, rg=False))
             if not self.ckpt:  # checkpointed layers keep their inputs: the biases
                 locals_.append(o.g.input(bias_n, self.pd, rg=False))
-                locals_.append(o.g.input(cross_n, COMPUTE_DTYPE[self.wl.precision], rg=False))
+                locals_.append(o.g.input(cross_n, COMPUTE_DTYPE[self.wl.run_precision], rg=False))
             if w.impl == "eager" and w.q_len > 1:
                 locals_.append(o.g.input(w.batch * w.q_len * w.kv_len, self.hd, rg=False))
             y = o.dropout(self.prog._norm(o, x), self.prog.p)
@@ -778,7 +778,7 @@ class _T5Step:
         # after the first step: the output (logits) is dropped, the next token kept
         enc_bytes = enc_n * DTYPE_BYTES[self.hd]
         inner = a.n_heads * a.head_dim
-        cdt = COMPUTE_DTYPE[wl.precision]
+        cdt = COMPUTE_DTYPE[wl.run_precision]
         cross_cache = 2 * a.n_dec_layers * b * wl.seq_len * inner * DTYPE_BYTES[cdt]
         per_token = 2 * a.n_dec_layers * b * inner * DTYPE_BYTES[cdt]
         casts = cast_cache_bytes(prefill_stacks + first)  # autocast's cache, until it exits

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 from memfit.estimate.analytic.graph import DTYPE_BYTES, Graph, Tensor
 from memfit.estimate.analytic.quant_ops import lora_on_quantized, quantized_linear, quantizes
+from memfit.spec import PRECISION_RULES
 
-#: Storage dtype of parameters and the dtype matmuls compute in, per ``WorkloadSpec.precision``.
-PARAM_DTYPE = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "amp-bf16": "f32", "amp-fp16": "f32"}
-COMPUTE_DTYPE = {
-    "fp32": "f32",
-    "bf16": "bf16",
-    "fp16": "f16",
-    "amp-bf16": "bf16",
-    "amp-fp16": "f16",
-}
+#: This engine's names of torch's dtypes.
+_NAMES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+#: Storage dtype of parameters and the dtype matmuls compute in, per precision as run
+#: (``WorkloadSpec.run_precision``), from the one table :data:`memfit.spec.PRECISION_RULES`.
+PARAM_DTYPE = {name: _NAMES[r.params] for name, r in PRECISION_RULES.items()}
+COMPUTE_DTYPE = {name: _NAMES[r.compute] for name, r in PRECISION_RULES.items()}
 HALF = ("bf16", "f16")
 
 
@@ -46,7 +44,7 @@ class Ops:
         self.g = g
         self.pdtype = PARAM_DTYPE[precision]
         self.cdtype = COMPUTE_DTYPE[precision]
-        self.autocast = precision.startswith("amp-")
+        self.autocast = PRECISION_RULES[precision].autocast
         self.train = train
         self.frozen = frozen or not train
         self.lora = lora

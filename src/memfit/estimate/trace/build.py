@@ -21,15 +21,10 @@ import torch
 from memfit.errors import SpecError, TraceError
 from memfit.estimate.tasks import resolve_task as resolve_task  # callers use build.resolve_task
 from memfit.models.model_spec import ModelSpec
-from memfit.spec import WorkloadSpec
+from memfit.spec import PRECISION_RULES, WorkloadSpec
 
-PARAM_DTYPE = {
-    "fp32": torch.float32,
-    "amp-bf16": torch.float32,
-    "amp-fp16": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
+#: Parameter dtype per precision as run (``WorkloadSpec.run_precision``), from the one table.
+PARAM_DTYPE = {name: getattr(torch, r.params) for name, r in PRECISION_RULES.items()}
 
 
 @dataclass(frozen=True)
@@ -145,7 +140,7 @@ def build_hf_model(
             hf.pad_token_id = 0
     impl = "eager" if workload.attention == "eager" else "sdpa"
     cls = model_class(task)
-    kwargs: dict[str, Any] = {"dtype": PARAM_DTYPE[workload.precision]}
+    kwargs: dict[str, Any] = {"dtype": PARAM_DTYPE[workload.run_precision]}
     if trust_remote_code:
         kwargs["trust_remote_code"] = True
     with torch.device(device):

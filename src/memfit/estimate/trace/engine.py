@@ -12,10 +12,11 @@ check trace verifies (``trace["extrapolation_check_error"]``; a test compares wi
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,8 +25,6 @@ from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.pipeline import (
     EngineResult,
-    PhaseResult,
-    ReservedRule,
     assemble,
     check_freeze_depth,
     check_generation,
@@ -36,7 +35,7 @@ from memfit.estimate.pipeline import (
     with_notes,
 )
 from memfit.estimate.quant import unquantized_layers_note
-from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import build, distributed, quantized, steps
 from memfit.estimate.trace.cuda_emulation import (
     SdpaRouter,
@@ -44,9 +43,11 @@ from memfit.estimate.trace.cuda_emulation import (
     fused_dropout,
     hf_treat_fake_as_real,
 )
+from memfit.estimate.trace.flat import Flat, extrapolated
+from memfit.estimate.trace.flat import engine_result as flat_engine_result
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.snapshot import predicted
-from memfit.spec import WorkloadSpec
+from memfit.spec import PRECISION_RULES, WorkloadSpec
 
 #: Models with at most this many repeated blocks are traced block by block. Allocated bytes and
 #: components extrapolate exactly from a few blocks, but reserved bytes depend on the whole
@@ -58,7 +59,10 @@ FULL_TRACE_MAX_LAYERS = 48
 #: Relative mismatch above which the extrapolation check is reported in ``notes``.
 EXTRAPOLATION_TOLERANCE = 0.001
 
-Flat = dict[str, float]
+#: Set by the derived engine (:mod:`memfit.estimate.derived.record`) while it records traces: an
+#: object with ``new_tracker()`` (the tracker a run uses), ``on_run(counts, tracker, flat)``
+#: after each run and ``on_result(engine_result)`` once per trace. None: plain tracing.
+RUN_OBSERVER: contextvars.ContextVar[Any] = contextvars.ContextVar("RUN_OBSERVER", default=None)
 
 
 def trace_hf(
@@ -103,7 +107,7 @@ def trace_hf(
 
     if extrapolate is None:
         extrapolate = sum(targets.values()) > FULL_TRACE_MAX_LAYERS
-    flat, check = _extrapolated(run, targets, period) if extrapolate else (run(targets), None)
+    flat, check = extrapolated(run, targets, period) if extrapolate else (run(targets), None)
     notes = distributed.notes(workload)
     if note := unquantized_layers_note(str(config.get("model_type", "")), workload.quant):
         notes.append(note)
@@ -121,7 +125,10 @@ def trace_hf(
         "extrapolation_check_error": check,
         "wall_s": round(time.perf_counter() - started, 3),
     }
-    est = assemble(engine_result(flat, name=name, trace=trace_info, notes=notes), workload, gpu)
+    result = engine_result(flat, name=name, trace=trace_info, notes=notes)
+    if (observer := RUN_OBSERVER.get()) is not None:
+        observer.on_result(result)
+    est = assemble(result, workload, gpu)
     return with_notes(est, prepared_notes)
 
 
@@ -143,52 +150,6 @@ def _reject_unsupported(workload: WorkloadSpec) -> None:
         raise NotModelledError(
             f"the trace engine does not model {', '.join(bad)} yet", engine="trace"
         )
-
-
-def _extrapolated(
-    run: Callable[[dict[str, int]], Flat], targets: dict[str, int], period: dict[str, int]
-) -> tuple[Flat, float | None]:
-    # Two periods at the base: with a single block the first and last block coincide, and under
-    # checkpointing the backward peak then sits at a different relative point of the step.
-    base = {k: 2 * period[k] for k in targets}
-    growing = [k for k in targets if targets[k] > base[k]]
-    if (
-        not targets
-        or any(targets[k] < base[k] for k in targets)
-        or not any(targets[k] >= base[k] + 2 * period[k] for k in growing)
-    ):
-        return run(targets), None
-    at_base = run(base)
-    slopes: dict[str, Flat] = {}
-    for k in growing:
-        step = run({**base, k: base[k] + period[k]})
-        slopes[k] = {
-            key: (step.get(key, 0) - at_base.get(key, 0)) / period[k]
-            for key in _keys(step, at_base)
-        }
-    checked = max(growing, key=lambda k: targets[k] - base[k])
-    check_counts = {**base, checked: base[checked] + 2 * period[checked]}
-    check = run(check_counts)
-    predicted = _affine(at_base, slopes, base, check_counts)
-    error = max(
-        (abs(predicted.get(k, 0) - v) / max(v, 1) for k, v in check.items() if k.endswith("/peak")),
-        default=0.0,
-    )
-    return _affine(at_base, slopes, base, targets), error
-
-
-def _keys(*flats: Flat) -> set[str]:
-    return set().union(*flats)
-
-
-def _affine(
-    at_base: Flat, slopes: dict[str, Flat], base: dict[str, int], counts: dict[str, int]
-) -> Flat:
-    out = dict(at_base)
-    for k, slope in slopes.items():
-        for key, s in slope.items():
-            out[key] = out.get(key, 0) + s * (counts[k] - base[k])
-    return {k: round(v) for k, v in out.items()}
 
 
 def _trace_once(
@@ -231,7 +192,14 @@ def _trace_once(
     fake: Any = contextlib.nullcontext() if real else FakeTensorMode(allow_non_fake_inputs=True)
     if not real:
         build.meta_to_fake_(model, fake)
-    tracker = StorageTracker(device_type="cpu") if plan is None else plan.tracker
+    observer = RUN_OBSERVER.get()
+    tracker: StorageTracker
+    if plan is not None:
+        tracker = plan.tracker
+    elif observer is not None:
+        tracker = observer.new_tracker()
+    else:
+        tracker = StorageTracker(device_type="cpu")
     with fake, cuda_emulation_for(wl, emulate_cuda) as router:
         inputs = steps.example_inputs(cfg, wl, task)
         if plan is not None:
@@ -264,6 +232,8 @@ def _trace_once(
     # --snapshot: the history as replayed below (a no-op unless a recording is active)
     predicted.keep(events, tracker, allocator_workspaces(gpu, training=wl.is_train))
     flat["reserved"] = replay_reserved(events, gpu, wl.is_train)
+    if observer is not None:
+        observer.on_run(counts, tracker, flat)
     return flat
 
 
@@ -284,7 +254,7 @@ def cuda_emulation_for(
     """Enter the CUDA emulations the workload needs; yields the SDPA router (or None)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(hf_treat_fake_as_real())
-        if workload.precision.startswith("amp-"):
+        if PRECISION_RULES[workload.run_precision].autocast:
             stack.enter_context(cuda_autocast_policy())
         router = None
         if cuda_kernels:
@@ -328,36 +298,7 @@ def engine_result(
 ) -> EngineResult:
     """The trace's numbers (:func:`flatten_trace`, extrapolated or not, ``reserved`` replayed)
     as the record :func:`memfit.estimate.pipeline.assemble` turns into the estimate."""
-    phases: dict[str, PhaseResult] = {}
-    for key in flat:
-        parts = key.split("/")
-        if parts[0] == "phase" and parts[2] == "peak":
-            phase = parts[1]
-            prefix = f"phase/{phase}/mod/"
-            phases[phase] = PhaseResult(
-                components={c: int(flat.get(f"phase/{phase}/comp/{c}", 0)) for c in COMPONENTS},
-                modules={
-                    k.split("/", 3)[3]: int(v) for k, v in flat.items() if k.startswith(prefix)
-                },
-                unified_bytes=int(flat.get(f"phase/{phase}/unified", 0)),
-            )
-    if not phases:
-        raise TraceError("the traced step allocated nothing on the device")
-    return EngineResult(
-        engine="trace",
-        model_name=name,
-        n_params=int(flat["n_params"]),
-        n_trainable_params=int(flat["n_trainable"]),
-        phases=phases,
-        reserved=ReservedRule(replayed_bytes=int(flat.get("reserved", 0))),
-        environment=environment(),
-        host_memory_bytes=int(flat.get("host_memory", 0)),
-        attention_backends={
-            k.split("/", 1)[1]: int(v) for k, v in flat.items() if k.startswith("backend/")
-        },
-        trace={**trace, "n_ops": int(flat.get("n_ops", 0))},
-        notes=notes,
-    )
+    return flat_engine_result(flat, name=name, trace=trace, notes=notes, environment=environment())
 
 
 def environment() -> dict[str, str]:

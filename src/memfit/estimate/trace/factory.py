@@ -103,11 +103,11 @@ def _reject_model_techniques(spec: str, workload: WorkloadSpec) -> None:
 def trace_factory(spec: str, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
     _reject_model_techniques(spec, workload)
     model, inputs = load_factory(spec)
-    dtype = PARAM_DTYPE[workload.precision]
+    dtype = PARAM_DTYPE[workload.run_precision]
     model = model.to(dtype)
     model.train(workload.is_train)
     batch = _materialise(inputs, workload, dtype)
-    autocast = AUTOCAST_DTYPE.get(workload.precision)
+    autocast = AUTOCAST_DTYPE.get(workload.run_precision)
 
     def step(m: torch.nn.Module, opt: Any, data: Any) -> None:
         amp = torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None)

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from memfit.estimate import quant
-from memfit.spec import WorkloadSpec
+from memfit.spec import PRECISION_RULES, WorkloadSpec
 
 TORCH_DTYPE = {
     "int8": torch.int8,
@@ -57,13 +57,7 @@ TORCH_DTYPE = {
 }
 #: Compute dtype of the quantized matmuls per precision (``bnb_4bit_compute_dtype`` = the
 #: workload's compute dtype).
-COMPUTE_DTYPE = {
-    "fp32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "amp-bf16": torch.bfloat16,
-    "amp-fp16": torch.float16,
-}
+COMPUTE_DTYPE = {name: getattr(torch, r.compute) for name, r in PRECISION_RULES.items()}
 #: LLM.int8 outlier threshold (transformers ``BitsAndBytesConfig.llm_int8_threshold`` default).
 INT8_THRESHOLD = 6.0
 #: Largest finite float8_e4m3fn value: the per-tensor scale maps the amax onto it.
@@ -397,7 +391,7 @@ def quantize_(
     wrapped one in a LoRA layer, replace its ``base_layer`` and give the wrapper the forward of
     peft's layer for that format."""
     fmt = workload.quant
-    compute = COMPUTE_DTYPE[workload.precision]
+    compute = COMPUTE_DTYPE[workload.run_precision]
     by_suffix = {n: m for n, m in model.named_modules()}
     for name in names:
         path = _current_path(by_suffix, name)

@@ -3,7 +3,7 @@
 Training (two steps, so optimizer states exist at the second step's peak)::
 
     with autocast (amp-*): loss = model(**batch).loss      # phase "forward"
-    (scaler.scale(loss) if amp-fp16 else loss).backward()    # phase "backward"
+    (scaler.scale(loss) if 16-mixed else loss).backward()    # phase "backward"
     optimizer.step(); optimizer.zero_grad(set_to_none=...)   # phase "optimizer"
 
 Inference of a causal LM follows ``generate()`` with a DynamicCache: a prefill of ``seq_len`` tokens
@@ -22,9 +22,12 @@ import torch
 
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.models.model_spec import ModelSpec
-from memfit.spec import WorkloadSpec
+from memfit.spec import PRECISION_RULES, WorkloadSpec
 
-AUTOCAST_DTYPE = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
+#: The autocast dtype of each precision that runs under autocast (``*-mixed``), from the one table.
+AUTOCAST_DTYPE = {
+    name: getattr(torch, r.compute) for name, r in PRECISION_RULES.items() if r.autocast
+}
 
 
 def make_optimizer(
@@ -89,7 +92,7 @@ def example_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) ->
 
 @contextlib.contextmanager
 def _autocast(workload: WorkloadSpec) -> Iterator[None]:
-    dtype = AUTOCAST_DTYPE.get(workload.precision)
+    dtype = AUTOCAST_DTYPE.get(workload.run_precision)
     if dtype is None:
         yield
         return
@@ -152,7 +155,7 @@ def run_train_steps(
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, workload.optimizer or "none", model) if params else None
     paged: set[int] = set()
-    scaler = _LossScaler() if workload.precision == "amp-fp16" else None
+    scaler = _LossScaler() if PRECISION_RULES[workload.run_precision].grad_scaler else None
     for _ in range(n_steps):
         tracker.set_phase("forward")
         with _autocast(workload):

@@ -1,0 +1,48 @@
+"""The flags every estimating command shares: ``--engine`` and ``--quiet``, and how they apply.
+
+``--engine auto|analytic|derived|trace`` (the rule: :mod:`memfit.estimate.policy`) and
+``--quiet`` (no progress line; :mod:`memfit.progress`) are added to ``estimate``, ``plan``,
+``fit``, ``upgrade`` and ``doctor``; :func:`applied` runs a command under them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+
+from memfit.estimate.policy import ENGINES
+
+ENGINE_HELP = (
+    "auto (default): the fastest engine that models the job, said in the output — analytic "
+    "(hand-written closed forms) where the model type has one, else derived (the trace's bytes "
+    "from 3-4 traces per technique stack, cached), else trace; one `estimate` is traced unless "
+    "a derived form is cached. analytic | derived | trace: that engine alone"
+)
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """Add ``--engine`` and ``--quiet`` to ``parser``."""
+    parser.add_argument("--engine", choices=ENGINES, default="auto", help=ENGINE_HELP)
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress line on stderr (shown only on a terminal, for work over 2 s)",
+    )
+
+
+@contextlib.contextmanager
+def applied(args: argparse.Namespace) -> Iterator[None]:
+    """Run a command with its ``--engine`` policy and its progress display (where it has the
+    flags; other commands run as they are)."""
+    from memfit import progress
+    from memfit.estimate.policy import use_engine
+
+    with contextlib.ExitStack() as stack:
+        if hasattr(args, "engine"):
+            stack.enter_context(use_engine(args.engine))
+        if hasattr(args, "quiet"):
+            json_out = bool(getattr(args, "json", False))
+            stack.enter_context(progress.terminal(quiet=args.quiet, json_out=json_out))
+        yield

@@ -1,0 +1,191 @@
+"""The derived engine: the trace engine's answer at any batch size from three traces (torch-free
+once a form is built).
+
+A job's allocations are traced at batch sizes 1, 2 and 3; each allocation's size is solved as
+``a0 + a1 * batch_size`` (exact, checked on the third trace) and the recorded events are kept
+with their order (:mod:`memfit.estimate.derived.record`). An estimate at any batch size replays
+them through the tracker's counting and the caching-allocator model
+(:mod:`memfit.estimate.derived.form`): milliseconds to a fraction of a second, without torch, and
+the same bytes the trace engine gives (tests compare them). Forms are cached on disk per config,
+job variant and library versions (:mod:`memfit.estimate.derived.cache`).
+
+What it models: a Hugging Face config.json model on one GPU (no ranks, no offload, no paged
+optimizer states, no remote code) — anything else is a NotModelledError naming the reason, and
+the engine policy (:mod:`memfit.estimate.policy`) asks the trace engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from memfit.errors import NotModelledError
+from memfit.estimate.derived import cache
+from memfit.estimate.derived.form import replay_run
+from memfit.estimate.device import allocator_workspaces
+from memfit.estimate.pipeline import assemble, check_gpu, prepare_workload, with_notes
+from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.trace.flat import Flat, engine_result, extrapolated
+from memfit.spec import WorkloadSpec
+
+Progress = Callable[[str], None]
+
+#: Forms loaded in this process, by key (a search evaluates one form many times).
+_FORMS: dict[str, dict[str, Any]] = {}
+
+
+def refusal(source: Any, workload: WorkloadSpec) -> str | None:
+    """Why the derived engine cannot model ``workload`` on ``source`` at all, or None."""
+    if source.origin == "factory" or source.config is None:
+        return "a factory model (pkg.mod:fn) has no config.json to derive a form from"
+    if source.trust_remote_code:
+        return "a model with remote code (its code is not part of the form's cache key)"
+    if workload.gpus > 1 or workload.tp > 1 or workload.shard != "none":
+        return "a multi-GPU job (each rank's replay is the trace engine's)"
+    if workload.offload != "none":
+        return "an offloaded job"
+    if "paged" in str(workload.optimizer):
+        return "paged optimizer states"
+    return None
+
+
+def is_cached(source: Any, workload: WorkloadSpec) -> bool:
+    """Whether a form (not a refusal) for this job's variant is in memory or on disk."""
+    if refusal(source, workload) is not None:
+        return False
+    key = cache.variant_key(source.config, workload)
+    data = _FORMS.get(key) or cache.load(key)
+    return data is not None and "refused" not in data
+
+
+def estimate_derived(
+    source: Any, workload: WorkloadSpec, *, gpu: Any = None, progress: Progress | None = None
+) -> MemoryEstimate:
+    """``source`` running ``workload`` on ``gpu``, from the job's derived form (built with three
+    traces the first time, then cached). NotModelledError where no form models the job."""
+    started = time.perf_counter()
+    form, built = _form(source, workload, progress)
+    return _evaluate(form, source, workload, gpu, started=started, built=built)
+
+
+def estimate_many_derived(
+    source: Any,
+    workloads: Sequence[WorkloadSpec],
+    *,
+    gpu: Any = None,
+    progress: Progress | None = None,
+) -> list[MemoryEstimate]:
+    """:func:`estimate_derived` for each workload (those of one variant share one form)."""
+    return [estimate_derived(source, w, gpu=gpu, progress=progress) for w in workloads]
+
+
+def _form(
+    source: Any, workload: WorkloadSpec, progress: Progress | None
+) -> tuple[dict[str, Any], bool]:
+    why = refusal(source, workload)
+    if why is not None:
+        raise NotModelledError(f"the derived engine does not model {why}", engine="derived")
+    key = cache.variant_key(source.config, workload)
+    data = _FORMS.get(key) or cache.load(key)
+    built = False
+    if data is None:
+        data = _build(source, workload, progress)
+        cache.store(key, data)
+        built = True
+    _FORMS[key] = data
+    if "refused" in data:
+        raise NotModelledError(str(data["refused"]), engine="derived")
+    return data, built
+
+
+def _build(source: Any, workload: WorkloadSpec, progress: Progress | None) -> dict[str, Any]:
+    for pkg in ("torch", "transformers"):
+        if importlib.util.find_spec(pkg) is None:
+            raise NotModelledError(
+                f"the derived engine builds a form with the trace engine, but {pkg} is not "
+                "installed: pip install 'memfit[trace]'",
+                engine="derived",
+            )
+    from memfit.errors import TraceError
+    from memfit.estimate.derived.record import record
+
+    started = time.perf_counter()
+    try:
+        form, traced = record(source.config, workload, name=source.name, progress=progress)
+    except NotModelledError as exc:
+        if exc.engine != "derived":
+            raise
+        return {"refused": str(exc)}
+    except TraceError as exc:
+        return {"refused": f"no derived form for this job: the trace failed ({exc})"}
+    form["build_s"] = round(time.perf_counter() - started, 3)
+    for b, est in traced.items():
+        mine = _evaluate(form, source, dataclasses.replace(workload, batch_size=b), None)
+        got = (mine.peak_allocated_bytes, mine.peak_reserved_bytes)
+        want = (est.peak_allocated_bytes, est.peak_reserved_bytes)
+        if got != want:
+            return {
+                "refused": f"no derived form for this job: its replay at batch {b} gives "
+                f"{got} (allocated, reserved) bytes, the trace {want}"
+            }
+    return form
+
+
+def _evaluate(
+    form: dict[str, Any],
+    source: Any,
+    workload: WorkloadSpec,
+    gpu: Any,
+    *,
+    started: float | None = None,
+    built: bool = False,
+) -> MemoryEstimate:
+    started = time.perf_counter() if started is None else started
+    w, prepared_notes = prepare_workload(source.config, workload)
+    check_gpu(w, gpu)
+    flat = _flat(form, w.batch_size, allocator_workspaces(gpu, training=w.is_train))
+    trace = {
+        **form["trace"],
+        "wall_s": round(time.perf_counter() - started, 4),
+        "derived": {
+            "built_now": built,
+            "build_s": form.get("build_s"),
+            "batch_points": form["points"],
+            "exact_at": sorted(int(b) for b in form.get("exact", {})),
+        },
+    }
+    result = engine_result(
+        flat,
+        name=source.name,
+        trace=trace,
+        notes=list(form["notes"]),
+        environment=dict(form["environment"]),
+        engine="derived",
+    )
+    return with_notes(assemble(result, w, gpu), prepared_notes)
+
+
+def _flat(form: dict[str, Any], x: int, workspaces: tuple[int, ...]) -> Flat:
+    chosen = form.get("exact", {}).get(str(x), form["runs"])
+    runs = {_counts_key(r["counts"]): r for r in chosen}
+    if len(runs) == 1:
+        return replay_run(next(iter(runs.values())), x, workspaces)
+    base = chosen[0]["counts"]
+    period = {k: max(1, v // 2) for k, v in base.items()}
+    targets = dict(form["trace"]["layers"])
+
+    def run(counts: dict[str, int]) -> Flat:
+        return replay_run(runs[_counts_key(counts)], x, workspaces)
+
+    flat, _check = extrapolated(run, targets, period)
+    return flat
+
+
+def _counts_key(counts: dict[str, int]) -> str:
+    return ",".join(f"{k}={counts[k]}" for k in sorted(counts))
+
+
+__all__ = ["estimate_derived", "estimate_many_derived", "is_cached", "refusal"]

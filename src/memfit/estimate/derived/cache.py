@@ -1,0 +1,96 @@
+"""Where derived forms are kept: one JSON file per model config, job variant and library versions.
+
+``$MEMFIT_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/memfit``, else ``~/.cache/memfit``; forms under
+``derived/``. The key hashes the config.json (canonical JSON), the workload with its batch size
+left out (the form's variable) and the versions of memfit, torch, transformers and peft installed
+(read from package metadata: no import). A new version of any of them is a new key: the form
+follows the installed libraries and is derived again. A refusal is cached too, so a job the form
+cannot model costs its three traces once. Unreadable or foreign files are ignored and replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from memfit.spec import WorkloadSpec
+
+#: Bumped when the stored layout or the replay changes: older files are then ignored.
+FORMAT = 1
+#: The libraries whose versions are part of the key.
+VERSIONED = ("torch", "transformers", "peft")
+
+
+def cache_dir() -> Path:
+    """The directory of derived forms (created on first store)."""
+    root = os.environ.get("MEMFIT_CACHE_DIR")
+    if root:
+        return Path(root) / "derived"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "memfit" / "derived"
+
+
+def versions() -> dict[str, str]:
+    """memfit's and the traced libraries' installed versions ("not installed" where absent)."""
+    from memfit import __version__
+
+    out = {"memfit": __version__}
+    for pkg in VERSIONED:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def variant_key(config: dict[str, Any], workload: WorkloadSpec) -> str:
+    """The form's key: config, the workload but its batch size, the library versions."""
+    variant = dataclasses.replace(workload, batch_size=1)
+    text = json.dumps(
+        {
+            "format": FORMAT,
+            "config": config,
+            "workload": repr(variant),
+            "versions": versions(),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def load(key: str) -> dict[str, Any] | None:
+    """The stored form (or refusal) of ``key``, None if absent or unreadable."""
+    path = cache_dir() / f"{key}.json"
+    try:
+        with path.open(encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
+        return None
+    return data
+
+
+def store(key: str, data: dict[str, Any]) -> None:
+    """Write ``data`` under ``key`` atomically; a cache that cannot be written is skipped."""
+    folder = cache_dir()
+    record = {**data, "format": FORMAT, "key": key}
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(record, f, separators=(",", ":"))
+            os.replace(tmp, folder / f"{key}.json")
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

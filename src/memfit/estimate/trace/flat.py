@@ -1,0 +1,109 @@
+"""The trace's flat numbers and how they become an engine result (torch-free).
+
+A traced run is summarised as a flat ``{key: number}`` dict (``phase/<phase>/peak``,
+``phase/<phase>/comp/<component>``, ``phase/<phase>/mod/<module>``, ``reserved``, ``n_params``,
+``backend/<kernel>``). The trace engine (:mod:`memfit.estimate.trace.engine`) produces them by
+running the model; the derived engine (:mod:`memfit.estimate.derived`) by replaying recorded
+allocations. Both extrapolate over layer counts and build the :class:`EngineResult` here, so the
+two engines cannot drift apart in those steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from memfit.errors import TraceError
+from memfit.estimate.pipeline import EngineResult, PhaseResult, ReservedRule
+from memfit.estimate.result import COMPONENTS
+
+Flat = dict[str, float]
+
+
+def extrapolated(
+    run: Callable[[dict[str, int]], Flat], targets: dict[str, int], period: dict[str, int]
+) -> tuple[Flat, float | None]:
+    """The flat numbers at ``targets`` layer counts from runs at a few counts (see the trace
+    engine's module docstring), and the relative error of the check run (None: no
+    extrapolation, ``targets`` were run as they are)."""
+    # Two periods at the base: with a single block the first and last block coincide, and under
+    # checkpointing the backward peak then sits at a different relative point of the step.
+    base = {k: 2 * period[k] for k in targets}
+    growing = [k for k in targets if targets[k] > base[k]]
+    if (
+        not targets
+        or any(targets[k] < base[k] for k in targets)
+        or not any(targets[k] >= base[k] + 2 * period[k] for k in growing)
+    ):
+        return run(targets), None
+    at_base = run(base)
+    slopes: dict[str, Flat] = {}
+    for k in growing:
+        step = run({**base, k: base[k] + period[k]})
+        slopes[k] = {
+            key: (step.get(key, 0) - at_base.get(key, 0)) / period[k]
+            for key in set(step) | set(at_base)
+        }
+    checked = max(growing, key=lambda k: targets[k] - base[k])
+    check_counts = {**base, checked: base[checked] + 2 * period[checked]}
+    check = run(check_counts)
+    predicted = affine(at_base, slopes, base, check_counts)
+    error = max(
+        (abs(predicted.get(k, 0) - v) / max(v, 1) for k, v in check.items() if k.endswith("/peak")),
+        default=0.0,
+    )
+    return affine(at_base, slopes, base, targets), error
+
+
+def affine(
+    at_base: Flat, slopes: dict[str, Flat], base: dict[str, int], counts: dict[str, int]
+) -> Flat:
+    """``at_base`` moved by ``slopes`` (per layer of each stack) to ``counts`` layers."""
+    out = dict(at_base)
+    for k, slope in slopes.items():
+        for key, s in slope.items():
+            out[key] = out.get(key, 0) + s * (counts[k] - base[k])
+    return {k: round(v) for k, v in out.items()}
+
+
+def engine_result(
+    flat: Flat,
+    *,
+    name: str,
+    trace: dict[str, Any],
+    notes: list[str],
+    environment: dict[str, str],
+    engine: str = "trace",
+) -> EngineResult:
+    """The flat numbers (extrapolated or not, ``reserved`` replayed) as the record
+    :func:`memfit.estimate.pipeline.assemble` turns into the estimate."""
+    phases: dict[str, PhaseResult] = {}
+    for key in flat:
+        parts = key.split("/")
+        if parts[0] == "phase" and parts[2] == "peak":
+            phase = parts[1]
+            prefix = f"phase/{phase}/mod/"
+            phases[phase] = PhaseResult(
+                components={c: int(flat.get(f"phase/{phase}/comp/{c}", 0)) for c in COMPONENTS},
+                modules={
+                    k.split("/", 3)[3]: int(v) for k, v in flat.items() if k.startswith(prefix)
+                },
+                unified_bytes=int(flat.get(f"phase/{phase}/unified", 0)),
+            )
+    if not phases:
+        raise TraceError("the traced step allocated nothing on the device")
+    return EngineResult(
+        engine=engine,
+        model_name=name,
+        n_params=int(flat["n_params"]),
+        n_trainable_params=int(flat["n_trainable"]),
+        phases=phases,
+        reserved=ReservedRule(replayed_bytes=int(flat.get("reserved", 0))),
+        environment=environment,
+        host_memory_bytes=int(flat.get("host_memory", 0)),
+        attention_backends={
+            k.split("/", 1)[1]: int(v) for k, v in flat.items() if k.startswith("backend/")
+        },
+        trace={**trace, "n_ops": int(flat.get("n_ops", 0))},
+        notes=notes,
+    )

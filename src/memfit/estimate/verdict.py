@@ -1,0 +1,142 @@
+"""THE verdict rule: whether a job fits a GPU, stated once, used by every command.
+
+Given the estimate's point value and the upper end of its measured-error range for device
+memory (``device_used_bytes``: what ``nvidia-smi`` shows, :mod:`memfit.estimate.uncertainty`),
+a GPU's capacity (what CUDA can hand out) and a headroom kept free:
+
+========================  ====================================================  =========
+verdict                   rule                                                  exit code
+========================  ====================================================  =========
+``fits``                  upper end + headroom <= capacity                      0
+``tight``                 not ``fits``, but the point value <= capacity: the    1
+                          job may run, inside its own error bar or the
+                          headroom (fragmentation, NCCL buffers, other
+                          processes)
+``does not fit``          point value > capacity                                1
+========================  ====================================================  =========
+
+``tight`` exits 1: a CI gate that runs ``memfit estimate ... --gpu L4`` before a training job
+must not pass a job that the estimate's own error bar says may run out of memory; the text and
+``--json`` (``fits.verdict``) tell it from ``does not fit``. ``estimate``, ``fit`` (the largest
+value whose verdict is ``fits``), ``plan`` (a plan is a plan when it ``fits``), ``upgrade``,
+``doctor`` and the monitor's receipt all call :func:`judge`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Fraction of the capacity left free by default. vLLM's default ``gpu_memory_utilization`` of
+#: 0.9 leaves 10 % for what its profiling run misses; memfit's upper range end already covers the
+#: estimator's error, so it keeps half of that: 5 %.
+DEFAULT_HEADROOM = 0.05
+
+FITS, TIGHT, DOES_NOT_FIT = "fits", "tight", "does not fit"
+VERDICTS = (FITS, TIGHT, DOES_NOT_FIT)
+#: The exit code of each verdict, the same for every command.
+EXIT_CODES = {FITS: 0, TIGHT: 1, DOES_NOT_FIT: 1}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """One job against one GPU: the verdict, the numbers it came from, and the margin
+    (``limit_bytes - need_bytes``: negative when the upper end overflows the limit)."""
+
+    verdict: str
+    point_bytes: int
+    need_bytes: int  # the upper end of the device-memory range
+    capacity_bytes: int
+    headroom_bytes: int
+
+    @property
+    def limit_bytes(self) -> int:
+        return self.capacity_bytes - self.headroom_bytes
+
+    @property
+    def margin_bytes(self) -> int:
+        return self.limit_bytes - self.need_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == FITS
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "point_bytes": self.point_bytes,
+            "need_bytes": self.need_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "limit_bytes": self.limit_bytes,
+            "margin_bytes": self.margin_bytes,
+        }
+
+    def text(self, gpu: str) -> str:
+        """``FITS on L4: needs 8.40 GiB (upper end) of 21.37 GiB, margin 12.97 GiB``."""
+        from memfit.units import format_bytes
+
+        need, limit = format_bytes(self.need_bytes), format_bytes(self.limit_bytes)
+        head = f"{self.verdict.upper()} on {gpu}"
+        if self.verdict == FITS:
+            margin = format_bytes(self.margin_bytes)
+            return f"{head}: needs {need} (upper end) of {limit}, margin {margin}"
+        if self.verdict == TIGHT:
+            return (
+                f"{head}: the estimate ({format_bytes(self.point_bytes)}) fits "
+                f"{format_bytes(self.capacity_bytes)}, but its upper end ({need}) exceeds the "
+                f"limit {limit} ({format_bytes(self.headroom_bytes)} headroom) by "
+                f"{format_bytes(-self.margin_bytes)}: it may run out of memory"
+            )
+        return (
+            f"{head}: needs {format_bytes(self.point_bytes)} (estimate), "
+            f"{format_bytes(self.point_bytes - self.capacity_bytes)} more than its "
+            f"{format_bytes(self.capacity_bytes)}"
+        )
+
+
+def judge(
+    *, point_bytes: int, need_bytes: int, capacity_bytes: int, headroom_bytes: int
+) -> Verdict:
+    """The verdict rule of the module docstring."""
+    if need_bytes + headroom_bytes <= capacity_bytes:
+        verdict = FITS
+    elif point_bytes <= capacity_bytes:
+        verdict = TIGHT
+    else:
+        verdict = DOES_NOT_FIT
+    return Verdict(
+        verdict=verdict,
+        point_bytes=point_bytes,
+        need_bytes=need_bytes,
+        capacity_bytes=capacity_bytes,
+        headroom_bytes=headroom_bytes,
+    )
+
+
+def headroom_bytes(capacity_bytes: int, headroom: float = DEFAULT_HEADROOM) -> int:
+    return round(capacity_bytes * headroom)
+
+
+def upper_device_bytes(est: Any) -> int:
+    """The upper end of an estimate's device-memory range (never below its point value)."""
+    low_high = est.ranges.get("device_used_bytes")
+    if low_high is None:
+        from memfit.estimate.uncertainty import ranges
+
+        low_high = ranges(est)["device_used_bytes"]
+    return max(int(low_high[1]), int(est.device_used_bytes))
+
+
+def judge_estimate(est: Any, capacity_bytes: int, headroom: float = DEFAULT_HEADROOM) -> Verdict:
+    """:func:`judge` of a :class:`~memfit.estimate.result.MemoryEstimate` on a capacity."""
+    return judge(
+        point_bytes=int(est.device_used_bytes),
+        need_bytes=upper_device_bytes(est),
+        capacity_bytes=capacity_bytes,
+        headroom_bytes=headroom_bytes(capacity_bytes, headroom),
+    )
