@@ -63,7 +63,7 @@ def test_the_live_job_is_read_from_the_model_the_arguments_and_the_longest_batch
     )
     w = result.workload
     assert (w.batch_size, w.grad_accum, w.seq_len) == (2, 3, 48)  # the longest batch seen
-    assert (w.precision, w.checkpointing, w.optimizer) == ("fp32", "full", "adamw-fused")
+    assert (w.precision, w.checkpointing, w.optimizer) == ("32-true", "full", "adamw-fused")
     assert result.fits is True
     assert result.estimate.workload["seq_len"] == 48
 

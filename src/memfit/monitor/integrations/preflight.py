@@ -135,7 +135,7 @@ def live_job(
     elif "float16" in dtype:
         precision = TRUE["fp16"]
     else:
-        precision = mixed or "fp32"
+        precision = mixed or TRUE["fp32"]
     quantized = getattr(base, "is_quantized", False) or "quantization_config" in config
     workload = WorkloadSpec(
         mode="train",
