@@ -299,7 +299,7 @@ def _gemma2(config: Mapping[str, Any], f: dict[str, Any]) -> None:
         ]
 
 
-@reader("qwen2", "qwen3")
+@reader("qwen2", "qwen3", "qwen3_moe")
 def _qwen2(config: Mapping[str, Any], f: dict[str, Any]) -> None:
     """Qwen2Config / Qwen3Config.__post_init__: ``sliding_window`` is None unless
     ``use_sliding_window``;

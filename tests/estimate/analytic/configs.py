@@ -179,3 +179,19 @@ TINY_CLIP = dict(
     ),
 )
 TINY["clip"] = TINY_CLIP
+
+#: Qwen3-30B-A3B's layout in small: Qwen3 attention (head wider than hidden / heads), 8 routed
+#: experts of ``moe_intermediate_size`` narrower than the (unused) dense ``intermediate_size``,
+#: top-2 renormalised, untied.
+TINY_QWEN3_MOE = dict(
+    TINY_QWEN3,
+    model_type="qwen3_moe",
+    architectures=["Qwen3MoeForCausalLM"],
+    moe_intermediate_size=96,
+    num_experts=8,
+    num_experts_per_tok=2,
+    norm_topk_prob=True,
+    tie_word_embeddings=False,
+)
+TINY["qwen3_moe"] = TINY_QWEN3_MOE
+TINY["qwen3_moe-unnormalised"] = dict(TINY_QWEN3_MOE, norm_topk_prob=False)

@@ -9,6 +9,8 @@ with per-head q/k RMSNorms.
 
 from __future__ import annotations
 
+from memfit.errors import SpecError
+from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.blocks import Attention, Shared, Work, eager_mask
 from memfit.estimate.analytic.decoder import DecoderFamily, DecoderProgram, declare
 from memfit.estimate.analytic.mlp import Mlp
@@ -36,6 +38,22 @@ class Gemma2Program(DecoderProgram):
         return sh
 
 
+class Qwen3MoeProgram(DecoderProgram):
+    """``Qwen3MoeModel``: every layer sparse unless the config makes some dense
+    (``mlp_only_layers``, ``decoder_sparse_step`` > 1) — those mixed stacks are not modelled."""
+
+    def __init__(self, a: Arch, family: DecoderFamily) -> None:
+        super().__init__(a, family)
+        dense = a.extra.get("mlp_only_layers") or []
+        step = a.extra.get("decoder_sparse_step", 1)
+        if dense or step != 1 or not a.n_experts:
+            raise SpecError(
+                f"model_type 'qwen3_moe' with dense layers (mlp_only_layers={dense!r}, "
+                f"decoder_sparse_step={step!r}, num_experts={a.n_experts}) is not modelled by the "
+                "analytic engine; use --engine trace"
+            )
+
+
 #: ``LlamaDecoderLayer`` (Llama, Mistral): pre-RMSNorm, rotary q/k, SwiGLU MLP; Mistral's
 #: ``sliding_window`` from its config.
 LLAMA = DecoderFamily(name="llama", model_types=("llama", "mistral"))
@@ -55,6 +73,16 @@ PHI3 = declare(
 )
 #: ``MixtralDecoderLayer``: Llama with ``MixtralSparseMoeBlock`` (``mlp.sparse_moe``).
 MIXTRAL = declare("mixtral", like=LLAMA, mlp=Mlp(kind="moe", names=("gate",)))
+#: ``Qwen3MoeDecoderLayer``: Qwen3's attention (per-head q/k norms) and
+#: ``Qwen3MoeSparseMoeBlock``: a router (``gate``) and ``num_experts`` SwiGLU experts of
+#: ``moe_intermediate_size`` as 3-D parameters (``Qwen3MoeExperts``), top-k weights renormalised
+#: only with ``norm_topk_prob`` and cast to the logits' dtype; no shared expert.
+QWEN3_MOE = declare(
+    "qwen3_moe",
+    like=QWEN3,
+    program=Qwen3MoeProgram,
+    mlp=Mlp(kind="moe", names=("gate",), moe_routing="qwen3"),
+)
 #: ``Gemma2DecoderLayer``: four RMSNorms (``(1 + w)``, fp32) around both sub-blocks, embeddings
 #: scaled by sqrt(hidden), GeGLU (tanh GELU), attention logits soft-capped, rotary over the whole
 #: head; the final logits' soft-cap is the LM head's (``blocks.lm_head_and_loss``).
@@ -109,5 +137,7 @@ __all__ = [
     "PHI3",
     "QWEN2",
     "QWEN3",
+    "QWEN3_MOE",
     "Gemma2Program",
+    "Qwen3MoeProgram",
 ]

@@ -1,0 +1,35 @@
+"""The families added for issue 11 (architectures in use now) against the trace engine, with
+test_vs_trace.py's bounds (3 % on peak allocated bytes, 5 % without the fixed bytes; exact
+parameter counts; the same phases). Precision is given explicitly (bf16: transformers 5.23's
+default MoE experts run torch's grouped_mm, which takes bf16 weights only)."""
+
+from __future__ import annotations
+
+import pytest
+from tests.estimate.analytic.configs import TINY
+from tests.estimate.analytic.test_vs_trace import _ids, assert_matches_trace
+
+from memfit.errors import NotModelledError
+from memfit.estimate.analytic import estimate_analytic
+from memfit.spec import WorkloadSpec
+
+BF16 = {"precision": "bf16"}
+CASES = [
+    ("qwen3_moe", BF16),
+    ("qwen3_moe", {**BF16, "checkpointing": "full"}),
+    ("qwen3_moe", {**BF16, "mode": "infer", "new_tokens": 3}),
+    ("qwen3_moe", {**BF16, "mode": "infer", "new_tokens": 3, "attention": "eager"}),
+    ("qwen3_moe-unnormalised", BF16),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_new_family_is_within_tolerance_of_the_trace(case, trace_hf) -> None:
+    family, overrides = case
+    assert_matches_trace(TINY[family], overrides, trace_hf, family)
+
+
+def test_qwen3_moe_with_dense_layers_is_refused_rather_than_answered() -> None:
+    config = dict(TINY["qwen3_moe"], mlp_only_layers=[0])
+    with pytest.raises(NotModelledError, match="mlp_only_layers"):
+        estimate_analytic(config, WorkloadSpec(batch_size=1, seq_len=16, precision="bf16"))
