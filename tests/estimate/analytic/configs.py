@@ -195,3 +195,7 @@ TINY_QWEN3_MOE = dict(
 )
 TINY["qwen3_moe"] = TINY_QWEN3_MOE
 TINY["qwen3_moe-unnormalised"] = dict(TINY_QWEN3_MOE, norm_topk_prob=False)
+#: OLMo 2's layout in small: post-sub-block norms, q/k norms over the whole projection, grouped
+#: K/V (the 7B/13B have none; 32B has).
+TINY_OLMO2 = dict(TINY_LLAMA, model_type="olmo2", architectures=["Olmo2ForCausalLM"])
+TINY["olmo2"] = TINY_OLMO2

@@ -20,6 +20,11 @@ CASES = [
     ("qwen3_moe", {**BF16, "mode": "infer", "new_tokens": 3}),
     ("qwen3_moe", {**BF16, "mode": "infer", "new_tokens": 3, "attention": "eager"}),
     ("qwen3_moe-unnormalised", BF16),
+    ("olmo2", BF16),
+    ("olmo2", {"precision": "amp-bf16"}),
+    ("olmo2", {**BF16, "lora_rank": 4}),
+    ("olmo2", {**BF16, "checkpointing": "full"}),
+    ("olmo2", {**BF16, "mode": "infer", "new_tokens": 3}),
 ]
 
 
@@ -33,3 +38,15 @@ def test_qwen3_moe_with_dense_layers_is_refused_rather_than_answered() -> None:
     config = dict(TINY["qwen3_moe"], mlp_only_layers=[0])
     with pytest.raises(NotModelledError, match="mlp_only_layers"):
         estimate_analytic(config, WorkloadSpec(batch_size=1, seq_len=16, precision="bf16"))
+
+
+def test_olmo2_norms_q_and_k_over_the_whole_projection_and_each_sub_block_output() -> None:
+    """Olmo2Attention's q_norm(num_heads * head_dim) and k_norm(num_kv * head_dim), and two
+    post-norms per layer instead of Llama's two pre-norms: q_dim + kv_dim more weights a layer."""
+    olmo = TINY["olmo2"]
+    llama = dict(olmo, model_type="llama", architectures=["LlamaForCausalLM"])
+    wl = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16")
+    extra = estimate_analytic(olmo, wl).n_params - estimate_analytic(llama, wl).n_params
+    head_dim = olmo["hidden_size"] // olmo["num_attention_heads"]
+    per_layer = (olmo["num_attention_heads"] + olmo["num_key_value_heads"]) * head_dim
+    assert extra == olmo["num_hidden_layers"] * per_layer

@@ -83,6 +83,17 @@ QWEN3_MOE = declare(
     program=Qwen3MoeProgram,
     mlp=Mlp(kind="moe", names=("gate",), moe_routing="qwen3"),
 )
+#: ``Olmo2DecoderLayer``: Llama's blocks with the norms after each sub-block
+#: (``post_attention_layernorm``, ``post_feedforward_layernorm``: ``post-norm``), an
+#: ``Olmo2RMSNorm`` (the weight applied in fp32) everywhere, and q/k norms over the whole
+#: q / k projection before the heads are split.
+OLMO2 = declare(
+    "olmo2",
+    like=LLAMA,
+    norm="rms-olmo",
+    residual="post-norm",
+    attention={"qk_norm": "rms-olmo", "qk_norm_over": "all"},
+)
 #: ``Gemma2DecoderLayer``: four RMSNorms (``(1 + w)``, fp32) around both sub-blocks, embeddings
 #: scaled by sqrt(hidden), GeGLU (tanh GELU), attention logits soft-capped, rotary over the whole
 #: head; the final logits' soft-cap is the LM head's (``blocks.lm_head_and_loss``).
@@ -133,6 +144,7 @@ __all__ = [
     "LLAMA",
     "MIXTRAL",
     "NEOX",
+    "OLMO2",
     "PHI",
     "PHI3",
     "QWEN2",
