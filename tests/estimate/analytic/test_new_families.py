@@ -25,6 +25,11 @@ CASES = [
     ("olmo2", {**BF16, "lora_rank": 4}),
     ("olmo2", {**BF16, "checkpointing": "full"}),
     ("olmo2", {**BF16, "mode": "infer", "new_tokens": 3}),
+    ("gemma3", BF16),
+    ("gemma3", {"precision": "amp-bf16"}),
+    ("gemma3", {**BF16, "attention": "eager"}),
+    ("gemma3", {**BF16, "mode": "infer", "new_tokens": 3}),
+    ("gemma3", {**BF16, "mode": "infer", "new_tokens": 3, "seq_len": 16}),  # inside the window
 ]
 
 
@@ -50,3 +55,13 @@ def test_olmo2_norms_q_and_k_over_the_whole_projection_and_each_sub_block_output
     head_dim = olmo["hidden_size"] // olmo["num_attention_heads"]
     per_layer = (olmo["num_attention_heads"] + olmo["num_key_value_heads"]) * head_dim
     assert extra == olmo["num_hidden_layers"] * per_layer
+
+
+def test_gemma3_counts_two_rotary_tables_and_a_q_and_k_norm_per_head() -> None:
+    """Gemma3RMSNorm(head_dim) on q and on k: 2 x head_dim weights per layer more than Gemma 2
+    (whose soft-caps Gemma 3 drops); the weights are tied by default (Gemma3TextConfig)."""
+    g3 = TINY["gemma3"]
+    g2 = dict(g3, model_type="gemma2", architectures=["Gemma2ForCausalLM"])
+    wl = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16")
+    extra = estimate_analytic(g3, wl).n_params - estimate_analytic(g2, wl).n_params
+    assert extra == g3["num_hidden_layers"] * 2 * g3["head_dim"]

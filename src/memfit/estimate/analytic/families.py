@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
-from memfit.estimate.analytic.blocks import Attention, Shared, Work, eager_mask
+from memfit.estimate.analytic.blocks import Attention, Shared, Work, eager_mask, rotary_tables
 from memfit.estimate.analytic.decoder import DecoderFamily, DecoderProgram, declare
+from memfit.estimate.analytic.graph import Tensor
 from memfit.estimate.analytic.mlp import Mlp
 from memfit.estimate.analytic.ops import Ops
 
@@ -36,6 +37,36 @@ class Gemma2Program(DecoderProgram):
         if self.eager(w) and w.q_len > 1 and sh.mask is None:
             sh.mask = o.g.external(w.batch * w.q_len * w.kv_len, x_dtype)
         return sh
+
+
+class Gemma3Program(Gemma2Program):
+    """``Gemma3TextModel``: Gemma 2's layer without the soft-caps (so SDPA runs unless eager is
+    asked), per-head q/k norms, and two rotary tables — the global one and the sliding layers'
+    local one (``rope_local_base_freq``) — computed once per forward, each with its
+    ``inv_freq`` buffers. Masks: eager builds the full and the sliding float masks (Gemma 2's
+    pair); SDPA the sliding bool mask only when the sequence outruns the window. The sliding
+    layers' ``DynamicSlidingWindowLayer`` keeps ``full[:, :, -window + 1:]``, a view of the
+    whole ``cat``: a prefill's (and a training step's) cache is as long as a full layer's."""
+
+    def buffer_bytes(self, precision: str) -> int:
+        return 2 * super().buffer_bytes(precision) + 4  # two tables; the fp32 embed_scale
+
+    def embed_masks(self, o: Ops, w: Work, shared: Shared, x_dtype: str) -> None:
+        if self.eager(w):
+            super().embed_masks(o, w, shared, x_dtype)
+        else:
+            DecoderProgram.embed_masks(self, o, w, shared, x_dtype)
+
+    def shared_for_layer(self, o: Ops, w: Work, x_dtype: str) -> Shared:
+        if self.eager(w):
+            return super().shared_for_layer(o, w, x_dtype)
+        return DecoderProgram.shared_for_layer(self, o, w, x_dtype)
+
+    def embed(self, o: Ops, w: Work) -> tuple[Tensor, Shared]:
+        x, shared = super().embed(o, w)
+        rd = self.family.attention.table_dim(self.a)
+        rotary_tables(o, w, rd, x.dtype)  # the local table (held through the forward)
+        return x, shared
 
 
 class Qwen3MoeProgram(DecoderProgram):
@@ -107,6 +138,15 @@ GEMMA2 = declare(
     attention={"rotary": "full", "softcap": "attn_logit_softcapping"},
     mlp={"act": "gelu_tanh", "bias": False},
 )
+#: ``Gemma3DecoderLayer`` (text): Gemma 2's sandwich layer with Gemma-style RMSNorms over each
+#: head of q and k (``q_norm``/``k_norm``), no soft-capping by default, five sliding layers to one
+#: full (``layer_types``), two rotary tables (``Gemma3Program``).
+GEMMA3 = declare(
+    "gemma3_text",
+    like=GEMMA2,
+    program=Gemma3Program,
+    attention={"qk_norm": "rms-gemma"},
+)
 #: ``GPTNeoXLayer``: parallel residual over two LayerNorms, fused ``query_key_value`` chunked
 #: into q/k/v views, partial rotary (``rotary_pct``), GELU MLP with biases.
 NEOX = DecoderFamily(
@@ -141,6 +181,7 @@ PHI = DecoderFamily(
 
 __all__ = [
     "GEMMA2",
+    "GEMMA3",
     "LLAMA",
     "MIXTRAL",
     "NEOX",
@@ -151,5 +192,6 @@ __all__ = [
     "QWEN3",
     "QWEN3_MOE",
     "Gemma2Program",
+    "Gemma3Program",
     "Qwen3MoeProgram",
 ]

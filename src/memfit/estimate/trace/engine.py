@@ -88,6 +88,7 @@ def trace_hf(
     stacks = build.layer_plan(config, trust_remote_code)
     targets = {v.name: v.count for v in stacks}
     period = {v.name: v.period for v in stacks}
+    prefix = {v.name: v.prefix for v in stacks}
     check_freeze_depth(workload, stacks[0].count if stacks else 0)
     if workload.freeze_layers:
         first = stacks[0].name
@@ -102,7 +103,9 @@ def trace_hf(
 
     if extrapolate is None:
         extrapolate = sum(targets.values()) > FULL_TRACE_MAX_LAYERS
-    flat, check = _extrapolated(run, targets, period) if extrapolate else (run(targets), None)
+    flat, check = (
+        _extrapolated(run, targets, period, prefix) if extrapolate else (run(targets), None)
+    )
     notes = distributed.notes(workload)
     if note := unquantized_layers_note(str(config.get("model_type", "")), workload.quant):
         notes.append(note)
@@ -145,11 +148,17 @@ def _reject_unsupported(workload: WorkloadSpec) -> None:
 
 
 def _extrapolated(
-    run: Callable[[dict[str, int]], Flat], targets: dict[str, int], period: dict[str, int]
+    run: Callable[[dict[str, int]], Flat],
+    targets: dict[str, int],
+    period: dict[str, int],
+    prefix: dict[str, int] | None = None,
 ) -> tuple[Flat, float | None]:
     # Two periods at the base: with a single block the first and last block coincide, and under
-    # checkpointing the backward peak then sits at a different relative point of the step.
-    base = {k: 2 * period[k] for k in targets}
+    # checkpointing the backward peak then sits at a different relative point of the step. A
+    # stack's leading layers unlike the rest (``prefix``) are all in the base, so the slope is
+    # the repeated layers' (DeepSeek's 3 dense layers of 61 made every layer dense: -78 %).
+    lead = prefix or {}
+    base = {k: lead.get(k, 0) + 2 * period[k] for k in targets}
     growing = [k for k in targets if targets[k] > base[k]]
     if (
         not targets
