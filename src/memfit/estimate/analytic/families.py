@@ -71,7 +71,12 @@ class Gemma3Program(Gemma2Program):
 
 class Qwen3MoeProgram(DecoderProgram):
     """``Qwen3MoeModel``: every layer sparse unless the config makes some dense
-    (``mlp_only_layers``, ``decoder_sparse_step`` > 1) — those mixed stacks are not modelled."""
+    (``mlp_only_layers``, ``decoder_sparse_step`` > 1) — those mixed stacks are not modelled.
+    Formats whose checkpoints store the 3-D experts quantized (Qwen3-30B-A3B-FP8's block-wise
+    FP8, GPTQ / AWQ per expert) are refused: bitsandbytes quantizes ``nn.Linear`` only, so its
+    formats leave the experts in the compute dtype, as modelled."""
+
+    quantized_experts_unmodelled = ("fp8", "int4-gptq", "int4-awq")
 
     def __init__(self, a: Arch, family: DecoderFamily) -> None:
         super().__init__(a, family)
