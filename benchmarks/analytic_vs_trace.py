@@ -107,6 +107,22 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("falcon-7b", {"mode": "infer", "batch_size": 4, "seq_len": 1024, "new_tokens": 32}, False),
     ("bloom-560m", {"batch_size": 4, "seq_len": 1024}, False),
     ("bloom-560m", {"mode": "infer", "batch_size": 8, "seq_len": 512, "new_tokens": 16}, False),
+    # families added for issue 11 (architectures in use now): each one case, bf16 weights (MoE
+    # experts run torch's grouped_mm, bf16 only)
+    ("qwen3-8b", {"batch_size": 1, "seq_len": 2048, "precision": "bf16"}, True),
+    (
+        "qwen3-30b-a3b",
+        {"mode": "infer", "batch_size": 1, "seq_len": 1024, "new_tokens": 16, "precision": "bf16"},
+        True,
+    ),
+    ("olmo-2-7b", {"batch_size": 1, "seq_len": 2048, "precision": "bf16"}, True),
+    ("gemma-3-4b", {"batch_size": 1, "seq_len": 2048, "precision": "bf16"}, True),
+    ("phi-4", {"batch_size": 1, "seq_len": 1024, "precision": "bf16", "lora_rank": 16}, True),
+    (
+        "mistral-small-3.1-24b",
+        {"mode": "infer", "batch_size": 1, "seq_len": 2048, "new_tokens": 16, "precision": "bf16"},
+        True,
+    ),
     # encoder-decoder (T5 / Flan-T5)
     ("t5-small", {"batch_size": 8, "seq_len": 512}, False),
     ("t5-small", {"mode": "infer", "batch_size": 16, "seq_len": 512, "new_tokens": 32}, False),

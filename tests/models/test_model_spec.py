@@ -264,7 +264,7 @@ def test_n_params_equals_the_model_transformers_builds(name) -> None:
 
 
 def test_every_bundled_config_has_a_counted_layout() -> None:
-    assert len(BUNDLED) == 40
+    assert len(BUNDLED) == 63
     assert all(resolve_model(name).spec.n_params for name in BUNDLED)  # type: ignore[union-attr]
 
 

@@ -6,7 +6,8 @@ and no hub token. ``index.json`` maps each name to::
 
     {"hf_id": "org/name", "source_url": "https://huggingface.co/<hf_id>/blob/main/config.json",
      "family": "llama-3.1", "task": "causal-lm" | "seq-cls" | "seq2seq" | "vision",
-     "gated": bool, "aliases": ["older/hub-id", ...]}   # aliases is optional
+     "gated": bool, "aliases": ["older/hub-id", ...],   # aliases is optional
+     "content_from": "where the file's contents were copied from"}   # optional
 
 Names are lower-case with dashes. Lookup is case-insensitive and also accepts the hub id (or an
 alias) of a bundled model, so ``meta-llama/Llama-2-7b-hf`` resolves to the bundled file.
@@ -35,6 +36,9 @@ class BundledModel:
     source_url: str
     gated: bool = False
     aliases: tuple[str, ...] = ()
+    #: Where the file's contents were taken from when that is not the hub file itself (a copy in
+    #: a public repository, or a multimodal config's text tower), with what is not sourced.
+    content_from: str = ""
 
     @property
     def config_path(self) -> Path:
@@ -53,6 +57,7 @@ def _index() -> tuple[BundledModel, ...]:
             source_url=entry["source_url"],
             gated=bool(entry.get("gated", False)),
             aliases=tuple(entry.get("aliases", ())),
+            content_from=str(entry.get("content_from", "")),
         )
         for name, entry in raw.items()
     )

@@ -81,18 +81,24 @@ def _mlp(s: ModelSpec, h: int, f: int) -> int:
 
 #: RMSNorm weights per decoder layer: input and post-attention (Gemma 2 adds pre- and
 #: post-feed-forward norms, ``Gemma2DecoderLayer``).
-NORMS_PER_LAYER = {"gemma2": 4}
+NORMS_PER_LAYER = {"gemma2": 4, "gemma3_text": 4}
 #: Per-head RMSNorms over q and k (``Qwen3Attention.q_norm`` / ``k_norm``: ``head_dim`` each).
-QK_NORMS = ("qwen3",)
+QK_NORMS = ("qwen3", "qwen3_moe", "gemma3_text")
+#: MoE families whose every layer is a router and ``n_experts`` gated MLPs of
+#: ``expert_intermediate_size`` (3-D parameters), no shared expert.
+ROUTED_ONLY = ("mixtral", "qwen3_moe")
 
 
-@_counter("llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "mixtral")
+@_counter(
+    "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral", "qwen3_moe"
+)
+@_counter("olmo2")
 def _llama(s: ModelSpec, task: str) -> int:
     """``LlamaForCausalLM`` and its relatives (Phi-3 fuses qkv and gate/up: same counts;
     Mixtral's sparse block holds a router and ``n_experts`` gated MLPs)."""
     _task(task, "causal-lm")
     h, n, v = _need(s.hidden_size, s.n_layers, s.vocab_size)
-    if s.model_type == "mixtral":
+    if s.model_type in ROUTED_ONLY:
         e, f = _need(s.n_experts, s.expert_intermediate_size)
         mlp = h * e + e * 3 * h * f
     else:
@@ -100,7 +106,80 @@ def _llama(s: ModelSpec, task: str) -> int:
     layer = _attention(s, h) + mlp + NORMS_PER_LAYER.get(s.model_type or "", 2) * h
     if s.model_type in QK_NORMS:
         layer += 2 * _need(s.head_dim)[0]
+    if s.model_type == "olmo2":  # q_norm / k_norm over the whole q / k projection
+        layer += _need(s.kv_dim)[0] + _need(s.n_heads)[0] * _need(s.head_dim)[0]
     return v * h + n * layer + h + _lm_head(s, h, v)
+
+
+@_counter("gpt_oss")
+def _gpt_oss(s: ModelSpec, task: str) -> int:
+    """``GptOssForCausalLM``: q/k/v/o with bias (``attention_bias``), one attention sink per
+    head, a router with bias, experts ``gate_up_proj`` (E, h, 2f) and ``down_proj`` (E, f, h)
+    with biases, two RMSNorms a layer."""
+    _task(task, "causal-lm")
+    h, n, v, e, f, heads = _need(
+        s.hidden_size, s.n_layers, s.vocab_size, s.n_experts, s.intermediate_size, s.n_heads
+    )
+    experts = e * (h * 2 * f + 2 * f) + e * (f * h + h)
+    layer = _attention(s, h) + heads + (h * e + e) + experts + 2 * h
+    return v * h + n * layer + h + _lm_head(s, h, v)
+
+
+@_counter("deepseek_v2", "deepseek_v3")
+def _deepseek(s: ModelSpec, task: str) -> int:
+    """``DeepseekV2/V3ForCausalLM``: multi-head latent attention (q through ``q_lora_rank`` when
+    set, the compressed K/V latent and its norm, ``kv_b_proj`` back to the heads), the first
+    ``first_k_dense_replace`` layers a dense gated MLP, the others (every ``moe_layer_freq``-th)
+    a router, ``n_routed_experts`` experts and ``n_shared_experts`` merged into one MLP. The MTP
+    layer (``num_nextn_predict_layers``) is not built by transformers."""
+    _task(task, "causal-lm")
+    h, n, v, heads, f = _need(
+        s.hidden_size, s.n_layers, s.vocab_size, s.n_heads, s.intermediate_size
+    )
+    nope, rope, vd, kvr = (
+        int(s.get(k) or 0)
+        for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank")
+    )
+    qr = s.raw.get("q_lora_rank", 1536)  # absent: DeepseekV2/V3Config.q_lora_rank
+    bias = bool(s.get("attention_bias", False))
+    qk = nope + rope
+    q = _linear(h, qr, bias) + qr + qr * heads * qk if qr else h * heads * qk
+    attn = (
+        q
+        + _linear(h, kvr + rope, bias)
+        + kvr
+        + kvr * heads * (nope + vd)
+        + _linear(heads * vd, h, bias)
+    )
+    e, fe = _need(s.n_experts, s.expert_intermediate_size)
+    shared = int(s.get("n_shared_experts") or 0)
+    first, freq = int(s.get("first_k_dense_replace") or 0), int(s.get("moe_layer_freq") or 1)
+    moe = h * e + e * 3 * h * fe + (3 * h * fe * shared if shared else 0)
+    total = 0
+    for i in range(n):
+        routed = e > 0 and i >= first and i % freq == 0
+        total += attn + 2 * h + (moe if routed else 3 * h * f)
+    return v * h + total + h + _lm_head(s, h, v)
+
+
+@_counter("llama4_text")
+def _llama4(s: ModelSpec, task: str) -> int:
+    """``Llama4ForCausalLM`` (text): Llama attention (its q/k norm is a weightless L2 norm), the
+    ``moe_layers`` a router, ``num_local_experts`` experts of ``intermediate_size`` (3-D) and a
+    shared gated MLP of the same width, the other layers a gated MLP of
+    ``intermediate_size_mlp``."""
+    _task(task, "causal-lm")
+    h, n, v, e, f = _need(s.hidden_size, s.n_layers, s.vocab_size, s.n_experts, s.intermediate_size)
+    f_mlp = int(s.get("intermediate_size_mlp") or 0)
+    moe_layers = s.get("moe_layers")
+    if moe_layers is None:
+        step = int(s.get("interleave_moe_layer_step") or 1)
+        moe_layers = list(range(step - 1, n, step))
+    moe = h * e + e * 3 * h * f + 3 * h * f
+    total = 0
+    for i in range(n):
+        total += _attention(s, h) + 2 * h + (moe if i in moe_layers else 3 * h * f_mlp)
+    return v * h + total + h + _lm_head(s, h, v)
 
 
 @_counter("phi")

@@ -106,6 +106,21 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     | {"intermediate_size": 9216, "vocab_size": 256000, "max_positions": 8192}
     | {"tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh", "sliding_window": 4096}
     | {"attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+    # Gemma3TextConfig: Gemma 2's shape with no soft-capping, 262208 tokens, five sliding layers
+    # to one full
+    "gemma3_text": _LLAMA
+    | {"hidden_size": 2304, "n_layers": 26, "n_heads": 8, "n_kv_heads": 4, "head_dim": 256}
+    | {"intermediate_size": 9216, "vocab_size": 262208, "max_positions": 131072}
+    | {"tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh", "sliding_window": 4096},
+    # Qwen3MoeConfig: 128 experts of 768, 8 per token; head_dim from the width; untied
+    "qwen3_moe": _LLAMA
+    | {"hidden_size": 2048, "n_layers": 24, "n_heads": 32, "n_kv_heads": 4}
+    | {"intermediate_size": 6144, "vocab_size": 151936, "max_positions": 32768}
+    | {"n_experts": 128, "n_experts_per_token": 8, "expert_intermediate_size": 768},
+    # Olmo2Config: Llama's 7B shape with 50304 tokens
+    "olmo2": _LLAMA
+    | {"hidden_size": 4096, "n_layers": 32, "n_heads": 32, "intermediate_size": 11008}
+    | {"vocab_size": 50304, "max_positions": 2048},
     # Phi3Config: fused qkv_proj and gate_up_proj, no biases, untied
     "phi3": _LLAMA
     | {"hidden_size": 3072, "n_layers": 32, "n_heads": 32, "intermediate_size": 8192}
@@ -299,7 +314,21 @@ def _gemma2(config: Mapping[str, Any], f: dict[str, Any]) -> None:
         ]
 
 
-@reader("qwen2", "qwen3")
+@reader("gemma3_text")
+def _gemma3(config: Mapping[str, Any], f: dict[str, Any]) -> None:
+    """Gemma3TextConfig.__post_init__: ``sliding_window_pattern`` (default 6) sets the layer
+    types when config.json gives none: every pattern-th layer full, the others sliding;
+    the MLP's activation is ``hidden_activation``."""
+    f["hidden_act"] = config.get("hidden_activation") or "gelu_pytorch_tanh"
+    pattern = config.get("sliding_window_pattern", 6)
+    if f["layer_types"] is None and isinstance(f["n_layers"], int) and isinstance(pattern, int):
+        f["layer_types"] = [
+            "sliding_attention" if (i + 1) % pattern else "full_attention"
+            for i in range(f["n_layers"])
+        ]
+
+
+@reader("qwen2", "qwen3", "qwen3_moe")
 def _qwen2(config: Mapping[str, Any], f: dict[str, Any]) -> None:
     """Qwen2Config / Qwen3Config.__post_init__: ``sliding_window`` is None unless
     ``use_sliding_window``;

@@ -179,3 +179,41 @@ TINY_CLIP = dict(
     ),
 )
 TINY["clip"] = TINY_CLIP
+
+#: Qwen3-30B-A3B's layout in small: Qwen3 attention (head wider than hidden / heads), 8 routed
+#: experts of ``moe_intermediate_size`` narrower than the (unused) dense ``intermediate_size``,
+#: top-2 renormalised, untied.
+TINY_QWEN3_MOE = dict(
+    TINY_QWEN3,
+    model_type="qwen3_moe",
+    architectures=["Qwen3MoeForCausalLM"],
+    moe_intermediate_size=96,
+    num_experts=8,
+    num_experts_per_tok=2,
+    norm_topk_prob=True,
+    tie_word_embeddings=False,
+)
+TINY["qwen3_moe"] = TINY_QWEN3_MOE
+TINY["qwen3_moe-unnormalised"] = dict(TINY_QWEN3_MOE, norm_topk_prob=False)
+#: OLMo 2's layout in small: post-sub-block norms, q/k norms over the whole projection, grouped
+#: K/V (the 7B/13B have none; 32B has).
+TINY_OLMO2 = dict(TINY_LLAMA, model_type="olmo2", architectures=["Olmo2ForCausalLM"])
+TINY["olmo2"] = TINY_OLMO2
+#: Gemma 3's layout in small: sliding and full layers (a window of 32 that a 64-token sequence
+#: outruns), per-head q/k norms, a head wider than hidden / heads, tied embeddings by default.
+TINY_GEMMA3 = dict(
+    model_type="gemma3_text",
+    architectures=["Gemma3ForCausalLM"],
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    intermediate_size=256,
+    vocab_size=500,
+    max_position_embeddings=2048,
+    sliding_window=32,
+    layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+    query_pre_attn_scalar=32,
+)
+TINY["gemma3"] = TINY_GEMMA3

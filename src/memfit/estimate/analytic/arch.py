@@ -43,6 +43,8 @@ class Arch:
     layer_types: tuple[str, ...] = ()
     n_experts: int = 0
     top_k: int = 0
+    #: Width of one routed expert's gated MLP where it differs from ``ffn`` (the dense MLP's).
+    expert_ffn: int = 0
     n_dec_layers: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -102,6 +104,7 @@ def _decoder(spec: ModelSpec, family: str) -> Arch:
         layer_types=spec.layer_types or (),
         n_experts=spec.n_experts or 0,
         top_k=spec.n_experts_per_token or 0,
+        expert_ffn=spec.expert_intermediate_size or 0,
         extra=dict(spec.raw),
     )
 

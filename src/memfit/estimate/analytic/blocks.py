@@ -13,7 +13,8 @@ A family (``decoder.py``, ``families*.py``) is declared over these blocks:
   attention block every rotary and learned-position decoder runs
   (``decoder.DecoderProgram.attention_block``).
 * MLPs (``mlp.py``): gated (SwiGLU/GeGLU), gated with a fused projection, plain ``fc``, MoE.
-* Norms: :data:`NORMS` (``rms``: ``LlamaRMSNorm``; ``rms-gemma``: ``(1 + w)``; ``layer``).
+* Norms: :data:`NORMS` (``rms``: ``LlamaRMSNorm``; ``rms-gemma``: ``(1 + w)``; ``rms-olmo``:
+  ``Olmo2RMSNorm``, the weight applied in fp32; ``layer``).
 * Pieces every program shares: :class:`Work` (what one pass runs), :class:`Shared` (what the
   embed block makes for every layer), :func:`rotary_tables`, :func:`rope`, :func:`cache_kv`,
   :func:`eager_mask`, :func:`keep_local`, :func:`lm_head_and_loss`.
@@ -78,8 +79,12 @@ ROTARY = ("none", "config", "partial", "full")
 #: Sliding window: ``config`` (``sliding_window`` when set: Mistral), ``switched`` (only with
 #: ``use_sliding_window: true``: Qwen2, Qwen3), ``none``.
 WINDOWS = ("config", "switched", "none")
-#: Norms: ``rms`` (``LlamaRMSNorm``), ``rms-gemma`` (``Gemma2RMSNorm``: ``(1 + w)``), ``layer``.
-NORMS = ("rms", "rms-gemma", "layer")
+#: Norms: ``rms`` (``LlamaRMSNorm``), ``rms-gemma`` (``Gemma2RMSNorm``: ``(1 + w)``),
+#: ``rms-olmo`` (``Olmo2RMSNorm``: ``(w * x_normed_fp32).to(dtype)``), ``layer``.
+NORMS = ("rms", "rms-gemma", "rms-olmo", "layer")
+#: What a q/k norm normalises over: ``head`` (each head: Qwen3, Gemma 3) or ``all`` (the whole
+#: projection before the heads are split: OLMo 2's ``q_norm(num_heads * head_dim)``).
+QK_NORM_OVER = ("head", "all")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +105,7 @@ class Attention:
     rotary: str = "config"
     #: a norm (``NORMS``) over each head of q and of k, right after its projection (Qwen3)
     qk_norm: str | None = None
+    qk_norm_over: str = "head"
     #: config key of the attention-logit soft-cap (Gemma 2); a capped attention runs eager
     softcap: str | None = None
     window: str = "config"
@@ -116,6 +122,7 @@ class Attention:
                 ("rotary", self.rotary, ROTARY),
                 ("window", self.window, WINDOWS),
                 ("eager_softmax", self.eager_softmax, EAGER_SOFTMAX),
+                ("qk_norm_over", self.qk_norm_over, QK_NORM_OVER),
             )
             if value not in allowed
         ]
@@ -236,7 +243,8 @@ def norm(o: Ops, x: Tensor, dim: int, kind: str) -> Tensor:
     """One of :data:`NORMS` over the last ``dim`` elements of ``x``."""
     if kind == "layer":
         return o.layer_norm(x, dim)
-    return o.rms_norm(x, dim, style="gemma" if kind == "rms-gemma" else "llama")
+    style = {"rms-gemma": "gemma", "rms-olmo": "olmo"}.get(kind, "llama")
+    return o.rms_norm(x, dim, style=style)
 
 
 # ---------------------------------------------------------------------- attention
@@ -249,11 +257,12 @@ def project_qkv(o: Ops, x: Tensor, a: Arch, spec: Attention) -> tuple[Tensor, Te
         q = o.linear(x, h, a.q_dim, bias=bias, name=spec.names[0])
         if spec.scale_q:
             q = o.unary(q)  # * scaling
+        whole = spec.qk_norm_over == "all"
         if spec.qk_norm:
-            q = norm(o, q, a.head_dim, spec.qk_norm)
+            q = norm(o, q, a.q_dim if whole else a.head_dim, spec.qk_norm)
         k = o.linear(x, h, a.kv_dim, bias=bias, name=spec.names[1])
         if spec.qk_norm:
-            k = norm(o, k, a.head_dim, spec.qk_norm)
+            k = norm(o, k, a.kv_dim if whole else a.head_dim, spec.qk_norm)
         v = o.linear(x, h, a.kv_dim, bias=bias, name=spec.names[2])
         if spec.keep_projections:
             o.locals += [q, k]
@@ -354,6 +363,7 @@ def lm_head_and_loss(o: Ops, x: Tensor, w: Work, a: Arch, *, bias: bool = False)
 __all__ = [
     "NORMS",
     "PROJECTIONS",
+    "QK_NORM_OVER",
     "ROTARY",
     "WINDOWS",
     "Attention",

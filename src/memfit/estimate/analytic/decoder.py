@@ -14,6 +14,7 @@ what every chain program shares; :class:`DecoderProgram` runs a :class:`DecoderF
               parallel              x + attn(ln1(x)) + mlp(ln2(x))                    (GPT-NeoX;
                                     sequential when ``use_parallel_residual`` is false)
               parallel-shared-norm  x + attn(ln(x)) + mlp(ln(x)), residual dropouts   (Phi)
+              post-norm             x + norm(attn(x)), then x + norm(mlp(x))          (OLMo 2)
     head:   norm, LM head (``lm_head_bias``), loss
 
 A family that differs from another in a block is one :func:`declare` call
@@ -51,7 +52,7 @@ from memfit.estimate.analytic.graph import Tensor
 from memfit.estimate.analytic.mlp import Mlp, mlp_block
 from memfit.estimate.analytic.ops import Ops
 
-RESIDUALS = ("pre-norm", "sandwich", "parallel", "parallel-shared-norm")
+RESIDUALS = ("pre-norm", "sandwich", "parallel", "parallel-shared-norm", "post-norm")
 EMBEDDINGS = ("tokens", "scaled-tokens")
 
 
@@ -287,7 +288,21 @@ class DecoderProgram(ChainProgram):
             return self.sandwich_layer(o, x, w, sh)
         if residual == "parallel":
             return self.parallel_layer(o, x, w, sh)
+        if residual == "post-norm":
+            return self.post_norm_layer(o, x, w, sh)
         return self.shared_norm_layer(o, x, w, sh)
+
+    def post_norm_layer(self, o: Ops, x: Tensor, w: Work, sh: Shared) -> Tensor:
+        """``Olmo2DecoderLayer``: each sub-block reads the residual stream itself; its output,
+        the norm's argument, lives until that norm returns."""
+        att = self.attention_block(o, x, w, sh)
+        y = self.norm(o, att)
+        o.g.touch(att)
+        x = o.add(x, y)
+        m = self.mlp(o, x)
+        y = self.norm(o, m)
+        o.g.touch(m)
+        return o.add(x, y)
 
     def pre_norm_layer(self, o: Ops, x: Tensor, w: Work, sh: Shared) -> Tensor:
         """``LlamaDecoderLayer``: each sub-block's input (the norm output) is the caller's

@@ -9,8 +9,11 @@ with per-head q/k RMSNorms.
 
 from __future__ import annotations
 
-from memfit.estimate.analytic.blocks import Attention, Shared, Work, eager_mask
+from memfit.errors import SpecError
+from memfit.estimate.analytic.arch import Arch
+from memfit.estimate.analytic.blocks import Attention, Shared, Work, eager_mask, rotary_tables
 from memfit.estimate.analytic.decoder import DecoderFamily, DecoderProgram, declare
+from memfit.estimate.analytic.graph import Tensor
 from memfit.estimate.analytic.mlp import Mlp
 from memfit.estimate.analytic.ops import Ops
 
@@ -36,6 +39,57 @@ class Gemma2Program(DecoderProgram):
         return sh
 
 
+class Gemma3Program(Gemma2Program):
+    """``Gemma3TextModel``: Gemma 2's layer without the soft-caps (so SDPA runs unless eager is
+    asked), per-head q/k norms, and two rotary tables — the global one and the sliding layers'
+    local one (``rope_local_base_freq``) — computed once per forward, each with its
+    ``inv_freq`` buffers. Masks: eager builds the full and the sliding float masks (Gemma 2's
+    pair); SDPA the sliding bool mask only when the sequence outruns the window. The sliding
+    layers' ``DynamicSlidingWindowLayer`` keeps ``full[:, :, -window + 1:]``, a view of the
+    whole ``cat``: a prefill's (and a training step's) cache is as long as a full layer's."""
+
+    def buffer_bytes(self, precision: str) -> int:
+        return 2 * super().buffer_bytes(precision) + 4  # two tables; the fp32 embed_scale
+
+    def embed_masks(self, o: Ops, w: Work, shared: Shared, x_dtype: str) -> None:
+        if self.eager(w):
+            super().embed_masks(o, w, shared, x_dtype)
+        else:
+            DecoderProgram.embed_masks(self, o, w, shared, x_dtype)
+
+    def shared_for_layer(self, o: Ops, w: Work, x_dtype: str) -> Shared:
+        if self.eager(w):
+            return super().shared_for_layer(o, w, x_dtype)
+        return DecoderProgram.shared_for_layer(self, o, w, x_dtype)
+
+    def embed(self, o: Ops, w: Work) -> tuple[Tensor, Shared]:
+        x, shared = super().embed(o, w)
+        rd = self.family.attention.table_dim(self.a)
+        rotary_tables(o, w, rd, x.dtype)  # the local table (held through the forward)
+        return x, shared
+
+
+class Qwen3MoeProgram(DecoderProgram):
+    """``Qwen3MoeModel``: every layer sparse unless the config makes some dense
+    (``mlp_only_layers``, ``decoder_sparse_step`` > 1) — those mixed stacks are not modelled.
+    Formats whose checkpoints store the 3-D experts quantized (Qwen3-30B-A3B-FP8's block-wise
+    FP8, GPTQ / AWQ per expert) are refused: bitsandbytes quantizes ``nn.Linear`` only, so its
+    formats leave the experts in the compute dtype, as modelled."""
+
+    quantized_experts_unmodelled = ("fp8", "int4-gptq", "int4-awq")
+
+    def __init__(self, a: Arch, family: DecoderFamily) -> None:
+        super().__init__(a, family)
+        dense = a.extra.get("mlp_only_layers") or []
+        step = a.extra.get("decoder_sparse_step", 1)
+        if dense or step != 1 or not a.n_experts:
+            raise SpecError(
+                f"model_type 'qwen3_moe' with dense layers (mlp_only_layers={dense!r}, "
+                f"decoder_sparse_step={step!r}, num_experts={a.n_experts}) is not modelled by the "
+                "analytic engine; use --engine trace"
+            )
+
+
 #: ``LlamaDecoderLayer`` (Llama, Mistral): pre-RMSNorm, rotary q/k, SwiGLU MLP; Mistral's
 #: ``sliding_window`` from its config.
 LLAMA = DecoderFamily(name="llama", model_types=("llama", "mistral"))
@@ -55,6 +109,27 @@ PHI3 = declare(
 )
 #: ``MixtralDecoderLayer``: Llama with ``MixtralSparseMoeBlock`` (``mlp.sparse_moe``).
 MIXTRAL = declare("mixtral", like=LLAMA, mlp=Mlp(kind="moe", names=("gate",)))
+#: ``Qwen3MoeDecoderLayer``: Qwen3's attention (per-head q/k norms) and
+#: ``Qwen3MoeSparseMoeBlock``: a router (``gate``) and ``num_experts`` SwiGLU experts of
+#: ``moe_intermediate_size`` as 3-D parameters (``Qwen3MoeExperts``), top-k weights renormalised
+#: only with ``norm_topk_prob`` and cast to the logits' dtype; no shared expert.
+QWEN3_MOE = declare(
+    "qwen3_moe",
+    like=QWEN3,
+    program=Qwen3MoeProgram,
+    mlp=Mlp(kind="moe", names=("gate",), moe_routing="qwen3"),
+)
+#: ``Olmo2DecoderLayer``: Llama's blocks with the norms after each sub-block
+#: (``post_attention_layernorm``, ``post_feedforward_layernorm``: ``post-norm``), an
+#: ``Olmo2RMSNorm`` (the weight applied in fp32) everywhere, and q/k norms over the whole
+#: q / k projection before the heads are split.
+OLMO2 = declare(
+    "olmo2",
+    like=LLAMA,
+    norm="rms-olmo",
+    residual="post-norm",
+    attention={"qk_norm": "rms-olmo", "qk_norm_over": "all"},
+)
 #: ``Gemma2DecoderLayer``: four RMSNorms (``(1 + w)``, fp32) around both sub-blocks, embeddings
 #: scaled by sqrt(hidden), GeGLU (tanh GELU), attention logits soft-capped, rotary over the whole
 #: head; the final logits' soft-cap is the LM head's (``blocks.lm_head_and_loss``).
@@ -67,6 +142,15 @@ GEMMA2 = declare(
     embedding="scaled-tokens",
     attention={"rotary": "full", "softcap": "attn_logit_softcapping"},
     mlp={"act": "gelu_tanh", "bias": False},
+)
+#: ``Gemma3DecoderLayer`` (text): Gemma 2's sandwich layer with Gemma-style RMSNorms over each
+#: head of q and k (``q_norm``/``k_norm``), no soft-capping by default, five sliding layers to one
+#: full (``layer_types``), two rotary tables (``Gemma3Program``).
+GEMMA3 = declare(
+    "gemma3_text",
+    like=GEMMA2,
+    program=Gemma3Program,
+    attention={"qk_norm": "rms-gemma"},
 )
 #: ``GPTNeoXLayer``: parallel residual over two LayerNorms, fused ``query_key_value`` chunked
 #: into q/k/v views, partial rotary (``rotary_pct``), GELU MLP with biases.
@@ -102,12 +186,17 @@ PHI = DecoderFamily(
 
 __all__ = [
     "GEMMA2",
+    "GEMMA3",
     "LLAMA",
     "MIXTRAL",
     "NEOX",
+    "OLMO2",
     "PHI",
     "PHI3",
     "QWEN2",
     "QWEN3",
+    "QWEN3_MOE",
     "Gemma2Program",
+    "Gemma3Program",
+    "Qwen3MoeProgram",
 ]

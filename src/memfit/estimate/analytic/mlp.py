@@ -3,7 +3,10 @@
 * ``gated``: ``down(act(gate(x)) * up(x))`` — Llama's SwiGLU, Gemma 2's GeGLU (tanh GELU).
 * ``gated-fused``: Phi-3's ``gate_up_proj`` chunked into gate and up, ``down(up * act(gate))``.
 * ``fc``: ``fc2(act(fc1(x)))`` with the config's activation (GPT-2, GPT-NeoX, OPT, Phi).
-* ``moe``: Mixtral's sparse block (a router and E SwiGLU experts stored as 3-D parameters).
+* ``moe``: Mixtral's sparse block (a router and E SwiGLU experts stored as 3-D parameters);
+  Qwen3-MoE's (``Qwen3MoeSparseMoeBlock``) is the same block with ``moe_intermediate_size``
+  experts, top-k renormalised only when ``norm_topk_prob`` and the routing weights cast back to
+  the logits' dtype (``moe_routing="qwen3"``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ ACT_KIND = {
     "swish": "silu",
 }
 MLP_KINDS = ("gated", "gated-fused", "fc", "moe")
+#: How a ``moe`` block turns the router's top-k into expert weights: ``mixtral``
+#: (``MixtralTopKRouter``: always renormalised, kept in fp32) or ``qwen3``
+#: (``Qwen3MoeTopKRouter``: renormalised when the config's ``norm_topk_prob``, then
+#: ``.to(router_logits.dtype)``).
+MOE_ROUTINGS = ("mixtral", "qwen3")
 #: Linear layers each kind names (for LoRA targets and quantization), in forward order.
 N_NAMES = {"gated": 3, "gated-fused": 2, "fc": 2, "moe": 1}
 
@@ -42,10 +50,15 @@ class Mlp:
     default_act: str = "gelu"
     bias: bool | None = None
     conv1d: bool = False  # GPT-2's Conv1D layers
+    moe_routing: str = "mixtral"
 
     def __post_init__(self) -> None:
         if self.kind not in MLP_KINDS:
             raise SpecError(f"Mlp: kind ({self.kind!r}) must be one of {', '.join(MLP_KINDS)}")
+        if self.moe_routing not in MOE_ROUTINGS:
+            raise SpecError(
+                f"Mlp: moe_routing ({self.moe_routing!r}) must be one of {', '.join(MOE_ROUTINGS)}"
+            )
         if len(self.names) != N_NAMES[self.kind]:
             raise SpecError(
                 f"Mlp: names ({self.names!r}) must name {N_NAMES[self.kind]} Linear layer(s) "
@@ -59,7 +72,7 @@ class Mlp:
 def mlp_block(o: Ops, x: Tensor, a: Arch, spec: Mlp) -> Tensor:
     """``spec``'s MLP on ``x`` (its input, the norm output the caller keeps)."""
     if spec.kind == "moe":
-        return sparse_moe(o, x, a, spec.names[0])
+        return sparse_moe(o, x, a, spec.names[0], routing=spec.moe_routing)
     bias = a.mlp_bias if spec.bias is None else spec.bias
     h, f, act = a.hidden, a.ffn, spec.act_of(a)
     if spec.kind == "gated":
@@ -78,22 +91,29 @@ def mlp_block(o: Ops, x: Tensor, a: Arch, spec: Mlp) -> Tensor:
     return o.linear(m, f, h, bias=bias, conv1d=spec.conv1d, name=spec.names[1])
 
 
-def sparse_moe(o: Ops, x: Tensor, a: Arch, router: str = "gate") -> Tensor:
+def sparse_moe(
+    o: Ops, x: Tensor, a: Arch, router: str = "gate", *, routing: str = "mixtral"
+) -> Tensor:
     """``MixtralSparseMoeBlock``: a router (``gate``: h → E, fp32 softmax, top-k, renormalised)
     and E SwiGLU experts stored as 3-D parameters. Expert ``e`` runs on the tokens routed to it
     (``hidden_states[token_idx]``) and its output, scaled by the routing weight (fp32), is
     ``index_add_``-ed into a zero tensor. Summed over experts the saved tensors cover
     ``top_k × tokens`` rows whatever the routing; memfit's trace (fake tensors, no routing values)
-    runs them as one expert call on all ``top_k × tokens`` rows, and so does this block."""
-    e, k, h, f = a.n_experts, a.top_k, a.hidden, a.ffn
+    runs them as one expert call on all ``top_k × tokens`` rows, and so does this block.
+    ``routing`` (``MOE_ROUTINGS``): how the top-k values become the weights."""
+    e, k, h, f = a.n_experts, a.top_k, a.hidden, a.expert_ffn or a.ffn
     tokens = x.numel // h
     logits = o.linear(x, h, e, name=router)
     probs = o.g.op([o.cast(logits, "f32")], [(tokens * e, "f32")])[0]  # softmax(.float())
     o.save_outputs(probs)
     vals, idx = o.g.op([probs], [(tokens * k, "f32"), (tokens * k, "i64")])
     o.save_outputs(idx)
-    denom = o.g.op([vals], [(tokens, "f32")])[0]
-    weights = o.g.op([vals, denom], [(tokens * k, "f32")], saves=[vals, denom])[0]
+    weights = vals
+    if routing == "mixtral" or a.extra.get("norm_topk_prob", False):
+        denom = o.g.op([vals], [(tokens, "f32")])[0]
+        weights = o.g.op([vals, denom], [(tokens * k, "f32")], saves=[vals, denom])[0]
+    if routing == "qwen3":
+        weights = o.cast(weights, logits.dtype)  # .to(router_logits.dtype)
     out = o.new(tokens * h, x.dtype)  # zeros_like(hidden_states)
     mask = o.new(tokens * k * (e + 1), "i64")  # one_hot(top_k_index, E + 1)
     rows = k * tokens
@@ -106,7 +126,7 @@ def sparse_moe(o: Ops, x: Tensor, a: Arch, router: str = "gate") -> Tensor:
     g_, up = o.split(gu, [f, f])
     act = o.mul(o.act(g_, "silu"), up)
     y = _expert_linear(o, act, w_dn, f, h)
-    wsel = o.g.op([weights], [(rows, "f32")])[0]  # top_k_weights[token_idx, top_k_pos, None]
+    wsel = o.g.op([weights], [(rows, weights.dtype)])[0]  # top_k_weights[token_idx, pos, None]
     y = o.cast(o.mul(y, wsel), x.dtype)
     (res,) = o.g.op([out, y], [(tokens * h, x.dtype)])  # index_add_ (in place)
     o.g.touch(mask, cur)
@@ -125,4 +145,4 @@ def _expert_linear(o: Ops, x: Tensor, w: Tensor, n_in: int, n_out: int) -> Tenso
     return out
 
 
-__all__ = ["ACT_KIND", "MLP_KINDS", "Mlp", "mlp_block", "sparse_moe"]
+__all__ = ["ACT_KIND", "MLP_KINDS", "MOE_ROUTINGS", "Mlp", "mlp_block", "sparse_moe"]

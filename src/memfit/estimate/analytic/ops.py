@@ -255,7 +255,9 @@ class Ops:
         llama: ``w * (x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).to(x.dtype)``: PowBackward
         saves the fp32 copy, RsqrtBackward its output, the final mul the cast result.
         gemma: ``(x.float() * rsqrt(...)) * (1 + w.float())`` cast back: saves the fp32 product.
-        t5: ``x * rsqrt(x.float().pow(2).mean(-1) + eps)``: the mul saves ``x`` itself."""
+        t5: ``x * rsqrt(x.float().pow(2).mean(-1) + eps)``: the mul saves ``x`` itself.
+        olmo: ``(w * (x.float() * rsqrt(...))).to(x.dtype)``: the weight times the fp32 product
+        (an fp32 result), then cast back."""
         w = self.weight(dim)
         xf = self.cast(x, "f32")
         rows = x.numel // dim
@@ -270,6 +272,8 @@ class Ops:
             wf = self.cast(w, "f32")
             (w1,) = self.g.op([wf], [(dim, "f32")])  # 1 + weight
             return self.cast(self.mul(y, w1), x.dtype)
+        if style == "olmo":
+            return self.cast(self.mul(w, y), x.dtype)
         if style == "llama":
             y = self.cast(y, x.dtype)
         elif w.dtype in HALF:  # t5 casts to a half weight's dtype

@@ -29,13 +29,16 @@ PARAM_DTYPE = {name: getattr(torch, r.params) for name, r in PRECISION_RULES.ite
 
 @dataclass(frozen=True)
 class LayerVar:
-    """One independently repeated stack: ``path`` to its config dict and the count ``key``."""
+    """One independently repeated stack: ``path`` to its config dict and the count ``key``.
+    ``prefix``: leading layers unlike the rest (DeepSeek's ``first_k_dense_replace`` dense
+    layers before the MoE ones), which every resized trace keeps whole."""
 
     name: str
     path: tuple[str, ...]
     key: str
     count: int
     period: int
+    prefix: int = 0
 
 
 def _hf_config(config: dict[str, Any], trust_remote_code: bool) -> Any:
@@ -72,8 +75,18 @@ def layer_plan(config: dict[str, Any], trust_remote_code: bool = False) -> list[
     if enc_key is not None and spec.n_layers is not None:
         hf = _hf_config(config, trust_remote_code)
         period = _period(getattr(hf, "layer_types", None) or [])
-        return [LayerVar("layers", (), enc_key, spec.n_layers, period)]
+        prefix = _dense_prefix(hf, spec.n_layers)
+        return [LayerVar("layers", (), enc_key, spec.n_layers, period, prefix)]
     return []
+
+
+def _dense_prefix(hf: Any, n_layers: int) -> int:
+    """Leading layers built unlike the rest: ``first_k_dense_replace`` dense MLPs before the
+    routed ones (DeepSeek-V2/V3, GLM-4-MoE), 0 when every layer is alike."""
+    k = getattr(hf, "first_k_dense_replace", None)
+    if isinstance(k, int) and not isinstance(k, bool) and 0 < k < n_layers:
+        return k
+    return 0
 
 
 def _tower_layers(tower: ModelSpec | None) -> int:

@@ -93,6 +93,7 @@ def trace_hf(
     stacks = build.layer_plan(config, trust_remote_code)
     targets = {v.name: v.count for v in stacks}
     period = {v.name: v.period for v in stacks}
+    prefix = {v.name: v.prefix for v in stacks}
     check_freeze_depth(workload, stacks[0].count if stacks else 0)
     if workload.freeze_layers:
         first = stacks[0].name
@@ -107,7 +108,9 @@ def trace_hf(
 
     if extrapolate is None:
         extrapolate = sum(targets.values()) > FULL_TRACE_MAX_LAYERS
-    flat, check = extrapolated(run, targets, period) if extrapolate else (run(targets), None)
+    flat, check = (
+        extrapolated(run, targets, period, prefix) if extrapolate else (run(targets), None)
+    )
     notes = distributed.notes(workload)
     if note := unquantized_layers_note(str(config.get("model_type", "")), workload.quant):
         notes.append(note)

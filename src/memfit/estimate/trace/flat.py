@@ -21,14 +21,20 @@ Flat = dict[str, float]
 
 
 def extrapolated(
-    run: Callable[[dict[str, int]], Flat], targets: dict[str, int], period: dict[str, int]
+    run: Callable[[dict[str, int]], Flat],
+    targets: dict[str, int],
+    period: dict[str, int],
+    prefix: dict[str, int] | None = None,
 ) -> tuple[Flat, float | None]:
     """The flat numbers at ``targets`` layer counts from runs at a few counts (see the trace
     engine's module docstring), and the relative error of the check run (None: no
     extrapolation, ``targets`` were run as they are)."""
     # Two periods at the base: with a single block the first and last block coincide, and under
-    # checkpointing the backward peak then sits at a different relative point of the step.
-    base = {k: 2 * period[k] for k in targets}
+    # checkpointing the backward peak then sits at a different relative point of the step. A
+    # stack's leading layers unlike the rest (``prefix``) are all in the base, so the slope is
+    # the repeated layers' (DeepSeek's 3 dense layers of 61 made every layer dense: -78 %).
+    lead = prefix or {}
+    base = {k: lead.get(k, 0) + 2 * period[k] for k in targets}
     growing = [k for k in targets if targets[k] > base[k]]
     if (
         not targets
