@@ -25,7 +25,7 @@ ESTIMATE_EXAMPLES = """examples:
   memfit estimate mistral-7b-v0.1 --lora-rank 16 --checkpointing full --gpu L4
   memfit estimate llama-3.1-8b --mode infer --seq 4096 --new-tokens 256 --gpu L40S --json
   memfit estimate ./my-model/config.json --precision amp-bf16 --optimizer adamw-fused
-  memfit estimate mypkg.models:make_unet --batch 8 --precision fp16
+  memfit estimate mypkg.models:make_unet --allow-code --batch 8 --precision fp16
 """
 
 
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "model",
         help="bundled name (see `memfit models`), path to config.json or a "
-        "model dir, Hugging Face hub id, or package.module:factory",
+        "model dir, Hugging Face hub id",
     )
     add_flags(e, "estimate")
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
@@ -123,7 +123,29 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_report.register(sub))  # report, snapshot
     COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor
     COMMANDS.update(cli_bench.register(sub))  # bench, quality
+    add_allow_code(sub)
     return p
+
+
+#: The commands whose MODEL may be a ``package.module:function`` factory, with --allow-code.
+FACTORY_COMMANDS = ("estimate", "plan", "fit", "upgrade", "doctor")
+ALLOW_CODE_HELP = (
+    "let MODEL be package.module:function: memfit imports that module and calls the function "
+    "to build the model, which runs its code (off by default: a MODEL string never runs code)"
+)
+
+
+def add_allow_code(sub: Any) -> None:
+    """``--allow-code`` on every command of :data:`FACTORY_COMMANDS`, and its MODEL help says so
+    (one place, so no command can take a factory without the opt-in being documented)."""
+    for name in FACTORY_COMMANDS:
+        parser = sub.choices.get(name)
+        if parser is None:
+            continue
+        parser.add_argument("--allow-code", action="store_true", help=ALLOW_CODE_HELP)
+        for action in parser._actions:  # argparse keeps no public list of the positionals
+            if action.dest == "model" and "--allow-code" not in (action.help or ""):
+                action.help = f"{action.help}; package.module:function with --allow-code"
 
 
 def add_flags(parser: argparse.ArgumentParser, command: str, *names: str) -> None:
@@ -248,7 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return COMMANDS[args.command](args)
+        from memfit.models.source import allowing_code
+
+        with allowing_code(bool(getattr(args, "allow_code", False))):
+            return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()
         return EXIT_OK
