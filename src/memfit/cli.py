@@ -51,6 +51,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of 0 or more."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="memfit",
@@ -103,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
         const=True,
         help="trace a few layers and extrapolate (default beyond 48 layers; fast)",
     )
-    e.add_argument("--top", type=int, default=5, help="modules to list at the peak (default 5)")
+    e.add_argument(
+        "--top", type=non_negative_int, default=5, help="modules to list at the peak (default 5)"
+    )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     m = sub.add_parser(
         "models",

@@ -66,7 +66,7 @@ def _size(text: str) -> int:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
-    from memfit.cli import add_flags, integer
+    from memfit.cli import add_flags, non_negative_int
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
     from memfit.plan.request import CONFIRM_MODES
 
@@ -96,7 +96,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
     add_flags(p, "plan", "--lora-rank")
-    p.add_argument("--alternatives", type=integer, default=4, help="runners-up shown (default 4)")
+    p.add_argument(
+        "--alternatives", type=non_negative_int, default=4, help="runners-up shown (default 4)"
+    )
     p.add_argument(
         "--confirm",
         choices=CONFIRM_MODES,
@@ -214,6 +216,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from memfit.plan import PlanRequest, plan, recommend_gpus
     from memfit.report.plan import render_advice, render_plan
 
+    if args.lora_rank and args.mode == "infer":  # as estimate says it (spec/workload.py)
+        raise SpecError("lora_rank is a training technique; it has no effect with mode 'infer'")
     request = PlanRequest(
         mode=args.mode,
         seq_len=args.seq,
