@@ -54,10 +54,11 @@ def _stub(*_args: object, **_kwargs: object) -> object:
 def analytic_only_and_no_real_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    import memfit.bench as bench_pkg
     from memfit.bench import runner
 
-    policy = importlib.import_module("memfit.estimate.policy")  # memfit.estimate is a function
+    # memfit.estimate and memfit.bench are functions: import the packages by name
+    bench_pkg = importlib.import_module("memfit.bench")
+    policy = importlib.import_module("memfit.estimate.policy")
     process = importlib.import_module("memfit.monitor.process")
 
     monkeypatch.setattr(policy, "trace_stack_missing", lambda source: "disabled by the fuzz suite")

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.fuzz.conftest import Files, run_log_reader_is_bounded
 
 from memfit.cli import build_parser, main
-from tests.fuzz.conftest import Files, run_log_reader_is_bounded
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

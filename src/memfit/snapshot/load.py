@@ -28,7 +28,7 @@ import pickle
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 from memfit.errors import SnapshotError
 from memfit.userfiles import SNAPSHOT_MAX_BYTES, UserFileError, open_regular
@@ -83,7 +83,7 @@ class _Clamped:
 
     def __init__(self, f: BinaryIO) -> None:
         self.size = _size(f)
-        self.f = io.BufferedReader(f, _CHUNK_BYTES)  # type: ignore[arg-type]
+        self.f = io.BufferedReader(f, _CHUNK_BYTES)  # type: ignore[arg-type,type-var]
 
     def read(self, n: int = -1) -> bytes:
         return self.f.read(self.size if n is None or n < 0 or n > self.size else n)
@@ -95,7 +95,7 @@ class _Clamped:
         return self.f.readinto(b)
 
 
-def _size(f: BinaryIO) -> int:
+def _size(f: BinaryIO | IO[bytes]) -> int:
     return os.fstat(f.fileno()).st_size
 
 
@@ -111,7 +111,7 @@ def _reading(path: Path) -> Iterator[BinaryIO]:
                     f"{_size(f):,} bytes is more than the {SNAPSHOT_MAX_BYTES:,} memfit reads "
                     "for a snapshot: is it the right file?"
                 )
-            yield f
+            yield cast(BinaryIO, f)  # a raw FileIO: a BinaryIO in all but name
     except SnapshotError as exc:
         raise SnapshotError(f"{path}: {exc}") from None
     except UserFileError as exc:  # missing, a directory, a FIFO, a device

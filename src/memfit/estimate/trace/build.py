@@ -64,7 +64,7 @@ def _hf_config(config: dict[str, Any], trust_remote_code: bool) -> Any:
         except _STRICT_ERRORS:  # a float field written as a JSON integer ("rms_norm_eps": 1)
             d = with_float_values(d)
             return AutoConfig.for_model(model_type, trust_remote_code=trust_remote_code, **d)
-    except (ValueError, KeyError, TypeError, *_STRICT_ERRORS) as exc:
+    except _CONFIG_ERRORS as exc:
         first = str(exc).strip().splitlines()
         raise TraceError(
             f"transformers cannot build a {model_type!r} config: {' '.join(first[:2])}"
@@ -79,7 +79,8 @@ def _strict_errors() -> tuple[type[Exception], ...]:
     return (StrictDataclassError,)
 
 
-_STRICT_ERRORS = _strict_errors()
+_STRICT_ERRORS: tuple[type[Exception], ...] = _strict_errors()
+_CONFIG_ERRORS: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, *_STRICT_ERRORS)
 
 
 def layer_plan(config: dict[str, Any], trust_remote_code: bool = False) -> list[LayerVar]:
