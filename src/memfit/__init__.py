@@ -133,22 +133,40 @@ def render_html_report(log_path: Any, out_path: Any, estimate: Any = None) -> An
 import memfit.plan as _plan_package  # noqa: E402
 
 
-def plan(model: Any, request: Any = None, **kwargs: Any) -> Any:
+def plan(model: Any, request: Any = None, *, allow_code: bool = False, **kwargs: Any) -> Any:
     """The fastest technique combination that fits a GPU (``memfit.plan.plan``); request fields
-    may be given as keywords: ``plan("llama-3.1-8b", gpu="L4", seq_len=4096, global_batch=16)``."""
-    return _plan_package.plan(model, request, **kwargs)
+    may be given as keywords: ``plan("llama-3.1-8b", gpu="L4", seq_len=4096, global_batch=16)``.
+    ``allow_code=True``: a ``pkg.mod:fn`` MODEL may be imported and called (as for the others)."""
+    with _code_allowed(allow_code):
+        return _plan_package.plan(model, request, **kwargs)
 
 
-def fit(model: Any, workload: WorkloadSpec, **kwargs: Any) -> Any:
+def fit(model: Any, workload: WorkloadSpec, *, allow_code: bool = False, **kwargs: Any) -> Any:
     """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``)."""
-    return _plan_package.fit(model, workload, **kwargs)
+    with _code_allowed(allow_code, workload=workload):
+        return _plan_package.fit(model, workload, **kwargs)
 
 
-def upgrade_verdict(model: Any, **kwargs: Any) -> Any:
+def upgrade_verdict(model: Any, *, allow_code: bool = False, **kwargs: Any) -> Any:
     """The "when should you upgrade" checklist as a verdict (``memfit.plan.upgrade_verdict``)."""
-    return _plan_package.upgrade_verdict(model, **kwargs)
+    with _code_allowed(allow_code):
+        return _plan_package.upgrade_verdict(model, **kwargs)
 
 
-def doctor(model: Any, workload: WorkloadSpec, **kwargs: Any) -> Any:
+def doctor(model: Any, workload: WorkloadSpec, *, allow_code: bool = False, **kwargs: Any) -> Any:
     """A described job checked for the seven common memory mistakes (``memfit.plan.doctor``)."""
-    return _plan_package.doctor(model, workload, **kwargs)
+    with _code_allowed(allow_code, workload=workload):
+        return _plan_package.doctor(model, workload, **kwargs)
+
+
+def _code_allowed(allow_code: Any, **arguments: Any) -> Any:
+    """The arguments checked, then the context in which ``pkg.mod:fn`` MODELs may resolve."""
+    from memfit.models.source import allowing_code
+    from memfit.spec.arguments import check_arguments
+
+    check_arguments(allow_code=allow_code, **arguments)
+    if arguments.get("workload", True) is None:
+        raise SpecError("workload (None) must be a WorkloadSpec: pass memfit.WorkloadSpec(...)")
+    import contextlib
+
+    return allowing_code(True) if allow_code else contextlib.nullcontext()

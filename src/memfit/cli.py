@@ -35,7 +35,7 @@ ESTIMATE_EXAMPLES = """examples:
   memfit estimate mistral-7b-v0.1 --lora-rank 16 --checkpointing full --gpu L4
   memfit estimate llama-3.1-8b --mode infer --seq 4096 --new-tokens 256 --gpu L40S --json
   memfit estimate ./my-model/config.json --precision amp-bf16 --optimizer adamw-fused
-  memfit estimate mypkg.models:make_unet --batch 8 --precision fp16
+  memfit estimate mypkg.models:make_unet --allow-code --batch 8 --precision fp16
 """
 
 
@@ -61,6 +61,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of 0 or more."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="memfit",
@@ -83,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "model",
         nargs="?",
         help="bundled name (see `memfit models`), path to config.json or a "
-        "model dir, Hugging Face hub id, or package.module:factory",
+        "model dir, Hugging Face hub id",
     )
     add_flags(e, "estimate")
     cli_from.add_from(e)
@@ -109,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         const=True,
         help="trace a few layers and extrapolate (default beyond 48 layers; fast)",
     )
-    e.add_argument("--top", type=int, default=5, help="modules to list at the peak (default 5)")
+    e.add_argument(
+        "--top", type=non_negative_int, default=5, help="modules to list at the peak (default 5)"
+    )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     cli_web.add_share_flags(e, snapshot=True)  # --html, --snapshot
     m = sub.add_parser(
@@ -128,7 +138,29 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_check.register(sub))  # check
     p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
     COMMANDS.update(cli_web.register(sub))  # web
+    add_allow_code(sub)
     return p
+
+
+#: The commands whose MODEL may be a ``package.module:function`` factory, with --allow-code.
+FACTORY_COMMANDS = ("estimate", "plan", "fit", "upgrade", "doctor")
+ALLOW_CODE_HELP = (
+    "let MODEL be package.module:function: memfit imports that module and calls the function "
+    "to build the model, which runs its code (off by default: a MODEL string never runs code)"
+)
+
+
+def add_allow_code(sub: Any) -> None:
+    """``--allow-code`` on every command of :data:`FACTORY_COMMANDS`, and its MODEL help says so
+    (one place, so no command can take a factory without the opt-in being documented)."""
+    for name in FACTORY_COMMANDS:
+        parser = sub.choices.get(name)
+        if parser is None:
+            continue
+        parser.add_argument("--allow-code", action="store_true", help=ALLOW_CODE_HELP)
+        for action in parser._actions:  # argparse keeps no public list of the positionals
+            if action.dest == "model" and "--allow-code" not in (action.help or ""):
+                action.help = f"{action.help}; package.module:function with --allow-code"
 
 
 def add_flags(parser: argparse.ArgumentParser, command: str, *names: str) -> None:
@@ -234,7 +266,9 @@ def main(
         return EXIT_BAD_INPUT
     try:
         args = cli_from.reparse(parser, args.subparsers, args, argv)
-        with applied(args):  # --engine, --quiet: the policy and the progress line
+        from memfit.models.source import allowing_code
+
+        with allowing_code(bool(getattr(args, "allow_code", False))), applied(args):
             return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from memfit.errors import SpecError
+
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 #: memfit.bench.TECHNIQUES' names, here so that building the parser does not import torch.
 TECHNIQUE_NAMES = ("sdpa", "bf16", "checkpointing", "lora", "freeze", "adamw-8bit", "int8")
@@ -98,6 +100,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     b.add_argument("--png", default=None, help="also write a bar chart (needs matplotlib)")
     b.add_argument("-o", "--output", default=None, help="also write the JSON to this file")
     b.add_argument("--md", default=None, help="also write the table as Markdown to this file")
+    b.add_argument(
+        "--force",
+        action="store_true",
+        help="run even when memfit's estimate of the baseline row exceeds this machine's free "
+        "memory (RAM on CPU, device memory on CUDA); without it such a bench is refused, exit 2",
+    )
     _gate_args(b)
     q = sub.add_parser(
         "quality",
@@ -130,12 +138,29 @@ def _thresholds(args: argparse.Namespace) -> Any:
     return QualityThresholds(max_kl=args.max_kl, min_top1=args.min_top1, min_cosine=args.min_cosine)
 
 
+def _check_writable(flag: str, path: str | None) -> None:
+    """A SpecError when ``path``'s folder is missing or not writable, or ``path`` is a folder."""
+    import os
+
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise SpecError(f"{flag} ({path!r}) is a folder; give a file name")
+    if not os.path.isdir(folder):
+        raise SpecError(f"{flag} ({path!r}): the folder {folder!r} does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise SpecError(f"{flag} ({path!r}): the folder {folder!r} is not writable")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from memfit.bench import bench
     from memfit.bench.render import render_markdown, render_png, render_text
 
     techniques = args.techniques.split(",") if args.techniques else None
     progress = None if args.json else (lambda m: print(f"running {m}", file=sys.stderr))
+    for flag, path in (("--output", args.output), ("--png", args.png), ("--md", args.md)):
+        _check_writable(flag, path)  # before the run, not after it
     res = bench(
         args.model,
         techniques=techniques,
@@ -146,6 +171,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         combined=not args.no_combined,
         thresholds=_thresholds(args),
         progress=progress,
+        force=args.force,
     )
     data = json.dumps(res.to_dict(), indent=2)
     if args.output:

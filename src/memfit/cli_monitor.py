@@ -10,7 +10,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from memfit.errors import SpecError
@@ -81,10 +80,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 def _read_estimate(path: str | None) -> dict[str, Any] | None:
     if path is None:
         return None
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SpecError(f"cannot read estimate {path!r}: {exc}") from None
+    from memfit.userfiles import JSON_MAX_BYTES, read_json
+
+    data = read_json(path, what="estimate", max_bytes=JSON_MAX_BYTES)  # UserFileError: exit 2
     if not isinstance(data, dict) or "peak_allocated_bytes" not in data:
         raise SpecError(f"{path!r} is not the output of `memfit estimate --json`")
     return data

@@ -74,7 +74,7 @@ def _size(text: str) -> int:
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
     from memfit import cli_from, cli_web
-    from memfit.cli import add_flags, integer
+    from memfit.cli import add_flags, non_negative_int
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
     from memfit.plan.recipe import ALLOW
     from memfit.plan.request import CONFIRM_MODES
@@ -118,7 +118,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "memory-only changes first, the others only when nothing memory-only fits)",
     )
     cli_from.add_from(p)
-    p.add_argument("--alternatives", type=integer, default=4, help="runners-up shown (default 4)")
+    p.add_argument(
+        "--alternatives", type=non_negative_int, default=4, help="runners-up shown (default 4)"
+    )
     p.add_argument(
         "--confirm",
         choices=CONFIRM_MODES,
@@ -273,6 +275,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.runtime == "vllm":
         return cli_vllm.cmd_plan_vllm(args)
+    if args.lora_rank and args.mode == "infer":  # as estimate says it (spec/workload.py)
+        raise SpecError("lora_rank is a training technique; it has no effect with mode 'infer'")
     request = PlanRequest(
         mode=args.mode,
         seq_len=args.seq,

@@ -129,12 +129,12 @@ def test_a_factory_model_is_never_sent_to_the_analytic_engine(
 ) -> None:
     engines.answers["trace"] = TraceError("the factory's forward failed")
     with pytest.raises(TraceError, match="the factory's forward failed"):
-        EnginePolicy().estimate(resolve_model(FACTORY), WorkloadSpec(), None)
+        EnginePolicy().estimate(resolve_model(FACTORY, allow_code=True), WorkloadSpec(), None)
     assert engines.calls == ["trace"]
     monkeypatch.undo()  # the real engines: without torch a factory model cannot be estimated
     _without(monkeypatch, "torch")
     with pytest.raises(MissingDependencyError, match="torch is not installed"):
-        EnginePolicy().estimate(resolve_model(FACTORY), WorkloadSpec(), None)
+        EnginePolicy().estimate(resolve_model(FACTORY, allow_code=True), WorkloadSpec(), None)
 
 
 @pytest.mark.parametrize("engine", ["trace", "analytic"])
@@ -168,7 +168,7 @@ def _write_config(config: dict[str, Any]) -> str:
 def test_searches_use_analytic_and_confirm_with_trace_where_it_can_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    auto, gpt2, cnn = EnginePolicy(), resolve_model("gpt2"), resolve_model(FACTORY)
+    auto, gpt2, cnn = EnginePolicy(), resolve_model("gpt2"), resolve_model(FACTORY, allow_code=True)
 
     def pair(p: EnginePolicy, source: Any) -> tuple[str, str | None]:
         chosen = p.search_engines(source)
@@ -209,7 +209,7 @@ def test_the_checklist_sends_refused_jobs_to_the_trace_engine_at_most_max_trace_
 
 def test_the_analytic_engine_refuses_what_it_cannot_model_with_a_typed_error() -> None:
     refusals = [
-        (resolve_model(FACTORY), WorkloadSpec(), "needs a config.json"),
+        (resolve_model(FACTORY, allow_code=True), WorkloadSpec(), "needs a config.json"),
         ({"model_type": "mamba", "num_hidden_layers": 2}, WorkloadSpec(), "no closed forms"),
         (
             resolve_model("llama-3.2-1b"),

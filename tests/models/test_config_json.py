@@ -63,7 +63,7 @@ def test_binary_data_is_reported_as_not_utf8(tmp_path):
 
 def test_an_oversized_file_is_refused_before_reading(tmp_path):
     path = _write(tmp_path, b" " * (MAX_CONFIG_BYTES + 1))
-    with pytest.raises(ModelConfigError, match="far too large for a config.json"):
+    with pytest.raises(ModelConfigError, match="is larger than 16,777,216 bytes"):
         resolve_model(str(path))
 
 

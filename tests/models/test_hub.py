@@ -227,7 +227,7 @@ def test_without_huggingface_hub_urllib_sends_the_token(
         def __exit__(self, *exc):
             return False
 
-        def read(self):
+        def read(self, n=-1):
             return json.dumps(CONFIG).encode()
 
     def urlopen(request, timeout):

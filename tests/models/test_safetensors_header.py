@@ -122,5 +122,26 @@ def test_an_unreadable_index_is_reported_with_its_path(tmp_path):
 
 
 def test_a_missing_file_is_a_model_config_error(tmp_path):
-    with pytest.raises(ModelConfigError, match=r"absent\.safetensors.*FileNotFoundError"):
+    with pytest.raises(ModelConfigError, match=r"absent\.safetensors.* does not exist"):
         read_safetensors_header(tmp_path / "absent.safetensors")
+
+
+def test_a_safetensors_fifo_is_refused_without_blocking(tmp_path):
+    import os
+
+    fifo = tmp_path / "model.safetensors"
+    os.mkfifo(fifo)
+    with pytest.raises(ModelConfigError, match="FIFO"):
+        read_safetensors_header(fifo)
+
+
+def test_an_index_naming_a_shard_outside_its_folder_is_refused(tmp_path):
+    import json
+
+    from memfit.models.safetensors_header import find_safetensors
+
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "../../etc/passwd"}})
+    )
+    with pytest.raises(ModelConfigError, match="outside its folder"):
+        find_safetensors(tmp_path)

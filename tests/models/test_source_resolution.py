@@ -81,7 +81,7 @@ def test_an_existing_path_wins_over_a_bundled_name(tmp_path, monkeypatch):
 
 
 def test_module_function_syntax_is_recorded_as_a_factory_without_importing_it():
-    source = resolve_model("not_installed_pkg.models.zoo:build_model")
+    source = resolve_model("not_installed_pkg.models.zoo:build_model", allow_code=True)
     assert (source.origin, source.factory) == (
         "factory",
         "not_installed_pkg.models.zoo:build_model",
@@ -91,7 +91,7 @@ def test_module_function_syntax_is_recorded_as_a_factory_without_importing_it():
 
 @pytest.mark.parametrize("text", ["pkg:fn", "a.b.c:make_2", "_private.mod:_f"])
 def test_factory_syntax_accepts_dotted_modules_and_identifiers(text):
-    assert resolve_model(text).origin == "factory"
+    assert resolve_model(text, allow_code=True).origin == "factory"
 
 
 @pytest.mark.parametrize("text", ["pkg:", ":fn", "pkg:fn:extra", "1pkg:fn", "pkg.:fn", "pkg:fn()"])

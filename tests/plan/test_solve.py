@@ -130,6 +130,13 @@ def test_serving_reports_a_kv_cache_budget_table(tiny_llama_dir: Path) -> None:
 def test_fit_searches_with_the_trace_where_the_analytic_engine_cannot_model_the_model() -> None:
     """A factory model: the analytic engine refuses every point; fit used to answer 0 with
     batch 1 needing 0.6 GiB of a T4 (issue 11). Now the trace engine searches."""
-    result = fit("tests.fixtures.cnn:make_cnn", WorkloadSpec(), gpu="T4", solve="batch")
+    from memfit.models import resolve_model
+
+    result = fit(
+        resolve_model("tests.fixtures.cnn:make_cnn", allow_code=True),
+        WorkloadSpec(),
+        gpu="T4",
+        solve="batch",
+    )
     assert result.max_value > 1 and result.search_engine == "trace"
     assert result.estimate is not None and result.estimate.fits

@@ -100,6 +100,7 @@ def find_batch_size(
     check_eval: bool = True,
     n_steps: int = 2,
     probe_up: bool = False,
+    force: bool = False,
 ) -> BatchSizeResult:
     """Find the largest batch for which ``step_fn(make_batch(b, seq_len))`` (one training step)
     and an evaluation forward both run.
@@ -109,7 +110,9 @@ def find_batch_size(
     model's own transformers config). ``start_batch_size`` skips the estimate.
     ``estimator``: ``WorkloadSpec -> MemoryEstimate`` (default: the trace engine on CPU, memfit's
     planner engines on CUDA). ``eval_fn(batch)``: default a ``no_grad`` forward under the plan's
-    autocast. ``memory_limit_bytes``: the device capacity (required on CPU)."""
+    autocast. ``memory_limit_bytes``: the device capacity (required on CPU). Before any real step
+    the first batch is estimated, and a job whose estimate (or, on CPU, whose
+    ``memory_limit_bytes``) exceeds this machine's free memory is refused unless ``force``."""
     w = resolve(plan).workload
     device = device_of(model)
     seq = seq_len or w.seq_len
@@ -123,6 +126,7 @@ def find_batch_size(
             model, source, w, seq, device, memory_limit_bytes, headroom, est_fn
         )
         start = max(1, min(estimated_batch, max_batch_size))
+    _preflight(est_fn, w, start, seq, device, memory_limit_bytes, force)
     trial = _Trial(
         step_fn,
         make_batch,
@@ -286,6 +290,29 @@ def _search(runs: Callable[[int], bool], start: int, cap: int, probe_up: bool) -
         else:
             bad = mid
     return ok
+
+
+def _preflight(
+    est_fn: Any, w: WorkloadSpec, start: int, seq: int, device: Any, limit: int | None, force: bool
+) -> None:
+    """Refuse (SpecError) a first trial that memfit estimates beyond this machine's free memory,
+    and on CPU a ``memory_limit_bytes`` the machine cannot give (the search may grow to it)."""
+    from memfit.bench.preflight import refuse_if_too_large
+
+    if not isinstance(force, bool):
+        raise SpecError(f"force ({force!r}) must be True or False")
+    what = f"find_batch_size's first trial (batch {start}, seq {seq})"
+    if est_fn is not None and not force:
+        try:
+            est = est_fn(dataclasses.replace(w, batch_size=start, seq_len=seq))
+        except MemfitError:
+            est = None
+        peak = None if est is None else est.peak_allocated_bytes
+        refuse_if_too_large(peak, device, what=what, force=force, flag="force=True")
+    if device.type == "cpu":
+        refuse_if_too_large(
+            limit, device, what="memory_limit_bytes on CPU", force=force, flag="force=True"
+        )
 
 
 def _default_eval(

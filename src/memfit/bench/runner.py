@@ -35,6 +35,7 @@ from memfit.bench.gate import (
 )
 from memfit.bench.measure import measure_training
 from memfit.bench.models import BenchModel, get_bench_model
+from memfit.bench.preflight import refuse_if_too_large
 from memfit.bench.result import BenchResult, BenchRow
 from memfit.errors import MemfitError, SpecError
 from memfit.spec import WorkloadSpec
@@ -79,15 +80,25 @@ def bench(
     combined: bool = True,
     thresholds: QualityThresholds | None = None,
     progress: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> BenchResult:
     """Run ``model`` (``opt-125m``, ``minilm``, ``tiny-opt``, any MODEL memfit resolves offline) for
-    ``steps`` training steps per row; ``techniques`` default to all of :data:`TECHNIQUES`."""
+    ``steps`` training steps per row; ``techniques`` default to all of :data:`TECHNIQUES`.
+
+    Before any row runs, the baseline row (fp32 + AdamW, the largest) is estimated and the bench
+    refused (SpecError) when that exceeds this machine's free memory (RAM on CPU, device memory
+    on CUDA), unless ``force``."""
     names = list(TECHNIQUES) if techniques is None else list(techniques)
     _check(names, steps, batch_size, seq_len)
+    if not isinstance(force, bool):
+        raise SpecError(f"force ({force!r}) must be True or False")
     started = time.perf_counter()
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = bench_device(device)
     spec = get_bench_model(model)
     base = dataclasses.replace(BASELINE, batch_size=batch_size, seq_len=seq_len)
+    if not force:
+        peak, _fwd_bwd, _error = _estimate(spec, base, dev, extrapolate=None)
+        refuse_if_too_large(peak, dev, what=f"memfit bench {spec.name} (baseline row)", force=force)
     data = make_batches(
         task=spec.task,
         n_steps=steps,
@@ -123,6 +134,24 @@ def bench(
         rows=_with_deltas(rows),
         wall_s=round(time.perf_counter() - started, 1),
     )
+
+
+def bench_device(device: str | None) -> torch.device:
+    """``device`` ("cpu", "cuda", "cuda:N"; None: cuda when available) as a torch device, or a
+    SpecError naming the value (``tpu`` used to fail with a traceback)."""
+    if device is not None and not isinstance(device, str):
+        raise SpecError(f"device ({device!r}) must be 'cpu', 'cuda' or 'cuda:N'")
+    text = (device or ("cuda" if torch.cuda.is_available() else "cpu")).strip().lower()
+    head, _, index = text.partition(":")
+    if head not in ("cpu", "cuda") or (index and (head == "cpu" or not index.isdigit())):
+        raise SpecError(f"device ({device!r}) must be 'cpu', 'cuda' or 'cuda:N'")
+    if head == "cuda" and not torch.cuda.is_available():
+        raise SpecError(f"device ({device!r}): no CUDA GPU is visible here; use --device cpu")
+    if index and int(index) >= torch.cuda.device_count():
+        raise SpecError(
+            f"device ({device!r}): this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
+    return torch.device(text)
 
 
 def _check(names: list[str], steps: int, batch_size: int, seq_len: int) -> None:
@@ -225,7 +254,7 @@ def _quality(
 
 
 def _estimate(
-    spec: BenchModel, workload: WorkloadSpec, device: torch.device
+    spec: BenchModel, workload: WorkloadSpec, device: torch.device, extrapolate: bool | None = False
 ) -> tuple[int | None, int | None, str | None]:
     """memfit's estimate of the row's peak and of its forward + backward peak (see the module
     docstring), or the reason it failed."""
@@ -237,7 +266,7 @@ def _estimate(
             spec.config,
             dataclasses.replace(workload, task=spec.task),
             name=spec.name,
-            extrapolate=False,
+            extrapolate=extrapolate,
             emulate_cuda=not cpu,
         )
     except MemfitError as exc:

@@ -26,21 +26,34 @@ def estimate(
     engine: str = "auto",
     trust_remote_code: bool = False,
     extrapolate: bool | None = None,
+    allow_code: bool = False,
 ) -> MemoryEstimate:
-    """Estimate ``model`` (a MODEL string — bundled name, path, hub id, ``pkg.mod:factory`` — or a
-    ``ModelSource``) running ``workload`` (default: a bf16 AdamW training step, batch 1, seq 512).
+    """Estimate ``model`` (a MODEL string — bundled name, path, hub id, or with
+    ``allow_code=True`` a ``pkg.mod:factory`` — or a ``ModelSource``) running ``workload``
+    (default: a bf16 AdamW training step, batch 1, seq 512).
 
     ``extrapolate``: None (default) traces every layer of models up to 48 layers and extrapolates
-    deeper ones from a few layers; True/False force either."""
+    deeper ones from a few layers; True/False force either. ``allow_code``: a ``pkg.mod:fn``
+    MODEL is imported and called (runs that code); refused without it."""
     from memfit.models import ModelSource, resolve_model
+    from memfit.spec.arguments import check_arguments
 
+    check_arguments(
+        workload=workload,
+        trust_remote_code=trust_remote_code,
+        extrapolate=extrapolate,
+        allow_code=allow_code,
+        gpu=gpu,
+    )
     policy = EnginePolicy(engine=engine)
     workload = workload or WorkloadSpec()
     gpu_record = _gpu(gpu)
     source = (
         model
         if isinstance(model, ModelSource)
-        else resolve_model(str(model), trust_remote_code=trust_remote_code)
+        else resolve_model(
+            model, trust_remote_code=trust_remote_code, allow_code=allow_code or None
+        )
     )
     return policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)
 

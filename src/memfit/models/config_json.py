@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 
 from memfit.errors import ModelConfigError
 from memfit.units import MiB
+from memfit.userfiles import UserFileError, read_text
 
 #: A real config.json is a few kB (the largest bundled one, CLIP's, is 6 kB). Anything over this is
 #: a weights file or archive passed by mistake; it is refused before being read into memory.
@@ -57,23 +58,13 @@ NEXT_STEP = "re-download it or pass another file"
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Parse ``path`` as a config.json object (not yet checked; see :func:`check_config`)."""
+    """Parse ``path`` as a config.json object (not yet checked; see :func:`check_config`). The
+    file is read by :func:`memfit.userfiles.read_text`: a regular file of at most
+    ``MAX_CONFIG_BYTES`` (a FIFO, ``/dev/zero`` or a directory is refused, never read)."""
     try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ModelConfigError(
-                f"{path}: {size} bytes is far too large for a config.json (limit "
-                f"{MAX_CONFIG_BYTES} bytes); pass the model's config.json or the folder holding it"
-            )
-        data = path.read_bytes()
-    except OSError as e:
-        raise ModelConfigError(f"{path}: cannot read it ({e.strerror or e}); {NEXT_STEP}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ModelConfigError(
-            f"{path}: not UTF-8 text (byte {e.start}); a config.json is JSON text: {NEXT_STEP}"
-        ) from None
+        text = read_text(path, what="config", max_bytes=MAX_CONFIG_BYTES)
+    except UserFileError as e:
+        raise ModelConfigError(str(e)) from None
     return parse_config_text(text, where=str(path))
 
 
@@ -83,6 +74,10 @@ def parse_config_text(text: str, *, where: str) -> dict[str, Any]:
         raise ModelConfigError(f"{where}: the file is empty; {NEXT_STEP}")
     try:
         config = json.loads(text)
+    except RecursionError:
+        raise ModelConfigError(
+            f"{where}: the JSON is nested too deeply to be a config.json; {NEXT_STEP}"
+        ) from None
     except json.JSONDecodeError as e:
         hint = "the file ends early (truncated?)" if e.pos >= len(text.rstrip()) else e.msg
         raise ModelConfigError(

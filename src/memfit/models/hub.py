@@ -22,8 +22,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from memfit.errors import HubUnavailableError, SpecError, UnknownModelError
+from memfit.errors import HubUnavailableError, ModelConfigError, SpecError, UnknownModelError
 from memfit.models.config_json import parse_config_text
+from memfit.userfiles import CONFIG_MAX_BYTES, UserFileError, read_text
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 #: Seconds to wait for the hub before giving up (urllib path; huggingface_hub uses its own).
@@ -149,7 +150,10 @@ def _download_with_hf_hub(hf_id: str, *, token: str | None, offline: bool) -> st
         ) from None
     except OSError as e:  # HfHubHTTPError (5xx, 403), OfflineModeIsEnabled, socket errors
         raise _unreachable(hf_id, f"{type(e).__name__}: {e}".splitlines()[0]) from None
-    return Path(str(path)).read_text(encoding="utf-8")
+    try:
+        return read_text(str(path), what=f"config.json of {hf_id!r} in the huggingface cache")
+    except UserFileError as e:
+        raise ModelConfigError(str(e)) from None
 
 
 def _download_with_urllib(hf_id: str, *, token: str | None) -> str:
@@ -159,7 +163,12 @@ def _download_with_urllib(hf_id: str, *, token: str | None) -> str:
         request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            body: bytes = response.read()
+            body: bytes = response.read(CONFIG_MAX_BYTES + 1)
+            if len(body) > CONFIG_MAX_BYTES:
+                raise ModelConfigError(
+                    f"the hub's config.json for {hf_id!r} is over {CONFIG_MAX_BYTES:,} bytes: "
+                    f"not a config; {LOCAL_COPY_HINT}"
+                )
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
             raise _gated(hf_id) from None

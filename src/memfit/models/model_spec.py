@@ -43,6 +43,10 @@ _COUNTS: tuple[str, ...] = (
 _COUNTS += ("vocab_size", "max_positions", "expert_intermediate_size")
 _COUNTS += ("shared_expert_intermediate_size",)
 _MAY_BE_ZERO = ("n_decoder_layers", "n_experts", "n_experts_per_token", "n_shared_experts")
+#: The largest count a field may hold: torch sizes are int64 and a product of two widths must not
+#: overflow it (``hidden_size`` 2**63 traced as an int64 overflow inside torch); 2**31 - 1 is
+#: thousands of times any real model's width, depth or vocabulary.
+MAX_COUNT = 2**31 - 1
 _FLAGS = ("tie_word_embeddings", "mlp_gated", "qkv_bias", "o_bias", "mlp_bias")
 _DROPOUTS = ("attention_dropout", "hidden_dropout", "embedding_dropout")
 _INTS = frozenset(_COUNTS + _MAY_BE_ZERO + ("sliding_window",))
@@ -133,6 +137,8 @@ class ModelSpec:
             if value is not None and (not _is_int(value) or value < least):
                 rule = "a non-negative" if least == 0 else "a positive"
                 out.append(f"{name} ({value!r}) must be {rule} integer")
+            elif value is not None and value > MAX_COUNT and name != "max_positions":
+                out.append(f"{name} ({value!r}) must be at most {MAX_COUNT:,} (2**31 - 1)")
         for name in _DROPOUTS:
             value = getattr(self, name)
             if value is not None and not (_is_number(value) and 0.0 <= value <= 1.0):

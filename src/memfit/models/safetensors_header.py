@@ -19,10 +19,11 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from memfit.errors import ModelConfigError
 from memfit.units import MB
+from memfit.userfiles import UserFileError, open_regular, read_text
 
 #: Bytes of the little-endian u64 that opens every safetensors file.
 HEADER_LENGTH_BYTES = 8
@@ -66,6 +67,8 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, Any]:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise _bad(p, f"header is not UTF-8 JSON: {e}") from None
+    except RecursionError:
+        raise _bad(p, "header JSON is nested too deeply") from None
     if not isinstance(header, dict):
         raise _bad(p, f"header is a JSON {type(header).__name__}, not an object")
     data_bytes = file_bytes - HEADER_LENGTH_BYTES - header_bytes
@@ -79,22 +82,34 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _read_prefix(p: Path) -> tuple[int, int, bytes]:
-    """(file size, declared header length, header bytes), checking the length before reading."""
-    file_bytes = p.stat().st_size
-    with p.open("rb") as f:
-        prefix = f.read(HEADER_LENGTH_BYTES)
-        if len(prefix) < HEADER_LENGTH_BYTES:
-            raise _bad(p, f"{file_bytes} bytes, shorter than the 8-byte header length")
-        (header_bytes,) = struct.unpack("<Q", prefix)
-        if header_bytes > MAX_HEADER_BYTES:
-            raise _bad(p, f"header length {header_bytes} exceeds the 100 MB limit")
-        if header_bytes > file_bytes - HEADER_LENGTH_BYTES:
-            raise _bad(
-                p,
-                f"header length {header_bytes} but only {file_bytes - HEADER_LENGTH_BYTES} "
-                "bytes follow: the file is truncated",
-            )
-        return file_bytes, header_bytes, f.read(header_bytes)
+    """(file size, declared header length, header bytes), checking the length before reading.
+    The file is opened by :func:`memfit.userfiles.open_regular` (a FIFO or device is refused)
+    and its size taken from the open file."""
+    try:
+        with open_regular(p, what="safetensors file") as f:
+            return _read_open_prefix(p, f)
+    except UserFileError as e:
+        raise ModelConfigError(str(e)) from None
+
+
+def _read_open_prefix(p: Path, f: IO[bytes]) -> tuple[int, int, bytes]:
+    file_bytes = os.fstat(f.fileno()).st_size
+    prefix = f.read(HEADER_LENGTH_BYTES)
+    if len(prefix) < HEADER_LENGTH_BYTES:
+        raise _bad(p, f"{file_bytes} bytes, shorter than the 8-byte header length")
+    (header_bytes,) = struct.unpack("<Q", prefix)  # unsigned: never negative
+    if header_bytes > MAX_HEADER_BYTES:
+        raise _bad(p, f"header length {header_bytes} exceeds the 100 MB limit")
+    if header_bytes > file_bytes - HEADER_LENGTH_BYTES:
+        raise _bad(
+            p,
+            f"header length {header_bytes} but only {file_bytes - HEADER_LENGTH_BYTES} "
+            "bytes follow: the file is truncated",
+        )
+    raw = f.read(header_bytes)
+    if len(raw) < header_bytes:
+        raise _bad(p, f"the header ends early ({len(raw)} of {header_bytes} bytes)")
+    return file_bytes, header_bytes, raw
 
 
 def _tensor_span(path: Path, name: str, entry: Any) -> tuple[int, int]:
@@ -146,13 +161,21 @@ def find_safetensors(directory: Path) -> list[Path]:
     if not index_path.is_file():
         return sorted(directory.glob("*.safetensors"))
     try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
+        index = json.loads(read_text(index_path, what="safetensors index"))
         shards = sorted(set(index["weight_map"].values()))
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+    except UserFileError as e:
+        raise ModelConfigError(str(e)) from None
+    except (RecursionError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise ModelConfigError(
             f"{index_path}: not a readable safetensors index ({type(e).__name__}: {e}); "
             "re-download it or delete it so the *.safetensors files are read directly"
         ) from None
+    outside = [s for s in shards if Path(s).name != s or s in ("", ".", "..")]
+    if outside:
+        raise ModelConfigError(
+            f"{index_path} names shard(s) outside its folder ({', '.join(map(repr, outside))}); "
+            "a shard is a file name in the same folder: fix or delete the index"
+        )
     files = [directory / shard for shard in shards]
     missing = [f.name for f in files if not f.is_file()]
     if missing:

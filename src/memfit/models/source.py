@@ -5,7 +5,10 @@ Resolution order (the first that applies wins):
 1. an existing path: a ``config.json`` file, or a folder holding one (its ``*.safetensors`` headers,
    or the shards ``model.safetensors.index.json`` names, are read for exact dtypes and counts);
 2. a bundled name, any case, or the hub id of a bundled model (``meta-llama/Llama-2-7b-hf``);
-3. ``package.module:function``: a factory that builds the model (recorded, never imported here);
+3. ``package.module:function``: a factory that builds the model (recorded, never imported here),
+   only where code is allowed (``allow_code=True``, ``--allow-code``, or inside
+   :func:`allowing_code`): importing a module and calling a function runs arbitrary code, so a
+   MODEL string never does it by surprise (docs/decisions.md, "Threat model");
 4. a hub id ``org/name``: only its config.json is fetched, then cached (:mod:`memfit.models.hub`);
 5. anything else is an UnknownModelError listing close bundled names and the accepted forms.
 
@@ -15,9 +18,12 @@ to decide whether a config with ``auto_map`` needs repository code.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,11 @@ from memfit.models.safetensors_header import (
     summarize_safetensors,
 )
 
-__all__ = ["ModelSource", "resolve_model"]  # the package re-exports the rest (memfit.models)
+__all__ = [
+    "ModelSource",
+    "allowing_code",
+    "resolve_model",
+]  # the package re-exports the rest (memfit.models)
 
 ORIGINS = ("bundled", "path", "hub", "factory")
 #: ``pkg.module:function``: a dotted Python identifier, a colon, an identifier.
@@ -48,6 +58,9 @@ FACTORY_RE = re.compile(
 #: and ending with a letter or digit.
 _HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 HUB_ID_RE = re.compile(rf"^{_HUB_PART}/{_HUB_PART}$")
+#: Whether ``package.module:function`` MODEL strings may be imported and called: False unless a
+#: caller opts in (the CLI's ``--allow-code``, :func:`allowing_code`, ``allow_code=True``).
+_ALLOW_CODE: ContextVar[bool] = ContextVar("memfit_allow_code", default=False)
 ACCEPTED_FORMS = (
     "a bundled name (e.g. llama-3.1-8b), path/to/config.json or the folder holding it, "
     "org/name on the Hugging Face hub, or package.module:function that builds the model"
@@ -91,13 +104,37 @@ class ModelSource:
         return self.spec.model_type if self.spec is not None else None
 
 
+@contextlib.contextmanager
+def allowing_code(enabled: bool = True) -> Iterator[None]:
+    """Inside the block, ``package.module:function`` MODEL strings resolve to factories (every
+    call that resolves a MODEL string: estimate, plan, fit, upgrade, doctor)."""
+    if not isinstance(enabled, bool):
+        raise SpecError(f"allow_code ({enabled!r}) must be True or False")
+    token = _ALLOW_CODE.set(enabled)
+    try:
+        yield
+    finally:
+        _ALLOW_CODE.reset(token)
+
+
 def resolve_model(
     model: str | os.PathLike[str],
     *,
     trust_remote_code: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
+    allow_code: bool | None = None,
 ) -> ModelSource:
-    """Resolve a MODEL argument (see the module docstring for the order and the errors)."""
+    """Resolve a MODEL argument (see the module docstring for the order and the errors).
+    ``allow_code``: whether a ``package.module:function`` factory may be named (None: what the
+    enclosing :func:`allowing_code` says, by default no)."""
+    if not isinstance(model, str | os.PathLike):
+        raise SpecError(
+            f"model ({model!r}) must be a MODEL string (a bundled name, a path, a hub id) or a "
+            "ModelSource"
+        )
+    for name, flag in (("trust_remote_code", trust_remote_code), ("allow_code", allow_code)):
+        if flag is not None and not isinstance(flag, bool):
+            raise SpecError(f"{name} ({flag!r}) must be True or False")
     text = os.fspath(model).strip()
     if not text:
         raise UnknownModelError(f"the model name is empty; pass {ACCEPTED_FORMS}")
@@ -108,6 +145,13 @@ def resolve_model(
     if bundled is not None:
         return _from_bundled(bundled, trust_remote_code=trust_remote_code)
     if FACTORY_RE.match(text):
+        if not (_ALLOW_CODE.get() if allow_code is None else allow_code):
+            raise SpecError(
+                f"model ({text!r}) names Python code (module:function): memfit would import "
+                f"{text.split(':')[0]!r} and call {text.split(':')[1]!r}, which runs whatever "
+                "that code does; if you wrote it and mean it, add --allow-code (Python: "
+                "allow_code=True), else pass a bundled name, a config.json path or a hub id"
+            )
         return ModelSource(
             name=text,
             origin="factory",

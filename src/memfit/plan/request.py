@@ -20,6 +20,7 @@ from memfit.spec import (
     PRECISION_NAMES,
     WorkloadSpec,
 )
+from memfit.spec.rules import MAX_LORA_RANK
 
 GOALS = ("throughput", "memory")
 #: Which plans the precise (trace) engine confirms: every plan shown (recommended and
@@ -114,8 +115,15 @@ class PlanRequest:
             p.append(f"new_tokens ({self.new_tokens}) only applies to mode 'infer'")
         if not 0 <= self.headroom < 1:
             p.append(f"headroom ({self.headroom}) must be a fraction in [0, 1), e.g. 0.05")
-        if any(not isinstance(r, int) or r < 1 for r in self.lora_ranks):
-            p.append(f"lora_ranks ({self.lora_ranks!r}) must be positive integers")
+        if not isinstance(self.lora_ranks, tuple) or any(
+            not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= MAX_LORA_RANK
+            for r in self.lora_ranks
+        ):
+            p.append(
+                f"lora_ranks ({self.lora_ranks!r}) must be whole numbers in 1..{MAX_LORA_RANK}"
+            )
+        if not isinstance(self.n_alternatives, int) or not 0 <= self.n_alternatives <= 1000:
+            p.append(f"n_alternatives ({self.n_alternatives!r}) must be a whole number in 0..1000")
         if p:
             raise SpecError.from_problems(p)
 

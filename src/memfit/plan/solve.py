@@ -178,6 +178,7 @@ def _predicate(
 def _solve(
     engines: EnginePair, budget: Budget, w: WorkloadSpec, name: str, cap: int, step: int
 ) -> tuple[int, MemoryEstimate | None, str | None]:
+    _raise_if_bad_input(engines.search, _with(w, name, step))
     if engines.confirm is not None and _not_modelled(engines.search, _with(w, name, step)):
         engines = EnginePair(search=engines.confirm, confirm=None)  # the precise engine searches
     value = largest(_predicate(engines.search, budget, w, name), cap=cap, step=step)
@@ -191,6 +192,20 @@ def _solve(
         value = largest(_predicate(confirm, budget, w, name), cap=value - step, step=step)
     at = _with(w, name, max(value, step))
     return value, _try(confirm, at) or _try(engines.search, at), confirm.name if value else None
+
+
+def _raise_if_bad_input(engine: CachedEstimator, w: WorkloadSpec) -> None:
+    """A job that is wrong at the smallest value (LoRA targets naming no module) is bad input,
+    not "the largest value that fits is 0": raise its SpecError (a NotModelledError is not one:
+    another engine may model the job)."""
+    try:
+        engine(w)
+    except NotModelledError:
+        return
+    except SpecError:
+        raise
+    except MemfitError:
+        return
 
 
 def _not_modelled(engine: CachedEstimator, w: WorkloadSpec) -> bool:

@@ -9,7 +9,6 @@ step time and throughput; OOM events with what was live and the advice; the leak
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
@@ -22,6 +21,7 @@ from memfit.estimate.result import COMPONENTS
 from memfit.monitor.log import RunData, read_log
 from memfit.report import svg
 from memfit.units import MiB, format_bytes
+from memfit.userfiles import JSON_MAX_BYTES, read_json
 
 #: Receipt metrics: (name in the estimate JSON, label, how the run measures it).
 RECEIPT_METRICS = (
@@ -105,12 +105,7 @@ def load_estimate(estimate: Any) -> dict[str, Any] | None:
     if isinstance(estimate, dict):
         return estimate
     path = Path(estimate)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"estimate file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecError(f"estimate file {str(path)!r} is not JSON: {exc}") from None
+    data = read_json(path, what="estimate file", max_bytes=JSON_MAX_BYTES)  # UserFileError: exit 2
     if not isinstance(data, dict) or "peak_allocated_bytes" not in data:
         raise SpecError(
             f"estimate file {str(path)!r} is not `memfit estimate --json` output "

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import pickle
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 from memfit.errors import SnapshotError
+from memfit.userfiles import SNAPSHOT_MAX_BYTES, UserFileError, open_regular
 
 #: Files at least this large are streamed by ``read_snapshot(path)`` unless told otherwise: the
 #: C unpickler holds the whole object tree (measured in benchmarks/results/snapshot_memory.md).
@@ -55,6 +57,8 @@ class _RefusingUnpickler(pickle.Unpickler):
 _PICKLE_FAILURES = (
     pickle.UnpicklingError,
     EOFError,
+    MemoryError,
+    OverflowError,
     TypeError,
     ValueError,
     KeyError,
@@ -69,19 +73,49 @@ def load_snapshot(path: str | Path) -> dict[str, Any]:
     """The snapshot dict, loaded whole with a pickle reader that refuses every global."""
     path = Path(path)
     with _reading(path) as f:
-        obj = _RefusingUnpickler(f).load()
+        obj = _RefusingUnpickler(_Clamped(f)).load()
     return _check_root(path, obj)
+
+
+class _Clamped:
+    """The file as the C unpickler reads it, buffered, with every ``read(n)`` clamped to the
+    file's size: a length field claiming 2**60 bytes cannot make it allocate them."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.size = _size(f)
+        self.f = io.BufferedReader(f, _CHUNK_BYTES)  # type: ignore[arg-type,type-var]
+
+    def read(self, n: int = -1) -> bytes:
+        return self.f.read(self.size if n is None or n < 0 or n > self.size else n)
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self.f.readline(self.size if limit < 0 or limit > self.size else limit)
+
+    def readinto(self, b: Any) -> int:
+        return self.f.readinto(b)
+
+
+def _size(f: BinaryIO | IO[bytes]) -> int:
+    return os.fstat(f.fileno()).st_size
 
 
 @contextlib.contextmanager
 def _reading(path: Path) -> Iterator[BinaryIO]:
-    """``path`` opened for reading; whatever goes wrong while it is read becomes a
-    :class:`SnapshotError` naming the file."""
+    """``path`` opened for reading (a regular file of at most ``SNAPSHOT_MAX_BYTES``, through
+    :func:`memfit.userfiles.open_regular`: a FIFO or a device is refused, never read); whatever
+    goes wrong while it is read becomes a :class:`SnapshotError` naming the file."""
     try:
-        with path.open("rb") as f:
-            yield f
+        with open_regular(path, what="snapshot") as f:
+            if _size(f) > SNAPSHOT_MAX_BYTES:
+                raise SnapshotError(
+                    f"{_size(f):,} bytes is more than the {SNAPSHOT_MAX_BYTES:,} memfit reads "
+                    "for a snapshot: is it the right file?"
+                )
+            yield cast(BinaryIO, f)  # a raw FileIO: a BinaryIO in all but name
     except SnapshotError as exc:
         raise SnapshotError(f"{path}: {exc}") from None
+    except UserFileError as exc:  # missing, a directory, a FIFO, a device
+        raise SnapshotError(str(exc)) from None
     except OSError as exc:
         raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
     except _PICKLE_FAILURES as exc:
@@ -160,18 +194,22 @@ for _op, _kind in _ALLOWED.items():
 _OPCODE_NAMES = {op.code.encode("latin-1")[0]: op.name for op in __import__("pickletools").opcodes}
 
 _CHUNK_BYTES = 1 << 20
+#: The longest protocol-0 text argument (INT, FLOAT, UNICODE, PUT, GET) read; torch writes
+#: protocol 2+ binary opcodes, so a real snapshot has none this long.
+_MAX_LINE_BYTES = 16 << 20
 
 
 class _Reader:
     """Buffered access to the pickle bytes: ``need(n)`` makes n bytes available at ``pos``."""
 
-    __slots__ = ("f", "buf", "pos", "consumed")
+    __slots__ = ("f", "buf", "pos", "consumed", "size")
 
     def __init__(self, f: BinaryIO) -> None:
         self.f = f
         self.buf = b""
         self.pos = 0
         self.consumed = 0  # bytes of the file before buf[0]
+        self.size = _size(f)  # no argument can be longer than the file
 
     def fill(self, n: int) -> None:
         """Make up to n bytes available (fewer only at the end of the file)."""
@@ -182,6 +220,8 @@ class _Reader:
         self.pos = 0
 
     def need(self, n: int) -> None:
+        if n < 0 or self.offset() + n > self.size:
+            raise self._bad_length(n)
         if self.pos + n > len(self.buf):
             self.fill(n)
             if len(self.buf) < n:
@@ -191,6 +231,8 @@ class _Reader:
 
     def skip(self, n: int) -> None:
         """Move past n bytes (a long string in pass 1) without reading them all into memory."""
+        if n < 0 or self.offset() + n > self.size:
+            raise self._bad_length(n)
         if self.pos + n <= len(self.buf):
             self.pos += n
             return
@@ -199,14 +241,43 @@ class _Reader:
         self.consumed += len(self.buf) + beyond
         self.buf, self.pos = b"", 0
 
+    def length(self, n: int) -> int:
+        """A length field: never negative, never past the end of the file."""
+        if n < 0 or self.offset() + n > self.size:
+            raise self._bad_length(n)
+        return n
+
+    def _bad_length(self, n: int) -> SnapshotError:
+        if n < 0:
+            return SnapshotError(
+                f"malformed pickle: a negative length ({n}) at byte {self.offset()}"
+            )
+        return SnapshotError(
+            f"the pickle ends early: an argument of {n:,} bytes at byte {self.offset()} "
+            f"and the file has {self.size:,}"
+        )
+
     def line(self) -> bytes:
+        """The text up to the next newline, at most ``_MAX_LINE_BYTES``; the buffer doubles
+        while it looks (so a long line costs linear, not quadratic, time)."""
+        searched = self.pos
         while True:
-            end = self.buf.find(b"\n", self.pos)
+            end = self.buf.find(b"\n", searched)
             if end >= 0:
                 out = self.buf[self.pos : end]
                 self.pos = end + 1
                 return out
-            self.need(len(self.buf) - self.pos + 1)
+            have = len(self.buf) - self.pos
+            if have > _MAX_LINE_BYTES:
+                raise SnapshotError(
+                    f"malformed pickle: a text argument longer than {_MAX_LINE_BYTES:,} bytes "
+                    f"at byte {self.offset()}"
+                )
+            searched, before = len(self.buf), self.pos
+            self.need(min(2 * have + 1, self.size - self.offset()))
+            searched += self.pos - before  # need() may move the unread bytes to the start
+            if len(self.buf) - self.pos <= have:
+                raise SnapshotError(f"the pickle ends early, at byte {self.offset() + have}")
 
     def offset(self) -> int:
         return self.consumed + self.pos
@@ -255,10 +326,10 @@ def _scan(f: BinaryIO) -> set[int]:
             r.skip(1 + r.buf[r.pos])
         elif kind == _LEN4:
             r.need(4)
-            r.skip(4 + unpack_i(r.buf, r.pos)[0])
+            r.skip(4 + r.length(unpack_i(r.buf, r.pos)[0]))
         elif kind == _LEN8:
             r.need(8)
-            r.skip(8 + unpack_q(r.buf, r.pos)[0])
+            r.skip(8 + r.length(unpack_q(r.buf, r.pos)[0]))
         elif kind == _LINE:
             text = r.line()
             if op == 0x67:  # GET
@@ -398,9 +469,9 @@ def _parse(f: BinaryIO, kept: set[int], on_segment: SegmentFn, on_event: EventFn
             if op == 0x8C:
                 n, head = buf[r.pos], 1
             elif op == 0x58:
-                n, head = unpack_i(buf, r.pos)[0], 4
+                n, head = r.length(unpack_i(buf, r.pos)[0]), 4
             else:
-                n, head = unpack_q(buf, r.pos)[0], 8
+                n, head = r.length(unpack_q(buf, r.pos)[0]), 8
             r.need(head + n)
             start = r.pos + head
             stack.append(r.buf[start : start + n].decode("utf-8", "surrogatepass"))
@@ -457,7 +528,7 @@ def _parse(f: BinaryIO, kept: set[int], on_segment: SegmentFn, on_event: EventFn
                 raise SnapshotError("malformed pickle: STOP with a stack that is not one object")
             return stack[0]
         elif op == 0x8B:  # LONG4
-            n = unpack_i(buf, r.pos)[0]
+            n = r.length(unpack_i(buf, r.pos)[0])
             r.need(4 + n)
             stack.append(int.from_bytes(r.buf[r.pos + 4 : r.pos + 4 + n], "little", signed=True))
             r.pos += 4 + n

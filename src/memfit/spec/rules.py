@@ -187,28 +187,66 @@ def _choice(allowed: tuple[str, ...]) -> Rule:
 
 def _positive(upper: int, beyond: str = "is beyond what any GPU could hold") -> Rule:
     def check(name: str, value: Any) -> str | None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not _is_int(value) or value < 1:
             return f"{name} ({value!r}) must be a positive integer"
         return f"{name} ({value}) {beyond} (max {upper})" if value > upper else None
 
     return check
 
 
+#: The largest LoRA rank: wider than any model's layers (the widest bundled hidden size is
+#: 16,384), so a larger value is a typo (``--lora-rank 10**30`` used to be accepted).
+MAX_LORA_RANK = 1 << 16
+#: The most layers ``freeze_layers`` may name (deeper than any model).
+MAX_LAYERS = 1 << 16
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _new_tokens(name: str, value: Any) -> str | None:
-    if not isinstance(value, int) or value < 0:
+    if not _is_int(value) or value < 0:
         return f"{name} ({value!r}) must be an integer >= 0"
     return f"{name} ({value}) is beyond what any GPU could hold" if value > MAX_SEQ_LEN else None
 
 
 def _lora_rank(name: str, value: Any) -> str | None:
-    if value is not None and (not isinstance(value, int) or value < 1):
+    if value is not None and (not _is_int(value) or value < 1):
         return f"{name} ({value!r}) must be a positive integer or None"
+    if value is not None and value > MAX_LORA_RANK:
+        return f"{name} ({value}) is wider than any model's layers (max {MAX_LORA_RANK})"
     return None
 
 
 def _count_or_zero(name: str, value: Any) -> str | None:
-    ok = isinstance(value, int) and value >= 0
-    return None if ok else f"{name} ({value!r}) must be an integer >= 0"
+    if not _is_int(value) or value < 0:
+        return f"{name} ({value!r}) must be an integer >= 0"
+    return (
+        f"{name} ({value}) is more than any model has (max {MAX_LAYERS})"
+        if value > MAX_LAYERS
+        else None
+    )
+
+
+def _lora_targets(name: str, value: Any) -> str | None:
+    if value == "all-linear":
+        return None
+    ok = (
+        isinstance(value, tuple)
+        and len(value) > 0
+        and all(isinstance(t, str) and t.strip() for t in value)
+    )
+    if ok:
+        return None
+    return (
+        f"{name} ({value!r}) must be 'all-linear' or a non-empty list of roles (q, k, v, o, "
+        "gate, up, down, attention, mlp) or module names"
+    )
+
+
+def _switch(name: str, value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
 
 
 def _compute_dtype(name: str, value: Any) -> str | None:
@@ -235,7 +273,10 @@ FIELD_RULES: dict[str, Rule] = {
     "seq_len": _positive(MAX_SEQ_LEN),
     "new_tokens": _new_tokens,
     "lora_rank": _lora_rank,
+    "lora_targets": _lora_targets,
     "freeze_layers": _count_or_zero,
+    "zero_grad_set_to_none": _switch,
+    "prepare_kbit": _switch,
     "grad_accum": _positive(MAX_GRAD_ACCUM, "is more micro-batches per step than memfit models"),
     "quant_compute_dtype": _compute_dtype,
     "num_beams": _positive(MAX_BATCH_SIZE),

@@ -66,9 +66,12 @@ def test_trace_step_rejects_an_optimizer_instance() -> None:
         memfit.trace_step(_train_step, model=model, optimizer=torch.optim.SGD(model.parameters()))
 
 
+CNN = "tests.fixtures.cnn:make_cnn"
+
+
 def test_factory_models_are_estimated_from_module_colon_function() -> None:
-    small = memfit.estimate("tests.fixtures.cnn:make_cnn", WorkloadSpec(batch_size=4))
-    big = memfit.estimate("tests.fixtures.cnn:make_cnn", WorkloadSpec(batch_size=16))
+    small = memfit.estimate(CNN, WorkloadSpec(batch_size=4), allow_code=True)
+    big = memfit.estimate(CNN, WorkloadSpec(batch_size=16), allow_code=True)
     assert small.n_params == sum(p.numel() for p in SmallCNN().parameters())
     assert big.components["activations"] > 3 * small.components["activations"]
     assert small.workload["batch_size"] == 4
@@ -76,17 +79,24 @@ def test_factory_models_are_estimated_from_module_colon_function() -> None:
 
 def test_factory_without_input_description_is_a_clear_error() -> None:
     with pytest.raises(SpecError, match="gave no input description"):
-        memfit.estimate("tests.fixtures.cnn:make_cnn_without_inputs")
+        memfit.estimate("tests.fixtures.cnn:make_cnn_without_inputs", allow_code=True)
 
 
 def test_factory_models_refuse_techniques_memfit_cannot_apply_to_user_code() -> None:
     with pytest.raises(SpecError, match=r"lora_rank=8, gpus=2.*cannot be applied to factory"):
-        memfit.estimate(
-            "tests.fixtures.cnn:make_cnn", WorkloadSpec(lora_rank=8, gpus=2, shard="ddp")
-        )
+        memfit.estimate(CNN, WorkloadSpec(lora_rank=8, gpus=2, shard="ddp"), allow_code=True)
 
 
 def test_factory_models_take_the_8bit_optimizer() -> None:
-    est = memfit.estimate("tests.fixtures.cnn:make_cnn", WorkloadSpec(optimizer="adamw-8bit"))
-    ref = memfit.estimate("tests.fixtures.cnn:make_cnn", WorkloadSpec(optimizer="adamw"))
+    est = memfit.estimate(CNN, WorkloadSpec(optimizer="adamw-8bit"), allow_code=True)
+    ref = memfit.estimate(CNN, WorkloadSpec(optimizer="adamw"), allow_code=True)
     assert 0 < est.components["optimizer_states"] <= ref.components["optimizer_states"]
+
+
+def test_a_factory_model_is_refused_without_allow_code_and_nothing_is_imported() -> None:
+    import sys
+
+    sys.modules.pop("tests.fixtures.cnn", None)
+    with pytest.raises(SpecError, match=r"names Python code .*--allow-code .*allow_code=True"):
+        memfit.estimate(CNN, WorkloadSpec())
+    assert "tests.fixtures.cnn" not in sys.modules

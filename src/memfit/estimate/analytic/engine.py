@@ -163,6 +163,8 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         if tied_grad:
             n_train -= tied
             grad_bytes -= tied * DTYPE_BYTES[PARAM_DTYPE[wl.run_precision]]
+    if lora and n_train == 0:
+        raise _no_lora_module(a.model_type, wl.lora_targets)
     param_bytes += prog.buffer_bytes(wl.run_precision)
     shapes = trainable_shapes(all_stacks)
     if tied_grad:
@@ -181,6 +183,21 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         view=view,
         n_params=n_params,
         n_trainable=n_train,
+    )
+
+
+def _no_lora_module(model_type: str, targets: Any) -> Exception:
+    """LoRA targets that wrap no linear module: 0 trainable parameters is no LoRA at all (the
+    trace engine's peft raises the same); the message lists the family's roles and names."""
+    from memfit.errors import SpecError
+    from memfit.models.lora_targets import role_names
+
+    names = role_names(model_type)
+    asked = targets if isinstance(targets, str) else ",".join(targets)
+    return SpecError(
+        f"lora_targets ({asked}) match no linear module of {model_type!r}: name roles "
+        f"({', '.join(names)}, attention, mlp), its module names "
+        f"({', '.join(sorted(set(names.values())))}), or all-linear"
     )
 
 

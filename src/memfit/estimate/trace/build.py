@@ -20,6 +20,7 @@ import torch
 
 from memfit.errors import SpecError, TraceError
 from memfit.estimate.tasks import resolve_task as resolve_task  # callers use build.resolve_task
+from memfit.models.config_values import unknown_activations, value_problems, with_float_values
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import PRECISION_RULES, WorkloadSpec
 
@@ -42,14 +43,42 @@ class LayerVar:
 
 
 def _hf_config(config: dict[str, Any], trust_remote_code: bool) -> Any:
+    """transformers' config of ``config``, its values checked first (models/config_values.py):
+    a TraceError (the auto engine then answers with the analytic engine) names each bad value."""
     from transformers import AutoConfig
+    from transformers.activations import ACT2FN
 
+    problems = value_problems(config) + unknown_activations(config, frozenset(ACT2FN))
+    if problems:
+        raise TraceError(
+            f"the trace engine cannot build this model from its config.json: {'; '.join(problems)}"
+            "; fix config.json, or use --engine analytic"
+        )
     d = dict(config)
     model_type = d.pop("model_type", None)
     try:
-        return AutoConfig.for_model(model_type, trust_remote_code=trust_remote_code, **d)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise TraceError(f"transformers cannot build a {model_type!r} config: {exc}") from exc
+        try:
+            return AutoConfig.for_model(model_type, trust_remote_code=trust_remote_code, **d)
+        except _STRICT_ERRORS:  # a float field written as a JSON integer ("rms_norm_eps": 1)
+            d = with_float_values(d)
+            return AutoConfig.for_model(model_type, trust_remote_code=trust_remote_code, **d)
+    except _CONFIG_ERRORS as exc:
+        first = str(exc).strip().splitlines()
+        raise TraceError(
+            f"transformers cannot build a {model_type!r} config: {' '.join(first[:2])}"
+        ) from exc
+
+
+def _strict_errors() -> tuple[type[Exception], ...]:
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older huggingface_hub: configs are not strict dataclasses
+        return ()
+    return (StrictDataclassError,)
+
+
+_STRICT_ERRORS: tuple[type[Exception], ...] = _strict_errors()
+_CONFIG_ERRORS: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, *_STRICT_ERRORS)
 
 
 def layer_plan(config: dict[str, Any], trust_remote_code: bool = False) -> list[LayerVar]:

@@ -1,0 +1,108 @@
+"""Every read of a user-named file goes through memfit.userfiles (the bounded reader).
+
+The scan walks src/memfit's syntax trees for the calls that read a file — the builtin ``open``,
+``os.open``, ``io.open``, ``<path>.open()``, ``.read_text()``, ``.read_bytes()``, ``json.load``,
+``pickle.load``, ``yaml.load`` / ``yaml.safe_load`` — and fails on any that is not in the allow-list
+below, each entry with its reason (writers, memfit's own package data, /proc). A new reader of a
+user file must use ``memfit.userfiles`` instead (regular files only, size cap, time bound).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "memfit"
+
+#: "path/under/memfit.py::function::call" -> why this read or open is not of a user file.
+ALLOWED = {
+    "userfiles.py::open_regular::os.open": "the bounded reader itself",
+    "userfiles.py::open_regular::os.fdopen": "the bounded reader itself",
+    "userfiles.py::iter_lines::os.fdopen": "the bounded reader itself (buffered lines)",
+    "models/bundled.py::_index::read_text": "package data: memfit's own configs/index.json",
+    "models/config_json.py::builtin_model_types::read_text": (
+        "transformers' installed source files (auto mappings), not a user file"
+    ),
+    "models/hub.py::_write_atomically::os.fdopen": "writes memfit's hub cache",
+    "bench/models.py::*::json.loads": "package data: the packaged bench model archive",
+    "cli_bench.py::cmd_bench::open": "writes --output / --md",
+    "snapshot/generate.py::*::open": "writes a snapshot memfit generates",
+    "monitor/log.py::*::open": "the run-log writer (the `monitor` lane)",
+    "monitor/device.py::*::open": "/proc/<pid>/statm and /proc/<pid>/stat of this machine",
+    "monitor/log.py::_read_bytes::read_bytes": (
+        "the old run-log reader: the `monitor` lane moves it onto userfiles.iter_lines"
+    ),
+}
+
+READ_ATTRS = {"read_text", "read_bytes"}
+LOADS = {("json", "load"), ("pickle", "load"), ("yaml", "load"), ("yaml", "safe_load")}
+
+
+def _call_name(node: ast.Call) -> str | None:
+    f = node.func
+    if isinstance(f, ast.Name) and f.id == "open":
+        return "open"
+    if isinstance(f, ast.Attribute):
+        base = f.value.id if isinstance(f.value, ast.Name) else None
+        if f.attr in READ_ATTRS:
+            return f.attr
+        if (base, f.attr) in LOADS or (base in ("os", "io") and f.attr in ("open", "fdopen")):
+            return f"{base}.{f.attr}"
+        if f.attr == "open" and base not in ("Nvml", "cls", "webbrowser"):
+            return "open"  # Path.open / path.open
+    return None
+
+
+class _Finder(ast.NodeVisitor):
+    def __init__(self, rel: str) -> None:
+        self.rel, self.where, self.found = rel, ["<module>"], []
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.where.append(node.name)
+        self.generic_visit(node)
+        self.where.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if call := _call_name(node):
+            self.found.append((self.rel, self.where[-1], call, node.lineno))
+        self.generic_visit(node)
+
+
+def _readers() -> list[tuple[str, str, str, int]]:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        finder = _Finder(path.relative_to(SRC).as_posix())
+        finder.visit(ast.parse(path.read_text(encoding="utf-8")))
+        found += finder.found
+    return found
+
+
+def _allowed(rel: str, fn: str, call: str) -> bool:
+    return f"{rel}::{fn}::{call}" in ALLOWED or f"{rel}::*::{call}" in ALLOWED
+
+
+def test_no_file_is_read_outside_the_bounded_reader_or_the_allow_list() -> None:
+    offenders = sorted(
+        {
+            f"{rel}:{line} {fn}() calls {call}"
+            for rel, fn, call, line in _readers()
+            if not _allowed(rel, fn, call)
+        }
+    )
+    assert not offenders, (
+        "read user files with memfit.userfiles (or add an ALLOWED entry with its reason):\n"
+        + "\n".join(offenders)
+    )
+
+
+def test_the_scan_sees_the_calls_it_looks_for() -> None:
+    # The scan itself must find the allow-listed reads (else it could pass by finding nothing).
+    keys = {f"{rel}::{fn}::{call}" for rel, fn, call, _ in _readers()}
+    assert "userfiles.py::open_regular::os.open" in keys
+    assert "models/bundled.py::_index::read_text" in keys
+
+
+def test_every_allow_list_entry_names_a_file_that_exists() -> None:
+    assert [k for k in ALLOWED if not (SRC / k.split("::")[0]).is_file()] == []
