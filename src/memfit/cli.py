@@ -22,6 +22,7 @@ from memfit import (
     cli_monitor,
     cli_plan,
     cli_report,
+    cli_seqdist,
     cli_vllm,
 )
 from memfit.errors import MemfitError
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         "model dir, Hugging Face hub id, or package.module:factory",
     )
     add_flags(e, "estimate")
+    cli_seqdist.add_flags(e)
     cli_from.add_from(e)
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
     e.add_argument(
@@ -170,6 +172,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from memfit.estimate import estimate
     from memfit.report.text import render_estimate
 
+    if args.seq_dist is not None:
+        return cli_seqdist.cmd(args, workload_from_args(args))
     est = estimate(
         args.model,
         workload_from_args(args),
