@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from typing import Any
 
 from memfit.estimate.seqdist import DEFAULT_STEPS
@@ -55,6 +56,10 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     from memfit.report.text import render_estimate
 
     dist = parse_seq_dist(args.seq_dist)
+    if not workload.is_train:
+        from memfit.errors import SpecError
+
+        raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
     plan = StepPlan(
         batch_size=workload.batch_size,
         n_steps=args.steps,
@@ -71,7 +76,15 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         engine=args.engine,
         extrapolate=args.extrapolate,
     )
-    run = estimate_seq_run(source, workload, dist, plan, gpu=_gpu(args) if args.gpu else None)
+    show = sys.stderr.isatty() and not args.json
+    run = estimate_seq_run(
+        source,
+        workload,
+        dist,
+        plan,
+        gpu=_gpu(args) if args.gpu else None,
+        progress=(lambda line: print(f"memfit: {line}...", file=sys.stderr)) if show else None,
+    )
     used_bytes = est.device_used_bytes - est.peak_reserved_bytes + run.run.reserved_bytes
     fits = None if est.fits is None else used_bytes <= est.fits.capacity_bytes
     if args.json:

@@ -10,6 +10,7 @@ are how the growth is usually avoided; each says whether it changes only memory.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +95,11 @@ def estimate_seq_run(
     plan: StepPlan,
     *,
     gpu: Any = None,
+    progress: Callable[[str], None] | None = None,
 ) -> SeqRunEstimate:
-    """Replay the run ``plan`` samples from ``dist`` for ``source`` (a ``ModelSource``)."""
+    """Replay the run ``plan`` samples from ``dist`` for ``source`` (a ``ModelSource``);
+    ``progress`` is called with a line before each slow stage."""
+    say = progress or (lambda _line: None)
     if not workload.is_train:
         raise SpecError("--seq-dist models training runs: use it with --mode train")
     if getattr(source, "origin", "") == "factory" or not getattr(source, "config", None):
@@ -115,9 +119,11 @@ def estimate_seq_run(
     # One repeated shape reaches its reserved peak by the third step (the steady step repeats
     # the second one exactly), so the fixed-shape run is replayed for three steps.
     runs["fixed"] = [top] * min(plan.n_steps, 3)
+    say("tracing the step at a few lengths")
     templates, floor = _templates(
         source, workload, gpu, sorted({n for r in runs.values() for n in r})
     )
+    say(f"replaying {plan.n_steps} steps through the caching-allocator model")
     runs = {name: [max(n, floor) for n in r] for name, r in runs.items()}
     lengths = runs["run"]
     run = _variant(templates, "run", runs.pop("run"))

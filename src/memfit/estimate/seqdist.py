@@ -154,9 +154,7 @@ class StepPlan:
         if self.n_steps < 1:
             problems.append(f"n_steps ({self.n_steps}) must be >= 1 (--steps)")
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
-            problems.append(
-                f"pad_to_multiple_of ({self.pad_to_multiple_of}) must be >= 1"
-            )
+            problems.append(f"pad_to_multiple_of ({self.pad_to_multiple_of}) must be >= 1")
         if problems:
             raise SpecError.from_problems(problems)
 
