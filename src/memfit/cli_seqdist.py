@@ -69,13 +69,6 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         group_by_length=args.group_by_length,
     )
     source = resolve_model(str(args.model), trust_remote_code=args.trust_remote_code)
-    est = estimate(
-        source,
-        dataclasses.replace(workload, seq_len=dist.max_len),
-        gpu=args.gpu,
-        engine=args.engine,
-        extrapolate=args.extrapolate,
-    )
     show = sys.stderr.isatty() and not args.json
     run = estimate_seq_run(
         source,
@@ -84,6 +77,13 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         plan,
         gpu=_gpu(args) if args.gpu else None,
         progress=(lambda line: print(f"memfit: {line}...", file=sys.stderr)) if show else None,
+    )
+    est = estimate(
+        source,
+        dataclasses.replace(workload, seq_len=run.max_len),
+        gpu=args.gpu,
+        engine=args.engine,
+        extrapolate=args.extrapolate,
     )
     used_bytes = est.device_used_bytes - est.peak_reserved_bytes + run.run.reserved_bytes
     fits = None if est.fits is None else used_bytes <= est.fits.capacity_bytes
