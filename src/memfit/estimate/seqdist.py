@@ -174,7 +174,7 @@ def step_lengths(dist: SeqDist, plan: StepPlan) -> list[int]:
 
 
 def _length_grouped(samples: list[int], batch_size: int) -> list[int]:
-    size = MEGABATCH_MULT * batch_size
+    size = max(1, min(len(samples) // (batch_size * 4), MEGABATCH_MULT)) * batch_size
     megas = [sorted(samples[i : i + size], reverse=True) for i in range(0, len(samples), size)]
     first = max(range(len(megas)), key=lambda i: megas[i][0])
     megas[0][0], megas[first][0] = megas[first][0], megas[0][0]  # the longest sample first
