@@ -69,6 +69,15 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         group_by_length=args.group_by_length,
     )
     source = resolve_model(str(args.model), trust_remote_code=args.trust_remote_code)
+    est = estimate(
+        source,
+        dataclasses.replace(workload, seq_len=_top(dist.max_len, plan)),
+        gpu=args.gpu,
+        engine=args.engine,
+        extrapolate=args.extrapolate,
+    )
+    overhead_bytes = est.device_used_bytes - est.peak_reserved_bytes  # CUDA context and the like
+    capacity = None if est.fits is None else est.fits.capacity_bytes - overhead_bytes
     show = sys.stderr.isatty() and not args.json
     run = estimate_seq_run(
         source,
@@ -76,17 +85,13 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         dist,
         plan,
         gpu=_gpu(args) if args.gpu else None,
+        capacity_bytes=capacity,
         progress=(lambda line: print(f"memfit: {line}...", file=sys.stderr)) if show else None,
     )
-    est = estimate(
-        source,
-        dataclasses.replace(workload, seq_len=run.max_len),
-        gpu=args.gpu,
-        engine=args.engine,
-        extrapolate=args.extrapolate,
-    )
-    used_bytes = est.device_used_bytes - est.peak_reserved_bytes + run.run.reserved_bytes
-    fits = None if est.fits is None else used_bytes <= est.fits.capacity_bytes
+    used_bytes = overhead_bytes + run.run.reserved_bytes
+    # With a GPU the replay is capped at its memory: the allocator frees its cache and retries
+    # there, so the run fits unless a request still fails (an OOM in the replay).
+    fits = None if est.fits is None else run.run.n_ooms == 0
     if args.json:
         out = {**est.to_json(), "seq_dist": {**run.to_json(), "device_used_bytes": used_bytes}}
         out["seq_dist"]["fits"] = fits
@@ -95,6 +100,11 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         print(render_estimate(est, top=args.top))
         print(render_seq_run(run, used_bytes, fits))
     return 1 if fits is False or (est.fits is not None and not est.fits.fits) else 0
+
+
+def _top(max_len: int, plan: Any) -> int:
+    k = plan.pad_to_multiple_of or 1
+    return -(-max_len // k) * k
 
 
 def _gpu(args: argparse.Namespace) -> Any:
@@ -118,7 +128,8 @@ def render_seq_run(run: Any, used_bytes: int, fits: bool | None) -> str:
         f"({run.growth:+.1%})   expandable_segments: "
         f"{format_bytes(run.run.reserved_expandable_bytes)}",
         f"  device used after the run: {format_bytes(used_bytes)}"
-        + ("" if fits is None else ("  fits" if fits else "  DOES NOT FIT")),
+        + ("" if fits is None else ("  fits" if fits else "  DOES NOT FIT"))
+        + (f" ({run.run.n_ooms} OOMs in the replay)" if run.run.n_ooms else ""),
     ]
     for v in run.alternatives:
         lines.append(

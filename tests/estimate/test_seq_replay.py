@@ -114,3 +114,15 @@ def test_steps_that_allocate_differently_at_another_length_are_refused() -> None
 def test_a_trace_without_three_steps_is_refused() -> None:
     with pytest.raises(NotModelledError, match="needs 3 traced training steps, the trace has 2"):
         templates_from_traces({256: fake_trace(256, n_steps=2)})
+
+
+def test_a_capacity_caps_the_growth_without_an_oom_while_the_steps_fit() -> None:
+    templates = templates_from_traces({n: fake_trace(n) for n in (128, 512, 2048)})
+    growing = list(range(128, 2049, 64))
+    unlimited = replay_run(templates, growing)
+    fixed = replay_run(templates, [2048] * 3)
+    capacity = (fixed.peak_reserved_bytes + unlimited.peak_reserved_bytes) // 2
+    capped = replay_run(templates, growing, capacity_bytes=capacity)
+    assert capped.n_ooms == 0 and capped.peak_reserved_bytes <= capacity
+    too_small = replay_run(templates, growing, capacity_bytes=fixed.peak_allocated_bytes // 2)
+    assert too_small.n_ooms > 0

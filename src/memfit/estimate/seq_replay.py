@@ -143,13 +143,22 @@ class RunReplay:
     peak_reserved_bytes: int
     peak_allocated_bytes: int
     unmatched_frees: int
+    n_ooms: int = 0
 
 
 def replay_run(
-    templates: StepTemplates, lengths: Sequence[int], *, expandable_segments: bool = False
+    templates: StepTemplates,
+    lengths: Sequence[int],
+    *,
+    expandable_segments: bool = False,
+    capacity_bytes: int | None = None,
 ) -> RunReplay:
-    """Replay a run whose step ``k`` is ``lengths[k]`` tokens long."""
-    sim = CachingAllocatorSim(expandable_segments=expandable_segments)
+    """Replay a run whose step ``k`` is ``lengths[k]`` tokens long. ``capacity_bytes``: what the
+    allocator may reserve (the GPU's memory less the CUDA context); at the limit it frees its
+    cached segments and retries, as torch does, and a request that still fails is an OOM."""
+    sim = CachingAllocatorSim(
+        expandable_segments=expandable_segments, capacity_bytes=capacity_bytes
+    )
     for i, n_bytes in enumerate(templates.workspace_bytes):
         sim.malloc(-1 - i, n_bytes)
     live: set[int] = set()
@@ -165,6 +174,7 @@ def replay_run(
         peak_reserved_bytes=res.peak_reserved_bytes,
         peak_allocated_bytes=res.peak_allocated_bytes,
         unmatched_frees=unmatched,
+        n_ooms=res.n_ooms,
     )
 
 

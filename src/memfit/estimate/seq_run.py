@@ -42,6 +42,8 @@ class Variant:
     reserved_expandable_bytes: int
     memory_only: bool
     how: str
+    n_ooms: int = 0
+    n_ooms_expandable: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,9 +97,11 @@ def estimate_seq_run(
     plan: StepPlan,
     *,
     gpu: Any = None,
+    capacity_bytes: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> SeqRunEstimate:
     """Replay the run ``plan`` samples from ``dist`` for ``source`` (a ``ModelSource``);
+    ``capacity_bytes``: what the allocator may reserve (None: unlimited, reserved only grows);
     ``progress`` is called with a line before each slow stage."""
     say = progress or (lambda _line: None)
     if not workload.is_train:
@@ -126,10 +130,12 @@ def estimate_seq_run(
     say(f"replaying {plan.n_steps} steps through the caching-allocator model")
     runs = {name: [max(n, floor) for n in r] for name, r in runs.items()}
     lengths = runs["run"]
-    run = _variant(templates, "run", runs.pop("run"))
-    fixed = _variant(templates, "fixed", runs.pop("fixed"))
+    run = _variant(templates, "run", runs.pop("run"), capacity_bytes)
+    fixed = _variant(templates, "fixed", runs.pop("fixed"), capacity_bytes)
     matters = run.reserved_bytes > fixed.reserved_bytes * (1 + MATTERS_RATIO)
-    alternatives = tuple(_variant(templates, n, r) for n, r in runs.items()) if matters else ()
+    alternatives = (
+        tuple(_variant(templates, n, r, capacity_bytes) for n, r in runs.items()) if matters else ()
+    )
     return SeqRunEstimate(
         n_steps=plan.n_steps,
         seed=plan.seed,
@@ -216,16 +222,22 @@ _HOW = {
 }
 
 
-def _variant(templates: StepTemplates, name: str, lengths: list[int]) -> Variant:
+def _variant(
+    templates: StepTemplates, name: str, lengths: list[int], capacity_bytes: int | None
+) -> Variant:
     how, memory_only = _HOW[name]
+    default = replay_run(templates, lengths, capacity_bytes=capacity_bytes)
+    expandable = replay_run(
+        templates, lengths, expandable_segments=True, capacity_bytes=capacity_bytes
+    )
     return Variant(
         name=name,
-        reserved_bytes=replay_run(templates, lengths).peak_reserved_bytes,
-        reserved_expandable_bytes=replay_run(
-            templates, lengths, expandable_segments=True
-        ).peak_reserved_bytes,
+        reserved_bytes=default.peak_reserved_bytes,
+        reserved_expandable_bytes=expandable.peak_reserved_bytes,
         memory_only=memory_only,
         how=how,
+        n_ooms=default.n_ooms,
+        n_ooms_expandable=expandable.n_ooms,
     )
 
 
