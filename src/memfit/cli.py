@@ -22,6 +22,7 @@ from memfit import (
     cli_monitor,
     cli_plan,
     cli_report,
+    cli_seqdist,
     cli_vllm,
     cli_web,
 )
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "model dir, Hugging Face hub id",
     )
     add_flags(e, "estimate")
+    cli_seqdist.add_flags(e)
     cli_from.add_from(e)
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
     add_engine_flags(e)
@@ -199,6 +201,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from memfit.estimate import estimate
     from memfit.report.text import render_estimate
 
+    if args.seq_dist is not None:
+        return cli_seqdist.cmd(args, workload_from_args(args))
     with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
         est = estimate(
             args.model,

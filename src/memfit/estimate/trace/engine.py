@@ -135,6 +135,42 @@ def trace_hf(
     return with_notes(est, prepared_notes)
 
 
+def trace_step_events(
+    config: dict[str, Any],
+    workload: WorkloadSpec,
+    *,
+    gpu: Any = None,
+    trust_remote_code: bool = False,
+    n_steps: int = 3,
+) -> tuple[list[tuple[str, int, int]], list[tuple[str, int]]]:
+    """The allocation events of ``n_steps`` training steps of one shape, every layer traced, and
+    the tracker's phase marks ``(phase, index of the next event)``: the input of
+    :mod:`memfit.estimate.seq_replay` (variable-length runs)."""
+    workload, _ = prepare_workload(config, workload)
+    _reject_unsupported(workload)
+    check_gpu(workload, gpu)
+    task = build.resolve_task(config, workload.task)
+    check_positions(config, workload, task)
+    stacks = build.layer_plan(config, trust_remote_code)
+    counts = {v.name: v.count for v in stacks}
+    if workload.freeze_layers:
+        counts["frozen"] = workload.freeze_layers
+        counts[stacks[0].name] -= workload.freeze_layers
+    sink: list[Any] = []
+    _trace_once(
+        config,
+        workload,
+        task,
+        stacks,
+        counts,
+        trust_remote_code,
+        gpu=gpu,
+        n_steps=n_steps,
+        sink=sink,
+    )
+    return sink[0], sink[1]
+
+
 #: Workload settings the trace engine does not model yet, with their default value.
 UNSUPPORTED_DEFAULTS: dict[str, Any] = {}
 #: Optimizer names the trace engine cannot run (all of ``spec.OPTIMIZERS`` run today).
@@ -165,6 +201,8 @@ def _trace_once(
     execution: str = "fake",
     emulate_cuda: bool = True,
     gpu: Any = None,
+    n_steps: int = 2,
+    sink: list[Any] | None = None,
 ) -> Flat:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -216,7 +254,7 @@ def _trace_once(
             paged: set[int] = set()
             try:
                 if wl.is_train:
-                    paged = steps.run_train_steps(model, inputs, wl, tracker)
+                    paged = steps.run_train_steps(model, inputs, wl, tracker, n_steps=n_steps)
                 else:
                     steps.run_inference(model, inputs, wl, task, tracker)
             except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
@@ -234,6 +272,8 @@ def _trace_once(
         )
     # --snapshot: the history as replayed below (a no-op unless a recording is active)
     predicted.keep(events, tracker, allocator_workspaces(gpu, training=wl.is_train))
+    if sink is not None:  # trace_step_events: the raw events and where each phase began
+        sink.extend([events, list(tracker.phase_marks)])
     flat["reserved"] = replay_reserved(events, gpu, wl.is_train)
     if observer is not None:
         observer.on_run(counts, tracker, flat)

@@ -87,6 +87,8 @@ class StorageTracker(TorchDispatchMode):
         self.phase = "init"
         self.peak = Snapshot(0, (), "init")
         self.phase_peaks: dict[str, Snapshot] = {}
+        #: (phase, number of events so far) at each ``set_phase``: where each step starts.
+        self.phase_marks: list[tuple[str, int]] = []
         self.n_ops = 0
         self._ignored: set[int] = set()
         self._module_stack: list[str] = []
@@ -183,6 +185,8 @@ class StorageTracker(TorchDispatchMode):
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
+        if self.events is not None:
+            self.phase_marks.append((phase, len(self.events)))
         self._check_peak()
 
     # ----------------------------------------------------------------- modules

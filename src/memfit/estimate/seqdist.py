@@ -1,0 +1,181 @@
+"""Sequence-length distributions of a fine-tuning run and the step shapes they produce.
+
+A run on real data does not repeat one shape: each micro-batch is padded to its own longest
+sample. ``--seq-dist`` describes the lengths either as ``MEAN,STD,MAX`` or as a histogram file.
+
+``MEAN,STD,MAX`` is a normal distribution *clipped* to ``[1, MAX]``, not truncated: a tokenizer
+called with ``truncation=True, max_length=MAX`` cuts every longer sample to ``MAX`` tokens, so the
+mass above the limit sits at the limit (the spike real fine-tuning sets show), and that is the
+conservative reading: it gives the most full-length steps. A histogram file is JSON
+(``{"length": count, ...}`` or ``[[length, count], ...]``) or CSV (``length,count`` lines, a
+header line allowed), read through :mod:`memfit.userfiles`.
+
+Step shapes follow transformers' ``DataCollatorWithPadding`` (``padding="longest"``): the step's
+length is its batch's longest sample, rounded up to ``pad_to_multiple_of`` when set (the tokenizer's
+``pad``, which rounds up even past ``max_length``). ``packing`` (TRL ``SFTConfig(packing=True)``)
+fills every step to ``MAX`` tokens. ``group_by_length`` follows ``LengthGroupedSampler``
+(transformers ``trainer_pt_utils.get_length_grouped_indices``): megabatches of 50 x batch
+samples, each sorted by length, longest first, and the longest sample of all swapped into the
+first place, so the first step is the longest.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import random
+from dataclasses import dataclass
+
+from memfit.errors import SpecError
+
+#: Default number of steps replayed (``--steps``).
+DEFAULT_STEPS = 1000
+#: ``LengthGroupedSampler``'s megabatch factor (transformers ``get_length_grouped_indices``,
+#: ``mega_batch_mult = min(len(lengths) // (batch_size * 4), 50)``, 50 for any real data set).
+MEGABATCH_MULT = 50
+#: Largest histogram file read (lengths are small integers; 16 MiB is millions of rows).
+HISTOGRAM_MAX_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeqDist:
+    """Sample lengths: ``lengths`` with their ``weights`` (a histogram), or a clipped normal
+    (``mean``, ``std``) when ``lengths`` is empty. ``max_len`` is the truncation limit."""
+
+    max_len: int
+    mean: float = 0.0
+    std: float = 0.0
+    lengths: tuple[int, ...] = ()
+    weights: tuple[int, ...] = ()
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_len < 1:
+            problems.append(f"max_len ({self.max_len}) must be >= 1 token")
+        if not self.lengths:
+            if not (math.isfinite(self.mean) and 1 <= self.mean <= self.max_len):
+                problems.append(f"mean ({self.mean}) must be between 1 and max ({self.max_len})")
+            if not (math.isfinite(self.std) and self.std >= 0):
+                problems.append(f"std ({self.std}) must be >= 0")
+        else:
+            if len(self.lengths) != len(self.weights):
+                problems.append("lengths and weights must have the same number of entries")
+            if any(n < 1 for n in self.lengths):
+                problems.append(f"lengths ({min(self.lengths)}) must be >= 1 token")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                problems.append("weights must be >= 0 with a positive total")
+        if problems:
+            raise SpecError.from_problems(problems)
+
+    def sample(self, rng: random.Random, n: int) -> list[int]:
+        """``n`` sample lengths (after truncation to ``max_len``)."""
+        if self.lengths:
+            drawn = rng.choices(self.lengths, weights=self.weights, k=n)
+            return [min(x, self.max_len) for x in drawn]
+        return [min(max(1, round(rng.gauss(self.mean, self.std))), self.max_len) for _ in range(n)]
+
+
+def parse_seq_dist(text: str, *, max_len: int | None = None) -> SeqDist:
+    """``MEAN,STD,MAX`` or the path of a histogram file (JSON or CSV of length -> count).
+
+    ``max_len`` caps a histogram's lengths (the job's ``--seq``); default: its longest length."""
+    parts = text.split(",")
+    if len(parts) == 3 and all(_is_number(p) for p in parts):
+        mean, std, top = (float(p) for p in parts)
+        if top != int(top):
+            raise SpecError(f"--seq-dist max ({parts[2]}) must be a whole number of tokens")
+        return SeqDist(mean=mean, std=std, max_len=int(top), source=text)
+    return _read_histogram(text, max_len)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_histogram(path: str, max_len: int | None) -> SeqDist:
+    from memfit.userfiles import UserFileError, parse_json, read_text
+
+    what = "--seq-dist histogram"
+    body = read_text(path, what=what, max_bytes=HISTOGRAM_MAX_BYTES)
+    if body.lstrip().startswith(("{", "[")):
+        data = parse_json(body, what=what, source=path)
+        rows = list(data.items()) if isinstance(data, dict) else data
+    else:
+        rows = [r for r in csv.reader(io.StringIO(body)) if r and any(c.strip() for c in r)]
+        if rows and not _is_number(rows[0][0]):
+            rows = rows[1:]  # a header line
+    pairs: list[tuple[int, int]] = []
+    for i, row in enumerate(rows if isinstance(rows, list) else []):
+        try:
+            length, count = row
+            pairs.append((_whole(length), _whole(count)))
+        except (TypeError, ValueError):
+            raise UserFileError(
+                f"{what} {path!r}: entry {i + 1} ({str(row)[:60]}) is not a pair of whole "
+                'numbers length, count; write {"128": 40, ...} or CSV lines 128,40'
+            ) from None
+    if not pairs:
+        raise UserFileError(
+            f"{what} {path!r} has no length, count entries (or is not a file and not MEAN,STD,MAX)"
+        )
+    lengths, weights = zip(*pairs, strict=True)
+    top = max_len or max(lengths)
+    return SeqDist(max_len=top, lengths=tuple(lengths), weights=tuple(weights), source=path)
+
+
+def _whole(value: object) -> int:
+    number = float(str(value).strip())
+    if number != int(number):
+        raise ValueError(value)
+    return int(number)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPlan:
+    """How samples become steps: the collator's ``pad_to_multiple_of``, packing, grouping."""
+
+    batch_size: int
+    n_steps: int = DEFAULT_STEPS
+    seed: int = 0
+    pad_to_multiple_of: int | None = None
+    packing: bool = False
+    group_by_length: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.batch_size < 1:
+            problems.append(f"batch_size ({self.batch_size}) must be >= 1")
+        if self.n_steps < 1:
+            problems.append(f"n_steps ({self.n_steps}) must be >= 1 (--steps)")
+        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
+            problems.append(f"pad_to_multiple_of ({self.pad_to_multiple_of}) must be >= 1")
+        if problems:
+            raise SpecError.from_problems(problems)
+
+
+def step_lengths(dist: SeqDist, plan: StepPlan) -> list[int]:
+    """The padded length of each step of the run, in order."""
+    if plan.packing:
+        return [dist.max_len] * plan.n_steps
+    rng = random.Random(plan.seed)
+    samples = dist.sample(rng, plan.n_steps * plan.batch_size)
+    b = plan.batch_size
+    if plan.group_by_length:
+        samples = _length_grouped(samples, b)
+    longest = [max(samples[i : i + b]) for i in range(0, len(samples), b)]
+    k = plan.pad_to_multiple_of
+    return [-(-n // k) * k for n in longest] if k else longest
+
+
+def _length_grouped(samples: list[int], batch_size: int) -> list[int]:
+    size = max(1, min(len(samples) // (batch_size * 4), MEGABATCH_MULT)) * batch_size
+    megas = [sorted(samples[i : i + size], reverse=True) for i in range(0, len(samples), size)]
+    first = max(range(len(megas)), key=lambda i: megas[i][0])
+    megas[0][0], megas[first][0] = megas[first][0], megas[0][0]  # the longest sample first
+    return [n for mega in megas for n in mega]
