@@ -167,6 +167,10 @@ def workload_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
+    from memfit import cli_diffusion
+
+    if cli_diffusion.is_pipeline(args.model):
+        return cli_diffusion.cmd_estimate_pipeline(args)
     from memfit.estimate import estimate
     from memfit.report.text import render_estimate
 
