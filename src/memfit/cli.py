@@ -203,6 +203,11 @@ def cmd_models(args: argparse.Namespace) -> int:
     print(f"{'name':<24}{'family':<14}{'task':<12}source")
     for r in rows:
         print(f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}")
+    from memfit.models.pipelines import list_pipelines
+
+    print("\ndiffusion pipelines (memfit estimate NAME --mode infer; docs/diffusion.md):")
+    for p in list_pipelines():
+        print(f"{p.name:<24}{p.pipeline:<28}{p.hf_id}")
     return EXIT_OK
 
 

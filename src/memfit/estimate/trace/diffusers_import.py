@@ -24,7 +24,8 @@ def diffusers_module() -> Any:
         import diffusers.utils.import_utils as iu
     except ImportError as exc:
         raise NotModelledError(
-            "diffusion pipelines need the diffusers package: pip install 'memfit[diffusion]'"
+            "diffusion pipelines need the diffusers package: pip install 'memfit[diffusion]'",
+            engine="diffusion",
         ) from exc
     if iu.is_torchao_available():
         try:

@@ -56,10 +56,15 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
     b, h, w = job.batch, job.height, job.width
     vae_ch = int(configs["vae"].get("latent_channels", 4))
     vae_dt = dt
+    # the pipelines' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1)
+    vsf = 2 ** (len(configs["vae"].get("block_out_channels", [0, 0, 0, 0])) - 1)
+    lh, lw = h // vsf, w // vsf
     if pipeline == "FluxPipeline":
         tcfg = configs["transformer"]
         seq = job.max_sequence_length
-        img = (h // 16) * (w // 16)
+        # FluxPipeline.prepare_latents: 2 * (H // (vsf * 2)), packed 2x2 into tokens
+        lh, lw = 2 * (h // (vsf * 2)), 2 * (w // (vsf * 2))
+        img = (lh // 2) * (lw // 2)
         tr = {
             "hidden_states": lambda: _empty(b, img, int(tcfg["in_channels"]), dtype=dt),
             "encoder_hidden_states": lambda: _empty(b, seq, int(tcfg["joint_attention_dim"]), dtype=dt),
@@ -82,7 +87,7 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         ctx = int(ucfg["cross_attention_dim"])
         pooled = int(configs["text_encoder_2"].get("projection_dim", 1280))
         unet = {
-            "sample": lambda: _empty(b2, int(ucfg["in_channels"]), h // 8, w // 8, dtype=dt),
+            "sample": lambda: _empty(b2, int(ucfg["in_channels"]), lh, lw, dtype=dt),
             "timestep": lambda: _empty(1, dtype=dt),
             "encoder_hidden_states": lambda: _empty(b2, 77, ctx, dtype=dt),
         }
@@ -101,10 +106,30 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
     else:
         raise NotModelledError(
             f"{pipeline} is not modelled yet (memfit composes {', '.join(SUPPORTED)}); its "
-            "components can still be sized one by one as factories"
+            "components can still be sized one by one as factories",
+            engine="diffusion",
         )
-    steps["vae"] = (lambda: {"latents": _empty(b, vae_ch, h // 8, w // 8, dtype=vae_dt)}, _vae_call, "vae_decode")
+    steps["vae"] = (lambda: {"latents": _empty(b, vae_ch, lh, lw, dtype=vae_dt)}, _vae_call, "vae_decode")
     return steps, vae_dt
+
+
+def _to_dtype(model: torch.nn.Module, dt: torch.dtype) -> torch.nn.Module:
+    """``from_pretrained(torch_dtype=dt)``: every weight in ``dt`` except the modules the class
+    keeps in fp32 (``_keep_in_fp32_modules``)."""
+    import logging
+
+    log = logging.getLogger("diffusers.models.modeling_utils")
+    level = log.level
+    log.setLevel(logging.ERROR)  # its warning about .to() is about exactly what follows
+    try:
+        model = model.to(dt).eval()
+    finally:
+        log.setLevel(level)
+    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    for name, sub in model.named_modules():
+        if any(k in name.split(".") for k in keep):
+            sub.to(torch.float32)
+    return model
 
 
 def estimate_pipeline(root: Path, job: DiffusionJob, *, name: str) -> PipelineEstimate:
@@ -120,7 +145,7 @@ def estimate_pipeline(root: Path, job: DiffusionJob, *, name: str) -> PipelineEs
     for comp, (make_inputs, call, stage) in steps.items():
         library, class_name = index[comp]
         model = build_component(library, class_name, configs[comp])
-        model = model.to(vae_dt if comp == "vae" else dt).eval()
+        model = _to_dtype(model, vae_dt if comp == "vae" else dt)
         if comp == "vae":
             if job.vae_slicing:
                 model.enable_slicing()
