@@ -84,7 +84,11 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
         from memfit.hardware.catalog import get_gpu
 
         gpu = get_gpu(args.gpu)
-        fits = {"gpu": gpu.name, "capacity_bytes": gpu.memory_bytes, "fits": est.peak_bytes <= gpu.memory_bytes}
+        fits = {
+            "gpu": gpu.name,
+            "capacity_bytes": gpu.memory_bytes,
+            "fits": est.peak_bytes <= gpu.memory_bytes,
+        }
     if args.json:
         print(json.dumps({**est.to_json(), "fits": fits}, indent=2))
     else:

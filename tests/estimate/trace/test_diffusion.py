@@ -120,7 +120,10 @@ def test_a_flux_pipeline_has_three_stages_with_their_components(flux_tree: Path)
 
 
 def test_offload_modes_order_none_model_sequential_on_the_device(flux_tree: Path) -> None:
-    peaks = {m: estimate_pipeline(flux_tree, job(offload=m), name="t") for m in ("none", "model", "sequential")}
+    peaks = {
+        m: estimate_pipeline(flux_tree, job(offload=m), name="t")
+        for m in ("none", "model", "sequential")
+    }
     assert peaks["none"].peak_bytes > peaks["model"].peak_bytes > peaks["sequential"].peak_bytes
     total = sum(c.weights_bytes for c in peaks["none"].components)
     assert peaks["model"].host_weights_bytes == peaks["sequential"].host_weights_bytes == total

@@ -164,17 +164,23 @@ def build_component(library: str, class_name: str, config: dict[str, Any]) -> to
 
             cls = getattr(diffusers_module(), class_name, None)
             if cls is None:
-                raise NotModelledError(f"diffusers has no model class {class_name!r}", engine="diffusion")
+                raise NotModelledError(
+                    f"diffusers has no model class {class_name!r}", engine="diffusion"
+                )
             return cls.from_config(cfg)  # type: ignore[no-any-return]
         if library == "transformers":
             import transformers
 
             cls = getattr(transformers, class_name, None)
             if cls is None:
-                raise NotModelledError(f"transformers has no model class {class_name!r}", engine="diffusion")
+                raise NotModelledError(
+                    f"transformers has no model class {class_name!r}", engine="diffusion"
+                )
             conf = transformers.AutoConfig.for_model(**cfg)
             return cls(conf)  # type: ignore[no-any-return]
-    raise NotModelledError(f"component library {library!r} ({class_name}) is not modelled", engine="diffusion")
+    raise NotModelledError(
+        f"component library {library!r} ({class_name}) is not modelled", engine="diffusion"
+    )
 
 
 def trace_forward(

@@ -67,7 +67,9 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         img = (lh // 2) * (lw // 2)
         tr = {
             "hidden_states": lambda: _empty(b, img, int(tcfg["in_channels"]), dtype=dt),
-            "encoder_hidden_states": lambda: _empty(b, seq, int(tcfg["joint_attention_dim"]), dtype=dt),
+            "encoder_hidden_states": lambda: _empty(
+                b, seq, int(tcfg["joint_attention_dim"]), dtype=dt
+            ),
             "pooled_projections": lambda: _empty(b, int(tcfg["pooled_projection_dim"]), dtype=dt),
             "timestep": lambda: _empty(b, dtype=dt),
             "img_ids": lambda: _empty(img, 3, dtype=dt),
@@ -75,7 +77,7 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         }
         if tcfg.get("guidance_embeds"):
             tr["guidance"] = lambda: torch.empty((b,), dtype=torch.float32)
-        steps = {
+        steps: dict[str, tuple[Any, Any, str]] = {
             "text_encoder": (lambda: {"input_ids": _ids(b, 77)}, _encoder_call, "text_encode"),
             "text_encoder_2": (lambda: {"input_ids": _ids(b, seq)}, _encoder_call, "text_encode"),
             "transformer": (lambda: {k: f() for k, f in tr.items()}, _encoder_call, "denoise"),
@@ -83,7 +85,7 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
     elif pipeline == "StableDiffusionXLPipeline":
         ucfg = configs["unet"]
         b2 = 2 * b  # classifier-free guidance: negative and positive prompt in one batch
-        enc = dict(output_hidden_states=True)
+        enc: dict[str, Any] = {"output_hidden_states": True}
         ctx = int(ucfg["cross_attention_dim"])
         pooled = int(configs["text_encoder_2"].get("projection_dim", 1280))
         unet = {
@@ -93,12 +95,23 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         }
 
         def unet_call(m: Any, **kw: Any) -> Any:
-            added = {"text_embeds": _empty(b2, pooled, dtype=dt), "time_ids": _empty(b2, 6, dtype=dt)}
+            added = {
+                "text_embeds": _empty(b2, pooled, dtype=dt),
+                "time_ids": _empty(b2, 6, dtype=dt),
+            }
             return m(**kw, added_cond_kwargs=added, return_dict=False)
 
         steps = {
-            "text_encoder": (lambda: {"input_ids": _ids(b, 77), **enc}, _encoder_call, "text_encode"),
-            "text_encoder_2": (lambda: {"input_ids": _ids(b, 77), **enc}, _encoder_call, "text_encode"),
+            "text_encoder": (
+                lambda: {"input_ids": _ids(b, 77), **enc},
+                _encoder_call,
+                "text_encode",
+            ),
+            "text_encoder_2": (
+                lambda: {"input_ids": _ids(b, 77), **enc},
+                _encoder_call,
+                "text_encode",
+            ),
             "unet": (lambda: {k: f() for k, f in unet.items()}, unet_call, "denoise"),
         }
         if dt == torch.float16 and configs["vae"].get("force_upcast", True):
@@ -109,13 +122,19 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
             "components can still be sized one by one as factories",
             engine="diffusion",
         )
-    steps["vae"] = (lambda: {"latents": _empty(b, vae_ch, lh, lw, dtype=vae_dt)}, _vae_call, "vae_decode")
+    steps["vae"] = (
+        lambda: {"latents": _empty(b, vae_ch, lh, lw, dtype=vae_dt)},
+        _vae_call,
+        "vae_decode",
+    )
     return steps, vae_dt
 
 
-def _to_dtype(model: torch.nn.Module, dt: torch.dtype) -> torch.nn.Module:
-    """``from_pretrained(torch_dtype=dt)``: every weight in ``dt`` except the modules the class
-    keeps in fp32 (``_keep_in_fp32_modules``)."""
+def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn.Module:
+    """``from_pretrained(torch_dtype=dt)``: every weight in ``dt`` except those the class keeps
+    in fp32. diffusers (``ModelMixin.from_pretrained``): ``_keep_in_fp32_modules`` whatever the
+    dtype, matched as substrings of parameter names; transformers 5: ``_keep_in_fp32_modules``
+    only for fp16, ``_keep_in_fp32_modules_strict`` for fp16 and bf16."""
     import logging
 
     log = logging.getLogger("diffusers.models.modeling_utils")
@@ -125,10 +144,17 @@ def _to_dtype(model: torch.nn.Module, dt: torch.dtype) -> torch.nn.Module:
         model = model.to(dt).eval()
     finally:
         log.setLevel(level)
-    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    if dt == torch.float32:
+        return model
+    keep = list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    if library == "transformers":
+        keep = keep if dt == torch.float16 else []
+        keep += list(getattr(model, "_keep_in_fp32_modules_strict", None) or [])
     for name, sub in model.named_modules():
-        if any(k in name.split(".") for k in keep):
-            sub.to(torch.float32)
+        parts = name.split(".")
+        if any((k in name) if library == "diffusers" else (k in parts) for k in keep):
+            for p in sub.parameters(recurse=False):
+                p.data = p.data.to(torch.float32)
     return model
 
 
@@ -145,12 +171,13 @@ def estimate_pipeline(root: Path, job: DiffusionJob, *, name: str) -> PipelineEs
     for comp, (make_inputs, call, stage) in steps.items():
         library, class_name = index[comp]
         model = build_component(library, class_name, configs[comp])
-        model = _to_dtype(model, vae_dt if comp == "vae" else dt)
+        model = _to_dtype(model, vae_dt if comp == "vae" else dt, library)
         if comp == "vae":
+            vae: Any = model
             if job.vae_slicing:
-                model.enable_slicing()
+                vae.enable_slicing()
             if job.vae_tiling:
-                model.enable_tiling()
+                vae.enable_tiling()
         weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
         leaf = largest_leaf_bytes(model)
         act, out = trace_forward(model, make_inputs, call)
@@ -189,22 +216,28 @@ def _compose(
             else:
                 resident = t.largest_leaf_bytes
             # earlier encoders' outputs stay alive while the next encoder runs
-            carried = sum(traces[p].output_bytes for p in comps[:i]) if stage == "text_encode" else embeds
-            peaks.append(StagePeak(
-                stage=stage,
-                components=(c,),
-                resident_weights_bytes=resident,
-                activation_peak_bytes=t.activation_peak_bytes,
-                carried_bytes=carried,
-            ))
+            carried = (
+                sum(traces[p].output_bytes for p in comps[:i]) if stage == "text_encode" else embeds
+            )
+            peaks.append(
+                StagePeak(
+                    stage=stage,
+                    components=(c,),
+                    resident_weights_bytes=resident,
+                    activation_peak_bytes=t.activation_peak_bytes,
+                    carried_bytes=carried,
+                )
+            )
         best = max(peaks, key=lambda p: p.peak_bytes)
-        stages.append(StagePeak(
-            stage=stage,
-            components=tuple(comps),
-            resident_weights_bytes=best.resident_weights_bytes,
-            activation_peak_bytes=best.activation_peak_bytes,
-            carried_bytes=best.carried_bytes,
-        ))
+        stages.append(
+            StagePeak(
+                stage=stage,
+                components=tuple(comps),
+                resident_weights_bytes=best.resident_weights_bytes,
+                activation_peak_bytes=best.activation_peak_bytes,
+                carried_bytes=best.carried_bytes,
+            )
+        )
     host = 0 if job.offload == "none" else all_weights
     notes = [
         f"denoise: the peak of one of the {job.steps} steps (each step frees what the previous "
