@@ -64,3 +64,18 @@ def test_a_pipeline_job_memfit_cannot_answer_exits_2_with_one_line(
     assert code == 2
     assert message in err
     assert "Traceback" not in err and out == ""
+
+
+def test_a_gpu_verdict_adds_the_cuda_context(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("diffusers")
+    from tests.estimate.trace.test_diffusion import tiny_flux
+
+    root = tiny_flux(tmp_path)
+    argv = ["estimate", str(root), "--mode", "infer", "--height", "64", "--width", "64"]
+    code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
+    fits = json.loads(out)["fits"]
+    assert code == 0 and fits["fits"]
+    assert fits["need_bytes"] == json.loads(out)["peak_allocated_bytes"] + fits["overhead_bytes"]
+    assert fits["overhead_bytes"] > 0

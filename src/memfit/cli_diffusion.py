@@ -83,11 +83,19 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
     if args.gpu:
         from memfit.hardware.catalog import get_gpu
 
+        from memfit.hardware.overhead import device_overhead
+
         gpu = get_gpu(args.gpu)
+        # the verdict adds the CUDA context and cuBLAS workspaces of an inference process
+        # (hardware/overhead.py), which the tensor peak does not hold
+        overhead = device_overhead(gpu.arch, training=False).total_bytes
+        need = est.peak_bytes + overhead
         fits = {
             "gpu": gpu.name,
             "capacity_bytes": gpu.memory_bytes,
-            "fits": est.peak_bytes <= gpu.memory_bytes,
+            "overhead_bytes": overhead,
+            "need_bytes": need,
+            "fits": need <= gpu.memory_bytes,
         }
     if args.json:
         print(json.dumps({**est.to_json(), "fits": fits}, indent=2))
@@ -123,6 +131,10 @@ def render(est: Any, fits: dict[str, Any] | None) -> str:
         lines.append(f"\nhost RAM for offloaded weights: {fb(est.host_weights_bytes)}")
     if fits is not None:
         verdict = "fits" if fits["fits"] else "does NOT fit"
-        lines.append(f"{fits['gpu']} ({fb(fits['capacity_bytes'])}): {verdict}")
+        lines.append(
+            f"{fits['gpu']} ({fb(fits['capacity_bytes'])}): {verdict} (needs "
+            f"{fb(fits['need_bytes'])} with {fb(fits['overhead_bytes'])} of CUDA context and "
+            "workspaces)"
+        )
     lines += [f"note: {n}" for n in est.notes]
     return "\n".join(lines)
