@@ -82,7 +82,6 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
     fits = None
     if args.gpu:
         from memfit.hardware.catalog import get_gpu
-
         from memfit.hardware.overhead import device_overhead
 
         gpu = get_gpu(args.gpu)
