@@ -266,8 +266,8 @@ def lora_run(steps: int, expandable: bool) -> dict[str, Any]:
 def memfit_prediction(steps: int) -> Any:
     """memfit's own answer for part 3's job (on this machine's CPUs)."""
     cmd = [sys.executable, "-m", "memfit", "estimate", str(RUN["model"]), "--batch",
-           str(RUN["batch"]), "--precision", "bf16", "--lora-rank", str(RUN["lora_rank"]),
-           "--seq-dist", str(RUN["seq_dist"]), "--seed", str(RUN["seed"]), "--steps",
+           str(RUN["batch"]), "--precision", "bf16-true", "--lora-rank", str(RUN["lora_rank"]),
+           "--seq-dist", str(RUN["seq_dist"]), "--seed", str(RUN["seed"]), "--run-steps",
            str(steps), "--gpu", "H200", "--json"]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)

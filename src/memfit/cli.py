@@ -198,6 +198,10 @@ def workload_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
+    from memfit import cli_diffusion
+
+    if cli_diffusion.is_pipeline(args.model):
+        return cli_diffusion.cmd_estimate_pipeline(args)
     from memfit.estimate import estimate
     from memfit.report.text import render_estimate
 
@@ -234,6 +238,11 @@ def cmd_models(args: argparse.Namespace) -> int:
     print(f"{'name':<24}{'family':<14}{'task':<12}source")
     for r in rows:
         print(f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}")
+    from memfit.models.pipelines import list_pipelines
+
+    print("\ndiffusion pipelines (memfit estimate NAME --mode infer; docs/diffusion.md):")
+    for p in list_pipelines():
+        print(f"{p.name:<24}{p.pipeline:<28}{p.hf_id}")
     return EXIT_OK
 
 

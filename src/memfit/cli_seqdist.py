@@ -25,7 +25,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "over the run and reports reserved memory after it (the estimate is then at MAX)",
     )
     g.add_argument(
-        "--steps",
+        "--run-steps",
+        dest="run_steps",
         type=integer,
         default=DEFAULT_STEPS,
         help=f"steps replayed with --seq-dist (default {DEFAULT_STEPS})",
@@ -62,7 +63,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
     plan = StepPlan(
         batch_size=workload.batch_size,
-        n_steps=args.steps,
+        n_steps=args.run_steps,
         seed=args.seed,
         pad_to_multiple_of=args.pad_to_multiple_of,
         packing=args.packing,

@@ -62,7 +62,7 @@ class Flag:
     default: Any = None
     choices: tuple[str, ...] | None = None
     help: str | None = None
-    target: Literal["workload", "request"] = "workload"
+    target: Literal["workload", "request", "pipeline"] = "workload"
     always: bool = False
     needs: str | None = None
     group: str | None = None
@@ -356,6 +356,65 @@ FLAGS: tuple[Flag, ...] = (
         target="request",
         commands=("plan",),
     ),
+    # diffusion pipelines (memfit estimate flux.1-dev --mode infer ...): docs/diffusion.md
+    Flag(
+        name="--height",
+        dest="height",
+        kind="int",
+        help="diffusion pipelines: image height in pixels (default 1024)",
+        field="height",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--width",
+        dest="width",
+        kind="int",
+        help="diffusion pipelines: image width in pixels (default 1024)",
+        field="width",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--steps",
+        dest="steps",
+        kind="int",
+        help="diffusion pipelines: num_inference_steps (default 28; does not change the peak)",
+        field="steps",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--pipeline-offload",
+        dest="pipeline_offload",
+        kind="choice",
+        choices=("none", "model", "sequential"),
+        help="diffusion pipelines: diffusers' enable_model_cpu_offload (model) or "
+        "enable_sequential_cpu_offload (sequential); default none",
+        field="offload",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--vae-slicing",
+        dest="vae_slicing",
+        kind="switch",
+        default=False,
+        help="diffusion pipelines: vae.enable_slicing() (decode one image at a time)",
+        field="vae_slicing",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--vae-tiling",
+        dest="vae_tiling",
+        kind="switch",
+        default=False,
+        help="diffusion pipelines: vae.enable_tiling() (decode in tiles of the VAE config's size)",
+        field="vae_tiling",
+        target="pipeline",
+        commands=("estimate",),
+    ),
 )
 
 
@@ -397,6 +456,8 @@ def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
     implied = WorkloadSpec(**{k: getattr(w, k) for k in DEFAULTS_DEPEND_ON})
     out: list[str] = []
     for f in flags_for("estimate"):
+        if f.target == "pipeline":  # diffusion pipeline flags: not WorkloadSpec fields
+            continue
         value = getattr(w, f.field)
         if value is None or (f.needs is not None and getattr(w, f.needs) is None):
             continue

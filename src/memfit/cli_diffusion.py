@@ -1,0 +1,139 @@
+"""``memfit estimate <pipeline>``: diffusion pipeline inference (docs/diffusion.md).
+
+A bundled pipeline name (``memfit models``), its hub id, or a local directory with a
+``model_index.json`` is sized by :mod:`memfit.estimate.trace.diffusion_pipelines`; everything else
+goes to the ordinary ``estimate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from memfit.errors import SpecError
+
+#: estimate flags that mean nothing to a pipeline run: refused when set, not ignored.
+_REFUSED = {
+    "lora_rank": None,
+    "checkpointing": None,
+    "shard": None,
+    "optimizer": None,
+}
+
+
+def is_pipeline(model: str) -> bool:
+    from memfit.models.pipelines import pipeline_dir
+
+    return pipeline_dir(model) is not None
+
+
+def _job(args: argparse.Namespace) -> Any:
+    from memfit.estimate.trace.diffusion import DiffusionJob
+
+    if getattr(args, "mode", "train") != "infer":
+        raise SpecError(
+            f"{args.model} is a diffusion pipeline: memfit sizes its inference only "
+            "(pass --mode infer); diffusion training is not modelled yet"
+        )
+    quant = getattr(args, "quant", None)
+    if quant not in (None, "none"):
+        raise SpecError(
+            f"--quant {quant} is not modelled for diffusion pipelines yet (quantized "
+            "transformers through diffusers' quantizers): drop --quant"
+        )
+    if getattr(args, "offload", None) not in (None, "none"):
+        raise SpecError(
+            "--offload is ZeRO/FSDP training offload; for a diffusion pipeline use "
+            "--pipeline-offload model|sequential"
+        )
+    for dest in _REFUSED:
+        value = getattr(args, dest, None)
+        if value not in (None, "none", False):
+            raise SpecError(f"--{dest.replace('_', '-')} does not apply to a diffusion pipeline")
+    kwargs: dict[str, Any] = {
+        "batch": args.batch,
+        "precision": args.precision or "bf16",
+        "vae_slicing": bool(args.vae_slicing),
+        "vae_tiling": bool(args.vae_tiling),
+    }
+    for dest, key in (
+        ("height", "height"),
+        ("width", "width"),
+        ("steps", "steps"),
+        ("pipeline_offload", "offload"),
+    ):
+        if getattr(args, dest, None) is not None:
+            kwargs[key] = getattr(args, dest)
+    return DiffusionJob(**kwargs)
+
+
+def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
+    from memfit.estimate.trace.diffusion_pipelines import estimate_pipeline
+    from memfit.models.pipelines import pipeline_dir
+
+    job = _job(args)
+    root = pipeline_dir(args.model)
+    assert root is not None
+    if sys.stderr.isatty() and not args.json:
+        print(f"tracing {args.model}'s components on fake tensors ...", file=sys.stderr)
+    est = estimate_pipeline(root, job, name=args.model)
+    fits = None
+    if args.gpu:
+        from memfit.hardware.catalog import get_gpu
+        from memfit.hardware.overhead import device_overhead
+
+        gpu = get_gpu(args.gpu)
+        # the verdict adds the CUDA context and cuBLAS workspaces of an inference process
+        # (hardware/overhead.py), which the tensor peak does not hold
+        overhead = device_overhead(gpu.arch, training=False).total_bytes
+        need = est.peak_bytes + overhead
+        fits = {
+            "gpu": gpu.name,
+            "capacity_bytes": gpu.memory_bytes,
+            "overhead_bytes": overhead,
+            "need_bytes": need,
+            "fits": need <= gpu.memory_bytes,
+        }
+    if args.json:
+        print(json.dumps({**est.to_json(), "fits": fits}, indent=2))
+    else:
+        print(render(est, fits))
+    return 1 if fits is not None and not fits["fits"] else 0
+
+
+def render(est: Any, fits: dict[str, Any] | None) -> str:
+    from memfit.units import format_bytes as fb
+
+    j = est.job
+    lines = [
+        f"{est.name} ({est.pipeline}) {j.height}x{j.width}, {j.steps} steps, batch {j.batch}, "
+        f"{j.precision}, offload {j.offload}"
+        + (", vae slicing" if j.vae_slicing else "")
+        + (", vae tiling" if j.vae_tiling else ""),
+        f"peak on the GPU: {fb(est.peak_bytes)} (in {est.peak_stage})",
+        "",
+        f"{'stage':<12}{'peak':>12}{'weights':>12}{'activations':>13}{'carried':>11}  components",
+    ]
+    for s in est.stages:
+        lines.append(
+            f"{s.stage:<12}{fb(s.peak_bytes):>12}{fb(s.resident_weights_bytes):>12}"
+            f"{fb(s.activation_peak_bytes):>13}{fb(s.carried_bytes):>11}  {', '.join(s.components)}"
+        )
+    lines += ["", f"{'component':<16}{'class':<28}{'weights':>12}{'activations':>13}"]
+    for c in est.components:
+        lines.append(
+            f"{c.name:<16}{c.class_name:<28}{fb(c.weights_bytes):>12}{fb(c.activation_peak_bytes):>13}"
+        )
+    if est.host_weights_bytes:
+        lines.append(f"\nhost RAM for offloaded weights: {fb(est.host_weights_bytes)}")
+    if fits is not None:
+        verdict = "fits" if fits["fits"] else "does NOT fit"
+        lines.append(
+            f"{fits['gpu']} ({fb(fits['capacity_bytes'])}): {verdict} (needs "
+            f"{fb(fits['need_bytes'])} with {fb(fits['overhead_bytes'])} of CUDA context and "
+            "workspaces)"
+        )
+    lines += [f"note: {n}" for n in est.notes]
+    return "\n".join(lines)

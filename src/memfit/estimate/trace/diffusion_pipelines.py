@@ -1,0 +1,258 @@
+"""The stages of FluxPipeline and StableDiffusionXLPipeline (diffusers 0.36.0), as shapes.
+
+Each recipe says what ``pipe.__call__`` feeds each component (read from
+``diffusers/pipelines/flux/pipeline_flux.py`` and
+``diffusers/pipelines/stable_diffusion_xl/pipeline_stable_diffusion_xl.py``):
+
+* FLUX: CLIP-L on 77 tokens (pooled output only), T5 on ``max_sequence_length`` tokens (default
+  512), the transformer on ``(H/16)·(W/16)`` packed latent tokens of 64 channels plus the text
+  tokens, no classifier-free guidance (FLUX.1-dev embeds the guidance scale), ``vae.decode`` of
+  ``(B, 16, H/8, W/8)`` latents.
+* SDXL: both CLIPs on 77 tokens with ``output_hidden_states=True``; the UNet on a doubled batch
+  (guidance_scale 5.0 > 1 runs the negative prompt in the same call); ``vae.decode`` of
+  ``(B, 4, H/8, W/8)``, upcast to fp32 when the VAE is fp16 and its config says ``force_upcast``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memfit.errors import NotModelledError
+from memfit.estimate.trace.diffusion import (
+    DTYPES,
+    SUPPORTED,
+    ComponentTrace,
+    DiffusionJob,
+    PipelineEstimate,
+    StagePeak,
+    build_component,
+    largest_leaf_bytes,
+    read_tree,
+    trace_forward,
+)
+
+
+def _empty(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype)
+
+
+def _ids(b: int, s: int) -> torch.Tensor:
+    return torch.zeros((b, s), dtype=torch.long)
+
+
+def _encoder_call(m: Any, **kw: Any) -> Any:
+    return m(**kw)
+
+
+def _vae_call(m: Any, *, latents: torch.Tensor) -> Any:
+    return m.decode(latents, return_dict=False)[0]
+
+
+def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch.dtype) -> Any:
+    """``{component: (make_inputs, call, stage)}`` for one pipeline call."""
+    b, h, w = job.batch, job.height, job.width
+    vae_ch = int(configs["vae"].get("latent_channels", 4))
+    vae_dt = dt
+    # the pipelines' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1)
+    vsf = 2 ** (len(configs["vae"].get("block_out_channels", [0, 0, 0, 0])) - 1)
+    lh, lw = h // vsf, w // vsf
+    if pipeline == "FluxPipeline":
+        tcfg = configs["transformer"]
+        seq = job.max_sequence_length
+        # FluxPipeline.prepare_latents: 2 * (H // (vsf * 2)), packed 2x2 into tokens
+        lh, lw = 2 * (h // (vsf * 2)), 2 * (w // (vsf * 2))
+        img = (lh // 2) * (lw // 2)
+        tr = {
+            "hidden_states": lambda: _empty(b, img, int(tcfg["in_channels"]), dtype=dt),
+            "encoder_hidden_states": lambda: _empty(
+                b, seq, int(tcfg["joint_attention_dim"]), dtype=dt
+            ),
+            "pooled_projections": lambda: _empty(b, int(tcfg["pooled_projection_dim"]), dtype=dt),
+            "timestep": lambda: _empty(b, dtype=dt),
+            "img_ids": lambda: _empty(img, 3, dtype=dt),
+            "txt_ids": lambda: _empty(seq, 3, dtype=dt),
+        }
+        if tcfg.get("guidance_embeds"):
+            tr["guidance"] = lambda: torch.empty((b,), dtype=torch.float32)
+        steps: dict[str, tuple[Any, Any, str]] = {
+            "text_encoder": (lambda: {"input_ids": _ids(b, 77)}, _encoder_call, "text_encode"),
+            "text_encoder_2": (lambda: {"input_ids": _ids(b, seq)}, _encoder_call, "text_encode"),
+            "transformer": (lambda: {k: f() for k, f in tr.items()}, _encoder_call, "denoise"),
+        }
+    elif pipeline == "StableDiffusionXLPipeline":
+        ucfg = configs["unet"]
+        b2 = 2 * b  # classifier-free guidance: negative and positive prompt in one batch
+        enc: dict[str, Any] = {"output_hidden_states": True}
+        ctx = int(ucfg["cross_attention_dim"])
+        pooled = int(configs["text_encoder_2"].get("projection_dim", 1280))
+        unet = {
+            "sample": lambda: _empty(b2, int(ucfg["in_channels"]), lh, lw, dtype=dt),
+            "timestep": lambda: _empty(1, dtype=dt),
+            "encoder_hidden_states": lambda: _empty(b2, 77, ctx, dtype=dt),
+        }
+
+        def unet_call(m: Any, **kw: Any) -> Any:
+            added = {
+                "text_embeds": _empty(b2, pooled, dtype=dt),
+                "time_ids": _empty(b2, 6, dtype=dt),
+            }
+            return m(**kw, added_cond_kwargs=added, return_dict=False)
+
+        steps = {
+            "text_encoder": (
+                lambda: {"input_ids": _ids(b, 77), **enc},
+                _encoder_call,
+                "text_encode",
+            ),
+            "text_encoder_2": (
+                lambda: {"input_ids": _ids(b, 77), **enc},
+                _encoder_call,
+                "text_encode",
+            ),
+            "unet": (lambda: {k: f() for k, f in unet.items()}, unet_call, "denoise"),
+        }
+        if dt == torch.float16 and configs["vae"].get("force_upcast", True):
+            vae_dt = torch.float32
+    else:
+        raise NotModelledError(
+            f"{pipeline} is not modelled yet (memfit composes {', '.join(SUPPORTED)}); its "
+            "components can still be sized one by one as factories",
+            engine="diffusion",
+        )
+    steps["vae"] = (
+        lambda: {"latents": _empty(b, vae_ch, lh, lw, dtype=vae_dt)},
+        _vae_call,
+        "vae_decode",
+    )
+    return steps, vae_dt
+
+
+def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn.Module:
+    """``from_pretrained(torch_dtype=dt)``: every weight in ``dt`` except those the class keeps
+    in fp32. diffusers (``ModelMixin.from_pretrained``): ``_keep_in_fp32_modules`` whatever the
+    dtype, matched as substrings of parameter names; transformers 5: ``_keep_in_fp32_modules``
+    only for fp16, ``_keep_in_fp32_modules_strict`` for fp16 and bf16."""
+    import logging
+
+    log = logging.getLogger("diffusers.models.modeling_utils")
+    level = log.level
+    log.setLevel(logging.ERROR)  # its warning about .to() is about exactly what follows
+    try:
+        model = model.to(dt).eval()
+    finally:
+        log.setLevel(level)
+    if dt == torch.float32:
+        return model
+    keep = list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    if library == "transformers":
+        keep = keep if dt == torch.float16 else []
+        keep += list(getattr(model, "_keep_in_fp32_modules_strict", None) or [])
+    for name, sub in model.named_modules():
+        parts = name.split(".")
+        if any((k in name) if library == "diffusers" else (k in parts) for k in keep):
+            for p in sub.parameters(recurse=False):
+                p.data = p.data.to(torch.float32)
+    return model
+
+
+def estimate_pipeline(root: Path, job: DiffusionJob, *, name: str) -> PipelineEstimate:
+    """Trace every component of the pipeline at ``root`` and compose the stages."""
+    index, configs = read_tree(root)
+    pipeline = str(index["_class_name"])
+    dt = DTYPES[job.precision]
+    if pipeline not in SUPPORTED:
+        _recipe(pipeline, configs, job, dt)  # raises NotModelledError naming the pipeline
+    steps, vae_dt = _recipe(pipeline, configs, job, dt)
+    traces: dict[str, ComponentTrace] = {}
+    stage_of: dict[str, str] = {}
+    for comp, (make_inputs, call, stage) in steps.items():
+        library, class_name = index[comp]
+        model = build_component(library, class_name, configs[comp])
+        model = _to_dtype(model, vae_dt if comp == "vae" else dt, library)
+        if comp == "vae":
+            vae: Any = model
+            if job.vae_slicing:
+                vae.enable_slicing()
+            if job.vae_tiling:
+                vae.enable_tiling()
+        weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+        leaf = largest_leaf_bytes(model)
+        act, out = trace_forward(model, make_inputs, call)
+        traces[comp] = ComponentTrace(
+            name=comp,
+            class_name=class_name,
+            weights_bytes=weights,
+            largest_leaf_bytes=leaf,
+            activation_peak_bytes=act,
+            output_bytes=out,
+        )
+        stage_of[comp] = stage
+    return _compose(name, pipeline, job, traces, stage_of)
+
+
+def _compose(
+    name: str,
+    pipeline: str,
+    job: DiffusionJob,
+    traces: dict[str, ComponentTrace],
+    stage_of: dict[str, str],
+) -> PipelineEstimate:
+    all_weights = sum(t.weights_bytes for t in traces.values())
+    encoders = [c for c, s in stage_of.items() if s == "text_encode"]
+    embeds = sum(traces[c].output_bytes for c in encoders)
+    stages: list[StagePeak] = []
+    for stage in ("text_encode", "denoise", "vae_decode"):
+        comps = [c for c, s in stage_of.items() if s == stage]
+        peaks = []
+        for i, c in enumerate(comps):
+            t = traces[c]
+            if job.offload == "none":
+                resident = all_weights
+            elif job.offload == "model":
+                resident = t.weights_bytes
+            else:
+                resident = t.largest_leaf_bytes
+            # earlier encoders' outputs stay alive while the next encoder runs
+            carried = (
+                sum(traces[p].output_bytes for p in comps[:i]) if stage == "text_encode" else embeds
+            )
+            peaks.append(
+                StagePeak(
+                    stage=stage,
+                    components=(c,),
+                    resident_weights_bytes=resident,
+                    activation_peak_bytes=t.activation_peak_bytes,
+                    carried_bytes=carried,
+                )
+            )
+        best = max(peaks, key=lambda p: p.peak_bytes)
+        stages.append(
+            StagePeak(
+                stage=stage,
+                components=tuple(comps),
+                resident_weights_bytes=best.resident_weights_bytes,
+                activation_peak_bytes=best.activation_peak_bytes,
+                carried_bytes=best.carried_bytes,
+            )
+        )
+    host = 0 if job.offload == "none" else all_weights
+    notes = [
+        f"denoise: the peak of one of the {job.steps} steps (each step frees what the previous "
+        "one made; steps do not add memory)",
+        "peak allocated tensor bytes (torch.cuda.max_memory_allocated); the CUDA context and "
+        "allocator caching are not included",
+    ]
+    if job.offload != "none":
+        notes.append(f"{job.offload} offload: all weights stay in host RAM between uses")
+    return PipelineEstimate(
+        name=name,
+        pipeline=pipeline,
+        job=job,
+        components=tuple(traces.values()),
+        stages=tuple(stages),
+        host_weights_bytes=host,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,81 @@
+"""`memfit estimate <pipeline>`: the pipeline route, its refusals (exit 2, one line) and listing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memfit.cli import main
+from memfit.models.pipelines import find_pipeline, list_pipelines, pipeline_dir
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_bundled_pipeline_ships_each_component_config_it_declares() -> None:
+    names = [p.name for p in list_pipelines()]
+    assert {"flux.1-dev", "flux.1-schnell", "sdxl-base-1.0"} <= set(names)
+    for p in list_pipelines():
+        index = json.loads((p.path / "model_index.json").read_text(encoding="utf-8"))
+        assert index["_class_name"] == p.pipeline
+        for comp, entry in index.items():
+            if comp.startswith("_") or not isinstance(entry, list) or entry[0] is None:
+                continue
+            if comp.startswith("tokenizer"):
+                continue
+            cfg = "scheduler_config.json" if comp == "scheduler" else "config.json"
+            assert (p.path / comp / cfg).is_file(), f"{p.name}/{comp}/{cfg}"
+        assert p.source.startswith("https://")
+
+
+def test_a_pipeline_is_found_by_name_hub_id_or_directory(tmp_path: Path) -> None:
+    assert find_pipeline("FLUX.1-dev") == find_pipeline("black-forest-labs/FLUX.1-dev")
+    assert pipeline_dir("gpt2") is None
+    (tmp_path / "model_index.json").write_text("{}")
+    assert pipeline_dir(str(tmp_path)) == tmp_path
+
+
+def test_memfit_models_lists_the_pipelines(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "models")
+    assert code == 0
+    assert "diffusion pipelines" in out and "flux.1-dev" in out and "FluxPipeline" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("flux.1-dev",), "pass --mode infer"),
+        (("flux.1-dev", "--mode", "infer", "--offload", "params"), "--pipeline-offload"),
+        (("flux.1-dev", "--mode", "infer", "--quant", "nf4"), "--quant nf4 is not modelled"),
+        (("flux.1-dev", "--mode", "infer", "--height", "1000"), "multiple of 16"),
+        (("flux.1-dev", "--mode", "infer", "--precision", "amp-bf16"), "not a diffusion"),
+        (("wan2.2-ti2v-5b", "--mode", "infer"), "WanPipeline is not modelled"),
+    ],
+)
+def test_a_pipeline_job_memfit_cannot_answer_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    code, out, err = run(capsys, "estimate", *argv)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_a_gpu_verdict_adds_the_cuda_context(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("diffusers")
+    from tests.estimate.trace.test_diffusion import tiny_flux
+
+    root = tiny_flux(tmp_path)
+    argv = ["estimate", str(root), "--mode", "infer", "--height", "64", "--width", "64"]
+    code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
+    fits = json.loads(out)["fits"]
+    assert code == 0 and fits["fits"]
+    assert fits["need_bytes"] == json.loads(out)["peak_allocated_bytes"] + fits["overhead_bytes"]
+    assert fits["overhead_bytes"] > 0
