@@ -77,6 +77,9 @@ def analytic_only_and_no_real_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_pkg, "bench", bench_checks_then_stub, raising=False)
     monkeypatch.setattr(bench_pkg, "quality", _stub, raising=False)
     monkeypatch.setattr(process, "monitor_command", _stub)
+    # `memfit web` serves until Ctrl-C: its own checks run, the server does not
+    web_serve = importlib.import_module("memfit.web.serve")
+    monkeypatch.setattr(web_serve, "serve", _stub)
 
 
 def run_log_reader_is_bounded() -> bool:
@@ -86,4 +89,9 @@ def run_log_reader_is_bounded() -> bool:
 
     import memfit.monitor.log as log
 
-    return "iter_lines" in inspect.getsource(log) or "userfiles" in inspect.getsource(log)
+    import memfit.monitor.reader as reader
+
+    return any(
+        "iter_lines" in inspect.getsource(m) or "userfiles" in inspect.getsource(m)
+        for m in (log, reader)
+    )
