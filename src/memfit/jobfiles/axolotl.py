@@ -87,20 +87,9 @@ def read_axolotl(r: KeyReader) -> None:
     r.set("mode", "train", "(a training config)", "train")
     if r.has("base_model"):
         r.set("model", str(r.take("base_model")), "base_model")
-    if r.has("micro_batch_size"):
-        v = r.take("micro_batch_size")
-        r.set("batch_size", as_int(r, "micro_batch_size", v), "micro_batch_size", v)
-    if r.has("gradient_accumulation_steps"):
-        v = r.take("gradient_accumulation_steps")
-        r.set(
-            "grad_accum",
-            as_int(r, "gradient_accumulation_steps", v),
-            "gradient_accumulation_steps",
-            v,
-        )
-    if r.has("sequence_len"):
-        v = r.take("sequence_len")
-        r.set("seq_len", as_int(r, "sequence_len", v), "sequence_len", v)
+    r.int_key("micro_batch_size", "batch_size")
+    r.int_key("gradient_accumulation_steps", "grad_accum")
+    r.int_key("sequence_len", "seq_len")
     precision_of(r)
     if r.has("gradient_checkpointing"):
         v = r.take("gradient_checkpointing")

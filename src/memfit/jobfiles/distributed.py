@@ -54,14 +54,15 @@ def read_deepspeed(r: KeyReader) -> None:
     stage = as_int(r, "zero_optimization.stage", stage, low=0)
     if stage not in (0, 1, 2, 3):
         raise r.fail("zero_optimization.stage", stage, "must be 0, 1, 2 or 3")
-    if stage:
-        r.set("shard", f"zero{stage}", "zero_optimization.stage", stage)
-    opt_dev = r.take("zero_optimization.offload_optimizer.device", "none")
-    par_dev = r.take("zero_optimization.offload_param.device", "none")
-    if par_dev in ("cpu", "nvme"):
-        r.set("offload", "params", "zero_optimization.offload_param.device", par_dev)
-    elif opt_dev in ("cpu", "nvme"):
-        r.set("offload", "optimizer", "zero_optimization.offload_optimizer.device", opt_dev)
+    opt_dev, par_dev = _zero_layout(
+        r,
+        stage,
+        (
+            "zero_optimization.stage",
+            "zero_optimization.offload_optimizer.device",
+            "zero_optimization.offload_param.device",
+        ),
+    )
     for dev, key in ((opt_dev, "offload_optimizer"), (par_dev, "offload_param")):
         if dev == "nvme":
             r.warnings.append(
@@ -93,6 +94,21 @@ def read_deepspeed(r: KeyReader) -> None:
         "(partitioned / CPU checkpointing); use gradient_checkpointing in the trainer",
     )
     r.no_effect(DS_NO_EFFECT)
+
+
+def _zero_layout(r: KeyReader, stage: int, keys: tuple[str, str, str]) -> tuple[Any, Any]:
+    """ZeRO stage and offload devices (the DeepSpeed JSON and accelerate's plugin name them
+    differently): ``keys`` = (stage, optimizer offload device, parameter offload device)."""
+    stage_key, opt_key, par_key = keys
+    if stage:
+        r.set("shard", f"zero{stage}", stage_key, stage)
+    opt_dev = r.take(opt_key, "none")
+    par_dev = r.take(par_key, "none")
+    if par_dev in ("cpu", "nvme"):
+        r.set("offload", "params", par_key, par_dev)
+    elif opt_dev in ("cpu", "nvme"):
+        r.set("offload", "optimizer", opt_key, opt_dev)
+    return opt_dev, par_dev
 
 
 def _w(r: KeyReader, key: str, message: str) -> Any:
@@ -162,14 +178,15 @@ def read_accelerate(r: KeyReader) -> None:
         stage = as_int(
             r, "deepspeed_config.zero_stage", r.take("deepspeed_config.zero_stage", 0), low=0
         )
-        if stage:
-            r.set("shard", f"zero{stage}", "deepspeed_config.zero_stage", stage)
-        od = r.take("deepspeed_config.offload_optimizer_device", "none")
-        pd = r.take("deepspeed_config.offload_param_device", "none")
-        if pd in ("cpu", "nvme"):
-            r.set("offload", "params", "deepspeed_config.offload_param_device", pd)
-        elif od in ("cpu", "nvme"):
-            r.set("offload", "optimizer", "deepspeed_config.offload_optimizer_device", od)
+        _zero_layout(
+            r,
+            stage,
+            (
+                "deepspeed_config.zero_stage",
+                "deepspeed_config.offload_optimizer_device",
+                "deepspeed_config.offload_param_device",
+            ),
+        )
         v = r.take("deepspeed_config.gradient_accumulation_steps", None)
         if v is not None and not is_auto(v):
             r.set(

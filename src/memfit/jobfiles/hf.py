@@ -200,22 +200,8 @@ def targets_of(value: Any) -> tuple[str, ...] | str:
 
 
 def read_shape_and_steps(r: KeyReader, *, seq_keys: tuple[str, ...]) -> None:
-    if r.has("per_device_train_batch_size"):
-        v = r.take("per_device_train_batch_size")
-        r.set(
-            "batch_size",
-            as_int(r, "per_device_train_batch_size", v),
-            "per_device_train_batch_size",
-            v,
-        )
-    if r.has("gradient_accumulation_steps"):
-        v = r.take("gradient_accumulation_steps")
-        r.set(
-            "grad_accum",
-            as_int(r, "gradient_accumulation_steps", v),
-            "gradient_accumulation_steps",
-            v,
-        )
+    r.int_key("per_device_train_batch_size", "batch_size")
+    r.int_key("gradient_accumulation_steps", "grad_accum")
     for key in seq_keys:
         if r.has(key):
             v = r.take(key)

@@ -113,16 +113,7 @@ def read_litgpt(r: KeyReader) -> None:
     opt = r.take("optimizer", None) or r.take("optimizer.class_path", None)
     if isinstance(opt, str):
         path_ = opt if "." in opt else f"torch.optim.{opt}"
-        name = CLASS_OPTIMIZERS.get(path_)
-        if name is None:
-            r.warnings.append(
-                Warning_(
-                    key="optimizer",
-                    file=r.file,
-                    message=f"{opt} is not modelled; estimated as AdamW",
-                )
-            )
-            name = "adamw"
+        name = r.class_optimizer("optimizer", path_, CLASS_OPTIMIZERS)
         r.set("optimizer", name, "optimizer", opt)
     r.warnings.append(
         Warning_(

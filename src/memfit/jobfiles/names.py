@@ -38,7 +38,8 @@ HF_OPTIMIZERS: dict[str, str | None] = {
     "ademamix": None,
     "muon": None,
 }
-#: memfit optimizer → the ``optim`` value written back into a Hugging Face-style file.
+#: memfit optimizer → its ``TrainingArguments.optim`` name (what memfit writes: plan/export.py
+#: and the fixes ``memfit check`` writes back).
 HF_OPTIM_OF = {
     "adamw": "adamw_torch",
     "adamw-fused": "adamw_torch_fused",

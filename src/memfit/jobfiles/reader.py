@@ -92,6 +92,24 @@ class KeyReader:
             )
         )
 
+    def int_key(self, key: str, field_: str, *, low: int = 1) -> None:
+        """``field_`` from the whole number at ``key``, when the file has it."""
+        if self.has(key):
+            value = self.take(key)
+            self.set(field_, as_int(self, key, value, low=low), key, value)
+
+    def warn(self, key: str, message: str) -> None:
+        self.warnings.append(Warning_(key=key, file=self.file, message=message))
+
+    def class_optimizer(self, key: str, class_path: str, table: Mapping[str, str | None]) -> str:
+        """memfit's optimizer for a class path (torchtune ``_component_``, LitGPT
+        ``class_path``); one not modelled is a warning and estimated as AdamW."""
+        name = table.get(class_path)
+        if name is None:
+            self.warn(key, f"{class_path} is not modelled; estimated as AdamW")
+            return "adamw"
+        return name
+
     def no_effect(self, keys: Iterable[str]) -> None:
         """Known keys that do not change memory (listed as such, not as unknown)."""
         for key in dict.fromkeys(keys):

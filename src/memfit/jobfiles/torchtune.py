@@ -143,16 +143,7 @@ def read_torchtune(r: KeyReader) -> None:
         r.set("checkpointing", "full" if on else "none", "enable_activation_checkpointing", v)
     opt = r.take("optimizer._component_", None)
     if isinstance(opt, str):
-        name = CLASS_OPTIMIZERS.get(opt)
-        if name is None:
-            r.warnings.append(
-                Warning_(
-                    key="optimizer._component_",
-                    file=r.file,
-                    message=f"{opt} is not modelled; estimated as AdamW",
-                )
-            )
-            name = "adamw"
+        name = r.class_optimizer("optimizer._component_", opt, CLASS_OPTIMIZERS)
         if name == "adamw" and as_bool(r, "optimizer.fused", r.take("optimizer.fused", False)):
             name = "adamw-fused"
         r.set("optimizer", name, "optimizer._component_", opt)

@@ -13,19 +13,10 @@ from typing import Any
 
 from memfit.estimate.analytic.ops import COMPUTE_DTYPE
 from memfit.estimate.analytic.quant_ops import QUANT_DTYPE
+from memfit.jobfiles.names import HF_OPTIM_OF as HF_OPTIM  # the one table, both directions
 from memfit.plan.request import PlanRequest
 from memfit.plan.space import Settings
 from memfit.spec import PRECISION_RULES
-
-HF_OPTIM = {
-    "adamw": "adamw_torch",
-    "adamw-fused": "adamw_torch_fused",
-    "adamw-8bit": "adamw_bnb_8bit",
-    "paged-adamw-8bit": "paged_adamw_8bit",
-    "adafactor": "adafactor",
-    "lion": "lion_32bit",
-    "sgd": "sgd",
-}
 
 
 def memfit_flags(s: Settings, request: PlanRequest, model: str) -> str:
