@@ -17,7 +17,18 @@ def test_the_documented_factory_example_estimates(
 ) -> None:
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    code = main(["estimate", "tiny_cnn:make", "--batch", "8", "--precision", "fp32", "--json"])
+    code = main(
+        [
+            "estimate",
+            "tiny_cnn:make",
+            "--allow-code",
+            "--batch",
+            "8",
+            "--precision",
+            "fp32",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert out["model"]["n_params"] == 3 * 32 * 9 + 32 + 32 * 64 * 9 + 64 + 64 * 10 + 10
@@ -30,6 +41,8 @@ def test_a_factory_refuses_a_technique_it_cannot_take(
 ) -> None:
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    code = main(["estimate", "tiny_cnn:make", "--precision", "fp32", "--lora-rank", "8"])
+    code = main(
+        ["estimate", "tiny_cnn:make", "--allow-code", "--precision", "fp32", "--lora-rank", "8"]
+    )
     assert code == 2
     assert "inside the factory" in capsys.readouterr().err

@@ -29,6 +29,16 @@ ALLOWED = {
     "snapshot/generate.py::*::open": "writes a snapshot memfit generates",
     "monitor/log.py::*::open": "the run-log writer (the `monitor` lane)",
     "monitor/device.py::*::open": "/proc/<pid>/statm and /proc/<pid>/stat of this machine",
+    "cli_check.py::cmd_check::open": "writes the fix to the user's own file (--write asks for it)",
+    "estimate/derived/cache.py::load::open": "memfit's own form cache (a bad file is ignored)",
+    "estimate/derived/cache.py::load::json.load": "memfit's own form cache (see above)",
+    "estimate/derived/cache.py::store::os.fdopen": "writes memfit's form cache",
+    "hardware/prices.py::bundled_prices::read_text": "package data: memfit's own prices.json",
+    "hardware/prices.py::read_price_file::yaml.safe_load": "parses text read by userfiles",
+    "jobfiles/files.py::parse::yaml.safe_load": "parses text read by userfiles.read_text",
+    "jobfiles/torchtune.py::apply_overrides::yaml.safe_load": "a key=value string from argv",
+    "models/pipelines/__init__.py::_index::read_text": "package data: the pipelines' index.json",
+    "monitor/log.py::_open_fd::os.open": "the run-log writer opens its own log (O_APPEND)",
     "monitor/log.py::_read_bytes::read_bytes": (
         "the old run-log reader: the `monitor` lane moves it onto userfiles.iter_lines"
     ),

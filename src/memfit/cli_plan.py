@@ -273,6 +273,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from memfit.report.advice import render_advice
     from memfit.report.plan import render_plan
 
+    cli_web.check_output_paths(args)  # --html: a typo is refused before the search
+
     if args.runtime == "vllm":
         return cli_vllm.cmd_plan_vllm(args)
     if args.lora_rank and args.mode == "infer":  # as estimate says it (spec/workload.py)

@@ -80,6 +80,27 @@ def add_share_flags(parser: argparse.ArgumentParser, *, snapshot: bool) -> None:
         )
 
 
+def check_output_paths(args: argparse.Namespace) -> None:
+    """``--html`` / ``--snapshot`` must name a file in an existing folder: checked before any
+    work, so a typo is an exit-2 message, not a traceback after the estimate."""
+    from pathlib import Path
+
+    from memfit.errors import SpecError
+
+    for flag in ("html", "snapshot"):
+        value = getattr(args, flag, None)
+        if not value:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise SpecError(f"--{flag} ({value!r}) is a folder: name a file in it")
+        if not path.parent.is_dir():
+            raise SpecError(
+                f"--{flag} ({value!r}): the folder {str(path.parent)!r} does not exist; create "
+                "it or name a file in an existing folder"
+            )
+
+
 @contextmanager
 def history(args: argparse.Namespace) -> Iterator[list[Any]]:
     """Around the estimate: records the trace engine's allocation history when --snapshot asks
@@ -87,6 +108,7 @@ def history(args: argparse.Namespace) -> Iterator[list[Any]]:
     from memfit.errors import SpecError
     from memfit.snapshot.predicted import recording
 
+    check_output_paths(args)
     if not getattr(args, "snapshot", None):
         yield []
         return

@@ -57,7 +57,7 @@ def _estimated(w: WorkloadSpec) -> dict[str, int]:
     "case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "bf16"
 )
 def test_applied_plan_allocates_what_was_estimated(case: dict) -> None:
-    w = WorkloadSpec(batch_size=2, seq_len=16, **case)
+    w = WorkloadSpec(batch_size=2, seq_len=16, **{"precision": "bf16-true", **case})
     measured, estimated = measured_train(TINY_LLAMA, w), _estimated(w)
     slack = BLOCK if w.prepare_kbit else 0
     assert abs(measured["forward"] - estimated["forward"]) <= slack

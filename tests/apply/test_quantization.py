@@ -119,7 +119,9 @@ def test_unknown_quant_backend_is_refused() -> None:
 def test_from_pretrained_kwargs_build_the_bitsandbytes_config_memfit_plan_prints() -> None:
     from transformers import BitsAndBytesConfig
 
-    kw = from_pretrained_kwargs(WorkloadSpec(quant="nf4-dq", lora_rank=16, attention="eager"))
+    kw = from_pretrained_kwargs(
+        WorkloadSpec(precision="bf16-true", quant="nf4-dq", lora_rank=16, attention="eager")
+    )
     qc = kw["quantization_config"]
     assert isinstance(qc, BitsAndBytesConfig)
     assert qc.load_in_4bit and qc.bnb_4bit_quant_type == "nf4" and qc.bnb_4bit_use_double_quant

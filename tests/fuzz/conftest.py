@@ -88,7 +88,6 @@ def run_log_reader_is_bounded() -> bool:
     import inspect
 
     import memfit.monitor.log as log
-
     import memfit.monitor.reader as reader
 
     return any(

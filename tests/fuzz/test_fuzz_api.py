@@ -50,7 +50,11 @@ def test_a_workload_spec_of_any_values_is_built_or_refused_with_a_spec_error(
         return
     for name, value in values.items():  # what was accepted is what was asked (or normalised)
         got = getattr(w, name)
-        defaulted = value is None and name in ("optimizer", "shard")  # None: the mode's default
+        defaulted = value is None and name in (
+            "optimizer",
+            "shard",
+            "precision",
+        )  # None: the mode's default
         assert defaulted or got == value or (isinstance(value, list) and got == tuple(value)), name
 
 

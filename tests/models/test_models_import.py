@@ -39,6 +39,7 @@ def test_public_api_is_exactly_the_documented_names():
         "ModelSpec",
         "QuantizationConfig",
         "SafetensorsInfo",
+        "allowing_code",
         "list_bundled",
         "read_safetensors_header",
         "resolve_model",

@@ -155,15 +155,21 @@ def test_a_results_numbers_are_copied_into_its_json() -> None:
 
 
 # -- the helpers both checklists use ---------------------------------------------------------
-def test_rated_gpus_splits_the_catalog_and_names_the_unrated_ones() -> None:
+def test_rated_gpus_splits_the_catalog_and_names_the_unrated_ones(monkeypatch) -> None:
+    import dataclasses
+
+    import memfit.hardware as hardware
+
+    gpus = list_gpus()
+    unrated_row = dataclasses.replace(gpus[0], name="NO-RATES", memory_bandwidth_gbps=None)
+    monkeypatch.setattr(hardware, "list_gpus", lambda: [*gpus, unrated_row])
     rated, note = rated_gpus("ranked")
-    unrated = [g.name for g in list_gpus() if not has_rates(g)]
-    assert [g.name for g in rated] == [g.name for g in list_gpus() if has_rates(g)]
-    assert unrated, "the catalog has rows without published rates (this test needs one)"
+    assert [g.name for g in rated] == [g.name for g in gpus if has_rates(g)]
     assert note == (
-        "not ranked (no published compute rate or memory bandwidth in the catalog): "
-        + ", ".join(unrated)
+        "not ranked (no published compute rate or memory bandwidth in the catalog): NO-RATES"
     )
+    monkeypatch.setattr(hardware, "list_gpus", lambda: gpus)
+    assert rated_gpus("ranked")[1] is None  # every catalog GPU has rates today
 
 
 def test_step_cost_is_the_cost_model_of_the_jobs_mode() -> None:

@@ -43,8 +43,9 @@ def test_estimate_html_holds_the_answer_the_command_and_the_versions(tmp_path: P
         assert format_bytes(est[key + "_high"]) in html  # the range
     for component in est["components"]:
         assert component in html
-    assert "memfit estimate gpt2 --mode train --batch 2 --seq 512 --precision bf16 --gpu T4 " in (
-        html
+    assert (
+        "memfit estimate gpt2 --mode train --batch 2 --seq 512 --precision bf16-mixed --gpu T4 "
+        in (html)
     )
     assert re.search(r"<td>memfit</td><td>\d", html)
     assert "<script" not in html and not re.search(r'(src|href)="https?:', html)

@@ -66,8 +66,8 @@ def test_api_fit_is_the_cli_json(server: str, tmp_path: Path) -> None:
 
 
 def test_api_fit_bad_input_is_the_cli_message(server: str) -> None:
-    status, _, body = get(f"{server}/api/fit?model=gpt2&gpu=T4&solve=batch&engine=analytic")
-    assert status == 400 and "memfit fit takes no option 'engine'" in body["error"]
+    status, _, body = get(f"{server}/api/fit?model=gpt2&gpu=T4&solve=batch&top=3")
+    assert status == 400 and "memfit fit takes no option 'top'" in body["error"]
     status, _, body = get(f"{server}/api/fit?model=gpt2&solve=batch")
     assert body["error"] == cli_error("fit", "gpt2", "--solve", "batch")
 

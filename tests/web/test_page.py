@@ -103,7 +103,9 @@ def test_the_plan_view_in_the_url_shows_the_as_asked_verdict_first(page: Any, se
     page.wait_for_selector("#plan[data-state=done]", timeout=120_000)
     headings = page.eval_on_selector_all("#plan h3", "hs => hs.map(h => h.textContent)")
     assert headings[:2] == ["As asked", "Recommended plan"]
-    _, plan = cli_json("plan", "gpt2", "--gpu", "T4", "--seq", "256", "--confirm", "none")
+    _, plan = cli_json(
+        "plan", "gpt2", "--gpu", "T4", "--seq", "256", "--precision", "bf16", "--confirm", "none"
+    )
     assert page.inner_text("#plan-recommended").startswith(plan["recommended"]["summary"])
 
 

@@ -98,7 +98,9 @@ def test_flash_attention_removes_the_quadratic_term() -> None:
     attention scores (Korthikanti et al. 2022: the 5as/h term)."""
 
     def acts(attention: str, seq: int) -> int:
-        wl = WorkloadSpec(batch_size=1, seq_len=seq, attention=attention, optimizer="none")
+        wl = WorkloadSpec(
+            batch_size=1, seq_len=seq, attention=attention, optimizer="none", precision="bf16-true"
+        )
         e = estimate_analytic(resolve_model("llama-3.2-1b"), wl)
         return e.phases["forward"].components["activations"]
 
@@ -110,8 +112,11 @@ def test_flash_attention_removes_the_quadratic_term() -> None:
 
 def test_full_checkpointing_keeps_one_input_per_layer() -> None:
     source = resolve_model("llama-3.1-8b")
-    full = estimate_analytic(source, WorkloadSpec(batch_size=1, seq_len=4096))
-    ckpt = estimate_analytic(source, WorkloadSpec(batch_size=1, seq_len=4096, checkpointing="full"))
+    pure = {"precision": "bf16-true"}  # bf16 layer inputs, as the figure below counts them
+    full = estimate_analytic(source, WorkloadSpec(batch_size=1, seq_len=4096, **pure))
+    ckpt = estimate_analytic(
+        source, WorkloadSpec(batch_size=1, seq_len=4096, checkpointing="full", **pure)
+    )
     # forward activations without the head: 32 layer inputs of 4096 x 4096 bf16 = 1 GiB
     layer_inputs = 32 * 4096 * 4096 * 2
     f_full = full.phases["forward"].components["activations"]

@@ -13,7 +13,7 @@ from memfit.errors import NotModelledError
 from memfit.estimate.analytic import estimate_analytic
 from memfit.spec import WorkloadSpec
 
-BF16 = {"precision": "bf16"}
+BF16 = {"precision": "bf16-true"}
 CASES = [
     ("qwen3_moe", BF16),
     ("qwen3_moe", {**BF16, "checkpointing": "full"}),
@@ -42,7 +42,7 @@ def test_new_family_is_within_tolerance_of_the_trace(case, trace_hf) -> None:
 def test_qwen3_moe_with_dense_layers_is_refused_rather_than_answered() -> None:
     config = dict(TINY["qwen3_moe"], mlp_only_layers=[0])
     with pytest.raises(NotModelledError, match="mlp_only_layers"):
-        estimate_analytic(config, WorkloadSpec(batch_size=1, seq_len=16, precision="bf16"))
+        estimate_analytic(config, WorkloadSpec(batch_size=1, seq_len=16, precision="bf16-true"))
 
 
 def test_olmo2_norms_q_and_k_over_the_whole_projection_and_each_sub_block_output() -> None:
@@ -50,7 +50,7 @@ def test_olmo2_norms_q_and_k_over_the_whole_projection_and_each_sub_block_output
     post-norms per layer instead of Llama's two pre-norms: q_dim + kv_dim more weights a layer."""
     olmo = TINY["olmo2"]
     llama = dict(olmo, model_type="llama", architectures=["LlamaForCausalLM"])
-    wl = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16")
+    wl = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16-true")
     extra = estimate_analytic(olmo, wl).n_params - estimate_analytic(llama, wl).n_params
     head_dim = olmo["hidden_size"] // olmo["num_attention_heads"]
     per_layer = (olmo["num_attention_heads"] + olmo["num_key_value_heads"]) * head_dim
@@ -62,7 +62,7 @@ def test_gemma3_counts_two_rotary_tables_and_a_q_and_k_norm_per_head() -> None:
     (whose soft-caps Gemma 3 drops); the weights are tied by default (Gemma3TextConfig)."""
     g3 = TINY["gemma3"]
     g2 = dict(g3, model_type="gemma2", architectures=["Gemma2ForCausalLM"])
-    wl = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16")
+    wl = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16-true")
     extra = estimate_analytic(g3, wl).n_params - estimate_analytic(g2, wl).n_params
     assert extra == g3["num_hidden_layers"] * 2 * g3["head_dim"]
 
@@ -71,6 +71,6 @@ def test_gemma3_counts_two_rotary_tables_and_a_q_and_k_norm_per_head() -> None:
 def test_qwen3_moe_with_experts_stored_quantized_is_refused(quant) -> None:
     """FP8 / GPTQ / AWQ checkpoints of Qwen3-MoE store the routed experts quantized; the
     analytic engine would cost them in bf16 (issue 19: about 2x), so it says it cannot."""
-    wl = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16", mode="infer", quant=quant)
+    wl = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16-true", mode="infer", quant=quant)
     with pytest.raises(NotModelledError, match="experts"):
         estimate_analytic(TINY["qwen3_moe"], wl)

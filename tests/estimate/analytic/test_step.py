@@ -36,8 +36,8 @@ def test_a_checkpointed_layer_leaves_only_its_gradients_behind(checkpointing) ->
     def step_net(p: BlockProfile) -> list[int]:
         return [f + b for f, b in zip(p.fwd_end, p.bwd_end, strict=True)]
 
-    plain = run_block(_layer, precision="bf16", train=True)
-    ckpt = run_block(_layer, precision="bf16", train=True, checkpointing=checkpointing)
+    plain = run_block(_layer, precision="bf16-true", train=True)
+    ckpt = run_block(_layer, precision="bf16-true", train=True, checkpointing=checkpointing)
     assert step_net(ckpt) == step_net(plain)
     if checkpointing == "full":  # the forward kept only the input (and the output)
         assert ckpt.fwd_end[ACTS] == HIDDEN_BYTES
@@ -49,7 +49,7 @@ def test_the_recomputation_stops_at_the_last_tensor_the_forward_saved() -> None:
     raises before ``down`` (which saves only its input and weight) makes its output, and the
     residual add after it never runs; the locals it made then go, the input stays."""
     g = Graph(grad_enabled=True)
-    o = Ops(g, precision="bf16", train=True)
+    o = Ops(g, precision="bf16-true", train=True)
     x, _ = _layer(o)
     g.recomputation([x])
     _, end = g.forward()
@@ -77,8 +77,8 @@ def test_a_checkpointed_layer_under_autocast_leaves_its_weight_casts_to_the_call
     of the forward). Without checkpointing the matmuls save them anyway; a checkpointed layer's
     forward saves nothing, so the cache alone keeps them: the layer holds them and reports their
     bytes for the model's last block to free."""
-    ckpt = run_block(_layer, precision="amp-bf16", train=True, checkpointing="full")
+    ckpt = run_block(_layer, precision="bf16-mixed", train=True, checkpointing="full")
     weights = 2 * (HIDDEN * 2 * HIDDEN) * 2  # up and down, in bf16
     assert ckpt.cast_bytes == weights
     assert ckpt.fwd_end[ACTS] == TOKENS * HIDDEN * 4 + weights  # the fp32 output, the casts
-    assert run_block(_layer, precision="amp-bf16", train=True).cast_bytes == 0
+    assert run_block(_layer, precision="bf16-mixed", train=True).cast_bytes == 0

@@ -57,6 +57,7 @@ def numel(shape: tuple[int, ...]) -> int:
 
 
 def estimate(**kw: object):  # type: ignore[no-untyped-def]
+    kw.setdefault("precision", "bf16-true")  # pure bf16, the figures below count bf16 grads
     return trace_hf(dict(CFG), WorkloadSpec(batch_size=1, seq_len=32, **kw), name="mid-llama")
 
 
@@ -152,4 +153,4 @@ def test_tp_that_does_not_divide_the_heads_is_a_spec_error() -> None:
         vocab_size=500,
     )
     with pytest.raises(SpecError, match="model_type 'gpt2'.*--engine analytic"):
-        trace_hf(gpt2, WorkloadSpec(gpus=2, tp=2), name="gpt2")
+        trace_hf(gpt2, WorkloadSpec(gpus=2, tp=2, precision="bf16-true"), name="gpt2")

@@ -36,7 +36,7 @@ def _assert_equal(fake, real) -> None:
 LLAMA_MATRIX = [
     {},
     {"precision": "fp32"},
-    {"precision": "fp16"},
+    {"precision": "16-true"},
     {"precision": "amp-bf16"},
     {"precision": "amp-fp16"},
     {"attention": "eager"},

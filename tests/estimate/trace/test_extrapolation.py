@@ -10,7 +10,7 @@ from memfit.spec import WorkloadSpec
 
 
 def _pair(config: dict, **workload) -> tuple:
-    wl = WorkloadSpec(**{"batch_size": 2, "seq_len": 128, **workload})
+    wl = WorkloadSpec(**{"batch_size": 2, "seq_len": 128, "precision": "bf16-true", **workload})
     full = trace_hf(config, wl, name="t", extrapolate=False)
     fast = trace_hf(config, wl, name="t", extrapolate=True)
     return full, fast
@@ -63,7 +63,7 @@ def test_extrapolated_reserved_memory_stays_close_to_the_full_replay() -> None:
 
 
 def test_small_models_are_traced_in_full() -> None:
-    est = trace_hf(TINY_LLAMA, WorkloadSpec(seq_len=64), name="t")
+    est = trace_hf(TINY_LLAMA, WorkloadSpec(seq_len=64, precision="bf16-true"), name="t")
     assert est.trace["extrapolated"] is False
 
 

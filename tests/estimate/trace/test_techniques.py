@@ -11,7 +11,8 @@ from memfit.spec import WorkloadSpec
 
 
 def est(config: dict = TINY_LLAMA, **workload):
-    return trace_hf(config, WorkloadSpec(**{"batch_size": 2, "seq_len": 256, **workload}), name="t")
+    workload = {"batch_size": 2, "seq_len": 256, "precision": "bf16-true", **workload}
+    return trace_hf(config, WorkloadSpec(**workload), name="t")
 
 
 def test_flash_attention_removes_the_quadratic_term() -> None:

@@ -19,7 +19,6 @@ embeddings live until the pipeline returns; latents). Offloaded weights are in h
 
 from __future__ import annotations
 
-import json
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,4 +247,9 @@ def largest_leaf_bytes(model: torch.nn.Module) -> int:
 
 
 def json_config(root: Path, name: str) -> dict[str, Any]:
-    return dict(json.loads((root / name / "config.json").read_text(encoding="utf-8")))
+    from memfit.userfiles import read_json
+
+    data = read_json(root / name / "config.json", what=f"{name} config")
+    if not isinstance(data, dict):
+        raise SpecError(f"{root / name / 'config.json'} is not a JSON object")
+    return dict(data)
