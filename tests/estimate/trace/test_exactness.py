@@ -94,8 +94,8 @@ def test_t5_keeps_wo_in_fp32_under_fp16_as_from_pretrained_does() -> None:
     from memfit.estimate.trace.build import build_hf_model
 
     for precision, wo, rest in (
-        ("fp16", torch.float32, torch.float16),
-        ("bf16", torch.bfloat16, torch.bfloat16),
+        ("16-true", torch.float32, torch.float16),
+        ("bf16-true", torch.bfloat16, torch.bfloat16),
     ):
         model = build_hf_model(dict(TINY_T5), WorkloadSpec(precision=precision), "seq2seq")
         dtypes = {n.split(".")[-2]: p.dtype for n, p in model.named_parameters()}
