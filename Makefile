@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/memfit estimate llama-3.2-1b --mode train --batch 4 --seq 2048 --precision bf16 --gpu A100-40GB
+	$(BIN)/memfit estimate llama-3.2-1b --mode train --batch 4 --seq 2048 --precision bf16-mixed --gpu A100-80GB
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
