@@ -57,7 +57,10 @@ def numel(shape: tuple[int, ...]) -> int:
 
 
 def estimate(**kw: object):  # type: ignore[no-untyped-def]
-    kw.setdefault("precision", "bf16-true")  # pure bf16, the figures below count bf16 grads
+    # as validated: pure bf16 (the figures count bf16 grads); under ZeRO, DeepSpeed's own
+    # 16-bit model with fp32 masters (bf16-mixed)
+    zero = str(kw.get("shard", "")).startswith("zero")
+    kw.setdefault("precision", "bf16-mixed" if zero else "bf16-true")
     return trace_hf(dict(CFG), WorkloadSpec(batch_size=1, seq_len=32, **kw), name="mid-llama")
 
 
