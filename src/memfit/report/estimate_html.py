@@ -128,14 +128,34 @@ def _modules_table(est: dict[str, Any]) -> str:
     return f'<table><tr><th>module</th><th class="num">live at the peak</th></tr>{rows}</table>'
 
 
-def _versions_table(est: dict[str, Any]) -> str:
-    rows = {**versions(), **{f"estimate: {k}": v for k, v in est.get("environment", {}).items()}}
+def versions_table(extra: dict[str, Any] | None = None) -> str:
+    """memfit's and the libraries' versions, plus ``extra`` rows (e.g. the estimate's own)."""
+    rows = {**versions(), **(extra or {})}
     return (
         "<table>"
         + "".join(
             f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in rows.items()
         )
         + "</table>"
+    )
+
+
+def page_tail(command: str, extra_versions: dict[str, Any] | None = None) -> str:
+    """The end of every standalone page: the command that made it and the versions."""
+    return (
+        f"<h2>Command</h2><p><code>{escape(command)}</code></p>"
+        f"<h2>Versions</h2>{versions_table(extra_versions)}"
+        "<footer>a self-contained page: nothing is loaded from the network</footer>"
+    )
+
+
+def standalone_page(title: str, body: str) -> str:
+    """A whole self-contained HTML document around ``body`` (no network loads)."""
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{PAGE_CSS}</style></head>"
+        f"<body><main>{body}</main></body></html>\n"
     )
 
 
@@ -154,16 +174,9 @@ def estimate_page(est: dict[str, Any], *, command: str) -> str:
         f"<h2>By component and phase</h2>{component_bars(est)}{_components_table(est)}"
         f"<h2>By module, at the peak</h2>{_modules_table(est)}"
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
-        + f"<h2>Command</h2><p><code>{escape(command)}</code></p>"
-        f"<h2>Versions</h2>{_versions_table(est)}"
-        "<footer>a self-contained page: nothing is loaded from the network</footer>"
+        + page_tail(command, {f"estimate: {k}": v for k, v in est.get("environment", {}).items()})
     )
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>memfit estimate: {escape(model['name'])}</title><style>{PAGE_CSS}</style></head>"
-        f"<body><main>{body}</main></body></html>\n"
-    )
+    return standalone_page(f"memfit estimate: {model['name']}", body)
 
 
 def write_estimate_html(est: dict[str, Any], path: str | Path, *, command: str) -> Path:

@@ -15,8 +15,13 @@ from typing import Any
 
 from memfit.estimate.result import COMPONENTS
 from memfit.report import svg
-from memfit.report.estimate_html import FRAGMENT_CSS, estimate_fragment, versions
-from memfit.report.html import COMPONENT_COLORS, PAGE_CSS
+from memfit.report.estimate_html import (
+    FRAGMENT_CSS,
+    estimate_fragment,
+    page_tail,
+    standalone_page,
+)
+from memfit.report.html import COMPONENT_COLORS
 from memfit.units import format_bytes
 
 
@@ -85,18 +90,9 @@ def plan_page(p: dict[str, Any], *, command: str) -> str:
         )
         + (f"<h2>Settings</h2><table>{settings}</table>" if settings else "")
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
-        + f"<h2>Command</h2><p><code>{escape(command)}</code></p><h2>Versions</h2><table>"
-        + "".join(
-            f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in versions().items()
-        )
-        + "</table><footer>a self-contained page: nothing is loaded from the network</footer>"
+        + page_tail(command)
     )
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>memfit plan: {escape(str(p['model']))}</title><style>{PAGE_CSS}</style></head>"
-        f"<body><main>{body}</main></body></html>\n"
-    )
+    return standalone_page(f"memfit plan: {p['model']}", body)
 
 
 def write_plan_html(p: dict[str, Any], path: str | Path, *, command: str) -> Path:
