@@ -228,7 +228,7 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         impl=wl.attention,
         task=task,
         train=False,
-        use_cache=generative and prog.use_cache,
+        use_cache=generative and _generate_caches(prog),
         logits_to_keep=1 if generative else 0,
     )
     stacks = _infer_blocks(prog, wl, w)
@@ -281,7 +281,7 @@ def _chunked_prefill_points(
             impl=wl.attention,
             task=task,
             train=False,
-            use_cache=prog.use_cache,
+            use_cache=_generate_caches(prog),
             logits_to_keep=1,
         )
         stacks = _infer_blocks(prog, wl, w)
@@ -291,6 +291,15 @@ def _chunked_prefill_points(
         pts, _ = run_stacks(base, stacks, backward=False)
         points.extend(pts)
     return points
+
+
+def _generate_caches(prog: Any) -> bool:
+    """Whether ``generate()`` keeps a KV cache for ``prog``'s model: always, whatever
+    ``config.use_cache`` says. generate() reads ``generation_config.use_cache`` (default True):
+    Qwen3-4B's config.json has ``use_cache: false``, its generation_config.json does not set it,
+    and the published measurements grow by exactly its KV cache per prompt token
+    (docs/accuracy.md §14). The trace engine passes ``use_cache=True`` the same way."""
+    return prog is not None
 
 
 def _custom_layer_inputs(prog: Any) -> bool:
@@ -328,12 +337,12 @@ def _decode_points(
         impl=wl.attention,
         task=task,
         train=False,
-        use_cache=prog.use_cache,
+        use_cache=_generate_caches(prog),
         logits_to_keep=1,
     )
     stacks = _infer_blocks(prog, wl, w, casts_exist=True)
     per_layer_token = stacks[1].profile.fwd_end[KV] // prog.period
-    kv_before = per_layer_token * (total - 1) * a.n_layers if prog.use_cache else 0
+    kv_before = per_layer_token * (total - 1) * a.n_layers if _generate_caches(prog) else 0
     base = vadd(vadd(static, one(KV, kv_before)), token)
     pts, _ = run_stacks(base, stacks, backward=False, point=view.fwd if view else None)
     return [start, *pts]
