@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from memfit import cli_vllm
+from memfit import cli_seqdist, cli_vllm
 from memfit.cli_engine import add_engine_flags
 from memfit.errors import SpecError
 
@@ -153,6 +153,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("--solve", choices=(*SOLVES, "max-model-len"), required=True)
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
+    cli_seqdist.add_flags(f)  # --seq-dist: solve the batch over a variable-length run
     cli_from.add_from(f)
     add_engine_flags(f)
     f.add_argument("--json", action="store_true", help="print one JSON object")
@@ -335,6 +336,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return cli_vllm.cmd_fit_vllm(args)
     if args.solve == "max-model-len":
         raise SpecError("--solve max-model-len is vLLM's: add --runtime vllm (or --solve seq)")
+    if args.seq_dist is not None:
+        return cli_seqdist.cmd_fit(args, workload_from_args(args))
     if args.gpu is None and args.gpu_memory is None:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     result = fit(

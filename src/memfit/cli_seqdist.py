@@ -146,3 +146,66 @@ def render_seq_run(run: Any, used_bytes: int, fits: bool | None) -> str:
             f"replayed at {run.floor_len} (larger tensors, the safe direction)"
         )
     return "\n".join(lines)
+
+
+def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
+    """``fit --solve batch --seq-dist``: the largest batch whose reserved memory after the run
+    fits (:func:`memfit.plan.seq_fit.fit_seq_dist`)."""
+    from memfit.errors import SpecError
+    from memfit.estimate.seqdist import StepPlan, parse_seq_dist
+    from memfit.models import resolve_model
+    from memfit.plan.seq_fit import fit_seq_dist
+
+    if args.solve != "batch":
+        raise SpecError(
+            f"--seq-dist with --solve {args.solve}: the distribution gives the lengths, so only "
+            "--solve batch is solved over a run; drop --seq-dist to solve a fixed shape"
+        )
+    if not workload.is_train:
+        raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
+    if args.gpu is None and args.gpu_memory is None:
+        raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
+    dist = parse_seq_dist(args.seq_dist)
+    plan = StepPlan(
+        batch_size=workload.batch_size,
+        n_steps=args.run_steps,
+        seed=args.seed,
+        pad_to_multiple_of=args.pad_to_multiple_of,
+        packing=args.packing,
+        group_by_length=args.group_by_length,
+    )
+    trust = getattr(args, "trust_remote_code", False)
+    source = resolve_model(str(args.model), trust_remote_code=trust)
+    show = sys.stderr.isatty() and not args.json
+    result = fit_seq_dist(
+        source,
+        workload,
+        dist,
+        plan,
+        gpu=_gpu(args) if args.gpu else None,
+        gpu_memory_bytes=args.gpu_memory,
+        headroom=args.headroom,
+        progress=(lambda line: print(f"memfit: {line}...", file=sys.stderr)) if show else None,
+    )
+    print(json.dumps(result.to_json(), indent=2) if args.json else render_seq_fit(result))
+    return 0 if result.fits else 1
+
+
+def render_seq_fit(r: Any) -> str:
+    """The text of ``fit --seq-dist``."""
+    from memfit.units import format_bytes
+
+    b, run = r.budget, r.run
+    lines = [
+        f"largest batch size whose reserved memory after the run fits {b.gpu_name}: "
+        f"{r.max_batch}  (the reserved bytes of a run of sampled lengths, replayed without a "
+        "cap: no allocator cache flushes)",
+        f"  (the fixed-shape estimate at the longest length allows {r.fixed.max_value}; "
+        f"{r.n_replays} runs replayed)",
+        f"  limit {format_bytes(b.limit_bytes)} = {format_bytes(b.capacity_bytes)} - "
+        f"{format_bytes(b.headroom_bytes)} headroom, of which the CUDA context takes "
+        f"{format_bytes(r.overhead_bytes)}",
+    ]
+    if run is not None:
+        lines.append(render_seq_run(run, r.overhead_bytes + run.run.reserved_bytes, r.fits))
+    return "\n".join(lines)

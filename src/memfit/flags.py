@@ -162,6 +162,15 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--prefill-chunk-size",
+        dest="prefill_chunk_size",
+        kind="int",
+        help="infer: generate(prefill_chunk_size=N): the prompt runs through the model N tokens "
+        "at a time into the cache (default: one pass)",
+        field="prefill_chunk_size",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--precision",
         dest="precision",
         kind="choice",

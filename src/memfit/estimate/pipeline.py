@@ -174,6 +174,12 @@ def check_generation(workload: WorkloadSpec, task: str) -> None:
             f"new_tokens ({workload.new_tokens}) needs a generative model but the task is "
             f"{task!r}; drop --new-tokens"
         )
+    if workload.prefill_chunk_size is not None and task != "causal-lm":
+        raise NotModelledError(
+            f"prefill_chunk_size ({workload.prefill_chunk_size}) is modelled for decoder-only "
+            f"causal LMs (generate()'s chunked prefill into a DynamicCache), not task {task!r}",
+            engine="both",
+        )
 
 
 def check_freeze_depth(workload: WorkloadSpec, n_layers: int) -> None:

@@ -18,6 +18,8 @@ def _workload_line(est: MemoryEstimate) -> str:
     parts = [w["mode"], f"batch {w['batch_size']} × seq {w['seq_len']}", w["precision"]]
     if w["mode"] == "infer" and w.get("new_tokens"):
         parts.append(f"{w['new_tokens']} new tokens")
+    if w.get("prefill_chunk_size"):
+        parts.append(f"prefill in chunks of {w['prefill_chunk_size']}")
     backends = ", ".join(f"{k} ×{v}" for k, v in sorted(est.attention_backends.items()))
     parts.append(f"attention {w['attention']}" + (f" ({backends})" if backends else ""))
     if w["mode"] == "train":

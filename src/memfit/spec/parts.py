@@ -19,6 +19,7 @@ from memfit.spec.rules import (
     kbit_rules,
     layout_rules,
     offload_rules,
+    prefill_rules,
     raise_if,
     shape_rules,
 )
@@ -38,6 +39,7 @@ class ShapeSpec:
     grad_accum: int = 1
     num_beams: int = 1
     cache_implementation: str = "dynamic"
+    prefill_chunk_size: int | None = None
 
     def __post_init__(self) -> None:
         raise_if(self.problems())
@@ -49,6 +51,7 @@ class ShapeSpec:
             + generation_rules(
                 self.mode, self.new_tokens, self.num_beams, self.cache_implementation
             )
+            + prefill_rules(self.mode, self.prefill_chunk_size)
         )
 
     def flat(self) -> dict[str, Any]:

@@ -185,6 +185,15 @@ def _choice(allowed: tuple[str, ...]) -> Rule:
     return check
 
 
+def _optional(rule: Rule) -> Rule:
+    """``rule`` for a field whose None means "not set"."""
+
+    def check(name: str, value: Any) -> str | None:
+        return None if value is None else rule(name, value)
+
+    return check
+
+
 def _positive(upper: int, beyond: str = "is beyond what any GPU could hold") -> Rule:
     def check(name: str, value: Any) -> str | None:
         if not _is_int(value) or value < 1:
@@ -281,6 +290,7 @@ FIELD_RULES: dict[str, Rule] = {
     "quant_compute_dtype": _compute_dtype,
     "num_beams": _positive(MAX_BATCH_SIZE),
     "cache_implementation": _choice(CACHE_IMPLEMENTATIONS),
+    "prefill_chunk_size": _optional(_positive(MAX_SEQ_LEN)),
 }
 
 
@@ -323,6 +333,16 @@ def generation_rules(mode: str, new_tokens: Any, num_beams: Any, cache: Any) -> 
     if cache == "static" and not generates:
         p.append("cache_implementation 'static' needs generation: --mode infer --new-tokens N")
     return p
+
+
+def prefill_rules(mode: str, chunk: Any) -> list[str]:
+    """``prefill_chunk_size`` is GenerationConfig's: the prompt of an inference run."""
+    if chunk is not None and mode != "infer":
+        return [
+            f"prefill_chunk_size ({chunk}) only applies to mode 'infer' (generate() runs the "
+            "prompt in chunks); drop --prefill-chunk-size or use --mode infer"
+        ]
+    return []
 
 
 def layout_rules(gpus: int, tp: int, shard: str | None) -> list[str]:

@@ -18,6 +18,7 @@ from memfit.spec.rules import (
     layout_rules,
     offload_rules,
     precision_rules,
+    prefill_rules,
     raise_if,
     resolve_precision,
     run_precision,
@@ -76,6 +77,7 @@ class WorkloadSpec:
     quant_compute_dtype: str | None = None
     num_beams: int = 1
     cache_implementation: str = "dynamic"
+    prefill_chunk_size: int | None = None  # GenerationConfig.prefill_chunk_size (None: one pass)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode))
@@ -123,6 +125,7 @@ class WorkloadSpec:
         p.extend(
             generation_rules(self.mode, self.new_tokens, self.num_beams, self.cache_implementation)
         )
+        p.extend(prefill_rules(self.mode, self.prefill_chunk_size))
         p.extend(self._technique_problems())
         return p
 
@@ -231,6 +234,8 @@ class WorkloadSpec:
             d.pop("num_beams")
         if self.cache_implementation == "dynamic":
             d.pop("cache_implementation")
+        if self.prefill_chunk_size is None:
+            d.pop("prefill_chunk_size")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -247,6 +252,6 @@ class WorkloadSpec:
 
 #: The flat :class:`WorkloadSpec` fields of each part.
 SHAPE_FIELDS: tuple[str, ...] = ("mode", "batch_size", "seq_len", "new_tokens", "task")
-SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation")
+SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation", "prefill_chunk_size")
 PARALLEL_FIELDS = ("gpus", "tp", "shard", "offload")
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())

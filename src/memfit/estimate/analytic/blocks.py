@@ -190,7 +190,7 @@ def rope(o: Ops, x: Tensor, cos: Tensor, sin: Tensor, rot_dim: int, head_dim: in
 def rotary_tables(o: Ops, w: Work, head_dim: int, dtype: str) -> tuple[Tensor, Tensor]:
     """``LlamaRotaryEmbedding.forward``: (1, S, D) cos and sin in the hidden states' dtype
     (position_ids has batch 1)."""
-    n = w.kv_len * head_dim if w.q_len > 1 else head_dim
+    n = w.q_len * head_dim  # the positions of this pass's tokens (a decode step: one)
     cos, sin = o.new(n, dtype), o.new(n, dtype)
     o.g.hold(cos, sin)
     return cos, sin

@@ -209,6 +209,8 @@ class DecoderProgram(ChainProgram):
             return None
         if w.impl == "eager":
             return x_dtype
+        if w.kv_len != w.q_len:  # a chunk of a chunked prefill: no ``is_causal`` shortcut
+            return "bool"
         if self.window is not None and w.kv_len > self.window:
             return "bool"
         return None
@@ -243,7 +245,7 @@ class DecoderProgram(ChainProgram):
         shared = Shared()
         rd = self.family.attention.table_dim(self.a)
         if rd:
-            n = (w.kv_len if w.q_len > 1 else 1) * rd
+            n = w.q_len * rd  # the positions of this pass's tokens
             shared.cos, shared.sin = o.g.external(n, x_dtype), o.g.external(n, x_dtype)
         dtype = self.mask_dtype(w, x_dtype)
         if dtype:

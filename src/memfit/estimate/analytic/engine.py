@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from memfit.errors import NotModelledError
 from memfit.estimate.analytic.blocks import Shared, Work
 from memfit.estimate.analytic.compose import (
     ID_BYTES,
@@ -227,7 +228,7 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         impl=wl.attention,
         task=task,
         train=False,
-        use_cache=generative and prog.use_cache,
+        use_cache=generative and _generate_caches(prog),
         logits_to_keep=1 if generative else 0,
     )
     stacks = _infer_blocks(prog, wl, w)
@@ -240,10 +241,77 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     fp = forward_pass(stacks, wl, param_bytes=param_bytes, inputs=inputs, tied=prog.a.tie)
     first = "prefill" if generative else "forward"
     phases = {first: fp.points}
+    chunk = wl.prefill_chunk_size
+    if generative and chunk is not None and chunk < s:
+        phases[first] = _chunked_prefill_points(prog, wl, task, fp.static, fp.end[KV], fp.view)
     if generative:
         casts = one(ACTS, cast_cache_bytes(stacks))
         phases["decode"] = _decode_points(prog, wl, task, vadd(fp.static, casts), fp.end, fp.view)
     return Simulated(candidates=phases, n_params=n_params, n_trainable=0, info=fp.info)
+
+
+def _chunked_prefill_points(
+    prog: Any, wl: WorkloadSpec, task: str, static: Vec, cache_bytes: int, view: Any
+) -> list[Vec]:
+    """``generate(prefill_chunk_size=C)`` (``GenerationMixin._prefill``): the prompt split into
+    chunks of C tokens, each a forward into the growing DynamicCache. The first chunk runs as a
+    short prefill (``is_causal``, no mask); every later one attends C queries to the cache and
+    itself, so transformers builds a (B, 1, C, past + C) bool mask, repeats grouped K/V heads and
+    SDPA takes the memory-efficient kernel (``SdpaRouter``). Traced: the first chunk, the last
+    full chunk and the final partial one; the previous chunk's output (its last-position logits)
+    is alive while the next runs."""
+    if view is not None or prog.window is not None or _custom_layer_inputs(prog):
+        raise NotModelledError(
+            "a chunked prefill is modelled by the analytic engine for one-GPU decoder models "
+            "without a sliding window or family-specific masks; the trace engine models it",
+            engine="analytic",
+        )
+    b, s, c = wl.batch_size, prog.q_len(wl.seq_len), int(wl.prefill_chunk_size or 0)
+    n_full, rest = divmod(s, c)
+    pasts = {0: c, c * (n_full - 1): c}
+    if rest:
+        pasts[s - rest] = rest
+    prev_logits = b * prog.a.vocab * DTYPE_BYTES[hidden_dtype(wl.run_precision)]
+    points: list[Vec] = [static]
+    for past, q in pasts.items():
+        w = Work(
+            batch=b,
+            q_len=q,
+            kv_len=past + q,
+            impl=wl.attention,
+            task=task,
+            train=False,
+            use_cache=_generate_caches(prog),
+            logits_to_keep=1,
+        )
+        stacks = _infer_blocks(prog, wl, w)
+        base = vadd(static, one(KV, cache_bytes * past // s))
+        if past:
+            base = vadd(base, one(ACTS, prev_logits))
+        pts, _ = run_stacks(base, stacks, backward=False)
+        points.extend(pts)
+    return points
+
+
+def _generate_caches(prog: Any) -> bool:
+    """Whether ``generate()`` keeps a KV cache for ``prog``'s model: always, whatever
+    ``config.use_cache`` says. generate() reads ``generation_config.use_cache`` (default True):
+    Qwen3-4B's config.json has ``use_cache: false``, its generation_config.json does not set it,
+    and the published measurements grow by exactly its KV cache per prompt token
+    (docs/accuracy.md §14). The trace engine passes ``use_cache=True`` the same way."""
+    return prog is not None
+
+
+def _custom_layer_inputs(prog: Any) -> bool:
+    """Whether a family builds its own masks or per-layer inputs (the chunk's mask would not be
+    the decoder blocks' one)."""
+    from memfit.estimate.analytic.decoder import DecoderProgram
+
+    cls = type(prog)
+    return not isinstance(prog, DecoderProgram) or any(
+        getattr(cls, name) is not getattr(DecoderProgram, name)
+        for name in ("embed_masks", "shared_for_layer", "mask_dtype", "embed")
+    )
 
 
 def _decode_points(
@@ -269,12 +337,12 @@ def _decode_points(
         impl=wl.attention,
         task=task,
         train=False,
-        use_cache=prog.use_cache,
+        use_cache=_generate_caches(prog),
         logits_to_keep=1,
     )
     stacks = _infer_blocks(prog, wl, w, casts_exist=True)
     per_layer_token = stacks[1].profile.fwd_end[KV] // prog.period
-    kv_before = per_layer_token * (total - 1) * a.n_layers if prog.use_cache else 0
+    kv_before = per_layer_token * (total - 1) * a.n_layers if _generate_caches(prog) else 0
     base = vadd(vadd(static, one(KV, kv_before)), token)
     pts, _ = run_stacks(base, stacks, backward=False, point=view.fwd if view else None)
     return [start, *pts]

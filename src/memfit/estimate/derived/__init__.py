@@ -49,6 +49,8 @@ def refusal(source: Any, workload: WorkloadSpec) -> str | None:
         return "an offloaded job"
     if "paged" in str(workload.optimizer):
         return "paged optimizer states"
+    if workload.prefill_chunk_size is not None:
+        return "a chunked prefill (prefill_chunk_size)"
     return None
 
 

@@ -7,7 +7,8 @@ Training (two steps, so optimizer states exist at the second step's peak)::
     optimizer.step(); optimizer.zero_grad(set_to_none=...)   # phase "optimizer"
 
 Inference of a causal LM follows ``generate()`` with a DynamicCache: a prefill of ``seq_len`` tokens
-that keeps only the last position's logits (``logits_to_keep=1``) and copies them to fp32, then
+(in chunks of ``prefill_chunk_size`` when set) that keeps only the last position's logits
+(``logits_to_keep=1``, where the model's forward takes it) and copies them to fp32, then
 ``new_tokens - 1`` decode steps, each traced (up to ``MAX_TRACED_DECODE_STEPS``; beyond, memfit
 jumps to the last step with the cache grown to its final length — its peak is the decode peak).
 """
@@ -238,7 +239,8 @@ def _generate(
     model: torch.nn.Module, ids: torch.Tensor, workload: WorkloadSpec, tracker: StorageTracker
 ) -> None:
     tracker.set_phase("prefill")
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    keep = logits_to_keep_kwargs(model)
+    out = _prefill(model, ids, workload.prefill_chunk_size, keep, tracker)
     token, cache = _next_token(out, tracker), out.past_key_values
     del out
     total = ids.shape[1] + workload.new_tokens - 1  # cache length after the last decode step
@@ -246,9 +248,43 @@ def _generate(
     for step in _decode_steps(workload.new_tokens):
         if step > MAX_TRACED_DECODE_STEPS:
             _grow_cache(cache, total - 1, tracker)
-        out = model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=token, past_key_values=cache, use_cache=True, **keep)
         token = _next_token(out, tracker)
         del out
+
+
+def logits_to_keep_kwargs(model: torch.nn.Module) -> dict[str, int]:
+    """``generate()`` sets ``logits_to_keep=1`` when the model's ``forward`` takes it
+    (``GenerationMixin._supports_logits_to_keep``: the signature); others compute every
+    position's logits."""
+    import inspect
+
+    return (
+        {"logits_to_keep": 1}
+        if "logits_to_keep" in inspect.signature(model.forward).parameters
+        else {}
+    )
+
+
+def _prefill(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    chunk: int | None,
+    keep: dict[str, int],
+    tracker: StorageTracker,
+) -> Any:
+    """``GenerationMixin._prefill``: one forward over the prompt, or with
+    ``prefill_chunk_size`` the prompt split into chunks (``torch.split``), each a forward into
+    the growing DynamicCache; ``outputs`` of one chunk stay referenced until the next one
+    returns (transformers 5.x ``generation/utils.py``)."""
+    if chunk is None or chunk >= ids.shape[1]:
+        return model(input_ids=ids, use_cache=True, **keep)
+    out: Any = None
+    for piece in torch.split(ids, chunk, dim=-1):
+        cache = out.past_key_values if out is not None else None
+        out = model(input_ids=piece, past_key_values=cache, use_cache=True, **keep)
+        tracker.label(_cache_tensors(out.past_key_values), "kv_cache")
+    return out
 
 
 #: Decode steps traced one by one. Each step grows the DynamicCache by one token (``torch.cat``),
