@@ -147,7 +147,7 @@ def render(est: Any, fits: dict[str, Any] | None) -> str:
     for c in est.components:
         lines.append(
             f"{c.name:<16}{c.class_name:<28}{fb(c.weights_bytes):>12}"
-            f"{fb(c.activation_peak_bytes):>13}  {c.storage or j.precision}"
+            f"{fb(c.activation_peak_bytes):>13}  {c.storage or c.dtype}"
         )
     if est.host_weights_bytes:
         lines.append(f"\nhost RAM for offloaded weights: {fb(est.host_weights_bytes)}")

@@ -144,6 +144,8 @@ class ComponentTrace:
     #: in ``activation_peak_bytes``, and the weights group offloading keeps on the device
     storage: str = ""
     transient_bytes: int = 0
+    #: the dtype the component runs in (SDXL's VAE: fp32 under an fp16 run, ``force_upcast``)
+    dtype: str = ""
     group_resident_bytes: int = 0
 
 

@@ -156,6 +156,7 @@ def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn
     return model
 
 
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 #: (tree, component, dtype, input shapes, decode/attention options) -> (activation peak,
 #: output bytes, forward events): a component's trace does not depend on the offload mode or the
 #: weight format, so one process sizing several settings traces each component once.
@@ -253,6 +254,7 @@ def estimate_pipeline(
             storage=lay.storage,
             transient_bytes=lay.transient_bytes,
             group_resident_bytes=lay.group_resident_bytes(job.offload_type, job.use_stream),
+            dtype=_DTYPE_NAMES[vae_dt if comp == "vae" else dt],
         )
         tensor_allocs[comp] = lay.tensor_allocs
         stage_of[comp] = stage
