@@ -191,3 +191,16 @@ def test_empty_cache_gives_free_segments_back() -> None:
     sim.empty_cache()
     assert sim.reserved_bytes == 0
     assert sim.result().peak_reserved_bytes == 64 << 20
+
+
+def test_a_tied_weight_counts_once_in_the_unmatched_group() -> None:
+    """T5EncoderModel: ``shared`` and ``encoder.embed_tokens`` are one tensor; block_level makes
+    the whole encoder one unmatched group (its blocks are not top-level children)."""
+    import transformers
+
+    cfg = transformers.T5Config(d_model=32, d_ff=37, d_kv=16, num_layers=2, num_heads=2)
+    with torch.device("meta"):
+        t5 = transformers.T5EncoderModel(cfg)
+    lay = layout(t5)
+    assert lay.unmatched_bytes == lay.weights_bytes
+    assert lay.largest_block_bytes == 0

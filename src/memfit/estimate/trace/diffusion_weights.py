@@ -85,6 +85,10 @@ def _own(module: torch.nn.Module) -> list[torch.Tensor]:
     return [*module.parameters(recurse=False), *module.buffers(recurse=False)]
 
 
+def _all(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [*module.parameters(), *module.buffers()]
+
+
 def _bytes_of(t: torch.Tensor) -> int:
     return int(t.numel() * t.element_size())
 
@@ -140,15 +144,17 @@ def layout(
         }
         return sum(seen.values())
 
-    unmatched = sum(per[id(t)] for t in _own(model))
+    unmatched_ids = {id(t) for t in _own(model)}  # a set: a tied weight counts once
     block = 0
     for child in model.children():
         if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)):
             kids = list(child)
             for i in range(0, len(kids), num_blocks_per_group):
-                block = max(block, sum(total(k) for k in kids[i : i + num_blocks_per_group]))
+                group = {id(t) for k in kids[i : i + num_blocks_per_group] for t in _all(k)}
+                block = max(block, sum(per[k] for k in group))
         else:
-            unmatched += total(child)
+            unmatched_ids.update(id(t) for t in _all(child))
+    unmatched = sum(per[k] for k in unmatched_ids)
     leaf = max((total(m, recurse=False) for m in model.modules()), default=0)
     storage = quant if quant != "none" else (f"{layerwise} layerwise" if layerwise else "")
     return WeightLayout(
