@@ -105,3 +105,14 @@ def test_a_group_offloaded_quantized_pipeline_prints_its_formats_and_reserved_pe
     assert code == 0 and est["job"]["layerwise_casting"] == "fp8"
     storage = {c["name"]: c["storage"] for c in est["components"]}
     assert storage["transformer"] == "fp8 layerwise" and storage["vae"] == ""
+
+
+@pytest.mark.parametrize(
+    "flag", [["--height", "512"], ["--layerwise-casting", "fp8"], ["--use-stream"]]
+)
+def test_a_pipeline_flag_on_a_model_that_is_not_a_pipeline_is_refused(
+    capsys: pytest.CaptureFixture[str], flag: list[str]
+) -> None:
+    code, out, err = run(capsys, "estimate", "gpt2", *flag)
+    assert code == 2 and out == ""
+    assert f"{flag[0]} applies to diffusion pipelines only" in err

@@ -29,6 +29,18 @@ def is_pipeline(model: str) -> bool:
     return pipeline_dir(model) is not None
 
 
+def refuse_pipeline_flags(args: argparse.Namespace) -> None:
+    """A diffusion-pipeline flag on a model that is not a pipeline: refused, not ignored."""
+    from memfit.flags import flags_for
+
+    for f in flags_for("estimate"):
+        if f.target == "pipeline" and getattr(args, f.dest, None) not in (None, False):
+            raise SpecError(
+                f"{f.name} applies to diffusion pipelines only, and {args.model!r} is not one "
+                "(a bundled pipeline in `memfit models`, or a directory with a model_index.json)"
+            )
+
+
 def _job(args: argparse.Namespace) -> Any:
     from memfit.estimate.trace.diffusion import DiffusionJob
 
