@@ -51,7 +51,12 @@ def test_memfit_models_lists_the_pipelines(capsys: pytest.CaptureFixture[str]) -
     [
         (("flux.1-dev",), "pass --mode infer"),
         (("flux.1-dev", "--mode", "infer", "--offload", "params"), "--pipeline-offload"),
-        (("flux.1-dev", "--mode", "infer", "--quant", "nf4"), "--quant nf4 is not modelled"),
+        (("flux.1-dev", "--mode", "infer", "--quant", "fp8"), "not a diffusion weight format"),
+        (("flux.1-dev", "--mode", "infer", "--use-stream"), "add --pipeline-offload group"),
+        (
+            ("flux.1-dev", "--mode", "infer", "--num-blocks-per-group", "2"),
+            "--num-blocks-per-group is a group-offload setting",
+        ),
         (("flux.1-dev", "--mode", "infer", "--height", "1000"), "multiple of 16"),
         (("flux.1-dev", "--mode", "infer", "--precision", "amp-bf16"), "not a diffusion"),
         (("wan2.2-ti2v-5b", "--mode", "infer"), "WanPipeline is not modelled"),
@@ -77,5 +82,37 @@ def test_a_gpu_verdict_adds_the_cuda_context(
     code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
     fits = json.loads(out)["fits"]
     assert code == 0 and fits["fits"]
-    assert fits["need_bytes"] == json.loads(out)["peak_allocated_bytes"] + fits["overhead_bytes"]
+    # the reserved peak (the allocator replay, cuBLAS workspaces included) plus the CUDA context
+    assert fits["need_bytes"] == json.loads(out)["peak_reserved_bytes"] + fits["overhead_bytes"]
     assert fits["overhead_bytes"] > 0
+
+
+def test_a_group_offloaded_quantized_pipeline_prints_its_formats_and_reserved_peak(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("diffusers")
+    from tests.estimate.trace.test_diffusion import tiny_flux
+
+    root = tiny_flux(tmp_path)
+    argv = ["estimate", str(root), "--mode", "infer", "--height", "64", "--width", "64"]
+    extra = ["--pipeline-offload", "group", "--offload-type", "leaf_level", "--use-stream"]
+    code, out, _ = run(capsys, *argv, *extra, "--quant", "gguf-q8_0")
+    assert code == 0
+    assert "reserved by the caching allocator" in out
+    assert "gguf-q8_0" in out and "group offload (leaf_level, use_stream)" in out
+    code, out, _ = run(capsys, *argv, "--layerwise-casting", "fp8", "--json")
+    est = json.loads(out)
+    assert code == 0 and est["job"]["layerwise_casting"] == "fp8"
+    storage = {c["name"]: c["storage"] for c in est["components"]}
+    assert storage["transformer"] == "fp8 layerwise" and storage["vae"] == ""
+
+
+@pytest.mark.parametrize(
+    "flag", [["--height", "512"], ["--layerwise-casting", "fp8"], ["--use-stream"]]
+)
+def test_a_pipeline_flag_on_a_model_that_is_not_a_pipeline_is_refused(
+    capsys: pytest.CaptureFixture[str], flag: list[str]
+) -> None:
+    code, out, err = run(capsys, "estimate", "gpt2", *flag)
+    assert code == 2 and out == ""
+    assert f"{flag[0]} applies to diffusion pipelines only" in err

@@ -202,6 +202,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     if cli_diffusion.is_pipeline(args.model):
         return cli_diffusion.cmd_estimate_pipeline(args)
+    cli_diffusion.refuse_pipeline_flags(args)
     from memfit.estimate import estimate
     from memfit.report.text import render_estimate
 

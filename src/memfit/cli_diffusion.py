@@ -29,6 +29,18 @@ def is_pipeline(model: str) -> bool:
     return pipeline_dir(model) is not None
 
 
+def refuse_pipeline_flags(args: argparse.Namespace) -> None:
+    """A diffusion-pipeline flag on a model that is not a pipeline: refused, not ignored."""
+    from memfit.flags import flags_for
+
+    for f in flags_for("estimate"):
+        if f.target == "pipeline" and getattr(args, f.dest, None) not in (None, False):
+            raise SpecError(
+                f"{f.name} applies to diffusion pipelines only, and {args.model!r} is not one "
+                "(a bundled pipeline in `memfit models`, or a directory with a model_index.json)"
+            )
+
+
 def _job(args: argparse.Namespace) -> Any:
     from memfit.estimate.trace.diffusion import DiffusionJob
 
@@ -37,17 +49,18 @@ def _job(args: argparse.Namespace) -> Any:
             f"{args.model} is a diffusion pipeline: memfit sizes its inference only "
             "(pass --mode infer); diffusion training is not modelled yet"
         )
-    quant = getattr(args, "quant", None)
-    if quant not in (None, "none"):
-        raise SpecError(
-            f"--quant {quant} is not modelled for diffusion pipelines yet (quantized "
-            "transformers through diffusers' quantizers): drop --quant"
-        )
     if getattr(args, "offload", None) not in (None, "none"):
         raise SpecError(
             "--offload is ZeRO/FSDP training offload; for a diffusion pipeline use "
-            "--pipeline-offload model|sequential"
+            "--pipeline-offload model|sequential|group"
         )
+    if args.pipeline_offload != "group":
+        for dest in ("offload_type", "num_blocks_per_group", "use_stream"):
+            if getattr(args, dest, None) not in (None, False):
+                raise SpecError(
+                    f"--{dest.replace('_', '-')} is a group-offload setting: add "
+                    "--pipeline-offload group"
+                )
     for dest in _REFUSED:
         value = getattr(args, dest, None)
         if value not in (None, "none", False):
@@ -57,12 +70,19 @@ def _job(args: argparse.Namespace) -> Any:
         "precision": args.precision or "bf16",
         "vae_slicing": bool(args.vae_slicing),
         "vae_tiling": bool(args.vae_tiling),
+        "use_stream": bool(getattr(args, "use_stream", False)),
+        "attention_slicing": bool(getattr(args, "attention_slicing", False)),
+        "quant": getattr(args, "quant", None) or "none",
     }
     for dest, key in (
         ("height", "height"),
         ("width", "width"),
         ("steps", "steps"),
         ("pipeline_offload", "offload"),
+        ("offload_type", "offload_type"),
+        ("num_blocks_per_group", "num_blocks_per_group"),
+        ("layerwise_casting", "layerwise_casting"),
+        ("text_encoder_quant", "text_encoder_quant"),
     ):
         if getattr(args, dest, None) is not None:
             kwargs[key] = getattr(args, dest)
@@ -78,17 +98,25 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
     assert root is not None
     if sys.stderr.isatty() and not args.json:
         print(f"tracing {args.model}'s components on fake tensors ...", file=sys.stderr)
-    est = estimate_pipeline(root, job, name=args.model)
-    fits = None
+    gpu = None
     if args.gpu:
         from memfit.hardware.catalog import get_gpu
-        from memfit.hardware.overhead import device_overhead
 
         gpu = get_gpu(args.gpu)
+    est = estimate_pipeline(root, job, name=args.model, gpu=gpu)
+    fits = None
+    if gpu is not None:
+        from memfit.hardware.overhead import device_overhead
+
         # the verdict adds the CUDA context and cuBLAS workspaces of an inference process
-        # (hardware/overhead.py), which the tensor peak does not hold
-        overhead = device_overhead(gpu.arch, training=False).total_bytes
+        # (hardware/overhead.py), which the tensor peak does not hold; with the allocator replay,
+        # what nvidia-smi adds on top of the reserved peak (the replay holds the workspaces)
+        ov = device_overhead(gpu.arch, training=False)
+        overhead = ov.total_bytes
         need = est.peak_bytes + overhead
+        if est.peak_reserved_bytes is not None:
+            overhead = ov.outside_allocator_bytes
+            need = max(need, est.peak_reserved_bytes + overhead)
         fits = {
             "gpu": gpu.name,
             "capacity_bytes": gpu.memory_bytes,
@@ -111,8 +139,14 @@ def render(est: Any, fits: dict[str, Any] | None) -> str:
         f"{est.name} ({est.pipeline}) {j.height}x{j.width}, {j.steps} steps, batch {j.batch}, "
         f"{j.precision}, offload {j.offload}"
         + (", vae slicing" if j.vae_slicing else "")
-        + (", vae tiling" if j.vae_tiling else ""),
-        f"peak on the GPU: {fb(est.peak_bytes)} (in {est.peak_stage})",
+        + (", vae tiling" if j.vae_tiling else "")
+        + (", attention slicing" if j.attention_slicing else ""),
+        f"peak on the GPU: {fb(est.peak_bytes)} allocated (in {est.peak_stage})"
+        + (
+            f", {fb(est.peak_reserved_bytes)} reserved by the caching allocator"
+            if est.peak_reserved_bytes is not None
+            else ""
+        ),
         "",
         f"{'stage':<12}{'peak':>12}{'weights':>12}{'activations':>13}{'carried':>11}  components",
     ]
@@ -121,10 +155,11 @@ def render(est: Any, fits: dict[str, Any] | None) -> str:
             f"{s.stage:<12}{fb(s.peak_bytes):>12}{fb(s.resident_weights_bytes):>12}"
             f"{fb(s.activation_peak_bytes):>13}{fb(s.carried_bytes):>11}  {', '.join(s.components)}"
         )
-    lines += ["", f"{'component':<16}{'class':<28}{'weights':>12}{'activations':>13}"]
+    lines += ["", f"{'component':<16}{'class':<28}{'weights':>12}{'activations':>13}  format"]
     for c in est.components:
         lines.append(
-            f"{c.name:<16}{c.class_name:<28}{fb(c.weights_bytes):>12}{fb(c.activation_peak_bytes):>13}"
+            f"{c.name:<16}{c.class_name:<28}{fb(c.weights_bytes):>12}"
+            f"{fb(c.activation_peak_bytes):>13}  {c.storage or c.dtype}"
         )
     if est.host_weights_bytes:
         lines.append(f"\nhost RAM for offloaded weights: {fb(est.host_weights_bytes)}")

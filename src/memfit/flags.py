@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from memfit.estimate.diffusion_formats import DIFFUSION_QUANTS, FORMATS
 from memfit.spec import (
     ATTENTIONS,
     CACHE_IMPLEMENTATIONS,
@@ -239,9 +240,10 @@ FLAGS: tuple[Flag, ...] = (
         name="--quant",
         dest="quant",
         kind="choice",
-        choices=QUANTS,
+        choices=(*QUANTS, *DIFFUSION_QUANTS),
         default="none",
-        help="weight format (train: QLoRA, needs --lora-rank; default none)",
+        help="weight format (train: QLoRA, needs --lora-rank; default none; diffusion "
+        "pipelines: the denoiser's, also torchao-*/gguf-* formats)",
         field="quant",
         commands=ESTIMATE_LIKE,
     ),
@@ -397,9 +399,9 @@ FLAGS: tuple[Flag, ...] = (
         name="--pipeline-offload",
         dest="pipeline_offload",
         kind="choice",
-        choices=("none", "model", "sequential"),
-        help="diffusion pipelines: diffusers' enable_model_cpu_offload (model) or "
-        "enable_sequential_cpu_offload (sequential); default none",
+        choices=("none", "model", "sequential", "group"),
+        help="diffusion pipelines: diffusers' enable_model_cpu_offload (model), "
+        "enable_sequential_cpu_offload (sequential) or enable_group_offload (group); default none",
         field="offload",
         target="pipeline",
         commands=("estimate",),
@@ -421,6 +423,67 @@ FLAGS: tuple[Flag, ...] = (
         default=False,
         help="diffusion pipelines: vae.enable_tiling() (decode in tiles of the VAE config's size)",
         field="vae_tiling",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--offload-type",
+        dest="offload_type",
+        kind="choice",
+        choices=("block_level", "leaf_level"),
+        help="diffusion pipelines, --pipeline-offload group: diffusers' offload_type (default "
+        "block_level)",
+        field="offload_type",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--num-blocks-per-group",
+        dest="num_blocks_per_group",
+        kind="int",
+        help="diffusion pipelines, group offload block_level: blocks per group (default 1)",
+        field="num_blocks_per_group",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--use-stream",
+        dest="use_stream",
+        kind="switch",
+        default=False,
+        help="diffusion pipelines, group offload: use_stream=True (prefetches the next group)",
+        field="use_stream",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--layerwise-casting",
+        dest="layerwise_casting",
+        kind="choice",
+        choices=("fp8",),
+        help="diffusion pipelines: denoiser.enable_layerwise_casting(storage_dtype="
+        "float8_e4m3fn, compute_dtype=--precision)",
+        field="layerwise_casting",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--text-encoder-quant",
+        dest="text_encoder_quant",
+        kind="choice",
+        choices=("none", *(q for q in FORMATS if not q.startswith("gguf"))),
+        help="diffusion pipelines: the largest text encoder's weight format (FLUX/SD3: the T5)",
+        field="text_encoder_quant",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--attention-slicing",
+        dest="attention_slicing",
+        kind="switch",
+        default=False,
+        help="diffusion pipelines: pipe.enable_attention_slicing() (slice_size auto)",
+        field="attention_slicing",
         target="pipeline",
         commands=("estimate",),
     ),

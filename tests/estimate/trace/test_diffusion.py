@@ -198,7 +198,12 @@ def test_a_pipeline_memfit_does_not_compose_is_refused_by_name(tmp_path: Path) -
         ({"height": 100}, "height must be a multiple of 16"),
         ({"steps": 0}, "steps must be a positive"),
         ({"precision": "amp-bf16"}, "not a diffusion inference precision"),
-        ({"offload": "group"}, "pipeline offload 'group'"),
+        ({"offload": "disk"}, "pipeline offload 'disk'"),
+        ({"offload_type": "block"}, "offload_type 'block' is not one of"),
+        ({"quant": "fp8"}, "quant 'fp8' is not a diffusion weight format"),
+        ({"text_encoder_quant": "gguf-q8_0"}, "GGUF checkpoints are loaded for the denoiser"),
+        ({"layerwise_casting": "fp8", "quant": "nf4"}, "use one of them"),
+        ({"use_stream": True, "num_blocks_per_group": 2}, "use_stream needs num_blocks_per_group"),
     ],
 )
 def test_a_bad_job_is_refused_naming_the_field(kw: dict[str, object], rule: str) -> None:

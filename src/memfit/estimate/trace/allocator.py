@@ -257,6 +257,10 @@ class CachingAllocatorSim:
         self._merge(block, block.next)
         block.pool.insert(block)
 
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()``: give every free whole segment back to the driver."""
+        self._release_cached_blocks()
+
     def result(self) -> AllocatorResult:
         """The peaks so far (the replay can continue afterwards)."""
         if self._expandable:

@@ -32,7 +32,7 @@ from memfit.estimate.trace.engine import cuda_emulation_for
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
-PIPELINE_OFFLOADS = ("none", "model", "sequential")
+PIPELINE_OFFLOADS = ("none", "model", "sequential", "group")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: The pipelines memfit composes, with their stages' components.
 SUPPORTED = ("FluxPipeline", "StableDiffusionXLPipeline")
@@ -51,8 +51,25 @@ class DiffusionJob:
     vae_slicing: bool = False
     vae_tiling: bool = False
     max_sequence_length: int = 512
+    #: group offloading (``pipe.enable_group_offload``): its offload_type, blocks per group, stream
+    offload_type: str = "block_level"
+    num_blocks_per_group: int = 1
+    use_stream: bool = False
+    #: weight formats: the denoiser's, the largest text encoder's (diffusion_weights.FORMATS)
+    quant: str = "none"
+    text_encoder_quant: str = "none"
+    #: ``enable_layerwise_casting(storage_dtype=float8_e4m3fn)`` on the denoiser
+    layerwise_casting: str | None = None
+    #: ``pipe.enable_attention_slicing()`` (slice_size "auto")
+    attention_slicing: bool = False
 
     def __post_init__(self) -> None:
+        from memfit.estimate.trace.diffusion_weights import (
+            FORMATS,
+            LAYERWISE_STORAGE_BYTES,
+            OFFLOAD_TYPES,
+        )
+
         for name in ("height", "width", "steps", "batch", "max_sequence_length"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -72,6 +89,44 @@ class DiffusionJob:
             raise SpecError(
                 f"pipeline offload {self.offload!r} is not one of {', '.join(PIPELINE_OFFLOADS)}"
             )
+        if self.offload_type not in OFFLOAD_TYPES:
+            raise SpecError(
+                f"offload_type {self.offload_type!r} is not one of {', '.join(OFFLOAD_TYPES)}"
+            )
+        if not isinstance(self.num_blocks_per_group, int) or self.num_blocks_per_group < 1:
+            raise SpecError(
+                f"num_blocks_per_group must be a positive whole number, got "
+                f"{self.num_blocks_per_group!r}"
+            )
+        if self.use_stream and self.num_blocks_per_group != 1:
+            raise SpecError(
+                f"use_stream needs num_blocks_per_group 1 (diffusers resets it to 1), got "
+                f"{self.num_blocks_per_group}"
+            )
+        for name in ("quant", "text_encoder_quant"):
+            value = getattr(self, name)
+            if value != "none" and value not in FORMATS:
+                raise SpecError(
+                    f"{name} {value!r} is not a diffusion weight format: use one of "
+                    f"{', '.join(FORMATS)}"
+                )
+        if self.text_encoder_quant.startswith("gguf"):
+            raise SpecError(
+                f"text_encoder_quant {self.text_encoder_quant!r}: GGUF checkpoints are loaded for "
+                "the denoiser (from_single_file); quantize text encoders with bitsandbytes or "
+                "torchao formats"
+            )
+        if self.layerwise_casting is not None:
+            if self.layerwise_casting not in LAYERWISE_STORAGE_BYTES:
+                raise SpecError(
+                    f"layerwise_casting {self.layerwise_casting!r} is not supported: use fp8 "
+                    "(storage float8_e4m3fn)"
+                )
+            if self.quant != "none":
+                raise SpecError(
+                    f"layerwise_casting and quant {self.quant!r} both change the denoiser's "
+                    "weights: use one of them"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +140,13 @@ class ComponentTrace:
     largest_leaf_bytes: int
     activation_peak_bytes: int
     output_bytes: int
+    #: the weight format ("" for the component's dtype), the dequantized-layer transient included
+    #: in ``activation_peak_bytes``, and the weights group offloading keeps on the device
+    storage: str = ""
+    transient_bytes: int = 0
+    #: the dtype the component runs in (SDXL's VAE: fp32 under an fp16 run, ``force_upcast``)
+    dtype: str = ""
+    group_resident_bytes: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +171,11 @@ class PipelineEstimate:
     stages: tuple[StagePeak, ...]
     host_weights_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: the caching allocator's peak (``torch.cuda.max_memory_reserved``), from replaying every
+    #: stage's allocations through estimate/trace/allocator.py; None when not replayed
+    peak_reserved_bytes: int | None = None
+    #: ``max_memory_reserved`` once the pipeline is loaded and placed (before the call)
+    loaded_reserved_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -127,6 +194,8 @@ class PipelineEstimate:
             "job": asdict(self.job),
             "peak_allocated_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "loaded_reserved_bytes": self.loaded_reserved_bytes,
             "host_weights_bytes": self.host_weights_bytes,
             "stages": [{**asdict(s), "peak_bytes": s.peak_bytes} for s in self.stages],
             "components": [asdict(c) for c in self.components],
@@ -183,13 +252,20 @@ def build_component(library: str, class_name: str, config: dict[str, Any]) -> to
 
 
 def trace_forward(
-    model: torch.nn.Module, make_inputs: Any, call: Any, *, real: bool = False
+    model: torch.nn.Module,
+    make_inputs: Any,
+    call: Any,
+    *,
+    real: bool = False,
+    events: list[tuple[str, int, int]] | None = None,
 ) -> tuple[int, int]:
     """(peak bytes above the weights, bytes of the output) of ``call(model, **make_inputs())``
-    under ``no_grad``; on fake tensors (the model on meta) or, ``real=True``, on real CPU ones."""
+    under ``no_grad``; on fake tensors (the model on meta) or, ``real=True``, on real CPU ones.
+    ``events``: filled with the forward's allocations and frees (the inputs' first, the weights'
+    left out), each storage still alive at the end freed, for the allocator replay."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    tracker = StorageTracker(device_type="cpu", record_events=False)
+    tracker = StorageTracker(device_type="cpu", record_events=events is not None)
     with ExitStack() as stack:
         if not real:
             fake = FakeTensorMode(allow_non_fake_inputs=False)
@@ -203,6 +279,7 @@ def trace_forward(
         # weights first (their views must not count as new storages), then the inputs
         tracker.label([*model.parameters(), *model.buffers()], "parameters")
         base = tracker.current_bytes
+        weight_keys = set(tracker.live)
         tracker.label(_tensors(inputs), "activations")
         try:
             out = call(model, **inputs)
@@ -213,6 +290,9 @@ def trace_forward(
             ) from exc
         peak = tracker.peak.total_bytes - base
         out_bytes = sum(t.untyped_storage().nbytes() for t in _tensors(out))
+    if events is not None and tracker.events is not None:
+        events.extend(e for e in tracker.events if e[1] not in weight_keys)
+        events.extend(("f", k, 0) for k, n in tracker.live.items() if n and k not in weight_keys)
     return peak, out_bytes
 
 

@@ -27,9 +27,7 @@ from memfit.estimate.trace.diffusion import (
     ComponentTrace,
     DiffusionJob,
     PipelineEstimate,
-    StagePeak,
     build_component,
-    largest_leaf_bytes,
     read_tree,
     trace_forward,
 )
@@ -158,101 +156,118 @@ def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn
     return model
 
 
-def estimate_pipeline(root: Path, job: DiffusionJob, *, name: str) -> PipelineEstimate:
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+#: (tree, component, dtype, input shapes, decode/attention options) -> (activation peak,
+#: output bytes, forward events): a component's trace does not depend on the offload mode or the
+#: weight format, so one process sizing several settings traces each component once.
+_TRACES: dict[tuple[Any, ...], tuple[int, int, list[tuple[str, int, int]]]] = {}
+
+
+def _trace_key(root: Path, comp: str, dt: torch.dtype, job: DiffusionJob) -> tuple[Any, ...]:
+    shape = (job.batch, job.height, job.width, job.max_sequence_length)
+    options = (job.vae_slicing, job.vae_tiling) if comp == "vae" else (job.attention_slicing,)
+    return (str(root.resolve()), comp, str(dt), shape, options)
+
+
+def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> list[str]:
+    """The pipeline's memory switches that change the traced code: VAE slicing/tiling and
+    ``enable_attention_slicing`` (``DiffusionPipeline.set_attention_slice`` calls
+    ``set_attention_slice("auto")`` on every component that has it). Returns notes."""
+    m: Any = model
+    if comp == "vae":
+        if job.vae_slicing:
+            m.enable_slicing()
+        if job.vae_tiling:
+            m.enable_tiling()
+        return []
+    if job.attention_slicing and comp in ("unet", "transformer"):
+        if hasattr(m, "set_attention_slice"):
+            m.set_attention_slice("auto")
+            return [f"attention slicing: {comp}.set_attention_slice('auto')"]
+        return [f"attention slicing: {type(m).__name__} has no set_attention_slice (no effect)"]
+    return []
+
+
+def _not_converted(model: torch.nn.Module, library: str) -> tuple[str, ...]:
+    """Modules the quantizer leaves unquantized: transformers' quantizers add the class's
+    ``_keep_in_fp32_modules`` (T5: ``wo``) to ``modules_to_not_convert``; diffusers' bitsandbytes
+    quantizer does too (``keep_in_fp32_modules``), and diffusers' denoisers here declare none."""
+    return tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
+
+
+def estimate_pipeline(
+    root: Path, job: DiffusionJob, *, name: str, gpu: Any = None
+) -> PipelineEstimate:
     """Trace every component of the pipeline at ``root`` and compose the stages."""
+    from memfit.estimate.trace.diffusion_compose import compose, replay_reserved
+    from memfit.estimate.trace.diffusion_weights import BACKEND, layout, quantized_components
+
     index, configs = read_tree(root)
     pipeline = str(index["_class_name"])
     dt = DTYPES[job.precision]
     if pipeline not in SUPPORTED:
         _recipe(pipeline, configs, job, dt)  # raises NotModelledError naming the pipeline
     steps, vae_dt = _recipe(pipeline, configs, job, dt)
-    traces: dict[str, ComponentTrace] = {}
-    stage_of: dict[str, str] = {}
-    for comp, (make_inputs, call, stage) in steps.items():
+    models: dict[str, torch.nn.Module] = {}
+    for comp in steps:
         library, class_name = index[comp]
         model = build_component(library, class_name, configs[comp])
-        model = _to_dtype(model, vae_dt if comp == "vae" else dt, library)
-        if comp == "vae":
-            vae: Any = model
-            if job.vae_slicing:
-                vae.enable_slicing()
-            if job.vae_tiling:
-                vae.enable_tiling()
-        weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-        leaf = largest_leaf_bytes(model)
-        act, out = trace_forward(model, make_inputs, call)
+        models[comp] = _to_dtype(model, vae_dt if comp == "vae" else dt, library)
+    denoiser = "transformer" if "transformer" in steps else "unet"
+    sizes = {c: sum(p.numel() for p in m.parameters()) for c, m in models.items()}
+    quants = quantized_components(configs, denoiser, sizes, job)
+    notes: list[str] = []
+    traces: dict[str, ComponentTrace] = {}
+    stage_of: dict[str, str] = {}
+    tensor_allocs: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
+    forward_events: dict[str, list[tuple[str, int, int]]] = {}
+    for comp, (make_inputs, call, stage) in steps.items():
+        model = models[comp]
+        notes += _prepare(model, comp, job)
+        fmt = quants.get(comp, "none")
+        lw = job.layerwise_casting if comp == denoiser else None
+        lay = layout(
+            model,
+            quant=fmt,
+            layerwise=lw,
+            compute_dtype=dt,
+            num_blocks_per_group=job.num_blocks_per_group,
+            not_converted=_not_converted(model, index[comp][0]) if fmt != "none" else (),
+        )
+        if fmt != "none":
+            notes.append(f"{comp}: linear weights in {fmt} ({BACKEND.get(fmt, 'GGUF')})")
+        if lw:
+            notes.append(f"{comp}: enable_layerwise_casting(storage {lw}, compute {job.precision})")
+        key = _trace_key(root, comp, vae_dt if comp == "vae" else dt, job)
+        if key not in _TRACES:
+            events: list[tuple[str, int, int]] = []
+            act, out = trace_forward(model, make_inputs, call, events=events)
+            _TRACES[key] = (act, out, events)
+        act, out, forward_events[comp] = _TRACES[key]
         traces[comp] = ComponentTrace(
             name=comp,
-            class_name=class_name,
-            weights_bytes=weights,
-            largest_leaf_bytes=leaf,
-            activation_peak_bytes=act,
+            class_name=index[comp][1],
+            weights_bytes=lay.weights_bytes,
+            largest_leaf_bytes=lay.largest_leaf_bytes,
+            activation_peak_bytes=act + lay.transient_bytes,
             output_bytes=out,
+            storage=lay.storage,
+            transient_bytes=lay.transient_bytes,
+            group_resident_bytes=lay.group_resident_bytes(job.offload_type, job.use_stream),
+            dtype=_DTYPE_NAMES[vae_dt if comp == "vae" else dt],
         )
+        tensor_allocs[comp] = lay.tensor_allocs
         stage_of[comp] = stage
-    return _compose(name, pipeline, job, traces, stage_of)
-
-
-def _compose(
-    name: str,
-    pipeline: str,
-    job: DiffusionJob,
-    traces: dict[str, ComponentTrace],
-    stage_of: dict[str, str],
-) -> PipelineEstimate:
-    all_weights = sum(t.weights_bytes for t in traces.values())
-    encoders = [c for c, s in stage_of.items() if s == "text_encode"]
-    embeds = sum(traces[c].output_bytes for c in encoders)
-    stages: list[StagePeak] = []
-    for stage in ("text_encode", "denoise", "vae_decode"):
-        comps = [c for c, s in stage_of.items() if s == stage]
-        peaks = []
-        for i, c in enumerate(comps):
-            t = traces[c]
-            if job.offload == "none":
-                resident = all_weights
-            elif job.offload == "model":
-                resident = t.weights_bytes
-            else:
-                resident = t.largest_leaf_bytes
-            # earlier encoders' outputs stay alive while the next encoder runs
-            carried = (
-                sum(traces[p].output_bytes for p in comps[:i]) if stage == "text_encode" else embeds
-            )
-            peaks.append(
-                StagePeak(
-                    stage=stage,
-                    components=(c,),
-                    resident_weights_bytes=resident,
-                    activation_peak_bytes=t.activation_peak_bytes,
-                    carried_bytes=carried,
-                )
-            )
-        best = max(peaks, key=lambda p: p.peak_bytes)
-        stages.append(
-            StagePeak(
-                stage=stage,
-                components=tuple(comps),
-                resident_weights_bytes=best.resident_weights_bytes,
-                activation_peak_bytes=best.activation_peak_bytes,
-                carried_bytes=best.carried_bytes,
-            )
-        )
-    host = 0 if job.offload == "none" else all_weights
-    notes = [
-        f"denoise: the peak of one of the {job.steps} steps (each step frees what the previous "
-        "one made; steps do not add memory)",
-        "peak allocated tensor bytes (torch.cuda.max_memory_allocated); the CUDA context and "
-        "allocator caching are not included",
-    ]
-    if job.offload != "none":
-        notes.append(f"{job.offload} offload: all weights stay in host RAM between uses")
-    return PipelineEstimate(
-        name=name,
-        pipeline=pipeline,
-        job=job,
-        components=tuple(traces.values()),
-        stages=tuple(stages),
-        host_weights_bytes=host,
-        notes=tuple(notes),
+    loaded, reserved = replay_reserved(
+        job, list(steps), traces, tensor_allocs, forward_events, stage_of, gpu=gpu
+    )
+    return compose(
+        name,
+        pipeline,
+        job,
+        traces,
+        stage_of,
+        reserved_bytes=reserved,
+        loaded_reserved_bytes=loaded,
+        extra_notes=tuple(dict.fromkeys(notes)),
     )
