@@ -23,6 +23,7 @@ NF4_DQ = {
     "bnb_4bit_use_double_quant": True,
 }
 MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": ["router"]}
+HQQ = {"quant_method": "hqq", "nbits": 4}
 
 
 def _model(tmp_path: Path, quantization_config: dict) -> str:
@@ -72,7 +73,23 @@ def test_full_fine_tuning_a_quantized_checkpoint_asks_for_adapters(tmp_path: Pat
 
 def test_a_format_memfit_does_not_model_is_said_not_guessed(tmp_path: Path) -> None:
     est = memfit.estimate(
-        _model(tmp_path, MXFP4), memfit.WorkloadSpec(mode="infer"), engine="analytic"
+        _model(tmp_path, HQQ), memfit.WorkloadSpec(mode="infer"), engine="analytic"
     )
     assert est.workload["quant"] == "none"
-    assert any("quantization_config (mxfp4) is not a format memfit models" in n for n in est.notes)
+    assert any("quantization_config (hqq) is not a format memfit models" in n for n in est.notes)
+
+
+def test_an_mxfp4_checkpoint_sets_mxfp4_experts() -> None:
+    found = checkpoint_format(QuantizationConfig.from_config(MXFP4))
+    assert found is not None and found.quant == "mxfp4"
+
+
+def test_an_mxfp4_config_on_a_model_transformers_does_not_convert_is_refused(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(
+        SpecError, match=r"quant 'mxfp4' on model_type 'llama'.*gpt-oss experts only"
+    ):
+        memfit.estimate(
+            _model(tmp_path, MXFP4), memfit.WorkloadSpec(mode="infer"), engine="analytic"
+        )

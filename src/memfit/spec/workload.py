@@ -157,6 +157,12 @@ class WorkloadSpec:
                 f"quant ({self.quant!r}) with mode 'train' needs LoRA adapters (QLoRA): quantized "
                 "base weights get no gradients; add --lora-rank, or use --quant none"
             )
+        if self.mode == "train" and self.quant == "mxfp4":
+            p.append(
+                "quant 'mxfp4' with mode 'train': transformers' MXFP4 kernels (triton "
+                "matmul_ogs) have no backward; fine-tuning loads the checkpoint with "
+                "Mxfp4Config(dequantize=True), bf16 experts: use --quant none"
+            )
         p += offload_rules(self.shard, self.offload)
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
