@@ -120,3 +120,20 @@ def test_gpt_oss_mxfp4_trace_swaps_exactly_the_expert_bytes() -> None:
     )
     assert mx.n_params == bf16.n_params
     assert any("MXFP4 blocks + E8M0 scales" in n for n in mx.notes)
+
+
+@pytest.mark.slow
+def test_lora_over_fp8_experts_trains_the_linear_adapters_and_says_so() -> None:
+    """peft's all-linear also targets the experts' 3-D parameters; on quantized experts memfit
+    keeps adapters on the Linear layers only: fewer trainable parameters than over bf16 experts."""
+    pytest.importorskip("peft")
+    from tests.estimate.analytic.configs import TINY
+
+    from memfit.estimate.trace.engine import trace_hf
+
+    wl = dict(batch_size=1, seq_len=16, precision="bf16-true", lora_rank=4)
+    bf16 = trace_hf(TINY["qwen3_moe"], WorkloadSpec(**wl), name="moe")
+    fp8 = trace_hf(TINY["qwen3_moe"], WorkloadSpec(**wl, quant="fp8"), name="moe")
+    assert 0 < fp8.n_trainable_params < bf16.n_trainable_params
+    assert fp8.components["parameters"] < bf16.components["parameters"]
+    assert any("LoRA adapters on the quantized experts are not modelled" in n for n in fp8.notes)

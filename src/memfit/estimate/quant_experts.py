@@ -220,7 +220,12 @@ def experts_note(fmt: str, *, training: bool) -> str:
             "in the model's dtype"
         )
     if fmt == "fp8":
-        extra = "; backward dequantizes them in <= 1 GiB chunks" if training else ""
+        extra = (
+            "; backward dequantizes them in <= 1 GiB chunks; LoRA adapters on the quantized "
+            "experts are not modelled (adapters on the Linear layers only)"
+            if training
+            else ""
+        )
         return (
             "routed experts: FP8 e4m3 with 128x128 block scales (transformers FP8Experts, "
             f"finegrained-fp8 grouped kernels){extra}"
@@ -230,6 +235,7 @@ def experts_note(fmt: str, *, training: bool) -> str:
             f"routed experts: {fmt} per expert Linear (each expert's gate/up/down packed, "
             "stacked per projection); an expert call dequantizes one expert's weight above the "
             "kernel's row limit, rows spread evenly over the experts"
+            + ("; LoRA adapters on the Linear layers only" if training else "")
         )
     return (
         f"routed experts stay in the model's dtype: quant {fmt!r} (bitsandbytes) converts "

@@ -63,6 +63,7 @@ def quantize_experts_(
     fmt = workload.quant
     hopper = _is_hopper(gpu)
     found = experts_modules(model)
+    _unwrap_lora_(model, {id(m) for _, m, _ in found})
     for _, module, shape in found:
         dtype = module._parameters["down_proj"].dtype  # type: ignore[union-attr]
         dtype_name = str(dtype).removeprefix("torch.")
@@ -79,6 +80,20 @@ def quantize_experts_(
             _mxfp4_forward if fmt == "mxfp4" else _grouped_forward, module
         )
     return len(found)
+
+
+def _unwrap_lora_(model: torch.nn.Module, experts: set[int]) -> None:
+    """peft's ``all-linear`` also wraps the experts' 3-D parameters (``ParamWrapper``); LoRA on
+    quantized experts is not modelled: the wrappers give way to the experts module."""
+    for name, module in list(model.named_modules()):
+        base = getattr(module, "get_base_layer", None)
+        if not name or not callable(base) or id(base()) not in experts:
+            continue
+        try:
+            model.get_submodule(name)
+        except AttributeError:  # inside a wrapper already removed
+            continue
+        model.set_submodule(name, base())
 
 
 def n_quantized_expert_params(model: torch.nn.Module) -> int:
