@@ -49,7 +49,8 @@ def checkpoint_format(q: QuantizationConfig | None) -> CheckpointFormat | None:
         blocks = ""
         if isinstance(block, list) and len(block) == 2:
             blocks = f", {block[0]}x{block[1]} blocks"
-        return CheckpointFormat(quant="fp8", group_size=None, described=f"{method} fp8{blocks}")
+        kind = "fp8" if method == "fp8" else f"{method} fp8"
+        return CheckpointFormat(quant="fp8", group_size=None, described=kind + blocks)
     if method == "mxfp4":  # transformers Mxfp4Config: gpt-oss experts as blocks + E8M0 scales
         return CheckpointFormat(quant="mxfp4", group_size=None, described="mxfp4 experts")
     return CheckpointFormat(
