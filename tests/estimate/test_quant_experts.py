@@ -137,3 +137,44 @@ def test_lora_over_fp8_experts_trains_the_linear_adapters_and_says_so() -> None:
     assert 0 < fp8.n_trainable_params < bf16.n_trainable_params
     assert fp8.components["parameters"] < bf16.components["parameters"]
     assert any("LoRA adapters on the quantized experts are not modelled" in n for n in fp8.notes)
+
+
+def _mxfp4_checkpoint(tmp_path) -> str:
+    import json
+
+    q = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
+    (tmp_path / "config.json").write_text(json.dumps(dict(TINY_OSS, quantization_config=q)))
+    return str(tmp_path)
+
+
+def test_a_flag_overrides_an_mxfp4_checkpoint_and_the_output_says_which_format(tmp_path) -> None:
+    """The checkpoint's mxfp4 is used unless --quant names another; the notes say which format
+    was used, why, and how the experts are stored under it."""
+    pytest.importorskip("transformers")
+    import memfit
+
+    _mxfp4_checkpoint(tmp_path)
+    wl = dict(mode="infer", batch_size=1, seq_len=16, precision="bf16-true")
+    own = memfit.estimate(str(tmp_path), WorkloadSpec(**wl), engine="trace")
+    flag = memfit.estimate(str(tmp_path), WorkloadSpec(**wl, quant="nf4"), engine="trace")
+    assert own.workload["quant"] == "mxfp4" and flag.workload["quant"] == "nf4"
+    assert any("quantization_config (mxfp4 experts) sets --quant mxfp4" in n for n in own.notes)
+    assert (
+        "--quant nf4 overrides the checkpoint's quantization_config (mxfp4 experts)" in flag.notes
+    )
+    assert any("routed experts stay in the model's dtype: quant 'nf4'" in n for n in flag.notes)
+
+
+@pytest.mark.slow
+def test_an_mxfp4_checkpoint_trains_dequantized(tmp_path) -> None:
+    pytest.importorskip("peft")
+    import memfit
+
+    _mxfp4_checkpoint(tmp_path)
+    train = memfit.estimate(
+        str(tmp_path),
+        WorkloadSpec(batch_size=1, seq_len=16, precision="bf16-true", lora_rank=4),
+        engine="trace",
+    )
+    assert train.workload["quant"] == "none"
+    assert any("dequantized to the model's dtype for training" in n for n in train.notes)

@@ -25,6 +25,7 @@ CASES = [
     ("qwen3_moe", {**BF16, "mode": "infer", "new_tokens": 3, "quant": "int4-gptq"}),
     ("qwen3_moe", {**BF16, "mode": "infer", "quant": "int4-awq", "quant_group_size": 32}),
     ("qwen3_moe", {**BF16, "mode": "infer", "new_tokens": 3, "quant": "nf4"}),
+    ("mixtral", {**BF16, "mode": "infer", "new_tokens": 3, "quant": "fp8"}),
     ("olmo2", BF16),
     ("olmo2", {"precision": "amp-bf16"}),
     ("olmo2", {**BF16, "lora_rank": 4}),
