@@ -145,7 +145,7 @@ class _ExpertsMatmul(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, module: Any, proj: str) -> torch.Tensor:
         fmt, shape = getattr(module, MARK)
         n, k = (shape.up_out, shape.hidden) if proj == "up" else (shape.hidden, shape.intermediate)
-        ctx.module, ctx.nk = module, (n, k)
+        ctx.module, ctx.nk, ctx.proj = module, (n, k), proj
         rows = x.shape[0]
         if fmt == "fp8":  # finegrained-fp8 grouped kernel: activations quantized inside
             return x.new_zeros((rows, n))
@@ -174,7 +174,7 @@ class _ExpertsMatmul(torch.autograd.Function):
             grad_in = torch.zeros((grad.shape[0], k), dtype=grad.dtype, device=grad.device)
             del weight
             return grad_in, None, None
-        n_one = shape.intermediate if n == shape.up_out and shape.has_gate else n
+        n_one = shape.intermediate if ctx.proj == "up" else n
         weight = torch.zeros((k, n_one), dtype=torch.float16, device=grad.device)
         cast = weight.t().to(grad.dtype)
         del weight, cast
