@@ -93,3 +93,40 @@ def test_an_mxfp4_config_on_a_model_transformers_does_not_convert_is_refused(
         memfit.estimate(
             _model(tmp_path, MXFP4), memfit.WorkloadSpec(mode="infer"), engine="analytic"
         )
+
+
+CT_FP8 = {
+    "quant_method": "compressed-tensors",
+    "config_groups": {"group_0": {"weights": {"type": "float", "num_bits": 8}}},
+}
+
+
+def test_compressed_tensors_fp8_moe_keeps_its_experts_in_the_model_dtype(tmp_path: Path) -> None:
+    """transformers 5.23 dequantizes a compressed-tensors checkpoint's experts at load (the
+    fused 3-D experts hold no scales): FP8 Linear layers, bf16 experts."""
+    from tests.estimate.analytic.configs import TINY
+
+    config = dict(TINY["qwen3_moe"], torch_dtype="bfloat16", quantization_config=CT_FP8)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    infer = dict(mode="infer", precision="bf16-true", seq_len=16)
+    ct = memfit.estimate(str(tmp_path), memfit.WorkloadSpec(**infer), engine="analytic")
+    fp8 = memfit.estimate(
+        str(tmp_path), memfit.WorkloadSpec(**infer, quant="fp8"), engine="analytic"
+    )
+    none = memfit.estimate(
+        _unquantized_copy(tmp_path, config), memfit.WorkloadSpec(**infer), engine="analytic"
+    )
+    assert ct.workload["quant"] == "fp8" and ct.workload["quant_experts"] is False
+    assert (
+        fp8.components["parameters"] < ct.components["parameters"] < none.components["parameters"]
+    )
+    assert any("dequantized to the model's dtype at load" in n for n in ct.notes)
+
+
+def _unquantized_copy(tmp_path: Path, config: dict) -> str:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(
+        json.dumps({k: v for k, v in config.items() if k != "quantization_config"})
+    )
+    return str(plain)

@@ -110,7 +110,7 @@ def checkpoint_quant(
             "model's dtype for training (Mxfp4Config(dequantize=True): its kernels have no "
             "backward)"
         ]
-    changes: dict[str, Any] = {"quant": found.quant}
+    changes: dict[str, Any] = {"quant": found.quant, "quant_experts": found.experts}
     flags = f"--quant {found.quant}"
     if found.group_size is not None:
         changes["quant_group_size"] = found.group_size
@@ -135,6 +135,12 @@ def experts_quant(config: dict[str, Any], workload: WorkloadSpec) -> list[str]:
         raise SpecError(problems[0])
     if not has_routed_experts(config):
         return []
+    if not workload.quant_experts:
+        return [
+            "routed experts: dequantized to the model's dtype at load (transformers 5.23 "
+            "CompressedTensorsDequantize: the fused 3-D experts hold no scales); the Linear "
+            "layers keep the checkpoint's format"
+        ]
     return [experts_note(workload.quant, training=workload.is_train)]
 
 

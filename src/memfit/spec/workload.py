@@ -76,6 +76,9 @@ class WorkloadSpec:
     quant_compute_dtype: str | None = None
     num_beams: int = 1
     cache_implementation: str = "dynamic"
+    #: whether a MoE model's routed experts are stored in ``quant`` too (False: a checkpoint
+    #: whose experts transformers dequantizes at load, compressed-tensors' fused experts)
+    quant_experts: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode))
@@ -237,6 +240,8 @@ class WorkloadSpec:
             d.pop("num_beams")
         if self.cache_implementation == "dynamic":
             d.pop("cache_implementation")
+        if self.quant_experts:
+            d.pop("quant_experts")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":

@@ -120,7 +120,7 @@ def sparse_moe(
     mask = o.new(tokens * k * (e + 1), "i64")  # one_hot(top_k_index, E + 1)
     rows = k * tokens
     cur = o.g.op([x], [(rows * h, x.dtype)])[0]  # hidden_states[token_idx]
-    if quantizes_experts(o.quant):  # the checkpoint stores the experts quantized
+    if quantizes_experts(o.quant) and o.quant_experts:  # the checkpoint stores them quantized
         shape = ExpertsShape(n_experts=e, hidden=h, intermediate=f)
         stored_experts(o, shape)
         gu = quantized_experts_linear(o, cur, shape, "up")

@@ -229,7 +229,7 @@ def _trace_once(
         model = build.apply_lora_(model, wl, device=device)
     if to_quantize:  # after peft: LoRA wraps the Linear, the stand-in replaces its base layer
         quantized.quantize_(model, to_quantize, wl, device=device)
-    if quantizes_experts(wl.quant):
+    if quantizes_experts(wl.quant) and wl.quant_experts:
         quantized_experts.quantize_experts_(model, wl, device=device, gpu=gpu)
     if wl.prepare_kbit and wl.is_train:
         quantized.prepare_kbit_(model, wl.quant)
