@@ -23,6 +23,7 @@ NF4_DQ = {
     "bnb_4bit_use_double_quant": True,
 }
 MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": ["router"]}
+HQQ = {"quant_method": "hqq", "nbits": 4}
 
 
 def _model(tmp_path: Path, quantization_config: dict) -> str:
@@ -72,7 +73,60 @@ def test_full_fine_tuning_a_quantized_checkpoint_asks_for_adapters(tmp_path: Pat
 
 def test_a_format_memfit_does_not_model_is_said_not_guessed(tmp_path: Path) -> None:
     est = memfit.estimate(
-        _model(tmp_path, MXFP4), memfit.WorkloadSpec(mode="infer"), engine="analytic"
+        _model(tmp_path, HQQ), memfit.WorkloadSpec(mode="infer"), engine="analytic"
     )
     assert est.workload["quant"] == "none"
-    assert any("quantization_config (mxfp4) is not a format memfit models" in n for n in est.notes)
+    assert any("quantization_config (hqq) is not a format memfit models" in n for n in est.notes)
+
+
+def test_an_mxfp4_checkpoint_sets_mxfp4_experts() -> None:
+    found = checkpoint_format(QuantizationConfig.from_config(MXFP4))
+    assert found is not None and found.quant == "mxfp4"
+
+
+def test_an_mxfp4_config_on_a_model_transformers_does_not_convert_is_refused(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(
+        SpecError, match=r"quant 'mxfp4' on model_type 'llama'.*gpt-oss experts only"
+    ):
+        memfit.estimate(
+            _model(tmp_path, MXFP4), memfit.WorkloadSpec(mode="infer"), engine="analytic"
+        )
+
+
+CT_FP8 = {
+    "quant_method": "compressed-tensors",
+    "config_groups": {"group_0": {"weights": {"type": "float", "num_bits": 8}}},
+}
+
+
+def test_compressed_tensors_fp8_moe_keeps_its_experts_in_the_model_dtype(tmp_path: Path) -> None:
+    """transformers 5.23 dequantizes a compressed-tensors checkpoint's experts at load (the
+    fused 3-D experts hold no scales): FP8 Linear layers, bf16 experts."""
+    from tests.estimate.analytic.configs import TINY
+
+    config = dict(TINY["qwen3_moe"], torch_dtype="bfloat16", quantization_config=CT_FP8)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    infer = dict(mode="infer", precision="bf16-true", seq_len=16)
+    ct = memfit.estimate(str(tmp_path), memfit.WorkloadSpec(**infer), engine="analytic")
+    fp8 = memfit.estimate(
+        str(tmp_path), memfit.WorkloadSpec(**infer, quant="fp8"), engine="analytic"
+    )
+    none = memfit.estimate(
+        _unquantized_copy(tmp_path, config), memfit.WorkloadSpec(**infer), engine="analytic"
+    )
+    assert ct.workload["quant"] == "fp8" and ct.workload["quant_experts"] is False
+    assert (
+        fp8.components["parameters"] < ct.components["parameters"] < none.components["parameters"]
+    )
+    assert any("dequantized to the model's dtype at load" in n for n in ct.notes)
+
+
+def _unquantized_copy(tmp_path: Path, config: dict) -> str:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(
+        json.dumps({k: v for k, v in config.items() if k != "quantization_config"})
+    )
+    return str(plain)

@@ -38,6 +38,12 @@ from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import sharding
 from memfit.estimate.device import allocator_workspaces, device_totals, fit_verdict
 from memfit.estimate.quant import gpu_problems
+from memfit.estimate.quant_experts import (
+    EXPERTS_ONLY,
+    experts_note,
+    format_problems,
+    has_routed_experts,
+)
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.estimate.tasks import position_problems
 from memfit.models.checkpoint_quant import CheckpointFormat, checkpoint_format
@@ -77,6 +83,7 @@ def prepare_workloads(
                 engine="both",
             )
         w, quant_notes = checkpoint_quant(found, w)
+        quant_notes += experts_quant(config, w)
         w, lora_notes = lora_by_role(config, w)
         out.append((w, quant_notes + lora_notes))
     return out
@@ -97,7 +104,13 @@ def checkpoint_quant(
         ]
     if found.quant is None:
         return workload, [found.why or ""]
-    changes: dict[str, Any] = {"quant": found.quant}
+    if found.quant in EXPERTS_ONLY and workload.is_train:
+        return workload, [
+            f"the checkpoint's quantization_config ({found.described}) is dequantized to the "
+            "model's dtype for training (Mxfp4Config(dequantize=True): its kernels have no "
+            "backward)"
+        ]
+    changes: dict[str, Any] = {"quant": found.quant, "quant_experts": found.experts}
     flags = f"--quant {found.quant}"
     if found.group_size is not None:
         changes["quant_group_size"] = found.group_size
@@ -110,6 +123,25 @@ def checkpoint_quant(
         ) from None
     note = f"the checkpoint's quantization_config ({found.described}) sets {flags}; pass --quant"
     return prepared, [note + " to cost another format"]
+
+
+def experts_quant(config: dict[str, Any], workload: WorkloadSpec) -> list[str]:
+    """How a MoE model's routed experts are stored under the workload's format (a note), or a
+    SpecError where transformers cannot load the format into this model."""
+    if workload.quant == "none":
+        return []
+    problems = format_problems(workload.quant, str(config.get("model_type") or ""))
+    if problems:
+        raise SpecError(problems[0])
+    if not has_routed_experts(config):
+        return []
+    if not workload.quant_experts:
+        return [
+            "routed experts: dequantized to the model's dtype at load (transformers 5.23 "
+            "CompressedTensorsDequantize: the fused 3-D experts hold no scales); the Linear "
+            "layers keep the checkpoint's format"
+        ]
+    return [experts_note(workload.quant, training=workload.is_train)]
 
 
 def lora_by_role(config: dict[str, Any], workload: WorkloadSpec) -> tuple[WorkloadSpec, list[str]]:

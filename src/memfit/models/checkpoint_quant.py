@@ -25,6 +25,8 @@ class CheckpointFormat:
     group_size: int | None
     described: str
     why: str | None = None
+    #: False: transformers dequantizes the MoE experts at load (compressed-tensors)
+    experts: bool = True
 
 
 def checkpoint_format(q: QuantizationConfig | None) -> CheckpointFormat | None:
@@ -45,7 +47,16 @@ def checkpoint_format(q: QuantizationConfig | None) -> CheckpointFormat | None:
     if method == "bitsandbytes" and raw.get("load_in_8bit"):
         return CheckpointFormat(quant="int8", group_size=None, described="bitsandbytes int8")
     if method == "fp8" or (method == "compressed-tensors" and _weights(raw) == ("float", 8)):
-        return CheckpointFormat(quant="fp8", group_size=None, described=f"{method} fp8")
+        block = raw.get("weight_block_size")
+        blocks = ""
+        if isinstance(block, list) and len(block) == 2:
+            blocks = f", {block[0]}x{block[1]} blocks"
+        kind = "fp8" if method == "fp8" else f"{method} fp8"
+        return CheckpointFormat(
+            quant="fp8", group_size=None, described=kind + blocks, experts=method == "fp8"
+        )
+    if method == "mxfp4":  # transformers Mxfp4Config: gpt-oss experts as blocks + E8M0 scales
+        return CheckpointFormat(quant="mxfp4", group_size=None, described="mxfp4 experts")
     return CheckpointFormat(
         quant=None,
         group_size=None,

@@ -79,6 +79,12 @@ def weight_format(
         return ct
     if fmt is not None and fmt.quant is None:
         raise NotModelledError(f"vLLM: {fmt.why}", engine="vllm")
+    if fmt is not None and fmt.quant == "mxfp4":
+        raise NotModelledError(
+            "vLLM: the checkpoint's MXFP4 experts (gpt-oss) are not modelled for vLLM yet; "
+            "`memfit estimate` costs them as transformers stores them",
+            engine="vllm",
+        )
     if fmt is not None:
         return fmt.quant, fmt.group_size, f"checkpoint quantization_config: {fmt.described}"
     if quantization is None:

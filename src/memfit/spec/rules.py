@@ -33,8 +33,9 @@ OPTIMIZERS = (
     "none",
 )
 #: Weight formats: bitsandbytes LLM.int8 / NF4 (± double quant) / FP4, GPTQ and AWQ packed int4,
-#: FP8 (per-tensor scales). ``none`` keeps the precision's dtype.
-QUANTS = ("none", "int8", "nf4", "nf4-dq", "fp4", "int4-gptq", "int4-awq", "fp8")
+#: FP8 (per-tensor scales on Linears, 128x128 blocks on MoE experts), MXFP4 (gpt-oss experts, as
+#: transformers' Mxfp4 integration stores them). ``none`` keeps the precision's dtype.
+QUANTS = ("none", "int8", "nf4", "nf4-dq", "fp4", "int4-gptq", "int4-awq", "fp8", "mxfp4")
 #: How data-parallel ranks hold the model: ``ddp`` replicates it; ZeRO-1/2/3 partition optimizer
 #: states / + gradients / + parameters; ``fsdp`` is PyTorch FSDP2 (fully sharded, like ZeRO-3).
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp")
@@ -286,6 +287,7 @@ FIELD_RULES: dict[str, Rule] = {
     "freeze_layers": _count_or_zero,
     "zero_grad_set_to_none": _switch,
     "prepare_kbit": _switch,
+    "quant_experts": _switch,
     "grad_accum": _positive(MAX_GRAD_ACCUM, "is more micro-batches per step than memfit models"),
     "quant_compute_dtype": _compute_dtype,
     "num_beams": _positive(MAX_BATCH_SIZE),

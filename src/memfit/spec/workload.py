@@ -78,6 +78,9 @@ class WorkloadSpec:
     num_beams: int = 1
     cache_implementation: str = "dynamic"
     prefill_chunk_size: int | None = None  # GenerationConfig.prefill_chunk_size (None: one pass)
+    #: whether a MoE model's routed experts are stored in ``quant`` too (False: a checkpoint
+    #: whose experts transformers dequantizes at load, compressed-tensors' fused experts)
+    quant_experts: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode))
@@ -160,6 +163,12 @@ class WorkloadSpec:
                 f"quant ({self.quant!r}) with mode 'train' needs LoRA adapters (QLoRA): quantized "
                 "base weights get no gradients; add --lora-rank, or use --quant none"
             )
+        if self.mode == "train" and self.quant == "mxfp4":
+            p.append(
+                "quant 'mxfp4' with mode 'train': transformers' MXFP4 kernels (triton "
+                "matmul_ogs) have no backward; fine-tuning loads the checkpoint with "
+                "Mxfp4Config(dequantize=True), bf16 experts: use --quant none"
+            )
         p += offload_rules(self.shard, self.offload)
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
@@ -236,6 +245,8 @@ class WorkloadSpec:
             d.pop("cache_implementation")
         if self.prefill_chunk_size is None:
             d.pop("prefill_chunk_size")
+        if self.quant_experts:
+            d.pop("quant_experts")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":

@@ -186,13 +186,6 @@ def _prepare(config: dict[str, Any], wl: WorkloadSpec) -> tuple[Any, str]:
         prog = program_for(arch, task, lora_rank=wl.lora_rank if wl.is_train else None)
     except SpecError as exc:  # every refusal of program_for is a family/task/technique it lacks
         raise NotModelledError(str(exc), engine="analytic") from None
-    if wl.quant in getattr(prog, "quantized_experts_unmodelled", ()):
-        raise NotModelledError(
-            f"quant={wl.quant!r} on {arch.model_type!r}: the checkpoint's routed experts (3-D "
-            "parameters) are stored quantized too, which the analytic engine does not model yet; "
-            "use --engine trace",
-            engine="analytic",
-        )
     return prog, task
 
 

@@ -73,6 +73,7 @@ def configure_quant(o: Ops, model_type: str, wl: WorkloadSpec) -> None:
     o.quant = quant_format(model_type, wl)
     o.quant_group_size = wl.quant_group_size
     o.quant_dtype = wl.quant_compute_dtype
+    o.quant_experts = wl.quant_experts
 
 
 def hidden_dtype(precision: str) -> str:

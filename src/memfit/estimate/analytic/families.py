@@ -73,10 +73,8 @@ class Qwen3MoeProgram(DecoderProgram):
     """``Qwen3MoeModel``: every layer sparse unless the config makes some dense
     (``mlp_only_layers``, ``decoder_sparse_step`` > 1) — those mixed stacks are not modelled.
     Formats whose checkpoints store the 3-D experts quantized (Qwen3-30B-A3B-FP8's block-wise
-    FP8, GPTQ / AWQ per expert) are refused: bitsandbytes quantizes ``nn.Linear`` only, so its
-    formats leave the experts in the compute dtype, as modelled."""
-
-    quantized_experts_unmodelled = ("fp8", "int4-gptq", "int4-awq")
+    FP8, GPTQ / AWQ per expert) store them so (``mlp.sparse_moe``); bitsandbytes quantizes
+    ``nn.Linear`` only, so its formats leave the experts in the compute dtype."""
 
     def __init__(self, a: Arch, family: DecoderFamily) -> None:
         super().__init__(a, family)

@@ -17,6 +17,8 @@ from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.graph import Tensor
 from memfit.estimate.analytic.ops import Ops
+from memfit.estimate.analytic.quant_experts_ops import quantized_experts_linear, stored_experts
+from memfit.estimate.quant_experts import ExpertsShape, quantizes_experts
 
 #: ``activation_function`` / ``hidden_act`` spellings → the op (``ops.Ops.act``) that runs.
 ACT_KIND = {
@@ -117,15 +119,23 @@ def sparse_moe(
     out = o.new(tokens * h, x.dtype)  # zeros_like(hidden_states)
     mask = o.new(tokens * k * (e + 1), "i64")  # one_hot(top_k_index, E + 1)
     rows = k * tokens
-    gate_up = o.weight(e, 2 * f, h)
-    down = o.weight(e, h, f)
-    w_gu = o.g.op([gate_up], [(2 * f * h, gate_up.dtype)], view_of=gate_up)[0]
-    w_dn = o.g.op([down], [(h * f, down.dtype)], view_of=down)[0]
     cur = o.g.op([x], [(rows * h, x.dtype)])[0]  # hidden_states[token_idx]
-    gu = _expert_linear(o, cur, w_gu, h, 2 * f)
-    g_, up = o.split(gu, [f, f])
-    act = o.mul(o.act(g_, "silu"), up)
-    y = _expert_linear(o, act, w_dn, f, h)
+    if quantizes_experts(o.quant) and o.quant_experts:  # the checkpoint stores them quantized
+        shape = ExpertsShape(n_experts=e, hidden=h, intermediate=f)
+        stored_experts(o, shape)
+        gu = quantized_experts_linear(o, cur, shape, "up")
+        g_, up = o.split(gu, [f, f])
+        act = o.mul(o.act(g_, "silu"), up)
+        y = quantized_experts_linear(o, act, shape, "down")
+    else:
+        gate_up = o.weight(e, 2 * f, h)
+        down = o.weight(e, h, f)
+        w_gu = o.g.op([gate_up], [(2 * f * h, gate_up.dtype)], view_of=gate_up)[0]
+        w_dn = o.g.op([down], [(h * f, down.dtype)], view_of=down)[0]
+        gu = _expert_linear(o, cur, w_gu, h, 2 * f)
+        g_, up = o.split(gu, [f, f])
+        act = o.mul(o.act(g_, "silu"), up)
+        y = _expert_linear(o, act, w_dn, f, h)
     wsel = o.g.op([weights], [(rows, weights.dtype)])[0]  # top_k_weights[token_idx, pos, None]
     y = o.cast(o.mul(y, wsel), x.dtype)
     (res,) = o.g.op([out, y], [(tokens * h, x.dtype)])  # index_add_ (in place)

@@ -73,6 +73,8 @@ class Ops:
         #: layers loaded (and computing) in this dtype; None: the precision's own
         self.quant_dtype: str | None = None
         self.in_repeated_block = False
+        #: MoE experts stored in ``quant`` too (False: the checkpoint's are dequantized at load)
+        self.quant_experts = True
         self.batch = 1
         #: inference under autocast: bytes of the weight casts held in autocast's cache, and
         #: whether an earlier pass of the same generation made them already

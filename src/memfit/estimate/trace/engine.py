@@ -34,9 +34,10 @@ from memfit.estimate.pipeline import (
     prepare_workload,
     with_notes,
 )
-from memfit.estimate.quant import unquantized_layers_note
+from memfit.estimate.quant import FORMATS, unquantized_layers_note
+from memfit.estimate.quant_experts import quantizes_experts
 from memfit.estimate.result import MemoryEstimate
-from memfit.estimate.trace import build, distributed, quantized, steps
+from memfit.estimate.trace import build, distributed, quantized, quantized_experts, steps
 from memfit.estimate.trace.cuda_emulation import (
     SdpaRouter,
     cuda_autocast_policy,
@@ -223,11 +224,13 @@ def _trace_once(
     if real:
         torch.manual_seed(0)
     model = build.build_hf_model(cfg, wl, task, trust_remote_code=trust_remote_code, device=device)
-    to_quantize = quantized.linears_to_quantize(model, wl.quant) if wl.quant != "none" else []
+    to_quantize = quantized.linears_to_quantize(model, wl.quant) if wl.quant in FORMATS else []
     if wl.is_train and wl.lora_rank:
         model = build.apply_lora_(model, wl, device=device)
     if to_quantize:  # after peft: LoRA wraps the Linear, the stand-in replaces its base layer
         quantized.quantize_(model, to_quantize, wl, device=device)
+    if quantizes_experts(wl.quant) and wl.quant_experts:
+        quantized_experts.quantize_experts_(model, wl, device=device, gpu=gpu)
     if wl.prepare_kbit and wl.is_train:
         quantized.prepare_kbit_(model, wl.quant)
     fake: Any = contextlib.nullcontext() if real else FakeTensorMode(allow_non_fake_inputs=True)
@@ -263,6 +266,7 @@ def _trace_once(
                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
                 ) from exc
     n_params = sum(p.numel() for p in model.parameters()) + quantized.n_quantized_params(model)
+    n_params += quantized_experts.n_quantized_expert_params(model)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     flat = flatten_trace(tracker, n_params, n_trainable, router, paged)
     events = tracker.events or []
