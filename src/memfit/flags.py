@@ -62,7 +62,7 @@ class Flag:
     default: Any = None
     choices: tuple[str, ...] | None = None
     help: str | None = None
-    target: Literal["workload", "request", "pipeline"] = "workload"
+    target: Literal["workload", "request", "pipeline", "media"] = "workload"
     always: bool = False
     needs: str | None = None
     group: str | None = None
@@ -356,6 +356,36 @@ FLAGS: tuple[Flag, ...] = (
         target="request",
         commands=("plan",),
     ),
+    # image and speech models (memfit estimate vit-base-patch16-224 --image-size 384): docs/vision.md
+    Flag(
+        name="--image-size",
+        dest="image_size",
+        kind="int",
+        help="image models (ViT, DeiT, DINOv2, Swin, ConvNeXt, SigLIP, DETR): pixels per side "
+        "(default: the config's image_size; DETR 800)",
+        field="image_size",
+        target="media",
+        commands=EVERY,
+    ),
+    Flag(
+        name="--num-channels",
+        dest="num_channels",
+        kind="int",
+        help="image models: channels per pixel (default: the config's num_channels, 3)",
+        field="num_channels",
+        target="media",
+        commands=EVERY,
+    ),
+    Flag(
+        name="--audio-seconds",
+        dest="audio_seconds",
+        kind="text",
+        help="Whisper: seconds of audio per sample (default 30: one window; train: at most 30; "
+        "infer: longer audio is transcribed window by window, generate()'s long-form)",
+        field="audio_seconds",
+        target="media",
+        commands=EVERY,
+    ),
     # diffusion pipelines (memfit estimate flux.1-dev --mode infer ...): docs/diffusion.md
     Flag(
         name="--height",
@@ -456,7 +486,7 @@ def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
     implied = WorkloadSpec(**{k: getattr(w, k) for k in DEFAULTS_DEPEND_ON})
     out: list[str] = []
     for f in flags_for("estimate"):
-        if f.target == "pipeline":  # diffusion pipeline flags: not WorkloadSpec fields
+        if f.target in ("pipeline", "media"):  # diffusion / image / audio: not WorkloadSpec
             continue
         value = getattr(w, f.field)
         if value is None or (f.needs is not None and getattr(w, f.needs) is None):
@@ -471,3 +501,19 @@ def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
         else:
             out.append(f"{f.name} {value}")
     return " ".join(out)
+
+
+def media_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`~memfit.models.media.MediaSpec` keywords of a parsed command line (the
+    ``media`` rows; ``--audio-seconds`` as a number, else kept for the spec to reject)."""
+    out: dict[str, Any] = {}
+    for f in FLAGS:
+        value = values.get(f.dest)
+        if f.target == "media" and value is not None and f.field not in out:
+            if f.field == "audio_seconds":
+                try:
+                    value = float(value)
+                except ValueError:
+                    pass
+            out[f.field] = value
+    return out
