@@ -356,7 +356,7 @@ FLAGS: tuple[Flag, ...] = (
         target="request",
         commands=("plan",),
     ),
-    # image and speech models (memfit estimate vit-base-patch16-224 --image-size 384): docs/vision.md
+    # image and speech models (estimate vit-base-patch16-224 --image-size 384): docs/vision.md
     Flag(
         name="--image-size",
         dest="image_size",
@@ -503,6 +503,14 @@ def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
     return " ".join(out)
 
 
+def _number(text: Any) -> Any:
+    """``text`` as a float, or unchanged for the spec to reject with its rule."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def media_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
     """The :class:`~memfit.models.media.MediaSpec` keywords of a parsed command line (the
     ``media`` rows; ``--audio-seconds`` as a number, else kept for the spec to reject)."""
@@ -510,10 +518,5 @@ def media_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
     for f in FLAGS:
         value = values.get(f.dest)
         if f.target == "media" and value is not None and f.field not in out:
-            if f.field == "audio_seconds":
-                try:
-                    value = float(value)
-                except ValueError:
-                    pass
-            out[f.field] = value
+            out[f.field] = _number(value) if f.field == "audio_seconds" else value
     return out

@@ -76,7 +76,9 @@ class MediaSpec:
         problems = []
         for name, top in (("image_size", MAX_IMAGE_SIZE), ("num_channels", MAX_CHANNELS)):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= top):
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= top
+            ):
                 problems.append(f"{name} ({v!r}) must be a whole number from 1 to {top}")
         s = self.audio_seconds
         ok = isinstance(s, int | float) and not isinstance(s, bool) and 0 < s <= MAX_AUDIO_S
@@ -221,9 +223,7 @@ def describe_inputs(config: Mapping[str, Any], batch_size: int, seq_len: int) ->
     if kind == "audio":
         seconds = config.get("memfit_audio_seconds")
         mels = _int(config.get("num_mel_bins"), 80)
-        total = (
-            WHISPER_WINDOW_S if not isinstance(seconds, int | float) else float(seconds)
-        )
+        total = WHISPER_WINDOW_S if not isinstance(seconds, int | float) else float(seconds)
         frames = max(whisper_frames(config), math.ceil(total * WHISPER_FRAMES_PER_S))
         return {
             "kind": "audio",

@@ -38,13 +38,13 @@ from memfit.models.bundled import (
 )
 from memfit.models.config_json import check_config, read_config_file
 from memfit.models.media import active_media, with_media
-from memfit.models.zoo import ZOO_PREFIXES, zoo_source
 from memfit.models.model_spec import ModelSpec
 from memfit.models.safetensors_header import (
     SafetensorsInfo,
     find_safetensors,
     summarize_safetensors,
 )
+from memfit.models.zoo import ZOO_PREFIXES, zoo_source
 
 __all__ = [
     "ModelSource",

@@ -77,7 +77,9 @@ def _names(value: Any, where: Any) -> set[str]:
 def refuse_undeclared(name: str, workload: WorkloadSpec, supports: frozenset[str]) -> None:
     """SpecError listing every requested setting the factory did not declare (or cannot)."""
     spread = NEVER if workload.is_train else {"gpus": 1, "tp": 1}
-    layout = [f"{k}={getattr(workload, k)!r}" for k, v in spread.items() if getattr(workload, k) != v]
+    layout = [
+        f"{k}={getattr(workload, k)!r}" for k, v in spread.items() if getattr(workload, k) != v
+    ]
     if layout:
         raise SpecError(
             f"{', '.join(layout)} cannot be applied to factory model {name!r}: memfit runs your "
