@@ -365,7 +365,7 @@ FLAGS: tuple[Flag, ...] = (
         "(default: the config's image_size; DETR 800)",
         field="image_size",
         target="media",
-        commands=EVERY,
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--num-channels",
@@ -374,7 +374,7 @@ FLAGS: tuple[Flag, ...] = (
         help="image models: channels per pixel (default: the config's num_channels, 3)",
         field="num_channels",
         target="media",
-        commands=EVERY,
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--audio-seconds",
@@ -384,7 +384,7 @@ FLAGS: tuple[Flag, ...] = (
         "infer: longer audio is transcribed window by window, generate()'s long-form)",
         field="audio_seconds",
         target="media",
-        commands=EVERY,
+        commands=ESTIMATE_LIKE,
     ),
     # diffusion pipelines (memfit estimate flux.1-dev --mode infer ...): docs/diffusion.md
     Flag(

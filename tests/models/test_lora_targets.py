@@ -30,7 +30,6 @@ def _linear_leaf_names(config: dict) -> set[str]:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from memfit.estimate.trace.build import linear_module_names
-
     from memfit.models.media import buildable  # DETR without timm
 
     fields = {k: v for k, v in buildable(config).items() if k != "model_type"}
