@@ -74,6 +74,9 @@ def test_every_row_sets_a_field_that_exists() -> None:
     from memfit.estimate.trace.diffusion import DiffusionJob
 
     targets["pipeline"] = {f.name for f in dataclasses.fields(DiffusionJob)}
+    from memfit.models.media import MediaSpec
+
+    targets["media"] = {f.name for f in dataclasses.fields(MediaSpec)}
     for row in FLAGS:
         assert row.field in targets[row.target], row.name
         assert set(row.commands) <= set(EVERY), row.name

@@ -37,6 +37,8 @@ ESTIMATE_EXAMPLES = """examples:
   memfit estimate llama-3.1-8b --mode infer --seq 4096 --new-tokens 256 --gpu L40S --json
   memfit estimate ./my-model/config.json --precision amp-bf16 --optimizer adamw-fused
   memfit estimate mypkg.models:make_unet --allow-code --batch 8 --precision fp16
+  memfit estimate vit-base-patch16-224 --image-size 384 --batch 64 --checkpointing full
+  memfit estimate whisper-large-v3 --mode infer --audio-seconds 600 --new-tokens 224
 """
 
 
@@ -250,6 +252,15 @@ def cmd_models(args: argparse.Namespace) -> int:
 COMMANDS = {"estimate": cmd_estimate, "models": cmd_models}
 
 
+def media_from(args: argparse.Namespace) -> Any:
+    """``--image-size`` / ``--num-channels`` / ``--audio-seconds`` for every MODEL the command
+    resolves (memfit.models.media)."""
+    from memfit.flags import media_kwargs
+    from memfit.models.media import MediaSpec, using_media
+
+    return using_media(MediaSpec(**media_kwargs(vars(args))))
+
+
 #: Libraries whose import-time warnings are noise for a CLI user: bitsandbytes and torchao on CPU
 #: look for optional accelerated kernels memfit never runs; torch's pytree logs deprecations of
 #: registrations those libraries make; transformers and peft log notes about the model building
@@ -282,7 +293,11 @@ def main(
         args = cli_from.reparse(parser, args.subparsers, args, argv)
         from memfit.models.source import allowing_code
 
-        with allowing_code(bool(getattr(args, "allow_code", False))), applied(args):
+        with (
+            allowing_code(bool(getattr(args, "allow_code", False))),
+            applied(args),
+            media_from(args),
+        ):
             return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()

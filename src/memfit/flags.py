@@ -63,7 +63,7 @@ class Flag:
     default: Any = None
     choices: tuple[str, ...] | None = None
     help: str | None = None
-    target: Literal["workload", "request", "pipeline"] = "workload"
+    target: Literal["workload", "request", "pipeline", "media"] = "workload"
     always: bool = False
     needs: str | None = None
     group: str | None = None
@@ -367,6 +367,36 @@ FLAGS: tuple[Flag, ...] = (
         target="request",
         commands=("plan",),
     ),
+    # image and speech models (estimate vit-base-patch16-224 --image-size 384): docs/vision.md
+    Flag(
+        name="--image-size",
+        dest="image_size",
+        kind="int",
+        help="image models (ViT, DeiT, DINOv2, Swin, ConvNeXt, SigLIP, DETR): pixels per side "
+        "(default: the config's image_size; DETR 800)",
+        field="image_size",
+        target="media",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--num-channels",
+        dest="num_channels",
+        kind="int",
+        help="image models: channels per pixel (default: the config's num_channels, 3)",
+        field="num_channels",
+        target="media",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--audio-seconds",
+        dest="audio_seconds",
+        kind="text",
+        help="Whisper: seconds of audio per sample (default 30: one window; train: at most 30; "
+        "infer: longer audio is transcribed window by window, generate()'s long-form)",
+        field="audio_seconds",
+        target="media",
+        commands=ESTIMATE_LIKE,
+    ),
     # diffusion pipelines (memfit estimate flux.1-dev --mode infer ...): docs/diffusion.md
     Flag(
         name="--height",
@@ -528,7 +558,7 @@ def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
     implied = WorkloadSpec(**{k: getattr(w, k) for k in DEFAULTS_DEPEND_ON})
     out: list[str] = []
     for f in flags_for("estimate"):
-        if f.target == "pipeline":  # diffusion pipeline flags: not WorkloadSpec fields
+        if f.target in ("pipeline", "media"):  # diffusion / image / audio: not WorkloadSpec
             continue
         value = getattr(w, f.field)
         if value is None or (f.needs is not None and getattr(w, f.needs) is None):
@@ -543,3 +573,22 @@ def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
         else:
             out.append(f"{f.name} {value}")
     return " ".join(out)
+
+
+def _number(text: Any) -> Any:
+    """``text`` as a float, or unchanged for the spec to reject with its rule."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def media_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`~memfit.models.media.MediaSpec` keywords of a parsed command line (the
+    ``media`` rows; ``--audio-seconds`` as a number, else kept for the spec to reject)."""
+    out: dict[str, Any] = {}
+    for f in FLAGS:
+        value = values.get(f.dest)
+        if f.target == "media" and value is not None and f.field not in out:
+            out[f.field] = _number(value) if f.field == "audio_seconds" else value
+    return out

@@ -14,8 +14,9 @@ import pytest
 from memfit.models import list_bundled, resolve_model
 from memfit.models.bundled import CONFIGS_DIR, find_bundled
 from memfit.models.config_json import config_problems
+from memfit.models.media import buildable
 
-TASKS = {"causal-lm", "seq-cls", "seq2seq", "vision"}
+TASKS = {"causal-lm", "seq-cls", "seq2seq", "vision", "speech"}
 
 #: Parameters of the model transformers builds from each config, as published for the checkpoint.
 #: Tied embeddings count once. Encoders are built as the bare model with its pooler (BertModel),
@@ -57,6 +58,7 @@ def _build_on_meta(name: str):  # -> torch.nn.Module
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
     raw = json.loads((CONFIGS_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    raw = buildable(raw)  # DETR: transformers' own ResNet-50 backbone where timm is missing
     config = transformers.AutoConfig.for_model(
         raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"}
     )

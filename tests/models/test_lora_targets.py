@@ -30,8 +30,9 @@ def _linear_leaf_names(config: dict) -> set[str]:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from memfit.estimate.trace.build import linear_module_names
+    from memfit.models.media import buildable  # DETR without timm
 
-    fields = {k: v for k, v in config.items() if k != "model_type"}
+    fields = {k: v for k, v in buildable(config).items() if k != "model_type"}
     for key in ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers"):
         if key in fields:
             fields[key] = 1

@@ -246,7 +246,19 @@ def test_the_source_carries_its_spec_and_a_factory_has_none() -> None:
     assert resolve_model("pkg.mod:build", allow_code=True).spec is None
 
 
-BUNDLED = [b.name for b in list_bundled()]
+#: Bundled families param_count.py has no counter for yet (issue 14's vision / speech models):
+#: their spec says None (unknown) and the trace engine counts the parameters it builds
+#: (tests/models/test_media.py checks those against the papers). A counter added later must
+#: take its family off this list.
+NO_COUNTER = ("deit", "convnext", "swin", "dinov2", "siglip", "detr", "whisper")
+BUNDLED_ALL = [b.name for b in list_bundled()]
+BUNDLED = [b.name for b in list_bundled() if b.family not in NO_COUNTER]
+
+
+def test_families_without_a_counter_say_unknown_rather_than_a_wrong_count() -> None:
+    uncounted = [b.name for b in list_bundled() if b.family in NO_COUNTER]
+    assert len(uncounted) == 17
+    assert all(resolve_model(n).spec.n_params is None for n in uncounted)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("name", BUNDLED)
@@ -264,7 +276,7 @@ def test_n_params_equals_the_model_transformers_builds(name) -> None:
 
 
 def test_every_bundled_config_has_a_counted_layout() -> None:
-    assert len(BUNDLED) == 63
+    assert len(BUNDLED) == 66 and len(BUNDLED_ALL) == 83  # 63 + ViT-B/L/H; + 17 uncounted
     assert all(resolve_model(name).spec.n_params for name in BUNDLED)  # type: ignore[union-attr]
 
 

@@ -55,7 +55,22 @@ def estimate(
             model, trust_remote_code=trust_remote_code, allow_code=allow_code or None
         )
     )
-    return policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)
+    est = policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)
+    return _with_inputs(est, source)
+
+
+def _with_inputs(est: MemoryEstimate, source: Any) -> MemoryEstimate:
+    """An image / speech model's estimate says its workload in its own terms
+    (``workload["inputs"]``: image size and patches, or audio seconds and windows)."""
+    import dataclasses
+
+    from memfit.models.media import describe_inputs
+
+    w = est.workload
+    inputs = describe_inputs(source.config or {}, w["batch_size"], w["seq_len"])
+    if not inputs:
+        return est
+    return dataclasses.replace(est, workload={**w, "inputs": inputs})
 
 
 def _gpu(gpu: Any) -> Any:

@@ -54,7 +54,7 @@ from memfit.spec import WorkloadSpec
 #: How many module owners the estimate lists.
 N_TOP_MODULES = 10
 #: Tasks that generate tokens (``new_tokens`` needs one).
-GENERATIVE_TASKS = ("causal-lm", "seq2seq")
+GENERATIVE_TASKS = ("causal-lm", "seq2seq", "speech-seq2seq")
 
 
 # ----------------------------------------------------------------------------- checks before

@@ -92,6 +92,10 @@ def parse_config_text(text: str, *, where: str) -> dict[str, Any]:
     return config
 
 
+#: Families whose ``num_heads`` is a list with one count per stage (SwinConfig).
+PER_STAGE_TYPES = ("swin", "swinv2")
+
+
 def config_problems(config: dict[str, Any], *, prefix: str = "") -> list[str]:
     """Every structural problem of ``config`` (empty when it looks like a real model config)."""
     problems: list[str] = []
@@ -107,6 +111,8 @@ def config_problems(config: dict[str, Any], *, prefix: str = "") -> list[str]:
         problems.append(f"{prefix}architectures ({architectures!r}) must be a list of class names")
     for field in POSITIVE_INT_FIELDS:
         value = config.get(field)
+        if model_type in PER_STAGE_TYPES and isinstance(value, list) and all(map(_positive, value)):
+            continue  # Swin's num_heads: one count per stage
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):

@@ -64,6 +64,14 @@ FAMILY_NAMES: dict[str, dict[str, str]] = {
     "clip": _FC,
     "phi": {**_FC, "o": "dense"},
     "vit": {**_FC, "o": "o_proj"},
+    # transformers 5.2x vision / speech families (checked on the modules they build)
+    "deit": {**_FC, "o": "o_proj"},
+    "dinov2": {**_FC, "o": "o_proj"},
+    "swin": {**_FC, "o": "o_proj"},
+    "detr": {**_FC, "o": "o_proj"},
+    "siglip": _FC,
+    "whisper": _FC,
+    "convnext": {"up": "pwconv1", "down": "pwconv2"},
     "phi3": {
         "q": "qkv_proj",
         "k": "qkv_proj",
@@ -81,6 +89,11 @@ FAMILY_NAMES: dict[str, dict[str, str]] = {
 
 #: Roles a family has no linear module for, with the reason shown to the user.
 MISSING_ROLES: dict[str, dict[str, str]] = {
+    "convnext": {
+        role: "ConvNeXt has no attention (depthwise convolutions); its linear layers are the "
+        "MLP's pwconv1 / pwconv2 (roles up, down)"
+        for role in GROUPS["attention"]
+    },
     "mixtral": {
         role: "Mixtral's experts are fused 3-D parameters in transformers 5 (MixtralExperts), "
         "not linear modules, so peft cannot wrap them by module name; target attention "

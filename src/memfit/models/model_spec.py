@@ -31,7 +31,7 @@ __all__ = ["ModelSpec", "QuantizationConfig"]
 #: Keys whose presence says the model has rotary position embeddings (families without a reader).
 ROPE_KEYS = ("rope_theta", "rope_parameters", "rope_scaling", "rotary_emb_base")
 #: Vision model types (image classification when traced; see :attr:`ModelSpec.task`).
-VISION_TYPES = ("vit", "deit", "beit", "swin", "convnext", "dinov2", "resnet")
+VISION_TYPES = ("vit", "deit", "beit", "swin", "convnext", "dinov2", "resnet", "siglip")
 _COUNTS: tuple[str, ...] = (
     "hidden_size",
     "n_layers",
@@ -224,10 +224,15 @@ class ModelSpec:
     @property
     def task(self) -> str:
         """What ``task="auto"`` means for this model, from ``model_type`` and ``architectures``:
-        ``clip``, ``image-cls``, ``seq2seq``, ``causal-lm`` or ``seq-cls``."""
+        ``clip``, ``image-cls``, ``object-detection`` (DETR), ``speech-seq2seq`` (Whisper),
+        ``seq2seq``, ``causal-lm`` or ``seq-cls``."""
         archs = " ".join(self.architectures)
         if self.model_type == "clip":
             return "clip"
+        if self.model_type == "whisper":
+            return "speech-seq2seq"
+        if self.model_type == "detr":
+            return "object-detection"
         if self.model_type in VISION_TYPES or "ImageClassification" in archs:
             return "image-cls"
         if self.is_encoder_decoder:

@@ -19,6 +19,7 @@ to decide whether a config with ``auto_map`` needs repository code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import os
 import re
@@ -36,12 +37,14 @@ from memfit.models.bundled import (
     find_bundled,
 )
 from memfit.models.config_json import check_config, read_config_file
+from memfit.models.media import active_media, with_media
 from memfit.models.model_spec import ModelSpec
 from memfit.models.safetensors_header import (
     SafetensorsInfo,
     find_safetensors,
     summarize_safetensors,
 )
+from memfit.models.zoo import ZOO_PREFIXES, zoo_source
 
 __all__ = [
     "ModelSource",
@@ -138,6 +141,26 @@ def resolve_model(
     text = os.fspath(model).strip()
     if not text:
         raise UnknownModelError(f"the model name is empty; pass {ACCEPTED_FORMS}")
+    source = _resolve(text, trust_remote_code, cache_dir, allow_code)
+    media = active_media()  # --image-size / --num-channels / --audio-seconds
+    if media is None:
+        return source
+    if source.config is None:
+        raise SpecError(
+            f"--image-size / --num-channels / --audio-seconds set the inputs of a Hugging Face "
+            f"vision or speech model; {text!r} builds its own inputs (a factory or a timm / "
+            "torchvision model: set them in its code, or drop the flags)"
+        )
+    config = with_media(source.config, media, name=source.name)
+    return dataclasses.replace(source, config=config, spec=None)
+
+
+def _resolve(
+    text: str,
+    trust_remote_code: bool,
+    cache_dir: str | os.PathLike[str] | None,
+    allow_code: bool | None,
+) -> ModelSource:
     path = Path(text).expanduser()
     if _exists(path):
         return _from_path(path, trust_remote_code=trust_remote_code)
@@ -167,6 +190,8 @@ def resolve_model(
             f"no file or folder at {text!r} (looked in {path.absolute()}); check the path, or "
             f"pass {ACCEPTED_FORMS}"
         )
+    if text.split("/", 1)[0] in ZOO_PREFIXES and "/" in text:
+        return zoo_source(text)  # timm/NAME, torchvision/NAME: built by that library
     if HUB_ID_RE.match(text):
         return _from_hub(text, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     raise _unknown(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.models.media import inputs_phrase
 from memfit.units import format_bytes
 
 
@@ -15,7 +16,10 @@ def _count(n: int) -> str:
 
 def _workload_line(est: MemoryEstimate) -> str:
     w = est.workload
-    parts = [w["mode"], f"batch {w['batch_size']} × seq {w['seq_len']}", w["precision"]]
+    shape = f"batch {w['batch_size']} × seq {w['seq_len']}"
+    if w.get("inputs"):  # an image / speech model: its own terms (memfit.models.media)
+        shape = inputs_phrase(w["inputs"], w["batch_size"], w["mode"])
+    parts = [w["mode"], shape, w["precision"]]
     if w["mode"] == "infer" and w.get("new_tokens"):
         parts.append(f"{w['new_tokens']} new tokens")
     if w.get("prefill_chunk_size"):

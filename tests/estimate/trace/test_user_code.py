@@ -83,8 +83,15 @@ def test_factory_without_input_description_is_a_clear_error() -> None:
 
 
 def test_factory_models_refuse_techniques_memfit_cannot_apply_to_user_code() -> None:
-    with pytest.raises(SpecError, match=r"lora_rank=8, gpus=2.*cannot be applied to factory"):
+    with pytest.raises(SpecError, match=r"gpus=2, shard='ddp' cannot be applied to factory"):
         memfit.estimate(CNN, WorkloadSpec(lora_rank=8, gpus=2, shard="ddp"), allow_code=True)
+
+
+def test_factory_models_refuse_techniques_they_do_not_declare() -> None:
+    with pytest.raises(
+        SpecError, match=r"lora_rank=8 cannot be applied .*declares memfit_supports = nothing"
+    ):
+        memfit.estimate(CNN, WorkloadSpec(lora_rank=8), allow_code=True)
 
 
 def test_factory_models_take_the_8bit_optimizer() -> None:

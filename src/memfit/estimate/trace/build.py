@@ -161,6 +161,8 @@ def model_class(task: str) -> Any:
         "seq-cls": tf.AutoModelForSequenceClassification,
         "seq2seq": tf.AutoModelForSeq2SeqLM,
         "image-cls": tf.AutoModelForImageClassification,
+        "object-detection": tf.AutoModelForObjectDetection,
+        "speech-seq2seq": tf.AutoModelForSpeechSeq2Seq,
         "clip": tf.AutoModel,
     }[task]
 

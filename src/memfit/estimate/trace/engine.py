@@ -47,6 +47,7 @@ from memfit.estimate.trace.cuda_emulation import (
 from memfit.estimate.trace.flat import Flat, extrapolated
 from memfit.estimate.trace.flat import engine_result as flat_engine_result
 from memfit.estimate.trace.tracker import StorageTracker
+from memfit.models import media
 from memfit.snapshot import predicted
 from memfit.spec import PRECISION_RULES, WorkloadSpec
 
@@ -84,6 +85,7 @@ def trace_hf(
     fake trace counts exactly what real execution allocates.
     """
     started = time.perf_counter()
+    config = media.buildable(config)  # DETR without timm: models/media.py
     workload, prepared_notes = prepare_workload(config, workload)
     _reject_unsupported(workload)
     check_gpu(workload, gpu)

@@ -11,10 +11,18 @@ returns either a module, or ``(module, inputs)`` where ``inputs`` describes one 
 Without ``inputs`` the model must define ``example_inputs(batch_size, seq_len)``. Training uses the
 output's ``.loss`` if it has one, else the mean of the (first) output as the loss.
 Importing the factory runs the user's code: it is the user's own module, named explicitly.
+
+A factory may also return ``(module, inputs, {"supports": {...}})`` or carry a
+``memfit_supports`` attribute (on the function or the module) naming the techniques memfit may
+apply to it: ``checkpointing``, ``lora``, ``freeze``, ``quant``
+(:mod:`memfit.estimate.trace.factory_techniques`, docs/factories.md); the others are refused.
+``timm/NAME`` and ``torchvision/NAME`` are built here too, by those libraries (no weights), with
+the input size their configs give and the techniques they support.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -22,13 +30,23 @@ import torch
 
 from memfit.errors import SpecError, UnknownModelError
 from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.trace import build, quantized
 from memfit.estimate.trace.build import PARAM_DTYPE
+from memfit.estimate.trace.factory_techniques import (
+    apply_techniques_,
+    declared_supports,
+    refuse_undeclared,
+)
 from memfit.estimate.trace.steps import AUTOCAST_DTYPE, make_optimizer
 from memfit.estimate.trace.user_step import trace_step
+from memfit.models.zoo import ZOO_PREFIXES, zoo_source
 from memfit.spec import WorkloadSpec
 
 
-def load_factory(spec: str) -> tuple[torch.nn.Module, Any]:
+def load_factory(spec: str) -> tuple[torch.nn.Module, Any, frozenset[str]]:
+    """(model on meta, its input description, the techniques it declares)."""
+    if spec.split("/", 1)[0] in ZOO_PREFIXES:
+        return _zoo_model(spec)
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -43,7 +61,13 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any]:
         raise UnknownModelError(f"{module_name!r} has no callable {attr!r} (from {spec!r})")
     with torch.device("meta"):
         made = factory()
-    model, inputs = made if isinstance(made, tuple) else (made, None)
+    parts = made if isinstance(made, tuple) else (made,)
+    if not 1 <= len(parts) <= 3:
+        raise SpecError(
+            f"factory {spec!r} returned {len(parts)} values; return model, (model, inputs) or "
+            "(model, inputs, {'supports': {...}})"
+        )
+    model, inputs, extra = (*parts, None, None)[:3]
     if not isinstance(model, torch.nn.Module):
         raise SpecError(f"factory {spec!r} returned {type(model).__name__}, not an nn.Module")
     if inputs is None:
@@ -53,7 +77,35 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any]:
             f"factory {spec!r} gave no input description: return (model, inputs) or define "
             "model.example_inputs(batch_size, seq_len)"
         )
-    return model, inputs
+    return model, inputs, declared_supports(factory, model, extra=extra)
+
+
+def _zoo_model(spec: str) -> tuple[torch.nn.Module, Any, frozenset[str]]:
+    """``timm/NAME`` (``timm.create_model``, input size from its ``pretrained_cfg``) or
+    ``torchvision/NAME`` (``torchvision.models.get_model``, 224 x 224: the crop of most of its
+    ImageNet weights' transforms), on meta, without weights."""
+    prefix, _, name = spec.partition("/")
+    zoo_source(spec)  # the library is installed (else the one-line pip error)
+    supports: frozenset[str] = frozenset({"checkpointing", "lora", "freeze", "quant"})
+    with torch.device("meta"):
+        try:
+            if prefix == "timm":
+                import timm
+
+                model = timm.create_model(name, pretrained=False)
+                size = tuple((getattr(model, "pretrained_cfg", None) or {}).get("input_size", ()))
+            else:
+                import torchvision
+
+                model = torchvision.models.get_model(name, weights=None)
+                size = ()
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise UnknownModelError(f"{prefix} cannot build {name!r}: {exc}") from exc
+    if len(size) != 3:
+        size = (3, 224, 224)
+    if not callable(getattr(model, "set_grad_checkpointing", None)):
+        supports -= {"checkpointing"} if build.decoder_layers(model) is None else set()
+    return model, {"pixel_values": ("batch", *size)}, supports
 
 
 def _materialise(inputs: Any, workload: WorkloadSpec, dtype: torch.dtype) -> Any:
@@ -72,47 +124,23 @@ def _materialise(inputs: Any, workload: WorkloadSpec, dtype: torch.dtype) -> Any
     return out
 
 
-#: Workload settings a factory model cannot take from memfit (they change how the model is built
-#: or distributed, which is the user's code), with their neutral value.
-FACTORY_NEUTRAL: dict[str, Any] = {
-    "lora_rank": None,
-    "freeze_layers": 0,
-    "checkpointing": "none",
-    "quant": "none",
-    "gpus": 1,
-    "tp": 1,
-    "shard": "none",
-    "offload": "none",
-}
-
-
-def _reject_model_techniques(spec: str, workload: WorkloadSpec) -> None:
-    if not workload.is_train:
-        neutral = {k: v for k, v in FACTORY_NEUTRAL.items() if k in ("quant", "gpus", "tp")}
-    else:
-        neutral = FACTORY_NEUTRAL
-    bad = [f"{k}={getattr(workload, k)!r}" for k, v in neutral.items() if getattr(workload, k) != v]
-    if bad:
-        raise SpecError(
-            f"{', '.join(bad)} cannot be applied to factory model {spec!r}: memfit builds "
-            "Hugging Face configs itself but runs your factory's module as it is; apply the "
-            "technique inside the factory (or trace your own step with memfit.trace_step)"
-        )
-
-
 def trace_factory(spec: str, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
-    _reject_model_techniques(spec, workload)
-    model, inputs = load_factory(spec)
+    model, inputs, supports = load_factory(spec)
+    refuse_undeclared(spec, workload, supports)
     dtype = PARAM_DTYPE[workload.run_precision]
     model = model.to(dtype)
     model.train(workload.is_train)
+    model = apply_techniques_(model, workload)
     batch = _materialise(inputs, workload, dtype)
     autocast = AUTOCAST_DTYPE.get(workload.run_precision)
 
     def step(m: torch.nn.Module, opt: Any, data: Any) -> None:
         amp = torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None)
         with amp, torch.set_grad_enabled(workload.is_train):
-            out = m(**data) if isinstance(data, dict) else m(*data)
+            if isinstance(data, dict) and set(data) == {"pixel_values"} and _positional(m):
+                out = m(data["pixel_values"])  # timm / torchvision: forward(x)
+            else:
+                out = m(**data) if isinstance(data, dict) else m(*data)
         if not workload.is_train:
             return
         loss = getattr(out, "loss", None)
@@ -131,10 +159,18 @@ def trace_factory(spec: str, workload: WorkloadSpec, *, gpu: Any = None) -> Memo
             return make_optimizer(params, workload.optimizer or "none", model)
 
     est = trace_step(step, model=model, optimizer=optimizer, inputs=batch, gpu=gpu, name=spec)
+    n_quantized = quantized.n_quantized_params(model)  # stand-ins hold them as buffers
+    if n_quantized:
+        est = dataclasses.replace(est, n_params=est.n_params + n_quantized)
     return _with_workload(est, workload)
 
 
-def _with_workload(est: MemoryEstimate, workload: WorkloadSpec) -> MemoryEstimate:
-    import dataclasses
+def _positional(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (or the model a peft wrapper holds) is a timm / torchvision network,
+    whose forward takes the image tensor positionally."""
+    base = getattr(model, "get_base_model", lambda: model)()
+    return type(base).__module__.split(".")[0] in ZOO_PREFIXES
 
+
+def _with_workload(est: MemoryEstimate, workload: WorkloadSpec) -> MemoryEstimate:
     return dataclasses.replace(est, workload=workload.normalized())

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from memfit.estimate.trace import media_inputs
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import PRECISION_RULES, WorkloadSpec
@@ -65,13 +66,9 @@ def example_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) ->
     b, s = workload.batch_size, workload.seq_len
     spec = ModelSpec.from_config(config)
     vocab = spec.vocab_size or 32000
-    if task == "image-cls":
-        size = int(spec.get("image_size", 224))
-        channels = int(spec.get("num_channels", 3))
-        inputs: dict[str, Any] = {"pixel_values": torch.randn(b, channels, size, size)}
-        if workload.is_train:
-            inputs["labels"] = torch.zeros(b, dtype=torch.long)
-        return inputs
+    if task in media_inputs.TASKS:  # images and audio: memfit.estimate.trace.media_inputs
+        return media_inputs.media_inputs(config, workload, task)
+    inputs: dict[str, Any]
     if task == "clip":
         size = int(spec.vision.get("image_size", 224)) if spec.vision else 224
         vocab = (spec.text.vocab_size if spec.text else None) or 49408  # CLIPTextConfig
@@ -206,6 +203,8 @@ class _LossScaler:
 
 def _fallback_loss(out: Any) -> torch.Tensor:
     """Models without a built-in loss: the mean of the first output (a scalar to backprop)."""
+    if hasattr(out, "pred_boxes"):  # DETR: media_inputs.detection_loss
+        return media_inputs.detection_loss(out)
     first = out if isinstance(out, torch.Tensor) else out[0]
     return first.mean()
 
@@ -222,6 +221,8 @@ def run_inference(
             _generate(model, inputs["input_ids"], workload, tracker)
         elif task == "seq2seq":
             _generate_seq2seq(model, inputs["input_ids"], workload, tracker)
+        elif task == "speech-seq2seq":
+            media_inputs.run_speech_generation(model, inputs, workload, tracker)
         else:
             tracker.set_phase("forward")
             out = model(**inputs)
@@ -361,3 +362,7 @@ def _grow_cache(cache: Any, length: int, tracker: StorageTracker) -> None:
         if hasattr(layer, "cumulative_length"):
             layer.cumulative_length = length
         tracker.label([layer.keys, layer.values], "kv_cache")
+
+
+# The decode helpers other generation loops share (media_inputs: Whisper's generate()).
+next_token, decode_steps, grow_cache = _next_token, _decode_steps, _grow_cache
