@@ -315,9 +315,8 @@ def fused_dropout() -> Iterator[None]:
 
 #: Reductions that run ``gpu_reduce_kernel`` on CUDA with a float accumulator (``sum_kernel_cuda``
 #: and ``mean_kernel_cuda``: ``acc_type`` of half, bf16 and fp32 is fp32, of fp64 fp64;
-#: ``aten/src/ATen/native/cuda/ReduceSumProdKernel.cu``, ``ReduceMomentKernel.cu``), and the
-#: position of their ``dim`` argument. ``amax``/``amin`` accumulate in the input dtype
-#: (``ReduceAMinMaxKernel.cu``).
+#: ``aten/src/ATen/native/cuda/ReduceSumProdKernel.cu``, ``ReduceMomentKernel.cu``): "acc";
+#: ``amax``/``amin`` accumulate in the input dtype (``ReduceAMinMaxKernel.cu``): "input".
 REDUCE_OPS = {
     "sum.dim_IntList": "acc",
     "sum.default": "acc",
