@@ -211,7 +211,17 @@ WORKLOAD_FIELDS = {
 STATE_ONLY_BATCH, STATE_ONLY_SEQ = 1, 64
 
 #: memfit's pure precisions -> torch dtype name (the benchmark loop loads the model in it).
-TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+#: The loop's model dtype; the precision names of ``spec.PRECISION_RULES`` map as "fp16"/"bf16"
+#: did before those names were introduced (the loop itself runs no autocast).
+TORCH_DTYPES = {
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp32": "float32",
+    "16-mixed": "float16",
+    "16-true": "float16",
+    "bf16-mixed": "bfloat16",
+    "bf16-true": "bfloat16",
+}
 
 #: Record GPU text prefix -> memfit catalog name (affects only reserved/device-used numbers).
 GPUS = {

@@ -1,7 +1,8 @@
 """Fit the estimate's uncertainty bands on measurements, and report how often the truth is inside.
 
 Measurements: the H200 runs (``benchmarks/results/gpu_h200_measurements.jsonl``, three metrics per
-job) and every published record ``benchmarks/accuracy_published.py`` can reproduce. For each one the
+job), every published record ``benchmarks/accuracy_published.py`` can reproduce, and Liger-Kernel's
+published LlamaMLP block figures (``benchmarks/published_blocks.py``). For each one the
 estimate is split into its parts (memfit.estimate.uncertainty: static, dynamic, cache, context) and
 the smallest band fractions that put 95 % of the measurements inside their range are found, part
 by part: static from weight / model-state records, dynamic from allocated, cache from reserved,
@@ -99,6 +100,37 @@ def published_points() -> list[dict[str, Any]]:
             p["predicted_bytes"] = pub.metric_bytes(est, case.metric)
             p["parts"] = {"static": p["predicted_bytes"], "dynamic": 0, "cache": 0, "context": 0}
         points.append(p)
+    return points
+
+
+def block_points() -> list[dict[str, Any]]:
+    """Liger-Kernel's published LlamaMLP figures on an H100 (``benchmarks/published_blocks.py``):
+    memfit traces the benchmark's own protocol; the prediction is that protocol's figure, its
+    static part the weights (and, backward, their gradients) of the traced estimate."""
+    import published_blocks as blocks
+
+    from memfit.hardware.catalog import get_gpu
+
+    data = json.loads(blocks.DATA.read_text())
+    gpu = get_gpu(data["gpu"])
+    points = []
+    for n_text in data["mib"]["forward"]:
+        pred = blocks.predict(int(n_text), gpu)
+        for which, est in zip(("forward", "backward"), pred["estimates"], strict=True):
+            predicted = int(pred[which] * blocks.MiB)
+            parts = parts_of(est)
+            parts["dynamic"] = predicted - parts["static"]
+            parts["cache"] = parts["context"] = 0
+            points.append(
+                {
+                    "name": f"liger:llamamlp-{which}-4x{n_text}",
+                    "metric": "allocated",
+                    "source": data["sources"][which],
+                    "measured_bytes": int(data["mib"][which][n_text] * blocks.MiB),
+                    "predicted_bytes": predicted,
+                    "parts": parts,
+                }
+            )
     return points
 
 
@@ -215,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse:
         points = [json.loads(x) for x in points_file.read_text().splitlines()]
     else:
-        points = h200_points() + published_points()
+        points = h200_points() + published_points() + block_points()
         points_file.write_text("".join(json.dumps(p) + "\n" for p in points))
     bands = fit(points)
     (RESULTS / "uncertainty.md").write_text(markdown(points, bands))

@@ -41,7 +41,7 @@ class Band:
     high: float
 
 
-#: Fitted by benchmarks/calibrate_uncertainty.py on 93 measurement points to cover 95 % of each
+#: Fitted by benchmarks/calibrate_uncertainty.py on 103 measurement points to cover 95 % of each
 #: metric's points on each side (results and the points outside: benchmarks/results/uncertainty.md).
 #: The wide upper dynamic band comes from the HF-docs training tables measured on PyTorch 2.2-era
 #: stacks, which allocate up to 23 % more than the stack memfit traces; the context band is measured

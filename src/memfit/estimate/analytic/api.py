@@ -17,6 +17,7 @@ from memfit.estimate.analytic.graph import TEMP, Vec
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
 from memfit.estimate.analytic.reserved import reserved_rule
+from memfit.estimate.cuda_reduce import reduce_device
 from memfit.estimate.pipeline import (
     EngineResult,
     PhaseResult,
@@ -54,7 +55,8 @@ def estimate_analytic(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -
     workload, prepared_notes = prepare_workload(config, workload)
     check_gpu(workload, gpu)
     prog, task = _prepare(config, workload)
-    sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
+    with reduce_device(gpu):  # CUDA kernels' workspaces sized for this GPU
+        sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
     est = assemble(_result(sim, workload, name=name, task=task, started=started), workload, gpu)
     return with_notes(est, prepared_notes)
@@ -85,10 +87,11 @@ def estimate_many(
         entry = cache.get(key)
         if entry is None:
             prog, task = _prepare(config, wl)
-            one_ = simulate(prog, replace(wl, batch_size=1), task)
-            one_ = _with_full_counts(one_, config, wl, task)
-            _add_notes(one_, config, wl)
-            two = simulate(prog, replace(wl, batch_size=2), task)
+            with reduce_device(gpu):
+                one_ = simulate(prog, replace(wl, batch_size=1), task)
+                one_ = _with_full_counts(one_, config, wl, task)
+                _add_notes(one_, config, wl)
+                two = simulate(prog, replace(wl, batch_size=2), task)
             entry = cache[key] = (task, one_, _envelopes(one_, two))
         task, one_, lines = entry
         sim = _at_batch(one_, lines, wl.batch_size)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from memfit.estimate.analytic.graph import DTYPE_BYTES, Graph, Tensor
 from memfit.estimate.analytic.quant_ops import lora_on_quantized, quantized_linear, quantizes
+from memfit.estimate.cuda_reduce import reduce_staging_bytes, rounded
 from memfit.spec import PRECISION_RULES
 
 #: This engine's names of torch's dtypes.
@@ -21,6 +22,17 @@ _NAMES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PARAM_DTYPE = {name: _NAMES[r.params] for name, r in PRECISION_RULES.items()}
 COMPUTE_DTYPE = {name: _NAMES[r.compute] for name, r in PRECISION_RULES.items()}
 HALF = ("bf16", "f16")
+
+
+def sum_to_staging_bytes(n_rows: int, n_cols: int) -> int:
+    """Blocks CUDA's reduction kernel takes while summing an (``n_rows``, ``n_cols``) gradient
+    over its rows into a broadcast input's (``n_cols``) gradient: a bias, an RMSNorm weight
+    (``gpu_reduce_kernel``'s staging buffer and semaphores, :mod:`memfit.estimate.cuda_reduce`;
+    autograd's ``sum_to`` runs ``sum``). Same rule as the trace's CUDA emulation."""
+    if n_rows <= 1:
+        return 0
+    buf, sem = reduce_staging_bytes((n_rows, n_cols), (0,))
+    return rounded(buf) + rounded(sem)
 
 
 def promote(a: str, b: str) -> str:
@@ -174,11 +186,14 @@ class Ops:
         xi, wi = self.autocast_input(x), self.autocast_weight(w)
         bi = self.autocast_weight(b) if b is not None else None
         inputs = [xi, wi] + ([bi] if bi is not None else [])
+        rows = x.numel // n_in
         (out,) = self.g.op(
             inputs,
-            [(x.numel // n_in * n_out, xi.dtype)],
+            [(rows * n_out, xi.dtype)],
             saves=[xi if wi.rg else None, wi if xi.rg else None],  # type: ignore[list-item]
             matmul=True,
+            # AddmmBackward's bias gradient: the incoming gradient summed over the rows
+            bwd_workspace=sum_to_staging_bytes(rows, n_out) if bi is not None and bi.rg else 0,
         )
         if adapted:
             out = self.lora_default(x, out, n_in, n_out)
@@ -309,15 +324,17 @@ class Ops:
     def mul(self, a: Tensor, b: Tensor) -> Tensor:
         """``a * b``: MulBackward0 saves each factor the other's gradient needs. A broadcast
         factor's gradient is the full-size product of the incoming gradient and the other
-        factor, then summed to its shape: a full-size temporary while the backward runs."""
+        factor, then summed to its shape: a full-size temporary while the backward runs, and the
+        CUDA reduction's staging blocks while it is summed (:func:`sum_to_staging_bytes`)."""
         n = max(a.numel, b.numel)
         dtype = promote(a.dtype, b.dtype)
-        broadcast = any(t.rg and t.numel < n for t in (a, b))
+        small = [t for t in (a, b) if t.rg and t.numel < n]
+        staging = sum(sum_to_staging_bytes(n // t.numel, t.numel) for t in small)
         (out,) = self.g.op(
             [a, b],
             [(n, dtype)],
             saves=[a if b.rg else None, b if a.rg else None],  # type: ignore[list-item]
-            bwd_workspace=n * DTYPE_BYTES[dtype] if broadcast else 0,
+            bwd_workspace=n * DTYPE_BYTES[dtype] + staging if small else 0,
         )
         return out
 

@@ -15,6 +15,10 @@ Fake ``cuda`` tensors abort the process in ``backward()`` on a CPU-only torch bu
   ``AT_FORALL_FP32_SET_OPT_DTYPE`` lists). We register AutocastCPU kernels that apply CUDA's policy
   for the duration of the trace.
 * **Dropout** (:func:`fused_dropout`): CUDA's fused kernel saves a bool mask, CPU a noise tensor.
+* **Reduction staging** (:func:`cuda_kernel_workspaces`): CUDA's ``gpu_reduce_kernel`` takes a
+  global-memory buffer and semaphores from the caching allocator when it splits each output's
+  inputs across blocks (bias and RMSNorm weight gradients: a sum over every token); CPU's sum
+  allocates nothing. Sized by ``setReduceConfig`` (:mod:`memfit.estimate.cuda_reduce`).
 * **Hugging Face fake-tensor detection** (:func:`hf_treat_fake_as_real`): transformers treats a
   FakeTensor as "tracing" and then builds a (B, 1, S, S) mask a real run skips (trap 5).
 """
@@ -29,6 +33,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from memfit.estimate import cuda_reduce
+from memfit.estimate.trace import tracker as tracker_mod
 
 #: Ops CUDA autocast runs in fp32 (CastPolicy::fp32), from aten/src/ATen/autocast_mode.cpp
 #: (``AT_FORALL_FP32``). Only overloads that exist in this torch build are patched.
@@ -304,6 +311,69 @@ def fused_dropout() -> Iterator[None]:
         yield
     finally:
         F.dropout = original
+
+
+#: Reductions that run ``gpu_reduce_kernel`` on CUDA with a float accumulator (``sum_kernel_cuda``
+#: and ``mean_kernel_cuda``: ``acc_type`` of half, bf16 and fp32 is fp32, of fp64 fp64;
+#: ``aten/src/ATen/native/cuda/ReduceSumProdKernel.cu``, ``ReduceMomentKernel.cu``): "acc";
+#: ``amax``/``amin`` accumulate in the input dtype (``ReduceAMinMaxKernel.cu``): "input".
+REDUCE_OPS = {
+    "sum.dim_IntList": "acc",
+    "sum.default": "acc",
+    "mean.dim": "acc",
+    "mean.default": "acc",
+    "amax.default": "input",
+    "amin.default": "input",
+}
+_ACC_BYTES = {torch.float16: 4, torch.bfloat16: 4, torch.float32: 4, torch.float64: 8}
+
+
+def _reduce_ops() -> dict[Any, str]:
+    ops = {}
+    for name, acc in REDUCE_OPS.items():
+        op = _resolve(name)
+        if op is not None:
+            ops[op] = acc
+    return ops
+
+
+def reduction_workspaces(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, ...]:
+    """Request sizes (buffer, semaphores) CUDA's reduction kernel allocates for this op, if any
+    (``gpu_reduce_kernel`` in ``aten/src/ATen/native/cuda/Reduce.cuh``)."""
+    acc = _REDUCE_OPS.get(func)
+    if acc is None or not args or not isinstance(args[0], torch.Tensor):
+        return ()
+    x = args[0]
+    acc_bytes = _ACC_BYTES.get(x.dtype) if acc == "acc" else x.element_size()
+    if acc_bytes is None or x.dim() == 0:
+        return ()
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        dims = list(range(x.dim()))
+    elif isinstance(dims, int):
+        dims = [dims]
+    buf, sem = cuda_reduce.reduce_staging_bytes(
+        tuple(x.shape), list(dims), acc_bytes=acc_bytes, strides=tuple(x.stride())
+    )
+    return (buf, sem) if buf else ()
+
+
+_REDUCE_OPS: dict[Any, str] = _reduce_ops()
+
+
+@contextmanager
+def cuda_kernel_workspaces(gpu: Any = None) -> Iterator[None]:
+    """Within this context, every tracker allocates (and frees) the blocks CUDA kernels take
+    for the duration of an op on ``gpu`` (None: memfit's default device, an A100):
+    :func:`reduction_workspaces`."""
+    token = tracker_mod.OP_WORKSPACES.set(reduction_workspaces)
+    try:
+        with cuda_reduce.reduce_device(gpu):
+            yield
+    finally:
+        tracker_mod.OP_WORKSPACES.reset(token)
 
 
 @contextmanager

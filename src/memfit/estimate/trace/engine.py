@@ -41,6 +41,7 @@ from memfit.estimate.trace import build, distributed, quantized, quantized_exper
 from memfit.estimate.trace.cuda_emulation import (
     SdpaRouter,
     cuda_autocast_policy,
+    cuda_kernel_workspaces,
     fused_dropout,
     hf_treat_fake_as_real,
 )
@@ -246,7 +247,7 @@ def _trace_once(
         tracker = observer.new_tracker()
     else:
         tracker = StorageTracker(device_type="cpu")
-    with fake, cuda_emulation_for(wl, emulate_cuda) as router:
+    with fake, cuda_emulation_for(wl, emulate_cuda, gpu=gpu) as router:
         inputs = steps.example_inputs(cfg, wl, task)
         if plan is not None:
             plan.wrap_(model)
@@ -298,9 +299,10 @@ def replay_reserved(events: list[tuple[str, int, int]], gpu: Any, training: bool
 
 @contextlib.contextmanager
 def cuda_emulation_for(
-    workload: WorkloadSpec, cuda_kernels: bool = True
+    workload: WorkloadSpec, cuda_kernels: bool = True, *, gpu: Any = None
 ) -> Iterator[SdpaRouter | None]:
-    """Enter the CUDA emulations the workload needs; yields the SDPA router (or None)."""
+    """Enter the CUDA emulations the workload needs; yields the SDPA router (or None).
+    ``gpu``: the device the kernels' workspaces are sized for (None: memfit's default GPU)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(hf_treat_fake_as_real())
         if PRECISION_RULES[workload.run_precision].autocast:
@@ -308,6 +310,7 @@ def cuda_emulation_for(
         router = None
         if cuda_kernels:
             stack.enter_context(fused_dropout())
+            stack.enter_context(cuda_kernel_workspaces(gpu))
             if workload.attention != "eager":
                 mode = "flash" if workload.attention == "flash" else "auto"
                 router = stack.enter_context(SdpaRouter(mode))

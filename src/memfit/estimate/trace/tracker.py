@@ -17,10 +17,11 @@ module hooks, a name stack), so the peak can be attributed to modules.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -37,6 +38,13 @@ from memfit.estimate.trace import storage_patch
 FORWARD_PHASES = ("forward", "prefill", "decode", "init")
 
 
+#: Set by the CUDA emulation (``cuda_emulation.cuda_kernel_workspaces``): ``rule(func, args,
+#: kwargs)`` gives the request sizes of the blocks a CUDA kernel takes from the caching allocator
+#: for the duration of the op (freed in reverse order) that CPU kernels do not. None: no rule.
+OP_WORKSPACES: contextvars.ContextVar[Callable[..., tuple[int, ...]] | None] = (
+    contextvars.ContextVar("memfit_op_workspaces", default=None)
+)
+
 #: What ``.item()`` returns for a fake tensor (float / integer-or-bool).
 _FAKE_SCALAR = {True: 1.0, False: 1}
 
@@ -51,7 +59,7 @@ class _Storage:
     phase: str
     module: str
     label: str | None
-    ref: weakref.ref[Any]
+    ref: weakref.ref[Any] | None  # None: a kernel workspace, freed by the tracker itself
 
 
 @dataclass(frozen=True)
@@ -226,7 +234,25 @@ class StorageTracker(TorchDispatchMode):
         for t in flat:
             if isinstance(t, torch.Tensor):
                 self.track(t)
+        rule = OP_WORKSPACES.get()
+        if rule is not None:
+            sizes = rule(func, args, kwargs or {})
+            if sizes:
+                self._workspaces(sizes)
         return out
+
+    def _workspaces(self, sizes: tuple[int, ...]) -> None:
+        """Blocks a kernel allocates after its outputs and frees before it returns (temporary)."""
+        module = self._module_stack[-1] if self._module_stack else self._outside_owner()
+        keys = []
+        for n in sizes:
+            key = next(self._counter)
+            n_bytes = self._rounded(n)
+            self.storages[key] = _Storage(n_bytes, self.phase, module, "temporary", None)
+            self._set_live(key, n_bytes)
+            keys.append(key)
+        for key in reversed(keys):
+            self._on_free(key)
 
     def on_storage_resize(self, storage: Any, size: int) -> None:
         """Called by the shared ``UntypedStorage.resize_`` patch (storage_patch.py)."""

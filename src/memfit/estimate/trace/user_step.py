@@ -74,7 +74,7 @@ def trace_step(
         stack.enter_context(fake)
         # the SDPA kernel and dropout as CUDA runs them, transformers' real-tensor code paths
         router = stack.enter_context(
-            cuda_emulation_for(WorkloadSpec(attention="sdpa"), emulate_cuda)
+            cuda_emulation_for(WorkloadSpec(attention="sdpa"), emulate_cuda, gpu=gpu)
         )
         batch = _fake_inputs(inputs, fake)
         params = [p for p in traced.parameters() if p.requires_grad]
