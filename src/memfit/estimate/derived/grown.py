@@ -23,8 +23,8 @@ from typing import Any
 
 from memfit.errors import NotModelledError
 from memfit.estimate.derived import layers
+from memfit.estimate.derived.layers import from_sequence, to_sequence
 from memfit.estimate.trace import build
-from memfit.estimate.trace.engine import FULL_TRACE_MAX_LAYERS, RUN_OBSERVER, trace_hf
 from memfit.spec import WorkloadSpec
 
 #: Layer units traced at batch 1 (the rule is learned from the three), the unit count traced at
@@ -38,6 +38,8 @@ MIN_UNITS = 7
 
 def applies(config: dict[str, Any], workload: WorkloadSpec) -> tuple[build.LayerVar, int] | None:
     """The stack to grow and its depth in units, or None where growth does not apply."""
+    from memfit.estimate.trace.engine import FULL_TRACE_MAX_LAYERS
+
     if workload.freeze_layers:
         return None
     stacks = build.layer_plan(config, False)
@@ -61,6 +63,8 @@ def record_grown(
     """The form of ``workload`` on ``config`` from traces of a few layers (see the module
     docstring); NotModelledError (engine "derived") where the growth cannot be learned or the
     check trace disagrees. ``recorder``: makes the run observer that keeps a trace's events."""
+    from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
+
     found = applies(config, workload)
     if found is None:
         raise NotModelledError("no layer growth for this job", engine="derived")
@@ -103,7 +107,7 @@ def record_grown(
     check_m, check_b = CHECK[0], CHECK[1] + x1 - 1
     want = seq_at(check_m, check_b)[0]
     grown, grown_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=check_m)
-    if grown.links != want.links or _at_batch(grown, grown_pay, check_b) != want.items:
+    if grown.links != want.links or layers.at_batch(grown, grown_pay, check_b) != want.items:
         raise NotModelledError(
             f"no layer growth: the run grown to {check_m} units differs from its trace",
             engine="derived",
@@ -220,124 +224,6 @@ def _same_consts(r1: dict[str, Any], r2: dict[str, Any]) -> None:
         raise NotModelledError(
             "no layer growth: the batch size changes the run's constants", engine="derived"
         )
-
-
-def to_sequence(run: dict[str, Any]) -> tuple[layers.Sequence, list[Any]]:
-    """A recorded run as aligned items and links, each birth's raw size as its payload (None
-    for the other items)."""
-    marks: dict[int, list[str]] = {}
-    for i, phase in run["marks"]:
-        marks.setdefault(int(i), []).append(str(phase))
-    ignored = set(run["ignored"])
-    comps, mods, comp, mod = run["comps"], run["mods"], run["comp"], run["mod"]
-    items: list[layers.Item] = []
-    links: list[int] = []
-    pay: list[Any] = []
-    last: dict[int, int] = {}
-    ev: list[int] = run["ev"]
-    sizes = run["raw"]
-    ai = 0
-    for i in range(len(ev) + 1):
-        for phase in marks.get(i, ()):
-            items.append(("m", phase))
-            links.append(-1)
-            pay.append(None)
-        if i == len(ev):
-            break
-        key, is_free = ev[i] >> 1, ev[i] & 1
-        link = last.get(key, -1)
-        last[key] = len(items)
-        links.append(link)
-        if is_free:
-            born = items[link] if link >= 0 else ("a", 0, "", "", False)
-            items.append(("f", *born[2:]))
-            pay.append(None)
-            continue
-        size = sizes[ai]
-        ai += 1
-        items.append(("a", size, comps[comp[key]], mods[mod[key]], key in ignored))
-        pay.append(size)
-    return _frees_sorted(items, links, pay)
-
-
-def _frees_sorted(
-    items: list[layers.Item], links: list[int], pay: list[Any]
-) -> tuple[layers.Sequence, list[Any]]:
-    """The sequence with each run of consecutive frees in one canonical order (by the birth
-    of what they free). Frees with no birth or mark between them give the same live bytes at
-    every instant that can be a peak and leave the allocator in the same state in any order
-    (freed blocks merge with their free neighbours either way), but the order in which Python
-    drops a graph's tensors differs between layer counts."""
-    order: list[int] = []
-    i = 0
-    while i < len(items):
-        if items[i][0] != "f":
-            order.append(i)
-            i += 1
-            continue
-        end = i
-        while end < len(items) and items[end][0] == "f":
-            end += 1
-        order.extend(sorted(range(i, end), key=lambda k: links[k]))
-        i = end
-    where = {old: new for new, old in enumerate(order)}
-    seq = layers.Sequence(
-        items=[items[k] for k in order],
-        links=[where[links[k]] if links[k] >= 0 else -1 for k in order],
-    )
-    return seq, [pay[k] for k in order]
-
-
-def _at_batch(seq: layers.Sequence, pay: list[Any], b: int) -> list[layers.Item]:
-    out = []
-    for item, p in zip(seq.items, pay, strict=True):
-        out.append(("a", p[0] + p[1] * b, *item[2:]) if item[0] == "a" else item)
-    return out
-
-
-def from_sequence(
-    seq: layers.Sequence, pay: list[Any], *, comps: list[str], mods: list[str]
-) -> dict[str, Any]:
-    """The run record (:mod:`memfit.estimate.derived.form`'s layout) of a grown sequence."""
-    comp_ix = {c: i for i, c in enumerate(comps)}
-    mod_ix = {m: i for i, m in enumerate(mods)}
-    key_of: list[int] = []
-    ev: list[int] = []
-    a0: list[int] = []
-    a1: list[int] = []
-    marks: list[list[Any]] = []
-    comp: list[int] = []
-    mod: list[int] = []
-    ignored: list[int] = []
-    for item, link, p in zip(seq.items, seq.links, pay, strict=True):
-        if item[0] == "m":
-            marks.append([len(ev), item[1]])
-            key_of.append(-1)
-            continue
-        if link >= 0:
-            key = key_of[link]
-        else:
-            key = len(comp)
-            comp.append(comp_ix[item[2]] if item[0] == "a" else 0)
-            mod.append(mod_ix[item[3]] if item[0] == "a" else 0)
-            if item[0] == "a" and item[4]:
-                ignored.append(key)
-        key_of.append(key)
-        ev.append(key << 1 | (item[0] == "f"))
-        if item[0] == "a":
-            a0.append(p[0])
-            a1.append(p[1])
-    return {
-        "ev": ev,
-        "a0": a0,
-        "a1": a1,
-        "marks": marks,
-        "comps": list(comps),
-        "mods": list(mods),
-        "comp": comp,
-        "mod": mod,
-        "ignored": ignored,
-    }
 
 
 def _const_line(

@@ -213,8 +213,8 @@ def learn(s0: Sequence, s1: Sequence, s2: Sequence, *, n0: int) -> Rule:
             raise _refuse("a chunk differs between the two layer steps")
         chunks.append((at1, at2 - at1, [_drift(x, y) for x, y in zip(l1, l2, strict=True)]))
     retargets = []
-    for (i1, l1), (i2, l2) in zip(first.retargets, second.retargets, strict=True):
-        retargets.append((i1, i2 - i1, _drift(l1, l2)))
+    for (i1, r1), (i2, r2) in zip(first.retargets, second.retargets, strict=True):
+        retargets.append((i1, i2 - i1, _drift(r1, r2)))
     template = [(j1, e1) for _at, j1, e1, _l in first.chunks]
     return Rule(n0=n0, chunks=chunks, retargets=retargets, template=template)
 
@@ -295,3 +295,122 @@ def _grow_once(
             raise _refuse("a retargeted event lies outside the run")
         out_links[new_of[old]] = resolve(link)
     return out_items, out_links, out_pay
+
+
+def to_sequence(run: dict[str, Any]) -> tuple[Sequence, list[Any]]:
+    """A recorded run as aligned items and links, each birth's raw size as its payload (None
+    for the other items)."""
+    marks: dict[int, list[str]] = {}
+    for i, phase in run["marks"]:
+        marks.setdefault(int(i), []).append(str(phase))
+    ignored = set(run["ignored"])
+    comps, mods, comp, mod = run["comps"], run["mods"], run["comp"], run["mod"]
+    items: list[Item] = []
+    links: list[int] = []
+    pay: list[Any] = []
+    last: dict[int, int] = {}
+    ev: list[int] = run["ev"]
+    sizes = run["raw"]
+    ai = 0
+    for i in range(len(ev) + 1):
+        for phase in marks.get(i, ()):
+            items.append(("m", phase))
+            links.append(-1)
+            pay.append(None)
+        if i == len(ev):
+            break
+        key, is_free = ev[i] >> 1, ev[i] & 1
+        link = last.get(key, -1)
+        last[key] = len(items)
+        links.append(link)
+        if is_free:
+            born = items[link] if link >= 0 else ("a", 0, "", "", False)
+            items.append(("f", *born[2:]))
+            pay.append(None)
+            continue
+        size = sizes[ai]
+        ai += 1
+        items.append(("a", size, comps[comp[key]], mods[mod[key]], key in ignored))
+        pay.append(size)
+    return _frees_sorted(items, links, pay)
+
+
+def _frees_sorted(
+    items: list[Item], links: list[int], pay: list[Any]
+) -> tuple[Sequence, list[Any]]:
+    """The sequence with each run of consecutive frees in one canonical order (by the birth
+    of what they free). Frees with no birth or mark between them give the same live bytes at
+    every instant that can be a peak and leave the allocator in the same state in any order
+    (freed blocks merge with their free neighbours either way), but the order in which Python
+    drops a graph's tensors differs between layer counts."""
+    order: list[int] = []
+    i = 0
+    while i < len(items):
+        if items[i][0] != "f":
+            order.append(i)
+            i += 1
+            continue
+        end = i
+        while end < len(items) and items[end][0] == "f":
+            end += 1
+        order.extend(sorted(range(i, end), key=lambda k: links[k]))
+        i = end
+    where = {old: new for new, old in enumerate(order)}
+    seq = Sequence(
+        items=[items[k] for k in order],
+        links=[where[links[k]] if links[k] >= 0 else -1 for k in order],
+    )
+    return seq, [pay[k] for k in order]
+
+
+def at_batch(seq: Sequence, pay: list[Any], b: int) -> list[Item]:
+    """``seq``'s items with each birth's size at batch ``b`` (payloads ``(a0, a1)``)."""
+    out = []
+    for item, p in zip(seq.items, pay, strict=True):
+        out.append(("a", p[0] + p[1] * b, *item[2:]) if item[0] == "a" else item)
+    return out
+
+
+def from_sequence(
+    seq: Sequence, pay: list[Any], *, comps: list[str], mods: list[str]
+) -> dict[str, Any]:
+    """The run record (:mod:`memfit.estimate.derived.form`'s layout) of a grown sequence."""
+    comp_ix = {c: i for i, c in enumerate(comps)}
+    mod_ix = {m: i for i, m in enumerate(mods)}
+    key_of: list[int] = []
+    ev: list[int] = []
+    a0: list[int] = []
+    a1: list[int] = []
+    marks: list[list[Any]] = []
+    comp: list[int] = []
+    mod: list[int] = []
+    ignored: list[int] = []
+    for item, link, p in zip(seq.items, seq.links, pay, strict=True):
+        if item[0] == "m":
+            marks.append([len(ev), item[1]])
+            key_of.append(-1)
+            continue
+        if link >= 0:
+            key = key_of[link]
+        else:
+            key = len(comp)
+            comp.append(comp_ix[item[2]] if item[0] == "a" else 0)
+            mod.append(mod_ix[item[3]] if item[0] == "a" else 0)
+            if item[0] == "a" and item[4]:
+                ignored.append(key)
+        key_of.append(key)
+        ev.append(key << 1 | (item[0] == "f"))
+        if item[0] == "a":
+            a0.append(p[0])
+            a1.append(p[1])
+    return {
+        "ev": ev,
+        "a0": a0,
+        "a1": a1,
+        "marks": marks,
+        "comps": list(comps),
+        "mods": list(mods),
+        "comp": comp,
+        "mod": mod,
+        "ignored": ignored,
+    }
