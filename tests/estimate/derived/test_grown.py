@@ -53,9 +53,10 @@ def _check(
         assert form["growth"]["traced_layers"][-1] < config["num_hidden_layers"]
     for b in batches:
         runs = form.get("exact", {}).get(str(b), form["runs"])
-        mine = replay_run(runs[0], b, WORKSPACES)
-        want = replay_run(_full_trace_run(config, dataclasses.replace(w, batch_size=b)), b,
-                          WORKSPACES)  # fmt: skip
+        # the op count is the trace's length, not memory: grown, it may differ by a few ops
+        mine = {**replay_run(runs[0], b, WORKSPACES), "n_ops": None}
+        want = {**replay_run(_full_trace_run(config, dataclasses.replace(w, batch_size=b)), b,
+                          WORKSPACES), "n_ops": None}  # fmt: skip
         assert mine == want, {k: (mine.get(k), want.get(k)) for k in set(mine) | set(want)
                               if mine.get(k) != want.get(k)}  # fmt: skip
 
@@ -87,6 +88,6 @@ def test_a_grown_dense_form_gives_the_full_traces_bytes() -> None:
 def test_grown_forms_of_other_families_and_techniques_give_the_full_traces_bytes(
     config: dict[str, Any], workload: WorkloadSpec
 ) -> None:
-    # the tiny Mixtral's form is derived from full traces (its growth check refuses it): the
-    # bytes must still be the trace's
-    _check(config, workload, (1, 5), grown=config is not MOE)
+    # the tiny Mixtral's, DeepSeek-V3's and Gemma 2's forms are derived from full traces (their
+    # growth is refused): the bytes must still be the trace's
+    _check(config, workload, (1, 5), grown=config is DENSE)
