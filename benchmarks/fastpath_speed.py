@@ -185,6 +185,7 @@ def main() -> None:
     for name, step in steps:
         if name.startswith("plan_warm") and not isinstance(results["plan_cold"]["rc"], int):
             results[name] = {"skipped": "the cold plan did not finish: no warm cache to time"}
+            _write(results)
             continue
         results[name] = step()
         results["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
