@@ -238,7 +238,8 @@ class EnginePolicy:
                 search="derived",
                 confirm=None,
                 reason=f"auto: {_model_type(source)} has no hand-written program; the derived "
-                "engine gives the trace engine's bytes (3-4 traces per technique stack, cached), "
+                "engine gives the trace engine's bytes (per technique stack: a few layers traced "
+                "and grown to full depth, or 3-4 full traces; cached), "
                 "the trace engine answers the jobs it cannot model",
             )
         if not trace_ok:

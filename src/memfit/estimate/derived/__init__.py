@@ -7,7 +7,10 @@ with their order (:mod:`memfit.estimate.derived.record`). An estimate at any bat
 them through the tracker's counting and the caching-allocator model
 (:mod:`memfit.estimate.derived.form`): milliseconds to a fraction of a second, without torch, and
 the same bytes the trace engine gives (tests compare them). Forms are cached on disk per config,
-job variant and library versions (:mod:`memfit.estimate.derived.cache`).
+job variant and library versions (:mod:`memfit.estimate.derived.cache`). A deep stack of
+identical layers is not traced at full depth: traces of 2-5 layers are grown event by event to the
+model's depth and checked on a trace they were not learned from
+(:mod:`memfit.estimate.derived.grown`); where that check fails, full traces as above.
 
 What it models: a Hugging Face config.json model on one GPU (no ranks, no offload, no paged
 optimizer states, no remote code) — anything else is a NotModelledError naming the reason, and

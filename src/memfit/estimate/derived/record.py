@@ -118,9 +118,23 @@ def record(
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """The solved form and the trace's estimates at each batch size traced.
 
-    Batch sizes 1, 2 and 3 are traced; where batch 1 runs other kernels than 2 and 3 (some
-    models squeeze a batch of one), batch 1 is kept as it is and 4 is traced to check the line
-    through 2 and 3."""
+    A deep stack of identical layers is traced on a few layers and grown event by event
+    (:mod:`memfit.estimate.derived.grown`, checked on a trace it did not learn from); otherwise,
+    or where that check fails, the job is traced at full depth: batch sizes 1, 2 and 3; where
+    batch 1 runs other kernels than 2 and 3 (some models squeeze a batch of one), batch 1 is
+    kept as it is and 4 is traced to check the line through 2 and 3."""
+    from memfit.estimate.derived.grown import applies, record_grown
+
+    if applies(config, workload) is not None:
+        try:
+            return record_grown(
+                config, workload, name=name, recorder=Recorder, progress=progress
+            ), {}
+        except NotModelledError as exc:
+            if exc.engine != "derived":
+                raise
+            if progress is not None:
+                progress(f"deriving the closed form from full traces ({exc})")
     traced: dict[int, Recorder] = {}
     estimates: dict[int, Any] = {}
 

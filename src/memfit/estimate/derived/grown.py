@@ -1,0 +1,245 @@
+"""A derived form from traces of a few layers: the full-depth run grown event by event.
+
+The trace engine traces a model of up to ``FULL_TRACE_MAX_LAYERS`` layers in full, and a form
+built from full traces at three batch sizes traces every layer three or four times (an 8B model:
+36 layers, a minute on two cores). Here the stack is traced at 2, 3 and 4 layer units (a unit is
+the layer pattern's period; a dense prefix such as DeepSeek's is kept whole in each) at batch 1,
+once more at 3 units and batch 2 (each allocation's size as ``a0 + a1 * batch``), and the
+event-level growth rule (:mod:`memfit.estimate.derived.layers`) inserts one unit's events until
+the run has the model's depth. Before the form is kept, the run grown to 5 units is compared with
+a trace of 5 units at batch 3 — not used to learn anything — event by event: the same births,
+frees and phase marks in the same order, each size exact at batch 3, the same storage owners,
+and the run's constants (parameter counts, kernel choices) on the same line in the layer count.
+Any difference, or a job this does not apply to (several stacks, frozen layers, a depth the
+trace engine extrapolates itself, a depth that is not a whole number of units), and the caller
+derives the form from full traces as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from memfit.errors import NotModelledError
+from memfit.estimate.derived import layers
+from memfit.estimate.derived.layers import from_sequence, to_sequence
+from memfit.estimate.trace import build
+from memfit.spec import WorkloadSpec
+
+#: Layer units traced at batch 1 (the rule is learned from the three), the unit count traced at
+#: batch 2 as well (sizes solved there), and the check trace's units and batch size.
+UNITS = (2, 3, 4)
+SOLVED_UNITS = 3
+CHECK = (5, 3)
+#: Fewer units than this and full traces cost about as much: the caller traces in full.
+MIN_UNITS = 7
+
+
+def applies(config: dict[str, Any], workload: WorkloadSpec) -> tuple[build.LayerVar, int] | None:
+    """The stack to grow and its depth in units, or None where growth does not apply."""
+    from memfit.estimate.trace.engine import FULL_TRACE_MAX_LAYERS
+
+    if workload.freeze_layers:
+        return None
+    stacks = build.layer_plan(config, False)
+    if len(stacks) != 1:
+        return None
+    var = stacks[0]
+    body = var.count - var.prefix
+    if var.count > FULL_TRACE_MAX_LAYERS or body % var.period or body // var.period < MIN_UNITS:
+        return None
+    return var, body // var.period
+
+
+def record_grown(
+    config: dict[str, Any],
+    workload: WorkloadSpec,
+    *,
+    name: str,
+    recorder: Callable[[], Any],
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The form of ``workload`` on ``config`` from traces of a few layers (see the module
+    docstring); NotModelledError (engine "derived") where the growth cannot be learned or the
+    check trace disagrees. ``recorder``: makes the run observer that keeps a trace's events."""
+    from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
+
+    found = applies(config, workload)
+    if found is None:
+        raise NotModelledError("no layer growth for this job", engine="derived")
+    var, units = found
+    stacks = [var]
+
+    def trace(m: int, b: int) -> Any:
+        n_layers = var.prefix + m * var.period
+        if progress is not None:
+            progress(f"deriving the closed form: trace of {n_layers} layers at batch {b}")
+        cfg = build.with_layer_counts(config, stacks, {var.name: n_layers}, False)
+        rec = recorder()
+        token = RUN_OBSERVER.set(rec)
+        try:
+            trace_hf(cfg, dataclasses.replace(workload, batch_size=b), name=name, extrapolate=False)
+        finally:
+            RUN_OBSERVER.reset(token)
+        if len(rec.runs) != 1:
+            raise NotModelledError("no layer growth: the trace ran several times", engine="derived")
+        return rec
+
+    runs: dict[tuple[int, int], dict[str, Any]] = {}
+    seqs: dict[tuple[int, int], tuple[layers.Sequence, list[Any]]] = {}
+    results: dict[tuple[int, int], Any] = {}
+
+    def seq_at(m: int, b: int) -> tuple[layers.Sequence, list[Any]]:
+        if (m, b) not in seqs:
+            rec = trace(m, b)
+            runs[m, b], results[m, b] = rec.runs[0], rec.result
+            seqs[m, b] = to_sequence(rec.runs[0])
+        return seqs[m, b]
+
+    # batch 1 on the line through 1 and 2 where it runs the same kernels, else its own run and
+    # the line through 2 and 3 (some models squeeze a batch of one)
+    squeezed = not _same_structure(seq_at(SOLVED_UNITS, 1), seq_at(SOLVED_UNITS, 2))
+    x1 = 2 if squeezed else 1
+    start, payload = _solved(seq_at(SOLVED_UNITS, x1), seq_at(SOLVED_UNITS, x1 + 1), x1)
+    _same_consts(runs[SOLVED_UNITS, x1], runs[SOLVED_UNITS, x1 + 1])
+    rule = layers.learn(*(seq_at(m, x1)[0] for m in UNITS), n0=UNITS[0])
+    check_m, check_b = CHECK[0], CHECK[1] + x1 - 1
+    want = seq_at(check_m, check_b)[0]
+    grown, grown_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=check_m)
+    if grown.links != want.links or layers.at_batch(grown, grown_pay, check_b) != want.items:
+        raise NotModelledError(
+            f"no layer growth: the run grown to {check_m} units differs from its trace",
+            engine="derived",
+        )
+    consts = {m: runs[m, x1]["const"] for m in UNITS}
+    const = _const_line(consts, runs[check_m, check_b]["const"], check_m, units)
+    tables = runs[SOLVED_UNITS, x1]
+    form: dict[str, Any] = {
+        "runs": [_full(start, payload, rule, tables, var, units, const)],
+        "points": [x1, x1 + 1],
+    }
+    if squeezed:
+        rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0])
+        if not _same_shape(rule1, rule):
+            raise NotModelledError(
+                "no layer growth: batch 1 grows unlike the other batch sizes", engine="derived"
+            )
+        consts1 = {m: runs[m, 1]["const"] for m in UNITS}
+        const1 = _const_line(consts1, consts1[UNITS[-1]], UNITS[-1], units)
+        start1, raw1 = seq_at(SOLVED_UNITS, 1)
+        payload1 = [None if r is None else (r, 0) for r in raw1]
+        tables1 = runs[SOLVED_UNITS, 1]
+        form["exact"] = {"1": [_full(start1, payload1, rule1, tables1, var, units, const1)]}
+    result = results[SOLVED_UNITS, 1]
+    return {
+        **form,
+        "trace": {**dict(result.trace), "layers": {var.name: var.count}},
+        "notes": list(result.notes),
+        "environment": dict(result.environment),
+        "growth": {
+            "traced_layers": sorted({var.prefix + m * var.period for m, _b in runs}),
+            "checked_at": {"layers": var.prefix + check_m * var.period, "batch": check_b},
+        },
+    }
+
+
+def _same_shape(a: layers.Rule, b: layers.Rule) -> bool:
+    """Whether two rules insert as many chunks, of the same lengths and links, at the same
+    relative places (sizes aside): batch 1's rule, which no trace checks, against the checked
+    one."""
+    if len(a.chunks) != len(b.chunks) or len(a.retargets) != len(b.retargets):
+        return False
+    return all(
+        ca[1] == cb[1]
+        and [_shape(x) for x in ca[2]] == [_shape(x) for x in cb[2]]
+        and (ta[1] - ta[0]) == (tb[1] - tb[0])
+        for ca, cb, ta, tb in zip(a.chunks, b.chunks, a.template, b.template, strict=True)
+    ) and all(
+        ra[1] == rb[1] and _shape(ra[2]) == _shape(rb[2])
+        for ra, rb in zip(a.retargets, b.retargets, strict=True)
+    )
+
+
+def _shape(link: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A link without the absolute position of an old event (batch 1's runs are a few events
+    longer or shorter outside the layers), with its drift per layer."""
+    return ("old", link[2]) if link[0] == "old" else link
+
+
+def _full(
+    start: layers.Sequence,
+    payload: list[Any],
+    rule: layers.Rule,
+    tables: dict[str, Any],
+    var: build.LayerVar,
+    units: int,
+    const: dict[str, float],
+) -> dict[str, Any]:
+    full, full_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=units)
+    run = from_sequence(full, full_pay, comps=tables["comps"], mods=tables["mods"])
+    run["counts"] = {var.name: var.count}
+    run["const"] = const
+    return run
+
+
+def _bare(item: layers.Item) -> layers.Item:
+    return ("a", *item[2:]) if item[0] == "a" else item
+
+
+def _same_structure(
+    one: tuple[layers.Sequence, list[Any]], two: tuple[layers.Sequence, list[Any]]
+) -> bool:
+    """Whether two runs are the same events, owners and phases in the same order (sizes aside):
+    one line in the batch size can describe both."""
+    (s1, _p1), (s2, _p2) = one, two
+    return s1.links == s2.links and [_bare(i) for i in s1.items] == [_bare(i) for i in s2.items]
+
+
+def _solved(
+    one: tuple[layers.Sequence, list[Any]], two: tuple[layers.Sequence, list[Any]], x1: int
+) -> tuple[layers.Sequence, list[Any]]:
+    """The run at batch ``x1`` (``one``) with each birth's size as ``(a0, a1)``, ``a0 + a1 *
+    batch`` through ``x1`` and ``x1 + 1`` (``two``)."""
+    if not _same_structure(one, two):
+        raise NotModelledError(
+            f"no layer growth: batch {x1} and {x1 + 1} run different events", engine="derived"
+        )
+    payload: list[Any] = []
+    for r1, r2 in zip(one[1], two[1], strict=True):
+        if r1 is None:
+            payload.append(None)
+            continue
+        if r2 < r1:
+            raise NotModelledError(
+                "no layer growth: a size shrinks with the batch", engine="derived"
+            )
+        payload.append((r1 - (r2 - r1) * x1, r2 - r1))
+    return one[0], payload
+
+
+def _same_consts(r1: dict[str, Any], r2: dict[str, Any]) -> None:
+    a, b = ({k: v for k, v in r["const"].items() if k != "n_ops"} for r in (r1, r2))
+    if a != b:
+        raise NotModelledError(
+            "no layer growth: the batch size changes the run's constants", engine="derived"
+        )
+
+
+def _const_line(
+    consts: dict[int, dict[str, float]], check: dict[str, float], check_m: int, units: int
+) -> dict[str, float]:
+    """The run's constants at ``units``, each on the line through 3 and 4 units, checked at 2 and
+    at the check trace (the op count, which depends on nothing the memory does, unchecked)."""
+    c2, c3, c4 = (consts[m] for m in UNITS)
+    if not set(c2) == set(c3) == set(c4) == set(check):
+        raise NotModelledError("no layer growth: the runs' constants differ", engine="derived")
+    out: dict[str, float] = {}
+    for k, v3 in c3.items():
+        step = c4[k] - v3
+        if k != "n_ops" and (c2[k] != v3 - step or check[k] != v3 + (check_m - 3) * step):
+            raise NotModelledError(
+                f"no layer growth: {k} is not linear in the layer count", engine="derived"
+            )
+        out[k] = v3 + (units - 3) * step
+    return out

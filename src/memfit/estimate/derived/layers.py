@@ -1,0 +1,416 @@
+"""Layer growth at the event level: a traced run of n + 1 layers is the run of n layers with
+one layer's events inserted, at the same places each time (torch-free).
+
+A stack of identical layers repeats its events with a fixed stride: each layer's forward, its
+backward, its share of every optimizer pass, each at its own place in the run. Aligning the run
+of ``n`` layers with the run of ``n + 1`` (``difflib``: the longer one must be the shorter one
+with events inserted, nothing changed or removed) gives the inserted *chunks* and, for every
+event, which earlier event it is linked to (a free to its storage's birth, a re-birth to the
+free before it): inside its own chunk, inside another chunk of the same step, or an event of the
+shorter run. Learned on two steps (``n → n + 1`` and ``n + 1 → n + 2``), each chunk must have the
+same content both times and every position must move by a fixed amount per step; the rule then
+grows the run to any layer count by inserting the chunks again. The caller checks the grown run
+against a trace it did not learn from (one more layer, another batch size), to the event.
+
+A sequence here is a list of items — ``("m", phase)`` phase marks, ``("a", ...)`` births,
+``("f", ...)`` frees — with ``links[i]``: the index of the previous item on the same storage,
+or -1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.errors import NotModelledError
+
+Item = tuple[Any, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sequence:
+    """A run as aligned items: ``items[i]`` (``"m"``, ``"a"`` or ``"f"`` first), ``links[i]``."""
+
+    items: list[Item]
+    links: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Step:
+    chunks: list[tuple[int, int, int, list[tuple[Any, ...]]]]  # (at, start, end in new, links)
+    retargets: list[tuple[int, tuple[Any, ...]]]  # (old index, link)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """How a run grows by one layer unit, learned at ``n0`` and ``n0 + 1`` (see the module
+    docstring). Positions are ``value + (n - n0) * drift``."""
+
+    n0: int
+    chunks: list[tuple[int, int, list[tuple[Any, ...]]]]  # (at, drift, link per chunk item)
+    retargets: list[tuple[int, int, tuple[Any, ...]]]  # (old index, drift, link)
+    template: list[tuple[int, int]]  # per chunk: (start, end) in the sequence at n0 + 1
+
+
+def _refuse(why: str) -> NotModelledError:
+    return NotModelledError(f"no layer growth for this job: {why}", engine="derived")
+
+
+#: Items that must follow an insertion in both runs for it to count as found.
+_SYNC = 16
+
+
+def _inserts(a: Sequence, b: Sequence) -> list[tuple[int, int, int]]:
+    """Where ``b`` is ``a`` with items inserted: ``(at, start, end)`` per chunk (``at`` in
+    ``a``, ``start:end`` in ``b``); NotModelledError where it is not.
+
+    Greedy: walk both runs while they agree; where they part, the shortest insertion after
+    which the next ``_SYNC`` items agree again (else the one after which most agree). Any
+    choice among repeats gives the same items; which one is meant is settled by
+    :func:`_oriented`, and a wrong choice shows in the check trace."""
+    x, y = a.items, b.items
+    left = len(y) - len(x)
+    chunks: list[tuple[int, int, int]] = []
+    i = j = 0
+    while i < len(x):
+        if j < len(y) and x[i] == y[j]:
+            i, j = i + 1, j + 1
+            continue
+        w = min(_SYNC, len(x) - i)
+        want = x[i : i + w]
+        best, best_run = 0, -1
+        for d in range(1, left + 1):
+            if y[j + d : j + d + w] == want:
+                best = d
+                break
+            run = _agree(x, i, y, j + d, w)
+            if run > best_run:
+                best, best_run = d, run
+        if best == 0:
+            raise _refuse("one more layer changes events of the shorter run")
+        chunks.append((i, j, j + best))
+        j, left = j + best, left - best
+    if left:
+        chunks.append((len(x), j, j + left))
+    return chunks
+
+
+def _agree(x: list[Item], i: int, y: list[Item], j: int, w: int) -> int:
+    n = 0
+    while n < w and j + n < len(y) and x[i + n] == y[j + n]:
+        n += 1
+    return n
+
+
+def _slid(b: Sequence, chunks: list[tuple[int, int, int]], k: int, way: int) -> tuple:
+    """Chunk ``k`` slid as far right as it goes over items equal to its own (the same sequence
+    ``b``, another choice of which items are the inserted ones), then with ``way`` -1 back left
+    by whole copies of itself as far as they repeat."""
+    at, j1, j2 = chunks[k]
+    lo = chunks[k - 1][2] if k > 0 else 0
+    hi = chunks[k + 1][1] if k + 1 < len(chunks) else len(b.items)
+    items = b.items
+    while j2 < hi and items[j1] == items[j2]:
+        at, j1, j2 = at + 1, j1 + 1, j2 + 1
+    if way < 0:  # then back by whole copies: the block keeps its phase
+        d = j2 - j1
+        while j1 - d >= lo and items[j1 - d : j1] == items[j1:j2]:
+            at, j1, j2 = at - d, j1 - d, j2 - d
+    return at, j1, j2
+
+
+def _step(a: Sequence, b: Sequence, chunks: list[tuple[int, int, int]]) -> _Step:
+    inserted: dict[int, tuple[int, int]] = {}
+    for k, (_at, j1, j2) in enumerate(chunks):
+        for o, j in enumerate(range(j1, j2)):
+            inserted[j] = (k, o)
+    new_of = [j for j in range(len(b.items)) if j not in inserted]
+    old_of = {j: i for i, j in enumerate(new_of)}
+
+    def link(j: int) -> tuple[Any, ...]:
+        if j < 0:
+            return ("none",)
+        if j in inserted:
+            return ("new", *inserted[j])
+        return ("old", old_of[j])
+
+    out = [(at, j1, j2, [link(b.links[j]) for j in range(j1, j2)]) for at, j1, j2 in chunks]
+    retargets = []
+    for i, target in enumerate(a.links):
+        expected = new_of[target] if target >= 0 else -1
+        got = b.links[new_of[i]]
+        if got != expected:
+            retargets.append((i, link(got)))
+    return _Step(chunks=out, retargets=retargets)
+
+
+def _by_phase(b: Sequence, chunks: list[tuple[int, int, int]]) -> list[int]:
+    """A first choice of ends: a chunk in a backward pass, or of frees whose storages were born
+    in one, runs in reverse layer order (the new layer comes first: -1); any other in layer
+    order (+1)."""
+    phase_at: list[str] = []
+    phase = "init"
+    for item in b.items:
+        if item[0] == "m":
+            phase = str(item[1])
+        phase_at.append(phase)
+    ends = []
+    for _at, j1, j2 in chunks:
+        where = {phase_at[j] for j in range(j1, j2)}
+        if all(b.items[j][0] == "f" for j in range(j1, j2)):
+            where = {phase_at[b.links[j]] for j in range(j1, j2) if b.links[j] >= 0}
+        ends.append(-1 if where == {"backward"} else 1)
+    return ends
+
+
+def _oriented(
+    pairs: list[tuple[Sequence, Sequence, list[tuple[int, int, int]]]],
+) -> list[_Step]:
+    """The steps with each chunk slid to one end of its run of repeats, the ends chosen (the
+    same for every step) so that the fewest old events change what they link to: a layer's
+    forward appended at the end of the stack pairs with its backward at the start."""
+    n = len(pairs[0][2])
+    ends = _by_phase(pairs[0][1], pairs[0][2])
+
+    def steps(choice: list[int]) -> list[_Step]:
+        out = []
+        for a, b, chunks in pairs:
+            slid = list(chunks)
+            for k in range(n):
+                slid[k] = _slid(b, slid, k, choice[k])
+            out.append(_step(a, b, slid))
+        return out
+
+    best = steps(ends)
+    cost = sum(len(s.retargets) for s in best)
+    for _sweep in range(2):
+        improved = False
+        for k in range(n):
+            if cost == 0:
+                return best
+            trial = [*ends[:k], -ends[k], *ends[k + 1 :]]
+            got = steps(trial)
+            c = sum(len(s.retargets) for s in got)
+            if c < cost:
+                ends, best, cost, improved = trial, got, c, True
+        if not improved:
+            break
+    return best
+
+
+def learn(s0: Sequence, s1: Sequence, s2: Sequence, *, n0: int) -> Rule:
+    """The growth rule from runs of ``n0``, ``n0 + 1`` and ``n0 + 2`` layer units;
+    NotModelledError where the two steps disagree."""
+    c1, c2 = _inserts(s0, s1), _inserts(s1, s2)
+    if [e - j for _a, j, e in c1] != [e - j for _a, j, e in c2]:
+        raise _refuse("the two layer steps insert different chunks")
+    first, second = _oriented([(s0, s1, c1), (s1, s2, c2)])
+    if len(first.retargets) != len(second.retargets):
+        raise _refuse("the two layer steps insert different chunks")
+    chunks = []
+    for (at1, j1, e1, l1), (at2, j2, e2, l2) in zip(first.chunks, second.chunks, strict=True):
+        if s1.items[j1:e1] != s2.items[j2:e2]:
+            raise _refuse("a chunk differs between the two layer steps")
+        chunks.append((at1, at2 - at1, [_drift(x, y) for x, y in zip(l1, l2, strict=True)]))
+    retargets = []
+    for (i1, r1), (i2, r2) in zip(first.retargets, second.retargets, strict=True):
+        retargets.append((i1, i2 - i1, _drift(r1, r2)))
+    template = [(j1, e1) for _at, j1, e1, _l in first.chunks]
+    return Rule(n0=n0, chunks=chunks, retargets=retargets, template=template)
+
+
+def _drift(first: tuple[Any, ...], second: tuple[Any, ...]) -> tuple[Any, ...]:
+    if first[0] != second[0] or (first[0] == "new" and first != second):
+        raise _refuse("an event links differently in the two layer steps")
+    if first[0] == "old":
+        return ("old", first[1], second[1] - first[1])
+    return first
+
+
+def grow(
+    seq: Sequence, payload: list[Any], rule: Rule, *, n: int, to: int
+) -> tuple[Sequence, list[Any]]:
+    """``seq`` (the run at ``n`` layer units, ``payload[i]`` carried with ``items[i]``) grown to
+    ``to`` units. The chunks' items and payloads are those of the run at ``rule.n0 + 1``, which
+    is ``seq`` when ``n == rule.n0 + 1``."""
+    if n != rule.n0 + 1:
+        raise ValueError("grow starts from the run the rule's template comes from")
+    parts = [(seq.items[s:e], payload[s:e]) for s, e in rule.template]
+    items, links, pay = list(seq.items), list(seq.links), list(payload)
+    for step in range(n, to):
+        items, links, pay = _grow_once(items, links, pay, rule, parts, step - rule.n0)
+    return Sequence(items=items, links=links), pay
+
+
+def _grow_once(
+    items: list[Item],
+    links: list[int],
+    pay: list[Any],
+    rule: Rule,
+    parts: list[tuple[list[Item], list[Any]]],
+    d: int,
+) -> tuple[list[Item], list[int], list[Any]]:
+    size = len(items)
+    at = [a + d * drift for a, drift, _l in rule.chunks]
+    if any(not 0 <= a <= size for a in at):
+        raise _refuse("a chunk would be inserted outside the run")
+    order = sorted(range(len(at)), key=lambda k: (at[k], k))
+    # new index of each old item, and of each chunk's first item
+    new_of = [0] * (size + 1)
+    start = [0] * len(at)
+    shift, c = 0, 0
+    for i in range(size + 1):
+        while c < len(order) and at[order[c]] == i:
+            start[order[c]] = i + shift
+            shift += len(parts[order[c]][0])
+            c += 1
+        new_of[i] = i + shift
+    out_items: list[Item] = [()] * (size + shift)
+    out_links = [-1] * (size + shift)
+    out_pay: list[Any] = [None] * (size + shift)
+    for i in range(size):
+        j = new_of[i]
+        out_items[j], out_pay[j] = items[i], pay[i]
+        out_links[j] = new_of[links[i]] if links[i] >= 0 else -1
+
+    def resolve(link: tuple[Any, ...]) -> int:
+        if link[0] == "none":
+            return -1
+        if link[0] == "new":
+            return start[link[1]] + link[2]
+        old = link[1] + d * link[2]
+        if not 0 <= old < size:
+            raise _refuse("an event would link outside the run")
+        return new_of[old]
+
+    for k, (_a, _drift, chunk_links) in enumerate(rule.chunks):
+        chunk_items, chunk_pay = parts[k]
+        for o, link in enumerate(chunk_links):
+            j = start[k] + o
+            out_items[j], out_pay[j] = chunk_items[o], chunk_pay[o]
+            out_links[j] = resolve(link)
+    for i, drift, link in rule.retargets:
+        old = i + d * drift
+        if not 0 <= old < size:
+            raise _refuse("a retargeted event lies outside the run")
+        out_links[new_of[old]] = resolve(link)
+    return out_items, out_links, out_pay
+
+
+def to_sequence(run: dict[str, Any]) -> tuple[Sequence, list[Any]]:
+    """A recorded run as aligned items and links, each birth's raw size as its payload (None
+    for the other items)."""
+    marks: dict[int, list[str]] = {}
+    for i, phase in run["marks"]:
+        marks.setdefault(int(i), []).append(str(phase))
+    ignored = set(run["ignored"])
+    comps, mods, comp, mod = run["comps"], run["mods"], run["comp"], run["mod"]
+    items: list[Item] = []
+    links: list[int] = []
+    pay: list[Any] = []
+    last: dict[int, int] = {}
+    ev: list[int] = run["ev"]
+    sizes = run["raw"]
+    ai = 0
+    for i in range(len(ev) + 1):
+        for phase in marks.get(i, ()):
+            items.append(("m", phase))
+            links.append(-1)
+            pay.append(None)
+        if i == len(ev):
+            break
+        key, is_free = ev[i] >> 1, ev[i] & 1
+        link = last.get(key, -1)
+        last[key] = len(items)
+        links.append(link)
+        if is_free:
+            born = items[link] if link >= 0 else ("a", 0, "", "", False)
+            items.append(("f", *born[2:]))
+            pay.append(None)
+            continue
+        size = sizes[ai]
+        ai += 1
+        items.append(("a", size, comps[comp[key]], mods[mod[key]], key in ignored))
+        pay.append(size)
+    return _frees_sorted(items, links, pay)
+
+
+def _frees_sorted(
+    items: list[Item], links: list[int], pay: list[Any]
+) -> tuple[Sequence, list[Any]]:
+    """The sequence with each run of consecutive frees in one canonical order (by the birth
+    of what they free). Frees with no birth or mark between them give the same live bytes at
+    every instant that can be a peak and leave the allocator in the same state in any order
+    (freed blocks merge with their free neighbours either way), but the order in which Python
+    drops a graph's tensors differs between layer counts."""
+    order: list[int] = []
+    i = 0
+    while i < len(items):
+        if items[i][0] != "f":
+            order.append(i)
+            i += 1
+            continue
+        end = i
+        while end < len(items) and items[end][0] == "f":
+            end += 1
+        order.extend(sorted(range(i, end), key=lambda k: links[k]))
+        i = end
+    where = {old: new for new, old in enumerate(order)}
+    seq = Sequence(
+        items=[items[k] for k in order],
+        links=[where[links[k]] if links[k] >= 0 else -1 for k in order],
+    )
+    return seq, [pay[k] for k in order]
+
+
+def at_batch(seq: Sequence, pay: list[Any], b: int) -> list[Item]:
+    """``seq``'s items with each birth's size at batch ``b`` (payloads ``(a0, a1)``)."""
+    out = []
+    for item, p in zip(seq.items, pay, strict=True):
+        out.append(("a", p[0] + p[1] * b, *item[2:]) if item[0] == "a" else item)
+    return out
+
+
+def from_sequence(
+    seq: Sequence, pay: list[Any], *, comps: list[str], mods: list[str]
+) -> dict[str, Any]:
+    """The run record (:mod:`memfit.estimate.derived.form`'s layout) of a grown sequence."""
+    comp_ix = {c: i for i, c in enumerate(comps)}
+    mod_ix = {m: i for i, m in enumerate(mods)}
+    key_of: list[int] = []
+    ev: list[int] = []
+    a0: list[int] = []
+    a1: list[int] = []
+    marks: list[list[Any]] = []
+    comp: list[int] = []
+    mod: list[int] = []
+    ignored: list[int] = []
+    for item, link, p in zip(seq.items, seq.links, pay, strict=True):
+        if item[0] == "m":
+            marks.append([len(ev), item[1]])
+            key_of.append(-1)
+            continue
+        if link >= 0:
+            key = key_of[link]
+        else:
+            key = len(comp)
+            comp.append(comp_ix[item[2]] if item[0] == "a" else 0)
+            mod.append(mod_ix[item[3]] if item[0] == "a" else 0)
+            if item[0] == "a" and item[4]:
+                ignored.append(key)
+        key_of.append(key)
+        ev.append(key << 1 | (item[0] == "f"))
+        if item[0] == "a":
+            a0.append(p[0])
+            a1.append(p[1])
+    return {
+        "ev": ev,
+        "a0": a0,
+        "a1": a1,
+        "marks": marks,
+        "comps": list(comps),
+        "mods": list(mods),
+        "comp": comp,
+        "mod": mod,
+        "ignored": ignored,
+    }
