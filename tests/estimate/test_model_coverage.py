@@ -45,6 +45,7 @@ NOT_TRACED: dict[str, str] = {
 #: llama has one (the analytic engine searches, the trace confirms).
 FAST = ("granite", "llama")
 SEQ = 32
+GPU = "A10G"
 #: Pure bf16: the MoE types' grouped matmul takes bf16 only (docs/accuracy.md §13).
 PRECISION = "bf16-true"
 TRAIN = WorkloadSpec(mode="train", batch_size=1, seq_len=SEQ, precision=PRECISION)
@@ -104,12 +105,12 @@ def check_property(model_type: str, scale: float, *, with_plan: bool) -> None:
 
 
 def run_commands(source: Any) -> dict[str, Any]:
-    """estimate, fit --solve batch and plan on one tiny model (a T4, training, pure bf16)."""
-    est = memfit.estimate(source, TRAIN, gpu="T4")
-    solved = fit(source, TRAIN, solve="batch", gpu="T4")
+    """estimate, fit --solve batch and plan on one tiny model (an A10G, training, pure bf16)."""
+    est = memfit.estimate(source, TRAIN, gpu=GPU)
+    solved = fit(source, TRAIN, solve="batch", gpu=GPU)
     request = PlanRequest(mode="train", seq_len=SEQ, global_batch=4, n_alternatives=1,
                           precision=PRECISION)  # fmt: skip
-    planned = memfit.plan(source, request, gpu="T4")
+    planned = memfit.plan(source, request, gpu=GPU)
     return {"estimate": est, "fit": solved, "plan": planned}
 
 
@@ -123,7 +124,9 @@ def _check_commands(model_type: str) -> None:
     est = out["estimate"]
     assert est.engine_reason, "every estimate says why its engine answered"
     assert est.peak_allocated_bytes > 0
-    assert est.fits is not None and est.fits.fits, f"{model_type}: batch 1 of a tiny model fits T4"
+    assert est.fits is not None and est.fits.fits, (
+        f"{model_type}: batch 1 of a tiny model fits {GPU}"
+    )
     assert out["fit"].max_value >= 1, f"{model_type}: fit answered 0 where batch 1 fits"
     assert out["plan"].fits, f"{model_type}: plan says nothing fits where batch 1 fits"
 

@@ -57,15 +57,16 @@ def check_every_plan_shown(source: Any, request: PlanRequest, gpu_name: str) -> 
     return engines
 
 
-def test_a_deepseek_v3_inference_plan_agrees_with_the_trace_on_every_plan_shown(
+def test_a_deepseek_v3_training_plan_agrees_with_the_trace_on_every_plan_shown(
     tmp_path: Path,
 ) -> None:
-    """Tiny DeepSeek-V3 (MLA + routed experts, no analytic program), serving 4 requests on an
-    A100: the plan and its runner-ups (weight formats) against the full trace."""
+    """Tiny DeepSeek-V3 (MLA + routed experts, no analytic program), global batch 2 on an A10G:
+    the job as asked fits, so the plan and its runner-up are memory-only changes (optimizer
+    kernel, checkpointing, micro-batch split), each against the full trace."""
     source = resolve_model(str(write_tiny(tmp_path, "deepseek_v3")))
-    request = PlanRequest(mode="infer", seq_len=32, new_tokens=4, batch_size=4,
-                          precision="bf16-true", n_alternatives=3)  # fmt: skip
-    check_every_plan_shown(source, request, "A100-80GB")
+    request = PlanRequest(mode="train", seq_len=16, global_batch=2, precision="bf16-true",
+                          n_alternatives=1)  # fmt: skip
+    check_every_plan_shown(source, request, "A10G")
 
 
 @pytest.mark.slow
@@ -76,9 +77,7 @@ def test_the_derived_plan_agrees_with_the_trace_on_every_plan_shown(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_deepseek_v3_training_plan_agrees_with_the_trace_on_every_plan_shown(
-    tmp_path: Path,
-) -> None:
+def test_a_deepseek_v3_plan_with_three_runners_up_agrees_with_the_trace(tmp_path: Path) -> None:
     source = resolve_model(str(write_tiny(tmp_path, "deepseek_v3")))
     request = PlanRequest(mode="train", seq_len=32, global_batch=4, precision="bf16-true",
                           n_alternatives=3)  # fmt: skip
