@@ -113,8 +113,11 @@ def _error_pct(fast: dict[str, Any], trace: dict[str, Any], field: str) -> float
     return 100.0 * (fast[field] - trace[field]) / trace[field]
 
 
-def run_family(item: tuple[str, str, str, int, tuple[str, ...]], batch: int) -> list[dict]:
-    """Every job of one family (run in a worker process: forms stay in its memory)."""
+def run_family(
+    item: tuple[str, str, str, int, tuple[str, ...]], batch: int, sink: str | None = None
+) -> list[dict]:
+    """Every job of one family (run in a worker process: forms stay in its memory); each row is
+    appended to the JSONL file ``sink`` as soon as it is measured (one line per write)."""
     family, kind, origin, seq, jobs = item
     from memfit.estimate.analytic import supports
     from memfit.models import resolve_model
@@ -137,9 +140,11 @@ def run_family(item: tuple[str, str, str, int, tuple[str, ...]], batch: int) -> 
         for eng in ("derived", "analytic"):
             for field, key in FIELDS:
                 row[f"{eng}_{key}_err_pct"] = _error_pct(row[eng], row["trace"], field)
+        row["job_wall_s"] = _since(started) - sum(r["job_wall_s"] for r in rows)
         rows.append(row)
-    for row in rows:  # the family's wall time, counted once (on its first row) in the total
-        row["family_wall_s"], row["first_job"] = _since(started), jobs[0]
+        if sink is not None:
+            with open(sink, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row, sort_keys=True) + "\n")
     return rows
 
 
@@ -174,11 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     jsonl = out.with_suffix(".jsonl")
     rows = _done_rows(jsonl, args) if args.resume else []
-    done = {r["family"] for r in rows}
-    todo = [it for it in items if it[0] not in done]
+    if not args.resume:
+        jsonl.write_text("")
+    done = {(r["family"], r["job"]) for r in rows}
+    todo = [(*it[:4], tuple(j for j in it[4] if (it[0], j) not in done)) for it in items]
+    todo = [it for it in todo if it[4]]
     started = time.perf_counter()
-    with jsonl.open("a" if args.resume else "w") as sink:
-        _run(todo, args, rows, sink, started)
+    _run(todo, args, rows, str(jsonl), started)
     wall = _since(started)
     order = {it[0]: i for i, it in enumerate(items)}
     rows = [r for r in rows if r["family"] in order]
@@ -189,11 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(todo: list, args: argparse.Namespace, rows: list[dict], sink: Any, started: float) -> None:
-    """Run the families of ``todo`` in ``args.jobs`` processes, appending each one's rows to
-    ``rows`` and to the JSONL file ``sink`` as it completes (so a run can be resumed)."""
+def _run(todo: list, args: argparse.Namespace, rows: list[dict], sink: str, started: float) -> None:
+    """Run the families of ``todo`` in ``args.jobs`` processes; each worker appends its rows to
+    the JSONL file ``sink`` job by job (so an interrupted run can be resumed), and ``rows``
+    collects them."""
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_family, it, args.batch): it for it in todo}
+        futures = {pool.submit(run_family, it, args.batch, sink): it for it in todo}
         for n, fut in enumerate(concurrent.futures.as_completed(futures), 1):
             name = futures[fut][0]
             try:
@@ -201,9 +209,8 @@ def _run(todo: list, args: argparse.Namespace, rows: list[dict], sink: Any, star
             except Exception as exc:  # a worker that died: its family is a row, not a gap
                 got = [{"family": name, "job": "*", "kind": "?", "origin": "?",
                         "trace": {"status": "crash", "reason": _line(exc)}}]  # fmt: skip
-            for r in got:
-                sink.write(json.dumps(r, sort_keys=True) + "\n")
-            sink.flush()
+                with open(sink, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(got[0], sort_keys=True) + "\n")
             rows.extend(got)
             print(f"[{n}/{len(todo)}] {name} ({_since(started):.0f} s)", file=sys.stderr)
 
@@ -217,7 +224,7 @@ def _done_rows(jsonl: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def _family_wall_s(rows: list[dict]) -> float:
-    return float(sum(r.get("family_wall_s", 0) for r in rows if r["job"] == r.get("first_job")))
+    return float(sum(r.get("job_wall_s", 0) for r in rows))
 
 
 def _versions() -> str:
@@ -252,7 +259,7 @@ def render(rows: list[dict], args: argparse.Namespace, wall_s: float) -> str:
         "",
         f"Written by `benchmarks/fastpath_grid.py` ({' '.join(sys.argv[1:]) or 'default size'}); "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {_versions()}; "
-        f"{args.jobs} processes on {os.cpu_count()} CPUs; per-family wall times sum to "
+        f"{args.jobs} processes on {os.cpu_count()} CPUs; per-job wall times sum to "
         f"{_family_wall_s(rows):.0f} s, this invocation took {wall_s:.0f} s (load average at "
         f"the end: {os.getloadavg()[0]:.1f}).",
         "",

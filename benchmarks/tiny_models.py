@@ -20,9 +20,12 @@ SMALL = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
     intermediate_size=64, vocab_size=256, max_position_embeddings=256,
 )  # fmt: skip
+#: MLA keys carry every attention head (DeepSeek's configs set num_key_value_heads to
+#: num_attention_heads; eager attention's ``repeat_kv`` would repeat them otherwise).
 _MLA = dict(
-    n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=32,
-    first_k_dense_replace=1, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+    num_key_value_heads=2, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+    moe_intermediate_size=32, first_k_dense_replace=1, kv_lora_rank=16, qk_rope_head_dim=8,
+    qk_nope_head_dim=8, v_head_dim=8,
 )  # fmt: skip
 _CONV = dict(
     conv_dim=[8, 8], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=4,
@@ -36,7 +39,7 @@ TYPES: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma": ("decoder", {"head_dim": 16}),
     "gemma2": ("sliding", {"head_dim": 16, "sliding_window": 16}),
     "gemma3_text": ("sliding", {"head_dim": 16, "sliding_window": 16}),
-    "phi": ("decoder", {}), "phi3": ("decoder", {}), "gpt2": ("decoder", {}),
+    "phi": ("decoder", {}), "phi3": ("decoder", {"pad_token_id": 0}), "gpt2": ("decoder", {}),
     "gpt_neox": ("decoder", {}), "opt": ("decoder", {"ffn_dim": 64, "word_embed_proj_dim": 32}),
     "bloom": ("decoder", {}), "falcon": ("decoder", {}), "granite": ("decoder", {}),
     "olmo": ("decoder", {}), "olmo2": ("decoder", {}), "cohere": ("decoder", {}),
