@@ -47,7 +47,7 @@ TYPES: dict[str, tuple[str, dict[str, Any]]] = {
     "gptj": ("decoder", {"rotary_dim": 8}),
     "codegen": ("decoder", {"rotary_dim": 8}), "gpt_bigcode": ("decoder", {}),
     "helium": ("decoder", {"head_dim": 16}), "glm": ("decoder", {"head_dim": 16}),
-    "smollm3": ("decoder", {}),
+    "smollm3": ("decoder", {"pad_token_id": 0}),
     "mixtral": ("moe", {"num_local_experts": 4, "num_experts_per_tok": 2}),
     "qwen2_moe": ("moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                           "shared_expert_intermediate_size": 32}),

@@ -40,3 +40,19 @@ def test_t5_and_clip_have_two_stacks_each() -> None:
 
 def test_a_count_only_a_default_gives_is_not_resized() -> None:
     assert layer_plan({"model_type": "llama", "hidden_size": 64}) == []
+
+
+def test_a_config_that_transformers_modules_reject_is_a_trace_error_not_a_traceback() -> None:
+    """A pad_token_id outside the vocabulary makes nn.Embedding assert while the model is built
+    (found by benchmarks/fastpath_grid.py): one line naming the task and transformers' reason."""
+    from tests.conftest import TINY_LLAMA
+
+    from memfit.errors import TraceError
+    from memfit.estimate.trace.build import build_hf_model
+    from memfit.spec import WorkloadSpec
+
+    config = dict(TINY_LLAMA, pad_token_id=10_000)
+    w = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16-true")
+    with pytest.raises(TraceError, match="cannot build this model for task 'causal-lm': "
+                       "AssertionError: Padding_idx must be within num_embeddings"):  # fmt: skip
+        build_hf_model(config, w, "causal-lm")

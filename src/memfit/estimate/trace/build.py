@@ -165,6 +165,20 @@ def model_class(task: str) -> Any:
     }[task]
 
 
+def _cannot_build(task: str, exc: BaseException) -> str:
+    first = (str(exc).splitlines() or [""])[0][:300]
+    return f"transformers cannot build this model for task {task!r}: {type(exc).__name__}: {first}"
+
+
+def _eager_or_error(cls: Any, hf: Any, task: str, kwargs: dict[str, Any]) -> torch.nn.Module:
+    """The model with eager attention; TraceError (never a traceback) where that fails too, e.g.
+    an architecture the task's auto class does not map (issue 11: found by the coverage grid)."""
+    try:
+        return cls.from_config(hf, attn_implementation="eager", **kwargs)
+    except (ValueError, AssertionError, TypeError) as exc:
+        raise TraceError(_cannot_build(task, exc)) from exc
+
+
 def build_hf_model(
     config: dict[str, Any],
     workload: WorkloadSpec,
@@ -194,7 +208,9 @@ def build_hf_model(
                     f"transformers cannot build this model for task {task!r}: {exc}"
                 ) from exc
             # The architecture has no SDPA path: transformers runs it with eager attention.
-            model = cls.from_config(hf, attn_implementation="eager", **kwargs)
+            model = _eager_or_error(cls, hf, task, kwargs)
+        except (AssertionError, TypeError) as exc:  # a config transformers' modules reject
+            raise TraceError(_cannot_build(task, exc)) from exc
     keep_in_fp32_(model, kwargs["dtype"])
     if workload.is_train:
         model.train()
