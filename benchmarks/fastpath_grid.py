@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     _run(todo, args, rows, str(jsonl), started)
     wall = _since(started)
     order = {it[0]: i for i, it in enumerate(items)}
-    rows = [r for r in rows if r["family"] in order]
+    rows = _latest(r for r in rows if r["family"] in order)
     rows.sort(key=lambda r: (order[r["family"]], list(JOBS).index(r["job"])
                              if r["job"] in JOBS else 9))  # fmt: skip
     out.with_suffix(".md").write_text(render(rows, args, wall))
@@ -199,20 +199,39 @@ def main(argv: list[str] | None = None) -> int:
 def _run(todo: list, args: argparse.Namespace, rows: list[dict], sink: str, started: float) -> None:
     """Run the families of ``todo`` in ``args.jobs`` processes; each worker appends its rows to
     the JSONL file ``sink`` job by job (so an interrupted run can be resumed), and ``rows``
-    collects them."""
-    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_family, it, args.batch, sink): it for it in todo}
-        for n, fut in enumerate(concurrent.futures.as_completed(futures), 1):
-            name = futures[fut][0]
-            try:
-                got = fut.result()
-            except Exception as exc:  # a worker that died: its family is a row, not a gap
-                got = [{"family": name, "job": "*", "kind": "?", "origin": "?",
-                        "trace": {"status": "crash", "reason": _line(exc)}}]  # fmt: skip
-                with open(sink, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(got[0], sort_keys=True) + "\n")
-            rows.extend(got)
-            print(f"[{n}/{len(todo)}] {name} ({_since(started):.0f} s)", file=sys.stderr)
+    collects them. A worker that dies (the OS killed it) breaks the pool: the families it took
+    down are run again one at a time, and the one that dies alone is a crash row."""
+    pending, workers, n = list(todo), args.jobs, 0
+    while pending:
+        broken = []
+        with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_family, it, args.batch, sink): it for it in pending}
+            for fut in concurrent.futures.as_completed(futures):
+                item = futures[fut]
+                try:
+                    rows.extend(fut.result())
+                except concurrent.futures.process.BrokenProcessPool:
+                    broken.append(item)
+                    continue
+                n += 1
+                print(f"[{n}/{len(todo)}] {item[0]} ({_since(started):.0f} s)", file=sys.stderr)
+        if broken and workers == 1:  # it died alone: a row says so, the rest go on
+            (item, *pending) = broken
+            crash = {"family": item[0], "job": "*", "kind": item[1], "origin": item[2],
+                     "trace": {"status": "crash", "reason": "the worker process was killed "
+                               "(out of memory?) while running this family"}}  # fmt: skip
+            with open(sink, "a", encoding="utf-8") as f:
+                f.write(json.dumps(crash, sort_keys=True) + "\n")
+            rows.append(crash)
+            continue
+        pending, workers = broken, 1
+
+
+def _latest(rows: Any) -> list[dict]:
+    """The last row of each (family, job); a family's crash row only where it has no other."""
+    last = {(r["family"], r["job"]): r for r in rows}
+    measured = {f for f, j in last if j != "*"}
+    return [r for (f, j), r in last.items() if j != "*" or f not in measured]
 
 
 def _done_rows(jsonl: Path, args: argparse.Namespace) -> list[dict]:

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 import memfit
 from memfit.errors import MemfitError
 from memfit.estimate.policy import run_engine
+from memfit.hardware import get_gpu
 from memfit.models import resolve_model
 from memfit.plan import PlanRequest, fit
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes
@@ -70,7 +71,7 @@ def traced(model_type: str) -> Traced:
     """The tiny ``model_type`` and its edge (computed once per session: one trace)."""
     if model_type not in _TRACED:
         source = _source(model_type)
-        need = need_bytes(run_engine("trace", source, TRAIN, None))
+        need = need_bytes(run_engine("trace", source, TRAIN, get_gpu(GPU)))
         edge = int(need / (1 - DEFAULT_HEADROOM))
         while _budget(edge).limit_bytes < need:
             edge += 1
@@ -83,16 +84,17 @@ def _budget(memory_bytes: int) -> Budget:
 
 
 def _trace_fits(source: Any, w: WorkloadSpec, memory_bytes: int) -> bool:
-    return need_bytes(run_engine("trace", source, w, None)) <= _budget(memory_bytes).limit_bytes
+    need = need_bytes(run_engine("trace", source, w, get_gpu(GPU)))
+    return need <= _budget(memory_bytes).limit_bytes
 
 
 def check_property(model_type: str, scale: float, *, with_plan: bool) -> None:
-    """On a GPU of ``scale`` x the edge memory (where the trace says batch 1 fits): fit finds a
+    """On an A10G given ``scale`` x the edge memory (where the trace says batch 1 fits): fit finds a
     batch >= 1 that the trace says fits; plan recommends a plan."""
     t = traced(model_type)
     memory = int(t.edge_bytes * scale)
     assert _trace_fits(t.source, TRAIN, memory), "the premise: the trace says batch 1 fits"
-    solved = fit(t.source, TRAIN, solve="batch", gpu_memory_bytes=memory)
+    solved = fit(t.source, TRAIN, solve="batch", gpu=GPU, gpu_memory_bytes=memory)
     assert solved.max_value >= 1, f"{model_type}: fit answered 0 on {memory} B where batch 1 fits"
     answer = replace(TRAIN, batch_size=solved.max_value)
     why = f"{model_type}: the trace says fit's answer {solved.max_value} does not fit {memory} B"
@@ -100,7 +102,7 @@ def check_property(model_type: str, scale: float, *, with_plan: bool) -> None:
     if with_plan:
         request = PlanRequest(mode="train", seq_len=SEQ, batch_size=1, precision=PRECISION,
                               n_alternatives=1)  # fmt: skip
-        planned = memfit.plan(t.source, request, gpu_memory_bytes=memory)
+        planned = memfit.plan(t.source, request, gpu=GPU, gpu_memory_bytes=memory)
         assert planned.recommended is not None, f"{model_type}: plan says nothing fits {memory} B"
 
 

@@ -147,8 +147,11 @@ def with_layer_counts(
         if var.name == "decoder":
             target["num_decoder_layers"] = n
     if any(v.period > 1 for v in plan) or "layer_types" in d:
-        full = getattr(_hf_config(config, trust_remote_code), "layer_types", None)
-        if full:
+        hf = _hf_config(config, trust_remote_code)
+        full = getattr(hf, "layer_types", None)
+        # Jamba computes layer_types from its periods (a read-only property): nothing to slice
+        computed = isinstance(getattr(type(hf), "layer_types", None), property)
+        if full and not computed:
             d["layer_types"] = list(full[: counts[plan[0].name]])
     return d
 
