@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", help="derived-form cache (default: a fresh temporary one)")
     p.add_argument("--out", default=str(RESULTS / "fastpath_grid"), help="output path stem")
     p.add_argument("--all", action="store_true", help="every type in tiny_models (default: 40)")
-    p.add_argument("--resume", action="store_true", help="keep the families already in .jsonl")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in .jsonl")
+    p.add_argument("--render-only", action="store_true",
+                   help="write the .md from the rows in .jsonl, run nothing")  # fmt: skip
     args = p.parse_args(argv)
     if args.batch in (1, 2, 3, 4):
         p.error(f"--batch ({args.batch}) must be > 4: the derived form traces batch 1-4")
@@ -178,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     jsonl = out.with_suffix(".jsonl")
-    rows = _done_rows(jsonl, args) if args.resume else []
-    if not args.resume:
+    rows = _done_rows(jsonl, args) if args.resume or args.render_only else []
+    if not (args.resume or args.render_only):
         jsonl.write_text("")
     done = {(r["family"], r["job"]) for r in rows}
     todo = [(*it[:4], tuple(j for j in it[4] if (it[0], j) not in done)) for it in items]
-    todo = [it for it in todo if it[4]]
+    todo = [it for it in todo if it[4] and not args.render_only]
     started = time.perf_counter()
     _run(todo, args, rows, str(jsonl), started)
     wall = _since(started)
@@ -191,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = _latest(r for r in rows if r["family"] in order)
     rows.sort(key=lambda r: (order[r["family"]], list(JOBS).index(r["job"])
                              if r["job"] in JOBS else 9))  # fmt: skip
-    out.with_suffix(".md").write_text(render(rows, args, wall))
+    have = {(r["family"], r["job"]) for r in rows}
+    missing = [(it[0], j) for it in items for j in it[4] if (it[0], j) not in have]
+    out.with_suffix(".md").write_text(render(rows, args, wall, missing))
     print(f"wrote {out.with_suffix('.md')} and .jsonl in {wall:.0f} s", file=sys.stderr)
     return 0
 
@@ -267,7 +271,9 @@ def _worst(rows: list[dict], key: str) -> tuple[float, str] | None:
     return v, where
 
 
-def render(rows: list[dict], args: argparse.Namespace, wall_s: float) -> str:
+def render(
+    rows: list[dict], args: argparse.Namespace, wall_s: float, missing: list[tuple[str, str]]
+) -> str:
     families = sorted({r["family"] for r in rows})
     compared = [r for r in rows if r.get("derived_alloc_err_pct") is not None]
     count = {s: sum(1 for r in rows if r.get("derived", {}).get("status") == s)
@@ -277,10 +283,13 @@ def render(rows: list[dict], args: argparse.Namespace, wall_s: float) -> str:
         "# Fast path vs full trace (issue 11)",
         "",
         f"Written by `benchmarks/fastpath_grid.py` ({' '.join(sys.argv[1:]) or 'default size'}); "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {_versions()}; "
-        f"{args.jobs} processes on {os.cpu_count()} CPUs; per-job wall times sum to "
-        f"{_family_wall_s(rows):.0f} s, this invocation took {wall_s:.0f} s (load average at "
-        f"the end: {os.getloadavg()[0]:.1f}).",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {_versions()}; "(
+            "rendered from the rows of the .jsonl"
+            if args.render_only
+            else f"{args.jobs} processes on {os.cpu_count()} CPUs, {wall_s:.0f} s"
+        )
+        + f"; per-job wall times sum to {_family_wall_s(rows):.0f} s (load average at the end: "
+        f"{os.getloadavg()[0]:.1f}).",
         "",
     ]
     for eng in ("derived", "analytic"):
@@ -305,6 +314,13 @@ def render(rows: list[dict], args: argparse.Namespace, wall_s: float) -> str:
     ]
     for r in rows:
         lines.append("| " + " | ".join(_cells(r)) + " |")
+    if missing:
+        by: dict[str, list[str]] = {}
+        for fam, job in missing:
+            by.setdefault(fam, []).append(job)
+        lines += ["", f"**Not run** ({len(missing)} jobs asked for but not measured by the runs "
+                  "that wrote the .jsonl; `--resume` runs them): "
+                  + "; ".join(f"{f}: {', '.join(js)}" for f, js in by.items())]  # fmt: skip
     notes = [r for r in rows if any(r.get(e, {}).get("reason") for e in ENGINES)]
     if notes:
         lines += ["", "Reasons (refusals and failures, first line of each message):", ""]
