@@ -279,16 +279,17 @@ def render(
     count = {s: sum(1 for r in rows if r.get("derived", {}).get("status") == s)
              for s in ("ok", "refused", "error", "crash")}  # fmt: skip
     trace_bad = sum(1 for r in rows if r["trace"]["status"] != "ok")
+    how = (
+        "rendered from the rows of the .jsonl"
+        if args.render_only
+        else (f"{args.jobs} processes on {os.cpu_count()} CPUs, {wall_s:.0f} s")
+    )
     lines = [
         "# Fast path vs full trace (issue 11)",
         "",
         f"Written by `benchmarks/fastpath_grid.py` ({' '.join(sys.argv[1:]) or 'default size'}); "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {_versions()}; "(
-            "rendered from the rows of the .jsonl"
-            if args.render_only
-            else f"{args.jobs} processes on {os.cpu_count()} CPUs, {wall_s:.0f} s"
-        )
-        + f"; per-job wall times sum to {_family_wall_s(rows):.0f} s (load average at the end: "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {_versions()}; {how}; per-job "
+        f"wall times sum to {_family_wall_s(rows):.0f} s (load average at the end: "
         f"{os.getloadavg()[0]:.1f}).",
         "",
     ]
