@@ -140,3 +140,28 @@ def test_fit_searches_with_the_trace_where_the_analytic_engine_cannot_model_the_
     )
     assert result.max_value > 1 and result.search_engine == "trace"
     assert result.estimate is not None and result.estimate.fits
+
+
+def test_a_pessimistic_fast_engine_never_makes_fit_answer_zero_where_the_precise_one_fits(
+    tiny_llama_dir: Path,
+) -> None:
+    """Issue 11: the fast engine's upper end says even batch 1 overflows, the confirming engine
+    says batch 1 fits: fit searches with the confirming engine instead of answering 0."""
+    w = WorkloadSpec(seq_len=128, precision="bf16-true")
+    precise_need = need_bytes(closed_form_estimate(w))
+
+    def pessimistic(x: WorkloadSpec) -> MemoryEstimate:
+        est = closed_form_estimate(x)
+        ranges = {k: (lo, hi + 64 * MiB) for k, (lo, hi) in est.ranges.items()}
+        return dataclasses.replace(est, engine="pessimistic", ranges=ranges)
+
+    memory = int(precise_need / 0.95) + 2 * MiB  # batch 1 fits by the precise engine only
+    r = fit(str(tiny_llama_dir), w, solve="batch", gpu_memory_bytes=memory,
+            estimator=pessimistic, confirm=closed_form_estimate)  # fmt: skip
+    assert need_bytes(pessimistic(w)) > r.budget.limit_bytes >= precise_need
+    assert r.max_value >= 1 and r.confirmed_by == "confirm"  # the injected precise engine
+    at = dataclasses.replace(w, batch_size=r.max_value)
+    assert need_bytes(closed_form_estimate(at)) <= r.budget.limit_bytes
+    assert need_bytes(closed_form_estimate(dataclasses.replace(at, batch_size=r.max_value + 1))) > (
+        r.budget.limit_bytes
+    )

@@ -182,8 +182,13 @@ def _solve(
     if engines.confirm is not None and _not_modelled(engines.search, _with(w, name, step)):
         engines = EnginePair(search=engines.confirm, confirm=None)  # the precise engine searches
     value = largest(_predicate(engines.search, budget, w, name), cap=cap, step=step)
-    at = _with(w, name, max(value, step))
     confirm = engines.confirm
+    if not value and confirm is not None and _predicate(confirm, budget, w, name)(step):
+        # the fast engine's "not even 1 fits" is its own error band, not the job's: the precise
+        # engine says the smallest value fits, so it searches (issue 11: never 0 where it fits)
+        value = largest(_predicate(confirm, budget, w, name), cap=cap, step=step)
+        return value, _try(confirm, _with(w, name, max(value, step))), confirm.name
+    at = _with(w, name, max(value, step))
     if confirm is None:
         return value, _try(engines.search, at), engines.search.name if value else None
     if value and _predicate(confirm, budget, w, name)(value):

@@ -40,3 +40,33 @@ def test_t5_and_clip_have_two_stacks_each() -> None:
 
 def test_a_count_only_a_default_gives_is_not_resized() -> None:
     assert layer_plan({"model_type": "llama", "hidden_size": 64}) == []
+
+
+def test_a_config_that_transformers_modules_reject_is_a_trace_error_not_a_traceback() -> None:
+    """A pad_token_id outside the vocabulary makes nn.Embedding assert while the model is built
+    (found by benchmarks/fastpath_grid.py): one line naming the task and transformers' reason."""
+    from tests.conftest import TINY_LLAMA
+
+    from memfit.errors import TraceError
+    from memfit.estimate.trace.build import build_hf_model
+    from memfit.spec import WorkloadSpec
+
+    config = dict(TINY_LLAMA, pad_token_id=10_000)
+    w = WorkloadSpec(batch_size=1, seq_len=16, precision="bf16-true")
+    with pytest.raises(TraceError, match="cannot build this model for task 'causal-lm': "
+                       "AssertionError: Padding_idx must be within num_embeddings"):  # fmt: skip
+        build_hf_model(config, w, "causal-lm")
+
+
+def test_a_layer_types_property_computed_from_periods_is_not_written_back() -> None:
+    """Jamba's layer_types is a read-only property of its attention period: resizing the stack
+    rewrites the layer count only, and transformers builds the config (found by the grid)."""
+    from benchmarks.tiny_models import tiny_config
+    from transformers import AutoConfig
+
+    config = tiny_config("jamba")
+    (var,) = layer_plan(config)
+    resized = with_layer_counts(config, [var], {var.name: 2}, False)
+    assert "layer_types" not in resized and resized["num_hidden_layers"] == 2
+    d = {k: v for k, v in resized.items() if k != "model_type"}
+    assert len(AutoConfig.for_model("jamba", **d).layer_types) == 2

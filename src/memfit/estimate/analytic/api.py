@@ -17,7 +17,11 @@ from memfit.estimate.analytic.graph import TEMP, Vec
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
 from memfit.estimate.analytic.reserved import reserved_rule
+<<<<<<< HEAD
 from memfit.estimate.cuda_reduce import reduce_device
+=======
+from memfit.estimate.analytic.versions import WRITTEN_AGAINST, version_notes
+>>>>>>> wt-grid
 from memfit.estimate.pipeline import (
     EngineResult,
     PhaseResult,
@@ -236,7 +240,10 @@ def _result(
         n_trainable_params=sim.n_trainable,
         phases=phases,
         reserved=reserved,
-        environment={"python": platform.python_version(), "models": "transformers 5.23 code"},
+        environment={
+            "python": platform.python_version(),
+            "models": f"transformers {WRITTEN_AGAINST['transformers']} code",
+        },
         host_memory_bytes=int(sim.info.get("host_bytes", 0)),
         trace={
             "analytic": {
@@ -246,10 +253,12 @@ def _result(
             }
         },
         notes=[
-            "analytic engine: closed forms of what transformers 5.23 / torch 2.13 allocate per "
+            f"analytic engine: closed forms of what transformers {WRITTEN_AGAINST['transformers']}"
+            f" / torch {WRITTEN_AGAINST['torch']} allocate per "
             "layer, calibrated against the trace engine (docs/accuracy.md); reserved bytes are "
             f"allocated x {reserved.ratio[0]:.3f} (a fit to the trace's allocator replay)"
         ]
+        + list(version_notes())
         + sim.notes,
         paged_note=False,
     )

@@ -147,8 +147,11 @@ def with_layer_counts(
         if var.name == "decoder":
             target["num_decoder_layers"] = n
     if any(v.period > 1 for v in plan) or "layer_types" in d:
-        full = getattr(_hf_config(config, trust_remote_code), "layer_types", None)
-        if full:
+        hf = _hf_config(config, trust_remote_code)
+        full = getattr(hf, "layer_types", None)
+        # Jamba computes layer_types from its periods (a read-only property): nothing to slice
+        computed = isinstance(getattr(type(hf), "layer_types", None), property)
+        if full and not computed:
             d["layer_types"] = list(full[: counts[plan[0].name]])
     return d
 
@@ -165,6 +168,20 @@ def model_class(task: str) -> Any:
         "speech-seq2seq": tf.AutoModelForSpeechSeq2Seq,
         "clip": tf.AutoModel,
     }[task]
+
+
+def _cannot_build(task: str, exc: BaseException) -> str:
+    first = (str(exc).splitlines() or [""])[0][:300]
+    return f"transformers cannot build this model for task {task!r}: {type(exc).__name__}: {first}"
+
+
+def _eager_or_error(cls: Any, hf: Any, task: str, kwargs: dict[str, Any]) -> torch.nn.Module:
+    """The model with eager attention; TraceError (never a traceback) where that fails too, e.g.
+    an architecture the task's auto class does not map (issue 11: found by the coverage grid)."""
+    try:
+        return cls.from_config(hf, attn_implementation="eager", **kwargs)
+    except (ValueError, AssertionError, TypeError) as exc:
+        raise TraceError(_cannot_build(task, exc)) from exc
 
 
 def build_hf_model(
@@ -196,7 +213,9 @@ def build_hf_model(
                     f"transformers cannot build this model for task {task!r}: {exc}"
                 ) from exc
             # The architecture has no SDPA path: transformers runs it with eager attention.
-            model = cls.from_config(hf, attn_implementation="eager", **kwargs)
+            model = _eager_or_error(cls, hf, task, kwargs)
+        except (AssertionError, TypeError) as exc:  # a config transformers' modules reject
+            raise TraceError(_cannot_build(task, exc)) from exc
     keep_in_fp32_(model, kwargs["dtype"])
     if workload.is_train:
         model.train()

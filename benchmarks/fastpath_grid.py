@@ -1,0 +1,366 @@
+"""The fast path against the full trace on many model families (issue 11, a benchmark).
+
+For each family — tiny configs built with transformers' own config classes
+(``benchmarks/tiny_models.py``) and a few bundled real configs — and each job (training: plain,
+LoRA, full checkpointing; inference), the grid estimates the same job with the derived engine
+(``--engine derived``: forms solved from traces at batch 1-3 or 2-4, then replayed), the analytic
+engine where the model type has a hand-written program, and the full trace (``--engine trace``)
+at a batch size the derived form was **not** traced at (``--batch``, default 5), and writes peak
+allocated and peak reserved bytes with each fast engine's error against the trace. A job an
+engine refuses (NotModelledError) is a row saying so, with the reason; a job the trace itself
+cannot run is a row with its error. Nothing is left out. Writes
+``benchmarks/results/fastpath_grid.md`` and ``.jsonl`` (quoted in docs/accuracy.md).
+
+    PYTHONPATH=src .venv/bin/python benchmarks/fastpath_grid.py            # default size
+    PYTHONPATH=src .venv/bin/python benchmarks/fastpath_grid.py --jobs 4 --no-real
+    PYTHONPATH=src .venv/bin/python benchmarks/fastpath_grid.py --types llama,qwen3 --out /tmp/g
+
+Forms are built into a fresh cache directory (``--cache-dir`` to reuse one), so every row is
+derived by the code under test. Precision is pure bf16 (``bf16-true``) for every job: the MoE
+families' grouped matmul takes bf16 only (docs/accuracy.md §13).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.tiny_models import GENERATIVE, TYPES, write_tiny  # noqa: E402
+
+#: Jobs per family: name -> WorkloadSpec fields (batch and seq set by the command line).
+JOBS: dict[str, dict[str, Any]] = {
+    "train": {"mode": "train"},
+    "lora": {"mode": "train", "lora_rank": 8},
+    "ckpt": {"mode": "train", "checkpointing": "full"},
+    "infer": {"mode": "infer"},
+}
+#: Bundled real configs (name, seq, jobs): small batch, the trace extrapolates their layers.
+REAL: tuple[tuple[str, int, tuple[str, ...]], ...] = (
+    ("qwen3-0.6b", 128, ("lora", "infer")),
+    ("deepseek-v2-lite", 64, ("lora", "infer")),
+    ("gemma-3-1b", 128, ("lora", "infer")),
+)
+NEW_TOKENS = 4
+#: The default families (``--all``: every type in tiny_models): every kind the issue names, the
+#: families people train and serve today first.
+DEFAULT = (
+    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3", "gpt2",
+    "gpt_neox", "opt", "bloom", "falcon", "granite", "olmo2", "cohere", "starcoder2", "smollm3",
+    "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss", "llama4_text", "deepseek_v3",
+    "deepseek_v2", "jamba", "falcon_h1", "mamba", "bert", "roberta", "deberta-v2", "t5", "bart",
+    "vit", "convnext", "swin", "whisper", "wav2vec2",
+)  # fmt: skip
+#: The bytes compared, and their short names in the rows' error keys.
+FIELDS = (("allocated_bytes", "alloc"), ("reserved_bytes", "reserved"))
+
+
+def _workload(job: str, kind: str, *, batch: int, seq: int) -> Any:
+    from memfit.spec import WorkloadSpec
+
+    fields = dict(JOBS[job], batch_size=batch, seq_len=seq, precision="bf16-true")
+    if job == "infer" and kind in GENERATIVE:
+        fields["new_tokens"] = NEW_TOKENS
+    return WorkloadSpec(**fields)
+
+
+def _one(engine: str, source: Any, w: Any) -> dict[str, Any]:
+    """One engine's answer: bytes and wall time, or why it did not answer."""
+    from memfit.errors import MemfitError, NotModelledError
+    from memfit.estimate.policy import run_engine
+
+    started = time.perf_counter()
+    try:
+        est = run_engine(engine, source, w, None)
+    except NotModelledError as exc:
+        return {"status": "refused", "reason": _line(exc), "wall_s": _since(started)}
+    except MemfitError as exc:
+        return {"status": "error", "reason": _line(exc), "wall_s": _since(started)}
+    except Exception as exc:  # a crash of the library is a finding: shown, never dropped
+        return {"status": "crash", "reason": f"{type(exc).__name__}: {_line(exc)}",
+                "wall_s": _since(started)}  # fmt: skip
+    return {
+        "status": "ok",
+        "allocated_bytes": est.peak_allocated_bytes,
+        "reserved_bytes": est.peak_reserved_bytes,
+        "wall_s": _since(started),
+    }
+
+
+def _line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _since(t: float) -> float:
+    return round(time.perf_counter() - t, 3)
+
+
+def _error_pct(fast: dict[str, Any], trace: dict[str, Any], field: str) -> float | None:
+    if fast.get("status") != "ok" or trace.get("status") != "ok" or not trace[field]:
+        return None
+    return 100.0 * (fast[field] - trace[field]) / trace[field]
+
+
+def run_family(
+    item: tuple[str, str, str, int, tuple[str, ...]], batch: int, sink: str | None = None
+) -> list[dict]:
+    """Every job of one family (run in a worker process: forms stay in its memory); each row is
+    appended to the JSONL file ``sink`` as soon as it is measured (one line per write)."""
+    family, kind, origin, seq, jobs = item
+    from memfit.estimate.analytic import supports
+    from memfit.models import resolve_model
+
+    if origin == "tiny":
+        folder = Path(tempfile.mkdtemp(prefix="memfit-grid-"))
+        source = resolve_model(str(write_tiny(folder, family)))
+    else:
+        source = resolve_model(family)
+    has_analytic = bool(supports(source.config))
+    started = time.perf_counter()
+    rows = []
+    for job in jobs:
+        w = _workload(job, kind, batch=batch, seq=seq)
+        row: dict[str, Any] = {"family": family, "kind": kind, "origin": origin, "job": job,
+                               "batch": batch, "seq": seq, "new_tokens": w.new_tokens}  # fmt: skip
+        row["trace"] = _one("trace", source, w)
+        row["derived"] = _one("derived", source, w)
+        row["analytic"] = _one("analytic", source, w) if has_analytic else {"status": "none"}
+        for eng in ("derived", "analytic"):
+            for field, key in FIELDS:
+                row[f"{eng}_{key}_err_pct"] = _error_pct(row[eng], row["trace"], field)
+        row["job_wall_s"] = _since(started) - sum(r["job_wall_s"] for r in rows)
+        rows.append(row)
+        if sink is not None:
+            with open(sink, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row, sort_keys=True) + "\n")
+    return rows
+
+
+def _items(args: argparse.Namespace) -> list[tuple[str, str, str, int, tuple[str, ...]]]:
+    types = args.types.split(",") if args.types else list(TYPES if args.all else DEFAULT)
+    jobs = tuple(args.jobs_list.split(","))
+    items = [(t, TYPES[t][0], "tiny", args.seq, jobs) for t in types]
+    if args.real:
+        items += [(name, "real", "bundled", seq, js) for name, seq, js in REAL]
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--types", help="comma-separated model types (default: all in tiny_models)")
+    p.add_argument("--jobs-list", default=",".join(JOBS), help="which jobs (default: all)")
+    p.add_argument("--batch", type=int, default=5, help="batch size compared (not traced)")
+    p.add_argument("--seq", type=int, default=32, help="sequence length of the tiny models")
+    p.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1), help="processes")
+    p.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
+                   help="also the bundled real configs (default: on)")  # fmt: skip
+    p.add_argument("--cache-dir", help="derived-form cache (default: a fresh temporary one)")
+    p.add_argument("--out", default=str(RESULTS / "fastpath_grid"), help="output path stem")
+    p.add_argument("--all", action="store_true", help="every type in tiny_models (default: 40)")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in .jsonl")
+    p.add_argument("--render-only", action="store_true",
+                   help="write the .md from the rows in .jsonl, run nothing")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.batch in (1, 2, 3, 4):
+        p.error(f"--batch ({args.batch}) must be > 4: the derived form traces batch 1-4")
+    os.environ["MEMFIT_CACHE_DIR"] = args.cache_dir or tempfile.mkdtemp(prefix="memfit-grid-")
+    items = _items(args)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    jsonl = out.with_suffix(".jsonl")
+    rows = _done_rows(jsonl, args) if args.resume or args.render_only else []
+    if not (args.resume or args.render_only):
+        jsonl.write_text("")
+    done = {(r["family"], r["job"]) for r in rows}
+    todo = [(*it[:4], tuple(j for j in it[4] if (it[0], j) not in done)) for it in items]
+    todo = [it for it in todo if it[4] and not args.render_only]
+    started = time.perf_counter()
+    _run(todo, args, rows, str(jsonl), started)
+    wall = _since(started)
+    order = {it[0]: i for i, it in enumerate(items)}
+    rows = _latest(r for r in rows if r["family"] in order)
+    rows.sort(key=lambda r: (order[r["family"]], list(JOBS).index(r["job"])
+                             if r["job"] in JOBS else 9))  # fmt: skip
+    have = {(r["family"], r["job"]) for r in rows}
+    missing = [(it[0], j) for it in items for j in it[4] if (it[0], j) not in have]
+    out.with_suffix(".md").write_text(render(rows, args, wall, missing))
+    print(f"wrote {out.with_suffix('.md')} and .jsonl in {wall:.0f} s", file=sys.stderr)
+    return 0
+
+
+def _run(todo: list, args: argparse.Namespace, rows: list[dict], sink: str, started: float) -> None:
+    """Run the families of ``todo`` in ``args.jobs`` processes; each worker appends its rows to
+    the JSONL file ``sink`` job by job (so an interrupted run can be resumed), and ``rows``
+    collects them. A worker that dies (the OS killed it) breaks the pool: the families it took
+    down are run again one at a time, and the one that dies alone is a crash row."""
+    pending, workers, n = list(todo), args.jobs, 0
+    while pending:
+        broken = []
+        with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_family, it, args.batch, sink): it for it in pending}
+            for fut in concurrent.futures.as_completed(futures):
+                item = futures[fut]
+                try:
+                    rows.extend(fut.result())
+                except concurrent.futures.process.BrokenProcessPool:
+                    broken.append(item)
+                    continue
+                n += 1
+                print(f"[{n}/{len(todo)}] {item[0]} ({_since(started):.0f} s)", file=sys.stderr)
+        if broken and workers == 1:  # it died alone: a row says so, the rest go on
+            (item, *pending) = broken
+            crash = {"family": item[0], "job": "*", "kind": item[1], "origin": item[2],
+                     "trace": {"status": "crash", "reason": "the worker process was killed "
+                               "(out of memory?) while running this family"}}  # fmt: skip
+            with open(sink, "a", encoding="utf-8") as f:
+                f.write(json.dumps(crash, sort_keys=True) + "\n")
+            rows.append(crash)
+            continue
+        pending, workers = broken, 1
+
+
+def _latest(rows: Any) -> list[dict]:
+    """The last row of each (family, job); a family's crash row only where it has no other."""
+    last = {(r["family"], r["job"]): r for r in rows}
+    measured = {f for f, j in last if j != "*"}
+    return [r for (f, j), r in last.items() if j != "*" or f not in measured]
+
+
+def _done_rows(jsonl: Path, args: argparse.Namespace) -> list[dict]:
+    """The rows of an earlier run at the same batch size (``--resume``)."""
+    if not jsonl.exists():
+        return []
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r.get("batch") == args.batch]
+
+
+def _family_wall_s(rows: list[dict]) -> float:
+    return float(sum(r.get("job_wall_s", 0) for r in rows))
+
+
+def _versions() -> str:
+    import importlib.metadata as md
+
+    parts = [f"python {platform.python_version()}"]
+    for pkg in ("memfit", "torch", "transformers", "peft"):
+        try:
+            parts.append(f"{pkg} {md.version(pkg)}")
+        except md.PackageNotFoundError:
+            parts.append(f"{pkg} not installed")
+    return ", ".join(parts)
+
+
+def _worst(rows: list[dict], key: str) -> tuple[float, str] | None:
+    vals = [(abs(r[key]), r[key], f"{r['family']} {r['job']}") for r in rows
+            if r.get(key) is not None]  # fmt: skip
+    if not vals:
+        return None
+    _a, v, where = max(vals)
+    return v, where
+
+
+def render(
+    rows: list[dict], args: argparse.Namespace, wall_s: float, missing: list[tuple[str, str]]
+) -> str:
+    families = sorted({r["family"] for r in rows})
+    compared = [r for r in rows if r.get("derived_alloc_err_pct") is not None]
+    count = {s: sum(1 for r in rows if r.get("derived", {}).get("status") == s)
+             for s in ("ok", "refused", "error", "crash")}  # fmt: skip
+    trace_bad = sum(1 for r in rows if r["trace"]["status"] != "ok")
+    how = (
+        "rendered from the rows of the .jsonl"
+        if args.render_only
+        else (f"{args.jobs} processes on {os.cpu_count()} CPUs, {wall_s:.0f} s")
+    )
+    lines = [
+        "# Fast path vs full trace (issue 11)",
+        "",
+        f"Written by `benchmarks/fastpath_grid.py` ({' '.join(sys.argv[1:]) or 'default size'}); "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {_versions()}; {how}; per-job "
+        f"wall times sum to {_family_wall_s(rows):.0f} s (load average at the end: "
+        f"{os.getloadavg()[0]:.1f}).",
+        "",
+    ]
+    for eng in ("derived", "analytic"):
+        for field, label in (("alloc", "peak allocated"), ("reserved", "peak reserved")):
+            w = _worst(rows, f"{eng}_{field}_err_pct")
+            n = sum(1 for r in rows if r.get(f"{eng}_{field}_err_pct") is not None)
+            text = "no row compared" if w is None else f"**{w[0]:+.3f} %** ({w[1]})"
+            lines.append(f"- worst {eng} error, {label}: {text} over {n} rows")
+    lines += [
+        f"- {len(families)} families, {len(rows)} rows: derived answered {count['ok']} "
+        f"({len(compared)} compared with a trace), refused {count['refused']}, failed "
+        f"{count['error'] + count['crash']}; the trace itself failed on {trace_bad} rows",
+        "",
+        f"Batch {args.batch} (never traced by the derived form: it traces batch 1-3, or 2-4 where "
+        "batch 1 runs other kernels), bf16 weights; training = AdamW, `lora` = rank 8 on all "
+        f"linear layers, `ckpt` = full activation checkpointing; `infer` decodes {NEW_TOKENS} new "
+        "tokens where the model generates (else one forward). Error = (fast - trace) / trace.",
+        "",
+        "| family | kind | job | trace alloc | trace reserved | derived alloc (err) "
+        "| derived reserved (err) | analytic alloc (err) | analytic reserved (err) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append("| " + " | ".join(_cells(r)) + " |")
+    if missing:
+        by: dict[str, list[str]] = {}
+        for fam, job in missing:
+            by.setdefault(fam, []).append(job)
+        lines += ["", f"**Not run** ({len(missing)} jobs asked for but not measured by the runs "
+                  "that wrote the .jsonl; `--resume` runs them): "
+                  + "; ".join(f"{f}: {', '.join(js)}" for f, js in by.items())]  # fmt: skip
+    notes = [r for r in rows if any(r.get(e, {}).get("reason") for e in ENGINES)]
+    if notes:
+        lines += ["", "Reasons (refusals and failures, first line of each message):", ""]
+        for r in notes:
+            for e in ENGINES:
+                res = r.get(e, {})
+                if res.get("reason"):
+                    lines.append(f"- {r['family']} {r['job']}, {e} {res['status']}: "
+                                 f"{res['reason']}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+ENGINES = ("trace", "derived", "analytic")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _cells(r: dict) -> list[str]:
+    t = r["trace"]
+    cells = [r["family"], r.get("kind", "?"), r["job"]]
+    if t["status"] == "ok":
+        cells += [_mib(t["allocated_bytes"]), _mib(t["reserved_bytes"])]
+    else:
+        cells += [f"trace {t['status']}", "—"]
+    for eng, short in (("derived", "derived"), ("analytic", "analytic")):
+        res = r.get(eng, {"status": "?"})
+        if res["status"] == "ok":
+            for field, key in FIELDS:
+                err = r.get(f"{short}_{key}_err_pct")
+                pct = "" if err is None else f" ({err:+.3f} %)"
+                cells.append(_mib(res[field]) + pct)
+        elif res["status"] == "none":
+            cells += ["no program", "—"]
+        else:
+            cells += [f"{res['status']} (see reasons)", "—"]
+    return cells
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
