@@ -17,11 +17,8 @@ from memfit.estimate.analytic.graph import TEMP, Vec
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
 from memfit.estimate.analytic.reserved import reserved_rule
-<<<<<<< HEAD
-from memfit.estimate.cuda_reduce import reduce_device
-=======
 from memfit.estimate.analytic.versions import WRITTEN_AGAINST, version_notes
->>>>>>> wt-grid
+from memfit.estimate.cuda_reduce import reduce_device
 from memfit.estimate.pipeline import (
     EngineResult,
     PhaseResult,
