@@ -13,7 +13,7 @@ framework   extra                  what runs
 torchtune   ``memfit[torchtune]``  its model builder + the recipe's step (torchtune.py)
 litgpt      ``memfit[litgpt]``     ``litgpt.GPT`` / ``litgpt.lora.GPT`` + finetune step
 torchtitan  (none)                 not installable here: see :data:`UNSUPPORTED`
-unsloth     (none)                 needs an NVIDIA GPU at import: see :data:`UNSUPPORTED`
+unsloth     (none)                 not installable here: see :data:`UNSUPPORTED`
 ==========  =====================  ====================================================
 
 This module imports neither torch nor a framework: :func:`missing` answers from the import
@@ -33,13 +33,15 @@ EXTRAS = {"torchtune": ("torchtune", "torchtune"), "litgpt": ("litgpt", "litgpt"
 #: Frameworks memfit cannot run on this kind of machine, and exactly why (checked with pip
 #: against torch 2.13.0+cpu / transformers 5.23, docs/frameworks.md).
 UNSUPPORTED = {
-    "torchtitan": "torchtitan 0.3.0 (the newest on PyPI) needs spmd_types==0.2.3 and "
-    "torch_checkpointing and builds its Llama only inside `torchrun` with a real process group "
-    "and DeviceMesh over CUDA/NCCL; memfit estimates torchtitan jobs with Hugging Face's Llama "
-    "and its own FSDP2 model (--engine trace --shard fsdp2)",
-    "unsloth": "unsloth 2026.10.9 raises at import without an NVIDIA GPU (its Triton kernels), "
-    "pins transformers<=5.17.0 (memfit's tests pin 5.23) and pulls xformers/triton; memfit "
-    "estimates Unsloth jobs with transformers' model and the job's settings",
+    "torchtitan": "torchtitan 0.3.0 (the newest on PyPI) pins datasets<4.8 (which needs fsspec "
+    "<=2026.2, older than torch 2.13's environment here) and its model package imports triton "
+    "(torchtitan/distributed/minimal_async_ep/kernels.py), a CUDA compiler; its Llama is built "
+    "for torchrun with a DeviceMesh. memfit estimates torchtitan jobs with Hugging Face's Llama "
+    "and its own FSDP2 model (--engine trace --shard fsdp)",
+    "unsloth": "unsloth 2026.10.9 (the newest on PyPI) requires transformers<=5.17.0 (memfit's "
+    "environment pins 5.23: installing it would downgrade transformers), plus xformers and "
+    "triton for its CUDA kernels; memfit estimates Unsloth jobs with transformers' model and "
+    "the job's settings",
 }
 
 
@@ -49,9 +51,11 @@ def missing(framework: str) -> str | None:
         return f"{framework} cannot be traced: {UNSUPPORTED[framework]}"
     package, extra = EXTRAS[framework]
     if importlib.util.find_spec(package) is None:
+        how = f"pip install 'memfit[{extra}]'" + (
+            " && pip install --no-deps litgpt==0.5.13" if framework == "litgpt" else ""
+        )
         return (
-            f"{framework} is not installed: pip install 'memfit[{extra}]' to trace the job "
-            f"through {framework}'s own model and step"
+            f"{framework} is not installed: {how} to trace the job through its own model and step"
         )
     return None
 
@@ -70,18 +74,23 @@ ANSWERED_BY = {
 
 
 def estimate_with_framework(
-    framework: str, data: dict[str, Any], workload: Any, *, gpu: Any = None
+    framework: str, data: dict[str, Any], workload: Any, *, gpu: Any = None, **options: Any
 ) -> Any:
     """The :class:`~memfit.estimate.result.MemoryEstimate` of the job ``data`` (the parsed
-    recipe / config, overrides applied) describes, traced through ``framework``'s own code."""
+    recipe / config, overrides applied) describes, traced through ``framework``'s own code.
+    ``options``: the framework engine's own (LitGPT: ``bnb_version``)."""
     require(framework)
+    if isinstance(gpu, str):
+        from memfit.hardware.catalog import get_gpu
+
+        gpu = get_gpu(gpu)
     if framework == "torchtune":
         from memfit.estimate.trace.frameworks.torchtune import trace_torchtune
 
         return trace_torchtune(data, workload, gpu=gpu)
     from memfit.estimate.trace.frameworks.litgpt import trace_litgpt
 
-    return trace_litgpt(data, workload, gpu=gpu)
+    return trace_litgpt(data, workload, gpu=gpu, **options)
 
 
 def finish(est: Any, workload: Any, framework: str, notes: list[str]) -> Any:

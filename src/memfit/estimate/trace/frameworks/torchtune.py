@@ -67,7 +67,7 @@ def import_torchtune() -> Any:
                 "torchao.quantization.quantize_.workflows.nf4.nf4_tensor"
             )
             sys.modules["torchao.dtypes.nf4tensor"] = moved
-            importlib.import_module("torchao.dtypes").nf4tensor = moved
+            setattr(importlib.import_module("torchao.dtypes"), "nf4tensor", moved)  # noqa: B010
     name = "torchtune.training.quantization"
     if name not in sys.modules:
         try:
@@ -179,6 +179,10 @@ class _InBackward:
             merged.update(opt.state)  # type: ignore[union-attr]
         return merged
 
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return dict(next(iter(self.optimizers.values())).defaults)  # type: ignore[union-attr]
+
     def register_step_pre_hook(self, hook: Any) -> None:  # the steps happen inside backward
         return None
 
@@ -274,7 +278,9 @@ def trace_torchtune(data: dict[str, Any], workload: Any, *, gpu: Any = None) -> 
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    est = trace_step(step, model=model, optimizer=optimizer, inputs=inputs, gpu=gpu, name=name_of(data))
+    est = trace_step(
+        step, model=model, optimizer=optimizer, inputs=inputs, gpu=gpu, name=name_of(data)
+    )
     notes = [
         f"traced through torchtune's {name_of(data)} and its recipe step"
         + (", chunked cross-entropy" if chunked else "")
@@ -295,7 +301,7 @@ def _rope_init_(model: torch.nn.Module) -> None:
     for module in model.modules():
         if hasattr(module, "rope_init") and not getattr(module, "is_cache_built", True):
             with torch.device("cpu"):
-                module.rope_init()
+                module.rope_init()  # type: ignore[operator]
 
 
 def name_of(data: dict[str, Any]) -> str:
