@@ -245,11 +245,21 @@ def render() -> None:
             out.append(f"| {fw} | {name} | {rec['published']} | failed: {rec['error']} | | | | | |")
             continue
         f_b, h_b = rec["framework_bytes"], rec["transformers_bytes"]
+        caveat = rec["settings"]
+        if rec["framework"] == "litgpt" and rec["row"].endswith("/full"):
+            # bf16 parameters + gradients + AdamW's two bf16 states: 4 x the parameter bytes
+            floor = 4 * rec["framework_components"]["parameters"]
+            if pub < floor:
+                rec["comparable"] = False
+                caveat = (
+                    f"published figure is below this config's model states alone (bf16 params + "
+                    f"grads + 2 AdamW states = {floor / GB:.1f} GB): not the configured job"
+                )
         if rec["comparable"]:
             summary.setdefault(fw, []).append(
                 ((f_b - pub) / pub, None if h_b is None else (h_b - pub) / pub)
             )
-        caveat = rec["settings"] + ("" if rec["comparable"] else " — NOT in the summary")
+        caveat += "" if rec["comparable"] else " — NOT in the summary"
         out.append(
             f"| {fw} | {name} | {rec['published']} | {f_b / GB:.2f} GB | {_err(f_b, pub)} | "
             + ("n/a" if h_b is None else f"{h_b / GB:.2f} GB")

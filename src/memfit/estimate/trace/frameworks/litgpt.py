@@ -251,6 +251,11 @@ def trace_litgpt(
             else ""
         )
     ]
+    if n_quant:
+        notes.append(
+            "LitGPT QLoRA: LitGPT's published peaks are 24-43 % above this engine's estimate "
+            "(benchmarks/results/frameworks_published.md, unexplained): read it as a lower bound"
+        )
     if getattr(model, "_memfit_bnb_keeps_input", False):
         notes.append("bitsandbytes < 0.43: each 4-bit layer keeps its input for backward")
     return finish(est, workload, "litgpt", notes)
