@@ -255,8 +255,10 @@ def render() -> None:
                     f"published figure is below this config's model states alone (bf16 params + "
                     f"grads + 2 AdamW states = {floor / GB:.1f} GB): not the configured job"
                 )
+        low = name.lower()
+        method = "QLoRA" if "qlora" in low else "LoRA" if "lora" in low else "full"
         if rec["comparable"]:
-            summary.setdefault(fw, []).append(
+            summary.setdefault(f"{fw} {method}", []).append(
                 ((f_b - pub) / pub, None if h_b is None else (h_b - pub) / pub)
             )
         caveat += "" if rec["comparable"] else " — NOT in the summary"
@@ -267,7 +269,7 @@ def render() -> None:
         )
     out += ["", "## Error per framework (comparable rows)", ""]
     out += [
-        "| framework | rows | framework code: mean abs error, worst | transformers path: "
+        "| framework, method | rows | framework code: mean abs error, worst | transformers path: "
         "mean abs error, worst |",
         "|---|---|---|---|",
     ]
@@ -279,7 +281,7 @@ def render() -> None:
             if not xs:
                 return "n/a"
             worst = max(xs, key=abs)
-            return f"{sum(abs(x) for x in xs) / len(xs):.1%}, {worst:+.1%}"
+            return f"{sum(abs(x) for x in xs) / len(xs):.1%}, {worst:+.1%} ({len(xs)} rows)"
 
         out.append(f"| {fw} | {len(errs)} | {stat(f_errs)} | {stat(h_errs)} |")
     out += [
