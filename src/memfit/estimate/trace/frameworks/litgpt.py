@@ -253,7 +253,7 @@ def trace_litgpt(
     ]
     if n_quant:
         notes.append(
-            "LitGPT QLoRA: this engine's estimates are 19-43 % below LitGPT's published peaks "
+            "LitGPT QLoRA: this engine's estimates are 16-43 % below LitGPT's published peaks "
             "(benchmarks/results/frameworks_published.md, unexplained): read it as a lower bound"
         )
     if getattr(model, "_memfit_bnb_keeps_input", False):
