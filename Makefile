@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints-dev.txt torch==2.13.0
 	$(BIN)/pip install -q -c constraints-dev.txt -e ".[dev]"
+	$(BIN)/pip install -q --no-deps -c constraints-dev.txt litgpt==0.5.13  # memfit[litgpt]: see pyproject
 	touch $(STAMP)
 
 setup: $(STAMP)

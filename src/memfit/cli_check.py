@@ -63,9 +63,18 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     c.add_argument("--format", choices=tuple(FORMATS), default=None, help="the first file's format")
     c.add_argument(
         "--engine",
-        choices=ENGINES,
-        default="analytic",
-        help="estimate engine (default analytic: milliseconds; trace: the model's real code)",
+        choices=(*ENGINES, "framework"),
+        dest="check_engine",
+        default=None,
+        help="estimate engine. Default: for a torchtune recipe or a LitGPT config, the "
+        "framework's own model and step when the framework is installed (framework: require "
+        "it), else analytic (milliseconds; trace: transformers' model run on fake tensors)",
+    )
+    c.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress line on stderr (shown only on a terminal, for work over 2 s)",
     )
     c.add_argument("--write", action="store_true", help="apply the fix to the files")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -73,7 +82,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from memfit.estimate import estimate
+    from memfit.errors import UnknownModelError
+    from memfit.estimate import ENGINES, estimate
     from memfit.jobfiles import model_of, read_job, workload_of
     from memfit.models import resolve_model
 
@@ -87,23 +97,82 @@ def cmd_check(args: argparse.Namespace) -> int:
         return main(["vllm", *served, *gpu, *(["--json"] if args.json else [])])
     job = read_job(paths, fmt=args.format, overrides=overrides)
     model = model_of(job, args.model)
-    source = resolve_model(model)
-    n_layers = source.spec.n_layers if source.spec is not None else None
+    framework, answered_by, note = route(job, args.check_engine)
+    try:
+        source = resolve_model(model)
+    except UnknownModelError:
+        if framework is None:
+            raise
+        source = None  # the framework knows its model; only the fix needs transformers' config
+    n_layers = source.spec.n_layers if source is not None and source.spec is not None else None
     workload = workload_of(job, overrides={"seq_len": args.seq}, n_layers=n_layers)
-    est = estimate(source, workload, gpu=args.gpu, engine=args.engine)
+    if framework is not None:
+        from memfit.estimate.trace.frameworks import estimate_with_framework
+        from memfit.progress import report
+
+        data = next(f.data for f in job.files if f.format == framework)
+        report(f"tracing {model} through {framework}'s own code")
+        est = estimate_with_framework(framework, data, workload, gpu=args.gpu)
+    else:
+        est = estimate(source, workload, gpu=args.gpu, engine=args.check_engine or "analytic")
+    answer = {"answered_by": answered_by, "note": note}
     fits = None if est.fits is None else est.fits.fits
     fix: dict[str, Any] | None = None
     if fits is False:
-        fix = _fix(job, source, workload, args)
+        from memfit.estimate.policy import use_engine
+
+        planner = args.check_engine if args.check_engine in ENGINES else "analytic"
+        with use_engine(planner):  # the fix is planned with transformers' model
+            fix = _fix(job, source, workload, args) if source is not None else _no_plan(model)
     if args.write and fix and fix["edits"]:
         for e in fix["edits"]:
             with open(e.path, "w", encoding="utf-8") as out:  # the user asked for --write
                 out.write(e.new_text)
     if args.json:
-        print(json.dumps(_to_json(job, model, workload, est, fix, args.write), indent=2))
+        print(json.dumps(_to_json(job, model, workload, est, fix, args.write, answer), indent=2))
     else:
-        print(_render(job, model, workload, est, fix, args.write))
+        print(_render(job, model, workload, est, fix, args.write, answer))
     return 1 if fits is False else 0
+
+
+def _no_plan(model: str) -> dict[str, Any]:
+    return {
+        "fits": False,
+        "edits": [],
+        "changes": {},
+        "unexpressed": [],
+        "message": f"no fix: the planner needs a Hugging Face config for {model}, and memfit has "
+        "none (pass --model with a hub id or a folder holding its config.json)",
+    }
+
+
+def route(job: Any, engine: str | None) -> tuple[str | None, str, str | None]:
+    """Which code path answers: ``(framework or None, what answered, a note or None)``.
+
+    A torchtune recipe or LitGPT config goes through that framework's own model and step when
+    it is installed and no other engine is asked for; ``--engine framework`` requires it (exit 2
+    with the extra to install); otherwise transformers' model answers with the framework's
+    settings, and says so."""
+    from memfit.errors import SpecError
+    from memfit.estimate.trace.frameworks import ANSWERED_BY, EXTRAS, missing, require
+
+    framework = next((f.format for f in job.files if f.format in EXTRAS), None)
+    hf = "transformers' model, the framework's settings"
+    if framework is None:
+        if engine == "framework":
+            raise SpecError(
+                "--engine framework needs a torchtune recipe or a LitGPT config among the files"
+            )
+        return None, f"transformers' model ({engine or 'analytic'} engine)", None
+    if engine == "framework":
+        require(framework)
+        return framework, ANSWERED_BY[framework], None
+    if engine is not None:
+        return None, f"{hf} ({engine} engine, as asked)", None
+    reason = missing(framework)
+    if reason is None:
+        return framework, ANSWERED_BY[framework], None
+    return None, f"{hf} (analytic engine)", reason
 
 
 def _vllm_argv(paths: list[str]) -> list[str] | None:
@@ -173,13 +242,14 @@ def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict
 
 
 def _to_json(
-    job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool
+    job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool, answer: dict[str, Any]
 ) -> dict[str, Any]:
     from dataclasses import asdict
 
     return {
         "files": [{"path": f.path, "format": f.format} for f in job.files],
         "model": model,
+        **answer,
         "workload": asdict(workload),
         "from": {
             name: {"key": s.key, "file": s.file, "value": s.raw} for name, s in job.fields.items()
@@ -201,7 +271,9 @@ def _to_json(
     }
 
 
-def _render(job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool) -> str:
+def _render(
+    job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool, answer: dict[str, Any]
+) -> str:
     from memfit.jobfiles import FORMAT_NAMES
     from memfit.units import format_bytes
 
@@ -223,6 +295,9 @@ def _render(job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool
         verdict = "FITS" if est.fits.fits else "DOES NOT FIT"
         line += f" — {verdict} on {est.fits.gpu} ({format_bytes(est.fits.capacity_bytes)})"
     out.append(line)
+    out.append(f"answered by: {answer['answered_by']}")
+    if answer["note"]:
+        out.append(f"note: {answer['note']}")
     for w in job.warnings:
         out.append(f"warning: {w.describe()}")
     unknown = job.unknown()

@@ -2,6 +2,8 @@
 
 - ``MemfitTrainerCallback``: a transformers ``TrainerCallback`` (``Trainer(callbacks=[...])``).
 - ``MemfitLightningCallback``: a PyTorch Lightning ``Callback`` (``Trainer(callbacks=[...])``).
+- ``MemfitPreflight`` / ``MemfitLightningPreflight``: the pre-flight estimate before the first
+  step (transformers ``TrainerCallback`` / Lightning ``Callback``).
 
 Each is imported on first access, so this package needs neither framework installed.
 """
@@ -14,6 +16,8 @@ from typing import Any
 _WHERE = {
     "MemfitTrainerCallback": "memfit.monitor.integrations.transformers_callback",
     "MemfitLightningCallback": "memfit.monitor.integrations.lightning_callback",
+    "MemfitPreflight": "memfit.monitor.integrations.preflight",
+    "MemfitLightningPreflight": "memfit.monitor.integrations.lightning",
 }
 
 __all__ = sorted(_WHERE)

@@ -207,6 +207,10 @@ class _Preflight:
         )
 
 
+#: The shared part, public for the Lightning hook (monitor/integrations/lightning.py).
+PreflightBase = _Preflight
+
+
 def _hf_callback_base() -> Any:
     from transformers import TrainerCallback
 

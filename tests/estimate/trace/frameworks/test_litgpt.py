@@ -1,0 +1,51 @@
+"""LitGPT jobs traced through LitGPT's own GPT, its LoRA and Lightning's bitsandbytes path."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("litgpt")
+
+from memfit.errors import SpecError  # noqa: E402
+from memfit.estimate.trace.frameworks import estimate_with_framework  # noqa: E402
+from memfit.estimate.trace.frameworks.litgpt import bnb_keeps_input, build_model  # noqa: E402
+from memfit.estimate.trace.quantized import QuantizedLinear  # noqa: E402
+from memfit.spec import WorkloadSpec  # noqa: E402
+
+PYTHIA = {"checkpoint_dir": "checkpoints/EleutherAI/pythia-14m", "precision": "bf16-true"}
+QLORA = {**PYTHIA, "lora_r": 8, "quantize": "bnb.nf4"}
+
+
+def estimate(data, **options):
+    w = WorkloadSpec(mode="train", batch_size=2, seq_len=64, precision="bf16-true")
+    return estimate_with_framework("litgpt", data, w, **options)
+
+
+def test_bitsandbytes_precision_quantizes_every_linear_the_lm_head_included():
+    model = build_model(QLORA, 64)
+    assert isinstance(model.lm_head.linear, QuantizedLinear)  # transformers keeps it in bf16
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    assert type(model.transformer.wte).__name__ == "StableEmbedding"
+
+
+def test_lora_trains_litgpts_adapters_in_bf16():
+    from litgpt.utils import num_parameters
+
+    model = build_model({**PYTHIA, "lora_r": 8}, 64)
+    est = estimate({**PYTHIA, "lora_r": 8})
+    assert est.n_trainable_params == num_parameters(model, requires_grad=True)
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters() if p.requires_grad)
+    assert est.engine_reason == "LitGPT's model + finetune step"
+
+
+def test_old_bitsandbytes_keeps_each_4bit_layers_input_until_backward():
+    assert bnb_keeps_input("0.42.0") and not bnb_keeps_input("0.50.2")
+    old = estimate(QLORA, bnb_version="0.42.0")
+    new = estimate(QLORA, bnb_version="0.50.2")
+    assert old.peak_allocated_bytes > new.peak_allocated_bytes
+
+
+def test_a_name_litgpt_does_not_know_is_a_clear_error():
+    with pytest.raises(SpecError, match=r"'nope-7b' is not a LitGPT model name"):
+        build_model({"checkpoint_dir": "checkpoints/x/nope-7b"}, 64)
