@@ -17,7 +17,7 @@ cannot run is a row with its error. Nothing is left out. Writes
 
 Forms are built into a fresh cache directory (``--cache-dir`` to reuse one), so every row is
 derived by the code under test. Precision is pure bf16 (``bf16-true``) for every job: the MoE
-families' grouped matmul takes bf16 only (docs/accuracy.md §13).
+families' grouped matmul takes bf16 only (docs/accuracy.md §14).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ NOT_TRACED: dict[str, str] = {
 FAST = ("granite", "llama")
 SEQ = 32
 GPU = "A10G"
-#: Pure bf16: the MoE types' grouped matmul takes bf16 only (docs/accuracy.md §13).
+#: Pure bf16: the MoE types' grouped matmul takes bf16 only (docs/accuracy.md §14).
 PRECISION = "bf16-true"
 TRAIN = WorkloadSpec(mode="train", batch_size=1, seq_len=SEQ, precision=PRECISION)
 

@@ -298,7 +298,7 @@ def _generate_caches(prog: Any) -> bool:
     ``config.use_cache`` says. generate() reads ``generation_config.use_cache`` (default True):
     Qwen3-4B's config.json has ``use_cache: false``, its generation_config.json does not set it,
     and the published measurements grow by exactly its KV cache per prompt token
-    (docs/accuracy.md §14). The trace engine passes ``use_cache=True`` the same way."""
+    (docs/accuracy.md §15). The trace engine passes ``use_cache=True`` the same way."""
     return prog is not None
 
 
