@@ -2,7 +2,8 @@
 
     PYTHONPATH=src python benchmarks/gpu_issue19.py --out DIR [--quick] [--parts a,b] [--dry-run]
 
-On a CUDA GPU (meant for a lent H200, <= 8 minutes in all) it measures, with
+On a CUDA GPU (meant for a lent H200: parts 1-3 sized for <= 8 minutes, part 4 not yet
+timed on one; ``--parts`` splits a run) it measures, with
 ``torch.cuda.memory._record_memory_history`` snapshots and ``max_memory_allocated`` /
 ``max_memory_reserved``:
 
