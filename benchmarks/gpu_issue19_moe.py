@@ -8,7 +8,7 @@ device has no internet: nothing is downloaded):
   (``integrations/finegrained_fp8.py``), the Linear layers ``FP8Linear``; memfit ``--quant fp8``.
 * ``moe_mxfp4``: gpt-oss-20b's config, ``Mxfp4Config`` (``Mxfp4GptOssExperts``, triton kernels
   from the ``kernels`` package); memfit ``--quant mxfp4``. Skipped, with the reason, when
-  ``kernels`` is not importable.
+  ``kernels`` is not importable or its hub kernel is not in the local cache (no internet).
 * ``moe_bnb``: Qwen3-30B-A3B's config, ``BitsAndBytesConfig`` nf4 (``nn.Linear`` only: the
   3-D experts stay bf16); memfit ``--quant nf4``. Skipped when bitsandbytes is not importable.
 
@@ -18,9 +18,10 @@ quantization config (transformers quantizes on load, as it does a user's bf16 ch
 and their peaks after the load, the peaks of the generation, and a
 ``_record_memory_history`` snapshot of the generation. memfit's estimate of the same config and
 workload (in-process, on the same machine) is written beside it with the ratio, so the file is
-a ready comparison. ``dry_run`` does everything up to model construction on the meta device
-(no CUDA needed): the quantizer's module replacement, the parameter bytes it leaves, and
-memfit's prediction.
+a ready comparison; a part whose loaded model lacks the quantized experts module (transformers
+fell back to bf16) says so in ``warning``. ``dry_run`` does everything up to model
+construction on the meta device (no CUDA needed): the quantizer's module replacement, the
+parameter bytes it leaves, and memfit's prediction.
 """
 
 from __future__ import annotations
@@ -57,12 +58,29 @@ def reduced_config(name: str) -> dict[str, Any]:
     return config
 
 
+#: The hub kernel transformers' ``replace_with_mxfp4_linear`` fetches (``get_kernel``); the
+#: device has no internet, so it has to be in the local Hugging Face cache already.
+MXFP4_KERNEL = "kernels-community/gpt-oss-triton-kernels"
+#: The experts module each part's quantizer leaves (another one: transformers fell back).
+EXPECTED_EXPERTS = {"fp8": "FP8Experts", "mxfp4": "Mxfp4GptOssExperts", "nf4": "Qwen3MoeExperts"}
+
+
 def missing_dependency(part: str) -> str | None:
     """Why ``part`` cannot run here, or None."""
     module = JOBS[part][2]
     if module is not None and importlib.util.find_spec(module) is None:
         return f"skipped: {module} is not importable (pip install {module})"
+    if JOBS[part][1] == "mxfp4" and not kernel_cached(MXFP4_KERNEL):
+        return f"skipped: hub kernel {MXFP4_KERNEL} is not in the local cache (no internet here)"
     return None
+
+
+def kernel_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:
+        return False
+    return (Path(HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}").is_dir()
 
 
 def quantization_config(quant: str) -> Any:
@@ -147,6 +165,9 @@ def run_part(part: str, out: Path, *, dry_run: bool, predict: bool = True) -> di
     config = reduced_config(name)
     result: dict[str, Any] = {"config": name, "layers": LAYERS, "quant": quant, **WORKLOAD}
     result["built"] = meta_model(part, config) if dry_run else measure_on_gpu(part, config, out)
+    expected = EXPECTED_EXPERTS[quant]
+    if expected not in result["built"]["expert_modules"]:
+        result["warning"] = f"no {expected} module: transformers did not quantize the experts"
     if predict:
         result["memfit"] = memfit_prediction(config, quant)
         if not dry_run:

@@ -73,12 +73,21 @@ def test_a_part_whose_package_is_missing_records_why(tmp_path, monkeypatch) -> N
     assert written["qlora"] == {"skipped": "skipped: no dry-run path (needs CUDA)"}
 
 
+def test_mxfp4_without_its_hub_kernel_cached_is_skipped_not_downloaded(monkeypatch) -> None:
+    monkeypatch.setattr(g19.moe.importlib.util, "find_spec", lambda n: object())
+    monkeypatch.setattr(g19.moe, "kernel_cached", lambda repo: False)
+    why = g19.moe.missing_dependency("moe_mxfp4")
+    assert why is not None and g19.moe.MXFP4_KERNEL in why and "local cache" in why
+    assert g19.moe.missing_dependency("moe_fp8") is None
+
+
 def test_the_fp8_dry_run_builds_fp8_experts_on_meta(tmp_path) -> None:
     pytest.importorskip("transformers")
     argv = ["--out", str(tmp_path), "--dry-run", "--no-predict", "--parts", "moe_fp8"]
     assert g19.main(argv) == 0
     part = json.loads((tmp_path / "gpu_issue19_dry_run.json").read_text())["moe_fp8"]
     assert "error" not in part, part
+    assert "warning" not in part["result"]
     built = part["result"]["built"]
     assert built["expert_modules"] == ["FP8Experts"]
     assert built["class"] == "Qwen3MoeForCausalLM"
