@@ -188,20 +188,27 @@ def measure(fn: Any, snapshot: Path | None = None) -> dict[str, int]:
     }
 
 
-def blocks(sizes: tuple[int, ...], out: Path) -> dict[str, Any]:
-    import torch
-    from transformers import LlamaConfig
+def block_modules(cfg: Any, dev: str) -> tuple[dict[str, Any], Any]:
+    """Part 1's modules and the rotary embedding (on ``dev``) for ``cfg``, a ``LlamaConfig``."""
     from transformers.models.llama import modeling_llama as ml
 
-    cfg = LlamaConfig(**LLAMA_8B)
-    cfg._attn_implementation = "sdpa"
-    dev, dt = "cuda", torch.bfloat16
     made = {
         "mlp": ml.LlamaMLP(cfg),
         "attention": ml.LlamaAttention(cfg, layer_idx=0),
         "rmsnorm": ml.LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps),
     }
-    rotary = ml.LlamaRotaryEmbedding(cfg, device=dev)
+    # transformers 5.x: LlamaRotaryEmbedding(config) takes no device argument
+    return made, ml.LlamaRotaryEmbedding(cfg).to(dev)
+
+
+def blocks(sizes: tuple[int, ...], out: Path) -> dict[str, Any]:
+    import torch
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(**LLAMA_8B)
+    cfg._attn_implementation = "sdpa"
+    dev, dt = "cuda", torch.bfloat16
+    made, rotary = block_modules(cfg, dev)
     results: dict[str, Any] = {}
     for name, module in made.items():
         module.to(device=dev, dtype=dt)

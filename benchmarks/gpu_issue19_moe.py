@@ -15,8 +15,9 @@ device has no internet: nothing is downloaded):
 On the GPU a random bf16 checkpoint is written to a temporary folder and loaded with the
 quantization config (transformers quantizes on load, as it does a user's bf16 checkpoint), then
 ``generate`` runs ``WORKLOAD`` greedily. Recorded: ``memory_allocated`` / ``memory_reserved``
-and their peaks after the load, the peaks of the generation, and a
-``_record_memory_history`` snapshot of the generation. memfit's estimate of the same config and
+and their peaks after the load, the peaks of the generation, and ``_record_memory_history``
+snapshots of the load and of the generation (``DIR/<part>_load.pickle``,
+``_generate.pickle``). memfit's estimate of the same config and
 workload (in-process, on the same machine) is written beside it with the ratio, so the file is
 a ready comparison; a part whose loaded model lacks the quantized experts module (transformers
 fell back to bf16) says so in ``warning``. ``dry_run`` does everything up to model
@@ -164,7 +165,7 @@ def run_part(part: str, out: Path, *, dry_run: bool, predict: bool = True) -> di
         return {"skipped": why}
     config = reduced_config(name)
     result: dict[str, Any] = {"config": name, "layers": LAYERS, "quant": quant, **WORKLOAD}
-    result["built"] = meta_model(part, config) if dry_run else measure_on_gpu(part, config, out)
+    result["built"] = meta_model(part, config) if dry_run else gpu_part(part, config, out)
     expected = EXPECTED_EXPERTS[quant]
     if expected not in result["built"]["expert_modules"]:
         result["warning"] = f"no {expected} module: transformers did not quantize the experts"
@@ -179,6 +180,21 @@ def run_part(part: str, out: Path, *, dry_run: bool, predict: bool = True) -> di
     return result
 
 
+def gpu_part(part: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``measure_on_gpu``, leaving no recording on and no cached memory for the next part
+    when it fails."""
+    import gc
+
+    import torch
+
+    try:
+        return measure_on_gpu(part, config, out)
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def measure_on_gpu(part: str, config: dict[str, Any], out: Path) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -191,12 +207,16 @@ def measure_on_gpu(part: str, config: dict[str, Any], out: Path) -> dict[str, An
         del model
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        torch.cuda.memory._record_memory_history(max_entries=200_000)
         model = AutoModelForCausalLM.from_pretrained(
             tmp, quantization_config=quantization_config(quant), device_map="cuda"
         )
     model.eval()
     torch.cuda.synchronize()
+    torch.cuda.memory._dump_snapshot(str(out / f"{part}_load.pickle"))
+    torch.cuda.memory._record_memory_history(enabled=None)
     loaded = {
+        "snapshot": f"{part}_load.pickle",
         "allocated_bytes": torch.cuda.memory_allocated(),
         "reserved_bytes": torch.cuda.memory_reserved(),
         "peak_allocated_bytes": torch.cuda.max_memory_allocated(),

@@ -102,3 +102,19 @@ def test_memfit_predicts_the_fp8_weights_transformers_builds(tmp_path) -> None:
     result = json.loads((tmp_path / "gpu_issue19_dry_run.json").read_text())["moe_fp8"]["result"]
     built, predicted = result["built"]["meta_tensor_bytes"], result["memfit"]["components"]
     assert abs(predicted["parameters"] - built) / built < 1e-3
+
+
+def test_the_block_modules_run_forward_and_backward_on_cpu() -> None:
+    torch = pytest.importorskip("torch")
+    from transformers import LlamaConfig
+
+    small = dict(g19.LLAMA_8B, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                 num_key_value_heads=2)  # fmt: skip
+    cfg = LlamaConfig(**small)
+    cfg._attn_implementation = "sdpa"
+    made, rotary = g19.block_modules(cfg, "cpu")
+    x = torch.randn(2, 8, 64, requires_grad=True)
+    cos_sin = rotary(x, torch.arange(8).unsqueeze(0))
+    y = made["attention"](x, position_embeddings=cos_sin, attention_mask=None)[0]
+    (y.sum() + made["mlp"](x).sum() + made["rmsnorm"](x).sum()).backward()
+    assert x.grad is not None and x.grad.shape == x.shape
