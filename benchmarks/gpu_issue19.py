@@ -1,8 +1,9 @@
-"""Issue 19's device measurements in one call: blocks, QLoRA, a variable-length LoRA run.
+"""Issue 19's device measurements in one call: blocks, QLoRA, a variable-length LoRA run, MoE.
 
-    PYTHONPATH=src python benchmarks/gpu_issue19.py --out DIR [--quick]
+    PYTHONPATH=src python benchmarks/gpu_issue19.py --out DIR [--quick] [--parts a,b] [--dry-run]
 
-On a CUDA GPU (meant for a lent H200, <= 8 minutes in all) it measures, with
+On a CUDA GPU (meant for a lent H200: parts 1-3 sized for <= 8 minutes, part 4 not yet
+timed on one; ``--parts`` splits a run) it measures, with
 ``torch.cuda.memory._record_memory_history`` snapshots and ``max_memory_allocated`` /
 ``max_memory_reserved``:
 
@@ -16,7 +17,17 @@ On a CUDA GPU (meant for a lent H200, <= 8 minutes in all) it measures, with
    distribution and seed memfit replays, ``max_memory_reserved`` after every step, in two child
    processes (``PYTORCH_CUDA_ALLOC_CONF`` unset, and ``expandable_segments:True``: the variable is
    read when CUDA initialises, so it takes a fresh process), then memfit's own ``--seq-dist``
-   answer for the same job, for the comparison.
+   answer for the same job, for the comparison;
+4. quantized MoE inference (``benchmarks/gpu_issue19_moe.py``): Qwen3-30B-A3B cut to 2 layers
+   with block-wise FP8 experts, gpt-oss-20b cut to 2 layers in mxfp4 (if ``kernels`` is
+   importable) and Qwen3-30B-A3B with bitsandbytes nf4, random weights, ``generate`` of 32 tokens
+   after a 512-token prompt: memory after the load and at the generation peak, a snapshot, and
+   memfit's in-process estimate of the same config and workload beside it.
+
+``--parts`` runs a subset (``blocks,qlora,lora_run,moe_fp8,moe_mxfp4,moe_bnb``; default all).
+``--dry-run`` needs no CUDA: the MoE parts build their models on the meta device with the
+quantizer's module replacement and write memfit's prediction (the other parts have no dry path
+and say so; it writes ``DIR/gpu_issue19_dry_run.json``).
 
 Writes ``DIR/gpu_issue19.json`` (every figure, the versions and the GPU) and the snapshots
 ``DIR/*.pickle`` (open them at https://pytorch.org/memory_viz, or diff them size by size against
@@ -36,11 +47,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import gpu_issue19_moe as moe  # noqa: E402
+
 LLAMA_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                 num_key_value_heads=8, hidden_act="silu", max_position_embeddings=8192,
                 rms_norm_eps=1e-5, rope_theta=500000.0)  # fmt: skip
 #: The run of part 3: memfit flags and the sampler's settings (both sides use these).
 RUN = dict(model="llama-3.2-1b", batch=4, seq_dist="300,250,1024", seed=0, lora_rank=16)
+PARTS = ("blocks", "qlora", "lora_run", *moe.JOBS)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,10 +64,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="folder for gpu_issue19.json and the snapshots")
     p.add_argument("--quick", action="store_true", help="fewer sizes and steps (a smoke run)")
     p.add_argument("--steps", type=int, default=200, help="steps of the variable-length run")
-    p.add_argument("--no-predict", action="store_true", help="skip memfit's own --seq-dist run")
+    p.add_argument("--no-predict", action="store_true", help="skip memfit's own predictions")
+    p.add_argument("--parts", type=parts_list, default=PARTS,
+                   help=f"comma-separated subset of {','.join(PARTS)} (default all)")  # fmt: skip
+    dry = "no CUDA: the MoE parts' models on the meta device, and memfit's predictions"
+    p.add_argument("--dry-run", action="store_true", help=dry)
     p.add_argument("--child", choices=("lora-run",), help=argparse.SUPPRESS)
     p.add_argument("--expandable", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def parts_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in PARTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown part(s) {unknown} in {text!r}; choose from {','.join(PARTS)}"
+        )
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("gpu_issue19: torch is not installed; nothing measured", file=sys.stderr)
         return 0
+    if args.dry_run:
+        return dry_run(args, out)
     if not torch.cuda.is_available():
         print("gpu_issue19: no CUDA device; nothing measured (run it on a GPU)", file=sys.stderr)
         return 0
@@ -72,18 +104,42 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"env": environment(), "started": time.time()}
     sizes = (512,) if args.quick else (512, 1024, 2048)
     steps = 20 if args.quick else args.steps
-    results["blocks"] = guarded(lambda: blocks(sizes, out))
-    results["qlora"] = guarded(lambda: qlora_step(out))
-    results["lora_run"] = {
-        mode: guarded(lambda e=(mode == "expandable"): lora_child(steps, e))
-        for mode in ("default", "expandable")
-    }
-    if not args.no_predict:
-        results["memfit_seq_dist"] = guarded(lambda: memfit_prediction(steps))
+    if "blocks" in args.parts:
+        results["blocks"] = guarded(lambda: blocks(sizes, out))
+    if "qlora" in args.parts:
+        results["qlora"] = guarded(lambda: qlora_step(out))
+    if "lora_run" in args.parts:
+        results["lora_run"] = {
+            mode: guarded(lambda e=(mode == "expandable"): lora_child(steps, e))
+            for mode in ("default", "expandable")
+        }
+        if not args.no_predict:
+            results["memfit_seq_dist"] = guarded(lambda: memfit_prediction(steps))
+    for part in (p for p in args.parts if p in moe.JOBS):
+        results[part] = guarded(
+            lambda part=part: moe.run_part(part, out, dry_run=False, predict=not args.no_predict)
+        )
     results["wall_s"] = round(time.time() - results.pop("started"), 1)
     path = out / "gpu_issue19.json"
     path.write_text(json.dumps(results, indent=2))
     print(f"gpu_issue19: wrote {path}")
+    return 0
+
+
+def dry_run(args: argparse.Namespace, out: Path) -> int:
+    """The no-CUDA path: the MoE parts up to model construction (meta device) and memfit's
+    prediction; the other parts are listed as not run."""
+    results: dict[str, Any] = {"dry_run": True}
+    for part in args.parts:
+        if part in moe.JOBS:
+            results[part] = guarded(
+                lambda part=part: moe.run_part(part, out, dry_run=True, predict=not args.no_predict)
+            )
+        else:
+            results[part] = {"skipped": "skipped: no dry-run path (needs CUDA)"}
+    path = out / "gpu_issue19_dry_run.json"
+    path.write_text(json.dumps(results, indent=2))
+    print(f"gpu_issue19: dry run, wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -101,9 +157,9 @@ def environment() -> dict[str, Any]:
 
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
     env["gpu"] = torch.cuda.get_device_name(0)
-    for name in ("transformers", "peft", "bitsandbytes"):
+    for name in ("transformers", "peft", "bitsandbytes", "kernels"):
         try:
-            env[name] = __import__(name).__version__
+            env[name] = getattr(__import__(name), "__version__", "?")
         except ImportError:
             env[name] = None
     env["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
@@ -132,20 +188,27 @@ def measure(fn: Any, snapshot: Path | None = None) -> dict[str, int]:
     }
 
 
-def blocks(sizes: tuple[int, ...], out: Path) -> dict[str, Any]:
-    import torch
-    from transformers import LlamaConfig
+def block_modules(cfg: Any, dev: str) -> tuple[dict[str, Any], Any]:
+    """Part 1's modules and the rotary embedding (on ``dev``) for ``cfg``, a ``LlamaConfig``."""
     from transformers.models.llama import modeling_llama as ml
 
-    cfg = LlamaConfig(**LLAMA_8B)
-    cfg._attn_implementation = "sdpa"
-    dev, dt = "cuda", torch.bfloat16
     made = {
         "mlp": ml.LlamaMLP(cfg),
         "attention": ml.LlamaAttention(cfg, layer_idx=0),
         "rmsnorm": ml.LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps),
     }
-    rotary = ml.LlamaRotaryEmbedding(cfg, device=dev)
+    # transformers 5.x: LlamaRotaryEmbedding(config) takes no device argument
+    return made, ml.LlamaRotaryEmbedding(cfg).to(dev)
+
+
+def blocks(sizes: tuple[int, ...], out: Path) -> dict[str, Any]:
+    import torch
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(**LLAMA_8B)
+    cfg._attn_implementation = "sdpa"
+    dev, dt = "cuda", torch.bfloat16
+    made, rotary = block_modules(cfg, dev)
     results: dict[str, Any] = {}
     for name, module in made.items():
         module.to(device=dev, dtype=dt)
