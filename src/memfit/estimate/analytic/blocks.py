@@ -50,10 +50,19 @@ class Work:
     use_cache: bool = False  # the model keeps K/V in a DynamicCache
     logits_to_keep: int = 0  # 0: all positions; generate() keeps 1
     checkpointed: bool = False  # layers run under activation checkpointing (training)
+    #: ``generate()`` passes (B, S) ``position_ids`` (from its all-ones attention mask); a plain
+    #: forward (training, classifiers) builds (1, S) ones from ``cache_position``
+    batched_positions: bool = False
 
     @property
     def tokens(self) -> int:
         return self.batch * self.q_len
+
+    @property
+    def positions(self) -> int:
+        """Elements of this pass's ``position_ids``: the rotary tables and learned position
+        embeddings have this many rows."""
+        return (self.batch if self.batched_positions else 1) * self.q_len
 
 
 @dataclass
@@ -188,9 +197,9 @@ def rope(o: Ops, x: Tensor, cos: Tensor, sin: Tensor, rot_dim: int, head_dim: in
 
 
 def rotary_tables(o: Ops, w: Work, head_dim: int, dtype: str) -> tuple[Tensor, Tensor]:
-    """``LlamaRotaryEmbedding.forward``: (1, S, D) cos and sin in the hidden states' dtype
-    (position_ids has batch 1)."""
-    n = w.q_len * head_dim  # the positions of this pass's tokens (a decode step: one)
+    """``LlamaRotaryEmbedding.forward``: cos and sin in the hidden states' dtype, (1, S, D) for a
+    plain forward, (B, S, D) under ``generate()`` (its position_ids are (B, S))."""
+    n = w.positions * head_dim  # the positions of this pass's tokens (a decode step: one)
     cos, sin = o.new(n, dtype), o.new(n, dtype)
     o.g.hold(cos, sin)
     return cos, sin

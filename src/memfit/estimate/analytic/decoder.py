@@ -245,7 +245,7 @@ class DecoderProgram(ChainProgram):
         shared = Shared()
         rd = self.family.attention.table_dim(self.a)
         if rd:
-            n = w.q_len * rd  # the positions of this pass's tokens
+            n = w.positions * rd  # the positions of this pass's tokens
             shared.cos, shared.sin = o.g.external(n, x_dtype), o.g.external(n, x_dtype)
         dtype = self.mask_dtype(w, x_dtype)
         if dtype:

@@ -221,6 +221,8 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     b, s = wl.batch_size, prog.q_len(wl.seq_len)
     inputs = prog.input_bytes(b, s, False)
     generative = task == "causal-lm"
+    if generative:  # generate()'s (B, S) int64 position_ids, held in its model_kwargs
+        inputs += b * s * ID_BYTES
     w = Work(
         batch=b,
         q_len=s,
@@ -230,6 +232,7 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         train=False,
         use_cache=generative and _generate_caches(prog),
         logits_to_keep=1 if generative else 0,
+        batched_positions=generative,
     )
     stacks = _infer_blocks(prog, wl, w)
     t = totals(stacks)
@@ -283,6 +286,7 @@ def _chunked_prefill_points(
             train=False,
             use_cache=_generate_caches(prog),
             logits_to_keep=1,
+            batched_positions=True,
         )
         stacks = _infer_blocks(prog, wl, w)
         base = vadd(static, one(KV, cache_bytes * past // s))
@@ -324,7 +328,8 @@ def _decode_points(
     a = prog.a
     token = one(ACTS, b * ID_BYTES)
     cache = after_prefill[KV]
-    start = vadd(vadd(static, one(KV, cache)), token)
+    positions = one(ACTS, b * s * ID_BYTES)  # generate()'s position_ids, one more each step
+    start = vadd(vadd(vadd(static, one(KV, cache)), token), positions)
     if view is not None:
         start = view.point(start)
     if wl.new_tokens <= 1:
@@ -339,11 +344,13 @@ def _decode_points(
         train=False,
         use_cache=_generate_caches(prog),
         logits_to_keep=1,
+        batched_positions=True,
     )
     stacks = _infer_blocks(prog, wl, w, casts_exist=True)
     per_layer_token = stacks[1].profile.fwd_end[KV] // prog.period
     kv_before = per_layer_token * (total - 1) * a.n_layers if _generate_caches(prog) else 0
-    base = vadd(vadd(static, one(KV, kv_before)), token)
+    positions = one(ACTS, b * total * ID_BYTES)
+    base = vadd(vadd(vadd(static, one(KV, kv_before)), token), positions)
     pts, _ = run_stacks(base, stacks, backward=False, point=view.fwd if view else None)
     return [start, *pts]
 

@@ -23,7 +23,7 @@ class GPT2Program(DecoderProgram):
     def embed_tokens(self, o: Ops, w: Work) -> Tensor:
         a = self.a
         tok = o.embedding(w.tokens, a.vocab, a.hidden)
-        pos = o.embedding(w.q_len, a.n_positions, a.hidden)
+        pos = o.embedding(w.positions, a.n_positions, a.hidden)  # wpe(position_ids)
         x = o.dropout(o.add(tok, pos), a.emb_dropout)
         o.g.hold(x)
         keep_local(o, w, tok)  # ``inputs_embeds`` / ``position_embeds`` locals

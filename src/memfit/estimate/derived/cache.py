@@ -23,7 +23,8 @@ from typing import Any
 from memfit.spec import WorkloadSpec
 
 #: Bumped when the stored layout or the replay changes: older files are then ignored.
-FORMAT = 1
+#: 2: generation traces pass generate()'s (B, S) position_ids (batch-sized rotary tables).
+FORMAT = 2
 #: The libraries whose versions are part of the key.
 VERSIONED = ("torch", "transformers", "peft")
 

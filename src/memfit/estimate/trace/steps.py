@@ -8,7 +8,8 @@ Training (two steps, so optimizer states exist at the second step's peak)::
 
 Inference of a causal LM follows ``generate()`` with a DynamicCache: a prefill of ``seq_len`` tokens
 (in chunks of ``prefill_chunk_size`` when set) that keeps only the last position's logits
-(``logits_to_keep=1``, where the model's forward takes it) and copies them to fp32, then
+(``logits_to_keep=1``, where the model's forward takes it) and copies them to fp32, with the
+(B, S) ``position_ids`` generate() builds from its attention mask (batch-sized rotary tables), then
 ``new_tokens - 1`` decode steps, each traced (up to ``MAX_TRACED_DECODE_STEPS``; beyond, memfit
 jumps to the last step with the cache grown to its final length — its peak is the decode peak).
 """
@@ -241,7 +242,8 @@ def _generate(
 ) -> None:
     tracker.set_phase("prefill")
     keep = logits_to_keep_kwargs(model)
-    out = _prefill(model, ids, workload.prefill_chunk_size, keep, tracker)
+    positions = generation_position_ids(model, ids)
+    out = _prefill(model, ids, workload.prefill_chunk_size, keep, tracker, positions)
     token, cache = _next_token(out, tracker), out.past_key_values
     del out
     total = ids.shape[1] + workload.new_tokens - 1  # cache length after the last decode step
@@ -249,9 +251,32 @@ def _generate(
     for step in _decode_steps(workload.new_tokens):
         if step > MAX_TRACED_DECODE_STEPS:
             _grow_cache(cache, total - 1, tracker)
-        out = model(input_ids=token, past_key_values=cache, use_cache=True, **keep)
+        pos: dict[str, torch.Tensor] = {}
+        if positions is not None:  # _update_model_kwargs_for_generation: one more position
+            if step > MAX_TRACED_DECODE_STEPS:  # the skipped steps' positions too
+                positions = positions[..., :1] + torch.arange(total - 1)
+            positions = torch.cat([positions, positions[..., -1:] + 1], dim=-1)
+            pos = {"position_ids": positions[..., -1:].clone()}  # prepare_inputs_for_generation
+        out = model(input_ids=token, past_key_values=cache, use_cache=True, **keep, **pos)
         token = _next_token(out, tracker)
         del out
+
+
+def generation_position_ids(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor | None:
+    """The ``position_ids`` ``generate()`` passes: built from its (B, S) all-ones attention mask
+    (``_prepare_attention_mask_for_generation``, then ``_prepare_position_ids_for_generation``:
+    ``cumsum - 1``) when the model's ``forward`` takes ``position_ids`` — so (B, S), and the
+    rotary cos/sin (learned position embeddings) of every pass are batch-sized, where a plain
+    forward builds (1, S) from ``cache_position``. None for models whose forward does not take
+    them or that are not ``GenerationMixin`` models."""
+    import inspect
+
+    prepare = getattr(model, "_prepare_position_ids_for_generation", None)
+    if prepare is None or "position_ids" not in inspect.signature(model.forward).parameters:
+        return None
+    mask = torch.ones(ids.shape[:2], dtype=torch.long, device=ids.device)
+    positions: torch.Tensor = prepare(ids, {"attention_mask": mask})
+    return positions
 
 
 def logits_to_keep_kwargs(model: torch.nn.Module) -> dict[str, int]:
@@ -273,17 +298,24 @@ def _prefill(
     chunk: int | None,
     keep: dict[str, int],
     tracker: StorageTracker,
+    positions: torch.Tensor | None = None,
 ) -> Any:
     """``GenerationMixin._prefill``: one forward over the prompt, or with
     ``prefill_chunk_size`` the prompt split into chunks (``torch.split``), each a forward into
-    the growing DynamicCache; ``outputs`` of one chunk stay referenced until the next one
-    returns (transformers 5.x ``generation/utils.py``)."""
+    the growing DynamicCache with its slice of ``position_ids``; ``outputs`` of one chunk stay
+    referenced until the next one returns (transformers 5.x ``generation/utils.py``)."""
     if chunk is None or chunk >= ids.shape[1]:
-        return model(input_ids=ids, use_cache=True, **keep)
+        pos = {} if positions is None else {"position_ids": positions}
+        return model(input_ids=ids, use_cache=True, **keep, **pos)
     out: Any = None
+    past = 0
     for piece in torch.split(ids, chunk, dim=-1):
         cache = out.past_key_values if out is not None else None
-        out = model(input_ids=piece, past_key_values=cache, use_cache=True, **keep)
+        pos = {}
+        if positions is not None:
+            pos = {"position_ids": positions[..., past : past + piece.shape[-1]]}
+        past += piece.shape[-1]
+        out = model(input_ids=piece, past_key_values=cache, use_cache=True, **keep, **pos)
         tracker.label(_cache_tensors(out.past_key_values), "kv_cache")
     return out
 
