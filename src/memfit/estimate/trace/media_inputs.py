@@ -37,8 +37,10 @@ def media_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) -> d
     if task == "speech-seq2seq":
         return _speech(config, workload)
     channels, size = media.image_shape(config)
-    dtype = float_dtype(workload)
-    inputs: dict[str, Any] = {"pixel_values": torch.randn(b, channels, size, size, dtype=dtype)}
+    # the image processor's fp32 ``pixel_values``, as the Trainer passes them: the model casts
+    # them to its weights' dtype itself (``ViTEmbeddings``: ``pixel_values.to(expected_dtype)``),
+    # which is the copy the analytic ViT / CLIP programs count
+    inputs: dict[str, Any] = {"pixel_values": torch.randn(b, channels, size, size)}
     if task == "object-detection":
         inputs["pixel_mask"] = torch.ones(b, size, size, dtype=torch.long)
     elif workload.is_train:
