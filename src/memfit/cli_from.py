@@ -146,7 +146,9 @@ def _route(command: str, job: Any, args: argparse.Namespace, argv: Any) -> FromR
         return None
     asked = None if args.engine in ("auto", "framework") else args.engine
     framework, _, note = route(job, "framework" if args.engine == "framework" else asked)
-    overridden = _overridden(command, argv) if framework is not None else ()
+    # plan traces no candidate through the framework: its flags are the search's, not a conflict
+    traced = framework is not None and command != "plan"
+    overridden = _overridden(command, argv) if traced else ()
     if overridden:
         flags = ", ".join(overridden)
         if args.engine == "framework":

@@ -228,7 +228,18 @@ def test_fit_is_exit_1_when_the_framework_says_the_answer_does_not_fit(
 def test_plan_searches_on_transformers_and_says_its_plans_were_not_traced(
     capsys, installed, framework_calls, tiny_recipe
 ):
-    code, out = run(capsys, "plan", "--from", tiny_recipe, "--gpu", "L4", "--confirm", "none")
+    code, out = run(
+        capsys,
+        "plan",
+        "--from",
+        tiny_recipe,
+        "--gpu",
+        "L4",
+        "--confirm",
+        "none",
+        "--lora-rank",
+        "4",
+    )
     assert code == 0 and framework_calls == []
     assert out["answered_by"].startswith("searched with transformers' model")
     assert "not traced through torchtune's own code" in out["note"]
