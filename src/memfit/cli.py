@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_seqdist.add_flags(e)
     cli_from.add_from(e)
     e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
-    add_engine_flags(e)
+    add_engine_flags(e, framework=True)
     e.add_argument(
         "--trust-remote-code",
         action="store_true",
@@ -211,7 +211,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.seq_dist is not None:
         return cli_seqdist.cmd(args, workload_from_args(args))
     with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
-        est = estimate(
+        est = cli_from.framework_estimate(args, workload_from_args(args)) or estimate(
             args.model,
             workload_from_args(args),
             gpu=args.gpu,
@@ -220,7 +220,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             extrapolate=args.extrapolate,
         )
     cli_web.write_estimate_outputs(args, est, traces)
-    print(json.dumps(est.to_json(), indent=2) if args.json else render_estimate(est, top=args.top))
+    answer = cli_from.answer(args, est.engine)  # a torchtune / LitGPT --from file: who answered
+    if args.json:
+        print(json.dumps({**est.to_json(), **answer}, indent=2))
+    else:
+        print(render_estimate(est, top=args.top) + cli_from.answer_lines(answer))
     return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
 
 

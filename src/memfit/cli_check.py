@@ -146,8 +146,11 @@ def _no_plan(model: str) -> dict[str, Any]:
     }
 
 
-def route(job: Any, engine: str | None) -> tuple[str | None, str, str | None]:
+def route(
+    job: Any, engine: str | None, *, default: str = "analytic"
+) -> tuple[str | None, str, str | None]:
     """Which code path answers: ``(framework or None, what answered, a note or None)``.
+    ``engine``: the one asked for (None: none); ``default``: the engine that answers otherwise.
 
     A torchtune recipe or LitGPT config goes through that framework's own model and step when
     it is installed and no other engine is asked for; ``--engine framework`` requires it (exit 2
@@ -157,22 +160,27 @@ def route(job: Any, engine: str | None) -> tuple[str | None, str, str | None]:
     from memfit.estimate.trace.frameworks import ANSWERED_BY, EXTRAS, missing, require
 
     framework = next((f.format for f in job.files if f.format in EXTRAS), None)
-    hf = "transformers' model, the framework's settings"
     if framework is None:
         if engine == "framework":
             raise SpecError(
                 "--engine framework needs a torchtune recipe or a LitGPT config among the files"
             )
-        return None, f"transformers' model ({engine or 'analytic'} engine)", None
+        return None, f"transformers' model ({engine or default} engine)", None
     if engine == "framework":
         require(framework)
         return framework, ANSWERED_BY[framework], None
     if engine is not None:
-        return None, f"{hf} ({engine} engine, as asked)", None
+        return None, settings_answer(engine, asked=True), None
     reason = missing(framework)
     if reason is None:
         return framework, ANSWERED_BY[framework], None
-    return None, f"{hf} (analytic engine)", reason
+    return None, settings_answer(default), reason
+
+
+def settings_answer(engine: str, *, asked: bool = False) -> str:
+    """What answers a framework's file when transformers' model does."""
+    how = f"{engine} engine, as asked" if asked else f"{engine} engine"
+    return f"transformers' model, the framework's settings ({how})"
 
 
 def _vllm_argv(paths: list[str]) -> list[str] | None:

@@ -21,9 +21,19 @@ ENGINE_HELP = (
 )
 
 
-def add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    """Add ``--engine`` and ``--quiet`` to ``parser``."""
-    parser.add_argument("--engine", choices=ENGINES, default="auto", help=ENGINE_HELP)
+#: What ``--engine framework`` adds where a command takes ``--from`` (memfit.cli_from).
+FRAMEWORK_HELP = (
+    ". framework: the torchtune / LitGPT file given with --from, traced through that "
+    "framework's own code (the default for such a file when the framework is installed)"
+)
+
+
+def add_engine_flags(parser: argparse.ArgumentParser, *, framework: bool = False) -> None:
+    """Add ``--engine`` and ``--quiet`` to ``parser`` (``framework``: ``--engine framework``
+    too, for the commands that take ``--from``)."""
+    choices = (*ENGINES, "framework") if framework else ENGINES
+    helptext = ENGINE_HELP + (FRAMEWORK_HELP if framework else "")
+    parser.add_argument("--engine", choices=choices, default="auto", help=helptext)
     parser.add_argument(
         "--quiet",
         "-q",

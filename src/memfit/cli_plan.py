@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from memfit import cli_seqdist, cli_vllm
+from memfit import cli_from, cli_seqdist, cli_vllm
 from memfit.cli_engine import add_engine_flags
 from memfit.errors import SpecError
 
@@ -73,7 +73,7 @@ def _size(text: str) -> int:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
-    from memfit import cli_from, cli_web
+    from memfit import cli_web
     from memfit.cli import add_flags, non_negative_int
     from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
     from memfit.plan.recipe import ALLOW
@@ -135,7 +135,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "tokens, in --rank order",
     )
     _add_price_flags(p)
-    add_engine_flags(p)
+    add_engine_flags(p, framework=True)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(p, concurrency=True)
     cli_web.add_share_flags(p, snapshot=False)  # --html
@@ -155,7 +155,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add_flags(f, "fit")
     cli_seqdist.add_flags(f)  # --seq-dist: solve the batch over a variable-length run
     cli_from.add_from(f)
-    add_engine_flags(f)
+    add_engine_flags(f, framework=True)
     f.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(f)
     _register_upgrade(sub, headroom_help)
@@ -322,7 +322,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise SpecError("plan needs --gpu NAME (its rates rank the plans) or --recommend-gpu")
     result = plan(args.model, request, gpu=args.gpu, gpu_memory_bytes=args.gpu_memory)
     cli_web.write_plan_outputs(args, result)
-    print(json.dumps(result.to_json(), indent=2) if args.json else render_plan(result))
+    info = cli_from.plan_answer(args, args.engine)  # a torchtune / LitGPT file: who answered
+    if args.json:
+        print(json.dumps({**result.to_json(), **info}, indent=2))
+    else:
+        print(render_plan(result) + cli_from.answer_lines(info))
     return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
 
 
@@ -348,8 +352,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
         gpu_memory_bytes=args.gpu_memory,
         headroom=args.headroom,
     )
-    print(json.dumps(result.to_json(), indent=2) if args.json else render_fit(result))
-    return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
+    info, lines, confirmed = cli_from.confirm_fit(args, result)  # a torchtune / LitGPT file
+    print(
+        json.dumps({**result.to_json(), **info}, indent=2)
+        if args.json
+        else render_fit(result) + lines
+    )
+    return EXIT_OK if result.fits and confirmed else EXIT_DOES_NOT_FIT
 
 
 # -- upgrade ----------------------------------------------------------------------------------
