@@ -34,12 +34,14 @@ def test_json_run_of_a_tiny_llama_matches_the_fixed_estimate_at_max(
     (tmp_path / "config.json").write_text(json.dumps(tiny_llama))
     hist = tmp_path / "lengths.csv"
     hist.write_text("64,3\n128,1\n")
-    argv = ["estimate", str(tmp_path), "--precision", "bf16", "--lora-rank", "4", "--json"]
+    argv = ["estimate", str(tmp_path), "--precision", "bf16-true", "--lora-rank", "4", "--json"]
     rc = main([*argv, "--seq-dist", str(hist), "--run-steps", "20"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     run = out["seq_dist"]
-    assert run["anchors"] == [64, 128] and run["max_len"] == 128
+    # 64 or, when the shorter step runs other kernels (CUDA's reduction staging depends on the
+    # size), the shortest length that runs the longest one's allocations
+    assert 64 <= run["anchors"][0] < 128 and run["anchors"][-1] == 128 and run["max_len"] == 128
     # one repeated shape replayed over the run = the fixed-shape estimate's reserved at max
     assert run["fixed"]["reserved_bytes"] == out["peak_reserved_bytes"]
     assert run["run"]["reserved_expandable_bytes"] <= run["run"]["reserved_bytes"]

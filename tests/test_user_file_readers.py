@@ -24,6 +24,9 @@ ALLOWED = {
         "transformers' installed source files (auto mappings), not a user file"
     ),
     "models/hub.py::_write_atomically::os.fdopen": "writes memfit's hub cache",
+    "estimate/trace/frameworks/litgpt.py::model_config::yaml.safe_load": (
+        "parses the text memfit.userfiles.read_text read (bounded), safe_load only"
+    ),
     "bench/models.py::*::json.loads": "package data: the packaged bench model archive",
     "cli_bench.py::cmd_bench::open": "writes --output / --md",
     "snapshot/generate.py::*::open": "writes a snapshot memfit generates",
