@@ -52,7 +52,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     """``estimate --seq-dist``: the estimate at the longest length, then the run's replay."""
     from memfit.estimate import estimate
     from memfit.estimate.seq_run import estimate_seq_run
-    from memfit.estimate.seqdist import StepPlan, parse_seq_dist
+    from memfit.estimate.seqdist import parse_seq_dist
     from memfit.models import resolve_model
     from memfit.report.text import render_estimate
 
@@ -61,14 +61,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         from memfit.errors import SpecError
 
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
-    plan = StepPlan(
-        batch_size=workload.batch_size,
-        n_steps=args.run_steps,
-        seed=args.seed,
-        pad_to_multiple_of=args.pad_to_multiple_of,
-        packing=args.packing,
-        group_by_length=args.group_by_length,
-    )
+    plan = step_plan(args, workload)
     source = resolve_model(str(args.model), trust_remote_code=args.trust_remote_code)
     est = estimate(
         source,
@@ -152,7 +145,7 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     """``fit --solve batch --seq-dist``: the largest batch whose reserved memory after the run
     fits (:func:`memfit.plan.seq_fit.fit_seq_dist`)."""
     from memfit.errors import SpecError
-    from memfit.estimate.seqdist import StepPlan, parse_seq_dist
+    from memfit.estimate.seqdist import parse_seq_dist
     from memfit.models import resolve_model
     from memfit.plan.seq_fit import fit_seq_dist
 
@@ -166,14 +159,7 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     if args.gpu is None and args.gpu_memory is None:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     dist = parse_seq_dist(args.seq_dist)
-    plan = StepPlan(
-        batch_size=workload.batch_size,
-        n_steps=args.run_steps,
-        seed=args.seed,
-        pad_to_multiple_of=args.pad_to_multiple_of,
-        packing=args.packing,
-        group_by_length=args.group_by_length,
-    )
+    plan = step_plan(args, workload)
     trust = getattr(args, "trust_remote_code", False)
     source = resolve_model(str(args.model), trust_remote_code=trust)
     show = sys.stderr.isatty() and not args.json
@@ -209,3 +195,17 @@ def render_seq_fit(r: Any) -> str:
     if run is not None:
         lines.append(render_seq_run(run, r.overhead_bytes + run.run.reserved_bytes, r.fits))
     return "\n".join(lines)
+
+
+def step_plan(args: argparse.Namespace, workload: Any) -> Any:
+    """The run's step plan from the --seq-dist flags (one place for estimate and fit)."""
+    from memfit.estimate.seqdist import StepPlan
+
+    return StepPlan(
+        batch_size=workload.batch_size,
+        n_steps=args.run_steps,
+        seed=args.seed,
+        pad_to_multiple_of=args.pad_to_multiple_of,
+        packing=args.packing,
+        group_by_length=args.group_by_length,
+    )
