@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from typing import Any
 
 from memfit.estimate.seqdist import DEFAULT_STEPS
+from memfit.progress import report
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +72,6 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     )
     overhead_bytes = est.device_used_bytes - est.peak_reserved_bytes  # CUDA context and the like
     capacity = None if est.fits is None else est.fits.capacity_bytes - overhead_bytes
-    show = sys.stderr.isatty() and not args.json
     run = estimate_seq_run(
         source,
         workload,
@@ -80,7 +79,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         plan,
         gpu=_gpu(args) if args.gpu else None,
         capacity_bytes=capacity,
-        progress=(lambda line: print(f"memfit: {line}...", file=sys.stderr)) if show else None,
+        progress=report,
     )
     used_bytes = overhead_bytes + run.run.reserved_bytes
     # With a GPU the replay is capped at its memory: the allocator frees its cache and retries
@@ -162,7 +161,6 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     plan = step_plan(args, workload)
     trust = getattr(args, "trust_remote_code", False)
     source = resolve_model(str(args.model), trust_remote_code=trust)
-    show = sys.stderr.isatty() and not args.json
     result = fit_seq_dist(
         source,
         workload,
@@ -171,7 +169,7 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
         gpu=_gpu(args) if args.gpu else None,
         gpu_memory_bytes=args.gpu_memory,
         headroom=args.headroom,
-        progress=(lambda line: print(f"memfit: {line}...", file=sys.stderr)) if show else None,
+        progress=report,
     )
     print(json.dumps(result.to_json(), indent=2) if args.json else render_seq_fit(result))
     return 0 if result.fits else 1
