@@ -101,6 +101,21 @@ class ModelSource:
         if self.spec is None and self.config is not None:
             object.__setattr__(self, "spec", read_spec(self.config, where=self.name))
 
+    @classmethod
+    def of_factory(cls, text: str, *, trust_remote_code: bool = False) -> ModelSource:
+        """The source of code memfit builds by name (``pkg.module:fn``, ``timm/NAME``): no
+        config, nothing read from a file or the hub."""
+        return cls(
+            name=text,
+            origin="factory",
+            config=None,
+            source_url=None,
+            config_path=None,
+            safetensors=None,
+            factory=text,
+            trust_remote_code=trust_remote_code,
+        )
+
     @property
     def model_type(self) -> str | None:
         """The config's ``model_type`` ("llama", "t5", ...); None for a factory."""
@@ -175,16 +190,7 @@ def _resolve(
                 "that code does; if you wrote it and mean it, add --allow-code (Python: "
                 "allow_code=True), else pass a bundled name, a config.json path or a hub id"
             )
-        return ModelSource(
-            name=text,
-            origin="factory",
-            config=None,
-            source_url=None,
-            config_path=None,
-            safetensors=None,
-            factory=text,
-            trust_remote_code=trust_remote_code,
-        )
+        return ModelSource.of_factory(text, trust_remote_code=trust_remote_code)
     if _looks_like_path(text):
         raise UnknownModelError(
             f"no file or folder at {text!r} (looked in {path.absolute()}); check the path, or "

@@ -36,12 +36,4 @@ def zoo_source(text: str) -> Any:
             f"{package} is not installed: {pip} (memfit builds {text!r} with {package}'s own "
             "constructor, without weights)"
         )
-    return ModelSource(
-        name=text,
-        origin="factory",
-        config=None,
-        source_url=None,
-        config_path=None,
-        safetensors=None,
-        factory=text,
-    )
+    return ModelSource.of_factory(text)
