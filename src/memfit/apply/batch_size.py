@@ -367,15 +367,7 @@ def _source(model: torch.nn.Module, source: Any) -> Any:
         return None
     cfg = {k: v for k, v in config.to_dict().items() if not k.startswith("_")}
     name = str(cfg.get("_name_or_path") or cfg.get("model_type") or type(model).__name__)
-    return ModelSource(
-        name=name,
-        origin="path",
-        config=cfg,
-        source_url=None,
-        config_path=None,
-        safetensors=None,
-        factory=None,
-    )
+    return ModelSource.of_live_config(cfg, name=name)
 
 
 def _estimator(

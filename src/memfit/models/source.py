@@ -102,6 +102,20 @@ class ModelSource:
             object.__setattr__(self, "spec", read_spec(self.config, where=self.name))
 
     @classmethod
+    def of_live_config(cls, config: dict[str, Any], *, name: str) -> ModelSource:
+        """The source of a model already built in the user's process (its ``config.to_dict()``):
+        no file, no hub."""
+        return cls(
+            name=name,
+            origin="path",
+            config=config,
+            source_url=None,
+            config_path=None,
+            safetensors=None,
+            factory=None,
+        )
+
+    @classmethod
     def of_factory(cls, text: str, *, trust_remote_code: bool = False) -> ModelSource:
         """The source of code memfit builds by name (``pkg.module:fn``, ``timm/NAME``): no
         config, nothing read from a file or the hub."""

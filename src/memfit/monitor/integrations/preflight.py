@@ -110,14 +110,8 @@ def live_job(
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = base.config.to_dict()
-    source = ModelSource(
-        name=config.get("_name_or_path") or config.get("model_type", "model"),
-        origin="path",
-        config=config,
-        source_url=None,
-        config_path=None,
-        safetensors=None,
-        factory=None,
+    source = ModelSource.of_live_config(
+        config, name=config.get("_name_or_path") or config.get("model_type", "model")
     )
     lora_rank: int | None = None
     targets: tuple[str, ...] | str = "all-linear"
