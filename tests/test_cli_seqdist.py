@@ -28,13 +28,14 @@ def test_inference_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])
 def test_json_run_of_a_tiny_llama_matches_the_fixed_estimate_at_max(
-    tmp_path, tiny_llama, capsys: pytest.CaptureFixture[str]
+    tmp_path, tiny_llama, capsys: pytest.CaptureFixture[str], precision: str
 ) -> None:
     (tmp_path / "config.json").write_text(json.dumps(tiny_llama))
     hist = tmp_path / "lengths.csv"
     hist.write_text("64,3\n128,1\n")
-    argv = ["estimate", str(tmp_path), "--precision", "bf16-true", "--lora-rank", "4", "--json"]
+    argv = ["estimate", str(tmp_path), "--precision", precision, "--lora-rank", "4", "--json"]
     rc = main([*argv, "--seq-dist", str(hist), "--run-steps", "20"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
