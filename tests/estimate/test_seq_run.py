@@ -140,3 +140,17 @@ def test_the_replayed_run_equals_the_full_traces_of_its_lengths_in_sequence(
     if not expandable:  # the run grows over the fixed shape (what --seq-dist is for)
         assert truth.peak_reserved_bytes > fixed.peak_reserved_bytes * 1.2
     assert est.unmatched_frees == 0
+
+
+@pytest.mark.slow
+def test_a_run_that_grows_recommends_expandable_segments_and_lists_the_fixes(
+    replayed: tuple[SeqRunEstimate, list[int]],
+) -> None:
+    est, _ = replayed
+    assert est.growth > 0.2
+    assert any("expandable_segments:True" in r for r in est.recommendations)
+    by_name = {v.name: v for v in est.alternatives}
+    assert set(by_name) == {"pad", "group", "packing"}
+    # packing: every step at MAX, i.e. the fixed-shape run, and it changes the batches
+    assert by_name["packing"].reserved_bytes == est.fixed.reserved_bytes
+    assert not by_name["packing"].memory_only and by_name["pad"].memory_only
