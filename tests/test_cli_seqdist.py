@@ -28,13 +28,14 @@ def test_inference_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])
 def test_json_run_of_a_tiny_llama_matches_the_fixed_estimate_at_max(
-    tmp_path, tiny_llama, capsys: pytest.CaptureFixture[str]
+    tmp_path, tiny_llama, capsys: pytest.CaptureFixture[str], precision: str
 ) -> None:
     (tmp_path / "config.json").write_text(json.dumps(tiny_llama))
     hist = tmp_path / "lengths.csv"
     hist.write_text("64,3\n128,1\n")
-    argv = ["estimate", str(tmp_path), "--precision", "bf16-true", "--lora-rank", "4", "--json"]
+    argv = ["estimate", str(tmp_path), "--precision", precision, "--lora-rank", "4", "--json"]
     rc = main([*argv, "--seq-dist", str(hist), "--run-steps", "20"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
@@ -46,3 +47,33 @@ def test_json_run_of_a_tiny_llama_matches_the_fixed_estimate_at_max(
     assert run["fixed"]["reserved_bytes"] == out["peak_reserved_bytes"]
     assert run["run"]["reserved_expandable_bytes"] <= run["run"]["reserved_bytes"]
     assert run["unmatched_frees"] == 0
+
+
+def test_plan_refuses_a_run_of_inference(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["plan", "gpt2", "--gpu", "a100-80gb", "--mode", "infer", "--seq-dist", "100,10,512"])
+    assert rc == 2
+    assert "--seq-dist models training runs, not --mode infer" in capsys.readouterr().err
+
+
+def test_plan_refuses_a_run_with_recommend_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["plan", "gpt2", "--recommend-gpu", "--seq-dist", "100,10,512"])
+    assert rc == 2
+    assert "--seq-dist plans one GPU's training run" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_plan_replays_its_recommended_job_over_the_run(
+    tmp_path, tiny_llama, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(tiny_llama))
+    argv = ["plan", str(tmp_path), "--gpu", "rtx-4090", "--precision", "bf16-mixed"]
+    rc = main(
+        [*argv, "--lora-rank", "4", "--confirm", "none", "--json"]
+        + ["--seq-dist", "200,120,256", "--run-steps", "20"]
+    )
+    out = json.loads(capsys.readouterr().out)
+    run = out["seq_dist"]
+    assert rc == 0 and out["fits"] and run["fits_after_run"]
+    assert out["request"]["seq_len"] == 256 == run["max_len"]
+    limit = out["budget"]["limit_bytes"]
+    assert run["run"]["reserved_bytes"] + run["overhead_bytes"] <= limit

@@ -118,6 +118,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "memory-only changes first, the others only when nothing memory-only fits)",
     )
     cli_from.add_from(p)
+    cli_seqdist.add_flags(p)  # --seq-dist: the recommended plan replayed over the run
     p.add_argument(
         "--alternatives", type=non_negative_int, default=4, help="runners-up shown (default 4)"
     )
@@ -276,6 +277,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     cli_web.check_output_paths(args)  # --html: a typo is refused before the search
 
+    if args.seq_dist is not None and (args.recommend_gpu or args.runtime == "vllm"):
+        raise SpecError("--seq-dist plans one GPU's training run: drop --recommend-gpu / vLLM")
     if args.runtime == "vllm":
         return cli_vllm.cmd_plan_vllm(args)
     if args.lora_rank and args.mode == "infer":  # as estimate says it (spec/workload.py)
@@ -320,6 +323,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return EXIT_OK if advice else EXIT_DOES_NOT_FIT
     if args.gpu is None:
         raise SpecError("plan needs --gpu NAME (its rates rank the plans) or --recommend-gpu")
+    if args.seq_dist is not None:
+        return cli_seqdist.cmd_plan(args, request)
     result = plan(args.model, request, gpu=args.gpu, gpu_memory_bytes=args.gpu_memory)
     cli_web.write_plan_outputs(args, result)
     info = cli_from.plan_answer(args, args.engine)  # a torchtune / LitGPT file: who answered

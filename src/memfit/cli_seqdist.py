@@ -195,6 +195,69 @@ def render_seq_fit(r: Any) -> str:
     return "\n".join(lines)
 
 
+def cmd_plan(args: argparse.Namespace, request: Any) -> int:
+    """``plan --seq-dist``: the plan at the longest length, its recommended job replayed over
+    the run (:func:`memfit.plan.seq_fit.plan_seq_dist`). Exit 1 when the run does not fit even
+    with expandable segments."""
+    from memfit.errors import SpecError
+    from memfit.estimate.seqdist import StepPlan, parse_seq_dist
+    from memfit.models import resolve_model
+    from memfit.plan.seq_fit import plan_seq_dist
+    from memfit.report.plan import render_plan
+
+    if request.mode != "train":
+        raise SpecError(f"--seq-dist models training runs, not --mode {request.mode}")
+    dist = parse_seq_dist(args.seq_dist)
+    steps = StepPlan(
+        batch_size=request.batch_size or 1,
+        n_steps=args.run_steps,
+        seed=args.seed,
+        pad_to_multiple_of=args.pad_to_multiple_of,
+        packing=args.packing,
+        group_by_length=args.group_by_length,
+    )
+    trust = getattr(args, "trust_remote_code", False)
+    source = resolve_model(str(args.model), trust_remote_code=trust)
+    result = plan_seq_dist(
+        source,
+        request,
+        dist,
+        steps,
+        gpu=args.gpu,
+        gpu_memory_bytes=args.gpu_memory,
+        progress=report,
+    )
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(render_plan(result.plan))
+        print(render_seq_plan(result))
+    return 0 if result.fits else 1
+
+
+def render_seq_plan(r: Any) -> str:
+    """The text of the recommended plan's variable-length run."""
+    from memfit.units import format_bytes
+
+    if r.run is None:
+        return "\nvariable-length run: not replayed (no plan fits at the longest length)"
+    limit = format_bytes(r.plan.budget.limit_bytes)
+    if r.fits_after_run:
+        verdict = f"the recommended plan fits after the run (limit {limit})"
+    elif r.fits_expandable:
+        verdict = (
+            f"the recommended plan fits after the run only with "
+            f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (limit {limit})"
+        )
+    else:
+        verdict = (
+            f"the recommended plan DOES NOT FIT after the run (limit {limit}): reserved grows "
+            "past the card even with expandable segments; see the alternatives below"
+        )
+    used = r.overhead_bytes + r.run.run.reserved_bytes
+    return render_seq_run(r.run, used, r.fits_after_run) + "\n" + verdict
+
+
 def step_plan(args: argparse.Namespace, workload: Any) -> Any:
     """The run's step plan from the --seq-dist flags (one place for estimate and fit)."""
     from memfit.estimate.seqdist import StepPlan

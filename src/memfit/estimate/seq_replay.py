@@ -131,8 +131,33 @@ def _segments(events: list[Event], marks: list[tuple[str, int]]) -> tuple[_Segme
             kinds.append(kind)
             refs.append(site.get(key, (-1, -1)))
             sizes.append(n_bytes)
+        _sort_free_runs(kinds, refs)
         segs.append(_Segment(kinds=tuple(kinds), refs=tuple(refs), sizes=tuple(sizes)))
     return tuple(segs)
+
+
+def _sort_free_runs(kinds: list[str], refs: list[tuple[int, int]]) -> None:
+    """Put each run of consecutive frees in one order (by allocation site), in place.
+
+    The order of frees with no allocation between them is arbitrary in torch itself: autocast's
+    weight-cast cache (``cached_casts`` in ``aten/src/ATen/autocast_mode.cpp``, a
+    ``ska::flat_hash_map`` keyed by ``TensorImpl*``) frees its entries at the exit of the
+    outermost ``torch.autocast`` in the map's iteration order, i.e. by pointer hash, which
+    changes from run to run and, in the trace, from one length to another. It is also
+    irrelevant to the allocator: a free merges the block with its free neighbours and files it
+    by (size, address), so after a run of frees the free blocks are the maximal free ranges of
+    each segment whatever the order, and allocated only falls. Frees carry no size (0 in the
+    events), so ``sizes`` needs no reordering."""
+    i, n = 0, len(kinds)
+    while i < n:
+        if kinds[i] != "f":
+            i += 1
+            continue
+        j = i
+        while j < n and kinds[j] == "f":
+            j += 1
+        refs[i:j] = sorted(refs[i:j])
+        i = j
 
 
 @dataclass(frozen=True, kw_only=True)

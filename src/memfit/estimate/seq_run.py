@@ -3,8 +3,9 @@
 Traces the job at a few anchor lengths (:mod:`memfit.estimate.seq_replay`), samples the run's
 step lengths (:mod:`memfit.estimate.seqdist`) and replays them through the caching-allocator
 model with ``expandable_segments`` off and on, next to the fixed-shape run at the longest length.
-The alternatives it also replays (padding to a multiple of 64, grouping by length, packing)
-are how the growth is usually avoided; each says whether it changes only memory.
+The alternatives it also replays (padding to a multiple of 64, grouping by length, packing:
+every step at the longest length, i.e. the fixed-shape run) are how the growth is usually
+avoided; each says whether it changes only memory.
 """
 
 from __future__ import annotations
@@ -136,6 +137,11 @@ def estimate_seq_run(
     alternatives = (
         tuple(_variant(templates, n, r, capacity_bytes) for n, r in runs.items()) if matters else ()
     )
+    if matters and not plan.packing:  # every step at MAX: the fixed-shape run itself
+        how, memory_only = _HOW["packing"]
+        alternatives += (
+            dataclasses.replace(fixed, name="packing", how=how, memory_only=memory_only),
+        )
     return SeqRunEstimate(
         n_steps=plan.n_steps,
         seed=plan.seed,
@@ -213,6 +219,12 @@ _HOW = {
     "pad": (
         f"pad_to_multiple_of={TRY_PAD_MULTIPLE} in the data collator (padded tokens are masked)",
         True,
+    ),
+    "packing": (
+        "packing=True (TRL SFTConfig: samples concatenated into MAX-token rows; every step "
+        "is the fixed shape; changes the batches, and attention crosses samples unless the "
+        "collator passes position_ids per sample)",
+        False,
     ),
     "group": (
         "group_by_length=True (Trainer's LengthGroupedSampler: longest batch first; "

@@ -116,4 +116,91 @@ def fit_seq_dist(
     )
 
 
-__all__ = ["SeqFitResult", "fit_seq_dist"]
+@dataclass(frozen=True, kw_only=True)
+class SeqPlanResult:
+    """``plan --seq-dist``: the plan at the longest length (``plan``) and its recommended job
+    replayed over the run (``run``, None when nothing fits at the longest length).
+    ``overhead_bytes``: what the device holds outside the allocator (CUDA context)."""
+
+    plan: Any
+    run: SeqRunEstimate | None
+    overhead_bytes: int
+
+    def _fits(self, reserved_bytes: int) -> bool:
+        return reserved_bytes + self.overhead_bytes <= self.plan.budget.limit_bytes
+
+    @property
+    def fits_after_run(self) -> bool:
+        """The recommended plan's reserved memory after the run, with torch's default
+        allocator settings, stays within the limit."""
+        return self.run is not None and self._fits(self.run.run.reserved_bytes)
+
+    @property
+    def fits_expandable(self) -> bool:
+        """The same with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``."""
+        return self.run is not None and self._fits(self.run.run.reserved_expandable_bytes)
+
+    @property
+    def fits(self) -> bool:
+        """The plan runs the whole run within the limit (with expandable segments if needed)."""
+        return self.fits_after_run or self.fits_expandable
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.plan.to_json(),
+            "seq_dist": None
+            if self.run is None
+            else {
+                **self.run.to_json(),
+                "overhead_bytes": self.overhead_bytes,
+                "fits_after_run": self.fits_after_run,
+                "fits_expandable": self.fits_expandable,
+            },
+        }
+
+
+def plan_seq_dist(
+    source: Any,
+    request: Any,
+    dist: SeqDist,
+    plan: StepPlan,
+    *,
+    gpu: Any,
+    gpu_memory_bytes: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SeqPlanResult:
+    """:func:`memfit.plan.plan` of ``request`` (a training :class:`~memfit.plan.PlanRequest`) at
+    the run's longest length, then its recommended job replayed over ``plan``'s run of
+    ``dist``'s lengths, without a memory cap (the criterion of :func:`fit_seq_dist`)."""
+    from memfit.hardware import get_gpu
+    from memfit.plan import plan as make_plan
+
+    k = plan.pad_to_multiple_of or 1
+    top = -(-dist.max_len // k) * k
+    result = make_plan(
+        source,
+        dataclasses.replace(request, seq_len=top),
+        gpu=gpu,
+        gpu_memory_bytes=gpu_memory_bytes,
+    )
+    rec = result.recommended
+    if rec is None or rec.estimate is None:
+        return SeqPlanResult(plan=result, run=None, overhead_bytes=0)
+    est = rec.estimate
+    overhead = est.device_used_bytes - est.peak_reserved_bytes
+    workload = rec.workload
+    if progress is not None:
+        progress(f"replaying the recommended plan over {plan.n_steps} steps")
+    run = estimate_seq_run(
+        source,
+        workload,
+        dist,
+        dataclasses.replace(plan, batch_size=workload.batch_size),
+        gpu=get_gpu(gpu) if isinstance(gpu, str) else gpu,
+        capacity_bytes=None,
+        progress=progress,
+    )
+    return SeqPlanResult(plan=result, run=run, overhead_bytes=overhead)
+
+
+__all__ = ["SeqFitResult", "SeqPlanResult", "fit_seq_dist", "plan_seq_dist"]
