@@ -72,6 +72,7 @@ def _job(args: argparse.Namespace) -> Any:
         "vae_tiling": bool(args.vae_tiling),
         "use_stream": bool(getattr(args, "use_stream", False)),
         "attention_slicing": bool(getattr(args, "attention_slicing", False)),
+        "drop_text_encoder_3": bool(getattr(args, "drop_text_encoder_3", False)),
         "quant": getattr(args, "quant", None) or "none",
     }
     for dest, key in (

@@ -35,7 +35,12 @@ from memfit.spec import WorkloadSpec
 PIPELINE_OFFLOADS = ("none", "model", "sequential", "group")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: The pipelines memfit composes, with their stages' components.
-SUPPORTED = ("FluxPipeline", "StableDiffusionXLPipeline")
+SUPPORTED = (
+    "FluxPipeline",
+    "StableDiffusionXLPipeline",
+    "StableDiffusion3Pipeline",
+    "PixArtSigmaPipeline",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +55,10 @@ class DiffusionJob:
     offload: str = "none"
     vae_slicing: bool = False
     vae_tiling: bool = False
-    max_sequence_length: int = 512
+    #: the T5 prompt length; None: the pipeline's default (FLUX 512, SD3 256, PixArt-Sigma 300)
+    max_sequence_length: int | None = None
+    #: SD3: ``StableDiffusion3Pipeline.from_pretrained(..., text_encoder_3=None)`` (no T5)
+    drop_text_encoder_3: bool = False
     #: group offloading (``pipe.enable_group_offload``): its offload_type, blocks per group, stream
     offload_type: str = "block_level"
     num_blocks_per_group: int = 1
@@ -72,6 +80,8 @@ class DiffusionJob:
 
         for name in ("height", "width", "steps", "batch", "max_sequence_length"):
             value = getattr(self, name)
+            if value is None and name == "max_sequence_length":
+                continue
             if not isinstance(value, int) or value < 1:
                 raise SpecError(f"{name} must be a positive whole number, got {value!r}")
         for name in ("height", "width"):

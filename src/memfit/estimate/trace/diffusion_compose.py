@@ -45,6 +45,25 @@ def resident_bytes(job: DiffusionJob, t: ComponentTrace, all_weights: int) -> in
     return t.group_resident_bytes
 
 
+def model_offload_walk(calls: list[str], chain: list[str]) -> list[tuple[str, frozenset[str]]]:
+    """The components on the device during each call under ``enable_model_cpu_offload``.
+
+    diffusers chains the components of ``model_cpu_offload_seq`` that the pipeline has with
+    ``accelerate.cpu_offload_with_hook(model, device, prev_module_hook=hook)``; a hook's
+    ``pre_forward`` offloads only its *predecessor in the chain* before moving its own module in
+    (``accelerate/hooks.py: CpuOffload``). A component called again out of chain order (SD3 encodes
+    the negative prompt with the three encoders after the positive one) therefore runs next to what
+    is still on the device: the second CLIP-L call runs beside the T5 of the first pass."""
+    prev = {c: chain[i - 1] for i, c in enumerate(chain) if i}
+    on: set[str] = set()
+    walk = []
+    for c in calls:
+        on.discard(prev.get(c, ""))
+        on.add(c)
+        walk.append((c, frozenset(on)))
+    return walk
+
+
 def compose(
     name: str,
     pipeline: str,
@@ -55,8 +74,14 @@ def compose(
     reserved_bytes: int | None = None,
     loaded_reserved_bytes: int | None = None,
     extra_notes: tuple[str, ...] = (),
+    calls: list[str] | None = None,
 ) -> PipelineEstimate:
     all_weights = sum(t.weights_bytes for t in traces.values())
+    walk = model_offload_walk(calls or list(stage_of), list(stage_of))
+    on_device = {
+        c: max(sum(traces[r].weights_bytes for r in res) for cc, res in walk if cc == c)
+        for c in stage_of
+    }
     encoders = [c for c, s in stage_of.items() if s == "text_encode"]
     embeds = sum(traces[c].output_bytes for c in encoders)
     stages: list[StagePeak] = []
@@ -73,7 +98,11 @@ def compose(
                 StagePeak(
                     stage=stage,
                     components=(c,),
-                    resident_weights_bytes=resident_bytes(job, t, all_weights),
+                    resident_weights_bytes=(
+                        on_device[c]
+                        if job.offload == "model"
+                        else resident_bytes(job, t, all_weights)
+                    ),
                     activation_peak_bytes=t.activation_peak_bytes,
                     carried_bytes=carried,
                 )
@@ -142,6 +171,7 @@ def replay_reserved(
     forward_events: dict[str, list[tuple[str, int, int]]],
     stage_of: dict[str, str],
     gpu: Any = None,
+    calls: list[str] | None = None,
 ) -> tuple[int, int]:
     """(peak reserved bytes after loading, peak reserved bytes of the whole run): see the module
     docstring. Under model offload,
@@ -184,18 +214,22 @@ def replay_reserved(
             weights(ci, order[ci], False)
         sim.empty_cache()
     loaded = sim.result().peak_reserved_bytes
-    for ci, c in enumerate(order):
+    on: set[str] = set()
+    for call, (c, res) in enumerate(model_offload_walk(calls or list(order), list(order))):
+        ci = order.index(c)
         t = traces[c]
         if job.offload == "model":
-            if ci:
-                weights(ci - 1, order[ci - 1], False)
+            for gone in on - res:
+                weights(order.index(gone), gone, False)
                 sim.empty_cache()
-            weights(ci, c, True)
+            for new in res - on:
+                weights(order.index(new), new, True)
+            on = set(res)
         elif job.offload in ("sequential", "group"):
             sim.malloc(_RESIDENT_KEY + ci, resident_bytes(job, t, 0))
         fwd = _at_peak(forward_events[c], _TRANSIENT_KEY + ci, t.transient_bytes)
         for rep in range(2 if stage_of[c] == "denoise" else 1):
-            base = (ci * 4 + rep + 1) * 10**12
+            base = (call * 4 + rep + 1) * 10**12
             for kind, k, n in fwd:
                 sim.malloc(k + base, n) if kind == "a" else sim.free(k + base)
         if job.offload in ("sequential", "group"):

@@ -1,4 +1,5 @@
-"""The stages of FluxPipeline and StableDiffusionXLPipeline (diffusers 0.36.0), as shapes.
+"""The stages of FluxPipeline, StableDiffusionXLPipeline, StableDiffusion3Pipeline and
+PixArtSigmaPipeline (diffusers 0.42.1), as shapes.
 
 Each recipe says what ``pipe.__call__`` feeds each component (read from
 ``diffusers/pipelines/flux/pipeline_flux.py`` and
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.trace.diffusion import (
     DTYPES,
     SUPPORTED,
@@ -59,7 +60,7 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
     lh, lw = h // vsf, w // vsf
     if pipeline == "FluxPipeline":
         tcfg = configs["transformer"]
-        seq = job.max_sequence_length
+        seq = job.max_sequence_length or 512  # FluxPipeline.__call__'s default
         # FluxPipeline.prepare_latents: 2 * (H // (vsf * 2)), packed 2x2 into tokens
         lh, lw = 2 * (h // (vsf * 2)), 2 * (w // (vsf * 2))
         img = (lh // 2) * (lw // 2)
@@ -114,6 +115,10 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         }
         if dt == torch.float16 and configs["vae"].get("force_upcast", True):
             vae_dt = torch.float32
+    elif pipeline == "StableDiffusion3Pipeline":
+        steps = _sd3_steps(configs, job, dt, lh, lw)
+    elif pipeline == "PixArtSigmaPipeline":
+        steps = _pixart_steps(configs, job, dt, lh, lw)
     else:
         raise NotModelledError(
             f"{pipeline} is not modelled yet (memfit composes {', '.join(SUPPORTED)}); its "
@@ -126,6 +131,76 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         "vae_decode",
     )
     return steps, vae_dt
+
+
+def _sd3_steps(
+    configs: dict[str, Any], job: DiffusionJob, dt: torch.dtype, lh: int, lw: int
+) -> dict[str, tuple[Any, Any, str]]:
+    """StableDiffusion3Pipeline (pipeline_stable_diffusion_3.py): each CLIP on 77 tokens with
+    ``output_hidden_states=True``, T5 on ``max_sequence_length`` (default 256) unless the pipeline
+    was built with ``text_encoder_3=None`` (then ``_get_t5_prompt_embeds`` returns zeros of the
+    same shape); guidance 7.0 > 1 runs the transformer on a doubled batch of ``(16, H/8, W/8)``
+    latents with 77 + 256 text tokens; ``vae.decode`` without upcasting."""
+    tcfg = configs["transformer"]
+    b, b2 = job.batch, 2 * job.batch
+    seq = 77 + (job.max_sequence_length or 256)
+    tr = {
+        "hidden_states": lambda: _empty(b2, int(tcfg["in_channels"]), lh, lw, dtype=dt),
+        "timestep": lambda: _empty(b2, dtype=dt),
+        "encoder_hidden_states": lambda: _empty(
+            b2, seq, int(tcfg["joint_attention_dim"]), dtype=dt
+        ),
+        "pooled_projections": lambda: _empty(b2, int(tcfg["pooled_projection_dim"]), dtype=dt),
+    }
+
+    def tr_call(m: Any, **kw: Any) -> Any:
+        return m(**kw, return_dict=False)
+
+    clip = {"output_hidden_states": True}
+    steps: dict[str, tuple[Any, Any, str]] = {
+        name: (lambda: {"input_ids": _ids(b, 77), **clip}, _encoder_call, "text_encode")
+        for name in ("text_encoder", "text_encoder_2")
+    }
+    if not job.drop_text_encoder_3:
+        t5_seq = job.max_sequence_length or 256
+        steps["text_encoder_3"] = (
+            lambda: {"input_ids": _ids(b, t5_seq)},
+            _encoder_call,
+            "text_encode",
+        )
+    steps["transformer"] = (lambda: {k: f() for k, f in tr.items()}, tr_call, "denoise")
+    return steps
+
+
+def _pixart_steps(
+    configs: dict[str, Any], job: DiffusionJob, dt: torch.dtype, lh: int, lw: int
+) -> dict[str, tuple[Any, Any, str]]:
+    """PixArtSigmaPipeline (pipeline_pixart_sigma.py): T5 on ``max_sequence_length`` (default 300)
+    tokens with their attention mask; guidance 4.5 > 1 runs the transformer on a doubled batch with
+    ``added_cond_kwargs={"resolution": None, "aspect_ratio": None}``; ``vae.decode`` of the
+    latents cast to the VAE's dtype."""
+    tcfg = configs["transformer"]
+    b, b2 = job.batch, 2 * job.batch
+    seq = job.max_sequence_length or 300
+    tr = {
+        "hidden_states": lambda: _empty(b2, int(tcfg["in_channels"]), lh, lw, dtype=dt),
+        "encoder_hidden_states": lambda: _empty(b2, seq, int(tcfg["caption_channels"]), dtype=dt),
+        "encoder_attention_mask": lambda: torch.ones((b2, seq), dtype=torch.long),
+        "timestep": lambda: torch.zeros((b2,), dtype=torch.long),
+    }
+
+    def tr_call(m: Any, **kw: Any) -> Any:
+        cond = {"resolution": None, "aspect_ratio": None}
+        return m(**kw, added_cond_kwargs=cond, return_dict=False)
+
+    return {
+        "text_encoder": (
+            lambda: {"input_ids": _ids(b, seq), "attention_mask": torch.ones((b, seq))},
+            _encoder_call,
+            "text_encode",
+        ),
+        "transformer": (lambda: {k: f() for k, f in tr.items()}, tr_call, "denoise"),
+    }
 
 
 def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn.Module:
@@ -205,6 +280,10 @@ def estimate_pipeline(
     index, configs = read_tree(root)
     pipeline = str(index["_class_name"])
     dt = DTYPES[job.precision]
+    if job.drop_text_encoder_3 and "text_encoder_3" not in index:
+        raise SpecError(
+            f"--no-text-encoder-3: {pipeline} has no text_encoder_3 (it is an SD3 option)"
+        )
     if pipeline not in SUPPORTED:
         _recipe(pipeline, configs, job, dt)  # raises NotModelledError naming the pipeline
     steps, vae_dt = _recipe(pipeline, configs, job, dt)
@@ -258,8 +337,13 @@ def estimate_pipeline(
         )
         tensor_allocs[comp] = lay.tensor_allocs
         stage_of[comp] = stage
+    calls = list(steps)
+    if pipeline == "StableDiffusion3Pipeline":
+        # encode_prompt: the encoders for the prompt, then again for the negative prompt (CFG)
+        encoders = [c for c in steps if stage_of[c] == "text_encode"]
+        calls = [*encoders, *calls]
     loaded, reserved = replay_reserved(
-        job, list(steps), traces, tensor_allocs, forward_events, stage_of, gpu=gpu
+        job, list(steps), traces, tensor_allocs, forward_events, stage_of, gpu=gpu, calls=calls
     )
     return compose(
         name,
@@ -270,4 +354,5 @@ def estimate_pipeline(
         reserved_bytes=reserved,
         loaded_reserved_bytes=loaded,
         extra_notes=tuple(dict.fromkeys(notes)),
+        calls=calls,
     )
