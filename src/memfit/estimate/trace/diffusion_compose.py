@@ -45,7 +45,9 @@ def resident_bytes(job: DiffusionJob, t: ComponentTrace, all_weights: int) -> in
     return t.group_resident_bytes
 
 
-def model_offload_walk(calls: list[str], chain: list[str]) -> list[tuple[str, frozenset[str]]]:
+def model_offload_walk(
+    calls: list[str], chain: list[str], pinned: frozenset[str] = frozenset()
+) -> list[tuple[str, frozenset[str]]]:
     """The components on the device during each call under ``enable_model_cpu_offload``.
 
     diffusers chains the components of ``model_cpu_offload_seq`` that the pipeline has with
@@ -53,9 +55,12 @@ def model_offload_walk(calls: list[str], chain: list[str]) -> list[tuple[str, fr
     ``pre_forward`` offloads only its *predecessor in the chain* before moving its own module in
     (``accelerate/hooks.py: CpuOffload``). A component called again out of chain order (SD3 encodes
     the negative prompt with the three encoders after the positive one) therefore runs next to what
-    is still on the device: the second CLIP-L call runs beside the T5 of the first pass."""
+    is still on the device: the second CLIP-L call runs beside the T5 of the first pass. ``pinned``
+    components have no hook (diffusion_versions.py: older bitsandbytes 8-bit): on the device
+    throughout, outside the chain."""
+    chain = [c for c in chain if c not in pinned]
     prev = {c: chain[i - 1] for i, c in enumerate(chain) if i}
-    on: set[str] = set()
+    on: set[str] = set(pinned)
     walk = []
     for c in calls:
         on.discard(prev.get(c, ""))
@@ -75,9 +80,10 @@ def compose(
     loaded_reserved_bytes: int | None = None,
     extra_notes: tuple[str, ...] = (),
     calls: list[str] | None = None,
+    pinned: frozenset[str] = frozenset(),
 ) -> PipelineEstimate:
     all_weights = sum(t.weights_bytes for t in traces.values())
-    walk = model_offload_walk(calls or list(stage_of), list(stage_of))
+    walk = model_offload_walk(calls or list(stage_of), list(stage_of), pinned)
     on_device = {
         c: max(sum(traces[r].weights_bytes for r in res) for cc, res in walk if cc == c)
         for c in stage_of
@@ -117,13 +123,16 @@ def compose(
                 carried_bytes=best.carried_bytes,
             )
         )
-    host = 0 if job.offload == "none" else all_weights
+    host = 0
+    if job.offload != "none":
+        host = all_weights - sum(traces[c].weights_bytes for c in pinned if job.offload == "model")
     notes = [
         f"denoise: the peak of one of the {job.steps} steps (each step frees what the previous "
         "one made; steps do not add memory)",
         "peak allocated tensor bytes (torch.cuda.max_memory_allocated); peak_reserved_bytes "
-        "replays them through the caching allocator; the CUDA context and cuDNN convolution "
-        "workspaces are not included",
+        "replays them through the caching allocator; neither holds the CUDA context or cuDNN "
+        "convolution workspaces (an allowance for those: conv_workspace_allowance_bytes, "
+        "counted by the --gpu verdict)",
     ]
     if job.offload != "none":
         how = f" ({job.offload_type}{', use_stream' if job.use_stream else ''})"
@@ -172,6 +181,7 @@ def replay_reserved(
     stage_of: dict[str, str],
     gpu: Any = None,
     calls: list[str] | None = None,
+    pinned: frozenset[str] = frozenset(),
 ) -> tuple[int, int]:
     """(peak reserved bytes after loading, peak reserved bytes of the whole run): see the module
     docstring. Under model offload,
@@ -211,11 +221,13 @@ def replay_reserved(
                 weights(ci, c, True)
     else:
         for ci in on_device:
-            weights(ci, order[ci], False)
+            if order[ci] not in pinned or job.offload != "model":
+                weights(ci, order[ci], False)
         sim.empty_cache()
     loaded = sim.result().peak_reserved_bytes
-    on: set[str] = set()
-    for call, (c, res) in enumerate(model_offload_walk(calls or list(order), list(order))):
+    on: set[str] = set(pinned)
+    walk = model_offload_walk(calls or list(order), list(order), pinned)
+    for call, (c, res) in enumerate(walk):
         ci = order.index(c)
         t = traces[c]
         if job.offload == "model":

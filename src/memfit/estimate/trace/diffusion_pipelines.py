@@ -233,9 +233,10 @@ def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 #: (tree, component, dtype, input shapes, decode/attention options) -> (activation peak,
-#: output bytes, forward events): a component's trace does not depend on the offload mode or the
-#: weight format, so one process sizing several settings traces each component once.
-_TRACES: dict[tuple[Any, ...], tuple[int, int, list[tuple[str, int, int]]]] = {}
+#: output bytes, forward events, convolution-workspace allowance): a component's trace does not
+#: depend on the offload mode or the weight format, so one process sizing several settings
+#: traces each component once.
+_TRACES: dict[tuple[Any, ...], tuple[int, int, list[tuple[str, int, int]], int]] = {}
 
 
 def _trace_key(root: Path, comp: str, dt: torch.dtype, job: DiffusionJob) -> tuple[Any, ...]:
@@ -263,6 +264,14 @@ def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> list[str]:
     return []
 
 
+def _keep_in_fp32(model: torch.nn.Module, keep: tuple[str, ...]) -> None:
+    """transformers 4.x under bitsandbytes: the ``_keep_in_fp32_modules`` weights in fp32."""
+    for name, sub in model.named_modules():
+        if any(k in name.split(".") for k in keep):
+            for p in sub.parameters(recurse=False):
+                p.data = p.data.to(torch.float32)
+
+
 def _not_converted(model: torch.nn.Module, library: str) -> tuple[str, ...]:
     """Modules the quantizer leaves unquantized: transformers' quantizers add the class's
     ``_keep_in_fp32_modules`` (T5: ``wo``) to ``modules_to_not_convert``; diffusers' bitsandbytes
@@ -275,7 +284,9 @@ def estimate_pipeline(
 ) -> PipelineEstimate:
     """Trace every component of the pipeline at ``root`` and compose the stages."""
     from memfit.estimate.trace.diffusion_compose import compose, replay_reserved
+    from memfit.estimate.trace.diffusion_versions import behaviour
     from memfit.estimate.trace.diffusion_weights import BACKEND, layout, quantized_components
+    from memfit.estimate.trace.diffusion_workspace import conv_workspace_probe
 
     index, configs = read_tree(root)
     pipeline = str(index["_class_name"])
@@ -295,7 +306,17 @@ def estimate_pipeline(
     denoiser = "transformer" if "transformer" in steps else "unet"
     sizes = {c: sum(p.numel() for p in m.parameters()) for c, m in models.items()}
     quants = quantized_components(configs, denoiser, sizes, job)
+    beh = behaviour(job.transformers_version, job.bitsandbytes_version)
     notes: list[str] = []
+    #: bitsandbytes 8-bit components diffusers gives no offload hook (they stay on the device)
+    pinned = frozenset(
+        c for c, f in quants.items() if f == "int8" and not beh.bnb_8bit_offload_hooks
+    )
+    if pinned and job.offload == "model":
+        notes.append(
+            f"{', '.join(sorted(pinned))}: bitsandbytes 8-bit, no offload hook under transformers "
+            f"{beh.transformers} / bitsandbytes {beh.bitsandbytes}: stays on the device"
+        )
     traces: dict[str, ComponentTrace] = {}
     stage_of: dict[str, str] = {}
     tensor_allocs: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
@@ -305,6 +326,18 @@ def estimate_pipeline(
         notes += _prepare(model, comp, job)
         fmt = quants.get(comp, "none")
         lw = job.layerwise_casting if comp == denoiser else None
+        legacy = (
+            BACKEND.get(fmt) == "bitsandbytes"
+            and index[comp][0] == "transformers"
+            and beh.bnb_keeps_fp32_modules_in_fp32
+            and bool(_not_converted(model, "transformers"))
+        )
+        if legacy:
+            _keep_in_fp32(model, _not_converted(model, "transformers"))
+            notes.append(
+                f"{comp}: transformers {beh.transformers} keeps "
+                f"{', '.join(_not_converted(model, 'transformers'))} in fp32 under bitsandbytes"
+            )
         lay = layout(
             model,
             quant=fmt,
@@ -317,12 +350,13 @@ def estimate_pipeline(
             notes.append(f"{comp}: linear weights in {fmt} ({BACKEND.get(fmt, 'GGUF')})")
         if lw:
             notes.append(f"{comp}: enable_layerwise_casting(storage {lw}, compute {job.precision})")
-        key = _trace_key(root, comp, vae_dt if comp == "vae" else dt, job)
+        key = (*_trace_key(root, comp, vae_dt if comp == "vae" else dt, job), legacy)
         if key not in _TRACES:
             events: list[tuple[str, int, int]] = []
-            act, out = trace_forward(model, make_inputs, call, events=events)
-            _TRACES[key] = (act, out, events)
-        act, out, forward_events[comp] = _TRACES[key]
+            with conv_workspace_probe(model) as probe:
+                act, out = trace_forward(model, make_inputs, call, events=events)
+            _TRACES[key] = (act, out, events, probe.bytes)
+        act, out, forward_events[comp], workspace = _TRACES[key]
         traces[comp] = ComponentTrace(
             name=comp,
             class_name=index[comp][1],
@@ -332,6 +366,7 @@ def estimate_pipeline(
             output_bytes=out,
             storage=lay.storage,
             transient_bytes=lay.transient_bytes,
+            conv_workspace_bytes=workspace,
             group_resident_bytes=lay.group_resident_bytes(job.offload_type, job.use_stream),
             dtype=_DTYPE_NAMES[vae_dt if comp == "vae" else dt],
         )
@@ -343,7 +378,15 @@ def estimate_pipeline(
         encoders = [c for c in steps if stage_of[c] == "text_encode"]
         calls = [*encoders, *calls]
     loaded, reserved = replay_reserved(
-        job, list(steps), traces, tensor_allocs, forward_events, stage_of, gpu=gpu, calls=calls
+        job,
+        list(steps),
+        traces,
+        tensor_allocs,
+        forward_events,
+        stage_of,
+        gpu=gpu,
+        calls=calls,
+        pinned=pinned,
     )
     return compose(
         name,
@@ -355,4 +398,5 @@ def estimate_pipeline(
         loaded_reserved_bytes=loaded,
         extra_notes=tuple(dict.fromkeys(notes)),
         calls=calls,
+        pinned=pinned,
     )
