@@ -119,7 +119,7 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
         if est.peak_reserved_bytes is not None:
             overhead = ov.outside_allocator_bytes
             need = max(need, est.peak_reserved_bytes + overhead)
-            upper = max(upper, est.peak_reserved_bytes + est.conv_workspace_bytes + overhead)
+            upper = max(upper, (est.peak_reserved_upper_bytes or 0) + overhead)
         # the verdict counts the cuDNN workspace allowance (diffusion_workspace.py): a job is
         # said to fit only if it fits with it
         fits = {

@@ -198,6 +198,9 @@ class PipelineEstimate:
     peak_reserved_bytes: int | None = None
     #: ``max_memory_reserved`` once the pipeline is loaded and placed (before the call)
     loaded_reserved_bytes: int | None = None
+    #: the reserved peak when every forward also allocates its cuDNN convolution-workspace
+    #: allowance at its peak (the allocator replay again; what the ``--gpu`` verdict uses)
+    peak_reserved_upper_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -221,14 +224,6 @@ class PipelineEstimate:
         """The allocated peak with each stage's convolution-workspace allowance added: what the
         run may show on a card with memory to spare for cuDNN's workspaces."""
         return max(s.peak_bytes + self._workspace(s) for s in self.stages)
-
-    @property
-    def peak_reserved_upper_bytes(self) -> int | None:
-        """The reserved peak plus the largest allowance (the workspace goes through the caching
-        allocator; counted as a new segment, an upper figure)."""
-        if self.peak_reserved_bytes is None:
-            return None
-        return self.peak_reserved_bytes + self.conv_workspace_bytes
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict

@@ -33,6 +33,7 @@ STAGES = ("text_encode", "denoise", "vae_decode")
 _WEIGHT_KEY = 2 * 10**15
 _RESIDENT_KEY = 3 * 10**15
 _TRANSIENT_KEY = 4 * 10**15
+_WORKSPACE_KEY = 5 * 10**15
 
 
 def resident_bytes(job: DiffusionJob, t: ComponentTrace, all_weights: int) -> int:
@@ -78,6 +79,7 @@ def compose(
     *,
     reserved_bytes: int | None = None,
     loaded_reserved_bytes: int | None = None,
+    reserved_upper_bytes: int | None = None,
     extra_notes: tuple[str, ...] = (),
     calls: list[str] | None = None,
     pinned: frozenset[str] = frozenset(),
@@ -150,6 +152,7 @@ def compose(
         notes=(*notes, *extra_notes),
         peak_reserved_bytes=reserved_bytes,
         loaded_reserved_bytes=loaded_reserved_bytes,
+        peak_reserved_upper_bytes=reserved_upper_bytes,
     )
 
 
@@ -182,9 +185,11 @@ def replay_reserved(
     gpu: Any = None,
     calls: list[str] | None = None,
     pinned: frozenset[str] = frozenset(),
+    conv_workspace: bool = False,
 ) -> tuple[int, int]:
     """(peak reserved bytes after loading, peak reserved bytes of the whole run): see the module
-    docstring. Under model offload,
+    docstring. ``conv_workspace``: each forward also allocates its cuDNN workspace allowance at
+    its peak (the upper figure the ``--gpu`` verdict uses). Under model offload,
     accelerate's ``CpuOffload.pre_forward`` offloads the previous component and calls
     ``clear_device_cache()`` (``torch.cuda.empty_cache``) before moving the next one in."""
     from memfit.estimate.device import allocator_workspaces
@@ -240,6 +245,8 @@ def replay_reserved(
         elif job.offload in ("sequential", "group"):
             sim.malloc(_RESIDENT_KEY + ci, resident_bytes(job, t, 0))
         fwd = _at_peak(forward_events[c], _TRANSIENT_KEY + ci, t.transient_bytes)
+        if conv_workspace:  # the cuDNN allowance (diffusion_workspace.py) at the forward's peak
+            fwd = _at_peak(fwd, _WORKSPACE_KEY + ci, t.conv_workspace_bytes)
         for rep in range(2 if stage_of[c] == "denoise" else 1):
             base = (call * 4 + rep + 1) * 10**12
             for kind, k, n in fwd:

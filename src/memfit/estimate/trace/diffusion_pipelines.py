@@ -377,17 +377,14 @@ def estimate_pipeline(
         # encode_prompt: the encoders for the prompt, then again for the negative prompt (CFG)
         encoders = [c for c in steps if stage_of[c] == "text_encode"]
         calls = [*encoders, *calls]
-    loaded, reserved = replay_reserved(
-        job,
-        list(steps),
-        traces,
-        tensor_allocs,
-        forward_events,
-        stage_of,
-        gpu=gpu,
-        calls=calls,
-        pinned=pinned,
-    )
+    replay = {
+        "gpu": gpu,
+        "calls": calls,
+        "pinned": pinned,
+    }
+    args = (job, list(steps), traces, tensor_allocs, forward_events, stage_of)
+    loaded, reserved = replay_reserved(*args, **replay)  # type: ignore[arg-type]
+    _, reserved_upper = replay_reserved(*args, **replay, conv_workspace=True)  # type: ignore[arg-type]
     return compose(
         name,
         pipeline,
@@ -396,6 +393,7 @@ def estimate_pipeline(
         stage_of,
         reserved_bytes=reserved,
         loaded_reserved_bytes=loaded,
+        reserved_upper_bytes=reserved_upper,
         extra_notes=tuple(dict.fromkeys(notes)),
         calls=calls,
         pinned=pinned,
