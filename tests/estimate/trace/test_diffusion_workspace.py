@@ -33,7 +33,6 @@ def test_a_1x1_only_model_has_no_allowance() -> None:
     assert probe.bytes == 0
 
 
-@pytest.mark.slow  # ~30 s of tracing on 2 cores: the tiny VAE at 256 x 256
 def test_the_allowance_sits_on_the_decode_stage_and_in_the_upper_peak(tmp_path: Path) -> None:
     pytest.importorskip("diffusers")
     from tests.estimate.trace.test_diffusion import tiny_flux
