@@ -226,7 +226,7 @@ def test_the_denoiser_trace_equals_real_cpu_execution(config: dict[str, object],
     [
         ("sd3-medium", "transformer", 2.0e9, "2B"),
         ("sd3.5-medium", "transformer", 2.5e9, "2.5 billion"),
-        ("pixart-sigma-xl-2-1024-ms", "transformer", 0.6e9, "0.6B"),
+        ("pixart-sigma-1024-ms", "transformer", 0.6e9, "0.6B"),
         ("sd3-medium", "text_encoder_3", 4.7e9, "4.7B T5-XXL"),
     ],
 )
