@@ -82,8 +82,14 @@ def test_a_gpu_verdict_adds_the_cuda_context(
     code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
     fits = json.loads(out)["fits"]
     assert code == 0 and fits["fits"]
-    # the reserved peak (the allocator replay, cuBLAS workspaces included) plus the CUDA context
-    assert fits["need_bytes"] == json.loads(out)["peak_reserved_bytes"] + fits["overhead_bytes"]
+    # the reserved peak (the allocator replay, cuBLAS workspaces included) plus the CUDA context,
+    # and the verdict's need with the cuDNN convolution-workspace allowance on top
+    est = json.loads(out)
+    without = est["peak_reserved_bytes"] + fits["overhead_bytes"]
+    assert fits["need_without_conv_workspace_bytes"] == without
+    assert est["conv_workspace_allowance_bytes"] > 0
+    assert fits["need_bytes"] == est["peak_reserved_upper_bytes"] + fits["overhead_bytes"]
+    assert without <= fits["need_bytes"] <= without + est["conv_workspace_allowance_bytes"]
     assert fits["overhead_bytes"] > 0
 
 

@@ -72,6 +72,7 @@ def _job(args: argparse.Namespace) -> Any:
         "vae_tiling": bool(args.vae_tiling),
         "use_stream": bool(getattr(args, "use_stream", False)),
         "attention_slicing": bool(getattr(args, "attention_slicing", False)),
+        "drop_text_encoder_3": bool(getattr(args, "drop_text_encoder_3", False)),
         "quant": getattr(args, "quant", None) or "none",
     }
     for dest, key in (
@@ -114,15 +115,21 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
         ov = device_overhead(gpu.arch, training=False)
         overhead = ov.total_bytes
         need = est.peak_bytes + overhead
+        upper = est.peak_upper_bytes + overhead
         if est.peak_reserved_bytes is not None:
             overhead = ov.outside_allocator_bytes
             need = max(need, est.peak_reserved_bytes + overhead)
+            upper = max(upper, (est.peak_reserved_upper_bytes or 0) + overhead)
+        # the verdict counts the cuDNN workspace allowance (diffusion_workspace.py): a job is
+        # said to fit only if it fits with it
         fits = {
             "gpu": gpu.name,
             "capacity_bytes": gpu.memory_bytes,
             "overhead_bytes": overhead,
-            "need_bytes": need,
-            "fits": need <= gpu.memory_bytes,
+            "need_bytes": upper,
+            "need_without_conv_workspace_bytes": need,
+            "fits": upper <= gpu.memory_bytes,
+            "fits_without_conv_workspace": need <= gpu.memory_bytes,
         }
     if args.json:
         print(json.dumps({**est.to_json(), "fits": fits}, indent=2))
@@ -163,8 +170,18 @@ def render(est: Any, fits: dict[str, Any] | None) -> str:
         )
     if est.host_weights_bytes:
         lines.append(f"\nhost RAM for offloaded weights: {fb(est.host_weights_bytes)}")
+    if est.conv_workspace_bytes:
+        lines.append(
+            f"cuDNN convolution workspace: up to {fb(est.conv_workspace_bytes)} more where the "
+            f"card has it free (peak up to {fb(est.peak_upper_bytes)} allocated)"
+        )
     if fits is not None:
         verdict = "fits" if fits["fits"] else "does NOT fit"
+        if not fits["fits"] and fits["fits_without_conv_workspace"]:
+            verdict = (
+                "does NOT fit with the convolution-workspace allowance (the tensors fit; it runs "
+                "only if cuDNN finds convolution plans with less workspace)"
+            )
         lines.append(
             f"{fits['gpu']} ({fb(fits['capacity_bytes'])}): {verdict} (needs "
             f"{fb(fits['need_bytes'])} with {fb(fits['overhead_bytes'])} of CUDA context and "

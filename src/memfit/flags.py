@@ -517,6 +517,16 @@ FLAGS: tuple[Flag, ...] = (
         target="pipeline",
         commands=("estimate",),
     ),
+    Flag(
+        name="--no-text-encoder-3",
+        dest="drop_text_encoder_3",
+        kind="switch",
+        default=False,
+        help="SD3 pipelines: from_pretrained(..., text_encoder_3=None), no T5 (zeros in its place)",
+        field="drop_text_encoder_3",
+        target="pipeline",
+        commands=("estimate",),
+    ),
 )
 
 

@@ -35,7 +35,12 @@ from memfit.spec import WorkloadSpec
 PIPELINE_OFFLOADS = ("none", "model", "sequential", "group")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: The pipelines memfit composes, with their stages' components.
-SUPPORTED = ("FluxPipeline", "StableDiffusionXLPipeline")
+SUPPORTED = (
+    "FluxPipeline",
+    "StableDiffusionXLPipeline",
+    "StableDiffusion3Pipeline",
+    "PixArtSigmaPipeline",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +55,14 @@ class DiffusionJob:
     offload: str = "none"
     vae_slicing: bool = False
     vae_tiling: bool = False
-    max_sequence_length: int = 512
+    #: the T5 prompt length; None: the pipeline's default (FLUX 512, SD3 256, PixArt-Sigma 300)
+    max_sequence_length: int | None = None
+    #: SD3: ``StableDiffusion3Pipeline.from_pretrained(..., text_encoder_3=None)`` (no T5)
+    drop_text_encoder_3: bool = False
+    #: the transformers / bitsandbytes versions whose rules apply (diffusion_versions.py);
+    #: None: the installed ones
+    transformers_version: str | None = None
+    bitsandbytes_version: str | None = None
     #: group offloading (``pipe.enable_group_offload``): its offload_type, blocks per group, stream
     offload_type: str = "block_level"
     num_blocks_per_group: int = 1
@@ -72,6 +84,8 @@ class DiffusionJob:
 
         for name in ("height", "width", "steps", "batch", "max_sequence_length"):
             value = getattr(self, name)
+            if value is None and name == "max_sequence_length":
+                continue
             if not isinstance(value, int) or value < 1:
                 raise SpecError(f"{name} must be a positive whole number, got {value!r}")
         for name in ("height", "width"):
@@ -80,6 +94,12 @@ class DiffusionJob:
                     f"{name} must be a multiple of 16 (the VAE's 8x and the 2x2 patching), got "
                     f"{getattr(self, name)}"
                 )
+        from memfit.estimate.trace.diffusion_versions import VERSION_RE
+
+        for name in ("transformers_version", "bitsandbytes_version"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and VERSION_RE.match(value)):
+                raise SpecError(f"{name} must be a version such as '4.52.3', got {value!r}")
         if self.precision not in DTYPES:
             raise SpecError(
                 f"precision {self.precision!r} is not a diffusion inference precision: use one "
@@ -147,6 +167,8 @@ class ComponentTrace:
     #: the dtype the component runs in (SDXL's VAE: fp32 under an fp16 run, ``force_upcast``)
     dtype: str = ""
     group_resident_bytes: int = 0
+    #: the cuDNN convolution-workspace allowance of its forward (diffusion_workspace.py)
+    conv_workspace_bytes: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +198,9 @@ class PipelineEstimate:
     peak_reserved_bytes: int | None = None
     #: ``max_memory_reserved`` once the pipeline is loaded and placed (before the call)
     loaded_reserved_bytes: int | None = None
+    #: the reserved peak when every forward also allocates its cuDNN convolution-workspace
+    #: allowance at its peak (the allocator replay again; what the ``--gpu`` verdict uses)
+    peak_reserved_upper_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -184,6 +209,21 @@ class PipelineEstimate:
     @property
     def peak_stage(self) -> str:
         return max(self.stages, key=lambda s: s.peak_bytes).stage
+
+    def _workspace(self, stage: StagePeak) -> int:
+        by_name = {c.name: c for c in self.components}
+        return max((by_name[c].conv_workspace_bytes for c in stage.components), default=0)
+
+    @property
+    def conv_workspace_bytes(self) -> int:
+        """The largest cuDNN convolution-workspace allowance of any stage."""
+        return max((self._workspace(s) for s in self.stages), default=0)
+
+    @property
+    def peak_upper_bytes(self) -> int:
+        """The allocated peak with each stage's convolution-workspace allowance added: what the
+        run may show on a card with memory to spare for cuDNN's workspaces."""
+        return max(s.peak_bytes + self._workspace(s) for s in self.stages)
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -195,6 +235,9 @@ class PipelineEstimate:
             "peak_allocated_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage,
             "peak_reserved_bytes": self.peak_reserved_bytes,
+            "conv_workspace_allowance_bytes": self.conv_workspace_bytes,
+            "peak_upper_bytes": self.peak_upper_bytes,
+            "peak_reserved_upper_bytes": self.peak_reserved_upper_bytes,
             "loaded_reserved_bytes": self.loaded_reserved_bytes,
             "host_weights_bytes": self.host_weights_bytes,
             "stages": [{**asdict(s), "peak_bytes": s.peak_bytes} for s in self.stages],

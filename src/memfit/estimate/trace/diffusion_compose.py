@@ -33,6 +33,7 @@ STAGES = ("text_encode", "denoise", "vae_decode")
 _WEIGHT_KEY = 2 * 10**15
 _RESIDENT_KEY = 3 * 10**15
 _TRANSIENT_KEY = 4 * 10**15
+_WORKSPACE_KEY = 5 * 10**15
 
 
 def resident_bytes(job: DiffusionJob, t: ComponentTrace, all_weights: int) -> int:
@@ -45,6 +46,30 @@ def resident_bytes(job: DiffusionJob, t: ComponentTrace, all_weights: int) -> in
     return t.group_resident_bytes
 
 
+def model_offload_walk(
+    calls: list[str], chain: list[str], pinned: frozenset[str] = frozenset()
+) -> list[tuple[str, frozenset[str]]]:
+    """The components on the device during each call under ``enable_model_cpu_offload``.
+
+    diffusers chains the components of ``model_cpu_offload_seq`` that the pipeline has with
+    ``accelerate.cpu_offload_with_hook(model, device, prev_module_hook=hook)``; a hook's
+    ``pre_forward`` offloads only its *predecessor in the chain* before moving its own module in
+    (``accelerate/hooks.py: CpuOffload``). A component called again out of chain order (SD3 encodes
+    the negative prompt with the three encoders after the positive one) therefore runs next to what
+    is still on the device: the second CLIP-L call runs beside the T5 of the first pass. ``pinned``
+    components have no hook (diffusion_versions.py: older bitsandbytes 8-bit): on the device
+    throughout, outside the chain."""
+    chain = [c for c in chain if c not in pinned]
+    prev = {c: chain[i - 1] for i, c in enumerate(chain) if i}
+    on: set[str] = set(pinned)
+    walk = []
+    for c in calls:
+        on.discard(prev.get(c, ""))
+        on.add(c)
+        walk.append((c, frozenset(on)))
+    return walk
+
+
 def compose(
     name: str,
     pipeline: str,
@@ -54,9 +79,17 @@ def compose(
     *,
     reserved_bytes: int | None = None,
     loaded_reserved_bytes: int | None = None,
+    reserved_upper_bytes: int | None = None,
     extra_notes: tuple[str, ...] = (),
+    calls: list[str] | None = None,
+    pinned: frozenset[str] = frozenset(),
 ) -> PipelineEstimate:
     all_weights = sum(t.weights_bytes for t in traces.values())
+    walk = model_offload_walk(calls or list(stage_of), list(stage_of), pinned)
+    on_device = {
+        c: max(sum(traces[r].weights_bytes for r in res) for cc, res in walk if cc == c)
+        for c in stage_of
+    }
     encoders = [c for c, s in stage_of.items() if s == "text_encode"]
     embeds = sum(traces[c].output_bytes for c in encoders)
     stages: list[StagePeak] = []
@@ -73,7 +106,11 @@ def compose(
                 StagePeak(
                     stage=stage,
                     components=(c,),
-                    resident_weights_bytes=resident_bytes(job, t, all_weights),
+                    resident_weights_bytes=(
+                        on_device[c]
+                        if job.offload == "model"
+                        else resident_bytes(job, t, all_weights)
+                    ),
                     activation_peak_bytes=t.activation_peak_bytes,
                     carried_bytes=carried,
                 )
@@ -88,13 +125,16 @@ def compose(
                 carried_bytes=best.carried_bytes,
             )
         )
-    host = 0 if job.offload == "none" else all_weights
+    host = 0
+    if job.offload != "none":
+        host = all_weights - sum(traces[c].weights_bytes for c in pinned if job.offload == "model")
     notes = [
         f"denoise: the peak of one of the {job.steps} steps (each step frees what the previous "
         "one made; steps do not add memory)",
         "peak allocated tensor bytes (torch.cuda.max_memory_allocated); peak_reserved_bytes "
-        "replays them through the caching allocator; the CUDA context and cuDNN convolution "
-        "workspaces are not included",
+        "replays them through the caching allocator; neither holds the CUDA context or cuDNN "
+        "convolution workspaces (an allowance for those: conv_workspace_allowance_bytes, "
+        "counted by the --gpu verdict)",
     ]
     if job.offload != "none":
         how = f" ({job.offload_type}{', use_stream' if job.use_stream else ''})"
@@ -112,6 +152,7 @@ def compose(
         notes=(*notes, *extra_notes),
         peak_reserved_bytes=reserved_bytes,
         loaded_reserved_bytes=loaded_reserved_bytes,
+        peak_reserved_upper_bytes=reserved_upper_bytes,
     )
 
 
@@ -142,9 +183,13 @@ def replay_reserved(
     forward_events: dict[str, list[tuple[str, int, int]]],
     stage_of: dict[str, str],
     gpu: Any = None,
+    calls: list[str] | None = None,
+    pinned: frozenset[str] = frozenset(),
+    conv_workspace: bool = False,
 ) -> tuple[int, int]:
     """(peak reserved bytes after loading, peak reserved bytes of the whole run): see the module
-    docstring. Under model offload,
+    docstring. ``conv_workspace``: each forward also allocates its cuDNN workspace allowance at
+    its peak (the upper figure the ``--gpu`` verdict uses). Under model offload,
     accelerate's ``CpuOffload.pre_forward`` offloads the previous component and calls
     ``clear_device_cache()`` (``torch.cuda.empty_cache``) before moving the next one in."""
     from memfit.estimate.device import allocator_workspaces
@@ -181,21 +226,29 @@ def replay_reserved(
                 weights(ci, c, True)
     else:
         for ci in on_device:
-            weights(ci, order[ci], False)
+            if order[ci] not in pinned or job.offload != "model":
+                weights(ci, order[ci], False)
         sim.empty_cache()
     loaded = sim.result().peak_reserved_bytes
-    for ci, c in enumerate(order):
+    on: set[str] = set(pinned)
+    walk = model_offload_walk(calls or list(order), list(order), pinned)
+    for call, (c, res) in enumerate(walk):
+        ci = order.index(c)
         t = traces[c]
         if job.offload == "model":
-            if ci:
-                weights(ci - 1, order[ci - 1], False)
+            for gone in on - res:
+                weights(order.index(gone), gone, False)
                 sim.empty_cache()
-            weights(ci, c, True)
+            for new in res - on:
+                weights(order.index(new), new, True)
+            on = set(res)
         elif job.offload in ("sequential", "group"):
             sim.malloc(_RESIDENT_KEY + ci, resident_bytes(job, t, 0))
         fwd = _at_peak(forward_events[c], _TRANSIENT_KEY + ci, t.transient_bytes)
+        if conv_workspace:  # the cuDNN allowance (diffusion_workspace.py) at the forward's peak
+            fwd = _at_peak(fwd, _WORKSPACE_KEY + ci, t.conv_workspace_bytes)
         for rep in range(2 if stage_of[c] == "denoise" else 1):
-            base = (ci * 4 + rep + 1) * 10**12
+            base = (call * 4 + rep + 1) * 10**12
             for kind, k, n in fwd:
                 sim.malloc(k + base, n) if kind == "a" else sim.free(k + base)
         if job.offload in ("sequential", "group"):

@@ -1,4 +1,5 @@
-"""The stages of FluxPipeline and StableDiffusionXLPipeline (diffusers 0.36.0), as shapes.
+"""The stages of FluxPipeline, StableDiffusionXLPipeline, StableDiffusion3Pipeline and
+PixArtSigmaPipeline (diffusers 0.42.1), as shapes.
 
 Each recipe says what ``pipe.__call__`` feeds each component (read from
 ``diffusers/pipelines/flux/pipeline_flux.py`` and
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.trace.diffusion import (
     DTYPES,
     SUPPORTED,
@@ -59,7 +60,7 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
     lh, lw = h // vsf, w // vsf
     if pipeline == "FluxPipeline":
         tcfg = configs["transformer"]
-        seq = job.max_sequence_length
+        seq = job.max_sequence_length or 512  # FluxPipeline.__call__'s default
         # FluxPipeline.prepare_latents: 2 * (H // (vsf * 2)), packed 2x2 into tokens
         lh, lw = 2 * (h // (vsf * 2)), 2 * (w // (vsf * 2))
         img = (lh // 2) * (lw // 2)
@@ -114,6 +115,10 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         }
         if dt == torch.float16 and configs["vae"].get("force_upcast", True):
             vae_dt = torch.float32
+    elif pipeline == "StableDiffusion3Pipeline":
+        steps = _sd3_steps(configs, job, dt, lh, lw)
+    elif pipeline == "PixArtSigmaPipeline":
+        steps = _pixart_steps(configs, job, dt, lh, lw)
     else:
         raise NotModelledError(
             f"{pipeline} is not modelled yet (memfit composes {', '.join(SUPPORTED)}); its "
@@ -126,6 +131,76 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         "vae_decode",
     )
     return steps, vae_dt
+
+
+def _sd3_steps(
+    configs: dict[str, Any], job: DiffusionJob, dt: torch.dtype, lh: int, lw: int
+) -> dict[str, tuple[Any, Any, str]]:
+    """StableDiffusion3Pipeline (pipeline_stable_diffusion_3.py): each CLIP on 77 tokens with
+    ``output_hidden_states=True``, T5 on ``max_sequence_length`` (default 256) unless the pipeline
+    was built with ``text_encoder_3=None`` (then ``_get_t5_prompt_embeds`` returns zeros of the
+    same shape); guidance 7.0 > 1 runs the transformer on a doubled batch of ``(16, H/8, W/8)``
+    latents with 77 + 256 text tokens; ``vae.decode`` without upcasting."""
+    tcfg = configs["transformer"]
+    b, b2 = job.batch, 2 * job.batch
+    seq = 77 + (job.max_sequence_length or 256)
+    tr = {
+        "hidden_states": lambda: _empty(b2, int(tcfg["in_channels"]), lh, lw, dtype=dt),
+        "timestep": lambda: _empty(b2, dtype=dt),
+        "encoder_hidden_states": lambda: _empty(
+            b2, seq, int(tcfg["joint_attention_dim"]), dtype=dt
+        ),
+        "pooled_projections": lambda: _empty(b2, int(tcfg["pooled_projection_dim"]), dtype=dt),
+    }
+
+    def tr_call(m: Any, **kw: Any) -> Any:
+        return m(**kw, return_dict=False)
+
+    clip = {"output_hidden_states": True}
+    steps: dict[str, tuple[Any, Any, str]] = {
+        name: (lambda: {"input_ids": _ids(b, 77), **clip}, _encoder_call, "text_encode")
+        for name in ("text_encoder", "text_encoder_2")
+    }
+    if not job.drop_text_encoder_3:
+        t5_seq = job.max_sequence_length or 256
+        steps["text_encoder_3"] = (
+            lambda: {"input_ids": _ids(b, t5_seq)},
+            _encoder_call,
+            "text_encode",
+        )
+    steps["transformer"] = (lambda: {k: f() for k, f in tr.items()}, tr_call, "denoise")
+    return steps
+
+
+def _pixart_steps(
+    configs: dict[str, Any], job: DiffusionJob, dt: torch.dtype, lh: int, lw: int
+) -> dict[str, tuple[Any, Any, str]]:
+    """PixArtSigmaPipeline (pipeline_pixart_sigma.py): T5 on ``max_sequence_length`` (default 300)
+    tokens with their attention mask; guidance 4.5 > 1 runs the transformer on a doubled batch with
+    ``added_cond_kwargs={"resolution": None, "aspect_ratio": None}``; ``vae.decode`` of the
+    latents cast to the VAE's dtype."""
+    tcfg = configs["transformer"]
+    b, b2 = job.batch, 2 * job.batch
+    seq = job.max_sequence_length or 300
+    tr = {
+        "hidden_states": lambda: _empty(b2, int(tcfg["in_channels"]), lh, lw, dtype=dt),
+        "encoder_hidden_states": lambda: _empty(b2, seq, int(tcfg["caption_channels"]), dtype=dt),
+        "encoder_attention_mask": lambda: torch.ones((b2, seq), dtype=torch.long),
+        "timestep": lambda: torch.zeros((b2,), dtype=torch.long),
+    }
+
+    def tr_call(m: Any, **kw: Any) -> Any:
+        cond = {"resolution": None, "aspect_ratio": None}
+        return m(**kw, added_cond_kwargs=cond, return_dict=False)
+
+    return {
+        "text_encoder": (
+            lambda: {"input_ids": _ids(b, seq), "attention_mask": torch.ones((b, seq))},
+            _encoder_call,
+            "text_encode",
+        ),
+        "transformer": (lambda: {k: f() for k, f in tr.items()}, tr_call, "denoise"),
+    }
 
 
 def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn.Module:
@@ -158,9 +233,10 @@ def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 #: (tree, component, dtype, input shapes, decode/attention options) -> (activation peak,
-#: output bytes, forward events): a component's trace does not depend on the offload mode or the
-#: weight format, so one process sizing several settings traces each component once.
-_TRACES: dict[tuple[Any, ...], tuple[int, int, list[tuple[str, int, int]]]] = {}
+#: output bytes, forward events, convolution-workspace allowance): a component's trace does not
+#: depend on the offload mode or the weight format, so one process sizing several settings
+#: traces each component once.
+_TRACES: dict[tuple[Any, ...], tuple[int, int, list[tuple[str, int, int]], int]] = {}
 
 
 def _trace_key(root: Path, comp: str, dt: torch.dtype, job: DiffusionJob) -> tuple[Any, ...]:
@@ -188,6 +264,14 @@ def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> list[str]:
     return []
 
 
+def _keep_in_fp32(model: torch.nn.Module, keep: tuple[str, ...]) -> None:
+    """transformers 4.x under bitsandbytes: the ``_keep_in_fp32_modules`` weights in fp32."""
+    for name, sub in model.named_modules():
+        if any(k in name.split(".") for k in keep):
+            for p in sub.parameters(recurse=False):
+                p.data = p.data.to(torch.float32)
+
+
 def _not_converted(model: torch.nn.Module, library: str) -> tuple[str, ...]:
     """Modules the quantizer leaves unquantized: transformers' quantizers add the class's
     ``_keep_in_fp32_modules`` (T5: ``wo``) to ``modules_to_not_convert``; diffusers' bitsandbytes
@@ -200,11 +284,17 @@ def estimate_pipeline(
 ) -> PipelineEstimate:
     """Trace every component of the pipeline at ``root`` and compose the stages."""
     from memfit.estimate.trace.diffusion_compose import compose, replay_reserved
+    from memfit.estimate.trace.diffusion_versions import behaviour
     from memfit.estimate.trace.diffusion_weights import BACKEND, layout, quantized_components
+    from memfit.estimate.trace.diffusion_workspace import conv_workspace_probe
 
     index, configs = read_tree(root)
     pipeline = str(index["_class_name"])
     dt = DTYPES[job.precision]
+    if job.drop_text_encoder_3 and "text_encoder_3" not in index:
+        raise SpecError(
+            f"--no-text-encoder-3: {pipeline} has no text_encoder_3 (it is an SD3 option)"
+        )
     if pipeline not in SUPPORTED:
         _recipe(pipeline, configs, job, dt)  # raises NotModelledError naming the pipeline
     steps, vae_dt = _recipe(pipeline, configs, job, dt)
@@ -216,7 +306,17 @@ def estimate_pipeline(
     denoiser = "transformer" if "transformer" in steps else "unet"
     sizes = {c: sum(p.numel() for p in m.parameters()) for c, m in models.items()}
     quants = quantized_components(configs, denoiser, sizes, job)
+    beh = behaviour(job.transformers_version, job.bitsandbytes_version)
     notes: list[str] = []
+    #: bitsandbytes 8-bit components diffusers gives no offload hook (they stay on the device)
+    pinned = frozenset(
+        c for c, f in quants.items() if f == "int8" and not beh.bnb_8bit_offload_hooks
+    )
+    if pinned and job.offload == "model":
+        notes.append(
+            f"{', '.join(sorted(pinned))}: bitsandbytes 8-bit, no offload hook under transformers "
+            f"{beh.transformers} / bitsandbytes {beh.bitsandbytes}: stays on the device"
+        )
     traces: dict[str, ComponentTrace] = {}
     stage_of: dict[str, str] = {}
     tensor_allocs: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
@@ -226,6 +326,18 @@ def estimate_pipeline(
         notes += _prepare(model, comp, job)
         fmt = quants.get(comp, "none")
         lw = job.layerwise_casting if comp == denoiser else None
+        legacy = (
+            BACKEND.get(fmt) == "bitsandbytes"
+            and index[comp][0] == "transformers"
+            and beh.bnb_keeps_fp32_modules_in_fp32
+            and bool(_not_converted(model, "transformers"))
+        )
+        if legacy:
+            _keep_in_fp32(model, _not_converted(model, "transformers"))
+            notes.append(
+                f"{comp}: transformers {beh.transformers} keeps "
+                f"{', '.join(_not_converted(model, 'transformers'))} in fp32 under bitsandbytes"
+            )
         lay = layout(
             model,
             quant=fmt,
@@ -238,12 +350,13 @@ def estimate_pipeline(
             notes.append(f"{comp}: linear weights in {fmt} ({BACKEND.get(fmt, 'GGUF')})")
         if lw:
             notes.append(f"{comp}: enable_layerwise_casting(storage {lw}, compute {job.precision})")
-        key = _trace_key(root, comp, vae_dt if comp == "vae" else dt, job)
+        key = (*_trace_key(root, comp, vae_dt if comp == "vae" else dt, job), legacy)
         if key not in _TRACES:
             events: list[tuple[str, int, int]] = []
-            act, out = trace_forward(model, make_inputs, call, events=events)
-            _TRACES[key] = (act, out, events)
-        act, out, forward_events[comp] = _TRACES[key]
+            with conv_workspace_probe(model) as probe:
+                act, out = trace_forward(model, make_inputs, call, events=events)
+            _TRACES[key] = (act, out, events, probe.bytes)
+        act, out, forward_events[comp], workspace = _TRACES[key]
         traces[comp] = ComponentTrace(
             name=comp,
             class_name=index[comp][1],
@@ -253,14 +366,25 @@ def estimate_pipeline(
             output_bytes=out,
             storage=lay.storage,
             transient_bytes=lay.transient_bytes,
+            conv_workspace_bytes=workspace,
             group_resident_bytes=lay.group_resident_bytes(job.offload_type, job.use_stream),
             dtype=_DTYPE_NAMES[vae_dt if comp == "vae" else dt],
         )
         tensor_allocs[comp] = lay.tensor_allocs
         stage_of[comp] = stage
-    loaded, reserved = replay_reserved(
-        job, list(steps), traces, tensor_allocs, forward_events, stage_of, gpu=gpu
-    )
+    calls = list(steps)
+    if pipeline == "StableDiffusion3Pipeline":
+        # encode_prompt: the encoders for the prompt, then again for the negative prompt (CFG)
+        encoders = [c for c in steps if stage_of[c] == "text_encode"]
+        calls = [*encoders, *calls]
+    replay = {
+        "gpu": gpu,
+        "calls": calls,
+        "pinned": pinned,
+    }
+    args = (job, list(steps), traces, tensor_allocs, forward_events, stage_of)
+    loaded, reserved = replay_reserved(*args, **replay)  # type: ignore[arg-type]
+    _, reserved_upper = replay_reserved(*args, **replay, conv_workspace=True)  # type: ignore[arg-type]
     return compose(
         name,
         pipeline,
@@ -269,5 +393,8 @@ def estimate_pipeline(
         stage_of,
         reserved_bytes=reserved,
         loaded_reserved_bytes=loaded,
+        reserved_upper_bytes=reserved_upper,
         extra_notes=tuple(dict.fromkeys(notes)),
+        calls=calls,
+        pinned=pinned,
     )
