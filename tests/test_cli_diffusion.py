@@ -82,15 +82,45 @@ def test_a_gpu_verdict_adds_the_cuda_context(
     code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
     fits = json.loads(out)["fits"]
     assert code == 0 and fits["fits"]
-    # the reserved peak (the allocator replay, cuBLAS workspaces included) plus the CUDA context,
-    # and the verdict's need with the cuDNN convolution-workspace allowance on top
+    # the reserved peak (the allocator replay, cuBLAS workspaces included) plus the CUDA context;
+    # the cuDNN convolution-workspace allowance on top is reported beside it, not required
     est = json.loads(out)
-    without = est["peak_reserved_bytes"] + fits["overhead_bytes"]
-    assert fits["need_without_conv_workspace_bytes"] == without
+    need = est["peak_reserved_bytes"] + fits["overhead_bytes"]
+    assert fits["need_bytes"] == need
     assert est["conv_workspace_allowance_bytes"] > 0
-    assert fits["need_bytes"] == est["peak_reserved_upper_bytes"] + fits["overhead_bytes"]
-    assert without <= fits["need_bytes"] <= without + est["conv_workspace_allowance_bytes"]
+    upper = fits["need_with_conv_workspace_bytes"]
+    assert upper == est["peak_reserved_upper_bytes"] + fits["overhead_bytes"]
+    assert need <= upper <= need + est["conv_workspace_allowance_bytes"]
     assert fits["overhead_bytes"] > 0
+
+
+def test_the_tensors_decide_the_verdict_when_only_the_conv_workspace_allowance_overflows(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PyTorch's cuDNN path runs a plan with less workspace when the preferred one's cannot be
+    # allocated, so a card between the tensors' need and the allowance's fits, and says why
+    pytest.importorskip("diffusers")
+    import dataclasses
+
+    from tests.estimate.trace.test_diffusion import tiny_flux
+
+    from memfit.hardware import catalog
+
+    root = tiny_flux(tmp_path)
+    argv = ["estimate", str(root), "--mode", "infer", "--height", "512", "--width", "512"]
+    _, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
+    fits = json.loads(out)["fits"]
+    need, upper = fits["need_bytes"], fits["need_with_conv_workspace_bytes"]
+    assert need < upper
+    between = dataclasses.replace(catalog.get_gpu("T4"), memory_bytes=(need + upper) // 2)
+    monkeypatch.setattr(catalog, "get_gpu", lambda name: between)
+    code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4")
+    assert code == 0
+    assert "fits (the tensors fit; cuDNN's preferred convolution plans may want" in out
+    small = dataclasses.replace(between, memory_bytes=need - 1)
+    monkeypatch.setattr(catalog, "get_gpu", lambda name: small)
+    code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
+    assert code == 1 and not json.loads(out)["fits"]["fits"]
 
 
 def test_a_group_offloaded_quantized_pipeline_prints_its_formats_and_reserved_peak(

@@ -120,16 +120,19 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
             overhead = ov.outside_allocator_bytes
             need = max(need, est.peak_reserved_bytes + overhead)
             upper = max(upper, (est.peak_reserved_upper_bytes or 0) + overhead)
-        # the verdict counts the cuDNN workspace allowance (diffusion_workspace.py): a job is
-        # said to fit only if it fits with it
+        # the cuDNN workspace allowance (diffusion_workspace.py) does not decide the verdict:
+        # PyTorch's cuDNN path skips a plan whose workspace cannot be allocated and runs one
+        # with less, so a job whose tensors fit runs; the verdict says when the allowance does
+        # not fit (the decode may then take slower plans, and a measured peak on a larger card
+        # is higher)
         fits = {
             "gpu": gpu.name,
             "capacity_bytes": gpu.memory_bytes,
             "overhead_bytes": overhead,
-            "need_bytes": upper,
-            "need_without_conv_workspace_bytes": need,
-            "fits": upper <= gpu.memory_bytes,
-            "fits_without_conv_workspace": need <= gpu.memory_bytes,
+            "need_bytes": need,
+            "need_with_conv_workspace_bytes": upper,
+            "fits": need <= gpu.memory_bytes,
+            "fits_with_conv_workspace": upper <= gpu.memory_bytes,
         }
     if args.json:
         print(json.dumps({**est.to_json(), "fits": fits}, indent=2))
@@ -177,10 +180,12 @@ def render(est: Any, fits: dict[str, Any] | None) -> str:
         )
     if fits is not None:
         verdict = "fits" if fits["fits"] else "does NOT fit"
-        if not fits["fits"] and fits["fits_without_conv_workspace"]:
+        if fits["fits"] and not fits["fits_with_conv_workspace"]:
             verdict = (
-                "does NOT fit with the convolution-workspace allowance (the tensors fit; it runs "
-                "only if cuDNN finds convolution plans with less workspace)"
+                "fits (the tensors fit; cuDNN's preferred convolution plans may want up to "
+                f"{fb(fits['need_with_conv_workspace_bytes'] - fits['capacity_bytes'])} more "
+                "workspace than the card has free, and PyTorch then runs plans with less "
+                "workspace, which can make the VAE decode slower)"
             )
         lines.append(
             f"{fits['gpu']} ({fb(fits['capacity_bytes'])}): {verdict} (needs "

@@ -134,7 +134,7 @@ def compose(
         "peak allocated tensor bytes (torch.cuda.max_memory_allocated); peak_reserved_bytes "
         "replays them through the caching allocator; neither holds the CUDA context or cuDNN "
         "convolution workspaces (an allowance for those: conv_workspace_allowance_bytes, "
-        "counted by the --gpu verdict)",
+        "reported beside the --gpu verdict)",
     ]
     if job.offload != "none":
         how = f" ({job.offload_type}{', use_stream' if job.use_stream else ''})"

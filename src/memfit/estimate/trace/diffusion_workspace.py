@@ -24,7 +24,7 @@ unfolded input, ``C_in / groups · kh · kw · H_out · W_out`` elements (cuDNN'
 ``CUDNN_CONVOLUTION_FWD_ALGO_GEMM`` "expresses the convolution as an explicit matrix product" and
 stores that matrix) — for 2-D and 3-D convolutions with a kernel larger than 1. This is a stated
 rule, not a proven bound on every engine cuDNN may pick (FFT engines can ask for more); the
-``--gpu`` verdict counts it (docs/diffusion.md).
+``--gpu`` verdict reports it beside the tensors' figure, which decides (docs/diffusion.md).
 """
 
 from __future__ import annotations
