@@ -110,8 +110,8 @@ def largest_guided(
     asked at the guess's answer and the value after it. ``pred`` holding at ``v`` and failing at
     ``v + step`` (or ``v`` being ``cap``) is the answer of any monotone search, whatever the
     guess said elsewhere; where ``pred`` disagrees, the interval it has certified shrinks and the
-    guess searches again inside it, and after :data:`GUIDED_ROUNDS` rounds ``pred`` bisects
-    what is left itself."""
+    guess searches again inside it, and after :data:`GUIDED_ROUNDS` rounds ``pred`` searches
+    what is left itself (doubling its step up from the certified value, then bisecting)."""
     if cap < step or not pred(step):
         return 0
     lo, hi = 1, cap // step + 1  # in units of step: pred(lo) holds; hi fails or is beyond cap
@@ -125,6 +125,11 @@ def largest_guided(
                     hi = v
                     break
                 lo = v
+    jump = 1
+    while lo + jump < hi and pred((lo + jump) * step):
+        lo += jump
+        jump *= 2
+    hi = min(hi, lo + jump)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if pred(mid * step):
@@ -191,8 +196,8 @@ def fit(
     if engines.search.n_guided:
         notes.append(
             f"search: {engines.search.n_guided} cheap probes of the {engines.search.name} "
-            f"engine (reserved bytes scaled, not replayed) led it; the answer and the value "
-            f"after it were estimated exactly ({n} exact estimates)"
+            f"engine (reserved bytes interpolated from its exact replays) led it; the answer "
+            f"and the value after it were estimated exactly ({n} exact estimates)"
         )
     return FitResult(
         solve=solve,

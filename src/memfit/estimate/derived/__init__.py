@@ -82,12 +82,12 @@ def estimate_derived(
 def guide_derived(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
     """A search's cheap probe, not an answer: the form's live-bytes peaks and breakdown at the
     workload's batch size (exact, the same arrays as :func:`estimate_derived`), with the reserved
-    bytes not replayed but scaled from the batch size nearest to it that was replayed exactly in
-    this process (its reserved / peak ratio). Milliseconds where the allocator replay takes a
-    tenth of a second; a search that probes with it replays its answer and the answer's
-    neighbour exactly (:func:`memfit.plan.solve.largest_guided`). NotModelledError where the
-    job's form is not loaded in this process (a guide never builds or reads one) or no batch
-    size of it was replayed exactly on this GPU yet."""
+    bytes not replayed but interpolated in the live peak between batch sizes of this form that
+    were replayed exactly in this process (:func:`_guide_reserved`). Milliseconds where the
+    allocator replay takes a tenth of a second; a search that probes with it replays its answer
+    and the answer's neighbour exactly (:func:`memfit.plan.solve.largest_guided`).
+    NotModelledError where the job's form is not loaded in this process (a guide never builds
+    or reads one) or no batch size of it was replayed exactly on this GPU yet."""
     started = time.perf_counter()
     if refusal(source, workload) is not None:
         raise NotModelledError("no guide: the derived engine does not model it", engine="derived")
@@ -104,10 +104,8 @@ def guide_derived(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> Me
             engine="derived",
         )
     flat = _flat(form, w.batch_size, workspaces, reserved=False)
-    near = min(seen, key=lambda b: (abs(b - w.batch_size), -b))
-    peak, reserved = seen[near]
-    flat["reserved"] = -(-_peak_live(flat) * reserved // max(peak, 1))
-    guide = {"reserved": f"scaled from the exact replay at batch {near} (not replayed)"}
+    flat["reserved"], how = _guide_reserved(seen, w.batch_size, _peak_live(flat))
+    guide = {"reserved": f"{how} (not replayed)"}
     return _result(form, source, w, gpu, flat, prepared_notes, started, False, guide=guide)
 
 
@@ -248,6 +246,24 @@ def _flat(
         seen = _EXACT.setdefault((id(form), workspaces), {})
         seen[x] = (_peak_live(flat), int(flat["reserved"]))
     return flat
+
+
+def _guide_reserved(seen: dict[int, tuple[int, int]], x: int, peak: int) -> tuple[int, str]:
+    """Reserved bytes at batch size ``x`` (live peak ``peak``) from the exact replays ``seen``
+    (batch -> (peak, reserved)): on the line through the two nearest (the nearest below and
+    above where both exist), as a function of the live peak; from one, its reserved / peak."""
+    below = [b for b in seen if b <= x]
+    above = [b for b in seen if b > x]
+    if below and above:
+        pair = [max(below), min(above)]
+    else:
+        pair = sorted(seen, key=lambda b: (abs(b - x), -b))[:2]
+    if len(pair) == 2 and seen[pair[0]][0] != seen[pair[1]][0]:
+        (p0, r0), (p1, r1) = seen[pair[0]], seen[pair[1]]
+        got = r0 + (r1 - r0) * (peak - p0) / (p1 - p0)
+        return max(int(got), peak), f"on the line through the exact replays at batch {pair}"
+    p0, r0 = seen[pair[0]]
+    return -(-peak * r0 // max(p0, 1)), f"scaled from the exact replay at batch {pair[0]}"
 
 
 def _peak_live(flat: Flat) -> int:
