@@ -324,11 +324,11 @@ def _markdown(r: dict[str, Any]) -> str:
         f"{pe['split_ms']['peaks_and_breakdown']} / {pe['split_cpu_ms']['peaks_and_breakdown']}"
         f" ms and the allocator replay {pe['split_ms']['allocator_replay']} / "
         f"{pe['split_cpu_ms']['allocator_replay']} ms; the reference event-by-event replay of "
-        f"the same form (the evaluator before) {pe['reference_replay_ms']} / "
-        f"{pe['reference_replay_cpu_ms']} ms;",
-        f"- guide probe (exact peaks and breakdown, reserved bytes scaled from the nearest exact "
-        f"replay): median {pe['guide_median_ms']} / {pe['guide_median_cpu_ms']} ms, max "
-        f"{pe['guide_max_ms']} ms wall; its reserved bytes within "
+        f"the same form (the evaluator before, with today's allocator loop) "
+        f"{pe['reference_replay_ms']} / {pe['reference_replay_cpu_ms']} ms;",
+        f"- guide probe (exact peaks and breakdown, reserved bytes interpolated between the "
+        f"exact replays made so far): median {pe['guide_median_ms']} / "
+        f"{pe['guide_median_cpu_ms']} ms, max {pe['guide_max_ms']} ms wall; its reserved bytes within "
         f"{100 * pe['guide_worst_reserved_error']:.2f} % of the exact replay's here (a probe "
         "only leads the search: the answer and the value after it are replayed exactly).",
         "",
