@@ -329,8 +329,9 @@ def _markdown(r: dict[str, Any]) -> str:
         f"- guide probe (exact peaks and breakdown, reserved bytes interpolated between the "
         f"exact replays made so far): median {pe['guide_median_ms']} / "
         f"{pe['guide_median_cpu_ms']} ms, max {pe['guide_max_ms']} ms wall; its reserved "
-        f"bytes within {100 * pe['guide_worst_reserved_error']:.2f} % of the exact replay's here (a probe "
-        "only leads the search: the answer and the value after it are replayed exactly).",
+        f"bytes within {100 * pe['guide_worst_reserved_error']:.2f} % of the exact replay's "
+        "here (a probe only leads the search: the answer and the value after it are replayed "
+        "exactly).",
         "",
     ]
     return "\n".join(lines)
