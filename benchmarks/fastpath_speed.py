@@ -2,15 +2,23 @@
 type with no hand-written program, cold (empty form cache) and warm, and the per-estimate cost of
 a built form. Writes ``benchmarks/results/fastpath_speed.md`` and ``.json``.
 
-    PYTHONPATH=src python benchmarks/fastpath_speed.py [--layers 36] [--skip-plan]
+    PYTHONPATH=src python benchmarks/fastpath_speed.py [--layers 36] [--parts fit,plan]
 
 The model is a Qwen3-8B-shaped config (hidden 4096, 32 heads / 8 KV heads, head 128, MLP 12288,
 vocab 151936, ``--layers`` layers) written with model_type ``granite``, which has no analytic
 program (the bundled Qwen3 configs now have one), so `auto` takes the derived engine. Each command
 runs as a fresh process (imports included), as a user would run it, with its own empty
-``MEMFIT_CACHE_DIR`` for the cold run; warm runs are measured twice. The machine is shared: the
-1-minute load average before and after each run is written next to its time, with the CPU time
-the process itself used (user + system, from ``os.wait4``), which load does not inflate as much.
+``MEMFIT_CACHE_DIR`` for the cold run; warm runs are measured twice. Child processes keep their
+bytecode under a temporary ``PYTHONPYCACHEPREFIX`` (compiled once before the first run), as an
+installed package has it, even where the caller sets ``PYTHONDONTWRITEBYTECODE``.
+
+The fits: QLoRA (nf4, r16, full checkpointing, seq 4096) under the default precision (bf16-mixed)
+on an L4, where not even batch 1 fits (the trace: 21.9 GB allocated), so that fit is one
+estimate; the same job on an H100-80GB (the same form: the GPU is not part of its key), and under
+``bf16-true`` on the H100, which search. ``--parts`` runs a subset and keeps the other parts'
+results from the last run in the files. The machine is shared: the 1-minute load average before
+and after each run is written next to its time, with the CPU time the process itself used (user
++ system, from ``getrusage``), which load does not inflate as much.
 """
 
 from __future__ import annotations
@@ -46,12 +54,20 @@ QWEN3_8B_SHAPE = {
 }
 
 
+def _env(cache: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "MEMFIT_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "src"),
+            "PYTHONPYCACHEPREFIX": _PYCACHE[0]}  # fmt: skip
+
+
+_PYCACHE = [""]
+
+
 def _run(cmd: list[str], cache: str, timeout_s: int) -> dict[str, Any]:
-    env = {**os.environ, "MEMFIT_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "src")}
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        cmd, env=_env(cache), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     try:
         out, _ = proc.communicate(timeout=timeout_s)
@@ -66,9 +82,15 @@ def _run(cmd: list[str], cache: str, timeout_s: int) -> dict[str, Any]:
     try:
         data = json.loads(out)
         summary = {k: data.get(k) for k in ("search_engine", "max_batch", "n_estimates")}
+        guided = [n for n in data.get("notes", []) if str(n).startswith("search: ")]
+        if guided:
+            summary["guided"] = guided[0].split(" cheap probes")[0].removeprefix("search: ")
         if "recommended" in data:
             rec = data.get("recommended") or {}
-            summary["recommended"] = rec.get("settings") or rec.get("describe") or bool(rec)
+            summary["recommended"] = rec.get("changes") or bool(rec)
+            search = data.get("search") or {}
+            summary["n_estimates"] = search.get("n_estimated")
+            summary["search_s"] = search.get("search_s")
     except ValueError:
         pass
     return {
@@ -95,87 +117,136 @@ def _child_cpu_s() -> float:
     return used
 
 
-def _per_estimate(model: str, cache: str, workload: dict[str, Any], n: int = 15) -> dict:
-    """A built form evaluated at ``n`` batch sizes in this process: milliseconds per estimate,
-    and how one replay splits (live-bytes peaks, their breakdown, the allocator replay)."""
+def _timed(fn: Any) -> tuple[Any, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000
+
+
+def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: str) -> dict:
+    """A built form evaluated in this process at 12 batch sizes: milliseconds per exact estimate
+    and per guide probe (wall and CPU), how one exact estimate splits (live-bytes peaks and
+    their breakdown; the allocator replay), and the reference event-by-event replay."""
     os.environ["MEMFIT_CACHE_DIR"] = cache
     sys.path.insert(0, str(ROOT / "src"))
     from memfit.estimate import derived
-    from memfit.estimate.derived import estimate_derived
+    from memfit.estimate.derived import estimate_derived, guide_derived
     from memfit.estimate.derived import form as F
+    from memfit.estimate.derived.compiled import compile_run
     from memfit.estimate.device import allocator_workspaces
     from memfit.hardware import get_gpu
     from memfit.models import resolve_model
     from memfit.spec import WorkloadSpec
 
-    source, gpu = resolve_model(model), get_gpu("L4")
-    started = time.perf_counter()
-    estimate_derived(source, WorkloadSpec(**workload, batch_size=1), gpu=gpu)
-    load_ms = (time.perf_counter() - started) * 1000
-    times = []
-    for b in range(2, 2 + n):
-        started = time.perf_counter()
-        estimate_derived(source, WorkloadSpec(**workload, batch_size=b), gpu=gpu)
-        times.append((time.perf_counter() - started) * 1000)
+    source, gpu = resolve_model(model), get_gpu(gpu_name)
+    _, first_ms, first_cpu = _timed(
+        lambda: estimate_derived(source, WorkloadSpec(**workload, batch_size=1), gpu=gpu)
+    )
+    exact, guide, exact_cpu, guide_cpu, worst = [], [], [], [], 0.0
+    for b in range(2, 14):
+        w = WorkloadSpec(**workload, batch_size=b)
+        g, ms, cpu = _timed(lambda w=w: guide_derived(source, w, gpu=gpu))
+        guide.append(ms)
+        guide_cpu.append(cpu)
+        e, ms, cpu = _timed(lambda w=w: estimate_derived(source, w, gpu=gpu))
+        exact.append(ms)
+        exact_cpu.append(cpu)
+        assert g.peak_allocated_bytes == e.peak_allocated_bytes
+        worst = max(worst, abs(g.peak_reserved_bytes / e.peak_reserved_bytes - 1))
     form = next(iter(derived._FORMS.values()))
     run = form["runs"][0]
-    sizes = F.sizes_at(run, 4)
-    marks = {int(i): str(p) for i, p in run["marks"]}
     ws = allocator_workspaces(gpu, training=True)
-    t0 = time.perf_counter()
-    peaks = F._phase_peaks(run["ev"], sizes, marks)
-    t1 = time.perf_counter()
-    F._snapshots(run["ev"], sizes, marks, peaks)
-    t2 = time.perf_counter()
-    F._reserved(run["ev"], sizes, ws)
-    t3 = time.perf_counter()
+    c = compile_run(run)
+    _, peaks_ms, peaks_cpu = _timed(lambda: c.flat(20, ws, reserved=False))
+    sizes = c.sizes(21)
+    _, alloc_ms, alloc_cpu = _timed(lambda: c.reserved_bytes(sizes, ws))
+    _, ref_ms, ref_cpu = _timed(lambda: F.replay_run(run, 22, ws))
+    med = statistics.median
     return {
-        "n": n,
+        "gpu": gpu_name,
+        "workload": workload,
+        "n": len(exact),
         "n_events": len(run["ev"]),
-        "first_in_process_ms": round(load_ms, 1),
-        "median_ms": round(statistics.median(times), 1),
-        "max_ms": round(max(times), 1),
+        "first_in_process_ms": round(first_ms, 1),
+        "first_in_process_cpu_ms": round(first_cpu, 1),
+        "exact_median_ms": round(med(exact), 1),
+        "exact_median_cpu_ms": round(med(exact_cpu), 1),
+        "exact_max_ms": round(max(exact), 1),
+        "guide_median_ms": round(med(guide), 2),
+        "guide_median_cpu_ms": round(med(guide_cpu), 2),
+        "guide_max_ms": round(max(guide), 2),
+        "guide_worst_reserved_error": round(worst, 4),
         "split_ms": {
-            "phase_peaks": round((t1 - t0) * 1000, 1),
-            "breakdown": round((t2 - t1) * 1000, 1),
-            "allocator_replay": round((t3 - t2) * 1000, 1),
+            "peaks_and_breakdown": round(peaks_ms, 2),
+            "allocator_replay": round(alloc_ms, 1),
         },
+        "split_cpu_ms": {
+            "peaks_and_breakdown": round(peaks_cpu, 2),
+            "allocator_replay": round(alloc_cpu, 1),
+        },
+        "reference_replay_ms": round(ref_ms, 1),
+        "reference_replay_cpu_ms": round(ref_cpu, 1),
         "load_average": round(os.getloadavg()[0], 1),
     }
+
+
+QLORA = ["--seq", "4096", "--solve", "batch", "--json", "--checkpointing", "full",
+         "--lora-rank", "16", "--quant", "nf4"]  # fmt: skip
+QLORA_WORKLOAD = {"mode": "train", "seq_len": 4096, "checkpointing": "full", "lora_rank": 16,
+                  "quant": "nf4"}  # fmt: skip
+#: The runs of the ``fit`` part: (name, GPU, precision, cache: a fresh one or a named earlier run's)
+FITS = [
+    ("fit_cold", "L4", "bf16", "new"),
+    ("fit_warm", "L4", "bf16", "fit_cold"),
+    ("fit_warm_again", "L4", "bf16", "fit_cold"),
+    ("fit_h100_warm", "H100-80GB", "bf16", "fit_cold"),
+    ("fit_h100_warm_again", "H100-80GB", "bf16", "fit_cold"),
+    ("fit_true_h100_cold", "H100-80GB", "bf16-true", "new"),
+    ("fit_true_h100_warm", "H100-80GB", "bf16-true", "fit_true_h100_cold"),
+    ("fit_true_h100_warm_again", "H100-80GB", "bf16-true", "fit_true_h100_cold"),
+]
+ROWS = [name for name, *_ in FITS] + ["plan_cold", "plan_warm", "plan_warm_again"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--timeout", type=int, default=1800)
-    ap.add_argument("--skip-plan", action="store_true")
+    ap.add_argument("--parts", default="fit,plan", help="comma-separated: fit, plan")
     ap.add_argument("--plan-timeout", type=int, default=1800, help="seconds per plan run")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     work = Path(tempfile.mkdtemp())
+    _PYCACHE[0] = str(work / "pycache")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")],
+                   env=_env(str(work)), check=False, stdout=subprocess.DEVNULL)  # fmt: skip
     model = str(work / "qwen3-8b-shape.json")
     Path(model).write_text(json.dumps({**QWEN3_8B_SHAPE, "num_hidden_layers": args.layers}))
     py = [sys.executable, "-m", "memfit"]
-    fit = [*py, "fit", model, "--gpu", "L4", "--seq", "4096", "--solve", "batch", "--json",
-           "--precision", "bf16", "--checkpointing", "full", "--lora-rank", "16",
-           "--quant", "nf4"]  # fmt: skip
     plan = [*py, "plan", model, "--gpu", "L4", "--seq", "4096", "--global-batch", "32", "--json"]
-    results: dict[str, Any] = {
+    old = RESULTS / "fastpath_speed.json"
+    results: dict[str, Any] = json.loads(old.read_text()) if old.exists() else {}
+    if results.get("layers") != args.layers:
+        results = {}
+    if "exact_median_ms" not in results.get("per_estimate", {"exact_median_ms": 0}):
+        del results["per_estimate"]  # written by the benchmark before the guided search
+    results.update({
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
         "python": platform.python_version(),
         "layers": args.layers,
-        "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-    }
+    })  # fmt: skip
     _child_cpu_s()
-    fit_cache = str(work / "cache-fit")
-    workload = {"mode": "train", "seq_len": 4096, "precision": "bf16", "checkpointing": "full",
-                "lora_rank": 16, "quant": "nf4"}  # fmt: skip
-    steps: list[tuple[str, Any]] = [
-        ("fit_cold", lambda: _run(fit, fit_cache, args.timeout)),
-        ("fit_warm", lambda: _run(fit, fit_cache, args.timeout)),
-        ("fit_warm_again", lambda: _run(fit, fit_cache, args.timeout)),
-        ("per_estimate", lambda: _per_estimate(model, fit_cache, workload)),
-    ]
-    if not args.skip_plan:
+    steps: list[tuple[str, Any]] = []
+    caches: dict[str, str] = {}
+    if "fit" in parts:
+        for name, gpu, precision, cache in FITS:
+            caches[name] = str(work / f"cache-{name}") if cache == "new" else caches[cache]
+            cmd = [*py, "fit", model, "--gpu", gpu, "--precision", precision, *QLORA]
+            steps.append((name, lambda c=cmd, d=caches[name]: _run(c, d, args.timeout)))
+        workload = {**QLORA_WORKLOAD, "precision": "bf16-true"}
+        steps.append(("per_estimate", lambda: _per_estimate(
+            model, caches["fit_true_h100_cold"], workload, "H100-80GB")))  # fmt: skip
+    if "plan" in parts:
         plan_cache = str(work / "cache-plan")
         steps += [
             ("plan_cold", lambda: _run(plan, plan_cache, args.plan_timeout)),
@@ -185,17 +256,25 @@ def main() -> None:
     for name, step in steps:
         if name.startswith("plan_warm") and not isinstance(results["plan_cold"]["rc"], int):
             results[name] = {"skipped": "the cold plan did not finish: no warm cache to time"}
-            _write(results)
+            _write(results, merge=tuple(n for n, _ in steps))
             continue
-        results[name] = step()
-        results["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-        _write(results)  # after each run: a cut-short benchmark keeps what it measured
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+        results[name] = {**step(), "started_utc": started}
+        # after each run: a cut-short benchmark keeps what it measured
+        _write(results, merge=("machine", "python", "layers", *(n for n, _ in steps)))
     print(json.dumps(results, indent=2))
 
 
-def _write(results: dict[str, Any]) -> None:
+def _write(results: dict[str, Any], *, merge: tuple[str, ...] = ()) -> None:
+    """Write the results; ``merge``: this run's rows, kept over the file's (a concurrent run of
+    another part may have written its own rows since this one started)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "fastpath_speed.json").write_text(json.dumps(results, indent=2) + "\n")
+    path = RESULTS / "fastpath_speed.json"
+    if merge and path.exists():
+        on_disk = json.loads(path.read_text())
+        if on_disk.get("layers") == results.get("layers"):
+            results = {**on_disk, **{k: results[k] for k in merge if k in results}}
+    path.write_text(json.dumps(results, indent=2) + "\n")
     (RESULTS / "fastpath_speed.md").write_text(_markdown(results))
 
 
@@ -203,45 +282,56 @@ def _markdown(r: dict[str, Any]) -> str:
     lines = [
         "# Derived-engine speed (issue 11)",
         "",
-        "Written by `PYTHONPATH=src python benchmarks/fastpath_speed.py` "
-        f"(started {r['started_utc']} UTC, finished {r['finished_utc']} UTC). "
-        f"Machine: {r['machine']}. Model: a Qwen3-8B-shaped config with model_type `granite` "
-        f"(no analytic program), {r['layers']} layers, seq 4096, L4. Targets: cold <= 20 s, "
-        "warm <= 3 s, <= 5 ms per estimate.",
+        "Written by `PYTHONPATH=src python benchmarks/fastpath_speed.py` (each row says when it "
+        f"started, UTC). Machine: {r['machine']}. Model: a Qwen3-8B-shaped config with "
+        f"model_type `granite` (no analytic program), {r['layers']} layers, seq 4096. Targets: "
+        "cold <= 20 s, warm <= 3 s, <= 5 ms per estimate.",
         "",
         "Wall time is the whole process as a user runs it; CPU is the process's own user + "
         "system time. Load: 1-minute load average before / after the run (2 cores; other "
         "sessions were running).",
         "",
-        "| run | command | rc | wall s | CPU s | load before / after | answer |",
-        "|---|---|---|---|---|---|---|",
+        "| run | command | rc | wall s | CPU s | load before / after | started | answer |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for key in ("fit_cold", "fit_warm", "fit_warm_again", "plan_cold", "plan_warm",
-                "plan_warm_again"):  # fmt: skip
+    keys = ("search_engine", "max_batch", "n_estimates", "guided", "search_s", "recommended")
+    for key in ROWS:
         if key not in r:
             continue
         x = r[key]
         if "skipped" in x:
-            lines.append(f"| {key} | | | | | | skipped: {x['skipped']} |")
+            lines.append(f"| {key} | | | | | | | skipped: {x['skipped']} |")
             continue
-        answer = ", ".join(
-            f"{k}={x[k]}" for k in ("search_engine", "max_batch", "n_estimates", "recommended")
-            if k in x
-        )  # fmt: skip
+        answer = ", ".join(f"{k}={x[k]}" for k in keys if k in x)
         lines.append(
             f"| {key} | `{x['cmd']}` | {x['rc']} | {x['wall_s']} | {x['cpu_s']} | "
-            f"{x['load_before']} / {x['load_after']} | {answer} |"
+            f"{x['load_before']} / {x['load_after']} | {x.get('started_utc', '')} | {answer} |"
         )
     pe = r.get("per_estimate")
     if pe is None:
         return "\n".join([*lines, ""])
     lines += [
         "",
-        f"Per estimate, form built ({pe['n_events']} events), {pe['n']} batch sizes in one "
-        f"process: median {pe['median_ms']} ms, max {pe['max_ms']} ms (first in the process, "
-        f"loading the form: {pe['first_in_process_ms']} ms); one replay splits into "
-        + ", ".join(f"{k} {v} ms" for k, v in pe["split_ms"].items())
-        + f" (load average {pe['load_average']}).",
+        f"Per estimate, form built ({pe['n_events']} events; {pe['workload']} on "
+        f"{pe['gpu']}), {pe['n']} batch sizes in one process (load average "
+        f"{pe['load_average']}; wall / CPU):",
+        "",
+        f"- exact estimate (live-bytes peaks, breakdown and the allocator replay): median "
+        f"{pe['exact_median_ms']} / {pe['exact_median_cpu_ms']} ms, max {pe['exact_max_ms']} ms "
+        f"wall (first in the process, loading and compiling the form: "
+        f"{pe['first_in_process_ms']} / {pe['first_in_process_cpu_ms']} ms);",
+        f"- one exact estimate splits into peaks and breakdown "
+        f"{pe['split_ms']['peaks_and_breakdown']} / {pe['split_cpu_ms']['peaks_and_breakdown']}"
+        f" ms and the allocator replay {pe['split_ms']['allocator_replay']} / "
+        f"{pe['split_cpu_ms']['allocator_replay']} ms; the reference event-by-event replay of "
+        f"the same form (the evaluator before, with today's allocator loop) "
+        f"{pe['reference_replay_ms']} / {pe['reference_replay_cpu_ms']} ms;",
+        f"- guide probe (exact peaks and breakdown, reserved bytes interpolated between the "
+        f"exact replays made so far): median {pe['guide_median_ms']} / "
+        f"{pe['guide_median_cpu_ms']} ms, max {pe['guide_max_ms']} ms wall; its reserved "
+        f"bytes within {100 * pe['guide_worst_reserved_error']:.2f} % of the exact replay's "
+        "here (a probe only leads the search: the answer and the value after it are replayed "
+        "exactly).",
         "",
     ]
     return "\n".join(lines)

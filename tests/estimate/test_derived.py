@@ -95,3 +95,24 @@ def test_an_unreadable_cache_file_is_ignored(
     assert cache.load("abc") is None
     cache.store("abc", {"refused": "x"})
     assert cache.load("abc") == {"refused": "x", "format": cache.FORMAT, "key": "abc"}
+
+
+def test_a_guided_fit_answers_what_the_exact_search_answers_with_fewer_replays(
+    granite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memfit.plan import fit
+
+    job = _train(1, checkpointing="full")
+    guided = fit(granite, job, solve="batch", gpu_memory_bytes=3 * 2**30)
+    assert guided.search_engine == "derived"
+    assert any("cheap probes of the derived engine" in n for n in guided.notes)
+    monkeypatch.setattr(EnginePolicy, "search_guide", lambda *_a, **_k: None)
+    exact = fit(granite, job, solve="batch", gpu_memory_bytes=3 * 2**30)
+    assert not any("cheap probes" in n for n in exact.notes)
+    assert guided.max_value == exact.max_value > 100
+    assert guided.estimate is not None and exact.estimate is not None
+    assert guided.estimate.to_json() == {
+        **exact.estimate.to_json(),
+        "trace": guided.estimate.to_json()["trace"],  # its wall time differs
+    }
+    assert guided.n_estimates < exact.n_estimates

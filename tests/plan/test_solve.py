@@ -13,7 +13,7 @@ from tests.plan.conftest import closed_form_estimate
 from memfit.estimate.result import MemoryEstimate
 from memfit.plan import fit
 from memfit.plan.budget import need_bytes
-from memfit.plan.solve import largest
+from memfit.plan.solve import GUIDED_ROUNDS, largest, largest_guided
 from memfit.spec import WorkloadSpec
 from memfit.units import MiB
 
@@ -165,3 +165,39 @@ def test_a_pessimistic_fast_engine_never_makes_fit_answer_zero_where_the_precise
     assert need_bytes(closed_form_estimate(dataclasses.replace(at, batch_size=r.max_value + 1))) > (
         r.budget.limit_bytes
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    threshold=st.integers(min_value=0, max_value=5000),
+    cap=st.integers(1, 6000),
+    bias=st.integers(min_value=-300, max_value=300),
+    noise=st.integers(min_value=0, max_value=40),
+)
+def test_a_guided_search_gives_the_exact_searchs_answer_whatever_the_guess(
+    threshold: int, cap: int, bias: int, noise: int
+) -> None:
+    exact: list[int] = []
+
+    def pred(x: int) -> bool:
+        exact.append(x)
+        return x <= threshold
+
+    def guess(x: int) -> bool:  # off by ``bias``, and not even monotone when ``noise`` > 0
+        return x <= threshold + bias + (x * 7919 % (noise + 1))
+
+    assert largest_guided(pred, guess, cap=cap) == largest(lambda x: x <= threshold, cap=cap)
+    assert len(exact) <= 2 * (GUIDED_ROUNDS + 1) + 2 * cap.bit_length() + 2
+
+
+def test_a_right_guess_leaves_the_exact_predicate_three_calls() -> None:
+    exact: list[int] = []
+
+    def pred(x: int) -> bool:
+        exact.append(x)
+        return x <= 777
+
+    assert largest_guided(pred, lambda x: x <= 777, cap=100_000) == 777
+    assert exact == [1, 777, 778]  # the smallest value, the answer and the value after it
+    assert largest_guided(lambda x: x <= 1000, lambda x: x <= 1000, cap=4096, step=64) == 960
+    assert largest_guided(lambda x: x <= 5000, lambda x: True, cap=4096, step=64) == 4096

@@ -259,6 +259,21 @@ class EnginePolicy:
             return Chain(source, gpu, ("derived", "trace"), reason=reason)
         return Chain(source, gpu, (name,), reason=reason)
 
+    def search_guide(self, source: Any, gpu: Any, reason: str) -> Estimator:
+        """The derived engine's cheap probe for a search (``guide_derived``: exact live bytes,
+        reserved bytes scaled from an exact replay); the search certifies its answer with the
+        search estimator itself."""
+
+        def guide(w: WorkloadSpec) -> MemoryEstimate:
+            from memfit.estimate.derived import guide_derived
+
+            if w.num_beams > 1 or w.cache_implementation != "dynamic":
+                raise NotModelledError("no guide for beams or a static cache", engine="derived")
+
+            return with_reason(guide_derived(source, w, gpu=gpu), reason)
+
+        return guide
+
     def analytic_first(self, source: Any, gpu: Any, *, max_trace: int) -> AnalyticFirst:
         """The checklist's estimator (``upgrade``, ``doctor``): see :class:`AnalyticFirst`. The
         ``auto`` policy object defers to the one set by :func:`use_engine`."""

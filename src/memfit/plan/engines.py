@@ -36,12 +36,24 @@ class CachedEstimator:
     """Memoises an estimator by workload (answers and errors alike) and counts the workloads that
     reached it. ``batch``: an optional ``Callable[[Sequence[WorkloadSpec]], list[MemoryEstimate]]``
     that estimates many workloads at once (the analytic engine's ``estimate_many`` shares its
-    simulations among workloads that differ only in batch size); :meth:`prefetch` uses it."""
+    simulations among workloads that differ only in batch size); :meth:`prefetch` uses it.
+    ``guide``: an optional cheap, inexact estimator a search may probe with before it certifies
+    its answer with this one (:func:`memfit.plan.solve.largest_guided`); :meth:`probe` calls it
+    and ``n_guided`` counts those calls (``n_calls`` counts this engine's own estimates)."""
 
-    def __init__(self, fn: Estimator, name: str, *, batch: BatchEstimator | None = None) -> None:
+    def __init__(
+        self,
+        fn: Estimator,
+        name: str,
+        *,
+        batch: BatchEstimator | None = None,
+        guide: Estimator | None = None,
+    ) -> None:
         self.fn = fn
         self.name = name
         self.batch = batch
+        self.guide = guide
+        self.n_guided = 0
         self.n_calls = 0
         self.n_batches = 0
         self.elapsed_s = 0.0
@@ -60,6 +72,23 @@ class CachedEstimator:
             finally:
                 self.elapsed_s += time.perf_counter() - started
         return _unwrap(self._cache[key])
+
+    def probe(self, w: WorkloadSpec) -> MemoryEstimate:
+        """The guide's estimate of ``w`` (not cached: it may change as exact answers arrive);
+        this engine's own answer where it has no guide, where the guide cannot estimate ``w``,
+        or where ``w`` was already estimated exactly."""
+        key = workload_key(w)
+        if self.guide is None or key in self._cache:
+            return self(w)
+        started = time.perf_counter()
+        try:
+            est = self.guide(w)
+        except MemfitError:
+            return self(w)
+        finally:
+            self.elapsed_s += time.perf_counter() - started
+        self.n_guided += 1
+        return est
 
     def prefetch(self, workloads: Sequence[WorkloadSpec]) -> None:
         """Estimate the ``workloads`` not cached yet in one batch call (one at a time without a
@@ -120,6 +149,8 @@ def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -
         return CachedEstimator(fn, name)
 
     search = engine(chosen.search)
+    if chosen.search == "derived":
+        search.guide = policy.search_guide(source, gpu, chosen.reason)
     if chosen.search == "analytic" and source.config is not None:
         from memfit.estimate.analytic import estimate_many
 

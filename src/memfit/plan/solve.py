@@ -98,6 +98,63 @@ def largest(pred: Callable[[int], bool], *, cap: int, step: int = 1) -> int:
     return lo * step
 
 
+#: Rounds of guided probing before a guided search falls back to exact bisection.
+GUIDED_ROUNDS = 4
+
+
+def largest_guided(
+    pred: Callable[[int], bool], guess: Callable[[int], bool], *, cap: int, step: int = 1
+) -> int:
+    """:func:`largest` with the same answer for a monotone ``pred``, with fewer calls of it:
+    a cheap, inexact ``guess`` of ``pred`` leads the doubling and bisection, then ``pred`` is
+    asked at the guess's answer and the value after it. ``pred`` holding at ``v`` and failing at
+    ``v + step`` (or ``v`` being ``cap``) is the answer of any monotone search, whatever the
+    guess said elsewhere; where ``pred`` disagrees, the interval it has certified shrinks and the
+    guess searches again inside it, and after :data:`GUIDED_ROUNDS` rounds ``pred`` searches
+    what is left itself (doubling its step up from the certified value, then bisecting)."""
+    if cap < step or not pred(step):
+        return 0
+    lo, hi = 1, cap // step + 1  # in units of step: pred(lo) holds; hi fails or is beyond cap
+    for _ in range(GUIDED_ROUNDS):
+        if hi - lo == 1:
+            return lo * step
+        guessed = _largest_between(guess, lo, hi, step)
+        for v in (guessed, guessed + 1):
+            if lo < v < hi:
+                if not pred(v * step):
+                    hi = v
+                    break
+                lo = v
+    jump = 1
+    while lo + jump < hi and pred((lo + jump) * step):
+        lo += jump
+        jump *= 2
+    hi = min(hi, lo + jump)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(mid * step):
+            lo = mid
+        else:
+            hi = mid
+    return lo * step
+
+
+def _largest_between(guess: Callable[[int], bool], lo: int, hi: int, step: int) -> int:
+    """The largest unit in ``[lo, hi)`` the guess accepts, searching up from ``lo`` (assumed
+    to hold) by doubling, then bisecting."""
+    base = lo
+    while 2 * base < hi and guess(2 * base * step):
+        base *= 2
+    top = min(2 * base, hi)
+    while top - base > 1:
+        mid = (base + top) // 2
+        if guess(mid * step):
+            base = mid
+        else:
+            top = mid
+    return base
+
+
 def fit(
     model: Any,
     workload: WorkloadSpec,
@@ -136,6 +193,12 @@ def fit(
         else []
     )
     n = engines.search.n_calls + (engines.confirm.n_calls if engines.confirm else 0)
+    if engines.search.n_guided:
+        notes.append(
+            f"search: {engines.search.n_guided} cheap probes of the {engines.search.name} "
+            f"engine (reserved bytes interpolated from its exact replays) led it; the answer "
+            f"and the value after it were estimated exactly ({n} exact estimates)"
+        )
     return FitResult(
         solve=solve,
         max_value=value,
@@ -164,15 +227,29 @@ def _context_limit(source: Any) -> int | None:
 
 
 def _predicate(
-    engine: CachedEstimator, budget: Budget, w: WorkloadSpec, name: str
+    engine: CachedEstimator, budget: Budget, w: WorkloadSpec, name: str, *, probe: bool = False
 ) -> Callable[[int], bool]:
+    ask = engine.probe if probe else engine
+
     def pred(value: int) -> bool:
         try:
-            return fits(engine(_with(w, name, value)), budget)
+            return fits(ask(_with(w, name, value)), budget)
         except MemfitError:  # e.g. a sequence beyond what the model's positions allow
             return False
 
     return pred
+
+
+def _largest(
+    engine: CachedEstimator, budget: Budget, w: WorkloadSpec, name: str, *, cap: int, step: int
+) -> int:
+    """The largest value that fits by ``engine``: probed with its guide where it has one
+    (:func:`largest_guided`, the answer replayed exactly), else :func:`largest`."""
+    pred = _predicate(engine, budget, w, name)
+    if engine.guide is None:
+        return largest(pred, cap=cap, step=step)
+    guess = _predicate(engine, budget, w, name, probe=True)
+    return largest_guided(pred, guess, cap=cap, step=step)
 
 
 def _solve(
@@ -181,7 +258,7 @@ def _solve(
     _raise_if_bad_input(engines.search, _with(w, name, step))
     if engines.confirm is not None and _not_modelled(engines.search, _with(w, name, step)):
         engines = EnginePair(search=engines.confirm, confirm=None)  # the precise engine searches
-    value = largest(_predicate(engines.search, budget, w, name), cap=cap, step=step)
+    value = _largest(engines.search, budget, w, name, cap=cap, step=step)
     confirm = engines.confirm
     if not value and confirm is not None and _predicate(confirm, budget, w, name)(step):
         # the fast engine's "not even 1 fits" is its own error band, not the job's: the precise
@@ -245,7 +322,7 @@ def _kv_table(
     rows = []
     for ctx in (c for c in KV_TABLE_CONTEXTS if c <= limit):
         base = replace(w, seq_len=max(ctx - w.new_tokens, 1))
-        n = largest(_predicate(engine, budget, base, "batch_size"), cap=MAX_BATCH_SIZE)
+        n = _largest(engine, budget, base, "batch_size", cap=MAX_BATCH_SIZE, step=1)
         est = _try(engine, replace(base, batch_size=max(n, 1)))
         kv = est.components.get("kv_cache", 0) if est is not None and n else 0
         rows.append({"context_tokens": ctx, "max_concurrency": n, "kv_cache_bytes": kv})

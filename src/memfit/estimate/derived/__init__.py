@@ -27,7 +27,7 @@ from typing import Any
 
 from memfit.errors import NotModelledError
 from memfit.estimate.derived import cache
-from memfit.estimate.derived.form import replay_run
+from memfit.estimate.derived.compiled import compile_run
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.pipeline import assemble, check_gpu, prepare_workload, with_notes
 from memfit.estimate.result import MemoryEstimate
@@ -38,6 +38,9 @@ Progress = Callable[[str], None]
 
 #: Forms loaded in this process, by key (a search evaluates one form many times).
 _FORMS: dict[str, dict[str, Any]] = {}
+#: Per form (by identity) and GPU workspaces: batch size -> (peak live bytes, reserved bytes) of
+#: every exact replay in this process; a guide's reserved bytes scale the nearest one's ratio.
+_EXACT: dict[tuple[int, tuple[int, ...]], dict[int, tuple[int, int]]] = {}
 
 
 def refusal(source: Any, workload: WorkloadSpec) -> str | None:
@@ -74,6 +77,36 @@ def estimate_derived(
     started = time.perf_counter()
     form, built = _form(source, workload, progress)
     return _evaluate(form, source, workload, gpu, started=started, built=built)
+
+
+def guide_derived(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
+    """A search's cheap probe, not an answer: the form's live-bytes peaks and breakdown at the
+    workload's batch size (exact, the same arrays as :func:`estimate_derived`), with the reserved
+    bytes not replayed but interpolated in the live peak between batch sizes of this form that
+    were replayed exactly in this process (:func:`_guide_reserved`). Milliseconds where the
+    allocator replay takes a tenth of a second; a search that probes with it replays its answer
+    and the answer's neighbour exactly (:func:`memfit.plan.solve.largest_guided`).
+    NotModelledError where the job's form is not loaded in this process (a guide never builds
+    or reads one) or no batch size of it was replayed exactly on this GPU yet."""
+    started = time.perf_counter()
+    if refusal(source, workload) is not None:
+        raise NotModelledError("no guide: the derived engine does not model it", engine="derived")
+    form = _FORMS.get(cache.variant_key(source.config, workload))
+    if form is None or "refused" in form:  # a guide never builds a form
+        raise NotModelledError("no guide: no form of this job is loaded", engine="derived")
+    w, prepared_notes = prepare_workload(source.config, workload)
+    check_gpu(w, gpu)
+    workspaces = allocator_workspaces(gpu, training=w.is_train)
+    seen = _EXACT.get((id(form), workspaces))
+    if not seen:
+        raise NotModelledError(
+            "no guide yet: no batch size of this form was replayed exactly on this GPU",
+            engine="derived",
+        )
+    flat = _flat(form, w.batch_size, workspaces, reserved=False)
+    flat["reserved"], how = _guide_reserved(seen, w.batch_size, _peak_live(flat))
+    guide = {"reserved": f"{how} (not replayed)"}
+    return _result(form, source, w, gpu, flat, prepared_notes, started, False, guide=guide)
 
 
 def estimate_many_derived(
@@ -152,15 +185,33 @@ def _evaluate(
     w, prepared_notes = prepare_workload(source.config, workload)
     check_gpu(w, gpu)
     flat = _flat(form, w.batch_size, allocator_workspaces(gpu, training=w.is_train))
+    return _result(form, source, w, gpu, flat, prepared_notes, started, built)
+
+
+def _result(
+    form: dict[str, Any],
+    source: Any,
+    w: WorkloadSpec,
+    gpu: Any,
+    flat: Flat,
+    prepared_notes: list[str],
+    started: float,
+    built: bool,
+    *,
+    guide: dict[str, str] | None = None,
+) -> MemoryEstimate:
+    derived: dict[str, Any] = {
+        "built_now": built,
+        "build_s": form.get("build_s"),
+        "batch_points": form["points"],
+        "exact_at": sorted(int(b) for b in form.get("exact", {})),
+    }
+    if guide is not None:
+        derived["guide"] = guide
     trace = {
         **form["trace"],
         "wall_s": round(time.perf_counter() - started, 4),
-        "derived": {
-            "built_now": built,
-            "build_s": form.get("build_s"),
-            "batch_points": form["points"],
-            "exact_at": sorted(int(b) for b in form.get("exact", {})),
-        },
+        "derived": derived,
     }
     result = engine_result(
         flat,
@@ -173,24 +224,62 @@ def _evaluate(
     return with_notes(assemble(result, w, gpu), prepared_notes)
 
 
-def _flat(form: dict[str, Any], x: int, workspaces: tuple[int, ...]) -> Flat:
+def _flat(
+    form: dict[str, Any], x: int, workspaces: tuple[int, ...], *, reserved: bool = True
+) -> Flat:
+    """The form's flat numbers at batch size ``x``; without ``reserved``, no allocator replay
+    (no ``reserved`` key)."""
     chosen = form.get("exact", {}).get(str(x), form["runs"])
     runs = {_counts_key(r["counts"]): r for r in chosen}
     if len(runs) == 1:
-        return replay_run(next(iter(runs.values())), x, workspaces)
-    base = chosen[0]["counts"]
-    period = {k: max(1, v // 2) for k, v in base.items()}
-    targets = dict(form["trace"]["layers"])
+        flat = compile_run(next(iter(runs.values()))).flat(x, workspaces, reserved=reserved)
+    else:
+        base = chosen[0]["counts"]
+        period = {k: max(1, v // 2) for k, v in base.items()}
+        targets = dict(form["trace"]["layers"])
 
-    def run(counts: dict[str, int]) -> Flat:
-        return replay_run(runs[_counts_key(counts)], x, workspaces)
+        def run(counts: dict[str, int]) -> Flat:
+            return compile_run(runs[_counts_key(counts)]).flat(x, workspaces, reserved=reserved)
 
-    flat, _check = extrapolated(run, targets, period)
+        flat, _check = extrapolated(run, targets, period)
+    if reserved:
+        seen = _EXACT.setdefault((id(form), workspaces), {})
+        seen[x] = (_peak_live(flat), int(flat["reserved"]))
     return flat
+
+
+def _guide_reserved(seen: dict[int, tuple[int, int]], x: int, peak: int) -> tuple[int, str]:
+    """Reserved bytes at batch size ``x`` (live peak ``peak``) from the exact replays ``seen``
+    (batch -> (peak, reserved)): on the line through the two nearest (the nearest below and
+    above where both exist), as a function of the live peak; from one, its reserved / peak."""
+    below = [b for b in seen if b <= x]
+    above = [b for b in seen if b > x]
+    if below and above:
+        pair = [max(below), min(above)]
+    else:
+        pair = sorted(seen, key=lambda b: (abs(b - x), -b))[:2]
+    if len(pair) == 2 and seen[pair[0]][0] != seen[pair[1]][0]:
+        (p0, r0), (p1, r1) = seen[pair[0]], seen[pair[1]]
+        got = r0 + (r1 - r0) * (peak - p0) / (p1 - p0)
+        return max(int(got), peak), f"on the line through the exact replays at batch {pair}"
+    p0, r0 = seen[pair[0]]
+    return -(-peak * r0 // max(p0, 1)), f"scaled from the exact replay at batch {pair[0]}"
+
+
+def _peak_live(flat: Flat) -> int:
+    """The highest phase's live bytes in ``flat``."""
+    peaks = (v for k, v in flat.items() if k.endswith("/peak") and k.count("/") == 2)
+    return int(max((v for v in peaks), default=0))
 
 
 def _counts_key(counts: dict[str, int]) -> str:
     return ",".join(f"{k}={counts[k]}" for k in sorted(counts))
 
 
-__all__ = ["estimate_derived", "estimate_many_derived", "is_cached", "refusal"]
+__all__ = [
+    "estimate_derived",
+    "estimate_many_derived",
+    "guide_derived",
+    "is_cached",
+    "refusal",
+]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -41,6 +42,12 @@ def cache_dir() -> Path:
 
 def versions() -> dict[str, str]:
     """memfit's and the traced libraries' installed versions ("not installed" where absent)."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    # read once per process: a search asks for a key per estimate, and package metadata is slow
     from memfit import __version__
 
     out = {"memfit": __version__}
@@ -49,7 +56,7 @@ def versions() -> dict[str, str]:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
             out[pkg] = "not installed"
-    return out
+    return tuple(out.items())
 
 
 def variant_key(config: dict[str, Any], workload: WorkloadSpec) -> str:

@@ -37,9 +37,15 @@ def sizes_at(run: dict[str, Any], x: int) -> list[int]:
     return [-(-(a0 + a1 * x) // r) * r for a0, a1 in zip(run["a0"], run["a1"], strict=True)]
 
 
-def replay_run(run: dict[str, Any], x: int, workspaces: tuple[int, ...]) -> Flat:
+def replay_run(
+    run: dict[str, Any], x: int, workspaces: tuple[int, ...], *, reserved: bool = True
+) -> Flat:
     """The flat numbers of ``run`` at batch size ``x`` (as the trace engine's ``flatten_trace``
-    and reserved replay give them), ``workspaces``: the GPU's cuBLAS workspace requests."""
+    and reserved replay give them), ``workspaces``: the GPU's cuBLAS workspace requests; without
+    ``reserved``, no allocator replay (no ``reserved`` key).
+
+    This is the reference: an event-by-event replay, as the tracker counts. Estimates evaluate
+    the same numbers with arrays (:mod:`memfit.estimate.derived.compiled`, tested against it)."""
     sizes = sizes_at(run, x)
     ev: list[int] = run["ev"]
     marks = {int(i): str(p) for i, p in run["marks"]}
@@ -59,7 +65,8 @@ def replay_run(run: dict[str, Any], x: int, workspaces: tuple[int, ...]) -> Flat
             flat[ck] += n
             mk = f"phase/{phase}/mod/{mods[key_mod[key]]}"
             flat[mk] = flat.get(mk, 0) + n
-    flat["reserved"] = _reserved(ev, sizes, workspaces)
+    if reserved:
+        flat["reserved"] = _reserved(ev, sizes, workspaces)
     return flat
 
 

@@ -512,8 +512,14 @@ def simulate(
 ) -> AllocatorResult:
     """Replay ``("a", key, n_bytes)`` / ``("f", key, 0)`` events through the allocator.
 
-    The keyword arguments are those of :class:`CachingAllocatorSim`.
+    The keyword arguments are those of :class:`CachingAllocatorSim`. The default configuration
+    (all three unset) runs :func:`memfit.estimate.trace.allocator_fast.simulate_default`, the
+    same rules in one faster loop.
     """
+    if capacity_bytes is None and not expandable_segments and max_split_size_bytes is None:
+        from memfit.estimate.trace.allocator_fast import simulate_default
+
+        return simulate_default(events)
     sim = CachingAllocatorSim(
         capacity_bytes=capacity_bytes,
         expandable_segments=expandable_segments,

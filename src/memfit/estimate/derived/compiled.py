@@ -1,0 +1,197 @@
+"""A derived form's run compiled to integer arrays: the same numbers as the event-by-event replay
+of :mod:`memfit.estimate.derived.form`, evaluated with numpy (torch-free).
+
+Compiling a run walks its events once (structure only, no sizes): each birth's event index and
+the event that ends it (its free, or a later birth under the same key), each phase's candidate
+instants (its marks, and every birth inside it), and the order the tracker's dicts keep. At a
+batch size, the sizes are one array expression, the live total at every instant one cumulative
+sum, each phase's peak one argmax over its instants (the first instant wins a tie, as in the
+tracker), and the breakdown at a peak one mask over the births live there. The reserved bytes
+come from the caching-allocator model fed the same events, pool by pool
+(:func:`reserved_bytes`): without a capacity the allocator never gives a segment back, so its
+peak is the sum of the two pools' segments, and a pool whose events did not change since the
+last replay is not replayed again. ``tests/estimate/derived/test_compiled.py`` compares every
+number with the reference replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES, simulate
+from memfit.estimate.trace.flat import Flat
+
+#: The caching allocator's block size: the tracker rounds every storage up to it.
+BLOCK_BYTES = 512
+#: Phases a trace records but does not report (before the step, after it).
+UNREPORTED_PHASES = ("init", "end")
+
+_COMPILED: dict[int, tuple[dict[str, Any], Compiled]] = {}
+
+
+def compile_run(run: dict[str, Any]) -> Compiled:
+    """``run`` compiled (once per run object in this process)."""
+    hit = _COMPILED.get(id(run))
+    if hit is not None and hit[0] is run:
+        return hit[1]
+    c = Compiled(run)
+    _COMPILED[id(run)] = (run, c)
+    return c
+
+
+class Compiled:
+    """One run's structure as arrays (see the module docstring)."""
+
+    def __init__(self, run: dict[str, Any]) -> None:
+        ev: list[int] = run["ev"]
+        n = len(ev)
+        marks = {int(i): str(p) for i, p in run["marks"]}
+        birth_ev: list[int] = []
+        death_ev: list[int] = []
+        chain: list[int] = []  # where the key's entry sits in the tracker's live dict
+        key_of: list[int] = []
+        live: dict[int, int] = {}  # key -> its live birth
+        instants: dict[str, list[int]] = {}
+        phase = "init"
+        for i, e in enumerate(ev):
+            if i in marks:
+                phase = marks[i]
+                instants.setdefault(phase, []).append(i)
+            key = e >> 1
+            old = live.pop(key, None)
+            if old is not None:
+                death_ev[old] = i
+            if e & 1:
+                continue
+            b = len(birth_ev)
+            birth_ev.append(i)
+            death_ev.append(n)
+            chain.append(chain[old] if old is not None else i)
+            key_of.append(key)
+            live[key] = b
+            instants.setdefault(phase, []).append(i + 1)
+        if n in marks:
+            instants.setdefault(marks[n], []).append(n)
+        self.n_events = n
+        self.a0 = np.asarray(run["a0"], dtype=np.int64)
+        self.a1 = np.asarray(run["a1"], dtype=np.int64)
+        self.birth_ev = np.asarray(birth_ev, dtype=np.int64)
+        self.death_ev = np.asarray(death_ev, dtype=np.int64)
+        self.dies = np.flatnonzero(self.death_ev < n)
+        self.chain = np.asarray(chain, dtype=np.int64)
+        keys = np.asarray(key_of, dtype=np.int64)
+        self.comp = np.asarray(run["comp"], dtype=np.int64)[keys] if len(keys) else keys
+        self.mod = np.asarray(run["mod"], dtype=np.int64)[keys] if len(keys) else keys
+        ignored = np.zeros(len(run["comp"]), dtype=bool)
+        if run["ignored"]:
+            ignored[np.asarray(run["ignored"], dtype=np.int64)] = True
+        self.counted = ~ignored[keys] if len(keys) else np.zeros(0, dtype=bool)
+        self.comps: list[str] = list(run["comps"])
+        self.mods: list[str] = list(run["mods"])
+        self.const: Flat = dict(run["const"])
+        # the phases in the order the tracker first saw each (its dict order)
+        self.phases = [
+            (p, np.asarray(at, dtype=np.int64))
+            for p, at in instants.items()
+            if p not in UNREPORTED_PHASES
+        ]
+        self._pool_memo: dict[bool, tuple[bytes, int]] = {}
+
+    # ------------------------------------------------------------------ sizes and peaks
+    def sizes(self, x: int) -> np.ndarray:
+        """Each birth's size at batch size ``x``, rounded up to 512 B blocks."""
+        r = BLOCK_BYTES
+        return -(-(self.a0 + self.a1 * x) // r) * r
+
+    def live_totals(self, sizes: np.ndarray) -> np.ndarray:
+        """Live bytes at every instant 0..n (instant t: after t events)."""
+        delta = np.zeros(self.n_events, dtype=np.int64)
+        delta[self.birth_ev] = sizes
+        delta[self.death_ev[self.dies]] -= sizes[self.dies]
+        out = np.zeros(self.n_events + 1, dtype=np.int64)
+        np.cumsum(delta, out=out[1:])
+        return out
+
+    def peaks(self, totals: np.ndarray) -> list[tuple[str, int, int]]:
+        """Per reported phase, in the tracker's order: (phase, peak bytes, instant)."""
+        out = []
+        for phase, at in self.phases:
+            vals = totals[at]
+            j = int(np.argmax(vals))
+            out.append((phase, int(vals[j]), int(at[j])))
+        return out
+
+    def peak_live_bytes(self, x: int) -> int:
+        """The largest live total of any reported phase at batch size ``x``."""
+        peaks = self.peaks(self.live_totals(self.sizes(x)))
+        return max((p for _phase, p, _at in peaks), default=0)
+
+    # ------------------------------------------------------------------ the flat numbers
+    def flat(self, x: int, workspaces: tuple[int, ...], *, reserved: bool = True) -> Flat:
+        """The flat numbers at batch size ``x`` (those of ``form.replay_run``); without
+        ``reserved`` the allocator replay is left out (no ``reserved`` key)."""
+        sizes = self.sizes(x)
+        peaks = self.peaks(self.live_totals(sizes))
+        flat: Flat = dict(self.const)
+        order = sorted(range(len(peaks)), key=lambda k: peaks[k][2])  # stable: ties keep order
+        for k in order:
+            phase, total, t = peaks[k]
+            flat[f"phase/{phase}/peak"] = total
+            live = np.flatnonzero((self.birth_ev < t) & (t <= self.death_ev))
+            live = live[np.argsort(self.chain[live], kind="stable")]
+            n = np.where(self.counted[live], sizes[live], 0)
+            comp_sum = np.zeros(len(self.comps), dtype=np.int64)
+            np.add.at(comp_sum, self.comp[live], n)
+            for c, name in enumerate(self.comps):
+                flat[f"phase/{phase}/comp/{name}"] = int(comp_sum[c])
+            mods = self.mod[live]
+            mod_sum = np.zeros(len(self.mods), dtype=np.int64)
+            np.add.at(mod_sum, mods, n)
+            _, first = np.unique(mods, return_index=True)
+            for m in mods[np.sort(first)]:
+                flat[f"phase/{phase}/mod/{self.mods[m]}"] = int(mod_sum[m])
+        if reserved:
+            flat["reserved"] = self.reserved_bytes(sizes, workspaces)
+        return flat
+
+    # ------------------------------------------------------------------ the allocator
+    def reserved_bytes(self, sizes: np.ndarray, workspaces: tuple[int, ...]) -> int:
+        """``simulate(workspaces + events).peak_reserved_bytes``, pool by pool."""
+        small = (sizes > 0) & (sizes <= SMALL_SIZE_BYTES)  # sizes are whole 512 B blocks
+        large = sizes > SMALL_SIZE_BYTES
+        total = 0
+        for is_small, mask in ((True, small), (False, large)):
+            ws = tuple(w for w in workspaces if w > 0 and (w <= SMALL_SIZE_BYTES) == is_small)
+            sig = hashlib.blake2b(
+                repr(ws).encode() + mask.tobytes() + sizes[mask].tobytes(), digest_size=16
+            ).digest()
+            memo = self._pool_memo.get(is_small)
+            if memo is not None and memo[0] == sig:
+                total += memo[1]
+                continue
+            got = simulate(self._pool_events(mask, sizes, ws)).peak_reserved_bytes
+            self._pool_memo[is_small] = (sig, got)
+            total += got
+        return total
+
+    def _pool_events(
+        self, mask: np.ndarray, sizes: np.ndarray, workspaces: tuple[int, ...]
+    ) -> list[tuple[str, int, int]]:
+        """The pool's events in order: its workspaces, then each birth of ``mask`` and its
+        death (keyed by birth: a key born again while live is freed first, as the tracker
+        records it)."""
+        chosen = np.flatnonzero(mask)
+        dies = chosen[self.death_ev[chosen] < self.n_events]
+        at = np.concatenate([self.birth_ev[chosen] * 2 + 1, self.death_ev[dies] * 2])
+        who = np.concatenate([chosen, dies])
+        order = np.argsort(at, kind="stable")
+        at, who = at[order], who[order]
+        born = (at & 1).astype(bool)
+        kinds = np.where(born, "a", "f").tolist()
+        n_bytes = np.where(born, sizes[who], 0).tolist()
+        events: list[tuple[str, int, int]] = [("a", -1 - i, n) for i, n in enumerate(workspaces)]
+        events.extend(zip(kinds, who.tolist(), n_bytes, strict=True))
+        return events
