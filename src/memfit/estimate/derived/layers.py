@@ -430,6 +430,29 @@ def _frees_sorted(
     return seq, [pay[k] for k in order]
 
 
+def frees_in_order(ev: list[int], marks: list[Any]) -> list[int]:
+    """A recorded run's events (``key << 1 | is_free``) with each run of consecutive frees (no
+    birth or phase mark between them) in one canonical order: by where what they free was born.
+    The same reordering as :func:`to_sequence`'s, on the record itself, so that traces at two
+    batch sizes compare equal where only the order in which Python dropped a run of tensors
+    differs (autocast's weight cache, cleared at once, frees its casts in hash order)."""
+    cut = {int(m[0]) for m in marks}
+    born: dict[int, int] = {}
+    out = list(ev)
+    i = 0
+    while i < len(ev):
+        if not ev[i] & 1:
+            born[ev[i] >> 1] = i
+            i += 1
+            continue
+        j = i + 1
+        while j < len(ev) and ev[j] & 1 and j not in cut:
+            j += 1
+        out[i:j] = sorted(ev[i:j], key=lambda e: born.get(e >> 1, -1))
+        i = j
+    return out
+
+
 def at_batch(seq: Sequence, pay: list[Any], b: int) -> list[Item]:
     """``seq``'s items with each birth's size at batch ``b`` (payloads ``(a0, a1)``)."""
     out = []
