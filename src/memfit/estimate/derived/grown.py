@@ -34,6 +34,9 @@ SOLVED_UNITS = 3
 CHECK = (5, 3)
 #: Fewer units than this and full traces cost about as much: the caller traces in full.
 MIN_UNITS = 7
+#: The unit counts of the traces a grown form takes (batch 1 squeezed: more): 2, 3, 3 (batch
+#: 2), 4 and the check; growth applies where they trace fewer layers than three full traces.
+CHECK_TRACES = (2, 3, 3, 4, 5)
 
 
 def applies(config: dict[str, Any], workload: WorkloadSpec) -> tuple[build.LayerVar, int] | None:
@@ -52,7 +55,9 @@ def applies(config: dict[str, Any], workload: WorkloadSpec) -> tuple[build.Layer
         return None
     prefix, period = unit
     units = (var.count - prefix) // period
-    if units < MIN_UNITS:
+    fixed = prefix + (var.count - prefix) % period  # layers traced whole in every trace
+    traced = len(CHECK_TRACES) * fixed + sum(CHECK_TRACES) * period
+    if units < MIN_UNITS or traced >= 3 * var.count:
         return None
     return dataclasses.replace(var, prefix=prefix, period=period), units
 
@@ -98,23 +103,19 @@ def layer_kinds(config: dict[str, Any], n_layers: int) -> list[tuple[Any, ...]] 
     ``config`` says: every field that is a list with one entry per layer (``layer_types``,
     ``mlp_layer_types``, ``no_rope_layers`` ...), the index lists of :data:`_MEMBERSHIP` and the
     rules of :data:`_RULES`. None where transformers cannot build the config."""
-    from transformers import AutoConfig
-
-    d = dict(config)
-    model_type = d.pop("model_type", None)
     try:
-        fields = AutoConfig.for_model(model_type, **d).to_dict()
-    except Exception:  # noqa: BLE001 - the trace reports a bad config; here: no growth
+        fields = build.config_fields(config)
+    except TraceError:  # the trace reports a bad config; here: no growth
         return None
     kinds: list[list[Any]] = [[] for _ in range(n_layers)]
     for key in sorted(fields):
         value = fields[key]
-        if isinstance(value, list | tuple) and len(value) == n_layers:
-            for i in range(n_layers):
-                kinds[i].append((key, repr(value[i])))
-        elif key in _MEMBERSHIP and isinstance(value, list | tuple):
+        if key in _MEMBERSHIP and isinstance(value, list | tuple):
             for i in range(n_layers):
                 kinds[i].append((key, i in value))
+        elif isinstance(value, list | tuple) and len(value) == n_layers:
+            for i in range(n_layers):
+                kinds[i].append((key, repr(value[i])))
         elif key in _RULES and isinstance(value, int) and not isinstance(value, bool):
             for i in range(n_layers):
                 kinds[i].append((key, _RULES[key](i, value)))
@@ -127,7 +128,9 @@ def _resized(config: dict[str, Any], var: build.LayerVar, n_layers: int) -> dict
     pattern: a prefix, whole periods and the start of one)."""
     cfg = build.with_layer_counts(config, [var], {var.name: n_layers}, False)
     for key, value in config.items():
-        if key != "layer_types" and isinstance(value, list) and len(value) == var.count:
+        if key in _MEMBERSHIP or key == "layer_types":
+            continue
+        if isinstance(value, list) and len(value) == var.count:
             cfg[key] = list(value[:n_layers])
     return cfg
 
@@ -209,14 +212,22 @@ def record_grown(
     }
     if squeezed:
         rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0])
-        if not _same_shape(rule1, rule):
-            raise NotModelledError(
-                "no layer growth: batch 1 grows unlike the other batch sizes", engine="derived"
-            )
-        consts1 = {m: runs[m, 1]["const"] for m in UNITS}
-        const1 = _const_line(consts1, consts1[UNITS[-1]], UNITS[-1], units)
         start1, raw1 = seq_at(SOLVED_UNITS, 1)
         payload1 = [None if r is None else (r, 0) for r in raw1]
+        check1 = UNITS[-1]
+        if not _same_shape(rule1, rule):
+            # batch 1 runs other kernels in every layer: its own rule, checked on its own trace
+            check1 = check_m
+            want1 = seq_at(check_m, 1)[0]
+            grown1, pay1 = layers.grow(start1, payload1, rule1, n=SOLVED_UNITS, to=check_m)
+            if grown1.links != want1.links or layers.at_batch(grown1, pay1, 1) != want1.items:
+                raise NotModelledError(
+                    f"no layer growth: batch 1's run grown to {check_m} units differs from its "
+                    "trace",
+                    engine="derived",
+                )
+        consts1 = {m: runs[m, 1]["const"] for m in UNITS}
+        const1 = _const_line(consts1, runs[check1, 1]["const"], check1, units)
         tables1 = runs[SOLVED_UNITS, 1]
         form["exact"] = {"1": [_full(start1, payload1, rule1, tables1, var, units, const1)]}
     result = results[SOLVED_UNITS, 1]
