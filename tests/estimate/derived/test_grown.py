@@ -44,13 +44,10 @@ def _full_trace_run(config: dict[str, Any], w: WorkloadSpec) -> dict[str, Any]:
     return {**run, "a0": run["raw"], "a1": [0] * len(run["raw"])}
 
 
-def _check(
-    config: dict[str, Any], w: WorkloadSpec, batches: tuple[int, ...], *, grown: bool = True
-) -> None:
+def _check(config: dict[str, Any], w: WorkloadSpec, batches: tuple[int, ...]) -> None:
     form, _traced = record(config, w, name="tiny")
-    if grown:
-        assert "growth" in form, "the form was derived from full traces, not grown"
-        assert form["growth"]["traced_layers"][-1] < config["num_hidden_layers"]
+    assert "growth" in form, "the form was derived from full traces, not grown"
+    assert form["growth"]["traced_layers"][-1] < config["num_hidden_layers"]
     for b in batches:
         runs = form.get("exact", {}).get(str(b), form["runs"])
         # the op count is the trace's length, not memory: grown, it may differ by a few ops
@@ -88,6 +85,4 @@ def test_a_grown_dense_form_gives_the_full_traces_bytes() -> None:
 def test_grown_forms_of_other_families_and_techniques_give_the_full_traces_bytes(
     config: dict[str, Any], workload: WorkloadSpec
 ) -> None:
-    # the tiny Mixtral's, DeepSeek-V3's and Gemma 2's forms are derived from full traces (their
-    # growth is refused): the bytes must still be the trace's
-    _check(config, workload, (1, 5), grown=config is DENSE)
+    _check(config, workload, (1, 5))

@@ -74,6 +74,60 @@ def _training_step(n_layers: int, batch: int = 1) -> dict[str, Any]:
     return r.record()
 
 
+def _two_kinds_freed_at_the_end(n_layers: int, batch: int = 1) -> dict[str, Any]:
+    """A step in which each layer also keeps storages of two kinds (one made before the layers
+    run, like a per-layer mask, and two inside the layer) until one run of frees after
+    the backward: the run frees every storage of the first kind, then every one of the second
+    (a run of frees is ordered by birth), so one more layer inserts frees at two places of one
+    run."""
+    r = _Run()
+    r.phase("forward")
+    h = r.born(64 * batch, "embed")
+    masks = [r.born(32 * batch, "model") for _ in range(n_layers)]
+    kept, saved = [], []
+    for i in range(n_layers):
+        t = r.born(512 * batch, "layers.*.mlp")
+        saved += [r.born(128 * batch, "layers.*.attn"), r.born(16 * batch, "layers.*.attn")]
+        if i == 0:  # the first layer runs one op more: a new layer is not the first
+            r.free(r.born(8, "layers.*.mlp"))
+        out = r.born(64 * batch, "layers.*")
+        r.free(t)
+        kept.append(h)
+        h = out
+    loss = r.born(4, "loss")
+    r.phase("backward")
+    for x in reversed(kept):
+        g = r.born(256, "layers.*.grad")
+        r.free(x)
+        r.free(g)
+    r.free(h)
+    for k in (*masks, *saved):
+        r.free(k)
+    r.free(loss)
+    return r.record()
+
+
+def test_a_run_of_frees_of_two_kinds_grows_by_what_it_frees() -> None:
+    seqs = {n: to_sequence(_two_kinds_freed_at_the_end(n)) for n in (2, 3, 4)}
+    rule = layers.learn(*(seqs[n][0] for n in (2, 3, 4)), n0=2)
+    start, raw = seqs[3]
+    payload = [None if r is None else (r, 0) for r in raw]
+    mods = _two_kinds_freed_at_the_end(3)["mods"]
+    for depth in (5, 9):
+        grown, pay = layers.grow(start, payload, rule, n=3, to=depth)
+        run = from_sequence(grown, pay, comps=["activations"], mods=mods)
+        assert _canonical(run) == _canonical(_two_kinds_freed_at_the_end(depth))
+
+
+def test_frees_in_a_row_are_put_in_the_order_of_their_births() -> None:
+    # births of keys 0, 1, 2; then frees of 2, 0, 1 in a row, a phase mark, and a free of 3's
+    # storage born after: the row is sorted, the mark cuts it
+    ev = [0 << 1, 1 << 1, 2 << 1, 2 << 1 | 1, 0 << 1 | 1, 1 << 1 | 1, 3 << 1, 3 << 1 | 1]
+    got = layers.frees_in_order(ev, [[5, "backward"]])
+    assert got == [0, 2, 4, 1, 5, 3, 6, 7]
+    assert layers.frees_in_order(ev, [[4, "backward"]])[3:6] == [5, 1, 3]
+
+
 def _canonical(run: dict[str, Any]) -> tuple[layers.Sequence, list[Any]]:
     """A run as the growth sees it: frees in a row in one order (a replay cannot tell them
     apart), keys as links."""

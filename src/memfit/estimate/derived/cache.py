@@ -25,7 +25,9 @@ from memfit.spec import WorkloadSpec
 
 #: Bumped when the stored layout or the replay changes: older files are then ignored.
 #: 2: generation traces pass generate()'s (B, S) position_ids (batch-sized rotary tables).
-FORMAT = 2
+#: 3: runs of frees in canonical order at record time, MoE/MLA/alternating stacks grown (jobs
+#: refused before, such as bf16-mixed + full checkpointing, are derived again).
+FORMAT = 3
 #: The libraries whose versions are part of the key.
 VERSIONED = ("torch", "transformers", "peft")
 

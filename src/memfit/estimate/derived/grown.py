@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.derived import layers
 from memfit.estimate.derived.layers import from_sequence, to_sequence
 from memfit.estimate.trace import build
@@ -34,22 +34,105 @@ SOLVED_UNITS = 3
 CHECK = (5, 3)
 #: Fewer units than this and full traces cost about as much: the caller traces in full.
 MIN_UNITS = 7
+#: The unit counts of the traces a grown form takes (batch 1 squeezed: more): 2, 3, 3 (batch
+#: 2), 4 and the check; growth applies where they trace fewer layers than three full traces.
+CHECK_TRACES = (2, 3, 3, 4, 5)
 
 
 def applies(config: dict[str, Any], workload: WorkloadSpec) -> tuple[build.LayerVar, int] | None:
-    """The stack to grow and its depth in units, or None where growth does not apply."""
+    """The stack to grow (its ``prefix`` and ``period`` those of :func:`layer_unit`) and its
+    depth in whole units, or None where growth does not apply."""
     from memfit.estimate.trace.engine import FULL_TRACE_MAX_LAYERS
 
     if workload.freeze_layers:
         return None
     stacks = build.layer_plan(config, False)
-    if len(stacks) != 1:
+    if len(stacks) != 1 or stacks[0].count > FULL_TRACE_MAX_LAYERS:
         return None
     var = stacks[0]
-    body = var.count - var.prefix
-    if var.count > FULL_TRACE_MAX_LAYERS or body % var.period or body // var.period < MIN_UNITS:
+    unit = layer_unit(config, var.count)
+    if unit is None:
         return None
-    return var, body // var.period
+    prefix, period = unit
+    units = (var.count - prefix) // period
+    fixed = prefix + (var.count - prefix) % period  # layers traced whole in every trace
+    traced = len(CHECK_TRACES) * fixed + sum(CHECK_TRACES) * period
+    if units < MIN_UNITS or traced >= 3 * var.count:
+        return None
+    return dataclasses.replace(var, prefix=prefix, period=period), units
+
+
+def layer_unit(config: dict[str, Any], n_layers: int) -> tuple[int, int] | None:
+    """``(prefix, period)`` of a stack of ``n_layers``: the layers' kinds (:func:`layer_kinds`)
+    are the ``prefix`` first ones, then a pattern repeating every ``period`` layers (the last
+    repeat may be cut short), at least twice. The pair with the fewest layers in all (a
+    prefix and a period are traced whole each time), then the shorter period; None where the
+    config cannot be read or nothing repeats."""
+    kinds = layer_kinds(config, n_layers)
+    if kinds is None:
+        return None
+    found: list[tuple[int, int, int]] = []
+    for period in range(1, n_layers // 2 + 1):
+        for prefix in range(n_layers - 2 * period + 1):
+            body = kinds[prefix:]
+            if all(body[i] == body[i % period] for i in range(len(body))):
+                found.append((prefix + period, period, prefix))
+                break
+    if not found:
+        return None
+    _total, period, prefix = min(found)
+    return prefix, period
+
+
+#: Config fields listing the layers of one kind (an index is in the list or not).
+_MEMBERSHIP = ("moe_layers", "mlp_only_layers", "rope_scaling_layers", "attn_layer_indices")
+#: Config integers that make layer ``i`` of one kind or another, by rule.
+_RULES: dict[str, Callable[[int, int], Any]] = {
+    "decoder_sparse_step": lambda i, k: k > 0 and (i + 1) % k == 0,
+    "first_k_dense_replace": lambda i, k: i >= k,
+    "num_dense_layers": lambda i, k: i >= k,
+    "moe_layer_start_index": lambda i, k: i >= k,
+    "moe_layer_freq": lambda i, k: k > 0 and i % k == 0,
+    "moe_layer_interval": lambda i, k: k > 0 and (i + 1) % k == 0,
+    "n_layers_per_attn_res_block": lambda i, k: k > 0 and i % k == 0,
+}
+
+
+def layer_kinds(config: dict[str, Any], n_layers: int) -> list[tuple[Any, ...]] | None:
+    """What makes each of ``n_layers`` layers unlike another, as transformers' config of
+    ``config`` says: every field that is a list with one entry per layer (``layer_types``,
+    ``mlp_layer_types``, ``no_rope_layers`` ...), the index lists of :data:`_MEMBERSHIP` and the
+    rules of :data:`_RULES`. None where transformers cannot build the config."""
+    try:
+        fields = build.config_fields(config)
+    except TraceError:  # the trace reports a bad config; here: no growth
+        return None
+    kinds: list[list[Any]] = [[] for _ in range(n_layers)]
+    for key in sorted(fields):
+        value = fields[key]
+        if key in _MEMBERSHIP and isinstance(value, list | tuple):
+            for i in range(n_layers):
+                kinds[i].append((key, i in value))
+        elif isinstance(value, list | tuple) and len(value) == n_layers:
+            for i in range(n_layers):
+                kinds[i].append((key, repr(value[i])))
+        elif key in _RULES and isinstance(value, int) and not isinstance(value, bool):
+            for i in range(n_layers):
+                kinds[i].append((key, _RULES[key](i, value)))
+    return [tuple(k) for k in kinds]
+
+
+def _resized(config: dict[str, Any], var: build.LayerVar, n_layers: int) -> dict[str, Any]:
+    """``config`` with ``n_layers`` layers: the trace's own resizing, and every other list with
+    one entry per layer in config.json cut to the first ``n_layers`` (the kinds keep their
+    pattern: a prefix, whole periods and the start of one)."""
+    cfg = build.with_layer_counts(config, [var], {var.name: n_layers}, False)
+    for key, value in config.items():
+        if key in _MEMBERSHIP or key == "layer_types":
+            continue
+        if isinstance(value, list) and len(value) == var.count:
+            cfg[key] = list(value[:n_layers])
+    return cfg
 
 
 def record_grown(
@@ -69,17 +152,25 @@ def record_grown(
     if found is None:
         raise NotModelledError("no layer growth for this job", engine="derived")
     var, units = found
-    stacks = [var]
+
+    rest = (var.count - var.prefix) % var.period
+
+    def layers_at(m: int) -> int:
+        return var.prefix + m * var.period + rest
 
     def trace(m: int, b: int) -> Any:
-        n_layers = var.prefix + m * var.period
+        n_layers = layers_at(m)
         if progress is not None:
             progress(f"deriving the closed form: trace of {n_layers} layers at batch {b}")
-        cfg = build.with_layer_counts(config, stacks, {var.name: n_layers}, False)
+        cfg = _resized(config, var, n_layers)
         rec = recorder()
         token = RUN_OBSERVER.set(rec)
         try:
             trace_hf(cfg, dataclasses.replace(workload, batch_size=b), name=name, extrapolate=False)
+        except TraceError as exc:
+            raise NotModelledError(
+                f"no layer growth: a trace of {n_layers} layers failed ({exc})", engine="derived"
+            ) from exc
         finally:
             RUN_OBSERVER.reset(token)
         if len(rec.runs) != 1:
@@ -121,14 +212,22 @@ def record_grown(
     }
     if squeezed:
         rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0])
-        if not _same_shape(rule1, rule):
-            raise NotModelledError(
-                "no layer growth: batch 1 grows unlike the other batch sizes", engine="derived"
-            )
-        consts1 = {m: runs[m, 1]["const"] for m in UNITS}
-        const1 = _const_line(consts1, consts1[UNITS[-1]], UNITS[-1], units)
         start1, raw1 = seq_at(SOLVED_UNITS, 1)
         payload1 = [None if r is None else (r, 0) for r in raw1]
+        check1 = UNITS[-1]
+        if not _same_shape(rule1, rule):
+            # batch 1 runs other kernels in every layer: its own rule, checked on its own trace
+            check1 = check_m
+            want1 = seq_at(check_m, 1)[0]
+            grown1, pay1 = layers.grow(start1, payload1, rule1, n=SOLVED_UNITS, to=check_m)
+            if grown1.links != want1.links or layers.at_batch(grown1, pay1, 1) != want1.items:
+                raise NotModelledError(
+                    f"no layer growth: batch 1's run grown to {check_m} units differs from its "
+                    "trace",
+                    engine="derived",
+                )
+        consts1 = {m: runs[m, 1]["const"] for m in UNITS}
+        const1 = _const_line(consts1, runs[check1, 1]["const"], check1, units)
         tables1 = runs[SOLVED_UNITS, 1]
         form["exact"] = {"1": [_full(start1, payload1, rule1, tables1, var, units, const1)]}
     result = results[SOLVED_UNITS, 1]
@@ -138,8 +237,9 @@ def record_grown(
         "notes": list(result.notes),
         "environment": dict(result.environment),
         "growth": {
-            "traced_layers": sorted({var.prefix + m * var.period for m, _b in runs}),
-            "checked_at": {"layers": var.prefix + check_m * var.period, "batch": check_b},
+            "traced_layers": sorted({layers_at(m) for m, _b in runs}),
+            "checked_at": {"layers": layers_at(check_m), "batch": check_b},
+            "unit": {"prefix": var.prefix, "period": var.period, "rest": rest},
         },
     }
 

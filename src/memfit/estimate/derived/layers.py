@@ -178,24 +178,91 @@ def _oriented(
             slid = list(chunks)
             for k in range(n):
                 slid[k] = _slid(b, slid, k, choice[k])
-            out.append(_step(a, b, slid))
+            out.append(_step(a, b, _relinked(a, b, slid)))
         return out
 
     best = steps(ends)
-    cost = sum(len(s.retargets) for s in best)
+    cost = _cost(best)
     for _sweep in range(2):
         improved = False
         for k in range(n):
-            if cost == 0:
+            if cost == (0, 0, 0):
                 return best
             trial = [*ends[:k], -ends[k], *ends[k + 1 :]]
             got = steps(trial)
-            c = sum(len(s.retargets) for s in got)
+            c = _cost(got)
             if c < cost:
                 ends, best, cost, improved = trial, got, c, True
         if not improved:
             break
     return best
+
+
+def _cost(steps: list[_Step]) -> tuple[int, int, int]:
+    """How far a choice of ends is from a rule: first whether the steps insert chunks of the
+    same lengths, then how much their retarget counts differ (a rule needs the same chunks and
+    retargets at every step), then how many retargets there are."""
+    shapes = {tuple(j2 - j1 for _at, j1, j2, _l in s.chunks) for s in steps}
+    counts = [len(s.retargets) for s in steps]
+    return len(shapes) - 1, max(counts) - min(counts), sum(counts)
+
+
+def _relinked(
+    a: Sequence, b: Sequence, chunks: list[tuple[int, int, int]]
+) -> list[tuple[int, int, int]]:
+    """``chunks`` with each run of frees in ``b`` re-aligned by what its frees free: an old
+    free is the one of ``b``'s run that frees the same (mapped) birth, the others are inserted.
+
+    Frees are equal items whatever they free, so the diff can take one layer unit's frees for
+    another's, or merge two insertions that meet in one run (a run freeing one storage per
+    unit of two kinds: the new unit's first kind comes after the old first kinds, its second
+    kind after the old second kinds). Where a run does not line up by its links, the diff's
+    choice stays."""
+    nb = len(b.items)
+    inserted = [False] * nb
+    for _at, j1, j2 in chunks:
+        for j in range(j1, j2):
+            inserted[j] = True
+    new_of = [j for j in range(nb) if not inserted[j]]
+    old_of = {j: i for i, j in enumerate(new_of)}
+    changed = False
+    j = 0
+    while j < nb:
+        if b.items[j][0] != "f":
+            j += 1
+            continue
+        r1 = j
+        while j < nb and b.items[j][0] == "f":
+            j += 1
+        if not any(inserted[r1:j]):
+            continue
+        by_link = {b.links[k]: k for k in range(r1, j)}
+        want = []
+        for k in range(r1, j):
+            if inserted[k]:
+                continue
+            born = a.links[old_of[k]]
+            want.append(by_link.get(new_of[born], -1) if born >= 0 else -1)
+        if -1 in want or want != sorted(set(want)):
+            continue
+        for k in range(r1, j):
+            inserted[k] = False
+        keep = set(want)
+        for k in range(r1, j):
+            inserted[k] = k not in keep
+        changed = True
+    if not changed:
+        return chunks
+    out: list[tuple[int, int, int]] = []
+    old = 0
+    for k in range(nb):
+        if not inserted[k]:
+            old += 1
+        elif out and out[-1][2] == k:
+            out[-1] = (out[-1][0], out[-1][1], k + 1)
+        else:
+            out.append((old, k, k + 1))
+    return out
 
 
 def learn(s0: Sequence, s1: Sequence, s2: Sequence, *, n0: int) -> Rule:
@@ -205,7 +272,7 @@ def learn(s0: Sequence, s1: Sequence, s2: Sequence, *, n0: int) -> Rule:
     if [e - j for _a, j, e in c1] != [e - j for _a, j, e in c2]:
         raise _refuse("the two layer steps insert different chunks")
     first, second = _oriented([(s0, s1, c1), (s1, s2, c2)])
-    if len(first.retargets) != len(second.retargets):
+    if _cost([first, second])[:2] != (0, 0):
         raise _refuse("the two layer steps insert different chunks")
     chunks = []
     for (at1, j1, e1, l1), (at2, j2, e2, l2) in zip(first.chunks, second.chunks, strict=True):
@@ -361,6 +428,29 @@ def _frees_sorted(
         links=[where[links[k]] if links[k] >= 0 else -1 for k in order],
     )
     return seq, [pay[k] for k in order]
+
+
+def frees_in_order(ev: list[int], marks: list[Any]) -> list[int]:
+    """A recorded run's events (``key << 1 | is_free``) with each run of consecutive frees (no
+    birth or phase mark between them) in one canonical order: by where what they free was born.
+    The same reordering as :func:`to_sequence`'s, on the record itself, so that traces at two
+    batch sizes compare equal where only the order in which Python dropped a run of tensors
+    differs (autocast's weight cache, cleared at once, frees its casts in hash order)."""
+    cut = {int(m[0]) for m in marks}
+    born: dict[int, int] = {}
+    out = list(ev)
+    i = 0
+    while i < len(ev):
+        if not ev[i] & 1:
+            born[ev[i] >> 1] = i
+            i += 1
+            continue
+        j = i + 1
+        while j < len(ev) and ev[j] & 1 and j not in cut:
+            j += 1
+        out[i:j] = sorted(ev[i:j], key=lambda e: born.get(e >> 1, -1))
+        i = j
+    return out
 
 
 def at_batch(seq: Sequence, pay: list[Any], b: int) -> list[Item]:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import NotModelledError
+from memfit.estimate.derived.layers import frees_in_order
 from memfit.estimate.trace import build
 from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
 from memfit.estimate.trace.tracker import StorageTracker
@@ -95,7 +96,7 @@ def _run_record(counts: dict[str, int], t: RecordingTracker, flat: dict[str, flo
     n_keys = max(t.storages, default=-1) + 1
     return {
         "counts": dict(counts),
-        "ev": [key << 1 | (op == "f") for op, key, _ in events],
+        "ev": frees_in_order([key << 1 | (op == "f") for op, key, _ in events], t.marks),
         "raw": [n for (op, _k, _n), n in zip(events, t.raw, strict=True) if op == "a"],
         "marks": [list(m) for m in t.marks],
         "comps": list(comps),

@@ -69,6 +69,12 @@ def _hf_config(config: dict[str, Any], trust_remote_code: bool) -> Any:
         ) from exc
 
 
+def config_fields(config: dict[str, Any], trust_remote_code: bool = False) -> dict[str, Any]:
+    """Every field of transformers' config of ``config``, those its class computes included
+    (``layer_types``, Llama 4's ``moe_layers`` ...); TraceError where it cannot be built."""
+    return dict(_hf_config(config, trust_remote_code).to_dict())
+
+
 def _strict_errors() -> tuple[type[Exception], ...]:
     try:
         from huggingface_hub.errors import StrictDataclassError
