@@ -281,13 +281,41 @@ def apply_lora_(
     cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=target_modules)
     with torch.device(device):
         try:
-            return get_peft_model(model, cfg)
+            wrapped = get_peft_model(model, cfg)
         except ValueError as exc:
             raise SpecError(
                 f"lora_targets ({targets!r}) do not match this model: {exc}; its linear modules "
                 f"are {', '.join(linear_module_names(model))} (or name roles: q,k,v,o,gate,up,"
                 "down, attention, mlp, all-linear)"
             ) from exc
+    unwrappable = _non_tensor_linears(wrapped)
+    if unwrappable:
+        name, cls = unwrappable[0]
+        raise SpecError(
+            f"lora_targets ({targets!r}) wrap {name!r} ({cls}, an nn.Linear whose forward does "
+            "not return a tensor, e.g. a MoE router returning scores and logits): peft's LoRA "
+            "layer fails on it at the first forward; name the targets instead, e.g. "
+            "--lora-targets attention,mlp"
+        )
+    return wrapped
+
+
+def _non_tensor_linears(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """The LoRA-wrapped modules whose base layer (a subclass of nn.Linear with its own forward)
+    returns something other than a tensor: peft's ``lora.Linear.forward`` reads
+    ``result.dtype`` and fails (transformers' Llama4Router, PhimoeTopKRouter). Found by running
+    each such base layer on one row (on the meta device while building: no memory)."""
+    out = []
+    for name, m in model.named_modules():
+        base = getattr(m, "base_layer", None)
+        if not isinstance(base, torch.nn.Linear) or type(base).forward is torch.nn.Linear.forward:
+            continue
+        w = base.weight
+        with torch.no_grad():
+            result = base(torch.zeros(1, base.in_features, device=w.device, dtype=w.dtype))
+        if not isinstance(result, torch.Tensor):
+            out.append((name.removeprefix("base_model.model."), type(base).__name__))
+    return out
 
 
 def linear_module_names(model: torch.nn.Module) -> list[str]:
