@@ -181,8 +181,12 @@ def run_family(
 
 
 def _commit() -> str:
-    """The checkout's commit (``+`` when its tracked files differ from it)."""
+    """The checkout's commit (``+`` when its tracked files differ from it; ``GRID_COMMIT``
+    names it for a run from an exported copy)."""
     import subprocess
+
+    if os.environ.get("GRID_COMMIT"):
+        return os.environ["GRID_COMMIT"]
 
     def git(*a: str) -> str:
         return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout
