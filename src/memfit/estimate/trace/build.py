@@ -170,6 +170,12 @@ def model_class(task: str) -> Any:
     }[task]
 
 
+#: The tasks :func:`model_class` builds (said where a model needs another one).
+TASK_NAMES = (
+    "causal-lm", "seq-cls", "seq2seq", "image-cls", "object-detection", "speech-seq2seq", "clip",
+)  # fmt: skip
+
+
 def _cannot_build(task: str, exc: BaseException) -> str:
     first = (str(exc).splitlines() or [""])[0][:300]
     return f"transformers cannot build this model for task {task!r}: {type(exc).__name__}: {first}"
@@ -181,6 +187,13 @@ def _eager_or_error(cls: Any, hf: Any, task: str, kwargs: dict[str, Any]) -> tor
     try:
         return cls.from_config(hf, attn_implementation="eager", **kwargs)
     except (ValueError, AssertionError, TypeError) as exc:
+        archs = ", ".join(getattr(hf, "architectures", None) or [])
+        if "Unrecognized configuration class" in str(exc) and archs:
+            raise TraceError(  # e.g. Wav2Vec2ForCTC: no task of memfit's builds it
+                f"the trace engine does not model {archs} ({hf.model_type}): it builds models "
+                f"for the tasks {', '.join(TASK_NAMES)}, and transformers cannot build this "
+                f"config as the {task!r} model memfit took it for (not modelled yet)"
+            ) from exc
         raise TraceError(_cannot_build(task, exc)) from exc
 
 
