@@ -46,11 +46,13 @@ JOBS: dict[str, dict[str, Any]] = {
     "ckpt": {"mode": "train", "checkpointing": "full"},
     "infer": {"mode": "infer"},
 }
-#: Families where peft's ``all-linear`` cannot run (memfit refuses it, exit 2: a MoE router that
-#: subclasses nn.Linear returns a tuple): their ``lora`` job names the targets by role.
+#: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
+#: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
+#: the targets (by role, or the module names).
 LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "llama4_text": ("attention", "mlp"),
     "llama-4-scout-text": ("attention", "mlp"),
+    "mamba": ("in_proj", "x_proj", "dt_proj"),
 }
 #: Bundled real configs (src/memfit/models/configs), one per architecture, at their real widths
 #: but cut to ``--real-depth`` layers (default 2; the row says the depth): (name, seq).
