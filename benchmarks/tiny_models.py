@@ -66,10 +66,11 @@ TYPES: dict[str, tuple[str, dict[str, Any]]] = {
     "jamba": ("hybrid", {"num_experts": 2, "num_experts_per_tok": 1, "attn_layer_period": 2,
                          "attn_layer_offset": 1, "expert_layer_period": 2,
                          "expert_layer_offset": 1, "mamba_d_state": 4, "use_mamba_kernels": False}),
+    # one attention layer: transformers' Bamba asks its cache for a length only those keep
     "bamba": ("hybrid", {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 4,
-                         "mamba_n_groups": 1}),
+                         "mamba_n_groups": 1, "attn_layer_indices": [1]}),
     "falcon_h1": ("hybrid", {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 4,
-                             "mamba_n_groups": 1, "head_dim": 16}),
+                             "mamba_n_groups": 1, "head_dim": 16, "mamba_d_ssm": 64}),
     "mamba": ("ssm", {"state_size": 4}),
     "bert": ("encoder", {}), "roberta": ("encoder", {}), "distilbert": ("encoder", {}),
     "electra": ("encoder", {"embedding_size": 32}), "albert": ("encoder", {"embedding_size": 32}),

@@ -99,3 +99,19 @@ def test_lora_on_llama4_by_role_leaves_the_router_alone_and_traces() -> None:
                      precision="bf16-true")  # fmt: skip
     est = trace_hf(tiny_config("llama4_text"), w, name="t")
     assert 0 < est.n_trainable_params < est.n_params
+
+
+def test_a_layer_types_alias_of_a_computed_property_is_not_written_back() -> None:
+    """Bamba maps layer_types onto layers_block_type (attribute_map), a property computed from
+    attn_layer_indices: writing it back was an AttributeError (found by the grid)."""
+    from benchmarks.tiny_models import tiny_config
+    from transformers import AutoConfig
+
+    config = tiny_config("bamba")
+    (var,) = layer_plan(config)
+    resized = with_layer_counts(config, [var], {var.name: 2}, False)
+    assert "layer_types" not in resized
+    d = {k: v for k, v in resized.items() if k != "model_type"}
+    assert AutoConfig.for_model("bamba", **d).layers_block_type == [
+        "linear_attention", "full_attention",
+    ]  # fmt: skip

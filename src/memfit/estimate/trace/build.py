@@ -149,8 +149,10 @@ def with_layer_counts(
     if any(v.period > 1 for v in plan) or "layer_types" in d:
         hf = _hf_config(config, trust_remote_code)
         full = getattr(hf, "layer_types", None)
-        # Jamba computes layer_types from its periods (a read-only property): nothing to slice
-        computed = isinstance(getattr(type(hf), "layer_types", None), property)
+        # Jamba computes layer_types from its periods (a read-only property), Bamba maps it onto
+        # one (attribute_map: layers_block_type, from attn_layer_indices): nothing to slice
+        name = (getattr(type(hf), "attribute_map", None) or {}).get("layer_types", "layer_types")
+        computed = isinstance(getattr(type(hf), name, None), property)
         if full and not computed:
             d["layer_types"] = list(full[: counts[plan[0].name]])
     return d
