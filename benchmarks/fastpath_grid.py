@@ -363,6 +363,7 @@ def render(
         f"- {len(families)} families, {len(rows)} rows: derived answered {count['ok']} "
         f"({len(compared)} compared with a trace), refused {count['refused']}, failed "
         f"{count['error'] + count['crash']}; the trace itself failed on {trace_bad} rows",
+        f"- rows by the memfit commit that measured them: {_by_commit(rows)}",
         "",
         f"Batch {args.batch} (never traced by the derived form: it traces batch 1-3, or 2-4 where "
         "batch 1 runs other kernels), bf16 weights; training = AdamW, `lora` = rank 8 on all "
@@ -397,13 +398,27 @@ def render(
 ENGINES = ("trace", "derived", "analytic")
 
 
+def _by_commit(rows: list[dict]) -> str:
+    """How many rows each commit measured (rows written before commits were recorded: 'earlier')."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        key = r.get("commit") or "earlier (not recorded)"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} at {c}" for c, n in counts.items())
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
 def _cells(r: dict) -> list[str]:
     t = r["trace"]
-    cells = [r["family"], r.get("kind", "?"), r["job"]]
+    kind = r.get("kind", "?")
+    if str(r.get("origin", "")).startswith("bundled-"):  # a bundled config cut to N layers
+        kind = f"bundled, {r['origin'].split('-')[1]} layers"
+    job = r["job"] + (f" ({','.join(r['lora_targets'])})" if r.get("lora_targets")
+                      and r["lora_targets"] != "all-linear" else "")  # fmt: skip
+    cells = [r["family"], kind, job]
     if t["status"] == "ok":
         cells += [_mib(t["allocated_bytes"]), _mib(t["reserved_bytes"])]
     else:
