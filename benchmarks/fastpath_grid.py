@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.tiny_models import GENERATIVE, TYPES, write_tiny  # noqa: E402
+from benchmarks.tiny_models import TYPES, generates, write_tiny  # noqa: E402
 
 #: Jobs per family: name -> WorkloadSpec fields (batch and seq set by the command line).
 JOBS: dict[str, dict[str, Any]] = {
@@ -46,12 +46,25 @@ JOBS: dict[str, dict[str, Any]] = {
     "ckpt": {"mode": "train", "checkpointing": "full"},
     "infer": {"mode": "infer"},
 }
-#: Bundled real configs (name, seq, jobs): small batch, the trace extrapolates their layers.
-REAL: tuple[tuple[str, int, tuple[str, ...]], ...] = (
-    ("qwen3-0.6b", 128, ("lora", "infer")),
-    ("deepseek-v2-lite", 64, ("lora", "infer")),
-    ("gemma-3-1b", 128, ("lora", "infer")),
-)
+#: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
+#: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
+#: the targets (by role, or the module names).
+LORA_TARGETS: dict[str, tuple[str, ...]] = {
+    "llama4_text": ("attention", "mlp"),
+    "llama-4-scout-text": ("attention", "mlp"),
+    "mamba": ("in_proj", "x_proj", "dt_proj"),
+}
+#: Bundled real configs (src/memfit/models/configs), one per architecture, at their real widths
+#: but cut to ``--real-depth`` layers (default 2; the row says the depth): (name, seq).
+REAL: tuple[tuple[str, int], ...] = (
+    ("qwen3-0.6b", 128), ("qwen3-30b-a3b", 128), ("deepseek-v2-lite", 64), ("gemma-3-1b", 128),
+    ("gpt-oss-20b", 128), ("llama-4-scout-text", 128), ("phi-4", 128), ("olmo-2-7b", 128),
+    ("mistral-nemo-12b", 128), ("t5-small", 64), ("roberta-base", 128), ("whisper-base", 32),
+    ("vit-base-patch16-224", 128), ("swin-tiny-patch4-window7-224", 128),
+)  # fmt: skip
+#: Layer-count keys cut for the real configs (the ones present are set to the depth).
+_DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers",
+               "encoder_layers", "decoder_layers")  # fmt: skip
 NEW_TOKENS = 4
 #: The default families (``--all``: every type in tiny_models): every kind the issue names, the
 #: families people train and serve today first.
@@ -66,13 +79,28 @@ DEFAULT = (
 FIELDS = (("allocated_bytes", "alloc"), ("reserved_bytes", "reserved"))
 
 
-def _workload(job: str, kind: str, *, batch: int, seq: int) -> Any:
+def _workload(job: str, family: str, model_type: str, *, batch: int, seq: int) -> Any:
     from memfit.spec import WorkloadSpec
 
     fields = dict(JOBS[job], batch_size=batch, seq_len=seq, precision="bf16-true")
-    if job == "infer" and kind in GENERATIVE:
+    if job == "lora" and family in LORA_TARGETS:
+        fields["lora_targets"] = LORA_TARGETS[family]
+    if job == "infer" and generates(model_type):
         fields["new_tokens"] = NEW_TOKENS
     return WorkloadSpec(**fields)
+
+
+def real_config(name: str, depth: int) -> dict[str, Any]:
+    """The bundled config ``name`` with its layer counts cut to ``depth`` (layer_types sliced)."""
+    from memfit.models import resolve_model
+
+    config = dict(resolve_model(name).config)
+    for key in _DEPTH_KEYS:
+        if isinstance(config.get(key), int) and config[key] > depth:
+            config[key] = depth
+    if isinstance(config.get("layer_types"), list):
+        config["layer_types"] = config["layer_types"][:depth]
+    return config
 
 
 def _one(engine: str, source: Any, w: Any) -> dict[str, Any]:
@@ -122,18 +150,23 @@ def run_family(
     from memfit.estimate.analytic import supports
     from memfit.models import resolve_model
 
+    folder = Path(tempfile.mkdtemp(prefix="memfit-grid-"))
     if origin == "tiny":
-        folder = Path(tempfile.mkdtemp(prefix="memfit-grid-"))
         source = resolve_model(str(write_tiny(folder, family)))
-    else:
-        source = resolve_model(family)
+    else:  # "bundled-<depth>": the bundled config cut to <depth> layers
+        path = folder / family / "config.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(real_config(family, int(origin.split("-")[1]))))
+        source = resolve_model(str(path.parent))
+    model_type = str(source.config.get("model_type"))
     has_analytic = bool(supports(source.config))
     started = time.perf_counter()
     rows = []
     for job in jobs:
-        w = _workload(job, kind, batch=batch, seq=seq)
+        w = _workload(job, family, model_type, batch=batch, seq=seq)
         row: dict[str, Any] = {"family": family, "kind": kind, "origin": origin, "job": job,
-                               "batch": batch, "seq": seq, "new_tokens": w.new_tokens}  # fmt: skip
+                               "batch": batch, "seq": seq, "new_tokens": w.new_tokens,
+                               "lora_targets": w.lora_targets if w.lora_rank else None}  # fmt: skip
         row["trace"] = _one("trace", source, w)
         row["derived"] = _one("derived", source, w)
         row["analytic"] = _one("analytic", source, w) if has_analytic else {"status": "none"}
@@ -141,6 +174,7 @@ def run_family(
             for field, key in FIELDS:
                 row[f"{eng}_{key}_err_pct"] = _error_pct(row[eng], row["trace"], field)
         row["job_wall_s"] = _since(started) - sum(r["job_wall_s"] for r in rows)
+        row["commit"] = _commit()
         rows.append(row)
         if sink is not None:
             with open(sink, "a", encoding="utf-8") as f:
@@ -148,12 +182,29 @@ def run_family(
     return rows
 
 
+def _commit() -> str:
+    """The checkout's commit (``+`` when its tracked files differ from it; ``GRID_COMMIT``
+    names it for a run from an exported copy)."""
+    import subprocess
+
+    if os.environ.get("GRID_COMMIT"):
+        return os.environ["GRID_COMMIT"]
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout
+
+    return git("rev-parse", "--short", "HEAD").strip() + (
+        "+" if git("status", "--porcelain", "-uno").strip() else ""
+    )
+
+
 def _items(args: argparse.Namespace) -> list[tuple[str, str, str, int, tuple[str, ...]]]:
     types = args.types.split(",") if args.types else list(TYPES if args.all else DEFAULT)
     jobs = tuple(args.jobs_list.split(","))
     items = [(t, TYPES[t][0], "tiny", args.seq, jobs) for t in types]
     if args.real:
-        items += [(name, "real", "bundled", seq, js) for name, seq, js in REAL]
+        origin = f"bundled-{args.real_depth}"
+        items += [(name, "real", origin, seq, jobs) for name, seq in REAL]
     return items
 
 
@@ -166,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1), help="processes")
     p.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
                    help="also the bundled real configs (default: on)")  # fmt: skip
+    p.add_argument("--real-depth", type=int, default=2,
+                   help="layers the bundled real configs are cut to (default 2)")  # fmt: skip
+    p.add_argument("--redo-failed", action="store_true",
+                   help="with --resume: run again the jobs whose trace did not answer")  # fmt: skip
+    p.add_argument("--first", help="comma-separated families run first (the rest follow)")
     p.add_argument("--cache-dir", help="derived-form cache (default: a fresh temporary one)")
     p.add_argument("--out", default=str(RESULTS / "fastpath_grid"), help="output path stem")
     p.add_argument("--all", action="store_true", help="every type in tiny_models (default: 40)")
@@ -183,9 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = _done_rows(jsonl, args) if args.resume or args.render_only else []
     if not (args.resume or args.render_only):
         jsonl.write_text("")
+    if args.redo_failed:
+        rows = [r for r in rows if r["trace"]["status"] == "ok"]
     done = {(r["family"], r["job"]) for r in rows}
     todo = [(*it[:4], tuple(j for j in it[4] if (it[0], j) not in done)) for it in items]
     todo = [it for it in todo if it[4] and not args.render_only]
+    first = args.first.split(",") if args.first else []
+    todo.sort(key=lambda it: first.index(it[0]) if it[0] in first else len(first))
     started = time.perf_counter()
     _run(todo, args, rows, str(jsonl), started)
     wall = _since(started)
@@ -303,6 +363,7 @@ def render(
         f"- {len(families)} families, {len(rows)} rows: derived answered {count['ok']} "
         f"({len(compared)} compared with a trace), refused {count['refused']}, failed "
         f"{count['error'] + count['crash']}; the trace itself failed on {trace_bad} rows",
+        f"- rows by the memfit commit that measured them: {_by_commit(rows)}",
         "",
         f"Batch {args.batch} (never traced by the derived form: it traces batch 1-3, or 2-4 where "
         "batch 1 runs other kernels), bf16 weights; training = AdamW, `lora` = rank 8 on all "
@@ -337,13 +398,27 @@ def render(
 ENGINES = ("trace", "derived", "analytic")
 
 
+def _by_commit(rows: list[dict]) -> str:
+    """How many rows each commit measured (rows written before commits were recorded: 'earlier')."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        key = r.get("commit") or "earlier (not recorded)"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} at {c}" for c, n in counts.items())
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
 def _cells(r: dict) -> list[str]:
     t = r["trace"]
-    cells = [r["family"], r.get("kind", "?"), r["job"]]
+    kind = r.get("kind", "?")
+    if str(r.get("origin", "")).startswith("bundled-"):  # a bundled config cut to N layers
+        kind = f"bundled, {r['origin'].split('-')[1]} layers"
+    job = r["job"] + (f" ({','.join(r['lora_targets'])})" if r.get("lora_targets")
+                      and r["lora_targets"] != "all-linear" else "")  # fmt: skip
+    cells = [r["family"], kind, job]
     if t["status"] == "ok":
         cells += [_mib(t["allocated_bytes"]), _mib(t["reserved_bytes"])]
     else:

@@ -31,6 +31,8 @@ _CONV = dict(
     conv_dim=[8, 8], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=4,
     num_conv_pos_embedding_groups=2,
 )  # fmt: skip
+#: An override that removes a key of SMALL (a small size the type's config class cannot take).
+UNSET = object()
 _ENC_DEC = dict(encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64)
 #: Per type: (kind, overrides).
 TYPES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -64,10 +66,11 @@ TYPES: dict[str, tuple[str, dict[str, Any]]] = {
     "jamba": ("hybrid", {"num_experts": 2, "num_experts_per_tok": 1, "attn_layer_period": 2,
                          "attn_layer_offset": 1, "expert_layer_period": 2,
                          "expert_layer_offset": 1, "mamba_d_state": 4, "use_mamba_kernels": False}),
+    # one attention layer: transformers' Bamba asks its cache for a length only those keep
     "bamba": ("hybrid", {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 4,
-                         "mamba_n_groups": 1}),
+                         "mamba_n_groups": 1, "attn_layer_indices": [1]}),
     "falcon_h1": ("hybrid", {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 4,
-                             "mamba_n_groups": 1, "head_dim": 16}),
+                             "mamba_n_groups": 1, "head_dim": 16, "mamba_d_ssm": 64}),
     "mamba": ("ssm", {"state_size": 4}),
     "bert": ("encoder", {}), "roberta": ("encoder", {}), "distilbert": ("encoder", {}),
     "electra": ("encoder", {"embedding_size": 32}), "albert": ("encoder", {"embedding_size": 32}),
@@ -78,15 +81,20 @@ TYPES: dict[str, tuple[str, dict[str, Any]]] = {
     "pegasus": ("encoder-decoder", dict(_ENC_DEC)),
     "vit": ("vision", {"image_size": 32, "patch_size": 8}),
     "deit": ("vision", {"image_size": 32, "patch_size": 8}),
+    # ConvNeXt's attribute_map sends num_hidden_layers onto num_stages (4 here): unset
     "convnext": ("vision", {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1],
-                            "image_size": 32}),
+                            "image_size": 32, "num_hidden_layers": UNSET}),
     "resnet": ("vision", {"hidden_sizes": [8, 16, 32, 64], "depths": [1, 1, 1, 1],
                           "embedding_size": 8, "image_size": 32}),
+    # Swin's attribute_map sends num_attention_heads onto its per-stage list num_heads: unset
     "swin": ("vision", {"image_size": 32, "patch_size": 4, "embed_dim": 8, "depths": [1, 1],
-                        "num_heads": [1, 2], "window_size": 2}),
+                        "num_heads": [1, 2], "window_size": 2, "num_attention_heads": UNSET}),
     "whisper": ("audio", {**_ENC_DEC, "d_model": 32, "encoder_attention_heads": 2,
                           "decoder_attention_heads": 2, "num_mel_bins": 8,
-                          "max_source_positions": 16, "max_target_positions": 64}),
+                          "max_source_positions": 16, "max_target_positions": 64,
+                          # WhisperConfig's token ids default to 50256-50257: inside vocab 256
+                          "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                          "decoder_start_token_id": 1}),
     "wav2vec2": ("audio", dict(_CONV)),
     "hubert": ("audio", dict(_CONV)),
 }  # fmt: skip
@@ -94,6 +102,14 @@ TYPES: dict[str, tuple[str, dict[str, Any]]] = {
 KINDS = ("decoder", "moe", "mla", "hybrid", "encoder", "encoder-decoder", "vision", "audio")
 #: Kinds whose models generate (an inference point decodes new tokens).
 GENERATIVE = ("decoder", "sliding", "moe", "mla", "hybrid", "ssm", "encoder-decoder")
+#: Types of other kinds that generate too (Whisper: speech-to-text decoding).
+ALSO_GENERATE = ("whisper",)
+
+
+def generates(model_type: str) -> bool:
+    """Whether an inference job of ``model_type`` decodes new tokens (else: one forward)."""
+    kind = TYPES.get(model_type, ("?", {}))[0]
+    return kind in GENERATIVE or model_type in ALSO_GENERATE
 
 
 def tiny_config(model_type: str) -> dict[str, Any]:
@@ -101,7 +117,8 @@ def tiny_config(model_type: str) -> dict[str, Any]:
     from transformers import AutoConfig
 
     kind, overrides = TYPES[model_type]
-    config = AutoConfig.for_model(model_type, **{**SMALL, **overrides}).to_dict()
+    kwargs = {k: v for k, v in {**SMALL, **overrides}.items() if v is not UNSET}
+    config = AutoConfig.for_model(model_type, **kwargs).to_dict()
     head = head_class(kind, model_type)
     if head is not None:  # the architecture names the task, as a hub config.json does
         config["architectures"] = [head]

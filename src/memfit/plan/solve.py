@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecError
+from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecError, TraceError
 from memfit.estimate.result import MemoryEstimate
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
@@ -258,6 +258,8 @@ def _solve(
     _raise_if_bad_input(engines.search, _with(w, name, step))
     if engines.confirm is not None and _not_modelled(engines.search, _with(w, name, step)):
         engines = EnginePair(search=engines.confirm, confirm=None)  # the precise engine searches
+    if engines.confirm is None:
+        _raise_if_cannot_run(engines.search, _with(w, name, step))
     value = _largest(engines.search, budget, w, name, cap=cap, step=step)
     confirm = engines.confirm
     if not value and confirm is not None and _predicate(confirm, budget, w, name)(step):
@@ -285,6 +287,19 @@ def _raise_if_bad_input(engine: CachedEstimator, w: WorkloadSpec) -> None:
     except NotModelledError:
         return
     except SpecError:
+        raise
+    except MemfitError:
+        return
+
+
+def _raise_if_cannot_run(engine: CachedEstimator, w: WorkloadSpec) -> None:
+    """The only engine left refuses the smallest value (NotModelledError) or cannot run the model
+    at all (TraceError: e.g. an architecture no task of the trace engine builds): that is its
+    reason, raised (exit 2), not "the largest value that fits is 0" (issue 11, found by the
+    coverage test on wav2vec2)."""
+    try:
+        engine(w)
+    except (NotModelledError, TraceError):
         raise
     except MemfitError:
         return

@@ -70,3 +70,48 @@ def test_a_layer_types_property_computed_from_periods_is_not_written_back() -> N
     assert "layer_types" not in resized and resized["num_hidden_layers"] == 2
     d = {k: v for k, v in resized.items() if k != "model_type"}
     assert len(AutoConfig.for_model("jamba", **d).layer_types) == 2
+
+
+def test_all_linear_lora_over_a_router_that_returns_a_tuple_is_refused_with_the_way_out() -> None:
+    """peft's ``all-linear`` wraps Llama 4's router (an nn.Linear subclass returning scores and
+    logits), and peft's LoRA layer then fails at the first forward ('tuple' object has no
+    attribute 'dtype', found by benchmarks/fastpath_grid.py): memfit says so before tracing."""
+    from benchmarks.tiny_models import tiny_config
+
+    from memfit.errors import SpecError
+    from memfit.estimate.trace.engine import trace_hf
+    from memfit.spec import WorkloadSpec
+
+    w = WorkloadSpec(batch_size=1, seq_len=8, lora_rank=4, precision="bf16-true")
+    with pytest.raises(SpecError, match=r"wrap 'model\.layers\.0\.feed_forward\.router' "
+                       r"\(Llama4Router.*--lora-targets attention,mlp"):  # fmt: skip
+        trace_hf(tiny_config("llama4_text"), w, name="t")
+
+
+@pytest.mark.slow  # one tiny Llama 4 training trace (10-30 s on the shared machine)
+def test_lora_on_llama4_by_role_leaves_the_router_alone_and_traces() -> None:
+    from benchmarks.tiny_models import tiny_config
+
+    from memfit.estimate.trace.engine import trace_hf
+    from memfit.spec import WorkloadSpec
+
+    w = WorkloadSpec(batch_size=1, seq_len=8, lora_rank=4, lora_targets=("attention", "mlp"),
+                     precision="bf16-true")  # fmt: skip
+    est = trace_hf(tiny_config("llama4_text"), w, name="t")
+    assert 0 < est.n_trainable_params < est.n_params
+
+
+def test_a_layer_types_alias_of_a_computed_property_is_not_written_back() -> None:
+    """Bamba maps layer_types onto layers_block_type (attribute_map), a property computed from
+    attn_layer_indices: writing it back was an AttributeError (found by the grid)."""
+    from benchmarks.tiny_models import tiny_config
+    from transformers import AutoConfig
+
+    config = tiny_config("bamba")
+    (var,) = layer_plan(config)
+    resized = with_layer_counts(config, [var], {var.name: 2}, False)
+    assert "layer_types" not in resized
+    d = {k: v for k, v in resized.items() if k != "model_type"}
+    assert AutoConfig.for_model("bamba", **d).layers_block_type == [
+        "linear_attention", "full_attention",
+    ]  # fmt: skip

@@ -128,3 +128,24 @@ def test_detr_runs_without_timm_with_its_pixel_mask() -> None:
     small = with_media(cfg, MediaSpec(image_size=64), name="t")
     est = trace_hf(small, WorkloadSpec(mode="infer", precision="fp32"), name="t")
     assert est.trace["task"] == "object-detection" and est.peak_allocated_bytes > 0
+
+
+@pytest.mark.slow  # real execution of a tiny Swin (5-30 s on the shared machine)
+def test_an_image_model_that_does_not_cast_its_pixels_gets_them_in_its_weights_dtype() -> None:
+    """Swin's first convolution rejects the processor's fp32 pixels under bf16 weights (it does
+    not cast them, unlike ViT): the trace passes them as its user must, in bf16, and counts what
+    the same step allocates on real CPU tensors (was a TraceError: issue 11, the grid)."""
+    from benchmarks.tiny_models import tiny_config
+
+    _assert_equal(*_both(tiny_config("swin"), mode="infer", precision="bf16-true"))
+
+
+def test_a_model_whose_task_memfit_does_not_build_says_which_class_it_is() -> None:
+    """Wav2Vec2ForCTC (CTC speech recognition) is no task of the trace engine's: a TraceError
+    naming the class and the tasks it builds, never a traceback nor a causal-LM guess."""
+    from benchmarks.tiny_models import tiny_config
+
+    from memfit.errors import TraceError
+
+    with pytest.raises(TraceError, match=r"does not model Wav2Vec2ForCTC \(wav2vec2\): it builds"):
+        trace_hf(tiny_config("wav2vec2"), WorkloadSpec(seq_len=8, precision="fp32"), name="t")

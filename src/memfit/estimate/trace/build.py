@@ -155,8 +155,10 @@ def with_layer_counts(
     if any(v.period > 1 for v in plan) or "layer_types" in d:
         hf = _hf_config(config, trust_remote_code)
         full = getattr(hf, "layer_types", None)
-        # Jamba computes layer_types from its periods (a read-only property): nothing to slice
-        computed = isinstance(getattr(type(hf), "layer_types", None), property)
+        # Jamba computes layer_types from its periods (a read-only property), Bamba maps it onto
+        # one (attribute_map: layers_block_type, from attn_layer_indices): nothing to slice
+        name = (getattr(type(hf), "attribute_map", None) or {}).get("layer_types", "layer_types")
+        computed = isinstance(getattr(type(hf), name, None), property)
         if full and not computed:
             d["layer_types"] = list(full[: counts[plan[0].name]])
     return d
@@ -176,6 +178,12 @@ def model_class(task: str) -> Any:
     }[task]
 
 
+#: The tasks :func:`model_class` builds (said where a model needs another one).
+TASK_NAMES = (
+    "causal-lm", "seq-cls", "seq2seq", "image-cls", "object-detection", "speech-seq2seq", "clip",
+)  # fmt: skip
+
+
 def _cannot_build(task: str, exc: BaseException) -> str:
     first = (str(exc).splitlines() or [""])[0][:300]
     return f"transformers cannot build this model for task {task!r}: {type(exc).__name__}: {first}"
@@ -187,6 +195,13 @@ def _eager_or_error(cls: Any, hf: Any, task: str, kwargs: dict[str, Any]) -> tor
     try:
         return cls.from_config(hf, attn_implementation="eager", **kwargs)
     except (ValueError, AssertionError, TypeError) as exc:
+        archs = ", ".join(getattr(hf, "architectures", None) or [])
+        if "Unrecognized configuration class" in str(exc) and archs:
+            raise TraceError(  # e.g. Wav2Vec2ForCTC: no task of memfit's builds it
+                f"the trace engine does not model {archs} ({hf.model_type}): it builds models "
+                f"for the tasks {', '.join(TASK_NAMES)}, and transformers cannot build this "
+                f"config as the {task!r} model memfit took it for (not modelled yet)"
+            ) from exc
         raise TraceError(_cannot_build(task, exc)) from exc
 
 
@@ -287,13 +302,41 @@ def apply_lora_(
     cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=target_modules)
     with torch.device(device):
         try:
-            return get_peft_model(model, cfg)
+            wrapped = get_peft_model(model, cfg)
         except ValueError as exc:
             raise SpecError(
                 f"lora_targets ({targets!r}) do not match this model: {exc}; its linear modules "
                 f"are {', '.join(linear_module_names(model))} (or name roles: q,k,v,o,gate,up,"
                 "down, attention, mlp, all-linear)"
             ) from exc
+    unwrappable = _non_tensor_linears(wrapped)
+    if unwrappable:
+        name, cls = unwrappable[0]
+        raise SpecError(
+            f"lora_targets ({targets!r}) wrap {name!r} ({cls}, an nn.Linear whose forward does "
+            "not return a tensor, e.g. a MoE router returning scores and logits): peft's LoRA "
+            "layer fails on it at the first forward; name the targets instead, e.g. "
+            "--lora-targets attention,mlp"
+        )
+    return wrapped
+
+
+def _non_tensor_linears(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """The LoRA-wrapped modules whose base layer (a subclass of nn.Linear with its own forward)
+    returns something other than a tensor: peft's ``lora.Linear.forward`` reads
+    ``result.dtype`` and fails (transformers' Llama4Router, PhimoeTopKRouter). Found by running
+    each such base layer on one row (on the meta device while building: no memory)."""
+    out = []
+    for name, m in model.named_modules():
+        base = getattr(m, "base_layer", None)
+        if not isinstance(base, torch.nn.Linear) or type(base).forward is torch.nn.Linear.forward:
+            continue
+        w = base.weight
+        with torch.no_grad():
+            result = base(torch.zeros(1, base.in_features, device=w.device, dtype=w.dtype))
+        if not isinstance(result, torch.Tensor):
+            out.append((name.removeprefix("base_model.model."), type(base).__name__))
+    return out
 
 
 def linear_module_names(model: torch.nn.Module) -> list[str]:

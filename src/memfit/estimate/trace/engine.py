@@ -37,7 +37,14 @@ from memfit.estimate.pipeline import (
 from memfit.estimate.quant import FORMATS, unquantized_layers_note
 from memfit.estimate.quant_experts import quantizes_experts
 from memfit.estimate.result import MemoryEstimate
-from memfit.estimate.trace import build, distributed, quantized, quantized_experts, steps
+from memfit.estimate.trace import (
+    build,
+    distributed,
+    media_inputs,
+    quantized,
+    quantized_experts,
+    steps,
+)
 from memfit.estimate.trace.cuda_emulation import (
     SdpaRouter,
     cuda_autocast_policy,
@@ -195,7 +202,20 @@ def _reject_unsupported(workload: WorkloadSpec) -> None:
         )
 
 
-def _trace_once(
+class _UncastPixels(Exception):
+    """The model does not cast the processor's fp32 pixels to its weights' dtype."""
+
+
+def _trace_once(*args: Any, **kwargs: Any) -> Flat:
+    """One traced run; an image model that does not cast fp32 pixels itself is run again with
+    them in its weights' dtype (what its user must pass: media_inputs.uncast_pixels_error)."""
+    try:
+        return _trace_run(*args, **kwargs)
+    except _UncastPixels:
+        return _trace_run(*args, **kwargs, cast_pixels=True)
+
+
+def _trace_run(
     config: dict[str, Any],
     workload: WorkloadSpec,
     task: str,
@@ -207,6 +227,7 @@ def _trace_once(
     gpu: Any = None,
     n_steps: int = 2,
     sink: list[Any] | None = None,
+    cast_pixels: bool = False,
 ) -> Flat:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -248,7 +269,7 @@ def _trace_once(
     else:
         tracker = StorageTracker(device_type="cpu")
     with fake, cuda_emulation_for(wl, emulate_cuda, gpu=gpu) as router:
-        inputs = steps.example_inputs(cfg, wl, task)
+        inputs = steps.example_inputs(cfg, wl, task, cast_pixels=cast_pixels)
         if plan is not None:
             plan.wrap_(model)
         with tracker:
@@ -264,6 +285,8 @@ def _trace_once(
                 else:
                     steps.run_inference(model, inputs, wl, task, tracker)
             except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+                if not cast_pixels and media_inputs.uncast_pixels_error(exc, task):
+                    raise _UncastPixels from exc
                 raise TraceError(
                     f"could not run {type(model).__name__} on fake tensors: "
                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"

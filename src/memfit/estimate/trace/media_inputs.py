@@ -31,7 +31,9 @@ from memfit.spec import WorkloadSpec
 TASKS = ("image-cls", "object-detection", "speech-seq2seq")
 
 
-def media_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) -> dict[str, Any]:
+def media_inputs(
+    config: dict[str, Any], workload: WorkloadSpec, task: str, *, cast_pixels: bool = False
+) -> dict[str, Any]:
     """One micro-batch for ``task`` (create inside FakeTensorMode)."""
     b = workload.batch_size
     if task == "speech-seq2seq":
@@ -39,13 +41,28 @@ def media_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) -> d
     channels, size = media.image_shape(config)
     # the image processor's fp32 ``pixel_values``, as the Trainer passes them: the model casts
     # them to its weights' dtype itself (``ViTEmbeddings``: ``pixel_values.to(expected_dtype)``),
-    # which is the copy the analytic ViT / CLIP programs count
-    inputs: dict[str, Any] = {"pixel_values": torch.randn(b, channels, size, size)}
+    # which is the copy the analytic ViT / CLIP programs count. A model that does not cast them
+    # (Swin, ConvNeXt: their first convolution rejects fp32 input with bf16 weights) gets them in
+    # its weights' dtype, as the user must pass them (``cast_pixels``: uncast_pixels_error)
+    dtype = float_dtype(workload) if cast_pixels else torch.float32
+    inputs: dict[str, Any] = {"pixel_values": torch.randn(b, channels, size, size, dtype=dtype)}
     if task == "object-detection":
         inputs["pixel_mask"] = torch.ones(b, size, size, dtype=torch.long)
     elif workload.is_train:
         inputs["labels"] = torch.zeros(b, dtype=torch.long)
     return inputs
+
+
+def uncast_pixels_error(exc: BaseException, task: str) -> bool:
+    """Whether ``exc`` is an image model's first layer rejecting the processor's fp32 pixels
+    because the model does not cast them to its weights' dtype (then: pass them cast)."""
+    text = str(exc)
+    return (
+        task in ("image-cls", "object-detection")
+        and isinstance(exc, RuntimeError)
+        and "Input type (float)" in text
+        and "should be the same" in text
+    )
 
 
 def float_dtype(workload: WorkloadSpec) -> torch.dtype:

@@ -62,13 +62,15 @@ def make_optimizer(
     return None
 
 
-def example_inputs(config: dict[str, Any], workload: WorkloadSpec, task: str) -> dict[str, Any]:
+def example_inputs(
+    config: dict[str, Any], workload: WorkloadSpec, task: str, *, cast_pixels: bool = False
+) -> dict[str, Any]:
     """Token ids / pixels for one micro-batch (create inside FakeTensorMode)."""
     b, s = workload.batch_size, workload.seq_len
     spec = ModelSpec.from_config(config)
     vocab = spec.vocab_size or 32000
     if task in media_inputs.TASKS:  # images and audio: memfit.estimate.trace.media_inputs
-        return media_inputs.media_inputs(config, workload, task)
+        return media_inputs.media_inputs(config, workload, task, cast_pixels=cast_pixels)
     inputs: dict[str, Any]
     if task == "clip":
         size = int(spec.vision.get("image_size", 224)) if spec.vision else 224
@@ -233,8 +235,27 @@ def run_inference(
 
 def _next_token(out: Any, tracker: StorageTracker) -> torch.Tensor:
     logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
-    tracker.label(_cache_tensors(out.past_key_values), "kv_cache")
+    tracker.label(_cache_tensors(_cache_of(out)), "kv_cache")
     return logits.argmax(-1, keepdim=True)
+
+
+def _cache_of(out: Any) -> Any:
+    """The cache a forward returned, under the name the model uses (``generate()``'s
+    ``_update_model_kwargs_for_generation`` looks for ``past_key_values``, then
+    ``cache_params``: Mamba, Mamba-2, FalconMamba return their state there)."""
+    cache = getattr(out, "past_key_values", None)
+    return cache if cache is not None else getattr(out, "cache_params", None)
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword the model's ``forward`` takes its cache by: ``cache_params`` for the Mamba
+    families (``GenerationMixin._prepare_cache_for_generation``), else ``past_key_values``."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    if "cache_params" in params and "past_key_values" not in params:
+        return "cache_params"
+    return "past_key_values"
 
 
 def _generate(
@@ -244,7 +265,8 @@ def _generate(
     keep = logits_to_keep_kwargs(model)
     positions = generation_position_ids(model, ids)
     out = _prefill(model, ids, workload.prefill_chunk_size, keep, tracker, positions)
-    token, cache = _next_token(out, tracker), out.past_key_values
+    token, cache = _next_token(out, tracker), _cache_of(out)
+    cache_kw = _cache_kwarg(model)
     del out
     total = ids.shape[1] + workload.new_tokens - 1  # cache length after the last decode step
     tracker.set_phase("decode")
@@ -257,7 +279,7 @@ def _generate(
                 positions = positions[..., :1] + torch.arange(total - 1)
             positions = torch.cat([positions, positions[..., -1:] + 1], dim=-1)
             pos = {"position_ids": positions[..., -1:].clone()}  # prepare_inputs_for_generation
-        out = model(input_ids=token, past_key_values=cache, use_cache=True, **keep, **pos)
+        out = model(input_ids=token, **{cache_kw: cache}, use_cache=True, **keep, **pos)
         token = _next_token(out, tracker)
         del out
 
@@ -309,14 +331,15 @@ def _prefill(
         return model(input_ids=ids, use_cache=True, **keep, **pos)
     out: Any = None
     past = 0
+    cache_kw = _cache_kwarg(model)
     for piece in torch.split(ids, chunk, dim=-1):
-        cache = out.past_key_values if out is not None else None
+        cache = _cache_of(out) if out is not None else None
         pos = {}
         if positions is not None:
             pos = {"position_ids": positions[..., past : past + piece.shape[-1]]}
         past += piece.shape[-1]
-        out = model(input_ids=piece, past_key_values=cache, use_cache=True, **keep, **pos)
-        tracker.label(_cache_tensors(out.past_key_values), "kv_cache")
+        out = model(input_ids=piece, **{cache_kw: cache}, use_cache=True, **keep, **pos)
+        tracker.label(_cache_tensors(_cache_of(out)), "kv_cache")
     return out
 
 
@@ -375,6 +398,10 @@ def _cache_tensors(cache: Any) -> list[torch.Tensor]:
                 for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
                 if isinstance(t, torch.Tensor)
             ]
+            for name in ("conv_states", "recurrent_states"):  # linear-attention / SSM layers
+                states = getattr(layer, name, None)
+                states = states.values() if isinstance(states, dict) else [states]
+                out += [t for t in states if isinstance(t, torch.Tensor)]
     return out
 
 
