@@ -517,6 +517,46 @@ FLAGS: tuple[Flag, ...] = (
         target="pipeline",
         commands=("estimate",),
     ),
+    # diffusion training (memfit estimate flux.1-dev --mode train ...): docs/diffusion.md
+    Flag(
+        name="--resolution",
+        dest="resolution",
+        kind="int",
+        help="diffusion training: the scripts' --resolution, square images in pixels "
+        "(default 1024)",
+        field="resolution",
+        target="pipeline",
+        commands=(*ESTIMATE_LIKE, "plan"),
+    ),
+    Flag(
+        name="--train-text-encoder",
+        dest="train_text_encoder",
+        kind="switch",
+        default=False,
+        help="diffusion training: the scripts' --train_text_encoder (LoRA on the CLIP encoders)",
+        field="train_text_encoder",
+        target="pipeline",
+        commands=(*ESTIMATE_LIKE, "plan"),
+    ),
+    Flag(
+        name="--cache-latents",
+        dest="cache_latents",
+        kind="switch",
+        default=False,
+        help="diffusion training: the FLUX LoRA script's --cache_latents (VAE run once, freed)",
+        field="cache_latents",
+        target="pipeline",
+        commands=(*ESTIMATE_LIKE, "plan"),
+    ),
+    Flag(
+        name="--max-sequence-length",
+        dest="max_sequence_length",
+        kind="int",
+        help="diffusion training, FLUX: the scripts' --max_sequence_length of T5 (default 512)",
+        field="max_sequence_length",
+        target="pipeline",
+        commands=(*ESTIMATE_LIKE, "plan"),
+    ),
 )
 
 
