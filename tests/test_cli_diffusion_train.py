@@ -53,7 +53,7 @@ def test_estimate_train_prints_the_peak_by_phase_and_component(
         (("--mode", "train", "--height", "512"), "is a diffusion inference flag"),
         (("--mode", "infer", "--resolution", "512"), "is a diffusion training flag"),
         (("--mode", "train", "--checkpointing", "selective"), "--gradient_checkpointing only"),
-        (("--mode", "train", "--optimizer", "lion"), "prodigy is not modelled"),
+        (("--mode", "train", "--optimizer", "lion"), "use adamw, adamw-8bit, prodigy"),
         (("--mode", "train", "--precision", "bf16-true"), "--mixed_precision"),
         (("--mode", "train", "--shard", "fsdp"), "drop the flag"),
         (("--mode", "train", "--cache-latents"), "only the LoRA scripts"),
@@ -68,6 +68,8 @@ def test_a_training_job_memfit_cannot_answer_exits_2_with_one_line(
 
 
 def test_a_training_flag_on_a_text_model_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "estimate", "gpt2", "--optimizer", "prodigy")
+    assert code == 2 and "prodigy" in err and "Traceback" not in err
     code, _, err = run(capsys, "estimate", "gpt2", "--resolution", "512")
     assert code == 2 and "applies to diffusion pipelines only" in err
     code, _, err = run(capsys, "fit", "gpt2", "--gpu", "L4", "--solve", "resolution")

@@ -30,11 +30,13 @@ PLAN_EXAMPLES = """examples:
   memfit plan llama-3.1-8b --recommend-gpu --seq 4096 --global-batch 16 --max-quality-risk low
   memfit plan llama-3.1-8b --recommend-gpu --mode infer --seq 2048 --new-tokens 256 --rank cost
   memfit plan llama-3.2-1b --recommend-gpu --seq 2048 --global-batch 8 --prices my-prices.json
+  memfit plan flux.1-dev --gpu RTX-4090 --mode train --lora-rank 16 --resolution 512
 """
 FIT_EXAMPLES = """examples:
   memfit fit llama-3.1-8b --gpu A100-80GB --solve batch --seq 4096 --checkpointing full
   memfit fit llama-3.1-8b --gpu-memory 24GB --solve seq --lora-rank 16 --quant nf4-dq
   memfit fit llama-3.1-8b --gpu L40S --solve concurrency --mode infer --seq 8192 --json
+  memfit fit sdxl-base-1.0 --gpu T4 --mode train --lora-rank 4 --solve resolution
 """
 UPGRADE_EXAMPLES = """examples:
   memfit upgrade llama-3.1-8b --gpu L4 --mode train --seq 4096 --global-batch 16

@@ -205,8 +205,9 @@ FLAGS: tuple[Flag, ...] = (
         name="--optimizer",
         dest="optimizer",
         kind="choice",
-        choices=OPTIMIZERS,
-        help="train: default adamw (foreach, torch's CUDA default)",
+        choices=(*OPTIMIZERS, "prodigy"),
+        help="train: default adamw (foreach, torch's CUDA default); prodigy: diffusion training "
+        "only (the diffusers scripts' --optimizer prodigy)",
         field="optimizer",
         commands=ESTIMATE_LIKE,
     ),
@@ -349,9 +350,9 @@ FLAGS: tuple[Flag, ...] = (
         name="--optimizer",
         dest="optimizer",
         kind="choice",
-        choices=OPTIMIZERS,
+        choices=(*OPTIMIZERS, "prodigy"),
         help="the job's optimizer, kept by the plan (default adamw; its fused kernel is "
-        "memory-only, 8-bit states need --allow 8bit-optim)",
+        "memory-only, 8-bit states need --allow 8bit-optim; prodigy: diffusion training only)",
         field="optimizer",
         target="request",
         commands=("plan",),

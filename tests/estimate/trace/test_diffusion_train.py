@@ -92,6 +92,9 @@ SLOW = pytest.mark.slow
         pytest.param({"train_text_encoder": True}, marks=SLOW),
         pytest.param({"precision": "16-mixed"}, marks=SLOW),
         pytest.param({"lora_rank": None, "precision": "32-true", "batch": 2}, marks=SLOW),
+        # the real prodigyopt.Prodigy on both sides (full fine-tuning: every weight is nonzero,
+        # so Prodigy keeps a full p0 copy of each in both runs)
+        {"lora_rank": None, "optimizer": "prodigy"},
     ],
 )
 def test_a_flux_training_trace_allocates_what_real_cpu_execution_allocates(
@@ -212,7 +215,7 @@ def test_extrapolating_over_flux_blocks_matches_a_full_trace(tmp_path: Path) -> 
     ("kw", "message"),
     [
         ({"resolution": 1000}, "multiple of 16"),
-        ({"optimizer": "lion"}, "prodigy is not modelled"),
+        ({"optimizer": "lion"}, "use adamw, adamw-8bit, prodigy"),
         ({"precision": "bf16-true"}, "--mixed_precision"),
         ({"lora_rank": None, "cache_latents": True}, "only the LoRA scripts"),
         ({"batch": 0}, "batch must be a positive whole number"),
@@ -230,3 +233,12 @@ def test_switches_a_script_does_not_have_are_not_modelled(sdxl_tree: Path) -> No
         estimate_training(sdxl_tree, job(cache_latents=True), name="t")
     with pytest.raises(NotModelledError, match="does not train the text encoders"):
         estimate_training(sdxl_tree, job(lora_rank=None, train_text_encoder=True), name="t")
+
+
+def test_prodigy_keeps_four_states_per_weight(flux_tree: Path) -> None:
+    pytest.importorskip("prodigyopt")
+    est = estimate_training(flux_tree, job(lora_rank=None, optimizer="prodigy"), name="t")
+    tr = {c.name: c for c in est.components}["transformer"]
+    opt = {p.phase: p for p in est.phases}["optimizer"]
+    # s, p0, exp_avg, exp_avg_sq: four fp32 copies of every trained weight
+    assert opt.optimizer_states_bytes >= 4 * 4 * tr.n_params

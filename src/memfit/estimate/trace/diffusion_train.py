@@ -20,9 +20,10 @@ from memfit.errors import SpecError
 #: components are cast to ``weight_dtype`` (fp16 / bf16 / fp32), the forward runs under
 #: ``accelerator.autocast`` (the prepared model's forward), fp16 adds accelerate's GradScaler.
 MIXED_PRECISION = {"bf16-mixed": "bf16", "16-mixed": "fp16", "32-true": "no"}
-#: The optimizers the scripts build: ``torch.optim.AdamW`` (``--optimizer adamw``) and
-#: ``bnb.optim.AdamW8bit`` (``--use_8bit_adam``). Prodigy (``prodigyopt``) is not modelled.
-TRAIN_OPTIMIZERS = ("adamw", "adamw-8bit")
+#: The optimizers the scripts build: ``torch.optim.AdamW`` (``--optimizer adamw``),
+#: ``bnb.optim.AdamW8bit`` (``--use_8bit_adam``) and ``prodigyopt.Prodigy`` (``--optimizer
+#: prodigy``, run as the real package: states s, p0, exp_avg, exp_avg_sq per parameter).
+TRAIN_OPTIMIZERS = ("adamw", "adamw-8bit", "prodigy")
 #: (pipeline class, LoRA?) -> the script memfit follows, in diffusers' examples/ (commit in docs).
 SCRIPTS = {
     ("FluxPipeline", True): "examples/dreambooth/train_dreambooth_lora_flux.py",
@@ -74,7 +75,7 @@ class DiffusionTrainJob:
         if self.optimizer not in TRAIN_OPTIMIZERS:
             problems.append(
                 f"optimizer {self.optimizer!r} is not one the diffusers scripts build with "
-                f"memfit's model: use {' or '.join(TRAIN_OPTIMIZERS)} (prodigy is not modelled)"
+                f"memfit's model: use {', '.join(TRAIN_OPTIMIZERS)}"
             )
         if self.precision not in MIXED_PRECISION:
             problems.append(

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from memfit.errors import TraceError
+from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.trace import build, steps
 from memfit.estimate.trace.diffusion import build_component, read_tree
 from memfit.estimate.trace.diffusion_train import (
@@ -286,7 +286,7 @@ class _Run:
         self.early: dict[str, PhasePeak] = {}
         trainable = [p for p in models.parameters() if p.requires_grad]
         self.params = trainable
-        self.optimizer = steps.make_optimizer(trainable, job.optimizer, None)
+        self.optimizer = _optimizer(trainable, job.optimizer)
         self.scaler = steps.LossScaler() if job.mixed_precision == "fp16" else None
 
     # -- set-up --------------------------------------------------------------------------
@@ -463,6 +463,23 @@ class _Run:
             )[0]
         del noisy, embeds, pooled
         return torch.nn.functional.mse_loss(pred.float(), noise.float(), reduction="mean")
+
+
+def _optimizer(params: list[torch.nn.Parameter], name: str) -> Any:
+    """The script's optimizer: ``prodigyopt.Prodigy`` with the scripts' defaults (lr 1.0,
+    decoupled weight decay, no bias correction, no safeguard warm-up), else memfit's AdamW /
+    bitsandbytes AdamW8bit stand-in (as ``bnb.optim.AdamW8bit`` allocates, no 32-bit overrides)."""
+    if name == "prodigy":
+        try:
+            from prodigyopt import Prodigy
+        except ImportError as exc:
+            raise NotModelledError(
+                "--optimizer prodigy needs the prodigyopt package (pip install "
+                "'memfit[diffusion]')",
+                engine="diffusion-train",
+            ) from exc
+        return Prodigy(params, lr=1.0, weight_decay=1e-4, decouple=True)
+    return steps.make_optimizer(params, name, None)
 
 
 def _ids(b: int, s: int) -> torch.Tensor:
