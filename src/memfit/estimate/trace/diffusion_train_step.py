@@ -478,7 +478,10 @@ def _optimizer(params: list[torch.nn.Parameter], name: str) -> Any:
                 "'memfit[diffusion]')",
                 engine="diffusion-train",
             ) from exc
-        return Prodigy(params, lr=1.0, weight_decay=1e-4, decouple=True)
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints "Using decoupled weight decay"
+            return Prodigy(params, lr=1.0, weight_decay=1e-4, decouple=True)
     return steps.make_optimizer(params, name, None)
 
 
