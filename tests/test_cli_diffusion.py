@@ -49,7 +49,7 @@ def test_memfit_models_lists_the_pipelines(capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("flux.1-dev",), "pass --mode infer"),
+        (("flux.1-dev", "--pipeline-offload", "model"), "is a diffusion inference flag"),
         (("flux.1-dev", "--mode", "infer", "--offload", "params"), "--pipeline-offload"),
         (("flux.1-dev", "--mode", "infer", "--quant", "fp8"), "not a diffusion weight format"),
         (("flux.1-dev", "--mode", "infer", "--use-stream"), "add --pipeline-offload group"),

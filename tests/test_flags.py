@@ -72,8 +72,10 @@ def test_every_row_sets_a_field_that_exists() -> None:
         "request": {f.name for f in dataclasses.fields(PlanRequest)},
     }
     from memfit.estimate.trace.diffusion import DiffusionJob
+    from memfit.estimate.trace.diffusion_train import DiffusionTrainJob
 
     targets["pipeline"] = {f.name for f in dataclasses.fields(DiffusionJob)}
+    targets["pipeline"] |= {f.name for f in dataclasses.fields(DiffusionTrainJob)}  # training
     from memfit.models.media import MediaSpec
 
     targets["media"] = {f.name for f in dataclasses.fields(MediaSpec)}

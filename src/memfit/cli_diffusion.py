@@ -44,11 +44,6 @@ def refuse_pipeline_flags(args: argparse.Namespace) -> None:
 def _job(args: argparse.Namespace) -> Any:
     from memfit.estimate.trace.diffusion import DiffusionJob
 
-    if getattr(args, "mode", "train") != "infer":
-        raise SpecError(
-            f"{args.model} is a diffusion pipeline: memfit sizes its inference only "
-            "(pass --mode infer); diffusion training is not modelled yet"
-        )
     if getattr(args, "offload", None) not in (None, "none"):
         raise SpecError(
             "--offload is ZeRO/FSDP training offload; for a diffusion pipeline use "
@@ -91,9 +86,13 @@ def _job(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
+    from memfit import cli_diffusion_train
     from memfit.estimate.trace.diffusion_pipelines import estimate_pipeline
     from memfit.models.pipelines import pipeline_dir
 
+    if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
+        return cli_diffusion_train.cmd_estimate(args)
+    cli_diffusion_train.refuse_train_flags_in_inference(args)
     job = _job(args)
     root = pipeline_dir(args.model)
     assert root is not None

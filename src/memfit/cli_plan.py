@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from memfit import cli_from, cli_seqdist, cli_vllm
+from memfit import cli_diffusion, cli_diffusion_train, cli_from, cli_seqdist, cli_vllm
 from memfit.cli_engine import add_engine_flags
 from memfit.errors import SpecError
 
@@ -30,11 +30,13 @@ PLAN_EXAMPLES = """examples:
   memfit plan llama-3.1-8b --recommend-gpu --seq 4096 --global-batch 16 --max-quality-risk low
   memfit plan llama-3.1-8b --recommend-gpu --mode infer --seq 2048 --new-tokens 256 --rank cost
   memfit plan llama-3.2-1b --recommend-gpu --seq 2048 --global-batch 8 --prices my-prices.json
+  memfit plan flux.1-dev --gpu RTX-4090 --mode train --lora-rank 16 --resolution 512
 """
 FIT_EXAMPLES = """examples:
   memfit fit llama-3.1-8b --gpu A100-80GB --solve batch --seq 4096 --checkpointing full
   memfit fit llama-3.1-8b --gpu-memory 24GB --solve seq --lora-rank 16 --quant nf4-dq
   memfit fit llama-3.1-8b --gpu L40S --solve concurrency --mode infer --seq 8192 --json
+  memfit fit sdxl-base-1.0 --gpu T4 --mode train --lora-rank 4 --solve resolution
 """
 UPGRADE_EXAMPLES = """examples:
   memfit upgrade llama-3.1-8b --gpu L4 --mode train --seq 4096 --global-batch 16
@@ -109,6 +111,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
     add_flags(p, "plan", "--lora-rank", "--precision", "--optimizer", "--attention")
+    add_flags(p, "plan", "--resolution", "--train-text-encoder", "--cache-latents")
+    add_flags(p, "plan", "--max-sequence-length")  # diffusion training (cli_diffusion_train)
     p.add_argument(
         "--allow",
         action="append",
@@ -151,7 +155,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("model", nargs="?", help="bundled name, config.json path or dir, or hub id")
     f.add_argument("--gpu", help="GPU name (see `memfit gpus`)")
     f.add_argument("--gpu-memory", type=_size, help="GPU memory: 24GB (10^9) or 24GiB (2^30)")
-    f.add_argument("--solve", choices=(*SOLVES, "max-model-len"), required=True)
+    f.add_argument("--solve", choices=(*SOLVES, "max-model-len", "resolution"), required=True)
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
     cli_seqdist.add_flags(f)  # --seq-dist: solve the batch over a variable-length run
@@ -276,6 +280,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from memfit.report.plan import render_plan
 
     cli_web.check_output_paths(args)  # --html: a typo is refused before the search
+    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
+        return cli_diffusion_train.cmd_plan(args)
+    cli_diffusion.refuse_pipeline_flags(args)
 
     if args.seq_dist is not None and (args.recommend_gpu or args.runtime == "vllm"):
         raise SpecError("--seq-dist plans one GPU's training run: drop --recommend-gpu / vLLM")
@@ -341,6 +348,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from memfit.plan import fit
     from memfit.report.plan import render_fit
 
+    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
+        return cli_diffusion_train.cmd_fit(args)
+    cli_diffusion.refuse_pipeline_flags(args)
+    if args.solve == "resolution":
+        raise SpecError("--solve resolution is for diffusion pipelines; use --solve seq")
     if args.runtime == "vllm":
         return cli_vllm.cmd_fit_vllm(args)
     if args.solve == "max-model-len":

@@ -425,3 +425,5 @@ def _grow_cache(cache: Any, length: int, tracker: StorageTracker) -> None:
 
 # The decode helpers other generation loops share (media_inputs: Whisper's generate()).
 next_token, decode_steps, grow_cache = _next_token, _decode_steps, _grow_cache
+# The loss scaler a training loop outside this module runs (diffusion_train_step: accelerate's).
+LossScaler = _LossScaler
