@@ -98,7 +98,7 @@ def _tracer(args: argparse.Namespace, gpu: Any) -> Any:
 
     root = pipeline_dir(args.model)
     assert root is not None
-    show = sys.stderr.isatty() and not args.json
+    show = sys.stderr.isatty() and not args.json and not getattr(args, "quiet", False)
 
     def trace(job: Any) -> Any:
         if show:
@@ -139,6 +139,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
     from memfit.plan.budget import Budget
+
+    if getattr(args, "mode", "train") != "train":
+        raise SpecError(
+            f"memfit {args.command} of a diffusion pipeline sizes its training (--mode train); "
+            "for inference use memfit estimate --mode infer"
+        )
 
     gpu = _gpu(args)
     if gpu is None and getattr(args, "gpu_memory", None) is None:
