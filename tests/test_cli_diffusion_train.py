@@ -115,3 +115,16 @@ def test_fit_and_plan_run_on_a_pipeline(capsys: pytest.CaptureFixture[str], tree
     assert code == 0
     plans = json.loads(out)["plans"]
     assert plans and plans[0]["fits"] and "--lora-rank 4" in plans[0]["flags"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [("--global-batch", "32"), ("--recommend-gpu",), ("--goal", "memory"), ("--allow", "lora")],
+)
+def test_a_text_model_plan_flag_on_a_pipeline_plan_is_refused_not_ignored(
+    capsys: pytest.CaptureFixture[str], tree: str, extra: tuple[str, ...]
+) -> None:
+    code, out, err = run(capsys, "plan", tree, "--mode", "train", "--gpu", "T4", *extra)
+    assert code == 2
+    assert extra[0] in err and "not used by a diffusion training plan" in err
+    assert "Traceback" not in err and out == ""

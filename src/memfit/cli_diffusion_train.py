@@ -176,10 +176,37 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0 if result.fits else 1
 
 
+def _refuse_text_plan_flags(args: argparse.Namespace) -> None:
+    """The text-model planner's flags a pipeline's training plan has no use for: refused, not
+    silently ignored."""
+    set_flags = [
+        name
+        for name, dest, unset in (
+            ("--global-batch", "global_batch", None),
+            ("--recommend-gpu", "recommend_gpu", False),
+            ("--goal", "goal", "throughput"),
+            ("--seq-dist", "seq_dist", None),
+            ("--allow", "allow", None),
+            ("--keep-full-finetune", "keep_full_finetune", False),
+            ("--allow-offload", "allow_offload", False),
+        )
+        if getattr(args, dest, unset) not in (unset, [])
+    ]
+    if getattr(args, "runtime", None) == "vllm":
+        set_flags.append("--runtime vllm")
+    if set_flags:
+        raise SpecError(
+            f"{', '.join(set_flags)}: text-model plan flags, not used by a diffusion training "
+            "plan (it tries 8-bit Adam, cached latents and gradient checkpointing on one GPU; "
+            "size the job with --resolution and --batch)"
+        )
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from memfit.plan.diffusion_train import plan_training
     from memfit.units import format_bytes as fb
 
+    _refuse_text_plan_flags(args)
     ranks = args.lora_rank or []
     job = job_from_args(args, lora_rank=ranks[0] if ranks else None)
     gpu, budget = _budget(args)
