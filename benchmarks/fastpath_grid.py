@@ -53,6 +53,7 @@ LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "llama4_text": ("attention", "mlp"),
     "llama-4-scout-text": ("attention", "mlp"),
     "mamba": ("in_proj", "x_proj", "dt_proj"),
+    "falcon_h1": ("attention", "mlp"),
 }
 #: Bundled real configs (src/memfit/models/configs), one per architecture, at their real widths
 #: but cut to ``--real-depth`` layers (default 2; the row says the depth): (name, seq).
@@ -95,11 +96,13 @@ def real_config(name: str, depth: int) -> dict[str, Any]:
     from memfit.models import resolve_model
 
     config = dict(resolve_model(name).config)
+    n = config.get("num_hidden_layers")
     for key in _DEPTH_KEYS:
         if isinstance(config.get(key), int) and config[key] > depth:
             config[key] = depth
-    if isinstance(config.get("layer_types"), list):
-        config["layer_types"] = config["layer_types"][:depth]
+    for key, value in list(config.items()):  # per-layer lists (layer_types, no_rope_layers ...)
+        if isinstance(value, list) and n and len(value) == n:
+            config[key] = value[:depth]
     return config
 
 
@@ -204,7 +207,8 @@ def _items(args: argparse.Namespace) -> list[tuple[str, str, str, int, tuple[str
     items = [(t, TYPES[t][0], "tiny", args.seq, jobs) for t in types]
     if args.real:
         origin = f"bundled-{args.real_depth}"
-        items += [(name, "real", origin, seq, jobs) for name, seq in REAL]
+        names = args.real_names.split(",") if args.real_names else [n for n, _ in REAL]
+        items += [(name, "real", origin, seq, jobs) for name, seq in REAL if name in names]
     return items
 
 
@@ -219,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also the bundled real configs (default: on)")  # fmt: skip
     p.add_argument("--real-depth", type=int, default=2,
                    help="layers the bundled real configs are cut to (default 2)")  # fmt: skip
+    p.add_argument("--real-names", help="comma-separated bundled configs (default: all of REAL)")
     p.add_argument("--redo-failed", action="store_true",
                    help="with --resume: run again the jobs whose trace did not answer")  # fmt: skip
     p.add_argument("--first", help="comma-separated families run first (the rest follow)")

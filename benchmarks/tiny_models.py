@@ -47,8 +47,10 @@ TYPES: dict[str, tuple[str, dict[str, Any]]] = {
     "olmo": ("decoder", {}), "olmo2": ("decoder", {}), "cohere": ("decoder", {}),
     "stablelm": ("decoder", {}), "starcoder2": ("decoder", {}),
     "gptj": ("decoder", {"rotary_dim": 8}),
-    "codegen": ("decoder", {"rotary_dim": 8}), "gpt_bigcode": ("decoder", {}),
-    "helium": ("decoder", {"head_dim": 16}), "glm": ("decoder", {"head_dim": 16}),
+    # CodeGen splits its heads over mp_num = 4 (hard-coded in modeling_codegen): 4 heads
+    "codegen": ("decoder", {"rotary_dim": 8, "num_attention_heads": 4}),
+    "gpt_bigcode": ("decoder", {}), "helium": ("decoder", {"head_dim": 16}),
+    "glm": ("decoder", {"head_dim": 16, "pad_token_id": 0, "eos_token_id": 1}),
     "smollm3": ("decoder", {"pad_token_id": 0}),
     "mixtral": ("moe", {"num_local_experts": 4, "num_experts_per_tok": 2}),
     "qwen2_moe": ("moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,

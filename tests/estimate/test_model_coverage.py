@@ -43,6 +43,11 @@ NOT_TRACED: dict[str, str] = {
     # CTC speech recognition is no task the trace engine builds (issue 11 grid, 2026-12-01)
     "wav2vec2": "the trace engine does not model Wav2Vec2ForCTC",
     "hubert": "the trace engine does not model HubertForCTC",
+    # DebertaV2ForSequenceClassification's loss keeps the labels >= 0 with nonzero(): a
+    # data-dependent shape fake tensors cannot give (inference traces; grid, 2026-12-01)
+    "deberta-v2": "could not run DebertaV2ForSequenceClassification on fake tensors: Dynamic",
+    # PyTorch's BatchNorm cannot train on one sample (real execution raises the same error)
+    "resnet": "Expected more than 1 value per channel when training",
 }
 #: The issue's floor: model types that run every command (issue 11, "Done means").
 MIN_TYPES = 40

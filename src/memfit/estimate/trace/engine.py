@@ -212,7 +212,7 @@ def _trace_once(*args: Any, **kwargs: Any) -> Flat:
     try:
         return _trace_run(*args, **kwargs)
     except _UncastPixels:
-        return _trace_run(*args, **kwargs, cast_pixels=True)
+        return _trace_run(*args, **{**kwargs, "cast_pixels": True})
 
 
 def _trace_run(
