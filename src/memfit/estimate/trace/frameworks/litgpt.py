@@ -274,8 +274,9 @@ def trace_litgpt(
     ]
     if n_quant:
         notes.append(
-            "LitGPT QLoRA: this engine's estimates are 16-43 % below LitGPT's published peaks "
-            "(benchmarks/results/frameworks_published.md, unexplained): read it as a lower bound"
+            "LitGPT QLoRA: this engine's estimates are still below LitGPT's published peaks "
+            "(19-36 % on the rows re-run, benchmarks/results/frameworks_published.md; the rest "
+            "is unexplained): read it as a lower bound"
         )
     if getattr(model, "_memfit_bnb_keeps_input", False):
         notes.append("bitsandbytes < 0.43: each 4-bit layer keeps its input for backward")
