@@ -325,6 +325,11 @@ class T5Program(ChainProgram):
         if self.wo_fp32:
             m = o.cast(m, "f32")
             o.pdtype, o.cdtype = "f32", "f32"
+        elif o.autocast and o.pdtype == "f32" and m.dtype != "f32":
+            # fp32 master weights under autocast: ``hidden_states.to(self.wo.weight.dtype)``
+            # (T5DenseActDense / T5DenseGatedActDense) copies the activation to fp32, and
+            # autocast casts it back for ``wo``
+            m = o.cast(m, "f32")
         m = o.linear(m, ff, d, name="wo")
         o.pdtype, o.cdtype = pd, cd
         o.quant = fmt
@@ -638,7 +643,11 @@ class _T5Step:
 
     def head(self, w: Work, s_enc: int, cached_casts: int = 0) -> BlockProfile:
         """``final_layer_norm``, dropout, the LM head and (training) the loss; then the model
-        returns and autocast exits: ``cached_casts`` bytes of cached weight casts go."""
+        returns and autocast exits: ``cached_casts`` bytes of cached weight casts go.
+
+        ``T5ForConditionalGeneration.forward`` (transformers 5.23 modeling_t5.py) keeps
+        ``decoder_outputs``, and with it the stack's output (after dropout), until it returns:
+        through the LM head and the loss, not only until ``* model_dim ** -0.5``."""
         a = self.a
         bias_n = a.n_heads * w.q_len * w.kv_len
         cross_n = a.n_heads * w.q_len * s_enc
@@ -653,7 +662,7 @@ class _T5Step:
                 locals_.append(o.g.input(cross_n, COMPUTE_DTYPE[self.wl.run_precision], rg=False))
             if w.impl == "eager" and w.q_len > 1:
                 locals_.append(o.g.input(w.batch * w.q_len * w.kv_len, self.hd, rg=False))
-            y = o.dropout(self.prog._norm(o, x), self.prog.p)
+            y = stack_out = o.dropout(self.prog._norm(o, x), self.prog.p)
             o.g.touch(*locals_)
             if self.prog.scale_out:
                 y = o.unary(y)  # * d_model ** -0.5
@@ -670,6 +679,7 @@ class _T5Step:
             o.save_outputs(logp)
             (loss,) = o.g.op([logp], [(1, lf.dtype)])
             o.g.hold(loss)
+            o.g.touch(stack_out)  # decoder_outputs[0]: a local of the model until it returns
             if cached_casts:
                 o.g.touch(o.g.input(cached_casts, "u8", rg=False))
             return x, [loss]  # backward starts from the loss

@@ -78,9 +78,14 @@ class QuantizedLinear(torch.nn.Module):
         compute_dtype: torch.dtype,
         group_size: int = 128,
         device: Any = "meta",
+        state_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.fmt = fmt
+        #: bitsandbytes 4-bit: the dtype ``QuantState.dtype`` records (the weight's dtype when it
+        #: was quantized), which ``dequantize_4bit`` returns before the matmul's ``.to(A.dtype)``;
+        #: None: the layer's compute dtype in forward, ``dtype`` in backward
+        self.state_dtype = state_dtype
         self.in_features = in_features
         self.out_features = out_features
         self.dtype = dtype
@@ -127,9 +132,11 @@ class _Bnb4Matmul(torch.autograd.Function):
             n_blocks = layer.stored("absmax").numel()
             absmax_dq = torch.zeros(n_blocks, dtype=torch.float32, device=x.device)
             absmax = absmax_dq + layer.stored("offset")
-        weight = torch.zeros(
-            (layer.out_features, layer.in_features), dtype=x.dtype, device=x.device
-        )
+        shape = (layer.out_features, layer.in_features)
+        if layer.state_dtype is None:
+            weight = torch.zeros(shape, dtype=x.dtype, device=x.device)
+        else:  # dequantize_4bit(B, state).to(A.dtype): both copies exist at the cast
+            weight = torch.zeros(shape, dtype=layer.state_dtype, device=x.device).to(x.dtype)
         out = F.linear(x, weight, bias)
         if layer.fmt == "nf4-dq":
             del absmax_dq, absmax
@@ -143,7 +150,9 @@ class _Bnb4Matmul(torch.autograd.Function):
             absmax = torch.zeros(n_blocks, dtype=torch.float32, device=grad.device)
             absmax += layer.stored("offset")
         weight = torch.zeros(
-            (layer.out_features, layer.in_features), dtype=layer.dtype, device=grad.device
+            (layer.out_features, layer.in_features),
+            dtype=layer.dtype if layer.state_dtype is None else layer.state_dtype,
+            device=grad.device,
         )
         if layer.fmt == "nf4-dq":
             del absmax

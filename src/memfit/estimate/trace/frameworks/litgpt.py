@@ -17,9 +17,19 @@ What runs, as ``litgpt finetune`` runs it:
   the token embedding for bitsandbytes' ``StableEmbedding`` (fp32 layer norm of the embeddings);
   its optimizer is ``bnb.optim.PagedAdamW`` (32-bit paged states: CUDA unified memory, outside
   ``max_memory_allocated``; memfit counts them as AdamW states, of LoRA size);
-* the step: ``model(input_ids, lm_head_chunk_size=128)`` (LoRA; full: whole logits), LitGPT's
-  ``chunked_cross_entropy``, ``fabric.backward``, with accumulation a second micro-batch, then
-  ``optimizer.step()`` and ``zero_grad()``.
+* the 4-bit weights are quantized from fp16: Lightning's ``_Linear4bit.quantize`` runs
+  ``weight.to(device, dtype=torch.half)`` before ``bnb.functional.quantize_4bit`` (lightning
+  2.3 / 2.4 fabric/plugins/precision/bitsandbytes.py), so ``QuantState.dtype`` is fp16 and each
+  4-bit matmul's ``dequantize_4bit(B, state).to(A.dtype)`` (bitsandbytes 0.42
+  autograd/_functions.py ``MatMul4Bit``, forward and backward) holds an fp16 and a bf16 copy of
+  the weight at once;
+* the step: ``model(input_ids, lm_head_chunk_size=128)`` (LoRA; full: whole logits) through
+  ``fabric.setup``'s ``_FabricModule.forward``, which returns ``precision.convert_output(out)``:
+  every floating output cast to ``torch.get_default_dtype()`` — fp32 outside the precision's
+  forward context (HalfPrecision and BitsandbytesPrecision, lightning fabric/wrappers.py,
+  plugins/precision/half.py, bitsandbytes.py) — so the logits (chunks) reach the loss in fp32;
+  LitGPT's ``chunked_cross_entropy``, ``fabric.backward``, with accumulation a second
+  micro-batch, then ``optimizer.step()`` and ``zero_grad()``.
 """
 
 from __future__ import annotations
@@ -67,6 +77,16 @@ LM_HEAD_CHUNK = 128
 #: _functions.py up to 0.42 — LitGPT 0.4's pin); 0.50 keeps ``(None, B)``. Releases 0.43-0.49
 #: were not read: they are treated as 0.50.
 BNB_KEEPS_INPUT_BEFORE = (0, 43)
+#: the dtype Lightning's ``_Linear4bit.quantize`` casts a weight to before quantizing it
+QUANTIZED_FROM = torch.float16
+
+
+def fabric_output(out: Any) -> Any:
+    """``_FabricModule.forward``'s ``precision.convert_output``: floating tensors (in a list
+    too) cast to the default dtype, fp32 here (a no-op for fp32 tensors)."""
+    if isinstance(out, list):
+        return [fabric_output(t) for t in out]
+    return out.to(torch.float32) if torch.is_floating_point(out) else out
 
 
 def model_config(data: dict[str, Any]) -> Any:
@@ -186,6 +206,7 @@ def quantize_linears_(
             bias=linear.bias is not None,
             dtype=dtype,
             compute_dtype=dtype,
+            state_dtype=None if fmt == "int8" else QUANTIZED_FROM,
         )
         model.set_submodule(name, stand_in)
     return len(names)
@@ -226,11 +247,11 @@ def trace_litgpt(
     def step(m: torch.nn.Module, opt: Any, batch: dict[str, torch.Tensor]) -> None:
         for _ in range(micro_batches):
             if lora:
-                logits = m(batch["input_ids"], lm_head_chunk_size=LM_HEAD_CHUNK)
+                logits = fabric_output(m(batch["input_ids"], lm_head_chunk_size=LM_HEAD_CHUNK))
                 logits[-1] = logits[-1][..., :-1, :]
                 loss = chunked_cross_entropy(logits, batch["labels"][..., 1:])
             else:
-                logits = m(batch["input_ids"])
+                logits = fabric_output(m(batch["input_ids"]))
                 loss = chunked_cross_entropy(logits[..., :-1, :], batch["labels"][..., 1:])
             del logits
             (loss / workload.grad_accum).backward()
@@ -253,8 +274,9 @@ def trace_litgpt(
     ]
     if n_quant:
         notes.append(
-            "LitGPT QLoRA: this engine's estimates are 16-43 % below LitGPT's published peaks "
-            "(benchmarks/results/frameworks_published.md, unexplained): read it as a lower bound"
+            "LitGPT QLoRA: this engine's estimates are still below LitGPT's published peaks "
+            "(19-36 % on the rows re-run, benchmarks/results/frameworks_published.md; the rest "
+            "is unexplained): read it as a lower bound"
         )
     if getattr(model, "_memfit_bnb_keeps_input", False):
         notes.append("bitsandbytes < 0.43: each 4-bit layer keeps its input for backward")
