@@ -79,6 +79,7 @@ def _job(args: argparse.Namespace) -> Any:
         ("height", "height"),
         ("width", "width"),
         ("steps", "steps"),
+        ("num_frames", "num_frames"),
         ("pipeline_offload", "offload"),
         ("offload_type", "offload_type"),
         ("num_blocks_per_group", "num_blocks_per_group"),

@@ -417,6 +417,16 @@ FLAGS: tuple[Flag, ...] = (
         commands=("estimate",),
     ),
     Flag(
+        name="--num-frames",
+        dest="num_frames",
+        kind="int",
+        help="video diffusion pipelines (WanPipeline): num_frames (default 81; (n - 1) % 4 != 0 "
+        "is rounded down as the pipeline does)",
+        field="num_frames",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
         name="--steps",
         dest="steps",
         kind="int",
