@@ -497,6 +497,18 @@ FLAGS: tuple[Flag, ...] = (
         commands=("estimate",),
     ),
     Flag(
+        name="--vae-precision",
+        dest="vae_precision",
+        kind="choice",
+        choices=("bf16", "fp16", "fp32"),
+        help="diffusion pipelines: the VAE loaded in its own dtype (AutoencoderKL*.from_pretrained("
+        "torch_dtype=...) passed as vae=, as the Wan 2.2 model card does with fp32); default "
+        "--precision",
+        field="vae_precision",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
         name="--layerwise-casting",
         dest="layerwise_casting",
         kind="choice",

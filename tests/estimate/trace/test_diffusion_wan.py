@@ -213,3 +213,21 @@ def test_the_bundled_wan_tree_matches_the_model_card_sizes() -> None:
     # model card: "TI2V-5B"; the UMT5-XXL encoder file models_t5_umt5-xxl-enc-bf16.pth (11.4 GB)
     assert 4.95e9 < sizes["transformer"] < 5.05e9
     assert 5.6e9 < sizes["text_encoder"] < 5.75e9
+
+
+def test_the_vae_runs_in_its_own_precision_when_loaded_apart(wan_tree: Path) -> None:
+    # the Wan 2.2 card: vae = AutoencoderKLWan.from_pretrained(..., torch_dtype=torch.float32)
+    base = {"height": 32, "width": 48, "num_frames": 5, "max_sequence_length": 8}
+    bf16 = estimate_pipeline(wan_tree, DiffusionJob(precision="bf16", **base), name="w")  # type: ignore[arg-type]
+    mixed = estimate_pipeline(
+        wan_tree,
+        DiffusionJob(precision="bf16", vae_precision="fp32", **base),  # type: ignore[arg-type]
+        name="w",
+    )
+    vae = {c.name: c for c in mixed.components}["vae"]
+    assert (
+        vae.dtype == "fp32" and {c.name: c for c in mixed.components}["transformer"].dtype == "bf16"
+    )
+    assert vae.weights_bytes == 2 * {c.name: c for c in bf16.components}["vae"].weights_bytes
+    with pytest.raises(SpecError, match="vae_precision 'fp8' is not one of"):
+        DiffusionJob(vae_precision="fp8")

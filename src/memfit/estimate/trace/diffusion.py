@@ -77,6 +77,9 @@ class DiffusionJob:
     attention_slicing: bool = False
     #: video pipelines (WanPipeline): ``num_frames``; None: the pipeline's default (81)
     num_frames: int | None = None
+    #: the VAE's own dtype (``vae=AutoencoderKL*.from_pretrained(..., torch_dtype=)``); None:
+    #: ``precision`` (and SDXL's fp16 ``force_upcast``)
+    vae_precision: str | None = None
 
     def __post_init__(self) -> None:
         from memfit.estimate.trace.diffusion_weights import (
@@ -107,6 +110,10 @@ class DiffusionJob:
             raise SpecError(
                 f"precision {self.precision!r} is not a diffusion inference precision: use one "
                 f"of {', '.join(DTYPES)}"
+            )
+        if self.vae_precision is not None and self.vae_precision not in DTYPES:
+            raise SpecError(
+                f"vae_precision {self.vae_precision!r} is not one of {', '.join(DTYPES)}"
             )
         if self.offload not in PIPELINE_OFFLOADS:
             raise SpecError(

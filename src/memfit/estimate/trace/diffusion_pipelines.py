@@ -60,7 +60,7 @@ def _recipe(
     """``{component: (make_inputs, call, stage)}`` for one pipeline call."""
     b, h, w = job.batch, job.height, job.width
     vae_ch = int(configs["vae"].get("latent_channels", 4))
-    vae_dt = dt
+    vae_dt = DTYPES[job.vae_precision] if job.vae_precision else dt
     # the pipelines' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1)
     vsf = 2 ** (len(configs["vae"].get("block_out_channels", [0, 0, 0, 0])) - 1)
     lh, lw = h // vsf, w // vsf
@@ -119,7 +119,8 @@ def _recipe(
             ),
             "unet": (lambda: {k: f() for k, f in unet.items()}, unet_call, "denoise"),
         }
-        if dt == torch.float16 and configs["vae"].get("force_upcast", True):
+        upcast = configs["vae"].get("force_upcast", True)
+        if job.vae_precision is None and dt == torch.float16 and upcast:
             vae_dt = torch.float32
     elif pipeline == "StableDiffusion3Pipeline":
         steps = _sd3_steps(configs, job, dt, lh, lw)

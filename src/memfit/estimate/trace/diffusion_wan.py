@@ -79,7 +79,10 @@ def wan_recipe(
     """``({component: (make_inputs, call, stage)}, vae dtype, notes)`` for one WanPipeline call,
     the components in ``model_cpu_offload_seq`` order (text_encoder, transformer, transformer_2,
     vae)."""
+    from memfit.estimate.trace.diffusion import DTYPES
+
     frames, h, w, notes = adjust(configs, job)
+    vae_dt = DTYPES[job.vae_precision] if job.vae_precision else dt
     vae = configs["vae"]
     t_comp = int(vae.get("scale_factor_temporal") or 4)
     s_comp = int(vae.get("scale_factor_spatial") or 8)
@@ -154,7 +157,7 @@ def wan_recipe(
 
     def vae_inputs() -> dict[str, Any]:
         return {
-            "latents": _empty(*lat, dtype=dt),
+            "latents": _empty(*lat, dtype=vae_dt),
             # alive until __call__ returns: the loop's fp32 mask and the scheduler's state
             "held": [_empty(*lat, dtype=torch.float32) for _ in range(SOLVER_ORDER + 2)],
         }
@@ -182,4 +185,4 @@ def wan_recipe(
         f"the transformer runs twice per step (cond, then uncond: guidance {GUIDANCE}), "
         f"the UMT5 encoder twice (prompt, negative prompt) on {seq} tokens"
     )
-    return steps, dt, notes
+    return steps, vae_dt, notes
