@@ -420,8 +420,8 @@ FLAGS: tuple[Flag, ...] = (
         name="--num-frames",
         dest="num_frames",
         kind="int",
-        help="video diffusion pipelines (WanPipeline): num_frames (default 81; (n - 1) % 4 != 0 "
-        "is rounded down as the pipeline does)",
+        help="video diffusion pipelines (WanPipeline): num_frames (default 81; a count with "
+        "n - 1 not divisible by 4 is rounded down, as the pipeline does)",
         field="num_frames",
         target="pipeline",
         commands=("estimate",),
