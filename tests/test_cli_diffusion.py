@@ -59,7 +59,11 @@ def test_memfit_models_lists_the_pipelines(capsys: pytest.CaptureFixture[str]) -
         ),
         (("flux.1-dev", "--mode", "infer", "--height", "1000"), "multiple of 16"),
         (("flux.1-dev", "--mode", "infer", "--precision", "amp-bf16"), "not a diffusion"),
-        (("wan2.2-ti2v-5b", "--mode", "infer"), "WanPipeline is not modelled"),
+        (
+            ("wan2.2-ti2v-5b", "--mode", "infer", "--num-frames", "0"),
+            "num_frames must be a positive whole number, got 0",
+        ),
+        (("gpt2", "--num-frames", "9"), "applies to diffusion pipelines only"),
     ],
 )
 def test_a_pipeline_job_memfit_cannot_answer_exits_2_with_one_line(
@@ -152,3 +156,21 @@ def test_a_pipeline_flag_on_a_model_that_is_not_a_pipeline_is_refused(
     code, out, err = run(capsys, "estimate", "gpt2", *flag)
     assert code == 2 and out == ""
     assert f"{flag[0]} applies to diffusion pipelines only" in err
+
+
+def test_a_wan_video_job_is_estimated_with_its_frames_from_the_command_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("diffusers")
+    from tests.estimate.trace.test_diffusion_wan import _tree
+
+    root = _tree(tmp_path)
+    argv = ["estimate", str(root), "--mode", "infer", "--height", "32", "--width", "48"]
+    code, out, err = run(capsys, *argv, "--num-frames", "6", "--precision", "fp32", "--json")
+    assert code == 0, err
+    est = json.loads(out)
+    assert est["pipeline"] == "WanPipeline" and est["job"]["num_frames"] == 6
+    assert [s["stage"] for s in est["stages"]] == ["text_encode", "denoise", "vae_decode"]
+    assert any("rounds it to 7" in n for n in est["notes"])
+    code, text, _ = run(capsys, *argv, "--num-frames", "5", "--pipeline-offload", "model")
+    assert code == 0 and "WanPipeline" in text and "host RAM for offloaded weights" in text

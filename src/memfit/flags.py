@@ -418,6 +418,16 @@ FLAGS: tuple[Flag, ...] = (
         commands=("estimate",),
     ),
     Flag(
+        name="--num-frames",
+        dest="num_frames",
+        kind="int",
+        help="video diffusion pipelines (WanPipeline): num_frames (default 81; a count with "
+        "n - 1 not divisible by 4 is rounded down, as the pipeline does)",
+        field="num_frames",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
         name="--steps",
         dest="steps",
         kind="int",
@@ -484,6 +494,18 @@ FLAGS: tuple[Flag, ...] = (
         default=False,
         help="diffusion pipelines, group offload: use_stream=True (prefetches the next group)",
         field="use_stream",
+        target="pipeline",
+        commands=("estimate",),
+    ),
+    Flag(
+        name="--vae-precision",
+        dest="vae_precision",
+        kind="choice",
+        choices=("bf16", "fp16", "fp32"),
+        help="diffusion pipelines: the VAE loaded in its own dtype (AutoencoderKL*.from_pretrained("
+        "torch_dtype=...) passed as vae=, as the Wan 2.2 model card does with fp32); default "
+        "--precision",
+        field="vae_precision",
         target="pipeline",
         commands=("estimate",),
     ),

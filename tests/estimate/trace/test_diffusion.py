@@ -184,12 +184,12 @@ def test_the_fake_trace_counts_what_a_real_cpu_decode_allocates() -> None:
 
 def test_a_pipeline_memfit_does_not_compose_is_refused_by_name(tmp_path: Path) -> None:
     (tmp_path / "model_index.json").write_text(
-        json.dumps({"_class_name": "WanPipeline", "vae": ["diffusers", "AutoencoderKLWan"]})
+        json.dumps({"_class_name": "LTXPipeline", "vae": ["diffusers", "AutoencoderKLLTXVideo"]})
     )
     (tmp_path / "vae").mkdir()
     (tmp_path / "vae" / "config.json").write_text("{}")
-    with pytest.raises(NotModelledError, match="WanPipeline is not modelled"):
-        estimate_pipeline(tmp_path, job(), name="wan")
+    with pytest.raises(NotModelledError, match="LTXPipeline is not modelled"):
+        estimate_pipeline(tmp_path, job(), name="ltx")
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,7 @@ SUPPORTED = (
     "StableDiffusionXLPipeline",
     "StableDiffusion3Pipeline",
     "PixArtSigmaPipeline",
+    "WanPipeline",
 )
 
 
@@ -74,6 +75,11 @@ class DiffusionJob:
     layerwise_casting: str | None = None
     #: ``pipe.enable_attention_slicing()`` (slice_size "auto")
     attention_slicing: bool = False
+    #: video pipelines (WanPipeline): ``num_frames``; None: the pipeline's default (81)
+    num_frames: int | None = None
+    #: the VAE's own dtype (``vae=AutoencoderKL*.from_pretrained(..., torch_dtype=)``); None:
+    #: ``precision`` (and SDXL's fp16 ``force_upcast``)
+    vae_precision: str | None = None
 
     def __post_init__(self) -> None:
         from memfit.estimate.trace.diffusion_weights import (
@@ -82,9 +88,9 @@ class DiffusionJob:
             OFFLOAD_TYPES,
         )
 
-        for name in ("height", "width", "steps", "batch", "max_sequence_length"):
+        for name in ("height", "width", "steps", "batch", "max_sequence_length", "num_frames"):
             value = getattr(self, name)
-            if value is None and name == "max_sequence_length":
+            if value is None and name in ("max_sequence_length", "num_frames"):
                 continue
             if not isinstance(value, int) or value < 1:
                 raise SpecError(f"{name} must be a positive whole number, got {value!r}")
@@ -104,6 +110,10 @@ class DiffusionJob:
             raise SpecError(
                 f"precision {self.precision!r} is not a diffusion inference precision: use one "
                 f"of {', '.join(DTYPES)}"
+            )
+        if self.vae_precision is not None and self.vae_precision not in DTYPES:
+            raise SpecError(
+                f"vae_precision {self.vae_precision!r} is not one of {', '.join(DTYPES)}"
             )
         if self.offload not in PIPELINE_OFFLOADS:
             raise SpecError(

@@ -50,11 +50,17 @@ def _vae_call(m: Any, *, latents: torch.Tensor) -> Any:
     return m.decode(latents, return_dict=False)[0]
 
 
-def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch.dtype) -> Any:
+def _recipe(
+    pipeline: str,
+    configs: dict[str, Any],
+    job: DiffusionJob,
+    dt: torch.dtype,
+    index: dict[str, Any] | None = None,
+) -> Any:
     """``{component: (make_inputs, call, stage)}`` for one pipeline call."""
     b, h, w = job.batch, job.height, job.width
     vae_ch = int(configs["vae"].get("latent_channels", 4))
-    vae_dt = dt
+    vae_dt = DTYPES[job.vae_precision] if job.vae_precision else dt
     # the pipelines' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1)
     vsf = 2 ** (len(configs["vae"].get("block_out_channels", [0, 0, 0, 0])) - 1)
     lh, lw = h // vsf, w // vsf
@@ -113,12 +119,17 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
             ),
             "unet": (lambda: {k: f() for k, f in unet.items()}, unet_call, "denoise"),
         }
-        if dt == torch.float16 and configs["vae"].get("force_upcast", True):
+        upcast = configs["vae"].get("force_upcast", True)
+        if job.vae_precision is None and dt == torch.float16 and upcast:
             vae_dt = torch.float32
     elif pipeline == "StableDiffusion3Pipeline":
         steps = _sd3_steps(configs, job, dt, lh, lw)
     elif pipeline == "PixArtSigmaPipeline":
         steps = _pixart_steps(configs, job, dt, lh, lw)
+    elif pipeline == "WanPipeline":
+        from memfit.estimate.trace.diffusion_wan import wan_recipe
+
+        return wan_recipe(index or {}, configs, job, dt)
     else:
         raise NotModelledError(
             f"{pipeline} is not modelled yet (memfit composes {', '.join(SUPPORTED)}); its "
@@ -130,7 +141,7 @@ def _recipe(pipeline: str, configs: dict[str, Any], job: DiffusionJob, dt: torch
         _vae_call,
         "vae_decode",
     )
-    return steps, vae_dt
+    return steps, vae_dt, []
 
 
 def _sd3_steps(
@@ -240,7 +251,7 @@ _TRACES: dict[tuple[Any, ...], tuple[int, int, list[tuple[str, int, int]], int]]
 
 
 def _trace_key(root: Path, comp: str, dt: torch.dtype, job: DiffusionJob) -> tuple[Any, ...]:
-    shape = (job.batch, job.height, job.width, job.max_sequence_length)
+    shape = (job.batch, job.height, job.width, job.max_sequence_length, job.num_frames)
     options = (job.vae_slicing, job.vae_tiling) if comp == "vae" else (job.attention_slicing,)
     return (str(root.resolve()), comp, str(dt), shape, options)
 
@@ -295,9 +306,14 @@ def estimate_pipeline(
         raise SpecError(
             f"--no-text-encoder-3: {pipeline} has no text_encoder_3 (it is an SD3 option)"
         )
+    if job.num_frames is not None and pipeline != "WanPipeline":
+        raise SpecError(
+            f"num_frames {job.num_frames}: {pipeline} makes images; --num-frames is for video "
+            "pipelines (WanPipeline)"
+        )
     if pipeline not in SUPPORTED:
         _recipe(pipeline, configs, job, dt)  # raises NotModelledError naming the pipeline
-    steps, vae_dt = _recipe(pipeline, configs, job, dt)
+    steps, vae_dt, recipe_notes = _recipe(pipeline, configs, job, dt, index)
     models: dict[str, torch.nn.Module] = {}
     for comp in steps:
         library, class_name = index[comp]
@@ -307,7 +323,7 @@ def estimate_pipeline(
     sizes = {c: sum(p.numel() for p in m.parameters()) for c, m in models.items()}
     quants = quantized_components(configs, denoiser, sizes, job)
     beh = behaviour(job.transformers_version, job.bitsandbytes_version)
-    notes: list[str] = []
+    notes: list[str] = list(recipe_notes)
     #: bitsandbytes 8-bit components diffusers gives no offload hook (they stay on the device)
     pinned = frozenset(
         c for c, f in quants.items() if f == "int8" and not beh.bnb_8bit_offload_hooks
@@ -373,7 +389,7 @@ def estimate_pipeline(
         tensor_allocs[comp] = lay.tensor_allocs
         stage_of[comp] = stage
     calls = list(steps)
-    if pipeline == "StableDiffusion3Pipeline":
+    if pipeline in ("StableDiffusion3Pipeline", "WanPipeline"):
         # encode_prompt: the encoders for the prompt, then again for the negative prompt (CFG)
         encoders = [c for c in steps if stage_of[c] == "text_encode"]
         calls = [*encoders, *calls]
