@@ -95,3 +95,21 @@ def test_an_unreadable_cache_file_is_ignored(
     assert cache.load("abc") is None
     cache.store("abc", {"refused": "x"})
     assert cache.load("abc") == {"refused": "x", "format": cache.FORMAT, "key": "abc"}
+
+
+def test_a_form_of_a_deep_stack_with_a_dense_prefix_follows_the_traces_extrapolation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # over 48 layers the trace engine runs prefix + 2, + 3 and + 4 layers (DeepSeek-V3: 3 dense
+    # layers, 61 in all): the form replays those runs and extrapolates with the same period
+    replayed: list[int] = []
+
+    def replay(run: dict[str, Any], x: int, workspaces: tuple[int, ...]) -> dict[str, float]:
+        replayed.append(run["counts"]["layers"])
+        return {"peak_bytes/forward": 100.0 + 10.0 * run["counts"]["layers"]}
+
+    monkeypatch.setattr(derived, "replay_run", replay)
+    form = {"runs": [{"counts": {"layers": n}} for n in (5, 6, 7)],
+            "trace": {"layers": {"layers": 61}}}  # fmt: skip
+    assert derived._flat(form, 1, ()) == {"peak_bytes/forward": 100.0 + 10.0 * 61}
+    assert replayed == [5, 6, 7]
