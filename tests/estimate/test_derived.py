@@ -116,3 +116,25 @@ def test_a_guided_fit_answers_what_the_exact_search_answers_with_fewer_replays(
         "trace": guided.estimate.to_json()["trace"],  # its wall time differs
     }
     assert guided.n_estimates < exact.n_estimates
+
+
+def test_a_form_of_a_deep_stack_with_a_dense_prefix_follows_the_traces_extrapolation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # over 48 layers the trace engine runs prefix + 2, + 3 and + 4 layers (DeepSeek-V3: 3 dense
+    # layers, 61 in all): the form replays those runs and extrapolates with the same period
+    replayed: list[int] = []
+
+    class Compiled:  # stands in for compile_run(run): its flat numbers grow 10 per layer
+        def __init__(self, run: dict[str, Any]) -> None:
+            self.layers = run["counts"]["layers"]
+
+        def flat(self, x: int, workspaces: tuple[int, ...], *, reserved: bool = True) -> Any:
+            replayed.append(self.layers)
+            return {"peak_bytes/forward": 100.0 + 10.0 * self.layers}
+
+    monkeypatch.setattr(derived, "compile_run", Compiled)
+    form = {"runs": [{"counts": {"layers": n}} for n in (5, 6, 7)],
+            "trace": {"layers": {"layers": 61}}}  # fmt: skip
+    assert derived._flat(form, 1, (), reserved=False) == {"peak_bytes/forward": 100.0 + 10.0 * 61}
+    assert replayed == [5, 6, 7]

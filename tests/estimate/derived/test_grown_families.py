@@ -52,7 +52,7 @@ CONFIGS: dict[str, Any] = {
     # a dense first layer, then dense and sparse layers in turn: prefix 1, period 2
     "qwen3_moe-sparse-step": lambda: qwen3_moe(num_hidden_layers=15, decoder_sparse_step=2,
                                                mlp_only_layers=[0]),
-    "deepseek_v3": lambda: deepseek_v3(num_hidden_layers=10, first_k_dense_replace=3),
+    "deepseek_v3": lambda: deepseek_v3(num_hidden_layers=12, first_k_dense_replace=3),
     "deepseek_v2": lambda: _config("DeepseekV2Config", "DeepseekV2ForCausalLM",
                                    num_hidden_layers=8, first_k_dense_replace=1,
                                    n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,

@@ -9,7 +9,7 @@ import pytest
 
 from memfit.errors import NotModelledError
 from memfit.estimate.derived import layers
-from memfit.estimate.derived.layers import from_sequence, to_sequence
+from memfit.estimate.derived.events import Sequence, from_sequence, to_sequence
 
 
 class _Run:
@@ -119,16 +119,7 @@ def test_a_run_of_frees_of_two_kinds_grows_by_what_it_frees() -> None:
         assert _canonical(run) == _canonical(_two_kinds_freed_at_the_end(depth))
 
 
-def test_frees_in_a_row_are_put_in_the_order_of_their_births() -> None:
-    # births of keys 0, 1, 2; then frees of 2, 0, 1 in a row, a phase mark, and a free of 3's
-    # storage born after: the row is sorted, the mark cuts it
-    ev = [0 << 1, 1 << 1, 2 << 1, 2 << 1 | 1, 0 << 1 | 1, 1 << 1 | 1, 3 << 1, 3 << 1 | 1]
-    got = layers.frees_in_order(ev, [[5, "backward"]])
-    assert got == [0, 2, 4, 1, 5, 3, 6, 7]
-    assert layers.frees_in_order(ev, [[4, "backward"]])[3:6] == [5, 1, 3]
-
-
-def _canonical(run: dict[str, Any]) -> tuple[layers.Sequence, list[Any]]:
+def _canonical(run: dict[str, Any]) -> tuple[Sequence, list[Any]]:
     """A run as the growth sees it: frees in a row in one order (a replay cannot tell them
     apart), keys as links."""
     if "raw" not in run:
@@ -152,7 +143,7 @@ def test_a_rule_learned_on_two_to_four_layers_grows_the_run_of_any_depth() -> No
 
 def test_a_run_that_changes_more_than_it_inserts_is_refused() -> None:
     two, three, four = (to_sequence(_training_step(n))[0] for n in (2, 3, 4))
-    changed = layers.Sequence(items=[("m", "other"), *four.items[1:]], links=four.links)
+    changed = Sequence(items=[("m", "other"), *four.items[1:]], links=four.links)
     with pytest.raises(NotModelledError, match="no layer growth"):
         layers.learn(two, three, changed, n0=2)
 

@@ -234,18 +234,35 @@ def _flat(
     if len(runs) == 1:
         flat = compile_run(next(iter(runs.values()))).flat(x, workspaces, reserved=reserved)
     else:
-        base = chosen[0]["counts"]
-        period = {k: max(1, v // 2) for k, v in base.items()}
+        period, prefix = _extrapolation_steps([r["counts"] for r in chosen])
         targets = dict(form["trace"]["layers"])
 
         def run(counts: dict[str, int]) -> Flat:
             return compile_run(runs[_counts_key(counts)]).flat(x, workspaces, reserved=reserved)
 
-        flat, _check = extrapolated(run, targets, period)
+        flat, _check = extrapolated(run, targets, period, prefix)
     if reserved:
         seen = _EXACT.setdefault((id(form), workspaces), {})
         seen[x] = (_peak_live(flat), int(flat["reserved"]))
     return flat
+
+
+def _extrapolation_steps(counts: list[dict[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
+    """The trace engine's period and prefix per stack from the layer counts it ran: the base
+    (``prefix + 2 * period``) first, then runs that each add to one stack (a period, or two for
+    the check); DeepSeek's dense prefix makes the base 5 layers with a period of 1."""
+    base = counts[0]
+    period: dict[str, int] = {}
+    prefix: dict[str, int] = {}
+    for k, v in base.items():
+        steps = [
+            c[k] - v
+            for c in counts[1:]
+            if c[k] > v and all(c[j] == base[j] for j in base if j != k)
+        ]
+        period[k] = min(steps) if steps else max(1, v // 2)
+        prefix[k] = max(0, v - 2 * period[k])
+    return period, prefix
 
 
 def _guide_reserved(seen: dict[int, tuple[int, int]], x: int, peak: int) -> tuple[int, str]:

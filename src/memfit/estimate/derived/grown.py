@@ -23,7 +23,7 @@ from typing import Any
 
 from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.derived import layers
-from memfit.estimate.derived.layers import from_sequence, to_sequence
+from memfit.estimate.derived.events import Item, Sequence, at_batch, from_sequence, to_sequence
 from memfit.estimate.trace import build
 from memfit.spec import WorkloadSpec
 
@@ -178,10 +178,10 @@ def record_grown(
         return rec
 
     runs: dict[tuple[int, int], dict[str, Any]] = {}
-    seqs: dict[tuple[int, int], tuple[layers.Sequence, list[Any]]] = {}
+    seqs: dict[tuple[int, int], tuple[Sequence, list[Any]]] = {}
     results: dict[tuple[int, int], Any] = {}
 
-    def seq_at(m: int, b: int) -> tuple[layers.Sequence, list[Any]]:
+    def seq_at(m: int, b: int) -> tuple[Sequence, list[Any]]:
         if (m, b) not in seqs:
             rec = trace(m, b)
             runs[m, b], results[m, b] = rec.runs[0], rec.result
@@ -198,7 +198,7 @@ def record_grown(
     check_m, check_b = CHECK[0], CHECK[1] + x1 - 1
     want = seq_at(check_m, check_b)[0]
     grown, grown_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=check_m)
-    if grown.links != want.links or layers.at_batch(grown, grown_pay, check_b) != want.items:
+    if grown.links != want.links or at_batch(grown, grown_pay, check_b) != want.items:
         raise NotModelledError(
             f"no layer growth: the run grown to {check_m} units differs from its trace",
             engine="derived",
@@ -220,7 +220,7 @@ def record_grown(
             check1 = check_m
             want1 = seq_at(check_m, 1)[0]
             grown1, pay1 = layers.grow(start1, payload1, rule1, n=SOLVED_UNITS, to=check_m)
-            if grown1.links != want1.links or layers.at_batch(grown1, pay1, 1) != want1.items:
+            if grown1.links != want1.links or at_batch(grown1, pay1, 1) != want1.items:
                 raise NotModelledError(
                     f"no layer growth: batch 1's run grown to {check_m} units differs from its "
                     "trace",
@@ -268,7 +268,7 @@ def _shape(link: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _full(
-    start: layers.Sequence,
+    start: Sequence,
     payload: list[Any],
     rule: layers.Rule,
     tables: dict[str, Any],
@@ -283,13 +283,11 @@ def _full(
     return run
 
 
-def _bare(item: layers.Item) -> layers.Item:
+def _bare(item: Item) -> Item:
     return ("a", *item[2:]) if item[0] == "a" else item
 
 
-def _same_structure(
-    one: tuple[layers.Sequence, list[Any]], two: tuple[layers.Sequence, list[Any]]
-) -> bool:
+def _same_structure(one: tuple[Sequence, list[Any]], two: tuple[Sequence, list[Any]]) -> bool:
     """Whether two runs are the same events, owners and phases in the same order (sizes aside):
     one line in the batch size can describe both."""
     (s1, _p1), (s2, _p2) = one, two
@@ -297,8 +295,8 @@ def _same_structure(
 
 
 def _solved(
-    one: tuple[layers.Sequence, list[Any]], two: tuple[layers.Sequence, list[Any]], x1: int
-) -> tuple[layers.Sequence, list[Any]]:
+    one: tuple[Sequence, list[Any]], two: tuple[Sequence, list[Any]], x1: int
+) -> tuple[Sequence, list[Any]]:
     """The run at batch ``x1`` (``one``) with each birth's size as ``(a0, a1)``, ``a0 + a1 *
     batch`` through ``x1`` and ``x1 + 1`` (``two``)."""
     if not _same_structure(one, two):

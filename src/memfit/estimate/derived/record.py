@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import NotModelledError
-from memfit.estimate.derived.layers import frees_in_order
+from memfit.estimate.derived.events import frees_in_order
 from memfit.estimate.trace import build
 from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
 from memfit.estimate.trace.tracker import StorageTracker
