@@ -325,13 +325,16 @@ def _non_tensor_linears(model: torch.nn.Module) -> list[tuple[str, str]]:
     """The LoRA-wrapped modules whose base layer (a subclass of nn.Linear with its own forward)
     returns something other than a tensor: peft's ``lora.Linear.forward`` reads
     ``result.dtype`` and fails (transformers' Llama4Router, PhimoeTopKRouter). Found by running
-    each such base layer on one row (on the meta device while building: no memory)."""
+    each such base layer of transformers' on one row (on the meta device while building: no
+    memory); a quantized base layer (bitsandbytes' int8 keeps state across calls) is not run."""
     out = []
     for name, m in model.named_modules():
         base = getattr(m, "base_layer", None)
         if not isinstance(base, torch.nn.Linear) or type(base).forward is torch.nn.Linear.forward:
             continue
         w = base.weight
+        if not type(base).__module__.startswith("transformers.") or not w.is_floating_point():
+            continue  # quantized layers (bitsandbytes, torchao ...) return tensors: never run
         with torch.no_grad():
             result = base(torch.zeros(1, base.in_features, device=w.device, dtype=w.dtype))
         if not isinstance(result, torch.Tensor):
