@@ -33,11 +33,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memfit import progress
 from memfit.errors import DoesNotFitError, MemfitError
 from memfit.estimate.verdict import Verdict
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
 from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
+from memfit.plan.floor import Floor, stack_floor
 from memfit.plan.recipe import changes, families, quality_risk
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.space import (
@@ -255,6 +257,10 @@ class _Search:
         self.n_candidates = self.n_pruned = self.n_overruled = self.n_fallback = 0
         self.n_found = 0  # plans accepted so far (``confirm="recommended"`` confirms the first)
         self.recipe: Settings | None = None  # the job as asked (set before any option)
+        #: base parameters for :func:`memfit.plan.floor.stack_floor` (None: no floor claimed)
+        self.floor_params: int | None = None
+        #: stacks ruled out by their floor, without an estimate: technique key -> (settings, floor)
+        self.ruled_out: dict[tuple[Any, ...], tuple[Settings, Floor]] = {}
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -313,11 +319,19 @@ class _Search:
             opt = self.estimate(self.option(s), self.engines.confirm)
         if opt.estimate is not None:
             self.facts = ModelFacts.from_spec(self.source.spec, opt.estimate.n_params)
+            self._count_params(s, opt.estimate.n_params)
             return replace(opt, cost=self.cost(s))
         single = replace(s, parallel=ParallelSpec(), micro_batch=1, grad_accum=1)  # one GPU
         est = self.engines.search(single.workload(self.request.mode, self.request.seq_len))
         self.facts = ModelFacts.from_spec(self.source.spec, est.n_params)
+        self._count_params(s, est.n_params)
         return replace(opt, cost=self.cost(s))
+
+    def _count_params(self, s: Settings, n_params: int) -> None:
+        """Keep the baseline's parameter count for the floors where it is the base model's
+        (no LoRA adapters counted, no packed quantized weights)."""
+        if s.lora_rank is None and s.quant == "none" and n_params > 0:
+            self.floor_params = n_params
 
     # -- the search --------------------------------------------------------------------------
     def run_tiers(
@@ -378,6 +392,9 @@ class _Search:
             if s.technique_key in fitting_stacks or self._dominated(s):
                 self.n_pruned += 1
                 continue
+            if self._rule_out(s):
+                continue
+            progress.report(f"plan: checking {s.describe()}")
             checked = self._check(opt)
             if checked.fits:
                 fitting_stacks.add(s.technique_key)
@@ -396,6 +413,9 @@ class _Search:
             if self._dominated(opt.settings):
                 self.n_pruned += 1
                 continue
+            if self._rule_out(opt.settings):
+                continue
+            progress.report(f"plan: checking {opt.settings.describe()}")
             done = self.estimate(opt, self.engines.search)
             if done.fits:
                 estimated.append(done)
@@ -411,6 +431,26 @@ class _Search:
                 found.append(checked)
                 self.n_found += 1
         return found
+
+    def _rule_out(self, s: Settings) -> bool:
+        """Whether ``s``'s stack cannot fit at any micro-batch by its floor
+        (:mod:`memfit.plan.floor`): then the smallest split of the stack not dominated yet is
+        noted as a failure (the one a full estimate of the stack would have noted first), so
+        its larger splits and the stacks that keep more are pruned as before, without a form."""
+        if self.floor_params is None:
+            return False
+        floor = stack_floor(s, self.floor_params, train=self.request.mode == "train")
+        if floor is None or floor.bytes <= self.budget.limit_bytes:
+            return False
+        splits = [
+            o.settings
+            for o in self.by_stack.get(s.technique_key, [])
+            if o.settings is s or not self._dominated(o.settings)
+        ]
+        self._note_failure(min(splits or [s], key=lambda x: x.micro_batch))
+        self.ruled_out.setdefault(s.technique_key, (s, floor))
+        self.n_pruned += 1
+        return True
 
     def _may_fall_back(self) -> bool:
         return self.request.confirm != "none" and self.n_fallback < MAX_FALLBACK_ESTIMATES
@@ -482,6 +522,17 @@ class _Search:
         return any(dominates(s, f) for f in self.failed.get(_group(s), ()))
 
     # -- the result --------------------------------------------------------------------------
+    def _ruled_out_note(self) -> str:
+        limit = format_bytes(self.budget.limit_bytes)
+        items = [
+            f"{s.describe().rsplit(', mb ', 1)[0]} ({f.what} {format_bytes(f.bytes)})"
+            for s, f in self.ruled_out.values()
+        ]
+        return (
+            f"{len(items)} technique stacks ruled out without a trace (more than the "
+            f"{limit} limit at any micro-batch): " + "; ".join(items)
+        )
+
     def _rejected_shown(self, rec: PlanOption | None) -> list[PlanOption]:
         """Per technique stack the nearest miss (the split that overflowed least); with a plan,
         only stacks predicted faster than it. Closest first: they show what almost fits."""
@@ -522,6 +573,8 @@ class _Search:
             notes.append(
                 f"confirm={self.request.confirm}: the {confirm.name} engine checked {which}"
             )
+        if self.ruled_out:
+            notes.append(self._ruled_out_note())
         if self.unsupported:
             notes.append(
                 f"{len(self.unsupported)} combinations could not be estimated, e.g. "
