@@ -10,12 +10,14 @@ plus what lives outside the allocator) at least its peak allocated bytes. So whe
 exceeds the budget's limit the stack cannot fit at any micro-batch, and the planner rules it out
 without building its derived form (a few traces) or tracing it.
 
-Storage widths, as the engines store them (:mod:`memfit.spec.rules`): ``*-mixed`` keeps fp32 weights
-and gradients (torch autocast runs the matmuls in 16 bits, the parameters stay fp32), ``*-true``
-16-bit ones, ``32-true`` fp32. A stack with LoRA or frozen layers, and any inference job, is charged
-its weights alone at 2 bytes per parameter (the narrowest width any precision loads them in): lower
-than what it holds, never higher. Optimizer states, activations, workspaces and the CUDA context are
-left out (all >= 0), so the floor is a lower bound, not an estimate.
+Storage widths are the precision's parameter dtype (:data:`memfit.spec.rules.PRECISION_RULES`,
+the dtype every engine loads an unquantized model in, LoRA or not): ``*-mixed`` keeps fp32
+weights and gradients (torch autocast runs the matmuls in 16 bits, the parameters stay fp32),
+``*-true`` 16-bit ones, ``32-true`` fp32. A stack with LoRA or frozen layers is charged its
+weights alone (its trainable parameters' gradients are not counted); an inference job its weights
+at 2 bytes per parameter (the narrowest width any precision loads them in). Optimizer states,
+activations, workspaces and the CUDA context are left out (all >= 0), so the floor is a lower
+bound, not an estimate.
 
 The parameter count comes from an estimate of the job as asked (the plan's baseline), used only
 where that job has no LoRA adapters and no quantized weights (their parameter counts are not the
@@ -27,16 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit.plan.space import Settings
+from memfit.spec.rules import PRECISION_RULES
 
-#: Bytes per parameter of a stack's weights (and of a full fine-tune's gradients).
-STORAGE_BYTES = {
-    "32-true": 4,
-    "bf16-mixed": 4,
-    "16-mixed": 4,
-    "bf16-true": 2,
-    "16-true": 2,
-}
-#: The narrowest storage any precision loads weights in (a LoRA or frozen stack's charge).
+#: Bytes per element of the parameter dtypes of :data:`memfit.spec.rules.PRECISION_RULES`.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: The narrowest storage any precision loads weights in (an inference job's charge).
 NARROWEST_BYTES = 2
 
 
@@ -55,10 +52,12 @@ def stack_floor(s: Settings, n_params: int, *, train: bool) -> Floor | None:
         return None
     if s.quant != "none":
         return None
-    width = STORAGE_BYTES.get(str(s.precision))
+    rule = PRECISION_RULES.get(str(s.precision))
+    width = None if rule is None else DTYPE_BYTES.get(rule.params)
     if width is None:
         return None
-    full = train and s.lora_rank is None and not s.freeze_layers
-    if full:
+    if not train:
+        return Floor(bytes=NARROWEST_BYTES * n_params, what="weights alone need")
+    if s.lora_rank is None and not s.freeze_layers:
         return Floor(bytes=2 * width * n_params, what="weights and gradients alone need")
-    return Floor(bytes=NARROWEST_BYTES * n_params, what="weights alone need")
+    return Floor(bytes=width * n_params, what="weights alone need")

@@ -18,7 +18,11 @@
    least as much in memory as one that already did not fit, or a faster split of the same stack
    already fits. The first visit of a technique stack estimates all its micro-batch splits in
    one batch call (the analytic engine's ``estimate_many``: workloads that differ only in batch
-   size share two simulations), and the smallest split that does not fit prunes the others.
+   size share two simulations), and the smallest split that does not fit prunes the others;
+   an engine without a batch call (derived, trace) estimates them smallest first and stops at
+   that miss. With the derived or trace engine a stack whose floor (:mod:`memfit.plan.floor`:
+   its weights, and a full fine-tune's gradients) exceeds the GPU is ruled out before any form
+   is built or trace run, and listed in the notes.
    A fit is then confirmed by the precise engine (``request.confirm``: every plan shown, the
    recommended one only, or none); if that disagrees, the combination counts as not fitting.
 4. Stop when the recommended plan and ``n_alternatives`` runners-up (distinct stacks) are found.
@@ -437,8 +441,8 @@ class _Search:
         (:mod:`memfit.plan.floor`): then the smallest split of the stack not dominated yet is
         noted as a failure (the one a full estimate of the stack would have noted first), so
         its larger splits and the stacks that keep more are pruned as before, without a form."""
-        if self.floor_params is None:
-            return False
+        if self.floor_params is None or self.engines.search.name == "analytic":
+            return False  # the analytic engine answers in milliseconds: its misses are shown
         floor = stack_floor(s, self.floor_params, train=self.request.mode == "train")
         if floor is None or floor.bytes <= self.budget.limit_bytes:
             return False
@@ -456,15 +460,19 @@ class _Search:
         return self.request.confirm != "none" and self.n_fallback < MAX_FALLBACK_ESTIMATES
 
     def _prefetch_stack(self, opt: PlanOption) -> None:
-        """Estimate every split of ``opt``'s stack not dominated yet in one batch call, and let
-        the smallest one that does not fit prune the others (and larger stacks)."""
+        """Estimate the splits of ``opt``'s stack not dominated yet, smallest micro-batch first,
+        and let the smallest one that does not fit prune the others (and larger stacks). With a
+        batch function (the analytic engine's) every split in one call; without one (the derived
+        and trace engines: a form per variant, or a trace per split) one at a time up to that
+        first miss: the larger splits it prunes are never estimated."""
         engine = self.engines.search
         splits = [
             o
             for o in self.by_stack.get(opt.settings.technique_key, [opt])
             if o is opt or not self._dominated(o.settings)
         ]
-        engine.prefetch([o.workload for o in splits])
+        if engine.batch is not None:
+            engine.prefetch([o.workload for o in splits])
         for o in sorted(splits, key=lambda o: o.settings.micro_batch):
             done = self.estimate(o, engine)  # cached: the batch call above estimated it
             if done.estimate is None:
