@@ -483,6 +483,12 @@ class _Search:
 
     def _check(self, opt: PlanOption) -> PlanOption:
         self._prefetch_stack(opt)
+        if self.engines.search.batch is None and self._dominated(opt.settings):
+            # a smaller split of the stack did not fit (noted by the prefetch): ``opt`` cannot
+            # either; without a batch call it was not estimated, and is not now (a form or a
+            # trace). The stack's nearest miss, the one shown, is that smaller split.
+            self.n_pruned += 1
+            return replace(opt, fits=False, reason="a smaller split of this stack does not fit")
         done = self.estimate(opt, self.engines.search)
         if done.estimate is None and self.engines.confirm is not None and self._may_fall_back():
             self.n_fallback += 1
