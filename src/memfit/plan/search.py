@@ -18,7 +18,11 @@
    least as much in memory as one that already did not fit, or a faster split of the same stack
    already fits. The first visit of a technique stack estimates all its micro-batch splits in
    one batch call (the analytic engine's ``estimate_many``: workloads that differ only in batch
-   size share two simulations), and the smallest split that does not fit prunes the others.
+   size share two simulations), and the smallest split that does not fit prunes the others;
+   an engine without a batch call (derived, trace) estimates them smallest first and stops at
+   that miss. With the derived or trace engine a stack whose floor (:mod:`memfit.plan.floor`:
+   its weights, and a full fine-tune's gradients) exceeds the GPU is ruled out before any form
+   is built or trace run, and listed in the notes.
    A fit is then confirmed by the precise engine (``request.confirm``: every plan shown, the
    recommended one only, or none); if that disagrees, the combination counts as not fitting.
 4. Stop when the recommended plan and ``n_alternatives`` runners-up (distinct stacks) are found.
@@ -33,11 +37,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memfit import progress
 from memfit.errors import DoesNotFitError, MemfitError
 from memfit.estimate.verdict import Verdict
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
 from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
+from memfit.plan.floor import Floor, stack_floor
 from memfit.plan.recipe import changes, families, quality_risk
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.space import (
@@ -255,6 +261,10 @@ class _Search:
         self.n_candidates = self.n_pruned = self.n_overruled = self.n_fallback = 0
         self.n_found = 0  # plans accepted so far (``confirm="recommended"`` confirms the first)
         self.recipe: Settings | None = None  # the job as asked (set before any option)
+        #: base parameters for :func:`memfit.plan.floor.stack_floor` (None: no floor claimed)
+        self.floor_params: int | None = None
+        #: stacks ruled out by their floor, without an estimate: technique key -> (settings, floor)
+        self.ruled_out: dict[tuple[Any, ...], tuple[Settings, Floor]] = {}
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -313,11 +323,19 @@ class _Search:
             opt = self.estimate(self.option(s), self.engines.confirm)
         if opt.estimate is not None:
             self.facts = ModelFacts.from_spec(self.source.spec, opt.estimate.n_params)
+            self._count_params(s, opt.estimate.n_params)
             return replace(opt, cost=self.cost(s))
         single = replace(s, parallel=ParallelSpec(), micro_batch=1, grad_accum=1)  # one GPU
         est = self.engines.search(single.workload(self.request.mode, self.request.seq_len))
         self.facts = ModelFacts.from_spec(self.source.spec, est.n_params)
+        self._count_params(s, est.n_params)
         return replace(opt, cost=self.cost(s))
+
+    def _count_params(self, s: Settings, n_params: int) -> None:
+        """Keep the baseline's parameter count for the floors where it is the base model's
+        (no LoRA adapters counted, no packed quantized weights)."""
+        if s.lora_rank is None and s.quant == "none" and n_params > 0:
+            self.floor_params = n_params
 
     # -- the search --------------------------------------------------------------------------
     def run_tiers(
@@ -378,6 +396,9 @@ class _Search:
             if s.technique_key in fitting_stacks or self._dominated(s):
                 self.n_pruned += 1
                 continue
+            if self._rule_out(s):
+                continue
+            progress.report(f"plan: checking {s.describe()}")
             checked = self._check(opt)
             if checked.fits:
                 fitting_stacks.add(s.technique_key)
@@ -396,6 +417,9 @@ class _Search:
             if self._dominated(opt.settings):
                 self.n_pruned += 1
                 continue
+            if self._rule_out(opt.settings):
+                continue
+            progress.report(f"plan: checking {opt.settings.describe()}")
             done = self.estimate(opt, self.engines.search)
             if done.fits:
                 estimated.append(done)
@@ -412,19 +436,43 @@ class _Search:
                 self.n_found += 1
         return found
 
+    def _rule_out(self, s: Settings) -> bool:
+        """Whether ``s``'s stack cannot fit at any micro-batch by its floor
+        (:mod:`memfit.plan.floor`): then the smallest split of the stack not dominated yet is
+        noted as a failure (the one a full estimate of the stack would have noted first), so
+        its larger splits and the stacks that keep more are pruned as before, without a form."""
+        if self.floor_params is None or self.engines.search.name == "analytic":
+            return False  # the analytic engine answers in milliseconds: its misses are shown
+        floor = stack_floor(s, self.floor_params, train=self.request.mode == "train")
+        if floor is None or floor.bytes <= self.budget.limit_bytes:
+            return False
+        splits = [
+            o.settings
+            for o in self.by_stack.get(s.technique_key, [])
+            if o.settings is s or not self._dominated(o.settings)
+        ]
+        self._note_failure(min(splits or [s], key=lambda x: x.micro_batch))
+        self.ruled_out.setdefault(s.technique_key, (s, floor))
+        self.n_pruned += 1
+        return True
+
     def _may_fall_back(self) -> bool:
         return self.request.confirm != "none" and self.n_fallback < MAX_FALLBACK_ESTIMATES
 
     def _prefetch_stack(self, opt: PlanOption) -> None:
-        """Estimate every split of ``opt``'s stack not dominated yet in one batch call, and let
-        the smallest one that does not fit prune the others (and larger stacks)."""
+        """Estimate the splits of ``opt``'s stack not dominated yet, smallest micro-batch first,
+        and let the smallest one that does not fit prune the others (and larger stacks). With a
+        batch function (the analytic engine's) every split in one call; without one (the derived
+        and trace engines: a form per variant, or a trace per split) one at a time up to that
+        first miss: the larger splits it prunes are never estimated."""
         engine = self.engines.search
         splits = [
             o
             for o in self.by_stack.get(opt.settings.technique_key, [opt])
             if o is opt or not self._dominated(o.settings)
         ]
-        engine.prefetch([o.workload for o in splits])
+        if engine.batch is not None:
+            engine.prefetch([o.workload for o in splits])
         for o in sorted(splits, key=lambda o: o.settings.micro_batch):
             done = self.estimate(o, engine)  # cached: the batch call above estimated it
             if done.estimate is None:
@@ -435,6 +483,12 @@ class _Search:
 
     def _check(self, opt: PlanOption) -> PlanOption:
         self._prefetch_stack(opt)
+        if self.engines.search.batch is None and self._dominated(opt.settings):
+            # a smaller split of the stack did not fit (noted by the prefetch): ``opt`` cannot
+            # either; without a batch call it was not estimated, and is not now (a form or a
+            # trace). The stack's nearest miss, the one shown, is that smaller split.
+            self.n_pruned += 1
+            return replace(opt, fits=False, reason="a smaller split of this stack does not fit")
         done = self.estimate(opt, self.engines.search)
         if done.estimate is None and self.engines.confirm is not None and self._may_fall_back():
             self.n_fallback += 1
@@ -482,6 +536,17 @@ class _Search:
         return any(dominates(s, f) for f in self.failed.get(_group(s), ()))
 
     # -- the result --------------------------------------------------------------------------
+    def _ruled_out_note(self) -> str:
+        limit = format_bytes(self.budget.limit_bytes)
+        items = [
+            f"{s.describe().rsplit(', mb ', 1)[0]} ({f.what} {format_bytes(f.bytes)})"
+            for s, f in self.ruled_out.values()
+        ]
+        return (
+            f"{len(items)} technique stacks ruled out without a trace (more than the "
+            f"{limit} limit at any micro-batch): " + "; ".join(items)
+        )
+
     def _rejected_shown(self, rec: PlanOption | None) -> list[PlanOption]:
         """Per technique stack the nearest miss (the split that overflowed least); with a plan,
         only stacks predicted faster than it. Closest first: they show what almost fits."""
@@ -522,6 +587,8 @@ class _Search:
             notes.append(
                 f"confirm={self.request.confirm}: the {confirm.name} engine checked {which}"
             )
+        if self.ruled_out:
+            notes.append(self._ruled_out_note())
         if self.unsupported:
             notes.append(
                 f"{len(self.unsupported)} combinations could not be estimated, e.g. "

@@ -1,11 +1,12 @@
 """Where derived forms are kept: one JSON file per model config, job variant and library versions.
 
 ``$MEMFIT_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/memfit``, else ``~/.cache/memfit``; forms under
-``derived/``. The key hashes the config.json (canonical JSON), the workload with its batch size
-left out (the form's variable) and the versions of memfit, torch, transformers and peft installed
-(read from package metadata: no import). A new version of any of them is a new key: the form
-follows the installed libraries and is derived again. A refusal is cached too, so a job the form
-cannot model costs its three traces once. Unreadable or foreign files are ignored and replaced.
+``derived/``. The key hashes the config.json (canonical JSON), the workload with its batch size (the
+form's variable) and its micro-batch count (not traced) left out, and the versions of memfit, torch,
+transformers and peft installed (read from package metadata: no import). A new version of any of
+them is a new key: the form follows the installed libraries and is derived again. A refusal is
+cached too, so a job the form cannot model costs its three traces once. Unreadable or foreign files
+are ignored and replaced.
 """
 
 from __future__ import annotations
@@ -62,8 +63,13 @@ def _versions() -> tuple[tuple[str, str], ...]:
 
 
 def variant_key(config: dict[str, Any], workload: WorkloadSpec) -> str:
-    """The form's key: config, the workload but its batch size, the library versions."""
-    variant = dataclasses.replace(workload, batch_size=1)
+    """The form's key: config, the workload but its batch size and its micro-batch count, the
+    library versions. ``grad_accum`` is left out exactly: a trace runs one micro-batch and never
+    reads it (the gradients earlier micro-batches leave are ``zero_grad_set_to_none=False``,
+    which the key keeps), and the notes it adds are the workload's, added at each estimate, not
+    stored in the form; so a plan's splits of one stack (mb 8 x 4, mb 4 x 8, ...) share one
+    form."""
+    variant = dataclasses.replace(workload, batch_size=1, grad_accum=1)
     text = json.dumps(
         {
             "format": FORMAT,

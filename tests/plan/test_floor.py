@@ -1,0 +1,94 @@
+"""A stack's floor (weights, and a full fine-tune's gradients) rules stacks out without an
+estimate, and never changes a plan: the same recommendation and runners-up as the search that
+estimates every stack, with fewer estimates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.plan.conftest import closed_form_estimate
+
+from memfit.estimate.result import MemoryEstimate
+from memfit.plan import PlanRequest, plan
+from memfit.plan import search as search_module
+from memfit.plan.floor import stack_floor
+from memfit.plan.space import Settings
+from memfit.spec import WorkloadSpec
+from memfit.units import MiB
+
+
+def test_a_full_fine_tune_floor_counts_weights_and_gradients_in_storage_width() -> None:
+    mixed = stack_floor(Settings(precision="bf16-mixed"), 1000, train=True)
+    true16 = stack_floor(Settings(precision="bf16-true"), 1000, train=True)
+    assert mixed is not None and mixed.bytes == 8000
+    assert true16 is not None and true16.bytes == 4000
+    lora = stack_floor(Settings(precision="bf16-mixed", lora_rank=8), 1000, train=True)
+    assert lora is not None and lora.bytes == 4000 and lora.what == "weights alone need"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        Settings(precision="bf16-mixed", quant="nf4", lora_rank=8),
+        Settings(precision="bf16-mixed", gpus=2, shard="zero3"),
+        Settings(precision="bf16-mixed", offload="optimizer", gpus=1, shard="zero2"),
+    ],
+)
+def test_no_floor_is_claimed_for_quantized_sharded_or_offloaded_stacks(settings: Settings) -> None:
+    assert stack_floor(settings, 1000, train=True) is None
+
+
+@pytest.mark.slow  # a trace per case (2-30 s each on the shared machine)
+@pytest.mark.parametrize(
+    "settings",
+    [
+        Settings(precision="bf16-mixed", optimizer="adamw"),
+        Settings(precision="bf16-true", optimizer="adamw", checkpointing="full"),
+        Settings(precision="32-true", optimizer="adamw-8bit"),
+        Settings(precision="bf16-mixed", optimizer="adamw", lora_rank=8),
+        Settings(precision="bf16-true", optimizer="adamw", freeze_layers=1),
+    ],
+    ids=lambda s: s.describe(),
+)
+def test_the_floor_is_below_the_trace_engines_peak(
+    settings: Settings, trace_estimator: Callable[[WorkloadSpec], MemoryEstimate]
+) -> None:
+    est = trace_estimator(settings.workload("train", 64))
+    base = trace_estimator(Settings(precision="bf16-true").workload("train", 64)).n_params
+    floor = stack_floor(settings, base, train=True)
+    assert floor is not None and 0 < floor.bytes <= est.peak_allocated_bytes
+
+
+def _plan(tiny_llama_dir: Path, capacity: int) -> object:
+    request = PlanRequest(seq_len=512, global_batch=8, n_alternatives=2, allow_quant=True)
+    return plan(
+        str(tiny_llama_dir),
+        request,
+        gpu="A100-80GB",
+        gpu_memory_bytes=capacity,
+        estimator=closed_form_estimate,
+    )
+
+
+def test_ruling_stacks_out_by_their_floor_changes_no_plan_and_saves_estimates(
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 MiB (limit 7.6 MiB after the headroom): every bf16-mixed full fine-tune (fp32 weights and
+    # gradients: 8 bytes per parameter, 1e6 parameters) overflows; LoRA stacks fit
+    capacity = 8 * MiB
+    with_floor = _plan(tiny_llama_dir, capacity)
+    monkeypatch.setattr(search_module, "stack_floor", lambda *a, **k: None)
+    without = _plan(tiny_llama_dir, capacity)
+    assert with_floor.recommended is not None  # type: ignore[attr-defined]
+    for got, want in zip(
+        [with_floor.recommended, *with_floor.alternatives],  # type: ignore[attr-defined]
+        [without.recommended, *without.alternatives],  # type: ignore[attr-defined]
+        strict=True,
+    ):
+        assert got.settings == want.settings and got.need_bytes == want.need_bytes
+    note = next(n for n in with_floor.notes if "ruled out without a trace" in n)  # type: ignore[attr-defined]
+    assert "weights and gradients alone need" in note
+    assert with_floor.n_estimated < without.n_estimated  # type: ignore[attr-defined]
+    assert not any("ruled out" in n for n in without.notes)  # type: ignore[attr-defined]
