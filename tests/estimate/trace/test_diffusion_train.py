@@ -193,6 +193,7 @@ def test_the_sdxl_lora_script_keeps_its_text_encoders_and_an_fp32_vae(sdxl_tree:
     assert fwd.parameters_bytes >= resident
 
 
+@pytest.mark.slow  # 25 s: the block extrapolation against a full trace (make test-slow)
 def test_extrapolating_over_flux_blocks_matches_a_full_trace(tmp_path: Path) -> None:
     root = tiny_flux(tmp_path)
     cfg = json.loads((root / "transformer" / "config.json").read_text())
