@@ -89,13 +89,19 @@ def largest(pred: Callable[[int], bool], *, cap: int, step: int = 1) -> int:
     while 2 * lo * step <= cap and pred(2 * lo * step):
         lo *= 2
     hi = min(2 * lo, cap // step + 1)  # pred(hi * step) fails or hi * step > cap
+    return _bisect(pred, lo, hi, step) * step
+
+
+def _bisect(pred: Callable[[int], bool], lo: int, hi: int, step: int) -> int:
+    """The largest unit in ``[lo, hi)`` ``pred`` accepts, ``pred(lo * step)`` holding and
+    ``hi`` failing or out of range: bisection."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if pred(mid * step):
             lo = mid
         else:
             hi = mid
-    return lo * step
+    return lo
 
 
 #: Rounds of guided probing before a guided search falls back to exact bisection.
@@ -129,14 +135,7 @@ def largest_guided(
     while lo + jump < hi and pred((lo + jump) * step):
         lo += jump
         jump *= 2
-    hi = min(hi, lo + jump)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if pred(mid * step):
-            lo = mid
-        else:
-            hi = mid
-    return lo * step
+    return _bisect(pred, lo, min(hi, lo + jump), step) * step
 
 
 def _largest_between(guess: Callable[[int], bool], lo: int, hi: int, step: int) -> int:
@@ -145,14 +144,7 @@ def _largest_between(guess: Callable[[int], bool], lo: int, hi: int, step: int) 
     base = lo
     while 2 * base < hi and guess(2 * base * step):
         base *= 2
-    top = min(2 * base, hi)
-    while top - base > 1:
-        mid = (base + top) // 2
-        if guess(mid * step):
-            base = mid
-        else:
-            top = mid
-    return base
+    return _bisect(guess, base, min(2 * base, hi), step)
 
 
 def fit(
