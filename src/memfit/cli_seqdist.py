@@ -61,7 +61,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         from memfit.errors import SpecError
 
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
-    plan = step_plan(args, workload)
+    plan = step_plan(args, workload.batch_size)
     source = resolve_model(str(args.model), trust_remote_code=args.trust_remote_code)
     est = estimate(
         source,
@@ -158,7 +158,7 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     if args.gpu is None and args.gpu_memory is None:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     dist = parse_seq_dist(args.seq_dist)
-    plan = step_plan(args, workload)
+    plan = step_plan(args, workload.batch_size)
     trust = getattr(args, "trust_remote_code", False)
     source = resolve_model(str(args.model), trust_remote_code=trust)
     result = fit_seq_dist(
@@ -200,7 +200,7 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     the run (:func:`memfit.plan.seq_fit.plan_seq_dist`). Exit 1 when the run does not fit even
     with expandable segments."""
     from memfit.errors import SpecError
-    from memfit.estimate.seqdist import StepPlan, parse_seq_dist
+    from memfit.estimate.seqdist import parse_seq_dist
     from memfit.models import resolve_model
     from memfit.plan.seq_fit import plan_seq_dist
     from memfit.report.plan import render_plan
@@ -208,14 +208,7 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     if request.mode != "train":
         raise SpecError(f"--seq-dist models training runs, not --mode {request.mode}")
     dist = parse_seq_dist(args.seq_dist)
-    steps = StepPlan(
-        batch_size=request.batch_size or 1,
-        n_steps=args.run_steps,
-        seed=args.seed,
-        pad_to_multiple_of=args.pad_to_multiple_of,
-        packing=args.packing,
-        group_by_length=args.group_by_length,
-    )
+    steps = step_plan(args, request.batch_size or 1)
     trust = getattr(args, "trust_remote_code", False)
     source = resolve_model(str(args.model), trust_remote_code=trust)
     result = plan_seq_dist(
@@ -258,12 +251,12 @@ def render_seq_plan(r: Any) -> str:
     return render_seq_run(r.run, used, r.fits_after_run) + "\n" + verdict
 
 
-def step_plan(args: argparse.Namespace, workload: Any) -> Any:
-    """The run's step plan from the --seq-dist flags (one place for estimate and fit)."""
+def step_plan(args: argparse.Namespace, batch_size: int) -> Any:
+    """The run's step plan from the --seq-dist flags (one place for estimate, fit and plan)."""
     from memfit.estimate.seqdist import StepPlan
 
     return StepPlan(
-        batch_size=workload.batch_size,
+        batch_size=batch_size,
         n_steps=args.run_steps,
         seed=args.seed,
         pad_to_multiple_of=args.pad_to_multiple_of,
