@@ -30,6 +30,12 @@ def test_a_fractional_limit_is_refused() -> None:
         parse_seq_dist("300,10,512.5")
 
 
+def test_two_or_four_numbers_are_refused_as_a_mean_std_max_typo() -> None:
+    for text, n in (("300,250", 2), ("300,250,1024,8", 4)):
+        with pytest.raises(SpecError, match=rf"give three numbers MEAN,STD,MAX .*not {n}"):
+            parse_seq_dist(text)
+
+
 def test_histogram_json_and_csv_read_the_same(tmp_path) -> None:
     j = tmp_path / "lengths.json"
     j.write_text(json.dumps({"100": 3, "400": 1}))

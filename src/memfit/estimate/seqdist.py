@@ -87,6 +87,11 @@ def parse_seq_dist(text: str, *, max_len: int | None = None) -> SeqDist:
         if top != int(top):
             raise SpecError(f"--seq-dist max ({parts[2]}) must be a whole number of tokens")
         return SeqDist(mean=mean, std=std, max_len=int(top), source=text)
+    if len(parts) > 1 and all(_is_number(p) for p in parts):
+        raise SpecError(
+            f"--seq-dist {text!r}: give three numbers MEAN,STD,MAX (e.g. 300,250,1024), "
+            f"not {len(parts)}, or the path of a histogram file"
+        )
     return _read_histogram(text, max_len)
 
 
