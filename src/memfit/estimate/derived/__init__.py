@@ -49,10 +49,6 @@ def refusal(source: Any, workload: WorkloadSpec) -> str | None:
         return "a factory model (pkg.mod:fn) has no config.json to derive a form from"
     if source.trust_remote_code:
         return "a model with remote code (its code is not part of the form's cache key)"
-    if workload.gpus > 1 or workload.tp > 1 or workload.shard != "none":
-        return "a multi-GPU job (each rank's replay is the trace engine's)"
-    if workload.offload != "none":
-        return "an offloaded job"
     if "paged" in str(workload.optimizer):
         return "paged optimizer states"
     if workload.prefill_chunk_size is not None:
