@@ -74,9 +74,7 @@ def replay_run(
     return flat
 
 
-def _phase_peaks(
-    ev: list[int], sizes: list[int], marks: dict[int, list[str]]
-) -> dict[str, tuple]:
+def _phase_peaks(ev: list[int], sizes: list[int], marks: dict[int, list[str]]) -> dict[str, tuple]:
     """Per phase: (peak live bytes, events replayed at it); the first instant wins a tie, as in
     the tracker (``StorageTracker._check_peak``)."""
     live: dict[int, int] = {}
