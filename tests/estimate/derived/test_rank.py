@@ -13,13 +13,14 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from tests.conftest import TINY_LLAMA
+
 from memfit.estimate import derived
 from memfit.estimate.derived import cache, estimate_derived
 from memfit.estimate.policy import run_engine
 from memfit.hardware import get_gpu
 from memfit.models import resolve_model
 from memfit.spec import WorkloadSpec
-from tests.conftest import TINY_LLAMA
 
 #: Two layers wide enough (512) that ZeRO-3 partitions and gathers the projections (DeepSpeed
 #: keeps parameters under 1e5 elements whole on every rank).
@@ -56,7 +57,7 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return resolve_model(str(folder))
 
 
-def _job(b: int, **kw: Any) -> WorkloadSpec:
+def train_job(b: int, **kw: Any) -> WorkloadSpec:
     return WorkloadSpec(mode="train", batch_size=b, seq_len=64, precision="bf16-mixed", **kw)
 
 
@@ -68,7 +69,7 @@ def _answer(est: Any) -> dict[str, Any]:
     return out
 
 
-def _same_answers(source: Any, w: WorkloadSpec) -> None:
+def assert_same_answers(source: Any, w: WorkloadSpec) -> None:
     gpu = get_gpu("L4")
     for b in UNTRACED:
         job = dataclasses.replace(w, batch_size=b)
@@ -90,15 +91,15 @@ def _same_answers(source: Any, w: WorkloadSpec) -> None:
 def test_a_rank_form_gives_the_trace_engines_answer_at_untraced_batch_sizes(
     wide: Any, name: str
 ) -> None:
-    _same_answers(wide, _job(1, **JOBS[name]))
+    assert_same_answers(wide, train_job(1, **JOBS[name]))
 
 
 def test_zero3_offload_gathers_partitions_and_moves_states_to_the_host(wide: Any) -> None:
     """The compared answers are not the single-GPU job's: rank 0 holds gathered parameters and
     the ZeRO bucket on the device and its optimizer states in host RAM."""
-    w = _job(5, shard="zero3", offload="params")
+    w = train_job(5, shard="zero3", offload="params")
     est = estimate_derived(wide, w, gpu=get_gpu("L4"))
-    plain = estimate_derived(wide, _job(5), gpu=get_gpu("L4"))
+    plain = estimate_derived(wide, train_job(5), gpu=get_gpu("L4"))
     assert est.host_memory_bytes > 0 == plain.host_memory_bytes
     assert est.components["optimizer_states"] == 0 < plain.components["optimizer_states"]
     form = derived._FORMS[cache.variant_key(WIDE, w)]

@@ -9,6 +9,12 @@ parameter counts and kernel choices — and every size must be ``a0 + a1 * batch
 (two solve it, the third checks it). Otherwise the form is refused (NotModelledError), and the
 policy asks the trace engine itself. The form at batch 3, replayed, must give the trace's own peak
 and reserved bytes to the byte: a check of the replay, not only of the sizes.
+
+A multi-GPU, ZeRO, offload or tensor-parallel job is traced with the distributed tracker
+(:mod:`memfit.estimate.trace.distributed`), and its answer comes from rank 0's rewritten
+timeline, not from the traced events: :func:`_rank_record` records that timeline (raw sizes of
+the traced storages, the rewrite's own sizes as they are), so the replay gives what the trace
+engine gives.
 """
 
 from __future__ import annotations
