@@ -23,8 +23,10 @@ depend on the batch size (checked). Such a form is grown from a few layers where
 checks pass, else it comes from full traces. On an 8-layer Llama (tests/estimate/derived/
 test_rank_grown.py) ZeRO-2 + optimizer offload and tensor parallelism grow; DDP (its buckets),
 ZeRO-1/2/3 without offload (partitions of the whole model on the device), FSDP2, and ZeRO-3
-with offload (a peak lists its modules by their first layer-indexed birth, which a grown run
-does not keep) come from full traces. Not modelled: paged optimizer states, a chunked prefill,
+with offload and no checkpointing (a peak lists its modules by their first layer-indexed birth,
+which a grown run does not keep, and the check of that order fails) come from full traces; in
+the Qwen3-8B-shaped `plan` of docs/accuracy.md §23 every ZeRO-2 / ZeRO-3 offload form with
+selective or full checkpointing grew. Not modelled: paged optimizer states, a chunked prefill,
 factory models and remote code — a NotModelledError naming the reason, and the engine policy
 (:mod:`memfit.estimate.policy`) asks the trace engine.
 """

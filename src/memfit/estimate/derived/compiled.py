@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from memfit.estimate.derived.form import phase_marks
 from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES, simulate
 from memfit.estimate.trace.flat import Flat
 
@@ -48,9 +49,7 @@ class Compiled:
     def __init__(self, run: dict[str, Any]) -> None:
         ev: list[int] = run["ev"]
         n = len(ev)
-        marks: dict[int, list[str]] = {}  # several phases may start at one instant
-        for i, p in run["marks"]:
-            marks.setdefault(int(i), []).append(str(p))
+        marks = phase_marks(run)  # several phases may start at one instant
         birth_ev: list[int] = []
         death_ev: list[int] = []
         chain: list[int] = []  # where the key's entry sits in the tracker's live dict

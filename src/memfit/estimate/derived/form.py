@@ -37,6 +37,15 @@ def sizes_at(run: dict[str, Any], x: int) -> list[int]:
     return [-(-(a0 + a1 * x) // r) * r for a0, a1 in zip(run["a0"], run["a1"], strict=True)]
 
 
+def phase_marks(run: dict[str, Any]) -> dict[int, list[str]]:
+    """The run's phase marks by event index: every phase that starts there, in order (a rank
+    rewrite's optimizer phase may start and end with no device event between)."""
+    marks: dict[int, list[str]] = {}
+    for i, p in run["marks"]:
+        marks.setdefault(int(i), []).append(str(p))
+    return marks
+
+
 def replay_run(
     run: dict[str, Any], x: int, workspaces: tuple[int, ...], *, reserved: bool = True
 ) -> Flat:
@@ -48,9 +57,7 @@ def replay_run(
     the same numbers with arrays (:mod:`memfit.estimate.derived.compiled`, tested against it)."""
     sizes = sizes_at(run, x)
     ev: list[int] = run["ev"]
-    marks: dict[int, list[str]] = {}  # several phases may start at one instant
-    for i, p in run["marks"]:
-        marks.setdefault(int(i), []).append(str(p))
+    marks = phase_marks(run)
     peaks = _phase_peaks(ev, sizes, marks)
     flat: Flat = dict(run["const"])
     comps, mods = run["comps"], run["mods"]
