@@ -79,8 +79,8 @@ def test_new_library_versions_are_a_new_cache_key(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_job_the_form_cannot_model_is_refused_with_the_reason(granite: Any) -> None:
-    with pytest.raises(NotModelledError, match="derived engine does not model a multi-GPU job"):
-        estimate_derived(granite, _train(1, gpus=2))
+    with pytest.raises(NotModelledError, match="derived engine does not model paged optimizer"):
+        estimate_derived(granite, _train(1, optimizer="paged-adamw-8bit"))
     factory = resolve_model("tests.fixtures.cnn:make_cnn", allow_code=True)
     with pytest.raises(NotModelledError, match="factory model"):
         estimate_derived(factory, _train(1))

@@ -78,8 +78,7 @@ def test_a_key_born_again_while_live_peaks_as_the_tracker_counts_it(seed: int) -
     c = compile_run(run)
     for x in (1, 5):
         sizes = form.sizes_at(run, x)
-        marks = {int(i): str(p) for i, p in run["marks"]}
-        want = form._phase_peaks(run["ev"], sizes, marks)
+        want = form._phase_peaks(run["ev"], sizes, form.phase_marks(run))
         got = {p: (v, at) for p, v, at in c.peaks(c.live_totals(c.sizes(x)))}
         assert got == want
         flat = c.flat(x, WORKSPACES, reserved=False)

@@ -12,9 +12,23 @@ identical layers is not traced at full depth: traces of 2-5 layers are grown eve
 model's depth and checked on a trace they were not learned from
 (:mod:`memfit.estimate.derived.grown`); where that check fails, full traces as above.
 
-What it models: a Hugging Face config.json model on one GPU (no ranks, no offload, no paged
-optimizer states, no remote code) — anything else is a NotModelledError naming the reason, and
-the engine policy (:mod:`memfit.estimate.policy`) asks the trace engine.
+What it models: a Hugging Face config.json model on one GPU or as rank 0 of a multi-GPU job —
+DDP, DeepSpeed ZeRO-1/2/3, optimizer and parameter offload, FSDP2 and tensor parallelism. For
+those the trace engine's answer is computed from rank 0's rewritten timeline
+(:mod:`memfit.estimate.trace.rank_replay`; FSDP2 traced for real, ``tp`` a divided config), and
+that timeline is what the form records: the partitions, buckets and ZeRO-3 gathers (with their
+prefetch) as births of their own, the host peak (``host_memory_bytes``) among the run's
+constants, the modules of a peak in the timeline's order. Every size the rewrite sets must not
+depend on the batch size (checked). Such a form is grown from a few layers where the growth's
+checks pass, else it comes from full traces. On an 8-layer Llama (tests/estimate/derived/
+test_rank_grown.py) ZeRO-2 + optimizer offload and tensor parallelism grow; DDP (its buckets),
+ZeRO-1/2/3 without offload (partitions of the whole model on the device), FSDP2, and ZeRO-3
+with offload and no checkpointing (a peak lists its modules by their first layer-indexed birth,
+which a grown run does not keep, and the check of that order fails) come from full traces; in
+the Qwen3-8B-shaped `plan` of docs/accuracy.md §23 every ZeRO-2 / ZeRO-3 offload form with
+selective or full checkpointing grew. Not modelled: paged optimizer states, a chunked prefill,
+factory models and remote code — a NotModelledError naming the reason, and the engine policy
+(:mod:`memfit.estimate.policy`) asks the trace engine.
 """
 
 from __future__ import annotations
@@ -49,10 +63,8 @@ def refusal(source: Any, workload: WorkloadSpec) -> str | None:
         return "a factory model (pkg.mod:fn) has no config.json to derive a form from"
     if source.trust_remote_code:
         return "a model with remote code (its code is not part of the form's cache key)"
-    if workload.gpus > 1 or workload.tp > 1 or workload.shard != "none":
-        return "a multi-GPU job (each rank's replay is the trace engine's)"
-    if workload.offload != "none":
-        return "an offloaded job"
+    # multi-GPU, ZeRO, offload and tp jobs are modelled: rank 0's rewritten timeline is recorded
+    # (tests/estimate/derived/test_rank*.py compare every variant with the trace engine)
     if "paged" in str(workload.optimizer):
         return "paged optimizer states"
     if workload.prefill_chunk_size is not None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from memfit.estimate.derived.form import phase_marks
 from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES, simulate
 from memfit.estimate.trace.flat import Flat
 
@@ -48,7 +49,7 @@ class Compiled:
     def __init__(self, run: dict[str, Any]) -> None:
         ev: list[int] = run["ev"]
         n = len(ev)
-        marks = {int(i): str(p) for i, p in run["marks"]}
+        marks = phase_marks(run)  # several phases may start at one instant
         birth_ev: list[int] = []
         death_ev: list[int] = []
         chain: list[int] = []  # where the key's entry sits in the tracker's live dict
@@ -57,8 +58,7 @@ class Compiled:
         instants: dict[str, list[int]] = {}
         phase = "init"
         for i, e in enumerate(ev):
-            if i in marks:
-                phase = marks[i]
+            for phase in marks.get(i, ()):
                 instants.setdefault(phase, []).append(i)
             key = e >> 1
             old = live.pop(key, None)
@@ -73,8 +73,8 @@ class Compiled:
             key_of.append(key)
             live[key] = b
             instants.setdefault(phase, []).append(i + 1)
-        if n in marks:
-            instants.setdefault(marks[n], []).append(n)
+        for p in marks.get(n, ()):
+            instants.setdefault(p, []).append(n)
         self.n_events = n
         self.a0 = np.asarray(run["a0"], dtype=np.int64)
         self.a1 = np.asarray(run["a1"], dtype=np.int64)
@@ -83,6 +83,8 @@ class Compiled:
         self.dies = np.flatnonzero(self.death_ev < n)
         self.chain = np.asarray(chain, dtype=np.int64)
         keys = np.asarray(key_of, dtype=np.int64)
+        if "order" in run and len(keys):  # a rank rewrite's module order (derived/record.py)
+            self.chain = np.asarray(run["order"], dtype=np.int64)[keys]
         self.comp = np.asarray(run["comp"], dtype=np.int64)[keys] if len(keys) else keys
         self.mod = np.asarray(run["mod"], dtype=np.int64)[keys] if len(keys) else keys
         ignored = np.zeros(len(run["comp"]), dtype=bool)

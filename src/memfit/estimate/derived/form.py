@@ -37,6 +37,15 @@ def sizes_at(run: dict[str, Any], x: int) -> list[int]:
     return [-(-(a0 + a1 * x) // r) * r for a0, a1 in zip(run["a0"], run["a1"], strict=True)]
 
 
+def phase_marks(run: dict[str, Any]) -> dict[int, list[str]]:
+    """The run's phase marks by event index: every phase that starts there, in order (a rank
+    rewrite's optimizer phase may start and end with no device event between)."""
+    marks: dict[int, list[str]] = {}
+    for i, p in run["marks"]:
+        marks.setdefault(int(i), []).append(str(p))
+    return marks
+
+
 def replay_run(
     run: dict[str, Any], x: int, workspaces: tuple[int, ...], *, reserved: bool = True
 ) -> Flat:
@@ -48,17 +57,19 @@ def replay_run(
     the same numbers with arrays (:mod:`memfit.estimate.derived.compiled`, tested against it)."""
     sizes = sizes_at(run, x)
     ev: list[int] = run["ev"]
-    marks = {int(i): str(p) for i, p in run["marks"]}
+    marks = phase_marks(run)
     peaks = _phase_peaks(ev, sizes, marks)
     flat: Flat = dict(run["const"])
     comps, mods = run["comps"], run["mods"]
     key_comp, key_mod = run["comp"], run["mod"]
     ignored = set(run["ignored"])
+    order = run.get("order")  # a rank rewrite's module order (derived/record.py)
     for phase, (total, live) in _snapshots(ev, sizes, marks, peaks).items():
         flat[f"phase/{phase}/peak"] = total
         for c in comps:
             flat.setdefault(f"phase/{phase}/comp/{c}", 0)
-        for key, n in live.items():
+        items = sorted(live.items(), key=lambda kv: order[kv[0]]) if order else live.items()
+        for key, n in items:
             if key in ignored:
                 n = 0
             ck = f"phase/{phase}/comp/{comps[key_comp[key]]}"
@@ -70,15 +81,14 @@ def replay_run(
     return flat
 
 
-def _phase_peaks(ev: list[int], sizes: list[int], marks: dict[int, str]) -> dict[str, tuple]:
+def _phase_peaks(ev: list[int], sizes: list[int], marks: dict[int, list[str]]) -> dict[str, tuple]:
     """Per phase: (peak live bytes, events replayed at it); the first instant wins a tie, as in
     the tracker (``StorageTracker._check_peak``)."""
     live: dict[int, int] = {}
     cur, phase, ai = 0, "init", 0
     peaks: dict[str, tuple[int, int]] = {}
     for i, e in enumerate(ev):
-        if i in marks:
-            phase = marks[i]
+        for phase in marks.get(i, ()):
             if phase not in peaks or cur > peaks[phase][0]:
                 peaks[phase] = (cur, i)
         key = e >> 1
@@ -93,15 +103,14 @@ def _phase_peaks(ev: list[int], sizes: list[int], marks: dict[int, str]) -> dict
         if best is None or cur > best[0]:
             peaks[phase] = (cur, i + 1)
     end = len(ev)
-    if end in marks:
-        phase = marks[end]
+    for phase in marks.get(end, ()):
         if phase not in peaks or cur > peaks[phase][0]:
             peaks[phase] = (cur, end)
     return {p: v for p, v in peaks.items() if p not in UNREPORTED_PHASES}
 
 
 def _snapshots(
-    ev: list[int], sizes: list[int], marks: dict[int, str], peaks: dict[str, tuple]
+    ev: list[int], sizes: list[int], marks: dict[int, list[str]], peaks: dict[str, tuple]
 ) -> dict[str, tuple[int, dict[int, int]]]:
     """The live storages (key → bytes) at each phase's peak, in one more pass over the events."""
     wanted: dict[int, list[str]] = {}

@@ -203,6 +203,9 @@ def record_grown(
             f"no layer growth: the run grown to {check_m} units differs from its trace",
             engine="derived",
         )
+    rank = "order" in runs[SOLVED_UNITS, x1]  # rank 0's rewritten timeline (record.py)
+    if rank:
+        _rank_checks(runs, payload, SOLVED_UNITS, x1)
     consts = {m: runs[m, x1]["const"] for m in UNITS}
     const = _const_line(consts, runs[check_m, check_b]["const"], check_m, units)
     tables = runs[SOLVED_UNITS, x1]
@@ -280,7 +283,32 @@ def _full(
     run = from_sequence(full, full_pay, comps=tables["comps"], mods=tables["mods"])
     run["counts"] = {var.name: var.count}
     run["const"] = const
+    if "order" in tables:  # a rank rewrite's module order: by module (see _rank_checks)
+        run["order"] = list(run["mod"])
     return run
+
+
+def _rank_checks(
+    runs: dict[tuple[int, int], dict[str, Any]], payload: list[Any], m: int, x1: int
+) -> None:
+    """For runs of rank 0's rewritten timeline: the sizes the rewrite set do not move with the
+    batch (``record.check_fixed``), and every traced run's peaks list their modules in the
+    same order when each storage's place is its module's (the order a grown run keeps: the
+    layer-indexed names the timeline orders by are not part of a grown run)."""
+    from memfit.estimate.derived.form import replay_run
+    from memfit.estimate.derived.record import check_fixed
+
+    check_fixed([p[1] for p in payload if p is not None], runs[m, x1].get("fixed", []))
+    for (units, b), run in runs.items():
+        exact = {**run, "a0": run["raw"], "a1": [0] * len(run["raw"])}
+        by_module = {**exact, "order": run["mod"]}
+        want = replay_run(exact, b, (), reserved=False)
+        got = replay_run(by_module, b, (), reserved=False)
+        if list(got.items()) != list(want.items()):
+            raise NotModelledError(
+                f"no layer growth: at {units} units the modules' order depends on the layers",
+                engine="derived",
+            )
 
 
 def _bare(item: Item) -> Item:

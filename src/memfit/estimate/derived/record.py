@@ -9,6 +9,12 @@ parameter counts and kernel choices — and every size must be ``a0 + a1 * batch
 (two solve it, the third checks it). Otherwise the form is refused (NotModelledError), and the
 policy asks the trace engine itself. The form at batch 3, replayed, must give the trace's own peak
 and reserved bytes to the byte: a check of the replay, not only of the sizes.
+
+A multi-GPU, ZeRO, offload or tensor-parallel job is traced with the distributed tracker
+(:mod:`memfit.estimate.trace.distributed`), and its answer comes from rank 0's rewritten
+timeline, not from the traced events: :func:`_rank_record` records that timeline (raw sizes of
+the traced storages, the rewrite's own sizes as they are), so the replay gives what the trace
+engine gives.
 """
 
 from __future__ import annotations
@@ -76,7 +82,11 @@ class Recorder:
         return RecordingTracker(device_type="cpu")
 
     def on_run(self, counts: dict[str, int], tracker: Any, flat: dict[str, float]) -> None:
-        self.runs.append(_run_record(counts, tracker, flat))
+        timeline = getattr(tracker, "timeline", None)  # a multi-GPU / offload job: rank 0's
+        if timeline is not None:
+            self.runs.append(_rank_record(counts, timeline, flat))
+        else:
+            self.runs.append(_run_record(counts, tracker, flat))
 
     def on_result(self, result: Any) -> None:
         self.result = result
@@ -108,6 +118,58 @@ def _run_record(counts: dict[str, int], t: RecordingTracker, flat: dict[str, flo
         "mod": [key_mod.get(k, 0) for k in range(n_keys)],
         "const": {k: v for k, v in flat.items() if not k.startswith("phase/") and k != "reserved"},
     }
+
+
+def _rank_record(counts: dict[str, int], tl: Any, flat: dict[str, float]) -> dict[str, Any]:
+    """A run record of rank 0's rewritten timeline (``rank_replay._Timeline``: the events the
+    trace engine's peaks, breakdown and reserved bytes of a multi-GPU or offloaded job come
+    from), keys renumbered from 0 in order of birth; ``fixed``: the births whose size the
+    rewrite set (partitions, buckets, gathered parameters), which must not depend on the batch
+    size (:func:`check_fixed`). The host peak is among the constants (``host_memory``)."""
+    index: dict[int, int] = {}
+    for _op, key, _n in tl.events:
+        index.setdefault(key, len(index))
+    comps: dict[str, int] = {}
+    mods: dict[str, int] = {}
+    comp = [0] * len(index)
+    mod = [0] * len(index)
+    for key, i in index.items():
+        c, m = tl.owner[key]
+        comp[i] = comps.setdefault(c, len(comps))
+        mod[i] = mods.setdefault(build.generic_module_name(m), len(mods))
+    # the timeline orders a peak's modules by the first birth of each (layer-indexed) module
+    # name, where the tracker keeps its live storages' order: ``order`` per key says which
+    first_of: dict[str, int] = {}
+    order = [0] * len(index)
+    for i, (op, key, _n) in enumerate(tl.events):
+        if op == "a":
+            order[index[key]] = first_of.setdefault(tl.owner[key][1], i)
+    marks = [list(m) for m in tl.marks]
+    ev = [index[key] << 1 | (op == "f") for op, key, _ in tl.events]
+    return {
+        "counts": dict(counts),
+        "ev": frees_in_order(ev, marks),
+        "raw": list(tl.raw),
+        "fixed": [i for i, f in enumerate(tl.fixed) if f],
+        "marks": marks,
+        "comps": list(comps),
+        "mods": list(mods),
+        "comp": comp,
+        "ignored": [],  # the rewrite drops the tracker's ignored keys from the timeline
+        "mod": mod,
+        "order": order,
+        "const": {k: v for k, v in flat.items() if not k.startswith("phase/") and k != "reserved"},
+    }
+
+
+def check_fixed(a1: list[int], fixed: list[int]) -> None:
+    """NotModelledError where a size the rank rewrite set (``fixed`` births) grows with the
+    batch: the rewrite computes it from the traced size after rounding, which is not a line in
+    the batch size (none does today: partitions, buckets and gathered parameters are sized by
+    the parameters)."""
+    moving = sum(1 for i in fixed if a1[i])
+    if moving:
+        raise _refuse(f"{moving} sizes set by the multi-GPU rewrite depend on the batch size")
 
 
 def record(
@@ -153,10 +215,13 @@ def record(
     for b in POINTS:
         trace(b)
     if _same_structure(traced[1], traced[2]):
-        return solve([traced[b] for b in (1, 2, 3)], points=(1, 2, 3)), estimates
-    trace(4)
-    form = solve([traced[b] for b in (2, 3, 4)], points=(2, 3, 4))
-    form["exact"] = {"1": [_constant(run) for run in traced[1].runs]}
+        form = solve([traced[b] for b in (1, 2, 3)], points=(1, 2, 3))
+    else:
+        trace(4)
+        form = solve([traced[b] for b in (2, 3, 4)], points=(2, 3, 4))
+        form["exact"] = {"1": [_constant(run) for run in traced[1].runs]}
+    for run in form["runs"]:
+        check_fixed(run["a1"], run.get("fixed", []))
     return form, estimates
 
 

@@ -104,6 +104,11 @@ class DistTracker(StorageTracker):
         self.grad_keys: set[int] = set()
         self.on_enter: list[Callable[[], Callable[[], None]]] = []
         self._undo: list[Callable[[], None]] = []
+        #: per birth event, its size before the 512 B rounding (a derived form solves those)
+        self.raw: list[int] = []
+        self._last_raw = 0
+        #: rank 0's rewritten timeline once :meth:`Plan.finish` ran (what a derived form records)
+        self.timeline: Any = None
 
     def mark(self, kind: str, payload: str) -> None:
         self.marks.append((len(self.events or ()), kind, payload))
@@ -111,6 +116,16 @@ class DistTracker(StorageTracker):
     def set_phase(self, phase: str) -> None:
         self.mark("phase", phase)
         super().set_phase(phase)
+
+    def _rounded(self, n_bytes: int) -> int:
+        self._last_raw = n_bytes
+        return super()._rounded(n_bytes)
+
+    def _set_live(self, key: int, n_bytes: int) -> None:
+        before = len(self.events or ())
+        super()._set_live(key, n_bytes)
+        events = self.events or []
+        self.raw.extend(self._last_raw for op, _k, _n in events[before:] if op == "a")
 
     def track(self, t: torch.Tensor, label: str | None = None) -> int | None:
         if label is None and self.forced_label is not None and not _is_wrapper(t):
@@ -166,6 +181,7 @@ class Plan:
 
         rewrite = strategy(self.workload, self.tracker, model)
         timeline = rewrite.run()
+        self.tracker.timeline = timeline
         for key in [k for k in flat if k.startswith("phase/")]:
             del flat[key]
         flat.update(timeline.flat())

@@ -53,12 +53,26 @@ class _Timeline:
         self.host_live: dict[int, int] = {}
         self.host_total = 0
         self.host_peak = 0
+        # what a derived form records (memfit.estimate.derived.record): per birth its size
+        # before rounding and whether the rewrite set it (else the trace's own size), per key
+        # its owner, and the phase marks (event index, phase)
+        self.raw: list[int] = []
+        self.fixed: list[bool] = []
+        self.owner: dict[int, tuple[str, str]] = {}
+        self.marks: list[tuple[int, str]] = []
 
-    def alloc(self, key: int, n_bytes: int, comp: str, module: str) -> None:
+    def alloc(
+        self, key: int, n_bytes: int, comp: str, module: str, *, raw: int | None = None
+    ) -> None:
+        """A birth of ``n_bytes`` (rounded up to 512 B here); ``raw``: the traced storage's
+        size before the tracker rounded it, where the rewrite kept the traced size."""
         if n_bytes <= 0:
             return
         if key in self.live:
             self.free(key)
+        self.raw.append(n_bytes if raw is None else raw)
+        self.fixed.append(raw is None)
+        self.owner[key] = (comp, module)
         n_bytes = _round512(n_bytes)
         self.live[key] = (n_bytes, comp, module)
         self.total += n_bytes
@@ -89,6 +103,7 @@ class _Timeline:
         self.host_total -= self.host_live.pop(key, 0)
 
     def set_phase(self, phase: str) -> None:
+        self.marks.append((len(self.events), phase))
         self.phase = phase
         self._check()
 
@@ -163,15 +178,18 @@ class _Rewrite:
         marks = iter(tr.marks)
         pending = next(marks, None)
         self.prologue()
+        births = iter(tr.raw)
         for i, (op, key, n) in enumerate(tr.events or []):
             while pending is not None and pending[0] <= i:
                 self._mark(pending)
                 pending = next(marks, None)
+            raw = next(births, n) if op == "a" else 0
             if key in tr._ignored:  # host-side scalars standing in for CPU tensors
                 continue
             if op == "a":
                 comp, module = self.component(key), tr.storages[key].module
-                tl.alloc(key, self.device_bytes(key, n), comp, module)
+                n_dev = self.device_bytes(key, n)
+                tl.alloc(key, n_dev, comp, module, raw=raw if n_dev == n else None)
                 tl.host_alloc(key, self.host_bytes(key, n))
                 self.after_alloc(key)
             else:
