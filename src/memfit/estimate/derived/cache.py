@@ -28,7 +28,9 @@ from memfit.spec import WorkloadSpec
 #: 2: generation traces pass generate()'s (B, S) position_ids (batch-sized rotary tables).
 #: 3: runs of frees in canonical order at record time, MoE/MLA/alternating stacks grown (jobs
 #: refused before, such as bf16-mixed + full checkpointing, are derived again).
-FORMAT = 3
+#: 4: a batch size the trace cannot run (ResNet training at batch 1) kept as its error, the rest
+#: solved (refused before).
+FORMAT = 4
 #: The libraries whose versions are part of the key.
 VERSIONED = ("torch", "transformers", "peft")
 

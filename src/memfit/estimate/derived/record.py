@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.derived.events import frees_in_order
 from memfit.estimate.trace import build
 from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
@@ -123,7 +123,9 @@ def record(
     (:mod:`memfit.estimate.derived.grown`, checked on a trace it did not learn from); otherwise,
     or where that check fails, the job is traced at full depth: batch sizes 1, 2 and 3; where
     batch 1 runs other kernels than 2 and 3 (some models squeeze a batch of one), batch 1 is
-    kept as it is and 4 is traced to check the line through 2 and 3."""
+    kept as it is and 4 is traced to check the line through 2 and 3; where batch 1 cannot run at
+    all (the trace fails: PyTorch's BatchNorm refuses to train on one value per channel), the
+    form keeps that error as its answer at batch 1 (``fails``) and is solved on 2, 3 and 4."""
     from memfit.estimate.derived.grown import applies, record_grown
 
     if applies(config, workload) is not None:
@@ -150,13 +152,21 @@ def record(
             RUN_OBSERVER.reset(token)
         traced[b] = rec
 
-    for b in POINTS:
-        trace(b)
-    if _same_structure(traced[1], traced[2]):
+    failed: dict[str, str] = {}
+    try:
+        trace(POINTS[0])
+    except TraceError as exc:  # e.g. BatchNorm training on one value per channel (ValueError)
+        failed[str(POINTS[0])] = str(exc)
+    for b in POINTS[1:]:
+        trace(b)  # a failure here is the job's: the form is refused with it
+    if not failed and _same_structure(traced[1], traced[2]):
         return solve([traced[b] for b in (1, 2, 3)], points=(1, 2, 3)), estimates
     trace(4)
     form = solve([traced[b] for b in (2, 3, 4)], points=(2, 3, 4))
-    form["exact"] = {"1": [_constant(run) for run in traced[1].runs]}
+    if failed:  # the trace's own answer at batch 1: its error, raised again by an estimate there
+        form["fails"] = failed
+    else:
+        form["exact"] = {"1": [_constant(run) for run in traced[1].runs]}
     return form, estimates
 
 
