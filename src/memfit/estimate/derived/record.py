@@ -36,6 +36,8 @@ class RecordingTracker(StorageTracker):
         self.raw: list[int] = []  # per event: raw bytes of a birth, 0 for a death
         self.marks: list[tuple[int, str]] = []
         self._last_raw = 0
+        self.staging: list[int] = []  # births (indices into the raw sizes) of kernel workspaces
+        self._n_births = 0
 
     def _rounded(self, n_bytes: int) -> int:
         self._last_raw = n_bytes
@@ -45,6 +47,12 @@ class RecordingTracker(StorageTracker):
         events = self.events or []
         for op, _key, _n in events[before:]:
             self.raw.append(self._last_raw if op == "a" else 0)
+            self._n_births += op == "a"
+
+    def _workspaces(self, sizes: tuple[int, ...]) -> None:
+        first = self._n_births  # CUDA reduction staging (cuda_emulation.reduction_workspaces)
+        super()._workspaces(sizes)
+        self.staging.extend(range(first, self._n_births))
 
     def _set_live(self, key: int, n_bytes: int) -> None:
         before = len(self.events or [])
@@ -107,6 +115,7 @@ def _run_record(counts: dict[str, int], t: RecordingTracker, flat: dict[str, flo
         "ignored": sorted(t.ignored_keys()),
         "mod": [key_mod.get(k, 0) for k in range(n_keys)],
         "const": {k: v for k, v in flat.items() if not k.startswith("phase/") and k != "reserved"},
+        "staging": list(t.staging),  # read by solve() to say why sizes are not linear; not kept
     }
 
 
@@ -183,7 +192,10 @@ _STRUCTURE = ("counts", "ev", "marks", "comps", "mods", "comp", "mod", "ignored"
 def _constant(run: dict[str, Any]) -> dict[str, Any]:
     """A run kept as traced: its sizes are its own (no batch term)."""
     sizes = run["raw"]
-    return {k: v for k, v in run.items() if k != "raw"} | {"a0": sizes, "a1": [0] * len(sizes)}
+    return {k: v for k, v in run.items() if k not in _NOT_KEPT} | {
+        "a0": sizes,
+        "a1": [0] * len(sizes),
+    }
 
 
 def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str, Any]:
@@ -204,14 +216,14 @@ def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str
         # s = a0 + a1 * x, exactly: a1 = (s2 - s1) / (x2 - x1) must be a whole number of bytes.
         a1 = [(b - a) // (x2 - x1) for a, b in zip(s1, s2, strict=True)]
         a0 = [a - d * x1 for a, d in zip(s1, a1, strict=True)]
-        bad = sum(
-            1
-            for c0, c1, v1, v2, v3 in zip(a0, a1, s1, s2, s3, strict=True)
+        bad = [
+            i
+            for i, (c0, c1, v1, v2, v3) in enumerate(zip(a0, a1, s1, s2, s3, strict=True))
             if c1 < 0 or c0 + c1 * x2 != v2 or c0 + c1 * x3 != v3 or c0 + c1 * x1 != v1
-        )
+        ]
         if bad:
-            raise _refuse(f"{bad} allocation sizes are not linear in the batch size")
-        runs.append({k: v for k, v in run.items() if k != "raw"} | {"a0": a0, "a1": a1})
+            raise _refuse(_not_linear(run, bad, points))
+        runs.append({k: v for k, v in run.items() if k not in _NOT_KEPT} | {"a0": a0, "a1": a1})
     result = first.result
     return {
         "runs": runs,
@@ -220,6 +232,30 @@ def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str
         "notes": list(result.notes),
         "environment": dict(result.environment),
     }
+
+
+#: What a recorded run holds that a form does not keep.
+_NOT_KEPT = ("raw", "staging")
+
+
+def _not_linear(run: dict[str, Any], bad: list[int], points: tuple[int, ...]) -> str:
+    """Why the sizes ``bad`` (indices of births) of ``run`` refuse a form: how many, and which
+    of them are CUDA reduction staging buffers (not a polynomial in the batch size)."""
+    staging = set(run.get("staging", ()))
+    n_staging = sum(1 for i in bad if i in staging)
+    births = [e >> 1 for e in run["ev"] if not e & 1]
+    where = run["mods"][run["mod"][births[bad[0]]]] if len(births) > bad[0] else "?"
+    why = f"{len(bad)} allocation sizes are not linear in the batch size (traced at {points}"
+    why += f"; the first in {where})"
+    if n_staging:
+        why += (
+            f": {n_staging} of them CUDA reduction staging buffers (gpu_reduce_kernel's "
+            "global-memory blocks of a bias or norm-weight gradient summed over every token, "
+            "sized by setReduceConfig: ceiling divisions of the token count capped by the "
+            "GPU's SM count, a step function of the batch size, not a polynomial"
+        )
+        why += ")" if n_staging == len(bad) else f"), {len(bad) - n_staging} others"
+    return why
 
 
 def _comparable(run: dict[str, Any], field: str) -> Any:
