@@ -226,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real-names", help="comma-separated bundled configs (default: all of REAL)")
     p.add_argument("--redo-failed", action="store_true",
                    help="with --resume: run again the jobs whose trace did not answer")  # fmt: skip
+    p.add_argument("--redo", help="with --resume: comma-separated families measured again "
+                   "(their rows are replaced by the new ones)")  # fmt: skip
     p.add_argument("--first", help="comma-separated families run first (the rest follow)")
     p.add_argument("--cache-dir", help="derived-form cache (default: a fresh temporary one)")
     p.add_argument("--out", default=str(RESULTS / "fastpath_grid"), help="output path stem")
@@ -246,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         jsonl.write_text("")
     if args.redo_failed:
         rows = [r for r in rows if r["trace"]["status"] == "ok"]
-    done = {(r["family"], r["job"]) for r in rows}
+    redo = set(args.redo.split(",")) if args.redo else set()
+    done = {(r["family"], r["job"]) for r in rows if r["family"] not in redo}
     todo = [(*it[:4], tuple(j for j in it[4] if (it[0], j) not in done)) for it in items]
     todo = [it for it in todo if it[4] and not args.render_only]
     first = args.first.split(",") if args.first else []

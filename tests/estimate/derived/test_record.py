@@ -46,3 +46,71 @@ def test_an_autocast_checkpointed_form_gives_the_traces_bytes_at_an_untraced_bat
     want = {**replay_run(_traced(TINY_GRANITE, dataclasses.replace(w, batch_size=7)), 7,
                          WORKSPACES), "n_ops": None}  # fmt: skip
     assert mine == want
+
+
+#: ResNet at 32 px: the last stage is 1 x 1, so at batch 1 each BatchNorm there sees one value per
+#: channel, and PyTorch refuses to train it ("Expected more than 1 value per channel when
+#: training") — the trace's answer at batch 1, on a GPU too (``F.batch_norm`` checks in Python).
+TINY_RESNET = dict(
+    model_type="resnet", architectures=["ResNetForImageClassification"], num_channels=3,
+    embedding_size=8, hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1], layer_type="bottleneck",
+    hidden_act="relu", image_size=32,
+)  # fmt: skip
+
+
+@pytest.mark.slow  # five traces: 33 s on this loaded 2-core machine
+def test_a_job_that_cannot_run_at_batch_one_is_derived_from_batches_two_to_four(
+    tmp_path: Any,
+) -> None:
+    import json
+
+    from memfit.errors import TraceError
+    from memfit.estimate.derived import estimate_derived
+    from memfit.estimate.policy import run_engine
+    from memfit.models import resolve_model
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_RESNET))
+    source = resolve_model(str(tmp_path))
+    w = WorkloadSpec(mode="train", batch_size=5, seq_len=32, precision="bf16-true")
+    mine = estimate_derived(source, w)  # builds the form: batch 1 fails, 2, 3 and 4 are solved
+    trace = run_engine("trace", source, w, None)
+    assert mine.engine == "derived" and mine.trace["derived"]["batch_points"] == [2, 3, 4]
+    assert (mine.peak_allocated_bytes, mine.peak_reserved_bytes) == (
+        trace.peak_allocated_bytes,
+        trace.peak_reserved_bytes,
+    )
+    assert mine.components == trace.components
+    with pytest.raises(TraceError, match="Expected more than 1 value per channel when training"):
+        run_engine("trace", source, dataclasses.replace(w, batch_size=1), None)
+    with pytest.raises(TraceError, match="Expected more than 1 value per channel when training"):
+        estimate_derived(source, dataclasses.replace(w, batch_size=1))
+
+
+def _recorded(sizes: list[int], *, staging: list[int]) -> Recorder:
+    """A recorder holding one run of two births (an activation, then a kernel workspace)."""
+    rec = Recorder()
+    rec.runs = [{
+        "counts": {"layers": 2}, "ev": [0, 2, 3, 1], "raw": sizes, "marks": [[0, "backward"]],
+        "comps": ["activations", "temporary"], "mods": ["fc", "(backward) AddmmBackward0"],
+        "comp": [0, 1], "mod": [0, 1], "ignored": [], "const": {}, "staging": staging,
+    }]  # fmt: skip
+    return rec
+
+
+def test_sizes_not_linear_in_the_batch_are_refused_naming_the_staging_buffers() -> None:
+    from memfit.errors import NotModelledError
+    from memfit.estimate.derived.record import solve
+
+    # the second birth: a reduction's staging block, ceil-divided (6291456, 12320768, 18612224
+    # bytes: Whisper-base's 512-wide bias gradients over 1500 tokens per sample, A100)
+    runs = [_recorded([100 * b, s], staging=[1]) for b, s in
+            ((1, 6291456), (2, 12320768), (3, 18612224))]  # fmt: skip
+    with pytest.raises(
+        NotModelledError,
+        match=r"1 allocation sizes are not linear .* first in "
+        r"\(backward\) AddmmBackward0\): 1 of them CUDA reduction staging",
+    ):
+        solve(runs, points=(1, 2, 3))
+    runs = [_recorded([100 * b + b * b, 8], staging=[]) for b in (1, 2, 3)]
+    with pytest.raises(NotModelledError, match=r"1 allocation sizes .* first in fc\)$"):
+        solve(runs, points=(1, 2, 3))

@@ -240,7 +240,12 @@ def _flat(
     form: dict[str, Any], x: int, workspaces: tuple[int, ...], *, reserved: bool = True
 ) -> Flat:
     """The form's flat numbers at batch size ``x``; without ``reserved``, no allocator replay
-    (no ``reserved`` key)."""
+    (no ``reserved`` key). A batch size the trace could not run (``fails``): its TraceError."""
+    failed = form.get("fails", {}).get(str(x))
+    if failed is not None:
+        from memfit.errors import TraceError
+
+        raise TraceError(failed)
     chosen = form.get("exact", {}).get(str(x), form["runs"])
     runs = {_counts_key(r["counts"]): r for r in chosen}
     if len(runs) == 1:

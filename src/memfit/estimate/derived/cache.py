@@ -30,7 +30,9 @@ from memfit.spec import WorkloadSpec
 #: refused before, such as bf16-mixed + full checkpointing, are derived again).
 #: 4: multi-GPU / offload / tensor-parallel jobs recorded from rank 0's rewritten timeline
 #: (``order``, ``fixed``; several phase marks may share an instant).
-FORMAT = 4
+#: 5: a batch size the trace cannot run (ResNet training at batch 1) kept as its error, the rest
+#: solved (refused before).
+FORMAT = 5
 #: The libraries whose versions are part of the key.
 VERSIONED = ("torch", "transformers", "peft")
 

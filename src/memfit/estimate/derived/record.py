@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.derived.events import frees_in_order
 from memfit.estimate.trace import build
 from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
@@ -42,6 +42,8 @@ class RecordingTracker(StorageTracker):
         self.raw: list[int] = []  # per event: raw bytes of a birth, 0 for a death
         self.marks: list[tuple[int, str]] = []
         self._last_raw = 0
+        self.staging: list[int] = []  # births (indices into the raw sizes) of kernel workspaces
+        self._n_births = 0
 
     def _rounded(self, n_bytes: int) -> int:
         self._last_raw = n_bytes
@@ -51,6 +53,12 @@ class RecordingTracker(StorageTracker):
         events = self.events or []
         for op, _key, _n in events[before:]:
             self.raw.append(self._last_raw if op == "a" else 0)
+            self._n_births += op == "a"
+
+    def _workspaces(self, sizes: tuple[int, ...]) -> None:
+        first = self._n_births  # CUDA reduction staging (cuda_emulation.reduction_workspaces)
+        super()._workspaces(sizes)
+        self.staging.extend(range(first, self._n_births))
 
     def _set_live(self, key: int, n_bytes: int) -> None:
         before = len(self.events or [])
@@ -117,6 +125,7 @@ def _run_record(counts: dict[str, int], t: RecordingTracker, flat: dict[str, flo
         "ignored": sorted(t.ignored_keys()),
         "mod": [key_mod.get(k, 0) for k in range(n_keys)],
         "const": {k: v for k, v in flat.items() if not k.startswith("phase/") and k != "reserved"},
+        "staging": list(t.staging),  # read by solve() to say why sizes are not linear; not kept
     }
 
 
@@ -185,7 +194,9 @@ def record(
     (:mod:`memfit.estimate.derived.grown`, checked on a trace it did not learn from); otherwise,
     or where that check fails, the job is traced at full depth: batch sizes 1, 2 and 3; where
     batch 1 runs other kernels than 2 and 3 (some models squeeze a batch of one), batch 1 is
-    kept as it is and 4 is traced to check the line through 2 and 3."""
+    kept as it is and 4 is traced to check the line through 2 and 3; where batch 1 cannot run at
+    all (the trace fails: PyTorch's BatchNorm refuses to train on one value per channel), the
+    form keeps that error as its answer at batch 1 (``fails``) and is solved on 2, 3 and 4."""
     from memfit.estimate.derived.grown import applies, record_grown
 
     if applies(config, workload) is not None:
@@ -212,14 +223,22 @@ def record(
             RUN_OBSERVER.reset(token)
         traced[b] = rec
 
-    for b in POINTS:
-        trace(b)
-    if _same_structure(traced[1], traced[2]):
+    failed: dict[str, str] = {}
+    try:
+        trace(POINTS[0])
+    except TraceError as exc:  # e.g. BatchNorm training on one value per channel (ValueError)
+        failed[str(POINTS[0])] = str(exc)
+    for b in POINTS[1:]:
+        trace(b)  # a failure here is the job's: the form is refused with it
+    if not failed and _same_structure(traced[1], traced[2]):
         form = solve([traced[b] for b in (1, 2, 3)], points=(1, 2, 3))
     else:
         trace(4)
         form = solve([traced[b] for b in (2, 3, 4)], points=(2, 3, 4))
-        form["exact"] = {"1": [_constant(run) for run in traced[1].runs]}
+        if failed:  # the trace's own answer at batch 1: its error, raised again by an estimate there
+            form["fails"] = failed
+        else:
+            form["exact"] = {"1": [_constant(run) for run in traced[1].runs]}
     for run in form["runs"]:
         check_fixed(run["a1"], run.get("fixed", []))
     return form, estimates
@@ -238,7 +257,10 @@ _STRUCTURE = ("counts", "ev", "marks", "comps", "mods", "comp", "mod", "ignored"
 def _constant(run: dict[str, Any]) -> dict[str, Any]:
     """A run kept as traced: its sizes are its own (no batch term)."""
     sizes = run["raw"]
-    return {k: v for k, v in run.items() if k != "raw"} | {"a0": sizes, "a1": [0] * len(sizes)}
+    return {k: v for k, v in run.items() if k not in _NOT_KEPT} | {
+        "a0": sizes,
+        "a1": [0] * len(sizes),
+    }
 
 
 def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str, Any]:
@@ -259,14 +281,14 @@ def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str
         # s = a0 + a1 * x, exactly: a1 = (s2 - s1) / (x2 - x1) must be a whole number of bytes.
         a1 = [(b - a) // (x2 - x1) for a, b in zip(s1, s2, strict=True)]
         a0 = [a - d * x1 for a, d in zip(s1, a1, strict=True)]
-        bad = sum(
-            1
-            for c0, c1, v1, v2, v3 in zip(a0, a1, s1, s2, s3, strict=True)
+        bad = [
+            i
+            for i, (c0, c1, v1, v2, v3) in enumerate(zip(a0, a1, s1, s2, s3, strict=True))
             if c1 < 0 or c0 + c1 * x2 != v2 or c0 + c1 * x3 != v3 or c0 + c1 * x1 != v1
-        )
+        ]
         if bad:
-            raise _refuse(f"{bad} allocation sizes are not linear in the batch size")
-        runs.append({k: v for k, v in run.items() if k != "raw"} | {"a0": a0, "a1": a1})
+            raise _refuse(_not_linear(run, bad, points))
+        runs.append({k: v for k, v in run.items() if k not in _NOT_KEPT} | {"a0": a0, "a1": a1})
     result = first.result
     return {
         "runs": runs,
@@ -275,6 +297,30 @@ def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str
         "notes": list(result.notes),
         "environment": dict(result.environment),
     }
+
+
+#: What a recorded run holds that a form does not keep.
+_NOT_KEPT = ("raw", "staging")
+
+
+def _not_linear(run: dict[str, Any], bad: list[int], points: tuple[int, ...]) -> str:
+    """Why the sizes ``bad`` (indices of births) of ``run`` refuse a form: how many, and which
+    of them are CUDA reduction staging buffers (not a polynomial in the batch size)."""
+    staging = set(run.get("staging", ()))
+    n_staging = sum(1 for i in bad if i in staging)
+    births = [e >> 1 for e in run["ev"] if not e & 1]
+    where = run["mods"][run["mod"][births[bad[0]]]] if len(births) > bad[0] else "?"
+    why = f"{len(bad)} allocation sizes are not linear in the batch size (traced at {points}"
+    why += f"; the first in {where})"
+    if n_staging:
+        why += (
+            f": {n_staging} of them CUDA reduction staging buffers (gpu_reduce_kernel's "
+            "global-memory blocks of a bias or norm-weight gradient summed over every token, "
+            "sized by setReduceConfig: ceiling divisions of the token count capped by the "
+            "GPU's SM count, a step function of the batch size, not a polynomial"
+        )
+        why += ")" if n_staging == len(bad) else f"), {len(bad) - n_staging} others"
+    return why
 
 
 def _comparable(run: dict[str, Any], field: str) -> Any:
