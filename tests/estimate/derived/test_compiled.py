@@ -95,8 +95,8 @@ def test_an_unchanged_pool_is_not_replayed_again(monkeypatch: pytest.MonkeyPatch
     calls: list[int] = []
     from memfit.estimate.derived import compiled as module
 
-    real = module.simulate
-    monkeypatch.setattr(module, "simulate", lambda ev: calls.append(1) or real(ev))
+    real = module.simulate_default_arrays
+    monkeypatch.setattr(module, "simulate_default_arrays", lambda *ev: calls.append(1) or real(*ev))
     assert c.flat(4, WORKSPACES)["reserved"] == first
     assert calls == []  # both pools' events are those of the last replay
     c.flat(5, WORKSPACES)

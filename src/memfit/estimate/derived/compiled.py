@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES, simulate
+from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES
+from memfit.estimate.trace.allocator_fast import simulate_default_arrays
 from memfit.estimate.trace.flat import Flat
 
 #: The caching allocator's block size: the tracker rounds every storage up to it.
@@ -99,6 +100,12 @@ class Compiled:
             if p not in UNREPORTED_PHASES
         ]
         self._pool_memo: dict[bool, tuple[bytes, int]] = {}
+        # every birth and death in event order (a death at event i sorts before a birth there)
+        at = np.concatenate([self.birth_ev * 2 + 1, self.death_ev[self.dies] * 2])
+        who = np.concatenate([np.arange(len(self.birth_ev), dtype=np.int64), self.dies])
+        order = np.argsort(at, kind="stable")
+        self._order_who = who[order]
+        self._order_born = (at[order] & 1).astype(np.uint8)
 
     # ------------------------------------------------------------------ sizes and peaks
     def sizes(self, x: int) -> np.ndarray:
@@ -159,7 +166,8 @@ class Compiled:
 
     # ------------------------------------------------------------------ the allocator
     def reserved_bytes(self, sizes: np.ndarray, workspaces: tuple[int, ...]) -> int:
-        """``simulate(workspaces + events).peak_reserved_bytes``, pool by pool."""
+        """``simulate(workspaces + events).peak_reserved_bytes``, pool by pool (the compiled
+        replay where numba is installed, :mod:`memfit.estimate.trace.allocator_jit`)."""
         small = (sizes > 0) & (sizes <= SMALL_SIZE_BYTES)  # sizes are whole 512 B blocks
         large = sizes > SMALL_SIZE_BYTES
         total = 0
@@ -172,26 +180,26 @@ class Compiled:
             if memo is not None and memo[0] == sig:
                 total += memo[1]
                 continue
-            got = simulate(self._pool_events(mask, sizes, ws)).peak_reserved_bytes
-            self._pool_memo[is_small] = (sig, got)
-            total += got
+            got = simulate_default_arrays(*self._pool_events(mask, sizes, ws))
+            self._pool_memo[is_small] = (sig, got.peak_reserved_bytes)
+            total += got.peak_reserved_bytes
         return total
 
     def _pool_events(
         self, mask: np.ndarray, sizes: np.ndarray, workspaces: tuple[int, ...]
-    ) -> list[tuple[str, int, int]]:
-        """The pool's events in order: its workspaces, then each birth of ``mask`` and its
-        death (keyed by birth: a key born again while live is freed first, as the tracker
-        records it)."""
-        chosen = np.flatnonzero(mask)
-        dies = chosen[self.death_ev[chosen] < self.n_events]
-        at = np.concatenate([self.birth_ev[chosen] * 2 + 1, self.death_ev[dies] * 2])
-        who = np.concatenate([chosen, dies])
-        order = np.argsort(at, kind="stable")
-        at, who = at[order], who[order]
-        born = (at & 1).astype(bool)
-        kinds = np.where(born, "a", "f").tolist()
-        n_bytes = np.where(born, sizes[who], 0).tolist()
-        events: list[tuple[str, int, int]] = [("a", -1 - i, n) for i, n in enumerate(workspaces)]
-        events.extend(zip(kinds, who.tolist(), n_bytes, strict=True))
-        return events
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The pool's events in order, as arrays (malloc?, key, bytes, number of keys): its
+        workspaces, then each birth of ``mask`` and its death, keyed by birth (a key born again
+        while live is freed first, as the tracker records it); workspace i has key
+        ``n_births + i``."""
+        keep = mask[self._order_who]
+        who = self._order_who[keep]
+        born = self._order_born[keep]
+        n_births = len(self.birth_ev)
+        n_ws = len(workspaces)
+        is_alloc = np.concatenate([np.ones(n_ws, dtype=np.uint8), born])
+        keys = np.concatenate([np.arange(n_births, n_births + n_ws, dtype=np.int64), who])
+        n_bytes = np.concatenate(
+            [np.asarray(workspaces, dtype=np.int64), np.where(born, sizes[who], 0)]
+        )
+        return is_alloc, keys, n_bytes, n_births + n_ws

@@ -17,7 +17,10 @@ import bisect
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from memfit.errors import SpecError
+from memfit.estimate.trace import allocator_jit
 from memfit.estimate.trace.allocator import (
     LARGE_BUFFER_BYTES,
     MIN_BLOCK_BYTES,
@@ -34,8 +37,50 @@ _MASK = (1 << _SHIFT) - 1
 _ADDR, _SIZE, _ALLOC, _PREV, _NEXT, _SMALL = range(6)
 
 
+#: Event lists at least this long use the compiled replay (the ``fast`` extra's numba), as do
+#: shorter ones once it is loaded: loading numba costs ~0.5 s of CPU once per process, a Python
+#: replay of this many events ~5 ms.
+JIT_MIN_EVENTS = 2000
+#: How many default-configuration replays ran compiled / in Python in this process (benchmarks
+#: and tests read it to say which replay answered).
+REPLAYS = {"compiled": 0, "python": 0}
+
+
 def simulate_default(events: Iterable[tuple]) -> AllocatorResult:
-    """``simulate(events)`` with the default configuration (see the module docstring)."""
+    """``simulate(events)`` with the default configuration (see the module docstring): the
+    compiled replay of :mod:`memfit.estimate.trace.allocator_jit` where numba is installed (and
+    ``MEMFIT_NO_JIT`` unset), else this module's loop; both give the same result."""
+    events = events if isinstance(events, list) else list(events)
+    if len(events) >= JIT_MIN_EVENTS or allocator_jit.kernel_loaded():
+        got = allocator_jit.replay_events(events)
+        if got is not None:
+            REPLAYS["compiled"] += 1
+            return got
+    REPLAYS["python"] += 1
+    return simulate_default_python(events)
+
+
+def simulate_default_arrays(
+    is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, n_keys: int
+) -> AllocatorResult:
+    """:func:`simulate_default` of events given as arrays: event i allocates ``n_bytes[i]``
+    under ``keys[i]`` where ``is_alloc[i]``, else frees ``keys[i]``; keys are in
+    ``0..n_keys-1``. The compiled replay where it can answer, else the Python loop."""
+    if len(keys) >= JIT_MIN_EVENTS or allocator_jit.kernel_loaded():
+        got = allocator_jit.replay_arrays(is_alloc, keys, n_bytes, n_keys)
+        if got is not None:
+            REPLAYS["compiled"] += 1
+            return got
+    REPLAYS["python"] += 1
+    born = np.asarray(is_alloc, dtype=bool)
+    kinds = np.where(born, "a", "f").tolist()
+    sizes = np.where(born, n_bytes, 0).tolist()
+    return simulate_default_python(zip(kinds, np.asarray(keys).tolist(), sizes, strict=True))
+
+
+def simulate_default_python(events: Iterable[tuple]) -> AllocatorResult:
+    """The Python loop of :func:`simulate_default` (also where the compiled replay cannot
+    answer: it raises the errors of a malformed list)."""
     keys_of: tuple[list[int], list[int]] = ([], [])  # sorted free-list keys: large, small pool
     by_addr: tuple[dict[int, list[Any]], dict[int, list[Any]]] = ({}, {})
     live: dict[int, list[Any] | None] = {}
