@@ -7,10 +7,11 @@ instants (its marks, and every birth inside it), and the order the tracker's dic
 batch size, the sizes are one array expression, the live total at every instant one cumulative
 sum, each phase's peak one argmax over its instants (the first instant wins a tie, as in the
 tracker), and the breakdown at a peak one mask over the births live there. The reserved bytes
-come from the caching-allocator model fed the same events, pool by pool
-(:func:`reserved_bytes`): without a capacity the allocator never gives a segment back, so its
-peak is the sum of the two pools' segments, and a pool whose events did not change since the
-last replay is not replayed again. ``tests/estimate/derived/test_compiled.py`` compares every
+come from the caching-allocator model fed the same events (:func:`reserved_bytes`): compiled
+(numba, :mod:`memfit.estimate.trace.allocator_jit`), all events in one call; in Python pool by
+pool, since without a capacity the allocator never gives a segment back, so its peak is the
+sum of the two pools' segments, and a pool whose events did not change since the last replay
+is not replayed again. ``tests/estimate/derived/test_compiled.py`` compares every
 number with the reference replay.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES
-from memfit.estimate.trace.allocator_fast import simulate_default_arrays
+from memfit.estimate.trace.allocator_fast import compiled_replay, simulate_default_arrays
 from memfit.estimate.trace.flat import Flat
 
 #: The caching allocator's block size: the tracker rounds every storage up to it.
@@ -106,6 +107,7 @@ class Compiled:
         order = np.argsort(at, kind="stable")
         self._order_who = who[order]
         self._order_born = (at[order] & 1).astype(np.uint8)
+        self._event_heads: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ sizes and peaks
     def sizes(self, x: int) -> np.ndarray:
@@ -167,7 +169,11 @@ class Compiled:
     # ------------------------------------------------------------------ the allocator
     def reserved_bytes(self, sizes: np.ndarray, workspaces: tuple[int, ...]) -> int:
         """``simulate(workspaces + events).peak_reserved_bytes``, pool by pool (the compiled
-        replay where numba is installed, :mod:`memfit.estimate.trace.allocator_jit`)."""
+        replay of every event at once where numba is installed; else pool by pool in Python,
+        a pool whose events did not change since the last call not replayed again)."""
+        got = compiled_replay(*self._all_events(sizes, workspaces))
+        if got is not None:
+            return got.peak_reserved_bytes
         small = (sizes > 0) & (sizes <= SMALL_SIZE_BYTES)  # sizes are whole 512 B blocks
         large = sizes > SMALL_SIZE_BYTES
         total = 0
@@ -184,6 +190,24 @@ class Compiled:
             self._pool_memo[is_small] = (sig, got.peak_reserved_bytes)
             total += got.peak_reserved_bytes
         return total
+
+    def _all_events(
+        self, sizes: np.ndarray, workspaces: tuple[int, ...]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """:meth:`_pool_events` of both pools in one list: each pool sees its own workspaces
+        first, then its events in order, as in its own list; zero-byte births allocate
+        nothing. Without a capacity nothing is given back, so the peak reserved is the sum of
+        the pools' (and :meth:`reserved_bytes` the same number either way)."""
+        n_births, n_ws = len(self.birth_ev), len(workspaces)
+        head = self._event_heads.get(n_ws)
+        if head is None:
+            is_alloc = np.concatenate([np.ones(n_ws, dtype=np.uint8), self._order_born])
+            keys = np.arange(n_births, n_births + n_ws, dtype=np.int64)
+            head = self._event_heads[n_ws] = (is_alloc, np.concatenate([keys, self._order_who]))
+        n_bytes = np.empty(n_ws + len(self._order_who), dtype=np.int64)
+        n_bytes[:n_ws] = workspaces
+        np.take(sizes, self._order_who, out=n_bytes[n_ws:])
+        return head[0], head[1], n_bytes, n_births + n_ws
 
     def _pool_events(
         self, mask: np.ndarray, sizes: np.ndarray, workspaces: tuple[int, ...]

@@ -66,16 +66,28 @@ def simulate_default_arrays(
     """:func:`simulate_default` of events given as arrays: event i allocates ``n_bytes[i]``
     under ``keys[i]`` where ``is_alloc[i]``, else frees ``keys[i]``; keys are in
     ``0..n_keys-1``. The compiled replay where it can answer, else the Python loop."""
-    if len(keys) >= JIT_MIN_EVENTS or allocator_jit.kernel_loaded():
-        got = allocator_jit.replay_arrays(is_alloc, keys, n_bytes, n_keys)
-        if got is not None:
-            REPLAYS["compiled"] += 1
-            return got
+    got = compiled_replay(is_alloc, keys, n_bytes, n_keys)
+    if got is not None:
+        return got
     REPLAYS["python"] += 1
     born = np.asarray(is_alloc, dtype=bool)
     kinds = np.where(born, "a", "f").tolist()
     sizes = np.where(born, n_bytes, 0).tolist()
     return simulate_default_python(zip(kinds, np.asarray(keys).tolist(), sizes, strict=True))
+
+
+def compiled_replay(
+    is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, n_keys: int
+) -> AllocatorResult | None:
+    """:func:`simulate_default_arrays` by the compiled replay, or None where it does not run
+    (no numba, ``MEMFIT_NO_JIT``, a short list before numba is loaded, or a list it hands back:
+    see :func:`memfit.estimate.trace.allocator_jit.replay_arrays`)."""
+    if len(keys) < JIT_MIN_EVENTS and not allocator_jit.kernel_loaded():
+        return None
+    got = allocator_jit.replay_arrays(is_alloc, keys, n_bytes, n_keys)
+    if got is not None:
+        REPLAYS["compiled"] += 1
+    return got
 
 
 def simulate_default_python(events: Iterable[tuple]) -> AllocatorResult:

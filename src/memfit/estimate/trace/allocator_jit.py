@@ -3,12 +3,12 @@
 
 Same rules, same integers: one loop over the events with the blocks as rows of an int64 table
 (address, size, previous / next block in the segment, allocated, pool; a row merged away is
-reused) and each pool's free list as rows (size, address, block) kept in (size, address) order,
-as the Python replay's ``size << 64 | address`` keys are: best fit is the first row not below
-``(size, 0)`` (binary search), an insert or a removal moves the list's tail by one row. Both
-tables start small and double when full (a table sized for every event would cost more in
-page faults than the replay itself). Arithmetic is int64, exact because the kernel stops (and
-the Python replay answers) when a request or the reserved bytes reach 1 TiB (beyond any GPU,
+reused) and each pool's free list as a sorted run of int64 keys packing (size, address), the
+order of the Python replay's ``size << 64 | address`` keys, beside the blocks they name: best
+fit is the first key not below ``(size, 0)``; an insert or a removal moves the shorter side of
+the run by one. Both tables start small and grow when full (a table sized for every event
+would cost more in page faults than the replay itself). Arithmetic is int64, exact because the
+kernel stops (and the Python replay answers) when a request or the reserved bytes reach 1 TiB (beyond any GPU,
 though a search may probe such sizes). Keys are dense (0..n_keys-1): the live table is an array.
 
 The kernel does not raise: on a malformed list (a key allocated twice, a free of a key that is

@@ -47,6 +47,7 @@ _NONE = -1  # no neighbour (the segment's first or last block)
 # the size above bit 31, the address below (exact while addresses stay below 2**40 B, 1 TiB).
 _UNIT_SHIFT = 9  # 512 B units
 _ADDR_BITS = 31
+_SCAN = 128  # a search counts the keys below it in the last this many (vector compares)
 _FIRST_CAPACITY = 256  # rows at first; the tables double when full
 
 
@@ -57,37 +58,62 @@ def _key(size: int, addr: int) -> int:
 
 @_jit(inline="always")
 def _lower_bound(fkey: np.ndarray, lo: int, hi: int, key: int) -> int:
-    """First index in ``[lo, hi)`` whose key is not below ``key`` (branch-free halving: the
-    comparisons are data, not jumps the processor must guess)."""
+    """First index in ``[lo, hi)`` whose key is not below ``key``: branch-free halving down
+    to ``_SCAN`` keys, then the count of those below ``key`` (free lists are short: tens to
+    hundreds of blocks)."""
     n = hi - lo
-    while n > 1:
+    while n > _SCAN:
         half = n >> 1
         lo = lo + half if fkey[lo + half - 1] < key else lo
         n -= half
-    if n == 1 and fkey[lo] < key:
-        lo += 1
-    return lo
+    below = 0
+    for m in range(lo, lo + n):
+        below += fkey[m] < key
+    return lo + below
 
 
 @_jit(inline="always")
-def _delete(fkey: np.ndarray, fblk: np.ndarray, j: int, end: int) -> None:
-    """Remove entry ``j`` of a free list ending at ``end`` (its tail moves up by one)."""
-    for m in range(j, end - 1):
-        fkey[m] = fkey[m + 1]
-    for m in range(j, end - 1):
-        fblk[m] = fblk[m + 1]
+def _delete(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray, stop: np.ndarray, p: int,
+            j: int) -> None:  # fmt: skip
+    """Remove entry ``j`` of pool ``p``'s free list, moving the shorter side by one."""
+    lo, hi = start[p], stop[p]
+    if j - lo < hi - 1 - j:
+        for m in range(j, lo, -1):
+            fkey[m] = fkey[m - 1]
+        for m in range(j, lo, -1):
+            fblk[m] = fblk[m - 1]
+        start[p] = lo + 1
+    else:
+        for m in range(j, hi - 1):
+            fkey[m] = fkey[m + 1]
+        for m in range(j, hi - 1):
+            fblk[m] = fblk[m + 1]
+        stop[p] = hi - 1
 
 
 @_jit(inline="always")
-def _insert(fkey: np.ndarray, fblk: np.ndarray, lo: int, end: int, key: int, blk: int) -> None:
-    """Insert ``key`` (of block ``blk``) into the sorted free list ``[lo, end)``."""
-    j = _lower_bound(fkey, lo, end, key)
-    for m in range(end, j, -1):
-        fkey[m] = fkey[m - 1]
-    for m in range(end, j, -1):
-        fblk[m] = fblk[m - 1]
-    fkey[j] = key
-    fblk[j] = blk
+def _insert(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray, stop: np.ndarray, p: int,
+            key: int, blk: int) -> None:  # fmt: skip
+    """Insert ``key`` (of block ``blk``) into pool ``p``'s sorted free list, moving the shorter
+    side by one (the caller made room on both sides)."""
+    lo, hi = start[p], stop[p]
+    j = _lower_bound(fkey, lo, hi, key)
+    if j - lo < hi - j:
+        for m in range(lo, j):
+            fkey[m - 1] = fkey[m]
+        for m in range(lo, j):
+            fblk[m - 1] = fblk[m]
+        fkey[j - 1] = key
+        fblk[j - 1] = blk
+        start[p] = lo - 1
+    else:
+        for m in range(hi, j, -1):
+            fkey[m] = fkey[m - 1]
+        for m in range(hi, j, -1):
+            fblk[m] = fblk[m - 1]
+        fkey[j] = key
+        fblk[j] = blk
+        stop[p] = hi + 1
 
 
 @_jit
@@ -98,16 +124,22 @@ def _grow_blocks(blocks: np.ndarray) -> np.ndarray:
 
 
 @_jit
-def _grow_free(free: np.ndarray, end: np.ndarray, shift: bool) -> np.ndarray:
-    """Twice the room; each pool's entries keep their order (``end`` follows them when
-    ``shift``: call it for the keys last)."""
-    half = len(free) // 2
-    out = np.empty(4 * half, dtype=np.int64)
-    out[: end[0]] = free[: end[0]]
-    out[2 * half : 2 * half + end[1] - half] = free[half : end[1]]
-    if shift:
-        end[1] += half
-    return out
+def _relayout(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray,
+              stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Each pool's free list centred in its half of new tables, at most half full."""
+    room = len(fkey) // 2
+    longest = max(stop[0] - start[0], stop[1] - start[1])
+    while 2 * longest + 4 > room:
+        room *= 2
+    key_out = np.empty(2 * room, dtype=np.int64)
+    blk_out = np.empty(2 * room, dtype=np.int64)
+    for p in range(2):
+        n = stop[p] - start[p]
+        at = p * room + (room - n) // 2
+        key_out[at : at + n] = fkey[start[p] : stop[p]]
+        blk_out[at : at + n] = fblk[start[p] : stop[p]]
+        start[p], stop[p] = at, at + n
+    return key_out, blk_out
 
 
 @_jit
@@ -120,10 +152,12 @@ def replay_default(
     blocks = np.empty((_FIRST_CAPACITY, 6), dtype=np.int64)
     spare = np.empty(_FIRST_CAPACITY, dtype=np.int64)  # rows of merged-away blocks, for reuse
     n_spare = n_blocks = 0
-    # the free lists, sorted by key: pool p's entries are [p * half, end[p]), half = len // 2
+    # the free lists, sorted by key: pool p's entries are [start[p], stop[p]) in its half
     fkey = np.empty(2 * _FIRST_CAPACITY, dtype=np.int64)
     fblk = np.empty(2 * _FIRST_CAPACITY, dtype=np.int64)
-    end = np.array([0, _FIRST_CAPACITY], dtype=np.int64)
+    half = _FIRST_CAPACITY // 2
+    start = np.array([half, 3 * half], dtype=np.int64)
+    stop = start.copy()
     live = np.full(n_keys, -1, dtype=np.int64)  # -1: not live, -2: a zero-byte request
     next_addr = reserved = allocated = peak_allocated = n_segments = peak_at = 0
     for i in range(len(keys)):
@@ -144,9 +178,8 @@ def replay_default(
                 return
             size = (max(req, _MIN_BLOCK) + _MIN_BLOCK - 1) // _MIN_BLOCK * _MIN_BLOCK
             p = 1 if size <= _SMALL_SIZE else 0
-            half = len(fkey) // 2
-            hi = end[p]
-            j = _lower_bound(fkey, p * half, hi, _key(size, 0))
+            hi = stop[p]
+            j = _lower_bound(fkey, start[p], hi, _key(size, 0))
             # a new segment and a split make at most two rows
             if n_blocks + 2 > len(blocks) and n_spare < 2:
                 blocks = _grow_blocks(blocks)
@@ -155,8 +188,7 @@ def replay_default(
                 spare = spare_grown
             if j < hi:
                 blk = fblk[j]
-                _delete(fkey, fblk, j, hi)
-                end[p] = hi - 1
+                _delete(fkey, fblk, start, stop, p, j)
             else:
                 if p == 1:
                     seg = _SMALL_BUFFER
@@ -197,12 +229,10 @@ def replay_default(
                     blocks[nxt, _PREV] = rest
                 blocks[blk, _NEXT] = rest
                 blocks[blk, _SIZE] = size
-                if end[p] == (p + 1) * half:
-                    fblk = _grow_free(fblk, end, False)
-                    fkey = _grow_free(fkey, end, True)
-                    half = len(fkey) // 2
-                _insert(fkey, fblk, p * half, end[p], _key(remaining, rest_addr), rest)
-                end[p] += 1
+                room = len(fkey) // 2
+                if start[p] == p * room or stop[p] == (p + 1) * room:
+                    fkey, fblk = _relayout(fkey, fblk, start, stop)
+                _insert(fkey, fblk, start, stop, p, _key(remaining, rest_addr), rest)
             blocks[blk, _ALLOC] = 1
             live[k] = blk
             allocated += blocks[blk, _SIZE]
@@ -219,14 +249,10 @@ def replay_default(
             allocated -= blocks[blk, _SIZE]
             blocks[blk, _ALLOC] = 0
             p = blocks[blk, _SMALL]
-            half = len(fkey) // 2
-            lo = p * half
             prv = blocks[blk, _PREV]
             if prv != _NONE and blocks[prv, _ALLOC] == 0:
-                hi = end[p]
-                j = _lower_bound(fkey, lo, hi, _key(blocks[prv, _SIZE], blocks[prv, _ADDR]))
-                _delete(fkey, fblk, j, hi)
-                end[p] = hi - 1
+                key = _key(blocks[prv, _SIZE], blocks[prv, _ADDR])
+                _delete(fkey, fblk, start, stop, p, _lower_bound(fkey, start[p], stop[p], key))
                 blocks[blk, _ADDR] = blocks[prv, _ADDR]
                 blocks[blk, _SIZE] += blocks[prv, _SIZE]
                 blocks[blk, _PREV] = blocks[prv, _PREV]
@@ -236,21 +262,16 @@ def replay_default(
                 n_spare += 1
             nxt = blocks[blk, _NEXT]
             if nxt != _NONE and blocks[nxt, _ALLOC] == 0:
-                hi = end[p]
-                j = _lower_bound(fkey, lo, hi, _key(blocks[nxt, _SIZE], blocks[nxt, _ADDR]))
-                _delete(fkey, fblk, j, hi)
-                end[p] = hi - 1
+                key = _key(blocks[nxt, _SIZE], blocks[nxt, _ADDR])
+                _delete(fkey, fblk, start, stop, p, _lower_bound(fkey, start[p], stop[p], key))
                 blocks[blk, _SIZE] += blocks[nxt, _SIZE]
                 blocks[blk, _NEXT] = blocks[nxt, _NEXT]
                 if blocks[blk, _NEXT] != _NONE:
                     blocks[blocks[blk, _NEXT], _PREV] = blk
                 spare[n_spare] = nxt
                 n_spare += 1
-            if end[p] == (p + 1) * half:
-                fblk = _grow_free(fblk, end, False)
-                fkey = _grow_free(fkey, end, True)
-                half = len(fkey) // 2
-                lo = p * half
-            _insert(fkey, fblk, lo, end[p], _key(blocks[blk, _SIZE], blocks[blk, _ADDR]), blk)
-            end[p] += 1
+            room = len(fkey) // 2
+            if start[p] == p * room or stop[p] == (p + 1) * room:
+                fkey, fblk = _relayout(fkey, fblk, start, stop)
+            _insert(fkey, fblk, start, stop, p, _key(blocks[blk, _SIZE], blocks[blk, _ADDR]), blk)
     out[0], out[2], out[3], out[4], out[5] = OK, peak_allocated, reserved, n_segments, peak_at
