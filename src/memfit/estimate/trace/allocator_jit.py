@@ -8,8 +8,9 @@ order of the Python replay's ``size << 64 | address`` keys, beside the blocks th
 fit is the first key not below ``(size, 0)``; an insert or a removal moves the shorter side of
 the run by one. Both tables start small and grow when full (a table sized for every event
 would cost more in page faults than the replay itself). Arithmetic is int64, exact because the
-kernel stops (and the Python replay answers) when a request or the reserved bytes reach 1 TiB (beyond any GPU,
-though a search may probe such sizes). Keys are dense (0..n_keys-1): the live table is an array.
+kernel stops (and the Python replay answers) when a request or the reserved bytes reach 1 TiB
+(beyond any GPU, though a search may probe such sizes). Keys are dense (0..n_keys-1): the live
+table is an array.
 
 The kernel does not raise: on a malformed list (a key allocated twice, a free of a key that is
 not live, a negative size) it returns a status, and the caller replays the events in Python,
