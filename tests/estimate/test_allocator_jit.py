@@ -91,11 +91,23 @@ def test_the_compiled_replay_matches_where_its_tables_grow_many_times(seed: int)
     assert allocator_jit.replay_events(events) == simulate_default_python(events)
 
 
-def test_a_long_list_takes_the_compiled_replay_and_a_short_one_too_once_it_is_loaded() -> None:
+def test_a_process_loads_the_kernel_after_a_few_long_python_replays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     events = _events(0, allocator_fast.JIT_MIN_EVENTS, keys="dense", **SHAPES["mixed"])
+    want = simulate_default_python(events)
+    monkeypatch.setattr(allocator_jit, "_KERNEL", [])  # this process has not loaded it
+    monkeypatch.setitem(allocator_fast.REPLAYS, "python_long", 0)
+    for _ in range(allocator_fast.JIT_AFTER_LONG_REPLAYS):
+        before = dict(allocator_fast.REPLAYS)
+        assert simulate(events) == want
+        assert allocator_fast.REPLAYS["python"] == before["python"] + 1
+        assert simulate(events[:10]) == simulate_default_python(events[:10])  # short: Python
+    assert not allocator_jit.kernel_loaded()
     before = dict(allocator_fast.REPLAYS)
-    assert simulate(events) == simulate_default_python(events)
+    assert simulate(events) == want
     assert allocator_fast.REPLAYS["compiled"] == before["compiled"] + 1
+    assert allocator_jit.kernel_loaded()  # loaded now: short lists take it too
     assert simulate(events[:10]) == simulate_default_python(events[:10])
     assert allocator_fast.REPLAYS["compiled"] == before["compiled"] + 2
 

@@ -97,7 +97,9 @@ def test_an_unchanged_pool_is_not_replayed_again(monkeypatch: pytest.MonkeyPatch
     from memfit.estimate.derived import compiled as module
 
     real = module.simulate_default_arrays
-    monkeypatch.setattr(module, "simulate_default_arrays", lambda *ev: calls.append(1) or real(*ev))
+    monkeypatch.setattr(
+        module, "simulate_default_arrays", lambda *ev, **kw: calls.append(1) or real(*ev, **kw)
+    )
     assert c.flat(4, WORKSPACES)["reserved"] == first
     assert calls == []  # both pools' events are those of the last replay
     c.flat(5, WORKSPACES)

@@ -23,7 +23,11 @@ from typing import Any
 import numpy as np
 
 from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES
-from memfit.estimate.trace.allocator_fast import compiled_replay, simulate_default_arrays
+from memfit.estimate.trace.allocator_fast import (
+    compiled_replay,
+    count_python_replay,
+    simulate_default_arrays,
+)
 from memfit.estimate.trace.flat import Flat
 
 #: The caching allocator's block size: the tracker rounds every storage up to it.
@@ -171,9 +175,11 @@ class Compiled:
         """``simulate(workspaces + events).peak_reserved_bytes``, pool by pool (the compiled
         replay of every event at once where numba is installed; else pool by pool in Python,
         a pool whose events did not change since the last call not replayed again)."""
-        got = compiled_replay(*self._all_events(sizes, workspaces))
+        events = self._all_events(sizes, workspaces)
+        got = compiled_replay(*events)
         if got is not None:
             return got.peak_reserved_bytes
+        count_python_replay(len(events[1]))  # the pools' replays below count as this one
         small = (sizes > 0) & (sizes <= SMALL_SIZE_BYTES)  # sizes are whole 512 B blocks
         large = sizes > SMALL_SIZE_BYTES
         total = 0
@@ -186,7 +192,7 @@ class Compiled:
             if memo is not None and memo[0] == sig:
                 total += memo[1]
                 continue
-            got = simulate_default_arrays(*self._pool_events(mask, sizes, ws))
+            got = simulate_default_arrays(*self._pool_events(mask, sizes, ws), compiled=False)
             self._pool_memo[is_small] = (sig, got.peak_reserved_bytes)
             total += got.peak_reserved_bytes
         return total

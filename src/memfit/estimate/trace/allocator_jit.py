@@ -19,8 +19,9 @@ every field with the Python replay on random event lists and on derived forms.
 
 numba is imported only when a replay is compiled or loaded (:func:`load_kernel`), never on
 ``import memfit``. The compiled machine code is cached on disk (numba's ``cache=True``: next to
-this file, or, where that is not writable, in numba's per-user cache); where no cache location is
-writable it compiles in memory each process. ``MEMFIT_NO_JIT=1`` forces the Python replay.
+this file, or, where that is not writable, numba's per-user cache, else memfit's cache
+directory); where none is writable the Python replay runs (compiling costs ~15 s of CPU, more
+than a process saves). ``MEMFIT_NO_JIT=1`` forces the Python replay.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from memfit.estimate.trace.allocator import AllocatorResult
 NO_JIT_ENV = "MEMFIT_NO_JIT"
 
 _KERNEL: list[Any] = []  # [compiled function] once loaded; [None] when numba is unavailable
+_WHY = [""]  # why not, then
 
 
 def jit_disabled() -> bool:
@@ -46,6 +48,17 @@ def jit_disabled() -> bool:
 def kernel_loaded() -> bool:
     """Whether the compiled replay is loaded in this process (and not switched off)."""
     return bool(_KERNEL) and _KERNEL[0] is not None and not jit_disabled()
+
+
+def describe() -> str:
+    """Which replay runs here: "compiled (numba X)" or "python (why)"."""
+    if jit_disabled():
+        return f"python ({NO_JIT_ENV} is set)"
+    if load_kernel() is None:
+        return f"python ({_WHY[0]})"
+    import numba
+
+    return f"compiled (numba {numba.__version__})"
 
 
 def load_kernel() -> Any:
@@ -123,6 +136,10 @@ def replay_events(events: list[tuple]) -> AllocatorResult | None:
 def _compile() -> Any:
     try:
         from memfit.estimate.trace import allocator_kernel
-    except ImportError:  # numba is not installed
+    except ImportError:
+        _WHY[0] = "numba is not installed: pip install 'memfit[fast]'"
+        return None
+    except RuntimeError as e:  # allocator_kernel.NoCacheError: nowhere to keep the machine code
+        _WHY[0] = f"no writable cache directory for numba's machine code ({e})"
         return None
     return allocator_kernel.replay_default

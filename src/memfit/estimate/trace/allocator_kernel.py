@@ -1,9 +1,11 @@
 """The compiled kernel of :mod:`memfit.estimate.trace.allocator_jit` (numba; imported only by
 :func:`memfit.estimate.trace.allocator_jit.load_kernel`, never on ``import memfit``).
 
-Every function here is numba-compiled with ``cache=True`` (machine code kept on disk, next to
-this file or in numba's per-user cache); where no cache location is writable numba refuses
-``cache=True`` and the functions are compiled in memory instead.
+Every function here is numba-compiled with ``cache=True``: the machine code is kept on disk
+(``NUMBA_CACHE_DIR`` if set, else next to this file, else numba's per-user cache, else
+memfit's cache directory). Compiling takes ~15 s of CPU once; loading it ~1 s per process.
+Where no cache location is writable, importing this module raises :class:`NoCacheError` and
+the Python replay runs.
 """
 
 from __future__ import annotations
@@ -20,12 +22,30 @@ OK, KEY_LIVE, KEY_NOT_LIVE, NEGATIVE_SIZE, TOO_LARGE = 0, 1, 2, 3, 4
 LIMIT_BYTES = 1 << 40  # 1 TiB: the free lists' packed keys hold addresses below it
 
 
+class NoCacheError(RuntimeError):
+    """No writable place for numba's cache: compiling in every process (~15 s) would cost more
+    than the Python replay saves, so the caller keeps the Python replay."""
+
+
 def _jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     def wrap(fn: Callable[..., Any]) -> Any:
         try:
             return numba.njit(cache=True, nogil=True, **options)(fn)
         except RuntimeError:  # "cannot cache function ...: no locator available"
-            return numba.njit(nogil=True, **options)(fn)
+            pass
+        # numba's own places (NUMBA_CACHE_DIR, next to this file, ~/.cache/numba) are not
+        # writable: memfit's cache directory, if it is (numba reads the setting here, once)
+        from memfit.estimate.derived.cache import cache_dir
+
+        config: Any = numba.config
+        saved = config.CACHE_DIR
+        config.CACHE_DIR = str(cache_dir().parent / "numba")
+        try:
+            return numba.njit(cache=True, nogil=True, **options)(fn)
+        except (RuntimeError, OSError) as e:
+            raise NoCacheError(str(e)) from e
+        finally:
+            config.CACHE_DIR = saved
 
     return wrap if fn is None else wrap(fn)
 
