@@ -38,7 +38,7 @@ _ADDR, _SIZE, _ALLOC, _PREV, _NEXT, _SMALL = range(6)
 
 
 #: When the compiled replay (the ``fast`` extra's numba) runs: loading it costs ~1 s of CPU once
-#: per process (~15 s the first time after an install, compiling into numba's cache), a Python
+#: per process (~17 s the first time after an install, compiling into numba's cache), a Python
 #: replay of a derived form ~0.1 s. So a process replays its first ``JIT_AFTER_LONG_REPLAYS``
 #: lists of at least ``JIT_MIN_EVENTS`` events in Python (a `fit` of one or two estimates never
 #: loads numba) and loads the kernel for the next; once loaded, every list takes it.

@@ -20,7 +20,7 @@ every field with the Python replay on random event lists and on derived forms.
 numba is imported only when a replay is compiled or loaded (:func:`load_kernel`), never on
 ``import memfit``. The compiled machine code is cached on disk (numba's ``cache=True``: next to
 this file, or, where that is not writable, numba's per-user cache, else memfit's cache
-directory); where none is writable the Python replay runs (compiling costs ~15 s of CPU, more
+directory); where none is writable the Python replay runs (compiling costs ~17 s of CPU, more
 than a process saves). ``MEMFIT_NO_JIT=1`` forces the Python replay.
 """
 

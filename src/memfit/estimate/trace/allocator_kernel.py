@@ -3,7 +3,7 @@
 
 Every function here is numba-compiled with ``cache=True``: the machine code is kept on disk
 (``NUMBA_CACHE_DIR`` if set, else next to this file, else numba's per-user cache, else
-memfit's cache directory). Compiling takes ~15 s of CPU once; loading it ~1 s per process.
+memfit's cache directory). Compiling takes ~17 s of CPU once; loading it ~0.9 s per process.
 Where no cache location is writable, importing this module raises :class:`NoCacheError` and
 the Python replay runs.
 """
@@ -23,8 +23,8 @@ LIMIT_BYTES = 1 << 40  # 1 TiB: the free lists' packed keys hold addresses below
 
 
 class NoCacheError(RuntimeError):
-    """No writable place for numba's cache: compiling in every process (~15 s) would cost more
-    than the Python replay saves, so the caller keeps the Python replay."""
+    """No writable place for numba's cache: compiling in every process (~17 s of CPU) would
+    cost more than the Python replay saves, so the caller keeps the Python replay."""
 
 
 def _jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
