@@ -134,11 +134,13 @@ def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: st
     from memfit.estimate.derived import form as F
     from memfit.estimate.derived.compiled import compile_run
     from memfit.estimate.device import allocator_workspaces
+    from memfit.estimate.trace import allocator_fast, allocator_jit
     from memfit.hardware import get_gpu
     from memfit.models import resolve_model
     from memfit.spec import WorkloadSpec
 
     source, gpu = resolve_model(model), get_gpu(gpu_name)
+    replays_before = dict(allocator_fast.REPLAYS)
     _, first_ms, first_cpu = _timed(
         lambda: estimate_derived(source, WorkloadSpec(**workload, batch_size=1), gpu=gpu)
     )
@@ -157,12 +159,28 @@ def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: st
     run = form["runs"][0]
     ws = allocator_workspaces(gpu, training=True)
     c = compile_run(run)
-    _, peaks_ms, peaks_cpu = _timed(lambda: c.flat(20, ws, reserved=False))
+    split = [_timed(lambda: c.flat(20, ws, reserved=False)) for _ in range(5)]
+    peaks_ms, peaks_cpu = (statistics.median(t[i] for t in split) for i in (1, 2))
     sizes = c.sizes(21)
-    _, alloc_ms, alloc_cpu = _timed(lambda: c.reserved_bytes(sizes, ws))
+    split = [_timed(lambda: c.reserved_bytes(sizes, ws)) for _ in range(5)]
+    alloc_ms, alloc_cpu = (statistics.median(t[i] for t in split) for i in (1, 2))
+    replays = {k: v - replays_before[k] for k, v in allocator_fast.REPLAYS.items()}
     _, ref_ms, ref_cpu = _timed(lambda: F.replay_run(run, 22, ws))
+    # the same exact estimates with the Python replay (MEMFIT_NO_JIT=1): the fallback's cost
+    os.environ["MEMFIT_NO_JIT"] = "1"
+    py_exact, py_cpu = [], []
+    for b in range(2, 8):
+        w = WorkloadSpec(**workload, batch_size=b)
+        _, ms, cpu = _timed(lambda w=w: estimate_derived(source, w, gpu=gpu))
+        py_exact.append(ms)
+        py_cpu.append(cpu)
+    del os.environ["MEMFIT_NO_JIT"]
     med = statistics.median
     return {
+        "replay": allocator_jit.describe(),
+        "replays_run": replays,
+        "python_replay_exact_median_ms": round(med(py_exact), 1),
+        "python_replay_exact_median_cpu_ms": round(med(py_cpu), 1),
         "gpu": gpu_name,
         "workload": workload,
         "n": len(exact),
@@ -178,16 +196,64 @@ def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: st
         "guide_worst_reserved_error": round(worst, 4),
         "split_ms": {
             "peaks_and_breakdown": round(peaks_ms, 2),
-            "allocator_replay": round(alloc_ms, 1),
+            "allocator_replay": round(alloc_ms, 2),
         },
         "split_cpu_ms": {
             "peaks_and_breakdown": round(peaks_cpu, 2),
-            "allocator_replay": round(alloc_cpu, 1),
+            "allocator_replay": round(alloc_cpu, 2),
         },
         "reference_replay_ms": round(ref_ms, 1),
         "reference_replay_cpu_ms": round(ref_cpu, 1),
         "load_average": round(os.getloadavg()[0], 1),
     }
+
+
+_JIT_PROBE = """
+import time
+t0, c0 = time.perf_counter(), time.process_time()
+from memfit.estimate.trace import allocator_jit
+events = [("a", i, 4096 * (1 + i % 300)) for i in range(3000)] + [("f", i, 0) for i in range(3000)]
+t1, c1 = time.perf_counter(), time.process_time()
+allocator_jit.load_kernel()
+t2, c2 = time.perf_counter(), time.process_time()
+got = allocator_jit.replay_events(events)
+if got is None:  # no kernel: the Python replay, timed the same way
+    from memfit.estimate.trace.allocator_fast import simulate_default_python
+    simulate_default_python(events)
+t3, c3 = time.perf_counter(), time.process_time()
+print(allocator_jit.describe(), got is not None, round(t2 - t1, 3), round(c2 - c1, 3),
+      round(t3 - t2, 4), round(c3 - c2, 4), round(t3 - t0, 3))
+"""
+
+
+def _jit_first_call(work: Path) -> dict[str, Any]:
+    """The compiled replay's first use in a fresh process: loading the kernel (importing numba,
+    compiling or loading the machine code), then one 6000-event replay; with an empty numba
+    cache, then with the cache that run left (``NUMBA_CACHE_DIR`` in a fresh folder, so the
+    user's cache is not touched), then with the Python replay (``MEMFIT_NO_JIT=1``)."""
+    cache = work / "numba-cache"
+    out: dict[str, Any] = {}
+    for name, extra in (("cold_cache", {"NUMBA_CACHE_DIR": str(cache)}),
+                        ("warm_cache", {"NUMBA_CACHE_DIR": str(cache)}),
+                        ("python", {"MEMFIT_NO_JIT": "1"})):  # fmt: skip
+        load = os.getloadavg()[0]
+        env = {**_env(str(work / "cache-jit")), **extra}
+        proc = subprocess.run([sys.executable, "-c", _JIT_PROBE], env=env, capture_output=True,
+                              text=True, check=False)  # fmt: skip
+        words = proc.stdout.strip().rsplit(" ", 6)
+        ok = len(words) == 7
+        out[name] = {
+            "replay": words[0] if ok else proc.stderr[-300:],
+            "kernel_answered": words[1] == "True" if ok else None,
+            "load_kernel_wall_s": float(words[2]) if ok else None,
+            "load_kernel_cpu_s": float(words[3]) if ok else None,
+            "first_replay_wall_s": float(words[4]) if ok else None,
+            "first_replay_cpu_s": float(words[5]) if ok else None,
+            "process_wall_s": float(words[6]) if ok else None,
+            "process_cpu_s": round(_child_cpu_s(), 2),
+            "load_before": round(load, 1),
+        }
+    return out
 
 
 QLORA = ["--seq", "4096", "--solve", "batch", "--json", "--checkpointing", "full",
@@ -212,7 +278,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--timeout", type=int, default=1800)
-    ap.add_argument("--parts", default="fit,plan", help="comma-separated: fit, plan")
+    ap.add_argument("--parts", default="fit,plan", help="comma-separated: fit, plan, jit")
     ap.add_argument("--plan-timeout", type=int, default=1800, help="seconds per plan run")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -244,8 +310,11 @@ def main() -> None:
             cmd = [*py, "fit", model, "--gpu", gpu, "--precision", precision, *QLORA]
             steps.append((name, lambda c=cmd, d=caches[name]: _run(c, d, args.timeout)))
         workload = {**QLORA_WORKLOAD, "precision": "bf16-true"}
+        steps.append(("jit_first_call", lambda: _jit_first_call(work)))
         steps.append(("per_estimate", lambda: _per_estimate(
             model, caches["fit_true_h100_cold"], workload, "H100-80GB")))  # fmt: skip
+    if "jit" in parts and "fit" not in parts:
+        steps.append(("jit_first_call", lambda: _jit_first_call(work)))
     if "plan" in parts:
         plan_cache = str(work / "cache-plan")
         steps += [
@@ -332,8 +401,31 @@ def _markdown(r: dict[str, Any]) -> str:
         f"bytes within {100 * pe['guide_worst_reserved_error']:.2f} % of the exact replay's "
         "here (a probe only leads the search: the answer and the value after it are replayed "
         "exactly).",
-        "",
     ]
+    if "replay" in pe:
+        lines += [
+            f"- the allocator replay that ran: {pe['replay']} ({pe['replays_run']} replays in "
+            f"the process; a process loads the kernel at its fourth long replay, inside one "
+            f"of these estimates: the max above); with the Python replay instead "
+            f"(`MEMFIT_NO_JIT=1`) an exact estimate takes a median "
+            f"{pe['python_replay_exact_median_ms']} / "
+            f"{pe['python_replay_exact_median_cpu_ms']} ms.",
+        ]
+    jit = r.get("jit_first_call")
+    if jit:
+        lines += ["", "The compiled replay's first use in a fresh process (loading the kernel: "
+                  "import numba, compile or load the machine code; then one 6000-event replay; "
+                  "wall / CPU seconds):", ""]  # fmt: skip
+        for name in ("cold_cache", "warm_cache", "python"):
+            x = jit.get(name, {})
+            lines.append(
+                f"- {name.replace('_', ' ')}: {x.get('replay')}: loading "
+                f"{x.get('load_kernel_wall_s')} / {x.get('load_kernel_cpu_s')} s, first replay "
+                f"{x.get('first_replay_wall_s')} / {x.get('first_replay_cpu_s')} s, process "
+                f"{x.get('process_wall_s')} s wall, {x.get('process_cpu_s')} s CPU (load "
+                f"{x.get('load_before')});"
+            )
+    lines.append("")
     return "\n".join(lines)
 
 

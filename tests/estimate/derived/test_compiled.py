@@ -88,15 +88,36 @@ def test_a_key_born_again_while_live_peaks_as_the_tracker_counts_it(seed: int) -
 
 
 def test_an_unchanged_pool_is_not_replayed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMFIT_NO_JIT", "1")  # the Python replay's memo (compiled: one call)
     run = _run(3)
     c = compile_run(run)
     first = c.flat(4, WORKSPACES)["reserved"]
     calls: list[int] = []
     from memfit.estimate.derived import compiled as module
 
-    real = module.simulate
-    monkeypatch.setattr(module, "simulate", lambda ev: calls.append(1) or real(ev))
+    real = module.simulate_default_arrays
+    monkeypatch.setattr(
+        module, "simulate_default_arrays", lambda *ev, **kw: calls.append(1) or real(*ev, **kw)
+    )
     assert c.flat(4, WORKSPACES)["reserved"] == first
     assert calls == []  # both pools' events are those of the last replay
     c.flat(5, WORKSPACES)
     assert 1 <= len(calls) <= 2
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_compiled_replay_of_all_events_at_once_gives_the_pool_by_pool_reserved_bytes(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("numba")
+    from memfit.estimate.trace import allocator_fast, allocator_jit
+
+    assert allocator_jit.load_kernel() is not None
+    run = _run(seed, n_events=3000)
+    for x in (1, 2, 7, 33):
+        before = allocator_fast.REPLAYS["compiled"]
+        got = compile_run(run).flat(x, (*WORKSPACES, 0, 4096))
+        assert allocator_fast.REPLAYS["compiled"] == before + 1
+        monkeypatch.setenv("MEMFIT_NO_JIT", "1")
+        assert got == form.replay_run(run, x, (*WORKSPACES, 0, 4096))
+        monkeypatch.delenv("MEMFIT_NO_JIT")

@@ -7,10 +7,11 @@ instants (its marks, and every birth inside it), and the order the tracker's dic
 batch size, the sizes are one array expression, the live total at every instant one cumulative
 sum, each phase's peak one argmax over its instants (the first instant wins a tie, as in the
 tracker), and the breakdown at a peak one mask over the births live there. The reserved bytes
-come from the caching-allocator model fed the same events, pool by pool
-(:func:`reserved_bytes`): without a capacity the allocator never gives a segment back, so its
-peak is the sum of the two pools' segments, and a pool whose events did not change since the
-last replay is not replayed again. ``tests/estimate/derived/test_compiled.py`` compares every
+come from the caching-allocator model fed the same events (:func:`reserved_bytes`): compiled
+(numba, :mod:`memfit.estimate.trace.allocator_jit`), all events in one call; in Python pool by
+pool, since without a capacity the allocator never gives a segment back, so its peak is the
+sum of the two pools' segments, and a pool whose events did not change since the last replay
+is not replayed again. ``tests/estimate/derived/test_compiled.py`` compares every
 number with the reference replay.
 """
 
@@ -22,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from memfit.estimate.derived.form import phase_marks
-from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES, simulate
+from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES
+from memfit.estimate.trace.allocator_fast import (
+    compiled_replay,
+    count_python_replay,
+    simulate_default_arrays,
+)
 from memfit.estimate.trace.flat import Flat
 
 #: The caching allocator's block size: the tracker rounds every storage up to it.
@@ -101,6 +107,13 @@ class Compiled:
             if p not in UNREPORTED_PHASES
         ]
         self._pool_memo: dict[bool, tuple[bytes, int]] = {}
+        # every birth and death in event order (a death at event i sorts before a birth there)
+        at = np.concatenate([self.birth_ev * 2 + 1, self.death_ev[self.dies] * 2])
+        who = np.concatenate([np.arange(len(self.birth_ev), dtype=np.int64), self.dies])
+        order = np.argsort(at, kind="stable")
+        self._order_who = who[order]
+        self._order_born = (at[order] & 1).astype(np.uint8)
+        self._event_heads: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ sizes and peaks
     def sizes(self, x: int) -> np.ndarray:
@@ -161,7 +174,14 @@ class Compiled:
 
     # ------------------------------------------------------------------ the allocator
     def reserved_bytes(self, sizes: np.ndarray, workspaces: tuple[int, ...]) -> int:
-        """``simulate(workspaces + events).peak_reserved_bytes``, pool by pool."""
+        """``simulate(workspaces + events).peak_reserved_bytes``, pool by pool (the compiled
+        replay of every event at once where numba is installed; else pool by pool in Python,
+        a pool whose events did not change since the last call not replayed again)."""
+        events = self._all_events(sizes, workspaces)
+        got = compiled_replay(*events)
+        if got is not None:
+            return got.peak_reserved_bytes
+        count_python_replay(len(events[1]))  # the pools' replays below count as this one
         small = (sizes > 0) & (sizes <= SMALL_SIZE_BYTES)  # sizes are whole 512 B blocks
         large = sizes > SMALL_SIZE_BYTES
         total = 0
@@ -174,26 +194,44 @@ class Compiled:
             if memo is not None and memo[0] == sig:
                 total += memo[1]
                 continue
-            got = simulate(self._pool_events(mask, sizes, ws)).peak_reserved_bytes
-            self._pool_memo[is_small] = (sig, got)
-            total += got
+            got = simulate_default_arrays(*self._pool_events(mask, sizes, ws), compiled=False)
+            self._pool_memo[is_small] = (sig, got.peak_reserved_bytes)
+            total += got.peak_reserved_bytes
         return total
+
+    def _all_events(
+        self, sizes: np.ndarray, workspaces: tuple[int, ...]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """:meth:`_pool_events` of both pools in one list: each pool sees its own workspaces
+        first, then its events in order, as in its own list; zero-byte births allocate
+        nothing. Without a capacity nothing is given back, so the peak reserved is the sum of
+        the pools' (and :meth:`reserved_bytes` the same number either way)."""
+        n_births, n_ws = len(self.birth_ev), len(workspaces)
+        head = self._event_heads.get(n_ws)
+        if head is None:
+            is_alloc = np.concatenate([np.ones(n_ws, dtype=np.uint8), self._order_born])
+            keys = np.arange(n_births, n_births + n_ws, dtype=np.int64)
+            head = self._event_heads[n_ws] = (is_alloc, np.concatenate([keys, self._order_who]))
+        n_bytes = np.empty(n_ws + len(self._order_who), dtype=np.int64)
+        n_bytes[:n_ws] = workspaces
+        np.take(sizes, self._order_who, out=n_bytes[n_ws:])
+        return head[0], head[1], n_bytes, n_births + n_ws
 
     def _pool_events(
         self, mask: np.ndarray, sizes: np.ndarray, workspaces: tuple[int, ...]
-    ) -> list[tuple[str, int, int]]:
-        """The pool's events in order: its workspaces, then each birth of ``mask`` and its
-        death (keyed by birth: a key born again while live is freed first, as the tracker
-        records it)."""
-        chosen = np.flatnonzero(mask)
-        dies = chosen[self.death_ev[chosen] < self.n_events]
-        at = np.concatenate([self.birth_ev[chosen] * 2 + 1, self.death_ev[dies] * 2])
-        who = np.concatenate([chosen, dies])
-        order = np.argsort(at, kind="stable")
-        at, who = at[order], who[order]
-        born = (at & 1).astype(bool)
-        kinds = np.where(born, "a", "f").tolist()
-        n_bytes = np.where(born, sizes[who], 0).tolist()
-        events: list[tuple[str, int, int]] = [("a", -1 - i, n) for i, n in enumerate(workspaces)]
-        events.extend(zip(kinds, who.tolist(), n_bytes, strict=True))
-        return events
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The pool's events in order, as arrays (malloc?, key, bytes, number of keys): its
+        workspaces, then each birth of ``mask`` and its death, keyed by birth (a key born again
+        while live is freed first, as the tracker records it); workspace i has key
+        ``n_births + i``."""
+        keep = mask[self._order_who]
+        who = self._order_who[keep]
+        born = self._order_born[keep]
+        n_births = len(self.birth_ev)
+        n_ws = len(workspaces)
+        is_alloc = np.concatenate([np.ones(n_ws, dtype=np.uint8), born])
+        keys = np.concatenate([np.arange(n_births, n_births + n_ws, dtype=np.int64), who])
+        n_bytes = np.concatenate(
+            [np.asarray(workspaces, dtype=np.int64), np.where(born, sizes[who], 0)]
+        )
+        return is_alloc, keys, n_bytes, n_births + n_ws

@@ -235,7 +235,7 @@ def record(
     else:
         trace(4)
         form = solve([traced[b] for b in (2, 3, 4)], points=(2, 3, 4))
-        if failed:  # the trace's own answer at batch 1: its error, raised again by an estimate there
+        if failed:  # the trace's own answer at batch 1: its error, raised again there
             form["fails"] = failed
         else:
             form["exact"] = {"1": [_constant(run) for run in traced[1].runs]}

@@ -17,7 +17,10 @@ import bisect
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from memfit.errors import SpecError
+from memfit.estimate.trace import allocator_jit
 from memfit.estimate.trace.allocator import (
     LARGE_BUFFER_BYTES,
     MIN_BLOCK_BYTES,
@@ -34,8 +37,85 @@ _MASK = (1 << _SHIFT) - 1
 _ADDR, _SIZE, _ALLOC, _PREV, _NEXT, _SMALL = range(6)
 
 
+#: When the compiled replay (the ``fast`` extra's numba) runs: loading it costs ~1 s of CPU once
+#: per process (~17 s the first time after an install, compiling into numba's cache), a Python
+#: replay of a derived form ~0.1 s. So a process replays its first ``JIT_AFTER_LONG_REPLAYS``
+#: lists of at least ``JIT_MIN_EVENTS`` events in Python (a `fit` of one or two estimates never
+#: loads numba) and loads the kernel for the next; once loaded, every list takes it.
+JIT_MIN_EVENTS = 2000
+JIT_AFTER_LONG_REPLAYS = 3
+#: How many default-configuration replays ran compiled / in Python in this process, and how many
+#: of the Python ones were long (benchmarks and tests read it to say which replay answered).
+REPLAYS = {"compiled": 0, "python": 0, "python_long": 0}
+
+
+def _wants_kernel(n_events: int) -> bool:
+    if allocator_jit.kernel_loaded():
+        return True
+    return n_events >= JIT_MIN_EVENTS and REPLAYS["python_long"] >= JIT_AFTER_LONG_REPLAYS
+
+
+def count_python_replay(n_events: int) -> None:
+    REPLAYS["python"] += 1
+    if n_events >= JIT_MIN_EVENTS:
+        REPLAYS["python_long"] += 1
+
+
 def simulate_default(events: Iterable[tuple]) -> AllocatorResult:
-    """``simulate(events)`` with the default configuration (see the module docstring)."""
+    """``simulate(events)`` with the default configuration (see the module docstring): the
+    compiled replay of :mod:`memfit.estimate.trace.allocator_jit` where numba is installed (and
+    ``MEMFIT_NO_JIT`` unset), else this module's loop; both give the same result."""
+    events = events if isinstance(events, list) else list(events)
+    if _wants_kernel(len(events)):
+        got = allocator_jit.replay_events(events)
+        if got is not None:
+            REPLAYS["compiled"] += 1
+            return got
+    count_python_replay(len(events))
+    return simulate_default_python(events)
+
+
+def simulate_default_arrays(
+    is_alloc: np.ndarray,
+    keys: np.ndarray,
+    n_bytes: np.ndarray,
+    n_keys: int,
+    *,
+    compiled: bool = True,
+) -> AllocatorResult:
+    """:func:`simulate_default` of events given as arrays: event i allocates ``n_bytes[i]``
+    under ``keys[i]`` where ``is_alloc[i]``, else frees ``keys[i]``; keys are in
+    ``0..n_keys-1``. The compiled replay where it can answer, else the Python loop (only the
+    Python loop, not counted in ``REPLAYS``, with ``compiled=False``)."""
+    if compiled:
+        got = compiled_replay(is_alloc, keys, n_bytes, n_keys)
+        if got is not None:
+            return got
+        count_python_replay(len(keys))
+    born = np.asarray(is_alloc, dtype=bool)
+    kinds = np.where(born, "a", "f").tolist()
+    sizes = np.where(born, n_bytes, 0).tolist()
+    return simulate_default_python(zip(kinds, np.asarray(keys).tolist(), sizes, strict=True))
+
+
+def compiled_replay(
+    is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, n_keys: int
+) -> AllocatorResult | None:
+    """:func:`simulate_default_arrays` by the compiled replay, or None where it does not run
+    (no numba, ``MEMFIT_NO_JIT``, not yet loaded in this process: see ``JIT_AFTER_LONG_REPLAYS``,
+    or a list it hands back: see :func:`memfit.estimate.trace.allocator_jit.replay_arrays`).
+    The caller counts a Python replay it makes instead."""
+    if not _wants_kernel(len(keys)):
+        return None
+    got = allocator_jit.replay_arrays(is_alloc, keys, n_bytes, n_keys)
+    if got is not None:
+        REPLAYS["compiled"] += 1
+    return got
+
+
+def simulate_default_python(events: Iterable[tuple]) -> AllocatorResult:
+    """The Python loop of :func:`simulate_default` (also where the compiled replay cannot
+    answer: it raises the errors of a malformed list)."""
     keys_of: tuple[list[int], list[int]] = ([], [])  # sorted free-list keys: large, small pool
     by_addr: tuple[dict[int, list[Any]], dict[int, list[Any]]] = ({}, {})
     live: dict[int, list[Any] | None] = {}

@@ -1,0 +1,297 @@
+"""The compiled kernel of :mod:`memfit.estimate.trace.allocator_jit` (numba; imported only by
+:func:`memfit.estimate.trace.allocator_jit.load_kernel`, never on ``import memfit``).
+
+Every function here is numba-compiled with ``cache=True``: the machine code is kept on disk
+(``NUMBA_CACHE_DIR`` if set, else next to this file, else numba's per-user cache, else
+memfit's cache directory). Compiling takes ~17 s of CPU once; loading it ~0.9 s per process.
+Where no cache location is writable, importing this module raises :class:`NoCacheError` and
+the Python replay runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+
+#: Status codes of the kernel (``out[0]``).
+OK, KEY_LIVE, KEY_NOT_LIVE, NEGATIVE_SIZE, TOO_LARGE = 0, 1, 2, 3, 4
+#: Reserved bytes (and any request) stay below this, else the kernel stops (TOO_LARGE).
+LIMIT_BYTES = 1 << 40  # 1 TiB: the free lists' packed keys hold addresses below it
+
+
+class NoCacheError(RuntimeError):
+    """No writable place for numba's cache: compiling in every process (~17 s of CPU) would
+    cost more than the Python replay saves, so the caller keeps the Python replay."""
+
+
+def _jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+    def wrap(fn: Callable[..., Any]) -> Any:
+        try:
+            return numba.njit(cache=True, nogil=True, **options)(fn)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            pass
+        # numba's own places (NUMBA_CACHE_DIR, next to this file, ~/.cache/numba) are not
+        # writable: memfit's cache directory, if it is (numba reads the setting here, once)
+        from memfit.estimate.derived.cache import cache_dir
+
+        config: Any = numba.config
+        saved = config.CACHE_DIR
+        config.CACHE_DIR = str(cache_dir().parent / "numba")
+        try:
+            return numba.njit(cache=True, nogil=True, **options)(fn)
+        except (RuntimeError, OSError) as e:
+            raise NoCacheError(str(e)) from e
+        finally:
+            config.CACHE_DIR = saved
+
+    return wrap if fn is None else wrap(fn)
+
+
+# Constants: those of memfit.estimate.trace.allocator (numba freezes a global's value when it
+# compiles; written out here so the kernel module needs nothing but numpy and numba).
+_MIN_BLOCK = 512  # kMinBlockSize
+_SMALL_SIZE = 1 << 20  # kSmallSize (1 MiB)
+_SMALL_BUFFER = 2 << 20  # kSmallBuffer (2 MiB)
+_LARGE_BUFFER = 20 << 20  # kLargeBuffer (20 MiB)
+_MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc (10 MiB)
+_ROUND_LARGE = 2 << 20  # kRoundLarge (2 MiB)
+
+
+# A block is a row of ``blocks``; its columns:
+_ADDR, _SIZE, _PREV, _NEXT, _ALLOC, _SMALL = range(6)
+_NONE = -1  # no neighbour (the segment's first or last block)
+# A free block's sort key packs (size, address) into one int64: both are whole 512 B units,
+# the size above bit 31, the address below (exact while addresses stay below 2**40 B, 1 TiB).
+_UNIT_SHIFT = 9  # 512 B units
+_ADDR_BITS = 31
+_SCAN = 128  # a search counts the keys below it in the last this many (vector compares)
+_FIRST_CAPACITY = 256  # rows at first; the tables double when full
+
+
+@_jit(inline="always")
+def _key(size: int, addr: int) -> int:
+    return ((size >> _UNIT_SHIFT) << _ADDR_BITS) | (addr >> _UNIT_SHIFT)
+
+
+@_jit(inline="always")
+def _lower_bound(fkey: np.ndarray, lo: int, hi: int, key: int) -> int:
+    """First index in ``[lo, hi)`` whose key is not below ``key``: branch-free halving down
+    to ``_SCAN`` keys, then the count of those below ``key`` (free lists are short: tens to
+    hundreds of blocks)."""
+    n = hi - lo
+    while n > _SCAN:
+        half = n >> 1
+        lo = lo + half if fkey[lo + half - 1] < key else lo
+        n -= half
+    below = 0
+    for m in range(lo, lo + n):
+        below += fkey[m] < key
+    return lo + below
+
+
+@_jit(inline="always")
+def _delete(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray, stop: np.ndarray, p: int,
+            j: int) -> None:  # fmt: skip
+    """Remove entry ``j`` of pool ``p``'s free list, moving the shorter side by one."""
+    lo, hi = start[p], stop[p]
+    if j - lo < hi - 1 - j:
+        for m in range(j, lo, -1):
+            fkey[m] = fkey[m - 1]
+        for m in range(j, lo, -1):
+            fblk[m] = fblk[m - 1]
+        start[p] = lo + 1
+    else:
+        for m in range(j, hi - 1):
+            fkey[m] = fkey[m + 1]
+        for m in range(j, hi - 1):
+            fblk[m] = fblk[m + 1]
+        stop[p] = hi - 1
+
+
+@_jit(inline="always")
+def _insert(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray, stop: np.ndarray, p: int,
+            key: int, blk: int) -> None:  # fmt: skip
+    """Insert ``key`` (of block ``blk``) into pool ``p``'s sorted free list, moving the shorter
+    side by one (the caller made room on both sides)."""
+    lo, hi = start[p], stop[p]
+    j = _lower_bound(fkey, lo, hi, key)
+    if j - lo < hi - j:
+        for m in range(lo, j):
+            fkey[m - 1] = fkey[m]
+        for m in range(lo, j):
+            fblk[m - 1] = fblk[m]
+        fkey[j - 1] = key
+        fblk[j - 1] = blk
+        start[p] = lo - 1
+    else:
+        for m in range(hi, j, -1):
+            fkey[m] = fkey[m - 1]
+        for m in range(hi, j, -1):
+            fblk[m] = fblk[m - 1]
+        fkey[j] = key
+        fblk[j] = blk
+        stop[p] = hi + 1
+
+
+@_jit
+def _grow_blocks(blocks: np.ndarray) -> np.ndarray:
+    out = np.empty((2 * len(blocks), 6), dtype=np.int64)
+    out[: len(blocks)] = blocks
+    return out
+
+
+@_jit
+def _relayout(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray,
+              stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Each pool's free list centred in its half of new tables, at most half full."""
+    room = len(fkey) // 2
+    longest = max(stop[0] - start[0], stop[1] - start[1])
+    while 2 * longest + 4 > room:
+        room *= 2
+    key_out = np.empty(2 * room, dtype=np.int64)
+    blk_out = np.empty(2 * room, dtype=np.int64)
+    for p in range(2):
+        n = stop[p] - start[p]
+        at = p * room + (room - n) // 2
+        key_out[at : at + n] = fkey[start[p] : stop[p]]
+        blk_out[at : at + n] = fblk[start[p] : stop[p]]
+        start[p], stop[p] = at, at + n
+    return key_out, blk_out
+
+
+@_jit
+def replay_default(
+    is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, n_keys: int, out: np.ndarray
+) -> None:
+    """Replay the events (see :mod:`memfit.estimate.trace.allocator_jit`); write
+    ``out`` = [status, event of the error, peak allocated, reserved, segments, event of the
+    reserved peak]."""
+    blocks = np.empty((_FIRST_CAPACITY, 6), dtype=np.int64)
+    spare = np.empty(_FIRST_CAPACITY, dtype=np.int64)  # rows of merged-away blocks, for reuse
+    n_spare = n_blocks = 0
+    # the free lists, sorted by key: pool p's entries are [start[p], stop[p]) in its half
+    fkey = np.empty(2 * _FIRST_CAPACITY, dtype=np.int64)
+    fblk = np.empty(2 * _FIRST_CAPACITY, dtype=np.int64)
+    half = _FIRST_CAPACITY // 2
+    start = np.array([half, 3 * half], dtype=np.int64)
+    stop = start.copy()
+    live = np.full(n_keys, -1, dtype=np.int64)  # -1: not live, -2: a zero-byte request
+    next_addr = reserved = allocated = peak_allocated = n_segments = peak_at = 0
+    for i in range(len(keys)):
+        k = keys[i]
+        if is_alloc[i]:
+            if live[k] != -1:
+                out[0], out[1] = KEY_LIVE, i
+                return
+            req = n_bytes[i]
+            if req <= 0:
+                if req < 0:
+                    out[0], out[1] = NEGATIVE_SIZE, i
+                    return
+                live[k] = -2
+                continue
+            if req >= LIMIT_BYTES:
+                out[0], out[1] = TOO_LARGE, i
+                return
+            size = (max(req, _MIN_BLOCK) + _MIN_BLOCK - 1) // _MIN_BLOCK * _MIN_BLOCK
+            p = 1 if size <= _SMALL_SIZE else 0
+            hi = stop[p]
+            j = _lower_bound(fkey, start[p], hi, _key(size, 0))
+            # a new segment and a split make at most two rows
+            if n_blocks + 2 > len(blocks) and n_spare < 2:
+                blocks = _grow_blocks(blocks)
+                spare_grown = np.empty(len(blocks), dtype=np.int64)
+                spare_grown[:n_spare] = spare[:n_spare]
+                spare = spare_grown
+            if j < hi:
+                blk = fblk[j]
+                _delete(fkey, fblk, start, stop, p, j)
+            else:
+                if p == 1:
+                    seg = _SMALL_BUFFER
+                elif size < _MIN_LARGE_ALLOC:
+                    seg = _LARGE_BUFFER
+                else:
+                    seg = (size + _ROUND_LARGE - 1) // _ROUND_LARGE * _ROUND_LARGE
+                if next_addr + seg >= LIMIT_BYTES:
+                    out[0], out[1] = TOO_LARGE, i
+                    return
+                if n_spare > 0:
+                    n_spare -= 1
+                    blk = spare[n_spare]
+                else:
+                    blk = n_blocks
+                    n_blocks += 1
+                blocks[blk, _ADDR], blocks[blk, _SIZE] = next_addr, seg
+                blocks[blk, _PREV], blocks[blk, _NEXT], blocks[blk, _SMALL] = _NONE, _NONE, p
+                next_addr += seg
+                n_segments += 1
+                reserved += seg
+                peak_at = i
+            remaining = blocks[blk, _SIZE] - size
+            split = remaining >= _MIN_BLOCK if p == 1 else remaining > _SMALL_SIZE
+            if split:
+                if n_spare > 0:
+                    n_spare -= 1
+                    rest = spare[n_spare]
+                else:
+                    rest = n_blocks
+                    n_blocks += 1
+                nxt = blocks[blk, _NEXT]
+                rest_addr = blocks[blk, _ADDR] + size
+                blocks[rest, _ADDR], blocks[rest, _SIZE] = rest_addr, remaining
+                blocks[rest, _PREV], blocks[rest, _NEXT] = blk, nxt
+                blocks[rest, _ALLOC], blocks[rest, _SMALL] = 0, p
+                if nxt != _NONE:
+                    blocks[nxt, _PREV] = rest
+                blocks[blk, _NEXT] = rest
+                blocks[blk, _SIZE] = size
+                room = len(fkey) // 2
+                if start[p] == p * room or stop[p] == (p + 1) * room:
+                    fkey, fblk = _relayout(fkey, fblk, start, stop)
+                _insert(fkey, fblk, start, stop, p, _key(remaining, rest_addr), rest)
+            blocks[blk, _ALLOC] = 1
+            live[k] = blk
+            allocated += blocks[blk, _SIZE]
+            if allocated > peak_allocated:
+                peak_allocated = allocated
+        else:
+            blk = live[k]
+            if blk == -1:
+                out[0], out[1] = KEY_NOT_LIVE, i
+                return
+            live[k] = -1
+            if blk == -2:
+                continue
+            allocated -= blocks[blk, _SIZE]
+            blocks[blk, _ALLOC] = 0
+            p = blocks[blk, _SMALL]
+            prv = blocks[blk, _PREV]
+            if prv != _NONE and blocks[prv, _ALLOC] == 0:
+                key = _key(blocks[prv, _SIZE], blocks[prv, _ADDR])
+                _delete(fkey, fblk, start, stop, p, _lower_bound(fkey, start[p], stop[p], key))
+                blocks[blk, _ADDR] = blocks[prv, _ADDR]
+                blocks[blk, _SIZE] += blocks[prv, _SIZE]
+                blocks[blk, _PREV] = blocks[prv, _PREV]
+                if blocks[blk, _PREV] != _NONE:
+                    blocks[blocks[blk, _PREV], _NEXT] = blk
+                spare[n_spare] = prv
+                n_spare += 1
+            nxt = blocks[blk, _NEXT]
+            if nxt != _NONE and blocks[nxt, _ALLOC] == 0:
+                key = _key(blocks[nxt, _SIZE], blocks[nxt, _ADDR])
+                _delete(fkey, fblk, start, stop, p, _lower_bound(fkey, start[p], stop[p], key))
+                blocks[blk, _SIZE] += blocks[nxt, _SIZE]
+                blocks[blk, _NEXT] = blocks[nxt, _NEXT]
+                if blocks[blk, _NEXT] != _NONE:
+                    blocks[blocks[blk, _NEXT], _PREV] = blk
+                spare[n_spare] = nxt
+                n_spare += 1
+            room = len(fkey) // 2
+            if start[p] == p * room or stop[p] == (p + 1) * room:
+                fkey, fblk = _relayout(fkey, fblk, start, stop)
+            _insert(fkey, fblk, start, stop, p, _key(blocks[blk, _SIZE], blocks[blk, _ADDR]), blk)
+    out[0], out[2], out[3], out[4], out[5] = OK, peak_allocated, reserved, n_segments, peak_at
