@@ -1,4 +1,4 @@
-"""The trace cache: a traced answer is kept on disk, read back exactly, keyed by all it depends on."""
+"""The trace cache: a traced answer is kept on disk, read back exactly, keyed by what it needs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import TINY_LLAMA
 
 from memfit.errors import NotModelledError, SpecError, TraceError
 from memfit.estimate import trace_cache
@@ -19,7 +20,6 @@ from memfit.estimate.trace_cache import cached_trace, decode, encode, trace_key
 from memfit.hardware import get_gpu
 from memfit.models.source import ModelSource
 from memfit.spec import WorkloadSpec
-from tests.conftest import TINY_LLAMA
 
 TRAIN = WorkloadSpec(mode="train", batch_size=2, seq_len=32, precision="bf16-true", lora_rank=4)
 INFER = WorkloadSpec(mode="infer", batch_size=2, seq_len=32, new_tokens=8, precision="bf16-true")
@@ -35,8 +35,9 @@ def on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _source(config: dict[str, Any] | None = None, **kw: Any) -> ModelSource:
-    return ModelSource(name="tiny-llama", origin="path", config=config or dict(TINY_LLAMA),
-                       source_url=None, config_path=None, safetensors=None, factory=None, **kw)  # fmt: skip
+    config = config or dict(TINY_LLAMA)
+    return ModelSource(name="tiny-llama", origin="path", config=config, source_url=None,
+                       config_path=None, safetensors=None, factory=None, **kw)  # fmt: skip
 
 
 def _uncached(est: MemoryEstimate) -> MemoryEstimate:

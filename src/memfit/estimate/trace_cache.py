@@ -187,7 +187,7 @@ def _enc(v: Any) -> Any:
             raise TypeError("a dict with a key that is not a plain string")
         return {k: _enc(x) for k, x in v.items()}
     tag = type(v).__name__
-    if _RECORDS.get(tag) is type(v):
+    if _RECORDS.get(tag) is type(v) and dataclasses.is_dataclass(v):
         fields = {f.name: _enc(getattr(v, f.name)) for f in dataclasses.fields(v)}
         return {"__record__": tag, "fields": fields}
     raise TypeError(f"cannot keep a {tag} in the trace cache")
