@@ -148,3 +148,11 @@ def test_the_codec_refuses_values_json_cannot_hold_exactly() -> None:
     with pytest.raises(ValueError, match="differ from MemoryEstimate"):
         decode({"model_name": "x"})
     assert callable(encode)
+
+
+def test_a_snapshot_recording_runs_the_trace(on: Path) -> None:
+    from memfit.snapshot.predicted import recording
+
+    with recording():
+        assert not trace_cache.cacheable(_source())  # --snapshot needs the run's history
+    assert trace_cache.cacheable(_source())
