@@ -61,6 +61,9 @@ def test_a_kept_answer_equals_the_fresh_trace_field_for_field(on: Path, workload
         (f.name, getattr(fresh, f.name)) for f in dataclasses.fields(fresh)
     ]
     assert kept.to_json() == {**fresh.to_json(), "trace": {**fresh.trace, "cached": True}}
+    elsewhere = cached_trace(dataclasses.replace(src, name="/other/config.json"), workload, gpu,
+                             _never)  # fmt: skip
+    assert _uncached(elsewhere) == dataclasses.replace(fresh, model_name="/other/config.json")
 
 
 def test_the_key_changes_with_the_workload_the_config_the_gpu_and_the_versions(

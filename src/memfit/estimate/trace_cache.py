@@ -11,13 +11,15 @@ foreign files ignored and replaced; JSON only, never pickle).
 **The key** hashes everything the answer depends on: the config.json (canonical JSON), the whole
 workload (``repr`` of the frozen spec: batch size and micro-batch count included), the GPU record
 (the allocator's cuBLAS workspaces and the kernels' workspaces are the GPU's, so the traced bytes
-are too), the model's name (the estimate's ``model_name``), the layer-extrapolation choice, the
+are too), the layer-extrapolation choice, the
 installed versions of memfit, torch, transformers, peft, bitsandbytes and timm (read from package
 metadata), the Python version, memfit's own source files (size and modification time of each:
 an edited checkout is a new key) and :data:`FORMAT`.
 
 **What is kept**: the estimate, every field, exactly (:func:`encode` / :func:`decode`; a loaded
-answer equals the fresh one but for ``trace["cached"] = True``, which says it came from here),
+answer equals the fresh one but for ``trace["cached"] = True``, which says it came from here;
+its ``model_name`` is the asking source's display name, the one thing of the answer the trace
+takes from the name — so one config reached by another path or hub id shares the answer),
 and a refusal the trace engine makes by its own rules (a :class:`NotModelledError` or a
 :class:`SpecError`: the same job, libraries and code give the same refusal). Not kept: a
 :class:`TraceError` (the run failed; it may be the environment's), a missing package, a factory
@@ -77,7 +79,6 @@ def trace_key(source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: boo
         {
             "format": FORMAT,
             "config": source.config,
-            "name": source.name,
             "workload": repr(workload),
             "gpu": repr(gpu),
             "extrapolate": extrapolate,
@@ -122,7 +123,7 @@ def cached_trace(
     if data is not None:
         found = _from_record(data)
         if isinstance(found, MemoryEstimate):
-            return found
+            return dataclasses.replace(found, model_name=source.name)
         if isinstance(found, SpecError):
             raise found
     try:
