@@ -191,6 +191,9 @@ def _cli(args: list[str]) -> dict[str, Any]:
 
 
 def snapshot(trace: bool) -> dict[str, Any]:
+    # what memfit answers, not what an earlier run left in the disk caches (trace answers read
+    # back say so: trace["cached"], a plan note); children inherit it
+    os.environ["MEMFIT_NO_CACHE"] = "1"
     snap: dict[str, Any] = {"analytic": _estimates("analytic", None)}
     if trace:
         snap["trace"] = _estimates("trace", TRACE_MODELS)

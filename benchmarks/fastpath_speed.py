@@ -8,9 +8,12 @@ The model is a Qwen3-8B-shaped config (hidden 4096, 32 heads / 8 KV heads, head 
 vocab 151936, ``--layers`` layers) written with model_type ``granite``, which has no analytic
 program (the bundled Qwen3 configs now have one), so `auto` takes the derived engine. Each command
 runs as a fresh process (imports included), as a user would run it, with its own empty
-``MEMFIT_CACHE_DIR`` for the cold run; warm runs are measured twice. Child processes keep their
-bytecode under a temporary ``PYTHONPYCACHEPREFIX`` (compiled once before the first run), as an
-installed package has it, even where the caller sets ``PYTHONDONTWRITEBYTECODE``.
+``MEMFIT_CACHE_DIR`` for the cold run; warm runs are measured twice. A warm run reads the derived
+forms and the trace engine's answers (``trace_cached``: how many of the plan's trace-engine
+answers came from the trace cache, :mod:`memfit.estimate.trace_cache`) the cold run kept.
+Child processes keep their bytecode under a temporary ``PYTHONPYCACHEPREFIX`` (compiled once
+before the first run), as an installed package has it, even where the caller sets
+``PYTHONDONTWRITEBYTECODE``.
 
 The fits: QLoRA (nf4, r16, full checkpointing, seq 4096) under the default precision (bf16-mixed)
 on an L4, where not even batch 1 fits (the trace: 21.9 GB allocated), so that fit is one
@@ -91,6 +94,9 @@ def _run(cmd: list[str], cache: str, timeout_s: int) -> dict[str, Any]:
             search = data.get("search") or {}
             summary["n_estimates"] = search.get("n_estimated")
             summary["search_s"] = search.get("search_s")
+            kept = [n for n in data.get("notes", []) if str(n).startswith("trace cache: ")]
+            if kept:  # "12 of the 12": trace-engine answers read from memfit's trace cache
+                summary["trace_cached"] = kept[0].split(" trace-engine")[0][len("trace cache: ") :]
     except ValueError:
         pass
     return {
@@ -363,7 +369,8 @@ def _markdown(r: dict[str, Any]) -> str:
         "| run | command | rc | wall s | CPU s | load before / after | started | answer |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    keys = ("search_engine", "max_batch", "n_estimates", "guided", "search_s", "recommended")
+    keys = ("search_engine", "max_batch", "n_estimates", "guided", "search_s", "trace_cached",
+            "recommended")  # fmt: skip
     for key in ROWS:
         if key not in r:
             continue

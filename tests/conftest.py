@@ -77,3 +77,13 @@ def _derived_forms_in_a_temporary_cache(
     """Derived forms (memfit.estimate.derived.cache) go to one temporary directory per session:
     a test never reads forms left by a user's runs, nor writes into ~/.cache."""
     monkeypatch.setenv("MEMFIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "memfit-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _trace_answers_not_kept_between_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trace cache (memfit.estimate.trace_cache) is off in-process: a test that patches the
+    trace engine must see its own run, not an answer another test kept (its key cannot see a
+    patch). tests/estimate/test_trace_cache.py turns it on again."""
+    from memfit.estimate import trace_cache
+
+    monkeypatch.setattr(trace_cache, "cacheable", lambda source: False)

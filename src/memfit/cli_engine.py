@@ -1,8 +1,11 @@
-"""The flags every estimating command shares: ``--engine`` and ``--quiet``, and how they apply.
+"""The flags every estimating command shares: ``--engine``, ``--quiet``, ``--no-cache``, and how
+they apply.
 
-``--engine auto|analytic|derived|trace`` (the rule: :mod:`memfit.estimate.policy`) and
-``--quiet`` (no progress line; :mod:`memfit.progress`) are added to ``estimate``, ``plan``,
-``fit``, ``upgrade`` and ``doctor``; :func:`applied` runs a command under them.
+``--engine auto|analytic|derived|trace`` (the rule: :mod:`memfit.estimate.policy`),
+``--quiet`` (no progress line; :mod:`memfit.progress`) and ``--no-cache`` (neither read nor
+write the disk caches of derived forms and trace answers: :mod:`memfit.estimate.derived.cache`)
+are added to ``estimate``, ``plan``, ``fit``, ``upgrade`` and ``doctor``; :func:`applied` runs a
+command under them.
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ def add_engine_flags(parser: argparse.ArgumentParser, *, framework: bool = False
         action="store_true",
         help="no progress line on stderr (shown only on a terminal, for work over 2 s)",
     )
+    parser.add_argument(
+        "--no-cache",
+        dest="no_cache",
+        action="store_true",
+        help="neither read nor write the disk caches (derived forms, trace answers; kept under "
+        "$MEMFIT_CACHE_DIR, else ~/.cache/memfit: delete it to clear them): every answer is "
+        "traced or derived again",
+    )
 
 
 @contextlib.contextmanager
@@ -52,6 +63,10 @@ def applied(args: argparse.Namespace) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         if hasattr(args, "engine"):
             stack.enter_context(use_engine(args.engine))
+        if getattr(args, "no_cache", False):
+            from memfit.estimate.derived.cache import disabled
+
+            stack.enter_context(disabled())
         if hasattr(args, "quiet"):
             json_out = bool(getattr(args, "json", False))
             stack.enter_context(progress.terminal(quiet=args.quiet, json_out=json_out))

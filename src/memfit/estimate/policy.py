@@ -97,6 +97,18 @@ def run_engine(
 
         return estimate_derived(source, workload, gpu=gpu, progress=progress.report)
     _require_trace_stack(source)
+    from memfit.estimate.trace_cache import cached_trace  # answers kept on disk
+
+    def trace() -> MemoryEstimate:
+        return _trace(source, workload, gpu, extrapolate)
+
+    return cached_trace(source, workload, gpu, trace, extrapolate=extrapolate)
+
+
+def _trace(
+    source: Any, workload: WorkloadSpec, gpu: Any, extrapolate: bool | None
+) -> MemoryEstimate:
+    """The trace engine's run of ``source`` (a factory or a config.json model)."""
     progress.report(f"tracing {source.name} (batch {workload.batch_size}, seq {workload.seq_len})")
     if source.origin == "factory":
         from memfit.estimate.trace.factory import trace_factory

@@ -119,6 +119,12 @@ class CachedEstimator:
         self.n_calls += len(todo)
         self._cache.update(zip(todo, results, strict=True))
 
+    def n_traced(self) -> tuple[int, int]:
+        """(trace-engine answers among this estimator's, those read from the trace cache)."""
+        traced = [v for v in self._cache.values() if isinstance(v, MemoryEstimate)]
+        traced = [v for v in traced if v.engine == "trace"]
+        return len(traced), sum(1 for v in traced if v.trace.get("cached"))
+
     def _try(self, w: WorkloadSpec) -> None:
         with contextlib.suppress(MemfitError):  # cached: raised again when asked for
             self(w)

@@ -569,6 +569,17 @@ class _Search:
             if r.estimate is not None
         ]
 
+    def _trace_cache_note(self) -> str | None:
+        """How many trace-engine answers came from the disk cache (memfit.estimate.trace_cache)."""
+        counts = [e.n_traced() for e in (self.engines.search, self.engines.confirm) if e]
+        traced, kept = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        if not kept:
+            return None
+        return (
+            f"trace cache: {kept} of the {traced} trace-engine answers were read from the disk "
+            "cache (--no-cache traces them again)"
+        )
+
     def result(
         self,
         found: list[PlanOption],
@@ -589,6 +600,8 @@ class _Search:
             )
         if self.ruled_out:
             notes.append(self._ruled_out_note())
+        if note := self._trace_cache_note():
+            notes.append(note)
         if self.unsupported:
             notes.append(
                 f"{len(self.unsupported)} combinations could not be estimated, e.g. "

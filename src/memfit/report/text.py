@@ -111,7 +111,9 @@ def _engine_line(est: MemoryEstimate) -> str:
     how = ""
     if t.get("extrapolated"):
         how = f"; traced a few layers, extrapolated to {t.get('layers')}"
-    if "wall_s" in t:
+    if t.get("cached"):
+        how += f"; from the trace cache (traced in {t.get('wall_s', 0):.1f} s; --no-cache traces)"
+    elif "wall_s" in t:
         how += f"; {t['wall_s']:.1f} s"
     why = f"\n  why: {est.engine_reason}" if est.engine_reason else ""
     return f"engine: {est.engine} ({env}){how}{why}"

@@ -48,6 +48,12 @@ class RecordedTrace:
 _RECORDING: ContextVar[list[RecordedTrace] | None] = ContextVar("memfit_history", default=None)
 
 
+def is_recording() -> bool:
+    """Whether a :func:`recording` is active here (an answer kept without its history, such as
+    the trace cache's, would leave it empty)."""
+    return _RECORDING.get() is not None
+
+
 @contextmanager
 def recording() -> Iterator[list[RecordedTrace]]:
     """Collect the histories of the trace-engine runs inside the block (in this context)."""

@@ -7,6 +7,10 @@ transformers and peft installed (read from package metadata: no import). A new v
 them is a new key: the form follows the installed libraries and is derived again. A refusal is
 cached too, so a job the form cannot model costs its three traces once. Unreadable or foreign files
 are ignored and replaced.
+
+The same rules keep the trace engine's answers (:mod:`memfit.estimate.trace_cache`, under
+``trace/``). One switch turns both off: ``--no-cache`` on the command line (:func:`disabled`), or
+``MEMFIT_NO_CACHE=1`` in the environment; nothing is then read or written.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import importlib.metadata
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -37,28 +43,48 @@ FORMAT = 5
 VERSIONED = ("torch", "transformers", "peft")
 
 
-def cache_dir() -> Path:
-    """The directory of derived forms (created on first store)."""
+_OFF: ContextVar[bool] = ContextVar("memfit_no_cache", default=False)
+
+
+def enabled() -> bool:
+    """Whether the disk caches are read and written (not under :func:`disabled`, nor with
+    ``MEMFIT_NO_CACHE`` set to anything but empty or ``0``)."""
+    return not _OFF.get() and os.environ.get("MEMFIT_NO_CACHE", "") in ("", "0")
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Neither read nor write a disk cache inside the block (what ``--no-cache`` sets)."""
+    token = _OFF.set(True)
+    try:
+        yield
+    finally:
+        _OFF.reset(token)
+
+
+def cache_dir(kind: str = "derived") -> Path:
+    """The directory of one cache, ``kind`` "derived" (forms) or "trace" (created on store)."""
     root = os.environ.get("MEMFIT_CACHE_DIR")
     if root:
-        return Path(root) / "derived"
+        return Path(root) / kind
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "memfit" / "derived"
+    return base / "memfit" / kind
 
 
-def versions() -> dict[str, str]:
-    """memfit's and the traced libraries' installed versions ("not installed" where absent)."""
-    return dict(_versions())
+def versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """memfit's and the traced libraries' installed versions ("not installed" where absent);
+    ``extra``: more packages whose versions a key depends on."""
+    return dict(_versions(extra))
 
 
 @functools.cache
-def _versions() -> tuple[tuple[str, str], ...]:
+def _versions(extra: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
     # read once per process: a search asks for a key per estimate, and package metadata is slow
     from memfit import __version__
 
     out = {"memfit": __version__}
-    for pkg in VERSIONED:
+    for pkg in (*VERSIONED, *extra):
         try:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
@@ -87,23 +113,29 @@ def variant_key(config: dict[str, Any], workload: WorkloadSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def load(key: str) -> dict[str, Any] | None:
-    """The stored form (or refusal) of ``key``, None if absent or unreadable."""
-    path = cache_dir() / f"{key}.json"
+def load(key: str, *, kind: str = "derived", fmt: int = FORMAT) -> dict[str, Any] | None:
+    """The stored form (or refusal) of ``key``, None if absent, unreadable, of another format
+    ``fmt``, or with the caches off. ``kind``: which cache (:func:`cache_dir`)."""
+    if not enabled():
+        return None
+    path = cache_dir(kind) / f"{key}.json"
     try:
         with path.open(encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
+    if not isinstance(data, dict) or data.get("format") != fmt or data.get("key") != key:
         return None
     return data
 
 
-def store(key: str, data: dict[str, Any]) -> None:
-    """Write ``data`` under ``key`` atomically; a cache that cannot be written is skipped."""
-    folder = cache_dir()
-    record = {**data, "format": FORMAT, "key": key}
+def store(key: str, data: dict[str, Any], *, kind: str = "derived", fmt: int = FORMAT) -> None:
+    """Write ``data`` under ``key`` atomically; a cache that cannot be written is skipped, and
+    nothing is written with the caches off."""
+    if not enabled():
+        return
+    folder = cache_dir(kind)
+    record = {**data, "format": fmt, "key": key}
     with contextlib.suppress(OSError):
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")

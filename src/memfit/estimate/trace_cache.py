@@ -1,0 +1,210 @@
+"""The trace engine's answers kept on disk: a job traced once is not traced again (torch-free).
+
+The derived engine keeps forms for the jobs it models; every job it refuses (sharded, offloaded,
+multi-GPU, paged optimizer states, chunked prefill, ...) and every ``--engine trace`` estimate is
+the trace engine's, seconds to minutes each, and a ``plan`` asks for tens of them. This cache
+keeps each answer as one JSON file, under the derived cache's directory rules
+(:mod:`memfit.estimate.derived.cache`: ``$MEMFIT_CACHE_DIR/trace``, else
+``$XDG_CACHE_HOME/memfit/trace``, else ``~/.cache/memfit/trace``; atomic writes, unreadable or
+foreign files ignored and replaced; JSON only, never pickle).
+
+**The key** hashes everything the answer depends on: the config.json (canonical JSON), the whole
+workload (``repr`` of the frozen spec: batch size and micro-batch count included), the GPU record
+(the allocator's cuBLAS workspaces and the kernels' workspaces are the GPU's, so the traced bytes
+are too), the layer-extrapolation choice, the
+installed versions of memfit, torch, transformers, peft, bitsandbytes and timm (read from package
+metadata), the Python version, memfit's own source files (size and modification time of each:
+an edited checkout is a new key) and :data:`FORMAT`.
+
+**What is kept**: the estimate, every field, exactly (:func:`encode` / :func:`decode`; a loaded
+answer equals the fresh one but for ``trace["cached"] = True``, which says it came from here;
+its ``model_name`` is the asking source's display name, the one thing of the answer the trace
+takes from the name — so one config reached by another path or hub id shares the answer),
+and a refusal the trace engine makes by its own rules (a :class:`NotModelledError` or a
+:class:`SpecError`: the same job, libraries and code give the same refusal). Not kept: a
+:class:`TraceError` (the run failed; it may be the environment's), a missing package, a factory
+model (``pkg.mod:fn``: user code that can change without any key seeing it), a model with remote
+code, and runs while a predicted snapshot is recorded (``--snapshot`` needs the run's history).
+
+One switch bypasses it with the derived cache (``--no-cache``, ``MEMFIT_NO_CACHE=1``); deleting
+the directory clears it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.derived import cache
+from memfit.estimate.result import FitVerdict, MemoryEstimate, ModuleBytes, PhasePeak
+from memfit.spec import WorkloadSpec
+
+#: Bumped when what is stored, or how an answer is read back, changes: older files are ignored.
+FORMAT = 1
+#: The sub-directory of the cache (:func:`memfit.estimate.derived.cache.cache_dir`).
+KIND = "trace"
+#: Packages the traced answer may depend on beyond the derived cache's (bitsandbytes' formats,
+#: timm for the DETR-style backbones ``models.media.buildable`` swaps when it is absent).
+EXTRA_VERSIONED = ("bitsandbytes", "timm")
+#: The records inside an estimate, by the tag they are stored under.
+_RECORDS: dict[str, type] = {"PhasePeak": PhasePeak, "ModuleBytes": ModuleBytes,
+                             "FitVerdict": FitVerdict}  # fmt: skip
+
+
+def cacheable(source: Any) -> bool:
+    """Whether answers for ``source`` (a ``ModelSource``) may be kept: a config.json model
+    without remote code, outside a snapshot recording, with the caches on."""
+    from memfit.snapshot.predicted import is_recording
+
+    return (
+        source.origin != "factory"
+        and source.config is not None
+        and not source.trust_remote_code
+        and cache.enabled()
+        and not is_recording()
+    )
+
+
+def trace_key(source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: bool | None) -> str:
+    """The key of the trace engine's answer for ``source`` running ``workload`` on ``gpu``."""
+    text = json.dumps(
+        {
+            "format": FORMAT,
+            "config": source.config,
+            "workload": repr(workload),
+            "gpu": repr(gpu),
+            "extrapolate": extrapolate,
+            "versions": cache.versions(EXTRA_VERSIONED),
+            "python": platform.python_version(),
+            "memfit_source": source_fingerprint(),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """A hash of memfit's installed Python files (relative path, size, modification time):
+    an edited checkout, an upgrade or a reinstall changes it (about 20 ms, once per process)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for folder, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            st = os.stat(path)
+            h.update(f"{os.path.relpath(path, root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def cached_trace(
+    source: Any,
+    workload: WorkloadSpec,
+    gpu: Any,
+    run: Callable[[], MemoryEstimate],
+    *,
+    extrapolate: bool | None = None,
+) -> MemoryEstimate:
+    """The trace engine's answer: from the cache where kept, else ``run()`` (the trace), kept."""
+    if not cacheable(source):
+        return run()
+    key = trace_key(source, workload, gpu, extrapolate=extrapolate)
+    data = cache.load(key, kind=KIND, fmt=FORMAT)
+    if data is not None:
+        found = _from_record(data)
+        if isinstance(found, MemoryEstimate):
+            return dataclasses.replace(found, model_name=source.name)
+        if isinstance(found, SpecError):
+            raise found
+    try:
+        est = run()
+    except SpecError as exc:  # NotModelledError included: a refusal by the engine's own rules
+        if type(exc) in (SpecError, NotModelledError):
+            cache.store(key, {"refusal": _refusal(exc)}, kind=KIND, fmt=FORMAT)
+        raise
+    try:
+        record = {"estimate": encode(est)}
+    except TypeError:  # a value JSON cannot hold exactly: not kept
+        return est
+    cache.store(key, record, kind=KIND, fmt=FORMAT)
+    return est
+
+
+def _refusal(exc: SpecError) -> dict[str, Any]:
+    if isinstance(exc, NotModelledError):
+        return {"type": "NotModelledError", "message": str(exc), "engine": exc.engine}
+    return {"type": "SpecError", "message": str(exc), "problems": list(exc.problems)}
+
+
+def _from_record(data: dict[str, Any]) -> MemoryEstimate | SpecError | None:
+    """The answer a record holds, None where it is not one this version reads."""
+    try:
+        if "estimate" in data:
+            est = decode(data["estimate"])
+            return dataclasses.replace(est, trace={**est.trace, "cached": True})
+        r = data["refusal"]
+        if r["type"] == "NotModelledError":
+            return NotModelledError(str(r["message"]), engine=str(r["engine"]))
+        if r["type"] == "SpecError":
+            return SpecError(str(r["message"]), [str(p) for p in r["problems"]])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return None
+
+
+# ----------------------------------------------------------------------------- the codec
+def encode(est: MemoryEstimate) -> dict[str, Any]:
+    """``est`` as JSON values that :func:`decode` turns back into an equal estimate (tuples and
+    the records inside are tagged). Raises TypeError for a value it cannot hold exactly."""
+    return {f.name: _enc(getattr(est, f.name)) for f in dataclasses.fields(est)}
+
+
+def decode(data: dict[str, Any]) -> MemoryEstimate:
+    """The estimate :func:`encode` wrote (ValueError / TypeError / KeyError on anything else)."""
+    names = {f.name for f in dataclasses.fields(MemoryEstimate)}
+    if set(data) != names:
+        raise ValueError(f"fields {sorted(set(data) ^ names)} differ from MemoryEstimate's")
+    return MemoryEstimate(**{k: _dec(v) for k, v in data.items()})
+
+
+def _enc(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        items = [_enc(x) for x in v]
+        return items if isinstance(v, list) else {"__tuple__": items}
+    if isinstance(v, dict):
+        if not all(isinstance(k, str) and not k.startswith("__") for k in v):
+            raise TypeError("a dict with a key that is not a plain string")
+        return {k: _enc(x) for k, x in v.items()}
+    tag = type(v).__name__
+    if _RECORDS.get(tag) is type(v) and dataclasses.is_dataclass(v):
+        fields = {f.name: _enc(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        return {"__record__": tag, "fields": fields}
+    raise TypeError(f"cannot keep a {tag} in the trace cache")
+
+
+def _dec(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_dec(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if "__tuple__" in v:
+        return tuple(_dec(x) for x in v["__tuple__"])
+    if "__record__" in v:
+        cls = _RECORDS[str(v["__record__"])]
+        return cls(**{k: _dec(x) for k, x in v["fields"].items()})
+    return {k: _dec(x) for k, x in v.items()}
+
+
+__all__ = ["FORMAT", "cacheable", "cached_trace", "decode", "encode", "trace_key"]
