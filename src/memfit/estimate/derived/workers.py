@@ -69,8 +69,11 @@ class Pool:
     def __enter__(self) -> Pool:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:  # e.g. Ctrl-C: the worker's job is not waited for
+            self._stop()
+        else:
+            self.close()
 
     def run(self, keys: Iterable[tuple[Hashable, float]]) -> dict[Any, Any]:
         """``{key: job(key)}`` for ``keys`` given as ``(key, cost)``: the worker takes the
