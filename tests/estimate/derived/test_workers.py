@@ -101,3 +101,15 @@ def test_one_setting_switches_the_worker_off(monkeypatch: pytest.MonkeyPatch) ->
     with workers.Pool(_square) as pool:
         got = pool.run([(1, 1.0), (2, 2.0)])
     assert {k: v[1] for k, v in got.items()} == {1: os.getpid(), 2: os.getpid()}
+
+
+def test_the_worker_waits_for_a_free_core_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(workers.ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.7, 1.0, 1.0))
+    assert not workers.wanted()
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 1.0, 1.0))
+    assert workers.wanted()
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 1.0, 1.0))
+    monkeypatch.setenv(workers.ENV, "2")
+    assert workers.wanted()

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-#: ``MEMFIT_TRACE_WORKERS``: ``1`` traces in this process only; unset: a worker where the
-#: machine has a second core.
+#: ``MEMFIT_TRACE_WORKERS``: ``1`` traces in this process only, ``2`` forks a worker where two
+#: cores exist; unset: a worker where a second core is free (:func:`wanted`).
 ENV = "MEMFIT_TRACE_WORKERS"
 #: A worker's job that takes this many times as long as the slowest job this process ran
 #: (plus the slack) is given up, and traced here.
@@ -35,17 +35,20 @@ HANG_SLACK_S = 120.0
 
 def wanted() -> bool:
     """Whether a build may fork a worker: Linux (``fork`` after torch's import is what
-    PyTorch's own DataLoader does there), two usable cores, not switched off by :data:`ENV`."""
+    PyTorch's own DataLoader does there), two usable cores, and one of them free (the 1-minute
+    load average at most the cores less one: measured on a shared 2-core machine, a worker
+    without a free core only adds its own start-up, benchmarks/results/cold_build_profile.md).
+    :data:`ENV` ``1`` switches it off, ``2`` on wherever ``fork`` and two cores exist."""
     setting = os.environ.get(ENV, "").strip()
-    if setting == "1" or setting == "0":
-        return False
-    if not sys.platform.startswith("linux"):
+    if setting in ("0", "1") or not sys.platform.startswith("linux"):
         return False
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return cores >= 2
+    if cores < 2:
+        return False
+    return setting == "2" or os.getloadavg()[0] <= cores - 1
 
 
 class Pool:
