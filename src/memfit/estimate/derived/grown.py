@@ -18,11 +18,12 @@ derives the form from full traces as before.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import NotModelledError, TraceError
-from memfit.estimate.derived import layers
+from memfit.estimate.derived import layers, workers
 from memfit.estimate.derived.events import Item, Sequence, at_batch, from_sequence, to_sequence
 from memfit.estimate.trace import build
 from memfit.spec import WorkloadSpec
@@ -158,9 +159,12 @@ def record_grown(
     def layers_at(m: int) -> int:
         return var.prefix + m * var.period + rest
 
-    def trace(m: int, b: int) -> Any:
+    parent = os.getpid()
+
+    def trace(mb: tuple[int, int]) -> Any:
+        m, b = mb
         n_layers = layers_at(m)
-        if progress is not None:
+        if progress is not None and os.getpid() == parent:
             progress(f"deriving the closed form: trace of {n_layers} layers at batch {b}")
         cfg = _resized(config, var, n_layers)
         rec = recorder()
@@ -177,16 +181,64 @@ def record_grown(
             raise NotModelledError("no layer growth: the trace ran several times", engine="derived")
         return rec
 
+    def attempt(mb: tuple[int, int]) -> Any:
+        """A trace run ahead of its turn; None where it raises: :func:`seq_at` traces it again
+        when its turn comes, so a failure is raised in the order a serial build meets it."""
+        try:
+            return trace(mb)
+        except NotModelledError:
+            return None
+
     runs: dict[tuple[int, int], dict[str, Any]] = {}
     seqs: dict[tuple[int, int], tuple[Sequence, list[Any]]] = {}
     results: dict[tuple[int, int], Any] = {}
 
+    def keep(mb: tuple[int, int], rec: Any) -> None:
+        runs[mb], results[mb] = rec.runs[0], rec.result
+        seqs[mb] = to_sequence(rec.runs[0])
+
     def seq_at(m: int, b: int) -> tuple[Sequence, list[Any]]:
         if (m, b) not in seqs:
-            rec = trace(m, b)
-            runs[m, b], results[m, b] = rec.runs[0], rec.result
-            seqs[m, b] = to_sequence(rec.runs[0])
+            keep((m, b), trace((m, b)))
         return seqs[m, b]
+
+    with workers.Pool(attempt) as pool:
+        if pool.enabled:
+            build.preload(config, workload)  # the worker, forked after, has the imports
+
+        def ahead(keys: list[tuple[int, int]]) -> None:
+            """Trace ``keys`` two at a time where a worker runs (:mod:`.workers`)."""
+            todo = [(mb, layers_at(mb[0]) + 1.0) for mb in keys if mb not in seqs]
+            if pool.enabled and len(todo) > 1:
+                for mb, rec in pool.run(todo).items():
+                    if rec is not None:
+                        keep(mb, rec)
+
+        # what every outcome of the first pair needs, then what that outcome needs (the
+        # serial order below then finds them traced)
+        ahead([(SOLVED_UNITS, 1), (SOLVED_UNITS, 2)])
+        if _same_structure(seq_at(SOLVED_UNITS, 1), seq_at(SOLVED_UNITS, 2)):
+            ahead([(m, 1) for m in UNITS] + [(CHECK[0], CHECK[1])])
+        else:
+            ahead(
+                [(SOLVED_UNITS, 3), *((m, 2) for m in UNITS), (CHECK[0], CHECK[1] + 1)]
+                + [(m, 1) for m in UNITS]
+            )
+        return _grown_form(var, units, rest, runs, results, seq_at)
+
+
+def _grown_form(
+    var: build.LayerVar,
+    units: int,
+    rest: int,
+    runs: dict[tuple[int, int], dict[str, Any]],
+    results: dict[tuple[int, int], Any],
+    seq_at: Callable[[int, int], tuple[Sequence, list[Any]]],
+) -> dict[str, Any]:
+    """The form from the traces ``seq_at`` gives (and keeps in ``runs`` and ``results``)."""
+
+    def layers_at(m: int) -> int:
+        return var.prefix + m * var.period + rest
 
     # batch 1 on the line through 1 and 2 where it runs the same kernels, else its own run and
     # the line through 2 and 3 (some models squeeze a batch of one)

@@ -178,6 +178,23 @@ def model_class(task: str) -> Any:
     }[task]
 
 
+def preload(config: dict[str, Any], workload: WorkloadSpec) -> None:
+    """Import what the first trace of ``workload`` on ``config`` would import (peft and the
+    bitsandbytes it brings for LoRA, the model's transformers module): a worker forked after
+    this has them (:mod:`memfit.estimate.derived.workers`). Changes nothing else; any failure is
+    left for the trace itself to report."""
+    import importlib
+
+    try:
+        if workload.is_train and workload.lora_rank:
+            importlib.import_module("peft")
+        hf = _hf_config(config, False)
+        mapping = getattr(model_class(resolve_task(config, workload.task)), "_model_mapping", {})
+        mapping.get(type(hf))  # the lazy mapping imports the model's module
+    except Exception:  # noqa: BLE001, S110 - a warm-up only: the trace reports real failures
+        pass
+
+
 #: The tasks :func:`model_class` builds (said where a model needs another one).
 TASK_NAMES = (
     "causal-lm", "seq-cls", "seq2seq", "image-cls", "object-detection", "speech-seq2seq", "clip",
