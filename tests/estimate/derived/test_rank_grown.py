@@ -1,7 +1,10 @@
 """Rank forms of a deeper stack: where the layer growth's checks pass (ZeRO-2 with the optimizer
-offloaded, tensor parallelism) the form is grown from traces of a few layers; where they do not
-(ZeRO-3: the modules a peak lists are ordered by their layer-indexed names, which a grown run
-does not keep) it comes from full traces. Either way: the trace engine's answer."""
+offloaded, tensor parallelism, ZeRO-3 with the optimizer or the parameters offloaded, no
+checkpointing — the modules a peak lists are ordered by their layer-indexed names' first births,
+which the growth carries as a second link per birth and checks on its check trace) the form is
+grown from traces of a few layers; where they do not (ZeRO-3 without offload: partitions of the
+whole model on the device, one more layer changes their sizes) it comes from full traces.
+Either way: the trace engine's answer."""
 
 from __future__ import annotations
 
@@ -34,13 +37,15 @@ def deep(tmp_path_factory: pytest.TempPathFactory) -> Any:
     [
         (dict(shard="zero2", offload="optimizer"), True),
         (dict(gpus=2, tp=2), True),
-        (dict(shard="zero3", offload="params"), False),
+        (dict(shard="zero3", offload="params"), True),
+        (dict(shard="zero3", offload="optimizer"), True),
+        (dict(shard="zero3"), False),
     ],
 )
 def test_a_deep_rank_form_is_grown_where_its_checks_pass_and_exact_either_way(
     deep: Any, job: dict[str, Any], grown: bool
 ) -> None:
-    w = train_job(1, **job)
+    w = train_job(1, checkpointing="none", **job)
     assert_same_answers(deep, w)
     form = derived._FORMS[cache.variant_key(DEEP, w)]
     assert ("growth" in form) is grown

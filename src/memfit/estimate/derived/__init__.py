@@ -21,13 +21,13 @@ prefetch) as births of their own, the host peak (``host_memory_bytes``) among th
 constants, the modules of a peak in the timeline's order. Every size the rewrite sets must not
 depend on the batch size (checked). Such a form is grown from a few layers where the growth's
 checks pass, else it comes from full traces. On an 8-layer Llama (tests/estimate/derived/
-test_rank_grown.py) ZeRO-2 + optimizer offload and tensor parallelism grow; DDP (its buckets),
-ZeRO-1/2/3 without offload (partitions of the whole model on the device), FSDP2, and ZeRO-3
-with offload and no checkpointing (a peak lists its modules by their first layer-indexed birth,
-which a grown run does not keep, and the check of that order fails) come from full traces; in
-the Qwen3-8B-shaped `plan` of docs/accuracy.md §23 every ZeRO-2 / ZeRO-3 offload form with
-selective or full checkpointing grew. Not modelled: paged optimizer states, a chunked prefill,
-factory models and remote code — a NotModelledError naming the reason, and the engine policy
+test_rank_grown.py) ZeRO-2 + optimizer offload, ZeRO-3 + optimizer or parameter offload
+(checkpointing none: the peak's module order, by first layer-indexed birth, is grown as a second
+link per birth and checked on the check trace) and tensor parallelism (whose second links
+follow no rule: ordering by module, checked on every traced run) grow; DDP (its buckets),
+ZeRO-1/2/3 without offload (partitions of the whole model on the device) and FSDP2 come from
+full traces. Not modelled: paged optimizer states, a chunked prefill, factory models and
+remote code — a NotModelledError naming the reason, and the engine policy
 (:mod:`memfit.estimate.policy`) asks the trace engine.
 """
 

@@ -2,9 +2,13 @@
 
 A sequence is a list of items — ``("m", phase)`` phase marks, ``("a", size, component, module,
 ignored)`` births, ``("f", component, module, ignored)`` frees — with ``links[i]``: the index of
-the previous item on the same storage, or -1. Runs of consecutive frees are put in one canonical
-order (:func:`frees_in_order`), which no peak or allocator state depends on. Used by the layer
-growth (:mod:`memfit.estimate.derived.layers`) and by the recorder.
+the previous item on the same storage, or -1. A run of rank 0's rewritten timeline (its record has
+an ``order``) has a second link per item, ``firsts[i]``: for a birth, the first birth of its
+storage's layer-indexed module (itself where it is that birth), else -1 — the order a peak
+lists its modules in, which the generic module names of a grown run do not keep. Runs of
+consecutive frees are put in one canonical order (:func:`frees_in_order`), which no peak or
+allocator state depends on. Used by the layer growth (:mod:`memfit.estimate.derived.layers`)
+and by the recorder.
 """
 
 from __future__ import annotations
@@ -12,15 +16,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.errors import NotModelledError
+
 Item = tuple[Any, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Sequence:
-    """A run as aligned items: ``items[i]`` (``"m"``, ``"a"`` or ``"f"`` first), ``links[i]``."""
+    """A run as aligned items: ``items[i]`` (``"m"``, ``"a"`` or ``"f"`` first), ``links[i]``;
+    ``firsts``: the second links of a rank run (see the module docstring), else None."""
 
     items: list[Item]
     links: list[int]
+    firsts: list[int] | None = None
 
 
 def to_sequence(run: dict[str, Any]) -> tuple[Sequence, list[Any]]:
@@ -37,11 +45,15 @@ def to_sequence(run: dict[str, Any]) -> tuple[Sequence, list[Any]]:
     last: dict[int, int] = {}
     ev: list[int] = run["ev"]
     sizes = run["raw"]
+    order: list[int] | None = run.get("order")  # per key: the event of its module's first birth
+    item_of: dict[int, int] = {}  # event index → item index
+    firsts: list[int] = []
     ai = 0
     for i in range(len(ev) + 1):
         for phase in marks.get(i, ()):
             items.append(("m", phase))
             links.append(-1)
+            firsts.append(-1)
             pay.append(None)
         if i == len(ev):
             break
@@ -49,20 +61,23 @@ def to_sequence(run: dict[str, Any]) -> tuple[Sequence, list[Any]]:
         link = last.get(key, -1)
         last[key] = len(items)
         links.append(link)
+        item_of[i] = len(items)
         if is_free:
             born = items[link] if link >= 0 else ("a", 0, "", "", False)
             items.append(("f", *born[2:]))
+            firsts.append(-1)
             pay.append(None)
             continue
+        firsts.append(-1 if order is None else item_of[order[key]])
         size = sizes[ai]
         ai += 1
         items.append(("a", size, comps[comp[key]], mods[mod[key]], key in ignored))
         pay.append(size)
-    return _frees_sorted(items, links, pay)
+    return _frees_sorted(items, links, pay, firsts if order is not None else None)
 
 
 def _frees_sorted(
-    items: list[Item], links: list[int], pay: list[Any]
+    items: list[Item], links: list[int], pay: list[Any], firsts: list[int] | None = None
 ) -> tuple[Sequence, list[Any]]:
     """The sequence with each run of consecutive frees in one canonical order (by the birth
     of what they free). Frees with no birth or mark between them give the same live bytes at
@@ -85,6 +100,9 @@ def _frees_sorted(
     seq = Sequence(
         items=[items[k] for k in order],
         links=[where[links[k]] if links[k] >= 0 else -1 for k in order],
+        firsts=None
+        if firsts is None
+        else [where[firsts[k]] if firsts[k] >= 0 else -1 for k in order],
     )
     return seq, [pay[k] for k in order]
 
@@ -123,7 +141,8 @@ def at_batch(seq: Sequence, pay: list[Any], b: int) -> list[Item]:
 def from_sequence(
     seq: Sequence, pay: list[Any], *, comps: list[str], mods: list[str]
 ) -> dict[str, Any]:
-    """The run record (:mod:`memfit.estimate.derived.form`'s layout) of a grown sequence."""
+    """The run record (:mod:`memfit.estimate.derived.form`'s layout) of a grown sequence; with
+    ``firsts``, each key's ``order`` too (the event of its module's first birth)."""
     comp_ix = {c: i for i, c in enumerate(comps)}
     mod_ix = {m: i for i, m in enumerate(mods)}
     key_of: list[int] = []
@@ -134,7 +153,11 @@ def from_sequence(
     comp: list[int] = []
     mod: list[int] = []
     ignored: list[int] = []
-    for item, link, p in zip(seq.items, seq.links, pay, strict=True):
+    firsts = seq.firsts
+    ev_of: list[int] = []  # per item: its event index (a mark: the next event's)
+    order: dict[int, int] = {}
+    for j, (item, link, p) in enumerate(zip(seq.items, seq.links, pay, strict=True)):
+        ev_of.append(len(ev))
         if item[0] == "m":
             marks.append([len(ev), item[1]])
             key_of.append(-1)
@@ -152,7 +175,15 @@ def from_sequence(
         if item[0] == "a":
             a0.append(p[0])
             a1.append(p[1])
-    return {
+            if firsts is not None:
+                f = firsts[j]
+                if not 0 <= f <= j or seq.items[f][0] != "a":
+                    raise NotModelledError(
+                        "a grown run's module order links a birth to no earlier birth",
+                        engine="derived",
+                    )
+                order.setdefault(key, ev_of[f])
+    out: dict[str, Any] = {
         "ev": ev,
         "a0": a0,
         "a1": a1,
@@ -163,3 +194,6 @@ def from_sequence(
         "mod": mod,
         "ignored": ignored,
     }
+    if firsts is not None:
+        out["order"] = [order.get(k, 0) for k in range(len(comp))]
+    return out

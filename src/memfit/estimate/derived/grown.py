@@ -8,8 +8,10 @@ once more at 3 units and batch 2 (each allocation's size as ``a0 + a1 * batch``)
 event-level growth rule (:mod:`memfit.estimate.derived.layers`) inserts one unit's events until
 the run has the model's depth. Before the form is kept, the run grown to 5 units is compared with
 a trace of 5 units at batch 3 — not used to learn anything — event by event: the same births,
-frees and phase marks in the same order, each size exact at batch 3, the same storage owners,
-and the run's constants (parameter counts, kernel choices) on the same line in the layer count.
+frees and phase marks in the same order, each size exact at batch 3, the same storage owners
+(and, for rank 0's rewritten timeline, each birth's first birth of its layer-indexed module:
+the order a peak lists its modules in), and the run's constants (parameter counts, kernel
+choices) on the same line in the layer count.
 Any difference, or a job this does not apply to (several stacks, frozen layers, a depth the
 trace engine extrapolates itself, a depth that is not a whole number of units), and the caller
 derives the form from full traces as before.
@@ -250,14 +252,16 @@ def _grown_form(
     check_m, check_b = CHECK[0], CHECK[1] + x1 - 1
     want = seq_at(check_m, check_b)[0]
     grown, grown_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=check_m)
-    if grown.links != want.links or at_batch(grown, grown_pay, check_b) != want.items:
+    if (
+        grown.links != want.links
+        or (grown.firsts is not None and grown.firsts != want.firsts)
+        or at_batch(grown, grown_pay, check_b) != want.items
+    ):
         raise NotModelledError(
             f"no layer growth: the run grown to {check_m} units differs from its trace",
             engine="derived",
         )
-    rank = "order" in runs[SOLVED_UNITS, x1]  # rank 0's rewritten timeline (record.py)
-    if rank:
-        _rank_checks(runs, payload, SOLVED_UNITS, x1)
+    rules = [rule]  # the rules grown below (batch 1's own one too, where squeezed)
     consts = {m: runs[m, x1]["const"] for m in UNITS}
     const = _const_line(consts, runs[check_m, check_b]["const"], check_m, units)
     tables = runs[SOLVED_UNITS, x1]
@@ -267,6 +271,7 @@ def _grown_form(
     }
     if squeezed:
         rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0])
+        rules.append(rule1)
         start1, raw1 = seq_at(SOLVED_UNITS, 1)
         payload1 = [None if r is None else (r, 0) for r in raw1]
         check1 = UNITS[-1]
@@ -275,7 +280,11 @@ def _grown_form(
             check1 = check_m
             want1 = seq_at(check_m, 1)[0]
             grown1, pay1 = layers.grow(start1, payload1, rule1, n=SOLVED_UNITS, to=check_m)
-            if grown1.links != want1.links or at_batch(grown1, pay1, 1) != want1.items:
+            if (
+                grown1.links != want1.links
+                or (grown1.firsts is not None and grown1.firsts != want1.firsts)
+                or at_batch(grown1, pay1, 1) != want1.items
+            ):
                 raise NotModelledError(
                     f"no layer growth: batch 1's run grown to {check_m} units differs from its "
                     "trace",
@@ -285,6 +294,9 @@ def _grown_form(
         const1 = _const_line(consts1, runs[check1, 1]["const"], check1, units)
         tables1 = runs[SOLVED_UNITS, 1]
         form["exact"] = {"1": [_full(start1, payload1, rule1, tables1, var, units, const1)]}
+    if "order" in runs[SOLVED_UNITS, x1]:  # rank 0's rewritten timeline (record.py)
+        by_module = any(r.first_links is None for r in rules)
+        _rank_checks(runs, payload, SOLVED_UNITS, x1, by_module=by_module)
     result = results[SOLVED_UNITS, 1]
     return {
         **form,
@@ -305,6 +317,8 @@ def _same_shape(a: layers.Rule, b: layers.Rule) -> bool:
     one."""
     if len(a.chunks) != len(b.chunks) or len(a.retargets) != len(b.retargets):
         return False
+    if _second_links(a) != _second_links(b):
+        return False
     return all(
         ca[1] == cb[1]
         and [_shape(x) for x in ca[2]] == [_shape(x) for x in cb[2]]
@@ -314,6 +328,14 @@ def _same_shape(a: layers.Rule, b: layers.Rule) -> bool:
         ra[1] == rb[1] and _shape(ra[2]) == _shape(rb[2])
         for ra, rb in zip(a.retargets, b.retargets, strict=True)
     )
+
+
+def _second_links(rule: layers.Rule) -> Any:
+    """A rule's second links (a rank run's module order) without absolute old positions."""
+    if rule.first_links is None:
+        return None
+    chunks = [[_shape(x) for x in c] for c in rule.first_links]
+    return chunks, [(r[1], _shape(r[2])) for r in rule.first_retargets]
 
 
 def _shape(link: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -335,27 +357,33 @@ def _full(
     run = from_sequence(full, full_pay, comps=tables["comps"], mods=tables["mods"])
     run["counts"] = {var.name: var.count}
     run["const"] = const
-    if "order" in tables:  # a rank rewrite's module order: by module (see _rank_checks)
-        run["order"] = list(run["mod"])
+    if "order" in tables and "order" not in run:  # no second links grown: by module
+        run["order"] = list(run["mod"])  # (checked on every traced run, _rank_checks)
     return run
 
 
 def _rank_checks(
-    runs: dict[tuple[int, int], dict[str, Any]], payload: list[Any], m: int, x1: int
+    runs: dict[tuple[int, int], dict[str, Any]],
+    payload: list[Any],
+    m: int,
+    x1: int,
+    *,
+    by_module: bool,
 ) -> None:
     """For runs of rank 0's rewritten timeline: the sizes the rewrite set do not move with the
-    batch (``record.check_fixed``), and every traced run's peaks list their modules in the
-    same order when each storage's place is its module's (the order a grown run keeps: the
-    layer-indexed names the timeline orders by are not part of a grown run)."""
+    batch (``record.check_fixed``); and where the rule grows no second links (the module
+    order, compared with the check trace's), that every traced run's peaks list their modules
+    in the same order when each storage's place is its module's (what the grown run keeps)."""
     from memfit.estimate.derived.form import replay_run
     from memfit.estimate.derived.record import check_fixed
 
     check_fixed([p[1] for p in payload if p is not None], runs[m, x1].get("fixed", []))
+    if not by_module:
+        return
     for (units, b), run in runs.items():
         exact = {**run, "a0": run["raw"], "a1": [0] * len(run["raw"])}
-        by_module = {**exact, "order": run["mod"]}
         want = replay_run(exact, b, (), reserved=False)
-        got = replay_run(by_module, b, (), reserved=False)
+        got = replay_run({**exact, "order": run["mod"]}, b, (), reserved=False)
         if list(got.items()) != list(want.items()):
             raise NotModelledError(
                 f"no layer growth: at {units} units the modules' order depends on the layers",
@@ -371,7 +399,11 @@ def _same_structure(one: tuple[Sequence, list[Any]], two: tuple[Sequence, list[A
     """Whether two runs are the same events, owners and phases in the same order (sizes aside):
     one line in the batch size can describe both."""
     (s1, _p1), (s2, _p2) = one, two
-    return s1.links == s2.links and [_bare(i) for i in s1.items] == [_bare(i) for i in s2.items]
+    return (
+        s1.links == s2.links
+        and s1.firsts == s2.firsts
+        and [_bare(i) for i in s1.items] == [_bare(i) for i in s2.items]
+    )
 
 
 def _solved(

@@ -12,12 +12,17 @@ same content both times and every position must move by a fixed amount per step;
 grows the run to any layer count by inserting the chunks again. The caller checks the grown run
 against a trace it did not learn from (one more layer, another batch size), to the event.
 
-The sequences are :mod:`memfit.estimate.derived.events`' (items and links).
+The sequences are :mod:`memfit.estimate.derived.events`' (items and links). A rank run's second
+links (``firsts``: each birth's first birth of its layer-indexed module) are learned, drifted and
+grown the same way as the first ones, with the chunks the first ones place; where they do not
+follow a rule there (the chunks took one layer's events for new in one place and another
+layer's in another), the rule has none (``Rule.first_links`` None) and grows none.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 from memfit.errors import NotModelledError
@@ -28,6 +33,8 @@ from memfit.estimate.derived.events import Item, Sequence
 class _Step:
     chunks: list[tuple[int, int, int, list[tuple[Any, ...]]]]  # (at, start, end in new, links)
     retargets: list[tuple[int, tuple[Any, ...]]]  # (old index, link)
+    first_links: list[list[tuple[Any, ...]]] | None = None  # per chunk: second link per item
+    first_retargets: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +46,10 @@ class Rule:
     chunks: list[tuple[int, int, list[tuple[Any, ...]]]]  # (at, drift, link per chunk item)
     retargets: list[tuple[int, int, tuple[Any, ...]]]  # (old index, drift, link)
     template: list[tuple[int, int]]  # per chunk: (start, end) in the sequence at n0 + 1
+    #: the second links (``Sequence.firsts``) where the runs have them: per chunk item, and
+    #: the old events whose second link changes (old index, drift, link)
+    first_links: list[list[tuple[Any, ...]]] | None = None
+    first_retargets: list[tuple[int, int, tuple[Any, ...]]] = field(default_factory=list)
 
 
 def _refuse(why: str) -> NotModelledError:
@@ -123,14 +134,25 @@ def _step(a: Sequence, b: Sequence, chunks: list[tuple[int, int, int]]) -> _Step
             return ("new", *inserted[j])
         return ("old", old_of[j])
 
+    def changed(old: list[int], new: list[int]) -> list[tuple[int, tuple[Any, ...]]]:
+        out = []
+        for i, target in enumerate(old):
+            expected = new_of[target] if target >= 0 else -1
+            got = new[new_of[i]]
+            if got != expected:
+                out.append((i, link(got)))
+        return out
+
     out = [(at, j1, j2, [link(b.links[j]) for j in range(j1, j2)]) for at, j1, j2 in chunks]
-    retargets = []
-    for i, target in enumerate(a.links):
-        expected = new_of[target] if target >= 0 else -1
-        got = b.links[new_of[i]]
-        if got != expected:
-            retargets.append((i, link(got)))
-    return _Step(chunks=out, retargets=retargets)
+    if a.firsts is None or b.firsts is None:
+        return _Step(chunks=out, retargets=changed(a.links, b.links))
+    bf = b.firsts
+    return _Step(
+        chunks=out,
+        retargets=changed(a.links, b.links),
+        first_links=[[link(bf[j]) for j in range(j1, j2)] for _at, j1, j2 in chunks],
+        first_retargets=changed(a.firsts, bf),
+    )
 
 
 def _by_phase(b: Sequence, chunks: list[tuple[int, int, int]]) -> list[int]:
@@ -272,7 +294,32 @@ def learn(s0: Sequence, s1: Sequence, s2: Sequence, *, n0: int) -> Rule:
     for (i1, r1), (i2, r2) in zip(first.retargets, second.retargets, strict=True):
         retargets.append((i1, i2 - i1, _drift(r1, r2)))
     template = [(j1, e1) for _at, j1, e1, _l in first.chunks]
-    return Rule(n0=n0, chunks=chunks, retargets=retargets, template=template)
+    if (s0.firsts is None) != (s2.firsts is None) or (s1.firsts is None) != (s2.firsts is None):
+        raise _refuse("some layer runs have a module order and some do not")
+    plain = Rule(n0=n0, chunks=chunks, retargets=retargets, template=template)
+    if first.first_links is None or second.first_links is None:
+        return plain
+    # the second links with the chunks the storage links placed; where they do not grow by a
+    # rule (the chunks took another layer's place for new), the rule keeps no module order
+    if len(first.first_retargets) != len(second.first_retargets):
+        return plain
+    try:
+        return _with_second_links(plain, first, second)
+    except NotModelledError:
+        return plain
+
+
+def _with_second_links(plain: Rule, first: _Step, second: _Step) -> Rule:
+    assert first.first_links is not None and second.first_links is not None
+    first_links = [
+        [_drift(x, y) for x, y in zip(l1, l2, strict=True)]
+        for l1, l2 in zip(first.first_links, second.first_links, strict=True)
+    ]
+    first_retargets = [
+        (i1, i2 - i1, _drift(r1, r2))
+        for (i1, r1), (i2, r2) in zip(first.first_retargets, second.first_retargets, strict=True)
+    ]
+    return dataclasses.replace(plain, first_links=first_links, first_retargets=first_retargets)
 
 
 def _drift(first: tuple[Any, ...], second: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -293,19 +340,24 @@ def grow(
         raise ValueError("grow starts from the run the rule's template comes from")
     parts = [(seq.items[s:e], payload[s:e]) for s, e in rule.template]
     items, links, pay = list(seq.items), list(seq.links), list(payload)
+    # a rule without second links grows none (the caller checks the order another way)
+    firsts = None if seq.firsts is None or rule.first_links is None else list(seq.firsts)
     for step in range(n, to):
-        items, links, pay = _grow_once(items, links, pay, rule, parts, step - rule.n0)
-    return Sequence(items=items, links=links), pay
+        items, links, pay, firsts = _grow_once(
+            items, links, pay, firsts, rule, parts, step - rule.n0
+        )
+    return Sequence(items=items, links=links, firsts=firsts), pay
 
 
 def _grow_once(
     items: list[Item],
     links: list[int],
     pay: list[Any],
+    firsts: list[int] | None,
     rule: Rule,
     parts: list[tuple[list[Item], list[Any]]],
     d: int,
-) -> tuple[list[Item], list[int], list[Any]]:
+) -> tuple[list[Item], list[int], list[Any], list[int] | None]:
     size = len(items)
     at = [a + d * drift for a, drift, _l in rule.chunks]
     if any(not 0 <= a <= size for a in at):
@@ -350,4 +402,17 @@ def _grow_once(
         if not 0 <= old < size:
             raise _refuse("a retargeted event lies outside the run")
         out_links[new_of[old]] = resolve(link)
-    return out_items, out_links, out_pay
+    if firsts is None or rule.first_links is None:
+        return out_items, out_links, out_pay, None
+    out_firsts = [-1] * (size + shift)
+    for i in range(size):
+        out_firsts[new_of[i]] = new_of[firsts[i]] if firsts[i] >= 0 else -1
+    for k, chunk_firsts in enumerate(rule.first_links):
+        for o, link in enumerate(chunk_firsts):
+            out_firsts[start[k] + o] = resolve(link)
+    for i, drift, link in rule.first_retargets:
+        old = i + d * drift
+        if not 0 <= old < size:
+            raise _refuse("a retargeted event lies outside the run")
+        out_firsts[new_of[old]] = resolve(link)
+    return out_items, out_links, out_pay, out_firsts
