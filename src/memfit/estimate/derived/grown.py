@@ -24,6 +24,13 @@ from typing import Any
 from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.derived import layers
 from memfit.estimate.derived.events import Item, Sequence, at_batch, from_sequence, to_sequence
+from memfit.estimate.derived.staging import (
+    constant_payload,
+    stage_at,
+    stage_line,
+    stage_of,
+    staged_payload,
+)
 from memfit.estimate.trace import build
 from memfit.spec import WorkloadSpec
 
@@ -185,7 +192,7 @@ def record_grown(
         if (m, b) not in seqs:
             rec = trace(m, b)
             runs[m, b], results[m, b] = rec.runs[0], rec.result
-            seqs[m, b] = to_sequence(rec.runs[0])
+            seqs[m, b] = staged_payload(to_sequence(rec.runs[0]), rec.runs[0])
         return seqs[m, b]
 
     # batch 1 on the line through 1 and 2 where it runs the same kernels, else its own run and
@@ -198,7 +205,12 @@ def record_grown(
     check_m, check_b = CHECK[0], CHECK[1] + x1 - 1
     want = seq_at(check_m, check_b)[0]
     grown, grown_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=check_m)
-    if grown.links != want.links or at_batch(grown, grown_pay, check_b) != want.items:
+    want_stage = stage_at(seq_at(check_m, check_b)[1], check_b)
+    if (
+        grown.links != want.links
+        or at_batch(grown, grown_pay, check_b) != want.items
+        or stage_at(grown_pay, check_b) != want_stage
+    ):
         raise NotModelledError(
             f"no layer growth: the run grown to {check_m} units differs from its trace",
             engine="derived",
@@ -216,14 +228,18 @@ def record_grown(
     if squeezed:
         rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0])
         start1, raw1 = seq_at(SOLVED_UNITS, 1)
-        payload1 = [None if r is None else (r, 0) for r in raw1]
+        payload1 = [constant_payload(r) for r in raw1]
         check1 = UNITS[-1]
         if not _same_shape(rule1, rule):
             # batch 1 runs other kernels in every layer: its own rule, checked on its own trace
             check1 = check_m
             want1 = seq_at(check_m, 1)[0]
             grown1, pay1 = layers.grow(start1, payload1, rule1, n=SOLVED_UNITS, to=check_m)
-            if grown1.links != want1.links or at_batch(grown1, pay1, 1) != want1.items:
+            if (
+                grown1.links != want1.links
+                or at_batch(grown1, pay1, 1) != want1.items
+                or stage_at(pay1, 1) != stage_at(seq_at(check_m, 1)[1], 1)
+            ):
                 raise NotModelledError(
                     f"no layer growth: batch 1's run grown to {check_m} units differs from its "
                     "trace",
@@ -281,6 +297,9 @@ def _full(
 ) -> dict[str, Any]:
     full, full_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=units)
     run = from_sequence(full, full_pay, comps=tables["comps"], mods=tables["mods"])
+    stage = stage_of(full, full_pay)
+    if stage:
+        run["stage"] = stage
     run["counts"] = {var.name: var.count}
     run["const"] = const
     if "order" in tables:  # a rank rewrite's module order: by module (see _rank_checks)
@@ -335,6 +354,9 @@ def _solved(
     for r1, r2 in zip(one[1], two[1], strict=True):
         if r1 is None:
             payload.append(None)
+            continue
+        if isinstance(r1, tuple):  # a CUDA reduction's staging: its arguments as lines
+            payload.append((0, 0, stage_line(r1, r2, x1)))
             continue
         if r2 < r1:
             raise NotModelledError(
