@@ -29,9 +29,7 @@ def test_a_reductions_arguments_are_solved_as_lines_and_sized_per_batch_and_devi
     run = {"a0": [100, 0, 0, 50], "stage": [solved]}
     for device in (cuda_reduce.DEFAULT_DEVICE, T4):
         for batch in (1, 5, 64):
-            buf, sem = cuda_reduce.reduce_staging_bytes(
-                (batch * 128, 768), [0], device=device
-            )
+            buf, sem = cuda_reduce.reduce_staging_bytes((batch * 128, 768), [0], device=device)
             got = staging_sizes(run, batch, device)
             assert got is not None
             assert got.tolist() == [0, cuda_reduce.rounded(buf), cuda_reduce.rounded(sem), 0]
