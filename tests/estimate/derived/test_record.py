@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 
 from memfit.estimate.derived.form import replay_run
 from memfit.estimate.derived.record import Recorder, record
+from memfit.estimate.derived.staging import constant_stage
 from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
 from memfit.spec import WorkloadSpec
 
@@ -33,7 +34,8 @@ def _traced(config: dict[str, Any], w: WorkloadSpec) -> dict[str, Any]:
     finally:
         RUN_OBSERVER.reset(token)
     (run,) = rec.runs
-    return {**run, "a0": run["raw"], "a1": [0] * len(run["raw"])}
+    stage = constant_stage(run.get("stage", []))  # the reductions' arguments, as traced
+    return {**run, "a0": run["raw"], "a1": [0] * len(run["raw"]), "stage": stage}
 
 
 @pytest.mark.slow

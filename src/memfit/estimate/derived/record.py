@@ -291,7 +291,15 @@ def record(
 def _same_structure(a: Recorder, b: Recorder) -> bool:
     if len(a.runs) != len(b.runs):
         return False
-    return all(ra[f] == rb[f] for ra, rb in zip(a.runs, b.runs, strict=True) for f in _STRUCTURE)
+    return all(
+        all(ra[f] == rb[f] for f in _STRUCTURE) and _reductions(ra) == _reductions(rb)
+        for ra, rb in zip(a.runs, b.runs, strict=True)
+    )
+
+
+def _reductions(run: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """A run's CUDA reductions, their arguments aside: births, reduced dimensions, accumulator."""
+    return [(s[0], tuple(s[3]), s[4]) for s in run.get("stage", [])]
 
 
 #: What traces at two batch sizes must share for one form to describe both.
