@@ -81,14 +81,16 @@ def staging_sizes(
 ) -> np.ndarray | None:
     """Per birth of ``run``: its staging bytes at batch size ``x`` on ``device`` (None: a GPU
     with no staging model, ROCm: 0), rounded to the allocator's 512 B blocks, 0 for every other
-    birth; None where the run records no reduction."""
+    birth; None where the run records no reduction. ``stage`` entries solved (7 fields) or as
+    recorded (5 fields: ``[birth, shape, strides, dims, acc_bytes]``, the traced batch's own)."""
     stage = run.get("stage")
     if not stage:
         return None
     out = np.zeros(len(run["a0"]), dtype=np.int64)
     if device is None:
         return out
-    for birth, s0, s1, t0, t1, dims, acc in stage:
+    for entry in stage:  # solved; or as recorded (a trace's run replayed at its own batch)
+        birth, s0, s1, t0, t1, dims, acc = entry if len(entry) == 7 else constant_stage([entry])[0]
         shape = [a + b * x for a, b in zip(s0, s1, strict=True)]
         strides = [a + b * x for a, b in zip(t0, t1, strict=True)]
         buf, sem = cuda_reduce.reduce_staging_bytes(
