@@ -40,8 +40,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from memfit.errors import NotModelledError
+from memfit.estimate import cuda_reduce
 from memfit.estimate.derived import cache
 from memfit.estimate.derived.compiled import compile_run
+from memfit.estimate.derived.staging import staging_sizes
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.pipeline import assemble, check_gpu, prepare_workload, with_notes
 from memfit.estimate.result import MemoryEstimate
@@ -54,7 +56,7 @@ Progress = Callable[[str], None]
 _FORMS: dict[str, dict[str, Any]] = {}
 #: Per form (by identity) and GPU workspaces: batch size -> (peak live bytes, reserved bytes) of
 #: every exact replay in this process; a guide's reserved bytes scale the nearest one's ratio.
-_EXACT: dict[tuple[int, tuple[int, ...]], dict[int, tuple[int, int]]] = {}
+_EXACT: dict[tuple[int, tuple[int, ...], Any], dict[int, tuple[int, int]]] = {}
 
 
 def refusal(source: Any, workload: WorkloadSpec) -> str | None:
@@ -109,13 +111,14 @@ def guide_derived(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> Me
     w, prepared_notes = prepare_workload(source.config, workload)
     check_gpu(w, gpu)
     workspaces = allocator_workspaces(gpu, training=w.is_train)
-    seen = _EXACT.get((id(form), workspaces))
+    device = cuda_reduce.device_for(gpu)
+    seen = _EXACT.get((id(form), workspaces, device))
     if not seen:
         raise NotModelledError(
             "no guide yet: no batch size of this form was replayed exactly on this GPU",
             engine="derived",
         )
-    flat = _flat(form, w.batch_size, workspaces, reserved=False)
+    flat = _flat(form, w.batch_size, workspaces, device, reserved=False)
     flat["reserved"], how = _guide_reserved(seen, w.batch_size, _peak_live(flat))
     guide = {"reserved": f"{how} (not replayed)"}
     return _result(form, source, w, gpu, flat, prepared_notes, started, False, guide=guide)
@@ -196,7 +199,8 @@ def _evaluate(
     started = time.perf_counter() if started is None else started
     w, prepared_notes = prepare_workload(source.config, workload)
     check_gpu(w, gpu)
-    flat = _flat(form, w.batch_size, allocator_workspaces(gpu, training=w.is_train))
+    workspaces = allocator_workspaces(gpu, training=w.is_train)
+    flat = _flat(form, w.batch_size, workspaces, cuda_reduce.device_for(gpu))
     return _result(form, source, w, gpu, flat, prepared_notes, started, built)
 
 
@@ -237,10 +241,17 @@ def _result(
 
 
 def _flat(
-    form: dict[str, Any], x: int, workspaces: tuple[int, ...], *, reserved: bool = True
+    form: dict[str, Any],
+    x: int,
+    workspaces: tuple[int, ...],
+    device: cuda_reduce.ReduceDevice | None,
+    *,
+    reserved: bool = True,
 ) -> Flat:
-    """The form's flat numbers at batch size ``x``; without ``reserved``, no allocator replay
-    (no ``reserved`` key). A batch size the trace could not run (``fails``): its TraceError."""
+    """The form's flat numbers at batch size ``x``, its CUDA reduction staging sized for
+    ``device`` (``cuda_reduce.device_for`` of the estimate's GPU, as the trace engine sizes it);
+    without ``reserved``, no allocator replay (no ``reserved`` key). A batch size the trace
+    could not run (``fails``): its TraceError."""
     failed = form.get("fails", {}).get(str(x))
     if failed is not None:
         from memfit.errors import TraceError
@@ -248,18 +259,23 @@ def _flat(
         raise TraceError(failed)
     chosen = form.get("exact", {}).get(str(x), form["runs"])
     runs = {_counts_key(r["counts"]): r for r in chosen}
+
+    def replay(run: dict[str, Any]) -> Flat:
+        extra = staging_sizes(run, x, device)
+        return compile_run(run).flat(x, workspaces, reserved=reserved, extra=extra)
+
     if len(runs) == 1:
-        flat = compile_run(next(iter(runs.values()))).flat(x, workspaces, reserved=reserved)
+        flat = replay(next(iter(runs.values())))
     else:
         period, prefix = _extrapolation_steps([r["counts"] for r in chosen])
         targets = dict(form["trace"]["layers"])
 
         def run(counts: dict[str, int]) -> Flat:
-            return compile_run(runs[_counts_key(counts)]).flat(x, workspaces, reserved=reserved)
+            return replay(runs[_counts_key(counts)])
 
         flat, _check = extrapolated(run, targets, period, prefix)
     if reserved:
-        seen = _EXACT.setdefault((id(form), workspaces), {})
+        seen = _EXACT.setdefault((id(form), workspaces, device), {})
         seen[x] = (_peak_live(flat), int(flat["reserved"]))
     return flat
 

@@ -38,7 +38,9 @@ from memfit.spec import WorkloadSpec
 #: (``order``, ``fixed``; several phase marks may share an instant).
 #: 5: a batch size the trace cannot run (ResNet training at batch 1) kept as its error, the rest
 #: solved (refused before).
-FORMAT = 5
+#: 6: CUDA reduction staging recorded as the reductions' arguments (``stage``), sized at the
+#: estimate's batch size and GPU (derived/staging.py), not as sizes a0 + a1 * batch.
+FORMAT = 6
 #: The libraries whose versions are part of the key.
 VERSIONED = ("torch", "transformers", "peft")
 

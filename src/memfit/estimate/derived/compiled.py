@@ -145,10 +145,18 @@ class Compiled:
         return max((p for _phase, p, _at in peaks), default=0)
 
     # ------------------------------------------------------------------ the flat numbers
-    def flat(self, x: int, workspaces: tuple[int, ...], *, reserved: bool = True) -> Flat:
+    def flat(
+        self,
+        x: int,
+        workspaces: tuple[int, ...],
+        *,
+        reserved: bool = True,
+        extra: np.ndarray | None = None,
+    ) -> Flat:
         """The flat numbers at batch size ``x`` (those of ``form.replay_run``); without
-        ``reserved`` the allocator replay is left out (no ``reserved`` key)."""
-        sizes = self.sizes(x)
+        ``reserved`` the allocator replay is left out (no ``reserved`` key). ``extra``: bytes
+        added to each birth's size (CUDA reduction staging, ``derived/staging.py``)."""
+        sizes = self.sizes(x) if extra is None else self.sizes(x) + extra
         peaks = self.peaks(self.live_totals(sizes))
         flat: Flat = dict(self.const)
         order = sorted(range(len(peaks)), key=lambda k: peaks[k][2])  # stable: ties keep order

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from memfit.estimate.cuda_reduce import DEFAULT_DEVICE, ReduceDevice
+from memfit.estimate.derived.staging import staging_sizes
 from memfit.estimate.trace.allocator import simulate
 from memfit.estimate.trace.flat import Flat
 
@@ -47,15 +49,24 @@ def phase_marks(run: dict[str, Any]) -> dict[int, list[str]]:
 
 
 def replay_run(
-    run: dict[str, Any], x: int, workspaces: tuple[int, ...], *, reserved: bool = True
+    run: dict[str, Any],
+    x: int,
+    workspaces: tuple[int, ...],
+    *,
+    reserved: bool = True,
+    device: ReduceDevice | None = DEFAULT_DEVICE,
 ) -> Flat:
     """The flat numbers of ``run`` at batch size ``x`` (as the trace engine's ``flatten_trace``
     and reserved replay give them), ``workspaces``: the GPU's cuBLAS workspace requests; without
-    ``reserved``, no allocator replay (no ``reserved`` key).
+    ``reserved``, no allocator replay (no ``reserved`` key); ``device``: the GPU the CUDA
+    reduction staging is sized for (``derived/staging.py``; None: none is).
 
     This is the reference: an event-by-event replay, as the tracker counts. Estimates evaluate
     the same numbers with arrays (:mod:`memfit.estimate.derived.compiled`, tested against it)."""
     sizes = sizes_at(run, x)
+    extra = staging_sizes(run, x, device)  # CUDA reduction staging on ``device``
+    if extra is not None:
+        sizes = [n + int(e) for n, e in zip(sizes, extra, strict=True)]
     ev: list[int] = run["ev"]
     marks = phase_marks(run)
     peaks = _phase_peaks(ev, sizes, marks)
@@ -136,10 +147,16 @@ def _snapshots(
 def _reserved(ev: list[int], sizes: list[int], workspaces: tuple[int, ...]) -> int:
     events: list[tuple[str, int, int]] = [("a", -1 - i, n) for i, n in enumerate(workspaces)]
     ai = 0
+    empty: set[int] = set()  # keys born with 0 bytes: no event (the tracker records none)
     for e in ev:
         if e & 1:
-            events.append(("f", e >> 1, 0))
-        else:
+            if e >> 1 not in empty:
+                events.append(("f", e >> 1, 0))
+        elif sizes[ai]:
+            empty.discard(e >> 1)
             events.append(("a", e >> 1, sizes[ai]))
+            ai += 1
+        else:
+            empty.add(e >> 1)
             ai += 1
     return simulate(events).peak_reserved_bytes

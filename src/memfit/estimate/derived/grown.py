@@ -27,6 +27,13 @@ from typing import Any
 from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.derived import layers, workers
 from memfit.estimate.derived.events import Item, Sequence, at_batch, from_sequence, to_sequence
+from memfit.estimate.derived.staging import (
+    constant_payload,
+    stage_at,
+    stage_line,
+    stage_of,
+    staged_payload,
+)
 from memfit.estimate.trace import build
 from memfit.spec import WorkloadSpec
 
@@ -197,7 +204,7 @@ def record_grown(
 
     def keep(mb: tuple[int, int], rec: Any) -> None:
         runs[mb], results[mb] = rec.runs[0], rec.result
-        seqs[mb] = to_sequence(rec.runs[0])
+        seqs[mb] = staged_payload(to_sequence(rec.runs[0]), rec.runs[0])
 
     def seq_at(m: int, b: int) -> tuple[Sequence, list[Any]]:
         if (m, b) not in seqs:
@@ -252,10 +259,12 @@ def _grown_form(
     check_m, check_b = CHECK[0], CHECK[1] + x1 - 1
     want = seq_at(check_m, check_b)[0]
     grown, grown_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=check_m)
+    want_stage = stage_at(seq_at(check_m, check_b)[1], check_b)
     if (
         grown.links != want.links
         or (grown.firsts is not None and grown.firsts != want.firsts)
         or at_batch(grown, grown_pay, check_b) != want.items
+        or stage_at(grown_pay, check_b) != want_stage
     ):
         raise NotModelledError(
             f"no layer growth: the run grown to {check_m} units differs from its trace",
@@ -273,7 +282,7 @@ def _grown_form(
         rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0])
         rules.append(rule1)
         start1, raw1 = seq_at(SOLVED_UNITS, 1)
-        payload1 = [None if r is None else (r, 0) for r in raw1]
+        payload1 = [constant_payload(r) for r in raw1]
         check1 = UNITS[-1]
         if not _same_shape(rule1, rule):
             # batch 1 runs other kernels in every layer: its own rule, checked on its own trace
@@ -284,6 +293,7 @@ def _grown_form(
                 grown1.links != want1.links
                 or (grown1.firsts is not None and grown1.firsts != want1.firsts)
                 or at_batch(grown1, pay1, 1) != want1.items
+                or stage_at(pay1, 1) != stage_at(seq_at(check_m, 1)[1], 1)
             ):
                 raise NotModelledError(
                     f"no layer growth: batch 1's run grown to {check_m} units differs from its "
@@ -355,6 +365,9 @@ def _full(
 ) -> dict[str, Any]:
     full, full_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=units)
     run = from_sequence(full, full_pay, comps=tables["comps"], mods=tables["mods"])
+    stage = stage_of(full, full_pay)
+    if stage:
+        run["stage"] = stage
     run["counts"] = {var.name: var.count}
     run["const"] = const
     if "order" in tables and "order" not in run:  # no second links grown: by module
@@ -419,6 +432,9 @@ def _solved(
     for r1, r2 in zip(one[1], two[1], strict=True):
         if r1 is None:
             payload.append(None)
+            continue
+        if isinstance(r1, tuple):  # a CUDA reduction's staging: its arguments as lines
+            payload.append((0, 0, stage_line(r1, r2, x1)))
             continue
         if r2 < r1:
             raise NotModelledError(

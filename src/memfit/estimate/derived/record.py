@@ -25,9 +25,11 @@ from typing import Any
 
 from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.derived.events import frees_in_order
+from memfit.estimate.derived.staging import constant_stage, solve_stage
 from memfit.estimate.trace import build
+from memfit.estimate.trace.cuda_emulation import reduction_call, reduction_workspaces
 from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
-from memfit.estimate.trace.tracker import StorageTracker
+from memfit.estimate.trace.tracker import OP_WORKSPACES, StorageTracker
 from memfit.spec import WorkloadSpec
 
 #: The batch sizes traced first: the first two solve each size, the last checks it.
@@ -35,15 +37,28 @@ POINTS = (1, 2, 3)
 
 
 class RecordingTracker(StorageTracker):
-    """The trace engine's tracker, also keeping raw sizes and phase changes per event."""
+    """The trace engine's tracker, also keeping raw sizes and phase changes per event, and every
+    CUDA reduction that runs ``gpu_reduce_kernel`` (``stage``) with its staging births.
+
+    The staging is a step function of the token count and of the GPU's SM count, not a line in
+    the batch size: the recorded events hold a birth and a death of the buffer and of the
+    semaphores for every such reduction, whether or not it stages at the traced batch size and
+    GPU (a reduction that does not stage: placeholders in the recorded events only, never in the
+    tracker's own events, which the trace engine's answer comes from), their raw sizes 0, and
+    ``stage`` the reduction's arguments, from which an estimate sizes them
+    (:mod:`memfit.estimate.derived.staging`)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.raw: list[int] = []  # per event: raw bytes of a birth, 0 for a death
+        self.rec: list[tuple[str, int]] = []  # the recorded events: (op, key)
+        self.raw: list[int] = []  # per recorded event: raw bytes of a birth, 0 for a death
         self.marks: list[tuple[int, str]] = []
         self._last_raw = 0
-        self.staging: list[int] = []  # births (indices into the raw sizes) of kernel workspaces
+        # per reduction: [buffer birth (the semaphores' is the next), shape, strides, dims, acc]
+        self.stage: list[list[Any]] = []
+        self.placeholders: dict[int, str] = {}  # key -> module of a staging that did not stage
         self._n_births = 0
+        self._staged: int | None = None
 
     def _rounded(self, n_bytes: int) -> int:
         self._last_raw = n_bytes
@@ -51,14 +66,39 @@ class RecordingTracker(StorageTracker):
 
     def _copy_new_events(self, before: int) -> None:
         events = self.events or []
-        for op, _key, _n in events[before:]:
+        for op, key, _n in events[before:]:
+            self.rec.append((op, key))
             self.raw.append(self._last_raw if op == "a" else 0)
             self._n_births += op == "a"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self._staged = None
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if OP_WORKSPACES.get() is reduction_workspaces:
+            call = reduction_call(func, args, kwargs or {})
+            if call is not None:
+                self._record_stage(call)
+        self._staged = None
+        return out
 
     def _workspaces(self, sizes: tuple[int, ...]) -> None:
         first = self._n_births  # CUDA reduction staging (cuda_emulation.reduction_workspaces)
         super()._workspaces(sizes)
-        self.staging.extend(range(first, self._n_births))
+        self._staged = first
+
+    def _record_stage(self, call: tuple[Any, ...]) -> None:
+        shape, strides, dims, acc_bytes = call
+        first = self._staged
+        if first is None:  # no staging at this batch size and GPU: the same events, 0 bytes
+            module = self._module_stack[-1] if self._module_stack else self._outside_owner()
+            buf, sem = next(self._counter), next(self._counter)
+            self.placeholders[buf] = self.placeholders[sem] = module
+            first = self._n_births
+            for op, key in (("a", buf), ("a", sem), ("f", sem), ("f", buf)):
+                self.rec.append((op, key))
+                self.raw.append(0)
+            self._n_births += 2
+        self.stage.append([first, list(shape), list(strides), list(dims), acc_bytes])
 
     def _set_live(self, key: int, n_bytes: int) -> None:
         before = len(self.events or [])
@@ -75,7 +115,7 @@ class RecordingTracker(StorageTracker):
         return set(self._ignored)
 
     def set_phase(self, phase: str) -> None:
-        self.marks.append((len(self.events or []), phase))
+        self.marks.append((len(self.rec), phase))
         super().set_phase(phase)
 
 
@@ -101,21 +141,25 @@ class Recorder:
 
 
 def _run_record(counts: dict[str, int], t: RecordingTracker, flat: dict[str, float]) -> dict:
-    events = t.events or []
     comps: dict[str, int] = {}
     mods: dict[str, int] = {}
     key_comp: dict[int, int] = {}
     key_mod: dict[int, int] = {}
-    for key, st in t.storages.items():
-        comp = t.component_of(key)
-        mod = build.generic_module_name(st.module or "(top-level forward, e.g. the loss)")
+    owners = {k: (t.component_of(k), st.module) for k, st in t.storages.items()}
+    owners.update({k: ("temporary", m) for k, m in t.placeholders.items()})
+    for key in sorted(owners):  # the tracker's storages are born in key order
+        comp, module = owners[key]
+        mod = build.generic_module_name(module or "(top-level forward, e.g. the loss)")
         key_comp[key] = comps.setdefault(comp, len(comps))
         key_mod[key] = mods.setdefault(mod, len(mods))
-    n_keys = max(t.storages, default=-1) + 1
+    n_keys = max(owners, default=-1) + 1
+    raw = [n for (op, _k), n in zip(t.rec, t.raw, strict=True) if op == "a"]
+    for s in t.stage:  # sized by an estimate from the reduction's arguments (derived/staging.py)
+        raw[s[0]] = raw[s[0] + 1] = 0
     return {
         "counts": dict(counts),
-        "ev": frees_in_order([key << 1 | (op == "f") for op, key, _ in events], t.marks),
-        "raw": [n for (op, _k, _n), n in zip(events, t.raw, strict=True) if op == "a"],
+        "ev": frees_in_order([key << 1 | (op == "f") for op, key in t.rec], t.marks),
+        "raw": raw,
         "marks": [list(m) for m in t.marks],
         "comps": list(comps),
         "mods": list(mods),
@@ -125,7 +169,7 @@ def _run_record(counts: dict[str, int], t: RecordingTracker, flat: dict[str, flo
         "ignored": sorted(t.ignored_keys()),
         "mod": [key_mod.get(k, 0) for k in range(n_keys)],
         "const": {k: v for k, v in flat.items() if not k.startswith("phase/") and k != "reserved"},
-        "staging": list(t.staging),  # read by solve() to say why sizes are not linear; not kept
+        "stage": [list(s) for s in t.stage],  # solved by solve() (staging.solve_stage)
     }
 
 
@@ -247,7 +291,15 @@ def record(
 def _same_structure(a: Recorder, b: Recorder) -> bool:
     if len(a.runs) != len(b.runs):
         return False
-    return all(ra[f] == rb[f] for ra, rb in zip(a.runs, b.runs, strict=True) for f in _STRUCTURE)
+    return all(
+        all(ra[f] == rb[f] for f in _STRUCTURE) and _reductions(ra) == _reductions(rb)
+        for ra, rb in zip(a.runs, b.runs, strict=True)
+    )
+
+
+def _reductions(run: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """A run's CUDA reductions, their arguments aside: births, reduced dimensions, accumulator."""
+    return [(s[0], tuple(s[3]), s[4]) for s in run.get("stage", [])]
 
 
 #: What traces at two batch sizes must share for one form to describe both.
@@ -257,10 +309,12 @@ _STRUCTURE = ("counts", "ev", "marks", "comps", "mods", "comp", "mod", "ignored"
 def _constant(run: dict[str, Any]) -> dict[str, Any]:
     """A run kept as traced: its sizes are its own (no batch term)."""
     sizes = run["raw"]
-    return {k: v for k, v in run.items() if k not in _NOT_KEPT} | {
-        "a0": sizes,
-        "a1": [0] * len(sizes),
-    }
+    stage = constant_stage(run.get("stage", []))
+    return (
+        {k: v for k, v in run.items() if k not in _NOT_KEPT}
+        | {"a0": sizes, "a1": [0] * len(sizes)}
+        | ({"stage": stage} if stage else {})
+    )
 
 
 def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str, Any]:
@@ -288,7 +342,12 @@ def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str
         ]
         if bad:
             raise _refuse(_not_linear(run, bad, points))
-        runs.append({k: v for k, v in run.items() if k not in _NOT_KEPT} | {"a0": a0, "a1": a1})
+        stage = solve_stage([rec.runs[r].get("stage", []) for rec in recorded], points)
+        runs.append(
+            {k: v for k, v in run.items() if k not in _NOT_KEPT}
+            | {"a0": a0, "a1": a1}
+            | ({"stage": stage} if stage else {})
+        )
     result = first.result
     return {
         "runs": runs,
@@ -300,27 +359,17 @@ def solve(recorded: list[Recorder], *, points: tuple[int, int, int]) -> dict[str
 
 
 #: What a recorded run holds that a form does not keep.
-_NOT_KEPT = ("raw", "staging")
+_NOT_KEPT = ("raw", "stage")
 
 
 def _not_linear(run: dict[str, Any], bad: list[int], points: tuple[int, ...]) -> str:
-    """Why the sizes ``bad`` (indices of births) of ``run`` refuse a form: how many, and which
-    of them are CUDA reduction staging buffers (not a polynomial in the batch size)."""
-    staging = set(run.get("staging", ()))
-    n_staging = sum(1 for i in bad if i in staging)
+    """Why the sizes ``bad`` (indices of births) of ``run`` refuse a form: how many, and where
+    the first is (CUDA reduction staging is not among them: it is sized from the reduction's
+    arguments, :mod:`memfit.estimate.derived.staging`)."""
     births = [e >> 1 for e in run["ev"] if not e & 1]
     where = run["mods"][run["mod"][births[bad[0]]]] if len(births) > bad[0] else "?"
     why = f"{len(bad)} allocation sizes are not linear in the batch size (traced at {points}"
-    why += f"; the first in {where})"
-    if n_staging:
-        why += (
-            f": {n_staging} of them CUDA reduction staging buffers (gpu_reduce_kernel's "
-            "global-memory blocks of a bias or norm-weight gradient summed over every token, "
-            "sized by setReduceConfig: ceiling divisions of the token count capped by the "
-            "GPU's SM count, a step function of the batch size, not a polynomial"
-        )
-        why += ")" if n_staging == len(bad) else f"), {len(bad) - n_staging} others"
-    return why
+    return why + f"; the first in {where})"
 
 
 def _comparable(run: dict[str, Any], field: str) -> Any:

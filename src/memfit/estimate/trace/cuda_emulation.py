@@ -337,25 +337,41 @@ def _reduce_ops() -> dict[Any, str]:
     return ops
 
 
-def reduction_workspaces(
+def reduction_call(
     func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[int, ...]:
-    """Request sizes (buffer, semaphores) CUDA's reduction kernel allocates for this op, if any
-    (``gpu_reduce_kernel`` in ``aten/src/ATen/native/cuda/Reduce.cuh``)."""
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int] | None:
+    """(input shape, input strides in elements, reduced dimensions, accumulator bytes) of an op
+    that runs ``gpu_reduce_kernel`` on CUDA: what :func:`cuda_reduce.reduce_staging_bytes`
+    sizes its staging from (None: not such an op). Derived forms record these arguments and size
+    the staging at the estimate's batch size and GPU (``derived/staging.py``)."""
     acc = _REDUCE_OPS.get(func)
     if acc is None or not args or not isinstance(args[0], torch.Tensor):
-        return ()
+        return None
     x = args[0]
     acc_bytes = _ACC_BYTES.get(x.dtype) if acc == "acc" else x.element_size()
     if acc_bytes is None or x.dim() == 0:
-        return ()
+        return None
     dims = args[1] if len(args) > 1 else kwargs.get("dim")
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         dims = list(range(x.dim()))
     elif isinstance(dims, int):
         dims = [dims]
+    nd = x.dim()
+    reduced = tuple(sorted({int(d) % nd for d in dims}))
+    return tuple(x.shape), tuple(x.stride()), reduced, int(acc_bytes)
+
+
+def reduction_workspaces(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, ...]:
+    """Request sizes (buffer, semaphores) CUDA's reduction kernel allocates for this op, if any
+    (``gpu_reduce_kernel`` in ``aten/src/ATen/native/cuda/Reduce.cuh``)."""
+    call = reduction_call(func, args, kwargs)
+    if call is None:
+        return ()
+    shape, strides, dims, acc_bytes = call
     buf, sem = cuda_reduce.reduce_staging_bytes(
-        tuple(x.shape), list(dims), acc_bytes=acc_bytes, strides=tuple(x.stride())
+        shape, list(dims), acc_bytes=acc_bytes, strides=strides
     )
     return (buf, sem) if buf else ()
 
