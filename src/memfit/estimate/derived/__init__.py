@@ -204,6 +204,16 @@ def _evaluate(
     return _result(form, source, w, gpu, flat, prepared_notes, started, built)
 
 
+#: A rank-0 timeline (multi-GPU / ZeRO / offload / tp) keeps the rewrite's sizes as traced, CUDA
+#: reduction staging included (docs/accuracy.md §24): said with every such estimate.
+_RANK_STAGING_NOTE = (
+    "derived form of rank 0's timeline: CUDA reduction staging blocks are replayed as traced "
+    "(batch sizes {points}, memfit's default device); where a bias or norm-weight gradient "
+    "stages more at this batch size or on this GPU, up to one staging block is not counted "
+    "(--engine trace counts it)"
+)
+
+
 def _result(
     form: dict[str, Any],
     source: Any,
@@ -229,11 +239,14 @@ def _result(
         "wall_s": round(time.perf_counter() - started, 4),
         "derived": derived,
     }
+    notes = list(form["notes"])
+    if any("fixed" in run for run in form["runs"]):
+        notes.append(_RANK_STAGING_NOTE.format(points=tuple(form["points"])))
     result = engine_result(
         flat,
         name=source.name,
         trace=trace,
-        notes=list(form["notes"]),
+        notes=notes,
         environment=dict(form["environment"]),
         engine="derived",
     )
