@@ -18,6 +18,7 @@ acc_bytes]`` (the semaphores' birth is the next one).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -91,15 +92,31 @@ def staging_sizes(
         return out
     for entry in stage:  # solved; or as recorded (a trace's run replayed at its own batch)
         birth, s0, s1, t0, t1, dims, acc = entry if len(entry) == 7 else constant_stage([entry])[0]
-        shape = [a + b * x for a, b in zip(s0, s1, strict=True)]
-        strides = [a + b * x for a, b in zip(t0, t1, strict=True)]
-        buf, sem = cuda_reduce.reduce_staging_bytes(
-            shape, dims, acc_bytes=acc, device=device, strides=strides
-        )
+        shape = tuple(a + b * x for a, b in zip(s0, s1, strict=True))
+        strides = tuple(a + b * x for a, b in zip(t0, t1, strict=True))
+        buf, sem = _staging_blocks(shape, tuple(dims), acc, device, strides)
         if buf:
-            out[birth] = cuda_reduce.rounded(buf)
-            out[birth + 1] = cuda_reduce.rounded(sem)
+            out[birth] = buf
+            out[birth + 1] = sem
     return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _staging_blocks(
+    shape: tuple[int, ...],
+    dims: tuple[int, ...],
+    acc: int,
+    device: cuda_reduce.ReduceDevice,
+    strides: tuple[int, ...],
+) -> tuple[int, int]:
+    """One reduction's staging blocks, rounded (0, 0: none); memoised, as every layer of a
+    stack repeats its reductions' geometry."""
+    buf, sem = cuda_reduce.reduce_staging_bytes(
+        list(shape), list(dims), acc_bytes=acc, device=device, strides=list(strides)
+    )
+    if not buf:
+        return 0, 0
+    return cuda_reduce.rounded(buf), cuda_reduce.rounded(sem)
 
 
 def _refuse(why: str) -> NotModelledError:
