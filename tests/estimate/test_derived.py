@@ -129,12 +129,15 @@ def test_a_form_of_a_deep_stack_with_a_dense_prefix_follows_the_traces_extrapola
         def __init__(self, run: dict[str, Any]) -> None:
             self.layers = run["counts"]["layers"]
 
-        def flat(self, x: int, workspaces: tuple[int, ...], *, reserved: bool = True) -> Any:
+        def flat(
+            self, x: int, workspaces: tuple[int, ...], *, reserved: bool = True, extra: Any = None
+        ) -> Any:
             replayed.append(self.layers)
             return {"peak_bytes/forward": 100.0 + 10.0 * self.layers}
 
     monkeypatch.setattr(derived, "compile_run", Compiled)
     form = {"runs": [{"counts": {"layers": n}} for n in (5, 6, 7)],
             "trace": {"layers": {"layers": 61}}}  # fmt: skip
-    assert derived._flat(form, 1, (), reserved=False) == {"peak_bytes/forward": 100.0 + 10.0 * 61}
+    flat = derived._flat(form, 1, (), None, reserved=False)
+    assert flat == {"peak_bytes/forward": 100.0 + 10.0 * 61}
     assert replayed == [5, 6, 7]
