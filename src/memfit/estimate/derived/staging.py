@@ -90,14 +90,35 @@ def staging_sizes(
     out = np.zeros(len(run["a0"]), dtype=np.int64)
     if device is None:
         return out
-    for entry in stage:  # solved; or as recorded (a trace's run replayed at its own batch)
-        birth, s0, s1, t0, t1, dims, acc = entry if len(entry) == 7 else constant_stage([entry])[0]
+    for geometry, births in _by_geometry(stage).items():
+        s0, s1, t0, t1, dims, acc = geometry
         shape = tuple(a + b * x for a, b in zip(s0, s1, strict=True))
         strides = tuple(a + b * x for a, b in zip(t0, t1, strict=True))
-        buf, sem = _staging_blocks(shape, tuple(dims), acc, device, strides)
+        buf, sem = _staging_blocks(shape, dims, acc, device, strides)
         if buf:
-            out[birth] = buf
-            out[birth + 1] = sem
+            out[births] = buf
+            out[births + 1] = sem
+    return out
+
+
+#: Per stage list (by identity, kept alive with it): its births grouped by reduction geometry.
+_GROUPS: dict[int, tuple[list[list[Any]], dict[tuple[Any, ...], np.ndarray]]] = {}
+
+
+def _by_geometry(stage: list[list[Any]]) -> dict[tuple[Any, ...], np.ndarray]:
+    """``stage``'s births by their reduction's geometry (solved, or as recorded: a trace's run
+    replayed at its own batch), so that each geometry is sized once per estimate: every layer
+    of a stack repeats its reductions."""
+    kept = _GROUPS.get(id(stage))
+    if kept is not None and kept[0] is stage:
+        return kept[1]
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for entry in stage:
+        birth, s0, s1, t0, t1, dims, acc = entry if len(entry) == 7 else constant_stage([entry])[0]
+        key = (tuple(s0), tuple(s1), tuple(t0), tuple(t1), tuple(dims), acc)
+        groups.setdefault(key, []).append(birth)
+    out = {k: np.asarray(v, dtype=np.int64) for k, v in groups.items()}
+    _GROUPS[id(stage)] = (stage, out)
     return out
 
 
