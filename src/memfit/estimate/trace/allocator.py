@@ -112,6 +112,22 @@ class AllocatorResult:
     peak_reserved_at_event: int
     first_oom_at_event: int | None = None
 
+    @classmethod
+    def unbounded(
+        cls, *, peak_allocated: int, reserved: int, n_segments: int, peak_at: int
+    ) -> AllocatorResult:
+        """A default-configuration replay's result: no capacity, so no request fails and no
+        segment is released (the final reserved bytes are the peak)."""
+        return cls(
+            peak_allocated_bytes=peak_allocated,
+            peak_reserved_bytes=reserved,
+            final_reserved_bytes=reserved,
+            n_segments=n_segments,
+            n_ooms=0,
+            peak_reserved_at_event=peak_at,
+            first_oom_at_event=None,
+        )
+
 
 class _Block:
     __slots__ = ("addr", "size", "allocated", "mapped", "prev", "next", "pool")

@@ -212,12 +212,6 @@ def simulate_default_python(events: Iterable[tuple]) -> AllocatorResult:
                 f"event {index} has kind {kind!r}: use 'a' (allocate) or 'f' (free), "
                 "as in ('a', key, n_bytes) / ('f', key, 0)"
             )
-    return AllocatorResult(
-        peak_allocated_bytes=peak_allocated,
-        peak_reserved_bytes=reserved,
-        final_reserved_bytes=reserved,
-        n_segments=n_segments,
-        n_ooms=0,
-        peak_reserved_at_event=peak_at,
-        first_oom_at_event=None,
+    return AllocatorResult.unbounded(
+        peak_allocated=peak_allocated, reserved=reserved, n_segments=n_segments, peak_at=peak_at
     )

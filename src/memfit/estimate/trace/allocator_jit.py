@@ -97,14 +97,8 @@ def replay_arrays(
     status, _at, peak_allocated, reserved, n_segments, peak_at = (int(v) for v in out)
     if status != 0:
         return None
-    return AllocatorResult(
-        peak_allocated_bytes=peak_allocated,
-        peak_reserved_bytes=reserved,
-        final_reserved_bytes=reserved,
-        n_segments=n_segments,
-        n_ooms=0,
-        peak_reserved_at_event=peak_at,
-        first_oom_at_event=None,
+    return AllocatorResult.unbounded(
+        peak_allocated=peak_allocated, reserved=reserved, n_segments=n_segments, peak_at=peak_at
     )
 
 
