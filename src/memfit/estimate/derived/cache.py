@@ -29,6 +29,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from memfit.estimate.sharding import traced_step_workload
 from memfit.spec import WorkloadSpec
 
 #: Bumped when the stored layout or the replay changes: older files are then ignored.
@@ -119,7 +120,8 @@ def variant_key(config: dict[str, Any], workload: WorkloadSpec) -> str:
     which the key keeps), and the notes it adds are the workload's, added at each estimate, not
     stored in the form; so a plan's splits of one stack (mb 8 x 4, mb 4 x 8, ...) share one
     form."""
-    variant = dataclasses.replace(workload, batch_size=1, grad_accum=1)
+    # a ZeRO job's adamw-fused is traced as adamw (sharding.traced_step_workload): one form
+    variant = dataclasses.replace(traced_step_workload(workload), batch_size=1, grad_accum=1)
     text = json.dumps(
         {
             "format": FORMAT,

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from memfit.errors import NotModelledError, TraceError
+from memfit.estimate import sharding
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.pipeline import (
     EngineResult,
@@ -112,9 +113,11 @@ def trace_hf(
         targets[first] -= workload.freeze_layers
         period["frozen"] = period[first]
 
+    traced = sharding.traced_step_workload(workload)  # ZeRO: one step for both Adam names
+
     def run(counts: dict[str, int]) -> Flat:
         return _trace_once(
-            config, workload, task, stacks, counts, trust_remote_code, execution, emulate_cuda, gpu
+            config, traced, task, stacks, counts, trust_remote_code, execution, emulate_cuda, gpu
         )
 
     if extrapolate is None:
