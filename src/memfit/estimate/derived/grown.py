@@ -269,10 +269,16 @@ def _grown_form(
                 engine="derived",
             )
         rule, anchored = alt, True
+    tables, want_fixed = runs[SOLVED_UNITS, x1], runs[check_m, check_b].get("fixed")
+    if "fixed" in tables and _grown_fixed(start, tables["fixed"], rule, check_m) != want_fixed:
+        raise NotModelledError(
+            f"no layer growth: the run grown to {check_m} units sizes other births by the "
+            "multi-GPU rewrite than its trace",
+            engine="derived",
+        )
     rules = [rule]  # the rules grown below (batch 1's own one too, where squeezed)
     consts = {m: runs[m, x1]["const"] for m in UNITS}
     const = _const_line(consts, runs[check_m, check_b]["const"], check_m, units)
-    tables = runs[SOLVED_UNITS, x1]
     form: dict[str, Any] = {
         "runs": [_full(start, payload, rule, tables, var, units, const)],
         "points": [x1, x1 + 1],
@@ -384,7 +390,22 @@ def _full(
     run["const"] = const
     if "order" in tables and "order" not in run:  # no second links grown: by module
         run["order"] = list(run["mod"])  # (checked on every traced run, _rank_checks)
+    if "fixed" in tables:  # rank 0's timeline: the births the rewrite sized
+        run["fixed"] = _grown_fixed(start, tables["fixed"], rule, units)
     return run
+
+
+def _grown_fixed(start: Sequence, fixed: list[int], rule: layers.Rule, units: int) -> list[int]:
+    """The births the rank rewrite sized (``fixed``: birth indices in ``start``'s run, the
+    record's) in the run grown to ``units``, carried by the growth like the sizes."""
+    keep, births_seen = set(fixed), 0
+    flags: list[Any] = []
+    for item in start.items:
+        flags.append(item[0] == "a" and births_seen in keep)
+        births_seen += item[0] == "a"
+    grown, grown_flags = layers.grow(start, flags, rule, n=SOLVED_UNITS, to=units)
+    births = [f for item, f in zip(grown.items, grown_flags, strict=True) if item[0] == "a"]
+    return [k for k, f in enumerate(births) if f]
 
 
 def _rank_checks(
