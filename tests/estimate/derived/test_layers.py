@@ -153,3 +153,58 @@ def test_growth_starts_from_the_run_the_rule_was_learned_next_to() -> None:
     rule = layers.learn(*(seqs[n][0] for n in (2, 3, 4)), n0=2)
     with pytest.raises(ValueError, match="grow starts from"):
         layers.grow(seqs[4][0], seqs[4][1], rule, n=4, to=6)
+
+
+def _zero3_forward(n_layers: int, batch: int = 1) -> dict[str, Any]:
+    """ZeRO-3's forward as rank 0 sees it where the prefetch budget binds: each layer's MLP
+    gathers the next layer's attention ahead of it, the last layer's gathers nothing, and each
+    layer but the first frees the layer before's output (the first layer's input, the
+    embedding, is kept): one more layer's events begin inside the last layer and link into the
+    layer before it, which the first step finds in the first layer, an event shorter."""
+    r = _Run()
+    r.phase("forward")
+    h = r.born(64 * batch, "embed")
+    attn = r.born(300, "layers.*.attn (gathered)")
+    prev, saved = None, []
+    for i in range(n_layers):
+        a = r.born(128 * batch, "layers.*.attn")
+        r.free(attn)
+        res = r.born(64 * batch, "layers.*")
+        mlp = r.born(900, "layers.*.mlp (gathered)")
+        if i + 1 < n_layers:
+            attn = r.born(300, "layers.*.attn (gathered)")
+        m = r.born(256 * batch, "layers.*.mlp")
+        r.free(mlp)
+        x1, x2 = r.born(64 * batch, "layers.*"), r.born(64 * batch, "layers.*")
+        for k in ([] if prev is None else [prev]) + [res, m, x1]:
+            r.free(k)
+        saved.append(a)
+        prev = x2
+    loss = r.born(4, "loss")
+    r.phase("backward")
+    for a in reversed(saved):
+        g = r.born(256, "layers.*.grad")
+        r.free(a)
+        r.free(g)
+    for k in (prev, h, loss):
+        r.free(k)
+    return r.record()
+
+
+def test_events_linking_into_the_unit_before_grow_with_the_chunk_that_holds_them() -> None:
+    seqs = {n: to_sequence(_zero3_forward(n)) for n in (2, 3, 4)}
+    start, raw = seqs[3]
+    payload = [None if r is None else (r, 0) for r in raw]
+    mods = _zero3_forward(3)["mods"]
+
+    def grown(rule: layers.Rule, depth: int) -> tuple[Sequence, list[Any]]:
+        seq, pay = layers.grow(start, payload, rule, n=3, to=depth)
+        return _canonical(from_sequence(seq, pay, comps=["activations"], mods=mods))
+
+    plain = layers.learn(*(seqs[n][0] for n in (2, 3, 4)), n0=2)
+    anchored = layers.learn(*(seqs[n][0] for n in (2, 3, 4)), n0=2, anchored=True)
+    # the straight line through the first unit's place frees the wrong one of two twins
+    assert grown(plain, 4) == _canonical(_zero3_forward(4))
+    assert grown(plain, 5)[0].links != _canonical(_zero3_forward(5))[0].links
+    for depth in (4, 5, 9):
+        assert grown(anchored, depth) == _canonical(_zero3_forward(depth))

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from tests.conftest import TINY_LLAMA
 from tests.estimate.derived.test_rank import WIDE, assert_same_answers, train_job
 
 from memfit.estimate import derived
@@ -49,3 +50,31 @@ def test_a_deep_rank_form_is_grown_where_its_checks_pass_and_exact_either_way(
     assert_same_answers(deep, w)
     form = derived._FORMS[cache.variant_key(DEEP, w)]
     assert ("growth" in form) is grown
+
+
+#: A stack wide enough that ZeRO-3's prefetch budget binds as on an 8B model (Qwen3-8B's
+#: widths): each layer's last projection prefetches the next layer's attention projections, not
+#: its MLP, and the last layer prefetches nothing (the LM head is over the budget), so the events
+#: one more layer inserts begin inside a layer and link into the layer before; the first layer
+#: is an event shorter (it frees no earlier layer's output).
+PREFETCHED = {**TINY_LLAMA, "hidden_size": 4096, "intermediate_size": 12288,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 16384,
+              "num_hidden_layers": 8}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def prefetched(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder = tmp_path_factory.mktemp("prefetched")
+    (folder / "config.json").write_text(json.dumps(PREFETCHED))
+    return resolve_model(str(folder))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offload", ["optimizer", "params"])
+def test_a_zero3_form_grows_where_its_prefetch_starts_one_more_layer_inside_a_layer(
+    prefetched: Any, offload: str
+) -> None:
+    w = train_job(1, checkpointing="none", shard="zero3", offload=offload)
+    assert_same_answers(prefetched, w)
+    form = derived._FORMS[cache.variant_key(PREFETCHED, w)]
+    assert "growth" in form

@@ -255,31 +255,36 @@ def _grown_form(
     x1 = 2 if squeezed else 1
     start, payload = _solved(seq_at(SOLVED_UNITS, x1), seq_at(SOLVED_UNITS, x1 + 1), x1)
     _same_consts(runs[SOLVED_UNITS, x1], runs[SOLVED_UNITS, x1 + 1])
-    rule = layers.learn(*(seq_at(m, x1)[0] for m in UNITS), n0=UNITS[0])
     check_m, check_b = CHECK[0], CHECK[1] + x1 - 1
-    want = seq_at(check_m, check_b)[0]
-    grown, grown_pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=check_m)
-    want_stage = stage_at(seq_at(check_m, check_b)[1], check_b)
-    if (
-        grown.links != want.links
-        or (grown.firsts is not None and grown.firsts != want.firsts)
-        or at_batch(grown, grown_pay, check_b) != want.items
-        or stage_at(grown_pay, check_b) != want_stage
-    ):
+    # the plain rule, else the anchored one (layers.learn) where it grows another run
+    rule = layers.learn(*(seq_at(m, x1)[0] for m in UNITS), n0=UNITS[0])
+    anchored = False
+    if not _grows_to(start, payload, rule, seq_at(check_m, check_b), check_m, check_b):
+        alt = layers.learn(*(seq_at(m, x1)[0] for m in UNITS), n0=UNITS[0], anchored=True)
+        if alt == rule or not _grows_to(
+            start, payload, alt, seq_at(check_m, check_b), check_m, check_b
+        ):
+            raise NotModelledError(
+                f"no layer growth: the run grown to {check_m} units differs from its trace",
+                engine="derived",
+            )
+        rule, anchored = alt, True
+    tables, want_fixed = runs[SOLVED_UNITS, x1], runs[check_m, check_b].get("fixed")
+    if "fixed" in tables and _grown_fixed(start, tables["fixed"], rule, check_m) != want_fixed:
         raise NotModelledError(
-            f"no layer growth: the run grown to {check_m} units differs from its trace",
+            f"no layer growth: the run grown to {check_m} units sizes other births by the "
+            "multi-GPU rewrite than its trace",
             engine="derived",
         )
     rules = [rule]  # the rules grown below (batch 1's own one too, where squeezed)
     consts = {m: runs[m, x1]["const"] for m in UNITS}
     const = _const_line(consts, runs[check_m, check_b]["const"], check_m, units)
-    tables = runs[SOLVED_UNITS, x1]
     form: dict[str, Any] = {
         "runs": [_full(start, payload, rule, tables, var, units, const)],
         "points": [x1, x1 + 1],
     }
     if squeezed:
-        rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0])
+        rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0], anchored=anchored)
         rules.append(rule1)
         start1, raw1 = seq_at(SOLVED_UNITS, 1)
         payload1 = [constant_payload(r) for r in raw1]
@@ -287,14 +292,7 @@ def _grown_form(
         if not _same_shape(rule1, rule):
             # batch 1 runs other kernels in every layer: its own rule, checked on its own trace
             check1 = check_m
-            want1 = seq_at(check_m, 1)[0]
-            grown1, pay1 = layers.grow(start1, payload1, rule1, n=SOLVED_UNITS, to=check_m)
-            if (
-                grown1.links != want1.links
-                or (grown1.firsts is not None and grown1.firsts != want1.firsts)
-                or at_batch(grown1, pay1, 1) != want1.items
-                or stage_at(pay1, 1) != stage_at(seq_at(check_m, 1)[1], 1)
-            ):
+            if not _grows_to(start1, payload1, rule1, seq_at(check_m, 1), check_m, 1):
                 raise NotModelledError(
                     f"no layer growth: batch 1's run grown to {check_m} units differs from its "
                     "trace",
@@ -319,6 +317,26 @@ def _grown_form(
             "unit": {"prefix": var.prefix, "period": var.period, "rest": rest},
         },
     }
+
+
+def _grows_to(
+    start: Sequence,
+    payload: list[Any],
+    rule: layers.Rule,
+    want: tuple[Sequence, list[Any]],
+    units: int,
+    batch: int,
+) -> bool:
+    """Whether ``start`` (the run at ``SOLVED_UNITS``) grown by ``rule`` to ``units`` is the
+    traced run ``want`` at ``batch``: the same items with the same sizes, links, module order
+    (where grown) and reduction staging."""
+    grown, pay = layers.grow(start, payload, rule, n=SOLVED_UNITS, to=units)
+    return (
+        grown.links == want[0].links
+        and (grown.firsts is None or grown.firsts == want[0].firsts)
+        and at_batch(grown, pay, batch) == want[0].items
+        and stage_at(pay, batch) == stage_at(want[1], batch)
+    )
 
 
 def _same_shape(a: layers.Rule, b: layers.Rule) -> bool:
@@ -372,7 +390,22 @@ def _full(
     run["const"] = const
     if "order" in tables and "order" not in run:  # no second links grown: by module
         run["order"] = list(run["mod"])  # (checked on every traced run, _rank_checks)
+    if "fixed" in tables:  # rank 0's timeline: the births the rewrite sized
+        run["fixed"] = _grown_fixed(start, tables["fixed"], rule, units)
     return run
+
+
+def _grown_fixed(start: Sequence, fixed: list[int], rule: layers.Rule, units: int) -> list[int]:
+    """The births the rank rewrite sized (``fixed``: birth indices in ``start``'s run, the
+    record's) in the run grown to ``units``, carried by the growth like the sizes."""
+    keep, births_seen = set(fixed), 0
+    flags: list[Any] = []
+    for item in start.items:
+        flags.append(item[0] == "a" and births_seen in keep)
+        births_seen += item[0] == "a"
+    grown, grown_flags = layers.grow(start, flags, rule, n=SOLVED_UNITS, to=units)
+    births = [f for item, f in zip(grown.items, grown_flags, strict=True) if item[0] == "a"]
+    return [k for k, f in enumerate(births) if f]
 
 
 def _rank_checks(

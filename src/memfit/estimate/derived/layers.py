@@ -17,6 +17,12 @@ links (``firsts``: each birth's first birth of its layer-indexed module) are lea
 grown the same way as the first ones, with the chunks the first ones place; where they do not
 follow a rule there (the chunks took one layer's events for new in one place and another
 layer's in another), the rule has none (``Rule.first_links`` None) and grows none.
+
+Where the plain rule fails its check, the caller learns the *anchored* one (:func:`learn`): an
+old event that the second step finds inside the first step's chunk moves with that chunk. The
+first step's runs start from the first unit, which can differ from the others (under ZeRO-3 the
+first layer frees no earlier layer's output: an event shorter), so a straight line through both
+steps can land one event off from the third step on.
 """
 
 from __future__ import annotations
@@ -276,23 +282,32 @@ def _relinked(
     return out
 
 
-def learn(s0: Sequence, s1: Sequence, s2: Sequence, *, n0: int) -> Rule:
+def learn(s0: Sequence, s1: Sequence, s2: Sequence, *, n0: int, anchored: bool = False) -> Rule:
     """The growth rule from runs of ``n0``, ``n0 + 1`` and ``n0 + 2`` layer units;
-    NotModelledError where the two steps disagree."""
+    NotModelledError where the two steps disagree.
+
+    ``anchored``: an old event the second step links to (or retargets) that lies in a chunk
+    the first step inserted moves with that chunk (its drift the chunk's), whatever the first
+    step linked to: a unit's events that link into the unit before it, where the chunk starts
+    inside a unit (ZeRO-3's last layer prefetches nothing, so the inserted events begin at the
+    prefetch), reach the first unit in the first step and the previous chunk from then on — the
+    first unit is shorter (it frees no earlier unit's output) and the plain rule, a straight
+    line through both steps, lands one event off from the third step on."""
     c1, c2 = _inserts(s0, s1), _inserts(s1, s2)
     if [e - j for _a, j, e in c1] != [e - j for _a, j, e in c2]:
         raise _refuse("the two layer steps insert different chunks")
     first, second = _oriented([(s0, s1, c1), (s1, s2, c2)])
     if _cost([first, second])[:2] != (0, 0):
         raise _refuse("the two layer steps insert different chunks")
+    drift = _Drift(first, second, anchored=anchored)
     chunks = []
     for (at1, j1, e1, l1), (at2, j2, e2, l2) in zip(first.chunks, second.chunks, strict=True):
         if s1.items[j1:e1] != s2.items[j2:e2]:
             raise _refuse("a chunk differs between the two layer steps")
-        chunks.append((at1, at2 - at1, [_drift(x, y) for x, y in zip(l1, l2, strict=True)]))
+        chunks.append((at1, at2 - at1, [drift.link(x, y) for x, y in zip(l1, l2, strict=True)]))
     retargets = []
     for (i1, r1), (i2, r2) in zip(first.retargets, second.retargets, strict=True):
-        retargets.append((i1, i2 - i1, _drift(r1, r2)))
+        retargets.append((*drift.place(i1, i2), drift.link(r1, r2)))
     template = [(j1, e1) for _at, j1, e1, _l in first.chunks]
     if (s0.firsts is None) != (s2.firsts is None) or (s1.firsts is None) != (s2.firsts is None):
         raise _refuse("some layer runs have a module order and some do not")
@@ -304,30 +319,56 @@ def learn(s0: Sequence, s1: Sequence, s2: Sequence, *, n0: int) -> Rule:
     if len(first.first_retargets) != len(second.first_retargets):
         return plain
     try:
-        return _with_second_links(plain, first, second)
+        return _with_second_links(plain, first, second, drift)
     except NotModelledError:
         return plain
 
 
-def _with_second_links(plain: Rule, first: _Step, second: _Step) -> Rule:
+def _with_second_links(plain: Rule, first: _Step, second: _Step, drift: _Drift) -> Rule:
     assert first.first_links is not None and second.first_links is not None
     first_links = [
-        [_drift(x, y) for x, y in zip(l1, l2, strict=True)]
+        [drift.link(x, y) for x, y in zip(l1, l2, strict=True)]
         for l1, l2 in zip(first.first_links, second.first_links, strict=True)
     ]
     first_retargets = [
-        (i1, i2 - i1, _drift(r1, r2))
+        (*drift.place(i1, i2), drift.link(r1, r2))
         for (i1, r1), (i2, r2) in zip(first.first_retargets, second.first_retargets, strict=True)
     ]
     return dataclasses.replace(plain, first_links=first_links, first_retargets=first_retargets)
 
 
-def _drift(first: tuple[Any, ...], second: tuple[Any, ...]) -> tuple[Any, ...]:
-    if first[0] != second[0] or (first[0] == "new" and first != second):
-        raise _refuse("an event links differently in the two layer steps")
-    if first[0] == "old":
-        return ("old", first[1], second[1] - first[1])
-    return first
+class _Drift:
+    """How an old event's index moves per layer step, from where it is in the two steps: a
+    straight line through both; ``anchored``, with the drift of the first step's chunk that
+    holds it in the second step's shorter run (:func:`learn`)."""
+
+    def __init__(self, first: _Step, second: _Step, *, anchored: bool) -> None:
+        # the first step's chunks in the run both steps share (its longer, the second's
+        # shorter run) and how far each moves per step
+        self.spans = (
+            [
+                (j1, e1, at2 - at1)
+                for (at1, j1, e1, _l1), (at2, _j2, _e2, _l2) in zip(
+                    first.chunks, second.chunks, strict=True
+                )
+            ]
+            if anchored
+            else []
+        )
+
+    def place(self, i1: int, i2: int) -> tuple[int, int]:
+        """``(index at the first step, drift)`` of an old event at ``i1`` then ``i2``."""
+        for j1, e1, d in self.spans:
+            if j1 <= i2 < e1:
+                return i2 - d, d
+        return i1, i2 - i1
+
+    def link(self, first: tuple[Any, ...], second: tuple[Any, ...]) -> tuple[Any, ...]:
+        if first[0] != second[0] or (first[0] == "new" and first != second):
+            raise _refuse("an event links differently in the two layer steps")
+        if first[0] == "old":
+            return ("old", *self.place(first[1], second[1]))
+        return first
 
 
 def grow(
