@@ -1,8 +1,9 @@
 """A derived form's run compiled to integer arrays: the same numbers as the event-by-event replay
 of :mod:`memfit.estimate.derived.form`, evaluated with numpy (torch-free).
 
-Compiling a run walks its events once (structure only, no sizes): each birth's event index and
-the event that ends it (its free, or a later birth under the same key), each phase's candidate
+Compiling a run reads its structure (no sizes) with array sorts, not an event-by-event loop
+(~7 ms for 22k events where the loop took ~70 ms): each birth's event index and the event that
+ends it (the next event under its key: its free, or a later birth), each phase's candidate
 instants (its marks, and every birth inside it), and the order the tracker's dicts keep. At a
 batch size, the sizes are one array expression, the live total at every instant one cumulative
 sum, each phase's peak one argmax over its instants (the first instant wins a tie, as in the
@@ -22,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from memfit.estimate.derived.form import phase_marks
 from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES
 from memfit.estimate.trace.allocator_fast import (
     compiled_replay,
@@ -53,42 +53,18 @@ class Compiled:
     """One run's structure as arrays (see the module docstring)."""
 
     def __init__(self, run: dict[str, Any]) -> None:
-        ev: list[int] = run["ev"]
+        ev = np.asarray(run["ev"], dtype=np.int64)
         n = len(ev)
-        marks = phase_marks(run)  # several phases may start at one instant
-        birth_ev: list[int] = []
-        death_ev: list[int] = []
-        chain: list[int] = []  # where the key's entry sits in the tracker's live dict
-        key_of: list[int] = []
-        live: dict[int, int] = {}  # key -> its live birth
-        instants: dict[str, list[int]] = {}
-        phase = "init"
-        for i, e in enumerate(ev):
-            for phase in marks.get(i, ()):
-                instants.setdefault(phase, []).append(i)
-            key = e >> 1
-            old = live.pop(key, None)
-            if old is not None:
-                death_ev[old] = i
-            if e & 1:
-                continue
-            b = len(birth_ev)
-            birth_ev.append(i)
-            death_ev.append(n)
-            chain.append(chain[old] if old is not None else i)
-            key_of.append(key)
-            live[key] = b
-            instants.setdefault(phase, []).append(i + 1)
-        for p in marks.get(n, ()):
-            instants.setdefault(p, []).append(n)
+        birth_ev, death_ev, chain = _lifetimes(ev)
+        keys = ev[birth_ev] >> 1
+        self.phases = _phase_instants(run, birth_ev, n)
         self.n_events = n
         self.a0 = np.asarray(run["a0"], dtype=np.int64)
         self.a1 = np.asarray(run["a1"], dtype=np.int64)
-        self.birth_ev = np.asarray(birth_ev, dtype=np.int64)
-        self.death_ev = np.asarray(death_ev, dtype=np.int64)
+        self.birth_ev = birth_ev
+        self.death_ev = death_ev
         self.dies = np.flatnonzero(self.death_ev < n)
-        self.chain = np.asarray(chain, dtype=np.int64)
-        keys = np.asarray(key_of, dtype=np.int64)
+        self.chain = chain
         if "order" in run and len(keys):  # a rank rewrite's module order (derived/record.py)
             self.chain = np.asarray(run["order"], dtype=np.int64)[keys]
         self.comp = np.asarray(run["comp"], dtype=np.int64)[keys] if len(keys) else keys
@@ -100,12 +76,6 @@ class Compiled:
         self.comps: list[str] = list(run["comps"])
         self.mods: list[str] = list(run["mods"])
         self.const: Flat = dict(run["const"])
-        # the phases in the order the tracker first saw each (its dict order)
-        self.phases = [
-            (p, np.asarray(at, dtype=np.int64))
-            for p, at in instants.items()
-            if p not in UNREPORTED_PHASES
-        ]
         self._pool_memo: dict[bool, tuple[bytes, int]] = {}
         # every birth and death in event order (a death at event i sorts before a birth there)
         at = np.concatenate([self.birth_ev * 2 + 1, self.death_ev[self.dies] * 2])
@@ -243,3 +213,62 @@ class Compiled:
             [np.asarray(workspaces, dtype=np.int64), np.where(born, sizes[who], 0)]
         )
         return is_alloc, keys, n_bytes, n_births + n_ws
+
+
+def _lifetimes(ev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per birth (``ev[i]`` with the free bit clear, in event order): its event index, the event
+    that ends it (the next event under its key: its free, or a birth that replaces it; ``n``
+    if none) and its chain (the event index of the first birth of its run of births under one
+    key with no free between: where the tracker's live dict keeps the key's entry)."""
+    n = len(ev)
+    keys = ev >> 1
+    by_key = np.argsort(keys, kind="stable")  # each key's events, in event order
+    k_sorted = keys[by_key]
+    same_next = np.zeros(n, dtype=bool)
+    if n:
+        same_next[:-1] = k_sorted[1:] == k_sorted[:-1]
+    next_ev = np.full(n, n, dtype=np.int64)
+    next_ev[by_key[:-1][same_next[:-1]]] = by_key[1:][same_next[:-1]]
+    born_sorted = (ev[by_key] & 1) == 0
+    # a birth continues its chain when the event before it under its key is a birth
+    continues = np.zeros(n, dtype=bool)
+    if n:
+        continues[1:] = same_next[:-1] & born_sorted[:-1] & born_sorted[1:]
+    starts = np.where(continues, 0, np.arange(n, dtype=np.int64))
+    np.maximum.accumulate(starts, out=starts)
+    chain_ev = np.empty(n, dtype=np.int64)
+    chain_ev[by_key] = by_key[starts]
+    birth_ev = np.flatnonzero((ev & 1) == 0).astype(np.int64)
+    return birth_ev, next_ev[birth_ev], chain_ev[birth_ev]
+
+
+def _phase_instants(
+    run: dict[str, Any], birth_ev: np.ndarray, n: int
+) -> list[tuple[str, np.ndarray]]:
+    """Each reported phase's candidate instants, in the order the tracker first saw each phase
+    (its dict order): the instant of each of its marks and the instant after each birth while it
+    is the current phase (the last one marked at or before the birth), in event order (a mark
+    at event i before the birth there)."""
+    marks = sorted(((int(i), str(p)) for i, p in run["marks"]), key=lambda m: m[0])
+    marks = [(i, p) for i, p in marks if 0 <= i <= n]
+    names: dict[str, int] = {}
+    for _i, p in marks:
+        names.setdefault(p, len(names))
+    at_mark = np.asarray([i for i, _p in marks], dtype=np.int64)
+    mark_pid = np.asarray([names[p] for _i, p in marks], dtype=np.int64)
+    # the phase current at each birth (-1: "init", before any mark)
+    last = np.searchsorted(at_mark, birth_ev, side="right") - 1
+    birth_pid = np.where(last >= 0, mark_pid[np.maximum(last, 0)], -1) if len(at_mark) else last
+    order_key = np.concatenate([2 * at_mark, 2 * birth_ev + 1])
+    pid = np.concatenate([mark_pid, birth_pid])
+    instant = np.concatenate([at_mark, birth_ev + 1])
+    seq = np.argsort(order_key, kind="stable")
+    pid, instant = pid[seq], instant[seq]
+    grouped = np.argsort(pid, kind="stable")
+    pid, instant = pid[grouped], instant[grouped]
+    bounds = np.searchsorted(pid, np.arange(len(names) + 1, dtype=np.int64))
+    return [
+        (p, instant[bounds[k] : bounds[k + 1]])
+        for p, k in names.items()
+        if p not in UNREPORTED_PHASES
+    ]
