@@ -6,7 +6,9 @@ Same rules, same integers: one loop over the events with the blocks as rows of a
 reused) and each pool's free list as a sorted run of int64 keys packing (size, address), the
 order of the Python replay's ``size << 64 | address`` keys, beside the blocks they name: best
 fit is the first key not below ``(size, 0)``; an insert or a removal moves the shorter side of
-the run by one. Both tables start small and grow when full (a table sized for every event
+the run by one, and a split's remainder (or a freed block merged with a free neighbour) takes
+over the entry of the block it came from, moved only as far as its new key needs (most often
+not at all). Both tables start small and grow when full (a table sized for every event
 would cost more in page faults than the replay itself). Arithmetic is int64, exact because the
 kernel stops (and the Python replay answers) when a request or the reserved bytes reach 1 TiB
 (beyond any GPU, though a search may probe such sizes). Keys are dense (0..n_keys-1): the live
