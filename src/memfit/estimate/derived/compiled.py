@@ -84,18 +84,28 @@ class Compiled:
         self._order_who = who[order]
         self._order_born = (at[order] & 1).astype(np.uint8)
         self._event_heads: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._death_at = self.death_ev[self.dies]
+        # the births in the order a peak's breakdown lists them (by chain, then birth order)
+        by_chain = np.argsort(self.chain, kind="stable")
+        self._by_chain = by_chain
+        self._chain_birth = self.birth_ev[by_chain]
+        self._chain_death = self.death_ev[by_chain]
+        self._chain_comp = self.comp[by_chain]
+        self._chain_mod = self.mod[by_chain]
+        self._chain_counted = self.counted[by_chain]
+        self._keys: dict[str, tuple[list[str], list[str]]] = {}  # phase -> its comp, mod keys
 
     # ------------------------------------------------------------------ sizes and peaks
     def sizes(self, x: int) -> np.ndarray:
         """Each birth's size at batch size ``x``, rounded up to 512 B blocks."""
-        r = BLOCK_BYTES
-        return -(-(self.a0 + self.a1 * x) // r) * r
+        # (v + 511) & -512 == -(-v // 512) * 512 for every int64 v (a power of two; no division)
+        return (self.a0 + self.a1 * x + (BLOCK_BYTES - 1)) & -BLOCK_BYTES
 
     def live_totals(self, sizes: np.ndarray) -> np.ndarray:
         """Live bytes at every instant 0..n (instant t: after t events)."""
         delta = np.zeros(self.n_events, dtype=np.int64)
         delta[self.birth_ev] = sizes
-        delta[self.death_ev[self.dies]] -= sizes[self.dies]
+        delta[self._death_at] -= sizes[self.dies]
         out = np.zeros(self.n_events + 1, dtype=np.int64)
         np.cumsum(delta, out=out[1:])
         return out
@@ -130,25 +140,36 @@ class Compiled:
         peaks = self.peaks(self.live_totals(sizes))
         flat: Flat = dict(self.const)
         order = sorted(range(len(peaks)), key=lambda k: peaks[k][2])  # stable: ties keep order
+        chain_sizes = np.where(self._chain_counted, sizes[self._by_chain], 0)
         for k in order:
             phase, total, t = peaks[k]
             flat[f"phase/{phase}/peak"] = total
-            live = np.flatnonzero((self.birth_ev < t) & (t <= self.death_ev))
-            live = live[np.argsort(self.chain[live], kind="stable")]
-            n = np.where(self.counted[live], sizes[live], 0)
-            comp_sum = np.zeros(len(self.comps), dtype=np.int64)
-            np.add.at(comp_sum, self.comp[live], n)
-            for c, name in enumerate(self.comps):
-                flat[f"phase/{phase}/comp/{name}"] = int(comp_sum[c])
-            mods = self.mod[live]
-            mod_sum = np.zeros(len(self.mods), dtype=np.int64)
+            comp_keys, mod_keys = self._phase_keys(phase)
+            # the births live at t, by chain (the tracker's dict order), then birth order
+            live = np.flatnonzero((self._chain_birth < t) & (t <= self._chain_death))
+            n = chain_sizes[live]
+            comp_sum = np.zeros(len(comp_keys), dtype=np.int64)
+            np.add.at(comp_sum, self._chain_comp[live], n)
+            flat.update(zip(comp_keys, comp_sum.tolist(), strict=True))
+            mods = self._chain_mod[live]
+            mod_sum = np.zeros(len(mod_keys), dtype=np.int64)
             np.add.at(mod_sum, mods, n)
-            _, first = np.unique(mods, return_index=True)
-            for m in mods[np.sort(first)]:
-                flat[f"phase/{phase}/mod/{self.mods[m]}"] = int(mod_sum[m])
+            sums = mod_sum.tolist()
+            for m in _first_appearance(mods, len(mod_keys)).tolist():
+                flat[mod_keys[m]] = sums[m]
         if reserved:
             flat["reserved"] = self.reserved_bytes(sizes, workspaces)
         return flat
+
+    def _phase_keys(self, phase: str) -> tuple[list[str], list[str]]:
+        """The flat keys of ``phase``'s breakdown: per component, per module (made once)."""
+        keys = self._keys.get(phase)
+        if keys is None:
+            keys = self._keys[phase] = (
+                [f"phase/{phase}/comp/{name}" for name in self.comps],
+                [f"phase/{phase}/mod/{name}" for name in self.mods],
+            )
+        return keys
 
     # ------------------------------------------------------------------ the allocator
     def reserved_bytes(self, sizes: np.ndarray, workspaces: tuple[int, ...]) -> int:
@@ -213,6 +234,14 @@ class Compiled:
             [np.asarray(workspaces, dtype=np.int64), np.where(born, sizes[who], 0)]
         )
         return is_alloc, keys, n_bytes, n_births + n_ws
+
+
+def _first_appearance(values: np.ndarray, n_values: int) -> np.ndarray:
+    """The distinct ``values`` (each in ``0..n_values-1``) in the order each first appears."""
+    first = np.full(n_values, len(values), dtype=np.int64)
+    np.minimum.at(first, values, np.arange(len(values), dtype=np.int64))
+    present = np.flatnonzero(first < len(values))
+    return present[np.argsort(first[present])]
 
 
 def _lifetimes(ev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
