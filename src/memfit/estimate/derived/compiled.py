@@ -70,7 +70,7 @@ class Compiled:
         self.comp = np.asarray(run["comp"], dtype=np.int64)[keys] if len(keys) else keys
         self.mod = np.asarray(run["mod"], dtype=np.int64)[keys] if len(keys) else keys
         ignored = np.zeros(len(run["comp"]), dtype=bool)
-        if run["ignored"]:
+        if len(run["ignored"]):  # a list, or an array where the form came from its sidecar
             ignored[np.asarray(run["ignored"], dtype=np.int64)] = True
         self.counted = ~ignored[keys] if len(keys) else np.zeros(0, dtype=bool)
         self.comps: list[str] = list(run["comps"])
