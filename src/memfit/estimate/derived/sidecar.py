@@ -65,7 +65,7 @@ def read(json_path: Path, key: str, fmt: int) -> dict[str, Any] | None:
 def write(json_path: Path, data: dict[str, Any]) -> None:
     """Write the sidecar of ``json_path`` (holding ``data``, as stored) atomically; skipped
     where it cannot be written or ``data`` has no run to keep (a refusal)."""
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}  # Any: numpy's savez stub would type them as its allow_pickle
 
     def strip(run: dict[str, Any], where: str) -> dict[str, Any]:
         kept = dict(run)
