@@ -4,6 +4,8 @@ a built form. Writes ``benchmarks/results/fastpath_speed.md`` and ``.json``.
 
     PYTHONPATH=src python benchmarks/fastpath_speed.py [--layers 36] [--parts fit,plan]
 
+(``--parts estimate``: the per-estimate rows alone, after the one cold fit that builds their form.)
+
 The model is a Qwen3-8B-shaped config (hidden 4096, 32 heads / 8 KV heads, head 128, MLP 12288,
 vocab 151936, ``--layers`` layers) written with model_type ``granite``, which has no analytic
 program (the bundled Qwen3 configs now have one), so `auto` takes the derived engine. Each command
@@ -138,7 +140,7 @@ def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: st
     from memfit.estimate import derived
     from memfit.estimate.derived import estimate_derived, guide_derived
     from memfit.estimate.derived import form as F
-    from memfit.estimate.derived.compiled import compile_run
+    from memfit.estimate.derived.compiled import Compiled, compile_run
     from memfit.estimate.device import allocator_workspaces
     from memfit.estimate.trace import allocator_fast, allocator_jit
     from memfit.hardware import get_gpu
@@ -170,6 +172,13 @@ def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: st
     sizes = c.sizes(21)
     split = [_timed(lambda: c.reserved_bytes(sizes, ws)) for _ in range(5)]
     alloc_ms, alloc_cpu = (statistics.median(t[i] for t in split) for i in (1, 2))
+    # loading the form (what a warm `plan` does per form): reading the cache's JSON, compiling
+    # a run's structure to arrays (derived/compiled.py), fresh each time
+    key = next(iter(derived._FORMS))
+    split = [_timed(lambda: derived.cache.load(key)) for _ in range(5)]
+    read_ms, read_cpu = (statistics.median(t[i] for t in split) for i in (1, 2))
+    split = [_timed(lambda: Compiled(run)) for _ in range(5)]
+    compile_ms, compile_cpu = (statistics.median(t[i] for t in split) for i in (1, 2))
     replays = {k: v - replays_before[k] for k, v in allocator_fast.REPLAYS.items()}
     _, ref_ms, ref_cpu = _timed(lambda: F.replay_run(run, 22, ws))
     # the same exact estimates with the Python replay (MEMFIT_NO_JIT=1): the fallback's cost
@@ -208,6 +217,8 @@ def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: st
             "peaks_and_breakdown": round(peaks_cpu, 2),
             "allocator_replay": round(alloc_cpu, 2),
         },
+        "form_load_ms": {"read_json": round(read_ms, 1), "compile_run": round(compile_ms, 1)},
+        "form_load_cpu_ms": {"read_json": round(read_cpu, 1), "compile_run": round(compile_cpu, 1)},
         "reference_replay_ms": round(ref_ms, 1),
         "reference_replay_cpu_ms": round(ref_cpu, 1),
         "load_average": round(os.getloadavg()[0], 1),
@@ -284,7 +295,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--timeout", type=int, default=1800)
-    ap.add_argument("--parts", default="fit,plan", help="comma-separated: fit, plan, jit")
+    ap.add_argument("--parts", default="fit,plan", help="comma-separated: fit, plan, jit, estimate")
     ap.add_argument("--plan-timeout", type=int, default=1800, help="seconds per plan run")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -317,6 +328,14 @@ def main() -> None:
             steps.append((name, lambda c=cmd, d=caches[name]: _run(c, d, args.timeout)))
         workload = {**QLORA_WORKLOAD, "precision": "bf16-true"}
         steps.append(("jit_first_call", lambda: _jit_first_call(work)))
+        steps.append(("per_estimate", lambda: _per_estimate(
+            model, caches["fit_true_h100_cold"], workload, "H100-80GB")))  # fmt: skip
+    if "estimate" in parts and "fit" not in parts:  # the per-estimate rows alone: one cold fit
+        name, gpu, precision, _ = next(f for f in FITS if f[0] == "fit_true_h100_cold")
+        caches[name] = str(work / f"cache-{name}")
+        cmd = [*py, "fit", model, "--gpu", gpu, "--precision", precision, *QLORA]
+        steps.append((name, lambda c=cmd, d=caches[name]: _run(c, d, args.timeout)))
+        workload = {**QLORA_WORKLOAD, "precision": "bf16-true"}
         steps.append(("per_estimate", lambda: _per_estimate(
             model, caches["fit_true_h100_cold"], workload, "H100-80GB")))  # fmt: skip
     if "jit" in parts and "fit" not in parts:
@@ -402,6 +421,15 @@ def _markdown(r: dict[str, Any]) -> str:
         f"{pe['split_cpu_ms']['allocator_replay']} ms; the reference event-by-event replay of "
         f"the same form (the evaluator before, with today's allocator loop) "
         f"{pe['reference_replay_ms']} / {pe['reference_replay_cpu_ms']} ms;",
+    ]
+    if "form_load_ms" in pe:
+        load, load_cpu = pe["form_load_ms"], pe["form_load_cpu_ms"]
+        lines.append(
+            f"- loading the form (as a warm `plan` does for each): reading its JSON "
+            f"{load['read_json']} / {load_cpu['read_json']} ms, compiling the run's structure "
+            f"to arrays {load['compile_run']} / {load_cpu['compile_run']} ms;"
+        )
+    lines += [
         f"- guide probe (exact peaks and breakdown, reserved bytes interpolated between the "
         f"exact replays made so far): median {pe['guide_median_ms']} / "
         f"{pe['guide_median_cpu_ms']} ms, max {pe['guide_max_ms']} ms wall; its reserved "

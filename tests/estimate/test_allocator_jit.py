@@ -230,3 +230,20 @@ def test_import_memfit_does_not_import_numba() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})  # fmt: skip
     assert out.stdout.strip() == "False"
+
+
+def test_loading_the_kernel_does_not_import_scipy_linalg_and_leaves_it_importable() -> None:
+    code = (
+        "import sys\n"
+        "from memfit.estimate.trace import allocator_jit\n"
+        "assert allocator_jit.load_kernel() is not None\n"
+        "print('scipy.linalg' in sys.modules, 'scipy.linalg.cython_blas' in sys.modules)\n"
+        "import importlib.util\n"
+        "if importlib.util.find_spec('scipy') is not None:\n"
+        "    import scipy.linalg.cython_blas\n"
+        "print('ok')\n"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.stdout.split() == ["False", "False", "ok"]

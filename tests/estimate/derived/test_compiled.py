@@ -87,6 +87,30 @@ def test_a_key_born_again_while_live_peaks_as_the_tracker_counts_it(seed: int) -
         assert flat == want_flat and list(flat) == list(want_flat)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_phases_marked_at_one_instant_and_at_the_end_peak_as_the_tracker_counts_them(
+    seed: int,
+) -> None:
+    run = _run(seed, rebirths=True)
+    n = len(run["ev"])
+    at = sorted(random.Random(seed).sample(range(1, n), 2))
+    # a rank rewrite's optimizer phase starts and ends with no event between (two marks at one
+    # instant), a phase marked at the very end, one marked at event 0
+    run["marks"] = sorted(
+        [*run["marks"], [0, "warmup"], [at[0], "optim"], [at[0], "after"], [n, "last"]],
+        key=lambda m: m[0],
+    )
+    c = compile_run(run)
+    for x in (1, 6):
+        sizes = form.sizes_at(run, x)
+        want = form._phase_peaks(run["ev"], sizes, form.phase_marks(run))
+        got = {p: (v, t) for p, v, t in c.peaks(c.live_totals(c.sizes(x)))}
+        assert got == want and list(got) == list(want)
+        flat = c.flat(x, WORKSPACES, reserved=False)
+        want_flat = form.replay_run(run, x, WORKSPACES, reserved=False)
+        assert flat == want_flat and list(flat) == list(want_flat)
+
+
 def test_an_unchanged_pool_is_not_replayed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMFIT_NO_JIT", "1")  # the Python replay's memo (compiled: one call)
     run = _run(3)

@@ -1,8 +1,9 @@
 """A derived form's run compiled to integer arrays: the same numbers as the event-by-event replay
 of :mod:`memfit.estimate.derived.form`, evaluated with numpy (torch-free).
 
-Compiling a run walks its events once (structure only, no sizes): each birth's event index and
-the event that ends it (its free, or a later birth under the same key), each phase's candidate
+Compiling a run reads its structure (no sizes) with array sorts, not an event-by-event loop
+(~7 ms for 22k events where the loop took ~70 ms): each birth's event index and the event that
+ends it (the next event under its key: its free, or a later birth), each phase's candidate
 instants (its marks, and every birth inside it), and the order the tracker's dicts keep. At a
 batch size, the sizes are one array expression, the live total at every instant one cumulative
 sum, each phase's peak one argmax over its instants (the first instant wins a tie, as in the
@@ -22,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from memfit.estimate.derived.form import phase_marks
 from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES
 from memfit.estimate.trace.allocator_fast import (
     compiled_replay,
@@ -53,59 +53,29 @@ class Compiled:
     """One run's structure as arrays (see the module docstring)."""
 
     def __init__(self, run: dict[str, Any]) -> None:
-        ev: list[int] = run["ev"]
+        ev = np.asarray(run["ev"], dtype=np.int64)
         n = len(ev)
-        marks = phase_marks(run)  # several phases may start at one instant
-        birth_ev: list[int] = []
-        death_ev: list[int] = []
-        chain: list[int] = []  # where the key's entry sits in the tracker's live dict
-        key_of: list[int] = []
-        live: dict[int, int] = {}  # key -> its live birth
-        instants: dict[str, list[int]] = {}
-        phase = "init"
-        for i, e in enumerate(ev):
-            for phase in marks.get(i, ()):
-                instants.setdefault(phase, []).append(i)
-            key = e >> 1
-            old = live.pop(key, None)
-            if old is not None:
-                death_ev[old] = i
-            if e & 1:
-                continue
-            b = len(birth_ev)
-            birth_ev.append(i)
-            death_ev.append(n)
-            chain.append(chain[old] if old is not None else i)
-            key_of.append(key)
-            live[key] = b
-            instants.setdefault(phase, []).append(i + 1)
-        for p in marks.get(n, ()):
-            instants.setdefault(p, []).append(n)
+        birth_ev, death_ev, chain = _lifetimes(ev)
+        keys = ev[birth_ev] >> 1
+        self.phases = _phase_instants(run, birth_ev, n)
         self.n_events = n
         self.a0 = np.asarray(run["a0"], dtype=np.int64)
         self.a1 = np.asarray(run["a1"], dtype=np.int64)
-        self.birth_ev = np.asarray(birth_ev, dtype=np.int64)
-        self.death_ev = np.asarray(death_ev, dtype=np.int64)
+        self.birth_ev = birth_ev
+        self.death_ev = death_ev
         self.dies = np.flatnonzero(self.death_ev < n)
-        self.chain = np.asarray(chain, dtype=np.int64)
-        keys = np.asarray(key_of, dtype=np.int64)
+        self.chain = chain
         if "order" in run and len(keys):  # a rank rewrite's module order (derived/record.py)
             self.chain = np.asarray(run["order"], dtype=np.int64)[keys]
         self.comp = np.asarray(run["comp"], dtype=np.int64)[keys] if len(keys) else keys
         self.mod = np.asarray(run["mod"], dtype=np.int64)[keys] if len(keys) else keys
         ignored = np.zeros(len(run["comp"]), dtype=bool)
-        if run["ignored"]:
+        if len(run["ignored"]):  # a list, or an array where the form came from its sidecar
             ignored[np.asarray(run["ignored"], dtype=np.int64)] = True
         self.counted = ~ignored[keys] if len(keys) else np.zeros(0, dtype=bool)
         self.comps: list[str] = list(run["comps"])
         self.mods: list[str] = list(run["mods"])
         self.const: Flat = dict(run["const"])
-        # the phases in the order the tracker first saw each (its dict order)
-        self.phases = [
-            (p, np.asarray(at, dtype=np.int64))
-            for p, at in instants.items()
-            if p not in UNREPORTED_PHASES
-        ]
         self._pool_memo: dict[bool, tuple[bytes, int]] = {}
         # every birth and death in event order (a death at event i sorts before a birth there)
         at = np.concatenate([self.birth_ev * 2 + 1, self.death_ev[self.dies] * 2])
@@ -114,18 +84,28 @@ class Compiled:
         self._order_who = who[order]
         self._order_born = (at[order] & 1).astype(np.uint8)
         self._event_heads: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._death_at = self.death_ev[self.dies]
+        # the births in the order a peak's breakdown lists them (by chain, then birth order)
+        by_chain = np.argsort(self.chain, kind="stable")
+        self._by_chain = by_chain
+        self._chain_birth = self.birth_ev[by_chain]
+        self._chain_death = self.death_ev[by_chain]
+        self._chain_comp = self.comp[by_chain]
+        self._chain_mod = self.mod[by_chain]
+        self._chain_counted = self.counted[by_chain]
+        self._keys: dict[str, tuple[list[str], list[str]]] = {}  # phase -> its comp, mod keys
 
     # ------------------------------------------------------------------ sizes and peaks
     def sizes(self, x: int) -> np.ndarray:
         """Each birth's size at batch size ``x``, rounded up to 512 B blocks."""
-        r = BLOCK_BYTES
-        return -(-(self.a0 + self.a1 * x) // r) * r
+        # (v + 511) & -512 == -(-v // 512) * 512 for every int64 v (a power of two; no division)
+        return (self.a0 + self.a1 * x + (BLOCK_BYTES - 1)) & -BLOCK_BYTES
 
     def live_totals(self, sizes: np.ndarray) -> np.ndarray:
         """Live bytes at every instant 0..n (instant t: after t events)."""
         delta = np.zeros(self.n_events, dtype=np.int64)
         delta[self.birth_ev] = sizes
-        delta[self.death_ev[self.dies]] -= sizes[self.dies]
+        delta[self._death_at] -= sizes[self.dies]
         out = np.zeros(self.n_events + 1, dtype=np.int64)
         np.cumsum(delta, out=out[1:])
         return out
@@ -160,25 +140,36 @@ class Compiled:
         peaks = self.peaks(self.live_totals(sizes))
         flat: Flat = dict(self.const)
         order = sorted(range(len(peaks)), key=lambda k: peaks[k][2])  # stable: ties keep order
+        chain_sizes = np.where(self._chain_counted, sizes[self._by_chain], 0)
         for k in order:
             phase, total, t = peaks[k]
             flat[f"phase/{phase}/peak"] = total
-            live = np.flatnonzero((self.birth_ev < t) & (t <= self.death_ev))
-            live = live[np.argsort(self.chain[live], kind="stable")]
-            n = np.where(self.counted[live], sizes[live], 0)
-            comp_sum = np.zeros(len(self.comps), dtype=np.int64)
-            np.add.at(comp_sum, self.comp[live], n)
-            for c, name in enumerate(self.comps):
-                flat[f"phase/{phase}/comp/{name}"] = int(comp_sum[c])
-            mods = self.mod[live]
-            mod_sum = np.zeros(len(self.mods), dtype=np.int64)
+            comp_keys, mod_keys = self._phase_keys(phase)
+            # the births live at t, by chain (the tracker's dict order), then birth order
+            live = np.flatnonzero((self._chain_birth < t) & (t <= self._chain_death))
+            n = chain_sizes[live]
+            comp_sum = np.zeros(len(comp_keys), dtype=np.int64)
+            np.add.at(comp_sum, self._chain_comp[live], n)
+            flat.update(zip(comp_keys, comp_sum.tolist(), strict=True))
+            mods = self._chain_mod[live]
+            mod_sum = np.zeros(len(mod_keys), dtype=np.int64)
             np.add.at(mod_sum, mods, n)
-            _, first = np.unique(mods, return_index=True)
-            for m in mods[np.sort(first)]:
-                flat[f"phase/{phase}/mod/{self.mods[m]}"] = int(mod_sum[m])
+            sums = mod_sum.tolist()
+            for m in _first_appearance(mods, len(mod_keys)).tolist():
+                flat[mod_keys[m]] = sums[m]
         if reserved:
             flat["reserved"] = self.reserved_bytes(sizes, workspaces)
         return flat
+
+    def _phase_keys(self, phase: str) -> tuple[list[str], list[str]]:
+        """The flat keys of ``phase``'s breakdown: per component, per module (made once)."""
+        keys = self._keys.get(phase)
+        if keys is None:
+            keys = self._keys[phase] = (
+                [f"phase/{phase}/comp/{name}" for name in self.comps],
+                [f"phase/{phase}/mod/{name}" for name in self.mods],
+            )
+        return keys
 
     # ------------------------------------------------------------------ the allocator
     def reserved_bytes(self, sizes: np.ndarray, workspaces: tuple[int, ...]) -> int:
@@ -243,3 +234,70 @@ class Compiled:
             [np.asarray(workspaces, dtype=np.int64), np.where(born, sizes[who], 0)]
         )
         return is_alloc, keys, n_bytes, n_births + n_ws
+
+
+def _first_appearance(values: np.ndarray, n_values: int) -> np.ndarray:
+    """The distinct ``values`` (each in ``0..n_values-1``) in the order each first appears."""
+    first = np.full(n_values, len(values), dtype=np.int64)
+    np.minimum.at(first, values, np.arange(len(values), dtype=np.int64))
+    present = np.flatnonzero(first < len(values))
+    return present[np.argsort(first[present])]
+
+
+def _lifetimes(ev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per birth (``ev[i]`` with the free bit clear, in event order): its event index, the event
+    that ends it (the next event under its key: its free, or a birth that replaces it; ``n``
+    if none) and its chain (the event index of the first birth of its run of births under one
+    key with no free between: where the tracker's live dict keeps the key's entry)."""
+    n = len(ev)
+    keys = ev >> 1
+    by_key = np.argsort(keys, kind="stable")  # each key's events, in event order
+    k_sorted = keys[by_key]
+    same_next = np.zeros(n, dtype=bool)
+    if n:
+        same_next[:-1] = k_sorted[1:] == k_sorted[:-1]
+    next_ev = np.full(n, n, dtype=np.int64)
+    next_ev[by_key[:-1][same_next[:-1]]] = by_key[1:][same_next[:-1]]
+    born_sorted = (ev[by_key] & 1) == 0
+    # a birth continues its chain when the event before it under its key is a birth
+    continues = np.zeros(n, dtype=bool)
+    if n:
+        continues[1:] = same_next[:-1] & born_sorted[:-1] & born_sorted[1:]
+    starts = np.where(continues, 0, np.arange(n, dtype=np.int64))
+    np.maximum.accumulate(starts, out=starts)
+    chain_ev = np.empty(n, dtype=np.int64)
+    chain_ev[by_key] = by_key[starts]
+    birth_ev = np.flatnonzero((ev & 1) == 0).astype(np.int64)
+    return birth_ev, next_ev[birth_ev], chain_ev[birth_ev]
+
+
+def _phase_instants(
+    run: dict[str, Any], birth_ev: np.ndarray, n: int
+) -> list[tuple[str, np.ndarray]]:
+    """Each reported phase's candidate instants, in the order the tracker first saw each phase
+    (its dict order): the instant of each of its marks and the instant after each birth while it
+    is the current phase (the last one marked at or before the birth), in event order (a mark
+    at event i before the birth there)."""
+    marks = sorted(((int(i), str(p)) for i, p in run["marks"]), key=lambda m: m[0])
+    marks = [(i, p) for i, p in marks if 0 <= i <= n]
+    names: dict[str, int] = {}
+    for _i, p in marks:
+        names.setdefault(p, len(names))
+    at_mark = np.asarray([i for i, _p in marks], dtype=np.int64)
+    mark_pid = np.asarray([names[p] for _i, p in marks], dtype=np.int64)
+    # the phase current at each birth (-1: "init", before any mark)
+    last = np.searchsorted(at_mark, birth_ev, side="right") - 1
+    birth_pid = np.where(last >= 0, mark_pid[np.maximum(last, 0)], -1) if len(at_mark) else last
+    order_key = np.concatenate([2 * at_mark, 2 * birth_ev + 1])
+    pid = np.concatenate([mark_pid, birth_pid])
+    instant = np.concatenate([at_mark, birth_ev + 1])
+    seq = np.argsort(order_key, kind="stable")
+    pid, instant = pid[seq], instant[seq]
+    grouped = np.argsort(pid, kind="stable")
+    pid, instant = pid[grouped], instant[grouped]
+    bounds = np.searchsorted(pid, np.arange(len(names) + 1, dtype=np.int64))
+    return [
+        (p, instant[bounds[k] : bounds[k + 1]])
+        for p, k in names.items()
+        if p not in UNREPORTED_PHASES
+    ]

@@ -79,7 +79,9 @@ def replay_run(
         flat[f"phase/{phase}/peak"] = total
         for c in comps:
             flat.setdefault(f"phase/{phase}/comp/{c}", 0)
-        items = sorted(live.items(), key=lambda kv: order[kv[0]]) if order else live.items()
+        items = (
+            sorted(live.items(), key=lambda kv: order[kv[0]]) if order is not None else live.items()
+        )
         for key, n in items:
             if key in ignored:
                 n = 0

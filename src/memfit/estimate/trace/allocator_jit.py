@@ -6,7 +6,9 @@ Same rules, same integers: one loop over the events with the blocks as rows of a
 reused) and each pool's free list as a sorted run of int64 keys packing (size, address), the
 order of the Python replay's ``size << 64 | address`` keys, beside the blocks they name: best
 fit is the first key not below ``(size, 0)``; an insert or a removal moves the shorter side of
-the run by one. Both tables start small and grow when full (a table sized for every event
+the run by one, and a split's remainder (or a freed block merged with a free neighbour) takes
+over the entry of the block it came from, moved only as far as its new key needs (most often
+not at all). Both tables start small and grow when full (a table sized for every event
 would cost more in page faults than the replay itself). Arithmetic is int64, exact because the
 kernel stops (and the Python replay answers) when a request or the reserved bytes reach 1 TiB
 (beyond any GPU, though a search may probe such sizes). Keys are dense (0..n_keys-1): the live
@@ -26,7 +28,10 @@ than a process saves). ``MEMFIT_NO_JIT=1`` forces the Python replay.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -136,4 +141,36 @@ def _compile() -> Any:
     except RuntimeError as e:  # allocator_kernel.NoCacheError: nowhere to keep the machine code
         _WHY[0] = f"no writable cache directory for numba's machine code ({e})"
         return None
-    return allocator_kernel.replay_default
+    kernel = allocator_kernel.replay_default
+    with _no_scipy_blas_probe():  # load (or compile) the machine code now, not at first use
+        kernel(
+            np.ones(1, dtype=np.uint8),
+            np.zeros(1, dtype=np.int64),
+            np.ones(1, dtype=np.int64),
+            1,
+            np.zeros(6, dtype=np.int64),
+        )
+    return kernel
+
+
+#: The module numba's numpy support imports to probe for a BLAS when it first compiles or loads
+#: machine code (``numba.np.arraymath._check_blas``): importing it imports ``scipy.linalg``.
+_BLAS_PROBE = "scipy.linalg.cython_blas"
+
+
+@contextlib.contextmanager
+def _no_scipy_blas_probe() -> Iterator[None]:
+    """Inside the block, importing :data:`_BLAS_PROBE` fails at once (a ``None`` entry in
+    ``sys.modules``), unless it is imported already. Loading the kernel otherwise imports
+    scipy.linalg (~0.25 s of a ~0.75 s load) for a probe whose only effect is whether numba's
+    ``np.correlate`` / ``np.convolve`` call BLAS (this kernel calls neither); numba's linear
+    algebra imports it itself when it compiles. The entry is removed on leaving."""
+    if _BLAS_PROBE in sys.modules:
+        yield
+        return
+    sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if _BLAS_PROBE in sys.modules and sys.modules[_BLAS_PROBE] is None:
+            del sys.modules[_BLAS_PROBE]
