@@ -140,9 +140,9 @@ def test_a_step_another_process_kept_serves_this_one(fake_steps: list[int]) -> N
 
 
 def _entry(n_events: int) -> step_memo.Entry:
-    events = [("a", i, 512) for i in range(n_events)]
+    events = tuple(("a", i, 512) for i in range(n_events))
     trace = rank_trace.RankTrace(
-        events=events, marks=[], raw=[512] * n_events, ignored=frozenset(),
+        events=events, marks=(), raw=(512,) * n_events, ignored=frozenset(),
         owners={i: ("m", "forward", "activations") for i in range(n_events)},
         grad_keys=frozenset(), params={}, ddp_sizes=(),
     )  # fmt: skip

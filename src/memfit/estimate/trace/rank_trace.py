@@ -41,9 +41,9 @@ class RankTrace:
     that holds it). ``ddp_sizes``: bytes of each trainable parameter in ``model.parameters()``
     order (what DDP's reducer buckets, in reverse)."""
 
-    events: list[tuple[str, int, int]]
-    marks: list[tuple[int, str, str]]
-    raw: list[int]
+    events: tuple[tuple[str, int, int], ...]
+    marks: tuple[tuple[int, str, str], ...]
+    raw: tuple[int, ...]
     ignored: frozenset[int]
     owners: dict[int, tuple[str, str, str]]
     grad_keys: frozenset[int]
@@ -72,9 +72,9 @@ def snapshot(tracker: DistTracker, model: torch.nn.Module) -> RankTrace:
         for key, st in tracker.storages.items()
     }
     return RankTrace(
-        events=list(tracker.events or ()),
-        marks=list(tracker.marks),
-        raw=list(tracker.raw),
+        events=tuple(tracker.events or ()),
+        marks=tuple(tracker.marks),
+        raw=tuple(tracker.raw),
         ignored=frozenset(tracker._ignored),
         owners=owners,
         grad_keys=frozenset(tracker.grad_keys),

@@ -42,10 +42,14 @@ from memfit.spec import WorkloadSpec
 
 #: Workload fields only the rank rewrite reads (the traced step is the same for every value).
 REWRITE_ONLY = ("shard", "offload", "gpus", "grad_accum")
-#: Entries kept at most (a cold plan keeps about 5-8 shallow traces per technique stack).
-MAX_ENTRIES = 64
-#: Events kept at most over all entries (about 0.2 kB each with their owners: ~400 MB).
-MAX_EVENTS = 2_000_000
+#: Entries kept at most. A cold plan of an 8B model traces 5-8 shallow runs per technique stack
+#: (six stacks), and the full-depth runs of a stack whose growth fails: 40-70 entries.
+MAX_ENTRIES = 128
+#: Events kept at most over all entries: an entry holds about 0.21 kB per event with its owners
+#: (measured: 1.09 MB for a 5,084-event trace of 8 Qwen3-8B-shaped layers), so ~210 MB. A
+#: full-depth trace of 36 such layers at seq 4096 has 22-27 thousand events, a cold plan's
+#: entries together about 0.45 million.
+MAX_EVENTS = 1_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
