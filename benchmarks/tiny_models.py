@@ -137,7 +137,10 @@ def head_class(kind: str, model_type: str) -> str | None:
         "vision": m.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
         "audio": {**m.MODEL_FOR_CTC_MAPPING_NAMES, **m.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES},
     }
-    return tables.get(kind, m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES).get(model_type)
+    head = tables.get(kind, m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES).get(model_type)
+    if isinstance(head, (list, tuple)):  # DeiT: (the classifier, the one with its teacher)
+        head = head[0]
+    return head
 
 
 def write_tiny(folder: Path, model_type: str) -> Path:

@@ -32,12 +32,40 @@ def test_a_full_fine_tune_floor_counts_weights_and_gradients_in_storage_width() 
     "settings",
     [
         Settings(precision="bf16-mixed", quant="nf4", lora_rank=8),
-        Settings(precision="bf16-mixed", gpus=2, shard="zero3"),
-        Settings(precision="bf16-mixed", offload="optimizer", gpus=1, shard="zero2"),
+        Settings(precision="bf16-mixed", gpus=2, shard="fsdp"),
+        Settings(precision="bf16-mixed", gpus=2, tp=2),
+        Settings(precision="bf16-mixed", gpus=1, shard="zero3", offload="params"),
     ],
 )
-def test_no_floor_is_claimed_for_quantized_sharded_or_offloaded_stacks(settings: Settings) -> None:
+def test_no_floor_is_claimed_for_quantized_fsdp_tensor_parallel_or_offloaded_zero3_stacks(
+    settings: Settings,
+) -> None:
     assert stack_floor(settings, 1000, train=True) is None
+
+
+def test_a_sharded_floor_counts_what_rank_0_keeps_on_the_device() -> None:
+    def floor(**kw: object) -> tuple[int, str]:
+        f = stack_floor(Settings(optimizer="adamw", **kw), 1000, train=True)
+        assert f is not None
+        return f.bytes, f.what
+
+    # ZeRO-1/2 keep every parameter; offloading the optimizer leaves the weights on the device
+    assert floor(precision="bf16-mixed", gpus=1, shard="zero2", offload="optimizer") == (
+        4000,
+        "rank 0's weights alone need",
+    )
+    # DDP: weights and every .grad; ZeRO-1 the same (its gradients are not partitioned)
+    assert floor(precision="bf16-mixed", gpus=2, shard="ddp")[0] == 8000
+    assert floor(precision="bf16-mixed", gpus=4, shard="zero1")[0] == 8000
+    # ZeRO-2, 4 ranks: the weights and a gradient partition
+    assert floor(precision="bf16-mixed", gpus=4, shard="zero2") == (
+        4 * 1000 + 4 * 250,
+        "rank 0's weights and gradient partition alone need",
+    )
+    # ZeRO-3, 2 ranks: partitions only; LoRA: the weight partition alone
+    assert floor(precision="bf16-mixed", gpus=2, shard="zero3")[0] == 4 * 500 + 4 * 500
+    assert floor(precision="bf16-mixed", gpus=2, shard="zero3", offload="optimizer")[0] == 2000
+    assert floor(precision="bf16-mixed", gpus=2, shard="zero3", lora_rank=8)[0] == 2000
 
 
 @pytest.mark.slow  # a trace per case (2-30 s each on the shared machine)
@@ -53,6 +81,42 @@ def test_no_floor_is_claimed_for_quantized_sharded_or_offloaded_stacks(settings:
     ids=lambda s: s.describe(),
 )
 def test_the_floor_is_below_the_trace_engines_peak(
+    settings: Settings, trace_estimator: Callable[[WorkloadSpec], MemoryEstimate]
+) -> None:
+    est = trace_estimator(settings.workload("train", 64))
+    base = trace_estimator(Settings(precision="bf16-true").workload("train", 64)).n_params
+    floor = stack_floor(settings, base, train=True)
+    assert floor is not None and 0 < floor.bytes <= est.peak_allocated_bytes
+
+
+_SHARDED = [
+    Settings(precision="bf16-mixed", optimizer="adamw", gpus=2, shard="ddp"),
+    Settings(precision="bf16-true", optimizer="adamw", gpus=4, shard="ddp"),
+    Settings(precision="bf16-mixed", optimizer="adamw", gpus=2, shard="zero1"),
+    Settings(precision="bf16-mixed", optimizer="adamw", gpus=1, shard="zero2", offload="optimizer"),
+    Settings(precision="bf16-mixed", optimizer="adamw", gpus=4, shard="zero2"),
+    Settings(precision="bf16-mixed", optimizer="adamw", gpus=2, shard="zero3"),
+    Settings(precision="bf16-mixed", optimizer="adamw-fused", gpus=1, shard="zero3"),
+    Settings(precision="bf16-mixed", optimizer="adamw", gpus=2, shard="zero3", offload="optimizer"),
+    Settings(precision="bf16-mixed", optimizer="adamw", gpus=2, shard="zero3", lora_rank=8),
+]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        *(pytest.param(s, marks=pytest.mark.slow) if i % 3 else s for i, s in enumerate(_SHARDED)),
+        pytest.param(
+            Settings(
+                precision="bf16-mixed", optimizer="adamw", checkpointing="full", gpus=2,
+                shard="zero2", offload="optimizer",
+            ),
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=lambda s: s.describe(),
+)  # fmt: skip
+def test_a_sharded_floor_is_below_rank_0s_traced_peak(
     settings: Settings, trace_estimator: Callable[[WorkloadSpec], MemoryEstimate]
 ) -> None:
     est = trace_estimator(settings.workload("train", 64))

@@ -26,6 +26,7 @@ computed; the trace engine places those in time.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,25 @@ DEEPSPEED_DEFAULTS: dict[str, int] = {
 #: ``reduce_bucket_size`` elements as they are produced; ``overlap_comm`` defaults to True for
 #: stage 3 only (``overlap_comm_valid``), where it doubles that bucket in stages 1-2.
 DEEPSPEED_CONTIGUOUS_GRADIENTS = True
+
+#: The optimizer names DeepSpeed ZeRO runs as its own Adam (FusedAdam on the device,
+#: DeepSpeedCPUAdam with ``offload_optimizer``) over its flat fp32 partitions: the rank-0 rewrite
+#: counts no parameter-sized step temporaries for them (``rank_replay``), and one traced step
+#: serves both names (:func:`traced_step_workload`).
+DEEPSPEED_ADAM = ("adamw", "adamw-fused")
+
+
+def traced_step_workload(workload: Any) -> Any:
+    """The workload whose step the trace engine runs for ``workload``: the same, except that a
+    ZeRO job naming ``adamw-fused`` traces torch's ``adamw`` step. DeepSpeed steps its own Adam
+    for both names, so the two traced torch steps differed only in what the rewrite drops or
+    moves to the host (torch's per-parameter ``step`` tensors: 335 KB of host RAM on a 36-layer
+    8B model, benchmarks/fastpath_speed.py's config) — and tracing one saves a plan a derived
+    form per stack (the derived cache key applies the same rule)."""
+    if workload.shard in ("zero1", "zero2", "zero3") and workload.optimizer == "adamw-fused":
+        return dataclasses.replace(workload, optimizer="adamw")
+    return workload
+
 
 #: ``torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)``; the first bucket (the last
 #: parameters, whose gradients are ready first) is capped at ``dist._DEFAULT_FIRST_BUCKET_BYTES``

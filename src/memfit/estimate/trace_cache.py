@@ -33,17 +33,15 @@ the directory clears it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
-import os
 import platform
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.derived import cache
+from memfit.estimate.derived.cache import source_fingerprint
 from memfit.estimate.result import FitVerdict, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.spec import WorkloadSpec
 
@@ -90,21 +88,6 @@ def trace_key(source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: boo
         default=str,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-@functools.cache
-def source_fingerprint() -> str:
-    """A hash of memfit's installed Python files (relative path, size, modification time):
-    an edited checkout, an upgrade or a reinstall changes it (about 20 ms, once per process)."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for folder, subdirs, files in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
-        for name in sorted(f for f in files if f.endswith(".py")):
-            path = os.path.join(folder, name)
-            st = os.stat(path)
-            h.update(f"{os.path.relpath(path, root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
 
 
 def cached_trace(

@@ -19,6 +19,25 @@ at 2 bytes per parameter (the narrowest width any precision loads them in). Opti
 activations, workspaces and the CUDA context are left out (all >= 0), so the floor is a lower
 bound, not an estimate.
 
+Sharded stacks (DDP, ZeRO-1/2/3, with or without offload; tensor parallelism 1) have a floor
+too: the bytes memfit's rank-0 rewrite of the traced step keeps on the device for the whole step
+(:mod:`memfit.estimate.trace.rank_replay`, the model both the derived and the trace engine answer
+such a job with), counted from the parameter count alone:
+
+- weights: every parameter at its storage width under DDP, ZeRO-1 and ZeRO-2 (offload or not:
+  their parameters stay on the device); under ZeRO-3 the rank's partition, at least
+  ``n / dp`` of them (``partition_numel`` rounds each up), and nothing where the parameters are
+  offloaded (parameters below the persistence threshold stay whole: not counted, >= 0);
+- a full fine-tune's gradients: every one at the end of the backward under DDP and ZeRO-1 (the
+  ``.grad`` of each parameter, before the step); ZeRO-2 and -3 drop each gradient into their
+  bucket and keep a gradient partition of ``n / dp`` at the parameters' width on the device,
+  unless the optimizer is offloaded (then it lives in host RAM);
+- (ZeRO refuses ``*-true`` precisions: memfit.spec.rules; under ``*-mixed`` the traced weights
+  are fp32 and the rewrite adds no master copy.)
+
+The DDP buckets, ZeRO's gradient bucket, gathered ZeRO-3 parameters and every optimizer state
+are left out (all >= 0). FSDP2 (traced for real) and tensor-parallel stacks claim no floor.
+
 The parameter count comes from an estimate of the job as asked (the plan's baseline), used only
 where that job has no LoRA adapters and no quantized weights (their parameter counts are not the
 base model's).
@@ -47,17 +66,51 @@ class Floor:
 
 def stack_floor(s: Settings, n_params: int, *, train: bool) -> Floor | None:
     """The floor of ``s`` for a model of ``n_params`` base parameters, or None where no floor
-    is claimed (sharded, offloaded, tensor-parallel or quantized stacks, unknown precisions)."""
-    if n_params <= 0 or s.gpus != 1 or s.tp != 1 or s.shard != "none" or s.offload != "none":
-        return None
-    if s.quant != "none":
+    is claimed (FSDP2, offload without a ZeRO or DDP layout, tensor-parallel or quantized
+    stacks, unknown precisions)."""
+    if n_params <= 0 or s.tp != 1 or s.quant != "none":
         return None
     rule = PRECISION_RULES.get(str(s.precision))
     width = None if rule is None else DTYPE_BYTES.get(rule.params)
     if width is None:
         return None
+    full = s.lora_rank is None and not s.freeze_layers
+    if s.shard in SHARDED:
+        return _sharded_floor(s, n_params, width, full=full) if train else None
+    if s.gpus != 1 or s.shard != "none" or s.offload != "none":
+        return None
     if not train:
         return Floor(bytes=NARROWEST_BYTES * n_params, what="weights alone need")
-    if s.lora_rank is None and not s.freeze_layers:
+    if full:
         return Floor(bytes=2 * width * n_params, what="weights and gradients alone need")
     return Floor(bytes=width * n_params, what="weights alone need")
+
+
+#: Layouts rank 0's rewrite models (:mod:`memfit.estimate.trace.rank_replay`) with a floor.
+SHARDED = ("ddp", "zero1", "zero2", "zero3")
+
+
+def _sharded_floor(s: Settings, n_params: int, width: int, *, full: bool) -> Floor | None:
+    dp = s.gpus  # tp is 1
+    share = n_params // dp  # a lower bound of every partition_numel sum
+    offload_opt = s.offload in ("optimizer", "params")
+    parts: list[str] = []
+    total = 0
+    if s.shard != "zero3":
+        total += width * n_params
+        parts.append("weights")
+    elif s.offload != "params":
+        total += width * share
+        parts.append("weight partition")
+    if full:
+        if s.shard in ("ddp", "zero1"):
+            total += width * n_params
+            parts.append("gradients")
+        elif not offload_opt:
+            total += width * share
+            parts.append("gradient partition")
+    if total <= 0:
+        return None
+    names = " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
+    verb = "need" if len(parts) > 1 or parts[0] == "weights" else "needs"
+    return Floor(bytes=total, what=f"rank 0's {names} alone {verb}")

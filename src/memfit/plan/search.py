@@ -21,8 +21,8 @@
    size share two simulations), and the smallest split that does not fit prunes the others;
    an engine without a batch call (derived, trace) estimates them smallest first and stops at
    that miss. With the derived or trace engine a stack whose floor (:mod:`memfit.plan.floor`:
-   its weights, and a full fine-tune's gradients) exceeds the GPU is ruled out before any form
-   is built or trace run, and listed in the notes.
+   its weights, and a full fine-tune's gradients; under DDP and ZeRO what rank 0 keeps of them)
+   exceeds the GPU is ruled out before any form is built or trace run, and listed in the notes.
    A fit is then confirmed by the precise engine (``request.confirm``: every plan shown, the
    recommended one only, or none); if that disagrees, the combination counts as not fitting.
 4. Stop when the recommended plan and ``n_alternatives`` runners-up (distinct stacks) are found.

@@ -1,4 +1,5 @@
-"""The derived form's cache key leaves out what a trace never reads: the micro-batch count."""
+"""The derived form's cache key leaves out what a trace never reads (the micro-batch count) and
+keeps what the form came from (memfit's own source)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ def test_the_splits_of_one_stack_share_one_form_key() -> None:
     assert len(held) == 1  # every split with accumulation: one form
     # the held gradients (zero_grad_set_to_none=False) are traced: a form of their own
     assert cache.variant_key(TINY_GRANITE, _split(32, 1)) not in held
+
+
+def test_an_edited_memfit_file_is_a_new_form_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = cache.variant_key(TINY_GRANITE, _split(2, 1))
+    monkeypatch.setattr(cache, "source_fingerprint", lambda: "another checkout")
+    assert cache.variant_key(TINY_GRANITE, _split(2, 1)) != before
+    # the fingerprint reads the files: a touched one changes it
+    tree = tmp_path / "src" / "memfit" / "estimate" / "derived"
+    tree.mkdir(parents=True)
+    (tree / "cache.py").write_text("x = 1\n")
+    monkeypatch.undo()
+    real = cache.source_fingerprint.__wrapped__
+    monkeypatch.setattr(cache, "__file__", str(tree / "cache.py"))
+    first = real()
+    (tree / "cache.py").write_text("x = 22\n")
+    assert real() != first
 
 
 @pytest.mark.slow

@@ -110,3 +110,23 @@ def test_zero3_offload_gathers_partitions_and_moves_states_to_the_host(wide: Any
     assert any(m.endswith("(gathered)") for m in run["mods"])
     assert "(ZeRO gradient bucket)" in run["mods"]
     assert run["fixed"], "the rewrite's own births are marked"
+
+
+def test_zero_traces_one_step_for_both_adam_names_and_shares_their_form(wide: Any) -> None:
+    """DeepSpeed steps its own Adam for ``adamw`` and ``adamw-fused`` (sharding.DEEPSPEED_ADAM):
+    the trace engine traces torch's ``adamw`` step for both, so their answers are the same, and
+    a plan's two stacks share one derived form; without ZeRO the two steps stay distinct."""
+    gpu = get_gpu("L4")
+    zero = {"shard": "zero2", "offload": "optimizer"}
+    fused = train_job(5, optimizer="adamw-fused", **zero)
+    plain = train_job(5, optimizer="adamw", **zero)
+    assert cache.variant_key(WIDE, fused) == cache.variant_key(WIDE, plain)
+    one = train_job(5, optimizer="adamw-fused")
+    assert cache.variant_key(WIDE, one) != cache.variant_key(WIDE, train_job(5, optimizer="adamw"))
+    a, b = (run_engine("trace", wide, w, gpu) for w in (fused, plain))
+    assert a.workload["optimizer"] == "adamw-fused"  # the job as asked is what the answer names
+    assert (a.peak_allocated_bytes, a.host_memory_bytes) == (
+        b.peak_allocated_bytes,
+        b.host_memory_bytes,
+    )
+    assert a.trace["n_ops"] == b.trace["n_ops"]  # the same traced step

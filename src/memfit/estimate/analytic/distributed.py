@@ -36,7 +36,7 @@ from memfit.estimate.analytic.step import BlockProfile
 
 #: Optimizers DeepSpeed runs as its fused multi-tensor Adam (no parameter-sized temporaries);
 #: the trace engine's rule (``rank_replay.DEEPSPEED_FUSED_ADAM``).
-DEEPSPEED_FUSED_ADAM = ("adamw", "adamw-fused")
+DEEPSPEED_FUSED_ADAM = sharding.DEEPSPEED_ADAM
 #: Unsharded copies of a decoder block FSDP2 holds at once in forward (the running block, and the
 #: next one's all-gather output while it is copied out into its parameters) and in backward (the
 #: running block and the prefetched one).

@@ -2,9 +2,10 @@
 
 ``$MEMFIT_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/memfit``, else ``~/.cache/memfit``; forms under
 ``derived/``. The key hashes the config.json (canonical JSON), the workload with its batch size (the
-form's variable) and its micro-batch count (not traced) left out, and the versions of memfit, torch,
-transformers and peft installed (read from package metadata: no import). A new version of any of
-them is a new key: the form follows the installed libraries and is derived again. A refusal is
+form's variable) and its micro-batch count (not traced) left out, the versions of memfit, torch,
+transformers and peft installed (read from package metadata: no import) and a fingerprint of
+memfit's own source files (:func:`source_fingerprint`). A new version of any of them, or an edited
+checkout, is a new key: the form follows the installed code and is derived again. A refusal is
 cached too, so a job the form cannot model costs its three traces once. Unreadable or foreign files
 are ignored and replaced.
 
@@ -28,6 +29,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from memfit.estimate.sharding import traced_step_workload
 from memfit.spec import WorkloadSpec
 
 #: Bumped when the stored layout or the replay changes: older files are then ignored.
@@ -94,6 +96,23 @@ def _versions(extra: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
     return tuple(out.items())
 
 
+@functools.cache
+def source_fingerprint() -> str:
+    """A hash of memfit's installed Python files (relative path, size, modification time):
+    an edited checkout, an upgrade or a reinstall changes it (about 20 ms, once per process).
+    Part of both caches' keys, so a change to the code a form or a trace answer came from
+    never reads an old one (``FORMAT`` is still bumped for a change of the stored layout)."""
+    root = Path(__file__).resolve().parents[2]
+    h = hashlib.sha256()
+    for folder, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            st = os.stat(path)
+            h.update(f"{os.path.relpath(path, root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
 def variant_key(config: dict[str, Any], workload: WorkloadSpec) -> str:
     """The form's key: config, the workload but its batch size and its micro-batch count, the
     library versions. ``grad_accum`` is left out exactly: a trace runs one micro-batch and never
@@ -101,13 +120,15 @@ def variant_key(config: dict[str, Any], workload: WorkloadSpec) -> str:
     which the key keeps), and the notes it adds are the workload's, added at each estimate, not
     stored in the form; so a plan's splits of one stack (mb 8 x 4, mb 4 x 8, ...) share one
     form."""
-    variant = dataclasses.replace(workload, batch_size=1, grad_accum=1)
+    # a ZeRO job's adamw-fused is traced as adamw (sharding.traced_step_workload): one form
+    variant = dataclasses.replace(traced_step_workload(workload), batch_size=1, grad_accum=1)
     text = json.dumps(
         {
             "format": FORMAT,
             "config": config,
             "workload": repr(variant),
             "versions": versions(),
+            "memfit_source": source_fingerprint(),
         },
         sort_keys=True,
         default=str,

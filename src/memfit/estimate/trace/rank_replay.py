@@ -22,7 +22,7 @@ from memfit.estimate.trace.rank_trace import Param, RankTrace
 from memfit.spec import WorkloadSpec
 
 #: Optimizers DeepSpeed runs as its fused multi-tensor Adam (no parameter-sized temporaries).
-DEEPSPEED_FUSED_ADAM = ("adamw", "adamw-fused")
+DEEPSPEED_FUSED_ADAM = sharding.DEEPSPEED_ADAM
 #: First key of the synthetic storages the rewrite adds (the engine uses -1, -2, … for workspaces).
 _SYNTHETIC_KEY0 = -1_000_000
 
