@@ -114,6 +114,15 @@ def test_fsdp_and_a_single_gpu_are_never_taken_from_the_memo(fake_steps: list[in
     assert step_memo.n_entries() == 1
 
 
+def test_a_zero_job_naming_adamw_fused_takes_the_adamw_step(fake_steps: list[int]) -> None:
+    """ZeRO traces ``adamw-fused`` as ``adamw`` (sharding.traced_step_workload): one step."""
+    trace_hf(TINY_LLAMA, _job(shard="zero2"), name="m")
+    fused = _job(shard="zero3", offload="optimizer", optimizer="adamw-fused")
+    assert memoized(TINY_LLAMA, fused)
+    trace_hf(TINY_LLAMA, fused, name="m")
+    assert fake_steps[0] == 1
+
+
 def test_no_cache_turns_the_memo_off(
     fake_steps: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
