@@ -87,3 +87,12 @@ def _trace_answers_not_kept_between_tests(monkeypatch: pytest.MonkeyPatch) -> No
     from memfit.estimate import trace_cache
 
     monkeypatch.setattr(trace_cache, "cacheable", lambda source: False)
+
+
+@pytest.fixture(autouse=True)
+def _traced_steps_not_kept_between_tests() -> None:
+    """The trace engine's step memo (memfit.estimate.trace.step_memo) starts empty in every test:
+    a test that patches the trace must see its own run, not a step another test traced."""
+    from memfit.estimate.trace import step_memo
+
+    step_memo.clear()

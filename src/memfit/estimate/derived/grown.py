@@ -156,7 +156,8 @@ def record_grown(
     """The form of ``workload`` on ``config`` from traces of a few layers (see the module
     docstring); NotModelledError (engine "derived") where the growth cannot be learned or the
     check trace disagrees. ``recorder``: makes the run observer that keeps a trace's events."""
-    from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
+    from memfit.estimate.trace import step_memo
+    from memfit.estimate.trace.engine import RUN_OBSERVER, memoized, trace_hf
 
     found = applies(config, workload)
     if found is None:
@@ -191,10 +192,13 @@ def record_grown(
         return rec
 
     def attempt(mb: tuple[int, int]) -> Any:
-        """A trace run ahead of its turn; None where it raises: :func:`seq_at` traces it again
-        when its turn comes, so a failure is raised in the order a serial build meets it."""
+        """A trace run ahead of its turn, with the steps it kept in the step memo (a worker's
+        go to this process's memo: the next rank variant reuses them); None where it raises:
+        :func:`seq_at` traces it again when its turn comes, so a failure is raised in the
+        order a serial build meets it."""
         try:
-            return trace(mb)
+            with step_memo.collecting() as made:
+                return trace(mb), made
         except NotModelledError:
             return None
 
@@ -211,17 +215,25 @@ def record_grown(
             keep((m, b), trace((m, b)))
         return seqs[m, b]
 
+    def in_memo(mb: tuple[int, int]) -> bool:
+        cfg = _resized(config, var, layers_at(mb[0]))
+        return memoized(cfg, dataclasses.replace(workload, batch_size=mb[1]))
+
     with workers.Pool(attempt) as pool:
         if pool.enabled:
             build.preload(config, workload)  # the worker, forked after, has the imports
 
         def ahead(keys: list[tuple[int, int]]) -> None:
-            """Trace ``keys`` two at a time where a worker runs (:mod:`.workers`)."""
+            """Trace ``keys`` two at a time where a worker runs (:mod:`.workers`); a run the
+            step memo holds (another rank variant's trace) is left to this process."""
             todo = [(mb, layers_at(mb[0]) + 1.0) for mb in keys if mb not in seqs]
+            if pool.enabled:
+                todo = [(mb, c) for mb, c in todo if not in_memo(mb)]
             if pool.enabled and len(todo) > 1:
-                for mb, rec in pool.run(todo).items():
-                    if rec is not None:
-                        keep(mb, rec)
+                for mb, got in pool.run(todo).items():
+                    if got is not None:
+                        step_memo.adopt(got[1])
+                        keep(mb, got[0])
 
         # what every outcome of the first pair needs, then what that outcome needs (the
         # serial order below then finds them traced)

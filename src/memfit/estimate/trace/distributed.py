@@ -38,6 +38,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass as _is_wr
 from memfit.errors import TraceError
 from memfit.estimate import sharding
 from memfit.estimate.trace.build import decoder_layers
+from memfit.estimate.trace.rank_trace import RankTrace
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
 
@@ -172,25 +173,31 @@ class Plan:
             _mark_modules_(model, self.tracker)
 
     def finish(
-        self, flat: dict[str, float], model: torch.nn.Module, build_full: Callable[[], Any]
+        self, flat: dict[str, float], trace: RankTrace, full_counts: tuple[int, int] | None
     ) -> list[tuple[str, int, int]]:
         """Replace ``flat``'s phase entries by rank 0's, add ``host_memory``; return the events
-        to replay through the allocator. ``build_full`` builds the un-split model (tp > 1) on
-        ``meta`` to count its parameters."""
+        to replay through the allocator. ``trace``: the traced step (:func:`rank_trace.snapshot`
+        of :attr:`tracker` after it, or the same step of another variant); ``full_counts``: the
+        un-split model's parameters, all and trainable (tp > 1: :func:`full_param_counts`)."""
         from memfit.estimate.trace.rank_replay import strategy
 
-        rewrite = strategy(self.workload, self.tracker, model)
+        rewrite = strategy(self.workload, trace)
         timeline = rewrite.run()
         self.tracker.timeline = timeline
         for key in [k for k in flat if k.startswith("phase/")]:
             del flat[key]
         flat.update(timeline.flat())
-        if self.workload.tp > 1:
-            full = build_full()
-            flat["n_params"] = sum(p.numel() for p in full.parameters())
+        if self.workload.tp > 1 and full_counts is not None:
+            flat["n_params"] = full_counts[0]
             if not self.workload.lora_rank:  # LoRA: the traced rank's adapter count stays
-                flat["n_trainable"] = sum(p.numel() for p in full.parameters() if p.requires_grad)
+                flat["n_trainable"] = full_counts[1]
         return timeline.events
+
+
+def full_param_counts(model: torch.nn.Module) -> tuple[int, int]:
+    """All and trainable parameters of the un-split model (built on ``meta``)."""
+    params = list(model.parameters())
+    return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
 
 
 def plan_for(workload: WorkloadSpec, config: dict[str, Any]) -> Plan | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import platform
 import time
 from collections.abc import Iterator
@@ -21,17 +20,14 @@ from typing import Any
 
 import torch
 
-from memfit.errors import NotModelledError, TraceError
+from memfit.errors import MemfitError, TraceError
 from memfit.estimate import sharding
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.pipeline import (
     EngineResult,
     assemble,
-    check_freeze_depth,
-    check_generation,
     check_gpu,
     check_positions,
-    check_tp,
     prepare_workload,
     with_notes,
 )
@@ -41,9 +37,12 @@ from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import (
     build,
     distributed,
+    job,
     media_inputs,
     quantized,
     quantized_experts,
+    rank_trace,
+    step_memo,
     steps,
 )
 from memfit.estimate.trace.cuda_emulation import (
@@ -56,7 +55,6 @@ from memfit.estimate.trace.cuda_emulation import (
 from memfit.estimate.trace.flat import Flat, extrapolated
 from memfit.estimate.trace.flat import engine_result as flat_engine_result
 from memfit.estimate.trace.tracker import StorageTracker
-from memfit.models import media
 from memfit.snapshot import predicted
 from memfit.spec import PRECISION_RULES, WorkloadSpec
 
@@ -94,24 +92,9 @@ def trace_hf(
     fake trace counts exactly what real execution allocates.
     """
     started = time.perf_counter()
-    config = media.buildable(config)  # DETR without timm: models/media.py
-    workload, prepared_notes = prepare_workload(config, workload)
-    _reject_unsupported(workload)
-    check_gpu(workload, gpu)
-    task = build.resolve_task(config, workload.task)
-    check_generation(workload, task)
-    check_positions(config, workload, task)
-    check_tp(config, workload, engine="trace")
-    stacks = build.layer_plan(config, trust_remote_code)
-    targets = {v.name: v.count for v in stacks}
-    period = {v.name: v.period for v in stacks}
-    prefix = {v.name: v.prefix for v in stacks}
-    check_freeze_depth(workload, stacks[0].count if stacks else 0)
-    if workload.freeze_layers:
-        first = stacks[0].name
-        targets["frozen"] = workload.freeze_layers
-        targets[first] -= workload.freeze_layers
-        period["frozen"] = period[first]
+    run_job = job.prepare_job(config, workload, gpu, trust_remote_code)
+    config, workload, task, stacks = run_job.config, run_job.workload, run_job.task, run_job.stacks
+    targets, period, prefix = run_job.targets, run_job.period, run_job.prefix
 
     traced = sharding.traced_step_workload(workload)  # ZeRO: one step for both Adam names
 
@@ -146,7 +129,33 @@ def trace_hf(
     if (observer := RUN_OBSERVER.get()) is not None:
         observer.on_result(result)
     est = assemble(result, workload, gpu)
-    return with_notes(est, prepared_notes)
+    return with_notes(est, run_job.notes)
+
+
+def memoized(
+    config: dict[str, Any],
+    workload: WorkloadSpec,
+    *,
+    gpu: Any = None,
+    trust_remote_code: bool = False,
+) -> bool:
+    """Whether ``trace_hf(config, workload, extrapolate=False)`` would take its run from the
+    step memo (:mod:`memfit.estimate.trace.step_memo`: a rank variant of a step traced
+    before), running no fake step; False where the job is invalid (the trace reports it)."""
+    try:
+        j = job.prepare_job(config, workload, gpu, trust_remote_code)
+        traced = sharding.traced_step_workload(j.workload)  # as trace_hf runs it
+        cfg, wl = job.run_config(j.config, traced, j.stacks, j.targets, trust_remote_code)
+    except MemfitError:
+        return False
+    for cast_pixels in (False, True):
+        k = step_memo.run_key(
+            cfg, wl, j.task, j.targets, trust_remote_code, gpu=gpu, cast_pixels=cast_pixels
+        )
+        entry = step_memo.get(k, touch=False)
+        if entry is None or not entry.uncast:
+            return entry is not None
+    return False
 
 
 def trace_step_events(
@@ -161,7 +170,7 @@ def trace_step_events(
     the tracker's phase marks ``(phase, index of the next event)``: the input of
     :mod:`memfit.estimate.seq_replay` (variable-length runs)."""
     workload, _ = prepare_workload(config, workload)
-    _reject_unsupported(workload)
+    job.reject_unsupported(workload)
     check_gpu(workload, gpu)
     task = build.resolve_task(config, workload.task)
     check_positions(config, workload, task)
@@ -183,26 +192,6 @@ def trace_step_events(
         sink=sink,
     )
     return sink[0], sink[1]
-
-
-#: Workload settings the trace engine does not model yet, with their default value.
-UNSUPPORTED_DEFAULTS: dict[str, Any] = {}
-#: Optimizer names the trace engine cannot run (all of ``spec.OPTIMIZERS`` run today).
-UNSUPPORTED_OPTIMIZERS: tuple[str, ...] = ()
-
-
-def _reject_unsupported(workload: WorkloadSpec) -> None:
-    bad = [
-        f"{k}={getattr(workload, k)!r}"
-        for k, default in UNSUPPORTED_DEFAULTS.items()
-        if getattr(workload, k) != default
-    ]
-    if workload.optimizer in UNSUPPORTED_OPTIMIZERS:
-        bad.append(f"optimizer={workload.optimizer!r}")
-    if bad:
-        raise NotModelledError(
-            f"the trace engine does not model {', '.join(bad)} yet", engine="trace"
-        )
 
 
 class _UncastPixels(Exception):
@@ -234,18 +223,20 @@ def _trace_run(
 ) -> Flat:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    layer_counts = dict(counts)
-    frozen = layer_counts.pop("frozen", 0)
-    if frozen:
-        layer_counts[stacks[0].name] += frozen
-    cfg = (
-        build.with_layer_counts(config, stacks, layer_counts, trust_remote_code)
-        if stacks
-        else config
-    )
-    wl = dataclasses.replace(workload, freeze_layers=frozen)
-    plan = distributed.plan_for(wl, cfg)  # None for one plain GPU; else rank 0's view
-    full_cfg, cfg = cfg, cfg if plan is None else plan.config
+    full_cfg, wl = job.run_config(config, workload, stacks, counts, trust_remote_code)
+    plan = distributed.plan_for(wl, full_cfg)  # None for one plain GPU; else rank 0's view
+    cfg = full_cfg if plan is None else plan.config
+    observer = RUN_OBSERVER.get()
+    memo_key = None
+    if plan is not None and wl.shard != "fsdp" and execution == "fake" and sink is None:
+        memo_key = step_memo.run_key(
+            full_cfg, wl, task, counts, trust_remote_code, gpu=gpu, emulate_cuda=emulate_cuda,
+            n_steps=n_steps, cast_pixels=cast_pixels,
+        )  # fmt: skip
+        if (entry := step_memo.get(memo_key)) is not None and not predicted.is_recording():
+            if entry.uncast:
+                raise _UncastPixels
+            return _rank_from_memo(plan, entry, counts, wl, gpu, observer)
     real = execution == "real"
     device = "cpu" if real else "meta"
     if real:
@@ -263,7 +254,6 @@ def _trace_run(
     fake: Any = contextlib.nullcontext() if real else FakeTensorMode(allow_non_fake_inputs=True)
     if not real:
         build.meta_to_fake_(model, fake)
-    observer = RUN_OBSERVER.get()
     tracker: StorageTracker
     if plan is not None:
         tracker = plan.tracker
@@ -289,6 +279,7 @@ def _trace_run(
                     steps.run_inference(model, inputs, wl, task, tracker)
             except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
                 if not cast_pixels and media_inputs.uncast_pixels_error(exc, task):
+                    step_memo.put(memo_key, step_memo.Entry(uncast=True))
                     raise _UncastPixels from exc
                 raise TraceError(
                     f"could not run {type(model).__name__} on fake tensors: "
@@ -300,9 +291,14 @@ def _trace_run(
     flat = flatten_trace(tracker, n_params, n_trainable, router, paged)
     events = tracker.events or []
     if plan is not None:
-        events = plan.finish(
-            flat, model, lambda: build.build_hf_model(full_cfg, wl, task, device="meta")
-        )
+        trace = rank_trace.snapshot(plan.tracker, model)  # before the model dies (its frees)
+        full = None
+        if wl.tp > 1:  # the un-split model's parameter counts
+            full = distributed.full_param_counts(
+                build.build_hf_model(full_cfg, wl, task, device="meta")
+            )
+        step_memo.put(memo_key, step_memo.Entry(trace=trace, flat=dict(flat), full_counts=full))
+        events = plan.finish(flat, trace, full)
     # --snapshot: the history as replayed below (a no-op unless a recording is active)
     predicted.keep(events, tracker, allocator_workspaces(gpu, training=wl.is_train))
     if sink is not None:  # trace_step_events: the raw events and where each phase began
@@ -310,6 +306,25 @@ def _trace_run(
     flat["reserved"] = replay_reserved(events, gpu, wl.is_train)
     if observer is not None:
         observer.on_run(counts, tracker, flat)
+    return flat
+
+
+def _rank_from_memo(
+    plan: distributed.Plan,
+    entry: step_memo.Entry,
+    counts: dict[str, int],
+    wl: WorkloadSpec,
+    gpu: Any,
+    observer: Any,
+) -> Flat:
+    """A rank variant's run from a step traced before: its rewrite, replay and observer call,
+    as :func:`_trace_run` makes them after the step."""
+    assert entry.trace is not None  # an uncast entry raised before
+    flat = dict(entry.flat)
+    events = plan.finish(flat, entry.trace, entry.full_counts)
+    flat["reserved"] = replay_reserved(events, gpu, wl.is_train)
+    if observer is not None:
+        observer.on_run(counts, plan.tracker, flat)
     return flat
 
 

@@ -1,11 +1,13 @@
 """Replay a traced step as one data-parallel rank runs it (DDP, ZeRO-1/2/3, offload).
 
-The events of a :class:`~memfit.estimate.trace.distributed.DistTracker` are walked in order with
-its marks (phase changes, module forward/backward boundaries); a strategy decides each storage's
-size on the device and in host RAM and adds the storages the framework allocates itself (DDP
-buckets, ZeRO's gradient bucket, partitions and gathered parameters). The result is each phase's
-peak by component and module, the host peak, and the event list for the allocator replay. Rules
-and defaults: :mod:`memfit.estimate.sharding`; which route each setup takes: ``distributed.py``.
+The events of a :class:`~memfit.estimate.trace.distributed.DistTracker`, as a
+:class:`~memfit.estimate.trace.rank_trace.RankTrace` keeps them (no live tracker, no model: one
+trace serves every variant whose traced step is the same), are walked in order with its marks
+(phase changes, module forward/backward boundaries); a strategy decides each storage's size on
+the device and in host RAM and adds the storages the framework allocates itself (DDP buckets,
+ZeRO's gradient bucket, partitions and gathered parameters). The result is each phase's peak by
+component and module, the host peak, and the event list for the allocator replay. Rules and
+defaults: :mod:`memfit.estimate.sharding`; which route each setup takes: ``distributed.py``.
 """
 
 from __future__ import annotations
@@ -13,17 +15,11 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-import torch
 
 from memfit.estimate import sharding
 from memfit.estimate.trace.build import generic_module_name
-from memfit.estimate.trace.tracker import StorageTracker
+from memfit.estimate.trace.rank_trace import Param, RankTrace
 from memfit.spec import WorkloadSpec
-
-if TYPE_CHECKING:
-    from memfit.estimate.trace.distributed import DistTracker
 
 #: Optimizers DeepSpeed runs as its fused multi-tensor Adam (no parameter-sized temporaries).
 DEEPSPEED_FUSED_ADAM = sharding.DEEPSPEED_ADAM
@@ -132,25 +128,16 @@ def _round512(n: int) -> int:
     return -(-n // 512) * 512
 
 
-@dataclass(frozen=True)
-class _Param:
-    numel: int
-    element_size: int
-    trainable: bool
-    module: str
-
-
 class _Rewrite:
     """Replays the tracker's events as rank 0 sees them. The base class keeps every storage as
     traced; subclasses override :meth:`device_bytes`, :meth:`prologue`, :meth:`on_mark` and
     :meth:`after_alloc`."""
 
-    def __init__(self, workload: WorkloadSpec, tracker: DistTracker, model: torch.nn.Module):
+    def __init__(self, workload: WorkloadSpec, trace: RankTrace):
         self.wl = workload
         self.dp = workload.dp
-        self.tracker = tracker
-        self.params = _param_keys(tracker, model)
-        self.model = model
+        self.trace = trace
+        self.params = trace.params
         self.tl = _Timeline()
         self._next_key = itertools.count(_SYNTHETIC_KEY0, -1)
         self.offload_opt = workload.offload in ("optimizer", "params")
@@ -174,20 +161,20 @@ class _Rewrite:
 
     # -- the walk
     def run(self) -> _Timeline:
-        tr, tl = self.tracker, self.tl
+        tr, tl = self.trace, self.tl
         marks = iter(tr.marks)
         pending = next(marks, None)
         self.prologue()
         births = iter(tr.raw)
-        for i, (op, key, n) in enumerate(tr.events or []):
+        for i, (op, key, n) in enumerate(tr.events):
             while pending is not None and pending[0] <= i:
                 self._mark(pending)
                 pending = next(marks, None)
             raw = next(births, n) if op == "a" else 0
-            if key in tr._ignored:  # host-side scalars standing in for CPU tensors
+            if key in tr.ignored:  # host-side scalars standing in for CPU tensors
                 continue
             if op == "a":
-                comp, module = self.component(key), tr.storages[key].module
+                comp, module = self.component(key), tr.module(key)
                 n_dev = self.device_bytes(key, n)
                 tl.alloc(key, n_dev, comp, module, raw=raw if n_dev == n else None)
                 tl.host_alloc(key, self.host_bytes(key, n))
@@ -208,25 +195,13 @@ class _Rewrite:
         self.on_mark(kind, payload)
 
     def component(self, key: int) -> str:
-        return self.tracker.component_of(key)
+        return self.trace.component(key)
 
     def synthetic(self) -> int:
         return next(self._next_key)
 
     def is_step_temporary(self, key: int) -> bool:
-        st = self.tracker.storages[key]
-        return st.phase == "optimizer" and self.component(key) == "temporary"
-
-
-def _param_keys(tracker: StorageTracker, model: torch.nn.Module) -> dict[int, _Param]:
-    out: dict[int, _Param] = {}
-    for mod_name, module in model.named_modules():
-        for p in module.parameters(recurse=False):
-            local = getattr(p, "_local_tensor", p)
-            key = tracker._key_of.get(local.untyped_storage())
-            if key is not None and key not in out:
-                out[key] = _Param(local.numel(), local.element_size(), p.requires_grad, mod_name)
-    return out
+        return self.trace.phase(key) == "optimizer" and self.component(key) == "temporary"
 
 
 class _Fsdp(_Rewrite):
@@ -240,7 +215,7 @@ class _Fsdp(_Rewrite):
             return False
         return (
             key in self.params
-            or key in self.tracker.grad_keys
+            or key in self.trace.grad_keys
             or self.component(key) == "optimizer_states"
             or self.is_step_temporary(key)
         )
@@ -259,8 +234,7 @@ class _Ddp(_Rewrite):
     def prologue(self) -> None:
         if not self.wl.is_train:
             return
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        sizes = [p.numel() * p.element_size() for p in reversed(trainable)]
+        sizes = list(reversed(self.trace.ddp_sizes))  # trainable parameters, last first
         for n in sharding.ddp_bucket_bytes(sizes):
             self.tl.alloc(self.synthetic(), n, "gradients", "(DDP gradient buckets)")
 
@@ -268,8 +242,8 @@ class _Ddp(_Rewrite):
 class _Zero(_Rewrite):
     """DeepSpeed ZeRO stages 1-3 (and their offload) applied to the traced timeline."""
 
-    def __init__(self, workload: WorkloadSpec, tracker: DistTracker, model: torch.nn.Module):
-        super().__init__(workload, tracker, model)
+    def __init__(self, workload: WorkloadSpec, trace: RankTrace):
+        super().__init__(workload, trace)
         self.stage = int(str(workload.shard)[-1])
         trainable = [p for p in self.params.values() if p.trainable]
         self.n_trainable = sum(p.numel for p in trainable)
@@ -311,7 +285,7 @@ class _Zero(_Rewrite):
             return self._state_part(n_bytes)
         return 0
 
-    def _part(self, p: _Param) -> int:
+    def _part(self, p: Param) -> int:
         return sharding.partition_numel(p.numel, self.dp) * p.element_size
 
     def _state_part(self, n_bytes: int) -> int:
@@ -386,8 +360,8 @@ class _Zero(_Rewrite):
             self.tl.free(key)
 
     # -- ZeRO-3 gathering
-    def _units(self) -> dict[str, list[tuple[int, _Param]]]:
-        units: dict[str, list[tuple[int, _Param]]] = defaultdict(list)
+    def _units(self) -> dict[str, list[tuple[int, Param]]]:
+        units: dict[str, list[tuple[int, Param]]] = defaultdict(list)
         for key, p in self.params.items():
             if not sharding.zero3_persists(p.numel):
                 units[p.module].append((key, p))
@@ -396,7 +370,7 @@ class _Zero(_Rewrite):
     def _orders(self) -> tuple[list[str], list[str]]:
         fwd: dict[str, None] = {}
         bwd: dict[str, None] = {}
-        for _, kind, payload in self.tracker.marks:
+        for _, kind, payload in self.trace.marks:
             if kind == "fwd_in":
                 fwd.setdefault(payload)
             elif kind == "bwd_in":
@@ -440,11 +414,12 @@ class _Zero(_Rewrite):
             self.tl.free(key)
 
 
-def strategy(workload: WorkloadSpec, tracker: DistTracker, model: torch.nn.Module) -> _Rewrite:
+def strategy(workload: WorkloadSpec, trace: RankTrace) -> _Rewrite:
+    """The rewrite of ``trace`` for ``workload``'s setup; it reads ``trace``, never changes it."""
     if workload.shard == "fsdp":
-        return _Fsdp(workload, tracker, model)
+        return _Fsdp(workload, trace)
     if workload.shard in ("zero1", "zero2", "zero3"):
-        return _Zero(workload, tracker, model)
+        return _Zero(workload, trace)
     if workload.shard == "ddp":
-        return _Ddp(workload, tracker, model)
-    return _Rewrite(workload, tracker, model)
+        return _Ddp(workload, trace)
+    return _Rewrite(workload, trace)
