@@ -107,8 +107,6 @@ def estimate_first(
     form's estimate at batch 1 gives. Kept on disk beside the forms (a batch-1 form, never used
     at another batch size). None where it does not settle or does not apply; the traces run
     are then the form's first ones (the caller builds the form with :func:`estimate_derived`)."""
-    from memfit.estimate.derived import first
-
     started = time.perf_counter()
     if workload.batch_size != 1 or refusal(source, workload) is not None:
         return None
@@ -121,6 +119,7 @@ def estimate_first(
     form = _FORMS.get(one_key) or cache.load(one_key)
     built = form is None
     if form is None:
+        from memfit.estimate.derived import first  # the trace engine's imports: torch
 
         def assemble_hint(result: Any) -> MemoryEstimate:
             return with_notes(assemble(result, w, gpu), prepared_notes)
