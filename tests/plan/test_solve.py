@@ -201,3 +201,57 @@ def test_a_right_guess_leaves_the_exact_predicate_three_calls() -> None:
     assert exact == [1, 777, 778]  # the smallest value, the answer and the value after it
     assert largest_guided(lambda x: x <= 1000, lambda x: x <= 1000, cap=4096, step=64) == 960
     assert largest_guided(lambda x: x <= 5000, lambda x: True, cap=4096, step=64) == 4096
+
+
+def _routed(first: Callable[[WorkloadSpec, Callable[[MemoryEstimate], bool]], object]) -> tuple:
+    from memfit.plan.engines import CachedEstimator
+
+    calls: list[WorkloadSpec] = []
+
+    def exact(w: WorkloadSpec) -> MemoryEstimate:
+        calls.append(w)
+        return closed_form_estimate(w)
+
+    engine = CachedEstimator(exact, "derived")
+    engine.first = first  # type: ignore[assignment]
+    return engine, calls
+
+
+def test_a_first_answer_that_settles_the_search_is_its_only_estimate(
+    tiny_llama_dir: Path,
+) -> None:
+    def first(w: WorkloadSpec, settles: Callable[[MemoryEstimate], bool]) -> object:
+        est = closed_form_estimate(w)
+        return est if settles(est) else None
+
+    engine, calls = _routed(first)
+    w = WorkloadSpec(seq_len=512)
+    got = fit(str(tiny_llama_dir), w, solve="batch", gpu_memory_bytes=MiB, estimator=engine)
+    plain = fit(str(tiny_llama_dir), w, solve="batch", gpu_memory_bytes=MiB,
+                estimator=closed_form_estimate)  # fmt: skip
+    assert calls == [] and got.max_value == plain.max_value == 0
+    assert got.n_estimates == plain.n_estimates == 1
+    assert got.estimate == plain.estimate
+    assert [n for n in got.notes if n not in plain.notes] == [
+        "search: batch_size=1 does not fit, estimated from its own traces alone (the derived "
+        "engine's bytes at batch_size=1, no whole form built)"
+    ]
+
+
+def test_a_first_answer_that_does_not_settle_leaves_the_search_as_it_was(
+    tiny_llama_dir: Path,
+) -> None:
+    asked: list[int] = []
+
+    def first(w: WorkloadSpec, settles: Callable[[MemoryEstimate], bool]) -> object:
+        asked.append(w.batch_size)
+        return None if not settles(closed_form_estimate(w)) else closed_form_estimate(w)
+
+    engine, calls = _routed(first)
+    w = WorkloadSpec(seq_len=512)
+    got = fit(str(tiny_llama_dir), w, solve="batch", gpu_memory_bytes=64 * MiB, estimator=engine)
+    plain = fit(str(tiny_llama_dir), w, solve="batch", gpu_memory_bytes=64 * MiB,
+                estimator=closed_form_estimate)  # fmt: skip
+    assert asked == [1] and calls and got.max_value == plain.max_value > 0
+    named = {"search_engine": "derived", "confirmed_by": "derived"}  # the engine's own name
+    assert got.to_json() == plain.to_json() | named

@@ -56,6 +56,8 @@ from memfit.spec import WorkloadSpec
 ENGINES = ("auto", "analytic", "derived", "trace")
 
 Estimator = Callable[[WorkloadSpec], MemoryEstimate]
+#: A search's first answer where it settles the search alone (``settles``), else None.
+FirstEstimate = Callable[[WorkloadSpec, Callable[[MemoryEstimate], bool]], MemoryEstimate | None]
 
 
 def trace_stack_missing(source: Any) -> str | None:
@@ -286,6 +288,24 @@ class EnginePolicy:
 
         return guide
 
+    def search_first(self, source: Any, gpu: Any, reason: str) -> FirstEstimate:
+        """The derived engine's first answer of a search at batch size 1 without its whole
+        form, where that answer alone ``settles`` the search (``estimate_first``: the bytes the
+        form gives at batch 1); None where it does not (the search estimator then answers)."""
+
+        def first(w: WorkloadSpec, settles: Callable[[MemoryEstimate], bool]) -> Any:
+            from memfit.estimate.derived import estimate_first
+
+            if w.num_beams > 1 or w.cache_implementation != "dynamic":
+                return None
+            try:
+                est = estimate_first(source, w, gpu=gpu, settles=settles, progress=progress.report)
+            except MemfitError:  # the search estimator meets it again and says so
+                return None
+            return None if est is None else with_reason(est, reason)
+
+        return first
+
     def analytic_first(self, source: Any, gpu: Any, *, max_trace: int) -> AnalyticFirst:
         """The checklist's estimator (``upgrade``, ``doctor``): see :class:`AnalyticFirst`. The
         ``auto`` policy object defers to the one set by :func:`use_engine`."""
@@ -397,6 +417,7 @@ __all__ = [
     "Chain",
     "EnginePolicy",
     "Estimator",
+    "FirstEstimate",
     "SearchEngines",
     "active",
     "analytic_available",

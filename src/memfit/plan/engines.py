@@ -19,7 +19,7 @@ from typing import Any
 
 from memfit import progress
 from memfit.errors import MemfitError
-from memfit.estimate.policy import EnginePolicy, active, with_reason
+from memfit.estimate.policy import EnginePolicy, FirstEstimate, active, with_reason
 from memfit.estimate.policy import Estimator as Estimator  # the planner's name for it
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
@@ -53,6 +53,9 @@ class CachedEstimator:
         self.name = name
         self.batch = batch
         self.guide = guide
+        #: an optional cheap route to the search's first answer, where that answer alone
+        #: settles the search (:meth:`memfit.estimate.policy.EnginePolicy.search_first`)
+        self.first: FirstEstimate | None = None
         self.n_guided = 0
         self.n_calls = 0
         self.n_batches = 0
@@ -89,6 +92,14 @@ class CachedEstimator:
             self.elapsed_s += time.perf_counter() - started
         self.n_guided += 1
         return est
+
+    def seed(self, w: WorkloadSpec, est: MemoryEstimate) -> None:
+        """Keep ``est`` as this engine's answer for ``w`` (an answer it gave by another route:
+        :attr:`first`), counted as one of its estimates."""
+        key = workload_key(w)
+        if key not in self._cache:
+            self.n_calls += 1
+            self._cache[key] = est
 
     def prefetch(self, workloads: Sequence[WorkloadSpec]) -> None:
         """Estimate the ``workloads`` not cached yet in one batch call (one at a time without a
@@ -157,6 +168,7 @@ def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -
     search = engine(chosen.search)
     if chosen.search == "derived":
         search.guide = policy.search_guide(source, gpu, chosen.reason)
+        search.first = policy.search_first(source, gpu, chosen.reason)
     if chosen.search == "analytic" and source.config is not None:
         from memfit.estimate.analytic import estimate_many
 

@@ -176,6 +176,11 @@ def fit(
     if engines.reason is not None:
         notes.insert(0, f"engines: {engines.reason}")
     name = _FIELD[solve]
+    if _answer_first(engines.search, budget, _with(workload, name, step)):
+        notes.append(
+            f"search: {name}={step} does not fit, estimated from its own traces alone (the "
+            f"{engines.search.name} engine's bytes at {name}={step}, no whole form built)"
+        )
     value, est, confirmed = _solve(engines, budget, workload, name, cap, step)
     if value >= cap:
         notes.append(f"reached the search limit {name}={cap}")
@@ -268,6 +273,20 @@ def _solve(
         value = largest(_predicate(confirm, budget, w, name), cap=value - step, step=step)
     at = _with(w, name, max(value, step))
     return value, _try(confirm, at) or _try(engines.search, at), confirm.name if value else None
+
+
+def _answer_first(engine: CachedEstimator, budget: Budget, w: WorkloadSpec) -> bool:
+    """Ask the search engine's cheap first route (:attr:`CachedEstimator.first`) for the
+    smallest value ``w``, where its answer alone settles the search: it does not fit, so every
+    monotone search answers 0 there. Kept as the engine's answer (the estimate it would give);
+    whether it was."""
+    if engine.first is None:
+        return False
+    est = engine.first(w, lambda e: not fits(e, budget))
+    if est is None:
+        return False
+    engine.seed(w, est)
+    return True
 
 
 def _raise_if_bad_input(engine: CachedEstimator, w: WorkloadSpec) -> None:

@@ -93,6 +93,52 @@ def estimate_derived(
     return _evaluate(form, source, workload, gpu, started=started, built=built)
 
 
+def estimate_first(
+    source: Any,
+    workload: WorkloadSpec,
+    *,
+    gpu: Any = None,
+    settles: Callable[[MemoryEstimate], bool],
+    progress: Progress | None = None,
+) -> MemoryEstimate | None:
+    """A search's first estimate (batch size 1) from batch 1's own traces, where no form of the
+    job is kept and that estimate ``settles`` the search alone (a fit: batch 1 does not fit),
+    without building the whole form (:mod:`memfit.estimate.derived.first`): the bytes the
+    form's estimate at batch 1 gives. Kept on disk beside the forms (a batch-1 form, never used
+    at another batch size). None where it does not settle or does not apply; the traces run
+    are then the form's first ones (the caller builds the form with :func:`estimate_derived`)."""
+    started = time.perf_counter()
+    if workload.batch_size != 1 or refusal(source, workload) is not None:
+        return None
+    key = cache.variant_key(source.config, workload)
+    if key in _FORMS or cache.load(key) is not None:
+        return None  # a form (or its refusal) is kept: the search reads it as before
+    w, prepared_notes = prepare_workload(source.config, workload)
+    check_gpu(w, gpu)
+    one_key = f"{key}-batch1"
+    form = _FORMS.get(one_key) or cache.load(one_key)
+    built = form is None
+    if form is None:
+        from memfit.estimate.derived import first  # the trace engine's imports: torch
+
+        def assemble_hint(result: Any) -> MemoryEstimate:
+            return with_notes(assemble(result, w, gpu), prepared_notes)
+
+        form = first.batch_one_form(
+            source, workload, gpu=gpu, settles=settles, assemble=assemble_hint, progress=progress
+        )
+        if form is None:
+            return None
+        form["build_s"] = round(time.perf_counter() - started, 3)
+    est = _evaluate(form, source, workload, gpu, started=started, built=built)
+    if not settles(est):
+        return None
+    if built:
+        cache.store(one_key, form)
+    _FORMS[one_key] = form
+    return est
+
+
 def guide_derived(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
     """A search's cheap probe, not an answer: the form's live-bytes peaks and breakdown at the
     workload's batch size (exact, the same arrays as :func:`estimate_derived`), with the reserved
@@ -234,6 +280,8 @@ def _result(
     }
     if guide is not None:
         derived["guide"] = guide
+    if form.get("growth", {}).get("batch_one_only"):
+        derived["batch_one_only"] = True  # estimate_first's form: batch 1's traces alone
     trace = {
         **form["trace"],
         "wall_s": round(time.perf_counter() - started, 4),
@@ -341,6 +389,7 @@ def _counts_key(counts: dict[str, int]) -> str:
 
 __all__ = [
     "estimate_derived",
+    "estimate_first",
     "estimate_many_derived",
     "guide_derived",
     "is_cached",

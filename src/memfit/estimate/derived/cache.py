@@ -31,11 +31,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-<<<<<<< HEAD
-from memfit.estimate.sharding import traced_step_workload
-=======
 from memfit.estimate.derived import sidecar
->>>>>>> wt-fast5
+from memfit.estimate.sharding import traced_step_workload
 from memfit.spec import WorkloadSpec
 
 #: Bumped when the stored layout or the replay changes: older files are then ignored.

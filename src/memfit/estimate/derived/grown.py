@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import NotModelledError, TraceError
-from memfit.estimate.derived import layers, workers
+from memfit.estimate.derived import cache, layers, workers
 from memfit.estimate.derived.events import Item, Sequence, at_batch, from_sequence, to_sequence
 from memfit.estimate.derived.staging import (
     constant_payload,
@@ -145,6 +145,47 @@ def _resized(config: dict[str, Any], var: build.LayerVar, n_layers: int) -> dict
     return cfg
 
 
+#: Traces this process already ran for a form not built yet (``(units, batch)`` -> recorder), by
+#: form key (:func:`memfit.estimate.derived.cache.variant_key`): :func:`record_grown` takes them
+#: instead of tracing them again (:mod:`memfit.estimate.derived.first` leaves them here).
+KEPT: dict[str, dict[tuple[int, int], Any]] = {}
+
+
+def trace_units(
+    config: dict[str, Any],
+    workload: WorkloadSpec,
+    var: build.LayerVar,
+    m: int,
+    b: int,
+    *,
+    name: str,
+    recorder: Callable[[], Any],
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """One trace of a form built by growth: ``m`` units of the stack ``var`` (as
+    :func:`applies` gives it) at batch ``b``, its run kept by a ``recorder()``; that recorder.
+    NotModelledError (engine "derived") where the trace fails or runs more than once."""
+    from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
+
+    n_layers = var.prefix + m * var.period + (var.count - var.prefix) % var.period
+    if progress is not None:
+        progress(f"deriving the closed form: trace of {n_layers} layers at batch {b}")
+    cfg = _resized(config, var, n_layers)
+    rec = recorder()
+    token = RUN_OBSERVER.set(rec)
+    try:
+        trace_hf(cfg, dataclasses.replace(workload, batch_size=b), name=name, extrapolate=False)
+    except TraceError as exc:
+        raise NotModelledError(
+            f"no layer growth: a trace of {n_layers} layers failed ({exc})", engine="derived"
+        ) from exc
+    finally:
+        RUN_OBSERVER.reset(token)
+    if len(rec.runs) != 1:
+        raise NotModelledError("no layer growth: the trace ran several times", engine="derived")
+    return rec
+
+
 def record_grown(
     config: dict[str, Any],
     workload: WorkloadSpec,
@@ -157,7 +198,7 @@ def record_grown(
     docstring); NotModelledError (engine "derived") where the growth cannot be learned or the
     check trace disagrees. ``recorder``: makes the run observer that keeps a trace's events."""
     from memfit.estimate.trace import step_memo
-    from memfit.estimate.trace.engine import RUN_OBSERVER, memoized, trace_hf
+    from memfit.estimate.trace.engine import memoized
 
     found = applies(config, workload)
     if found is None:
@@ -172,24 +213,8 @@ def record_grown(
     parent = os.getpid()
 
     def trace(mb: tuple[int, int]) -> Any:
-        m, b = mb
-        n_layers = layers_at(m)
-        if progress is not None and os.getpid() == parent:
-            progress(f"deriving the closed form: trace of {n_layers} layers at batch {b}")
-        cfg = _resized(config, var, n_layers)
-        rec = recorder()
-        token = RUN_OBSERVER.set(rec)
-        try:
-            trace_hf(cfg, dataclasses.replace(workload, batch_size=b), name=name, extrapolate=False)
-        except TraceError as exc:
-            raise NotModelledError(
-                f"no layer growth: a trace of {n_layers} layers failed ({exc})", engine="derived"
-            ) from exc
-        finally:
-            RUN_OBSERVER.reset(token)
-        if len(rec.runs) != 1:
-            raise NotModelledError("no layer growth: the trace ran several times", engine="derived")
-        return rec
+        shown = progress if os.getpid() == parent else None
+        return trace_units(config, workload, var, *mb, name=name, recorder=recorder, progress=shown)
 
     def attempt(mb: tuple[int, int]) -> Any:
         """A trace run ahead of its turn, with the steps it kept in the step memo (a worker's
@@ -219,6 +244,8 @@ def record_grown(
         cfg = _resized(config, var, layers_at(mb[0]))
         return memoized(cfg, dataclasses.replace(workload, batch_size=mb[1]))
 
+    for mb, rec in KEPT.pop(cache.variant_key(config, workload), {}).items():
+        keep(mb, rec)  # traced already in this process (derived/first.py), the same traces
     with workers.Pool(attempt) as pool:
         if pool.enabled:
             build.preload(config, workload)  # the worker, forked after, has the imports
@@ -298,22 +325,9 @@ def _grown_form(
     if squeezed:
         rule1 = layers.learn(*(seq_at(m, 1)[0] for m in UNITS), n0=UNITS[0], anchored=anchored)
         rules.append(rule1)
-        start1, raw1 = seq_at(SOLVED_UNITS, 1)
-        payload1 = [constant_payload(r) for r in raw1]
-        check1 = UNITS[-1]
-        if not _same_shape(rule1, rule):
-            # batch 1 runs other kernels in every layer: its own rule, checked on its own trace
-            check1 = check_m
-            if not _grows_to(start1, payload1, rule1, seq_at(check_m, 1), check_m, 1):
-                raise NotModelledError(
-                    f"no layer growth: batch 1's run grown to {check_m} units differs from its "
-                    "trace",
-                    engine="derived",
-                )
-        consts1 = {m: runs[m, 1]["const"] for m in UNITS}
-        const1 = _const_line(consts1, runs[check1, 1]["const"], check1, units)
-        tables1 = runs[SOLVED_UNITS, 1]
-        form["exact"] = {"1": [_full(start1, payload1, rule1, tables1, var, units, const1)]}
+        # batch 1 runs other kernels in every layer: its own rule, checked on its own trace
+        check1 = None if _same_shape(rule1, rule) else check_m
+        form["exact"] = {"1": [batch_one_run(var, units, runs, seq_at, rule1, check_m=check1)]}
     if "order" in runs[SOLVED_UNITS, x1]:  # rank 0's rewritten timeline (record.py)
         by_module = any(r.first_links is None for r in rules)
         _rank_checks(runs, payload, SOLVED_UNITS, x1, by_module=by_module)
@@ -349,6 +363,34 @@ def _grows_to(
         and at_batch(grown, pay, batch) == want[0].items
         and stage_at(pay, batch) == stage_at(want[1], batch)
     )
+
+
+def batch_one_run(
+    var: build.LayerVar,
+    units: int,
+    runs: dict[tuple[int, int], dict[str, Any]],
+    seq_at: Callable[[int, int], tuple[Sequence, list[Any]]],
+    rule1: layers.Rule,
+    *,
+    check_m: int | None,
+) -> dict[str, Any]:
+    """Batch 1's run at the model's depth: its trace at :data:`SOLVED_UNITS` units grown by
+    ``rule1`` (learned from the batch-1 traces at :data:`UNITS`), sizes as traced. With
+    ``check_m``, first the run grown to ``check_m`` units is compared with batch 1's trace of
+    ``check_m`` units, event by event (NotModelledError where they differ)."""
+    start1, raw1 = seq_at(SOLVED_UNITS, 1)
+    payload1 = [constant_payload(r) for r in raw1]
+    check1 = UNITS[-1]
+    if check_m is not None:
+        check1 = check_m
+        if not _grows_to(start1, payload1, rule1, seq_at(check_m, 1), check_m, 1):
+            raise NotModelledError(
+                f"no layer growth: batch 1's run grown to {check_m} units differs from its trace",
+                engine="derived",
+            )
+    consts1 = {m: runs[m, 1]["const"] for m in UNITS}
+    const1 = _const_line(consts1, runs[check1, 1]["const"], check1, units)
+    return _full(start1, payload1, rule1, runs[SOLVED_UNITS, 1], var, units, const1)
 
 
 def _same_shape(a: layers.Rule, b: layers.Rule) -> bool:

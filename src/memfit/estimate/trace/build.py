@@ -11,6 +11,7 @@ extrapolate: :func:`layer_plan` says which counts a config has and the period of
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 
 from memfit.errors import SpecError, TraceError
 from memfit.estimate.tasks import resolve_task as resolve_task  # callers use build.resolve_task
+from memfit.estimate.trace.peft_import import without_bitsandbytes
 from memfit.models.config_values import unknown_activations, value_problems, with_float_values
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import PRECISION_RULES, WorkloadSpec
@@ -187,7 +189,8 @@ def preload(config: dict[str, Any], workload: WorkloadSpec) -> None:
 
     try:
         if workload.is_train and workload.lora_rank:
-            importlib.import_module("peft")
+            with without_bitsandbytes():  # as the trace imports it (apply_lora_)
+                importlib.import_module("peft")
         hf = _hf_config(config, False)
         mapping = getattr(model_class(resolve_task(config, workload.task)), "_model_mapping", {})
         mapping.get(type(hf))  # the lazy mapping imports the model's module
@@ -304,7 +307,15 @@ def _apply_training_techniques(model: torch.nn.Module, workload: WorkloadSpec) -
 def apply_lora_(
     model: torch.nn.Module, workload: WorkloadSpec, device: str = "meta"
 ) -> torch.nn.Module:
-    """Wrap with peft LoRA adapters (frozen base, trainable adapters; peft keeps them in fp32)."""
+    """Wrap with peft LoRA adapters (frozen base, trainable adapters; peft keeps them in fp32).
+    On the meta device (the trace's plain layers) peft is imported and wraps without importing
+    bitsandbytes (:mod:`memfit.estimate.trace.peft_import`)."""
+    held = without_bitsandbytes() if str(device) == "meta" else contextlib.nullcontext()
+    with held:
+        return _apply_lora(model, workload, device)
+
+
+def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> torch.nn.Module:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
