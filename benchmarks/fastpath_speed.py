@@ -19,8 +19,10 @@ before the first run), as an installed package has it, even where the caller set
 
 The fits: QLoRA (nf4, r16, full checkpointing, seq 4096) under the default precision (bf16-mixed)
 on an L4, where not even batch 1 fits (the trace: 21.9 GB allocated), so that fit is one
-estimate; the same job on an H100-80GB (the same form: the GPU is not part of its key), and under
-``bf16-true`` on the H100, which search. ``--parts`` runs a subset and keeps the other parts'
+estimate, answered from batch 1's own traces without the whole form (derived/first.py); the same
+job on an H100-80GB right after it (``fit_h100_after_l4``: the search needs the whole form,
+built then from the L4 run's cache, which holds batch 1's form only; then warm: the GPU is not
+part of the form's key), and under ``bf16-true`` on the H100, which search. ``--parts`` runs a subset and keeps the other parts'
 results from the last run in the files. The machine is shared: the 1-minute load average before
 and after each run is written next to its time, with the CPU time the process itself used (user
 + system, from ``getrusage``), which load does not inflate as much.
@@ -282,8 +284,8 @@ FITS = [
     ("fit_cold", "L4", "bf16", "new"),
     ("fit_warm", "L4", "bf16", "fit_cold"),
     ("fit_warm_again", "L4", "bf16", "fit_cold"),
+    ("fit_h100_after_l4", "H100-80GB", "bf16", "fit_cold"),
     ("fit_h100_warm", "H100-80GB", "bf16", "fit_cold"),
-    ("fit_h100_warm_again", "H100-80GB", "bf16", "fit_cold"),
     ("fit_true_h100_cold", "H100-80GB", "bf16-true", "new"),
     ("fit_true_h100_warm", "H100-80GB", "bf16-true", "fit_true_h100_cold"),
     ("fit_true_h100_warm_again", "H100-80GB", "bf16-true", "fit_true_h100_cold"),
