@@ -22,10 +22,11 @@ on an L4, where not even batch 1 fits (the trace: 21.9 GB allocated), so that fi
 estimate, answered from batch 1's own traces without the whole form (derived/first.py); the same
 job on an H100-80GB right after it (``fit_h100_after_l4``: the search needs the whole form,
 built then from the L4 run's cache, which holds batch 1's form only; then warm: the GPU is not
-part of the form's key), and under ``bf16-true`` on the H100, which search. ``--parts`` runs a subset and keeps the other parts'
-results from the last run in the files. The machine is shared: the 1-minute load average before
-and after each run is written next to its time, with the CPU time the process itself used (user
-+ system, from ``getrusage``), which load does not inflate as much.
+part of the form's key), and under ``bf16-true`` on the H100, which search. ``--parts`` runs a
+subset and keeps the other parts' results from the last run in the files. The machine is
+shared: the 1-minute load average before and after each run is written next to its time, with
+the CPU time the process itself used (user + system, from ``getrusage``), which load does not
+inflate as much.
 """
 
 from __future__ import annotations
