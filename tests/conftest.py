@@ -96,3 +96,19 @@ def _traced_steps_not_kept_between_tests() -> None:
     from memfit.estimate.trace import step_memo
 
     step_memo.clear()
+
+
+@pytest.fixture
+def fake_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many fake training steps ran (``steps.run_train_steps`` calls), as a one-item list."""
+    from memfit.estimate.trace import steps
+
+    calls = [0]
+    real = steps.run_train_steps
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(steps, "run_train_steps", counted)
+    return calls

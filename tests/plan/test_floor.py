@@ -68,27 +68,15 @@ def test_a_sharded_floor_counts_what_rank_0_keeps_on_the_device() -> None:
     assert floor(precision="bf16-mixed", gpus=2, shard="zero3", lora_rank=8)[0] == 2000
 
 
-@pytest.mark.slow  # a trace per case (2-30 s each on the shared machine)
-@pytest.mark.parametrize(
-    "settings",
-    [
-        Settings(precision="bf16-mixed", optimizer="adamw"),
-        Settings(precision="bf16-true", optimizer="adamw", checkpointing="full"),
-        Settings(precision="32-true", optimizer="adamw-8bit"),
-        Settings(precision="bf16-mixed", optimizer="adamw", lora_rank=8),
-        Settings(precision="bf16-true", optimizer="adamw", freeze_layers=1),
-    ],
-    ids=lambda s: s.describe(),
-)
-def test_the_floor_is_below_the_trace_engines_peak(
-    settings: Settings, trace_estimator: Callable[[WorkloadSpec], MemoryEstimate]
-) -> None:
-    est = trace_estimator(settings.workload("train", 64))
-    base = trace_estimator(Settings(precision="bf16-true").workload("train", 64)).n_params
-    floor = stack_floor(settings, base, train=True)
-    assert floor is not None and 0 < floor.bytes <= est.peak_allocated_bytes
-
-
+#: Unsharded stacks, each a trace (2-30 s on the shared machine): all slow.
+_ONE_GPU = [
+    Settings(precision="bf16-mixed", optimizer="adamw"),
+    Settings(precision="bf16-true", optimizer="adamw", checkpointing="full"),
+    Settings(precision="32-true", optimizer="adamw-8bit"),
+    Settings(precision="bf16-mixed", optimizer="adamw", lora_rank=8),
+    Settings(precision="bf16-true", optimizer="adamw", freeze_layers=1),
+]
+#: DDP and ZeRO stacks: rank 0's rewritten timeline (every third one runs by default).
 _SHARDED = [
     Settings(precision="bf16-mixed", optimizer="adamw", gpus=2, shard="ddp"),
     Settings(precision="bf16-true", optimizer="adamw", gpus=4, shard="ddp"),
@@ -100,23 +88,22 @@ _SHARDED = [
     Settings(precision="bf16-mixed", optimizer="adamw", gpus=2, shard="zero3", offload="optimizer"),
     Settings(precision="bf16-mixed", optimizer="adamw", gpus=2, shard="zero3", lora_rank=8),
 ]
+_SHARDED_SLOW = Settings(
+    precision="bf16-mixed", optimizer="adamw", checkpointing="full", gpus=2, shard="zero2",
+    offload="optimizer",
+)  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "settings",
     [
+        *(pytest.param(s, marks=pytest.mark.slow) for s in _ONE_GPU),
         *(pytest.param(s, marks=pytest.mark.slow) if i % 3 else s for i, s in enumerate(_SHARDED)),
-        pytest.param(
-            Settings(
-                precision="bf16-mixed", optimizer="adamw", checkpointing="full", gpus=2,
-                shard="zero2", offload="optimizer",
-            ),
-            marks=pytest.mark.slow,
-        ),
+        pytest.param(_SHARDED_SLOW, marks=pytest.mark.slow),
     ],
     ids=lambda s: s.describe(),
-)  # fmt: skip
-def test_a_sharded_floor_is_below_rank_0s_traced_peak(
+)
+def test_the_floor_is_below_the_trace_engines_peak(
     settings: Settings, trace_estimator: Callable[[WorkloadSpec], MemoryEstimate]
 ) -> None:
     est = trace_estimator(settings.workload("train", 64))

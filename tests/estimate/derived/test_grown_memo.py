@@ -17,7 +17,7 @@ from tests.estimate.derived.test_rank_grown import DEEP
 
 from memfit.estimate.derived import cache, workers
 from memfit.estimate.derived.record import record
-from memfit.estimate.trace import step_memo, steps
+from memfit.estimate.trace import step_memo
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the worker is a fork (Linux only)"
@@ -25,18 +25,13 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.slow
-def test_a_workers_traces_serve_the_next_rank_variant_here(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_workers_traces_serve_the_next_rank_variant_here(
+    monkeypatch: pytest.MonkeyPatch, fake_steps: list[int]
+) -> None:
     monkeypatch.setenv(workers.ENV, "2")  # a worker wherever fork and two cores exist
     if not workers.wanted():
         pytest.skip("no second core for the trace worker")
-    calls = [0]
-    real_step = steps.run_train_steps
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return real_step(*args, **kwargs)
-
-    monkeypatch.setattr(steps, "run_train_steps", counted)
+    calls = fake_steps
     sent: list[Any] = []
     by_worker: list[Any] = []
     real_run = workers.Pool.run

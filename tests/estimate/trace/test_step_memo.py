@@ -17,7 +17,7 @@ from tests.estimate.derived.test_rank import WIDE
 
 from memfit.estimate.derived import cache
 from memfit.estimate.derived.record import record
-from memfit.estimate.trace import rank_trace, step_memo, steps
+from memfit.estimate.trace import rank_trace, step_memo
 from memfit.estimate.trace.engine import memoized, trace_hf
 from memfit.spec import WorkloadSpec
 
@@ -27,20 +27,6 @@ ONE = {**WIDE, "num_hidden_layers": 1}
 
 def _job(b: int = 1, **kw: Any) -> WorkloadSpec:
     return WorkloadSpec(mode="train", batch_size=b, seq_len=32, precision="bf16-mixed", **kw)
-
-
-@pytest.fixture
-def fake_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many fake training steps ran (``steps.run_train_steps`` calls), as a one-item list."""
-    calls = [0]
-    real = steps.run_train_steps
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(steps, "run_train_steps", counted)
-    return calls
 
 
 def _answer(est: Any) -> dict[str, Any]:

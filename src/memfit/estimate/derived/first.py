@@ -101,7 +101,7 @@ def batch_one_form(
 
         def run(keys: list[tuple[int, int]]) -> bool:
             """Trace ``keys`` (two at a time where a worker runs); False where one fails."""
-            todo = [(mb, var.prefix + mb[0] * var.period + 1.0) for mb in keys if mb not in recs]
+            todo = [(mb, grown.layers_at(var, mb[0]) + 1.0) for mb in keys if mb not in recs]
             got = pool.run(todo) if pool.enabled and len(todo) > 1 else {}
             for mb, _cost in todo:
                 rec = got.get(mb) or attempt(mb)
@@ -126,7 +126,7 @@ def _line(recs: dict[tuple[int, int], Any], var: build.LayerVar, assemble: Any) 
     at_lo, at_hi = lo.flats[0], hi.flats[0]
     step = (FIRST_PAIR[1] - FIRST_PAIR[0]) * var.period
     slope = {k: (at_hi.get(k, 0) - at_lo.get(k, 0)) / step for k in set(at_lo) | set(at_hi)}
-    n_lo = var.prefix + FIRST_PAIR[0] * var.period + (var.count - var.prefix) % var.period
+    n_lo = grown.layers_at(var, FIRST_PAIR[0])
     flat = affine(at_lo, {var.name: slope}, {var.name: n_lo}, {var.name: var.count})
     result = engine_result(
         flat, name="", trace={}, notes=[], environment=dict(lo.result.environment)
@@ -153,20 +153,9 @@ def _form(
     except NotModelledError:
         return None
     result = recs[grown.SOLVED_UNITS, 1].result
-    rest = (var.count - var.prefix) % var.period
-    return {
-        "runs": [run1],
-        "points": [1],
-        "trace": {**dict(result.trace), "layers": {var.name: var.count}},
-        "notes": list(result.notes),
-        "environment": dict(result.environment),
-        "growth": {
-            "traced_layers": sorted({var.prefix + m * var.period + rest for m, _b in recs}),
-            "checked_at": {"layers": var.prefix + CHECK_UNITS * var.period + rest, "batch": 1},
-            "unit": {"prefix": var.prefix, "period": var.period, "rest": rest},
-            "batch_one_only": True,
-        },
-    }
+    record = grown.form_record(var, result, (m for m, _b in recs), (CHECK_UNITS, 1))
+    record["growth"]["batch_one_only"] = True
+    return {"runs": [run1], "points": [1], **record}
 
 
 __all__ = ["CHECK_UNITS", "FIRST_PAIR", "FlatRecorder", "Settles", "batch_one_form"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from memfit.errors import NotModelledError, TraceError
@@ -151,6 +151,34 @@ def _resized(config: dict[str, Any], var: build.LayerVar, n_layers: int) -> dict
 KEPT: dict[str, dict[tuple[int, int], Any]] = {}
 
 
+def layers_at(var: build.LayerVar, m: int) -> int:
+    """The layers a trace of ``m`` units of ``var`` has: the prefix, ``m`` periods, and what
+    the model's depth leaves of a period (traced whole every time)."""
+    return var.prefix + m * var.period + (var.count - var.prefix) % var.period
+
+
+def form_record(
+    var: build.LayerVar, result: Any, traced: Iterable[int], check: tuple[int, int]
+) -> dict[str, Any]:
+    """What a grown form keeps beside its runs: the trace engine's ``result`` at the solved
+    depth (its trace facts at the model's depth, notes, environment) and how it grew
+    (``traced``: the unit counts traced; ``check``: the units and batch of the check trace)."""
+    return {
+        "trace": {**dict(result.trace), "layers": {var.name: var.count}},
+        "notes": list(result.notes),
+        "environment": dict(result.environment),
+        "growth": {
+            "traced_layers": sorted({layers_at(var, m) for m in traced}),
+            "checked_at": {"layers": layers_at(var, check[0]), "batch": check[1]},
+            "unit": {
+                "prefix": var.prefix,
+                "period": var.period,
+                "rest": (var.count - var.prefix) % var.period,
+            },
+        },
+    }
+
+
 def trace_units(
     config: dict[str, Any],
     workload: WorkloadSpec,
@@ -167,7 +195,7 @@ def trace_units(
     NotModelledError (engine "derived") where the trace fails or runs more than once."""
     from memfit.estimate.trace.engine import RUN_OBSERVER, trace_hf
 
-    n_layers = var.prefix + m * var.period + (var.count - var.prefix) % var.period
+    n_layers = layers_at(var, m)
     if progress is not None:
         progress(f"deriving the closed form: trace of {n_layers} layers at batch {b}")
     cfg = _resized(config, var, n_layers)
@@ -204,12 +232,6 @@ def record_grown(
     if found is None:
         raise NotModelledError("no layer growth for this job", engine="derived")
     var, units = found
-
-    rest = (var.count - var.prefix) % var.period
-
-    def layers_at(m: int) -> int:
-        return var.prefix + m * var.period + rest
-
     parent = os.getpid()
 
     def trace(mb: tuple[int, int]) -> Any:
@@ -241,7 +263,7 @@ def record_grown(
         return seqs[m, b]
 
     def in_memo(mb: tuple[int, int]) -> bool:
-        cfg = _resized(config, var, layers_at(mb[0]))
+        cfg = _resized(config, var, layers_at(var, mb[0]))
         return memoized(cfg, dataclasses.replace(workload, batch_size=mb[1]))
 
     for mb, rec in KEPT.pop(cache.variant_key(config, workload), {}).items():
@@ -253,7 +275,7 @@ def record_grown(
         def ahead(keys: list[tuple[int, int]]) -> None:
             """Trace ``keys`` two at a time where a worker runs (:mod:`.workers`); a run the
             step memo holds (another rank variant's trace) is left to this process."""
-            todo = [(mb, layers_at(mb[0]) + 1.0) for mb in keys if mb not in seqs]
+            todo = [(mb, layers_at(var, mb[0]) + 1.0) for mb in keys if mb not in seqs]
             if pool.enabled:
                 todo = [(mb, c) for mb, c in todo if not in_memo(mb)]
             if pool.enabled and len(todo) > 1:
@@ -272,22 +294,17 @@ def record_grown(
                 [(SOLVED_UNITS, 3), *((m, 2) for m in UNITS), (CHECK[0], CHECK[1] + 1)]
                 + [(m, 1) for m in UNITS]
             )
-        return _grown_form(var, units, rest, runs, results, seq_at)
+        return _grown_form(var, units, runs, results, seq_at)
 
 
 def _grown_form(
     var: build.LayerVar,
     units: int,
-    rest: int,
     runs: dict[tuple[int, int], dict[str, Any]],
     results: dict[tuple[int, int], Any],
     seq_at: Callable[[int, int], tuple[Sequence, list[Any]]],
 ) -> dict[str, Any]:
     """The form from the traces ``seq_at`` gives (and keeps in ``runs`` and ``results``)."""
-
-    def layers_at(m: int) -> int:
-        return var.prefix + m * var.period + rest
-
     # batch 1 on the line through 1 and 2 where it runs the same kernels, else its own run and
     # the line through 2 and 3 (some models squeeze a batch of one)
     squeezed = not _same_structure(seq_at(SOLVED_UNITS, 1), seq_at(SOLVED_UNITS, 2))
@@ -331,18 +348,8 @@ def _grown_form(
     if "order" in runs[SOLVED_UNITS, x1]:  # rank 0's rewritten timeline (record.py)
         by_module = any(r.first_links is None for r in rules)
         _rank_checks(runs, payload, SOLVED_UNITS, x1, by_module=by_module)
-    result = results[SOLVED_UNITS, 1]
-    return {
-        **form,
-        "trace": {**dict(result.trace), "layers": {var.name: var.count}},
-        "notes": list(result.notes),
-        "environment": dict(result.environment),
-        "growth": {
-            "traced_layers": sorted({layers_at(m) for m, _b in runs}),
-            "checked_at": {"layers": layers_at(check_m), "batch": check_b},
-            "unit": {"prefix": var.prefix, "period": var.period, "rest": rest},
-        },
-    }
+    record = form_record(var, results[SOLVED_UNITS, 1], (m for m, _b in runs), (check_m, check_b))
+    return {**form, **record}
 
 
 def _grows_to(

@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from memfit.errors import MemfitError, TraceError
-from memfit.estimate import sharding
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.pipeline import (
     EngineResult,
@@ -95,8 +94,7 @@ def trace_hf(
     run_job = job.prepare_job(config, workload, gpu, trust_remote_code)
     config, workload, task, stacks = run_job.config, run_job.workload, run_job.task, run_job.stacks
     targets, period, prefix = run_job.targets, run_job.period, run_job.prefix
-
-    traced = sharding.traced_step_workload(workload)  # ZeRO: one step for both Adam names
+    traced = run_job.traced  # ZeRO: one step for both Adam names
 
     def run(counts: dict[str, int]) -> Flat:
         return _trace_once(
@@ -144,8 +142,7 @@ def memoized(
     before), running no fake step; False where the job is invalid (the trace reports it)."""
     try:
         j = job.prepare_job(config, workload, gpu, trust_remote_code)
-        traced = sharding.traced_step_workload(j.workload)  # as trace_hf runs it
-        cfg, wl = job.run_config(j.config, traced, j.stacks, j.targets, trust_remote_code)
+        cfg, wl = job.run_config(j.config, j.traced, j.stacks, j.targets, trust_remote_code)
     except MemfitError:
         return False
     for cast_pixels in (False, True):

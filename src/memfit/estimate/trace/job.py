@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import NotModelledError
+from memfit.estimate import sharding
 from memfit.estimate.pipeline import (
     check_freeze_depth,
     check_generation,
@@ -55,6 +56,12 @@ class Job:
     targets: dict[str, int]
     period: dict[str, int]
     prefix: dict[str, int]
+
+    @property
+    def traced(self) -> WorkloadSpec:
+        """The workload whose step is traced (:func:`memfit.estimate.sharding.
+        traced_step_workload`: under ZeRO, ``adamw-fused`` runs torch's ``adamw`` step)."""
+        return sharding.traced_step_workload(self.workload)
 
 
 def prepare_job(
