@@ -13,9 +13,12 @@ runs as a fresh process (imports included), as a user would run it, with its own
 ``MEMFIT_CACHE_DIR`` for the cold run; warm runs are measured twice. A warm run reads the derived
 forms and the trace engine's answers (``trace_cached``: how many of the plan's trace-engine
 answers came from the trace cache, :mod:`memfit.estimate.trace_cache`) the cold run kept.
-Child processes keep their bytecode under a temporary ``PYTHONPYCACHEPREFIX`` (compiled once
-before the first run), as an installed package has it, even where the caller sets
-``PYTHONDONTWRITEBYTECODE``.
+Child processes read bytecode compiled before the first run, as an installed package has it
+(pip compiles what it installs): ``compileall`` over memfit's ``src`` and the environment's
+site-packages, in place (a no-op for files already compiled), even where the caller sets
+``PYTHONDONTWRITEBYTECODE``. (Before 2026-12-06 the children kept their bytecode under a fresh
+``PYTHONPYCACHEPREFIX`` holding memfit's only, so each cold run also compiled the torch,
+transformers and peft modules it imported: about 10 s of a cold run that a user never pays.)
 
 The fits: QLoRA (nf4, r16, full checkpointing, seq 4096) under the default precision (bf16-mixed)
 on an L4, where not even batch 1 fits (the trace: 21.9 GB allocated), so that fit is one
@@ -64,11 +67,19 @@ QWEN3_8B_SHAPE = {
 
 def _env(cache: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "MEMFIT_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "src"),
-            "PYTHONPYCACHEPREFIX": _PYCACHE[0]}  # fmt: skip
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    return {**env, "MEMFIT_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "src")}
 
 
-_PYCACHE = [""]
+def _compile_bytecode(work: Path) -> None:
+    """Bytecode for memfit and the environment's site-packages, in place, before any timed run
+    (what ``pip install`` leaves; files already compiled are only checked)."""
+    import sysconfig
+
+    paths = {str(ROOT / "src"), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *sorted(paths)],
+                   env=_env(str(work)), check=False, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)  # fmt: skip
 
 
 def _run(cmd: list[str], cache: str, timeout_s: int) -> dict[str, Any]:
@@ -303,9 +314,7 @@ def main() -> None:
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     work = Path(tempfile.mkdtemp())
-    _PYCACHE[0] = str(work / "pycache")
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")],
-                   env=_env(str(work)), check=False, stdout=subprocess.DEVNULL)  # fmt: skip
+    _compile_bytecode(work)
     model = str(work / "qwen3-8b-shape.json")
     Path(model).write_text(json.dumps({**QWEN3_8B_SHAPE, "num_hidden_layers": args.layers}))
     py = [sys.executable, "-m", "memfit"]

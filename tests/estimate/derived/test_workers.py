@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -107,9 +108,61 @@ def test_the_worker_waits_for_a_free_core_unless_asked(monkeypatch: pytest.Monke
     monkeypatch.delenv(workers.ENV, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (1.7, 1.0, 1.0))
+    monkeypatch.setattr(workers, "idle_cores", lambda _window_s: 0.9)  # a neighbour runs
     assert not workers.wanted()
     monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 1.0, 1.0))
     assert workers.wanted()
     monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 1.0, 1.0))
     monkeypatch.setenv(workers.ENV, "2")
     assert workers.wanted()
+
+
+def test_a_lagging_load_average_is_checked_against_the_cores_idle_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 1-minute average still counts a command that has just ended: where it says no core
+    is free, the cores idle over a short window decide."""
+    monkeypatch.delenv(workers.ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.05, 0.8, 0.4))
+    windows: list[float] = []
+
+    def idle(window_s: float) -> float | None:
+        windows.append(window_s)
+        return answer[0]
+
+    monkeypatch.setattr(workers, "idle_cores", idle)
+    answer: list[float | None] = [1.95]
+    assert workers.wanted()
+    answer[0] = 1.0  # one core busy besides this process
+    assert not workers.wanted()
+    answer[0] = None  # /proc/stat unreadable: the load average's answer stands
+    assert not workers.wanted()
+    assert windows == [workers.IDLE_WINDOW_S] * 3
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.8, 0.4))
+    assert workers.wanted() and len(windows) == 3  # the average said yes: no wait
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc/stat")
+def test_idle_cores_counts_a_busy_neighbour() -> None:
+    """A process spinning on one core for the whole window leaves at most the others idle."""
+    import multiprocessing
+
+    n_cpus = os.cpu_count() or 1
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    spinner = ctx.Process(target=_spin, args=(stop,))
+    spinner.start()
+    try:
+        time.sleep(0.2)
+        idle = workers.idle_cores(0.5)
+    finally:
+        stop.set()
+        spinner.join(10)
+    assert idle is not None
+    assert 0.0 <= idle <= n_cpus - 0.7
+
+
+def _spin(stop: Any) -> None:
+    while not stop.is_set():
+        pass

@@ -33,12 +33,23 @@ HANG_FACTOR = 6.0
 HANG_SLACK_S = 120.0
 
 
+#: How long :func:`idle_cores` watches the machine when the load average alone says no core
+#: is free (the average lags: a command run in the minute before still counts in it).
+IDLE_WINDOW_S = 0.2
+#: The worker may run where at least this many cores sat idle over that window. This process
+#: sleeps while it watches, so its own core counts as idle: two idle cores are its own and the
+#: worker's; the half core is slack for the clock-tick counting and short-lived neighbours.
+IDLE_CORES_NEEDED = 1.5
+
+
 def wanted() -> bool:
     """Whether a build may fork a worker: Linux (``fork`` after torch's import is what
-    PyTorch's own DataLoader does there), two usable cores, and one of them free (the 1-minute
-    load average at most the cores less one: measured on a shared 2-core machine, a worker
-    without a free core only adds its own start-up, benchmarks/results/cold_build_profile.md).
-    :data:`ENV` ``1`` switches it off, ``2`` on wherever ``fork`` and two cores exist."""
+    PyTorch's own DataLoader does there), two usable cores, and one of them free: the 1-minute
+    load average at most the cores less one, else (the average lags behind a command that
+    has just ended) :func:`idle_cores` over :data:`IDLE_WINDOW_S` at least
+    :data:`IDLE_CORES_NEEDED`. Measured on a shared 2-core machine, a worker without a free
+    core only adds its own start-up (benchmarks/results/cold_build_profile.md). :data:`ENV`
+    ``1`` switches it off, ``2`` on wherever ``fork`` and two cores exist."""
     setting = os.environ.get(ENV, "").strip()
     if setting in ("0", "1") or not sys.platform.startswith("linux"):
         return False
@@ -48,7 +59,36 @@ def wanted() -> bool:
         cores = os.cpu_count() or 1
     if cores < 2:
         return False
-    return setting == "2" or os.getloadavg()[0] <= cores - 1
+    if setting == "2" or os.getloadavg()[0] <= cores - 1:
+        return True
+    idle = idle_cores(IDLE_WINDOW_S)
+    return idle is not None and idle >= IDLE_CORES_NEEDED
+
+
+def idle_cores(window_s: float) -> float | None:
+    """How many of the machine's cores were idle (or waiting on I/O) over the next
+    ``window_s`` seconds, from the kernel's per-state tick counts in ``/proc/stat``; None
+    where they cannot be read."""
+
+    def ticks() -> tuple[int, int, int] | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = f.readline().split()
+            if fields[0] != "cpu":
+                return None
+            values = [int(v) for v in fields[1:]]
+            # user nice system idle iowait irq softirq steal (guest time is inside user)
+            return sum(values[:8]), values[3] + values[4], len(os.sched_getaffinity(0))
+        except (OSError, ValueError, IndexError, AttributeError):
+            return None
+
+    first = ticks()
+    time.sleep(window_s)
+    second = ticks()
+    if first is None or second is None or second[0] <= first[0]:
+        return None
+    n_cpus = os.cpu_count() or second[2]
+    return n_cpus * (second[1] - first[1]) / (second[0] - first[0])
 
 
 class Pool:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib.metadata
 import platform
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -395,9 +397,23 @@ def environment() -> dict[str, str]:
     """Versions the trace ran with: what the estimate assumes about the user's stack."""
     env = {"python": platform.python_version(), "torch": torch.__version__}
     for pkg in ("transformers", "peft"):
-        try:
-            module = __import__(pkg)
-            env[pkg] = str(module.__version__)
-        except ImportError:
-            env[pkg] = "not installed"
+        env[pkg] = _version(pkg)
     return env
+
+
+def _version(pkg: str) -> str:
+    """``pkg``'s version without importing it where it is not imported yet: importing peft
+    for its version alone imports bitsandbytes and compiles its kernels' wrappers (about a
+    second of a trace that uses no adapter; the trace's own peft import leaves bitsandbytes
+    out, trace/peft_import.py). The installed distribution's version is the module's."""
+    module = sys.modules.get(pkg)
+    if module is not None:
+        return str(getattr(module, "__version__", "unknown"))
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:  # importable without a distribution's metadata (a source tree on the path)
+        return str(__import__(pkg).__version__)
+    except ImportError:
+        return "not installed"
