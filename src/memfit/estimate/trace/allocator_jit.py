@@ -142,14 +142,20 @@ def _compile() -> Any:
         _WHY[0] = f"no writable cache directory for numba's machine code ({e})"
         return None
     kernel = allocator_kernel.replay_default
-    with _no_scipy_blas_probe():  # load (or compile) the machine code now, not at first use
-        kernel(
-            np.ones(1, dtype=np.uint8),
-            np.zeros(1, dtype=np.int64),
-            np.ones(1, dtype=np.int64),
-            1,
-            np.zeros(6, dtype=np.int64),
-        )
+    from numba.core.errors import NumbaError
+
+    try:
+        with _no_scipy_blas_probe():  # load (or compile) the machine code now, not at first use
+            kernel(
+                np.ones(1, dtype=np.uint8),
+                np.zeros(1, dtype=np.int64),
+                np.ones(1, dtype=np.int64),
+                1,
+                np.zeros(6, dtype=np.int64),
+            )
+    except (NumbaError, KeyError, TypeError) as e:  # a numba that cannot compile the kernel
+        _WHY[0] = f"numba could not compile the replay ({type(e).__name__}: {e})"[:300]
+        return None
     return kernel
 
 
