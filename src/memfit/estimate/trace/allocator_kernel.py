@@ -92,28 +92,25 @@ def _lower_bound(fkey: np.ndarray, lo: int, hi: int, key: int) -> int:
 
 
 @_jit(inline="always")
-def _delete(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray, stop: np.ndarray, p: int,
-            j: int) -> None:  # fmt: skip
-    """Remove entry ``j`` of pool ``p``'s free list, moving the shorter side by one."""
-    lo, hi = start[p], stop[p]
+def _delete(fkey: np.ndarray, fblk: np.ndarray, lo: int, hi: int, j: int) -> tuple[int, int]:
+    """Remove entry ``j`` of the sorted run ``[lo, hi)``, moving the shorter side by one; the
+    run's new bounds."""
     if j - lo < hi - 1 - j:
         for m in range(j, lo, -1):
             fkey[m] = fkey[m - 1]
             fblk[m] = fblk[m - 1]
-        start[p] = lo + 1
-    else:
-        for m in range(j, hi - 1):
-            fkey[m] = fkey[m + 1]
-            fblk[m] = fblk[m + 1]
-        stop[p] = hi - 1
+        return lo + 1, hi
+    for m in range(j, hi - 1):
+        fkey[m] = fkey[m + 1]
+        fblk[m] = fblk[m + 1]
+    return lo, hi - 1
 
 
 @_jit(inline="always")
-def _insert(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray, stop: np.ndarray, p: int,
-            key: int, blk: int) -> None:  # fmt: skip
-    """Insert ``key`` (of block ``blk``) into pool ``p``'s sorted free list, moving the shorter
-    side by one (the caller made room on both sides)."""
-    lo, hi = start[p], stop[p]
+def _insert(fkey: np.ndarray, fblk: np.ndarray, lo: int, hi: int, key: int,
+            blk: int) -> tuple[int, int]:  # fmt: skip
+    """Insert ``key`` (of block ``blk``) into the sorted run ``[lo, hi)``, moving the shorter
+    side by one (the caller made room on both sides); the run's new bounds."""
     j = _lower_bound(fkey, lo, hi, key)
     if j - lo < hi - j:
         for m in range(lo, j):
@@ -121,14 +118,13 @@ def _insert(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray, stop: np.ndar
             fblk[m - 1] = fblk[m]
         fkey[j - 1] = key
         fblk[j - 1] = blk
-        start[p] = lo - 1
-    else:
-        for m in range(hi, j, -1):
-            fkey[m] = fkey[m - 1]
-            fblk[m] = fblk[m - 1]
-        fkey[j] = key
-        fblk[j] = blk
-        stop[p] = hi + 1
+        return lo - 1, hi
+    for m in range(hi, j, -1):
+        fkey[m] = fkey[m - 1]
+        fblk[m] = fblk[m - 1]
+    fkey[j] = key
+    fblk[j] = blk
+    return lo, hi + 1
 
 
 @_jit(inline="always")
@@ -251,9 +247,14 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
         state[_N_SEGMENTS],
         state[_PEAK_AT],
     )
+    # the free lists' bounds as locals (stores to the tables cannot then change them)
+    room = len(fkey) // 2
+    lo0, hi0, lo1, hi1 = start[0], stop[0], start[1], stop[1]
     stopped = len(keys)
     for i in range(first, len(keys)):
-        if (n_blocks + 2 > len(blocks) and n_spare < 2) or _cramped(fkey, start, stop):
+        if (n_blocks + 2 > len(blocks) and n_spare < 2) or (
+            lo0 == 0 or hi0 == room or lo1 == room or hi1 == 2 * room
+        ):
             stopped = i
             break
         k = keys[i]
@@ -273,7 +274,7 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
                 return -1
             size = (max(req, _MIN_BLOCK) + _MIN_BLOCK - 1) // _MIN_BLOCK * _MIN_BLOCK
             p = 1 if size <= _SMALL_SIZE else 0
-            lo, hi = start[p], stop[p]
+            lo, hi = (lo1, hi1) if p == 1 else (lo0, hi0)
             j = _lower_bound(fkey, lo, hi, _key(size, 0))
             found = j < hi
             if found:
@@ -321,9 +322,13 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
                 if found:  # the remainder takes the chosen block's entry
                     _replace(fkey, fblk, lo, hi, j, _key(remaining, rest_addr), rest)
                 else:  # room on both sides: the loop stopped before a cramped list
-                    _insert(fkey, fblk, start, stop, p, _key(remaining, rest_addr), rest)
+                    lo, hi = _insert(fkey, fblk, lo, hi, _key(remaining, rest_addr), rest)
             elif found:
-                _delete(fkey, fblk, start, stop, p, j)
+                lo, hi = _delete(fkey, fblk, lo, hi, j)
+            if p == 1:
+                lo1, hi1 = lo, hi
+            else:
+                lo0, hi0 = lo, hi
             blocks[blk, _ALLOC] = 1
             live[k] = blk
             allocated += blocks[blk, _SIZE]
@@ -340,14 +345,15 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
             allocated -= blocks[blk, _SIZE]
             blocks[blk, _ALLOC] = 0
             p = blocks[blk, _SMALL]
+            lo, hi = (lo1, hi1) if p == 1 else (lo0, hi0)
             prv, nxt = blocks[blk, _PREV], blocks[blk, _NEXT]
             merge_prev = prv != _NONE and blocks[prv, _ALLOC] == 0
             slot = -1  # the free list entry the merged block takes over
             if nxt != _NONE and blocks[nxt, _ALLOC] == 0:
                 key = _key(blocks[nxt, _SIZE], blocks[nxt, _ADDR])
-                slot = _lower_bound(fkey, start[p], stop[p], key)
+                slot = _lower_bound(fkey, lo, hi, key)
                 if merge_prev:  # two entries become one: the next block's goes
-                    _delete(fkey, fblk, start, stop, p, slot)
+                    lo, hi = _delete(fkey, fblk, lo, hi, slot)
                 blocks[blk, _SIZE] += blocks[nxt, _SIZE]
                 blocks[blk, _NEXT] = blocks[nxt, _NEXT]
                 if blocks[blk, _NEXT] != _NONE:
@@ -356,7 +362,7 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
                 n_spare += 1
             if merge_prev:
                 key = _key(blocks[prv, _SIZE], blocks[prv, _ADDR])
-                slot = _lower_bound(fkey, start[p], stop[p], key)
+                slot = _lower_bound(fkey, lo, hi, key)
                 blocks[blk, _ADDR] = blocks[prv, _ADDR]
                 blocks[blk, _SIZE] += blocks[prv, _SIZE]
                 blocks[blk, _PREV] = blocks[prv, _PREV]
@@ -366,9 +372,14 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
                 n_spare += 1
             key = _key(blocks[blk, _SIZE], blocks[blk, _ADDR])
             if slot >= 0:  # merged: a larger key than the neighbour's entry it takes
-                _replace(fkey, fblk, start[p], stop[p], slot, key, blk)
+                _replace(fkey, fblk, lo, hi, slot, key, blk)
             else:
-                _insert(fkey, fblk, start, stop, p, key, blk)
+                lo, hi = _insert(fkey, fblk, lo, hi, key, blk)
+            if p == 1:
+                lo1, hi1 = lo, hi
+            else:
+                lo0, hi0 = lo, hi
+    start[0], stop[0], start[1], stop[1] = lo0, hi0, lo1, hi1
     state[_N_SPARE], state[_N_BLOCKS] = n_spare, n_blocks
     state[_NEXT_ADDR], state[_RESERVED], state[_ALLOCATED] = next_addr, reserved, allocated
     state[_PEAK_ALLOCATED], state[_N_SEGMENTS], state[_PEAK_AT] = (
