@@ -31,6 +31,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from memfit.errors import NotModelledError
 from memfit.estimate.derived.events import Item, Sequence
 
@@ -376,84 +378,131 @@ def grow(
 ) -> tuple[Sequence, list[Any]]:
     """``seq`` (the run at ``n`` layer units, ``payload[i]`` carried with ``items[i]``) grown to
     ``to`` units. The chunks' items and payloads are those of the run at ``rule.n0 + 1``, which
-    is ``seq`` when ``n == rule.n0 + 1``."""
+    is ``seq`` when ``n == rule.n0 + 1``.
+
+    Each step is whole-array work (numpy) on where each item comes from (an item of ``seq``
+    or of a chunk) and on the links; the items and payloads are looked up once at the end. The
+    run of an 8B model grown to 36 layers is tens of thousands of events per step: an
+    item-by-item loop took 0.08-0.15 s per growth (several per form)."""
     if n != rule.n0 + 1:
         raise ValueError("grow starts from the run the rule's template comes from")
-    parts = [(seq.items[s:e], payload[s:e]) for s, e in rule.template]
-    items, links, pay = list(seq.items), list(seq.links), list(payload)
+    lens = np.array([e - s for s, e in rule.template], dtype=np.int64)
+    # where each item comes from: seq's items, then each chunk's (its span of seq, by template)
+    from_seq = np.arange(len(seq.items), dtype=np.int64)
+    chunk_src = np.concatenate([from_seq[s:e] for s, e in rule.template] or [from_seq[:0]])
+    chunk_offset = np.concatenate([np.arange(k, dtype=np.int64) for k in lens] or [from_seq[:0]])
+    chunk_links = _LinkTable.of([links for _at, _drift, links in rule.chunks])
     # a rule without second links grows none (the caller checks the order another way)
-    firsts = None if seq.firsts is None or rule.first_links is None else list(seq.firsts)
+    grows_firsts = seq.firsts is not None and rule.first_links is not None
+    chunk_firsts = _LinkTable.of(rule.first_links or [])
+    src, links = from_seq, np.asarray(seq.links, dtype=np.int64)
+    firsts = np.asarray(seq.firsts, dtype=np.int64) if grows_firsts else None
     for step in range(n, to):
-        items, links, pay, firsts = _grow_once(
-            items, links, pay, firsts, rule, parts, step - rule.n0
-        )
-    return Sequence(items=items, links=links, firsts=firsts), pay
+        d = step - rule.n0
+        size = len(src)
+        at = np.array([a + d * drift for a, drift, _l in rule.chunks], dtype=np.int64)
+        if len(at) and (at.min() < 0 or at.max() > size):
+            raise _refuse("a chunk would be inserted outside the run")
+        start, new_of = _placed(at, lens, size)
+        n_out = size + int(lens.sum())
+        old_at = new_of[:size]
+        out_src = np.empty(n_out, dtype=np.int64)
+        out_src[old_at] = src
+        out_src[np.repeat(start, lens) + chunk_offset] = chunk_src
+        out_links = _moved(links, old_at, new_of, n_out)
+        chunk_links.place(out_links, start, new_of, d, size)
+        _retarget(out_links, rule.retargets, start, new_of, d, size)
+        if firsts is not None:
+            out_firsts = _moved(firsts, old_at, new_of, n_out)
+            chunk_firsts.place(out_firsts, start, new_of, d, size)
+            _retarget(out_firsts, rule.first_retargets, start, new_of, d, size)
+            firsts = out_firsts
+        src, links = out_src, out_links
+    picks = src.tolist()
+    grown = Sequence(
+        items=[seq.items[i] for i in picks],
+        links=links.tolist(),
+        firsts=None if firsts is None else firsts.tolist(),
+    )
+    return grown, [payload[i] for i in picks]
 
 
-def _grow_once(
-    items: list[Item],
-    links: list[int],
-    pay: list[Any],
-    firsts: list[int] | None,
-    rule: Rule,
-    parts: list[tuple[list[Item], list[Any]]],
-    d: int,
-) -> tuple[list[Item], list[int], list[Any], list[int] | None]:
-    size = len(items)
-    at = [a + d * drift for a, drift, _l in rule.chunks]
-    if any(not 0 <= a <= size for a in at):
-        raise _refuse("a chunk would be inserted outside the run")
-    order = sorted(range(len(at)), key=lambda k: (at[k], k))
-    # new index of each old item, and of each chunk's first item
-    new_of = [0] * (size + 1)
-    start = [0] * len(at)
-    shift, c = 0, 0
-    for i in range(size + 1):
-        while c < len(order) and at[order[c]] == i:
-            start[order[c]] = i + shift
-            shift += len(parts[order[c]][0])
-            c += 1
-        new_of[i] = i + shift
-    out_items: list[Item] = [()] * (size + shift)
-    out_links = [-1] * (size + shift)
-    out_pay: list[Any] = [None] * (size + shift)
-    for i in range(size):
-        j = new_of[i]
-        out_items[j], out_pay[j] = items[i], pay[i]
-        out_links[j] = new_of[links[i]] if links[i] >= 0 else -1
+def _placed(at: np.ndarray, lens: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each chunk starts once all are inserted (chunk k of ``lens[k]`` items before old
+    item ``at[k]``; chunks at one place in chunk order) and each old item's new index (``size +
+    1`` entries: the end too)."""
+    order = np.lexsort((np.arange(len(at)), at))
+    cum = np.concatenate(([0], np.cumsum(lens[order])))
+    start = np.empty(len(at), dtype=np.int64)
+    start[order] = at[order] + cum[:-1]
+    inserted = cum[np.searchsorted(at[order], np.arange(size + 1), side="right")]
+    return start, np.arange(size + 1, dtype=np.int64) + inserted
 
-    def resolve(link: tuple[Any, ...]) -> int:
-        if link[0] == "none":
-            return -1
-        if link[0] == "new":
-            return start[link[1]] + link[2]
-        old = link[1] + d * link[2]
+
+def _moved(links: np.ndarray, old_at: np.ndarray, new_of: np.ndarray, n_out: int) -> np.ndarray:
+    """The old items' links at their new places (-1 elsewhere and where they link nothing)."""
+    out = np.full(n_out, -1, dtype=np.int64)
+    out[old_at] = np.where(links >= 0, new_of[np.maximum(links, 0)], -1)
+    return out
+
+
+def _resolved(link: tuple[Any, ...], start: np.ndarray, new_of: np.ndarray, d: int,
+              size: int) -> int:  # fmt: skip
+    """One link's index in the grown run: none, an item of a chunk inserted now, or an old
+    item (``index + d * drift`` in the run before)."""
+    if link[0] == "none":
+        return -1
+    if link[0] == "new":
+        return int(start[link[1]]) + link[2]
+    old = link[1] + d * link[2]
+    if not 0 <= old < size:
+        raise _refuse("an event would link outside the run")
+    return int(new_of[old])
+
+
+def _retarget(out: np.ndarray, retargets: list[tuple[int, int, tuple[Any, ...]]],
+              start: np.ndarray, new_of: np.ndarray, d: int, size: int) -> None:  # fmt: skip
+    """The old events whose link changes when a unit is inserted (few: one at a time)."""
+    for i, drift, link in retargets:
+        old = i + d * drift
         if not 0 <= old < size:
+            raise _refuse("a retargeted event lies outside the run")
+        out[new_of[old]] = _resolved(link, start, new_of, d, size)
+
+
+@dataclass(frozen=True)
+class _LinkTable:
+    """The chunks' links as arrays: per link its chunk, its offset in the chunk, its kind (0
+    none, 1 an item of a chunk inserted now, 2 an old item) and its two numbers."""
+
+    chunk: np.ndarray
+    offset: np.ndarray
+    kind: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+
+    @classmethod
+    def of(cls, per_chunk: list[list[tuple[Any, ...]]]) -> _LinkTable:
+        rows = [
+            (k, o, _KINDS[link[0]], *(link[1:] if link[0] != "none" else (0, 0)))
+            for k, links in enumerate(per_chunk)
+            for o, link in enumerate(links)
+        ]
+        cols = np.array(rows, dtype=np.int64).reshape(len(rows), 5)
+        return cls(*(np.ascontiguousarray(cols[:, j]) for j in range(5)))
+
+    def place(self, out: np.ndarray, start: np.ndarray, new_of: np.ndarray, d: int,
+              size: int) -> None:  # fmt: skip
+        """Write each link's index in the grown run at its item's place in ``out``."""
+        got = np.full(len(self.kind), -1, dtype=np.int64)
+        new = self.kind == 1
+        got[new] = start[self.a[new]] + self.b[new]
+        old = self.kind == 2
+        index = self.a[old] + d * self.b[old]
+        if index.size and (index.min() < 0 or index.max() >= size):
             raise _refuse("an event would link outside the run")
-        return new_of[old]
+        got[old] = new_of[index]
+        out[start[self.chunk] + self.offset] = got
 
-    for k, (_a, _drift, chunk_links) in enumerate(rule.chunks):
-        chunk_items, chunk_pay = parts[k]
-        for o, link in enumerate(chunk_links):
-            j = start[k] + o
-            out_items[j], out_pay[j] = chunk_items[o], chunk_pay[o]
-            out_links[j] = resolve(link)
-    for i, drift, link in rule.retargets:
-        old = i + d * drift
-        if not 0 <= old < size:
-            raise _refuse("a retargeted event lies outside the run")
-        out_links[new_of[old]] = resolve(link)
-    if firsts is None or rule.first_links is None:
-        return out_items, out_links, out_pay, None
-    out_firsts = [-1] * (size + shift)
-    for i in range(size):
-        out_firsts[new_of[i]] = new_of[firsts[i]] if firsts[i] >= 0 else -1
-    for k, chunk_firsts in enumerate(rule.first_links):
-        for o, link in enumerate(chunk_firsts):
-            out_firsts[start[k] + o] = resolve(link)
-    for i, drift, link in rule.first_retargets:
-        old = i + d * drift
-        if not 0 <= old < size:
-            raise _refuse("a retargeted event lies outside the run")
-        out_firsts[new_of[old]] = resolve(link)
-    return out_items, out_links, out_pay, out_firsts
+
+_KINDS = {"none": 0, "new": 1, "old": 2}
