@@ -109,6 +109,7 @@ def test_the_worker_waits_for_a_free_core_unless_asked(monkeypatch: pytest.Monke
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (1.7, 1.0, 1.0))
     monkeypatch.setattr(workers, "idle_cores", lambda _window_s: 0.9)  # a neighbour runs
+    monkeypatch.setattr(workers, "_IDLE_SEEN", [])
     assert not workers.wanted()
     monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 1.0, 1.0))
     assert workers.wanted()
@@ -132,9 +133,12 @@ def test_a_lagging_load_average_is_checked_against_the_cores_idle_now(
         return answer[0]
 
     monkeypatch.setattr(workers, "idle_cores", idle)
+    monkeypatch.setattr(workers, "_IDLE_SEEN", [])
     answer: list[float | None] = [1.95]
     assert workers.wanted()
-    answer[0] = 1.0  # one core busy besides this process
+    answer[0] = 1.0  # one core busy besides this process ...
+    assert workers.wanted() and len(windows) == 1  # ... unseen: a look answers for a while
+    monkeypatch.setattr(workers, "IDLE_ANSWER_S", 0.0)
     assert not workers.wanted()
     answer[0] = None  # /proc/stat unreadable: the load average's answer stands
     assert not workers.wanted()

@@ -391,10 +391,9 @@ def grow(
     from_seq = np.arange(len(seq.items), dtype=np.int64)
     chunk_src = np.concatenate([from_seq[s:e] for s, e in rule.template] or [from_seq[:0]])
     chunk_offset = np.concatenate([np.arange(k, dtype=np.int64) for k in lens] or [from_seq[:0]])
-    chunk_links = _LinkTable.of([links for _at, _drift, links in rule.chunks])
+    chunk_links, chunk_firsts = _link_tables(rule)
     # a rule without second links grows none (the caller checks the order another way)
     grows_firsts = seq.firsts is not None and rule.first_links is not None
-    chunk_firsts = _LinkTable.of(rule.first_links or [])
     src, links = from_seq, np.asarray(seq.links, dtype=np.int64)
     firsts = np.asarray(seq.firsts, dtype=np.int64) if grows_firsts else None
     for step in range(n, to):
@@ -425,6 +424,18 @@ def grow(
         firsts=None if firsts is None else firsts.tolist(),
     )
     return grown, [payload[i] for i in picks]
+
+
+def _link_tables(rule: Rule) -> tuple[_LinkTable, _LinkTable]:
+    """The rule's chunk links and second links as arrays, made once per rule (a form's build
+    grows the same rule several times: its check runs, the full run, the sized births)."""
+    hit = _TABLES.get(id(rule))
+    if hit is None or hit[0] is not rule:
+        if len(_TABLES) >= 16:
+            _TABLES.clear()
+        links = _LinkTable.of([links for _at, _drift, links in rule.chunks])
+        hit = _TABLES[id(rule)] = (rule, links, _LinkTable.of(rule.first_links or []))
+    return hit[1], hit[2]
 
 
 def _placed(at: np.ndarray, lens: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -506,3 +517,4 @@ class _LinkTable:
 
 
 _KINDS = {"none": 0, "new": 1, "old": 2}
+_TABLES: dict[int, tuple[Rule, _LinkTable, _LinkTable]] = {}  # id(rule) -> its link tables

@@ -61,8 +61,19 @@ def wanted() -> bool:
         return False
     if setting == "2" or os.getloadavg()[0] <= cores - 1:
         return True
+    now = time.monotonic()
+    if _IDLE_SEEN and now - _IDLE_SEEN[0] < IDLE_ANSWER_S:
+        return _IDLE_SEEN[1]
     idle = idle_cores(IDLE_WINDOW_S)
-    return idle is not None and idle >= IDLE_CORES_NEEDED
+    _IDLE_SEEN[:] = [time.monotonic(), idle is not None and idle >= IDLE_CORES_NEEDED]
+    return _IDLE_SEEN[1]
+
+
+#: How long the idle cores seen by :func:`wanted` answer for the builds after it: a plan builds
+#: a form every few seconds, and its own traces keep the load average up (each new look would
+#: cost the window's wait again).
+IDLE_ANSWER_S = 30.0
+_IDLE_SEEN: list[Any] = []  # [when (monotonic s), the answer] of the last look
 
 
 def idle_cores(window_s: float) -> float | None:
