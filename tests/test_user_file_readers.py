@@ -17,6 +17,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "memfit"
 #: "path/under/memfit.py::function::call" -> why this read or open is not of a user file.
 ALLOWED = {
     "userfiles.py::open_regular::os.open": "the bounded reader itself",
+    "estimate/derived/workers.py::ticks::open": "the kernel's /proc/stat (idle CPU ticks), "
+    "not a user file",
     "userfiles.py::open_regular::os.fdopen": "the bounded reader itself",
     "userfiles.py::iter_lines::os.fdopen": "the bounded reader itself (buffered lines)",
     "models/bundled.py::_index::read_text": "package data: memfit's own configs/index.json",
