@@ -77,29 +77,42 @@ _IDLE_SEEN: list[Any] = []  # [when (monotonic s), the answer] of the last look
 
 
 def idle_cores(window_s: float) -> float | None:
-    """How many of the machine's cores were idle (or waiting on I/O) over the next
-    ``window_s`` seconds, from the kernel's per-state tick counts in ``/proc/stat``; None
+    """How many of the cores this process may run on were idle (or waiting on I/O) over the
+    next ``window_s`` seconds, from the kernel's per-CPU tick counts in ``/proc/stat``; None
     where they cannot be read."""
+    try:
+        mine = {f"cpu{n}" for n in os.sched_getaffinity(0)}
+    except (AttributeError, OSError):
+        mine = None  # every CPU the file lists
 
     def ticks() -> tuple[int, int, int] | None:
+        """(all ticks, idle ticks, CPUs counted) over this process's CPUs."""
+        total = idle = n_cpus = 0
         try:
             with open("/proc/stat", encoding="ascii") as f:
-                fields = f.readline().split()
-            if fields[0] != "cpu":
-                return None
-            values = [int(v) for v in fields[1:]]
-            # user nice system idle iowait irq softirq steal (guest time is inside user)
-            return sum(values[:8]), values[3] + values[4], len(os.sched_getaffinity(0))
-        except (OSError, ValueError, IndexError, AttributeError):
+                for line in f:
+                    name, *fields = line.split()
+                    if not name.startswith("cpu") or name == "cpu":
+                        continue
+                    if mine is not None and name not in mine:
+                        continue
+                    # user nice system idle iowait irq softirq steal (guest time is in user)
+                    values = [int(v) for v in fields[:8]]
+                    total, idle, n_cpus = (
+                        total + sum(values),
+                        idle + values[3] + values[4],
+                        n_cpus + 1,
+                    )
+        except (OSError, ValueError, IndexError):
             return None
+        return (total, idle, n_cpus) if n_cpus else None
 
     first = ticks()
     time.sleep(window_s)
     second = ticks()
-    if first is None or second is None or second[0] <= first[0]:
+    if first is None or second is None or second[0] <= first[0] or second[2] != first[2]:
         return None
-    n_cpus = os.cpu_count() or second[2]
-    return n_cpus * (second[1] - first[1]) / (second[0] - first[0])
+    return second[2] * (second[1] - first[1]) / (second[0] - first[0])
 
 
 class Pool:
