@@ -433,8 +433,8 @@ def _link_tables(rule: Rule) -> tuple[_LinkTable, _LinkTable]:
     if hit is None or hit[0] is not rule:
         if len(_TABLES) >= 16:
             _TABLES.clear()
-        links = _LinkTable.of([links for _at, _drift, links in rule.chunks])
-        hit = _TABLES[id(rule)] = (rule, links, _LinkTable.of(rule.first_links or []))
+        chunks = _LinkTable.of([links for _at, _drift, links in rule.chunks])
+        hit = _TABLES[id(rule)] = (rule, chunks, _LinkTable.of(rule.first_links or []))
     return hit[1], hit[2]
 
 
