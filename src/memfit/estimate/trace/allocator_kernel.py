@@ -217,7 +217,7 @@ def replay_default(
             spare_grown = np.empty(len(blocks), dtype=np.int64)
             spare_grown[: state[_N_SPARE]] = spare[: state[_N_SPARE]]
             spare = spare_grown
-        if _cramped(fkey, start, stop):
+        if _cramped(len(fkey) // 2, start[0], stop[0], start[1], stop[1]):
             fkey, fblk = _relayout(fkey, fblk, start, stop)
     if i < 0:
         return
@@ -226,10 +226,11 @@ def replay_default(
 
 
 @_jit(inline="always")
-def _cramped(fkey: np.ndarray, start: np.ndarray, stop: np.ndarray) -> bool:
-    """Whether a pool's free list touches an end of its half: an insert might find no room."""
-    room = len(fkey) // 2
-    return start[0] == 0 or stop[0] == room or start[1] == room or stop[1] == 2 * room
+def _cramped(room: int, lo0: int, hi0: int, lo1: int, hi1: int) -> bool:
+    """Whether a pool's free list (``[lo0, hi0)`` in the first half of tables of ``2 * room``
+    entries, ``[lo1, hi1)`` in the second) touches an end of its half: an insert might find
+    no room."""
+    return lo0 == 0 or hi0 == room or lo1 == room or hi1 == 2 * room
 
 
 @_jit(_nrt=False)  # allocates nothing: no reference counting (see replay_default)
@@ -252,9 +253,7 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
     lo0, hi0, lo1, hi1 = start[0], stop[0], start[1], stop[1]
     stopped = len(keys)
     for i in range(first, len(keys)):
-        if (n_blocks + 2 > len(blocks) and n_spare < 2) or (
-            lo0 == 0 or hi0 == room or lo1 == room or hi1 == 2 * room
-        ):
+        if (n_blocks + 2 > len(blocks) and n_spare < 2) or _cramped(room, lo0, hi0, lo1, hi1):
             stopped = i
             break
         k = keys[i]
