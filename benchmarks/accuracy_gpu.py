@@ -54,7 +54,7 @@ def compare() -> list[dict]:
 
 def replay_real_traces() -> list[tuple[str, float, float]]:
     """Replay each real allocation trace through the simulator: simulated vs real reserved."""
-    from memfit.estimate.trace.allocator import CachingAllocatorSim
+    from memfit.estimate.allocator.caching import CachingAllocatorSim
 
     measured = {json.loads(x)["case"]: json.loads(x) for x in MEASUREMENTS.read_text().splitlines()}
     out = []

@@ -12,7 +12,7 @@ import random
 import sys
 import time
 
-from memfit.estimate.trace.allocator import simulate
+from memfit.estimate.allocator.caching import simulate
 
 
 def synthetic_events(n_events: int, *, seed: int = 0) -> list[tuple[str, int, int]]:

@@ -2,7 +2,7 @@
 
 Reads benchmarks/data/diffusion_published.json (each point: the pipeline, the ``memfit estimate``
 flags that reproduce its setting, the library versions it was measured with where they change a
-rule (``versions``: src/memfit/estimate/trace/diffusion_versions.py), the quantity and the metric
+rule (``versions``: src/memfit/estimate/diffusion/versions.py), the quantity and the metric
 it was measured as, the figure and its source), sizes every point in this one process (each
 component is traced once per input shape and reused across offload modes and weight formats: a
 few minutes on 2 CPU cores) and writes benchmarks/results/diffusion_published.md (quoted in
@@ -36,9 +36,9 @@ GIB = 2**30
 
 
 def estimate(point: dict[str, Any]) -> Any:
-    from memfit.cli import build_parser
-    from memfit.cli_diffusion import _job
-    from memfit.estimate.trace.diffusion_pipelines import estimate_pipeline
+    from memfit.cli.diffusion import _job
+    from memfit.cli.entry import build_parser
+    from memfit.estimate.diffusion.pipelines import estimate_pipeline
     from memfit.models.pipelines import pipeline_dir
 
     args = build_parser().parse_args(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memfit.estimate.trace.diffusion_train import DiffusionTrainJob
-from memfit.estimate.trace.diffusion_train_fast import estimate_training_fast
+from memfit.estimate.diffusion.train import DiffusionTrainJob
+from memfit.estimate.diffusion.train_fast import estimate_training_fast
 from memfit.hardware.catalog import get_gpu
 from memfit.hardware.overhead import device_overhead
 from memfit.models.pipelines import pipeline_dir

@@ -152,11 +152,12 @@ def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: st
     os.environ["MEMFIT_CACHE_DIR"] = cache
     sys.path.insert(0, str(ROOT / "src"))
     from memfit.estimate import derived
+    from memfit.estimate.allocator import fast as allocator_fast
+    from memfit.estimate.allocator import jit as allocator_jit
     from memfit.estimate.derived import estimate_derived, guide_derived
     from memfit.estimate.derived import form as F
     from memfit.estimate.derived.compiled import Compiled, compile_run
     from memfit.estimate.device import allocator_workspaces
-    from memfit.estimate.trace import allocator_fast, allocator_jit
     from memfit.hardware import get_gpu
     from memfit.models import resolve_model
     from memfit.spec import WorkloadSpec
@@ -242,14 +243,14 @@ def _per_estimate(model: str, cache: str, workload: dict[str, Any], gpu_name: st
 _JIT_PROBE = """
 import time
 t0, c0 = time.perf_counter(), time.process_time()
-from memfit.estimate.trace import allocator_jit
+from memfit.estimate.allocator import jit as allocator_jit
 events = [("a", i, 4096 * (1 + i % 300)) for i in range(3000)] + [("f", i, 0) for i in range(3000)]
 t1, c1 = time.perf_counter(), time.process_time()
 allocator_jit.load_kernel()
 t2, c2 = time.perf_counter(), time.process_time()
 got = allocator_jit.replay_events(events)
 if got is None:  # no kernel: the Python replay, timed the same way
-    from memfit.estimate.trace.allocator_fast import simulate_default_python
+    from memfit.estimate.allocator.fast import simulate_default_python
     simulate_default_python(events)
 t3, c3 = time.perf_counter(), time.process_time()
 print(allocator_jit.describe(), got is not None, round(t2 - t1, 3), round(c2 - c1, 3),

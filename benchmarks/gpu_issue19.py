@@ -13,7 +13,7 @@ timed on one; ``--parts`` splits a run) it measures, with
 2. one QLoRA training step of a small Llama (bitsandbytes nf4, bf16 compute, LoRA r=16 on all
    linear layers), if bitsandbytes is installed;
 3. a variable-length LoRA run (llama-3.2-1b's bundled config, random weights, bf16, LoRA r=16 on
-   all linear layers, AdamW): step lengths drawn by ``memfit.estimate.seqdist`` from the same
+   all linear layers, AdamW): step lengths drawn by ``memfit.estimate.seqrun.dist`` from the same
    distribution and seed memfit replays, ``max_memory_reserved`` after every step, in two child
    processes (``PYTORCH_CUDA_ALLOC_CONF`` unset, and ``expandable_segments:True``: the variable is
    read when CUDA initialises, so it takes a fresh process), then memfit's own ``--seq-dist``
@@ -297,7 +297,7 @@ def lora_run(steps: int, expandable: bool) -> dict[str, Any]:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from memfit.estimate.seqdist import StepPlan, parse_seq_dist, step_lengths
+    from memfit.estimate.seqrun.dist import StepPlan, parse_seq_dist, step_lengths
     from memfit.models import resolve_model
 
     config = resolve_model(str(RUN["model"])).config or {}

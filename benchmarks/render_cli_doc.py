@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memfit.cli import build_parser
+from memfit.cli.entry import build_parser
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 INTRO = """# memfit command line

@@ -27,7 +27,8 @@ CASES = [
 CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from memfit.cli import build_parser, workload_from_args
+from memfit.flags import workload_from_args
+from memfit.cli.entry import build_parser
 import memfit, torch, transformers
 t_import = time.perf_counter() - t0
 args = build_parser().parse_args(["estimate", *sys.argv[1:]])

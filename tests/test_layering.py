@@ -40,7 +40,7 @@ def _codes(source: str, as_file: str) -> set[str]:
         "src/memfit/plan/search.py",
         "src/memfit/estimate/analytic/engine.py",
         "src/memfit/models/source.py",
-        "src/memfit/cli.py",
+        "src/memfit/cli/entry.py",
         "src/memfit/spec.py",
         "src/memfit/report/text.py",
         "src/memfit/estimate/__init__.py",

@@ -30,11 +30,11 @@ ALLOWED = {
         "parses the text memfit.userfiles.read_text read (bounded), safe_load only"
     ),
     "bench/models.py::*::json.loads": "package data: the packaged bench model archive",
-    "cli_bench.py::cmd_bench::open": "writes --output / --md",
+    "cli/bench.py::cmd_bench::open": "writes --output / --md",
     "snapshot/generate.py::*::open": "writes a snapshot memfit generates",
     "monitor/log.py::*::open": "the run-log writer (the `monitor` lane)",
     "monitor/device.py::*::open": "/proc/<pid>/statm and /proc/<pid>/stat of this machine",
-    "cli_check.py::cmd_check::open": "writes the fix to the user's own file (--write asks for it)",
+    "cli/check.py::cmd_check::open": "writes the fix to the user's own file (--write asks for it)",
     "estimate/derived/cache.py::load::open": "memfit's own form cache (a bad file is ignored)",
     "estimate/derived/cache.py::load::json.load": "memfit's own form cache (see above)",
     "estimate/derived/cache.py::store::os.fdopen": "writes memfit's form cache",

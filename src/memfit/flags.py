@@ -11,11 +11,12 @@ from ``--help``). Data and pure functions only: :mod:`memfit.cli` parses argv.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from memfit.estimate.diffusion_formats import DIFFUSION_QUANTS, FORMATS
+from memfit.estimate.diffusion.formats import DIFFUSION_QUANTS, FORMATS
 from memfit.spec import (
     ATTENTIONS,
     CACHE_IMPLEMENTATIONS,
@@ -29,6 +30,9 @@ from memfit.spec import (
     TASKS,
     WorkloadSpec,
 )
+
+#: The exit codes of every command: 0 ok, 1 a valid "does not fit", 2 bad input.
+EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
 
 #: ``int``: a whole number; ``ints``: a whole number, repeatable (a list); ``choice``: one of
 #: ``choices``; ``switch``: present or not; ``text``: free text.
@@ -665,3 +669,55 @@ def media_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
         if f.target == "media" and value is not None and f.field not in out:
             out[f.field] = _number(value) if f.field == "audio_seconds" else value
     return out
+
+
+def integer(text: str) -> int:
+    """An argparse type: a whole number (the specs check its range)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of 1 or more."""
+    value = integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of 0 or more."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def add_flags(parser: argparse.ArgumentParser, command: str, *names: str) -> None:
+    """Add the workload flags ``command`` takes (all, or those named) from the one table,
+    :data:`memfit.flags.FLAGS`."""
+    groups: dict[str, Any] = {}
+    for f in flags_for(command, *names):
+        where: Any = parser
+        if f.group is not None:
+            if f.group not in groups:
+                groups[f.group] = parser.add_mutually_exclusive_group()
+            where = groups[f.group]
+        kwargs: dict[str, Any] = {"dest": f.dest, "default": f.default, "help": f.help}
+        if f.kind == "switch":
+            kwargs["action"] = "store_true"
+        elif f.kind == "ints":
+            kwargs.update(type=integer, action="append")
+        elif f.kind == "int":
+            kwargs["type"] = integer
+        elif f.kind == "choice":
+            kwargs["choices"] = f.choices
+        where.add_argument(f.name, **kwargs)
+
+
+def workload_from_args(args: argparse.Namespace) -> Any:
+    """The ``WorkloadSpec`` of the workload flags (estimate, fit and doctor share them)."""
+    return WorkloadSpec(**workload_kwargs(vars(args)))

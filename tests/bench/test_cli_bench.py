@@ -72,9 +72,9 @@ def test_a_threshold_that_is_not_a_number_is_an_argparse_error_exit_2(capsys) ->
 
 
 def test_the_parser_lists_the_bench_techniques_and_gate_defaults() -> None:
-    from memfit import cli_bench
     from memfit.bench import TECHNIQUES, gate
-    from memfit.cli_bench import TECHNIQUE_NAMES
+    from memfit.cli import bench as cli_bench
+    from memfit.cli.bench import TECHNIQUE_NAMES
 
     assert (cli_bench.DEFAULT_MAX_KL, cli_bench.DEFAULT_MIN_COSINE) == (
         gate.DEFAULT_MAX_KL,

@@ -1,4 +1,4 @@
-"""argv fuzzing of every subcommand through ``memfit.cli.main`` in-process.
+"""argv fuzzing of every subcommand through ``memfit.cli.entry`` in-process.
 
 Two layers: the issue's cases (issue 17) as explicit seeds with the exact exit code and a word of
 the message each must give, then hypothesis-generated command lines for every subcommand built
@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.fuzz.conftest import Files, run_log_reader_is_bounded
 
-from memfit.cli import build_parser, main
+from memfit.cli import main
+from memfit.cli.entry import build_parser
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

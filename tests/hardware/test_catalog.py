@@ -314,7 +314,7 @@ def test_hardware_and_allocator_modules_import_without_torch():
     import sys
 
     code = (
-        "import sys, memfit.hardware, memfit.estimate.trace.allocator; "
+        "import sys, memfit.hardware, memfit.estimate.allocator.caching; "
         "sys.exit('torch' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

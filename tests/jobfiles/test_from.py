@@ -43,7 +43,7 @@ def test_flags_on_the_command_line_override_the_file(capsys):
 
 
 def test_fit_and_plan_take_the_files_job_as_their_defaults():
-    from memfit.cli_from import job_defaults
+    from memfit.cli.from_files import job_defaults
 
     fit = job_defaults("fit", [AXOLOTL])
     assert fit["model"] == "meta-llama/Llama-3.1-8B"

@@ -340,7 +340,7 @@ def test_stream_snapshot_returns_the_rest_of_the_root(tmp_path: Path) -> None:
 
 def test_snapshot_and_report_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, memfit.snapshot, memfit.report.html, memfit.cli_report;"
+        "import sys, memfit.snapshot, memfit.report.html, memfit.cli.report;"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -84,7 +84,7 @@ def fit_training(
     trace: Callable[[Any], Any], job: Any, *, solve: str, budget: Any, arch: str | None
 ) -> TrainFit:
     """The largest batch or resolution of ``job`` that fits ``budget``; ``trace(job)`` gives a
-    :class:`~memfit.estimate.trace.diffusion_train.TrainEstimate`."""
+    :class:`~memfit.estimate.diffusion.train.TrainEstimate`."""
     if solve not in ("batch", "resolution"):
         raise SpecError(
             f"--solve {solve} for diffusion training: use batch (--train_batch_size) or "

@@ -4,7 +4,7 @@ variable-length run fits, not the fixed-shape estimate's.
 Two stages. First the ordinary fixed-shape search at the longest length (:func:`memfit.plan.fit`
 at ``seq_len = MAX``): every run reaches MAX-length steps, so its answer is an upper bound here
 (the estimate at MAX must fit too). Then a monotone search at or below that bound, each
-candidate batch replayed over the sampled run (:func:`memfit.estimate.seq_run.estimate_seq_run`)
+candidate batch replayed over the sampled run (:func:`memfit.estimate.seqrun.run.estimate_seq_run`)
 without a memory cap: a batch fits when the reserved bytes after the run, plus the CUDA context,
 stay within the limit (capacity minus headroom). That is the safe criterion: on a real card the
 caching allocator would free its cache and retry before raising an OOM
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memfit.estimate.seq_run import SeqRunEstimate, estimate_seq_run
-from memfit.estimate.seqdist import SeqDist, StepPlan
+from memfit.estimate.seqrun.dist import SeqDist, StepPlan
+from memfit.estimate.seqrun.run import SeqRunEstimate, estimate_seq_run
 from memfit.plan.budget import Budget
 from memfit.plan.solve import FitResult, fit, largest
 from memfit.spec import WorkloadSpec

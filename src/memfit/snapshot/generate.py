@@ -6,7 +6,7 @@ A CUDA snapshot cannot be recorded on a CPU, so these build the same dict
 - :func:`snapshot_from_cpu_step`: a real training step of a small torch model on the CPU, every
   storage birth and death seen by memfit's :class:`StorageTracker` with the Python stack of the op
   that made it, replayed through memfit's model of the caching allocator
-  (``memfit.estimate.trace.allocator``) for addresses, segments, splits and free blocks.
+  (``memfit.estimate.allocator.caching``) for addresses, segments, splits and free blocks.
 - :func:`write_synthetic_snapshot`: a training-loop-shaped trace of any size, written as a stream
   (``PickleStreamWriter``) so a 300 MB file costs little memory to make.
 
@@ -127,7 +127,7 @@ def snapshot_from_events(
     ``("f", key, 0)``, as StorageTracker records them) replayed through memfit's allocator model
     for addresses and segments; ``meta[i]``: event i's time (microseconds) and, for an
     allocation, its frames. Torch-free."""
-    from memfit.estimate.trace.allocator import CachingAllocatorSim
+    from memfit.estimate.allocator.caching import CachingAllocatorSim
 
     sim = CachingAllocatorSim()
     out: list[dict[str, Any]] = []

@@ -4,7 +4,7 @@ The API (``GET /api/estimate?model=gpt2&batch=4&seq=1024``) answers exactly what
 ``memfit estimate gpt2 --batch 4 --seq 1024 --json`` prints because it *is* that command: this
 module turns the query into argv, checked against the CLI's own parser (so every flag the one
 flags table adds is accepted, spelled as the CLI spells it), and :mod:`memfit.web.workers` runs
-``memfit.cli.main`` on it. What a web caller may not ask for is refused here, with the CLI's kind
+``memfit.cli.entry`` on it. What a web caller may not ask for is refused here, with the CLI's kind
 of one-line message: running repository code (``--trust-remote-code``), importing a factory
 (``package.module:function``), reading or writing files (``--log``, ``--html``, ``--snapshot``),
 and, when the server listens beyond this machine, local paths.
@@ -67,7 +67,7 @@ class Option:
 @cache
 def subparsers() -> dict[str, argparse.ArgumentParser]:
     """The CLI's subcommand parsers by name (built once; argparse parsers are reusable)."""
-    from memfit.cli import build_parser
+    from memfit.cli.entry import build_parser
 
     parser = build_parser()
     for action in parser._actions:  # argparse keeps subparsers as an action

@@ -1,6 +1,6 @@
 """Worker processes that run ``memfit`` commands for the web server.
 
-Each request's job (:class:`memfit.web.query.Job`) runs ``memfit.cli.main(argv)`` in a separate,
+Each request's job (:class:`memfit.web.query.Job`) runs ``memfit.cli.entry(argv)`` in a separate,
 long-lived process, its stdout and stderr captured: the answer is byte for byte what the command
 line prints, and a job cannot hold the server. Processes rather than threads because only a
 process can be stopped: a job that runs past its time is killed and its worker replaced.
@@ -59,13 +59,13 @@ class WorkerDied(MemfitError):
 
 @functools.cache
 def _parser() -> Any:
-    from memfit.cli import build_parser
+    from memfit.cli.entry import build_parser
 
     return build_parser()  # reusable: argparse keeps no state between parse_args calls
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    """``memfit.cli.main(argv)`` with its output captured (in the worker process)."""
+    """``memfit.cli.entry(argv)`` with its output captured (in the worker process)."""
     from memfit.cli import main
 
     out, err = io.StringIO(), io.StringIO()

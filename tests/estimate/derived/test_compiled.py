@@ -134,7 +134,8 @@ def test_the_compiled_replay_of_all_events_at_once_gives_the_pool_by_pool_reserv
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("numba")
-    from memfit.estimate.trace import allocator_fast, allocator_jit
+    from memfit.estimate.allocator import fast as allocator_fast
+    from memfit.estimate.allocator import jit as allocator_jit
 
     assert allocator_jit.load_kernel() is not None
     run = _run(seed, n_events=3000)

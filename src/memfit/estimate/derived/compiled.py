@@ -9,7 +9,7 @@ batch size, the sizes are one array expression, the live total at every instant 
 sum, each phase's peak one argmax over its instants (the first instant wins a tie, as in the
 tracker), and the breakdown at a peak one mask over the births live there. The reserved bytes
 come from the caching-allocator model fed the same events (:func:`reserved_bytes`): compiled
-(numba, :mod:`memfit.estimate.trace.allocator_jit`), all events in one call; in Python pool by
+(numba, :mod:`memfit.estimate.allocator.jit`), all events in one call; in Python pool by
 pool, since without a capacity the allocator never gives a segment back, so its peak is the
 sum of the two pools' segments, and a pool whose events did not change since the last replay
 is not replayed again. ``tests/estimate/derived/test_compiled.py`` compares every
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from memfit.estimate.trace.allocator import SMALL_SIZE_BYTES
-from memfit.estimate.trace.allocator_fast import (
+from memfit.estimate.allocator.caching import SMALL_SIZE_BYTES
+from memfit.estimate.allocator.fast import (
     compiled_replay,
     count_python_replay,
     simulate_default_arrays,

@@ -6,7 +6,7 @@ them — and for every birth its size as ``a0 + a1 * batch_size`` bytes, solved 
 batch sizes 1 and 2 and checked on 3 (:mod:`memfit.estimate.derived.record`). Each storage keeps
 its component and owning module. Evaluating the form at a batch size replays the events: the
 live total gives each phase's peak and its breakdown, exactly as the tracker counted it, and the
-same events go through the caching-allocator model (:mod:`memfit.estimate.trace.allocator`) for
+same events go through the caching-allocator model (:mod:`memfit.estimate.allocator.caching`) for
 the reserved bytes. Runs at several layer counts are combined by the trace engine's own layer
 extrapolation (:mod:`memfit.estimate.trace.flat`).
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from memfit.estimate.allocator.caching import simulate
 from memfit.estimate.cuda_reduce import DEFAULT_DEVICE, ReduceDevice
 from memfit.estimate.derived.staging import staging_sizes
-from memfit.estimate.trace.allocator import simulate
 from memfit.estimate.trace.flat import Flat
 
 #: The caching allocator's block size: the tracker rounds every storage up to it.

@@ -167,7 +167,7 @@ def trace_step_events(
 ) -> tuple[list[tuple[str, int, int]], list[tuple[str, int]]]:
     """The allocation events of ``n_steps`` training steps of one shape, every layer traced, and
     the tracker's phase marks ``(phase, index of the next event)``: the input of
-    :mod:`memfit.estimate.seq_replay` (variable-length runs)."""
+    :mod:`memfit.estimate.seqrun.replay` (variable-length runs)."""
     workload, _ = prepare_workload(config, workload)
     job.reject_unsupported(workload)
     check_gpu(workload, gpu)
@@ -330,7 +330,7 @@ def _rank_from_memo(
 def replay_reserved(events: list[tuple[str, int, int]], gpu: Any, training: bool) -> int:
     """Peak reserved bytes: the trace's allocations replayed through the caching-allocator model,
     after the cuBLAS/cuBLASLt workspaces the GPU's first matmuls allocate (never freed)."""
-    from memfit.estimate.trace.allocator import simulate
+    from memfit.estimate.allocator.caching import simulate
 
     sizes = allocator_workspaces(gpu, training=training)
     workspaces = [("a", -1 - i, n) for i, n in enumerate(sizes)]

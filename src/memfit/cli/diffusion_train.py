@@ -1,0 +1,268 @@
+"""``memfit estimate|fit|plan <pipeline> --mode train``: diffusion training (docs/diffusion.md).
+
+The job's flags are memfit's own (``--batch``, ``--lora-rank``, ``--checkpointing full``,
+``--optimizer adamw-8bit``, ``--precision bf16-mixed``) plus the scripts' ``--resolution``,
+``--train-text-encoder`` and ``--cache-latents``; no ``--lora-rank`` means full fine-tuning, as
+for text models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from memfit.errors import SpecError
+
+#: flags of the inference pipeline that mean nothing to a training run: refused when set
+_INFER_ONLY = (
+    "height", "width", "steps", "pipeline_offload", "vae_slicing", "vae_tiling", "offload_type",
+    "num_blocks_per_group", "use_stream", "layerwise_casting", "text_encoder_quant",
+    "attention_slicing",
+)  # fmt: skip
+#: this module's flags (flags.py), refused by inference
+TRAIN_ONLY = ("resolution", "train_text_encoder", "cache_latents", "max_sequence_length")
+#: estimate flags of text-model training that the diffusers scripts have no switch for
+_UNSUPPORTED = {
+    "shard": ("none",),
+    "offload": ("none",),
+    "quant": ("none",),
+    "tp": (1,),
+    "gpus": (1,),
+    "freeze": (0,),
+    "grad_accum": (1,),
+}
+
+
+def refuse_train_flags_in_inference(args: argparse.Namespace) -> None:
+    for dest in TRAIN_ONLY:
+        if getattr(args, dest, None) not in (None, False):
+            raise SpecError(
+                f"--{dest.replace('_', '-')} is a diffusion training flag: add --mode train "
+                "(inference takes --height / --width)"
+            )
+
+
+def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
+    from memfit.estimate.diffusion.train import DiffusionTrainJob
+    from memfit.spec.rules import resolve_precision
+
+    for dest in _INFER_ONLY:
+        if getattr(args, dest, None) not in (None, False):
+            raise SpecError(
+                f"--{dest.replace('_', '-')} is a diffusion inference flag; training takes "
+                "--resolution, --batch, --lora-rank, --checkpointing, --optimizer, --precision, "
+                "--train-text-encoder, --cache-latents"
+            )
+    for dest, ok in _UNSUPPORTED.items():
+        value = getattr(args, dest, None)
+        if value is not None and value not in ok:
+            raise SpecError(
+                f"--{dest.replace('_', '-')} {value}: the diffusers training scripts memfit "
+                "models run one GPU without it; drop the flag"
+            )
+    ckpt = getattr(args, "checkpointing", None) or "none"
+    if ckpt == "selective":
+        raise SpecError(
+            "--checkpointing selective: the diffusers scripts have --gradient_checkpointing "
+            "only (use full or none)"
+        )
+    rank = getattr(args, "lora_rank", None) if lora_rank is None else lora_rank
+    if isinstance(rank, list):
+        rank = rank[0]
+    kwargs: dict[str, Any] = {
+        "batch": getattr(args, "batch", None) or 1,
+        "lora_rank": rank,
+        "checkpointing": ckpt == "full",
+        "optimizer": getattr(args, "optimizer", None) or "adamw",
+        "precision": resolve_precision(getattr(args, "precision", None), "train"),
+        "train_text_encoder": bool(getattr(args, "train_text_encoder", False)),
+        "cache_latents": bool(getattr(args, "cache_latents", False)),
+    }
+    for dest in ("resolution", "max_sequence_length"):
+        if getattr(args, dest, None) is not None:
+            kwargs[dest] = getattr(args, dest)
+    targets = getattr(args, "lora_targets", None)
+    if targets:
+        parsed = tuple(t.strip() for t in str(targets).split(",") if t.strip())
+        if parsed in ((), ("all-linear",)):
+            raise SpecError("--lora-targets all-linear: name the denoiser's modules (to_q,to_k)")
+        kwargs["lora_targets"] = parsed
+    return DiffusionTrainJob(**kwargs)
+
+
+def _tracer(args: argparse.Namespace, gpu: Any) -> Any:
+    from memfit.estimate.diffusion.train_fast import estimate_training_fast
+    from memfit.models.pipelines import pipeline_dir
+
+    root = pipeline_dir(args.model)
+    assert root is not None
+    show = sys.stderr.isatty() and not args.json and not getattr(args, "quiet", False)
+
+    def trace(job: Any) -> Any:
+        if show:
+            print(f"tracing the training step of {args.model}: {job.flags()} ...", file=sys.stderr)
+        return estimate_training_fast(root, job, name=args.model, gpu=gpu)
+
+    return trace
+
+
+def _gpu(args: argparse.Namespace) -> Any:
+    if not getattr(args, "gpu", None):
+        return None
+    from memfit.hardware.catalog import get_gpu
+
+    return get_gpu(args.gpu)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from memfit.plan.budget import Budget
+    from memfit.plan.diffusion_train import verdict
+
+    job = job_from_args(args)
+    gpu = _gpu(args)
+    est = _tracer(args, gpu)(job)
+    fits = None
+    if gpu is not None:
+        budget = Budget.of(gpu, headroom=0.0)
+        v = verdict(est, budget, gpu.arch)
+        fits = {"gpu": gpu.name, "capacity_bytes": budget.capacity_bytes,
+                "overhead_bytes": v.overhead_bytes, "need_bytes": v.need_bytes,
+                "fits": v.fits}  # fmt: skip
+    if args.json:
+        print(json.dumps({**est.to_json(), "fits": fits}, indent=2))
+    else:
+        print(render(est, fits))
+    return 1 if fits is not None and not fits["fits"] else 0
+
+
+def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
+    from memfit.plan.budget import Budget
+
+    if getattr(args, "mode", "train") != "train":
+        raise SpecError(
+            f"memfit {args.command} of a diffusion pipeline sizes its training (--mode train); "
+            "for inference use memfit estimate --mode infer"
+        )
+
+    gpu = _gpu(args)
+    if gpu is None and getattr(args, "gpu_memory", None) is None:
+        raise SpecError(f"{args.command} needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
+    budget = Budget.of(gpu, memory_bytes=getattr(args, "gpu_memory", None),
+                       headroom=args.headroom)  # fmt: skip
+    return gpu, budget
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from memfit.plan.diffusion_train import fit_training
+    from memfit.units import format_bytes as fb
+
+    job = job_from_args(args)
+    gpu, budget = _budget(args)
+    result = fit_training(_tracer(args, gpu), job, solve=args.solve, budget=budget,
+                          arch=gpu.arch if gpu else None)  # fmt: skip
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    elif result.fits and result.verdict is not None:
+        print(
+            f"largest {args.solve} that fits {budget.gpu_name} (limit {fb(budget.limit_bytes)}): "
+            f"{result.value}  (needs {fb(result.verdict.need_bytes)})\n"
+            + render(result.estimate, None)
+        )
+    else:
+        print(f"does NOT fit {budget.gpu_name} even at the smallest {args.solve}:\n"
+              + render(result.estimate, None))  # fmt: skip
+    return 0 if result.fits else 1
+
+
+def _refuse_text_plan_flags(args: argparse.Namespace) -> None:
+    """The text-model planner's flags a pipeline's training plan has no use for: refused, not
+    silently ignored."""
+    set_flags = [
+        name
+        for name, dest, unset in (
+            ("--global-batch", "global_batch", None),
+            ("--recommend-gpu", "recommend_gpu", False),
+            ("--goal", "goal", "throughput"),
+            ("--seq-dist", "seq_dist", None),
+            ("--allow", "allow", None),
+            ("--keep-full-finetune", "keep_full_finetune", False),
+            ("--allow-offload", "allow_offload", False),
+        )
+        if getattr(args, dest, unset) not in (unset, [])
+    ]
+    if getattr(args, "runtime", None) == "vllm":
+        set_flags.append("--runtime vllm")
+    if set_flags:
+        raise SpecError(
+            f"{', '.join(set_flags)}: text-model plan flags, not used by a diffusion training "
+            "plan (it tries 8-bit Adam, cached latents and gradient checkpointing on one GPU; "
+            "size the job with --resolution and --batch)"
+        )
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from memfit.plan.diffusion_train import plan_training
+    from memfit.units import format_bytes as fb
+
+    _refuse_text_plan_flags(args)
+    ranks = args.lora_rank or []
+    job = job_from_args(args, lora_rank=ranks[0] if ranks else None)
+    gpu, budget = _budget(args)
+    from memfit.estimate.diffusion.pipeline import read_tree
+    from memfit.models.pipelines import pipeline_dir
+
+    root = pipeline_dir(args.model)
+    assert root is not None
+    pipeline = str(read_tree(root)[0]["_class_name"])
+    result = plan_training(_tracer(args, gpu), job, pipeline=pipeline, budget=budget,
+                           arch=gpu.arch if gpu else None)  # fmt: skip
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return 0 if result.fits else 1
+    lines = [f"{args.model} training on {budget.gpu_name} (limit {fb(budget.limit_bytes)}), "
+             "cheapest step first:"]  # fmt: skip
+    for j, est, v in result.tried:
+        mark = "fits" if v.fits else "does NOT fit"
+        lines.append(f"  {mark:<13}{fb(v.need_bytes):>12}  peak in {est.peak.phase:<10} "
+                     f"memfit estimate {args.model} --mode train {j.flags()}")  # fmt: skip
+    if not result.fits:
+        lines.append("nothing fits: try a smaller --resolution or --batch, or LoRA")
+    print("\n".join(lines))
+    return 0 if result.fits else 1
+
+
+def render(est: Any, fits: dict[str, Any] | None) -> str:
+    from memfit.units import format_bytes as fb
+
+    lines = [
+        f"{est.name} ({est.pipeline}) training: {est.job.flags()}",
+        f"script: diffusers {est.script}",
+        f"peak on the GPU: {fb(est.peak_bytes)} allocated (in {est.peak.phase}), "
+        f"{fb(est.peak_reserved_bytes)} reserved by the caching allocator",
+        "",
+        f"{'phase':<16}{'peak':>12}{'params':>12}{'grads':>12}{'optim':>12}{'activ':>12}"
+        f"{'temp':>12}",
+    ]
+    for p in est.phases:
+        lines.append(
+            f"{p.phase:<16}{fb(p.peak_bytes):>12}{fb(p.parameters_bytes):>12}"
+            f"{fb(p.gradients_bytes):>12}{fb(p.optimizer_states_bytes):>12}"
+            f"{fb(p.activations_bytes):>12}{fb(p.temporary_bytes):>12}"
+        )
+    peak = est.peak
+    lines += ["", f"at the peak ({peak.phase}), by component: " + ", ".join(
+        f"{k} {fb(v)}" for k, v in peak.by_model.items() if v)]  # fmt: skip
+    lines += ["", f"{'component':<16}{'class':<30}{'dtype':<10}{'weights':>12}  role"]
+    for c in est.components:
+        lines.append(
+            f"{c.name:<16}{c.class_name:<30}{c.dtype:<10}{fb(c.weights_bytes):>12}  {c.role}"
+            + (f" ({c.n_trainable:,} trainable)" if c.n_trainable else "")
+        )
+    if fits is not None:
+        verdict = "fits" if fits["fits"] else "does NOT fit"
+        lines.append(f"\n{fits['gpu']} ({fb(fits['capacity_bytes'])}): {verdict} (needs "
+                     f"{fb(fits['need_bytes'])} with CUDA context and workspaces)")  # fmt: skip
+    lines += [f"note: {n}" for n in est.notes]
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""The flags every estimating command shares: ``--engine``, ``--quiet``, ``--no-cache``, and how
+they apply.
+
+``--engine auto|analytic|derived|trace`` (the rule: :mod:`memfit.estimate.policy`),
+``--quiet`` (no progress line; :mod:`memfit.progress`) and ``--no-cache`` (neither read nor
+write the disk caches of derived forms and trace answers: :mod:`memfit.estimate.derived.cache`)
+are added to ``estimate``, ``plan``, ``fit``, ``upgrade`` and ``doctor``; :func:`applied` runs a
+command under them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+
+from memfit.estimate.policy import ENGINES
+
+ENGINE_HELP = (
+    "auto (default): the fastest engine that models the job, said in the output — analytic "
+    "(hand-written closed forms) where the model type has one, else derived (the trace's bytes "
+    "from 3-4 traces per technique stack, cached), else trace; one `estimate` is traced unless "
+    "a derived form is cached. analytic | derived | trace: that engine alone"
+)
+
+
+#: What ``--engine framework`` adds where a command takes ``--from`` (memfit.cli.from_files).
+FRAMEWORK_HELP = (
+    ". framework: the torchtune / LitGPT file given with --from, traced through that "
+    "framework's own code (the default for such a file when the framework is installed)"
+)
+
+
+def add_engine_flags(parser: argparse.ArgumentParser, *, framework: bool = False) -> None:
+    """Add ``--engine`` and ``--quiet`` to ``parser`` (``framework``: ``--engine framework``
+    too, for the commands that take ``--from``)."""
+    choices = (*ENGINES, "framework") if framework else ENGINES
+    helptext = ENGINE_HELP + (FRAMEWORK_HELP if framework else "")
+    parser.add_argument("--engine", choices=choices, default="auto", help=helptext)
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress line on stderr (shown only on a terminal, for work over 2 s)",
+    )
+    parser.add_argument(
+        "--no-cache",
+        dest="no_cache",
+        action="store_true",
+        help="neither read nor write the disk caches (derived forms, trace answers; kept under "
+        "$MEMFIT_CACHE_DIR, else ~/.cache/memfit: delete it to clear them): every answer is "
+        "traced or derived again",
+    )
+
+
+@contextlib.contextmanager
+def applied(args: argparse.Namespace) -> Iterator[None]:
+    """Run a command with its ``--engine`` policy and its progress display (where it has the
+    flags; other commands run as they are)."""
+    from memfit import progress
+    from memfit.estimate.policy import use_engine
+
+    with contextlib.ExitStack() as stack:
+        if hasattr(args, "engine"):
+            stack.enter_context(use_engine(args.engine))
+        if getattr(args, "no_cache", False):
+            from memfit.estimate.derived.cache import disabled
+
+            stack.enter_context(disabled())
+        if hasattr(args, "quiet"):
+            json_out = bool(getattr(args, "json", False))
+            stack.enter_context(progress.terminal(quiet=args.quiet, json_out=json_out))
+        yield

@@ -1,0 +1,264 @@
+"""The ``memfit`` command line. The only module that parses argv, prints, or exits.
+
+Exit codes: 0 ok, 1 a valid "does not fit", 2 bad input (and any memfit error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from memfit.cli import bench as cli_bench
+from memfit.cli import check as cli_check
+from memfit.cli import from_files as cli_from
+from memfit.cli import gpus as cli_gpus
+from memfit.cli import monitor as cli_monitor
+from memfit.cli import plan as cli_plan
+from memfit.cli import report as cli_report
+from memfit.cli import seqdist as cli_seqdist
+from memfit.cli import vllm as cli_vllm
+from memfit.cli import web as cli_web
+from memfit.cli.engine import add_engine_flags, applied
+from memfit.errors import MemfitError
+from memfit.flags import (
+    EXIT_BAD_INPUT,
+    EXIT_DOES_NOT_FIT,
+    EXIT_OK,
+    add_flags,
+    non_negative_int,
+    workload_from_args,
+)
+
+ESTIMATE_EXAMPLES = """examples:
+  memfit estimate llama-3.2-1b --batch 4 --seq 2048 --gpu A100-40GB
+  memfit estimate mistral-7b-v0.1 --lora-rank 16 --checkpointing full --gpu L4
+  memfit estimate llama-3.1-8b --mode infer --seq 4096 --new-tokens 256 --gpu L40S --json
+  memfit estimate ./my-model/config.json --precision amp-bf16 --optimizer adamw-fused
+  memfit estimate mypkg.models:make_unet --allow-code --batch 8 --precision fp16
+  memfit estimate vit-base-patch16-224 --image-size 384 --batch 64 --checkpointing full
+  memfit estimate whisper-large-v3 --mode infer --audio-seconds 600 --new-tokens 224
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2 (argparse's own contract)
+        self.exit(EXIT_BAD_INPUT, f"memfit: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="memfit",
+        description="Predict the GPU memory of training and inference.",
+        epilog="examples:\n  memfit estimate llama-3.2-1b --batch 4 --seq 2048 --gpu A100-40GB\n"
+        "  memfit models\n  memfit gpus\n  memfit estimate --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    e = sub.add_parser(
+        "estimate",
+        help="peak memory of a training step or an inference run, by component",
+        description="Trace MODEL's step on fake tensors (no GPU, no weights) and report peak "
+        "allocated / reserved / device memory by component and phase.",
+        epilog=ESTIMATE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    e.add_argument(
+        "model",
+        nargs="?",
+        help="bundled name (see `memfit models`), path to config.json or a "
+        "model dir, Hugging Face hub id",
+    )
+    add_flags(e, "estimate")
+    cli_seqdist.add_flags(e)
+    cli_from.add_from(e)
+    e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
+    add_engine_flags(e, framework=True)
+    e.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow configs that need the repo's own Python code (runs that code)",
+    )
+    x = e.add_mutually_exclusive_group()
+    x.add_argument(
+        "--no-extrapolate",
+        dest="extrapolate",
+        action="store_const",
+        const=False,
+        help="trace every layer (default up to 48 layers; slower, exact reserved)",
+    )
+    x.add_argument(
+        "--extrapolate",
+        dest="extrapolate",
+        action="store_const",
+        const=True,
+        help="trace a few layers and extrapolate (default beyond 48 layers; fast)",
+    )
+    e.add_argument(
+        "--top", type=non_negative_int, default=5, help="modules to list at the peak (default 5)"
+    )
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    cli_web.add_share_flags(e, snapshot=True)  # --html, --snapshot
+    m = sub.add_parser(
+        "models",
+        help="list the bundled model configs",
+        epilog="examples:\n  memfit models\n  memfit models --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    m.add_argument("--json", action="store_true")
+    COMMANDS.update(cli_gpus.register(sub))  # gpus
+    COMMANDS.update(cli_monitor.register(sub))  # monitor, diagnose
+    COMMANDS.update(cli_report.register(sub))  # report, snapshot
+    COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor
+    COMMANDS.update(cli_bench.register(sub))  # bench, quality
+    COMMANDS.update(cli_vllm.register(sub))  # vllm
+    COMMANDS.update(cli_check.register(sub))  # check
+    p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
+    COMMANDS.update(cli_web.register(sub))  # web
+    add_allow_code(sub)
+    return p
+
+
+#: The commands whose MODEL may be a ``package.module:function`` factory, with --allow-code.
+FACTORY_COMMANDS = ("estimate", "plan", "fit", "upgrade", "doctor")
+ALLOW_CODE_HELP = (
+    "let MODEL be package.module:function: memfit imports that module and calls the function "
+    "to build the model, which runs its code (off by default: a MODEL string never runs code)"
+)
+
+
+def add_allow_code(sub: Any) -> None:
+    """``--allow-code`` on every command of :data:`FACTORY_COMMANDS`, and its MODEL help says so
+    (one place, so no command can take a factory without the opt-in being documented)."""
+    for name in FACTORY_COMMANDS:
+        parser = sub.choices.get(name)
+        if parser is None:
+            continue
+        parser.add_argument("--allow-code", action="store_true", help=ALLOW_CODE_HELP)
+        for action in parser._actions:  # argparse keeps no public list of the positionals
+            if action.dest == "model" and "--allow-code" not in (action.help or ""):
+                action.help = f"{action.help}; package.module:function with --allow-code"
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from memfit.cli import diffusion as cli_diffusion
+
+    if cli_diffusion.is_pipeline(args.model):
+        return cli_diffusion.cmd_estimate_pipeline(args)
+    cli_diffusion.refuse_pipeline_flags(args)
+    from memfit.estimate import estimate
+    from memfit.report.text import render_estimate
+
+    if args.seq_dist is not None:
+        return cli_seqdist.cmd(args, workload_from_args(args))
+    with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
+        est = cli_from.framework_estimate(args, workload_from_args(args)) or estimate(
+            args.model,
+            workload_from_args(args),
+            gpu=args.gpu,
+            engine=args.engine,
+            trust_remote_code=args.trust_remote_code,
+            extrapolate=args.extrapolate,
+        )
+    cli_web.write_estimate_outputs(args, est, traces)
+    answer = cli_from.answer(args, est.engine)  # a torchtune / LitGPT --from file: who answered
+    if args.json:
+        print(json.dumps({**est.to_json(), **answer}, indent=2))
+    else:
+        print(render_estimate(est, top=args.top) + cli_from.answer_lines(answer))
+    return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
+
+
+def _print_records(records: list[Any]) -> None:
+    """The JSON form of catalog rows (frozen dataclasses), all fields."""
+    from dataclasses import asdict
+
+    print(json.dumps([asdict(r) for r in records], indent=2))
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from memfit.models import list_bundled
+
+    rows = list_bundled()
+    if args.json:
+        _print_records(rows)
+        return EXIT_OK
+    print(f"{'name':<24}{'family':<14}{'task':<12}source")
+    for r in rows:
+        print(f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}")
+    from memfit.models.pipelines import list_pipelines
+
+    print("\ndiffusion pipelines (memfit estimate NAME --mode infer; docs/diffusion.md):")
+    for p in list_pipelines():
+        print(f"{p.name:<24}{p.pipeline:<28}{p.hf_id}")
+    return EXIT_OK
+
+
+COMMANDS = {"estimate": cmd_estimate, "models": cmd_models}
+
+
+def media_from(args: argparse.Namespace) -> Any:
+    """``--image-size`` / ``--num-channels`` / ``--audio-seconds`` for every MODEL the command
+    resolves (memfit.models.media)."""
+    from memfit.flags import media_kwargs
+    from memfit.models.media import MediaSpec, using_media
+
+    return using_media(MediaSpec(**media_kwargs(vars(args))))
+
+
+#: Libraries whose import-time warnings are noise for a CLI user: bitsandbytes and torchao on CPU
+#: look for optional accelerated kernels memfit never runs; torch's pytree logs deprecations of
+#: registrations those libraries make; transformers and peft log notes about the model building
+#: memfit does (use_cache off under checkpointing), which are not the user's concern.
+QUIET_LOGGERS = ("bitsandbytes", "torchao", "torch.utils._pytree", "transformers", "peft")
+
+
+def main(
+    argv: Sequence[str] | None = None, *, parser: argparse.ArgumentParser | None = None
+) -> int:
+    """Run one command line. ``parser``: a :func:`build_parser` made earlier, for a caller that
+    runs many (``memfit web``'s workers; building one takes tens of milliseconds)."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers configures
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Deprecations inside transformers / peft (e.g. peft reading is_gradient_checkpointing) are
+    # for those libraries' own callers, not for a CLI user.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    parser = parser or build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from memfit import __version__
+
+        print(__version__)
+        return EXIT_OK
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        args = cli_from.reparse(parser, args.subparsers, args, argv)
+        from memfit.models.source import allowing_code
+
+        with (
+            allowing_code(bool(getattr(args, "allow_code", False))),
+            applied(args),
+            media_from(args),
+        ):
+            return COMMANDS[args.command](args)
+    except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
+        sys.stderr.close()
+        return EXIT_OK
+    except MemfitError as exc:
+        from memfit.errors import DoesNotFitError
+
+        print(f"memfit: error: {exc}", file=sys.stderr)
+        return EXIT_DOES_NOT_FIT if isinstance(exc, DoesNotFitError) else EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,283 @@
+"""``--from FILE`` on ``estimate``, ``fit`` and ``plan``: the job the user's own config files
+describe (see ``memfit check``) as the command's defaults; flags on the command line override
+them. The files are read once, between two parses of the command line.
+
+A torchtune recipe or a LitGPT config is answered as ``memfit check`` answers it (its routing,
+:func:`memfit.cli.check.route`): ``estimate`` traces the job through the framework's own code when
+the framework is installed; ``fit`` searches with transformers' model and traces its answer once
+through the framework; ``plan`` searches with transformers' model and says so (its plans change
+settings the framework reads from its own file)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Commands that take ``--from``.
+FROM_COMMANDS = ("estimate", "fit", "plan")
+
+
+def add_from(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from",
+        dest="from_files",
+        action="append",
+        metavar="FILE",
+        default=None,
+        help="read the job from your config files (axolotl, TRL / TrainingArguments, "
+        "LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate; repeat to combine); "
+        "flags given here override them (see `memfit check`)",
+    )
+
+
+def job_defaults(command: str, paths: Sequence[str]) -> dict[str, Any]:
+    """argparse defaults (by dest) of the job the files describe, for ``command``."""
+    from memfit.jobfiles import read_job
+
+    return _defaults(command, read_job(list(paths)))
+
+
+def _defaults(command: str, job: Any) -> dict[str, Any]:
+    from memfit.flags import flags_for
+
+    fields = {name: s.value for name, s in job.fields.items()}
+    if command == "plan":  # the planner splits the global batch itself
+        per_step = fields.get("batch_size", 1) * fields.get("grad_accum", 1)
+        fields["global_batch"] = per_step * fields.get("gpus", 1)
+        for name in ("batch_size", "grad_accum"):
+            fields.pop(name, None)
+    if isinstance(fields.get("lora_targets"), tuple):
+        fields["lora_targets"] = ",".join(fields["lora_targets"])
+    defaults: dict[str, Any] = {}
+    for flag in flags_for(command):
+        if flag.field in fields and flag.dest not in defaults:
+            defaults[flag.dest] = fields[flag.field]
+    if "model" in fields:
+        defaults["model"] = fields["model"]
+    return defaults
+
+
+def reparse(
+    parser: argparse.ArgumentParser,
+    subparsers: dict[str, argparse.ArgumentParser],
+    args: argparse.Namespace,
+    argv: Sequence[str] | None,
+) -> argparse.Namespace:
+    """Parse again with the ``--from`` job as the subcommand's defaults."""
+    command = getattr(args, "command", None)
+    paths = getattr(args, "from_files", None)
+    if command in FROM_COMMANDS and paths:
+        # a fresh parser: the caller's may be reused (memfit web keeps one), and set_defaults
+        # would leave this job's values on it for the next command line
+        from memfit.cli.entry import build_parser
+        from memfit.jobfiles import read_job
+
+        job = read_job(list(paths))
+        fresh = build_parser()
+        fresh.get_default("subparsers")[command].set_defaults(**_defaults(command, job))
+        args = fresh.parse_args(argv)
+        args.from_route = _route(command, job, args, argv)
+    elif getattr(args, "engine", None) == "framework":
+        from memfit.errors import SpecError
+
+        raise SpecError(
+            "--engine framework traces a torchtune recipe or a LitGPT config: name it with "
+            "--from FILE"
+        )
+    if command in FROM_COMMANDS and getattr(args, "model", None) is None:
+        from memfit.errors import SpecError
+
+        raise SpecError(f"memfit {command} needs MODEL (or --from FILE naming the model)")
+    return args
+
+
+#: Workload fields a framework engine takes from the command line; it reads every other one (the
+#: model, adapters, quantization, precision, checkpointing) from its own file.
+FRAMEWORK_WORKLOAD = frozenset({"batch_size", "seq_len", "grad_accum", "optimizer"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class FromRoute:
+    """How a command with ``--from`` a torchtune / LitGPT file answers. ``framework``: the
+    framework engine that answers (None: transformers' model); ``asked``: the ``--engine`` given
+    (None: the default); ``note``: why the framework does not answer, or None."""
+
+    job: Any
+    file_framework: str
+    framework: str | None
+    asked: str | None
+    note: str | None
+
+    def __post_init__(self) -> None:
+        from memfit.errors import SpecError
+
+        if self.framework not in (None, self.file_framework):
+            raise SpecError(
+                f"framework ({self.framework!r}) must be None or the file's "
+                f"({self.file_framework!r})"
+            )
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The framework's file, parsed (overrides applied)."""
+        return next(f.data for f in self.job.files if f.format == self.file_framework)
+
+    def answered_by(self, engine: str) -> str:
+        """What answered, ``engine`` being the one transformers' model ran on (when it did)."""
+        from memfit.cli.check import settings_answer
+        from memfit.estimate.trace.frameworks import ANSWERED_BY
+
+        if self.framework is not None:
+            return ANSWERED_BY[self.framework]
+        return settings_answer(self.asked or engine, asked=self.asked is not None)
+
+
+def _route(command: str, job: Any, args: argparse.Namespace, argv: Any) -> FromRoute | None:
+    from memfit.cli.check import route
+    from memfit.errors import SpecError
+    from memfit.estimate.trace.frameworks import EXTRAS
+
+    file_framework = next((f.format for f in job.files if f.format in EXTRAS), None)
+    if file_framework is None:
+        if args.engine == "framework":
+            route(job, "framework")  # the one message: needs a torchtune recipe or LitGPT config
+        return None
+    asked = None if args.engine in ("auto", "framework") else args.engine
+    framework, _, note = route(job, "framework" if args.engine == "framework" else asked)
+    # plan traces no candidate through the framework: its flags are the search's, not a conflict
+    traced = framework is not None and command != "plan"
+    overridden = _overridden(command, argv) if traced else ()
+    if overridden:
+        flags = ", ".join(overridden)
+        if args.engine == "framework":
+            raise SpecError(
+                f"--engine framework traces the {file_framework} file as it is, and {flags} "
+                f"{'sets' if len(overridden) == 1 else 'set'} what {file_framework} reads from "
+                "it: edit the file instead (or drop --engine framework)"
+            )
+        framework = None
+        note = (
+            f"{flags} override{'s' if len(overridden) == 1 else ''} the {file_framework} file, "
+            f"and {file_framework}'s own code reads that from the file: transformers' model "
+            "answered (edit the file to trace it through the framework)"
+        )
+    if args.engine == "framework":
+        args.engine = "auto"  # transformers' model (searches, the fix) runs on the default rule
+    return FromRoute(
+        job=job, file_framework=file_framework, framework=framework, asked=asked, note=note
+    )
+
+
+def _overridden(command: str, argv: Any) -> tuple[str, ...]:
+    """The flags on the command line that set what a framework engine reads from its file."""
+    from memfit.cli.entry import build_parser
+    from memfit.flags import flags_for
+
+    unset = object()
+    flags = [f for f in flags_for(command) if f.target == "workload"]
+    fresh = build_parser()
+    fresh.get_default("subparsers")[command].set_defaults(
+        model=unset, **{f.dest: unset for f in flags}
+    )
+    given = fresh.parse_args(argv)
+    names = ["MODEL"] if given.model is not unset else []
+    names += [
+        f.name
+        for f in flags
+        if getattr(given, f.dest) is not unset and f.field not in FRAMEWORK_WORKLOAD
+    ]
+    return tuple(dict.fromkeys(names))
+
+
+def route_of(args: argparse.Namespace) -> FromRoute | None:
+    return getattr(args, "from_route", None)
+
+
+def framework_estimate(args: argparse.Namespace, workload: Any) -> Any:
+    """The framework engine's estimate of ``workload`` (the job of args' ``--from`` file), or
+    None where transformers' model answers."""
+    r = route_of(args)
+    if r is None or r.framework is None:
+        return None
+    from memfit.estimate.trace.frameworks import estimate_with_framework
+    from memfit.progress import report
+
+    report(f"tracing {args.model} through {r.framework}'s own code")
+    return estimate_with_framework(r.framework, r.data, workload, gpu=args.gpu)
+
+
+def answer(args: argparse.Namespace, engine: str) -> dict[str, Any]:
+    """``answered_by`` and ``note`` (as ``memfit check`` gives them) for a framework's file;
+    nothing otherwise. ``engine``: the engine transformers' model ran on."""
+    r = route_of(args)
+    if r is None:
+        return {}
+    return {"answered_by": r.answered_by(engine), "note": r.note}
+
+
+def answer_lines(info: dict[str, Any]) -> str:
+    if not info:
+        return ""
+    out = f"\nanswered by: {info['answered_by']}"
+    return out + (f"\nnote: {info['note']}" if info.get("note") else "")
+
+
+def confirm_fit(args: argparse.Namespace, result: Any) -> tuple[dict[str, Any], str, bool]:
+    """For ``fit --from`` a framework's file: the search ran on transformers' model; trace its
+    answer once through the framework. ``(JSON keys, text lines, whether it still fits)``."""
+    r = route_of(args)
+    if r is None:
+        return {}, "", True
+    from memfit.cli.check import settings_answer
+    from memfit.estimate.trace.frameworks import ANSWERED_BY
+
+    searched = result.search_engine
+    info: dict[str, Any] = {"framework_estimate": None}
+    if r.framework is None:
+        info.update(answered_by=f"searched with {r.answered_by(searched)}", note=r.note)
+        return info, answer_lines(info), True
+    info["answered_by"] = f"searched with {settings_answer(searched)}"
+    if result.estimate is None or not result.fits:
+        info["note"] = f"nothing fits, so nothing was traced through {r.framework}'s own code"
+        return info, answer_lines(info), True
+    import dataclasses
+
+    from memfit.flags import workload_from_args
+    from memfit.plan.budget import fits, need_bytes
+    from memfit.units import format_bytes
+
+    field = {"batch": "batch_size", "seq": "seq_len"}[result.solve]  # training: no concurrency
+    workload = dataclasses.replace(workload_from_args(args), **{field: result.max_value})
+    est = framework_estimate(args, workload)
+    ok = fits(est, result.budget)
+    value = f"{result.solve} {result.max_value}"
+    info["answered_by"] += f"; {ANSWERED_BY[r.framework]} answered the estimate of {value}"
+    info["framework_estimate"] = {**est.to_json(), "fits": ok}
+    verdict = "fits" if ok else f"does NOT fit {result.budget.gpu_name}: lower {result.solve}"
+    info["note"] = (
+        f"searched with transformers' model; the framework's own code "
+        f"({ANSWERED_BY[r.framework]}) answered the estimate of the recommended {value}: device "
+        f"{format_bytes(est.device_used_bytes)} (upper end {format_bytes(need_bytes(est))}) — "
+        f"{verdict}"
+    )
+    return info, answer_lines(info), ok
+
+
+def plan_answer(args: argparse.Namespace, engine: str) -> dict[str, Any]:
+    """For ``plan --from`` a framework's file: the search runs on transformers' model, and its
+    plans are not traced through the framework (they change settings it reads from its file)."""
+    r = route_of(args)
+    if r is None:
+        return {}
+    from memfit.cli.check import settings_answer
+
+    if r.framework is None:
+        return {"answered_by": f"searched with {r.answered_by(engine)}", "note": r.note}
+    return {
+        "answered_by": f"searched with {settings_answer(engine)}",
+        "note": f"searched with transformers' model; the plans were not traced through "
+        f"{r.framework}'s own code (they change settings {r.framework} reads from its file): "
+        f"apply the recommended one to the file and run `memfit check FILE` to trace it",
+    }

@@ -1,0 +1,265 @@
+"""``memfit estimate --seq-dist``: the flags and the output of a variable-length run."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any
+
+from memfit.estimate.seqrun.dist import DEFAULT_STEPS
+from memfit.progress import report
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """The variable-length run's flags (estimate only)."""
+    from memfit.flags import integer
+
+    g = parser.add_argument_group("variable-length runs (training)")
+    g.add_argument(
+        "--seq-dist",
+        default=None,
+        metavar="MEAN,STD,MAX|FILE",
+        help="sample lengths: a normal clipped to [1, MAX] (truncation puts longer samples at "
+        "MAX), or a JSON/CSV histogram file of length,count; replays the caching allocator "
+        "over the run and reports reserved memory after it (the estimate is then at MAX)",
+    )
+    g.add_argument(
+        "--run-steps",
+        dest="run_steps",
+        type=integer,
+        default=DEFAULT_STEPS,
+        help=f"steps replayed with --seq-dist (default {DEFAULT_STEPS})",
+    )
+    g.add_argument("--seed", type=integer, default=0, help="sampling seed (default 0)")
+    g.add_argument(
+        "--pad-to-multiple-of",
+        type=integer,
+        default=None,
+        help="the data collator's pad_to_multiple_of (default: pad to the longest sample)",
+    )
+    g.add_argument(
+        "--packing", action="store_true", help="packed sequences: every step is MAX tokens"
+    )
+    g.add_argument(
+        "--group-by-length",
+        action="store_true",
+        help="Trainer's group_by_length (LengthGroupedSampler, longest batch first)",
+    )
+
+
+def cmd(args: argparse.Namespace, workload: Any) -> int:
+    """``estimate --seq-dist``: the estimate at the longest length, then the run's replay."""
+    from memfit.estimate import estimate
+    from memfit.estimate.seqrun.dist import parse_seq_dist
+    from memfit.estimate.seqrun.run import estimate_seq_run
+    from memfit.models import resolve_model
+    from memfit.report.text import render_estimate
+
+    dist = parse_seq_dist(args.seq_dist)
+    if not workload.is_train:
+        from memfit.errors import SpecError
+
+        raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
+    plan = step_plan(args, workload.batch_size)
+    source = resolve_model(str(args.model), trust_remote_code=args.trust_remote_code)
+    est = estimate(
+        source,
+        dataclasses.replace(workload, seq_len=_top(dist.max_len, plan)),
+        gpu=args.gpu,
+        engine=args.engine,
+        extrapolate=args.extrapolate,
+    )
+    overhead_bytes = est.device_used_bytes - est.peak_reserved_bytes  # CUDA context and the like
+    capacity = None if est.fits is None else est.fits.capacity_bytes - overhead_bytes
+    run = estimate_seq_run(
+        source,
+        workload,
+        dist,
+        plan,
+        gpu=_gpu(args) if args.gpu else None,
+        capacity_bytes=capacity,
+        progress=report,
+    )
+    used_bytes = overhead_bytes + run.run.reserved_bytes
+    # With a GPU the replay is capped at its memory: the allocator frees its cache and retries
+    # there, so the run fits unless a request still fails (an OOM in the replay).
+    fits = None if est.fits is None else run.run.n_ooms == 0
+    if args.json:
+        out = {**est.to_json(), "seq_dist": {**run.to_json(), "device_used_bytes": used_bytes}}
+        out["seq_dist"]["fits"] = fits
+        print(json.dumps(out, indent=2))
+    else:
+        print(render_estimate(est, top=args.top))
+        print(render_seq_run(run, used_bytes, fits))
+    return 1 if fits is False or (est.fits is not None and not est.fits.fits) else 0
+
+
+def _top(max_len: int, plan: Any) -> int:
+    k = plan.pad_to_multiple_of or 1
+    return -(-max_len // k) * k
+
+
+def _gpu(args: argparse.Namespace) -> Any:
+    from memfit.hardware import get_gpu
+
+    return get_gpu(args.gpu)
+
+
+def render_seq_run(run: Any, used_bytes: int, fits: bool | None) -> str:
+    """The text block of a variable-length run."""
+    from memfit.units import format_bytes
+
+    lines = [
+        "",
+        f"variable-length run: {run.n_steps} steps (seed {run.seed}), mean step "
+        f"{run.mean_step_len:.0f} tokens, {run.n_distinct_lengths} distinct lengths, "
+        f"max {run.max_len}; traced at {', '.join(map(str, run.anchors))}",
+        f"  reserved, fixed shape at {run.max_len}: {format_bytes(run.fixed.reserved_bytes)}"
+        f"   expandable_segments: {format_bytes(run.fixed.reserved_expandable_bytes)}",
+        f"  reserved after the run:       {format_bytes(run.run.reserved_bytes)} "
+        f"({run.growth:+.1%})   expandable_segments: "
+        f"{format_bytes(run.run.reserved_expandable_bytes)}",
+        f"  device used after the run: {format_bytes(used_bytes)}"
+        + ("" if fits is None else ("  fits" if fits else "  DOES NOT FIT"))
+        + (f" ({run.run.n_ooms} OOMs in the replay)" if run.run.n_ooms else ""),
+    ]
+    for v in run.alternatives:
+        lines.append(
+            f"  with {v.how}: {format_bytes(v.reserved_bytes)}"
+            f" (expandable {format_bytes(v.reserved_expandable_bytes)})"
+        )
+    if run.recommendations:
+        lines.append("recommended (reserved growth over the run matters here):")
+        lines += [f"  - {r}" for r in run.recommendations]
+    if run.floor_len > 1:
+        lines.append(
+            f"  note: steps shorter than {run.floor_len} tokens take other kernel paths; "
+            f"replayed at {run.floor_len} (larger tensors, the safe direction)"
+        )
+    return "\n".join(lines)
+
+
+def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
+    """``fit --solve batch --seq-dist``: the largest batch whose reserved memory after the run
+    fits (:func:`memfit.plan.seq_fit.fit_seq_dist`)."""
+    from memfit.errors import SpecError
+    from memfit.estimate.seqrun.dist import parse_seq_dist
+    from memfit.models import resolve_model
+    from memfit.plan.seq_fit import fit_seq_dist
+
+    if args.solve != "batch":
+        raise SpecError(
+            f"--seq-dist with --solve {args.solve}: the distribution gives the lengths, so only "
+            "--solve batch is solved over a run; drop --seq-dist to solve a fixed shape"
+        )
+    if not workload.is_train:
+        raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
+    if args.gpu is None and args.gpu_memory is None:
+        raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
+    dist = parse_seq_dist(args.seq_dist)
+    plan = step_plan(args, workload.batch_size)
+    trust = getattr(args, "trust_remote_code", False)
+    source = resolve_model(str(args.model), trust_remote_code=trust)
+    result = fit_seq_dist(
+        source,
+        workload,
+        dist,
+        plan,
+        gpu=_gpu(args) if args.gpu else None,
+        gpu_memory_bytes=args.gpu_memory,
+        headroom=args.headroom,
+        progress=report,
+    )
+    print(json.dumps(result.to_json(), indent=2) if args.json else render_seq_fit(result))
+    return 0 if result.fits else 1
+
+
+def render_seq_fit(r: Any) -> str:
+    """The text of ``fit --seq-dist``."""
+    from memfit.units import format_bytes
+
+    b, run = r.budget, r.run
+    lines = [
+        f"largest batch size whose reserved memory after the run fits {b.gpu_name}: "
+        f"{r.max_batch}  (the reserved bytes of a run of sampled lengths, replayed without a "
+        "cap: no allocator cache flushes)",
+        f"  (the fixed-shape estimate at the longest length allows {r.fixed.max_value}; "
+        f"{r.n_replays} runs replayed)",
+        f"  limit {format_bytes(b.limit_bytes)} = {format_bytes(b.capacity_bytes)} - "
+        f"{format_bytes(b.headroom_bytes)} headroom, of which the CUDA context takes "
+        f"{format_bytes(r.overhead_bytes)}",
+    ]
+    if run is not None:
+        lines.append(render_seq_run(run, r.overhead_bytes + run.run.reserved_bytes, r.fits))
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace, request: Any) -> int:
+    """``plan --seq-dist``: the plan at the longest length, its recommended job replayed over
+    the run (:func:`memfit.plan.seq_fit.plan_seq_dist`). Exit 1 when the run does not fit even
+    with expandable segments."""
+    from memfit.errors import SpecError
+    from memfit.estimate.seqrun.dist import parse_seq_dist
+    from memfit.models import resolve_model
+    from memfit.plan.seq_fit import plan_seq_dist
+    from memfit.report.plan import render_plan
+
+    if request.mode != "train":
+        raise SpecError(f"--seq-dist models training runs, not --mode {request.mode}")
+    dist = parse_seq_dist(args.seq_dist)
+    steps = step_plan(args, request.batch_size or 1)
+    trust = getattr(args, "trust_remote_code", False)
+    source = resolve_model(str(args.model), trust_remote_code=trust)
+    result = plan_seq_dist(
+        source,
+        request,
+        dist,
+        steps,
+        gpu=args.gpu,
+        gpu_memory_bytes=args.gpu_memory,
+        progress=report,
+    )
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(render_plan(result.plan))
+        print(render_seq_plan(result))
+    return 0 if result.fits else 1
+
+
+def render_seq_plan(r: Any) -> str:
+    """The text of the recommended plan's variable-length run."""
+    from memfit.units import format_bytes
+
+    if r.run is None:
+        return "\nvariable-length run: not replayed (no plan fits at the longest length)"
+    limit = format_bytes(r.plan.budget.limit_bytes)
+    if r.fits_after_run:
+        verdict = f"the recommended plan fits after the run (limit {limit})"
+    elif r.fits_expandable:
+        verdict = (
+            f"the recommended plan fits after the run only with "
+            f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (limit {limit})"
+        )
+    else:
+        verdict = (
+            f"the recommended plan DOES NOT FIT after the run (limit {limit}): reserved grows "
+            "past the card even with expandable segments; see the alternatives below"
+        )
+    used = r.overhead_bytes + r.run.run.reserved_bytes
+    return render_seq_run(r.run, used, r.fits_after_run) + "\n" + verdict
+
+
+def step_plan(args: argparse.Namespace, batch_size: int) -> Any:
+    """The run's step plan from the --seq-dist flags (one place for estimate, fit and plan)."""
+    from memfit.estimate.seqrun.dist import StepPlan
+
+    return StepPlan(
+        batch_size=batch_size,
+        n_steps=args.run_steps,
+        seed=args.seed,
+        pad_to_multiple_of=args.pad_to_multiple_of,
+        packing=args.packing,
+        group_by_length=args.group_by_length,
+    )

@@ -1,0 +1,425 @@
+"""``memfit vllm``: what ``vllm serve MODEL …`` will do on a GPU (memfit.cli adds it by
+``register``).
+
+Flags are spelled as ``vllm serve`` spells them, so a pasted command line works; flags that do not
+change memory (``--port``, ``--host``, ``--served-model-name``…) are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from memfit.errors import SpecError
+from memfit.units import GiB
+
+VLLM_EXAMPLES = """examples:
+  memfit vllm llama-3.1-8b --gpu L40S
+  memfit vllm meta-llama/Llama-3.1-8B-Instruct --gpu H100 --max-model-len 32768 --json
+  memfit vllm qwen2.5-72b --gpu H100 --tensor-parallel-size 4 --kv-cache-dtype fp8
+  memfit vllm llama-3.1-70b --gpu A100-80GB --tp 2 --quantization fp8 --vllm-version 0.11
+
+Prints the lines vLLM logs at start-up (Model loading took…, Available KV cache memory…, GPU KV
+cache size…, Maximum concurrency for L tokens per request…), then the verdict. Exit 0: it starts;
+1: it fails (vLLM's own error, and the largest --max-model-len / smallest
+--gpu-memory-utilization that would start); 2: bad input. How it is modelled: docs/serving.md.
+"""
+
+#: ``vllm serve`` flags that do not change start-up memory: accepted so a pasted line parses.
+_IGNORED_VALUED = (
+    "--host",
+    "--port",
+    "--served-model-name",
+    "--api-key",
+    "--seed",
+    "--swap-space",
+    "--tokenizer",
+    "--revision",
+    "--download-dir",
+    "--uvicorn-log-level",
+    "--chat-template",
+    "--tool-call-parser",
+    "--reasoning-parser",
+    "--load-format",
+    "--distributed-executor-backend",
+)
+_IGNORED_SWITCHES = (
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--disable-log-requests",
+    "--disable-log-stats",
+    "--trust-remote-code",
+    "--enable-chunked-prefill",
+    "--enable-auto-tool-choice",
+)
+
+
+def add_vllm_flags(p: argparse.ArgumentParser) -> None:
+    """The ``vllm serve`` flags memfit models (``vllm``, and ``fit/plan --runtime vllm``)."""
+    from memfit.flags import positive_int
+
+    g = p.add_argument_group("vllm serve flags")
+    g.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        "--tp",
+        dest="tp",
+        type=positive_int,
+        default=None,
+        help="tensor-parallel GPUs (default 1)",
+    )
+    g.add_argument(
+        "--pipeline-parallel-size",
+        "-pp",
+        "--pp",
+        dest="pp",
+        type=positive_int,
+        default=None,
+        help="pipeline stages (default 1)",
+    )
+    g.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="fraction of GPU memory vLLM may use (default 0.9)",
+    )
+    g.add_argument(
+        "--max-model-len",
+        type=positive_int,
+        default=None,
+        help="context length (default: the model's max_position_embeddings)",
+    )
+    g.add_argument(
+        "--max-num-seqs",
+        type=positive_int,
+        default=None,
+        help="concurrent sequences (default 1024 on >=70 GiB GPUs except A100, else 256)",
+    )
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        default=None,
+        help="tokens per step (default 8192 on >=70 GiB GPUs except A100, else 2048)",
+    )
+    g.add_argument("--block-size", type=positive_int, default=16, help="KV block (default 16)")
+    g.add_argument("--kv-cache-dtype", default="auto", help="auto | fp8 | fp8_e4m3 | fp8_e5m2")
+    g.add_argument("--dtype", default="auto", help="auto | half | float16 | bfloat16 | float32")
+    g.add_argument(
+        "--quantization",
+        "-q",
+        default=None,
+        help="fp8 (online) | awq | gptq | compressed-tensors | bitsandbytes …",
+    )
+    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    g.add_argument("--cpu-offload-gb", type=float, default=0.0, help="GiB of weights in CPU RAM")
+    g.add_argument(
+        "--vllm-version", default=None, help="vLLM version to model (default 0.19; 0.6 = V0 engine)"
+    )
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add the ``vllm`` subcommand; return its handler by name."""
+    from memfit.flags import positive_int
+
+    p = sub.add_parser(
+        "vllm",
+        help="will `vllm serve` start on this GPU: KV cache, tokens, max concurrency",
+        description="Model vLLM's start-up memory accounting (weights, profile-run activation "
+        "peak, non-torch memory, KV cache blocks) and print the lines vLLM logs. Flags that do "
+        "not change memory (--port, --host, --served-model-name, --enable-prefix-caching, "
+        "--trust-remote-code…) are accepted and ignored: paste a whole `vllm serve` line.",
+        epilog=VLLM_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", help="bundled name, hub id, or path to config.json / a model dir")
+    p.add_argument("--gpu", required=True, help="GPU name (see `memfit gpus`)")
+    p.add_argument(
+        "--gpus",
+        type=positive_int,
+        default=None,
+        help="GPUs in all (sets --tensor-parallel-size when it is not given)",
+    )
+    add_vllm_flags(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    ign = p.add_argument_group("accepted and ignored (no effect on memory)")
+    for flag in _IGNORED_VALUED:
+        ign.add_argument(flag, dest=f"ignored_{flag[2:]}", default=None, help=argparse.SUPPRESS)
+    for flag in _IGNORED_SWITCHES:
+        ign.add_argument(
+            flag, dest=f"ignored_{flag[2:]}", action="store_true", help=argparse.SUPPRESS
+        )
+    return {"vllm": cmd_vllm}
+
+
+def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
+    """The VllmConfig the parsed flags describe."""
+    from memfit.serving import DEFAULT_VERSION, VllmConfig
+
+    tp, pp = args.tp, args.pp
+    if gpus is not None and tp is None:
+        tp = max(1, gpus // (pp or 1))
+    tp, pp = tp or 1, pp or 1
+    if gpus is not None and tp * pp != gpus:
+        raise SpecError(
+            f"--gpus ({gpus}) must equal --tensor-parallel-size x --pipeline-parallel-size "
+            f"({tp} x {pp}); vLLM serves one replica on TP x PP GPUs"
+        )
+    return VllmConfig(
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        kv_cache_dtype=args.kv_cache_dtype,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        enforce_eager=args.enforce_eager,
+        cpu_offload_gb=args.cpu_offload_gb,
+        vllm_version=args.vllm_version or DEFAULT_VERSION,
+    )
+
+
+def startup_json(s: Any, command: str | None = None) -> dict[str, Any]:
+    """The ``--json`` record of one VllmStartup."""
+    kv = s.kv
+    return {
+        "runtime": "vllm",
+        "vllm_version": s.version,
+        "engine": s.engine,
+        "gpu": s.gpu,
+        "total_bytes": s.total_bytes,
+        "requested_bytes": s.requested_bytes,
+        "weights_bytes": s.weights_bytes,
+        "weight_format": s.weight_format,
+        "activation_peak_bytes": s.activation_peak_bytes,
+        "non_torch_bytes": s.non_torch_bytes,
+        "cuda_graph_bytes": s.cuda_graph_bytes,
+        "available_kv_cache_bytes": kv.available_bytes,
+        "kv_cache_bytes": kv.kv_cache_bytes,
+        "kv_cache_blocks": kv.num_blocks,
+        "kv_cache_tokens": kv.kv_cache_tokens,
+        "kv_cache_dtype": s.kv_cache_dtype,
+        "kv_groups": list(kv.kinds),
+        "max_model_len": s.max_model_len,
+        "max_num_seqs": s.max_num_seqs,
+        "max_num_batched_tokens": s.max_num_batched_tokens,
+        "block_size": s.block_size,
+        "max_concurrency": round(kv.max_concurrency, 4),
+        "starts": s.starts,
+        "error": s.error,
+        "largest_max_model_len": s.largest_max_model_len,
+        "smallest_gpu_memory_utilization": s.smallest_gpu_memory_utilization,
+        "notes": list(s.notes),
+        "command": command,
+    }
+
+
+def render_startup(s: Any, model: str) -> str:
+    """The start-up lines, the verdict and the way out."""
+    g = 1 / GiB
+    out = [
+        f"vLLM {s.version} ({s.engine.upper()} engine) serving {model} on {s.gpu} "
+        f"(per GPU: {s.total_bytes * g:.2f} GiB, weights {s.weight_format}):"
+    ]
+    out += [f"  {line}" for line in s.log_lines()]
+    out.append(
+        f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
+        f"{s.non_torch_bytes * g:.2f} GiB, CUDA graphs ~{s.cuda_graph_bytes * g:.2f} GiB "
+        f"(outside the budget); max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
+        f"{s.max_num_batched_tokens}"
+    )
+    if s.starts:
+        out.append("STARTS")
+    else:
+        out.append(f"FAILS: {s.error}")
+        if s.largest_max_model_len:
+            out.append(f"  largest --max-model-len that starts: {s.largest_max_model_len}")
+        if s.smallest_gpu_memory_utilization is not None:
+            out.append(
+                f"  smallest --gpu-memory-utilization that starts: "
+                f"{s.smallest_gpu_memory_utilization:.2f}"
+            )
+        else:
+            out.append(
+                "  no --gpu-memory-utilization fits this GPU: more GPUs (TP), "
+                "quantization or a shorter --max-model-len"
+            )
+    out += [f"note: {n}" for n in s.notes]
+    return "\n".join(out)
+
+
+def cmd_vllm(args: argparse.Namespace) -> int:
+    from memfit.hardware.catalog import get_gpu
+    from memfit.models import resolve_model
+    from memfit.serving import simulate_startup
+    from memfit.serving.command import serve_command
+
+    config = config_from_args(args, args.gpus)
+    gpu = get_gpu(args.gpu)
+    source = resolve_model(args.model)
+    if source.spec is None:
+        raise SpecError(f"memfit vllm needs a config.json model, not a factory ({args.model!r})")
+    s = simulate_startup(source.spec, gpu, config)
+    command = serve_command(args.model, config)
+    print(
+        json.dumps(startup_json(s, command), indent=2)
+        if args.json
+        else render_startup(s, args.model)
+    )
+    return 0 if s.starts else 1
+
+
+# -- fit / plan / upgrade --runtime vllm -------------------------------------------------------
+def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) -> None:
+    """``--runtime hf|vllm`` and the vLLM knobs the other commands take (their own --tp, --gpus,
+    --seq, --new-tokens and --quant carry the rest)."""
+    from memfit.flags import positive_int
+
+    p.add_argument(
+        "--runtime",
+        choices=("hf", "vllm"),
+        default="hf",
+        help="hf: Hugging Face generate() (default); vllm: `vllm serve` "
+        "(KV blocks under --gpu-memory-utilization; see `memfit vllm`)",
+    )
+    g = p.add_argument_group("--runtime vllm")
+    g.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="vllm: fraction of GPU memory vLLM may use (default 0.9)",
+    )
+    g.add_argument("--kv-cache-dtype", default="auto", help="vllm: auto | fp8")
+    g.add_argument("--vllm-version", default=None, help="vllm: version to model (default 0.19)")
+    if concurrency:
+        g.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=None,
+            help="vllm: concurrent requests of --seq (+ --new-tokens) tokens to serve",
+        )
+
+
+def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> Any:
+    from memfit.serving import DEFAULT_VERSION, VllmConfig
+
+    quant = getattr(args, "quant", None)
+    if quant not in (None, "none", "fp8"):
+        raise SpecError(
+            f"--quant {quant} with --runtime vllm: vLLM quantizes online only to fp8; for "
+            f"{quant} pass the hub id of a checkpoint quantized that way (its config says so)"
+        )
+    return VllmConfig(
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        max_model_len=length,
+        quantization="fp8" if quant == "fp8" else None,
+        vllm_version=args.vllm_version or DEFAULT_VERSION,
+    )
+
+
+def _spec(model: str) -> Any:
+    from memfit.models import resolve_model
+
+    spec = resolve_model(model).spec
+    if spec is None:
+        raise SpecError(f"--runtime vllm needs a config.json model, not a factory ({model!r})")
+    return spec
+
+
+def cmd_fit_vllm(args: argparse.Namespace) -> int:
+    """``memfit fit --runtime vllm --solve concurrency|max-model-len``."""
+    from memfit.hardware.catalog import get_gpu
+    from memfit.serving.command import serve_command
+    from memfit.serving.solve import solve_concurrency, solve_max_model_len
+
+    if args.gpu is None or args.gpu_memory is not None:
+        raise SpecError("fit --runtime vllm needs --gpu NAME (vLLM's budget is a GPU's total)")
+    if args.solve not in ("concurrency", "max-model-len"):
+        raise SpecError(
+            f"--solve {args.solve} with --runtime vllm: solve concurrency or max-model-len"
+        )
+    gpu, spec = get_gpu(args.gpu), _spec(args.model)
+    tp_flag, n_gpus = getattr(args, "tp", None) or 1, getattr(args, "gpus", None) or 1
+    tp = tp_flag if tp_flag > 1 else n_gpus  # one replica over --gpus, unless --tp says less
+    length = args.seq + (args.new_tokens or 0)
+    if args.solve == "concurrency":
+        config = _runtime_config(args, tp=tp, length=length)
+        value, s = solve_concurrency(spec, gpu, config)
+        answer = f"{value} concurrent requests of {length:,} tokens"
+    else:
+        config = _runtime_config(args, tp=tp, length=None)
+        value, best = solve_max_model_len(spec, gpu, config, concurrency=args.batch or 1)
+        s = best if best is not None else _simulate(spec, gpu, config)
+        answer = f"--max-model-len {value:,} (holding {args.batch or 1} request(s))"
+        config = replace_len(config, value or None)
+    command = serve_command(args.model, config) if value else None
+    if args.json:
+        record = startup_json(s, command)
+        record.update({"solve": args.solve, "max_value": value, "fits": value > 0})
+        print(json.dumps(record, indent=2))
+    else:
+        print(render_startup(s, args.model))
+        print(f"vLLM holds {answer}" if value else "nothing fits: " + (s.error or ""))
+        if command:
+            print(command)
+    return 0 if value > 0 else 1
+
+
+def replace_len(config: Any, length: int | None) -> Any:
+    from dataclasses import replace
+
+    return replace(config, max_model_len=length)
+
+
+def _simulate(spec: Any, gpu: Any, config: Any) -> Any:
+    from memfit.serving import simulate_startup
+
+    return simulate_startup(spec, gpu, config)
+
+
+def cmd_plan_vllm(args: argparse.Namespace) -> int:
+    """``memfit plan --mode infer --runtime vllm --concurrency N --seq L``."""
+    from memfit.hardware.catalog import get_gpu
+    from memfit.serving.solve import plan_serving
+
+    if args.mode != "infer":
+        raise SpecError("--runtime vllm plans inference: pass --mode infer")
+    want = args.concurrency or args.batch or 1
+    length = args.seq + (args.new_tokens or 0)
+    spec = _spec(args.model)
+    base = _runtime_config(args, length=length)
+    gpus = None if args.gpu is None or args.recommend_gpu else [get_gpu(args.gpu)]
+    options = plan_serving(
+        spec, args.model, concurrency=want, max_model_len=length, gpus=gpus,
+        max_gpus=args.gpus if args.gpus and args.gpus > 1 else (None if gpus is None else 8),
+        allow_quant=not args.no_quant, base=base,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps({
+            "runtime": "vllm", "concurrency": want, "max_model_len": length,
+            "fits": bool(options),
+            "options": [{"gpu": o.gpu, "n_gpus": o.n_gpus, "command": o.command,
+                         **startup_json(o.startup, o.command)} for o in options],
+        }, indent=2))  # fmt: skip
+    elif not options:
+        where = args.gpu or "any catalog GPU (1-8 per replica)"
+        print(
+            f"NOTHING FITS: no vLLM configuration on {where} holds {want} requests of "
+            f"{length:,} tokens (tried TP 1-8, fp8 weights and fp8 KV where the GPU has fp8)"
+        )
+    else:
+        best = options[0]
+        print(
+            f"vLLM serves {want} concurrent requests of {length:,} tokens on {best.describe()}: "
+            f"max concurrency {best.startup.max_concurrency:.2f}x"
+        )
+        print(best.command)
+        for o in options[1:6]:
+            print(f"  also: {o.describe()} ({o.startup.max_concurrency:.2f}x): {o.command}")
+    return 0 if options else 1

@@ -1,0 +1,186 @@
+"""``memfit web``: the local calculator page and its JSON API, added to memfit.cli's parser."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+WEB_EXAMPLES = """examples:
+  memfit web                       # http://127.0.0.1:8000, this machine only
+  memfit web --port 8080 --open    # and open it in the browser
+  curl 'http://127.0.0.1:8000/api/estimate?model=gpt2&batch=4&seq=1024&engine=analytic'
+
+The page works offline (no CDN; its script, style and charts are shipped with memfit). The API
+answers exactly what `memfit estimate|plan|fit|upgrade ... --json` prints for the same flags.
+Needs the web extra: pip install 'memfit[web]'.
+"""
+INSTALL_HINT = "memfit web needs the web extra: pip install 'memfit[web]' (starlette, uvicorn)"
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add ``web``; return its handler."""
+    from memfit.flags import positive_int
+
+    w = sub.add_parser(
+        "web",
+        help="a local calculator page (and JSON API) for estimates, plans and fits",
+        description="Serve the memfit calculator on this machine: model, job and techniques in a "
+        "form (state in the URL), the estimate's breakdown as a chart, the fits-which-GPU table, "
+        "plan, fit and upgrade, and /api/<command> answering the CLI's --json.",
+        epilog=WEB_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    w.add_argument("--port", type=positive_int, default=8000, help="port (default 8000)")
+    w.add_argument("--open", action="store_true", help="open the page in the default browser")
+    w.add_argument("--workers", type=positive_int, default=2, help="job processes (default 2)")
+    w.add_argument(
+        "--timeout", type=positive_int, default=300, help="seconds a trace or plan may run"
+    )
+    return {"web": cmd_web}
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("starlette") is None or importlib.util.find_spec("uvicorn") is None:
+        print(f"memfit: error: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    from memfit.web.serve import serve
+
+    return serve(
+        host=args.host,
+        port=args.port,
+        open_browser=args.open,
+        n_workers=args.workers,
+        heavy_timeout_s=args.timeout,
+    )
+
+
+# -- --html and --snapshot on estimate and plan ------------------------------------------------
+def add_share_flags(parser: argparse.ArgumentParser, *, snapshot: bool) -> None:
+    """``--html FILE`` (and, for estimate, ``--snapshot FILE.pickle``) on a data command."""
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write a self-contained page of the answer (opens offline, attaches to an issue)",
+    )
+    if snapshot:
+        parser.add_argument(
+            "--snapshot",
+            metavar="FILE.pickle",
+            help="also write the predicted allocation history in the format of "
+            "torch.cuda.memory._dump_snapshot (pytorch.org/memory_viz opens it; "
+            "needs --engine trace)",
+        )
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """``--html`` / ``--snapshot`` must name a file in an existing folder: checked before any
+    work, so a typo is an exit-2 message, not a traceback after the estimate."""
+    from pathlib import Path
+
+    from memfit.errors import SpecError
+
+    for flag in ("html", "snapshot"):
+        value = getattr(args, flag, None)
+        if not value:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise SpecError(f"--{flag} ({value!r}) is a folder: name a file in it")
+        if not path.parent.is_dir():
+            raise SpecError(
+                f"--{flag} ({value!r}): the folder {str(path.parent)!r} does not exist; create "
+                "it or name a file in an existing folder"
+            )
+
+
+@contextmanager
+def history(args: argparse.Namespace) -> Iterator[list[Any]]:
+    """Around the estimate: records the trace engine's allocation history when --snapshot asks
+    (refusing the analytic engine before any work)."""
+    from memfit.errors import SpecError
+    from memfit.snapshot.predicted import recording
+
+    check_output_paths(args)
+    if not getattr(args, "snapshot", None):
+        yield []
+        return
+    if args.engine == "analytic":
+        raise SpecError(
+            "--snapshot needs an allocation history, and the analytic engine runs no model and "
+            "records none: pass --engine trace"
+        )
+    with recording() as traces:
+        yield traces
+
+
+def estimate_command(args: argparse.Namespace, workload: Any) -> str:
+    """The ``memfit estimate`` command of the job (its flags as the flags table spells them)."""
+    from memfit.flags import workload_flags
+
+    words = ["memfit estimate", shlex.quote(str(args.model)), workload_flags(workload)]
+    words += [f"--gpu {shlex.quote(args.gpu)}"] if args.gpu else []
+    words += [f"--engine {args.engine}"] if args.engine != "auto" else []
+    return " ".join(w for w in words if w)
+
+
+def write_estimate_outputs(args: argparse.Namespace, est: Any, traces: list[Any]) -> None:
+    """Write what --html / --snapshot asked for; say so on stderr (stdout stays the answer)."""
+    if getattr(args, "snapshot", None):
+        from memfit.snapshot.predicted import pick, write_history
+
+        trace = pick(traces, est.engine)
+        out = write_history(trace, args.snapshot)
+        print(f"wrote {out} (predicted: {trace.n_allocations} allocations)", file=sys.stderr)
+        if len(traces) > 1:
+            print(
+                "memfit: the engine traced fewer layers than the model has and extrapolated; the "
+                "snapshot is the deepest traced run (--no-extrapolate traces every layer)",
+                file=sys.stderr,
+            )
+    if getattr(args, "html", None):
+        from memfit.flags import workload_from_args
+        from memfit.report.estimate_html import write_estimate_html
+
+        command = estimate_command(args, workload_from_args(args))
+        print(
+            f"wrote {write_estimate_html(est.to_json(), args.html, command=command)}",
+            file=sys.stderr,
+        )
+
+
+def command_of(command: str, args: argparse.Namespace) -> str:
+    """The command line that gives ``args`` (options at their default left out)."""
+    from memfit.web.query import REFUSED, subparsers
+
+    words = ["memfit", command]
+    for action in subparsers()[command]._actions:
+        value = getattr(args, action.dest, None)
+        if not action.option_strings:
+            words.append(shlex.quote(str(value)))
+            continue
+        name = action.option_strings[-1]
+        if name in REFUSED or value is None or value == action.default:
+            continue
+        if action.nargs == 0:
+            words += [name] if value == action.const or value is True else []
+        else:
+            for v in value if isinstance(value, list) else [value]:
+                words += [name, shlex.quote(str(v))]
+    return " ".join(words)
+
+
+def write_plan_outputs(args: argparse.Namespace, result: Any) -> None:
+    """``plan --html FILE``."""
+    if getattr(args, "html", None):
+        from memfit.report.plan_html import write_plan_html
+
+        out = write_plan_html(result.to_json(), args.html, command=command_of("plan", args))
+        print(f"wrote {out}", file=sys.stderr)

@@ -1,0 +1,182 @@
+"""The default-configuration caching-allocator replay of
+:mod:`memfit.estimate.allocator.fast`, compiled with numba (the optional ``fast`` extra).
+
+Same rules, same integers: one loop over the events with the blocks as rows of an int64 table
+(address, size, previous / next block in the segment, allocated, pool; a row merged away is
+reused) and each pool's free list as a sorted run of int64 keys packing (size, address), the
+order of the Python replay's ``size << 64 | address`` keys, beside the blocks they name: best
+fit is the first key not below ``(size, 0)``; an insert or a removal moves the shorter side of
+the run by one, and a split's remainder (or a freed block merged with a free neighbour) takes
+over the entry of the block it came from, moved only as far as its new key needs (most often
+not at all). Both tables start small and grow when full (a table sized for every event
+would cost more in page faults than the replay itself). Arithmetic is int64, exact because the
+kernel stops (and the Python replay answers) when a request or the reserved bytes reach 1 TiB
+(beyond any GPU, though a search may probe such sizes). Keys are dense (0..n_keys-1): the live
+table is an array.
+
+The kernel does not raise: on a malformed list (a key allocated twice, a free of a key that is
+not live, a negative size) it returns a status, and the caller replays the events in Python,
+which raises the error with its message. ``tests/estimate/allocator/test_jit.py`` compares
+every field with the Python replay on random event lists and on derived forms.
+
+numba is imported only when a replay is compiled or loaded (:func:`load_kernel`), never on
+``import memfit``. The compiled machine code is cached on disk (numba's ``cache=True``: next to
+this file, or, where that is not writable, numba's per-user cache, else memfit's cache
+directory); where none is writable the Python replay runs (compiling costs ~17 s of CPU, more
+than a process saves). ``MEMFIT_NO_JIT=1`` forces the Python replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from memfit.estimate.allocator.caching import AllocatorResult
+
+#: Environment switch: set to 1 (or any value but 0 / empty) to force the Python replay.
+NO_JIT_ENV = "MEMFIT_NO_JIT"
+
+_KERNEL: list[Any] = []  # [compiled function] once loaded; [None] when numba is unavailable
+_WHY = [""]  # why not, then
+
+
+def jit_disabled() -> bool:
+    """True when ``MEMFIT_NO_JIT`` asks for the Python replay."""
+    return os.environ.get(NO_JIT_ENV, "").strip() not in ("", "0")
+
+
+def kernel_loaded() -> bool:
+    """Whether the compiled replay is loaded in this process (and not switched off)."""
+    return bool(_KERNEL) and _KERNEL[0] is not None and not jit_disabled()
+
+
+def describe() -> str:
+    """Which replay runs here: "compiled (numba X)" or "python (why)"."""
+    if jit_disabled():
+        return f"python ({NO_JIT_ENV} is set)"
+    if load_kernel() is None:
+        return f"python ({_WHY[0]})"
+    import numba
+
+    return f"compiled (numba {numba.__version__})"
+
+
+def load_kernel() -> Any:
+    """The compiled replay, or None without numba (or with ``MEMFIT_NO_JIT``)."""
+    if jit_disabled():
+        return None
+    if not _KERNEL:
+        _KERNEL.append(_compile())
+    return _KERNEL[0]
+
+
+def replay_arrays(
+    is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, n_keys: int
+) -> AllocatorResult | None:
+    """The replay of events given as arrays (``is_alloc``: malloc or free; ``keys`` dense in
+    ``0..n_keys-1``; ``n_bytes``: the request, ignored on a free), or None where the kernel
+    cannot answer: no numba, ``MEMFIT_NO_JIT``, a request or reserved bytes of 1 TiB or more
+    (the kernel's packed free-list keys hold addresses below it), keys outside the range, or
+    a malformed list (the caller's Python replay then answers, or raises the error)."""
+    kernel = load_kernel()
+    if kernel is None:
+        return None
+    n = len(keys)
+    if len(is_alloc) != n or len(n_bytes) != n:
+        raise ValueError(f"event arrays differ in length: {len(is_alloc)}, {n}, {len(n_bytes)}")
+    if n and (int(keys.min()) < 0 or int(keys.max()) >= n_keys):
+        return None  # the kernel's live table is indexed by key
+    out = np.zeros(6, dtype=np.int64)
+    kernel(
+        np.ascontiguousarray(is_alloc, dtype=np.uint8),
+        np.ascontiguousarray(keys, dtype=np.int64),
+        np.ascontiguousarray(n_bytes, dtype=np.int64),
+        int(n_keys),
+        out,
+    )
+    status, _at, peak_allocated, reserved, n_segments, peak_at = (int(v) for v in out)
+    if status != 0:
+        return None
+    return AllocatorResult.unbounded(
+        peak_allocated=peak_allocated, reserved=reserved, n_segments=n_segments, peak_at=peak_at
+    )
+
+
+def replay_events(events: list[tuple]) -> AllocatorResult | None:
+    """:func:`replay_arrays` of ``("a", key, n_bytes)`` / ``("f", key[, 0])`` tuples (any
+    integer keys), or None where it cannot answer (as there, or a kind other than "a" / "f", or
+    keys or sizes that are not int64)."""
+    if load_kernel() is None:
+        return None
+    try:
+        kinds = [e[0] for e in events]
+        is_alloc = np.fromiter((k == "a" for k in kinds), dtype=np.uint8, count=len(kinds))
+        if int(is_alloc.sum()) + kinds.count("f") != len(kinds):
+            return None  # an unknown kind: the Python replay names it
+        raw_keys = np.asarray([e[1] for e in events])
+        n_bytes = np.asarray([e[2] if e[0] == "a" else 0 for e in events])
+    except (OverflowError, TypeError, ValueError, IndexError):
+        return None
+    if len(events) and (raw_keys.dtype.kind not in "iu" or n_bytes.dtype.kind not in "iu"):
+        return None  # not plain integers (or beyond int64): the Python replay's dict handles them
+    if raw_keys.dtype == np.uint64 or n_bytes.dtype == np.uint64:
+        return None
+    if len(raw_keys) == 0:
+        return replay_arrays(is_alloc, raw_keys, n_bytes, 0)
+    uniq, dense = np.unique(raw_keys, return_inverse=True)
+    return replay_arrays(is_alloc, dense.reshape(-1), n_bytes, len(uniq))
+
+
+def _compile() -> Any:
+    try:
+        from memfit.estimate.allocator import kernel as allocator_kernel
+    except ImportError:
+        _WHY[0] = "numba is not installed: pip install 'memfit[fast]'"
+        return None
+    except RuntimeError as e:  # allocator_kernel.NoCacheError: nowhere to keep the machine code
+        _WHY[0] = f"no writable cache directory for numba's machine code ({e})"
+        return None
+    kernel = allocator_kernel.replay_default
+    from numba.core.errors import NumbaError
+
+    try:
+        with _no_scipy_blas_probe():  # load (or compile) the machine code now, not at first use
+            kernel(
+                np.ones(1, dtype=np.uint8),
+                np.zeros(1, dtype=np.int64),
+                np.ones(1, dtype=np.int64),
+                1,
+                np.zeros(6, dtype=np.int64),
+            )
+    except (NumbaError, KeyError, TypeError) as e:  # a numba that cannot compile the kernel
+        _WHY[0] = f"numba could not compile the replay ({type(e).__name__}: {e})"[:300]
+        return None
+    return kernel
+
+
+#: The module numba's numpy support imports to probe for a BLAS when it first compiles or loads
+#: machine code (``numba.np.arraymath._check_blas``): importing it imports ``scipy.linalg``.
+_BLAS_PROBE = "scipy.linalg.cython_blas"
+
+
+@contextlib.contextmanager
+def _no_scipy_blas_probe() -> Iterator[None]:
+    """Inside the block, importing :data:`_BLAS_PROBE` fails at once (a ``None`` entry in
+    ``sys.modules``), unless it is imported already. Loading the kernel otherwise imports
+    scipy.linalg (~0.25 s of a ~0.75 s load) for a probe whose only effect is whether numba's
+    ``np.correlate`` / ``np.convolve`` call BLAS (this kernel calls neither); numba's linear
+    algebra imports it itself when it compiles. The entry is removed on leaving."""
+    if _BLAS_PROBE in sys.modules:
+        yield
+        return
+    sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if _BLAS_PROBE in sys.modules and sys.modules[_BLAS_PROBE] is None:
+            del sys.modules[_BLAS_PROBE]

@@ -1,0 +1,416 @@
+"""The stages of FluxPipeline, StableDiffusionXLPipeline, StableDiffusion3Pipeline and
+PixArtSigmaPipeline (diffusers 0.42.1), as shapes.
+
+Each recipe says what ``pipe.__call__`` feeds each component (read from
+``diffusers/pipelines/flux/pipeline_flux.py`` and
+``diffusers/pipelines/stable_diffusion_xl/pipeline_stable_diffusion_xl.py``):
+
+* FLUX: CLIP-L on 77 tokens (pooled output only), T5 on ``max_sequence_length`` tokens (default
+  512), the transformer on ``(H/16)·(W/16)`` packed latent tokens of 64 channels plus the text
+  tokens, no classifier-free guidance (FLUX.1-dev embeds the guidance scale), ``vae.decode`` of
+  ``(B, 16, H/8, W/8)`` latents.
+* SDXL: both CLIPs on 77 tokens with ``output_hidden_states=True``; the UNet on a doubled batch
+  (guidance_scale 5.0 > 1 runs the negative prompt in the same call); ``vae.decode`` of
+  ``(B, 4, H/8, W/8)``, upcast to fp32 when the VAE is fp16 and its config says ``force_upcast``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.diffusion.pipeline import (
+    DTYPES,
+    SUPPORTED,
+    ComponentTrace,
+    DiffusionJob,
+    PipelineEstimate,
+    build_component,
+    read_tree,
+    trace_forward,
+)
+
+
+def _empty(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype)
+
+
+def _ids(b: int, s: int) -> torch.Tensor:
+    return torch.zeros((b, s), dtype=torch.long)
+
+
+def _encoder_call(m: Any, **kw: Any) -> Any:
+    return m(**kw)
+
+
+def _vae_call(m: Any, *, latents: torch.Tensor) -> Any:
+    return m.decode(latents, return_dict=False)[0]
+
+
+def _recipe(
+    pipeline: str,
+    configs: dict[str, Any],
+    job: DiffusionJob,
+    dt: torch.dtype,
+    index: dict[str, Any] | None = None,
+) -> Any:
+    """``{component: (make_inputs, call, stage)}`` for one pipeline call."""
+    b, h, w = job.batch, job.height, job.width
+    vae_ch = int(configs["vae"].get("latent_channels", 4))
+    vae_dt = DTYPES[job.vae_precision] if job.vae_precision else dt
+    # the pipelines' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1)
+    vsf = 2 ** (len(configs["vae"].get("block_out_channels", [0, 0, 0, 0])) - 1)
+    lh, lw = h // vsf, w // vsf
+    if pipeline == "FluxPipeline":
+        tcfg = configs["transformer"]
+        seq = job.max_sequence_length or 512  # FluxPipeline.__call__'s default
+        # FluxPipeline.prepare_latents: 2 * (H // (vsf * 2)), packed 2x2 into tokens
+        lh, lw = 2 * (h // (vsf * 2)), 2 * (w // (vsf * 2))
+        img = (lh // 2) * (lw // 2)
+        tr = {
+            "hidden_states": lambda: _empty(b, img, int(tcfg["in_channels"]), dtype=dt),
+            "encoder_hidden_states": lambda: _empty(
+                b, seq, int(tcfg["joint_attention_dim"]), dtype=dt
+            ),
+            "pooled_projections": lambda: _empty(b, int(tcfg["pooled_projection_dim"]), dtype=dt),
+            "timestep": lambda: _empty(b, dtype=dt),
+            "img_ids": lambda: _empty(img, 3, dtype=dt),
+            "txt_ids": lambda: _empty(seq, 3, dtype=dt),
+        }
+        if tcfg.get("guidance_embeds"):
+            tr["guidance"] = lambda: torch.empty((b,), dtype=torch.float32)
+        steps: dict[str, tuple[Any, Any, str]] = {
+            "text_encoder": (lambda: {"input_ids": _ids(b, 77)}, _encoder_call, "text_encode"),
+            "text_encoder_2": (lambda: {"input_ids": _ids(b, seq)}, _encoder_call, "text_encode"),
+            "transformer": (lambda: {k: f() for k, f in tr.items()}, _encoder_call, "denoise"),
+        }
+    elif pipeline == "StableDiffusionXLPipeline":
+        ucfg = configs["unet"]
+        b2 = 2 * b  # classifier-free guidance: negative and positive prompt in one batch
+        enc: dict[str, Any] = {"output_hidden_states": True}
+        ctx = int(ucfg["cross_attention_dim"])
+        pooled = int(configs["text_encoder_2"].get("projection_dim", 1280))
+        unet = {
+            "sample": lambda: _empty(b2, int(ucfg["in_channels"]), lh, lw, dtype=dt),
+            "timestep": lambda: _empty(1, dtype=dt),
+            "encoder_hidden_states": lambda: _empty(b2, 77, ctx, dtype=dt),
+        }
+
+        def unet_call(m: Any, **kw: Any) -> Any:
+            added = {
+                "text_embeds": _empty(b2, pooled, dtype=dt),
+                "time_ids": _empty(b2, 6, dtype=dt),
+            }
+            return m(**kw, added_cond_kwargs=added, return_dict=False)
+
+        steps = {
+            "text_encoder": (
+                lambda: {"input_ids": _ids(b, 77), **enc},
+                _encoder_call,
+                "text_encode",
+            ),
+            "text_encoder_2": (
+                lambda: {"input_ids": _ids(b, 77), **enc},
+                _encoder_call,
+                "text_encode",
+            ),
+            "unet": (lambda: {k: f() for k, f in unet.items()}, unet_call, "denoise"),
+        }
+        upcast = configs["vae"].get("force_upcast", True)
+        if job.vae_precision is None and dt == torch.float16 and upcast:
+            vae_dt = torch.float32
+    elif pipeline == "StableDiffusion3Pipeline":
+        steps = _sd3_steps(configs, job, dt, lh, lw)
+    elif pipeline == "PixArtSigmaPipeline":
+        steps = _pixart_steps(configs, job, dt, lh, lw)
+    elif pipeline == "WanPipeline":
+        from memfit.estimate.diffusion.wan import wan_recipe
+
+        return wan_recipe(index or {}, configs, job, dt)
+    else:
+        raise NotModelledError(
+            f"{pipeline} is not modelled yet (memfit composes {', '.join(SUPPORTED)}); its "
+            "components can still be sized one by one as factories",
+            engine="diffusion",
+        )
+    steps["vae"] = (
+        lambda: {"latents": _empty(b, vae_ch, lh, lw, dtype=vae_dt)},
+        _vae_call,
+        "vae_decode",
+    )
+    return steps, vae_dt, []
+
+
+def _sd3_steps(
+    configs: dict[str, Any], job: DiffusionJob, dt: torch.dtype, lh: int, lw: int
+) -> dict[str, tuple[Any, Any, str]]:
+    """StableDiffusion3Pipeline (pipeline_stable_diffusion_3.py): each CLIP on 77 tokens with
+    ``output_hidden_states=True``, T5 on ``max_sequence_length`` (default 256) unless the pipeline
+    was built with ``text_encoder_3=None`` (then ``_get_t5_prompt_embeds`` returns zeros of the
+    same shape); guidance 7.0 > 1 runs the transformer on a doubled batch of ``(16, H/8, W/8)``
+    latents with 77 + 256 text tokens; ``vae.decode`` without upcasting."""
+    tcfg = configs["transformer"]
+    b, b2 = job.batch, 2 * job.batch
+    seq = 77 + (job.max_sequence_length or 256)
+    tr = {
+        "hidden_states": lambda: _empty(b2, int(tcfg["in_channels"]), lh, lw, dtype=dt),
+        "timestep": lambda: _empty(b2, dtype=dt),
+        "encoder_hidden_states": lambda: _empty(
+            b2, seq, int(tcfg["joint_attention_dim"]), dtype=dt
+        ),
+        "pooled_projections": lambda: _empty(b2, int(tcfg["pooled_projection_dim"]), dtype=dt),
+    }
+
+    def tr_call(m: Any, **kw: Any) -> Any:
+        return m(**kw, return_dict=False)
+
+    clip = {"output_hidden_states": True}
+    steps: dict[str, tuple[Any, Any, str]] = {
+        name: (lambda: {"input_ids": _ids(b, 77), **clip}, _encoder_call, "text_encode")
+        for name in ("text_encoder", "text_encoder_2")
+    }
+    if not job.drop_text_encoder_3:
+        t5_seq = job.max_sequence_length or 256
+        steps["text_encoder_3"] = (
+            lambda: {"input_ids": _ids(b, t5_seq)},
+            _encoder_call,
+            "text_encode",
+        )
+    steps["transformer"] = (lambda: {k: f() for k, f in tr.items()}, tr_call, "denoise")
+    return steps
+
+
+def _pixart_steps(
+    configs: dict[str, Any], job: DiffusionJob, dt: torch.dtype, lh: int, lw: int
+) -> dict[str, tuple[Any, Any, str]]:
+    """PixArtSigmaPipeline (pipeline_pixart_sigma.py): T5 on ``max_sequence_length`` (default 300)
+    tokens with their attention mask; guidance 4.5 > 1 runs the transformer on a doubled batch with
+    ``added_cond_kwargs={"resolution": None, "aspect_ratio": None}``; ``vae.decode`` of the
+    latents cast to the VAE's dtype."""
+    tcfg = configs["transformer"]
+    b, b2 = job.batch, 2 * job.batch
+    seq = job.max_sequence_length or 300
+    tr = {
+        "hidden_states": lambda: _empty(b2, int(tcfg["in_channels"]), lh, lw, dtype=dt),
+        "encoder_hidden_states": lambda: _empty(b2, seq, int(tcfg["caption_channels"]), dtype=dt),
+        "encoder_attention_mask": lambda: torch.ones((b2, seq), dtype=torch.long),
+        "timestep": lambda: torch.zeros((b2,), dtype=torch.long),
+    }
+
+    def tr_call(m: Any, **kw: Any) -> Any:
+        cond = {"resolution": None, "aspect_ratio": None}
+        return m(**kw, added_cond_kwargs=cond, return_dict=False)
+
+    return {
+        "text_encoder": (
+            lambda: {"input_ids": _ids(b, seq), "attention_mask": torch.ones((b, seq))},
+            _encoder_call,
+            "text_encode",
+        ),
+        "transformer": (lambda: {k: f() for k, f in tr.items()}, tr_call, "denoise"),
+    }
+
+
+def _to_dtype(model: torch.nn.Module, dt: torch.dtype, library: str) -> torch.nn.Module:
+    """``from_pretrained(torch_dtype=dt)``: every weight in ``dt`` except those the class keeps
+    in fp32. diffusers (``ModelMixin.from_pretrained``): ``_keep_in_fp32_modules`` whatever the
+    dtype, matched as substrings of parameter names; transformers 5: ``_keep_in_fp32_modules``
+    only for fp16, ``_keep_in_fp32_modules_strict`` for fp16 and bf16."""
+    import logging
+
+    log = logging.getLogger("diffusers.models.modeling_utils")
+    level = log.level
+    log.setLevel(logging.ERROR)  # its warning about .to() is about exactly what follows
+    try:
+        model = model.to(dt).eval()
+    finally:
+        log.setLevel(level)
+    if dt == torch.float32:
+        return model
+    keep = list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    if library == "transformers":
+        keep = keep if dt == torch.float16 else []
+        keep += list(getattr(model, "_keep_in_fp32_modules_strict", None) or [])
+    for name, sub in model.named_modules():
+        parts = name.split(".")
+        if any((k in name) if library == "diffusers" else (k in parts) for k in keep):
+            for p in sub.parameters(recurse=False):
+                p.data = p.data.to(torch.float32)
+    return model
+
+
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+#: (tree, component, dtype, input shapes, decode/attention options) -> (activation peak,
+#: output bytes, forward events, convolution-workspace allowance): a component's trace does not
+#: depend on the offload mode or the weight format, so one process sizing several settings
+#: traces each component once.
+_TRACES: dict[tuple[Any, ...], tuple[int, int, list[tuple[str, int, int]], int]] = {}
+
+
+def _trace_key(root: Path, comp: str, dt: torch.dtype, job: DiffusionJob) -> tuple[Any, ...]:
+    shape = (job.batch, job.height, job.width, job.max_sequence_length, job.num_frames)
+    options = (job.vae_slicing, job.vae_tiling) if comp == "vae" else (job.attention_slicing,)
+    return (str(root.resolve()), comp, str(dt), shape, options)
+
+
+def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> list[str]:
+    """The pipeline's memory switches that change the traced code: VAE slicing/tiling and
+    ``enable_attention_slicing`` (``DiffusionPipeline.set_attention_slice`` calls
+    ``set_attention_slice("auto")`` on every component that has it). Returns notes."""
+    m: Any = model
+    if comp == "vae":
+        if job.vae_slicing:
+            m.enable_slicing()
+        if job.vae_tiling:
+            m.enable_tiling()
+        return []
+    if job.attention_slicing and comp in ("unet", "transformer"):
+        if hasattr(m, "set_attention_slice"):
+            m.set_attention_slice("auto")
+            return [f"attention slicing: {comp}.set_attention_slice('auto')"]
+        return [f"attention slicing: {type(m).__name__} has no set_attention_slice (no effect)"]
+    return []
+
+
+def _keep_in_fp32(model: torch.nn.Module, keep: tuple[str, ...]) -> None:
+    """transformers 4.x under bitsandbytes: the ``_keep_in_fp32_modules`` weights in fp32."""
+    for name, sub in model.named_modules():
+        if any(k in name.split(".") for k in keep):
+            for p in sub.parameters(recurse=False):
+                p.data = p.data.to(torch.float32)
+
+
+def _not_converted(model: torch.nn.Module, library: str) -> tuple[str, ...]:
+    """Modules the quantizer leaves unquantized: transformers' quantizers add the class's
+    ``_keep_in_fp32_modules`` (T5: ``wo``) to ``modules_to_not_convert``; diffusers' bitsandbytes
+    quantizer does too (``keep_in_fp32_modules``), and diffusers' denoisers here declare none."""
+    return tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
+
+
+def estimate_pipeline(
+    root: Path, job: DiffusionJob, *, name: str, gpu: Any = None
+) -> PipelineEstimate:
+    """Trace every component of the pipeline at ``root`` and compose the stages."""
+    from memfit.estimate.diffusion.compose import compose, replay_reserved
+    from memfit.estimate.diffusion.versions import behaviour
+    from memfit.estimate.diffusion.weights import BACKEND, layout, quantized_components
+    from memfit.estimate.diffusion.workspace import conv_workspace_probe
+
+    index, configs = read_tree(root)
+    pipeline = str(index["_class_name"])
+    dt = DTYPES[job.precision]
+    if job.drop_text_encoder_3 and "text_encoder_3" not in index:
+        raise SpecError(
+            f"--no-text-encoder-3: {pipeline} has no text_encoder_3 (it is an SD3 option)"
+        )
+    if job.num_frames is not None and pipeline != "WanPipeline":
+        raise SpecError(
+            f"num_frames {job.num_frames}: {pipeline} makes images; --num-frames is for video "
+            "pipelines (WanPipeline)"
+        )
+    if pipeline not in SUPPORTED:
+        _recipe(pipeline, configs, job, dt)  # raises NotModelledError naming the pipeline
+    steps, vae_dt, recipe_notes = _recipe(pipeline, configs, job, dt, index)
+    models: dict[str, torch.nn.Module] = {}
+    for comp in steps:
+        library, class_name = index[comp]
+        model = build_component(library, class_name, configs[comp])
+        models[comp] = _to_dtype(model, vae_dt if comp == "vae" else dt, library)
+    denoiser = "transformer" if "transformer" in steps else "unet"
+    sizes = {c: sum(p.numel() for p in m.parameters()) for c, m in models.items()}
+    quants = quantized_components(configs, denoiser, sizes, job)
+    beh = behaviour(job.transformers_version, job.bitsandbytes_version)
+    notes: list[str] = list(recipe_notes)
+    #: bitsandbytes 8-bit components diffusers gives no offload hook (they stay on the device)
+    pinned = frozenset(
+        c for c, f in quants.items() if f == "int8" and not beh.bnb_8bit_offload_hooks
+    )
+    if pinned and job.offload == "model":
+        notes.append(
+            f"{', '.join(sorted(pinned))}: bitsandbytes 8-bit, no offload hook under transformers "
+            f"{beh.transformers} / bitsandbytes {beh.bitsandbytes}: stays on the device"
+        )
+    traces: dict[str, ComponentTrace] = {}
+    stage_of: dict[str, str] = {}
+    tensor_allocs: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
+    forward_events: dict[str, list[tuple[str, int, int]]] = {}
+    for comp, (make_inputs, call, stage) in steps.items():
+        model = models[comp]
+        notes += _prepare(model, comp, job)
+        fmt = quants.get(comp, "none")
+        lw = job.layerwise_casting if comp == denoiser else None
+        legacy = (
+            BACKEND.get(fmt) == "bitsandbytes"
+            and index[comp][0] == "transformers"
+            and beh.bnb_keeps_fp32_modules_in_fp32
+            and bool(_not_converted(model, "transformers"))
+        )
+        if legacy:
+            _keep_in_fp32(model, _not_converted(model, "transformers"))
+            notes.append(
+                f"{comp}: transformers {beh.transformers} keeps "
+                f"{', '.join(_not_converted(model, 'transformers'))} in fp32 under bitsandbytes"
+            )
+        lay = layout(
+            model,
+            quant=fmt,
+            layerwise=lw,
+            compute_dtype=dt,
+            num_blocks_per_group=job.num_blocks_per_group,
+            not_converted=_not_converted(model, index[comp][0]) if fmt != "none" else (),
+        )
+        if fmt != "none":
+            notes.append(f"{comp}: linear weights in {fmt} ({BACKEND.get(fmt, 'GGUF')})")
+        if lw:
+            notes.append(f"{comp}: enable_layerwise_casting(storage {lw}, compute {job.precision})")
+        key = (*_trace_key(root, comp, vae_dt if comp == "vae" else dt, job), legacy)
+        if key not in _TRACES:
+            events: list[tuple[str, int, int]] = []
+            with conv_workspace_probe(model) as probe:
+                act, out = trace_forward(model, make_inputs, call, events=events)
+            _TRACES[key] = (act, out, events, probe.bytes)
+        act, out, forward_events[comp], workspace = _TRACES[key]
+        traces[comp] = ComponentTrace(
+            name=comp,
+            class_name=index[comp][1],
+            weights_bytes=lay.weights_bytes,
+            largest_leaf_bytes=lay.largest_leaf_bytes,
+            activation_peak_bytes=act + lay.transient_bytes,
+            output_bytes=out,
+            storage=lay.storage,
+            transient_bytes=lay.transient_bytes,
+            conv_workspace_bytes=workspace,
+            group_resident_bytes=lay.group_resident_bytes(job.offload_type, job.use_stream),
+            dtype=_DTYPE_NAMES[vae_dt if comp == "vae" else dt],
+        )
+        tensor_allocs[comp] = lay.tensor_allocs
+        stage_of[comp] = stage
+    calls = list(steps)
+    if pipeline in ("StableDiffusion3Pipeline", "WanPipeline"):
+        # encode_prompt: the encoders for the prompt, then again for the negative prompt (CFG)
+        encoders = [c for c in steps if stage_of[c] == "text_encode"]
+        calls = [*encoders, *calls]
+    replay = {
+        "gpu": gpu,
+        "calls": calls,
+        "pinned": pinned,
+    }
+    args = (job, list(steps), traces, tensor_allocs, forward_events, stage_of)
+    loaded, reserved = replay_reserved(*args, **replay)  # type: ignore[arg-type]
+    _, reserved_upper = replay_reserved(*args, **replay, conv_workspace=True)  # type: ignore[arg-type]
+    return compose(
+        name,
+        pipeline,
+        job,
+        traces,
+        stage_of,
+        reserved_bytes=reserved,
+        loaded_reserved_bytes=loaded,
+        reserved_upper_bytes=reserved_upper,
+        extra_notes=tuple(dict.fromkeys(notes)),
+        calls=calls,
+        pinned=pinned,
+    )

@@ -1,0 +1,271 @@
+"""``memfit estimate --seq-dist``: reserved memory after a variable-length training run.
+
+Traces the job at a few anchor lengths (:mod:`memfit.estimate.seqrun.replay`), samples the run's
+step lengths (:mod:`memfit.estimate.seqrun.dist`) and replays them through the caching-allocator
+model with ``expandable_segments`` off and on, next to the fixed-shape run at the longest length.
+The alternatives it also replays (padding to a multiple of 64, grouping by length, packing:
+every step at the longest length, i.e. the fixed-shape run) are how the growth is usually
+avoided; each says whether it changes only memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.seqrun.dist import SeqDist, StepPlan, step_lengths
+from memfit.estimate.seqrun.replay import (
+    MAX_ANCHORS,
+    StepTemplates,
+    replay_run,
+    same_steps,
+    templates_from_traces,
+)
+from memfit.spec import WorkloadSpec
+
+#: The multiple tried when the run pads to the longest sample only (tensor-core friendly; the
+#: value transformers' examples pass as ``pad_to_multiple_of`` for fp16 / bf16 is 8, 64 gives
+#: the allocator far fewer distinct sizes).
+TRY_PAD_MULTIPLE = 64
+#: Growth over the fixed-shape figure below which no recommendation is made.
+MATTERS_RATIO = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One replayed run. ``memory_only``: the change leaves the model's math alone."""
+
+    name: str
+    reserved_bytes: int
+    reserved_expandable_bytes: int
+    memory_only: bool
+    how: str
+    n_ooms: int = 0
+    n_ooms_expandable: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeqRunEstimate:
+    """The run as asked (``run``), the fixed-shape run at ``max_len`` (``fixed``), the
+    alternatives replayed and the recommendations drawn from them."""
+
+    n_steps: int
+    seed: int
+    max_len: int
+    mean_step_len: float
+    n_distinct_lengths: int
+    anchors: tuple[int, ...]
+    floor_len: int
+    fixed: Variant
+    run: Variant
+    alternatives: tuple[Variant, ...]
+    recommendations: tuple[str, ...]
+    unmatched_frees: int
+
+    @property
+    def growth(self) -> float:
+        """Reserved after the run over the fixed-shape reserved, minus one."""
+        return self.run.reserved_bytes / max(self.fixed.reserved_bytes, 1) - 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n_steps": self.n_steps,
+            "seed": self.seed,
+            "max_len": self.max_len,
+            "mean_step_len": round(self.mean_step_len, 1),
+            "n_distinct_lengths": self.n_distinct_lengths,
+            "anchors": list(self.anchors),
+            "floor_len": self.floor_len,
+            "fixed": self.fixed.to_json(),
+            "run": self.run.to_json(),
+            "growth": round(self.growth, 4),
+            "alternatives": [v.to_json() for v in self.alternatives],
+            "recommendations": list(self.recommendations),
+            "unmatched_frees": self.unmatched_frees,
+        }
+
+
+def estimate_seq_run(
+    source: Any,
+    workload: WorkloadSpec,
+    dist: SeqDist,
+    plan: StepPlan,
+    *,
+    gpu: Any = None,
+    capacity_bytes: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SeqRunEstimate:
+    """Replay the run ``plan`` samples from ``dist`` for ``source`` (a ``ModelSource``);
+    ``capacity_bytes``: what the allocator may reserve (None: unlimited, reserved only grows);
+    ``progress`` is called with a line before each slow stage."""
+    say = progress or (lambda _line: None)
+    if not workload.is_train:
+        raise SpecError("--seq-dist models training runs: use it with --mode train")
+    if getattr(source, "origin", "") == "factory" or not getattr(source, "config", None):
+        raise NotModelledError(
+            "--seq-dist needs a config.json model (the trace engine)", engine="trace"
+        )
+    runs = {"run": step_lengths(dist, plan)}
+    if not plan.packing:
+        if not plan.pad_to_multiple_of:
+            runs["pad"] = step_lengths(
+                dist, dataclasses.replace(plan, pad_to_multiple_of=TRY_PAD_MULTIPLE)
+            )
+        if not plan.group_by_length:
+            runs["group"] = step_lengths(dist, dataclasses.replace(plan, group_by_length=True))
+    k = plan.pad_to_multiple_of or 1
+    top = -(-dist.max_len // k) * k
+    # One repeated shape reaches its reserved peak by the third step (the steady step repeats
+    # the second one exactly), so the fixed-shape run is replayed for three steps.
+    runs["fixed"] = [top] * min(plan.n_steps, 3)
+    say("tracing the step at a few lengths")
+    templates, floor = _templates(
+        source, workload, gpu, sorted({n for r in runs.values() for n in r})
+    )
+    say(f"replaying {plan.n_steps} steps through the caching-allocator model")
+    runs = {name: [max(n, floor) for n in r] for name, r in runs.items()}
+    lengths = runs["run"]
+    run = _variant(templates, "run", runs.pop("run"), capacity_bytes)
+    fixed = _variant(templates, "fixed", runs.pop("fixed"), capacity_bytes)
+    matters = run.reserved_bytes > fixed.reserved_bytes * (1 + MATTERS_RATIO)
+    alternatives = (
+        tuple(_variant(templates, n, r, capacity_bytes) for n, r in runs.items()) if matters else ()
+    )
+    if matters and not plan.packing:  # every step at MAX: the fixed-shape run itself
+        how, memory_only = _HOW["packing"]
+        alternatives += (
+            dataclasses.replace(fixed, name="packing", how=how, memory_only=memory_only),
+        )
+    return SeqRunEstimate(
+        n_steps=plan.n_steps,
+        seed=plan.seed,
+        max_len=top,
+        mean_step_len=sum(lengths) / len(lengths),
+        n_distinct_lengths=len(set(lengths)),
+        anchors=templates.anchors,
+        floor_len=floor,
+        fixed=fixed,
+        run=run,
+        alternatives=alternatives,
+        recommendations=tuple(_recommend(fixed, run, alternatives)),
+        unmatched_frees=replay_run(templates, lengths[:4]).unmatched_frees,
+    )
+
+
+def _anchors(lengths: list[int]) -> list[int]:
+    if len(lengths) <= MAX_ANCHORS:
+        return lengths
+    n = len(lengths) - 1
+    return sorted({lengths[round(i * n / (MAX_ANCHORS - 1))] for i in range(MAX_ANCHORS)})
+
+
+#: Traces spent at most looking for the shortest length that runs the longest one's allocations.
+MAX_BISECT_TRACES = 8
+
+
+def _templates(
+    source: Any, workload: WorkloadSpec, gpu: Any, lengths: list[int]
+) -> tuple[StepTemplates, int]:
+    """Templates at anchor lengths, and the floor: the shortest length whose step runs the same
+    allocations as the longest (very short steps, e.g. one token, take other kernel paths).
+    Steps below the floor are replayed at the floor (larger tensors: the safe direction)."""
+    from memfit.estimate.device import allocator_workspaces
+    from memfit.estimate.trace.engine import trace_step_events
+
+    def trace(n: int) -> Any:
+        wl = dataclasses.replace(workload, seq_len=n)
+        return trace_step_events(
+            source.config, wl, gpu=gpu, trust_remote_code=source.trust_remote_code
+        )
+
+    traces = {n: trace(n) for n in _anchors(lengths)}
+    top = traces[max(traces)]
+    bad = [n for n in traces if not same_steps(traces[n], top)]
+    floor = 1
+    if bad:
+        low = max(bad)
+        high = min(n for n in traces if n > low and same_steps(traces[n], top))
+        if any(n > high for n in bad):
+            raise NotModelledError(
+                f"the traced step at {max(bad)} tokens runs different allocations than at "
+                f"{max(traces)}; --seq-dist cannot interpolate between them",
+                engine="trace",
+            )
+        step = 1  # gallop up from the failing length (usually 1 token), then bisect
+        for _ in range(MAX_BISECT_TRACES):
+            if high - low <= 1:
+                break
+            mid = min(low + step, (low + high) // 2) if step else (low + high) // 2
+            probe = trace(mid)
+            if same_steps(probe, top):
+                high, traces[mid], step = mid, probe, 0
+            else:
+                low, step = mid, step * 2
+        floor = high
+        traces = {n: t for n, t in traces.items() if n >= floor}
+    workspaces = allocator_workspaces(gpu, training=True)
+    return templates_from_traces(traces, workspaces), floor
+
+
+_HOW = {
+    "run": ("as asked", True),
+    "fixed": ("every step at the longest length (the fixed-shape estimate)", True),
+    "pad": (
+        f"pad_to_multiple_of={TRY_PAD_MULTIPLE} in the data collator (padded tokens are masked)",
+        True,
+    ),
+    "packing": (
+        "packing=True (TRL SFTConfig: samples concatenated into MAX-token rows; every step "
+        "is the fixed shape; changes the batches, and attention crosses samples unless the "
+        "collator passes position_ids per sample)",
+        False,
+    ),
+    "group": (
+        "group_by_length=True (Trainer's LengthGroupedSampler: longest batch first; "
+        "changes the order and the mix of samples in a batch)",
+        False,
+    ),
+}
+
+
+def _variant(
+    templates: StepTemplates, name: str, lengths: list[int], capacity_bytes: int | None
+) -> Variant:
+    how, memory_only = _HOW[name]
+    default = replay_run(templates, lengths, capacity_bytes=capacity_bytes)
+    expandable = replay_run(
+        templates, lengths, expandable_segments=True, capacity_bytes=capacity_bytes
+    )
+    return Variant(
+        name=name,
+        reserved_bytes=default.peak_reserved_bytes,
+        reserved_expandable_bytes=expandable.peak_reserved_bytes,
+        memory_only=memory_only,
+        how=how,
+        n_ooms=default.n_ooms,
+        n_ooms_expandable=expandable.n_ooms,
+    )
+
+
+def _recommend(fixed: Variant, run: Variant, alternatives: tuple[Variant, ...]) -> list[str]:
+    base = run.reserved_bytes
+    if base <= fixed.reserved_bytes * (1 + MATTERS_RATIO):
+        return []
+    out = []
+    if run.reserved_expandable_bytes < base * (1 - MATTERS_RATIO):
+        out.append(
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: reserved "
+            f"{run.reserved_expandable_bytes / 2**30:.2f} GiB instead of {base / 2**30:.2f} GiB "
+            "(memory-only change: same math, same results)"
+        )
+    for v in alternatives:
+        if v.reserved_bytes < base * (1 - MATTERS_RATIO):
+            label = "memory-only change" if v.memory_only else "not memory-only"
+            out.append(f"{v.how}: reserved {v.reserved_bytes / 2**30:.2f} GiB ({label})")
+    return out

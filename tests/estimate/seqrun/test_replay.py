@@ -1,0 +1,139 @@
+"""The run replay over interpolated step events, on synthetic traces (torch-free)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from memfit.errors import NotModelledError
+from memfit.estimate.allocator.caching import simulate
+from memfit.estimate.seqrun.replay import replay_run, templates_from_traces
+from memfit.units import KiB, MiB
+
+
+def fake_trace(length: int, *, n_steps: int = 3, extra: bool = False, fifo: bool = False):
+    """A training-like event list: weights, then steps of length-sized activations freed in
+    reverse, optimizer states born in the first step, a loss kept until the next step."""
+    keys = itertools.count()
+    events: list[tuple[str, int, int]] = []
+    marks: list[tuple[str, int]] = []
+
+    def alloc(n_bytes: int) -> int:
+        k = next(keys)
+        events.append(("a", k, n_bytes))
+        return k
+
+    for _ in range(3):
+        alloc(30 * MiB)
+    carry = None
+    for step in range(n_steps):
+        marks.append(("forward", len(events)))
+        acts = [alloc(length * 16 * KiB * (i + 1)) for i in range(5)]
+        if extra:
+            acts.append(alloc(4 * KiB))
+        marks.append(("backward", len(events)))
+        grads = [alloc(8 * MiB) for _ in range(3)]
+        for k in acts if fifo else reversed(acts):
+            events.append(("f", k, 0))
+        marks.append(("optimizer", len(events)))
+        if step == 0:
+            for _ in range(6):
+                alloc(16 * MiB)
+        for k in grads:
+            events.append(("f", k, 0))
+        if carry is not None:
+            events.append(("f", carry, 0))
+        carry = alloc(512)
+    marks.append(("end", len(events)))
+    return events, marks
+
+
+def test_a_run_of_one_shape_replays_exactly_the_traced_steps() -> None:
+    events, marks = fake_trace(700)
+    templates = templates_from_traces({700: (events, marks)})
+    end = marks[-1][1]
+    for expandable in (False, True):
+        run = replay_run(templates, [700] * 3, expandable_segments=expandable)
+        direct = simulate(events[:end], expandable_segments=expandable)
+        assert run.peak_reserved_bytes == direct.peak_reserved_bytes
+        assert run.peak_allocated_bytes == direct.peak_allocated_bytes
+        assert run.unmatched_frees == 0
+
+
+def test_repeating_the_steady_step_does_not_grow_reserved() -> None:
+    templates = templates_from_traces({700: fake_trace(700)})
+    assert (
+        replay_run(templates, [700] * 3).peak_reserved_bytes
+        == replay_run(templates, [700] * 200).peak_reserved_bytes
+    )
+
+
+def test_sizes_between_anchors_are_interpolated_exactly_when_linear() -> None:
+    templates = templates_from_traces({256: fake_trace(256), 1024: fake_trace(1024)})
+    middle = templates_from_traces({640: fake_trace(640)})
+    for seg in range(4):
+        assert templates.sizes_at(seg, 640) == middle.sizes_at(seg, 640)
+    assert replay_run(templates, [640] * 3) == replay_run(middle, [640] * 3)
+
+
+def test_sizes_between_anchors_are_never_below_a_convex_size() -> None:
+    def convex(length: int):
+        events, marks = fake_trace(length)
+        return [(k, key, n * length // 256 if n > 30 * MiB else n) for k, key, n in events], marks
+
+    templates = templates_from_traces({256: convex(256), 1024: convex(1024)})
+    exact = templates_from_traces({512: convex(512)})
+    for seg in range(4):
+        assert all(a >= b for a, b in zip(templates.sizes_at(seg, 512), exact.sizes_at(seg, 512)))
+
+
+def test_growing_lengths_reserve_at_least_the_longest_shape_alone() -> None:
+    templates = templates_from_traces({n: fake_trace(n) for n in (128, 512, 2048)})
+    growing = list(range(128, 2049, 64))
+    fixed = replay_run(templates, [2048] * 3).peak_reserved_bytes
+    assert replay_run(templates, growing).peak_reserved_bytes > fixed
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_expandable_segments_reserve_no_more_than_the_default(seed: int) -> None:
+    templates = templates_from_traces({n: fake_trace(n) for n in (128, 1024, 2048)})
+    rng = random.Random(seed)
+    lengths = [rng.randint(128, 2048) for _ in range(60)]
+    default = replay_run(templates, lengths).peak_reserved_bytes
+    expandable = replay_run(templates, lengths, expandable_segments=True).peak_reserved_bytes
+    assert expandable <= default
+
+
+def test_steps_that_allocate_differently_at_another_length_are_refused() -> None:
+    with pytest.raises(NotModelledError, match="at 512 tokens runs different allocations"):
+        templates_from_traces({256: fake_trace(256), 512: fake_trace(512, extra=True)})
+
+
+def test_frees_in_another_order_between_allocations_replay_as_traced() -> None:
+    # autocast frees its weight-cast cache in hash-map order, which changes with the length
+    templates = templates_from_traces({256: fake_trace(256), 1024: fake_trace(1024, fifo=True)})
+    events, marks = fake_trace(1024, fifo=True)
+    for expandable in (False, True):
+        direct = simulate(events[: marks[-1][1]], expandable_segments=expandable)
+        run = replay_run(templates, [1024] * 3, expandable_segments=expandable)
+        assert run.peak_reserved_bytes == direct.peak_reserved_bytes
+        assert run.unmatched_frees == 0
+
+
+def test_a_trace_without_three_steps_is_refused() -> None:
+    with pytest.raises(NotModelledError, match="needs 3 traced training steps, the trace has 2"):
+        templates_from_traces({256: fake_trace(256, n_steps=2)})
+
+
+def test_a_capacity_caps_the_growth_without_an_oom_while_the_steps_fit() -> None:
+    templates = templates_from_traces({n: fake_trace(n) for n in (128, 512, 2048)})
+    growing = list(range(128, 2049, 64))
+    unlimited = replay_run(templates, growing)
+    fixed = replay_run(templates, [2048] * 3)
+    capacity = (fixed.peak_reserved_bytes + unlimited.peak_reserved_bytes) // 2
+    capped = replay_run(templates, growing, capacity_bytes=capacity)
+    assert capped.n_ooms == 0 and capped.peak_reserved_bytes <= capacity
+    too_small = replay_run(templates, growing, capacity_bytes=fixed.peak_allocated_bytes // 2)
+    assert too_small.n_ooms > 0
