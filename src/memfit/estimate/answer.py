@@ -77,4 +77,17 @@ class Answer(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 
 
+if TYPE_CHECKING:  # mypy checks that each of the five records is an Answer (never run)
+    from memfit.estimate.diffusion.pipeline import PipelineEstimate
+    from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.estimate.result import MemoryEstimate
+    from memfit.estimate.seqrun.run import SeqRunEstimate
+    from memfit.serving.startup import VllmStartup
+
+    def _five_records_are_answers(
+        a: MemoryEstimate, b: PipelineEstimate, c: TrainEstimate, d: SeqRunEstimate, e: VllmStartup
+    ) -> tuple[Answer, ...]:
+        return (a, b, c, d, e)
+
+
 __all__ = ["Answer"]
