@@ -98,7 +98,7 @@ def test_a_gpu_verdict_adds_the_cuda_context(
     assert fits["overhead_bytes"] > 0
 
 
-def test_the_tensors_decide_the_verdict_when_only_the_conv_workspace_allowance_overflows(
+def test_the_tensors_decide_the_verdict_and_a_need_within_the_headroom_is_tight(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # PyTorch's cuDNN path runs a plan with less workspace when the preferred one's cannot be
@@ -108,6 +108,7 @@ def test_the_tensors_decide_the_verdict_when_only_the_conv_workspace_allowance_o
 
     from tests.estimate.diffusion.test_pipeline import tiny_flux
 
+    from memfit.estimate.verdict import headroom_bytes
     from memfit.hardware import catalog
 
     root = tiny_flux(tmp_path)
@@ -116,15 +117,26 @@ def test_the_tensors_decide_the_verdict_when_only_the_conv_workspace_allowance_o
     fits = json.loads(out)["fits"]
     need, upper = fits["need_bytes"], fits["need_with_conv_workspace_bytes"]
     assert need < upper
-    between = dataclasses.replace(catalog.get_gpu("T4"), memory_bytes=(need + upper) // 2)
+    t4 = dataclasses.replace(catalog.get_gpu("T4"), driver_reserved_bytes=None)
+    between = dataclasses.replace(t4, memory_bytes=(need + upper) // 2)
+    assert need + headroom_bytes(between.memory_bytes) <= between.memory_bytes  # fits, headroom too
     monkeypatch.setattr(catalog, "get_gpu", lambda name: between)
     code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4")
     assert code == 0
-    assert "fits (the tensors fit; cuDNN's preferred convolution plans may want" in out
-    small = dataclasses.replace(between, memory_bytes=need - 1)
+    assert out.count("FITS on T4") == 1
+    assert "the tensors fit; cuDNN's preferred convolution plans may want up to" in out
+    # THE verdict rule (memfit.estimate.verdict): within the capacity but not its headroom is
+    # tight, and exits 1 like does-not-fit
+    tight = dataclasses.replace(t4, memory_bytes=need + headroom_bytes(need) // 2)
+    monkeypatch.setattr(catalog, "get_gpu", lambda name: tight)
+    code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
+    assert code == 1 and json.loads(out)["fits"]["verdict"] == "tight"
+    assert not json.loads(out)["fits"]["fits"]
+    small = dataclasses.replace(t4, memory_bytes=need - 1)
     monkeypatch.setattr(catalog, "get_gpu", lambda name: small)
     code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
     assert code == 1 and not json.loads(out)["fits"]["fits"]
+    assert json.loads(out)["fits"]["verdict"] == "does not fit"
 
 
 def test_a_group_offloaded_quantized_pipeline_prints_its_formats_and_reserved_peak(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -85,7 +86,18 @@ class _Affine:
     def __call__(self, job: Any) -> Any:
         self.calls += 1
         n = self.base + self.per * job.batch
-        return type("E", (), {"peak_bytes": n, "peak_reserved_bytes": n})()
+        return _Traced(peak_bytes=n, peak_reserved_bytes=n)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Traced:
+    """What fit_training reads of a traced run (and the verdict it attaches)."""
+
+    peak_bytes: int
+    peak_reserved_bytes: int
+    gpu: str | None = None
+    arch: str | None = None
+    fits: Any = None
 
 
 def test_fit_solves_the_largest_batch_that_fits_and_confirms_the_next_one_does_not() -> None:

@@ -90,7 +90,9 @@ def _job(args: argparse.Namespace) -> Any:
 def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
     from memfit.cli import diffusion_train as cli_diffusion_train
     from memfit.estimate.diffusion.pipelines import estimate_pipeline
+    from memfit.estimate.verdict import EXIT_CODES
     from memfit.models.pipelines import pipeline_dir
+    from memfit.report.diffusion import render_pipeline
 
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
         return cli_diffusion_train.cmd_estimate(args)
@@ -105,93 +107,6 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
         from memfit.hardware.catalog import get_gpu
 
         gpu = get_gpu(args.gpu)
-    est = estimate_pipeline(root, job, name=args.model, gpu=gpu)
-    fits = None
-    if gpu is not None:
-        from memfit.hardware.overhead import device_overhead
-
-        # the verdict adds the CUDA context and cuBLAS workspaces of an inference process
-        # (hardware/overhead.py), which the tensor peak does not hold; with the allocator replay,
-        # what nvidia-smi adds on top of the reserved peak (the replay holds the workspaces)
-        ov = device_overhead(gpu.arch, training=False)
-        overhead = ov.total_bytes
-        need = est.peak_bytes + overhead
-        upper = est.peak_upper_bytes + overhead
-        if est.peak_reserved_bytes is not None:
-            overhead = ov.outside_allocator_bytes
-            need = max(need, est.peak_reserved_bytes + overhead)
-            upper = max(upper, (est.peak_reserved_upper_bytes or 0) + overhead)
-        # the cuDNN workspace allowance (diffusion_workspace.py) does not decide the verdict:
-        # PyTorch's cuDNN path skips a plan whose workspace cannot be allocated and runs one
-        # with less, so a job whose tensors fit runs; the verdict says when the allowance does
-        # not fit (the decode may then take slower plans, and a measured peak on a larger card
-        # is higher)
-        fits = {
-            "gpu": gpu.name,
-            "capacity_bytes": gpu.memory_bytes,
-            "overhead_bytes": overhead,
-            "need_bytes": need,
-            "need_with_conv_workspace_bytes": upper,
-            "fits": need <= gpu.memory_bytes,
-            "fits_with_conv_workspace": upper <= gpu.memory_bytes,
-        }
-    if args.json:
-        print(json.dumps({**est.to_json(), "fits": fits}, indent=2))
-    else:
-        print(render(est, fits))
-    return 1 if fits is not None and not fits["fits"] else 0
-
-
-def render(est: Any, fits: dict[str, Any] | None) -> str:
-    from memfit.units import format_bytes as fb
-
-    j = est.job
-    lines = [
-        f"{est.name} ({est.pipeline}) {j.height}x{j.width}, {j.steps} steps, batch {j.batch}, "
-        f"{j.precision}, offload {j.offload}"
-        + (", vae slicing" if j.vae_slicing else "")
-        + (", vae tiling" if j.vae_tiling else "")
-        + (", attention slicing" if j.attention_slicing else ""),
-        f"peak on the GPU: {fb(est.peak_bytes)} allocated (in {est.peak_stage})"
-        + (
-            f", {fb(est.peak_reserved_bytes)} reserved by the caching allocator"
-            if est.peak_reserved_bytes is not None
-            else ""
-        ),
-        "",
-        f"{'stage':<12}{'peak':>12}{'weights':>12}{'activations':>13}{'carried':>11}  components",
-    ]
-    for s in est.stages:
-        lines.append(
-            f"{s.stage:<12}{fb(s.peak_bytes):>12}{fb(s.resident_weights_bytes):>12}"
-            f"{fb(s.activation_peak_bytes):>13}{fb(s.carried_bytes):>11}  {', '.join(s.components)}"
-        )
-    lines += ["", f"{'component':<16}{'class':<28}{'weights':>12}{'activations':>13}  format"]
-    for c in est.components:
-        lines.append(
-            f"{c.name:<16}{c.class_name:<28}{fb(c.weights_bytes):>12}"
-            f"{fb(c.activation_peak_bytes):>13}  {c.storage or c.dtype}"
-        )
-    if est.host_weights_bytes:
-        lines.append(f"\nhost RAM for offloaded weights: {fb(est.host_weights_bytes)}")
-    if est.conv_workspace_bytes:
-        lines.append(
-            f"cuDNN convolution workspace: up to {fb(est.conv_workspace_bytes)} more where the "
-            f"card has it free (peak up to {fb(est.peak_upper_bytes)} allocated)"
-        )
-    if fits is not None:
-        verdict = "fits" if fits["fits"] else "does NOT fit"
-        if fits["fits"] and not fits["fits_with_conv_workspace"]:
-            verdict = (
-                "fits (the tensors fit; cuDNN's preferred convolution plans may want up to "
-                f"{fb(fits['need_with_conv_workspace_bytes'] - fits['capacity_bytes'])} more "
-                "workspace than the card has free, and PyTorch then runs plans with less "
-                "workspace, which can make the VAE decode slower)"
-            )
-        lines.append(
-            f"{fits['gpu']} ({fb(fits['capacity_bytes'])}): {verdict} (needs "
-            f"{fb(fits['need_bytes'])} with {fb(fits['overhead_bytes'])} of CUDA context and "
-            "workspaces)"
-        )
-    lines += [f"note: {n}" for n in est.notes]
-    return "\n".join(lines)
+    est = estimate_pipeline(root, job, name=args.model, gpu=gpu)  # judged on gpu
+    print(json.dumps(est.to_json(), indent=2) if args.json else render_pipeline(est))
+    return EXIT_CODES[est.fits.verdict] if est.fits is not None else 0

@@ -117,24 +117,13 @@ def _gpu(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from memfit.plan.budget import Budget
-    from memfit.plan.diffusion_train import verdict
+    from memfit.estimate.verdict import EXIT_CODES
+    from memfit.report.diffusion import render_training
 
     job = job_from_args(args)
-    gpu = _gpu(args)
-    est = _tracer(args, gpu)(job)
-    fits = None
-    if gpu is not None:
-        budget = Budget.of(gpu, headroom=0.0)
-        v = verdict(est, budget, gpu.arch)
-        fits = {"gpu": gpu.name, "capacity_bytes": budget.capacity_bytes,
-                "overhead_bytes": v.overhead_bytes, "need_bytes": v.need_bytes,
-                "fits": v.fits}  # fmt: skip
-    if args.json:
-        print(json.dumps({**est.to_json(), "fits": fits}, indent=2))
-    else:
-        print(render(est, fits))
-    return 1 if fits is not None and not fits["fits"] else 0
+    est = _tracer(args, _gpu(args))(job)  # judged on the GPU asked
+    print(json.dumps(est.to_json(), indent=2) if args.json else render_training(est))
+    return EXIT_CODES[est.fits.verdict] if est.fits is not None else 0
 
 
 def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -156,23 +145,13 @@ def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from memfit.plan.diffusion_train import fit_training
-    from memfit.units import format_bytes as fb
+    from memfit.report.diffusion import render_training_fit
 
     job = job_from_args(args)
     gpu, budget = _budget(args)
     result = fit_training(_tracer(args, gpu), job, solve=args.solve, budget=budget,
                           arch=gpu.arch if gpu else None)  # fmt: skip
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
-    elif result.fits and result.verdict is not None:
-        print(
-            f"largest {args.solve} that fits {budget.gpu_name} (limit {fb(budget.limit_bytes)}): "
-            f"{result.value}  (needs {fb(result.verdict.need_bytes)})\n"
-            + render(result.estimate, None)
-        )
-    else:
-        print(f"does NOT fit {budget.gpu_name} even at the smallest {args.solve}:\n"
-              + render(result.estimate, None))  # fmt: skip
+    print(json.dumps(result.to_json(), indent=2) if args.json else render_training_fit(result))
     return 0 if result.fits else 1
 
 
@@ -203,66 +182,23 @@ def _refuse_text_plan_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from memfit.estimate.diffusion.pipeline import read_tree
+    from memfit.models.pipelines import pipeline_dir
     from memfit.plan.diffusion_train import plan_training
-    from memfit.units import format_bytes as fb
+    from memfit.report.diffusion import render_training_plan
 
     _refuse_text_plan_flags(args)
     ranks = args.lora_rank or []
     job = job_from_args(args, lora_rank=ranks[0] if ranks else None)
     gpu, budget = _budget(args)
-    from memfit.estimate.diffusion.pipeline import read_tree
-    from memfit.models.pipelines import pipeline_dir
-
     root = pipeline_dir(args.model)
     assert root is not None
     pipeline = str(read_tree(root)[0]["_class_name"])
     result = plan_training(_tracer(args, gpu), job, pipeline=pipeline, budget=budget,
                            arch=gpu.arch if gpu else None)  # fmt: skip
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
-        return 0 if result.fits else 1
-    lines = [f"{args.model} training on {budget.gpu_name} (limit {fb(budget.limit_bytes)}), "
-             "cheapest step first:"]  # fmt: skip
-    for j, est, v in result.tried:
-        mark = "fits" if v.fits else "does NOT fit"
-        lines.append(f"  {mark:<13}{fb(v.need_bytes):>12}  peak in {est.peak.phase:<10} "
-                     f"memfit estimate {args.model} --mode train {j.flags()}")  # fmt: skip
-    if not result.fits:
-        lines.append("nothing fits: try a smaller --resolution or --batch, or LoRA")
-    print("\n".join(lines))
+    print(
+        json.dumps(result.to_json(), indent=2)
+        if args.json
+        else render_training_plan(result, args.model)
+    )
     return 0 if result.fits else 1
-
-
-def render(est: Any, fits: dict[str, Any] | None) -> str:
-    from memfit.units import format_bytes as fb
-
-    lines = [
-        f"{est.name} ({est.pipeline}) training: {est.job.flags()}",
-        f"script: diffusers {est.script}",
-        f"peak on the GPU: {fb(est.peak_bytes)} allocated (in {est.peak.phase}), "
-        f"{fb(est.peak_reserved_bytes)} reserved by the caching allocator",
-        "",
-        f"{'phase':<16}{'peak':>12}{'params':>12}{'grads':>12}{'optim':>12}{'activ':>12}"
-        f"{'temp':>12}",
-    ]
-    for p in est.phases:
-        lines.append(
-            f"{p.phase:<16}{fb(p.peak_bytes):>12}{fb(p.parameters_bytes):>12}"
-            f"{fb(p.gradients_bytes):>12}{fb(p.optimizer_states_bytes):>12}"
-            f"{fb(p.activations_bytes):>12}{fb(p.temporary_bytes):>12}"
-        )
-    peak = est.peak
-    lines += ["", f"at the peak ({peak.phase}), by component: " + ", ".join(
-        f"{k} {fb(v)}" for k, v in peak.by_model.items() if v)]  # fmt: skip
-    lines += ["", f"{'component':<16}{'class':<30}{'dtype':<10}{'weights':>12}  role"]
-    for c in est.components:
-        lines.append(
-            f"{c.name:<16}{c.class_name:<30}{c.dtype:<10}{fb(c.weights_bytes):>12}  {c.role}"
-            + (f" ({c.n_trainable:,} trainable)" if c.n_trainable else "")
-        )
-    if fits is not None:
-        verdict = "fits" if fits["fits"] else "does NOT fit"
-        lines.append(f"\n{fits['gpu']} ({fb(fits['capacity_bytes'])}): {verdict} (needs "
-                     f"{fb(fits['need_bytes'])} with CUDA context and workspaces)")  # fmt: skip
-    lines += [f"note: {n}" for n in est.notes]
-    return "\n".join(lines)

@@ -54,6 +54,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     from memfit.estimate.seqrun.dist import parse_seq_dist
     from memfit.estimate.seqrun.run import estimate_seq_run
     from memfit.models import resolve_model
+    from memfit.report.seqrun import render_seq_run
     from memfit.report.text import render_estimate
 
     dist = parse_seq_dist(args.seq_dist)
@@ -81,7 +82,8 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         capacity_bytes=capacity,
         progress=report,
     )
-    used_bytes = overhead_bytes + run.run.reserved_bytes
+    run = dataclasses.replace(run, overhead_bytes=overhead_bytes)
+    used_bytes = run.device_used_bytes
     # With a GPU the replay is capped at its memory: the allocator frees its cache and retries
     # there, so the run fits unless a request still fails (an OOM in the replay).
     fits = None if est.fits is None else run.run.n_ooms == 0
@@ -106,40 +108,6 @@ def _gpu(args: argparse.Namespace) -> Any:
     return get_gpu(args.gpu)
 
 
-def render_seq_run(run: Any, used_bytes: int, fits: bool | None) -> str:
-    """The text block of a variable-length run."""
-    from memfit.units import format_bytes
-
-    lines = [
-        "",
-        f"variable-length run: {run.n_steps} steps (seed {run.seed}), mean step "
-        f"{run.mean_step_len:.0f} tokens, {run.n_distinct_lengths} distinct lengths, "
-        f"max {run.max_len}; traced at {', '.join(map(str, run.anchors))}",
-        f"  reserved, fixed shape at {run.max_len}: {format_bytes(run.fixed.reserved_bytes)}"
-        f"   expandable_segments: {format_bytes(run.fixed.reserved_expandable_bytes)}",
-        f"  reserved after the run:       {format_bytes(run.run.reserved_bytes)} "
-        f"({run.growth:+.1%})   expandable_segments: "
-        f"{format_bytes(run.run.reserved_expandable_bytes)}",
-        f"  device used after the run: {format_bytes(used_bytes)}"
-        + ("" if fits is None else ("  fits" if fits else "  DOES NOT FIT"))
-        + (f" ({run.run.n_ooms} OOMs in the replay)" if run.run.n_ooms else ""),
-    ]
-    for v in run.alternatives:
-        lines.append(
-            f"  with {v.how}: {format_bytes(v.reserved_bytes)}"
-            f" (expandable {format_bytes(v.reserved_expandable_bytes)})"
-        )
-    if run.recommendations:
-        lines.append("recommended (reserved growth over the run matters here):")
-        lines += [f"  - {r}" for r in run.recommendations]
-    if run.floor_len > 1:
-        lines.append(
-            f"  note: steps shorter than {run.floor_len} tokens take other kernel paths; "
-            f"replayed at {run.floor_len} (larger tensors, the safe direction)"
-        )
-    return "\n".join(lines)
-
-
 def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     """``fit --solve batch --seq-dist``: the largest batch whose reserved memory after the run
     fits (:func:`memfit.plan.seq_fit.fit_seq_dist`)."""
@@ -147,6 +115,7 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     from memfit.estimate.seqrun.dist import parse_seq_dist
     from memfit.models import resolve_model
     from memfit.plan.seq_fit import fit_seq_dist
+    from memfit.report.seqrun import render_seq_fit
 
     if args.solve != "batch":
         raise SpecError(
@@ -175,26 +144,6 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     return 0 if result.fits else 1
 
 
-def render_seq_fit(r: Any) -> str:
-    """The text of ``fit --seq-dist``."""
-    from memfit.units import format_bytes
-
-    b, run = r.budget, r.run
-    lines = [
-        f"largest batch size whose reserved memory after the run fits {b.gpu_name}: "
-        f"{r.max_batch}  (the reserved bytes of a run of sampled lengths, replayed without a "
-        "cap: no allocator cache flushes)",
-        f"  (the fixed-shape estimate at the longest length allows {r.fixed.max_value}; "
-        f"{r.n_replays} runs replayed)",
-        f"  limit {format_bytes(b.limit_bytes)} = {format_bytes(b.capacity_bytes)} - "
-        f"{format_bytes(b.headroom_bytes)} headroom, of which the CUDA context takes "
-        f"{format_bytes(r.overhead_bytes)}",
-    ]
-    if run is not None:
-        lines.append(render_seq_run(run, r.overhead_bytes + run.run.reserved_bytes, r.fits))
-    return "\n".join(lines)
-
-
 def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     """``plan --seq-dist``: the plan at the longest length, its recommended job replayed over
     the run (:func:`memfit.plan.seq_fit.plan_seq_dist`). Exit 1 when the run does not fit even
@@ -204,6 +153,7 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     from memfit.models import resolve_model
     from memfit.plan.seq_fit import plan_seq_dist
     from memfit.report.plan import render_plan
+    from memfit.report.seqrun import render_seq_plan
 
     if request.mode != "train":
         raise SpecError(f"--seq-dist models training runs, not --mode {request.mode}")
@@ -226,29 +176,6 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
         print(render_plan(result.plan))
         print(render_seq_plan(result))
     return 0 if result.fits else 1
-
-
-def render_seq_plan(r: Any) -> str:
-    """The text of the recommended plan's variable-length run."""
-    from memfit.units import format_bytes
-
-    if r.run is None:
-        return "\nvariable-length run: not replayed (no plan fits at the longest length)"
-    limit = format_bytes(r.plan.budget.limit_bytes)
-    if r.fits_after_run:
-        verdict = f"the recommended plan fits after the run (limit {limit})"
-    elif r.fits_expandable:
-        verdict = (
-            f"the recommended plan fits after the run only with "
-            f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (limit {limit})"
-        )
-    else:
-        verdict = (
-            f"the recommended plan DOES NOT FIT after the run (limit {limit}): reserved grows "
-            "past the card even with expandable segments; see the alternatives below"
-        )
-    used = r.overhead_bytes + r.run.run.reserved_bytes
-    return render_seq_run(r.run, used, r.fits_after_run) + "\n" + verdict
 
 
 def step_plan(args: argparse.Namespace, batch_size: int) -> Any:

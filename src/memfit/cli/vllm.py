@@ -184,38 +184,8 @@ def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
 
 
 def startup_json(s: Any, command: str | None = None) -> dict[str, Any]:
-    """The ``--json`` record of one VllmStartup."""
-    kv = s.kv
-    return {
-        "runtime": "vllm",
-        "vllm_version": s.version,
-        "engine": s.engine,
-        "gpu": s.gpu,
-        "total_bytes": s.total_bytes,
-        "requested_bytes": s.requested_bytes,
-        "weights_bytes": s.weights_bytes,
-        "weight_format": s.weight_format,
-        "activation_peak_bytes": s.activation_peak_bytes,
-        "non_torch_bytes": s.non_torch_bytes,
-        "cuda_graph_bytes": s.cuda_graph_bytes,
-        "available_kv_cache_bytes": kv.available_bytes,
-        "kv_cache_bytes": kv.kv_cache_bytes,
-        "kv_cache_blocks": kv.num_blocks,
-        "kv_cache_tokens": kv.kv_cache_tokens,
-        "kv_cache_dtype": s.kv_cache_dtype,
-        "kv_groups": list(kv.kinds),
-        "max_model_len": s.max_model_len,
-        "max_num_seqs": s.max_num_seqs,
-        "max_num_batched_tokens": s.max_num_batched_tokens,
-        "block_size": s.block_size,
-        "max_concurrency": round(kv.max_concurrency, 4),
-        "starts": s.starts,
-        "error": s.error,
-        "largest_max_model_len": s.largest_max_model_len,
-        "smallest_gpu_memory_utilization": s.smallest_gpu_memory_utilization,
-        "notes": list(s.notes),
-        "command": command,
-    }
+    """The ``--json`` record of one VllmStartup, with the ``vllm serve`` command line."""
+    return {**s.to_json(), "command": command}
 
 
 def render_startup(s: Any, model: str) -> str:

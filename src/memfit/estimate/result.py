@@ -164,6 +164,18 @@ class MemoryEstimate:
             )
             object.__setattr__(self, "fits", verdict)
 
+    @property
+    def peak_components(self) -> dict[str, int]:
+        """The :class:`~memfit.estimate.answer.Answer` name of ``components``."""
+        return self.components
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """THE verdict (:func:`memfit.estimate.verdict.judge`) on the GPU asked, None without."""
+        if self.fits is None or self.fits.verdict is None:
+            return None
+        return self.fits.judgement()
+
     def _repr_html_(self) -> str:
         """A notebook's view: the verdict, the peaks with their ranges, the components bar."""
         from memfit.report.estimate_html import estimate_fragment

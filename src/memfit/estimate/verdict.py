@@ -19,7 +19,9 @@ verdict                   rule                                                  
 must not pass a job that the estimate's own error bar says may run out of memory; the text and
 ``--json`` (``fits.verdict``) tell it from ``does not fit``. ``estimate``, ``fit`` (the largest
 value whose verdict is ``fits``), ``plan`` (a plan is a plan when it ``fits``), ``upgrade``,
-``doctor`` and the monitor's receipt all call :func:`judge`.
+``doctor``, the monitor's receipt, the diffusion pipeline and training answers, the
+variable-length runs of ``fit`` / ``plan --seq-dist`` and the web page all call :func:`judge`
+(:func:`judge_point` where an answer has no measured range).
 """
 
 from __future__ import annotations
@@ -120,6 +122,18 @@ def judge(
 
 def headroom_bytes(capacity_bytes: int, headroom: float = DEFAULT_HEADROOM) -> int:
     return round(capacity_bytes * headroom)
+
+
+def judge_point(point_bytes: int, capacity_bytes: int, headroom: int | None = None) -> Verdict:
+    """:func:`judge` of an answer with no measured error range (a diffusion pipeline or training
+    run, a variable-length run's replay): the point value is the need. ``headroom`` (bytes)
+    None: :data:`DEFAULT_HEADROOM` of the capacity."""
+    return judge(
+        point_bytes=point_bytes,
+        need_bytes=point_bytes,
+        capacity_bytes=capacity_bytes,
+        headroom_bytes=headroom_bytes(capacity_bytes) if headroom is None else headroom,
+    )
 
 
 def upper_device_bytes(est: Any) -> int:

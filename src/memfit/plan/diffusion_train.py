@@ -10,9 +10,10 @@
   most expensive (gradient checkpointing recomputes the forward; 8-bit Adam and caching latents
   cost little) and returns every combination that fits, in that order.
 
-A job "fits" when the verdict rule of the inference pipelines (cli_diffusion) holds for training:
-need = max(allocated peak + CUDA context and cuBLAS workspaces, reserved peak + what lives outside
-the caching allocator) <= capacity - headroom.
+A job "fits" when THE verdict rule (:func:`memfit.estimate.verdict.judge`, through
+:mod:`memfit.estimate.diffusion.device`) says ``fits`` on the budget: need = max(allocated peak +
+CUDA context and cuBLAS workspaces, reserved peak + what lives outside the caching allocator) <=
+capacity - headroom. A need above the limit but within the capacity is ``tight``: not a fit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate.verdict import Verdict
 
 RESOLUTION_STEP = 64
 MAX_RESOLUTION = 4096
@@ -32,25 +34,37 @@ MAX_CONFIRM = 8
 
 @dataclass(frozen=True, kw_only=True)
 class TrainVerdict:
+    """THE verdict (``judgement``) of one traced job on the budget, with the figures the fit and
+    plan outputs print."""
+
     need_bytes: int
     overhead_bytes: int
     limit_bytes: int
+    judgement: Verdict
 
     @property
     def fits(self) -> bool:
-        return self.need_bytes <= self.limit_bytes
+        return self.judgement.fits
 
 
 def verdict(est: Any, budget: Any, arch: str | None) -> TrainVerdict:
-    from memfit.hardware.overhead import device_overhead
+    """THE verdict rule of ``est`` (a TrainEstimate) on ``budget`` (its capacity and headroom)."""
+    from memfit.estimate.diffusion.device import device_bytes
+    from memfit.estimate.verdict import judge_point
 
-    ov = device_overhead(arch, training=True)
-    need = max(
-        est.peak_bytes + ov.total_bytes, est.peak_reserved_bytes + ov.outside_allocator_bytes
-    )
+    need = device_bytes(est.peak_bytes, est.peak_reserved_bytes, arch, training=True)
+    v = judge_point(need, budget.capacity_bytes, budget.headroom_bytes)
     return TrainVerdict(
-        need_bytes=need, overhead_bytes=need - est.peak_bytes, limit_bytes=budget.limit_bytes
+        need_bytes=need,
+        overhead_bytes=need - est.peak_bytes,
+        limit_bytes=budget.limit_bytes,
+        judgement=v,
     )
+
+
+def _judged(est: Any, ver: TrainVerdict, budget: Any, arch: str | None) -> Any:
+    """``est`` carrying the budget's verdict (what its JSON prints under ``fits``)."""
+    return replace(est, gpu=budget.gpu_name, arch=arch, fits=ver.judgement)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +113,7 @@ def fit_training(
         if v not in seen:
             est = trace(replace(job, **{field: v}))
             ver = verdict(est, budget, arch)
-            seen[v] = (est, ver)
+            seen[v] = (_judged(est, ver, budget, arch), ver)
             probes.append((v, ver.need_bytes, ver.fits))
         return seen[v]
 
@@ -203,7 +217,7 @@ def plan_training(
     for cand in plan_candidates(job, pipeline=pipeline):
         est = trace(cand)
         ver = verdict(est, budget, arch)
-        tried.append((cand, est, ver))
+        tried.append((cand, _judged(est, ver, budget, arch), ver))
         n_fit += ver.fits
         if n_fit >= n_plans:
             break

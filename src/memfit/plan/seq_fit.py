@@ -5,8 +5,9 @@ Two stages. First the ordinary fixed-shape search at the longest length (:func:`
 at ``seq_len = MAX``): every run reaches MAX-length steps, so its answer is an upper bound here
 (the estimate at MAX must fit too). Then a monotone search at or below that bound, each
 candidate batch replayed over the sampled run (:func:`memfit.estimate.seqrun.run.estimate_seq_run`)
-without a memory cap: a batch fits when the reserved bytes after the run, plus the CUDA context,
-stay within the limit (capacity minus headroom). That is the safe criterion: on a real card the
+without a memory cap: a batch fits when THE verdict rule (:func:`memfit.estimate.verdict.judge`)
+of the reserved bytes after the run plus the CUDA context says ``fits`` (within capacity minus
+headroom). That is the safe criterion: on a real card the
 caching allocator would free its cache and retry before raising an OOM
 (``c10/cuda/CUDACachingAllocator.cpp``), which `estimate --seq-dist --gpu` models and which may
 still run, but every such retry synchronises the device and a fragmented cache is how a long run
@@ -22,9 +23,26 @@ from typing import Any
 
 from memfit.estimate.seqrun.dist import SeqDist, StepPlan
 from memfit.estimate.seqrun.run import SeqRunEstimate, estimate_seq_run
+from memfit.estimate.verdict import Verdict, judge_point
 from memfit.plan.budget import Budget
 from memfit.plan.solve import FitResult, fit, largest
 from memfit.spec import WorkloadSpec
+
+
+def after_run(run: SeqRunEstimate, overhead_bytes: int, budget: Budget) -> Verdict:
+    """THE verdict rule (memfit.estimate.verdict.judge) of the device bytes after the run
+    (reserved after the run, torch's default allocator settings, plus ``overhead_bytes``: the
+    CUDA context) on ``budget``. The replay has no measured error range: the point is the need."""
+    return judge_point(
+        run.run.reserved_bytes + overhead_bytes, budget.capacity_bytes, budget.headroom_bytes
+    )
+
+
+def judged(run: SeqRunEstimate, overhead_bytes: int, budget: Budget) -> SeqRunEstimate:
+    """``run`` with its overhead and its verdict on ``budget`` (the Answer's ``verdict``)."""
+    return dataclasses.replace(
+        run, overhead_bytes=overhead_bytes, fits=after_run(run, overhead_bytes, budget)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +107,6 @@ def fit_seq_dist(
     )
     est = fixed.estimate
     overhead = 0 if est is None else est.device_used_bytes - est.peak_reserved_bytes
-    limit = fixed.budget.limit_bytes - overhead
     runs: dict[int, SeqRunEstimate] = {}
 
     def replay(batch: int) -> SeqRunEstimate:
@@ -107,10 +124,12 @@ def fit_seq_dist(
         return runs[batch]
 
     def run_fits(batch: int) -> bool:
-        return replay(batch).run.reserved_bytes <= limit
+        return after_run(replay(batch), overhead, fixed.budget).fits
 
     best = largest(run_fits, cap=fixed.max_value) if fixed.max_value else 0
     shown = replay(max(best, 1)) if fixed.max_value else None
+    if shown is not None:
+        shown = judged(shown, overhead, fixed.budget)
     return SeqFitResult(
         max_batch=best, fixed=fixed, run=shown, overhead_bytes=overhead, n_replays=len(runs)
     )
@@ -127,7 +146,11 @@ class SeqPlanResult:
     overhead_bytes: int
 
     def _fits(self, reserved_bytes: int) -> bool:
-        return reserved_bytes + self.overhead_bytes <= self.plan.budget.limit_bytes
+        return judge_point(
+            reserved_bytes + self.overhead_bytes,
+            self.plan.budget.capacity_bytes,
+            self.plan.budget.headroom_bytes,
+        ).fits
 
     @property
     def fits_after_run(self) -> bool:
@@ -200,6 +223,7 @@ def plan_seq_dist(
         capacity_bytes=None,
         progress=progress,
     )
+    run = judged(run, overhead, result.budget)
     return SeqPlanResult(plan=result, run=run, overhead_bytes=overhead)
 
 

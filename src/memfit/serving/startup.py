@@ -83,6 +83,86 @@ class VllmStartup:
     largest_max_model_len: int | None
     smallest_gpu_memory_utilization: float | None
     notes: tuple[str, ...] = field(default=())
+    #: what the process holds before vLLM's budget: the CUDA context (and NCCL with TP/PP > 1)
+    context_bytes: int = CONTEXT_BYTES
+
+    # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
+    @property
+    def peak_allocated_bytes(self) -> int:
+        """Torch's tensors once serving: weights, the KV cache, the activation peak."""
+        return self.weights_bytes + self.kv.kv_cache_bytes + self.activation_peak_bytes
+
+    @property
+    def peak_reserved_bytes(self) -> int:
+        """The caching allocator keeps the profile run's activation segments: as allocated."""
+        return self.peak_allocated_bytes
+
+    @property
+    def device_used_bytes(self) -> int:
+        """What nvidia-smi shows once it serves: the context, torch's reserved bytes, the
+        non-torch increase (NCCL, custom all-reduce) and the CUDA graphs captured after."""
+        return (
+            self.context_bytes
+            + self.peak_reserved_bytes
+            + self.non_torch_bytes
+            + self.cuda_graph_bytes
+        )
+
+    @property
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """No measured range: vLLM's own accounting is simulated (docs/serving.md)."""
+        return {}
+
+    @property
+    def peak_components(self) -> dict[str, int]:
+        return {
+            "parameters": self.weights_bytes,
+            "kv_cache": self.kv.kv_cache_bytes,
+            "activations": self.activation_peak_bytes,
+        }
+
+    @property
+    def engine_reason(self) -> str:
+        """``engine`` is vLLM's (v0 / v1); memfit answers by simulating its start-up."""
+        return f"vLLM {self.version} start-up accounting simulated (memfit.serving.startup)"
+
+    @property
+    def verdict(self) -> None:
+        """None: vLLM's question is whether it starts (``starts``, ``error``), not a fit."""
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` record (``memfit vllm``; the CLI adds the ``command``)."""
+        kv = self.kv
+        return {
+            "runtime": "vllm",
+            "vllm_version": self.version,
+            "engine": self.engine,
+            "gpu": self.gpu,
+            "total_bytes": self.total_bytes,
+            "requested_bytes": self.requested_bytes,
+            "weights_bytes": self.weights_bytes,
+            "weight_format": self.weight_format,
+            "activation_peak_bytes": self.activation_peak_bytes,
+            "non_torch_bytes": self.non_torch_bytes,
+            "cuda_graph_bytes": self.cuda_graph_bytes,
+            "available_kv_cache_bytes": kv.available_bytes,
+            "kv_cache_bytes": kv.kv_cache_bytes,
+            "kv_cache_blocks": kv.num_blocks,
+            "kv_cache_tokens": kv.kv_cache_tokens,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "kv_groups": list(kv.kinds),
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "block_size": self.block_size,
+            "max_concurrency": round(kv.max_concurrency, 4),
+            "starts": self.starts,
+            "error": self.error,
+            "largest_max_model_len": self.largest_max_model_len,
+            "smallest_gpu_memory_utilization": self.smallest_gpu_memory_utilization,
+            "notes": list(self.notes),
+        }
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -272,6 +352,7 @@ def simulate_startup(
         largest_max_model_len=largest,
         smallest_gpu_memory_utilization=smallest,
         notes=tuple(notes),
+        context_bytes=context,
     )
 
 

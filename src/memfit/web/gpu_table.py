@@ -1,8 +1,11 @@
-"""The fits-which-GPU table of one estimate: every catalog GPU, the estimate's verdict rule.
+"""The fits-which-GPU table of one estimate: every catalog GPU, THE verdict rule.
 
-The verdict is :func:`memfit.estimate.device.fit_verdict`, the one ``memfit estimate --gpu``
-prints, applied to the estimate's device bytes (what ``nvidia-smi`` would show) and to the high
-end of its measured-error range. Speed columns are the catalog's rates; price columns are the
+Each row's ``verdict`` is :func:`memfit.estimate.verdict.judge`, the one ``memfit estimate --gpu``
+prints and the page's banner shows, of the estimate's device bytes (what ``nvidia-smi`` would
+show: the point value) and the high end of its measured-error range (the need), on the GPU's
+capacity (:func:`memfit.estimate.device.fit_verdict`) less the default headroom. ``fits`` is
+``verdict == "fits"``; ``fits_high_end``: the high end alone within the capacity (no headroom).
+Speed columns are the catalog's rates; price columns are the
 catalog's price table (:func:`memfit.hardware.prices.load_prices`, with its source and date;
 ``$MEMFIT_PRICES`` overrides it), never made up here.
 """
@@ -27,6 +30,7 @@ def _price_fields(price: Any) -> dict[str, Any]:
 def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None) -> list[dict]:
     """One row per catalog GPU, smallest memory first."""
     from memfit.estimate.device import fit_verdict
+    from memfit.estimate.verdict import headroom_bytes, judge
     from memfit.hardware import list_gpus
     from memfit.hardware.prices import load_prices
 
@@ -41,14 +45,25 @@ def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None)
     rows = []
     prices = load_prices()
     for gpu in list_gpus():
-        verdict, worst = fit_verdict(gpu, device_used_bytes), fit_verdict(gpu, high)
-        assert verdict is not None and worst is not None  # a GPU was given
+        point, worst = fit_verdict(gpu, device_used_bytes), fit_verdict(gpu, high)
+        assert point is not None and worst is not None  # a GPU was given
+        v = judge(
+            point_bytes=device_used_bytes,
+            need_bytes=high,
+            capacity_bytes=point.capacity_bytes,
+            headroom_bytes=headroom_bytes(point.capacity_bytes),
+        )
         rows.append(
             {
                 "gpu": gpu.name,
-                "capacity_bytes": verdict.capacity_bytes,
-                "free_bytes": verdict.free_bytes,
-                "fits": verdict.fits,
+                "capacity_bytes": point.capacity_bytes,
+                "free_bytes": point.free_bytes,
+                "fits": v.fits,
+                "verdict": v.verdict,
+                "need_bytes": v.need_bytes,
+                "headroom_bytes": v.headroom_bytes,
+                "limit_bytes": v.limit_bytes,
+                "margin_bytes": v.margin_bytes,
                 "fits_high_end": worst.fits,
                 "memory_bandwidth_gbps": gpu.memory_bandwidth_gbps,
                 "bf16_dense_tflops": gpu.bf16_dense_tflops,

@@ -20,16 +20,22 @@ embeddings live until the pipeline returns; latents). Offloaded weights are in h
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from memfit.errors import NotModelledError, SpecError, TraceError
+from memfit.estimate.diffusion.device import (
+    capacity_bytes,
+    device_bytes,
+    fits_json,
+)
 from memfit.estimate.trace import build
 from memfit.estimate.trace.engine import cuda_emulation_for
 from memfit.estimate.trace.tracker import StorageTracker
+from memfit.estimate.verdict import Verdict, judge_point
 from memfit.spec import WorkloadSpec
 
 PIPELINE_OFFLOADS = ("none", "model", "sequential", "group")
@@ -211,10 +217,91 @@ class PipelineEstimate:
     #: the reserved peak when every forward also allocates its cuDNN convolution-workspace
     #: allowance at its peak (the allocator replay again; what the ``--gpu`` verdict uses)
     peak_reserved_upper_bytes: int | None = None
+    #: the GPU asked (its name and architecture, whose CUDA context the device bytes add; None:
+    #: no GPU, the default context) and THE verdict on it (memfit.estimate.diffusion.device)
+    gpu: str | None = None
+    arch: str | None = None
+    fits: Verdict | None = None
 
     @property
     def peak_bytes(self) -> int:
         return max(s.peak_bytes for s in self.stages)
+
+    # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
+    @property
+    def peak_allocated_bytes(self) -> int:
+        return self.peak_bytes
+
+    @property
+    def device_used_bytes(self) -> int:
+        """What nvidia-smi shows at the peak: the point value of the verdict (device.py)."""
+        return device_bytes(self.peak_bytes, self.peak_reserved_bytes, self.arch, training=False)
+
+    @property
+    def device_used_upper_bytes(self) -> int:
+        """The same with every forward's cuDNN convolution-workspace allowance allocated."""
+        reserved = self.peak_reserved_bytes
+        upper_reserved = None if reserved is None else (self.peak_reserved_upper_bytes or 0)
+        return device_bytes(self.peak_upper_bytes, upper_reserved, self.arch, training=False)
+
+    @property
+    def overhead_bytes(self) -> int:
+        """What the device bytes add to the tensors: the CUDA context and the cuBLAS workspaces
+        (only what lives outside the allocator when the reserved peak was replayed)."""
+        from memfit.hardware.overhead import device_overhead
+
+        ov = device_overhead(self.arch, training=False)
+        return ov.total_bytes if self.peak_reserved_bytes is None else ov.outside_allocator_bytes
+
+    @property
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """No measured error range for diffusion pipelines (docs/diffusion.md, accuracy)."""
+        return {}
+
+    @property
+    def peak_components(self) -> dict[str, int]:
+        """At the peak stage: resident weights, the forward's activations, the carried tensors
+        (prompt embeddings, latents)."""
+        s = max(self.stages, key=lambda s: s.peak_bytes)
+        return {
+            "parameters": s.resident_weights_bytes,
+            "activations": s.activation_peak_bytes + s.carried_bytes,
+        }
+
+    @property
+    def engine(self) -> str:
+        return "trace"
+
+    @property
+    def engine_reason(self) -> str:
+        return "diffusion pipelines: each component's forward traced on fake tensors"
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self.fits
+
+    def judge_on(self, gpu: Any) -> PipelineEstimate:
+        """This answer with THE verdict on ``gpu`` (a catalog record)."""
+        on = replace(self, gpu=gpu.name, arch=gpu.arch)  # the context of gpu's architecture
+        return replace(on, fits=judge_point(on.device_used_bytes, capacity_bytes(gpu)))
+
+    def fits_json(self) -> dict[str, Any] | None:
+        """The ``fits`` object: the verdict's keys beside those the pipeline always printed."""
+        if self.fits is None:
+            return None
+        upper = self.device_used_upper_bytes
+        return fits_json(
+            self.fits,
+            {
+                "gpu": self.gpu,
+                "capacity_bytes": self.fits.capacity_bytes,
+                "overhead_bytes": self.overhead_bytes,
+                "need_bytes": self.fits.need_bytes,
+                "need_with_conv_workspace_bytes": upper,
+                "fits": self.fits.fits,
+                "fits_with_conv_workspace": upper <= self.fits.capacity_bytes,
+            },
+        )
 
     @property
     def peak_stage(self) -> str:
@@ -253,6 +340,7 @@ class PipelineEstimate:
             "stages": [{**asdict(s), "peak_bytes": s.peak_bytes} for s in self.stages],
             "components": [asdict(c) for c in self.components],
             "notes": list(self.notes),
+            "fits": self.fits_json(),
         }
 
 

@@ -293,7 +293,8 @@ def _not_converted(model: torch.nn.Module, library: str) -> tuple[str, ...]:
 def estimate_pipeline(
     root: Path, job: DiffusionJob, *, name: str, gpu: Any = None
 ) -> PipelineEstimate:
-    """Trace every component of the pipeline at ``root`` and compose the stages."""
+    """Trace every component of the pipeline at ``root`` and compose the stages; with ``gpu`` (a
+    catalog record) the answer carries THE verdict on it (``fits``)."""
     from memfit.estimate.diffusion.compose import compose, replay_reserved
     from memfit.estimate.diffusion.versions import behaviour
     from memfit.estimate.diffusion.weights import BACKEND, layout, quantized_components
@@ -401,7 +402,7 @@ def estimate_pipeline(
     args = (job, list(steps), traces, tensor_allocs, forward_events, stage_of)
     loaded, reserved = replay_reserved(*args, **replay)  # type: ignore[arg-type]
     _, reserved_upper = replay_reserved(*args, **replay, conv_workspace=True)  # type: ignore[arg-type]
-    return compose(
+    est = compose(
         name,
         pipeline,
         job,
@@ -414,3 +415,5 @@ def estimate_pipeline(
         calls=calls,
         pinned=pinned,
     )
+    # THE verdict on the GPU asked (memfit.estimate.diffusion.device)
+    return est if gpu is None else est.judge_on(gpu)

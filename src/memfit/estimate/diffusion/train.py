@@ -11,10 +11,16 @@ through the real diffusers / transformers / peft classes.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate.diffusion.device import (
+    capacity_bytes,
+    device_bytes,
+    fits_json,
+)
+from memfit.estimate.verdict import Verdict, judge_point
 
 #: accelerate's ``--mixed_precision`` for each memfit precision the scripts can run: the frozen
 #: components are cast to ``weight_dtype`` (fp16 / bf16 / fp32), the forward runs under
@@ -172,6 +178,11 @@ class TrainEstimate:
     components: tuple[ComponentState, ...]
     peak_reserved_bytes: int
     notes: tuple[str, ...] = ()
+    #: the GPU asked (its name and architecture, whose CUDA context the device bytes add; None:
+    #: no GPU, the default context) and THE verdict on it (memfit.estimate.diffusion.device)
+    gpu: str | None = None
+    arch: str | None = None
+    fits: Verdict | None = None
 
     @property
     def peak(self) -> PhasePeak:
@@ -180,6 +191,76 @@ class TrainEstimate:
     @property
     def peak_bytes(self) -> int:
         return self.peak.peak_bytes
+
+    # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
+    @property
+    def peak_allocated_bytes(self) -> int:
+        return self.peak_bytes
+
+    @property
+    def device_used_bytes(self) -> int:
+        """What nvidia-smi shows at the peak: the point value of the verdict (device.py)."""
+        return device_bytes(self.peak_bytes, self.peak_reserved_bytes, self.arch, training=True)
+
+    @property
+    def overhead_bytes(self) -> int:
+        """What the device bytes add to the allocated peak (CUDA context, workspaces)."""
+        return self.device_used_bytes - self.peak_bytes
+
+    @property
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """No measured error range for diffusion training (docs/diffusion.md, accuracy)."""
+        return {}
+
+    @property
+    def peak_components(self) -> dict[str, int]:
+        p = self.peak
+        return {
+            "parameters": p.parameters_bytes,
+            "gradients": p.gradients_bytes,
+            "optimizer_states": p.optimizer_states_bytes,
+            "activations": p.activations_bytes,
+            "temporary": p.temporary_bytes,
+        }
+
+    @property
+    def engine(self) -> str:
+        return "trace"
+
+    @property
+    def engine_reason(self) -> str:
+        return "diffusion training: the diffusers script's step traced on fake tensors"
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self.fits
+
+    def judge_on(
+        self, gpu: Any, *, capacity: int | None = None, headroom: int | None = None
+    ) -> TrainEstimate:
+        """This answer with THE verdict on ``gpu`` (a catalog record, or None with a
+        ``capacity``: a ``--gpu-memory`` budget); ``headroom`` None: the default fraction."""
+        arch = self.arch if gpu is None else gpu.arch
+        judged = replace(self, arch=arch)
+        cap = capacity_bytes(gpu) if capacity is None else capacity
+        v = judge_point(judged.device_used_bytes, cap, headroom)
+        name = gpu.name if gpu is not None else self.gpu
+        return replace(judged, gpu=name, fits=v)
+
+    def fits_json(self) -> dict[str, Any] | None:
+        """The ``fits`` object: the verdict's keys beside those the training answer printed."""
+        if self.fits is None:
+            return None
+        return fits_json(
+            self.fits,
+            {
+                "gpu": self.gpu,
+                "capacity_bytes": self.fits.capacity_bytes,
+                "overhead_bytes": self.overhead_bytes,
+                "need_bytes": self.fits.need_bytes,
+                "fits": self.fits.fits,
+            },
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -194,4 +275,5 @@ class TrainEstimate:
             "phases": [asdict(p) for p in self.phases],
             "components": [asdict(c) for c in self.components],
             "notes": list(self.notes),
+            "fits": self.fits_json(),
         }

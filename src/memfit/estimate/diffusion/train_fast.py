@@ -36,11 +36,11 @@ def estimate_training_fast(
     index, configs = read_tree(root)
     stack = STACKS.get(str(index["_class_name"]))
     if stack is None:
-        return estimate_training(root, job, name=name, gpu=gpu)
+        return estimate_training(root, job, name=name, gpu=gpu)  # judged on gpu
     comp, keys = stack
     counts = [int(configs[comp].get(k, 0)) for k in keys]
     if any(n <= BASE + 1 for n in counts):
-        return estimate_training(root, job, name=name, gpu=gpu)
+        return estimate_training(root, job, name=name, gpu=gpu)  # judged on gpu
     runs = []
     for bump in (None, *range(len(keys))):
         at = {k: BASE + (1 if i == bump else 0) for i, k in enumerate(keys)}
@@ -51,7 +51,8 @@ def estimate_training_fast(
         f"{comp}: traced with {BASE} and {BASE + 1} blocks of each kind "
         f"({', '.join(keys)}) and extrapolated to {', '.join(map(str, counts))}"
     )
-    return replace(est, notes=(*est.notes, note))
+    est = replace(est, notes=(*est.notes, note))
+    return est if gpu is None else est.judge_on(gpu)  # THE verdict on the combined figures
 
 
 def _lin(values: list[int], weights: list[int]) -> int:

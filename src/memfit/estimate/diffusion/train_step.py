@@ -100,7 +100,7 @@ def estimate_training(
     phases = tuple(run.early.get(p) or phase_peak(tracker, p, s)
                    for p, s in tracker.phase_peaks.items() if p not in ("init", "end"))  # fmt: skip
     notes = _notes(setup, job)
-    return TrainEstimate(
+    est = TrainEstimate(
         name=name,
         pipeline=pipeline,
         script=setup.script,
@@ -110,6 +110,7 @@ def estimate_training(
         peak_reserved_bytes=reserved,
         notes=notes,
     )
+    return est if gpu is None else est.judge_on(gpu)  # THE verdict on the GPU asked
 
 
 def _build(

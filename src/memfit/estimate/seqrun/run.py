@@ -24,6 +24,7 @@ from memfit.estimate.seqrun.replay import (
     same_steps,
     templates_from_traces,
 )
+from memfit.estimate.verdict import Verdict
 from memfit.spec import WorkloadSpec
 
 #: The multiple tried when the run pads to the longest sample only (tensor-core friendly; the
@@ -67,11 +68,55 @@ class SeqRunEstimate:
     alternatives: tuple[Variant, ...]
     recommendations: tuple[str, ...]
     unmatched_frees: int
+    #: the run's allocated peak (the replay as asked, torch's default allocator settings)
+    peak_allocated_bytes: int = 0
+    #: what the device holds outside the caching allocator (CUDA context), set by the caller
+    #: that knows it (the fixed-shape estimate's device bytes minus its reserved bytes)
+    overhead_bytes: int = 0
+    #: THE verdict of the device bytes after the run on a budget (fit / plan --seq-dist)
+    fits: Verdict | None = None
 
     @property
     def growth(self) -> float:
         """Reserved after the run over the fixed-shape reserved, minus one."""
         return self.run.reserved_bytes / max(self.fixed.reserved_bytes, 1) - 1
+
+    # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
+    @property
+    def peak_reserved_bytes(self) -> int:
+        """Reserved after the run as asked (the caching allocator only grows)."""
+        return self.run.reserved_bytes
+
+    @property
+    def device_used_bytes(self) -> int:
+        return self.overhead_bytes + self.run.reserved_bytes
+
+    @property
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """No measured error range of its own (the fixed-shape estimate carries one)."""
+        return {}
+
+    @property
+    def peak_components(self) -> dict[str, int]:
+        """No components: the replay follows allocations, not what they hold (the fixed-shape
+        estimate at the longest length has them)."""
+        return {}
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.recommendations
+
+    @property
+    def engine(self) -> str:
+        return "trace"
+
+    @property
+    def engine_reason(self) -> str:
+        return "variable-length runs: traced at anchor lengths, replayed through the allocator"
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self.fits
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,11 +176,13 @@ def estimate_seq_run(
     say(f"replaying {plan.n_steps} steps through the caching-allocator model")
     runs = {name: [max(n, floor) for n in r] for name, r in runs.items()}
     lengths = runs["run"]
-    run = _variant(templates, "run", runs.pop("run"), capacity_bytes)
-    fixed = _variant(templates, "fixed", runs.pop("fixed"), capacity_bytes)
+    run, allocated = _variant(templates, "run", runs.pop("run"), capacity_bytes)
+    fixed, _ = _variant(templates, "fixed", runs.pop("fixed"), capacity_bytes)
     matters = run.reserved_bytes > fixed.reserved_bytes * (1 + MATTERS_RATIO)
     alternatives = (
-        tuple(_variant(templates, n, r, capacity_bytes) for n, r in runs.items()) if matters else ()
+        tuple(_variant(templates, n, r, capacity_bytes)[0] for n, r in runs.items())
+        if matters
+        else ()
     )
     if matters and not plan.packing:  # every step at MAX: the fixed-shape run itself
         how, memory_only = _HOW["packing"]
@@ -155,6 +202,7 @@ def estimate_seq_run(
         alternatives=alternatives,
         recommendations=tuple(_recommend(fixed, run, alternatives)),
         unmatched_frees=replay_run(templates, lengths[:4]).unmatched_frees,
+        peak_allocated_bytes=allocated,
     )
 
 
@@ -236,13 +284,14 @@ _HOW = {
 
 def _variant(
     templates: StepTemplates, name: str, lengths: list[int], capacity_bytes: int | None
-) -> Variant:
+) -> tuple[Variant, int]:
+    """The replayed run and its allocated peak (default allocator settings)."""
     how, memory_only = _HOW[name]
     default = replay_run(templates, lengths, capacity_bytes=capacity_bytes)
     expandable = replay_run(
         templates, lengths, expandable_segments=True, capacity_bytes=capacity_bytes
     )
-    return Variant(
+    variant = Variant(
         name=name,
         reserved_bytes=default.peak_reserved_bytes,
         reserved_expandable_bytes=expandable.peak_reserved_bytes,
@@ -251,6 +300,7 @@ def _variant(
         n_ooms=default.n_ooms,
         n_ooms_expandable=expandable.n_ooms,
     )
+    return variant, default.peak_allocated_bytes
 
 
 def _recommend(fixed: Variant, run: Variant, alternatives: tuple[Variant, ...]) -> list[str]:

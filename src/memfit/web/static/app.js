@@ -152,6 +152,18 @@ function legend() {
   return d;
 }
 
+// THE verdict (memfit.estimate.verdict): the CLI's --json gives it (fits.verdict, need_bytes,
+// limit_bytes, margin_bytes); the banner, the table and the plan's "as asked" only word it, as
+// Verdict.text does, and never decide it again.
+function verdictClass(verdict) { return verdict === "fits" ? "ok" : verdict === "tight" ? "warn" : "bad"; }
+function verdictText(f, gpu) {
+  const head = f.verdict + " on " + gpu;
+  if (f.verdict === "fits") return head + ": needs " + fmtBytes(f.need_bytes) + " (upper end) of " + fmtBytes(f.limit_bytes) + ", margin " + fmtBytes(f.margin_bytes);
+  const point = f.capacity_bytes - f.free_bytes;
+  if (f.verdict === "tight") return head + ": the estimate (" + fmtBytes(point) + ") fits " + fmtBytes(f.capacity_bytes) + ", but its upper end (" + fmtBytes(f.need_bytes) + ") exceeds the limit " + fmtBytes(f.limit_bytes) + " (" + fmtBytes(f.headroom_bytes) + " headroom): it may run out of memory";
+  return head + ": needs " + fmtBytes(point) + " (estimate), " + fmtBytes(-f.free_bytes) + " more than its " + fmtBytes(f.capacity_bytes);
+}
+
 function renderEstimate(est, command) {
   lastEstimate = { est, command };
   $("answer").hidden = false;
@@ -165,11 +177,10 @@ function renderEstimate(est, command) {
   $("peak-phase").textContent = "(" + est.peak_phase + ")";
   const v = $("verdict");
   if (est.fits) {
-    v.className = "verdict " + (est.fits.fits ? "ok" : "bad");
-    v.textContent = (est.fits.fits ? "fits on " : "does not fit on ") + est.fits.gpu + ": needs " +
-      fmtBytes(est.device_used_bytes) + " of " + fmtBytes(est.fits.capacity_bytes) +
-      (est.fits.fits ? " (" + fmtBytes(est.fits.free_bytes) + " free)" : " (short by " + fmtBytes(-est.fits.free_bytes) + ")");
-  } else { v.className = "verdict"; v.textContent = "no GPU chosen: pick one for a verdict"; }
+    v.className = "verdict " + verdictClass(est.fits.verdict);
+    v.dataset.verdict = est.fits.verdict;
+    v.textContent = verdictText(est.fits, est.fits.gpu);
+  } else { v.className = "verdict"; delete v.dataset.verdict; v.textContent = "no GPU chosen: pick one for a verdict"; }
   const comps = Object.entries(est.components);
   $("chart-components").replaceChildren(stackedBars([["at the peak", comps]]), legend());
   $("chart-phases").replaceChildren(stackedBars(Object.entries(est.phases).map(([p, x]) => [p, Object.entries(x.components)])));
@@ -182,10 +193,10 @@ async function renderGpuTable(est) {
   const rows = await r.json();
   const body = $("gpu-table").tBodies[0];
   body.replaceChildren(...rows.map((g) => {
-    const tr = el("tr", { "data-gpu": g.gpu, "data-fits": String(g.fits) });
+    const tr = el("tr", { "data-gpu": g.gpu, "data-fits": String(g.fits), "data-verdict": g.verdict });
     const price = g.usd_per_hour == null ? "" : `$${Number(g.usd_per_hour).toFixed(2)}/h (${g.price_as_of || "?"})`;
-    const cells = [g.gpu, fmtBytes(g.capacity_bytes), fmtBytes(g.free_bytes), g.fits ? "yes" : "no", g.fits_high_end ? "yes" : "no", g.memory_bandwidth_gbps ?? "–", g.bf16_dense_tflops ?? "–", price || "–"];
-    cells.forEach((c, i) => { const td = el("td", {}, String(c)); if (i === 3 || i === 4) td.className = c === "yes" ? "good" : "bad"; tr.appendChild(td); });
+    const cells = [g.gpu, fmtBytes(g.capacity_bytes), fmtBytes(g.free_bytes), g.verdict, fmtBytes(g.margin_bytes), g.memory_bandwidth_gbps ?? "–", g.bf16_dense_tflops ?? "–", price || "–"];
+    cells.forEach((c, i) => { const td = el("td", {}, String(c)); if (i === 3) td.className = g.fits ? "good" : g.verdict === "tight" ? "warn" : "bad"; tr.appendChild(td); });
     return tr;
   }));
 }
@@ -235,7 +246,7 @@ function planView(p) {
   const out = [];
   const asked = lastEstimate && lastEstimate.est.fits;
   out.push(el("h3", {}, "As asked"));
-  out.push(el("p", { class: asked ? (asked.fits ? "good" : "bad") : "" }, asked ? (asked.fits ? "fits" : "does not fit") + " on " + asked.gpu + " as asked (" + fmtBytes(lastEstimate.est.device_used_bytes) + ")" : "choose a GPU for the as-asked verdict"));
+  out.push(el("p", { class: asked ? (asked.fits ? "good" : asked.verdict === "tight" ? "warn" : "bad") : "" }, asked ? verdictText(asked, asked.gpu) + " (as asked)" : "choose a GPU for the as-asked verdict"));
   out.push(el("h3", {}, "Recommended plan"));
   const rec = p.recommended;
   if (rec) {
