@@ -42,7 +42,7 @@ def refuse_pipeline_flags(args: argparse.Namespace) -> None:
 
 
 def _job(args: argparse.Namespace) -> Any:
-    from memfit.estimate.diffusion.pipeline import DiffusionJob
+    from memfit.spec.diffusion import DiffusionJob
 
     if getattr(args, "offload", None) not in (None, "none"):
         raise SpecError(

@@ -45,7 +45,7 @@ def refuse_train_flags_in_inference(args: argparse.Namespace) -> None:
 
 
 def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
-    from memfit.estimate.diffusion.train import DiffusionTrainJob
+    from memfit.spec.diffusion import DiffusionTrainJob
     from memfit.spec.rules import resolve_precision
 
     for dest in _INFER_ONLY:

@@ -207,7 +207,8 @@ def media_from(args: argparse.Namespace) -> Any:
     """``--image-size`` / ``--num-channels`` / ``--audio-seconds`` for every MODEL the command
     resolves (memfit.models.media)."""
     from memfit.flags import media_kwargs
-    from memfit.models.media import MediaSpec, using_media
+    from memfit.models.media import using_media
+    from memfit.spec.media import MediaSpec
 
     return using_media(MediaSpec(**media_kwargs(vars(args))))
 
@@ -242,13 +243,7 @@ def main(
         return EXIT_BAD_INPUT
     try:
         args = cli_from.reparse(parser, args.subparsers, args, argv)
-        from memfit.models.source import allowing_code
-
-        with (
-            allowing_code(bool(getattr(args, "allow_code", False))),
-            applied(args),
-            media_from(args),
-        ):
+        with applied(args), media_from(args):
             return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()

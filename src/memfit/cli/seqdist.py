@@ -7,8 +7,8 @@ import dataclasses
 import json
 from typing import Any
 
-from memfit.estimate.seqrun.dist import DEFAULT_STEPS
 from memfit.progress import report
+from memfit.spec.seqrun import DEFAULT_STEPS
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -253,7 +253,7 @@ def render_seq_plan(r: Any) -> str:
 
 def step_plan(args: argparse.Namespace, batch_size: int) -> Any:
     """The run's step plan from the --seq-dist flags (one place for estimate, fit and plan)."""
-    from memfit.estimate.seqrun.dist import StepPlan
+    from memfit.spec.seqrun import StepPlan
 
     return StepPlan(
         batch_size=batch_size,

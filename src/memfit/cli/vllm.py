@@ -155,7 +155,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
     """The VllmConfig the parsed flags describe."""
-    from memfit.serving import DEFAULT_VERSION, VllmConfig
+    from memfit.serving import DEFAULT_VERSION
+    from memfit.spec.serving import VllmConfig
 
     tp, pp = args.tp, args.pp
     if gpus is not None and tp is None:
@@ -305,7 +306,8 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
 
 
 def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> Any:
-    from memfit.serving import DEFAULT_VERSION, VllmConfig
+    from memfit.serving import DEFAULT_VERSION
+    from memfit.spec.serving import VllmConfig
 
     quant = getattr(args, "quant", None)
     if quant not in (None, "none", "fp8"):
