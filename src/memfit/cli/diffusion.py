@@ -88,16 +88,13 @@ def _job(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
+    from memfit.api import estimate
     from memfit.cli import diffusion_train as cli_diffusion_train
-    from memfit.estimate.diffusion.pipelines import estimate_pipeline
-    from memfit.models.pipelines import pipeline_dir
 
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
         return cli_diffusion_train.cmd_estimate(args)
     cli_diffusion_train.refuse_train_flags_in_inference(args)
     job = _job(args)
-    root = pipeline_dir(args.model)
-    assert root is not None
     if sys.stderr.isatty() and not args.json:
         print(f"tracing {args.model}'s components on fake tensors ...", file=sys.stderr)
     gpu = None
@@ -105,7 +102,7 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
         from memfit.hardware.catalog import get_gpu
 
         gpu = get_gpu(args.gpu)
-    est = estimate_pipeline(root, job, name=args.model, gpu=gpu)
+    est = estimate(args.model, job, gpu=gpu)
     fits = None
     if gpu is not None:
         from memfit.hardware.overhead import device_overhead

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from typing import Any
 
@@ -50,10 +49,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def cmd(args: argparse.Namespace, workload: Any) -> int:
     """``estimate --seq-dist``: the estimate at the longest length, then the run's replay."""
-    from memfit.estimate import estimate
+    from memfit.api import estimate
+    from memfit.cli.engine import options_from
     from memfit.estimate.seqrun.dist import parse_seq_dist
-    from memfit.estimate.seqrun.run import estimate_seq_run
-    from memfit.models import resolve_model
     from memfit.report.text import render_estimate
 
     dist = parse_seq_dist(args.seq_dist)
@@ -61,26 +59,10 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         from memfit.errors import SpecError
 
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
-    plan = step_plan(args, workload.batch_size)
-    source = resolve_model(str(args.model), trust_remote_code=args.trust_remote_code)
-    est = estimate(
-        source,
-        dataclasses.replace(workload, seq_len=_top(dist.max_len, plan)),
-        gpu=args.gpu,
-        engine=args.engine,
-        extrapolate=args.extrapolate,
-    )
+    answer = estimate(str(args.model), seq_run(args, workload, dist), gpu=args.gpu,
+                      options=options_from(args))  # fmt: skip
+    est, run = answer.estimate, answer.run
     overhead_bytes = est.device_used_bytes - est.peak_reserved_bytes  # CUDA context and the like
-    capacity = None if est.fits is None else est.fits.capacity_bytes - overhead_bytes
-    run = estimate_seq_run(
-        source,
-        workload,
-        dist,
-        plan,
-        gpu=_gpu(args) if args.gpu else None,
-        capacity_bytes=capacity,
-        progress=report,
-    )
     used_bytes = overhead_bytes + run.run.reserved_bytes
     # With a GPU the replay is capped at its memory: the allocator frees its cache and retries
     # there, so the run fits unless a request still fails (an OOM in the replay).
@@ -93,11 +75,6 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         print(render_estimate(est, top=args.top))
         print(render_seq_run(run, used_bytes, fits))
     return 1 if fits is False or (est.fits is not None and not est.fits.fits) else 0
-
-
-def _top(max_len: int, plan: Any) -> int:
-    k = plan.pad_to_multiple_of or 1
-    return -(-max_len // k) * k
 
 
 def _gpu(args: argparse.Namespace) -> Any:
@@ -249,6 +226,21 @@ def render_seq_plan(r: Any) -> str:
         )
     used = r.overhead_bytes + r.run.run.reserved_bytes
     return render_seq_run(r.run, used, r.fits_after_run) + "\n" + verdict
+
+
+def seq_run(args: argparse.Namespace, workload: Any, dist: Any) -> Any:
+    """The variable-length run the --seq-dist flags describe over ``workload``'s steps."""
+    from memfit.spec.seqrun import SeqRun
+
+    return SeqRun(
+        workload=workload,
+        dist=dist,
+        n_steps=args.run_steps,
+        seed=args.seed,
+        pad_to_multiple_of=args.pad_to_multiple_of,
+        packing=args.packing,
+        group_by_length=args.group_by_length,
+    )
 
 
 def step_plan(args: argparse.Namespace, batch_size: int) -> Any:

@@ -254,17 +254,12 @@ def render_startup(s: Any, model: str) -> str:
 
 
 def cmd_vllm(args: argparse.Namespace) -> int:
+    from memfit.api import estimate
     from memfit.hardware.catalog import get_gpu
-    from memfit.models import resolve_model
-    from memfit.serving import simulate_startup
     from memfit.serving.command import serve_command
 
     config = config_from_args(args, args.gpus)
-    gpu = get_gpu(args.gpu)
-    source = resolve_model(args.model)
-    if source.spec is None:
-        raise SpecError(f"memfit vllm needs a config.json model, not a factory ({args.model!r})")
-    s = simulate_startup(source.spec, gpu, config)
+    s = estimate(args.model, config, gpu=get_gpu(args.gpu))
     command = serve_command(args.model, config)
     print(
         json.dumps(startup_json(s, command), indent=2)

@@ -6,6 +6,10 @@ variables, each owned by its module: the engine policy (:func:`memfit.estimate.p
 the disk caches (:func:`memfit.estimate.derived.cache.disabled`) and code-running MODELs
 (:func:`memfit.models.source.allowing_code`). :func:`using_options` is the only function that
 sets them from options; ``trust_remote_code`` and ``extrapolate`` are passed as arguments.
+
+A setting left at its default (``engine="auto"``, ``use_cache=True``, ``allow_code=False``)
+leaves the enclosing one as it is, so a library call inside ``with use_engine("trace"):`` or
+``with allowing_code():`` keeps what its caller set.
 """
 
 from __future__ import annotations
@@ -18,14 +22,17 @@ from memfit.spec.options import EstimateOptions
 
 @contextlib.contextmanager
 def using_options(options: EstimateOptions) -> Iterator[EstimateOptions]:
-    """Inside the block, everything answers with ``options``' engine, caches and code rule."""
+    """Inside the block, everything answers with ``options``' engine, caches and code rule (the
+    settings that differ from the defaults; see the module docstring)."""
     from memfit.estimate.derived.cache import disabled
     from memfit.estimate.policy import use_engine
     from memfit.models.source import allowing_code
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(use_engine(options.engine))
+        if options.engine != "auto":
+            stack.enter_context(use_engine(options.engine))
         if not options.use_cache:
             stack.enter_context(disabled())
-        stack.enter_context(allowing_code(options.allow_code))
+        if options.allow_code:
+            stack.enter_context(allowing_code(True))
         yield options
