@@ -171,7 +171,11 @@ def estimate(
     fields as keywords: ``engine``, ``trust_remote_code``, ``extrapolate`` (None traces models up
     to 48 layers whole, deeper ones in part), ``allow_code`` (a ``pkg.mod:fn`` MODEL may be
     imported and called)."""
-    old = {"engine": engine, "trust_remote_code": trust_remote_code, "extrapolate": extrapolate}
+    old: dict[str, Any] = {
+        "engine": engine,
+        "trust_remote_code": trust_remote_code,
+        "extrapolate": extrapolate,
+    }
     opts = _options(options, allow_code, workload=workload, gpu=gpu, **old)
     return _api.estimate(model, workload, gpu=gpu, options=opts)
 
