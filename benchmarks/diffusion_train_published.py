@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memfit.estimate.diffusion.train import DiffusionTrainJob
 from memfit.estimate.diffusion.train_fast import estimate_training_fast
 from memfit.hardware.catalog import get_gpu
 from memfit.hardware.overhead import device_overhead
 from memfit.models.pipelines import pipeline_dir
+from memfit.spec.diffusion import DiffusionTrainJob
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "diffusion_train_published.json"

@@ -297,8 +297,9 @@ def lora_run(steps: int, expandable: bool) -> dict[str, Any]:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from memfit.estimate.seqrun.dist import StepPlan, parse_seq_dist, step_lengths
+    from memfit.estimate.seqrun.dist import parse_seq_dist, step_lengths
     from memfit.models import resolve_model
+    from memfit.spec.seqrun import StepPlan
 
     config = resolve_model(str(RUN["model"])).config or {}
     cfg = LlamaConfig(**{k: v for k, v in config.items() if k != "architectures"})

@@ -17,7 +17,8 @@ from typing import Any
 
 from memfit.hardware.catalog import get_gpu
 from memfit.models import ModelSpec, resolve_model
-from memfit.serving import VllmConfig, simulate_startup
+from memfit.serving import simulate_startup
+from memfit.spec.serving import VllmConfig
 from memfit.units import GiB
 
 HERE = Path(__file__).resolve().parent

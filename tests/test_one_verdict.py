@@ -278,7 +278,8 @@ def test_a_vllm_job_gets_one_answer_everywhere(
 ) -> None:
     from memfit.hardware import get_gpu
     from memfit.models import resolve_model
-    from memfit.serving import VllmConfig, simulate_startup
+    from memfit.serving import simulate_startup
+    from memfit.spec.serving import VllmConfig
 
     code, served = cli("vllm", "llama-3.1-8b", "--max-model-len", str(VLLM_LEN), "--gpu", gpu)
     line = tmp_path / "serve.sh"

@@ -43,6 +43,14 @@ def test_all_lists_exactly_the_public_names() -> None:
         "apply_plan_",
         "build_optimizer",
         "find_batch_size",
+        "EstimateOptions",
+        "DiffusionJob",
+        "DiffusionTrainJob",
+        "VllmConfig",
+        "SeqRun",
+        "SeqDist",
+        "MediaSpec",
+        "PlanRequest",
     ):
         assert name in memfit.__all__
 

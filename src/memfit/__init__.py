@@ -20,20 +20,32 @@ from memfit.errors import (
     UnknownGPUError,
     UnknownModelError,
 )
-from memfit.estimate import estimate
 from memfit.estimate.result import COMPONENTS, FitVerdict, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.models.model_spec import ModelSpec
 from memfit.monitor import Monitor, diagnose, oom_guard  # torch is imported when one starts
-from memfit.spec import WorkloadSpec
+from memfit.spec import (
+    DiffusionJob,
+    DiffusionTrainJob,
+    EstimateOptions,
+    MediaSpec,
+    SeqDist,
+    SeqRun,
+    VllmConfig,
+    WorkloadSpec,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "COMPONENTS",
+    "DiffusionJob",
+    "DiffusionTrainJob",
     "DoesNotFitError",
+    "EstimateOptions",
     "FitVerdict",
     "HubUnavailableError",
     "MemfitError",
+    "MediaSpec",
     "MemoryEstimate",
     "MissingDependencyError",
     "ModelConfigError",
@@ -42,11 +54,15 @@ __all__ = [
     "ModuleBytes",
     "NotModelledError",
     "PhasePeak",
+    "PlanRequest",
+    "SeqDist",
+    "SeqRun",
     "SnapshotError",
     "SpecError",
     "TraceError",
     "UnknownGPUError",
     "UnknownModelError",
+    "VllmConfig",
     "WorkloadSpec",
     "__version__",
     "analyze_snapshot",
@@ -130,21 +146,67 @@ def render_html_report(log_path: Any, out_path: Any, estimate: Any = None) -> An
 
 # The memfit.plan package is imported here (it is torch-free) so that the function below, not the
 # package, is what ``memfit.plan`` names: importing a submodule later would rebind the attribute.
+import memfit.api as _api  # noqa: E402
 import memfit.plan as _plan_package  # noqa: E402
+from memfit.plan.request import PlanRequest  # noqa: E402
+
+#: The keywords the verbs took before EstimateOptions, with their defaults.
+_OLD_OPTIONS = {"engine": "auto", "trust_remote_code": False, "extrapolate": None}
 
 
-def plan(model: Any, request: Any = None, *, allow_code: bool = False, **kwargs: Any) -> Any:
+def estimate(
+    model: Any,
+    workload: Any = None,
+    *,
+    gpu: Any = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> Any:
+    """The memory of ``workload``, any job of :mod:`memfit.spec` (default: a bf16 AdamW training
+    step, batch 1, seq 512): a :class:`WorkloadSpec` gives a :class:`MemoryEstimate`; the other
+    kinds their own records (``memfit.api``). ``options`` (an :class:`EstimateOptions`), or its
+    fields as keywords: ``engine``, ``trust_remote_code``, ``extrapolate`` (None traces models up
+    to 48 layers whole, deeper ones in part), ``allow_code`` (a ``pkg.mod:fn`` MODEL may be
+    imported and called)."""
+    old: dict[str, Any] = {
+        "engine": engine,
+        "trust_remote_code": trust_remote_code,
+        "extrapolate": extrapolate,
+    }
+    opts = _options(options, allow_code, workload=workload, gpu=gpu, **old)
+    return _api.estimate(model, workload, gpu=gpu, options=opts)
+
+
+def plan(
+    model: Any,
+    request: Any = None,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> Any:
     """The fastest technique combination that fits a GPU (``memfit.plan.plan``); request fields
     may be given as keywords: ``plan("llama-3.1-8b", gpu="L4", seq_len=4096, global_batch=16)``.
+    ``request`` may be any job of :mod:`memfit.spec` with a planner (``memfit.api``).
     ``allow_code=True``: a ``pkg.mod:fn`` MODEL may be imported and called (as for the others)."""
-    with _code_allowed(allow_code):
-        return _plan_package.plan(model, request, **kwargs)
+    return _api.plan(model, request, options=_options(options, allow_code), **kwargs)
 
 
-def fit(model: Any, workload: WorkloadSpec, *, allow_code: bool = False, **kwargs: Any) -> Any:
-    """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``)."""
-    with _code_allowed(allow_code, workload=workload):
-        return _plan_package.fit(model, workload, **kwargs)
+def fit(
+    model: Any,
+    workload: Any,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``; the other job
+    kinds: ``memfit.api``)."""
+    opts = _options(options, allow_code, workload=workload, required=True)
+    return _api.fit(model, workload, options=opts, **kwargs)
 
 
 def upgrade_verdict(model: Any, *, allow_code: bool = False, **kwargs: Any) -> Any:
@@ -159,14 +221,45 @@ def doctor(model: Any, workload: WorkloadSpec, *, allow_code: bool = False, **kw
         return _plan_package.doctor(model, workload, **kwargs)
 
 
+def _options(
+    options: Any,
+    allow_code: Any,
+    *,
+    workload: Any = True,
+    required: bool = False,
+    **old: Any,
+) -> EstimateOptions:
+    """The options of a call: ``options``, or the old keywords (checked as before, every problem
+    together); both given is refused."""
+    from memfit.spec.arguments import check_arguments
+
+    given = {k: v for k, v in old.items() if k in _OLD_OPTIONS and v != _OLD_OPTIONS[k]}
+    if options is not None:
+        if given or allow_code is not False:
+            names = ", ".join([*given, *(["allow_code"] if allow_code is not False else [])])
+            raise SpecError(f"{names}: give them in options ({options!r}), not beside it")
+        return options  # type: ignore[no-any-return]
+    job_kinds = tuple(_api.ROUTES)
+    arguments = {k: v for k, v in old.items() if k != "engine"}
+    if workload is not True and not isinstance(workload, job_kinds):
+        arguments["workload"] = workload
+    check_arguments(allow_code=allow_code, **arguments)
+    if required and workload is None:
+        raise SpecError("workload (None) must be a WorkloadSpec: pass memfit.WorkloadSpec(...)")
+    return EstimateOptions(
+        engine=old.get("engine", "auto"),
+        trust_remote_code=old.get("trust_remote_code", False),
+        extrapolate=old.get("extrapolate"),
+        allow_code=allow_code,
+    )
+
+
 def _code_allowed(allow_code: Any, **arguments: Any) -> Any:
     """The arguments checked, then the context in which ``pkg.mod:fn`` MODELs may resolve."""
-    from memfit.models.source import allowing_code
+    from memfit.estimate.options import using_options
     from memfit.spec.arguments import check_arguments
 
     check_arguments(allow_code=allow_code, **arguments)
     if arguments.get("workload", True) is None:
         raise SpecError("workload (None) must be a WorkloadSpec: pass memfit.WorkloadSpec(...)")
-    import contextlib
-
-    return allowing_code(True) if allow_code else contextlib.nullcontext()
+    return using_options(EstimateOptions(allow_code=allow_code))

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from memfit.estimate.diffusion.formats import DIFFUSION_QUANTS, FORMATS
 from memfit.spec import (
     ATTENTIONS,
     CACHE_IMPLEMENTATIONS,
@@ -30,6 +29,8 @@ from memfit.spec import (
     TASKS,
     WorkloadSpec,
 )
+from memfit.spec.diffusion import DIFFUSION_QUANTS, FORMATS
+from memfit.spec.media import MediaSpec
 
 #: The exit codes of every command: 0 ok, 1 a valid "does not fit", 2 bad input.
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -661,7 +662,7 @@ def _number(text: Any) -> Any:
 
 
 def media_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The :class:`~memfit.models.media.MediaSpec` keywords of a parsed command line (the
+    """The :class:`~memfit.spec.media.MediaSpec` keywords of a parsed command line (the
     ``media`` rows; ``--audio-seconds`` as a number, else kept for the spec to reject)."""
     out: dict[str, Any] = {}
     for f in FLAGS:
@@ -719,5 +720,7 @@ def add_flags(parser: argparse.ArgumentParser, command: str, *names: str) -> Non
 
 
 def workload_from_args(args: argparse.Namespace) -> Any:
-    """The ``WorkloadSpec`` of the workload flags (estimate, fit and doctor share them)."""
-    return WorkloadSpec(**workload_kwargs(vars(args)))
+    """The ``WorkloadSpec`` of the workload flags (estimate, fit and doctor share them), with
+    the media flags as its ``media``."""
+    values = vars(args)
+    return WorkloadSpec(**workload_kwargs(values), media=MediaSpec(**media_kwargs(values)))

@@ -28,7 +28,8 @@ def test_without_cuda_it_says_so_and_exits_0(tmp_path, capsys, monkeypatch) -> N
 
 
 def test_the_run_uses_lengths_memfit_replays() -> None:
-    from memfit.estimate.seqrun.dist import StepPlan, parse_seq_dist, step_lengths
+    from memfit.estimate.seqrun.dist import parse_seq_dist, step_lengths
+    from memfit.spec.seqrun import StepPlan
 
     dist = parse_seq_dist(str(g19.RUN["seq_dist"]))
     plan = StepPlan(batch_size=int(g19.RUN["batch"]), n_steps=20, seed=int(g19.RUN["seed"]))

@@ -101,7 +101,7 @@ class _Traced:
 
 
 def test_fit_solves_the_largest_batch_that_fits_and_confirms_the_next_one_does_not() -> None:
-    from memfit.estimate.diffusion.train import DiffusionTrainJob
+    from memfit.spec.diffusion import DiffusionTrainJob
 
     budget = Budget.of(None, memory_bytes=40 * 2**30, headroom=0.05)
     trace = _Affine(20 * 2**30, 700 * 2**20)

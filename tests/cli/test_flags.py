@@ -71,12 +71,11 @@ def test_every_row_sets_a_field_that_exists() -> None:
         "workload": {f.name for f in dataclasses.fields(WorkloadSpec)},
         "request": {f.name for f in dataclasses.fields(PlanRequest)},
     }
-    from memfit.estimate.diffusion.pipeline import DiffusionJob
-    from memfit.estimate.diffusion.train import DiffusionTrainJob
+    from memfit.spec.diffusion import DiffusionJob, DiffusionTrainJob
 
     targets["pipeline"] = {f.name for f in dataclasses.fields(DiffusionJob)}
     targets["pipeline"] |= {f.name for f in dataclasses.fields(DiffusionTrainJob)}  # training
-    from memfit.models.media import MediaSpec
+    from memfit.spec.media import MediaSpec
 
     targets["media"] = {f.name for f in dataclasses.fields(MediaSpec)}
     for row in FLAGS:

@@ -41,7 +41,8 @@ def test_a_text_estimate_is_an_answer_with_the_verdict_of_its_fits() -> None:
 def test_a_vllm_startup_is_an_answer_whose_question_is_whether_it_starts() -> None:
     from memfit.hardware import get_gpu
     from memfit.models import resolve_model
-    from memfit.serving import VllmConfig, simulate_startup
+    from memfit.serving import simulate_startup
+    from memfit.spec.serving import VllmConfig
 
     spec = resolve_model("llama-3.1-8b").spec
     assert spec is not None

@@ -10,7 +10,8 @@ import pytest
 from memfit.errors import MissingDependencyError, SpecError
 from memfit.models import resolve_model
 from memfit.models.bundled import CONFIGS_DIR, find_bundled
-from memfit.models.media import MediaSpec, describe_inputs, using_media, with_media
+from memfit.models.media import describe_inputs, using_media, with_media
+from memfit.spec.media import MediaSpec
 
 VIT = {"model_type": "vit", "image_size": 224, "patch_size": 16}
 WHISPER = {"model_type": "whisper", "num_mel_bins": 128, "max_source_positions": 1500}

@@ -9,10 +9,11 @@ import pytest
 from memfit.errors import NotModelledError, SpecError
 from memfit.hardware.catalog import get_gpu
 from memfit.models import ModelSpec, resolve_model
-from memfit.serving import VERSIONS, VllmConfig, get_version, simulate_startup
+from memfit.serving import VERSIONS, get_version, simulate_startup
 from memfit.serving.command import serve_command
 from memfit.serving.kv_cache import plan_kv
 from memfit.serving.layout import LayerKV, pp_layer_counts
+from memfit.spec.serving import VllmConfig
 from memfit.units import GiB
 
 H100_LOG_TOTAL = int(79.19 * GiB)  # "79.19 GiB" in the llm-d-planner v0.19.0 H100 logs

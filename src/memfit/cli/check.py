@@ -258,7 +258,7 @@ def _to_json(
         "files": [{"path": f.path, "format": f.format} for f in job.files],
         "model": model,
         **answer,
-        "workload": asdict(workload),
+        "workload": {k: v for k, v in asdict(workload).items() if k != "media"},
         "from": {
             name: {"key": s.key, "file": s.file, "value": s.raw} for name, s in job.fields.items()
         },

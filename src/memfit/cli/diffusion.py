@@ -42,7 +42,7 @@ def refuse_pipeline_flags(args: argparse.Namespace) -> None:
 
 
 def _job(args: argparse.Namespace) -> Any:
-    from memfit.estimate.diffusion.pipeline import DiffusionJob
+    from memfit.spec.diffusion import DiffusionJob
 
     if getattr(args, "offload", None) not in (None, "none"):
         raise SpecError(
@@ -88,18 +88,15 @@ def _job(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
+    from memfit.api import estimate
     from memfit.cli import diffusion_train as cli_diffusion_train
-    from memfit.estimate.diffusion.pipelines import estimate_pipeline
     from memfit.estimate.verdict import EXIT_CODES
-    from memfit.models.pipelines import pipeline_dir
     from memfit.report.diffusion import render_pipeline
 
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
         return cli_diffusion_train.cmd_estimate(args)
     cli_diffusion_train.refuse_train_flags_in_inference(args)
     job = _job(args)
-    root = pipeline_dir(args.model)
-    assert root is not None
     if sys.stderr.isatty() and not args.json:
         print(f"tracing {args.model}'s components on fake tensors ...", file=sys.stderr)
     gpu = None
@@ -107,6 +104,6 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
         from memfit.hardware.catalog import get_gpu
 
         gpu = get_gpu(args.gpu)
-    est = estimate_pipeline(root, job, name=args.model, gpu=gpu)  # judged on gpu
+    est = estimate(args.model, job, gpu=gpu)  # judged on gpu
     print(json.dumps(est.to_json(), indent=2) if args.json else render_pipeline(est))
     return EXIT_CODES[est.fits.verdict] if est.fits is not None else 0

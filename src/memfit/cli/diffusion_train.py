@@ -45,7 +45,7 @@ def refuse_train_flags_in_inference(args: argparse.Namespace) -> None:
 
 
 def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
-    from memfit.estimate.diffusion.train import DiffusionTrainJob
+    from memfit.spec.diffusion import DiffusionTrainJob
     from memfit.spec.rules import resolve_precision
 
     for dest in _INFER_ONLY:
@@ -93,19 +93,16 @@ def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
 
 
 def _tracer(args: argparse.Namespace, gpu: Any) -> Any:
-    from memfit.estimate.diffusion.train_fast import estimate_training_fast
-    from memfit.models.pipelines import pipeline_dir
+    """The route's tracer (memfit.api.train_tracer), saying each job on a terminal."""
+    from memfit.api import train_tracer
 
-    root = pipeline_dir(args.model)
-    assert root is not None
     show = sys.stderr.isatty() and not args.json and not getattr(args, "quiet", False)
 
-    def trace(job: Any) -> Any:
+    def say(job: Any) -> None:
         if show:
             print(f"tracing the training step of {args.model}: {job.flags()} ...", file=sys.stderr)
-        return estimate_training_fast(root, job, name=args.model, gpu=gpu)
 
-    return trace
+    return train_tracer(args.model, gpu, before=say)
 
 
 def _gpu(args: argparse.Namespace) -> Any:

@@ -5,7 +5,7 @@ they apply.
 ``--quiet`` (no progress line; :mod:`memfit.progress`) and ``--no-cache`` (neither read nor
 write the disk caches of derived forms and trace answers: :mod:`memfit.estimate.derived.cache`)
 are added to ``estimate``, ``plan``, ``fit``, ``upgrade`` and ``doctor``; :func:`applied` runs a
-command under them.
+command under them, with ``--allow-code`` and the rest of its :class:`EstimateOptions`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 
-from memfit.estimate.policy import ENGINES
+from memfit.spec.options import ENGINES, EstimateOptions
 
 ENGINE_HELP = (
     "auto (default): the fastest engine that models the job, said in the output — analytic "
@@ -53,20 +53,28 @@ def add_engine_flags(parser: argparse.ArgumentParser, *, framework: bool = False
     )
 
 
+def options_from(args: argparse.Namespace) -> EstimateOptions:
+    """The :class:`EstimateOptions` a command's flags say: ``--engine``, ``--no-cache``,
+    ``--allow-code``, ``--trust-remote-code``, ``--extrapolate`` (a command without one: the
+    default)."""
+    return EstimateOptions(
+        engine=getattr(args, "engine", "auto"),
+        use_cache=not getattr(args, "no_cache", False),
+        allow_code=bool(getattr(args, "allow_code", False)),
+        trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
+        extrapolate=getattr(args, "extrapolate", None),
+    )
+
+
 @contextlib.contextmanager
 def applied(args: argparse.Namespace) -> Iterator[None]:
-    """Run a command with its ``--engine`` policy and its progress display (where it has the
-    flags; other commands run as they are)."""
+    """Run a command under its options (:func:`options_from`, applied by
+    :func:`~memfit.estimate.options.using_options`) and its progress display."""
     from memfit import progress
-    from memfit.estimate.policy import use_engine
+    from memfit.estimate.options import using_options
 
     with contextlib.ExitStack() as stack:
-        if hasattr(args, "engine"):
-            stack.enter_context(use_engine(args.engine))
-        if getattr(args, "no_cache", False):
-            from memfit.estimate.derived.cache import disabled
-
-            stack.enter_context(disabled())
+        stack.enter_context(using_options(options_from(args)))
         if hasattr(args, "quiet"):
             json_out = bool(getattr(args, "json", False))
             stack.enter_context(progress.terminal(quiet=args.quiet, json_out=json_out))

@@ -152,19 +152,15 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if cli_diffusion.is_pipeline(args.model):
         return cli_diffusion.cmd_estimate_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
-    from memfit.estimate import estimate
+    from memfit.api import estimate
+    from memfit.cli.engine import options_from
     from memfit.report.text import render_estimate
 
     if args.seq_dist is not None:
         return cli_seqdist.cmd(args, workload_from_args(args))
     with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
         est = cli_from.framework_estimate(args, workload_from_args(args)) or estimate(
-            args.model,
-            workload_from_args(args),
-            gpu=args.gpu,
-            engine=args.engine,
-            trust_remote_code=args.trust_remote_code,
-            extrapolate=args.extrapolate,
+            args.model, workload_from_args(args), gpu=args.gpu, options=options_from(args)
         )
     cli_web.write_estimate_outputs(args, est, traces)
     answer = cli_from.answer(args, est.engine)  # a torchtune / LitGPT --from file: who answered
@@ -207,7 +203,8 @@ def media_from(args: argparse.Namespace) -> Any:
     """``--image-size`` / ``--num-channels`` / ``--audio-seconds`` for every MODEL the command
     resolves (memfit.models.media)."""
     from memfit.flags import media_kwargs
-    from memfit.models.media import MediaSpec, using_media
+    from memfit.models.media import using_media
+    from memfit.spec.media import MediaSpec
 
     return using_media(MediaSpec(**media_kwargs(vars(args))))
 
@@ -242,13 +239,7 @@ def main(
         return EXIT_BAD_INPUT
     try:
         args = cli_from.reparse(parser, args.subparsers, args, argv)
-        from memfit.models.source import allowing_code
-
-        with (
-            allowing_code(bool(getattr(args, "allow_code", False))),
-            applied(args),
-            media_from(args),
-        ):
+        with applied(args), media_from(args):
             return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from typing import Any
 
-from memfit.estimate.seqrun.dist import DEFAULT_STEPS
 from memfit.progress import report
+from memfit.spec.seqrun import DEFAULT_STEPS
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -50,10 +49,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def cmd(args: argparse.Namespace, workload: Any) -> int:
     """``estimate --seq-dist``: the estimate at the longest length, then the run's replay."""
-    from memfit.estimate import estimate
+    from memfit.api import estimate
+    from memfit.cli.engine import options_from
     from memfit.estimate.seqrun.dist import parse_seq_dist
-    from memfit.estimate.seqrun.run import estimate_seq_run
-    from memfit.models import resolve_model
     from memfit.report.seqrun import render_seq_run
     from memfit.report.text import render_estimate
 
@@ -62,27 +60,9 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         from memfit.errors import SpecError
 
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
-    plan = step_plan(args, workload.batch_size)
-    source = resolve_model(str(args.model), trust_remote_code=args.trust_remote_code)
-    est = estimate(
-        source,
-        dataclasses.replace(workload, seq_len=_top(dist.max_len, plan)),
-        gpu=args.gpu,
-        engine=args.engine,
-        extrapolate=args.extrapolate,
-    )
-    overhead_bytes = est.device_used_bytes - est.peak_reserved_bytes  # CUDA context and the like
-    capacity = None if est.fits is None else est.fits.capacity_bytes - overhead_bytes
-    run = estimate_seq_run(
-        source,
-        workload,
-        dist,
-        plan,
-        gpu=_gpu(args) if args.gpu else None,
-        capacity_bytes=capacity,
-        progress=report,
-    )
-    run = dataclasses.replace(run, overhead_bytes=overhead_bytes)
+    answer = estimate(str(args.model), seq_run(args, workload, dist), gpu=args.gpu,
+                      options=options_from(args))  # fmt: skip
+    est, run = answer.estimate, answer.run
     used_bytes = run.device_used_bytes
     # With a GPU the replay is capped at its memory: the allocator frees its cache and retries
     # there, so the run fits unless a request still fails (an OOM in the replay).
@@ -95,11 +75,6 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
         print(render_estimate(est, top=args.top))
         print(render_seq_run(run, used_bytes, fits))
     return 1 if fits is False or (est.fits is not None and not est.fits.fits) else 0
-
-
-def _top(max_len: int, plan: Any) -> int:
-    k = plan.pad_to_multiple_of or 1
-    return -(-max_len // k) * k
 
 
 def _gpu(args: argparse.Namespace) -> Any:
@@ -178,9 +153,24 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     return 0 if result.fits else 1
 
 
+def seq_run(args: argparse.Namespace, workload: Any, dist: Any) -> Any:
+    """The variable-length run the --seq-dist flags describe over ``workload``'s steps."""
+    from memfit.spec.seqrun import SeqRun
+
+    return SeqRun(
+        workload=workload,
+        dist=dist,
+        n_steps=args.run_steps,
+        seed=args.seed,
+        pad_to_multiple_of=args.pad_to_multiple_of,
+        packing=args.packing,
+        group_by_length=args.group_by_length,
+    )
+
+
 def step_plan(args: argparse.Namespace, batch_size: int) -> Any:
     """The run's step plan from the --seq-dist flags (one place for estimate, fit and plan)."""
-    from memfit.estimate.seqrun.dist import StepPlan
+    from memfit.spec.seqrun import StepPlan
 
     return StepPlan(
         batch_size=batch_size,

@@ -155,7 +155,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
     """The VllmConfig the parsed flags describe."""
-    from memfit.serving import DEFAULT_VERSION, VllmConfig
+    from memfit.serving import DEFAULT_VERSION
+    from memfit.spec.serving import VllmConfig
 
     tp, pp = args.tp, args.pp
     if gpus is not None and tp is None:
@@ -223,17 +224,12 @@ def render_startup(s: Any, model: str) -> str:
 
 
 def cmd_vllm(args: argparse.Namespace) -> int:
+    from memfit.api import estimate
     from memfit.hardware.catalog import get_gpu
-    from memfit.models import resolve_model
-    from memfit.serving import simulate_startup
     from memfit.serving.command import serve_command
 
     config = config_from_args(args, args.gpus)
-    gpu = get_gpu(args.gpu)
-    source = resolve_model(args.model)
-    if source.spec is None:
-        raise SpecError(f"memfit vllm needs a config.json model, not a factory ({args.model!r})")
-    s = simulate_startup(source.spec, gpu, config)
+    s = estimate(args.model, config, gpu=get_gpu(args.gpu))
     command = serve_command(args.model, config)
     print(
         json.dumps(startup_json(s, command), indent=2)
@@ -275,7 +271,8 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
 
 
 def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> Any:
-    from memfit.serving import DEFAULT_VERSION, VllmConfig
+    from memfit.serving import DEFAULT_VERSION
+    from memfit.spec.serving import VllmConfig
 
     quant = getattr(args, "quant", None)
     if quant not in (None, "none", "fp8"):

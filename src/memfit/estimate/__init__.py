@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfit.estimate.policy import ENGINES, EnginePolicy
+from memfit.estimate.policy import EnginePolicy
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.spec import WorkloadSpec
+from memfit.spec.options import ENGINES
 
 __all__ = ["COMPONENTS", "ENGINES", "MemoryEstimate", "estimate"]
 
@@ -52,7 +53,10 @@ def estimate(
         model
         if isinstance(model, ModelSource)
         else resolve_model(
-            model, trust_remote_code=trust_remote_code, allow_code=allow_code or None
+            model,
+            trust_remote_code=trust_remote_code,
+            allow_code=allow_code or None,
+            media=workload.media,
         )
     )
     est = policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)

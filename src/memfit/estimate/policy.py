@@ -51,9 +51,7 @@ from memfit.errors import (
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
-
-#: The values of ``engine``: the policy's choice, or one engine without fallback.
-ENGINES = ("auto", "analytic", "derived", "trace")
+from memfit.spec.options import ENGINES
 
 Estimator = Callable[[WorkloadSpec], MemoryEstimate]
 #: A search's first answer where it settles the search alone (``settles``), else None.
@@ -412,7 +410,6 @@ class AnalyticFirst:
 
 __all__ = [
     "AUTO",
-    "ENGINES",
     "AnalyticFirst",
     "Chain",
     "EnginePolicy",

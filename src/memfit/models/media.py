@@ -28,12 +28,12 @@ import copy
 import math
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.spec.media import MediaSpec
 
-__all__ = ["MediaSpec", "describe_inputs", "media_kind", "using_media", "with_media"]
+__all__ = ["describe_inputs", "media_kind", "using_media", "with_media"]
 
 #: model_type → where its image size lives ("": the config itself, else the nested key).
 IMAGE_TYPES: dict[str, str] = {
@@ -58,40 +58,6 @@ DEFAULT_PATCH = {"vit": 16, "deit": 16, "beit": 16, "dinov2": 14, "swin": 4, "si
 #: WhisperFeatureExtractor: 30 s windows of 3000 frames (hop 160 at 16 kHz).
 WHISPER_WINDOW_S = 30
 WHISPER_FRAMES_PER_S = 100
-#: The largest inputs memfit accepts (a 16k x 16k image; a day of audio).
-MAX_IMAGE_SIZE = 16384
-MAX_CHANNELS = 64
-MAX_AUDIO_S = 86400.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class MediaSpec:
-    """What one image / audio sample is (None: the model's config says)."""
-
-    image_size: int | None = None
-    num_channels: int | None = None
-    audio_seconds: float | None = None
-
-    def __post_init__(self) -> None:
-        problems = []
-        for name, top in (("image_size", MAX_IMAGE_SIZE), ("num_channels", MAX_CHANNELS)):
-            v = getattr(self, name)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= top
-            ):
-                problems.append(f"{name} ({v!r}) must be a whole number from 1 to {top}")
-        s = self.audio_seconds
-        ok = isinstance(s, int | float) and not isinstance(s, bool) and 0 < s <= MAX_AUDIO_S
-        if s is not None and not ok:
-            problems.append(f"audio_seconds ({s!r}) must be a number of seconds in (0, 86400]")
-        if problems:
-            raise SpecError.from_problems(problems)
-
-    @property
-    def is_set(self) -> bool:
-        return any(v is not None for v in (self.image_size, self.num_channels, self.audio_seconds))
-
-
 #: Set by the CLI for every MODEL a command resolves (``--image-size`` and friends).
 _MEDIA: ContextVar[MediaSpec | None] = ContextVar("memfit_media", default=None)
 

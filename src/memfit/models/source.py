@@ -45,6 +45,7 @@ from memfit.models.safetensors_header import (
     summarize_safetensors,
 )
 from memfit.models.zoo import ZOO_PREFIXES, zoo_source
+from memfit.spec.media import MediaSpec
 
 __all__ = [
     "ModelSource",
@@ -155,10 +156,13 @@ def resolve_model(
     trust_remote_code: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
     allow_code: bool | None = None,
+    media: MediaSpec | None = None,
 ) -> ModelSource:
     """Resolve a MODEL argument (see the module docstring for the order and the errors).
     ``allow_code``: whether a ``package.module:function`` factory may be named (None: what the
-    enclosing :func:`allowing_code` says, by default no)."""
+    enclosing :func:`allowing_code` says, by default no). ``media``: the image / audio inputs
+    the model takes (the job's ``WorkloadSpec.media``); not set: what the enclosing
+    :func:`~memfit.models.media.using_media` says, by default the config's."""
     if not isinstance(model, str | os.PathLike):
         raise SpecError(
             f"model ({model!r}) must be a MODEL string (a bundled name, a path, a hub id) or a "
@@ -171,7 +175,8 @@ def resolve_model(
     if not text:
         raise UnknownModelError(f"the model name is empty; pass {ACCEPTED_FORMS}")
     source = _resolve(text, trust_remote_code, cache_dir, allow_code)
-    media = active_media()  # --image-size / --num-channels / --audio-seconds
+    if media is None or not media.is_set:
+        media = active_media()  # --image-size / --num-channels / --audio-seconds
     if media is None:
         return source
     if source.config is None:

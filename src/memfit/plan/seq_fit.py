@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memfit.estimate.seqrun.dist import SeqDist, StepPlan
 from memfit.estimate.seqrun.run import SeqRunEstimate, estimate_seq_run
 from memfit.estimate.verdict import Verdict, judge_point
 from memfit.plan.budget import Budget
 from memfit.plan.solve import FitResult, fit, largest
 from memfit.spec import WorkloadSpec
+from memfit.spec.seqrun import SeqDist, StepPlan
 
 
 def after_run(run: SeqRunEstimate, overhead_bytes: int, budget: Budget) -> Verdict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from memfit.models.bundled import find_bundled
-from memfit.serving.config import VllmConfig
+from memfit.spec.serving import VllmConfig
 
 __all__ = ["hub_id", "serve_command"]
 

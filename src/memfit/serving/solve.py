@@ -14,7 +14,6 @@ from memfit.errors import SpecError
 from memfit.hardware.catalog import GPU, list_gpus
 from memfit.models import ModelSpec
 from memfit.serving.command import serve_command
-from memfit.serving.config import VllmConfig
 from memfit.serving.startup import (
     VllmStartup,
     batch_defaults,
@@ -22,6 +21,7 @@ from memfit.serving.startup import (
     simulate_startup,
     vllm_total_bytes,
 )
+from memfit.spec.serving import VllmConfig
 
 __all__ = ["ServingOption", "plan_serving", "solve_concurrency", "solve_max_model_len"]
 

@@ -22,10 +22,10 @@ from typing import Any
 from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
-from memfit.serving.config import DTYPES, KV_CACHE_DTYPES, VllmConfig
 from memfit.serving.kv_cache import KVPlan, largest_max_model_len, plan_kv
 from memfit.serving.layout import LayerKV, kv_layers, pp_layer_counts, rank_weights
 from memfit.serving.versions import VllmVersion, get_version
+from memfit.spec.serving import DTYPES, KV_CACHE_DTYPES, VllmConfig
 from memfit.units import GiB, MiB
 
 __all__ = ["VllmStartup", "simulate_startup", "vllm_total_bytes"]

@@ -13,10 +13,20 @@ A WorkloadSpec is validated once in ``__post_init__`` and every problem is repor
 each naming the field (by its flat name), the value and the rule. The rules live in one table
 (:data:`FIELD_RULES`) that the records and the WorkloadSpec share, so a record and the workload
 refuse a value with the same words. ``docs/decisions.md`` says why the flat fields are the inputs.
+
+The other jobs share that vocabulary (precision names, checkpointing, optimizers): a diffusion
+pipeline call (:class:`DiffusionJob`) and training run (:class:`DiffusionTrainJob`), a ``vllm
+serve`` configuration (:class:`VllmConfig`) and a variable-length training run (:class:`SeqRun`
+over a :class:`SeqDist`). :class:`MediaSpec` says what one image or audio sample is;
+:class:`EstimateOptions` says how a job is answered (engine, caches, code), not what it is.
+All are torch-free.
 """
 
 from __future__ import annotations
 
+from memfit.spec.diffusion import DiffusionJob, DiffusionTrainJob
+from memfit.spec.media import MediaSpec
+from memfit.spec.options import EstimateOptions
 from memfit.spec.parts import LoraSpec, ParallelSpec, QuantSpec, ShapeSpec, TechniqueSpec
 from memfit.spec.rules import (
     ATTENTIONS,
@@ -44,6 +54,8 @@ from memfit.spec.rules import (
     precision_rule,
     resolve_precision,
 )
+from memfit.spec.seqrun import SeqDist, SeqRun, StepPlan
+from memfit.spec.serving import VllmConfig
 from memfit.spec.workload import PARALLEL_FIELDS, SHAPE_FIELDS, TECHNIQUE_FIELDS, WorkloadSpec
 
 __all__ = [
@@ -70,13 +82,21 @@ __all__ = [
     "SHARDS",
     "TASKS",
     "TECHNIQUE_FIELDS",
+    "DiffusionJob",
+    "DiffusionTrainJob",
+    "EstimateOptions",
     "LoraSpec",
+    "MediaSpec",
     "Mode",
     "ParallelSpec",
     "PrecisionRule",
     "QuantSpec",
+    "SeqDist",
+    "SeqRun",
     "ShapeSpec",
+    "StepPlan",
     "TechniqueSpec",
+    "VllmConfig",
     "WorkloadSpec",
     "precision_rule",
     "resolve_precision",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from memfit.spec.media import MediaSpec
 from memfit.spec.parts import ParallelSpec, ShapeSpec, TechniqueSpec
 from memfit.spec.rules import (
     FIELD_RULES,
@@ -81,6 +82,8 @@ class WorkloadSpec:
     #: whether a MoE model's routed experts are stored in ``quant`` too (False: a checkpoint
     #: whose experts transformers dequantizes at load, compressed-tensors' fused experts)
     quant_experts: bool = True
+    #: what one image / audio sample is, for a vision or speech model (not set: its config says)
+    media: MediaSpec = MediaSpec()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode))
@@ -129,6 +132,11 @@ class WorkloadSpec:
             generation_rules(self.mode, self.new_tokens, self.num_beams, self.cache_implementation)
         )
         p.extend(prefill_rules(self.mode, self.prefill_chunk_size))
+        if not isinstance(self.media, MediaSpec):
+            p.append(
+                f"media ({self.media!r}) must be a MediaSpec: pass "
+                "memfit.spec.MediaSpec(image_size=..., audio_seconds=...)"
+            )
         p.extend(self._technique_problems())
         return p
 
@@ -235,8 +243,9 @@ class WorkloadSpec:
 
     def normalized(self) -> dict[str, Any]:
         """The inputs as JSON-ready values (what ``--json`` prints under ``workload``; the
-        micro-batch count per step is the exports' concern, not the estimate's)."""
-        d = {f: v for f, v in asdict(self).items() if f not in ("grad_accum",)}
+        micro-batch count per step is the exports' concern, not the estimate's; the media are
+        printed as the estimate's ``inputs``)."""
+        d = {f: v for f, v in asdict(self).items() if f not in ("grad_accum", "media")}
         if self.quant_compute_dtype is None:
             d.pop("quant_compute_dtype")
         if self.num_beams == 1:

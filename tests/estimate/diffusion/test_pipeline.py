@@ -13,11 +13,11 @@ import torch  # noqa: E402
 
 from memfit.errors import NotModelledError, SpecError  # noqa: E402
 from memfit.estimate.diffusion.pipeline import (  # noqa: E402
-    DiffusionJob,
     build_component,
     trace_forward,
 )
 from memfit.estimate.diffusion.pipelines import estimate_pipeline  # noqa: E402
+from memfit.spec.diffusion import DiffusionJob  # noqa: E402
 
 VAE = {
     "_class_name": "AutoencoderKL",

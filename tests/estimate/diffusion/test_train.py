@@ -14,9 +14,9 @@ pytest.importorskip("peft")
 from tests.estimate.diffusion.test_pipeline import CLIP, VAE, tiny_flux  # noqa: E402
 
 from memfit.errors import NotModelledError, SpecError  # noqa: E402
-from memfit.estimate.diffusion.train import DiffusionTrainJob  # noqa: E402
 from memfit.estimate.diffusion.train_fast import estimate_training_fast  # noqa: E402
 from memfit.estimate.diffusion.train_step import estimate_training  # noqa: E402
+from memfit.spec.diffusion import DiffusionTrainJob  # noqa: E402
 
 UNET = {
     "_class_name": "UNet2DConditionModel",

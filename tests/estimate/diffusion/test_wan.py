@@ -15,7 +15,6 @@ import torch  # noqa: E402
 
 from memfit.errors import SpecError  # noqa: E402
 from memfit.estimate.diffusion.pipeline import (  # noqa: E402
-    DiffusionJob,
     build_component,
     read_tree,
     trace_forward,
@@ -23,6 +22,7 @@ from memfit.estimate.diffusion.pipeline import (  # noqa: E402
 from memfit.estimate.diffusion.pipelines import estimate_pipeline  # noqa: E402
 from memfit.estimate.diffusion.wan import adjust, wan_recipe  # noqa: E402
 from memfit.models.pipelines import pipeline_dir  # noqa: E402
+from memfit.spec.diffusion import DiffusionJob  # noqa: E402
 
 Z = 4
 TRANSFORMER = {

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from memfit.errors import SpecError
-from memfit.estimate.diffusion.pipeline import DiffusionJob
 from memfit.estimate.diffusion.versions import behaviour, parse
 from memfit.estimate.diffusion.workspace import conv_workspace_probe
+from memfit.spec.diffusion import DiffusionJob
 
 
 def test_the_allowance_is_one_images_unfolded_input_of_the_largest_conv() -> None:

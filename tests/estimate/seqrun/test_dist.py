@@ -7,7 +7,8 @@ import json
 import pytest
 
 from memfit.errors import SpecError
-from memfit.estimate.seqrun.dist import SeqDist, StepPlan, parse_seq_dist, step_lengths
+from memfit.estimate.seqrun.dist import parse_seq_dist, step_lengths
+from memfit.spec.seqrun import SeqDist, StepPlan
 from memfit.userfiles import UserFileError
 
 

@@ -17,11 +17,12 @@ import pytest
 
 from memfit.estimate.allocator.caching import simulate
 from memfit.estimate.device import allocator_workspaces
-from memfit.estimate.seqrun.dist import SeqDist, StepPlan, step_lengths
+from memfit.estimate.seqrun.dist import step_lengths
 from memfit.estimate.seqrun.replay import N_TRACED_STEPS, same_steps
 from memfit.estimate.seqrun.run import SeqRunEstimate, estimate_seq_run
 from memfit.models import resolve_model
 from memfit.spec import WorkloadSpec
+from memfit.spec.seqrun import SeqDist, StepPlan
 
 # A small Llama whose logits and MLP activations reach the large pool (> 1 MiB) at these
 # lengths, so new lengths cost new segments and the run grows over the fixed shape.

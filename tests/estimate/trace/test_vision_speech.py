@@ -12,8 +12,9 @@ pytest.importorskip("transformers")
 
 from memfit.errors import SpecError
 from memfit.estimate.trace.engine import trace_hf
-from memfit.models.media import MediaSpec, with_media
+from memfit.models.media import with_media
 from memfit.spec import WorkloadSpec
+from memfit.spec.media import MediaSpec
 
 TINY_VIT: dict[str, Any] = {
     "model_type": "vit", "architectures": ["ViTForImageClassification"], "hidden_size": 32,

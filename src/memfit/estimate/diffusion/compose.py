@@ -22,12 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfit.estimate.diffusion.pipeline import (
-    ComponentTrace,
-    DiffusionJob,
-    PipelineEstimate,
-    StagePeak,
-)
+from memfit.estimate.diffusion.pipeline import ComponentTrace, PipelineEstimate, StagePeak
+from memfit.spec.diffusion import DiffusionJob
 
 STAGES = ("text_encode", "denoise", "vae_decode")
 _WEIGHT_KEY = 2 * 10**15

@@ -37,8 +37,9 @@ from memfit.estimate.trace.engine import cuda_emulation_for
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.estimate.verdict import Verdict, judge_point
 from memfit.spec import WorkloadSpec
+from memfit.spec.diffusion import DiffusionJob
 
-PIPELINE_OFFLOADS = ("none", "model", "sequential", "group")
+#: The pipeline dtypes (memfit.spec.diffusion.PIPELINE_DTYPES) as torch's.
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: The pipelines memfit composes, with their stages' components.
 SUPPORTED = (
@@ -48,121 +49,6 @@ SUPPORTED = (
     "PixArtSigmaPipeline",
     "WanPipeline",
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class DiffusionJob:
-    """One ``pipe(prompt, height=, width=, num_inference_steps=, num_images_per_prompt=)`` call."""
-
-    height: int = 1024
-    width: int = 1024
-    steps: int = 28
-    batch: int = 1
-    precision: str = "bf16"
-    offload: str = "none"
-    vae_slicing: bool = False
-    vae_tiling: bool = False
-    #: the T5 prompt length; None: the pipeline's default (FLUX 512, SD3 256, PixArt-Sigma 300)
-    max_sequence_length: int | None = None
-    #: SD3: ``StableDiffusion3Pipeline.from_pretrained(..., text_encoder_3=None)`` (no T5)
-    drop_text_encoder_3: bool = False
-    #: the transformers / bitsandbytes versions whose rules apply (diffusion_versions.py);
-    #: None: the installed ones
-    transformers_version: str | None = None
-    bitsandbytes_version: str | None = None
-    #: group offloading (``pipe.enable_group_offload``): its offload_type, blocks per group, stream
-    offload_type: str = "block_level"
-    num_blocks_per_group: int = 1
-    use_stream: bool = False
-    #: weight formats: the denoiser's, the largest text encoder's (diffusion_weights.FORMATS)
-    quant: str = "none"
-    text_encoder_quant: str = "none"
-    #: ``enable_layerwise_casting(storage_dtype=float8_e4m3fn)`` on the denoiser
-    layerwise_casting: str | None = None
-    #: ``pipe.enable_attention_slicing()`` (slice_size "auto")
-    attention_slicing: bool = False
-    #: video pipelines (WanPipeline): ``num_frames``; None: the pipeline's default (81)
-    num_frames: int | None = None
-    #: the VAE's own dtype (``vae=AutoencoderKL*.from_pretrained(..., torch_dtype=)``); None:
-    #: ``precision`` (and SDXL's fp16 ``force_upcast``)
-    vae_precision: str | None = None
-
-    def __post_init__(self) -> None:
-        from memfit.estimate.diffusion.weights import (
-            FORMATS,
-            LAYERWISE_STORAGE_BYTES,
-            OFFLOAD_TYPES,
-        )
-
-        for name in ("height", "width", "steps", "batch", "max_sequence_length", "num_frames"):
-            value = getattr(self, name)
-            if value is None and name in ("max_sequence_length", "num_frames"):
-                continue
-            if not isinstance(value, int) or value < 1:
-                raise SpecError(f"{name} must be a positive whole number, got {value!r}")
-        for name in ("height", "width"):
-            if getattr(self, name) % 16:
-                raise SpecError(
-                    f"{name} must be a multiple of 16 (the VAE's 8x and the 2x2 patching), got "
-                    f"{getattr(self, name)}"
-                )
-        from memfit.estimate.diffusion.versions import VERSION_RE
-
-        for name in ("transformers_version", "bitsandbytes_version"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, str) and VERSION_RE.match(value)):
-                raise SpecError(f"{name} must be a version such as '4.52.3', got {value!r}")
-        if self.precision not in DTYPES:
-            raise SpecError(
-                f"precision {self.precision!r} is not a diffusion inference precision: use one "
-                f"of {', '.join(DTYPES)}"
-            )
-        if self.vae_precision is not None and self.vae_precision not in DTYPES:
-            raise SpecError(
-                f"vae_precision {self.vae_precision!r} is not one of {', '.join(DTYPES)}"
-            )
-        if self.offload not in PIPELINE_OFFLOADS:
-            raise SpecError(
-                f"pipeline offload {self.offload!r} is not one of {', '.join(PIPELINE_OFFLOADS)}"
-            )
-        if self.offload_type not in OFFLOAD_TYPES:
-            raise SpecError(
-                f"offload_type {self.offload_type!r} is not one of {', '.join(OFFLOAD_TYPES)}"
-            )
-        if not isinstance(self.num_blocks_per_group, int) or self.num_blocks_per_group < 1:
-            raise SpecError(
-                f"num_blocks_per_group must be a positive whole number, got "
-                f"{self.num_blocks_per_group!r}"
-            )
-        if self.use_stream and self.num_blocks_per_group != 1:
-            raise SpecError(
-                f"use_stream needs num_blocks_per_group 1 (diffusers resets it to 1), got "
-                f"{self.num_blocks_per_group}"
-            )
-        for name in ("quant", "text_encoder_quant"):
-            value = getattr(self, name)
-            if value != "none" and value not in FORMATS:
-                raise SpecError(
-                    f"{name} {value!r} is not a diffusion weight format: use one of "
-                    f"{', '.join(FORMATS)}"
-                )
-        if self.text_encoder_quant.startswith("gguf"):
-            raise SpecError(
-                f"text_encoder_quant {self.text_encoder_quant!r}: GGUF checkpoints are loaded for "
-                "the denoiser (from_single_file); quantize text encoders with bitsandbytes or "
-                "torchao formats"
-            )
-        if self.layerwise_casting is not None:
-            if self.layerwise_casting not in LAYERWISE_STORAGE_BYTES:
-                raise SpecError(
-                    f"layerwise_casting {self.layerwise_casting!r} is not supported: use fp8 "
-                    "(storage float8_e4m3fn)"
-                )
-            if self.quant != "none":
-                raise SpecError(
-                    f"layerwise_casting and quant {self.quant!r} both change the denoiser's "
-                    "weights: use one of them"
-                )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,12 +26,12 @@ from memfit.estimate.diffusion.pipeline import (
     DTYPES,
     SUPPORTED,
     ComponentTrace,
-    DiffusionJob,
     PipelineEstimate,
     build_component,
     read_tree,
     trace_forward,
 )
+from memfit.spec.diffusion import DiffusionJob
 
 
 def _empty(*shape: int, dtype: torch.dtype) -> torch.Tensor:
@@ -297,8 +297,9 @@ def estimate_pipeline(
     catalog record) the answer carries THE verdict on it (``fits``)."""
     from memfit.estimate.diffusion.compose import compose, replay_reserved
     from memfit.estimate.diffusion.versions import behaviour
-    from memfit.estimate.diffusion.weights import BACKEND, layout, quantized_components
+    from memfit.estimate.diffusion.weights import layout, quantized_components
     from memfit.estimate.diffusion.workspace import conv_workspace_probe
+    from memfit.spec.diffusion import BACKEND
 
     index, configs = read_tree(root)
     pipeline = str(index["_class_name"])

@@ -1,4 +1,5 @@
-"""Diffusion training as the diffusers example scripts run it: the job and the result records.
+"""Diffusion training as the diffusers example scripts run it: the result records (the job,
+:class:`~memfit.spec.diffusion.DiffusionTrainJob`, is in spec/).
 
 One :class:`DiffusionTrainJob` is one ``accelerate launch`` of a diffusers training script
 (docs/diffusion.md, "Training"; the scripts read are listed in :data:`SCRIPTS`): LoRA (``peft``
@@ -14,22 +15,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from memfit.errors import SpecError
 from memfit.estimate.diffusion.device import (
     capacity_bytes,
     device_bytes,
     fits_json,
 )
 from memfit.estimate.verdict import Verdict, judge_point
+from memfit.spec.diffusion import DiffusionTrainJob
 
-#: accelerate's ``--mixed_precision`` for each memfit precision the scripts can run: the frozen
-#: components are cast to ``weight_dtype`` (fp16 / bf16 / fp32), the forward runs under
-#: ``accelerator.autocast`` (the prepared model's forward), fp16 adds accelerate's GradScaler.
-MIXED_PRECISION = {"bf16-mixed": "bf16", "16-mixed": "fp16", "32-true": "no"}
-#: The optimizers the scripts build: ``torch.optim.AdamW`` (``--optimizer adamw``),
-#: ``bnb.optim.AdamW8bit`` (``--use_8bit_adam``) and ``prodigyopt.Prodigy`` (``--optimizer
-#: prodigy``, run as the real package: states s, p0, exp_avg, exp_avg_sq per parameter).
-TRAIN_OPTIMIZERS = ("adamw", "adamw-8bit", "prodigy")
 #: (pipeline class, LoRA?) -> the script memfit follows, in diffusers' examples/ (commit in docs).
 SCRIPTS = {
     ("FluxPipeline", True): "examples/dreambooth/train_dreambooth_lora_flux.py",
@@ -40,99 +33,6 @@ SCRIPTS = {
 #: Phases of the traced run, in order: the set-up the script does once (text embeddings
 #: precomputed, latents cached), then two training steps (the second has optimizer states).
 PHASES = ("precompute_text", "cache_latents", "vae_encode", "forward", "backward", "optimizer")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DiffusionTrainJob:
-    """One training run of a diffusers example script (its flags, as memfit spells them)."""
-
-    resolution: int = 1024
-    batch: int = 1
-    #: LoRA rank (``--rank``; ``lora_alpha`` = rank as the scripts default), None: full fine-tune
-    lora_rank: int | None = 4
-    checkpointing: bool = False
-    optimizer: str = "adamw"
-    precision: str = "bf16-mixed"
-    train_text_encoder: bool = False
-    cache_latents: bool = False
-    #: FLUX: T5's ``--max_sequence_length``; None: the script's default (512 in the LoRA
-    #: script, 77 in train_dreambooth_flux.py); SDXL's CLIPs take 77 whatever it is
-    max_sequence_length: int | None = None
-    #: the denoiser's LoRA ``target_modules`` (FLUX's ``--lora_layers``); None: the script's
-    lora_targets: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        problems: list[str] = []
-        for name in ("resolution", "batch", "max_sequence_length"):
-            value = getattr(self, name)
-            if name == "max_sequence_length" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                problems.append(f"{name} must be a positive whole number, got {value!r}")
-        if isinstance(self.resolution, int) and self.resolution % 16:
-            problems.append(
-                f"resolution must be a multiple of 16 (the VAE's 8x and FLUX's 2x2 packing), "
-                f"got {self.resolution}"
-            )
-        if self.lora_rank is not None and (
-            not isinstance(self.lora_rank, int) or self.lora_rank < 1
-        ):
-            problems.append(f"lora_rank must be a positive whole number, got {self.lora_rank!r}")
-        if self.optimizer not in TRAIN_OPTIMIZERS:
-            problems.append(
-                f"optimizer {self.optimizer!r} is not one the diffusers scripts build with "
-                f"memfit's model: use {', '.join(TRAIN_OPTIMIZERS)}"
-            )
-        if self.precision not in MIXED_PRECISION:
-            problems.append(
-                f"precision {self.precision!r}: the scripts run accelerate's --mixed_precision "
-                f"bf16 / fp16 / no, i.e. {', '.join(MIXED_PRECISION)}"
-            )
-        if self.cache_latents and self.lora_rank is None:
-            problems.append(
-                "cache_latents: only the LoRA scripts (train_dreambooth_lora_flux.py) have "
-                "--cache_latents; drop it for full fine-tuning"
-            )
-        if self.lora_targets is not None and (
-            self.lora_rank is None or not self.lora_targets
-            or not all(isinstance(t, str) and t for t in self.lora_targets)
-        ):  # fmt: skip
-            problems.append(
-                f"lora_targets {self.lora_targets!r} must be module names and needs a lora_rank"
-            )
-        if problems:
-            raise SpecError("; ".join(problems))
-
-    @property
-    def sequence_length(self) -> int:
-        """T5's token count as the script runs it (``--max_sequence_length`` or its default)."""
-        if self.max_sequence_length is not None:
-            return self.max_sequence_length
-        return 512 if self.lora_rank is not None else 77
-
-    @property
-    def mixed_precision(self) -> str:
-        return MIXED_PRECISION[self.precision]
-
-    def flags(self) -> str:
-        """The job as ``memfit estimate`` flags."""
-        out = [f"--resolution {self.resolution}", f"--batch {self.batch}"]
-        if self.lora_rank:
-            out.append(f"--lora-rank {self.lora_rank}")
-        out.append(f"--precision {self.precision}")
-        if self.checkpointing:
-            out.append("--checkpointing full")
-        if self.optimizer != "adamw":
-            out.append(f"--optimizer {self.optimizer}")
-        if self.train_text_encoder:
-            out.append("--train-text-encoder")
-        if self.cache_latents:
-            out.append("--cache-latents")
-        if self.max_sequence_length is not None:
-            out.append(f"--max-sequence-length {self.max_sequence_length}")
-        if self.lora_targets:
-            out.append(f"--lora-targets {','.join(self.lora_targets)}")
-        return " ".join(out)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,12 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from memfit.estimate.diffusion.pipeline import read_tree
-from memfit.estimate.diffusion.train import (
-    DiffusionTrainJob,
-    PhasePeak,
-    TrainEstimate,
-)
+from memfit.estimate.diffusion.train import PhasePeak, TrainEstimate
 from memfit.estimate.diffusion.train_step import estimate_training
+from memfit.spec.diffusion import DiffusionTrainJob
 
 #: pipeline class -> (component, the config keys counting its repeated blocks)
 STACKS = {"FluxPipeline": ("transformer", ("num_layers", "num_single_layers"))}

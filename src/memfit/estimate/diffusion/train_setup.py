@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit.errors import NotModelledError
-from memfit.estimate.diffusion.train import SCRIPTS, DiffusionTrainJob
+from memfit.estimate.diffusion.train import SCRIPTS
+from memfit.spec.diffusion import DiffusionTrainJob
 
 #: diffusers' LoRA target modules, per script (``target_modules=`` as each script writes it).
 FLUX_LORA_TARGETS = (

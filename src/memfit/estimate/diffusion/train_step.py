@@ -34,16 +34,12 @@ import torch
 
 from memfit.errors import NotModelledError, TraceError
 from memfit.estimate.diffusion.pipeline import build_component, read_tree
-from memfit.estimate.diffusion.train import (
-    ComponentState,
-    DiffusionTrainJob,
-    PhasePeak,
-    TrainEstimate,
-)
+from memfit.estimate.diffusion.train import ComponentState, PhasePeak, TrainEstimate
 from memfit.estimate.diffusion.train_setup import ScriptSetup, script_setup
 from memfit.estimate.trace import build, steps
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.spec import WorkloadSpec
+from memfit.spec.diffusion import DiffusionTrainJob
 
 WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "no": torch.float32}
 #: accelerate's default ``--max_grad_norm`` in every script read (1.0): gradients are clipped.

@@ -35,9 +35,6 @@ def parse(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in nums[:3])
 
 
-VERSION_RE = re.compile(r"^\d+(\.(\d+|x))*([.+-]?[0-9A-Za-z.+-]*)?$")
-
-
 @dataclass(frozen=True, kw_only=True)
 class LibraryBehaviour:
     """The version-dependent rules above, for one pair of versions."""

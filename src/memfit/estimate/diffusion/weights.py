@@ -8,7 +8,7 @@ Each rule follows the library code that applies it (diffusers 0.42.1, transforme
   every ``torch.nn.Linear`` weight is replaced (diffusers' and transformers' bitsandbytes and
   torchao quantizers convert every Linear unless told to skip one; the GGUF files of FLUX quantize
   the 2-D weights). Biases and every other parameter keep the component's dtype. Bytes per weight
-  element, with the per-block scales, are in :data:`FORMATS`.
+  element, with the per-block scales, are in :data:`memfit.spec.diffusion.FORMATS`.
 * **Layerwise casting** (``ModelMixin.enable_layerwise_casting(storage_dtype=float8_e4m3fn)``,
   ``hooks/layerwise_casting.py``): the parameters of every Conv/Linear/Embedding-like layer
   (``hooks/_common.py: _GO_LC_SUPPORTED_PYTORCH_LAYERS``) whose name matches none of
@@ -35,12 +35,10 @@ from typing import Any
 
 import torch
 
-from memfit.estimate.diffusion.formats import BACKEND, FORMATS  # noqa: F401 (re-exported)
+from memfit.spec.diffusion import FORMATS, LAYERWISE_STORAGE_BYTES
 
 #: diffusers/hooks/layerwise_casting.py: DEFAULT_SKIP_MODULES_PATTERN (regexes, re.search).
 LAYERWISE_SKIP = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
-LAYERWISE_STORAGE_BYTES = {"fp8": 1}
-OFFLOAD_TYPES = ("block_level", "leaf_level")
 
 
 def _supported_layers() -> tuple[type[torch.nn.Module], ...]:

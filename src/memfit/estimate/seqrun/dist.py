@@ -1,4 +1,6 @@
-"""Sequence-length distributions of a fine-tuning run and the step shapes they produce.
+"""Sequence-length distributions of a fine-tuning run and the step shapes they produce (the
+records, :class:`~memfit.spec.seqrun.SeqDist` and :class:`~memfit.spec.seqrun.StepPlan`, are in
+spec/; here: reading ``--seq-dist`` and sampling the steps).
 
 A run on real data does not repeat one shape: each micro-batch is padded to its own longest
 sample. ``--seq-dist`` describes the lengths either as ``MEAN,STD,MAX`` or as a histogram file.
@@ -23,58 +25,16 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import random
-from dataclasses import dataclass
 
 from memfit.errors import SpecError
+from memfit.spec.seqrun import SeqDist, StepPlan
 
-#: Default number of steps replayed (``--steps``).
-DEFAULT_STEPS = 1000
 #: ``LengthGroupedSampler``'s megabatch factor (transformers ``get_length_grouped_indices``,
 #: ``mega_batch_mult = min(len(lengths) // (batch_size * 4), 50)``, 50 for any real data set).
 MEGABATCH_MULT = 50
 #: Largest histogram file read (lengths are small integers; 16 MiB is millions of rows).
 HISTOGRAM_MAX_BYTES = 16 * 1024 * 1024
-
-
-@dataclass(frozen=True, kw_only=True)
-class SeqDist:
-    """Sample lengths: ``lengths`` with their ``weights`` (a histogram), or a clipped normal
-    (``mean``, ``std``) when ``lengths`` is empty. ``max_len`` is the truncation limit."""
-
-    max_len: int
-    mean: float = 0.0
-    std: float = 0.0
-    lengths: tuple[int, ...] = ()
-    weights: tuple[int, ...] = ()
-    source: str = ""
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.max_len < 1:
-            problems.append(f"max_len ({self.max_len}) must be >= 1 token")
-        if not self.lengths:
-            if not (math.isfinite(self.mean) and 1 <= self.mean <= self.max_len):
-                problems.append(f"mean ({self.mean}) must be between 1 and max ({self.max_len})")
-            if not (math.isfinite(self.std) and self.std >= 0):
-                problems.append(f"std ({self.std}) must be >= 0")
-        else:
-            if len(self.lengths) != len(self.weights):
-                problems.append("lengths and weights must have the same number of entries")
-            if any(n < 1 for n in self.lengths):
-                problems.append(f"lengths ({min(self.lengths)}) must be >= 1 token")
-            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
-                problems.append("weights must be >= 0 with a positive total")
-        if problems:
-            raise SpecError.from_problems(problems)
-
-    def sample(self, rng: random.Random, n: int) -> list[int]:
-        """``n`` sample lengths (after truncation to ``max_len``)."""
-        if self.lengths:
-            drawn = rng.choices(self.lengths, weights=self.weights, k=n)
-            return [min(x, self.max_len) for x in drawn]
-        return [min(max(1, round(rng.gauss(self.mean, self.std))), self.max_len) for _ in range(n)]
 
 
 def parse_seq_dist(text: str, *, max_len: int | None = None) -> SeqDist:
@@ -139,29 +99,6 @@ def _whole(value: object) -> int:
     if number != int(number):
         raise ValueError(value)
     return int(number)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepPlan:
-    """How samples become steps: the collator's ``pad_to_multiple_of``, packing, grouping."""
-
-    batch_size: int
-    n_steps: int = DEFAULT_STEPS
-    seed: int = 0
-    pad_to_multiple_of: int | None = None
-    packing: bool = False
-    group_by_length: bool = False
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.batch_size < 1:
-            problems.append(f"batch_size ({self.batch_size}) must be >= 1")
-        if self.n_steps < 1:
-            problems.append(f"n_steps ({self.n_steps}) must be >= 1 (--steps)")
-        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
-            problems.append(f"pad_to_multiple_of ({self.pad_to_multiple_of}) must be >= 1")
-        if problems:
-            raise SpecError.from_problems(problems)
 
 
 def step_lengths(dist: SeqDist, plan: StepPlan) -> list[int]:

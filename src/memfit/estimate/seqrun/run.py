@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
-from memfit.estimate.seqrun.dist import SeqDist, StepPlan, step_lengths
+from memfit.estimate.seqrun.dist import step_lengths
 from memfit.estimate.seqrun.replay import (
     MAX_ANCHORS,
     StepTemplates,
@@ -26,6 +26,7 @@ from memfit.estimate.seqrun.replay import (
 )
 from memfit.estimate.verdict import Verdict
 from memfit.spec import WorkloadSpec
+from memfit.spec.seqrun import SeqDist, StepPlan
 
 #: The multiple tried when the run pads to the longest sample only (tensor-core friendly; the
 #: value transformers' examples pass as ``pad_to_multiple_of`` for fp16 / bf16 is 8, 64 gives

@@ -1,4 +1,6 @@
-"""VllmConfig: the ``vllm serve`` flags memfit models, validated once (named as vLLM names them)."""
+"""The serving job (torch-free): :class:`VllmConfig`, the ``vllm serve`` flags memfit models,
+validated once (named as vLLM names them; ``dtype`` is vLLM's ``--dtype`` vocabulary, which the
+simulation reads as the model's dtype). :mod:`memfit.serving` simulates its start-up."""
 
 from __future__ import annotations
 

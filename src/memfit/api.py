@@ -1,0 +1,384 @@
+"""The one door (torch-free): :func:`estimate`, :func:`fit` and :func:`plan` of any job.
+
+Each verb dispatches on the job's type (:data:`ROUTES`); the engines behind it import torch only
+when they run. How the job is answered is an :class:`~memfit.spec.options.EstimateOptions`,
+applied once (:func:`memfit.estimate.options.using_options`).
+
+:data:`ROUTES` (job type -> estimate, fit, plan):
+
+- ``WorkloadSpec`` (a text step): ``memfit.estimate.estimate``; ``memfit.plan.fit``; plan:
+  NotModelledError (a search takes a ``PlanRequest``).
+- ``PlanRequest`` (what the planner searches): estimate / fit: NotModelledError (one job is a
+  ``WorkloadSpec``); ``memfit.plan.plan``.
+- ``SeqRun`` (a variable-length run): the estimate at the longest step, then
+  ``estimate.seqrun.run.estimate_seq_run`` (a :class:`SeqRunAnswer`);
+  ``plan.seq_fit.fit_seq_dist``; ``plan.seq_fit.plan_seq_dist``.
+- ``DiffusionJob`` (a pipeline call): ``estimate.diffusion.pipelines.estimate_pipeline``; fit and
+  plan: NotModelledError.
+- ``DiffusionTrainJob`` (a diffusers training script): ``estimate.diffusion.train_fast.
+  estimate_training_fast``; ``plan.diffusion_train.fit_training``; ``plan_training``.
+- ``VllmConfig`` (``vllm serve``): ``serving.simulate_startup``; ``serving.solve.
+  solve_concurrency`` / ``solve_max_model_len``; ``serving.solve.plan_serving``.
+
+A (job, verb) with no planner raises :class:`~memfit.errors.NotModelledError` naming the kind
+and the next step; a value that is no job is a :class:`~memfit.errors.SpecError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.options import using_options
+from memfit.plan.request import PlanRequest
+from memfit.spec import (
+    DiffusionJob,
+    DiffusionTrainJob,
+    EstimateOptions,
+    SeqRun,
+    VllmConfig,
+    WorkloadSpec,
+)
+
+VERBS = ("estimate", "fit", "plan")
+
+
+def estimate(
+    model: Any, job: Any = None, *, gpu: Any = None, options: EstimateOptions | None = None
+) -> Any:
+    """The memory of ``job`` (default: a bf16 AdamW training step, batch 1, seq 512) on
+    ``model``; ``gpu`` (a catalog name or record) adds the verdict where the job has one."""
+    return _dispatch("estimate", model, WorkloadSpec() if job is None else job, gpu, options, {})
+
+
+def fit(
+    model: Any, job: Any, *, gpu: Any = None, options: EstimateOptions | None = None, **solve: Any
+) -> Any:
+    """The largest batch / length / resolution / concurrency of ``job`` that fits; ``solve``:
+    what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``)."""
+    return _dispatch("fit", model, job, gpu, options, solve)
+
+
+def plan(
+    model: Any,
+    job: Any = None,
+    *,
+    gpu: Any = None,
+    options: EstimateOptions | None = None,
+    **request: Any,
+) -> Any:
+    """The techniques that make ``job`` fit; ``request``: the planner's fields (for a text
+    model, :class:`~memfit.plan.PlanRequest` fields; for a serving job, ``concurrency``)."""
+    return _dispatch("plan", model, PlanRequest() if job is None else job, gpu, options, request)
+
+
+def _dispatch(
+    verb: str, model: Any, job: Any, gpu: Any, options: Any, extra: dict[str, Any]
+) -> Any:
+    if options is not None and not isinstance(options, EstimateOptions):
+        raise SpecError(
+            f"options ({options!r}) must be an EstimateOptions: pass "
+            "memfit.spec.EstimateOptions(engine=..., allow_code=...)"
+        )
+    opts = options or EstimateOptions()
+    route = route_of(job, verb)
+    with using_options(opts), _media(job):
+        return route(model, job, gpu=gpu, options=opts, **extra)
+
+
+def route_of(job: Any, verb: str) -> Callable[..., Any]:
+    """The function that answers ``verb`` for ``job``; NotModelledError when none does."""
+    kind = next((k for k in ROUTES if isinstance(job, k)), None)
+    if kind is None:
+        names = ", ".join(k.__name__ for k in ROUTES)
+        raise SpecError(f"job ({job!r}) must be one of {names} (memfit.spec)")
+    answer = ROUTES[kind][VERBS.index(verb)]
+    if isinstance(answer, str):
+        raise NotModelledError(answer, engine=verb)
+    return answer
+
+
+def _media(job: Any) -> Any:
+    """A text job's media for every MODEL its verb resolves (fit and the seq-run paths resolve
+    the model below this call)."""
+    from memfit.models.media import using_media
+
+    workload = job.workload if isinstance(job, SeqRun) else job
+    media = getattr(workload, "media", None) if isinstance(workload, WorkloadSpec) else None
+    return using_media(media) if media is not None and media.is_set else contextlib.nullcontext()
+
+
+def _gpu(gpu: Any) -> Any:
+    from memfit.hardware import get_gpu
+
+    return get_gpu(gpu) if isinstance(gpu, str) else gpu
+
+
+def _source(model: Any, options: EstimateOptions) -> Any:
+    from memfit.models import ModelSource, resolve_model
+
+    if isinstance(model, ModelSource):
+        return model
+    return resolve_model(model, trust_remote_code=options.trust_remote_code)
+
+
+# -- text: one step, a search ------------------------------------------------------------------
+def _estimate_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: EstimateOptions) -> Any:
+    from memfit.estimate import estimate as estimate_step
+
+    return estimate_step(
+        model,
+        job,
+        gpu=gpu,
+        engine=options.engine,
+        trust_remote_code=options.trust_remote_code,
+        extrapolate=options.extrapolate,
+        allow_code=options.allow_code,
+    )
+
+
+def _fit_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Any, **solve: Any) -> Any:
+    from memfit.plan import fit as fit_step
+
+    return fit_step(model, job, **({"gpu": gpu} if gpu is not None else {}), **solve)
+
+
+def _plan_text(model: Any, job: PlanRequest, *, gpu: Any, options: Any, **request: Any) -> Any:
+    from memfit.plan import plan as search
+
+    return search(model, job, **({"gpu": gpu} if gpu is not None else {}), **request)
+
+
+# -- a variable-length run -----------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class SeqRunAnswer:
+    """A variable-length run: the estimate of its longest step and the run replayed (with a GPU,
+    capped at what its memory leaves after the CUDA context)."""
+
+    estimate: Any
+    run: Any
+
+    @property
+    def overhead_bytes(self) -> int:
+        """What the device holds beside the caching allocator (the CUDA context and the like)."""
+        return int(self.estimate.device_used_bytes - self.estimate.peak_reserved_bytes)
+
+
+def _estimate_seq(model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions) -> Any:
+    from memfit.estimate.seqrun.run import estimate_seq_run
+    from memfit.progress import report
+
+    source = _source(model, options)
+    est = _estimate_text(
+        source, dataclasses.replace(job.workload, seq_len=job.longest_step), gpu=gpu,
+        options=options,
+    )  # fmt: skip
+    overhead_bytes = est.device_used_bytes - est.peak_reserved_bytes
+    capacity = None if est.fits is None else est.fits.capacity_bytes - overhead_bytes
+    run = estimate_seq_run(
+        source, job.workload, job.dist, job.steps, gpu=_gpu(gpu) if gpu else None,
+        capacity_bytes=capacity, progress=report,
+    )  # fmt: skip
+    run = dataclasses.replace(run, overhead_bytes=overhead_bytes)  # CUDA context and the like
+    return SeqRunAnswer(estimate=est, run=run)
+
+
+def _fit_seq(
+    model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions, solve: str = "batch",
+    gpu_memory_bytes: int | None = None, headroom: float | None = None,
+) -> Any:  # fmt: skip
+    from memfit.plan.budget import DEFAULT_HEADROOM
+    from memfit.plan.seq_fit import fit_seq_dist
+    from memfit.progress import report
+
+    if solve != "batch":
+        raise NotModelledError(
+            f"fit of a SeqRun solves batch, not {solve!r}: the distribution gives the lengths; "
+            "solve a fixed shape with a WorkloadSpec instead",
+            engine="fit",
+        )
+    return fit_seq_dist(
+        _source(model, options), job.workload, job.dist, job.steps,
+        gpu=_gpu(gpu) if gpu else None, gpu_memory_bytes=gpu_memory_bytes,
+        headroom=DEFAULT_HEADROOM if headroom is None else headroom, progress=report,
+    )  # fmt: skip
+
+
+def _plan_seq(
+    model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions,
+    gpu_memory_bytes: int | None = None, request: PlanRequest | None = None, **fields: Any,
+) -> Any:  # fmt: skip
+    from memfit.plan.seq_fit import plan_seq_dist
+    from memfit.progress import report
+
+    asked = dataclasses.replace(request or PlanRequest(), **fields)
+    return plan_seq_dist(
+        _source(model, options), asked, job.dist, job.steps, gpu=gpu,
+        gpu_memory_bytes=gpu_memory_bytes, progress=report,
+    )  # fmt: skip
+
+
+# -- diffusion -----------------------------------------------------------------------------------
+def _pipeline_root(model: Any) -> Any:
+    from memfit.models.pipelines import pipeline_dir
+
+    root = pipeline_dir(str(model))
+    if root is None:
+        raise SpecError(
+            f"model ({model!r}) is not a diffusion pipeline: a bundled pipeline (`memfit "
+            "models`), its hub id, or a directory with a model_index.json"
+        )
+    return root
+
+
+def _estimate_pipeline(model: Any, job: DiffusionJob, *, gpu: Any, options: Any) -> Any:
+    from memfit.estimate.diffusion.pipelines import estimate_pipeline
+
+    return estimate_pipeline(_pipeline_root(model), job, name=str(model), gpu=_gpu(gpu))
+
+
+def train_tracer(model: Any, gpu: Any, *, before: Callable[[Any], None] | None = None) -> Any:
+    """``trace(job)``: the estimate of one diffusion training job of ``model`` on ``gpu`` (a
+    record or None); ``before(job)`` is called before each trace (the CLI's progress line)."""
+    from memfit.estimate.diffusion.train_fast import estimate_training_fast
+
+    root = _pipeline_root(model)
+
+    def trace(job: DiffusionTrainJob) -> Any:
+        if before is not None:
+            before(job)
+        return estimate_training_fast(root, job, name=str(model), gpu=gpu)
+
+    return trace
+
+
+def _estimate_train(model: Any, job: DiffusionTrainJob, *, gpu: Any, options: Any) -> Any:
+    return train_tracer(model, _gpu(gpu))(job)
+
+
+def _train_budget(gpu: Any, gpu_memory_bytes: int | None, headroom: float | None) -> Any:
+    from memfit.plan.budget import DEFAULT_HEADROOM, Budget
+
+    if gpu is None and gpu_memory_bytes is None:
+        raise SpecError("a diffusion training fit / plan needs gpu=NAME or gpu_memory_bytes")
+    return Budget.of(
+        gpu, memory_bytes=gpu_memory_bytes,
+        headroom=DEFAULT_HEADROOM if headroom is None else headroom,
+    )  # fmt: skip
+
+
+def _fit_train(
+    model: Any, job: DiffusionTrainJob, *, gpu: Any, options: Any, solve: str = "batch",
+    gpu_memory_bytes: int | None = None, headroom: float | None = None,
+) -> Any:  # fmt: skip
+    from memfit.plan.diffusion_train import fit_training
+
+    rec = _gpu(gpu)
+    budget = _train_budget(rec, gpu_memory_bytes, headroom)
+    return fit_training(train_tracer(model, rec), job, solve=solve, budget=budget,
+                        arch=rec.arch if rec else None)  # fmt: skip
+
+
+def _plan_train(
+    model: Any, job: DiffusionTrainJob, *, gpu: Any, options: Any,
+    gpu_memory_bytes: int | None = None, headroom: float | None = None,
+) -> Any:  # fmt: skip
+    from memfit.estimate.diffusion.pipeline import read_tree
+    from memfit.plan.diffusion_train import plan_training
+
+    rec = _gpu(gpu)
+    budget = _train_budget(rec, gpu_memory_bytes, headroom)
+    pipeline = str(read_tree(_pipeline_root(model))[0]["_class_name"])
+    return plan_training(train_tracer(model, rec), job, pipeline=pipeline, budget=budget,
+                         arch=rec.arch if rec else None)  # fmt: skip
+
+
+# -- serving -------------------------------------------------------------------------------------
+def serving_spec(model: Any, options: EstimateOptions | None = None) -> Any:
+    """The :class:`~memfit.models.ModelSpec` vLLM serves (a config.json model, not a factory)."""
+    source = _source(model, options or EstimateOptions())
+    if source.spec is None:
+        raise SpecError(f"memfit vllm needs a config.json model, not a factory ({model!r})")
+    return source.spec
+
+
+def _serving_gpu(gpu: Any, verb: str) -> Any:
+    if gpu is None:
+        raise SpecError(f"{verb} of a VllmConfig needs gpu=NAME (vLLM's budget is a GPU's total)")
+    return _gpu(gpu)
+
+
+def _estimate_serving(model: Any, job: VllmConfig, *, gpu: Any, options: Any) -> Any:
+    from memfit.serving import simulate_startup
+
+    rec = _serving_gpu(gpu, "estimate")
+    return simulate_startup(serving_spec(model, options), rec, job)
+
+
+def _fit_serving(
+    model: Any, job: VllmConfig, *, gpu: Any, options: Any, solve: str = "concurrency",
+    concurrency: int = 1,
+) -> Any:  # fmt: skip
+    """(value, VllmStartup or None): ``solve_concurrency`` at ``job.max_model_len`` or
+    ``solve_max_model_len`` holding ``concurrency`` requests."""
+    from memfit.serving.solve import solve_concurrency, solve_max_model_len
+
+    rec = _serving_gpu(gpu, "fit")
+    spec = serving_spec(model, options)
+    if solve == "concurrency":
+        return solve_concurrency(spec, rec, job)
+    if solve == "max-model-len":
+        return solve_max_model_len(spec, rec, job, concurrency=concurrency)
+    raise SpecError(f"solve ({solve!r}) for a VllmConfig must be concurrency or max-model-len")
+
+
+def _plan_serving(
+    model: Any, job: VllmConfig, *, gpu: Any, options: Any, concurrency: int = 1,
+    max_gpus: int | None = None, allow_quant: bool = True,
+) -> Any:  # fmt: skip
+    from memfit.serving.solve import plan_serving
+
+    if job.max_model_len is None:
+        raise SpecError("plan of a VllmConfig needs its max_model_len: the tokens of a request")
+    return plan_serving(
+        serving_spec(model, options), str(model), concurrency=concurrency,
+        max_model_len=job.max_model_len, gpus=None if gpu is None else [_gpu(gpu)],
+        max_gpus=max_gpus, allow_quant=allow_quant, base=job,
+    )  # fmt: skip
+
+
+#: (job type) -> (estimate, fit, plan): the function that answers, or why none does and what
+#: to do instead (a NotModelledError's message).
+ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
+    WorkloadSpec: (
+        _estimate_text,
+        _fit_text,
+        "plan does not take a fixed WorkloadSpec: it searches the techniques, so pass what to "
+        "search as a memfit.plan.PlanRequest (or its fields as keywords: plan(model, gpu=..., "
+        "seq_len=..., global_batch=...)); estimate or fit this workload as it is",
+    ),
+    PlanRequest: (
+        "estimate does not take a PlanRequest (what to search): describe one job as a "
+        "WorkloadSpec, or plan this request",
+        "fit does not take a PlanRequest: describe the job as a WorkloadSpec and fit it with "
+        "solve='batch' | 'seq' | 'concurrency', or plan this request",
+        _plan_text,
+    ),
+    SeqRun: (_estimate_seq, _fit_seq, _plan_seq),
+    DiffusionJob: (
+        _estimate_pipeline,
+        "fit does not solve diffusion inference jobs yet: estimate the DiffusionJob at a few "
+        "sizes (memfit estimate PIPELINE --mode infer --height H --width W --batch B); fit "
+        "solves diffusion training (a DiffusionTrainJob, --mode train)",
+        "plan does not search diffusion inference jobs yet: estimate the DiffusionJob with "
+        "offload / quant / vae_tiling set (memfit estimate PIPELINE --mode infer "
+        "--pipeline-offload model --quant nf4 --vae-tiling); plan searches diffusion training "
+        "(a DiffusionTrainJob, --mode train)",
+    ),
+    DiffusionTrainJob: (_estimate_train, _fit_train, _plan_train),
+    VllmConfig: (_estimate_serving, _fit_serving, _plan_serving),
+}

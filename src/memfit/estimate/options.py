@@ -1,0 +1,38 @@
+"""The one place an :class:`~memfit.spec.options.EstimateOptions` is applied (torch-free).
+
+Three of its settings reach code far below the call that takes them (the planner's searches,
+the checklists' estimators, every MODEL resolved on the way), so they are carried by context
+variables, each owned by its module: the engine policy (:func:`memfit.estimate.policy.use_engine`),
+the disk caches (:func:`memfit.estimate.derived.cache.disabled`) and code-running MODELs
+(:func:`memfit.models.source.allowing_code`). :func:`using_options` is the only function that
+sets them from options; ``trust_remote_code`` and ``extrapolate`` are passed as arguments.
+
+A setting left at its default (``engine="auto"``, ``use_cache=True``, ``allow_code=False``)
+leaves the enclosing one as it is, so a library call inside ``with use_engine("trace"):`` or
+``with allowing_code():`` keeps what its caller set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from memfit.spec.options import EstimateOptions
+
+
+@contextlib.contextmanager
+def using_options(options: EstimateOptions) -> Iterator[EstimateOptions]:
+    """Inside the block, everything answers with ``options``' engine, caches and code rule (the
+    settings that differ from the defaults; see the module docstring)."""
+    from memfit.estimate.derived.cache import disabled
+    from memfit.estimate.policy import use_engine
+    from memfit.models.source import allowing_code
+
+    with contextlib.ExitStack() as stack:
+        if options.engine != "auto":
+            stack.enter_context(use_engine(options.engine))
+        if not options.use_cache:
+            stack.enter_context(disabled())
+        if options.allow_code:
+            stack.enter_context(allowing_code(True))
+        yield options
