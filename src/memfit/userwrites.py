@@ -128,7 +128,8 @@ def write_files(
 def _check(path: str | os.PathLike[str], data: str | bytes, *, what: str) -> _Pending:
     asked = str(path)
     real = Path(os.path.realpath(path))  # links written through
-    if any(real == root or root in real.parents for root in VIRTUAL_ROOTS):
+    named = Path(os.path.abspath(path))  # /dev/stdout resolves to wherever stdout goes
+    if any(p == root or root in p.parents for root in VIRTUAL_ROOTS for p in (named, real)):
         raise UserFileError(
             f"{what} {asked!r} is a kernel or device file ({real}): memfit writes only regular "
             "files — name a file path"
@@ -179,21 +180,22 @@ def _write_temp(real: Path, data: bytes, st: os.stat_result | None) -> Path:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if st is not None:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode))
-            if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
-                with contextlib.suppress(PermissionError):
-                    os.fchown(fd, st.st_uid, st.st_gid)
-        os.fsync(fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if st is not None:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+                if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+                    with contextlib.suppress(PermissionError):
+                        os.fchown(fd, st.st_uid, st.st_gid)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except BaseException:
-        os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    os.close(fd)
     return tmp
 
 
