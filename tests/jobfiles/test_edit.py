@@ -101,7 +101,8 @@ def test_a_key_inside_a_flow_mapping_is_refused_naming_the_construct():
     text = "checkpoint_dir: x\ntrain: {micro_batch_size: 4, epochs: 1}\n"
     with pytest.raises(
         EditRefusedError,
-        match=r"job.yml line 2: train is written as a flow mapping.*set train.micro_batch_size: 2 by hand",
+        match=r"job.yml line 2: train is written as a flow mapping"
+        r".*set train.micro_batch_size: 2 by hand",
     ):
         _edit(text, [("train.micro_batch_size", 2)])
 
