@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memfit.userfiles import JSON_MAX_BYTES, UserFileError, _describe, read_bytes
+from memfit.userfiles import JSON_MAX_BYTES, UserFileError, describe_mode, read_bytes
 
 BACKUP_SUFFIX = ".memfit-orig"
 #: Numbered backups tried (``NAME.memfit-orig.1`` …) before asking the user to tidy up.
@@ -142,7 +142,7 @@ def _check(path: str | os.PathLike[str], data: str | bytes, *, what: str) -> _Pe
         raise _failed(asked, what, exc) from None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UserFileError(
-            f"{what} {asked!r} is {_describe(st.st_mode)}: memfit writes only regular files — "
+            f"{what} {asked!r} is {describe_mode(st.st_mode)}: memfit writes only regular files — "
             "name a file path"
         )
     if st is not None and (not st.st_mode & 0o222 or not os.access(real, os.W_OK)):
