@@ -30,11 +30,19 @@ ALLOWED = {
         "parses the text memfit.userfiles.read_text read (bounded), safe_load only"
     ),
     "bench/models.py::*::json.loads": "package data: the packaged bench model archive",
-    "cli/bench.py::cmd_bench::open": "writes --output / --md",
     "snapshot/generate.py::*::open": "writes a snapshot memfit generates",
     "monitor/log.py::*::open": "the run-log writer (the `monitor` lane)",
     "monitor/device.py::*::open": "/proc/<pid>/statm and /proc/<pid>/stat of this machine",
-    "cli/check.py::cmd_check::open": "writes the fix to the user's own file (--write asks for it)",
+    "userwrites.py::_write_temp::os.open": (
+        "the one writer of user-named files: creates its temp file (O_CREAT | O_EXCL, write-only)"
+    ),
+    "userwrites.py::_fsync_dir::os.open": "the writer opens the folder to fsync its rename",
+    "jobfiles/edit_check.py::_load::yaml.safe_load": (
+        "parses memfit's own edit of text userfiles.read_text read, to check it"
+    ),
+    "jobfiles/yaml_edit.py::yaml_scalar::yaml.safe_load": (
+        "a value memfit writes, parsed to quote it where YAML would misread it"
+    ),
     "estimate/derived/cache.py::load::open": "memfit's own form cache (a bad file is ignored)",
     "estimate/derived/cache.py::load::json.load": "memfit's own form cache (see above)",
     "estimate/derived/cache.py::store::os.fdopen": "writes memfit's form cache",

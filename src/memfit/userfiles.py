@@ -42,7 +42,8 @@ class UserFileError(MemfitError):
     """A user file that is missing, not a regular file, too large, too slow, or undecodable."""
 
 
-def _describe(mode: int) -> str:
+def describe_mode(mode: int) -> str:
+    """What a file that is not a regular file is ("a FIFO (named pipe)"…), from its st_mode."""
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -71,7 +72,7 @@ def open_regular(path: str | os.PathLike[str], *, what: str) -> Iterator[IO[byte
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise UserFileError(
-                f"{what} {str(p)!r} is {_describe(mode)}: memfit reads only regular files "
+                f"{what} {str(p)!r} is {describe_mode(mode)}: memfit reads only regular files "
                 "(copy the content to a file)"
             )
         if hasattr(os, "set_blocking"):

@@ -57,3 +57,102 @@ def test_json_keeps_its_indentation_and_key_order():
     assert data["zero_optimization"] == {"stage": 3, "offload_optimizer": {"device": "cpu"}}
     assert list(data) == ["zero_optimization", "bf16"]
     assert '\n    "zero_optimization"' in out and out.endswith("}\n")
+
+
+# --- constructs the line editor must round-trip or refuse (issue 33) -------------------------
+
+import pytest  # noqa: E402
+
+from memfit.jobfiles.edit import EditRefusedError, plan_edits  # noqa: E402
+from memfit.jobfiles.edit_check import check_edit  # noqa: E402
+
+
+def _edit(text: str, keys: list) -> str:
+    new = set_yaml(text, keys, source="job.yml")
+    check_edit(text, new, keys, is_yaml=True, source="job.yml")
+    return new
+
+
+def test_an_anchor_that_an_alias_repeats_is_refused_naming_the_line():
+    text = "base_model: gpt2\nmicro_batch_size: &mb 4\neval_batch_size: *mb\n"
+    with pytest.raises(
+        EditRefusedError, match=r"job.yml line 2: micro_batch_size carries the anchor &mb.*by hand"
+    ):
+        _edit(text, [("micro_batch_size", 2)])
+
+
+def test_an_anchor_no_alias_uses_is_kept_and_the_value_changed():
+    out = _edit("micro_batch_size: &mb 4  # per GPU\nx: 1\n", [("micro_batch_size", 2)])
+    assert out == "micro_batch_size: &mb 2  # per GPU\nx: 1\n"
+    assert yaml.safe_load(out) == {"micro_batch_size": 2, "x": 1}
+
+
+def test_editing_an_anchored_block_that_a_merge_key_reuses_is_refused():
+    text = "base: &b\n  micro: 4\ntrain:\n  <<: *b\n  lr: 1\n"
+    with pytest.raises(
+        EditRefusedError, match=r"train\.micro = 2 instead of 4.*by hand: base.micro: 2"
+    ):
+        _edit(text, [("base.micro", 2)])
+    # setting the key under the merge overrides it there only: valid, and only that key changes
+    assert yaml.safe_load(_edit(text, [("train.micro", 2)]))["train"] == {"micro": 2, "lr": 1}
+
+
+def test_a_key_inside_a_flow_mapping_is_refused_naming_the_construct():
+    text = "checkpoint_dir: x\ntrain: {micro_batch_size: 4, epochs: 1}\n"
+    with pytest.raises(
+        EditRefusedError,
+        match=r"job.yml line 2: train is written as a flow mapping"
+        r".*set train.micro_batch_size: 2 by hand",
+    ):
+        _edit(text, [("train.micro_batch_size", 2)])
+
+
+def test_keys_go_before_a_document_end_marker():
+    text = "---\nbase_model: gpt2\nmicro_batch_size: 4\n...\n# notes after the document\n"
+    out = _edit(text, [("micro_batch_size", 2), ("gradient_checkpointing", True)])
+    assert out == (
+        "---\nbase_model: gpt2\nmicro_batch_size: 2\ngradient_checkpointing: true\n...\n"
+        "# notes after the document\n"
+    )
+
+
+def test_values_over_several_lines_are_refused():
+    with pytest.raises(EditRefusedError, match="spans several lines"):
+        _edit("optim: |\n  adamw\nx: 1\n", [("optim", "adamw_8bit")])
+    with pytest.raises(EditRefusedError, match="spans several lines"):
+        _edit("optimizer:\n  _component_: x\n", [("optimizer", "adamw")])
+
+
+def test_a_quoted_key_is_replaced_not_added_twice():
+    out = _edit('"micro_batch_size": 4\nx: 1\n', [("micro_batch_size", 2)])
+    assert out == '"micro_batch_size": 2\nx: 1\n'
+
+
+def test_a_string_yaml_would_misread_is_quoted():
+    assert yaml.safe_load(_edit("optim: adamw\n", [("optim", "yes")])) == {"optim": "yes"}
+    assert yaml.safe_load(_edit("optim: adamw\n", [("optim", "a #b")])) == {"optim": "a #b"}
+
+
+def test_an_edit_that_changes_another_key_is_refused():
+    with pytest.raises(EditRefusedError, match=r"would leave y = \(absent\) instead of 2"):
+        check_edit("x: 1\ny: 2\n", "x: 3\n", [("x", 3)], is_yaml=True, source="job.yml")
+    with pytest.raises(EditRefusedError, match="would not parse at line"):
+        check_edit("x: 1\n", "x: [3\n", [("x", 3)], is_yaml=True, source="job.yml")
+
+
+def test_a_json_parent_that_is_not_an_object_is_refused():
+    with pytest.raises(EditRefusedError, match=r"zero_optimization is 'auto', not an object"):
+        set_json('{"zero_optimization": "auto"}', [("zero_optimization.stage", 3)])
+
+
+def test_a_refused_edit_is_shown_instead_of_its_diff(tmp_path):
+    from memfit.jobfiles import read_job
+
+    f = tmp_path / "job.yml"
+    f.write_text(
+        "base_model: gpt2\nsequence_len: 64\nmicro_batch_size: &mb 4\neval_batch_size: *mb\n"
+    )
+    job = read_job([f])
+    edits, _ = plan_edits(job.files, {"batch_size": 2}, {})
+    assert edits[0].refused and edits[0].new_text == edits[0].old_text
+    assert edits[0].diff().startswith(f"memfit cannot edit {f}: {f} line 3: micro_batch_size")

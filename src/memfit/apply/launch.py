@@ -15,6 +15,7 @@ from typing import Any
 
 from memfit.apply.target import resolve
 from memfit.plan import export
+from memfit.userwrites import write_text
 
 DEEPSPEED_FILE = "ds_config.json"
 ACCELERATE_FSDP_FILE = "accelerate_fsdp.yaml"
@@ -42,13 +43,13 @@ def write_launch_configs(
     if s.shard in ("zero1", "zero2", "zero3"):
         out.mkdir(parents=True, exist_ok=True)
         path = out / DEEPSPEED_FILE
-        path.write_text(json.dumps(export.deepspeed_config(s), indent=2) + "\n")
+        write_text(path, json.dumps(export.deepspeed_config(s), indent=2) + "\n", what="config")
         files["deepspeed"] = path
         command = f"deepspeed --num_gpus {s.gpus} {script}"
     elif s.shard == "fsdp":
         out.mkdir(parents=True, exist_ok=True)
         path = out / ACCELERATE_FSDP_FILE
-        path.write_text(_yaml(export.fsdp_config(s)))
+        write_text(path, _yaml(export.fsdp_config(s)), what="config")
         files["accelerate_fsdp"] = path
         command = f"accelerate launch --config_file {path} {script}"
     elif w.gpus > 1:

@@ -134,7 +134,15 @@ def render_png(res: BenchResult, path: str | Path) -> Path:
     )
     ax.legend()
     fig.tight_layout()
+    import io
+
+    from memfit.userwrites import write_files
+
     out = Path(path)
-    fig.savefig(out)
-    plt.close(fig)
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png")  # --png: a PNG whatever the file's suffix
+    finally:
+        plt.close(fig)
+    write_files([(out, buffer.getvalue())], what="--png picture")  # atomic; FIFOs refused
     return out

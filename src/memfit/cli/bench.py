@@ -156,6 +156,7 @@ def _check_writable(flag: str, path: str | None) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from memfit.bench import bench
     from memfit.bench.render import render_markdown, render_png, render_text
+    from memfit.userwrites import write_text
 
     techniques = args.techniques.split(",") if args.techniques else None
     progress = None if args.json else (lambda m: print(f"running {m}", file=sys.stderr))
@@ -175,13 +176,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     data = json.dumps(res.to_dict(), indent=2)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(data + "\n")
+        write_text(args.output, data + "\n", what="--output file")  # atomic; FIFOs refused
     if args.png:
         render_png(res, args.png)
     if args.md:
-        with open(args.md, "w", encoding="utf-8") as f:
-            f.write(render_markdown(res))
+        write_text(args.md, render_markdown(res), what="--md file")
     print(data if args.json else render_text(res))
     return EXIT_GATE_FAILED if res.quality_failures else EXIT_OK
 

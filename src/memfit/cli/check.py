@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -124,10 +125,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         planner = args.check_engine if args.check_engine in ENGINES else "analytic"
         with use_engine(planner):  # the fix is planned with transformers' model
             fix = _fix(job, source, workload, args) if source is not None else _no_plan(model)
-    if args.write and fix and fix["edits"]:
-        for e in fix["edits"]:
-            with open(e.path, "w", encoding="utf-8") as out:  # the user asked for --write
-                out.write(e.new_text)
+    if args.write and fix and fix["edits"]:  # atomic, all files or none, originals kept
+        from memfit.jobfiles.edit import write_edits
+
+        for w in write_edits(fix["edits"]):
+            print(f"memfit: wrote {w.path} (original kept as {w.backup})", file=sys.stderr)
     if args.json:
         print(json.dumps(_to_json(job, model, workload, est, fix, args.write, answer), indent=2))
     else:

@@ -1,7 +1,10 @@
 """The edit to the user's own file that makes a job fit: memfit settings → each format's keys,
 applied to the file's text (comments and layout kept: a YAML key's line is replaced in place, a
-missing key is added under its block; JSON is re-serialised in its own indentation), shown as a
-unified diff and written by ``--write``."""
+missing key is added under its block — :mod:`memfit.jobfiles.yaml_edit`; JSON is re-serialised in
+its own indentation), checked by parsing the result (:mod:`memfit.jobfiles.edit_check`), shown as
+a unified diff and written by ``--write`` through :mod:`memfit.userwrites` (atomic, all files or
+none, the originals kept as ``NAME.memfit-orig``). An edit memfit cannot make safely is refused
+with the reason: shown instead of its diff, and ``--write`` then writes nothing (exit 2)."""
 
 from __future__ import annotations
 
@@ -10,12 +13,17 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from memfit.jobfiles.edit_check import check_edit
 from memfit.jobfiles.files import JobFile
 from memfit.jobfiles.names import HF_OPTIM_OF
+from memfit.jobfiles.yaml_edit import EditRefusedError, Keys, set_yaml
 
-Keys = list[tuple[str, Any]]
+if TYPE_CHECKING:
+    from memfit.userwrites import Written
+
+__all__ = ["EditRefusedError", "FileEdit", "plan_edits", "set_json", "set_yaml", "write_edits"]
 
 
 def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
@@ -148,8 +156,12 @@ class FileEdit:
     old_text: str
     new_text: str
     keys: tuple[tuple[str, Any], ...]
+    #: why memfit cannot make this edit safely (None: it can); the file is then left as it is
+    refused: str | None = None
 
     def diff(self) -> str:
+        if self.refused is not None:
+            return f"memfit cannot edit {self.path}: {self.refused}\n"
         return "".join(
             difflib.unified_diff(
                 self.old_text.splitlines(keepends=True),
@@ -181,80 +193,53 @@ def plan_edits(
     for f in files:
         keys = keys_by_file[f.path]
         if keys:
-            new = set_json(f.text, keys) if not f.is_yaml else set_yaml(f.text, keys)
-            edits.append(FileEdit(path=f.path, old_text=f.text, new_text=new, keys=tuple(keys)))
+            edits.append(_edit(f, keys))
     return edits, unexpressed
 
 
+def _edit(f: JobFile, keys: Keys) -> FileEdit:
+    """The edit of one file, or its refusal (the edit is checked by parsing its result)."""
+    try:
+        new = set_yaml(f.text, keys, source=f.path) if f.is_yaml else set_json(f.text, keys)
+        check_edit(f.text, new, keys, is_yaml=f.is_yaml, source=f.path)
+    except EditRefusedError as exc:
+        return FileEdit(
+            path=f.path, old_text=f.text, new_text=f.text, keys=tuple(keys), refused=str(exc)
+        )
+    return FileEdit(path=f.path, old_text=f.text, new_text=new, keys=tuple(keys))
+
+
+def write_edits(edits: list[FileEdit]) -> list[Written]:
+    """Write ``edits`` all or nothing (:func:`memfit.userwrites.write_files`, originals kept as
+    ``NAME.memfit-orig``); a refused edit refuses the whole write. Returns what was written."""
+    from memfit.userwrites import write_files
+
+    refused = [e for e in edits if e.refused is not None]
+    if refused:
+        raise EditRefusedError(
+            "; ".join(f"{e.path}: {e.refused}" for e in refused) + " (no file was written)"
+        )
+    return write_files(
+        [(e.path, e.new_text) for e in edits],
+        what="job file",
+        backup=True,
+        expected=[e.old_text for e in edits],
+    )
+
+
 def set_json(text: str, keys: Keys) -> str:
+    """Set dotted ``keys`` in JSON ``text``, re-serialised in its own indentation."""
     data = json.loads(text)
     for key, value in keys:
         node = data
         *parents, leaf = key.split(".")
         for p in parents:
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise EditRefusedError(
+                    f"{key}: {p} is {node!r}, not an object; set {key}: {json.dumps(value)} by hand"
+                )
         node[leaf] = value
     match = re.search(r"\n(\s+)\"", text)
     indent = len(match.group(1)) if match else 2
     return json.dumps(data, indent=indent) + ("\n" if text.endswith("\n") else "")
-
-
-def _yaml_scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return str(value)
-
-
-def set_yaml(text: str, keys: Keys) -> str:
-    """Set dotted ``keys`` in YAML ``text`` line by line (block mappings, as these configs are
-    written); a key that is absent is added at the end of its parent block."""
-    lines = text.splitlines()
-    for key, value in keys:
-        lines = _set_yaml_line(lines, key.split("."), _yaml_scalar(value))
-    return "\n".join(lines) + ("\n" if text.endswith("\n") or not text else "")
-
-
-def _set_yaml_line(lines: list[str], path: list[str], value: str) -> list[str]:
-    start, end, indent = 0, len(lines), 0
-    for depth, name in enumerate(path):
-        pattern = re.compile(rf"^{' ' * indent}{re.escape(name)}\s*:(.*)$")
-        found = None
-        for i in range(start, end):
-            if pattern.match(lines[i]):
-                found = i
-                break
-        last = depth == len(path) - 1
-        if found is None:
-            insert_at = end
-            while insert_at > start and not lines[insert_at - 1].strip():
-                insert_at -= 1
-            new = [f"{' ' * indent}{name}: {value}"] if last else [f"{' ' * indent}{name}:"]
-            if not last:
-                rest = path[depth + 1 :]
-                for j, child in enumerate(rest):
-                    pad = " " * (indent + 2 * (j + 1))
-                    new.append(f"{pad}{child}: {value}" if j == len(rest) - 1 else f"{pad}{child}:")
-            return lines[:insert_at] + new + lines[insert_at:]
-        if last:
-            m = pattern.match(lines[found])
-            assert m is not None
-            comment = ""
-            if "#" in m.group(1):
-                comment = "  #" + m.group(1).split("#", 1)[1]
-            lines = list(lines)
-            lines[found] = f"{' ' * indent}{name}: {value}{comment}"
-            return lines
-        # descend: the block is the following lines indented deeper
-        child_start = found + 1
-        child_end = child_start
-        while child_end < end and (
-            not lines[child_end].strip()
-            or len(lines[child_end]) - len(lines[child_end].lstrip()) > indent
-        ):
-            child_end += 1
-        nxt = next((ln for ln in lines[child_start:child_end] if ln.strip()), None)
-        indent = (len(nxt) - len(nxt.lstrip())) if nxt else indent + 2
-        start, end = child_start, child_end
-    return lines

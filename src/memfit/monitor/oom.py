@@ -17,7 +17,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from memfit.monitor.device import ALLOCATOR_ROUND_BYTES, CpuQuery, DeviceQuery, open_device
@@ -300,8 +299,9 @@ def oom_record(analysis: OOMAnalysis, report: str | None) -> dict[str, Any]:
 def write_oom_report(analysis: OOMAnalysis, path: str | os.PathLike[str]) -> str:
     """Write the HTML report; returns its path."""
     from memfit.monitor.oom_report import render_oom_html
+    from memfit.userwrites import write_text
 
-    Path(path).write_text(render_oom_html(analysis), encoding="utf-8")
+    write_text(path, render_oom_html(analysis), what="OOM report")  # atomic; FIFOs refused
     return str(path)
 
 

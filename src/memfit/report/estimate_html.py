@@ -180,8 +180,10 @@ def estimate_page(est: dict[str, Any], *, command: str) -> str:
 
 
 def write_estimate_html(est: dict[str, Any], path: str | Path, *, command: str) -> Path:
+    from memfit.userwrites import write_text
+
     out = Path(path)
-    out.write_text(estimate_page(est, command=command), encoding="utf-8")
+    write_text(out, estimate_page(est, command=command), what="--html page")  # atomic
     return out
 
 

@@ -531,9 +531,8 @@ def render_html_report(
     est = load_estimate(estimate)
     if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
         est = run.start["estimate"]
+    from memfit.userwrites import write_text
+
     out = Path(out_path)
-    try:
-        out.write_text(render_html(run, est), encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot write the report to {str(out)!r}: {exc.strerror or exc}") from None
+    write_text(out, render_html(run, est), what="report")  # atomic; OSError -> one line
     return out

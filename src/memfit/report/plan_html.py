@@ -96,8 +96,10 @@ def plan_page(p: dict[str, Any], *, command: str) -> str:
 
 
 def write_plan_html(p: dict[str, Any], path: str | Path, *, command: str) -> Path:
+    from memfit.userwrites import write_text
+
     out = Path(path)
-    out.write_text(plan_page(p, command=command), encoding="utf-8")
+    write_text(out, plan_page(p, command=command), what="--html page")  # atomic; FIFOs refused
     return out
 
 

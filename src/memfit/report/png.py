@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memfit.errors import MissingDependencyError, SpecError
+from memfit.errors import MissingDependencyError
 from memfit.monitor.log import RunData, read_log
 from memfit.report.html import RECEIPT_METRICS, load_estimate, shown_capacity, was_measured
 from memfit.report.svg import COLORS
@@ -98,13 +98,15 @@ def render_png(log_path: str | Path | RunData, out_path: str | Path, estimate: A
     name = (run.start or {}).get("device_name") or ""
     fig.suptitle(f"memfit run report: {run.path.name} {name}".strip())
     fig.tight_layout()
+    import io
+
+    from memfit.userwrites import write_files
+
     out = Path(out_path)
+    buffer = io.BytesIO()
     try:
-        fig.savefig(out, dpi=100)
-    except OSError as exc:
-        raise SpecError(
-            f"cannot write the picture to {str(out)!r}: {exc.strerror or exc}"
-        ) from None
+        fig.savefig(buffer, dpi=100, format="png")  # --png: a PNG whatever the file's suffix
     finally:
         plt.close(fig)
+    write_files([(out, buffer.getvalue())], what="picture")  # atomic; OSError -> one line
     return out

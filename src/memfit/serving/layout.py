@@ -20,7 +20,14 @@ from memfit.errors import NotModelledError, SpecError
 from memfit.models import ModelSpec
 from memfit.models.checkpoint_quant import checkpoint_format
 
-__all__ = ["LayerKV", "RankWeights", "kv_layers", "linear_bytes_per_param", "rank_weights"]
+__all__ = [
+    "LayerKV",
+    "RankWeights",
+    "kv_layers",
+    "linear_bytes_per_param",
+    "parallel_error",
+    "rank_weights",
+]
 
 #: vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE.
 VOCAB_PADDING = 64
@@ -115,6 +122,43 @@ def _compressed_tensors_int(spec: ModelSpec) -> tuple[str, int | None, str] | No
                 return "int8", None, note
             if bits == 4:
                 return "int4-gptq", size if isinstance(size, int) and size > 0 else None, note
+    return None
+
+
+def parallel_error(spec: ModelSpec, *, tp: int) -> tuple[str, str] | None:
+    """vLLM's own refusal of tensor parallel size ``tp`` for this model, before it loads anything:
+    ``(vLLM's error, memfit's note with the sizes that work)``, or None when vLLM accepts it.
+
+    - ``vllm/config/model.py`` ``ModelConfig.verify_with_parallel_config`` (``vllm/config.py``
+      before 0.10): ``total_num_attention_heads % tensor_parallel_size != 0`` raises
+      ``ValueError("Total number of attention heads (H) must be divisible by tensor parallel size
+      (TP).")`` when the engine config is built;
+    - ``vllm/model_executor/layers/linear.py`` ``QKVParallelLinear.__init__``: the K/V heads are
+      split (``divide(total_num_kv_heads, tp_size)``) or, when TP is larger, replicated
+      (``divide(tp_size, total_num_kv_heads)``); ``divide`` asserts exact division
+      (``vllm/distributed/utils.py`` ``ensure_divisibility``: "A is not divisible by B") while the
+      model is built. MLA models (a ``kv_lora_rank``) keep one latent, not split by TP.
+    """
+    text = spec.text or spec
+    heads, kv = text.n_heads, text.n_kv_heads
+    if heads and heads % tp:
+        works = ", ".join(str(n) for n in range(1, heads + 1) if heads % n == 0 and n <= 64)
+        return (
+            f"ValueError: Total number of attention heads ({heads}) must be divisible by tensor "
+            f"parallel size ({tp}).",
+            f"vLLM refuses this layout before loading the model: --tensor-parallel-size must "
+            f"divide the {heads} attention heads ({works})",
+        )
+    lora_rank = spec.get("kv_lora_rank")
+    if kv and not (isinstance(lora_rank, int) and lora_rank > 0):
+        big, small = (tp, kv) if tp >= kv else (kv, tp)
+        if big % small:
+            return (
+                f"AssertionError: {big} is not divisible by {small}",
+                f"vLLM refuses this layout while building the model (QKVParallelLinear): "
+                f"{kv} key/value heads are split over --tensor-parallel-size or replicated "
+                f"across it, so one must divide the other",
+            )
     return None
 
 

@@ -23,7 +23,13 @@ from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
 from memfit.serving.kv_cache import KVPlan, largest_max_model_len, plan_kv
-from memfit.serving.layout import LayerKV, kv_layers, pp_layer_counts, rank_weights
+from memfit.serving.layout import (
+    LayerKV,
+    kv_layers,
+    parallel_error,
+    pp_layer_counts,
+    rank_weights,
+)
 from memfit.serving.versions import VllmVersion, get_version
 from memfit.spec.serving import DTYPES, KV_CACHE_DTYPES, VllmConfig
 from memfit.units import GiB, MiB
@@ -312,7 +318,14 @@ def simulate_startup(
     )
     graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
     context = CONTEXT_DIST_BYTES if config.world_size > 1 else CONTEXT_BYTES
-    error = _error(v, config, total, requested, context, kv, L, derived, layers, kv_args)
+    refused = parallel_error(spec, tp=tp)  # vLLM's preconditions come before any memory
+    if refused is not None:
+        notes.append(refused[1])
+    error = (
+        refused[0]
+        if refused
+        else _error(v, config, total, requested, context, kv, L, derived, layers, kv_args)
+    )
     if error is None and requested + graphs + context > total:
         notes.append(
             f"gpu_memory_utilization {config.gpu_memory_utilization} leaves "
@@ -325,11 +338,11 @@ def simulate_startup(
         largest_max_model_len(
             layers, available_bytes=available, upper=max(derived or L, L), **kv_args
         )
-        if available > 0
+        if available > 0 and refused is None
         else 0
     )
     util = math.ceil((fixed + kv.needed_bytes) / total * 100) / 100
-    smallest = util if total * util + context <= total else None
+    smallest = util if total * util + context <= total and refused is None else None
     return VllmStartup(
         version=v.name,
         engine=v.engine,
