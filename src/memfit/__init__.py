@@ -25,8 +25,7 @@ from memfit.estimate.result import COMPONENTS, FitVerdict, MemoryEstimate, Modul
 from memfit.models.model_spec import ModelSpec
 from memfit.monitor import Monitor, diagnose, oom_guard  # torch is imported when one starts
 from memfit.spec import WorkloadSpec
-
-__version__ = "0.1.0"
+from memfit.version import __version__
 
 __all__ = [
     "COMPONENTS",

@@ -34,6 +34,7 @@ from memfit.flags import (
     non_negative_int,
     workload_from_args,
 )
+from memfit.version import __version__
 
 ESTIMATE_EXAMPLES = """examples:
   memfit estimate llama-3.2-1b --batch 4 --seq 2048 --gpu A100-40GB
@@ -233,8 +234,6 @@ def main(
     parser = parser or build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from memfit import __version__
-
         print(__version__)
         return EXIT_OK
     if args.command is None:

@@ -106,7 +106,7 @@ def history(args: argparse.Namespace) -> Iterator[list[Any]]:
     """Around the estimate: records the trace engine's allocation history when --snapshot asks
     (refusing the analytic engine before any work)."""
     from memfit.errors import SpecError
-    from memfit.snapshot.predicted import recording
+    from memfit.estimate.history import recording
 
     check_output_paths(args)
     if not getattr(args, "snapshot", None):

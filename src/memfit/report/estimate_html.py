@@ -21,6 +21,7 @@ from memfit.estimate.result import COMPONENTS
 from memfit.report import svg
 from memfit.report.html import COMPONENT_COLORS, PAGE_CSS
 from memfit.units import format_bytes
+from memfit.version import __version__
 
 #: The three peaks, as the CLI labels them.
 PEAKS = (
@@ -34,8 +35,6 @@ LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes", "huggingface-hub")
 
 def versions() -> dict[str, str]:
     """memfit's, Python's and the installed libraries' versions (absent ones left out)."""
-    from memfit import __version__
-
     out = {"memfit": __version__, "python": platform.python_version()}
     for name in LIBRARIES:
         try:

@@ -22,6 +22,7 @@ from memfit.monitor.log import RunData, read_log
 from memfit.report import svg
 from memfit.units import MiB, format_bytes
 from memfit.userfiles import JSON_MAX_BYTES, read_json
+from memfit.version import __version__
 
 #: Receipt metrics: (name in the estimate JSON, label, how the run measures it).
 RECEIPT_METRICS = (
@@ -490,8 +491,6 @@ def _errors_section(run: RunData) -> str:
 
 
 def render_html(run: RunData, est: dict[str, Any] | None) -> str:
-    from memfit import __version__
-
     body = "".join(
         [
             _header(run, est),

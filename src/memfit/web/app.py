@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import MemfitError
+from memfit.version import __version__
 from memfit.web.query import COMMANDS, build_job, options
 from memfit.web.workers import Busy, TimedOut, WorkerDied, WorkerPool
 
@@ -62,7 +63,6 @@ def schema() -> dict[str, Any]:
     """What the page builds its form from. ``workload``: the rows of the one flags table that
     ``memfit estimate`` takes (a new row appears in the form by itself); ``options``: every
     option each API command accepts."""
-    from memfit import __version__
     from memfit.estimate import ENGINES
     from memfit.flags import flags_for
     from memfit.hardware import list_gpus
