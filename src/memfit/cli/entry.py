@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_vllm.register(sub))  # vllm
     COMMANDS.update(cli_check.register(sub))  # check
     p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
-    COMMANDS.update(cli_web.register(sub))  # web
+    COMMANDS.update(cli_web.register(sub, run=main, parser_factory=build_parser))  # web
     add_allow_code(sub)
     return p
 
