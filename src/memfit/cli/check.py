@@ -90,11 +90,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
     overrides = [f for f in args.files if f not in paths]
     served = _vllm_argv(paths)
-    if served is not None:  # a serving job: the vLLM start-up model answers
-        from memfit.cli import main
-
+    if served is not None:  # a serving job: `memfit vllm`'s door answers, on the file's flags
         gpu = ["--gpu", args.gpu] if args.gpu else []
-        return main(["vllm", *served, *gpu, *(["--json"] if args.json else [])])
+        vllm = args.subparsers["vllm"]  # the vllm flags, as `memfit vllm` reads them
+        return cli_vllm.cmd_vllm(vllm.parse_args([*served, *gpu, *(["--json"] if args.json else [])]))
     job = read_job(paths, fmt=args.format, overrides=overrides)
     model = model_of(job, args.model)
     framework, answered_by, note = route(job, args.check_engine)
@@ -129,9 +128,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             with open(e.path, "w", encoding="utf-8") as out:  # the user asked for --write
                 out.write(e.new_text)
     if args.json:
-        print(json.dumps(_to_json(job, model, workload, est, fix, args.write, answer), indent=2))
+        print(json.dumps(check_json(job, model, workload, est, fix, args.write, answer), indent=2))
     else:
-        print(_render(job, model, workload, est, fix, args.write, answer))
+        print(render_check(job, model, est, fix, args.write, answer))
     return 1 if fits is False else 0
 
 
@@ -247,93 +246,3 @@ def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict
         "settings": s.describe(),
         "need_bytes": result.recommended.need_bytes,
     }
-
-
-def _to_json(
-    job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool, answer: dict[str, Any]
-) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return {
-        "files": [{"path": f.path, "format": f.format} for f in job.files],
-        "model": model,
-        **answer,
-        "workload": asdict(workload),
-        "from": {
-            name: {"key": s.key, "file": s.file, "value": s.raw} for name, s in job.fields.items()
-        },
-        "estimate": est.to_json(),
-        "fits": None if est.fits is None else est.fits.fits,
-        "warnings": [{"key": w.key, "file": w.file, "message": w.message} for w in job.warnings],
-        "not_used": [{"file": f, "key": k} for f, k in job.no_effect()],
-        "unknown": [{"file": f, "key": k} for f, k in job.unknown()],
-        "fix": None
-        if fix is None
-        else {
-            "changes": fix["changes"],
-            "unexpressed": fix["unexpressed"],
-            "diff": "".join(e.diff() for e in fix["edits"]),
-            "written": wrote and bool(fix["edits"]),
-            "message": fix.get("message"),
-        },
-    }
-
-
-def _render(
-    job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool, answer: dict[str, Any]
-) -> str:
-    from memfit.jobfiles import FORMAT_NAMES
-    from memfit.units import format_bytes
-
-    out = ["memfit check: " + ", ".join(f"{f.path} ({FORMAT_NAMES[f.format]})" for f in job.files)]
-    out.append(f"model: {model}")
-    out.append(
-        "job: "
-        + ", ".join(
-            f"{name}={s.value}" + (f" [{s.key}]" if not s.key.startswith("(") else " [default]")
-            for name, s in job.fields.items()
-            if name != "model"
-        )
-    )
-    line = (
-        f"peak on the device: {format_bytes(est.device_used_bytes)} "
-        f"(allocated {format_bytes(est.peak_allocated_bytes)})"
-    )
-    if est.fits is not None:
-        verdict = "FITS" if est.fits.fits else "DOES NOT FIT"
-        line += f" — {verdict} on {est.fits.gpu} ({format_bytes(est.fits.capacity_bytes)})"
-    out.append(line)
-    out.append(f"answered by: {answer['answered_by']}")
-    if answer["note"]:
-        out.append(f"note: {answer['note']}")
-    for w in job.warnings:
-        out.append(f"warning: {w.describe()}")
-    unknown = job.unknown()
-    if unknown:
-        out.append(
-            "unknown keys (not read by memfit): " + ", ".join(f"{k} ({f})" for f, k in unknown)
-        )
-    no_effect = job.no_effect()
-    if no_effect:
-        out.append(
-            f"not used (no effect on memory): {len(no_effect)} keys — "
-            + ", ".join(k for _, k in no_effect[:12])
-            + (" …" if len(no_effect) > 12 else "")
-            + " (all in --json)"
-        )
-    if fix is not None:
-        if fix.get("message"):
-            out.append(fix["message"])
-        else:
-            out.append(
-                "fix: "
-                + ", ".join(f"{k} → {v}" for k, v in fix["changes"].items())
-                + f" (needs {format_bytes(fix['need_bytes'])})"
-            )
-            for e in fix["edits"]:
-                out.append(e.diff().rstrip("\n"))
-            if fix["unexpressed"]:
-                out.append("not expressible in these files: " + ", ".join(fix["unexpressed"]))
-            if fix["edits"]:
-                out.append("written." if wrote else "apply with --write")
-    return "\n".join(out)

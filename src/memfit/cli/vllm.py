@@ -13,7 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.units import GiB
+from memfit.report.serving import (
+    render_serving_plan,
+    render_startup,
+    serving_plan_json,
+    startup_json,
+)
 
 VLLM_EXAMPLES = """examples:
   memfit vllm llama-3.1-8b --gpu L40S
@@ -183,75 +188,6 @@ def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
     )
 
 
-def startup_json(s: Any, command: str | None = None) -> dict[str, Any]:
-    """The ``--json`` record of one VllmStartup."""
-    kv = s.kv
-    return {
-        "runtime": "vllm",
-        "vllm_version": s.version,
-        "engine": s.engine,
-        "gpu": s.gpu,
-        "total_bytes": s.total_bytes,
-        "requested_bytes": s.requested_bytes,
-        "weights_bytes": s.weights_bytes,
-        "weight_format": s.weight_format,
-        "activation_peak_bytes": s.activation_peak_bytes,
-        "non_torch_bytes": s.non_torch_bytes,
-        "cuda_graph_bytes": s.cuda_graph_bytes,
-        "available_kv_cache_bytes": kv.available_bytes,
-        "kv_cache_bytes": kv.kv_cache_bytes,
-        "kv_cache_blocks": kv.num_blocks,
-        "kv_cache_tokens": kv.kv_cache_tokens,
-        "kv_cache_dtype": s.kv_cache_dtype,
-        "kv_groups": list(kv.kinds),
-        "max_model_len": s.max_model_len,
-        "max_num_seqs": s.max_num_seqs,
-        "max_num_batched_tokens": s.max_num_batched_tokens,
-        "block_size": s.block_size,
-        "max_concurrency": round(kv.max_concurrency, 4),
-        "starts": s.starts,
-        "error": s.error,
-        "largest_max_model_len": s.largest_max_model_len,
-        "smallest_gpu_memory_utilization": s.smallest_gpu_memory_utilization,
-        "notes": list(s.notes),
-        "command": command,
-    }
-
-
-def render_startup(s: Any, model: str) -> str:
-    """The start-up lines, the verdict and the way out."""
-    g = 1 / GiB
-    out = [
-        f"vLLM {s.version} ({s.engine.upper()} engine) serving {model} on {s.gpu} "
-        f"(per GPU: {s.total_bytes * g:.2f} GiB, weights {s.weight_format}):"
-    ]
-    out += [f"  {line}" for line in s.log_lines()]
-    out.append(
-        f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
-        f"{s.non_torch_bytes * g:.2f} GiB, CUDA graphs ~{s.cuda_graph_bytes * g:.2f} GiB "
-        f"(outside the budget); max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
-        f"{s.max_num_batched_tokens}"
-    )
-    if s.starts:
-        out.append("STARTS")
-    else:
-        out.append(f"FAILS: {s.error}")
-        if s.largest_max_model_len:
-            out.append(f"  largest --max-model-len that starts: {s.largest_max_model_len}")
-        if s.smallest_gpu_memory_utilization is not None:
-            out.append(
-                f"  smallest --gpu-memory-utilization that starts: "
-                f"{s.smallest_gpu_memory_utilization:.2f}"
-            )
-        else:
-            out.append(
-                "  no --gpu-memory-utilization fits this GPU: more GPUs (TP), "
-                "quantization or a shorter --max-model-len"
-            )
-    out += [f"note: {n}" for n in s.notes]
-    return "\n".join(out)
-
-
 def cmd_vllm(args: argparse.Namespace) -> int:
     from memfit.hardware.catalog import get_gpu
     from memfit.models import resolve_model
@@ -401,25 +337,7 @@ def cmd_plan_vllm(args: argparse.Namespace) -> int:
         allow_quant=not args.no_quant, base=base,
     )  # fmt: skip
     if args.json:
-        print(json.dumps({
-            "runtime": "vllm", "concurrency": want, "max_model_len": length,
-            "fits": bool(options),
-            "options": [{"gpu": o.gpu, "n_gpus": o.n_gpus, "command": o.command,
-                         **startup_json(o.startup, o.command)} for o in options],
-        }, indent=2))  # fmt: skip
-    elif not options:
-        where = args.gpu or "any catalog GPU (1-8 per replica)"
-        print(
-            f"NOTHING FITS: no vLLM configuration on {where} holds {want} requests of "
-            f"{length:,} tokens (tried TP 1-8, fp8 weights and fp8 KV where the GPU has fp8)"
-        )
+        print(json.dumps(serving_plan_json(options, want, length), indent=2))
     else:
-        best = options[0]
-        print(
-            f"vLLM serves {want} concurrent requests of {length:,} tokens on {best.describe()}: "
-            f"max concurrency {best.startup.max_concurrency:.2f}x"
-        )
-        print(best.command)
-        for o in options[1:6]:
-            print(f"  also: {o.describe()} ({o.startup.max_concurrency:.2f}x): {o.command}")
+        print(render_serving_plan(options, want, length, where=args.gpu))
     return 0 if options else 1

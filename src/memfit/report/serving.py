@@ -1,0 +1,117 @@
+"""What ``memfit vllm`` and ``fit`` / ``plan --runtime vllm`` print: vLLM's start-up lines, the
+verdict and the way out (text), or one JSON record per start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memfit.serving.solve import ServingOption
+from memfit.serving.startup import VllmStartup
+from memfit.units import GiB
+
+
+def startup_json(s: VllmStartup, command: str | None = None) -> dict[str, Any]:
+    """The ``--json`` record of one VllmStartup."""
+    kv = s.kv
+    return {
+        "runtime": "vllm",
+        "vllm_version": s.version,
+        "engine": s.engine,
+        "gpu": s.gpu,
+        "total_bytes": s.total_bytes,
+        "requested_bytes": s.requested_bytes,
+        "weights_bytes": s.weights_bytes,
+        "weight_format": s.weight_format,
+        "activation_peak_bytes": s.activation_peak_bytes,
+        "non_torch_bytes": s.non_torch_bytes,
+        "cuda_graph_bytes": s.cuda_graph_bytes,
+        "available_kv_cache_bytes": kv.available_bytes,
+        "kv_cache_bytes": kv.kv_cache_bytes,
+        "kv_cache_blocks": kv.num_blocks,
+        "kv_cache_tokens": kv.kv_cache_tokens,
+        "kv_cache_dtype": s.kv_cache_dtype,
+        "kv_groups": list(kv.kinds),
+        "max_model_len": s.max_model_len,
+        "max_num_seqs": s.max_num_seqs,
+        "max_num_batched_tokens": s.max_num_batched_tokens,
+        "block_size": s.block_size,
+        "max_concurrency": round(kv.max_concurrency, 4),
+        "starts": s.starts,
+        "error": s.error,
+        "largest_max_model_len": s.largest_max_model_len,
+        "smallest_gpu_memory_utilization": s.smallest_gpu_memory_utilization,
+        "notes": list(s.notes),
+        "command": command,
+    }
+
+
+def render_startup(s: VllmStartup, model: str) -> str:
+    """The start-up lines, the verdict and the way out."""
+    g = 1 / GiB
+    out = [
+        f"vLLM {s.version} ({s.engine.upper()} engine) serving {model} on {s.gpu} "
+        f"(per GPU: {s.total_bytes * g:.2f} GiB, weights {s.weight_format}):"
+    ]
+    out += [f"  {line}" for line in s.log_lines()]
+    out.append(
+        f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
+        f"{s.non_torch_bytes * g:.2f} GiB, CUDA graphs ~{s.cuda_graph_bytes * g:.2f} GiB "
+        f"(outside the budget); max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
+        f"{s.max_num_batched_tokens}"
+    )
+    if s.starts:
+        out.append("STARTS")
+    else:
+        out.append(f"FAILS: {s.error}")
+        if s.largest_max_model_len:
+            out.append(f"  largest --max-model-len that starts: {s.largest_max_model_len}")
+        if s.smallest_gpu_memory_utilization is not None:
+            out.append(
+                f"  smallest --gpu-memory-utilization that starts: "
+                f"{s.smallest_gpu_memory_utilization:.2f}"
+            )
+        else:
+            out.append(
+                "  no --gpu-memory-utilization fits this GPU: more GPUs (TP), "
+                "quantization or a shorter --max-model-len"
+            )
+    out += [f"note: {n}" for n in s.notes]
+    return "\n".join(out)
+
+
+def serving_plan_json(
+    options: Sequence[ServingOption], concurrency: int, max_model_len: int
+) -> dict[str, Any]:
+    """``plan --runtime vllm --json``: every option that serves the load, best first."""
+    return {
+        "runtime": "vllm", "concurrency": concurrency, "max_model_len": max_model_len,
+        "fits": bool(options),
+        "options": [{"gpu": o.gpu, "n_gpus": o.n_gpus, "command": o.command,
+                     **startup_json(o.startup, o.command)} for o in options],
+    }  # fmt: skip
+
+
+def render_serving_plan(
+    options: Sequence[ServingOption], concurrency: int, max_model_len: int, *, where: str | None
+) -> str:
+    """``plan --runtime vllm``: the best option and its command, then up to five others.
+    ``where``: the GPU asked for (None: the catalog)."""
+    if not options:
+        where = where or "any catalog GPU (1-8 per replica)"
+        return (
+            f"NOTHING FITS: no vLLM configuration on {where} holds {concurrency} requests of "
+            f"{max_model_len:,} tokens (tried TP 1-8, fp8 weights and fp8 KV where the GPU has "
+            "fp8)"
+        )
+    best = options[0]
+    out = [
+        f"vLLM serves {concurrency} concurrent requests of {max_model_len:,} tokens on "
+        f"{best.describe()}: max concurrency {best.startup.max_concurrency:.2f}x",
+        best.command,
+    ]
+    out += [
+        f"  also: {o.describe()} ({o.startup.max_concurrency:.2f}x): {o.command}"
+        for o in options[1:6]
+    ]
+    return "\n".join(out)
