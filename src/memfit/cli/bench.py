@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.flags import positive_int
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 #: memfit.bench.TECHNIQUES' names, here so that building the parser does not import torch.
@@ -67,8 +69,6 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add the ``bench`` and ``quality`` subcommands; return their handlers by name."""
-    from memfit.flags import positive_int
-
     b = sub.add_parser(
         "bench",
         help="run a real small model with each technique and compare measured vs estimated",
@@ -140,8 +140,6 @@ def _thresholds(args: argparse.Namespace) -> Any:
 
 def _check_writable(flag: str, path: str | None) -> None:
     """A SpecError when ``path``'s folder is missing or not writable, or ``path`` is a folder."""
-    import os
-
     if path is None:
         return
     folder = os.path.dirname(os.path.abspath(path))

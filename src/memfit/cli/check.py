@@ -11,6 +11,31 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from memfit.cli import vllm as cli_vllm
+from memfit.errors import SpecError, UnknownModelError
+from memfit.estimate import ENGINES, estimate
+from memfit.estimate.policy import use_engine
+from memfit.estimate.trace.frameworks import (
+    ANSWERED_BY,
+    EXTRAS,
+    estimate_with_framework,
+    missing,
+    require,
+)
+from memfit.jobfiles import FORMATS, model_of, plan_edits, read_job, workload_of
+from memfit.jobfiles.files import parse
+from memfit.jobfiles.vllm_cmd import (
+    argv_from_command,
+    argv_from_config,
+    is_vllm_command,
+    is_vllm_config,
+)
+from memfit.models import resolve_model
+from memfit.plan import PlanRequest, plan
+from memfit.progress import report
+from memfit.report.check import check_json, render_check
+from memfit.userfiles import read_text
+
 CHECK_EXAMPLES = """examples:
   memfit check axolotl.yml --gpu RTX-4090
   memfit check sft_config.yaml accelerate.yaml ds_zero2.json --gpu A100-80GB
@@ -35,9 +60,6 @@ FIX_FIELDS = (
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
-    from memfit.estimate import ENGINES
-    from memfit.jobfiles import FORMATS
-
     c = sub.add_parser(
         "check",
         help="estimate the job your own training config files describe, and the edit that fits",
@@ -82,18 +104,15 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from memfit.errors import UnknownModelError
-    from memfit.estimate import ENGINES, estimate
-    from memfit.jobfiles import model_of, read_job, workload_of
-    from memfit.models import resolve_model
-
     paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
     overrides = [f for f in args.files if f not in paths]
     served = _vllm_argv(paths)
     if served is not None:  # a serving job: `memfit vllm`'s door answers, on the file's flags
         gpu = ["--gpu", args.gpu] if args.gpu else []
         vllm = args.subparsers["vllm"]  # the vllm flags, as `memfit vllm` reads them
-        return cli_vllm.cmd_vllm(vllm.parse_args([*served, *gpu, *(["--json"] if args.json else [])]))
+        return cli_vllm.cmd_vllm(
+            vllm.parse_args([*served, *gpu, *(["--json"] if args.json else [])])
+        )
     job = read_job(paths, fmt=args.format, overrides=overrides)
     model = model_of(job, args.model)
     framework, answered_by, note = route(job, args.check_engine)
@@ -106,9 +125,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     n_layers = source.spec.n_layers if source is not None and source.spec is not None else None
     workload = workload_of(job, overrides={"seq_len": args.seq}, n_layers=n_layers)
     if framework is not None:
-        from memfit.estimate.trace.frameworks import estimate_with_framework
-        from memfit.progress import report
-
         data = next(f.data for f in job.files if f.format == framework)
         report(f"tracing {model} through {framework}'s own code")
         est = estimate_with_framework(framework, data, workload, gpu=args.gpu)
@@ -118,8 +134,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     fits = None if est.fits is None else est.fits.fits
     fix: dict[str, Any] | None = None
     if fits is False:
-        from memfit.estimate.policy import use_engine
-
         planner = args.check_engine if args.check_engine in ENGINES else "analytic"
         with use_engine(planner):  # the fix is planned with transformers' model
             fix = _fix(job, source, workload, args) if source is not None else _no_plan(model)
@@ -155,9 +169,6 @@ def route(
     it is installed and no other engine is asked for; ``--engine framework`` requires it (exit 2
     with the extra to install); otherwise transformers' model answers with the framework's
     settings, and says so."""
-    from memfit.errors import SpecError
-    from memfit.estimate.trace.frameworks import ANSWERED_BY, EXTRAS, missing, require
-
     framework = next((f.format for f in job.files if f.format in EXTRAS), None)
     if framework is None:
         if engine == "framework":
@@ -184,15 +195,6 @@ def settings_answer(engine: str, *, asked: bool = False) -> str:
 
 def _vllm_argv(paths: list[str]) -> list[str] | None:
     """``memfit vllm`` arguments when the one file is a ``vllm serve`` line or config."""
-    from memfit.jobfiles.files import parse
-    from memfit.jobfiles.vllm_cmd import (
-        argv_from_command,
-        argv_from_config,
-        is_vllm_command,
-        is_vllm_config,
-    )
-    from memfit.userfiles import read_text
-
     if len(paths) != 1:
         return None
     text = read_text(paths[0], what="job file")
@@ -207,9 +209,6 @@ def _vllm_argv(paths: list[str]) -> list[str] | None:
 
 def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict[str, Any]:
     """The planner's least costly change from the job as asked, as edits to the files."""
-    from memfit.jobfiles import plan_edits
-    from memfit.plan import PlanRequest, plan
-
     request = PlanRequest(
         mode="train",
         seq_len=workload.seq_len,

@@ -14,7 +14,8 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 
-from memfit.estimate.policy import ENGINES
+from memfit import progress
+from memfit.estimate.policy import ENGINES, use_engine
 
 ENGINE_HELP = (
     "auto (default): the fastest engine that models the job, said in the output — analytic "
@@ -57,14 +58,11 @@ def add_engine_flags(parser: argparse.ArgumentParser, *, framework: bool = False
 def applied(args: argparse.Namespace) -> Iterator[None]:
     """Run a command with its ``--engine`` policy and its progress display (where it has the
     flags; other commands run as they are)."""
-    from memfit import progress
-    from memfit.estimate.policy import use_engine
-
     with contextlib.ExitStack() as stack:
         if hasattr(args, "engine"):
             stack.enter_context(use_engine(args.engine))
         if getattr(args, "no_cache", False):
-            from memfit.estimate.derived.cache import disabled
+            from memfit.estimate.derived.cache import disabled  # numpy and the derived engine
 
             stack.enter_context(disabled())
         if hasattr(args, "quiet"):

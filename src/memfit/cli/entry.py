@@ -12,10 +12,12 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from memfit.cli import bench as cli_bench
 from memfit.cli import check as cli_check
+from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
 from memfit.cli import gpus as cli_gpus
 from memfit.cli import monitor as cli_monitor
@@ -25,15 +27,22 @@ from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
 from memfit.cli import web as cli_web
 from memfit.cli.engine import add_engine_flags, applied
-from memfit.errors import MemfitError
+from memfit.errors import DoesNotFitError, MemfitError
+from memfit.estimate import estimate
 from memfit.flags import (
     EXIT_BAD_INPUT,
     EXIT_DOES_NOT_FIT,
     EXIT_OK,
     add_flags,
+    media_kwargs,
     non_negative_int,
     workload_from_args,
 )
+from memfit.models import list_bundled
+from memfit.models.media import MediaSpec, using_media
+from memfit.models.pipelines import list_pipelines
+from memfit.models.source import allowing_code
+from memfit.report.text import render_estimate
 from memfit.version import __version__
 
 ESTIMATE_EXAMPLES = """examples:
@@ -148,13 +157,9 @@ def add_allow_code(sub: Any) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from memfit.cli import diffusion as cli_diffusion
-
     if cli_diffusion.is_pipeline(args.model):
         return cli_diffusion.cmd_estimate_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
-    from memfit.estimate import estimate
-    from memfit.report.text import render_estimate
 
     if args.seq_dist is not None:
         return cli_seqdist.cmd(args, workload_from_args(args))
@@ -178,14 +183,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def _print_records(records: list[Any]) -> None:
     """The JSON form of catalog rows (frozen dataclasses), all fields."""
-    from dataclasses import asdict
-
     print(json.dumps([asdict(r) for r in records], indent=2))
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from memfit.models import list_bundled
-
     rows = list_bundled()
     if args.json:
         _print_records(rows)
@@ -193,7 +194,6 @@ def cmd_models(args: argparse.Namespace) -> int:
     print(f"{'name':<24}{'family':<14}{'task':<12}source")
     for r in rows:
         print(f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}")
-    from memfit.models.pipelines import list_pipelines
 
     print("\ndiffusion pipelines (memfit estimate NAME --mode infer; docs/diffusion.md):")
     for p in list_pipelines():
@@ -207,9 +207,6 @@ COMMANDS = {"estimate": cmd_estimate, "models": cmd_models}
 def media_from(args: argparse.Namespace) -> Any:
     """``--image-size`` / ``--num-channels`` / ``--audio-seconds`` for every MODEL the command
     resolves (memfit.models.media)."""
-    from memfit.flags import media_kwargs
-    from memfit.models.media import MediaSpec, using_media
-
     return using_media(MediaSpec(**media_kwargs(vars(args))))
 
 
@@ -240,8 +237,7 @@ def main(
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        args = cli_from.reparse(parser, args.subparsers, args, argv)
-        from memfit.models.source import allowing_code
+        args = cli_from.reparse(build_parser, args, argv)
 
         with (
             allowing_code(bool(getattr(args, "allow_code", False))),
@@ -253,8 +249,6 @@ def main(
         sys.stderr.close()
         return EXIT_OK
     except MemfitError as exc:
-        from memfit.errors import DoesNotFitError
-
         print(f"memfit: error: {exc}", file=sys.stderr)
         return EXIT_DOES_NOT_FIT if isinstance(exc, DoesNotFitError) else EXIT_BAD_INPUT
 

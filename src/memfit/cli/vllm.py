@@ -10,15 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.flags import positive_int
+from memfit.hardware.catalog import get_gpu
+from memfit.models import resolve_model
 from memfit.report.serving import (
     render_serving_plan,
     render_startup,
     serving_plan_json,
     startup_json,
 )
+from memfit.serving import DEFAULT_VERSION, VllmConfig, simulate_startup
+from memfit.serving.command import serve_command
+from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
 
 VLLM_EXAMPLES = """examples:
   memfit vllm llama-3.1-8b --gpu L40S
@@ -63,8 +70,6 @@ _IGNORED_SWITCHES = (
 
 def add_vllm_flags(p: argparse.ArgumentParser) -> None:
     """The ``vllm serve`` flags memfit models (``vllm``, and ``fit/plan --runtime vllm``)."""
-    from memfit.flags import positive_int
-
     g = p.add_argument_group("vllm serve flags")
     g.add_argument(
         "--tensor-parallel-size",
@@ -126,8 +131,6 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add the ``vllm`` subcommand; return its handler by name."""
-    from memfit.flags import positive_int
-
     p = sub.add_parser(
         "vllm",
         help="will `vllm serve` start on this GPU: KV cache, tokens, max concurrency",
@@ -160,8 +163,6 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
     """The VllmConfig the parsed flags describe."""
-    from memfit.serving import DEFAULT_VERSION, VllmConfig
-
     tp, pp = args.tp, args.pp
     if gpus is not None and tp is None:
         tp = max(1, gpus // (pp or 1))
@@ -189,11 +190,6 @@ def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
 
 
 def cmd_vllm(args: argparse.Namespace) -> int:
-    from memfit.hardware.catalog import get_gpu
-    from memfit.models import resolve_model
-    from memfit.serving import simulate_startup
-    from memfit.serving.command import serve_command
-
     config = config_from_args(args, args.gpus)
     gpu = get_gpu(args.gpu)
     source = resolve_model(args.model)
@@ -213,8 +209,6 @@ def cmd_vllm(args: argparse.Namespace) -> int:
 def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) -> None:
     """``--runtime hf|vllm`` and the vLLM knobs the other commands take (their own --tp, --gpus,
     --seq, --new-tokens and --quant carry the rest)."""
-    from memfit.flags import positive_int
-
     p.add_argument(
         "--runtime",
         choices=("hf", "vllm"),
@@ -241,8 +235,6 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
 
 
 def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> Any:
-    from memfit.serving import DEFAULT_VERSION, VllmConfig
-
     quant = getattr(args, "quant", None)
     if quant not in (None, "none", "fp8"):
         raise SpecError(
@@ -260,8 +252,6 @@ def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None
 
 
 def _spec(model: str) -> Any:
-    from memfit.models import resolve_model
-
     spec = resolve_model(model).spec
     if spec is None:
         raise SpecError(f"--runtime vllm needs a config.json model, not a factory ({model!r})")
@@ -270,10 +260,6 @@ def _spec(model: str) -> Any:
 
 def cmd_fit_vllm(args: argparse.Namespace) -> int:
     """``memfit fit --runtime vllm --solve concurrency|max-model-len``."""
-    from memfit.hardware.catalog import get_gpu
-    from memfit.serving.command import serve_command
-    from memfit.serving.solve import solve_concurrency, solve_max_model_len
-
     if args.gpu is None or args.gpu_memory is not None:
         raise SpecError("fit --runtime vllm needs --gpu NAME (vLLM's budget is a GPU's total)")
     if args.solve not in ("concurrency", "max-model-len"):
@@ -308,22 +294,15 @@ def cmd_fit_vllm(args: argparse.Namespace) -> int:
 
 
 def replace_len(config: Any, length: int | None) -> Any:
-    from dataclasses import replace
-
     return replace(config, max_model_len=length)
 
 
 def _simulate(spec: Any, gpu: Any, config: Any) -> Any:
-    from memfit.serving import simulate_startup
-
     return simulate_startup(spec, gpu, config)
 
 
 def cmd_plan_vllm(args: argparse.Namespace) -> int:
     """``memfit plan --mode infer --runtime vllm --concurrency N --seq L``."""
-    from memfit.hardware.catalog import get_gpu
-    from memfit.serving.solve import plan_serving
-
     if args.mode != "infer":
         raise SpecError("--runtime vllm plans inference: pass --mode infer")
     want = args.concurrency or args.batch or 1

@@ -19,6 +19,7 @@ from memfit.report.estimate_html import write_estimate_html
 from memfit.report.plan_html import write_plan_html
 from memfit.snapshot.predicted import pick, write_history
 from memfit.web.query import REFUSED
+from memfit.web.serve import serve
 from memfit.web.workers import CommandLine, ParserFactory
 
 WEB_EXAMPLES = """examples:
@@ -62,7 +63,6 @@ def cmd_web(args: argparse.Namespace, *, run: CommandLine, parser_factory: Parse
     if importlib.util.find_spec("starlette") is None or importlib.util.find_spec("uvicorn") is None:
         print(f"memfit: error: {INSTALL_HINT}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from memfit.web.serve import serve  # starlette and uvicorn: the web extra
 
     return serve(
         run=run,
