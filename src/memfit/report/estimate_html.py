@@ -17,9 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from memfit.estimate.result import COMPONENTS
 from memfit.report import svg
-from memfit.report.html import COMPONENT_COLORS, PAGE_CSS
+from memfit.report.style import COMPONENT_COLORS, PAGE_CSS
 from memfit.units import format_bytes
 from memfit.version import __version__
 
@@ -77,7 +76,7 @@ def peaks_table(est: dict[str, Any]) -> str:
 
 
 def _parts(components: dict[str, int]) -> list[tuple[str, int, str]]:
-    return [(c, components.get(c, 0), COMPONENT_COLORS[c]) for c in COMPONENTS]
+    return [(c, components.get(c, 0), color) for c, color in COMPONENT_COLORS.items()]
 
 
 def component_bars(est: dict[str, Any], width: int = 920) -> str:
@@ -91,7 +90,7 @@ def _components_table(est: dict[str, Any]) -> str:
     phases = est.get("phases", {})
     head = "".join(f'<th class="num">{escape(p)}</th>' for p in phases)
     body = ""
-    for c in COMPONENTS:
+    for c in COMPONENT_COLORS:
         cells = "".join(
             f'<td class="num">{format_bytes(p["components"].get(c, 0))}</td>'
             for p in phases.values()

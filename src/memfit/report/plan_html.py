@@ -13,7 +13,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from memfit.estimate.result import COMPONENTS
 from memfit.report import svg
 from memfit.report.estimate_html import (
     FRAGMENT_CSS,
@@ -21,7 +20,7 @@ from memfit.report.estimate_html import (
     page_tail,
     standalone_page,
 )
-from memfit.report.html import COMPONENT_COLORS
+from memfit.report.style import COMPONENT_COLORS
 from memfit.units import format_bytes
 
 
@@ -36,7 +35,7 @@ def _option_line(opt: dict[str, Any] | None) -> str:
 
 def _bar_row(label: str, opt: dict[str, Any] | None) -> tuple[str, list[tuple[str, int, str]]]:
     comps = (opt or {}).get("components") or {}
-    return label, [(c, comps.get(c, 0), COMPONENT_COLORS[c]) for c in COMPONENTS]
+    return label, [(c, comps.get(c, 0), color) for c, color in COMPONENT_COLORS.items()]
 
 
 def _as_asked(p: dict[str, Any]) -> str:
