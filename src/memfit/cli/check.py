@@ -22,6 +22,7 @@ from memfit.estimate.trace.frameworks import (
     missing,
     require,
 )
+from memfit.flags import EXIT_BAD_INPUT
 from memfit.jobfiles import FORMATS, model_of, plan_edits, read_job, workload_of
 from memfit.jobfiles.files import parse
 from memfit.jobfiles.vllm_cmd import (
@@ -109,10 +110,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     served = _vllm_argv(paths)
     if served is not None:  # a serving job: `memfit vllm`'s door answers, on the file's flags
         gpu = ["--gpu", args.gpu] if args.gpu else []
-        vllm = args.subparsers["vllm"]  # the vllm flags, as `memfit vllm` reads them
-        return cli_vllm.cmd_vllm(
-            vllm.parse_args([*served, *gpu, *(["--json"] if args.json else [])])
-        )
+        as_json = ["--json"] if args.json else []
+        return cli_vllm.cmd_vllm(_vllm_args(args.subparsers["vllm"], [*served, *gpu, *as_json]))
     job = read_job(paths, fmt=args.format, overrides=overrides)
     model = model_of(job, args.model)
     framework, answered_by, note = route(job, args.check_engine)
@@ -205,6 +204,20 @@ def _vllm_argv(paths: list[str]) -> list[str] | None:
     except Exception:  # noqa: BLE001 - read_job reports the file's problem
         return None
     return argv_from_config(data) if is_vllm_config(data) else None
+
+
+def _vllm_args(vllm: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` as ``memfit vllm ARGV`` reads it. A flag vllm does not take is refused as the
+    whole command line refuses it: argparse leaves unknown arguments to the top parser, whose
+    message points at ``memfit --help``."""
+    args, unknown = vllm.parse_known_args(argv)
+    if unknown:
+        top = vllm.prog.split()[0]
+        vllm.exit(
+            EXIT_BAD_INPUT,
+            f"{top}: error: unrecognized arguments: {' '.join(unknown)} (see `{top} --help`)\n",
+        )
+    return args
 
 
 def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from memfit.models import list_bundled
 from memfit.models.media import MediaSpec, using_media
 from memfit.models.pipelines import list_pipelines
 from memfit.models.source import allowing_code
-from memfit.report.text import render_estimate
+from memfit.report.text import render_estimate, render_models
 from memfit.version import __version__
 
 ESTIMATE_EXAMPLES = """examples:
@@ -191,13 +191,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         _print_records(rows)
         return EXIT_OK
-    print(f"{'name':<24}{'family':<14}{'task':<12}source")
-    for r in rows:
-        print(f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}")
-
-    print("\ndiffusion pipelines (memfit estimate NAME --mode infer; docs/diffusion.md):")
-    for p in list_pipelines():
-        print(f"{p.name:<24}{p.pipeline:<28}{p.hf_id}")
+    print(render_models(rows, list_pipelines()))
     return EXIT_OK
 
 
