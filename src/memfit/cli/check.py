@@ -15,13 +15,7 @@ from memfit.cli import vllm as cli_vllm
 from memfit.errors import SpecError, UnknownModelError
 from memfit.estimate import ENGINES, estimate
 from memfit.estimate.policy import use_engine
-from memfit.estimate.trace.frameworks import (
-    ANSWERED_BY,
-    EXTRAS,
-    estimate_with_framework,
-    missing,
-    require,
-)
+from memfit.estimate.trace import frameworks
 from memfit.flags import EXIT_BAD_INPUT
 from memfit.jobfiles import FORMATS, model_of, plan_edits, read_job, workload_of
 from memfit.jobfiles.files import parse
@@ -126,7 +120,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if framework is not None:
         data = next(f.data for f in job.files if f.format == framework)
         report(f"tracing {model} through {framework}'s own code")
-        est = estimate_with_framework(framework, data, workload, gpu=args.gpu)
+        est = frameworks.estimate_with_framework(framework, data, workload, gpu=args.gpu)
     else:
         est = estimate(source, workload, gpu=args.gpu, engine=args.check_engine or "analytic")
     answer = {"answered_by": answered_by, "note": note}
@@ -168,7 +162,7 @@ def route(
     it is installed and no other engine is asked for; ``--engine framework`` requires it (exit 2
     with the extra to install); otherwise transformers' model answers with the framework's
     settings, and says so."""
-    framework = next((f.format for f in job.files if f.format in EXTRAS), None)
+    framework = next((f.format for f in job.files if f.format in frameworks.EXTRAS), None)
     if framework is None:
         if engine == "framework":
             raise SpecError(
@@ -176,13 +170,13 @@ def route(
             )
         return None, f"transformers' model ({engine or default} engine)", None
     if engine == "framework":
-        require(framework)
-        return framework, ANSWERED_BY[framework], None
+        frameworks.require(framework)
+        return framework, frameworks.ANSWERED_BY[framework], None
     if engine is not None:
         return None, settings_answer(engine, asked=True), None
-    reason = missing(framework)
+    reason = frameworks.missing(framework)
     if reason is None:
-        return framework, ANSWERED_BY[framework], None
+        return framework, frameworks.ANSWERED_BY[framework], None
     return None, settings_answer(default), reason
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from memfit.cli.check import route, settings_answer
 from memfit.errors import SpecError
-from memfit.estimate.trace.frameworks import ANSWERED_BY, EXTRAS, estimate_with_framework
+from memfit.estimate.trace import frameworks
 from memfit.flags import flags_for, workload_from_args
 from memfit.jobfiles import read_job
 from memfit.plan.budget import fits, need_bytes
@@ -125,7 +125,7 @@ class FromRoute:
     def answered_by(self, engine: str) -> str:
         """What answered, ``engine`` being the one transformers' model ran on (when it did)."""
         if self.framework is not None:
-            return ANSWERED_BY[self.framework]
+            return frameworks.ANSWERED_BY[self.framework]
         return settings_answer(self.asked or engine, asked=self.asked is not None)
 
 
@@ -136,7 +136,7 @@ def _route(
     argv: Any,
     build_parser: Callable[[], argparse.ArgumentParser],
 ) -> FromRoute | None:
-    file_framework = next((f.format for f in job.files if f.format in EXTRAS), None)
+    file_framework = next((f.format for f in job.files if f.format in frameworks.EXTRAS), None)
     if file_framework is None:
         if args.engine == "framework":
             route(job, "framework")  # the one message: needs a torchtune recipe or LitGPT config
@@ -204,7 +204,7 @@ def framework_estimate(args: argparse.Namespace, workload: Any) -> Any:
         return None
 
     report(f"tracing {args.model} through {r.framework}'s own code")
-    return estimate_with_framework(r.framework, r.data, workload, gpu=args.gpu)
+    return frameworks.estimate_with_framework(r.framework, r.data, workload, gpu=args.gpu)
 
 
 def answer(args: argparse.Namespace, engine: str) -> dict[str, Any]:
@@ -244,12 +244,13 @@ def confirm_fit(args: argparse.Namespace, result: Any) -> tuple[dict[str, Any], 
     est = framework_estimate(args, workload)
     ok = fits(est, result.budget)
     value = f"{result.solve} {result.max_value}"
-    info["answered_by"] += f"; {ANSWERED_BY[r.framework]} answered the estimate of {value}"
+    who = frameworks.ANSWERED_BY[r.framework]
+    info["answered_by"] += f"; {who} answered the estimate of {value}"
     info["framework_estimate"] = {**est.to_json(), "fits": ok}
     verdict = "fits" if ok else f"does NOT fit {result.budget.gpu_name}: lower {result.solve}"
     info["note"] = (
         f"searched with transformers' model; the framework's own code "
-        f"({ANSWERED_BY[r.framework]}) answered the estimate of the recommended {value}: device "
+        f"({who}) answered the estimate of the recommended {value}: device "
         f"{format_bytes(est.device_used_bytes)} (upper end {format_bytes(need_bytes(est))}) — "
         f"{verdict}"
     )
