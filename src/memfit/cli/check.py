@@ -17,7 +17,7 @@ from memfit.estimate import ENGINES, estimate
 from memfit.estimate.policy import use_engine
 from memfit.estimate.trace import frameworks
 from memfit.flags import EXIT_BAD_INPUT
-from memfit.jobfiles import FORMATS, model_of, plan_edits, read_job, workload_of
+from memfit.jobfiles import FORMATS, Job, model_of, plan_edits, read_job, workload_of
 from memfit.jobfiles.files import parse
 from memfit.jobfiles.vllm_cmd import (
     argv_from_command,
@@ -25,10 +25,11 @@ from memfit.jobfiles.vllm_cmd import (
     is_vllm_command,
     is_vllm_config,
 )
-from memfit.models import resolve_model
+from memfit.models import ModelSource, resolve_model
 from memfit.plan import PlanRequest, plan
 from memfit.progress import report
 from memfit.report.check import check_json, render_check
+from memfit.spec import WorkloadSpec
 from memfit.userfiles import read_text
 
 CHECK_EXAMPLES = """examples:
@@ -153,7 +154,7 @@ def _no_plan(model: str) -> dict[str, Any]:
 
 
 def route(
-    job: Any, engine: str | None, *, default: str = "analytic"
+    job: Job, engine: str | None, *, default: str = "analytic"
 ) -> tuple[str | None, str, str | None]:
     """Which code path answers: ``(framework or None, what answered, a note or None)``.
     ``engine``: the one asked for (None: none); ``default``: the engine that answers otherwise.
@@ -214,7 +215,9 @@ def _vllm_args(vllm: argparse.ArgumentParser, argv: list[str]) -> argparse.Names
     return args
 
 
-def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _fix(
+    job: Job, source: ModelSource, workload: WorkloadSpec, args: argparse.Namespace
+) -> dict[str, Any]:
     """The planner's least costly change from the job as asked, as edits to the files."""
     request = PlanRequest(
         mode="train",

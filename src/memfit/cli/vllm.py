@@ -15,8 +15,8 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.flags import positive_int
-from memfit.hardware.catalog import get_gpu
-from memfit.models import resolve_model
+from memfit.hardware.catalog import GPU, get_gpu
+from memfit.models import ModelSpec, resolve_model
 from memfit.report.serving import (
     render_serving_plan,
     render_startup,
@@ -26,6 +26,7 @@ from memfit.report.serving import (
 from memfit.serving import DEFAULT_VERSION, VllmConfig, simulate_startup
 from memfit.serving.command import serve_command
 from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
+from memfit.serving.startup import VllmStartup
 
 VLLM_EXAMPLES = """examples:
   memfit vllm llama-3.1-8b --gpu L40S
@@ -161,7 +162,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     return {"vllm": cmd_vllm}
 
 
-def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
+def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> VllmConfig:
     """The VllmConfig the parsed flags describe."""
     tp, pp = args.tp, args.pp
     if gpus is not None and tp is None:
@@ -234,7 +235,7 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
         )
 
 
-def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> Any:
+def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> VllmConfig:
     quant = getattr(args, "quant", None)
     if quant not in (None, "none", "fp8"):
         raise SpecError(
@@ -251,7 +252,7 @@ def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None
     )
 
 
-def _spec(model: str) -> Any:
+def _spec(model: str) -> ModelSpec:
     spec = resolve_model(model).spec
     if spec is None:
         raise SpecError(f"--runtime vllm needs a config.json model, not a factory ({model!r})")
@@ -293,11 +294,11 @@ def cmd_fit_vllm(args: argparse.Namespace) -> int:
     return 0 if value > 0 else 1
 
 
-def replace_len(config: Any, length: int | None) -> Any:
+def replace_len(config: VllmConfig, length: int | None) -> VllmConfig:
     return replace(config, max_model_len=length)
 
 
-def _simulate(spec: Any, gpu: Any, config: Any) -> Any:
+def _simulate(spec: ModelSpec, gpu: GPU, config: VllmConfig) -> VllmStartup:
     return simulate_startup(spec, gpu, config)
 
 

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.estimate.history import recording
+from memfit.estimate.history import RecordedTrace, recording
+from memfit.estimate.result import MemoryEstimate
 from memfit.flags import EXIT_BAD_INPUT, positive_int, workload_flags, workload_from_args
+from memfit.plan.search import Plan
 from memfit.report.estimate_html import write_estimate_html
 from memfit.report.plan_html import write_plan_html
 from memfit.snapshot.predicted import pick, write_history
+from memfit.spec import WorkloadSpec
 from memfit.web.query import REFUSED
 from memfit.web.serve import serve
 from memfit.web.workers import CommandLine, ParserFactory
@@ -111,7 +114,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
 
 
 @contextmanager
-def history(args: argparse.Namespace) -> Iterator[list[Any]]:
+def history(args: argparse.Namespace) -> Iterator[list[RecordedTrace]]:
     """Around the estimate: records the trace engine's allocation history when --snapshot asks
     (refusing the analytic engine before any work)."""
     check_output_paths(args)
@@ -127,7 +130,7 @@ def history(args: argparse.Namespace) -> Iterator[list[Any]]:
         yield traces
 
 
-def estimate_command(args: argparse.Namespace, workload: Any) -> str:
+def estimate_command(args: argparse.Namespace, workload: WorkloadSpec) -> str:
     """The ``memfit estimate`` command of the job (its flags as the flags table spells them)."""
     words = ["memfit estimate", shlex.quote(str(args.model)), workload_flags(workload)]
     words += [f"--gpu {shlex.quote(args.gpu)}"] if args.gpu else []
@@ -135,7 +138,9 @@ def estimate_command(args: argparse.Namespace, workload: Any) -> str:
     return " ".join(w for w in words if w)
 
 
-def write_estimate_outputs(args: argparse.Namespace, est: Any, traces: list[Any]) -> None:
+def write_estimate_outputs(
+    args: argparse.Namespace, est: MemoryEstimate, traces: list[RecordedTrace]
+) -> None:
     """Write what --html / --snapshot asked for; say so on stderr (stdout stays the answer)."""
     if getattr(args, "snapshot", None):
         trace = pick(traces, est.engine)
@@ -175,7 +180,7 @@ def command_of(command: str, args: argparse.Namespace) -> str:
     return " ".join(words)
 
 
-def write_plan_outputs(args: argparse.Namespace, result: Any) -> None:
+def write_plan_outputs(args: argparse.Namespace, result: Plan) -> None:
     """``plan --html FILE``."""
     if getattr(args, "html", None):
         out = write_plan_html(result.to_json(), args.html, command=command_of("plan", args))
