@@ -160,7 +160,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if cli_diffusion.is_pipeline(args.model):
         return cli_diffusion.cmd_estimate_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
-
     if args.seq_dist is not None:
         return cli_seqdist.cmd(args, workload_from_args(args))
     with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
