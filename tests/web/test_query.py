@@ -59,7 +59,11 @@ def test_a_pasted_config_is_stored_by_content(tmp_path: Path) -> None:
     assert a.argv == b.argv and (Path(a.argv[1]) / "config.json").read_text() == text
     with pytest.raises(SpecError, match=r"config \(12001 characters\) is longer than 12000"):
         build_job(
-            PARSER, "estimate", [("config", "{" + " " * 12_000)], config_dir=tmp_path, allow_paths=True
+            PARSER,
+            "estimate",
+            [("config", "{" + " " * 12_000)],
+            config_dir=tmp_path,
+            allow_paths=True,
         )
     with pytest.raises(SpecError, match=r"this server takes no pasted config.json"):
         build_job(PARSER, "estimate", [("config", text)], config_dir=None, allow_paths=True)
