@@ -23,6 +23,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from memfit.cli import build_parser
+from memfit.cli import main as memfit_main
 from memfit.web.serve import running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200)
     args = ap.parse_args()
-    with running(n_workers=2) as base:
+    with running(run=memfit_main, parser_factory=build_parser, n_workers=2) as base:
         run(base, 10, 1)  # warm-up: each worker imports memfit and reads the bundled configs
         rows = [run(base, args.requests, c) for c in (1, 2)]
     lines = [

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from memfit.cli import build_parser
 from memfit.cli import main as memfit_main
 from memfit.web.serve import running
 
@@ -45,7 +46,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    with running() as base, sync_playwright() as pw:
+    with (
+        running(run=memfit_main, parser_factory=build_parser) as base,
+        sync_playwright() as pw,
+    ):
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         for name, query, wait in SHOTS:

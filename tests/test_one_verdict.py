@@ -75,9 +75,10 @@ class _InProcessPool:
     """The web app's worker pool, run in this process (the CLI the workers run, no processes)."""
 
     def run(self, argv: tuple[str, ...], *, heavy: bool) -> Any:
+        from memfit.cli import build_parser, main
         from memfit.web.workers import Outcome, run_cli
 
-        code, out, err = run_cli(list(argv))
+        code, out, err = run_cli(list(argv), run=main, parser=build_parser())
         return Outcome(exit_code=code, stdout=out, stderr=err, wall_s=0.0)
 
 
@@ -85,9 +86,10 @@ class _InProcessPool:
 def web() -> Any:
     """``get(path, **query)`` -> (status, exit header, JSON) of the web app, over ASGI."""
     pytest.importorskip("starlette")
+    from memfit.cli import build_parser, main
     from memfit.web.app import create_app
 
-    app = create_app(pool=_InProcessPool())
+    app = create_app(pool=_InProcessPool(), run=main, parser_factory=build_parser)
 
     async def call(path: str, query: str) -> tuple[int, dict[str, str], bytes]:
         sent: list[dict[str, Any]] = []
@@ -206,14 +208,14 @@ def _card_around(need: int, verdict: str) -> Any:
 def test_a_diffusion_pipeline_gets_one_verdict_and_one_need_everywhere(
     expected: str, flux: Path, web: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memfit.estimate.diffusion.pipeline import DiffusionJob
     from memfit.estimate.diffusion.pipelines import estimate_pipeline
     from memfit.hardware import catalog
+    from memfit.spec.diffusion import DiffusionJob
 
     job = DiffusionJob(height=64, width=64, precision="bf16")
     need = estimate_pipeline(flux, job, name="tiny", gpu=catalog.get_gpu("T4")).device_used_bytes
     card = _card_around(need, expected)
-    monkeypatch.setattr(catalog, "get_gpu", lambda name: card)
+    monkeypatch.setitem(catalog._INDEX, catalog._normalize("T4"), card)  # every door's get_gpu
 
     api = estimate_pipeline(flux, job, name="tiny", gpu=card)
     assert api.verdict is not None
@@ -236,15 +238,15 @@ def test_a_diffusion_training_run_gets_one_verdict_and_one_need_everywhere(
     expected: str, flux: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("peft")
-    from memfit.estimate.diffusion.train import DiffusionTrainJob
     from memfit.estimate.diffusion.train_fast import estimate_training_fast
     from memfit.hardware import catalog
+    from memfit.spec.diffusion import DiffusionTrainJob
 
     job = DiffusionTrainJob(resolution=64, max_sequence_length=16, lora_rank=4)
     t4 = catalog.get_gpu("T4")
     need = estimate_training_fast(flux, job, name="tiny", gpu=t4).device_used_bytes
     card = _card_around(need, expected)
-    monkeypatch.setattr(catalog, "get_gpu", lambda name: card)
+    monkeypatch.setitem(catalog._INDEX, catalog._normalize("T4"), card)  # every door's get_gpu
 
     api = estimate_training_fast(flux, job, name="tiny", gpu=card)
     assert api.verdict is not None

@@ -33,8 +33,7 @@ from memfit.spec import (
     VllmConfig,
     WorkloadSpec,
 )
-
-__version__ = "0.1.0"
+from memfit.version import __version__
 
 __all__ = [
     "COMPONENTS",
@@ -148,7 +147,9 @@ def render_html_report(log_path: Any, out_path: Any, estimate: Any = None) -> An
 # package, is what ``memfit.plan`` names: importing a submodule later would rebind the attribute.
 import memfit.api as _api  # noqa: E402
 import memfit.plan as _plan_package  # noqa: E402
+from memfit.estimate.options import using_options as _using_options  # noqa: E402
 from memfit.plan.request import PlanRequest  # noqa: E402
+from memfit.spec.arguments import check_arguments as _check_arguments  # noqa: E402
 
 #: The keywords the verbs took before EstimateOptions, with their defaults.
 _OLD_OPTIONS = {"engine": "auto", "trust_remote_code": False, "extrapolate": None}
@@ -231,7 +232,6 @@ def _options(
 ) -> EstimateOptions:
     """The options of a call: ``options``, or the old keywords (checked as before, every problem
     together); both given is refused."""
-    from memfit.spec.arguments import check_arguments
 
     given = {k: v for k, v in old.items() if k in _OLD_OPTIONS and v != _OLD_OPTIONS[k]}
     if options is not None:
@@ -243,7 +243,7 @@ def _options(
     arguments = {k: v for k, v in old.items() if k != "engine"}
     if workload is not True and not isinstance(workload, job_kinds):
         arguments["workload"] = workload
-    check_arguments(allow_code=allow_code, **arguments)
+    _check_arguments(allow_code=allow_code, **arguments)
     if required and workload is None:
         raise SpecError("workload (None) must be a WorkloadSpec: pass memfit.WorkloadSpec(...)")
     return EstimateOptions(
@@ -256,10 +256,8 @@ def _options(
 
 def _code_allowed(allow_code: Any, **arguments: Any) -> Any:
     """The arguments checked, then the context in which ``pkg.mod:fn`` MODELs may resolve."""
-    from memfit.estimate.options import using_options
-    from memfit.spec.arguments import check_arguments
 
-    check_arguments(allow_code=allow_code, **arguments)
+    _check_arguments(allow_code=allow_code, **arguments)
     if arguments.get("workload", True) is None:
         raise SpecError("workload (None) must be a WorkloadSpec: pass memfit.WorkloadSpec(...)")
-    return using_options(EstimateOptions(allow_code=allow_code))
+    return _using_options(EstimateOptions(allow_code=allow_code))

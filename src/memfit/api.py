@@ -33,8 +33,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
+from memfit.estimate import estimate as estimate_step
 from memfit.estimate.options import using_options
+from memfit.estimate.seqrun.run import estimate_seq_run
+from memfit.hardware import get_gpu
+from memfit.models import ModelSource, resolve_model
+from memfit.models.media import using_media
+from memfit.models.pipelines import pipeline_dir
+from memfit.plan import fit as fit_step
+from memfit.plan import plan as search
+from memfit.plan.budget import DEFAULT_HEADROOM, Budget
+from memfit.plan.diffusion_train import fit_training, plan_training
 from memfit.plan.request import PlanRequest
+from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
+from memfit.progress import report
+from memfit.serving import simulate_startup
+from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
 from memfit.spec import (
     DiffusionJob,
     DiffusionTrainJob,
@@ -105,7 +119,6 @@ def route_of(job: Any, verb: str) -> Callable[..., Any]:
 def _media(job: Any) -> Any:
     """A text job's media for every MODEL its verb resolves (fit and the seq-run paths resolve
     the model below this call)."""
-    from memfit.models.media import using_media
 
     workload = job.workload if isinstance(job, SeqRun) else job
     media = getattr(workload, "media", None) if isinstance(workload, WorkloadSpec) else None
@@ -113,13 +126,11 @@ def _media(job: Any) -> Any:
 
 
 def _gpu(gpu: Any) -> Any:
-    from memfit.hardware import get_gpu
 
     return get_gpu(gpu) if isinstance(gpu, str) else gpu
 
 
 def _source(model: Any, options: EstimateOptions) -> Any:
-    from memfit.models import ModelSource, resolve_model
 
     if isinstance(model, ModelSource):
         return model
@@ -128,7 +139,6 @@ def _source(model: Any, options: EstimateOptions) -> Any:
 
 # -- text: one step, a search ------------------------------------------------------------------
 def _estimate_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: EstimateOptions) -> Any:
-    from memfit.estimate import estimate as estimate_step
 
     return estimate_step(
         model,
@@ -142,13 +152,11 @@ def _estimate_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Estimate
 
 
 def _fit_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Any, **solve: Any) -> Any:
-    from memfit.plan import fit as fit_step
 
     return fit_step(model, job, **({"gpu": gpu} if gpu is not None else {}), **solve)
 
 
 def _plan_text(model: Any, job: PlanRequest, *, gpu: Any, options: Any, **request: Any) -> Any:
-    from memfit.plan import plan as search
 
     return search(model, job, **({"gpu": gpu} if gpu is not None else {}), **request)
 
@@ -169,8 +177,6 @@ class SeqRunAnswer:
 
 
 def _estimate_seq(model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions) -> Any:
-    from memfit.estimate.seqrun.run import estimate_seq_run
-    from memfit.progress import report
 
     source = _source(model, options)
     est = _estimate_text(
@@ -191,9 +197,6 @@ def _fit_seq(
     model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions, solve: str = "batch",
     gpu_memory_bytes: int | None = None, headroom: float | None = None,
 ) -> Any:  # fmt: skip
-    from memfit.plan.budget import DEFAULT_HEADROOM
-    from memfit.plan.seq_fit import fit_seq_dist
-    from memfit.progress import report
 
     if solve != "batch":
         raise NotModelledError(
@@ -212,8 +215,6 @@ def _plan_seq(
     model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions,
     gpu_memory_bytes: int | None = None, request: PlanRequest | None = None, **fields: Any,
 ) -> Any:  # fmt: skip
-    from memfit.plan.seq_fit import plan_seq_dist
-    from memfit.progress import report
 
     asked = dataclasses.replace(request or PlanRequest(), **fields)
     return plan_seq_dist(
@@ -224,7 +225,6 @@ def _plan_seq(
 
 # -- diffusion -----------------------------------------------------------------------------------
 def _pipeline_root(model: Any) -> Any:
-    from memfit.models.pipelines import pipeline_dir
 
     root = pipeline_dir(str(model))
     if root is None:
@@ -261,7 +261,6 @@ def _estimate_train(model: Any, job: DiffusionTrainJob, *, gpu: Any, options: An
 
 
 def _train_budget(gpu: Any, gpu_memory_bytes: int | None, headroom: float | None) -> Any:
-    from memfit.plan.budget import DEFAULT_HEADROOM, Budget
 
     if gpu is None and gpu_memory_bytes is None:
         raise SpecError("a diffusion training fit / plan needs gpu=NAME or gpu_memory_bytes")
@@ -275,7 +274,6 @@ def _fit_train(
     model: Any, job: DiffusionTrainJob, *, gpu: Any, options: Any, solve: str = "batch",
     gpu_memory_bytes: int | None = None, headroom: float | None = None,
 ) -> Any:  # fmt: skip
-    from memfit.plan.diffusion_train import fit_training
 
     rec = _gpu(gpu)
     budget = _train_budget(rec, gpu_memory_bytes, headroom)
@@ -288,7 +286,6 @@ def _plan_train(
     gpu_memory_bytes: int | None = None, headroom: float | None = None,
 ) -> Any:  # fmt: skip
     from memfit.estimate.diffusion.pipeline import read_tree
-    from memfit.plan.diffusion_train import plan_training
 
     rec = _gpu(gpu)
     budget = _train_budget(rec, gpu_memory_bytes, headroom)
@@ -313,7 +310,6 @@ def _serving_gpu(gpu: Any, verb: str) -> Any:
 
 
 def _estimate_serving(model: Any, job: VllmConfig, *, gpu: Any, options: Any) -> Any:
-    from memfit.serving import simulate_startup
 
     rec = _serving_gpu(gpu, "estimate")
     return simulate_startup(serving_spec(model, options), rec, job)
@@ -325,7 +321,6 @@ def _fit_serving(
 ) -> Any:  # fmt: skip
     """(value, VllmStartup or None): ``solve_concurrency`` at ``job.max_model_len`` or
     ``solve_max_model_len`` holding ``concurrency`` requests."""
-    from memfit.serving.solve import solve_concurrency, solve_max_model_len
 
     rec = _serving_gpu(gpu, "fit")
     spec = serving_spec(model, options)
@@ -340,7 +335,6 @@ def _plan_serving(
     model: Any, job: VllmConfig, *, gpu: Any, options: Any, concurrency: int = 1,
     max_gpus: int | None = None, allow_quant: bool = True,
 ) -> Any:  # fmt: skip
-    from memfit.serving.solve import plan_serving
 
     if job.max_model_len is None:
         raise SpecError("plan of a VllmConfig needs its max_model_len: the tokens of a request")

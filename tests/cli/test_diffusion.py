@@ -120,7 +120,7 @@ def test_the_tensors_decide_the_verdict_and_a_need_within_the_headroom_is_tight(
     t4 = dataclasses.replace(catalog.get_gpu("T4"), driver_reserved_bytes=None)
     between = dataclasses.replace(t4, memory_bytes=(need + upper) // 2)
     assert need + headroom_bytes(between.memory_bytes) <= between.memory_bytes  # fits, headroom too
-    monkeypatch.setattr(catalog, "get_gpu", lambda name: between)
+    monkeypatch.setitem(catalog._INDEX, catalog._normalize("T4"), between)  # every door's get_gpu
     code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4")
     assert code == 0
     assert out.count("FITS on T4") == 1
@@ -128,12 +128,12 @@ def test_the_tensors_decide_the_verdict_and_a_need_within_the_headroom_is_tight(
     # THE verdict rule (memfit.estimate.verdict): within the capacity but not its headroom is
     # tight, and exits 1 like does-not-fit
     tight = dataclasses.replace(t4, memory_bytes=need + headroom_bytes(need) // 2)
-    monkeypatch.setattr(catalog, "get_gpu", lambda name: tight)
+    monkeypatch.setitem(catalog._INDEX, catalog._normalize("T4"), tight)  # every door's get_gpu
     code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
     assert code == 1 and json.loads(out)["fits"]["verdict"] == "tight"
     assert not json.loads(out)["fits"]["fits"]
     small = dataclasses.replace(t4, memory_bytes=need - 1)
-    monkeypatch.setattr(catalog, "get_gpu", lambda name: small)
+    monkeypatch.setitem(catalog._INDEX, catalog._normalize("T4"), small)  # every door's get_gpu
     code, out, _ = run(capsys, *argv, "--precision", "bf16", "--gpu", "T4", "--json")
     assert code == 1 and not json.loads(out)["fits"]["fits"]
     assert json.loads(out)["fits"]["verdict"] == "does not fit"

@@ -87,10 +87,10 @@ def flux(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_diffusion_pipeline_is_an_answer_judged_by_the_one_rule(flux: Path) -> None:
-    from memfit.estimate.diffusion.pipeline import DiffusionJob
     from memfit.estimate.diffusion.pipelines import estimate_pipeline
     from memfit.estimate.verdict import judge_point
     from memfit.hardware import get_gpu
+    from memfit.spec.diffusion import DiffusionJob
 
     gpu = get_gpu("T4")
     est = estimate_pipeline(flux, DiffusionJob(height=64, width=64), name="tiny", gpu=gpu)
@@ -108,9 +108,9 @@ def test_a_diffusion_pipeline_is_an_answer_judged_by_the_one_rule(flux: Path) ->
 
 def test_a_diffusion_training_run_is_an_answer_judged_by_the_one_rule(flux: Path) -> None:
     pytest.importorskip("peft")
-    from memfit.estimate.diffusion.train import DiffusionTrainJob
     from memfit.estimate.diffusion.train_fast import estimate_training_fast
     from memfit.hardware import get_gpu
+    from memfit.spec.diffusion import DiffusionTrainJob
 
     job = DiffusionTrainJob(resolution=64, max_sequence_length=16)
     est = estimate_training_fast(flux, job, name="tiny", gpu=get_gpu("T4"))

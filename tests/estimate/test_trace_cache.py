@@ -154,7 +154,7 @@ def test_the_codec_refuses_values_json_cannot_hold_exactly() -> None:
 
 
 def test_a_snapshot_recording_runs_the_trace(on: Path) -> None:
-    from memfit.snapshot.predicted import recording
+    from memfit.estimate.history import recording
 
     with recording():
         assert not trace_cache.cacheable(_source())  # --snapshot needs the run's history

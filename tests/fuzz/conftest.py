@@ -77,9 +77,11 @@ def analytic_only_and_no_real_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_pkg, "bench", bench_checks_then_stub, raising=False)
     monkeypatch.setattr(bench_pkg, "quality", _stub, raising=False)
     monkeypatch.setattr(process, "monitor_command", _stub)
+    monkeypatch.setattr(importlib.import_module("memfit.cli.monitor"), "monitor_command", _stub)
     # `memfit web` serves until Ctrl-C: its own checks run, the server does not
     web_serve = importlib.import_module("memfit.web.serve")
     monkeypatch.setattr(web_serve, "serve", _stub)
+    monkeypatch.setattr(importlib.import_module("memfit.cli.web"), "serve", _stub)
 
 
 def run_log_reader_is_bounded() -> bool:

@@ -122,9 +122,17 @@ def analytic_estimate(monkeypatch):
 
     package = importlib.import_module("memfit.estimate")  # the package; memfit.estimate: its API
     real = package.estimate
-    monkeypatch.setattr(
-        package, "estimate", lambda *a, **k: real(*a, **{**k, "engine": "analytic"})
-    )
+    analytic = lambda *a, **k: real(*a, **{**k, "engine": "analytic"})  # noqa: E731
+    for where in ("memfit.estimate", "memfit.cli.check"):  # and the check door
+        monkeypatch.setattr(importlib.import_module(where), "estimate", analytic)
+    import dataclasses
+
+    from memfit import api
+
+    def routed(*a, options, **k):  # the estimate door calls the route with its options
+        return api.estimate(*a, options=dataclasses.replace(options, engine="analytic"), **k)
+
+    monkeypatch.setattr(importlib.import_module("memfit.cli.entry"), "estimate", routed)
 
 
 def run(capsys, *argv):

@@ -101,3 +101,10 @@ def test_the_estimate_page_draws_offline_in_chromium(tmp_path: Path) -> None:
         n_bars = page.locator("svg rect").count()
         browser.close()
     assert fetched == [] and n_bars >= 6  # the peak and each phase, by component
+
+
+def test_the_pages_draw_every_component_in_the_estimates_order() -> None:
+    from memfit.estimate.result import COMPONENTS
+    from memfit.report.style import COMPONENT_COLORS
+
+    assert tuple(COMPONENT_COLORS) == COMPONENTS

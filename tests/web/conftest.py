@@ -16,9 +16,10 @@ pytest.importorskip("uvicorn")
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
+    from memfit.cli import build_parser, main
     from memfit.web.serve import running
 
-    with running(n_workers=2, heavy_timeout_s=120) as base:
+    with running(run=main, parser_factory=build_parser, n_workers=2, heavy_timeout_s=120) as base:
         yield base
 
 

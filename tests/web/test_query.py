@@ -6,12 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from memfit.cli import build_parser
 from memfit.errors import SpecError
 from memfit.web.query import build_job, options
 
+PARSER = build_parser()  # the CLI's, as `memfit web` injects it
+
 
 def job(command: str = "estimate", allow_paths: bool = True, **params: str):
-    return build_job(command, params.items(), config_dir=None, allow_paths=allow_paths)
+    return build_job(PARSER, command, params.items(), config_dir=None, allow_paths=allow_paths)
 
 
 def test_the_query_becomes_the_cli_argv_with_json() -> None:
@@ -37,7 +40,7 @@ def test_a_switch_takes_only_on_or_off() -> None:
 
 
 def test_options_come_from_the_cli_parser_less_the_refused_ones() -> None:
-    keys = set(options("estimate"))
+    keys = set(options(PARSER, "estimate"))
     assert {"batch", "seq", "lora-rank", "quant", "gpu", "engine"} <= keys
     assert not {"trust-remote-code", "json", "help"} & keys
 
@@ -51,15 +54,19 @@ def test_a_server_beyond_localhost_reads_no_local_paths(tmp_path: Path) -> None:
 
 def test_a_pasted_config_is_stored_by_content(tmp_path: Path) -> None:
     text = '{"model_type": "gpt2", "n_layer": 2}'
-    a = build_job("estimate", [("config", text)], config_dir=tmp_path, allow_paths=False)
-    b = build_job("estimate", [("config", text)], config_dir=tmp_path, allow_paths=False)
+    a = build_job(PARSER, "estimate", [("config", text)], config_dir=tmp_path, allow_paths=False)
+    b = build_job(PARSER, "estimate", [("config", text)], config_dir=tmp_path, allow_paths=False)
     assert a.argv == b.argv and (Path(a.argv[1]) / "config.json").read_text() == text
     with pytest.raises(SpecError, match=r"config \(12001 characters\) is longer than 12000"):
         build_job(
-            "estimate", [("config", "{" + " " * 12_000)], config_dir=tmp_path, allow_paths=True
+            PARSER,
+            "estimate",
+            [("config", "{" + " " * 12_000)],
+            config_dir=tmp_path,
+            allow_paths=True,
         )
     with pytest.raises(SpecError, match=r"this server takes no pasted config.json"):
-        build_job("estimate", [("config", text)], config_dir=None, allow_paths=True)
+        build_job(PARSER, "estimate", [("config", text)], config_dir=None, allow_paths=True)
 
 
 def test_an_unknown_command_is_named() -> None:

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import pytest
 
+from memfit.cli import build_parser, main
 from memfit.web.workers import TimedOut, WorkerPool, run_cli
+
+#: The command line the pool runs: the CLI's, injected (memfit.web imports nothing from it).
+CLI = {"run": main, "parser_factory": build_parser}
 
 
 def test_run_cli_captures_what_the_command_prints() -> None:
-    code, out, err = run_cli(["estimate", "gpt2", "--engine=analytic", "--batch=0"])
+    parser = build_parser()
+    argv = ["estimate", "gpt2", "--engine=analytic", "--batch=0"]
+    code, out, err = run_cli(argv, run=main, parser=parser)
     assert code == 2 and out == ""
     assert err.strip() == "memfit: error: batch_size (0) must be a positive integer"
-    code, _, err = run_cli(["estimate", "gpt2", "--no-such-flag"])
+    code, _, err = run_cli(["estimate", "gpt2", "--no-such-flag"], run=main, parser=parser)
     assert code == 2 and "unrecognized arguments: --no-such-flag" in err
 
 
 def test_a_job_past_its_time_is_stopped_and_its_worker_replaced() -> None:
-    pool = WorkerPool(n_workers=1, light_timeout_s=1e-4)
+    pool = WorkerPool(**CLI, n_workers=1, light_timeout_s=1e-4)
     try:
         argv = ("estimate", "llama-3.1-70b", "--engine=analytic", "--json")
         with pytest.raises(TimedOut, match=r"the job ran past 0.0001 s and was stopped"):
@@ -29,4 +35,4 @@ def test_a_job_past_its_time_is_stopped_and_its_worker_replaced() -> None:
 
 def test_heavy_slots_cannot_exceed_the_workers() -> None:
     with pytest.raises(ValueError, match=r"n_heavy \(3\) must be 1 to n_workers \(2\)"):
-        WorkerPool(n_workers=2, n_heavy=3)
+        WorkerPool(**CLI, n_workers=2, n_heavy=3)

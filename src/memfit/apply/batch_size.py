@@ -28,9 +28,11 @@ import torch
 
 from memfit.apply.amp import AmpStep
 from memfit.apply.measure import Measurement, free_after_oom, measure
+from memfit.apply.preflight import refuse_if_too_large
 from memfit.apply.requirements import device_of
 from memfit.apply.target import resolve
 from memfit.errors import MemfitError, SpecError
+from memfit.estimate import estimate
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import MAX_BATCH_SIZE, WorkloadSpec
 
@@ -297,8 +299,6 @@ def _preflight(
 ) -> None:
     """Refuse (SpecError) a first trial that memfit estimates beyond this machine's free memory,
     and on CPU a ``memory_limit_bytes`` the machine cannot give (the search may grow to it)."""
-    from memfit.bench.preflight import refuse_if_too_large
-
     if not isinstance(force, bool):
         raise SpecError(f"force ({force!r}) must be True or False")
     what = f"find_batch_size's first trial (batch {start}, seq {seq})"
@@ -382,8 +382,6 @@ def _estimator(
         )
         return None
     if device.type == "cuda":
-        from memfit import estimate
-
         return lambda w: estimate(src, w)
     from memfit.estimate.trace.engine import trace_hf
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from memfit.bench.gate import QualityResult
 from memfit.bench.result import BenchResult, BenchRow
 from memfit.units import format_bytes
+from memfit.userwrites import write_files
 
 HEADERS = (
     "row",
@@ -135,8 +136,6 @@ def render_png(res: BenchResult, path: str | Path) -> Path:
     ax.legend()
     fig.tight_layout()
     import io
-
-    from memfit.userwrites import write_files
 
     out = Path(path)
     buffer = io.BytesIO()

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from memfit.apply.preflight import refuse_if_too_large
 from memfit.bench.data import TextBatches, make_batches
 from memfit.bench.gate import (
     QualityResult,
@@ -35,7 +36,6 @@ from memfit.bench.gate import (
 )
 from memfit.bench.measure import measure_training
 from memfit.bench.models import BenchModel, get_bench_model
-from memfit.bench.preflight import refuse_if_too_large
 from memfit.bench.result import BenchResult, BenchRow
 from memfit.errors import MemfitError, SpecError
 from memfit.spec import WorkloadSpec

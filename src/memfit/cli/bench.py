@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.flags import positive_int
+from memfit.userwrites import write_text
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 #: memfit.bench.TECHNIQUES' names, here so that building the parser does not import torch.
@@ -67,8 +70,6 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add the ``bench`` and ``quality`` subcommands; return their handlers by name."""
-    from memfit.flags import positive_int
-
     b = sub.add_parser(
         "bench",
         help="run a real small model with each technique and compare measured vs estimated",
@@ -140,8 +141,6 @@ def _thresholds(args: argparse.Namespace) -> Any:
 
 def _check_writable(flag: str, path: str | None) -> None:
     """A SpecError when ``path``'s folder is missing or not writable, or ``path`` is a folder."""
-    import os
-
     if path is None:
         return
     folder = os.path.dirname(os.path.abspath(path))
@@ -156,7 +155,6 @@ def _check_writable(flag: str, path: str | None) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from memfit.bench import bench
     from memfit.bench.render import render_markdown, render_png, render_text
-    from memfit.userwrites import write_text
 
     techniques = args.techniques.split(",") if args.techniques else None
     progress = None if args.json else (lambda m: print(f"running {m}", file=sys.stderr))

@@ -12,6 +12,28 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from memfit.cli import vllm as cli_vllm
+from memfit.errors import SpecError, UnknownModelError
+from memfit.estimate import ENGINES, estimate
+from memfit.estimate.policy import use_engine
+from memfit.estimate.trace import frameworks
+from memfit.flags import EXIT_BAD_INPUT
+from memfit.jobfiles import FORMATS, Job, model_of, plan_edits, read_job, workload_of
+from memfit.jobfiles.edit import write_edits
+from memfit.jobfiles.files import parse
+from memfit.jobfiles.vllm_cmd import (
+    argv_from_command,
+    argv_from_config,
+    is_vllm_command,
+    is_vllm_config,
+)
+from memfit.models import ModelSource, resolve_model
+from memfit.plan import PlanRequest, plan
+from memfit.progress import report
+from memfit.report.check import check_json, render_check
+from memfit.spec import WorkloadSpec
+from memfit.userfiles import read_text
+
 CHECK_EXAMPLES = """examples:
   memfit check axolotl.yml --gpu RTX-4090
   memfit check sft_config.yaml accelerate.yaml ds_zero2.json --gpu A100-80GB
@@ -36,9 +58,6 @@ FIX_FIELDS = (
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
-    from memfit.estimate import ENGINES
-    from memfit.jobfiles import FORMATS
-
     c = sub.add_parser(
         "check",
         help="estimate the job your own training config files describe, and the edit that fits",
@@ -83,19 +102,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from memfit.errors import UnknownModelError
-    from memfit.estimate import ENGINES, estimate
-    from memfit.jobfiles import model_of, read_job, workload_of
-    from memfit.models import resolve_model
-
     paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
     overrides = [f for f in args.files if f not in paths]
     served = _vllm_argv(paths)
-    if served is not None:  # a serving job: the vLLM start-up model answers
-        from memfit.cli import main
-
+    if served is not None:  # a serving job: `memfit vllm`'s door answers, on the file's flags
         gpu = ["--gpu", args.gpu] if args.gpu else []
-        return main(["vllm", *served, *gpu, *(["--json"] if args.json else [])])
+        as_json = ["--json"] if args.json else []
+        return cli_vllm.cmd_vllm(_vllm_args(args.subparsers["vllm"], [*served, *gpu, *as_json]))
     job = read_job(paths, fmt=args.format, overrides=overrides)
     model = model_of(job, args.model)
     framework, answered_by, note = route(job, args.check_engine)
@@ -108,32 +121,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     n_layers = source.spec.n_layers if source is not None and source.spec is not None else None
     workload = workload_of(job, overrides={"seq_len": args.seq}, n_layers=n_layers)
     if framework is not None:
-        from memfit.estimate.trace.frameworks import estimate_with_framework
-        from memfit.progress import report
-
         data = next(f.data for f in job.files if f.format == framework)
         report(f"tracing {model} through {framework}'s own code")
-        est = estimate_with_framework(framework, data, workload, gpu=args.gpu)
+        est = frameworks.estimate_with_framework(framework, data, workload, gpu=args.gpu)
     else:
         est = estimate(source, workload, gpu=args.gpu, engine=args.check_engine or "analytic")
     answer = {"answered_by": answered_by, "note": note}
     fits = None if est.fits is None else est.fits.fits
     fix: dict[str, Any] | None = None
     if fits is False:
-        from memfit.estimate.policy import use_engine
-
         planner = args.check_engine if args.check_engine in ENGINES else "analytic"
         with use_engine(planner):  # the fix is planned with transformers' model
             fix = _fix(job, source, workload, args) if source is not None else _no_plan(model)
     if args.write and fix and fix["edits"]:  # atomic, all files or none, originals kept
-        from memfit.jobfiles.edit import write_edits
-
         for w in write_edits(fix["edits"]):
             print(f"memfit: wrote {w.path} (original kept as {w.backup})", file=sys.stderr)
     if args.json:
-        print(json.dumps(_to_json(job, model, workload, est, fix, args.write, answer), indent=2))
+        print(json.dumps(check_json(job, model, workload, est, fix, args.write, answer), indent=2))
     else:
-        print(_render(job, model, workload, est, fix, args.write, answer))
+        print(render_check(job, model, est, fix, args.write, answer))
     return 1 if fits is False else 0
 
 
@@ -149,7 +155,7 @@ def _no_plan(model: str) -> dict[str, Any]:
 
 
 def route(
-    job: Any, engine: str | None, *, default: str = "analytic"
+    job: Job, engine: str | None, *, default: str = "analytic"
 ) -> tuple[str | None, str, str | None]:
     """Which code path answers: ``(framework or None, what answered, a note or None)``.
     ``engine``: the one asked for (None: none); ``default``: the engine that answers otherwise.
@@ -158,10 +164,7 @@ def route(
     it is installed and no other engine is asked for; ``--engine framework`` requires it (exit 2
     with the extra to install); otherwise transformers' model answers with the framework's
     settings, and says so."""
-    from memfit.errors import SpecError
-    from memfit.estimate.trace.frameworks import ANSWERED_BY, EXTRAS, missing, require
-
-    framework = next((f.format for f in job.files if f.format in EXTRAS), None)
+    framework = next((f.format for f in job.files if f.format in frameworks.EXTRAS), None)
     if framework is None:
         if engine == "framework":
             raise SpecError(
@@ -169,13 +172,13 @@ def route(
             )
         return None, f"transformers' model ({engine or default} engine)", None
     if engine == "framework":
-        require(framework)
-        return framework, ANSWERED_BY[framework], None
+        frameworks.require(framework)
+        return framework, frameworks.ANSWERED_BY[framework], None
     if engine is not None:
         return None, settings_answer(engine, asked=True), None
-    reason = missing(framework)
+    reason = frameworks.missing(framework)
     if reason is None:
-        return framework, ANSWERED_BY[framework], None
+        return framework, frameworks.ANSWERED_BY[framework], None
     return None, settings_answer(default), reason
 
 
@@ -187,15 +190,6 @@ def settings_answer(engine: str, *, asked: bool = False) -> str:
 
 def _vllm_argv(paths: list[str]) -> list[str] | None:
     """``memfit vllm`` arguments when the one file is a ``vllm serve`` line or config."""
-    from memfit.jobfiles.files import parse
-    from memfit.jobfiles.vllm_cmd import (
-        argv_from_command,
-        argv_from_config,
-        is_vllm_command,
-        is_vllm_config,
-    )
-    from memfit.userfiles import read_text
-
     if len(paths) != 1:
         return None
     text = read_text(paths[0], what="job file")
@@ -208,11 +202,24 @@ def _vllm_argv(paths: list[str]) -> list[str] | None:
     return argv_from_config(data) if is_vllm_config(data) else None
 
 
-def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """The planner's least costly change from the job as asked, as edits to the files."""
-    from memfit.jobfiles import plan_edits
-    from memfit.plan import PlanRequest, plan
+def _vllm_args(vllm: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` as ``memfit vllm ARGV`` reads it. A flag vllm does not take is refused as the
+    whole command line refuses it: argparse leaves unknown arguments to the top parser, whose
+    message points at ``memfit --help``."""
+    args, unknown = vllm.parse_known_args(argv)
+    if unknown:
+        top = vllm.prog.split()[0]
+        vllm.exit(
+            EXIT_BAD_INPUT,
+            f"{top}: error: unrecognized arguments: {' '.join(unknown)} (see `{top} --help`)\n",
+        )
+    return args
 
+
+def _fix(
+    job: Job, source: ModelSource, workload: WorkloadSpec, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The planner's least costly change from the job as asked, as edits to the files."""
     request = PlanRequest(
         mode="train",
         seq_len=workload.seq_len,
@@ -249,93 +256,3 @@ def _fix(job: Any, source: Any, workload: Any, args: argparse.Namespace) -> dict
         "settings": s.describe(),
         "need_bytes": result.recommended.need_bytes,
     }
-
-
-def _to_json(
-    job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool, answer: dict[str, Any]
-) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return {
-        "files": [{"path": f.path, "format": f.format} for f in job.files],
-        "model": model,
-        **answer,
-        "workload": {k: v for k, v in asdict(workload).items() if k != "media"},
-        "from": {
-            name: {"key": s.key, "file": s.file, "value": s.raw} for name, s in job.fields.items()
-        },
-        "estimate": est.to_json(),
-        "fits": None if est.fits is None else est.fits.fits,
-        "warnings": [{"key": w.key, "file": w.file, "message": w.message} for w in job.warnings],
-        "not_used": [{"file": f, "key": k} for f, k in job.no_effect()],
-        "unknown": [{"file": f, "key": k} for f, k in job.unknown()],
-        "fix": None
-        if fix is None
-        else {
-            "changes": fix["changes"],
-            "unexpressed": fix["unexpressed"],
-            "diff": "".join(e.diff() for e in fix["edits"]),
-            "written": wrote and bool(fix["edits"]),
-            "message": fix.get("message"),
-        },
-    }
-
-
-def _render(
-    job: Any, model: str, workload: Any, est: Any, fix: Any, wrote: bool, answer: dict[str, Any]
-) -> str:
-    from memfit.jobfiles import FORMAT_NAMES
-    from memfit.units import format_bytes
-
-    out = ["memfit check: " + ", ".join(f"{f.path} ({FORMAT_NAMES[f.format]})" for f in job.files)]
-    out.append(f"model: {model}")
-    out.append(
-        "job: "
-        + ", ".join(
-            f"{name}={s.value}" + (f" [{s.key}]" if not s.key.startswith("(") else " [default]")
-            for name, s in job.fields.items()
-            if name != "model"
-        )
-    )
-    line = (
-        f"peak on the device: {format_bytes(est.device_used_bytes)} "
-        f"(allocated {format_bytes(est.peak_allocated_bytes)})"
-    )
-    if est.fits is not None:
-        verdict = "FITS" if est.fits.fits else "DOES NOT FIT"
-        line += f" — {verdict} on {est.fits.gpu} ({format_bytes(est.fits.capacity_bytes)})"
-    out.append(line)
-    out.append(f"answered by: {answer['answered_by']}")
-    if answer["note"]:
-        out.append(f"note: {answer['note']}")
-    for w in job.warnings:
-        out.append(f"warning: {w.describe()}")
-    unknown = job.unknown()
-    if unknown:
-        out.append(
-            "unknown keys (not read by memfit): " + ", ".join(f"{k} ({f})" for f, k in unknown)
-        )
-    no_effect = job.no_effect()
-    if no_effect:
-        out.append(
-            f"not used (no effect on memory): {len(no_effect)} keys — "
-            + ", ".join(k for _, k in no_effect[:12])
-            + (" …" if len(no_effect) > 12 else "")
-            + " (all in --json)"
-        )
-    if fix is not None:
-        if fix.get("message"):
-            out.append(fix["message"])
-        else:
-            out.append(
-                "fix: "
-                + ", ".join(f"{k} → {v}" for k, v in fix["changes"].items())
-                + f" (needs {format_bytes(fix['need_bytes'])})"
-            )
-            for e in fix["edits"]:
-                out.append(e.diff().rstrip("\n"))
-            if fix["unexpressed"]:
-                out.append("not expressible in these files: " + ", ".join(fix["unexpressed"]))
-            if fix["edits"]:
-                out.append("written." if wrote else "apply with --write")
-    return "\n".join(out)

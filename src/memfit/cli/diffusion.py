@@ -12,7 +12,15 @@ import json
 import sys
 from typing import Any
 
+from memfit.api import estimate
+from memfit.cli import diffusion_train as cli_diffusion_train
 from memfit.errors import SpecError
+from memfit.estimate.verdict import EXIT_CODES
+from memfit.flags import flags_for
+from memfit.hardware.catalog import get_gpu
+from memfit.models.pipelines import pipeline_dir
+from memfit.report.diffusion import render_pipeline
+from memfit.spec.diffusion import DiffusionJob
 
 #: estimate flags that mean nothing to a pipeline run: refused when set, not ignored.
 _REFUSED = {
@@ -24,14 +32,12 @@ _REFUSED = {
 
 
 def is_pipeline(model: str) -> bool:
-    from memfit.models.pipelines import pipeline_dir
 
     return pipeline_dir(model) is not None
 
 
 def refuse_pipeline_flags(args: argparse.Namespace) -> None:
     """A diffusion-pipeline flag on a model that is not a pipeline: refused, not ignored."""
-    from memfit.flags import flags_for
 
     for f in flags_for("estimate"):
         if f.target == "pipeline" and getattr(args, f.dest, None) not in (None, False):
@@ -42,7 +48,6 @@ def refuse_pipeline_flags(args: argparse.Namespace) -> None:
 
 
 def _job(args: argparse.Namespace) -> Any:
-    from memfit.spec.diffusion import DiffusionJob
 
     if getattr(args, "offload", None) not in (None, "none"):
         raise SpecError(
@@ -88,10 +93,6 @@ def _job(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
-    from memfit.api import estimate
-    from memfit.cli import diffusion_train as cli_diffusion_train
-    from memfit.estimate.verdict import EXIT_CODES
-    from memfit.report.diffusion import render_pipeline
 
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
         return cli_diffusion_train.cmd_estimate(args)
@@ -101,8 +102,6 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
         print(f"tracing {args.model}'s components on fake tensors ...", file=sys.stderr)
     gpu = None
     if args.gpu:
-        from memfit.hardware.catalog import get_gpu
-
         gpu = get_gpu(args.gpu)
     est = estimate(args.model, job, gpu=gpu)  # judged on gpu
     print(json.dumps(est.to_json(), indent=2) if args.json else render_pipeline(est))

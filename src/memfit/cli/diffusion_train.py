@@ -13,7 +13,16 @@ import json
 import sys
 from typing import Any
 
+from memfit.api import train_tracer
 from memfit.errors import SpecError
+from memfit.estimate.verdict import EXIT_CODES
+from memfit.hardware.catalog import get_gpu
+from memfit.models.pipelines import pipeline_dir
+from memfit.plan.budget import Budget
+from memfit.plan.diffusion_train import fit_training, plan_training
+from memfit.report.diffusion import render_training, render_training_fit, render_training_plan
+from memfit.spec.diffusion import DiffusionTrainJob
+from memfit.spec.rules import resolve_precision
 
 #: flags of the inference pipeline that mean nothing to a training run: refused when set
 _INFER_ONLY = (
@@ -45,8 +54,6 @@ def refuse_train_flags_in_inference(args: argparse.Namespace) -> None:
 
 
 def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
-    from memfit.spec.diffusion import DiffusionTrainJob
-    from memfit.spec.rules import resolve_precision
 
     for dest in _INFER_ONLY:
         if getattr(args, dest, None) not in (None, False):
@@ -94,7 +101,6 @@ def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
 
 def _tracer(args: argparse.Namespace, gpu: Any) -> Any:
     """The route's tracer (memfit.api.train_tracer), saying each job on a terminal."""
-    from memfit.api import train_tracer
 
     show = sys.stderr.isatty() and not args.json and not getattr(args, "quiet", False)
 
@@ -108,14 +114,11 @@ def _tracer(args: argparse.Namespace, gpu: Any) -> Any:
 def _gpu(args: argparse.Namespace) -> Any:
     if not getattr(args, "gpu", None):
         return None
-    from memfit.hardware.catalog import get_gpu
 
     return get_gpu(args.gpu)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from memfit.estimate.verdict import EXIT_CODES
-    from memfit.report.diffusion import render_training
 
     job = job_from_args(args)
     est = _tracer(args, _gpu(args))(job)  # judged on the GPU asked
@@ -124,7 +127,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
-    from memfit.plan.budget import Budget
 
     if getattr(args, "mode", "train") != "train":
         raise SpecError(
@@ -141,8 +143,6 @@ def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from memfit.plan.diffusion_train import fit_training
-    from memfit.report.diffusion import render_training_fit
 
     job = job_from_args(args)
     gpu, budget = _budget(args)
@@ -180,9 +180,6 @@ def _refuse_text_plan_flags(args: argparse.Namespace) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from memfit.estimate.diffusion.pipeline import read_tree
-    from memfit.models.pipelines import pipeline_dir
-    from memfit.plan.diffusion_train import plan_training
-    from memfit.report.diffusion import render_training_plan
 
     _refuse_text_plan_flags(args)
     ranks = args.lora_rank or []

@@ -14,6 +14,8 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 
+from memfit import progress
+from memfit.estimate.options import using_options
 from memfit.spec.options import ENGINES, EstimateOptions
 
 ENGINE_HELP = (
@@ -70,9 +72,6 @@ def options_from(args: argparse.Namespace) -> EstimateOptions:
 def applied(args: argparse.Namespace) -> Iterator[None]:
     """Run a command under its options (:func:`options_from`, applied by
     :func:`~memfit.estimate.options.using_options`) and its progress display."""
-    from memfit import progress
-    from memfit.estimate.options import using_options
-
     with contextlib.ExitStack() as stack:
         stack.enter_context(using_options(options_from(args)))
         if hasattr(args, "quiet"):

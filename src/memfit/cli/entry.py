@@ -12,10 +12,13 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
+from memfit.api import estimate
 from memfit.cli import bench as cli_bench
 from memfit.cli import check as cli_check
+from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
 from memfit.cli import gpus as cli_gpus
 from memfit.cli import monitor as cli_monitor
@@ -24,16 +27,23 @@ from memfit.cli import report as cli_report
 from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
 from memfit.cli import web as cli_web
-from memfit.cli.engine import add_engine_flags, applied
-from memfit.errors import MemfitError
+from memfit.cli.engine import add_engine_flags, applied, options_from
+from memfit.errors import DoesNotFitError, MemfitError
 from memfit.flags import (
     EXIT_BAD_INPUT,
     EXIT_DOES_NOT_FIT,
     EXIT_OK,
     add_flags,
+    media_kwargs,
     non_negative_int,
     workload_from_args,
 )
+from memfit.models import list_bundled
+from memfit.models.media import using_media
+from memfit.models.pipelines import list_pipelines
+from memfit.report.text import render_estimate, render_models
+from memfit.spec.media import MediaSpec
+from memfit.version import __version__
 
 ESTIMATE_EXAMPLES = """examples:
   memfit estimate llama-3.2-1b --batch 4 --seq 2048 --gpu A100-40GB
@@ -120,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_vllm.register(sub))  # vllm
     COMMANDS.update(cli_check.register(sub))  # check
     p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
-    COMMANDS.update(cli_web.register(sub))  # web
+    COMMANDS.update(cli_web.register(sub, run=main, parser_factory=build_parser))  # web
     add_allow_code(sub)
     return p
 
@@ -147,15 +157,9 @@ def add_allow_code(sub: Any) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from memfit.cli import diffusion as cli_diffusion
-
     if cli_diffusion.is_pipeline(args.model):
         return cli_diffusion.cmd_estimate_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
-    from memfit.api import estimate
-    from memfit.cli.engine import options_from
-    from memfit.report.text import render_estimate
-
     if args.seq_dist is not None:
         return cli_seqdist.cmd(args, workload_from_args(args))
     with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
@@ -173,26 +177,15 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def _print_records(records: list[Any]) -> None:
     """The JSON form of catalog rows (frozen dataclasses), all fields."""
-    from dataclasses import asdict
-
     print(json.dumps([asdict(r) for r in records], indent=2))
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from memfit.models import list_bundled
-
     rows = list_bundled()
     if args.json:
         _print_records(rows)
         return EXIT_OK
-    print(f"{'name':<24}{'family':<14}{'task':<12}source")
-    for r in rows:
-        print(f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}")
-    from memfit.models.pipelines import list_pipelines
-
-    print("\ndiffusion pipelines (memfit estimate NAME --mode infer; docs/diffusion.md):")
-    for p in list_pipelines():
-        print(f"{p.name:<24}{p.pipeline:<28}{p.hf_id}")
+    print(render_models(rows, list_pipelines()))
     return EXIT_OK
 
 
@@ -202,10 +195,6 @@ COMMANDS = {"estimate": cmd_estimate, "models": cmd_models}
 def media_from(args: argparse.Namespace) -> Any:
     """``--image-size`` / ``--num-channels`` / ``--audio-seconds`` for every MODEL the command
     resolves (memfit.models.media)."""
-    from memfit.flags import media_kwargs
-    from memfit.models.media import using_media
-    from memfit.spec.media import MediaSpec
-
     return using_media(MediaSpec(**media_kwargs(vars(args))))
 
 
@@ -230,23 +219,19 @@ def main(
     parser = parser or build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from memfit import __version__
-
         print(__version__)
         return EXIT_OK
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        args = cli_from.reparse(parser, args.subparsers, args, argv)
+        args = cli_from.reparse(build_parser, args, argv)
         with applied(args), media_from(args):
             return COMMANDS[args.command](args)
     except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
         sys.stderr.close()
         return EXIT_OK
     except MemfitError as exc:
-        from memfit.errors import DoesNotFitError
-
         print(f"memfit: error: {exc}", file=sys.stderr)
         return EXIT_DOES_NOT_FIT if isinstance(exc, DoesNotFitError) else EXIT_BAD_INPUT
 

@@ -11,9 +11,19 @@ settings the framework reads from its own file)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from memfit.cli.check import route, settings_answer
+from memfit.errors import SpecError
+from memfit.estimate.trace import frameworks
+from memfit.flags import flags_for, workload_from_args
+from memfit.jobfiles import read_job
+from memfit.plan.budget import fits, need_bytes
+from memfit.progress import report
+from memfit.units import format_bytes
 
 #: Commands that take ``--from``.
 FROM_COMMANDS = ("estimate", "fit", "plan")
@@ -34,14 +44,10 @@ def add_from(parser: argparse.ArgumentParser) -> None:
 
 def job_defaults(command: str, paths: Sequence[str]) -> dict[str, Any]:
     """argparse defaults (by dest) of the job the files describe, for ``command``."""
-    from memfit.jobfiles import read_job
-
     return _defaults(command, read_job(list(paths)))
 
 
 def _defaults(command: str, job: Any) -> dict[str, Any]:
-    from memfit.flags import flags_for
-
     fields = {name: s.value for name, s in job.fields.items()}
     if command == "plan":  # the planner splits the global batch itself
         per_step = fields.get("batch_size", 1) * fields.get("grad_accum", 1)
@@ -60,35 +66,29 @@ def _defaults(command: str, job: Any) -> dict[str, Any]:
 
 
 def reparse(
-    parser: argparse.ArgumentParser,
-    subparsers: dict[str, argparse.ArgumentParser],
+    build_parser: Callable[[], argparse.ArgumentParser],
     args: argparse.Namespace,
     argv: Sequence[str] | None,
 ) -> argparse.Namespace:
-    """Parse again with the ``--from`` job as the subcommand's defaults."""
+    """Parse again with the ``--from`` job as the subcommand's defaults. ``build_parser``: the
+    command line's (:func:`memfit.cli.entry.build_parser`, passed down by the entry point)."""
     command = getattr(args, "command", None)
     paths = getattr(args, "from_files", None)
     if command in FROM_COMMANDS and paths:
         # a fresh parser: the caller's may be reused (memfit web keeps one), and set_defaults
         # would leave this job's values on it for the next command line
-        from memfit.cli.entry import build_parser
-        from memfit.jobfiles import read_job
 
         job = read_job(list(paths))
         fresh = build_parser()
         fresh.get_default("subparsers")[command].set_defaults(**_defaults(command, job))
         args = fresh.parse_args(argv)
-        args.from_route = _route(command, job, args, argv)
+        args.from_route = _route(command, job, args, argv, build_parser)
     elif getattr(args, "engine", None) == "framework":
-        from memfit.errors import SpecError
-
         raise SpecError(
             "--engine framework traces a torchtune recipe or a LitGPT config: name it with "
             "--from FILE"
         )
     if command in FROM_COMMANDS and getattr(args, "model", None) is None:
-        from memfit.errors import SpecError
-
         raise SpecError(f"memfit {command} needs MODEL (or --from FILE naming the model)")
     return args
 
@@ -111,8 +111,6 @@ class FromRoute:
     note: str | None
 
     def __post_init__(self) -> None:
-        from memfit.errors import SpecError
-
         if self.framework not in (None, self.file_framework):
             raise SpecError(
                 f"framework ({self.framework!r}) must be None or the file's "
@@ -126,20 +124,19 @@ class FromRoute:
 
     def answered_by(self, engine: str) -> str:
         """What answered, ``engine`` being the one transformers' model ran on (when it did)."""
-        from memfit.cli.check import settings_answer
-        from memfit.estimate.trace.frameworks import ANSWERED_BY
-
         if self.framework is not None:
-            return ANSWERED_BY[self.framework]
+            return frameworks.ANSWERED_BY[self.framework]
         return settings_answer(self.asked or engine, asked=self.asked is not None)
 
 
-def _route(command: str, job: Any, args: argparse.Namespace, argv: Any) -> FromRoute | None:
-    from memfit.cli.check import route
-    from memfit.errors import SpecError
-    from memfit.estimate.trace.frameworks import EXTRAS
-
-    file_framework = next((f.format for f in job.files if f.format in EXTRAS), None)
+def _route(
+    command: str,
+    job: Any,
+    args: argparse.Namespace,
+    argv: Any,
+    build_parser: Callable[[], argparse.ArgumentParser],
+) -> FromRoute | None:
+    file_framework = next((f.format for f in job.files if f.format in frameworks.EXTRAS), None)
     if file_framework is None:
         if args.engine == "framework":
             route(job, "framework")  # the one message: needs a torchtune recipe or LitGPT config
@@ -148,7 +145,7 @@ def _route(command: str, job: Any, args: argparse.Namespace, argv: Any) -> FromR
     framework, _, note = route(job, "framework" if args.engine == "framework" else asked)
     # plan traces no candidate through the framework: its flags are the search's, not a conflict
     traced = framework is not None and command != "plan"
-    overridden = _overridden(command, argv) if traced else ()
+    overridden = _overridden(command, argv, build_parser) if traced else ()
     if overridden:
         flags = ", ".join(overridden)
         if args.engine == "framework":
@@ -170,11 +167,15 @@ def _route(command: str, job: Any, args: argparse.Namespace, argv: Any) -> FromR
     )
 
 
-def _overridden(command: str, argv: Any) -> tuple[str, ...]:
-    """The flags on the command line that set what a framework engine reads from its file."""
-    from memfit.cli.entry import build_parser
-    from memfit.flags import flags_for
+def _overridden(
+    command: str, argv: Any, build_parser: Callable[[], argparse.ArgumentParser]
+) -> tuple[str, ...]:
+    """The flags on the command line that set what a framework engine reads from its file.
 
+    A third parse, only for a torchtune / LitGPT file that its framework would trace (not
+    ``plan``): every workload flag's default is a sentinel, so a flag typed with the default's
+    value still counts as given. The first parse cannot tell (its defaults are argparse's), and
+    the second cannot either (its defaults are the file's values, which a flag may repeat)."""
     unset = object()
     flags = [f for f in flags_for(command) if f.target == "workload"]
     fresh = build_parser()
@@ -201,11 +202,9 @@ def framework_estimate(args: argparse.Namespace, workload: Any) -> Any:
     r = route_of(args)
     if r is None or r.framework is None:
         return None
-    from memfit.estimate.trace.frameworks import estimate_with_framework
-    from memfit.progress import report
 
     report(f"tracing {args.model} through {r.framework}'s own code")
-    return estimate_with_framework(r.framework, r.data, workload, gpu=args.gpu)
+    return frameworks.estimate_with_framework(r.framework, r.data, workload, gpu=args.gpu)
 
 
 def answer(args: argparse.Namespace, engine: str) -> dict[str, Any]:
@@ -230,8 +229,6 @@ def confirm_fit(args: argparse.Namespace, result: Any) -> tuple[dict[str, Any], 
     r = route_of(args)
     if r is None:
         return {}, "", True
-    from memfit.cli.check import settings_answer
-    from memfit.estimate.trace.frameworks import ANSWERED_BY
 
     searched = result.search_engine
     info: dict[str, Any] = {"framework_estimate": None}
@@ -242,23 +239,18 @@ def confirm_fit(args: argparse.Namespace, result: Any) -> tuple[dict[str, Any], 
     if result.estimate is None or not result.fits:
         info["note"] = f"nothing fits, so nothing was traced through {r.framework}'s own code"
         return info, answer_lines(info), True
-    import dataclasses
-
-    from memfit.flags import workload_from_args
-    from memfit.plan.budget import fits, need_bytes
-    from memfit.units import format_bytes
-
     field = {"batch": "batch_size", "seq": "seq_len"}[result.solve]  # training: no concurrency
     workload = dataclasses.replace(workload_from_args(args), **{field: result.max_value})
     est = framework_estimate(args, workload)
     ok = fits(est, result.budget)
     value = f"{result.solve} {result.max_value}"
-    info["answered_by"] += f"; {ANSWERED_BY[r.framework]} answered the estimate of {value}"
+    who = frameworks.ANSWERED_BY[r.framework]
+    info["answered_by"] += f"; {who} answered the estimate of {value}"
     info["framework_estimate"] = {**est.to_json(), "fits": ok}
     verdict = "fits" if ok else f"does NOT fit {result.budget.gpu_name}: lower {result.solve}"
     info["note"] = (
         f"searched with transformers' model; the framework's own code "
-        f"({ANSWERED_BY[r.framework]}) answered the estimate of the recommended {value}: device "
+        f"({who}) answered the estimate of the recommended {value}: device "
         f"{format_bytes(est.device_used_bytes)} (upper end {format_bytes(need_bytes(est))}) — "
         f"{verdict}"
     )
@@ -271,7 +263,6 @@ def plan_answer(args: argparse.Namespace, engine: str) -> dict[str, Any]:
     r = route_of(args)
     if r is None:
         return {}
-    from memfit.cli.check import settings_answer
 
     if r.framework is None:
         return {"answered_by": f"searched with {r.answered_by(engine)}", "note": r.note}

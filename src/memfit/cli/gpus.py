@@ -9,6 +9,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from memfit.errors import SpecError
+from memfit.hardware import list_gpus
+from memfit.hardware.prices import PRICES_ENV, load_prices
+from memfit.plan.cost import Rates
+from memfit.units import GiB
+
 GPUS_EXAMPLES = """examples:
   memfit gpus
   memfit gpus --json
@@ -17,8 +23,6 @@ GPUS_EXAMPLES = """examples:
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
-    from memfit.hardware.prices import PRICES_ENV
-
     g = sub.add_parser(
         "gpus",
         help="list the GPU catalog: memory, rates, on-demand prices, plan-ready",
@@ -40,9 +44,6 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def plan_ready(gpu: Any) -> tuple[bool, str | None]:
     """Whether the cost model can time ``gpu`` (``memfit plan --gpu``), else why not."""
-    from memfit.errors import SpecError
-    from memfit.plan.cost import Rates
-
     try:
         Rates.of(gpu)
     except SpecError:
@@ -51,10 +52,6 @@ def plan_ready(gpu: Any) -> tuple[bool, str | None]:
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
-    from memfit.hardware import list_gpus
-    from memfit.hardware.prices import load_prices
-    from memfit.units import GiB
-
     gpus = list_gpus()
     prices = load_prices(args.prices)
     if args.json:

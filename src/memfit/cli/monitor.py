@@ -13,6 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.monitor.diagnose import diagnose_ranks
+from memfit.monitor.process import monitor_command
+from memfit.monitor.reader import rank_of, read_runs
+from memfit.monitor.summary import render_summary
+from memfit.report.html import render_html_report
+from memfit.units import format_bytes
+from memfit.userfiles import JSON_MAX_BYTES, read_json
 
 MONITOR_EXAMPLES = """examples:
   memfit monitor -- python train.py --epochs 1
@@ -80,7 +87,6 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 def _read_estimate(path: str | None) -> dict[str, Any] | None:
     if path is None:
         return None
-    from memfit.userfiles import JSON_MAX_BYTES, read_json
 
     data = read_json(path, what="estimate", max_bytes=JSON_MAX_BYTES)  # UserFileError: exit 2
     if not isinstance(data, dict) or "peak_allocated_bytes" not in data:
@@ -89,9 +95,6 @@ def _read_estimate(path: str | None) -> dict[str, Any] | None:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
-    from memfit.monitor.process import monitor_command
-    from memfit.monitor.summary import render_summary
-
     command = args.child[1:] if args.child[:1] == ["--"] else args.child
     code, summary, receipt = monitor_command(
         command,
@@ -115,18 +118,10 @@ def _write_report(log: str, out: str | None) -> str | None:
     """The HTML report of the run (memfit.report.html), when --report asks for one."""
     if out is None:
         return None
-    try:
-        from memfit.report.html import render_html_report
-    except ImportError:
-        print("memfit: warning: this memfit has no HTML report; --report ignored", file=sys.stderr)
-        return None
     return str(render_html_report(log, out))
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from memfit.monitor.diagnose import diagnose_ranks
-    from memfit.monitor.reader import rank_of, read_runs
-
     found = diagnose_ranks(read_runs(args.log))
     if len(found) == 1:
         run, d = found[0]
@@ -152,8 +147,6 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _diagnosis_lines(d: Any, run: Any, head: str) -> list[str]:
-    from memfit.units import format_bytes
-
     lines = [f"{head} ({d.n_steps} steps)"]
     lines += [f"  {finding}" for finding in d.findings or [d.summary]]
     for name, trend in (("allocated", d.allocated), ("reserved", d.reserved)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from memfit.cli import diffusion as cli_diffusion
@@ -19,8 +20,30 @@ from memfit.cli import diffusion_train as cli_diffusion_train
 from memfit.cli import from_files as cli_from
 from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
+from memfit.cli import web as cli_web
 from memfit.cli.engine import add_engine_flags
 from memfit.errors import SpecError
+from memfit.flags import add_flags, integer, non_negative_int, workload_from_args
+from memfit.hardware.prices import PRICES_ENV, load_prices
+from memfit.plan import (
+    DEFAULT_HEADROOM,
+    GOALS,
+    RISK_LEVELS,
+    SOLVES,
+    PlanRequest,
+    fit,
+    plan,
+    recommend_gpus,
+)
+from memfit.plan.advice import DEFAULT_RANK, RANKS, rank_advice
+from memfit.plan.doctor import BATCH_FROM, CHOSE_GPU_BY, SIZED_BY, doctor
+from memfit.plan.recipe import ALLOW, parse_allow
+from memfit.plan.request import CONFIRM_MODES
+from memfit.plan.upgrade import DEFAULT_MAX_QUALITY_RISK, MAX_TRACE_FALLBACKS, upgrade_verdict
+from memfit.report.advice import render_advice
+from memfit.report.checklist import render_doctor, render_upgrade
+from memfit.report.plan import render_fit, render_plan
+from memfit.units import parse_bytes
 
 EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
 
@@ -69,8 +92,6 @@ def _headroom(text: str) -> float:
 
 
 def _size(text: str) -> int:
-    from memfit.units import parse_bytes
-
     try:
         return parse_bytes(text)
     except ValueError as exc:
@@ -79,12 +100,6 @@ def _size(text: str) -> int:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``plan`` and ``fit`` to the ``memfit`` subparsers; return their handlers."""
-    from memfit.cli import web as cli_web
-    from memfit.flags import add_flags, non_negative_int
-    from memfit.plan import DEFAULT_HEADROOM, GOALS, RISK_LEVELS, SOLVES
-    from memfit.plan.recipe import ALLOW
-    from memfit.plan.request import CONFIRM_MODES
-
     headroom_help = (
         f"fraction of GPU memory left free (default {DEFAULT_HEADROOM:g}; 0 plans to the limit "
         "itself); plans are checked against the estimate's upper range end"
@@ -173,10 +188,6 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def _register_upgrade(sub: Any, headroom_help: str) -> None:
-    from memfit.flags import add_flags, integer
-    from memfit.plan import DEFAULT_HEADROOM, RISK_LEVELS
-    from memfit.plan.upgrade import DEFAULT_MAX_QUALITY_RISK, MAX_TRACE_FALLBACKS
-
     u = sub.add_parser(
         "upgrade",
         help="the 'when should you upgrade' checklist as a verdict, with the numbers",
@@ -219,9 +230,6 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
 
 def _add_price_flags(parser: argparse.ArgumentParser) -> None:
     """``--rank`` and ``--prices`` of the GPU advice (plan --recommend-gpu, upgrade)."""
-    from memfit.hardware.prices import PRICES_ENV
-    from memfit.plan.advice import DEFAULT_RANK, RANKS
-
     parser.add_argument(
         "--rank",
         choices=RANKS,
@@ -238,10 +246,6 @@ def _add_price_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _register_doctor(sub: Any, headroom_help: str) -> None:
-    from memfit.flags import add_flags
-    from memfit.plan import DEFAULT_HEADROOM
-    from memfit.plan.doctor import BATCH_FROM, CHOSE_GPU_BY, SIZED_BY
-
     d = sub.add_parser(
         "doctor",
         help="check a described job for the seven common memory mistakes",
@@ -277,12 +281,6 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
 
 # -- plan -------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
-    from memfit.cli import web as cli_web
-    from memfit.plan import PlanRequest, plan, recommend_gpus
-    from memfit.plan.recipe import parse_allow
-    from memfit.report.advice import render_advice
-    from memfit.report.plan import render_plan
-
     cli_web.check_output_paths(args)  # --html: a typo is refused before the search
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
         return cli_diffusion_train.cmd_plan(args)
@@ -318,8 +316,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         allow=parse_allow(args.allow),
     )
     if args.recommend_gpu:
-        from memfit.hardware.prices import load_prices
-
         prices = load_prices(args.prices)
         advice = recommend_gpus(args.model, request, rank=args.rank, prices=prices)
         if args.json:
@@ -348,10 +344,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 # -- fit --------------------------------------------------------------------------------------
 def cmd_fit(args: argparse.Namespace) -> int:
-    from memfit.flags import workload_from_args
-    from memfit.plan import fit
-    from memfit.report.plan import render_fit
-
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
         return cli_diffusion_train.cmd_fit(args)
     cli_diffusion.refuse_pipeline_flags(args)
@@ -384,13 +376,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 # -- upgrade ----------------------------------------------------------------------------------
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from memfit.hardware.prices import load_prices
-    from memfit.plan.advice import rank_advice
-    from memfit.plan.upgrade import upgrade_verdict
-    from memfit.report.checklist import render_upgrade
-
     prices = load_prices(args.prices)  # bad price files fail before the (slow) checklist
     v = upgrade_verdict(
         args.model, gpu=args.gpu, mode=args.mode, seq_len=args.seq, batch_size=args.batch,
@@ -409,10 +394,6 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 # -- doctor -----------------------------------------------------------------------------------
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from memfit.flags import workload_from_args
-    from memfit.plan.doctor import doctor
-    from memfit.report.checklist import render_doctor
-
     report = doctor(
         args.model, workload_from_args(args), gpu=args.gpu, sized_by=args.sized_by,
         quality_checked=args.quality_checked, batch_from=args.batch_from,

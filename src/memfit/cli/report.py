@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
+
+from memfit.flags import positive_int
+from memfit.monitor.reader import binding_rank, read_runs
+from memfit.report.html import render_html_report
+from memfit.report.png import render_png
+from memfit.report.snapshot import render_comparison, render_snapshot
+from memfit.snapshot import analyze_snapshot
+from memfit.snapshot.compare import compare_snapshots
 
 REPORT_EXAMPLES = """examples:
   memfit report run.jsonl -o report.html
@@ -35,8 +44,6 @@ cannot run code); files of 32 MiB and more are streamed in bounded memory.
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add the ``report`` and ``snapshot`` subcommands; return their handlers by name."""
-    from memfit.flags import positive_int
-
     r = sub.add_parser(
         "report",
         help="HTML report (and PNG) of a `memfit monitor` run log",
@@ -82,11 +89,6 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from memfit.monitor.reader import binding_rank, read_runs
-    from memfit.report.html import render_html_report
-
     run, note = binding_rank(read_runs(args.log))
     if note is not None:
         run = dataclasses.replace(run, note=note)
@@ -94,20 +96,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = render_html_report(run, args.output, estimate=args.estimate)
     print(f"wrote {out}")
     if args.png:
-        from memfit.report.png import render_png
-
         print(f"wrote {render_png(run, args.png, estimate=args.estimate)}")
     return 0
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from memfit.report.snapshot import render_snapshot
-    from memfit.snapshot import analyze_snapshot
-
     if args.predicted:
-        from memfit.report.snapshot import render_comparison
-        from memfit.snapshot.compare import compare_snapshots
-
         c = compare_snapshots(args.predicted, args.file, top=args.top)
         print(
             json.dumps(c.to_json(), indent=2) if args.json else render_comparison(c, top=args.top)

@@ -6,13 +6,23 @@ import argparse
 import json
 from typing import Any
 
+from memfit.api import estimate
+from memfit.cli.engine import options_from
+from memfit.errors import SpecError
+from memfit.estimate.seqrun.dist import parse_seq_dist
+from memfit.flags import integer
+from memfit.hardware import get_gpu
+from memfit.models import resolve_model
+from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
 from memfit.progress import report
-from memfit.spec.seqrun import DEFAULT_STEPS
+from memfit.report.plan import render_plan
+from memfit.report.seqrun import render_seq_fit, render_seq_plan, render_seq_run
+from memfit.report.text import render_estimate
+from memfit.spec.seqrun import DEFAULT_STEPS, SeqRun, StepPlan
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """The variable-length run's flags (estimate only)."""
-    from memfit.flags import integer
 
     g = parser.add_argument_group("variable-length runs (training)")
     g.add_argument(
@@ -49,16 +59,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def cmd(args: argparse.Namespace, workload: Any) -> int:
     """``estimate --seq-dist``: the estimate at the longest length, then the run's replay."""
-    from memfit.api import estimate
-    from memfit.cli.engine import options_from
-    from memfit.estimate.seqrun.dist import parse_seq_dist
-    from memfit.report.seqrun import render_seq_run
-    from memfit.report.text import render_estimate
 
     dist = parse_seq_dist(args.seq_dist)
     if not workload.is_train:
-        from memfit.errors import SpecError
-
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
     answer = estimate(str(args.model), seq_run(args, workload, dist), gpu=args.gpu,
                       options=options_from(args))  # fmt: skip
@@ -78,7 +81,6 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
 
 
 def _gpu(args: argparse.Namespace) -> Any:
-    from memfit.hardware import get_gpu
 
     return get_gpu(args.gpu)
 
@@ -86,11 +88,6 @@ def _gpu(args: argparse.Namespace) -> Any:
 def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     """``fit --solve batch --seq-dist``: the largest batch whose reserved memory after the run
     fits (:func:`memfit.plan.seq_fit.fit_seq_dist`)."""
-    from memfit.errors import SpecError
-    from memfit.estimate.seqrun.dist import parse_seq_dist
-    from memfit.models import resolve_model
-    from memfit.plan.seq_fit import fit_seq_dist
-    from memfit.report.seqrun import render_seq_fit
 
     if args.solve != "batch":
         raise SpecError(
@@ -123,12 +120,6 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     """``plan --seq-dist``: the plan at the longest length, its recommended job replayed over
     the run (:func:`memfit.plan.seq_fit.plan_seq_dist`). Exit 1 when the run does not fit even
     with expandable segments."""
-    from memfit.errors import SpecError
-    from memfit.estimate.seqrun.dist import parse_seq_dist
-    from memfit.models import resolve_model
-    from memfit.plan.seq_fit import plan_seq_dist
-    from memfit.report.plan import render_plan
-    from memfit.report.seqrun import render_seq_plan
 
     if request.mode != "train":
         raise SpecError(f"--seq-dist models training runs, not --mode {request.mode}")
@@ -155,7 +146,6 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
 
 def seq_run(args: argparse.Namespace, workload: Any, dist: Any) -> Any:
     """The variable-length run the --seq-dist flags describe over ``workload``'s steps."""
-    from memfit.spec.seqrun import SeqRun
 
     return SeqRun(
         workload=workload,
@@ -170,7 +160,6 @@ def seq_run(args: argparse.Namespace, workload: Any, dist: Any) -> Any:
 
 def step_plan(args: argparse.Namespace, batch_size: int) -> Any:
     """The run's step plan from the --seq-dist flags (one place for estimate, fit and plan)."""
-    from memfit.spec.seqrun import StepPlan
 
     return StepPlan(
         batch_size=batch_size,

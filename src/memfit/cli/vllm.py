@@ -10,10 +10,25 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from memfit.api import estimate
 from memfit.errors import SpecError
-from memfit.units import GiB
+from memfit.flags import positive_int
+from memfit.hardware.catalog import GPU, get_gpu
+from memfit.models import ModelSpec, resolve_model
+from memfit.report.serving import (
+    render_serving_plan,
+    render_startup,
+    serving_plan_json,
+    startup_json,
+)
+from memfit.serving import DEFAULT_VERSION, simulate_startup
+from memfit.serving.command import serve_command
+from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
+from memfit.serving.startup import VllmStartup
+from memfit.spec.serving import VllmConfig
 
 VLLM_EXAMPLES = """examples:
   memfit vllm llama-3.1-8b --gpu L40S
@@ -58,8 +73,6 @@ _IGNORED_SWITCHES = (
 
 def add_vllm_flags(p: argparse.ArgumentParser) -> None:
     """The ``vllm serve`` flags memfit models (``vllm``, and ``fit/plan --runtime vllm``)."""
-    from memfit.flags import positive_int
-
     g = p.add_argument_group("vllm serve flags")
     g.add_argument(
         "--tensor-parallel-size",
@@ -121,8 +134,6 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     """Add the ``vllm`` subcommand; return its handler by name."""
-    from memfit.flags import positive_int
-
     p = sub.add_parser(
         "vllm",
         help="will `vllm serve` start on this GPU: KV cache, tokens, max concurrency",
@@ -153,11 +164,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     return {"vllm": cmd_vllm}
 
 
-def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
+def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> VllmConfig:
     """The VllmConfig the parsed flags describe."""
-    from memfit.serving import DEFAULT_VERSION
-    from memfit.spec.serving import VllmConfig
-
     tp, pp = args.tp, args.pp
     if gpus is not None and tp is None:
         tp = max(1, gpus // (pp or 1))
@@ -184,50 +192,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> Any:
     )
 
 
-def startup_json(s: Any, command: str | None = None) -> dict[str, Any]:
-    """The ``--json`` record of one VllmStartup, with the ``vllm serve`` command line."""
-    return {**s.to_json(), "command": command}
-
-
-def render_startup(s: Any, model: str) -> str:
-    """The start-up lines, the verdict and the way out."""
-    g = 1 / GiB
-    out = [
-        f"vLLM {s.version} ({s.engine.upper()} engine) serving {model} on {s.gpu} "
-        f"(per GPU: {s.total_bytes * g:.2f} GiB, weights {s.weight_format}):"
-    ]
-    out += [f"  {line}" for line in s.log_lines()]
-    out.append(
-        f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
-        f"{s.non_torch_bytes * g:.2f} GiB, CUDA graphs ~{s.cuda_graph_bytes * g:.2f} GiB "
-        f"(outside the budget); max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
-        f"{s.max_num_batched_tokens}"
-    )
-    if s.starts:
-        out.append("STARTS")
-    else:
-        out.append(f"FAILS: {s.error}")
-        if s.largest_max_model_len:
-            out.append(f"  largest --max-model-len that starts: {s.largest_max_model_len}")
-        if s.smallest_gpu_memory_utilization is not None:
-            out.append(
-                f"  smallest --gpu-memory-utilization that starts: "
-                f"{s.smallest_gpu_memory_utilization:.2f}"
-            )
-        else:
-            out.append(
-                "  no --gpu-memory-utilization fits this GPU: more GPUs (TP), "
-                "quantization or a shorter --max-model-len"
-            )
-    out += [f"note: {n}" for n in s.notes]
-    return "\n".join(out)
-
-
 def cmd_vllm(args: argparse.Namespace) -> int:
-    from memfit.api import estimate
-    from memfit.hardware.catalog import get_gpu
-    from memfit.serving.command import serve_command
-
     config = config_from_args(args, args.gpus)
     s = estimate(args.model, config, gpu=get_gpu(args.gpu))
     command = serve_command(args.model, config)
@@ -243,8 +208,6 @@ def cmd_vllm(args: argparse.Namespace) -> int:
 def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) -> None:
     """``--runtime hf|vllm`` and the vLLM knobs the other commands take (their own --tp, --gpus,
     --seq, --new-tokens and --quant carry the rest)."""
-    from memfit.flags import positive_int
-
     p.add_argument(
         "--runtime",
         choices=("hf", "vllm"),
@@ -270,10 +233,7 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
         )
 
 
-def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> Any:
-    from memfit.serving import DEFAULT_VERSION
-    from memfit.spec.serving import VllmConfig
-
+def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> VllmConfig:
     quant = getattr(args, "quant", None)
     if quant not in (None, "none", "fp8"):
         raise SpecError(
@@ -290,9 +250,7 @@ def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None
     )
 
 
-def _spec(model: str) -> Any:
-    from memfit.models import resolve_model
-
+def _spec(model: str) -> ModelSpec:
     spec = resolve_model(model).spec
     if spec is None:
         raise SpecError(f"--runtime vllm needs a config.json model, not a factory ({model!r})")
@@ -301,10 +259,6 @@ def _spec(model: str) -> Any:
 
 def cmd_fit_vllm(args: argparse.Namespace) -> int:
     """``memfit fit --runtime vllm --solve concurrency|max-model-len``."""
-    from memfit.hardware.catalog import get_gpu
-    from memfit.serving.command import serve_command
-    from memfit.serving.solve import solve_concurrency, solve_max_model_len
-
     if args.gpu is None or args.gpu_memory is not None:
         raise SpecError("fit --runtime vllm needs --gpu NAME (vLLM's budget is a GPU's total)")
     if args.solve not in ("concurrency", "max-model-len"):
@@ -338,23 +292,16 @@ def cmd_fit_vllm(args: argparse.Namespace) -> int:
     return 0 if value > 0 else 1
 
 
-def replace_len(config: Any, length: int | None) -> Any:
-    from dataclasses import replace
-
+def replace_len(config: VllmConfig, length: int | None) -> VllmConfig:
     return replace(config, max_model_len=length)
 
 
-def _simulate(spec: Any, gpu: Any, config: Any) -> Any:
-    from memfit.serving import simulate_startup
-
+def _simulate(spec: ModelSpec, gpu: GPU, config: VllmConfig) -> VllmStartup:
     return simulate_startup(spec, gpu, config)
 
 
 def cmd_plan_vllm(args: argparse.Namespace) -> int:
     """``memfit plan --mode infer --runtime vllm --concurrency N --seq L``."""
-    from memfit.hardware.catalog import get_gpu
-    from memfit.serving.solve import plan_serving
-
     if args.mode != "infer":
         raise SpecError("--runtime vllm plans inference: pass --mode infer")
     want = args.concurrency or args.batch or 1
@@ -368,25 +315,7 @@ def cmd_plan_vllm(args: argparse.Namespace) -> int:
         allow_quant=not args.no_quant, base=base,
     )  # fmt: skip
     if args.json:
-        print(json.dumps({
-            "runtime": "vllm", "concurrency": want, "max_model_len": length,
-            "fits": bool(options),
-            "options": [{"gpu": o.gpu, "n_gpus": o.n_gpus, "command": o.command,
-                         **startup_json(o.startup, o.command)} for o in options],
-        }, indent=2))  # fmt: skip
-    elif not options:
-        where = args.gpu or "any catalog GPU (1-8 per replica)"
-        print(
-            f"NOTHING FITS: no vLLM configuration on {where} holds {want} requests of "
-            f"{length:,} tokens (tried TP 1-8, fp8 weights and fp8 KV where the GPU has fp8)"
-        )
+        print(json.dumps(serving_plan_json(options, want, length), indent=2))
     else:
-        best = options[0]
-        print(
-            f"vLLM serves {want} concurrent requests of {length:,} tokens on {best.describe()}: "
-            f"max concurrency {best.startup.max_concurrency:.2f}x"
-        )
-        print(best.command)
-        for o in options[1:6]:
-            print(f"  also: {o.describe()} ({o.startup.max_concurrency:.2f}x): {o.command}")
+        print(render_serving_plan(options, want, length, where=args.gpu))
     return 0 if options else 1

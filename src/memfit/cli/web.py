@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from memfit.errors import SpecError
+from memfit.estimate.history import RecordedTrace, recording
+from memfit.estimate.result import MemoryEstimate
+from memfit.flags import EXIT_BAD_INPUT, positive_int, workload_flags, workload_from_args
+from memfit.plan.search import Plan
+from memfit.report.estimate_html import write_estimate_html
+from memfit.report.plan_html import write_plan_html
+from memfit.snapshot.predicted import pick, write_history
+from memfit.spec import WorkloadSpec
+from memfit.web.query import REFUSED
+from memfit.web.serve import serve
+from memfit.web.workers import CommandLine, ParserFactory
 
 WEB_EXAMPLES = """examples:
   memfit web                       # http://127.0.0.1:8000, this machine only
@@ -21,10 +37,12 @@ Needs the web extra: pip install 'memfit[web]'.
 INSTALL_HINT = "memfit web needs the web extra: pip install 'memfit[web]' (starlette, uvicorn)"
 
 
-def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
-    """Add ``web``; return its handler."""
-    from memfit.flags import positive_int
-
+def register(
+    sub: Any, *, run: CommandLine, parser_factory: ParserFactory
+) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add ``web``; return its handler, which serves the command line ``run`` runs on the
+    parser ``parser_factory`` builds (:mod:`memfit.cli.entry` passes its own: the web package
+    sits below the CLI and takes them injected)."""
     w = sub.add_parser(
         "web",
         help="a local calculator page (and JSON API) for estimates, plans and fits",
@@ -41,19 +59,17 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     w.add_argument(
         "--timeout", type=positive_int, default=300, help="seconds a trace or plan may run"
     )
-    return {"web": cmd_web}
+    return {"web": functools.partial(cmd_web, run=run, parser_factory=parser_factory)}
 
 
-def cmd_web(args: argparse.Namespace) -> int:
-    import importlib.util
-    import sys
-
+def cmd_web(args: argparse.Namespace, *, run: CommandLine, parser_factory: ParserFactory) -> int:
     if importlib.util.find_spec("starlette") is None or importlib.util.find_spec("uvicorn") is None:
         print(f"memfit: error: {INSTALL_HINT}", file=sys.stderr)
-        return 2
-    from memfit.web.serve import serve
+        return EXIT_BAD_INPUT
 
     return serve(
+        run=run,
+        parser_factory=parser_factory,
         host=args.host,
         port=args.port,
         open_browser=args.open,
@@ -83,10 +99,6 @@ def add_share_flags(parser: argparse.ArgumentParser, *, snapshot: bool) -> None:
 def check_output_paths(args: argparse.Namespace) -> None:
     """``--html`` / ``--snapshot`` must name a file in an existing folder: checked before any
     work, so a typo is an exit-2 message, not a traceback after the estimate."""
-    from pathlib import Path
-
-    from memfit.errors import SpecError
-
     for flag in ("html", "snapshot"):
         value = getattr(args, flag, None)
         if not value:
@@ -102,12 +114,9 @@ def check_output_paths(args: argparse.Namespace) -> None:
 
 
 @contextmanager
-def history(args: argparse.Namespace) -> Iterator[list[Any]]:
+def history(args: argparse.Namespace) -> Iterator[list[RecordedTrace]]:
     """Around the estimate: records the trace engine's allocation history when --snapshot asks
     (refusing the analytic engine before any work)."""
-    from memfit.errors import SpecError
-    from memfit.snapshot.predicted import recording
-
     check_output_paths(args)
     if not getattr(args, "snapshot", None):
         yield []
@@ -121,21 +130,19 @@ def history(args: argparse.Namespace) -> Iterator[list[Any]]:
         yield traces
 
 
-def estimate_command(args: argparse.Namespace, workload: Any) -> str:
+def estimate_command(args: argparse.Namespace, workload: WorkloadSpec) -> str:
     """The ``memfit estimate`` command of the job (its flags as the flags table spells them)."""
-    from memfit.flags import workload_flags
-
     words = ["memfit estimate", shlex.quote(str(args.model)), workload_flags(workload)]
     words += [f"--gpu {shlex.quote(args.gpu)}"] if args.gpu else []
     words += [f"--engine {args.engine}"] if args.engine != "auto" else []
     return " ".join(w for w in words if w)
 
 
-def write_estimate_outputs(args: argparse.Namespace, est: Any, traces: list[Any]) -> None:
+def write_estimate_outputs(
+    args: argparse.Namespace, est: MemoryEstimate, traces: list[RecordedTrace]
+) -> None:
     """Write what --html / --snapshot asked for; say so on stderr (stdout stays the answer)."""
     if getattr(args, "snapshot", None):
-        from memfit.snapshot.predicted import pick, write_history
-
         trace = pick(traces, est.engine)
         out = write_history(trace, args.snapshot)
         print(f"wrote {out} (predicted: {trace.n_allocations} allocations)", file=sys.stderr)
@@ -146,9 +153,6 @@ def write_estimate_outputs(args: argparse.Namespace, est: Any, traces: list[Any]
                 file=sys.stderr,
             )
     if getattr(args, "html", None):
-        from memfit.flags import workload_from_args
-        from memfit.report.estimate_html import write_estimate_html
-
         command = estimate_command(args, workload_from_args(args))
         print(
             f"wrote {write_estimate_html(est.to_json(), args.html, command=command)}",
@@ -157,11 +161,10 @@ def write_estimate_outputs(args: argparse.Namespace, est: Any, traces: list[Any]
 
 
 def command_of(command: str, args: argparse.Namespace) -> str:
-    """The command line that gives ``args`` (options at their default left out)."""
-    from memfit.web.query import REFUSED, subparsers
-
+    """The command line that gives ``args`` (options at their default left out; the options a
+    web request may not pass, :data:`memfit.web.query.REFUSED`, too)."""
     words = ["memfit", command]
-    for action in subparsers()[command]._actions:
+    for action in args.subparsers[command]._actions:
         value = getattr(args, action.dest, None)
         if not action.option_strings:
             words.append(shlex.quote(str(value)))
@@ -177,10 +180,8 @@ def command_of(command: str, args: argparse.Namespace) -> str:
     return " ".join(words)
 
 
-def write_plan_outputs(args: argparse.Namespace, result: Any) -> None:
+def write_plan_outputs(args: argparse.Namespace, result: Plan) -> None:
     """``plan --html FILE``."""
     if getattr(args, "html", None):
-        from memfit.report.plan_html import write_plan_html
-
         out = write_plan_html(result.to_json(), args.html, command=command_of("plan", args))
         print(f"wrote {out}", file=sys.stderr)

@@ -9,11 +9,16 @@ estimate's assembly after are :mod:`memfit.estimate.pipeline`'s.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from memfit.estimate.policy import EnginePolicy
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.hardware import get_gpu
+from memfit.models import ModelSource, resolve_model
+from memfit.models.media import describe_inputs
 from memfit.spec import WorkloadSpec
+from memfit.spec.arguments import check_arguments
 from memfit.spec.options import ENGINES
 
 __all__ = ["COMPONENTS", "ENGINES", "MemoryEstimate", "estimate"]
@@ -36,8 +41,6 @@ def estimate(
     ``extrapolate``: None (default) traces every layer of models up to 48 layers and extrapolates
     deeper ones from a few layers; True/False force either. ``allow_code``: a ``pkg.mod:fn``
     MODEL is imported and called (runs that code); refused without it."""
-    from memfit.models import ModelSource, resolve_model
-    from memfit.spec.arguments import check_arguments
 
     check_arguments(
         workload=workload,
@@ -66,9 +69,6 @@ def estimate(
 def _with_inputs(est: MemoryEstimate, source: Any) -> MemoryEstimate:
     """An image / speech model's estimate says its workload in its own terms
     (``workload["inputs"]``: image size and patches, or audio seconds and windows)."""
-    import dataclasses
-
-    from memfit.models.media import describe_inputs
 
     w = est.workload
     inputs = describe_inputs(source.config or {}, w["batch_size"], w["seq_len"])
@@ -80,6 +80,5 @@ def _with_inputs(est: MemoryEstimate, source: Any) -> MemoryEstimate:
 def _gpu(gpu: Any) -> Any:
     if gpu is None or not isinstance(gpu, str):
         return gpu
-    from memfit.hardware import get_gpu
 
     return get_gpu(gpu)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from memfit.estimate.policy import use_engine
+from memfit.models.source import allowing_code
 from memfit.spec.options import EstimateOptions
 
 
@@ -25,8 +27,6 @@ def using_options(options: EstimateOptions) -> Iterator[EstimateOptions]:
     """Inside the block, everything answers with ``options``' engine, caches and code rule (the
     settings that differ from the defaults; see the module docstring)."""
     from memfit.estimate.derived.cache import disabled
-    from memfit.estimate.policy import use_engine
-    from memfit.models.source import allowing_code
 
     with contextlib.ExitStack() as stack:
         if options.engine != "auto":

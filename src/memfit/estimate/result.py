@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memfit.errors import DoesNotFitError
+from memfit.report.estimate_html import estimate_fragment
 
 if TYPE_CHECKING:
     from memfit.estimate.verdict import Verdict
@@ -178,8 +179,6 @@ class MemoryEstimate:
 
     def _repr_html_(self) -> str:
         """A notebook's view: the verdict, the peaks with their ranges, the components bar."""
-        from memfit.report.estimate_html import estimate_fragment
-
         return estimate_fragment(self.to_json())
 
     def raise_if_not_fit(self) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.derived import cache
 from memfit.estimate.derived.cache import source_fingerprint
+from memfit.estimate.history import is_recording
 from memfit.estimate.result import FitVerdict, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.spec import WorkloadSpec
 
@@ -60,8 +61,6 @@ _RECORDS: dict[str, type] = {"PhasePeak": PhasePeak, "ModuleBytes": ModuleBytes,
 def cacheable(source: Any) -> bool:
     """Whether answers for ``source`` (a ``ModelSource``) may be kept: a config.json model
     without remote code, outside a snapshot recording, with the caches on."""
-    from memfit.snapshot.predicted import is_recording
-
     return (
         source.origin != "factory"
         and source.config is not None

@@ -19,6 +19,7 @@ from memfit.jobfiles.edit_check import check_edit
 from memfit.jobfiles.files import JobFile
 from memfit.jobfiles.names import HF_OPTIM_OF
 from memfit.jobfiles.yaml_edit import EditRefusedError, Keys, set_yaml
+from memfit.userwrites import write_files
 
 if TYPE_CHECKING:
     from memfit.userwrites import Written
@@ -212,7 +213,6 @@ def _edit(f: JobFile, keys: Keys) -> FileEdit:
 def write_edits(edits: list[FileEdit]) -> list[Written]:
     """Write ``edits`` all or nothing (:func:`memfit.userwrites.write_files`, originals kept as
     ``NAME.memfit-orig``); a refused edit refuses the whole write. Returns what was written."""
-    from memfit.userwrites import write_files
 
     refused = [e for e in edits if e.refused is not None]
     if refused:

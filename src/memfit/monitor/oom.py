@@ -23,6 +23,7 @@ from memfit.monitor.device import ALLOCATOR_ROUND_BYTES, CpuQuery, DeviceQuery, 
 from memfit.monitor.guard import Guard
 from memfit.monitor.log import RunLog, rank_log_path, record
 from memfit.units import format_bytes, parse_bytes
+from memfit.userwrites import write_text
 
 logger = logging.getLogger("memfit.monitor")
 
@@ -299,7 +300,6 @@ def oom_record(analysis: OOMAnalysis, report: str | None) -> dict[str, Any]:
 def write_oom_report(analysis: OOMAnalysis, path: str | os.PathLike[str]) -> str:
     """Write the HTML report; returns its path."""
     from memfit.monitor.oom_report import render_oom_html
-    from memfit.userwrites import write_text
 
     write_text(path, render_oom_html(analysis), what="OOM report")  # atomic; FIFOs refused
     return str(path)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from memfit.units import format_bytes
+from memfit.version import __version__
 
 _CSS = """
 body{font:15px/1.45 system-ui,sans-serif;max-width:860px;margin:2em auto;padding:0 1em;color:#222}
@@ -57,8 +58,6 @@ def _context_rows(a: Any) -> list[str]:
 
 def render_oom_html(a: Any) -> str:
     """HTML for an :class:`~memfit.monitor.oom.OOMAnalysis`."""
-    from memfit import __version__
-
     head = "<th>component</th><th>live</th><th>share</th><th></th>" + (
         "<th>estimate</th>" if a.predicted_bytes else ""
     )

@@ -24,6 +24,7 @@ from memfit.monitor.device import Nvml, host_memory_bytes, process_tree, rss_byt
 from memfit.monitor.guard import safe_print
 from memfit.monitor.log import RunLog, record
 from memfit.monitor.summary import RunStats, receipt
+from memfit.version import __version__
 
 
 def _exit_code(returncode: int) -> int:
@@ -152,8 +153,6 @@ def _watch(
     log: _ChildLog,
     interval_s: float,
 ) -> tuple[int, RunStats, bool]:
-    from memfit import __version__
-
     log.write(
         record(
             "start",

@@ -37,6 +37,7 @@ from memfit.monitor.device import CpuQuery, DeviceQuery, DeviceSample, TensorMem
 from memfit.monitor.guard import Guard, safe_print
 from memfit.monitor.log import RunLog, rank_log_path, record
 from memfit.monitor.summary import RunStats, receipt, render_summary
+from memfit.version import __version__
 
 
 def estimate_json(estimate: Any = None, plan: Any = None) -> dict[str, Any] | None:
@@ -223,8 +224,6 @@ class Monitor:
         self.log_path = self._log.path
 
     def _write_start(self) -> None:
-        from memfit import __version__
-
         self._write(
             record(
                 "start",

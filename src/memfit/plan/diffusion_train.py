@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.estimate.verdict import Verdict
+from memfit.estimate.diffusion.device import device_bytes
+from memfit.estimate.verdict import Verdict, judge_point
 
 RESOLUTION_STEP = 64
 MAX_RESOLUTION = 4096
@@ -49,8 +50,6 @@ class TrainVerdict:
 
 def verdict(est: Any, budget: Any, arch: str | None) -> TrainVerdict:
     """THE verdict rule of ``est`` (a TrainEstimate) on ``budget`` (its capacity and headroom)."""
-    from memfit.estimate.diffusion.device import device_bytes
-    from memfit.estimate.verdict import judge_point
 
     need = device_bytes(est.peak_bytes, est.peak_reserved_bytes, arch, training=True)
     v = judge_point(need, budget.capacity_bytes, budget.headroom_bytes)

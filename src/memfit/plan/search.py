@@ -54,6 +54,7 @@ from memfit.plan.space import (
     dominates,
     recipe,
 )
+from memfit.report.plan_html import plan_fragment
 from memfit.spec import ParallelSpec
 from memfit.units import format_bytes
 
@@ -144,8 +145,6 @@ class Plan:
 
     def _repr_html_(self) -> str:
         """A notebook's view: as asked, then the recommended plan."""
-        from memfit.report.plan_html import plan_fragment
-
         return plan_fragment(self.to_json())
 
     def to_json(self) -> dict[str, Any]:

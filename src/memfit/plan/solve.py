@@ -17,6 +17,7 @@ from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecEr
 from memfit.estimate.result import MemoryEstimate
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
+from memfit.report.plan_html import fit_fragment
 from memfit.spec import MAX_BATCH_SIZE, MAX_SEQ_LEN, WorkloadSpec
 from memfit.units import format_bytes
 
@@ -59,8 +60,6 @@ class FitResult:
 
     def _repr_html_(self) -> str:
         """A notebook's view: the answer, then the estimate at it."""
-        from memfit.report.plan_html import fit_fragment
-
         return fit_fragment(self.to_json())
 
     def to_json(self) -> dict[str, Any]:

@@ -17,10 +17,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from memfit.estimate.result import COMPONENTS
 from memfit.report import svg
-from memfit.report.html import COMPONENT_COLORS, PAGE_CSS
+from memfit.report.style import COMPONENT_COLORS, PAGE_CSS
 from memfit.units import format_bytes
+from memfit.userwrites import write_text
+from memfit.version import __version__
 
 #: The three peaks, as the CLI labels them.
 PEAKS = (
@@ -34,8 +35,6 @@ LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes", "huggingface-hub")
 
 def versions() -> dict[str, str]:
     """memfit's, Python's and the installed libraries' versions (absent ones left out)."""
-    from memfit import __version__
-
     out = {"memfit": __version__, "python": platform.python_version()}
     for name in LIBRARIES:
         try:
@@ -78,7 +77,7 @@ def peaks_table(est: dict[str, Any]) -> str:
 
 
 def _parts(components: dict[str, int]) -> list[tuple[str, int, str]]:
-    return [(c, components.get(c, 0), COMPONENT_COLORS[c]) for c in COMPONENTS]
+    return [(c, components.get(c, 0), color) for c, color in COMPONENT_COLORS.items()]
 
 
 def component_bars(est: dict[str, Any], width: int = 920) -> str:
@@ -92,7 +91,7 @@ def _components_table(est: dict[str, Any]) -> str:
     phases = est.get("phases", {})
     head = "".join(f'<th class="num">{escape(p)}</th>' for p in phases)
     body = ""
-    for c in COMPONENTS:
+    for c in COMPONENT_COLORS:
         cells = "".join(
             f'<td class="num">{format_bytes(p["components"].get(c, 0))}</td>'
             for p in phases.values()
@@ -180,7 +179,6 @@ def estimate_page(est: dict[str, Any], *, command: str) -> str:
 
 
 def write_estimate_html(est: dict[str, Any], path: str | Path, *, command: str) -> Path:
-    from memfit.userwrites import write_text
 
     out = Path(path)
     write_text(out, estimate_page(est, command=command), what="--html page")  # atomic

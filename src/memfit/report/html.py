@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.estimate.result import COMPONENTS
 from memfit.monitor.log import RunData, read_log
 from memfit.report import svg
+from memfit.report.style import COMPONENT_COLORS, PAGE_CSS
 from memfit.units import MiB, format_bytes
 from memfit.userfiles import JSON_MAX_BYTES, read_json
+from memfit.userwrites import write_text
+from memfit.version import __version__
 
 #: Receipt metrics: (name in the estimate JSON, label, how the run measures it).
 RECEIPT_METRICS = (
@@ -30,59 +32,10 @@ RECEIPT_METRICS = (
     ("device_used_bytes", "device used", "max device_used_bytes of steps and samples"),
 )
 
-COMPONENT_COLORS = {
-    "parameters": "#4e79a7",
-    "gradients": "#f28e2b",
-    "optimizer_states": "#e15759",
-    "activations": "#76b7b2",
-    "kv_cache": "#59a14f",
-    "temporary": "#edc948",
-}
-
 #: Leak rule of the built-in reading (used when memfit.monitor.diagnose is absent): after the
 #: warm-up, allocated bytes that rise by more than both of these over the run are reported.
 LEAK_MIN_GROWTH_BYTES = 16 * MiB
 LEAK_MIN_GROWTH_FRACTION = 0.02
-
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
-background:#f6f7f9;color:#1d2330}
-main{max-width:960px;margin:0 auto;padding:20px}
-h1{font-size:22px;margin:4px 0 2px}
-h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d8dbe0;padding-bottom:4px}
-.meta{color:#5b6270;font-size:13px}
-.cards{display:flex;flex-wrap:wrap;gap:10px;margin:14px 0}
-.card{background:#fff;border:1px solid #d8dbe0;border-radius:6px;padding:8px 12px;min-width:130px}
-.card b{display:block;font-size:18px}
-.card span{color:#5b6270;font-size:12px}
-.chart{background:#fff;border:1px solid #d8dbe0;border-radius:6px;margin:6px 0;width:100%;
-height:auto}
-.chart .title{font-weight:600;font-size:14px;fill:#1d2330}
-.chart .plot{fill:#fff;stroke:#c4c8cf}
-.chart .grid{stroke:#eceef1}
-.chart .axis{stroke:#8a909b}
-.chart text{font-size:11px;fill:#4a505c}
-.chart .ytick{text-anchor:end}
-.chart .xtick,.chart .xlabel{text-anchor:middle}
-.chart .hlabel{text-anchor:end;font-weight:600}
-.chart .vlabel{font-weight:600;text-anchor:end}
-.chart .inbar{fill:#fff;font-weight:600}
-.chart .empty{fill:#8a909b}
-table{border-collapse:collapse;background:#fff;margin:6px 0;width:100%}
-th,td{border:1px solid #d8dbe0;padding:4px 8px;text-align:left;font-size:13px}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-.bad{color:#b3261e;font-weight:600}
-.good{color:#1e7d32;font-weight:600}
-.box{background:#fff;border:1px solid #d8dbe0;border-left:4px solid #8a909b;border-radius:4px;
-padding:8px 12px;margin:8px 0}
-.box.warn{border-left-color:#d62728}
-.box.ok{border-left-color:#2ca02c}
-code{font-size:12px;background:#eef0f3;padding:1px 4px;border-radius:3px}
-footer{color:#8a909b;font-size:12px;margin:30px 0 10px}
-"""
-
-#: The page style, shared with the estimate and plan pages (memfit.report.estimate_html).
-PAGE_CSS = _CSS
 
 #: Draw the device capacity only when it is at most this many times the highest curve.
 CAPACITY_SHOWN_WITHIN = 3.0
@@ -384,7 +337,7 @@ def _receipt_section(run: RunData, est: dict[str, Any] | None) -> str:
     if est is None or not isinstance(est.get("components"), dict):
         return table
     got = measured(run)
-    comps = [(k, int(est["components"].get(k, 0)), COMPONENT_COLORS[k]) for k in COMPONENTS]
+    comps = [(k, int(est["components"].get(k, 0)), color) for k, color in COMPONENT_COLORS.items()]
     bars = [(f"estimate ({est.get('peak_phase', 'peak')})", comps)]
     if got["peak_allocated_bytes"] is not None:
         bars.append(
@@ -490,8 +443,6 @@ def _errors_section(run: RunData) -> str:
 
 
 def render_html(run: RunData, est: dict[str, Any] | None) -> str:
-    from memfit import __version__
-
     body = "".join(
         [
             _header(run, est),
@@ -514,7 +465,7 @@ def render_html(run: RunData, est: dict[str, Any] | None) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>memfit report: {escape(run.path.name)}</title><style>{_CSS}</style></head>"
+        f"<title>memfit report: {escape(run.path.name)}</title><style>{PAGE_CSS}</style></head>"
         f"<body><main>{body}</main></body></html>\n"
     )
 
@@ -531,7 +482,6 @@ def render_html_report(
     est = load_estimate(estimate)
     if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
         est = run.start["estimate"]
-    from memfit.userwrites import write_text
 
     out = Path(out_path)
     write_text(out, render_html(run, est), what="report")  # atomic; OSError -> one line

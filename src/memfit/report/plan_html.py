@@ -13,7 +13,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from memfit.estimate.result import COMPONENTS
 from memfit.report import svg
 from memfit.report.estimate_html import (
     FRAGMENT_CSS,
@@ -21,8 +20,9 @@ from memfit.report.estimate_html import (
     page_tail,
     standalone_page,
 )
-from memfit.report.html import COMPONENT_COLORS
+from memfit.report.style import COMPONENT_COLORS
 from memfit.units import format_bytes
+from memfit.userwrites import write_text
 
 
 def _option_line(opt: dict[str, Any] | None) -> str:
@@ -36,7 +36,7 @@ def _option_line(opt: dict[str, Any] | None) -> str:
 
 def _bar_row(label: str, opt: dict[str, Any] | None) -> tuple[str, list[tuple[str, int, str]]]:
     comps = (opt or {}).get("components") or {}
-    return label, [(c, comps.get(c, 0), COMPONENT_COLORS[c]) for c in COMPONENTS]
+    return label, [(c, comps.get(c, 0), color) for c, color in COMPONENT_COLORS.items()]
 
 
 def _as_asked(p: dict[str, Any]) -> str:
@@ -96,7 +96,6 @@ def plan_page(p: dict[str, Any], *, command: str) -> str:
 
 
 def write_plan_html(p: dict[str, Any], path: str | Path, *, command: str) -> Path:
-    from memfit.userwrites import write_text
 
     out = Path(path)
     write_text(out, plan_page(p, command=command), what="--html page")  # atomic; FIFOs refused

@@ -10,6 +10,7 @@ from memfit.errors import MissingDependencyError
 from memfit.monitor.log import RunData, read_log
 from memfit.report.html import RECEIPT_METRICS, load_estimate, shown_capacity, was_measured
 from memfit.report.svg import COLORS
+from memfit.userwrites import write_files
 
 GiB = 1024**3
 
@@ -99,8 +100,6 @@ def render_png(log_path: str | Path | RunData, out_path: str | Path, estimate: A
     fig.suptitle(f"memfit run report: {run.path.name} {name}".strip())
     fig.tight_layout()
     import io
-
-    from memfit.userwrites import write_files
 
     out = Path(out_path)
     buffer = io.BytesIO()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.models.bundled import BundledModel
 from memfit.models.media import inputs_phrase
+from memfit.models.pipelines import BundledPipeline
 from memfit.units import format_bytes
 
 
@@ -123,3 +127,13 @@ def verdict_line(est: MemoryEstimate) -> str:
     if est.fits is None:
         return "verdict: no GPU given (--gpu NAME adds a fits / free-memory verdict)"
     return f"verdict: {est.fits.judgement().text(est.fits.gpu)}"
+
+
+def render_models(models: Sequence[BundledModel], pipelines: Sequence[BundledPipeline]) -> str:
+    """``memfit models``: the shipped configs (name, family, task, source), then the shipped
+    diffusion pipelines."""
+    out = [f"{'name':<24}{'family':<14}{'task':<12}source"]
+    out += [f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}" for r in models]
+    out.append("\ndiffusion pipelines (memfit estimate NAME --mode infer; docs/diffusion.md):")
+    out += [f"{p.name:<24}{p.pipeline:<28}{p.hf_id}" for p in pipelines]
+    return "\n".join(out)

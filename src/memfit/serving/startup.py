@@ -91,6 +91,9 @@ class VllmStartup:
     notes: tuple[str, ...] = field(default=())
     #: what the process holds before vLLM's budget: the CUDA context (and NCCL with TP/PP > 1)
     context_bytes: int = CONTEXT_BYTES
+    #: vLLM refuses the parallel layout before it looks at memory (``error`` says why): no
+    #: memory setting starts it
+    refused_layout: bool = False
 
     # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
     @property
@@ -366,6 +369,7 @@ def simulate_startup(
         smallest_gpu_memory_utilization=smallest,
         notes=tuple(notes),
         context_bytes=context,
+        refused_layout=refused is not None,
     )
 
 

@@ -21,6 +21,7 @@ are served (a web page elsewhere cannot reach it by DNS rebinding).
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 from contextlib import asynccontextmanager
@@ -29,8 +30,21 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import MemfitError
+from memfit.estimate import ENGINES
+from memfit.flags import flags_for
+from memfit.hardware import list_gpus
+from memfit.models import list_bundled
+from memfit.version import __version__
+from memfit.web.gpu_table import gpu_table
 from memfit.web.query import COMMANDS, build_job, options
-from memfit.web.workers import Busy, TimedOut, WorkerDied, WorkerPool
+from memfit.web.workers import (
+    Busy,
+    CommandLine,
+    ParserFactory,
+    TimedOut,
+    WorkerDied,
+    WorkerPool,
+)
 
 STATIC = Path(__file__).with_name("static")
 MAX_URL_BYTES = 16 * 1024
@@ -58,16 +72,10 @@ def is_loopback(host: str) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
-def schema() -> dict[str, Any]:
+def schema(parser: argparse.ArgumentParser) -> dict[str, Any]:
     """What the page builds its form from. ``workload``: the rows of the one flags table that
     ``memfit estimate`` takes (a new row appears in the form by itself); ``options``: every
-    option each API command accepts."""
-    from memfit import __version__
-    from memfit.estimate import ENGINES
-    from memfit.flags import flags_for
-    from memfit.hardware import list_gpus
-    from memfit.models import list_bundled
-
+    option each API command accepts, read from ``parser`` (the CLI's)."""
     workload = [
         {
             "key": f.name[2:],
@@ -82,7 +90,9 @@ def schema() -> dict[str, Any]:
     return {
         "version": __version__,
         "workload": workload,
-        "options": {c: [asdict(o) | {"key": o.key} for o in options(c).values()] for c in COMMANDS},
+        "options": {
+            c: [asdict(o) | {"key": o.key} for o in options(parser, c).values()] for c in COMMANDS
+        },
         "models": [asdict(m) for m in list_bundled()],
         "gpus": [{"name": g.name, "memory_bytes": g.memory_bytes} for g in list_gpus()],
         "engines": list(ENGINES),
@@ -90,9 +100,16 @@ def schema() -> dict[str, Any]:
 
 
 def create_app(
-    *, pool: WorkerPool | None = None, host: str = "127.0.0.1", config_dir: Path | None = None
+    *,
+    run: CommandLine,
+    parser_factory: ParserFactory,
+    pool: WorkerPool | None = None,
+    host: str = "127.0.0.1",
+    config_dir: Path | None = None,
 ) -> Any:
-    """The ASGI application. ``pool``: the workers (made, and closed, by the app when None)."""
+    """The ASGI application. ``run`` and ``parser_factory``: the command line the API stands
+    for (``memfit web`` passes :func:`memfit.cli.main` and :func:`memfit.cli.build_parser`).
+    ``pool``: the workers (made with them, and closed, by the app when None)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, Response
@@ -103,13 +120,14 @@ def create_app(
     allow_paths = is_loopback(host)
     tmp = tempfile.TemporaryDirectory(prefix="memfit-web-") if config_dir is None else None
     configs = config_dir if config_dir is not None else Path(tmp.name)  # type: ignore[union-attr]
-    cached_schema = schema()
+    parser = parser_factory()
+    cached_schema = schema(parser)
 
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
         own = state["pool"] is None
         if own:
-            state["pool"] = WorkerPool()
+            state["pool"] = WorkerPool(run=run, parser_factory=parser_factory)
         try:
             yield
         finally:
@@ -130,6 +148,7 @@ def create_app(
     async def api_command(request: Request) -> Response:
         try:
             job = build_job(
+                parser,
                 request.path_params["command"],
                 request.query_params.multi_items(),
                 config_dir=configs,
@@ -140,8 +159,6 @@ def create_app(
         return JSONResponse({"command": job.command_line(), "json": job.command_line(json=True)})
 
     async def api_gpu_table(request: Request) -> Response:
-        from memfit.web.gpu_table import gpu_table
-
         q = request.query_params
         try:
             used = int(q.get("device_used_bytes", ""))
@@ -158,6 +175,7 @@ def create_app(
         command = request.path_params["command"]
         try:
             job = build_job(
+                parser,
                 command,
                 request.query_params.multi_items(),
                 config_dir=configs,

@@ -15,6 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate.device import fit_verdict
+from memfit.estimate.verdict import headroom_bytes, judge
+from memfit.hardware import list_gpus
+from memfit.hardware.prices import load_prices
 
 
 def _price_fields(price: Any) -> dict[str, Any]:
@@ -29,11 +33,6 @@ def _price_fields(price: Any) -> dict[str, Any]:
 
 def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None) -> list[dict]:
     """One row per catalog GPU, smallest memory first."""
-    from memfit.estimate.device import fit_verdict
-    from memfit.estimate.verdict import headroom_bytes, judge
-    from memfit.hardware import list_gpus
-    from memfit.hardware.prices import load_prices
-
     if device_used_bytes < 0:
         raise SpecError(f"device_used_bytes ({device_used_bytes}) must be 0 or more")
     high = device_used_bytes if device_used_bytes_high is None else device_used_bytes_high

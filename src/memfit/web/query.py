@@ -4,10 +4,12 @@ The API (``GET /api/estimate?model=gpt2&batch=4&seq=1024``) answers exactly what
 ``memfit estimate gpt2 --batch 4 --seq 1024 --json`` prints because it *is* that command: this
 module turns the query into argv, checked against the CLI's own parser (so every flag the one
 flags table adds is accepted, spelled as the CLI spells it), and :mod:`memfit.web.workers` runs
-``memfit.cli.entry`` on it. What a web caller may not ask for is refused here, with the CLI's kind
-of one-line message: running repository code (``--trust-remote-code``), importing a factory
-(``package.module:function``), reading or writing files (``--log``, ``--html``, ``--snapshot``),
-and, when the server listens beyond this machine, local paths.
+the command line on it. The parser is the caller's (``memfit web`` passes the CLI's): this
+package imports nothing from :mod:`memfit.cli`. What a web caller may not ask for is refused
+here, with the CLI's kind of one-line message: running repository code
+(``--trust-remote-code``), importing a factory (``package.module:function``), reading or writing
+files (``--log``, ``--html``, ``--snapshot``), and, when the server listens beyond this machine,
+local paths.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.models.bundled import find_bundled
+from memfit.userfiles import parse_json
 
 #: The commands the API serves (``/api/<command>``).
 COMMANDS = ("estimate", "plan", "fit", "upgrade")
@@ -65,11 +69,8 @@ class Option:
 
 
 @cache
-def subparsers() -> dict[str, argparse.ArgumentParser]:
-    """The CLI's subcommand parsers by name (built once; argparse parsers are reusable)."""
-    from memfit.cli.entry import build_parser
-
-    parser = build_parser()
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The CLI's subcommand parsers by name (argparse parsers are reusable)."""
     for action in parser._actions:  # argparse keeps subparsers as an action
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
@@ -90,10 +91,10 @@ def _kind(action: argparse.Action) -> str:
 
 
 @cache
-def options(command: str) -> dict[str, Option]:
-    """``command``'s options a web request may pass, by query key."""
+def options(parser: argparse.ArgumentParser, command: str) -> dict[str, Option]:
+    """``command``'s options a web request may pass, by query key (``parser``: the CLI's)."""
     out: dict[str, Option] = {}
-    for action in subparsers()[command]._actions:
+    for action in subparsers(parser)[command]._actions:
         long = [s for s in action.option_strings if s.startswith("--")]
         if not long or long[0] in REFUSED:
             continue
@@ -125,18 +126,20 @@ class Job:
 
 
 def build_job(
+    parser: argparse.ArgumentParser,
     command: str,
     params: Iterable[tuple[str, str]],
     *,
     config_dir: Path | None,
     allow_paths: bool,
 ) -> Job:
-    """The job of one request. ``params``: the query's (key, value) pairs, repeats kept.
+    """The job of one request, checked against ``parser`` (the CLI's). ``params``: the query's
+    (key, value) pairs, repeats kept.
     ``config_dir``: where a pasted config.json is stored for the CLI to read (None refuses
     pasted configs). Raises SpecError (a 400) naming the key, the value and the rule."""
     if command not in COMMANDS:
         raise SpecError(f"unknown API command {command!r}: use one of {', '.join(COMMANDS)}")
-    allowed = options(command)
+    allowed = options(parser, command)
     pairs = list(params)
     words: list[str] = []
     model = config = None
@@ -186,8 +189,6 @@ def _check_model(model: str, *, allow_paths: bool) -> None:
             f"model ({model!r}) looks like package.module:function; the web server never imports "
             "code: pass a bundled name, a hub id or paste the config.json"
         )
-    from memfit.models.bundled import find_bundled
-
     looks_local = "\\" in model or model.startswith((".", "/", "~")) or model.count("/") > 1
     if not allow_paths and find_bundled(model) is None and (looks_local or Path(model).exists()):
         raise SpecError(
@@ -199,8 +200,6 @@ def _check_model(model: str, *, allow_paths: bool) -> None:
 def _store_config(text: str, config_dir: Path | None) -> Path:
     """A pasted config.json, checked (strict JSON, an object, bounded) and stored under a name
     of its content, so the CLI reads it as ``memfit estimate DIR`` would."""
-    from memfit.userfiles import parse_json
-
     if config_dir is None:
         raise SpecError("this server takes no pasted config.json")
     if len(text) > CONFIG_MAX_CHARS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.web.app import create_app, is_loopback
-from memfit.web.workers import WorkerPool
+from memfit.web.workers import CommandLine, ParserFactory, WorkerPool
 
 #: Time a client may take to send its request line and headers (uvicorn's keep-alive bound).
 KEEP_ALIVE_S = 5
@@ -51,13 +52,16 @@ def _server(app: Any, *, quiet: bool) -> Any:
 
 def serve(
     *,
+    run: CommandLine,
+    parser_factory: ParserFactory,
     host: str = "127.0.0.1",
     port: int = 8000,
     open_browser: bool = False,
     n_workers: int = 2,
     heavy_timeout_s: float = 300,
 ) -> int:
-    """Serve until Ctrl-C. Returns the exit code."""
+    """Serve until Ctrl-C. Returns the exit code. ``run`` and ``parser_factory``: the command
+    line the API answers for (:func:`memfit.web.app.create_app`)."""
     sock = bind(host, port)
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{sock.getsockname()[1]}/"
     if not is_loopback(host):
@@ -66,9 +70,16 @@ def serve(
             "run estimates (local paths are refused)",
             file=sys.stderr,
         )
-    pool = WorkerPool(n_workers=n_workers, n_heavy=1, heavy_timeout_s=heavy_timeout_s)
+    pool = WorkerPool(
+        run=run,
+        parser_factory=parser_factory,
+        n_workers=n_workers,
+        n_heavy=1,
+        heavy_timeout_s=heavy_timeout_s,
+    )
     try:
-        server = _server(create_app(pool=pool, host=host), quiet=False)
+        app = create_app(run=run, parser_factory=parser_factory, pool=pool, host=host)
+        server = _server(app, quiet=False)
         print(f"memfit web: {url}  (Ctrl-C stops)", file=sys.stderr)
         if open_browser:
             threading.Timer(0.5, webbrowser.open, args=(url,)).start()
@@ -80,14 +91,20 @@ def serve(
 
 
 @contextmanager
-def running(*, n_workers: int = 2, heavy_timeout_s: float = 120) -> Iterator[str]:
+def running(
+    *,
+    run: CommandLine,
+    parser_factory: ParserFactory,
+    n_workers: int = 2,
+    heavy_timeout_s: float = 120,
+) -> Iterator[str]:
     """A server on a free loopback port in a background thread, for tests and benchmarks:
     yields its base URL, stops it (and its workers) on exit."""
-    import time
-
     sock = bind("127.0.0.1", 0)
-    pool = WorkerPool(n_workers=n_workers, heavy_timeout_s=heavy_timeout_s)
-    server = _server(create_app(pool=pool), quiet=True)
+    pool = WorkerPool(
+        run=run, parser_factory=parser_factory, n_workers=n_workers, heavy_timeout_s=heavy_timeout_s
+    )
+    server = _server(create_app(run=run, parser_factory=parser_factory, pool=pool), quiet=True)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -1,9 +1,12 @@
 """Worker processes that run ``memfit`` commands for the web server.
 
-Each request's job (:class:`memfit.web.query.Job`) runs ``memfit.cli.entry(argv)`` in a separate,
+Each request's job (:class:`memfit.web.query.Job`) runs one command line in a separate,
 long-lived process, its stdout and stderr captured: the answer is byte for byte what the command
-line prints, and a job cannot hold the server. Processes rather than threads because only a
-process can be stopped: a job that runs past its time is killed and its worker replaced.
+line prints, and a job cannot hold the server. The command line itself comes from the caller
+(``memfit web`` passes :func:`memfit.cli.entry.main` and :func:`memfit.cli.entry.build_parser`):
+this package sits below the CLI and imports nothing from it. Processes rather than threads
+because only a process can be stopped: a job that runs past its time is killed and its worker
+replaced.
 
 Bounds: ``n_workers`` processes (two by default, the machine's cores), of which at most
 ``n_heavy`` run a heavy job (a trace or a planner search) at once, so an analytic estimate always
@@ -13,15 +16,16 @@ finds a worker; a job waits at most ``wait_s`` for one (then :class:`Busy`), and
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-import functools
 import io
 import multiprocessing
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from memfit.errors import MemfitError
 
@@ -57,21 +61,26 @@ class WorkerDied(MemfitError):
     """The worker process ended during the job (killed for memory, a crash); it was replaced."""
 
 
-@functools.cache
-def _parser() -> Any:
-    from memfit.cli.entry import build_parser
+class CommandLine(Protocol):
+    """Runs one ``memfit`` command line and returns its exit code (:func:`memfit.cli.main`).
+    A top-level function, so that it reaches the spawned workers (pickled by name)."""
 
-    return build_parser()  # reusable: argparse keeps no state between parse_args calls
+    def __call__(self, argv: Sequence[str], *, parser: argparse.ArgumentParser) -> int: ...
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    """``memfit.cli.entry(argv)`` with its output captured (in the worker process)."""
-    from memfit.cli import main
+#: Builds the command line's parser (:func:`memfit.cli.build_parser`); a top-level function too.
+ParserFactory = Callable[[], argparse.ArgumentParser]
 
+
+def run_cli(
+    argv: list[str], *, run: CommandLine, parser: argparse.ArgumentParser
+) -> tuple[int, str, str]:
+    """``run(argv)`` with its output captured (in the worker process). ``parser``: built once
+    per worker (argparse keeps no state between parse_args calls)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = main(argv, parser=_parser())
+            code = run(argv, parser=parser)
         except SystemExit as exc:  # argparse: a bad option (exit 2, message on stderr)
             code = exc.code if isinstance(exc.code, int) else 2
         except Exception as exc:  # a memfit bug: the server must answer, not die
@@ -80,8 +89,9 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def _serve(conn: Connection) -> None:
+def _serve(conn: Connection, run: CommandLine, parser_factory: ParserFactory) -> None:
     """The worker's loop: receive argv, answer (exit code, stdout, stderr), until None."""
+    parser = parser_factory()
     while True:
         try:
             argv = conn.recv()
@@ -89,13 +99,13 @@ def _serve(conn: Connection) -> None:
             return
         if argv is None:
             return
-        conn.send(run_cli(argv))
+        conn.send(run_cli(argv, run=run, parser=parser))
 
 
 class _Worker:
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, run: CommandLine, parser_factory: ParserFactory) -> None:
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.process = ctx.Process(target=_serve, args=(child, run, parser_factory), daemon=True)
         self.process.start()
         child.close()
 
@@ -110,11 +120,14 @@ class _Worker:
 
 
 class WorkerPool:
-    """A fixed set of worker processes; :meth:`run` blocks the calling thread until done."""
+    """A fixed set of worker processes, each running ``run`` on the parser ``parser_factory``
+    builds; :meth:`run` blocks the calling thread until done."""
 
     def __init__(
         self,
         *,
+        run: CommandLine,
+        parser_factory: ParserFactory,
         n_workers: int = 2,
         n_heavy: int = 1,
         wait_s: float = 30.0,
@@ -124,7 +137,8 @@ class WorkerPool:
         if not 1 <= n_heavy <= n_workers:
             raise ValueError(f"n_heavy ({n_heavy}) must be 1 to n_workers ({n_workers})")
         self._ctx = multiprocessing.get_context("spawn")  # no fork of a threaded server
-        self._idle = [_Worker(self._ctx) for _ in range(n_workers)]
+        self._command = (run, parser_factory)
+        self._idle = [_Worker(self._ctx, *self._command) for _ in range(n_workers)]
         self._all = list(self._idle)
         self._cond = threading.Condition()
         self._heavy = threading.BoundedSemaphore(n_heavy)
@@ -182,7 +196,7 @@ class WorkerPool:
     def _replace(self, worker: _Worker) -> _Worker:
         worker.process.kill()
         worker.stop()
-        fresh = _Worker(self._ctx)
+        fresh = _Worker(self._ctx, *self._command)
         with self._cond:
             self._all[self._all.index(worker)] = fresh
         return fresh

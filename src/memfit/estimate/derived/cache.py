@@ -34,6 +34,7 @@ from typing import Any
 from memfit.estimate.derived import sidecar
 from memfit.estimate.sharding import traced_step_workload
 from memfit.spec import WorkloadSpec
+from memfit.version import __version__
 
 #: Bumped when the stored layout or the replay changes: older files are then ignored.
 #: 2: generation traces pass generate()'s (B, S) position_ids (batch-sized rotary tables).
@@ -88,8 +89,6 @@ def versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
 @functools.cache
 def _versions(extra: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
     # read once per process: a search asks for a key per estimate, and package metadata is slow
-    from memfit import __version__
-
     out = {"memfit": __version__}
     for pkg in (*VERSIONED, *extra):
         try:

@@ -22,13 +22,13 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.estimate.verdict import Verdict
+from memfit.hardware.overhead import device_overhead
 
 
 def device_bytes(
     peak_bytes: int, reserved_bytes: int | None, arch: str | None, *, training: bool
 ) -> int:
     """The device bytes of the module docstring (``reserved_bytes`` None: not replayed)."""
-    from memfit.hardware.overhead import device_overhead
 
     ov = device_overhead(arch, training=training)
     need = peak_bytes + ov.total_bytes

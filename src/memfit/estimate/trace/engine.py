@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from memfit.errors import MemfitError, TraceError
+from memfit.estimate import history
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.pipeline import (
     EngineResult,
@@ -56,7 +57,6 @@ from memfit.estimate.trace.cuda_emulation import (
 from memfit.estimate.trace.flat import Flat, extrapolated
 from memfit.estimate.trace.flat import engine_result as flat_engine_result
 from memfit.estimate.trace.tracker import StorageTracker
-from memfit.snapshot import predicted
 from memfit.spec import PRECISION_RULES, WorkloadSpec
 
 #: Models with at most this many repeated blocks are traced block by block. Allocated bytes and
@@ -232,7 +232,7 @@ def _trace_run(
             full_cfg, wl, task, counts, trust_remote_code, gpu=gpu, emulate_cuda=emulate_cuda,
             n_steps=n_steps, cast_pixels=cast_pixels,
         )  # fmt: skip
-        if (entry := step_memo.get(memo_key)) is not None and not predicted.is_recording():
+        if (entry := step_memo.get(memo_key)) is not None and not history.is_recording():
             if entry.uncast:
                 raise _UncastPixels
             return _rank_from_memo(plan, entry, counts, wl, gpu, observer)
@@ -299,7 +299,7 @@ def _trace_run(
         step_memo.put(memo_key, step_memo.Entry(trace=trace, flat=dict(flat), full_counts=full))
         events = plan.finish(flat, trace, full)
     # --snapshot: the history as replayed below (a no-op unless a recording is active)
-    predicted.keep(events, tracker, allocator_workspaces(gpu, training=wl.is_train))
+    history.keep(events, tracker, allocator_workspaces(gpu, training=wl.is_train))
     if sink is not None:  # trace_step_events: the raw events and where each phase began
         sink.extend([events, list(tracker.phase_marks)])
     flat["reserved"] = replay_reserved(events, gpu, wl.is_train)

@@ -1,0 +1,89 @@
+"""What ``memfit vllm`` and ``fit`` / ``plan --runtime vllm`` print: vLLM's start-up lines, the
+verdict and the way out (text), or one JSON record per start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memfit.serving.solve import ServingOption
+from memfit.serving.startup import VllmStartup
+from memfit.units import GiB
+
+
+def startup_json(s: VllmStartup, command: str | None = None) -> dict[str, Any]:
+    """The ``--json`` record of one VllmStartup, with the ``vllm serve`` command line."""
+    return {**s.to_json(), "command": command}
+
+
+def render_startup(s: VllmStartup, model: str) -> str:
+    """The start-up lines, the verdict and the way out."""
+    g = 1 / GiB
+    out = [
+        f"vLLM {s.version} ({s.engine.upper()} engine) serving {model} on {s.gpu} "
+        f"(per GPU: {s.total_bytes * g:.2f} GiB, weights {s.weight_format}):"
+    ]
+    out += [f"  {line}" for line in s.log_lines()]
+    out.append(
+        f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
+        f"{s.non_torch_bytes * g:.2f} GiB, CUDA graphs ~{s.cuda_graph_bytes * g:.2f} GiB "
+        f"(outside the budget); max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
+        f"{s.max_num_batched_tokens}"
+    )
+    if s.starts:
+        out.append("STARTS")
+    else:
+        out.append(f"FAILS: {s.error}")
+        if s.largest_max_model_len:
+            out.append(f"  largest --max-model-len that starts: {s.largest_max_model_len}")
+        if s.refused_layout:
+            pass  # no memory setting starts it; the note names the layouts that do
+        elif s.smallest_gpu_memory_utilization is not None:
+            out.append(
+                f"  smallest --gpu-memory-utilization that starts: "
+                f"{s.smallest_gpu_memory_utilization:.2f}"
+            )
+        else:
+            out.append(
+                "  no --gpu-memory-utilization fits this GPU: more GPUs (TP), "
+                "quantization or a shorter --max-model-len"
+            )
+    out += [f"note: {n}" for n in s.notes]
+    return "\n".join(out)
+
+
+def serving_plan_json(
+    options: Sequence[ServingOption], concurrency: int, max_model_len: int
+) -> dict[str, Any]:
+    """``plan --runtime vllm --json``: every option that serves the load, best first."""
+    return {
+        "runtime": "vllm", "concurrency": concurrency, "max_model_len": max_model_len,
+        "fits": bool(options),
+        "options": [{"gpu": o.gpu, "n_gpus": o.n_gpus, "command": o.command,
+                     **startup_json(o.startup, o.command)} for o in options],
+    }  # fmt: skip
+
+
+def render_serving_plan(
+    options: Sequence[ServingOption], concurrency: int, max_model_len: int, *, where: str | None
+) -> str:
+    """``plan --runtime vllm``: the best option and its command, then up to five others.
+    ``where``: the GPU asked for (None: the catalog)."""
+    if not options:
+        where = where or "any catalog GPU (1-8 per replica)"
+        return (
+            f"NOTHING FITS: no vLLM configuration on {where} holds {concurrency} requests of "
+            f"{max_model_len:,} tokens (tried TP 1-8, fp8 weights and fp8 KV where the GPU has "
+            "fp8)"
+        )
+    best = options[0]
+    out = [
+        f"vLLM serves {concurrency} concurrent requests of {max_model_len:,} tokens on "
+        f"{best.describe()}: max concurrency {best.startup.max_concurrency:.2f}x",
+        best.command,
+    ]
+    out += [
+        f"  also: {o.describe()} ({o.startup.max_concurrency:.2f}x): {o.command}"
+        for o in options[1:6]
+    ]
+    return "\n".join(out)
