@@ -51,6 +51,8 @@ def test_all_lists_exactly_the_public_names() -> None:
         "SeqDist",
         "MediaSpec",
         "PlanRequest",
+        "Job",
+        "ModelRef",
     ):
         assert name in memfit.__all__
 

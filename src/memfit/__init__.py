@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 from memfit.errors import (
@@ -27,6 +28,7 @@ from memfit.spec import (
     DiffusionJob,
     DiffusionTrainJob,
     EstimateOptions,
+    Job,
     MediaSpec,
     SeqDist,
     SeqRun,
@@ -35,7 +37,12 @@ from memfit.spec import (
 )
 from memfit.version import __version__
 
+if typing.TYPE_CHECKING:
+    from memfit.hardware.gpu import GPU
+
 __all__ = [
+    "Job",
+    "ModelRef",
     "COMPONENTS",
     "DiffusionJob",
     "DiffusionTrainJob",
@@ -147,6 +154,7 @@ def render_html_report(log_path: Any, out_path: Any, estimate: Any = None) -> An
 # package, is what ``memfit.plan`` names: importing a submodule later would rebind the attribute.
 import memfit.api as _api  # noqa: E402
 import memfit.plan as _plan_package  # noqa: E402
+from memfit.api import ModelRef  # noqa: E402
 from memfit.estimate.options import using_options as _using_options  # noqa: E402
 from memfit.plan.request import PlanRequest  # noqa: E402
 from memfit.spec.arguments import check_arguments as _check_arguments  # noqa: E402
@@ -156,10 +164,10 @@ _OLD_OPTIONS = {"engine": "auto", "trust_remote_code": False, "extrapolate": Non
 
 
 def estimate(
-    model: Any,
-    workload: Any = None,
+    model: ModelRef,
+    workload: Job | None = None,
     *,
-    gpu: Any = None,
+    gpu: str | GPU | None = None,
     engine: str = "auto",
     trust_remote_code: bool = False,
     extrapolate: bool | None = None,
@@ -182,8 +190,8 @@ def estimate(
 
 
 def plan(
-    model: Any,
-    request: Any = None,
+    model: ModelRef,
+    request: Job | PlanRequest | None = None,
     *,
     allow_code: bool = False,
     options: EstimateOptions | None = None,
@@ -197,8 +205,8 @@ def plan(
 
 
 def fit(
-    model: Any,
-    workload: Any,
+    model: ModelRef,
+    workload: Job,
     *,
     allow_code: bool = False,
     options: EstimateOptions | None = None,
@@ -210,13 +218,15 @@ def fit(
     return _api.fit(model, workload, options=opts, **kwargs)
 
 
-def upgrade_verdict(model: Any, *, allow_code: bool = False, **kwargs: Any) -> Any:
+def upgrade_verdict(model: ModelRef, *, allow_code: bool = False, **kwargs: Any) -> Any:
     """The "when should you upgrade" checklist as a verdict (``memfit.plan.upgrade_verdict``)."""
     with _code_allowed(allow_code):
         return _plan_package.upgrade_verdict(model, **kwargs)
 
 
-def doctor(model: Any, workload: WorkloadSpec, *, allow_code: bool = False, **kwargs: Any) -> Any:
+def doctor(
+    model: ModelRef, workload: WorkloadSpec, *, allow_code: bool = False, **kwargs: Any
+) -> Any:
     """A described job checked for the seven common memory mistakes (``memfit.plan.doctor``)."""
     with _code_allowed(allow_code, workload=workload):
         return _plan_package.doctor(model, workload, **kwargs)

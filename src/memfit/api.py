@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import estimate as estimate_step
@@ -53,38 +54,103 @@ from memfit.spec import (
     DiffusionJob,
     DiffusionTrainJob,
     EstimateOptions,
+    Job,
     SeqRun,
     VllmConfig,
     WorkloadSpec,
 )
 
+if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
+    from memfit.estimate.diffusion.pipeline import PipelineEstimate
+    from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.estimate.result import MemoryEstimate
+    from memfit.estimate.seqrun.run import SeqRunEstimate
+    from memfit.hardware.gpu import GPU
+    from memfit.serving.startup import VllmStartup
+
+#: MODEL: a bundled name, a config.json path or model dir, a hub id, ``package.module:function``
+#: (with ``allow_code``), or a model already resolved.
+ModelRef = str | os.PathLike[str] | ModelSource
+#: A GPU: a catalog name (``memfit gpus``) or its record.
+
 VERBS = ("estimate", "fit", "plan")
 
 
+@overload
 def estimate(
-    model: Any, job: Any = None, *, gpu: Any = None, options: EstimateOptions | None = None
+    model: ModelRef,
+    job: WorkloadSpec | None = None,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+) -> MemoryEstimate: ...
+@overload
+def estimate(
+    model: ModelRef,
+    job: SeqRun,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+) -> SeqRunAnswer: ...
+@overload
+def estimate(
+    model: ModelRef,
+    job: DiffusionJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+) -> PipelineEstimate: ...
+@overload
+def estimate(
+    model: ModelRef,
+    job: DiffusionTrainJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+) -> TrainEstimate: ...
+@overload
+def estimate(
+    model: ModelRef,
+    job: VllmConfig,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+) -> VllmStartup: ...
+def estimate(
+    model: ModelRef,
+    job: Job | None = None,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
 ) -> Any:
     """The memory of ``job`` (default: a bf16 AdamW training step, batch 1, seq 512) on
-    ``model``; ``gpu`` (a catalog name or record) adds the verdict where the job has one."""
+    ``model``; ``gpu`` (a catalog name or record) adds the verdict where the job has one. The
+    answer's type follows the job's (the overloads above); each reads as an
+    :class:`~memfit.estimate.answer.Answer` (a SeqRun's: its ``run``)."""
     return _dispatch("estimate", model, WorkloadSpec() if job is None else job, gpu, options, {})
 
 
 def fit(
-    model: Any, job: Any, *, gpu: Any = None, options: EstimateOptions | None = None, **solve: Any
-) -> Any:
+    model: ModelRef,
+    job: Job,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> Any:  # each kind's solver answers with its own record (FitResult, TrainFit, ...)
     """The largest batch / length / resolution / concurrency of ``job`` that fits; ``solve``:
     what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``)."""
     return _dispatch("fit", model, job, gpu, options, solve)
 
 
 def plan(
-    model: Any,
-    job: Any = None,
+    model: ModelRef,
+    job: Job | PlanRequest | None = None,
     *,
-    gpu: Any = None,
+    gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **request: Any,
-) -> Any:
+) -> Any:  # each kind's planner answers with its own record (Plan, TrainPlan, ...)
     """The techniques that make ``job`` fit; ``request``: the planner's fields (for a text
     model, :class:`~memfit.plan.PlanRequest` fields; for a serving job, ``concurrency``)."""
     return _dispatch("plan", model, PlanRequest() if job is None else job, gpu, options, request)
@@ -126,12 +192,10 @@ def _media(job: Any) -> Any:
 
 
 def _gpu(gpu: Any) -> Any:
-
     return get_gpu(gpu) if isinstance(gpu, str) else gpu
 
 
 def _source(model: Any, options: EstimateOptions) -> Any:
-
     if isinstance(model, ModelSource):
         return model
     return resolve_model(model, trust_remote_code=options.trust_remote_code)
@@ -139,7 +203,6 @@ def _source(model: Any, options: EstimateOptions) -> Any:
 
 # -- text: one step, a search ------------------------------------------------------------------
 def _estimate_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: EstimateOptions) -> Any:
-
     return estimate_step(
         model,
         job,
@@ -152,12 +215,10 @@ def _estimate_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Estimate
 
 
 def _fit_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Any, **solve: Any) -> Any:
-
     return fit_step(model, job, **({"gpu": gpu} if gpu is not None else {}), **solve)
 
 
 def _plan_text(model: Any, job: PlanRequest, *, gpu: Any, options: Any, **request: Any) -> Any:
-
     return search(model, job, **({"gpu": gpu} if gpu is not None else {}), **request)
 
 
@@ -167,8 +228,8 @@ class SeqRunAnswer:
     """A variable-length run: the estimate of its longest step and the run replayed (with a GPU,
     capped at what its memory leaves after the CUDA context)."""
 
-    estimate: Any
-    run: Any
+    estimate: MemoryEstimate
+    run: SeqRunEstimate
 
     @property
     def overhead_bytes(self) -> int:
@@ -177,7 +238,6 @@ class SeqRunAnswer:
 
 
 def _estimate_seq(model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions) -> Any:
-
     source = _source(model, options)
     est = _estimate_text(
         source, dataclasses.replace(job.workload, seq_len=job.longest_step), gpu=gpu,
@@ -197,7 +257,6 @@ def _fit_seq(
     model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions, solve: str = "batch",
     gpu_memory_bytes: int | None = None, headroom: float | None = None,
 ) -> Any:  # fmt: skip
-
     if solve != "batch":
         raise NotModelledError(
             f"fit of a SeqRun solves batch, not {solve!r}: the distribution gives the lengths; "
@@ -215,7 +274,6 @@ def _plan_seq(
     model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions,
     gpu_memory_bytes: int | None = None, request: PlanRequest | None = None, **fields: Any,
 ) -> Any:  # fmt: skip
-
     asked = dataclasses.replace(request or PlanRequest(), **fields)
     return plan_seq_dist(
         _source(model, options), asked, job.dist, job.steps, gpu=gpu,
@@ -225,7 +283,6 @@ def _plan_seq(
 
 # -- diffusion -----------------------------------------------------------------------------------
 def _pipeline_root(model: Any) -> Any:
-
     root = pipeline_dir(str(model))
     if root is None:
         raise SpecError(
@@ -261,7 +318,6 @@ def _estimate_train(model: Any, job: DiffusionTrainJob, *, gpu: Any, options: An
 
 
 def _train_budget(gpu: Any, gpu_memory_bytes: int | None, headroom: float | None) -> Any:
-
     if gpu is None and gpu_memory_bytes is None:
         raise SpecError("a diffusion training fit / plan needs gpu=NAME or gpu_memory_bytes")
     return Budget.of(
@@ -274,7 +330,6 @@ def _fit_train(
     model: Any, job: DiffusionTrainJob, *, gpu: Any, options: Any, solve: str = "batch",
     gpu_memory_bytes: int | None = None, headroom: float | None = None,
 ) -> Any:  # fmt: skip
-
     rec = _gpu(gpu)
     budget = _train_budget(rec, gpu_memory_bytes, headroom)
     return fit_training(train_tracer(model, rec), job, solve=solve, budget=budget,
@@ -310,7 +365,6 @@ def _serving_gpu(gpu: Any, verb: str) -> Any:
 
 
 def _estimate_serving(model: Any, job: VllmConfig, *, gpu: Any, options: Any) -> Any:
-
     rec = _serving_gpu(gpu, "estimate")
     return simulate_startup(serving_spec(model, options), rec, job)
 
@@ -335,7 +389,6 @@ def _plan_serving(
     model: Any, job: VllmConfig, *, gpu: Any, options: Any, concurrency: int = 1,
     max_gpus: int | None = None, allow_quant: bool = True,
 ) -> Any:  # fmt: skip
-
     if job.max_model_len is None:
         raise SpecError("plan of a VllmConfig needs its max_model_len: the tokens of a request")
     return plan_serving(

@@ -32,7 +32,6 @@ _REFUSED = {
 
 
 def is_pipeline(model: str) -> bool:
-
     return pipeline_dir(model) is not None
 
 
@@ -48,7 +47,6 @@ def refuse_pipeline_flags(args: argparse.Namespace) -> None:
 
 
 def _job(args: argparse.Namespace) -> Any:
-
     if getattr(args, "offload", None) not in (None, "none"):
         raise SpecError(
             "--offload is ZeRO/FSDP training offload; for a diffusion pipeline use "
@@ -93,7 +91,6 @@ def _job(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
-
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
         return cli_diffusion_train.cmd_estimate(args)
     cli_diffusion_train.refuse_train_flags_in_inference(args)

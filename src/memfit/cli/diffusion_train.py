@@ -54,7 +54,6 @@ def refuse_train_flags_in_inference(args: argparse.Namespace) -> None:
 
 
 def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
-
     for dest in _INFER_ONLY:
         if getattr(args, dest, None) not in (None, False):
             raise SpecError(
@@ -119,7 +118,6 @@ def _gpu(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-
     job = job_from_args(args)
     est = _tracer(args, _gpu(args))(job)  # judged on the GPU asked
     print(json.dumps(est.to_json(), indent=2) if args.json else render_training(est))
@@ -127,7 +125,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
-
     if getattr(args, "mode", "train") != "train":
         raise SpecError(
             f"memfit {args.command} of a diffusion pipeline sizes its training (--mode train); "
@@ -143,7 +140,6 @@ def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-
     job = job_from_args(args)
     gpu, budget = _budget(args)
     result = fit_training(_tracer(args, gpu), job, solve=args.solve, budget=budget,

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from memfit import api
 from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import diffusion_train as cli_diffusion_train
 from memfit.cli import from_files as cli_from
 from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
 from memfit.cli import web as cli_web
-from memfit.cli.engine import add_engine_flags
+from memfit.cli.engine import add_engine_flags, options_from
 from memfit.errors import SpecError
 from memfit.flags import add_flags, integer, non_negative_int, workload_from_args
 from memfit.hardware.prices import PRICES_ENV, load_prices
@@ -31,8 +32,6 @@ from memfit.plan import (
     RISK_LEVELS,
     SOLVES,
     PlanRequest,
-    fit,
-    plan,
     recommend_gpus,
 )
 from memfit.plan.advice import DEFAULT_RANK, RANKS, rank_advice
@@ -332,7 +331,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise SpecError("plan needs --gpu NAME (its rates rank the plans) or --recommend-gpu")
     if args.seq_dist is not None:
         return cli_seqdist.cmd_plan(args, request)
-    result = plan(args.model, request, gpu=args.gpu, gpu_memory_bytes=args.gpu_memory)
+    result = api.plan(
+        args.model,
+        request,
+        gpu=args.gpu,
+        options=options_from(args),
+        gpu_memory_bytes=args.gpu_memory,
+    )
     cli_web.write_plan_outputs(args, result)
     info = cli_from.plan_answer(args, args.engine)  # a torchtune / LitGPT file: who answered
     if args.json:
@@ -357,11 +362,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return cli_seqdist.cmd_fit(args, workload_from_args(args))
     if args.gpu is None and args.gpu_memory is None:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
-    result = fit(
+    result = api.fit(
         args.model,
         workload_from_args(args),
-        solve=args.solve,
         gpu=args.gpu,
+        options=options_from(args),
+        solve=args.solve,
         gpu_memory_bytes=args.gpu_memory,
         headroom=args.headroom,
     )

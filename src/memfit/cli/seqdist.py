@@ -81,7 +81,6 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
 
 
 def _gpu(args: argparse.Namespace) -> Any:
-
     return get_gpu(args.gpu)
 
 

@@ -179,7 +179,6 @@ def estimate_page(est: dict[str, Any], *, command: str) -> str:
 
 
 def write_estimate_html(est: dict[str, Any], path: str | Path, *, command: str) -> Path:
-
     out = Path(path)
     write_text(out, estimate_page(est, command=command), what="--html page")  # atomic
     return out

@@ -96,7 +96,6 @@ def plan_page(p: dict[str, Any], *, command: str) -> str:
 
 
 def write_plan_html(p: dict[str, Any], path: str | Path, *, command: str) -> Path:
-
     out = Path(path)
     write_text(out, plan_page(p, command=command), what="--html page")  # atomic; FIFOs refused
     return out

@@ -58,7 +58,11 @@ from memfit.spec.seqrun import SeqDist, SeqRun, StepPlan
 from memfit.spec.serving import VllmConfig
 from memfit.spec.workload import PARALLEL_FIELDS, SHAPE_FIELDS, TECHNIQUE_FIELDS, WorkloadSpec
 
+#: Every kind of job memfit answers; ``memfit.api`` dispatches on the type (docs/job-kinds.md).
+Job = WorkloadSpec | SeqRun | DiffusionJob | DiffusionTrainJob | VllmConfig
+
 __all__ = [
+    "Job",
     "ATTENTIONS",
     "CACHE_IMPLEMENTATIONS",
     "CHECKPOINTING",
