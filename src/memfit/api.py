@@ -308,6 +308,8 @@ def train_tracer(model: Any, gpu: Any, *, before: Callable[[Any], None] | None =
     def trace(job: DiffusionTrainJob) -> Any:
         if before is not None:
             before(job)
+        else:  # seconds a job: the progress line (memfit.progress) says which
+            report(f"tracing the training step of {model}: {job.flags()} ...")
         return estimate_training_fast(root, job, name=str(model), gpu=gpu)
 
     return trace

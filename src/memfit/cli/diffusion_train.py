@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from memfit.api import train_tracer
+from memfit import api
 from memfit.errors import SpecError
 from memfit.estimate.verdict import EXIT_CODES
 from memfit.hardware.catalog import get_gpu
-from memfit.models.pipelines import pipeline_dir
-from memfit.plan.budget import Budget
-from memfit.plan.diffusion_train import fit_training, plan_training
 from memfit.report.diffusion import render_training, render_training_fit, render_training_plan
 from memfit.spec.diffusion import DiffusionTrainJob
 from memfit.spec.rules import resolve_precision
@@ -98,18 +94,6 @@ def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
     return DiffusionTrainJob(**kwargs)
 
 
-def _tracer(args: argparse.Namespace, gpu: Any) -> Any:
-    """The route's tracer (memfit.api.train_tracer), saying each job on a terminal."""
-
-    show = sys.stderr.isatty() and not args.json and not getattr(args, "quiet", False)
-
-    def say(job: Any) -> None:
-        if show:
-            print(f"tracing the training step of {args.model}: {job.flags()} ...", file=sys.stderr)
-
-    return train_tracer(args.model, gpu, before=say)
-
-
 def _gpu(args: argparse.Namespace) -> Any:
     if not getattr(args, "gpu", None):
         return None
@@ -119,31 +103,30 @@ def _gpu(args: argparse.Namespace) -> Any:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     job = job_from_args(args)
-    est = _tracer(args, _gpu(args))(job)  # judged on the GPU asked
+    est = api.estimate(args.model, job, gpu=_gpu(args))  # judged on the GPU asked
     print(json.dumps(est.to_json(), indent=2) if args.json else render_training(est))
     return EXIT_CODES[est.fits.verdict] if est.fits is not None else 0
 
 
-def _budget(args: argparse.Namespace) -> tuple[Any, Any]:
+def _checked_gpu(args: argparse.Namespace) -> Any:
+    """The GPU record of a fit / plan of diffusion training (None with --gpu-memory alone)."""
     if getattr(args, "mode", "train") != "train":
         raise SpecError(
             f"memfit {args.command} of a diffusion pipeline sizes its training (--mode train); "
             "for inference use memfit estimate --mode infer"
         )
-
     gpu = _gpu(args)
     if gpu is None and getattr(args, "gpu_memory", None) is None:
         raise SpecError(f"{args.command} needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
-    budget = Budget.of(gpu, memory_bytes=getattr(args, "gpu_memory", None),
-                       headroom=args.headroom)  # fmt: skip
-    return gpu, budget
+    return gpu
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     job = job_from_args(args)
-    gpu, budget = _budget(args)
-    result = fit_training(_tracer(args, gpu), job, solve=args.solve, budget=budget,
-                          arch=gpu.arch if gpu else None)  # fmt: skip
+    result = api.fit(
+        args.model, job, gpu=_checked_gpu(args), solve=args.solve,
+        gpu_memory_bytes=getattr(args, "gpu_memory", None), headroom=args.headroom,
+    )  # fmt: skip
     print(json.dumps(result.to_json(), indent=2) if args.json else render_training_fit(result))
     return 0 if result.fits else 1
 
@@ -175,17 +158,13 @@ def _refuse_text_plan_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from memfit.estimate.diffusion.pipeline import read_tree
-
     _refuse_text_plan_flags(args)
     ranks = args.lora_rank or []
     job = job_from_args(args, lora_rank=ranks[0] if ranks else None)
-    gpu, budget = _budget(args)
-    root = pipeline_dir(args.model)
-    assert root is not None
-    pipeline = str(read_tree(root)[0]["_class_name"])
-    result = plan_training(_tracer(args, gpu), job, pipeline=pipeline, budget=budget,
-                           arch=gpu.arch if gpu else None)  # fmt: skip
+    result = api.plan(
+        args.model, job, gpu=_checked_gpu(args),
+        gpu_memory_bytes=getattr(args, "gpu_memory", None), headroom=args.headroom,
+    )  # fmt: skip
     print(
         json.dumps(result.to_json(), indent=2)
         if args.json

@@ -6,19 +6,17 @@ import argparse
 import json
 from typing import Any
 
+from memfit import api
 from memfit.api import estimate
 from memfit.cli.engine import options_from
 from memfit.errors import SpecError
 from memfit.estimate.seqrun.dist import parse_seq_dist
 from memfit.flags import integer
-from memfit.hardware import get_gpu
-from memfit.models import resolve_model
-from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
-from memfit.progress import report
 from memfit.report.plan import render_plan
 from memfit.report.seqrun import render_seq_fit, render_seq_plan, render_seq_run
 from memfit.report.text import render_estimate
-from memfit.spec.seqrun import DEFAULT_STEPS, SeqRun, StepPlan
+from memfit.spec import WorkloadSpec
+from memfit.spec.seqrun import DEFAULT_STEPS, SeqDist, SeqRun
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -80,10 +78,6 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     return 1 if fits is False or (est.fits is not None and not est.fits.fits) else 0
 
 
-def _gpu(args: argparse.Namespace) -> Any:
-    return get_gpu(args.gpu)
-
-
 def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     """``fit --solve batch --seq-dist``: the largest batch whose reserved memory after the run
     fits (:func:`memfit.plan.seq_fit.fit_seq_dist`)."""
@@ -98,19 +92,10 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     if args.gpu is None and args.gpu_memory is None:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     dist = parse_seq_dist(args.seq_dist)
-    plan = step_plan(args, workload.batch_size)
-    trust = getattr(args, "trust_remote_code", False)
-    source = resolve_model(str(args.model), trust_remote_code=trust)
-    result = fit_seq_dist(
-        source,
-        workload,
-        dist,
-        plan,
-        gpu=_gpu(args) if args.gpu else None,
-        gpu_memory_bytes=args.gpu_memory,
-        headroom=args.headroom,
-        progress=report,
-    )
+    result = api.fit(
+        str(args.model), seq_run(args, workload, dist), gpu=args.gpu, options=options_from(args),
+        solve="batch", gpu_memory_bytes=args.gpu_memory, headroom=args.headroom,
+    )  # fmt: skip
     print(json.dumps(result.to_json(), indent=2) if args.json else render_seq_fit(result))
     return 0 if result.fits else 1
 
@@ -123,18 +108,11 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     if request.mode != "train":
         raise SpecError(f"--seq-dist models training runs, not --mode {request.mode}")
     dist = parse_seq_dist(args.seq_dist)
-    steps = step_plan(args, request.batch_size or 1)
-    trust = getattr(args, "trust_remote_code", False)
-    source = resolve_model(str(args.model), trust_remote_code=trust)
-    result = plan_seq_dist(
-        source,
-        request,
-        dist,
-        steps,
-        gpu=args.gpu,
+    run = seq_run(args, WorkloadSpec(batch_size=request.batch_size or 1), dist)  # its steps
+    result = api.plan(
+        str(args.model), run, gpu=args.gpu, options=options_from(args), request=request,
         gpu_memory_bytes=args.gpu_memory,
-        progress=report,
-    )
+    )  # fmt: skip
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -143,25 +121,12 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     return 0 if result.fits else 1
 
 
-def seq_run(args: argparse.Namespace, workload: Any, dist: Any) -> Any:
+def seq_run(args: argparse.Namespace, workload: WorkloadSpec, dist: SeqDist) -> SeqRun:
     """The variable-length run the --seq-dist flags describe over ``workload``'s steps."""
 
     return SeqRun(
         workload=workload,
         dist=dist,
-        n_steps=args.run_steps,
-        seed=args.seed,
-        pad_to_multiple_of=args.pad_to_multiple_of,
-        packing=args.packing,
-        group_by_length=args.group_by_length,
-    )
-
-
-def step_plan(args: argparse.Namespace, batch_size: int) -> Any:
-    """The run's step plan from the --seq-dist flags (one place for estimate, fit and plan)."""
-
-    return StepPlan(
-        batch_size=batch_size,
         n_steps=args.run_steps,
         seed=args.seed,
         pad_to_multiple_of=args.pad_to_multiple_of,

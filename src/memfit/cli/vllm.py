@@ -13,21 +13,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from memfit import api
 from memfit.api import estimate
 from memfit.errors import SpecError
 from memfit.flags import positive_int
-from memfit.hardware.catalog import GPU, get_gpu
-from memfit.models import ModelSpec, resolve_model
+from memfit.hardware.catalog import get_gpu
 from memfit.report.serving import (
     render_serving_plan,
     render_startup,
     serving_plan_json,
     startup_json,
 )
-from memfit.serving import DEFAULT_VERSION, simulate_startup
+from memfit.serving import DEFAULT_VERSION
 from memfit.serving.command import serve_command
-from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
-from memfit.serving.startup import VllmStartup
 from memfit.spec.serving import VllmConfig
 
 VLLM_EXAMPLES = """examples:
@@ -250,13 +248,6 @@ def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None
     )
 
 
-def _spec(model: str) -> ModelSpec:
-    spec = resolve_model(model).spec
-    if spec is None:
-        raise SpecError(f"--runtime vllm needs a config.json model, not a factory ({model!r})")
-    return spec
-
-
 def cmd_fit_vllm(args: argparse.Namespace) -> int:
     """``memfit fit --runtime vllm --solve concurrency|max-model-len``."""
     if args.gpu is None or args.gpu_memory is not None:
@@ -265,18 +256,20 @@ def cmd_fit_vllm(args: argparse.Namespace) -> int:
         raise SpecError(
             f"--solve {args.solve} with --runtime vllm: solve concurrency or max-model-len"
         )
-    gpu, spec = get_gpu(args.gpu), _spec(args.model)
+    gpu = get_gpu(args.gpu)
     tp_flag, n_gpus = getattr(args, "tp", None) or 1, getattr(args, "gpus", None) or 1
     tp = tp_flag if tp_flag > 1 else n_gpus  # one replica over --gpus, unless --tp says less
     length = args.seq + (args.new_tokens or 0)
     if args.solve == "concurrency":
         config = _runtime_config(args, tp=tp, length=length)
-        value, s = solve_concurrency(spec, gpu, config)
+        value, s = api.fit(args.model, config, gpu=gpu, solve="concurrency")
         answer = f"{value} concurrent requests of {length:,} tokens"
     else:
         config = _runtime_config(args, tp=tp, length=None)
-        value, best = solve_max_model_len(spec, gpu, config, concurrency=args.batch or 1)
-        s = best if best is not None else _simulate(spec, gpu, config)
+        value, best = api.fit(
+            args.model, config, gpu=gpu, solve="max-model-len", concurrency=args.batch or 1
+        )
+        s = best if best is not None else api.estimate(args.model, config, gpu=gpu)
         answer = f"--max-model-len {value:,} (holding {args.batch or 1} request(s))"
         config = replace_len(config, value or None)
     command = serve_command(args.model, config) if value else None
@@ -296,23 +289,18 @@ def replace_len(config: VllmConfig, length: int | None) -> VllmConfig:
     return replace(config, max_model_len=length)
 
 
-def _simulate(spec: ModelSpec, gpu: GPU, config: VllmConfig) -> VllmStartup:
-    return simulate_startup(spec, gpu, config)
-
-
 def cmd_plan_vllm(args: argparse.Namespace) -> int:
     """``memfit plan --mode infer --runtime vllm --concurrency N --seq L``."""
     if args.mode != "infer":
         raise SpecError("--runtime vllm plans inference: pass --mode infer")
     want = args.concurrency or args.batch or 1
     length = args.seq + (args.new_tokens or 0)
-    spec = _spec(args.model)
     base = _runtime_config(args, length=length)
-    gpus = None if args.gpu is None or args.recommend_gpu else [get_gpu(args.gpu)]
-    options = plan_serving(
-        spec, args.model, concurrency=want, max_model_len=length, gpus=gpus,
-        max_gpus=args.gpus if args.gpus and args.gpus > 1 else (None if gpus is None else 8),
-        allow_quant=not args.no_quant, base=base,
+    gpu = None if args.gpu is None or args.recommend_gpu else get_gpu(args.gpu)
+    options = api.plan(
+        args.model, base, gpu=gpu, concurrency=want,
+        max_gpus=args.gpus if args.gpus and args.gpus > 1 else (None if gpu is None else 8),
+        allow_quant=not args.no_quant,
     )  # fmt: skip
     if args.json:
         print(json.dumps(serving_plan_json(options, want, length), indent=2))
