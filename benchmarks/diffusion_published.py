@@ -36,7 +36,7 @@ GIB = 2**30
 
 
 def estimate(point: dict[str, Any]) -> Any:
-    from memfit.cli.diffusion import _job
+    from memfit.jobflags import diffusion_job as _job
     from memfit.cli.entry import build_parser
     from memfit.estimate.diffusion.pipelines import estimate_pipeline
     from memfit.models.pipelines import pipeline_dir

@@ -123,7 +123,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("spec", "hardware", "models"),
     ("jobfiles", "serving"),
     ("estimate",),
-    ("snapshot", "flags"),
+    ("snapshot", "flags", "jobflags"),
     ("monitor",),
     ("plan",),
     ("report",),

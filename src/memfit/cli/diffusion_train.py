@@ -16,82 +16,8 @@ from memfit import api
 from memfit.errors import SpecError
 from memfit.estimate.verdict import EXIT_CODES
 from memfit.hardware.catalog import get_gpu
+from memfit.jobflags import diffusion_train_job
 from memfit.report.diffusion import render_training, render_training_fit, render_training_plan
-from memfit.spec.diffusion import DiffusionTrainJob
-from memfit.spec.rules import resolve_precision
-
-#: flags of the inference pipeline that mean nothing to a training run: refused when set
-_INFER_ONLY = (
-    "height", "width", "steps", "pipeline_offload", "vae_slicing", "vae_tiling", "offload_type",
-    "num_blocks_per_group", "use_stream", "layerwise_casting", "text_encoder_quant",
-    "attention_slicing",
-)  # fmt: skip
-#: this module's flags (flags.py), refused by inference
-TRAIN_ONLY = ("resolution", "train_text_encoder", "cache_latents", "max_sequence_length")
-#: estimate flags of text-model training that the diffusers scripts have no switch for
-_UNSUPPORTED = {
-    "shard": ("none",),
-    "offload": ("none",),
-    "quant": ("none",),
-    "tp": (1,),
-    "gpus": (1,),
-    "freeze": (0,),
-    "grad_accum": (1,),
-}
-
-
-def refuse_train_flags_in_inference(args: argparse.Namespace) -> None:
-    for dest in TRAIN_ONLY:
-        if getattr(args, dest, None) not in (None, False):
-            raise SpecError(
-                f"--{dest.replace('_', '-')} is a diffusion training flag: add --mode train "
-                "(inference takes --height / --width)"
-            )
-
-
-def job_from_args(args: argparse.Namespace, *, lora_rank: Any = None) -> Any:
-    for dest in _INFER_ONLY:
-        if getattr(args, dest, None) not in (None, False):
-            raise SpecError(
-                f"--{dest.replace('_', '-')} is a diffusion inference flag; training takes "
-                "--resolution, --batch, --lora-rank, --checkpointing, --optimizer, --precision, "
-                "--train-text-encoder, --cache-latents"
-            )
-    for dest, ok in _UNSUPPORTED.items():
-        value = getattr(args, dest, None)
-        if value is not None and value not in ok:
-            raise SpecError(
-                f"--{dest.replace('_', '-')} {value}: the diffusers training scripts memfit "
-                "models run one GPU without it; drop the flag"
-            )
-    ckpt = getattr(args, "checkpointing", None) or "none"
-    if ckpt == "selective":
-        raise SpecError(
-            "--checkpointing selective: the diffusers scripts have --gradient_checkpointing "
-            "only (use full or none)"
-        )
-    rank = getattr(args, "lora_rank", None) if lora_rank is None else lora_rank
-    if isinstance(rank, list):
-        rank = rank[0]
-    kwargs: dict[str, Any] = {
-        "batch": getattr(args, "batch", None) or 1,
-        "lora_rank": rank,
-        "checkpointing": ckpt == "full",
-        "optimizer": getattr(args, "optimizer", None) or "adamw",
-        "precision": resolve_precision(getattr(args, "precision", None), "train"),
-        "train_text_encoder": bool(getattr(args, "train_text_encoder", False)),
-        "cache_latents": bool(getattr(args, "cache_latents", False)),
-    }
-    for dest in ("resolution", "max_sequence_length"):
-        if getattr(args, dest, None) is not None:
-            kwargs[dest] = getattr(args, dest)
-    targets = getattr(args, "lora_targets", None)
-    if targets:
-        parsed = tuple(t.strip() for t in str(targets).split(",") if t.strip())
-        if parsed in ((), ("all-linear",)):
-            raise SpecError("--lora-targets all-linear: name the denoiser's modules (to_q,to_k)")
-        kwargs["lora_targets"] = parsed
-    return DiffusionTrainJob(**kwargs)
 
 
 def _gpu(args: argparse.Namespace) -> Any:
@@ -102,7 +28,7 @@ def _gpu(args: argparse.Namespace) -> Any:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    job = job_from_args(args)
+    job = diffusion_train_job(args)
     est = api.estimate(args.model, job, gpu=_gpu(args))  # judged on the GPU asked
     print(json.dumps(est.to_json(), indent=2) if args.json else render_training(est))
     return EXIT_CODES[est.fits.verdict] if est.fits is not None else 0
@@ -122,7 +48,7 @@ def _checked_gpu(args: argparse.Namespace) -> Any:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    job = job_from_args(args)
+    job = diffusion_train_job(args)
     result = api.fit(
         args.model, job, gpu=_checked_gpu(args), solve=args.solve,
         gpu_memory_bytes=getattr(args, "gpu_memory", None), headroom=args.headroom,
@@ -160,7 +86,7 @@ def _refuse_text_plan_flags(args: argparse.Namespace) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     _refuse_text_plan_flags(args)
     ranks = args.lora_rank or []
-    job = job_from_args(args, lora_rank=ranks[0] if ranks else None)
+    job = diffusion_train_job(args, lora_rank=ranks[0] if ranks else None)
     result = api.plan(
         args.model, job, gpu=_checked_gpu(args),
         gpu_memory_bytes=getattr(args, "gpu_memory", None), headroom=args.headroom,

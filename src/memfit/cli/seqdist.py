@@ -12,11 +12,12 @@ from memfit.cli.engine import options_from
 from memfit.errors import SpecError
 from memfit.estimate.seqrun.dist import parse_seq_dist
 from memfit.flags import integer
+from memfit.jobflags import seq_run_job
 from memfit.report.plan import render_plan
 from memfit.report.seqrun import render_seq_fit, render_seq_plan, render_seq_run
 from memfit.report.text import render_estimate
 from memfit.spec import WorkloadSpec
-from memfit.spec.seqrun import DEFAULT_STEPS, SeqDist, SeqRun
+from memfit.spec.seqrun import DEFAULT_STEPS
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     dist = parse_seq_dist(args.seq_dist)
     if not workload.is_train:
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
-    answer = estimate(str(args.model), seq_run(args, workload, dist), gpu=args.gpu,
+    answer = estimate(str(args.model), seq_run_job(args, workload, dist), gpu=args.gpu,
                       options=options_from(args))  # fmt: skip
     est, run = answer.estimate, answer.run
     used_bytes = run.device_used_bytes
@@ -93,8 +94,9 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     dist = parse_seq_dist(args.seq_dist)
     result = api.fit(
-        str(args.model), seq_run(args, workload, dist), gpu=args.gpu, options=options_from(args),
-        solve="batch", gpu_memory_bytes=args.gpu_memory, headroom=args.headroom,
+        str(args.model), seq_run_job(args, workload, dist), gpu=args.gpu,
+        options=options_from(args), solve="batch", gpu_memory_bytes=args.gpu_memory,
+        headroom=args.headroom,
     )  # fmt: skip
     print(json.dumps(result.to_json(), indent=2) if args.json else render_seq_fit(result))
     return 0 if result.fits else 1
@@ -108,7 +110,7 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
     if request.mode != "train":
         raise SpecError(f"--seq-dist models training runs, not --mode {request.mode}")
     dist = parse_seq_dist(args.seq_dist)
-    run = seq_run(args, WorkloadSpec(batch_size=request.batch_size or 1), dist)  # its steps
+    run = seq_run_job(args, WorkloadSpec(batch_size=request.batch_size or 1), dist)  # its steps
     result = api.plan(
         str(args.model), run, gpu=args.gpu, options=options_from(args), request=request,
         gpu_memory_bytes=args.gpu_memory,
@@ -119,17 +121,3 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
         print(render_plan(result.plan))
         print(render_seq_plan(result))
     return 0 if result.fits else 1
-
-
-def seq_run(args: argparse.Namespace, workload: WorkloadSpec, dist: SeqDist) -> SeqRun:
-    """The variable-length run the --seq-dist flags describe over ``workload``'s steps."""
-
-    return SeqRun(
-        workload=workload,
-        dist=dist,
-        n_steps=args.run_steps,
-        seed=args.seed,
-        pad_to_multiple_of=args.pad_to_multiple_of,
-        packing=args.packing,
-        group_by_length=args.group_by_length,
-    )

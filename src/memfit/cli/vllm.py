@@ -18,13 +18,13 @@ from memfit.api import estimate
 from memfit.errors import SpecError
 from memfit.flags import positive_int
 from memfit.hardware.catalog import get_gpu
+from memfit.jobflags import runtime_serving_job, serving_job
 from memfit.report.serving import (
     render_serving_plan,
     render_startup,
     serving_plan_json,
     startup_json,
 )
-from memfit.serving import DEFAULT_VERSION
 from memfit.serving.command import serve_command
 from memfit.spec.serving import VllmConfig
 
@@ -162,36 +162,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     return {"vllm": cmd_vllm}
 
 
-def config_from_args(args: argparse.Namespace, gpus: int | None = None) -> VllmConfig:
-    """The VllmConfig the parsed flags describe."""
-    tp, pp = args.tp, args.pp
-    if gpus is not None and tp is None:
-        tp = max(1, gpus // (pp or 1))
-    tp, pp = tp or 1, pp or 1
-    if gpus is not None and tp * pp != gpus:
-        raise SpecError(
-            f"--gpus ({gpus}) must equal --tensor-parallel-size x --pipeline-parallel-size "
-            f"({tp} x {pp}); vLLM serves one replica on TP x PP GPUs"
-        )
-    return VllmConfig(
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        block_size=args.block_size,
-        kv_cache_dtype=args.kv_cache_dtype,
-        dtype=args.dtype,
-        quantization=args.quantization,
-        enforce_eager=args.enforce_eager,
-        cpu_offload_gb=args.cpu_offload_gb,
-        vllm_version=args.vllm_version or DEFAULT_VERSION,
-    )
-
-
 def cmd_vllm(args: argparse.Namespace) -> int:
-    config = config_from_args(args, args.gpus)
+    config = serving_job(args, args.gpus)
     s = estimate(args.model, config, gpu=get_gpu(args.gpu))
     command = serve_command(args.model, config)
     print(
@@ -231,23 +203,6 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
         )
 
 
-def _runtime_config(args: argparse.Namespace, *, tp: int = 1, length: int | None) -> VllmConfig:
-    quant = getattr(args, "quant", None)
-    if quant not in (None, "none", "fp8"):
-        raise SpecError(
-            f"--quant {quant} with --runtime vllm: vLLM quantizes online only to fp8; for "
-            f"{quant} pass the hub id of a checkpoint quantized that way (its config says so)"
-        )
-    return VllmConfig(
-        tensor_parallel_size=tp,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        kv_cache_dtype=args.kv_cache_dtype,
-        max_model_len=length,
-        quantization="fp8" if quant == "fp8" else None,
-        vllm_version=args.vllm_version or DEFAULT_VERSION,
-    )
-
-
 def cmd_fit_vllm(args: argparse.Namespace) -> int:
     """``memfit fit --runtime vllm --solve concurrency|max-model-len``."""
     if args.gpu is None or args.gpu_memory is not None:
@@ -261,11 +216,11 @@ def cmd_fit_vllm(args: argparse.Namespace) -> int:
     tp = tp_flag if tp_flag > 1 else n_gpus  # one replica over --gpus, unless --tp says less
     length = args.seq + (args.new_tokens or 0)
     if args.solve == "concurrency":
-        config = _runtime_config(args, tp=tp, length=length)
+        config = runtime_serving_job(args, tp=tp, length=length)
         value, s = api.fit(args.model, config, gpu=gpu, solve="concurrency")
         answer = f"{value} concurrent requests of {length:,} tokens"
     else:
-        config = _runtime_config(args, tp=tp, length=None)
+        config = runtime_serving_job(args, tp=tp, length=None)
         value, best = api.fit(
             args.model, config, gpu=gpu, solve="max-model-len", concurrency=args.batch or 1
         )
@@ -295,7 +250,7 @@ def cmd_plan_vllm(args: argparse.Namespace) -> int:
         raise SpecError("--runtime vllm plans inference: pass --mode infer")
     want = args.concurrency or args.batch or 1
     length = args.seq + (args.new_tokens or 0)
-    base = _runtime_config(args, length=length)
+    base = runtime_serving_job(args, length=length)
     gpu = None if args.gpu is None or args.recommend_gpu else get_gpu(args.gpu)
     options = api.plan(
         args.model, base, gpu=gpu, concurrency=want,
