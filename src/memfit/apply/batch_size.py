@@ -33,7 +33,11 @@ from memfit.apply.requirements import device_of
 from memfit.apply.target import resolve
 from memfit.errors import MemfitError, SpecError
 from memfit.estimate import estimate
+from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.result import MemoryEstimate
+from memfit.models import ModelSource, resolve_model
+from memfit.plan.budget import DEFAULT_HEADROOM
+from memfit.plan.solve import fit
 from memfit.spec import MAX_BATCH_SIZE, WorkloadSpec
 
 
@@ -356,7 +360,6 @@ class _cuda_cap:
 
 def _source(model: torch.nn.Module, source: Any) -> Any:
     """What to estimate: ``source`` as given, or a ModelSource of the model's own config."""
-    from memfit.models import ModelSource, resolve_model
 
     if isinstance(source, ModelSource):
         return source
@@ -395,7 +398,6 @@ def _estimator(
 def _tensor_bytes_only(est: MemoryEstimate, training: bool) -> MemoryEstimate:
     """The CPU 'device' holds tensors only: no CUDA context, no allocator cache, no cuBLAS
     workspaces (which the estimate adds for a CUDA device)."""
-    from memfit.estimate.device import allocator_workspaces
 
     workspaces = sum(allocator_workspaces(None, training=training))
     p = est.peak_allocated_bytes - workspaces
@@ -428,9 +430,6 @@ def _estimated_batch(
     headroom: float | None,
     est_fn: Any,
 ) -> int:
-    from memfit.plan.budget import DEFAULT_HEADROOM
-    from memfit.plan.solve import fit
-
     if est_fn is None:
         raise SpecError(
             "find_batch_size has nothing to start from: pass source= (a MODEL name) "

@@ -14,6 +14,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.units import format_bytes
+from memfit.userfiles import UserFileError, read_text
 
 
 def available_memory_bytes(device: Any) -> int | None:
@@ -30,8 +31,6 @@ def available_memory_bytes(device: Any) -> int | None:
 
 
 def _cpu_available_bytes() -> int | None:
-    from memfit.userfiles import UserFileError, read_text
-
     try:
         for line in read_text("/proc/meminfo", what="meminfo").splitlines():
             if line.startswith("MemAvailable:"):

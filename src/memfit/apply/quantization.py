@@ -42,6 +42,7 @@ from memfit.apply.requirements import (
 )
 from memfit.errors import SpecError
 from memfit.estimate.trace.quantized import COMPUTE_DTYPE, linears_to_quantize
+from memfit.plan.export import bnb_kwargs
 from memfit.spec import WorkloadSpec
 
 QUANT_BACKENDS = ("auto", "bitsandbytes", "torchao")
@@ -214,8 +215,6 @@ def from_pretrained_kwargs(plan: Any, *, quant_backend: str = "auto") -> dict[st
         return out
     if backend_for(w.quant, quant_backend) == "bitsandbytes":
         from transformers import BitsAndBytesConfig
-
-        from memfit.plan.export import bnb_kwargs
 
         kwargs = bnb_kwargs(target.settings) or {}
         if "bnb_4bit_compute_dtype" in kwargs:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.plan.request import PlanOption
+from memfit.plan.search import Plan
 from memfit.plan.space import Settings
 from memfit.spec import WorkloadSpec
 
@@ -38,8 +40,6 @@ class PlanTarget:
 def resolve(plan: Any) -> PlanTarget:
     """``plan``: a Plan (its recommended option; raises DoesNotFitError when nothing fits), a
     PlanOption, a WorkloadSpec, or a PlanTarget."""
-    from memfit.plan.request import PlanOption
-    from memfit.plan.search import Plan
 
     if isinstance(plan, PlanTarget):
         return plan

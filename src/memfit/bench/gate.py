@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from memfit.errors import SpecError
+from memfit.spec import QUANTS, WorkloadSpec
 
 #: Default gate: the output distributions move by at most 0.05 nats and the pooled embeddings keep
 #: a cosine of at least 0.99. Rules of thumb, not a standard: int8 weight-only quantization of
@@ -159,7 +160,6 @@ def quality(
     from memfit.apply.model import apply_plan_
     from memfit.bench.data import make_batches
     from memfit.bench.models import get_bench_model
-    from memfit.spec import QUANTS, WorkloadSpec
 
     if quant not in QUANTS or quant == "none":
         allowed = ", ".join(q for q in QUANTS if q != "none")

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from memfit.monitor.device import CudaQuery
+
 
 @dataclass(frozen=True, kw_only=True)
 class Measurement:
@@ -136,8 +138,6 @@ def _measured(model: torch.nn.Module, device: torch.device, optimizer: Any, step
 
 
 def _measured_cuda(device: torch.device, steps: Any) -> Measurement:
-    from memfit.monitor.device import CudaQuery
-
     query = CudaQuery(device.index or 0)
     torch.cuda.synchronize(device)
     query.reset_peak()

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from memfit.errors import MissingDependencyError, SpecError
+from memfit.models import resolve_model
 from memfit.models.model_spec import ModelSpec
 
 MINILM_PACKAGE = "all_minilm_l6_v2"
@@ -109,7 +110,6 @@ def get_bench_model(name: str) -> BenchModel:
             name=name, config=dict(TINY_OPT_CONFIG), task="causal-lm", pretrained=None
         )
     from memfit.estimate.trace.build import resolve_task
-    from memfit.models import resolve_model
 
     source = resolve_model(name)
     config = dict(source.config or {})

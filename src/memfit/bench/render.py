@@ -6,6 +6,8 @@ from pathlib import Path
 
 from memfit.bench.gate import QualityResult
 from memfit.bench.result import BenchResult, BenchRow
+from memfit.report.png import pyplot
+from memfit.report.svg import COLORS
 from memfit.units import format_bytes
 from memfit.userwrites import write_files
 
@@ -113,8 +115,6 @@ def _notes(res: BenchResult) -> str:
 
 def render_png(res: BenchResult, path: str | Path) -> Path:
     """Grouped bars: measured peak and estimate per row (MiB), reduction factor on top."""
-    from memfit.report.png import pyplot
-    from memfit.report.svg import COLORS
 
     plt = pyplot()
     rows = [r for r in res.rows if r.measured_peak_bytes is not None]

@@ -38,6 +38,7 @@ from memfit.bench.measure import measure_training
 from memfit.bench.models import BenchModel, get_bench_model
 from memfit.bench.result import BenchResult, BenchRow
 from memfit.errors import MemfitError, SpecError
+from memfit.estimate.device import allocator_workspaces
 from memfit.spec import WorkloadSpec
 
 #: The baseline every row changes one thing of: fp32 weights, AdamW (torch), eager attention
@@ -285,7 +286,6 @@ def _estimate(
 
 def _workspace_bytes() -> int:
     """cuBLAS/cuBLASLt workspaces the trace adds for a CUDA device (training, generic GPU)."""
-    from memfit.estimate.device import allocator_workspaces
 
     return sum(allocator_workspaces(None, training=True))
 

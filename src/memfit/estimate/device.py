@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memfit.estimate.result import FitVerdict
+from memfit.hardware.overhead import device_overhead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,7 +20,6 @@ class DeviceTotals:
 def allocator_workspaces(gpu: Any, *, training: bool) -> tuple[int, ...]:
     """Request sizes of the cuBLAS/cuBLASLt workspaces that live in the caching allocator (never
     freed) on ``gpu``'s architecture; empty where the library allocates them itself."""
-    from memfit.hardware.overhead import device_overhead
 
     overhead = device_overhead(getattr(gpu, "arch", None), training=training)
     return overhead.workspace_allocations if overhead.workspaces_in_allocator else ()
@@ -29,7 +29,6 @@ def device_totals(gpu: Any, *, reserved_bytes: int, training: bool) -> DeviceTot
     """Add what lives outside the caching allocator — the CUDA context, and cuBLAS workspaces where
     they are not allocator blocks — to the simulated reserved bytes (which already replay the
     workspaces that are). Only ``nvidia-smi`` sees the context."""
-    from memfit.hardware.overhead import device_overhead
 
     overhead = device_overhead(getattr(gpu, "arch", None), training=training)
     outside = overhead.outside_allocator_bytes - overhead.cuda_context_bytes

@@ -50,6 +50,7 @@ from memfit.models.checkpoint_quant import CheckpointFormat, checkpoint_format
 from memfit.models.lora_targets import resolve_lora_targets
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import WorkloadSpec
+from memfit.units import format_bytes
 
 #: How many module owners the estimate lists.
 N_TOP_MODULES = 10
@@ -342,7 +343,6 @@ def _peak(name: str, phase: PhaseResult, workspaces: int) -> PhasePeak:
 
 def paged_note(unified_bytes: int) -> str:
     """What the estimate assumes about paged optimizer states (bitsandbytes' paged optimizers)."""
-    from memfit.units import format_bytes
 
     return (
         f"{format_bytes(unified_bytes)} of the optimizer states are paged (bitsandbytes, CUDA "

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memfit.errors import DoesNotFitError
+from memfit.estimate.uncertainty import ranges
+from memfit.estimate.verdict import judge, judge_estimate
 from memfit.report.estimate_html import estimate_fragment
 
 if TYPE_CHECKING:
@@ -52,8 +54,6 @@ class FitVerdict:
     headroom_bytes: int = 0
 
     def judgement(self) -> Verdict:
-        from memfit.estimate.verdict import judge
-
         return judge(
             point_bytes=self.capacity_bytes - self.free_bytes,
             need_bytes=self.need_bytes if self.need_bytes is not None else 0,
@@ -135,7 +135,6 @@ class MemoryEstimate:
                 f"components sum to {total} bytes but peak_allocated_bytes is "
                 f"{self.peak_allocated_bytes}: an engine bug, please report it"
             )
-        from memfit.estimate.uncertainty import ranges
 
         # An engine's own ranges (the analytic engine's reserved-bytes model) widen the calibrated
         # ones; they never narrow them.
@@ -153,8 +152,6 @@ class MemoryEstimate:
         )
         object.__setattr__(self, "ranges", merged)
         if self.fits is not None and self.fits.verdict is None:
-            from memfit.estimate.verdict import judge_estimate
-
             v = judge_estimate(self, self.fits.capacity_bytes)
             verdict = replace(
                 self.fits,

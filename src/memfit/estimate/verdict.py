@@ -29,6 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.estimate.uncertainty import ranges
+from memfit.units import format_bytes
+
 #: Fraction of the capacity left free by default. vLLM's default ``gpu_memory_utilization`` of
 #: 0.9 leaves 10 % for what its profiling run misses; memfit's upper range end already covers the
 #: estimator's error, so it keeps half of that: 5 %.
@@ -80,7 +83,6 @@ class Verdict:
 
     def text(self, gpu: str) -> str:
         """``FITS on L4: needs 8.40 GiB (upper end) of 21.37 GiB, margin 12.97 GiB``."""
-        from memfit.units import format_bytes
 
         need, limit = format_bytes(self.need_bytes), format_bytes(self.limit_bytes)
         head = f"{self.verdict.upper()} on {gpu}"
@@ -140,8 +142,6 @@ def upper_device_bytes(est: Any) -> int:
     """The upper end of an estimate's device-memory range (never below its point value)."""
     low_high = est.ranges.get("device_used_bytes")
     if low_high is None:
-        from memfit.estimate.uncertainty import ranges
-
         low_high = ranges(est)["device_used_bytes"]
     return max(int(low_high[1]), int(est.device_used_bytes))
 

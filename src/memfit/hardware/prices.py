@@ -32,6 +32,8 @@ from importlib import resources
 from typing import Any
 
 from memfit.errors import SpecError, UnknownGPUError
+from memfit.hardware.catalog import get_gpu, list_gpus
+from memfit.userfiles import UserFileError, parse_json, read_text
 
 PRICES_ENV = "MEMFIT_PRICES"
 CATALOG_ORIGIN = "catalog"
@@ -131,7 +133,6 @@ class PriceTable(Mapping[str, GPUPrice]):
 @functools.lru_cache(maxsize=1)
 def bundled_prices() -> PriceTable:
     """The catalog's prices (``prices.json``), checked against the catalog's names."""
-    from memfit.hardware.catalog import list_gpus
 
     text = resources.files("memfit.hardware").joinpath("prices.json").read_text("utf-8")
     rows = json.loads(text)["prices"]
@@ -163,7 +164,6 @@ def load_prices(
 
 def read_price_file(path: str) -> dict[str, GPUPrice]:
     """The prices a user file sets, by canonical GPU name."""
-    from memfit.userfiles import UserFileError, parse_json, read_text
 
     what = "price file"
     text = read_text(path, what=what)
@@ -187,7 +187,6 @@ def read_price_file(path: str) -> dict[str, GPUPrice]:
 def parse_prices(data: Any, *, source: str) -> dict[str, GPUPrice]:
     """``{"prices": {GPU: price | {usd_per_hour, source, as_of, provider, offer}}}`` (the
     ``prices`` wrapper is optional) as price records; every problem reported together."""
-    from memfit.hardware.catalog import get_gpu
 
     if isinstance(data, dict) and set(data) == {"prices"}:
         data = data["prices"]

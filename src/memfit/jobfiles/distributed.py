@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.jobfiles.names import MIXED
-from memfit.jobfiles.reader import KeyReader, as_bool, as_int, is_auto
+from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int, is_auto
 
 DS_NO_EFFECT = (
     "optimizer.params",
@@ -112,8 +112,6 @@ def _zero_layout(r: KeyReader, stage: int, keys: tuple[str, str, str]) -> tuple[
 
 
 def _w(r: KeyReader, key: str, message: str) -> Any:
-    from memfit.jobfiles.reader import Warning_
-
     return Warning_(key=key, file=r.file, message=message)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.jobfiles.names import HF_OPTIMIZERS, MIXED, ROLE_OF_MODULE, TRUE
-from memfit.jobfiles.reader import KeyReader, as_bool, as_int
+from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
 
 #: TrainingArguments keys that do not change the memory of a training step.
 HF_NO_EFFECT = (
@@ -185,8 +185,6 @@ def optimizer_of(r: KeyReader, key: str) -> None:
 
 
 def r_warning(r: KeyReader, key: str, message: str) -> Any:
-    from memfit.jobfiles.reader import Warning_
-
     return Warning_(key=key, file=r.file, message=message)
 
 

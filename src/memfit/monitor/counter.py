@@ -26,6 +26,7 @@ import torch
 from torch.utils import _python_dispatch as dispatch
 from torch.utils._pytree import tree_flatten
 
+from memfit.estimate.trace import storage_patch
 from memfit.estimate.trace.tracker import StorageTracker
 
 #: Compressed sparse layouts → the methods that return their dense parts.
@@ -105,7 +106,6 @@ class TensorCounter(StorageTracker):
     def __exit__(self, *exc: Any) -> None:
         """Undo the patch and the mode, whatever else was pushed since; never raises."""
         self.active = False  # a mode left on another thread's stack only calls through
-        from memfit.estimate.trace import storage_patch
 
         storage_patch.unsubscribe(self)
         if self._thread == threading.get_ident():

@@ -21,6 +21,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memfit.errors import SpecError
+
 #: Every value the CUDA allocator rounds a request to (``kMinBlockSize`` in CUDACachingAllocator).
 ALLOCATOR_ROUND_BYTES = 512
 
@@ -376,6 +378,5 @@ def open_device(device: str | DeviceQuery | None) -> DeviceQuery:
         return CudaQuery(dev.index if dev.index is not None else torch.cuda.current_device())
     if dev.type == "cpu":
         return CpuQuery()
-    from memfit.errors import SpecError
 
     raise SpecError(f"device {device!r} is not supported by the monitor: use 'cuda:N' or 'cpu'")

@@ -22,6 +22,8 @@ from typing import Any, Literal
 from memfit.monitor.device import ALLOCATOR_ROUND_BYTES, CpuQuery, DeviceQuery, open_device
 from memfit.monitor.guard import Guard
 from memfit.monitor.log import RunLog, rank_log_path, record
+from memfit.monitor.oom_report import render_oom_html
+from memfit.monitor.runtime import estimate_json
 from memfit.units import format_bytes, parse_bytes
 from memfit.userwrites import write_text
 
@@ -299,7 +301,6 @@ def oom_record(analysis: OOMAnalysis, report: str | None) -> dict[str, Any]:
 
 def write_oom_report(analysis: OOMAnalysis, path: str | os.PathLike[str]) -> str:
     """Write the HTML report; returns its path."""
-    from memfit.monitor.oom_report import render_oom_html
 
     write_text(path, render_oom_html(analysis), what="OOM report")  # atomic; FIFOs refused
     return str(path)
@@ -325,8 +326,6 @@ class OOMGuard:
         log: str | os.PathLike[str] | None = None,
         device: str | DeviceQuery | None = None,
     ) -> None:
-        from memfit.monitor.runtime import estimate_json
-
         self.report = report
         self.estimate = estimate_json(estimate)
         self.model, self.optimizer = model, optimizer

@@ -29,7 +29,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.monitor.schema import RECORD_FIELDS
-from memfit.userfiles import iter_lines
+from memfit.userfiles import iter_lines, open_regular
 
 #: Step and sample records kept per log (evenly spaced); also the cap on errors and ooms kept.
 MAX_KEPT_RECORDS = 10_000
@@ -313,8 +313,6 @@ def _fold_maxima(into: dict[str, float], rec: dict[str, Any]) -> None:
 
 
 def _ends_with_newline(p: Path) -> bool:
-    from memfit.userfiles import open_regular
-
     with open_regular(p, what="run log") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memfit.estimate.verdict import judge
 from memfit.units import format_bytes
 
 #: Receipt metric → (the estimate's JSON key, the summary's measured key(s), first known wins).
@@ -127,7 +128,6 @@ def _verdict_row(estimate: dict[str, Any], measured: int | None) -> dict[str, An
     fits = estimate.get("fits") or {}
     if "verdict" not in fits:
         return None
-    from memfit.estimate.verdict import judge
 
     row: dict[str, Any] = {"gpu": fits["gpu"], "predicted": fits["verdict"], "measured": None}
     row["predicted_margin_bytes"] = fits["margin_bytes"]

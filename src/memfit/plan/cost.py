@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.errors import SpecError
 from memfit.models.model_spec import ModelSpec
 from memfit.plan.space import Settings
 from memfit.spec import PRECISION_RULES, precision_rule
@@ -167,8 +168,6 @@ class Rates:
         if not flops["bf16"]:
             flops.pop("bf16")
         if not any(flops.values()) or not gpu.memory_bandwidth_gbps:
-            from memfit.errors import SpecError
-
             raise SpecError(
                 f"{gpu.name} has no published compute rate or memory bandwidth in the catalog "
                 "(see `memfit gpus --json`), so memfit cannot predict step times on it; use "

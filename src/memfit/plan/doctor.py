@@ -31,6 +31,10 @@ from typing import Any
 
 from memfit.estimate.policy import AUTO, AnalyticFirst
 from memfit.estimate.result import MemoryEstimate
+from memfit.flags import workload_flags as flags
+from memfit.hardware import get_gpu
+from memfit.models import ModelSource, resolve_model
+from memfit.monitor import diagnose
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes, verdict
 from memfit.plan.checklist import Checklist, check, rated_gpus, step_cost, trainable_share
 from memfit.plan.cost import STORED_BYTES_PER_WEIGHT, ModelFacts, Rates, StepCost
@@ -75,8 +79,6 @@ def doctor(
     """Check ``workload`` of ``model`` (on ``gpu``, a catalog name or record) for the seven
     mistakes. ``estimator``: ``Callable[[WorkloadSpec], MemoryEstimate]`` (tests); default the
     analytic engine, the trace engine for a setting it does not model yet (said in the notes)."""
-    from memfit.hardware import get_gpu
-    from memfit.models import ModelSource, resolve_model
 
     told = UserFacts(
         sized_by=sized_by, quality_checked=quality_checked, batch_from=batch_from,
@@ -316,8 +318,6 @@ class DoctorChecks(Checklist[Finding]):
     # -- 6 -----------------------------------------------------------------------------------
     @check
     def reserved_as_leak(self) -> Finding:
-        from memfit.monitor import diagnose
-
         log = self.told.log
         if log is None:
             return Finding(
@@ -442,6 +442,5 @@ def naive_settings(w: WorkloadSpec) -> Settings:
 
 def workload_flags(w: WorkloadSpec) -> str:
     """``w`` as ``memfit estimate`` flags (defaults left out)."""
-    from memfit.flags import workload_flags as flags
 
     return flags(w)

@@ -13,16 +13,17 @@ from typing import Any
 
 from memfit.estimate.analytic.ops import COMPUTE_DTYPE
 from memfit.estimate.analytic.quant_ops import QUANT_DTYPE
+from memfit.flags import workload_flags
 from memfit.jobfiles.names import HF_OPTIM_OF as HF_OPTIM  # the one table, both directions
 from memfit.plan.request import PlanRequest
 from memfit.plan.space import Settings
+from memfit.serving.command import hub_id  # a bundled name is not a hub id vLLM can load
 from memfit.spec import PRECISION_RULES
 
 
 def memfit_flags(s: Settings, request: PlanRequest, model: str) -> str:
     """The ``memfit estimate`` command of one micro-batch of the plan; a training plan names its
     checkpointing and optimizer even where they are the defaults."""
-    from memfit.flags import workload_flags
 
     w = s.workload(request.mode, request.seq_len, request.new_tokens)
     explicit = ("checkpointing", "optimizer") if w.is_train else ()
@@ -133,8 +134,6 @@ def fsdp_config(s: Settings) -> dict[str, Any]:
 
 
 def _vllm(s: Settings, request: PlanRequest, model: str) -> str:
-    from memfit.serving.command import hub_id  # a bundled name is not a hub id vLLM can load
-
     cmd = [f"vllm serve {hub_id(model)}", f"--max-model-len {request.seq_len + request.new_tokens}"]
     cmd.append(f"--max-num-seqs {s.micro_batch}")
     if s.tp > 1:

@@ -23,6 +23,8 @@ from typing import Any
 
 from memfit.estimate.seqrun.run import SeqRunEstimate, estimate_seq_run
 from memfit.estimate.verdict import Verdict, judge_point
+from memfit.hardware import get_gpu
+from memfit.plan import plan as make_plan
 from memfit.plan.budget import Budget
 from memfit.plan.solve import FitResult, fit, largest
 from memfit.spec import WorkloadSpec
@@ -195,8 +197,6 @@ def plan_seq_dist(
     """:func:`memfit.plan.plan` of ``request`` (a training :class:`~memfit.plan.PlanRequest`) at
     the run's longest length, then its recommended job replayed over ``plan``'s run of
     ``dist``'s lengths, without a memory cap (the criterion of :func:`fit_seq_dist`)."""
-    from memfit.hardware import get_gpu
-    from memfit.plan import plan as make_plan
 
     k = plan.pad_to_multiple_of or 1
     top = -(-dist.max_len // k) * k

@@ -15,6 +15,8 @@ from typing import Any
 
 from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecError, TraceError
 from memfit.estimate.result import MemoryEstimate
+from memfit.hardware import get_gpu
+from memfit.models import ModelSource, resolve_model
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
 from memfit.report.plan_html import fit_fragment
@@ -160,8 +162,6 @@ def fit(
 ) -> FitResult:
     """Solve ``workload``'s batch size, sequence length or (inference) concurrency on ``gpu`` (a
     catalog name or record) or a GPU of ``gpu_memory_bytes``."""
-    from memfit.hardware import get_gpu
-    from memfit.models import ModelSource, resolve_model
 
     if solve not in SOLVES:
         raise SpecError(f"solve ({solve!r}) must be one of {', '.join(SOLVES)}")

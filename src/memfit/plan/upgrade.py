@@ -37,6 +37,8 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate import policy
+from memfit.hardware import get_gpu
+from memfit.models import ModelSource, resolve_model
 from memfit.plan.advice import GPUAdvice
 from memfit.plan.budget import DEFAULT_HEADROOM
 from memfit.plan.checklist import find
@@ -137,8 +139,6 @@ def upgrade_verdict(
     trained; inference: tokens generated, or prompt tokens without generation). ``estimator``:
     ``Callable[[WorkloadSpec], MemoryEstimate]`` for every GPU (tests); default analytic first.
     ``runtime="vllm"``: the KV-cache concurrency item asks :mod:`memfit.serving` (vLLM)."""
-    from memfit.hardware import get_gpu
-    from memfit.models import ModelSource, resolve_model
 
     if gpu is None:
         raise SpecError("upgrade needs --gpu NAME: the GPU you have or plan to use")

@@ -25,6 +25,7 @@ from memfit.plan.space import Settings
 from memfit.plan.upgrade_items import CheckItem, precision_item
 from memfit.plan.upgrade_items import not_applicable as _na
 from memfit.plan.upgrade_items import threshold as _t
+from memfit.serving.solve import concurrency_check
 from memfit.units import format_bytes
 
 #: Decode steps the bandwidth item assumes when the request generates none (``new_tokens`` 0).
@@ -36,7 +37,6 @@ class Engines(Protocol):
     """Where a verdict gets its estimators: one per GPU (``trace=False``: analytic only)."""
 
     def for_gpu(self, gpu: Any, *, trace: bool = True) -> Estimator: ...
-
     def notes(self) -> list[str]: ...
 
 
@@ -177,8 +177,6 @@ class UpgradeChecks(Checklist[CheckItem]):
             return _na("kv_cache_concurrency", "training job: no KV cache")
         want, ctx = self.concurrency, self.context_tokens
         if self.runtime == "vllm":  # vLLM's KV blocks under gpu_memory_utilization (serving/)
-            from memfit.serving.solve import concurrency_check
-
             status, text, numbers = concurrency_check(
                 self.source.spec, self.gpu, n_gpus=self.request.gpus, context_tokens=ctx, want=want
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.spec.rules import MODES, raise_if
+from memfit.spec.workload import WorkloadSpec
 
 #: Arguments that are True or False (None allowed where the function gives None a meaning).
 SWITCHES = ("trust_remote_code", "allow_code", "force")
@@ -18,7 +19,6 @@ OPTIONAL_SWITCHES = ("extrapolate",)
 
 def argument_problems(**arguments: Any) -> list[str]:
     """The problems of the named arguments (unknown names are not checked)."""
-    from memfit.spec.workload import WorkloadSpec
 
     out: list[str] = []
     if "workload" in arguments:

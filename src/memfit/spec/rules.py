@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from memfit.errors import SpecError
+
 Mode = Literal["train", "infer"]
 
 #: Precision, as PyTorch Lightning names it (``Trainer(precision=...)``): ``*-mixed`` keeps fp32
@@ -304,8 +306,6 @@ def field_problems(values: Mapping[str, Any]) -> list[str]:
 
 def raise_if(problems: list[str]) -> None:
     if problems:
-        from memfit.errors import SpecError
-
         raise SpecError.from_problems(problems)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.analytic.blocks import Shared, Work
 from memfit.estimate.analytic.compose import (
     ID_BYTES,
@@ -32,10 +32,12 @@ from memfit.estimate.analytic.compose import (
     trainable_shapes,
     training_step,
 )
+from memfit.estimate.analytic.decoder import DecoderProgram
 from memfit.estimate.analytic.graph import ACTS, DTYPE_BYTES, KV, Tensor, Vec, one, vadd
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
+from memfit.models.lora_targets import role_names
 from memfit.spec import WorkloadSpec
 
 
@@ -190,8 +192,6 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
 def _no_lora_module(model_type: str, targets: Any) -> Exception:
     """LoRA targets that wrap no linear module: 0 trainable parameters is no LoRA at all (the
     trace engine's peft raises the same); the message lists the family's roles and names."""
-    from memfit.errors import SpecError
-    from memfit.models.lora_targets import role_names
 
     names = role_names(model_type)
     asked = targets if isinstance(targets, str) else ",".join(targets)
@@ -309,7 +309,6 @@ def _generate_caches(prog: Any) -> bool:
 def _custom_layer_inputs(prog: Any) -> bool:
     """Whether a family builds its own masks or per-layer inputs (the chunk's mask would not be
     the decoder blocks' one)."""
-    from memfit.estimate.analytic.decoder import DecoderProgram
 
     cls = type(prog)
     return not isinstance(prog, DecoderProgram) or any(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from memfit.estimate.analytic.graph import (
     ACTS,
+    DTYPE_BYTES,
     GRADS,
     PARAMS,
     STATES,
@@ -118,8 +119,6 @@ def run_block(
 
 
 def _count_params(prof: BlockProfile, g: Graph) -> None:
-    from memfit.estimate.analytic.graph import DTYPE_BYTES
-
     for p in g.params:
         n_bytes = p.numel * DTYPE_BYTES[p.dtype] if p.stored_bytes is None else p.stored_bytes
         prof.param_bytes += n_bytes

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, TraceError
 from memfit.estimate import cuda_reduce
 from memfit.estimate.derived import cache
 from memfit.estimate.derived.compiled import compile_run
@@ -208,7 +208,6 @@ def _build(source: Any, workload: WorkloadSpec, progress: Progress | None) -> di
                 "installed: pip install 'memfit[trace]'",
                 engine="derived",
             )
-    from memfit.errors import TraceError
     from memfit.estimate.derived.record import record
 
     started = time.perf_counter()
@@ -315,8 +314,6 @@ def _flat(
     could not run (``fails``): its TraceError."""
     failed = form.get("fails", {}).get(str(x))
     if failed is not None:
-        from memfit.errors import TraceError
-
         raise TraceError(failed)
     chosen = form.get("exact", {}).get(str(x), form["runs"])
     runs = {_counts_key(r["counts"]): r for r in chosen}

@@ -30,7 +30,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from memfit.errors import MemfitError
+from memfit.errors import MemfitError, NotModelledError
 from memfit.estimate.derived import cache, grown, workers
 from memfit.estimate.derived.events import to_sequence
 from memfit.estimate.derived.record import Recorder
@@ -138,7 +138,6 @@ def _form(
     recs: dict[tuple[int, int], Any], var: build.LayerVar, units: int
 ) -> dict[str, Any] | None:
     """Batch 1's grown run, checked on its 5-unit trace, as a form; None where it differs."""
-    from memfit.errors import NotModelledError
     from memfit.estimate.derived import layers
 
     seqs = {mb: staged_payload(to_sequence(r.runs[0]), r.runs[0]) for mb, r in recs.items()}

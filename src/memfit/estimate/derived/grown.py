@@ -34,7 +34,7 @@ from memfit.estimate.derived.staging import (
     stage_of,
     staged_payload,
 )
-from memfit.estimate.trace import build
+from memfit.estimate.trace import build, step_memo
 from memfit.spec import WorkloadSpec
 
 #: Layer units traced at batch 1 (the rule is learned from the three), the unit count traced at
@@ -225,7 +225,6 @@ def record_grown(
     """The form of ``workload`` on ``config`` from traces of a few layers (see the module
     docstring); NotModelledError (engine "derived") where the growth cannot be learned or the
     check trace disagrees. ``recorder``: makes the run observer that keeps a trace's events."""
-    from memfit.estimate.trace import step_memo
     from memfit.estimate.trace.engine import memoized
 
     found = applies(config, workload)

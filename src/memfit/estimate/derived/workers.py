@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from memfit import progress
+
 #: ``MEMFIT_TRACE_WORKERS``: ``1`` traces in this process only, ``2`` forks a worker where two
 #: cores exist; unset: a worker where a second core is free (:func:`wanted`).
 ENV = "MEMFIT_TRACE_WORKERS"
@@ -241,7 +243,6 @@ class Pool:
 def _serve(job: Callable[[Any], Any], conn: Any, parents: Any) -> None:
     """The worker: answer keys until a None (or the pipe closes). Its output goes nowhere: the
     parent reports progress, and a warning is printed there when the job is traced there."""
-    from memfit import progress
 
     parents.close()
     devnull = open(os.devnull, "w")  # noqa: SIM115 - the worker's whole life

@@ -32,12 +32,15 @@ from memfit.estimate.diffusion.device import (
     device_bytes,
     fits_json,
 )
+from memfit.estimate.diffusion.diffusers_import import diffusers_module
 from memfit.estimate.trace import build
 from memfit.estimate.trace.engine import cuda_emulation_for
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.estimate.verdict import Verdict, judge_point
+from memfit.hardware.overhead import device_overhead
 from memfit.spec import WorkloadSpec
 from memfit.spec.diffusion import DiffusionJob
+from memfit.userfiles import read_json
 
 #: The pipeline dtypes (memfit.spec.diffusion.PIPELINE_DTYPES) as torch's.
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -134,7 +137,6 @@ class PipelineEstimate:
     def overhead_bytes(self) -> int:
         """What the device bytes add to the tensors: the CUDA context and the cuBLAS workspaces
         (only what lives outside the allocator when the reserved peak was replayed)."""
-        from memfit.hardware.overhead import device_overhead
 
         ov = device_overhead(self.arch, training=False)
         return ov.total_bytes if self.peak_reserved_bytes is None else ov.outside_allocator_bytes
@@ -232,7 +234,6 @@ class PipelineEstimate:
 
 def read_tree(root: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """``model_index.json`` and each weight-bearing component's ``config.json``."""
-    from memfit.userfiles import read_json
 
     index = read_json(root / "model_index.json", what="pipeline index")
     if not isinstance(index, dict) or "_class_name" not in index:
@@ -255,8 +256,6 @@ def build_component(library: str, class_name: str, config: dict[str, Any]) -> to
     cfg = {k: v for k, v in config.items() if k != "quantization_config"}
     with torch.device("meta"):
         if library == "diffusers":
-            from memfit.estimate.diffusion.diffusers_import import diffusers_module
-
             cls = getattr(diffusers_module(), class_name, None)
             if cls is None:
                 raise NotModelledError(
@@ -354,8 +353,6 @@ def largest_leaf_bytes(model: torch.nn.Module) -> int:
 
 
 def json_config(root: Path, name: str) -> dict[str, Any]:
-    from memfit.userfiles import read_json
-
     data = read_json(root / name / "config.json", what=f"{name} config")
     if not isinstance(data, dict):
         raise SpecError(f"{root / name / 'config.json'} is not a JSON object")

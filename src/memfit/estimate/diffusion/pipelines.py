@@ -31,7 +31,8 @@ from memfit.estimate.diffusion.pipeline import (
     read_tree,
     trace_forward,
 )
-from memfit.spec.diffusion import DiffusionJob
+from memfit.estimate.diffusion.versions import behaviour
+from memfit.spec.diffusion import BACKEND, DiffusionJob
 
 
 def _empty(*shape: int, dtype: torch.dtype) -> torch.Tensor:
@@ -296,10 +297,8 @@ def estimate_pipeline(
     """Trace every component of the pipeline at ``root`` and compose the stages; with ``gpu`` (a
     catalog record) the answer carries THE verdict on it (``fits``)."""
     from memfit.estimate.diffusion.compose import compose, replay_reserved
-    from memfit.estimate.diffusion.versions import behaviour
     from memfit.estimate.diffusion.weights import layout, quantized_components
     from memfit.estimate.diffusion.workspace import conv_workspace_probe
-    from memfit.spec.diffusion import BACKEND
 
     index, configs = read_tree(root)
     pipeline = str(index["_class_name"])

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from memfit.errors import NotModelledError, TraceError
+from memfit.estimate.diffusion.diffusers_import import diffusers_module
 from memfit.estimate.diffusion.pipeline import build_component, read_tree
 from memfit.estimate.diffusion.train import ComponentState, PhasePeak, TrainEstimate
 from memfit.estimate.diffusion.train_setup import ScriptSetup, script_setup
@@ -181,8 +182,6 @@ def _cpu_component(library: str, class_name: str, config: dict[str, Any]) -> tor
     """The component with real CPU weights (tests compare a real run with the fake trace)."""
     cfg = {k: v for k, v in config.items() if k != "quantization_config"}
     if library == "diffusers":
-        from memfit.estimate.diffusion.diffusers_import import diffusers_module
-
         return getattr(diffusers_module(), class_name).from_config(cfg)  # type: ignore[no-any-return]
     import transformers
 
@@ -405,8 +404,6 @@ class _Run:
         return torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
 
     def flux_loss(self, x: torch.Tensor) -> torch.Tensor:
-        from memfit.estimate.diffusion.diffusers_import import diffusers_module
-
         pipe = diffusers_module().FluxPipeline
         b, c, h, w = x.shape
         embeds, pooled, txt_ids = self.text_for_step(b)
@@ -441,8 +438,6 @@ class _Run:
         return torch.mean(per, 1).mean()
 
     def sdxl_loss(self, x: torch.Tensor) -> torch.Tensor:
-        from memfit.estimate.diffusion.diffusers_import import diffusers_module
-
         b = x.shape[0]
         embeds, pooled = self.text_for_step(b)
         noise = torch.randn_like(x)

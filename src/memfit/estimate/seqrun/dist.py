@@ -29,6 +29,7 @@ import random
 
 from memfit.errors import SpecError
 from memfit.spec.seqrun import SeqDist, StepPlan
+from memfit.userfiles import UserFileError, parse_json, read_text
 
 #: ``LengthGroupedSampler``'s megabatch factor (transformers ``get_length_grouped_indices``,
 #: ``mega_batch_mult = min(len(lengths) // (batch_size * 4), 50)``, 50 for any real data set).
@@ -64,8 +65,6 @@ def _is_number(text: str) -> bool:
 
 
 def _read_histogram(path: str, max_len: int | None) -> SeqDist:
-    from memfit.userfiles import UserFileError, parse_json, read_text
-
     what = "--seq-dist histogram"
     body = read_text(path, what=what, max_bytes=HISTOGRAM_MAX_BYTES)
     if body.lstrip().startswith(("{", "[")):

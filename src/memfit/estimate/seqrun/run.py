@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.seqrun.dist import step_lengths
 from memfit.estimate.seqrun.replay import (
     MAX_ANCHORS,
@@ -224,7 +225,6 @@ def _templates(
     """Templates at anchor lengths, and the floor: the shortest length whose step runs the same
     allocations as the longest (very short steps, e.g. one token, take other kernel paths).
     Steps below the floor are replayed at the floor (larger tensors: the safe direction)."""
-    from memfit.estimate.device import allocator_workspaces
     from memfit.estimate.trace.engine import trace_step_events
 
     def trace(n: int) -> Any:

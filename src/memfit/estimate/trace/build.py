@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from memfit.errors import SpecError, TraceError
+from memfit.errors import MissingDependencyError, SpecError, TraceError
 from memfit.estimate.tasks import resolve_task as resolve_task  # callers use build.resolve_task
 from memfit.estimate.trace.peft_import import without_bitsandbytes
 from memfit.models.config_values import unknown_activations, value_problems, with_float_values
@@ -319,8 +319,6 @@ def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> 
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
-        from memfit.errors import MissingDependencyError
-
         raise MissingDependencyError(
             "--lora-rank needs peft: pip install 'memfit[lora]' (or pip install peft)"
         ) from exc

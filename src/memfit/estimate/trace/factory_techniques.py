@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from memfit.errors import SpecError
+from memfit.estimate import quant
 from memfit.spec import WorkloadSpec
 
 #: The techniques a factory may declare, and the workload field (with its neutral value) each one
@@ -125,7 +126,6 @@ def _linears_to_quantize(model: torch.nn.Module, fmt: str) -> list[str]:
     """The ``nn.Linear`` layers a transformers quantizer would replace, for any module: its
     default keeps the output layer (the last module, ``get_keys_to_not_convert``) unquantized;
     formats that quantize only the repeated blocks keep everything outside a ``ModuleList``."""
-    from memfit.estimate import quant
     from memfit.estimate.trace import quantized
 
     if hasattr(model, "all_tied_weights_keys"):  # a transformers model: its own rule

@@ -43,6 +43,7 @@ from memfit.monitor.integrations.preflight import (
     live_job,
     run_preflight,
 )
+from memfit.spec import WorkloadSpec
 
 #: torch optimizer classes → memfit's optimizer names (for the analytic path's workload).
 OPTIMIZER_NAMES = {"AdamW": "adamw", "Adam": "adamw", "SGD": "sgd"}
@@ -110,7 +111,6 @@ class MemfitLightningPreflight(Callback, PreflightBase):  # type: ignore[misc]
         import torch
 
         from memfit.estimate.trace.user_step import trace_step
-        from memfit.spec import WorkloadSpec
 
         module = _detached_copy(pl_module)
         autocast = (

@@ -27,8 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import DoesNotFitError
+from memfit.estimate import estimate
 from memfit.jobfiles.names import HF_OPTIMIZERS, MIXED, ROLE_OF_MODULE, TRUE
+from memfit.models import ModelSource
 from memfit.monitor.guard import Guard, safe_print, warn
+from memfit.spec import WorkloadSpec
 from memfit.units import format_bytes
 
 #: Lightning precision names → memfit's (the dtype of the live parameters refines "mixed").
@@ -105,8 +108,6 @@ def live_job(
     optimizer: str,
 ) -> tuple[Any, Any]:
     """The ``(ModelSource, WorkloadSpec)`` of a live (possibly peft-wrapped) transformers model."""
-    from memfit.models import ModelSource
-    from memfit.spec import WorkloadSpec
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = base.config.to_dict()
@@ -149,8 +150,6 @@ def live_job(
 def run_preflight(
     source: Any, workload: Any, *, device_bytes: int | None, seq_from: str
 ) -> PreflightResult:
-    from memfit.estimate import estimate
-
     est = estimate(source, workload, engine="analytic")
     high = est.ranges.get("device_used_bytes", (0, est.device_used_bytes))[1]
     fits = None if device_bytes is None else high <= device_bytes

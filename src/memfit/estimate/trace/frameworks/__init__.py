@@ -26,6 +26,7 @@ import importlib.util
 from typing import Any
 
 from memfit.errors import MissingDependencyError
+from memfit.hardware.catalog import get_gpu
 
 #: Framework → (importable top-level package, the memfit extra that installs it).
 EXTRAS = {"torchtune": ("torchtune", "torchtune"), "litgpt": ("litgpt", "litgpt")}
@@ -81,8 +82,6 @@ def estimate_with_framework(
     ``options``: the framework engine's own (LitGPT: ``bnb_version``)."""
     require(framework)
     if isinstance(gpu, str):
-        from memfit.hardware.catalog import get_gpu
-
         gpu = get_gpu(gpu)
     if framework == "torchtune":
         from memfit.estimate.trace.frameworks.torchtune import trace_torchtune

@@ -44,6 +44,7 @@ from memfit.estimate.trace.frameworks import finish
 from memfit.estimate.trace.quantized import QuantizedLinear
 from memfit.estimate.trace.steps import make_optimizer
 from memfit.estimate.trace.user_step import trace_step
+from memfit.userfiles import read_text
 
 PRECISION_DTYPE = {
     "bf16-true": torch.bfloat16,
@@ -92,8 +93,6 @@ def fabric_output(out: Any) -> Any:
 def model_config(data: dict[str, Any]) -> Any:
     """LitGPT's ``Config`` (``litgpt.lora.Config`` with the ``lora_*`` keys when ``lora_r``)."""
     import yaml
-
-    from memfit.userfiles import read_text
 
     lora = data.get("lora_r") is not None
     if lora:
