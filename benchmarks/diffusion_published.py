@@ -36,9 +36,9 @@ GIB = 2**30
 
 
 def estimate(point: dict[str, Any]) -> Any:
-    from memfit.jobflags import diffusion_job as _job
     from memfit.cli.entry import build_parser
     from memfit.estimate.diffusion.pipelines import estimate_pipeline
+    from memfit.jobflags import diffusion_job
     from memfit.models.pipelines import pipeline_dir
 
     args = build_parser().parse_args(
@@ -48,7 +48,7 @@ def estimate(point: dict[str, Any]) -> Any:
     assert root is not None, point["model"]
     versions = point.get("versions", {})
     job = dataclasses.replace(
-        _job(args),
+        diffusion_job(args),
         transformers_version=versions.get("transformers"),
         bitsandbytes_version=versions.get("bitsandbytes"),
     )
