@@ -201,7 +201,8 @@ def plan(
     may be given as keywords: ``plan("llama-3.1-8b", gpu="L4", seq_len=4096, global_batch=16)``.
     ``request`` may be any job of :mod:`memfit.spec` with a planner (``memfit.api``).
     ``allow_code=True``: a ``pkg.mod:fn`` MODEL may be imported and called (as for the others)."""
-    return _api.plan(model, request, options=_options(options, allow_code), **kwargs)
+    job: Any = request  # any kind; the route answers with that kind's record
+    return _api.plan(model, job, options=_options(options, allow_code), **kwargs)
 
 
 def fit(
@@ -215,7 +216,8 @@ def fit(
     """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``; the other job
     kinds: ``memfit.api``)."""
     opts = _options(options, allow_code, workload=workload, required=True)
-    return _api.fit(model, workload, options=opts, **kwargs)
+    job: Any = workload  # any kind; the route answers with that kind's record
+    return _api.fit(model, job, options=opts, **kwargs)
 
 
 def upgrade_verdict(model: ModelRef, *, allow_code: bool = False, **kwargs: Any) -> Any:

@@ -66,6 +66,11 @@ if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.estimate.result import MemoryEstimate
     from memfit.estimate.seqrun.run import SeqRunEstimate
     from memfit.hardware.gpu import GPU
+    from memfit.plan.diffusion_train import TrainFit, TrainPlan
+    from memfit.plan.search import Plan
+    from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
+    from memfit.plan.solve import FitResult
+    from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
 
 #: MODEL: a bundled name, a config.json path or model dir, a hub id, ``package.module:function``
@@ -130,6 +135,42 @@ def estimate(
     return _dispatch("estimate", model, WorkloadSpec() if job is None else job, gpu, options, {})
 
 
+@overload
+def fit(
+    model: ModelRef,
+    job: WorkloadSpec,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> FitResult: ...
+@overload
+def fit(
+    model: ModelRef,
+    job: SeqRun,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> SeqFitResult: ...
+@overload
+def fit(
+    model: ModelRef,
+    job: DiffusionTrainJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> TrainFit: ...
+@overload
+def fit(
+    model: ModelRef,
+    job: VllmConfig,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> tuple[int, VllmStartup | None]: ...
 def fit(
     model: ModelRef,
     job: Job,
@@ -137,12 +178,49 @@ def fit(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **solve: Any,
-) -> Any:  # each kind's solver answers with its own record (FitResult, TrainFit, ...)
+) -> Any:
     """The largest batch / length / resolution / concurrency of ``job`` that fits; ``solve``:
-    what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``)."""
+    what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``). The
+    answer's type follows the job's (the overloads above; a DiffusionJob has no solver)."""
     return _dispatch("fit", model, job, gpu, options, solve)
 
 
+@overload
+def plan(
+    model: ModelRef,
+    job: PlanRequest | None = None,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **request: Any,
+) -> Plan: ...
+@overload
+def plan(
+    model: ModelRef,
+    job: SeqRun,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **request: Any,
+) -> SeqPlanResult: ...
+@overload
+def plan(
+    model: ModelRef,
+    job: DiffusionTrainJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **request: Any,
+) -> TrainPlan: ...
+@overload
+def plan(
+    model: ModelRef,
+    job: VllmConfig,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **request: Any,
+) -> list[ServingOption]: ...
 def plan(
     model: ModelRef,
     job: Job | PlanRequest | None = None,
@@ -150,9 +228,11 @@ def plan(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **request: Any,
-) -> Any:  # each kind's planner answers with its own record (Plan, TrainPlan, ...)
+) -> Any:
     """The techniques that make ``job`` fit; ``request``: the planner's fields (for a text
-    model, :class:`~memfit.plan.PlanRequest` fields; for a serving job, ``concurrency``)."""
+    model, :class:`~memfit.plan.PlanRequest` fields; for a serving job, ``concurrency``). The
+    answer's type follows the job's (the overloads above; a fixed WorkloadSpec and a
+    DiffusionJob have no planner: NotModelledError)."""
     return _dispatch("plan", model, PlanRequest() if job is None else job, gpu, options, request)
 
 

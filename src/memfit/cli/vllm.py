@@ -217,7 +217,8 @@ def cmd_fit_vllm(args: argparse.Namespace) -> int:
     length = args.seq + (args.new_tokens or 0)
     if args.solve == "concurrency":
         config = runtime_serving_job(args, tp=tp, length=length)
-        value, s = api.fit(args.model, config, gpu=gpu, solve="concurrency")
+        value, best = api.fit(args.model, config, gpu=gpu, solve="concurrency")
+        s = best if best is not None else api.estimate(args.model, config, gpu=gpu)
         answer = f"{value} concurrent requests of {length:,} tokens"
     else:
         config = runtime_serving_job(args, tp=tp, length=None)
