@@ -190,7 +190,9 @@ def test_check_write_refuses_an_unsafe_yaml_edit_and_writes_nothing(tmp_path, ca
     text = text.replace("micro_batch_size: 2", "micro_batch_size: &mb 2\neval_batch_size: *mb")
     f.write_text(text)
     assert main(["check", str(f), "--gpu", "L4"]) == 1  # the refusal is shown with the fix
-    assert "memfit cannot edit" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "memfit cannot edit" in out and "apply with --write" not in out
+    assert "not written: edit the keys above by hand" in out
     assert main(["check", str(f), "--gpu", "L4", "--write"]) == 2
     err = capsys.readouterr().err
     assert "micro_batch_size carries the anchor &mb" in err and "by hand" in err

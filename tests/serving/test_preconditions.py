@@ -61,6 +61,9 @@ def test_the_cli_says_it_fails_exit_1_not_bad_input(capsys):
     out = capsys.readouterr().out
     assert "FAILS: ValueError: Total number of attention heads (12) must be divisible" in out
     assert "STARTS" not in out
+    # vLLM stops before loading the model: no KV-cache lines, no memory setting offered
+    assert "KV cache" not in out and "--gpu-memory-utilization" not in out
+    assert "--max-model-len" not in out
     assert main(["vllm", "gpt2", "-tp", "5", "--gpu", "H100", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["starts"] is False and "attention heads (12)" in data["error"]

@@ -107,6 +107,8 @@ def render_check(
                 out.append(e.diff().rstrip("\n"))
             if fix["unexpressed"]:
                 out.append("not expressible in these files: " + ", ".join(fix["unexpressed"]))
-            if fix["edits"]:
+            if any(e.refused is not None for e in fix["edits"]):
+                out.append("not written: edit the keys above by hand (--write refuses this file)")
+            elif fix["edits"]:
                 out.append("written." if wrote else "apply with --write")
     return "\n".join(out)

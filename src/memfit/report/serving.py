@@ -23,6 +23,9 @@ def render_startup(s: VllmStartup, model: str) -> str:
         f"vLLM {s.version} ({s.engine.upper()} engine) serving {model} on {s.gpu} "
         f"(per GPU: {s.total_bytes * g:.2f} GiB, weights {s.weight_format}):"
     ]
+    if s.refused_layout:  # vLLM stops before it loads the model: no memory lines, no memory fix
+        out.append(f"FAILS: {s.error}")
+        return "\n".join(out + [f"note: {n}" for n in s.notes])
     out += [f"  {line}" for line in s.log_lines()]
     out.append(
         f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
@@ -36,9 +39,7 @@ def render_startup(s: VllmStartup, model: str) -> str:
         out.append(f"FAILS: {s.error}")
         if s.largest_max_model_len:
             out.append(f"  largest --max-model-len that starts: {s.largest_max_model_len}")
-        if s.refused_layout:
-            pass  # no memory setting starts it; the note names the layouts that do
-        elif s.smallest_gpu_memory_utilization is not None:
+        if s.smallest_gpu_memory_utilization is not None:
             out.append(
                 f"  smallest --gpu-memory-utilization that starts: "
                 f"{s.smallest_gpu_memory_utilization:.2f}"
