@@ -254,6 +254,8 @@ def _volatile(key: str, value: Any) -> bool:
 
 
 def _scrub(value: Any) -> Any:
+    if isinstance(value, str) and str(ROOT) in value:  # a checkout's path (library warnings)
+        value = value.replace(str(ROOT), "<repo>")
     if isinstance(value, dict):
         return {k: _scrub(v) for k, v in value.items() if not _volatile(str(k), v)}
     if isinstance(value, list):
