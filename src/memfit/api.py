@@ -311,11 +311,6 @@ class SeqRunAnswer:
     estimate: MemoryEstimate
     run: SeqRunEstimate
 
-    @property
-    def overhead_bytes(self) -> int:
-        """What the device holds beside the caching allocator (the CUDA context and the like)."""
-        return int(self.estimate.device_used_bytes - self.estimate.peak_reserved_bytes)
-
 
 def _estimate_seq(model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions) -> Any:
     source = _source(model, options)

@@ -167,7 +167,6 @@ def diffusion_train_job(
 
 def seq_run_job(args: argparse.Namespace, workload: WorkloadSpec, dist: SeqDist) -> SeqRun:
     """The variable-length run the --seq-dist flags describe over ``workload``'s steps."""
-
     return SeqRun(
         workload=workload,
         dist=dist,

@@ -10,38 +10,29 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from memfit import api
 from memfit.errors import SpecError
 from memfit.estimate.verdict import EXIT_CODES
-from memfit.hardware.catalog import get_gpu
 from memfit.jobflags import diffusion_train_job
 from memfit.report.diffusion import render_training, render_training_fit, render_training_plan
 
 
-def _gpu(args: argparse.Namespace) -> Any:
-    if not getattr(args, "gpu", None):
-        return None
-
-    return get_gpu(args.gpu)
-
-
 def cmd_estimate(args: argparse.Namespace) -> int:
     job = diffusion_train_job(args)
-    est = api.estimate(args.model, job, gpu=_gpu(args))  # judged on the GPU asked
+    est = api.estimate(args.model, job, gpu=args.gpu or None)  # judged on the GPU asked
     print(json.dumps(est.to_json(), indent=2) if args.json else render_training(est))
     return EXIT_CODES[est.fits.verdict] if est.fits is not None else 0
 
 
-def _checked_gpu(args: argparse.Namespace) -> Any:
-    """The GPU record of a fit / plan of diffusion training (None with --gpu-memory alone)."""
+def _checked_gpu(args: argparse.Namespace) -> str | None:
+    """The GPU of a fit / plan of diffusion training (None with --gpu-memory alone)."""
     if getattr(args, "mode", "train") != "train":
         raise SpecError(
             f"memfit {args.command} of a diffusion pipeline sizes its training (--mode train); "
             "for inference use memfit estimate --mode infer"
         )
-    gpu = _gpu(args)
+    gpu: str | None = getattr(args, "gpu", None) or None
     if gpu is None and getattr(args, "gpu_memory", None) is None:
         raise SpecError(f"{args.command} needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     return gpu

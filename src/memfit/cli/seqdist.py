@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from memfit import api
-from memfit.api import estimate
 from memfit.cli.engine import options_from
 from memfit.errors import SpecError
 from memfit.estimate.seqrun.dist import parse_seq_dist
@@ -62,7 +61,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     dist = parse_seq_dist(args.seq_dist)
     if not workload.is_train:
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
-    answer = estimate(str(args.model), seq_run_job(args, workload, dist), gpu=args.gpu,
+    answer = api.estimate(str(args.model), seq_run_job(args, workload, dist), gpu=args.gpu,
                       options=options_from(args))  # fmt: skip
     est, run = answer.estimate, answer.run
     used_bytes = run.device_used_bytes

@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import Any
 
 from memfit import api
-from memfit.api import estimate
 from memfit.errors import SpecError
 from memfit.flags import positive_int
 from memfit.hardware.catalog import get_gpu
@@ -164,7 +163,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def cmd_vllm(args: argparse.Namespace) -> int:
     config = serving_job(args, args.gpus)
-    s = estimate(args.model, config, gpu=get_gpu(args.gpu))
+    s = api.estimate(args.model, config, gpu=get_gpu(args.gpu))
     command = serve_command(args.model, config)
     print(
         json.dumps(startup_json(s, command), indent=2)

@@ -51,6 +51,6 @@ def fit_verdict(gpu: Any, device_used_bytes: int) -> FitVerdict | None:
     driver reports minus its own reservation where that was measured (616 MiB on an H200)."""
     if gpu is None:
         return None
-    capacity = gpu.cuda_visible_bytes or gpu.memory_bytes
+    capacity = gpu.capacity_bytes
     free = capacity - device_used_bytes
     return FitVerdict(gpu=gpu.name, capacity_bytes=capacity, free_bytes=free, fits=free >= 0)

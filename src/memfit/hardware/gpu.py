@@ -162,6 +162,12 @@ class GPU:
             return None
         return self.memory_bytes - self.driver_reserved_bytes
 
+    @property
+    def capacity_bytes(self) -> int:
+        """What a process can allocate, the capacity every verdict judges against: the memory
+        CUDA can hand out where the driver's reservation was measured, else the marketed size."""
+        return self.cuda_visible_bytes or self.memory_bytes
+
 
 # Sources and link names shared by the catalog's row modules (datacenter.py, desktop.py).
 H100_DATASHEET = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"

@@ -45,7 +45,7 @@ class Budget:
             capacity = memory_bytes
             name = f"{format_bytes(memory_bytes)} GPU" if gpu is None else gpu.name
         else:
-            capacity = gpu.cuda_visible_bytes or gpu.memory_bytes
+            capacity = gpu.capacity_bytes
             name = gpu.name
         return cls(
             gpu_name=name, capacity_bytes=capacity, headroom_bytes=round(capacity * headroom)

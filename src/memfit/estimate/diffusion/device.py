@@ -12,8 +12,8 @@ figure as both the point and the need (:func:`memfit.estimate.verdict.judge_poin
 answer has no measured error range (the cuDNN convolution-workspace allowance is not one:
 PyTorch's cuDNN path runs a plan with less workspace when the preferred one's cannot be
 allocated, so it is reported beside the verdict, not in it).
-Capacity: what CUDA can hand out (:attr:`memfit.hardware.gpu.GPU.cuda_visible_bytes`, else the
-marketed size), as for text models; headroom: :data:`memfit.estimate.verdict.DEFAULT_HEADROOM` of
+Capacity: :attr:`memfit.hardware.gpu.GPU.capacity_bytes` (what CUDA can hand out), as for text
+models; headroom: :data:`memfit.estimate.verdict.DEFAULT_HEADROOM` of
 it unless a budget says otherwise.
 """
 
@@ -35,11 +35,6 @@ def device_bytes(
     if reserved_bytes is not None:
         need = max(need, reserved_bytes + ov.outside_allocator_bytes)
     return need
-
-
-def capacity_bytes(gpu: Any) -> int:
-    """What CUDA can hand out on ``gpu`` (a catalog record), as the text models' verdict uses."""
-    return int(gpu.cuda_visible_bytes or gpu.memory_bytes)
 
 
 def fits_json(v: Verdict, keys: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,6 @@ import torch
 
 from memfit.errors import NotModelledError, SpecError, TraceError
 from memfit.estimate.diffusion.device import (
-    capacity_bytes,
     device_bytes,
     fits_json,
 )
@@ -171,7 +170,7 @@ class PipelineEstimate:
     def judge_on(self, gpu: Any) -> PipelineEstimate:
         """This answer with THE verdict on ``gpu`` (a catalog record)."""
         on = replace(self, gpu=gpu.name, arch=gpu.arch)  # the context of gpu's architecture
-        return replace(on, fits=judge_point(on.device_used_bytes, capacity_bytes(gpu)))
+        return replace(on, fits=judge_point(on.device_used_bytes, gpu.capacity_bytes))
 
     def fits_json(self) -> dict[str, Any] | None:
         """The ``fits`` object: the verdict's keys beside those the pipeline always printed."""

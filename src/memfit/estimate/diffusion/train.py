@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memfit.estimate.diffusion.device import (
-    capacity_bytes,
     device_bytes,
     fits_json,
 )
@@ -142,7 +141,7 @@ class TrainEstimate:
         ``capacity``: a ``--gpu-memory`` budget); ``headroom`` None: the default fraction."""
         arch = self.arch if gpu is None else gpu.arch
         judged = replace(self, arch=arch)
-        cap = capacity_bytes(gpu) if capacity is None else capacity
+        cap = gpu.capacity_bytes if capacity is None else capacity
         v = judge_point(judged.device_used_bytes, cap, headroom)
         name = gpu.name if gpu is not None else self.gpu
         return replace(judged, gpu=name, fits=v)
