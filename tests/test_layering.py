@@ -160,8 +160,8 @@ STRICT = ("memfit.cli", "memfit.web", "memfit.flags")
 STRICT_PENDING: tuple[str, ...] = ()
 
 #: The debt left: imports of memfit's own torch-free modules inside functions, by package (363
-#: at issue 28's start, 43e6d06; 35 now). What remains is there for a reason the graph cannot see: a circle
-#: inside one package that a module-level import would break at import time (allocator.caching
+#: at issue 28's start, 43e6d06; 35 now). What remains is there for a reason the graph cannot
+#: see: a circle inside one package that a module-level import would break at import time (allocator.caching
 #: and .fast, models.source and .zoo, monitor.runtime and .oom, snapshot.predicted and
 #: .generate), or a chain that would make ``import memfit`` load the analytic engine (~0.15 s:
 #: plan.engines, plan.search -> plan.export, report.plan, estimate.policy) or numpy
