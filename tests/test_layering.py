@@ -159,15 +159,15 @@ STRICT = ("memfit.cli", "memfit.web", "memfit.flags")
 #: counted in the debt below); none since the diffusion / seq-run verdict change landed.
 STRICT_PENDING: tuple[str, ...] = ()
 
-#: The debt left: imports of memfit's own torch-free modules inside functions, by package (363
-#: at issue 28's start, 43e6d06; 35 now). What remains is there for a reason the graph cannot
-#: see: a circle inside one package that a module-level import would break at import time (allocator.caching
-#: and .fast, models.source and .zoo, monitor.runtime and .oom, snapshot.predicted and
-#: .generate), or a chain that would make ``import memfit`` load the analytic engine (~0.15 s:
-#: plan.engines, plan.search -> plan.export, report.plan, estimate.policy) or numpy
-#: (estimate.policy -> trace_cache -> derived), a name tests replace on its package
-#: (plan.advice / plan.checklist: ``hardware.list_gpus``), and the public API's facades.
-#: A package may pay its debt down (lower the number here), never add to it.
+#: The debt left: imports of memfit's own torch-free modules inside functions, by package (363 at
+#: issue 28's start, 43e6d06; 35 now). What remains is there for a reason the graph cannot see: a
+#: circle inside one package that a module-level import would break at import time
+#: (allocator.caching and .fast, models.source and .zoo, monitor.runtime and .oom,
+#: snapshot.predicted and .generate), or a chain that would make ``import memfit`` load the analytic
+#: engine (~0.15 s: plan.engines, plan.search -> plan.export, report.plan, estimate.policy) or numpy
+#: (estimate.policy -> trace_cache -> derived), a name tests replace on its package (plan.advice /
+#: plan.checklist: ``hardware.list_gpus``), and the public API's facades. A package may pay its debt
+#: down (lower the number here), never add to it.
 FUNCTION_IMPORT_DEBT = {
     "__init__": 2,
     "estimate": 8,
