@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from memfit.errors import NotModelledError, SpecError
+from memfit.estimate import checkpoint_dtype
 from memfit.estimate import estimate as estimate_step
 from memfit.estimate.options import using_options
 from memfit.estimate.seqrun.run import estimate_seq_run
@@ -295,7 +296,16 @@ def _estimate_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Estimate
 
 
 def _fit_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Any, **solve: Any) -> Any:
-    return fit_step(model, job, **({"gpu": gpu} if gpu is not None else {}), **solve)
+    source = _source(model, options)
+    gpu_rec = _gpu(gpu)
+    job, note = job.settle_precision(
+        bf16=bool(getattr(gpu_rec, "supports_bf16", True)),
+        checkpoint_dtype=checkpoint_dtype(source),
+    )
+    result = fit_step(source, job, **({"gpu": gpu_rec} if gpu_rec is not None else {}), **solve)
+    if note is not None:
+        result.notes.insert(0, note)
+    return result
 
 
 def _plan_text(model: Any, job: PlanRequest, *, gpu: Any, options: Any, **request: Any) -> Any:

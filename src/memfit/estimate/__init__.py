@@ -62,8 +62,25 @@ def estimate(
             media=workload.media,
         )
     )
+    workload, precision_note = workload.settle_precision(
+        bf16=bool(getattr(gpu_record, "supports_bf16", True)),
+        checkpoint_dtype=checkpoint_dtype(source),
+    )
     est = policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)
+    if precision_note is not None:
+        est = dataclasses.replace(est, notes=[precision_note, *est.notes])
     return _with_inputs(est, source)
+
+
+def checkpoint_dtype(source: Any) -> str | None:
+    """The dtype ``source``'s checkpoint is stored in (config.json's ``dtype`` /
+    ``torch_dtype``; for a multimodal model its text model's), None when it does not say."""
+    spec = getattr(source, "spec", None)
+    while spec is not None:
+        if spec.dtype:
+            return str(spec.dtype)
+        spec = spec.text
+    return None
 
 
 def _with_inputs(est: MemoryEstimate, source: Any) -> MemoryEstimate:

@@ -85,6 +85,9 @@ def training_arguments_kwargs(s: Settings) -> dict[str, Any]:
     rule = PRECISION_RULES[s.precision]
     if rule.autocast:  # *-mixed: HF Trainer's bf16=True / fp16=True (autocast, fp32 masters)
         args[_HALF_NAME[rule.compute]] = True
+    elif s.lora_rank is not None and rule.params != "float32":
+        # LoRA on a 16-bit base: the Trainer still autocasts (peft's adapters are fp32)
+        args[_HALF_NAME[rule.compute]] = True
     if s.checkpointing != "none":
         args["gradient_checkpointing"] = True
     args["optim"] = HF_OPTIM.get(s.optimizer, s.optimizer)
@@ -164,7 +167,13 @@ def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, 
     rule = PRECISION_RULES[s.precision]
     if not rule.autocast and rule.params != "float32":  # bf16-true / 16-true
         dtype = f"torch.{rule.params}"
-        out["model_dtype"] = f"from_pretrained(..., torch_dtype={dtype}) and no autocast"
+        if s.lora_rank is not None:
+            out["model_dtype"] = (
+                f"from_pretrained(..., dtype={dtype}) (the frozen base in 16 bits; peft keeps "
+                "the adapters in fp32)"
+            )
+        else:
+            out["model_dtype"] = f"from_pretrained(..., torch_dtype={dtype}) and no autocast"
     out["training_arguments"] = training_arguments(s)
     if s.checkpointing == "selective":
         out["checkpointing"] = (

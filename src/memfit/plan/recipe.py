@@ -125,7 +125,7 @@ def changes(s: Any, recipe: Any, mode: str, *, asked_ranks: tuple[int, ...] = ()
     """What ``s`` (a plan's :class:`~memfit.plan.space.Settings`) changes about ``recipe`` (the
     job as asked), result-changing ones first. ``asked_ranks``: LoRA ranks the user asked for."""
     out: list[Change] = []
-    if s.precision != recipe.precision:
+    if s.precision != recipe.precision and not frozen_base_cast(s, recipe):
         out.append(_result(f"precision {s.precision}", "pure-bf16", ("precision", s.precision)))
     if s.quant != recipe.quant:
         out.append(_result(f"{s.quant} base weights", "quant", ("quant", s.quant)))
@@ -151,8 +151,25 @@ def _training_changes(s: Any, recipe: Any, asked_ranks: tuple[int, ...]) -> list
     return out
 
 
+def frozen_base_cast(s: Any, recipe: Any) -> bool:
+    """``s`` differs from the recipe only in how an adapter job stores its frozen base:
+    ``bf16-true`` (the base in bf16) against ``bf16-mixed`` (an fp32 base under autocast, or
+    under DeepSpeed ZeRO its bf16 model with fp32 masters of what trains), and the same for
+    fp16. A memory-only change: autocast runs the base's matmuls on 16-bit copies of the
+    weights either way, and peft keeps the adapters, their gradients and optimizer states in
+    fp32 (``autocast_adapter_dtype``), so what is trained and how it is updated stay the same;
+    only the frozen norms round to 16 bits."""
+    if s.lora_rank is None or s.precision == recipe.precision:
+        return False
+    pair = {str(s.precision).rsplit("-", 1)[0], str(recipe.precision).rsplit("-", 1)[0]}
+    kinds = {str(s.precision).rsplit("-", 1)[1], str(recipe.precision).rsplit("-", 1)[1]}
+    return len(pair) == 1 and kinds == {"mixed", "true"}
+
+
 def _memory_changes(s: Any, recipe: Any, mode: str) -> list[Change]:
     found: list[str] = []
+    if mode == "train" and frozen_base_cast(s, recipe):
+        found.append(f"precision {s.precision} (how the frozen base is stored; adapters stay fp32)")
     if mode == "train" and s.optimizer != recipe.optimizer and s.optimizer in SAME_MATHS_AS:
         found.append(f"optimizer {s.optimizer} (same update, one fused kernel)")
     if s.attention != recipe.attention:

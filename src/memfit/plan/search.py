@@ -39,7 +39,9 @@ from typing import Any
 
 from memfit import progress
 from memfit.errors import DoesNotFitError, MemfitError
+from memfit.estimate import checkpoint_dtype
 from memfit.estimate.verdict import Verdict
+from memfit.hardware import list_gpus, load_prices
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
 from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
@@ -73,6 +75,11 @@ N_REJECTED_SHOWN = 5
 #: 1 % faster prediction does not justify Adafactor over 8-bit AdamW. Ties are buckets of width
 #: ``log(1 + RANK_TIE_FRACTION)`` in log step time, so the order stays total and transitive.
 RANK_TIE_FRACTION = 0.05
+#: A recommendation this many times slower than a plan shown beside it is said so in a note,
+#: and a memory-only offload plan this many times slower than the fastest result-changing plan
+#: that fits is not the recommendation: "memory-only changes first unless they cost several
+#: times the step time" (docs/planning.md).
+SLOWDOWN_LIMIT = 3.0
 #: Combinations the search engine cannot estimate that are sent to the confirming (slow) engine
 #: instead, at most, per plan: beyond it they are reported as not estimated (keeps a plan to
 #: about a minute when the trace engine takes seconds per estimate).
@@ -107,6 +114,12 @@ class Plan:
     tier: str | None = None
     #: its place in :data:`TIER_ORDER` (0: the job as asked fits)
     tier_rank: int | None = None
+    #: side by side (label, plan): the recommended plan, the fastest memory-only plan and the
+    #: fastest plan ``allow`` permits, where they differ from it (the job as asked is the
+    #: ``baseline``)
+    compare: list[tuple[str, PlanOption]] = field(default_factory=list)
+    #: when nothing fits: the nearest changes that do (what, the plan, its need), closest first
+    nearest: list[dict[str, Any]] = field(default_factory=list)
 
     def preference(self) -> tuple[int, tuple[Any, ...]] | None:
         """How good the recommendation is, smaller better: its tier, then the tier's order
@@ -166,6 +179,8 @@ class Plan:
             "alternatives": [a.to_json() for a in self.alternatives],
             "rejected": [r.to_json() for r in self.rejected],
             "closest": None if self.closest is None else self.closest.to_json(),
+            "compare": [{"label": label, **o.to_json()} for label, o in self.compare],
+            "nearest": list(self.nearest),
             "search": {
                 "engine": self.search_engine,
                 "confirm_engine": self.confirm_engine,
@@ -208,7 +223,10 @@ def plan(
     search.recipe = recipe(opts)
     baseline = search.baseline(search.recipe)
     found, tier = search.run_tiers(candidates(opts), baseline)
-    return search.result(found, baseline, time.perf_counter() - start, tier)
+    result = search.result(found, baseline, time.perf_counter() - start, tier)
+    if (note := opts.precision_note) is not None:
+        result.notes.insert(0, note)
+    return result
 
 
 def _resolve(model: Any, gpu: Any) -> tuple[Any, Any]:
@@ -241,6 +259,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         optimizer=request.optimizer,
         attention=request.attention,
         lora_asked=request.lora_asked,
+        checkpoint_dtype=checkpoint_dtype(source),
     )
 
 
@@ -264,6 +283,8 @@ class _Search:
         self.floor_params: int | None = None
         #: stacks ruled out by their floor, without an estimate: technique key -> (settings, floor)
         self.ruled_out: dict[tuple[Any, ...], tuple[Settings, Floor]] = {}
+        self.opts: list[PlanOption] = []  # every option searched (set by run_tiers)
+        self.weigh_note: str | None = None  # why offload was or was not recommended
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -346,11 +367,58 @@ class _Search:
         self.n_candidates = len(opts)
         for o in opts:
             self.by_stack.setdefault(o.settings.technique_key, []).append(o)
-        for name, pool, key in self._tiers(opts, baseline):
+        self.opts = opts
+        tiers = self._tiers(opts, baseline)
+        for i, (name, pool, key) in enumerate(tiers):
             found = self.run(pool, key)
             if found:
+                if name == TIER_ORDER[2] and i + 1 < len(tiers):
+                    return self._weigh_offload(found, tiers[i + 1][1])
                 return found, name
         return [], None
+
+    def _weigh_offload(
+        self, offloaded: list[PlanOption], rest: list[PlanOption]
+    ) -> tuple[list[PlanOption], str]:
+        """Nothing fits without offloading within what ``allow`` permits. The offload plan is
+        memory-only but moves weights or optimizer work over the host link every step, so the
+        fastest result-changing plan that fits (least risk first) is weighed against it:
+
+        - on one GPU, CPU offload is the recommendation only when nothing else fits — except for
+          a full fine-tune whose only other way is adapters or frozen layers (ZeRO-Offload is
+          the documented single-GPU route to train every weight);
+        - on several GPUs, offload stays first unless it is :data:`SLOWDOWN_LIMIT` times slower.
+
+        Either way the other plan is listed beside the recommendation, with why."""
+        found = self.run([o for o in rest if o.settings.offload == "none"], risk_first_key)
+        off = offloaded[0]
+        if not found:
+            return offloaded, TIER_ORDER[2]
+        alt = found[0]
+        ratio = off.cost.step_s / max(alt.cost.step_s, 1e-12)
+        fams = families(list(alt.changes))
+        allow = ",".join(sorted(fams))
+        full_finetune = self.recipe is not None and self.recipe.lora_rank is None
+        keeps_recipe = not (full_finetune and fams & {"lora", "freeze"})
+        if self.request.gpus == 1 and keeps_recipe:
+            prefer_alt, why = True, "CPU offload on one GPU is the last resort"
+        else:
+            prefer_alt, why = ratio >= SLOWDOWN_LIMIT, f"{ratio:.1f}x slower"
+        if prefer_alt:
+            self.weigh_note = (
+                f"offload: no plan within the changes you allowed fits without offloading to "
+                f"host RAM ({off.settings.describe()}, predicted {ratio:.1f}x the step time of "
+                f"this one); {why}, so this plan, which changes the result (--allow {allow}), is "
+                "recommended and the offload plan is listed below (memory-only, same maths)"
+            )
+            return [alt, off] + found[1:], TIER_ORDER[3]
+        self.weigh_note = (
+            f"offload: no plan without offloading fits within the changes you allowed; "
+            f"{alt.settings.describe()} is predicted {1 / ratio if ratio else 0:.2f}x the step "
+            f"time of this one and changes the result (--allow {allow} lets the planner prefer "
+            "it)"
+        )
+        return offloaded + [alt], TIER_ORDER[2]
 
     @staticmethod
     def tier_rank(name: str | None) -> int | None:
@@ -381,11 +449,13 @@ class _Search:
         tiers.append((TIER_ORDER[3], rest, risk_first_key))
         return tiers
 
-    def run(self, opts: list[PlanOption], key: Any = None) -> list[PlanOption]:
+    def run(
+        self, opts: list[PlanOption], key: Any = None, *, wanted: int | None = None
+    ) -> list[PlanOption]:
         if self.request.goal == "memory":
             return self._run_memory(opts)
         opts = sorted(opts, key=key or rank_key)
-        wanted = 1 + self.request.n_alternatives
+        wanted = wanted or 1 + self.request.n_alternatives
         found: list[PlanOption] = []
         fitting_stacks: set[tuple[Any, ...]] = set()
         for opt in opts:
@@ -587,8 +657,13 @@ class _Search:
         tier: str | None = None,
     ) -> Plan:
         rec = found[0] if found else None
+        compare = self._compare(rec, found)
         shown = self._rejected_shown(rec)
         notes = [] if self.engines.reason is None else [f"engines: {self.engines.reason}"]
+        if self.weigh_note is not None:
+            notes.append(self.weigh_note)
+        notes += self._slowdown_notes(rec, found[1:] + [o for _, o in compare])
+        nearest = [] if rec is not None or not shown else self._nearest(shown[0])
         confirm = self.engines.confirm
         if confirm is not None and self.request.confirm != "shown" and rec is not None:
             which = (
@@ -628,7 +703,137 @@ class _Search:
             notes=notes,
             tier=tier,
             tier_rank=self.tier_rank(tier),
+            compare=compare,
+            nearest=nearest,
         )
+
+    # -- side by side, and the way forward ------------------------------------------------------
+    def _compare(
+        self, rec: PlanOption | None, found: list[PlanOption]
+    ) -> list[tuple[str, PlanOption]]:
+        """The fastest memory-only plan and the fastest plan ``allow`` permits, where they are
+        not the recommendation (searched if the tiers did not reach them)."""
+        if rec is None or self.request.mode != "train":
+            return []
+        allowed = self.request.allow
+        rows: list[tuple[str, PlanOption]] = []
+        pools = (
+            ("fastest memory-only", lambda o: not o.changes_result),
+            ("fastest your --allow permits", lambda o: families(list(o.changes)) <= allowed),
+        )
+        for label, keep in pools:
+            if label.endswith("permits") and not allowed:
+                continue
+            if keep(rec):
+                continue  # the recommendation is the fastest of its tier's pool
+            have = [o for o in found if keep(o)]
+            best = (
+                min(have, key=lambda o: o.cost.step_s)
+                if have
+                else next(iter(self.run([o for o in self.opts if keep(o)], wanted=1)), None)
+            )
+            if best is not None and all(best.settings != o.settings for _, o in rows):
+                rows.append((label, best))
+        return rows
+
+    @staticmethod
+    def _slowdown_notes(rec: PlanOption | None, shown: list[PlanOption]) -> list[str]:
+        """A recommendation :data:`SLOWDOWN_LIMIT` times slower than a plan shown beside it
+        says so, and why it is still the recommendation."""
+        if rec is None:
+            return []
+        faster = [o for o in shown if o.fits and o.cost.step_s * SLOWDOWN_LIMIT <= rec.cost.step_s]
+        if not faster:
+            return []
+        best = min(faster, key=lambda o: o.cost.step_s)
+        why = (
+            f"it changes the result ({', '.join(sorted(families(list(best.changes))))}; "
+            "--allow to prefer it)"
+            if best.changes_result and not rec.changes_result
+            else "it carries more quality risk"
+            if best.risk_level > rec.risk_level
+            else "the planner ranks by its tiers first"
+        )
+        return [
+            f"slower: the recommendation is predicted "
+            f"{rec.cost.step_s / best.cost.step_s:.1f}x slower than {best.settings.describe()}, "
+            f"shown beside it: {why}"
+        ]
+
+    def _nearest(self, closest: PlanOption) -> list[dict[str, Any]]:
+        """When nothing fits: the nearest changes that do — a shorter sequence for the closest
+        attempt, and the cheapest GPUs (on-demand price) that hold the smallest attempt without
+        offloading (the closest one where every attempt offloads). A GPU without bf16 is not
+        offered for a bf16 plan, nor a non-NVIDIA one for a bitsandbytes plan."""
+        out: list[dict[str, Any]] = []
+        seq = self._largest_seq(closest)
+        if seq:
+            out.append(
+                {
+                    "change": f"--seq {seq} (asked {self.request.seq_len})",
+                    "plan": closest.settings.describe(),
+                    "kind": "changes the job",
+                }
+            )
+        on_device = [
+            r for r in self.rejected if r.need_bytes is not None and r.settings.offload == "none"
+        ]
+        targets = [min(on_device, key=lambda r: r.need_bytes or 0)] if on_device else []
+        for target in [*targets, closest]:
+            rows = self._gpus_holding(target)
+            if rows:
+                out += rows
+                break
+        return out
+
+    def _gpus_holding(self, target: PlanOption) -> list[dict[str, Any]]:
+        """The 3 cheapest catalog GPUs (on-demand price) whose memory holds ``target``."""
+        s, need = target.settings, target.need_bytes
+        if need is None:
+            return []
+        bnb = s.quant in ("int8", "nf4", "nf4-dq", "fp4") or "8bit" in str(s.optimizer)
+        prices = load_prices()
+        gpus = []
+        for g in list_gpus():
+            if s.precision.startswith("bf16") and not g.supports_bf16:
+                continue
+            if bnb and g.vendor != "nvidia":
+                continue
+            budget = Budget.of(g, headroom=self.request.headroom)
+            if budget.limit_bytes < need or g.name == self.budget.gpu_name:
+                continue
+            hourly = getattr(prices.of(g), "usd_per_hour", None)
+            gpus.append((hourly if hourly is not None else math.inf, g.name, hourly))
+        out = []
+        for _, name, usd in sorted(gpus)[:3]:
+            cost = f" (${usd * self.request.gpus:.2f}/h)" if usd is not None else ""
+            out.append(
+                {
+                    "change": f"--gpu {name}{cost}",
+                    "plan": s.describe(),
+                    "kind": "another GPU",
+                    "usd_per_hour": usd,
+                }
+            )
+        return out
+
+    def _largest_seq(self, closest: PlanOption) -> int | None:
+        """The longest sequence (a multiple of 256 below the asked one) at which the closest
+        attempt fits, by the search engine; None when not even 256 tokens do."""
+        if self.request.mode != "train":
+            return None
+        engine, s = self.engines.search, closest.settings
+        lo, hi = 0, self.request.seq_len // 256
+        if self.request.seq_len % 256 == 0:
+            hi -= 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                ok = fits(engine(s.workload("train", mid * 256)), self.budget)
+            except MemfitError:
+                ok = False
+            lo, hi = (mid, hi) if ok else (lo, mid - 1)
+        return lo * 256 if lo else None
 
 
 def rank_key(o: PlanOption) -> tuple[int, int, float, int]:

@@ -23,6 +23,8 @@ from memfit.spec import (
     ParallelSpec,
     TechniqueSpec,
     WorkloadSpec,
+    default_precision,
+    default_precision_note,
     resolve_precision,
 )
 from memfit.spec.rules import precision_rules
@@ -257,14 +259,33 @@ class SpaceOptions:
     optimizer: str | None = None  # None: adamw to train
     attention: str = "sdpa"
     lora_asked: bool = False
+    #: the dtype the checkpoint is stored in (None: not said), for the default precision
+    checkpoint_dtype: str | None = None
 
     @property
     def recipe_precision(self) -> str:
+        """The precision asked, or the one the ecosystem runs this job in
+        (:func:`memfit.spec.rules.default_precision`: LoRA on its checkpoint's 16-bit base)."""
         if self.precision is not None:
             return resolve_precision(self.precision, self.mode)
-        if self.mode == "infer":
-            return "bf16-true" if self.supports_bf16 else "16-true"
-        return "bf16-mixed" if self.supports_bf16 else "16-mixed"
+        return default_precision(
+            self.mode,
+            adapters=self.lora_asked,
+            bf16=self.supports_bf16,
+            checkpoint_dtype=self.checkpoint_dtype,
+        )
+
+    @property
+    def precision_note(self) -> str | None:
+        """Why the recipe runs in its precision when none was asked (None: it was asked)."""
+        if self.precision is not None:
+            return None
+        return default_precision_note(
+            self.recipe_precision,
+            self.mode,
+            adapters=self.lora_asked,
+            checkpoint_dtype=self.checkpoint_dtype,
+        )
 
     @property
     def recipe_optimizer(self) -> str:
@@ -376,13 +397,18 @@ def candidates(o: SpaceOptions) -> list[Settings]:
     for precision in precisions:
         for stack in _train_stacks(o):
             for layout in _parallel_layouts(o):
+                run_as = precision
                 if precision_rules("train", precision, layout["shard"]):
-                    continue  # pure 16-bit states do not exist under DeepSpeed ZeRO
+                    if stack.get("lora_rank") is None:
+                        continue  # pure 16-bit states do not exist under DeepSpeed ZeRO
+                    # an adapter job under ZeRO runs as DeepSpeed's bf16 / fp16 optimizer does:
+                    # the 16-bit model, fp32 masters of the adapters (the *-mixed name)
+                    run_as = precision.replace("-true", "-mixed")
                 for ckpt in ("none", "selective", "full"):
                     for m, accum in _micro_batches(o):
                         out.append(
                             Settings(
-                                precision=precision,
+                                precision=run_as,
                                 attention=o.attention,
                                 checkpointing=ckpt,
                                 gpus=o.gpus,

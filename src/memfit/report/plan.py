@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from memfit.errors import MemfitError
+from memfit.hardware import get_gpu, load_prices
 from memfit.units import format_bytes
 
 if TYPE_CHECKING:
@@ -86,6 +88,10 @@ def render_plan(p: Plan) -> str:
         for key, value in export_settings(p.recommended.settings, r, p.model_name).items():
             text = json.dumps(value, indent=2) if isinstance(value, dict) else value
             lines.append(f"  {key}: " + text.replace("\n", "\n    "))
+    lines += compare_lines(p)
+    if p.nearest:
+        lines += ["", "nearest changes that fit (for the closest attempt):"]
+        lines += [f"  {n['change']}: {n['plan']} ({n['kind']})" for n in p.nearest]
     if p.alternatives:
         lines += ["", f"alternatives:  {'s/step':>8} {'tokens/s':>9} {'memory':>11}  risk"]
         for a in p.alternatives:
@@ -105,6 +111,44 @@ def render_plan(p: Plan) -> str:
             lines.append(f"  {x.settings.describe()} ({x.cost.step_s:.3g} s/step)\n    {x.reason}")
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
+
+
+def usd_per_million_tokens(opt: PlanOption, gpu_name: str, gpus: int) -> float | None:
+    """Dollars per 1 M tokens of ``opt`` at its predicted speed on ``gpus`` on-demand GPUs (the
+    bundled price table); None without a price or a speed."""
+    try:
+        price = load_prices().of(get_gpu(gpu_name))
+    except MemfitError:  # a GPU given by memory only has no price
+        return None
+    hourly, rate = getattr(price, "usd_per_hour", None), opt.cost.tokens_per_s
+    if hourly is None or not rate > 0:
+        return None
+    return hourly * gpus / (rate * 3600) * 1e6
+
+
+def compare_lines(p: Plan) -> list[str]:
+    """The job as asked, the recommendation, the fastest memory-only plan and the fastest plan
+    ``--allow`` permits, side by side: step time, $ per 1 M tokens, memory, quality risk."""
+    if p.recommended is None or not p.compare:
+        return []
+    rows = [("as asked", p.baseline), ("recommended", p.recommended), *p.compare]
+    out = [
+        "",
+        "side by side:",
+        f"  {'':<30}{'s/step':>9}{'$/1M tok':>10}{'memory':>12}  risk    kind",
+    ]
+    for label, o in rows:
+        usd = usd_per_million_tokens(o, p.budget.gpu_name, p.request.gpus)
+        fits = "" if o.fits or label != "as asked" else " (does not fit)"
+        kind = "changes the result" if o.changes_result else "memory-only"
+        if label == "as asked":
+            kind = "the job as asked"
+        out.append(
+            f"  {label:<30}{o.cost.step_s:>9.3g}{(f'{usd:.2f}' if usd else 'n/a'):>10}"
+            f"{need_text(o):>12}  {o.risk:<7} {kind}{fits}"
+        )
+        out.append(f"    {o.settings.describe()}")
+    return out
 
 
 def as_asked_line(p: Plan) -> str:

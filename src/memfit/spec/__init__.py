@@ -51,6 +51,8 @@ from memfit.spec.rules import (
     TASKS,
     Mode,
     PrecisionRule,
+    default_precision,
+    default_precision_note,
     precision_rule,
     resolve_precision,
 )
@@ -103,5 +105,7 @@ __all__ = [
     "VllmConfig",
     "WorkloadSpec",
     "precision_rule",
+    "default_precision",
+    "default_precision_note",
     "resolve_precision",
 ]

@@ -100,8 +100,64 @@ PRECISION_ALIASES: dict[str, tuple[str, str]] = {
 }
 #: Every name ``--precision`` accepts (canonical first).
 PRECISION_NAMES = PRECISIONS + tuple(PRECISION_ALIASES)
-#: What ``precision=None`` means: mixed precision to train, bf16 weights to infer.
+#: What ``precision=None`` means for a full fine-tune and for inference: mixed precision to
+#: train, bf16 weights to infer (:func:`default_precision` for adapters and GPUs without bf16).
 DEFAULT_PRECISION = {"train": "bf16-mixed", "infer": "bf16-true"}
+#: Checkpoint dtypes (``config.json``'s ``dtype`` / ``torch_dtype``) stored in 16 bits.
+HALF_CHECKPOINT_DTYPES = ("bfloat16", "float16")
+
+
+def default_precision(
+    mode: Any, *, adapters: bool = False, bf16: bool = True, checkpoint_dtype: str | None = None
+) -> str:
+    """The precision a job runs in when the user names none, as the ecosystem runs it.
+
+    - Inference: the weights in bf16 (``16-true`` on a GPU without bf16).
+    - A full fine-tune: ``bf16-mixed`` (fp32 masters under autocast: HF Trainer's ``bf16=True``
+      on an fp32 model, Lightning's default mixed plugin); ``16-mixed`` without bf16.
+    - LoRA / QLoRA (``adapters``): the frozen base in its checkpoint dtype with the adapters in
+      fp32 — transformers >= 5 loads a checkpoint in its own dtype (``dtype="auto"`` is the
+      default), peft keeps the adapters in fp32 (``autocast_adapter_dtype=True``), and TRL,
+      axolotl, Unsloth and LitGPT load the base in bf16. For a 16-bit checkpoint (or one whose
+      dtype is unknown: every current LLM ships bf16) that is ``bf16-true`` (``16-true`` on a
+      GPU without bf16; the engines keep peft's fp32 adapters); for an fp32 checkpoint the base
+      stays fp32 under autocast, ``bf16-mixed`` / ``16-mixed``.
+    """
+    if mode == "infer":
+        return "bf16-true" if bf16 else "16-true"
+    half_base = checkpoint_dtype is None or checkpoint_dtype in HALF_CHECKPOINT_DTYPES
+    if adapters and half_base:
+        return "bf16-true" if bf16 else "16-true"
+    return "bf16-mixed" if bf16 else "16-mixed"
+
+
+def default_precision_note(
+    precision: str, mode: Any, *, adapters: bool = False, checkpoint_dtype: str | None = None
+) -> str:
+    """Why ``precision`` was chosen when the user named none (one line for the output)."""
+    if mode == "infer":
+        return f"precision {precision}: the default to infer (16-bit weights); --precision sets it"
+    no_bf16 = "" if precision.startswith("bf16") else " (this GPU has no bf16: fp16 instead)"
+    if adapters and precision.endswith("-true"):
+        dtype = checkpoint_dtype or "16-bit"
+        if not precision.startswith("bf16"):
+            dtype += ", loaded as fp16: this GPU has no bf16"
+        return (
+            f"precision {precision}: the default for LoRA / QLoRA: the frozen base in its "
+            f"checkpoint dtype ({dtype}) as transformers >= 5, TRL, axolotl and Unsloth load it, "
+            "the adapters in fp32 (peft's autocast_adapter_dtype); --precision sets it"
+        )
+    if adapters:
+        return (
+            f"precision {precision}: the default for LoRA on an fp32 checkpoint{no_bf16}: the base "
+            "stays fp32 (its checkpoint dtype) under autocast; --precision sets it"
+        )
+    return (
+        f"precision {precision}: the default for a full fine-tune{no_bf16}: fp32 master weights "
+        "under autocast (HF Trainer bf16=True / fp16=True); --precision sets it"
+    )
+
+
 #: ZeRO stages run by DeepSpeed, whose bf16 / fp16 optimizers keep fp32 master weights in the
 #: partitioned optimizer state over a 16-bit model (ZeRO §3.1: 2 + 2 + 12 bytes per parameter).
 DEEPSPEED_SHARDS = ("zero1", "zero2", "zero3")

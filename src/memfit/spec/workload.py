@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memfit.spec.media import MediaSpec
@@ -11,6 +11,8 @@ from memfit.spec.rules import (
     FIELD_RULES,
     PARTITIONING_SHARDS,
     Mode,
+    default_precision,
+    default_precision_note,
     default_shard,
     field_problems,
     generation_rules,
@@ -33,8 +35,10 @@ class WorkloadSpec:
 
     ``precision``: Lightning's names (:data:`memfit.spec.rules.PRECISIONS`): ``*-mixed`` keeps
     fp32 master weights and runs the step under autocast (``16-mixed`` adds a GradScaler);
-    ``*-true`` keeps weights, grads and optimizer states in that dtype. None: ``bf16-mixed`` to
-    train, ``bf16-true`` to infer. The other names (``bf16``, ``fp16``, ``fp32``, ``amp-bf16``,
+    ``*-true`` keeps weights, grads and optimizer states in that dtype. None:
+    :func:`~memfit.spec.rules.default_precision` (``bf16-mixed`` for a full fine-tune,
+    ``bf16-true`` for LoRA / QLoRA — the base in its checkpoint dtype, fp32 adapters — and to
+    infer). The other names (``bf16``, ``fp16``, ``fp32``, ``amp-bf16``,
     ``amp-fp16``, ``16``, ``32``) are resolved once, here, by :func:`~memfit.spec.rules.
     resolve_precision` (``bf16`` trains as ``bf16-mixed``, infers as ``bf16-true``); the field
     then holds the canonical name. ``attention``: ``eager`` materialises the (B, H, S, S)
@@ -58,7 +62,7 @@ class WorkloadSpec:
     batch_size: int = 1
     seq_len: int = 512
     new_tokens: int = 0
-    precision: str | None = None  # None: "bf16-mixed" for train, "bf16-true" for infer
+    precision: str | None = None  # None: rules.default_precision (LoRA: bf16-true)
     attention: str = "sdpa"
     checkpointing: str = "none"
     optimizer: str | None = None  # None: "adamw" for train, "none" for infer
@@ -84,8 +88,16 @@ class WorkloadSpec:
     quant_experts: bool = True
     #: what one image / audio sample is, for a vision or speech model (not set: its config says)
     media: MediaSpec = MediaSpec()
+    #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
+    #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
+    #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
+    precision_defaulted: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.precision is None:
+            adapters = self.lora_rank is not None
+            object.__setattr__(self, "precision", default_precision(self.mode, adapters=adapters))
+            object.__setattr__(self, "precision_defaulted", True)
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode))
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", "adamw" if self.mode == "train" else "none")
@@ -94,6 +106,26 @@ class WorkloadSpec:
         if isinstance(self.lora_targets, list):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         raise_if(self.problems())
+
+    def settle_precision(
+        self, *, bf16: bool = True, checkpoint_dtype: str | None = None
+    ) -> tuple[WorkloadSpec, str | None]:
+        """The job with its defaulted precision settled for the GPU (``bf16``: whether it has
+        bf16) and the checkpoint's dtype, and the line that says which default applied and why
+        (None: the precision was given, kept as is)."""
+        if not self.precision_defaulted:
+            return self, None
+        adapters = self.lora_rank is not None
+        chosen = default_precision(
+            self.mode, adapters=adapters, bf16=bf16, checkpoint_dtype=checkpoint_dtype
+        )
+        settled = self
+        if chosen != self.precision:
+            settled = replace(self, precision=chosen, precision_defaulted=True)
+        note = default_precision_note(
+            chosen, self.mode, adapters=adapters, checkpoint_dtype=checkpoint_dtype
+        )
+        return settled, note
 
     @classmethod
     def of(
@@ -245,7 +277,8 @@ class WorkloadSpec:
         """The inputs as JSON-ready values (what ``--json`` prints under ``workload``; the
         micro-batch count per step is the exports' concern, not the estimate's; the media are
         printed as the estimate's ``inputs``)."""
-        d = {f: v for f, v in asdict(self).items() if f not in ("grad_accum", "media")}
+        skip = ("grad_accum", "media", "precision_defaulted")
+        d = {f: v for f, v in asdict(self).items() if f not in skip}
         if self.quant_compute_dtype is None:
             d.pop("quant_compute_dtype")
         if self.num_beams == 1:
