@@ -249,9 +249,10 @@ FLAGS: tuple[Flag, ...] = (
         choices=(*QUANTS, *DIFFUSION_QUANTS),
         default="none",
         help="weight format (train: QLoRA, needs --lora-rank; default none; diffusion "
-        "pipelines: the denoiser's, also torchao-*/gguf-* formats)",
+        "pipelines: the denoiser's, also torchao-*/gguf-* formats; plan: the job's own, kept "
+        "as asked)",
         field="quant",
-        commands=ESTIMATE_LIKE,
+        commands=(*ESTIMATE_LIKE, "plan"),
     ),
     Flag(
         name="--group-size",

@@ -54,6 +54,8 @@ def _defaults(command: str, job: Any) -> dict[str, Any]:
         fields["global_batch"] = per_step * fields.get("gpus", 1)
         for name in ("batch_size", "grad_accum"):
             fields.pop(name, None)
+        if fields.get("lora_rank") is not None:  # plan's --lora-rank takes the ranks to try
+            fields["lora_ranks"] = [fields.pop("lora_rank")]
     if isinstance(fields.get("lora_targets"), tuple):
         fields["lora_targets"] = ",".join(fields["lora_targets"])
     defaults: dict[str, Any] = {}

@@ -128,7 +128,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add_flags(p, "plan", "--prepare-kbit")
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
-    add_flags(p, "plan", "--lora-rank", "--precision", "--optimizer", "--attention")
+    add_flags(p, "plan", "--lora-rank", "--quant", "--precision", "--optimizer", "--attention")
     add_flags(p, "plan", "--resolution", "--train-text-encoder", "--cache-latents")
     add_flags(p, "plan", "--max-sequence-length")  # diffusion training (cli_diffusion_train)
     p.add_argument(
@@ -313,6 +313,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         optimizer=args.optimizer,
         attention=args.attention,
         allow=parse_allow(args.allow),
+        quant=args.quant,
     )
     if args.recommend_gpu:
         prices = load_prices(args.prices)

@@ -127,7 +127,17 @@ def changes(s: Any, recipe: Any, mode: str, *, asked_ranks: tuple[int, ...] = ()
     out: list[Change] = []
     if s.precision != recipe.precision and not frozen_base_cast(s, recipe):
         out.append(_result(f"precision {s.precision}", "pure-bf16", ("precision", s.precision)))
-    if s.quant != recipe.quant:
+    if s.quant != recipe.quant and s.quant == "none":
+        out.append(
+            Change(
+                what=f"16-bit base weights instead of {recipe.quant}",
+                kind=CHANGES_RESULT,
+                family="quant",
+                risk=0,
+                reason="16-bit base weights: no quantization error",
+            )
+        )
+    elif s.quant != recipe.quant:
         out.append(_result(f"{s.quant} base weights", "quant", ("quant", s.quant)))
     if mode == "train":
         out += _training_changes(s, recipe, asked_ranks)

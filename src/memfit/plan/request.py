@@ -18,6 +18,7 @@ from memfit.spec import (
     MODES,
     OPTIMIZERS,
     PRECISION_NAMES,
+    QUANTS,
     WorkloadSpec,
 )
 from memfit.spec.rules import MAX_LORA_RANK
@@ -65,6 +66,9 @@ class PlanRequest:
     attention: str = "sdpa"
     lora_asked: bool = False
     allow: frozenset[str] = frozenset()
+    #: the job's own weight format (QLoRA asked: ``nf4-dq`` with ``lora_asked``; inference: a
+    #: quantized checkpoint), kept as asked; other formats are result-changing options
+    quant: str = "none"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", frozenset(self.allow))
@@ -73,6 +77,13 @@ class PlanRequest:
             p.append(f"precision ({self.precision!r}) must be one of {', '.join(PRECISION_NAMES)}")
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             p.append(f"optimizer ({self.optimizer!r}) must be one of {', '.join(OPTIMIZERS)}")
+        if self.quant not in QUANTS:
+            p.append(f"quant ({self.quant!r}) must be one of {', '.join(QUANTS)}")
+        elif self.quant != "none" and self.mode == "train" and not self.lora_asked:
+            p.append(
+                f"quant ({self.quant!r}) trains adapters on a quantized base (QLoRA): add "
+                "--lora-rank, or leave --quant out and --allow quant to let the planner choose"
+            )
         if self.attention not in ATTENTIONS:
             p.append(f"attention ({self.attention!r}) must be one of {', '.join(ATTENTIONS)}")
         unknown = sorted(set(self.allow) - set(ALLOW))

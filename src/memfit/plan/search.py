@@ -260,6 +260,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         attention=request.attention,
         lora_asked=request.lora_asked,
         checkpoint_dtype=checkpoint_dtype(source),
+        quant=request.quant,
     )
 
 

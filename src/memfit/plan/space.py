@@ -261,6 +261,8 @@ class SpaceOptions:
     lora_asked: bool = False
     #: the dtype the checkpoint is stored in (None: not said), for the default precision
     checkpoint_dtype: str | None = None
+    #: the job's own weight format (QLoRA asked, or a quantized checkpoint to serve)
+    quant: str = "none"
 
     @property
     def recipe_precision(self) -> str:
@@ -315,9 +317,10 @@ def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
     fine-tuning, or LoRA at the asked ranks), then LoRA / freezing / QLoRA as result-changing
     options (none with ``keep_full_finetune``). FP4 is left out (NF4 is as small and better)."""
     opts = _optimizers(o)
-    quants = ["none"]
+    quants = [o.quant]
     if o.allow_quant:
-        quants += ["int8", "nf4-dq"] + (["fp8"] if o.supports_fp8 else [])
+        more = ["none", "int8", "nf4-dq"] + (["fp8"] if o.supports_fp8 else [])
+        quants += [q for q in more if q not in quants]
     # adapters and frozen layers: the recipe's optimizer and 8-bit AdamW only (the fused kernel
     # and Adafactor save nothing that matters next to what LoRA / freezing already saves)
     lora_opts = tuple(dict.fromkeys((opts[0], "adamw-8bit")))
@@ -373,9 +376,10 @@ def candidates(o: SpaceOptions) -> list[Settings]:
     change it; the planner sorts them into memory-only and result-changing ones)."""
     out: list[Settings] = []
     if o.mode == "infer":
-        quants = ["none"]
+        quants = [o.quant]
         if o.allow_quant:
-            quants += (["fp8"] if o.supports_fp8 else []) + ["int8", "int4-awq", "nf4"]
+            more = ["none", *(["fp8"] if o.supports_fp8 else []), "int8", "int4-awq", "nf4"]
+            quants += [q for q in more if q not in quants]
         for layout in _parallel_layouts(o):
             dp = o.gpus // layout["tp"]
             if o.per_rank_batch % dp:
@@ -430,6 +434,7 @@ def recipe(o: SpaceOptions) -> Settings:
         return Settings(
             precision=o.recipe_precision,
             attention=o.attention,
+            quant=o.quant,
             gpus=o.gpus,
             tp=o.gpus,
             micro_batch=o.per_rank_batch,
@@ -437,6 +442,7 @@ def recipe(o: SpaceOptions) -> Settings:
     return Settings(
         precision=o.recipe_precision,
         attention=o.attention,
+        quant=o.quant,
         optimizer=o.recipe_optimizer,
         lora_rank=o.lora_ranks[0] if o.lora_asked and o.lora_ranks else None,
         gpus=o.gpus,
