@@ -11,9 +11,8 @@ in memfit's own CLI terms:
 * ``recipe``: the documented recipe as ``memfit estimate`` flags (its precision, quantization,
   adapter, checkpointing, optimizer, batch split), without ``--gpu``;
 * ``plan``: what a user with that recipe types to ask memfit for advice (``memfit plan`` with
-  the recipe's shape, adapter and optimizer; ``--allow quant`` where the recipe is QLoRA, since
-  ``memfit plan`` has no ``--quant``); ``--precision`` for a full fine-tune (its framework's
-  precision is the user's choice) and for a non-bf16 recipe; a LoRA / QLoRA job leaves it to
+  the recipe's shape, adapter, optimizer and, for QLoRA, its ``--quant``); ``--precision`` for a
+  full fine-tune (its framework's precision is the user's choice) and for a non-bf16 recipe; a LoRA / QLoRA job leaves it to
   memfit's default (bf16 in the framework is the default there, and memfit's is what is tested);
 * ``file``: for a job whose source is a config file, the copy memfit reads with ``--from``.
 
@@ -116,7 +115,7 @@ def litgpt_job(folder: str, method: str) -> Job:
             quoted.append("lora_head: true (not modelled: no memfit role for lm_head)")
     if cfg.get("quantize"):
         recipe += ["--quant", "nf4"]  # bnb.nf4: no double quantization in LitGPT's mapping
-        plan += ["--allow", "quant"]
+        plan += ["--quant", "nf4"]
         quoted.append(f"quantize: {cfg['quantize']}")
     quoted.append(
         f"micro_batch_size: {micro}, global_batch_size: {per_step}, max_seq_length: {seq}"
@@ -214,7 +213,7 @@ def torchtune_jobs() -> list[Job]:
             TORCHTUNE_BASE
             + ("--optimizer", "adamw", "--checkpointing", "full", "--quant", "nf4")
             + lora,
-            ("--seq", "4096", "--global-batch", "2", "--lora-rank", "64", "--allow", "quant"),
+            ("--seq", "4096", "--global-batch", "2", "--lora-rank", "64", "--quant", "nf4"),
         ),
     ]
     return [
@@ -342,8 +341,8 @@ def axolotl_jobs() -> list[Job]:
                 "adamw-8bit",
                 "--attention",
                 "flash",
-                "--allow",
-                "quant",
+                "--quant",
+                "int8",
             ),
             file="benchmarks/data/practice/axolotl-llama-3-lora-8b.yml",
             notes=(

@@ -230,7 +230,7 @@ FLAGS: tuple[Flag, ...] = (
         help="comma-separated roles (q,k,v,o,gate,up,down, attention, mlp), module names or "
         "all-linear (default all-linear)",
         field="lora_targets",
-        commands=ESTIMATE_LIKE,
+        commands=(*ESTIMATE_LIKE, "plan"),
         needs="lora_rank",
         parse=_targets,
     ),

@@ -51,9 +51,7 @@ def test_a_lora_job_stays_lora_and_no_bf16_without_bf16(
 def test_offload_on_one_gpu_only_when_nothing_else_fits(gpu: str, seq: int) -> None:
     """README's example and the issue's: on one small GPU a LoRA job that fits as QLoRA is not
     sent through ZeRO-3 parameter offload (the offload plan is shown beside it instead)."""
-    p = _plan(
-        "llama-3.1-8b", gpu, seq_len=seq, global_batch=16, lora_ranks=(16,), lora_asked=True
-    )
+    p = _plan("llama-3.1-8b", gpu, seq_len=seq, global_batch=16, lora_ranks=(16,), lora_asked=True)
     assert p.recommended is not None
     assert p.recommended.settings.offload == "none", p.recommended.settings.describe()
     assert p.recommended.settings.quant != "none"

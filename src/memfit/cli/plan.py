@@ -24,7 +24,13 @@ from memfit.cli import vllm as cli_vllm
 from memfit.cli import web as cli_web
 from memfit.cli.engine import add_engine_flags, options_from
 from memfit.errors import SpecError
-from memfit.flags import add_flags, integer, non_negative_int, workload_from_args
+from memfit.flags import (
+    add_flags,
+    integer,
+    non_negative_int,
+    workload_from_args,
+    workload_kwargs,
+)
 from memfit.hardware.prices import PRICES_ENV, load_prices
 from memfit.plan import (
     DEFAULT_HEADROOM,
@@ -128,7 +134,16 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add_flags(p, "plan", "--prepare-kbit")
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
-    add_flags(p, "plan", "--lora-rank", "--quant", "--precision", "--optimizer", "--attention")
+    add_flags(
+        p,
+        "plan",
+        "--lora-rank",
+        "--lora-targets",
+        "--quant",
+        "--precision",
+        "--optimizer",
+        "--attention",
+    )
     add_flags(p, "plan", "--resolution", "--train-text-encoder", "--cache-latents")
     add_flags(p, "plan", "--max-sequence-length")  # diffusion training (cli_diffusion_train)
     p.add_argument(
@@ -279,6 +294,17 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
 
 
 # -- plan -------------------------------------------------------------------------------------
+def _lora_targets(args: argparse.Namespace) -> tuple[str, ...] | str:
+    """``--lora-targets`` as the workload reads it (the flag table's parser), or all-linear."""
+    if not getattr(args, "lora_targets", None):
+        return "all-linear"
+    if not args.lora_rank:
+        raise SpecError("--lora-targets names what LoRA adapts: add --lora-rank")
+    return workload_kwargs({"lora_targets": args.lora_targets, "lora_rank": 1}, "plan")[
+        "lora_targets"
+    ]
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     cli_web.check_output_paths(args)  # --html: a typo is refused before the search
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
@@ -314,6 +340,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         attention=args.attention,
         allow=parse_allow(args.allow),
         quant=args.quant,
+        lora_targets=_lora_targets(args),
     )
     if args.recommend_gpu:
         prices = load_prices(args.prices)

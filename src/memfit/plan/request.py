@@ -69,6 +69,8 @@ class PlanRequest:
     #: the job's own weight format (QLoRA asked: ``nf4-dq`` with ``lora_asked``; inference: a
     #: quantized checkpoint), kept as asked; other formats are result-changing options
     quant: str = "none"
+    #: the modules the job's LoRA adapts (``--lora-targets``), kept as asked
+    lora_targets: tuple[str, ...] | str = "all-linear"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", frozenset(self.allow))

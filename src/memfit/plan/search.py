@@ -261,6 +261,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         lora_asked=request.lora_asked,
         checkpoint_dtype=checkpoint_dtype(source),
         quant=request.quant,
+        lora_targets=request.lora_targets,
     )
 
 

@@ -263,6 +263,8 @@ class SpaceOptions:
     checkpoint_dtype: str | None = None
     #: the job's own weight format (QLoRA asked, or a quantized checkpoint to serve)
     quant: str = "none"
+    #: the modules an asked LoRA adapts (a LoRA the planner proposes adapts every linear)
+    lora_targets: tuple[str, ...] | str = "all-linear"
 
     @property
     def recipe_precision(self) -> str:
@@ -328,7 +330,12 @@ def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
         for rank in o.lora_ranks:
             for q in quants:
                 for opt in lora_opts:
-                    yield {"optimizer": opt, "lora_rank": rank, "quant": q}
+                    yield {
+                        "optimizer": opt,
+                        "lora_rank": rank,
+                        "quant": q,
+                        "lora_targets": o.lora_targets,
+                    }
         return
     yield from ({"optimizer": opt} for opt in opts)
     if o.keep_full_finetune:
@@ -445,6 +452,7 @@ def recipe(o: SpaceOptions) -> Settings:
         quant=o.quant,
         optimizer=o.recipe_optimizer,
         lora_rank=o.lora_ranks[0] if o.lora_asked and o.lora_ranks else None,
+        lora_targets=o.lora_targets if o.lora_asked else "all-linear",
         gpus=o.gpus,
         shard="ddp" if o.gpus > 1 else "none",
         micro_batch=o.per_rank_batch,
