@@ -12,8 +12,9 @@ in memfit's own CLI terms:
   adapter, checkpointing, optimizer, batch split), without ``--gpu``;
 * ``plan``: what a user with that recipe types to ask memfit for advice (``memfit plan`` with
   the recipe's shape, adapter, optimizer and, for QLoRA, its ``--quant``); ``--precision`` for a
-  full fine-tune (its framework's precision is the user's choice) and for a non-bf16 recipe; a LoRA / QLoRA job leaves it to
-  memfit's default (bf16 in the framework is the default there, and memfit's is what is tested);
+  full fine-tune (its framework's precision is the user's choice) and for a non-bf16 recipe; a
+  LoRA / QLoRA job leaves it to memfit's default (bf16 in the framework is the default there,
+  and memfit's is what is tested);
 * ``file``: for a job whose source is a config file, the copy memfit reads with ``--from``.
 
 Diffusion jobs run ``memfit estimate`` (a DiffusionJob has no planner), serving jobs ``memfit
