@@ -108,7 +108,7 @@ def litgpt_job(folder: str, method: str) -> Job:
         roles = [r for k, r in LITGPT_ROLES.items() if cfg.get(k)]
         rank = int(cfg["lora_r"])
         recipe += ["--lora-rank", str(rank), "--lora-targets", ",".join(roles)]
-        plan += ["--lora-rank", str(rank)]
+        plan += ["--lora-rank", str(rank), "--lora-targets", ",".join(roles)]
         quoted.append(
             f"lora_r: {rank}, " + ", ".join(f"{k}: true" for k in LITGPT_ROLES if cfg.get(k))
         )
@@ -206,7 +206,7 @@ def torchtune_jobs() -> list[Job]:
             "'LoRA' row: lora_finetune_single_device, rank 64 on q, v, output_proj + MLP, "
             "activation checkpointing on",
             TORCHTUNE_BASE + ("--optimizer", "adamw", "--checkpointing", "full") + lora,
-            ("--seq", "4096", "--global-batch", "2", "--lora-rank", "64"),
+            ("--seq", "4096", "--global-batch", "2", *lora),
         ),
         (
             "qlora",
@@ -214,7 +214,7 @@ def torchtune_jobs() -> list[Job]:
             TORCHTUNE_BASE
             + ("--optimizer", "adamw", "--checkpointing", "full", "--quant", "nf4")
             + lora,
-            ("--seq", "4096", "--global-batch", "2", "--lora-rank", "64", "--quant", "nf4"),
+            ("--seq", "4096", "--global-batch", "2", *lora, "--quant", "nf4"),
         ),
     ]
     return [

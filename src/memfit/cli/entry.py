@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 a valid "does not fit", 2 bad input (and any memfit error).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from memfit import progress
 from memfit.api import estimate
 from memfit.cli import bench as cli_bench
 from memfit.cli import check as cli_check
@@ -41,6 +43,7 @@ from memfit.flags import (
 from memfit.models import list_bundled
 from memfit.models.media import using_media
 from memfit.models.pipelines import list_pipelines
+from memfit.plan.nearest import NearestFit, nearest_fit
 from memfit.report.text import render_estimate, render_models
 from memfit.spec.media import MediaSpec
 from memfit.version import __version__
@@ -168,11 +171,24 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         )
     cli_web.write_estimate_outputs(args, est, traces)
     answer = cli_from.answer(args, est.engine)  # a torchtune / LitGPT --from file: who answered
+    nearest = _nearest(args, est)
     if args.json:
-        print(json.dumps({**est.to_json(), **answer}, indent=2))
+        extra = {} if nearest is None else {"nearest_fit": nearest.to_json()}
+        print(json.dumps({**est.to_json(), **answer, **extra}, indent=2))
     else:
-        print(render_estimate(est, top=args.top) + cli_from.answer_lines(answer))
+        tail = "" if nearest is None else "\n" + nearest.text()
+        print(render_estimate(est, top=args.top) + cli_from.answer_lines(answer) + tail)
     return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
+
+
+def _nearest(args: argparse.Namespace, est: Any) -> NearestFit | None:
+    """For a text job that does not fit: the nearest change that does (memfit.plan.nearest),
+    searched with the fast engine; None when it fits, or for a --from framework answer."""
+    if est.fits is None or est.fits.verdict != "does not fit" or cli_from.answer(args, est.engine):
+        return None
+    settled = dataclasses.replace(workload_from_args(args), precision=est.workload["precision"])
+    progress.report("looking for the nearest change that fits")
+    return nearest_fit(args.model, settled, args.gpu, model_name=str(args.model))
 
 
 def _print_records(records: list[Any]) -> None:

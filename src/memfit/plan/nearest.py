@@ -1,0 +1,117 @@
+"""The nearest change that makes one job fit, for ``memfit estimate`` and ``fit``'s "does not fit".
+
+The planner answers it: the job becomes the recipe (its precision, optimizer, attention, LoRA
+rank, targets and weight format, its batch as the global batch per GPU) and the search returns
+the least change that fits — memory-only first — or, when nothing does, the nearest changes of
+:meth:`memfit.plan.search.Plan.nearest` (a shorter sequence, another GPU with its price). Only
+where the fast (analytic) engine models the model: a search with the trace engine takes minutes,
+so elsewhere the line names the ``memfit plan`` command instead of running it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.errors import MemfitError
+from memfit.estimate.policy import active
+from memfit.models import ModelSource, resolve_model
+from memfit.plan.request import PlanRequest
+from memfit.plan.search import plan
+from memfit.spec import WorkloadSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class NearestFit:
+    """The nearest change that fits (``change``: what to do; ``plan``: the settings; ``kind``:
+    memory-only / changes the result / changes the job / another GPU), or only the command to
+    search it (``change`` None)."""
+
+    change: str | None
+    plan: str | None
+    kind: str | None
+    command: str
+
+    def text(self) -> str:
+        if self.change is None:
+            return f"nearest change that fits: search it with `{self.command}`"
+        return (
+            f"nearest change that fits ({self.kind}): {self.change} — {self.plan}; "
+            f"compare all with `{self.command}`"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "change": self.change,
+            "plan": self.plan,
+            "kind": self.kind,
+            "command": self.command,
+        }
+
+
+def request_of(w: WorkloadSpec) -> PlanRequest:
+    """The planner's request for the job ``w`` as asked (training: its batch x accumulation as
+    the global batch per GPU; inference: its concurrent requests)."""
+    train = w.mode == "train"
+    lora = w.lora_rank is not None
+    return PlanRequest(
+        mode=w.mode,
+        seq_len=w.seq_len,
+        new_tokens=w.new_tokens,
+        batch_size=None if train else w.batch_size,
+        global_batch=w.batch_size * w.grad_accum * w.gpus if train else None,
+        gpus=w.gpus,
+        precision=w.precision,
+        optimizer=w.optimizer if train else None,
+        attention=w.attention,
+        lora_ranks=(w.lora_rank,) if lora and w.lora_rank else (16, 64),
+        lora_asked=lora,
+        lora_targets=w.lora_targets if lora else "all-linear",
+        quant=w.quant,
+        prepare_kbit=w.prepare_kbit,
+        confirm="none",
+        n_alternatives=0,
+    )
+
+
+def plan_command(model: str, w: WorkloadSpec, gpu: str) -> str:
+    r = request_of(w)
+    parts = [f"memfit plan {model} --gpu {gpu} --seq {r.seq_len}"]
+    if r.global_batch:
+        parts.append(f"--global-batch {r.global_batch}")
+    elif r.batch_size:
+        parts.append(f"--mode infer --batch {r.batch_size}")
+    if r.lora_asked:
+        parts.append(f"--lora-rank {r.lora_ranks[0]}")
+    if r.quant != "none":
+        parts.append(f"--quant {r.quant}")
+    parts.append(f"--precision {r.precision}")
+    return " ".join(parts)
+
+
+def nearest_fit(model: Any, w: WorkloadSpec, gpu: Any, *, model_name: str) -> NearestFit | None:
+    """The nearest change that fits ``w`` on ``gpu``; None where the planner cannot say (a job
+    it does not model); only the command where the fast engine does not model the model."""
+    gpu_name = gpu if isinstance(gpu, str) else getattr(gpu, "name", str(gpu))
+    command = plan_command(model_name, w, gpu_name)
+    if w.tp > 1 or w.shard not in ("none", "ddp") or w.offload != "none":
+        return NearestFit(change=None, plan=None, kind=None, command=command)
+    try:
+        source = model if isinstance(model, ModelSource) else resolve_model(str(model))
+        if active().search_engines(source).search != "analytic":
+            return NearestFit(change=None, plan=None, kind=None, command=command)
+        p = plan(source, request_of(w), gpu=gpu)
+    except MemfitError:
+        return NearestFit(change=None, plan=None, kind=None, command=command)
+    rec = p.recommended
+    if rec is not None:
+        kind = "changes the result" if rec.changes_result else "memory-only"
+        what = ", ".join(c.what for c in rec.changes) or "the job as asked"
+        return NearestFit(change=what, plan=rec.settings.describe(), kind=kind, command=command)
+    if p.nearest:
+        n = p.nearest[0]
+        return NearestFit(change=n["change"], plan=n["plan"], kind=n["kind"], command=command)
+    return NearestFit(change=None, plan=None, kind=None, command=command)
+
+
+__all__ = ["NearestFit", "nearest_fit", "plan_command", "request_of"]
