@@ -8,6 +8,7 @@ from typing import Any
 from memfit.spec.media import MediaSpec
 from memfit.spec.parts import ParallelSpec, ShapeSpec, TechniqueSpec
 from memfit.spec.rules import (
+    DEEPSPEED_SHARDS,
     FIELD_RULES,
     PARTITIONING_SHARDS,
     Mode,
@@ -95,7 +96,7 @@ class WorkloadSpec:
 
     def __post_init__(self) -> None:
         if self.precision is None:
-            adapters = self.lora_rank is not None
+            adapters = self.lora_rank is not None and self.shard not in DEEPSPEED_SHARDS
             object.__setattr__(self, "precision", default_precision(self.mode, adapters=adapters))
             object.__setattr__(self, "precision_defaulted", True)
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode))
@@ -115,7 +116,9 @@ class WorkloadSpec:
         (None: the precision was given, kept as is)."""
         if not self.precision_defaulted:
             return self, None
-        adapters = self.lora_rank is not None
+        # under DeepSpeed ZeRO an adapter job runs as its bf16 / fp16 optimizer does: the
+        # *-mixed name (the 16-bit model, fp32 masters of what trains; rules.run_precision)
+        adapters = self.lora_rank is not None and self.shard not in DEEPSPEED_SHARDS
         chosen = default_precision(
             self.mode, adapters=adapters, bf16=bf16, checkpoint_dtype=checkpoint_dtype
         )
