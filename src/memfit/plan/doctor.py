@@ -152,9 +152,7 @@ class DoctorChecks(Checklist[Finding]):
 
     def cmd(self, verb: str, *extra: str) -> str:
         gpu = [] if self.gpu is None else ["--gpu", self.gpu.name]
-        return " ".join(
-            ["memfit", verb, self.model, *gpu, *extra, workload_flags(self.proposed)]
-        )
+        return " ".join(["memfit", verb, self.model, *gpu, *extra, workload_flags(self.proposed)])
 
     def plan_cmd(self, *extra: str, gpu: bool = True) -> str:
         """``memfit plan`` takes the job's shape and its recipe (precision, LoRA rank), not its
@@ -277,14 +275,16 @@ class DoctorChecks(Checklist[Finding]):
             closest = None if p is None else p.closest
             if closest is not None and closest.need_bytes is not None:
                 text += (
-                    f" (the closest, {closest.settings.describe()}, needs "
-                    f"{format_bytes(closest.need_bytes)})"
+                    f" (the closest plan, {closest.settings.describe()}: "
+                    f"{format_bytes(closest.need_bytes)}, upper end)"
                 )
-            return text, "use a GPU with more memory: " + self.plan_cmd("--recommend-gpu", gpu=False)
+            return text, "use a GPU with more memory: " + self.plan_cmd(
+                "--recommend-gpu", gpu=False
+            )
         numbers["nearest_plan"] = rec.settings.describe()
         numbers["nearest_plan_need_bytes"] = rec.need_bytes
         text += (
-            f"; the nearest change that fits is {rec.settings.describe()} (the plan needs "
+            f"; the nearest change that fits is {rec.settings.describe()} (that plan: "
             f"{format_bytes(rec.need_bytes or 0)}, upper end)"
         )
         return text, f"change the job as the plan says: {self.plan_cmd('--allow-offload')}"
@@ -433,7 +433,8 @@ class DoctorChecks(Checklist[Finding]):
         names = [g for g, _ in ranked]
         mine = dict(ranked).get(self.gpu.name)
         text = (
-            f"{len(ranked)} GPUs of the catalog have room for this job ({format_bytes(self.need)})"
+            f"{len(ranked)} GPUs of the catalog have room for this job (it needs "
+            f"{format_bytes(self.need)}, upper end)"
         )
         numbers: dict[str, Any] = {"n_with_room": len(ranked), "tokens_per_s": mine}
         if mine is None:
