@@ -143,7 +143,8 @@ class DoctorChecks(Checklist[Finding]):
         self.model = source.name
         self.notes: list[str] = []
         #: the job as the next steps propose it: its precision as this GPU runs it
-        self.proposed = replace(w, precision=precision_on(w.precision, gpu))
+        asked = w.precision or DEFAULT_PRECISION[w.mode]  # resolved by WorkloadSpec: never None
+        self.proposed = replace(w, precision=precision_on(asked, gpu))
         if self.proposed.precision != w.precision:
             self.notes.append(
                 f"{gpu.name} has no bf16 tensor cores: the next steps run the job in "
@@ -163,8 +164,8 @@ class DoctorChecks(Checklist[Finding]):
         f += [f"--mode {w.mode} --seq {w.seq_len} --batch {w.batch_size}"]
         f += [f"--new-tokens {w.new_tokens}"] if w.new_tokens else []
         f += [f"--gpus {w.gpus}"] if w.gpus > 1 else []
-        asked = self.w.precision  # the planner's default is already right for each GPU
-        if asked != DEFAULT_PRECISION[w.mode]:
+        asked = w.precision or DEFAULT_PRECISION[w.mode]
+        if asked != DEFAULT_PRECISION[w.mode]:  # the planner's default is right for each GPU
             f += [f"--precision {precision_on(asked, self.gpu if gpu else None)}"]
         f += [f"--lora-rank {w.lora_rank}"] if w.is_train and w.lora_rank is not None else []
         return " ".join(f + list(extra))
@@ -293,13 +294,13 @@ class DoctorChecks(Checklist[Finding]):
         """The planner's answer for the job's recipe (its precision, optimizer, attention and
         adapter) on this GPU, offload allowed, with doctor's estimator (no confirmation)."""
         w = self.proposed
-        lora = w.is_train and w.lora_rank is not None
+        ranks = (w.lora_rank,) if w.is_train and w.lora_rank is not None else None
         request = PlanRequest(
             mode=w.mode, seq_len=w.seq_len, batch_size=w.batch_size, new_tokens=w.new_tokens,
             gpus=w.gpus, headroom=self.headroom, allow_offload=True, n_alternatives=0,
             confirm="none", precision=w.precision,
             optimizer=w.optimizer if w.is_train else None, attention=w.attention,
-            lora_ranks=(w.lora_rank,) if lora else (16, 64), lora_asked=lora,
+            lora_ranks=ranks or (16, 64), lora_asked=ranks is not None,
         )  # fmt: skip
         try:
             return plan(self.source, request, gpu=self.gpu, estimator=self.est_fn)
