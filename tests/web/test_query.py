@@ -92,10 +92,10 @@ def test_the_planners_carry_every_job_field_of_the_form() -> None:
     plan = job("plan", model="llama-3.1-8b", gpu="T4", **fields)
     assert "--allow=quant" in plan.argv and "--lora-rank=16" in plan.argv
     assert "--precision=bf16-true" in plan.argv
-    assert plan.chosen_by_planner == ("quant=nf4", "checkpointing=full")
+    assert plan.not_taken == ("quant=nf4", "checkpointing=full")
     upgrade = job("upgrade", model="llama-3.1-8b", gpu="T4", **fields)
-    assert upgrade.chosen_by_planner == ("quant=nf4", "checkpointing=full", "lora-rank=16",
+    assert upgrade.not_taken == ("quant=nf4", "checkpointing=full", "lora-rank=16",
                                         "precision=bf16-true")  # fmt: skip
-    assert job("plan", model="gpt2", gpu="T4", quant="none").chosen_by_planner == ()
+    assert job("plan", model="gpt2", gpu="T4", quant="none").not_taken == ()
     with pytest.raises(SpecError, match="memfit plan takes no option 'bogus'"):
         job("plan", model="gpt2", bogus="1")

@@ -82,8 +82,8 @@ class UpgradeChecks(Checklist[CheckItem]):
             return CheckItem(
                 id="plan_exceeds_vram",
                 status="not_triggered",
-                evidence=f"the fastest plan that fits needs {_mem(rec)} of the "
-                f"{format_bytes(limit)} limit: {rec.settings.describe()}",
+                evidence=f"the fastest plan that fits, {rec.settings.describe()}, takes "
+                f"{_mem(rec)} (upper end) of the {format_bytes(limit)} limit",
                 numbers={"need_bytes": rec.need_bytes, "limit_bytes": limit},
             )
         closest = p.closest

@@ -49,10 +49,10 @@ REFUSED = frozenset(
 PLANNERS = ("plan", "upgrade")
 #: What a planner takes for a job field of the form it has no flag for: ``quant`` (not
 #: ``none``) lets ``memfit plan`` use quantized base weights as freely as memory-only changes
-#: (``--allow quant``: the job as asked already quantizes). Any other such field (checkpointing,
-#: offload, shard ...) is a technique the planner searches; it is carried in
-#: :attr:`Job.chosen_by_planner` and the answer's ``X-Memfit-Planner-Chooses`` header, so the
-#: page says which fields the plan decides instead of dropping them unsaid.
+#: (``--allow quant``: the job as asked already quantizes). Every such field that is set is
+#: named in :attr:`Job.not_taken` and the answer's ``X-Memfit-Not-Taken`` header (a planner
+#: searches checkpointing, offload, sharding ... itself and starts from the job without them),
+#: so the page says which fields the plan does not take instead of dropping them unsaid.
 PLANNER_EQUIVALENTS = {("plan", "quant"): lambda v: [] if v in ("", "none") else ["--allow=quant"]}
 #: Query keys that are not options: the model, a pasted config.json, the page's own state.
 MODEL_KEY, CONFIG_KEY = "model", "config"
@@ -124,8 +124,8 @@ class Job:
     command: str
     argv: tuple[str, ...]  # without the program name, with --json
     heavy: bool  # runs the trace engine or a planner search (seconds), not only closed forms
-    #: job fields of the form a planner searches itself (``checkpointing=full``), in order
-    chosen_by_planner: tuple[str, ...] = ()
+    #: job fields of the query a planner takes no flag for (``checkpointing=full``), in order
+    not_taken: tuple[str, ...] = ()
 
     def command_line(self, *, json: bool = False) -> str:
         """The equivalent shell command (``memfit estimate gpt2 --batch 4``)."""
@@ -166,7 +166,7 @@ def build_job(
             continue
         elif key in allowed:
             words += _option_words(allowed[key], value)
-        elif key in job_fields:  # a technique the planner searches: carried, not dropped
+        elif key in job_fields:  # a job field the planner takes no flag for: carried or named
             equivalent = PLANNER_EQUIVALENTS.get((command, key))
             words += [w for w in (equivalent(value) if equivalent else []) if w not in words]
             if value not in ("", "none", str(job_fields[key].default)):
@@ -188,7 +188,7 @@ def build_job(
         command=command,
         argv=argv,
         heavy=_is_heavy(command, words),
-        chosen_by_planner=tuple(chosen),
+        not_taken=tuple(chosen),
     )
 
 

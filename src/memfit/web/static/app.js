@@ -103,7 +103,7 @@ function query(extra = {}) {
 
 // Keys each command takes (the CLI's own options), so one page state serves them all. plan and
 // upgrade get every job field too: the server carries the techniques they search (quant,
-// checkpointing ...) as what they take, and names them (X-Memfit-Planner-Chooses).
+// checkpointing ...) as what they take where they can, and names the rest (X-Memfit-Not-Taken).
 function queryFor(command, extra = {}) {
   const keys = new Set(schema.options[command].map((o) => o.key));
   if (command === "plan" || command === "upgrade") for (const o of schema.options.estimate) keys.add(o.key);
@@ -116,7 +116,7 @@ async function api(command, q) {
   const r = await fetch("/api/" + command + "?" + q.toString());
   const body = await r.json();
   if (!r.ok && body.error) throw new Error(body.error);
-  return { body, exit: r.headers.get("X-Memfit-Exit"), command: r.headers.get("X-Memfit-Command"), chooses: r.headers.get("X-Memfit-Planner-Chooses") };
+  return { body, exit: r.headers.get("X-Memfit-Exit"), command: r.headers.get("X-Memfit-Command"), notTaken: r.headers.get("X-Memfit-Not-Taken") };
 }
 
 // -- rendering ---------------------------------------------------------------------------------
@@ -241,8 +241,8 @@ async function runSection(command, target, extra, render) {
   const t = $(target);
   t.replaceChildren(el("p", { class: "muted" }, "running memfit " + command + "…"));
   try {
-    const { body, command: line, chooses } = await api(command, queryFor(command, extra));
-    t.replaceChildren(...render(body, chooses), el("code", {}, line));
+    const { body, command: line, notTaken } = await api(command, queryFor(command, extra));
+    t.replaceChildren(...render(body, notTaken), el("code", {}, line));
     t.dataset.state = "done";
   } catch (e) { t.replaceChildren(el("div", { class: "error" }, e.message)); t.dataset.state = "error"; }
 }
@@ -256,19 +256,19 @@ function verdictLine(f, gpu, suffix, id) {
 
 // The form's job (the banner's verdict, the table's row), then, where the planner searches some
 // of its fields itself, the job it starts from: two jobs, each named, never one job twice.
-function askedLines(body, chooses, command) {
+function askedLines(body, notTaken, command) {
   const asked = lastEstimate && lastEstimate.est.fits;
   const out = [el("h3", {}, "As asked"), verdictLine(asked, asked && asked.gpu, " (as asked)", "as-asked")];
-  if (chooses && body.as_asked) {
+  if (notTaken && body.as_asked) {
     const from = body.baseline ? " (" + body.baseline.summary + ")" : "";
-    out.push(el("p", { class: "note", id: "planner-chooses" }, "memfit " + command + " chooses " + chooses + " itself; it starts from the job without them" + from + ":"));
+    out.push(el("p", { class: "note", id: "not-taken" }, "memfit " + command + " does not take " + notTaken + " from the form (it searches the techniques itself): it starts from the job without them" + from + ":"));
     out.push(verdictLine(body.as_asked, body.gpu || (body.budget && body.budget.gpu), " (the planner's start)", "planner-start"));
   }
   return out;
 }
 
-function planView(p, chooses) {
-  const out = askedLines(p, chooses, "plan");
+function planView(p, notTaken) {
+  const out = askedLines(p, notTaken, "plan");
   out.push(el("h3", {}, "Recommended plan"));
   const rec = p.recommended;
   if (rec) {
@@ -284,8 +284,8 @@ function planView(p, chooses) {
   return out;
 }
 
-function upgradeView(u, chooses) {
-  return [...askedLines(u, chooses, "upgrade"), el("h3", {}, "Upgrade verdict"), el("p", { id: "upgrade-verdict", class: u.upgrade ? "bad" : "good" }, u.summary || u.verdict)];
+function upgradeView(u, notTaken) {
+  return [...askedLines(u, notTaken, "upgrade"), el("h3", {}, "Upgrade verdict"), el("p", { id: "upgrade-verdict", class: u.upgrade ? "bad" : "good" }, u.summary || u.verdict)];
 }
 
 function fitView(f) {
