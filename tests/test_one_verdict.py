@@ -11,6 +11,10 @@ Surfaces, per kind of job:
   ``/api/upgrade`` and the ``/api/gpu-table`` row the page's table shows); ``fit --solve batch``
   answers another question (the largest batch), so it must agree instead: the job's batch is at
   most ``max_batch`` exactly when the verdict is ``fits``.
+* the figures printed in words (issue 29): Llama-3.1-8B at seq 4096 (full fine-tuning and LoRA
+  r16) on a T4 (no bf16) and an RTX-4090: every "needs" of ``doctor``'s text and of
+  ``upgrade``'s text is the verdict's ``need_bytes``, and the page's banner (``/api/estimate``)
+  and its table row (``/api/gpu-table``) carry the same verdict and ``need_bytes``.
 * a diffusion pipeline call (a tiny FLUX tree) on cards sized around its need: ``estimate``, the
   Python API (``estimate_pipeline``) and the web API (``/api/estimate``). ``plan``, ``fit``,
   ``upgrade``, ``doctor`` and ``check`` take no pipeline inference job today (``fit`` and ``plan``
