@@ -315,3 +315,15 @@ def test_next_steps_use_the_precision_the_gpu_runs(gpu: str, bf16: bool) -> None
     steps = [line for line in text.splitlines() if line.strip().startswith("next:")]
     assert steps and all(("bf16" in s) is bf16 for s in steps if "--precision" in s), steps
     assert any("16-mixed" in s for s in steps)
+
+
+def test_a_tight_job_is_called_tight_in_every_finding() -> None:
+    """The verdict's word, not another: a job whose point fits but whose upper end does not is
+    ``tight`` in the verdict line and in the findings (not "does not fit")."""
+    text, data = _doctor_cli(
+        "llama-3.1-8b", "--gpu", "A100-80GB", "--seq", "4096", "--batch", "4", "--precision",
+        "bf16-mixed", "--lora-rank", "16", "--checkpointing", "full", "--optimizer", "adamw-8bit",
+    )  # fmt: skip
+    assert data["verdict"]["verdict"] == "tight"
+    assert "does not fit" not in text
+    assert "batch 4 is tight (its upper end is over the limit)" in text

@@ -31,6 +31,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.policy import AUTO, AnalyticFirst
+from memfit.estimate.verdict import DOES_NOT_FIT
 from memfit.estimate.result import MemoryEstimate
 from memfit.flags import workload_flags as flags
 from memfit.hardware import get_gpu
@@ -186,7 +187,7 @@ class DoctorChecks(Checklist[Finding]):
         )
         applies = _SIZED_APPLIES.get(sized_by or "", "unknown")
         if self.budget is not None and weights <= self.budget.capacity_bytes < self.need:
-            text += f"; the weights alone fit {self.gpu.name} but the job does not"
+            text += f"; the weights alone fit {self.gpu.name} but the job {self._verdict_words()}"
         return Finding(
             id="weights_only_sizing",
             status=applies,
@@ -254,12 +255,19 @@ class DoctorChecks(Checklist[Finding]):
             f"{self.gpu.name} within {format_bytes(limit)} is {r.max_value} (fit --solve batch)"
         )
         if b > r.max_value:
-            applies, text = "yes", text + f": batch {b} does not fit"
+            applies, text = "yes", text + f": batch {b} {self._verdict_words()}"
         elif r.max_value >= 2 * b:
             text += f": {r.max_value / b:.1f}x the batch in use fits"
         return Finding(
             id="batch_unprofiled", status=applies, evidence=text, next_step=step, numbers=numbers
         )
+
+    def _verdict_words(self) -> str:
+        """THE verdict of the job as a predicate: ``does not fit``, or ``is tight (...)``."""
+        v = verdict(self.est, self.budget) if self.budget is not None else None
+        if v is None or v.verdict == DOES_NOT_FIT:
+            return "does not fit"
+        return f"is {v.verdict} (its upper end is over the limit)"
 
     def _no_batch_fits(self, limit: int, numbers: dict[str, Any]) -> tuple[str, str]:
         """The batch finding when no batch size fits: the job's need, and the planner's least
