@@ -31,8 +31,8 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.estimate.policy import AUTO, AnalyticFirst
-from memfit.estimate.verdict import DOES_NOT_FIT
 from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.verdict import DOES_NOT_FIT
 from memfit.flags import workload_flags as flags
 from memfit.hardware import get_gpu
 from memfit.hardware.precision import precision_on
