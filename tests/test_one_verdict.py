@@ -11,6 +11,10 @@ Surfaces, per kind of job:
   ``/api/upgrade`` and the ``/api/gpu-table`` row the page's table shows); ``fit --solve batch``
   answers another question (the largest batch), so it must agree instead: the job's batch is at
   most ``max_batch`` exactly when the verdict is ``fits``.
+* the figures printed in words (issue 29): Llama-3.1-8B at seq 4096 (full fine-tuning and LoRA
+  r16) on a T4 (no bf16) and an RTX-4090: every "needs" of ``doctor``'s text and of
+  ``upgrade``'s text is the verdict's ``need_bytes``, and the page's banner (``/api/estimate``)
+  and its table row (``/api/gpu-table``) carry the same verdict and ``need_bytes``.
 * a diffusion pipeline call (a tiny FLUX tree) on cards sized around its need: ``estimate``, the
   Python API (``estimate_pipeline``) and the web API (``/api/estimate``). ``plan``, ``fit``,
   ``upgrade``, ``doctor`` and ``check`` take no pipeline inference job today (``fit`` and ``plan``
@@ -35,6 +39,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import re
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -44,6 +49,7 @@ import pytest
 import memfit
 from memfit.cli import main
 from memfit.estimate.verdict import EXIT_CODES, headroom_bytes
+from memfit.units import format_bytes
 
 TEXT_MODEL = "Qwen/Qwen2.5-0.5B"
 TEXT_JOB = {"mode": "train", "batch": "4", "seq": "1024", "engine": "analytic"}
@@ -180,6 +186,56 @@ def test_a_text_step_gets_one_verdict_and_one_need_everywhere(
     assert set(exits.values()) == {EXIT_CODES[expected]}, exits
     _, fit = cli("fit", *argv, "--solve", "batch")
     assert (int(TEXT_JOB["batch"]) <= fit["max_batch"]) is (expected == "fits")
+
+
+# -- the printed "needs" figures: doctor, upgrade, the page's banner and table (issue 29) --------
+#: issue 29's job: Llama-3.1-8B, a full fine-tuning step at seq 4096 (the shape upgrade takes),
+#: and with LoRA r16 (doctor); on a T4 (no bf16) and an RTX-4090. The precision is explicit.
+LLAMA_JOB = {"mode": "train", "batch": "1", "seq": "4096", "engine": "analytic"}
+NEEDS = re.compile(r"\bneeds (\d[\d.,]* [KMGT]?i?B)")
+
+
+def cli_text(*argv: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(list(argv))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("gpu", ["T4", "RTX-4090"])
+@pytest.mark.parametrize("lora", [(), ("--lora-rank", "16")])
+def test_doctor_upgrade_and_the_page_print_the_verdicts_needs_figure(
+    gpu: str, lora: tuple[str, ...], web: Any
+) -> None:
+    argv = ["llama-3.1-8b", *flags(LLAMA_JOB), "--gpu", gpu]
+    job = [*argv, "--precision", "bf16-mixed", *lora]
+    _, est = cli("estimate", *job)
+    want = (est["fits"]["verdict"], est["fits"]["need_bytes"])
+    need = format_bytes(want[1])
+
+    _, doctor = cli("doctor", *job)
+    assert (doctor["verdict"]["verdict"], doctor["verdict"]["need_bytes"]) == want
+    assert set(NEEDS.findall(cli_text("doctor", *job))) == {need}  # every line, one figure
+
+    if not lora:  # upgrade takes the job's shape: its as-asked is this job (recipe's precision)
+        _, upgrade = cli("upgrade", *argv)
+        assert (upgrade["as_asked"]["verdict"], upgrade["as_asked"]["need_bytes"]) == want
+        text = cli_text("upgrade", *argv)
+        assert text.splitlines()[1].startswith("as asked: ")
+        assert set(NEEDS.findall(text)) == {need}, text  # plans are named by their settings
+
+    query = {**LLAMA_JOB, "precision": "bf16-mixed", **dict(zip(lora[::2], lora[1::2]))}
+    query = {k.removeprefix("--"): v for k, v in query.items()}
+    status, _, body = web("/api/estimate", model="llama-3.1-8b", gpu=gpu, **query)
+    assert status == 200, body
+    banner = body["fits"]  # the page's banner words this (app.js verdictText: need_bytes)
+    _, _, rows = web(
+        "/api/gpu-table",
+        device_used_bytes=str(body["device_used_bytes"]),
+        device_used_bytes_high=str(body["device_used_bytes_high"]),
+    )
+    row = next(r for r in rows if r["gpu"] == gpu)  # the table under the banner
+    assert (banner["verdict"], banner["need_bytes"]) == (row["verdict"], row["need_bytes"]) == want
 
 
 # -- a diffusion pipeline and its training ---------------------------------------------------------

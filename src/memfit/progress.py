@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 Callback = Callable[[str], None]
 
@@ -67,8 +67,8 @@ class TerminalLine:
     the work began, redrawn every ``REFRESH_S`` by a daemon thread (a trace reports once and
     then runs for seconds), shown from ``delay_s`` on, cleared on :meth:`close`."""
 
-    def __init__(self, *, delay_s: float = DELAY_S, stream: TextIO | None = None) -> None:
-        self.delay_s = delay_s
+    def __init__(self, *, delay_s: float | None = None, stream: TextIO | None = None) -> None:
+        self.delay_s = DELAY_S if delay_s is None else delay_s
         self.stream = stream or sys.stderr
         self.started = time.monotonic()
         self._bar: Any = None
@@ -111,16 +111,36 @@ class TerminalLine:
                 self._bar = None
 
 
+class _ClosesTheLine:
+    """stdout while a :class:`TerminalLine` is shown: the first write closes (clears) the line,
+    so the answer starts on a clean line instead of after ``memfit: ... [13 s]``; the rest of
+    the command's output follows unchanged. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO, line: TerminalLine) -> None:
+        self._stream, self._line = stream, line
+
+    def write(self, text: str) -> int:
+        if text:
+            self._line.close()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 @contextlib.contextmanager
 def terminal(*, quiet: bool, json_out: bool) -> Iterator[None]:
-    """The command line's progress: :class:`TerminalLine` where :func:`wanted`, else silence."""
+    """The command line's progress: :class:`TerminalLine` where :func:`wanted`, else silence.
+    The line is cleared before the command prints its answer (the first write to stdout) and
+    when the work ends, whichever comes first: every command prints inside this context."""
     if not wanted(quiet=quiet, json_out=json_out):
         with reporting(None):
             yield
         return
     line = TerminalLine()
     try:
-        with reporting(line):
+        out = cast(TextIO, _ClosesTheLine(sys.stdout, line))
+        with reporting(line), contextlib.redirect_stdout(out):
             yield
     finally:
         line.close()

@@ -5,9 +5,12 @@ token without checkpointing, KV cache 512 B per token); run logs are written rec
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +268,62 @@ def test_cli_doctor_bad_input_exits_2(
     with pytest.raises(SystemExit) as exc:
         cli.main(["doctor", str(tiny_llama_dir), "--sized-by", "vibes"])
     assert exc.value.code == 2
+
+
+# -- one needs figure, a way forward, the GPU's precision (issue 29) --------------------------
+NEEDS = re.compile(r"\bneeds (\d[\d.,]* [KMGT]?i?B)")
+
+
+def _doctor_cli(*argv: str) -> tuple[str, dict[str, Any]]:
+    """``memfit doctor ARGV``: its text and its --json (the analytic engine)."""
+    out = []
+    for extra in ((), ("--json",)):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            cli.main(["doctor", *argv, "--engine", "analytic", *extra])
+        out.append(buf.getvalue())
+    return out[0], json.loads(out[1])
+
+
+@pytest.mark.parametrize("lora", [(), ("--lora-rank", "16")])
+def test_doctor_says_one_needs_figure_the_verdicts(lora: tuple[str, ...]) -> None:
+    text, data = _doctor_cli(
+        "llama-3.1-8b", "--gpu", "T4", "--seq", "4096", "--precision", "bf16-mixed", *lora
+    )
+    need = format_bytes(data["verdict"]["need_bytes"])
+    assert data["need_bytes"] == data["verdict"]["need_bytes"]
+    assert set(NEEDS.findall(text)) == {need}, text
+    assert f"verdict: DOES NOT FIT on T4: needs {need} (upper end)" in text
+
+
+def test_no_batch_that_fits_is_said_with_the_way_forward() -> None:
+    text, data = _doctor_cli("llama-3.1-8b", "--gpu", "T4", "--seq", "4096")
+    batch = next(f for f in data["findings"] if f["mistake"] == "batch_unprofiled")
+    assert batch["numbers"]["max_batch"] == 0
+    assert "is 0" not in text
+    assert batch["evidence"].startswith("no batch size fits T4 as the job is set up")
+    nearest = batch["numbers"]["nearest_plan"]  # the planner's recommended plan on T4
+    assert f"the nearest change that fits is {nearest}" in batch["evidence"]
+    assert batch["next_step"].startswith("change the job as the plan says: memfit plan")
+
+
+@pytest.mark.parametrize(("gpu", "bf16"), [("T4", False), ("V100-32GB", False), ("L4", True)])
+def test_next_steps_use_the_precision_the_gpu_runs(gpu: str, bf16: bool) -> None:
+    text, _ = _doctor_cli(
+        "llama-3.1-8b", "--gpu", gpu, "--seq", "4096", "--precision", "bf16-mixed"
+    )
+    steps = [line for line in text.splitlines() if line.strip().startswith("next:")]
+    assert steps and all(("bf16" in s) is bf16 for s in steps if "--precision" in s), steps
+    assert any("16-mixed" in s for s in steps)
+
+
+def test_a_tight_job_is_called_tight_in_every_finding() -> None:
+    """The verdict's word, not another: a job whose point fits but whose upper end does not is
+    ``tight`` in the verdict line and in the findings (not "does not fit")."""
+    text, data = _doctor_cli(
+        "llama-3.1-8b", "--gpu", "A100-80GB", "--seq", "4096", "--batch", "4", "--precision",
+        "bf16-mixed", "--lora-rank", "16", "--checkpointing", "full", "--optimizer", "adamw-8bit",
+    )  # fmt: skip
+    assert data["verdict"]["verdict"] == "tight"
+    assert "does not fit" not in text
+    assert "batch 4 is tight (its upper end is over the limit)" in text

@@ -319,3 +319,15 @@ def test_cli_upgrade_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as exc:
         cli.main(["upgrade", _model(tmp_path), "--seq", "512"])  # --gpu is required
     assert exc.value.code == 2
+
+
+def test_a_gpu_resolves_impractical_offload_only_with_a_plan_without_it() -> None:
+    """issue 29: T4 at seq 4096 needs offload; L4 / RTX-3090 / A10G fit only with the same
+    offload (at 1.9x, under the 2x bound) and were listed as resolving the item."""
+    from memfit.plan.upgrade_checks import recompute_or_offload
+
+    v = upgrade_verdict("llama-3.1-8b", gpu="T4", seq_len=4096)
+    assert v.item("impractical_recompute_offload").triggered
+    assert v.resolving  # the large-memory GPUs fit without offload
+    for a in v.resolving:
+        assert recompute_or_offload(a.best.settings) == [], (a.gpu, a.best.settings.describe())

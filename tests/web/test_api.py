@@ -50,6 +50,20 @@ def test_api_plan_is_the_cli_json(server: str) -> None:
     assert status == 200 and without_timings(body) == without_timings(expected)
 
 
+def test_api_plan_carries_the_job_fields_it_searches_itself(server: str) -> None:
+    """issue 29: the page's plan request dropped quant and checkpointing unsaid."""
+    query = "model=llama-3.1-8b&gpu=RTX-4090&seq=2048&lora-rank=16&quant=nf4&checkpointing=full"
+    status, headers, body = get(f"{server}/api/plan?{query}&confirm=none&engine=analytic")
+    _, expected = cli_json(
+        "plan", "llama-3.1-8b", "--gpu", "RTX-4090", "--seq", "2048", "--lora-rank", "16",
+        "--allow", "quant", "--confirm", "none", "--engine", "analytic",
+    )  # fmt: skip
+    assert status == 200 and without_timings(body) == without_timings(expected)
+    assert headers["X-Memfit-Not-Taken"] == "quant=nf4, checkpointing=full"
+    _, plain, _ = get(f"{server}/api/plan?model=gpt2&gpu=T4&seq=256&confirm=none")
+    assert plain["X-Memfit-Not-Taken"] is None
+
+
 @pytest.mark.slow  # fit confirms its answer by tracing (a minute on a loaded 2-core machine)
 def test_api_fit_is_the_cli_json(server: str, tmp_path: Path) -> None:
     from tests.conftest import TINY_GPT2

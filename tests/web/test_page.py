@@ -135,3 +135,34 @@ def test_the_trace_button_runs_the_trace_engine_with_progress(
     )
     assert shown(page, "peak-allocated") == want["peak_allocated_bytes"]
     assert shown(page, "peak-reserved") == want["peak_reserved_bytes"]
+
+
+@pytest.mark.parametrize("gpu", ["T4", "RTX-4090"])
+def test_the_banner_the_table_and_the_plan_give_one_verdict_and_one_figure(
+    page: Any, server: str, gpu: str
+) -> None:
+    """issue 29: "does not fit on RTX-4090 as asked" above a table that said it fits, and a plan
+    request without the form's quant and checkpointing."""
+    from memfit.units import format_bytes
+
+    job = {"seq": "2048", "lora-rank": "16", "quant": "nf4", "checkpointing": "full"}
+    query = "&".join(f"{k}={v}" for k, v in job.items())
+    page.goto(f"{server}/?model=llama-3.1-8b&gpu={gpu}&precision=bf16-mixed&{query}&view=plan")
+    page.wait_for_selector("#plan[data-state=done]", timeout=120_000)
+    _, est = cli_json(
+        "estimate", "llama-3.1-8b", "--gpu", gpu, "--engine", "analytic", "--precision",
+        "bf16-mixed", *[w for k, v in job.items() for w in (f"--{k}", v)],
+    )  # fmt: skip
+    want = (est["fits"]["verdict"], str(est["fits"]["need_bytes"]))
+    row = f"#gpu-table tr[data-gpu={gpu}]"
+    for where in ("#verdict", row):
+        got = (
+            page.get_attribute(where, "data-verdict"),
+            page.get_attribute(where, "data-need-bytes"),
+        )
+        assert got == want, where
+    assert page.get_attribute("#as-asked", "data-verdict") == want[0]
+    assert f"{format_bytes(est['fits']['need_bytes'])}" in page.inner_text("#verdict")
+    not_taken = page.inner_text("#not-taken")  # the fields in the URL's order
+    assert "memfit plan does not take " in not_taken
+    assert "quant=nf4" in not_taken and "checkpointing=full" in not_taken

@@ -29,10 +29,13 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from memfit.errors import SpecError
 from memfit.estimate.policy import AUTO, AnalyticFirst
 from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.verdict import DOES_NOT_FIT
 from memfit.flags import workload_flags as flags
 from memfit.hardware import get_gpu
+from memfit.hardware.precision import precision_on
 from memfit.models import ModelSource, resolve_model
 from memfit.monitor import diagnose
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes, verdict
@@ -45,9 +48,12 @@ from memfit.plan.doctor_findings import MISTAKES as MISTAKES
 from memfit.plan.doctor_findings import SIZED_BY as SIZED_BY
 from memfit.plan.doctor_findings import DoctorReport, Finding, UserFacts
 from memfit.plan.engines import CachedEstimator, Estimator
+from memfit.plan.request import PlanRequest
+from memfit.plan.search import Plan, plan
 from memfit.plan.solve import fit
 from memfit.plan.space import RISKS, Settings
 from memfit.spec import WorkloadSpec
+from memfit.spec.rules import DEFAULT_PRECISION
 from memfit.units import format_bytes
 
 #: Memory techniques stacked before the combination should be benchmarked: "several" in the seed;
@@ -137,19 +143,32 @@ class DoctorChecks(Checklist[Finding]):
         self.facts = ModelFacts.from_spec(source.spec, est.n_params)
         self.model = source.name
         self.notes: list[str] = []
+        #: the job as the next steps propose it: its precision as this GPU runs it
+        asked = w.precision or DEFAULT_PRECISION[w.mode]  # resolved by WorkloadSpec: never None
+        self.proposed = replace(w, precision=precision_on(asked, gpu))
+        if self.proposed.precision != w.precision:
+            self.notes.append(
+                f"{gpu.name} has no bf16 tensor cores: the next steps run the job in "
+                f"{self.proposed.precision}, the fp16 counterpart of {w.precision}"
+            )
 
     def cmd(self, verb: str, *extra: str) -> str:
         gpu = [] if self.gpu is None else ["--gpu", self.gpu.name]
-        return " ".join(["memfit", verb, self.model, *gpu, *extra, workload_flags(self.w)])
+        return " ".join(["memfit", verb, self.model, *gpu, *extra, workload_flags(self.proposed)])
 
     def plan_cmd(self, *extra: str, gpu: bool = True) -> str:
-        """``memfit plan`` takes the job's shape, not its techniques (it chooses those)."""
+        """``memfit plan`` takes the job's shape and its recipe (precision, LoRA rank), not its
+        memory techniques (it chooses those)."""
         w = self.w
         f = ["memfit plan", self.model]
         f += ["--gpu", self.gpu.name] if gpu and self.gpu is not None else []
         f += [f"--mode {w.mode} --seq {w.seq_len} --batch {w.batch_size}"]
         f += [f"--new-tokens {w.new_tokens}"] if w.new_tokens else []
         f += [f"--gpus {w.gpus}"] if w.gpus > 1 else []
+        asked = w.precision or DEFAULT_PRECISION[w.mode]
+        if asked != DEFAULT_PRECISION[w.mode]:  # the planner's default is right for each GPU
+            f += [f"--precision {precision_on(asked, self.gpu if gpu else None)}"]
+        f += [f"--lora-rank {w.lora_rank}"] if w.is_train and w.lora_rank is not None else []
         return " ".join(f + list(extra))
 
     # -- 1 -----------------------------------------------------------------------------------
@@ -168,7 +187,7 @@ class DoctorChecks(Checklist[Finding]):
         )
         applies = _SIZED_APPLIES.get(sized_by or "", "unknown")
         if self.budget is not None and weights <= self.budget.capacity_bytes < self.need:
-            text += f"; the weights alone fit {self.gpu.name} but the job does not"
+            text += f"; the weights alone fit {self.gpu.name} but the job {self._verdict_words()}"
         return Finding(
             id="weights_only_sizing",
             status=applies,
@@ -224,21 +243,78 @@ class DoctorChecks(Checklist[Finding]):
             headroom=self.headroom, estimator=self.est_fn, kv_table=False,
         )  # fmt: skip
         limit = r.budget.limit_bytes
+        numbers: dict[str, Any] = {"batch": b, "max_batch": r.max_value, "limit_bytes": limit}
+        if r.max_value == 0:  # not even batch 1: the way forward is a change to the job
+            text, step = self._no_batch_fits(limit, numbers)
+            return Finding(
+                id="batch_unprofiled", status="yes", evidence=text, next_step=step,
+                numbers=numbers,
+            )  # fmt: skip
         text = (
             f"batch {b} needs {format_bytes(self.need)}; the largest batch that fits "
             f"{self.gpu.name} within {format_bytes(limit)} is {r.max_value} (fit --solve batch)"
         )
         if b > r.max_value:
-            applies, text = "yes", text + f": batch {b} does not fit"
+            applies, text = "yes", text + f": batch {b} {self._verdict_words()}"
         elif r.max_value >= 2 * b:
             text += f": {r.max_value / b:.1f}x the batch in use fits"
         return Finding(
-            id="batch_unprofiled",
-            status=applies,
-            evidence=text,
-            next_step=step,
-            numbers={"batch": b, "max_batch": r.max_value, "limit_bytes": limit},
+            id="batch_unprofiled", status=applies, evidence=text, next_step=step, numbers=numbers
         )
+
+    def _verdict_words(self) -> str:
+        """THE verdict of the job as a predicate: ``does not fit``, or ``is tight (...)``."""
+        v = verdict(self.est, self.budget) if self.budget is not None else None
+        if v is None or v.verdict == DOES_NOT_FIT:
+            return "does not fit"
+        return f"is {v.verdict} (its upper end is over the limit)"
+
+    def _no_batch_fits(self, limit: int, numbers: dict[str, Any]) -> tuple[str, str]:
+        """The batch finding when no batch size fits: the job's need, and the planner's least
+        change that fits (its recommended plan), or that none does on this GPU."""
+        text = (
+            f"no batch size fits {self.gpu.name} as the job is set up: it needs "
+            f"{format_bytes(self.need)} (upper end) at batch {self.w.batch_size}, over the "
+            f"{format_bytes(limit)} limit"
+        )
+        p = self._plan()
+        rec = None if p is None else p.recommended
+        if rec is None:
+            text += "; no plan of the planner fits this GPU either"
+            closest = None if p is None else p.closest
+            if closest is not None and closest.need_bytes is not None:
+                text += (
+                    f" (the closest plan, {closest.settings.describe()}: "
+                    f"{format_bytes(closest.need_bytes)}, upper end)"
+                )
+            return text, "use a GPU with more memory: " + self.plan_cmd(
+                "--recommend-gpu", gpu=False
+            )
+        numbers["nearest_plan"] = rec.settings.describe()
+        numbers["nearest_plan_need_bytes"] = rec.need_bytes
+        text += (
+            f"; the nearest change that fits is {rec.settings.describe()} (that plan: "
+            f"{format_bytes(rec.need_bytes or 0)}, upper end)"
+        )
+        return text, f"change the job as the plan says: {self.plan_cmd('--allow-offload')}"
+
+    def _plan(self) -> Plan | None:
+        """The planner's answer for the job's recipe (its precision, optimizer, attention and
+        adapter) on this GPU, offload allowed, with doctor's estimator (no confirmation)."""
+        w = self.proposed
+        ranks = (w.lora_rank,) if w.is_train and w.lora_rank is not None else None
+        request = PlanRequest(
+            mode=w.mode, seq_len=w.seq_len, batch_size=w.batch_size, new_tokens=w.new_tokens,
+            gpus=w.gpus, headroom=self.headroom, allow_offload=True, n_alternatives=0,
+            confirm="none", precision=w.precision,
+            optimizer=w.optimizer if w.is_train else None, attention=w.attention,
+            lora_ranks=ranks or (16, 64), lora_asked=ranks is not None,
+        )  # fmt: skip
+        try:
+            return plan(self.source, request, gpu=self.gpu, estimator=self.est_fn)
+        except SpecError as exc:  # a job the planner does not take (said in the notes)
+            self.notes.append(f"no plan for the way forward: {exc}")
+            return None
 
     # -- 4 -----------------------------------------------------------------------------------
     @check
@@ -354,9 +430,7 @@ class DoctorChecks(Checklist[Finding]):
         chose_gpu_by = self.told.chose_gpu_by
         applies = {"vram": "yes", "throughput": "no"}.get(chose_gpu_by or "", "unknown")
         step = "rank GPUs by predicted throughput: "
-        step += self.plan_cmd("--recommend-gpu").replace(
-            f" --gpu {self.gpu.name}" if self.gpu else "", ""
-        )
+        step += self.plan_cmd("--recommend-gpu", gpu=False)
         if self.gpu is None:
             return Finding(
                 id="gpu_by_vram",
@@ -368,7 +442,8 @@ class DoctorChecks(Checklist[Finding]):
         names = [g for g, _ in ranked]
         mine = dict(ranked).get(self.gpu.name)
         text = (
-            f"{len(ranked)} GPUs of the catalog have room for this job ({format_bytes(self.need)})"
+            f"{len(ranked)} GPUs of the catalog have room for this job (it needs "
+            f"{format_bytes(self.need)}, upper end)"
         )
         numbers: dict[str, Any] = {"n_with_room": len(ranked), "tokens_per_s": mine}
         if mine is None:

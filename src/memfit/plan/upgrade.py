@@ -12,7 +12,8 @@ Each item is *triggered*, *not triggered* or *not applicable*, with the numbers 
   than asked for (``fit --solve concurrency``), with the KV cache per request.
 - ``impractical_recompute_offload`` (training): the fastest plan that fits needs full
   recomputation or offload and is predicted at least ``impractical_slowdown`` times slower than
-  the naive stack without memory constraints (the plan's baseline).
+  the naive stack without memory constraints (the plan's baseline). A GPU resolves it only with a
+  fastest plan that uses neither (:func:`memfit.plan.upgrade_checks.recompute_or_offload`).
 - ``precision_support``: the model's weights are bf16 (config ``torch_dtype``) on a GPU without
   bf16 tensor cores (pre-Ampere), or fp8 (``quantization_config``) without fp8 (pre-Ada/Hopper).
 - ``bandwidth`` (inference): decode tokens/s per request with the recommended plan below

@@ -82,8 +82,8 @@ class UpgradeChecks(Checklist[CheckItem]):
             return CheckItem(
                 id="plan_exceeds_vram",
                 status="not_triggered",
-                evidence=f"the fastest plan that fits needs {_mem(rec)} of the "
-                f"{format_bytes(limit)} limit: {rec.settings.describe()}",
+                evidence=f"the fastest plan that fits, {rec.settings.describe()}, takes "
+                f"{_mem(rec)} (upper end) of the {format_bytes(limit)} limit",
                 numbers={"need_bytes": rec.need_bytes, "limit_bytes": limit},
             )
         closest = p.closest
@@ -223,11 +223,7 @@ class UpgradeChecks(Checklist[CheckItem]):
             return _na("impractical_recompute_offload", "no plan fits (plan_exceeds_vram)")
         s, base = rec.settings, self.plan.baseline
         slowdown = rec.cost.step_s / base.cost.step_s
-        uses = []
-        if s.checkpointing == "full":
-            uses.append("full recomputation")
-        if s.offload != "none":
-            uses.append(f"offload of the {s.offload}")
+        uses = recompute_or_offload(s)
         numbers = {
             "slowdown": slowdown,
             "step_s": rec.cost.step_s,
@@ -336,10 +332,8 @@ class UpgradeChecks(Checklist[CheckItem]):
             return False
         if "throughput_target" in ids and best.cost.tokens_per_s < (self.target or 0):
             return False
-        if "impractical_recompute_offload" in ids:
-            slowdown = best.cost.step_s / a.plan.baseline.cost.step_s
-            if slowdown >= _t("impractical_slowdown"):
-                return False
+        if "impractical_recompute_offload" in ids and recompute_or_offload(best.settings):
+            return False  # the same remedy, nearer or farther from the bound: not a way out
         if "bandwidth" in ids:
             rate, _ = self._decode_rate(best.settings, Rates.of(gpu))
             if rate < _t("decode_floor_tokens_per_s"):
@@ -370,6 +364,18 @@ class UpgradeChecks(Checklist[CheckItem]):
             f"optimize first: the naive stack does not fit but {plan_text} does "
             f"(`memfit plan` gives the settings)"
         )
+
+
+def recompute_or_offload(s: Settings) -> list[str]:
+    """What of the ``impractical_recompute_offload`` item a plan uses, in words: full
+    recomputation, offload. A GPU resolves the item only with a plan that uses neither (one whose
+    plan still offloads would only sit on the other side of the slowdown bound)."""
+    uses = []
+    if s.checkpointing == "full":
+        uses.append("full recomputation")
+    if s.offload != "none":
+        uses.append(f"offload of the {s.offload}")
+    return uses
 
 
 def _model_context_limit(spec: ModelSpec | None) -> int | None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from memfit.estimate.verdict import DOES_NOT_FIT, Verdict
 from memfit.report.advice import render_advice
+from memfit.units import format_bytes
 
 if TYPE_CHECKING:
     from memfit.plan.checklist import CheckResult
@@ -25,6 +27,21 @@ STATUS_MARK = {
 }
 #: GPUs listed in the text output of ``upgrade`` (``--json`` lists all).
 N_RESOLVING_SHOWN = 8
+
+
+def verdict_text(v: Verdict, gpu: str) -> str:
+    """THE verdict in words, with one "needs" figure: the verdict's ``need_bytes`` (the upper
+    end, the figure the checks and ``--json`` give). :meth:`Verdict.text` says the same for
+    ``fits`` and ``tight``; for ``does not fit`` it leads with the point value, which a checklist
+    names instead (the estimate), so its lines carry one "needs" figure."""
+    if v.verdict != DOES_NOT_FIT:
+        return v.text(gpu)
+    return (
+        f"{v.verdict.upper()} on {gpu}: needs {format_bytes(v.need_bytes)} (upper end) of its "
+        f"{format_bytes(v.limit_bytes)} limit; even the estimate, "
+        f"{format_bytes(v.point_bytes)}, is {format_bytes(v.point_bytes - v.capacity_bytes)} "
+        f"over its {format_bytes(v.capacity_bytes)}"
+    )
 
 
 def render_checks(results: Sequence[CheckResult]) -> list[str]:
@@ -47,7 +64,7 @@ def render_upgrade(v: UpgradeVerdict) -> str:
         job += f", global batch {r.global_batch}"
     lines = [f"memfit upgrade: {v.model_name}, {job}, on {r.gpus} x {v.gpu_name}"]
     if v.plan.as_asked is not None:
-        lines.append(f"as asked: {v.plan.as_asked.text(v.gpu_name)}")
+        lines.append(f"as asked: {verdict_text(v.plan.as_asked, v.gpu_name)}")
     lines.append("")
     lines += render_checks(v.items)
     lines += ["", f"verdict: {v.summary}"]
@@ -68,7 +85,7 @@ def render_doctor(r: DoctorReport) -> str:
         f"(engine {r.estimate.engine})",
     ]
     if r.verdict is not None and r.gpu_name:
-        lines.append(f"verdict: {r.verdict.text(r.gpu_name)}")
+        lines.append(f"verdict: {verdict_text(r.verdict, r.gpu_name)}")
     lines.append("")
     lines += render_checks(r.findings)
     lines += [f"note: {n}" for n in r.notes]

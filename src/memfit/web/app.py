@@ -191,6 +191,8 @@ def create_app(
         except MemfitError as exc:
             return error(400, f"memfit: error: {exc}")
         headers = {"X-Memfit-Exit": str(outcome.exit_code), "X-Memfit-Command": job.command_line()}
+        if job.not_taken:
+            headers["X-Memfit-Not-Taken"] = ", ".join(job.not_taken)
         try:  # 0 fits, 1 does not fit, 2 for upgrade's "undetermined": all print the JSON
             body = json.loads(outcome.stdout)
         except ValueError:

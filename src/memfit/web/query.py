@@ -44,6 +44,16 @@ REFUSED = frozenset(
         "--write",
     }
 )
+#: The commands that search the memory techniques themselves (``memfit plan``, ``upgrade``):
+#: they take the job's shape and recipe, not its techniques.
+PLANNERS = ("plan", "upgrade")
+#: What a planner takes for a job field of the form it has no flag for: ``quant`` (not
+#: ``none``) lets ``memfit plan`` use quantized base weights as freely as memory-only changes
+#: (``--allow quant``: the job as asked already quantizes). Every such field that is set is
+#: named in :attr:`Job.not_taken` and the answer's ``X-Memfit-Not-Taken`` header (a planner
+#: searches checkpointing, offload, sharding ... itself and starts from the job without them),
+#: so the page says which fields the plan does not take instead of dropping them unsaid.
+PLANNER_EQUIVALENTS = {("plan", "quant"): lambda v: [] if v in ("", "none") else ["--allow=quant"]}
 #: Query keys that are not options: the model, a pasted config.json, the page's own state.
 MODEL_KEY, CONFIG_KEY = "model", "config"
 PAGE_KEYS = frozenset({"view"})
@@ -114,6 +124,8 @@ class Job:
     command: str
     argv: tuple[str, ...]  # without the program name, with --json
     heavy: bool  # runs the trace engine or a planner search (seconds), not only closed forms
+    #: job fields of the query a planner takes no flag for (``checkpointing=full``), in order
+    not_taken: tuple[str, ...] = ()
 
     def command_line(self, *, json: bool = False) -> str:
         """The equivalent shell command (``memfit estimate gpt2 --batch 4``)."""
@@ -142,6 +154,8 @@ def build_job(
     allowed = options(parser, command)
     pairs = list(params)
     words: list[str] = []
+    chosen: list[str] = []
+    job_fields = options(parser, "estimate") if command in PLANNERS else {}
     model = config = None
     for key, value in pairs:
         if key == MODEL_KEY:
@@ -152,6 +166,11 @@ def build_job(
             continue
         elif key in allowed:
             words += _option_words(allowed[key], value)
+        elif key in job_fields:  # a job field the planner takes no flag for: carried or named
+            equivalent = PLANNER_EQUIVALENTS.get((command, key))
+            words += [w for w in (equivalent(value) if equivalent else []) if w not in words]
+            if value not in ("", "none", str(job_fields[key].default)):
+                chosen.append(f"{key}={value}")
         elif f"--{key}" in REFUSED:
             raise SpecError(f"{key} is not available from the web server (run `memfit` itself)")
         else:
@@ -165,7 +184,12 @@ def build_job(
     else:
         _check_model(model, allow_paths=allow_paths)
     argv = (command, model, *words, "--json")
-    return Job(command=command, argv=argv, heavy=_is_heavy(command, words))
+    return Job(
+        command=command,
+        argv=argv,
+        heavy=_is_heavy(command, words),
+        not_taken=tuple(chosen),
+    )
 
 
 def _option_words(opt: Option, value: str) -> list[str]:

@@ -101,9 +101,12 @@ function query(extra = {}) {
   return q;
 }
 
-// Keys each command takes (the CLI's own options), so one page state serves them all.
+// Keys each command takes (the CLI's own options), so one page state serves them all. plan and
+// upgrade get every job field too: the server carries the techniques they search (quant,
+// checkpointing ...) as what they take where they can, and names the rest (X-Memfit-Not-Taken).
 function queryFor(command, extra = {}) {
   const keys = new Set(schema.options[command].map((o) => o.key));
+  if (command === "plan" || command === "upgrade") for (const o of schema.options.estimate) keys.add(o.key);
   const q = query(extra), out = new URLSearchParams();
   for (const [k, v] of q) if (k === "model" || k === "config" || keys.has(k)) out.append(k, v);
   return out;
@@ -113,7 +116,7 @@ async function api(command, q) {
   const r = await fetch("/api/" + command + "?" + q.toString());
   const body = await r.json();
   if (!r.ok && body.error) throw new Error(body.error);
-  return { body, exit: r.headers.get("X-Memfit-Exit"), command: r.headers.get("X-Memfit-Command") };
+  return { body, exit: r.headers.get("X-Memfit-Exit"), command: r.headers.get("X-Memfit-Command"), notTaken: r.headers.get("X-Memfit-Not-Taken") };
 }
 
 // -- rendering ---------------------------------------------------------------------------------
@@ -159,9 +162,10 @@ function verdictClass(verdict) { return verdict === "fits" ? "ok" : verdict === 
 function verdictText(f, gpu) {
   const head = f.verdict + " on " + gpu;
   if (f.verdict === "fits") return head + ": needs " + fmtBytes(f.need_bytes) + " (upper end) of " + fmtBytes(f.limit_bytes) + ", margin " + fmtBytes(f.margin_bytes);
-  const point = f.capacity_bytes - f.free_bytes;
+  const point = f.point_bytes ?? f.capacity_bytes - f.free_bytes;  // a Verdict, or an estimate's fits
   if (f.verdict === "tight") return head + ": the estimate (" + fmtBytes(point) + ") fits " + fmtBytes(f.capacity_bytes) + ", but its upper end (" + fmtBytes(f.need_bytes) + ") exceeds the limit " + fmtBytes(f.limit_bytes) + " (" + fmtBytes(f.headroom_bytes) + " headroom): it may run out of memory";
-  return head + ": needs " + fmtBytes(point) + " (estimate), " + fmtBytes(-f.free_bytes) + " more than its " + fmtBytes(f.capacity_bytes);
+  // one "needs" figure on the page: the upper end (the table's margin is limit - this figure)
+  return head + ": needs " + fmtBytes(f.need_bytes) + " (upper end) of its " + fmtBytes(f.limit_bytes) + " limit; even the estimate, " + fmtBytes(point) + ", is " + fmtBytes(point - f.capacity_bytes) + " over its " + fmtBytes(f.capacity_bytes);
 }
 
 function renderEstimate(est, command) {
@@ -179,8 +183,9 @@ function renderEstimate(est, command) {
   if (est.fits) {
     v.className = "verdict " + verdictClass(est.fits.verdict);
     v.dataset.verdict = est.fits.verdict;
+    v.dataset.needBytes = String(est.fits.need_bytes);
     v.textContent = verdictText(est.fits, est.fits.gpu);
-  } else { v.className = "verdict"; delete v.dataset.verdict; v.textContent = "no GPU chosen: pick one for a verdict"; }
+  } else { v.className = "verdict"; delete v.dataset.verdict; delete v.dataset.needBytes; v.textContent = "no GPU chosen: pick one for a verdict"; }
   const comps = Object.entries(est.components);
   $("chart-components").replaceChildren(stackedBars([["at the peak", comps]]), legend());
   $("chart-phases").replaceChildren(stackedBars(Object.entries(est.phases).map(([p, x]) => [p, Object.entries(x.components)])));
@@ -193,7 +198,7 @@ async function renderGpuTable(est) {
   const rows = await r.json();
   const body = $("gpu-table").tBodies[0];
   body.replaceChildren(...rows.map((g) => {
-    const tr = el("tr", { "data-gpu": g.gpu, "data-fits": String(g.fits), "data-verdict": g.verdict });
+    const tr = el("tr", { "data-gpu": g.gpu, "data-fits": String(g.fits), "data-verdict": g.verdict, "data-need-bytes": String(g.need_bytes) });
     const price = g.usd_per_hour == null ? "" : `$${Number(g.usd_per_hour).toFixed(2)}/h (${g.price_as_of || "?"})`;
     const cells = [g.gpu, fmtBytes(g.capacity_bytes), fmtBytes(g.free_bytes), g.verdict, fmtBytes(g.margin_bytes), g.memory_bandwidth_gbps ?? "–", g.bf16_dense_tflops ?? "–", price || "–"];
     cells.forEach((c, i) => { const td = el("td", {}, String(c)); if (i === 3) td.className = g.fits ? "good" : g.verdict === "tight" ? "warn" : "bad"; tr.appendChild(td); });
@@ -236,17 +241,34 @@ async function runSection(command, target, extra, render) {
   const t = $(target);
   t.replaceChildren(el("p", { class: "muted" }, "running memfit " + command + "…"));
   try {
-    const { body, command: line } = await api(command, queryFor(command, extra));
-    t.replaceChildren(...render(body), el("code", {}, line));
+    const { body, command: line, notTaken } = await api(command, queryFor(command, extra));
+    t.replaceChildren(...render(body, notTaken), el("code", {}, line));
     t.dataset.state = "done";
   } catch (e) { t.replaceChildren(el("div", { class: "error" }, e.message)); t.dataset.state = "error"; }
 }
 
-function planView(p) {
-  const out = [];
+function verdictLine(f, gpu, suffix, id) {
+  const attrs = { class: f ? ({ fits: "good", tight: "warn" }[f.verdict] || "bad") : "" };
+  if (id) attrs.id = id;
+  if (f) attrs["data-verdict"] = f.verdict;
+  return el("p", attrs, f ? verdictText(f, gpu) + suffix : "choose a GPU for the as-asked verdict");
+}
+
+// The form's job (the banner's verdict, the table's row), then, where the planner searches some
+// of its fields itself, the job it starts from: two jobs, each named, never one job twice.
+function askedLines(body, notTaken, command) {
   const asked = lastEstimate && lastEstimate.est.fits;
-  out.push(el("h3", {}, "As asked"));
-  out.push(el("p", { class: asked ? (asked.fits ? "good" : asked.verdict === "tight" ? "warn" : "bad") : "" }, asked ? verdictText(asked, asked.gpu) + " (as asked)" : "choose a GPU for the as-asked verdict"));
+  const out = [el("h3", {}, "As asked"), verdictLine(asked, asked && asked.gpu, " (as asked)", "as-asked")];
+  if (notTaken && body.as_asked) {
+    const from = body.baseline ? " (" + body.baseline.summary + ")" : "";
+    out.push(el("p", { class: "note", id: "not-taken" }, "memfit " + command + " does not take " + notTaken + " from the form (it searches the techniques itself): it starts from the job without them" + from + ":"));
+    out.push(verdictLine(body.as_asked, body.gpu || (body.budget && body.budget.gpu), " (the planner's start)", "planner-start"));
+  }
+  return out;
+}
+
+function planView(p, notTaken) {
+  const out = askedLines(p, notTaken, "plan");
   out.push(el("h3", {}, "Recommended plan"));
   const rec = p.recommended;
   if (rec) {
@@ -262,8 +284,8 @@ function planView(p) {
   return out;
 }
 
-function upgradeView(u) {
-  return [el("h3", {}, "Upgrade verdict"), el("p", { id: "upgrade-verdict", class: u.upgrade ? "bad" : "good" }, u.summary || u.verdict)];
+function upgradeView(u, notTaken) {
+  return [...askedLines(u, notTaken, "upgrade"), el("h3", {}, "Upgrade verdict"), el("p", { id: "upgrade-verdict", class: u.upgrade ? "bad" : "good" }, u.summary || u.verdict)];
 }
 
 function fitView(f) {
