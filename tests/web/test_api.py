@@ -56,10 +56,10 @@ def test_api_plan_carries_the_job_fields_it_searches_itself(server: str) -> None
     status, headers, body = get(f"{server}/api/plan?{query}&confirm=none&engine=analytic")
     _, expected = cli_json(
         "plan", "llama-3.1-8b", "--gpu", "RTX-4090", "--seq", "2048", "--lora-rank", "16",
-        "--allow", "quant", "--confirm", "none", "--engine", "analytic",
+        "--quant", "nf4", "--confirm", "none", "--engine", "analytic",
     )  # fmt: skip
     assert status == 200 and without_timings(body) == without_timings(expected)
-    assert headers["X-Memfit-Not-Taken"] == "quant=nf4, checkpointing=full"
+    assert headers["X-Memfit-Not-Taken"] == "checkpointing=full"
     _, plain, _ = get(f"{server}/api/plan?model=gpt2&gpu=T4&seq=256&confirm=none")
     assert plain["X-Memfit-Not-Taken"] is None
 

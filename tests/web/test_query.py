@@ -87,12 +87,12 @@ def test_the_host_header_is_read_without_its_port() -> None:
 
 def test_the_planners_carry_every_job_field_of_the_form() -> None:
     """issue 29: the page's plan request dropped quant and checkpointing; a planner takes what it
-    can (``--allow quant``) and names the techniques it searches itself."""
+    can (the job's ``--quant``) and names the techniques it searches itself."""
     fields = {"quant": "nf4", "checkpointing": "full", "lora-rank": "16", "precision": "bf16-true"}
     plan = job("plan", model="llama-3.1-8b", gpu="T4", **fields)
-    assert "--allow=quant" in plan.argv and "--lora-rank=16" in plan.argv
+    assert "--quant=nf4" in plan.argv and "--lora-rank=16" in plan.argv
     assert "--precision=bf16-true" in plan.argv
-    assert plan.not_taken == ("quant=nf4", "checkpointing=full")
+    assert plan.not_taken == ("checkpointing=full",)
     upgrade = job("upgrade", model="llama-3.1-8b", gpu="T4", **fields)
     assert upgrade.not_taken == ("quant=nf4", "checkpointing=full", "lora-rank=16",
                                         "precision=bf16-true")  # fmt: skip

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.hardware.precision import FP16_COUNTERPART
+
 # the quality-risk scale and table live with the recipe (what a plan changes about the job)
 from memfit.plan.recipe import RISK_LEVELS as RISK_LEVELS  # noqa: E402
 from memfit.plan.recipe import RISKS as RISKS  # noqa: E402
@@ -278,7 +280,8 @@ class SpaceOptions:
         """The precision asked, or the one the ecosystem runs this job in
         (:func:`memfit.spec.rules.default_precision`: LoRA on its checkpoint's 16-bit base)."""
         if self.precision is not None:
-            return resolve_precision(self.precision, self.mode)
+            asked = resolve_precision(self.precision, self.mode)
+            return asked if self.supports_bf16 else FP16_COUNTERPART.get(asked, asked)
         return default_precision(
             self.mode,
             adapters=self.lora_asked,
@@ -290,7 +293,13 @@ class SpaceOptions:
     def precision_note(self) -> str | None:
         """Why the recipe runs in its precision when none was asked (None: it was asked)."""
         if self.precision is not None:
-            return None
+            asked = resolve_precision(self.precision, self.mode)
+            if asked == self.recipe_precision:
+                return None
+            return (
+                f"precision {self.recipe_precision}: asked {asked}, but this GPU has no bf16 "
+                "tensor cores; the job is planned in its fp16 counterpart (same bytes)"
+            )
         return default_precision_note(
             self.recipe_precision,
             self.mode,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -47,13 +47,12 @@ REFUSED = frozenset(
 #: The commands that search the memory techniques themselves (``memfit plan``, ``upgrade``):
 #: they take the job's shape and recipe, not its techniques.
 PLANNERS = ("plan", "upgrade")
-#: What a planner takes for a job field of the form it has no flag for: ``quant`` (not
-#: ``none``) lets ``memfit plan`` use quantized base weights as freely as memory-only changes
-#: (``--allow quant``: the job as asked already quantizes). Every such field that is set is
-#: named in :attr:`Job.not_taken` and the answer's ``X-Memfit-Not-Taken`` header (a planner
-#: searches checkpointing, offload, sharding ... itself and starts from the job without them),
-#: so the page says which fields the plan does not take instead of dropping them unsaid.
-PLANNER_EQUIVALENTS = {("plan", "quant"): lambda v: [] if v in ("", "none") else ["--allow=quant"]}
+#: What a planner takes for a job field of the form it has no flag for (none today: ``memfit
+#: plan`` takes the job's ``--quant`` and ``--lora-targets`` itself). Every such field that is
+#: set is named in :attr:`Job.not_taken` and the answer's ``X-Memfit-Not-Taken`` header (a
+#: planner searches checkpointing, offload, sharding ... itself and starts from the job without
+#: them), so the page says which fields the plan does not take instead of dropping them unsaid.
+PLANNER_EQUIVALENTS: dict[tuple[str, str], Callable[[str], list[str]]] = {}
 #: Query keys that are not options: the model, a pasted config.json, the page's own state.
 MODEL_KEY, CONFIG_KEY = "model", "config"
 PAGE_KEYS = frozenset({"view"})
