@@ -27,6 +27,22 @@ def test_a_setup_that_fails_exits_1_with_the_way_out(capsys: pytest.CaptureFixtu
     assert "largest --max-model-len that starts:" in out
 
 
+def test_a_model_too_large_for_the_gpu_names_the_nearest_configuration_that_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """issue 29: no --gpu-memory-utilization rescues a 70B model on one L40S; the answer names
+    the serving planner's nearest configuration, and that configuration does start."""
+    rc = main(["vllm", "llama-3.1-70b", "--gpu", "L40S", "--max-model-len", "8192"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "nearest change that starts: " in out
+    main(["vllm", "llama-3.1-70b", "--gpu", "L40S", "--max-model-len", "8192", "--json"])
+    nearest = json.loads(capsys.readouterr().out)["nearest_start"]
+    assert nearest["gpus"] > 1 and nearest["command"].startswith("vllm serve")
+    flags = nearest["command"].split()[3:]
+    rc = main(["vllm", "llama-3.1-70b", "--gpu", "L40S", *flags])
+    assert rc == 0 and "STARTS" in capsys.readouterr().out
+
+
 def test_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(
         [

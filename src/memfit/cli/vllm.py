@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from memfit import api
-from memfit.errors import SpecError
+from memfit import api, progress
+from memfit.errors import MemfitError, SpecError
 from memfit.flags import positive_int
 from memfit.hardware.catalog import get_gpu
 from memfit.jobflags import runtime_serving_job, serving_job
@@ -163,14 +163,33 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def cmd_vllm(args: argparse.Namespace) -> int:
     config = serving_job(args, args.gpus)
-    s = api.estimate(args.model, config, gpu=get_gpu(args.gpu))
+    gpu = get_gpu(args.gpu)
+    s = api.estimate(args.model, config, gpu=gpu)
     command = serve_command(args.model, config)
+    nearest = _nearest_start(args, config, gpu, s)
     print(
-        json.dumps(startup_json(s, command), indent=2)
+        json.dumps(startup_json(s, command, nearest), indent=2)
         if args.json
-        else render_startup(s, args.model)
+        else render_startup(s, args.model, nearest)
     )
     return 0 if s.starts else 1
+
+
+def _nearest_start(args: argparse.Namespace, config: Any, gpu: Any, s: Any) -> Any:
+    """For a start-up that fails for memory and that no --gpu-memory-utilization or
+    --max-model-len rescues on this GPU: the serving planner's first configuration on GPUs of
+    the same kind (more of them with tensor parallelism, fp8 weights / KV where the GPU has
+    them) that holds one request of the asked length; None otherwise."""
+    if s.starts or s.refused_layout or s.largest_max_model_len:
+        return None
+    if s.smallest_gpu_memory_utilization is not None:
+        return None
+    progress.report("looking for the nearest configuration that starts")
+    try:
+        options = api.plan(args.model, config, gpu=gpu, concurrency=1, max_gpus=8)
+    except MemfitError:
+        return None
+    return options[0] if options else None
 
 
 # -- fit / plan / upgrade --runtime vllm -------------------------------------------------------

@@ -11,13 +11,25 @@ from memfit.serving.startup import VllmStartup
 from memfit.units import GiB
 
 
-def startup_json(s: VllmStartup, command: str | None = None) -> dict[str, Any]:
-    """The ``--json`` record of one VllmStartup, with the ``vllm serve`` command line."""
-    return {**s.to_json(), "command": command}
+def startup_json(
+    s: VllmStartup, command: str | None = None, nearest: ServingOption | None = None
+) -> dict[str, Any]:
+    """The ``--json`` record of one VllmStartup, with the ``vllm serve`` command line (and, for
+    one that fails, the nearest configuration that starts)."""
+    out = {**s.to_json(), "command": command}
+    if nearest is not None:
+        out["nearest_start"] = {
+            "gpus": nearest.n_gpus,
+            "gpu": nearest.gpu,
+            "describe": nearest.describe(),
+            "command": nearest.command,
+        }
+    return out
 
 
-def render_startup(s: VllmStartup, model: str) -> str:
-    """The start-up lines, the verdict and the way out."""
+def render_startup(s: VllmStartup, model: str, nearest: ServingOption | None = None) -> str:
+    """The start-up lines, the verdict and the way out (``nearest``: the nearest configuration
+    that starts, found by the serving planner)."""
     g = 1 / GiB
     out = [
         f"vLLM {s.version} ({s.engine.upper()} engine) serving {model} on {s.gpu} "
@@ -49,6 +61,8 @@ def render_startup(s: VllmStartup, model: str) -> str:
                 "  no --gpu-memory-utilization fits this GPU: more GPUs (TP), "
                 "quantization or a shorter --max-model-len"
             )
+        if nearest is not None:
+            out.append(f"  nearest change that starts: {nearest.describe()}: {nearest.command}")
     out += [f"note: {n}" for n in s.notes]
     return "\n".join(out)
 
