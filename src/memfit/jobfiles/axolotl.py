@@ -101,6 +101,11 @@ def read_axolotl(r: KeyReader) -> None:
         if r.has(key) and as_bool(r, key, r.take(key)):
             r.set("attention", impl, key, True)
     r.not_modelled("xformers_attention", "xFormers attention is estimated as sdpa")
+    for key in ("torch_dtype", "dtype"):
+        # axolotl computes the load dtype from bf16 / fp16 / bfloat16 / float16 / load_in_8bit
+        # and overwrites cfg.torch_dtype (resolve_dtype in src/axolotl/utils/config/__init__.py,
+        # axolotl-ai-cloud/axolotl@70be546): a value written here is not what loads the model
+        r.not_modelled(key, "axolotl sets the load dtype from bf16 / fp16 and overwrites this key")
     adapter = r.take("adapter", None)
     four = as_bool(r, "load_in_4bit", r.take("load_in_4bit", False))
     eight = as_bool(r, "load_in_8bit", r.take("load_in_8bit", False))
@@ -140,11 +145,7 @@ def read_axolotl(r: KeyReader) -> None:
         ("relora_steps", "ReLoRA"),
         ("peft_use_dora", "DoRA's extra magnitude vectors"),
     ):
-        value = r.flat.get(key)
-        if key in r.flat and value in (False, None):
-            r.take(key)
-        else:
-            r.not_modelled(key, what + (" is not modelled" if "estimate" not in what else ""))
+        r.not_modelled(key, what + (" is not modelled" if "estimate" not in what else ""))
     if r.flat.get("deepspeed", "x") in (None, ""):
         r.take("deepspeed")  # empty; a path is read by the combiner
     r.no_effect(AXOLOTL_NO_EFFECT)

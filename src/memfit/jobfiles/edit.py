@@ -167,8 +167,8 @@ class FileEdit:
             difflib.unified_diff(
                 self.old_text.splitlines(keepends=True),
                 self.new_text.splitlines(keepends=True),
-                fromfile=f"a/{self.path}",
-                tofile=f"b/{self.path}",
+                fromfile="a/" + self.path.lstrip("/"),
+                tofile="b/" + self.path.lstrip("/"),
             )
         )
 
@@ -192,10 +192,21 @@ def plan_edits(
             unexpressed.append(f"{field}={value}")
     edits = []
     for f in files:
-        keys = keys_by_file[f.path]
+        keys = [(k, v) for k, v in keys_by_file[f.path] if not _holds(f, k, v)]
         if keys:
             edits.append(_edit(f, keys))
     return edits, unexpressed
+
+
+def _holds(f: JobFile, key: str, value: Any) -> bool:
+    """Whether ``f`` has ``key`` at ``value`` already (a key set to what it holds is no edit:
+    selective checkpointing is written as ``gradient_checkpointing: true``, which a file may
+    have)."""
+    old = f.reader.flat.get(key, _ABSENT)
+    return old == value and type(old) is type(value)
+
+
+_ABSENT = object()
 
 
 def _edit(f: JobFile, keys: Keys) -> FileEdit:
