@@ -137,8 +137,14 @@ def find_fix(
             )
             not_kept.append(f"{s.describe()} (changes {', '.join(dropped)}{cannot})")
             continue
-        if unexpressed or not edits:
+        if unexpressed:
+            # what the files cannot say (a fused optimizer kernel torchtune names by class, a
+            # ZeRO stage with no DeepSpeed file) is left as the files have it: the edit of the
+            # rest is offered if the edited files fit without it
             not_said.append((s.describe(), unexpressed))
+            said = {k: v for k, v in wanted.items() if f"{k}={v}" not in unexpressed}
+            edits, _ = plan_edits(job.files, said, set_by)
+        if not edits:
             continue
         if checked >= MAX_CHECKED:
             break
@@ -147,7 +153,7 @@ def find_fix(
         if fixed.estimate is not None and fixed.estimate.fits is not None:
             if fixed.estimate.fits.fits:
                 return fixed
-            if closest is None:
+            if closest is None or fixed.estimate.device_used_bytes < closest[1].device_used_bytes:
                 closest = (s.describe(), fixed.estimate)
     return CheckFix(message=_no_fix(job, workload, gpu, not_kept, not_said, closest))
 

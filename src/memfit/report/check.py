@@ -135,7 +135,7 @@ def _render_fix(fix: Any, wrote: bool, after: tuple[list[Any], MemoryEstimate] |
         out.append(
             "  (memfit reads the edited files as: "
             + ", ".join(f"{f} {old} → {new}" for f, (old, new) in fix.changes.items())
-            + f"; the planner's plan: {fix.plan})"
+            + f"; from the planner's plan {fix.plan})"
         )
     for e in fix.edits:
         out.append(e.diff().rstrip("\n"))

@@ -1,0 +1,122 @@
+"""`memfit check`'s fix: the printed change is the written diff, it keeps what the file chose
+(LoRA / QLoRA, the quantization), it is checked on the edited files, and `--write` reports the
+written files' own verdict (issue 29, item 4)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memfit.cli import main
+from memfit.jobfiles import read_job, workload_of
+
+EXAMPLES = Path(__file__).parent / "examples"
+
+#: Files x GPUs: each does not fit as written; some have a fix in their own keys, some none.
+CASES = [
+    (("trl-sft-config.yaml",), "L4"),
+    (("trl-sft-config.yaml",), "T4"),
+    (("trl-sft-full.yaml", "ds_z2_config.json"), "T4"),
+    (("trl-sft-full.yaml", "ds_z2_config.json"), "L4"),
+    (("axolotl-llama3-qlora.yml",), "RTX-4090"),
+    (("axolotl-llama3-qlora.yml",), "V100-32GB"),
+    (("axolotl-llama3-qlora.yml",), "L4"),
+    (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "T4"),
+    (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "RTX-3060"),
+    (("litgpt-llama-3.1-8b-qlora.yaml",), "T4"),
+    (("litgpt-llama-3.1-8b-qlora.yaml",), "RTX-3060"),
+]
+
+
+def _copy(tmp_path: Path, names: tuple[str, ...]) -> list[Path]:
+    for name in names:
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    return [tmp_path / n for n in names]
+
+
+def _check(capsys, paths, gpu, *extra) -> tuple[int, dict]:
+    argv = ["check", *map(str, paths), "--gpu", gpu, "--engine", "analytic", "--json", *extra]
+    code = main(argv)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def _techniques(paths) -> tuple:
+    w = workload_of(read_job(paths))
+    return w.lora_rank, w.lora_targets, w.quant, w.precision, w.freeze_layers
+
+
+@pytest.mark.parametrize(("names", "gpu"), CASES, ids=[f"{n[0]}-{g}" for n, g in CASES])
+def test_write_then_check_gives_the_verdict_the_fix_promised(tmp_path, capsys, names, gpu):
+    paths = _copy(tmp_path, names)
+    originals = {p: p.read_text() for p in paths}
+    kept = _techniques(paths)
+    code, first = _check(capsys, paths, gpu)
+    fix = first["fix"]
+    assert code == 1 and first["fits"] is False and fix is not None
+    code, wrote = _check(capsys, paths, gpu, "--write")
+    assert wrote["fix"]["diff"] == fix["diff"]  # --write writes the fix it printed
+    if not fix["diff"]:  # no fix in the files' keys: nothing written, and it says what would fit
+        assert code == 1 and fix["message"].startswith("no change to these files' keys")
+        assert "--recommend-gpu" in fix["message"]
+        assert all(p.read_text() == originals[p] for p in paths)
+        assert not list(tmp_path.glob("*.memfit-orig"))
+        return
+    assert fix["verdict"] == "fits" and code == 0
+    assert wrote["fix"]["written_verdict"] == "fits"
+    # the written diff is the printed one, key for key
+    diff = "".join(
+        line
+        for p in paths
+        for line in difflib.unified_diff(
+            originals[p].splitlines(keepends=True),
+            p.read_text().splitlines(keepends=True),
+            fromfile="a/" + str(p).lstrip("/"),
+            tofile="b/" + str(p).lstrip("/"),
+        )
+    )
+    assert diff == fix["diff"]
+    for k in fix["keys"]:
+        assert f"{k['key'].rsplit('.', 1)[-1]}" in diff
+    # the original is kept beside each written file
+    for b in wrote["fix"]["backups"]:
+        assert Path(b["backup"]).read_text() == originals[Path(b["path"])]
+    # memfit check on the written files: the verdict promised, the changes promised
+    code, again = _check(capsys, paths, gpu)
+    assert code == 0 and again["fits"] is True and again["fix"] is None
+    assert again["estimate"]["device_used_bytes"] == fix["device_used_bytes"]
+    for field, value in fix["changes"].items():
+        assert again["workload"][field] == value, field
+    # LoRA / QLoRA, the quantization and the precision the files chose are kept
+    assert _techniques(paths) == kept
+
+
+def test_axolotl_qlora_on_a_4090_is_never_turned_into_a_full_fine_tune(tmp_path, capsys):
+    (path,) = _copy(tmp_path, ("axolotl-llama3-qlora.yml",))
+    code, out = _check(capsys, [path], "RTX-4090")
+    fix = out["fix"]
+    assert code == 1 and fix["changes"] == {} and fix["diff"] == ""
+    assert "keeping LoRA r32, nf4-dq base" in fix["message"]
+    assert "lora_rank" not in fix["changes"] and "quant" not in fix["changes"]
+
+
+def test_the_text_fix_names_the_files_keys_and_the_restore_command(tmp_path, capsys):
+    (path,) = _copy(tmp_path, ("trl-sft-config.yaml",))
+    code = main(["check", str(path), "--gpu", "L4", "--engine", "analytic", "--write"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "per_device_train_batch_size: 4 → 1" in out
+    assert "the edited files:" in out and "FITS on L4" in out
+    backup = f"{path}.memfit-orig"
+    assert f"original kept as {backup} (restore: mv {backup} {path})" in out
+    assert "the written files, read again:" in out
+
+
+def test_a_file_that_fits_gets_no_fix_and_write_changes_nothing(tmp_path, capsys):
+    (path,) = _copy(tmp_path, ("trl-sft-config.yaml",))
+    before = path.read_text()
+    code, out = _check(capsys, [path], "A100-80GB", "--write")
+    assert code == 0 and out["fix"] is None and path.read_text() == before
