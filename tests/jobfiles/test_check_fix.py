@@ -16,19 +16,20 @@ from memfit.jobfiles import read_job, workload_of
 
 EXAMPLES = Path(__file__).parent / "examples"
 
-#: Files x GPUs: each does not fit as written; some have a fix in their own keys, some none.
+#: Files x GPUs, each not fitting as written, and whether a change to the files' own keys fits
+#: (the analytic engine's figures at this commit; a False is the "nothing fits" answer).
 CASES = [
-    (("trl-sft-config.yaml",), "L4"),
-    (("trl-sft-config.yaml",), "T4"),
-    (("trl-sft-full.yaml", "ds_z2_config.json"), "T4"),
-    (("trl-sft-full.yaml", "ds_z2_config.json"), "L4"),
-    (("axolotl-llama3-qlora.yml",), "RTX-4090"),
-    (("axolotl-llama3-qlora.yml",), "V100-32GB"),
-    (("axolotl-llama3-qlora.yml",), "L4"),
-    (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "T4"),
-    (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "RTX-3060"),
-    (("litgpt-llama-3.1-8b-qlora.yaml",), "T4"),
-    (("litgpt-llama-3.1-8b-qlora.yaml",), "RTX-3060"),
+    (("trl-sft-config.yaml",), "L4", True),
+    (("trl-sft-config.yaml",), "T4", True),
+    (("trl-sft-full.yaml", "ds_z2_config.json"), "T4", True),  # edits both files
+    (("trl-sft-full.yaml", "ds_z2_config.json"), "L4", True),
+    (("axolotl-llama3-qlora.yml",), "RTX-4090", False),
+    (("axolotl-llama3-qlora.yml",), "V100-32GB", True),
+    (("axolotl-llama3-qlora.yml",), "L4", False),
+    (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "T4", True),
+    (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "RTX-3060", False),
+    (("litgpt-llama-3.1-8b-qlora.yaml",), "T4", True),  # the accumulation follows the micro-batch
+    (("litgpt-llama-3.1-8b-qlora.yaml",), "RTX-3060", False),
 ]
 
 
@@ -49,8 +50,10 @@ def _techniques(paths) -> tuple:
     return w.lora_rank, w.lora_targets, w.quant, w.precision, w.freeze_layers
 
 
-@pytest.mark.parametrize(("names", "gpu"), CASES, ids=[f"{n[0]}-{g}" for n, g in CASES])
-def test_write_then_check_gives_the_verdict_the_fix_promised(tmp_path, capsys, names, gpu):
+@pytest.mark.parametrize(
+    ("names", "gpu", "has_fix"), CASES, ids=[f"{n[0]}-{g}" for n, g, _ in CASES]
+)
+def test_write_then_check_gives_the_verdict_the_fix_promised(tmp_path, capsys, names, gpu, has_fix):
     paths = _copy(tmp_path, names)
     originals = {p: p.read_text() for p in paths}
     kept = _techniques(paths)
@@ -59,6 +62,7 @@ def test_write_then_check_gives_the_verdict_the_fix_promised(tmp_path, capsys, n
     assert code == 1 and first["fits"] is False and fix is not None
     code, wrote = _check(capsys, paths, gpu, "--write")
     assert wrote["fix"]["diff"] == fix["diff"]  # --write writes the fix it printed
+    assert bool(fix["diff"]) is has_fix
     if not fix["diff"]:  # no fix in the files' keys: nothing written, and it says what would fit
         assert code == 1 and fix["message"].startswith("no change to these files' keys")
         assert "--recommend-gpu" in fix["message"]
@@ -100,6 +104,13 @@ def test_axolotl_qlora_on_a_4090_is_never_turned_into_a_full_fine_tune(tmp_path,
     fix = out["fix"]
     assert code == 1 and fix["changes"] == {} and fix["diff"] == ""
     assert "keeping LoRA r32, nf4-dq base" in fix["message"]
+    # what was tried, and what would fit: the smallest split is tight; ZeRO-3 + offload is not
+    # offered (it drops the 4-bit base and needs a DeepSpeed file)
+    assert (
+        "closest edit: micro_batch_size: 2 → 1, gradient_accumulation_steps: 4 → 8"
+        in (fix["message"])
+    )
+    assert "not offered" in fix["message"] and "quant nf4-dq → none" in fix["message"]
     assert "lora_rank" not in fix["changes"] and "quant" not in fix["changes"]
 
 
@@ -120,3 +131,24 @@ def test_a_file_that_fits_gets_no_fix_and_write_changes_nothing(tmp_path, capsys
     before = path.read_text()
     code, out = _check(capsys, [path], "A100-80GB", "--write")
     assert code == 0 and out["fix"] is None and path.read_text() == before
+
+
+def test_an_edit_memfit_refuses_is_judged_shown_to_make_by_hand_and_not_written(tmp_path, capsys):
+    path = tmp_path / "sft.yaml"
+    text = (EXAMPLES / "trl-sft-config.yaml").read_text()
+    path.write_text(
+        text.replace(
+            "per_device_train_batch_size: 4\n",
+            "per_device_train_batch_size: &mb 4\nper_device_eval_batch_size: *mb\n",
+        )
+    )
+    before = path.read_text()
+    code = main(["check", str(path), "--gpu", "L4", "--engine", "analytic"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "per_device_train_batch_size carries the anchor &mb" in out
+    assert "the job with these keys set:" in out and "FITS on L4" in out
+    assert "not written: edit the keys above by hand" in out
+    assert main(["check", str(path), "--gpu", "L4", "--engine", "analytic", "--write"]) == 2
+    assert "no file was written" in capsys.readouterr().err
+    assert path.read_text() == before and not list(tmp_path.glob("*.memfit-orig"))

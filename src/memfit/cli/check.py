@@ -106,9 +106,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         source = None  # the framework knows its model; only the fix needs transformers' config
     n_layers = source.spec.n_layers if source is not None and source.spec is not None else None
 
-    def estimate_job(j: Job) -> tuple[WorkloadSpec, MemoryEstimate]:
+    def estimate_job(j: Job, w: WorkloadSpec | None = None) -> tuple[WorkloadSpec, MemoryEstimate]:
         """The route every estimate of this command takes: the job's, the edited files'."""
-        w = workload_of(j, overrides={"seq_len": args.seq}, n_layers=n_layers)
+        if w is None:
+            w = workload_of(j, overrides={"seq_len": args.seq}, n_layers=n_layers)
         if framework is not None:
             data = next(f.data for f in j.files if f.format == framework)
             report(f"tracing {model} through {framework}'s own code")

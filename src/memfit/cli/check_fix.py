@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.estimate.result import MemoryEstimate
@@ -50,8 +50,9 @@ FOUR_BIT = frozenset({"nf4", "nf4-dq", "fp4"})
 #: of the job's own route: milliseconds with the analytic engine, seconds with a trace).
 MAX_CHECKED = 6
 
-#: ``(job) -> (workload, estimate)``: the route ``memfit check`` estimates a job by.
-EstimateJob = Callable[[Job], tuple[WorkloadSpec, MemoryEstimate]]
+#: ``(job, workload) -> (workload, estimate)``: the route ``memfit check`` estimates a job by
+#: (``workload`` None: the one the job's files describe).
+EstimateJob = Callable[[Job, WorkloadSpec | None], tuple[WorkloadSpec, MemoryEstimate]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,41 +122,61 @@ def find_fix(
     docstring), or a :class:`CheckFix` with only a message."""
     result = plan(source, recipe_request(workload), gpu=gpu)
     options = [] if result.recommended is None else [result.recommended, *result.alternatives]
+    tries = [
+        (o.settings.describe(), _wanted(o.settings, workload), _kept(o.settings, workload))
+        for o in options
+    ] + _smallest_splits(workload)
     set_by = {name: st.file for name, st in job.fields.items()}
     not_kept: list[str] = []
     not_said: list[tuple[str, list[str]]] = []
-    closest: tuple[str, MemoryEstimate] | None = None
-    checked = 0
-    for opt in options:
-        s = opt.settings
-        wanted = _wanted(s, workload)
+    closest: CheckFix | None = None
+    seen: set[str] = set()
+    for how, wanted, kept in tries:
         edits, unexpressed = plan_edits(job.files, wanted, set_by)
-        dropped = [f"{k} {getattr(workload, k)} → {v}" for k, v in _kept(s, workload).items()]
-        if dropped:
+        if kept:
+            changed = ", ".join(f"{k} {getattr(workload, k)} → {v}" for k, v in kept.items())
             cannot = f"; needs {', '.join(unexpressed)}, which these files cannot say" * bool(
                 unexpressed
             )
-            not_kept.append(f"{s.describe()} (changes {', '.join(dropped)}{cannot})")
+            not_kept.append(f"{how} (changes {changed}{cannot})")
             continue
         if unexpressed:
             # what the files cannot say (a fused optimizer kernel torchtune names by class, a
             # ZeRO stage with no DeepSpeed file) is left as the files have it: the edit of the
             # rest is offered if the edited files fit without it
-            not_said.append((s.describe(), unexpressed))
+            not_said.append((how, unexpressed))
             said = {k: v for k, v in wanted.items() if f"{k}={v}" not in unexpressed}
             edits, _ = plan_edits(job.files, said, set_by)
-        if not edits:
+        if unexpressed:
+            wanted = said
+        diff = "".join(e.diff() for e in edits)
+        if not edits or diff in seen or len(seen) >= MAX_CHECKED:
             continue
-        if checked >= MAX_CHECKED:
-            break
-        checked += 1
-        fixed = _checked(job, edits, workload, estimate_job, s.describe())
+        seen.add(diff)
+        fixed = _checked(job, edits, wanted, workload, estimate_job, how)
         if fixed.estimate is not None and fixed.estimate.fits is not None:
             if fixed.estimate.fits.fits:
                 return fixed
-            if closest is None or fixed.estimate.device_used_bytes < closest[1].device_used_bytes:
-                closest = (s.describe(), fixed.estimate)
+            if closest is None or _used(fixed) < _used(closest):
+                closest = fixed
     return CheckFix(message=_no_fix(job, workload, gpu, not_kept, not_said, closest))
+
+
+def _used(fix: CheckFix) -> int:
+    return 0 if fix.estimate is None else fix.estimate.device_used_bytes
+
+
+def _smallest_splits(workload: WorkloadSpec) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The last tries, after the planner's plans: the job as written at micro-batch 1 (the same
+    samples per step), then with full activation checkpointing too. A planner's plan may need
+    a change the files cannot say; these need only the batch keys (and checkpointing)."""
+    per_step = workload.batch_size * workload.grad_accum
+    split = {"batch_size": 1, "grad_accum": per_step}
+    out = [
+        (f"micro-batch 1 x {per_step}", split),
+        (f"micro-batch 1 x {per_step}, full checkpointing", {**split, "checkpointing": "full"}),
+    ]
+    return [(how, {k: v for k, v in w.items() if getattr(workload, k) != v}, {}) for how, w in out]
 
 
 def _kept(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
@@ -184,18 +205,25 @@ def _wanted(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
 
 
 def _checked(
-    job: Job, edits: list[FileEdit], workload: WorkloadSpec, estimate_job: EstimateJob, how: str
+    job: Job,
+    edits: list[FileEdit],
+    wanted: dict[str, Any],
+    workload: WorkloadSpec,
+    estimate_job: EstimateJob,
+    how: str,
 ) -> CheckFix:
-    """The fix ``edits`` make, judged on the edited files as memfit reads them."""
+    """The fix ``edits`` make, judged on the edited files as memfit reads them. An edit memfit
+    refuses to make (a YAML construct it does not edit by lines) cannot be read back: it is
+    judged on the job with ``wanted`` (memfit settings) applied, and shown to make by hand."""
     keys = [
         KeyChange(file=e.path, key=k, old=_value(job, e.path, k), new=v)
         for e in edits
         for k, v in e.keys
     ]
     if any(e.refused is not None for e in edits):
-        return CheckFix(edits=edits, keys=keys, plan=how)  # not checkable: shown, not written
-    edited = reread(job, {e.path: e.new_text for e in edits})
-    new_workload, est = estimate_job(edited)
+        new_workload, est = estimate_job(job, replace(workload, **wanted))
+    else:
+        new_workload, est = estimate_job(reread(job, {e.path: e.new_text for e in edits}), None)
     changes = {
         f: (getattr(workload, f), getattr(new_workload, f))
         for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", "lora_targets")
@@ -224,7 +252,7 @@ def _no_fix(
     gpu: str,
     not_kept: list[str],
     not_said: list[tuple[str, list[str]]],
-    closest: tuple[str, MemoryEstimate] | None,
+    closest: CheckFix | None,
 ) -> str:
     """Why no change to these files fits on ``gpu``, and what would."""
     keep = ", ".join(
@@ -237,10 +265,11 @@ def _no_fix(
         if x
     )
     out = [f"no change to these files' keys makes this job fit on {gpu} (keeping {keep})"]
-    if closest is not None:
-        est = closest[1]
+    if closest is not None and closest.estimate is not None:
+        keys = ", ".join(k.describe() for k in closest.keys)
         out.append(
-            f"closest edit: {closest[0]}, {format_bytes(est.device_used_bytes)} on the device"
+            f"closest edit: {keys} — {format_bytes(_used(closest))} on the device, "
+            f"{closest.estimate.fits.verdict if closest.estimate.fits else 'no verdict'}"
         )
     if not_said:
         how, missing = not_said[0]

@@ -109,8 +109,13 @@ def _torchtune(field: str, value: Any, f: JobFile) -> Keys | None:
 
 
 def _litgpt(field: str, value: Any, f: JobFile) -> Keys | None:
+    glob = f.reader.flat.get("train.global_batch_size")
     table: dict[str, Callable[[Any], Keys]] = {
         "batch_size": lambda v: [("train.micro_batch_size", v)],
+        # LitGPT accumulates global_batch_size / (micro_batch_size x devices) micro-batches: a
+        # fix holds the global batch, so the new micro-batch says the accumulation (the key is
+        # named at its own value, which is no edit)
+        "grad_accum": lambda v: [("train.global_batch_size", glob)] if glob is not None else [],
         "quant": lambda v: [("quantize", "bnb." + v)] if v in ("nf4", "nf4-dq", "int8") else [],
         "lora_rank": lambda v: [("lora_r", v)] if v else [],
     }

@@ -135,11 +135,13 @@ def _render_fix(fix: Any, wrote: bool, after: tuple[list[Any], MemoryEstimate] |
         out.append(
             "  (memfit reads the edited files as: "
             + ", ".join(f"{f} {old} → {new}" for f, (old, new) in fix.changes.items())
-            + f"; from the planner's plan {fix.plan})"
+            + f"; tried as: {fix.plan})"
         )
     for e in fix.edits:
         out.append(e.diff().rstrip("\n"))
     if fix.refused:
+        if fix.estimate is not None:
+            out.append(_verdict_line("the job with these keys set", fix.estimate))
         out.append("not written: edit the keys above by hand (--write refuses this file)")
         return out
     if fix.estimate is not None:
