@@ -171,8 +171,8 @@ def _smallest_splits(workload: WorkloadSpec) -> list[tuple[str, dict[str, Any], 
     samples per step), then with full activation checkpointing too. A planner's plan may need
     a change the files cannot say; these need only the batch keys (and checkpointing)."""
     per_step = workload.batch_size * workload.grad_accum
-    split = {"batch_size": 1, "grad_accum": per_step}
-    out = [
+    split: dict[str, Any] = {"batch_size": 1, "grad_accum": per_step}
+    out: list[tuple[str, dict[str, Any]]] = [
         (f"micro-batch 1 x {per_step}", split),
         (f"micro-batch 1 x {per_step}, full checkpointing", {**split, "checkpointing": "full"}),
     ]
