@@ -50,7 +50,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         description="Read training / launcher configs (Hugging Face TrainingArguments, TRL, "
         "axolotl, LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate; several combine), "
         "estimate the job, give the verdict on --gpu and, when it does not fit, the edit to your "
-        "files that makes it fit (a unified diff; --write applies it). Every key memfit does not "
+        "files that makes it fit, keeping their LoRA / quantization / precision (a unified diff, "
+        "checked on the edited files; --write applies it). Every key memfit does not "
         "use is listed; keys that change memory but are not modelled are warnings.",
         epilog=CHECK_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -82,7 +83,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         action="store_true",
         help="no progress line on stderr (shown only on a terminal, for work over 2 s)",
     )
-    c.add_argument("--write", action="store_true", help="apply the fix to the files")
+    c.add_argument(
+        "--write",
+        action="store_true",
+        help="apply the fix to the files (one whose edited files the estimate says fit; the "
+        "originals kept as NAME.memfit-orig), then check the written files: exit by their verdict",
+    )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     return {"check": cmd_check}
 
