@@ -25,7 +25,7 @@ EXPECTED = {
             batch_size=2,
             grad_accum=4,
             seq_len=4096,
-            precision="bf16-mixed",
+            precision="bf16-true",  # axolotl loads the base in bf16 when bf16 is on
             checkpointing="full",
             optimizer="adamw",
             attention="flash",
@@ -310,3 +310,20 @@ def test_an_axolotl_switch_left_empty_is_off(tmp_path, value, warned):
     f.write_text(text.replace("xformers_attention:\n", f"xformers_attention: {value}\n"))
     job = read_job([f])
     assert ("xformers_attention" in {w.key for w in job.warnings}) is warned
+
+
+@pytest.mark.parametrize(
+    ("flags", "precision", "key"),
+    [
+        ("bf16: auto\nfp16:\n", "bf16-true", "bf16"),
+        ("bf16: false\nfp16: true\n", "16-true", "fp16"),
+        ("bf16: false\nfp16: false\nbfloat16: true\n", "bf16-true", "bfloat16"),
+        ("bf16: false\nfp16: false\n", "32-true", "bf16"),
+    ],
+)
+def test_axolotl_loads_its_base_in_the_dtype_its_flags_resolve_to(tmp_path, flags, precision, key):
+    f = tmp_path / "a.yml"
+    text = (EXAMPLES / "axolotl-llama3-qlora.yml").read_text()
+    f.write_text(text.replace("bf16: auto\nfp16:\n", flags))
+    job = read_job([f])
+    assert (job.fields["precision"].value, job.fields["precision"].key) == (precision, key)
