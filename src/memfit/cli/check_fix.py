@@ -123,8 +123,9 @@ def find_fix(
     result = plan(source, recipe_request(workload), gpu=gpu)
     options = [] if result.recommended is None else [result.recommended, *result.alternatives]
     tries = [
-        (o.settings.describe(), _wanted(o.settings, workload), _kept(o.settings, workload))
+        (o.settings.describe(), wanted, _kept(o.settings, workload))
         for o in options
+        for wanted in _variants(_wanted(o.settings, workload), workload)
     ] + _smallest_splits(workload)
     set_by = {name: st.file for name, st in job.fields.items()}
     not_kept: list[str] = []
@@ -160,6 +161,16 @@ def find_fix(
             if closest is None or _used(fixed) < _used(closest):
                 closest = fixed
     return CheckFix(message=_no_fix(job, workload, gpu, not_kept, not_said, closest))
+
+
+def _variants(wanted: dict[str, Any], workload: WorkloadSpec) -> list[dict[str, Any]]:
+    """A plan's changes, first without a swap between AdamW and its fused kernel (the same
+    update: the planner picks the kernel it predicts faster, and the file's own choice is kept
+    when the edit fits without the swap), then as planned."""
+    same = ("adamw", "adamw-fused")
+    if wanted.get("optimizer") in same and workload.optimizer in same:
+        return [{k: v for k, v in wanted.items() if k != "optimizer"}, wanted]
+    return [wanted]
 
 
 def _used(fix: CheckFix) -> int:
