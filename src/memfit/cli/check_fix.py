@@ -13,7 +13,16 @@
    and estimated by the same route as the job itself: the fix is that estimate's verdict, and
    its changes are what the edited files read as, so the change printed, the diff written and
    the verdict of a later ``memfit check`` on the written files are one thing. The first plan
-   whose edited files fit is the fix; none: no fix is offered, and nothing is written.
+   whose edited files fit is the fix, then the job as written at micro-batch 1 (with and without
+   checkpointing); none: no fix is offered, nothing is written, and the answer says what was
+   closest and what would fit (a plan the files cannot say, or one that changes what they chose,
+   or a GPU with more memory).
+
+Planner behaviour relied on (memfit.plan.space / search): with ``lora_asked`` only LoRA stacks at
+``lora_ranks`` are searched; with ``keep_full_finetune`` no LoRA / freezing; quantized stacks only
+with ``allow_quant``; the global batch is held and split into micro-batch x accumulation; layouts
+come from the GPU count (a file's ZeRO stage on one GPU is not in the plan: kept, see
+:func:`_wanted`). Anything else a plan changes is filtered here, not trusted.
 """
 
 from __future__ import annotations
@@ -46,8 +55,9 @@ FIX_FIELDS = (
 KEPT = ("lora_rank", "quant", "freeze_layers", "precision")
 #: 4-bit bitsandbytes bases: the planner searches NF4 with double quantization for all of them.
 FOUR_BIT = frozenset({"nf4", "nf4-dq", "fp4"})
-#: Plans checked by re-reading and estimating their edited files, at most (each is one estimate
-#: of the job's own route: milliseconds with the analytic engine, seconds with a trace).
+#: The planner's plans checked by re-reading and estimating their edited files, at most (each is
+#: one estimate of the job's own route: milliseconds with the analytic engine, seconds with a
+#: trace); the two smallest splits of the job as written are checked after them in any case.
 MAX_CHECKED = 6
 
 #: ``(job, workload) -> (workload, estimate)``: the route ``memfit check`` estimates a job by
@@ -123,16 +133,17 @@ def find_fix(
     result = plan(source, recipe_request(workload), gpu=gpu)
     options = [] if result.recommended is None else [result.recommended, *result.alternatives]
     tries = [
-        (o.settings.describe(), wanted, _kept(o.settings, workload))
+        (o.settings.describe(), wanted, _kept(o.settings, workload), False)
         for o in options
         for wanted in _variants(_wanted(o.settings, workload), workload)
-    ] + _smallest_splits(workload)
+    ] + [(*t, True) for t in _smallest_splits(workload)]
     set_by = {name: st.file for name, st in job.fields.items()}
     not_kept: list[str] = []
     not_said: list[tuple[str, list[str]]] = []
     closest: CheckFix | None = None
     seen: set[str] = set()
-    for how, wanted, kept in tries:
+    n_checked = 0
+    for how, wanted, kept, last in tries:
         edits, unexpressed = plan_edits(job.files, wanted, set_by)
         if kept:
             changed = ", ".join(f"{k} {getattr(workload, k)} → {v}" for k, v in kept.items())
@@ -146,14 +157,13 @@ def find_fix(
             # ZeRO stage with no DeepSpeed file) is left as the files have it: the edit of the
             # rest is offered if the edited files fit without it
             not_said.append((how, unexpressed))
-            said = {k: v for k, v in wanted.items() if f"{k}={v}" not in unexpressed}
-            edits, _ = plan_edits(job.files, said, set_by)
-        if unexpressed:
-            wanted = said
+            wanted = {k: v for k, v in wanted.items() if f"{k}={v}" not in unexpressed}
+            edits, _ = plan_edits(job.files, wanted, set_by)
         diff = "".join(e.diff() for e in edits)
-        if not edits or diff in seen or len(seen) >= MAX_CHECKED:
+        if not edits or diff in seen or (n_checked >= MAX_CHECKED and not last):
             continue
         seen.add(diff)
+        n_checked += 1
         fixed = _checked(job, edits, wanted, workload, estimate_job, how)
         if fixed.estimate is not None and fixed.estimate.fits is not None:
             if fixed.estimate.fits.fits:
