@@ -25,7 +25,7 @@ EXPECTED = {
             batch_size=2,
             grad_accum=4,
             seq_len=4096,
-            precision="bf16-mixed",
+            precision="bf16-true",  # axolotl loads the base in bf16 when bf16 is on
             checkpointing="full",
             optimizer="adamw",
             attention="flash",
@@ -128,7 +128,10 @@ def test_every_key_is_accounted_for():
     assert accounted == set(f.reader.flat)
     assert ("axolotl-llama3-qlora.yml", "learning_rate") in job.no_effect()
     warned = {w.key for w in job.warnings}
-    assert {"sample_packing", "xformers_attention"} <= warned
+    assert "sample_packing" in warned  # `sample_packing: true`
+    # `xformers_attention:` (empty), `fsdp:`, `deepspeed:`: unset in axolotl, no warning
+    assert not warned & {"xformers_attention", "fsdp", "fsdp_config", "deepspeed"}
+    assert {"xformers_attention", "fsdp"} <= f.reader.used
 
 
 def test_an_unknown_key_is_listed_not_dropped(tmp_path):
@@ -201,16 +204,126 @@ def test_the_fix_is_a_diff_of_the_users_own_file_and_write_applies_it(tmp_path, 
     f = tmp_path / "axolotl.yml"
     shutil.copy(EXAMPLES / "axolotl-llama3-qlora.yml", f)
     before = f.read_text()
-    code, out = run_json(capsys, str(f), "--gpu", "L4")
-    assert code == 1 and out["fix"]["diff"].startswith(f"--- a/{f}")
+    # a V100-32GB: TIGHT as written, fits at micro-batch 1 (tests/jobfiles/test_check_fix.py
+    # runs the other files and GPUs, with and without a fix)
+    code, out = run_json(capsys, str(f), "--gpu", "V100-32GB")
+    assert code == 1 and out["fix"]["diff"].startswith("--- a/" + str(f).lstrip("/"))
     assert f.read_text() == before  # nothing written without --write
-    code, _ = run_json(capsys, str(f), "--gpu", "L4", "--write")
+    code, _ = run_json(capsys, str(f), "--gpu", "V100-32GB", "--write")
     after = f.read_text()
-    assert after != before
+    assert code == 0 and after != before
     assert after.startswith("# From axolotl's")  # comments and layout kept
+    assert len(after.splitlines()) == len(before.splitlines())  # keys replaced in place
     job = read_job([f])  # the written file reads back as the fixed job
     for field, value in out["fix"]["changes"].items():
-        if field in job.fields and f"{field}={value}" not in out["fix"]["unexpressed"]:
-            assert job.fields[field].value == value, field
-    code, again = run_json(capsys, str(f), "--gpu", "L4")
-    assert code == 0 or again["fix"]["changes"] != out["fix"]["changes"]
+        assert job.fields[field].value == value, field
+    code, again = run_json(capsys, str(f), "--gpu", "V100-32GB")
+    assert code == 0 and again["fix"] is None
+
+
+# --- the load dtype next to bf16 / fp16, and keys that say "off" (issue 29, item 4) -----------
+
+TRL = (EXAMPLES / "trl-sft-config.yaml").read_text()
+
+
+def _trl(tmp_path, extra: str):
+    f = tmp_path / "sft.yaml"
+    f.write_text(TRL + extra)
+    return read_job([f])
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("dtype: bfloat16\n", "dtype"),
+        ("torch_dtype: bfloat16\n", "torch_dtype"),
+        ("model_init_kwargs:\n  dtype: bfloat16\n", "model_init_kwargs.dtype"),
+        ("model_init_kwargs:\n  torch_dtype: torch.bfloat16\n", "model_init_kwargs.torch_dtype"),
+    ],
+)
+def test_a_bf16_load_dtype_beside_bf16_true_is_a_bf16_base_not_a_disagreement(tmp_path, extra, key):
+    job = _trl(tmp_path, extra)
+    assert job.fields["precision"].value == "bf16-true"
+    assert job.fields["precision"].key == key
+    assert not [w for w in job.warnings if "fp32 weights" in w.message]  # the load dtype is known
+
+
+def test_an_fp16_load_dtype_with_bf16_autocast_is_a_16_bit_base(tmp_path):
+    assert _trl(tmp_path, "dtype: float16\n").fields["precision"].value == "16-true"
+
+
+def test_an_fp32_load_dtype_keeps_mixed_precision_without_the_fp32_warning(tmp_path):
+    job = _trl(tmp_path, "dtype: float32\n")
+    assert job.fields["precision"].value == "bf16-mixed"
+    assert not [w for w in job.warnings if "fp32 weights" in w.message]
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ("fp16: true\n", r"sft.yaml: fp16 \(True\) with bf16: true: at most one of bf16 and fp16"),
+        (
+            "dtype: bfloat16\nmodel_init_kwargs:\n  dtype: float16\n",
+            r"model_init_kwargs.dtype \('float16'\) contradicts dtype: 'bfloat16'",
+        ),
+    ],
+)
+def test_only_a_real_contradiction_is_refused(tmp_path, capsys, extra, match):
+    with pytest.raises(SpecError, match=match):
+        _trl(tmp_path, extra)
+    f = tmp_path / "sft.yaml"
+    assert main(["check", str(f), "--engine", "analytic"]) == 2
+    assert re.search(match, capsys.readouterr().err)
+
+
+def test_axolotl_says_its_torch_dtype_key_is_overwritten(tmp_path):
+    f = tmp_path / "a.yml"
+    f.write_text((EXAMPLES / "axolotl-llama3-qlora.yml").read_text() + "torch_dtype: bfloat16\n")
+    job = read_job([f])
+    assert [w.key for w in job.warnings if "overwrites" in w.message] == ["torch_dtype"]
+    assert not job.unknown()
+
+
+@pytest.mark.parametrize(
+    ("extra", "warned"),
+    [
+        ("packing: false\n", False),
+        ("packing:\n", False),
+        ('fsdp: ""\n', False),
+        ("fsdp_config: {}\n", False),
+        ("packing: true\n", True),
+    ],
+)
+def test_a_trl_key_set_to_false_or_left_empty_is_unset(tmp_path, extra, warned):
+    key = extra.split(":")[0]
+    job = _trl(tmp_path, extra)
+    assert (key in {w.key for w in job.warnings}) is warned
+    assert not job.unknown()
+
+
+@pytest.mark.parametrize(
+    ("value", "warned"), [("", False), ("false", False), ("null", False), ("true", True)]
+)
+def test_an_axolotl_switch_left_empty_is_off(tmp_path, value, warned):
+    f = tmp_path / "a.yml"
+    text = (EXAMPLES / "axolotl-llama3-qlora.yml").read_text()
+    f.write_text(text.replace("xformers_attention:\n", f"xformers_attention: {value}\n"))
+    job = read_job([f])
+    assert ("xformers_attention" in {w.key for w in job.warnings}) is warned
+
+
+@pytest.mark.parametrize(
+    ("flags", "precision", "key"),
+    [
+        ("bf16: auto\nfp16:\n", "bf16-true", "bf16"),
+        ("bf16: false\nfp16: true\n", "16-true", "fp16"),
+        ("bf16: false\nfp16: false\nbfloat16: true\n", "bf16-true", "bfloat16"),
+        ("bf16: false\nfp16: false\n", "32-true", "bf16"),
+    ],
+)
+def test_axolotl_loads_its_base_in_the_dtype_its_flags_resolve_to(tmp_path, flags, precision, key):
+    f = tmp_path / "a.yml"
+    text = (EXAMPLES / "axolotl-llama3-qlora.yml").read_text()
+    f.write_text(text.replace("bf16: auto\nfp16:\n", flags))
+    job = read_job([f])
+    assert (job.fields["precision"].value, job.fields["precision"].key) == (precision, key)

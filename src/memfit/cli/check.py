@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from memfit.cli import vllm as cli_vllm
+from memfit.cli.check_fix import CheckFix, find_fix
 from memfit.errors import SpecError, UnknownModelError
 from memfit.estimate import ENGINES, estimate
 from memfit.estimate.policy import use_engine
+from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import frameworks
 from memfit.flags import EXIT_BAD_INPUT
-from memfit.jobfiles import FORMATS, Job, model_of, plan_edits, read_job, workload_of
+from memfit.jobfiles import FORMATS, Job, model_of, read_job, workload_of
 from memfit.jobfiles.edit import write_edits
 from memfit.jobfiles.files import parse
 from memfit.jobfiles.vllm_cmd import (
@@ -27,12 +28,12 @@ from memfit.jobfiles.vllm_cmd import (
     is_vllm_command,
     is_vllm_config,
 )
-from memfit.models import ModelSource, resolve_model
-from memfit.plan import PlanRequest, plan
+from memfit.models import resolve_model
 from memfit.progress import report
 from memfit.report.check import check_json, render_check
 from memfit.spec import WorkloadSpec
 from memfit.userfiles import read_text
+from memfit.userwrites import Written
 
 CHECK_EXAMPLES = """examples:
   memfit check axolotl.yml --gpu RTX-4090
@@ -40,21 +41,6 @@ CHECK_EXAMPLES = """examples:
   memfit check llama3_1_8B_qlora_single_device.yaml batch_size=4 --gpu L4
   memfit check litgpt-qlora.yaml --gpu T4 --write
 """
-
-#: Settings a fix may change, in the order they are printed.
-FIX_FIELDS = (
-    "batch_size",
-    "grad_accum",
-    "checkpointing",
-    "attention",
-    "optimizer",
-    "offload",
-    "shard",
-    "precision",
-    "quant",
-    "lora_rank",
-    "freeze_layers",
-)
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -64,7 +50,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         description="Read training / launcher configs (Hugging Face TrainingArguments, TRL, "
         "axolotl, LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate; several combine), "
         "estimate the job, give the verdict on --gpu and, when it does not fit, the edit to your "
-        "files that makes it fit (a unified diff; --write applies it). Every key memfit does not "
+        "files that makes it fit, keeping their LoRA / quantization / precision (a unified diff, "
+        "checked on the edited files; --write applies it). Every key memfit does not "
         "use is listed; keys that change memory but are not modelled are warnings.",
         epilog=CHECK_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -96,7 +83,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         action="store_true",
         help="no progress line on stderr (shown only on a terminal, for work over 2 s)",
     )
-    c.add_argument("--write", action="store_true", help="apply the fix to the files")
+    c.add_argument(
+        "--write",
+        action="store_true",
+        help="apply the fix to the files (one whose edited files the estimate says fit; the "
+        "originals kept as NAME.memfit-orig), then check the written files: exit by their verdict",
+    )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     return {"check": cmd_check}
 
@@ -119,39 +111,48 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise
         source = None  # the framework knows its model; only the fix needs transformers' config
     n_layers = source.spec.n_layers if source is not None and source.spec is not None else None
-    workload = workload_of(job, overrides={"seq_len": args.seq}, n_layers=n_layers)
-    if framework is not None:
-        data = next(f.data for f in job.files if f.format == framework)
-        report(f"tracing {model} through {framework}'s own code")
-        est = frameworks.estimate_with_framework(framework, data, workload, gpu=args.gpu)
-    else:
-        est = estimate(source, workload, gpu=args.gpu, engine=args.check_engine or "analytic")
+
+    def estimate_job(j: Job, w: WorkloadSpec | None = None) -> tuple[WorkloadSpec, MemoryEstimate]:
+        """The route every estimate of this command takes: the job's, the edited files'."""
+        if w is None:
+            w = workload_of(j, overrides={"seq_len": args.seq}, n_layers=n_layers)
+        if framework is not None:
+            data = next(f.data for f in j.files if f.format == framework)
+            report(f"tracing {model} through {framework}'s own code")
+            return w, frameworks.estimate_with_framework(framework, data, w, gpu=args.gpu)
+        return w, estimate(source, w, gpu=args.gpu, engine=args.check_engine or "analytic")
+
+    workload, est = estimate_job(job)
     answer = {"answered_by": answered_by, "note": note}
     fits = None if est.fits is None else est.fits.fits
-    fix: dict[str, Any] | None = None
+    fix: CheckFix | None = None
     if fits is False:
         planner = args.check_engine if args.check_engine in ENGINES else "analytic"
         with use_engine(planner):  # the fix is planned with transformers' model
-            fix = _fix(job, source, workload, args) if source is not None else _no_plan(model)
-    if args.write and fix and fix["edits"]:  # atomic, all files or none, originals kept
-        for w in write_edits(fix["edits"]):
-            print(f"memfit: wrote {w.path} (original kept as {w.backup})", file=sys.stderr)
+            fix = (
+                find_fix(job, source, workload, args.gpu, estimate_job)
+                if source is not None
+                else CheckFix(message=_no_plan(model))
+            )
+    after: tuple[list[Written], MemoryEstimate] | None = None
+    if args.write and fix is not None and fix.found:  # atomic, all files or none, originals kept
+        written = write_edits(fix.edits)
+        again = read_job(paths, fmt=args.format, overrides=overrides)  # the files as written
+        after = (written, estimate_job(again)[1])
     if args.json:
-        print(json.dumps(check_json(job, model, workload, est, fix, args.write, answer), indent=2))
+        out = check_json(job, model, workload, est, fix, args.write, answer, after)
+        print(json.dumps(out, indent=2))
     else:
-        print(render_check(job, model, est, fix, args.write, answer))
-    return 1 if fits is False else 0
+        print(render_check(job, model, est, fix, args.write, answer, after))
+    final = est if after is None else after[1]
+    return 1 if final.fits is not None and not final.fits.fits else 0
 
 
-def _no_plan(model: str) -> dict[str, Any]:
-    return {
-        "fits": False,
-        "edits": [],
-        "changes": {},
-        "unexpressed": [],
-        "message": f"no fix: the planner needs a Hugging Face config for {model}, and memfit has "
-        "none (pass --model with a hub id or a folder holding its config.json)",
-    }
+def _no_plan(model: str) -> str:
+    return (
+        f"no fix: the planner needs a Hugging Face config for {model}, and memfit has "
+        "none (pass --model with a hub id or a folder holding its config.json)"
+    )
 
 
 def route(
@@ -214,45 +215,3 @@ def _vllm_args(vllm: argparse.ArgumentParser, argv: list[str]) -> argparse.Names
             f"{top}: error: unrecognized arguments: {' '.join(unknown)} (see `{top} --help`)\n",
         )
     return args
-
-
-def _fix(
-    job: Job, source: ModelSource, workload: WorkloadSpec, args: argparse.Namespace
-) -> dict[str, Any]:
-    """The planner's least costly change from the job as asked, as edits to the files."""
-    request = PlanRequest(
-        mode="train",
-        seq_len=workload.seq_len,
-        global_batch=workload.batch_size * workload.grad_accum * workload.gpus,
-        gpus=workload.gpus,
-        confirm="none",
-        keep_full_finetune=workload.lora_rank is None,
-    )
-    result = plan(source, request, gpu=args.gpu)
-    if result.recommended is None:
-        return {
-            "fits": False,
-            "edits": [],
-            "changes": {},
-            "unexpressed": [],
-            "message": "no change the planner knows makes this job fit on this GPU: "
-            "use more GPUs (memfit plan --recommend-gpu)",
-        }
-    s = result.recommended.settings
-    new = {
-        "batch_size": s.micro_batch,
-        "grad_accum": s.grad_accum,
-        **{f: getattr(s, f) for f in FIX_FIELDS if f not in ("batch_size", "grad_accum")},
-    }
-    old = {f: getattr(workload, f) for f in FIX_FIELDS}
-    changes = {f: new[f] for f in FIX_FIELDS if new[f] != old[f]}
-    set_by = {name: st.file for name, st in job.fields.items()}
-    edits, unexpressed = plan_edits(job.files, changes, set_by)
-    return {
-        "fits": True,
-        "edits": edits,
-        "changes": changes,
-        "unexpressed": unexpressed,
-        "settings": s.describe(),
-        "need_bytes": result.recommended.need_bytes,
-    }

@@ -11,7 +11,8 @@ goes through peft's ``prepare_model_for_kbit_training``.
 from __future__ import annotations
 
 from memfit.jobfiles.hf import optimizer_of, precision_of, targets_of
-from memfit.jobfiles.reader import KeyReader, as_bool, as_int
+from memfit.jobfiles.names import MIXED, TRUE
+from memfit.jobfiles.reader import KeyReader, as_bool, as_int, is_unset
 
 AXOLOTL_NO_EFFECT = (
     "base_model_config",
@@ -83,6 +84,32 @@ AXOLOTL_NO_EFFECT = (
 )
 
 
+def _precision(r: KeyReader) -> None:
+    """axolotl loads the base model in the dtype its ``resolve_dtype`` derives from the flags
+    (src/axolotl/utils/config/__init__.py, axolotl-ai-cloud/axolotl@70be546): bfloat16 when
+    ``bf16`` (``auto``: where the GPU has bf16) or ``bfloat16``; float16 when ``fp16``,
+    ``float16`` or ``load_in_8bit``; else float32 — and the Trainer's ``bf16`` / ``fp16``
+    autocast runs over those weights. A half-precision base is pure half-precision training
+    (``bf16-true`` / ``16-true``: the optimizer holds the weights it was given; LoRA adapters
+    are fp32, as the engines model)."""
+    mixed = precision_of(r)
+    flags = {k: r.take(k) for k in ("bfloat16", "float16") if r.has(k)}
+    on = {k for k, v in flags.items() if not is_unset(v) and as_bool(r, k, v)}
+    eight = r.flat.get("load_in_8bit")
+    if mixed == MIXED["bf16"] or "bfloat16" in on:
+        key = "bf16" if mixed == MIXED["bf16"] else "bfloat16"
+        half = "bf16"
+    elif mixed == MIXED["fp16"] or "float16" in on or eight is True:
+        key = (
+            "fp16" if mixed == MIXED["fp16"] else ("float16" if "float16" in on else "load_in_8bit")
+        )
+        half = "fp16"
+    else:
+        return
+    r.drop_setting("precision")
+    r.set("precision", TRUE[half], key, r.flat.get(key))
+
+
 def read_axolotl(r: KeyReader) -> None:
     r.set("mode", "train", "(a training config)", "train")
     if r.has("base_model"):
@@ -90,7 +117,7 @@ def read_axolotl(r: KeyReader) -> None:
     r.int_key("micro_batch_size", "batch_size")
     r.int_key("gradient_accumulation_steps", "grad_accum")
     r.int_key("sequence_len", "seq_len")
-    precision_of(r)
+    _precision(r)
     if r.has("gradient_checkpointing"):
         v = r.take("gradient_checkpointing")
         on = v == "unsloth" or as_bool(r, "gradient_checkpointing", v)
@@ -101,6 +128,11 @@ def read_axolotl(r: KeyReader) -> None:
         if r.has(key) and as_bool(r, key, r.take(key)):
             r.set("attention", impl, key, True)
     r.not_modelled("xformers_attention", "xFormers attention is estimated as sdpa")
+    for key in ("torch_dtype", "dtype"):
+        # axolotl computes the load dtype from bf16 / fp16 / bfloat16 / float16 / load_in_8bit
+        # and overwrites cfg.torch_dtype (resolve_dtype in src/axolotl/utils/config/__init__.py,
+        # axolotl-ai-cloud/axolotl@70be546): a value written here is not what loads the model
+        r.not_modelled(key, "axolotl sets the load dtype from bf16 / fp16 and overwrites this key")
     adapter = r.take("adapter", None)
     four = as_bool(r, "load_in_4bit", r.take("load_in_4bit", False))
     eight = as_bool(r, "load_in_8bit", r.take("load_in_8bit", False))
@@ -140,11 +172,7 @@ def read_axolotl(r: KeyReader) -> None:
         ("relora_steps", "ReLoRA"),
         ("peft_use_dora", "DoRA's extra magnitude vectors"),
     ):
-        value = r.flat.get(key)
-        if key in r.flat and value in (False, None):
-            r.take(key)
-        else:
-            r.not_modelled(key, what + (" is not modelled" if "estimate" not in what else ""))
+        r.not_modelled(key, what + (" is not modelled" if "estimate" not in what else ""))
     if r.flat.get("deepspeed", "x") in (None, ""):
         r.take("deepspeed")  # empty; a path is read by the combiner
     r.no_effect(AXOLOTL_NO_EFFECT)

@@ -109,8 +109,13 @@ def _torchtune(field: str, value: Any, f: JobFile) -> Keys | None:
 
 
 def _litgpt(field: str, value: Any, f: JobFile) -> Keys | None:
+    glob = f.reader.flat.get("train.global_batch_size")
     table: dict[str, Callable[[Any], Keys]] = {
         "batch_size": lambda v: [("train.micro_batch_size", v)],
+        # LitGPT accumulates global_batch_size / (micro_batch_size x devices) micro-batches: a
+        # fix holds the global batch, so the new micro-batch says the accumulation (the key is
+        # named at its own value, which is no edit)
+        "grad_accum": lambda v: [("train.global_batch_size", glob)] if glob is not None else [],
         "quant": lambda v: [("quantize", "bnb." + v)] if v in ("nf4", "nf4-dq", "int8") else [],
         "lora_rank": lambda v: [("lora_r", v)] if v else [],
     }
@@ -167,8 +172,8 @@ class FileEdit:
             difflib.unified_diff(
                 self.old_text.splitlines(keepends=True),
                 self.new_text.splitlines(keepends=True),
-                fromfile=f"a/{self.path}",
-                tofile=f"b/{self.path}",
+                fromfile="a/" + self.path.lstrip("/"),
+                tofile="b/" + self.path.lstrip("/"),
             )
         )
 
@@ -192,10 +197,21 @@ def plan_edits(
             unexpressed.append(f"{field}={value}")
     edits = []
     for f in files:
-        keys = keys_by_file[f.path]
+        keys = [(k, v) for k, v in keys_by_file[f.path] if not _holds(f, k, v)]
         if keys:
             edits.append(_edit(f, keys))
     return edits, unexpressed
+
+
+def _holds(f: JobFile, key: str, value: Any) -> bool:
+    """Whether ``f`` has ``key`` at ``value`` already (a key set to what it holds is no edit:
+    selective checkpointing is written as ``gradient_checkpointing: true``, which a file may
+    have)."""
+    old = f.reader.flat.get(key, _ABSENT)
+    return old == value and type(old) is type(value)
+
+
+_ABSENT = object()
 
 
 def _edit(f: JobFile, keys: Keys) -> FileEdit:

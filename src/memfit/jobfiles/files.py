@@ -64,6 +64,8 @@ class JobFile:
     data: dict[str, Any]
     text: str
     reader: KeyReader
+    #: ``tune run``-style ``key=value`` overrides applied over the text (the first file's)
+    overrides: tuple[str, ...] = ()
 
     @property
     def is_yaml(self) -> bool:
@@ -73,6 +75,11 @@ class JobFile:
 def parse(path: str | Path) -> tuple[str, dict[str, Any]]:
     """The text and the mapping of a JSON or YAML file."""
     text = read_text(path, what="job file", max_bytes=CONFIG_MAX_BYTES)
+    return text, parse_text(text, path)
+
+
+def parse_text(text: str, path: str | Path) -> dict[str, Any]:
+    """The mapping a JSON or YAML job file's ``text`` holds (``path`` names it in errors)."""
     if text.lstrip().startswith("{"):
         data = parse_json(text, what="job file", source=str(path))
     else:
@@ -89,7 +96,7 @@ def parse(path: str | Path) -> tuple[str, dict[str, Any]]:
             f"{path}: expected a mapping of keys (a training / launcher config), got "
             f"{type(data).__name__}"
         )
-    return text, data
+    return data
 
 
 def detect(data: Mapping[str, Any], path: str) -> str:
@@ -122,7 +129,15 @@ def detect(data: Mapping[str, Any], path: str) -> str:
 def read_file(
     path: str | Path, *, fmt: str | None = None, overrides: Sequence[str] = ()
 ) -> JobFile:
-    text, data = parse(path)
+    text = read_text(path, what="job file", max_bytes=CONFIG_MAX_BYTES)
+    return read_text_as(text, path, fmt=fmt, overrides=overrides)
+
+
+def read_text_as(
+    text: str, path: str | Path, *, fmt: str | None = None, overrides: Sequence[str] = ()
+) -> JobFile:
+    """The job file ``path`` would be if it held ``text``."""
+    data = parse_text(text, path)
     if overrides:
         data = apply_overrides(data, list(overrides))
     kind = fmt or detect(data, str(path))
@@ -130,7 +145,14 @@ def read_file(
         raise SpecError(f"--format ({kind!r}) must be one of {', '.join(FORMATS)}")
     reader = KeyReader(file=Path(path).name, data=data)
     FORMATS[kind](reader)
-    return JobFile(path=str(path), format=kind, data=data, text=text, reader=reader)
+    return JobFile(
+        path=str(path),
+        format=kind,
+        data=data,
+        text=text,
+        reader=reader,
+        overrides=tuple(overrides),
+    )
 
 
 @dataclass
@@ -194,6 +216,20 @@ def read_job(
         for i, p in enumerate(paths)
     ]
     files += _referenced_deepspeed(files)
+    return combine(files)
+
+
+def reread(job: Job, texts: Mapping[str, str]) -> Job:
+    """``job`` as its files would read with ``texts`` (path → new text) in place of theirs:
+    each file re-read in its own format, with its overrides, and combined again (the check of
+    an edit before it is written: the edited files must read as the job the fix promised)."""
+    files = [
+        read_text_as(texts.get(f.path, f.text), f.path, fmt=f.format, overrides=f.overrides)
+        for f in job.files
+    ]
+    for f in files:  # a referenced DeepSpeed file is among the files already
+        if isinstance(f.data.get("deepspeed"), str) and f.data["deepspeed"]:
+            f.reader.take("deepspeed")
     return combine(files)
 
 

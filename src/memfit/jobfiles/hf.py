@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.jobfiles.names import HF_OPTIMIZERS, MIXED, ROLE_OF_MODULE, TRUE
-from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
+from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int, is_unset
 
 #: TrainingArguments keys that do not change the memory of a training step.
 HF_NO_EFFECT = (
@@ -155,6 +155,11 @@ def precision_of(r: KeyReader) -> str:
     fp16 = r.take("fp16", False)
     if bf16 == "auto":  # axolotl: bf16 where the GPU supports it
         bf16 = True
+    bf16 = False if bf16 is None else bf16  # an empty key (axolotl's `fp16:`) is unset
+    fp16 = False if fp16 is None else fp16
+    if as_bool(r, "bf16", bf16) and as_bool(r, "fp16", fp16):
+        # transformers' TrainingArguments.__post_init__ refuses the pair the same way
+        raise r.fail("fp16", fp16, "with bf16: true: at most one of bf16 and fp16 can be true")
     if as_bool(r, "bf16", bf16):
         r.set("precision", MIXED["bf16"], "bf16", bf16)
         return MIXED["bf16"]
@@ -296,6 +301,10 @@ def read_trl_model(r: KeyReader) -> None:
         r.set("quant", "int8", "load_in_8bit", True)
 
 
+#: Where a config names the dtype the base model is loaded in: TRL's ``ModelConfig.dtype``
+#: (``torch_dtype`` before TRL 0.22; trl/trainer/model_config.py), ``SFTConfig.model_init_kwargs``
+#: (the kwargs of ``from_pretrained``, whose ``dtype`` replaced ``torch_dtype`` in transformers
+#: 4.56). Any of them next to ``bf16`` / ``fp16`` is one reading: weights in that dtype, autocast.
 LOAD_DTYPE_KEYS = (
     "dtype",
     "torch_dtype",
@@ -303,13 +312,26 @@ LOAD_DTYPE_KEYS = (
     "model_init_kwargs.torch_dtype",
 )
 HALF = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
+FULL = ("float32", "fp32", "float")
 
 
 def _load_dtype(r: KeyReader) -> tuple[str, Any] | None:
-    for key in LOAD_DTYPE_KEYS:
-        if key in r.flat:
-            return key, r.flat[key]
-    return None
+    """The load dtype the file names (key, value), or None; two keys that name different
+    dtypes are refused (``auto`` / empty defer to the other)."""
+    found = [(k, r.flat[k]) for k in LOAD_DTYPE_KEYS if k in r.flat and not is_unset(r.flat[k])]
+    named = {_dtype_name(v) for _, v in found if str(v) != "auto"}
+    if len(named) > 1:
+        (k1, v1), (k2, v2) = (
+            found[0],
+            next(f for f in found if _dtype_name(f[1]) != _dtype_name(found[0][1])),
+        )
+        raise r.fail(k2, v2, f"contradicts {k1}: {v1!r}: the model is loaded in one dtype")
+    return found[0] if found else None
+
+
+def _dtype_name(value: Any) -> str:
+    name = str(value).removeprefix("torch.")
+    return HALF.get(name) or ("fp32" if name in FULL else name)
 
 
 def read_hf(r: KeyReader) -> None:
@@ -317,11 +339,14 @@ def read_hf(r: KeyReader) -> None:
     read_hf_common(r)
     load = _load_dtype(r)
     precision = next(s for s in reversed(r.settings) if s.field == "precision")
-    loaded_half = load is not None and str(load[1]).removeprefix("torch.") in HALF
-    if loaded_half and load is not None:
-        # the weights are loaded in half precision: the optimizer holds them (and its states)
-        # in that dtype; bf16/fp16 autocast over half weights is pure half-precision training
-        half = HALF[str(load[1]).removeprefix("torch.")]
+    half = HALF.get(str(load[1]).removeprefix("torch.")) if load is not None else None
+    if load is not None and half is not None:
+        # the base model is loaded in half precision (from_pretrained's dtype / torch_dtype, or
+        # TRL's model_init_kwargs): the optimizer holds those weights (and its states) in that
+        # dtype, and bf16 / fp16 autocast over them is pure half-precision training: one
+        # precision, *-true. The flag says only the autocast dtype, so the pair is one reading,
+        # not a disagreement (LoRA adapters: peft keeps them in fp32, which the engines model).
+        r.drop_setting("precision")
         r.set("precision", TRUE[half], load[0], load[1])
     elif load is None or str(load[1]) in ("auto", "None"):
         r.warnings.append(

@@ -119,9 +119,17 @@ class KeyReader:
                     self.no_effect_keys.append(k)
 
     def not_modelled(self, key: str, message: str) -> None:
+        """A key that changes memory and is not modelled: a warning when it is set; a value
+        that means "off" (:func:`is_unset`: false, null, empty) is read silently."""
         if key in self.flat or self.has(key):
-            self.take(key)
-            self.warnings.append(Warning_(key=key, file=self.file, message=message))
+            value = self.take(key)
+            if not is_unset(value):
+                self.warnings.append(Warning_(key=key, file=self.file, message=message))
+
+    def drop_setting(self, field_: str) -> None:
+        """Forget what this file said of ``field_`` so far (a later key of the same file
+        refines it, e.g. a load dtype next to the ``bf16`` flag)."""
+        self.settings = [s for s in self.settings if s.field != field_]
 
     def unknown(self) -> list[str]:
         return [k for k in self.flat if k not in self.used]
@@ -161,6 +169,18 @@ def as_int(r: KeyReader, key: str, value: Any, *, low: int = 1) -> int:
     if number < low:
         raise r.fail(key, value, f"must be a whole number of {low} or more")
     return number
+
+
+def is_unset(value: Any) -> bool:
+    """A value the frameworks read as "not set / off": YAML ``false`` or an empty key (``null``),
+    an empty string or mapping or list, or the strings ``false`` / ``no`` / ``none``. (axolotl's
+    ``DictDefault`` returns None for an empty key and tests every switch for truth;
+    TrainingArguments' ``fsdp: ""`` and ``packing: false`` are their defaults.)"""
+    if value is None or value is False:
+        return True
+    if isinstance(value, str):
+        return value.strip().lower() in ("", "false", "no", "none", "null")
+    return isinstance(value, (dict, list, tuple)) and not value
 
 
 def is_auto(value: Any) -> bool:

@@ -17,12 +17,14 @@ def check_json(
     model: str,
     workload: WorkloadSpec,
     est: MemoryEstimate,
-    fix: dict[str, Any] | None,
+    fix: Any,
     wrote: bool,
     answer: dict[str, Any],
+    after: tuple[list[Any], MemoryEstimate] | None = None,
 ) -> dict[str, Any]:
     """``memfit check --json``: the files, the job read from them (and where each setting came
-    from), the estimate, the keys memfit did not use, and the fix."""
+    from), the estimate, the keys memfit did not use, the fix (``fix``: a
+    :class:`memfit.cli.check_fix.CheckFix`) and, after ``--write``, the written files' verdict."""
     return {
         "files": [{"path": f.path, "format": f.format} for f in job.files],
         "model": model,
@@ -36,15 +38,32 @@ def check_json(
         "warnings": [{"key": w.key, "file": w.file, "message": w.message} for w in job.warnings],
         "not_used": [{"file": f, "key": k} for f, k in job.no_effect()],
         "unknown": [{"file": f, "key": k} for f, k in job.unknown()],
-        "fix": None
-        if fix is None
-        else {
-            "changes": fix["changes"],
-            "unexpressed": fix["unexpressed"],
-            "diff": "".join(e.diff() for e in fix["edits"]),
-            "written": wrote and bool(fix["edits"]),
-            "message": fix.get("message"),
-        },
+        "fix": None if fix is None else _fix_json(fix, wrote, after),
+    }
+
+
+def _fix_json(
+    fix: Any, wrote: bool, after: tuple[list[Any], MemoryEstimate] | None
+) -> dict[str, Any]:
+    est = fix.estimate
+    return {
+        "changes": {f: new for f, (_, new) in fix.changes.items()},
+        "before": {f: old for f, (old, _) in fix.changes.items()},
+        "keys": [{"file": k.file, "key": k.key, "old": k.old, "new": k.new} for k in fix.keys],
+        "plan": fix.plan,
+        "unexpressed": fix.unexpressed,
+        "diff": "".join(e.diff() for e in fix.edits),
+        "device_used_bytes": None if est is None else est.device_used_bytes,
+        "verdict": None if est is None or est.fits is None else est.fits.verdict,
+        "written": wrote and after is not None,
+        "backups": []
+        if after is None
+        else [{"path": w.path, "backup": w.backup} for w in after[0]],
+        "written_verdict": None
+        if after is None or after[1].fits is None
+        else after[1].fits.verdict,
+        "written_device_used_bytes": None if after is None else after[1].device_used_bytes,
+        "message": fix.message,
     }
 
 
@@ -52,12 +71,14 @@ def render_check(
     job: Job,
     model: str,
     est: MemoryEstimate,
-    fix: dict[str, Any] | None,
+    fix: Any,
     wrote: bool,
     answer: dict[str, Any],
+    after: tuple[list[Any], MemoryEstimate] | None = None,
 ) -> str:
     """``memfit check``: the files, the job, the verdict, what answered, the warnings and unused
-    keys, then the fix as a diff of the files (``fix``: the planner's edits, or a message)."""
+    keys, then the fix as the keys it sets and a diff of the files, the edited files' verdict,
+    and after ``--write`` the written files' verdict and how to restore the originals."""
     out = ["memfit check: " + ", ".join(f"{f.path} ({FORMAT_NAMES[f.format]})" for f in job.files)]
     out.append(f"model: {model}")
     out.append(
@@ -68,14 +89,7 @@ def render_check(
             if name != "model"
         )
     )
-    line = (
-        f"peak on the device: {format_bytes(est.device_used_bytes)} "
-        f"(allocated {format_bytes(est.peak_allocated_bytes)})"
-    )
-    if est.fits is not None:
-        verdict = (est.fits.verdict or ("fits" if est.fits.fits else "does not fit")).upper()
-        line += f" — {verdict} on {est.fits.gpu} ({format_bytes(est.fits.capacity_bytes)})"
-    out.append(line)
+    out.append(_verdict_line("peak on the device", est))
     out.append(f"answered by: {answer['answered_by']}")
     if answer["note"]:
         out.append(f"note: {answer['note']}")
@@ -95,20 +109,48 @@ def render_check(
             + " (all in --json)"
         )
     if fix is not None:
-        if fix.get("message"):
-            out.append(fix["message"])
-        else:
-            out.append(
-                "fix: "
-                + ", ".join(f"{k} → {v}" for k, v in fix["changes"].items())
-                + f" (needs {format_bytes(fix['need_bytes'])})"
-            )
-            for e in fix["edits"]:
-                out.append(e.diff().rstrip("\n"))
-            if fix["unexpressed"]:
-                out.append("not expressible in these files: " + ", ".join(fix["unexpressed"]))
-            if any(e.refused is not None for e in fix["edits"]):
-                out.append("not written: edit the keys above by hand (--write refuses this file)")
-            elif fix["edits"]:
-                out.append("written." if wrote else "apply with --write")
+        out += _render_fix(fix, wrote, after)
     return "\n".join(out)
+
+
+def _verdict_line(what: str, est: MemoryEstimate) -> str:
+    line = (
+        f"{what}: {format_bytes(est.device_used_bytes)} "
+        f"(allocated {format_bytes(est.peak_allocated_bytes)})"
+    )
+    if est.fits is not None:
+        verdict = (est.fits.verdict or ("fits" if est.fits.fits else "does not fit")).upper()
+        line += f" — {verdict} on {est.fits.gpu} ({format_bytes(est.fits.capacity_bytes)})"
+    return line
+
+
+def _render_fix(fix: Any, wrote: bool, after: tuple[list[Any], MemoryEstimate] | None) -> list[str]:
+    if fix.message:
+        return [fix.message] + (["nothing written."] if wrote else [])
+    by_file: dict[str, list[str]] = {}
+    for k in fix.keys:
+        by_file.setdefault(k.file, []).append(k.describe())
+    out = ["fix: " + "; ".join(f"{f}: {', '.join(keys)}" for f, keys in by_file.items())]
+    if fix.changes:
+        out.append(
+            "  (memfit reads the edited files as: "
+            + ", ".join(f"{f} {old} → {new}" for f, (old, new) in fix.changes.items())
+            + f"; tried as: {fix.plan})"
+        )
+    for e in fix.edits:
+        out.append(e.diff().rstrip("\n"))
+    if fix.refused:
+        if fix.estimate is not None:
+            out.append(_verdict_line("the job with these keys set", fix.estimate))
+        out.append("not written: edit the keys above by hand (--write refuses this file)")
+        return out
+    if fix.estimate is not None:
+        out.append(_verdict_line("the edited files", fix.estimate))
+    if after is None:
+        out.append("apply with --write" if not wrote else "nothing written.")
+        return out
+    written, est = after
+    for w in written:
+        out.append(f"wrote {w.path}; original kept as {w.backup} (restore: mv {w.backup} {w.path})")
+    out.append(_verdict_line("the written files, read again", est))
+    return out

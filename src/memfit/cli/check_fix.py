@@ -1,0 +1,311 @@
+"""The fix ``memfit check`` offers for the user's own files, and the check that it holds.
+
+1. The planner is asked for plans that keep the job's recipe (:func:`recipe_request`): its
+   precision, optimizer, attention, and its adapter — full fine-tuning stays full
+   (``keep_full_finetune``), LoRA stays LoRA at the file's rank (``lora_asked``,
+   ``lora_ranks=(rank,)``), and quantization is searched only when the file quantizes
+   (``allow_quant``, ``allow={"quant"}``: the file's own 4-/8-bit base is then no change to rank
+   down).
+2. A plan is offered only if it keeps what the file chose (:data:`KEPT`: LoRA / QLoRA, the
+   quantization, frozen layers, precision) and every change it makes is a key these files have
+   (:func:`memfit.jobfiles.plan_edits`); the others are remembered to say what would fit.
+3. The edited texts are read back as memfit reads any file (:func:`memfit.jobfiles.files.reread`)
+   and estimated by the same route as the job itself: the fix is that estimate's verdict, and
+   its changes are what the edited files read as, so the change printed, the diff written and
+   the verdict of a later ``memfit check`` on the written files are one thing. The first plan
+   whose edited files fit is the fix, then the job as written at micro-batch 1 (with and without
+   checkpointing); none: no fix is offered, nothing is written, and the answer says what was
+   closest and what would fit (a plan the files cannot say, or one that changes what they chose,
+   or a GPU with more memory).
+
+Planner behaviour relied on (memfit.plan.space / search): with ``lora_asked`` only LoRA stacks at
+``lora_ranks`` are searched; with ``keep_full_finetune`` no LoRA / freezing; quantized stacks only
+with ``allow_quant``; the global batch is held and split into micro-batch x accumulation; layouts
+come from the GPU count (a file's ZeRO stage on one GPU is not in the plan: kept, see
+:func:`_wanted`). Anything else a plan changes is filtered here, not trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memfit.estimate.result import MemoryEstimate
+from memfit.jobfiles import FileEdit, Job, plan_edits
+from memfit.jobfiles.files import reread
+from memfit.jobfiles.reader import MISSING
+from memfit.plan import PlanRequest, plan
+from memfit.spec import WorkloadSpec
+from memfit.units import format_bytes
+
+#: Settings a fix may change, in the order they are printed: the batch split and memory-only
+#: techniques the files can say.
+FIX_FIELDS = (
+    "batch_size",
+    "grad_accum",
+    "checkpointing",
+    "attention",
+    "optimizer",
+    "offload",
+    "shard",
+)
+#: What the user chose and a fix never changes: a plan that would is not offered (LoRA / QLoRA
+#: never becomes a full fine-tune, a quantized base is never un-quantized).
+KEPT = ("lora_rank", "quant", "freeze_layers", "precision")
+#: 4-bit bitsandbytes bases: the planner searches NF4 with double quantization for all of them.
+FOUR_BIT = frozenset({"nf4", "nf4-dq", "fp4"})
+#: The planner's plans checked by re-reading and estimating their edited files, at most (each is
+#: one estimate of the job's own route: milliseconds with the analytic engine, seconds with a
+#: trace); the two smallest splits of the job as written are checked after them in any case.
+MAX_CHECKED = 6
+
+#: ``(job, workload) -> (workload, estimate)``: the route ``memfit check`` estimates a job by
+#: (``workload`` None: the one the job's files describe).
+EstimateJob = Callable[[Job, WorkloadSpec | None], tuple[WorkloadSpec, MemoryEstimate]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyChange:
+    """One key of one file the fix sets: ``old`` is None when the file lacks it."""
+
+    file: str
+    key: str
+    old: Any
+    new: Any
+
+    def describe(self) -> str:
+        return f"{self.key}: {_show(self.old)} → {_show(self.new)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckFix:
+    """The fix of a job that does not fit. ``edits`` / ``keys``: the edit of each file and the
+    keys it sets (empty: no fix); ``changes``: memfit setting → (before, after), as the edited
+    files read; ``estimate``: the edited files' estimate; ``plan``: the planner's plan it comes
+    from; ``message``: why there is no fix and what would fit (None when there is one)."""
+
+    edits: list[FileEdit] = field(default_factory=list)
+    keys: list[KeyChange] = field(default_factory=list)
+    changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    estimate: MemoryEstimate | None = None
+    plan: str | None = None
+    message: str | None = None
+    unexpressed: list[str] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.edits)
+
+    @property
+    def refused(self) -> bool:
+        return any(e.refused is not None for e in self.edits)
+
+
+def recipe_request(workload: WorkloadSpec) -> PlanRequest:
+    """The planner's request for the job the files describe, keeping its recipe."""
+    lora = workload.lora_rank
+    quantized = workload.quant != "none"
+    return PlanRequest(
+        mode="train",
+        seq_len=workload.seq_len,
+        global_batch=workload.batch_size * workload.grad_accum * workload.gpus,
+        gpus=workload.gpus,
+        confirm="none",
+        precision=workload.precision,
+        optimizer=workload.optimizer if workload.optimizer != "none" else None,
+        attention=workload.attention,
+        keep_full_finetune=lora is None,
+        lora_asked=lora is not None,
+        lora_ranks=(lora,) if lora is not None else (16, 64),
+        prepare_kbit=workload.prepare_kbit,
+        allow_quant=quantized,
+        allow=frozenset({"quant"}) if quantized else frozenset(),
+        n_alternatives=2 * MAX_CHECKED,
+    )
+
+
+def find_fix(
+    job: Job, source: Any, workload: WorkloadSpec, gpu: str, estimate_job: EstimateJob
+) -> CheckFix:
+    """The least costly plan, in the files' own keys, whose edited files fit (see the module
+    docstring), or a :class:`CheckFix` with only a message."""
+    result = plan(source, recipe_request(workload), gpu=gpu)
+    options = [] if result.recommended is None else [result.recommended, *result.alternatives]
+    tries = [
+        (o.settings.describe(), wanted, _kept(o.settings, workload), False)
+        for o in options
+        for wanted in _variants(_wanted(o.settings, workload), workload)
+    ] + [(*t, True) for t in _smallest_splits(workload)]
+    set_by = {name: st.file for name, st in job.fields.items()}
+    not_kept: list[str] = []
+    not_said: list[tuple[str, list[str]]] = []
+    closest: CheckFix | None = None
+    seen: set[str] = set()
+    n_checked = 0
+    for how, wanted, kept, last in tries:
+        edits, unexpressed = plan_edits(job.files, wanted, set_by)
+        if kept:
+            changed = ", ".join(f"{k} {getattr(workload, k)} → {v}" for k, v in kept.items())
+            cannot = f"; needs {', '.join(unexpressed)}, which these files cannot say" * bool(
+                unexpressed
+            )
+            not_kept.append(f"{how} (changes {changed}{cannot})")
+            continue
+        if unexpressed:
+            # what the files cannot say (a fused optimizer kernel torchtune names by class, a
+            # ZeRO stage with no DeepSpeed file) is left as the files have it: the edit of the
+            # rest is offered if the edited files fit without it
+            not_said.append((how, unexpressed))
+            wanted = {k: v for k, v in wanted.items() if f"{k}={v}" not in unexpressed}
+            edits, _ = plan_edits(job.files, wanted, set_by)
+        diff = "".join(e.diff() for e in edits)
+        if not edits or diff in seen or (n_checked >= MAX_CHECKED and not last):
+            continue
+        seen.add(diff)
+        n_checked += 1
+        fixed = _checked(job, edits, wanted, workload, estimate_job, how)
+        if fixed.estimate is not None and fixed.estimate.fits is not None:
+            if fixed.estimate.fits.fits:
+                return fixed
+            if closest is None or _used(fixed) < _used(closest):
+                closest = fixed
+    return CheckFix(message=_no_fix(job, workload, gpu, not_kept, not_said, closest))
+
+
+def _variants(wanted: dict[str, Any], workload: WorkloadSpec) -> list[dict[str, Any]]:
+    """A plan's changes, first without a swap between AdamW and its fused kernel (the same
+    update: the planner picks the kernel it predicts faster, and the file's own choice is kept
+    when the edit fits without the swap), then as planned."""
+    same = ("adamw", "adamw-fused")
+    if wanted.get("optimizer") in same and workload.optimizer in same:
+        return [{k: v for k, v in wanted.items() if k != "optimizer"}, wanted]
+    return [wanted]
+
+
+def _used(fix: CheckFix) -> int:
+    return 0 if fix.estimate is None else fix.estimate.device_used_bytes
+
+
+def _smallest_splits(workload: WorkloadSpec) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The last tries, after the planner's plans: the job as written at micro-batch 1 (the same
+    samples per step), then with full activation checkpointing too. A planner's plan may need
+    a change the files cannot say; these need only the batch keys (and checkpointing)."""
+    per_step = workload.batch_size * workload.grad_accum
+    split: dict[str, Any] = {"batch_size": 1, "grad_accum": per_step}
+    out: list[tuple[str, dict[str, Any]]] = [
+        (f"micro-batch 1 x {per_step}", split),
+        (f"micro-batch 1 x {per_step}, full checkpointing", {**split, "checkpointing": "full"}),
+    ]
+    return [(how, {k: v for k, v in w.items() if getattr(workload, k) != v}, {}) for how, w in out]
+
+
+def _kept(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
+    """What plan settings ``s`` would change of the user's choices (:data:`KEPT`)."""
+    out: dict[str, Any] = {}
+    for name in KEPT:
+        new, old = getattr(s, name), getattr(workload, name)
+        if name == "quant" and new in FOUR_BIT and old in FOUR_BIT:
+            continue  # the file's own 4-bit base: kept as written
+        if new != old:
+            out[name] = new
+    return out
+
+
+def _wanted(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
+    """The changes plan settings ``s`` make to the files' job. A layout the files ask for and
+    the plan lacks (ZeRO on one GPU, an offload) is kept: the planner builds its layouts from
+    the GPU count, not from the files, and taking memory-saving layouts away never helps a job
+    fit (the edited files' estimate says whether the plan fits with them)."""
+    new = {"batch_size": s.micro_batch, "grad_accum": s.grad_accum}
+    new.update({f: getattr(s, f) for f in FIX_FIELDS if f not in new})
+    for f in ("shard", "offload"):
+        if new[f] in ("none", "ddp"):
+            new[f] = getattr(workload, f)
+    return {f: new[f] for f in FIX_FIELDS if new[f] != getattr(workload, f)}
+
+
+def _checked(
+    job: Job,
+    edits: list[FileEdit],
+    wanted: dict[str, Any],
+    workload: WorkloadSpec,
+    estimate_job: EstimateJob,
+    how: str,
+) -> CheckFix:
+    """The fix ``edits`` make, judged on the edited files as memfit reads them. An edit memfit
+    refuses to make (a YAML construct it does not edit by lines) cannot be read back: it is
+    judged on the job with ``wanted`` (memfit settings) applied, and shown to make by hand."""
+    keys = [
+        KeyChange(file=e.path, key=k, old=_value(job, e.path, k), new=v)
+        for e in edits
+        for k, v in e.keys
+    ]
+    if any(e.refused is not None for e in edits):
+        new_workload, est = estimate_job(job, replace(workload, **wanted))
+    else:
+        new_workload, est = estimate_job(reread(job, {e.path: e.new_text for e in edits}), None)
+    changes = {
+        f: (getattr(workload, f), getattr(new_workload, f))
+        for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", "lora_targets")
+        if getattr(workload, f) != getattr(new_workload, f)
+    }
+    return CheckFix(edits=edits, keys=keys, changes=changes, estimate=est, plan=how)
+
+
+def _value(job: Job, path: str, key: str) -> Any:
+    f = next(f for f in job.files if f.path == path)
+    value = f.reader.flat.get(key, MISSING)
+    return None if value is MISSING else value
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "(absent)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _no_fix(
+    job: Job,
+    workload: WorkloadSpec,
+    gpu: str,
+    not_kept: list[str],
+    not_said: list[tuple[str, list[str]]],
+    closest: CheckFix | None,
+) -> str:
+    """Why no change to these files fits on ``gpu``, and what would."""
+    keep = ", ".join(
+        x
+        for x in (
+            f"LoRA r{workload.lora_rank}" if workload.lora_rank else "full fine-tuning",
+            f"{workload.quant} base" if workload.quant != "none" else "",
+            workload.precision,
+        )
+        if x
+    )
+    out = [f"no change to these files' keys makes this job fit on {gpu} (keeping {keep})"]
+    if closest is not None and closest.estimate is not None:
+        keys = ", ".join(k.describe() for k in closest.keys)
+        out.append(
+            f"closest edit: {keys} — {format_bytes(_used(closest))} on the device, "
+            f"{closest.estimate.fits.verdict if closest.estimate.fits else 'no verdict'}"
+        )
+    if not_said:
+        how, missing = not_said[0]
+        out.append(
+            f"what would fit: {how} — these files cannot say {', '.join(missing) or 'it'}"
+            + (" (ZeRO / offload: add a DeepSpeed config)" if _needs_deepspeed(missing) else "")
+        )
+    elif not_kept:
+        out.append(
+            f"the planner's nearest fit changes what you chose, so it is not offered: {not_kept[0]}"
+        )
+    files = " ".join(f"--from {f.path}" for f in job.files)
+    out.append(f"or a GPU with more memory: memfit plan {files} --recommend-gpu")
+    return "\n".join(out)
+
+
+def _needs_deepspeed(missing: list[str]) -> bool:
+    return any(m.startswith(("shard=zero", "offload=")) for m in missing)
