@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.estimate.result import MemoryEstimate
+from memfit.hardware.precision import FP16_COUNTERPART
 from memfit.jobfiles import FileEdit, Job, plan_edits
 from memfit.jobfiles.files import reread
 from memfit.jobfiles.reader import MISSING
@@ -119,6 +120,8 @@ def recipe_request(workload: WorkloadSpec) -> PlanRequest:
         lora_asked=lora is not None,
         lora_ranks=(lora,) if lora is not None else (16, 64),
         prepare_kbit=workload.prepare_kbit,
+        quant=workload.quant,
+        lora_targets=workload.lora_targets if lora is not None else "all-linear",
         allow_quant=quantized,
         allow=frozenset({"quant"}) if quantized else frozenset(),
         n_alternatives=2 * MAX_CHECKED,
@@ -207,6 +210,8 @@ def _kept(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
         new, old = getattr(s, name), getattr(workload, name)
         if name == "quant" and new in FOUR_BIT and old in FOUR_BIT:
             continue  # the file's own 4-bit base: kept as written
+        if name == "precision" and FP16_COUNTERPART.get(old) == new:
+            continue  # planned in fp16 on a GPU without bf16 (same bytes): the estimate says so
         if new != old:
             out[name] = new
     return out

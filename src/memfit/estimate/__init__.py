@@ -69,6 +69,16 @@ def estimate(
     est = policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)
     if precision_note is not None:
         est = dataclasses.replace(est, notes=[precision_note, *est.notes])
+    elif (
+        gpu_record is not None and not gpu_record.supports_bf16 and workload.precision[:4] == "bf16"
+    ):
+        fp16 = workload.precision.replace("bf16", "16")
+        note = (
+            f"precision {workload.precision} on {gpu_record.name}: this GPU has no bf16 tensor "
+            f"cores; run {fp16} (the same bytes, fp16 with loss scaling) — bf16 kernels are "
+            "emulated or refused there"
+        )
+        est = dataclasses.replace(est, notes=[note, *est.notes])
     return _with_inputs(est, source)
 
 
