@@ -164,6 +164,9 @@ class Free:
     hi: float
     member: Callable[[Point], bool]
     increases_time: bool  # a larger value predicts a longer step
+    #: the value when no point is in the class (leave-one-out of a class's only point): another
+    #: fitted constant, so the left-out point never informs its own prediction
+    fallback: Callable[[], float] | None = None
 
 
 def _const_setter(key: str) -> Callable[[float], None]:
@@ -200,6 +203,7 @@ def _mfu_free(arch: str, fitted_to: tuple[str, ...]) -> Free:
         lo=0.05, hi=1.0,
         member=lambda p: _compute_bound(p) and p.rates.arch == arch,
         increases_time=False,
+        fallback=None if arch == "ampere" else lambda: cost.MFU_BY_ARCH["ampere"],
     )  # fmt: skip
 
 
@@ -251,6 +255,15 @@ FREE: tuple[Free, ...] = (
         False,
     ),
     Free(
+        "quant_decode_bandwidth_share",
+        lambda: cost.COST_CONSTANTS["quant_decode_bandwidth_share"][0],
+        _const_setter("quant_decode_bandwidth_share"),
+        0.05,
+        1.0,
+        lambda p: p.raw["mode"] == "infer" and p.raw["compiled"] and p.settings.quant != "none",
+        False,
+    ),
+    Free(
         "tp_allreduce_latency_s",
         lambda: cost.COST_CONSTANTS["tp_allreduce_latency_s"][0],
         _const_setter("tp_allreduce_latency_s"),
@@ -262,15 +275,7 @@ FREE: tuple[Free, ...] = (
     _mfu_free("ampere", ("ampere",)),
     _mfu_free("ada", ("ada",)),
     _mfu_free("hopper", ("hopper", "blackwell", "cdna3")),
-    Free(
-        "MFU_BY_ARCH[volta]",
-        lambda: cost.MFU_BY_ARCH["volta"],
-        _dict_setter(cost.MFU_BY_ARCH, ("volta", "turing")),
-        0.05,
-        1.0,
-        lambda p: _is_train(p) and p.rates.arch == "volta",
-        False,
-    ),
+    _mfu_free("volta", ("volta", "turing")),
     Free(
         "DEQUANT_BYTES_PER_WEIGHT[bitsandbytes/torchao 4-bit, int8]",
         lambda: cost.DEQUANT_BYTES_PER_WEIGHT["nf4"],
@@ -304,17 +309,18 @@ FREE: tuple[Free, ...] = (
 @contextmanager
 def preserved() -> Iterator[None]:
     """Restore every fitted constant after the block."""
-    saved = (dict(cost.COST_CONSTANTS), dict(cost.MFU_BY_ARCH), dict(cost.DEQUANT_BYTES_PER_WEIGHT))
+    consts = dict(cost.COST_CONSTANTS)
+    mfus = dict(cost.MFU_BY_ARCH)
+    dequant = dict(cost.DEQUANT_BYTES_PER_WEIGHT)
     try:
         yield
     finally:
-        for table, old in zip(
-            (cost.COST_CONSTANTS, cost.MFU_BY_ARCH, cost.DEQUANT_BYTES_PER_WEIGHT),
-            saved,
-            strict=True,
-        ):
-            table.clear()
-            table.update(old)  # type: ignore[arg-type]
+        cost.COST_CONSTANTS.clear()
+        cost.COST_CONSTANTS.update(consts)
+        cost.MFU_BY_ARCH.clear()
+        cost.MFU_BY_ARCH.update(mfus)
+        cost.DEQUANT_BYTES_PER_WEIGHT.clear()
+        cost.DEQUANT_BYTES_PER_WEIGHT.update(dequant)
 
 
 def _solve(free: Free, members: list[Point]) -> None:
@@ -349,6 +355,8 @@ def fit(points: list[Point], sweeps: int = 8) -> dict[str, float]:
             members = [p for p in points if free.member(p)]
             if members:
                 _solve(free, members)
+            elif free.fallback is not None:
+                free.set(free.fallback())
     return {f.name: f.get() for f in FREE}
 
 
@@ -427,6 +435,9 @@ def report(points: list[Point]) -> str:
     lines += ["", "| class | points | median abs error % | worst % (point) | LOO median abs % |"]
     lines.append("|---|---:|---:|---:|---:|")
     classes: dict[str, list[int]] = {"all": list(range(len(points)))}
+    classes["fitted (plausible MFU)"] = [
+        i for i, p in enumerate(points) if p.implied_mfu() <= PLAUSIBLE_MFU
+    ]
     for i, p in enumerate(points):
         classes.setdefault(p.raw["technique"], []).append(i)
     for name, idx in classes.items():

@@ -75,7 +75,8 @@ def test_decode_is_memory_bound_and_4_bit_weights_read_fewer_bytes() -> None:
     kv = FACTS.kv_bytes_per_token_per_byte * 2 * (512 + 128)
     weights_read = (2 * FACTS.n_params + kv) / (H100.memory_bps * COST_CONSTANTS["decode_mbu"][0])
     assert per_token == pytest.approx(weights_read, rel=0.05)
-    assert awq.parts_s["decode"] < bf16.parts_s["decode"] / 3
+    # 3.6x fewer bytes, read at a lower share of the bandwidth (gpt-fast: int4 1.9x faster)
+    assert awq.parts_s["decode"] < bf16.parts_s["decode"] / 2
 
 
 def test_optimizer_offload_pays_pcie_and_a_cpu_step() -> None:

@@ -49,7 +49,7 @@ _FIT = "fitted by benchmarks/step_time_calibration.py (median log-ratio of its c
 #: constants of the calibration (see the module docstring); the rest are fixed from the source.
 COST_CONSTANTS: dict[str, tuple[float, str]] = {
     "mfu": (
-        0.54,
+        0.55,
         "default model FLOPs utilization of dense 16-bit training/prefill (a generation missing "
         "from MFU_BY_ARCH, and the figure `memfit plan` prints): the fitted Ampere value of "
         "MFU_BY_ARCH; Chowdhery et al. 2022 (PaLM) Table 3 report 21-46 % at scale, torchtitan "
@@ -66,6 +66,12 @@ COST_CONSTANTS: dict[str, tuple[float, str]] = {
         "README (pytorch-labs/gpt-fast @0f925b5) measures 1397 GB/s of an A100-80GB's 2039 "
         "(0.69, power-limited to 330 W); " + _FIT + " (compiled bf16 batch-1 decode)",
     ),
+    "quant_decode_bandwidth_share": (
+        0.76,
+        "share of decode_mbu that weight-only quantized GEMV kernels reach (unpacking and "
+        "scales cost issue slots): gpt-fast's README reports 1069 (int8) and 863 GB/s (int4) "
+        "against 1397 GB/s for bf16 on one A100; " + _FIT,
+    ),
     "backward_per_forward": (
         2.0,
         "backward = 2 x forward FLOPs (gradients w.r.t. inputs and w.r.t. weights, one forward "
@@ -77,7 +83,7 @@ COST_CONSTANTS: dict[str, tuple[float, str]] = {
         "DDR4-3200 peaks at 204.8 GB/s per socket (JEDEC); memfit assumes half",
     ),
     "host_link_efficiency": (
-        0.50,
+        0.44,
         "fraction of the PCIe x16 peak per direction that offload copies reach (pinned memory; "
         "nvbandwidth / bandwidthTest report ~25 of 32 GB/s on Gen4, ~13 of 16 on Gen3); " + _FIT,
     ),
@@ -93,6 +99,14 @@ COST_CONSTANTS: dict[str, tuple[float, str]] = {
         "launches, Python dispatch, ~20-40 kernels of ~10-30 us per layer); dominates "
         "micro-batches of a few hundred tokens and decode: " + _FIT,
     ),
+    "zero_hook_overhead_per_layer_s": (
+        1.1e-3,
+        "extra host time per layer per pass of DeepSpeed ZeRO stages and of offload (ZeRO-3 / "
+        "FSDP-offload fetch and release hooks, ZeRO-2 per-parameter gradient hooks in the "
+        "backward): TensorAuto/OpenTau issue #177 measures DeepSpeed ZeRO-2 2.9x slower per "
+        "step than DDP on 8 A100 for a model of many small tensors, the hooks dominating; "
+        "memfit's assumption: as much again as the eager overhead (host_overhead_per_layer_s)",
+    ),
     "tp_allreduce_latency_s": (
         24e-6,
         "latency of one small all-reduce of the hidden states (2 per layer per decode step under "
@@ -100,22 +114,23 @@ COST_CONSTANTS: dict[str, tuple[float, str]] = {
         "~10-30 us (nccl-tests); " + _FIT,
     ),
     "quant_overhead_per_layer_s": (
-        0.33e-3,
+        0.27e-3,
         "extra host time per layer per pass of eager 4-bit/8-bit linears (bitsandbytes "
         "Linear4bit / auto-gptq QuantLinear: quant-state handling, extra launches): " + _FIT,
     ),
 }
 
 #: Achievable MFU of dense 16-bit (fp16 on Volta/Turing, bf16 from Ampere) training per GPU
-#: generation, against the catalog's dense tensor rate with FP32 accumulate. Fitted
-#: (benchmarks/step_time_calibration.py) where published points exist: Volta (DeepSpeed
-#: ZeRO-Offload), Ampere (torchtune A6000, LitGPT/Qwen A100, torchtune 8xA100), Ada (torchtune
-#: RTX 4090), Hopper (torchtitan 8xH100). Turing, Blackwell and CDNA3 have no point: Turing takes
-#: Volta's, Blackwell and CDNA3 Hopper's (memfit's assumption, stated in docs/accuracy.md).
+#: generation, against the catalog's dense tensor rate with FP32 accumulate. Fitted by
+#: benchmarks/step_time_calibration.py on the compute-bound published points (>= 2048 tokens per
+#: micro-batch, no quantization, no offload): Ampere (LitGPT/Qwen A100, torchtune 8x A100), Ada
+#: (torchtune RTX 4090), Hopper (torchtitan 8x H100: 500 W HBM2e parts priced as H100 SXM, so
+#: low). Volta's only point (ZeRO-Offload) is offload-bound and fits the host link instead; Volta
+#: and Turing take Ampere's value, Blackwell and CDNA3 Hopper's: memfit's assumption (no point).
 MFU_BY_ARCH: dict[str, float] = {
-    "volta": 0.50,
-    "turing": 0.50,
-    "ampere": 0.54,
+    "volta": 0.55,
+    "turing": 0.55,
+    "ampere": 0.55,
     "ada": 0.64,
     "hopper": 0.34,
     "blackwell": 0.34,
@@ -187,8 +202,8 @@ DEQUANT_BYTES_PER_WEIGHT = {
     "nf4-dq": 4.5,
     "fp4": 4.5,
     "int8": 4.5,
-    "int4-gptq": 11.2,
-    "int4-awq": 11.2,
+    "int4-gptq": 12.2,
+    "int4-awq": 12.2,
 }
 #: Kept for callers of the old name: the floor of the dequantization traffic (see above).
 DEQUANT_EXTRA_BYTES_PER_WEIGHT = 4.0
@@ -330,6 +345,8 @@ def _host_s(s: Settings, facts: ModelFacts, passes: float, compiled: bool) -> fl
     per_layer = _c("host_overhead_per_layer_s")
     if s.quant != "none":
         per_layer += _c("quant_overhead_per_layer_s")
+    if s.shard in ("zero1", "zero2", "zero3") or s.offload != "none":
+        per_layer += _c("zero_hook_overhead_per_layer_s")
     return facts.n_layers * passes * per_layer
 
 
@@ -431,7 +448,10 @@ def infer_cost(
         mean_ctx = seq_len + new_tokens / 2
         kv = facts.kv_bytes_per_token_per_byte * kv_width * b * mean_ctx / tp
         flops = _flops_s(2.0 * facts.n_matmul_params * b, 0.0, s, rates, tp)
-        step = max(flops, (w_bytes + kv) / (rates.memory_bps * _c("decode_mbu")))
+        bandwidth = rates.memory_bps * _c("decode_mbu")
+        if s.quant != "none":
+            bandwidth *= _c("quant_decode_bandwidth_share")
+        step = max(flops, (w_bytes + kv) / bandwidth)
         step += _dequant_s(s, facts, b, rates) / tp + _host_s(s, facts, 1.0, compiled)
         latency = 2 * facts.n_layers * _c("tp_allreduce_latency_s") if tp > 1 else 0.0
         decode = new_tokens * (step + tp_ring * act * b / link + latency)
