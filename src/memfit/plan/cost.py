@@ -18,15 +18,19 @@ Offload moves bytes over the real host link (:data:`PCIE_GBPS_PER_DIRECTION` by 
 step and steps the optimizer on the CPU; ZeRO-3 parameter offload streams every weight up for
 the forward AND the backward of every micro-batch. ZeRO-3/FSDP all-gather the weights (forward
 and backward) and reduce-scatter the gradients per micro-batch; DDP all-reduces once per step.
-Eager PyTorch pays a host overhead per layer per pass (kernel launches, Python dispatch) that
-dominates small micro-batches and decode; compiled CUDA-graph runs (``compiled=True``) do not.
+Eager PyTorch pays a host overhead per layer per pass (kernel launches, Python dispatch; more for
+quantized linears and under DeepSpeed ZeRO / offload hooks) that dominates small micro-batches
+and decode; compiled CUDA-graph runs (``compiled=True``) do not.
 
 Inference (one batch of requests): prefill is compute-bound, each decode step is memory-bound:
 the weights plus the KV cache are read once per new token,
-``max(bytes / (bandwidth · MBU), 2 · N · batch / (peak · MFU))`` plus the host overhead.
+``max(bytes / (bandwidth · MBU), 2 · N · batch / (peak · MFU))`` plus the host overhead
+(weight-only quantized kernels reach a smaller share of the bandwidth; tensor parallelism adds
+two all-reduce latencies per layer).
 
 Every rule of thumb is in :data:`COST_CONSTANTS` with its source; the free ones (MFU per
-generation, dequantization traffic, host overhead, host-link efficiency) are fitted by
+generation, dequantization traffic, host overheads, decode bandwidth, TP all-reduce latency,
+host-link efficiency) are fitted by
 ``benchmarks/step_time_calibration.py`` on published throughputs
 (``benchmarks/data/step_time_published.jsonl``): median log-ratio per class, see
 docs/accuracy.md "Step time (planner)". The model ranks plans; its absolute numbers are a
