@@ -74,12 +74,12 @@ class Point:
         if r["mode"] == "infer":
             c = infer_cost(
                 self.settings, self.facts, self.rates, seq_len=r["seq_len"],
-                new_tokens=r["new_tokens"], compiled=r["compiled"],
+                new_tokens=r["new_tokens"], eager_overhead=not r["compiled"],
             )  # fmt: skip
         else:
             c = train_step_cost(
                 self.settings, self.facts, self.rates, seq_len=r["seq_len"],
-                trainable_fraction=r["trainable_fraction"], compiled=r["compiled"],
+                trainable_fraction=r["trainable_fraction"], eager_overhead=not r["compiled"],
             )  # fmt: skip
         return c.step_s
 
@@ -105,7 +105,7 @@ class Point:
             return 0.0
         c = train_step_cost(
             self.settings, self.facts, self.rates, seq_len=self.raw["seq_len"],
-            trainable_fraction=self.raw["trainable_fraction"], compiled=True,
+            trainable_fraction=self.raw["trainable_fraction"],
         )  # fmt: skip
         return c.parts_s["compute"] * cost.mfu(self.rates) / self.measured_step_s()
 

@@ -67,9 +67,14 @@ def test_lora_skips_the_weight_gradient_matmuls() -> None:
 
 def test_decode_is_memory_bound_and_4_bit_weights_read_fewer_bytes() -> None:
     infer = Settings(precision="bf16", micro_batch=1)
-    bf16 = infer_cost(infer, FACTS, H100, seq_len=512, new_tokens=256, compiled=True)
+    bf16 = infer_cost(infer, FACTS, H100, seq_len=512, new_tokens=256)
     awq = infer_cost(
-        replace(infer, quant="int4-awq"), FACTS, H100, seq_len=512, new_tokens=256, compiled=True
+        replace(infer, quant="int4-awq"),
+        FACTS,
+        H100,
+        seq_len=512,
+        new_tokens=256,
+        eager_overhead=False,
     )
     per_token = bf16.parts_s["decode"] / 256
     kv = FACTS.kv_bytes_per_token_per_byte * 2 * (512 + 128)
@@ -199,11 +204,20 @@ def test_zero3_pays_its_collectives_per_micro_batch_and_ddp_once_per_step() -> N
     assert comm(replace(z3, grad_accum=8)) == pytest.approx(8 * comm(z3))
 
 
-def test_compiled_runs_skip_the_per_layer_host_overhead() -> None:
+def test_eager_host_overhead_is_opt_in_and_weighs_on_small_micro_batches() -> None:
     s = Settings(precision="bf16-true", micro_batch=1)
-    eager = infer_cost(s, LLAMA8B, H100, seq_len=16, new_tokens=64)
-    compiled = infer_cost(s, LLAMA8B, H100, seq_len=16, new_tokens=64, compiled=True)
-    assert eager.step_s > compiled.step_s
+    eager = infer_cost(s, LLAMA8B, H100, seq_len=16, new_tokens=64, eager_overhead=True)
+    assert eager.step_s > 2 * infer_cost(s, LLAMA8B, H100, seq_len=16, new_tokens=64).step_s
+    split = Settings(precision="bf16-mixed", optimizer="adamw", micro_batch=1, grad_accum=8)
+    whole = replace(split, micro_batch=8, grad_accum=1)
+    rates = Rates.of(get_gpu("A100-80GB"))
+
+    def step(x: Settings) -> float:
+        return train_step_cost(
+            x, LLAMA8B, rates, seq_len=128, trainable_fraction=1.0, eager_overhead=True
+        ).step_s
+
+    assert step(split) > 1.1 * step(whole)
 
 
 def test_every_calibration_point_parses_and_names_its_source() -> None:

@@ -20,7 +20,8 @@ the forward AND the backward of every micro-batch. ZeRO-3/FSDP all-gather the we
 and backward) and reduce-scatter the gradients per micro-batch; DDP all-reduces once per step.
 Eager PyTorch pays a host overhead per layer per pass (kernel launches, Python dispatch; more for
 quantized linears and under DeepSpeed ZeRO / offload hooks) that dominates small micro-batches
-and decode; compiled CUDA-graph runs (``compiled=True``) do not.
+and decode; compiled CUDA-graph runs do not. It is fitted on the eager published points and
+added with ``eager_overhead=True``; the planner prices the GPU work without it.
 
 Inference (one batch of requests): prefill is compute-bound, each decode step is memory-bound:
 the weights plus the KV cache are read once per new token,
@@ -342,9 +343,10 @@ def _dequant_s(s: Settings, facts: ModelFacts, tokens: int, rates: Rates) -> flo
     return facts.n_params * DEQUANT_BYTES_PER_WEIGHT[s.quant] / (rates.memory_bps * _c("mbu"))
 
 
-def _host_s(s: Settings, facts: ModelFacts, passes: float, compiled: bool) -> float:
-    """Host (launch/dispatch) time of ``passes`` forward-equivalent passes over the layers."""
-    if compiled:
+def _host_s(s: Settings, facts: ModelFacts, passes: float, eager: bool) -> float:
+    """Host (launch/dispatch) time of ``passes`` forward-equivalent passes over the layers of an
+    eager run (0 unless ``eager``)."""
+    if not eager:
         return 0.0
     per_layer = _c("host_overhead_per_layer_s")
     if s.quant != "none":
@@ -361,10 +363,13 @@ def train_step_cost(
     *,
     seq_len: int,
     trainable_fraction: float,
-    compiled: bool = False,
+    eager_overhead: bool = False,
 ) -> StepCost:
-    """One optimizer step of ``s.micro_batch x s.grad_accum`` samples per rank. ``compiled``:
-    the job runs as CUDA graphs / torch.compile (no per-layer host overhead)."""
+    """One optimizer step of ``s.micro_batch x s.grad_accum`` samples per rank.
+    ``eager_overhead``: add the host time of eager PyTorch per layer per pass (fitted on the
+    published eager runs; it dominates micro-batches of a few hundred tokens). The planner leaves
+    it out: it prices the GPU work, and its ties between micro-batch splits of one stack go to
+    the larger micro-batch (``search.rank_key``), the direction the overhead points."""
     tokens = s.micro_batch * seq_len
     attn_fwd = 2.0 * facts.n_layers * seq_len * facts.d_model * tokens
     mm_fwd = 2.0 * facts.n_matmul_params * tokens
@@ -386,7 +391,7 @@ def train_step_cost(
     w_bytes = _weight_bytes(s, facts)
     micro = max(compute, weight_passes * w_bytes / (rates.memory_bps * _c("mbu")))
     dequant = weight_passes * _dequant_s(s, facts, tokens, rates)
-    host = _host_s(s, facts, passes, compiled)
+    host = _host_s(s, facts, passes, eager_overhead)
     parts = {"compute": micro * s.grad_accum}
     parts["dequant"] = dequant * s.grad_accum
     parts["host_overhead"] = host * s.grad_accum
@@ -429,12 +434,13 @@ def infer_cost(
     *,
     seq_len: int,
     new_tokens: int,
-    compiled: bool = False,
+    eager_overhead: bool = False,
 ) -> StepCost:
     """Prefill of ``micro_batch`` prompts of ``seq_len`` tokens, then ``new_tokens`` decode steps;
     tensor parallelism splits weights, KV cache and FLOPs ``tp`` ways (plus 2 all-reduces of the
-    hidden states per layer, Shoeybi et al. 2019 §3). ``compiled``: CUDA graphs (no per-layer
-    host overhead)."""
+    hidden states per layer, Shoeybi et al. 2019 §3). ``eager_overhead``: as for
+    :func:`train_step_cost` (eager decode of HF-style loops is host-bound: ~1 ms per layer per
+    token)."""
     b, tp = s.micro_batch, s.tp
     w_bytes = _weight_bytes(s, facts) / tp
     tokens = b * seq_len
@@ -445,7 +451,7 @@ def infer_cost(
     act = 2 * facts.n_layers * facts.d_model * kv_width  # bytes all-reduced per token per layer
     link = rates.link_bps * _c("link_efficiency")
     prefill = max(_flops_s(mm, attn, s, rates, tp), w_bytes / (rates.memory_bps * _c("mbu")))
-    prefill += _dequant_s(s, facts, tokens, rates) / tp + _host_s(s, facts, 1.0, compiled)
+    prefill += _dequant_s(s, facts, tokens, rates) / tp + _host_s(s, facts, 1.0, eager_overhead)
     parts = {"prefill": prefill + tp_ring * act * tokens / link}
     decode = 0.0
     if new_tokens:
@@ -456,7 +462,7 @@ def infer_cost(
         if s.quant != "none":
             bandwidth *= _c("quant_decode_bandwidth_share")
         step = max(flops, (w_bytes + kv) / bandwidth)
-        step += _dequant_s(s, facts, b, rates) / tp + _host_s(s, facts, 1.0, compiled)
+        step += _dequant_s(s, facts, b, rates) / tp + _host_s(s, facts, 1.0, eager_overhead)
         latency = 2 * facts.n_layers * _c("tp_allreduce_latency_s") if tp > 1 else 0.0
         decode = new_tokens * (step + tp_ring * act * b / link + latency)
     parts["decode"] = decode
