@@ -37,16 +37,16 @@ from memfit.spec import (
 )
 from memfit.version import __version__
 
+# Types only. The torch layers' functions (find_batch_size, apply_plan_, build_optimizer, bench,
+# quality, trace_step) come with their own signatures, not a copy; at run time the wrappers below
+# import them when called (``import memfit`` does not import torch). There the user's model is a
+# torch.nn.Module and a step function a Callable[..., Any]: the user's code takes and returns
+# what it likes.
 if typing.TYPE_CHECKING:
     import os
     from pathlib import Path
 
     from memfit.api import SeqRunAnswer
-
-    # The torch layers' functions, for type checkers: their own signatures, not a copy (the
-    # wrappers below import them when called, so that ``import memfit`` does not import torch).
-    # There the user's model is a torch.nn.Module and a step function a Callable[..., Any]: the
-    # user's code takes and returns what it likes.
     from memfit.apply.batch_size import find_batch_size as find_batch_size
     from memfit.apply.model import apply_plan_ as apply_plan_
     from memfit.apply.optimizers import build_optimizer as build_optimizer
