@@ -120,7 +120,7 @@ __all__ = [
 # does not rebind ``memfit.bench`` from the function to the package.
 import memfit.bench as _bench_package  # noqa: E402
 
-if not typing.TYPE_CHECKING:  # at run time: the same functions, imported when called
+if not typing.TYPE_CHECKING:  # at run time: the same functions, imported when called (as before)
 
     def trace_step(*args: Any, **kwargs: Any) -> Any:
         """Trace the user's own step function on fake tensors
@@ -129,36 +129,36 @@ if not typing.TYPE_CHECKING:  # at run time: the same functions, imported when c
 
         return _trace_step(*args, **kwargs)
 
-    def apply_plan_(*args: Any, **kwargs: Any) -> Any:
+    def apply_plan_(model: Any, plan: Any, **kwargs: Any) -> Any:
         """Make ``model`` run ``plan`` (a Plan, PlanOption or WorkloadSpec) with the ecosystem's
         libraries; returns the model to train (``memfit.apply.model.apply_plan_``)."""
         from memfit.apply.model import apply_plan_ as _apply
 
-        return _apply(*args, **kwargs)
+        return _apply(model, plan, **kwargs)
 
-    def build_optimizer(*args: Any, **kwargs: Any) -> Any:
+    def build_optimizer(model: Any, plan: Any, **kwargs: Any) -> Any:
         """The plan's optimizer over the model's trainable parameters
         (``memfit.apply.optimizers``)."""
         from memfit.apply.optimizers import build_optimizer as _build
 
-        return _build(*args, **kwargs)
+        return _build(model, plan, **kwargs)
 
-    def find_batch_size(*args: Any, **kwargs: Any) -> Any:
+    def find_batch_size(step_fn: Any, **kwargs: Any) -> Any:
         """The largest batch that really runs, starting from memfit's estimate and confirmed with
         real steps at the worst-case sequence length (``memfit.apply.batch_size``)."""
         from memfit.apply.batch_size import find_batch_size as _find
 
-        return _find(*args, **kwargs)
+        return _find(step_fn, **kwargs)
 
-    def bench(*args: Any, **kwargs: Any) -> Any:
+    def bench(model: str = "opt-125m", **kwargs: Any) -> Any:
         """Run a real small model as the baseline, with each technique and with the combined
         plan; measured peak vs memfit's estimate, speed and quality (``memfit.bench.bench``)."""
-        return _bench_package.bench(*args, **kwargs)
+        return _bench_package.bench(model, **kwargs)
 
-    def quality(*args: Any, **kwargs: Any) -> Any:
+    def quality(model: str = "minilm", **kwargs: Any) -> Any:
         """Quality gate: a quantized copy of ``model`` vs the original on packaged text — KL,
         top-1, cosine, pass/fail (``memfit.bench.gate``)."""
-        return _bench_package.quality(*args, **kwargs)
+        return _bench_package.quality(model, **kwargs)
 
 
 def analyze_snapshot(
