@@ -37,8 +37,35 @@ from memfit.spec import (
 )
 from memfit.version import __version__
 
+# Types only. The torch layers' functions (find_batch_size, apply_plan_, build_optimizer, bench,
+# quality, trace_step) come with their own signatures, not a copy; at run time the wrappers below
+# import them when called (``import memfit`` does not import torch). There the user's model is a
+# torch.nn.Module and a step function a Callable[..., Any]: the user's code takes and returns
+# what it likes.
 if typing.TYPE_CHECKING:
+    import os
+    from pathlib import Path
+
+    from memfit.api import SeqRunAnswer
+    from memfit.apply.batch_size import find_batch_size as find_batch_size
+    from memfit.apply.model import apply_plan_ as apply_plan_
+    from memfit.apply.optimizers import build_optimizer as build_optimizer
+    from memfit.bench.gate import quality as quality
+    from memfit.bench.runner import bench as bench
+    from memfit.estimate.diffusion.pipeline import PipelineEstimate
+    from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.estimate.trace.user_step import trace_step as trace_step
     from memfit.hardware.gpu import GPU
+    from memfit.monitor.reader import RunData
+    from memfit.plan.diffusion_train import TrainFit, TrainPlan
+    from memfit.plan.doctor_findings import DoctorReport
+    from memfit.plan.search import Plan
+    from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
+    from memfit.plan.solve import FitResult
+    from memfit.plan.upgrade import UpgradeVerdict
+    from memfit.serving.solve import ServingOption
+    from memfit.serving.startup import VllmStartup
+    from memfit.snapshot.analyze import SnapshotAnalysis
 
 __all__ = [
     "Job",
@@ -89,62 +116,68 @@ __all__ = [
 ]
 
 
-def trace_step(*args: Any, **kwargs: Any) -> MemoryEstimate:
-    """Trace the user's own step function on fake tensors (``memfit.estimate.trace.user_step``)."""
-    from memfit.estimate.trace.user_step import trace_step as _trace_step
-
-    return _trace_step(*args, **kwargs)
-
-
-def apply_plan_(model: Any, plan: Any, **kwargs: Any) -> Any:
-    """Make ``model`` run ``plan`` (a Plan, PlanOption or WorkloadSpec) with the ecosystem's
-    libraries; returns the model to train (``memfit.apply.model.apply_plan_``)."""
-    from memfit.apply.model import apply_plan_ as _apply
-
-    return _apply(model, plan, **kwargs)
-
-
-def build_optimizer(model: Any, plan: Any, **kwargs: Any) -> Any:
-    """The plan's optimizer over the model's trainable parameters (``memfit.apply.optimizers``)."""
-    from memfit.apply.optimizers import build_optimizer as _build
-
-    return _build(model, plan, **kwargs)
-
-
-def find_batch_size(step_fn: Any, **kwargs: Any) -> Any:
-    """The largest batch that really runs, starting from memfit's estimate and confirmed with
-    real steps at the worst-case sequence length (``memfit.apply.batch_size``)."""
-    from memfit.apply.batch_size import find_batch_size as _find
-
-    return _find(step_fn, **kwargs)
-
-
 # Imported here (torch-free, like memfit.plan below) so that importing memfit.bench.runner later
 # does not rebind ``memfit.bench`` from the function to the package.
 import memfit.bench as _bench_package  # noqa: E402
 
+if not typing.TYPE_CHECKING:  # at run time: the same functions, imported when called (as before)
 
-def bench(model: str = "opt-125m", **kwargs: Any) -> Any:
-    """Run a real small model as the baseline, with each technique and with the combined plan;
-    measured peak vs memfit's estimate, speed and quality (``memfit.bench.bench``)."""
-    return _bench_package.bench(model, **kwargs)
+    def trace_step(*args: Any, **kwargs: Any) -> Any:
+        """Trace the user's own step function on fake tensors
+        (``memfit.estimate.trace.user_step``)."""
+        from memfit.estimate.trace.user_step import trace_step as _trace_step
+
+        return _trace_step(*args, **kwargs)
+
+    def apply_plan_(model: Any, plan: Any, **kwargs: Any) -> Any:
+        """Make ``model`` run ``plan`` (a Plan, PlanOption or WorkloadSpec) with the ecosystem's
+        libraries; returns the model to train (``memfit.apply.model.apply_plan_``)."""
+        from memfit.apply.model import apply_plan_ as _apply
+
+        return _apply(model, plan, **kwargs)
+
+    def build_optimizer(model: Any, plan: Any, **kwargs: Any) -> Any:
+        """The plan's optimizer over the model's trainable parameters
+        (``memfit.apply.optimizers``)."""
+        from memfit.apply.optimizers import build_optimizer as _build
+
+        return _build(model, plan, **kwargs)
+
+    def find_batch_size(step_fn: Any, **kwargs: Any) -> Any:
+        """The largest batch that really runs, starting from memfit's estimate and confirmed with
+        real steps at the worst-case sequence length (``memfit.apply.batch_size``)."""
+        from memfit.apply.batch_size import find_batch_size as _find
+
+        return _find(step_fn, **kwargs)
+
+    def bench(model: str = "opt-125m", **kwargs: Any) -> Any:
+        """Run a real small model as the baseline, with each technique and with the combined
+        plan; measured peak vs memfit's estimate, speed and quality (``memfit.bench.bench``)."""
+        return _bench_package.bench(model, **kwargs)
+
+    def quality(model: str = "minilm", **kwargs: Any) -> Any:
+        """Quality gate: a quantized copy of ``model`` vs the original on packaged text — KL,
+        top-1, cosine, pass/fail (``memfit.bench.gate``)."""
+        return _bench_package.quality(model, **kwargs)
 
 
-def quality(model: str = "minilm", **kwargs: Any) -> Any:
-    """Quality gate: a quantized copy of ``model`` vs the original on packaged text — KL, top-1,
-    cosine, pass/fail (``memfit.bench.gate``)."""
-    return _bench_package.quality(model, **kwargs)
-
-
-def analyze_snapshot(path: Any, *, top: int = 10, stream: bool | None = None) -> Any:
+def analyze_snapshot(
+    path: str | Path, *, top: int = 10, stream: bool | None = None
+) -> SnapshotAnalysis:
     """Summarise a CUDA memory snapshot pickle safely (``memfit.snapshot.analyze``)."""
     from memfit.snapshot.analyze import analyze_snapshot as _analyze
 
     return _analyze(path, top=top, stream=stream)
 
 
-def render_html_report(log_path: Any, out_path: Any, estimate: Any = None) -> Any:
-    """Write the self-contained HTML report of a run log (``memfit.report.html``)."""
+def render_html_report(
+    log_path: str | Path | RunData,
+    out_path: str | Path,
+    estimate: str | os.PathLike[str] | dict[str, Any] | MemoryEstimate | None = None,
+) -> Path:
+    """Write the self-contained HTML report of a run log (``memfit.report.html``); ``estimate``:
+    a ``memfit estimate --json`` file, its dict, or a MemoryEstimate (``dict[str, Any]``: the
+    JSON's values are of many types)."""
     from memfit.report.html import render_html_report as _render
 
     return _render(log_path, out_path, estimate=estimate)
@@ -163,6 +196,66 @@ from memfit.spec.arguments import check_arguments as _check_arguments  # noqa: E
 _OLD_OPTIONS = {"engine": "auto", "trust_remote_code": False, "extrapolate": None}
 
 
+@typing.overload
+def estimate(
+    model: ModelRef,
+    workload: WorkloadSpec | None = None,
+    *,
+    gpu: str | GPU | None = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> MemoryEstimate: ...
+@typing.overload
+def estimate(
+    model: ModelRef,
+    workload: SeqRun,
+    *,
+    gpu: str | GPU | None = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> SeqRunAnswer: ...
+@typing.overload
+def estimate(
+    model: ModelRef,
+    workload: DiffusionJob,
+    *,
+    gpu: str | GPU | None = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> PipelineEstimate: ...
+@typing.overload
+def estimate(
+    model: ModelRef,
+    workload: DiffusionTrainJob,
+    *,
+    gpu: str | GPU | None = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> TrainEstimate: ...
+@typing.overload
+def estimate(
+    model: ModelRef,
+    workload: VllmConfig,
+    *,
+    gpu: str | GPU | None = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> VllmStartup: ...
 def estimate(
     model: ModelRef,
     workload: Job | None = None,
@@ -173,7 +266,7 @@ def estimate(
     extrapolate: bool | None = None,
     allow_code: bool = False,
     options: EstimateOptions | None = None,
-) -> Any:
+) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup:
     """The memory of ``workload``, any job of :mod:`memfit.spec` (default: a bf16 AdamW training
     step, batch 1, seq 512): a :class:`WorkloadSpec` gives a :class:`MemoryEstimate`; the other
     kinds their own records (``memfit.api``). ``options`` (an :class:`EstimateOptions`), or its
@@ -189,6 +282,44 @@ def estimate(
     return _api.estimate(model, workload, gpu=gpu, options=opts)
 
 
+# plan / fit **kwargs: the planner's fields (PlanRequest's; a job kind's: concurrency, solve,
+# gpu_memory_bytes...), of several types; the route checks them.
+@typing.overload
+def plan(
+    model: ModelRef,
+    request: PlanRequest | None = None,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> Plan: ...
+@typing.overload
+def plan(
+    model: ModelRef,
+    request: SeqRun,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> SeqPlanResult: ...
+@typing.overload
+def plan(
+    model: ModelRef,
+    request: DiffusionTrainJob,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> TrainPlan: ...
+@typing.overload
+def plan(
+    model: ModelRef,
+    request: VllmConfig,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> list[ServingOption]: ...
 def plan(
     model: ModelRef,
     request: Job | PlanRequest | None = None,
@@ -196,7 +327,7 @@ def plan(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
     **kwargs: Any,
-) -> Any:
+) -> Plan | SeqPlanResult | TrainPlan | list[ServingOption]:
     """The fastest technique combination that fits a GPU (``memfit.plan.plan``); request fields
     may be given as keywords: ``plan("llama-3.1-8b", gpu="L4", seq_len=4096, global_batch=16)``.
     ``request`` may be any job of :mod:`memfit.spec` with a planner (``memfit.api``).
@@ -205,6 +336,42 @@ def plan(
     return _api.plan(model, job, options=_options(options, allow_code), **kwargs)
 
 
+@typing.overload
+def fit(
+    model: ModelRef,
+    workload: WorkloadSpec,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> FitResult: ...
+@typing.overload
+def fit(
+    model: ModelRef,
+    workload: SeqRun,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> SeqFitResult: ...
+@typing.overload
+def fit(
+    model: ModelRef,
+    workload: DiffusionTrainJob,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> TrainFit: ...
+@typing.overload
+def fit(
+    model: ModelRef,
+    workload: VllmConfig,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> tuple[int, VllmStartup | None]: ...
 def fit(
     model: ModelRef,
     workload: Job,
@@ -212,7 +379,7 @@ def fit(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
     **kwargs: Any,
-) -> Any:
+) -> FitResult | SeqFitResult | TrainFit | tuple[int, VllmStartup | None]:
     """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``; the other job
     kinds: ``memfit.api``)."""
     opts = _options(options, allow_code, workload=workload, required=True)
@@ -220,7 +387,8 @@ def fit(
     return _api.fit(model, job, options=opts, **kwargs)
 
 
-def upgrade_verdict(model: ModelRef, *, allow_code: bool = False, **kwargs: Any) -> Any:
+# upgrade_verdict / doctor **kwargs: memfit.plan.upgrade_verdict's / doctor's keywords, typed there.
+def upgrade_verdict(model: ModelRef, *, allow_code: bool = False, **kwargs: Any) -> UpgradeVerdict:
     """The "when should you upgrade" checklist as a verdict (``memfit.plan.upgrade_verdict``)."""
     with _code_allowed(allow_code):
         return _plan_package.upgrade_verdict(model, **kwargs)
@@ -228,7 +396,7 @@ def upgrade_verdict(model: ModelRef, *, allow_code: bool = False, **kwargs: Any)
 
 def doctor(
     model: ModelRef, workload: WorkloadSpec, *, allow_code: bool = False, **kwargs: Any
-) -> Any:
+) -> DoctorReport:
     """A described job checked for the seven common memory mistakes (``memfit.plan.doctor``)."""
     with _code_allowed(allow_code, workload=workload):
         return _plan_package.doctor(model, workload, **kwargs)

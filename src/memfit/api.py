@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.estimate.result import MemoryEstimate
     from memfit.estimate.seqrun.run import SeqRunEstimate
     from memfit.hardware.gpu import GPU
+    from memfit.models.model_spec import ModelSpec
     from memfit.plan.diffusion_train import TrainFit, TrainPlan
     from memfit.plan.search import Plan
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
@@ -128,7 +129,7 @@ def estimate(
     *,
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
-) -> Any:
+) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup:
     """The memory of ``job`` (default: a bf16 AdamW training step, batch 1, seq 512) on
     ``model``; ``gpu`` (a catalog name or record) adds the verdict where the job has one. The
     answer's type follows the job's (the overloads above); each reads as an
@@ -179,7 +180,7 @@ def fit(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **solve: Any,
-) -> Any:
+) -> FitResult | SeqFitResult | TrainFit | tuple[int, VllmStartup | None]:
     """The largest batch / length / resolution / concurrency of ``job`` that fits; ``solve``:
     what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``). The
     answer's type follows the job's (the overloads above; a DiffusionJob has no solver)."""
@@ -229,7 +230,7 @@ def plan(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **request: Any,
-) -> Any:
+) -> Plan | SeqPlanResult | TrainPlan | list[ServingOption]:
     """The techniques that make ``job`` fit; ``request``: the planner's fields (for a text
     model, :class:`~memfit.plan.PlanRequest` fields; for a serving job, ``concurrency``). The
     answer's type follows the job's (the overloads above; a fixed WorkloadSpec and a
@@ -383,14 +384,19 @@ def _estimate_pipeline(model: Any, job: DiffusionJob, *, gpu: Any, options: Any)
     return estimate_pipeline(_pipeline_root(model), job, name=str(model), gpu=_gpu(gpu))
 
 
-def train_tracer(model: Any, gpu: Any, *, before: Callable[[Any], None] | None = None) -> Any:
+def train_tracer(
+    model: ModelRef,
+    gpu: GPU | None,
+    *,
+    before: Callable[[DiffusionTrainJob], None] | None = None,
+) -> Callable[[DiffusionTrainJob], TrainEstimate]:
     """``trace(job)``: the estimate of one diffusion training job of ``model`` on ``gpu`` (a
     record or None); ``before(job)`` is called before each trace (the CLI's progress line)."""
     from memfit.estimate.diffusion.train_fast import estimate_training_fast
 
     root = _pipeline_root(model)
 
-    def trace(job: DiffusionTrainJob) -> Any:
+    def trace(job: DiffusionTrainJob) -> TrainEstimate:
         if before is not None:
             before(job)
         else:  # seconds a job: the progress line (memfit.progress) says which
@@ -437,7 +443,7 @@ def _plan_train(
 
 
 # -- serving -------------------------------------------------------------------------------------
-def serving_spec(model: Any, options: EstimateOptions | None = None) -> Any:
+def serving_spec(model: ModelRef, options: EstimateOptions | None = None) -> ModelSpec:
     """The :class:`~memfit.models.ModelSpec` vLLM serves (a config.json model, not a factory)."""
     source = _source(model, options or EstimateOptions())
     if source.spec is None:
