@@ -58,12 +58,20 @@ def test_offload_on_one_gpu_only_when_nothing_else_fits(gpu: str, seq: int) -> N
     assert any("offload" in n for n in p.notes), p.notes
 
 
-def test_a_full_finetune_on_one_gpu_keeps_its_weights_trainable() -> None:
-    """A full fine-tune is not turned into LoRA because offloading is slow: ZeRO-Offload is the
-    memory-only way; the LoRA plan is listed beside it."""
+def test_a_full_finetune_on_one_gpu_weighs_offload_against_lora_by_step_time() -> None:
+    """A full fine-tune whose only ways to fit are ZeRO-Offload (memory-only) or LoRA / freezing
+    (changes the result) gets the offload unless it is 3x slower; either way the other is shown
+    beside the recommendation and a note says why."""
     p = _plan("llama-3.2-1b", "T4", seq_len=2048, keep_full_finetune=False)
-    assert p.recommended is not None
-    assert p.recommended.settings.lora_rank is None, p.recommended.settings.describe()
+    rec = p.recommended
+    assert rec is not None
+    shown = [*p.alternatives, *(o for _, o in p.compare)]
+    offload = [o for o in [rec, *shown] if o.settings.offload != "none"]
+    adapters = [o for o in [rec, *shown] if o.settings.lora_rank or o.settings.freeze_layers]
+    assert offload and adapters, [o.settings.describe() for o in shown]
+    ratio = offload[0].cost.step_s / adapters[0].cost.step_s
+    assert (rec.settings.offload != "none") == (ratio < 3.0)
+    assert any(n.startswith("offload:") for n in p.notes), p.notes
 
 
 def test_nothing_fits_names_the_nearest_change() -> None:

@@ -237,9 +237,11 @@ def test_verdict_is_stay_when_the_naive_stack_fits_and_optimize_first_when_only_
     tmp_path: Path,
 ) -> None:
     model = _model(tmp_path)
-    # naive (AMP + AdamW): 16 MB of states + 1 MiB + activations; LoRA stacks need ~6 MB
+    # naive (AMP + AdamW, batch 8 at once) fits 64 MiB; at 18 MiB only a micro-batch split with
+    # checkpointing does (1.2x the step). At 12 MiB only ZeRO-3 parameter offload (3x, priced
+    # over PCIe by the calibrated step-time model) or LoRA fits: that is the upgrade case.
     stay = _verdict(model, _gpu(memory_bytes=64 * MiB), seq_len=512, global_batch=8)
-    optimize = _verdict(model, _gpu(memory_bytes=12 * MiB), seq_len=512, global_batch=8)
+    optimize = _verdict(model, _gpu(memory_bytes=18 * MiB), seq_len=512, global_batch=8)
     assert stay.verdict == "stay" and not stay.upgrade
     assert optimize.verdict == "optimize_first" and not optimize.upgrade
     assert optimize.plan.baseline.fits is False and optimize.plan.recommended is not None

@@ -388,8 +388,10 @@ class _Search:
 
         - on one GPU, CPU offload is the recommendation only when nothing else fits — except for
           a full fine-tune whose only other way is adapters or frozen layers (ZeRO-Offload is
-          the documented single-GPU route to train every weight);
-        - on several GPUs, offload stays first unless it is :data:`SLOWDOWN_LIMIT` times slower.
+          the documented single-GPU route to train every weight), which is weighed as below;
+        - otherwise offload stays first unless it is :data:`SLOWDOWN_LIMIT` times slower than
+          the result-changing plan ("memory-only changes first unless they cost several times
+          the step time").
 
         Either way the other plan is listed beside the recommendation, with why."""
         found = self.run([o for o in rest if o.settings.offload == "none"], risk_first_key)

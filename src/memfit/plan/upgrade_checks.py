@@ -16,7 +16,8 @@ from memfit.models.model_spec import ModelSpec
 from memfit.plan.advice import DEFAULT_RANK, GPU_COUNTS, GPUAdvice, rank_advice, recommend_gpus
 from memfit.plan.budget import Budget
 from memfit.plan.checklist import Checklist, check, rated_gpus, step_cost, trainable_share
-from memfit.plan.cost import COST_CONSTANTS, ModelFacts, Rates, StepCost, infer_cost
+from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost
+from memfit.plan.cost import mfu as cost_mfu
 from memfit.plan.engines import Estimator
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.search import Plan, plan
@@ -155,7 +156,7 @@ class UpgradeChecks(Checklist[CheckItem]):
             "tokens_per_s": cost.tokens_per_s,
             "target_tokens_per_s": self.target,
         }
-        mfu = COST_CONSTANTS["mfu"][0]
+        mfu = cost_mfu(self.rates)
         text = (
             f"the largest {'concurrency per replica' if solve == 'concurrency' else 'micro-batch'}"
             f" that fits with the recommended plan is {r.max_value}: predicted {cost.step_s:.3g} "

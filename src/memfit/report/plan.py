@@ -30,7 +30,7 @@ def need_text(opt: PlanOption) -> str:
 
 def render_plan(p: Plan) -> str:
     from memfit.estimate.result import COMPONENTS
-    from memfit.plan.cost import COST_CONSTANTS
+    from memfit.plan.cost import COST_CONSTANTS, Rates, mfu
     from memfit.plan.export import export_settings
 
     r, b = p.request, p.budget
@@ -55,7 +55,10 @@ def render_plan(p: Plan) -> str:
     if p.recommended is None:
         lines.append("NOTHING FITS. closest attempt:" if rec else "NOTHING FITS.")
     if rec is not None:
-        mfu = COST_CONSTANTS["mfu"][0]
+        try:  # the achievable MFU the step-time model assumes on this GPU's generation
+            at = mfu(Rates.of(get_gpu(b.gpu_name)))
+        except MemfitError:  # a GPU given by memory only
+            at = COST_CONSTANTS["mfu"][0]
         if p.recommended is not None:
             same = "the job as asked" if not rec.changes else rec.settings.describe()
             allowed = ", ".join(sorted(r.allow))
@@ -71,7 +74,7 @@ def render_plan(p: Plan) -> str:
         lines += changes_lines(rec)
         lines.append(
             f"  predicted {rec.cost.step_s:.3g} s/step, {rate_text(rec.cost.tokens_per_s)} "
-            f"tokens/s (roofline at MFU {mfu:.0%}); quality risk: {rec.risk}"
+            f"tokens/s (roofline at MFU {at:.0%}); quality risk: {rec.risk}"
             + (f" ({len(rec.risk_reasons)} result-changing)" if rec.risk_reasons else "")
         )
         lines.append("")
