@@ -13,8 +13,8 @@ applied once (:func:`memfit.estimate.options.using_options`).
 - ``SeqRun`` (a variable-length run): the estimate at the longest step, then
   ``estimate.seqrun.run.estimate_seq_run`` (a :class:`SeqRunAnswer`);
   ``plan.seq_fit.fit_seq_dist``; ``plan.seq_fit.plan_seq_dist``.
-- ``DiffusionJob`` (a pipeline call): ``estimate.diffusion.pipelines.estimate_pipeline``; fit and
-  plan: NotModelledError.
+- ``DiffusionJob`` (a pipeline call): ``estimate.diffusion.pipelines.estimate_pipeline``; fit:
+  NotModelledError; ``plan.diffusion_infer.plan_pipeline``.
 - ``DiffusionTrainJob`` (a diffusers training script): ``estimate.diffusion.train_fast.
   estimate_training_fast``; ``plan.diffusion_train.fit_training``; ``plan_training``.
 - ``VllmConfig`` (``vllm serve``): ``serving.simulate_startup``; ``serving.solve.
@@ -44,6 +44,7 @@ from memfit.models.pipelines import pipeline_dir
 from memfit.plan import fit as fit_step
 from memfit.plan import plan as search
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget
+from memfit.plan.diffusion_infer import job_flags, plan_pipeline
 from memfit.plan.diffusion_train import fit_training, plan_training
 from memfit.plan.request import PlanRequest
 from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.estimate.result import MemoryEstimate
     from memfit.estimate.seqrun.run import SeqRunEstimate
     from memfit.hardware.gpu import GPU
+    from memfit.plan.diffusion_infer import PipelinePlans
     from memfit.plan.diffusion_train import TrainFit, TrainPlan
     from memfit.plan.search import Plan
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
@@ -206,6 +208,15 @@ def plan(
 @overload
 def plan(
     model: ModelRef,
+    job: DiffusionJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **request: Any,
+) -> PipelinePlans: ...
+@overload
+def plan(
+    model: ModelRef,
     job: DiffusionTrainJob,
     *,
     gpu: str | GPU | None = None,
@@ -231,8 +242,8 @@ def plan(
 ) -> Any:
     """The techniques that make ``job`` fit; ``request``: the planner's fields (for a text
     model, :class:`~memfit.plan.PlanRequest` fields; for a serving job, ``concurrency``). The
-    answer's type follows the job's (the overloads above; a fixed WorkloadSpec and a
-    DiffusionJob have no planner: NotModelledError)."""
+    answer's type follows the job's (the overloads above; a fixed WorkloadSpec has no planner:
+    NotModelledError; a DiffusionJob's: ``gpu_memory_bytes``, ``headroom``, ``n_plans``)."""
     return _dispatch("plan", model, PlanRequest() if job is None else job, gpu, options, request)
 
 
@@ -373,6 +384,33 @@ def _estimate_pipeline(model: Any, job: DiffusionJob, *, gpu: Any, options: Any)
     return estimate_pipeline(_pipeline_root(model), job, name=str(model), gpu=_gpu(gpu))
 
 
+def pipeline_estimator(model: Any) -> Callable[[DiffusionJob], Any]:
+    """``estimate(job)``: the PipelineEstimate of one call of ``model`` (no verdict: the
+    planner judges it on its budget), each announced on the progress line."""
+    from memfit.estimate.diffusion.pipelines import estimate_pipeline
+
+    root = _pipeline_root(model)
+
+    def run(job: DiffusionJob) -> Any:
+        report(f"sizing {model}: {job_flags(job)} ...")
+        return estimate_pipeline(root, job, name=str(model))
+
+    return run
+
+
+def _plan_pipeline(
+    model: Any, job: DiffusionJob, *, gpu: Any, options: Any,
+    gpu_memory_bytes: int | None = None, headroom: float | None = None, n_plans: int = 8,
+) -> Any:  # fmt: skip
+    rec = _gpu(gpu)
+    if rec is None and gpu_memory_bytes is None:
+        raise SpecError("plan of a DiffusionJob needs gpu=NAME or gpu_memory_bytes")
+    budget = Budget.of(rec, memory_bytes=gpu_memory_bytes,
+                       headroom=DEFAULT_HEADROOM if headroom is None else headroom)  # fmt: skip
+    return plan_pipeline(pipeline_estimator(model), job, budget=budget,
+                         arch=rec.arch if rec else None, n_plans=n_plans)  # fmt: skip
+
+
 def train_tracer(model: Any, gpu: Any, *, before: Callable[[Any], None] | None = None) -> Any:
     """``trace(job)``: the estimate of one diffusion training job of ``model`` on ``gpu`` (a
     record or None); ``before(job)`` is called before each trace (the CLI's progress line)."""
@@ -495,13 +533,11 @@ ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
     SeqRun: (_estimate_seq, _fit_seq, _plan_seq),
     DiffusionJob: (
         _estimate_pipeline,
-        "fit does not solve diffusion inference jobs yet: estimate the DiffusionJob at a few "
-        "sizes (memfit estimate PIPELINE --mode infer --height H --width W --batch B); fit "
-        "solves diffusion training (a DiffusionTrainJob, --mode train)",
-        "plan does not search diffusion inference jobs yet: estimate the DiffusionJob with "
-        "offload / quant / vae_tiling set (memfit estimate PIPELINE --mode infer "
-        "--pipeline-offload model --quant nf4 --vae-tiling); plan searches diffusion training "
-        "(a DiffusionTrainJob, --mode train)",
+        "fit does not solve diffusion inference jobs yet: plan the DiffusionJob (memfit plan "
+        "PIPELINE --mode infer --gpu G: the memory switches that make it fit), or estimate it "
+        "at a few sizes (memfit estimate PIPELINE --mode infer --height H --width W --batch B); "
+        "fit solves diffusion training (a DiffusionTrainJob, --mode train)",
+        _plan_pipeline,
     ),
     DiffusionTrainJob: (_estimate_train, _fit_train, _plan_train),
     VllmConfig: (_estimate_serving, _fit_serving, _plan_serving),

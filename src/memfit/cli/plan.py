@@ -57,6 +57,7 @@ PLAN_EXAMPLES = """examples:
   memfit plan llama-3.1-8b --recommend-gpu --mode infer --seq 2048 --new-tokens 256 --rank cost
   memfit plan llama-3.2-1b --recommend-gpu --seq 2048 --global-batch 8 --prices my-prices.json
   memfit plan flux.1-dev --gpu RTX-4090 --mode train --lora-rank 16 --resolution 512
+  memfit plan flux.1-dev --gpu RTX-3060 --mode infer --height 768 --width 768
 """
 FIT_EXAMPLES = """examples:
   memfit fit llama-3.1-8b --gpu A100-80GB --solve batch --seq 4096 --checkpointing full
@@ -131,6 +132,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add_flags(p, "plan", "--lora-rank", "--precision", "--optimizer", "--attention")
     add_flags(p, "plan", "--resolution", "--train-text-encoder", "--cache-latents")
     add_flags(p, "plan", "--max-sequence-length")  # diffusion training (cli_diffusion_train)
+    cli_diffusion.add_plan_flags(p)  # diffusion inference (--mode infer: --height, --quant ...)
     p.add_argument(
         "--allow",
         action="append",
@@ -281,8 +283,8 @@ def _register_doctor(sub: Any, headroom_help: str) -> None:
 # -- plan -------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     cli_web.check_output_paths(args)  # --html: a typo is refused before the search
-    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
-        return cli_diffusion_train.cmd_plan(args)
+    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
+        return cli_diffusion.cmd_plan_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
 
     if args.seq_dist is not None and (args.recommend_gpu or args.runtime == "vllm"):
