@@ -110,7 +110,9 @@ def cmd_plan_pipeline(args: argparse.Namespace) -> int:
         return cli_diffusion_train.cmd_plan(args)
     _refuse_text_plan_flags(args)
     refuse_train_flags_in_inference(args)
-    job = diffusion_job(argparse.Namespace(**{**vars(args), "batch": args.batch or 1}))
+    job = diffusion_job(
+        argparse.Namespace(**{**vars(args), "batch": 1 if args.batch is None else args.batch})
+    )
     if not args.gpu and args.gpu_memory is None:
         raise SpecError("plan of a diffusion pipeline needs --gpu NAME or --gpu-memory SIZE")
     result = plan(
