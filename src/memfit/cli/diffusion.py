@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from memfit.api import estimate, plan
+from memfit.api import estimate, fit, plan
 from memfit.cli import diffusion_train as cli_diffusion_train
 from memfit.errors import SpecError
 from memfit.estimate.verdict import EXIT_CODES
@@ -21,7 +21,12 @@ from memfit.flags import EXIT_DOES_NOT_FIT, EXIT_OK, add_flags, flags_for
 from memfit.hardware.catalog import get_gpu
 from memfit.jobflags import diffusion_job, refuse_train_flags_in_inference
 from memfit.models.pipelines import pipeline_dir
-from memfit.report.diffusion import nearest_fit_line, render_pipeline, render_pipeline_plan
+from memfit.report.diffusion import (
+    nearest_fit_line,
+    render_pipeline,
+    render_pipeline_fit,
+    render_pipeline_plan,
+)
 
 #: The inference flags ``memfit plan PIPELINE --mode infer`` takes (rows of the one table; the
 #: plan's parser has --batch, --precision and --max-sequence-length already)
@@ -44,6 +49,11 @@ TEXT_PLAN_FLAGS = (
 def add_plan_flags(parser: argparse.ArgumentParser) -> None:
     """The pipeline-inference flags of ``memfit plan`` (:data:`PLAN_FLAGS`)."""
     add_flags(parser, "estimate", *PLAN_FLAGS)
+
+
+def add_fit_flags(parser: argparse.ArgumentParser) -> None:
+    """The pipeline-inference flags of ``memfit fit`` (its --quant is the table's already)."""
+    add_flags(parser, "estimate", *(n for n in PLAN_FLAGS if n != "--quant"))
 
 
 def is_pipeline(model: str) -> bool:
@@ -123,5 +133,28 @@ def cmd_plan_pipeline(args: argparse.Namespace) -> int:
         json.dumps(result.to_json(), indent=2)
         if args.json
         else render_pipeline_plan(result, args.model)
+    )
+    return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
+
+
+def cmd_fit_pipeline(args: argparse.Namespace) -> int:
+    """``memfit fit PIPELINE``: training (--mode train, the default) or one inference call's
+    largest batch / square resolution."""
+    if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
+        return cli_diffusion_train.cmd_fit(args)
+    refuse_train_flags_in_inference(args)
+    if getattr(args, "seq_dist", None) is not None or getattr(args, "runtime", None) == "vllm":
+        raise SpecError("--seq-dist / --runtime vllm: text-model fit flags, not a pipeline call's")
+    job = diffusion_job(args)
+    if not args.gpu and args.gpu_memory is None:
+        raise SpecError("fit of a diffusion pipeline needs --gpu NAME or --gpu-memory SIZE")
+    result = fit(
+        args.model, job, gpu=args.gpu or None, solve=args.solve,
+        gpu_memory_bytes=args.gpu_memory, headroom=args.headroom,
+    )  # fmt: skip
+    print(
+        json.dumps(result.to_json(), indent=2)
+        if args.json
+        else render_pipeline_fit(result, args.model)
     )
     return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT

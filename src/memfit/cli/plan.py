@@ -17,7 +17,6 @@ from typing import Any
 
 from memfit import api
 from memfit.cli import diffusion as cli_diffusion
-from memfit.cli import diffusion_train as cli_diffusion_train
 from memfit.cli import from_files as cli_from
 from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
@@ -64,6 +63,7 @@ FIT_EXAMPLES = """examples:
   memfit fit llama-3.1-8b --gpu-memory 24GB --solve seq --lora-rank 16 --quant nf4-dq
   memfit fit llama-3.1-8b --gpu L40S --solve concurrency --mode infer --seq 8192 --json
   memfit fit sdxl-base-1.0 --gpu T4 --mode train --lora-rank 4 --solve resolution
+  memfit fit sdxl-base-1.0 --gpu T4 --mode infer --solve batch --height 768 --width 768
 """
 UPGRADE_EXAMPLES = """examples:
   memfit upgrade llama-3.1-8b --gpu L4 --mode train --seq 4096 --global-batch 16
@@ -178,6 +178,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("--solve", choices=(*SOLVES, "max-model-len", "resolution"), required=True)
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
+    cli_diffusion.add_fit_flags(f)  # diffusion inference (--mode infer: --height, --width ...)
     cli_seqdist.add_flags(f)  # --seq-dist: solve the batch over a variable-length run
     cli_from.add_from(f)
     add_engine_flags(f, framework=True)
@@ -351,8 +352,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 # -- fit --------------------------------------------------------------------------------------
 def cmd_fit(args: argparse.Namespace) -> int:
-    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
-        return cli_diffusion_train.cmd_fit(args)
+    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
+        return cli_diffusion.cmd_fit_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
     if args.solve == "resolution":
         raise SpecError("--solve resolution is for diffusion pipelines; use --solve seq")

@@ -11,6 +11,7 @@ from memfit.units import format_bytes as fb
 if TYPE_CHECKING:  # the records' modules import torch; report/ does not
     from memfit.estimate.diffusion.pipeline import PipelineEstimate
     from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.plan.diffusion_fit import PipelineFit
     from memfit.plan.diffusion_infer import PipelinePlan, PipelinePlans
     from memfit.plan.diffusion_train import TrainFit, TrainPlan
 
@@ -186,3 +187,22 @@ def nearest_fit_line(result: PipelinePlans, model: str, gpu: str) -> str:
         f"nearest change that fits: {what} [{kind}], needs {fb(best.verdict.need_bytes)} "
         f"({'; '.join(best.code)}); all plans: {cmd}"
     )
+
+
+def render_pipeline_fit(result: PipelineFit, model: str) -> str:
+    """``fit <pipeline> --mode infer``: the most images per prompt / the largest square picture
+    that fits, then that call."""
+    b = result.budget
+    what = "images per prompt" if result.solve == "batch" else "square resolution (pixels)"
+    est = result.estimate
+    if result.fits:
+        head = (
+            f"largest {what} that fits {b.gpu_name} (limit {fb(b.limit_bytes)}): {result.value}"
+            f"  (needs {fb(est.fits.need_bytes)})"
+        )
+    else:
+        head = (
+            f"does NOT fit {b.gpu_name} even at the smallest {what} (needs "
+            f"{fb(est.fits.need_bytes)}); see: memfit plan {model} --mode infer --gpu {b.gpu_name}"
+        )
+    return head + "\n" + render_pipeline(est)
