@@ -79,7 +79,7 @@ def describe(cand: DiffusionJob, asked: DiffusionJob, est: Any) -> tuple[Change,
             Change(
                 what="no T5 (text_encoder_3)",
                 kind=CHANGES_RESULT,
-                code="from_pretrained(..., text_encoder_3=None, tokenizer_3=None)",
+                code="text_encoder_3=None, tokenizer_3=None",
             )
         )
     if cand.batch != asked.batch:
