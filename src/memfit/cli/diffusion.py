@@ -114,6 +114,12 @@ def _refuse_text_plan_flags(args: argparse.Namespace) -> None:
         )
 
 
+def _gpu_flag(args: argparse.Namespace) -> str:
+    """``--gpu NAME`` for the estimate commands a plan prints; none with --gpu-memory (estimate
+    judges catalog GPUs only)."""
+    return "" if args.gpu_memory is not None else f"--gpu {args.gpu}"
+
+
 def cmd_plan_pipeline(args: argparse.Namespace) -> int:
     """``memfit plan PIPELINE``: training plans (--mode train, the default) or inference ones."""
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
@@ -132,7 +138,7 @@ def cmd_plan_pipeline(args: argparse.Namespace) -> int:
     print(
         json.dumps(result.to_json(), indent=2)
         if args.json
-        else render_pipeline_plan(result, args.model)
+        else render_pipeline_plan(result, args.model, _gpu_flag(args))
     )
     return EXIT_OK if result.fits else EXIT_DOES_NOT_FIT
 

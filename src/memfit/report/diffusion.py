@@ -139,9 +139,10 @@ def _mark(p: PipelinePlan) -> str:
     return "does NOT fit" if v == "does not fit" else v
 
 
-def render_pipeline_plan(result: PipelinePlans, model: str) -> str:
+def render_pipeline_plan(result: PipelinePlans, model: str, gpu_flag: str | None = None) -> str:
     """``plan <pipeline> --mode infer``: the call as asked, then each plan that fits, best first,
-    with its diffusers code, its need and THE verdict."""
+    with its diffusers code, its need and THE verdict; ``gpu_flag``: the ``--gpu`` of the
+    estimate commands it prints (default: the budget's GPU; "" for none)."""
     b = result.budget
     a = result.asked
     lines = [
@@ -170,7 +171,8 @@ def render_pipeline_plan(result: PipelinePlans, model: str) -> str:
             f"slowdown rank x{p.slowdown:.1f}" + (f"; host RAM {fb(host)}" if host else "")
         )
         lines += [f"     {line}" for line in p.code]
-        lines.append(f"     memfit estimate {model} {p.job_flags} --gpu {b.gpu_name}")
+        flag = f"--gpu {b.gpu_name}" if gpu_flag is None else gpu_flag
+        lines.append(f"     memfit estimate {model} {p.job_flags} {flag}".rstrip())
     return "\n".join(lines)
 
 
