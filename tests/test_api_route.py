@@ -92,8 +92,6 @@ def test_a_diffusion_pipeline_routes_to_what_memfit_estimate_prints(
 @pytest.mark.parametrize(
     ("verb", "job", "says"),
     [
-        ("fit", DiffusionJob(), "fit does not solve diffusion inference jobs yet: estimate"),
-        ("plan", DiffusionJob(), "plan does not search diffusion inference jobs yet"),
         ("plan", WorkloadSpec(), "plan does not take a fixed WorkloadSpec: .*PlanRequest"),
         ("estimate", PlanRequest(), "estimate does not take a PlanRequest.*WorkloadSpec"),
         ("fit", PlanRequest(), "fit does not take a PlanRequest"),

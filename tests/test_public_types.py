@@ -61,10 +61,12 @@ REVEALS = [
     ('memfit.plan("gpt2", memfit.PlanRequest())', "memfit.plan.search.Plan"),
     ('memfit.plan("gpt2", run, gpu="L4")', "memfit.plan.seq_fit.SeqPlanResult"),
     ('memfit.plan("sd", sdt, gpu="L4")', "memfit.plan.diffusion_train.TrainPlan"),
+    ('memfit.plan("sd", sd, gpu="L4")', "memfit.plan.diffusion_infer.PipelinePlans"),
     ('memfit.plan("gpt2", vllm, gpu="L4")', "list[memfit.serving.solve.ServingOption]"),
     ('memfit.fit("gpt2", memfit.WorkloadSpec(), gpu="L4")', "memfit.plan.solve.FitResult"),
     ('memfit.fit("gpt2", run, gpu="L4")', "memfit.plan.seq_fit.SeqFitResult"),
     ('memfit.fit("sd", sdt, gpu="L4")', "memfit.plan.diffusion_train.TrainFit"),
+    ('memfit.fit("sd", sd, gpu="L4")', "memfit.plan.diffusion_fit.PipelineFit"),
     (
         'memfit.fit("gpt2", vllm, gpu="L4")',
         "tuple[int, memfit.serving.startup.VllmStartup | None]",
@@ -86,7 +88,6 @@ REVEALS = [
 WRONG = [
     ('wrong: Plan = memfit.estimate("gpt2")', "assignment"),
     ('memfit.plan("gpt2", memfit.WorkloadSpec())', "call-overload"),  # NotModelledError at run
-    ('memfit.fit("gpt2", sd)', "call-overload"),
     ('memfit.estimate("gpt2", options="analytic")', "call-overload"),
     ('memfit.bench("opt-125m", stesp=3)', "call-arg"),
     ("memfit.analyze_snapshot(3)", "arg-type"),

@@ -57,6 +57,8 @@ if typing.TYPE_CHECKING:
     from memfit.estimate.trace.user_step import trace_step as trace_step
     from memfit.hardware.gpu import GPU
     from memfit.monitor.reader import RunData
+    from memfit.plan.diffusion_fit import PipelineFit
+    from memfit.plan.diffusion_infer import PipelinePlans
     from memfit.plan.diffusion_train import TrainFit, TrainPlan
     from memfit.plan.doctor_findings import DoctorReport
     from memfit.plan.search import Plan
@@ -314,6 +316,15 @@ def plan(
 @typing.overload
 def plan(
     model: ModelRef,
+    request: DiffusionJob,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> PipelinePlans: ...
+@typing.overload
+def plan(
+    model: ModelRef,
     request: VllmConfig,
     *,
     allow_code: bool = False,
@@ -327,7 +338,7 @@ def plan(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
     **kwargs: Any,
-) -> Plan | SeqPlanResult | TrainPlan | list[ServingOption]:
+) -> Plan | SeqPlanResult | TrainPlan | PipelinePlans | list[ServingOption]:
     """The fastest technique combination that fits a GPU (``memfit.plan.plan``); request fields
     may be given as keywords: ``plan("llama-3.1-8b", gpu="L4", seq_len=4096, global_batch=16)``.
     ``request`` may be any job of :mod:`memfit.spec` with a planner (``memfit.api``).
@@ -366,6 +377,15 @@ def fit(
 @typing.overload
 def fit(
     model: ModelRef,
+    workload: DiffusionJob,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> PipelineFit: ...
+@typing.overload
+def fit(
+    model: ModelRef,
     workload: VllmConfig,
     *,
     allow_code: bool = False,
@@ -379,7 +399,7 @@ def fit(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
     **kwargs: Any,
-) -> FitResult | SeqFitResult | TrainFit | tuple[int, VllmStartup | None]:
+) -> FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]:
     """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``; the other job
     kinds: ``memfit.api``)."""
     opts = _options(options, allow_code, workload=workload, required=True)

@@ -13,8 +13,8 @@ applied once (:func:`memfit.estimate.options.using_options`).
 - ``SeqRun`` (a variable-length run): the estimate at the longest step, then
   ``estimate.seqrun.run.estimate_seq_run`` (a :class:`SeqRunAnswer`);
   ``plan.seq_fit.fit_seq_dist``; ``plan.seq_fit.plan_seq_dist``.
-- ``DiffusionJob`` (a pipeline call): ``estimate.diffusion.pipelines.estimate_pipeline``; fit and
-  plan: NotModelledError.
+- ``DiffusionJob`` (a pipeline call): ``estimate.diffusion.pipelines.estimate_pipeline``;
+  ``plan.diffusion_fit.fit_pipeline`` (batch, resolution); ``plan.diffusion_infer.plan_pipeline``.
 - ``DiffusionTrainJob`` (a diffusers training script): ``estimate.diffusion.train_fast.
   estimate_training_fast``; ``plan.diffusion_train.fit_training``; ``plan_training``.
 - ``VllmConfig`` (``vllm serve``): ``serving.simulate_startup``; ``serving.solve.
@@ -45,6 +45,9 @@ from memfit.models.pipelines import pipeline_dir
 from memfit.plan import fit as fit_step
 from memfit.plan import plan as search
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget
+from memfit.plan.diffusion_code import job_flags
+from memfit.plan.diffusion_fit import fit_pipeline
+from memfit.plan.diffusion_infer import plan_pipeline
 from memfit.plan.diffusion_train import fit_training, plan_training
 from memfit.plan.request import PlanRequest
 from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
@@ -68,6 +71,8 @@ if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.estimate.seqrun.run import SeqRunEstimate
     from memfit.hardware.gpu import GPU
     from memfit.models.model_spec import ModelSpec
+    from memfit.plan.diffusion_fit import PipelineFit
+    from memfit.plan.diffusion_infer import PipelinePlans
     from memfit.plan.diffusion_train import TrainFit, TrainPlan
     from memfit.plan.search import Plan
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
@@ -158,6 +163,15 @@ def fit(
 @overload
 def fit(
     model: ModelRef,
+    job: DiffusionJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> PipelineFit: ...
+@overload
+def fit(
+    model: ModelRef,
     job: DiffusionTrainJob,
     *,
     gpu: str | GPU | None = None,
@@ -180,10 +194,11 @@ def fit(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **solve: Any,
-) -> FitResult | SeqFitResult | TrainFit | tuple[int, VllmStartup | None]:
+) -> FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]:
     """The largest batch / length / resolution / concurrency of ``job`` that fits; ``solve``:
     what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``). The
-    answer's type follows the job's (the overloads above; a DiffusionJob has no solver)."""
+    answer's type follows the job's (the overloads above; a DiffusionJob solves ``batch`` or
+    ``resolution``)."""
     return _dispatch("fit", model, job, gpu, options, solve)
 
 
@@ -205,6 +220,15 @@ def plan(
     options: EstimateOptions | None = None,
     **request: Any,
 ) -> SeqPlanResult: ...
+@overload
+def plan(
+    model: ModelRef,
+    job: DiffusionJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **request: Any,
+) -> PipelinePlans: ...
 @overload
 def plan(
     model: ModelRef,
@@ -230,11 +254,11 @@ def plan(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **request: Any,
-) -> Plan | SeqPlanResult | TrainPlan | list[ServingOption]:
+) -> Plan | SeqPlanResult | TrainPlan | PipelinePlans | list[ServingOption]:
     """The techniques that make ``job`` fit; ``request``: the planner's fields (for a text
     model, :class:`~memfit.plan.PlanRequest` fields; for a serving job, ``concurrency``). The
-    answer's type follows the job's (the overloads above; a fixed WorkloadSpec and a
-    DiffusionJob have no planner: NotModelledError)."""
+    answer's type follows the job's (the overloads above; a fixed WorkloadSpec has no planner:
+    NotModelledError; a DiffusionJob's: ``gpu_memory_bytes``, ``headroom``, ``n_plans``)."""
     return _dispatch("plan", model, PlanRequest() if job is None else job, gpu, options, request)
 
 
@@ -384,6 +408,48 @@ def _estimate_pipeline(model: Any, job: DiffusionJob, *, gpu: Any, options: Any)
     return estimate_pipeline(_pipeline_root(model), job, name=str(model), gpu=_gpu(gpu))
 
 
+def pipeline_estimator(model: Any) -> Callable[[DiffusionJob], Any]:
+    """``estimate(job)``: the PipelineEstimate of one call of ``model`` (no verdict: the
+    planner judges it on its budget), each announced on the progress line."""
+    from memfit.estimate.diffusion.pipelines import estimate_pipeline
+
+    root = _pipeline_root(model)
+
+    def run(job: DiffusionJob) -> Any:
+        report(f"sizing {model}: {job_flags(job)} ...")
+        return estimate_pipeline(root, job, name=str(model))
+
+    return run
+
+
+def _pipeline_budget(verb: str, rec: Any, gpu_memory_bytes: int | None,
+                     headroom: float | None) -> Any:  # fmt: skip
+    if rec is None and gpu_memory_bytes is None:
+        raise SpecError(f"{verb} of a DiffusionJob needs gpu=NAME or gpu_memory_bytes")
+    return Budget.of(rec, memory_bytes=gpu_memory_bytes,
+                     headroom=DEFAULT_HEADROOM if headroom is None else headroom)  # fmt: skip
+
+
+def _fit_pipeline(
+    model: Any, job: DiffusionJob, *, gpu: Any, options: Any, solve: str = "batch",
+    gpu_memory_bytes: int | None = None, headroom: float | None = None,
+) -> Any:  # fmt: skip
+    rec = _gpu(gpu)
+    budget = _pipeline_budget("fit", rec, gpu_memory_bytes, headroom)
+    return fit_pipeline(pipeline_estimator(model), job, solve=solve, budget=budget,
+                        arch=rec.arch if rec else None)  # fmt: skip
+
+
+def _plan_pipeline(
+    model: Any, job: DiffusionJob, *, gpu: Any, options: Any,
+    gpu_memory_bytes: int | None = None, headroom: float | None = None, n_plans: int = 8,
+) -> Any:  # fmt: skip
+    rec = _gpu(gpu)
+    budget = _pipeline_budget("plan", rec, gpu_memory_bytes, headroom)
+    return plan_pipeline(pipeline_estimator(model), job, budget=budget,
+                         arch=rec.arch if rec else None, n_plans=n_plans)  # fmt: skip
+
+
 def train_tracer(
     model: ModelRef,
     gpu: GPU | None,
@@ -511,13 +577,8 @@ ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
     SeqRun: (_estimate_seq, _fit_seq, _plan_seq),
     DiffusionJob: (
         _estimate_pipeline,
-        "fit does not solve diffusion inference jobs yet: estimate the DiffusionJob at a few "
-        "sizes (memfit estimate PIPELINE --mode infer --height H --width W --batch B); fit "
-        "solves diffusion training (a DiffusionTrainJob, --mode train)",
-        "plan does not search diffusion inference jobs yet: estimate the DiffusionJob with "
-        "offload / quant / vae_tiling set (memfit estimate PIPELINE --mode infer "
-        "--pipeline-offload model --quant nf4 --vae-tiling); plan searches diffusion training "
-        "(a DiffusionTrainJob, --mode train)",
+        _fit_pipeline,
+        _plan_pipeline,
     ),
     DiffusionTrainJob: (_estimate_train, _fit_train, _plan_train),
     VllmConfig: (_estimate_serving, _fit_serving, _plan_serving),

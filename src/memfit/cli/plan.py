@@ -17,7 +17,6 @@ from typing import Any
 
 from memfit import api
 from memfit.cli import diffusion as cli_diffusion
-from memfit.cli import diffusion_train as cli_diffusion_train
 from memfit.cli import from_files as cli_from
 from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
@@ -63,12 +62,14 @@ PLAN_EXAMPLES = """examples:
   memfit plan llama-3.1-8b --recommend-gpu --mode infer --seq 2048 --new-tokens 256 --rank cost
   memfit plan llama-3.2-1b --recommend-gpu --seq 2048 --global-batch 8 --prices my-prices.json
   memfit plan flux.1-dev --gpu RTX-4090 --mode train --lora-rank 16 --resolution 512
+  memfit plan flux.1-dev --gpu RTX-3060 --mode infer --height 768 --width 768
 """
 FIT_EXAMPLES = """examples:
   memfit fit llama-3.1-8b --gpu A100-80GB --solve batch --seq 4096 --checkpointing full
   memfit fit llama-3.1-8b --gpu-memory 24GB --solve seq --lora-rank 16 --quant nf4-dq
   memfit fit llama-3.1-8b --gpu L40S --solve concurrency --mode infer --seq 8192 --json
   memfit fit sdxl-base-1.0 --gpu T4 --mode train --lora-rank 4 --solve resolution
+  memfit fit sdxl-base-1.0 --gpu T4 --mode infer --solve batch --height 768 --width 768
 """
 UPGRADE_EXAMPLES = """examples:
   memfit upgrade llama-3.1-8b --gpu L4 --mode train --seq 4096 --global-batch 16
@@ -146,6 +147,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     add_flags(p, "plan", "--resolution", "--train-text-encoder", "--cache-latents")
     add_flags(p, "plan", "--max-sequence-length")  # diffusion training (cli_diffusion_train)
+    cli_diffusion.add_plan_flags(p)  # diffusion inference (--mode infer: --height, --quant ...)
     p.add_argument(
         "--allow",
         action="append",
@@ -191,6 +193,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("--solve", choices=(*SOLVES, "max-model-len", "resolution"), required=True)
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
+    cli_diffusion.add_fit_flags(f)  # diffusion inference (--mode infer: --height, --width ...)
     cli_seqdist.add_flags(f)  # --seq-dist: solve the batch over a variable-length run
     cli_from.add_from(f)
     add_engine_flags(f, framework=True)
@@ -307,8 +310,8 @@ def _lora_targets(args: argparse.Namespace) -> tuple[str, ...] | str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     cli_web.check_output_paths(args)  # --html: a typo is refused before the search
-    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
-        return cli_diffusion_train.cmd_plan(args)
+    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
+        return cli_diffusion.cmd_plan_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
 
     if args.seq_dist is not None and (args.recommend_gpu or args.runtime == "vllm"):
@@ -377,8 +380,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 # -- fit --------------------------------------------------------------------------------------
 def cmd_fit(args: argparse.Namespace) -> int:
-    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training
-        return cli_diffusion_train.cmd_fit(args)
+    if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
+        return cli_diffusion.cmd_fit_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
     if args.solve == "resolution":
         raise SpecError("--solve resolution is for diffusion pipelines; use --solve seq")

@@ -11,6 +11,8 @@ from memfit.units import format_bytes as fb
 if TYPE_CHECKING:  # the records' modules import torch; report/ does not
     from memfit.estimate.diffusion.pipeline import PipelineEstimate
     from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.plan.diffusion_fit import PipelineFit
+    from memfit.plan.diffusion_infer import PipelinePlan, PipelinePlans
     from memfit.plan.diffusion_train import TrainFit, TrainPlan
 
 
@@ -130,3 +132,79 @@ def render_training_plan(result: TrainPlan, model: str) -> str:
     if not result.fits:
         lines.append("nothing fits: try a smaller --resolution or --batch, or LoRA")
     return "\n".join(lines)
+
+
+def _mark(p: PipelinePlan) -> str:
+    v = p.verdict.verdict
+    return "does NOT fit" if v == "does not fit" else v
+
+
+def render_pipeline_plan(result: PipelinePlans, model: str, gpu_flag: str | None = None) -> str:
+    """``plan <pipeline> --mode infer``: the call as asked, then each plan that fits, best first,
+    with its diffusers code, its need and THE verdict; ``gpu_flag``: the ``--gpu`` of the
+    estimate commands it prints (default: the budget's GPU; "" for none)."""
+    b = result.budget
+    a = result.asked
+    lines = [
+        f"{model} ({result.pipeline}) inference on {b.gpu_name} (limit {fb(b.limit_bytes)}): "
+        f"as asked ({a.job.height}x{a.job.width}, batch {a.job.batch}, {a.job.precision}, "
+        f"offload {a.job.offload}) needs {fb(a.verdict.need_bytes)}: {_mark(a)}",
+    ]
+    fitting = result.fitting
+    if not fitting:
+        lines.append(
+            f"nothing fits of the {len(result.plans)} settings tried (offload modes, VAE "
+            "tiling, quantized weights, fewer images, smaller pictures)"
+        )
+        return "\n".join(lines)
+    lines.append(
+        "plans that fit, best first (memory-only before result-changing; then the slowdown "
+        "rank: published timings of the offload mode x the weight format, a rank, not a time "
+        "on this GPU):"
+    )
+    for i, p in enumerate(fitting, 1):
+        kind = "memory-only" if p.memory_only else "changes the result"
+        what = ", ".join(c.what for c in p.changes) or "as asked"
+        host = p.estimate.host_weights_bytes
+        lines.append(
+            f"{i}. {what}  [{kind}]  needs {fb(p.verdict.need_bytes)}: {_mark(p)}; "
+            f"slowdown rank x{p.slowdown:.1f}" + (f"; host RAM {fb(host)}" if host else "")
+        )
+        lines += [f"     {line}" for line in p.code]
+        flag = f"--gpu {b.gpu_name}" if gpu_flag is None else gpu_flag
+        lines.append(f"     memfit estimate {model} {p.job_flags} {flag}".rstrip())
+    return "\n".join(lines)
+
+
+def nearest_fit_line(result: PipelinePlans, model: str, gpu: str) -> str:
+    """The line ``estimate`` ends with when the call does not fit: the first plan, and the
+    command that lists them all."""
+    cmd = f"memfit plan {model} {result.asked.job_flags} --gpu {gpu}"
+    best = result.best
+    if best is None:
+        return f"no change memfit tries makes it fit (see: {cmd})"
+    kind = "memory-only" if best.memory_only else "changes the result"
+    what = ", ".join(c.what for c in best.changes)
+    return (
+        f"nearest change that fits: {what} [{kind}], needs {fb(best.verdict.need_bytes)} "
+        f"({'; '.join(best.code)}); all plans: {cmd}"
+    )
+
+
+def render_pipeline_fit(result: PipelineFit, model: str) -> str:
+    """``fit <pipeline> --mode infer``: the most images per prompt / the largest square picture
+    that fits, then that call."""
+    b = result.budget
+    what = "images per prompt" if result.solve == "batch" else "square resolution (pixels)"
+    est = result.estimate
+    if result.fits:
+        head = (
+            f"largest {what} that fits {b.gpu_name} (limit {fb(b.limit_bytes)}): {result.value}"
+            f"  (needs {fb(est.fits.need_bytes)})"
+        )
+    else:
+        head = (
+            f"does NOT fit {b.gpu_name} even at the smallest {what} (needs "
+            f"{fb(est.fits.need_bytes)}); see: memfit plan {model} --mode infer --gpu {b.gpu_name}"
+        )
+    return head + "\n" + render_pipeline(est)
