@@ -50,8 +50,12 @@ def test_a_value_outside_the_flag_choices_is_refused_by_the_parser(
 
 
 def test_a_text_model_plan_refuses_the_pipeline_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    # a text job's --quant is its own weight format: QLoRA needs --lora-rank, and a pipeline's
+    # formats are not a text model's
     code, _, err = run(capsys, "plan", "gpt2", "--gpu", "L4", "--quant", "nf4")
-    assert code == 2 and "--quant nf4 on plan sets a diffusion pipeline's weights" in err
+    assert code == 2 and "add --lora-rank" in err
+    code, _, err = run(capsys, "plan", "gpt2", "--gpu", "L4", "--quant", "gguf-q8_0")
+    assert code == 2 and "quant ('gguf-q8_0') must be one of" in err
     code, _, err = run(capsys, "plan", "gpt2", "--gpu", "L4", "--height", "512")
     assert code == 2 and "--height applies to diffusion pipelines only" in err
 

@@ -47,8 +47,9 @@ TEXT_PLAN_FLAGS = (
 
 
 def add_plan_flags(parser: argparse.ArgumentParser) -> None:
-    """The pipeline-inference flags of ``memfit plan`` (:data:`PLAN_FLAGS`)."""
-    add_flags(parser, "estimate", *PLAN_FLAGS)
+    """The pipeline-inference flags of ``memfit plan`` (:data:`PLAN_FLAGS`; its --quant is the
+    table's already: a text job's own weight format, or a pipeline's denoiser's)."""
+    add_flags(parser, "estimate", *(n for n in PLAN_FLAGS if n != "--quant"))
 
 
 def add_fit_flags(parser: argparse.ArgumentParser) -> None:
@@ -69,13 +70,6 @@ def refuse_pipeline_flags(args: argparse.Namespace) -> None:
                 f"{f.name} applies to diffusion pipelines only, and {args.model!r} is not one "
                 "(a bundled pipeline in `memfit models`, or a directory with a model_index.json)"
             )
-    if getattr(args, "command", None) == "plan" and getattr(args, "quant", None) not in (
-        None, "none"
-    ):  # fmt: skip
-        raise SpecError(
-            f"--quant {args.quant} on plan sets a diffusion pipeline's weights; a text-model plan "
-            "searches quantization itself (--no-quant, --allow quant, --max-quality-risk)"
-        )
 
 
 def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
