@@ -377,7 +377,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if args.json
         else render_fit(result) + lines
     )
-    return EXIT_OK if result.fits and confirmed else EXIT_DOES_NOT_FIT
+    return result.exit_code if confirmed else EXIT_DOES_NOT_FIT  # the verdict rule's code
 
 
 # -- upgrade ----------------------------------------------------------------------------------
