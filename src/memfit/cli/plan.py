@@ -166,7 +166,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "fit",
         help="the largest batch, longest sequence or most concurrent requests that fit",
         description="Solve one dimension of the job (flags as `memfit estimate`) against the GPU "
-        "memory minus headroom: doubling then bisection on the fast engine, confirmed by trace.",
+        "memory minus headroom: doubling then bisection on the fast engine, confirmed by trace. "
+        "Answers the largest value that fits and the largest that is only tight (its estimate "
+        "within the GPU, its upper end plus headroom not); exit 0 only when a value fits.",
         epilog=FIT_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
