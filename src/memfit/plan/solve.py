@@ -183,6 +183,17 @@ def largest_guided(
     return _bisect(pred, lo, min(hi, lo + jump), step) * step
 
 
+def _largest_above(pred: Callable[[int], bool], lo: int, *, cap: int, step: int) -> int:
+    """The largest multiple of ``step`` in ``[lo, cap]`` the monotone ``pred`` accepts, ``pred``
+    holding at ``lo``: strides doubling up from ``lo``, then bisection."""
+    base, hi = lo // step, cap // step + 1
+    jump = 1
+    while base + jump < hi and pred((base + jump) * step):
+        base += jump
+        jump *= 2
+    return _bisect(pred, base, min(hi, base + jump), step) * step
+
+
 def _largest_between(guess: Callable[[int], bool], lo: int, hi: int, step: int) -> int:
     """The largest unit in ``[lo, hi)`` the guess accepts, searching up from ``lo`` (assumed
     to hold) by doubling, then bisecting."""
@@ -353,8 +364,13 @@ def _solve(
     at = _with(w, name, max(value, step))
     if confirm is None:
         return value, _try(engines.search, at), engines.search.name if value else None
-    if value and _predicate(confirm, budget, w, name, accept=accept)(value):
-        return value, _try(confirm, at), confirm.name
+    confirmed = _predicate(confirm, budget, w, name, accept=accept)
+    if value and confirmed(value):
+        if value + step <= cap and confirmed(value + step):
+            # the fast engine's "no" above its answer is its own error band: the precise engine
+            # accepts more, so it searches on up (else "only tight" could name a value it fits)
+            value = _largest_above(confirmed, value + step, cap=cap, step=step)
+        return value, _try(confirm, _with(w, name, value)), confirm.name
     if value:  # the precise engine disagrees: search again below, with it
         value = largest(
             _predicate(confirm, budget, w, name, accept=accept), cap=value - step, step=step
