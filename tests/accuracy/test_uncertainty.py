@@ -167,3 +167,23 @@ def test_a_wider_path_widens_the_upper_end_of_the_same_estimate() -> None:
 def test_an_unknown_band_path_is_refused() -> None:
     with pytest.raises(ValueError, match="band_path .'nope'. must be one of current-hf"):
         _est(band_path="nope")
+
+
+def test_a_caller_that_knows_the_job_runs_another_framework_widens_its_range_and_verdict() -> None:
+    # a LitGPT / torchtune file answered through transformers' model (memfit check, framework
+    # not installed): the estimate is transformers', the job runs the framework's code
+    wl = memfit.WorkloadSpec(seq_len=2048, batch_size=4)
+    est = memfit.estimate("llama-3.2-1b", wl, engine="analytic", gpu="L4")
+    assert est.fits is not None
+    # the band's range alone (the analytic engine's own reserved range can set the upper end)
+    est = dataclasses.replace(est, ranges={}, fits=dataclasses.replace(est.fits, verdict=None))
+    other = est.with_band("other-framework")
+    assert (est.band.path, other.band.path) == ("current-hf", "other-framework")
+    assert other.to_json()["band"]["path"] == "other-framework"
+    for metric, (low, high) in est.ranges.items():
+        o_low, o_high = other.ranges[metric]
+        assert o_low <= low and o_high >= high, metric
+    assert other.ranges["peak_allocated_bytes"][1] > est.ranges["peak_allocated_bytes"][1]
+    assert est.verdict is not None and other.verdict is not None
+    assert other.verdict.need_bytes == other.ranges["device_used_bytes"][1]  # judged again
+    assert other.verdict.need_bytes > est.verdict.need_bytes

@@ -177,6 +177,14 @@ class MemoryEstimate:
         """The :class:`~memfit.estimate.answer.Answer` name of ``components``."""
         return self.components
 
+    def with_band(self, path: str) -> MemoryEstimate:
+        """This estimate carrying ``path``'s band (memfit.estimate.uncertainty.PATHS), its
+        verdict judged again on the new range: for a caller that knows the job runs another code
+        path than the estimate shows (a LitGPT / torchtune file answered through transformers'
+        model: ``other-framework``). The range only widens (an engine's ranges never narrow)."""
+        fits = None if self.fits is None else replace(self.fits, verdict=None)
+        return replace(self, band_path=path, fits=fits)
+
     @property
     def band(self) -> PathBands:
         """The bands the range was drawn with: its code path and the measurements behind it."""
