@@ -39,4 +39,5 @@ def test_accuracy_doc_quotes_the_generated_uncertainty_bands() -> None:
     generated = (ROOT / "benchmarks/results/uncertainty.md").read_text()
     doc = (ROOT / "docs/accuracy.md").read_text()
     bands = [line for line in generated.split("| point |")[0].splitlines() if line.startswith("| ")]
-    assert len(bands) == 10 and all(line in doc for line in bands)
+    # the per-path band table (4 paths x 4 parts) and the coverage table, each with its header
+    assert len(bands) >= 2 + 16 and all(line in doc for line in bands)

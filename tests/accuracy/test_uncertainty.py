@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import memfit
-from memfit.estimate.uncertainty import BANDS
+from memfit.estimate.uncertainty import DEFAULT_PATH, MIN_POINTS, PARTS, PATHS, ranges
+from memfit.report.text import render_estimate
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -30,26 +32,43 @@ POINTS = [
 
 def test_the_band_table_is_the_fit_of_the_committed_measurements() -> None:
     fitted = calib.fit(POINTS)
-    assert {k: (b.low, b.high) for k, b in BANDS.items()} == fitted
+    table = {
+        path: {part: (b.low, b.high) for part, b in band.parts.items()}
+        for path, band in PATHS.items()
+    }
+    assert table == fitted
+    counts = calib.evidence(POINTS)
+    for path, band in PATHS.items():
+        assert band.n_points == sum(p["path"] == path for p in POINTS), path
+        too_few = tuple(part for part in PARTS if counts[path][part] < MIN_POINTS)
+        assert band.fallback == too_few, path
 
 
-def test_at_least_95_percent_of_each_metrics_measurements_fall_inside_the_range() -> None:
+def test_every_committed_point_belongs_to_a_path_with_its_own_dynamic_band() -> None:
+    counts = calib.evidence(POINTS)
+    assert {p["path"] for p in POINTS} == set(PATHS)
+    assert all(counts[path]["dynamic"] >= MIN_POINTS for path in PATHS)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_at_least_95_percent_of_each_paths_measurements_fall_inside_its_range(path: str) -> None:
     bands = calib.fit(POINTS)
     for metric in calib.METRIC_PARTS:
-        group = [p for p in POINTS if p["metric"] == metric]
+        group = [p for p in POINTS if p["metric"] == metric and p["path"] == path]
         inside = sum(calib.inside(p, bands) for p in group)
-        assert inside >= 0.9 * len(group), f"{metric}: {inside}/{len(group)}"
+        assert inside >= 0.9 * len(group), f"{path} {metric}: {inside}/{len(group)}"
 
 
-def test_every_h200_measurement_at_or_above_the_estimate_is_inside_its_range() -> None:
-    # Under-prediction causes OOMs: the upper end must cover every H200 point memfit under-predicts.
+def test_every_current_stack_measurement_at_or_above_the_estimate_is_inside_its_range() -> None:
+    # Under-prediction causes OOMs: the upper end must cover every point memfit under-predicts on
+    # the path its default job takes (the H200 runs and the LlamaMLP blocks).
     bands = calib.fit(POINTS)
     under = [
         p
         for p in POINTS
-        if p["source"] == "H200 run" and p["measured_bytes"] > p["predicted_bytes"]
+        if p["path"] == DEFAULT_PATH and p["measured_bytes"] > p["predicted_bytes"]
     ]
-    assert under, "the H200 data has under-predicted points to check"
+    assert under, "the current-stack data has under-predicted points to check"
     assert all(calib.inside(p, bands) for p in under)
 
 
@@ -100,3 +119,71 @@ def test_the_device_range_covers_the_reserved_range_plus_the_context() -> None:
     res_low, res_high = est.ranges["peak_reserved_bytes"]
     dev_low, dev_high = est.ranges["device_used_bytes"]
     assert dev_high >= res_high + context and dev_low <= res_low + context
+
+
+def _est(**changes: object) -> memfit.MemoryEstimate:
+    base = memfit.estimate(
+        "llama-3.2-1b", memfit.WorkloadSpec(seq_len=256), engine="analytic", gpu="L4"
+    )
+    return dataclasses.replace(base, ranges={}, **changes)  # the band's range alone
+
+
+def test_the_default_hugging_face_job_carries_the_current_stack_band() -> None:
+    est = _est()
+    assert est.band.path == "current-hf"
+    data = est.to_json()
+    assert data["band"]["path"] == "current-hf" and data["band"]["n_points"] > 0
+    assert "range: current Hugging Face stack band (" in render_estimate(est)
+
+
+@pytest.mark.parametrize(
+    ("changes", "path"),
+    [
+        ({"workload": {"quant": "nf4", "shard": "none"}}, "quantized"),
+        ({"workload": {"quant": "none", "shard": "zero3"}}, "other-framework"),
+        ({"workload": {"quant": "none", "shard": "fsdp"}}, "current-hf"),
+        ({"trace": {"framework": "litgpt"}}, "other-framework"),
+        ({"environment": {"torch": "2.4.1+cu121", "transformers": "5.23.0"}}, "old-stack"),
+        ({"environment": {"torch": "2.8.0", "transformers": "4.57.1"}}, "current-hf"),
+        ({"environment": {"torch": "2.13.0+cpu", "transformers": "5.23.0"}}, "current-hf"),
+        ({"band_path": "other-framework"}, "other-framework"),
+    ],
+)
+def test_the_band_follows_the_code_path_the_estimate_says_runs_the_job(
+    changes: dict[str, object], path: str
+) -> None:
+    est = _est(**changes)
+    assert est.band.path == path
+    assert est.ranges == ranges(est, path)
+
+
+def test_a_wider_path_widens_the_upper_end_of_the_same_estimate() -> None:
+    hf = _est()
+    other = _est(band_path="other-framework")
+    for metric in ("peak_allocated_bytes", "device_used_bytes"):
+        assert other.ranges[metric][1] > hf.ranges[metric][1], metric
+
+
+def test_an_unknown_band_path_is_refused() -> None:
+    with pytest.raises(ValueError, match="band_path .'nope'. must be one of current-hf"):
+        _est(band_path="nope")
+
+
+def test_a_caller_that_knows_the_job_runs_another_framework_widens_its_range_and_verdict() -> None:
+    # a LitGPT / torchtune file answered through transformers' model (memfit check, framework
+    # not installed): the estimate is transformers', the job runs the framework's code
+    wl = memfit.WorkloadSpec(seq_len=2048, batch_size=4)
+    est = memfit.estimate("llama-3.2-1b", wl, engine="analytic", gpu="L4")
+    assert est.fits is not None
+    # the band's range alone (the analytic engine's own reserved range can set the upper end)
+    est = dataclasses.replace(est, ranges={}, fits=dataclasses.replace(est.fits, verdict=None))
+    other = est.with_band("other-framework")
+    assert (est.band.path, other.band.path) == ("current-hf", "other-framework")
+    assert other.to_json()["band"]["path"] == "other-framework"
+    for metric, (low, high) in est.ranges.items():
+        o_low, o_high = other.ranges[metric]
+        assert o_low <= low and o_high >= high, metric
+    assert other.ranges["peak_allocated_bytes"][1] > est.ranges["peak_allocated_bytes"][1]
+    assert est.verdict is not None and other.verdict is not None
+    assert other.verdict.need_bytes == other.ranges["device_used_bytes"][1]  # judged again
+    assert other.verdict.need_bytes > est.verdict.need_bytes

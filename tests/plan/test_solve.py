@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.plan.conftest import closed_form_estimate
 
+import memfit
+from memfit.cli import main
 from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.verdict import EXIT_CODES
 from memfit.plan import fit
-from memfit.plan.budget import need_bytes
-from memfit.plan.solve import GUIDED_ROUNDS, largest, largest_guided
+from memfit.plan.budget import DEFAULT_HEADROOM, need_bytes
+from memfit.plan.budget import verdict as budget_verdict
+from memfit.plan.solve import GUIDED_ROUNDS, FitResult, largest, largest_guided
+from memfit.report.plan import render_fit
 from memfit.spec import WorkloadSpec
 from memfit.units import MiB
 
@@ -62,8 +69,9 @@ def test_a_longer_sequence_never_yields_a_larger_max_batch(
 def test_max_batch_is_exact_by_the_trace_engine_and_confirmed(
     tiny_llama_dir: Path, trace_estimator: Callable[[WorkloadSpec], MemoryEstimate]
 ) -> None:
-    """The fast engine over-reports 10 MiB here (pessimistic); the trace engine confirms its answer,
-    which is then the largest batch the fast engine allows, below the trace engine's own maximum."""
+    """The fast engine over-reports 10 MiB here (pessimistic); the trace engine confirms its answer
+    and, fitting the next batch too, searches on up: the answer is the trace engine's own maximum
+    (else the largest "only tight" value could be one the precise engine says fits)."""
     w = WorkloadSpec(seq_len=128, precision="amp-bf16")
 
     def pessimistic(x: WorkloadSpec) -> MemoryEstimate:
@@ -83,7 +91,7 @@ def test_max_batch_is_exact_by_the_trace_engine_and_confirmed(
     assert r.max_value > 1 and r.confirmed_by == "trace"
     limit = r.budget.limit_bytes
     assert need_bytes(trace_estimator(dataclasses.replace(w, batch_size=r.max_value))) <= limit
-    assert need_bytes(pessimistic(dataclasses.replace(w, batch_size=r.max_value + 1))) > limit
+    assert need_bytes(trace_estimator(dataclasses.replace(w, batch_size=r.max_value + 1))) > limit
 
 
 def test_the_trace_engine_overrules_an_optimistic_fast_engine(
@@ -255,3 +263,112 @@ def test_a_first_answer_that_does_not_settle_leaves_the_search_as_it_was(
     assert asked == [1] and calls and got.max_value == plain.max_value > 0
     named = {"search_engine": "derived", "confirmed_by": "derived"}  # the engine's own name
     assert got.to_json() == plain.to_json() | named
+
+
+# -- the largest value that fits and the largest that is only tight (issue 29 item 5) -----------
+def _verdict_at(path: Path, w: WorkloadSpec, batch: int, r: FitResult) -> str:
+    est = closed_form_estimate(dataclasses.replace(w, batch_size=batch))
+    return budget_verdict(est, r.budget).verdict
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(min_value=2 * MiB, max_value=96 * MiB))
+def test_fit_answers_the_largest_fitting_and_the_largest_tight_value_by_the_one_verdict_rule(
+    tiny_llama_dir: Path, capacity: int
+) -> None:
+    w = WorkloadSpec(seq_len=256)
+    r = fit(str(tiny_llama_dir), w, solve="batch", gpu_memory_bytes=capacity,
+            estimator=closed_form_estimate)  # fmt: skip
+    assert r.max_tight_value is not None and r.max_tight_value >= r.max_value
+    if r.max_value:
+        assert _verdict_at(tiny_llama_dir, w, r.max_value, r) == "fits"
+        assert _verdict_at(tiny_llama_dir, w, r.max_value + 1, r) != "fits"
+    if r.max_tight_value:
+        assert _verdict_at(tiny_llama_dir, w, r.max_tight_value, r) in ("fits", "tight")
+    assert _verdict_at(tiny_llama_dir, w, r.max_tight_value + 1, r) == "does not fit"
+    expected = "fits" if r.max_value else "tight" if r.max_tight_value else "does not fit"
+    assert r.verdict == expected and r.exit_code == EXIT_CODES[expected]
+    assert r.to_json()["verdict"] == expected
+
+
+def _tight_at_one(tiny_llama_dir: Path) -> tuple[WorkloadSpec, int]:
+    """A job and a memory on which batch 1's point fits but its upper end + headroom does not."""
+    w = WorkloadSpec(seq_len=256)
+    est = closed_form_estimate(w)
+    point, need = est.device_used_bytes, need_bytes(est)
+    memory = int(need / 0.97)  # 5 % headroom: need + headroom > memory > point
+    assert point < memory < need / (1 - DEFAULT_HEADROOM)
+    return w, memory
+
+
+def test_when_nothing_fits_but_the_smallest_value_is_tight_fit_says_so_not_zero(
+    tiny_llama_dir: Path,
+) -> None:
+    w, memory = _tight_at_one(tiny_llama_dir)
+    r = fit(str(tiny_llama_dir), w, solve="batch", gpu_memory_bytes=memory,
+            estimator=closed_form_estimate)  # fmt: skip
+    assert r.max_value == 0 and r.max_tight_value and r.max_tight_value >= 1
+    assert r.verdict == "tight" and r.exit_code == 1
+    data = r.to_json()
+    assert data["max_batch"] == 0 and data["max_batch_tight"] == r.max_tight_value
+    assert data["needs"]["fits"] is None
+    tight = data["needs"]["tight"]
+    assert tight["value"] == r.max_tight_value and tight["verdict"] == "tight"
+    assert (
+        tight["point_bytes"]
+        <= tight["capacity_bytes"]
+        < tight["need_bytes"] + tight["headroom_bytes"]
+    )
+    text = render_fit(r)
+    assert ": 0" not in text
+    assert text.startswith("no batch size fits") and "only tight" in text
+    assert f"largest batch size that is only tight: {r.max_tight_value}" in text
+
+
+def test_fit_reports_both_needs_of_the_fitting_and_the_tight_answer(tiny_llama_dir: Path) -> None:
+    w = WorkloadSpec(seq_len=256)
+    r = fit(str(tiny_llama_dir), w, solve="batch", gpu_memory_bytes=64 * MiB,
+            estimator=closed_form_estimate)  # fmt: skip
+    assert r.max_value > 1 and r.verdict == "fits" and r.exit_code == 0
+    needs = r.to_json()["needs"]
+    assert needs["fits"]["value"] == r.max_value and needs["fits"]["verdict"] == "fits"
+    assert needs["fits"]["point_bytes"] <= needs["fits"]["need_bytes"]
+    text = render_fit(r)
+    assert f"largest batch size that fits {r.budget.gpu_name}: {r.max_value}" in text
+    assert "(estimate " in text and ", upper end " in text
+    if r.only_tight:
+        assert needs["tight"]["value"] == r.max_tight_value
+        assert f"that is only tight: {r.max_tight_value}" in text
+    else:
+        assert needs["tight"] is None and "is even tight" in text
+
+
+def test_fit_without_the_tight_search_leaves_it_unanswered(tiny_llama_dir: Path) -> None:
+    r = fit(str(tiny_llama_dir), WorkloadSpec(seq_len=256), solve="batch",
+            gpu_memory_bytes=64 * MiB, estimator=closed_form_estimate, tight=False)  # fmt: skip
+    assert r.max_tight_value is None and r.to_json()["max_batch_tight"] is None
+    assert r.verdict == "fits"
+
+
+def test_the_fit_command_exits_by_the_verdict_of_what_it_reports(
+    tiny_llama_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["fit", str(tiny_llama_dir), "--seq", "256", "--solve", "batch", "--engine",
+            "analytic", "--json"]  # fmt: skip
+    code = main([*argv, "--gpu-memory", str(1 << 40)])
+    assert code == 0 and json.loads(capsys.readouterr().out)["verdict"] == "fits"
+    one = memfit_estimate(tiny_llama_dir)
+    tight_memory = int(need_bytes(one) / 0.97)
+    code = main([*argv, "--gpu-memory", str(tight_memory)])
+    data = json.loads(capsys.readouterr().out)
+    assert (data["max_batch"], data["verdict"], code) == (0, "tight", 1)
+    assert data["max_batch_tight"] >= 1
+    code = main([*argv, "--gpu-memory", str(one.device_used_bytes // 2)])
+    data = json.loads(capsys.readouterr().out)
+    assert (data["max_batch"], data["max_batch_tight"], data["verdict"], code) == (
+        0, 0, "does not fit", 1,
+    )  # fmt: skip
+
+
+def memfit_estimate(path: Path) -> MemoryEstimate:
+    return memfit.estimate(str(path), WorkloadSpec(seq_len=256), engine="analytic")

@@ -183,7 +183,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "fit",
         help="the largest batch, longest sequence or most concurrent requests that fit",
         description="Solve one dimension of the job (flags as `memfit estimate`) against the GPU "
-        "memory minus headroom: doubling then bisection on the fast engine, confirmed by trace.",
+        "memory minus headroom: doubling then bisection on the fast engine, confirmed by trace. "
+        "Answers the largest value that fits and the largest that is only tight (its estimate "
+        "within the GPU, its upper end plus headroom not); exit 0 only when a value fits.",
         epilog=FIT_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -408,7 +410,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if args.json
         else render_fit(result) + lines
     )
-    return EXIT_OK if result.fits and confirmed else EXIT_DOES_NOT_FIT
+    return result.exit_code if confirmed else EXIT_DOES_NOT_FIT  # the verdict rule's code
 
 
 # -- upgrade ----------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memfit.errors import DoesNotFitError
-from memfit.estimate.uncertainty import ranges
+from memfit.estimate.uncertainty import PATHS, PathBands, estimate_path, ranges
 from memfit.estimate.verdict import judge, judge_estimate
 from memfit.report.estimate_html import estimate_fragment
 
@@ -127,6 +127,12 @@ class MemoryEstimate:
     #: Why ``engine`` answered (the engine policy's rule, memfit.estimate.policy); None when the
     #: engine was called directly.
     engine_reason: str | None = None
+    #: The code path whose measured error the range carries (memfit.estimate.uncertainty.PATHS:
+    #: ``current-hf``, ``quantized``, ``other-framework``, ``old-stack``); None derives it from
+    #: the estimate (its workload, the versions it traced with, the framework that answered).
+    #: Set by a caller that knows the job runs elsewhere (a LitGPT / torchtune file answered
+    #: through transformers' model: ``other-framework``).
+    band_path: str | None = None
 
     def __post_init__(self) -> None:
         total = sum(self.components.values())
@@ -134,6 +140,10 @@ class MemoryEstimate:
             raise ValueError(
                 f"components sum to {total} bytes but peak_allocated_bytes is "
                 f"{self.peak_allocated_bytes}: an engine bug, please report it"
+            )
+        if self.band_path is not None and self.band_path not in PATHS:
+            raise ValueError(
+                f"band_path ({self.band_path!r}) must be one of {', '.join(PATHS)} or None"
             )
 
         # An engine's own ranges (the analytic engine's reserved-bytes model) widen the calibrated
@@ -166,6 +176,19 @@ class MemoryEstimate:
     def peak_components(self) -> dict[str, int]:
         """The :class:`~memfit.estimate.answer.Answer` name of ``components``."""
         return self.components
+
+    def with_band(self, path: str) -> MemoryEstimate:
+        """This estimate carrying ``path``'s band (memfit.estimate.uncertainty.PATHS), its
+        verdict judged again on the new range: for a caller that knows the job runs another code
+        path than the estimate shows (a LitGPT / torchtune file answered through transformers'
+        model: ``other-framework``). The range only widens (an engine's ranges never narrow)."""
+        fits = None if self.fits is None else replace(self.fits, verdict=None)
+        return replace(self, band_path=path, fits=fits)
+
+    @property
+    def band(self) -> PathBands:
+        """The bands the range was drawn with: its code path and the measurements behind it."""
+        return PATHS[estimate_path(self)]
 
     @property
     def verdict(self) -> Verdict | None:
@@ -204,6 +227,7 @@ class MemoryEstimate:
                 for metric, pair in self.ranges.items()
                 for end, value in zip(("low", "high"), pair, strict=True)
             },
+            "band": self.band.to_json(),
             "host_memory_bytes": self.host_memory_bytes,
             "unified_memory_bytes": self.unified_memory_bytes,
             "peak_phase": self.peak_phase,

@@ -5,6 +5,10 @@ no longer fits, then bisect (``2·log2(answer)`` estimates). The search runs on 
 the precise engine then checks the answer and, where it disagrees, the search is repeated below
 it with the precise engine. Fits means the estimate's upper end stays within capacity minus
 headroom (:mod:`memfit.plan.budget`).
+
+The same search then answers the largest value that is only ``tight`` (THE verdict rule,
+:mod:`memfit.estimate.verdict`: its point within capacity, its upper end plus headroom not within
+it), so a job whose smallest value is tight is told so with that value, never a bare 0.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from typing import Any
 
 from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecError, TraceError
 from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.verdict import DOES_NOT_FIT, EXIT_CODES, FITS, TIGHT, Verdict
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model
-from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits
+from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits, verdict
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
 from memfit.report.plan_html import fit_fragment
 from memfit.spec import MAX_BATCH_SIZE, MAX_SEQ_LEN, WorkloadSpec
@@ -36,8 +41,11 @@ _KEY = {"batch": "max_batch", "seq": "max_seq", "concurrency": "max_concurrency"
 
 @dataclass(frozen=True, kw_only=True)
 class FitResult:
-    """``max_value``: the answer (0: not even 1 fits). ``estimate``: at the answer, or at the
-    smallest value when nothing fits."""
+    """``max_value``: the largest value whose verdict is ``fits`` (0: not even the smallest).
+    ``estimate``: at it, or at the smallest value when nothing fits. ``max_tight_value``: the
+    largest value whose verdict is at worst ``tight`` (its point within capacity), at least
+    ``max_value``; 0 when even the smallest value does not fit; None when not searched.
+    ``tight_estimate``: at it, when it is above ``max_value``."""
 
     solve: str
     max_value: int
@@ -48,10 +56,36 @@ class FitResult:
     n_estimates: int
     kv_table: list[dict[str, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    max_tight_value: int | None = None
+    tight_estimate: MemoryEstimate | None = None
 
     @property
     def fits(self) -> bool:
         return self.max_value > 0
+
+    @property
+    def verdict(self) -> str:
+        """THE verdict of the answer reported: ``fits`` when a value fits; else ``tight`` when
+        one is only tight; else ``does not fit``."""
+        if self.max_value:
+            return FITS
+        return TIGHT if self.max_tight_value else DOES_NOT_FIT
+
+    @property
+    def exit_code(self) -> int:
+        """The verdict rule's exit code of :attr:`verdict` (0 only for ``fits``)."""
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def only_tight(self) -> bool:
+        """Whether a value above ``max_value`` is tight (``max_tight_value`` is that value)."""
+        return self.max_tight_value is not None and self.max_tight_value > self.max_value
+
+    def judgement(self, which: str = FITS) -> Verdict | None:
+        """THE verdict of the estimate at the fits answer (``which="fits"``, or at the smallest
+        value when nothing fits) or at the tight answer (``"tight"``); None without one."""
+        est = self.estimate if which == FITS else self.tight_estimate
+        return None if est is None else verdict(est, self.budget)
 
     def raise_if_not_fit(self) -> None:
         if not self.fits:
@@ -68,6 +102,12 @@ class FitResult:
         return {
             "solve": self.solve,
             _KEY[self.solve]: self.max_value,
+            f"{_KEY[self.solve]}_tight": self.max_tight_value,
+            "verdict": self.verdict,
+            "needs": {
+                FITS: self._needs(self.max_value, FITS) if self.max_value else None,
+                TIGHT: self._needs(self.max_tight_value, TIGHT) if self.only_tight else None,
+            },
             "capacity_bytes": self.budget.capacity_bytes,
             "headroom_bytes": self.budget.headroom_bytes,
             "limit_bytes": self.budget.limit_bytes,
@@ -79,6 +119,10 @@ class FitResult:
             "estimate": None if self.estimate is None else self.estimate.to_json(),
             "notes": list(self.notes),
         }
+
+    def _needs(self, value: int | None, which: str) -> dict[str, Any] | None:
+        v = self.judgement(which)
+        return None if v is None else {"value": value, **v.to_json()}
 
 
 def largest(pred: Callable[[int], bool], *, cap: int, step: int = 1) -> int:
@@ -139,6 +183,17 @@ def largest_guided(
     return _bisect(pred, lo, min(hi, lo + jump), step) * step
 
 
+def _largest_above(pred: Callable[[int], bool], lo: int, *, cap: int, step: int) -> int:
+    """The largest multiple of ``step`` in ``[lo, cap]`` the monotone ``pred`` accepts, ``pred``
+    holding at ``lo``: strides doubling up from ``lo``, then bisection."""
+    base, hi = lo // step, cap // step + 1
+    jump = 1
+    while base + jump < hi and pred((base + jump) * step):
+        base += jump
+        jump *= 2
+    return _bisect(pred, base, min(hi, base + jump), step) * step
+
+
 def _largest_between(guess: Callable[[int], bool], lo: int, hi: int, step: int) -> int:
     """The largest unit in ``[lo, hi)`` the guess accepts, searching up from ``lo`` (assumed
     to hold) by doubling, then bisecting."""
@@ -159,9 +214,11 @@ def fit(
     estimator: Estimator | None = None,
     confirm: Estimator | None = None,
     kv_table: bool = True,
+    tight: bool = True,
 ) -> FitResult:
     """Solve ``workload``'s batch size, sequence length or (inference) concurrency on ``gpu`` (a
-    catalog name or record) or a GPU of ``gpu_memory_bytes``."""
+    catalog name or record) or a GPU of ``gpu_memory_bytes``. ``tight``: also search the largest
+    value that is only tight (a few more estimates; False leaves ``max_tight_value`` None)."""
 
     if solve not in SOLVES:
         raise SpecError(f"solve ({solve!r}) must be one of {', '.join(SOLVES)}")
@@ -183,6 +240,10 @@ def fit(
     value, est, confirmed = _solve(engines, budget, workload, name, cap, step)
     if value >= cap:
         notes.append(f"reached the search limit {name}={cap}")
+    most, most_est = value, None
+    if tight and value < cap:
+        most, most_est, _ = _solve(engines, budget, workload, name, cap, step, accept=_not_over)
+        most = max(most, value)
     table = (
         _kv_table(engines.search, budget, workload, source)
         if solve == "concurrency" and kv_table
@@ -205,6 +266,8 @@ def fit(
         n_estimates=n,
         kv_table=table,
         notes=notes,
+        max_tight_value=most if tight else None,
+        tight_estimate=most_est if most > value else None,
     )
 
 
@@ -222,14 +285,30 @@ def _context_limit(source: Any) -> int | None:
     return source.spec.context_limit if source.spec is not None else None
 
 
+#: Whether an estimate is accepted on a budget: THE verdict rule's ``fits`` (the answer), or at
+#: worst ``tight`` (the largest value that may run).
+Accept = Callable[[MemoryEstimate, Budget], bool]
+
+
+def _not_over(est: MemoryEstimate, budget: Budget) -> bool:
+    """At worst ``tight``: the point value is within capacity (memfit.estimate.verdict)."""
+    return verdict(est, budget).verdict != DOES_NOT_FIT
+
+
 def _predicate(
-    engine: CachedEstimator, budget: Budget, w: WorkloadSpec, name: str, *, probe: bool = False
+    engine: CachedEstimator,
+    budget: Budget,
+    w: WorkloadSpec,
+    name: str,
+    *,
+    probe: bool = False,
+    accept: Accept = fits,
 ) -> Callable[[int], bool]:
     ask = engine.probe if probe else engine
 
     def pred(value: int) -> bool:
         try:
-            return fits(ask(_with(w, name, value)), budget)
+            return accept(ask(_with(w, name, value)), budget)
         except MemfitError:  # e.g. a sequence beyond what the model's positions allow
             return False
 
@@ -237,39 +316,65 @@ def _predicate(
 
 
 def _largest(
-    engine: CachedEstimator, budget: Budget, w: WorkloadSpec, name: str, *, cap: int, step: int
+    engine: CachedEstimator,
+    budget: Budget,
+    w: WorkloadSpec,
+    name: str,
+    *,
+    cap: int,
+    step: int,
+    accept: Accept = fits,
 ) -> int:
-    """The largest value that fits by ``engine``: probed with its guide where it has one
-    (:func:`largest_guided`, the answer replayed exactly), else :func:`largest`."""
-    pred = _predicate(engine, budget, w, name)
+    """The largest value ``accept``-ed by ``engine`` (default: that fits): probed with its guide
+    where it has one (:func:`largest_guided`, the answer replayed exactly), else
+    :func:`largest`."""
+    pred = _predicate(engine, budget, w, name, accept=accept)
     if engine.guide is None:
         return largest(pred, cap=cap, step=step)
-    guess = _predicate(engine, budget, w, name, probe=True)
+    guess = _predicate(engine, budget, w, name, probe=True, accept=accept)
     return largest_guided(pred, guess, cap=cap, step=step)
 
 
 def _solve(
-    engines: EnginePair, budget: Budget, w: WorkloadSpec, name: str, cap: int, step: int
+    engines: EnginePair,
+    budget: Budget,
+    w: WorkloadSpec,
+    name: str,
+    cap: int,
+    step: int,
+    *,
+    accept: Accept = fits,
 ) -> tuple[int, MemoryEstimate | None, str | None]:
     _raise_if_bad_input(engines.search, _with(w, name, step))
     if engines.confirm is not None and _not_modelled(engines.search, _with(w, name, step)):
         engines = EnginePair(search=engines.confirm, confirm=None)  # the precise engine searches
     if engines.confirm is None:
         _raise_if_cannot_run(engines.search, _with(w, name, step))
-    value = _largest(engines.search, budget, w, name, cap=cap, step=step)
+    value = _largest(engines.search, budget, w, name, cap=cap, step=step, accept=accept)
     confirm = engines.confirm
-    if not value and confirm is not None and _predicate(confirm, budget, w, name)(step):
+    if (
+        not value
+        and confirm is not None
+        and _predicate(confirm, budget, w, name, accept=accept)(step)
+    ):
         # the fast engine's "not even 1 fits" is its own error band, not the job's: the precise
         # engine says the smallest value fits, so it searches (issue 11: never 0 where it fits)
-        value = largest(_predicate(confirm, budget, w, name), cap=cap, step=step)
+        value = largest(_predicate(confirm, budget, w, name, accept=accept), cap=cap, step=step)
         return value, _try(confirm, _with(w, name, max(value, step))), confirm.name
     at = _with(w, name, max(value, step))
     if confirm is None:
         return value, _try(engines.search, at), engines.search.name if value else None
-    if value and _predicate(confirm, budget, w, name)(value):
-        return value, _try(confirm, at), confirm.name
+    confirmed = _predicate(confirm, budget, w, name, accept=accept)
+    if value and confirmed(value):
+        if value + step <= cap and confirmed(value + step):
+            # the fast engine's "no" above its answer is its own error band: the precise engine
+            # accepts more, so it searches on up (else "only tight" could name a value it fits)
+            value = _largest_above(confirmed, value + step, cap=cap, step=step)
+        return value, _try(confirm, _with(w, name, value)), confirm.name
     if value:  # the precise engine disagrees: search again below, with it
-        value = largest(_predicate(confirm, budget, w, name), cap=value - step, step=step)
+        value = largest(
+            _predicate(confirm, budget, w, name, accept=accept), cap=value - step, step=step
+        )
     at = _with(w, name, max(value, step))
     return value, _try(confirm, at) or _try(engines.search, at), confirm.name if value else None
 

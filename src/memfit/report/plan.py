@@ -11,9 +11,15 @@ from memfit.hardware import get_gpu, load_prices
 from memfit.units import format_bytes
 
 if TYPE_CHECKING:
+    from memfit.estimate.verdict import Verdict
     from memfit.plan.request import PlanOption
     from memfit.plan.search import Plan
     from memfit.plan.solve import FitResult
+
+
+def _needs(v: Verdict) -> str:
+    """``estimate 19.40 GiB, upper end 20.50 GiB``: the device memory a fit answer needs."""
+    return f"estimate {format_bytes(v.point_bytes)}, upper end {format_bytes(v.need_bytes)}"
 
 
 def rate_text(tokens_per_s: float) -> str:
@@ -173,25 +179,48 @@ def changes_lines(opt: PlanOption) -> list[str]:
 
 
 def render_fit(r: FitResult) -> str:
+    """The largest value that fits and the largest that is only tight, each with its needs
+    (estimate and upper end); when nothing fits, the tight value says so (never a bare 0)."""
     what = {"batch": "batch size", "seq": "sequence length", "concurrency": "concurrent requests"}
     b = r.budget
     confirmed = r.confirmed_by not in (None, r.search_engine)
-    lines = [
-        f"largest {what[r.solve]} that fits {b.gpu_name}: {r.max_value}",
+    at_fits, at_tight = r.judgement("fits"), r.judgement("tight")
+    if r.fits:
+        first = f"largest {what[r.solve]} that fits {b.gpu_name}: {r.max_value}"
+        if at_fits is not None:
+            first += f"  ({_needs(at_fits)})"
+    elif at_fits is not None and at_fits.verdict == "tight":
+        first = (
+            f"no {what[r.solve]} fits {b.gpu_name}: even the smallest is only tight "
+            f"({_needs(at_fits)}, over the limit)"
+        )
+    else:
+        first = f"no {what[r.solve]} fits {b.gpu_name}"
+        if at_fits is not None:
+            first += (
+                f": even the smallest needs {format_bytes(at_fits.point_bytes)} (estimate), "
+                f"more than its {format_bytes(b.capacity_bytes)}"
+            )
+    lines = [first]
+    if r.only_tight and at_tight is not None:
+        lines.append(
+            f"largest {what[r.solve]} that is only tight: {r.max_tight_value}  "
+            f"({_needs(at_tight)}: the estimate is within {format_bytes(b.capacity_bytes)}, the "
+            "upper end plus headroom is not: it may run out of memory)"
+        )
+    elif r.max_tight_value is not None and r.fits:
+        lines.append(f"no larger {what[r.solve]} is even tight")
+    lines.append(
         f"  limit {format_bytes(b.limit_bytes)} = {format_bytes(b.capacity_bytes)} - "
         f"{format_bytes(b.headroom_bytes)} headroom; searched with {r.search_engine}"
         f"{f', confirmed by {r.confirmed_by}' if confirmed else ''} "
-        f"({r.n_estimates} estimates)",
-    ]
+        f"({r.n_estimates} estimates)"
+    )
     est = r.estimate
     if est is not None:
-        from memfit.plan.budget import need_bytes
-
-        high = need_bytes(est)
         lines.append(
-            f"  at {'that' if r.fits else 'the smallest'} value: device "
-            f"{format_bytes(est.device_used_bytes)} (upper end {format_bytes(high)}), peak "
-            f"allocated {format_bytes(est.peak_allocated_bytes)}"
+            f"  at {'that' if r.fits else 'the smallest'} value: peak allocated "
+            f"{format_bytes(est.peak_allocated_bytes)}; range: {est.band.describe()}"
         )
     if r.kv_table:
         lines += ["", f"  {'context':>8} {'requests':>9} {'KV cache':>12}"]

@@ -93,7 +93,7 @@ def render_estimate(est: MemoryEstimate, *, top: int = 5) -> str:
             "   paged optimizer states (in optimizer_states)"
         )
     lines += [
-        "[low – high]: the range measurements fall in (docs/accuracy.md, uncertainty)",
+        f"[low – high] range: {est.band.describe()}; docs/accuracy.md §8",
         "",
         "phase peaks: "
         + " · ".join(
