@@ -93,6 +93,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     return {"check": cmd_check}
 
 
+#: File formats whose own code runs the job (memfit answers them through transformers' model
+#: when their framework engine does not): their estimates carry the other-framework band.
+FRAMEWORK_FORMATS = ("litgpt", "torchtune")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
     overrides = [f for f in args.files if f not in paths]
@@ -120,7 +125,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             data = next(f.data for f in j.files if f.format == framework)
             report(f"tracing {model} through {framework}'s own code")
             return w, frameworks.estimate_with_framework(framework, data, w, gpu=args.gpu)
-        return w, estimate(source, w, gpu=args.gpu, engine=args.check_engine or "analytic")
+        est = estimate(source, w, gpu=args.gpu, engine=args.check_engine or "analytic")
+        if any(f.format in FRAMEWORK_FORMATS for f in j.files):  # the framework's code runs it
+            est = est.with_band("other-framework")
+        return w, est
 
     workload, est = estimate_job(job)
     answer = {"answered_by": answered_by, "note": note}

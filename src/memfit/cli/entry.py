@@ -169,6 +169,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         est = cli_from.framework_estimate(args, workload_from_args(args)) or estimate(
             args.model, workload_from_args(args), gpu=args.gpu, options=options_from(args)
         )
+        est = cli_from.with_framework_band(args, est)
     cli_web.write_estimate_outputs(args, est, traces)
     answer = cli_from.answer(args, est.engine)  # a torchtune / LitGPT --from file: who answered
     nearest = _nearest(args, est)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memfit.cli.check import route, settings_answer
+from memfit.cli.check import FRAMEWORK_FORMATS, route, settings_answer
 from memfit.errors import SpecError
 from memfit.estimate.trace import frameworks
 from memfit.flags import flags_for, workload_from_args
@@ -207,6 +207,16 @@ def framework_estimate(args: argparse.Namespace, workload: Any) -> Any:
 
     report(f"tracing {args.model} through {r.framework}'s own code")
     return frameworks.estimate_with_framework(r.framework, r.data, workload, gpu=args.gpu)
+
+
+def with_framework_band(args: argparse.Namespace, est: Any) -> Any:
+    """``est`` with the other-framework band where a LitGPT / torchtune ``--from`` file was
+    answered through transformers' model (the job runs the framework's code, not that model's:
+    memfit.estimate.uncertainty)."""
+    r = route_of(args)
+    if r is None or r.framework is not None or r.file_framework not in FRAMEWORK_FORMATS:
+        return est
+    return est.with_band("other-framework")
 
 
 def answer(args: argparse.Namespace, engine: str) -> dict[str, Any]:
