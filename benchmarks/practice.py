@@ -473,10 +473,27 @@ UNSLOTH_NOTES = (
 
 
 def unsloth_job(nb: str, model: str, model_name: str, peak: str) -> Job:
-    recipe = ("--mode", "train", "--batch", "2", "--seq", "2048", "--grad-accum", "4")
+    recipe: tuple[str, ...] = (
+        "--mode",
+        "train",
+        "--batch",
+        "2",
+        "--seq",
+        "2048",
+        "--grad-accum",
+        "4",
+    )
     recipe += ("--precision", "16-true", "--optimizer", "adamw-8bit", "--checkpointing", "full")
     recipe += (*UNSLOTH_LORA, "--quant", "nf4-dq")
-    plan = ("--seq", "2048", "--global-batch", "8", *UNSLOTH_LORA, "--quant", "nf4-dq")
+    plan: tuple[str, ...] = (
+        "--seq",
+        "2048",
+        "--global-batch",
+        "8",
+        *UNSLOTH_LORA,
+        "--quant",
+        "nf4-dq",
+    )
     plan += ("--optimizer", "adamw-8bit", "--precision", "16-true")
     extra: tuple[str, ...] = ()
     if model == "mistral-7b-v0.1":
