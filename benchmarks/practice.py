@@ -12,9 +12,10 @@ in memfit's own CLI terms:
   adapter, checkpointing, optimizer, batch split), without ``--gpu``;
 * ``plan``: what a user with that recipe types to ask memfit for advice (``memfit plan`` with
   the recipe's shape, adapter, optimizer and, for QLoRA, its ``--quant``); ``--precision`` for a
-  full fine-tune (its framework's precision is the user's choice) and for a non-bf16 recipe; a
-  LoRA / QLoRA job leaves it to memfit's default (bf16 in the framework is the default there,
-  and memfit's is what is tested);
+  full fine-tune (its framework's precision is the user's choice) and for a recipe off memfit's
+  LoRA default, bf16-true (fp16 on a T4, TRL's float32 weights under bf16 autocast); a
+  bf16 LoRA / QLoRA job leaves it to memfit's default (bf16 in the framework is the default
+  there, and memfit's is what is tested);
 * ``file``: for a job whose source is a config file, the copy memfit reads with ``--from``.
 
 Diffusion jobs run ``memfit estimate`` (a DiffusionJob has no planner), serving jobs ``memfit
@@ -354,6 +355,273 @@ def axolotl_jobs() -> list[Job]:
     ]
 
 
+# -- torchtune Llama 3.1 8B single-device recipes (README "Memory and training speed") --------
+TORCHTUNE_8B_COMMIT = "bd2a0fc7c314"
+TORCHTUNE_8B_SOURCE = (
+    "pytorch/torchtune@" + TORCHTUNE_8B_COMMIT + " README.md 'Memory and training speed' ('all "
+    "the below numbers are provided for batch size 2 (without gradient accumulation), a dataset "
+    "packed to sequence length 2048, and torch compile enabled'); config recipes/configs/"
+    "llama3_1/{config}.yaml at that commit"
+)
+#: README rows: (method, config, GPU, README's 'Runnable On', its 'Peak Memory per GPU')
+TORCHTUNE_8B_ROWS = (
+    ("full", "8B_full_single_device", "RTX-4090", "1x 4090", "18.9 GiB"),
+    ("full", "8B_full_single_device", "RTX-A6000", "1x A6000", "37.4 GiB"),
+    ("lora", "8B_lora_single_device", "RTX-4090", "1x 4090", "16.2 GiB"),
+    ("lora", "8B_lora_single_device", "RTX-A6000", "1x A6000", "30.3 GiB"),
+    ("qlora", "8B_qlora_single_device", "RTX-4090", "1x 4090", "7.4 GiB"),
+)
+TORCHTUNE_8B_SHAPE = ("--mode", "train", "--batch", "2", "--seq", "2048", "--grad-accum", "1")
+#: the LoRA / QLoRA configs: lora_attn_modules ['q_proj', 'v_proj', 'output_proj'],
+#: apply_lora_to_mlp: True, lora_rank: 8
+TORCHTUNE_8B_LORA = ("--lora-rank", "8", "--lora-targets", "q,v,o,mlp")
+
+
+def torchtune_8b_job(method: str, config: str, gpu: str, runnable: str, peak: str) -> Job:
+    plan = ["--seq", "2048", "--global-batch", "2"]
+    if method == "full":
+        recipe = [*TORCHTUNE_8B_SHAPE, "--precision", "bf16-true"]
+        recipe += ["--optimizer", "paged-adamw-8bit", "--checkpointing", "full"]
+        plan += ["--keep-full-finetune", "--optimizer", "paged-adamw-8bit"]
+        plan += ["--precision", "bf16-true"]
+        quote = (
+            "model: llama3_1_8b; optimizer: bitsandbytes.optim.PagedAdamW8bit; "
+            "optimizer_in_bwd: True; enable_activation_checkpointing: True; dtype: bf16; "
+            "batch_size: 2"
+        )
+        notes: tuple[str, ...] = (
+            "optimizer_in_bwd (gradients freed layer by layer) has no memfit flag: memfit "
+            "counts a full set of gradients",
+            "PagedAdamW8bit's states live in CUDA unified memory, which can page to host RAM "
+            "and which torch's peak-memory counters (the README's figure) do not count",
+        )
+    else:
+        recipe = [*TORCHTUNE_8B_SHAPE, "--precision", "bf16-true"]
+        recipe += ["--optimizer", "adamw-fused", "--checkpointing", "full", *TORCHTUNE_8B_LORA]
+        plan += [*TORCHTUNE_8B_LORA, "--optimizer", "adamw-fused"]
+        quote = (
+            f"model: {'q' if method == 'qlora' else ''}lora_llama3_1_8b; lora_attn_modules: "
+            "['q_proj', 'v_proj', 'output_proj']; apply_lora_to_mlp: True; lora_rank: 8; "
+            "optimizer: torch.optim.AdamW, fused: True; enable_activation_checkpointing: True; "
+            "dtype: bf16; batch_size: 2"
+        )
+        notes = ()
+        if method == "qlora":
+            recipe += ["--quant", "nf4"]
+            plan += ["--quant", "nf4"]
+            notes = ("torchtune's NF4 is torchao's NF4Tensor, modelled as bitsandbytes nf4",)
+    return Job(
+        id=f"torchtune-llama3_1-8b-{method}-{gpu.lower()}",
+        framework="torchtune",
+        kind="train",
+        model="llama-3.1-8b",
+        gpu=gpu,
+        gpu_note=f"README 'Runnable On': '{runnable}'",
+        source=TORCHTUNE_8B_SOURCE.format(config=config),
+        quote=f"README row: Llama 3.1 8B | {method} | {runnable} | peak {peak}; config: {quote}",
+        recipe=tuple(recipe),
+        plan=tuple(plan),
+        file=f"benchmarks/data/practice/torchtune-llama3_1-{config}.yaml",
+        notes=(
+            *notes,
+            "the README's packed 2048-token sequences, batch 2 and no accumulation override the "
+            "file's max_seq_len: null and gradient_accumulation_steps; torch.compile (README: "
+            "on) and the config's torchtune.modules.loss.LinearCrossEntropyLoss (output "
+            "projection and loss in chunks, no full logits) are not modelled; the README's "
+            "peak is torch's peak memory, the figure memfit compares with the GPU is device "
+            "memory in use",
+        ),
+    )
+
+
+def torchtune_8b_jobs() -> list[Job]:
+    return [torchtune_8b_job(*row) for row in TORCHTUNE_8B_ROWS]
+
+
+# -- Unsloth's free-Colab notebooks (Tesla T4), each with its own peak-memory printout ------------
+UNSLOTH_NOTEBOOKS = "unslothai/notebooks@bdda2efc7ad5"
+UNSLOTH_SOURCE = (
+    UNSLOTH_NOTEBOOKS + " nb/{nb}.ipynb (linked from unslothai/unsloth README.md's free "
+    "notebooks table); 4-bit loading: unslothai/unsloth@015bdef0d94a unsloth/models/llama.py "
+    "BitsAndBytesConfig(load_in_4bit = True, bnb_4bit_use_double_quant = True, "
+    "bnb_4bit_quant_type = 'nf4', bnb_4bit_compute_dtype = dtype)"
+)
+#: notebook -> (memfit model, the model_name it loads, the notebook's saved T4 output
+#: 'Peak reserved memory = ... GB' (torch.cuda.max_memory_reserved() / 1024**3), None when absent)
+UNSLOTH_ROWS = (
+    ("Llama3.1_(8B)-Alpaca", "llama-3.1-8b", "unsloth/Llama-3.1-8B", "7.922"),
+    ("Llama3.2_(1B_and_3B)-Conversational", "llama-3.2-3b", "unsloth/Llama-3.2-3B-Instruct",
+     "6.531"),
+    ("Qwen2.5_(7B)-Alpaca", "qwen2.5-7b", "unsloth/Qwen2.5-7B", "7.893"),
+    ("Mistral_v0.3_(7B)-Conversational", "mistral-7b-v0.1",
+     "unsloth/mistral-7b-instruct-v0.3-bnb-4bit", "6.289"),
+    ("Gemma2_(9B)-Alpaca", "gemma-2-9b", "unsloth/gemma-2-9b", "9.383"),
+    ("Qwen3_(14B)-Alpaca", "qwen3-14b", "unsloth/Qwen3-14B-Base-unsloth-bnb-4bit", "12.949"),
+)  # fmt: skip
+UNSLOTH_LORA = ("--lora-rank", "16", "--lora-targets", "q,k,v,o,gate,up,down")
+UNSLOTH_NOTES = (
+    "Unsloth's own kernels (fused LoRA MLP / attention, chunked cross-entropy, 'unsloth' "
+    "gradient checkpointing that offloads the saved activations to host RAM) use less memory "
+    "than the Hugging Face transformers + peft stack memfit models, so 'does not fit per "
+    "memfit' on a job Unsloth runs is expected: it is memfit's reading of the recipe on the "
+    "HF stack, recorded as is",
+    "Unsloth pads a batch to its longest sample (packing = False), and these datasets' samples "
+    "are mostly far shorter than max_seq_length: memfit's 2048 tokens per sample is the "
+    "worst case, not the notebook's run; its printed peak is for its own data",
+    "dtype = None on a T4 (no bf16) loads in float16 with fp32 LoRA adapters: memfit's 16-true",
+)
+
+
+def unsloth_job(nb: str, model: str, model_name: str, peak: str) -> Job:
+    recipe: tuple[str, ...] = (
+        "--mode",
+        "train",
+        "--batch",
+        "2",
+        "--seq",
+        "2048",
+        "--grad-accum",
+        "4",
+    )
+    recipe += ("--precision", "16-true", "--optimizer", "adamw-8bit", "--checkpointing", "full")
+    recipe += (*UNSLOTH_LORA, "--quant", "nf4-dq")
+    plan: tuple[str, ...] = (
+        "--seq",
+        "2048",
+        "--global-batch",
+        "8",
+        *UNSLOTH_LORA,
+        "--quant",
+        "nf4-dq",
+    )
+    plan += ("--optimizer", "adamw-8bit", "--precision", "16-true")
+    extra: tuple[str, ...] = ()
+    if model == "mistral-7b-v0.1":
+        extra = ("Mistral-7B-Instruct-v0.3 modelled as the bundled Mistral-7B-v0.1 (same "
+                 "shapes but a 32768-token vocabulary instead of 32000)",)  # fmt: skip
+    if model == "qwen3-14b":
+        extra = ("Qwen3-14B-Base modelled as the bundled Qwen3-14B (same shapes)",)
+    return Job(
+        id="unsloth-" + nb.lower().replace("_(", "-").replace(")", "").replace("_", "-"),
+        framework="unsloth",
+        kind="train",
+        model=model,
+        gpu="T4",
+        gpu_note="the notebook's saved output: 'GPU = Tesla T4. Max memory = 14.7 GB.' "
+        "(free Colab)",
+        source=UNSLOTH_SOURCE.format(nb=nb),
+        quote=f"model_name = '{model_name}'; max_seq_length = 2048; dtype = None; "
+        "load_in_4bit = True; r = 16; target_modules = ['q_proj', 'k_proj', 'v_proj', "
+        "'o_proj', 'gate_proj', 'up_proj', 'down_proj']; use_gradient_checkpointing = "
+        "'unsloth'; per_device_train_batch_size = 2; gradient_accumulation_steps = 4; "
+        f"optim = 'adamw_8bit'; saved output on the T4: 'Peak reserved memory = {peak} GB.' "
+        "(torch.cuda.max_memory_reserved() / 1024**3)",
+        recipe=recipe,
+        plan=plan,
+        notes=(*UNSLOTH_NOTES, *extra),
+    )
+
+
+def unsloth_jobs() -> list[Job]:
+    return [unsloth_job(*row) for row in UNSLOTH_ROWS]
+
+
+# -- TRL: trl/scripts/sft.py usage lines and the docs' PEFT / LoRA guides ---------------------
+TRL = "huggingface/trl@f2cd57710ae3"
+TRL_DEFAULTS = (
+    TRL + " trl/trainer/sft_config.py (SFTConfig: 'gradient_checkpointing: Defaults to True', "
+    "'bf16: Defaults to True if fp16 is not set', max_length default 1024) and "
+    "trl/trainer/model_config.py (dtype default 'float32', lora_r default 16, "
+    "bnb_4bit_quant_type 'nf4', use_bnb_nested_quant False); LoRA targets left out: peft's "
+    "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING ('llama' and 'qwen2': q_proj, v_proj)"
+)
+#: (id, model, GPU, gpu_note, source, quote, batch, seq, accumulation, LoRA rank, targets, quant)
+TRL_ROWS = (
+    ("trl-sft-qwen2-0.5b-full", "qwen2.5-0.5b", "L4",
+     "the script names no GPU: L4 (24 GB, bf16) stands for a single common card",
+     TRL + " trl/scripts/sft.py docstring '# Full training'",
+     "python trl/scripts/sft.py --model_name_or_path Qwen/Qwen2-0.5B --dataset_name "
+     "trl-lib/Capybara --learning_rate 2.0e-5 --num_train_epochs 1 --packing "
+     "--per_device_train_batch_size 2 --gradient_accumulation_steps 8",
+     2, 1024, 8, None, None, None),
+    ("trl-sft-qwen2-0.5b-lora", "qwen2.5-0.5b", "L4",
+     "the script names no GPU: L4 (24 GB, bf16) stands for a single common card",
+     TRL + " trl/scripts/sft.py docstring '# LoRA'",
+     "python trl/scripts/sft.py --model_name_or_path Qwen/Qwen2-0.5B --dataset_name "
+     "trl-lib/Capybara --learning_rate 2.0e-4 --num_train_epochs 1 --packing "
+     "--per_device_train_batch_size 2 --gradient_accumulation_steps 8 --use_peft --lora_r 32 "
+     "--lora_alpha 16",
+     2, 1024, 8, 32, "q,v", None),
+    ("trl-peft-llama-2-7b-qlora", "llama-2-7b", "RTX-4090",
+     "the guide names no card ('Enables fine-tuning of models like Llama-70B on a single "
+     "consumer GPU'): RTX-4090 (24 GB) stands for a single consumer GPU",
+     TRL + " docs/source/peft_integration.md 'Using QLoRA with TRL', 'Command Line'",
+     "python trl/scripts/sft.py --model_name_or_path meta-llama/Llama-2-7b-hf --dataset_name "
+     "trl-lib/Capybara --load_in_4bit --use_peft --lora_r 32 --lora_alpha 16 "
+     "--per_device_train_batch_size 1 --gradient_accumulation_steps 16",
+     1, 1024, 16, 32, "q,v", "nf4"),
+    ("trl-jobs-qwen2.5-0.5b-full", "qwen2.5-0.5b", "A100-80GB",
+     "hf jobs --flavor a100-large: one A100 80GB (https://huggingface.co/docs/hub/spaces-gpus, "
+     "'Nvidia A100 - large', 80 GB)",
+     TRL + " docs/source/jobs_training.md 'Using uv Scripts'",
+     "trainer = SFTTrainer(model='Qwen/Qwen2.5-0.5B', train_dataset=dataset) (Capybara, "
+     "every other setting the default: TrainingArguments' per_device_train_batch_size 8); "
+     "hf jobs uv run --flavor a100-large --with trl --secrets HF_TOKEN train.py",
+     8, 1024, 1, None, None, None),
+)  # fmt: skip
+
+
+def trl_job(row: tuple[Any, ...]) -> Job:
+    job_id, model, gpu, gpu_note, source, quote, batch, seq, accum, rank, targets, quant = row
+    recipe = ["--mode", "train", "--batch", str(batch), "--seq", str(seq)]
+    recipe += ["--grad-accum", str(accum), "--precision", "bf16-mixed"]
+    recipe += ["--optimizer", "adamw", "--checkpointing", "full"]
+    plan = ["--seq", str(seq), "--global-batch", str(batch * accum)]
+    if rank is None:
+        plan += ["--keep-full-finetune"]
+    else:
+        lora = ["--lora-rank", str(rank), "--lora-targets", targets]
+        recipe += lora
+        plan += lora
+    # TRL loads float32 weights (ModelConfig.dtype) under bf16 autocast: not memfit's LoRA
+    # default (bf16-true), so the user states it, as for any recipe off memfit's default
+    plan += ["--precision", "bf16-mixed"]
+    if quant:
+        recipe += ["--quant", quant]
+        plan += ["--quant", quant]
+    notes = [
+        "SFTConfig defaults: gradient checkpointing on, bf16 autocast over the float32 "
+        "weights ModelConfig loads (memfit's bf16-mixed), max_length 1024 ("
+        + ("--packing: every sequence 1024 tokens" if "--packing" in quote else
+           "padded to the longest sample, so 1024 tokens is the worst case") + ")",
+        "TrainingArguments' default optimizer, AdamW",
+    ]  # fmt: skip
+    if rank is not None:
+        notes.append(
+            "plan with --precision bf16-mixed: without it memfit plans a LoRA job at its "
+            "default bf16-true, not TRL's float32 weights under autocast"
+        )
+    if "Qwen/Qwen2-0.5B" in quote:
+        notes.append("Qwen2-0.5B modelled as the bundled Qwen2.5-0.5B (same shapes)")
+    return Job(
+        id=job_id,
+        framework="trl",
+        kind="train",
+        model=model,
+        gpu=gpu,
+        gpu_note=gpu_note,
+        source=source + "; defaults: " + TRL_DEFAULTS,
+        quote=quote,
+        recipe=tuple(recipe),
+        plan=tuple(plan),
+        notes=tuple(notes),
+    )
+
+
+def trl_jobs() -> list[Job]:
+    return [trl_job(row) for row in TRL_ROWS]
+
+
 # -- diffusers: published low-VRAM recipes with the GPU they ran on ------------------------------
 SDXL_BLOG = (
     "https://huggingface.co/blog/simple_sdxl_optimizations ('Exploring simple optimizations "
@@ -468,7 +736,16 @@ def vllm_jobs() -> list[Job]:
 
 
 def all_jobs() -> list[Job]:
-    return litgpt_jobs() + torchtune_jobs() + axolotl_jobs() + diffusion_jobs() + vllm_jobs()
+    return (
+        litgpt_jobs()
+        + torchtune_jobs()
+        + torchtune_8b_jobs()
+        + axolotl_jobs()
+        + unsloth_jobs()
+        + trl_jobs()
+        + diffusion_jobs()
+        + vllm_jobs()
+    )
 
 
 def recipe_argv(job: Job) -> list[str]:
@@ -819,7 +1096,8 @@ def write_doc(rows: list[dict[str, Any]]) -> None:
         "## Practice benchmark",
         "",
         "Common jobs from the frameworks' own docs and READMEs (LitGPT config_hub, torchtune, "
-        "axolotl examples, diffusers blog recipes, vLLM start-up reports), each with its source "
+        "axolotl examples, Unsloth's Colab notebooks, TRL's scripts and docs, diffusers blog "
+        "recipes, vLLM start-up reports), each with its source "
         "and the GPU it names, run through `memfit plan` / `estimate` / `vllm` by "
         "`benchmarks/practice.py` (regenerate this section with `PYTHONPATH=src python "
         "benchmarks/practice.py --write-doc`; sources and reasons: "

@@ -21,6 +21,18 @@ def test_the_benchmark_has_at_least_thirty_jobs_with_unique_ids() -> None:
     assert len({j.id for j in JOBS}) == len(JOBS)
 
 
+def test_the_jobs_come_from_every_framework_issue_29_names() -> None:
+    frameworks = {j.framework for j in JOBS}
+    wanted = {"litgpt", "torchtune", "axolotl", "unsloth", "trl", "diffusers", "vllm"}
+    assert wanted <= frameworks, wanted - frameworks
+    assert any(j.framework == "torchtune" and j.model == "llama-3.1-8b" for j in JOBS)
+
+
+def test_unsloth_jobs_say_that_memfit_models_the_hf_stack_not_unsloths_kernels() -> None:
+    for job in (j for j in JOBS if j.framework == "unsloth"):
+        assert any("Unsloth's own kernels" in n for n in job.notes), job.id
+
+
 @pytest.mark.parametrize("job", JOBS, ids=lambda j: j.id)
 def test_every_job_names_its_source_quote_and_a_catalog_gpu(job) -> None:
     assert job.kind in KINDS
