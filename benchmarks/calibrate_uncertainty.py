@@ -6,7 +6,7 @@ job), every published record ``benchmarks/accuracy_published.py`` can reproduce,
 published LlamaMLP block figures (``benchmarks/published_blocks.py``) and the LitGPT / torchtune
 rows of ``benchmarks/results/frameworks_published.jsonl`` (memfit through the framework's own code
 and through transformers' model). Each point belongs to the code path of the job that was measured
-(memfit.estimate.uncertainty.path_of: the versions it ran, quantized weights, the framework), and
+(memfit.estimate.uncertainty.path_of: the versions it ran, the framework), and
 each path's bands are fitted on its own points: the estimate is split into its parts (static,
 dynamic, cache, context) and the smallest band fractions that put every measurement above its
 estimate, and 95 % of those below, inside their range are found, part by part: static from weight /
@@ -44,7 +44,7 @@ from memfit.estimate.uncertainty import (  # noqa: E402
 )
 
 #: Report order of the paths (memfit.estimate.uncertainty.PATHS).
-PATH_ORDER = ("current-hf", "quantized", "other-framework", "old-stack")
+PATH_ORDER = ("current-hf", "other-framework", "old-stack")
 #: Which parts each metric's range is made of (see memfit.estimate.uncertainty.ranges).
 METRIC_PARTS = {
     "static": ("static",),

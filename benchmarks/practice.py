@@ -840,6 +840,16 @@ def _gib(n: Any) -> str:
     return "?" if n is None else f"{n / GIB:.1f}"
 
 
+def _frozen_base_only(rec: dict[str, Any], doc: dict[str, Any]) -> bool:
+    """An adapter job whose plan only stores the frozen base in the 16-bit dtype its ``*-mixed``
+    recipe computes in (or back): the planner's memory-only change (memfit.plan.recipe.
+    frozen_base_cast: autocast computes the base in 16 bits either way, adapters stay fp32)."""
+    if rec["lora_rank"] is None or rec["lora_rank"] != doc["lora_rank"]:
+        return False
+    a, b = str(rec["precision"]).rsplit("-", 1), str(doc["precision"]).rsplit("-", 1)
+    return a[0] == b[0] and {a[1], b[1]} == {"mixed", "true"}
+
+
 def technique_changes(rec: dict[str, Any], doc: dict[str, Any]) -> list[str]:
     """What the recommendation (plan JSON settings) changes about the documented recipe's
     techniques (its Settings as JSON), checkpointing and batch split left out (speed decides)."""
@@ -848,7 +858,7 @@ def technique_changes(rec: dict[str, Any], doc: dict[str, Any]) -> list[str]:
         found.append(f"LoRA rank {rec['lora_rank']} (recipe {doc['lora_rank']})")
     if SAME_QUANT.get(rec["quant"], rec["quant"]) != SAME_QUANT.get(doc["quant"], doc["quant"]):
         found.append(f"quant {rec['quant']} (recipe {doc['quant']})")
-    if rec["precision"] != doc["precision"]:
+    if rec["precision"] != doc["precision"] and not _frozen_base_only(rec, doc):
         found.append(f"precision {rec['precision']} (recipe {doc['precision']})")
     opt = SAME_OPTIMIZER.get(rec["optimizer"], rec["optimizer"])
     if opt != SAME_OPTIMIZER.get(doc["optimizer"], doc["optimizer"]):

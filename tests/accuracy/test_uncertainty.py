@@ -139,7 +139,7 @@ def test_the_default_hugging_face_job_carries_the_current_stack_band() -> None:
 @pytest.mark.parametrize(
     ("changes", "path"),
     [
-        ({"workload": {"quant": "nf4", "shard": "none"}}, "quantized"),
+        ({"workload": {"quant": "nf4", "shard": "none"}}, "current-hf"),
         ({"workload": {"quant": "none", "shard": "zero3"}}, "other-framework"),
         ({"workload": {"quant": "none", "shard": "fsdp"}}, "current-hf"),
         ({"trace": {"framework": "litgpt"}}, "other-framework"),

@@ -19,9 +19,12 @@ path** (:data:`PATHS`), each on the measurements of jobs that ran that way
 * ``current-hf`` — memfit's modelled Hugging Face path (transformers / peft on torch 2.5 or
   newer; measured: the H200 runs on torch 2.11 / transformers 5.17). The default; axolotl, TRL
   and LLaMA-Factory files run this path (transformers' Trainer), as do DDP and FSDP.
-* ``quantized`` — weights quantized (bitsandbytes, GPTQ, AWQ, fp8): its dequantization
-  temporaries. No current-stack measurement of such a job exists; the points are LitGPT's QLoRA
-  rows and vLLM's quantized weights.
+  A quantized job (bitsandbytes QLoRA, GPTQ / AWQ, fp8) through transformers is this path too:
+  no QLoRA run on the current stack has been measured, its weights are exact (tests check the
+  packed bytes) and its dequantization temporaries are traced through the real library code, so
+  it takes the band of the stack it runs on, and its band line says it is unmeasured. The
+  quantized evidence memfit has — LitGPT's QLoRA rows (bitsandbytes 0.42, LitGPT's own model
+  code) and vLLM's quantized weights — is other frameworks' code and calibrates that path.
 * ``other-framework`` — another framework's code runs the job: LitGPT / torchtune (their files
   traced through their own code, :mod:`memfit.estimate.trace.frameworks`), DeepSpeed (``--shard
   zero1|zero2|zero3``), vLLM.
@@ -52,12 +55,7 @@ STATIC_COMPONENTS = ("parameters", "gradients", "optimizer_states", "kv_cache")
 DYNAMIC_COMPONENTS = ("activations", "temporary")
 PARTS = ("static", "dynamic", "cache", "context")
 
-CURRENT_HF, QUANTIZED, OTHER_FRAMEWORK, OLD_STACK = (
-    "current-hf",
-    "quantized",
-    "other-framework",
-    "old-stack",
-)
+CURRENT_HF, OTHER_FRAMEWORK, OLD_STACK = ("current-hf", "other-framework", "old-stack")
 DEFAULT_PATH = CURRENT_HF
 #: A trace on a torch older than this (major, minor) carries the old-stack band: the versions of
 #: the HF-docs tables it is fitted on (PyTorch 2.2.0, 2.2.1, 2.4.0). The current-stack points ran
@@ -119,7 +117,7 @@ PATHS: dict[str, PathBands] = {
         path=CURRENT_HF,
         label="current Hugging Face stack",
         evidence="14 H200 runs on torch 2.11 / transformers 5.17, Liger-Kernel's LlamaMLP on an "
-        "H100",
+        "H100; no quantized (QLoRA) job measured on this stack",
         n_points=50,
         parts={
             "static": Band(low=0.0, high=0.01),
@@ -129,28 +127,15 @@ PATHS: dict[str, PathBands] = {
         },
         fallback=("static",),
     ),
-    QUANTIZED: PathBands(
-        path=QUANTIZED,
-        label="quantized weights",
-        evidence="LitGPT's published QLoRA peaks (bitsandbytes 0.42), vLLM's quantized weights; "
-        "no current-stack run",
-        n_points=22,
-        parts={
-            "static": Band(low=0.0, high=0.01),
-            "dynamic": Band(low=0.185, high=0.965),
-            "cache": Band(low=0.62, high=1.29),
-            "context": Band(low=0.02, high=0.0),
-        },
-        fallback=("cache", "context"),
-    ),
     OTHER_FRAMEWORK: PathBands(
         path=OTHER_FRAMEWORK,
         label="other framework",
-        evidence="LitGPT / torchtune published peaks, vLLM's weights",
-        n_points=30,
+        evidence="LitGPT / torchtune published peaks (LitGPT's QLoRA rows on bitsandbytes "
+        "0.42 included), vLLM's weights (quantized ones included)",
+        n_points=52,
         parts={
             "static": Band(low=0.0, high=0.01),
-            "dynamic": Band(low=0.45, high=0.44),
+            "dynamic": Band(low=0.185, high=0.965),
             "cache": Band(low=0.62, high=1.29),
             "context": Band(low=0.02, high=0.0),
         },
@@ -179,13 +164,11 @@ def path_of(
     *, workload: Mapping[str, Any], environment: Mapping[str, str], framework: str | None = None
 ) -> str:
     """The code path of a job (module docstring): ``old-stack`` when ``environment`` (the
-    versions a trace ran) is older than :data:`CURRENT_STACK`; else ``quantized`` for quantized
-    weights; else ``other-framework`` when ``framework`` (LitGPT, torchtune, vLLM) runs it or
-    DeepSpeed shards it; else ``current-hf``."""
+    versions a trace ran) is older than :data:`CURRENT_STACK`; else ``other-framework`` when
+    ``framework`` (LitGPT, torchtune, vLLM) runs it or DeepSpeed shards it; else ``current-hf``
+    (quantized weights included)."""
     if _older_than_measured(environment):
         return OLD_STACK
-    if workload.get("quant", "none") not in ("none", None):
-        return QUANTIZED
     if framework or workload.get("shard") in DEEPSPEED_SHARDS:
         return OTHER_FRAMEWORK
     return CURRENT_HF

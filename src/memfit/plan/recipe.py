@@ -36,7 +36,8 @@ ALLOW: dict[str, str] = {
     "freeze": "the lower half of the layers frozen",
     "8bit-optim": "8-bit AdamW states (bitsandbytes, block-wise)",
     "optim": "another optimizer (Adafactor: factored second moment, no momentum)",
-    "pure-bf16": "16-bit weights and optimizer states without fp32 masters (bf16-true / 16-true)",
+    "pure-bf16": "16-bit weights and optimizer states without fp32 masters (bf16-true / 16-true "
+    "for a full fine-tune; an adapter job's frozen base in 16 bits is memory-only)",
 }
 #: ``--allow`` presets: ``any`` every family, ``none`` (the default) memory-only changes only.
 ALLOW_PRESETS: dict[str, tuple[str, ...]] = {"any": tuple(ALLOW), "none": ()}

@@ -337,7 +337,10 @@ def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
     opts = _optimizers(o)
     quants = [o.quant]
     if o.allow_quant:
-        more = ["none", "int8", "nf4-dq"] + (["fp8"] if o.supports_fp8 else [])
+        # a job asked in a quantized format is never planned back in 16 bits (more memory for
+        # the same adapters: only offloading could hold it, which is not what the user asked)
+        more = (["none"] if o.quant == "none" else []) + ["int8", "nf4-dq"]
+        more += ["fp8"] if o.supports_fp8 else []
         quants += [q for q in more if q not in quants]
     # adapters and frozen layers: the recipe's optimizer and 8-bit AdamW only (the fused kernel
     # and Adafactor save nothing that matters next to what LoRA / freezing already saves)
