@@ -328,8 +328,8 @@ def _fit_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Any, **solve:
         checkpoint_dtype=checkpoint_dtype(source),
     )
     result = fit_step(source, job, **({"gpu": gpu_rec} if gpu_rec is not None else {}), **solve)
-    if note is not None:
-        result.notes.insert(0, note)
+    if note is not None and job.mode == "train":
+        result.notes.append(note)
     return result
 
 

@@ -114,6 +114,8 @@ def test_check_gives_the_estimate_of_that_job(capsys, name):
     direct = memfit.estimate(
         model, WorkloadSpec(mode="train", **kwargs), gpu="L4", engine="analytic"
     )
+    if name.startswith(("litgpt", "torchtune")):  # their own code runs the job: its band
+        direct = direct.with_band("other-framework")
     expected = direct.to_json()
     for d in (out["estimate"], expected):
         d["trace"]["analytic"].pop("wall_s")  # a timing

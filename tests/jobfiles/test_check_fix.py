@@ -26,9 +26,11 @@ CASES = [
     (("axolotl-llama3-qlora.yml",), "RTX-4090", False),
     (("axolotl-llama3-qlora.yml",), "V100-32GB", True),
     (("axolotl-llama3-qlora.yml",), "L4", False),
-    (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "T4", True),
+    # a torchtune / LitGPT file answered through transformers' model carries the other-framework
+    # band (+96.5 % of the dynamic part): micro-batch 1 needs 10.7 GiB, only tight on a T4
+    (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "T4", False),
     (("torchtune-llama3_1-8B_qlora_single_device.yaml",), "RTX-3060", False),
-    (("litgpt-llama-3.1-8b-qlora.yaml",), "T4", True),  # the accumulation follows the micro-batch
+    (("litgpt-llama-3.1-8b-qlora.yaml",), "T4", False),  # as torchtune's, tight at best
     (("litgpt-llama-3.1-8b-qlora.yaml",), "RTX-3060", False),
 ]
 

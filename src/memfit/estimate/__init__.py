@@ -67,8 +67,8 @@ def estimate(
         checkpoint_dtype=checkpoint_dtype(source),
     )
     est = policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)
-    if precision_note is not None:
-        est = dataclasses.replace(est, notes=[precision_note, *est.notes])
+    if precision_note is not None and workload.mode == "train":
+        est = dataclasses.replace(est, notes=[*est.notes, precision_note])
     elif (
         gpu_record is not None and not gpu_record.supports_bf16 and workload.precision[:4] == "bf16"
     ):
@@ -78,7 +78,7 @@ def estimate(
             f"cores; run {fp16} (the same bytes, fp16 with loss scaling) — bf16 kernels are "
             "emulated or refused there"
         )
-        est = dataclasses.replace(est, notes=[note, *est.notes])
+        est = dataclasses.replace(est, notes=[*est.notes, note])
     return _with_inputs(est, source)
 
 

@@ -224,8 +224,9 @@ def plan(
     baseline = search.baseline(search.recipe)
     found, tier = search.run_tiers(candidates(opts), baseline)
     result = search.result(found, baseline, time.perf_counter() - start, tier)
-    if (note := opts.precision_note) is not None:
-        result.notes.insert(0, note)
+    note = opts.precision_note  # a default applied (training), or bf16 asked on a GPU without it
+    if note is not None and (request.mode == "train" or request.precision is not None):
+        result.notes.append(note)
     return result
 
 
@@ -770,15 +771,24 @@ class _Search:
         offloading (the closest one where every attempt offloads). A GPU without bf16 is not
         offered for a bf16 plan, nor a non-NVIDIA one for a bitsandbytes plan."""
         out: list[dict[str, Any]] = []
-        seq = self._largest_seq(closest)
-        if seq:
-            out.append(
-                {
-                    "change": f"--seq {seq} (asked {self.request.seq_len})",
-                    "plan": closest.settings.describe(),
-                    "kind": "changes the job",
-                }
-            )
+        by_need = sorted(
+            (r for r in self.rejected if r.need_bytes is not None),
+            key=lambda r: r.need_bytes or 0,
+        )
+        stacks: dict[tuple[Any, ...], PlanOption] = {}
+        for r in [closest, *by_need]:  # the closest attempt, then the nearest other stacks
+            stacks.setdefault(r.settings.technique_key, r)
+        for attempt in list(stacks.values())[:4]:
+            seq = self._largest_seq(attempt)
+            if seq:
+                out.append(
+                    {
+                        "change": f"--seq {seq} (asked {self.request.seq_len})",
+                        "plan": attempt.settings.describe(),
+                        "kind": "changes the job",
+                    }
+                )
+                break
         on_device = [
             r for r in self.rejected if r.need_bytes is not None and r.settings.offload == "none"
         ]

@@ -7,7 +7,10 @@ import json
 from typing import TYPE_CHECKING
 
 from memfit.errors import MemfitError
+from memfit.estimate.result import COMPONENTS
 from memfit.hardware import get_gpu, load_prices
+from memfit.plan.cost import COST_CONSTANTS, Rates, mfu
+from memfit.plan.export import export_settings
 from memfit.units import format_bytes
 
 if TYPE_CHECKING:
@@ -35,9 +38,6 @@ def need_text(opt: PlanOption) -> str:
 
 
 def render_plan(p: Plan) -> str:
-    from memfit.estimate.result import COMPONENTS
-    from memfit.plan.cost import COST_CONSTANTS, Rates, mfu
-    from memfit.plan.export import export_settings
 
     r, b = p.request, p.budget
     batch = f"global batch {r.global_batch}" if r.global_batch else f"batch {r.per_rank_batch}"
