@@ -146,7 +146,7 @@ class TensorCounter(StorageTracker):
         if getattr(previous, "memfit_counter", None) is self:
             return
 
-        def once(frame: Any, event: str, arg: Any) -> Any:
+        def once(frame: Any, event: Any, arg: Any) -> Any:
             try:
                 done = remove_mode(self)
             except Exception:  # noqa: BLE001 — never into the user's code: the mode only calls through
