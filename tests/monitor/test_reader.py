@@ -68,7 +68,7 @@ def test_a_second_monitor_on_a_claimed_file_writes_beside_it_not_over_it(tmp_pat
     first.write(_step(1, MiB))
     first.close()
     second.close()
-    assert second.path == tmp_path / f"run.pid{os.getpid()}.jsonl"
+    assert second.path == tmp_path / "run.1.jsonl"
     assert read_log(tmp_path / "run.jsonl").n_steps == 1  # not truncated, not interleaved
 
 

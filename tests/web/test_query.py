@@ -9,12 +9,13 @@ import pytest
 from memfit.cli import build_parser
 from memfit.errors import SpecError
 from memfit.web.query import build_job, options
+from memfit.web.scratch import PastedConfigs
 
 PARSER = build_parser()  # the CLI's, as `memfit web` injects it
 
 
 def job(command: str = "estimate", allow_paths: bool = True, **params: str):
-    return build_job(PARSER, command, params.items(), config_dir=None, allow_paths=allow_paths)
+    return build_job(PARSER, command, params.items(), pasted=None, allow_paths=allow_paths)
 
 
 def test_the_query_becomes_the_cli_argv_with_json() -> None:
@@ -52,21 +53,23 @@ def test_a_server_beyond_localhost_reads_no_local_paths(tmp_path: Path) -> None:
     assert job(model=str(tmp_path), allow_paths=True).argv[1] == str(tmp_path)
 
 
-def test_a_pasted_config_is_stored_by_content(tmp_path: Path) -> None:
+def test_a_pasted_config_is_checked_and_named_by_content_but_not_written(tmp_path: Path) -> None:
     text = '{"model_type": "gpt2", "n_layer": 2}'
-    a = build_job(PARSER, "estimate", [("config", text)], config_dir=tmp_path, allow_paths=False)
-    b = build_job(PARSER, "estimate", [("config", text)], config_dir=tmp_path, allow_paths=False)
-    assert a.argv == b.argv and (Path(a.argv[1]) / "config.json").read_text() == text
+    pasted = PastedConfigs(tmp_path)
+    a = build_job(PARSER, "estimate", [("config", text)], pasted=pasted, allow_paths=False)
+    b = build_job(PARSER, "estimate", [("config", text)], pasted=pasted, allow_paths=False)
+    assert a.argv == b.argv and a.config == text
+    assert Path(a.argv[1]) == pasted.folder_for(text) and list(tmp_path.iterdir()) == []
     with pytest.raises(SpecError, match=r"config \(12001 characters\) is longer than 12000"):
         build_job(
             PARSER,
             "estimate",
             [("config", "{" + " " * 12_000)],
-            config_dir=tmp_path,
+            pasted=pasted,
             allow_paths=True,
         )
     with pytest.raises(SpecError, match=r"this server takes no pasted config.json"):
-        build_job(PARSER, "estimate", [("config", text)], config_dir=None, allow_paths=True)
+        build_job(PARSER, "estimate", [("config", text)], pasted=None, allow_paths=True)
 
 
 def test_an_unknown_command_is_named() -> None:

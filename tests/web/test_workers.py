@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from memfit.cli import build_parser, main
@@ -36,3 +38,42 @@ def test_a_job_past_its_time_is_stopped_and_its_worker_replaced() -> None:
 def test_heavy_slots_cannot_exceed_the_workers() -> None:
     with pytest.raises(ValueError, match=r"n_heavy \(3\) must be 1 to n_workers \(2\)"):
         WorkerPool(**CLI, n_workers=2, n_heavy=3)
+
+
+def start_a_child(argv: list[str], *, parser: object) -> int:
+    """A command line that starts a process of its own, as the derived engine's trace worker
+    does (issue 33: "daemonic processes are not allowed to have children", HTTP 500)."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=int)
+    child.start()
+    child.join(30)
+    print(f"daemon={multiprocessing.current_process().daemon} child_exit={child.exitcode}")
+    return 0
+
+
+def test_a_job_may_start_a_process_of_its_own() -> None:
+    pool = WorkerPool(run=start_a_child, parser_factory=build_parser, n_workers=1)
+    try:
+        outcome = pool.run(("estimate", "gpt2"), heavy=True)
+    finally:
+        pool.close()
+    assert outcome.exit_code == 0, outcome.stderr
+    assert outcome.stdout.strip() == "daemon=False child_exit=0"
+
+
+def test_a_derived_engine_request_forks_its_trace_worker_and_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the API, with a cold cache and the derived engine's worker forced on (inherited
+    by the spawned request workers), as `memfit estimate gpt2 --engine derived` runs it."""
+    from tests.web.test_api import get
+
+    from memfit.web.serve import running
+
+    monkeypatch.setenv("MEMFIT_TRACE_WORKERS", "2")
+    monkeypatch.setenv("MEMFIT_CACHE_DIR", str(tmp_path))
+    with running(**CLI, n_workers=1) as base:
+        status, headers, body = get(f"{base}/api/estimate?model=gpt2&engine=derived&gpu=T4")
+    assert status == 200, body
+    assert headers["X-Memfit-Exit"] == "0" and body["engine"] == "derived"

@@ -14,11 +14,22 @@ Differences from the trace engine's tracker, each a failure seen in a real loop 
 - **an O(1) peak** (no snapshot of the live set at each new peak);
 - **closed in any order**: ``__exit__`` removes this mode from the thread's dispatch stack even
   when other modes were pushed above it (two monitors closed out of order), and the
-  ``resize_`` patch is the shared, reference-counted one (storage_patch.py).
+  ``resize_`` patch is the shared, reference-counted one (storage_patch.py);
+- **closed from any thread** (issue 33: ``Monitor.close()`` from another thread left the mode on
+  the loop's stack, every later op ~20x slower): the dispatch stack is per thread and only the
+  thread that holds the mode can take it off, so a close from elsewhere marks it closed (its ops
+  then only call through) and the owning thread takes it off itself at its next op, just after
+  that op returns (:meth:`TensorCounter._leave_at_next_event`);
+- **torch.compile unchanged** (issue 33: with the counter on, dynamo skipped every frame and
+  ran it eagerly, so the final weights differed bitwise from the same loop without memfit): the
+  counter declares :meth:`ignore_compile_internals`, so dynamo compiles as it would without it
+  and the counter is off while compiling; it counts what the compiled code runs through the
+  dispatcher. :func:`compiled_frames` lets the monitor say in its log that compilation ran.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -51,6 +62,12 @@ class TensorCounter(StorageTracker):
         self.first_failure: BaseException | None = None
         self._thread: int | None = None
         self.active = False
+        self._closed_elsewhere = False  # closed from another thread: leave at the next op
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile compile with the counter on (see the module docstring)."""
+        return True
 
     # -------------------------------------------------------------- counting
     def _check_peak(self) -> None:
@@ -83,6 +100,11 @@ class TensorCounter(StorageTracker):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))  # the user's op: its errors are the user's
         if not self.active:
+            if self._closed_elsewhere and threading.get_ident() == self._thread:
+                try:
+                    self._leave_at_next_event()
+                except Exception:  # noqa: BLE001 — the mode stays and only calls through
+                    self._closed_elsewhere = False
             return out
         try:
             self.n_ops += 1
@@ -104,12 +126,55 @@ class TensorCounter(StorageTracker):
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        """Undo the patch and the mode, whatever else was pushed since; never raises."""
+        """Undo the patch and the mode, whatever else was pushed since; never raises. From
+        another thread: the owning thread takes the mode off at its next op."""
+        if not self.active:
+            return
         self.active = False  # a mode left on another thread's stack only calls through
-
         storage_patch.unsubscribe(self)
         if self._thread == threading.get_ident():
             remove_mode(self)
+        else:
+            self._closed_elsewhere = True
+
+    def _leave_at_next_event(self) -> None:
+        """On the owning thread, inside this mode's dispatch (where torch has taken the mode off
+        the stack and puts it back when the op returns): take it off at the thread's next Python
+        event after that, through a one-shot profile hook that passes every event on to the
+        profiler already there (cProfile, ...) and puts it back."""
+        previous = sys.getprofile()
+        if getattr(previous, "memfit_counter", None) is self:
+            return
+
+        def once(frame: Any, event: Any, arg: Any) -> Any:
+            try:
+                done = remove_mode(self)
+            except Exception:  # noqa: BLE001 — never into the user's code: the mode only calls through
+                done = True
+            if done:
+                self._closed_elsewhere = False
+                sys.setprofile(previous)
+            if previous is not None:
+                previous(frame, event, arg)
+
+        once.memfit_counter = self  # type: ignore[attr-defined]
+        sys.setprofile(once)
+
+    def closed_elsewhere(self) -> bool:
+        """Closed from another thread and not yet off its owner's dispatch stack."""
+        return self._closed_elsewhere
+
+
+def compiled_frames() -> int:
+    """Frames torch.compile has compiled in this process so far (dynamo's own counter; 0 when
+    dynamo was never imported)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is None:
+        return 0
+    try:
+        return int(dynamo_utils.counters["frames"]["ok"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return 0
 
 
 def remove_mode(mode: Any) -> bool:

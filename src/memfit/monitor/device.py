@@ -304,11 +304,26 @@ class CpuQuery:
 
     def start(self) -> None:
         if self._counter is not None:
+            self._compiled_at_start = _compiled_frames()
             self._counter.__enter__()
 
     def stop(self) -> None:
         if self._counter is not None:
             self._counter.__exit__(None, None, None)
+
+    def compile_note(self) -> str | None:
+        """Says that torch.compile compiled while the tensor counter ran (it compiles as it
+        would without memfit, the counter off while compiling: memfit/monitor/counter.py)."""
+        if self._counter is None:
+            return None
+        n = _compiled_frames() - getattr(self, "_compiled_at_start", 0)
+        if n <= 0:
+            return None
+        return (
+            f"torch.compile compiled {n} frame(s) during the run; memfit's CPU tensor counter "
+            "stepped aside while it compiled (your computation is unchanged) and counts only the "
+            "tensors the compiled code makes through PyTorch's dispatcher"
+        )
 
     def counting_problem(self) -> str | None:
         """What the tensor counter could not count, if anything (reported once by the monitor)."""
@@ -355,6 +370,12 @@ class CpuQuery:
 
     def memory_snapshot(self) -> dict[str, Any] | None:
         return None
+
+
+def _compiled_frames() -> int:
+    from memfit.monitor.counter import compiled_frames
+
+    return compiled_frames()
 
 
 def _make_counter() -> Any:

@@ -8,10 +8,12 @@ schema, the one docs/monitoring.md documents. :class:`RunLog` writes it; :func:`
 **One writer per file** (docs/decisions.md "Run logs from several processes"): under torchrun /
 ``torch.distributed`` launchers (``RANK`` or ``LOCAL_RANK`` set, a world of more than one)
 ``run.jsonl`` becomes ``run.rank1.jsonl`` for rank 1 (:func:`rank_log_path`); a writer claims its
-file with an advisory lock (``fcntl.flock``), and a second writer that finds the file claimed (two
-monitors on one path) writes ``run.pid<PID>.jsonl`` instead, with a warning, rather than truncating
-or interleaving the first one's records. Appenders (``oom_guard(log=...)``) append whole lines
-with ``O_APPEND``.
+file with an advisory lock (``fcntl.flock``) and, within one process, in a table of the paths
+its writers hold (so the rule holds where the file system has no locks). A second writer that
+finds the file claimed (two monitors on one path, in one process or two) writes the first free of
+``run.1.jsonl``, ``run.2.jsonl``, ... instead (as ranks get their own file), with one warning,
+rather than truncating or interleaving the first one's records. Appenders
+(``oom_guard(log=...)``) append whole lines with ``O_APPEND``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import logging
 import math
 import os
+import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,8 +59,39 @@ def rank_log_path(path: str | os.PathLike[str], env: Mapping[str, str] | None = 
     return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
 
 
-def _claimed_elsewhere_path(p: Path) -> Path:
-    return p.with_name(f"{p.stem}.pid{os.getpid()}{p.suffix}")
+#: The files this process's writers hold (real paths), beside the advisory locks.
+_HELD: set[str] = set()
+_HELD_LOCK = threading.Lock()
+#: Writers on one path that get their own file before the next one is refused (OSError).
+MAX_SIBLINGS = 1000
+
+
+def sibling_path(p: Path, n: int) -> Path:
+    """The ``n``-th writer's file beside ``p``: ``run.jsonl`` -> ``run.1.jsonl`` (0: ``p``)."""
+    return p if n == 0 else p.with_name(f"{p.stem}.{n}{p.suffix}")
+
+
+def _claim_first_free(p: Path) -> tuple[int, Path, str | None]:
+    """Open and claim ``p`` or its first free sibling: (fd, path, key held in :data:`_HELD`)."""
+    for n in range(MAX_SIBLINGS):
+        path = sibling_path(p, n)
+        key = os.path.realpath(path)
+        with _HELD_LOCK:
+            if key in _HELD:
+                continue
+            fd = _open_fd(path)
+            claimed = _claim(fd)
+            if claimed and _is_regular(fd):
+                _HELD.add(key)
+                return fd, path, key
+        if claimed:  # a device or a FIFO: nothing to claim
+            return fd, path, None
+        os.close(fd)
+    raise OSError(f"{MAX_SIBLINGS} writers already hold {p} and its siblings")
+
+
+def _is_regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
 def _open_fd(p: Path) -> int:
@@ -67,8 +101,6 @@ def _open_fd(p: Path) -> int:
 def _claim(fd: int) -> bool:
     """An exclusive advisory lock on a regular file; True when this writer holds it (or the file
     system has no locks). Not a regular file (``/dev/null``, a FIFO): nothing to claim."""
-    import stat
-
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         return True
     try:
@@ -97,19 +129,18 @@ class RunLog:
         self.path = Path(path)
         self.fsync = fsync
         self._lock = threading.Lock()
-        fd = _open_fd(self.path)
-        if mode == "w":
-            if not _claim(fd):
-                os.close(fd)
-                other = _claimed_elsewhere_path(self.path)
+        self._held: str | None = None
+        if mode != "w":
+            fd = _open_fd(self.path)
+        else:
+            fd, path, self._held = _claim_first_free(self.path)
+            if path != self.path:
                 logger.warning(
                     "memfit monitor: %s is being written by another monitor; writing %s instead",
                     self.path,
-                    other,
+                    path,
                 )
-                self.path = other
-                fd = _open_fd(other)
-                _claim(fd)
+                self.path = path
             with contextlib.suppress(OSError):  # a device or FIFO: nothing to truncate
                 os.ftruncate(fd, 0)
         self._fd: int | None = fd
@@ -130,7 +161,13 @@ class RunLog:
         with self._lock:
             if self._fd is not None:
                 fd, self._fd = self._fd, None
-                os.close(fd)  # closing releases the claim
+                try:
+                    os.close(fd)  # closing releases the claim
+                finally:
+                    if self._held is not None:
+                        with _HELD_LOCK:
+                            _HELD.discard(self._held)
+                        self._held = None
 
     @property
     def closed(self) -> bool:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from memfit.errors import SpecError
 from memfit.monitor.device import CpuQuery, DeviceQuery, DeviceSample, TensorMemory, open_device
-from memfit.monitor.guard import Guard, safe_print
+from memfit.monitor.guard import Guard, safe_print, warn
 from memfit.monitor.log import RunLog, rank_log_path, record
 from memfit.monitor.summary import RunStats, receipt, render_summary
 from memfit.version import __version__
@@ -253,6 +253,10 @@ class Monitor:
         problem = g.call("counting", getattr(self.device, "counting_problem", lambda: None))
         if problem:
             g.report("tensor counter", problem)
+        note = g.call("compile_note", getattr(self.device, "compile_note", lambda: None))
+        if note:  # not a failure: said once, in the log (an "error" record: its only note kind)
+            warn("memfit monitor: %s", note)
+            self._write_error("torch.compile", note)
         g.call("device.stop", self.device.stop)
         duration_s = time.perf_counter() - self._t0
         self.summary = g.call(

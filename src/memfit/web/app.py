@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -36,10 +35,12 @@ from memfit.hardware import list_gpus
 from memfit.models import list_bundled
 from memfit.version import __version__
 from memfit.web.gpu_table import gpu_table
-from memfit.web.query import COMMANDS, build_job, options
+from memfit.web.query import COMMANDS, Job, build_job, options
+from memfit.web.scratch import PastedConfigs
 from memfit.web.workers import (
     Busy,
     CommandLine,
+    Outcome,
     ParserFactory,
     TimedOut,
     WorkerDied,
@@ -99,17 +100,26 @@ def schema(parser: argparse.ArgumentParser) -> dict[str, Any]:
     }
 
 
+def _run_job(pool: WorkerPool, pasted: PastedConfigs, job: Job) -> Outcome:
+    """Run ``job`` on ``pool``, its pasted config on disk only meanwhile."""
+    if job.config is None:
+        return pool.run(job.argv, heavy=job.heavy)
+    with pasted.holding(job.config):
+        return pool.run(job.argv, heavy=job.heavy)
+
+
 def create_app(
     *,
     run: CommandLine,
     parser_factory: ParserFactory,
     pool: WorkerPool | None = None,
     host: str = "127.0.0.1",
-    config_dir: Path | None = None,
+    pasted: PastedConfigs | None = None,
 ) -> Any:
     """The ASGI application. ``run`` and ``parser_factory``: the command line the API stands
     for (``memfit web`` passes :func:`memfit.cli.main` and :func:`memfit.cli.build_parser`).
-    ``pool``: the workers (made with them, and closed, by the app when None)."""
+    ``pool``: the workers (made with them, and closed, by the app when None). ``pasted``: the
+    scratch folder of pasted configs (a fresh one, removed with the app, when None)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, Response
@@ -118,8 +128,8 @@ def create_app(
 
     state: dict[str, Any] = {"pool": pool}
     allow_paths = is_loopback(host)
-    tmp = tempfile.TemporaryDirectory(prefix="memfit-web-") if config_dir is None else None
-    configs = config_dir if config_dir is not None else Path(tmp.name)  # type: ignore[union-attr]
+    configs = pasted if pasted is not None else PastedConfigs()
+    state["pasted"] = configs
     parser = parser_factory()
     cached_schema = schema(parser)
 
@@ -133,8 +143,8 @@ def create_app(
         finally:
             if own:
                 state["pool"].close()
-            if tmp is not None:
-                tmp.cleanup()
+            if pasted is None:
+                configs.close()
 
     def error(status: int, message: str, exit_code: int = 2) -> JSONResponse:
         return JSONResponse({"error": message, "exit_code": exit_code}, status_code=status)
@@ -151,7 +161,7 @@ def create_app(
                 parser,
                 request.path_params["command"],
                 request.query_params.multi_items(),
-                config_dir=configs,
+                pasted=configs,
                 allow_paths=allow_paths,
             )
         except MemfitError as exc:
@@ -178,10 +188,10 @@ def create_app(
                 parser,
                 command,
                 request.query_params.multi_items(),
-                config_dir=configs,
+                pasted=configs,
                 allow_paths=allow_paths,
             )
-            outcome = await to_thread.run_sync(lambda: state["pool"].run(job.argv, heavy=job.heavy))
+            outcome = await to_thread.run_sync(lambda: _run_job(state["pool"], configs, job))
         except Busy as exc:
             return error(503, f"memfit: error: {exc}")
         except TimedOut as exc:

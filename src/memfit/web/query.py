@@ -7,15 +7,21 @@ flags table adds is accepted, spelled as the CLI spells it), and :mod:`memfit.we
 the command line on it. The parser is the caller's (``memfit web`` passes the CLI's): this
 package imports nothing from :mod:`memfit.cli`. What a web caller may not ask for is refused
 here, with the CLI's kind of one-line message: running repository code
-(``--trust-remote-code``), importing a factory (``package.module:function``), reading or writing
-files (``--log``, ``--html``, ``--snapshot``), and, when the server listens beyond this machine,
-local paths.
+(``--trust-remote-code``, ``--allow-code``), importing a factory (``package.module:function``),
+reading or writing files, and, when the server listens beyond this machine, local paths.
+
+**No request reads or writes a file** (issue 33): an option whose value may name a file is known
+by its metavar in the CLI's parser (``FILE``, ``PATH``, ``DIR``: :func:`takes_path`), so a path
+option added to the CLI is refused here without a change to this module. Such an option is not
+offered at all, unless it also has an inline form (:data:`INLINE_FORMS`: ``--seq-dist``'s
+``MEAN,STD,MAX``), and then only that form passes. Every other free-text value that looks like a
+path (a ``/`` or ``\\``, a leading ``~``) is refused too: no option a web caller may pass takes one.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -26,6 +32,7 @@ from typing import Any
 from memfit.errors import SpecError
 from memfit.models.bundled import find_bundled
 from memfit.userfiles import parse_json
+from memfit.web.scratch import PastedConfigs
 
 #: The commands the API serves (``/api/<command>``).
 COMMANDS = ("estimate", "plan", "fit", "upgrade")
@@ -42,8 +49,21 @@ REFUSED = frozenset(
         "--from",
         "--prices",
         "--write",
+        "--allow-code",
     }
 )
+#: Metavars that say an option's value may name a file (``--from FILE``, ``--seq-dist
+#: MEAN,STD,MAX|FILE``): such an option is refused from the web unless it has an inline form.
+PATH_METAVAR = re.compile(r"\b(FILE|PATH|DIR|FOLDER)\b")
+_NUMBER = r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*"
+#: Options that take a file *or* an inline value: from the web only the inline value passes
+#: (option -> (the value's whole pattern, how the message spells it)).
+INLINE_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
+    "--seq-dist": (
+        re.compile(rf"{_NUMBER},{_NUMBER},{_NUMBER}"),
+        "MEAN,STD,MAX (e.g. 300,250,1024)",
+    ),
+}
 #: The commands that search the memory techniques themselves (``memfit plan``, ``upgrade``):
 #: they take the job's shape and recipe, not its techniques.
 PLANNERS = ("plan", "upgrade")
@@ -86,6 +106,20 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
     raise RuntimeError("memfit's parser has no subcommands")  # pragma: no cover
 
 
+def takes_path(action: argparse.Action) -> bool:
+    """Whether ``action``'s value may name a file, by its metavar (``FILE``, ``A|FILE``)."""
+    metavar = action.metavar if isinstance(action.metavar, str) else " ".join(action.metavar or ())
+    return bool(PATH_METAVAR.search(metavar))
+
+
+def refused_from_the_web(action: argparse.Action) -> bool:
+    """An option a web request may not pass (:data:`REFUSED`, or a path with no inline form)."""
+    long = [s for s in action.option_strings if s.startswith("--")]
+    if not long:
+        return False
+    return long[0] in REFUSED or (takes_path(action) and long[0] not in INLINE_FORMS)
+
+
 def _kind(action: argparse.Action) -> str:
     if action.nargs == 0:
         return "switch"
@@ -105,7 +139,7 @@ def options(parser: argparse.ArgumentParser, command: str) -> dict[str, Option]:
     out: dict[str, Option] = {}
     for action in subparsers(parser)[command]._actions:
         long = [s for s in action.option_strings if s.startswith("--")]
-        if not long or long[0] in REFUSED:
+        if not long or refused_from_the_web(action):
             continue
         choices = tuple(str(c) for c in action.choices) if action.choices else None
         default = None if action.default is argparse.SUPPRESS else action.default
@@ -125,6 +159,9 @@ class Job:
     heavy: bool  # runs the trace engine or a planner search (seconds), not only closed forms
     #: job fields of the query a planner takes no flag for (``checkpointing=full``), in order
     not_taken: tuple[str, ...] = ()
+    #: a pasted config.json (checked): on disk at ``argv[1]`` only while the job runs
+    #: (:meth:`memfit.web.scratch.PastedConfigs.holding`)
+    config: str | None = None
 
     def command_line(self, *, json: bool = False) -> str:
         """The equivalent shell command (``memfit estimate gpt2 --batch 4``)."""
@@ -141,13 +178,14 @@ def build_job(
     command: str,
     params: Iterable[tuple[str, str]],
     *,
-    config_dir: Path | None,
+    pasted: PastedConfigs | None,
     allow_paths: bool,
 ) -> Job:
     """The job of one request, checked against ``parser`` (the CLI's). ``params``: the query's
     (key, value) pairs, repeats kept.
-    ``config_dir``: where a pasted config.json is stored for the CLI to read (None refuses
-    pasted configs). Raises SpecError (a 400) naming the key, the value and the rule."""
+    ``pasted``: where a pasted config.json is written while its job runs (None refuses pasted
+    configs); nothing is written here. Raises SpecError (a 400) naming the key, the value and
+    the rule."""
     if command not in COMMANDS:
         raise SpecError(f"unknown API command {command!r}: use one of {', '.join(COMMANDS)}")
     allowed = options(parser, command)
@@ -170,14 +208,18 @@ def build_job(
             words += [w for w in (equivalent(value) if equivalent else []) if w not in words]
             if value not in ("", "none", str(job_fields[key].default)):
                 chosen.append(f"{key}={value}")
-        elif f"--{key}" in REFUSED:
-            raise SpecError(f"{key} is not available from the web server (run `memfit` itself)")
+        elif _is_refused(parser, command, key):
+            raise SpecError(
+                f"{key} is not available from the web server: it runs code or reads or writes "
+                "files (run `memfit` itself)"
+            )
         else:
             raise SpecError(
                 f"memfit {command} takes no option {key!r} (see `memfit {command} --help`)"
             )
     if config is not None and config.strip():
-        model = str(_store_config(config, config_dir))
+        config = _check_config(config, pasted)
+        model = str(pasted.folder_for(config))  # type: ignore[union-attr]  # checked above
     elif not model:
         raise SpecError("model is required: a bundled name, a hub id or a pasted config.json")
     else:
@@ -188,7 +230,34 @@ def build_job(
         argv=argv,
         heavy=_is_heavy(command, words),
         not_taken=tuple(chosen),
+        config=config if config is not None and config.strip() else None,
     )
+
+
+def _is_refused(parser: argparse.ArgumentParser, command: str, key: str) -> bool:
+    if f"--{key}" in REFUSED:
+        return True
+    return any(
+        f"--{key}" in action.option_strings and refused_from_the_web(action)
+        for action in subparsers(parser)[command]._actions
+    )
+
+
+def _check_no_path(opt: Option, value: str) -> None:
+    """A value of an option that may take a file passes only in its inline form; any other free
+    text that looks like a path is refused (no option a web caller may pass reads one)."""
+    inline = INLINE_FORMS.get(opt.name)
+    if inline is not None:
+        pattern, form = inline
+        if not pattern.fullmatch(value):
+            raise SpecError(
+                f"{opt.key} ({value[:80]!r}): the web server reads no files; give {form}"
+            )
+        return
+    if opt.kind in ("text", "ints") and ("/" in value or "\\" in value or value.startswith("~")):
+        raise SpecError(
+            f"{opt.key} ({value[:80]!r}) looks like a path; the web server reads no files"
+        )
 
 
 def _option_words(opt: Option, value: str) -> list[str]:
@@ -201,6 +270,7 @@ def _option_words(opt: Option, value: str) -> list[str]:
         raise SpecError(f"{opt.key} is a switch: pass 1 or 0, got {value!r}")
     if value == "":
         return []  # an empty form field: the option's default
+    _check_no_path(opt, value)
     return [f"{opt.name}={value}"]  # one word, so "-1" stays the option's value
 
 
@@ -220,10 +290,9 @@ def _check_model(model: str, *, allow_paths: bool) -> None:
         )
 
 
-def _store_config(text: str, config_dir: Path | None) -> Path:
-    """A pasted config.json, checked (strict JSON, an object, bounded) and stored under a name
-    of its content, so the CLI reads it as ``memfit estimate DIR`` would."""
-    if config_dir is None:
+def _check_config(text: str, pasted: PastedConfigs | None) -> str:
+    """A pasted config.json, checked: strict JSON, an object, bounded (not written here)."""
+    if pasted is None:
         raise SpecError("this server takes no pasted config.json")
     if len(text) > CONFIG_MAX_CHARS:
         raise SpecError(
@@ -233,11 +302,7 @@ def _store_config(text: str, config_dir: Path | None) -> Path:
     data = parse_json(text, what="the pasted config", source="config")
     if not isinstance(data, dict):
         raise SpecError(f"config must be a JSON object, got {type(data).__name__}")
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    folder = config_dir / f"pasted-{digest}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(text, encoding="utf-8")
-    return folder
+    return text
 
 
 def _is_heavy(command: str, words: list[str]) -> bool:

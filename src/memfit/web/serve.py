@@ -13,12 +13,12 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.web.app import create_app, is_loopback
+from memfit.web.scratch import PastedConfigs
 from memfit.web.workers import CommandLine, ParserFactory, WorkerPool
 
-#: Time a client may take to send its request line and headers (uvicorn's keep-alive bound).
+#: Time an idle keep-alive connection stays open after a response (uvicorn's own bound; the
+#: request head's deadline and the connection slots are memfit.web.connections').
 KEEP_ALIVE_S = 5
-#: Connections served at once (requests beyond it get 503 from uvicorn).
-MAX_CONNECTIONS = 32
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -37,14 +37,20 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server(app: Any, *, quiet: bool) -> Any:
+def _server(app: Any, *, quiet: bool, **slots: Any) -> Any:
+    """uvicorn serving ``app`` through the guarded h11 protocol (memfit.web.connections:
+    a deadline for each request head, bounded slots per client that idle connections give up;
+    ``slots``: its bounds, for tests). uvicorn's ``limit_concurrency`` stays off: it counts idle
+    connections, so a few idle sockets made every request a 503."""
     import uvicorn
+
+    from memfit.web.connections import guarded_protocol
 
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(**slots),
         log_level="warning" if quiet else "info",
         timeout_keep_alive=KEEP_ALIVE_S,
-        limit_concurrency=MAX_CONNECTIONS,
         lifespan="on",
     )
     return uvicorn.Server(config)
@@ -97,14 +103,19 @@ def running(
     parser_factory: ParserFactory,
     n_workers: int = 2,
     heavy_timeout_s: float = 120,
+    pasted: PastedConfigs | None = None,
+    **slots: Any,
 ) -> Iterator[str]:
     """A server on a free loopback port in a background thread, for tests and benchmarks:
-    yields its base URL, stops it (and its workers) on exit."""
+    yields its base URL, stops it (and its workers) on exit. ``slots``: the connection bounds
+    (:func:`memfit.web.connections.guarded_protocol`'s arguments); ``pasted``: the scratch
+    folder of pasted configs (the app's own when None)."""
     sock = bind("127.0.0.1", 0)
     pool = WorkerPool(
         run=run, parser_factory=parser_factory, n_workers=n_workers, heavy_timeout_s=heavy_timeout_s
     )
-    server = _server(create_app(run=run, parser_factory=parser_factory, pool=pool), quiet=True)
+    app = create_app(run=run, parser_factory=parser_factory, pool=pool, pasted=pasted)
+    server = _server(app, quiet=True, **slots)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

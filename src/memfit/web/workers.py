@@ -8,6 +8,13 @@ this package sits below the CLI and imports nothing from it. Processes rather th
 because only a process can be stopped: a job that runs past its time is killed and its worker
 replaced.
 
+Workers are not daemonic processes: a job runs exactly as ``memfit`` on the command line runs it,
+and the derived engine forks its own trace worker (:mod:`memfit.estimate.derived.workers`), which
+Python refuses from inside a daemon ("daemonic processes are not allowed to have children").
+A worker still never outlives the server: it ends when its pipe closes (the server gone, killed
+included), and :meth:`WorkerPool.close` (also registered with :mod:`atexit`, so that an exit
+without it cannot wait on a worker forever) stops every one.
+
 Bounds: ``n_workers`` processes (two by default, the machine's cores), of which at most
 ``n_heavy`` run a heavy job (a trace or a planner search) at once, so an analytic estimate always
 finds a worker; a job waits at most ``wait_s`` for one (then :class:`Busy`), and runs at most
@@ -17,6 +24,7 @@ finds a worker; a job waits at most ``wait_s`` for one (then :class:`Busy`), and
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import io
 import multiprocessing
@@ -105,7 +113,8 @@ def _serve(conn: Connection, run: CommandLine, parser_factory: ParserFactory) ->
 class _Worker:
     def __init__(self, ctx: Any, run: CommandLine, parser_factory: ParserFactory) -> None:
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, run, parser_factory), daemon=True)
+        # not a daemon: a job may fork (the derived engine's trace worker); see the docstring
+        self.process = ctx.Process(target=_serve, args=(child, run, parser_factory), daemon=False)
         self.process.start()
         child.close()
 
@@ -145,6 +154,7 @@ class WorkerPool:
         self.wait_s = wait_s
         self.light_timeout_s = light_timeout_s
         self.heavy_timeout_s = heavy_timeout_s
+        atexit.register(self.close)  # before multiprocessing's own exit hook joins the workers
 
     def run(self, argv: tuple[str, ...], *, heavy: bool) -> Outcome:
         """Run ``memfit ARGV`` on a free worker; raises Busy or TimedOut."""
@@ -206,3 +216,4 @@ class WorkerPool:
             workers, self._all, self._idle = self._all, [], []
         for w in workers:
             w.stop()
+        atexit.unregister(self.close)
