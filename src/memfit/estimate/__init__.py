@@ -69,10 +69,8 @@ def estimate(
     est = policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)
     if precision_note is not None and workload.mode == "train":
         est = dataclasses.replace(est, notes=[*est.notes, precision_note])
-    elif (
-        gpu_record is not None and not gpu_record.supports_bf16 and workload.precision[:4] == "bf16"
-    ):
-        fp16 = workload.precision.replace("bf16", "16")
+    elif gpu_record is not None and not gpu_record.supports_bf16 and _bf16(workload.precision):
+        fp16 = str(workload.precision).replace("bf16", "16")
         note = (
             f"precision {workload.precision} on {gpu_record.name}: this GPU has no bf16 tensor "
             f"cores; run {fp16} (the same bytes, fp16 with loss scaling) — bf16 kernels are "
@@ -80,6 +78,10 @@ def estimate(
         )
         est = dataclasses.replace(est, notes=[*est.notes, note])
     return _with_inputs(est, source)
+
+
+def _bf16(precision: str | None) -> bool:
+    return precision is not None and precision.startswith("bf16")
 
 
 def checkpoint_dtype(source: Any) -> str | None:

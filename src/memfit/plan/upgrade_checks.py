@@ -91,7 +91,9 @@ class UpgradeChecks(Checklist[CheckItem]):
         text = f"no plan of {p.n_candidates} combinations fits within {format_bytes(limit)}"
         numbers: dict[str, Any] = {"limit_bytes": limit, "n_candidates": p.n_candidates}
         if closest is not None:
-            text += f"; closest: {closest.settings.describe()}, {closest.reason}"
+            # a plan takes memory; "needs" is the job's own figure (one needs figure per job)
+            reason = (closest.reason or "").replace("needs ", "takes ", 1)
+            text += f"; closest: {closest.settings.describe()}, {reason}"
             numbers["closest_need_bytes"] = closest.need_bytes
             numbers["over_bytes"] = (closest.need_bytes or 0) - limit
         status = "triggered"
@@ -131,7 +133,8 @@ class UpgradeChecks(Checklist[CheckItem]):
             )
         text = (
             f"even one {unit} of {want} tokens does not fit with the leanest plan "
-            f"({lean.settings.describe()}): {lean.reason}; the longest that fits is {max_ctx} "
+            f"({lean.settings.describe()}): {(lean.reason or '').replace('needs ', 'takes ', 1)}; "
+            f"the longest that fits is {max_ctx} "
             f"tokens ({max_ctx / want:.0%} of the requested context)"
         )
         status = "triggered"
