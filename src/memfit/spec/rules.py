@@ -265,8 +265,24 @@ def _positive(upper: int, beyond: str = "is beyond what any GPU could hold") -> 
 #: The largest LoRA rank: wider than any model's layers (the widest bundled hidden size is
 #: 16,384), so a larger value is a typo (``--lora-rank 10**30`` used to be accepted).
 MAX_LORA_RANK = 1 << 16
-#: The most layers ``freeze_layers`` may name (deeper than any model).
+#: The most layers ``freeze_layers`` may name, and the most layers a model config may have
+#: (deeper than any model: the deepest bundled model has 126; a count is used as a loop and list
+#: size by every engine, so 1e9 layers took 16 GB before this limit).
 MAX_LAYERS = 1 << 16
+
+# -- model config limits (memfit.models.model_spec refuses a config past them, naming the limit) --
+# Each is far past any published model, so a value over it is a typo or a hostile file; each is a
+# count some engine loops over or builds a list of.
+#: Attention heads (query or K/V) per layer: the widest published models use 128.
+MAX_HEADS = 1 << 16
+#: Routed or shared experts per MoE layer: the most published is 384 (Kimi K2).
+MAX_EXPERTS = 1 << 16
+#: Vocabulary entries: the largest published vocabularies are ~262k (Gemma 3).
+MAX_VOCAB = 1 << 24
+#: Steps a variable-length run replays (``--run-steps``; the default is 1,000).
+MAX_RUN_STEPS = 100_000
+#: Samples a variable-length run draws (steps x batch), each a list entry.
+MAX_RUN_SAMPLES = 1 << 22
 
 
 def _is_int(value: Any) -> bool:
