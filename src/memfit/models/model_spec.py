@@ -25,7 +25,7 @@ from typing import Any
 from memfit.errors import ModelConfigError, SpecError
 from memfit.models import readers
 from memfit.models.param_count import count_params
-from memfit.spec.rules import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_VOCAB
+from memfit.spec.rules import MAX_EXPERTS, MAX_HEADS, MAX_MODEL_LAYERS, MAX_VOCAB
 
 __all__ = ["ModelSpec", "QuantizationConfig"]
 
@@ -53,8 +53,8 @@ MAX_COUNT = 2**31 - 1
 #: a config past them is refused before any engine runs (1e9 layers took 16.6 GB and 4e6 layers
 #: 105 s in the analytic engine before).
 COUNT_LIMITS: dict[str, tuple[int, str]] = {
-    "n_layers": (MAX_LAYERS, "MAX_LAYERS"),
-    "n_decoder_layers": (MAX_LAYERS, "MAX_LAYERS"),
+    "n_layers": (MAX_MODEL_LAYERS, "MAX_MODEL_LAYERS"),
+    "n_decoder_layers": (MAX_MODEL_LAYERS, "MAX_MODEL_LAYERS"),
     "n_heads": (MAX_HEADS, "MAX_HEADS"),
     "n_kv_heads": (MAX_HEADS, "MAX_HEADS"),
     "n_experts": (MAX_EXPERTS, "MAX_EXPERTS"),
