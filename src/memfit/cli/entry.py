@@ -280,6 +280,14 @@ def main(
     except RecursionError:
         _error("the input nests too deeply to read (a file or value nested hundreds of levels)")
         return EXIT_BAD_INPUT
+    except ValueError as exc:  # a value from the input no reader refused by name (a 5,000-digit
+        if os.environ.get(DEBUG_ENV) == "1":  # integer in a JSON file: json's own limit)
+            raise
+        _error(
+            f"{_cut(str(exc))} (a value memfit could not read; if the input is valid, this is a "
+            f"bug in memfit: {DEBUG_ENV}=1 shows where)"
+        )
+        return EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
         if os.environ.get(DEBUG_ENV) == "1":
             raise
