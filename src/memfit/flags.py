@@ -674,10 +674,11 @@ def media_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: The longest whole number a flag takes, in digits: an int64 (every count memfit reasons about is
-#: far below it). Longer text is refused before ``int()`` reads it (Python's own limit is 4,300
-#: digits, and such a value would only be refused later with its digits echoed in full).
-MAX_INT_DIGITS = 19
+#: The longest whole number a flag takes, in digits: past int64 (19 digits), so a value like
+#: ``--lora-rank 10**30`` still reaches its field's range rule and its message, and far below the
+#: 4,300 digits where Python's ``int()`` itself refuses. Longer text is refused before ``int()``
+#: reads it, its value quoted cut (:func:`quoted`).
+MAX_INT_DIGITS = 40
 #: The most characters of a refused value quoted in a message.
 QUOTE_CHARS = 40
 

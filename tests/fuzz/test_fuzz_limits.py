@@ -136,9 +136,9 @@ FLAG_CASES: list[tuple[str, str]] = [
     ("plan gpt2 --gpu L4 --headroom nan%", "--headroom"),
     ("upgrade gpt2 --gpu L4 --throughput-target=-inf", "finite"),
     ("monitor --interval nan -- true", "finite"),
-    ("estimate gpt2 --seq " + "1" + "0" * 5000, "at most 19 digits"),
-    ("estimate gpt2 --batch -" + "9" * 4400, "at most 19 digits"),
-    ("check x.yaml --seq " + "9" * 30, "at most 19 digits"),
+    ("estimate gpt2 --seq " + "1" + "0" * 5000, "at most 40 digits"),
+    ("estimate gpt2 --batch -" + "9" * 4400, "at most 40 digits"),
+    ("check x.yaml --seq " + "9" * 41, "at most 40 digits"),
 ]
 
 
