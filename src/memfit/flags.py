@@ -12,6 +12,7 @@ from ``--help``). Data and pure functions only: :mod:`memfit.cli` parses argv.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -673,12 +674,34 @@ def media_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The longest whole number a flag takes, in digits: past int64 (19 digits), so a value like
+#: ``--lora-rank 10**30`` still reaches its field's range rule and its message, and far below the
+#: 4,300 digits where Python's ``int()`` itself refuses. Longer text is refused before ``int()``
+#: reads it, its value quoted cut (:func:`quoted`).
+MAX_INT_DIGITS = 40
+#: The most characters of a refused value quoted in a message.
+QUOTE_CHARS = 40
+
+
+def quoted(text: str) -> str:
+    """``text`` as a message quotes a value: ``repr``, cut to :data:`QUOTE_CHARS` characters."""
+    if len(text) <= QUOTE_CHARS:
+        return repr(text)
+    return f"{text[:QUOTE_CHARS]!r}… ({len(text):,} characters)"
+
+
 def integer(text: str) -> int:
-    """An argparse type: a whole number (the specs check its range)."""
+    """An argparse type: a whole number of at most :data:`MAX_INT_DIGITS` digits (the specs
+    check its range)."""
+    digits = text.strip().lstrip("+-").replace("_", "")
+    if len(digits) > MAX_INT_DIGITS:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of at most {MAX_INT_DIGITS} digits, got {quoted(text)}"
+        )
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {quoted(text)}") from None
     return value
 
 
@@ -695,6 +718,48 @@ def non_negative_int(text: str) -> int:
     value = integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def count_at_most(upper: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``upper`` (``what`` names the limit in the
+    message, e.g. "GPUs" for :data:`memfit.spec.rules.MAX_GPUS`)."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > upper:
+            raise argparse.ArgumentTypeError(f"expected at most {upper:,} {what}, got {value:,}")
+        return value
+
+    parse.__name__ = "count_at_most"  # the fuzz suite picks values by the type's name
+    return parse
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (``inf``, ``nan`` and values past 1e300 refused: they
+    reach arithmetic that turns them into an OverflowError or a silent NaN)."""
+    if len(text) > 64:
+        raise argparse.ArgumentTypeError(f"expected a number, got {quoted(text)}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {quoted(text)}") from None
+    if not math.isfinite(value) or abs(value) > MAX_FLOAT:
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {quoted(text)}")
+    return value
+
+
+#: The largest magnitude :func:`finite_float` takes (far beyond any fraction, GiB or rate).
+MAX_FLOAT = 1e300
+#: TCP ports: 1 to 65535 (0 would ask the OS for any free port, which the page could not name).
+MAX_PORT = 65535
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 1 to :data:`MAX_PORT`."""
+    value = positive_int(text)
+    if value > MAX_PORT:
+        raise argparse.ArgumentTypeError(f"expected a port from 1 to {MAX_PORT}, got {value}")
     return value
 
 

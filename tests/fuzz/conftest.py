@@ -62,6 +62,9 @@ def analytic_only_and_no_real_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     process = importlib.import_module("memfit.monitor.process")
 
     monkeypatch.setattr(policy, "trace_stack_missing", lambda source: "disabled by the fuzz suite")
+    # main()'s last resort turns an unexpected exception into one line; here it must raise, so a
+    # memfit bug fails the suite with its traceback instead of passing as "exit 2, one line"
+    monkeypatch.setenv("MEMFIT_DEBUG", "1")
 
     def bench_checks_then_stub(model: str = "opt-125m", **kwargs: object) -> object:
         names = kwargs.get("techniques")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.flags import positive_int
+from memfit.flags import finite_float, positive_int
 from memfit.userwrites import write_text
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
@@ -49,10 +49,7 @@ turns one off). Exit 0 pass, 1 fail, 2 bad input.
 def _threshold(text: str) -> float | None:
     if text.lower() == "none":
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
+    value = finite_float(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value

@@ -18,7 +18,7 @@ from memfit.estimate import ENGINES, estimate
 from memfit.estimate.policy import use_engine
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import frameworks
-from memfit.flags import EXIT_BAD_INPUT
+from memfit.flags import EXIT_BAD_INPUT, integer
 from memfit.jobfiles import FORMATS, Job, model_of, read_job, workload_of
 from memfit.jobfiles.edit import write_edits
 from memfit.jobfiles.files import parse
@@ -65,7 +65,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     c.add_argument("--gpu", default=None, help="GPU name for the verdict and the fix")
     c.add_argument("--model", default=None, help="the model, when the files name none")
     c.add_argument(
-        "--seq", type=int, default=None, help="sequence length, when the files give none"
+        "--seq", type=integer, default=None, help="sequence length, when the files give none"
     )
     c.add_argument("--format", choices=tuple(FORMATS), default=None, help="the first file's format")
     c.add_argument(

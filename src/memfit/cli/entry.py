@@ -6,11 +6,14 @@ Exit codes: 0 ok, 1 a valid "does not fit", 2 bad input (and any memfit error).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import logging
 import os
 import sys
+import traceback
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -222,11 +225,82 @@ def media_from(args: argparse.Namespace) -> Any:
 QUIET_LOGGERS = ("bitsandbytes", "torchao", "torch.utils._pytree", "transformers", "peft")
 
 
+#: Exit status after Ctrl-C: 128 + SIGINT, as shells report an interrupted command.
+EXIT_INTERRUPTED = 130
+#: Set to 1 to let an unexpected exception raise with its traceback (memfit's bug reports).
+DEBUG_ENV = "MEMFIT_DEBUG"
+#: The extra (pyproject.toml ``[project.optional-dependencies]``) that installs each optional
+#: top-level package, for a ModuleNotFoundError that reaches :func:`main`.
+EXTRA_OF_MODULE = {
+    "torch": "trace",
+    "transformers": "trace",
+    "safetensors": "trace",
+    "peft": "lora",
+    "huggingface_hub": "hub",
+    "matplotlib": "report",
+    "pynvml": "monitor",
+    "psutil": "monitor",
+    "starlette": "web",
+    "uvicorn": "web",
+    "diffusers": "diffusion",
+    "prodigyopt": "diffusion",
+    "numba": "fast",
+}
+
+
 def main(
     argv: Sequence[str] | None = None, *, parser: argparse.ArgumentParser | None = None
 ) -> int:
     """Run one command line. ``parser``: a :func:`build_parser` made earlier, for a caller that
-    runs many (``memfit web``'s workers; building one takes tens of milliseconds)."""
+    runs many (``memfit web``'s workers; building one takes tens of milliseconds).
+
+    Every failure ends in one ``memfit: error:`` line on stderr and exit 2 (a valid "does not
+    fit" is exit 1, Ctrl-C exit 130 with nothing printed); an exception memfit did not expect
+    says it is memfit's bug in one line, with the traceback under ``MEMFIT_DEBUG=1``."""
+    _encoding_safe(sys.stdout, sys.stderr)
+    try:
+        return _run(argv, parser)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
+        _drop_stdout()
+        sys.stderr.close()
+        return EXIT_OK
+    except MemfitError as exc:
+        _error(str(exc))
+        return EXIT_DOES_NOT_FIT if isinstance(exc, DoesNotFitError) else EXIT_BAD_INPUT
+    except ModuleNotFoundError as exc:
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        _error(_missing_module(exc))
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # a path the OS refused: too long, unreadable, a full disk…
+        _error(_os_error(exc))
+        return EXIT_BAD_INPUT
+    except RecursionError:
+        _error("the input nests too deeply to read (a file or value nested hundreds of levels)")
+        return EXIT_BAD_INPUT
+    except ValueError as exc:  # a value from the input no reader refused by name (a 5,000-digit
+        if os.environ.get(DEBUG_ENV) == "1":  # integer in a JSON file: json's own limit)
+            raise
+        _error(
+            f"{_cut(str(exc))} (a value memfit could not read; if the input is valid, this is a "
+            f"bug in memfit: {DEBUG_ENV}=1 shows where)"
+        )
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        _error(
+            f"internal error: {type(exc).__name__}: {_cut(str(exc))} "
+            f"(at {os.path.basename(where.filename)}:{where.lineno}); this is a bug in memfit: "
+            f"please report it with the command line (run it with {DEBUG_ENV}=1 for the traceback)",
+        )
+        return EXIT_BAD_INPUT
+
+
+def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers configures
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -241,16 +315,58 @@ def main(
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
+    args = cli_from.reparse(build_parser, args, argv)
+    with applied(args), media_from(args):
+        code = COMMANDS[args.command](args)
     try:
-        args = cli_from.reparse(build_parser, args, argv)
-        with applied(args), media_from(args):
-            return COMMANDS[args.command](args)
-    except BrokenPipeError:  # `memfit gpus | head`: the reader left; not an error
-        sys.stderr.close()
-        return EXIT_OK
-    except MemfitError as exc:
-        print(f"memfit: error: {exc}", file=sys.stderr)
-        return EXIT_DOES_NOT_FIT if isinstance(exc, DoesNotFitError) else EXIT_BAD_INPUT
+        sys.stdout.flush()  # `--json > /dev/full`: the write fails here, not at exit
+    except OSError:
+        _drop_stdout()
+        raise
+    return code
+
+
+def _error(message: str) -> None:
+    print(f"memfit: error: {message}", file=sys.stderr)
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    """``text`` on one line and at most ``limit`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else f"{line[:limit]}… ({len(line):,} characters)"
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for an OSError: what the OS said, the path, what to do."""
+    what = exc.strerror or type(exc).__name__
+    path = "" if exc.filename is None else f": {_cut(str(exc.filename), 80)}"
+    return f"{what}{path} (errno {exc.errno}); check the path, its permissions and free space"
+
+
+def _missing_module(exc: ModuleNotFoundError) -> str:
+    """The extra that installs the missing package (pyproject's optional dependencies)."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return f"this needs the Python package {top!r}, which is not installed: pip install {top}"
+    return f"this needs {top}, which is not installed: pip install 'memfit[{extra}]'"
+
+
+def _encoding_safe(*streams: Any) -> None:
+    """Print what the terminal's encoding can hold and a ``?`` for the rest (``LANG=C``,
+    ``PYTHONIOENCODING=ascii``: the tables' ``×`` and ``—`` failed with UnicodeEncodeError)."""
+    for stream in streams:
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):  # detached or closed: leave it
+                stream.reconfigure(errors="replace")
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's flush at exit does not fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 if __name__ == "__main__":

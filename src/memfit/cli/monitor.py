@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.flags import finite_float, non_negative_int
 from memfit.monitor.diagnose import diagnose_ranks
 from memfit.monitor.process import monitor_command
 from memfit.monitor.reader import rank_of, read_runs
@@ -54,8 +55,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         formatter_class=raw,
     )
     m.add_argument("--log", default="run.jsonl", help="run log to write (default run.jsonl)")
-    m.add_argument("--interval", type=float, default=0.5, help="seconds between samples (0.5)")
-    m.add_argument("--device", type=int, default=0, help="NVML index of the GPU to watch (0)")
+    m.add_argument(
+        "--interval", type=finite_float, default=0.5, help="seconds between samples (0.5)"
+    )
+    m.add_argument(
+        "--device", type=non_negative_int, default=0, help="NVML index of the GPU to watch (0)"
+    )
     m.add_argument(
         "--estimate", default=None, help="a `memfit estimate --json` file: print a receipt"
     )

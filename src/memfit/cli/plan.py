@@ -25,8 +25,10 @@ from memfit.cli.engine import add_engine_flags, options_from
 from memfit.errors import SpecError
 from memfit.flags import (
     add_flags,
+    finite_float,
     integer,
     non_negative_int,
+    quoted,
     workload_from_args,
     workload_kwargs,
 )
@@ -89,10 +91,10 @@ DOCTOR_EXAMPLES = """examples:
 def _headroom(text: str) -> float:
     """``0.05``, ``5%``: a fraction of the capacity left free."""
     try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
+        value = finite_float(text[:-1]) / 100 if text.endswith("%") else finite_float(text)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"expected a fraction (0.05) or a percent (5%), got {text!r}"
+            f"expected a fraction (0.05) or a percent (5%), got {quoted(text)}"
         ) from None
     return value
 
@@ -225,7 +227,9 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
     add_flags(u, "upgrade", "--batch", "--global-batch", "--new-tokens")
     u.add_argument("--concurrency", type=integer, help="infer: requests served at once")
     u.add_argument("--context", type=integer, help="infer: tokens per request (prompt + new)")
-    u.add_argument("--throughput-target", type=float, help="tokens/s the job must reach (all GPUs)")
+    u.add_argument(
+        "--throughput-target", type=finite_float, help="tokens/s the job must reach (all GPUs)"
+    )
     u.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     u.add_argument(
         "--max-quality-risk",

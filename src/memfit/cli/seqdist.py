@@ -10,12 +10,13 @@ from memfit import api
 from memfit.cli.engine import options_from
 from memfit.errors import SpecError
 from memfit.estimate.seqrun.dist import parse_seq_dist
-from memfit.flags import integer
+from memfit.flags import count_at_most, integer
 from memfit.jobflags import seq_run_job
 from memfit.report.plan import render_plan
 from memfit.report.seqrun import render_seq_fit, render_seq_plan, render_seq_run
 from memfit.report.text import render_estimate
 from memfit.spec import WorkloadSpec
+from memfit.spec.rules import MAX_RUN_STEPS
 from memfit.spec.seqrun import DEFAULT_STEPS
 
 
@@ -34,7 +35,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--run-steps",
         dest="run_steps",
-        type=integer,
+        type=count_at_most(MAX_RUN_STEPS, "steps (memfit.spec.rules.MAX_RUN_STEPS)"),
         default=DEFAULT_STEPS,
         help=f"steps replayed with --seq-dist (default {DEFAULT_STEPS})",
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from memfit import api, progress
 from memfit.errors import MemfitError, SpecError
-from memfit.flags import positive_int
+from memfit.flags import count_at_most, finite_float, positive_int
 from memfit.hardware.catalog import get_gpu
 from memfit.jobflags import runtime_serving_job, serving_job
 from memfit.report.serving import (
@@ -25,7 +25,12 @@ from memfit.report.serving import (
     startup_json,
 )
 from memfit.serving.command import serve_command
+from memfit.spec.rules import MAX_GPUS
 from memfit.spec.serving import VllmConfig
+
+#: --tensor-parallel-size, --pipeline-parallel-size, --gpus: 1 to MAX_GPUS (a parallel degree is a
+#: loop and list size in the serving model; 2**31 pipeline stages took > 6 GB before this limit).
+GPU_COUNT = count_at_most(MAX_GPUS, "GPUs (memfit.spec.rules.MAX_GPUS)")
 
 VLLM_EXAMPLES = """examples:
   memfit vllm llama-3.1-8b --gpu L40S
@@ -76,7 +81,7 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
         "-tp",
         "--tp",
         dest="tp",
-        type=positive_int,
+        type=GPU_COUNT,
         default=None,
         help="tensor-parallel GPUs (default 1)",
     )
@@ -85,13 +90,13 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
         "-pp",
         "--pp",
         dest="pp",
-        type=positive_int,
+        type=GPU_COUNT,
         default=None,
         help="pipeline stages (default 1)",
     )
     g.add_argument(
         "--gpu-memory-utilization",
-        type=float,
+        type=finite_float,
         default=0.9,
         help="fraction of GPU memory vLLM may use (default 0.9)",
     )
@@ -123,7 +128,9 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
         help="fp8 (online) | awq | gptq | compressed-tensors | bitsandbytes …",
     )
     g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
-    g.add_argument("--cpu-offload-gb", type=float, default=0.0, help="GiB of weights in CPU RAM")
+    g.add_argument(
+        "--cpu-offload-gb", type=finite_float, default=0.0, help="GiB of weights in CPU RAM"
+    )
     g.add_argument(
         "--vllm-version", default=None, help="vLLM version to model (default 0.19; 0.6 = V0 engine)"
     )
@@ -145,7 +152,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--gpu", required=True, help="GPU name (see `memfit gpus`)")
     p.add_argument(
         "--gpus",
-        type=positive_int,
+        type=GPU_COUNT,
         default=None,
         help="GPUs in all (sets --tensor-parallel-size when it is not given)",
     )
@@ -206,7 +213,7 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
     g = p.add_argument_group("--runtime vllm")
     g.add_argument(
         "--gpu-memory-utilization",
-        type=float,
+        type=finite_float,
         default=0.9,
         help="vllm: fraction of GPU memory vLLM may use (default 0.9)",
     )

@@ -15,7 +15,13 @@ from typing import Any
 from memfit.errors import SpecError
 from memfit.estimate.history import RecordedTrace, recording
 from memfit.estimate.result import MemoryEstimate
-from memfit.flags import EXIT_BAD_INPUT, positive_int, workload_flags, workload_from_args
+from memfit.flags import (
+    EXIT_BAD_INPUT,
+    port,
+    positive_int,
+    workload_flags,
+    workload_from_args,
+)
 from memfit.plan.search import Plan
 from memfit.report.estimate_html import write_estimate_html
 from memfit.report.plan_html import write_plan_html
@@ -53,7 +59,7 @@ def register(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    w.add_argument("--port", type=positive_int, default=8000, help="port (default 8000)")
+    w.add_argument("--port", type=port, default=8000, help="port (default 8000)")
     w.add_argument("--open", action="store_true", help="open the page in the default browser")
     w.add_argument("--workers", type=positive_int, default=2, help="job processes (default 2)")
     w.add_argument(

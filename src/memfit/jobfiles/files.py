@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.jobfiles import yaml_load
 from memfit.jobfiles.axolotl import read_axolotl
 from memfit.jobfiles.distributed import read_accelerate, read_deepspeed
 from memfit.jobfiles.hf import read_hf, read_llamafactory
@@ -83,14 +84,7 @@ def parse_text(text: str, path: str | Path) -> dict[str, Any]:
     if text.lstrip().startswith("{"):
         data = parse_json(text, what="job file", source=str(path))
     else:
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            where = getattr(exc, "problem_mark", None)
-            at = f" (line {where.line + 1})" if where is not None else ""
-            raise SpecError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+        data = yaml_load.safe_load(text, str(path))  # bounded: depth, nodes, aliases
     if not isinstance(data, dict):
         raise SpecError(
             f"{path}: expected a mapping of keys (a training / launcher config), got "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.jobfiles import yaml_load
 from memfit.jobfiles.names import CLASS_OPTIMIZERS, ROLE_OF_MODULE, TORCHTUNE_MODELS, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
 
@@ -58,7 +59,6 @@ TORCHTUNE_NO_EFFECT = (
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """``tune run``'s ``key=value`` overrides (dotted keys, YAML values) applied to ``data``."""
-    import yaml
 
     out: dict[str, Any] = _copy(data)
     for item in overrides:
@@ -66,8 +66,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not sep or not key.strip():
             raise SpecError(f"override {item!r} must be key=value (e.g. batch_size=4)")
         try:
-            value = yaml.safe_load(text) if text else None
-        except yaml.YAMLError:
+            value = yaml_load.safe_load(text, f"override {key.strip()}") if text else None
+        except SpecError:
             value = text
         node = out
         *parents, leaf = key.strip().split(".")

@@ -31,8 +31,23 @@ VLLM_KEYS = frozenset(
 )
 
 
+#: The longest ``vllm serve`` command text memfit splits: Linux's limit on one argument
+#: (MAX_ARG_STRLEN, 32 pages = 128 KiB; man 2 execve). shlex's splitting is quadratic in a
+#: token's length (2 MB took 56 s), so longer text is refused before it is split.
+MAX_COMMAND_CHARS = 128 * 1024
+
+
 def is_vllm_command(text: str) -> bool:
-    return _command_words(text)[:2] == ["vllm", "serve"]
+    """Whether ``text``'s first command line starts ``vllm serve`` (read from its first words
+    only: a YAML or JSON file of any size is not split as a shell line)."""
+    head: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            head.append(stripped.removesuffix("\\")[:200])
+        if len(head) == 2:  # "vllm \" / "serve MODEL": the two words span two lines at most
+            break
+    return " ".join(head).replace("'", " ").replace('"', " ").split()[:2] == ["vllm", "serve"]
 
 
 def is_vllm_config(data: Mapping[str, Any]) -> bool:
@@ -40,6 +55,12 @@ def is_vllm_config(data: Mapping[str, Any]) -> bool:
 
 
 def _command_words(text: str) -> list[str]:
+    if len(text) > MAX_COMMAND_CHARS:
+        raise SpecError(
+            f"the vllm serve command is {len(text):,} characters; memfit splits at most "
+            f"{MAX_COMMAND_CHARS:,} (memfit.jobfiles.vllm_cmd.MAX_COMMAND_CHARS, Linux's limit "
+            "on one argument)"
+        )
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     joined = " ".join(ln.rstrip().removesuffix("\\") for ln in lines)
     try:

@@ -25,6 +25,7 @@ from typing import Any
 from memfit.errors import ModelConfigError, SpecError
 from memfit.models import readers
 from memfit.models.param_count import count_params
+from memfit.spec.rules import MAX_EXPERTS, MAX_HEADS, MAX_MODEL_LAYERS, MAX_VOCAB
 
 __all__ = ["ModelSpec", "QuantizationConfig"]
 
@@ -47,6 +48,35 @@ _MAY_BE_ZERO = ("n_decoder_layers", "n_experts", "n_experts_per_token", "n_share
 #: overflow it (``hidden_size`` 2**63 traced as an int64 overflow inside torch); 2**31 - 1 is
 #: thousands of times any real model's width, depth or vocabulary.
 MAX_COUNT = 2**31 - 1
+#: Tighter limits for the counts an engine loops over or builds a list of (layers, heads,
+#: experts) and the vocabulary, from :mod:`memfit.spec.rules` (each says why its value is safe):
+#: a config past them is refused before any engine runs (1e9 layers took 16.6 GB and 4e6 layers
+#: 105 s in the analytic engine before).
+COUNT_LIMITS: dict[str, tuple[int, str]] = {
+    "n_layers": (MAX_MODEL_LAYERS, "MAX_MODEL_LAYERS"),
+    "n_decoder_layers": (MAX_MODEL_LAYERS, "MAX_MODEL_LAYERS"),
+    "n_heads": (MAX_HEADS, "MAX_HEADS"),
+    "n_kv_heads": (MAX_HEADS, "MAX_HEADS"),
+    "n_experts": (MAX_EXPERTS, "MAX_EXPERTS"),
+    "n_experts_per_token": (MAX_EXPERTS, "MAX_EXPERTS"),
+    "n_shared_experts": (MAX_EXPERTS, "MAX_EXPERTS"),
+    "vocab_size": (MAX_VOCAB, "MAX_VOCAB"),
+}
+#: ``torch_dtype`` / ``dtype`` values a checkpoint may name: the torch dtype names transformers
+#: resolves with ``getattr(torch, name)`` (PreTrainedConfig), and "auto". Another name (e.g.
+#: "float1024") made the trace engine fail with an AttributeError.
+CONFIG_DTYPES = frozenset(
+    {"auto", "float16", "half", "bfloat16", "float32", "float", "float64", "double"}
+    | {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"}
+    | {"int8", "uint8", "int16", "int32", "int64", "bool"}
+)
+#: RoPE scaling types: transformers 5.23's ``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (linear,
+#: dynamic, yarn, longrope, llama3, proportional) and "default", plus the older names configs
+#: still carry: "su" (Phi-3's name for longrope) and "mrope" (Qwen2-VL, read as default). Another
+#: type made the trace engine fail with a KeyError inside transformers.
+ROPE_TYPES = frozenset(
+    {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "su", "mrope"}
+)
 _FLAGS = ("tie_word_embeddings", "mlp_gated", "qkv_bias", "o_bias", "mlp_bias")
 _DROPOUTS = ("attention_dropout", "hidden_dropout", "embedding_dropout")
 _INTS = frozenset(_COUNTS + _MAY_BE_ZERO + ("sliding_window",))
@@ -139,6 +169,13 @@ class ModelSpec:
                 out.append(f"{name} ({value!r}) must be {rule} integer")
             elif value is not None and value > MAX_COUNT and name != "max_positions":
                 out.append(f"{name} ({value!r}) must be at most {MAX_COUNT:,} (2**31 - 1)")
+            elif value is not None and name in COUNT_LIMITS and value > COUNT_LIMITS[name][0]:
+                upper, rule = COUNT_LIMITS[name]
+                out.append(
+                    f"{self.keys.get(name, name)} ({value:,}) is more than any model has: at most "
+                    f"{upper:,} "
+                    f"(memfit.spec.rules.{rule})"
+                )
         for name in _DROPOUTS:
             value = getattr(self, name)
             if value is not None and not (_is_number(value) and 0.0 <= value <= 1.0):
@@ -167,6 +204,7 @@ class ModelSpec:
         values, keys = readers.read_fields(config)
         problems: list[str] = []
         kwargs = {n: _typed(n, keys.get(n, n), v, problems) for n, v in values.items()}
+        problems += _shape_problems(config)
         if problems:
             raise ModelConfigError(_joined(problems))
         _derive(config, kwargs)
@@ -278,6 +316,50 @@ def _derive(config: Mapping[str, Any], f: dict[str, Any]) -> None:
     for name in ("max_positions", "sliding_window"):
         if f.get(name) is not None and f[name] <= 0:
             f[name] = None  # configs write 0 / -1 for "no limit"
+
+
+def _shape_problems(config: Mapping[str, Any]) -> list[str]:
+    """Keys whose value no engine can read: an unknown ``torch_dtype``, RoPE scaling of an
+    unknown type, a tower config that is not a mapping."""
+    out: list[str] = []
+    for key in ("torch_dtype", "dtype"):
+        value = config.get(key)
+        if value is not None and not (isinstance(value, str) and value in CONFIG_DTYPES):
+            out.append(
+                f"{key} ({_short(value)}) is not a torch dtype; use one of bfloat16, float16, "
+                "float32 (or another torch dtype name)"
+            )
+    for key in ("rope_scaling", "rope_parameters"):
+        out += _rope_problems(key, config.get(key))
+    for key in ("text_config", "vision_config", "text_config_dict", "vision_config_dict"):
+        value = config.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            out.append(f"{key} ({_short(value)}) must be a mapping of config keys or null")
+    return out
+
+
+def _rope_problems(key: str, value: Any) -> list[str]:
+    """A ``rope_scaling`` / ``rope_parameters`` value: null, one mapping with its type, or (per
+    layer type, transformers 5) a mapping of such mappings."""
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [f"{key} ({_short(value)}) must be a mapping (e.g. {{'rope_type': 'linear'}})"]
+    if "rope_type" not in value and "type" not in value:
+        nested = [(f"{key}.{k}", v) for k, v in value.items() if isinstance(v, Mapping)]
+        return [p for k, v in nested for p in _rope_problems(k, v)]
+    kind = value.get("rope_type", value.get("type"))
+    if isinstance(kind, str) and kind in ROPE_TYPES:
+        return []
+    return [
+        f"{key} type ({_short(kind)}) is not a RoPE type: one of {', '.join(sorted(ROPE_TYPES))}"
+    ]
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to 40 characters for a message."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}… ({len(text):,} characters)"
 
 
 def _typed(name: str, key: str, value: Any, problems: list[str]) -> Any:

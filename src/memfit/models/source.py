@@ -195,7 +195,13 @@ def _resolve(
     cache_dir: str | os.PathLike[str] | None,
     allow_code: bool | None,
 ) -> ModelSource:
-    path = Path(text).expanduser()
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "~name/..." with no such user
+        raise UnknownModelError(
+            f"no file or folder at {text[:80]!r}: there is no user {text.split('/')[0][1:80]!r} "
+            f"whose home folder ~ could name; check the path, or pass {ACCEPTED_FORMS}"
+        ) from None
     if _exists(path):
         return _from_path(path, trust_remote_code=trust_remote_code)
     bundled = find_bundled(text)

@@ -268,6 +268,30 @@ MAX_LORA_RANK = 1 << 16
 #: The most layers ``freeze_layers`` may name (deeper than any model).
 MAX_LAYERS = 1 << 16
 
+# -- model config limits (memfit.models.model_spec refuses a config past them, naming the limit) --
+# Each is far past any published model, so a value over it is a typo or a hostile file; each is a
+# count some engine loops over or builds a list of.
+#: Layers of one stack: the deepest bundled model has 126, the deepest published Transformer
+#: 1,000 (DeepNet, Wang et al. 2022, arXiv:2203.00555). A layer count is a loop and list size in
+#: every engine: 1e9 layers took 16.6 GB in ``memfit vllm``, 4e6 took 105 s in the analytic
+#: engine, and the nearest-fit search grows faster than linearly (4,096 layers: 1.3 s, 16,384:
+#: 44 s for ``estimate --gpu H100`` on the analytic engine, measured on the shared 2-core
+#: development machine, 2026-12-06).
+MAX_MODEL_LAYERS = 4096
+#: Attention heads (query or K/V) per layer: the widest published models use 128.
+MAX_HEADS = 1 << 16
+#: Routed or shared experts per MoE layer: the most published is 384 (Kimi K2).
+MAX_EXPERTS = 1 << 16
+#: Vocabulary entries: the largest published vocabularies are ~262k (Gemma 3).
+MAX_VOCAB = 1 << 24
+#: Steps a variable-length run replays (``--run-steps``; the default is 1,000): ten times the
+#: default. ``estimate gpt2 --seq-dist 300,100,1024`` took 57 s at 1,000 steps, 157 s at 10,000
+#: and over 200 s at 100,000 (shared 2-core development machine, 2026-12-06); 1e9 steps went
+#: past 6 GB before this limit.
+MAX_RUN_STEPS = 10_000
+#: Samples a variable-length run draws (steps x batch), each a list entry.
+MAX_RUN_SAMPLES = 1 << 22
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

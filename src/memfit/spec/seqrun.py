@@ -16,7 +16,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from memfit.spec.rules import raise_if
+from memfit.spec.rules import MAX_RUN_SAMPLES, MAX_RUN_STEPS, raise_if
 from memfit.spec.workload import WorkloadSpec
 
 #: Default number of steps replayed (``--run-steps``).
@@ -78,6 +78,15 @@ class StepPlan:
             problems.append(f"batch_size ({self.batch_size}) must be >= 1")
         if self.n_steps < 1:
             problems.append(f"n_steps ({self.n_steps}) must be >= 1 (--steps)")
+        elif self.n_steps > MAX_RUN_STEPS:
+            problems.append(
+                f"n_steps ({self.n_steps:,}) must be at most {MAX_RUN_STEPS:,} (--run-steps)"
+            )
+        elif self.batch_size >= 1 and self.n_steps * self.batch_size > MAX_RUN_SAMPLES:
+            problems.append(
+                f"n_steps x batch_size ({self.n_steps:,} x {self.batch_size:,}) must be at most "
+                f"{MAX_RUN_SAMPLES:,} samples replayed; pass fewer --run-steps"
+            )
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             problems.append(f"pad_to_multiple_of ({self.pad_to_multiple_of}) must be >= 1")
         raise_if(problems)

@@ -4,9 +4,11 @@ simulation reads as the model's dtype). :mod:`memfit.serving` simulates its star
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from memfit.errors import SpecError
+from memfit.spec.rules import MAX_GPUS
 
 __all__ = ["DTYPES", "KV_CACHE_DTYPES", "QUANTIZATIONS", "VllmConfig"]
 
@@ -60,10 +62,21 @@ class VllmConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 problems.append(f"--{name.replace('_', '-')} ({value!r}) must be 1 or more")
+            elif name != "block_size" and value > MAX_GPUS:
+                problems.append(
+                    f"--{name.replace('_', '-')} ({value:,}) must be at most {MAX_GPUS:,} GPUs "
+                    "(memfit.spec.rules.MAX_GPUS)"
+                )
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 problems.append(f"--{name.replace('_', '-')} ({value!r}) must be 1 or more")
+        for name in ("gpu_memory_utilization", "cpu_offload_gb"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                problems.append(f"--{name.replace('_', '-')} ({value!r}) must be a finite number")
+        if problems:
+            raise SpecError.from_problems(problems)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             problems.append(
                 f"--gpu-memory-utilization ({self.gpu_memory_utilization}) must be in (0, 1]"

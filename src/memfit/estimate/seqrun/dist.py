@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import random
 
 from memfit.errors import SpecError
@@ -43,6 +44,12 @@ def parse_seq_dist(text: str, *, max_len: int | None = None) -> SeqDist:
 
     ``max_len`` caps a histogram's lengths (the job's ``--seq``); default: its longest length."""
     parts = text.split(",")
+    if (
+        len(parts) == 3
+        and not all(_is_number(p) for p in parts)
+        and all(_is_float(p) for p in parts)
+    ):
+        raise SpecError(f"--seq-dist {text[:60]!r}: MEAN,STD,MAX must be finite numbers")
     if len(parts) == 3 and all(_is_number(p) for p in parts):
         mean, std, top = (float(p) for p in parts)
         if top != int(top):
@@ -56,12 +63,19 @@ def parse_seq_dist(text: str, *, max_len: int | None = None) -> SeqDist:
     return _read_histogram(text, max_len)
 
 
-def _is_number(text: str) -> bool:
+def _is_float(text: str) -> bool:
     try:
         float(text)
     except ValueError:
         return False
     return True
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _read_histogram(path: str, max_len: int | None) -> SeqDist:
@@ -79,7 +93,7 @@ def _read_histogram(path: str, max_len: int | None) -> SeqDist:
         try:
             length, count = row
             pairs.append((_whole(length), _whole(count)))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise UserFileError(
                 f"{what} {path!r}: entry {i + 1} ({str(row)[:60]}) is not a pair of whole "
                 'numbers length, count; write {"128": 40, ...} or CSV lines 128,40'

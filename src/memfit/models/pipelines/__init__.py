@@ -70,7 +70,10 @@ def pipeline_dir(model: str) -> Path | None:
     bundled = find_pipeline(model)
     if bundled is not None:
         return bundled.path
-    path = Path(model).expanduser()
-    if path.is_dir() and (path / "model_index.json").is_file():
-        return path
+    try:  # ~nosuchuser: RuntimeError; a name too long to look up: OSError
+        path = Path(model).expanduser()
+        if path.is_dir() and (path / "model_index.json").is_file():
+            return path
+    except (RuntimeError, OSError, ValueError):
+        return None  # not a local pipeline folder: the model reader names the problem
     return None
