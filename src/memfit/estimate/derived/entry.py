@@ -20,7 +20,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from memfit import userfiles
+from memfit.userfiles import UserFileError, read_bytes
 
 #: The first bytes of every entry: a header line (JSON: this tag, the cache's kind, the key, the
 #: format, the payload's length and sha256), then the payload (the record as compact JSON).
@@ -79,8 +79,8 @@ def read_entry(path: Path, *, kind: str, key: str, fmt: int, max_bytes: int) -> 
     except OSError as exc:
         raise CorruptEntry(exc.strerror or "unreadable") from None
     try:
-        data = userfiles.read_bytes(path, what="cache entry", max_bytes=max_bytes, timeout_s=30.0)
-    except userfiles.UserFileError as exc:
+        data = read_bytes(path, what="cache entry", max_bytes=max_bytes, timeout_s=30.0)
+    except UserFileError as exc:
         raise CorruptEntry(_why(str(exc), str(path))) from None
     return unframe(data, kind=kind, key=key, fmt=fmt)
 
