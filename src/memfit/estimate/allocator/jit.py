@@ -172,7 +172,8 @@ def _compile() -> Any:
         return None
     except _BROKEN_CACHE as e:  # a damaged file in memfit's own folder (a crash mid-write)
         # the folder is memfit's own (checked private): emptied, compiled again by the next run
-        shutil.rmtree(allocator_kernel._FOLDER, ignore_errors=True)
+        if allocator_kernel._FOLDER is not None:
+            shutil.rmtree(allocator_kernel._FOLDER, ignore_errors=True)
         _WHY[0] = f"numba's cached machine code was damaged ({type(e).__name__}): removed"
         return None
     return kernel
