@@ -46,10 +46,7 @@ ALLOWED = {
     "jobfiles/yaml_edit.py::yaml_scalar::yaml.safe_load": (
         "a value memfit writes, parsed to quote it where YAML would misread it"
     ),
-    "estimate/derived/cache.py::load::open": "memfit's own form cache (a bad file is ignored)",
-    "estimate/derived/cache.py::load::json.load": "memfit's own form cache (see above)",
-    "estimate/derived/cache.py::store::os.fdopen": "writes memfit's form cache",
-    "estimate/derived/sidecar.py::write::os.fdopen": "writes memfit's form cache (a form's arrays)",
+    "estimate/derived/entry.py::write_entry::os.fdopen": "writes memfit's caches (atomic)",
     "estimate/derived/workers.py::_serve::open": "a trace worker's stdout to os.devnull (writes)",
     "hardware/prices.py::bundled_prices::read_text": "package data: memfit's own prices.json",
     "hardware/prices.py::read_price_file::yaml.safe_load": "parses text read by userfiles",

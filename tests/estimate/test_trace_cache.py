@@ -13,6 +13,7 @@ from tests.conftest import TINY_LLAMA
 from memfit.errors import NotModelledError, SpecError, TraceError
 from memfit.estimate import trace_cache
 from memfit.estimate.derived import cache
+from memfit.estimate.derived.entry import write_entry
 from memfit.estimate.policy import run_engine
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace_cache import cacheable as REAL_CACHEABLE
@@ -138,10 +139,16 @@ def test_an_unreadable_file_is_ignored_and_replaced(on: Path) -> None:
     (on / f"{key}.json").write_text("{not json")
     with pytest.raises(SpecError, match="fresh"):
         cached_trace(_source(), TRAIN, None, lambda: (_ for _ in ()).throw(SpecError("fresh")))
-    assert json.loads((on / f"{key}.json").read_text())["refusal"]["message"] == "fresh"
-    (on / f"{key}.json").write_text(json.dumps({"format": 1, "key": key, "estimate": {"x": 1}}))
+    assert _record(on / f"{key}.json")["refusal"]["message"] == "fresh"
+    bad = json.dumps({"format": 1, "key": key, "estimate": {"x": 1}}).encode()
+    write_entry(on / f"{key}.json", bad, kind="trace", key=key, fmt=trace_cache.FORMAT)
     with pytest.raises(SpecError, match="again"):  # a record it cannot read: traced again
         cached_trace(_source(), TRAIN, None, lambda: (_ for _ in ()).throw(SpecError("again")))
+
+
+def _record(path: Path) -> Any:
+    """The record an entry holds (the JSON after its header line)."""
+    return json.loads(path.read_bytes().partition(b"\n")[2])
 
 
 def test_the_codec_refuses_values_json_cannot_hold_exactly() -> None:

@@ -5,8 +5,11 @@ multi-GPU, paged optimizer states, chunked prefill, ...) and every ``--engine tr
 the trace engine's, seconds to minutes each, and a ``plan`` asks for tens of them. This cache
 keeps each answer as one JSON file, under the derived cache's directory rules
 (:mod:`memfit.estimate.derived.cache`: ``$MEMFIT_CACHE_DIR/trace``, else
-``$XDG_CACHE_HOME/memfit/trace``, else ``~/.cache/memfit/trace``; atomic writes, unreadable or
-foreign files ignored and replaced; JSON only, never pickle).
+``$XDG_CACHE_HOME/memfit/trace``, else ``~/.cache/memfit/trace``; atomic writes; JSON only,
+never pickle). Each file carries its key and the sha256 of its payload and is read through the
+bounded reader (:mod:`memfit.estimate.derived.entry`); a file that fails a check, or whose
+record is not an answer (a field missing, a negative count), is a miss: traced again, the file
+replaced, and the answer says so in one note (``cache entry trace/<key>.json was corrupt``).
 
 **The key** hashes everything the answer depends on: the config.json (canonical JSON), the whole
 workload (``repr`` of the frozen spec: batch size and micro-batch count included), the GPU record
@@ -43,6 +46,7 @@ from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.derived import cache
 from memfit.estimate.derived.cache import source_fingerprint
 from memfit.estimate.history import is_recording
+from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import FitVerdict, MemoryEstimate, ModuleBytes, PhasePeak
 from memfit.spec import WorkloadSpec
 
@@ -101,25 +105,31 @@ def cached_trace(
     if not cacheable(source):
         return run()
     key = trace_key(source, workload, gpu, extrapolate=extrapolate)
-    data = cache.load(key, kind=KIND, fmt=FORMAT)
+    problems: list[str] = []  # a corrupt entry met (cache.CORRUPT_NOTE): said in the notes
+    data = cache.load(key, kind=KIND, fmt=FORMAT, problems=problems)
     if data is not None:
         found = _from_record(data)
         if isinstance(found, MemoryEstimate):
             return dataclasses.replace(found, model_name=source.name)
         if isinstance(found, SpecError):
             raise found
+        cache.note_corrupt(problems, f"{KIND}/{key}.json", "a record of the wrong shape")
     try:
-        est = run()
+        est = with_notes(run(), problems)
     except SpecError as exc:  # NotModelledError included: a refusal by the engine's own rules
         if type(exc) in (SpecError, NotModelledError):
             cache.store(key, {"refusal": _refusal(exc)}, kind=KIND, fmt=FORMAT)
         raise
-    try:
-        record = {"estimate": encode(est)}
+    try:  # kept without the corrupt-entry note: it is this run's, not the answer's
+        record = {"estimate": encode(dataclasses.replace(est, notes=_without(est.notes, problems)))}
     except TypeError:  # a value JSON cannot hold exactly: not kept
         return est
     cache.store(key, record, kind=KIND, fmt=FORMAT)
     return est
+
+
+def _without(notes: list[str], problems: list[str]) -> list[str]:
+    return [n for n in notes if n not in problems]
 
 
 def _refusal(exc: SpecError) -> dict[str, Any]:
@@ -133,6 +143,8 @@ def _from_record(data: dict[str, Any]) -> MemoryEstimate | SpecError | None:
     try:
         if "estimate" in data:
             est = decode(data["estimate"])
+            if not _plausible(est):
+                return None
             return dataclasses.replace(est, trace={**est.trace, "cached": True})
         r = data["refusal"]
         if r["type"] == "NotModelledError":
@@ -142,6 +154,23 @@ def _from_record(data: dict[str, Any]) -> MemoryEstimate | SpecError | None:
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return None
+
+
+def _plausible(est: MemoryEstimate) -> bool:
+    """Whether the counts of a decoded answer are what an engine gives: whole, non-negative
+    numbers (a record of the wrong shape, such as a negative activation, is not used)."""
+    counts = [
+        est.n_params,
+        est.n_trainable_params,
+        est.peak_allocated_bytes,
+        est.peak_reserved_bytes,
+        est.cuda_context_bytes,
+        est.device_used_bytes,
+        est.host_memory_bytes,
+        est.unified_memory_bytes,
+        *est.components.values(),
+    ]
+    return all(type(v) is int and v >= 0 for v in counts)
 
 
 # ----------------------------------------------------------------------------- the codec

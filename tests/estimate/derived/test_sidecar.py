@@ -14,6 +14,7 @@ import pytest
 
 from memfit.estimate.derived import cache, sidecar
 from memfit.estimate.derived.compiled import Compiled
+from memfit.estimate.derived.entry import write_entry
 
 WORKSPACES = (8 * 1024 * 1024, 1024 * 1024)
 
@@ -45,6 +46,11 @@ def _form() -> dict[str, Any]:
     return {"runs": [_run(1)], "exact": {"1": [_run(2)]}, "points": [1, 2, 3], "notes": ["n"]}
 
 
+def _record(path: Path) -> Any:
+    """The record an entry holds (the JSON after its header line)."""
+    return json.loads(path.read_bytes().partition(b"\n")[2])
+
+
 def _plain(x: Any) -> Any:
     """``x`` with arrays as lists (to compare a loaded form with the stored one)."""
     if isinstance(x, np.ndarray):
@@ -66,7 +72,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_stored_form_loads_back_from_its_arrays_as_the_same_form(store: Path) -> None:
     assert sidecar.path_for(store).exists()
-    want = json.loads(store.read_text())
+    want = _record(store)
     got = cache.load("k1")
     assert got is not None and isinstance(got["runs"][0]["ev"], np.ndarray)
     assert isinstance(got["exact"]["1"][0]["order"], np.ndarray)
@@ -82,9 +88,10 @@ def test_a_stored_form_loads_back_from_its_arrays_as_the_same_form(store: Path) 
 
 
 def test_arrays_that_no_longer_match_the_json_are_ignored_and_written_again(store: Path) -> None:
-    data = json.loads(store.read_text())
+    data = _record(store)
     data["runs"][0]["a0"][0] += 512  # the JSON changes after the sidecar was written
-    store.write_text(json.dumps(data))
+    payload = json.dumps(data).encode()  # the JSON alone rewritten, as a valid entry
+    write_entry(store, payload, kind="derived", key="k1", fmt=cache.FORMAT)
     os.utime(store, ns=(1, 1))
     got = cache.load("k1")
     assert got is not None and got["runs"][0]["a0"][0] == data["runs"][0]["a0"][0]
@@ -94,10 +101,17 @@ def test_arrays_that_no_longer_match_the_json_are_ignored_and_written_again(stor
     assert _plain(again) == data
 
 
-def test_an_unreadable_sidecar_is_ignored(store: Path) -> None:
+def test_an_unreadable_sidecar_is_ignored_with_a_note_and_written_again(store: Path) -> None:
     sidecar.path_for(store).write_bytes(b"not a zip file")
-    got = cache.load("k1")
-    assert got is not None and _plain(got) == json.loads(store.read_text())
+    problems: list[str] = []
+    got = cache.load("k1", problems=problems)
+    assert got is not None and _plain(got) == _record(store)
+    assert problems == [
+        "cache entry derived/k1.arrays.npz was corrupt (not a memfit cache entry): rebuilt"
+    ]
+    again = cache.load("k1", problems=problems)  # from the sidecar that load wrote again
+    assert again is not None and isinstance(again["runs"][0]["ev"], np.ndarray)
+    assert len(problems) == 1
 
 
 def test_lists_that_are_not_int64_integers_stay_in_the_json_text(store: Path) -> None:
@@ -108,7 +122,7 @@ def test_lists_that_are_not_int64_integers_stay_in_the_json_text(store: Path) ->
     got = cache.load("k2")
     assert got is not None and isinstance(got["runs"][0]["a0"], list)
     assert isinstance(got["runs"][0]["a1"], list) and isinstance(got["runs"][0]["ev"], np.ndarray)
-    assert _plain(got) == json.loads((store.parent / "k2.json").read_text())
+    assert _plain(got) == _record(store.parent / "k2.json")
 
 
 def test_a_refusal_has_no_sidecar(store: Path) -> None:

@@ -20,16 +20,19 @@ which raises the error with its message. ``tests/estimate/allocator/test_jit.py`
 every field with the Python replay on random event lists and on derived forms.
 
 numba is imported only when a replay is compiled or loaded (:func:`load_kernel`), never on
-``import memfit``. The compiled machine code is cached on disk (numba's ``cache=True``: next to
-this file, or, where that is not writable, numba's per-user cache, else memfit's cache
-directory); where none is writable the Python replay runs (compiling costs ~17 s of CPU, more
-than a process saves). ``MEMFIT_NO_JIT=1`` forces the Python replay.
+``import memfit``. The compiled machine code is cached on disk (numba's ``cache=True``) in a
+folder only memfit writes, checked before numba reads it, as numba's cache is pickle
+(:mod:`memfit.estimate.allocator.kernel_cache`); where no such folder passes, or with the disk
+caches off (``--no-cache``), the Python replay runs (compiling costs ~17 s of CPU, more than a
+process saves). ``MEMFIT_NO_JIT=1`` forces the Python replay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pickle
+import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -67,12 +70,23 @@ def describe() -> str:
 
 
 def load_kernel() -> Any:
-    """The compiled replay, or None without numba (or with ``MEMFIT_NO_JIT``)."""
+    """The compiled replay, or None without numba (or with ``MEMFIT_NO_JIT``). With the disk
+    caches off (``--no-cache``, ``MEMFIT_NO_CACHE``) numba's on-disk machine code is not read
+    either: the Python replay runs unless this process loaded the kernel already."""
     if jit_disabled():
         return None
     if not _KERNEL:
+        if not _disk_cache_on():
+            _WHY[0] = "--no-cache: numba's machine code on disk is not read"
+            return None
         _KERNEL.append(_compile())
     return _KERNEL[0]
+
+
+def _disk_cache_on() -> bool:
+    from memfit.estimate.derived import cache  # derived imports this module
+
+    return cache.enabled()
 
 
 def replay_arrays(
@@ -139,7 +153,7 @@ def _compile() -> Any:
         _WHY[0] = "numba is not installed: pip install 'memfit[fast]'"
         return None
     except RuntimeError as e:  # allocator_kernel.NoCacheError: nowhere to keep the machine code
-        _WHY[0] = f"no writable cache directory for numba's machine code ({e})"
+        _WHY[0] = str(e)[:500]
         return None
     kernel = allocator_kernel.replay_default
     from numba.core.errors import NumbaError
@@ -156,7 +170,18 @@ def _compile() -> Any:
     except (NumbaError, KeyError, TypeError) as e:  # a numba that cannot compile the kernel
         _WHY[0] = f"numba could not compile the replay ({type(e).__name__}: {e})"[:300]
         return None
+    except _BROKEN_CACHE as e:  # a damaged file in memfit's own folder (a crash mid-write)
+        # the folder is memfit's own (checked private): emptied, compiled again by the next run
+        if allocator_kernel._FOLDER is not None:
+            shutil.rmtree(allocator_kernel._FOLDER, ignore_errors=True)
+        _WHY[0] = f"numba's cached machine code was damaged ({type(e).__name__}): removed"
+        return None
     return kernel
+
+
+#: What numba raises reading a damaged cache file (``pickle.loads`` of a truncated index...).
+_BROKEN_CACHE = (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError,
+                 IndexError, OSError)  # fmt: skip
 
 
 #: The module numba's numpy support imports to probe for a BLAS when it first compiles or loads

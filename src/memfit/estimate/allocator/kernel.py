@@ -1,11 +1,11 @@
 """The compiled kernel of :mod:`memfit.estimate.allocator.jit` (numba; imported only by
 :func:`memfit.estimate.allocator.jit.load_kernel`, never on ``import memfit``).
 
-Every function here is numba-compiled with ``cache=True``: the machine code is kept on disk
-(``NUMBA_CACHE_DIR`` if set, else next to this file, else numba's per-user cache, else
-memfit's cache directory). Compiling takes ~17 s of CPU once; loading it ~0.9 s per process.
-Where no cache location is writable, importing this module raises :class:`NoCacheError` and
-the Python replay runs.
+Every function here is numba-compiled with ``cache=True``: the machine code is kept on disk in
+a folder only memfit writes, checked before numba reads it (numba's cache is pickle:
+:mod:`memfit.estimate.allocator.kernel_cache`). Compiling takes ~17 s of CPU once; loading it
+~0.9 s per process. Where no such folder passes the checks, importing this module raises
+:class:`NoCacheError` and the Python replay runs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from memfit.estimate.allocator import kernel_cache
+
 #: Status codes of the kernel (``out[0]``).
 OK, KEY_LIVE, KEY_NOT_LIVE, NEGATIVE_SIZE, TOO_LARGE = 0, 1, 2, 3, 4
 #: Reserved bytes (and any request) stay below this, else the kernel stops (TOO_LARGE).
@@ -23,26 +25,28 @@ LIMIT_BYTES = 1 << 40  # 1 TiB: the free lists' packed keys hold addresses below
 
 
 class NoCacheError(RuntimeError):
-    """No writable place for numba's cache: compiling in every process (~17 s of CPU) would
+    """No private, writable place for numba's cache: compiling in every process (~17 s of CPU) would
     cost more than the Python replay saves, so the caller keeps the Python replay."""
+
+
+#: The one folder numba reads and writes the kernel's machine code in: memfit's own, checked
+#: (:mod:`memfit.estimate.allocator.kernel_cache`); none, and this module is not loaded.
+_FOLDER, _WHY_NOT = kernel_cache.folder()
+if _FOLDER is None:
+    raise NoCacheError(_WHY_NOT)
 
 
 def _jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     def wrap(fn: Callable[..., Any]) -> Any:
-        try:
-            return numba.njit(cache=True, nogil=True, **options)(fn)
-        except RuntimeError:  # "cannot cache function ...: no locator available"
-            pass
-        # numba's own places (NUMBA_CACHE_DIR, next to this file, ~/.cache/numba) are not
-        # writable: memfit's cache directory, if it is (numba reads the setting here, once)
-        from memfit.estimate.derived.cache import cache_dir
-
+        # numba's locators try ``config.CACHE_DIR`` first and read it when the function is
+        # decorated (numba.core.caching.UserProvidedCacheLocator): set here, then put back, so
+        # numba's own places (NUMBA_CACHE_DIR, next to this file, ~/.cache/numba) are never read
         config: Any = numba.config
         saved = config.CACHE_DIR
-        config.CACHE_DIR = str(cache_dir().parent / "numba")
+        config.CACHE_DIR = str(_FOLDER)
         try:
             return numba.njit(cache=True, nogil=True, **options)(fn)
-        except (RuntimeError, OSError) as e:
+        except (RuntimeError, OSError) as e:  # "cannot cache function ...: no locator available"
             raise NoCacheError(str(e)) from e
         finally:
             config.CACHE_DIR = saved

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memfit.errors import NotModelledError, TraceError
+from memfit.errors import MemfitError, NotModelledError, TraceError
 from memfit.estimate import cuda_reduce
 from memfit.estimate.derived import cache
 from memfit.estimate.derived.compiled import compile_run
@@ -89,8 +89,25 @@ def estimate_derived(
     """``source`` running ``workload`` on ``gpu``, from the job's derived form (built with three
     traces the first time, then cached). NotModelledError where no form models the job."""
     started = time.perf_counter()
-    form, built = _form(source, workload, progress)
-    return _evaluate(form, source, workload, gpu, started=started, built=built)
+    problems: list[str] = []  # corrupt cache entries met (cache.CORRUPT_NOTE), said in the notes
+    form, built = _form(source, workload, progress, problems)
+    try:
+        est = _evaluate(form, source, workload, gpu, started=started, built=built)
+    except _SHAPE_ERRORS as exc:
+        if built or isinstance(exc, MemfitError):
+            raise
+        # a form from disk that passed its hash but that the evaluator cannot read: a corrupt
+        # entry like any other, rebuilt (and its file replaced)
+        key = cache.variant_key(source.config, workload)
+        _FORMS.pop(key, None)
+        cache.note_corrupt(problems, f"derived/{key}.json", "a form of the wrong shape")
+        form, built = _form(source, workload, progress, problems, fresh=True)
+        est = _evaluate(form, source, workload, gpu, started=started, built=built)
+    return with_notes(est, problems)
+
+
+#: What reading a form of the wrong shape raises (a MemfitError among them is the job's own).
+_SHAPE_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
 
 
 def estimate_first(
@@ -116,7 +133,8 @@ def estimate_first(
     w, prepared_notes = prepare_workload(source.config, workload)
     check_gpu(w, gpu)
     one_key = f"{key}-batch1"
-    form = _FORMS.get(one_key) or cache.load(one_key)
+    problems: list[str] = []
+    form = _FORMS.get(one_key) or cache.load(one_key, problems=problems)
     built = form is None
     if form is None:
         from memfit.estimate.derived import first  # the trace engine's imports: torch
@@ -136,7 +154,7 @@ def estimate_first(
     if built:
         cache.store(one_key, form)
     _FORMS[one_key] = form
-    return est
+    return with_notes(est, problems)
 
 
 def guide_derived(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
@@ -182,13 +200,20 @@ def estimate_many_derived(
 
 
 def _form(
-    source: Any, workload: WorkloadSpec, progress: Progress | None
+    source: Any,
+    workload: WorkloadSpec,
+    progress: Progress | None,
+    problems: list[str] | None = None,
+    *,
+    fresh: bool = False,
 ) -> tuple[dict[str, Any], bool]:
+    """The job's form and whether it was built now; ``problems`` collects the notes of corrupt
+    cache entries met; ``fresh``: build it, whatever is kept."""
     why = refusal(source, workload)
     if why is not None:
         raise NotModelledError(f"the derived engine does not model {why}", engine="derived")
     key = cache.variant_key(source.config, workload)
-    data = _FORMS.get(key) or cache.load(key)
+    data = None if fresh else (_FORMS.get(key) or cache.load(key, problems=problems))
     built = False
     if data is None:
         data = _build(source, workload, progress)

@@ -6,8 +6,17 @@ form's variable) and its micro-batch count (not traced) left out, the versions o
 transformers and peft installed (read from package metadata: no import) and a fingerprint of
 memfit's own source files (:func:`source_fingerprint`). A new version of any of them, or an edited
 checkout, is a new key: the form follows the installed code and is derived again. A refusal is
-cached too, so a job the form cannot model costs its three traces once. Unreadable or foreign files
-are ignored and replaced. Beside each form, its large integer lists as arrays
+cached too, so a job the form cannot model costs its three traces once.
+
+**Checked, not trusted** (issue 33): each file is a header line naming the cache, the key, the
+format and the payload's length and sha256, then the payload (:func:`frame`); it is read through
+memfit's one bounded reader (:mod:`memfit.userfiles`: regular files only, size-capped, so a FIFO
+or a link to ``/dev/zero`` is refused at once) and used only where all of these match. Anything
+else at an entry's name (an edited number, a truncated file, a record of the wrong shape, a
+foreign file) is a miss: rebuilt, the file replaced, and one note on the answer
+(:data:`CORRUPT_NOTE`). The hash detects damage, not a forger who rewrites the hash too: the
+folder is the user's own. Writes are atomic (a temporary file in the folder, then
+``os.replace``). Beside each form, its large integer lists as arrays
 (:mod:`memfit.estimate.derived.sidecar`, ``{key}.arrays.npz``, checked against the JSON file):
 loading reads them instead of the JSON, a few milliseconds rather than tens.
 
@@ -25,13 +34,14 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from memfit import userfiles
 from memfit.estimate.derived import sidecar
+from memfit.estimate.derived.entry import CorruptEntry, read_entry, write_entry
 from memfit.estimate.sharding import traced_step_workload
 from memfit.spec import WorkloadSpec
 from memfit.version import __version__
@@ -138,22 +148,53 @@ def variant_key(config: dict[str, Any], workload: WorkloadSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def load(key: str, *, kind: str = "derived", fmt: int = FORMAT) -> dict[str, Any] | None:
-    """The stored form (or refusal) of ``key``, None if absent, unreadable, of another format
-    ``fmt``, or with the caches off. ``kind``: which cache (:func:`cache_dir`)."""
+#: The most a form's file may hold (read through :mod:`memfit.userfiles`, size-capped); a
+#: larger form is not kept (it would be rebuilt on every read).
+MAX_ENTRY_BYTES = 256 * 1024 * 1024
+#: What a corrupt entry adds to the answer's notes.
+CORRUPT_NOTE = "cache entry {name} was corrupt ({why}): rebuilt"
+
+
+def note_corrupt(problems: list[str] | None, name: str, why: str) -> None:
+    """Add the corrupt-entry note for ``name`` to ``problems`` (once)."""
+    note = CORRUPT_NOTE.format(name=name, why=why)
+    if problems is not None and note not in problems:
+        problems.append(note)
+
+
+def load(
+    key: str, *, kind: str = "derived", fmt: int = FORMAT, problems: list[str] | None = None
+) -> dict[str, Any] | None:
+    """The stored form (or refusal) of ``key``, None if absent, of another format ``fmt``, not
+    a verified entry, or with the caches off. ``kind``: which cache (:func:`cache_dir`). A file
+    that is there but is not the entry (edited, truncated, foreign, of the wrong shape, not a
+    regular file) is a miss too, and adds :data:`CORRUPT_NOTE` to ``problems``: the caller
+    rebuilds it, and its :func:`store` replaces the file."""
     if not enabled():
         return None
     path = cache_dir(kind) / f"{key}.json"
+    name = f"{kind}/{path.name}"
     if kind == "derived":  # the form's arrays beside it, where they match it
-        got = sidecar.read(path, key, fmt)
+        try:
+            got = sidecar.read(path, key, fmt)
+        except CorruptEntry as exc:
+            note_corrupt(problems, f"{kind}/{sidecar.path_for(path).name}", str(exc))
+            got = None
         if got is not None:
             return got
     try:
-        with path.open(encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        payload = read_entry(path, kind=kind, key=key, fmt=fmt, max_bytes=MAX_ENTRY_BYTES)
+        if payload is None:
+            return None
+        data = userfiles.parse_json(payload.decode("utf-8"), what="cache entry", source=name)
+    except CorruptEntry as exc:
+        note_corrupt(problems, name, str(exc))
+        return None
+    except (UnicodeDecodeError, userfiles.UserFileError):
+        note_corrupt(problems, name, "not JSON")
         return None
     if not isinstance(data, dict) or data.get("format") != fmt or data.get("key") != key:
+        note_corrupt(problems, name, "a record of the wrong shape")
         return None
     if kind == "derived":
         sidecar.write(path, data)
@@ -161,23 +202,17 @@ def load(key: str, *, kind: str = "derived", fmt: int = FORMAT) -> dict[str, Any
 
 
 def store(key: str, data: dict[str, Any], *, kind: str = "derived", fmt: int = FORMAT) -> None:
-    """Write ``data`` under ``key`` atomically; a cache that cannot be written is skipped, and
-    nothing is written with the caches off."""
+    """Write ``data`` under ``key`` atomically, framed with its key and sha256 (:func:`frame`);
+    a cache that cannot be written is skipped, a record over :data:`MAX_ENTRY_BYTES` is not
+    kept, and nothing is written with the caches off."""
     if not enabled():
         return
-    folder = cache_dir(kind)
+    path = cache_dir(kind) / f"{key}.json"
     record = {**data, "format": fmt, "key": key}
-    with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                # one string by the C encoder: json.dump streams through the Python one (5x
-                # slower on a form; the same text)
-                f.write(json.dumps(record, separators=(",", ":")))
-            os.replace(tmp, folder / f"{key}.json")
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if kind == "derived":
-            sidecar.write(folder / f"{key}.json", record)
+    # one string by the C encoder: json.dump streams through the Python one (5x slower on a
+    # form; the same text)
+    payload = json.dumps(record, separators=(",", ":")).encode()
+    if len(payload) > MAX_ENTRY_BYTES:
+        return
+    if write_entry(path, payload, kind=kind, key=key, fmt=fmt) and kind == "derived":
+        sidecar.write(path, record)
