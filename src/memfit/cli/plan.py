@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from memfit import api
+from memfit import api, progress
 from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
 from memfit.cli import seqdist as cli_seqdist
@@ -43,6 +43,7 @@ from memfit.plan import (
 )
 from memfit.plan.advice import DEFAULT_RANK, RANKS, rank_advice
 from memfit.plan.doctor import BATCH_FROM, CHOSE_GPU_BY, SIZED_BY, doctor
+from memfit.plan.nearest import NearestFit, nearest_fit
 from memfit.plan.recipe import ALLOW, parse_allow
 from memfit.plan.request import CONFIRM_MODES
 from memfit.plan.upgrade import DEFAULT_MAX_QUALITY_RISK, MAX_TRACE_FALLBACKS, upgrade_verdict
@@ -409,12 +410,30 @@ def cmd_fit(args: argparse.Namespace) -> int:
         headroom=args.headroom,
     )
     info, lines, confirmed = cli_from.confirm_fit(args, result)  # a torchtune / LitGPT file
+    nearest = _fit_nearest(args, result) if not info else None
+    if nearest is not None:
+        info["nearest_fit"] = nearest.to_json()
+        lines += "\n" + nearest.text()
     print(
         json.dumps({**result.to_json(), **info}, indent=2)
         if args.json
         else render_fit(result) + lines
     )
     return result.exit_code if confirmed else EXIT_DOES_NOT_FIT  # the verdict rule's code
+
+
+def _fit_nearest(args: argparse.Namespace, result: Any) -> NearestFit | None:
+    """When not even the smallest value fits or is tight on a named GPU: the nearest change
+    that makes the job fit (memfit.plan.nearest), as ``estimate`` names it."""
+    est = result.estimate
+    if result.verdict != "does not fit" or args.gpu is None or est is None:
+        return None
+    workload = workload_from_args(args)
+    if workload.mode != "train" or args.solve not in ("batch", "seq"):
+        return None
+    settled = replace(workload, precision=est.workload["precision"])
+    progress.report("looking for the nearest change that fits")
+    return nearest_fit(args.model, settled, args.gpu, model_name=str(args.model))
 
 
 # -- upgrade ----------------------------------------------------------------------------------
