@@ -80,7 +80,7 @@ def run_class(make: Callable[[], list[fz.Case]], root: Path) -> dict[str, object
     for case in cases:
         outcome = fz.run_case(case, root)
         slowest = max(slowest, outcome.seconds)
-        problem = outcome.problem(case)
+        problem = outcome.problem(case, root)
         if problem is not None:
             failed.append(f"{case.name}: {problem.splitlines()[-1][:160]}")
     return {
@@ -97,7 +97,8 @@ def render(results: dict[str, dict[str, object]]) -> str:
         "# Fuzz summary (issue 33): generated hostile inputs by class",
         "",
         f"Command: `{COMMAND}` (writes this file). Handled: exit 0/1/2 as the class allows, one "
-        "`memfit: error:` line for exit 2, no traceback, each case under "
+        "`memfit: error:` line for exit 2 (for an output path: quoting that path), no "
+        "traceback, each case under "
         f"{fz.CASE_TIME_LIMIT_S:.0f} s. Cases: tests/fuzz/cases.py (run by "
         "`pytest tests/fuzz -m slow`; every "
         f"{fz.FAST_STRIDE}th by default) and the typed-option sweep of "

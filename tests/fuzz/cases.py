@@ -64,6 +64,9 @@ class Case:
     argv: list[str]
     files: dict[str, bytes]
     expect_rc: tuple[int, ...] = (0, 1, 2)
+    #: For exit 2: text the error must hold (``{dir}`` replaced), so that a refusal for another
+    #: reason (the fuzz suite's stub of a real run) does not count as this one.
+    expect_err: str = ""
 
 
 def subset(cases: list[Case], slow: bool) -> list[Case]:
@@ -334,6 +337,7 @@ def output_path_cases() -> list[Case]:
                     [*command, flag, target],
                     {"run.jsonl": run_log},
                     expect_rc=(2,),
+                    expect_err=repr(target),  # the message quotes the path as given
                 )
             )
     return cases
@@ -355,8 +359,8 @@ class Outcome:
     stderr: str
     seconds: float
 
-    def problem(self, case: Case) -> str | None:
-        """Why the case is not handled, or None."""
+    def problem(self, case: Case, root: Path | None = None) -> str | None:
+        """Why the case is not handled, or None (``root``: what ``{dir}`` stands for)."""
         if self.rc == "raised":
             return f"raised: {self.stderr[-300:]}"
         if self.rc not in case.expect_rc:
@@ -365,6 +369,9 @@ class Outcome:
             return f"traceback: {self.stderr[-300:]}"
         if self.rc == 2 and self.stderr.count("memfit: error:") != 1:
             return f"not one error line: {self.stderr[-300:]}"
+        wanted = case.expect_err.replace("{dir}", str(root))
+        if self.rc == 2 and wanted and wanted not in self.stderr:
+            return f"refused for another reason (no {wanted}): {self.stderr[-300:]}"
         if self.seconds > CASE_TIME_LIMIT_S:
             return f"took {self.seconds:.1f} s (limit {CASE_TIME_LIMIT_S} s)"
         return None

@@ -41,7 +41,7 @@ def _check_all(cases: list[Case], root: Path) -> None:
     make_special_files(root)
     failed = []
     for case in cases:
-        problem = run_case(case, root).problem(case)
+        problem = run_case(case, root).problem(case, root)
         if problem is not None:
             failed.append(f"{case.name}: {problem}")
     assert not failed, f"{len(failed)} of {len(cases)} cases failed:\n" + "\n".join(failed[:10])
@@ -84,7 +84,7 @@ def test_the_unaltered_snapshot_and_run_log_are_read_with_exit_0(
 def _one(case: Case, root: Path) -> str:
     make_special_files(root)
     outcome = run_case(case, root)
-    assert outcome.problem(case) is None, outcome
+    assert outcome.problem(case, root) is None, outcome
     return outcome.stderr
 
 
