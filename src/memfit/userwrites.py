@@ -81,6 +81,42 @@ class _Pending:
     replaced: bool = False
 
 
+#: File suffixes and the format they name: an output flag refuses a suffix naming another format
+#: (``--png x.html``); a suffix not listed here (or none) is taken as the user wrote it.
+FORMAT_OF_SUFFIX = {
+    ".html": "HTML",
+    ".htm": "HTML",
+    ".png": "PNG",
+    ".jpg": "JPEG",
+    ".jpeg": "JPEG",
+    ".svg": "SVG",
+    ".pdf": "PDF",
+    ".json": "JSON",
+    ".jsonl": "JSON Lines",
+    ".md": "Markdown",
+    ".pickle": "pickle",
+    ".pkl": "pickle",
+    ".csv": "CSV",
+    ".yaml": "YAML",
+    ".yml": "YAML",
+}
+
+
+def check_output(path: str | os.PathLike[str], *, what: str, fmt: str | None = None) -> None:
+    """Before any work: a UserFileError (exit 2) if ``path`` could not be written by
+    :func:`write_files` (a FIFO, device, socket, folder, kernel file or read-only file), or if
+    its suffix names a format other than ``fmt`` (``--png x.html``). Writes nothing."""
+    _check(path, b"", what=what)
+    suffix = Path(path).suffix.lower()
+    named = FORMAT_OF_SUFFIX.get(suffix)
+    if fmt is not None and named is not None and named != fmt:
+        wanted = next((k for k, v in FORMAT_OF_SUFFIX.items() if v == fmt), "")
+        raise UserFileError(
+            f"{what} {str(path)!r} ends in {suffix} ({named}), but memfit writes {fmt} there: "
+            f"name a file ending in {wanted or 'another suffix'}"
+        )
+
+
 def write_text(path: str | os.PathLike[str], text: str, *, what: str) -> Written:
     """Write one output file (``--html``, ``-o``…) atomically, without a backup."""
     return write_files([(path, text)], what=what)[0]

@@ -15,7 +15,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.flags import finite_float, positive_int
-from memfit.userwrites import write_text
+from memfit.userwrites import check_output, write_text
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 #: memfit.bench.TECHNIQUES' names, here so that building the parser does not import torch.
@@ -136,6 +136,9 @@ def _thresholds(args: argparse.Namespace) -> Any:
     return QualityThresholds(max_kl=args.max_kl, min_top1=args.min_top1, min_cosine=args.min_cosine)
 
 
+BENCH_FORMATS = {"--output": "JSON", "--png": "PNG", "--md": "Markdown"}
+
+
 def _check_writable(flag: str, path: str | None) -> None:
     """A SpecError when ``path``'s folder is missing or not writable, or ``path`` is a folder."""
     if path is None:
@@ -143,6 +146,7 @@ def _check_writable(flag: str, path: str | None) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise SpecError(f"{flag} ({path!r}) is a folder; give a file name")
+    check_output(path, what=flag, fmt=BENCH_FORMATS[flag])  # a FIFO, device or x.html: refused
     if not os.path.isdir(folder):
         raise SpecError(f"{flag} ({path!r}): the folder {folder!r} does not exist; create it first")
     if not os.access(folder, os.W_OK):

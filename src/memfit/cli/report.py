@@ -15,6 +15,7 @@ from memfit.report.png import render_png
 from memfit.report.snapshot import render_comparison, render_snapshot
 from memfit.snapshot import analyze_snapshot
 from memfit.snapshot.compare import compare_snapshots
+from memfit.userwrites import check_output
 
 REPORT_EXAMPLES = """examples:
   memfit report run.jsonl -o report.html
@@ -89,6 +90,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    check_output(args.output, what="-o/--output page", fmt="HTML")  # before reading the logs
+    if args.png:
+        check_output(args.png, what="--png picture", fmt="PNG")
     run, note = binding_rank(read_runs(args.log))
     if note is not None:
         run = dataclasses.replace(run, note=note)

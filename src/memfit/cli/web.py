@@ -27,6 +27,7 @@ from memfit.report.estimate_html import write_estimate_html
 from memfit.report.plan_html import write_plan_html
 from memfit.snapshot.predicted import pick, write_history
 from memfit.spec import WorkloadSpec
+from memfit.userwrites import check_output
 from memfit.web.query import REFUSED
 from memfit.web.serve import serve
 from memfit.web.workers import CommandLine, ParserFactory
@@ -105,10 +106,11 @@ def add_share_flags(parser: argparse.ArgumentParser, *, snapshot: bool) -> None:
 def check_output_paths(args: argparse.Namespace) -> None:
     """``--html`` / ``--snapshot`` must name a file in an existing folder: checked before any
     work, so a typo is an exit-2 message, not a traceback after the estimate."""
-    for flag in ("html", "snapshot"):
+    for flag, what, fmt in (("html", "--html page", "HTML"), ("snapshot", "--snapshot", "pickle")):
         value = getattr(args, flag, None)
         if not value:
             continue
+        check_output(value, what=what, fmt=fmt)  # a FIFO, device or x.png: refused up front
         path = Path(value)
         if path.is_dir():
             raise SpecError(f"--{flag} ({value!r}) is a folder: name a file in it")

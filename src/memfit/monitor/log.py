@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from memfit.monitor.schema import RECORD_FIELDS, record
+from memfit.userfiles import UserFileError
+from memfit.userwrites import check_output
 
 logger = logging.getLogger("memfit.monitor")
 
@@ -95,7 +97,20 @@ def _is_regular(fd: int) -> bool:
 
 
 def _open_fd(p: Path) -> int:
-    return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+    """Open the run log for appending; an OSError (the monitor warns and runs without a log) for
+    a FIFO, device, socket or kernel file: opening a FIFO would block the user's script before
+    its loop, and none of them is a log (userwrites.check_output, as every output flag)."""
+    try:
+        check_output(p, what="run log")
+    except UserFileError as exc:
+        raise OSError(str(exc)) from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(p, flags, 0o644)  # O_NONBLOCK: a FIFO made since the check fails, never blocks
+    if not _is_regular(fd):
+        os.close(fd)
+        raise OSError(f"run log {str(p)!r} is not a regular file: memfit writes only regular files")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _claim(fd: int) -> bool:

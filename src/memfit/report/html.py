@@ -41,6 +41,11 @@ LEAK_MIN_GROWTH_FRACTION = 0.02
 CAPACITY_SHOWN_WITHIN = 3.0
 
 
+#: The largest byte count an estimate may hold: a 64-bit counter (an integer past it, or inf, is
+#: not an estimate memfit wrote, and overflows float conversion in the charts).
+MAX_ESTIMATE_BYTES = 2**63
+
+
 def _fmt_bytes(v: float | None) -> str:
     return "–" if v is None else format_bytes(int(v))
 
@@ -56,7 +61,7 @@ def load_estimate(estimate: Any) -> dict[str, Any] | None:
     if hasattr(estimate, "to_json"):
         return dict(estimate.to_json())
     if isinstance(estimate, dict):
-        return estimate
+        return checked_estimate(estimate, "the estimate")
     path = Path(estimate)
     data = read_json(path, what="estimate file", max_bytes=JSON_MAX_BYTES)  # UserFileError: exit 2
     if not isinstance(data, dict) or "peak_allocated_bytes" not in data:
@@ -64,7 +69,36 @@ def load_estimate(estimate: Any) -> dict[str, Any] | None:
             f"estimate file {str(path)!r} is not `memfit estimate --json` output "
             "(no peak_allocated_bytes)"
         )
-    return data
+    return checked_estimate(data, f"estimate file {str(path)!r}")
+
+
+def run_estimate(run: RunData, estimate: Any) -> dict[str, Any] | None:
+    """The estimate to compare with: ``estimate`` (see :func:`load_estimate`), else the one the
+    run log's start record holds (checked the same way), else None."""
+    est = load_estimate(estimate)
+    if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
+        est = checked_estimate(
+            run.start["estimate"], f"the run log {str(run.path)!r}'s start record"
+        )
+    return est
+
+
+def checked_estimate(est: dict[str, Any], where: str) -> dict[str, Any]:
+    """``est`` if each receipt metric in it is None or a byte count (a finite number in
+    [0, 2**63)); otherwise a SpecError naming the field and its value (exit 2)."""
+    for key, _, _ in RECEIPT_METRICS:
+        value = est.get(key)
+        if value is None:
+            continue
+        number = type(value) in (int, float)
+        if number and value == value and 0 <= value < MAX_ESTIMATE_BYTES:  # NaN != NaN
+            continue
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise SpecError(
+            f"{where}: {key} is {shown}, not a byte count (a number from 0 to 2**63); pass "
+            "`memfit estimate --json` output as it was written"
+        )
+    return est
 
 
 def measured(run: RunData) -> dict[str, int | None]:
@@ -479,9 +513,7 @@ def render_html_report(
     estimate the monitor stored in the log's start record, if any.
     """
     run = log_path if isinstance(log_path, RunData) else read_log(log_path)
-    est = load_estimate(estimate)
-    if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
-        est = run.start["estimate"]
+    est = run_estimate(run, estimate)
 
     out = Path(out_path)
     write_text(out, render_html(run, est), what="report")  # atomic; OSError -> one line

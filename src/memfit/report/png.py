@@ -8,7 +8,7 @@ from typing import Any
 
 from memfit.errors import MissingDependencyError
 from memfit.monitor.log import RunData, read_log
-from memfit.report.html import RECEIPT_METRICS, load_estimate, shown_capacity, was_measured
+from memfit.report.html import RECEIPT_METRICS, run_estimate, shown_capacity, was_measured
 from memfit.report.svg import COLORS
 from memfit.userwrites import write_files
 
@@ -72,9 +72,7 @@ def render_png(log_path: str | Path | RunData, out_path: str | Path, estimate: A
     """Write a 2×2 PNG summary of the run log to ``out_path``."""
     plt = pyplot()
     run = log_path if isinstance(log_path, RunData) else read_log(log_path)
-    est = load_estimate(estimate)
-    if est is None and run.start is not None and isinstance(run.start.get("estimate"), dict):
-        est = run.start["estimate"]
+    est = run_estimate(run, estimate)
     fig, axes = plt.subplots(2, 2, figsize=(13, 8))
     _memory(axes[0][0], run, "step", est)
     axes[0][0].set_title("Memory per step")

@@ -22,11 +22,13 @@ requested bytes) minus the window's net change.
 from __future__ import annotations
 
 import heapq
+import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memfit.errors import SnapshotError
 from memfit.snapshot import frames as fr
 from memfit.snapshot.load import read_snapshot
 
@@ -485,6 +487,66 @@ class _TraceReplay:
         )
 
 
+#: The numbers the analysis computes with, in segments, blocks and trace events; torch writes each
+#: as an int (``torch/csrc/cuda/Module.cpp``, ``THCPModule_memorySnapshot``) or leaves it out.
+_INT_FIELDS = (
+    "device",
+    "address",
+    "total_size",
+    "size",
+    "requested_size",
+    "real_size",
+    "addr",
+    "time_us",
+    "device_free",
+)
+_MAX_INT = 2**63 - 1
+#: What a record of the wrong shape raises inside the analysis (a segment's ``blocks`` a number,
+#: ``device_traces`` holding None...): each becomes one SnapshotError.
+_SHAPE_FAILURES = (TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError)
+
+
+def _check_record(path: Path, what: str, rec: Any) -> None:
+    """A SnapshotError unless ``rec`` is a dict whose numeric fields are None or int64 ints."""
+    if not isinstance(rec, dict):
+        raise SnapshotError(
+            f"{path}: not a torch memory snapshot: a {what} is a {type(rec).__name__}, not a dict; "
+            "it was written by something else or altered"
+        )
+    for key in _INT_FIELDS:
+        value = rec.get(key)
+        if value is None or (type(value) is int and -_MAX_INT <= value <= _MAX_INT):
+            continue
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise SnapshotError(
+            f"{path}: not a torch memory snapshot: a {what}'s {key!r} is {shown}, not a 64-bit "
+            "integer; it was written by something else or altered"
+        )
+    for key in ("frames", "blocks", "history"):
+        value = rec.get(key)
+        if value is not None and not isinstance(value, (list, tuple)):
+            raise SnapshotError(
+                f"{path}: not a torch memory snapshot: a {what}'s {key!r} is a "
+                f"{type(value).__name__}, not a list; it was written by something else or altered"
+            )
+
+
+def _plain_settings(settings: Any) -> dict[str, Any]:
+    """``allocator_settings`` as torch writes them (names to JSON values: numbers, strings, the
+    ``roundup_power2_divisions`` map); an entry JSON cannot write (bytes, a tuple key) is left
+    out rather than breaking ``--json``."""
+    if not isinstance(settings, dict):
+        return {}
+    out = {}
+    for key, value in settings.items():
+        try:
+            json.dumps({key: value})
+        except (TypeError, ValueError, RecursionError):
+            continue
+        out[key] = value
+    return out
+
+
 def analyze_snapshot(
     path: str | Path, *, top: int = 10, stream: bool | None = None
 ) -> SnapshotAnalysis:
@@ -501,16 +563,28 @@ def analyze_snapshot(
     reserved_by_device: Counter[int] = Counter()
 
     def on_segment(seg: dict[str, Any]) -> None:
+        _check_record(path, "segment", seg)
+        for block in seg.get("blocks") or ():
+            _check_record(path, "block", block)
+            for entry in block.get("history") or ():
+                _check_record(path, "block history entry", entry)
         segments(seg)
         reserved_by_device[int(seg.get("device", 0) or 0)] += int(seg.get("total_size", 0))
 
     def on_event(device: int, ev: dict[str, Any]) -> None:
+        _check_record(path, "trace event", ev)
         replay = replays.get(device)
         if replay is None:
             replay = replays[device] = _TraceReplay(device)
         replay(ev)
 
-    rest, reader = read_snapshot(path, on_segment, on_event, stream=stream)
+    try:
+        rest, reader = read_snapshot(path, on_segment, on_event, stream=stream)
+    except _SHAPE_FAILURES as exc:  # a list where a dict goes, a str where a number goes...
+        raise SnapshotError(
+            f"{path}: not a torch memory snapshot: a value of the wrong type or shape in it "
+            f"({type(exc).__name__}: {str(exc)[:80]}); it was written by something else or altered"
+        ) from None
     notes = []
     if not replays:
         notes.append(
@@ -552,6 +626,6 @@ def analyze_snapshot(
         by_module=_top_places(segments.by_module, top),
         fragmentation=frag,
         devices=devices,
-        allocator_settings=settings if isinstance(settings, dict) else {},
+        allocator_settings=_plain_settings(settings),
         notes=notes,
     )
