@@ -37,6 +37,9 @@ ALLOWED = {
         "the one writer of user-named files: creates its temp file (O_CREAT | O_EXCL, write-only)"
     ),
     "userwrites.py::_fsync_dir::os.open": "the writer opens the folder to fsync its rename",
+    "cli/entry.py::_drop_stdout::os.open": (
+        "opens os.devnull to replace a stdout whose flush failed (/dev/full): not a user file"
+    ),
     "jobfiles/files.py::parse_text::yaml.safe_load": (
         "parses text userfiles.read_text read (parse), or memfit's edit of it, safe_load only"
     ),

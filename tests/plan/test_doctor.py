@@ -297,7 +297,7 @@ def test_doctor_says_one_needs_figure_the_verdicts(lora: tuple[str, ...]) -> Non
 
 
 def test_no_batch_that_fits_is_said_with_the_way_forward() -> None:
-    text, data = _doctor_cli("llama-3.1-8b", "--gpu", "T4", "--seq", "4096")
+    text, data = _doctor_cli("llama-3.2-3b", "--gpu", "T4", "--seq", "2048")
     batch = next(f for f in data["findings"] if f["mistake"] == "batch_unprofiled")
     assert batch["numbers"]["max_batch"] == 0
     assert "is 0" not in text

@@ -49,7 +49,10 @@ turns one off). Exit 0 pass, 1 fail, 2 bad input.
 def _threshold(text: str) -> float | None:
     if text.lower() == "none":
         return None
-    value = finite_float(text)
+    try:
+        value = finite_float(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text[:40]!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value
