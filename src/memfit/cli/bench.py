@@ -52,7 +52,8 @@ def _threshold(text: str) -> float | None:
     try:
         value = finite_float(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text[:40]!r}") from None
+        got = text[:40]
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {got!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value
