@@ -73,6 +73,7 @@ def refuse_pipeline_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
+    cli_diffusion_train.require_diffusion_stack()
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
         return cli_diffusion_train.cmd_estimate(args)
     refuse_train_flags_in_inference(args)
@@ -116,6 +117,7 @@ def _gpu_flag(args: argparse.Namespace) -> str:
 
 def cmd_plan_pipeline(args: argparse.Namespace) -> int:
     """``memfit plan PIPELINE``: training plans (--mode train, the default) or inference ones."""
+    cli_diffusion_train.require_diffusion_stack()
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
         return cli_diffusion_train.cmd_plan(args)
     _refuse_text_plan_flags(args)
@@ -140,6 +142,7 @@ def cmd_plan_pipeline(args: argparse.Namespace) -> int:
 def cmd_fit_pipeline(args: argparse.Namespace) -> int:
     """``memfit fit PIPELINE``: training (--mode train, the default) or one inference call's
     largest batch / square resolution."""
+    cli_diffusion_train.require_diffusion_stack()
     if getattr(args, "mode", "train") == "train":  # the diffusers training scripts
         return cli_diffusion_train.cmd_fit(args)
     refuse_train_flags_in_inference(args)

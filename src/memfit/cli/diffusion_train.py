@@ -9,16 +9,36 @@ for text models.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 
 from memfit import api
-from memfit.errors import SpecError
+from memfit.errors import MissingDependencyError, SpecError
 from memfit.estimate.verdict import EXIT_CODES
 from memfit.jobflags import diffusion_train_job
 from memfit.report.diffusion import render_training, render_training_fit, render_training_plan
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):  # a module set to None in sys.modules: blocked
+        return False
+
+
+def require_diffusion_stack() -> None:
+    """A pipeline is built by diffusers on torch (``pip install 'memfit[diffusion]'``): refused
+    up front, naming that extra, where either is missing (not torch's ModuleNotFoundError)."""
+    missing = [m for m in ("torch", "diffusers") if not _installed(m)]
+    if missing:
+        raise MissingDependencyError(
+            f"diffusion pipelines need {' and '.join(missing)}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: pip install 'memfit[diffusion]'"
+        )
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
+    require_diffusion_stack()
     job = diffusion_train_job(args)
     est = api.estimate(args.model, job, gpu=args.gpu or None)  # judged on the GPU asked
     print(json.dumps(est.to_json(), indent=2) if args.json else render_training(est))
@@ -39,6 +59,7 @@ def _checked_gpu(args: argparse.Namespace) -> str | None:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    require_diffusion_stack()
     job = diffusion_train_job(args)
     result = api.fit(
         args.model, job, gpu=_checked_gpu(args), solve=args.solve,
@@ -75,6 +96,7 @@ def _refuse_text_plan_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    require_diffusion_stack()
     _refuse_text_plan_flags(args)
     ranks = args.lora_rank or []
     job = diffusion_train_job(args, lora_rank=ranks[0] if ranks else None)

@@ -84,6 +84,10 @@ def parse_config_text(text: str, *, where: str) -> dict[str, Any]:
             f"{where}: invalid JSON at line {e.lineno}, column {e.colno} (char {e.pos}): "
             f"{hint}; {NEXT_STEP}"
         ) from None
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits (int's own limit)
+        raise ModelConfigError(
+            f"{where}: a value no config holds: {str(e)[:80]}; {NEXT_STEP}"
+        ) from None
     if not isinstance(config, dict):
         raise ModelConfigError(
             f"{where}: the JSON is a {type(config).__name__}, but a config.json is an object "
