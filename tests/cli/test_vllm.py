@@ -138,3 +138,15 @@ def test_fit_runtime_vllm_serves_one_replica_over_gpus(capsys: pytest.CaptureFix
     assert main(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert "--tensor-parallel-size 4" in data["command"] and data["max_value"] > 8
+
+
+def test_a_quantization_the_gpu_is_too_old_for_is_refused_as_vllm_refuses_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """issue 33 item 7: fp8 needs compute capability 8.0 in vLLM (Fp8Config.get_min_capability);
+    a V100 (7.0) is refused before any memory line, an L40S (8.9) starts."""
+    rc = main(["vllm", "llama-3.1-8b", "--gpu", "V100-32GB", "--quantization", "fp8"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "Minimum capability: 80. Current capability: 70." in out
+    assert "Model loading took" not in out
+    assert main(["vllm", "llama-3.1-8b", "--gpu", "L40S", "--quantization", "fp8"]) == 0

@@ -15,6 +15,7 @@ last); the first stage holds the embedding, the last the final norm and lm_head.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.models import ModelSpec
@@ -26,6 +27,7 @@ __all__ = [
     "kv_layers",
     "linear_bytes_per_param",
     "parallel_error",
+    "quantization_error",
     "rank_weights",
 ]
 
@@ -123,6 +125,32 @@ def _compressed_tensors_int(spec: ModelSpec) -> tuple[str, int | None, str] | No
             if bits == 4:
                 return "int4-gptq", size if isinstance(size, int) and size > 0 else None, note
     return None
+
+
+#: The lowest CUDA compute capability (major * 10 + minor) of each quantization method vLLM
+#: loads, as its quantization configs return it (``get_min_capability`` in
+#: ``vllm/model_executor/layers/quantization/{fp8,awq,gptq,bitsandbytes}.py``); a GPU below it is
+#: refused when the weights are loaded ("The quantization method X is not supported for the
+#: current GPU. Minimum capability: M. Current capability: C.", vLLM's ``get_quant_config``).
+VLLM_MIN_CAPABILITY = {"fp8": 80, "awq": 75, "gptq": 60, "bitsandbytes": 70}
+
+
+def quantization_error(quantization: str | None, gpu: Any) -> tuple[str, str] | None:
+    """vLLM's refusal of ``quantization`` on ``gpu`` (too old a compute capability), or None."""
+    need = VLLM_MIN_CAPABILITY.get(str(quantization).lower()) if quantization else None
+    cc = getattr(gpu, "compute_capability", None)
+    if need is None or cc is None:
+        return None
+    have = cc[0] * 10 + cc[1]
+    if have >= need:
+        return None
+    return (
+        f"ValueError: The quantization method {quantization} is not supported for the current "
+        f"GPU. Minimum capability: {need}. Current capability: {have}.",
+        f"vLLM refuses --quantization {quantization} on {gpu.name} (compute capability "
+        f"{cc[0]}.{cc[1]}, needs {need // 10}.{need % 10}): serve the 16-bit weights, another "
+        "format, or a newer GPU",
+    )
 
 
 def parallel_error(spec: ModelSpec, *, tp: int) -> tuple[str, str] | None:

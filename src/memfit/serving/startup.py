@@ -28,6 +28,7 @@ from memfit.serving.layout import (
     kv_layers,
     parallel_error,
     pp_layer_counts,
+    quantization_error,
     rank_weights,
 )
 from memfit.serving.versions import VllmVersion, get_version
@@ -321,7 +322,8 @@ def simulate_startup(
     )
     graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
     context = CONTEXT_DIST_BYTES if config.world_size > 1 else CONTEXT_BYTES
-    refused = parallel_error(spec, tp=tp)  # vLLM's preconditions come before any memory
+    # vLLM's preconditions come before any memory: the layout, the quantization on this GPU
+    refused = parallel_error(spec, tp=tp) or quantization_error(config.quantization, gpu)
     if refused is not None:
         notes.append(refused[1])
     error = (
