@@ -134,3 +134,18 @@ def test_the_scan_sees_the_calls_it_looks_for() -> None:
 
 def test_every_allow_list_entry_names_a_file_that_exists() -> None:
     assert [k for k in ALLOWED if not (SRC / k.split("::")[0]).is_file()] == []
+
+
+def test_a_kernel_pseudo_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """issue 33: /proc/kmsg is a "regular" file that blocks until the kernel logs; a config or a
+    job file's base_model naming it hung every reader. Refused up front, a link to it too."""
+    import pytest
+
+    from memfit.userfiles import UserFileError, read_text
+
+    link = tmp_path / "config.json"
+    link.symlink_to("/proc/kmsg")
+    for path in ("/proc/kmsg", link, "/sys/kernel/notes"):
+        with pytest.raises(UserFileError, match="kernel pseudo-file"):
+            read_text(path, what="config")
+    assert "MemTotal" in read_text("/proc/meminfo", what="meminfo", kernel_file=True)

@@ -56,10 +56,25 @@ def describe_mode(mode: int) -> str:
     return "not a regular file"
 
 
+#: Kernel pseudo-filesystems: their "regular" files can block or never end (devices under
+#: /dev are refused by their type, named).
+PSEUDO_ROOTS = ("/proc/", "/sys/")
+
+
 @contextlib.contextmanager
-def open_regular(path: str | os.PathLike[str], *, what: str) -> Iterator[IO[bytes]]:
-    """Open ``path`` for binary reading if (after following links) it is a regular file."""
+def open_regular(
+    path: str | os.PathLike[str], *, what: str, kernel_file: bool = False
+) -> Iterator[IO[bytes]]:
+    """Open ``path`` for binary reading if (after following links) it is a regular file, and
+    not a kernel pseudo-file (/proc, /sys: ``/proc/kmsg`` reads as a regular file and
+    blocks until the kernel logs)."""
     p = Path(path)
+    real = os.path.realpath(p)
+    if real.startswith(PSEUDO_ROOTS) and not kernel_file:
+        raise UserFileError(
+            f"{what} {str(p)!r} is a kernel pseudo-file ({real}): memfit reads only regular "
+            "files (copy the content to a file)"
+        )
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -98,13 +113,15 @@ def read_bytes(
     what: str,
     max_bytes: int = CONFIG_MAX_BYTES,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    kernel_file: bool = False,
 ) -> bytes:
-    """The whole content of a regular file of at most ``max_bytes`` bytes."""
+    """The whole content of a regular file of at most ``max_bytes`` bytes (``kernel_file``: a
+    /proc file memfit names itself, see :func:`open_regular`)."""
     p = Path(path)
     deadline = time.monotonic() + timeout_s
     parts: list[bytes] = []
     total = 0
-    with open_regular(p, what=what) as f:
+    with open_regular(p, what=what, kernel_file=kernel_file) as f:
         while True:
             chunk = f.read(min(CHUNK_BYTES, max_bytes + 1 - total))
             if not chunk:
@@ -127,9 +144,12 @@ def read_text(
     what: str,
     max_bytes: int = CONFIG_MAX_BYTES,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    kernel_file: bool = False,
 ) -> str:
     """The content of a UTF-8 text file (BOM tolerated)."""
-    data = read_bytes(path, what=what, max_bytes=max_bytes, timeout_s=timeout_s)
+    data = read_bytes(
+        path, what=what, max_bytes=max_bytes, timeout_s=timeout_s, kernel_file=kernel_file
+    )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

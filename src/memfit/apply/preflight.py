@@ -32,7 +32,7 @@ def available_memory_bytes(device: Any) -> int | None:
 
 def _cpu_available_bytes() -> int | None:
     try:
-        for line in read_text("/proc/meminfo", what="meminfo").splitlines():
+        for line in read_text("/proc/meminfo", what="meminfo", kernel_file=True).splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024  # kB
     except (UserFileError, ValueError, IndexError):
