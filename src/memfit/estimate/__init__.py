@@ -15,6 +15,7 @@ from typing import Any
 from memfit.estimate.policy import EnginePolicy
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.hardware import get_gpu
+from memfit.hardware.precision import FP16_COUNTERPART
 from memfit.models import ModelSource, resolve_model
 from memfit.models.media import describe_inputs
 from memfit.spec import WorkloadSpec
@@ -70,7 +71,7 @@ def estimate(
     if precision_note is not None and workload.mode == "train":
         est = dataclasses.replace(est, notes=[*est.notes, precision_note])
     elif gpu_record is not None and not gpu_record.supports_bf16 and _bf16(workload.precision):
-        fp16 = str(workload.precision).replace("bf16", "16")
+        fp16 = FP16_COUNTERPART.get(str(workload.precision), workload.precision)
         note = (
             f"precision {workload.precision} on {gpu_record.name}: this GPU has no bf16 tensor "
             f"cores; run {fp16} (the same bytes, fp16 with loss scaling) — bf16 kernels are "
