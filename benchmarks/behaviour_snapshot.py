@@ -215,6 +215,16 @@ CHECK_RUNS: list[str] = [
     f"check {_FILES}/vllm-serve.sh --gpu L40S",
 ]
 
+#: Image and speech models: the job's media (``--image-size``, ``--audio-seconds``) through every
+#: command that takes them (issue 28: the media are a field of the job, nothing else carries them).
+MEDIA_RUNS: list[str] = [
+    "estimate vit-base-patch16-224 --image-size 384 --batch 8 --gpu T4",
+    "estimate detr-resnet-50 --mode infer --image-size 640 --gpu T4",
+    "estimate whisper-large-v3 --mode infer --audio-seconds 95 --gpu L4",
+    "fit vit-base-patch16-224 --image-size 384 --solve batch --gpu L4",
+    "doctor whisper-large-v3 --audio-seconds 20 --mode infer --gpu T4",
+]
+
 #: Text renderings (no ``--json``): one per renderer, cheap jobs where the JSON groups have them.
 TEXT_RUNS: list[str] = [
     "estimate gpt2 --batch 2 --seq 256 --gpu T4",
@@ -240,6 +250,7 @@ CLI_GROUPS: dict[str, tuple[list[str], bool]] = {
     "vllm": (VLLM_RUNS, True),
     "seqdist": (SEQDIST_RUNS, True),
     "check": (CHECK_RUNS, True),
+    "media": (MEDIA_RUNS, True),
     "text": (TEXT_RUNS, False),
 }
 GROUPS = ("analytic", "trace", "cli", *CLI_GROUPS)

@@ -26,7 +26,6 @@ and the next step; a value that is no job is a :class:`~memfit.errors.SpecError`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
@@ -40,7 +39,6 @@ from memfit.estimate.options import using_options
 from memfit.estimate.seqrun.run import estimate_seq_run
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model
-from memfit.models.media import using_media
 from memfit.models.pipelines import pipeline_dir
 from memfit.plan import fit as fit_step
 from memfit.plan import plan as search
@@ -272,7 +270,7 @@ def _dispatch(
         )
     opts = options or EstimateOptions()
     route = route_of(job, verb)
-    with using_options(opts), _media(job):
+    with using_options(opts):
         return route(model, job, gpu=gpu, options=opts, **extra)
 
 
@@ -286,15 +284,6 @@ def route_of(job: Any, verb: str) -> Callable[..., Any]:
     if isinstance(answer, str):
         raise NotModelledError(answer, engine=verb)
     return answer
-
-
-def _media(job: Any) -> Any:
-    """A text job's media for every MODEL its verb resolves (fit and the seq-run paths resolve
-    the model below this call)."""
-
-    workload = job.workload if isinstance(job, SeqRun) else job
-    media = getattr(workload, "media", None) if isinstance(workload, WorkloadSpec) else None
-    return using_media(media) if media is not None and media.is_set else contextlib.nullcontext()
 
 
 def _gpu(gpu: Any) -> Any:

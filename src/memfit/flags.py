@@ -638,7 +638,15 @@ def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
     implied = WorkloadSpec(**{k: getattr(w, k) for k in DEFAULTS_DEPEND_ON})
     out: list[str] = []
     for f in flags_for("estimate"):
-        if f.target in ("pipeline", "media"):  # diffusion / image / audio: not WorkloadSpec
+        if f.target == "pipeline":  # diffusion: not WorkloadSpec
+            continue
+        if f.target == "media":  # the job's images / audio (WorkloadSpec.media), when set
+            value = getattr(w.media, f.field)
+            out += (
+                []
+                if value is None
+                else [f"{f.name} {value:g}" if f.field == "audio_seconds" else f"{f.name} {value}"]
+            )
             continue
         value = getattr(w, f.field)
         if value is None or (f.needs is not None and getattr(w, f.needs) is None):

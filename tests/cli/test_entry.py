@@ -143,6 +143,16 @@ def test_malformed_and_truncated_config_files_exit_2(
     assert code == 2 and "model_type" in err
 
 
+def test_the_models_table_keeps_its_columns_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    """A name longer than the old fixed column (vit-base-patch16-224-in21k) ran into its family."""
+    code, out, _ = run(capsys, "models")
+    rows = json.loads(run(capsys, "models", "--json")[1])
+    table = out.split("\n\ndiffusion pipelines")[0].splitlines()[1:]
+    assert code == 0 and len(table) == len(rows)
+    for line, row in zip(table, rows, strict=True):
+        assert line.split()[:3] == [row["name"], row["family"], row["task"]]
+
+
 def test_models_and_gpus_list_the_catalogs(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "models", "--json")
     models = json.loads(out)

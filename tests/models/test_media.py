@@ -8,9 +8,9 @@ import json
 import pytest
 
 from memfit.errors import MissingDependencyError, SpecError
-from memfit.models import resolve_model
+from memfit.models import resolve_model, take_media
 from memfit.models.bundled import CONFIGS_DIR, find_bundled
-from memfit.models.media import describe_inputs, using_media, with_media
+from memfit.models.media import describe_inputs, with_media
 from memfit.spec.media import MediaSpec
 
 VIT = {"model_type": "vit", "image_size": 224, "patch_size": 16}
@@ -24,13 +24,28 @@ def test_a_vit_workload_is_said_in_patches_and_tokens() -> None:
 
 
 def test_whisper_audio_is_padded_to_one_30_second_window() -> None:
-    inputs = describe_inputs(with_media(WHISPER, MediaSpec(audio_seconds=12), name="m"), 4, 64)
+    inputs = describe_inputs(WHISPER, 4, 64, MediaSpec(audio_seconds=12))
     assert inputs["input_features"] == [4, 128, 3000] and inputs["windows"] == 1
 
 
 def test_long_audio_is_counted_in_30_second_windows() -> None:
-    inputs = describe_inputs(with_media(WHISPER, MediaSpec(audio_seconds=95), name="m"), 1, 64)
+    inputs = describe_inputs(WHISPER, 1, 64, MediaSpec(audio_seconds=95))
     assert inputs["windows"] == 4 and inputs["input_features"] == [1, 128, 9500]
+
+
+def test_the_job_s_inputs_stay_in_the_job_not_the_config() -> None:
+    """Whisper's seconds of audio and DETR's image size change no weight: the config is left as
+    it is (no memfit-only keys), and the job's media say the inputs."""
+    assert with_media(WHISPER, MediaSpec(audio_seconds=95), name="m") == WHISPER
+    detr = {"model_type": "detr"}
+    assert with_media(detr, MediaSpec(image_size=640), name="d") == detr
+    assert describe_inputs(detr, 2, 1, MediaSpec(image_size=640))["pixel_values"] == [
+        2,
+        3,
+        640,
+        640,
+    ]
+    assert describe_inputs(detr, 2, 1)["pixel_values"] == [2, 3, 800, 800]
 
 
 def test_a_text_model_refuses_an_image_size() -> None:
@@ -59,11 +74,14 @@ def test_siglip_takes_the_image_size_in_its_vision_config() -> None:
     assert out["vision_config"]["image_size"] == 512
 
 
-def test_resolved_models_take_the_active_media() -> None:
-    with using_media(MediaSpec(image_size=448)):
-        source = resolve_model("vit-base-patch16-224")
+def test_a_model_is_resolved_for_the_job_s_media() -> None:
+    source = resolve_model("vit-base-patch16-224", media=MediaSpec(image_size=448))
     assert source.config is not None and source.config["image_size"] == 448
-    assert resolve_model("vit-base-patch16-224").config["image_size"] == 224  # type: ignore[index]
+    plain = resolve_model("vit-base-patch16-224")
+    assert plain.config is not None and plain.config["image_size"] == 224
+    again = take_media(source, MediaSpec(image_size=448))
+    assert again is source  # the same media twice: the same source
+    assert take_media(plain, MediaSpec()) is plain  # no media: as it is
 
 
 @pytest.mark.parametrize("name", ["timm/vit_huge_patch14_224", "torchvision/resnet50"])

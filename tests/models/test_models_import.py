@@ -43,6 +43,7 @@ def test_public_api_is_exactly_the_documented_names():
         "list_bundled",
         "read_safetensors_header",
         "resolve_model",
+        "take_media",
     ]
 
 

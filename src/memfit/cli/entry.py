@@ -39,16 +39,13 @@ from memfit.flags import (
     EXIT_DOES_NOT_FIT,
     EXIT_OK,
     add_flags,
-    media_kwargs,
     non_negative_int,
     workload_from_args,
 )
 from memfit.models import list_bundled
-from memfit.models.media import using_media
 from memfit.models.pipelines import list_pipelines
 from memfit.plan.nearest import NearestFit, nearest_fit
 from memfit.report.text import render_estimate, render_models
-from memfit.spec.media import MediaSpec
 from memfit.version import __version__
 
 ESTIMATE_EXAMPLES = """examples:
@@ -212,12 +209,6 @@ def cmd_models(args: argparse.Namespace) -> int:
 COMMANDS = {"estimate": cmd_estimate, "models": cmd_models}
 
 
-def media_from(args: argparse.Namespace) -> Any:
-    """``--image-size`` / ``--num-channels`` / ``--audio-seconds`` for every MODEL the command
-    resolves (memfit.models.media)."""
-    return using_media(MediaSpec(**media_kwargs(vars(args))))
-
-
 #: Libraries whose import-time warnings are noise for a CLI user: bitsandbytes and torchao on CPU
 #: look for optional accelerated kernels memfit never runs; torch's pytree logs deprecations of
 #: registrations those libraries make; transformers and peft log notes about the model building
@@ -316,7 +307,7 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None) -> 
         parser.print_help()
         return EXIT_BAD_INPUT
     args = cli_from.reparse(build_parser, args, argv)
-    with applied(args), media_from(args):
+    with applied(args):
         code = COMMANDS[args.command](args)
     try:
         sys.stdout.flush()  # `--json > /dev/full`: the write fails here, not at exit

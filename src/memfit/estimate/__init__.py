@@ -16,7 +16,7 @@ from memfit.estimate.policy import EnginePolicy
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.hardware import get_gpu
 from memfit.hardware.precision import FP16_COUNTERPART
-from memfit.models import ModelSource, resolve_model
+from memfit.models import ModelSource, resolve_model, take_media
 from memfit.models.media import describe_inputs
 from memfit.spec import WorkloadSpec
 from memfit.spec.arguments import check_arguments
@@ -54,7 +54,7 @@ def estimate(
     workload = workload or WorkloadSpec()
     gpu_record = _gpu(gpu)
     source = (
-        model
+        take_media(model, workload.media)
         if isinstance(model, ModelSource)
         else resolve_model(
             model,
@@ -78,7 +78,7 @@ def estimate(
             "emulated or refused there"
         )
         est = dataclasses.replace(est, notes=[*est.notes, note])
-    return _with_inputs(est, source)
+    return _with_inputs(est, source, workload)
 
 
 def _bf16(precision: str | None) -> bool:
@@ -96,12 +96,12 @@ def checkpoint_dtype(source: Any) -> str | None:
     return None
 
 
-def _with_inputs(est: MemoryEstimate, source: Any) -> MemoryEstimate:
+def _with_inputs(est: MemoryEstimate, source: Any, workload: WorkloadSpec) -> MemoryEstimate:
     """An image / speech model's estimate says its workload in its own terms
     (``workload["inputs"]``: image size and patches, or audio seconds and windows)."""
 
     w = est.workload
-    inputs = describe_inputs(source.config or {}, w["batch_size"], w["seq_len"])
+    inputs = describe_inputs(source.config or {}, w["batch_size"], w["seq_len"], workload.media)
     if not inputs:
         return est
     return dataclasses.replace(est, workload={**w, "inputs": inputs})

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The fp16 counterpart of each bf16 precision name (Lightning's ``precision=`` spellings).
-FP16_COUNTERPART = {"bf16-mixed": "16-mixed", "bf16-true": "16-true"}
+from memfit.spec.rules import FP16_COUNTERPART
+
+__all__ = ["FP16_COUNTERPART", "precision_on"]
 
 
 def precision_on(precision: str, gpu: Any) -> str:

@@ -13,7 +13,7 @@ Importing this package never imports torch or transformers (a test guards it).
 from memfit.models.bundled import BundledModel, list_bundled
 from memfit.models.model_spec import ModelSpec, QuantizationConfig
 from memfit.models.safetensors_header import SafetensorsInfo, read_safetensors_header
-from memfit.models.source import ModelSource, allowing_code, resolve_model
+from memfit.models.source import ModelSource, allowing_code, resolve_model, take_media
 
 __all__ = [
     "BundledModel",
@@ -25,4 +25,5 @@ __all__ = [
     "list_bundled",
     "read_safetensors_header",
     "resolve_model",
+    "take_media",
 ]

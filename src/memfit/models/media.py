@@ -23,17 +23,15 @@ said in their own terms (torch-free, read by both the trace engine and the repor
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
+from collections.abc import Mapping
 from typing import Any
 
 from memfit.errors import SpecError
 from memfit.spec.media import MediaSpec
 
-__all__ = ["describe_inputs", "media_kind", "using_media", "with_media"]
+__all__ = ["describe_inputs", "media_kind", "with_media"]
 
 #: model_type → where its image size lives ("": the config itself, else the nested key).
 IMAGE_TYPES: dict[str, str] = {
@@ -58,24 +56,6 @@ DEFAULT_PATCH = {"vit": 16, "deit": 16, "beit": 16, "dinov2": 14, "swin": 4, "si
 #: WhisperFeatureExtractor: 30 s windows of 3000 frames (hop 160 at 16 kHz).
 WHISPER_WINDOW_S = 30
 WHISPER_FRAMES_PER_S = 100
-#: Set by the CLI for every MODEL a command resolves (``--image-size`` and friends).
-_MEDIA: ContextVar[MediaSpec | None] = ContextVar("memfit_media", default=None)
-
-
-@contextlib.contextmanager
-def using_media(media: MediaSpec | None) -> Iterator[None]:
-    """Inside the block, every resolved model takes ``media`` (:func:`with_media`)."""
-    token = _MEDIA.set(media if media is not None and media.is_set else None)
-    try:
-        yield
-    finally:
-        _MEDIA.reset(token)
-
-
-def active_media() -> MediaSpec | None:
-    return _MEDIA.get()
-
-
 def media_kind(config: Mapping[str, Any] | None) -> str | None:
     """``"image"``, ``"audio"`` or None (a text model) for a config.json dict."""
     model_type = str((config or {}).get("model_type") or "")
@@ -87,7 +67,10 @@ def media_kind(config: Mapping[str, Any] | None) -> str | None:
 
 
 def with_media(config: dict[str, Any], media: MediaSpec, *, name: str) -> dict[str, Any]:
-    """A copy of ``config`` taking ``media``; SpecError when the model takes no such input."""
+    """A copy of ``config`` built for ``media``'s images (``image_size`` / ``num_channels``:
+    the patch grid and position table follow them); SpecError when the model takes no such
+    input. The inputs themselves (DETR's image size, Whisper's seconds of audio) change no
+    weight: they stay in the job (``WorkloadSpec.media``), which the engines read."""
     kind = media_kind(config)
     model_type = config.get("model_type")
     image_flags = media.image_size is not None or media.num_channels is not None
@@ -105,13 +88,11 @@ def with_media(config: dict[str, Any], media: MediaSpec, *, name: str) -> dict[s
     out = copy.deepcopy(config)
     if kind == "image":
         target = _image_config(out)
-        for key in ("image_size", "num_channels"):
+        # DetrConfig has no image size (its processor resizes): DETR's is the job's alone
+        keys = ("num_channels",) if model_type == "detr" else ("image_size", "num_channels")
+        for key in keys:
             if getattr(media, key) is not None:
                 target[key] = getattr(media, key)
-        if model_type == "detr" and media.image_size is not None:
-            out["memfit_image_size"] = media.image_size
-    if media.audio_seconds is not None:
-        out["memfit_audio_seconds"] = float(media.audio_seconds)
     return out
 
 
@@ -144,10 +125,11 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def image_shape(config: Mapping[str, Any]) -> tuple[int, int]:
-    """(num_channels, image_size) of one image for an image model's config."""
+def image_shape(config: Mapping[str, Any], media: MediaSpec | None = None) -> tuple[int, int]:
+    """(num_channels, image_size) of one image for an image model's config (built for the job's
+    ``media``; DETR's image size is the job's, its config has none)."""
     if config.get("model_type") == "detr":
-        size = _int(config.get("memfit_image_size"), DETR_IMAGE_SIZE)
+        size = media.image_size if media is not None and media.image_size else DETR_IMAGE_SIZE
         return _int(config.get("num_channels"), 3), size
     sub = _image_config(dict(config)) if IMAGE_TYPES.get(str(config.get("model_type"))) else config
     return _int(sub.get("num_channels"), 3), _int(sub.get("image_size"), DEFAULT_IMAGE_SIZE)
@@ -158,20 +140,29 @@ def whisper_frames(config: Mapping[str, Any]) -> int:
     return 2 * _int(config.get("max_source_positions"), 1500)
 
 
-def audio_windows(config: Mapping[str, Any]) -> int:
-    seconds = config.get("memfit_audio_seconds")
-    if not isinstance(seconds, int | float):
+def audio_seconds(media: MediaSpec | None) -> float | None:
+    """Seconds of audio per sample the job asks for (None: one 30 s window, the default)."""
+    if media is None or media.audio_seconds is None:
+        return None
+    return float(media.audio_seconds)
+
+
+def audio_windows(media: MediaSpec | None) -> int:
+    seconds = audio_seconds(media)
+    if seconds is None:
         return 1
-    return max(1, math.ceil(float(seconds) / WHISPER_WINDOW_S))
+    return max(1, math.ceil(seconds / WHISPER_WINDOW_S))
 
 
-def describe_inputs(config: Mapping[str, Any], batch_size: int, seq_len: int) -> dict[str, Any]:
+def describe_inputs(
+    config: Mapping[str, Any], batch_size: int, seq_len: int, media: MediaSpec | None = None
+) -> dict[str, Any]:
     """The workload in the model's terms (``{}`` for a text model): image size, patches and
     tokens; or audio seconds, 30 s windows, input_features and label tokens."""
     kind = media_kind(config)
     model_type = str(config.get("model_type") or "")
     if kind == "image":
-        channels, size = image_shape(config)
+        channels, size = image_shape(config, media)
         out: dict[str, Any] = {
             "kind": "image",
             "image_size": size,
@@ -187,14 +178,14 @@ def describe_inputs(config: Mapping[str, Any], batch_size: int, seq_len: int) ->
             out["tokens"] = grid * grid + extra  # + [CLS] (DeiT: + distillation token)
         return out
     if kind == "audio":
-        seconds = config.get("memfit_audio_seconds")
+        seconds = audio_seconds(media)
         mels = _int(config.get("num_mel_bins"), 80)
-        total = WHISPER_WINDOW_S if not isinstance(seconds, int | float) else float(seconds)
+        total = WHISPER_WINDOW_S if seconds is None else seconds
         frames = max(whisper_frames(config), math.ceil(total * WHISPER_FRAMES_PER_S))
         return {
             "kind": "audio",
             "audio_seconds": total,
-            "windows": audio_windows(config),
+            "windows": audio_windows(media),
             "input_features": [batch_size, mels, frames],
             "encoder_positions": _int(config.get("max_source_positions"), 1500),
             "decoder_tokens": seq_len,

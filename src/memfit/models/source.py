@@ -37,7 +37,7 @@ from memfit.models.bundled import (
     find_bundled,
 )
 from memfit.models.config_json import check_config, read_config_file
-from memfit.models.media import active_media, with_media
+from memfit.models.media import with_media
 from memfit.models.model_spec import ModelSpec
 from memfit.models.safetensors_header import (
     SafetensorsInfo,
@@ -51,6 +51,7 @@ __all__ = [
     "ModelSource",
     "allowing_code",
     "resolve_model",
+    "take_media",
 ]  # the package re-exports the rest (memfit.models)
 
 ORIGINS = ("bundled", "path", "hub", "factory")
@@ -161,8 +162,8 @@ def resolve_model(
     """Resolve a MODEL argument (see the module docstring for the order and the errors).
     ``allow_code``: whether a ``package.module:function`` factory may be named (None: what the
     enclosing :func:`allowing_code` says, by default no). ``media``: the image / audio inputs
-    the model takes (the job's ``WorkloadSpec.media``); not set: what the enclosing
-    :func:`~memfit.models.media.using_media` says, by default the config's."""
+    the model takes (the job's ``WorkloadSpec.media``; :func:`take_media`); not set: the
+    config's."""
     if not isinstance(model, str | os.PathLike):
         raise SpecError(
             f"model ({model!r}) must be a MODEL string (a bundled name, a path, a hub id) or a "
@@ -175,17 +176,25 @@ def resolve_model(
     if not text:
         raise UnknownModelError(f"the model name is empty; pass {ACCEPTED_FORMS}")
     source = _resolve(text, trust_remote_code, cache_dir, allow_code)
+    return take_media(source, media, name=text)
+
+
+def take_media(
+    source: ModelSource, media: MediaSpec | None, *, name: str | None = None
+) -> ModelSource:
+    """``source`` built for the job's image inputs (``media``: ``WorkloadSpec.media``); as it is
+    when the job sets none. Applying the same media twice gives the same source."""
     if media is None or not media.is_set:
-        media = active_media()  # --image-size / --num-channels / --audio-seconds
-    if media is None:
         return source
     if source.config is None:
         raise SpecError(
             f"--image-size / --num-channels / --audio-seconds set the inputs of a Hugging Face "
-            f"vision or speech model; {text!r} builds its own inputs (a factory or a timm / "
-            "torchvision model: set them in its code, or drop the flags)"
+            f"vision or speech model; {name or source.name!r} builds its own inputs (a factory "
+            "or a timm / torchvision model: set them in its code, or drop the flags)"
         )
     config = with_media(source.config, media, name=source.name)
+    if config == source.config:
+        return source
     return dataclasses.replace(source, config=config, spec=None)
 
 

@@ -28,6 +28,7 @@ from typing import Any, SupportsIndex, overload
 
 from memfit.errors import SpecError
 from memfit.hardware.prices import GPUPrice, PriceTable, load_prices
+from memfit.plan.cost import usd_per_million_tokens
 from memfit.plan.engines import Estimator
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.search import Plan, plan
@@ -36,8 +37,6 @@ from memfit.plan.search import Plan, plan
 GPU_COUNTS = (1, 2, 4, 8)
 RANKS = ("cost", "speed", "memory")
 DEFAULT_RANK = "cost"
-TOKENS_PER_MILLION = 1_000_000
-SECONDS_PER_HOUR = 3600
 _UNPRICED = " without a price are listed after the priced ones"
 
 
@@ -73,10 +72,7 @@ class GPUAdvice:
     @property
     def usd_per_million_tokens(self) -> float | None:
         """Dollars per 1 M tokens (:attr:`token_kind`) at the predicted speed."""
-        hourly, rate = self.usd_per_hour, self.best.cost.tokens_per_s
-        if hourly is None or not rate > 0:
-            return None
-        return hourly / (rate * SECONDS_PER_HOUR) * TOKENS_PER_MILLION
+        return usd_per_million_tokens(self.usd_per_hour, self.best.cost.tokens_per_s)
 
     @property
     def free_share(self) -> float:

@@ -87,14 +87,17 @@ def fits(est: MemoryEstimate, budget: Budget) -> bool:
     return verdict(est, budget).fits
 
 
-def overflow_reason(est: MemoryEstimate, budget: Budget, reference: MemoryEstimate | None) -> str:
+def overflow_reason(
+    est: MemoryEstimate, budget: Budget, reference: MemoryEstimate | None, *, verb: str = "needs"
+) -> str:
     """Why ``est`` does not fit: by how much, its largest component, and what grew most against
-    ``reference`` (the recommended plan) when given."""
+    ``reference`` (the recommended plan) when given. ``verb``: "needs" for the job's own figure
+    (one "needs" figure per job), "takes" for a plan memfit considered."""
     over = need_bytes(est) - budget.limit_bytes
     comps = {c: est.components.get(c, 0) for c in COMPONENTS}
     top = max(comps, key=lambda c: comps[c])
     text = (
-        f"needs {format_bytes(need_bytes(est))} (upper end) > limit "
+        f"{verb} {format_bytes(need_bytes(est))} (upper end) > limit "
         f"{format_bytes(budget.limit_bytes)}: over by {format_bytes(over)}; largest component "
         f"{top} {format_bytes(comps[top])}"
     )

@@ -469,3 +469,17 @@ def infer_cost(
     total = parts["prefill"] + decode
     produced = b * (new_tokens or seq_len) * s.dp
     return StepCost(step_s=total, tokens_per_s=produced / total, parts_s=parts)
+
+
+#: 1 M tokens, and seconds in the hour the price tables quote.
+TOKENS_PER_MILLION = 1_000_000
+SECONDS_PER_HOUR = 3600
+
+
+def usd_per_million_tokens(usd_per_hour: float | None, tokens_per_s: float) -> float | None:
+    """Dollars per 1 M tokens on GPUs rented at ``usd_per_hour`` (all of them together) that
+    process ``tokens_per_s``; None without a price or a speed. The one rule every surface that
+    prices a plan uses (the plan's side-by-side table, the GPU advice)."""
+    if usd_per_hour is None or not tokens_per_s > 0:
+        return None
+    return usd_per_hour / (tokens_per_s * SECONDS_PER_HOUR) * TOKENS_PER_MILLION

@@ -36,7 +36,7 @@ from memfit.estimate.verdict import DOES_NOT_FIT
 from memfit.flags import workload_flags as flags
 from memfit.hardware import get_gpu
 from memfit.hardware.precision import precision_on
-from memfit.models import ModelSource, resolve_model
+from memfit.models import ModelSource, resolve_model, take_media
 from memfit.monitor import diagnose
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes, verdict
 from memfit.plan.checklist import Checklist, check, rated_gpus, step_cost, trainable_share
@@ -91,6 +91,7 @@ def doctor(
         benchmarked=benchmarked, log=log, chose_gpu_by=chose_gpu_by,
     )  # fmt: skip
     source = model if isinstance(model, ModelSource) else resolve_model(str(model))
+    source = take_media(source, workload.media)
     gpu_rec = get_gpu(gpu) if isinstance(gpu, str) else gpu
     est_fn, first = _estimator(source, gpu_rec, estimator)
     est = est_fn(workload)

@@ -15,7 +15,7 @@ from typing import Any
 
 from memfit.errors import MemfitError
 from memfit.estimate.policy import active
-from memfit.models import ModelSource, resolve_model
+from memfit.models import ModelSource, resolve_model, take_media
 from memfit.plan.request import PlanRequest
 from memfit.plan.search import plan
 from memfit.spec import WorkloadSpec
@@ -98,6 +98,7 @@ def nearest_fit(model: Any, w: WorkloadSpec, gpu: Any, *, model_name: str) -> Ne
         return NearestFit(change=None, plan=None, kind=None, command=command)
     try:
         source = model if isinstance(model, ModelSource) else resolve_model(str(model))
+        source = take_media(source, w.media)
         if active().search_engines(source).search != "analytic":
             return NearestFit(change=None, plan=None, kind=None, command=command)
         p = plan(source, request_of(w), gpu=gpu)

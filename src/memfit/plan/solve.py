@@ -21,7 +21,7 @@ from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecEr
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.verdict import DOES_NOT_FIT, EXIT_CODES, FITS, TIGHT, Verdict
 from memfit.hardware import get_gpu
-from memfit.models import ModelSource, resolve_model
+from memfit.models import ModelSource, resolve_model, take_media
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits, verdict
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
 from memfit.report.plan_html import fit_fragment
@@ -227,6 +227,7 @@ def fit(
     gpu_rec = get_gpu(gpu) if isinstance(gpu, str) else gpu
     budget = Budget.of(gpu_rec, memory_bytes=gpu_memory_bytes, headroom=headroom)
     source = model if isinstance(model, ModelSource) else resolve_model(str(model))
+    source = take_media(source, workload.media)
     engines = resolve_engines(source, gpu_rec, estimator, confirm)
     cap, step, notes = _bounds(solve, source)
     if engines.reason is not None:

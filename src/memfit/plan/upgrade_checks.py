@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from memfit.estimate.result import MemoryEstimate
 from memfit.models.model_spec import ModelSpec
 from memfit.plan.advice import DEFAULT_RANK, GPU_COUNTS, GPUAdvice, rank_advice, recommend_gpus
-from memfit.plan.budget import Budget
+from memfit.plan.budget import Budget, overflow_reason
 from memfit.plan.checklist import Checklist, check, rated_gpus, step_cost, trainable_share
 from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost
 from memfit.plan.cost import mfu as cost_mfu
@@ -91,9 +91,7 @@ class UpgradeChecks(Checklist[CheckItem]):
         text = f"no plan of {p.n_candidates} combinations fits within {format_bytes(limit)}"
         numbers: dict[str, Any] = {"limit_bytes": limit, "n_candidates": p.n_candidates}
         if closest is not None:
-            # a plan takes memory; "needs" is the job's own figure (one needs figure per job)
-            reason = (closest.reason or "").replace("needs ", "takes ", 1)
-            text += f"; closest: {closest.settings.describe()}, {reason}"
+            text += f"; closest: {closest.settings.describe()}, {_takes(closest, p)}"
             numbers["closest_need_bytes"] = closest.need_bytes
             numbers["over_bytes"] = (closest.need_bytes or 0) - limit
         status = "triggered"
@@ -133,7 +131,7 @@ class UpgradeChecks(Checklist[CheckItem]):
             )
         text = (
             f"even one {unit} of {want} tokens does not fit with the leanest plan "
-            f"({lean.settings.describe()}): {(lean.reason or '').replace('needs ', 'takes ', 1)}; "
+            f"({lean.settings.describe()}): {_takes(lean, self.lean)}; "
             f"the longest that fits is {max_ctx} "
             f"tokens ({max_ctx / want:.0%} of the requested context)"
         )
@@ -412,3 +410,11 @@ def _kv_per_request(est: MemoryEstimate | None) -> int:
 
 def _mem(opt: PlanOption) -> str:
     return "n/a" if opt.need_bytes is None else format_bytes(opt.need_bytes)
+
+
+def _takes(option: PlanOption, p: Plan) -> str:
+    """Why a plan memfit considered does not fit, said of the plan: it *takes* memory ("needs" is
+    the job's own figure, one per job)."""
+    if option.estimate is None:
+        return option.reason or ""
+    return overflow_reason(option.estimate, p.budget, None, verb="takes")

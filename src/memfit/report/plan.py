@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from memfit.errors import MemfitError
 from memfit.estimate.result import COMPONENTS
 from memfit.hardware import get_gpu, load_prices
-from memfit.plan.cost import COST_CONSTANTS, Rates, mfu
+from memfit.plan.cost import COST_CONSTANTS, Rates, mfu, usd_per_million_tokens
 from memfit.plan.export import export_settings
 from memfit.units import format_bytes
 
@@ -122,17 +122,15 @@ def render_plan(p: Plan) -> str:
     return "\n".join(lines)
 
 
-def usd_per_million_tokens(opt: PlanOption, gpu_name: str, gpus: int) -> float | None:
+def plan_usd_per_million_tokens(opt: PlanOption, gpu_name: str, gpus: int) -> float | None:
     """Dollars per 1 M tokens of ``opt`` at its predicted speed on ``gpus`` on-demand GPUs (the
     bundled price table); None without a price or a speed."""
     try:
         price = load_prices().of(get_gpu(gpu_name))
     except MemfitError:  # a GPU given by memory only has no price
         return None
-    hourly, rate = getattr(price, "usd_per_hour", None), opt.cost.tokens_per_s
-    if hourly is None or not rate > 0:
-        return None
-    return hourly * gpus / (rate * 3600) * 1e6
+    hourly = getattr(price, "usd_per_hour", None)
+    return usd_per_million_tokens(None if hourly is None else hourly * gpus, opt.cost.tokens_per_s)
 
 
 def compare_lines(p: Plan) -> list[str]:
@@ -147,7 +145,7 @@ def compare_lines(p: Plan) -> list[str]:
         f"  {'':<30}{'s/step':>9}{'$/1M tok':>10}{'memory':>12}  risk    kind",
     ]
     for label, o in rows:
-        usd = usd_per_million_tokens(o, p.budget.gpu_name, p.request.gpus)
+        usd = plan_usd_per_million_tokens(o, p.budget.gpu_name, p.request.gpus)
         fits = "" if o.fits or label != "as asked" else " (does not fit)"
         kind = "changes the result" if o.changes_result else "memory-only"
         if label == "as asked":

@@ -132,8 +132,13 @@ def verdict_line(est: MemoryEstimate) -> str:
 def render_models(models: Sequence[BundledModel], pipelines: Sequence[BundledPipeline]) -> str:
     """``memfit models``: the shipped configs (name, family, task, source), then the shipped
     diffusion pipelines."""
-    out = [f"{'name':<24}{'family':<14}{'task':<12}source"]
-    out += [f"{r.name:<24}{r.family:<14}{r.task:<12}{r.source_url}" for r in models]
+    # columns as wide as their longest entry (+2): a long name never runs into its family
+    n = max([len("name"), *(len(r.name) for r in models)]) + 2
+    f = max([len("family"), *(len(r.family) for r in models)]) + 2
+    out = [f"{'name':<{n}}{'family':<{f}}{'task':<12}source"]
+    out += [f"{r.name:<{n}}{r.family:<{f}}{r.task:<12}{r.source_url}" for r in models]
     out.append("\ndiffusion pipelines (memfit estimate NAME --mode infer; docs/diffusion.md):")
-    out += [f"{p.name:<24}{p.pipeline:<28}{p.hf_id}" for p in pipelines]
+    p_n = max([0, *(len(p.name) for p in pipelines)]) + 2
+    p_w = max([0, *(len(p.pipeline) for p in pipelines)]) + 2
+    out += [f"{p.name:<{p_n}}{p.pipeline:<{p_w}}{p.hf_id}" for p in pipelines]
     return "\n".join(out)

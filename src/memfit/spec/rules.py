@@ -107,6 +107,16 @@ DEFAULT_PRECISION = {"train": "bf16-mixed", "infer": "bf16-true"}
 HALF_CHECKPOINT_DTYPES = ("bfloat16", "float16")
 
 
+#: The fp16 counterpart of each bf16 precision name (Lightning's ``precision=`` spellings): what
+#: a GPU without bf16 tensor cores runs instead (``hardware.precision.precision_on``), the same two
+#: bytes per element. The one mapping; every default and every proposal goes through it.
+FP16_COUNTERPART = {"bf16-mixed": "16-mixed", "bf16-true": "16-true"}
+
+
+def _half(precision: str, bf16: bool) -> str:
+    return precision if bf16 else FP16_COUNTERPART[precision]
+
+
 def default_precision(
     mode: Any, *, adapters: bool = False, bf16: bool = True, checkpoint_dtype: str | None = None
 ) -> str:
@@ -124,11 +134,11 @@ def default_precision(
       stays fp32 under autocast, ``bf16-mixed`` / ``16-mixed``.
     """
     if mode == "infer":
-        return "bf16-true" if bf16 else "16-true"
+        return _half("bf16-true", bf16)
     half_base = checkpoint_dtype is None or checkpoint_dtype in HALF_CHECKPOINT_DTYPES
     if adapters and half_base:
-        return "bf16-true" if bf16 else "16-true"
-    return "bf16-mixed" if bf16 else "16-mixed"
+        return _half("bf16-true", bf16)
+    return _half("bf16-mixed", bf16)
 
 
 def default_precision_note(

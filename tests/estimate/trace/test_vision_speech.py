@@ -4,6 +4,8 @@ tests/estimate/trace/test_exactness.py holds for text models; CUDA's SDPA routin
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 import pytest
@@ -94,8 +96,8 @@ def test_checkpointing_drops_the_saved_activations_of_a_vit() -> None:
 def test_long_audio_keeps_the_whole_features_live_while_one_window_decodes() -> None:
     wl = WorkloadSpec(mode="infer", batch_size=1, new_tokens=4, precision="fp32")
     short = trace_hf(TINY_WHISPER, wl, name="t")
-    hour = with_media(TINY_WHISPER, MediaSpec(audio_seconds=3600), name="t")
-    long = trace_hf(hour, wl, name="t")
+    hour = dataclasses.replace(wl, media=MediaSpec(audio_seconds=3600))
+    long = trace_hf(TINY_WHISPER, hour, name="t")
     # (1, 8 mels, 100 frames a second) fp32 instead of one 32-frame window; nothing else grows
     # (512 B: the allocator's rounding)
     longer_features = 8 * 4 * (3600 * 100 - 32)
@@ -109,9 +111,9 @@ def test_whisper_training_refuses_labels_beyond_its_decoder_positions() -> None:
 
 
 def test_whisper_training_refuses_clips_longer_than_its_window() -> None:
-    cfg = with_media(TINY_WHISPER, MediaSpec(audio_seconds=45), name="t")
+    clip = WorkloadSpec(seq_len=8, precision="fp32", media=MediaSpec(audio_seconds=45))
     with pytest.raises(SpecError, match=r"audio_seconds \(45\) exceeds Whisper's 30 s window"):
-        trace_hf(cfg, WorkloadSpec(seq_len=8, precision="fp32"), name="t")
+        trace_hf(TINY_WHISPER, clip, name="t")
 
 
 def test_convnext_says_it_cannot_checkpoint() -> None:
@@ -126,9 +128,11 @@ def test_detr_runs_without_timm_with_its_pixel_mask() -> None:
         "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64,
         "decoder_ffn_dim": 64, "num_queries": 10, "use_timm_backbone": True,
     }  # fmt: skip
-    small = with_media(cfg, MediaSpec(image_size=64), name="t")
-    est = trace_hf(small, WorkloadSpec(mode="infer", precision="fp32"), name="t")
-    assert est.trace["task"] == "object-detection" and est.peak_allocated_bytes > 0
+    job = WorkloadSpec(mode="infer", precision="fp32", media=MediaSpec(image_size=64))
+    small = trace_hf(cfg, job, name="t")
+    big = trace_hf(cfg, dataclasses.replace(job, media=MediaSpec(image_size=128)), name="t")
+    assert small.trace["task"] == "object-detection" and small.peak_allocated_bytes > 0
+    assert big.peak_allocated_bytes > small.peak_allocated_bytes  # the job's image size counts
 
 
 @pytest.mark.slow  # real execution of a tiny Swin (5-30 s on the shared machine)

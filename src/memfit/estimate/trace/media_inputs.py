@@ -38,7 +38,7 @@ def media_inputs(
     b = workload.batch_size
     if task == "speech-seq2seq":
         return _speech(config, workload)
-    channels, size = media.image_shape(config)
+    channels, size = media.image_shape(config, workload.media)
     # the image processor's fp32 ``pixel_values``, as the Trainer passes them: the model casts
     # them to its weights' dtype itself (``ViTEmbeddings``: ``pixel_values.to(expected_dtype)``),
     # which is the copy the analytic ViT / CLIP programs count. A model that does not cast them
@@ -85,8 +85,8 @@ def speech_problems(config: dict[str, Any], workload: WorkloadSpec) -> list[str]
             f"pass {'--seq' if workload.is_train else '--new-tokens'} of at most "
             f"{limit if workload.is_train else limit - 1}"
         )
-    seconds = config.get("memfit_audio_seconds")
-    if workload.is_train and isinstance(seconds, int | float) and seconds > media.WHISPER_WINDOW_S:
+    seconds = media.audio_seconds(workload.media)
+    if workload.is_train and seconds is not None and seconds > media.WHISPER_WINDOW_S:
         out.append(
             f"audio_seconds ({seconds:g}) exceeds Whisper's 30 s window: training takes clips "
             "of at most 30 s (split the audio into segments); long-form audio is for --mode infer"
@@ -100,9 +100,9 @@ def _speech(config: dict[str, Any], workload: WorkloadSpec) -> dict[str, Any]:
     b = workload.batch_size
     mels = int(config.get("num_mel_bins") or 80)
     window = media.whisper_frames(config)
-    seconds = config.get("memfit_audio_seconds")
+    seconds = media.audio_seconds(workload.media)
     frames = window
-    if isinstance(seconds, int | float):
+    if seconds is not None:
         frames = max(window, math.ceil(seconds * media.WHISPER_FRAMES_PER_S))
     features = torch.randn(b, mels, frames, dtype=float_dtype(workload))
     inputs: dict[str, Any] = {"input_features": features}
