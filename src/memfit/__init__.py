@@ -66,8 +66,8 @@ if typing.TYPE_CHECKING:
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
     from memfit.plan.upgrade import UpgradeVerdict
-    from memfit.serving.solve import ServingOption
     from memfit.serving.sglang import SglangStartup
+    from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
     from memfit.snapshot.analyze import SnapshotAnalysis
 
@@ -283,9 +283,7 @@ def estimate(
     extrapolate: bool | None = None,
     allow_code: bool = False,
     options: EstimateOptions | None = None,
-) -> (
-    MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup | SglangStartup
-):
+) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup | SglangStartup:
     """The memory of ``workload``, any job of :mod:`memfit.spec` (default: a bf16 AdamW training
     step, batch 1, seq 512): a :class:`WorkloadSpec` gives a :class:`MemoryEstimate`; the other
     kinds their own records (``memfit.api``). ``options`` (an :class:`EstimateOptions`), or its

@@ -148,9 +148,7 @@ def estimate(
     *,
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
-) -> (
-    MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup | SglangStartup
-):
+) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup | SglangStartup:
     """The memory of ``job`` (default: a bf16 AdamW training step, batch 1, seq 512) on
     ``model``; ``gpu`` (a catalog name or record) adds the verdict where the job has one. The
     answer's type follows the job's (the overloads above); each reads as an

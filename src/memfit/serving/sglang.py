@@ -125,6 +125,8 @@ class SglangStartup:
     largest_context_length: int
     smallest_mem_fraction_static: float | None
     notes: tuple[str, ...] = field(default=())
+    #: SGLang refuses the configuration before it loads the model (the layout, the context
+    #: length): no memory setting starts it
     refused_layout: bool = False
 
     # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
@@ -384,6 +386,7 @@ def simulate_sglang(
     )
     if refused is not None:
         error = refused[0]
+    before_loading = refused is not None or (error or "").startswith("ValueError")
     largest = min(tokens, derived or ctx) if tokens > 0 else 0
     fixed = w.weights_bytes + cell * (ctx + config.page_size) + req_bytes
     smallest = -(-fixed * 1000 // before) / 1000
@@ -414,7 +417,7 @@ def simulate_sglang(
         largest_context_length=largest,
         smallest_mem_fraction_static=smallest if smallest < 1 and refused is None else None,
         notes=tuple(notes),
-        refused_layout=refused is not None,
+        refused_layout=before_loading,
     )
 
 
@@ -450,6 +453,13 @@ def _error(
             f"Current value: mem_fraction_static={frac}"
         )
     left = before - weights - pool - req_bytes
+    if left < 0:
+        return (
+            f"torch.OutOfMemoryError: CUDA out of memory allocating the request table "
+            f"({req_bytes / GiB:.2f} GiB for max_running_requests x (context_len + 4) int32; "
+            f"{(left + req_bytes) / GiB:.2f} GiB left after the KV pool): lower "
+            "--max-running-requests or --context-length, or --mem-fraction-static"
+        )
     if graphs > left:
         return (
             f"Exception: Capture cuda graph failed: CUDA out of memory (capture needs "

@@ -42,7 +42,12 @@ SGLANG_QUANTIZATIONS = (
 SGLANG_VERSIONS = ("0.5",)
 
 _SIZES = ("tp_size", "dp_size", "ep_size", "page_size")
-_OPTIONAL_COUNTS = ("context_length", "max_running_requests", "max_total_tokens", "cuda_graph_max_bs")
+_OPTIONAL_COUNTS = (
+    "context_length",
+    "max_running_requests",
+    "max_total_tokens",
+    "cuda_graph_max_bs",
+)
 
 
 def _flag(name: str) -> str:
