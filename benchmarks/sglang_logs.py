@@ -67,7 +67,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print("| log | tokens logged | memfit (end to end) | memfit (given logged avail) | K size | weights |")
+    print(
+        "| log | tokens logged | memfit (end to end) | memfit (given logged avail) "
+        "| K size | weights |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for r in results:
         given = (

@@ -88,7 +88,9 @@ def test_weights_larger_than_the_gpu_fail_at_load() -> None:
 
 
 def test_a_small_mem_fraction_is_sglangs_not_enough_memory_error() -> None:
-    s = simulate_sglang(spec("llama-3.1-8b"), get_gpu("L40S"), SglangConfig(mem_fraction_static=0.3))
+    s = simulate_sglang(
+        spec("llama-3.1-8b"), get_gpu("L40S"), SglangConfig(mem_fraction_static=0.3)
+    )
     assert not s.starts
     assert s.error == (
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
@@ -110,7 +112,9 @@ def test_an_indivisible_tp_is_refused_before_loading() -> None:
 def test_fit_finds_the_longest_context_the_pool_holds() -> None:
     value, s = solve_sglang(spec("llama-3.1-8b"), get_gpu("L4"), SglangConfig())
     assert s is not None and s.starts and 0 < value <= s.max_total_num_tokens
-    longer = simulate_sglang(spec("llama-3.1-8b"), get_gpu("L4"), SglangConfig(context_length=value + 1))
+    longer = simulate_sglang(
+        spec("llama-3.1-8b"), get_gpu("L4"), SglangConfig(context_length=value + 1)
+    )
     assert not longer.starts or longer.max_total_num_tokens < value + 1
 
 

@@ -25,12 +25,16 @@ def test_every_problem_is_reported_together_with_its_flag() -> None:
 
 
 def test_a_mem_fraction_outside_0_1_is_refused() -> None:
-    with pytest.raises(SpecError, match=r"--mem-fraction-static \(1.5\) must be a number in \(0, 1\)"):
+    with pytest.raises(
+        SpecError, match=r"--mem-fraction-static \(1.5\) must be a number in \(0, 1\)"
+    ):
         SglangConfig(mem_fraction_static=1.5)
 
 
 def test_an_unknown_kv_cache_dtype_lists_sglangs_choices() -> None:
-    with pytest.raises(SpecError, match=r"--kv-cache-dtype \('fp8'\) must be one of auto, fp8_e5m2"):
+    with pytest.raises(
+        SpecError, match=r"--kv-cache-dtype \('fp8'\) must be one of auto, fp8_e5m2"
+    ):
         SglangConfig(kv_cache_dtype="fp8")
 
 
