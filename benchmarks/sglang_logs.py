@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit.hardware.catalog import get_gpu
-from memfit.models import resolve_model
+from memfit.models import ModelSpec, resolve_model
 from memfit.serving.sglang import simulate_sglang
 from memfit.spec.sglang import SglangConfig
 from memfit.units import GiB
@@ -31,7 +31,11 @@ def _pct(pred: float, logged: float) -> float:
 
 def check(row: dict[str, Any]) -> dict[str, Any]:
     """One log's comparison: predicted vs logged, percent errors."""
-    spec = resolve_model(row["model"]).spec
+    spec = (
+        ModelSpec.from_config(row["config"])
+        if "config" in row
+        else resolve_model(row["model"]).spec
+    )
     gpu = get_gpu(row["gpu"])
     config = SglangConfig(**row["flags"])
     logged = row["logged"]
@@ -51,8 +55,10 @@ def check(row: dict[str, Any]) -> dict[str, Any]:
         )
         out["tokens_given_avail"] = given.max_total_num_tokens
         out["tokens_given_avail_err_pct"] = _pct(given.max_total_num_tokens, logged["tokens"])
+    if "graph_mem_gb" in logged:
+        out["graph_err_pct"] = _pct(e2e.cuda_graph_bytes / GiB, logged["graph_mem_gb"])
     if "weights_gb" in logged:
-        out["weights_err_pct"] = _pct(e2e.weights_bytes / GiB, logged["weights_gb"])
+        out["weights_err_pct"] = _pct(e2e.loaded_bytes / GiB, logged["weights_gb"])
     if "excluded" in row:
         out["excluded"] = row["excluded"]
     return out
@@ -69,9 +75,9 @@ def main() -> None:
         return
     print(
         "| log | tokens logged | memfit (end to end) | memfit (given logged avail) "
-        "| K size | weights |"
+        "| K size | weights | CUDA graphs |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         given = (
             f"{r['tokens_given_avail']:,} ({r['tokens_given_avail_err_pct']:+.2f} %)"
@@ -79,11 +85,12 @@ def main() -> None:
             else "—"
         )
         weights = f"{r['weights_err_pct']:+.2f} %" if "weights_err_pct" in r else "—"
+        graphs = f"{r['graph_err_pct']:+.1f} %" if "graph_err_pct" in r else "—"
         name = f"[{r['id']}]({r['source']})" + (" (excluded)" if "excluded" in r else "")
         print(
             f"| {name} | {r['tokens_logged']:,} | {r['tokens_e2e']:,} "
             f"({r['tokens_e2e_err_pct']:+.2f} %) | {given} | "
-            f"{r['k_size_err_pct_at_logged_tokens']:+.2f} % | {weights} |"
+            f"{r['k_size_err_pct_at_logged_tokens']:+.2f} % | {weights} | {graphs} |"
         )
 
 

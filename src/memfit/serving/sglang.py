@@ -79,16 +79,24 @@ REQS_PER_CONTEXT = 512
 MIN_REQS, MAX_REQS = 2048, 4096
 #: ReqToTokenPool rows are ``context_len + 4`` int32 entries.
 REQ_ROW_EXTRA, REQ_ENTRY_BYTES = 4, 4
-#: Memory taken before "Load weight begin" (CUDA context, torch, NCCL and custom all-reduce with
-#: TP > 1): total - "avail mem" at load begin in the logs of benchmarks/data/sglang_logs.jsonl
-#: (H100 TP 1: 0.6-0.8 GiB; TP 8 H200: 1.8-2.0 GiB, sgl-project/sglang#11716).
+#: Memory taken before "Load weight begin" (CUDA context, torch, NCCL; with TP > 1 on NVLink
+#: GPUs or two PCIe GPUs, SGLang's custom all-reduce buffers too): total - "avail mem" at load
+#: begin in benchmarks/data/sglang_logs.jsonl: 4 x L4 (PCIe, no custom all-reduce): 22.36 -
+#: 21.63 = 0.73 GiB; 8 x H200 (NVLink): 139.80 - 137.29 = 2.51 GiB (sgl-project/sglang#11716).
 CONTEXT_BYTES = int(0.75 * GiB)
-CONTEXT_TP_BYTES = int(2.0 * GiB)
+CONTEXT_TP_BYTES = int(2.5 * GiB)
+#: "Load weight end … mem usage" minus the weights memfit counts: what loading adds (CUDA modules
+#: loaded on first use, the rotary cache). 15.54 GiB logged vs 15.29 GiB of QwQ-32B weights per
+#: rank on 4 x L4 (the log in benchmarks/data/sglang_logs.jsonl): 0.25 GiB. Fitted on that one
+#: log; the other logs' KV token counts check it.
+LOAD_OVERHEAD_BYTES = int(0.25 * GiB)
 #: CUDA-graph capture ("Capture cuda graph end … mem usage=X GB"): 0.54-1.44 GB in published
-#: 0.5 logs (sgl-project/sglang#10088, #12978, #11830); allowance = a base plus, for the largest
-#: captured batch, its fp32 logits and a few hidden-state buffers. A rule of thumb, used to judge
-#: whether capture fits in what the pool leaves (docs/serving.md, "SGLang").
-GRAPH_BASE_BYTES = int(0.4 * GiB)
+#: logs (sgl-project/sglang#10088, #12978, #11830; 0.93 GB for QwQ-32B on 4 x L4, bs <= 80, in
+#: benchmarks/data/sglang_logs.jsonl); allowance = a base plus, for the largest captured batch,
+#: its fp32 logits and a few hidden-state buffers, the base set so the QwQ log is not
+#: under-predicted by more than 10 %. A rule of thumb, used to judge whether capture fits in
+#: what the pool leaves (docs/serving.md, "SGLang").
+GRAPH_BASE_BYTES = int(0.8 * GiB)
 GRAPH_HIDDEN_BUFFERS = 16
 LOGIT_BYTES = 4
 
@@ -109,6 +117,8 @@ class SglangStartup:
     cuda_graph_max_bs: int
     capture_bs: tuple[int, ...]
     weights_bytes: int
+    #: what loading adds beyond the weights (in "Load weight end … mem usage"; not torch's)
+    load_overhead_bytes: int
     weight_format: str
     cell_size_bytes: int
     kv_kind: str  # "mha" | "mla"
@@ -145,8 +155,19 @@ class SglangStartup:
 
     @property
     def device_used_bytes(self) -> int:
-        """nvidia-smi once it serves: the context, the tensors and the CUDA graphs."""
-        return self.context_bytes + self.peak_allocated_bytes + self.cuda_graph_bytes
+        """nvidia-smi once it serves: the context, the tensors, what loading added and the CUDA
+        graphs."""
+        return (
+            self.context_bytes
+            + self.peak_allocated_bytes
+            + self.load_overhead_bytes
+            + self.cuda_graph_bytes
+        )
+
+    @property
+    def loaded_bytes(self) -> int:
+        """ "Load weight end … mem usage": the weights and what loading added."""
+        return self.weights_bytes + self.load_overhead_bytes
 
     @property
     def ranges(self) -> dict[str, tuple[int, int]]:
@@ -181,7 +202,7 @@ class SglangStartup:
         """Free memory after the KV pool and request table ("Memory pool end. avail mem")."""
         return (
             self.before_weights_bytes
-            - self.weights_bytes
+            - self.loaded_bytes
             - self.kv_pool_bytes
             - self.req_to_token_bytes
         )
@@ -199,6 +220,7 @@ class SglangStartup:
             "chunked_prefill_size": self.chunked_prefill_size,
             "cuda_graph_max_bs": self.cuda_graph_max_bs,
             "weights_bytes": self.weights_bytes,
+            "load_overhead_bytes": self.load_overhead_bytes,
             "weight_format": self.weight_format,
             "kv_cell_size_bytes": self.cell_size_bytes,
             "kv_kind": self.kv_kind,
@@ -222,13 +244,13 @@ class SglangStartup:
         """The lines SGLang logs at start-up, with memfit's figures."""
         g = 1 / GiB
         before = self.before_weights_bytes
-        after_w = before - self.weights_bytes
+        after_w = before - self.loaded_bytes
         lines = [f"Load weight begin. avail mem={before * g:.2f} GB"]
         if after_w < 0:  # the weights do not load: no later line
             return lines
         lines.append(
             f"Load weight end. avail mem={after_w * g:.2f} GB, "
-            f"mem usage={self.weights_bytes * g:.2f} GB."
+            f"mem usage={self.loaded_bytes * g:.2f} GB."
         )
         if self.max_total_num_tokens <= 0:
             return lines
@@ -359,13 +381,13 @@ def simulate_sglang(
     cell = sum(x.bytes_per_token for x in layers)
     kv_kind = "mla" if layers and layers[0].kind == "mla" else "mha"
     total = total_bytes or vllm_total_bytes(gpu)
-    context = (
-        context_bytes
-        if context_bytes is not None
-        else (CONTEXT_TP_BYTES if tp > 1 else CONTEXT_BYTES)
-    )
+    if context_bytes is None:
+        custom_all_reduce = tp > 1 and (gpu.form_factor == "sxm" or tp == 2)
+        context_bytes = CONTEXT_TP_BYTES if custom_all_reduce else CONTEXT_BYTES
+    context = context_bytes
     before = total - context
-    rest = (before - w.weights_bytes) - before * (1 - frac)
+    loaded = w.weights_bytes + LOAD_OVERHEAD_BYTES
+    rest = (before - loaded) - before * (1 - frac)
     tokens = int(rest // cell) if cell else 0
     if config.max_total_tokens is not None:
         tokens = min(tokens, config.max_total_tokens)
@@ -381,14 +403,12 @@ def simulate_sglang(
     refused = parallel_error(spec, tp=tp)
     if refused is not None:
         notes.append(refused[1].replace("vLLM", "SGLang").replace("--tensor-parallel-size", "--tp"))
-    error = _error(
-        config, ctx, derived, before, w.weights_bytes, tokens, frac, pool, req_bytes, graphs
-    )
+    error = _error(config, ctx, derived, before, loaded, tokens, frac, pool, req_bytes, graphs)
     if refused is not None:
         error = refused[0]
     before_loading = refused is not None or (error or "").startswith("ValueError")
     largest = min(tokens, derived or ctx) if tokens > 0 else 0
-    fixed = w.weights_bytes + cell * (ctx + config.page_size) + req_bytes
+    fixed = loaded + cell * (ctx + config.page_size) + req_bytes
     smallest = -(-fixed * 1000 // before) / 1000
     return SglangStartup(
         version=VERSION,
@@ -401,6 +421,7 @@ def simulate_sglang(
         cuda_graph_max_bs=max_bs,
         capture_bs=capture,
         weights_bytes=w.weights_bytes,
+        load_overhead_bytes=LOAD_OVERHEAD_BYTES,
         weight_format=w.format,
         cell_size_bytes=cell,
         kv_kind=kv_kind,
