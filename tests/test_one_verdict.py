@@ -369,9 +369,10 @@ SGLANG_KEYS = ("starts", "weights_bytes", "max_total_num_tokens", "kv_cache_byte
 
 
 @pytest.mark.parametrize(("gpu", "starts"), sorted(SGLANG_GPUS.items()))
-def test_an_sglang_job_gets_one_answer_everywhere(gpu: str, starts: bool) -> None:
-    """``memfit sglang``, memfit.estimate and the engine give the same start-up (SGLang answers
-    "does it start", not a fit verdict: the exit code follows ``starts``)."""
+def test_an_sglang_job_gets_one_answer_everywhere(gpu: str, starts: bool, tmp_path: Path) -> None:
+    """``memfit sglang``, ``check`` of the launch_server line, memfit.estimate and the engine
+    give the same start-up (SGLang answers "does it start", not a fit verdict: the exit code
+    follows ``starts``)."""
     import memfit
     from memfit.hardware import get_gpu
     from memfit.models import resolve_model
@@ -379,10 +380,13 @@ def test_an_sglang_job_gets_one_answer_everywhere(gpu: str, starts: bool) -> Non
     from memfit.spec import SglangConfig
 
     code, served = cli("sglang", "llama-3.1-8b", "--gpu", gpu)
+    line = tmp_path / "serve.sh"
+    line.write_text("python -m sglang.launch_server \\\n  --model-path llama-3.1-8b\n")
+    check_code, checked = cli("check", str(line), "--gpu", gpu)
     spec = resolve_model("llama-3.1-8b").spec
     assert spec is not None
     engine = simulate_sglang(spec, get_gpu(gpu), SglangConfig()).to_json()
     python = memfit.estimate("llama-3.1-8b", SglangConfig(), gpu=gpu).to_json()
-    answers = [{k: a[k] for k in SGLANG_KEYS} for a in (served, engine, python)]
-    assert answers[0] == answers[1] == answers[2]
-    assert served["starts"] is starts and code == (0 if starts else 1)
+    answers = [{k: a[k] for k in SGLANG_KEYS} for a in (served, checked, engine, python)]
+    assert all(a == answers[0] for a in answers), answers
+    assert served["starts"] is starts and code == check_code == (0 if starts else 1)

@@ -52,3 +52,27 @@ def test_a_pasted_launch_server_line_parses_and_ignores_what_does_not_change_mem
         "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B --tp-size 4 "
         "--mem-fraction-static 0.85 --context-length 32768"
     )
+
+
+def test_check_hands_a_launch_server_line_to_the_sglang_door(
+    capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    line = tmp_path / "serve.sh"
+    line.write_text(
+        "# our server\npython3 -m sglang.launch_server \\\n  --model-path llama-3.1-8b \\\n"
+        "  --mem-fraction-static 0.85 --port 30000 --trust-remote-code\n"
+    )
+    rc = main(["check", str(line), "--gpu", "L40S", "--json"])
+    checked = json.loads(capsys.readouterr().out)
+    main(["sglang", "llama-3.1-8b", "--gpu", "L40S", "--mem-fraction-static", "0.85", "--json"])
+    direct = json.loads(capsys.readouterr().out)
+    assert rc == 0 and checked == direct
+
+
+def test_check_refuses_a_flag_sglang_does_not_take(
+    capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    line = tmp_path / "serve.sh"
+    line.write_text("python -m sglang.launch_server --model-path llama-3.1-8b --bogus 3\n")
+    rc = main(["check", str(line), "--gpu", "L40S"])
+    assert rc == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
