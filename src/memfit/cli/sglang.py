@@ -138,7 +138,6 @@ def add_sglang_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quantization", default=None, help="fp8 (online) | awq | gptq | …")
     g.add_argument("--dtype", default="auto", help="auto | half | float16 | bfloat16 | float32")
     g.add_argument("--sglang-version", default=None, help="SGLang version to model (default 0.5)")
-    # fmt: skip
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
