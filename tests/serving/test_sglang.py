@@ -155,3 +155,20 @@ def test_a_published_4_x_l4_log_is_matched_line_by_line() -> None:
     assert -0.03 < (s.max_total_num_tokens - 46611) / 46611 < 0.03
     assert abs(s.cuda_graph_bytes / GiB - 0.93) / 0.93 < 0.2
     assert (s.chunked_prefill_size, s.cuda_graph_max_bs) == (2048, 80)
+
+
+def test_what_the_shared_layout_does_not_model_is_said_for_sglang() -> None:
+    from memfit.errors import NotModelledError
+
+    with pytest.raises(NotModelledError, match=r"SGLang: the checkpoint's MXFP4 experts"):
+        simulate_sglang(spec("gpt-oss-120b"), get_gpu("H100"), SglangConfig())
+
+
+def test_a_rope_scaled_context_is_sglangs_derived_one() -> None:
+    """hf_transformers_utils.get_context_length: a linear factor scales the positions; llama3
+    scaling keeps them."""
+    from memfit.serving.sglang import sglang_context_length
+
+    assert sglang_context_length(spec("llama-3.1-8b")) == 131072
+    gemma = spec("gemma-3-27b")  # rope_scaling {"factor": 8.0, "rope_type": "linear"}
+    assert sglang_context_length(gemma) == 131072 * 8

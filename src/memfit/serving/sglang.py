@@ -369,10 +369,13 @@ def simulate_sglang(
             "SGLang: config.json gives no max_position_embeddings; pass --context-length",
             engine="sglang",
         )
-    w = rank_weights(spec, tp=tp, pp=1, dtype=dtype, quantization=config.quantization)
+    try:  # the layout is vLLM's (memfit.serving.layout); its refusals name SGLang here
+        w = rank_weights(spec, tp=tp, pp=1, dtype=dtype, quantization=config.quantization)
+        layers = kv_layers(spec, tp=config.attn_tp_size, kv_bytes=kv_bytes)
+    except NotModelledError as err:
+        raise NotModelledError(str(err).replace("vLLM", "SGLang"), engine="sglang") from err
     if w.note:
         notes.append(w.note)
-    layers = kv_layers(spec, tp=config.attn_tp_size, kv_bytes=kv_bytes)
     if any(x.kind == "sliding" for x in layers):
         notes.append(
             "sliding-window layers are sized as full attention (SGLang's SWA pool, "
