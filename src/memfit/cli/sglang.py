@@ -26,7 +26,7 @@ GPU_COUNT = count_at_most(MAX_GPUS, "GPUs (memfit.spec.rules.MAX_GPUS)")
 
 SGLANG_EXAMPLES = """examples:
   memfit sglang llama-3.1-8b --gpu H100
-  memfit sglang --model-path meta-llama/Llama-3.1-8B-Instruct --gpu L40S --context-length 32768
+  memfit sglang --model-path llama-3.1-8b --gpu L40S --context-length 32768 --port 30000
   memfit sglang llama-3.1-70b --gpu H200 --tp 8 --mem-fraction-static 0.9 --json
   memfit sglang deepseek-v3 --gpu H200 --tp 8 --kv-cache-dtype fp8_e4m3
 
