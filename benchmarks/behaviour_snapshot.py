@@ -13,6 +13,7 @@ Runs one group per wing of memfit, all but ``trace`` in 6-8 minutes on a shared 
 - ``vllm``: vLLM start-up (``memfit vllm``) and ``fit`` / ``plan`` / ``upgrade --runtime vllm``;
 - ``seqdist``: variable-length runs (``--seq-dist`` on ``estimate``, ``fit``, ``plan``);
 - ``check``: ``memfit check`` on the example job files of the tests and a ``vllm serve`` line;
+- ``sglang``: SGLang start-up (``memfit sglang``), starts and fails;
 - ``text``: the text renderings (no ``--json``) of a few of the above, lines' timings scrubbed.
 Every CLI run keeps its exit code, stdout and stderr's tail, and runs from the repository root
 (job files are named relative to it, so the snapshot holds from any checkout).
@@ -243,6 +244,18 @@ TEXT_RUNS: list[str] = [
     "--seq-dist 150,100,512 --run-steps 30 --gpu T4",
 ]
 
+#: SGLang start-up: defaults by GPU and TP, MLA, fp8 KV, each way it fails.
+SGLANG_RUNS = [
+    "sglang llama-3.1-8b --gpu H100",
+    "sglang llama-3.1-8b --gpu L4 --context-length 8192",
+    "sglang llama-3.1-70b --gpu H200 --tp 8",
+    "sglang deepseek-v3 --gpu H200 --tp 8 --kv-cache-dtype fp8_e4m3",
+    "sglang qwen2.5-72b --gpu H100 --tp 4 --mem-fraction-static 0.9 --page-size 16",
+    "sglang llama-3.1-8b --gpu L40S --mem-fraction-static 0.3",  # not enough memory
+    "sglang llama-3.1-70b --gpu L4",  # weights do not load
+    "sglang llama-3.1-8b --gpu H100 --context-length 1000000",  # refused before loading
+]
+
 #: The CLI groups: name -> (commands, --json or text).
 CLI_GROUPS: dict[str, tuple[list[str], bool]] = {
     "diffusion": (DIFFUSION_RUNS, True),
@@ -252,6 +265,7 @@ CLI_GROUPS: dict[str, tuple[list[str], bool]] = {
     "check": (CHECK_RUNS, True),
     "media": (MEDIA_RUNS, True),
     "text": (TEXT_RUNS, False),
+    "sglang": (SGLANG_RUNS, True),
 }
 GROUPS = ("analytic", "trace", "cli", *CLI_GROUPS)
 

@@ -19,6 +19,7 @@ from memfit.spec import (
     EstimateOptions,
     SeqDist,
     SeqRun,
+    SglangConfig,
     VllmConfig,
     WorkloadSpec,
 )
@@ -104,7 +105,8 @@ def test_a_kind_without_a_planner_says_so_and_the_next_step(verb: str, job: obje
 
 
 def test_every_kind_has_an_answer_or_a_reason_for_every_verb() -> None:
-    kinds = {WorkloadSpec, PlanRequest, SeqRun, DiffusionJob, DiffusionTrainJob, VllmConfig}
+    kinds = {WorkloadSpec, PlanRequest, SeqRun, DiffusionJob, DiffusionTrainJob, VllmConfig,
+             SglangConfig}  # fmt: skip
     assert set(api.ROUTES) == kinds
     assert all(len(row) == len(api.VERBS) for row in api.ROUTES.values())
 
@@ -123,3 +125,22 @@ def test_a_seq_run_fit_solves_the_batch_only() -> None:
     job = SeqRun(workload=WorkloadSpec(), dist=SeqDist(mean=100, std=10, max_len=256))
     with pytest.raises(NotModelledError, match=r"fit of a SeqRun solves batch, not 'seq'"):
         memfit.fit("gpt2", job, gpu="T4", solve="seq")
+
+
+def test_an_sglang_job_routes_to_what_memfit_sglang_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from memfit.report.sglang import sglang_json
+    from memfit.serving.sglang_command import launch_command
+
+    out = cli_json(capsys, "sglang", "llama-3.1-8b", "--gpu", "H100")
+    startup = memfit.estimate("llama-3.1-8b", SglangConfig(), gpu="H100")
+    command = launch_command("llama-3.1-8b", SglangConfig())
+    assert json.dumps(sglang_json(startup, command), indent=2) + "\n" == out
+
+
+def test_an_sglang_job_is_fitted_and_its_plan_names_the_next_step() -> None:
+    value, startup = memfit.fit("llama-3.1-8b", SglangConfig(), gpu="L4")
+    assert startup is not None and startup.starts and value > 0
+    with pytest.raises(NotModelledError, match=r"plan of an SglangConfig is not modelled.*fit it"):
+        memfit.plan("llama-3.1-8b", SglangConfig(), gpu="L4")

@@ -361,3 +361,32 @@ def test_a_vllm_job_gets_one_answer_everywhere(
     assert status == 200, body
     assert body["max_value"] == fit["max_value"]
     assert (fit["max_value"] >= VLLM_LEN) is starts
+
+
+# -- an SGLang server ---------------------------------------------------------------------------
+SGLANG_GPUS = {"T4": False, "L4": True}
+SGLANG_KEYS = ("starts", "weights_bytes", "max_total_num_tokens", "kv_cache_bytes", "error")
+
+
+@pytest.mark.parametrize(("gpu", "starts"), sorted(SGLANG_GPUS.items()))
+def test_an_sglang_job_gets_one_answer_everywhere(gpu: str, starts: bool, tmp_path: Path) -> None:
+    """``memfit sglang``, ``check`` of the launch_server line, memfit.estimate and the engine
+    give the same start-up (SGLang answers "does it start", not a fit verdict: the exit code
+    follows ``starts``)."""
+    import memfit
+    from memfit.hardware import get_gpu
+    from memfit.models import resolve_model
+    from memfit.serving.sglang import simulate_sglang
+    from memfit.spec import SglangConfig
+
+    code, served = cli("sglang", "llama-3.1-8b", "--gpu", gpu)
+    line = tmp_path / "serve.sh"
+    line.write_text("python -m sglang.launch_server \\\n  --model-path llama-3.1-8b\n")
+    check_code, checked = cli("check", str(line), "--gpu", gpu)
+    spec = resolve_model("llama-3.1-8b").spec
+    assert spec is not None
+    engine = simulate_sglang(spec, get_gpu(gpu), SglangConfig()).to_json()
+    python = memfit.estimate("llama-3.1-8b", SglangConfig(), gpu=gpu).to_json()
+    answers = [{k: a[k] for k in SGLANG_KEYS} for a in (served, checked, engine, python)]
+    assert all(a == answers[0] for a in answers), answers
+    assert served["starts"] is starts and code == check_code == (0 if starts else 1)

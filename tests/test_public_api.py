@@ -46,6 +46,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         "EstimateOptions",
         "DiffusionJob",
         "DiffusionTrainJob",
+        "SglangConfig",
         "VllmConfig",
         "SeqRun",
         "SeqDist",

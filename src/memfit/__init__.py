@@ -32,6 +32,7 @@ from memfit.spec import (
     MediaSpec,
     SeqDist,
     SeqRun,
+    SglangConfig,
     VllmConfig,
     WorkloadSpec,
 )
@@ -65,6 +66,7 @@ if typing.TYPE_CHECKING:
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
     from memfit.plan.upgrade import UpgradeVerdict
+    from memfit.serving.sglang import SglangStartup
     from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
     from memfit.snapshot.analyze import SnapshotAnalysis
@@ -92,6 +94,7 @@ __all__ = [
     "PlanRequest",
     "SeqDist",
     "SeqRun",
+    "SglangConfig",
     "SnapshotError",
     "SpecError",
     "TraceError",
@@ -258,6 +261,18 @@ def estimate(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
 ) -> VllmStartup: ...
+@typing.overload
+def estimate(
+    model: ModelRef,
+    workload: SglangConfig,
+    *,
+    gpu: str | GPU | None = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> SglangStartup: ...
 def estimate(
     model: ModelRef,
     workload: Job | None = None,
@@ -268,7 +283,7 @@ def estimate(
     extrapolate: bool | None = None,
     allow_code: bool = False,
     options: EstimateOptions | None = None,
-) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup:
+) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup | SglangStartup:
     """The memory of ``workload``, any job of :mod:`memfit.spec` (default: a bf16 AdamW training
     step, batch 1, seq 512): a :class:`WorkloadSpec` gives a :class:`MemoryEstimate`; the other
     kinds their own records (``memfit.api``). ``options`` (an :class:`EstimateOptions`), or its

@@ -19,6 +19,8 @@ applied once (:func:`memfit.estimate.options.using_options`).
   estimate_training_fast``; ``plan.diffusion_train.fit_training``; ``plan_training``.
 - ``VllmConfig`` (``vllm serve``): ``serving.simulate_startup``; ``serving.solve.
   solve_concurrency`` / ``solve_max_model_len``; ``serving.solve.plan_serving``.
+- ``SglangConfig`` (``sglang.launch_server``): ``serving.sglang.simulate_sglang``;
+  ``serving.sglang_fit.solve_sglang`` (context length, running requests); plan: NotModelledError.
 
 A (job, verb) with no planner raises :class:`~memfit.errors.NotModelledError` naming the kind
 and the next step; a value that is no job is a :class:`~memfit.errors.SpecError`.
@@ -51,6 +53,8 @@ from memfit.plan.request import PlanRequest
 from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
 from memfit.progress import report
 from memfit.serving import simulate_startup
+from memfit.serving.sglang import simulate_sglang
+from memfit.serving.sglang_fit import solve_sglang
 from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
 from memfit.spec import (
     DiffusionJob,
@@ -58,6 +62,7 @@ from memfit.spec import (
     EstimateOptions,
     Job,
     SeqRun,
+    SglangConfig,
     VllmConfig,
     WorkloadSpec,
 )
@@ -75,6 +80,7 @@ if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.plan.search import Plan
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
+    from memfit.serving.sglang import SglangStartup
     from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
 
@@ -126,13 +132,21 @@ def estimate(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
 ) -> VllmStartup: ...
+@overload
+def estimate(
+    model: ModelRef,
+    job: SglangConfig,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+) -> SglangStartup: ...
 def estimate(
     model: ModelRef,
     job: Job | None = None,
     *,
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
-) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup:
+) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup | SglangStartup:
     """The memory of ``job`` (default: a bf16 AdamW training step, batch 1, seq 512) on
     ``model``; ``gpu`` (a catalog name or record) adds the verdict where the job has one. The
     answer's type follows the job's (the overloads above); each reads as an
@@ -185,6 +199,15 @@ def fit(
     options: EstimateOptions | None = None,
     **solve: Any,
 ) -> tuple[int, VllmStartup | None]: ...
+@overload
+def fit(
+    model: ModelRef,
+    job: SglangConfig,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> tuple[int, SglangStartup | None]: ...
 def fit(
     model: ModelRef,
     job: Job,
@@ -192,7 +215,14 @@ def fit(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **solve: Any,
-) -> FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]:
+) -> (
+    FitResult
+    | SeqFitResult
+    | TrainFit
+    | PipelineFit
+    | tuple[int, VllmStartup | None]
+    | tuple[int, SglangStartup | None]
+):
     """The largest batch / length / resolution / concurrency of ``job`` that fits; ``solve``:
     what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``). The
     answer's type follows the job's (the overloads above; a DiffusionJob solves ``batch`` or
@@ -546,6 +576,23 @@ def _plan_serving(
     )  # fmt: skip
 
 
+# -- SGLang serving ----------------------------------------------------------------------------
+def _estimate_sglang(model: Any, job: SglangConfig, *, gpu: Any, options: Any) -> Any:
+    if gpu is None:
+        raise SpecError("estimate of an SglangConfig needs gpu=NAME (SGLang sizes by the GPU)")
+    return simulate_sglang(serving_spec(model, options), _gpu(gpu), job)
+
+
+def _fit_sglang(
+    model: Any, job: SglangConfig, *, gpu: Any, options: Any, solve: str = "context-length"
+) -> Any:
+    """(value, SglangStartup or None): the largest context length, or the most concurrent
+    requests of ``job.context_length`` tokens, that start."""
+    if gpu is None:
+        raise SpecError("fit of an SglangConfig needs gpu=NAME (SGLang sizes by the GPU)")
+    return solve_sglang(serving_spec(model, options), _gpu(gpu), job, solve=solve)
+
+
 #: (job type) -> (estimate, fit, plan): the function that answers, or why none does and what
 #: to do instead (a NotModelledError's message).
 ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
@@ -571,4 +618,11 @@ ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
     ),
     DiffusionTrainJob: (_estimate_train, _fit_train, _plan_train),
     VllmConfig: (_estimate_serving, _fit_serving, _plan_serving),
+    SglangConfig: (
+        _estimate_sglang,
+        _fit_sglang,
+        "plan of an SglangConfig is not modelled: SGLang's configurations are not searched yet; "
+        "fit it (solve='context-length' or 'max-running-requests') on each GPU you consider, or "
+        "plan the same server as a VllmConfig (memfit plan --runtime vllm)",
+    ),
 }

@@ -13,6 +13,8 @@ kind (memfit.spec)     builder                         its flags
 ``SeqRun``             :func:`seq_run_job`             ``--seq-dist`` and its step flags
 ``VllmConfig``         :func:`serving_job` /           ``vllm serve``'s own spellings
                        :func:`runtime_serving_job`     (``cli/vllm.py``, ``--runtime vllm``)
+``SglangConfig``       :func:`sglang_job`              ``sglang.launch_server``'s spellings
+                                                       (``cli/sglang.py``)
 =====================  ==============================  =====================================
 
 :func:`job_from_flags` picks the builder by kind. Data and pure functions only: ``cli/`` parses
@@ -33,6 +35,7 @@ from memfit.spec.diffusion import DiffusionJob, DiffusionTrainJob
 from memfit.spec.rules import resolve_precision
 from memfit.spec.seqrun import SeqDist, SeqRun
 from memfit.spec.serving import VllmConfig
+from memfit.spec.sglang import SglangConfig
 
 #: estimate flags that mean nothing to a pipeline run: refused when set, not ignored.
 PIPELINE_REFUSED = {
@@ -225,6 +228,29 @@ def runtime_serving_job(args: argparse.Namespace, *, tp: int = 1, length: int | 
     )
 
 
+def sglang_job(args: argparse.Namespace) -> SglangConfig:
+    """The ``python -m sglang.launch_server`` configuration its flags describe
+    (``memfit sglang``)."""
+    return SglangConfig(
+        tp_size=args.tp_size,
+        dp_size=args.dp_size,
+        ep_size=args.ep_size,
+        enable_dp_attention=args.enable_dp_attention,
+        mem_fraction_static=args.mem_fraction_static,
+        context_length=args.context_length,
+        max_running_requests=args.max_running_requests,
+        max_total_tokens=args.max_total_tokens,
+        chunked_prefill_size=args.chunked_prefill_size,
+        kv_cache_dtype=args.kv_cache_dtype,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        disable_cuda_graph=args.disable_cuda_graph,
+        page_size=args.page_size,
+        quantization=args.quantization,
+        dtype=args.dtype,
+        sglang_version=args.sglang_version or "0.5",
+    )
+
+
 #: kind -> its builder from parsed flags (the SeqRun's needs its workload and distribution).
 BUILDERS: dict[type, Callable[..., Any]] = {
     WorkloadSpec: workload_from_args,
@@ -232,6 +258,7 @@ BUILDERS: dict[type, Callable[..., Any]] = {
     DiffusionTrainJob: diffusion_train_job,
     SeqRun: seq_run_job,
     VllmConfig: serving_job,
+    SglangConfig: sglang_job,
 }
 
 

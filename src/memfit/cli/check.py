@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from memfit.cli import sglang as cli_sglang
 from memfit.cli import vllm as cli_vllm
 from memfit.cli.check_fix import CheckFix, find_fix
 from memfit.errors import SpecError, UnknownModelError
@@ -22,6 +23,7 @@ from memfit.flags import EXIT_BAD_INPUT, integer
 from memfit.jobfiles import FORMATS, Job, model_of, read_job, workload_of
 from memfit.jobfiles.edit import write_edits
 from memfit.jobfiles.files import parse
+from memfit.jobfiles.sglang_cmd import argv_from_sglang_command, is_sglang_command
 from memfit.jobfiles.vllm_cmd import (
     argv_from_command,
     argv_from_config,
@@ -101,6 +103,12 @@ FRAMEWORK_FORMATS = ("litgpt", "torchtune")
 def cmd_check(args: argparse.Namespace) -> int:
     paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
     overrides = [f for f in args.files if f not in paths]
+    launched = _sglang_argv(paths)
+    if launched is not None:  # an SGLang server: `memfit sglang`'s door answers, on its flags
+        gpu = ["--gpu", args.gpu] if args.gpu else []
+        as_json = ["--json"] if args.json else []
+        sglang = args.subparsers["sglang"]
+        return cli_sglang.cmd_sglang(_vllm_args(sglang, [*launched, *gpu, *as_json]))
     served = _vllm_argv(paths)
     if served is not None:  # a serving job: `memfit vllm`'s door answers, on the file's flags
         gpu = ["--gpu", args.gpu] if args.gpu else []
@@ -209,6 +217,14 @@ def _vllm_argv(paths: list[str]) -> list[str] | None:
     except Exception:  # noqa: BLE001 - read_job reports the file's problem
         return None
     return argv_from_config(data) if is_vllm_config(data) else None
+
+
+def _sglang_argv(paths: list[str]) -> list[str] | None:
+    """``memfit sglang`` arguments when the one file is an SGLang launch_server line."""
+    if len(paths) != 1:
+        return None
+    text = read_text(paths[0], what="job file")
+    return argv_from_sglang_command(text) if is_sglang_command(text) else None
 
 
 def _vllm_args(vllm: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

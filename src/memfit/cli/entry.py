@@ -30,6 +30,7 @@ from memfit.cli import monitor as cli_monitor
 from memfit.cli import plan as cli_plan
 from memfit.cli import report as cli_report
 from memfit.cli import seqdist as cli_seqdist
+from memfit.cli import sglang as cli_sglang
 from memfit.cli import vllm as cli_vllm
 from memfit.cli import web as cli_web
 from memfit.cli.engine import add_engine_flags, applied, options_from
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor
     COMMANDS.update(cli_bench.register(sub))  # bench, quality
     COMMANDS.update(cli_vllm.register(sub))  # vllm
+    COMMANDS.update(cli_sglang.register(sub))  # sglang
     COMMANDS.update(cli_check.register(sub))  # check
     p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
     COMMANDS.update(cli_web.register(sub, run=main, parser_factory=build_parser))  # web

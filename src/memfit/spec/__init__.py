@@ -58,10 +58,11 @@ from memfit.spec.rules import (
 )
 from memfit.spec.seqrun import SeqDist, SeqRun, StepPlan
 from memfit.spec.serving import VllmConfig
+from memfit.spec.sglang import SglangConfig
 from memfit.spec.workload import PARALLEL_FIELDS, SHAPE_FIELDS, TECHNIQUE_FIELDS, WorkloadSpec
 
 #: Every kind of job memfit answers; ``memfit.api`` dispatches on the type (docs/job-kinds.md).
-Job = WorkloadSpec | SeqRun | DiffusionJob | DiffusionTrainJob | VllmConfig
+Job = WorkloadSpec | SeqRun | DiffusionJob | DiffusionTrainJob | VllmConfig | SglangConfig
 
 __all__ = [
     "Job",
@@ -99,6 +100,7 @@ __all__ = [
     "QuantSpec",
     "SeqDist",
     "SeqRun",
+    "SglangConfig",
     "ShapeSpec",
     "StepPlan",
     "TechniqueSpec",

@@ -1,0 +1,174 @@
+"""SGLang's start-up accounting (memfit.serving.sglang): its defaults by GPU memory, the KV pool
+formula of profile_max_num_token, the errors, and published logs."""
+
+from __future__ import annotations
+
+import pytest
+
+from memfit.estimate.answer import Answer
+from memfit.hardware.catalog import get_gpu
+from memfit.models import resolve_model
+from memfit.serving.sglang import (
+    capture_batch_sizes,
+    default_mem_fraction_static,
+    gpu_memory_defaults,
+    simulate_sglang,
+)
+from memfit.serving.sglang_fit import solve_sglang
+from memfit.spec import SglangConfig
+from memfit.units import GiB
+
+
+def spec(name: str):  # type: ignore[no-untyped-def]
+    s = resolve_model(name).spec
+    assert s is not None
+    return s
+
+
+@pytest.mark.parametrize(
+    ("mib", "tp", "chunk", "bs", "frac"),
+    [
+        # H100 80GB (nvidia-smi 81559 MiB): reserved 512 + 8192 x 1.5 + 256 x 2 + 128 = 13440
+        (81559, 1, 8192, 256, 0.835),
+        # L4 (23034 MiB): 512 + 2048 x 1.5 + 24 x 2 + 128 = 3760
+        (23034, 1, 2048, 24, 0.837),
+        # H200 (143771 MiB) TP 8: 512 + 12288 + 512 x 2 + 1024 = 14848
+        (143771, 8, 8192, 512, 0.897),
+    ],
+)
+def test_the_defaults_follow_handle_gpu_memory_settings(
+    mib: int, tp: int, chunk: int, bs: int, frac: float
+) -> None:
+    assert gpu_memory_defaults(mib, tp) == (chunk, bs)
+    assert default_mem_fraction_static(mib, SglangConfig(tp_size=tp), chunk, bs) == frac
+
+
+def test_a_gpu_over_60_gib_reserves_at_least_10_gib() -> None:
+    # 512 + 2048 x 1.5 + 8 x 2 + 128 = 3728 MiB, raised to the 10 GiB floor
+    frac = default_mem_fraction_static(81559, SglangConfig(), 2048, 8)
+    assert frac == round((81559 - 10240) / 81559, 3)
+
+
+def test_the_captured_batch_sizes_are_sglangs_list() -> None:
+    sizes = capture_batch_sizes(512)  # the 52 sizes sgl-project/sglang#11716 logs at TP 8
+    assert sizes[:6] == (1, 2, 4, 8, 12, 16) and sizes[-3:] == (480, 496, 512)
+    assert len(sizes) == 52
+    assert capture_batch_sizes(24) == (1, 2, 4, 8, 12, 16, 24)
+
+
+def test_the_kv_pool_is_rest_memory_over_the_cell_size() -> None:
+    """profile_max_num_token by hand: Llama-3.1-8B, 32 layers x 8 K/V heads x 128 x 2 x bf16."""
+    total, context = int(79.19 * GiB), int(0.75 * GiB)
+    s = simulate_sglang(
+        spec("llama-3.1-8b"), get_gpu("H100"), SglangConfig(mem_fraction_static=0.8),
+        total_bytes=total, context_bytes=context,
+    )  # fmt: skip
+    before = total - context
+    assert s.cell_size_bytes == 32 * 8 * 128 * 2 * 2
+    assert s.max_total_num_tokens == int((before - s.loaded_bytes - before * 0.2) // 131072)
+    assert s.kv_pool_bytes == (s.max_total_num_tokens + 1) * 131072
+    assert s.starts and isinstance(s, Answer) and s.verdict is None
+
+
+def test_mla_models_keep_one_latent_per_token_whatever_the_tp() -> None:
+    s = simulate_sglang(spec("deepseek-v3"), get_gpu("H200"), SglangConfig(tp_size=8))
+    assert s.kv_kind == "mla" and s.cell_size_bytes == (512 + 64) * 61 * 2
+    assert any(line.startswith("KV Cache is allocated.") and "KV size" in line
+               for line in s.log_lines())  # fmt: skip
+
+
+def test_the_page_size_rounds_the_tokens_down() -> None:
+    s = simulate_sglang(spec("llama-3.1-8b"), get_gpu("H100"), SglangConfig(page_size=64))
+    assert s.max_total_num_tokens % 64 == 0
+
+
+def test_weights_larger_than_the_gpu_fail_at_load() -> None:
+    s = simulate_sglang(spec("llama-3.1-70b"), get_gpu("L4"), SglangConfig())
+    assert not s.starts and s.error.startswith("torch.OutOfMemoryError")  # type: ignore[union-attr]
+
+
+def test_a_small_mem_fraction_is_sglangs_not_enough_memory_error() -> None:
+    s = simulate_sglang(
+        spec("llama-3.1-8b"), get_gpu("L40S"), SglangConfig(mem_fraction_static=0.3)
+    )
+    assert not s.starts
+    assert s.error == (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        "Current value: mem_fraction_static=0.3"
+    )
+    assert s.smallest_mem_fraction_static is not None and s.smallest_mem_fraction_static > 0.3
+
+
+def test_a_longer_context_than_the_models_is_refused_before_loading() -> None:
+    s = simulate_sglang(spec("llama-3.1-8b"), get_gpu("H100"), SglangConfig(context_length=10**6))
+    assert s.refused_layout and "greater than the derived context_length (131072)" in str(s.error)
+
+
+def test_an_indivisible_tp_is_refused_before_loading() -> None:
+    s = simulate_sglang(spec("llama-3.1-70b"), get_gpu("H100"), SglangConfig(tp_size=3))
+    assert s.refused_layout and not s.starts
+
+
+def test_fit_finds_the_longest_context_the_pool_holds() -> None:
+    value, s = solve_sglang(spec("llama-3.1-8b"), get_gpu("L4"), SglangConfig())
+    assert s is not None and s.starts and 0 < value <= s.max_total_num_tokens
+    longer = simulate_sglang(
+        spec("llama-3.1-8b"), get_gpu("L4"), SglangConfig(context_length=value + 1)
+    )
+    assert not longer.starts or longer.max_total_num_tokens < value + 1
+
+
+def test_a_published_tp8_log_is_matched_within_3_percent() -> None:
+    """sgl-project/sglang#11716: Llama-3.x-70B, 8 x H200 (139.80 GiB), "Load weight begin. avail
+    mem=137.29 GB", "#tokens: 2795207". Tolerance: the issue's 3 % KV-token target (memfit also
+    needs SGLang's default mem_fraction_static, which the excerpt omits)."""
+    s = simulate_sglang(
+        spec("llama-3.1-70b"), get_gpu("H200"), SglangConfig(tp_size=8),
+        total_bytes=int((137.29 + 2.51) * GiB), context_bytes=int(2.51 * GiB),
+    )  # fmt: skip
+    assert abs(s.max_total_num_tokens - 2795207) / 2795207 < 0.03
+
+
+#: Qwen/QwQ-32B (the Qwen2.5-32B architecture) as benchmarks/data/sglang_logs.jsonl records it.
+QWQ_32B = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 5120,
+    "intermediate_size": 27648, "num_hidden_layers": 64, "num_attention_heads": 40,
+    "num_key_value_heads": 8, "vocab_size": 152064, "max_position_embeddings": 131072,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-05, "hidden_act": "silu",
+}  # fmt: skip
+
+
+def test_a_published_4_x_l4_log_is_matched_line_by_line() -> None:
+    """didier-durand/llms-in-clouds docs/sglang.md (3e1df42): QwQ-32B, 4 x L4, TP 4,
+    mem_fraction_static 0.85: "Load weight end … mem usage=15.54 GB", "#tokens: 46611",
+    "Capture cuda graph end … mem usage=0.93 GB", chunked_prefill_size 2048, cuda_graph_max_bs
+    80. Tolerances: weights 1 %, KV tokens 3 % (never more than 3 % over), graphs 20 % (the
+    issue's targets)."""
+    from memfit.models import ModelSpec
+
+    s = simulate_sglang(
+        ModelSpec.from_config(QWQ_32B), get_gpu("L4"),
+        SglangConfig(tp_size=4, mem_fraction_static=0.85),
+    )  # fmt: skip
+    assert abs(s.loaded_bytes / GiB - 15.54) / 15.54 < 0.01
+    assert -0.03 < (s.max_total_num_tokens - 46611) / 46611 < 0.03
+    assert abs(s.cuda_graph_bytes / GiB - 0.93) / 0.93 < 0.2
+    assert (s.chunked_prefill_size, s.cuda_graph_max_bs) == (2048, 80)
+
+
+def test_what_the_shared_layout_does_not_model_is_said_for_sglang() -> None:
+    from memfit.errors import NotModelledError
+
+    with pytest.raises(NotModelledError, match=r"SGLang: the checkpoint's MXFP4 experts"):
+        simulate_sglang(spec("gpt-oss-120b"), get_gpu("H100"), SglangConfig())
+
+
+def test_a_rope_scaled_context_is_sglangs_derived_one() -> None:
+    """hf_transformers_utils.get_context_length: a linear factor scales the positions; llama3
+    scaling keeps them."""
+    from memfit.serving.sglang import sglang_context_length
+
+    assert sglang_context_length(spec("llama-3.1-8b")) == 131072
+    gemma = spec("gemma-3-27b")  # rope_scaling {"factor": 8.0, "rope_type": "linear"}
+    assert sglang_context_length(gemma) == 131072 * 8
