@@ -5,7 +5,6 @@ tests/estimate/trace/test_exactness.py holds for text models; CUDA's SDPA routin
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Any
 
 import pytest
