@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from memfit.apply.precision import AUTOCAST_DTYPE, check_precision
-from memfit.apply.target import resolve
+from memfit.apply.target import PlanLike, resolve
 from memfit.spec import PRECISION_RULES
 
 
@@ -27,7 +27,7 @@ class AmpStep:
     """Autocast + loss scaling for one plan. ``scaler`` is a ``torch.amp.GradScaler`` for
     ``16-mixed`` and None otherwise; ``dtype`` the autocast dtype (None: no autocast)."""
 
-    def __init__(self, plan: Any, *, device_type: str = "cuda") -> None:
+    def __init__(self, plan: PlanLike, *, device_type: str = "cuda") -> None:
         precision = resolve(plan).workload.run_precision
         check_precision(precision, torch.device(device_type))
         self.precision = precision

@@ -30,7 +30,7 @@ from memfit.apply.amp import AmpStep
 from memfit.apply.measure import Measurement, free_after_oom, measure
 from memfit.apply.preflight import refuse_if_too_large
 from memfit.apply.requirements import device_of
-from memfit.apply.target import resolve
+from memfit.apply.target import PlanLike, resolve
 from memfit.errors import MemfitError, SpecError
 from memfit.estimate import estimate
 from memfit.estimate.device import allocator_workspaces
@@ -93,7 +93,7 @@ def find_batch_size(
     *,
     make_batch: Callable[[int, int], Any],
     model: torch.nn.Module,
-    plan: Any,
+    plan: PlanLike,
     optimizer: Any = None,
     source: Any = None,
     seq_len: int | None = None,

@@ -29,7 +29,7 @@ from memfit.apply import attention, checkpointing
 from memfit.apply.launch import write_launch_configs
 from memfit.apply.model import verify_plan
 from memfit.apply.requirements import UnsupportedHardwareError, require_package
-from memfit.apply.target import resolve
+from memfit.apply.target import PlanLike, resolve
 from memfit.errors import SpecError
 from memfit.plan.export import training_arguments_kwargs
 
@@ -46,7 +46,7 @@ def _checkpointing_key() -> str:
     )
 
 
-def training_arguments_dict(plan: Any, **overrides: Any) -> dict[str, Any]:
+def training_arguments_dict(plan: PlanLike, **overrides: Any) -> dict[str, Any]:
     """The keyword arguments :func:`training_arguments` passes (``overrides`` win)."""
     target = resolve(plan)
     if not target.workload.is_train:
@@ -73,7 +73,7 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def training_arguments(plan: Any, **overrides: Any) -> TrainingArguments:
+def training_arguments(plan: PlanLike, **overrides: Any) -> TrainingArguments:
     """A ``transformers.TrainingArguments`` for ``plan``; ``overrides`` (``output_dir``,
     ``learning_rate``, …) are passed through and win over the plan's values."""
     kwargs = training_arguments_dict(plan, **overrides)
@@ -98,7 +98,7 @@ class PlanCallback(TrainerCallback):  # type: ignore[misc]
 
     def __init__(
         self,
-        plan: Any,
+        plan: PlanLike,
         *,
         strict: bool = True,
         monitor_log: str | os.PathLike[str] | None = None,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memfit.apply.target import resolve
+from memfit.apply.target import PlanLike, resolve
 from memfit.plan import export
 from memfit.userwrites import write_text
 
@@ -31,7 +31,7 @@ class LaunchConfig:
 
 
 def write_launch_configs(
-    plan: Any, directory: str | os.PathLike[str], *, script: str = "train.py"
+    plan: PlanLike, directory: str | os.PathLike[str], *, script: str = "train.py"
 ) -> LaunchConfig:
     """Write the plan's DeepSpeed / accelerate FSDP config into ``directory`` (created) and return
     the launch command. Single-GPU plans without offload need no file (``python script``)."""

@@ -15,13 +15,12 @@ the :class:`AppliedPlan` record and :func:`verify_plan` re-checks a model agains
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from memfit.apply import attention, checkpointing, freezing, lora, precision, quantization
 from memfit.apply.requirements import FLASH_ATTN_MIN_CAPABILITY, device_of
-from memfit.apply.target import PlanTarget, resolve
+from memfit.apply.target import PlanLike, PlanTarget, resolve
 from memfit.spec import WorkloadSpec
 
 #: The attribute ``apply_plan_`` stores its record under, on the returned model.
@@ -45,7 +44,7 @@ class AppliedPlan:
 
 def apply_plan_(
     model: torch.nn.Module,
-    plan: Any,
+    plan: PlanLike,
     *,
     quant_backend: str = "auto",
     prepare_kbit: bool | None = None,
@@ -164,7 +163,7 @@ def applied_plan(model: torch.nn.Module) -> AppliedPlan | None:
 
 
 def verify_plan(
-    model: torch.nn.Module, plan: Any, *, optimizer: torch.optim.Optimizer | None = None
+    model: torch.nn.Module, plan: PlanLike, *, optimizer: torch.optim.Optimizer | None = None
 ) -> list[str]:
     """What in ``model`` (and ``optimizer``) does not match ``plan``; empty when it all does."""
     from memfit.apply.optimizers import optimizer_name

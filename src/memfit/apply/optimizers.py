@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from memfit.apply.requirements import import_bitsandbytes
-from memfit.apply.target import resolve
+from memfit.apply.target import PlanLike, resolve
 from memfit.errors import SpecError
 
 #: Learning rates used when the caller gives none: the ones memfit's estimator uses (they change
@@ -49,7 +49,7 @@ SGD_MOMENTUM = 0.9
 
 
 def build_optimizer(
-    model: torch.nn.Module, plan: Any, *, lr: float | None = None, **kwargs: Any
+    model: torch.nn.Module, plan: PlanLike, *, lr: float | None = None, **kwargs: Any
 ) -> torch.optim.Optimizer:
     """The plan's optimizer over ``model``'s trainable parameters. ``kwargs`` go to the
     optimizer's constructor (``weight_decay=0.01``, ``betas=...``)."""

@@ -28,7 +28,7 @@ Backends (``quant_backend``):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -40,6 +40,9 @@ from memfit.apply.requirements import (
     require_capability,
     require_package,
 )
+
+if TYPE_CHECKING:
+    from memfit.apply.target import PlanLike
 from memfit.errors import SpecError
 from memfit.estimate.trace.quantized import COMPUTE_DTYPE, linears_to_quantize
 from memfit.plan.export import bnb_kwargs
@@ -198,7 +201,7 @@ def _torchao_quantize_(
     )
 
 
-def from_pretrained_kwargs(plan: Any, *, quant_backend: str = "auto") -> dict[str, Any]:
+def from_pretrained_kwargs(plan: PlanLike, *, quant_backend: str = "auto") -> dict[str, Any]:
     """Keyword arguments for ``AutoModel*.from_pretrained``: ``dtype``, ``attn_implementation``
     and, for a quantized plan, ``quantization_config``."""
     from memfit.apply.attention import HF_ATTENTION

@@ -9,7 +9,7 @@ of them into a :class:`PlanTarget`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 from memfit.errors import SpecError
 from memfit.plan.request import PlanOption
@@ -37,7 +37,11 @@ class PlanTarget:
         return w.gpus > 1 or w.shard not in ("none", "ddp") or w.offload != "none" or w.tp > 1
 
 
-def resolve(plan: Any) -> PlanTarget:
+#: What every :mod:`memfit.apply` function takes as its plan.
+PlanLike: TypeAlias = "Plan | PlanOption | WorkloadSpec | PlanTarget"
+
+
+def resolve(plan: PlanLike) -> PlanTarget:
     """``plan``: a Plan (its recommended option; raises DoesNotFitError when nothing fits), a
     PlanOption, a WorkloadSpec, or a PlanTarget."""
 
