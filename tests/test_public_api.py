@@ -47,6 +47,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         "DiffusionJob",
         "DiffusionTrainJob",
         "VllmConfig",
+        "LlamaCppJob",
         "SeqRun",
         "SeqDist",
         "MediaSpec",

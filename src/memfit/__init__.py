@@ -29,6 +29,7 @@ from memfit.spec import (
     DiffusionTrainJob,
     EstimateOptions,
     Job,
+    LlamaCppJob,
     MediaSpec,
     SeqDist,
     SeqRun,
@@ -65,6 +66,7 @@ if typing.TYPE_CHECKING:
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
     from memfit.plan.upgrade import UpgradeVerdict
+    from memfit.serving.llamacpp import LlamaCppEstimate
     from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
     from memfit.snapshot.analyze import SnapshotAnalysis
@@ -99,6 +101,7 @@ __all__ = [
     "UnknownModelError",
     "VllmConfig",
     "WorkloadSpec",
+    "LlamaCppJob",
     "__version__",
     "analyze_snapshot",
     "apply_plan_",
@@ -258,6 +261,18 @@ def estimate(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
 ) -> VllmStartup: ...
+@typing.overload
+def estimate(
+    model: ModelRef,
+    workload: LlamaCppJob,
+    *,
+    gpu: str | GPU | None = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> LlamaCppEstimate: ...
 def estimate(
     model: ModelRef,
     workload: Job | None = None,
@@ -268,7 +283,10 @@ def estimate(
     extrapolate: bool | None = None,
     allow_code: bool = False,
     options: EstimateOptions | None = None,
-) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup:
+) -> (
+    MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup
+    | LlamaCppEstimate
+):  # fmt: skip
     """The memory of ``workload``, any job of :mod:`memfit.spec` (default: a bf16 AdamW training
     step, batch 1, seq 512): a :class:`WorkloadSpec` gives a :class:`MemoryEstimate`; the other
     kinds their own records (``memfit.api``). ``options`` (an :class:`EstimateOptions`), or its
@@ -392,6 +410,15 @@ def fit(
     options: EstimateOptions | None = None,
     **kwargs: Any,
 ) -> tuple[int, VllmStartup | None]: ...
+@typing.overload
+def fit(
+    model: ModelRef,
+    workload: LlamaCppJob,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> tuple[int, LlamaCppEstimate]: ...
 def fit(
     model: ModelRef,
     workload: Job,
@@ -399,7 +426,10 @@ def fit(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
     **kwargs: Any,
-) -> FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]:
+) -> (
+    FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]
+    | tuple[int, LlamaCppEstimate]
+):  # fmt: skip
     """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``; the other job
     kinds: ``memfit.api``)."""
     opts = _options(options, allow_code, workload=workload, required=True)

@@ -19,6 +19,9 @@ applied once (:func:`memfit.estimate.options.using_options`).
   estimate_training_fast``; ``plan.diffusion_train.fit_training``; ``plan_training``.
 - ``VllmConfig`` (``vllm serve``): ``serving.simulate_startup``; ``serving.solve.
   solve_concurrency`` / ``solve_max_model_len``; ``serving.solve.plan_serving``.
+- ``LlamaCppJob`` (``llama-server`` / Ollama): ``serving.llamacpp.estimate_llamacpp``; fit: the
+  largest ``-ngl`` or ``-c`` (``serving.llamacpp.largest_ngl`` / ``largest_ctx``); plan:
+  NotModelledError naming fit.
 
 A (job, verb) with no planner raises :class:`~memfit.errors.NotModelledError` naming the kind
 and the next step; a value that is no job is a :class:`~memfit.errors.SpecError`.
@@ -40,6 +43,7 @@ from memfit.estimate.options import using_options
 from memfit.estimate.seqrun.run import estimate_seq_run
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model
+from memfit.models.gguf import resolve_gguf
 from memfit.models.media import using_media
 from memfit.models.pipelines import pipeline_dir
 from memfit.plan import fit as fit_step
@@ -53,12 +57,14 @@ from memfit.plan.request import PlanRequest
 from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
 from memfit.progress import report
 from memfit.serving import simulate_startup
+from memfit.serving.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
 from memfit.spec import (
     DiffusionJob,
     DiffusionTrainJob,
     EstimateOptions,
     Job,
+    LlamaCppJob,
     SeqRun,
     VllmConfig,
     WorkloadSpec,
@@ -77,6 +83,7 @@ if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.plan.search import Plan
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
+    from memfit.serving.llamacpp import LlamaCppEstimate
     from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
 
@@ -128,13 +135,24 @@ def estimate(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
 ) -> VllmStartup: ...
+@overload
+def estimate(
+    model: ModelRef,
+    job: LlamaCppJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+) -> LlamaCppEstimate: ...
 def estimate(
     model: ModelRef,
     job: Job | None = None,
     *,
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
-) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup:
+) -> (
+    MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup
+    | LlamaCppEstimate
+):  # fmt: skip
     """The memory of ``job`` (default: a bf16 AdamW training step, batch 1, seq 512) on
     ``model``; ``gpu`` (a catalog name or record) adds the verdict where the job has one. The
     answer's type follows the job's (the overloads above); each reads as an
@@ -187,6 +205,15 @@ def fit(
     options: EstimateOptions | None = None,
     **solve: Any,
 ) -> tuple[int, VllmStartup | None]: ...
+@overload
+def fit(
+    model: ModelRef,
+    job: LlamaCppJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> tuple[int, LlamaCppEstimate]: ...
 def fit(
     model: ModelRef,
     job: Job,
@@ -194,7 +221,10 @@ def fit(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
     **solve: Any,
-) -> FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]:
+) -> (
+    FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]
+    | tuple[int, LlamaCppEstimate]
+):  # fmt: skip
     """The largest batch / length / resolution / concurrency of ``job`` that fits; ``solve``:
     what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``). The
     answer's type follows the job's (the overloads above; a DiffusionJob solves ``batch`` or
@@ -557,6 +587,36 @@ def _plan_serving(
     )  # fmt: skip
 
 
+# -- llama.cpp -----------------------------------------------------------------------------------
+def _llamacpp_gpu(gpu: Any, verb: str) -> Any:
+    if gpu is None and verb == "fit":
+        raise SpecError("fit of a LlamaCppJob needs gpu=NAME (what -ngl / -c must fit)")
+    return None if gpu is None else _gpu(gpu)
+
+
+def _estimate_llamacpp(model: Any, job: LlamaCppJob, *, gpu: Any, options: Any) -> Any:
+    return estimate_llamacpp(resolve_gguf(model, job.file_type), job,
+                             _llamacpp_gpu(gpu, "estimate"))  # fmt: skip
+
+
+def _fit_llamacpp(
+    model: Any, job: LlamaCppJob, *, gpu: Any, options: Any, solve: str = "n-gpu-layers",
+) -> Any:  # fmt: skip
+    """(value, LlamaCppEstimate at that value): the largest -ngl at ``job.ctx_size``, or the
+    largest -c at ``job.n_gpu_layers``."""
+    rec = _llamacpp_gpu(gpu, "fit")
+    gguf = resolve_gguf(model, job.file_type)
+    if solve == "n-gpu-layers":
+        value = largest_ngl(gguf, job, rec)
+        best = dataclasses.replace(job, n_gpu_layers=value)
+    elif solve == "ctx-size":
+        value = largest_ctx(gguf, job, rec)
+        best = dataclasses.replace(job, ctx_size=value or 256)
+    else:
+        raise SpecError(f"solve ({solve!r}) for a LlamaCppJob must be n-gpu-layers or ctx-size")
+    return value, estimate_llamacpp(gguf, best, rec)
+
+
 #: (job type) -> (estimate, fit, plan): the function that answers, or why none does and what
 #: to do instead (a NotModelledError's message).
 ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
@@ -582,4 +642,11 @@ ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
     ),
     DiffusionTrainJob: (_estimate_train, _fit_train, _plan_train),
     VllmConfig: (_estimate_serving, _fit_serving, _plan_serving),
+    LlamaCppJob: (
+        _estimate_llamacpp,
+        _fit_llamacpp,
+        "plan does not take a LlamaCppJob yet: llama.cpp's knobs are -ngl and -c, so fit it "
+        "(memfit.fit(model, job, gpu=..., solve='n-gpu-layers' | 'ctx-size'), or `memfit "
+        "llama-server MODEL --gpu NAME`, which prints the largest -ngl and -c that fit)",
+    ),
 }

@@ -1,0 +1,394 @@
+"""What ``llama-server -m MODEL.gguf -ngl N -c C ...`` puts on each GPU (torch-free): the buffers
+llama.cpp logs at start-up, the largest ``-ngl`` and the largest ``-c`` that fit.
+
+Per device, as llama.cpp allocates them (ggml-org/llama.cpp, src/llama-model.cpp
+``load_tensors`` and src/llama-context.cpp, src/llama-kv-cache.cpp):
+
+- **model buffer** (``load_tensors: CUDA0 model buffer size``): the tensors of the offloaded
+  layers. ``-ngl N`` offloads the *last* N of the ``n_layer`` repeating layers
+  (``i_gpu_start = n_layer - N``); the output layer (``output.weight``, ``output_norm``) counts as
+  layer ``n_layer`` and is on the GPU only when N > n_layer ("offloaded 33/33 layers"). The token
+  embedding always stays in host memory ("there is very little benefit to offloading the input
+  layer"); a model with tied embeddings loads a second copy of it as the output on the GPU.
+  Layers spread over GPUs by the cumulative ``-ts`` shares (``upper_bound(splits,
+  (il - i_gpu_start) / act_gpu_layers)``), even shares by default on identical GPUs.
+- **KV cache** (``llama_kv_cache: CUDA0 KV buffer size``): per layer, on the device holding the
+  layer, ``cells x (row(type_k, n_embd_k_gqa) + row(type_v, n_embd_v_gqa))``; ``cells`` is -c
+  padded to 256 (``GGML_PAD(n_ctx, 256)``; with -np N and no unified cache, each slot gets
+  ``GGML_PAD(n_ctx / N, 256)``); sliding-window layers hold ``min(cells, GGML_PAD(n_swa x
+  (unified ? n_seq : 1) + n_ubatch, 256))`` cells (src/llama-kv-cache-iswa.cpp).
+- **compute buffer** (``llama_context: CUDA0 compute buffer size``): the graph reserved for
+  ``n_ubatch`` tokens, its tensors reusing memory (ggml-alloc). Modelled as the largest of the
+  attention scratch (without flash attention the f32 scores and their softmax,
+  ``2 x n_kv x n_ubatch x n_head x 4`` bytes; with it, the q/k/v rows), the FFN activations and
+  the logits (``n_vocab x n_ubatch x 4`` on the device holding the output), plus the residual
+  stream; with layers left on the host, llama.cpp runs their large-batch matmuls on the GPU
+  (``op_offload``) and copies the largest such weight into this buffer. The constants
+  (:data:`COMPUTE_TERMS`) are fitted to published logs (benchmarks/data/llamacpp_logs.jsonl).
+- **CUDA context** and cuBLAS workspace: :func:`memfit.hardware.overhead.device_overhead`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from memfit.estimate.verdict import Verdict, judge_point
+from memfit.hardware.gpu import GPU
+from memfit.hardware.overhead import device_overhead
+from memfit.models.ggml_types import row_bytes
+from memfit.models.gguf import GgufModel
+from memfit.spec.llamacpp import LlamaCppJob
+from memfit.units import MiB
+
+#: llama-context.cpp: ``cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)`` (PR #17046).
+CTX_PAD = 256
+F32 = 4
+#: Compute-graph terms in units of one f32 (n_ubatch x n_embd) activation, fitted to the logs of
+#: benchmarks/data/llamacpp_logs.jsonl: the residual stream and norm outputs live beside the
+#: largest tensor (RESIDUAL), and the FFN keeps gate, up and their product (FFN_TENSORS).
+COMPUTE_TERMS = {"RESIDUAL": 2, "FFN_TENSORS": 3, "HOST_ACTIVATIONS": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceBuffers:
+    """One device's buffers, as llama.cpp logs them."""
+
+    name: str  # CUDA0 ...
+    n_layers: int
+    model_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    context_bytes: int  # CUDA context + cuBLAS workspace (not logged by llama.cpp)
+
+    @property
+    def buffers_bytes(self) -> int:
+        return self.model_bytes + self.kv_bytes + self.compute_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.buffers_bytes + self.context_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.name, "n_layers": self.n_layers, "model_bytes": self.model_bytes,
+            "kv_bytes": self.kv_bytes, "compute_bytes": self.compute_bytes,
+            "context_bytes": self.context_bytes, "total_bytes": self.total_bytes,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaCppEstimate:
+    """llama.cpp's start-up on one host: per-GPU buffers, host buffers, the fit answers."""
+
+    model: str
+    source: str
+    gpu: str | None
+    job: LlamaCppJob
+    n_layer: int
+    n_gpu_layers: int  # resolved: 0 .. n_layer + 1
+    n_ctx: int  # KV cells in all (padded)
+    n_ctx_seq: int
+    n_seq: int
+    n_swa_cells: int | None
+    flash_attn: bool
+    devices: tuple[DeviceBuffers, ...]
+    host_model_bytes: int  # CPU_Mapped model buffer
+    host_kv_bytes: int
+    host_compute_bytes: int  # CUDA_Host compute buffer
+    output_buffer_bytes: int  # CUDA_Host output buffer (logits of n_seq tokens)
+    kv_k_bytes: int
+    kv_v_bytes: int
+    largest_n_gpu_layers: int | None = None
+    largest_ctx_size: int | None = None
+    verdict: Verdict | None = None
+    notes: tuple[str, ...] = ()
+
+    # -- the Answer protocol -----------------------------------------------------------------
+    @property
+    def busiest(self) -> DeviceBuffers:
+        return max(self.devices, key=lambda d: d.total_bytes)
+
+    @property
+    def peak_allocated_bytes(self) -> int:
+        return self.busiest.buffers_bytes
+
+    @property
+    def peak_reserved_bytes(self) -> int | None:
+        return None
+
+    @property
+    def device_used_bytes(self) -> int:
+        return self.busiest.total_bytes
+
+    @property
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        return {}
+
+    @property
+    def peak_components(self) -> dict[str, int]:
+        d = self.busiest
+        return {"model": d.model_bytes, "kv_cache": d.kv_bytes, "compute": d.compute_bytes,
+                "cuda_context": d.context_bytes}  # fmt: skip
+
+    @property
+    def engine(self) -> str:
+        return "llama.cpp"
+
+    @property
+    def engine_reason(self) -> str | None:
+        return "llama.cpp's buffer accounting (memfit.serving.llamacpp) on the GGUF's tensors"
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict is not None and self.verdict.fits
+
+    def log_lines(self) -> list[str]:
+        """The lines llama.cpp prints for these buffers (MiB as llama.cpp rounds them)."""
+        m = 1 / MiB
+        out = [f"load_tensors: offloaded {self.n_gpu_layers}/{self.n_layer + 1} layers to GPU"]
+        out += [f"load_tensors: {d.name:>9} model buffer size = {d.model_bytes * m:10.2f} MiB"
+                for d in self.devices if d.model_bytes]  # fmt: skip
+        out.append(
+            f"load_tensors: CPU_Mapped model buffer size = {self.host_model_bytes * m:10.2f} MiB"
+        )
+        out.append(f"llama_context: n_ctx = {self.n_ctx}, n_ctx_seq = {self.n_ctx_seq}, "
+                   f"n_seq_max = {self.n_seq}, flash_attn = {'enabled' if self.flash_attn else 'disabled'}")  # fmt: skip
+        out.append(
+            f"llama_context:  CUDA_Host  output buffer size = {self.output_buffer_bytes * m:10.2f} MiB"
+        )
+        out += [f"llama_kv_cache: {d.name:>9} KV buffer size = {d.kv_bytes * m:10.2f} MiB"
+                for d in self.devices if d.kv_bytes]  # fmt: skip
+        if self.host_kv_bytes:
+            out.append(
+                f"llama_kv_cache:       CPU KV buffer size = {self.host_kv_bytes * m:10.2f} MiB"
+            )
+        kv = self.kv_k_bytes + self.kv_v_bytes
+        out.append(
+            f"llama_kv_cache: size = {kv * m:.2f} MiB ({self.n_ctx} cells, {self.n_layer} layers, "
+            f"{self.n_seq}/{self.n_seq} seqs), K ({self.job.cache_type_k}): "
+            f"{self.kv_k_bytes * m:.2f} MiB, V ({self.job.cache_type_v}): "
+            f"{self.kv_v_bytes * m:.2f} MiB"
+        )
+        out += [f"llama_context: {d.name:>9} compute buffer size = {d.compute_bytes * m:10.2f} MiB"
+                for d in self.devices]  # fmt: skip
+        out.append(
+            f"llama_context:  CUDA_Host compute buffer size = {self.host_compute_bytes * m:10.2f} MiB"
+        )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "llamacpp", "model": self.model, "source": self.source, "gpu": self.gpu,
+            "n_layer": self.n_layer, "n_gpu_layers": self.n_gpu_layers, "n_ctx": self.n_ctx,
+            "n_ctx_seq": self.n_ctx_seq, "n_seq": self.n_seq, "n_swa_cells": self.n_swa_cells,
+            "flash_attn": self.flash_attn,
+            "cache_type_k": self.job.cache_type_k, "cache_type_v": self.job.cache_type_v,
+            "n_ubatch": self.job.ubatch_size,
+            "devices": [d.to_json() for d in self.devices],
+            "host_model_bytes": self.host_model_bytes, "host_kv_bytes": self.host_kv_bytes,
+            "host_compute_bytes": self.host_compute_bytes,
+            "output_buffer_bytes": self.output_buffer_bytes,
+            "kv_k_bytes": self.kv_k_bytes, "kv_v_bytes": self.kv_v_bytes,
+            "device_used_bytes": self.device_used_bytes,
+            "largest_n_gpu_layers": self.largest_n_gpu_layers,
+            "largest_ctx_size": self.largest_ctx_size,
+            "verdict": None if self.verdict is None else self.verdict.to_json(),
+            "log_lines": self.log_lines(), "notes": list(self.notes),
+        }  # fmt: skip
+
+
+# -- the accounting ------------------------------------------------------------------------------
+def _pad(n: int, to: int = CTX_PAD) -> int:
+    return (n + to - 1) // to * to
+
+
+def resolve_ngl(model: GgufModel, job: LlamaCppJob) -> int:
+    """-ngl as llama.cpp applies it: 0 .. n_layer + 1 (auto / all: every layer and the output)."""
+    if isinstance(job.n_gpu_layers, str):
+        return model.n_layer + 1
+    return min(job.n_gpu_layers, model.n_layer + 1)
+
+
+def layer_devices(model: GgufModel, ngl: int, job: LlamaCppJob) -> list[int | None]:
+    """Device index of layers 0 .. n_layer (the last: the output layer); None: the host."""
+    n_dev = job.n_gpus
+    shares = job.tensor_split or (1.0,) * n_dev
+    total = sum(shares)
+    splits, acc = [], 0.0
+    for s in shares:
+        acc += s / total
+        splits.append(acc)
+    start = max(model.n_layer - ngl, 0)
+    act = min(ngl, model.n_layer + 1)
+    out: list[int | None] = []
+    for il in range(model.n_layer + 1):
+        if il < start or il - start >= act:
+            out.append(None)
+            continue
+        x = (il - start) / act
+        out.append(min(next((i for i, s in enumerate(splits) if s > x), n_dev - 1), n_dev - 1))
+    return out
+
+
+def kv_cells(model: GgufModel, job: LlamaCppJob) -> tuple[int, int, int, int | None]:
+    """(n_ctx, n_ctx_seq, n_streams, SWA cells per stream or None)."""
+    n_seq = job.slots
+    n_ctx = _pad(job.ctx_size or model.n_ctx_train)
+    if job.unified:
+        n_ctx_seq, streams = n_ctx, 1
+    else:
+        n_ctx_seq = _pad(n_ctx // n_seq)
+        n_ctx, streams = n_ctx_seq * n_seq, n_seq
+    swa = None
+    if model.n_swa and any(model.swa_layers):
+        want = model.n_swa * (n_seq if job.unified else 1) + job.ubatch_size
+        swa = min(n_ctx_seq, _pad(want))
+    return n_ctx, n_ctx_seq, streams, swa
+
+
+def _layer_kv(model: GgufModel, job: LlamaCppJob, il: int, cells: int) -> tuple[int, int]:
+    return (cells * row_bytes(job.cache_type_k, model.n_embd_k_gqa(il)),
+            cells * row_bytes(job.cache_type_v, model.n_embd_v_gqa(il)))  # fmt: skip
+
+
+def compute_bytes(model: GgufModel, job: LlamaCppJob, *, n_kv: int, flash: bool,
+                  output_here: bool, offloaded_weight_bytes: int) -> int:  # fmt: skip
+    """One GPU's compute buffer (module docstring; :data:`COMPUTE_TERMS`)."""
+    t = min(job.ubatch_size, n_kv)
+    act = t * model.n_embd * F32
+    if flash:
+        attn = t * (model.n_head + 2 * max(model.n_head_kv)) * model.n_embd_head_k * F32
+    else:
+        attn = 2 * n_kv * t * model.n_head * F32
+    ffn = COMPUTE_TERMS["FFN_TENSORS"] * t * model.n_ff * F32
+    logits = t * model.n_vocab * F32 if output_here else 0
+    return max(attn, ffn, logits) + COMPUTE_TERMS["RESIDUAL"] * act + offloaded_weight_bytes
+
+
+def estimate_llamacpp(model: GgufModel, job: LlamaCppJob, gpu: GPU | None, *,
+                      solve: bool = True) -> LlamaCppEstimate:  # fmt: skip
+    """The buffers of ``job`` on ``gpu`` (``job.n_gpus`` of them); ``solve``: also the largest
+    -ngl and -c that fit (each a verdict of :func:`~memfit.estimate.verdict.judge_point`)."""
+    ngl = resolve_ngl(model, job)
+    where = layer_devices(model, ngl, job)
+    n_ctx, n_ctx_seq, streams, swa = kv_cells(model, job)
+    flash = job.flash_attn != "off"  # auto: CUDA builds have flash attention for these heads
+    n_dev = job.n_gpus
+    model_b, kv_b, layers = [0] * n_dev, [0] * n_dev, [0] * n_dev
+    host_model = model.tensor_bytes("token_embd.weight")
+    host_kv = kv_k = kv_v = 0
+    for il in range(model.n_layer):
+        cells = (swa if swa is not None and model.swa_layers[il] else n_ctx_seq) * streams
+        k, v = _layer_kv(model, job, il, cells)
+        kv_k, kv_v = kv_k + k, kv_v + v
+        dev = where[il]
+        if dev is None:
+            host_model += model.layer_bytes(il)
+            host_kv += k + v
+        else:
+            model_b[dev] += model.layer_bytes(il)
+            kv_b[dev] += k + v
+            layers[dev] += 1
+    out_dev = where[model.n_layer]
+    out_bytes = model.tensor_bytes("output.weight") or model.tensor_bytes("token_embd.weight")
+    out_bytes += model.tensor_bytes("output_norm.weight")
+    if out_dev is None:
+        host_model += out_bytes
+    else:
+        model_b[out_dev] += out_bytes
+    cpu_weights = [
+        t.n_bytes for t in model.tensors
+        if len(t.shape) >= 2 and t.name != "token_embd.weight"
+        and (where[t.layer] if t.layer is not None else out_dev) is None
+    ]  # fmt: skip
+    offload = max(cpu_weights, default=0) if ngl > 0 else 0
+    overhead = device_overhead(gpu.arch if gpu else None, training=False).total_bytes
+    devices = tuple(
+        DeviceBuffers(
+            name=f"CUDA{i}", n_layers=layers[i], model_bytes=model_b[i], kv_bytes=kv_b[i],
+            compute_bytes=compute_bytes(
+                model, job, n_kv=n_ctx_seq if not job.unified else n_ctx, flash=flash,
+                output_here=(out_dev == i) or (out_dev is None and i == 0 and ngl > 0),
+                offloaded_weight_bytes=offload if i == 0 else 0,
+            ) if (layers[i] or out_dev == i or i == 0) else 0,
+            context_bytes=overhead,
+        )
+        for i in range(n_dev)
+    )  # fmt: skip
+    t = min(job.ubatch_size, n_ctx)
+    host_compute = COMPUTE_TERMS["HOST_ACTIVATIONS"] * t * model.n_embd * F32
+    if ngl == 0:
+        host_compute = compute_bytes(model, job, n_kv=n_ctx, flash=flash, output_here=True,
+                                     offloaded_weight_bytes=0)  # fmt: skip
+    est = LlamaCppEstimate(
+        model=model.name, source=model.source, gpu=gpu.name if gpu else None, job=job,
+        n_layer=model.n_layer, n_gpu_layers=ngl, n_ctx=n_ctx, n_ctx_seq=n_ctx_seq,
+        n_seq=job.slots, n_swa_cells=swa, flash_attn=flash, devices=devices,
+        host_model_bytes=host_model, host_kv_bytes=host_kv, host_compute_bytes=host_compute,
+        output_buffer_bytes=model.n_vocab * job.slots * F32, kv_k_bytes=kv_k, kv_v_bytes=kv_v,
+        notes=tuple(_notes(model, job, gpu)),
+    )  # fmt: skip
+    if gpu is None:
+        return est
+    verdict = judge_point(est.device_used_bytes, gpu.capacity_bytes)
+    est = replace(est, verdict=verdict)
+    if solve:
+        est = replace(est, largest_n_gpu_layers=largest_ngl(model, job, gpu),
+                      largest_ctx_size=largest_ctx(model, job, gpu))  # fmt: skip
+    return est
+
+
+def _fits(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> bool:
+    return estimate_llamacpp(model, job, gpu, solve=False).fits
+
+
+def largest_ngl(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> int:
+    """The largest -ngl (0 .. n_layer + 1) whose start-up fits every GPU at this -c."""
+    lo, hi = 0, model.n_layer + 1
+    if not _fits(model, replace(job, n_gpu_layers=0), gpu):
+        return 0
+    while lo < hi:  # memory grows with -ngl: bisect
+        mid = (lo + hi + 1) // 2
+        if _fits(model, replace(job, n_gpu_layers=mid), gpu):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def largest_ctx(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> int:
+    """The largest -c (a multiple of 256, up to the trained context) that fits at this -ngl;
+    0 when not even 256 tokens do."""
+    slots = 1 if job.unified else job.slots
+    lo, hi = 0, max(model.n_ctx_train, CTX_PAD * slots) // (CTX_PAD * slots)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _fits(model, replace(job, ctx_size=mid * CTX_PAD * slots), gpu):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * CTX_PAD * slots
+
+
+def _notes(model: GgufModel, job: LlamaCppJob, gpu: GPU | None) -> list[str]:
+    out = [f"model tensors from the {model.source}"]
+    if job.n_gpu_layers == "auto":
+        out.append(
+            "-ngl auto: memfit offloads every layer; llama.cpp's --fit (on by default) would "
+            "instead shrink an unset -c, then -ngl, to leave 1 GiB free per GPU"
+        )
+    if job.ctx_size == 0:
+        out.append(f"-c 0: the trained context, {model.n_ctx_train:,} tokens")
+    if job.flash_attn == "auto":
+        out.append("-fa auto: taken as on (CUDA builds support flash attention for these heads)")
+    if job.n_parallel is None:
+        out.append("-np auto: 4 slots sharing one unified KV cache of -c tokens")
+    if job.n_gpus > 1:
+        out.append("several GPUs: compute buffers are modelled per GPU without pipeline copies")
+    if gpu is not None:
+        ctx = device_overhead(gpu.arch, training=False).total_bytes / MiB
+        out.append(
+            f"CUDA context and cuBLAS workspace: {ctx:.0f} MiB per GPU (not in llama.cpp's log)"
+        )
+    return out
