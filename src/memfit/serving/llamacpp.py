@@ -149,20 +149,19 @@ class LlamaCppEstimate:
         out = [f"load_tensors: offloaded {self.n_gpu_layers}/{self.n_layer + 1} layers to GPU"]
         out += [f"load_tensors: {d.name:>9} model buffer size = {d.model_bytes * m:10.2f} MiB"
                 for d in self.devices if d.model_bytes]  # fmt: skip
-        out.append(
-            f"load_tensors: CPU_Mapped model buffer size = {self.host_model_bytes * m:10.2f} MiB"
-        )
-        out.append(f"llama_context: n_ctx = {self.n_ctx}, n_ctx_seq = {self.n_ctx_seq}, "
-                   f"n_seq_max = {self.n_seq}, flash_attn = {'enabled' if self.flash_attn else 'disabled'}")  # fmt: skip
-        out.append(
-            f"llama_context:  CUDA_Host  output buffer size = {self.output_buffer_bytes * m:10.2f} MiB"
-        )
+        host, output = self.host_model_bytes * m, self.output_buffer_bytes * m
+        fa = "enabled" if self.flash_attn else "disabled"
+        out += [
+            f"load_tensors: CPU_Mapped model buffer size = {host:10.2f} MiB",
+            f"llama_context: n_ctx = {self.n_ctx}, n_ctx_seq = {self.n_ctx_seq}, "
+            f"n_seq_max = {self.n_seq}, flash_attn = {fa}",
+            f"llama_context:  CUDA_Host  output buffer size = {output:10.2f} MiB",
+        ]
         out += [f"llama_kv_cache: {d.name:>9} KV buffer size = {d.kv_bytes * m:10.2f} MiB"
                 for d in self.devices if d.kv_bytes]  # fmt: skip
         if self.host_kv_bytes:
-            out.append(
-                f"llama_kv_cache:       CPU KV buffer size = {self.host_kv_bytes * m:10.2f} MiB"
-            )
+            cpu_kv = self.host_kv_bytes * m
+            out.append(f"llama_kv_cache:       CPU KV buffer size = {cpu_kv:10.2f} MiB")
         kv = self.kv_k_bytes + self.kv_v_bytes
         out.append(
             f"llama_kv_cache: size = {kv * m:.2f} MiB ({self.n_ctx} cells, {self.n_layer} layers, "
@@ -172,9 +171,8 @@ class LlamaCppEstimate:
         )
         out += [f"llama_context: {d.name:>9} compute buffer size = {d.compute_bytes * m:10.2f} MiB"
                 for d in self.devices]  # fmt: skip
-        out.append(
-            f"llama_context:  CUDA_Host compute buffer size = {self.host_compute_bytes * m:10.2f} MiB"
-        )
+        host_c = self.host_compute_bytes * m
+        out.append(f"llama_context:  CUDA_Host compute buffer size = {host_c:10.2f} MiB")
         return out
 
     def to_json(self) -> dict[str, Any]:
