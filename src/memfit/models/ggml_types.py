@@ -123,8 +123,9 @@ def tensor_type(ftype: str, name: str, shape: tuple[int, ...], *, layer: int | N
     elif layer is not None and ftype in ("Q4_K_M", "Q5_K_M"):
         if ("attn_v." in name or "ffn_down" in name) and use_more_bits(layer, n_layers):
             chosen = "Q6_K"
-    elif layer is not None and ftype == "Q4_K_S" and "ffn_down" in name:
-        chosen = "Q5_K" if layer < n_layers // 8 else base
+    elif layer is not None and ftype == "Q4_K_S":  # the first layers' attn_v / ffn_down: Q5_K
+        if ("attn_v." in name and layer < 4) or ("ffn_down" in name and layer < n_layers // 8):
+            chosen = "Q5_K"
     if shape[0] % GGML_BLOCKS[chosen][0]:
         chosen = _FALLBACK.get(chosen, "F16")
     return chosen

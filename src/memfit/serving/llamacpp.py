@@ -5,9 +5,10 @@ Per device, as llama.cpp allocates them (ggml-org/llama.cpp, src/llama-model.cpp
 ``load_tensors`` and src/llama-context.cpp, src/llama-kv-cache.cpp):
 
 - **model buffer** (``load_tensors: CUDA0 model buffer size``): the tensors of the offloaded
-  layers. ``-ngl N`` offloads the *last* N of the ``n_layer`` repeating layers
-  (``i_gpu_start = n_layer - N``); the output layer (``output.weight``, ``output_norm``) counts as
-  layer ``n_layer`` and is on the GPU only when N > n_layer ("offloaded 33/33 layers"). The token
+  layers. The output layer (``output.weight``, ``output_norm``) is layer ``n_layer`` and counts
+  first: ``-ngl N`` offloads it and the last N - 1 repeating layers (``i_gpu_start = n_layer + 1
+  - N``; llama.cpp before mid-2025 used ``n_layer - N``, the output only when N > n_layer):
+  "offloading output layer to GPU / offloading 19 repeating layers / offloaded 20/49". The token
   embedding always stays in host memory ("there is very little benefit to offloading the input
   layer"); a model with tied embeddings loads a second copy of it as the output on the GPU.
   Layers spread over GPUs by the cumulative ``-ts`` shares (``upper_bound(splits,
@@ -44,10 +45,15 @@ from memfit.units import MiB
 #: llama-context.cpp: ``cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)`` (PR #17046).
 CTX_PAD = 256
 F32 = 4
-#: Compute-graph terms in units of one f32 (n_ubatch x n_embd) activation, fitted to the logs of
-#: benchmarks/data/llamacpp_logs.jsonl: the residual stream and norm outputs live beside the
-#: largest tensor (RESIDUAL), and the FFN keeps gate, up and their product (FFN_TENSORS).
-COMPUTE_TERMS = {"RESIDUAL": 2, "FFN_TENSORS": 3, "HOST_ACTIVATIONS": 2}
+#: Compute-graph terms (T = n_ubatch tokens): at the attention, the KQ mask (f16, n_kv x T), four
+#: f32 (T x n_embd) activations (input, norm, Q, output) and four (T x n_embd_k_gqa) rows (K, V
+#: and their copies into the cache), plus without flash attention the f32 scores; the FFN keeps
+#: gate, up and their product (FFN_TENSORS x T x n_ff) beside its input; the output keeps the
+#: logits beside the normed input. Fitted to three logs without flash attention that agree to the
+#: MiB (benchmarks/data/llamacpp_logs.jsonl: Llama-3.1-8B 560.00, Llama-3.1-70B 588.01 and
+#: 1104.00 MiB); the host (CUDA_Host) buffer, one activation + 16 MiB, fits the same logs.
+COMPUTE_TERMS = {"MASK_BYTES": 2, "ATTN_ACTIVATIONS": 4, "ATTN_KV_ROWS": 4, "FFN_TENSORS": 3}
+HOST_EXTRA_BYTES = 16 * MiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,7 +223,7 @@ def layer_devices(model: GgufModel, ngl: int, job: LlamaCppJob) -> list[int | No
     for s in shares:
         acc += s / total
         splits.append(acc)
-    start = max(model.n_layer - ngl, 0)
+    start = max(model.n_layer + 1 - ngl, 0)  # the output layer counts first (module docstring)
     act = min(ngl, model.n_layer + 1)
     out: list[int | None] = []
     for il in range(model.n_layer + 1):
@@ -252,16 +258,18 @@ def _layer_kv(model: GgufModel, job: LlamaCppJob, il: int, cells: int) -> tuple[
 
 def compute_bytes(model: GgufModel, job: LlamaCppJob, *, n_kv: int, flash: bool,
                   output_here: bool, offloaded_weight_bytes: int) -> int:  # fmt: skip
-    """One GPU's compute buffer (module docstring; :data:`COMPUTE_TERMS`)."""
+    """One GPU's compute buffer: the largest of three moments of the reserved graph
+    (:data:`COMPUTE_TERMS`), plus any host weight copied in for a large-batch matmul."""
     t = min(job.ubatch_size, n_kv)
     act = t * model.n_embd * F32
-    if flash:
-        attn = t * (model.n_head + 2 * max(model.n_head_kv)) * model.n_embd_head_k * F32
-    else:
-        attn = 2 * n_kv * t * model.n_head * F32
-    ffn = COMPUTE_TERMS["FFN_TENSORS"] * t * model.n_ff * F32
-    logits = t * model.n_vocab * F32 if output_here else 0
-    return max(attn, ffn, logits) + COMPUTE_TERMS["RESIDUAL"] * act + offloaded_weight_bytes
+    kv_row = t * max(model.n_embd_k_gqa(il) for il in range(model.n_layer)) * F32
+    mask = n_kv * t * COMPUTE_TERMS["MASK_BYTES"]
+    attn = mask + COMPUTE_TERMS["ATTN_ACTIVATIONS"] * act + COMPUTE_TERMS["ATTN_KV_ROWS"] * kv_row
+    if not flash:  # the f32 scores; softmax runs in place (ggml-alloc ggml_op_can_inplace)
+        attn += n_kv * t * model.n_head * F32
+    ffn = COMPUTE_TERMS["FFN_TENSORS"] * t * model.n_ff * F32 + act
+    logits = t * model.n_vocab * F32 + act if output_here else 0
+    return max(attn, ffn, logits) + offloaded_weight_bytes
 
 
 def estimate_llamacpp(model: GgufModel, job: LlamaCppJob, gpu: GPU | None, *,
@@ -315,7 +323,7 @@ def estimate_llamacpp(model: GgufModel, job: LlamaCppJob, gpu: GPU | None, *,
         for i in range(n_dev)
     )  # fmt: skip
     t = min(job.ubatch_size, n_ctx)
-    host_compute = COMPUTE_TERMS["HOST_ACTIVATIONS"] * t * model.n_embd * F32
+    host_compute = t * model.n_embd * F32 + HOST_EXTRA_BYTES
     if ngl == 0:
         host_compute = compute_bytes(model, job, n_kv=n_ctx, flash=flash, output_here=True,
                                      offloaded_weight_bytes=0)  # fmt: skip
