@@ -1,4 +1,5 @@
-"""memfit llama-server against published llama.cpp start-up logs (benchmarks/data/llamacpp_logs.jsonl).
+"""memfit llama-server against published llama.cpp start-up logs
+(benchmarks/data/llamacpp_logs.jsonl).
 
 Each record is one published llama.cpp / Ollama start-up with its settings and the buffer lines its
 log printed (model buffer per device and on the host, KV buffer, compute buffer; or only the
@@ -24,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memfit.estimate.llamacpp import LlamaCppEstimate, estimate_llamacpp
 from memfit.hardware.catalog import get_gpu
 from memfit.models.gguf import resolve_gguf
-from memfit.serving.llamacpp import LlamaCppEstimate, estimate_llamacpp
 from memfit.spec.llamacpp import LlamaCppJob
 from memfit.units import GiB, MiB
 

@@ -55,6 +55,7 @@ if typing.TYPE_CHECKING:
     from memfit.bench.runner import bench as bench
     from memfit.estimate.diffusion.pipeline import PipelineEstimate
     from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.estimate.llamacpp import LlamaCppEstimate
     from memfit.estimate.trace.user_step import trace_step as trace_step
     from memfit.hardware.gpu import GPU
     from memfit.monitor.reader import RunData
@@ -66,7 +67,6 @@ if typing.TYPE_CHECKING:
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
     from memfit.plan.upgrade import UpgradeVerdict
-    from memfit.serving.llamacpp import LlamaCppEstimate
     from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
     from memfit.snapshot.analyze import SnapshotAnalysis

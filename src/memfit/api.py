@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, overload
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import checkpoint_dtype
 from memfit.estimate import estimate as estimate_step
+from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.estimate.options import using_options
 from memfit.estimate.seqrun.run import estimate_seq_run
 from memfit.hardware import get_gpu
@@ -57,7 +58,6 @@ from memfit.plan.request import PlanRequest
 from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
 from memfit.progress import report
 from memfit.serving import simulate_startup
-from memfit.serving.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
 from memfit.spec import (
     DiffusionJob,
@@ -73,6 +73,7 @@ from memfit.spec import (
 if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.estimate.diffusion.pipeline import PipelineEstimate
     from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.estimate.llamacpp import LlamaCppEstimate
     from memfit.estimate.result import MemoryEstimate
     from memfit.estimate.seqrun.run import SeqRunEstimate
     from memfit.hardware.gpu import GPU
@@ -83,7 +84,6 @@ if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.plan.search import Plan
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
-    from memfit.serving.llamacpp import LlamaCppEstimate
     from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
 

@@ -117,18 +117,23 @@ def tensor_type(ftype: str, name: str, shape: tuple[int, ...], *, layer: int | N
         return "F32"
     if base in ("F32", "F16", "BF16"):
         return base
-    chosen = base
-    if name == "output.weight" or (tied and name == "token_embd.weight"):
-        chosen = base if base == "Q8_0" else "Q6_K"
-    elif layer is not None and ftype in ("Q4_K_M", "Q5_K_M"):
-        if ("attn_v." in name or "ffn_down" in name) and use_more_bits(layer, n_layers):
-            chosen = "Q6_K"
-    elif layer is not None and ftype == "Q4_K_S":  # the first layers' attn_v / ffn_down: Q5_K
-        if ("attn_v." in name and layer < 4) or ("ffn_down" in name and layer < n_layers // 8):
-            chosen = "Q5_K"
+    chosen = _bumped(ftype, name, layer, n_layers, tied) or base
     if shape[0] % GGML_BLOCKS[chosen][0]:
         chosen = _FALLBACK.get(chosen, "F16")
     return chosen
+
+
+def _bumped(ftype: str, name: str, layer: int | None, n_layers: int, tied: bool) -> str | None:
+    """The higher type llama-quantize gives the output and some attn_v / ffn_down tensors."""
+    if name == "output.weight" or (tied and name == "token_embd.weight"):
+        return "Q8_0" if FILE_TYPES[ftype] == "Q8_0" else "Q6_K"
+    if layer is None or not ("attn_v." in name or "ffn_down" in name):
+        return None
+    if ftype in ("Q4_K_M", "Q5_K_M") and use_more_bits(layer, n_layers):
+        return "Q6_K"
+    if ftype == "Q4_K_S" and (layer < 4 if "attn_v." in name else layer < n_layers // 8):
+        return "Q5_K"  # the first layers' attn_v / ffn_down
+    return None
 
 
 @dataclass(frozen=True)

@@ -254,10 +254,10 @@ def _from_metadata(meta: Mapping[str, Any], tensors: list[GgufTensor], *, name: 
         )
     a = meta.get
     try:
-        n_layer = int(a(f"{arch}.block_count"))
-        n_embd = int(a(f"{arch}.embedding_length"))
+        n_layer = int(meta[f"{arch}.block_count"])
+        n_embd = int(meta[f"{arch}.embedding_length"])
         heads = a(f"{arch}.attention.head_count")
-    except (TypeError, ValueError):
+    except (KeyError, TypeError, ValueError):
         raise ModelConfigError(
             f"{name}: GGUF metadata lacks {arch}.block_count / embedding_length"
         ) from None

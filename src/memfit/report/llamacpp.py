@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfit.serving.llamacpp import LlamaCppEstimate
+from memfit.estimate.llamacpp import LlamaCppEstimate
 from memfit.units import GiB
 
 

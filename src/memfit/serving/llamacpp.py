@@ -1,5 +1,6 @@
 """What ``llama-server -m MODEL.gguf -ngl N -c C ...`` puts on each GPU (torch-free): the buffers
-llama.cpp logs at start-up, the largest ``-ngl`` and the largest ``-c`` that fit.
+llama.cpp logs at start-up (the verdict and the largest ``-ngl`` / ``-c`` that fit:
+:mod:`memfit.estimate.llamacpp`).
 
 Per device, as llama.cpp allocates them (ggml-org/llama.cpp, src/llama-model.cpp
 ``load_tensors`` and src/llama-context.cpp, src/llama-kv-cache.cpp):
@@ -31,10 +32,9 @@ Per device, as llama.cpp allocates them (ggml-org/llama.cpp, src/llama-model.cpp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from memfit.estimate.verdict import Verdict, judge_point
 from memfit.hardware.gpu import GPU
 from memfit.hardware.overhead import device_overhead
 from memfit.models.ggml_types import row_bytes
@@ -84,8 +84,9 @@ class DeviceBuffers:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LlamaCppEstimate:
-    """llama.cpp's start-up on one host: per-GPU buffers, host buffers, the fit answers."""
+class LlamaCppBuffers:
+    """llama.cpp's start-up on one host: per-GPU and host buffers (the verdict and the fit
+    answers: :class:`memfit.estimate.llamacpp.LlamaCppEstimate`)."""
 
     model: str
     source: str
@@ -105,12 +106,8 @@ class LlamaCppEstimate:
     output_buffer_bytes: int  # CUDA_Host output buffer (logits of n_seq tokens)
     kv_k_bytes: int
     kv_v_bytes: int
-    largest_n_gpu_layers: int | None = None
-    largest_ctx_size: int | None = None
-    verdict: Verdict | None = None
     notes: tuple[str, ...] = ()
 
-    # -- the Answer protocol -----------------------------------------------------------------
     @property
     def busiest(self) -> DeviceBuffers:
         return max(self.devices, key=lambda d: d.total_bytes)
@@ -120,34 +117,8 @@ class LlamaCppEstimate:
         return self.busiest.buffers_bytes
 
     @property
-    def peak_reserved_bytes(self) -> int | None:
-        return None
-
-    @property
     def device_used_bytes(self) -> int:
         return self.busiest.total_bytes
-
-    @property
-    def ranges(self) -> dict[str, tuple[int, int]]:
-        return {}
-
-    @property
-    def peak_components(self) -> dict[str, int]:
-        d = self.busiest
-        return {"model": d.model_bytes, "kv_cache": d.kv_bytes, "compute": d.compute_bytes,
-                "cuda_context": d.context_bytes}  # fmt: skip
-
-    @property
-    def engine(self) -> str:
-        return "llama.cpp"
-
-    @property
-    def engine_reason(self) -> str | None:
-        return "llama.cpp's buffer accounting (memfit.serving.llamacpp) on the GGUF's tensors"
-
-    @property
-    def fits(self) -> bool:
-        return self.verdict is not None and self.verdict.fits
 
     def log_lines(self) -> list[str]:
         """The lines llama.cpp prints for these buffers (MiB as llama.cpp rounds them)."""
@@ -195,9 +166,6 @@ class LlamaCppEstimate:
             "output_buffer_bytes": self.output_buffer_bytes,
             "kv_k_bytes": self.kv_k_bytes, "kv_v_bytes": self.kv_v_bytes,
             "device_used_bytes": self.device_used_bytes,
-            "largest_n_gpu_layers": self.largest_n_gpu_layers,
-            "largest_ctx_size": self.largest_ctx_size,
-            "verdict": None if self.verdict is None else self.verdict.to_json(),
             "log_lines": self.log_lines(), "notes": list(self.notes),
         }  # fmt: skip
 
@@ -272,10 +240,8 @@ def compute_bytes(model: GgufModel, job: LlamaCppJob, *, n_kv: int, flash: bool,
     return max(attn, ffn, logits) + offloaded_weight_bytes
 
 
-def estimate_llamacpp(model: GgufModel, job: LlamaCppJob, gpu: GPU | None, *,
-                      solve: bool = True) -> LlamaCppEstimate:  # fmt: skip
-    """The buffers of ``job`` on ``gpu`` (``job.n_gpus`` of them); ``solve``: also the largest
-    -ngl and -c that fit (each a verdict of :func:`~memfit.estimate.verdict.judge_point`)."""
+def llamacpp_buffers(model: GgufModel, job: LlamaCppJob, gpu: GPU | None) -> LlamaCppBuffers:
+    """The buffers of ``job`` on ``gpu`` (``job.n_gpus`` of them; None: no CUDA context named)."""
     ngl = resolve_ngl(model, job)
     where = layer_devices(model, ngl, job)
     n_ctx, n_ctx_seq, streams, swa = kv_cells(model, job)
@@ -327,7 +293,7 @@ def estimate_llamacpp(model: GgufModel, job: LlamaCppJob, gpu: GPU | None, *,
     if ngl == 0:
         host_compute = compute_bytes(model, job, n_kv=n_ctx, flash=flash, output_here=True,
                                      offloaded_weight_bytes=0)  # fmt: skip
-    est = LlamaCppEstimate(
+    return LlamaCppBuffers(
         model=model.name, source=model.source, gpu=gpu.name if gpu else None, job=job,
         n_layer=model.n_layer, n_gpu_layers=ngl, n_ctx=n_ctx, n_ctx_seq=n_ctx_seq,
         n_seq=job.slots, n_swa_cells=swa, flash_attn=flash, devices=devices,
@@ -335,46 +301,6 @@ def estimate_llamacpp(model: GgufModel, job: LlamaCppJob, gpu: GPU | None, *,
         output_buffer_bytes=model.n_vocab * job.slots * F32, kv_k_bytes=kv_k, kv_v_bytes=kv_v,
         notes=tuple(_notes(model, job, gpu)),
     )  # fmt: skip
-    if gpu is None:
-        return est
-    verdict = judge_point(est.device_used_bytes, gpu.capacity_bytes)
-    est = replace(est, verdict=verdict)
-    if solve:
-        est = replace(est, largest_n_gpu_layers=largest_ngl(model, job, gpu),
-                      largest_ctx_size=largest_ctx(model, job, gpu))  # fmt: skip
-    return est
-
-
-def _fits(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> bool:
-    return estimate_llamacpp(model, job, gpu, solve=False).fits
-
-
-def largest_ngl(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> int:
-    """The largest -ngl (0 .. n_layer + 1) whose start-up fits every GPU at this -c."""
-    lo, hi = 0, model.n_layer + 1
-    if not _fits(model, replace(job, n_gpu_layers=0), gpu):
-        return 0
-    while lo < hi:  # memory grows with -ngl: bisect
-        mid = (lo + hi + 1) // 2
-        if _fits(model, replace(job, n_gpu_layers=mid), gpu):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def largest_ctx(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> int:
-    """The largest -c (a multiple of 256, up to the trained context) that fits at this -ngl;
-    0 when not even 256 tokens do."""
-    slots = 1 if job.unified else job.slots
-    lo, hi = 0, max(model.n_ctx_train, CTX_PAD * slots) // (CTX_PAD * slots)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _fits(model, replace(job, ctx_size=mid * CTX_PAD * slots), gpu):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo * CTX_PAD * slots
 
 
 def _notes(model: GgufModel, job: LlamaCppJob, gpu: GPU | None) -> list[str]:

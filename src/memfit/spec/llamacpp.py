@@ -82,9 +82,9 @@ class LlamaCppJob:
             problems.append(f"-np ({self.n_parallel!r}) must be 1 to 4096 slots")
         if not _int_in(self.n_gpus, 1, MAX_GPUS):
             problems.append(f"--gpus ({self.n_gpus!r}) must be 1 to {MAX_GPUS}")
-        for flag, value in (("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
-            if value not in KV_CACHE_TYPES:
-                problems.append(f"{flag} ({value!r}) must be one of {', '.join(KV_CACHE_TYPES)}")
+        for flag, kind in (("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
+            if kind not in KV_CACHE_TYPES:
+                problems.append(f"{flag} ({kind!r}) must be one of {', '.join(KV_CACHE_TYPES)}")
         if self.flash_attn not in FLASH_ATTN:
             problems.append(f"-fa ({self.flash_attn!r}) must be on, off or auto")
         elif self.flash_attn == "off" and self.cache_type_v in _QUANTIZED_KV:
