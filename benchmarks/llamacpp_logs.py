@@ -98,9 +98,9 @@ def run() -> list[dict[str, Any]]:
             model = _model(entry, Path(tmp))
             job = LlamaCppJob(**entry["job"])
             e = estimate_llamacpp(model, job, _gpu(entry), solve=False)
-            rows.append(
-                {**compare(entry, model, e), "source": entry["source"], "model": model.name}
-            )
+            ref = entry["model"]
+            label = ref if isinstance(ref, str) else f"config in record:{ref['file_type']}"
+            rows.append({**compare(entry, model, e), "source": entry["source"], "model": label})
     return rows
 
 
