@@ -17,7 +17,7 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -143,29 +143,48 @@ def _string(r: HeadReader, path: str) -> bytes:
     return r.read(n)
 
 
-def _value(r: HeadReader, vtype: int, gg: ModuleType, path: str) -> Any:
+#: gguf.GGUFValueType name -> struct format of the scalar types.
+_SCALAR_FORMATS = {"UINT8": "B", "INT8": "b", "UINT16": "H", "INT16": "h", "UINT32": "I",
+                   "INT32": "i", "FLOAT32": "f", "BOOL": "?", "UINT64": "Q", "INT64": "q",
+                   "FLOAT64": "d"}  # fmt: skip
+
+
+@cache
+def _types(gg: ModuleType) -> tuple[dict[int, str], int, int]:
+    """(scalar type code -> struct format, STRING code, ARRAY code) from gguf's GGUFValueType."""
     vt = gg.GGUFValueType
-    scalars = {
-        vt.UINT8: "B", vt.INT8: "b", vt.UINT16: "H", vt.INT16: "h", vt.UINT32: "I",
-        vt.INT32: "i", vt.FLOAT32: "f", vt.UINT64: "Q", vt.INT64: "q", vt.FLOAT64: "d",
-        vt.BOOL: "?",
-    }  # fmt: skip
-    try:
-        kind = vt(vtype)
-    except ValueError:
-        raise ModelConfigError(f"GGUF file {path!r} has a value of unknown type {vtype}") from None
-    if kind in scalars:
-        return _unpack(r, scalars[kind])
-    if kind == vt.STRING:
+    scalars = {int(vt[name]): fmt for name, fmt in _SCALAR_FORMATS.items()}
+    return scalars, int(vt.STRING), int(vt.ARRAY)
+
+
+def _value(r: HeadReader, vtype: int, gg: ModuleType, path: str) -> Any:
+    """One metadata value; an array longer than :data:`KEEP_ARRAY_MAX` is skipped (its length
+    kept), a string array one length at a time, a scalar array in one read."""
+    scalars, string_t, array_t = _types(gg)
+    if vtype not in scalars and vtype not in (string_t, array_t):
+        raise ModelConfigError(f"GGUF file {path!r} has a value of unknown type {vtype}")
+    if vtype in scalars:
+        return _unpack(r, scalars[vtype])
+    if vtype == string_t:
         return _string(r, path).decode("utf-8", "replace")
     itype, n = _unpack(r, "I"), _unpack(r, "Q")
     if n > 1 << 32:
         raise ModelConfigError(f"GGUF file {path!r} has a {n:,}-element array")
-    if n > KEEP_ARRAY_MAX:  # a vocabulary: skip, keep the length
+    if n <= KEEP_ARRAY_MAX:
+        return [_value(r, itype, gg, path) for _ in range(n)]
+    if itype in scalars:  # a vocabulary's scores or types: skip in one read
+        r.read(n * struct.calcsize("<" + scalars[itype]))
+    elif itype == string_t:
+        length = struct.Struct("<Q")
+        for _ in range(n):
+            (size,) = length.unpack(r.read(8))
+            if size > MAX_STRING_BYTES:
+                raise ModelConfigError(f"GGUF file {path!r} has a {size:,}-byte string")
+            r.read(size)
+    else:
         for _ in range(n):
             _value(r, itype, gg, path)
-        return ("<array>", n)
-    return [_value(r, itype, gg, path) for _ in range(n)]
+    return ("<array>", n)
 
 
 def read_gguf_header(path: str | Path) -> tuple[dict[str, Any], list[GgufTensor]]:
