@@ -5,7 +5,6 @@ placement), KV buffers to the printed 0.01 MiB (a closed form of cells and ggml 
 from __future__ import annotations
 
 import pytest
-
 from benchmarks import llamacpp_logs
 
 
