@@ -3,6 +3,9 @@ llama-server does, and is public from memfit and memfit.spec."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import memfit
@@ -48,3 +51,12 @@ def test_the_file_types_are_the_ones_memfit_can_mix() -> None:
     assert set(FILE_TYPES) == set(MIXES)
     with pytest.raises(SpecError, match=r"file type \('Q9_K'\) must be one of"):
         LlamaCppJob(file_type="Q9_K")
+
+
+def test_the_job_and_the_engine_import_without_torch_or_gguf() -> None:
+    code = (
+        "import memfit.spec.llamacpp, memfit.estimate.llamacpp, memfit.cli.llamacpp, sys; "
+        "assert 'torch' not in sys.modules and 'gguf' not in sys.modules, "
+        "[m for m in ('torch', 'gguf') if m in sys.modules]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
