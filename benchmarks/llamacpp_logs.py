@@ -83,6 +83,8 @@ def compare(entry: dict[str, Any], model: Any, e: LlamaCppEstimate) -> dict[str,
         check(f"CUDA{i} KV buffer", e.devices[i].kv_bytes * m, logged)
     for i, logged in enumerate(lg.get("compute_mib", [])):
         check(f"CUDA{i} compute buffer", e.devices[i].compute_bytes * m, logged)
+    if "host_compute_mib" in lg:
+        check("CUDA_Host compute buffer", e.host_compute_bytes * m, lg["host_compute_mib"])
     if "outcome" in lg:
         verdict = e.verdict.verdict if e.verdict else "?"
         out["outcome"] = {"logged": lg["outcome"], "memfit": verdict,

@@ -51,9 +51,10 @@ F32 = 4
 #: gate, up and their product (FFN_TENSORS x T x n_ff) beside its input; the output keeps the
 #: logits beside the normed input. Fitted to three logs without flash attention that agree to the
 #: MiB (benchmarks/data/llamacpp_logs.jsonl: Llama-3.1-8B 560.00, Llama-3.1-70B 588.01 and
-#: 1104.00 MiB); the host (CUDA_Host) buffer, one activation + 16 MiB, fits the same logs.
+#: 1104.00 MiB; at -c 512 the logits moment, 258.50 MiB, also to the MiB). The host (CUDA_Host)
+#: buffer, the input rows and the f32 KQ mask built on the host, fits the CUDA logs (24.01,
+#: 32.01, 9.01 MiB).
 COMPUTE_TERMS = {"MASK_BYTES": 2, "ATTN_ACTIVATIONS": 4, "ATTN_KV_ROWS": 4, "FFN_TENSORS": 3}
-HOST_EXTRA_BYTES = 16 * MiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,7 +290,7 @@ def llamacpp_buffers(model: GgufModel, job: LlamaCppJob, gpu: GPU | None) -> Lla
         for i in range(n_dev)
     )  # fmt: skip
     t = min(job.ubatch_size, n_ctx)
-    host_compute = t * model.n_embd * F32 + HOST_EXTRA_BYTES
+    host_compute = t * model.n_embd * F32 + n_ctx * t * F32  # the input rows and the f32 KQ mask
     if ngl == 0:
         host_compute = compute_bytes(model, job, n_kv=n_ctx, flash=flash, output_here=True,
                                      offloaded_weight_bytes=0)  # fmt: skip
