@@ -91,7 +91,7 @@ class GgufModel:
     n_head_kv: tuple[int, ...]  # per layer
     n_embd_head_k: int
     n_embd_head_v: int
-    n_ff: int
+    n_ff: int  # the widest FFN activation per token (a MoE: expert width x experts used)
     n_vocab: int
     n_ctx_train: int
     n_swa: int
@@ -286,6 +286,8 @@ def _from_metadata(meta: Mapping[str, Any], tensors: list[GgufTensor], *, name: 
     head_v = int(a(f"{arch}.attention.value_length") or head_k)
     ff = a(f"{arch}.feed_forward_length") or 0
     n_ff = max(_per_layer(ff, n_layer, 0)) if ff else 0
+    used = int(a(f"{arch}.expert_used_count") or 0)
+    n_ff = max(n_ff, int(a(f"{arch}.expert_feed_forward_length") or 0) * used)
     embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
     n_vocab = int(a(f"{arch}.vocab_size") or (embd.shape[1] if embd else 0))
     pattern = SWA_PATTERNS.get(arch, 0)
@@ -354,7 +356,8 @@ def gguf_from_spec(spec: Any, name: str, ftype: str) -> GgufModel:
         name=f"{name}:{ftype}", arch=arch, file_type=ftype, n_layer=n_layer,
         n_embd=spec.hidden_size, n_head=n_head,
         n_head_kv=(spec.n_kv_heads or n_head,) * n_layer, n_embd_head_k=hd, n_embd_head_v=hd,
-        n_ff=spec.expert_intermediate_size or spec.intermediate_size or 0,
+        n_ff=max(spec.intermediate_size or 0,
+                 (spec.expert_intermediate_size or 0) * (spec.n_experts_per_token or 0)),
         n_vocab=spec.vocab_size, n_ctx_train=spec.max_positions or 4096,
         n_swa=n_swa if any(swa) else 0, swa_layers=swa, n_expert=spec.n_experts or 0,
         tensors=tuple(tensors),
