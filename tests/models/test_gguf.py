@@ -95,3 +95,17 @@ def test_without_gguf_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(MissingDependencyError, match=r"pip install 'memfit\[llamacpp\]'"):
         load_gguf(LLAMA)
     assert resolve_gguf("llama-3.2-1b:Q8_0").file_type == "Q8_0"  # a bundled mix needs no gguf
+
+
+def test_a_recurrent_architecture_is_refused_as_not_modelled(tmp_path: Path) -> None:
+    path = tmp_path / "mamba.gguf"
+    w = gguf.GGUFWriter(path, "mamba")
+    w.add_block_count(2)
+    w.add_embedding_length(64)
+    w.add_uint32("mamba.ssm.state_size", 16)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    with pytest.raises(ModelConfigError, match=r"'mamba' keeps a recurrent state.*not model"):
+        load_gguf(path)

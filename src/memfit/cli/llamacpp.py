@@ -74,13 +74,14 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", nargs="?", help="a .gguf file, or NAME[:FILE_TYPE] (bundled)")
-    p.add_argument("-m", "--model", dest="model_flag", default=None, help="as llama-server -m")
+    p.add_argument("-m", "--model", dest="model_flag", metavar="MODEL", default=None,
+                   help="as llama-server -m")  # fmt: skip
     p.add_argument("--gpu", required=True, help="GPU name (see `memfit gpus`)")
     p.add_argument("--gpus", type=count_at_most(MAX_GPUS, "GPUs"), default=None,
                    help="identical GPUs (default: one per -ts share, else 1)")  # fmt: skip
     g = p.add_argument_group("llama-server flags")
     g.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", dest="n_gpu_layers",
-                   type=n_gpu_layers, default="auto",
+                   type=n_gpu_layers, default="auto", metavar="N|auto|all",
                    help="layers on the GPU: N, auto or all (default auto: memfit offloads all "
                    "and reports the largest N that fits)")  # fmt: skip
     g.add_argument("-c", "--ctx-size", dest="ctx_size", type=non_negative_int, default=0,
