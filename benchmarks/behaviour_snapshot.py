@@ -11,6 +11,7 @@ Runs one group per wing of memfit, all but ``trace`` in 6-8 minutes on a shared 
 - ``diffusion``: diffusion pipeline inference (``estimate PIPELINE --mode infer``, traced);
 - ``diffusion_train``: diffusion training (``estimate`` / ``fit`` / ``plan`` ``--mode train``);
 - ``vllm``: vLLM start-up (``memfit vllm``) and ``fit`` / ``plan`` / ``upgrade --runtime vllm``;
+- ``llamacpp``: llama.cpp / Ollama start-up (``memfit llama-server``);
 - ``seqdist``: variable-length runs (``--seq-dist`` on ``estimate``, ``fit``, ``plan``);
 - ``check``: ``memfit check`` on the example job files of the tests and a ``vllm serve`` line;
 - ``sglang``: SGLang start-up (``memfit sglang``), starts and fails;
@@ -192,6 +193,17 @@ VLLM_RUNS: list[str] = [
     "--runtime vllm",
 ]
 
+#: llama.cpp / Ollama (``memfit llama-server``; bundled configs with a file type and the shipped
+#: GGUF header; no trace, milliseconds).
+LLAMACPP_RUNS: list[str] = [
+    "llama-server llama-3.1-8b:Q4_K_M --gpu RTX-3060 -c 16384",
+    "llama-server llama-3.1-70b:Q4_K_M --gpu RTX-4090 -c 8192 -ngl 40 -fa off",  # partial offload
+    "llama-server qwen2.5-7b:Q8_0 --gpu RTX-4090 -c 32768 -ctk q8_0 -ctv q8_0 -np 2",
+    "llama-server gemma-3-12b --gpu L4 -c 32768 -np 1",  # sliding-window layers
+    "llama-server llama-3.1-70b:Q4_0 --gpu RTX-3090 --gpus 2 -ts 3,2 -c 4096",
+    "llama-server tests/fixtures/gguf/llama-3.2-1b-Q4_K_M.header.gguf --gpu T4 -c 8192",
+]
+
 #: Variable-length runs: the replay traces the step at a few lengths whatever ``--engine`` says
 #: (about a minute for llama-3.2-1b, ``--engine analytic`` sizing its fixed shape); the others on
 #: a 2-layer Llama with a 32k vocabulary (its fp32 logits make reserved memory grow over a run).
@@ -261,6 +273,7 @@ CLI_GROUPS: dict[str, tuple[list[str], bool]] = {
     "diffusion": (DIFFUSION_RUNS, True),
     "diffusion_train": (DIFFUSION_TRAIN_RUNS, True),
     "vllm": (VLLM_RUNS, True),
+    "llamacpp": (LLAMACPP_RUNS, True),
     "seqdist": (SEQDIST_RUNS, True),
     "check": (CHECK_RUNS, True),
     "media": (MEDIA_RUNS, True),

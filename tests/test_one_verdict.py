@@ -390,3 +390,31 @@ def test_an_sglang_job_gets_one_answer_everywhere(gpu: str, starts: bool, tmp_pa
     answers = [{k: a[k] for k in SGLANG_KEYS} for a in (served, checked, engine, python)]
     assert all(a == answers[0] for a in answers), answers
     assert served["starts"] is starts and code == check_code == (0 if starts else 1)
+
+
+# -- a llama-server job ----------------------------------------------------------------------------
+LLAMACPP_GPUS = {"RTX-3060": "does not fit", "RTX-4090": "fits"}
+
+
+@pytest.mark.parametrize(("gpu", "expected"), sorted(LLAMACPP_GPUS.items()))
+def test_a_llamacpp_job_gets_one_answer_everywhere(gpu: str, expected: str) -> None:
+    """Qwen3-14B Q8_0 with -c 16384: the CLI (`memfit llama-server`) and the Python API give the
+    same verdict and "needs" bytes, and `fit` (largest -ngl) agrees with the verdict: all layers
+    only where the whole job fits. The web page serves no llama-server command yet (issue 31
+    part 4: --runtime llama.cpp)."""
+    import memfit
+    from memfit.spec import LlamaCppJob
+
+    job = LlamaCppJob(ctx_size=16384)
+    code, served = cli("llama-server", "qwen3-14b:Q8_0", "-c", "16384", "--gpu", gpu)
+    api = memfit.estimate("qwen3-14b:Q8_0", job, gpu=gpu)
+    assert api.verdict is not None
+    answers = {
+        "llama-server": (served["verdict"]["verdict"], served["verdict"]["need_bytes"]),
+        "python": (api.verdict.verdict, api.verdict.need_bytes),
+    }
+    assert set(answers.values()) == {(expected, answers["python"][1])}, answers
+    assert code == EXIT_CODES[expected]
+    ngl, best = memfit.fit("qwen3-14b:Q8_0", job, gpu=gpu, solve="n-gpu-layers")
+    assert (ngl == api.n_layer + 1) is (expected == "fits")
+    assert best.verdict is not None and best.verdict.fits

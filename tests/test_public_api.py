@@ -48,6 +48,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         "DiffusionTrainJob",
         "SglangConfig",
         "VllmConfig",
+        "LlamaCppJob",
         "SeqRun",
         "SeqDist",
         "MediaSpec",

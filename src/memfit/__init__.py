@@ -29,6 +29,7 @@ from memfit.spec import (
     DiffusionTrainJob,
     EstimateOptions,
     Job,
+    LlamaCppJob,
     MediaSpec,
     SeqDist,
     SeqRun,
@@ -55,6 +56,7 @@ if typing.TYPE_CHECKING:
     from memfit.bench.runner import bench as bench
     from memfit.estimate.diffusion.pipeline import PipelineEstimate
     from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.estimate.llamacpp import LlamaCppEstimate
     from memfit.estimate.trace.user_step import trace_step as trace_step
     from memfit.hardware.gpu import GPU
     from memfit.monitor.reader import RunData
@@ -102,6 +104,7 @@ __all__ = [
     "UnknownModelError",
     "VllmConfig",
     "WorkloadSpec",
+    "LlamaCppJob",
     "__version__",
     "analyze_snapshot",
     "apply_plan_",
@@ -273,6 +276,18 @@ def estimate(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
 ) -> SglangStartup: ...
+@typing.overload
+def estimate(
+    model: ModelRef,
+    workload: LlamaCppJob,
+    *,
+    gpu: str | GPU | None = None,
+    engine: str = "auto",
+    trust_remote_code: bool = False,
+    extrapolate: bool | None = None,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+) -> LlamaCppEstimate: ...
 def estimate(
     model: ModelRef,
     workload: Job | None = None,
@@ -283,7 +298,10 @@ def estimate(
     extrapolate: bool | None = None,
     allow_code: bool = False,
     options: EstimateOptions | None = None,
-) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup | SglangStartup:
+) -> (
+    MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup
+    | SglangStartup | LlamaCppEstimate
+):  # fmt: skip
     """The memory of ``workload``, any job of :mod:`memfit.spec` (default: a bf16 AdamW training
     step, batch 1, seq 512): a :class:`WorkloadSpec` gives a :class:`MemoryEstimate`; the other
     kinds their own records (``memfit.api``). ``options`` (an :class:`EstimateOptions`), or its
@@ -407,6 +425,24 @@ def fit(
     options: EstimateOptions | None = None,
     **kwargs: Any,
 ) -> tuple[int, VllmStartup | None]: ...
+@typing.overload
+def fit(
+    model: ModelRef,
+    workload: SglangConfig,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> tuple[int, SglangStartup | None]: ...
+@typing.overload
+def fit(
+    model: ModelRef,
+    workload: LlamaCppJob,
+    *,
+    allow_code: bool = False,
+    options: EstimateOptions | None = None,
+    **kwargs: Any,
+) -> tuple[int, LlamaCppEstimate]: ...
 def fit(
     model: ModelRef,
     workload: Job,
@@ -414,7 +450,10 @@ def fit(
     allow_code: bool = False,
     options: EstimateOptions | None = None,
     **kwargs: Any,
-) -> FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]:
+) -> (
+    FitResult | SeqFitResult | TrainFit | PipelineFit | tuple[int, VllmStartup | None]
+    | tuple[int, SglangStartup | None] | tuple[int, LlamaCppEstimate]
+):  # fmt: skip
     """The largest batch / sequence / concurrency that fits (``memfit.plan.fit``; the other job
     kinds: ``memfit.api``)."""
     opts = _options(options, allow_code, workload=workload, required=True)

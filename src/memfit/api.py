@@ -21,6 +21,9 @@ applied once (:func:`memfit.estimate.options.using_options`).
   solve_concurrency`` / ``solve_max_model_len``; ``serving.solve.plan_serving``.
 - ``SglangConfig`` (``sglang.launch_server``): ``serving.sglang.simulate_sglang``;
   ``serving.sglang_fit.solve_sglang`` (context length, running requests); plan: NotModelledError.
+- ``LlamaCppJob`` (``llama-server`` / Ollama): ``serving.llamacpp.estimate_llamacpp``; fit: the
+  largest ``-ngl`` or ``-c`` (``serving.llamacpp.largest_ngl`` / ``largest_ctx``); plan:
+  NotModelledError naming fit.
 
 A (job, verb) with no planner raises :class:`~memfit.errors.NotModelledError` naming the kind
 and the next step; a value that is no job is a :class:`~memfit.errors.SpecError`.
@@ -37,10 +40,12 @@ from typing import TYPE_CHECKING, Any, overload
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import checkpoint_dtype
 from memfit.estimate import estimate as estimate_step
+from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.estimate.options import using_options
 from memfit.estimate.seqrun.run import estimate_seq_run
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model
+from memfit.models.gguf import resolve_gguf
 from memfit.models.pipelines import pipeline_dir
 from memfit.plan import fit as fit_step
 from memfit.plan import plan as search
@@ -61,6 +66,7 @@ from memfit.spec import (
     DiffusionTrainJob,
     EstimateOptions,
     Job,
+    LlamaCppJob,
     SeqRun,
     SglangConfig,
     VllmConfig,
@@ -70,6 +76,7 @@ from memfit.spec import (
 if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.estimate.diffusion.pipeline import PipelineEstimate
     from memfit.estimate.diffusion.train import TrainEstimate
+    from memfit.estimate.llamacpp import LlamaCppEstimate
     from memfit.estimate.result import MemoryEstimate
     from memfit.estimate.seqrun.run import SeqRunEstimate
     from memfit.hardware.gpu import GPU
@@ -140,13 +147,24 @@ def estimate(
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
 ) -> SglangStartup: ...
+@overload
+def estimate(
+    model: ModelRef,
+    job: LlamaCppJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+) -> LlamaCppEstimate: ...
 def estimate(
     model: ModelRef,
     job: Job | None = None,
     *,
     gpu: str | GPU | None = None,
     options: EstimateOptions | None = None,
-) -> MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup | SglangStartup:
+) -> (
+    MemoryEstimate | SeqRunAnswer | PipelineEstimate | TrainEstimate | VllmStartup
+    | SglangStartup | LlamaCppEstimate
+):  # fmt: skip
     """The memory of ``job`` (default: a bf16 AdamW training step, batch 1, seq 512) on
     ``model``; ``gpu`` (a catalog name or record) adds the verdict where the job has one. The
     answer's type follows the job's (the overloads above); each reads as an
@@ -208,6 +226,15 @@ def fit(
     options: EstimateOptions | None = None,
     **solve: Any,
 ) -> tuple[int, SglangStartup | None]: ...
+@overload
+def fit(
+    model: ModelRef,
+    job: LlamaCppJob,
+    *,
+    gpu: str | GPU | None = None,
+    options: EstimateOptions | None = None,
+    **solve: Any,
+) -> tuple[int, LlamaCppEstimate]: ...
 def fit(
     model: ModelRef,
     job: Job,
@@ -222,6 +249,7 @@ def fit(
     | PipelineFit
     | tuple[int, VllmStartup | None]
     | tuple[int, SglangStartup | None]
+    | tuple[int, LlamaCppEstimate]
 ):
     """The largest batch / length / resolution / concurrency of ``job`` that fits; ``solve``:
     what to solve and the budget (``solve="batch"``, ``gpu_memory_bytes``, ``headroom``). The
@@ -593,6 +621,36 @@ def _fit_sglang(
     return solve_sglang(serving_spec(model, options), _gpu(gpu), job, solve=solve)
 
 
+# -- llama.cpp -----------------------------------------------------------------------------------
+def _llamacpp_gpu(gpu: Any, verb: str) -> Any:
+    if gpu is None and verb == "fit":
+        raise SpecError("fit of a LlamaCppJob needs gpu=NAME (what -ngl / -c must fit)")
+    return None if gpu is None else _gpu(gpu)
+
+
+def _estimate_llamacpp(model: Any, job: LlamaCppJob, *, gpu: Any, options: Any) -> Any:
+    return estimate_llamacpp(resolve_gguf(model, job.file_type), job,
+                             _llamacpp_gpu(gpu, "estimate"))  # fmt: skip
+
+
+def _fit_llamacpp(
+    model: Any, job: LlamaCppJob, *, gpu: Any, options: Any, solve: str = "n-gpu-layers",
+) -> Any:  # fmt: skip
+    """(value, LlamaCppEstimate at that value): the largest -ngl at ``job.ctx_size``, or the
+    largest -c at ``job.n_gpu_layers``."""
+    rec = _llamacpp_gpu(gpu, "fit")
+    gguf = resolve_gguf(model, job.file_type)
+    if solve == "n-gpu-layers":
+        value = largest_ngl(gguf, job, rec)
+        best = dataclasses.replace(job, n_gpu_layers=value)
+    elif solve == "ctx-size":
+        value = largest_ctx(gguf, job, rec)
+        best = dataclasses.replace(job, ctx_size=value or 256)
+    else:
+        raise SpecError(f"solve ({solve!r}) for a LlamaCppJob must be n-gpu-layers or ctx-size")
+    return value, estimate_llamacpp(gguf, best, rec)
+
+
 #: (job type) -> (estimate, fit, plan): the function that answers, or why none does and what
 #: to do instead (a NotModelledError's message).
 ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
@@ -624,5 +682,12 @@ ROUTES: dict[type, tuple[Callable[..., Any] | str, ...]] = {
         "plan of an SglangConfig is not modelled: SGLang's configurations are not searched yet; "
         "fit it (solve='context-length' or 'max-running-requests') on each GPU you consider, or "
         "plan the same server as a VllmConfig (memfit plan --runtime vllm)",
+    ),
+    LlamaCppJob: (
+        _estimate_llamacpp,
+        _fit_llamacpp,
+        "plan does not take a LlamaCppJob yet: llama.cpp's knobs are -ngl and -c, so fit it "
+        "(memfit.fit(model, job, gpu=..., solve='n-gpu-layers' | 'ctx-size'), or `memfit "
+        "llama-server MODEL --gpu NAME`, which prints the largest -ngl and -c that fit)",
     ),
 }

@@ -15,6 +15,8 @@ kind (memfit.spec)     builder                         its flags
                        :func:`runtime_serving_job`     (``cli/vllm.py``, ``--runtime vllm``)
 ``SglangConfig``       :func:`sglang_job`              ``sglang.launch_server``'s spellings
                                                        (``cli/sglang.py``)
+``LlamaCppJob``        :func:`llamacpp_job`            ``llama-server``'s own spellings
+                                                       (``cli/llamacpp.py``)
 =====================  ==============================  =====================================
 
 :func:`job_from_flags` picks the builder by kind. Data and pure functions only: ``cli/`` parses
@@ -32,6 +34,7 @@ from memfit.flags import workload_from_args
 from memfit.serving.versions import DEFAULT_VERSION
 from memfit.spec import WorkloadSpec
 from memfit.spec.diffusion import DiffusionJob, DiffusionTrainJob
+from memfit.spec.llamacpp import LlamaCppJob
 from memfit.spec.rules import resolve_precision
 from memfit.spec.seqrun import SeqDist, SeqRun
 from memfit.spec.serving import VllmConfig
@@ -251,6 +254,31 @@ def sglang_job(args: argparse.Namespace) -> SglangConfig:
     )
 
 
+def _tensor_split(text: str | None) -> tuple[float, ...] | None:
+    """``-ts 3,1`` (llama.cpp also takes ``3/1``) as shares; a bad share is a SpecError."""
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.replace("/", ",").split(","))
+    except ValueError:
+        raise SpecError(
+            f"-ts ({text!r}) must be comma-separated shares, one per GPU (e.g. -ts 3,1)"
+        ) from None
+
+
+def llamacpp_job(args: argparse.Namespace) -> LlamaCppJob:
+    """The ``llama-server`` configuration its flags describe (``memfit llama-server``)."""
+    split = _tensor_split(args.tensor_split)
+    gpus = args.gpus if args.gpus is not None else (len(split) if split else 1)
+    return LlamaCppJob(
+        n_gpu_layers=args.n_gpu_layers, ctx_size=args.ctx_size,
+        cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
+        flash_attn=args.flash_attn, batch_size=args.batch_size, ubatch_size=args.ubatch_size,
+        n_parallel=args.parallel, kv_unified=True if args.kv_unified else None,
+        tensor_split=split, n_gpus=gpus,
+    )  # fmt: skip
+
+
 #: kind -> its builder from parsed flags (the SeqRun's needs its workload and distribution).
 BUILDERS: dict[type, Callable[..., Any]] = {
     WorkloadSpec: workload_from_args,
@@ -259,6 +287,7 @@ BUILDERS: dict[type, Callable[..., Any]] = {
     SeqRun: seq_run_job,
     VllmConfig: serving_job,
     SglangConfig: sglang_job,
+    LlamaCppJob: llamacpp_job,
 }
 
 

@@ -206,3 +206,62 @@ def iter_lines(
                         "is it the right file?"
                     )
                 yield number, line.rstrip(b"\r\n")
+
+
+class HeadReader:
+    """The first bytes of a regular file, read on demand (a file format's header: a GGUF file's
+    metadata and tensor table, never its tensor data). Every :meth:`read` counts against
+    ``max_bytes`` and the deadline; a file that ends early raises (a truncated header)."""
+
+    def __init__(self, handle: IO[bytes], path: Path, *, what: str, max_bytes: int,
+                 timeout_s: float) -> None:  # fmt: skip
+        self._f = handle
+        self._path = path
+        self._what = what
+        self._max_bytes = max_bytes
+        self._deadline = time.monotonic() + timeout_s
+        self._timeout_s = timeout_s
+        self._buf = b""
+        self._pos = 0
+        self.offset = 0  # bytes consumed so far
+
+    def read(self, n: int) -> bytes:
+        """Exactly ``n`` bytes (raises when the file or the cap ends first)."""
+        if self.offset + n > self._max_bytes:
+            raise UserFileError(
+                f"{self._what} {str(self._path)!r}: its header runs past {self._max_bytes:,} "
+                "bytes, more than any real file's: is it the right file?"
+            )
+        while len(self._buf) - self._pos < n:
+            chunk = self._f.read(max(CHUNK_BYTES, n))
+            if not chunk:
+                raise UserFileError(
+                    f"{self._what} {str(self._path)!r} ends inside its header (at byte "
+                    f"{self.offset + len(self._buf) - self._pos:,}): a truncated or partial "
+                    "download?"
+                )
+            self._buf, self._pos = self._buf[self._pos :] + chunk, 0
+            if time.monotonic() > self._deadline:
+                raise UserFileError(
+                    f"reading {self._what} {str(self._path)!r} took over "
+                    f"{self._timeout_s:.0f} s: copy it to a local disk"
+                )
+        out = self._buf[self._pos : self._pos + n]
+        self._pos += n
+        self.offset += n
+        return out
+
+
+@contextlib.contextmanager
+def read_head(
+    path: str | os.PathLike[str],
+    *,
+    what: str,
+    max_bytes: int = JSON_MAX_BYTES,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Iterator[HeadReader]:
+    """A :class:`HeadReader` on a regular file (see :func:`open_regular`): the bounded way to
+    read a binary header whose length is known only while reading it."""
+    p = Path(path)
+    with open_regular(p, what=what) as handle:
+        yield HeadReader(handle, p, what=what, max_bytes=max_bytes, timeout_s=timeout_s)

@@ -26,6 +26,7 @@ from memfit.cli import check as cli_check
 from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
 from memfit.cli import gpus as cli_gpus
+from memfit.cli import llamacpp as cli_llamacpp
 from memfit.cli import monitor as cli_monitor
 from memfit.cli import plan as cli_plan
 from memfit.cli import report as cli_report
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     COMMANDS.update(cli_bench.register(sub))  # bench, quality
     COMMANDS.update(cli_vllm.register(sub))  # vllm
     COMMANDS.update(cli_sglang.register(sub))  # sglang
+    COMMANDS.update(cli_llamacpp.register(sub))  # llama-server (alias llamacpp)
     COMMANDS.update(cli_check.register(sub))  # check
     p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
     COMMANDS.update(cli_web.register(sub, run=main, parser_factory=build_parser))  # web

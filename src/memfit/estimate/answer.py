@@ -89,5 +89,10 @@ if TYPE_CHECKING:  # mypy checks that each of the five records is an Answer (nev
     ) -> tuple[Answer, ...]:
         return (a, b, c, d, e)
 
+    from memfit.estimate.llamacpp import LlamaCppEstimate
+
+    def _llamacpp_is_an_answer(f: LlamaCppEstimate) -> Answer:
+        return f
+
 
 __all__ = ["Answer"]

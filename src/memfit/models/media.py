@@ -56,6 +56,8 @@ DEFAULT_PATCH = {"vit": 16, "deit": 16, "beit": 16, "dinov2": 14, "swin": 4, "si
 #: WhisperFeatureExtractor: 30 s windows of 3000 frames (hop 160 at 16 kHz).
 WHISPER_WINDOW_S = 30
 WHISPER_FRAMES_PER_S = 100
+
+
 def media_kind(config: Mapping[str, Any] | None) -> str | None:
     """``"image"``, ``"audio"`` or None (a text model) for a config.json dict."""
     model_type = str((config or {}).get("model_type") or "")

@@ -16,7 +16,8 @@ refuse a value with the same words. ``docs/decisions.md`` says why the flat fiel
 
 The other jobs share that vocabulary (precision names, checkpointing, optimizers): a diffusion
 pipeline call (:class:`DiffusionJob`) and training run (:class:`DiffusionTrainJob`), a ``vllm
-serve`` configuration (:class:`VllmConfig`) and a variable-length training run (:class:`SeqRun`
+serve`` configuration (:class:`VllmConfig`), a ``llama-server`` one (:class:`LlamaCppJob`)
+and a variable-length training run (:class:`SeqRun`
 over a :class:`SeqDist`). :class:`MediaSpec` says what one image or audio sample is;
 :class:`EstimateOptions` says how a job is answered (engine, caches, code), not what it is.
 All are torch-free.
@@ -25,6 +26,7 @@ All are torch-free.
 from __future__ import annotations
 
 from memfit.spec.diffusion import DiffusionJob, DiffusionTrainJob
+from memfit.spec.llamacpp import LlamaCppJob
 from memfit.spec.media import MediaSpec
 from memfit.spec.options import EstimateOptions
 from memfit.spec.parts import LoraSpec, ParallelSpec, QuantSpec, ShapeSpec, TechniqueSpec
@@ -62,7 +64,10 @@ from memfit.spec.sglang import SglangConfig
 from memfit.spec.workload import PARALLEL_FIELDS, SHAPE_FIELDS, TECHNIQUE_FIELDS, WorkloadSpec
 
 #: Every kind of job memfit answers; ``memfit.api`` dispatches on the type (docs/job-kinds.md).
-Job = WorkloadSpec | SeqRun | DiffusionJob | DiffusionTrainJob | VllmConfig | SglangConfig
+Job = (
+    WorkloadSpec | SeqRun | DiffusionJob | DiffusionTrainJob | VllmConfig | SglangConfig
+    | LlamaCppJob
+)  # fmt: skip
 
 __all__ = [
     "Job",
@@ -106,6 +111,7 @@ __all__ = [
     "TechniqueSpec",
     "VllmConfig",
     "WorkloadSpec",
+    "LlamaCppJob",
     "precision_rule",
     "default_precision",
     "default_precision_note",
