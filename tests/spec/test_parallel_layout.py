@@ -51,10 +51,6 @@ def test_bad_layouts_are_refused_with_the_rule(kwargs, message):
     [
         (dict(gpus=8, cp=2, seq_len=514), r"seq_len \(514\) must be a multiple of 2 x cp \(4\)"),
         (dict(gpus=8, cp=2, attention="eager"), r"attention 'eager' with cp > 1"),
-        (
-            dict(gpus=8, pp=4, pp_schedule="dualpipev", grad_accum=4),
-            r"needs at least 2 x pp \(8\)",
-        ),
         (dict(gpus=8, pp=2, shard="zero3"), r"supports ZeRO stage 0-1 only"),
         (dict(mode="infer", gpus=2, pp=2), r"with mode 'infer'"),
         (dict(gpus=2, pp=2, lora_rank=8), r"lora_rank with pp/cp/ep > 1"),

@@ -187,13 +187,6 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
             "attention 'eager' with cp > 1: ring attention runs the SDPA kernels (flash / "
             "memory-efficient / cuDNN); use --attention sdpa or flash"
         )
-    micro = values.get("grad_accum", 1)
-    if values.get("pp_schedule") == "dualpipev" and pp > 1 and _is_int(micro) and micro < 2 * pp:
-        p.append(
-            f"grad_accum ({micro}) is the pipeline's micro-batch count: pp_schedule 'dualpipev' "
-            f"needs at least 2 x pp ({2 * pp}) of them (DualPipe's num_chunks >= num_ranks * 2);"
-            " raise --grad-accum"
-        )
     for name in ("offload", "quant"):
         if values.get(name, "none") != "none":
             p.append(
