@@ -48,6 +48,7 @@ from memfit.errors import (
     SpecError,
     TraceError,
 )
+from memfit.estimate.parallel import estimate_parallel
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
@@ -86,8 +87,6 @@ def run_engine(
     closed form whichever engine is named (no engine models those ranks on one GPU); the
     estimate says so (``engine_reason``)."""
     if is_parallel_job(workload):
-        from memfit.estimate.parallel import estimate_parallel  # closed forms, torch-free
-
         return estimate_parallel(source, workload, gpu=gpu)
     if workload.num_beams > 1 or workload.cache_implementation != "dynamic":
         from memfit.estimate.generation import with_generation  # beams, StaticCache
