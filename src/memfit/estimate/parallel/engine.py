@@ -9,6 +9,7 @@ in ``trace["parallel"]`` (``--json``). Torch-free; microseconds per layout.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from typing import Any
 
@@ -37,9 +38,14 @@ def engine_reason(w: WorkloadSpec) -> str:
     )
 
 
-def per_rank(shape: DecoderShape, w: WorkloadSpec) -> tuple[list[RankStages], list[RankBytes]]:
-    """Every pipeline rank's stages and bytes for ``w``."""
+def per_rank(
+    shape: DecoderShape, w: WorkloadSpec, *, sequence_parallel: bool | None = None
+) -> tuple[list[RankStages], list[RankBytes]]:
+    """Every pipeline rank's stages and bytes for ``w`` (``sequence_parallel``: see
+    :func:`estimate_parallel`)."""
     lay = layout_of(w)
+    if sequence_parallel is not None:
+        lay = dataclasses.replace(lay, sequence_parallel=sequence_parallel and w.tp > 1)
     _check(shape, w, lay)
     try:
         stages = pipeline_ranks(
@@ -82,15 +88,20 @@ def _check(shape: DecoderShape, w: WorkloadSpec, lay: Layout) -> None:
         raise SpecError.from_problems(problems)
 
 
-def estimate_parallel(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
-    """The peak GPU of ``workload`` (pp / cp / ep > 1) for ``source`` (a ModelSource)."""
+def estimate_parallel(
+    source: Any, workload: WorkloadSpec, *, gpu: Any = None, sequence_parallel: bool | None = None
+) -> MemoryEstimate:
+    """The peak GPU of ``workload`` (pp / cp / ep > 1) for ``source`` (a ModelSource).
+    ``sequence_parallel``: whether tensor parallelism also splits the norms' tensors along the
+    sequence (torchtitan's TP plan and Megatron's ``--sequence-parallel`` do); None: the
+    workload's own field where it has one, else False."""
     if source.origin == "factory" or source.spec is None:
         raise SpecError(
             f"{source.name}: the parallel closed form reads a config.json model (a bundled "
             "name, a path or a hub id), not a factory"
         )
     shape = read_shape(source.spec)
-    stages, ranks = per_rank(shape, workload)
+    stages, ranks = per_rank(shape, workload, sequence_parallel=sequence_parallel)
     peak = max(ranks, key=lambda r: r.peak_allocated_bytes)
     workspaces = sum(allocator_workspaces(gpu, training=True))
     comps = peak.components()

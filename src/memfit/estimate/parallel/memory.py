@@ -50,11 +50,19 @@ STATE_BYTES: dict[tuple[str, str], tuple[int, int, int]] = {
     ("mixed", "zero3"): (2, 2, 4),
     ("mixed", "fsdp"): (4, 4, 0),
 }
-#: Bytes per logit at the loss on the head rank, per micro-batch: the bf16 logits (2), their
-#: fp32 copy (4) and the fp32 log-probabilities ``cross_entropy`` keeps for backward (4); the
-#: log-probabilities stay saved until that micro-batch's backward (:data:`LOSS_SAVED_BYTES`).
-LOSS_BYTES_PER_LOGIT = 2 + 4 + 4
+#: Bytes per logit at the loss on the head rank, per micro-batch, at its peak (the start of
+#: backward): the fp32 log-probabilities ``cross_entropy`` keeps (4), the dense fp32 gradient
+#: ``nll_loss`` hands back (4) and ``log_softmax``'s input gradient (4) — above the forward's
+#: bf16 logits + fp32 copy + log-probabilities (10; torchtitan frees the logits before backward,
+#: ``del pred`` in its train step). The log-probabilities stay saved until that micro-batch's
+#: backward (:data:`LOSS_SAVED_BYTES`).
+LOSS_BYTES_PER_LOGIT = 4 + 4 + 4
 LOSS_SAVED_BYTES = 4
+#: torch.distributed.pipelining keeps the last stage's output (the logits, compute dtype) of
+#: every micro-batch for the merged return (``_PipelineStageBase.forward_one_chunk``:
+#: ``output_chunks.append``, pytorch 00722e6; ``save_forward_output`` defaults to True). Megatron
+#: returns only the loss. Counted for FSDP pipelines (memfit's torchtitan-style layout).
+PIPELINING_KEEPS_LAST_OUTPUTS = True
 #: Ring attention accumulates dQ, dK and dV (and merges partial outputs) in fp32
 #: (``torch.distributed.tensor.experimental._attention``: ``grad_query`` etc. ``float32``).
 CP_ACCUM_BYTES = 4
@@ -68,6 +76,9 @@ GROUPED_GEMM_WORKSPACE_BYTES = 4 * 32 * MiB
 #: :data:`MOE_IMBALANCE_HIGH` (Switch Transformer's usual capacity factor, Fedus et al. 2021).
 MOE_CAPACITY = 1.0
 MOE_IMBALANCE_HIGH = 1.25
+#: FSDP2 accumulates a stage's unsharded gradients between pipeline micro-batches in its
+#: ``reduce_dtype`` (fp32 as torchtitan sets it; :func:`fsdp_pipeline_resident_bytes`).
+FSDP_PP_GRAD_ACCUM_BYTES = 4
 #: Bytes of one token's id (int64) held by the embedding rank per micro-batch in flight.
 TOKEN_ID_BYTES = 8
 #: Micro-batches of p2p receive buffers a pipeline rank holds per chunk: one activation received
@@ -251,7 +262,16 @@ def rank_activation_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) 
         logits = shape.vocab // lay.tp * LOSS_SAVED_BYTES
         saved = lay.tokens * (logits + shape.hidden * lay.act_bytes)
         total += head_in_flight(lay) * saved
+        total += kept_outputs_bytes(shape, lay)
     return int(total)
+
+
+def kept_outputs_bytes(shape: DecoderShape, lay: Layout) -> int:
+    """The last stage's logits of every micro-batch, kept by torch.distributed.pipelining for
+    its merged output (:data:`PIPELINING_KEEPS_LAST_OUTPUTS`; FSDP pipelines only)."""
+    if not PIPELINING_KEEPS_LAST_OUTPUTS or lay.pp == 1 or lay.shard not in ("fsdp", "zero3"):
+        return 0
+    return lay.micro_batches * lay.tokens * (shape.vocab // lay.tp) * lay.act_bytes
 
 
 def head_in_flight(lay: Layout) -> int:
@@ -292,7 +312,8 @@ def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
     """FSDP / ZeRO-3's unsharded layers: the layer computed and the one prefetched in the
     compute dtype, and in backward one layer's unsharded gradients before the reduce-scatter
     (cast to fp32 for it under torchtitan's ``reduce_dtype``): 2 x 2 + (2 + 4) bytes per
-    parameter of the largest layer (0 when nothing is sharded)."""
+    parameter of the largest module gathered on this rank — a transformer layer, or the
+    embeddings / output head where the rank holds them (0 when nothing is sharded)."""
     if lay.shard not in ("zero3", "fsdp") or lay.dp * lay.cp == 1 or not stages.layers:
         return 0
     biggest = 0
@@ -304,7 +325,22 @@ def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
         else:
             n += shape.dense_mlp_params // lay.tp
         biggest = max(biggest, n)
+    if stages.embedding or stages.head:  # the vocabulary matrices are gathered whole too
+        biggest = max(biggest, shape.embedding_params // lay.tp)
     return biggest * (2 * lay.act_bytes + lay.act_bytes + 4)
+
+
+def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
+    """FSDP2 under a pipeline schedule keeps a stage unsharded between its micro-batches:
+    ``torch.distributed.pipelining``'s stage runs every backward but the last without gradient
+    sync and without resharding (``backward_maybe_with_nosync``: ``set_requires_gradient_sync``,
+    ``set_reshard_after_backward`` False), so the stage's parameters stay gathered in the
+    compute dtype and its unsharded gradients accumulate in the reduce dtype (fp32:
+    ``FSDPParam.to_accumulated_grad_if_needed``) — :data:`FSDP_PP_RESIDENT_BYTES` per
+    parameter. 0 without FSDP / ZeRO-3, without a pipeline or with one micro-batch."""
+    if lay.shard not in ("zero3", "fsdp") or lay.pp == 1 or lay.micro_batches == 1:
+        return 0
+    return (dense + expert) * (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
 
 
 def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[int, str]:
@@ -335,10 +371,14 @@ def rank_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> RankByte
     p1, g1, o1 = model_state_bytes(dense, lay.dp * lay.cp, lay)
     p2, g2, o2 = model_state_bytes(expert, lay.expert_dp, lay) if expert else (0, 0, 0)
     temporary, kind = transients(shape, stages, lay)
+    resident = fsdp_pipeline_resident_bytes(dense, expert, lay)
+    if resident:  # the gathered layers are part of the resident stage
+        temporary -= gathered_bytes(shape, stages, lay)
+    unsharded_params = resident * lay.act_bytes // (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
     return RankBytes(
         rank=stages.rank,
-        parameters_bytes=p1 + p2,
-        gradients_bytes=g1 + g2,
+        parameters_bytes=p1 + p2 + unsharded_params,
+        gradients_bytes=g1 + g2 + resident - unsharded_params,
         optimizer_states_bytes=o1 + o2,
         activations_bytes=rank_activation_bytes(shape, stages, lay),
         temporary_bytes=temporary,
