@@ -90,8 +90,9 @@ def test_cli_405b_in_4d_answers_with_per_rank_json():
         ],
         *["--checkpointing", "full", "--attention", "flash", "--gpu", "H100", "--json"],
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode in (0, 1), done.stderr  # ok, or a valid "does not fit"
     out = json.loads(done.stdout)
+    assert (done.returncode == 0) == out["fits"]["fits"]
     assert out["engine"] == ENGINE
     assert out["workload"]["pp"] == 8 and out["workload"]["cp"] == 2
     assert len(out["trace"]["parallel"]["ranks"]) == 8
