@@ -16,5 +16,14 @@ from memfit.estimate.parallel.engine import (
     needs_parallel,
     per_rank,
 )
+from memfit.estimate.parallel.layouts import LayoutPeak, enumerate_layouts
 
-__all__ = ["ENGINE", "engine_reason", "estimate_parallel", "needs_parallel", "per_rank"]
+__all__ = [
+    "ENGINE",
+    "LayoutPeak",
+    "engine_reason",
+    "enumerate_layouts",
+    "estimate_parallel",
+    "needs_parallel",
+    "per_rank",
+]
