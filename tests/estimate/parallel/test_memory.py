@@ -105,3 +105,24 @@ def test_gpipe_keeps_more_than_1f1b_and_1f1b_peaks_on_an_end_rank(llama70):
     one_f = [r.activations_bytes for r in ranks["1f1b"]]
     assert gpipe > 3 * max(one_f)
     assert one_f[0] > one_f[1] > one_f[2]
+
+
+def test_torch_pipelining_keeps_a_receive_buffer_per_micro_batch_megatron_per_chunk(llama70):
+    from memfit.estimate.parallel.memory import p2p_bytes
+
+    stages = pipeline_ranks(80, pp=4, schedule="1f1b", virtual_stages=1, micro_batches=16)
+    middle = stages[1]
+    fsdp = layout_of(job(gpus=128, shard="fsdp", grad_accum=16))
+    megatron = layout_of(job(gpus=128, shard="zero1", grad_accum=16))
+    boundary = fsdp.tokens * llama70.hidden * 2
+    assert p2p_bytes(llama70, middle, fsdp) == 2 * 16 * boundary  # fwd + grad, every micro-batch
+    assert p2p_bytes(llama70, middle, megatron) == 2 * boundary
+
+
+def test_only_torch_pipelining_keeps_every_micro_batchs_logits(llama70):
+    from memfit.estimate.parallel.memory import kept_outputs_bytes
+
+    fsdp = layout_of(job(gpus=128, shard="fsdp", grad_accum=16))
+    megatron = layout_of(job(gpus=128, shard="zero1", grad_accum=16))
+    assert kept_outputs_bytes(llama70, fsdp) == 16 * fsdp.tokens * (128256 // 8) * 2
+    assert kept_outputs_bytes(llama70, megatron) == 0

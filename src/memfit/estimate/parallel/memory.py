@@ -119,6 +119,14 @@ class Layout:
         return 4 if self.precision == "32-true" else 2
 
     @property
+    def torch_native(self) -> bool:
+        """The job runs as torchtitan runs it (FSDP2 / ZeRO-3-style sharding, therefore
+        torch.distributed.pipelining, torch's ring attention and torchtitan's model code), not
+        as Megatron-core does (``ddp`` / ``zero1``: its DDP or distributed optimizer,
+        TransformerEngine attention, its own p2p schedule)."""
+        return self.shard in ("fsdp", "zero3")
+
+    @property
     def expert_dp(self) -> int:
         return max(1, self.dp * self.cp * self.tp // (self.ep * self.etp))
 
@@ -214,10 +222,12 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
 
     - ``none``: the two norms' inputs and outputs ``4h`` (``/t`` with sequence parallelism);
       q, k, v and the attention output ``2q + 2kv`` and the softmax statistics (fp32, one per
-      head), ``/t``; a gated MLP's gate, up, activation and product ``4 ffn`` (plain: ``2 ffn``),
-      ``/t``. A MoE layer: the router's fp32 logits and probabilities, per routed slot the
-      dispatched token ``h``, the expert's hidden ``4 ffn_e / etp`` and its output ``h``, and
-      the shared experts as a gated MLP. Eager attention adds its ``heads x seq`` probabilities.
+      head), ``/t`` (``kv`` as :func:`attention_kv_width`: the query's width where torchtitan
+      expands grouped K/V); a gated MLP's gate, up, activation and product ``4 ffn``
+      (plain: ``2 ffn``), ``/t``. A MoE layer: the router's fp32 logits and probabilities,
+      per routed slot the dispatched token ``h``, the expert's hidden ``4 ffn_e / etp`` and its
+      output ``h``, and the shared experts as a gated MLP. Eager attention adds its
+      ``heads x seq`` probabilities.
     - ``selective`` (per-op checkpointing: matmul and attention outputs saved, elementwise ops
       recomputed): the norm outputs and the MLP's activation and product are recomputed.
     - ``full``: the layer's input only, ``h`` (``/t`` with sequence parallelism).
@@ -227,7 +237,7 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
     if how == "full":
         return tokens * shape.hidden * a_b // rep_div
     norms = (2 if how == "selective" else 4) * shape.hidden
-    attn = (2 * shape.q_dim + 2 * shape.kv_dim) // t
+    attn = (2 * shape.q_dim + 2 * attention_kv_width(shape, lay)) // t
     stats = shape.n_heads * 4 // (a_b * t)
     if lay.attention == "eager":
         attn += shape.n_heads * lay.seq_len // t
@@ -242,6 +252,13 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
         mlp = per_matrix_terms * shape.ffn / t
     per_token = norms / rep_div + attn + stats + mlp
     return int(tokens * per_token * a_b)
+
+
+def attention_kv_width(shape: DecoderShape, lay: Layout) -> int:
+    """Elements of one token's keys (= values) as attention receives them: torchtitan's
+    Llama / Qwen attention expands grouped K/V to the query's heads (``repeat_kv``) before SDPA,
+    which saves the expanded tensors; Megatron / TransformerEngine pass them grouped."""
+    return shape.q_dim if lay.torch_native else shape.kv_dim
 
 
 def rank_activation_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
@@ -269,7 +286,7 @@ def rank_activation_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) 
 def kept_outputs_bytes(shape: DecoderShape, lay: Layout) -> int:
     """The last stage's logits of every micro-batch, kept by torch.distributed.pipelining for
     its merged output (:data:`PIPELINING_KEEPS_LAST_OUTPUTS`; FSDP pipelines only)."""
-    if not PIPELINING_KEEPS_LAST_OUTPUTS or lay.pp == 1 or lay.shard not in ("fsdp", "zero3"):
+    if not PIPELINING_KEEPS_LAST_OUTPUTS or lay.pp == 1 or not lay.torch_native:
         return 0
     return lay.micro_batches * lay.tokens * (shape.vocab // lay.tp) * lay.act_bytes
 
@@ -292,7 +309,10 @@ def cp_buffer_bytes(shape: DecoderShape, lay: Layout) -> int:
     (:data:`CP_ACCUM_BYTES`)."""
     if lay.cp == 1:
         return 0
-    local_kv = lay.tokens * 2 * shape.kv_dim // lay.tp * lay.act_bytes
+    # torch's ring attention runs SDPA kernels on K/V with the query's heads (torchtitan
+    # expands grouped K/V with repeat_kv first); Megatron's TransformerEngine rotates them grouped
+    width = attention_kv_width(shape, lay)
+    local_kv = lay.tokens * 2 * width // lay.tp * lay.act_bytes
     chunks = 2 * lay.cp if lay.cp_rotate == "allgather" else 4
     accum = lay.tokens * (shape.q_dim + 2 * shape.kv_dim) // lay.tp * CP_ACCUM_BYTES
     return chunks * local_kv + accum
@@ -344,25 +364,51 @@ def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
 
 
 def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[int, str]:
-    """The largest transient on this rank and its name, plus the p2p receive buffers."""
+    """The largest transient on this rank and its name, plus the gathered FSDP layers and the
+    p2p receive buffers. A layer's backward holds its recomputed activations (full
+    checkpointing), ring attention's buffers and the MoE all-to-all buffers at once; the loss
+    over the vocabulary comes at another moment."""
     options: dict[str, int] = {"none": 0}
     if stages.head:
         options["loss over the vocabulary"] = (
             lay.tokens * (shape.vocab // lay.tp) * (LOSS_BYTES_PER_LOGIT - LOSS_SAVED_BYTES)
         )
+    parts: list[tuple[str, int]] = []
     if lay.checkpointing == "full" and stages.layers:
         moe = any(shape.is_moe_layer(i) for i in stages.layers)
-        options["one layer recomputed (full checkpointing)"] = layer_activation_bytes(
-            shape, lay, moe=moe, how="none"
-        )
-    options["ring attention K/V buffers"] = cp_buffer_bytes(shape, lay)
+        recompute = layer_activation_bytes(shape, lay, moe=moe, how="none")
+        parts.append(("one layer recomputed (full checkpointing)", recompute))
+    parts.append(("ring attention K/V buffers", cp_buffer_bytes(shape, lay)))
     if any(shape.is_moe_layer(i) for i in stages.layers):
-        options["MoE all-to-all buffers + grouped-GEMM workspace"] = ep_buffer_bytes(shape, lay)
+        parts.append(
+            ("MoE all-to-all buffers + grouped-GEMM workspace", ep_buffer_bytes(shape, lay))
+        )
+    named = [name for name, n in parts if n]
+    if named:
+        options[" + ".join(named)] = sum(n for _, n in parts)
     kind = max(options, key=lambda k: options[k])
-    p2p = 0
-    if lay.pp > 1:
-        p2p = P2P_BUFFERS * len(stages.chunks) * lay.tokens * shape.hidden * lay.act_bytes
-    return options[kind] + gathered_bytes(shape, stages, lay) + p2p, kind
+    return options[kind] + gathered_bytes(shape, stages, lay) + p2p_bytes(shape, stages, lay), kind
+
+
+def p2p_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
+    """The pipeline's receive buffers on this rank, one stage-boundary tensor each
+    (``tokens x h``, ``/t`` where sequence parallelism shards the boundary).
+
+    torch.distributed.pipelining (FSDP pipelines here, as torchtitan runs them) allocates one
+    forward receive buffer per micro-batch for every stage but the first and one gradient
+    receive buffer per micro-batch for every stage but the last when the schedule starts, and
+    keeps them (``PipelineStage._prepare_forward_infra`` / ``_prepare_backward_infra``: "TODO:
+    create args_recv_info lazily", pytorch 00722e6). Megatron allocates each receive as it
+    posts it: :data:`P2P_BUFFERS` per chunk."""
+    if lay.pp == 1:
+        return 0
+    boundary = lay.tokens * shape.hidden * lay.act_bytes
+    if lay.sequence_parallel:
+        boundary //= lay.tp
+    if not lay.torch_native:
+        return P2P_BUFFERS * len(stages.chunks) * boundary
+    ends = sum(int(not c.embedding) + int(not c.head) for c in stages.chunks)
+    return ends * lay.micro_batches * boundary
 
 
 def rank_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> RankBytes:
