@@ -64,3 +64,10 @@ def test_job_rules_of_the_layout(kwargs, message):
 def test_single_gpu_jobs_print_no_parallel_fields():
     assert "pp" not in WorkloadSpec().normalized()
     assert WorkloadSpec(gpus=2, pp=2).normalized()["pp"] == 2
+
+
+def test_sharding_over_context_parallel_ranks_is_not_warned_about():
+    w = WorkloadSpec(gpus=8, cp=8, seq_len=8192, shard="fsdp")
+    assert w.dp == 1
+    assert not any("partitions nothing" in x for x in w.warnings())
+    assert any("partitions nothing" in x for x in WorkloadSpec(shard="fsdp").warnings())

@@ -245,7 +245,8 @@ class WorkloadSpec:
         """Valid but probably unintended settings (reported in the estimate's ``notes``)."""
         w: list[str] = []
         sharded = self.shard in PARTITIONING_SHARDS
-        if sharded and self.dp == 1 and self.offload == "none":
+        # the states are sharded over the data- and context-parallel ranks (spec.parallel_rules)
+        if sharded and self.dp * self.cp == 1 and self.offload == "none":
             w.append(
                 f"shard {self.shard!r} over a single data-parallel rank partitions nothing: "
                 "it saves memory only with --gpus > 1 or with --offload"
