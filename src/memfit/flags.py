@@ -607,7 +607,7 @@ FLAGS: tuple[Flag, ...] = (
         help="pipeline-parallel degree (torchtitan pipeline_parallel_degree; default 1); "
         "--grad-accum is the pipeline's micro-batch count",
         field="pp",
-        commands=("estimate",),
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--pp-schedule",
@@ -616,7 +616,7 @@ FLAGS: tuple[Flag, ...] = (
         help=f"pipeline schedule: {', '.join(PP_SCHEDULES)} (or torchtitan's names: GPipe, 1F1B, "
         "Interleaved1F1B, ZBVZeroBubble, DualPipeV; default 1f1b)",
         field="pp_schedule",
-        commands=("estimate",),
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--pp-virtual-stages",
@@ -625,7 +625,7 @@ FLAGS: tuple[Flag, ...] = (
         help="model chunks per pipeline rank for interleaved-1f1b (Megatron's "
         "--virtual-pipeline-model-parallel-size)",
         field="pp_virtual_stages",
-        commands=("estimate",),
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--cp",
@@ -634,7 +634,7 @@ FLAGS: tuple[Flag, ...] = (
         help="context-parallel degree: ring attention over the sequence (torchtitan "
         "context_parallel_degree; default 1)",
         field="cp",
-        commands=("estimate",),
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--cp-rotate",
@@ -644,7 +644,7 @@ FLAGS: tuple[Flag, ...] = (
         help="how ring attention moves K/V (torchtitan context_parallel_rotate_method; "
         "default allgather)",
         field="cp_rotate",
-        commands=("estimate",),
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--ep",
@@ -653,7 +653,7 @@ FLAGS: tuple[Flag, ...] = (
         help="expert-parallel degree for a MoE model (torchtitan expert_parallel_degree; "
         "default 1)",
         field="ep",
-        commands=("estimate",),
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--etp",
@@ -662,7 +662,7 @@ FLAGS: tuple[Flag, ...] = (
         help="expert tensor-parallel degree, 1 or --tp (torchtitan "
         "expert_tensor_parallel_degree; default 1)",
         field="etp",
-        commands=("estimate",),
+        commands=ESTIMATE_LIKE,
     ),
 )
 
