@@ -15,11 +15,15 @@ compute dtype's bytes, ``V`` the vocabulary, ``h`` the hidden width):
   layer-micro-batches in flight on the rank (:mod:`.schedule`), plus the loss's log-probs on the
   head rank. Context parallelism divides ``T`` by ``c``; sequence parallelism (where the job says
   so) divides the norm tensors by ``t``.
-- **Temporaries** (the largest of): the loss over the vocabulary (:data:`LOSS_BYTES_PER_LOGIT`),
-  one layer recomputed under full checkpointing, ring attention's K/V buffers
-  (:func:`cp_buffer_bytes`), the MoE all-to-all buffers and grouped-GEMM workspace
-  (:func:`ep_buffer_bytes`), and FSDP / ZeRO-3's gathered layers; plus the pipeline's p2p
-  receive buffers.
+- **Temporaries** (:func:`transients`): the larger of the loss over the vocabulary
+  (:data:`LOSS_BYTES_PER_LOGIT`) and a layer's backward (the layer recomputed under full
+  checkpointing + ring attention's K/V buffers, :func:`cp_buffer_bytes` + the MoE all-to-all
+  buffers and grouped-GEMM workspace, :func:`ep_buffer_bytes`); plus FSDP / ZeRO-3's gathered
+  layers and the pipeline's receive buffers (:func:`p2p_bytes`).
+- **The stack** (:attr:`Layout.torch_native`): ``fsdp`` / ``zero3`` jobs run as torchtitan runs
+  them (FSDP2 keeps a pipeline stage unsharded between micro-batches, torch.distributed.pipelining
+  keeps receive buffers and the last stage's logits per micro-batch, attention saves K/V
+  expanded to the query heads); ``ddp`` / ``zero1`` as Megatron-core does.
 """
 
 from __future__ import annotations
@@ -71,11 +75,10 @@ CP_ACCUM_BYTES = 4
 #: cuBLAS workspace of 32 MiB (``get_cublas_workspace_size_bytes``) — a rule of thumb for
 #: torch's ``_grouped_mm`` too.
 GROUPED_GEMM_WORKSPACE_BYTES = 4 * 32 * MiB
-#: Token copies a MoE layer keeps per routed slot beyond the router's even split: dropless
-#: routing (torchtitan's and Megatron's defaults) is 1.0 on average; the range's upper end uses
-#: :data:`MOE_IMBALANCE_HIGH` (Switch Transformer's usual capacity factor, Fedus et al. 2021).
+#: Token copies a MoE layer keeps per routed slot: dropless routing (torchtitan's and Megatron's
+#: defaults) is 1.0 on average; routing imbalance is not modelled (no expert-parallel point has
+#: been measured: docs/accuracy.md).
 MOE_CAPACITY = 1.0
-MOE_IMBALANCE_HIGH = 1.25
 #: FSDP2 accumulates a stage's unsharded gradients between pipeline micro-batches in its
 #: ``reduce_dtype`` (fp32 as torchtitan sets it; :func:`fsdp_pipeline_resident_bytes`).
 FSDP_PP_GRAD_ACCUM_BYTES = 4
