@@ -32,6 +32,7 @@ from memfit.spec import (
 )
 from memfit.spec.diffusion import DIFFUSION_QUANTS, FORMATS
 from memfit.spec.media import MediaSpec
+from memfit.spec.parallel_rules import CP_ROTATES, PP_SCHEDULES
 
 #: The exit codes of every command: 0 ok, 1 a valid "does not fit", 2 bad input.
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -596,6 +597,72 @@ FLAGS: tuple[Flag, ...] = (
         field="max_sequence_length",
         target="pipeline",
         commands=(*ESTIMATE_LIKE, "plan"),
+    ),
+    # pipeline, context and expert parallelism (torchtitan's [parallelism] keys; the parallel
+    # closed form, memfit.estimate.parallel, answers a job that uses them)
+    Flag(
+        name="--pp",
+        dest="pp",
+        kind="int",
+        help="pipeline-parallel degree (torchtitan pipeline_parallel_degree; default 1); "
+        "--grad-accum is the pipeline's micro-batch count",
+        field="pp",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--pp-schedule",
+        dest="pp_schedule",
+        kind="text",
+        help=f"pipeline schedule: {', '.join(PP_SCHEDULES)} (or torchtitan's names: GPipe, 1F1B, "
+        "Interleaved1F1B, ZBVZeroBubble, DualPipeV; default 1f1b)",
+        field="pp_schedule",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--pp-virtual-stages",
+        dest="pp_virtual_stages",
+        kind="int",
+        help="model chunks per pipeline rank for interleaved-1f1b (Megatron's "
+        "--virtual-pipeline-model-parallel-size)",
+        field="pp_virtual_stages",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--cp",
+        dest="cp",
+        kind="int",
+        help="context-parallel degree: ring attention over the sequence (torchtitan "
+        "context_parallel_degree; default 1)",
+        field="cp",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--cp-rotate",
+        dest="cp_rotate",
+        kind="choice",
+        choices=CP_ROTATES,
+        help="how ring attention moves K/V (torchtitan context_parallel_rotate_method; "
+        "default allgather)",
+        field="cp_rotate",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--ep",
+        dest="ep",
+        kind="int",
+        help="expert-parallel degree for a MoE model (torchtitan expert_parallel_degree; "
+        "default 1)",
+        field="ep",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--etp",
+        dest="etp",
+        kind="int",
+        help="expert tensor-parallel degree, 1 or --tp (torchtitan "
+        "expert_tensor_parallel_degree; default 1)",
+        field="etp",
+        commands=ESTIMATE_LIKE,
     ),
 )
 

@@ -27,6 +27,7 @@ from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
 from memfit.cli import gpus as cli_gpus
 from memfit.cli import llamacpp as cli_llamacpp
+from memfit.cli import layouts as cli_layouts
 from memfit.cli import monitor as cli_monitor
 from memfit.cli import plan as cli_plan
 from memfit.cli import report as cli_report
@@ -128,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument("--json", action="store_true")
     COMMANDS.update(cli_gpus.register(sub))  # gpus
+    COMMANDS.update(cli_layouts.register(sub))  # layouts (pp / cp layouts of N GPUs)
     COMMANDS.update(cli_monitor.register(sub))  # monitor, diagnose
     COMMANDS.update(cli_report.register(sub))  # report, snapshot
     COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor

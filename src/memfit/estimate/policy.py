@@ -48,10 +48,12 @@ from memfit.errors import (
     SpecError,
     TraceError,
 )
+from memfit.estimate.parallel import estimate_parallel
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
 from memfit.spec.options import ENGINES
+from memfit.spec.parallel_rules import is_parallel_job
 
 Estimator = Callable[[WorkloadSpec], MemoryEstimate]
 #: A search's first answer where it settles the search alone (``settles``), else None.
@@ -80,7 +82,12 @@ def run_engine(
     name: str, source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: bool | None = None
 ) -> MemoryEstimate:
     """``source`` (a ``ModelSource``) running ``workload`` on ``gpu`` (a catalog record or None),
-    estimated by the engine ``name`` ("analytic", "derived" or "trace") alone."""
+    estimated by the engine ``name`` ("analytic", "derived" or "trace") alone. A job with
+    pipeline, context or expert parallelism (pp / cp / ep > 1) is answered by the parallel
+    closed form whichever engine is named (no engine models those ranks on one GPU); the
+    estimate says so (``engine_reason``)."""
+    if is_parallel_job(workload):
+        return estimate_parallel(source, workload, gpu=gpu)
     if workload.num_beams > 1 or workload.cache_implementation != "dynamic":
         from memfit.estimate.generation import with_generation  # beams, StaticCache
 

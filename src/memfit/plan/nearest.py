@@ -19,6 +19,7 @@ from memfit.models import ModelSource, resolve_model, take_media
 from memfit.plan.request import PlanRequest
 from memfit.plan.search import plan
 from memfit.spec import WorkloadSpec
+from memfit.spec.parallel_rules import is_parallel_job
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +93,8 @@ def plan_command(model: str, w: WorkloadSpec, gpu: str) -> str:
 def nearest_fit(model: Any, w: WorkloadSpec, gpu: Any, *, model_name: str) -> NearestFit | None:
     """The nearest change that fits ``w`` on ``gpu``; None where the planner cannot say (a job
     it does not model); only the command where the fast engine does not model the model."""
+    if is_parallel_job(w):  # the planner does not search pp / cp / ep layouts
+        return None
     gpu_name = gpu if isinstance(gpu, str) else getattr(gpu, "name", str(gpu))
     command = plan_command(model_name, w, gpu_name)
     if w.tp > 1 or w.shard not in ("none", "ddp") or w.offload != "none":

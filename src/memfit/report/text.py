@@ -52,6 +52,14 @@ def _workload_line(est: MemoryEstimate) -> str:
         layout = [f"{w['gpus']} GPUs", f"shard {w['shard']}"]
         if w.get("tp", 1) > 1:
             layout.append(f"tp {w['tp']}")
+        if w.get("pp", 1) > 1:
+            virtual = w.get("pp_virtual_stages", 1)
+            chunks = f" x {virtual} chunks" if virtual > 1 else ""
+            layout.append(f"pp {w['pp']} ({w.get('pp_schedule', '1f1b')}{chunks})")
+        if w.get("cp", 1) > 1:
+            layout.append(f"cp {w['cp']} ({w.get('cp_rotate', 'allgather')})")
+        if w.get("ep", 1) > 1:
+            layout.append(f"ep {w['ep']}" + (f" etp {w['etp']}" if w.get("etp", 1) > 1 else ""))
         if w.get("offload", "none") != "none":
             layout.append(f"offload {w['offload']}")
         parts.append(" ".join(layout) + " (per-GPU figures)")

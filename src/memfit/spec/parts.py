@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from memfit.spec.parallel_rules import (
+    model_parallel_size,
+    parallel_layout_rules,
+    resolve_schedule,
+)
 from memfit.spec.rules import (
     Mode,
     default_shard,
@@ -174,24 +179,42 @@ class TechniqueSpec:
 @dataclass(frozen=True, kw_only=True)
 class ParallelSpec:
     """How the job spreads over GPUs: ``tp``-way tensor parallelism inside each group and
-    ``dp = gpus / tp`` data-parallel ranks holding the model as ``shard`` says (None: ``ddp``
-    when there are several ranks, else ``none``), with ``offload`` to host RAM."""
+    ``dp = gpus / (tp * pp * cp)`` data-parallel ranks holding the model as ``shard`` says
+    (None: ``ddp`` when there are several ranks, else ``none``), with ``offload`` to host RAM.
+
+    Pipeline, context and expert parallelism (:mod:`memfit.spec.parallel_rules`, whose table
+    gives torchtitan's and Megatron's names): ``pp`` stages run by ``pp_schedule`` (looped
+    ``interleaved-1f1b`` with ``pp_virtual_stages`` chunks per rank), ``cp`` ranks splitting the
+    sequence (ring attention rotating K/V by ``cp_rotate``), and the routed experts of a MoE
+    model over ``ep`` ranks, each expert over ``etp`` tensor-parallel ranks."""
 
     gpus: int = 1
     tp: int = 1
     shard: str | None = None
     offload: str = "none"
+    # -- pipeline, context and expert parallelism (memfit.spec.parallel_rules) --
+    pp: int = 1
+    pp_schedule: str = "1f1b"
+    pp_virtual_stages: int = 1
+    cp: int = 1
+    cp_rotate: str = "allgather"
+    ep: int = 1
+    etp: int = 1
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "pp_schedule", resolve_schedule(self.pp_schedule))
         if self.shard is None:
-            object.__setattr__(self, "shard", default_shard(self.gpus, self.tp))
+            mp = model_parallel_size(self.flat())
+            object.__setattr__(self, "shard", default_shard(self.gpus, mp))
         raise_if(self.problems())
 
     def problems(self) -> list[str]:
         p = field_problems(self.flat())
         if is_count(self.gpus) and is_count(self.tp):
-            p += layout_rules(self.gpus, self.tp, self.shard)
+            mp = model_parallel_size(self.flat())
+            p += layout_rules(self.gpus, self.tp, self.shard, mp=mp)
             p += offload_rules(self.shard, self.offload)
+        p += parallel_layout_rules(self.flat())
         return p
 
     def flat(self) -> dict[str, Any]:
@@ -199,5 +222,5 @@ class ParallelSpec:
 
     @property
     def dp(self) -> int:
-        """Data-parallel degree: ``gpus / tp``."""
-        return self.gpus // self.tp
+        """Data-parallel degree: ``gpus / (tp * pp * cp)``."""
+        return self.gpus // (self.tp * self.pp * self.cp)

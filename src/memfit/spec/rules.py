@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from memfit.errors import SpecError
+from memfit.spec.parallel_rules import PARALLEL_FIELD_RULES
 
 Mode = Literal["train", "infer"]
 
@@ -385,6 +386,8 @@ FIELD_RULES: dict[str, Rule] = {
     "num_beams": _positive(MAX_BATCH_SIZE),
     "cache_implementation": _choice(CACHE_IMPLEMENTATIONS),
     "prefill_chunk_size": _optional(_positive(MAX_SEQ_LEN)),
+    # pipeline, context and expert parallelism (memfit.spec.parallel_rules)
+    **PARALLEL_FIELD_RULES,
 }
 
 
@@ -437,18 +440,21 @@ def prefill_rules(mode: str, chunk: Any) -> list[str]:
     return []
 
 
-def layout_rules(gpus: int, tp: int, shard: str | None) -> list[str]:
-    """Tensor parallelism must divide the GPUs; data-parallel ranks need a sharding mode."""
+def layout_rules(gpus: int, tp: int, shard: str | None, *, mp: int | None = None) -> list[str]:
+    """Tensor parallelism must divide the GPUs; data-parallel ranks need a sharding mode.
+    ``mp``: the GPUs of one replica, ``tp * pp * cp`` (None: ``tp``)."""
     p: list[str] = []
     if gpus % tp:
         p.append(
             f"tp ({tp}) must divide gpus ({gpus}): each tensor-parallel group spans "
             "tp GPUs and the data-parallel degree is gpus / tp"
         )
-    dp = gpus // tp
+    replica = mp or tp
+    label = f"tp {tp}" if replica == tp else f"tp x pp x cp {replica}"
+    dp = gpus // replica
     if shard == "none" and dp > 1:
         p.append(
-            f"shard 'none' with {dp} data-parallel ranks (gpus {gpus} / tp {tp}): "
+            f"shard 'none' with {dp} data-parallel ranks (gpus {gpus} / {label}): "
             "say how the ranks hold the model with --shard ddp|zero1|zero2|zero3|fsdp"
         )
     return p

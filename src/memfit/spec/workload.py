@@ -6,6 +6,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memfit.spec.media import MediaSpec
+from memfit.spec.parallel_rules import (
+    PARALLEL_DEFAULTS,
+    model_parallel_size,
+    parallel_job_rules,
+    parallel_layout_rules,
+    resolve_schedule,
+)
 from memfit.spec.parts import ParallelSpec, ShapeSpec, TechniqueSpec
 from memfit.spec.rules import (
     DEEPSPEED_SHARDS,
@@ -89,6 +96,14 @@ class WorkloadSpec:
     quant_experts: bool = True
     #: what one image / audio sample is, for a vision or speech model (not set: its config says)
     media: MediaSpec = MediaSpec()
+    # -- pipeline, context and expert parallelism: ParallelSpec's fields (spec.parallel_rules) --
+    pp: int = 1
+    pp_schedule: str = "1f1b"
+    pp_virtual_stages: int = 1
+    cp: int = 1
+    cp_rotate: str = "allgather"
+    ep: int = 1
+    etp: int = 1
     #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
     #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
     #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
@@ -102,8 +117,10 @@ class WorkloadSpec:
         object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode))
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", "adamw" if self.mode == "train" else "none")
+        object.__setattr__(self, "pp_schedule", resolve_schedule(self.pp_schedule))
         if self.shard is None:
-            object.__setattr__(self, "shard", default_shard(self.gpus, self.tp))
+            mp = model_parallel_size(vars(self))
+            object.__setattr__(self, "shard", default_shard(self.gpus, mp))
         if isinstance(self.lora_targets, list):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         raise_if(self.problems())
@@ -173,6 +190,8 @@ class WorkloadSpec:
                 "memfit.spec.MediaSpec(image_size=..., audio_seconds=...)"
             )
         p.extend(self._technique_problems())
+        p.extend(parallel_layout_rules(vars(self)))
+        p.extend(parallel_job_rules(vars(self)))
         return p
 
     def _training_only_problems(self) -> list[str]:
@@ -198,7 +217,7 @@ class WorkloadSpec:
         sharding engine, tensor parallelism not dividing the GPUs)."""
         if not (is_count(self.gpus) and is_count(self.tp)):
             return []
-        p = layout_rules(self.gpus, self.tp, self.shard)
+        p = layout_rules(self.gpus, self.tp, self.shard, mp=model_parallel_size(vars(self)))
         p += kbit_rules(self.mode, self.quant, self.prepare_kbit)
         p += precision_rules(self.mode, self.precision, self.shard)
         if self.mode == "train" and self.quant != "none" and self.lora_rank is None:
@@ -226,7 +245,8 @@ class WorkloadSpec:
         """Valid but probably unintended settings (reported in the estimate's ``notes``)."""
         w: list[str] = []
         sharded = self.shard in PARTITIONING_SHARDS
-        if sharded and self.dp == 1 and self.offload == "none":
+        # the states are sharded over the data- and context-parallel ranks (spec.parallel_rules)
+        if sharded and self.dp * self.cp == 1 and self.offload == "none":
             w.append(
                 f"shard {self.shard!r} over a single data-parallel rank partitions nothing: "
                 "it saves memory only with --gpus > 1 or with --offload"
@@ -258,8 +278,8 @@ class WorkloadSpec:
 
     @property
     def dp(self) -> int:
-        """Data-parallel degree: ``gpus / tp``."""
-        return self.gpus // self.tp
+        """Data-parallel degree: ``gpus / (tp * pp * cp)``."""
+        return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
     def run_precision(self) -> str:
@@ -292,6 +312,9 @@ class WorkloadSpec:
             d.pop("prefill_chunk_size")
         if self.quant_experts:
             d.pop("quant_experts")
+        for name, default in PARALLEL_DEFAULTS.items():  # printed where a job uses them
+            if d[name] == default:
+                d.pop(name)
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -309,5 +332,6 @@ class WorkloadSpec:
 #: The flat :class:`WorkloadSpec` fields of each part.
 SHAPE_FIELDS: tuple[str, ...] = ("mode", "batch_size", "seq_len", "new_tokens", "task")
 SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation", "prefill_chunk_size")
-PARALLEL_FIELDS = ("gpus", "tp", "shard", "offload")
+PARALLEL_FIELDS: tuple[str, ...] = ("gpus", "tp", "shard", "offload")
+PARALLEL_FIELDS += tuple(PARALLEL_DEFAULTS)  # pp, pp_schedule, ..., etp
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())

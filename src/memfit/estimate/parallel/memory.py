@@ -1,0 +1,470 @@
+"""Per-rank bytes of a training step under dp x tp x pp x cp (x ep), one pipeline rank at a time.
+
+What one GPU holds (``t = tp``, ``c = cp``, ``T = micro_batch x seq / c`` tokens, ``A`` the
+compute dtype's bytes, ``V`` the vocabulary, ``h`` the hidden width):
+
+- **Model states** of its pipeline rank's layers, tensor-parallel slices (``1/t`` of every
+  matrix, norms whole), embeddings on the rank holding chunk 0 and the norm + head on the rank
+  holding the last chunk (:mod:`.schedule`); routed experts ``n_experts / ep`` per rank, each
+  ``1/etp`` wide; router and shared experts on every rank. Dense parameters are sharded by the
+  sharding mode over ``dp x cp`` ranks (torchtitan folds cp into the FSDP mesh, Megatron's
+  distributed optimizer shards over the dp x cp group), expert parameters over the expert
+  data-parallel group ``dp x cp x tp / (ep x etp)`` (Megatron's ``expert_data_parallel``,
+  torchtitan's ``dp_shard_mod_ep``). Bytes per parameter: :data:`STATE_BYTES`.
+- **Activations**: per layer and micro-batch (:func:`layer_activation_bytes`), times the
+  layer-micro-batches in flight on the rank (:mod:`.schedule`), plus the loss's log-probs on the
+  head rank. Context parallelism divides ``T`` by ``c``; sequence parallelism (where the job says
+  so) divides the norm tensors by ``t``.
+- **Temporaries** (:func:`transients`): the larger of the loss over the vocabulary
+  (:data:`LOSS_BYTES_PER_LOGIT`) and a layer's backward (the layer recomputed under full
+  checkpointing + ring attention's K/V buffers, :func:`cp_buffer_bytes` + the MoE all-to-all
+  buffers and grouped-GEMM workspace, :func:`ep_buffer_bytes`); plus FSDP / ZeRO-3's gathered
+  layers and the pipeline's receive buffers (:func:`p2p_bytes`).
+- **The stack** (:attr:`Layout.torch_native`): ``fsdp`` / ``zero3`` jobs run as torchtitan runs
+  them (FSDP2 keeps a pipeline stage unsharded between micro-batches, torch.distributed.pipelining
+  keeps receive buffers and the last stage's logits per micro-batch, attention saves K/V
+  expanded to the query heads); ``ddp`` / ``zero1`` as Megatron-core does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.estimate.optim_states import optimizer_state_bytes
+from memfit.estimate.parallel.schedule import RankStages
+from memfit.estimate.parallel.shape import DecoderShape
+from memfit.estimate.sharding import per_rank_model_states
+from memfit.units import MiB
+
+#: Bytes per parameter (parameters, gradients, master copy) by precision family and sharding
+#: mode; the optimizer's states come from :mod:`memfit.estimate.optim_states`, in fp32 where a
+#: master copy exists. ``*-mixed``: Megatron-core keeps 16-bit parameters and an fp32 gradient
+#: buffer (``main_grad``) with fp32 masters in the optimizer — 18 bytes with Adam, 6 + 12/dp with
+#: the distributed optimizer (``theoretical_memory_usage.py``, NVIDIA/Megatron-LM 00caa53) — as
+#: memfit's ``ddp`` / ``zero1``; DeepSpeed ZeRO-2/3 keep 16-bit gradients (ZeRO §5, 2 + 2 + 12);
+#: FSDP2 as torchtitan runs it keeps fp32 sharded parameters and fp32 gradients
+#: (``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``), casting a layer to bf16 when
+#: it gathers it (counted as a temporary). ``*-true`` / ``32-true``: everything in that dtype.
+STATE_BYTES: dict[tuple[str, str], tuple[int, int, int]] = {
+    ("mixed", "none"): (2, 4, 4),
+    ("mixed", "ddp"): (2, 4, 4),
+    ("mixed", "zero1"): (2, 4, 4),
+    ("mixed", "zero2"): (2, 2, 4),
+    ("mixed", "zero3"): (2, 2, 4),
+    ("mixed", "fsdp"): (4, 4, 0),
+}
+#: Bytes per logit at the loss on the head rank, per micro-batch, at its peak (the start of
+#: backward): the fp32 log-probabilities ``cross_entropy`` keeps (4), the dense fp32 gradient
+#: ``nll_loss`` hands back (4) and ``log_softmax``'s input gradient (4) — above the forward's
+#: bf16 logits + fp32 copy + log-probabilities (10; torchtitan frees the logits before backward,
+#: ``del pred`` in its train step). The log-probabilities stay saved until that micro-batch's
+#: backward (:data:`LOSS_SAVED_BYTES`).
+LOSS_BYTES_PER_LOGIT = 4 + 4 + 4
+LOSS_SAVED_BYTES = 4
+#: torch.distributed.pipelining keeps the last stage's output (the logits, compute dtype) of
+#: every micro-batch for the merged return (``_PipelineStageBase.forward_one_chunk``:
+#: ``output_chunks.append``, pytorch 00722e6; ``save_forward_output`` defaults to True). Megatron
+#: returns only the loss. Counted for FSDP pipelines (memfit's torchtitan-style layout).
+PIPELINING_KEEPS_LAST_OUTPUTS = True
+#: Ring attention accumulates dQ, dK and dV (and merges partial outputs) in fp32
+#: (``torch.distributed.tensor.experimental._attention``: ``grad_query`` etc. ``float32``).
+CP_ACCUM_BYTES = 4
+#: cuBLAS workspaces of a grouped GEMM over the local experts: TransformerEngine's grouped
+#: linear runs its GEMMs on 4 streams (``_NUM_MAX_CUBLAS_STREAMS``), each with the Hopper
+#: cuBLAS workspace of 32 MiB (``get_cublas_workspace_size_bytes``) — a rule of thumb for
+#: torch's ``_grouped_mm`` too.
+GROUPED_GEMM_WORKSPACE_BYTES = 4 * 32 * MiB
+#: Token copies a MoE layer keeps per routed slot: dropless routing (torchtitan's and Megatron's
+#: defaults) is 1.0 on average; routing imbalance is not modelled (no expert-parallel point has
+#: been measured: docs/accuracy.md).
+MOE_CAPACITY = 1.0
+#: FSDP2 accumulates a stage's unsharded gradients between pipeline micro-batches in its
+#: ``reduce_dtype`` (fp32 as torchtitan sets it; :func:`fsdp_pipeline_resident_bytes`).
+FSDP_PP_GRAD_ACCUM_BYTES = 4
+#: Bytes of one token's id (int64) held by the embedding rank per micro-batch in flight.
+TOKEN_ID_BYTES = 8
+#: Micro-batches of p2p receive buffers a pipeline rank holds per chunk: one activation received
+#: forward, one gradient received backward (Megatron ``p2p_communication.py`` allocates each
+#: receive as it posts it).
+P2P_BUFFERS = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """The degrees and the step of one job, as the closed form reads them."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int
+    dp: int
+    micro_batch: int
+    seq_len: int
+    micro_batches: int
+    schedule: str
+    shard: str
+    precision: str
+    optimizer: str
+    checkpointing: str
+    attention: str
+    cp_rotate: str
+    sequence_parallel: bool
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on one rank (the sequence cut by cp)."""
+        return self.micro_batch * self.seq_len // self.cp
+
+    @property
+    def act_bytes(self) -> int:
+        return 4 if self.precision == "32-true" else 2
+
+    @property
+    def torch_native(self) -> bool:
+        """The job runs as torchtitan runs it (FSDP2 / ZeRO-3-style sharding, therefore
+        torch.distributed.pipelining, torch's ring attention and torchtitan's model code), not
+        as Megatron-core does (``ddp`` / ``zero1``: its DDP or distributed optimizer,
+        TransformerEngine attention, its own p2p schedule)."""
+        return self.shard in ("fsdp", "zero3")
+
+    @property
+    def expert_dp(self) -> int:
+        return max(1, self.dp * self.cp * self.tp // (self.ep * self.etp))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankBytes:
+    """One GPU of pipeline rank ``rank``: its components (disjoint, summing to the peak) and
+    what the temporary is (the largest transient's name)."""
+
+    rank: int
+    parameters_bytes: int
+    gradients_bytes: int
+    optimizer_states_bytes: int
+    activations_bytes: int
+    temporary_bytes: int
+    temporary_kind: str
+
+    @property
+    def peak_allocated_bytes(self) -> int:
+        return (
+            self.parameters_bytes
+            + self.gradients_bytes
+            + self.optimizer_states_bytes
+            + self.activations_bytes
+            + self.temporary_bytes
+        )
+
+    def components(self) -> dict[str, int]:
+        return {
+            "parameters": self.parameters_bytes,
+            "gradients": self.gradients_bytes,
+            "optimizer_states": self.optimizer_states_bytes,
+            "activations": self.activations_bytes,
+            "kv_cache": 0,
+            "temporary": self.temporary_bytes,
+        }
+
+
+# ----------------------------------------------------------------------------- parameters
+def rank_params(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[int, int]:
+    """(dense, expert) parameter elements one GPU of this pipeline rank holds before sharding."""
+    t = lay.tp
+    dense = expert = 0
+    for layer in stages.layers:
+        dense += shape.attention_params // t + shape.norm_params
+        if shape.is_moe_layer(layer):
+            dense += shape.router_params + shape.shared_params // t
+            expert += (shape.n_experts // lay.ep) * (shape.expert_params // lay.etp)
+        else:
+            dense += shape.dense_mlp_params // t
+    vocab_part = shape.embedding_params // t
+    if stages.embedding:
+        dense += vocab_part
+    if stages.head:
+        dense += shape.hidden  # final norm
+        if not (shape.tied and stages.embedding):
+            dense += vocab_part
+    return dense, expert
+
+
+def model_state_bytes(n_params: int, group: int, lay: Layout) -> tuple[int, int, int]:
+    """(parameters, gradients, optimizer states + masters) bytes of ``n_params`` sharded over
+    ``group`` ranks by the job's sharding mode (:data:`STATE_BYTES`)."""
+    shard = lay.shard if lay.shard != "none" or group == 1 else "ddp"
+    if lay.precision.endswith("-mixed"):
+        param_b, grad_b, master_b = STATE_BYTES[("mixed", shard)]
+        state_dtype = "float32"
+    else:
+        width = 4 if lay.precision == "32-true" else 2
+        param_b, grad_b, master_b = width, width, 0
+        state_dtype = "float32" if width == 4 else "bfloat16"
+    probe = 1 << 20
+    per = optimizer_state_bytes(lay.optimizer, (probe,), state_dtype, round_to=1) / probe
+    states = per_rank_model_states(
+        n_params,
+        shard=shard,
+        dp=max(group, 1),
+        param_bytes=param_b,
+        grad_bytes=grad_b,
+        state_bytes=per,
+        master_bytes=master_b,
+    )
+    return states.parameters_bytes, states.gradients_bytes, states.optimizer_states_bytes
+
+
+# ----------------------------------------------------------------------------- activations
+def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: str) -> int:
+    """Bytes one transformer layer saves for backward for one micro-batch on one GPU.
+
+    Per token, in elements of the compute dtype (Korthikanti et al. 2022, "Reducing Activation
+    Recomputation in Large Transformer Models", §4, redone for pre-norm SwiGLU / GQA blocks as
+    torchtitan's and Megatron's fused kernels run them, FlashAttention keeping no scores):
+
+    - ``none``: the two norms' inputs and outputs ``4h`` (``/t`` with sequence parallelism);
+      q, k, v and the attention output ``2q + 2kv`` and the softmax statistics (fp32, one per
+      head), ``/t`` (``kv`` as :func:`attention_kv_width`: the query's width where torchtitan
+      expands grouped K/V); a gated MLP's gate, up, activation and product ``4 ffn``
+      (plain: ``2 ffn``), ``/t``. A MoE layer: the router's fp32 logits and probabilities,
+      per routed slot the dispatched token ``h``, the expert's hidden ``4 ffn_e / etp`` and its
+      output ``h``, and the shared experts as a gated MLP. Eager attention adds its
+      ``heads x seq`` probabilities.
+    - ``selective`` (per-op checkpointing: matmul and attention outputs saved, elementwise ops
+      recomputed): the norm outputs and the MLP's activation and product are recomputed.
+    - ``full``: the layer's input only, ``h`` (``/t`` with sequence parallelism).
+    """
+    t, a_b, tokens = lay.tp, lay.act_bytes, lay.tokens
+    rep_div = t if lay.sequence_parallel else 1
+    if how == "full":
+        return tokens * shape.hidden * a_b // rep_div
+    norms = (2 if how == "selective" else 4) * shape.hidden
+    attn = (2 * shape.q_dim + 2 * attention_kv_width(shape, lay)) // t
+    stats = shape.n_heads * 4 // (a_b * t)
+    if lay.attention == "eager":
+        attn += shape.n_heads * lay.seq_len // t
+    gated_mlp_terms = 2 if how == "selective" else 4
+    per_matrix_terms = gated_mlp_terms if shape.gated else gated_mlp_terms // 2
+    if moe:
+        slots = shape.top_k * MOE_CAPACITY
+        expert = slots * (2 * shape.hidden + per_matrix_terms * shape.expert_ffn / lay.etp)
+        router = 2 * shape.n_experts * 4 / a_b
+        mlp = expert + router + per_matrix_terms * shape.shared_ffn / t
+    else:
+        mlp = per_matrix_terms * shape.ffn / t
+    per_token = norms / rep_div + attn + stats + mlp
+    return int(tokens * per_token * a_b)
+
+
+def attention_kv_width(shape: DecoderShape, lay: Layout) -> int:
+    """Elements of one token's keys (= values) as attention receives them: torchtitan's
+    Llama / Qwen attention expands grouped K/V to the query's heads (``repeat_kv``) before SDPA,
+    which saves the expanded tensors; Megatron / TransformerEngine pass them grouped."""
+    return shape.q_dim if lay.torch_native else shape.kv_dim
+
+
+def rank_activation_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
+    """Saved activations of the micro-batches in flight on this rank (module docstring)."""
+    layers = stages.layers
+    if not layers and not (stages.embedding or stages.head):
+        return 0
+    per_layer = [
+        layer_activation_bytes(shape, lay, moe=shape.is_moe_layer(i), how=lay.checkpointing)
+        for i in layers
+    ]
+    mean = sum(per_layer) / len(per_layer) if per_layer else 0
+    total = stages.in_flight_layers * mean
+    per_chunk = -(-stages.in_flight // len(stages.chunks))
+    if stages.embedding:
+        total += per_chunk * lay.tokens * TOKEN_ID_BYTES
+    if stages.head:
+        logits = shape.vocab // lay.tp * LOSS_SAVED_BYTES
+        saved = lay.tokens * (logits + shape.hidden * lay.act_bytes)
+        total += head_in_flight(lay) * saved
+        total += kept_outputs_bytes(shape, lay)
+    return int(total)
+
+
+def kept_outputs_bytes(shape: DecoderShape, lay: Layout) -> int:
+    """The last stage's logits of every micro-batch, kept by torch.distributed.pipelining for
+    its merged output (:data:`PIPELINING_KEEPS_LAST_OUTPUTS`; FSDP pipelines only)."""
+    if not PIPELINING_KEEPS_LAST_OUTPUTS or lay.pp == 1 or not lay.torch_native:
+        return 0
+    return lay.micro_batches * lay.tokens * (shape.vocab // lay.tp) * lay.act_bytes
+
+
+def head_in_flight(lay: Layout) -> int:
+    """Micro-batches whose loss the head rank keeps: all of them under GPipe (every forward
+    runs before any backward), else one (the last stage runs each micro-batch's backward right
+    after its forward)."""
+    return lay.micro_batches if lay.schedule == "gpipe" and lay.pp > 1 else 1
+
+
+# ----------------------------------------------------------------------------- temporaries
+def cp_buffer_bytes(shape: DecoderShape, lay: Layout) -> int:
+    """Ring attention's buffers for one layer on one GPU (0 without context parallelism).
+
+    ``allgather`` (torchtitan's default rotate method) gathers the K/V of all ``cp`` chunks
+    of the sequence for the layer and, in backward, their gradients: ``2 x cp`` local K/V sizes.
+    ``alltoall`` passes one chunk at a time: the chunk in use and the one arriving, for K/V and
+    for their gradients, ``4`` local sizes. Both accumulate dQ, dK, dV in fp32
+    (:data:`CP_ACCUM_BYTES`)."""
+    if lay.cp == 1:
+        return 0
+    # torch's ring attention runs SDPA kernels on K/V with the query's heads (torchtitan
+    # expands grouped K/V with repeat_kv first); Megatron's TransformerEngine rotates them grouped
+    width = attention_kv_width(shape, lay)
+    local_kv = lay.tokens * 2 * width // lay.tp * lay.act_bytes
+    chunks = 2 * lay.cp if lay.cp_rotate == "allgather" else 4
+    accum = lay.tokens * (shape.q_dim + 2 * shape.kv_dim) // lay.tp * CP_ACCUM_BYTES
+    return chunks * local_kv + accum
+
+
+def ep_buffer_bytes(shape: DecoderShape, lay: Layout) -> int:
+    """A MoE layer's transients on one GPU: the all-to-all send buffer of the permuted tokens
+    and the combine's receive buffer, ``tokens x top_k x h`` each (x :data:`MOE_CAPACITY`), and
+    the grouped GEMM's workspace (0 for a dense model)."""
+    if not shape.moe:
+        return 0
+    slots = int(lay.tokens * shape.top_k * MOE_CAPACITY)
+    return 2 * slots * shape.hidden * lay.act_bytes + GROUPED_GEMM_WORKSPACE_BYTES
+
+
+def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
+    """FSDP / ZeRO-3's unsharded layers: the layer computed and the one prefetched in the
+    compute dtype, and in backward one layer's unsharded gradients before the reduce-scatter
+    (cast to fp32 for it under torchtitan's ``reduce_dtype``): 2 x 2 + (2 + 4) bytes per
+    parameter of the largest module gathered on this rank — a transformer layer, or the
+    embeddings / output head where the rank holds them (0 when nothing is sharded)."""
+    if lay.shard not in ("zero3", "fsdp") or lay.dp * lay.cp == 1 or not stages.layers:
+        return 0
+    biggest = 0
+    for layer in stages.layers[:2] + stages.layers[-1:]:
+        n = shape.attention_params // lay.tp + shape.norm_params
+        if shape.is_moe_layer(layer):
+            n += shape.router_params + shape.shared_params // lay.tp
+            n += (shape.n_experts // lay.ep) * (shape.expert_params // lay.etp)
+        else:
+            n += shape.dense_mlp_params // lay.tp
+        biggest = max(biggest, n)
+    if stages.embedding or stages.head:  # the vocabulary matrices are gathered whole too
+        biggest = max(biggest, shape.embedding_params // lay.tp)
+    return biggest * (2 * lay.act_bytes + lay.act_bytes + 4)
+
+
+def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
+    """FSDP2 under a pipeline schedule keeps a stage unsharded between its micro-batches:
+    ``torch.distributed.pipelining``'s stage runs every backward but the last without gradient
+    sync and without resharding (``backward_maybe_with_nosync``: ``set_requires_gradient_sync``,
+    ``set_reshard_after_backward`` False), so the stage's parameters stay gathered in the
+    compute dtype and its unsharded gradients accumulate in the reduce dtype (fp32:
+    ``FSDPParam.to_accumulated_grad_if_needed``) — :data:`FSDP_PP_RESIDENT_BYTES` per
+    parameter. 0 without FSDP / ZeRO-3, without a pipeline or with one micro-batch."""
+    if lay.shard not in ("zero3", "fsdp") or lay.pp == 1 or lay.micro_batches == 1:
+        return 0
+    return (dense + expert) * (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
+
+
+def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[int, str]:
+    """The largest transient on this rank and its name, plus the gathered FSDP layers and the
+    p2p receive buffers. A layer's backward holds its recomputed activations (full
+    checkpointing), ring attention's buffers and the MoE all-to-all buffers at once; the loss
+    over the vocabulary comes at another moment."""
+    options: dict[str, int] = {"none": 0}
+    if stages.head:
+        options["loss over the vocabulary"] = (
+            lay.tokens * (shape.vocab // lay.tp) * (LOSS_BYTES_PER_LOGIT - LOSS_SAVED_BYTES)
+        )
+    parts: list[tuple[str, int]] = []
+    if lay.checkpointing == "full" and stages.layers:
+        moe = any(shape.is_moe_layer(i) for i in stages.layers)
+        recompute = layer_activation_bytes(shape, lay, moe=moe, how="none")
+        parts.append(("one layer recomputed (full checkpointing)", recompute))
+    parts.append(("ring attention K/V buffers", cp_buffer_bytes(shape, lay)))
+    if any(shape.is_moe_layer(i) for i in stages.layers):
+        parts.append(
+            ("MoE all-to-all buffers + grouped-GEMM workspace", ep_buffer_bytes(shape, lay))
+        )
+    named = [name for name, n in parts if n]
+    if named:
+        options[" + ".join(named)] = sum(n for _, n in parts)
+    kind = max(options, key=lambda k: options[k])
+    return options[kind] + gathered_bytes(shape, stages, lay) + p2p_bytes(shape, stages, lay), kind
+
+
+def p2p_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
+    """The pipeline's receive buffers on this rank, one stage-boundary tensor each
+    (``tokens x h``, ``/t`` where sequence parallelism shards the boundary).
+
+    torch.distributed.pipelining (FSDP pipelines here, as torchtitan runs them) allocates one
+    forward receive buffer per micro-batch for every stage but the first and one gradient
+    receive buffer per micro-batch for every stage but the last when the schedule starts, and
+    keeps them (``PipelineStage._prepare_forward_infra`` / ``_prepare_backward_infra``: "TODO:
+    create args_recv_info lazily", pytorch 00722e6). Megatron allocates each receive as it
+    posts it: :data:`P2P_BUFFERS` per chunk."""
+    if lay.pp == 1:
+        return 0
+    boundary = lay.tokens * shape.hidden * lay.act_bytes
+    if lay.sequence_parallel:
+        boundary //= lay.tp
+    if not lay.torch_native:
+        return P2P_BUFFERS * len(stages.chunks) * boundary
+    ends = sum(int(not c.embedding) + int(not c.head) for c in stages.chunks)
+    return ends * lay.micro_batches * boundary
+
+
+def rank_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> RankBytes:
+    """Every component of one GPU of pipeline rank ``stages.rank``."""
+    dense, expert = rank_params(shape, stages, lay)
+    p1, g1, o1 = model_state_bytes(dense, lay.dp * lay.cp, lay)
+    p2, g2, o2 = model_state_bytes(expert, lay.expert_dp, lay) if expert else (0, 0, 0)
+    temporary, kind = transients(shape, stages, lay)
+    resident = fsdp_pipeline_resident_bytes(dense, expert, lay)
+    if resident:  # the gathered layers are part of the resident stage
+        temporary -= gathered_bytes(shape, stages, lay)
+    unsharded_params = resident * lay.act_bytes // (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
+    return RankBytes(
+        rank=stages.rank,
+        parameters_bytes=p1 + p2 + unsharded_params,
+        gradients_bytes=g1 + g2 + resident - unsharded_params,
+        optimizer_states_bytes=o1 + o2,
+        activations_bytes=rank_activation_bytes(shape, stages, lay),
+        temporary_bytes=temporary,
+        temporary_kind=kind,
+    )
+
+
+def layout_of(w: Any) -> Layout:
+    """The :class:`Layout` of a :class:`~memfit.spec.WorkloadSpec`."""
+    sp = bool(getattr(w, "sequence_parallel", False) or getattr(w, "sp", False))
+    return Layout(
+        tp=w.tp,
+        pp=w.pp,
+        cp=w.cp,
+        ep=w.ep,
+        etp=w.etp,
+        dp=w.dp,
+        micro_batch=w.batch_size,
+        seq_len=w.seq_len,
+        micro_batches=w.grad_accum,
+        schedule=w.pp_schedule,
+        shard=w.shard,
+        precision=str(w.precision),
+        optimizer=w.optimizer,
+        checkpointing=w.checkpointing,
+        attention=w.attention,
+        cp_rotate=w.cp_rotate,
+        sequence_parallel=sp and w.tp > 1,
+    )
+
+
+__all__ = [
+    "Layout",
+    "RankBytes",
+    "cp_buffer_bytes",
+    "ep_buffer_bytes",
+    "layer_activation_bytes",
+    "layout_of",
+    "rank_bytes",
+]

@@ -1,0 +1,128 @@
+"""One GPU's bytes under pp / cp / ep: each term against its rule."""
+
+import dataclasses
+
+import pytest
+
+from memfit.estimate.parallel.memory import (
+    cp_buffer_bytes,
+    layer_activation_bytes,
+    layout_of,
+    model_state_bytes,
+    rank_bytes,
+    rank_params,
+)
+from memfit.estimate.parallel.schedule import pipeline_ranks
+from memfit.estimate.parallel.shape import read_shape
+from memfit.models import resolve_model
+from memfit.spec import WorkloadSpec
+
+
+@pytest.fixture(scope="module")
+def llama70():
+    return read_shape(resolve_model("llama-3.1-70b").spec)
+
+
+@pytest.fixture(scope="module")
+def mixtral():
+    return read_shape(resolve_model("mixtral-8x7b").spec)
+
+
+def job(**kw):
+    base = dict(gpus=64, tp=8, pp=4, seq_len=4096, grad_accum=8, attention="flash")
+    return WorkloadSpec(**{**base, **kw})
+
+
+def test_attention_count_left_over_from_the_model_is_q_k_v_o(llama70):
+    """The attention block is what the model's own count leaves (shape.py); for Llama it must
+    be the q, k, v, o projections exactly (8192 x 8192 twice, 8192 x 1024 twice)."""
+    h, kv = 8192, 8 * 128
+    assert llama70.attention_params == 2 * h * h + 2 * h * kv
+
+
+def test_distributed_optimizer_costs_6_plus_12_over_dp_bytes_per_parameter(llama70):
+    """Megatron's theoretical_memory_usage: 6 + 12 / dp with --use-distributed-optimizer."""
+    lay = layout_of(job(gpus=128, shard="zero1"))  # dp 4
+    n = 1_000_000_000
+    assert sum(model_state_bytes(n, lay.dp, lay)) == pytest.approx(n * (6 + 12 / 4), rel=1e-6)
+    lay = layout_of(job(gpus=32, shard="ddp"))  # dp 1: 18 bytes without it
+    assert sum(model_state_bytes(n, 1, lay)) == pytest.approx(n * 18, rel=1e-6)
+
+
+def test_first_rank_holds_embeddings_and_last_the_head(llama70):
+    lay = layout_of(job())
+    ranks = pipeline_ranks(80, pp=4, schedule="1f1b", virtual_stages=1, micro_batches=8)
+    first, _ = rank_params(llama70, ranks[0], lay)
+    middle, _ = rank_params(llama70, ranks[1], lay)
+    per_layer = (llama70.attention_params + llama70.dense_mlp_params) // 8 + llama70.norm_params
+    embed = llama70.embedding_params // 8
+    assert first - ranks[0].n_layers * per_layer == embed
+    assert middle == ranks[1].n_layers * per_layer
+
+
+def test_context_parallelism_divides_activations_by_cp(llama70):
+    one = layout_of(job(gpus=64, pp=1, tp=8, seq_len=8192))
+    two = layout_of(job(gpus=64, pp=1, tp=8, cp=2, seq_len=8192))
+    a1 = layer_activation_bytes(llama70, one, moe=False, how="none")
+    a2 = layer_activation_bytes(llama70, two, moe=False, how="none")
+    assert a2 * 2 == pytest.approx(a1, rel=1e-3)
+
+
+def test_sequence_parallelism_divides_the_norm_tensors_by_tp(llama70):
+    lay = layout_of(job(tp=8))
+    sp = dataclasses.replace(lay, sequence_parallel=True)
+    full_no, full_sp = (
+        layer_activation_bytes(llama70, x, moe=False, how="full") for x in (lay, sp)
+    )
+    assert full_no == 8 * full_sp
+
+
+def test_allgather_rotation_keeps_every_chunk_alltoall_two(llama70):
+    base = job(gpus=64, pp=1, cp=4, seq_len=8192)
+    gather = layout_of(base)
+    ring = layout_of(dataclasses.replace(base, cp_rotate="alltoall"))
+    local_kv = gather.tokens * 2 * llama70.kv_dim // 8 * 2
+    assert cp_buffer_bytes(llama70, gather) - cp_buffer_bytes(llama70, ring) == (8 - 4) * local_kv
+    assert cp_buffer_bytes(llama70, layout_of(job(pp=1))) == 0
+
+
+def test_expert_parallelism_holds_n_experts_over_ep(mixtral):
+    one = layout_of(job(gpus=64, tp=1, pp=1, ep=1))
+    eight = layout_of(job(gpus=64, tp=1, pp=1, ep=8))
+    ranks = pipeline_ranks(32, pp=1, schedule="1f1b", virtual_stages=1, micro_batches=1)
+    _, e1 = rank_params(mixtral, ranks[0], one)
+    _, e8 = rank_params(mixtral, ranks[0], eight)
+    assert e1 == 8 * e8 == 32 * 8 * mixtral.expert_params
+
+
+def test_gpipe_keeps_more_than_1f1b_and_1f1b_peaks_on_an_end_rank(llama70):
+    ranks = {}
+    for schedule in ("gpipe", "1f1b"):
+        lay = layout_of(job(pp_schedule=schedule, grad_accum=16))
+        stages = pipeline_ranks(80, pp=4, schedule=schedule, virtual_stages=1, micro_batches=16)
+        ranks[schedule] = [rank_bytes(llama70, s, lay) for s in stages]
+    gpipe = max(r.activations_bytes for r in ranks["gpipe"])
+    one_f = [r.activations_bytes for r in ranks["1f1b"]]
+    assert gpipe > 3 * max(one_f)
+    assert one_f[0] > one_f[1] > one_f[2]
+
+
+def test_torch_pipelining_keeps_a_receive_buffer_per_micro_batch_megatron_per_chunk(llama70):
+    from memfit.estimate.parallel.memory import p2p_bytes
+
+    stages = pipeline_ranks(80, pp=4, schedule="1f1b", virtual_stages=1, micro_batches=16)
+    middle = stages[1]
+    fsdp = layout_of(job(gpus=128, shard="fsdp", grad_accum=16))
+    megatron = layout_of(job(gpus=128, shard="zero1", grad_accum=16))
+    boundary = fsdp.tokens * llama70.hidden * 2
+    assert p2p_bytes(llama70, middle, fsdp) == 2 * 16 * boundary  # fwd + grad, every micro-batch
+    assert p2p_bytes(llama70, middle, megatron) == 2 * boundary
+
+
+def test_only_torch_pipelining_keeps_every_micro_batchs_logits(llama70):
+    from memfit.estimate.parallel.memory import kept_outputs_bytes
+
+    fsdp = layout_of(job(gpus=128, shard="fsdp", grad_accum=16))
+    megatron = layout_of(job(gpus=128, shard="zero1", grad_accum=16))
+    assert kept_outputs_bytes(llama70, fsdp) == 16 * fsdp.tokens * (128256 // 8) * 2
+    assert kept_outputs_bytes(llama70, megatron) == 0
