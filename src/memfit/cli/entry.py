@@ -26,8 +26,8 @@ from memfit.cli import check as cli_check
 from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
 from memfit.cli import gpus as cli_gpus
-from memfit.cli import llamacpp as cli_llamacpp
 from memfit.cli import layouts as cli_layouts
+from memfit.cli import llamacpp as cli_llamacpp
 from memfit.cli import monitor as cli_monitor
 from memfit.cli import plan as cli_plan
 from memfit.cli import report as cli_report
