@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from memfit.cli import llamacpp as cli_llamacpp
 from memfit.cli import sglang as cli_sglang
 from memfit.cli import vllm as cli_vllm
 from memfit.cli.check_fix import CheckFix, find_fix
@@ -20,9 +21,16 @@ from memfit.estimate.policy import use_engine
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import frameworks
 from memfit.flags import EXIT_BAD_INPUT, integer
+from memfit.hardware import get_gpu
 from memfit.jobfiles import FORMATS, Job, model_of, read_job, workload_of
 from memfit.jobfiles.edit import write_edits
 from memfit.jobfiles.files import parse
+from memfit.jobfiles.llamacpp_cmd import (
+    argv_from_llamacpp_command,
+    argv_from_modelfile,
+    is_llamacpp_command,
+    is_modelfile,
+)
 from memfit.jobfiles.sglang_cmd import argv_from_sglang_command, is_sglang_command
 from memfit.jobfiles.vllm_cmd import (
     argv_from_command,
@@ -103,6 +111,14 @@ FRAMEWORK_FORMATS = ("litgpt", "torchtune")
 def cmd_check(args: argparse.Namespace) -> int:
     paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
     overrides = [f for f in args.files if f not in paths]
+    served_by_llamacpp = _llamacpp_argv(paths, args.gpu)
+    if served_by_llamacpp is not None:  # llama-server / Ollama: `memfit llama-server` answers
+        argv, notes = served_by_llamacpp
+        gpu = ["--gpu", args.gpu] if args.gpu else []
+        as_json = ["--json"] if args.json else []
+        server = _vllm_args(args.subparsers["llama-server"], [*argv, *gpu, *as_json])
+        server.extra_notes = notes
+        return cli_llamacpp.cmd_llamacpp(server)
     launched = _sglang_argv(paths)
     if launched is not None:  # an SGLang server: `memfit sglang`'s door answers, on its flags
         gpu = ["--gpu", args.gpu] if args.gpu else []
@@ -217,6 +233,24 @@ def _vllm_argv(paths: list[str]) -> list[str] | None:
     except Exception:  # noqa: BLE001 - read_job reports the file's problem
         return None
     return argv_from_config(data) if is_vllm_config(data) else None
+
+
+def _llamacpp_argv(paths: list[str], gpu: str | None) -> tuple[list[str], list[str]] | None:
+    """``memfit llama-server`` arguments (and notes) when the one file is a ``llama-server``
+    command line or an Ollama Modelfile."""
+    if len(paths) != 1:
+        return None
+    text = read_text(paths[0], what="job file")
+    if is_llamacpp_command(text):
+        return argv_from_llamacpp_command(text), []
+    if not is_modelfile(text):
+        return None
+    if gpu is None:
+        raise SpecError(
+            f"{paths[0]} is an Ollama Modelfile: pass --gpu NAME (Ollama's default context "
+            "depends on the GPU's memory)"
+        )
+    return argv_from_modelfile(text, path=paths[0], capacity_bytes=get_gpu(gpu).capacity_bytes)
 
 
 def _sglang_argv(paths: list[str]) -> list[str] | None:

@@ -11,6 +11,7 @@ spells them (-ngl, -c, -ctk, -ctv, -fa, -b, -ub, -np, -kvu, -ts, -m), so a paste
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 from collections.abc import Callable
@@ -119,6 +120,9 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
     job = job_from_flags(LlamaCppJob, args)
     gpu = get_gpu(args.gpu)
     e = api.estimate(model, job, gpu=gpu)
+    if getattr(args, "extra_notes", None):  # what `memfit check` read from an Ollama Modelfile
+        buffers = dataclasses.replace(e.buffers, notes=[*args.extra_notes, *e.buffers.notes])
+        e = dataclasses.replace(e, buffers=buffers)
     if args.json:
         print(json.dumps(llamacpp_json(e, server_command(model, job)), indent=2))
     else:
