@@ -20,6 +20,7 @@ from typing import Any
 from memfit.errors import NotModelledError, SpecError
 from memfit.models import ModelSpec
 from memfit.models.checkpoint_quant import checkpoint_format
+from memfit.serving.mxfp4 import mxfp4_experts
 
 __all__ = [
     "LayerKV",
@@ -89,11 +90,7 @@ def weight_format(
     if fmt is not None and fmt.quant is None:
         raise NotModelledError(f"vLLM: {fmt.why}", engine="vllm")
     if fmt is not None and fmt.quant == "mxfp4":
-        raise NotModelledError(
-            "vLLM: the checkpoint's MXFP4 experts (gpt-oss) are not modelled for vLLM yet; "
-            "`memfit estimate` costs them as transformers stores them",
-            engine="vllm",
-        )
+        return "mxfp4", None, "checkpoint quantization_config: mxfp4 experts (Mxfp4MoEMethod)"
     if fmt is not None:
         return fmt.quant, fmt.group_size, f"checkpoint quantization_config: {fmt.described}"
     if quantization is None:
@@ -132,7 +129,7 @@ def _compressed_tensors_int(spec: ModelSpec) -> tuple[str, int | None, str] | No
 #: ``vllm/model_executor/layers/quantization/{fp8,awq,gptq,bitsandbytes}.py``); a GPU below it is
 #: refused when the weights are loaded ("The quantization method X is not supported for the
 #: current GPU. Minimum capability: M. Current capability: C.", vLLM's ``get_quant_config``).
-VLLM_MIN_CAPABILITY = {"fp8": 80, "awq": 75, "gptq": 60, "bitsandbytes": 70}
+VLLM_MIN_CAPABILITY = {"fp8": 80, "awq": 75, "gptq": 60, "bitsandbytes": 70, "mxfp4": 80}
 
 
 def quantization_error(quantization: str | None, gpu: Any) -> tuple[str, str] | None:
@@ -199,9 +196,16 @@ def pp_layer_counts(n_layers: int, pp: int) -> list[int]:
 
 
 def rank_weights(
-    spec: ModelSpec, *, tp: int, pp: int, dtype: str, quantization: str | None
+    spec: ModelSpec,
+    *,
+    tp: int,
+    pp: int,
+    dtype: str,
+    quantization: str | None,
+    compute_capability: tuple[int, int] | None = None,
 ) -> RankWeights:
-    """Weight bytes of the fullest rank (the last pipeline stage, or the first if it holds more)."""
+    """Weight bytes of the fullest rank (the last pipeline stage, or the first if it holds more).
+    ``compute_capability``: the GPU's, which picks the MXFP4 MoE backend (and its padding)."""
     text = spec.text or spec
     h, v, n_layers = text.hidden_size, text.vocab_size, text.n_layers
     n_params = spec.n_params
@@ -215,15 +219,18 @@ def rank_weights(
     embed = v * h
     heads = embed if not tied else 0
     norms = (2 * n_layers + 1) * h
-    linear = max(0, n_params - embed - heads - norms)
+    quant, group, note = weight_format(spec, quantization)
+    experts = mxfp4_experts(spec, tp=tp, cc=compute_capability) if quant == "mxfp4" else None
+    linear = max(0, n_params - embed - heads - norms - (experts.logical_params if experts else 0))
     per_layer = linear / n_layers
     kv_extra = 0.0  # K/V projections replicated when TP exceeds the K/V heads
     kv, hd = text.n_kv_heads, text.head_dim
     if kv and hd and tp > kv:
         kv_extra = 2 * h * hd * (tp // kv - 1) * kv / tp  # per rank, per layer
     padded = -(-v // (VOCAB_PADDING * tp)) * VOCAB_PADDING * tp
-    quant, group, note = weight_format(spec, quantization)
-    b_lin = linear_bytes_per_param(quant, group, dtype)
+    if experts is not None:  # MXFP4 quantizes the experts only: the rest stays in the model dtype
+        note = f"{note}; {experts.backend}"
+    b_lin = linear_bytes_per_param(None if experts else quant, group, dtype)
     b_model = _model_bytes(dtype)
     rope = _rope_cache_params(text)
     stages = pp_layer_counts(n_layers, pp)
@@ -235,6 +242,7 @@ def rank_weights(
             emb = (padded // tp) * h
         other = 2 * n * h + (h if i == pp - 1 else 0) + rope
         total = int(lin * b_lin + (emb + other) * b_model)
+        total += n * experts.bytes_per_layer if experts else 0
         best = max(best, total)
     label = quant or ("fp32" if b_model == 4 else "16-bit")
     if quant in ("int4-gptq", "int4-awq"):

@@ -297,7 +297,14 @@ def simulate_startup(
     tokens = config.max_num_batched_tokens or d_tokens
     seqs = config.max_num_seqs or d_seqs
     rows = min(seqs, tokens)
-    w = rank_weights(spec, tp=tp, pp=pp, dtype=dtype, quantization=config.quantization)
+    w = rank_weights(
+        spec,
+        tp=tp,
+        pp=pp,
+        dtype=dtype,
+        quantization=config.quantization,
+        compute_capability=gpu.compute_capability,
+    )
     if w.note:
         notes.append(w.note)
     weights = max(0, w.weights_bytes - int(config.cpu_offload_gb * GiB))
@@ -323,7 +330,12 @@ def simulate_startup(
     graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
     context = CONTEXT_DIST_BYTES if config.world_size > 1 else CONTEXT_BYTES
     # vLLM's preconditions come before any memory: the layout, the quantization on this GPU
-    refused = parallel_error(spec, tp=tp) or quantization_error(config.quantization, gpu)
+    method = "mxfp4" if w.format == "mxfp4" else config.quantization
+    refused = (
+        architecture_error(spec, v)
+        or parallel_error(spec, tp=tp)
+        or quantization_error(method, gpu)
+    )
     if refused is not None:
         notes.append(refused[1])
     error = (
@@ -372,6 +384,25 @@ def simulate_startup(
         notes=tuple(notes),
         context_bytes=context,
         refused_layout=refused is not None,
+    )
+
+
+#: Architectures vLLM added after the V1 engine: (first minor release that loads them, the
+#: architecture name vLLM's registry knows). gpt-oss: ``GptOssForCausalLM`` with MXFP4 MoE,
+#: first released in v0.10.1 (vllm/model_executor/models/registry.py).
+FIRST_VERSION = {"gpt_oss": (10, "GptOssForCausalLM")}
+
+
+def architecture_error(spec: ModelSpec, v: VllmVersion) -> tuple[str, str] | None:
+    """vLLM's refusal of an architecture its version does not know yet, or None."""
+    first = FIRST_VERSION.get(spec.model_type or "")
+    minor = int(v.name.split(".")[1])
+    if first is None or minor >= first[0]:
+        return None
+    return (
+        f"ValueError: Model architectures ['{first[1]}'] are not supported for now.",
+        f"vLLM {v.name} predates {first[1]} (first served by vLLM 0.{first[0]}.x): pass "
+        f"--vllm-version 0.{first[0]} or later",
     )
 
 
