@@ -21,6 +21,7 @@ from memfit.errors import NotModelledError, SpecError
 from memfit.models import ModelSpec
 from memfit.models.checkpoint_quant import checkpoint_format
 from memfit.serving.mxfp4 import mxfp4_experts
+from memfit.serving.params import attention_shape, decoder_params
 
 __all__ = [
     "LayerKV",
@@ -208,11 +209,11 @@ def rank_weights(
     ``compute_capability``: the GPU's, which picks the MXFP4 MoE backend (and its padding)."""
     text = spec.text or spec
     h, v, n_layers = text.hidden_size, text.vocab_size, text.n_layers
-    n_params = spec.n_params
+    n_params = spec.n_params if spec.n_params is not None else decoder_params(spec)
     if h is None or v is None or n_layers is None or n_params is None:
         raise NotModelledError(
-            f"vLLM: the config of {spec.model_type!r} lacks hidden_size / vocab_size / layer "
-            "count, or memfit cannot count its parameters",
+            f"vLLM serving of {spec.model_type!r} is not modelled: its config lacks hidden_size "
+            "/ vocab_size / layer count / attention heads, or memfit cannot count its parameters",
             engine="vllm",
         )
     tied = bool(text.tie_word_embeddings)
@@ -224,7 +225,7 @@ def rank_weights(
     linear = max(0, n_params - embed - heads - norms - (experts.logical_params if experts else 0))
     per_layer = linear / n_layers
     kv_extra = 0.0  # K/V projections replicated when TP exceeds the K/V heads
-    kv, hd = text.n_kv_heads, text.head_dim
+    _, kv, hd = attention_shape(text)
     if kv and hd and tp > kv:
         kv_extra = 2 * h * hd * (tp // kv - 1) * kv / tp  # per rank, per layer
     padded = -(-v // (VOCAB_PADDING * tp)) * VOCAB_PADDING * tp
@@ -266,7 +267,8 @@ def _rope_cache_params(spec: ModelSpec) -> int:
 def kv_layers(spec: ModelSpec, *, tp: int, kv_bytes: int) -> list[LayerKV]:
     """One LayerKV per attention layer, per rank (all pipeline stages together)."""
     text = spec.text or spec
-    n_layers, kv, hd = text.n_layers, text.n_kv_heads, text.head_dim
+    n_layers = text.n_layers
+    _, kv, hd = attention_shape(text)
     if spec.is_encoder_decoder:
         raise NotModelledError(
             "vLLM: encoder-decoder models are not modelled (vLLM V1 serves decoder-only and "
@@ -280,7 +282,11 @@ def kv_layers(spec: ModelSpec, *, tp: int, kv_bytes: int) -> list[LayerKV]:
         rope = int(spec.get("qk_rope_head_dim", 64))
         return [LayerKV(kind="mla", bytes_per_token=(lora_rank + rope) * kv_bytes)] * n_layers
     if kv is None or hd is None:
-        raise NotModelledError("vLLM: the config gives no K/V heads or head_dim", engine="vllm")
+        raise NotModelledError(
+            f"vLLM serving of {spec.model_type!r} is not modelled: its config gives no K/V heads "
+            "or head_dim",
+            engine="vllm",
+        )
     per_rank_heads = max(1, kv // tp)
     per_token = 2 * per_rank_heads * hd * kv_bytes
     kinds = _layer_kinds(text, n_layers)

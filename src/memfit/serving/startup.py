@@ -61,6 +61,11 @@ FWD_MLP_FACTOR = 4
 #: CUDA graph capture ("Graph capturing finished … took X GiB"): -0.45 to 1.03 GiB in the llm-d
 #: logs (piecewise graphs, 8B-120B); a fixed allowance, used only to warn.
 CUDA_GRAPH_BYTES = 512 * MiB
+#: vLLM ``_get_and_verify_max_len`` (vllm/config/model.py): the length a config without any of
+#: max_position_embeddings / n_positions / max_seq_len / seq_length / … is given.
+DEFAULT_MAX_MODEL_LEN = 2048
+#: ModelSpec tasks vLLM serves as a generative decoder (text, or a multimodal model's text).
+DECODER_TASKS = ("causal-lm", "image-text-to-text")
 #: ``EngineArgs.get_batch_defaults``: GPUs of 70 GiB or more (A100s excluded) get the large ones.
 LARGE_GPU_BYTES = 70 * GiB
 
@@ -249,6 +254,25 @@ def derived_max_model_len(spec: ModelSpec) -> int | None:
     return base
 
 
+def served_as_decoder(spec: ModelSpec) -> None:
+    """NotModelledError unless ``spec`` is a decoder memfit models under vLLM (an encoder, an
+    encoder-decoder or a vision / audio classifier is said to be not modelled, with its task)."""
+    text = spec.text or spec
+    if spec.is_encoder_decoder or spec.task not in DECODER_TASKS:
+        kind = f"an encoder-decoder, {spec.task}" if spec.is_encoder_decoder else spec.task
+        raise NotModelledError(
+            f"vLLM serving of {spec.model_type or 'this model'} ({kind}) is not modelled: "
+            "memfit models vLLM's generative decoders",
+            engine="vllm",
+        )
+    if text.n_layers is None or text.hidden_size is None:
+        raise NotModelledError(
+            f"vLLM serving of {spec.model_type!r} is not modelled: its config gives no layer "
+            "count or hidden size",
+            engine="vllm",
+        )
+
+
 def batch_defaults(gpu: GPU, total_bytes: int) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) vllm serve uses when not given (V1)."""
     if total_bytes >= LARGE_GPU_BYTES and not gpu.name.startswith("A100"):
@@ -282,12 +306,14 @@ def simulate_startup(
     dtype = model_dtype(spec, config, gpu)
     act_bytes = DTYPES[dtype]
     kv_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
+    served_as_decoder(spec)
     derived = derived_max_model_len(spec)
     L = config.max_model_len or derived
-    if L is None:
-        raise NotModelledError(
-            "vLLM: config.json gives no max_position_embeddings; pass --max-model-len",
-            engine="vllm",
+    if L is None:  # vLLM's _get_and_verify_max_len: no length key in the config -> 2048
+        L = derived = DEFAULT_MAX_MODEL_LEN
+        notes.append(
+            f"config.json gives no max_position_embeddings (or another length key): vLLM assumes "
+            f"{DEFAULT_MAX_MODEL_LEN} tokens, as here; pass --max-model-len to set it"
         )
     tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
     if v.engine == "v1":
@@ -459,3 +485,49 @@ def _error(
             "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
         )
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotModelledServing:
+    """A serving question memfit does not model for vLLM (``reason``), and the nearest answer it
+    gives: the weights alone in the model dtype against vLLM's budget, and the command that
+    estimates the model's inference outside vLLM."""
+
+    reason: str
+    gpu: str
+    weights_bytes: int | None
+    requested_bytes: int
+    nearest_command: str
+
+    @property
+    def weights_exceed_budget(self) -> bool:
+        return self.weights_bytes is not None and self.weights_bytes > self.requested_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runtime": "vllm",
+            "modelled": False,
+            "not_modelled": self.reason,
+            "gpu": self.gpu,
+            "weights_bytes": self.weights_bytes,
+            "requested_bytes": self.requested_bytes,
+            "weights_exceed_budget": self.weights_exceed_budget,
+            "nearest_command": self.nearest_command,
+            "starts": None,
+        }
+
+
+def not_modelled_answer(
+    spec: ModelSpec | None, model: str, gpu: GPU, config: VllmConfig, reason: str
+) -> NotModelledServing:
+    """The nearest answer to a vLLM question memfit does not model (``reason``)."""
+    weights = None
+    if spec is not None and spec.n_params is not None:
+        weights = spec.n_params * DTYPES[model_dtype(spec, config, gpu)]
+    return NotModelledServing(
+        reason=reason,
+        gpu=gpu.name,
+        weights_bytes=weights,
+        requested_bytes=int(vllm_total_bytes(gpu) * config.gpu_memory_utilization),
+        nearest_command=f"memfit estimate {model} --mode infer --gpu {gpu.name}",
+    )
