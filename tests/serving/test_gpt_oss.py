@@ -90,3 +90,15 @@ def test_120b_on_one_h100_at_full_context_fails_and_names_the_largest_length() -
     s = simulate_startup(_spec("gpt-oss-120b"), get_gpu("H100"), VllmConfig())
     assert not s.starts and s.error is not None and "max seq len (131072)" in s.error
     assert s.largest_max_model_len is not None and 50_000 < s.largest_max_model_len < 131072
+
+
+def test_awq_on_a_bundled_model_sizes_its_usual_4bit_checkpoint_offline() -> None:
+    # llm-d-planner v0.19.0: RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16 (GPTQ 4-bit,
+    # group 128) logged 5.38 GiB; the AWQ variant of the same model packs the same bytes.
+    spec = resolve_model("llama-3.1-8b").spec
+    assert spec is not None
+    for method in ("awq", "gptq_marlin"):
+        config = VllmConfig(quantization=method, max_model_len=8192, gpu_memory_utilization=0.95)
+        s = simulate_startup(spec, get_gpu("H100"), config, total_bytes=int(79.19 * GiB))
+        assert s.weights_bytes / GiB == pytest.approx(5.38, rel=0.01)
+        assert s.weight_format.endswith("g128") and any("group 128" in n for n in s.notes)

@@ -37,6 +37,14 @@ __all__ = [
 VOCAB_PADDING = 64
 #: GPTQ / AWQ default group size (AutoGPTQ, AutoAWQ).
 DEFAULT_GROUP = 128
+#: ``--quantization`` methods that, on a config without quantization_config, size the usual
+#: 4-bit checkpoint of the model (AutoAWQ / AutoGPTQ defaults: 4 bits, group 128).
+OFFLINE_VARIANTS = {
+    "awq": ("int4-awq", "AutoAWQ"),
+    "awq_marlin": ("int4-awq", "AutoAWQ"),
+    "gptq": ("int4-gptq", "AutoGPTQ"),
+    "gptq_marlin": ("int4-gptq", "AutoGPTQ"),
+}
 #: bitsandbytes 4-bit: one fp32 absmax per 64 weights (blocksize 64).
 BNB4_BLOCK = 64
 
@@ -100,6 +108,16 @@ def weight_format(
         return "fp8", None, "--quantization fp8: weights cast to fp8 at load (online, dynamic)"
     if quantization == "bitsandbytes":
         return "nf4", None, "--quantization bitsandbytes: in-flight 4-bit"
+    if quantization in OFFLINE_VARIANTS:  # a variant of this model, quantized the usual way
+        quant, bits_note = OFFLINE_VARIANTS[quantization]
+        return (
+            quant,
+            DEFAULT_GROUP,
+            f"--quantization {quantization} on a config without quantization_config: sized as "
+            f"the {bits_note} checkpoint of this model (4-bit weights, group {DEFAULT_GROUP}, fp16 "
+            "scales and packed zeros; embeddings and lm_head in the model dtype); pass the "
+            "quantized checkpoint's hub id or config for its own group size",
+        )
     raise SpecError(
         f"--quantization {quantization} needs a checkpoint quantized that way (config.json has no "
         f"quantization_config); pass its hub id, or --quantization fp8 for online FP8"
