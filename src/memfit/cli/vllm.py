@@ -134,7 +134,10 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
         "--cpu-offload-gb", type=finite_float, default=0.0, help="GiB of weights in CPU RAM"
     )
     g.add_argument(
-        "--vllm-version", default=None, help="vLLM version to model (default 0.19; 0.6 = V0 engine)"
+        "--vllm-version",
+        default=None,
+        help="vLLM version to model, 0.4 to 0.33 (default 0.19; 0.6 = V0 engine; 0.21+ counts "
+        "the CUDA graph estimate in the budget)",
     )
 
 

@@ -42,8 +42,8 @@ def render_startup(s: VllmStartup, model: str, nearest: ServingOption | None = N
     out.append(
         f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
         f"{s.non_torch_bytes * g:.2f} GiB, CUDA graphs ~{s.cuda_graph_bytes * g:.2f} GiB "
-        f"(outside the budget); max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
-        f"{s.max_num_batched_tokens}"
+        f"({'inside' if s.cudagraph_in_budget else 'outside'} the budget); max_num_seqs "
+        f"{s.max_num_seqs}, max_num_batched_tokens {s.max_num_batched_tokens}"
     )
     if s.starts:
         out.append("STARTS")

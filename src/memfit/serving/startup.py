@@ -10,7 +10,9 @@ The steps (sources in :mod:`memfit.serving.versions`):
    increase is the larger of the two. Plus the non-torch increase (NCCL, custom all-reduce).
 4. ``available = requested - weights - activation peak - non-torch`` ("Available KV cache
    memory"); blocks, tokens and concurrency as :mod:`memfit.serving.kv_cache` computes them.
-5. CUDA graphs are captured after the KV cache is allocated: their memory is outside the budget.
+5. CUDA graphs are captured after the KV cache is allocated: up to 0.20 their memory is outside
+   the budget; from 0.21 vLLM estimates it while profiling ("Estimated CUDA graph memory") and
+   takes it out of the KV cache's share (``VllmVersion.cudagraph_in_budget``).
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ class VllmStartup:
     #: vLLM refuses the parallel layout before it looks at memory (``error`` says why): no
     #: memory setting starts it
     refused_layout: bool = False
+    #: 0.21+: the CUDA graph estimate is inside vLLM's budget (taken from the KV cache's share)
+    cudagraph_in_budget: bool = False
 
     # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
     @property
@@ -199,6 +203,8 @@ class VllmStartup:
         """The lines vLLM prints at start-up, as this version words them."""
         g = 1 / GiB
         lines = [f"Model loading took {self.weights_bytes * g:.4f} GiB memory"]
+        if self.cudagraph_in_budget and self.cuda_graph_bytes:
+            lines.append(f"Estimated CUDA graph memory: {self.cuda_graph_bytes * g:.2f} GiB total")
         lines.append(f"Available KV cache memory: {self.kv.available_bytes * g:.2f} GiB")
         if self.kv.num_blocks > 0:
             if self.engine == "v0":
@@ -337,7 +343,10 @@ def simulate_startup(
     act = _activation_peak(spec, tokens=tokens, rows=rows, tp=tp, act_bytes=act_bytes, v=v)
     non_torch = v.non_torch_tp_bytes if tp > 1 else v.non_torch_bytes
     requested = int(total * config.gpu_memory_utilization)
-    available = requested - weights - act - non_torch
+    graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
+    # 0.21+: the estimated CUDA graph memory is profiled and kept out of the KV budget
+    in_budget = graphs if v.cudagraph_in_budget else 0
+    available = requested - weights - act - non_torch - in_budget
     all_layers = kv_layers(spec, tp=tp, kv_bytes=kv_bytes)
     stage = max(pp_layer_counts(len(all_layers), pp))  # the stage holding the most layers
     layers = all_layers[-stage:]
@@ -353,7 +362,6 @@ def simulate_startup(
         tokens_from_concurrency=v.tokens_from_concurrency,
         **kv_args,
     )
-    graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
     context = CONTEXT_DIST_BYTES if config.world_size > 1 else CONTEXT_BYTES
     # vLLM's preconditions come before any memory: the layout, the quantization on this GPU
     method = "mxfp4" if w.format == "mxfp4" else config.quantization
@@ -369,14 +377,14 @@ def simulate_startup(
         if refused
         else _error(v, config, total, requested, context, kv, L, derived, layers, kv_args)
     )
-    if error is None and requested + graphs + context > total:
+    if error is None and requested + graphs - in_budget + context > total:
         notes.append(
             f"gpu_memory_utilization {config.gpu_memory_utilization} leaves "
             f"{(total - requested - context) / GiB:.2f} GiB outside vLLM's budget; CUDA graph "
             f"capture (~{graphs / GiB:.1f} GiB) may run out of memory: lower it or pass "
             "--enforce-eager"
         )
-    fixed = weights + act + non_torch
+    fixed = weights + act + non_torch + in_budget
     largest = (
         largest_max_model_len(
             layers, available_bytes=available, upper=max(derived or L, L), **kv_args
@@ -410,6 +418,7 @@ def simulate_startup(
         notes=tuple(notes),
         context_bytes=context,
         refused_layout=refused is not None,
+        cudagraph_in_budget=v.cudagraph_in_budget,
     )
 
 
