@@ -20,6 +20,7 @@ from typing import Any
 from memfit.errors import NotModelledError, SpecError
 from memfit.models import ModelSpec
 from memfit.models.checkpoint_quant import checkpoint_format
+from memfit.serving.ignored import unquantized_linear_params
 from memfit.serving.mxfp4 import mxfp4_experts
 from memfit.serving.params import attention_shape, decoder_params
 
@@ -96,6 +97,8 @@ def weight_format(
     ct = _compressed_tensors_int(spec)
     if ct is not None:
         return ct
+    if spec.quantization is not None and (spec.quantization.method or "") == "fbgemm_fp8":
+        return "fp8", None, "checkpoint quantization_config: fbgemm_fp8 (FBGEMMFp8Config)"
     if fmt is not None and fmt.quant is None:
         raise NotModelledError(f"vLLM: {fmt.why}", engine="vllm")
     if fmt is not None and fmt.quant == "mxfp4":
@@ -251,6 +254,13 @@ def rank_weights(
         note = f"{note}; {experts.backend}"
     b_lin = linear_bytes_per_param(None if experts else quant, group, dtype)
     b_model = _model_bytes(dtype)
+    skipped = unquantized_linear_params(spec) if quant is not None and not experts else 0
+    if skipped:
+        note = (
+            f"{note}; {skipped / 1e9:.2f} B linear weights the quantization_config leaves "
+            "unquantized, in the model dtype"
+        )
+    skipped_per_layer = skipped / n_layers * (b_model - b_lin)  # extra bytes, before TP
     rope = _rope_cache_params(text)
     stages = pp_layer_counts(n_layers, pp)
     best = 0
@@ -260,7 +270,7 @@ def rank_weights(
         if pp == 1 and tied:
             emb = (padded // tp) * h
         other = 2 * n * h + (h if i == pp - 1 else 0) + rope
-        total = int(lin * b_lin + (emb + other) * b_model)
+        total = int(lin * b_lin + (emb + other) * b_model + n * skipped_per_layer / tp)
         total += n * experts.bytes_per_layer if experts else 0
         best = max(best, total)
     label = quant or ("fp32" if b_model == 4 else "16-bit")
