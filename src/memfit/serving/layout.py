@@ -36,6 +36,9 @@ __all__ = [
 
 #: vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE.
 VOCAB_PADDING = 64
+#: Model types whose rotary cache vLLM builds in fp32 (``get_rope(..., dtype=torch.float32)`` in
+#: ``vllm/model_executor/models/gpt_oss.py``, commit 0025d69b): costed at 4 bytes an element.
+ROPE_FP32 = ("gpt_oss",)
 #: GPTQ / AWQ default group size (AutoGPTQ, AutoAWQ).
 DEFAULT_GROUP = 128
 #: ``--quantization`` methods that, on a config without quantization_config, size the usual
@@ -261,7 +264,7 @@ def rank_weights(
             "unquantized, in the model dtype"
         )
     skipped_per_layer = skipped / n_layers * (b_model - b_lin)  # extra bytes, before TP
-    rope = _rope_cache_params(text)
+    rope = _rope_cache_params(text) * (4 / b_model if text.model_type in ROPE_FP32 else 1)
     stages = pp_layer_counts(n_layers, pp)
     best = 0
     for i, n in enumerate(stages):
