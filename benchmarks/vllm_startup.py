@@ -107,9 +107,10 @@ def main() -> int:
         for key in ("weights", "kv", "tokens", "concurrency"):
             pred, meas = c[key]
             e = _err(pred, meas)
-            if e is not None and c["starts"][1] and abs(e) > abs(worst.get(key, (0.0, ""))[0]):
+            started = c["starts"][1] is not False
+            if e is not None and started and abs(e) > abs(worst.get(key, (0.0, ""))[0]):
                 worst[key] = (e, c["id"])
-        if c["starts"][0] and not c["starts"][1]:
+        if c["starts"][0] and c["starts"][1] is False:  # None: the log gives no verdict
             wrong_starts.append(c["id"])
         lines.append(
             f"| [{c['id']}]({c['url']}) | {c['version']} | {_cell(c['weights'], '.2f')} | "

@@ -46,7 +46,7 @@ from memfit.estimate.seqrun.run import estimate_seq_run
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model
 from memfit.models.gguf import resolve_gguf
-from memfit.models.pipelines import pipeline_dir
+from memfit.models.pipelines import find_pipeline, pipeline_dir
 from memfit.plan import fit as fit_step
 from memfit.plan import plan as search
 from memfit.plan.budget import DEFAULT_HEADROOM, Budget
@@ -557,7 +557,14 @@ def _plan_train(
 
 # -- serving -------------------------------------------------------------------------------------
 def serving_spec(model: ModelRef, options: EstimateOptions | None = None) -> ModelSpec:
-    """The :class:`~memfit.models.ModelSpec` vLLM serves (a config.json model, not a factory)."""
+    """The :class:`~memfit.models.ModelSpec` vLLM serves (a config.json model, not a factory);
+    a diffusion pipeline is a NotModelledError (vLLM serves no diffusers pipeline)."""
+    if isinstance(model, str) and find_pipeline(model) is not None:
+        raise NotModelledError(
+            f"vLLM serving of the diffusion pipeline {model!r} is not modelled: vLLM serves "
+            "language models, not diffusers pipelines",
+            engine="vllm",
+        )
     source = _source(model, options or EstimateOptions())
     if source.spec is None:
         raise SpecError(f"memfit vllm needs a config.json model, not a factory ({model!r})")

@@ -14,17 +14,19 @@ from dataclasses import replace
 from typing import Any
 
 from memfit import api, progress
-from memfit.errors import MemfitError, SpecError
+from memfit.errors import MemfitError, NotModelledError, SpecError
 from memfit.flags import count_at_most, finite_float, positive_int
 from memfit.hardware.catalog import get_gpu
 from memfit.jobflags import runtime_serving_job, serving_job
 from memfit.report.serving import (
+    render_not_modelled,
     render_serving_plan,
     render_startup,
     serving_plan_json,
     startup_json,
 )
 from memfit.serving.command import serve_command
+from memfit.serving.startup import not_modelled_answer
 from memfit.spec.rules import MAX_GPUS
 from memfit.spec.serving import VllmConfig
 
@@ -132,7 +134,10 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
         "--cpu-offload-gb", type=finite_float, default=0.0, help="GiB of weights in CPU RAM"
     )
     g.add_argument(
-        "--vllm-version", default=None, help="vLLM version to model (default 0.19; 0.6 = V0 engine)"
+        "--vllm-version",
+        default=None,
+        help="vLLM version to model, 0.4 to 0.33 (default 0.19; 0.6 = V0 engine; 0.21+ counts "
+        "the CUDA graph estimate in the budget)",
     )
 
 
@@ -171,7 +176,14 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 def cmd_vllm(args: argparse.Namespace) -> int:
     config = serving_job(args, args.gpus)
     gpu = get_gpu(args.gpu)
-    s = api.estimate(args.model, config, gpu=gpu)
+    try:
+        s = api.estimate(args.model, config, gpu=gpu)
+    except NotModelledError as exc:  # not bad input: say so, with the nearest answer (exit 1)
+        n = not_modelled_answer(_spec_or_none(args.model), args.model, gpu, config, str(exc))
+        print(
+            json.dumps(n.to_json(), indent=2) if args.json else render_not_modelled(n, args.model)
+        )
+        return 1
     command = serve_command(args.model, config)
     nearest = _nearest_start(args, config, gpu, s)
     print(
@@ -180,6 +192,13 @@ def cmd_vllm(args: argparse.Namespace) -> int:
         else render_startup(s, args.model, nearest)
     )
     return 0 if s.starts else 1
+
+
+def _spec_or_none(model: str) -> Any:
+    try:
+        return api.serving_spec(model)
+    except MemfitError:
+        return None
 
 
 def _nearest_start(args: argparse.Namespace, config: Any, gpu: Any, s: Any) -> Any:

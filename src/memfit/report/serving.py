@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memfit.serving.solve import ServingOption
-from memfit.serving.startup import VllmStartup
+from memfit.serving.startup import NotModelledServing, VllmStartup
 from memfit.units import GiB
 
 
@@ -42,8 +42,8 @@ def render_startup(s: VllmStartup, model: str, nearest: ServingOption | None = N
     out.append(
         f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
         f"{s.non_torch_bytes * g:.2f} GiB, CUDA graphs ~{s.cuda_graph_bytes * g:.2f} GiB "
-        f"(outside the budget); max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
-        f"{s.max_num_batched_tokens}"
+        f"({'inside' if s.cudagraph_in_budget else 'outside'} the budget); max_num_seqs "
+        f"{s.max_num_seqs}, max_num_batched_tokens {s.max_num_batched_tokens}"
     )
     if s.starts:
         out.append("STARTS")
@@ -101,4 +101,19 @@ def render_serving_plan(
         f"  also: {o.describe()} ({o.startup.max_concurrency:.2f}x): {o.command}"
         for o in options[1:6]
     ]
+    return "\n".join(out)
+
+
+def render_not_modelled(n: NotModelledServing, model: str) -> str:
+    """A vLLM question memfit does not model: the reason, then the nearest answer it has."""
+    g = 1 / GiB
+    out = [f"NOT MODELLED: {n.reason}"]
+    if n.weights_bytes is not None:
+        verdict = "more than" if n.weights_exceed_budget else "within"
+        out.append(
+            f"  nearest answer: {model}'s weights alone are {n.weights_bytes * g:.2f} GiB in the "
+            f"model dtype, {verdict} vLLM's {n.requested_bytes * g:.2f} GiB budget on {n.gpu} "
+            "(--gpu-memory-utilization x total; activations, KV cache and CUDA graphs not counted)"
+        )
+    out.append(f"  its inference outside vLLM: {n.nearest_command}")
     return "\n".join(out)

@@ -20,6 +20,9 @@ from typing import Any
 from memfit.errors import NotModelledError, SpecError
 from memfit.models import ModelSpec
 from memfit.models.checkpoint_quant import checkpoint_format
+from memfit.serving.ignored import unquantized_linear_params
+from memfit.serving.mxfp4 import mxfp4_experts
+from memfit.serving.params import attention_shape, decoder_params
 
 __all__ = [
     "LayerKV",
@@ -33,8 +36,19 @@ __all__ = [
 
 #: vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE.
 VOCAB_PADDING = 64
+#: Model types whose rotary cache vLLM builds in fp32 (``get_rope(..., dtype=torch.float32)`` in
+#: ``vllm/model_executor/models/gpt_oss.py``, commit 0025d69b): costed at 4 bytes an element.
+ROPE_FP32 = ("gpt_oss",)
 #: GPTQ / AWQ default group size (AutoGPTQ, AutoAWQ).
 DEFAULT_GROUP = 128
+#: ``--quantization`` methods that, on a config without quantization_config, size the usual
+#: 4-bit checkpoint of the model (AutoAWQ / AutoGPTQ defaults: 4 bits, group 128).
+OFFLINE_VARIANTS = {
+    "awq": ("int4-awq", "AutoAWQ"),
+    "awq_marlin": ("int4-awq", "AutoAWQ"),
+    "gptq": ("int4-gptq", "AutoGPTQ"),
+    "gptq_marlin": ("int4-gptq", "AutoGPTQ"),
+}
 #: bitsandbytes 4-bit: one fp32 absmax per 64 weights (blocksize 64).
 BNB4_BLOCK = 64
 
@@ -86,14 +100,12 @@ def weight_format(
     ct = _compressed_tensors_int(spec)
     if ct is not None:
         return ct
+    if spec.quantization is not None and (spec.quantization.method or "") == "fbgemm_fp8":
+        return "fp8", None, "checkpoint quantization_config: fbgemm_fp8 (FBGEMMFp8Config)"
     if fmt is not None and fmt.quant is None:
         raise NotModelledError(f"vLLM: {fmt.why}", engine="vllm")
     if fmt is not None and fmt.quant == "mxfp4":
-        raise NotModelledError(
-            "vLLM: the checkpoint's MXFP4 experts (gpt-oss) are not modelled for vLLM yet; "
-            "`memfit estimate` costs them as transformers stores them",
-            engine="vllm",
-        )
+        return "mxfp4", None, "checkpoint quantization_config: mxfp4 experts (Mxfp4MoEMethod)"
     if fmt is not None:
         return fmt.quant, fmt.group_size, f"checkpoint quantization_config: {fmt.described}"
     if quantization is None:
@@ -102,6 +114,16 @@ def weight_format(
         return "fp8", None, "--quantization fp8: weights cast to fp8 at load (online, dynamic)"
     if quantization == "bitsandbytes":
         return "nf4", None, "--quantization bitsandbytes: in-flight 4-bit"
+    if quantization in OFFLINE_VARIANTS:  # a variant of this model, quantized the usual way
+        quant, bits_note = OFFLINE_VARIANTS[quantization]
+        return (
+            quant,
+            DEFAULT_GROUP,
+            f"--quantization {quantization} on a config without quantization_config: sized as "
+            f"the {bits_note} checkpoint of this model (4-bit weights, group {DEFAULT_GROUP}, fp16 "
+            "scales and packed zeros; embeddings and lm_head in the model dtype); pass the "
+            "quantized checkpoint's hub id or config for its own group size",
+        )
     raise SpecError(
         f"--quantization {quantization} needs a checkpoint quantized that way (config.json has no "
         f"quantization_config); pass its hub id, or --quantization fp8 for online FP8"
@@ -132,7 +154,7 @@ def _compressed_tensors_int(spec: ModelSpec) -> tuple[str, int | None, str] | No
 #: ``vllm/model_executor/layers/quantization/{fp8,awq,gptq,bitsandbytes}.py``); a GPU below it is
 #: refused when the weights are loaded ("The quantization method X is not supported for the
 #: current GPU. Minimum capability: M. Current capability: C.", vLLM's ``get_quant_config``).
-VLLM_MIN_CAPABILITY = {"fp8": 80, "awq": 75, "gptq": 60, "bitsandbytes": 70}
+VLLM_MIN_CAPABILITY = {"fp8": 80, "awq": 75, "gptq": 60, "bitsandbytes": 70, "mxfp4": 80}
 
 
 def quantization_error(quantization: str | None, gpu: Any) -> tuple[str, str] | None:
@@ -199,33 +221,50 @@ def pp_layer_counts(n_layers: int, pp: int) -> list[int]:
 
 
 def rank_weights(
-    spec: ModelSpec, *, tp: int, pp: int, dtype: str, quantization: str | None
+    spec: ModelSpec,
+    *,
+    tp: int,
+    pp: int,
+    dtype: str,
+    quantization: str | None,
+    compute_capability: tuple[int, int] | None = None,
 ) -> RankWeights:
-    """Weight bytes of the fullest rank (the last pipeline stage, or the first if it holds more)."""
+    """Weight bytes of the fullest rank (the last pipeline stage, or the first if it holds more).
+    ``compute_capability``: the GPU's, which picks the MXFP4 MoE backend (and its padding)."""
     text = spec.text or spec
     h, v, n_layers = text.hidden_size, text.vocab_size, text.n_layers
-    n_params = spec.n_params
+    n_params = spec.n_params if spec.n_params is not None else decoder_params(spec)
     if h is None or v is None or n_layers is None or n_params is None:
         raise NotModelledError(
-            f"vLLM: the config of {spec.model_type!r} lacks hidden_size / vocab_size / layer "
-            "count, or memfit cannot count its parameters",
+            f"vLLM serving of {spec.model_type!r} is not modelled: its config lacks hidden_size "
+            "/ vocab_size / layer count / attention heads, or memfit cannot count its parameters",
             engine="vllm",
         )
     tied = bool(text.tie_word_embeddings)
     embed = v * h
     heads = embed if not tied else 0
     norms = (2 * n_layers + 1) * h
-    linear = max(0, n_params - embed - heads - norms)
+    quant, group, note = weight_format(spec, quantization)
+    experts = mxfp4_experts(spec, tp=tp, cc=compute_capability) if quant == "mxfp4" else None
+    linear = max(0, n_params - embed - heads - norms - (experts.logical_params if experts else 0))
     per_layer = linear / n_layers
     kv_extra = 0.0  # K/V projections replicated when TP exceeds the K/V heads
-    kv, hd = text.n_kv_heads, text.head_dim
+    _, kv, hd = attention_shape(text)
     if kv and hd and tp > kv:
         kv_extra = 2 * h * hd * (tp // kv - 1) * kv / tp  # per rank, per layer
     padded = -(-v // (VOCAB_PADDING * tp)) * VOCAB_PADDING * tp
-    quant, group, note = weight_format(spec, quantization)
-    b_lin = linear_bytes_per_param(quant, group, dtype)
+    if experts is not None:  # MXFP4 quantizes the experts only: the rest stays in the model dtype
+        note = f"{note}; {experts.backend}"
+    b_lin = linear_bytes_per_param(None if experts else quant, group, dtype)
     b_model = _model_bytes(dtype)
-    rope = _rope_cache_params(text)
+    skipped = unquantized_linear_params(spec) if quant is not None and not experts else 0
+    if skipped:
+        note = (
+            f"{note}; {skipped / 1e9:.2f} B linear weights the quantization_config leaves "
+            "unquantized, in the model dtype"
+        )
+    skipped_per_layer = skipped / n_layers * (b_model - b_lin)  # extra bytes, before TP
+    rope = _rope_cache_params(text) * (4 / b_model if text.model_type in ROPE_FP32 else 1)
     stages = pp_layer_counts(n_layers, pp)
     best = 0
     for i, n in enumerate(stages):
@@ -234,7 +273,8 @@ def rank_weights(
         if pp == 1 and tied:
             emb = (padded // tp) * h
         other = 2 * n * h + (h if i == pp - 1 else 0) + rope
-        total = int(lin * b_lin + (emb + other) * b_model)
+        total = int(lin * b_lin + (emb + other) * b_model + n * skipped_per_layer / tp)
+        total += n * experts.bytes_per_layer if experts else 0
         best = max(best, total)
     label = quant or ("fp32" if b_model == 4 else "16-bit")
     if quant in ("int4-gptq", "int4-awq"):
@@ -258,7 +298,8 @@ def _rope_cache_params(spec: ModelSpec) -> int:
 def kv_layers(spec: ModelSpec, *, tp: int, kv_bytes: int) -> list[LayerKV]:
     """One LayerKV per attention layer, per rank (all pipeline stages together)."""
     text = spec.text or spec
-    n_layers, kv, hd = text.n_layers, text.n_kv_heads, text.head_dim
+    n_layers = text.n_layers
+    _, kv, hd = attention_shape(text)
     if spec.is_encoder_decoder:
         raise NotModelledError(
             "vLLM: encoder-decoder models are not modelled (vLLM V1 serves decoder-only and "
@@ -272,7 +313,11 @@ def kv_layers(spec: ModelSpec, *, tp: int, kv_bytes: int) -> list[LayerKV]:
         rope = int(spec.get("qk_rope_head_dim", 64))
         return [LayerKV(kind="mla", bytes_per_token=(lora_rank + rope) * kv_bytes)] * n_layers
     if kv is None or hd is None:
-        raise NotModelledError("vLLM: the config gives no K/V heads or head_dim", engine="vllm")
+        raise NotModelledError(
+            f"vLLM serving of {spec.model_type!r} is not modelled: its config gives no K/V heads "
+            "or head_dim",
+            engine="vllm",
+        )
     per_rank_heads = max(1, kv // tp)
     per_token = 2 * per_rank_heads * hd * kv_bytes
     kinds = _layer_kinds(text, n_layers)

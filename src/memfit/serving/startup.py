@@ -10,7 +10,9 @@ The steps (sources in :mod:`memfit.serving.versions`):
    increase is the larger of the two. Plus the non-torch increase (NCCL, custom all-reduce).
 4. ``available = requested - weights - activation peak - non-torch`` ("Available KV cache
    memory"); blocks, tokens and concurrency as :mod:`memfit.serving.kv_cache` computes them.
-5. CUDA graphs are captured after the KV cache is allocated: their memory is outside the budget.
+5. CUDA graphs are captured after the KV cache is allocated: up to 0.20 their memory is outside
+   the budget; from 0.21 vLLM estimates it while profiling ("Estimated CUDA graph memory") and
+   takes it out of the KV cache's share (``VllmVersion.cudagraph_in_budget``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ FWD_MLP_FACTOR = 4
 #: CUDA graph capture ("Graph capturing finished … took X GiB"): -0.45 to 1.03 GiB in the llm-d
 #: logs (piecewise graphs, 8B-120B); a fixed allowance, used only to warn.
 CUDA_GRAPH_BYTES = 512 * MiB
+#: vLLM ``_get_and_verify_max_len`` (vllm/config/model.py): the length a config without any of
+#: max_position_embeddings / n_positions / max_seq_len / seq_length / … is given.
+DEFAULT_MAX_MODEL_LEN = 2048
+#: ModelSpec tasks vLLM serves as a generative decoder (text, or a multimodal model's text).
+DECODER_TASKS = ("causal-lm", "image-text-to-text")
 #: ``EngineArgs.get_batch_defaults``: GPUs of 70 GiB or more (A100s excluded) get the large ones.
 LARGE_GPU_BYTES = 70 * GiB
 
@@ -95,6 +102,8 @@ class VllmStartup:
     #: vLLM refuses the parallel layout before it looks at memory (``error`` says why): no
     #: memory setting starts it
     refused_layout: bool = False
+    #: 0.21+: the CUDA graph estimate is inside vLLM's budget (taken from the KV cache's share)
+    cudagraph_in_budget: bool = False
 
     # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
     @property
@@ -194,6 +203,8 @@ class VllmStartup:
         """The lines vLLM prints at start-up, as this version words them."""
         g = 1 / GiB
         lines = [f"Model loading took {self.weights_bytes * g:.4f} GiB memory"]
+        if self.cudagraph_in_budget and self.cuda_graph_bytes:
+            lines.append(f"Estimated CUDA graph memory: {self.cuda_graph_bytes * g:.2f} GiB total")
         lines.append(f"Available KV cache memory: {self.kv.available_bytes * g:.2f} GiB")
         if self.kv.num_blocks > 0:
             if self.engine == "v0":
@@ -249,6 +260,25 @@ def derived_max_model_len(spec: ModelSpec) -> int | None:
     return base
 
 
+def served_as_decoder(spec: ModelSpec) -> None:
+    """NotModelledError unless ``spec`` is a decoder memfit models under vLLM (an encoder, an
+    encoder-decoder or a vision / audio classifier is said to be not modelled, with its task)."""
+    text = spec.text or spec
+    if spec.is_encoder_decoder or spec.task not in DECODER_TASKS:
+        kind = f"an encoder-decoder, {spec.task}" if spec.is_encoder_decoder else spec.task
+        raise NotModelledError(
+            f"vLLM serving of {spec.model_type or 'this model'} ({kind}) is not modelled: "
+            "memfit models vLLM's generative decoders",
+            engine="vllm",
+        )
+    if text.n_layers is None or text.hidden_size is None:
+        raise NotModelledError(
+            f"vLLM serving of {spec.model_type!r} is not modelled: its config gives no layer "
+            "count or hidden size",
+            engine="vllm",
+        )
+
+
 def batch_defaults(gpu: GPU, total_bytes: int) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) vllm serve uses when not given (V1)."""
     if total_bytes >= LARGE_GPU_BYTES and not gpu.name.startswith("A100"):
@@ -282,12 +312,14 @@ def simulate_startup(
     dtype = model_dtype(spec, config, gpu)
     act_bytes = DTYPES[dtype]
     kv_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
+    served_as_decoder(spec)
     derived = derived_max_model_len(spec)
     L = config.max_model_len or derived
-    if L is None:
-        raise NotModelledError(
-            "vLLM: config.json gives no max_position_embeddings; pass --max-model-len",
-            engine="vllm",
+    if L is None:  # vLLM's _get_and_verify_max_len: no length key in the config -> 2048
+        L = derived = DEFAULT_MAX_MODEL_LEN
+        notes.append(
+            f"config.json gives no max_position_embeddings (or another length key): vLLM assumes "
+            f"{DEFAULT_MAX_MODEL_LEN} tokens, as here; pass --max-model-len to set it"
         )
     tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
     if v.engine == "v1":
@@ -297,14 +329,24 @@ def simulate_startup(
     tokens = config.max_num_batched_tokens or d_tokens
     seqs = config.max_num_seqs or d_seqs
     rows = min(seqs, tokens)
-    w = rank_weights(spec, tp=tp, pp=pp, dtype=dtype, quantization=config.quantization)
+    w = rank_weights(
+        spec,
+        tp=tp,
+        pp=pp,
+        dtype=dtype,
+        quantization=config.quantization,
+        compute_capability=gpu.compute_capability,
+    )
     if w.note:
         notes.append(w.note)
     weights = max(0, w.weights_bytes - int(config.cpu_offload_gb * GiB))
     act = _activation_peak(spec, tokens=tokens, rows=rows, tp=tp, act_bytes=act_bytes, v=v)
     non_torch = v.non_torch_tp_bytes if tp > 1 else v.non_torch_bytes
     requested = int(total * config.gpu_memory_utilization)
-    available = requested - weights - act - non_torch
+    graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
+    # 0.21+: the estimated CUDA graph memory is profiled and kept out of the KV budget
+    in_budget = graphs if v.cudagraph_in_budget else 0
+    available = requested - weights - act - non_torch - in_budget
     all_layers = kv_layers(spec, tp=tp, kv_bytes=kv_bytes)
     stage = max(pp_layer_counts(len(all_layers), pp))  # the stage holding the most layers
     layers = all_layers[-stage:]
@@ -320,10 +362,14 @@ def simulate_startup(
         tokens_from_concurrency=v.tokens_from_concurrency,
         **kv_args,
     )
-    graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
     context = CONTEXT_DIST_BYTES if config.world_size > 1 else CONTEXT_BYTES
     # vLLM's preconditions come before any memory: the layout, the quantization on this GPU
-    refused = parallel_error(spec, tp=tp) or quantization_error(config.quantization, gpu)
+    method = "mxfp4" if w.format == "mxfp4" else config.quantization
+    refused = (
+        architecture_error(spec, v)
+        or parallel_error(spec, tp=tp)
+        or quantization_error(method, gpu)
+    )
     if refused is not None:
         notes.append(refused[1])
     error = (
@@ -331,14 +377,14 @@ def simulate_startup(
         if refused
         else _error(v, config, total, requested, context, kv, L, derived, layers, kv_args)
     )
-    if error is None and requested + graphs + context > total:
+    if error is None and requested + graphs - in_budget + context > total:
         notes.append(
             f"gpu_memory_utilization {config.gpu_memory_utilization} leaves "
             f"{(total - requested - context) / GiB:.2f} GiB outside vLLM's budget; CUDA graph "
             f"capture (~{graphs / GiB:.1f} GiB) may run out of memory: lower it or pass "
             "--enforce-eager"
         )
-    fixed = weights + act + non_torch
+    fixed = weights + act + non_torch + in_budget
     largest = (
         largest_max_model_len(
             layers, available_bytes=available, upper=max(derived or L, L), **kv_args
@@ -372,6 +418,26 @@ def simulate_startup(
         notes=tuple(notes),
         context_bytes=context,
         refused_layout=refused is not None,
+        cudagraph_in_budget=v.cudagraph_in_budget,
+    )
+
+
+#: Architectures vLLM added after the V1 engine: (first minor release that loads them, the
+#: architecture name vLLM's registry knows). gpt-oss: ``GptOssForCausalLM`` with MXFP4 MoE,
+#: first released in v0.10.1 (vllm/model_executor/models/registry.py).
+FIRST_VERSION = {"gpt_oss": (10, "GptOssForCausalLM")}
+
+
+def architecture_error(spec: ModelSpec, v: VllmVersion) -> tuple[str, str] | None:
+    """vLLM's refusal of an architecture its version does not know yet, or None."""
+    first = FIRST_VERSION.get(spec.model_type or "")
+    minor = int(v.name.split(".")[1])
+    if first is None or minor >= first[0]:
+        return None
+    return (
+        f"ValueError: Model architectures ['{first[1]}'] are not supported for now.",
+        f"vLLM {v.name} predates {first[1]} (first served by vLLM 0.{first[0]}.x): pass "
+        f"--vllm-version 0.{first[0]} or later",
     )
 
 
@@ -428,3 +494,49 @@ def _error(
             "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
         )
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotModelledServing:
+    """A serving question memfit does not model for vLLM (``reason``), and the nearest answer it
+    gives: the weights alone in the model dtype against vLLM's budget, and the command that
+    estimates the model's inference outside vLLM."""
+
+    reason: str
+    gpu: str
+    weights_bytes: int | None
+    requested_bytes: int
+    nearest_command: str
+
+    @property
+    def weights_exceed_budget(self) -> bool:
+        return self.weights_bytes is not None and self.weights_bytes > self.requested_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runtime": "vllm",
+            "modelled": False,
+            "not_modelled": self.reason,
+            "gpu": self.gpu,
+            "weights_bytes": self.weights_bytes,
+            "requested_bytes": self.requested_bytes,
+            "weights_exceed_budget": self.weights_exceed_budget,
+            "nearest_command": self.nearest_command,
+            "starts": None,
+        }
+
+
+def not_modelled_answer(
+    spec: ModelSpec | None, model: str, gpu: GPU, config: VllmConfig, reason: str
+) -> NotModelledServing:
+    """The nearest answer to a vLLM question memfit does not model (``reason``)."""
+    weights = None
+    if spec is not None and spec.n_params is not None:
+        weights = spec.n_params * DTYPES[model_dtype(spec, config, gpu)]
+    return NotModelledServing(
+        reason=reason,
+        gpu=gpu.name,
+        weights_bytes=weights,
+        requested_bytes=int(vllm_total_bytes(gpu) * config.gpu_memory_utilization),
+        nearest_command=f"memfit estimate {model} --mode infer --gpu {gpu.name}",
+    )

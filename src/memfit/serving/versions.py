@@ -51,6 +51,11 @@ class VllmVersion:
     #: rather than ``num_blocks // n_groups x block_size``.
     tokens_from_concurrency: bool
     source: str
+    #: The CUDA graph memory is estimated during profiling and subtracted from the KV budget
+    #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default since 0.21.0).
+    cudagraph_in_budget: bool = False
+    #: The releases this row models, as they were checked: what was read, and what was not.
+    covers: str = ""
 
     def __post_init__(self) -> None:
         if self.engine not in ("v0", "v1"):
@@ -66,6 +71,7 @@ _LLMD = (
     "https://github.com/llm-d/llm-d-benchmark/blob/main/config_explorer/"
     "empirical-vllm-memory-results.md"
 )
+_CG_LOGS = "https://github.com/gpustack/runner/pull/251"
 _PLANNER = (
     "https://github.com/jgchn/llm-d-planner/blob/accuracy/accuracy/results/v0.19.0/"
     "accuracy_report.md"
@@ -77,6 +83,9 @@ VERSIONS: dict[str, VllmVersion] = {
     # (the snapshot then came before NCCL/cuBLAS init).
     "0.6": VllmVersion(
         name="0.6",
+        covers=(
+            "0.4-0.7 (V0 engine): PR #10511's accounting; the V0 sources were read at the v0.6 line"
+        ),
         engine="v0",
         sampler_bytes_per_logit=4.0,
         non_torch_bytes=int(1.79 * GiB),
@@ -88,6 +97,9 @@ VERSIONS: dict[str, VllmVersion] = {
     # V1 engine before the hybrid allocator (0.8-0.9).
     "0.9": VllmVersion(
         name="0.9",
+        covers=(
+            "0.8-0.9: V1 before the hybrid KV cache manager; gpu_worker.py read at commit 0012cf69"
+        ),
         engine="v1",
         sampler_bytes_per_logit=38.3,
         non_torch_bytes=130 * MiB,
@@ -100,6 +112,10 @@ VERSIONS: dict[str, VllmVersion] = {
     # 38.3 B/logit and non-torch 0.13 / 0.55 GiB fitted to the llm-d-benchmark H100 logs.
     "0.11": VllmVersion(
         name="0.11",
+        covers=(
+            "0.10-0.13: gpu_worker.py / kv_cache_utils.py read at commit 35d5cda1 "
+            "(v0.12/v0.13 line); constants fitted to llm-d-benchmark logs"
+        ),
         engine="v1",
         sampler_bytes_per_logit=38.3,
         non_torch_bytes=130 * MiB,
@@ -113,6 +129,10 @@ VERSIONS: dict[str, VllmVersion] = {
     # all-reduce and NCCL buffers grown during the profile run).
     "0.19": VllmVersion(
         name="0.19",
+        covers=(
+            "0.14-0.20: constants fitted to the llm-d-planner v0.19.0 logs; the sources at "
+            "the v0.14-v0.20 tags were not read"
+        ),
         engine="v1",
         sampler_bytes_per_logit=14.9,
         non_torch_bytes=int(0.25 * GiB),
@@ -121,11 +141,35 @@ VERSIONS: dict[str, VllmVersion] = {
         tokens_from_concurrency=True,
         source=_PLANNER,
     ),
+    # 0.21 - 0.33: vLLM's own start-up log says "CUDA graph memory profiling is enabled (default
+    # since v0.21.0). The current --gpu-memory-utilization=U is equivalent to
+    # --gpu-memory-utilization=U' without CUDA graph memory profiling" (gpu_worker.py, after
+    # "Estimated CUDA graph memory: X GiB total" from gpu_model_runner.py): the estimate comes out
+    # of the KV cache's share. Sampler and non-torch constants are 0.19's (no published log with
+    # the activation / non-torch figures of these releases was found to refit them).
+    "0.21": VllmVersion(
+        name="0.21",
+        engine="v1",
+        sampler_bytes_per_logit=14.9,
+        non_torch_bytes=int(0.25 * GiB),
+        non_torch_tp_bytes=int(2.1 * GiB),
+        hybrid_allocator=True,
+        tokens_from_concurrency=True,
+        cudagraph_in_budget=True,
+        source=_CG_LOGS,
+        covers=(
+            "0.21-0.33: the CUDA-graph-in-budget change read in published logs of vLLM 0.2x "
+            "(gpustack/runner#251: 0.27.1); vLLM's source at the v0.21.0-v0.33.0 tags was not "
+            "read (the repository snapshot is too large for this machine's fetch limit)"
+        ),
+    ),
 }
 DEFAULT_VERSION = "0.19"
+#: The newest minor release memfit models (vLLM's current release, 2026-12).
+LATEST_MINOR = 33
 
 #: Which row a release maps to: (first minor, row).
-_RANGES = ((0, "0.6"), (8, "0.9"), (10, "0.11"), (14, "0.19"))
+_RANGES = ((0, "0.6"), (8, "0.9"), (10, "0.11"), (14, "0.19"), (21, "0.21"))
 
 
 def get_version(text: str) -> VllmVersion:
@@ -138,10 +182,10 @@ def get_version(text: str) -> VllmVersion:
         raise SpecError(
             f"--vllm-version ({text!r}) must be a version such as 0.19.0 or 0.11"
         ) from None
-    if major != 0 or minor < 4:
+    if major != 0 or minor < 4 or minor > LATEST_MINOR:
         raise SpecError(
-            f"--vllm-version ({text!r}): memfit models vLLM 0.4 to 0.x (V0 engine up to 0.7, V1 "
-            f"from 0.8); pass one of those"
+            f"--vllm-version ({text!r}): memfit models vLLM 0.4 to 0.{LATEST_MINOR} (V0 engine up "
+            f"to 0.7, V1 from 0.8); pass one of those"
         )
     row = "0.6"
     for first, name in _RANGES:
