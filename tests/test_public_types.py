@@ -56,7 +56,24 @@ REVEALS = [
         'memfit.estimate("gpt2", job)',  # any job: the union of the records
         "memfit.estimate.result.MemoryEstimate | memfit.api.SeqRunAnswer"
         " | memfit.estimate.diffusion.pipeline.PipelineEstimate"
-        " | memfit.estimate.diffusion.train.TrainEstimate | memfit.serving.startup.VllmStartup",
+        " | memfit.estimate.diffusion.train.TrainEstimate | memfit.serving.startup.VllmStartup"
+        " | memfit.serving.sglang.SglangStartup | memfit.estimate.llamacpp.LlamaCppEstimate",
+    ),
+    (
+        'memfit.estimate("gpt2", memfit.SglangConfig(), gpu="L4")',
+        "memfit.serving.sglang.SglangStartup",
+    ),
+    (
+        'memfit.estimate("gpt2", memfit.LlamaCppJob(), gpu="L4")',
+        "memfit.estimate.llamacpp.LlamaCppEstimate",
+    ),
+    (
+        'memfit.fit("gpt2", memfit.SglangConfig(), gpu="L4")',
+        "tuple[int, memfit.serving.sglang.SglangStartup | None]",
+    ),
+    (
+        'memfit.fit("gpt2", memfit.LlamaCppJob(), gpu="L4")',
+        "tuple[int, memfit.estimate.llamacpp.LlamaCppEstimate]",
     ),
     ('memfit.plan("gpt2", memfit.PlanRequest())', "memfit.plan.search.Plan"),
     ('memfit.plan("gpt2", run, gpu="L4")', "memfit.plan.seq_fit.SeqPlanResult"),

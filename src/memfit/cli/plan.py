@@ -22,6 +22,7 @@ from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
 from memfit.cli import web as cli_web
 from memfit.cli.engine import add_engine_flags, options_from
+from memfit.cli.runtimes import OTHER_RUNTIMES, cmd_fit_runtime, cmd_plan_runtime
 from memfit.errors import SpecError
 from memfit.flags import (
     add_flags,
@@ -195,7 +196,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     f.add_argument("model", nargs="?", help="bundled name, config.json path or dir, or hub id")
     f.add_argument("--gpu", help="GPU name (see `memfit gpus`)")
     f.add_argument("--gpu-memory", type=_size, help="GPU memory: 24GB (10^9) or 24GiB (2^30)")
-    f.add_argument("--solve", choices=(*SOLVES, "max-model-len", "resolution"), required=True)
+    f.add_argument(
+        "--solve", choices=(*SOLVES, "max-model-len", "n-gpu-layers", "resolution"), required=True
+    )
     f.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     add_flags(f, "fit")
     cli_diffusion.add_fit_flags(f)  # diffusion inference (--mode infer: --height, --width ...)
@@ -321,10 +324,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cli_diffusion.cmd_plan_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
 
-    if args.seq_dist is not None and (args.recommend_gpu or args.runtime == "vllm"):
-        raise SpecError("--seq-dist plans one GPU's training run: drop --recommend-gpu / vLLM")
+    if args.seq_dist is not None and (args.recommend_gpu or args.runtime != "hf"):
+        raise SpecError("--seq-dist plans one GPU's training run: drop --recommend-gpu / --runtime")
     if args.runtime == "vllm":
         return cli_vllm.cmd_plan_vllm(args)
+    if args.runtime in OTHER_RUNTIMES:
+        return cmd_plan_runtime(args, "plan")
     if args.lora_rank and args.mode == "infer":  # as estimate says it (spec/workload.py)
         raise SpecError("lora_rank is a training technique; it has no effect with mode 'infer'")
     request = PlanRequest(
@@ -394,6 +399,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise SpecError("--solve resolution is for diffusion pipelines; use --solve seq")
     if args.runtime == "vllm":
         return cli_vllm.cmd_fit_vllm(args)
+    if args.runtime in OTHER_RUNTIMES:
+        return cmd_fit_runtime(args)
+    if args.solve == "n-gpu-layers":
+        raise SpecError("--solve n-gpu-layers is llama.cpp's: add --runtime llama.cpp")
     if args.solve == "max-model-len":
         raise SpecError("--solve max-model-len is vLLM's: add --runtime vllm (or --solve seq)")
     if args.seq_dist is not None:
@@ -439,6 +448,8 @@ def _fit_nearest(args: argparse.Namespace, result: Any) -> NearestFit | None:
 # -- upgrade ----------------------------------------------------------------------------------
 def cmd_upgrade(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)  # bad price files fail before the (slow) checklist
+    if args.runtime in OTHER_RUNTIMES:
+        return cmd_plan_runtime(args, "upgrade")
     v = upgrade_verdict(
         args.model, gpu=args.gpu, mode=args.mode, seq_len=args.seq, batch_size=args.batch,
         global_batch=args.global_batch, gpus=args.gpus, new_tokens=args.new_tokens,

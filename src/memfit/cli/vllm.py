@@ -224,10 +224,12 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
     --seq, --new-tokens and --quant carry the rest)."""
     p.add_argument(
         "--runtime",
-        choices=("hf", "vllm"),
+        choices=("hf", "vllm", "sglang", "llama.cpp"),
         default="hf",
         help="hf: Hugging Face generate() (default); vllm: `vllm serve` "
-        "(KV blocks under --gpu-memory-utilization; see `memfit vllm`)",
+        "(KV blocks under --gpu-memory-utilization; see `memfit vllm`); sglang: "
+        "`sglang.launch_server` (`memfit sglang`); llama.cpp: `llama-server` / Ollama "
+        "(`memfit llama-server`; MODEL as NAME:Q4_K_M or a .gguf)",
     )
     g = p.add_argument_group("--runtime vllm")
     g.add_argument(

@@ -1,0 +1,77 @@
+"""`fit / plan / upgrade --runtime sglang | llama.cpp` (memfit.cli.runtimes): the same answers
+`memfit sglang` and `memfit llama-server` give, reached from the commands people already use."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import memfit
+from memfit.cli import main
+from memfit.spec import LlamaCppJob, SglangConfig
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fit_runtime_sglang_solves_the_requests_the_kv_pool_holds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "fit", "llama-3.1-8b", "--runtime", "sglang", "--gpu", "L4",
+                       "--solve", "concurrency", "--seq", "8192", "--json")  # fmt: skip
+    record = json.loads(out)
+    value, s = memfit.fit("llama-3.1-8b", SglangConfig(context_length=8192), gpu="L4",
+                          solve="max-running-requests")  # fmt: skip
+    assert code == 0 and record["max_value"] == value > 0
+    assert s is not None and value == s.max_total_num_tokens // 8192
+
+
+def test_fit_runtime_llama_cpp_gives_memfit_llama_server_s_largest_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "fit", "llama-3.1-70b:Q4_K_M", "--runtime", "llama.cpp",
+                       "--gpu", "RTX-4090", "--solve", "n-gpu-layers", "--seq", "8192",
+                       "--json")  # fmt: skip
+    record = json.loads(out)
+    code2, out2, _ = run(capsys, "llama-server", "llama-3.1-70b:Q4_K_M", "-c", "8192", "-np",
+                         "1", "--gpu", "RTX-4090", "--json")  # fmt: skip
+    direct = json.loads(out2)
+    assert code == 0 and code2 == 1  # all 81 layers do not fit; some do
+    assert record["max_value"] == direct["largest_n_gpu_layers"] > 0
+    value, _ = memfit.fit("llama-3.1-70b:Q4_K_M", LlamaCppJob(ctx_size=8192, n_parallel=1),
+                          gpu="RTX-4090", solve="n-gpu-layers")  # fmt: skip
+    assert value == record["max_value"]
+
+
+def test_plan_runtime_sglang_says_how_many_requests_it_holds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["plan", "llama-3.1-8b", "--runtime", "sglang", "--mode", "infer", "--gpu", "L4",
+            "--seq", "8192", "--json"]  # fmt: skip
+    code, out, _ = run(capsys, *args, "--concurrency", "1")
+    held = json.loads(out)["max_requests"]
+    assert code == 0 and held >= 1
+    code, out, _ = run(capsys, *args, "--concurrency", str(held + 1))
+    assert code == 1 and json.loads(out)["fits"] is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["fit", "llama-3.1-8b", "--runtime", "sglang", "--gpu", "L4", "--solve", "batch"],
+         "solve max-model-len or concurrency"),
+        (["fit", "llama-3.1-8b", "--runtime", "llama.cpp", "--solve", "seq"], "needs --gpu NAME"),
+        (["plan", "llama-3.1-8b", "--runtime", "llama.cpp", "--gpu", "L4"], "pass --mode infer"),
+        (["fit", "llama-3.1-8b", "--gpu", "L4", "--solve", "n-gpu-layers"],
+         "add --runtime llama.cpp"),
+    ],
+)  # fmt: skip
+def test_runtime_misuse_is_bad_input(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1
