@@ -166,3 +166,22 @@ def test_the_gpu_table_applies_the_estimate_verdict(server: str) -> None:
     )
     t4 = next(r for r in rows if r["gpu"] == "T4")
     assert t4["fits"] is est["fits"]["fits"] and t4["free_bytes"] == est["fits"]["free_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("query", "argv"),
+    [
+        ("model=llama-3.1-8b&runtime=sglang&gpu=L4&solve=concurrency&seq=8192",
+         ["fit", "llama-3.1-8b", "--runtime", "sglang", "--gpu", "L4", "--solve", "concurrency",
+          "--seq", "8192"]),
+        ("model=llama-3.1-8b:Q4_K_M&runtime=llama.cpp&gpu=RTX-3060&solve=max-model-len",
+         ["fit", "llama-3.1-8b:Q4_K_M", "--runtime", "llama.cpp", "--gpu", "RTX-3060", "--solve",
+          "max-model-len"]),
+    ],
+)  # fmt: skip
+def test_api_fit_offers_the_serving_runtimes(server: str, query: str, argv: list[str]) -> None:
+    """issue 31: the page's fit takes --runtime sglang | llama.cpp as the CLI does."""
+    status, headers, body = get(f"{server}/api/fit?{query}")
+    code, expected = cli_json(*argv)
+    assert status == 200 and headers["X-Memfit-Exit"] == str(code) == "0"
+    assert without_timings(body) == without_timings(expected) and body["max_value"] > 0

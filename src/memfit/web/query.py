@@ -31,6 +31,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.models.bundled import find_bundled
+from memfit.models.ggml_types import FILE_TYPES
 from memfit.userfiles import parse_json
 from memfit.web.scratch import PastedConfigs
 
@@ -277,10 +278,11 @@ def _option_words(opt: Option, value: str) -> list[str]:
 def _check_model(model: str, *, allow_paths: bool) -> None:
     if model.startswith("-"):
         raise SpecError(f"model ({model!r}) must not start with '-'")
-    if ":" in model:
+    name, _, file_type = model.rpartition(":")
+    if ":" in model and not (find_bundled(name) is not None and file_type.upper() in FILE_TYPES):
         raise SpecError(
             f"model ({model!r}) looks like package.module:function; the web server never imports "
-            "code: pass a bundled name, a hub id or paste the config.json"
+            "code: pass a bundled name (llama.cpp: NAME:Q4_K_M), a hub id or paste the config.json"
         )
     looks_local = "\\" in model or model.startswith((".", "/", "~")) or model.count("/") > 1
     if not allow_paths and find_bundled(model) is None and (looks_local or Path(model).exists()):
