@@ -118,7 +118,7 @@ def test_no_module_imports_another_modules_private_names(tmp_path: Path) -> None
 #: ``__init__`` is the package itself: the public API. ``api`` is its library route. A module
 #: named inside a package (``report.svg``) has its own place, apart from its package's.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "userfiles", "userwrites", "progress", "version"),
+    ("errors", "units", "monotone", "userfiles", "userwrites", "progress", "version"),
     ("report.style", "report.svg", "report.estimate_html", "report.plan_html"),
     ("spec", "hardware", "models"),
     ("jobfiles", "serving"),

@@ -16,6 +16,7 @@ from typing import Any
 from memfit.estimate.verdict import Verdict, judge_point
 from memfit.hardware.gpu import GPU
 from memfit.models.gguf import GgufModel
+from memfit.monotone import largest
 from memfit.serving.llamacpp import CTX_PAD, DeviceBuffers, LlamaCppBuffers, llamacpp_buffers
 from memfit.spec.llamacpp import LlamaCppJob
 
@@ -112,14 +113,11 @@ def _fits(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> bool:
 def largest_ngl(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> int:
     """The largest -ngl (0 .. n_layer + 1) whose start-up fits every GPU at this -c (memory
     grows with -ngl: a bisection)."""
-    lo, hi = 0, model.n_layer + 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _fits(model, replace(job, n_gpu_layers=mid), gpu):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    value, _ = largest(
+        lambda n: True if _fits(model, replace(job, n_gpu_layers=n), gpu) else None,
+        model.n_layer + 1,
+    )
+    return value
 
 
 def largest_ctx(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> int:
@@ -127,11 +125,8 @@ def largest_ctx(model: GgufModel, job: LlamaCppJob, gpu: GPU) -> int:
     this -ngl; 0 when not even one step does."""
     slots = 1 if job.unified else job.slots
     step = CTX_PAD * slots
-    lo, hi = 0, max(model.n_ctx_train, step) // step
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _fits(model, replace(job, ctx_size=mid * step), gpu):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo * step
+    steps, _ = largest(
+        lambda n: True if _fits(model, replace(job, ctx_size=n * step), gpu) else None,
+        max(model.n_ctx_train, step) // step,
+    )
+    return steps * step

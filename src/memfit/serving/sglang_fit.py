@@ -12,6 +12,7 @@ from dataclasses import replace
 from memfit.errors import SpecError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
+from memfit.monotone import largest
 from memfit.serving.sglang import SglangStartup, sglang_context_length, simulate_sglang
 from memfit.spec.sglang import SglangConfig
 
@@ -51,12 +52,4 @@ def _largest_context(
         s = simulate_sglang(spec, gpu, replace(config, context_length=length))
         return s if s.starts and s.max_total_num_tokens >= length else None
 
-    lo, hi, best = 0, upper, None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        s = ok(mid)
-        if s is not None:
-            lo, best = mid, s
-        else:
-            hi = mid - 1
-    return lo, best
+    return largest(ok, upper)

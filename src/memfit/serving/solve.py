@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from memfit.errors import SpecError
 from memfit.hardware.catalog import GPU, list_gpus
 from memfit.models import ModelSpec
+from memfit.monotone import largest
 from memfit.serving.command import serve_command
 from memfit.serving.startup import (
     VllmStartup,
@@ -50,15 +51,7 @@ def solve_max_model_len(
         s = simulate_startup(spec, gpu, replace(config, max_model_len=length))
         return s if s.starts and s.max_concurrency >= concurrency else None
 
-    lo, hi, best = 0, upper, None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        s = ok(mid)
-        if s is not None:
-            lo, best = mid, s
-        else:
-            hi = mid - 1
-    return lo, best
+    return largest(ok, upper)
 
 
 @dataclass(frozen=True, kw_only=True)
