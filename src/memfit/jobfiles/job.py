@@ -28,6 +28,9 @@ WORKLOAD_FIELDS = (
     "offload",
     "gpus",
     "freeze_layers",
+    # FSDP2 / HSDP (par-a)
+    "dp_replicate",
+    "reshard_after_forward",
 )
 
 

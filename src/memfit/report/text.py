@@ -54,6 +54,10 @@ def _workload_line(est: MemoryEstimate) -> str:
             layout.append(f"tp {w['tp']}")
         if w.get("offload", "none") != "none":
             layout.append(f"offload {w['offload']}")
+        if w.get("dp_replicate", 1) > 1:  # FSDP2 / HSDP (par-a)
+            layout.append(f"HSDP replicate {w['dp_replicate']}")
+        if "reshard_after_forward" in w:
+            layout.append(f"reshard_after_forward {w['reshard_after_forward']}")
         parts.append(" ".join(layout) + " (per-GPU figures)")
     return ", ".join(parts)
 

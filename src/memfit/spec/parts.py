@@ -14,6 +14,7 @@ from memfit.spec.rules import (
     Mode,
     default_shard,
     field_problems,
+    fsdp_rules,
     generation_rules,
     is_count,
     kbit_rules,
@@ -181,6 +182,9 @@ class ParallelSpec:
     tp: int = 1
     shard: str | None = None
     offload: str = "none"
+    # -- FSDP2 / HSDP (par-a): WorkloadSpec's fields of the same names --
+    dp_replicate: int = 1
+    reshard_after_forward: bool | int = True
 
     def __post_init__(self) -> None:
         if self.shard is None:
@@ -192,6 +196,7 @@ class ParallelSpec:
         if is_count(self.gpus) and is_count(self.tp):
             p += layout_rules(self.gpus, self.tp, self.shard)
             p += offload_rules(self.shard, self.offload)
+            p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
         return p
 
     def flat(self) -> dict[str, Any]:

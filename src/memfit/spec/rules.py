@@ -174,14 +174,43 @@ def resolve_precision(value: Any, mode: Any) -> Any:
     return value
 
 
+#: FSDP2's ``MixedPrecisionPolicy`` a ``*-mixed`` job runs under ``--shard fsdp``: (param_dtype,
+#: reduce_dtype), as torchtitan applies it (``torchtitan/distributed/fsdp.py``
+#: ``apply_fsdp_to_decoder`` at pytorch/torchtitan b5bcd76: ``MixedPrecisionPolicy(param_dtype,
+#: reduce_dtype)`` from
+#: ``training.mixed_precision_param = "bfloat16"`` / ``mixed_precision_reduce = "float32"``,
+#: ``torchtitan/config/configs.py``): fp32 sharded parameters (the masters) and optimizer states,
+#: the unsharded parameters all-gathered in bf16 for forward and backward (no autocast), the
+#: gradients reduce-scattered in fp32 into fp32 sharded gradients. accelerate's FSDP2 path runs
+#: the same casts (``fsdp2_prepare_model`` upcasts trainable parameters to fp32 and
+#: ``FullyShardedDataParallelPlugin.set_mixed_precision`` sets param_dtype = reduce_dtype = bf16,
+#: accelerate 1.15): memfit counts the fp32 reduce (the larger).
+FSDP_MIXED_POLICY: dict[str, tuple[str, str]] = {
+    "bf16-mixed": ("bfloat16", "float32"),
+    "16-mixed": ("float16", "float32"),
+}
+
+
 def run_precision(precision: str, shard: str | None) -> str:
     """The precision the step's tensors are stored in, for the engines. Under DeepSpeed ZeRO a
     ``*-mixed`` job runs as DeepSpeed's bf16 / fp16 optimizer does: the model in the 16-bit dtype
     (the ``*-true`` tensors) with fp32 master weights in the partitioned optimizer state, which the
-    sharding models add (``estimate.sharding.FP32_MASTER_BYTES``). Elsewhere: ``precision``."""
-    if shard in DEEPSPEED_SHARDS and precision in ("bf16-mixed", "16-mixed"):
+    sharding models add (``estimate.sharding.FP32_MASTER_BYTES``). Under FSDP2 a ``*-mixed`` job
+    runs as :data:`FSDP_MIXED_POLICY`: forward and backward compute on 16-bit unsharded
+    parameters (the ``*-true`` tensors) while the sharded parameters, their gradients and the
+    optimizer states stay fp32 (the trace engine builds the model in fp32 and lets FSDP2 cast;
+    the analytic rank view adds the fp32 shards). Elsewhere: ``precision``."""
+    if shard in (*DEEPSPEED_SHARDS, "fsdp") and precision in ("bf16-mixed", "16-mixed"):
         return precision.replace("-mixed", "-true")
     return precision
+
+
+def fsdp_mixed_policy(precision: str, shard: str | None) -> tuple[str, str] | None:
+    """FSDP2's (param_dtype, reduce_dtype) for this job (:data:`FSDP_MIXED_POLICY`), or None
+    where FSDP2 runs without a cast (another shard, or a ``*-true`` / ``32-true`` precision)."""
+    if shard != "fsdp":
+        return None
+    return FSDP_MIXED_POLICY.get(precision)
 
 
 def precision_rule(precision: str, shard: str | None = None) -> PrecisionRule:
@@ -347,6 +376,15 @@ def _compute_dtype(name: str, value: Any) -> str | None:
     return f"{name} ({value!r}) must be None or one of {', '.join(COMPUTE_DTYPES)}"
 
 
+def _reshard_after_forward(name: str, value: Any) -> str | None:
+    if isinstance(value, bool) or (isinstance(value, int) and 1 <= value <= MAX_GPUS):
+        return None
+    return (
+        f"{name} ({value!r}) must be true, false or a positive integer (the group size FSDP2 "
+        "reshards to after forward)"
+    )
+
+
 #: Every checked flat field and its rule, in the order problems are reported.
 FIELD_RULES: dict[str, Rule] = {
     "mode": _choice(MODES),
@@ -375,6 +413,9 @@ FIELD_RULES: dict[str, Rule] = {
     "num_beams": _positive(MAX_BATCH_SIZE),
     "cache_implementation": _choice(CACHE_IMPLEMENTATIONS),
     "prefill_chunk_size": _optional(_positive(MAX_SEQ_LEN)),
+    # -- FSDP2 / HSDP (par-a) --
+    "dp_replicate": _positive(MAX_GPUS),
+    "reshard_after_forward": _reshard_after_forward,
 }
 
 
@@ -462,6 +503,43 @@ def offload_rules(shard: str | None, offload: str) -> list[str]:
             "offload 'optimizer' with shard 'fsdp': FSDP2's CPUOffloadPolicy offloads "
             "parameters, gradients and optimizer states together; use --offload params, or "
             "--shard zero2/zero3 for optimizer-only offload (ZeRO-Offload)"
+        )
+    return p
+
+
+def fsdp_rules(
+    shard: str | None, dp: int, dp_replicate: Any, reshard_after_forward: Any
+) -> list[str]:
+    """HSDP (``dp_replicate`` > 1) and ``reshard_after_forward`` are FSDP2's: a replicate degree
+    divides the data-parallel ranks (torchtitan: ``dp_replicate * dp_shard``); an integer
+    reshard size divides the shard group (``fully_shard``'s own rule,
+    ``_fsdp_init._get_post_forward_mesh_info``)."""
+    p: list[str] = []
+    if not (is_count(dp_replicate) and (isinstance(reshard_after_forward, (bool, int)))):
+        return p
+    if shard != "fsdp":
+        if dp_replicate != 1:
+            p.append(
+                f"dp_replicate ({dp_replicate}) is HSDP (FSDP2 over a replicate x shard mesh); "
+                f"it needs --shard fsdp (got shard {shard!r})"
+            )
+        if reshard_after_forward is not True:
+            p.append(
+                f"reshard_after_forward ({reshard_after_forward!r}) is FSDP2's; it needs "
+                f"--shard fsdp (got shard {shard!r})"
+            )
+        return p
+    if dp % dp_replicate:
+        p.append(
+            f"dp_replicate ({dp_replicate}) must divide the data-parallel ranks ({dp}): HSDP "
+            "shards over dp / dp_replicate ranks and replicates across the rest"
+        )
+        return p
+    shard_size = dp // dp_replicate
+    if not isinstance(reshard_after_forward, bool) and shard_size % reshard_after_forward:
+        p.append(
+            f"reshard_after_forward ({reshard_after_forward}) must divide the FSDP shard group "
+            f"({shard_size} ranks), as fully_shard requires; use true, false or a divisor"
         )
     return p
 

@@ -16,6 +16,8 @@ from memfit.spec.rules import (
     default_precision_note,
     default_shard,
     field_problems,
+    fsdp_mixed_policy,
+    fsdp_rules,
     generation_rules,
     is_count,
     kbit_rules,
@@ -89,6 +91,13 @@ class WorkloadSpec:
     quant_experts: bool = True
     #: what one image / audio sample is, for a vision or speech model (not set: its config says)
     media: MediaSpec = MediaSpec()
+    # -- FSDP2 / HSDP (par-a) --
+    #: HSDP: FSDP2 over a (replicate, shard) mesh; the model is sharded over dp / dp_replicate
+    #: ranks (torchtitan's ``data_parallel_replicate_degree``); 1: plain FSDP
+    dp_replicate: int = 1
+    #: FSDP2's ``fully_shard(reshard_after_forward=...)``: True frees each block's unsharded
+    #: parameters after its forward, False keeps them to backward, an int reshards to that group
+    reshard_after_forward: bool | int = True
     #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
     #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
     #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
@@ -213,6 +222,7 @@ class WorkloadSpec:
                 "Mxfp4Config(dequantize=True), bf16 experts: use --quant none"
             )
         p += offload_rules(self.shard, self.offload)
+        p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
         if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
@@ -269,6 +279,17 @@ class WorkloadSpec:
         return run_precision(str(self.precision), self.shard)
 
     @property
+    def fsdp_policy(self) -> tuple[str, str] | None:
+        """FSDP2's (param_dtype, reduce_dtype) for this job, or None where FSDP2 does not cast
+        (:func:`~memfit.spec.rules.fsdp_mixed_policy`)."""
+        return fsdp_mixed_policy(str(self.precision), self.shard)
+
+    @property
+    def dp_shard(self) -> int:
+        """Ranks one FSDP2 shard group spans: ``dp / dp_replicate`` (HSDP), else ``dp``."""
+        return self.dp // self.dp_replicate if self.shard == "fsdp" else self.dp
+
+    @property
     def is_train(self) -> bool:
         return self.mode == "train"
 
@@ -292,6 +313,10 @@ class WorkloadSpec:
             d.pop("prefill_chunk_size")
         if self.quant_experts:
             d.pop("quant_experts")
+        if self.dp_replicate == 1:
+            d.pop("dp_replicate")
+        if self.reshard_after_forward is True:
+            d.pop("reshard_after_forward")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -309,5 +334,6 @@ class WorkloadSpec:
 #: The flat :class:`WorkloadSpec` fields of each part.
 SHAPE_FIELDS: tuple[str, ...] = ("mode", "batch_size", "seq_len", "new_tokens", "task")
 SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation", "prefill_chunk_size")
-PARALLEL_FIELDS = ("gpus", "tp", "shard", "offload")
+PARALLEL_FIELDS: tuple[str, ...] = ("gpus", "tp", "shard", "offload")
+PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward")  # FSDP2 / HSDP (par-a)
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())

@@ -445,3 +445,25 @@ def test_vit_base_grid_rows_match_the_trace(checkpointing, trace_hf) -> None:
     analytic = estimate_analytic(config, wl)
     error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
     assert abs(error) <= VIT_BASE_TOLERANCE, (analytic.peak_allocated_bytes, error)
+
+
+#: FSDP2 as torchtitan runs it (``spec.rules.FSDP_MIXED_POLICY``): the trace applies the real
+#: ``fully_shard(mp_policy=MixedPrecisionPolicy(bf16, fp32), reshard_after_forward=...)`` over an
+#: fp32 model on a fake (replicate x) shard mesh; the analytic rank view is the closed form.
+FSDP_POLICY_CASES = [
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed"},
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed", "reshard_after_forward": False},
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed", "reshard_after_forward": 2},
+    {"gpus": 8, "shard": "fsdp", "precision": "bf16-mixed", "dp_replicate": 2},
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-true", "reshard_after_forward": False},
+]
+
+
+@pytest.mark.parametrize(
+    "overrides", FSDP_POLICY_CASES, ids=[_ids(("mid", c)) for c in FSDP_POLICY_CASES]
+)
+def test_fsdp2_mixed_precision_policy_reshard_and_hsdp_agree_with_the_trace(
+    overrides, trace_hf
+) -> None:
+    wl = WorkloadSpec(**{"batch_size": 1, "seq_len": 32, **overrides})
+    _compare(trace_hf, TINY["mid-llama"], wl)
