@@ -140,6 +140,7 @@ MFU_BY_ARCH: dict[str, float] = {
     "hopper": 0.34,
     "blackwell": 0.34,
     "cdna3": 0.34,
+    "cdna4": 0.34,  # as CDNA3 (no point)
 }
 #: fp32 matmuls run on the CUDA cores (no TF32 assumed) at this utilization (SGEMM reaches
 #: ~70-80 % of the FP32 peak; memfit assumes the 16-bit MFU, the rest of the step being alike).
@@ -159,6 +160,7 @@ PCIE_GBPS_PER_DIRECTION = {
     "hopper": 64.0,
     "blackwell": 64.0,
     "cdna3": 64.0,
+    "cdna4": 64.0,
 }
 NVLINK_C2C_GBPS_PER_DIRECTION = 450.0
 

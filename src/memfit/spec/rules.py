@@ -219,9 +219,11 @@ def precision_rule(precision: str, shard: str | None = None) -> PrecisionRule:
 
 
 def precision_rules(mode: str, precision: Any, shard: str | None) -> list[str]:
-    """``*-true`` 16-bit training under DeepSpeed ZeRO does not exist: its bf16 / fp16 optimizers
-    keep fp32 masters whatever the model's dtype (Lightning passes ``bf16-true`` to it as
-    ``bf16: {enabled: true}``), so memfit refuses the name rather than switch silently."""
+    """``*-true`` 16-bit training under DeepSpeed ZeRO is the same run as ``*-mixed``: its bf16 /
+    fp16 optimizers keep fp32 masters whatever the model's dtype (Lightning passes
+    ``bf16-true`` to it as ``bf16: {enabled: true}``). Non-empty where that applies: the planner
+    skips the duplicate, and a WorkloadSpec says so in its warnings
+    (:func:`deepspeed_true_note`) instead of refusing the name."""
     if mode == "train" and shard in DEEPSPEED_SHARDS and precision in ("bf16-true", "16-true"):
         mixed = precision.replace("-true", "-mixed")
         return [
@@ -231,6 +233,18 @@ def precision_rules(mode: str, precision: Any, shard: str | None) -> list[str]:
             "pure 16-bit training"
         ]
     return []
+
+
+def deepspeed_true_note(precision: str, shard: str) -> str:
+    """The line a ``*-true`` ZeRO job prints: it runs as DeepSpeed runs a 16-bit model."""
+    key = "bf16" if precision.startswith("bf16") else "fp16"
+    return (
+        f"precision {precision} with shard {shard}: DeepSpeed's {key} optimizer "
+        f'("{key}": {{"enabled": true}}) keeps fp32 master weights and Adam states in the '
+        "partitioned optimizer state whatever the model's dtype (Lightning passes "
+        f"{precision} to it the same way), so this is the run --precision "
+        f"{precision.replace('-true', '-mixed')} names: 2 + 2 + 12 bytes per parameter"
+    )
 
 
 #: GPUs per job memfit will reason about.

@@ -12,6 +12,7 @@ from memfit.spec.rules import (
     FIELD_RULES,
     PARTITIONING_SHARDS,
     Mode,
+    deepspeed_true_note,
     default_precision,
     default_precision_note,
     default_shard,
@@ -209,7 +210,6 @@ class WorkloadSpec:
             return []
         p = layout_rules(self.gpus, self.tp, self.shard)
         p += kbit_rules(self.mode, self.quant, self.prepare_kbit)
-        p += precision_rules(self.mode, self.precision, self.shard)
         if self.mode == "train" and self.quant != "none" and self.lora_rank is None:
             p.append(
                 f"quant ({self.quant!r}) with mode 'train' needs LoRA adapters (QLoRA): quantized "
@@ -241,6 +241,8 @@ class WorkloadSpec:
                 f"shard {self.shard!r} over a single data-parallel rank partitions nothing: "
                 "it saves memory only with --gpus > 1 or with --offload"
             )
+        if precision_rules(self.mode, self.precision, self.shard):
+            w.append(deepspeed_true_note(str(self.precision), str(self.shard)))
         if self.shard == "ddp" and self.dp == 1:
             w.append("shard 'ddp' with one data-parallel rank is a single-GPU run")
         if self.quant in ("nf4", "nf4-dq", "fp4") and self.precision == "32-true" and self.is_train:
