@@ -99,7 +99,7 @@ def tp_activation_bytes(
         raise SpecError.from_problems(problems)
     s, b, h, a, t = seq_len, micro_batch, hidden, n_heads, tp
     sbh = s * b * h
-    units = LAYER_UNITS
+    units: float = LAYER_UNITS
     if ffn_hidden is not None:
         units = MEGATRON_FIXED_UNITS + MEGATRON_FFN_UNITS * ffn_hidden / h
     scores = ATTENTION_SCORE_UNITS * a * s / h if recompute == "none" else 0.0
@@ -110,13 +110,13 @@ def tp_activation_bytes(
     else:
         split = units - TP_REPLICATED_UNITS
         per_layer = sbh * (TP_REPLICATED_UNITS + split / t + scores / t)
-    embed = EMBEDDING_INPUT_BYTES_PER_TOKEN * s * b * pp + sbh * pp
+    embed: float = EMBEDDING_INPUT_BYTES_PER_TOKEN * s * b * pp + sbh * pp
     if sequence_parallel:
         embed = embed / t
     output = 0.0
     if pp == 1:
-        hidden_part = OUTPUT_FP32_BYTES * sbh
-        logits = OUTPUT_FP32_BYTES * s * b * vocab
+        hidden_part: float = OUTPUT_FP32_BYTES * sbh
+        logits: float = OUTPUT_FP32_BYTES * s * b * vocab
         hidden_part = hidden_part / t if sequence_parallel else hidden_part
         output = hidden_part + (logits / t if loss_parallel else logits)
     return TensorParallelActivations(
