@@ -97,3 +97,13 @@ def test_fsdp_and_zero3_each_say_how_they_differ_from_the_other() -> None:
         assert "masters" in text and "reduce" in text and "prefetch" in text
     assert "vs --shard zero3" in fsdp and "vs --shard fsdp" in zero3
     assert layout_notes(WorkloadSpec(gpus=4, shard="ddp")) == []
+
+
+def test_the_trace_engine_prints_the_same_difference_lines() -> None:
+    from memfit.estimate.trace.distributed import notes
+
+    fsdp = notes(_wl(precision="bf16-mixed"))
+    assert any("MixedPrecisionPolicy(param_dtype=bfloat16" in line for line in fsdp)
+    assert any(line.startswith("vs --shard zero3") for line in fsdp)
+    zero3 = notes(WorkloadSpec(gpus=4, shard="zero3"))
+    assert any(line.startswith("vs --shard fsdp") for line in zero3)
