@@ -347,6 +347,17 @@ FLAGS: tuple[Flag, ...] = (
         parse=_reshard_after_forward,
     ),
     Flag(
+        name="--zero-hpz-partition-size",
+        dest="zero_hpz_partition_size",
+        kind="int",
+        default=1,
+        help="ZeRO++ hpZ (DeepSpeed's zero_hpz_partition_size): ZeRO-3 also keeps each "
+        "parameter's 16-bit partition over this many ranks, usually the GPUs per node "
+        "(default 1: off; needs --shard zero3)",
+        field="zero_hpz_partition_size",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--task",
         dest="task",
         kind="choice",

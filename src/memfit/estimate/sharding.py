@@ -129,6 +129,17 @@ def fsdp_shard_numel(shape: Sequence[int], dp: int) -> int:
     return -(-shape[0] // dp) * rest
 
 
+def hpz_secondary_bytes(numel: int, element_size: int, hpz: int) -> int:
+    """ZeRO++ hpZ: the secondary partition DeepSpeed keeps of a partitioned ZeRO-3 parameter,
+    ``tensor_size // num_ranks_in_param_group`` elements in the parameter's dtype, created the
+    first time the parameter is released after a gather and kept from then on
+    (``Init._partition_param_sec``, deepspeed/runtime/zero/partition_parameters.py at
+    deepspeedai/DeepSpeed edaa722). 0 when hpZ is off (``hpz`` 1)."""
+    if hpz <= 1:
+        return 0
+    return partition_numel(numel, hpz) * element_size
+
+
 def zero3_persists(numel: int, threshold: int | None = None) -> bool:
     """ZeRO-3 keeps parameters below ``stage3_param_persistence_threshold`` whole on every rank."""
     limit = (
@@ -448,8 +459,16 @@ def layout_notes(workload: Any) -> list[str]:
                 "blocks, the running one and the next)"
             )
         return out
+    out = []
+    hpz = getattr(workload, "zero_hpz_partition_size", 1)
+    if shard == "zero3" and hpz > 1:
+        out.append(
+            f"ZeRO++ hpZ (zero_hpz_partition_size {hpz}): each partitioned parameter also keeps "
+            f"a 16-bit secondary partition over {hpz} ranks (1/{hpz} of it per GPU), so the "
+            "backward all-gather stays inside that group"
+        )
     if shard == "zero3" and workload.is_train:
-        return [
+        return out + [
             "vs --shard fsdp: FSDP2 (torchtitan's bf16/fp32 policy) keeps fp32 sharded "
             "parameters as the masters and fp32 gradient shards with a per-block fp32 "
             "reduce-scatter copy, where ZeRO-3 keeps 16-bit partitions + fp32 masters in the "
@@ -457,4 +476,4 @@ def layout_notes(workload: Any) -> list[str]:
             "gathers whole blocks (running + next), ZeRO-3 module by module with a "
             "5e7-element prefetch"
         ]
-    return []
+    return out

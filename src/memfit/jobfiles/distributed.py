@@ -72,6 +72,14 @@ def read_deepspeed(r: KeyReader) -> None:
                     "NVMe offload is estimated as CPU offload (GPU side is the same)",
                 )
             )
+    hpz = r.take("zero_optimization.zero_hpz_partition_size", 1)
+    if not is_auto(hpz) and as_int(r, "zero_optimization.zero_hpz_partition_size", hpz) > 1:
+        r.set(
+            "zero_hpz_partition_size",
+            as_int(r, "zero_optimization.zero_hpz_partition_size", hpz),
+            "zero_optimization.zero_hpz_partition_size",
+            hpz,
+        )
     for key, field in (
         ("train_micro_batch_size_per_gpu", "batch_size"),
         ("gradient_accumulation_steps", "grad_accum"),

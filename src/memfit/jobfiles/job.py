@@ -31,6 +31,7 @@ WORKLOAD_FIELDS = (
     # FSDP2 / HSDP (par-a)
     "dp_replicate",
     "reshard_after_forward",
+    "zero_hpz_partition_size",
 )
 
 

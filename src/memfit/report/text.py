@@ -58,6 +58,8 @@ def _workload_line(est: MemoryEstimate) -> str:
             layout.append(f"HSDP replicate {w['dp_replicate']}")
         if "reshard_after_forward" in w:
             layout.append(f"reshard_after_forward {w['reshard_after_forward']}")
+        if "zero_hpz_partition_size" in w:
+            layout.append(f"ZeRO++ hpZ {w['zero_hpz_partition_size']}")
         parts.append(" ".join(layout) + " (per-GPU figures)")
     return ", ".join(parts)
 

@@ -16,6 +16,7 @@ from memfit.spec.rules import (
     field_problems,
     fsdp_rules,
     generation_rules,
+    hpz_rules,
     is_count,
     kbit_rules,
     layout_rules,
@@ -182,9 +183,10 @@ class ParallelSpec:
     tp: int = 1
     shard: str | None = None
     offload: str = "none"
-    # -- FSDP2 / HSDP (par-a): WorkloadSpec's fields of the same names --
+    # -- FSDP2 / HSDP / ZeRO++ (par-a): WorkloadSpec's fields of the same names --
     dp_replicate: int = 1
     reshard_after_forward: bool | int = True
+    zero_hpz_partition_size: int = 1
 
     def __post_init__(self) -> None:
         if self.shard is None:
@@ -197,6 +199,7 @@ class ParallelSpec:
             p += layout_rules(self.gpus, self.tp, self.shard)
             p += offload_rules(self.shard, self.offload)
             p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
+            p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
         return p
 
     def flat(self) -> dict[str, Any]:

@@ -430,6 +430,7 @@ FIELD_RULES: dict[str, Rule] = {
     # -- FSDP2 / HSDP (par-a) --
     "dp_replicate": _positive(MAX_GPUS),
     "reshard_after_forward": _reshard_after_forward,
+    "zero_hpz_partition_size": _positive(MAX_GPUS),
 }
 
 
@@ -556,6 +557,25 @@ def fsdp_rules(
             f"({shard_size} ranks), as fully_shard requires; use true, false or a divisor"
         )
     return p
+
+
+def hpz_rules(shard: str | None, dp: int, hpz: Any) -> list[str]:
+    """ZeRO++'s hierarchical partitioning (``zero_hpz_partition_size``) is a ZeRO-3 setting whose
+    secondary group divides the data-parallel ranks (DeepSpeed builds it from consecutive ranks,
+    ``groups._create_zero_param_parallel_group``)."""
+    if not is_count(hpz) or hpz == 1:
+        return []
+    if shard != "zero3":
+        return [
+            f"zero_hpz_partition_size ({hpz}) is ZeRO++'s hierarchical partitioning of ZeRO-3 "
+            f"parameters; it needs --shard zero3 (got shard {shard!r})"
+        ]
+    if dp % hpz:
+        return [
+            f"zero_hpz_partition_size ({hpz}) must divide the data-parallel ranks ({dp}); "
+            "DeepSpeed recommends the GPUs per node"
+        ]
+    return []
 
 
 def kbit_rules(mode: str, quant: str, prepare_kbit: Any) -> list[str]:

@@ -20,6 +20,7 @@ from memfit.spec.rules import (
     fsdp_mixed_policy,
     fsdp_rules,
     generation_rules,
+    hpz_rules,
     is_count,
     kbit_rules,
     layout_rules,
@@ -99,6 +100,9 @@ class WorkloadSpec:
     #: FSDP2's ``fully_shard(reshard_after_forward=...)``: True frees each block's unsharded
     #: parameters after its forward, False keeps them to backward, an int reshards to that group
     reshard_after_forward: bool | int = True
+    #: ZeRO++ hpZ (DeepSpeed's ``zero_hpz_partition_size``): ZeRO-3 also keeps a 16-bit
+    #: secondary partition of each parameter over this many ranks; 1: off
+    zero_hpz_partition_size: int = 1
     #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
     #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
     #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
@@ -223,6 +227,7 @@ class WorkloadSpec:
             )
         p += offload_rules(self.shard, self.offload)
         p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
+        p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
         if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
@@ -319,6 +324,8 @@ class WorkloadSpec:
             d.pop("dp_replicate")
         if self.reshard_after_forward is True:
             d.pop("reshard_after_forward")
+        if self.zero_hpz_partition_size == 1:
+            d.pop("zero_hpz_partition_size")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -337,5 +344,5 @@ class WorkloadSpec:
 SHAPE_FIELDS: tuple[str, ...] = ("mode", "batch_size", "seq_len", "new_tokens", "task")
 SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation", "prefill_chunk_size")
 PARALLEL_FIELDS: tuple[str, ...] = ("gpus", "tp", "shard", "offload")
-PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward")  # FSDP2 / HSDP (par-a)
+PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward", "zero_hpz_partition_size")  # par-a
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())

@@ -483,3 +483,19 @@ def test_fsdp2_mixed_policy_with_cpu_offload_over_predicts_a_little_and_matches_
     error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
     assert 0 <= error <= 0.06, error
     assert analytic.host_memory_bytes == pytest.approx(traced.host_memory_bytes, rel=0.01)
+
+
+#: ZeRO++ hpZ (``zero_hpz_partition_size``): a 16-bit secondary partition of every partitioned
+#: ZeRO-3 parameter over the hpZ group, on the device or with the offloaded parameters.
+HPZ_CASES = [
+    {"gpus": 8, "shard": "zero3", "zero_hpz_partition_size": 4},
+    {"gpus": 8, "shard": "zero3", "zero_hpz_partition_size": 2, "offload": "params"},
+    {"mode": "infer", "gpus": 8, "shard": "zero3", "new_tokens": 3, "zero_hpz_partition_size": 4},
+]
+
+
+@pytest.mark.parametrize("overrides", HPZ_CASES, ids=[_ids(("mid", c)) for c in HPZ_CASES])
+def test_zero_plus_plus_hpz_secondary_partition_agrees_with_the_trace(overrides, trace_hf) -> None:
+    precision = "bf16-mixed" if overrides.get("mode", "train") == "train" else "bf16-true"
+    wl = WorkloadSpec(**{"batch_size": 1, "seq_len": 32, "precision": precision, **overrides})
+    _compare(trace_hf, TINY["mid-llama"], wl)

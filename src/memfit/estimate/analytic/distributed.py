@@ -141,12 +141,14 @@ def rank_view(
     opt_temp_bytes: int,
     fsdp_masters: bool = False,
     reshard_after_forward: bool | int = True,
+    hpz: int = 1,
 ) -> RankView:
     """Rank 0's view (see the module docstring). ``params``: per stack, one block's
     parameters; ``state_bytes``/``opt_temp_bytes``: the single GPU's optimizer states and step
     temporaries; ``dp``: the ranks the model is partitioned over (an HSDP shard group);
     ``fsdp_masters``: FSDP2 runs a MixedPrecisionPolicy over fp32 shards (the single-GPU
-    points are the 16-bit model's); ``reshard_after_forward``: FSDP2's."""
+    points are the 16-bit model's); ``reshard_after_forward``: FSDP2's; ``hpz``: ZeRO++'s
+    ``zero_hpz_partition_size`` (a secondary partition of every partitioned ZeRO-3 parameter)."""
     trainable = [p for ps, c in zip(params, counts, strict=True) for p in ps * c if p.trainable]
     n_tr = sum(p.numel for p in trainable)
     pb = max((p.elem_bytes for p in trainable), default=4)
@@ -209,13 +211,22 @@ def rank_view(
             for ps, c in zip(params, counts, strict=True)
             for p in ps
         )
+        secondary = sum(
+            _r512(sharding.hpz_secondary_bytes(p.numel, p.elem_bytes, hpz)) * c
+            for ps, c in zip(params, counts, strict=True)
+            for p in ps
+            if not sharding.zero3_persists(p.numel)
+        )
         if offload_params:
+            host += secondary  # DeepSpeed puts it on the parameters' remote device
             host += sum(
                 _zero3_rank_bytes(p, dp, False) * c
                 for ps, c in zip(params, counts, strict=True)
                 for p in ps
                 if not sharding.zero3_persists(p.numel)
             )
+        else:
+            kept += secondary
         view.params_bytes = kept - full
         fwd, bwd = _zero3_gathered(params, counts)
         for i in range(len(params)):
