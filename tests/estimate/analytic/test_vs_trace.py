@@ -469,15 +469,24 @@ def test_fsdp2_mixed_precision_policy_reshard_and_hsdp_agree_with_the_trace(
     _compare(trace_hf, TINY["mid-llama"], wl)
 
 
-def test_fsdp2_mixed_policy_with_cpu_offload_over_predicts_a_little_and_matches_the_host(
-    trace_hf,
+#: FSDP2 under the bf16 / fp32 policy where the closed form is a little above the trace (never
+#: below): CPUOffloadPolicy (the running and the prefetched block placed at every backward point
+#: where the trace's peak holds one: measured +4.9 %), LoRA adapters on an fp32-at-rest base
+#: (+4.3 %), and FSDP over a tensor-parallel rank (+4.4 %). Host RAM agrees.
+FSDP_OVER_CASES = [
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed", "offload": "params"},
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed", "lora_rank": 4},
+    {"gpus": 4, "tp": 2, "shard": "fsdp", "precision": "bf16-mixed"},
+]
+
+
+@pytest.mark.parametrize(
+    "overrides", FSDP_OVER_CASES, ids=[_ids(("mid", c)) for c in FSDP_OVER_CASES]
+)
+def test_fsdp2_mixed_policy_closed_form_is_at_most_6_percent_above_the_trace(
+    overrides, trace_hf
 ) -> None:
-    """CPUOffloadPolicy under the bf16 / fp32 policy: the closed form places the running and the
-    prefetched block in every backward point where the trace's peak holds one (measured +4.9 %
-    on this model): the safe side, never under; host RAM (fp32 shards, gradients, Adam) agrees."""
-    wl = WorkloadSpec(
-        batch_size=1, seq_len=32, gpus=4, shard="fsdp", precision="bf16-mixed", offload="params"
-    )
+    wl = WorkloadSpec(**{"batch_size": 1, "seq_len": 32, **overrides})
     traced = trace_hf(TINY["mid-llama"], wl, name="case")
     analytic = estimate_analytic(TINY["mid-llama"], wl)
     error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1

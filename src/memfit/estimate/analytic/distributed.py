@@ -342,9 +342,11 @@ def _fsdp(
     policy = policy or FsdpPolicy()
     width = max((p.elem_bytes for ps in params for p in ps if p.trainable), default=4)
     scale = sharding.FP32_MASTER_BYTES / width if policy.masters else 1.0
+    # under the policy the model is fp32 at rest (torchtitan builds it so; the trace engine too):
+    # every shard is fp32, the frozen base of an adapter job included
     shards = sum(
         sharding.fsdp_shard_numel(p.shape, dp)
-        * (round(p.elem_bytes * scale) if p.trainable else p.elem_bytes)
+        * (sharding.FP32_MASTER_BYTES if policy.masters else p.elem_bytes)
         * c
         for ps, c in zip(params, counts, strict=True)
         for p in ps
