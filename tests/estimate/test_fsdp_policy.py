@@ -107,3 +107,12 @@ def test_the_trace_engine_prints_the_same_difference_lines() -> None:
     assert any(line.startswith("vs --shard zero3") for line in fsdp)
     zero3 = notes(WorkloadSpec(gpus=4, shard="zero3"))
     assert any(line.startswith("vs --shard fsdp") for line in zero3)
+
+
+def test_the_default_precision_note_says_how_fsdp_and_zero_run_it() -> None:
+    _, fsdp = WorkloadSpec(gpus=4, shard="fsdp").settle_precision()
+    assert fsdp is not None and "MixedPrecisionPolicy(param_dtype=bfloat16" in fsdp
+    _, zero = WorkloadSpec(gpus=4, shard="zero2").settle_precision()
+    assert zero is not None and "DeepSpeed's bf16 optimizer" in zero
+    _, one = WorkloadSpec().settle_precision()
+    assert one is not None and "autocast" in one

@@ -142,6 +142,20 @@ class WorkloadSpec:
         note = default_precision_note(
             chosen, self.mode, adapters=adapters, checkpoint_dtype=checkpoint_dtype
         )
+        if settled.fsdp_policy is not None:  # FSDP2 runs *-mixed as its policy, not autocast
+            param, reduce = settled.fsdp_policy
+            note = (
+                f"precision {chosen}: the default for a full fine-tune, run under --shard fsdp "
+                f"as FSDP2's MixedPrecisionPolicy(param_dtype={param}, reduce_dtype={reduce}) "
+                "over fp32 shards (torchtitan's default); --precision sets it"
+            )
+        elif settled.shard in DEEPSPEED_SHARDS and chosen.endswith("-mixed"):
+            key = "bf16" if chosen.startswith("bf16") else "fp16"
+            note = (
+                f"precision {chosen}: the default for a full fine-tune, run under --shard "
+                f"{settled.shard} as DeepSpeed's {key} optimizer: a 16-bit model, fp32 master "
+                "weights and Adam states in the partitioned optimizer state; --precision sets it"
+            )
         return settled, note
 
     @classmethod
