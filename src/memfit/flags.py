@@ -56,6 +56,17 @@ def _targets(text: str) -> Any:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
+def _reshard_after_forward(text: Any) -> Any:
+    """``--reshard-after-forward true|false|N`` as FSDP2 takes it (a bool or an int); other
+    text is passed on for the spec to refuse with its rule."""
+    if isinstance(text, bool | int):
+        return text
+    low = str(text).strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    return int(low) if low.isdigit() else text
+
+
 @dataclass(frozen=True, kw_only=True)
 class Flag:
     """One flag. ``field``: what it sets on ``target``; ``always``: the flag strings name it
@@ -310,6 +321,41 @@ FLAGS: tuple[Flag, ...] = (
         default=1,
         help="tensor-parallel degree (default 1)",
         field="tp",
+        commands=ESTIMATE_LIKE,
+    ),
+    # -- FSDP2 / HSDP (par-a) --
+    Flag(
+        name="--dp-replicate",
+        dest="dp_replicate",
+        kind="int",
+        default=1,
+        help="HSDP: replicas of the FSDP2-sharded model (torchtitan's "
+        "data_parallel_replicate_degree); the model is sharded over gpus / tp / dp-replicate "
+        "(default 1; needs --shard fsdp)",
+        field="dp_replicate",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--reshard-after-forward",
+        dest="reshard_after_forward",
+        kind="text",
+        default=True,
+        help="FSDP2's fully_shard(reshard_after_forward=): true (default) frees each block's "
+        "gathered parameters after its forward, false keeps them to backward, N reshards to N "
+        "ranks (needs --shard fsdp)",
+        field="reshard_after_forward",
+        commands=ESTIMATE_LIKE,
+        parse=_reshard_after_forward,
+    ),
+    Flag(
+        name="--zero-hpz-partition-size",
+        dest="zero_hpz_partition_size",
+        kind="int",
+        default=1,
+        help="ZeRO++ hpZ (DeepSpeed's zero_hpz_partition_size): ZeRO-3 also keeps each "
+        "parameter's 16-bit partition over this many ranks, usually the GPUs per node "
+        "(default 1: off; needs --shard zero3)",
+        field="zero_hpz_partition_size",
         commands=ESTIMATE_LIKE,
     ),
     Flag(

@@ -107,7 +107,8 @@ def test_every_row_is_sourced_and_within_sane_bounds():
         assert gpu.memory_bytes % MiB == 0, gpu.name
         assert 12 * GiB <= gpu.memory_bytes <= 300 * GiB, gpu.name  # RTX 3060: 12 GiB
         assert gpu.supports_bf16 == (gpu.arch not in ("volta", "turing")), gpu.name
-        assert gpu.supports_fp8 == (gpu.arch in ("ada", "hopper", "blackwell", "cdna3")), gpu.name
+        fp8_archs = ("ada", "hopper", "blackwell", "cdna3", "cdna4")
+        assert gpu.supports_fp8 == (gpu.arch in fp8_archs), gpu.name
         if gpu.bf16_dense_tflops is not None:
             assert gpu.supports_bf16 and 10 < gpu.bf16_dense_tflops < 5000, gpu.name
         if gpu.vendor == "nvidia":

@@ -129,6 +129,17 @@ def fsdp_shard_numel(shape: Sequence[int], dp: int) -> int:
     return -(-shape[0] // dp) * rest
 
 
+def hpz_secondary_bytes(numel: int, element_size: int, hpz: int) -> int:
+    """ZeRO++ hpZ: the secondary partition DeepSpeed keeps of a partitioned ZeRO-3 parameter,
+    ``tensor_size // num_ranks_in_param_group`` elements in the parameter's dtype, created the
+    first time the parameter is released after a gather and kept from then on
+    (``Init._partition_param_sec``, deepspeed/runtime/zero/partition_parameters.py at
+    deepspeedai/DeepSpeed edaa722). 0 when hpZ is off (``hpz`` 1)."""
+    if hpz <= 1:
+        return 0
+    return partition_numel(numel, hpz) * element_size
+
+
 def zero3_persists(numel: int, threshold: int | None = None) -> bool:
     """ZeRO-3 keeps parameters below ``stage3_param_persistence_threshold`` whole on every rank."""
     limit = (
@@ -389,3 +400,80 @@ def tp_per_rank_config(config: dict[str, Any], tp: int) -> dict[str, Any]:
 def _check_dp(dp: int) -> None:
     if not isinstance(dp, int) or dp < 1:
         raise SpecError(f"data-parallel degree ({dp!r}) must be a positive integer")
+
+
+# ----------------------------------------------------------------------------- what a layout means
+def layout_notes(workload: Any) -> list[str]:
+    """The lines that say how this FSDP2 / ZeRO layout holds the model, and what differs between
+    ``--shard fsdp`` and ``--shard zero3`` for the same job (both engines print them).
+
+    The two fully sharded setups differ in three places (16-bit training, AdamW):
+
+    - masters: FSDP2 under torchtitan's ``MixedPrecisionPolicy`` keeps the *sharded parameters*
+      in fp32 (they are the masters; 4 B/param/dp) and the optimizer states fp32 (8); ZeRO-3
+      keeps 16-bit partitions (2) plus fp32 masters and states in the optimizer (4 + 8) —
+      the same 12 + 4 bytes per parameter per rank, held as different tensors.
+    - gradients: FSDP2 reduce-scatters in ``reduce_dtype`` fp32 into fp32 sharded gradients
+      (4 B/param/dp) through a per-block fp32 copy of the block's 16-bit gradients; ZeRO-3 keeps
+      16-bit gradient partitions (2) plus its ``reduce_bucket_size`` (5e8 elements) contiguous
+      bucket, and converts the partition to fp32 for the step.
+    - gathered parameters: FSDP2 holds the running block, the next one's all-gather output and
+      (backward) the prefetched block, whole blocks at a time; ZeRO-3 gathers module by module,
+      prefetching up to ``stage3_prefetch_bucket_size`` (5e7) elements, keeping parameters
+      under ``stage3_param_persistence_threshold`` (1e5) unpartitioned.
+    """
+    shard = getattr(workload, "shard", "none")
+    if shard == "fsdp":
+        policy = workload.fsdp_policy
+        out = []
+        if policy is not None:
+            out.append(
+                f"FSDP2 MixedPrecisionPolicy(param_dtype={policy[0]}, reduce_dtype={policy[1]}) "
+                "as torchtitan applies it: fp32 sharded parameters (the masters), gradients and "
+                f"Adam states; {policy[0]} unsharded parameters in forward/backward, no autocast; "
+                f"each block's gradients copied to {policy[1]} for the reduce-scatter"
+            )
+        else:
+            out.append(
+                "FSDP2 without a cast (MixedPrecisionPolicy()): parameters, gathers, gradients "
+                f"and reduce-scatter in the parameters' dtype ({workload.precision})"
+            )
+        rf = workload.reshard_after_forward
+        if rf is not True:
+            kept = "whole" if rf is False or rf == 1 else f"sharded over {rf} ranks"
+            out.append(
+                f"reshard_after_forward={rf}: every block's parameters stay {kept} from its "
+                "forward to its backward (no all-gather in backward)"
+            )
+        if workload.dp_replicate > 1:
+            out.append(
+                f"HSDP: {workload.dp_replicate} replicas x {workload.dp_shard}-way shard; "
+                f"model states are 1/{workload.dp_shard} per GPU, not 1/{workload.dp}"
+            )
+        if workload.is_train:
+            out.append(
+                "vs --shard zero3: ZeRO-3 keeps 16-bit partitions + fp32 masters in the "
+                "optimizer (same 16 B/param), 16-bit gradient partitions + a 5e8-element "
+                "reduce bucket (FSDP2: fp32 gradient shards + a per-block fp32 reduce-scatter "
+                "copy), and gathers module by module with a 5e7-element prefetch (FSDP2: whole "
+                "blocks, the running one and the next)"
+            )
+        return out
+    out = []
+    hpz = getattr(workload, "zero_hpz_partition_size", 1)
+    if shard == "zero3" and hpz > 1:
+        out.append(
+            f"ZeRO++ hpZ (zero_hpz_partition_size {hpz}): each partitioned parameter also keeps "
+            f"a 16-bit secondary partition over {hpz} ranks (1/{hpz} of it per GPU), so the "
+            "backward all-gather stays inside that group"
+        )
+    if shard == "zero3" and workload.is_train:
+        return out + [
+            "vs --shard fsdp: FSDP2 (torchtitan's bf16/fp32 policy) keeps fp32 sharded "
+            "parameters as the masters and fp32 gradient shards with a per-block fp32 "
+            "reduce-scatter copy, where ZeRO-3 keeps 16-bit partitions + fp32 masters in the "
+            "optimizer, 16-bit gradient partitions and a 5e8-element reduce bucket; FSDP2 "
+            "gathers whole blocks (running + next), ZeRO-3 module by module with a "
+            "5e7-element prefetch"
+        ]
+    return out

@@ -545,6 +545,8 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         bf16_dense_tflops=2250.0,
         supports_bf16=True,
         supports_fp8=True,
+        supports_fp4=True,
+        scale_up_gpus=8,  # HGX / DGX B200: 8 GPUs on NVLink Switch
         source="https://resources.nvidia.com/en-us-dgx-systems/dgx-b200-datasheet",
         fp16_dense_tflops=2250.0,
         fp8_dense_tflops=4500.0,
@@ -568,6 +570,8 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         bf16_dense_tflops=2500.0,
         supports_bf16=True,
         supports_fp8=True,
+        supports_fp4=True,
+        scale_up_gpus=72,  # GB200 NVL72: 72 GPUs on one NVLink Switch domain
         source="https://www.nvidia.com/en-us/data-center/gb200-nvl72/",
         fp16_dense_tflops=2500.0,
         fp8_dense_tflops=5000.0,
@@ -601,6 +605,7 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         interconnect="Infinity Fabric 7 x 128 GB/s = 896 GB/s; PCIe 5.0 x16 128 GB/s",
         interconnect_gbps=896.0,
         form_factor="oam",
+        scale_up_gpus=8,  # 8 OAM modules on one Infinity Fabric mesh (AMD Instinct platform)
         tdp_w=750,
     ),
     GPU(
@@ -624,6 +629,83 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         interconnect="Infinity Fabric 7 x 128 GB/s = 896 GB/s; PCIe 5.0 x16 128 GB/s",
         interconnect_gbps=896.0,
         form_factor="oam",
+        scale_up_gpus=8,  # 8 OAM modules on one Infinity Fabric mesh (AMD Instinct platform)
         tdp_w=1000,
+    ),
+    # ---- added for multi-GPU training (par-a, issue 30) ----------------------------------
+    GPU(
+        name="B300",
+        aliases=("NVIDIA B300", "NVIDIA B300 SXM6 AC", "b300 288gb", "blackwell ultra"),
+        # Derived, unmeasured: 288 GB of HBM3e against the B200's 192 GB on the same stack
+        # technology; B200's nvidia-smi 183359 MiB x 1.5 = 275038 MiB.
+        memory_bytes=275038 * MiB,
+        vendor="nvidia",
+        arch="blackwell",
+        compute_capability=(10, 3),  # sm_103 (Blackwell Ultra)
+        memory_bandwidth_gbps=8000.0,
+        # HGX B300 (8 GPUs), with sparsity: FP16/BF16 36 PFLOPS, FP8 72 PFLOPS; per GPU dense =
+        # / 8 / 2 (the same reading as NVIDIA/cosmos-framework#114: 2.25 PFLOP/s BF16 dense).
+        bf16_dense_tflops=2250.0,
+        supports_bf16=True,
+        supports_fp8=True,
+        supports_fp4=True,
+        source="https://www.nvidia.com/en-us/data-center/hgx/",
+        fp16_dense_tflops=2250.0,
+        fp8_dense_tflops=4500.0,
+        interconnect="NVLink 5 1800 GB/s",
+        interconnect_gbps=1800.0,
+        form_factor="sxm",
+        scale_up_gpus=8,  # HGX B300: 8 GPUs on NVLink Switch
+    ),
+    GPU(
+        name="GB300",
+        # One Blackwell Ultra GPU of a GB300 superchip (2 GPUs + 1 Grace CPU).
+        aliases=("NVIDIA GB300", "gb300 288gb"),
+        memory_bytes=275038 * MiB,  # derived as B300's (288 GB HBM3e per GPU), unmeasured
+        vendor="nvidia",
+        arch="blackwell",
+        compute_capability=(10, 3),
+        # GB300 NVL72 page (72 GPUs), with sparsity: FP16/BF16 360 PFLOPS, FP8 720 PFLOPS;
+        # per GPU dense = / 72 / 2.
+        memory_bandwidth_gbps=8000.0,
+        bf16_dense_tflops=2500.0,
+        supports_bf16=True,
+        supports_fp8=True,
+        supports_fp4=True,
+        source="https://www.nvidia.com/en-us/data-center/gb300-nvl72/",
+        fp16_dense_tflops=2500.0,
+        fp8_dense_tflops=5000.0,
+        interconnect="NVLink 5 1800 GB/s; NVLink-C2C 900 GB/s to the Grace CPU",
+        interconnect_gbps=1800.0,
+        form_factor="superchip",
+        scale_up_gpus=72,  # GB300 NVL72: one NVLink Switch domain
+    ),
+    GPU(
+        name="MI355X",
+        aliases=("AMD Instinct MI355X", "mi355x 288gb", "AMD Instinct MI355X OAM"),
+        # Derived, unmeasured: ROCm torch reports the MI300X's 192 GB as 191.98 GiB and the
+        # MI325X's 256 GB as 255.98 GiB (hipMemGetInfo); 288 GB read the same way is 287.98 GiB
+        # = 294892 MiB.
+        memory_bytes=294892 * MiB,
+        vendor="amd",
+        arch="cdna4",
+        compute_capability=None,  # gfx950
+        memory_bandwidth_gbps=8000.0,
+        # Product page, dense peaks: FP16/BF16 2.5 PFLOPS (2516.6), FP8 5.0 PFLOPS (5033.2),
+        # MXFP4 10 PFLOPS, FP32 vector 157.3 TFLOPS; 1400 W board power; 7 Infinity Fabric
+        # links x 153.6 GB/s.
+        bf16_dense_tflops=2516.6,
+        supports_bf16=True,
+        supports_fp8=True,
+        supports_fp4=True,
+        source="https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html",
+        fp16_dense_tflops=2516.6,
+        fp8_dense_tflops=5033.2,
+        fp32_tflops=157.3,
+        interconnect="Infinity Fabric 7 x 153.6 GB/s = 1075.2 GB/s; PCIe 5.0 x16 128 GB/s",
+        interconnect_gbps=1075.2,
+        form_factor="oam",
+        tdp_w=1400,
+        scale_up_gpus=8,  # 8 OAM modules per platform
     ),
 )

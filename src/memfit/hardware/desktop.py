@@ -277,6 +277,7 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         bf16_dense_tflops=209.5,  # 209.5 | 419 with sparsity, FP32 accumulate (GeForce half rate)
         supports_bf16=True,
         supports_fp8=True,
+        supports_fp4=True,
         source=BLACKWELL_RTX_WHITEPAPER,
         fp16_dense_tflops=209.5,
         fp8_dense_tflops=419.0,  # 419 | 838 with sparsity, FP32 accumulate
@@ -310,6 +311,7 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         bf16_dense_tflops=500.0,
         supports_bf16=True,
         supports_fp8=True,
+        supports_fp4=True,
         source=(
             "https://www.nvidia.com/en-us/products/workstations/professional-desktop-gpus/"
             "rtx-pro-6000/"

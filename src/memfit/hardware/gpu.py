@@ -24,8 +24,9 @@ none or the GPU lacks the unit.
   run FP32-accumulate tensor math at half their FP16-accumulate rate; the whitepapers list both
   and the FP32-accumulate one is kept. ``int8_dense_tops``: dense INT8 tensor TOPS.
 - ``fp32_tflops``: FP32 on the CUDA cores / vector units (no tensor cores, no TF32).
-- ``supports_bf16`` / ``supports_fp8`` follow the architecture (``TENSOR_PRECISIONS``): bf16
-  tensor cores from Ampere and CDNA2, fp8 from Ada, Hopper and CDNA3; rows are checked against it.
+- ``supports_bf16`` / ``supports_fp8`` / ``supports_fp4`` follow the architecture
+  (``TENSOR_PRECISIONS``): bf16 tensor cores from Ampere and CDNA2, fp8 from Ada, Hopper and
+  CDNA3, fp4 from Blackwell and CDNA4; rows are checked against it.
 
 Links
 -----
@@ -43,23 +44,26 @@ from dataclasses import dataclass
 
 from memfit.errors import SpecError
 
-ARCHS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3")
+ARCHS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
 VENDORS = ("nvidia", "amd")
 FORM_FACTORS = ("sxm", "pcie", "oam", "superchip")
 
 #: Number formats the tensor cores / matrix cores of each architecture run (FP32 always runs on
 #: the CUDA cores). Volta: fp16 tensor cores only (V100 datasheet); Turing adds int8 (T4
 #: datasheet); Ampere adds bf16 (A100 datasheet); Ada and Hopper add fp8 (Ada whitepaper, H100
-#: datasheet); Blackwell keeps them (and adds fp4/fp6, not modelled); CDNA3: fp16, bf16, fp8, int8
-#: (MI300X datasheet).
+#: datasheet); Blackwell adds fp4 (NVFP4 / MXFP4: Blackwell architecture technical brief; B200,
+#: B300 and RTX 50 tensor cores alike); CDNA3: fp16, bf16, fp8, int8 (MI300X datasheet); CDNA4 adds
+#: MXFP4 / MXFP6 (AMD CDNA 4 architecture whitepaper, MI355X product page). fp6 is not listed:
+#: no memfit path computes in it.
 TENSOR_PRECISIONS: dict[str, tuple[str, ...]] = {
     "volta": ("fp16",),
     "turing": ("fp16", "int8"),
     "ampere": ("fp16", "bf16", "int8"),
     "ada": ("fp16", "bf16", "fp8", "int8"),
     "hopper": ("fp16", "bf16", "fp8", "int8"),
-    "blackwell": ("fp16", "bf16", "fp8", "int8"),
+    "blackwell": ("fp16", "bf16", "fp8", "int8", "fp4"),
     "cdna3": ("fp16", "bf16", "fp8", "int8"),
+    "cdna4": ("fp16", "bf16", "fp8", "int8", "fp4"),
 }
 
 #: Rate fields, the precision each needs (None: always available), for validation.
@@ -100,6 +104,12 @@ class GPU:
     form_factor: str | None = None
     tdp_w: int | None = None
     rate_source: str | None = None  # where rates, power or links are not in ``source``
+    # -- multi-GPU training (par-a, issue 30) --
+    #: fp4 tensor / matrix cores (NVFP4 / MXFP4): follows the architecture like bf16 / fp8
+    supports_fp4: bool = False
+    #: GPUs one ``interconnect_gbps`` fabric joins: 8 in an HGX / DGX / OAM platform, 72 in an
+    #: NVL72 rack (NVLink Switch); None where the GPU is not sold in such a platform
+    scale_up_gpus: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -121,6 +131,8 @@ class GPU:
             )
         if self.tdp_w is not None and self.tdp_w <= 0:
             problems.append(f"{self.name}: tdp_w ({self.tdp_w}) must be > 0")
+        if self.scale_up_gpus is not None and self.scale_up_gpus < 1:
+            problems.append(f"{self.name}: scale_up_gpus ({self.scale_up_gpus}) must be >= 1")
         if self.interconnect_gbps is not None and not self.interconnect:
             problems.append(f"{self.name}: interconnect_gbps needs interconnect (the link's name)")
         if problems:
@@ -131,7 +143,11 @@ class GPU:
         ``supports_bf16`` / ``supports_fp8`` agree with the architecture."""
         problems = []
         formats = TENSOR_PRECISIONS.get(self.arch)
-        for flag, fmt in (("supports_bf16", "bf16"), ("supports_fp8", "fp8")):
+        for flag, fmt in (
+            ("supports_bf16", "bf16"),
+            ("supports_fp8", "fp8"),
+            ("supports_fp4", "fp4"),
+        ):
             if formats is not None and getattr(self, flag) != (fmt in formats):
                 problems.append(
                     f"{self.name}: {flag} ({getattr(self, flag)}) disagrees with arch "

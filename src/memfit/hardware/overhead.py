@@ -143,6 +143,14 @@ OVERHEAD_TABLE: dict[str, _ArchOverhead] = {
             "76 MiB per CublasHandlePool.cpp"
         ),
     ),
+    "cdna4": _ArchOverhead(
+        context_bytes=512 * MiB,
+        context_low_bytes=256 * MiB,
+        context_high_bytes=1024 * MiB,
+        cublas_workspace_bytes=HIPBLAS_WORKSPACE_GFX94X_BYTES,
+        cublaslt_workspace_bytes=HIPBLASLT_WORKSPACE_BYTES,
+        source="ROCm gfx950: not measured; assumed as CDNA3 (the same ROCm runtime and BLAS)",
+    ),
 }
 
 #: ``device_overhead(None, ...)`` uses this architecture: the common Ampere data-center case.

@@ -72,6 +72,14 @@ def read_deepspeed(r: KeyReader) -> None:
                     "NVMe offload is estimated as CPU offload (GPU side is the same)",
                 )
             )
+    hpz = r.take("zero_optimization.zero_hpz_partition_size", 1)
+    if not is_auto(hpz) and as_int(r, "zero_optimization.zero_hpz_partition_size", hpz) > 1:
+        r.set(
+            "zero_hpz_partition_size",
+            as_int(r, "zero_optimization.zero_hpz_partition_size", hpz),
+            "zero_optimization.zero_hpz_partition_size",
+            hpz,
+        )
     for key, field in (
         ("train_micro_batch_size_per_gpu", "batch_size"),
         ("gradient_accumulation_steps", "grad_accum"),
@@ -141,12 +149,26 @@ ACCELERATE_NO_EFFECT = (
     "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
     "fsdp_config.fsdp_cpu_ram_efficient_loading",
     "fsdp_config.fsdp_version",
-    "fsdp_config.fsdp_reshard_after_forward",
     "deepspeed_config.deepspeed_multinode_launcher",
     "deepspeed_config.zero3_init_flag",
     "deepspeed_config.zero3_save_16bit_model",
     "deepspeed_config.gradient_clipping",
 )
+
+
+def _fsdp2_layout(r: KeyReader, strategy: str) -> None:
+    """accelerate's FSDP2 names onto memfit's FSDP2 fields: ``fsdp_reshard_after_forward``
+    (a bool under ``fsdp_version: 2``; FSDP1 strategy names there are read as the sharding
+    strategy above) and ``HYBRID_SHARD`` — FSDP inside a node, replicated across
+    ``num_machines`` (HSDP, accelerate's ``FullyShardedDataParallelPlugin``)."""
+    raw = r.take("fsdp_config.fsdp_reshard_after_forward", None)
+    if isinstance(raw, bool) or str(raw).lower() in ("true", "false"):
+        value = raw if isinstance(raw, bool) else str(raw).lower() == "true"
+        if value is False:
+            r.set("reshard_after_forward", False, "fsdp_config.fsdp_reshard_after_forward", raw)
+    machines = r.take("num_machines", 1)
+    if strategy in ("4", "HYBRID_SHARD") and isinstance(machines, int) and machines > 1:
+        r.set("dp_replicate", int(machines), "num_machines", machines)
 
 
 def read_accelerate(r: KeyReader) -> None:
@@ -166,6 +188,7 @@ def read_accelerate(r: KeyReader) -> None:
             r.set("shard", "zero2", "fsdp_config.fsdp_sharding_strategy", strategy)
         elif strategy in ("3", "NO_SHARD"):
             r.set("shard", "ddp", "fsdp_config.fsdp_sharding_strategy", strategy)
+        _fsdp2_layout(r, strategy)
         off = r.take("fsdp_config.fsdp_offload_params", False)
         if as_bool(r, "fsdp_config.fsdp_offload_params", off):
             r.set("offload", "params", "fsdp_config.fsdp_offload_params", off)

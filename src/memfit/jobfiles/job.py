@@ -28,6 +28,10 @@ WORKLOAD_FIELDS = (
     "offload",
     "gpus",
     "freeze_layers",
+    # FSDP2 / HSDP (par-a)
+    "dp_replicate",
+    "reshard_after_forward",
+    "zero_hpz_partition_size",
 )
 
 

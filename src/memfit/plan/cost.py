@@ -46,7 +46,7 @@ from typing import Any
 from memfit.errors import SpecError
 from memfit.models.model_spec import ModelSpec
 from memfit.plan.space import Settings
-from memfit.spec import PRECISION_RULES, precision_rule
+from memfit.spec import PRECISION_RULES, fsdp_mixed_policy, precision_rule
 
 _FIT = "fitted by benchmarks/step_time_calibration.py (median log-ratio of its class)"
 
@@ -140,6 +140,7 @@ MFU_BY_ARCH: dict[str, float] = {
     "hopper": 0.34,
     "blackwell": 0.34,
     "cdna3": 0.34,
+    "cdna4": 0.34,  # as CDNA3 (no point)
 }
 #: fp32 matmuls run on the CUDA cores (no TF32 assumed) at this utilization (SGEMM reaches
 #: ~70-80 % of the FP32 peak; memfit assumes the 16-bit MFU, the rest of the step being alike).
@@ -159,6 +160,7 @@ PCIE_GBPS_PER_DIRECTION = {
     "hopper": 64.0,
     "blackwell": 64.0,
     "cdna3": 64.0,
+    "cdna4": 64.0,
 }
 NVLINK_C2C_GBPS_PER_DIRECTION = 450.0
 
@@ -397,7 +399,9 @@ def train_step_cost(
     parts["host_overhead"] = host * s.grad_accum
     dp = s.dp
     n_train = facts.n_params * trainable_fraction
-    grad_width = 4 if precision_rule(s.precision, s.shard).master_weights else 2
+    # FSDP2 under torchtitan's policy reduce-scatters in fp32 (spec.rules.FSDP_MIXED_POLICY)
+    fp32_reduce = fsdp_mixed_policy(s.precision, s.shard) is not None
+    grad_width = 4 if precision_rule(s.precision, s.shard).master_weights or fp32_reduce else 2
     ring = 2.0 * (dp - 1) / dp if dp > 1 else 0.0
     link = rates.link_bps * _c("link_efficiency")
     if s.shard in ("zero3", "fsdp") and dp > 1:

@@ -62,6 +62,12 @@ def _workload_line(est: MemoryEstimate) -> str:
             layout.append(f"ep {w['ep']}" + (f" etp {w['etp']}" if w.get("etp", 1) > 1 else ""))
         if w.get("offload", "none") != "none":
             layout.append(f"offload {w['offload']}")
+        if w.get("dp_replicate", 1) > 1:  # FSDP2 / HSDP (par-a)
+            layout.append(f"HSDP replicate {w['dp_replicate']}")
+        if "reshard_after_forward" in w:
+            layout.append(f"reshard_after_forward {w['reshard_after_forward']}")
+        if "zero_hpz_partition_size" in w:
+            layout.append(f"ZeRO++ hpZ {w['zero_hpz_partition_size']}")
         parts.append(" ".join(layout) + " (per-GPU figures)")
     return ", ".join(parts)
 

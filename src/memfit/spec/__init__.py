@@ -30,12 +30,13 @@ from memfit.spec.llamacpp import LlamaCppJob
 from memfit.spec.media import MediaSpec
 from memfit.spec.options import EstimateOptions
 from memfit.spec.parts import LoraSpec, ParallelSpec, QuantSpec, ShapeSpec, TechniqueSpec
-from memfit.spec.rules import (
+from memfit.spec.rules import (  # FSDP2 (par-a)
     ATTENTIONS,
     CACHE_IMPLEMENTATIONS,
     CHECKPOINTING,
     COMPUTE_DTYPES,
     FIELD_RULES,
+    FSDP_MIXED_POLICY,
     MAX_BATCH_SIZE,
     MAX_GPUS,
     MAX_GRAD_ACCUM,
@@ -55,6 +56,7 @@ from memfit.spec.rules import (
     PrecisionRule,
     default_precision,
     default_precision_note,
+    fsdp_mixed_policy,
     precision_rule,
     resolve_precision,
 )
@@ -116,4 +118,7 @@ __all__ = [
     "default_precision",
     "default_precision_note",
     "resolve_precision",
+    # FSDP2 (par-a)
+    "FSDP_MIXED_POLICY",
+    "fsdp_mixed_policy",
 ]

@@ -19,7 +19,9 @@ from memfit.spec.rules import (
     Mode,
     default_shard,
     field_problems,
+    fsdp_rules,
     generation_rules,
+    hpz_rules,
     is_count,
     kbit_rules,
     layout_rules,
@@ -200,6 +202,10 @@ class ParallelSpec:
     cp_rotate: str = "allgather"
     ep: int = 1
     etp: int = 1
+    # -- FSDP2 / HSDP / ZeRO++ (par-a): WorkloadSpec's fields of the same names --
+    dp_replicate: int = 1
+    reshard_after_forward: bool | int = True
+    zero_hpz_partition_size: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pp_schedule", resolve_schedule(self.pp_schedule))
@@ -214,6 +220,8 @@ class ParallelSpec:
             mp = model_parallel_size(self.flat())
             p += layout_rules(self.gpus, self.tp, self.shard, mp=mp)
             p += offload_rules(self.shard, self.offload)
+            p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
+            p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
         p += parallel_layout_rules(self.flat())
         return p
 

@@ -185,14 +185,43 @@ def resolve_precision(value: Any, mode: Any) -> Any:
     return value
 
 
+#: FSDP2's ``MixedPrecisionPolicy`` a ``*-mixed`` job runs under ``--shard fsdp``: (param_dtype,
+#: reduce_dtype), as torchtitan applies it (``torchtitan/distributed/fsdp.py``
+#: ``apply_fsdp_to_decoder`` at pytorch/torchtitan b5bcd76: ``MixedPrecisionPolicy(param_dtype,
+#: reduce_dtype)`` from
+#: ``training.mixed_precision_param = "bfloat16"`` / ``mixed_precision_reduce = "float32"``,
+#: ``torchtitan/config/configs.py``): fp32 sharded parameters (the masters) and optimizer states,
+#: the unsharded parameters all-gathered in bf16 for forward and backward (no autocast), the
+#: gradients reduce-scattered in fp32 into fp32 sharded gradients. accelerate's FSDP2 path runs
+#: the same casts (``fsdp2_prepare_model`` upcasts trainable parameters to fp32 and
+#: ``FullyShardedDataParallelPlugin.set_mixed_precision`` sets param_dtype = reduce_dtype = bf16,
+#: accelerate 1.15): memfit counts the fp32 reduce (the larger).
+FSDP_MIXED_POLICY: dict[str, tuple[str, str]] = {
+    "bf16-mixed": ("bfloat16", "float32"),
+    "16-mixed": ("float16", "float32"),
+}
+
+
 def run_precision(precision: str, shard: str | None) -> str:
     """The precision the step's tensors are stored in, for the engines. Under DeepSpeed ZeRO a
     ``*-mixed`` job runs as DeepSpeed's bf16 / fp16 optimizer does: the model in the 16-bit dtype
     (the ``*-true`` tensors) with fp32 master weights in the partitioned optimizer state, which the
-    sharding models add (``estimate.sharding.FP32_MASTER_BYTES``). Elsewhere: ``precision``."""
-    if shard in DEEPSPEED_SHARDS and precision in ("bf16-mixed", "16-mixed"):
+    sharding models add (``estimate.sharding.FP32_MASTER_BYTES``). Under FSDP2 a ``*-mixed`` job
+    runs as :data:`FSDP_MIXED_POLICY`: forward and backward compute on 16-bit unsharded
+    parameters (the ``*-true`` tensors) while the sharded parameters, their gradients and the
+    optimizer states stay fp32 (the trace engine builds the model in fp32 and lets FSDP2 cast;
+    the analytic rank view adds the fp32 shards). Elsewhere: ``precision``."""
+    if shard in (*DEEPSPEED_SHARDS, "fsdp") and precision in ("bf16-mixed", "16-mixed"):
         return precision.replace("-mixed", "-true")
     return precision
+
+
+def fsdp_mixed_policy(precision: str, shard: str | None) -> tuple[str, str] | None:
+    """FSDP2's (param_dtype, reduce_dtype) for this job (:data:`FSDP_MIXED_POLICY`), or None
+    where FSDP2 runs without a cast (another shard, or a ``*-true`` / ``32-true`` precision)."""
+    if shard != "fsdp":
+        return None
+    return FSDP_MIXED_POLICY.get(precision)
 
 
 def precision_rule(precision: str, shard: str | None = None) -> PrecisionRule:
@@ -201,9 +230,11 @@ def precision_rule(precision: str, shard: str | None = None) -> PrecisionRule:
 
 
 def precision_rules(mode: str, precision: Any, shard: str | None) -> list[str]:
-    """``*-true`` 16-bit training under DeepSpeed ZeRO does not exist: its bf16 / fp16 optimizers
-    keep fp32 masters whatever the model's dtype (Lightning passes ``bf16-true`` to it as
-    ``bf16: {enabled: true}``), so memfit refuses the name rather than switch silently."""
+    """``*-true`` 16-bit training under DeepSpeed ZeRO is the same run as ``*-mixed``: its bf16 /
+    fp16 optimizers keep fp32 masters whatever the model's dtype (Lightning passes
+    ``bf16-true`` to it as ``bf16: {enabled: true}``). Non-empty where that applies: the planner
+    skips the duplicate, and a WorkloadSpec says so in its warnings
+    (:func:`deepspeed_true_note`) instead of refusing the name."""
     if mode == "train" and shard in DEEPSPEED_SHARDS and precision in ("bf16-true", "16-true"):
         mixed = precision.replace("-true", "-mixed")
         return [
@@ -213,6 +244,18 @@ def precision_rules(mode: str, precision: Any, shard: str | None) -> list[str]:
             "pure 16-bit training"
         ]
     return []
+
+
+def deepspeed_true_note(precision: str, shard: str) -> str:
+    """The line a ``*-true`` ZeRO job prints: it runs as DeepSpeed runs a 16-bit model."""
+    key = "bf16" if precision.startswith("bf16") else "fp16"
+    return (
+        f"precision {precision} with shard {shard}: DeepSpeed's {key} optimizer "
+        f'("{key}": {{"enabled": true}}) keeps fp32 master weights and Adam states in the '
+        "partitioned optimizer state whatever the model's dtype (Lightning passes "
+        f"{precision} to it the same way), so this is the run --precision "
+        f"{precision.replace('-true', '-mixed')} names: 2 + 2 + 12 bytes per parameter"
+    )
 
 
 #: GPUs per job memfit will reason about.
@@ -358,6 +401,15 @@ def _compute_dtype(name: str, value: Any) -> str | None:
     return f"{name} ({value!r}) must be None or one of {', '.join(COMPUTE_DTYPES)}"
 
 
+def _reshard_after_forward(name: str, value: Any) -> str | None:
+    if isinstance(value, bool) or (isinstance(value, int) and 1 <= value <= MAX_GPUS):
+        return None
+    return (
+        f"{name} ({value!r}) must be true, false or a positive integer (the group size FSDP2 "
+        "reshards to after forward)"
+    )
+
+
 #: Every checked flat field and its rule, in the order problems are reported.
 FIELD_RULES: dict[str, Rule] = {
     "mode": _choice(MODES),
@@ -388,6 +440,10 @@ FIELD_RULES: dict[str, Rule] = {
     "prefill_chunk_size": _optional(_positive(MAX_SEQ_LEN)),
     # pipeline, context and expert parallelism (memfit.spec.parallel_rules)
     **PARALLEL_FIELD_RULES,
+    # -- FSDP2 / HSDP (par-a) --
+    "dp_replicate": _positive(MAX_GPUS),
+    "reshard_after_forward": _reshard_after_forward,
+    "zero_hpz_partition_size": _positive(MAX_GPUS),
 }
 
 
@@ -480,6 +536,62 @@ def offload_rules(shard: str | None, offload: str) -> list[str]:
             "--shard zero2/zero3 for optimizer-only offload (ZeRO-Offload)"
         )
     return p
+
+
+def fsdp_rules(
+    shard: str | None, dp: int, dp_replicate: Any, reshard_after_forward: Any
+) -> list[str]:
+    """HSDP (``dp_replicate`` > 1) and ``reshard_after_forward`` are FSDP2's: a replicate degree
+    divides the data-parallel ranks (torchtitan: ``dp_replicate * dp_shard``); an integer
+    reshard size divides the shard group (``fully_shard``'s own rule,
+    ``_fsdp_init._get_post_forward_mesh_info``)."""
+    p: list[str] = []
+    if not (is_count(dp_replicate) and (isinstance(reshard_after_forward, (bool, int)))):
+        return p
+    if shard != "fsdp":
+        if dp_replicate != 1:
+            p.append(
+                f"dp_replicate ({dp_replicate}) is HSDP (FSDP2 over a replicate x shard mesh); "
+                f"it needs --shard fsdp (got shard {shard!r})"
+            )
+        if reshard_after_forward is not True:
+            p.append(
+                f"reshard_after_forward ({reshard_after_forward!r}) is FSDP2's; it needs "
+                f"--shard fsdp (got shard {shard!r})"
+            )
+        return p
+    if dp % dp_replicate:
+        p.append(
+            f"dp_replicate ({dp_replicate}) must divide the data-parallel ranks ({dp}): HSDP "
+            "shards over dp / dp_replicate ranks and replicates across the rest"
+        )
+        return p
+    shard_size = dp // dp_replicate
+    if not isinstance(reshard_after_forward, bool) and shard_size % reshard_after_forward:
+        p.append(
+            f"reshard_after_forward ({reshard_after_forward}) must divide the FSDP shard group "
+            f"({shard_size} ranks), as fully_shard requires; use true, false or a divisor"
+        )
+    return p
+
+
+def hpz_rules(shard: str | None, dp: int, hpz: Any) -> list[str]:
+    """ZeRO++'s hierarchical partitioning (``zero_hpz_partition_size``) is a ZeRO-3 setting whose
+    secondary group divides the data-parallel ranks (DeepSpeed builds it from consecutive ranks,
+    ``groups._create_zero_param_parallel_group``)."""
+    if not is_count(hpz) or hpz == 1:
+        return []
+    if shard != "zero3":
+        return [
+            f"zero_hpz_partition_size ({hpz}) is ZeRO++'s hierarchical partitioning of ZeRO-3 "
+            f"parameters; it needs --shard zero3 (got shard {shard!r})"
+        ]
+    if dp % hpz:
+        return [
+            f"zero_hpz_partition_size ({hpz}) must divide the data-parallel ranks ({dp}); "
+            "DeepSpeed recommends the GPUs per node"
+        ]
+    return []
 
 
 def kbit_rules(mode: str, quant: str, prepare_kbit: Any) -> list[str]:

@@ -19,11 +19,15 @@ from memfit.spec.rules import (
     FIELD_RULES,
     PARTITIONING_SHARDS,
     Mode,
+    deepspeed_true_note,
     default_precision,
     default_precision_note,
     default_shard,
     field_problems,
+    fsdp_mixed_policy,
+    fsdp_rules,
     generation_rules,
+    hpz_rules,
     is_count,
     kbit_rules,
     layout_rules,
@@ -104,6 +108,16 @@ class WorkloadSpec:
     cp_rotate: str = "allgather"
     ep: int = 1
     etp: int = 1
+    # -- FSDP2 / HSDP (par-a) --
+    #: HSDP: FSDP2 over a (replicate, shard) mesh; the model is sharded over dp / dp_replicate
+    #: ranks (torchtitan's ``data_parallel_replicate_degree``); 1: plain FSDP
+    dp_replicate: int = 1
+    #: FSDP2's ``fully_shard(reshard_after_forward=...)``: True frees each block's unsharded
+    #: parameters after its forward, False keeps them to backward, an int reshards to that group
+    reshard_after_forward: bool | int = True
+    #: ZeRO++ hpZ (DeepSpeed's ``zero_hpz_partition_size``): ZeRO-3 also keeps a 16-bit
+    #: secondary partition of each parameter over this many ranks; 1: off
+    zero_hpz_partition_size: int = 1
     #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
     #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
     #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
@@ -145,6 +159,20 @@ class WorkloadSpec:
         note = default_precision_note(
             chosen, self.mode, adapters=adapters, checkpoint_dtype=checkpoint_dtype
         )
+        if settled.fsdp_policy is not None:  # FSDP2 runs *-mixed as its policy, not autocast
+            param, reduce = settled.fsdp_policy
+            note = (
+                f"precision {chosen}: the default for a full fine-tune, run under --shard fsdp "
+                f"as FSDP2's MixedPrecisionPolicy(param_dtype={param}, reduce_dtype={reduce}) "
+                "over fp32 shards (torchtitan's default); --precision sets it"
+            )
+        elif settled.shard in DEEPSPEED_SHARDS and chosen.endswith("-mixed"):
+            key = "bf16" if chosen.startswith("bf16") else "fp16"
+            note = (
+                f"precision {chosen}: the default for a full fine-tune, run under --shard "
+                f"{settled.shard} as DeepSpeed's {key} optimizer: a 16-bit model, fp32 master "
+                "weights and Adam states in the partitioned optimizer state; --precision sets it"
+            )
         return settled, note
 
     @classmethod
@@ -219,7 +247,6 @@ class WorkloadSpec:
             return []
         p = layout_rules(self.gpus, self.tp, self.shard, mp=model_parallel_size(vars(self)))
         p += kbit_rules(self.mode, self.quant, self.prepare_kbit)
-        p += precision_rules(self.mode, self.precision, self.shard)
         if self.mode == "train" and self.quant != "none" and self.lora_rank is None:
             p.append(
                 f"quant ({self.quant!r}) with mode 'train' needs LoRA adapters (QLoRA): quantized "
@@ -232,6 +259,8 @@ class WorkloadSpec:
                 "Mxfp4Config(dequantize=True), bf16 experts: use --quant none"
             )
         p += offload_rules(self.shard, self.offload)
+        p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
+        p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
         if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
@@ -251,6 +280,8 @@ class WorkloadSpec:
                 f"shard {self.shard!r} over a single data-parallel rank partitions nothing: "
                 "it saves memory only with --gpus > 1 or with --offload"
             )
+        if precision_rules(self.mode, self.precision, self.shard):
+            w.append(deepspeed_true_note(str(self.precision), str(self.shard)))
         if self.shard == "ddp" and self.dp == 1:
             w.append("shard 'ddp' with one data-parallel rank is a single-GPU run")
         if self.quant in ("nf4", "nf4-dq", "fp4") and self.precision == "32-true" and self.is_train:
@@ -289,6 +320,17 @@ class WorkloadSpec:
         return run_precision(str(self.precision), self.shard)
 
     @property
+    def fsdp_policy(self) -> tuple[str, str] | None:
+        """FSDP2's (param_dtype, reduce_dtype) for this job, or None where FSDP2 does not cast
+        (:func:`~memfit.spec.rules.fsdp_mixed_policy`)."""
+        return fsdp_mixed_policy(str(self.precision), self.shard)
+
+    @property
+    def dp_shard(self) -> int:
+        """Ranks one FSDP2 shard group spans: ``dp / dp_replicate`` (HSDP), else ``dp``."""
+        return self.dp // self.dp_replicate if self.shard == "fsdp" else self.dp
+
+    @property
     def is_train(self) -> bool:
         return self.mode == "train"
 
@@ -315,6 +357,12 @@ class WorkloadSpec:
         for name, default in PARALLEL_DEFAULTS.items():  # printed where a job uses them
             if d[name] == default:
                 d.pop(name)
+        if self.dp_replicate == 1:
+            d.pop("dp_replicate")
+        if self.reshard_after_forward is True:
+            d.pop("reshard_after_forward")
+        if self.zero_hpz_partition_size == 1:
+            d.pop("zero_hpz_partition_size")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -334,4 +382,5 @@ SHAPE_FIELDS: tuple[str, ...] = ("mode", "batch_size", "seq_len", "new_tokens", 
 SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation", "prefill_chunk_size")
 PARALLEL_FIELDS: tuple[str, ...] = ("gpus", "tp", "shard", "offload")
 PARALLEL_FIELDS += tuple(PARALLEL_DEFAULTS)  # pp, pp_schedule, ..., etp
+PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward", "zero_hpz_partition_size")  # par-a
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())

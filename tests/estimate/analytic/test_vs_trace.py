@@ -445,3 +445,66 @@ def test_vit_base_grid_rows_match_the_trace(checkpointing, trace_hf) -> None:
     analytic = estimate_analytic(config, wl)
     error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
     assert abs(error) <= VIT_BASE_TOLERANCE, (analytic.peak_allocated_bytes, error)
+
+
+#: FSDP2 as torchtitan runs it (``spec.rules.FSDP_MIXED_POLICY``): the trace applies the real
+#: ``fully_shard(mp_policy=MixedPrecisionPolicy(bf16, fp32), reshard_after_forward=...)`` over an
+#: fp32 model on a fake (replicate x) shard mesh; the analytic rank view is the closed form.
+FSDP_POLICY_CASES = [
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed"},
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed", "reshard_after_forward": False},
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed", "reshard_after_forward": 2},
+    {"gpus": 8, "shard": "fsdp", "precision": "bf16-mixed", "dp_replicate": 2},
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-true", "reshard_after_forward": False},
+]
+
+
+@pytest.mark.parametrize(
+    "overrides", FSDP_POLICY_CASES, ids=[_ids(("mid", c)) for c in FSDP_POLICY_CASES]
+)
+def test_fsdp2_mixed_precision_policy_reshard_and_hsdp_agree_with_the_trace(
+    overrides, trace_hf
+) -> None:
+    wl = WorkloadSpec(**{"batch_size": 1, "seq_len": 32, **overrides})
+    _compare(trace_hf, TINY["mid-llama"], wl)
+
+
+#: FSDP2 under the bf16 / fp32 policy where the closed form is a little above the trace (never
+#: below): CPUOffloadPolicy (the running and the prefetched block placed at every backward point
+#: where the trace's peak holds one: measured +4.9 %), LoRA adapters on an fp32-at-rest base
+#: (+4.3 %), and FSDP over a tensor-parallel rank (+4.4 %). Host RAM agrees.
+FSDP_OVER_CASES = [
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed", "offload": "params"},
+    {"gpus": 4, "shard": "fsdp", "precision": "bf16-mixed", "lora_rank": 4},
+    {"gpus": 4, "tp": 2, "shard": "fsdp", "precision": "bf16-mixed"},
+]
+
+
+@pytest.mark.parametrize(
+    "overrides", FSDP_OVER_CASES, ids=[_ids(("mid", c)) for c in FSDP_OVER_CASES]
+)
+def test_fsdp2_mixed_policy_closed_form_is_at_most_6_percent_above_the_trace(
+    overrides, trace_hf
+) -> None:
+    wl = WorkloadSpec(**{"batch_size": 1, "seq_len": 32, **overrides})
+    traced = trace_hf(TINY["mid-llama"], wl, name="case")
+    analytic = estimate_analytic(TINY["mid-llama"], wl)
+    error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
+    assert 0 <= error <= 0.06, error
+    assert analytic.host_memory_bytes == pytest.approx(traced.host_memory_bytes, rel=0.01)
+
+
+#: ZeRO++ hpZ (``zero_hpz_partition_size``): a 16-bit secondary partition of every partitioned
+#: ZeRO-3 parameter over the hpZ group, on the device or with the offloaded parameters.
+HPZ_CASES = [
+    {"gpus": 8, "shard": "zero3", "zero_hpz_partition_size": 4},
+    {"gpus": 8, "shard": "zero3", "zero_hpz_partition_size": 2, "offload": "params"},
+    {"mode": "infer", "gpus": 8, "shard": "zero3", "new_tokens": 3, "zero_hpz_partition_size": 4},
+]
+
+
+@pytest.mark.parametrize("overrides", HPZ_CASES, ids=[_ids(("mid", c)) for c in HPZ_CASES])
+def test_zero_plus_plus_hpz_secondary_partition_agrees_with_the_trace(overrides, trace_hf) -> None:
+    precision = "bf16-mixed" if overrides.get("mode", "train") == "train" else "bf16-true"
+    wl = WorkloadSpec(**{"batch_size": 1, "seq_len": 32, "precision": precision, **overrides})
+    _compare(trace_hf, TINY["mid-llama"], wl)

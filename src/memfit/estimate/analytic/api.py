@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
+from memfit.estimate import sharding
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.distributed import per_rank_config
 from memfit.estimate.analytic.engine import Simulated, simulate
@@ -256,6 +257,7 @@ def _result(
             f"allocated x {reserved.ratio[0]:.3f} (a fit to the trace's allocator replay)"
         ]
         + list(version_notes())
+        + sharding.layout_notes(wl)
         + sim.notes,
         paged_note=False,
     )

@@ -173,7 +173,10 @@ def rank_view_for(
     counts = [st.count for st in stacks]
     return rank_view(
         shard=str(wl.shard),
-        dp=wl.dp,
+        dp=wl.dp_shard,
+        fsdp_masters=wl.fsdp_policy is not None,
+        reshard_after_forward=wl.reshard_after_forward,
+        hpz=wl.zero_hpz_partition_size,
         offload=wl.offload,
         train=wl.is_train,
         optimizer=wl.optimizer or "none",

@@ -71,6 +71,7 @@ class RankView:
 
     params_bytes: int
     grads: str  # "keep" | "drop" (ZeRO-2/3) | "shard" (FSDP)
+    grad_shard_scale: float = 1.0  # FSDP2 mixed precision: fp32 shards of 16-bit gradients
     grad_fixed_bytes: int = 0  # partitions, buckets held in every phase
     bwd_bucket_bytes: int = 0  # ZeRO-1/2's bucket, backward only
     states_bytes: int = 0
@@ -86,7 +87,8 @@ class RankView:
     dp: int = 1
 
     def point(self, v: Vec, *, backward: bool = False, optimizer: bool = False) -> Vec:
-        grads = {"keep": v[GRADS], "drop": 0, "shard": -(-v[GRADS] // self.dp)}[self.grads]
+        shard = round(-(-v[GRADS] // self.dp) * self.grad_shard_scale)
+        grads = {"keep": v[GRADS], "drop": 0, "shard": shard}[self.grads]
         grads += self.grad_fixed_bytes
         if backward:
             grads += self.bwd_bucket_bytes
@@ -137,16 +139,23 @@ def rank_view(
     counts: Sequence[int],
     state_bytes: int,
     opt_temp_bytes: int,
+    fsdp_masters: bool = False,
+    reshard_after_forward: bool | int = True,
+    hpz: int = 1,
 ) -> RankView:
     """Rank 0's view (see the module docstring). ``params``: per stack, one block's
     parameters; ``state_bytes``/``opt_temp_bytes``: the single GPU's optimizer states and step
-    temporaries."""
+    temporaries; ``dp``: the ranks the model is partitioned over (an HSDP shard group);
+    ``fsdp_masters``: FSDP2 runs a MixedPrecisionPolicy over fp32 shards (the single-GPU
+    points are the 16-bit model's); ``reshard_after_forward``: FSDP2's; ``hpz``: ZeRO++'s
+    ``zero_hpz_partition_size`` (a secondary partition of every partitioned ZeRO-3 parameter)."""
     trainable = [p for ps, c in zip(params, counts, strict=True) for p in ps * c if p.trainable]
     n_tr = sum(p.numel for p in trainable)
     pb = max((p.elem_bytes for p in trainable), default=4)
     if shard == "fsdp":
         full = sum(p.n_bytes * c for ps, c in zip(params, counts, strict=True) for p in ps)
-        return _fsdp(dp, offload, params, counts, full, state_bytes, opt_temp_bytes)
+        policy = FsdpPolicy(masters=fsdp_masters, reshard_after_forward=reshard_after_forward)
+        return _fsdp(dp, offload, params, counts, full, state_bytes, opt_temp_bytes, policy)
     if shard == "ddp" or shard == "none":
         fixed = 0
         if shard == "ddp" and train:
@@ -202,13 +211,22 @@ def rank_view(
             for ps, c in zip(params, counts, strict=True)
             for p in ps
         )
+        secondary = sum(
+            _r512(sharding.hpz_secondary_bytes(p.numel, p.elem_bytes, hpz)) * c
+            for ps, c in zip(params, counts, strict=True)
+            for p in ps
+            if not sharding.zero3_persists(p.numel)
+        )
         if offload_params:
+            host += secondary  # DeepSpeed puts it on the parameters' remote device
             host += sum(
                 _zero3_rank_bytes(p, dp, False) * c
                 for ps, c in zip(params, counts, strict=True)
                 for p in ps
                 if not sharding.zero3_persists(p.numel)
             )
+        else:
+            kept += secondary
         view.params_bytes = kept - full
         fwd, bwd = _zero3_gathered(params, counts)
         for i in range(len(params)):
@@ -274,6 +292,37 @@ def _walk(seq: list[tuple[int, int, int]], n_stacks: int) -> list[int]:
     return most
 
 
+@dataclass(frozen=True)
+class FsdpPolicy:
+    """How FSDP2 is applied: ``masters`` — a ``MixedPrecisionPolicy(param_dtype=16-bit,
+    reduce_dtype=fp32)`` over fp32 sharded parameters (torchtitan's default,
+    ``spec.rules.FSDP_MIXED_POLICY``); ``reshard_after_forward`` — ``fully_shard``'s."""
+
+    masters: bool = False
+    reshard_after_forward: bool | int = True
+
+    def unsharded_bytes(self, n_blocks: int, layer_bytes: int, dp: int) -> tuple[int, int, int]:
+        """Unsharded block parameters held in (a block's forward, a block's backward, the LM
+        head's forward and backward) beyond the root. True: the
+        running block and the next one's all-gather output with its copy-out (forward), the
+        running and the prefetched block (backward). False: every finished block stays whole
+        until its backward, which gathers nothing (at the forward/backward turn all
+        ``n_blocks`` are whole). An int: finished blocks stay sharded over that many ranks
+        (``fully_shard(reshard_after_forward=int)``), on top of True's gathers."""
+        rf = self.reshard_after_forward
+        fwd, bwd = FSDP_FWD_BLOCKS * layer_bytes, FSDP_BWD_BLOCKS * layer_bytes
+        if rf is True or (rf is not False and rf >= dp):
+            return fwd, bwd, 0
+        if rf is False or rf == 1:
+            # forward: the finished blocks, the running one and the next one's all-gather
+            # output being copied out (the trace of 2- and 4-block Llamas holds n + 2 blocks)
+            whole = n_blocks * layer_bytes
+            return whole + (FSDP_FWD_BLOCKS - 1) * layer_bytes, max(bwd, whole), whole
+        # at the last block's forward the other n - 1 hold their 1/rf post-forward shards
+        kept = max(n_blocks - 1, 0) * -(-layer_bytes // rf)
+        return fwd + kept, bwd + kept, kept
+
+
 def _fsdp(
     dp: int,
     offload: str,
@@ -282,21 +331,40 @@ def _fsdp(
     full: int,
     state_bytes: int,
     opt_temp_bytes: int,
+    policy: FsdpPolicy | None = None,
 ) -> RankView:
-    """FSDP2: see the module docstring; ``full``: the single GPU's parameter bytes."""
+    """FSDP2: see the module docstring; ``full``: the single GPU's parameter bytes. Under a
+    mixed-precision policy (``policy.masters``) the single-GPU points are the 16-bit model's
+    (its activations and unsharded parameters); the shards of trainable parameters, their
+    gradients and the optimizer states are fp32 (scaled by 4 / the 16-bit width), and each
+    block's backward also holds the fp32 reduce-scatter input (``foreach_reduce`` copies the
+    16-bit unsharded gradients into a ``reduce_dtype`` buffer)."""
+    policy = policy or FsdpPolicy()
+    width = max((p.elem_bytes for ps in params for p in ps if p.trainable), default=4)
+    scale = sharding.FP32_MASTER_BYTES / width if policy.masters else 1.0
+    # under the policy the model is fp32 at rest (torchtitan builds it so; the trace engine too):
+    # every shard is fp32, the frozen base of an adapter job included
     shards = sum(
-        sharding.fsdp_shard_numel(p.shape, dp) * p.elem_bytes * c
+        sharding.fsdp_shard_numel(p.shape, dp)
+        * (sharding.FP32_MASTER_BYTES if policy.masters else p.elem_bytes)
+        * c
         for ps, c in zip(params, counts, strict=True)
         for p in ps
     )
     root = sum(p.n_bytes for p in params[0] + params[-1])
     layer = max((sum(p.n_bytes for p in ps) for ps in params[1:-1]), default=0)
     layer_grads = max((sum(p.n_bytes for p in ps if p.trainable) for ps in params[1:-1]), default=0)
-    states = -(-state_bytes // dp)
-    temp = -(-opt_temp_bytes // dp)
+    # the block's unsharded gradients as the reduce-scatter input: ``reduce_dtype`` (fp32) wide
+    # under a mixed-precision policy
+    reduce_input = round(layer_grads * scale)
+    states = round(-(-state_bytes // dp) * scale)
+    temp = round(-(-opt_temp_bytes // dp) * scale)
+    n_layers = sum(c for c in counts[1:-1])
+    fwd_blocks, bwd_blocks, at_head = policy.unsharded_bytes(n_layers, layer, dp)
     view = RankView(
         params_bytes=shards - full,
         grads="shard",
+        grad_shard_scale=scale,
         states_bytes=states,
         opt_temp_bytes=temp,
         single_opt_temp_bytes=opt_temp_bytes,
@@ -304,17 +372,21 @@ def _fsdp(
     )
     last = len(params) - 1
     for i in range(len(params)):
-        blocks = FSDP_FWD_BLOCKS if 0 < i < last else 0
-        view.fwd_extra[i] = one(PARAMS, root + blocks * layer)
-        bwd_blocks = FSDP_BWD_BLOCKS if 0 < i < last else 0
+        in_block = 0 < i < last
+        # blocks kept unsharded after their forward are still held at the LM head; memfit
+        # places the most a stack holds at every point of it (the safe side)
+        held_fwd = fwd_blocks if in_block else at_head * (i == last)
+        held_bwd = bwd_blocks if in_block else at_head * (i == last)
+        view.fwd_extra[i] = one(PARAMS, root + held_fwd)
         view.bwd_extra[i] = vadd(
-            one(PARAMS, root + bwd_blocks * layer), one(GRADS, layer_grads if 0 < i < last else 0)
+            one(PARAMS, root + held_bwd), one(GRADS, reduce_input if in_block else 0)
         )
         if offload == "params" and 0 < i < last:  # the reduce-scatter output before its D2H copy
-            view.bwd_extra[i] = vadd(view.bwd_extra[i], one(GRADS, -(-layer_grads // dp)))
+            out = round(-(-layer_grads // dp) * scale)
+            view.bwd_extra[i] = vadd(view.bwd_extra[i], one(GRADS, out))
     if offload == "params":
         grad_shards = sum(
-            sharding.fsdp_shard_numel(p.shape, dp) * p.elem_bytes * c
+            sharding.fsdp_shard_numel(p.shape, dp) * round(p.elem_bytes * scale) * c
             for ps, c in zip(params, counts, strict=True)
             for p in ps
             if p.trainable

@@ -30,6 +30,15 @@ from memfit.spec import PRECISION_RULES, WorkloadSpec
 PARAM_DTYPE = {name: getattr(torch, r.params) for name, r in PRECISION_RULES.items()}
 
 
+def model_dtype(workload: WorkloadSpec) -> torch.dtype:
+    """The dtype the model is built in: the precision's parameters, except under an FSDP2
+    mixed-precision policy (``WorkloadSpec.fsdp_policy``), whose sharded parameters are the fp32
+    originals that ``fully_shard`` casts to ``param_dtype`` at each all-gather."""
+    if workload.fsdp_policy is not None:
+        return torch.float32
+    return PARAM_DTYPE[workload.run_precision]
+
+
 @dataclass(frozen=True)
 class LayerVar:
     """One independently repeated stack: ``path`` to its config dict and the count ``key``.
@@ -242,7 +251,7 @@ def build_hf_model(
             hf.pad_token_id = 0
     impl = "eager" if workload.attention == "eager" else "sdpa"
     cls = model_class(task)
-    kwargs: dict[str, Any] = {"dtype": PARAM_DTYPE[workload.run_precision]}
+    kwargs: dict[str, Any] = {"dtype": model_dtype(workload)}
     if trust_remote_code:
         kwargs["trust_remote_code"] = True
     with torch.device(device):

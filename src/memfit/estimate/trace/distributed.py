@@ -8,8 +8,11 @@ Two routes, chosen per setup:
   parameters it frees with ``resize_(0)``, reduce-scatter buffers, sharded gradients — is counted
   by the tracker as it happens. The collectives move no data, which changes no allocation.
   Storages born inside FSDP2's all-gather are labelled ``parameters``, inside its reduce-scatter
-  ``gradients``. FSDP2's default ``MixedPrecisionPolicy`` (no cast) is used: gathers and
-  reductions run in the parameters' dtype (with ``amp-*`` the forward runs under autocast).
+  ``gradients``. A ``*-mixed`` precision runs as torchtitan runs FSDP2
+  (``spec.rules.FSDP_MIXED_POLICY``): the model built in fp32, ``MixedPrecisionPolicy(
+  param_dtype=bf16, reduce_dtype=fp32)``, no autocast; ``*-true`` / ``32-true`` use the default
+  policy (no cast). ``reshard_after_forward`` and HSDP (``dp_replicate``: a 2-D mesh) are passed
+  to ``fully_shard`` as the workload sets them.
 - ``ddp``, ``zero1/2/3`` and every ``offload`` are a **rewrite of the traced timeline**
   (DeepSpeed is not a dependency, and DDP's reducer lives in C++). The single-GPU step is traced
   once, with marks for phases and for each parameter-owning module's forward and backward, then
@@ -28,7 +31,8 @@ dropout and the block input/output activations replicated: Korthikanti et al. 20
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +89,7 @@ def notes(workload: WorkloadSpec) -> list[str]:
             "DDP with bucket_cap_mb 25 (first bucket 1 MiB) and gradient_as_bucket_view False: "
             "bucket copies held in addition to .grad"
         )
+    out.extend(sharding.layout_notes(workload))
     if workload.tp > 1:
         out.append(
             "tensor parallelism traced as one rank's block (heads, KV heads, intermediate and "
@@ -167,7 +172,7 @@ class Plan:
 
     def wrap_(self, model: torch.nn.Module) -> None:
         if self.workload.shard == "fsdp":
-            _fully_shard_(model, self.mesh)
+            _fully_shard_(model, self.mesh, self.workload)
             self.tracker.on_enter.append(partial_label_fsdp(self.tracker))
         else:
             _mark_modules_(model, self.tracker)
@@ -206,12 +211,14 @@ def plan_for(workload: WorkloadSpec, config: dict[str, Any]) -> Plan | None:
         return None
     plan = Plan(workload=workload, full_config=config)
     if workload.shard == "fsdp":
-        plan.mesh = _fake_mesh(workload.dp)
+        plan.mesh = _fake_mesh(workload.dp, workload.dp_replicate)
     return plan
 
 
-def _fake_mesh(dp: int) -> Any:
-    """A 1-D device mesh of ``dp`` ranks over torch's fake process group (rank 0)."""
+def _fake_mesh(dp: int, replicate: int = 1) -> Any:
+    """A device mesh of ``dp`` ranks over torch's fake process group (rank 0): 1-D, or
+    (replicate, shard) for HSDP — ``fully_shard`` on a 2-D mesh replicates across dim 0 and
+    shards across dim 1 (torch.distributed.fsdp.fully_shard docs)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -226,16 +233,56 @@ def _fake_mesh(dp: int) -> Any:
             dist.destroy_process_group()
     if not dist.is_initialized():
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=dp)
+    if replicate > 1:
+        return init_device_mesh(
+            "cpu", (replicate, dp // replicate), mesh_dim_names=("dp_replicate", "dp_shard")
+        )
     return init_device_mesh("cpu", (dp,))
 
 
-def _fully_shard_(model: torch.nn.Module, mesh: Any) -> None:
-    from torch.distributed.fsdp import fully_shard
+def _fully_shard_(model: torch.nn.Module, mesh: Any, workload: WorkloadSpec) -> None:
+    """``fully_shard`` on every decoder block, then on the root, as torchtitan's
+    ``apply_fsdp_to_decoder`` does for a dense decoder: the workload's ``MixedPrecisionPolicy``
+    (``WorkloadSpec.fsdp_policy``; none: FSDP2's default, no cast), ``reshard_after_forward``,
+    and an HSDP mesh when ``dp_replicate`` > 1 (see :func:`_fake_mesh`)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    policy = workload.fsdp_policy
+    mp = MixedPrecisionPolicy()
+    if policy is not None:
+        mp = MixedPrecisionPolicy(
+            param_dtype=getattr(torch, policy[0]),
+            reduce_dtype=getattr(torch, policy[1]),
+            cast_forward_inputs=False,
+        )
+    rf = workload.reshard_after_forward
     layers = decoder_layers(model)
-    for layer in layers if layers is not None else []:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    with _real_post_forward_mesh():
+        for layer in layers if layers is not None else []:
+            fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=rf)
+        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=rf)
+
+
+@contextlib.contextmanager
+def _real_post_forward_mesh() -> Iterator[None]:
+    """``fully_shard(reshard_after_forward=int)`` builds the post-forward sub-mesh from the
+    mesh's rank tensor (``_fsdp_init._get_post_forward_mesh_info``); under FakeTensorMode that
+    tensor turns fake and reading its values fails, so the sub-mesh is built outside it (a
+    device mesh is bookkeeping, not a device allocation)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.fsdp._fully_shard import _fully_shard as module
+
+    original = module._get_post_forward_mesh_info
+
+    def outside_fake(*args: Any, **kwargs: Any) -> Any:
+        with unset_fake_temporarily():
+            return original(*args, **kwargs)
+
+    module._get_post_forward_mesh_info = outside_fake
+    try:
+        yield
+    finally:
+        module._get_post_forward_mesh_info = original
 
 
 def partial_label_fsdp(tracker: DistTracker) -> Callable[[], Callable[[], None]]:

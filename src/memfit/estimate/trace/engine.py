@@ -147,6 +147,8 @@ def memoized(
         cfg, wl = job.run_config(j.config, j.traced, j.stacks, j.targets, trust_remote_code)
     except MemfitError:
         return False
+    if wl.shard == "fsdp":  # FSDP2 runs for real, never from the memo (as _trace_run)
+        return False
     for cast_pixels in (False, True):
         k = step_memo.run_key(
             cfg, wl, j.task, j.targets, trust_remote_code, gpu=gpu, cast_pixels=cast_pixels

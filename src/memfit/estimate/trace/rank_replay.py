@@ -293,6 +293,8 @@ class _Zero(_Rewrite):
 
     # -- persistent buffers and partitions
     def prologue(self) -> None:
+        if self.stage == 3:
+            self._hpz_secondary()
         if not self.wl.is_train or self.n_trainable == 0:
             return
         part = sharding.partition_numel(self.n_trainable, self.dp)
@@ -308,6 +310,19 @@ class _Zero(_Rewrite):
                 self.synthetic(), bucket * self.param_bytes, "gradients", "(ZeRO gradient bucket)"
             )
             self._grad_partition()
+
+    def _hpz_secondary(self) -> None:
+        """ZeRO++ hpZ: a secondary partition of every partitioned parameter, held from the start
+        (DeepSpeed creates it at the first release and keeps it: the safe side)."""
+        hpz = self.wl.zero_hpz_partition_size
+        for key, p in self.params.items():
+            n = sharding.hpz_secondary_bytes(p.numel, p.element_size, hpz)
+            if not n or not self._partitioned(key):
+                continue
+            if self.offload_params:
+                self.tl.host_alloc(self.synthetic(), n)
+            else:
+                self.tl.alloc(self.synthetic(), n, "parameters", "(ZeRO++ hpZ secondary partition)")
 
     def _grad_partition(self) -> None:
         part = sharding.partition_numel(self.n_trainable, self.dp)

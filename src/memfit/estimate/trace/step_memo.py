@@ -41,7 +41,7 @@ from memfit.estimate.trace.rank_trace import RankTrace
 from memfit.spec import WorkloadSpec
 
 #: Workload fields only the rank rewrite reads (the traced step is the same for every value).
-REWRITE_ONLY = ("shard", "offload", "gpus", "grad_accum")
+REWRITE_ONLY = ("shard", "offload", "gpus", "grad_accum", "zero_hpz_partition_size")
 #: Entries kept at most. A cold plan of an 8B model traces 5-8 shallow runs per technique stack
 #: (six stacks), and the full-depth runs of a stack whose growth fails: 40-70 entries.
 MAX_ENTRIES = 128
