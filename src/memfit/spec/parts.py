@@ -231,4 +231,4 @@ class ParallelSpec:
     @property
     def dp(self) -> int:
         """Data-parallel degree: ``gpus / (tp * pp * cp)``."""
-        return self.gpus // (self.tp * self.pp * self.cp)
+        return self.gpus // model_parallel_size(self.flat())  # 1 for an invalid field

@@ -310,7 +310,7 @@ class WorkloadSpec:
     @property
     def dp(self) -> int:
         """Data-parallel degree: ``gpus / (tp * pp * cp)``."""
-        return self.gpus // (self.tp * self.pp * self.cp)
+        return self.gpus // model_parallel_size(vars(self))  # 1 for an invalid field
 
     @property
     def run_precision(self) -> str:
