@@ -89,10 +89,22 @@ def grid_job(w: WorkloadSpec) -> str | None:
         job = "infer" if w.mode == "infer" else None
     if job is None:
         return None
-    free = {"batch_size": 1, "seq_len": 512, "new_tokens": 0, "lora_rank": None}
-    free |= {"checkpointing": "none", "optimizer": None, "precision": GRID_PRECISION}
     plain = WorkloadSpec(mode=w.mode, precision=GRID_PRECISION)
-    return job if dataclasses.replace(w, **free) == dataclasses.replace(plain, **free) else None
+    return job if _fixed(w) == _fixed(plain) else None
+
+
+#: The workload fields a validated job may set freely (the rest must be the grid's).
+FREE_FIELDS = frozenset(
+    {"batch_size", "seq_len", "new_tokens", "lora_rank", "checkpointing", "optimizer", "precision"}
+)
+
+
+def _fixed(w: WorkloadSpec) -> dict[str, Any]:
+    return {
+        f.name: getattr(w, f.name)
+        for f in dataclasses.fields(w)
+        if f.compare and f.name not in FREE_FIELDS
+    }
 
 
 def _major_minor(version: str) -> str:
