@@ -123,13 +123,13 @@ def cached_record(
     key = key_of({"record": parts})
     data = cache.load(key, kind=KIND, fmt=FORMAT)
     if data is not None:
-        record = data.get("record")
+        kept = data.get("record")
         try:
-            ok = isinstance(record, dict) and valid(record)
+            ok = isinstance(kept, dict) and valid(kept)
         except (KeyError, TypeError, ValueError):
             ok = False
-        if ok:
-            return {**record, "cached": True}
+        if ok and isinstance(kept, dict):
+            return {**kept, "cached": True}
     record = run()
     cache.store(key, {"record": record}, kind=KIND, fmt=FORMAT)
     return record
