@@ -88,11 +88,11 @@ def load_kernel(*, wait: bool = True) -> Any:
         if not _disk_cache_on():
             _WHY[0] = "--no-cache: numba's machine code on disk is not read"
             return None
-        if not wait and not kernel_ready():
+        if not wait and not kernel_ready():  # checked again at each replay (one stat)
             if not _WARMING:
                 _WARMING.append(warm_in_background())
             _WHY[0] = _WARMING[0]
-            return None
+            return None  # once the background compile is done, the next replay loads it
         _KERNEL.append(_compile())
         if _KERNEL[0] is not None:
             _mark_ready()
@@ -118,9 +118,14 @@ def _stamp() -> str:
 
 
 def _marker(prefix: str) -> str | None:
-    path, _why = kernel_cache.folder()
-    stamp = _stamp()
+    if not _FOLDER_STAMP:  # once per process: a replay may ask many times
+        path, _why = kernel_cache.folder()
+        _FOLDER_STAMP.append((path, _stamp()))
+    path, stamp = _FOLDER_STAMP[0]
     return None if path is None or not stamp else str(path / f"{prefix}-{stamp}")
+
+
+_FOLDER_STAMP: list[tuple[Path | None, str]] = []  # the kernel's folder and stamp, once known
 
 
 def kernel_ready() -> bool:
