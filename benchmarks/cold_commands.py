@@ -67,6 +67,9 @@ COMMANDS: tuple[str, ...] = (
     "doctor llama-3.1-8b --gpu L4 --sized-by weights",
     "estimate gpt2 --batch 2 --seq 256 --gpu T4",
     "estimate qwen2.5-7b --lora-rank 16 --seq 2048 --gpu L4",
+    # what `auto` answered command 3 with before issue 32 (one trace), for the comparison
+    "estimate llama-3.1-8b --lora-rank 16 --seq 2048 --precision bf16-true --gpu L4 --engine trace",
+    "estimate llama-3.1-8b --lora-rank 16 --seq 2048 --precision bf16-true --gpu L4 --confirm",
 )
 
 
