@@ -136,7 +136,8 @@ class MemoryEstimate:
     #: Whether the bytes are the trace engine's (True: traced, read from the trace cache or a
     #: derived form, or a fast answer the trace confirmed), a fast engine's answer no trace
     #: checked (False: the analytic engine's validated default, memfit.estimate.fastpath), or
-    #: None where no confirmation applies (an engine named alone, or called directly).
+    #: None where the one-answer rule did not set it (an engine named alone, a search's
+    #: estimates, which say their engines in their own notes, or an engine called directly).
     confirmed: bool | None = None
 
     def __post_init__(self) -> None:
