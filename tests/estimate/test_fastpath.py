@@ -121,3 +121,18 @@ def test_verdict_settled_only_away_from_the_band() -> None:
     # does not fit at the top of the band, may fit at its bottom (9.8 + 1 GiB < 11 GiB)
     assert not fastpath.verdict_settled(est, 11 * gib, "does not fit")
     assert fastpath.verdict_settled(est, 10 * gib, "does not fit")
+
+
+def test_the_checklists_estimator_traces_every_job_under_confirm() -> None:
+    from memfit.estimate.policy import AnalyticFirst, use_confirm
+    from memfit.models import resolve_model
+
+    source = resolve_model("gpt2")
+    assert AnalyticFirst(source, None)(LORA).engine == "analytic"  # upgrade / doctor: analytic
+    with use_confirm():
+        est = AnalyticFirst(source, None)(LORA)
+    assert (est.engine, est.confirmed, est.engine_reason) == (
+        "trace",
+        True,
+        "auto: --confirm: traced",
+    )

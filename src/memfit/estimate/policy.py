@@ -201,6 +201,11 @@ def _analytic_models(source: Any) -> bool:
     return bool(supports(source.config))
 
 
+def _traceable(source: Any) -> bool:
+    """Whether the trace engine can run ``source`` here (a factory, or the trace stack)."""
+    return source.origin == "factory" or trace_stack_missing(source) is None
+
+
 def _derived_may_model(source: Any) -> bool:
     """Whether the derived engine can model ``source``'s jobs at all (a config.json model
     without remote code, with the trace stack to build forms)."""
@@ -457,7 +462,8 @@ class Chain:
 
 
 class AnalyticFirst:
-    """Estimator of the checklists: under ``auto`` the analytic engine; a job it refuses goes to
+    """Estimator of the checklists: under ``auto`` the analytic engine (the trace for every job
+    under ``--confirm``, :func:`confirming`); a job it refuses goes to
     the derived engine and then the trace engine, at most ``max_trace`` times for jobs that need
     a trace (a cached derived form needs none; then the refusal is raised, and the caller
     counts the job as not estimated). ``rejected`` keeps every refusal's message, ``n_trace``
@@ -476,6 +482,9 @@ class AnalyticFirst:
         if self.engine != "auto":
             return with_reason(run_engine(self.engine, self.source, w, self.gpu),
                                f"--engine {self.engine}")  # fmt: skip
+        if confirming() and _traceable(self.source):  # --confirm: every answer the trace's
+            est = run_engine("trace", self.source, w, self.gpu)
+            return dataclasses.replace(with_reason(est, "auto: --confirm: traced"), confirmed=True)
         try:
             est = run_engine("analytic", self.source, w, self.gpu)
             return with_reason(est, f"auto: {_model_type(self.source)} has an analytic program")
