@@ -384,6 +384,7 @@ def render(
     ]
     for r in rows:
         lines.append("| " + " | ".join(_cells(r)) + " |")
+    lines += render_default(rows)
     if missing:
         by: dict[str, list[str]] = {}
         for fam, job in missing:
@@ -404,6 +405,98 @@ def render(
 
 
 ENGINES = ("trace", "derived", "analytic")
+
+
+# -- the default engine (``--engine auto`` for one estimate), per family ---------------------------
+def model_type_of(row: dict) -> str:
+    """The model_type of a row's family: a tiny family is named by its type; a bundled config
+    (``origin`` ``bundled-N``) by its name, whose config says it."""
+    if not str(row.get("origin", "")).startswith("bundled-"):
+        return str(row["family"])
+    from memfit.models import resolve_model
+
+    return str(resolve_model(row["family"]).config.get("model_type"))
+
+
+def default_answer(row: dict) -> dict[str, Any] | None:
+    """The analytic engine's default answer on a row (reserved bytes at the top of its ratio
+    range, as ``estimate`` gives it under auto: memfit.estimate.fastpath), None without one."""
+    from memfit.estimate.analytic.reserved import RESERVED_RATIO
+
+    a = row.get("analytic", {})
+    if a.get("status") != "ok" or row["trace"]["status"] != "ok":
+        return None
+    high = RESERVED_RATIO["infer" if row["job"] == "infer" else "train"][2]
+    return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
+            "reserved_bytes": int(a["allocated_bytes"] * high)}  # fmt: skip
+
+
+def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
+    """model_type -> the jobs whose every row has the default analytic answer within the
+    tolerance of the trace (allocated within +-TOLERANCE, reserved no more than TOLERANCE
+    under): what ``memfit.estimate.fastpath.VALIDATED`` must say. A job with a row the analytic
+    engine refuses, or no row, is not validated."""
+    from memfit.estimate.fastpath import TOLERANCE
+
+    by: dict[tuple[str, str], list[bool]] = {}
+    for r in _latest(rows):
+        if r["job"] not in JOBS or r.get("analytic", {}).get("status") == "none":
+            continue
+        d = default_answer(r)
+        ok = d is not None and all(
+            lo <= (d[f] - r["trace"][f]) / r["trace"][f] <= hi
+            for f, lo, hi in (("allocated_bytes", -TOLERANCE, TOLERANCE),
+                              ("reserved_bytes", -TOLERANCE, float("inf")))
+        )  # fmt: skip
+        by.setdefault((model_type_of(r), r["job"]), []).append(ok)
+    table: dict[str, list[str]] = {}
+    for (mt, job), oks in by.items():
+        if oks and all(oks):
+            table.setdefault(mt, []).append(job)
+    return {mt: tuple(j for j in JOBS if j in jobs) for mt, jobs in sorted(table.items())}
+
+
+def render_default(rows: list[dict]) -> list[str]:
+    """The "Default engine" section: per family and job, which engine answers one ``estimate``
+    of that job under auto, and its error against the trace (allocated, reserved)."""
+    from memfit.estimate.fastpath import TOLERANCE, VALIDATED
+
+    lines = [
+        "",
+        "## Default engine (`--engine auto`, one estimate)",
+        "",
+        "Which engine answers one `memfit estimate` of each job under `--engine auto` "
+        "(`memfit.estimate.fastpath`): the analytic engine where every row of the model type's job "
+        f"has its default answer (reserved bytes at the top of the ratio range) within "
+        f"{TOLERANCE:.0%} of the trace (allocated within +-{TOLERANCE:.0%}, reserved no more "
+        f"than {TOLERANCE:.0%} under), else the trace (or a cached derived form: the trace's own "
+        "bytes, error 0). Error = (default - trace) / trace.",
+        "",
+        "| family | model_type | job | default engine | alloc err | reserved err |",
+        "|---|---|---|---|---|---|",
+    ]
+    errors: dict[str, list[float]] = {"alloc": [], "reserved": []}
+    table = []
+    for r in _latest(rows):
+        if r["job"] not in JOBS or r["trace"]["status"] != "ok":
+            continue
+        mt = model_type_of(r)
+        d = default_answer(r) if r["job"] in VALIDATED.get(mt, ()) else None
+        engine = "analytic" if d is not None else "trace"
+        d = d or r["trace"]
+        errs = [100.0 * (d[f] - r["trace"][f]) / r["trace"][f] for f, _ in FIELDS]
+        for (_, key), e in zip(FIELDS, errs, strict=True):
+            errors[key].append(e)
+        table.append(f"| {r['family']} | {mt} | {r['job']} | {engine} | {errs[0]:+.3f} % "
+                     f"| {errs[1]:+.3f} % |")  # fmt: skip
+    n_fast = sum(1 for line in table if "| analytic |" in line)
+    summary = (
+        f"{n_fast} of {len(table)} rows answered by the analytic engine by default; default error "
+        f"against the trace: allocated **{min(errors['alloc']):+.3f} %** to "
+        f"{max(errors['alloc']):+.3f} %, reserved **{min(errors['reserved']):+.3f} %** to "
+        f"{max(errors['reserved']):+.3f} % (no row more than {TOLERANCE:.0%} under)."
+    )
+    return [*lines[:4], "", summary, *lines[4:], *table]
 
 
 def _by_commit(rows: list[dict]) -> str:

@@ -2,7 +2,8 @@
 they apply.
 
 ``--engine auto|analytic|derived|trace`` (the rule: :mod:`memfit.estimate.policy`),
-``--quiet`` (no progress line; :mod:`memfit.progress`) and ``--no-cache`` (neither read nor
+``--quiet`` (no progress line; :mod:`memfit.progress`), ``--confirm`` (the trace confirms every
+fast answer) and ``--no-cache`` (neither read nor
 write the disk caches of derived forms and trace answers: :mod:`memfit.estimate.derived.cache`)
 are added to ``estimate``, ``plan``, ``fit``, ``upgrade`` and ``doctor``; :func:`applied` runs a
 command under them, with ``--allow-code`` and the rest of its :class:`EstimateOptions`.
@@ -21,8 +22,9 @@ from memfit.spec.options import ENGINES, EstimateOptions
 ENGINE_HELP = (
     "auto (default): the fastest engine that models the job, said in the output — analytic "
     "(hand-written closed forms) where the model type has one, else derived (the trace's bytes "
-    "from 3-4 traces per technique stack, cached), else trace; one `estimate` is traced unless "
-    "a derived form is cached. analytic | derived | trace: that engine alone"
+    "from 3-4 traces per technique stack, cached), else trace; one `estimate` is analytic where "
+    "the fast-path grid validates it (docs/engines.md), else traced unless a derived form is "
+    "cached. analytic | derived | trace: that engine alone"
 )
 
 
@@ -33,9 +35,12 @@ FRAMEWORK_HELP = (
 )
 
 
-def add_engine_flags(parser: argparse.ArgumentParser, *, framework: bool = False) -> None:
-    """Add ``--engine`` and ``--quiet`` to ``parser`` (``framework``: ``--engine framework``
-    too, for the commands that take ``--from``)."""
+def add_engine_flags(
+    parser: argparse.ArgumentParser, *, framework: bool = False, confirm: bool = True
+) -> None:
+    """Add ``--engine``, ``--quiet``, ``--confirm`` and ``--no-cache`` to ``parser``
+    (``framework``: ``--engine framework`` too, for the commands that take ``--from``;
+    ``confirm`` False: a command with a ``--confirm`` of its own, ``plan``'s)."""
     choices = (*ENGINES, "framework") if framework else ENGINES
     helptext = ENGINE_HELP + (FRAMEWORK_HELP if framework else "")
     parser.add_argument("--engine", choices=choices, default="auto", help=helptext)
@@ -45,6 +50,13 @@ def add_engine_flags(parser: argparse.ArgumentParser, *, framework: bool = False
         action="store_true",
         help="no progress line on stderr (shown only on a terminal, for work over 2 s)",
     )
+    if confirm:
+        parser.add_argument(
+            "--confirm",
+            action="store_true",
+            help="the trace engine confirms every fast (analytic) answer of --engine auto; "
+            "without it, only where the answer's validated error band could change the verdict",
+        )
     parser.add_argument(
         "--no-cache",
         dest="no_cache",
@@ -65,6 +77,7 @@ def options_from(args: argparse.Namespace) -> EstimateOptions:
         allow_code=bool(getattr(args, "allow_code", False)),
         trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
         extrapolate=getattr(args, "extrapolate", None),
+        confirm=getattr(args, "confirm", False) is True,  # plan's --confirm is a mode
     )
 
 

@@ -179,7 +179,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "tokens, in --rank order",
     )
     _add_price_flags(p)
-    add_engine_flags(p, framework=True)
+    add_engine_flags(p, framework=True, confirm=False)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(p, concurrency=True)
     cli_web.add_share_flags(p, snapshot=False)  # --html

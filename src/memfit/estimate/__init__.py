@@ -2,7 +2,9 @@
 
 Engines: ``trace`` runs the model on fake tensors (needs torch, and transformers for HF configs);
 ``analytic`` evaluates closed forms from config.json (torch-free, milliseconds); ``auto`` uses
-trace when torch can build the model and analytic otherwise, and the estimate says which. The
+the analytic engine where the fast-path grid validates it for the job
+(:mod:`memfit.estimate.fastpath`; the trace confirms it on request or near the capacity), else
+a cached derived form or the trace, and the estimate says which and whether it was confirmed. The
 choice is :class:`memfit.estimate.policy.EnginePolicy`'s; the checks before an engine runs and the
 estimate's assembly after are :mod:`memfit.estimate.pipeline`'s.
 """

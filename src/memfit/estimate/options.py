@@ -7,7 +7,11 @@ the disk caches (:func:`memfit.estimate.derived.cache.disabled`) and code-runnin
 (:func:`memfit.models.source.allowing_code`). :func:`using_options` is the only function that
 sets them from options; ``trust_remote_code`` and ``extrapolate`` are passed as arguments.
 
-A setting left at its default (``engine="auto"``, ``use_cache=True``, ``allow_code=False``)
+``confirm`` (the trace confirms every fast answer) is a context variable of the policy too
+(:func:`memfit.estimate.policy.use_confirm`).
+
+A setting left at its default (``engine="auto"``, ``use_cache=True``, ``allow_code=False``,
+``confirm=False``)
 leaves the enclosing one as it is, so a library call inside ``with use_engine("trace"):`` or
 ``with allowing_code():`` keeps what its caller set.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from memfit.estimate.policy import use_engine
+from memfit.estimate.policy import use_confirm, use_engine
 from memfit.models.source import allowing_code
 from memfit.spec.options import EstimateOptions
 
@@ -35,4 +39,6 @@ def using_options(options: EstimateOptions) -> Iterator[EstimateOptions]:
             stack.enter_context(disabled())
         if options.allow_code:
             stack.enter_context(allowing_code(True))
+        if options.confirm:
+            stack.enter_context(use_confirm())
         yield options

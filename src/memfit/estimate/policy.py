@@ -17,9 +17,14 @@ Three engines:
   type has a program (the trace engine then confirms the plans shown); else the derived engine;
   else the trace engine. A job an engine refuses (NotModelledError) goes to the next one — never
   "does not fit".
-- One answer (``estimate``): the precise bytes, by the cheapest route to them — the derived form
-  where one for this job is cached, else the trace engine (one trace costs less than deriving a
-  form), else the analytic engine when the trace stack is missing or the trace fails.
+- One answer (``estimate``): the fastest engine that models the job exactly — the analytic
+  engine where the fast-path grid validates it for the model type, the job's settings and the
+  installed library versions (:mod:`memfit.estimate.fastpath`: reserved bytes at the top of its
+  measured range), else the derived form where one for this job is cached, else the trace engine
+  (one trace costs less than deriving a form), else the analytic engine when the trace stack is
+  missing or the trace fails. The trace confirms an analytic answer on request (``--confirm``,
+  :func:`confirming`) and where its validated band could change the verdict on the GPU asked
+  (:func:`memfit.estimate.fastpath.verdict_settled`); ``MemoryEstimate.confirmed`` says which.
 
 A named engine (``--engine analytic|derived|trace``) answers alone, or says why it cannot. Every
 estimate says which engine answered and why (``MemoryEstimate.engine_reason``).
@@ -48,6 +53,7 @@ from memfit.errors import (
     SpecError,
     TraceError,
 )
+from memfit.estimate import fastpath
 from memfit.estimate.parallel import estimate_parallel
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
@@ -79,13 +85,20 @@ def analytic_available() -> bool:
 
 
 def run_engine(
-    name: str, source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: bool | None = None
+    name: str,
+    source: Any,
+    workload: WorkloadSpec,
+    gpu: Any,
+    *,
+    extrapolate: bool | None = None,
+    reserved_end: str = "mid",
 ) -> MemoryEstimate:
     """``source`` (a ``ModelSource``) running ``workload`` on ``gpu`` (a catalog record or None),
     estimated by the engine ``name`` ("analytic", "derived" or "trace") alone. A job with
     pipeline, context or expert parallelism (pp / cp / ep > 1) is answered by the parallel
     closed form whichever engine is named (no engine models those ranks on one GPU); the
-    estimate says so (``engine_reason``)."""
+    estimate says so (``engine_reason``). ``reserved_end``: the analytic engine's point of its
+    reserved ratio range (mid, high)."""
     if is_parallel_job(workload):
         return estimate_parallel(source, workload, gpu=gpu)
     if workload.num_beams > 1 or workload.cache_implementation != "dynamic":
@@ -98,7 +111,7 @@ def run_engine(
     if name == "analytic":
         from memfit.estimate.analytic import estimate_analytic
 
-        return estimate_analytic(source, workload, gpu=gpu)
+        return estimate_analytic(source, workload, gpu=gpu, reserved_end=reserved_end)
     if name == "derived":
         from memfit.estimate.derived import estimate_derived
 
@@ -143,6 +156,35 @@ def _require_trace_stack(source: Any) -> None:
         )
 
 
+def _confirmed(est: MemoryEstimate) -> MemoryEstimate:
+    """``est`` marked as the trace engine's bytes where it is (trace or derived), else as an
+    unconfirmed fast answer (the analytic engine, when the trace cannot run or failed)."""
+    return dataclasses.replace(est, confirmed=est.engine in ("trace", "derived"))
+
+
+def _confirm_why(est: MemoryEstimate) -> str | None:
+    """Why the trace confirms the fast answer ``est`` (None: it does not): ``--confirm``, or a
+    verdict the analytic engine's validated band could change."""
+    if confirming():
+        return "--confirm"
+    if est.fits is None or est.fits.verdict is None:
+        return None
+    if fastpath.verdict_settled(est, est.fits.capacity_bytes, est.fits.verdict):
+        return None
+    return (
+        f"the verdict ({est.fits.verdict}) lies within the analytic engine's validated band of "
+        f"{est.fits.gpu}'s capacity"
+    )
+
+
+def _bytes_pair(est: MemoryEstimate) -> str:
+    gib = 2**30
+    return (
+        f"peak allocated {est.peak_allocated_bytes / gib:.2f} GiB, reserved "
+        f"{est.peak_reserved_bytes / gib:.2f} GiB"
+    )
+
+
 def with_reason(est: MemoryEstimate, reason: str) -> MemoryEstimate:
     """``est`` saying why its engine answered (kept when already said)."""
     if est.engine_reason:
@@ -164,6 +206,11 @@ def _analytic_models(source: Any) -> bool:
     from memfit.estimate.analytic import supports
 
     return bool(supports(source.config))
+
+
+def _traceable(source: Any) -> bool:
+    """Whether the trace engine can run ``source`` here (a factory, or the trace stack)."""
+    return source.origin == "factory" or trace_stack_missing(source) is None
 
 
 def _derived_may_model(source: Any) -> bool:
@@ -209,6 +256,44 @@ class EnginePolicy:
         if self.engine != "auto":
             est = run_engine(self.engine, source, workload, gpu, extrapolate=extrapolate)
             return with_reason(est, f"--engine {self.engine}")
+        fast = self._validated_fast(source, workload, gpu, extrapolate)
+        if fast is not None:
+            return fast
+        return _confirmed(self._precise(source, workload, gpu, extrapolate))
+
+    def _validated_fast(
+        self, source: Any, workload: WorkloadSpec, gpu: Any, extrapolate: bool | None
+    ) -> MemoryEstimate | None:
+        """The analytic engine's default answer where the fast-path grid validates it (None
+        elsewhere), confirmed by the trace where asked or where its band could change the
+        verdict (module docstring)."""
+        if extrapolate is not None or not _analytic_models(source):
+            return None
+        if fastpath.not_validated(source.config, workload) is not None:
+            return None
+        try:
+            est = run_engine("analytic", source, workload, gpu, reserved_end="high")
+        except MemfitError:  # a setting the analytic engine refuses: the precise route says so
+            return None
+        est = with_reason(est, fastpath.validated_reason(source.config, workload))
+        why = _confirm_why(est)
+        if why is None or trace_stack_missing(source) is not None:
+            return dataclasses.replace(est, confirmed=False)
+        precise = self._precise(source, workload, gpu, extrapolate)
+        note = (
+            f"confirmed by the {precise.engine} engine ({why}): the analytic answer was "
+            f"{_bytes_pair(est)}; the {precise.engine} engine's {_bytes_pair(precise)}"
+        )
+        reason = f"auto: the analytic answer confirmed by the trace ({why})"
+        return dataclasses.replace(
+            with_notes(precise, [note], first=True), engine_reason=reason, confirmed=True
+        )
+
+    def _precise(
+        self, source: Any, workload: WorkloadSpec, gpu: Any, extrapolate: bool | None
+    ) -> MemoryEstimate:
+        """The precise route of one answer: a cached derived form, else the trace, else (no
+        trace stack, or the trace failed) the analytic engine."""
         if extrapolate is None and _derived_may_model(source):
             from memfit.estimate.derived import is_cached
 
@@ -331,6 +416,24 @@ def active() -> EnginePolicy:
     return _ACTIVE.get() or AUTO
 
 
+_CONFIRM: contextvars.ContextVar[bool] = contextvars.ContextVar("memfit_confirm", default=False)
+
+
+def confirming() -> bool:
+    """Whether the trace confirms every fast answer (``--confirm``, :func:`use_confirm`)."""
+    return _CONFIRM.get()
+
+
+@contextlib.contextmanager
+def use_confirm(confirm: bool = True) -> Iterator[None]:
+    """Inside the block, the trace confirms every analytic default answer (``--confirm``)."""
+    token = _CONFIRM.set(confirm)
+    try:
+        yield
+    finally:
+        _CONFIRM.reset(token)
+
+
 @contextlib.contextmanager
 def use_engine(engine: str) -> Iterator[EnginePolicy]:
     """Run the searches and checklists inside with ``engine`` (what ``--engine`` sets)."""
@@ -366,7 +469,8 @@ class Chain:
 
 
 class AnalyticFirst:
-    """Estimator of the checklists: under ``auto`` the analytic engine; a job it refuses goes to
+    """Estimator of the checklists: under ``auto`` the analytic engine (the trace for every job
+    under ``--confirm``, :func:`confirming`); a job it refuses goes to
     the derived engine and then the trace engine, at most ``max_trace`` times for jobs that need
     a trace (a cached derived form needs none; then the refusal is raised, and the caller
     counts the job as not estimated). ``rejected`` keeps every refusal's message, ``n_trace``
@@ -385,6 +489,9 @@ class AnalyticFirst:
         if self.engine != "auto":
             return with_reason(run_engine(self.engine, self.source, w, self.gpu),
                                f"--engine {self.engine}")  # fmt: skip
+        if confirming() and _traceable(self.source):  # --confirm: every answer the trace's
+            est = run_engine("trace", self.source, w, self.gpu)
+            return dataclasses.replace(with_reason(est, "auto: --confirm: traced"), confirmed=True)
         try:
             est = run_engine("analytic", self.source, w, self.gpu)
             return with_reason(est, f"auto: {_model_type(self.source)} has an analytic program")
@@ -425,8 +532,10 @@ __all__ = [
     "SearchEngines",
     "active",
     "analytic_available",
+    "confirming",
     "run_engine",
     "trace_stack_missing",
+    "use_confirm",
     "use_engine",
     "with_reason",
 ]

@@ -133,6 +133,12 @@ class MemoryEstimate:
     #: Set by a caller that knows the job runs elsewhere (a LitGPT / torchtune file answered
     #: through transformers' model: ``other-framework``).
     band_path: str | None = None
+    #: Whether the bytes are the trace engine's (True: traced, read from the trace cache or a
+    #: derived form, or a fast answer the trace confirmed), a fast engine's answer no trace
+    #: checked (False: the analytic engine's validated default, memfit.estimate.fastpath), or
+    #: None where the one-answer rule did not set it (an engine named alone, a search's
+    #: estimates, which say their engines in their own notes, or an engine called directly).
+    confirmed: bool | None = None
 
     def __post_init__(self) -> None:
         total = sum(self.components.values())
@@ -217,6 +223,7 @@ class MemoryEstimate:
             "workload": self.workload,
             "engine": self.engine,
             "engine_reason": self.engine_reason,
+            "confirmed": self.confirmed,
             "environment": self.environment,
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes,

@@ -29,6 +29,10 @@ and a refusal the trace engine makes by its own rules (a :class:`NotModelledErro
 model (``pkg.mod:fn``: user code that can change without any key seeing it), a model with remote
 code, and runs while a predicted snapshot is recorded (``--snapshot`` needs the run's history).
 
+The same key rule (:func:`key_of`) keeps the other traced results that are not estimates
+(:func:`cached_record`: a diffusion pipeline's per-component forward traces), so a repeated
+pipeline estimate is not traced again either.
+
 One switch bypasses it with the derived cache (``--no-cache``, ``MEMFIT_NO_CACHE=1``); deleting
 the directory clears it.
 """
@@ -51,7 +55,7 @@ from memfit.estimate.result import FitVerdict, MemoryEstimate, ModuleBytes, Phas
 from memfit.spec import WorkloadSpec
 
 #: Bumped when what is stored, or how an answer is read back, changes: older files are ignored.
-FORMAT = 1
+FORMAT = 2  # 2: MemoryEstimate.confirmed
 #: The sub-directory of the cache (:func:`memfit.estimate.derived.cache.cache_dir`).
 KIND = "trace"
 #: Packages the traced answer may depend on beyond the derived cache's (bitsandbytes' formats,
@@ -74,15 +78,14 @@ def cacheable(source: Any) -> bool:
     )
 
 
-def trace_key(source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: bool | None) -> str:
-    """The key of the trace engine's answer for ``source`` running ``workload`` on ``gpu``."""
+def key_of(parts: dict[str, Any]) -> str:
+    """THE key rule of every traced answer kept here: ``parts`` (what the traced job is) with
+    :data:`FORMAT`, the installed library versions, the Python version and memfit's own source
+    files (module docstring)."""
     text = json.dumps(
         {
+            **parts,
             "format": FORMAT,
-            "config": source.config,
-            "workload": repr(workload),
-            "gpu": repr(gpu),
-            "extrapolate": extrapolate,
             "versions": cache.versions(EXTRA_VERSIONED),
             "python": platform.python_version(),
             "memfit_source": source_fingerprint(),
@@ -91,6 +94,45 @@ def trace_key(source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: boo
         default=str,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def trace_key(source: Any, workload: WorkloadSpec, gpu: Any, *, extrapolate: bool | None) -> str:
+    """The key of the trace engine's answer for ``source`` running ``workload`` on ``gpu``."""
+    return key_of(
+        {
+            "config": source.config,
+            "workload": repr(workload),
+            "gpu": repr(gpu),
+            "extrapolate": extrapolate,
+        }
+    )
+
+
+def cached_record(
+    parts: dict[str, Any],
+    run: Callable[[], dict[str, Any]],
+    *,
+    valid: Callable[[dict[str, Any]], bool],
+) -> dict[str, Any]:
+    """A traced result that is not a :class:`MemoryEstimate` (a diffusion component's forward
+    trace): ``run()``'s JSON record, kept under :func:`key_of` ``parts`` in the same cache.
+    An entry that fails the cache's checks, or that ``valid`` refuses, is rebuilt (traced again)
+    and replaced, never used. With the caches off, ``run()`` alone."""
+    if not cache.enabled() or is_recording():
+        return run()
+    key = key_of({"record": parts})
+    data = cache.load(key, kind=KIND, fmt=FORMAT)
+    if data is not None:
+        kept = data.get("record")
+        try:
+            ok = isinstance(kept, dict) and valid(kept)
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if ok and isinstance(kept, dict):
+            return {**kept, "cached": True}
+    record = run()
+    cache.store(key, {"record": record}, kind=KIND, fmt=FORMAT)
+    return record
 
 
 def cached_trace(
@@ -218,4 +260,13 @@ def _dec(v: Any) -> Any:
     return {k: _dec(x) for k, x in v.items()}
 
 
-__all__ = ["FORMAT", "cacheable", "cached_trace", "decode", "encode", "trace_key"]
+__all__ = [
+    "FORMAT",
+    "cacheable",
+    "cached_record",
+    "cached_trace",
+    "decode",
+    "encode",
+    "key_of",
+    "trace_key",
+]

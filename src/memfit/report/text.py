@@ -134,7 +134,19 @@ def _engine_line(est: MemoryEstimate) -> str:
     elif "wall_s" in t:
         how += f"; {t['wall_s']:.1f} s"
     why = f"\n  why: {est.engine_reason}" if est.engine_reason else ""
-    return f"engine: {est.engine} ({env}){how}{why}"
+    return f"engine: {est.engine} ({env}){how}{why}{_confirmed_line(est.confirmed)}"
+
+
+def _confirmed_line(confirmed: bool | None) -> str:
+    """Whether the trace confirmed the answer (nothing where no confirmation applies)."""
+    if confirmed is None:
+        return ""
+    if confirmed:
+        return "\n  confirmed: yes (the trace engine's bytes)"
+    return (
+        "\n  confirmed: no (the analytic engine's validated answer, not traced; --confirm "
+        "traces it)"
+    )
 
 
 def verdict_line(est: MemoryEstimate) -> str:

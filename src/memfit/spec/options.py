@@ -27,13 +27,16 @@ class EstimateOptions:
     ``allow_code``: a ``pkg.mod:fn`` MODEL may be imported and called (runs that code).
     ``trust_remote_code``: a hub config may need the repo's own Python code (runs it).
     ``extrapolate``: None traces models up to 48 layers whole and extrapolates deeper ones from a
-    few layers; True / False force either."""
+    few layers; True / False force either.
+    ``confirm``: the trace confirms every fast (analytic) answer ``auto`` gives; without it, the
+    trace confirms only where the fast answer's validated band could change the verdict."""
 
     engine: str = "auto"
     use_cache: bool = True
     allow_code: bool = False
     trust_remote_code: bool = False
     extrapolate: bool | None = None
+    confirm: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -44,6 +47,8 @@ class EstimateOptions:
             )
         if not isinstance(self.use_cache, bool):
             problems.append(f"use_cache ({self.use_cache!r}) must be True or False")
+        if not isinstance(self.confirm, bool):
+            problems.append(f"confirm ({self.confirm!r}) must be True or False")
         problems += argument_problems(
             allow_code=self.allow_code,
             trust_remote_code=self.trust_remote_code,

@@ -24,6 +24,14 @@ from memfit.units import GiB, MiB
 
 numba = pytest.importorskip("numba")
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _compiled() -> None:
+    """The kernel compiled (or loaded) in this process first: a command's replay never compiles
+    it in the foreground (``test_a_command_never_waits_for_the_first_compile``)."""
+    allocator_jit.load_kernel(wait=True)
+
+
 Events = list[tuple[str, int, int]]
 
 
@@ -248,3 +256,30 @@ def test_loading_the_kernel_does_not_import_scipy_linalg_and_leaves_it_importabl
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})  # fmt: skip
     assert out.stdout.split() == ["False", "False", "ok"]
+
+
+def test_a_command_never_waits_for_the_first_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the machine code is not on disk yet, a replay starts the compile in a background
+    process and answers with the Python replay (the same bytes) meanwhile."""
+    events = _events(3, 3000, keys="dense", **SHAPES["mixed"])
+    started: list[int] = []
+    monkeypatch.setattr(allocator_jit, "_KERNEL", [])
+    monkeypatch.setattr(allocator_jit, "_WARMING", [])
+    monkeypatch.setattr(allocator_jit, "kernel_ready", lambda: False)
+    monkeypatch.setattr(
+        allocator_jit, "warm_in_background", lambda: started.append(1) or "compiling elsewhere"
+    )
+    assert allocator_jit.replay_events(events) is None  # no compile here
+    assert allocator_jit.replay_events(events) is None
+    assert started == [1]  # one background compile per process
+    assert simulate_default(events) == simulate_default_python(events)
+    assert allocator_jit.describe() == "python (compiling elsewhere)"
+    assert not allocator_jit.kernel_loaded()
+
+
+def test_the_background_compile_marks_the_kernel_ready() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "memfit.estimate.allocator.jit"], capture_output=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert allocator_jit.kernel_ready()

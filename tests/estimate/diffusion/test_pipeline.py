@@ -209,3 +209,32 @@ def test_a_pipeline_memfit_does_not_compose_is_refused_by_name(tmp_path: Path) -
 def test_a_bad_job_is_refused_naming_the_field(kw: dict[str, object], rule: str) -> None:
     with pytest.raises(SpecError, match=rule):
         job(**kw)
+
+
+def test_a_repeated_pipeline_estimate_reads_its_traces_from_the_cache(
+    flux_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memfit.estimate.diffusion import pipelines
+
+    monkeypatch.setenv("MEMFIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MEMFIT_NO_CACHE", raising=False)
+    monkeypatch.setattr(pipelines, "_TRACES", {})  # a new process: nothing in memory
+    first = estimate_pipeline(flux_tree, job(height=48, width=48), name="tiny")
+    kept = sorted((tmp_path / "trace").glob("*.json"))
+    assert len(kept) == 4  # text_encoder, text_encoder_2, transformer, vae
+
+    traced: list[str] = []
+    real = pipelines.trace_forward
+    monkeypatch.setattr(pipelines, "_TRACES", {})
+    monkeypatch.setattr(
+        pipelines, "trace_forward", lambda *a, **k: traced.append("x") or real(*a, **k)
+    )
+    again = estimate_pipeline(flux_tree, job(height=48, width=48), name="tiny")
+    assert traced == []  # every component read back, none traced
+    assert again == first
+
+    kept[0].write_text(kept[0].read_text().replace('"activation":', '"activation_":'))
+    monkeypatch.setattr(pipelines, "_TRACES", {})
+    rebuilt = estimate_pipeline(flux_tree, job(height=48, width=48), name="tiny")
+    assert traced == ["x"]  # the corrupt entry traced again, never used
+    assert rebuilt == first

@@ -115,3 +115,22 @@ def test_a_layer_types_alias_of_a_computed_property_is_not_written_back() -> Non
     assert AutoConfig.for_model("bamba", **d).layers_block_type == [
         "linear_attention", "full_attention",
     ]  # fmt: skip
+
+
+def test_building_a_config_leaves_the_callers_dict_as_it_was() -> None:
+    """transformers adds ``rope_theta`` to the ``rope_scaling`` dict it is given; the caller's
+    config (a ModelSource's, part of the trace cache's key) must not change, or a repeated
+    plan's confirmation is a new key (issue 32)."""
+    import copy
+
+    from memfit.estimate.trace.build import _hf_config
+    from memfit.estimate.trace_cache import trace_key
+    from memfit.models import resolve_model
+    from memfit.spec import WorkloadSpec
+
+    source = resolve_model("llama-3.1-8b")
+    before = copy.deepcopy(source.config)
+    key = trace_key(source, WorkloadSpec(), None, extrapolate=None)
+    _hf_config(source.config, False)
+    assert source.config == before
+    assert trace_key(source, WorkloadSpec(), None, extrapolate=None) == key

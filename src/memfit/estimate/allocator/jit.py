@@ -30,15 +30,18 @@ process saves). ``MEMFIT_NO_JIT=1`` forces the Python replay.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pickle
 import shutil
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from memfit.estimate.allocator import kernel_cache
 from memfit.estimate.allocator.caching import AllocatorResult
 
 #: Environment switch: set to 1 (or any value but 0 / empty) to force the Python replay.
@@ -62,25 +65,119 @@ def describe() -> str:
     """Which replay runs here: "compiled (numba X)" or "python (why)"."""
     if jit_disabled():
         return f"python ({NO_JIT_ENV} is set)"
-    if load_kernel() is None:
+    if load_kernel(wait=False) is None:
         return f"python ({_WHY[0]})"
     import numba
 
     return f"compiled (numba {numba.__version__})"
 
 
-def load_kernel() -> Any:
+def load_kernel(*, wait: bool = True) -> Any:
     """The compiled replay, or None without numba (or with ``MEMFIT_NO_JIT``). With the disk
     caches off (``--no-cache``, ``MEMFIT_NO_CACHE``) numba's on-disk machine code is not read
-    either: the Python replay runs unless this process loaded the kernel already."""
+    either: the Python replay runs unless this process loaded the kernel already.
+
+    ``wait`` False (every replay a command asks for): where the machine code of this kernel,
+    numba and Python is not on disk yet (:func:`kernel_ready`), the kernel is compiled by a
+    background process (:func:`warm_in_background`) and this process answers with the Python
+    replay (the same bytes) instead of waiting ~12-17 s for the compile; a later process loads
+    it. ``wait`` True compiles here (``python -m memfit.estimate.allocator.jit``, the tests)."""
     if jit_disabled():
         return None
     if not _KERNEL:
         if not _disk_cache_on():
             _WHY[0] = "--no-cache: numba's machine code on disk is not read"
             return None
+        if not wait and not kernel_ready():  # checked again at each replay (one stat)
+            if not _WARMING:
+                _WARMING.append(warm_in_background())
+            _WHY[0] = _WARMING[0]
+            return None  # once the background compile is done, the next replay loads it
         _KERNEL.append(_compile())
+        if _KERNEL[0] is not None:
+            _mark_ready()
     return _KERNEL[0]
+
+
+_WARMING: list[str] = []  # [why the Python replay answers] once a background compile is asked
+
+
+def _stamp() -> str:
+    """What the kernel's machine code depends on: kernel.py (size, mtime), numba, Python."""
+    import importlib.metadata
+    import platform
+
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel.py")
+    try:
+        st = os.stat(src)
+        numba_version = importlib.metadata.version("numba")
+    except (OSError, importlib.metadata.PackageNotFoundError):
+        return ""
+    text = f"{st.st_size}-{st.st_mtime_ns}-{numba_version}-{platform.python_version()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _marker(prefix: str) -> str | None:
+    if not _FOLDER_STAMP:  # once per process: a replay may ask many times
+        path, _why = kernel_cache.folder()
+        _FOLDER_STAMP.append((path, _stamp()))
+    path, stamp = _FOLDER_STAMP[0]
+    return None if path is None or not stamp else str(path / f"{prefix}-{stamp}")
+
+
+_FOLDER_STAMP: list[tuple[Path | None, str]] = []  # the kernel's folder and stamp, once known
+
+
+def kernel_ready() -> bool:
+    """Whether a process compiled this kernel (this kernel.py, numba and Python) into memfit's
+    private folder: loading it then takes well under a second."""
+    marker = _marker("ready")
+    return marker is not None and os.path.isfile(marker)
+
+
+def _mark_ready() -> None:
+    marker = _marker("ready")
+    if marker is not None:
+        with contextlib.suppress(OSError), open(marker, "w", encoding="utf-8") as f:
+            f.write("compiled\n")
+
+
+#: A background compile younger than this (seconds) is not started again.
+WARM_LOCK_S = 600
+
+
+def warm_in_background() -> str:
+    """Start ``python -m memfit.estimate.allocator.jit`` (compile the kernel into memfit's
+    private folder) detached from this process, unless numba is missing or one started less
+    than :data:`WARM_LOCK_S` ago; returns why the Python replay answers meanwhile."""
+    import importlib.util
+    import subprocess
+    import time
+
+    if importlib.util.find_spec("numba") is None:
+        return "numba is not installed: pip install 'memfit[fast]'"
+    lock = _marker("warming")
+    if lock is None:
+        return kernel_cache.folder()[1] or "no folder for numba's machine code"
+    with contextlib.suppress(OSError):
+        if time.time() - os.stat(lock).st_mtime < WARM_LOCK_S:
+            return "the compiled replay is being compiled by a background process"
+    with contextlib.suppress(OSError), open(lock, "w", encoding="utf-8") as f:
+        f.write(f"{os.getpid()}\n")
+    root = str(Path(__file__).resolve().parents[3])  # the folder memfit is imported from
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "memfit.estimate.allocator.jit"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return f"could not start the background compile ({exc.strerror})"
+    return "the compiled replay is being compiled by a background process (first use)"
 
 
 def _disk_cache_on() -> bool:
@@ -97,7 +194,7 @@ def replay_arrays(
     cannot answer: no numba, ``MEMFIT_NO_JIT``, a request or reserved bytes of 1 TiB or more
     (the kernel's packed free-list keys hold addresses below it), keys outside the range, or
     a malformed list (the caller's Python replay then answers, or raises the error)."""
-    kernel = load_kernel()
+    kernel = load_kernel(wait=False)
     if kernel is None:
         return None
     n = len(keys)
@@ -125,7 +222,7 @@ def replay_events(events: list[tuple]) -> AllocatorResult | None:
     """:func:`replay_arrays` of ``("a", key, n_bytes)`` / ``("f", key[, 0])`` tuples (any
     integer keys), or None where it cannot answer (as there, or a kind other than "a" / "f", or
     keys or sizes that are not int64)."""
-    if load_kernel() is None:
+    if load_kernel(wait=False) is None:
         return None
     try:
         kinds = [e[0] for e in events]
@@ -205,3 +302,20 @@ def _no_scipy_blas_probe() -> Iterator[None]:
     finally:
         if _BLAS_PROBE in sys.modules and sys.modules[_BLAS_PROBE] is None:
             del sys.modules[_BLAS_PROBE]
+
+
+def main() -> int:
+    """Compile (or load) the kernel into memfit's private folder, then remove the
+    background-compile lock: what :func:`warm_in_background` runs."""
+    try:
+        ok = load_kernel(wait=True) is not None
+    finally:
+        lock = _marker("warming")
+        if lock is not None:
+            with contextlib.suppress(OSError):
+                os.remove(lock)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

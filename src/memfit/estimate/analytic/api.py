@@ -47,8 +47,12 @@ def supports(config: dict[str, Any] | None) -> bool:
     return _family_supports(config)
 
 
-def estimate_analytic(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> MemoryEstimate:
-    """Estimate ``source`` (a ``ModelSource`` or a config.json dict) running ``workload``.
+def estimate_analytic(
+    source: Any, workload: WorkloadSpec, *, gpu: Any = None, reserved_end: str = "mid"
+) -> MemoryEstimate:
+    """Estimate ``source`` (a ``ModelSource`` or a config.json dict) running ``workload``;
+    ``reserved_end``: the point of the reserved/allocated ratio range its reserved bytes take
+    (``reserved.RESERVED_ENDS``: the median, or the top for a default answer).
 
     Raises NotModelledError (a SpecError) for a model_type, task or setting without closed forms,
     SpecError for a job the model cannot run."""
@@ -60,7 +64,8 @@ def estimate_analytic(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -
     with reduce_device(gpu):  # CUDA kernels' workspaces sized for this GPU
         sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
-    est = assemble(_result(sim, workload, name=name, task=task, started=started), workload, gpu)
+    result = _result(sim, workload, name=name, task=task, started=started, end=reserved_end)
+    est = assemble(result, workload, gpu)
     return with_notes(est, prepared_notes)
 
 
@@ -220,7 +225,7 @@ def _with_full_counts(
 
 
 def _result(
-    sim: Simulated, wl: WorkloadSpec, *, name: str, task: str, started: float
+    sim: Simulated, wl: WorkloadSpec, *, name: str, task: str, started: float, end: str = "mid"
 ) -> EngineResult:
     assert COMPONENTS.index("temporary") == TEMP
     paged = int(sim.info.get("paged_bytes", 0))
@@ -229,8 +234,9 @@ def _result(
         best: Vec = max(pts, key=sum)
         comps = {c: int(best[i]) for i, c in enumerate(COMPONENTS)}
         phases[phase] = PhaseResult(components=comps, unified_bytes=paged)
-    reserved = reserved_rule(training=wl.is_train)
+    reserved = reserved_rule(training=wl.is_train, end=end)
     assert reserved.ratio is not None
+    which = "the top of the measured range of" if end == "high" else "a fit to"
     return EngineResult(
         engine="analytic",
         model_name=name,
@@ -254,7 +260,7 @@ def _result(
             f"analytic engine: closed forms of what transformers {WRITTEN_AGAINST['transformers']}"
             f" / torch {WRITTEN_AGAINST['torch']} allocate per "
             "layer, calibrated against the trace engine (docs/accuracy.md); reserved bytes are "
-            f"allocated x {reserved.ratio[0]:.3f} (a fit to the trace's allocator replay)"
+            f"allocated x {reserved.ratio[0]:.3f} ({which} the trace's allocator replay)"
         ]
         + list(version_notes())
         + sharding.layout_notes(wl)

@@ -32,9 +32,18 @@ class Reserved:
     range: tuple[int, int]
 
 
-def reserved_rule(*, training: bool) -> ReservedRule:
+#: Which point of the ratio range an estimate's reserved bytes take: ``mid`` (the median: every
+#: search, ``--engine analytic``) or ``high`` (the top: the default answer of ``estimate`` under
+#: ``--engine auto``, never far under the trace: memfit.estimate.fastpath).
+RESERVED_ENDS = ("mid", "high")
+
+
+def reserved_rule(*, training: bool, end: str = "mid") -> ReservedRule:
     """The rule the analytic engine hands the pipeline (``pipeline.assemble`` applies it)."""
-    return ReservedRule(ratio=RESERVED_RATIO["train" if training else "infer"])
+    mid, low, high = RESERVED_RATIO["train" if training else "infer"]
+    if end not in RESERVED_ENDS:
+        raise ValueError(f"end ({end!r}) must be one of {', '.join(RESERVED_ENDS)}")
+    return ReservedRule(ratio=(high if end == "high" else mid, low, high))
 
 
 def reserved_bytes(peak_allocated_bytes: int, *, training: bool) -> Reserved:

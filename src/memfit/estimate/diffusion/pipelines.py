@@ -16,6 +16,7 @@ Each recipe says what ``pipe.__call__`` feeds each component (read from
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from memfit.estimate.diffusion.pipeline import (
     trace_forward,
 )
 from memfit.estimate.diffusion.versions import behaviour
+from memfit.estimate.trace_cache import cached_record
 from memfit.spec.diffusion import BACKEND, DiffusionJob
 
 
@@ -257,6 +259,37 @@ def _trace_key(root: Path, comp: str, dt: torch.dtype, job: DiffusionJob) -> tup
     return (str(root.resolve()), comp, str(dt), shape, options)
 
 
+def _trace_record(model: torch.nn.Module, make_inputs: Any, call: Any) -> dict[str, Any]:
+    """One component's forward traced, as the JSON record the trace cache keeps."""
+    from memfit.estimate.diffusion.workspace import conv_workspace_probe
+
+    events: list[tuple[str, int, int]] = []
+    with conv_workspace_probe(model) as probe:
+        act, out = trace_forward(model, make_inputs, call, events=events)
+    return {"activation": act, "output": out, "events": [list(e) for e in events],
+            "workspace": probe.bytes}  # fmt: skip
+
+
+def _valid_record(r: dict[str, Any]) -> bool:
+    """Whether a kept record is one :func:`_trace_record` writes (whole, non-negative bytes)."""
+    counts = [r["activation"], r["output"], r["workspace"]]
+    events = r["events"]
+    return (
+        all(type(v) is int and v >= 0 for v in counts)
+        and isinstance(events, list)
+        and all(
+            isinstance(e, list) and len(e) == 3 and isinstance(e[0], str)
+            and type(e[1]) is int and type(e[2]) is int
+            for e in events
+        )
+    )  # fmt: skip
+
+
+def _from_record(r: dict[str, Any]) -> tuple[int, int, list[tuple[str, int, int]], int]:
+    events = [(str(a), int(b), int(c)) for a, b, c in r["events"]]
+    return int(r["activation"]), int(r["output"]), events, int(r["workspace"])
+
+
 def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> list[str]:
     """The pipeline's memory switches that change the traced code: VAE slicing/tiling and
     ``enable_attention_slicing`` (``DiffusionPipeline.set_attention_slice`` calls
@@ -298,7 +331,6 @@ def estimate_pipeline(
     catalog record) the answer carries THE verdict on it (``fits``)."""
     from memfit.estimate.diffusion.compose import compose, replay_reserved
     from memfit.estimate.diffusion.weights import layout, quantized_components
-    from memfit.estimate.diffusion.workspace import conv_workspace_probe
 
     index, configs = read_tree(root)
     pipeline = str(index["_class_name"])
@@ -369,10 +401,14 @@ def estimate_pipeline(
             notes.append(f"{comp}: enable_layerwise_casting(storage {lw}, compute {job.precision})")
         key = (*_trace_key(root, comp, vae_dt if comp == "vae" else dt, job), legacy)
         if key not in _TRACES:
-            events: list[tuple[str, int, int]] = []
-            with conv_workspace_probe(model) as probe:
-                act, out = trace_forward(model, make_inputs, call, events=events)
-            _TRACES[key] = (act, out, events, probe.bytes)
+            parts = {"component": [*index[comp], configs[comp]], "trace": key[1:]}
+            _TRACES[key] = _from_record(
+                cached_record(
+                    parts,
+                    functools.partial(_trace_record, model, make_inputs, call),
+                    valid=_valid_record,
+                )
+            )
         act, out, forward_events[comp], workspace = _TRACES[key]
         traces[comp] = ComponentTrace(
             name=comp,

@@ -65,7 +65,11 @@ def _hf_config(config: dict[str, Any], trust_remote_code: bool) -> Any:
             f"the trace engine cannot build this model from its config.json: {'; '.join(problems)}"
             "; fix config.json, or use --engine analytic"
         )
-    d = dict(config)
+    # a deep copy: transformers standardizes nested values in place (5.x adds ``rope_theta`` to
+    # the ``rope_scaling`` dict it is given), and ``config`` is the caller's (the ModelSource's,
+    # hashed into the trace cache's key: a mutated one made a repeated plan's second
+    # confirmation a new key, traced again — issue 32)
+    d = copy.deepcopy(dict(config))
     model_type = d.pop("model_type", None)
     try:
         try:

@@ -1,0 +1,162 @@
+"""Where the analytic engine answers one job by default: the jobs the fast-path grid validates.
+
+``memfit estimate`` under ``--engine auto`` answers with the analytic engine (milliseconds, no
+torch) only where ``benchmarks/fastpath_grid.py`` shows its default answer within
+:data:`TOLERANCE` of the trace engine, for the job's model type and the grid job the workload is
+(:func:`grid_job`), with the library versions the grid ran (:data:`VALIDATED_WITH`). Elsewhere
+the trace (or a cached derived form) answers, as before.
+
+The default answer's reserved bytes are the **top** of the analytic engine's measured
+reserved/allocated range (``estimate/analytic/reserved.py``, ``RESERVED_RATIO``), not its median:
+the allocator's fragmentation depends on the allocation order a closed form does not see, and
+the median leaves the reserved bytes up to 17 % under the trace's replay
+(``benchmarks/results/analytic_vs_trace.md``, "Reserved bytes"). At the top of the range the
+default answer is at most :data:`TOLERANCE` under the trace on every validated grid row
+(``fastpath_grid.md``, "Default engine"), over by up to ~30 % where fragmentation is low.
+
+Inference is not validated: on the grid's tiny models the allocator's minimum segments (a 20 MiB
+large-pool and a 2 MiB small-pool segment) put the trace's reserved bytes at 2.4x the allocated,
+far above any ratio (the trace answers every ``--mode infer`` estimate, as before).
+
+A fast answer is confirmed by the trace (``--confirm``; :func:`verdict_settled` says when the
+policy confirms on its own): where the capacity lies inside the band the trace's answer may
+take, the trace decides the verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+from typing import Any
+
+from memfit.spec import WorkloadSpec
+
+#: The most the default answer may lie under the trace on any grid row (allocated and reserved),
+#: and the most its allocated bytes may lie above (the band :func:`verdict_settled` assumes).
+TOLERANCE = 0.02
+
+#: package -> major.minor the grid rows behind :data:`VALIDATED` ran (fastpath_grid.md's header:
+#: torch 2.13.0+cpu, transformers 5.23.0, peft 0.21.2). Another installed major.minor: the
+#: validation does not hold, and the trace answers.
+VALIDATED_WITH = {"torch": "2.13", "transformers": "5.23", "peft": "0.21"}
+
+#: model_type -> the grid jobs (fastpath_grid.JOBS: train, lora, ckpt, infer) whose every row
+#: (tiny config and bundled real config cut to 2 layers, batch 5, bf16-true, AdamW) has the
+#: analytic engine's allocated bytes within TOLERANCE of the trace's and its reserved bytes at
+#: the top of the ratio range no more than TOLERANCE under. Computed from
+#: benchmarks/results/fastpath_grid.jsonl by ``fastpath_grid.validated_table`` (the test
+#: tests/estimate/test_fastpath.py recomputes it from the file and compares).
+VALIDATED: dict[str, tuple[str, ...]] = {
+    "bert": ("train", "lora", "ckpt"),
+    "bloom": ("train", "lora", "ckpt"),
+    "falcon": ("train", "lora", "ckpt"),
+    "gemma2": ("train", "lora", "ckpt"),
+    "gemma3_text": ("train", "lora", "ckpt"),
+    "gpt2": ("train", "lora", "ckpt"),
+    "gpt_bigcode": ("train", "lora", "ckpt"),
+    "gpt_neox": ("train", "lora", "ckpt"),
+    "llama": ("train", "lora", "ckpt"),
+    "mistral": ("train", "lora", "ckpt"),
+    "mixtral": ("train", "ckpt"),
+    "olmo2": ("train", "lora", "ckpt"),
+    "opt": ("train", "lora", "ckpt"),
+    "phi": ("train", "lora", "ckpt"),
+    "phi3": ("train", "lora", "ckpt"),
+    "qwen2": ("train", "lora", "ckpt"),
+    "qwen3": ("train", "lora", "ckpt"),
+    "qwen3_moe": ("train", "ckpt"),
+    "roberta": ("train", "lora", "ckpt"),
+    "t5": ("train", "lora", "ckpt"),
+    "vit": ("train", "lora", "ckpt"),
+}
+
+#: The grid's precision (pure bf16 for every job: fastpath_grid.py's docstring).
+GRID_PRECISION = "bf16-true"
+
+
+def grid_job(w: WorkloadSpec) -> str | None:
+    """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``infer``), its batch
+    size, sequence length, new tokens and LoRA rank free; None where it sets anything the grid
+    does not run (another precision or optimizer, quantization, several GPUs, eager attention,
+    frozen layers, LoRA with checkpointing, beams, ...)."""
+    if w.precision != GRID_PRECISION or w.optimizer not in (None, "adamw", "none"):
+        return None
+    if w.mode == "train":
+        job = {(False, "none"): "train", (True, "none"): "lora", (False, "full"): "ckpt"}.get(
+            (w.lora_rank is not None, w.checkpointing)
+        )
+    else:
+        job = "infer" if w.mode == "infer" else None
+    if job is None:
+        return None
+    plain = WorkloadSpec(mode=w.mode, precision=GRID_PRECISION)
+    return job if _fixed(w) == _fixed(plain) else None
+
+
+#: The workload fields a validated job may set freely (the rest must be the grid's).
+FREE_FIELDS = frozenset(
+    {"batch_size", "seq_len", "new_tokens", "lora_rank", "checkpointing", "optimizer", "precision"}
+)
+
+
+def _fixed(w: WorkloadSpec) -> dict[str, Any]:
+    return {
+        f.name: getattr(w, f.name)
+        for f in dataclasses.fields(w)
+        if f.compare and f.name not in FREE_FIELDS
+    }
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def version_mismatch() -> str | None:
+    """The first library whose installed major.minor differs from :data:`VALIDATED_WITH` (or is
+    missing), as ``"transformers 5.24.0 (validated: 5.23)"``; None when all match."""
+    for package, validated in VALIDATED_WITH.items():
+        try:
+            got = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return f"{package} not installed (validated: {validated})"
+        if _major_minor(got) != validated:
+            return f"{package} {got} (validated: {validated})"
+    return None
+
+
+def not_validated(config: dict[str, Any] | None, w: WorkloadSpec) -> str | None:
+    """Why the analytic engine is not the validated default for ``w`` on the model of
+    ``config`` (one line), or None when it is."""
+    model_type = str((config or {}).get("model_type") or "?")
+    job = grid_job(w)
+    if job is None:
+        return "the fast-path grid does not run this job's settings"
+    if job not in VALIDATED.get(model_type, ()):
+        return f"the fast-path grid does not validate model_type {model_type!r} for {job}"
+    mismatch = version_mismatch()
+    if mismatch is not None:
+        return f"the grid's validation ran other library versions: installed {mismatch}"
+    return None
+
+
+def validated_reason(config: dict[str, Any] | None, w: WorkloadSpec) -> str:
+    """Why the analytic engine answers (the estimate's ``engine_reason``)."""
+    model_type = str((config or {}).get("model_type") or "?")
+    return (
+        f"auto: the fast-path grid validates the analytic engine for model_type {model_type!r} "
+        f"({grid_job(w)}) within {TOLERANCE:.0%} of the trace; reserved bytes at the top of its "
+        "measured range"
+    )
+
+
+def verdict_settled(est: Any, capacity_bytes: int, verdict: str) -> bool:
+    """Whether a fast answer's ``verdict`` (``est``: reserved at the top of the band) is the one
+    the trace would give: ``fits`` (the trace needs no more, within the grid's tolerance, which
+    the analytic range already covers), or ``does not fit`` even at the bottom of the band
+    (allocated bytes :data:`TOLERANCE` lower, nothing reserved beyond them). Anything else — a
+    ``tight`` answer, or a capacity inside the band — could change, and the trace confirms it."""
+    if verdict == "fits":
+        return True
+    context = int(est.device_used_bytes) - int(est.peak_reserved_bytes)
+    low_point = int(est.peak_allocated_bytes * (1 - TOLERANCE)) + context
+    return verdict == "does not fit" and low_point > capacity_bytes

@@ -1,0 +1,138 @@
+"""``estimate`` under ``--engine auto``: the analytic engine where the fast-path grid validates
+it (memfit.estimate.fastpath), the trace as its confirmation."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import memfit
+from memfit.estimate import fastpath
+from memfit.estimate.analytic.reserved import RESERVED_RATIO
+from memfit.spec import EstimateOptions, WorkloadSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+LORA = WorkloadSpec(mode="train", seq_len=32, lora_rank=8, precision="bf16-true")
+
+
+def test_validated_table_is_what_the_grid_rows_say() -> None:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import validated_table
+
+    path = ROOT / "benchmarks" / "results" / "fastpath_grid.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert validated_table(rows) == fastpath.VALIDATED
+
+
+@pytest.mark.parametrize(
+    ("fields", "job"),
+    [
+        ({"lora_rank": 16, "seq_len": 2048, "batch_size": 4}, "lora"),
+        ({}, "train"),
+        ({"checkpointing": "full"}, "ckpt"),
+        ({"mode": "infer", "new_tokens": 64}, "infer"),
+        ({"precision": "bf16-mixed"}, None),  # the grid runs bf16-true only
+        ({"lora_rank": 16, "checkpointing": "full"}, None),  # LoRA with checkpointing: no row
+        ({"optimizer": "adamw-8bit"}, None),
+        ({"attention": "eager"}, None),
+        ({"gpus": 2}, None),
+        ({"lora_rank": 16, "quant": "nf4"}, None),
+    ],
+)
+def test_grid_job_names_only_the_settings_the_grid_runs(fields: dict, job: str | None) -> None:
+    w = WorkloadSpec(**{"precision": "bf16-true", **fields})
+    assert fastpath.grid_job(w) == job
+
+
+def test_auto_answers_a_validated_job_with_the_analytic_engine_unconfirmed() -> None:
+    est = memfit.estimate("gpt2", LORA)
+    assert est.engine == "analytic"
+    assert est.confirmed is False
+    assert "fast-path grid validates the analytic engine for model_type 'gpt2' (lora)" in str(
+        est.engine_reason
+    )
+    # reserved bytes at the top of the ratio range: never far under the trace's replay
+    assert est.peak_reserved_bytes == int(est.peak_allocated_bytes * RESERVED_RATIO["train"][2])
+    assert est.to_json()["confirmed"] is False
+
+
+def test_a_job_the_grid_does_not_validate_is_traced_and_confirmed() -> None:
+    est = memfit.estimate("gpt2", WorkloadSpec(mode="infer", seq_len=32))
+    assert est.engine == "trace"
+    assert est.confirmed is True
+
+
+def test_other_library_versions_void_the_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata,
+        "version",
+        lambda name: "5.24.0" if name == "transformers" else real(name),
+    )
+    why = fastpath.not_validated({"model_type": "gpt2"}, LORA)
+    assert why == (
+        "the grid's validation ran other library versions: installed transformers 5.24.0 "
+        "(validated: 5.23)"
+    )
+
+
+def test_confirm_option_traces_the_fast_answer_and_says_so() -> None:
+    fast = memfit.estimate("gpt2", LORA)
+    est = memfit.estimate("gpt2", LORA, options=EstimateOptions(confirm=True))
+    assert est.engine == "trace"
+    assert est.confirmed is True
+    assert est.engine_reason == "auto: the analytic answer confirmed by the trace (--confirm)"
+    assert est.notes[0].startswith("confirmed by the trace engine (--confirm): the analytic answer")
+    # the fast answer is within the grid's tolerance of the trace, never further under
+    assert fast.peak_allocated_bytes >= est.peak_allocated_bytes * (1 - fastpath.TOLERANCE)
+    assert fast.peak_reserved_bytes >= est.peak_reserved_bytes * (1 - fastpath.TOLERANCE)
+
+
+def test_a_verdict_the_band_could_change_is_confirmed_by_the_trace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fastpath, "verdict_settled", lambda est, capacity, verdict: False)
+    est = memfit.estimate("gpt2", LORA, gpu="L4")
+    assert est.engine == "trace"
+    assert est.confirmed is True
+    assert "lies within the analytic engine's validated band of L4's capacity" in str(
+        est.engine_reason
+    )
+
+
+def _est(allocated: int, reserved: int, context: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        peak_allocated_bytes=allocated,
+        peak_reserved_bytes=reserved,
+        device_used_bytes=reserved + context,
+    )
+
+
+def test_verdict_settled_only_away_from_the_band() -> None:
+    gib = 2**30
+    est = _est(allocated=10 * gib, reserved=13 * gib, context=gib)
+    assert fastpath.verdict_settled(est, 20 * gib, "fits")
+    assert not fastpath.verdict_settled(est, 12 * gib, "tight")
+    # does not fit at the top of the band, may fit at its bottom (9.8 + 1 GiB < 11 GiB)
+    assert not fastpath.verdict_settled(est, 11 * gib, "does not fit")
+    assert fastpath.verdict_settled(est, 10 * gib, "does not fit")
+
+
+def test_the_checklists_estimator_traces_every_job_under_confirm() -> None:
+    from memfit.estimate.policy import AnalyticFirst, use_confirm
+    from memfit.models import resolve_model
+
+    source = resolve_model("gpt2")
+    assert AnalyticFirst(source, None)(LORA).engine == "analytic"  # upgrade / doctor: analytic
+    with use_confirm():
+        est = AnalyticFirst(source, None)(LORA)
+    assert (est.engine, est.confirmed, est.engine_reason) == (
+        "trace",
+        True,
+        "auto: --confirm: traced",
+    )
