@@ -272,11 +272,13 @@ class EnginePolicy:
         if fastpath.not_validated(source.config, workload) is not None:
             return None
         try:
-            est = run_engine("analytic", source, workload, gpu, reserved_end="high")
+            high = run_engine("analytic", source, workload, gpu, reserved_end="high")
+            end = fastpath.shown_reserved_end(workload)
+            est = high if end == "high" else run_engine("analytic", source, workload, gpu)
         except MemfitError:  # a setting the analytic engine refuses: the precise route says so
             return None
         est = with_reason(est, fastpath.validated_reason(source.config, workload))
-        why = _confirm_why(est)
+        why = _confirm_why(high)  # the verdict is settled only if the band's top settles it
         if why is None or trace_stack_missing(source) is not None:
             return dataclasses.replace(est, confirmed=False)
         precise = self._precise(source, workload, gpu, extrapolate)
