@@ -276,6 +276,18 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--optimizer-in-bwd",
+        dest="optimizer_in_bwd",
+        kind="switch",
+        default=False,
+        help="the optimizer steps each parameter during backward, as its gradient is ready, "
+        "and frees it (torchtune optimizer_in_bwd: True; torch's "
+        "register_post_accumulate_grad_hook pattern): no full set of gradients; needs "
+        "grad_accum 1",
+        field="optimizer_in_bwd",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--gpus",
         dest="gpus",
         kind="int",

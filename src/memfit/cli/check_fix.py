@@ -140,6 +140,8 @@ def find_fix(
         for o in options
         for wanted in _variants(_wanted(o.settings, workload), workload)
     ] + [(*t, True) for t in _smallest_splits(workload)]
+    if workload.optimizer_in_bwd:  # each parameter steps in backward: no accumulation
+        tries = [t for t in tries if t[1].get("grad_accum", workload.grad_accum) == 1]
     set_by = {name: st.file for name, st in job.fields.items()}
     not_kept: list[str] = []
     not_said: list[tuple[str, list[str]]] = []

@@ -28,6 +28,7 @@ WORKLOAD_FIELDS = (
     "offload",
     "gpus",
     "freeze_layers",
+    "optimizer_in_bwd",
 )
 
 
