@@ -345,6 +345,17 @@ FLAGS: tuple[Flag, ...] = (
         commands=("plan",),
     ),
     Flag(
+        name="--optimizer-in-bwd",
+        dest="optimizer_in_bwd",
+        kind="switch",
+        default=False,
+        help="the job steps its optimizer in backward (torchtune optimizer_in_bwd: True), kept "
+        "by the plan: plans on one GPU without gradient accumulation",
+        field="optimizer_in_bwd",
+        target="request",
+        commands=("plan",),
+    ),
+    Flag(
         name="--lora-rank",
         dest="lora_rank",
         kind="ints",

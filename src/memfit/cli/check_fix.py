@@ -120,6 +120,7 @@ def recipe_request(workload: WorkloadSpec) -> PlanRequest:
         lora_asked=lora is not None,
         lora_ranks=(lora,) if lora is not None else (16, 64),
         prepare_kbit=workload.prepare_kbit,
+        optimizer_in_bwd=workload.optimizer_in_bwd,
         quant=workload.quant,
         lora_targets=workload.lora_targets if lora is not None else "all-linear",
         allow_quant=quantized,

@@ -257,5 +257,4 @@ def _result(
         ]
         + list(version_notes())
         + sim.notes,
-        paged_note=False,
     )
