@@ -356,3 +356,20 @@ def test_torchtune_optimizer_in_bwd_is_read_and_its_fix_never_accumulates(tmp_pa
     )  # fmt: skip
     assert code == 1
     assert "gradient_accumulation_steps" not in (out.get("fix") or {}).get("diff", "")
+
+
+def test_check_says_the_paged_part_and_the_resident_need(tmp_path, capsys):
+    """A full fine-tune with PagedAdamW8bit (torchtune's 8B_full_single_device, on a 48 GB card):
+    the device figure includes the paged states, the verdict's need does not; both are said."""
+    path = tmp_path / "full.yaml"
+    text = (EXAMPLES / "torchtune-llama3_1-8B_qlora_single_device.yaml").read_text()
+    path.write_text(text.replace("qlora_llama3_1_8b", "llama3_1_8b"))
+    argv = [
+        "check", str(path), "gradient_accumulation_steps=1", "optimizer_in_bwd=True",
+        "optimizer._component_=bitsandbytes.optim.PagedAdamW8bit", "tokenizer.max_seq_len=2048",
+        "--gpu", "RTX-A6000", "--engine", "analytic",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "of it paged optimizer states — FITS on RTX-A6000" in out
+    assert "resident (upper end)" in out and "in host RAM" in out
