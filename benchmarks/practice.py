@@ -382,18 +382,22 @@ def torchtune_8b_job(method: str, config: str, gpu: str, runnable: str, peak: st
     if method == "full":
         recipe = [*TORCHTUNE_8B_SHAPE, "--precision", "bf16-true"]
         recipe += ["--optimizer", "paged-adamw-8bit", "--checkpointing", "full"]
+        recipe += ["--optimizer-in-bwd"]
         plan += ["--keep-full-finetune", "--optimizer", "paged-adamw-8bit"]
-        plan += ["--precision", "bf16-true"]
+        plan += ["--precision", "bf16-true", "--optimizer-in-bwd"]
         quote = (
             "model: llama3_1_8b; optimizer: bitsandbytes.optim.PagedAdamW8bit; "
             "optimizer_in_bwd: True; enable_activation_checkpointing: True; dtype: bf16; "
             "batch_size: 2"
         )
         notes: tuple[str, ...] = (
-            "optimizer_in_bwd (gradients freed layer by layer) has no memfit flag: memfit "
-            "counts a full set of gradients",
+            "optimizer_in_bwd: memfit's --optimizer-in-bwd (each parameter steps in backward, "
+            "its gradient freed; no accumulation)",
             "PagedAdamW8bit's states live in CUDA unified memory, which can page to host RAM "
-            "and which torch's peak-memory counters (the README's figure) do not count",
+            "and which torch's peak-memory counters (the README's figure) do not count; "
+            "memfit's verdict leaves them out of the resident need (docs/decisions.md)",
+            "torchtune's model and PagedAdamW8bit keep the token embedding's states in 8 bits; "
+            "memfit's HF path keeps them in 32 bits (HF Trainer's override), paged either way",
         )
     else:
         recipe = [*TORCHTUNE_8B_SHAPE, "--precision", "bf16-true"]

@@ -287,6 +287,18 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--optimizer-in-bwd",
+        dest="optimizer_in_bwd",
+        kind="switch",
+        default=False,
+        help="the optimizer steps each parameter during backward, as its gradient is ready, "
+        "and frees it (torchtune optimizer_in_bwd: True; torch's "
+        "register_post_accumulate_grad_hook pattern): no full set of gradients; needs "
+        "grad_accum 1",
+        field="optimizer_in_bwd",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--gpus",
         dest="gpus",
         kind="int",
@@ -375,6 +387,17 @@ FLAGS: tuple[Flag, ...] = (
         help="QLoRA plans run peft's prepare_model_for_kbit_training (as TRL's SFTTrainer does): "
         "embeddings, norms and LM head in fp32",
         field="prepare_kbit",
+        target="request",
+        commands=("plan",),
+    ),
+    Flag(
+        name="--optimizer-in-bwd",
+        dest="optimizer_in_bwd",
+        kind="switch",
+        default=False,
+        help="the job steps its optimizer in backward (torchtune optimizer_in_bwd: True), kept "
+        "by the plan: plans on one GPU without gradient accumulation",
+        field="optimizer_in_bwd",
         target="request",
         commands=("plan",),
     ),

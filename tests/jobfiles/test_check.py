@@ -329,3 +329,47 @@ def test_axolotl_loads_its_base_in_the_dtype_its_flags_resolve_to(tmp_path, flag
     f.write_text(text.replace("bf16: auto\nfp16:\n", flags))
     job = read_job([f])
     assert (job.fields["precision"].value, job.fields["precision"].key) == (precision, key)
+
+
+def test_torchtune_optimizer_in_bwd_is_read_and_its_fix_never_accumulates(tmp_path, capsys):
+    """torchtune's ``optimizer_in_bwd: True`` ("Requires gradient_accumulation_steps=1", its
+    8B_full_single_device.yaml) is the job's, and the estimate drops the full set of gradients;
+    ``check`` offers no edit that adds gradient accumulation (the job would refuse to start)."""
+    path = tmp_path / "full.yaml"
+    text = (EXAMPLES / "torchtune-llama3_1-8B_qlora_single_device.yaml").read_text()
+    text = text.replace("qlora_llama3_1_8b", "llama3_1_8b")
+    path.write_text(text)
+    overrides = ["gradient_accumulation_steps=1", "batch_size=1", "tokenizer.max_seq_len=256"]
+    w_off = workload_of(read_job([path], overrides=overrides))
+    w_on = workload_of(read_job([path], overrides=[*overrides, "optimizer_in_bwd=True"]))
+    assert (w_off.optimizer_in_bwd, w_on.optimizer_in_bwd) == (False, True)
+    off, on = (memfit.estimate("llama-3.1-8b", w, engine="analytic") for w in (w_off, w_on))
+    # at most one node's gradients (the LM head's, 1 GiB) instead of all 16 GB
+    assert on.components["gradients"] < off.components["gradients"] / 10
+    with pytest.raises(SpecError, match="gradient_accumulation_steps: 2"):
+        workload_of(
+            read_job([path], overrides=["gradient_accumulation_steps=2", "optimizer_in_bwd=True"])
+        )
+    code, out = run_json(
+        capsys, str(path), "gradient_accumulation_steps=1", "optimizer_in_bwd=True",
+        "tokenizer.max_seq_len=2048", "--gpu", "L4", "--engine", "analytic",
+    )  # fmt: skip
+    assert code == 1
+    assert "gradient_accumulation_steps" not in (out.get("fix") or {}).get("diff", "")
+
+
+def test_check_says_the_paged_part_and_the_resident_need(tmp_path, capsys):
+    """A full fine-tune with PagedAdamW8bit (torchtune's 8B_full_single_device, on a 48 GB card):
+    the device figure includes the paged states, the verdict's need does not; both are said."""
+    path = tmp_path / "full.yaml"
+    text = (EXAMPLES / "torchtune-llama3_1-8B_qlora_single_device.yaml").read_text()
+    path.write_text(text.replace("qlora_llama3_1_8b", "llama3_1_8b"))
+    argv = [
+        "check", str(path), "gradient_accumulation_steps=1", "optimizer_in_bwd=True",
+        "optimizer._component_=bitsandbytes.optim.PagedAdamW8bit", "tokenizer.max_seq_len=2048",
+        "--gpu", "RTX-A6000", "--engine", "analytic",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "of it paged optimizer states — FITS on RTX-A6000" in out
+    assert "resident (upper end)" in out and "in host RAM" in out

@@ -18,3 +18,14 @@ def test_vllm_line_names_the_quantization_method(quant: str, method: str) -> Non
     line = _vllm(s, request, "meta-llama/Llama-3.1-70B")
     assert f"--quantization {method}" in line
     assert "--tensor-parallel-size 4" in line and "--max-model-len 8192" in line
+
+
+def test_a_plan_stepping_its_optimizer_in_backward_says_how_to_run_it() -> None:
+    from memfit.plan.export import export_settings
+
+    s = Settings(precision="bf16-true", optimizer="paged-adamw-8bit", optimizer_in_bwd=True)
+    out = export_settings(s, PlanRequest(seq_len=2048), "llama-3.1-8b")
+    assert "--optimizer-in-bwd" in out["memfit"]
+    assert "register_post_accumulate_grad_hook" in out["optimizer_in_bwd"]
+    plain = export_settings(Settings(precision="bf16-true", optimizer="adamw"), PlanRequest(), "m")
+    assert "optimizer_in_bwd" not in plain

@@ -243,3 +243,21 @@ def test_settings_print_their_flat_names_in_the_plan_json() -> None:
         "prepare_kbit",
     ]
     assert s.to_json()["grad_accum"] == 4 and s.to_json()["optimizer"] == "adamw-fused"
+
+
+def test_the_optimizer_step_in_backward_is_kept_on_one_gpu_without_accumulation() -> None:
+    """``--optimizer-in-bwd`` (torchtune optimizer_in_bwd): every plan keeps it, none splits the
+    batch into accumulated micro-batches or shards / offloads (not runnable, not modelled); each
+    plan's workload is valid and the recipe is the whole batch at once."""
+    got = candidates(_opts(keep_full_finetune=True, optimizer_in_bwd=True))
+    assert got
+    assert all(s.techniques.optimizer_in_bwd for s in got)
+    assert all(s.grad_accum == 1 and s.micro_batch == 8 for s in got)
+    assert all(s.shard == "none" and s.offload == "none" for s in got)
+    assert all(s.workload("train", 512).optimizer_in_bwd for s in got)
+    plain = candidates(_opts(keep_full_finetune=True))
+    assert any(s.grad_accum > 1 for s in plain) and len(plain) > len(got)
+    r = recipe(_opts(optimizer_in_bwd=True))
+    assert r.techniques.optimizer_in_bwd and "in backward" in r.describe()
+    with pytest.raises(SpecError, match="optimizer_in_bwd needs a training job"):
+        PlanRequest(mode="infer", optimizer_in_bwd=True)

@@ -120,6 +120,7 @@ def recipe_request(workload: WorkloadSpec) -> PlanRequest:
         lora_asked=lora is not None,
         lora_ranks=(lora,) if lora is not None else (16, 64),
         prepare_kbit=workload.prepare_kbit,
+        optimizer_in_bwd=workload.optimizer_in_bwd,
         quant=workload.quant,
         lora_targets=workload.lora_targets if lora is not None else "all-linear",
         allow_quant=quantized,
@@ -140,6 +141,8 @@ def find_fix(
         for o in options
         for wanted in _variants(_wanted(o.settings, workload), workload)
     ] + [(*t, True) for t in _smallest_splits(workload)]
+    if workload.optimizer_in_bwd:  # each parameter steps in backward: no accumulation
+        tries = [t for t in tries if t[1].get("grad_accum", workload.grad_accum) == 1]
     set_by = {name: st.file for name, st in job.fields.items()}
     not_kept: list[str] = []
     not_said: list[tuple[str, list[str]]] = []

@@ -346,8 +346,11 @@ def paged_note(unified_bytes: int) -> str:
 
     return (
         f"{format_bytes(unified_bytes)} of the optimizer states are paged (bitsandbytes, CUDA "
-        "unified memory): counted on the device, where they sit until the driver evicts them to "
-        "host RAM under memory pressure; torch.cuda.max_memory_allocated() does not see them"
+        "unified memory): included in the device figures, where they sit while there is room; "
+        "torch.cuda.max_memory_allocated() does not see them. The verdict leaves them out of "
+        "what must stay on the GPU: when the rest needs the room the driver evicts them to host "
+        "RAM (that much host RAM free) and pages them back for every optimizer step, slower "
+        "steps (docs/decisions.md, 'Paged optimizer states in the verdict')"
     )
 
 

@@ -50,15 +50,18 @@ class FitVerdict:
     free_bytes: int
     fits: bool
     verdict: str | None = None
-    need_bytes: int | None = None
+    need_bytes: int | None = None  # resident: the paged optimizer states left out
     headroom_bytes: int = 0
+    paged_bytes: int = 0  # paged (evictable) optimizer states: memfit.estimate.verdict
 
     def judgement(self) -> Verdict:
+        need = self.need_bytes if self.need_bytes is not None else 0
         return judge(
             point_bytes=self.capacity_bytes - self.free_bytes,
-            need_bytes=self.need_bytes if self.need_bytes is not None else 0,
+            need_bytes=need + self.paged_bytes,
             capacity_bytes=self.capacity_bytes,
             headroom_bytes=self.headroom_bytes,
+            evictable_bytes=self.paged_bytes,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -77,6 +80,8 @@ class FitVerdict:
                 limit_bytes=v.limit_bytes,
                 margin_bytes=v.margin_bytes,
             )
+            if v.paged_bytes:
+                out.update(paged_bytes=v.paged_bytes, evicted_bytes=v.evicted_bytes)
         return out
 
 
@@ -175,6 +180,7 @@ class MemoryEstimate:
                 verdict=v.verdict,
                 need_bytes=v.need_bytes,
                 headroom_bytes=v.headroom_bytes,
+                paged_bytes=v.paged_bytes,
             )
             object.__setattr__(self, "fits", verdict)
 

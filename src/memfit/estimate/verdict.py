@@ -15,6 +15,14 @@ verdict                   rule                                                  
 ``does not fit``          point value > capacity                                1
 ========================  ====================================================  =========
 
+Paged optimizer states (bitsandbytes' paged optimizers: CUDA unified memory, "to transfer memory
+from the GPU to the CPU when GPU memory is exhausted") are *evictable*: the driver moves them to
+host RAM when the rest of the job needs the room, and pages them back for the optimizer step.
+:func:`judge` takes them as ``evictable_bytes``: the point value and the need are of what must stay
+resident (the estimate less the paged states), and :attr:`Verdict.evicted_bytes` says how much of
+the paged states will not fit beside it (host RAM it takes, traffic every step). docs/decisions.md
+("Paged optimizer states in the verdict") gives the evidence.
+
 ``tight`` exits 1: a CI gate that runs ``memfit estimate ... --gpu L4`` before a training job
 must not pass a job that the estimate's own error bar says may run out of memory; the text and
 ``--json`` (``fits.verdict``) tell it from ``does not fit``. ``estimate``, ``fit`` (the largest
@@ -50,9 +58,18 @@ class Verdict:
 
     verdict: str
     point_bytes: int
-    need_bytes: int  # the upper end of the device-memory range
+    need_bytes: int  # the upper end of the device-memory range (resident: paged states left out)
     capacity_bytes: int
     headroom_bytes: int
+    #: paged (evictable) optimizer-state bytes left out of ``point_bytes`` / ``need_bytes``
+    paged_bytes: int = 0
+
+    @property
+    def evicted_bytes(self) -> int:
+        """Paged bytes that do not fit beside the resident need within the limit: the driver
+        keeps them in host RAM and pages them in for each optimizer step (0: all stay on the
+        device)."""
+        return max(0, min(self.paged_bytes, self.need_bytes + self.paged_bytes - self.limit_bytes))
 
     @property
     def limit_bytes(self) -> int:
@@ -79,6 +96,11 @@ class Verdict:
             "headroom_bytes": self.headroom_bytes,
             "limit_bytes": self.limit_bytes,
             "margin_bytes": self.margin_bytes,
+            **(
+                {"paged_bytes": self.paged_bytes, "evicted_bytes": self.evicted_bytes}
+                if self.paged_bytes
+                else {}
+            ),
         }
 
     def text(self, gpu: str) -> str:
@@ -88,7 +110,17 @@ class Verdict:
         head = f"{self.verdict.upper()} on {gpu}"
         if self.verdict == FITS:
             margin = format_bytes(self.margin_bytes)
-            return f"{head}: needs {need} (upper end) of {limit}, margin {margin}"
+            text = f"{head}: needs {need} (upper end) of {limit}, margin {margin}"
+            if self.evicted_bytes:
+                text += (
+                    f"; {format_bytes(self.evicted_bytes)} of the "
+                    f"{format_bytes(self.paged_bytes)} paged optimizer states do not fit beside "
+                    "it: the driver keeps them in host RAM and pages them in for every "
+                    "optimizer step (slower steps; that much host RAM free)"
+                )
+            elif self.paged_bytes:
+                text += f" (+ {format_bytes(self.paged_bytes)} paged optimizer states, which fit)"
+            return text
         if self.verdict == TIGHT:
             return (
                 f"{head}: the estimate ({format_bytes(self.point_bytes)}) fits "
@@ -104,9 +136,18 @@ class Verdict:
 
 
 def judge(
-    *, point_bytes: int, need_bytes: int, capacity_bytes: int, headroom_bytes: int
+    *,
+    point_bytes: int,
+    need_bytes: int,
+    capacity_bytes: int,
+    headroom_bytes: int,
+    evictable_bytes: int = 0,
 ) -> Verdict:
-    """The verdict rule of the module docstring."""
+    """The verdict rule of the module docstring. ``evictable_bytes``: paged optimizer states
+    inside ``point_bytes`` and ``need_bytes``, which the driver evicts to host RAM under
+    pressure: the rule is applied to the rest."""
+    paged = max(0, min(int(evictable_bytes), point_bytes))
+    point_bytes, need_bytes = point_bytes - paged, need_bytes - paged
     if need_bytes + headroom_bytes <= capacity_bytes:
         verdict = FITS
     elif point_bytes <= capacity_bytes:
@@ -119,6 +160,7 @@ def judge(
         need_bytes=need_bytes,
         capacity_bytes=capacity_bytes,
         headroom_bytes=headroom_bytes,
+        paged_bytes=paged,
     )
 
 
@@ -146,6 +188,17 @@ def upper_device_bytes(est: Any) -> int:
     return max(int(low_high[1]), int(est.device_used_bytes))
 
 
+def evictable_bytes(est: Any) -> int:
+    """An estimate's paged optimizer-state bytes (CUDA unified memory the driver may evict)."""
+    return int(getattr(est, "unified_memory_bytes", 0) or 0)
+
+
+def resident_need_bytes(est: Any) -> int:
+    """The need :func:`judge_estimate` charges a GPU with: the upper end of the device-memory
+    range less the paged (evictable) optimizer states. THE "needs" figure of an estimate."""
+    return upper_device_bytes(est) - min(evictable_bytes(est), int(est.device_used_bytes))
+
+
 def judge_estimate(est: Any, capacity_bytes: int, headroom: float = DEFAULT_HEADROOM) -> Verdict:
     """:func:`judge` of a :class:`~memfit.estimate.result.MemoryEstimate` on a capacity."""
     return judge(
@@ -153,4 +206,5 @@ def judge_estimate(est: Any, capacity_bytes: int, headroom: float = DEFAULT_HEAD
         need_bytes=upper_device_bytes(est),
         capacity_bytes=capacity_bytes,
         headroom_bytes=headroom_bytes(capacity_bytes, headroom),
+        evictable_bytes=evictable_bytes(est),
     )

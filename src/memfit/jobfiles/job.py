@@ -32,6 +32,7 @@ WORKLOAD_FIELDS = (
     "dp_replicate",
     "reshard_after_forward",
     "zero_hpz_partition_size",
+    "optimizer_in_bwd",
 )
 
 

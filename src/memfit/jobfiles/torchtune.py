@@ -147,9 +147,13 @@ def read_torchtune(r: KeyReader) -> None:
         if name == "adamw" and as_bool(r, "optimizer.fused", r.take("optimizer.fused", False)):
             name = "adamw-fused"
         r.set("optimizer", name, "optimizer._component_", opt)
+    if r.has("optimizer_in_bwd"):
+        # full_finetune_single_device: one optimizer per parameter, stepped in its
+        # post-accumulate-grad hook (training.register_optim_in_bwd_hooks)
+        v = r.take("optimizer_in_bwd")
+        r.set("optimizer_in_bwd", as_bool(r, "optimizer_in_bwd", v), "optimizer_in_bwd", v)
     for key, what in (
         ("enable_activation_offloading", "activation offloading to the CPU"),
-        ("optimizer_in_bwd", "the optimizer step fused into backward (gradients freed early)"),
         ("compile", "torch.compile"),
         ("fsdp_cpu_offload", "FSDP CPU offload"),
         (

@@ -17,7 +17,13 @@ from typing import Any
 from memfit.errors import SpecError
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.estimate.verdict import DEFAULT_HEADROOM as DEFAULT_HEADROOM
-from memfit.estimate.verdict import Verdict, judge, upper_device_bytes
+from memfit.estimate.verdict import (
+    Verdict,
+    evictable_bytes,
+    judge,
+    resident_need_bytes,
+    upper_device_bytes,
+)
 from memfit.units import format_bytes
 
 
@@ -69,17 +75,20 @@ def need_bytes(est: MemoryEstimate) -> int:
     carries no device-used range (the analytic engine gives only its reserved-bytes range) is
     charged the calibrated range of :mod:`memfit.estimate.uncertainty` (the one trace estimates
     carry, with the analytic engine's own band), so every engine is held to the same end of its
-    error and the confirming engine does not overrule the search engine for its range alone."""
-    return upper_device_bytes(est)
+    error and the confirming engine does not overrule the search engine for its range alone.
+    The paged (evictable) optimizer states are left out (``resident_need_bytes``: the driver
+    moves them to host RAM when the rest needs the room; memfit.estimate.verdict)."""
+    return resident_need_bytes(est)
 
 
 def verdict(est: MemoryEstimate, budget: Budget) -> Verdict:
     """THE verdict rule (memfit.estimate.verdict) of ``est`` on the budget's GPU."""
     return judge(
         point_bytes=est.device_used_bytes,
-        need_bytes=need_bytes(est),
+        need_bytes=upper_device_bytes(est),
         capacity_bytes=budget.capacity_bytes,
         headroom_bytes=budget.headroom_bytes,
+        evictable_bytes=evictable_bytes(est),
     )
 
 

@@ -191,6 +191,12 @@ def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, 
             "prepare_model_for_kbit_training(model) before get_peft_model (what TRL's "
             "SFTTrainer calls; the estimate includes its fp32 casts)"
         )
+    if s.techniques.optimizer_in_bwd:
+        out["optimizer_in_bwd"] = (
+            "one optimizer per parameter, stepped and zeroed in "
+            "param.register_post_accumulate_grad_hook (torchtune: optimizer_in_bwd: True); "
+            "HF Trainer has no such option: a custom training loop, gradient_accumulation_steps=1"
+        )
     if s.shard in ("zero1", "zero2", "zero3"):
         out["deepspeed"] = deepspeed_config(s)
     elif s.shard == "fsdp":

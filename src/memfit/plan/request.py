@@ -71,6 +71,9 @@ class PlanRequest:
     quant: str = "none"
     #: the modules the job's LoRA adapts (``--lora-targets``), kept as asked
     lora_targets: tuple[str, ...] | str = "all-linear"
+    #: the job steps its optimizer in backward (``--optimizer-in-bwd``), kept as asked: its plans
+    #: run on one GPU without accumulation (WorkloadSpec.optimizer_in_bwd)
+    optimizer_in_bwd: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", frozenset(self.allow))
@@ -85,6 +88,11 @@ class PlanRequest:
             p.append(
                 f"quant ({self.quant!r}) trains adapters on a quantized base (QLoRA): add "
                 "--lora-rank, or leave --quant out and --allow quant to let the planner choose"
+            )
+        if self.optimizer_in_bwd and (self.mode != "train" or self.optimizer == "none"):
+            p.append(
+                "optimizer_in_bwd needs a training job with an optimizer (--mode train, "
+                "--optimizer other than none)"
             )
         if self.attention not in ATTENTIONS:
             p.append(f"attention ({self.attention!r}) must be one of {', '.join(ATTENTIONS)}")

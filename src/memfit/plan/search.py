@@ -256,6 +256,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         allow_offload=request.allow_offload,
         lora_ranks=request.lora_ranks,
         prepare_kbit=request.prepare_kbit,
+        optimizer_in_bwd=request.optimizer_in_bwd,
         precision=request.precision,
         optimizer=request.optimizer,
         attention=request.attention,

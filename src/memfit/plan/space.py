@@ -152,6 +152,7 @@ class Settings:
             self.offload,
             self.tp,
             self.prepare_kbit,
+            self.techniques.optimizer_in_bwd,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -191,7 +192,9 @@ class Settings:
         if self.checkpointing != "none":
             parts.append(f"ckpt {self.checkpointing}")
         if self.optimizer != "none":
-            parts.append(self.optimizer)
+            parts.append(
+                self.optimizer + (" in backward" if self.techniques.optimizer_in_bwd else "")
+            )
         if self.gpus > 1 or self.shard != "none":
             parts.append(self.shard if self.tp == 1 else f"tp {self.tp}")
         if self.offload != "none":
@@ -274,6 +277,8 @@ class SpaceOptions:
     quant: str = "none"
     #: the modules an asked LoRA adapts (a LoRA the planner proposes adapts every linear)
     lora_targets: tuple[str, ...] | str = "all-linear"
+    #: the optimizer steps in backward (asked): one GPU, no accumulation, no ZeRO / offload
+    optimizer_in_bwd: bool = False
 
     @property
     def recipe_precision(self) -> str:
@@ -427,6 +432,10 @@ def candidates(o: SpaceOptions) -> list[Settings]:
     for precision in precisions:
         for stack in _train_stacks(o):
             for layout in _parallel_layouts(o):
+                if o.optimizer_in_bwd and (
+                    layout.get("shard", "none") != "none" or layout.get("offload", "none") != "none"
+                ):
+                    continue  # the optimizer step in backward: one plain GPU (not modelled else)
                 run_as = precision
                 if precision_rules("train", precision, layout["shard"]):
                     if stack.get("lora_rank") is None:
@@ -436,6 +445,8 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                     run_as = precision.replace("-true", "-mixed")
                 for ckpt in ("none", "selective", "full"):
                     for m, accum in _micro_batches(o):
+                        if o.optimizer_in_bwd and accum > 1:
+                            continue  # each parameter steps in backward: nothing accumulates
                         out.append(
                             Settings(
                                 precision=run_as,
@@ -446,6 +457,7 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                                 grad_accum=accum,
                                 prepare_kbit=o.prepare_kbit
                                 and stack.get("quant", "none") != "none",
+                                optimizer_in_bwd=o.optimizer_in_bwd,
                                 **stack,
                                 **layout,
                             )
@@ -470,6 +482,7 @@ def recipe(o: SpaceOptions) -> Settings:
         attention=o.attention,
         quant=o.quant,
         optimizer=o.recipe_optimizer,
+        optimizer_in_bwd=o.optimizer_in_bwd,
         lora_rank=o.lora_ranks[0] if o.lora_asked and o.lora_ranks else None,
         lora_targets=o.lora_targets if o.lora_asked else "all-linear",
         gpus=o.gpus,

@@ -118,9 +118,17 @@ def _verdict_line(what: str, est: MemoryEstimate) -> str:
         f"{what}: {format_bytes(est.device_used_bytes)} "
         f"(allocated {format_bytes(est.peak_allocated_bytes)})"
     )
+    if est.unified_memory_bytes:
+        line += f", {format_bytes(est.unified_memory_bytes)} of it paged optimizer states"
     if est.fits is not None:
         verdict = (est.fits.verdict or ("fits" if est.fits.fits else "does not fit")).upper()
         line += f" — {verdict} on {est.fits.gpu} ({format_bytes(est.fits.capacity_bytes)})"
+        v = est.verdict
+        if v is not None and v.paged_bytes:
+            line += (
+                f": needs {format_bytes(v.need_bytes)} resident (upper end), "
+                f"{format_bytes(v.evicted_bytes)} of the paged states in host RAM"
+            )
     return line
 
 

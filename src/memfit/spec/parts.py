@@ -125,12 +125,14 @@ class TechniqueSpec:
     freeze_layers: int = 0
     quantization: QuantSpec = QuantSpec()
     zero_grad_set_to_none: bool = True
+    optimizer_in_bwd: bool = False
 
     def __post_init__(self) -> None:
         raise_if(self.problems())
 
     def problems(self) -> list[str]:
-        own = ("precision", "attention", "checkpointing", "optimizer", "freeze_layers")
+        own: tuple[str, ...] = ("precision", "attention", "checkpointing", "optimizer")
+        own += ("freeze_layers", "optimizer_in_bwd")
         values = {k: getattr(self, k) for k in own}
         for name in ("optimizer", "precision"):
             if values[name] is None:
@@ -162,6 +164,7 @@ class TechniqueSpec:
             "lora_targets": self.lora.targets if self.lora else "all-linear",
             "freeze_layers": self.freeze_layers,
             "zero_grad_set_to_none": self.zero_grad_set_to_none,
+            "optimizer_in_bwd": self.optimizer_in_bwd,
             **self.quantization.flat(),
         }
 

@@ -83,6 +83,10 @@ class WorkloadSpec:
     freeze_layers: int = 0
     task: str = "auto"
     zero_grad_set_to_none: bool = True
+    #: the optimizer steps each parameter inside backward, as its gradient is accumulated
+    #: (torchtune ``optimizer_in_bwd: True``; torch's ``register_post_accumulate_grad_hook``
+    #: pattern): each gradient is freed right after its step, so no full set of gradients exists
+    optimizer_in_bwd: bool = False
     quant: str = "none"
     quant_group_size: int = 128
     prepare_kbit: bool = False
@@ -261,6 +265,7 @@ class WorkloadSpec:
         p += offload_rules(self.shard, self.offload)
         p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
         p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
+        p += self._optimizer_in_bwd_problems()
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
         if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
@@ -269,6 +274,30 @@ class WorkloadSpec:
                 "zero3 (ZeRO-Inference) or ddp (one replica per GPU)"
             )
         return p
+
+    def _optimizer_in_bwd_problems(self) -> list[str]:
+        """What the optimizer step inside backward cannot be combined with (torchtune's
+        ``full_finetune_single_device`` raises on gradient accumulation with it; a GradScaler
+        must unscale every gradient before any step)."""
+        if self.optimizer_in_bwd is not True:
+            return []
+        if self.mode != "train" or self.optimizer == "none":
+            return [
+                "optimizer_in_bwd needs a training job with an optimizer (--mode train, "
+                "--optimizer other than none)"
+            ]
+        if self.grad_accum > 1:
+            return [
+                f"optimizer_in_bwd with grad_accum {self.grad_accum}: each parameter steps as "
+                "soon as its gradient exists, so gradients cannot accumulate over micro-batches "
+                "(torchtune refuses it too); use grad_accum 1 or drop --optimizer-in-bwd"
+            ]
+        if self.precision == "16-mixed":
+            return [
+                "optimizer_in_bwd with 16-mixed: the GradScaler must check every gradient before "
+                "any parameter steps; use bf16 (bf16-mixed / bf16-true) or drop --optimizer-in-bwd"
+            ]
+        return []
 
     def warnings(self) -> list[str]:
         """Valid but probably unintended settings (reported in the estimate's ``notes``)."""
@@ -354,6 +383,8 @@ class WorkloadSpec:
             d.pop("prefill_chunk_size")
         if self.quant_experts:
             d.pop("quant_experts")
+        if not self.optimizer_in_bwd:
+            d.pop("optimizer_in_bwd")
         for name, default in PARALLEL_DEFAULTS.items():  # printed where a job uses them
             if d[name] == default:
                 d.pop(name)

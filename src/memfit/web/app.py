@@ -11,7 +11,8 @@ Routes (all GET; the server takes no request bodies):
 - ``/api/command/{command}``: the shell command a query stands for (``memfit estimate ...``);
 - ``/api/schema``: the form's fields (the one flags table, through the CLI's parser), the bundled
   models, the GPU catalog, the engines;
-- ``/api/gpu-table?device_used_bytes=N[&device_used_bytes_high=M]``: fits-which-GPU rows.
+- ``/api/gpu-table?device_used_bytes=N[&device_used_bytes_high=M][&unified_memory_bytes=P]``:
+  fits-which-GPU rows (P: paged optimizer states, evictable under the verdict rule).
 
 Bounds: the URL (so every input) is at most :data:`MAX_URL_BYTES`; jobs run in a
 :class:`~memfit.web.workers.WorkerPool` (bounded in number, heavy ones one at a time, each in
@@ -173,7 +174,8 @@ def create_app(
         try:
             used = int(q.get("device_used_bytes", ""))
             high = int(q["device_used_bytes_high"]) if "device_used_bytes_high" in q else None
-            return JSONResponse(gpu_table(used, high))
+            paged = int(q.get("unified_memory_bytes", "0") or 0)
+            return JSONResponse(gpu_table(used, high, paged))
         except ValueError:
             return error(400, "memfit: error: device_used_bytes must be a whole number of bytes")
         except MemfitError as exc:

@@ -31,8 +31,11 @@ def _price_fields(price: Any) -> dict[str, Any]:
     }
 
 
-def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None) -> list[dict]:
-    """One row per catalog GPU, smallest memory first."""
+def gpu_table(
+    device_used_bytes: int, device_used_bytes_high: int | None = None, paged_bytes: int = 0
+) -> list[dict]:
+    """One row per catalog GPU, smallest memory first. ``paged_bytes``: the estimate's paged
+    optimizer states (``unified_memory_bytes``), evictable under THE verdict rule."""
     if device_used_bytes < 0:
         raise SpecError(f"device_used_bytes ({device_used_bytes}) must be 0 or more")
     high = device_used_bytes if device_used_bytes_high is None else device_used_bytes_high
@@ -51,6 +54,7 @@ def gpu_table(device_used_bytes: int, device_used_bytes_high: int | None = None)
             need_bytes=high,
             capacity_bytes=point.capacity_bytes,
             headroom_bytes=headroom_bytes(point.capacity_bytes),
+            evictable_bytes=paged_bytes,
         )
         rows.append(
             {

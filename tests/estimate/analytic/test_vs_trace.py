@@ -36,6 +36,12 @@ CASES = [
     ("llama", {"lora_rank": 4, "lora_targets": ("q_proj", "v_proj"), "checkpointing": "full"}),
     ("llama", {"freeze_layers": 1}),
     ("llama", {"zero_grad_set_to_none": False}),
+    # optimizer_in_bwd: each parameter steps in its post-accumulate-grad hook (gradients freed)
+    ("llama", {"optimizer_in_bwd": True}),
+    ("llama", {"optimizer_in_bwd": True, "precision": "bf16-true", "checkpointing": "full"}),
+    ("llama", {"optimizer_in_bwd": True, "optimizer": "adamw-8bit", "precision": "bf16-true"}),
+    ("llama", {"optimizer_in_bwd": True, "lora_rank": 4}),
+    ("gpt2", {"optimizer_in_bwd": True}),  # tied LM head: its gradient waits for the embedding's
     ("llama", {"mode": "infer", "new_tokens": 6}),
     ("llama", {"mode": "infer", "precision": "fp32"}),
     # QLoRA through peft's prepare_model_for_kbit_training: fp32 around the quantized layers

@@ -265,5 +265,4 @@ def _result(
         + list(version_notes())
         + sharding.layout_notes(wl)
         + sim.notes,
-        paged_note=False,
     )

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from memfit.errors import NotModelledError
 from memfit.estimate.analytic.distributed import Param, RankView, params_of, rank_view
 from memfit.estimate.analytic.graph import (
     ACTS,
@@ -37,6 +38,7 @@ from memfit.estimate.analytic.graph import (
     vadd,
 )
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
+from memfit.estimate.analytic.optimizer import step_temp_in_backward
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
 from memfit.estimate.quant import LINEAR_SUBCLASSES
 from memfit.spec import WorkloadSpec
@@ -113,7 +115,8 @@ def run_workload_block(
         frozen=frozen,
         lora=lora,
         checkpointing=wl.checkpointing if repeated else "none",
-        existing_grads=not wl.zero_grad_set_to_none,
+        existing_grads=not wl.zero_grad_set_to_none and not wl.optimizer_in_bwd,
+        step_temp=step_temp_in_backward(wl.optimizer or "none") if wl.optimizer_in_bwd else None,
     )
 
 
@@ -203,12 +206,25 @@ def training_step(
     backward from the step's static bytes (parameters, optimizer states, gradients kept from the
     previous step, the inputs), then the optimizer step; ``view``: one data-parallel rank's
     rewrite of every point."""
-    held = grad_bytes if not wl.zero_grad_set_to_none else 0
+    in_bwd = wl.optimizer_in_bwd
+    if in_bwd and view is not None:
+        raise NotModelledError(
+            "optimizer_in_bwd is modelled on one GPU without sharding or offload: use "
+            "--gpus 1 --shard none, or drop --optimizer-in-bwd",
+            engine="analytic",
+        )
+    held = grad_bytes if not (wl.zero_grad_set_to_none or in_bwd) else 0
     static = _state(param_bytes, opt.state_bytes, held, inputs)
     pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
-    bpts, _ = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
-    optim = vadd(
-        _state(param_bytes, opt.state_bytes, grad_bytes, inputs), one(TEMP, opt.temp_bytes)
+    bpts, end = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
+    # optimizer_in_bwd: every parameter stepped in backward (Graph.step_in_backward); the
+    # optimizer phase holds the gradients backward left (a tied weight's, stepped last)
+    optim = (
+        _state(param_bytes, opt.state_bytes, end[GRADS], inputs)
+        if in_bwd
+        else vadd(
+            _state(param_bytes, opt.state_bytes, grad_bytes, inputs), one(TEMP, opt.temp_bytes)
+        )
     )
     info: dict[str, Any] = {
         "optimizer_state_bytes": opt.state_bytes,

@@ -73,9 +73,12 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
     lm_head_trainable = kw.pop("lm_head_trainable", True)
     freeze_tokens = kw.pop("freeze_tokens", False)
     cached_casts = kw.pop("cached_casts", 0)
+    hold_grads = kw.pop("hold_grads", False)
 
     def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
         o.lm_head_trainable = lm_head_trainable
+        if hold_grads:  # a tied LM head: its gradient waits for the embedding's (one step)
+            o.g.step_in_backward = False
         if kind == "embed":
             o.tied_embedding = tied
             o.freeze_token_embedding = freeze_tokens
@@ -150,6 +153,7 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         frozen=lora,
         lm_head_trainable=not (a.tie and (frozen or lora)),
         cached_casts=cast_cache_bytes(stacks),
+        hold_grads=tied_grad,
     )
     all_stacks = [Stack(embed, 1), *stacks, Stack(head, 1)]
     t = totals(all_stacks)

@@ -22,6 +22,7 @@ identical layers (the same argument as the trace engine's layer extrapolation) a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 #: Bytes per element (torch dtypes: float32, bfloat16, float16, int64, bool/uint8).
@@ -175,6 +176,11 @@ class Graph:
         self._kept: list[Tensor] = []
         self._first_saver: Node | None = None
         self._last_saver: Node | None = None
+        #: The optimizer steps each parameter inside backward (``optimizer_in_bwd``): a new
+        #: ``.grad`` lives for its own node's point only, with the bytes the per-parameter step
+        #: allocates (``step_temp_bytes(param)``), then the hook's ``zero_grad`` frees it.
+        self.step_in_backward = False
+        self.step_temp_bytes: Callable[[Tensor], int] = lambda t: 0
 
     # ------------------------------------------------------------------ recording
     def external(self, numel: int, dtype: str, *, rg: bool = False, comp: int = ACTS) -> Tensor:
@@ -440,7 +446,14 @@ class Graph:
                 if t.leaf:
                     g = Storage(t.n_bytes, GRADS)
                     self._alloc(g)
-                    if t.grad is not None or existing_grads or t.sum_out_of_place:
+                    fresh = t.grad is None and not existing_grads and not t.sum_out_of_place
+                    if self.step_in_backward and fresh:
+                        # post-accumulate-grad hook: step this parameter, then zero_grad
+                        transient.append(g)
+                        step_temp = Storage(self.step_temp_bytes(t), TEMP)
+                        self._alloc(step_temp)
+                        transient.append(step_temp)
+                    elif t.grad is not None or existing_grads or t.sum_out_of_place:
                         g.comp = TEMP
                         self._live[GRADS] -= g.n_bytes
                         self._live[TEMP] += g.n_bytes

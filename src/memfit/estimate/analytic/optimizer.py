@@ -15,9 +15,10 @@ temporaries are what the implementation allocates beyond its states while it run
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from memfit.estimate.analytic.graph import DTYPE_BYTES
 from memfit.estimate.optim_states import model_optimizer_state_bytes
@@ -92,6 +93,21 @@ def _optimizer_bytes(
     return OptimizerBytes(states, temp, paged)
 
 
+def step_temp_in_backward(optimizer: str) -> Callable[[Any], int]:
+    """Bytes one parameter's own step allocates while it runs (``optimizer_in_bwd``: one
+    optimizer per parameter, stepped by its post-accumulate-grad hook): the table's temporaries
+    for that parameter alone (AdamW foreach: its ``exp_avg_sq`` square root; Adafactor: its
+    norm's upcast copies)."""
+    multiple = TEMP_PARAM_MULTIPLE.get(optimizer, 0)
+
+    def temp(param: Any) -> int:
+        if optimizer == "adafactor":
+            return ADAFACTOR_NORM_BYTES.get(param.dtype, 16) * int(param.numel)
+        return multiple * int(param.n_bytes)
+
+    return temp
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
@@ -99,4 +115,4 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-__all__ = ["DTYPE_BYTES", "OptimizerBytes", "optimizer_bytes"]
+__all__ = ["DTYPE_BYTES", "OptimizerBytes", "optimizer_bytes", "step_temp_in_backward"]

@@ -71,9 +71,12 @@ def run_block(
     backward: bool = True,
     existing_grads: bool = False,
     setup: Callable[[Ops], None] | None = None,
+    step_temp: Callable[[Tensor], int] | None = None,
 ) -> BlockProfile:
     """Record ``build`` and replay it. ``build`` returns the block input (or None) and the outputs
-    gradients flow back from (their gradients are counted by the caller)."""
+    gradients flow back from (their gradients are counted by the caller). ``step_temp``: the
+    optimizer steps each parameter in backward (``optimizer_in_bwd``), allocating
+    ``step_temp(param)`` bytes while it runs (``Graph.step_in_backward``)."""
 
     recorded: list[Ops] = []
 
@@ -81,6 +84,8 @@ def run_block(
         g = Graph(grad_enabled=train)
         o = Ops(g, precision=precision, train=train, frozen=frozen, lora=lora)
         o.existing_grads = existing_grads
+        if step_temp is not None:
+            g.step_in_backward, g.step_temp_bytes = True, step_temp
         if setup is not None:
             setup(o)
         x, outs = build(o)

@@ -69,6 +69,8 @@ def refusal(source: Any, workload: WorkloadSpec) -> str | None:
     # (tests/estimate/derived/test_rank*.py compare every variant with the trace engine)
     if "paged" in str(workload.optimizer):
         return "paged optimizer states"
+    if workload.optimizer_in_bwd:
+        return "the optimizer step in backward (optimizer_in_bwd)"
     if workload.prefill_chunk_size is not None:
         return "a chunked prefill (prefill_chunk_size)"
     return None

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from memfit.errors import MemfitError, TraceError
+from memfit.errors import MemfitError, NotModelledError, TraceError
 from memfit.estimate import history
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.pipeline import (
@@ -226,6 +226,12 @@ def _trace_run(
 
     full_cfg, wl = job.run_config(config, workload, stacks, counts, trust_remote_code)
     plan = distributed.plan_for(wl, full_cfg)  # None for one plain GPU; else rank 0's view
+    if plan is not None and wl.optimizer_in_bwd:
+        raise NotModelledError(
+            "optimizer_in_bwd is modelled on one GPU without sharding or offload: use "
+            "--gpus 1 --shard none, or drop --optimizer-in-bwd",
+            engine="trace",
+        )
     cfg = full_cfg if plan is None else plan.config
     observer = RUN_OBSERVER.get()
     memo_key = None

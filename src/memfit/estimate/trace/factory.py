@@ -37,7 +37,7 @@ from memfit.estimate.trace.factory_techniques import (
     declared_supports,
     refuse_undeclared,
 )
-from memfit.estimate.trace.steps import AUTOCAST_DTYPE, make_optimizer
+from memfit.estimate.trace.steps import AUTOCAST_DTYPE, InBackward, make_optimizer
 from memfit.estimate.trace.user_step import trace_step
 from memfit.models.zoo import ZOO_PREFIXES, zoo_source
 from memfit.spec import WorkloadSpec
@@ -156,7 +156,10 @@ def trace_factory(spec: str, workload: WorkloadSpec, *, gpu: Any = None) -> Memo
     if workload.uses_optimizer:
 
         def optimizer(params: list[torch.nn.Parameter]) -> Any:
-            return make_optimizer(params, workload.optimizer or "none", model)
+            name = workload.optimizer or "none"
+            if workload.optimizer_in_bwd:
+                return InBackward(params, name, model)
+            return make_optimizer(params, name, model)
 
     est = trace_step(step, model=model, optimizer=optimizer, inputs=batch, gpu=gpu, name=spec)
     n_quantized = quantized.n_quantized_params(model)  # stand-ins hold them as buffers

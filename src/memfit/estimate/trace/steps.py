@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from memfit.errors import SpecError
 from memfit.estimate.trace import media_inputs
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.models.model_spec import ModelSpec
@@ -60,6 +61,54 @@ def make_optimizer(
 
         return make_bnb_optimizer(name, params, model)
     return None
+
+
+class InBackward:
+    """``optimizer_in_bwd``: one optimizer per parameter, stepped in the parameter's
+    post-accumulate-grad hook and zeroed there (``set_to_none``), as torchtune's
+    ``training.register_optim_in_bwd_hooks`` and PyTorch's "optimizer step in backward" tutorial
+    do: at most the gradients of one node are alive. ``state`` merges the per-parameter
+    optimizers' states (memfit labels them); ``step`` / ``zero_grad`` do nothing (the steps
+    happen inside backward)."""
+
+    def __init__(
+        self, params: list[torch.nn.Parameter], name: str, model: torch.nn.Module | None = None
+    ) -> None:
+        self.optimizers: dict[torch.nn.Parameter, Any] = {}
+        for p in params:
+            opt = make_optimizer([p], name, model)
+            if opt is None:
+                raise SpecError(f"optimizer_in_bwd with optimizer {name!r} is not modelled")
+            p.register_post_accumulate_grad_hook(_step_and_zero(opt))
+            self.optimizers[p] = opt
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        merged: dict[Any, Any] = {}
+        for opt in self.optimizers.values():
+            merged.update(opt.state)
+        return merged
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return dict(next(iter(self.optimizers.values())).defaults)
+
+    def step(self) -> None:
+        return None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        return None
+
+    def register_step_pre_hook(self, hook: Any) -> None:
+        return None
+
+
+def _step_and_zero(opt: Any) -> Any:
+    def hook(param: torch.Tensor) -> None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return hook
 
 
 def example_inputs(
@@ -154,7 +203,12 @@ def run_train_steps(
 ) -> set[int]:
     """Run ``n_steps`` training steps; returns the tracker keys of paged optimizer states."""
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(params, workload.optimizer or "none", model) if params else None
+    name = workload.optimizer or "none"
+    optimizer: Any = None
+    if params and workload.optimizer_in_bwd:
+        optimizer = InBackward(params, name, model)
+    elif params:
+        optimizer = make_optimizer(params, name, model)
     paged: set[int] = set()
     scaler = _LossScaler() if PRECISION_RULES[workload.run_precision].grad_scaler else None
     for _ in range(n_steps):

@@ -86,11 +86,12 @@ def trace_step(
         steps.label_model_state(tracker, traced)
         tracker.label(_tensors(batch), "activations")
         tracker.watch_modules(traced)
+        paged: set[int] = set()  # paged optimizer states (bitsandbytes' paged optimizers)
         try:
             for _ in range(n_steps):
                 tracker.set_phase("forward")
                 step_fn(traced, opt, batch)
-                steps.label_model_state(tracker, traced, opt)
+                paged |= steps.label_model_state(tracker, traced, opt)
         except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
             raise TraceError(
                 f"the step function failed on fake tensors: {type(exc).__name__}: "
@@ -99,7 +100,7 @@ def trace_step(
         tracker.set_phase("end")
     n_params = sum(p.numel() for p in traced.parameters())
     n_trainable = sum(p.numel() for p in traced.parameters() if p.requires_grad)
-    flat = flatten_trace(tracker, n_params, n_trainable, router)
+    flat = flatten_trace(tracker, n_params, n_trainable, router, paged)
     workload = WorkloadSpec(mode="train" if "phase/backward/peak" in flat else "infer")
     flat["reserved"] = replay_reserved(tracker.events or [], gpu, workload.is_train)
     result = engine_result(

@@ -194,7 +194,7 @@ function renderEstimate(est, command) {
 }
 
 async function renderGpuTable(est) {
-  const r = await fetch(`/api/gpu-table?device_used_bytes=${est.device_used_bytes}&device_used_bytes_high=${est.device_used_bytes_high}`);
+  const r = await fetch(`/api/gpu-table?device_used_bytes=${est.device_used_bytes}&device_used_bytes_high=${est.device_used_bytes_high}&unified_memory_bytes=${est.unified_memory_bytes || 0}`);
   const rows = await r.json();
   const body = $("gpu-table").tBodies[0];
   body.replaceChildren(...rows.map((g) => {

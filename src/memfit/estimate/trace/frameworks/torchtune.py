@@ -46,7 +46,7 @@ import torch
 from memfit.errors import SpecError
 from memfit.estimate.trace.frameworks import finish
 from memfit.estimate.trace.quantized import QuantizedLinear
-from memfit.estimate.trace.steps import make_optimizer
+from memfit.estimate.trace.steps import InBackward, make_optimizer
 from memfit.estimate.trace.user_step import trace_step
 
 #: torchtune's ``OffloadActivations`` defaults (training/_activation_offloading.py).
@@ -161,40 +161,6 @@ def _on(data: dict[str, Any], key: str) -> bool:
     return value is True or str(value).lower() in ("true", "1", "yes")
 
 
-class _InBackward:
-    """``optimizer_in_bwd``: torchtune's one optimizer per parameter, stepped in the
-    parameter's post-accumulate-grad hook; ``state`` merges them (memfit labels states)."""
-
-    def __init__(self, params: list[torch.nn.Parameter], name: str) -> None:
-        self.optimizers = {p: make_optimizer([p], name) for p in params}
-        for p, opt in self.optimizers.items():
-            if opt is None:
-                raise SpecError(f"optimizer_in_bwd with optimizer {name!r} is not modelled")
-            p.register_post_accumulate_grad_hook(_step_and_zero(opt))
-
-    @property
-    def state(self) -> dict[Any, Any]:
-        merged: dict[Any, Any] = {}
-        for opt in self.optimizers.values():
-            merged.update(opt.state)  # type: ignore[union-attr]
-        return merged
-
-    @property
-    def defaults(self) -> dict[str, Any]:
-        return dict(next(iter(self.optimizers.values())).defaults)  # type: ignore[union-attr]
-
-    def register_step_pre_hook(self, hook: Any) -> None:  # the steps happen inside backward
-        return None
-
-
-def _step_and_zero(opt: Any) -> Any:
-    def hook(param: torch.Tensor) -> None:
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return hook
-
-
 class _Offload:
     """torchtune ``OffloadActivations`` as its device memory sees it: a saved tensor of at least
     1 KiB that is not a parameter leaves the device (its 5 most recent stay, the stream stash),
@@ -253,7 +219,7 @@ def trace_torchtune(data: dict[str, Any], workload: Any, *, gpu: Any = None) -> 
     name = workload.optimizer or "adamw"
 
     def optimizer(params: list[torch.nn.Parameter]) -> Any:
-        return _InBackward(params, name) if in_bwd else make_optimizer(params, name)
+        return InBackward(params, name) if in_bwd else make_optimizer(params, name)
 
     def inputs() -> dict[str, torch.Tensor]:
         return {
