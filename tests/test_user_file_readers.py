@@ -31,6 +31,12 @@ ALLOWED = {
     ),
     "bench/models.py::*::json.loads": "package data: the packaged bench model archive",
     "snapshot/generate.py::*::open": "writes a snapshot memfit generates",
+    "estimate/allocator/jit.py::_mark_ready::open": (
+        "writes the 'compiled' marker in memfit's private numba folder (not a user file)"
+    ),
+    "estimate/allocator/jit.py::warm_in_background::open": (
+        "writes the background compile's lock in memfit's private numba folder (not a user file)"
+    ),
     "monitor/log.py::*::open": "the run-log writer (the `monitor` lane)",
     "monitor/device.py::*::open": "/proc/<pid>/statm and /proc/<pid>/stat of this machine",
     "userwrites.py::_write_temp::os.open": (
