@@ -75,3 +75,23 @@ def test_runtime_misuse_is_bad_input(
 ) -> None:
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "reason", "vllm"),
+    [
+        (["sglang", "t5-small"], "encoder-decoder", False),
+        (["llama-server", "gpt-oss-20b"], "no llama.cpp tensor table", True),
+        (["llama-server", "t5-small"], "no llama.cpp tensor table", False),
+    ],
+)  # fmt: skip
+def test_a_serving_question_memfit_does_not_model_is_said_with_the_nearest_answer(
+    capsys: pytest.CaptureFixture[str], argv: list[str], reason: str, vllm: bool
+) -> None:
+    """issue 31: not modelled is not bad input (exit 1, never 2), and names what memfit can
+    answer: vLLM where memfit models the model there, its inference outside any server."""
+    code, out, err = run(capsys, *argv, "--gpu", "H100", "--json")
+    record = json.loads(out)
+    assert code == 1 and not err and record["modelled"] is False and reason in record["reason"]
+    assert record["nearest_commands"][-1].startswith(f"memfit estimate {argv[1]} --mode infer")
+    assert any(c.startswith("memfit vllm") for c in record["nearest_commands"]) is vllm

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from memfit.errors import MemfitError, MissingDependencyError, ModelConfigError
+from memfit.errors import MemfitError, MissingDependencyError, ModelConfigError, NotModelledError
 from memfit.models.ggml_types import (
     GGML_BLOCKS,
     file_type,
@@ -332,9 +332,10 @@ def gguf_from_spec(spec: Any, name: str, ftype: str) -> GgufModel:
         model_type = str(spec.model_type or model_type)
     arch = ARCH_OF.get(model_type)
     if arch is None or not spec.hidden_size or not spec.n_layers or not spec.vocab_size:
-        raise ModelConfigError(
+        raise NotModelledError(
             f"{name}: a {model_type or 'model'} config has no llama.cpp tensor table in memfit "
-            f"(it builds {', '.join(sorted(set(ARCH_OF)))}); pass the model's .gguf file instead"
+            f"(it builds {', '.join(sorted(set(ARCH_OF)))}); pass the model's .gguf file instead",
+            engine="llama.cpp",
         )
     n_layer, tied = spec.n_layers, bool(spec.tie_word_embeddings)
     tensors = []

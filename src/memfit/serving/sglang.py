@@ -41,7 +41,7 @@ from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
 from memfit.serving.layout import kv_layers, parallel_error, rank_weights
-from memfit.serving.startup import model_dtype, vllm_total_bytes
+from memfit.serving.startup import model_dtype, served_as_decoder, vllm_total_bytes
 from memfit.spec.serving import DTYPES, VllmConfig
 from memfit.spec.sglang import SGLANG_KV_CACHE_DTYPES, SglangConfig
 from memfit.units import GiB, MiB
@@ -348,6 +348,10 @@ def simulate_sglang(
 ) -> SglangStartup:
     """Run SGLang's start-up accounting for ``spec`` served with ``config`` on ``gpu``
     (``total_bytes`` / ``context_bytes``: what a log printed, instead of memfit's figures)."""
+    try:  # an encoder, encoder-decoder or classifier: SGLang's generative path does not serve it
+        served_as_decoder(spec)
+    except NotModelledError as err:
+        raise NotModelledError(str(err).replace("vLLM", "SGLang"), engine="sglang") from err
     notes: list[str] = []
     gpu_mem_mib = gpu.memory_bytes // MiB
     tp = config.tp_size
