@@ -18,13 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit import api
-from memfit.errors import MemfitError, NotModelledError, SpecError
+from memfit.cli.runtimes import print_not_modelled
+from memfit.errors import NotModelledError, SpecError
 from memfit.flags import count_at_most, non_negative_int, positive_int
 from memfit.hardware.catalog import get_gpu
 from memfit.jobflags import job_from_flags
 from memfit.report.llamacpp import llamacpp_json, render_llamacpp
-from memfit.report.not_modelled import not_modelled_json, render_server_not_modelled
-from memfit.serving.startup import served_as_decoder
 from memfit.spec.llamacpp import FLASH_ATTN, LlamaCppJob
 from memfit.spec.rules import MAX_GPUS
 
@@ -123,16 +122,8 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
     gpu = get_gpu(args.gpu)
     try:
         e = api.estimate(model, job, gpu=gpu)
-    except NotModelledError as exc:  # not bad input: say so, with the nearest answers (exit 1)
-        vllm = served_by_vllm(model)
-        print(
-            json.dumps(
-                not_modelled_json("llamacpp", model, gpu.name, str(exc), vllm=vllm), indent=2
-            )
-            if args.json
-            else render_server_not_modelled(model, gpu.name, str(exc), vllm=vllm)
-        )
-        return 1
+    except NotModelledError as exc:  # not bad input: said with the nearest answers (exit 1)
+        return print_not_modelled("llamacpp", model, gpu, str(exc), as_json=args.json)
     if getattr(args, "extra_notes", None):  # what `memfit check` read from an Ollama Modelfile
         buffers = dataclasses.replace(e.buffers, notes=[*args.extra_notes, *e.buffers.notes])
         e = dataclasses.replace(e, buffers=buffers)
@@ -158,12 +149,3 @@ def server_command(model: str, job: LlamaCppJob) -> str:
     if job.tensor_split:
         parts += ["-ts", ",".join(f"{v:g}" for v in job.tensor_split)]
     return shlex.join(parts)
-
-
-def served_by_vllm(model: str) -> bool:
-    """Whether memfit models ``model`` under vLLM (a generative decoder it can read)."""
-    try:
-        served_as_decoder(api.serving_spec(model.split(":")[0]))
-    except MemfitError:
-        return False
-    return True

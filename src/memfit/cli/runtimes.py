@@ -23,16 +23,18 @@ import argparse
 import json
 
 from memfit import api
-from memfit.errors import SpecError
+from memfit.errors import MemfitError, SpecError
 from memfit.flags import EXIT_DOES_NOT_FIT, EXIT_OK
 from memfit.hardware.catalog import GPU, get_gpu
 from memfit.report.llamacpp import llamacpp_json, render_llamacpp
+from memfit.report.not_modelled import not_modelled_json, render_server_not_modelled
 from memfit.report.sglang import render_sglang, sglang_json
 from memfit.serving.sglang_command import launch_command
+from memfit.serving.startup import served_as_decoder
 from memfit.spec.llamacpp import LlamaCppJob
 from memfit.spec.sglang import SglangConfig
 
-__all__ = ["OTHER_RUNTIMES", "cmd_fit_runtime", "cmd_plan_runtime"]
+__all__ = ["OTHER_RUNTIMES", "cmd_fit_runtime", "cmd_plan_runtime", "print_not_modelled"]
 
 #: The --runtime values this module answers (vllm: memfit.cli.vllm; hf: the text engines).
 OTHER_RUNTIMES = ("sglang", "llama.cpp")
@@ -167,3 +169,23 @@ def cmd_plan_runtime(args: argparse.Namespace, verb: str) -> int:
         print(render_llamacpp(e))
         print(f"note: {note}")
     return EXIT_OK if fits else EXIT_DOES_NOT_FIT
+
+
+def print_not_modelled(runtime: str, model: str, gpu: GPU, reason: str, *, as_json: bool) -> int:
+    """A serving question memfit does not model (``reason``), said with the nearest answers
+    memfit has (``memfit vllm`` where it models the model there, its inference outside any
+    server); exit 1: a valid question, not bad input."""
+    vllm = _served_by_vllm(model)
+    record = not_modelled_json(runtime, model, gpu.name, reason, vllm=vllm)
+    print(json.dumps(record, indent=2) if as_json
+          else render_server_not_modelled(model, gpu.name, reason, vllm=vllm))  # fmt: skip
+    return EXIT_DOES_NOT_FIT
+
+
+def _served_by_vllm(model: str) -> bool:
+    """Whether memfit models ``model`` under vLLM (a generative decoder it can read)."""
+    try:
+        served_as_decoder(api.serving_spec(model.split(":")[0]))
+    except MemfitError:
+        return False
+    return True

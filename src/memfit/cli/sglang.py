@@ -14,14 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from memfit import api
-from memfit.errors import MemfitError, NotModelledError, SpecError
+from memfit.cli.runtimes import print_not_modelled
+from memfit.errors import NotModelledError, SpecError
 from memfit.flags import count_at_most, finite_float, positive_int
 from memfit.hardware.catalog import get_gpu
 from memfit.jobflags import sglang_job
-from memfit.report.not_modelled import not_modelled_json, render_server_not_modelled
 from memfit.report.sglang import render_sglang, sglang_json
 from memfit.serving.sglang_command import launch_command
-from memfit.serving.startup import served_as_decoder
 from memfit.spec.rules import MAX_GPUS
 
 GPU_COUNT = count_at_most(MAX_GPUS, "GPUs (memfit.spec.rules.MAX_GPUS)")
@@ -198,23 +197,8 @@ def cmd_sglang(args: argparse.Namespace) -> int:
     gpu = get_gpu(args.gpu)
     try:
         s = api.estimate(model, config, gpu=gpu)
-    except NotModelledError as exc:  # not bad input: say so, with the nearest answers (exit 1)
-        vllm = served_by_vllm(model)
-        print(
-            json.dumps(not_modelled_json("sglang", model, gpu.name, str(exc), vllm=vllm), indent=2)
-            if args.json
-            else render_server_not_modelled(model, gpu.name, str(exc), vllm=vllm)
-        )
-        return 1
+    except NotModelledError as exc:  # not bad input: said with the nearest answers (exit 1)
+        return print_not_modelled("sglang", model, gpu, str(exc), as_json=args.json)
     command = launch_command(model, config)
     print(json.dumps(sglang_json(s, command), indent=2) if args.json else render_sglang(s, model))
     return 0 if s.starts else 1
-
-
-def served_by_vllm(model: str) -> bool:
-    """Whether memfit models ``model`` under vLLM (a generative decoder it can read)."""
-    try:
-        served_as_decoder(api.serving_spec(model.split(":")[0]))
-    except MemfitError:
-        return False
-    return True
