@@ -83,6 +83,9 @@ def test_runtime_misuse_is_bad_input(
         (["sglang", "t5-small"], "encoder-decoder", False),
         (["llama-server", "gpt-oss-20b"], "no llama.cpp tensor table", True),
         (["llama-server", "t5-small"], "no llama.cpp tensor table", False),
+        (["fit", "gpt-oss-20b", "--runtime", "llama.cpp", "--solve", "max-model-len"],
+         "no llama.cpp tensor table", True),
+        (["plan", "t5-small", "--runtime", "sglang", "--mode", "infer"], "encoder-decoder", False),
     ],
 )  # fmt: skip
 def test_a_serving_question_memfit_does_not_model_is_said_with_the_nearest_answer(
@@ -93,5 +96,6 @@ def test_a_serving_question_memfit_does_not_model_is_said_with_the_nearest_answe
     code, out, err = run(capsys, *argv, "--gpu", "H100", "--json")
     record = json.loads(out)
     assert code == 1 and not err and record["modelled"] is False and reason in record["reason"]
-    assert record["nearest_commands"][-1].startswith(f"memfit estimate {argv[1]} --mode infer")
+    model = argv[1]
+    assert record["nearest_commands"][-1].startswith(f"memfit estimate {model} --mode infer")
     assert any(c.startswith("memfit vllm") for c in record["nearest_commands"]) is vllm

@@ -23,7 +23,7 @@ import argparse
 import json
 
 from memfit import api
-from memfit.errors import MemfitError, SpecError
+from memfit.errors import MemfitError, NotModelledError, SpecError
 from memfit.flags import EXIT_DOES_NOT_FIT, EXIT_OK
 from memfit.hardware.catalog import GPU, get_gpu
 from memfit.report.llamacpp import llamacpp_json, render_llamacpp
@@ -91,6 +91,24 @@ def _model(args: argparse.Namespace) -> str:
 
 def cmd_fit_runtime(args: argparse.Namespace) -> int:
     """``memfit fit --runtime sglang|llama.cpp --solve …``."""
+    try:
+        return _fit_runtime(args)
+    except NotModelledError as exc:  # not bad input: said with the nearest answers (exit 1)
+        return print_not_modelled(args.runtime, args.model, _gpu(args, "fit"), str(exc),
+                                  as_json=args.json)  # fmt: skip
+
+
+def cmd_plan_runtime(args: argparse.Namespace, verb: str) -> int:
+    """``memfit plan|upgrade --runtime sglang|llama.cpp``: see :func:`_plan_runtime`."""
+    try:
+        return _plan_runtime(args, verb)
+    except NotModelledError as exc:
+        return print_not_modelled(args.runtime, args.model, _gpu(args, verb), str(exc),
+                                  as_json=args.json)  # fmt: skip
+
+
+def _fit_runtime(args: argparse.Namespace) -> int:
+    """``memfit fit --runtime sglang|llama.cpp --solve …``."""
     gpu = _gpu(args, "fit")
     solves = _SOLVES[args.runtime]
     solve = solves.get(args.solve)
@@ -127,7 +145,7 @@ def cmd_fit_runtime(args: argparse.Namespace) -> int:
     return EXIT_OK if value > 0 else EXIT_DOES_NOT_FIT
 
 
-def cmd_plan_runtime(args: argparse.Namespace, verb: str) -> int:
+def _plan_runtime(args: argparse.Namespace, verb: str) -> int:
     """``memfit plan|upgrade --runtime sglang|llama.cpp``: the server's start-up of the asked
     context on ``--gpu``, with the largest values that fit (neither server's configurations
     are searched: the answer says so)."""
@@ -176,7 +194,8 @@ def print_not_modelled(runtime: str, model: str, gpu: GPU, reason: str, *, as_js
     memfit has (``memfit vllm`` where it models the model there, its inference outside any
     server); exit 1: a valid question, not bad input."""
     vllm = _served_by_vllm(model)
-    record = not_modelled_json(runtime, model, gpu.name, reason, vllm=vllm)
+    kind = runtime.replace(".", "")  # the record's kind: "sglang", "llamacpp"
+    record = not_modelled_json(kind, model, gpu.name, reason, vllm=vllm)
     print(json.dumps(record, indent=2) if as_json
           else render_server_not_modelled(model, gpu.name, reason, vllm=vllm))  # fmt: skip
     return EXIT_DOES_NOT_FIT
