@@ -95,3 +95,14 @@ def test_check_answers_a_llama_server_line(
     line.write_text("llama-server -m llama-3.1-70b:Q4_K_M -c 8192 -ngl 99\n")
     code, out, _ = _check(capsys, str(line), "--gpu", "RTX-4090")
     assert code == 1 and "does not fit" in out.lower()
+
+
+def test_a_server_line_with_an_unclosed_quote_is_refused_by_name() -> None:
+    """One splitter for every server command line (vllm_cmd.command_words): an unclosed quote
+    is a clear SpecError, not shlex's bare ValueError."""
+    from memfit.jobfiles.sglang_cmd import argv_from_sglang_command
+
+    with pytest.raises(SpecError, match=r"the llama-server command line cannot be split"):
+        argv_from_llamacpp_command("llama-server -m 'x.gguf -c 8192\n")
+    with pytest.raises(SpecError, match=r"the SGLang command line cannot be split"):
+        argv_from_sglang_command("python -m sglang.launch_server --model-path 'x\n")

@@ -21,12 +21,11 @@ instead of reading it as a training config.
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
 from memfit.errors import SpecError
-from memfit.jobfiles.vllm_cmd import MAX_COMMAND_CHARS
+from memfit.jobfiles.vllm_cmd import MAX_COMMAND_CHARS, command_words
 from memfit.units import GiB
 
 __all__ = [
@@ -106,8 +105,7 @@ def is_llamacpp_command(text: str) -> bool:
 
 def argv_from_llamacpp_command(text: str) -> list[str]:
     """``llama-server -m M.gguf -c 8192 …`` -> ``[-m, M.gguf, -c, 8192, …]``."""
-    _check_size(text, "llama-server command")
-    words = shlex.split(" ".join(ln.rstrip().removesuffix("\\") for ln in _lines(text)))
+    words = command_words(text, "llama-server")
     if not words or Path(words[0]).name not in BINARIES:
         raise SpecError("expected `llama-server -m MODEL.gguf [flags]`")
     return words[1:]

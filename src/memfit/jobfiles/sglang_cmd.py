@@ -4,10 +4,8 @@ serving model (memfit.serving.sglang) instead of reading it as a training config
 
 from __future__ import annotations
 
-import shlex
-
 from memfit.errors import SpecError
-from memfit.jobfiles.vllm_cmd import MAX_COMMAND_CHARS
+from memfit.jobfiles.vllm_cmd import command_words
 
 __all__ = ["argv_from_sglang_command", "is_sglang_command"]
 
@@ -43,13 +41,7 @@ def is_sglang_command(text: str) -> bool:
 
 def argv_from_sglang_command(text: str) -> list[str]:
     """``python -m sglang.launch_server --model-path M --flag …`` → ``[--model-path, M, …]``."""
-    if len(text) > MAX_COMMAND_CHARS:
-        raise SpecError(
-            f"the SGLang command is {len(text):,} characters; memfit splits at most "
-            f"{MAX_COMMAND_CHARS:,} (memfit.jobfiles.vllm_cmd.MAX_COMMAND_CHARS)"
-        )
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    words = shlex.split(" ".join(ln.rstrip().removesuffix("\\") for ln in lines))
+    words = command_words(text, "SGLang")
     launcher = _launcher(words)
     if launcher is None:
         raise SpecError("expected `python -m sglang.launch_server --model-path MODEL [flags]`")

@@ -54,10 +54,14 @@ def is_vllm_config(data: Mapping[str, Any]) -> bool:
     return bool(VLLM_KEYS & set(data))
 
 
-def _command_words(text: str) -> list[str]:
+def command_words(text: str, what: str = "vllm serve") -> list[str]:
+    """The words of the one shell command in ``text`` (``\\`` continuations joined, ``#``
+    lines dropped), refused over :data:`MAX_COMMAND_CHARS` and when it cannot be split (an
+    unclosed quote). ``what``: the command's name in the messages. Every server command line
+    memfit reads (vLLM, SGLang, llama.cpp) is split here."""
     if len(text) > MAX_COMMAND_CHARS:
         raise SpecError(
-            f"the vllm serve command is {len(text):,} characters; memfit splits at most "
+            f"the {what} command is {len(text):,} characters; memfit splits at most "
             f"{MAX_COMMAND_CHARS:,} (memfit.jobfiles.vllm_cmd.MAX_COMMAND_CHARS, Linux's limit "
             "on one argument)"
         )
@@ -66,12 +70,12 @@ def _command_words(text: str) -> list[str]:
     try:
         return shlex.split(joined)
     except ValueError as exc:
-        raise SpecError(f"the vllm serve command line cannot be split: {exc}") from None
+        raise SpecError(f"the {what} command line cannot be split: {exc}") from None
 
 
 def argv_from_command(text: str) -> list[str]:
     """``vllm serve MODEL --flag …`` → ``[MODEL, --flag, …]`` (one command per file)."""
-    words = _command_words(text)
+    words = command_words(text)
     if words[:2] != ["vllm", "serve"] or len(words) < 3:
         raise SpecError("expected `vllm serve MODEL [flags]`")
     return words[2:]
