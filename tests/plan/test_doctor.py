@@ -327,3 +327,14 @@ def test_a_tight_job_is_called_tight_in_every_finding() -> None:
     assert data["verdict"]["verdict"] == "tight"
     assert "does not fit" not in text
     assert "batch 4 is tight (its upper end is over the limit)" in text
+
+
+def test_the_sequence_finding_reads_the_activations_at_their_largest() -> None:
+    """A full fine-tune peaks at the optimizer step, after the activations are freed: the finding
+    reads them in the phase where they are largest (the forward / backward), not ~0 at the peak."""
+    _, data = _doctor_cli("llama-3.1-8b", "--gpu", "T4", "--seq", "4096")
+    seq = next(f for f in data["findings"] if f["mistake"] == "sequence_ignored")
+    nums = seq["numbers"]
+    assert nums["phase"] != "optimizer"
+    assert nums["bytes"] > 10 * 2**30  # 4096 tokens through 32 layers of an 8B model
+    assert seq["applies"] != "no"
