@@ -335,3 +335,22 @@ def test_a_gpu_resolves_impractical_offload_only_with_a_plan_without_it() -> Non
     assert v.resolving  # the large-memory GPUs fit without offload
     for a in v.resolving:
         assert recompute_or_offload(a.best.settings) == [], (a.gpu, a.best.settings.describe())
+
+
+def test_no_resolving_gpu_runs_the_job_only_impractically() -> None:
+    """issue 29, the issue's own case: Llama-3.1-8B at 4096 tokens on a T4 triggers only the
+    precision item (nothing fits the T4, so the offload item does not apply there); the GPUs that
+    resolve it must not be GPUs on which the job runs only with offload or full recomputation
+    past the slowdown bound (one RTX 5090 with ZeRO-3 parameter offload was listed). A GPU whose
+    one-GPU plan is impractical is offered at the next count where it is not."""
+    from memfit.plan.upgrade_checks import recompute_or_offload
+    from memfit.plan.upgrade_items import threshold
+
+    v = upgrade_verdict("llama-3.1-8b", gpu="T4", seq_len=4096)
+    assert v.item("precision_support").triggered
+    assert v.resolving
+    bound = threshold("impractical_slowdown")
+    for a in v.resolving:
+        slow = a.best.cost.step_s / a.plan.baseline.cost.step_s
+        assert not (recompute_or_offload(a.best.settings) and slow >= bound), a.gpu
+    assert any(a.gpus > 1 for a in v.resolving)  # several smaller GPUs, sharded, are a way out

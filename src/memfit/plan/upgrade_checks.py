@@ -319,11 +319,14 @@ class UpgradeChecks(Checklist[CheckItem]):
                 n for n in GPU_COUNTS if (g.name, n) != (self.gpu.name, self.request.gpus)
             )
             est = self.estimator_for(g, trace=False)
-            for advice in recommend_gpus(
-                self.source, self.request, gpus=[g], counts=counts, estimator=est
-            ):
-                if self._resolves(advice, g, ids):
-                    out.append(advice)
+            for n in counts:  # the fewest GPUs of this kind on which the items are resolved
+                advice = recommend_gpus(
+                    self.source, self.request, gpus=[g], counts=(n,), estimator=est
+                )
+                found = [a for a in advice if self._resolves(a, g, ids)]
+                out.extend(found)
+                if found:
+                    break
         return rank_advice(out, DEFAULT_RANK)
 
     def _resolves(self, a: GPUAdvice, gpu: Any, ids: set[str]) -> bool:
@@ -336,6 +339,10 @@ class UpgradeChecks(Checklist[CheckItem]):
             return False
         if "impractical_recompute_offload" in ids and recompute_or_offload(best.settings):
             return False  # the same remedy, nearer or farther from the bound: not a way out
+        if recompute_or_offload(best.settings) and (
+            best.cost.step_s / a.plan.baseline.cost.step_s >= _t("impractical_slowdown")
+        ):
+            return False  # a GPU on which the job only runs impractically is no way out either
         if "bandwidth" in ids:
             rate, _ = self._decode_rate(best.settings, Rates.of(gpu))
             if rate < _t("decode_floor_tokens_per_s"):
