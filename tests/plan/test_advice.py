@@ -162,3 +162,20 @@ def test_re_ranking_does_not_repeat_the_unpriced_note(advice):
     twice = rank_advice(rank_advice(advice, "cost"), "cost", prices=bundled_prices())
     assert sum("without a price" in n for n in twice.notes) == 1
     assert not any("without a price" in n for n in rank_advice(advice, "speed").notes)
+
+
+def test_at_equal_risk_one_result_changing_change_beats_two_stacked() -> None:
+    """issue 29: Llama-3.1-8B LoRA r16 at 1024 tokens on a T4 fits only quantized. int8 weights
+    plus 8-bit states of the adapters (two changes, 0.06 GiB under the limit) tied on risk with
+    QLoRA's 4-bit base (one change, 4 GiB under) and won by the order they were found; the one
+    change a practitioner knows is recommended."""
+    request = PlanRequest(
+        seq_len=1024, batch_size=1, lora_ranks=(16,), lora_asked=True, confirm="none"
+    )
+    p = plan("llama-3.1-8b", request, gpu="T4")
+    rec = p.recommended
+    assert rec is not None and rec.settings.quant in ("nf4", "nf4-dq")
+    assert rec.settings.optimizer == "adamw" and len(rec.risk_reasons) == 1
+    same_risk = [o for o in p.alternatives if o.risk_level == rec.risk_level and o is not rec]
+    for o in same_risk:  # no option of the same risk and speed with fewer changes was passed over
+        assert len(o.risk_reasons) >= len(rec.risk_reasons) or o.cost.step_s > rec.cost.step_s

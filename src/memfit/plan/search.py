@@ -851,19 +851,21 @@ class _Search:
         return lo * 256 if lo else None
 
 
-def rank_key(o: PlanOption) -> tuple[int, int, float, int]:
+def rank_key(o: PlanOption) -> tuple[int, int, int, float, int]:
     """The order plans are visited and recommended in (goal ``throughput``): predicted step time
-    in buckets of :data:`RANK_TIE_FRACTION`, then the lower quality risk, then the step time,
-    then the larger micro-batch (fewer, larger kernels)."""
+    in buckets of :data:`RANK_TIE_FRACTION`, then the lower quality risk, then the fewer
+    result-changing changes (at equal risk, one change a practitioner knows — QLoRA's 4-bit
+    base — before two stacked ones, e.g. int8 weights + 8-bit states of a few adapters), then
+    the step time, then the larger micro-batch (fewer, larger kernels)."""
     bucket = math.floor(math.log(max(o.cost.step_s, 1e-12)) / math.log1p(RANK_TIE_FRACTION))
-    return (bucket, o.risk_level, o.cost.step_s, -o.settings.micro_batch)
+    return (bucket, o.risk_level, len(o.risk_reasons), o.cost.step_s, -o.settings.micro_batch)
 
 
-def risk_first_key(o: PlanOption) -> tuple[int, int, float, int]:
+def risk_first_key(o: PlanOption) -> tuple[int, int, int, float, int]:
     """The order of the result-changing tier: the least quality risk first, then as
     :func:`rank_key`."""
-    bucket, risk, step_s, mb = rank_key(o)
-    return (risk, bucket, step_s, mb)
+    bucket, risk, n_changes, step_s, mb = rank_key(o)
+    return (risk, n_changes, bucket, step_s, mb)
 
 
 def _group(s: Settings) -> tuple[Any, ...]:
