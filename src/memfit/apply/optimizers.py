@@ -16,6 +16,9 @@ plan                 built
 ``adafactor``        ``transformers.optimization.Adafactor(scale_parameter=False,
                      relative_step=False)`` (HF ``optim="adafactor"``)
 ``sgd``              ``torch.optim.SGD(foreach=True)``; ``sgd-momentum``: ``momentum=0.9``
+``muon``             ``torch.optim.Muon`` (torch >= 2.9) on the 2-D hidden weights and a
+                     foreach ``AdamW`` on the embeddings, output head and 1-D parameters, as one
+                     optimizer (``memfit.estimate.trace.muon.MuonWithAdamW``)
 ===================  =====================================================================
 
 Only trainable parameters are given to the optimizer (frozen layers and LoRA's frozen base get no
@@ -31,6 +34,7 @@ import torch
 from memfit.apply.requirements import import_bitsandbytes
 from memfit.apply.target import PlanLike, resolve
 from memfit.errors import SpecError
+from memfit.estimate.trace.muon import MuonWithAdamW
 
 #: Learning rates used when the caller gives none: the ones memfit's estimator uses (they change
 #: no memory); pass ``lr=`` for training.
@@ -43,6 +47,7 @@ DEFAULT_LR = {
     "adafactor": 1e-3,
     "sgd": 1e-3,
     "sgd-momentum": 1e-3,
+    "muon": 0.02,  # torch.optim.Muon's default (its AdamW group: 3e-4)
 }
 #: SGD momentum of ``sgd-momentum`` (the estimator's value).
 SGD_MOMENTUM = 0.9
@@ -73,6 +78,8 @@ def build_optimizer(
         if name == "sgd-momentum":
             kwargs.setdefault("momentum", SGD_MOMENTUM)
         return torch.optim.SGD(params, foreach=True, **kwargs)
+    if name == "muon":
+        return MuonWithAdamW(params, model, **kwargs)
     if name == "adafactor":
         from transformers.optimization import Adafactor
 
@@ -108,6 +115,8 @@ def optimizer_name(optimizer: torch.optim.Optimizer) -> str | None:
         return "sgd-momentum" if d.get("momentum") else "sgd"
     if qual == "Adafactor":
         return "adafactor"
+    if isinstance(optimizer, MuonWithAdamW):
+        return "muon"
     if module.startswith("bitsandbytes") and qual in ("AdamW", "AdamW8bit", "PagedAdamW8bit"):
         if getattr(getattr(optimizer, "args", None), "optim_bits", 32) != 8:
             return None

@@ -25,6 +25,10 @@ adafactor           ≥ 2-D: fp32 row (∏shape[:-1]) + column       transformer
                     full fp32 n·4; plus a fp32 scalar ``RMS``    beta1=None: no first moment)
 lion                one fp32 momentum: 4·n (whatever b is)       bitsandbytes Lion (32-bit), HF
                                                                  Trainer ``optim="lion_32bit"``
+muon                2-D hidden matrices: momentum_buffer n·b;    torch.optim.Muon (torch >= 2.9) on
+                    embeddings, the output head and 1-D          the 2-D hidden weights, AdamW
+                    parameters: AdamW's 2·n·b                    (foreach) on the rest, as torch's
+                                                                 docs and Moonlight run it
 sgd                 nothing                                      torch.optim.SGD, momentum 0
 sgd-momentum        momentum_buffer: n·b                         torch.optim.SGD(momentum=0.9)
 none                nothing
@@ -63,6 +67,7 @@ OPTIMIZER_NAMES = (
     "paged-adamw-8bit",
     "adafactor",
     "lion",
+    "muon",
     "sgd",
     "sgd-momentum",
     "none",
@@ -121,7 +126,8 @@ def state_tensors(
     """The state tensors ``optimizer`` allocates for one parameter of ``shape`` and ``param_dtype``.
 
     ``fp32_states``: a bitsandbytes per-parameter override to 32-bit states (HF Trainer sets it
-    for every ``nn.Embedding`` weight; ``bnb.nn.StableEmbedding`` sets it for itself). The
+    for every ``nn.Embedding`` weight; ``bnb.nn.StableEmbedding`` sets it for itself); for
+    ``muon``, a parameter of its AdamW group (the embeddings and the output head). The
     bitsandbytes quantization maps shared by all parameters are not included
     (:func:`shared_state_tensors`).
     """
@@ -150,6 +156,10 @@ def state_tensors(
         return _adafactor_states(shape, n)
     if optimizer == "lion":
         return [StateTensor("state1", n, FP32_BYTES)]
+    if optimizer == "muon":  # fp32_states: a parameter of Muon's AdamW group (embeddings, head)
+        if fp32_states or len(tuple(shape)) != 2:
+            return [StateTensor("exp_avg", n, b), StateTensor("exp_avg_sq", n, b)]
+        return [StateTensor("momentum_buffer", n, b)]
     if optimizer == "sgd-momentum":
         return [StateTensor("momentum_buffer", n, b)]
     return []  # sgd (momentum 0), none
@@ -213,8 +223,9 @@ def model_optimizer_state_bytes(
     """Optimizer-state bytes of a model whose trainable parameters have ``shapes``.
 
     ``fp32_state_shapes`` are further trainable parameters that a bitsandbytes 8-bit optimizer
-    keeps at 32 bits by override (HF Trainer: every ``nn.Embedding`` weight, once even if tied);
-    for the other optimizers they are ordinary parameters.
+    keeps at 32 bits by override (HF Trainer: every ``nn.Embedding`` weight, once even if tied),
+    or that Muon leaves to its AdamW group (embeddings, the output head); for the other
+    optimizers they are ordinary parameters.
     """
     total = paged = 0
     any_8bit = False

@@ -168,7 +168,9 @@ NVLINK_C2C_GBPS_PER_DIRECTION = 450.0
 #: AdamW (fp32 master): read p, g, m, v (4 each) and write p, m, v = 28; 8-bit AdamW: m, v are
 #: 1 B each: read 4+4+1+1, write 4+1+1 = 16; Adafactor (factored second moment, no first moment,
 #: Shazeer & Stern 2018): read p, g, write p = 12; Lion (one momentum): read p, g, m, write p, m =
-#: 20; SGD: 12; SGD momentum: 20. Scaled by the parameter width for pure bf16/fp16 (below).
+#: 20; SGD: 12; SGD momentum: 20; Muon (one momentum; its Newton-Schulz matmuls, ~30·m FLOPs
+#: per element of an m-row matrix, a few per cent of a step's 6·N·tokens, are not priced): 20.
+#: Scaled by the parameter width for pure bf16/fp16 (below).
 OPTIMIZER_STEP_BYTES = {
     "adamw": 28,
     "adamw-fused": 28,
@@ -176,6 +178,7 @@ OPTIMIZER_STEP_BYTES = {
     "paged-adamw-8bit": 16,
     "adafactor": 12,
     "lion": 20,
+    "muon": 20,
     "sgd": 12,
     "sgd-momentum": 20,
     "none": 0,

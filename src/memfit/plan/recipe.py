@@ -56,6 +56,10 @@ RISKS: dict[tuple[str, str], tuple[int, str]] = {
     ("optimizer", "paged-adamw-8bit"): (1, "8-bit optimizer states (block-wise quantized)"),
     ("optimizer", "adafactor"): (2, "Adafactor: factored 2nd moment, no momentum; retune the LR"),
     ("optimizer", "lion"): (2, "Lion: sign updates; needs a smaller LR than AdamW"),
+    ("optimizer", "muon"): (
+        2,
+        "Muon: orthogonalized momentum on the hidden matrices; retune the LR",
+    ),
     ("adapter", "lora"): (1, "LoRA adapters instead of full fine-tuning"),
     ("adapter", "lora-small"): (2, "LoRA rank < 16: less capacity than full fine-tuning"),
     ("adapter", "freeze"): (1, "lower half of the layers frozen"),

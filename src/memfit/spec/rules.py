@@ -31,6 +31,7 @@ OPTIMIZERS = (
     "paged-adamw-8bit",
     "adafactor",
     "lion",
+    "muon",
     "sgd",
     "sgd-momentum",
     "none",

@@ -7,6 +7,13 @@ temporaries are what the implementation allocates beyond its states while it run
   exp_avg_sqs)`` — one tensor per parameter, in the state dtype — then in-place ops;
 * ``adamw-fused``, ``sgd``, ``sgd-momentum``, ``lion``, bitsandbytes 8-bit AdamW: in place
   (``_fused_adamw_``, ``_foreach_add_``, bitsandbytes' fused update kernels);
+* ``muon`` (``torch.optim.Muon`` on the 2-D hidden weights, ``_single_tensor_muon``, then a
+  foreach AdamW on the embeddings, the output head and the 1-D parameters): AdamW's square
+  root over its group, or, per matrix in turn, the Nesterov ``update`` (n·b, kept alive by
+  the caller through the whole Newton-Schulz loop), the current bf16 iterate and the next one
+  (2·n each: the first is ``update``'s bf16 copy, or, for a bf16 gradient, the second
+  iteration's input) and the Gram matrix and its update (2·m² each, m the smaller side): the
+  largest of these is the step's transient (:func:`muon_temp_bytes`);
 * ``adafactor`` (``torch.optim.Adafactor``, foreach, as memfit's trace runs it): the step's
   largest transient is the per-parameter ``p.norm(2)`` / ``grad.norm(dim)`` of the largest
   trainable tensor, 16 bytes per element for fp16/bf16 parameters (the norm upcasts to fp32 and
@@ -30,6 +37,7 @@ TEMP_PARAM_MULTIPLE = {
     "adamw-8bit": 0,
     "paged-adamw-8bit": 0,
     "lion": 0,
+    "muon": 0,  # its AdamW group's square root and Newton-Schulz's transients: muon_temp_bytes
     "adafactor": 0,
     "sgd": 0,
     "sgd-momentum": 0,
@@ -75,6 +83,11 @@ def _optimizer_bytes(
     rest = list(shapes)
     for e in embedding_shapes:
         rest.remove(e)
+    if optimizer == "muon":  # the output head (an embedding's shape) goes to the AdamW group too
+        embed = {s for s, _ in embedding_shapes}
+        head = [sd for sd in rest if sd[0] in embed]
+        rest = [sd for sd in rest if sd[0] not in embed]
+        embedding_shapes = (*embedding_shapes, *head)
     by_dtype: dict[str, tuple[list[tuple[int, ...]], list[tuple[int, ...]]]] = {}
     for group_shapes, index in ((rest, 0), (list(embedding_shapes), 1)):
         for shape, dtype in group_shapes:
@@ -90,7 +103,35 @@ def _optimizer_bytes(
     if optimizer == "adafactor":
         shape, dtype = max(shapes, key=lambda sd: _numel(sd[0]))
         temp = ADAFACTOR_NORM_BYTES[dtype] * _numel(shape)
+    if optimizer == "muon":
+        temp = muon_temp_bytes(rest, list(embedding_shapes))
     return OptimizerBytes(states, temp, paged)
+
+
+def muon_temp_bytes(
+    matrices: Sequence[tuple[tuple[int, ...], str]], adamw: Sequence[tuple[tuple[int, ...], str]]
+) -> int:
+    """The largest transient of a Muon + AdamW step (module docstring): Muon's matrices one at a
+    time (each tensor rounded to the allocator's 512-byte blocks), then AdamW's foreach square
+    root over its whole group."""
+    sqrt = sum(_block(DTYPE_BYTES[d] * _numel(s)) for s, d in adamw)
+    worst = 0
+    for shape, dtype in matrices:
+        if len(shape) != 2:
+            sqrt += _block(DTYPE_BYTES[dtype] * _numel(shape))
+            continue
+        n, m = _numel(shape), min(shape)
+        # the caller's update, the current iterate (its bf16 copy at the first iteration, the
+        # previous addmm's output after it: the caller keeps ``update`` alive either way), the
+        # Gram matrix and its update, the next iterate
+        worst = max(
+            worst, _block(DTYPE_BYTES[dtype] * n) + 2 * _block(2 * n) + 2 * _block(2 * m * m)
+        )
+    return max(worst, sqrt)
+
+
+def _block(n_bytes: int) -> int:
+    return -(-n_bytes // 512) * 512
 
 
 def step_temp_in_backward(optimizer: str) -> Callable[[Any], int]:

@@ -42,7 +42,8 @@ def make_optimizer(
 
     bitsandbytes optimizers are stand-ins allocating what the real ones allocate on CUDA, set up
     as HF Trainer does (``model``'s embeddings keep 32-bit states); ``adafactor`` is
-    transformers' Adafactor as HF Trainer's ``optim="adafactor"`` builds it (docs/optimizers.md).
+    transformers' Adafactor as HF Trainer's ``optim="adafactor"`` builds it; ``muon`` is
+    torch.optim.Muon on the hidden matrices with AdamW on the rest (docs/optimizers.md).
     """
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-4, foreach=True)
@@ -56,6 +57,10 @@ def make_optimizer(
         from transformers.optimization import Adafactor
 
         return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False)
+    if name == "muon":
+        from memfit.estimate.trace.muon import MuonWithAdamW
+
+        return MuonWithAdamW(params, model)
     if name in ("adamw-8bit", "paged-adamw-8bit", "lion"):
         from memfit.estimate.trace.optimizers import make_bnb_optimizer
 
