@@ -13,7 +13,6 @@ Newton-Schulz iteration in bf16 allocates per matrix in turn) and the real forea
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import torch
 
