@@ -13,8 +13,9 @@ A point is *expressible* when memfit has every setting it names; otherwise the t
 setting is missing and no error is computed (an estimate of another job is no evidence). The
 estimate is the analytic engine's (seconds per point; the trace engine of an 8B model takes
 minutes on this machine). Error = (estimate - measured) / measured on the point's metric.
-torchtitan's per-op selective checkpointing (every other matmul output saved) is run as memfit's
-``selective`` (every matmul output saved): the nearest policy memfit has, which over-predicts.
+torchtitan's per-op selective checkpointing (``selective_ac_option = "op"``: every other matmul
+output saved) runs as memfit's ``selective-op``, the same policy (``--before`` runs it as
+``selective``, every matmul output saved: the table of docs/accuracy.md before this policy).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ CHECKPOINTING = {
     "none": "none",
     "full": "full",
     "selective": "selective",
-    "selective-op": "selective",
+    "selective-op": "selective-op",
 }
+#: ``--before``: the policy those points ran under before memfit had torchtitan's op SAC.
+BEFORE_CHECKPOINTING = {**CHECKPOINTING, "selective-op": "selective"}
 METRIC_FIELD = {
     "allocated": "peak_allocated_bytes",
     "reserved": "peak_reserved_bytes",
@@ -64,15 +67,16 @@ def missing(point: dict[str, Any]) -> list[str]:
     return out
 
 
-def workload(point: dict[str, Any]) -> WorkloadSpec:
+def workload(point: dict[str, Any], *, before: bool = False) -> WorkloadSpec:
     lay = point["layout"]
+    ckpt = (BEFORE_CHECKPOINTING if before else CHECKPOINTING)[point["checkpointing"]]
     fsdp, dp, tp = lay.get("fsdp", 1), lay.get("dp", 1), lay.get("tp", 1)
     shard = "fsdp" if fsdp > 1 else ("ddp" if dp > 1 else "none")
     return WorkloadSpec(
         batch_size=point["micro_batch"],
         seq_len=point["seq"],
         precision="bf16-mixed",
-        checkpointing=CHECKPOINTING[point["checkpointing"]],
+        checkpointing=ckpt,
         gpus=point["gpus"],
         tp=tp,
         shard=shard,
@@ -80,12 +84,13 @@ def workload(point: dict[str, Any]) -> WorkloadSpec:
     )
 
 
-def run(point: dict[str, Any]) -> dict[str, Any]:
+def run(point: dict[str, Any], *, before: bool = False) -> dict[str, Any]:
     row: dict[str, Any] = {k: point[k] for k in ("id", "model", "gpus", "measured_gib", "metric")}
     row["missing"] = missing(point)
     if row["missing"]:
         return row
-    est = estimate(point["model"], workload(point), options=EstimateOptions(engine="analytic"))
+    wl = workload(point, before=before)
+    est = estimate(point["model"], wl, options=EstimateOptions(engine="analytic"))
     predicted = getattr(est, METRIC_FIELD[point["metric"]]) / GIB
     row["predicted_gib"] = round(predicted, 2)
     row["error"] = round(predicted / point["measured_gib"] - 1, 4)
@@ -112,8 +117,11 @@ def render(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON line per point")
+    parser.add_argument(
+        "--before", action="store_true", help="torchtitan's op SAC run as memfit's selective"
+    )
     args = parser.parse_args(argv)
-    rows = [run(p) for p in load()]
+    rows = [run(p, before=args.before) for p in load()]
     if args.json:
         for r in rows:
             print(json.dumps(r))

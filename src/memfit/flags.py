@@ -216,6 +216,9 @@ FLAGS: tuple[Flag, ...] = (
         dest="checkpointing",
         kind="choice",
         choices=CHECKPOINTING,
+        help="selective: every matmul and attention output saved; selective-op: torchtitan's "
+        'per-op SAC (activation_checkpoint.mode "selective", selective_ac_option "op": every '
+        "other matmul output and the attention outputs saved); full: each block recomputed",
         field="checkpointing",
         commands=ESTIMATE_LIKE,
     ),

@@ -233,18 +233,23 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
       ``heads x seq`` probabilities.
     - ``selective`` (per-op checkpointing: matmul and attention outputs saved, elementwise ops
       recomputed): the norm outputs and the MLP's activation and product are recomputed.
+    - ``selective-op`` (torchtitan's per-op SAC, :func:`op_sac_per_token`): the layer's input,
+      the attention kernel's output and statistics and every other matmul's output.
     - ``full``: the layer's input only, ``h`` (``/t`` with sequence parallelism).
     """
     t, a_b, tokens = lay.tp, lay.act_bytes, lay.tokens
     rep_div = t if lay.sequence_parallel else 1
     if how == "full":
         return tokens * shape.hidden * a_b // rep_div
-    norms = (2 if how == "selective" else 4) * shape.hidden
+    if how == "selective-op" and not moe:
+        return int(tokens * op_sac_per_token(shape, lay) * a_b)
+    sel = how in ("selective", "selective-op")  # a MoE layer under op SAC: as ``selective``
+    norms = (2 if sel else 4) * shape.hidden
     attn = (2 * shape.q_dim + 2 * attention_kv_width(shape, lay)) // t
     stats = shape.n_heads * 4 // (a_b * t)
     if lay.attention == "eager":
         attn += shape.n_heads * lay.seq_len // t
-    gated_mlp_terms = 2 if how == "selective" else 4
+    gated_mlp_terms = 2 if sel else 4
     per_matrix_terms = gated_mlp_terms if shape.gated else gated_mlp_terms // 2
     if moe:
         slots = shape.top_k * MOE_CAPACITY
@@ -255,6 +260,30 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
         mlp = per_matrix_terms * shape.ffn / t
     per_token = norms / rep_div + attn + stats + mlp
     return int(tokens * per_token * a_b)
+
+
+def op_sac_per_token(shape: DecoderShape, lay: Layout) -> float:
+    """Elements per token (compute dtype) a dense pre-norm block saves under torchtitan's
+    per-op SAC (``selective_ac_option = "op"``; ``_custom_policy`` / ``_save_list`` in
+    ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370): the policy counts the block's
+    ``aten.mm`` calls — wq, wk, wv, wo, then w1, w3, w2 of a gated MLP (w1, w2 of a plain one) —
+    and saves the odd-numbered ones' outputs, so wq ``q/t``, wv ``kv/t`` (grouped: the
+    projection's output, before ``repeat_kv``), w1 ``ffn/t`` and w2: a row-parallel matmul's
+    local output is the full-width partial sum ``h`` (``h`` without tp). It saves the flash /
+    efficient SDPA kernel's output ``q/t`` and its fp32 log-sum-exp (one per head), and the
+    ``reduce_scatter_tensor`` outputs of sequence parallelism (wo's and w2's, ``h/t`` each).
+    The checkpoint keeps the block's input ``h`` (``/t`` with sequence parallelism). Norms,
+    RoPE, ``repeat_kv``, SiLU and the residual adds are recomputed in backward."""
+    t, a_b = lay.tp, lay.act_bytes
+    rep_div = t if lay.sequence_parallel else 1
+    mms = [shape.q_dim, shape.kv_dim, shape.kv_dim, shape.hidden]  # wq wk wv wo
+    mms += [shape.ffn, shape.ffn, shape.hidden] if shape.gated else [shape.ffn, shape.hidden]
+    # column-parallel outputs are 1/t wide; row-parallel ones (wo, w2) full-width partial sums
+    split = [t, t, t, 1, t, t, 1] if shape.gated else [t, t, t, 1, t, 1]
+    saved_mm = sum(n / d for i, (n, d) in enumerate(zip(mms, split, strict=True)) if i % 2 == 0)
+    attention_out = shape.q_dim / t + shape.n_heads * 4 / (a_b * t)
+    reduce_scatter = 2 * shape.hidden / t if lay.sequence_parallel else 0
+    return shape.hidden / rep_div + saved_mm + attention_out + reduce_scatter
 
 
 def attention_kv_width(shape: DecoderShape, lay: Layout) -> int:
@@ -377,10 +406,12 @@ def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[in
             lay.tokens * (shape.vocab // lay.tp) * (LOSS_BYTES_PER_LOGIT - LOSS_SAVED_BYTES)
         )
     parts: list[tuple[str, int]] = []
-    if lay.checkpointing == "full" and stages.layers:
+    if lay.checkpointing in ("full", "selective-op") and stages.layers:
         moe = any(shape.is_moe_layer(i) for i in stages.layers)
         recompute = layer_activation_bytes(shape, lay, moe=moe, how="none")
-        parts.append(("one layer recomputed (full checkpointing)", recompute))
+        if lay.checkpointing == "selective-op":  # what the policy did not store is recomputed
+            recompute -= layer_activation_bytes(shape, lay, moe=moe, how="selective-op")
+        parts.append((f"one layer recomputed ({lay.checkpointing} checkpointing)", recompute))
     parts.append(("ring attention K/V buffers", cp_buffer_bytes(shape, lay)))
     if any(shape.is_moe_layer(i) for i in stages.layers):
         parts.append(
