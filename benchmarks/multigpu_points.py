@@ -62,8 +62,6 @@ def missing(point: dict[str, Any]) -> list[str]:
         out.append("Float8 training")
     if point.get("compile"):
         out.append("torch.compile")
-    if lay.get("tp", 1) > 1 and lay.get("fsdp", 1) > 1:
-        out.append("FSDP x TP (2-D) with sequence parallelism")
     return out
 
 
@@ -81,6 +79,8 @@ def workload(point: dict[str, Any], *, before: bool = False) -> WorkloadSpec:
         tp=tp,
         shard=shard,
         dp_replicate=dp if fsdp > 1 and dp > 1 else 1,
+        # torchtitan's TP plan always shards the sequence between the blocks (apply_tp)
+        sequence_parallel=tp > 1 and point["framework"] == "torchtitan",
     )
 
 

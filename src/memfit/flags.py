@@ -736,6 +736,17 @@ FLAGS: tuple[Flag, ...] = (
         field="etp",
         commands=ESTIMATE_LIKE,
     ),
+    Flag(
+        name="--sp",
+        dest="sequence_parallel",
+        kind="switch",
+        default=False,
+        help="sequence parallelism with --tp (Megatron --sequence-parallel, off by default "
+        "there; torchtitan always runs TP with it): norms and the residual stream split over "
+        "the tp ranks; answered by the per-rank closed form",
+        field="sequence_parallel",
+        commands=ESTIMATE_LIKE,
+    ),
 )
 
 

@@ -13,7 +13,14 @@ cp                  context_parallel_degree              --context-parallel-size
 cp_rotate           context_parallel_rotate_method       (--cp-comm-type p2p / all_gather / a2a)
 ep                  expert_parallel_degree               --expert-model-parallel-size
 etp                 expert_tensor_parallel_degree        --expert-tensor-parallel-size
+sequence_parallel   (always on with tp > 1)              --sequence-parallel
 ==================  ===================================  ========================================
+
+``sequence_parallel``: tensor parallelism also splits the norms' and the residual stream's
+tensors along the sequence (Korthikanti et al. 2022, §4.2.2). torchtitan's TP plan always does it
+(``SequenceParallel()`` on the norms, ``Shard(1)`` layouts between the blocks: ``apply_tp`` in
+``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370, no switch to turn it off);
+Megatron-core only with ``--sequence-parallel`` (off by default). memfit: off unless set.
 
 The GPUs of a job are ``dp x cp x pp x tp`` (torchtitan's ``ParallelDims``; Megatron's
 ``initialize_model_parallel``): ``dp = gpus / (tp * pp * cp)``. Expert parallelism borrows its
@@ -99,6 +106,9 @@ PARALLEL_FIELD_RULES: dict[str, Callable[[str, Any], str | None]] = {
     "cp_rotate": _one_of(CP_ROTATES, ", ".join(CP_ROTATES)),
     "ep": _degree,
     "etp": _degree,
+    "sequence_parallel": lambda name, value: (
+        None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
+    ),
 }
 
 #: The defaults: a job that uses none of these.
@@ -110,6 +120,7 @@ PARALLEL_DEFAULTS: dict[str, Any] = {
     "cp_rotate": "allgather",
     "ep": 1,
     "etp": 1,
+    "sequence_parallel": False,
 }
 
 
@@ -166,13 +177,21 @@ def parallel_layout_rules(values: dict[str, Any]) -> list[str]:
 def parallel_job_rules(values: dict[str, Any]) -> list[str]:
     """The rules between the layout and the job's shape and techniques."""
     pp, cp, ep = values.get("pp", 1), values.get("cp", 1), values.get("ep", 1)
-    if not all(_is_int(v) for v in (pp, cp, ep)) or max(pp, cp, ep) <= 1:
+    sp = values.get("sequence_parallel") is True
+    if sp and values.get("tp", 1) == 1:
+        return [
+            "sequence_parallel with tp 1: sequence parallelism splits what tensor parallelism "
+            "leaves whole over the tp ranks; set --tp > 1 or drop --sp"
+        ]
+    if not all(_is_int(v) for v in (pp, cp, ep)) or (max(pp, cp, ep) <= 1 and not sp):
         return []
+    what = "pp/cp/ep > 1" if max(pp, cp, ep) > 1 else "sequence_parallel"
     p: list[str] = []
     if values.get("mode") == "infer":
         p.append(
-            f"pp/cp/ep ({pp}/{cp}/{ep}) with mode 'infer': memfit models pipeline, context and "
-            "expert parallelism for training; for serving use `memfit vllm` (--tp, --pp)"
+            f"{what.replace(' > 1', f' ({pp}/{cp}/{ep})')} with mode 'infer': memfit models "
+            "pipeline, context, expert and sequence parallelism for training; for serving use "
+            "`memfit vllm` (--tp, --pp)"
         )
         return p
     seq = values.get("seq_len")
@@ -190,12 +209,12 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
     for name in ("offload", "quant"):
         if values.get(name, "none") != "none":
             p.append(
-                f"{name} ({values[name]!r}) with pp/cp/ep > 1: the parallel closed form models "
+                f"{name} ({values[name]!r}) with {what}: the parallel closed form models "
                 f"full training without {name}; drop --{name} or use pp = cp = ep = 1"
             )
     if values.get("lora_rank") is not None:
         p.append(
-            "lora_rank with pp/cp/ep > 1: the parallel closed form models full training; drop "
+            f"lora_rank with {what}: the parallel closed form models full training; drop "
             "--lora-rank or use pp = cp = ep = 1"
         )
     if values.get("shard") in ("zero2", "zero3") and pp > 1:
@@ -207,6 +226,9 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
 
 
 def is_parallel_job(values: Any) -> bool:
-    """Whether a job (a WorkloadSpec or a mapping) uses pp, cp or ep > 1."""
+    """Whether a job (a WorkloadSpec or a mapping) uses pp, cp or ep > 1, or sequence
+    parallelism (the per-rank closed form answers those; the one-GPU engines run tensor
+    parallelism as a narrower model, which cannot split the sequence)."""
     get = values.get if isinstance(values, dict) else lambda k, d=1: getattr(values, k, d)
-    return any(get(k, 1) != 1 for k in ("pp", "cp", "ep"))
+    sp = get("sequence_parallel", False) is True and get("tp", 1) != 1
+    return sp or any(get(k, 1) != 1 for k in ("pp", "cp", "ep"))

@@ -205,6 +205,7 @@ class ParallelSpec:
     cp_rotate: str = "allgather"
     ep: int = 1
     etp: int = 1
+    sequence_parallel: bool = False
     # -- FSDP2 / HSDP / ZeRO++ (par-a): WorkloadSpec's fields of the same names --
     dp_replicate: int = 1
     reshard_after_forward: bool | int = True

@@ -112,6 +112,9 @@ class WorkloadSpec:
     cp_rotate: str = "allgather"
     ep: int = 1
     etp: int = 1
+    #: tensor parallelism also splits the norms / residual stream along the sequence (Megatron
+    #: ``--sequence-parallel``; torchtitan always with tp > 1): spec.parallel_rules
+    sequence_parallel: bool = False
     # -- FSDP2 / HSDP (par-a) --
     #: HSDP: FSDP2 over a (replicate, shard) mesh; the model is sharded over dp / dp_replicate
     #: ranks (torchtitan's ``data_parallel_replicate_degree``); 1: plain FSDP

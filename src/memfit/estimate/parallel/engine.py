@@ -38,9 +38,11 @@ SOURCES = "torch.distributed.pipelining 00722e6, Megatron-LM 00caa53, torchtitan
 def engine_reason(w: WorkloadSpec) -> str:
     """Why the parallel closed form answers ``w`` (one line)."""
     used = [f"{k} {getattr(w, k)}" for k in ("pp", "cp", "ep") if getattr(w, k) != 1]
+    if getattr(w, "sequence_parallel", False):
+        used.append(f"tp {w.tp} with sequence parallelism")
     return (
-        f"{' x '.join(used)}: pipeline, context and expert parallelism are modelled by the "
-        "per-rank closed form (memfit.estimate.parallel), not by tracing one GPU"
+        f"{' x '.join(used)}: pipeline, context, expert and sequence parallelism are modelled "
+        "by the per-rank closed form (memfit.estimate.parallel), not by tracing one GPU"
     )
 
 

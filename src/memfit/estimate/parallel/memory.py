@@ -223,7 +223,7 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
     Recomputation in Large Transformer Models", §4, redone for pre-norm SwiGLU / GQA blocks as
     torchtitan's and Megatron's fused kernels run them, FlashAttention keeping no scores):
 
-    - ``none``: the two norms' inputs and outputs ``4h`` (``/t`` with sequence parallelism);
+    - ``none``: the two norms' inputs and outputs ``4h`` (:func:`norm_elements`);
       q, k, v and the attention output ``2q + 2kv`` and the softmax statistics (fp32, one per
       head), ``/t`` (``kv`` as :func:`attention_kv_width`: the query's width where torchtitan
       expands grouped K/V); a gated MLP's gate, up, activation and product ``4 ffn``
@@ -244,7 +244,7 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
     if how == "selective-op" and not moe:
         return int(tokens * op_sac_per_token(shape, lay) * a_b)
     sel = how in ("selective", "selective-op")  # a MoE layer under op SAC: as ``selective``
-    norms = (2 if sel else 4) * shape.hidden
+    norms = norm_elements(shape, lay, recompute_outputs=sel)
     attn = (2 * shape.q_dim + 2 * attention_kv_width(shape, lay)) // t
     stats = shape.n_heads * 4 // (a_b * t)
     if lay.attention == "eager":
@@ -258,8 +258,25 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
         mlp = expert + router + per_matrix_terms * shape.shared_ffn / t
     else:
         mlp = per_matrix_terms * shape.ffn / t
-    per_token = norms / rep_div + attn + stats + mlp
+    per_token = norms + attn + stats + mlp
     return int(tokens * per_token * a_b)
+
+
+def norm_elements(shape: DecoderShape, lay: Layout, *, recompute_outputs: bool) -> float:
+    """Elements per token the two norms of a block leave saved: their inputs (the block's input
+    and the residual after attention, ``h`` each) and, unless recomputed, their outputs (the
+    inputs of the q/k/v and up/gate matmuls, ``h`` each). Sequence parallelism splits the inputs
+    by ``t``; the outputs too as Megatron runs it (its column-parallel linear saves the
+    sequence-sharded input and all-gathers it again in backward: ``LinearWithGradAccumulation
+    AndAsyncCommunication``, Megatron-LM ``tensor_parallel/layers.py``), but not under
+    torchtitan's DTensor plan: ``PrepareModuleInput`` all-gathers the norm's ``Shard(1)`` output
+    to ``Replicate`` and autograd saves the gathered tensor as the matmuls' input (``apply_tp``,
+    torchtitan ``parallelize_llama.py`` at 9dec370)."""
+    t = lay.tp if lay.sequence_parallel else 1
+    inputs = 2 * shape.hidden / t
+    if recompute_outputs:
+        return inputs
+    return inputs + 2 * shape.hidden / (1 if lay.torch_native else t)
 
 
 def op_sac_per_token(shape: DecoderShape, lay: Layout) -> float:
