@@ -7,7 +7,9 @@ Points: ``benchmarks/data/multigpu_published.jsonl``, one JSON line each with ``
 the table/row), ``framework``, ``version``, ``model`` (a bundled memfit name), ``gpus``,
 ``layout`` {dp, fsdp, tp, pp, cp, ep}, ``precision``, ``micro_batch``, ``seq``,
 ``checkpointing``, ``measured_gib`` and ``metric`` (allocated | reserved | device: what the source
-logged). Optional flags a point may carry: ``compile``, ``float8``.
+logged). Optional flags a point may carry: ``compile``, ``float8`` (torchao Float8 linears:
+memfit's ``--float8 tensorwise``; every such point also ran torch.compile, which memfit does not
+model, so none is compared yet).
 
 A point is *expressible* when memfit has every setting it names; otherwise the table says which
 setting is missing and no error is computed (an estimate of another job is no evidence). The
@@ -58,8 +60,6 @@ def missing(point: dict[str, Any]) -> list[str]:
     """Settings of ``point`` memfit cannot express (empty: expressible)."""
     lay = point["layout"]
     out = [f"{k} {lay[k]}" for k in ("pp", "cp", "ep") if lay.get(k, 1) > 1]
-    if point.get("float8"):
-        out.append("Float8 training")
     if point.get("compile"):
         out.append("torch.compile")
     return out
@@ -81,6 +81,9 @@ def workload(point: dict[str, Any], *, before: bool = False) -> WorkloadSpec:
         dp_replicate=dp if fsdp > 1 and dp > 1 else 1,
         # torchtitan's TP plan always shards the sequence between the blocks (apply_tp)
         sequence_parallel=tp > 1 and point["framework"] == "torchtitan",
+        # torchtitan's Float8 of 2024-12 was dynamic tensorwise scaling (``float8.recipe_name``
+        # came later); whether its runs all-gathered in fp8 is not stated: not assumed
+        float8="tensorwise" if point.get("float8") else "none",
     )
 
 

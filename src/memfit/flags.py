@@ -32,7 +32,7 @@ from memfit.spec import (
 )
 from memfit.spec.diffusion import DIFFUSION_QUANTS, FORMATS
 from memfit.spec.media import MediaSpec
-from memfit.spec.parallel_rules import CP_ROTATES, PP_SCHEDULES
+from memfit.spec.parallel_rules import CP_ROTATES, FLOAT8_RECIPES, PP_SCHEDULES
 
 #: The exit codes of every command: 0 ok, 1 a valid "does not fit", 2 bad input.
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -745,6 +745,27 @@ FLAGS: tuple[Flag, ...] = (
         "there; torchtitan always runs TP with it): norms and the residual stream split over "
         "the tp ranks; answered by the per-rank closed form",
         field="sequence_parallel",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--float8",
+        dest="float8",
+        kind="choice",
+        choices=FLOAT8_RECIPES,
+        help="torchao Float8 training of the blocks' linears as torchtitan applies it "
+        "(float8.recipe_name: tensorwise, its default, or rowwise); GPUs with fp8 only; "
+        "answered by the per-rank closed form",
+        field="float8",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--float8-all-gather",
+        dest="float8_all_gather",
+        kind="switch",
+        default=False,
+        help="FSDP2 all-gathers the Float8 linears' weights in fp8 (torchtitan "
+        "float8.enable_fsdp_float8_all_gather; --float8 tensorwise --shard fsdp)",
+        field="float8_all_gather",
         commands=ESTIMATE_LIKE,
     ),
 )

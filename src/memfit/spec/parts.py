@@ -206,6 +206,8 @@ class ParallelSpec:
     ep: int = 1
     etp: int = 1
     sequence_parallel: bool = False
+    float8: str = "none"
+    float8_all_gather: bool = False
     # -- FSDP2 / HSDP / ZeRO++ (par-a): WorkloadSpec's fields of the same names --
     dp_replicate: int = 1
     reshard_after_forward: bool | int = True

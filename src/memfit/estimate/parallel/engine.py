@@ -40,9 +40,12 @@ def engine_reason(w: WorkloadSpec) -> str:
     used = [f"{k} {getattr(w, k)}" for k in ("pp", "cp", "ep") if getattr(w, k) != 1]
     if getattr(w, "sequence_parallel", False):
         used.append(f"tp {w.tp} with sequence parallelism")
+    if getattr(w, "float8", "none") != "none":
+        used.append(f"Float8 training ({w.float8})")
     return (
-        f"{' x '.join(used)}: pipeline, context, expert and sequence parallelism are modelled "
-        "by the per-rank closed form (memfit.estimate.parallel), not by tracing one GPU"
+        f"{' x '.join(used)}: pipeline, context, expert and sequence parallelism and Float8 "
+        "training are modelled by the per-rank closed form (memfit.estimate.parallel), not by "
+        "tracing one GPU"
     )
 
 
@@ -108,6 +111,7 @@ def estimate_parallel(
             f"{source.name}: the parallel closed form reads a config.json model (a bundled "
             "name, a path or a hub id), not a factory"
         )
+    _check_float8_gpu(workload, gpu)
     shape = read_shape(source.spec)
     stages, ranks = per_rank(shape, workload, sequence_parallel=sequence_parallel)
     peak = max(ranks, key=lambda r: r.peak_allocated_bytes)
@@ -143,6 +147,25 @@ def estimate_parallel(
         engine_reason=engine_reason(workload),
         band_path="other-framework",
     )
+
+
+def _check_float8_gpu(w: WorkloadSpec, gpu: Any) -> None:
+    """Float8 training needs fp8 matrix cores (torchao's ``Float8Linear`` runs
+    ``torch._scaled_mm``: CUDA compute capability 8.9+ or AMD CDNA3+)."""
+    recipe = getattr(w, "float8", "none")
+    if recipe != "none" and gpu is not None and not gpu.supports_fp8:
+        raise SpecError(
+            f"float8 ({recipe!r}) on {gpu.name}: it has no fp8 matrix cores (torchao's Float8 "
+            "training needs e.g. L4, L40S, H100, H200, B200, MI300X); drop --float8 or choose "
+            "such a --gpu"
+        )
+
+
+FLOAT8_NOTE = (
+    "Float8 (torchao Float8Linear): the blocks' linears save their bf16 inputs as without it; "
+    "counted: fp8 casts in backward, fp8 all-gather where set. torch.compile is not modelled "
+    "(it fuses the amax and cast kernels); no eager Float8 run has been measured"
+)
 
 
 def _ranges(allocated: int, reserved: int, device: int) -> dict[str, tuple[int, int]]:
@@ -202,6 +225,8 @@ def _notes(
         "errors of this closed form against published per-rank measurements (docs/accuracy.md, "
         "'Pipeline, context and expert parallelism')",
     ]
+    if getattr(w, "float8", "none") != "none":
+        notes.append(FLOAT8_NOTE)
     if w.pp > 1 and w.grad_accum < w.pp:
         notes.append(
             f"grad_accum ({w.grad_accum}) is the pipeline's micro-batch count: fewer than pp "

@@ -88,6 +88,21 @@ TOKEN_ID_BYTES = 8
 #: forward, one gradient received backward (Megatron ``p2p_communication.py`` allocates each
 #: receive as it posts it).
 P2P_BUFFERS = 2
+#: Float8 training (torchao ``Float8Linear``, torchao 0.18 ``torchao/float8/float8_linear.py``):
+#: ``matmul_with_hp_or_float8_args.forward`` saves the *high-precision* input and weight
+#: (``ctx.save_for_backward(input_hp, weight_hp_t)``) under both recipes, so the saved
+#: activations are the bf16 run's; its backward casts, per linear, the incoming gradient to fp8
+#: twice (``grad_output`` for grad_input, row-major, and for grad_weight, column-major: 1 + 1
+#: bytes per element) after an ``abs`` of it in the compute dtype for the amax
+#: (``tensor_to_amax``: ``torch.max(torch.abs(x))``, ``torch.amax`` per row under rowwise; 2
+#: bytes, eager). Bytes per element of the largest linear's gradient, at once: a rule of thumb
+#: (no Float8 point without torch.compile has been measured: docs/accuracy.md).
+FLOAT8_BWD_CAST_BYTES = 1 + 1 + 2
+#: Bytes per element of a Float8 linear's weight gathered by FSDP2 with
+#: ``enable_fsdp_float8_all_gather`` (``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather``
+#: casts the shard to fp8 and all-gathers ``float8_training_tensor._data``: torchao 0.18
+#: ``torchao/float8/fsdp_utils.py``).
+FLOAT8_GATHERED_BYTES = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +126,8 @@ class Layout:
     attention: str
     cp_rotate: str
     sequence_parallel: bool
+    float8: str = "none"
+    float8_all_gather: bool = False
 
     @property
     def tokens(self) -> int:
@@ -297,7 +314,12 @@ def op_sac_per_token(shape: DecoderShape, lay: Layout) -> float:
     mms += [shape.ffn, shape.ffn, shape.hidden] if shape.gated else [shape.ffn, shape.hidden]
     # column-parallel outputs are 1/t wide; row-parallel ones (wo, w2) full-width partial sums
     split = [t, t, t, 1, t, t, 1] if shape.gated else [t, t, t, 1, t, 1]
-    saved_mm = sum(n / d for i, (n, d) in enumerate(zip(mms, split, strict=True)) if i % 2 == 0)
+    # Float8 linears run aten._scaled_mm, which torchtitan's policy saves always (on torch's
+    # compute-intensive list, ``_get_default_save_ops``) and does not count among the mms it
+    # alternates (``mm_ops``: aten.mm, aten.linear): every linear output is kept (torchtitan
+    # ``torchtitan/distributed/activation_checkpoint.py`` at b5bcd76)
+    every = 1 if lay.float8 != "none" else 2
+    saved_mm = sum(n / d for i, (n, d) in enumerate(zip(mms, split, strict=True)) if i % every == 0)
     attention_out = shape.q_dim / t + shape.n_heads * 4 / (a_b * t)
     reduce_scatter = 2 * shape.hidden / t if lay.sequence_parallel else 0
     return shape.hidden / rep_div + saved_mm + attention_out + reduce_scatter
@@ -394,9 +416,15 @@ def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
         else:
             n += shape.dense_mlp_params // lay.tp
         biggest = max(biggest, n)
-    if stages.embedding or stages.head:  # the vocabulary matrices are gathered whole too
-        biggest = max(biggest, shape.embedding_params // lay.tp)
-    return biggest * (2 * lay.act_bytes + lay.act_bytes + 4)
+    gathered = 2 * lay.act_bytes  # the layer computed and the one prefetched
+    if lay.float8_all_gather:  # the blocks' linears in fp8 (the norms' few weights ignored)
+        gathered = 2 * FLOAT8_GATHERED_BYTES
+    per_layer = biggest * (gathered + lay.act_bytes + 4)
+    if stages.embedding or stages.head:  # the vocabulary matrices are gathered whole too (bf16:
+        # torchtitan's Float8 converter skips the output head; embeddings are no Linear)
+        vocab = shape.embedding_params // lay.tp
+        per_layer = max(per_layer, vocab * (2 * lay.act_bytes + lay.act_bytes + 4))
+    return per_layer
 
 
 def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
@@ -430,6 +458,11 @@ def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[in
             recompute -= layer_activation_bytes(shape, lay, moe=moe, how="selective-op")
         parts.append((f"one layer recomputed ({lay.checkpointing} checkpointing)", recompute))
     parts.append(("ring attention K/V buffers", cp_buffer_bytes(shape, lay)))
+    if lay.float8 != "none" and stages.layers:
+        widest = max(shape.hidden, shape.ffn // lay.tp)
+        parts.append(
+            ("Float8 casts of a linear's gradient", lay.tokens * widest * FLOAT8_BWD_CAST_BYTES)
+        )
     if any(shape.is_moe_layer(i) for i in stages.layers):
         parts.append(
             ("MoE all-to-all buffers + grouped-GEMM workspace", ep_buffer_bytes(shape, lay))
@@ -504,6 +537,8 @@ def layout_of(w: Any) -> Layout:
         attention=w.attention,
         cp_rotate=w.cp_rotate,
         sequence_parallel=sp and w.tp > 1,
+        float8=getattr(w, "float8", "none"),
+        float8_all_gather=bool(getattr(w, "float8_all_gather", False)),
     )
 
 
