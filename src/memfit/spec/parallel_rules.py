@@ -218,8 +218,8 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
     if values.get("mode") == "infer":
         p.append(
             f"{what.replace(' > 1', f' ({pp}/{cp}/{ep})')} with mode 'infer': memfit models "
-            "pipeline, context, expert and sequence parallelism for training; for serving use "
-            "`memfit vllm` (--tp, --pp)"
+            "pipeline, context, expert, sequence parallelism and Float8 for training; for "
+            "serving use `memfit vllm` (--tp, --pp)"
         )
         return p
     seq = values.get("seq_len")
