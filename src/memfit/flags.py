@@ -32,7 +32,7 @@ from memfit.spec import (
 )
 from memfit.spec.diffusion import DIFFUSION_QUANTS, FORMATS
 from memfit.spec.media import MediaSpec
-from memfit.spec.parallel_rules import CP_ROTATES, PP_SCHEDULES
+from memfit.spec.parallel_rules import CP_ROTATES, FLOAT8_RECIPES, PP_SCHEDULES
 
 #: The exit codes of every command: 0 ok, 1 a valid "does not fit", 2 bad input.
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -216,6 +216,9 @@ FLAGS: tuple[Flag, ...] = (
         dest="checkpointing",
         kind="choice",
         choices=CHECKPOINTING,
+        help="selective: every matmul and attention output saved; selective-op: torchtitan's "
+        'per-op SAC (activation_checkpoint.mode "selective", selective_ac_option "op": every '
+        "other matmul output and the attention outputs saved); full: each block recomputed",
         field="checkpointing",
         commands=ESTIMATE_LIKE,
     ),
@@ -731,6 +734,38 @@ FLAGS: tuple[Flag, ...] = (
         help="expert tensor-parallel degree, 1 or --tp (torchtitan "
         "expert_tensor_parallel_degree; default 1)",
         field="etp",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--sp",
+        dest="sequence_parallel",
+        kind="switch",
+        default=False,
+        help="sequence parallelism with --tp (Megatron --sequence-parallel, off by default "
+        "there; torchtitan always runs TP with it): norms and the residual stream split over "
+        "the tp ranks; answered by the per-rank closed form",
+        field="sequence_parallel",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--float8",
+        dest="float8",
+        kind="choice",
+        choices=FLOAT8_RECIPES,
+        help="torchao Float8 training of the blocks' linears as torchtitan applies it "
+        "(float8.recipe_name: tensorwise, its default, or rowwise); GPUs with fp8 only; "
+        "answered by the per-rank closed form",
+        field="float8",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--float8-all-gather",
+        dest="float8_all_gather",
+        kind="switch",
+        default=False,
+        help="FSDP2 all-gathers the Float8 linears' weights in fp8 (torchtitan "
+        "float8.enable_fsdp_float8_all_gather; --float8 tensorwise --shard fsdp)",
+        field="float8_all_gather",
         commands=ESTIMATE_LIKE,
     ),
 )

@@ -65,6 +65,7 @@ TRAIN_UNSUPPORTED = {
     "gpus": (1,),
     "freeze": (0,),
     "grad_accum": (1,),
+    "float8": ("none",),
 }
 
 
@@ -142,9 +143,9 @@ def diffusion_train_job(
                 "models run one GPU without it; drop the flag"
             )
     ckpt = getattr(args, "checkpointing", None) or "none"
-    if ckpt == "selective":
+    if ckpt in ("selective", "selective-op"):
         raise SpecError(
-            "--checkpointing selective: the diffusers scripts have --gradient_checkpointing "
+            f"--checkpointing {ckpt}: the diffusers scripts have --gradient_checkpointing "
             "only (use full or none)"
         )
     rank = getattr(args, "lora_rank", None) if lora_rank is None else lora_rank

@@ -13,7 +13,20 @@ cp                  context_parallel_degree              --context-parallel-size
 cp_rotate           context_parallel_rotate_method       (--cp-comm-type p2p / all_gather / a2a)
 ep                  expert_parallel_degree               --expert-model-parallel-size
 etp                 expert_tensor_parallel_degree        --expert-tensor-parallel-size
+sequence_parallel   (always on with tp > 1)              --sequence-parallel
 ==================  ===================================  ========================================
+
+``sequence_parallel``: tensor parallelism also splits the norms' and the residual stream's
+tensors along the sequence (Korthikanti et al. 2022, §4.2.2). torchtitan's TP plan always does it
+(``SequenceParallel()`` on the norms, ``Shard(1)`` layouts between the blocks: ``apply_tp`` in
+``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370, no switch to turn it off);
+Megatron-core only with ``--sequence-parallel`` (off by default). memfit: off unless set.
+
+``float8``: torchao's ``Float8Linear`` on the transformer blocks' linears, as torchtitan applies it
+(``[quantize.linear.float8]`` / ``float8.recipe_name``: ``tensorwise``, its default, or
+``rowwise``); ``float8_all_gather``: FSDP2 all-gathers those weights in fp8
+(``enable_fsdp_float8_all_gather``, tensorwise only). Both are answered by the per-rank closed
+form (:mod:`memfit.estimate.parallel.memory`), on GPUs with fp8 matrix cores only.
 
 The GPUs of a job are ``dp x cp x pp x tp`` (torchtitan's ``ParallelDims``; Megatron's
 ``initialize_model_parallel``): ``dp = gpus / (tp * pp * cp)``. Expert parallelism borrows its
@@ -32,6 +45,9 @@ from typing import Any
 #: virtual stages, Megatron's interleaved schedule), ``zbv`` (zero-bubble V shape; Qi et al.,
 #: arXiv:2401.10241 §6), ``dualpipev`` (the V-shape cut of DeepSeek's DualPipe).
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zbv", "dualpipev")
+#: torchao's Float8 training recipes memfit models (``Float8LinearRecipeName``, torchao 0.18
+#: ``torchao/float8/config.py``); ``none``: no Float8.
+FLOAT8_RECIPES = ("none", "tensorwise", "rowwise")
 #: torchtitan's / torch.distributed.pipelining's class names (``get_schedule_class``) accepted
 #: for ``pp_schedule`` (any case), resolved once to memfit's name.
 PP_SCHEDULE_ALIASES = {
@@ -99,6 +115,13 @@ PARALLEL_FIELD_RULES: dict[str, Callable[[str, Any], str | None]] = {
     "cp_rotate": _one_of(CP_ROTATES, ", ".join(CP_ROTATES)),
     "ep": _degree,
     "etp": _degree,
+    "sequence_parallel": lambda name, value: (
+        None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
+    ),
+    "float8": _one_of(FLOAT8_RECIPES, ", ".join(FLOAT8_RECIPES) + " (torchao's recipe names)"),
+    "float8_all_gather": lambda name, value: (
+        None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
+    ),
 }
 
 #: The defaults: a job that uses none of these.
@@ -110,6 +133,9 @@ PARALLEL_DEFAULTS: dict[str, Any] = {
     "cp_rotate": "allgather",
     "ep": 1,
     "etp": 1,
+    "sequence_parallel": False,
+    "float8": "none",
+    "float8_all_gather": False,
 }
 
 
@@ -166,13 +192,34 @@ def parallel_layout_rules(values: dict[str, Any]) -> list[str]:
 def parallel_job_rules(values: dict[str, Any]) -> list[str]:
     """The rules between the layout and the job's shape and techniques."""
     pp, cp, ep = values.get("pp", 1), values.get("cp", 1), values.get("ep", 1)
-    if not all(_is_int(v) for v in (pp, cp, ep)) or max(pp, cp, ep) <= 1:
-        return []
+    sp = values.get("sequence_parallel") is True
+    if sp and values.get("tp", 1) == 1:
+        return [
+            "sequence_parallel with tp 1: sequence parallelism splits what tensor parallelism "
+            "leaves whole over the tp ranks; set --tp > 1 or drop --sp"
+        ]
+    f8 = values.get("float8", "none")
     p: list[str] = []
+    if values.get("float8_all_gather") is True and (
+        f8 != "tensorwise" or values.get("shard") != "fsdp"
+    ):
+        p.append(
+            f"float8_all_gather with float8 {f8!r} and shard {values.get('shard')!r}: FSDP2's "
+            "fp8 all-gather needs --float8 tensorwise and --shard fsdp (torchao supports it "
+            "for tensorwise scaling only)"
+        )
+    if not all(_is_int(v) for v in (pp, cp, ep)) or (
+        max(pp, cp, ep) <= 1 and not sp and f8 == "none"
+    ):
+        return p
+    what = (
+        "pp/cp/ep > 1" if max(pp, cp, ep) > 1 else ("sequence_parallel" if sp else f"float8 {f8!r}")
+    )
     if values.get("mode") == "infer":
         p.append(
-            f"pp/cp/ep ({pp}/{cp}/{ep}) with mode 'infer': memfit models pipeline, context and "
-            "expert parallelism for training; for serving use `memfit vllm` (--tp, --pp)"
+            f"{what.replace(' > 1', f' ({pp}/{cp}/{ep})')} with mode 'infer': memfit models "
+            "pipeline, context, expert, sequence parallelism and Float8 for training; for "
+            "serving use `memfit vllm` (--tp, --pp)"
         )
         return p
     seq = values.get("seq_len")
@@ -190,12 +237,12 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
     for name in ("offload", "quant"):
         if values.get(name, "none") != "none":
             p.append(
-                f"{name} ({values[name]!r}) with pp/cp/ep > 1: the parallel closed form models "
+                f"{name} ({values[name]!r}) with {what}: the parallel closed form models "
                 f"full training without {name}; drop --{name} or use pp = cp = ep = 1"
             )
     if values.get("lora_rank") is not None:
         p.append(
-            "lora_rank with pp/cp/ep > 1: the parallel closed form models full training; drop "
+            f"lora_rank with {what}: the parallel closed form models full training; drop "
             "--lora-rank or use pp = cp = ep = 1"
         )
     if values.get("shard") in ("zero2", "zero3") and pp > 1:
@@ -207,6 +254,11 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
 
 
 def is_parallel_job(values: Any) -> bool:
-    """Whether a job (a WorkloadSpec or a mapping) uses pp, cp or ep > 1."""
+    """Whether a job (a WorkloadSpec or a mapping) uses pp, cp or ep > 1, sequence parallelism
+    or Float8 training (the per-rank closed form answers those; the one-GPU engines run tensor
+    parallelism as a narrower model, which cannot split the sequence, and have no Float8
+    linear)."""
     get = values.get if isinstance(values, dict) else lambda k, d=1: getattr(values, k, d)
-    return any(get(k, 1) != 1 for k in ("pp", "cp", "ep"))
+    sp = get("sequence_parallel", False) is True and get("tp", 1) != 1
+    f8 = get("float8", "none") not in ("none", None)
+    return sp or f8 or any(get(k, 1) != 1 for k in ("pp", "cp", "ep"))

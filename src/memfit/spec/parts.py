@@ -205,6 +205,9 @@ class ParallelSpec:
     cp_rotate: str = "allgather"
     ep: int = 1
     etp: int = 1
+    sequence_parallel: bool = False
+    float8: str = "none"
+    float8_all_gather: bool = False
     # -- FSDP2 / HSDP / ZeRO++ (par-a): WorkloadSpec's fields of the same names --
     dp_replicate: int = 1
     reshard_after_forward: bool | int = True

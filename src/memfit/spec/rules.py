@@ -23,7 +23,12 @@ Mode = Literal["train", "infer"]
 #: says what each stores and computes in; :data:`PRECISION_ALIASES` the other names accepted.
 PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed", "16-true", "32-true")
 ATTENTIONS = ("eager", "sdpa", "flash")
-CHECKPOINTING = ("none", "full", "selective")
+#: Activation checkpointing of the repeated blocks. ``selective`` saves every matmul and attention
+#: output; ``selective-op`` is torchtitan's per-op SAC (``activation_checkpoint.mode =
+#: "selective"``, ``selective_ac_option = "op"``): attention outputs and every other matmul output
+#: of a block saved (torchtitan ``parallelize_llama.py`` ``_custom_policy`` / ``_save_list`` at
+#: 9dec370; ``SelectiveAC`` in ``distributed/activation_checkpoint.py`` at b5bcd76).
+CHECKPOINTING = ("none", "full", "selective", "selective-op")
 OPTIMIZERS = (
     "adamw",
     "adamw-fused",

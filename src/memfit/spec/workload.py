@@ -112,6 +112,13 @@ class WorkloadSpec:
     cp_rotate: str = "allgather"
     ep: int = 1
     etp: int = 1
+    #: tensor parallelism also splits the norms / residual stream along the sequence (Megatron
+    #: ``--sequence-parallel``; torchtitan always with tp > 1): spec.parallel_rules
+    sequence_parallel: bool = False
+    #: torchao Float8 training of the blocks' linears (``tensorwise`` / ``rowwise``; ``none``)
+    #: and FSDP2's fp8 all-gather of their weights: spec.parallel_rules
+    float8: str = "none"
+    float8_all_gather: bool = False
     # -- FSDP2 / HSDP (par-a) --
     #: HSDP: FSDP2 over a (replicate, shard) mesh; the model is sharded over dp / dp_replicate
     #: ranks (torchtitan's ``data_parallel_replicate_degree``); 1: plain FSDP

@@ -317,6 +317,9 @@ def test_lora_under_selective_checkpointing_keeps_what_torch_stores(overrides, t
 CHECKPOINT_CASES = [  # pure bf16 as validated; the llama amp case covers bf16-mixed
     ("llama", {"checkpointing": "full", "precision": "bf16-true"}),
     ("llama", {"checkpointing": "selective", "precision": "bf16-true"}),
+    # torchtitan's per-op SAC: attention outputs and every other mm of the block stored
+    ("llama", {"checkpointing": "selective-op", "precision": "bf16-true"}),
+    ("llama", {"checkpointing": "selective-op", "precision": "amp-bf16"}),
     ("llama", {"checkpointing": "full", "precision": "amp-bf16"}),
     ("gpt2", {"checkpointing": "full", "precision": "bf16-true"}),
     ("neox", {"checkpointing": "full", "precision": "bf16-true"}),

@@ -126,3 +126,54 @@ def test_only_torch_pipelining_keeps_every_micro_batchs_logits(llama70):
     megatron = layout_of(job(gpus=128, shard="zero1", grad_accum=16))
     assert kept_outputs_bytes(llama70, fsdp) == 16 * fsdp.tokens * (128256 // 8) * 2
     assert kept_outputs_bytes(llama70, megatron) == 0
+
+
+def _per_layer_saved_by_the_analytic_engine(config: dict, wl: WorkloadSpec) -> float:
+    """Bytes per token one more layer adds to the analytic engine's forward activations (its
+    op-by-op program of the transformers Llama block under the SAC policy)."""
+    from memfit.estimate.analytic import estimate_analytic
+
+    acts = []
+    for n_layers in (2, 3):
+        est = estimate_analytic(dict(config, num_hidden_layers=n_layers), wl)
+        acts.append(est.phases["forward"].components["activations"])
+    return (acts[1] - acts[0]) / (wl.batch_size * wl.seq_len)
+
+
+@pytest.mark.parametrize("checkpointing", ["selective-op", "full"])
+def test_op_sac_saves_what_the_analytic_program_stores(checkpointing):
+    """torchtitan's per-op SAC (every other mm of the block and the attention kernel's outputs
+    stored) counted two ways: the closed form's tensor list and the analytic engine's replay of
+    the block's ops under the alternating policy (which tests/estimate/analytic/test_vs_trace.py
+    holds to the trace of torch's own SAC). Within 1 % (the analytic count carries the SDPA
+    kernel's RNG state, 16 bytes per call)."""
+    from tests.estimate.analytic.configs import TINY
+
+    from memfit.models.model_spec import ModelSpec
+
+    config = TINY["mid-llama"]
+    wl = WorkloadSpec(
+        batch_size=2, seq_len=256, precision="bf16-true", optimizer="sgd",
+        checkpointing=checkpointing,
+    )  # fmt: skip
+    shape = read_shape(ModelSpec.from_config(dict(config, num_hidden_layers=2)))
+    lay = dataclasses.replace(layout_of(wl), attention="flash")
+    closed = layer_activation_bytes(shape, lay, moe=False, how=checkpointing) / lay.tokens
+    assert closed == pytest.approx(_per_layer_saved_by_the_analytic_engine(config, wl), rel=0.01)
+
+
+def test_op_sac_under_tensor_parallelism_keeps_the_row_parallel_partial_sums(llama70):
+    """Per layer of Llama-3.1-70B at tp 8 with sequence parallelism: op SAC drops wk, wo and
+    w3's outputs and the norms', but w2's local output is a full-width partial sum (row-parallel:
+    the reduce-scatter follows) and the reduce-scatter outputs are on torchtitan's save list, so
+    under tp it keeps more than ``selective`` (which memfit counts after the reduction)."""
+    lay = dataclasses.replace(layout_of(job()), sequence_parallel=True)
+    per = {
+        how: layer_activation_bytes(llama70, lay, moe=False, how=how) / lay.tokens / 2
+        for how in ("selective", "selective-op", "full")
+    }
+    h, t = 8192, 8
+    # input h/t + wq q/t + wv kv/t + w1 ffn/t + w2's partial sum h + SDPA out q/t + lse + 2 RS h/t
+    want = h / t + h / t + 1024 / t + 28672 / t + h + h / t + 64 * 4 / 2 / t + 2 * h / t
+    assert per["selective-op"] == pytest.approx(want)
+    assert per["full"] < per["selective"] < per["selective-op"]

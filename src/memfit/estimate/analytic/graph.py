@@ -122,8 +122,10 @@ class Node:
     """One op. ``saves``: tensors autograd keeps for its backward. ``grad_to``: inputs that get a
     gradient (default: the inputs that require grad). ``bwd_workspace``: bytes the backward kernel
     allocates for its duration. ``fwd_workspace``: likewise in forward. ``matmul``: a selective
-    checkpointing policy stores its outputs. ``passthrough``: the backward hands its incoming
-    gradient itself to each input of the output's size and dtype (``AddBackward0``)."""
+    checkpointing policy stores its outputs. ``mm``: the matmul is a linear layer's ``aten.mm``
+    (torchtitan's per-op policy saves every other one: :func:`sac_stored`). ``passthrough``: the
+    backward hands its incoming gradient itself to each input of the output's size and dtype
+    (``AddBackward0``)."""
 
     inputs: list[Tensor]
     outputs: list[Tensor]
@@ -134,6 +136,33 @@ class Node:
     matmul: bool = False
     rg: bool = False
     passthrough: bool = False
+    mm: bool = False
+
+
+#: Selective checkpointing policies of :meth:`Graph.forward`: ``matmul`` stores every matmul and
+#: attention kernel's outputs (memfit's ``selective``); ``alternate-mm`` stores the attention
+#: kernels' outputs and every other linear ``aten.mm`` output, the 1st, 3rd, ... of the block
+#: (torchtitan's per-op SAC, ``--checkpointing selective-op``: ``_custom_policy`` counts
+#: ``aten.mm`` per checkpointed block and recomputes each even-numbered one; its ``_save_list``
+#: holds ``aten.mm``, the flash / efficient SDPA kernels and ``reduce_scatter_tensor``, torchtitan
+#: ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370; ``SelectiveAC`` in
+#: ``torchtitan/distributed/activation_checkpoint.py`` at b5bcd76 keeps the rule).
+SAC_POLICIES = ("matmul", "alternate-mm")
+
+
+def sac_stored(nodes: list[Node], policy: str) -> list[bool]:
+    """Whether selective checkpointing under ``policy`` (:data:`SAC_POLICIES`) stores each node's
+    outputs in the forward."""
+    if policy == "matmul":
+        return [n.matmul for n in nodes]
+    out, n_mm = [], 0
+    for n in nodes:
+        if n.mm:
+            n_mm += 1
+            out.append(n_mm % 2 == 1)
+        else:
+            out.append(n.matmul)
+    return out
 
 
 @dataclass
@@ -225,6 +254,7 @@ class Graph:
         matmul: bool = False,
         view_of: Tensor | None = None,
         passthrough: bool = False,
+        mm: bool = False,
     ) -> list[Tensor]:
         rg = self.grad_enabled and differentiable and any(t.rg for t in inputs)
         outs: list[Tensor] = []
@@ -245,6 +275,7 @@ class Graph:
             matmul=matmul,
             rg=rg,
             passthrough=passthrough,
+            mm=mm,
         )
         self.nodes.append(node)
         return outs
@@ -259,7 +290,7 @@ class Graph:
         """A Python local still referenced here: extend the tensors' lifetime to this point."""
         self.nodes.append(Node(inputs=list(tensors), outputs=[], saves=[]))
 
-    def recomputation(self, inputs: list[Tensor], *, stored: bool = False) -> None:
+    def recomputation(self, inputs: list[Tensor], *, stored: bool | str = False) -> None:
         """Make this recording of a checkpointed block its recomputation in backward, as
         ``torch.utils.checkpoint`` runs it with ``use_reentrant=False``; :meth:`backward` then
         replays it:
@@ -307,8 +338,9 @@ class Graph:
             saves_output = any(s is t for s in node.saves for t in node.outputs)
             self._stop = savers[-1] + 1 if saves_output else savers[-1]
         if stored:
+            keep = sac_stored(self.nodes, "matmul" if stored is True else str(stored))
             for i, node in enumerate(self.nodes):
-                for t in node.outputs if node.matmul else []:
+                for t in node.outputs if keep[i] else []:
                     if not t.alive:  # counted by the caller since the forward
                         t.alive = True
                         t.storage.refs += 1
@@ -348,9 +380,9 @@ class Graph:
     # ------------------------------------------------------------------ forward
     def forward(self, *, save_policy: str = "all") -> tuple[list[Vec], Vec]:
         """Replay the forward pass. ``save_policy``: ``all`` (autograd saves), ``none`` (a
-        checkpointed block: nothing saved), ``matmul`` (selective checkpointing: only matmul and
-        attention outputs are stored). Returns the points and the net change, relative to the
-        start.
+        checkpointed block: nothing saved), ``matmul`` / ``alternate-mm`` (selective
+        checkpointing: the outputs :func:`sac_stored` names are stored). Returns the points and
+        the net change, relative to the start.
 
         Selective checkpointing stores a matmul's outputs whether or not they require grad
         (``torch.utils.checkpoint._CachingTorchDispatchMode`` asks only the policy): the frozen
@@ -370,8 +402,9 @@ class Graph:
             if save_policy == "all":
                 for t in node.saves:
                     t.n_savers += 1
-            elif save_policy == "matmul" and node.matmul:
-                for t in node.outputs:
+        if save_policy in SAC_POLICIES:
+            for node, keep in zip(self.nodes, sac_stored(self.nodes, save_policy), strict=True):
+                for t in node.outputs if keep else []:
                     t.n_savers += 1
         for i, node in enumerate(self.nodes):
             if i >= stop:  # a recomputation stopped early: uses end, nothing is made

@@ -151,6 +151,7 @@ def _expert_linear(o: Ops, x: Tensor, w: Tensor, n_in: int, n_out: int) -> Tenso
         [(x.numel // n_in * n_out, xi.dtype)],
         saves=[xi if wi.rg else None, wi if xi.rg else None],  # type: ignore[list-item]
         matmul=True,
+        mm=True,
     )
     return out
 

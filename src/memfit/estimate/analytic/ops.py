@@ -192,6 +192,7 @@ class Ops:
             [(rows * n_out, xi.dtype)],
             saves=[xi if wi.rg else None, wi if xi.rg else None],  # type: ignore[list-item]
             matmul=True,
+            mm=bi is None,  # with a bias: addmm
             # AddmmBackward's bias gradient: the incoming gradient summed over the rows
             bwd_workspace=sum_to_staging_bytes(rows, n_out) if bi is not None and bi.rg else 0,
         )
@@ -220,10 +221,10 @@ class Ops:
         xa = self.autocast_input(xf)
         xa_w, b_w = self.autocast_weight(a), self.autocast_weight(bw)
         (h,) = self.g.op(
-            [xa, xa_w], [(x.numel // n_in * r, xa.dtype)], saves=[xa, xa_w], matmul=True
+            [xa, xa_w], [(x.numel // n_in * r, xa.dtype)], saves=[xa, xa_w], matmul=True, mm=True
         )
         (y,) = self.g.op(
-            [h, b_w], [(x.numel // n_in * n_out, h.dtype)], saves=[h, b_w], matmul=True
+            [h, b_w], [(x.numel // n_in * n_out, h.dtype)], saves=[h, b_w], matmul=True, mm=True
         )
         (y,) = self.g.op([y], [(y.numel, y.dtype)])  # * scaling
         (out,) = self.g.op([base, y], [(base.numel, promote(base.dtype, y.dtype))])

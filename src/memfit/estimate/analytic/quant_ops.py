@@ -141,8 +141,10 @@ def lora_on_quantized(o: Ops, x: Tensor, base: Tensor, n_in: int, n_out: int) ->
     convert = not o.autocast
     xa = o.cast(x, "f32") if convert else o.autocast_input(x)
     aw, bw = o.autocast_weight(a), o.autocast_weight(b)
-    (h,) = o.g.op([xa, aw], [(x.numel // n_in * r, xa.dtype)], saves=[xa, aw], matmul=True)
-    (y,) = o.g.op([h, bw], [(x.numel // n_in * n_out, h.dtype)], saves=[h, bw], matmul=True)
+    (h,) = o.g.op([xa, aw], [(x.numel // n_in * r, xa.dtype)], saves=[xa, aw], matmul=True, mm=True)
+    (y,) = o.g.op(
+        [h, bw], [(x.numel // n_in * n_out, h.dtype)], saves=[h, bw], matmul=True, mm=True
+    )
     if style != "awq":
         y = o.unary(y)  # * scaling
     if convert:

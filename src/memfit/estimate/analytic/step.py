@@ -23,6 +23,7 @@ from memfit.estimate.analytic.graph import (
     DTYPE_BYTES,
     GRADS,
     PARAMS,
+    SAC_POLICIES,
     STATES,
     TEMP,
     ZERO,
@@ -36,6 +37,13 @@ from memfit.estimate.analytic.graph import (
 from memfit.estimate.analytic.ops import Ops
 
 Build = Callable[[Ops], tuple[Tensor | None, list[Tensor]]]
+#: What a block's forward saves under each ``--checkpointing`` (:meth:`Graph.forward`).
+CHECKPOINT_POLICY = {
+    "none": "all",
+    "full": "none",
+    "selective": "matmul",
+    "selective-op": "alternate-mm",
+}
 
 
 @dataclass
@@ -93,7 +101,7 @@ def run_block(
         return g, x, outs
 
     g, x, outs = record()
-    policy = {"none": "all", "full": "none", "selective": "matmul"}[checkpointing]
+    policy = CHECKPOINT_POLICY[checkpointing]
     ckpt = checkpointing != "none" and train and any(t.rg for t in outs)
     if ckpt and x is not None:
         g.hold(x)  # torch.utils.checkpoint keeps the block's inputs for the recomputation
@@ -113,7 +121,8 @@ def run_block(
     if ckpt:  # recorded again: the recomputation its backward runs
         g, x, outs = record()
         args = [x] if x is not None else []
-        g.recomputation(args + recorded[-1].checkpoint_args, stored=checkpointing == "selective")
+        stored = policy if policy in SAC_POLICIES else False
+        g.recomputation(args + recorded[-1].checkpoint_args, stored=stored)
     bwd = g.backward([t for t in outs if t.rg], existing_grads=existing_grads)
     prof.bwd, prof.bwd_end = bwd[:-1], bwd[-1]
     if not ckpt:

@@ -88,6 +88,21 @@ TOKEN_ID_BYTES = 8
 #: forward, one gradient received backward (Megatron ``p2p_communication.py`` allocates each
 #: receive as it posts it).
 P2P_BUFFERS = 2
+#: Float8 training (torchao ``Float8Linear``, torchao 0.18 ``torchao/float8/float8_linear.py``):
+#: ``matmul_with_hp_or_float8_args.forward`` saves the *high-precision* input and weight
+#: (``ctx.save_for_backward(input_hp, weight_hp_t)``) under both recipes, so the saved
+#: activations are the bf16 run's; its backward casts, per linear, the incoming gradient to fp8
+#: twice (``grad_output`` for grad_input, row-major, and for grad_weight, column-major: 1 + 1
+#: bytes per element) after an ``abs`` of it in the compute dtype for the amax
+#: (``tensor_to_amax``: ``torch.max(torch.abs(x))``, ``torch.amax`` per row under rowwise; 2
+#: bytes, eager). Bytes per element of the largest linear's gradient, at once: a rule of thumb
+#: (no Float8 point without torch.compile has been measured: docs/accuracy.md).
+FLOAT8_BWD_CAST_BYTES = 1 + 1 + 2
+#: Bytes per element of a Float8 linear's weight gathered by FSDP2 with
+#: ``enable_fsdp_float8_all_gather`` (``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather``
+#: casts the shard to fp8 and all-gathers ``float8_training_tensor._data``: torchao 0.18
+#: ``torchao/float8/fsdp_utils.py``).
+FLOAT8_GATHERED_BYTES = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +126,8 @@ class Layout:
     attention: str
     cp_rotate: str
     sequence_parallel: bool
+    float8: str = "none"
+    float8_all_gather: bool = False
 
     @property
     def tokens(self) -> int:
@@ -223,7 +240,7 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
     Recomputation in Large Transformer Models", §4, redone for pre-norm SwiGLU / GQA blocks as
     torchtitan's and Megatron's fused kernels run them, FlashAttention keeping no scores):
 
-    - ``none``: the two norms' inputs and outputs ``4h`` (``/t`` with sequence parallelism);
+    - ``none``: the two norms' inputs and outputs ``4h`` (:func:`norm_elements`);
       q, k, v and the attention output ``2q + 2kv`` and the softmax statistics (fp32, one per
       head), ``/t`` (``kv`` as :func:`attention_kv_width`: the query's width where torchtitan
       expands grouped K/V); a gated MLP's gate, up, activation and product ``4 ffn``
@@ -233,18 +250,23 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
       ``heads x seq`` probabilities.
     - ``selective`` (per-op checkpointing: matmul and attention outputs saved, elementwise ops
       recomputed): the norm outputs and the MLP's activation and product are recomputed.
+    - ``selective-op`` (torchtitan's per-op SAC, :func:`op_sac_per_token`): the layer's input,
+      the attention kernel's output and statistics and every other matmul's output.
     - ``full``: the layer's input only, ``h`` (``/t`` with sequence parallelism).
     """
     t, a_b, tokens = lay.tp, lay.act_bytes, lay.tokens
     rep_div = t if lay.sequence_parallel else 1
     if how == "full":
         return tokens * shape.hidden * a_b // rep_div
-    norms = (2 if how == "selective" else 4) * shape.hidden
+    if how == "selective-op" and not moe:
+        return int(tokens * op_sac_per_token(shape, lay) * a_b)
+    sel = how in ("selective", "selective-op")  # a MoE layer under op SAC: as ``selective``
+    norms = norm_elements(shape, lay, recompute_outputs=sel)
     attn = (2 * shape.q_dim + 2 * attention_kv_width(shape, lay)) // t
     stats = shape.n_heads * 4 // (a_b * t)
     if lay.attention == "eager":
         attn += shape.n_heads * lay.seq_len // t
-    gated_mlp_terms = 2 if how == "selective" else 4
+    gated_mlp_terms = 2 if sel else 4
     per_matrix_terms = gated_mlp_terms if shape.gated else gated_mlp_terms // 2
     if moe:
         slots = shape.top_k * MOE_CAPACITY
@@ -253,8 +275,54 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
         mlp = expert + router + per_matrix_terms * shape.shared_ffn / t
     else:
         mlp = per_matrix_terms * shape.ffn / t
-    per_token = norms / rep_div + attn + stats + mlp
+    per_token = norms + attn + stats + mlp
     return int(tokens * per_token * a_b)
+
+
+def norm_elements(shape: DecoderShape, lay: Layout, *, recompute_outputs: bool) -> float:
+    """Elements per token the two norms of a block leave saved: their inputs (the block's input
+    and the residual after attention, ``h`` each) and, unless recomputed, their outputs (the
+    inputs of the q/k/v and up/gate matmuls, ``h`` each). Sequence parallelism splits the inputs
+    by ``t``; the outputs too as Megatron runs it (its column-parallel linear saves the
+    sequence-sharded input and all-gathers it again in backward: ``LinearWithGradAccumulation
+    AndAsyncCommunication``, Megatron-LM ``tensor_parallel/layers.py``), but not under
+    torchtitan's DTensor plan: ``PrepareModuleInput`` all-gathers the norm's ``Shard(1)`` output
+    to ``Replicate`` and autograd saves the gathered tensor as the matmuls' input (``apply_tp``,
+    torchtitan ``parallelize_llama.py`` at 9dec370)."""
+    t = lay.tp if lay.sequence_parallel else 1
+    inputs = 2 * shape.hidden / t
+    if recompute_outputs:
+        return inputs
+    return inputs + 2 * shape.hidden / (1 if lay.torch_native else t)
+
+
+def op_sac_per_token(shape: DecoderShape, lay: Layout) -> float:
+    """Elements per token (compute dtype) a dense pre-norm block saves under torchtitan's
+    per-op SAC (``selective_ac_option = "op"``; ``_custom_policy`` / ``_save_list`` in
+    ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370): the policy counts the block's
+    ``aten.mm`` calls — wq, wk, wv, wo, then w1, w3, w2 of a gated MLP (w1, w2 of a plain one) —
+    and saves the odd-numbered ones' outputs, so wq ``q/t``, wv ``kv/t`` (grouped: the
+    projection's output, before ``repeat_kv``), w1 ``ffn/t`` and w2: a row-parallel matmul's
+    local output is the full-width partial sum ``h`` (``h`` without tp). It saves the flash /
+    efficient SDPA kernel's output ``q/t`` and its fp32 log-sum-exp (one per head), and the
+    ``reduce_scatter_tensor`` outputs of sequence parallelism (wo's and w2's, ``h/t`` each).
+    The checkpoint keeps the block's input ``h`` (``/t`` with sequence parallelism). Norms,
+    RoPE, ``repeat_kv``, SiLU and the residual adds are recomputed in backward."""
+    t, a_b = lay.tp, lay.act_bytes
+    rep_div = t if lay.sequence_parallel else 1
+    mms = [shape.q_dim, shape.kv_dim, shape.kv_dim, shape.hidden]  # wq wk wv wo
+    mms += [shape.ffn, shape.ffn, shape.hidden] if shape.gated else [shape.ffn, shape.hidden]
+    # column-parallel outputs are 1/t wide; row-parallel ones (wo, w2) full-width partial sums
+    split = [t, t, t, 1, t, t, 1] if shape.gated else [t, t, t, 1, t, 1]
+    # Float8 linears run aten._scaled_mm, which torchtitan's policy saves always (on torch's
+    # compute-intensive list, ``_get_default_save_ops``) and does not count among the mms it
+    # alternates (``mm_ops``: aten.mm, aten.linear): every linear output is kept (torchtitan
+    # ``torchtitan/distributed/activation_checkpoint.py`` at b5bcd76)
+    every = 1 if lay.float8 != "none" else 2
+    saved_mm = sum(n / d for i, (n, d) in enumerate(zip(mms, split, strict=True)) if i % every == 0)
+    attention_out = shape.q_dim / t + shape.n_heads * 4 / (a_b * t)
+    reduce_scatter = 2 * shape.hidden / t if lay.sequence_parallel else 0
+    return shape.hidden / rep_div + saved_mm + attention_out + reduce_scatter
 
 
 def attention_kv_width(shape: DecoderShape, lay: Layout) -> int:
@@ -348,9 +416,15 @@ def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
         else:
             n += shape.dense_mlp_params // lay.tp
         biggest = max(biggest, n)
-    if stages.embedding or stages.head:  # the vocabulary matrices are gathered whole too
-        biggest = max(biggest, shape.embedding_params // lay.tp)
-    return biggest * (2 * lay.act_bytes + lay.act_bytes + 4)
+    gathered = 2 * lay.act_bytes  # the layer computed and the one prefetched
+    if lay.float8_all_gather:  # the blocks' linears in fp8 (the norms' few weights ignored)
+        gathered = 2 * FLOAT8_GATHERED_BYTES
+    per_layer = biggest * (gathered + lay.act_bytes + 4)
+    if stages.embedding or stages.head:  # the vocabulary matrices are gathered whole too (bf16:
+        # torchtitan's Float8 converter skips the output head; embeddings are no Linear)
+        vocab = shape.embedding_params // lay.tp
+        per_layer = max(per_layer, vocab * (2 * lay.act_bytes + lay.act_bytes + 4))
+    return per_layer
 
 
 def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
@@ -377,11 +451,18 @@ def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[in
             lay.tokens * (shape.vocab // lay.tp) * (LOSS_BYTES_PER_LOGIT - LOSS_SAVED_BYTES)
         )
     parts: list[tuple[str, int]] = []
-    if lay.checkpointing == "full" and stages.layers:
+    if lay.checkpointing in ("full", "selective-op") and stages.layers:
         moe = any(shape.is_moe_layer(i) for i in stages.layers)
         recompute = layer_activation_bytes(shape, lay, moe=moe, how="none")
-        parts.append(("one layer recomputed (full checkpointing)", recompute))
+        if lay.checkpointing == "selective-op":  # what the policy did not store is recomputed
+            recompute -= layer_activation_bytes(shape, lay, moe=moe, how="selective-op")
+        parts.append((f"one layer recomputed ({lay.checkpointing} checkpointing)", recompute))
     parts.append(("ring attention K/V buffers", cp_buffer_bytes(shape, lay)))
+    if lay.float8 != "none" and stages.layers:
+        widest = max(shape.hidden, shape.ffn // lay.tp)
+        parts.append(
+            ("Float8 casts of a linear's gradient", lay.tokens * widest * FLOAT8_BWD_CAST_BYTES)
+        )
     if any(shape.is_moe_layer(i) for i in stages.layers):
         parts.append(
             ("MoE all-to-all buffers + grouped-GEMM workspace", ep_buffer_bytes(shape, lay))
@@ -456,6 +537,8 @@ def layout_of(w: Any) -> Layout:
         attention=w.attention,
         cp_rotate=w.cp_rotate,
         sequence_parallel=sp and w.tp > 1,
+        float8=getattr(w, "float8", "none"),
+        float8_all_gather=bool(getattr(w, "float8_all_gather", False)),
     )
 
 

@@ -91,8 +91,8 @@ def read_shape(spec: ModelSpec) -> DecoderShape:
     why = _not_modelled(spec)
     if why:
         raise NotModelledError(
-            f"model_type {spec.model_type!r}: {why}; the parallel closed form (pp/cp/ep > 1) "
-            "models decoder-only language models",
+            f"model_type {spec.model_type!r}: {why}; the parallel closed form (pp/cp/ep > 1, "
+            "--sp, --float8) models decoder-only language models",
             engine="analytic",
         )
     raw: Any = spec.raw

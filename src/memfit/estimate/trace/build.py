@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -308,8 +309,8 @@ def _apply_training_techniques(model: torch.nn.Module, workload: WorkloadSpec) -
                 f"{type(model).__name__}; use --checkpointing none"
             )
         kwargs: dict[str, Any] = {"use_reentrant": False}
-        if workload.checkpointing == "selective":
-            kwargs["context_fn"] = selective_checkpoint_context
+        if workload.checkpointing in ("selective", "selective-op"):
+            kwargs["context_fn"] = SAC_CONTEXTS[workload.checkpointing]
         enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.2x
         if enable is not None:
             enable(activation_checkpointing_kwargs=kwargs)
@@ -446,6 +447,43 @@ def selective_checkpoint_context() -> Any:
     from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
     return create_selective_checkpoint_contexts(_sac_policy)
+
+
+def _alternate_mm_policy() -> Callable[..., Any]:
+    """torchtitan's per-op SAC (``selective_ac_option = "op"``): :data:`SAC_SAVE_OPS` saved but
+    every second ``aten.mm`` of the checkpointed block, counted afresh each time the block's
+    checkpoint starts (its forward, its recomputation) — ``_custom_policy`` in torchtitan
+    ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370. (torchtitan's own list is
+    narrower: ``bmm`` / ``addmm`` are not on it at 9dec370; a Llama block has neither.)"""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    count = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(op, "__name__", str(op)).split(".")[0]
+        if name == "mm":
+            key = "recompute" if ctx.is_recompute else "forward"
+            count[key] += 1
+            if count[key] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        if name in SAC_SAVE_OPS:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def alternate_mm_checkpoint_context() -> Any:
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(_alternate_mm_policy())
+
+
+#: The ``context_fn`` of each selective ``--checkpointing``.
+SAC_CONTEXTS: dict[str, Callable[[], Any]] = {
+    "selective": selective_checkpoint_context,
+    "selective-op": alternate_mm_checkpoint_context,
+}
 
 
 def meta_to_fake_(model: torch.nn.Module, fake_mode: Any, device: str = "cpu") -> torch.nn.Module:

@@ -158,8 +158,8 @@ def checkpoint_blocks_(model: torch.nn.Module, mode: str) -> str:
     from memfit.estimate.trace import build
 
     kwargs: dict[str, Any] = {"use_reentrant": False}
-    if mode == "selective":
-        kwargs["context_fn"] = build.selective_checkpoint_context
+    if mode in build.SAC_CONTEXTS:
+        kwargs["context_fn"] = build.SAC_CONTEXTS[mode]
     hf = getattr(model, "gradient_checkpointing_enable", None)
     if callable(hf) and getattr(model, "supports_gradient_checkpointing", False):
         hf(gradient_checkpointing_kwargs=kwargs)
