@@ -10,8 +10,8 @@ The steps (sources in :mod:`memfit.serving.versions`):
    increase is the larger of the two. Plus the non-torch increase (NCCL, custom all-reduce).
 4. ``available = requested - weights - activation peak - non-torch`` ("Available KV cache
    memory"); blocks, tokens and concurrency as :mod:`memfit.serving.kv_cache` computes them.
-5. CUDA graphs are captured after the KV cache is allocated: up to 0.20 their memory is outside
-   the budget; from 0.21 vLLM estimates it while profiling ("Estimated CUDA graph memory") and
+5. CUDA graphs are captured after the KV cache is allocated: up to 0.19 their memory is outside
+   the budget; from 0.20 vLLM estimates it while profiling ("Estimated CUDA graph memory") and
    takes it out of the KV cache's share (``VllmVersion.cudagraph_in_budget``).
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
+from memfit.serving.cudagraphs import LEGACY_ALLOWANCE_BYTES, plan_cudagraphs
 from memfit.serving.kv_cache import KVPlan, largest_max_model_len, plan_kv
 from memfit.serving.layout import (
     LayerKV,
@@ -33,9 +34,9 @@ from memfit.serving.layout import (
     quantization_error,
     rank_weights,
 )
-from memfit.serving.versions import VllmVersion, get_version
+from memfit.serving.versions import VllmVersion, get_version, release_minor
 from memfit.spec.serving import DTYPES, KV_CACHE_DTYPES, VllmConfig
-from memfit.units import GiB, MiB
+from memfit.units import GiB
 
 __all__ = ["VllmStartup", "simulate_startup", "vllm_total_bytes"]
 
@@ -60,9 +61,10 @@ CONTEXT_DIST_BYTES = int(1.54 * GiB)
 #: vLLM 0.19's PP=2 Llama-3.1-8B log (1.10 GiB at 8192 tokens, a stage without the sampler).
 FWD_HIDDEN_FACTOR = 4
 FWD_MLP_FACTOR = 4
-#: CUDA graph capture ("Graph capturing finished … took X GiB"): -0.45 to 1.03 GiB in the llm-d
-#: logs (piecewise graphs, 8B-120B); a fixed allowance, used only to warn.
-CUDA_GRAPH_BYTES = 512 * MiB
+#: CUDA graph capture before 0.18 ("Graph capturing finished … took X GiB"): -0.45 to 1.03 GiB
+#: in the llm-d logs (piecewise graphs, 8B-120B); a fixed allowance, used only to warn. From 0.18
+#: memfit.serving.cudagraphs follows vLLM's own estimate by capture sizes.
+CUDA_GRAPH_BYTES = LEGACY_ALLOWANCE_BYTES
 #: vLLM ``_get_and_verify_max_len`` (vllm/config/model.py): the length a config without any of
 #: max_position_embeddings / n_positions / max_seq_len / seq_length / … is given.
 DEFAULT_MAX_MODEL_LEN = 2048
@@ -102,7 +104,7 @@ class VllmStartup:
     #: vLLM refuses the parallel layout before it looks at memory (``error`` says why): no
     #: memory setting starts it
     refused_layout: bool = False
-    #: 0.21+: the CUDA graph estimate is inside vLLM's budget (taken from the KV cache's share)
+    #: 0.20+: the CUDA graph estimate is inside vLLM's budget (taken from the KV cache's share)
     cudagraph_in_budget: bool = False
 
     # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
@@ -343,9 +345,25 @@ def simulate_startup(
     act = _activation_peak(spec, tokens=tokens, rows=rows, tp=tp, act_bytes=act_bytes, v=v)
     non_torch = v.non_torch_tp_bytes if tp > 1 else v.non_torch_bytes
     requested = int(total * config.gpu_memory_utilization)
-    graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
-    # 0.21+: the estimated CUDA graph memory is profiled and kept out of the KV budget
+    minor = release_minor(config.vllm_version)
+    cg = plan_cudagraphs(
+        minor=minor,
+        engine=v.engine,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        hidden_size=(spec.text or spec).hidden_size or 0,
+        act_bytes=act_bytes,
+        enforce_eager=config.enforce_eager,
+        sm100=(gpu.compute_capability or (0, 0))[0] == 10,
+    )
+    graphs = cg.graph_bytes
+    # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget
     in_budget = graphs if v.cudagraph_in_budget else 0
+    if v.cudagraph_in_budget and config.gpu_memory_utilization == 0.9:
+        notes.append(
+            f"vLLM 0.{minor} defaults --gpu-memory-utilization to 0.92 (vllm/config/cache.py); "
+            "memfit used 0.9: pass --gpu-memory-utilization 0.92 if your command leaves it unset"
+        )
     available = requested - weights - act - non_torch - in_budget
     all_layers = kv_layers(spec, tp=tp, kv_bytes=kv_bytes)
     stage = max(pp_layer_counts(len(all_layers), pp))  # the stage holding the most layers
