@@ -67,7 +67,7 @@ def test_from_0_20_the_cuda_graph_estimate_comes_out_of_the_kv_budget() -> None:
         for v in ("0.19", "0.20")
     }
     gap = runs["0.19"].available_kv_bytes - runs["0.20"].available_kv_bytes
-    assert gap == runs["0.20"].cuda_graph_bytes > 0
+    assert gap == runs["0.20"].cuda_graph_estimate_bytes > 0
     assert any("Estimated CUDA graph memory" in line for line in runs["0.20"].log_lines())
     eager = simulate_startup(
         spec,

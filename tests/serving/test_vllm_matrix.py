@@ -11,7 +11,7 @@ from memfit.errors import SpecError
 from memfit.hardware.catalog import get_gpu
 from memfit.models import resolve_model
 from memfit.serving import get_version, simulate_startup
-from memfit.serving.cudagraphs import PER_GRAPH_BYTES, plan_cudagraphs
+from memfit.serving.cudagraphs import ESTIMATE_PER_GRAPH, plan_cudagraphs
 from memfit.serving.startup import batch_defaults, vllm_total_bytes
 from memfit.serving.vllm_matrix import (
     SDIST_SHA256,
@@ -20,7 +20,6 @@ from memfit.serving.vllm_matrix import (
     release,
 )
 from memfit.spec.serving import VllmConfig
-from memfit.units import GiB
 
 #: Written out from the sdists (vllm/config/cache.py, vllm/envs.py, vllm/config/vllm.py,
 #: vllm/v1/worker/gpu_model_runner.py): (first minor, gpu_memory_utilization, block size,
@@ -73,8 +72,7 @@ def test_memfits_accounting_follows_each_releases_row(minor: int) -> None:
         engine="v1",
         max_num_seqs=256,
         max_num_batched_tokens=8192,
-        hidden_size=4096,
-        act_bytes=2,
+        n_layers=32,
         enforce_eager=False,
     )
     assert plan.estimated == r.profiles_cudagraphs
@@ -98,19 +96,17 @@ def test_capture_sizes_match_vllms_logged_list() -> None:
 def test_graph_counts_match_a_published_profiling_line() -> None:
     # vllm-project/vllm#39559 (max_num_seqs 256): "Profiling CUDA graph memory: PIECEWISE=51
     # (largest=512), FULL=35 (largest=256)" then "Estimated CUDA graph memory: 1.62 GiB total".
-    # The per-graph constant was taken partly from this log, so the bytes check is consistency
-    # (+/- 15 %), not an independent test; the counts are vLLM's rule and are.
+    # (the bytes are a model, fitted elsewhere; this log's model is a GGUF hybrid memfit does not
+    # count, so only the counts, which are vLLM's rule, are compared).
     plan = plan_cudagraphs(
         minor=19,
         engine="v1",
         max_num_seqs=256,
         max_num_batched_tokens=8192,
-        hidden_size=4096,
-        act_bytes=2,
+        n_layers=32,
         enforce_eager=False,
     )
     assert (plan.n_piecewise, plan.n_full, plan.largest) == (51, 35, 512)
-    assert abs(plan.graph_bytes / GiB - 1.62) / 1.62 < 0.15
 
 
 def test_more_sequences_mean_more_graph_memory_until_the_512_ceiling() -> None:
@@ -120,13 +116,13 @@ def test_more_sequences_mean_more_graph_memory_until_the_512_ceiling() -> None:
             engine="v1",
             max_num_seqs=seqs,
             max_num_batched_tokens=8192,
-            hidden_size=4096,
-            act_bytes=2,
+            n_layers=32,
             enforce_eager=False,
-        ).graph_bytes
+        ).estimate_bytes
 
     assert cg(8) < cg(64) < cg(256) < cg(1024)
-    assert cg(1024) - cg(256) == 16 * PER_GRAPH_BYTES  # FULL decode graphs for 272..512
+    per_graph = ESTIMATE_PER_GRAPH[0] + 32 * ESTIMATE_PER_GRAPH[1]
+    assert cg(1024) - cg(256) == 16 * per_graph  # FULL decode graphs for 272..512
     assert cg(2048) == cg(1024)
 
 

@@ -6,34 +6,30 @@ steps of 8 to 256, of 16 beyond, up to ``min(2 x max_num_seqs, 512, max_num_batc
 and one FULL decode graph per capture size up to ``max_num_seqs``
 (``vllm/v1/cudagraph_dispatcher.py``).
 
-How much: from 0.18 ``GPUModelRunner.profile_cudagraph_memory`` (``vllm/v1/worker/
-gpu_model_runner.py``) captures the two largest graphs of each mode and reports
+How much: vLLM's estimate (0.18+, ``GPUModelRunner.profile_cudagraph_memory`` in
+``vllm/v1/worker/gpu_model_runner.py``) captures the two largest graphs of each mode and reports
 ``max(first capture of each mode) + sum over modes of (n - 1) x second capture`` ("Estimated CUDA
-graph memory: X GiB total"); from 0.20 that estimate leaves the KV cache's budget. memfit
-follows the same arithmetic:
+graph memory: X GiB total"); from 0.20 it leaves the KV cache's budget. The capture itself runs
+after the KV cache is allocated ("Graph capturing finished in N secs, took X GiB"). Both grow with
+the number of graphs and, per graph, with the layers on the rank (a piecewise graph is one CUDA
+graph per layer's piece; a FULL graph replays every layer), so memfit models each as
 
-- the **first capture** of the largest size holds that batch's activations in the graph pool:
-  ``largest x hidden x dtype bytes x FIRST_CAPTURE_HIDDEN_FACTOR`` plus a fixed
-  ``FIRST_CAPTURE_BASE_BYTES``;
-- **each further graph** costs ``PER_GRAPH_BYTES`` (what the second capture adds: the graph's
-  own driver-side memory and its non-shared outputs).
+    bytes = n_graphs x (PER_GRAPH_BASE + PER_GRAPH_PER_LAYER x layers on the rank)
 
-Constants and their sources (no log with all of model, flags and the estimate was found for a
-model memfit counts, so they are not a fit with a stated error; see docs/serving.md):
+with the constants least-squares fitted to the 34 vLLM 0.19.0 H100 runs of the llm-d-planner
+accuracy data (github.com/jgchn/llm-d-planner, accuracy/results/v0.19.0/results_raw.csv at commit
+30ec05f7: ``cuda_graph_estimated_gib`` and ``cuda_graph_actual_gib``, 8-80 layers, TP 1-4, PP
+1-4, 102 graphs each): leave-one-out error of the capture: median 4.4 %, 28 of 34 within 20 %;
+of vLLM's own estimate: median 11 %, 22 of 34 within 20 % (its two-sample extrapolation is
+noisy: 1.69 GiB for Llama-3.1-8B at TP 2, 0.57 at TP 4). Outside 20 %: DeepSeek-V2-Lite's MoE
+capture (**-50 %**, under), Gemma 3 (+21 to +39 %), 7-8B models at TP 4 (+31 to +35 %).
+benchmarks/vllm_startup.py reproduces the fit and the leave-one-out errors. Every run has 102
+graphs, so the scaling with ``max_num_seqs`` (the graph count) is vLLM's per-graph arithmetic,
+not a fitted figure.
 
-- ``PER_GRAPH_BYTES`` 20 MiB: the published per-graph figures of vLLM 0.18-0.27 logs — "the
-  real FULL graphs cost ~24 MiB each" (vllm-project/vllm#50780), 1.62 GiB for PIECEWISE=51 +
-  FULL=35 graphs (vllm-project/vllm#39559: 19.5 MiB per extrapolated graph), 0.36 GiB for
-  PIECEWISE=16 (gpustack/runner#251, 0.27.1: 23 MiB per graph);
-- ``FIRST_CAPTURE_HIDDEN_FACTOR`` 8: the residual, normed and MLP-input buffers of the largest
-  batch kept by the piecewise graphs (bf16, a few hidden-size tensors per batched token); with
-  the base it is small next to the per-graph sum (Llama-3.1-8B at 512: 32 MiB);
-- ``FIRST_CAPTURE_BASE_BYTES`` 64 MiB: cuBLAS / attention workspaces the first capture allocates.
-
-Before 0.18 vLLM reports only the capture it ran after the KV cache ("Graph capturing finished
-in N secs, took X GiB"); the llm-d H100 logs show -0.45 to 1.03 GiB there (a free-memory
-difference, so negative when the profile's cached segments are reused), and memfit keeps its
-0.5 GiB allowance for those versions, used only to warn.
+V0 and V1 before the FULL_AND_PIECEWISE default (0.8-0.10) keep a flat 0.5 GiB allowance, used
+only to warn (the llm-d logs show -0.45 to 1.03 GiB for 0.1x captures: a free-memory difference,
+negative when the profile's cached segments are reused).
 """
 
 from __future__ import annotations
@@ -41,16 +37,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit.serving.vllm_matrix import cudagraph_capture_sizes
-from memfit.units import MiB
+from memfit.units import GiB, MiB
 
 __all__ = ["CudaGraphPlan", "plan_cudagraphs"]
 
-PER_GRAPH_BYTES = 20 * MiB
-FIRST_CAPTURE_HIDDEN_FACTOR = 8
-FIRST_CAPTURE_BASE_BYTES = 64 * MiB
-#: Versions before the estimate (0.8-0.17) and V0: the allowance for the capture after the KV
-#: cache (llm-d H100 logs: -0.45 to 1.03 GiB).
+#: (base, per layer) bytes per captured graph, fitted as the module docstring says.
+CAPTURE_PER_GRAPH = (int(0.39132 * GiB / 102), int(0.015806 * GiB / 102))
+ESTIMATE_PER_GRAPH = (int(0.29888 * GiB / 102), int(0.017158 * GiB / 102))
+#: V0 and 0.8-0.10: the allowance for the capture after the KV cache (llm-d H100 logs).
 LEGACY_ALLOWANCE_BYTES = 512 * MiB
+#: First release with FULL_AND_PIECEWISE by default (``vllm/config/__init__.py``, 0.11.0)
+FIRST_MODELLED_MINOR = 11
+#: First release whose profile computes the estimate (``profile_cudagraph_memory``, 0.18.0)
+FIRST_ESTIMATE_MINOR = 18
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,13 +59,18 @@ class CudaGraphPlan:
     n_piecewise: int
     n_full: int
     largest: int
-    graph_bytes: int
-    #: True: vLLM's own estimate arithmetic (0.18+); False: the flat pre-0.18 allowance
-    estimated: bool
+    #: what the capture takes after the KV cache ("Graph capturing finished … took X GiB")
+    capture_bytes: int
+    #: vLLM's own estimate while profiling (0.18+; 0 before): "Estimated CUDA graph memory"
+    estimate_bytes: int
 
     @property
     def n_graphs(self) -> int:
         return self.n_piecewise + self.n_full
+
+    @property
+    def estimated(self) -> bool:
+        return self.estimate_bytes > 0
 
 
 def plan_cudagraphs(
@@ -75,36 +79,32 @@ def plan_cudagraphs(
     engine: str,
     max_num_seqs: int,
     max_num_batched_tokens: int,
-    hidden_size: int,
-    act_bytes: int,
+    n_layers: int,
     enforce_eager: bool,
     sm100: bool = False,
 ) -> CudaGraphPlan:
-    """What vLLM 0.``minor`` captures and what memfit counts for it (module docstring)."""
+    """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers, and the bytes
+    memfit counts for it (module docstring)."""
     if enforce_eager:
-        return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, graph_bytes=0, estimated=False)
+        return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, capture_bytes=0, estimate_bytes=0)
     ceiling = 1024 if sm100 and minor >= 28 else 512
     sizes = cudagraph_capture_sizes(
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, ceiling=ceiling
     )
     full = [s for s in sizes if s <= max_num_seqs]
+    n = len(sizes) + len(full)
     largest = sizes[-1] if sizes else 0
-    if engine != "v1" or minor < 18:
-        return CudaGraphPlan(
-            n_piecewise=len(sizes),
-            n_full=len(full),
-            largest=largest,
-            graph_bytes=LEGACY_ALLOWANCE_BYTES,
-            estimated=False,
-        )
-    first = FIRST_CAPTURE_BASE_BYTES + largest * hidden_size * act_bytes * (
-        FIRST_CAPTURE_HIDDEN_FACTOR
-    )
-    further = max(len(sizes) - 1, 0) + max(len(full) - 1, 0)
+    if engine != "v1" or minor < FIRST_MODELLED_MINOR:
+        capture = LEGACY_ALLOWANCE_BYTES
+    else:
+        capture = n * (CAPTURE_PER_GRAPH[0] + CAPTURE_PER_GRAPH[1] * n_layers)
+    estimate = 0
+    if engine == "v1" and minor >= FIRST_ESTIMATE_MINOR:
+        estimate = n * (ESTIMATE_PER_GRAPH[0] + ESTIMATE_PER_GRAPH[1] * n_layers)
     return CudaGraphPlan(
         n_piecewise=len(sizes),
         n_full=len(full),
         largest=largest,
-        graph_bytes=first + further * PER_GRAPH_BYTES,
-        estimated=True,
+        capture_bytes=capture,
+        estimate_bytes=estimate,
     )

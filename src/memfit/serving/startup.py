@@ -104,6 +104,8 @@ class VllmStartup:
     #: vLLM refuses the parallel layout before it looks at memory (``error`` says why): no
     #: memory setting starts it
     refused_layout: bool = False
+    #: vLLM's own CUDA graph estimate while profiling (0.18+; 0 before or with --enforce-eager)
+    cuda_graph_estimate_bytes: int = 0
     #: 0.20+: the CUDA graph estimate is inside vLLM's budget (taken from the KV cache's share)
     cudagraph_in_budget: bool = False
 
@@ -167,6 +169,7 @@ class VllmStartup:
             "activation_peak_bytes": self.activation_peak_bytes,
             "non_torch_bytes": self.non_torch_bytes,
             "cuda_graph_bytes": self.cuda_graph_bytes,
+            "cuda_graph_estimate_bytes": self.cuda_graph_estimate_bytes,
             "available_kv_cache_bytes": kv.available_bytes,
             "kv_cache_bytes": kv.kv_cache_bytes,
             "kv_cache_blocks": kv.num_blocks,
@@ -205,8 +208,10 @@ class VllmStartup:
         """The lines vLLM prints at start-up, as this version words them."""
         g = 1 / GiB
         lines = [f"Model loading took {self.weights_bytes * g:.4f} GiB memory"]
-        if self.cudagraph_in_budget and self.cuda_graph_bytes:
-            lines.append(f"Estimated CUDA graph memory: {self.cuda_graph_bytes * g:.2f} GiB total")
+        if self.cuda_graph_estimate_bytes:
+            lines.append(
+                f"Estimated CUDA graph memory: {self.cuda_graph_estimate_bytes * g:.2f} GiB total"
+            )
         lines.append(f"Available KV cache memory: {self.kv.available_bytes * g:.2f} GiB")
         if self.kv.num_blocks > 0:
             if self.engine == "v0":
@@ -294,13 +299,18 @@ def _activation_peak(
     text = spec.text or spec
     h = text.hidden_size or 0
     inter = text.intermediate_size or 4 * h
+    workspace = 0
     if text.n_experts and text.expert_intermediate_size:
-        inter = (text.n_experts_per_token or 1) * text.expert_intermediate_size
+        topk = text.n_experts_per_token or 1
+        inter = topk * text.expert_intermediate_size
         inter += (text.n_shared_experts or 0) * (text.shared_expert_intermediate_size or 0)
+        if v.moe_workspace_persists:  # fused-MoE workspaces held by the WorkspaceManager
+            i_rank = text.expert_intermediate_size // tp
+            workspace = tokens * topk * (max(i_rank, h) + max(2 * i_rank, h)) * act_bytes
     forward = tokens * act_bytes * (FWD_HIDDEN_FACTOR * h + FWD_MLP_FACTOR * inter // tp)
     vocab = text.vocab_size or 0
     sampler = tokens * h * act_bytes + int(rows * vocab * v.sampler_bytes_per_logit)
-    return int(max(forward, sampler))
+    return int(max(forward, sampler + workspace))
 
 
 def simulate_startup(
@@ -351,14 +361,13 @@ def simulate_startup(
         engine=v.engine,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
-        hidden_size=(spec.text or spec).hidden_size or 0,
-        act_bytes=act_bytes,
+        n_layers=max(pp_layer_counts((spec.text or spec).n_layers or 0, pp)),
         enforce_eager=config.enforce_eager,
         sm100=(gpu.compute_capability or (0, 0))[0] == 10,
     )
-    graphs = cg.graph_bytes
+    graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget
-    in_budget = graphs if v.cudagraph_in_budget else 0
+    in_budget = cg.estimate_bytes if v.cudagraph_in_budget else 0
     if v.cudagraph_in_budget and config.gpu_memory_utilization == 0.9:
         notes.append(
             f"vLLM 0.{minor} defaults --gpu-memory-utilization to 0.92 (vllm/config/cache.py); "
@@ -422,6 +431,7 @@ def simulate_startup(
         activation_peak_bytes=act,
         non_torch_bytes=non_torch,
         cuda_graph_bytes=graphs,
+        cuda_graph_estimate_bytes=cg.estimate_bytes,
         kv=kv,
         max_model_len=L,
         max_num_seqs=seqs,

@@ -54,6 +54,12 @@ class VllmVersion:
     #: The CUDA graph memory is estimated during profiling and subtracted from the KV budget
     #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default from the 0.20.0 sdist).
     cudagraph_in_budget: bool = False
+    #: The fused-MoE workspaces (``workspace13`` and ``workspace2``, ``M x topk x max(I, H)`` and
+    #: ``M x topk x max(2 I, H)`` elements, fused_moe.py ``TritonExperts.workspace_shapes``) come
+    #: from the persistent ``WorkspaceManager`` (vllm/v1/worker/workspace.py, modular_kernel.py
+    #: ``_allocate_buffers``), so they are still held when the dummy sampler pass peaks: read in
+    #: the v0.19.0 sdist; checked against its DeepSeek-V2-Lite / Qwen3-30B-A3B / Mixtral logs.
+    moe_workspace_persists: bool = False
     #: The releases this row models, as they were checked: what was read, and what was not.
     covers: str = ""
 
@@ -140,6 +146,7 @@ VERSIONS: dict[str, VllmVersion] = {
         non_torch_tp_bytes=int(2.1 * GiB),
         hybrid_allocator=True,
         tokens_from_concurrency=True,
+        moe_workspace_persists=True,
         source=_PLANNER,
     ),
     # 0.20 - 0.33: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults on (vllm/envs.py in the
@@ -157,6 +164,7 @@ VERSIONS: dict[str, VllmVersion] = {
         hybrid_allocator=True,
         tokens_from_concurrency=True,
         cudagraph_in_budget=True,
+        moe_workspace_persists=True,
         source=_VLLM_SDIST,
         covers=(
             "0.20-0.33: gpu_worker.py, gpu_model_runner.py, envs.py, config/cache.py and "
