@@ -6,8 +6,9 @@ size sliding layers as full attention): every group holds ``group_size`` layers 
 kind's count (Gemma 3's 6 full layers: its 28 sliding ones form 5 groups, padded), or the largest
 when the counts are close (gpt-oss: 12 + 12) — and the pool is ``group_size`` tensors of
 ``num_blocks`` pages that every group shares, so ``num_blocks = available // (page_bytes x
-group_size)``. A request of ``max_model_len`` tokens needs ``cdiv(L, block_size)`` blocks in a full group and ``cdiv(min(window - 1 +
-max_num_batched_tokens, L), block_size) + 1`` in a sliding one (``SlidingWindowSpec.
+group_size)``. A request of ``max_model_len`` tokens needs ``cdiv(L, block_size)`` blocks in a
+full group and ``cdiv(min(window - 1 + max_num_batched_tokens, L), block_size) + 1`` in a sliding
+one (``SlidingWindowSpec.
 max_memory_usage_bytes``); MLA layers keep one latent vector per token (``MLAAttentionSpec``).
 """
 
