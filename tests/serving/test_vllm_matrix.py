@@ -12,7 +12,7 @@ from memfit.hardware.catalog import get_gpu
 from memfit.models import resolve_model
 from memfit.serving import get_version, simulate_startup
 from memfit.serving.cudagraphs import ESTIMATE_PER_GRAPH, plan_cudagraphs
-from memfit.serving.startup import batch_defaults, vllm_total_bytes
+from memfit.serving.startup import VllmStartup, batch_defaults, vllm_total_bytes
 from memfit.serving.vllm_matrix import (
     SDIST_SHA256,
     VLLM_MATRIX,
@@ -20,6 +20,7 @@ from memfit.serving.vllm_matrix import (
     release,
 )
 from memfit.spec.serving import VllmConfig
+from memfit.units import GiB
 
 #: Written out from the sdists (vllm/config/cache.py, vllm/envs.py, vllm/config/vllm.py,
 #: vllm/v1/worker/gpu_model_runner.py): (first minor, gpu_memory_utilization, block size,
@@ -158,3 +159,37 @@ def test_the_installed_vllm_agrees_with_its_row() -> None:  # pragma: no cover
         assert bool(envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS) == (
             row.cudagraph_estimate_in_budget
         )
+
+
+#: llm-d-planner vLLM v0.19.0 H100 runs (github.com/jgchn/llm-d-planner,
+#: accuracy/results/v0.19.0/results_raw.csv, commit 30ec05f7), gpu_memory_utilization 0.95,
+#: max_model_len 8192, total 79.19 GiB.
+def _pln(model: str) -> VllmStartup:
+    spec = resolve_model(model).spec
+    assert spec is not None
+    cfg = VllmConfig(gpu_memory_utilization=0.95, max_model_len=8192, vllm_version="0.19.0")
+    return simulate_startup(spec, get_gpu("H100"), cfg, total_bytes=int(79.19 * GiB))
+
+
+def test_gemma3_groups_its_sliding_layers_by_the_full_layer_count() -> None:
+    # 29 sliding + 5 full layers (34, every 6th full): vLLM's group size is 5 (6 sliding groups,
+    # one padded, + 1 full), so the logged 468,144 tokens; one group per kind (29 layers each)
+    # gave 288,638 (-38 %).
+    s = _pln("gemma-3-4b")
+    assert (s.kv.group_size, s.kv.n_groups) == (5, 7)
+    assert abs(s.kv_cache_tokens / 468_144 - 1) < 0.03
+
+
+def test_moe_workspace_is_held_through_the_sampler_pass() -> None:
+    # Qwen3-30B-A3B: logged activation peak 2.68 GiB = the sampler pass (2.19) + the fused-MoE
+    # workspaces (8192 x 8 x (2048 + 2048) bf16 = 0.5 GiB); within 2 % (the log's precision).
+    s = _pln("qwen3-30b-a3b")
+    assert abs(s.activation_peak_bytes / GiB / 2.68 - 1) < 0.02
+
+
+def test_graph_capture_of_llama_8b_is_within_20_percent_of_its_log() -> None:
+    # "Graph capturing finished … took 0.91 GiB" (102 graphs, 32 layers); the constants were
+    # fitted on these logs (leave-one-out error in benchmarks/results/vllm_startup.md).
+    s = _pln("llama-3.1-8b")
+    assert abs(s.cuda_graph_bytes / GiB / 0.91 - 1) < 0.2
+    assert abs(s.cuda_graph_estimate_bytes / GiB / 0.84 - 1) < 0.2

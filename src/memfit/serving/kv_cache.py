@@ -3,7 +3,7 @@
 As ``vllm/v1/core/kv_cache_utils.py`` computes them. Layers are grouped by kind (the hybrid KV
 cache manager) when the model mixes full and sliding-window layers (vLLM 0.10+; earlier versions
 size sliding layers as full attention): every group holds ``group_size`` layers — the smallest
-kind's count (Gemma 3's 6 full layers: its 28 sliding ones form 5 groups, padded), or the largest
+kind's count (Gemma-3-4B's 5 full layers: its 29 sliding ones form 6 groups, padded), or the largest
 when the counts are close (gpt-oss: 12 + 12) — and the pool is ``group_size`` tensors of
 ``num_blocks`` pages that every group shares, so ``num_blocks = available // (page_bytes x
 group_size)``. A request of ``max_model_len`` tokens needs ``cdiv(L, block_size)`` blocks in a
