@@ -193,3 +193,12 @@ def test_graph_capture_of_llama_8b_is_within_20_percent_of_its_log() -> None:
     s = _pln("llama-3.1-8b")
     assert abs(s.cuda_graph_bytes / GiB / 0.91 - 1) < 0.2
     assert abs(s.cuda_graph_estimate_bytes / GiB / 0.84 - 1) < 0.2
+
+
+@pytest.mark.parametrize(
+    ("minor", "ratio"), [(11, 1.0), (12, 1.25), (17, 1.25), (18, 1.5), (27, 1.5), (32, 1.5)]
+)
+def test_kv_group_ratio_is_the_one_read_in_kv_cache_utils(minor: int, ratio: float) -> None:
+    # "max_num_layers < min_num_layers * R" in _get_kv_cache_groups_uniform_page_size
+    row = release(minor)
+    assert row is not None and row.kv_group_ratio == ratio

@@ -41,17 +41,20 @@ class KVPlan:
 
 #: ``_get_kv_cache_groups_uniform_page_size`` (vllm/v1/core/kv_cache_utils.py): the group size
 #: is the smallest layer count of the kinds, or the largest when it is below this many times the
-#: smallest (1.5 in the v0.19.0-v0.27.0 sdists; 1.25 in v0.14.0; none in v0.11.0).
+#: smallest (the default; per release in memfit.serving.vllm_matrix: 1.5 from 0.18, 1.25 in
+#: 0.12-0.17, none in 0.11).
 GROUP_SIZE_RATIO = 1.5
 
 
-def _groups(layers: list[LayerKV], hybrid: bool) -> tuple[dict[str, int], int]:
+def _groups(
+    layers: list[LayerKV], hybrid: bool, ratio: float = GROUP_SIZE_RATIO
+) -> tuple[dict[str, int], int]:
     """(number of KV groups per layer kind, layers per group)."""
     kinds = Counter("full" if (x.kind == "sliding" and not hybrid) else x.kind for x in layers)
     if not (hybrid and len(kinds) > 1):
         return {next(iter(kinds)) if len(kinds) == 1 else "full": 1}, len(layers)
     smallest, largest = min(kinds.values()), max(kinds.values())
-    size = largest if largest < smallest * GROUP_SIZE_RATIO else smallest
+    size = largest if largest < smallest * ratio else smallest
     return {kind: -(-n // size) for kind, n in kinds.items()}, size
 
 
@@ -70,9 +73,10 @@ def plan_kv(
     max_num_batched_tokens: int,
     hybrid_allocator: bool,
     tokens_from_concurrency: bool,
+    group_ratio: float = GROUP_SIZE_RATIO,
 ) -> KVPlan:
     """The KV cache config for ``layers`` (one rank) in ``available_bytes``."""
-    groups, group_size = _groups(layers, hybrid_allocator)
+    groups, group_size = _groups(layers, hybrid_allocator, group_ratio)
     n_groups = sum(groups.values())
     page = block_size * max(x.bytes_per_token for x in layers)
     window = next((x.window for x in layers if x.window is not None), None)
@@ -113,6 +117,7 @@ def largest_max_model_len(
     max_num_batched_tokens: int,
     hybrid_allocator: bool,
     upper: int,
+    group_ratio: float = GROUP_SIZE_RATIO,
 ) -> int:
     """The largest max_model_len whose one request fits ``available_bytes`` (vLLM's
     ``estimate_max_model_len``, a binary search on ``max_memory_usage_bytes``); 0 if none."""
@@ -127,6 +132,7 @@ def largest_max_model_len(
             max_num_batched_tokens=max_num_batched_tokens,
             hybrid_allocator=hybrid_allocator,
             tokens_from_concurrency=False,
+            group_ratio=group_ratio,
         )
         if plan.needed_bytes <= available_bytes:
             lo = mid

@@ -35,6 +35,7 @@ from memfit.serving.layout import (
     rank_weights,
 )
 from memfit.serving.versions import VllmVersion, get_version, release_minor
+from memfit.serving.vllm_matrix import release
 from memfit.spec.serving import DTYPES, KV_CACHE_DTYPES, VllmConfig
 from memfit.units import GiB
 
@@ -377,10 +378,12 @@ def simulate_startup(
     all_layers = kv_layers(spec, tp=tp, kv_bytes=kv_bytes)
     stage = max(pp_layer_counts(len(all_layers), pp))  # the stage holding the most layers
     layers = all_layers[-stage:]
+    row = release(minor)
     kv_args: dict[str, Any] = dict(
         block_size=config.block_size,
         max_num_batched_tokens=tokens,
         hybrid_allocator=v.hybrid_allocator,
+        group_ratio=row.kv_group_ratio if row is not None else 1.0,
     )
     kv = plan_kv(
         layers,

@@ -29,6 +29,11 @@ sha256 in :data:`SDIST_SHA256`, so the exact files can be fetched again), in the
   resolved to 1.0) the default on CUDA (``CacheConfig.resolved_gpu_memory_utilization``): a
   different accounting, not modelled; memfit models up to 0.33.
 
+- ``vllm/v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``: hybrid models'
+  KV group size is the smallest layer kind's count, or the largest when below ``ratio`` times
+  it: no such rule in 0.11.0, 1.25 in 0.12-0.17, 1.5 in 0.18-0.32; 0.33 moved the function out of
+  kv_cache_utils.py and it was not re-read (1.5 assumed).
+
 0.15.x has no source distribution on PyPI and was not read; its row repeats 0.14's and 0.16's
 (equal in every field below).
 """
@@ -93,6 +98,10 @@ class VllmRelease:
     cudagraph_estimate_in_budget: bool
     #: the extensible KV cache is the default (not modelled)
     extensible_kv_cache: bool = False
+    #: hybrid KV groups (``_get_kv_cache_groups_uniform_page_size``, vllm/v1/core/
+    #: kv_cache_utils.py): the group size is the largest layer kind's count when it is below this
+    #: many times the smallest's, else the smallest (1.0: always the smallest)
+    kv_group_ratio: float = 1.5
 
     @property
     def source(self) -> str:
@@ -116,6 +125,7 @@ def _row(minor: int) -> VllmRelease:
         profiles_cudagraphs=minor >= 18,
         cudagraph_estimate_in_budget=minor >= 20,
         extensible_kv_cache=minor >= 34,
+        kv_group_ratio=1.0 if minor < 12 else 1.25 if minor < 18 else 1.5,
     )
 
 
