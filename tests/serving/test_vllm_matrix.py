@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from memfit.errors import SpecError
+from memfit.errors import NotModelledError, SpecError
 from memfit.hardware.catalog import get_gpu
 from memfit.models import resolve_model
 from memfit.serving import get_version, simulate_startup
@@ -79,9 +79,11 @@ def test_memfits_accounting_follows_each_releases_row(minor: int) -> None:
     assert plan.estimated == r.profiles_cudagraphs
 
 
-def test_0_34_is_refused_as_not_modelled_with_the_reason() -> None:
-    with pytest.raises(SpecError, match=r"0\.4 to 0\.33 .*measured memory"):
+def test_0_34_is_said_to_be_not_modelled_with_the_reason_and_the_nearest_release() -> None:
+    with pytest.raises(NotModelledError, match=r"measured memory.*pass --vllm-version 0\.33"):
         get_version("0.34.0")
+    with pytest.raises(SpecError, match=r"memfit models vLLM 0\.4 to 0\.33"):
+        get_version("0.35.0")
 
 
 def test_capture_sizes_match_vllms_logged_list() -> None:

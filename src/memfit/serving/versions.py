@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memfit.errors import SpecError
+from memfit.errors import NotModelledError, SpecError
 from memfit.units import GiB, MiB
 
 __all__ = ["DEFAULT_VERSION", "VERSIONS", "VllmVersion", "get_version", "release_minor"]
@@ -197,11 +197,18 @@ def get_version(text: str) -> VllmVersion:
         raise SpecError(
             f"--vllm-version ({text!r}) must be a version such as 0.19.0 or 0.11"
         ) from None
+    if major == 0 and minor == LATEST_MINOR + 1:  # a real release whose accounting differs
+        raise NotModelledError(
+            f"vLLM {text} is not modelled: 0.{minor} sizes the KV cache from measured memory by "
+            "default (the extensible KV cache, gpu_memory_utilization resolved to 1.0; "
+            f"vllm/config/cache.py); memfit models vLLM 0.4 to 0.{LATEST_MINOR} — pass "
+            f"--vllm-version 0.{LATEST_MINOR} for the nearest modelled release",
+            engine="vllm",
+        )
     if major != 0 or minor < 4 or minor > LATEST_MINOR:
         raise SpecError(
             f"--vllm-version ({text!r}): memfit models vLLM 0.4 to 0.{LATEST_MINOR} (V0 engine up "
-            f"to 0.7, V1 from 0.8; 0.34 sizes the KV cache from measured memory by default, "
-            "which is not modelled); pass one of those"
+            f"to 0.7, V1 from 0.8); pass one of those"
         )
     row = "0.6"
     for first, name in _RANGES:
