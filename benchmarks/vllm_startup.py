@@ -156,6 +156,7 @@ def main() -> int:
     lines = [head]
     worst: dict[str, tuple[float, str]] = {}
     wrong_starts = []
+    wrong_fails: list[str] = []
     for c in rows:
         for key in ("weights", "kv", "tokens", "concurrency", "graph", "graph_est"):
             pred, meas = c[key]
@@ -165,6 +166,8 @@ def main() -> int:
                 worst[key] = (e, c["id"])
         if c["starts"][0] and c["starts"][1] is False:  # None: the log gives no verdict
             wrong_starts.append(c["id"])
+        if c["starts"][0] is False and c["starts"][1] is True:
+            wrong_fails.append(c["id"])
         lines.append(
             f"| [{c['id']}]({c['url']}) | {c['version']} | {_cell(c['weights'], '.2f')} | "
             f"{_cell(c['activation'], '.2f')} | {_cell(c['non_torch'], '.2f')} | "
@@ -188,6 +191,8 @@ def main() -> int:
         + ", ".join(f"{k} {e:+.1f} % ({i})" for k, (e, i) in worst.items()),
         "predicted 'starts' for a setup that failed: "
         + (", ".join(wrong_starts) if wrong_starts else "none"),
+        "predicted a failure for a setup that started: "
+        + (", ".join(wrong_fails) if wrong_fails else "none"),
     ]
     text = "\n".join(["# memfit vllm vs published vLLM start-up logs", "", *lines, "", *summary])
     OUT.write_text(text + "\n", encoding="utf-8")

@@ -392,7 +392,10 @@ def simulate_startup(
         tokens_from_concurrency=v.tokens_from_concurrency,
         **kv_args,
     )
-    context = CONTEXT_DIST_BYTES if config.world_size > 1 else CONTEXT_BYTES
+    if config.world_size > 1:
+        context = v.context_dist_bytes or CONTEXT_DIST_BYTES
+    else:
+        context = v.context_bytes or CONTEXT_BYTES
     # vLLM's preconditions come before any memory: the layout, the quantization on this GPU
     method = "mxfp4" if w.format == "mxfp4" else config.quantization
     refused = (

@@ -60,6 +60,12 @@ class VllmVersion:
     #: ``_allocate_buffers``), so they are still held when the dummy sampler pass peaks: read in
     #: the v0.19.0 sdist; checked against its DeepSeek-V2-Lite / Qwen3-30B-A3B / Mixtral logs.
     moe_workspace_persists: bool = False
+    #: What the process holds before vLLM's snapshot (CUDA context + torch; with TP/PP > 1 also
+    #: NCCL), when measured for this row: None keeps memfit.serving.startup's 0.61 / 1.54 GiB
+    #: (llm-d 0.1x logs). 0.19: ``init_cuda_memory_gib`` 0.51 GiB at TP 1 (all 1-GPU runs) and
+    #: 1.53 GiB at TP 2 in the llm-d-planner v0.19.0 results_raw.csv.
+    context_bytes: int | None = None
+    context_dist_bytes: int | None = None
     #: The releases this row models, as they were checked: what was read, and what was not.
     covers: str = ""
 
@@ -147,6 +153,8 @@ VERSIONS: dict[str, VllmVersion] = {
         hybrid_allocator=True,
         tokens_from_concurrency=True,
         moe_workspace_persists=True,
+        context_bytes=int(0.51 * GiB),
+        context_dist_bytes=int(1.53 * GiB),
         source=_PLANNER,
     ),
     # 0.20 - 0.33: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults on (vllm/envs.py in the
@@ -165,6 +173,8 @@ VERSIONS: dict[str, VllmVersion] = {
         tokens_from_concurrency=True,
         cudagraph_in_budget=True,
         moe_workspace_persists=True,
+        context_bytes=int(0.51 * GiB),
+        context_dist_bytes=int(1.53 * GiB),
         source=_VLLM_SDIST,
         covers=(
             "0.20-0.33: gpu_worker.py, gpu_model_runner.py, envs.py, config/cache.py and "
