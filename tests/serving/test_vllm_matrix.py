@@ -204,3 +204,19 @@ def test_kv_group_ratio_is_the_one_read_in_kv_cache_utils(minor: int, ratio: flo
     # "max_num_layers < min_num_layers * R" in _get_kv_cache_groups_uniform_page_size
     row = release(minor)
     assert row is not None and row.kv_group_ratio == ratio
+
+
+def test_the_0_21_a5000_log_starts_with_the_context_the_0_19_runs_measure() -> None:
+    # LMCache#3430: vLLM 0.21.0, Qwen3-8B on an RTX A5000 at gpu_memory_utilization 0.9764 started
+    # (available KV 6.37 GiB, 46,368 tokens). With the 0.1x logs' 0.61 GiB context memfit said
+    # "Free memory on device ... less than desired"; the v0.19.0 runs measure 0.51 GiB.
+    spec = resolve_model("qwen3-8b").spec
+    assert spec is not None
+    cfg = VllmConfig(gpu_memory_utilization=0.9764, max_model_len=16384, vllm_version="0.21.0")
+    s = simulate_startup(spec, get_gpu("RTX-A5000"), cfg, total_bytes=int(23.85 * GiB))
+    assert s.starts and s.context_bytes == int(0.51 * GiB)
+    assert abs(s.kv_cache_tokens / 46_368 - 1) < 0.03
+    old = simulate_startup(
+        spec, get_gpu("H100"), VllmConfig(max_model_len=8192, vllm_version="0.11")
+    )
+    assert old.context_bytes == int(0.61 * GiB)
