@@ -82,6 +82,8 @@ def compare(r: dict[str, Any]) -> dict[str, Any]:
         "tokens": (s.kv_cache_tokens, m.get("kv_tokens")),
         "concurrency": (s.max_concurrency, meas_conc),
         "starts": (s.starts, m["starts"]),
+        "graph": (s.cuda_graph_bytes / GiB, m.get("graph_actual_gib")),
+        "graph_est": (s.cuda_graph_estimate_bytes / GiB, m.get("graph_estimated_gib")),
         "url": r["url"],
     }
 
@@ -94,17 +96,69 @@ def _cell(pair: tuple[float, float | None], fmt: str) -> str:
     return f"{pred:{fmt}} / {meas:{fmt}} ({e:+.1f} %)" if e is not None else f"{pred:{fmt}}"
 
 
+def _within(rows: list[dict[str, Any]], key: str, tol: float) -> str:
+    errs = [(c["id"], _err(*c[key])) for c in rows if c[key][1] is not None]
+    errs = [(i, e) for i, e in errs if e is not None]
+    out = [f"{i} {e:+.1f} %" for i, e in errs if abs(e) > tol]
+    return f"{key}: {len(errs) - len(out)} of {len(errs)} logged figures within {tol:g} %" + (
+        f"; outside: {', '.join(out)}" if out else ""
+    )
+
+
+def loo_graph_fit() -> list[str]:
+    """Refit memfit.serving.cudagraphs' per-graph constants (bytes = n_graphs x (base + per_layer
+    x layers on the rank)) by least squares on the logged graph figures, leaving each log out in
+    turn: the leave-one-out error of the model, and the constants fitted on all logs."""
+    recs = [r for r in load() if r["measured"].get("graph_actual_gib") is not None]
+    lines = []
+    for key, name in (("graph_actual_gib", "capture"), ("graph_estimated_gib", "estimate")):
+        pts = []
+        for r in recs:
+            text = spec_of(r).text or spec_of(r)
+            pp = int(r["flags"].get("pipeline-parallel-size", 1))
+            n = sum(r["measured"]["graph_counts"])
+            layers = -(-(text.n_layers or 0) // pp)
+            pts.append((float(n), float(n * layers), r["measured"][key]))
+        fit_all = _lstsq(pts)
+        errs = []
+        for i, (a, b, y) in enumerate(pts):
+            c0, c1 = _lstsq(pts[:i] + pts[i + 1 :])
+            errs.append(100.0 * (c0 * a + c1 * b - y) / y)
+        errs.sort(key=abs)
+        med = abs(errs[len(errs) // 2])
+        lines.append(
+            f"CUDA graph {name} fit on {len(pts)} logs: per graph {fit_all[0] * 1024:.2f} MiB + "
+            f"{fit_all[1] * 1024:.3f} MiB per layer; leave-one-out |error| median {med:.1f} %, "
+            f"max {abs(errs[-1]):.1f} %, {sum(abs(e) <= 20 for e in errs)} of {len(errs)} "
+            "within 20 %"
+        )
+    return lines
+
+
+def _lstsq(pts: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Least squares y = c0 a + c1 b (two unknowns, normal equations)."""
+    saa = sum(a * a for a, _, _ in pts)
+    sab = sum(a * b for a, b, _ in pts)
+    sbb = sum(b * b for _, b, _ in pts)
+    say = sum(a * y for a, _, y in pts)
+    sby = sum(b * y for _, b, y in pts)
+    det = saa * sbb - sab * sab
+    return (say * sbb - sby * sab) / det, (saa * sby - sab * say) / det
+
+
 def main() -> int:
     rows = [compare(r) for r in load()]
     head = (
         "| id | vLLM | weights GiB | activation GiB | non-torch GiB | KV cache GiB | KV tokens | "
-        "max concurrency | starts (pred / log) |\n|---|---|---|---|---|---|---|---|---|"
+        "max concurrency | CUDA graphs GiB (capture) | graph estimate GiB | starts (pred / log) |"
+        "\n|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     worst: dict[str, tuple[float, str]] = {}
     wrong_starts = []
+    wrong_fails: list[str] = []
     for c in rows:
-        for key in ("weights", "kv", "tokens", "concurrency"):
+        for key in ("weights", "kv", "tokens", "concurrency", "graph", "graph_est"):
             pred, meas = c[key]
             e = _err(pred, meas)
             started = c["starts"][1] is not False
@@ -112,17 +166,33 @@ def main() -> int:
                 worst[key] = (e, c["id"])
         if c["starts"][0] and c["starts"][1] is False:  # None: the log gives no verdict
             wrong_starts.append(c["id"])
+        if c["starts"][0] is False and c["starts"][1] is True:
+            wrong_fails.append(c["id"])
         lines.append(
             f"| [{c['id']}]({c['url']}) | {c['version']} | {_cell(c['weights'], '.2f')} | "
             f"{_cell(c['activation'], '.2f')} | {_cell(c['non_torch'], '.2f')} | "
             f"{_cell(c['kv'], '.2f')} | {_cell(c['tokens'], ',.0f')} | "
-            f"{_cell(c['concurrency'], '.2f')} | {c['starts'][0]} / {c['starts'][1]} |"
+            f"{_cell(c['concurrency'], '.2f')} | {_cell(c['graph'], '.2f')} | "
+            f"{_cell(c['graph_est'], '.2f')} | {c['starts'][0]} / {c['starts'][1]} |"
         )
+    over_tokens = [
+        c["id"]
+        for c in rows
+        if c["tokens"][1] and (_err(*c["tokens"]) or 0) > 3.0 and c["starts"][1] is not False
+    ]
     summary = [
+        _within(rows, "weights", 1.0),
+        _within(rows, "tokens", 3.0),
+        _within(rows, "graph", 20.0),
+        _within(rows, "graph_est", 20.0),
+        "more KV tokens than logged by > 3 %: " + (", ".join(over_tokens) or "none"),
+        *loo_graph_fit(),
         f"{len(rows)} published start-ups; worst errors (setups that started): "
         + ", ".join(f"{k} {e:+.1f} % ({i})" for k, (e, i) in worst.items()),
         "predicted 'starts' for a setup that failed: "
         + (", ".join(wrong_starts) if wrong_starts else "none"),
+        "predicted a failure for a setup that started: "
+        + (", ".join(wrong_fails) if wrong_fails else "none"),
     ]
     text = "\n".join(["# memfit vllm vs published vLLM start-up logs", "", *lines, "", *summary])
     OUT.write_text(text + "\n", encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from memfit.errors import SpecError
 from memfit.estimate.answer import Answer
 from memfit.hardware.catalog import get_gpu
 from memfit.models import resolve_model
@@ -157,13 +158,12 @@ def test_a_published_4_x_l4_log_is_matched_line_by_line() -> None:
     assert (s.chunked_prefill_size, s.cuda_graph_max_bs) == (2048, 80)
 
 
-def test_gpt_oss_is_sized_with_its_mxfp4_experts_and_says_what_is_a_lower_bound() -> None:
-    """The shared layout sizes MXFP4 experts (the vLLM work of issue 31); SGLang's SWA pool is
-    not modelled, so the sliding layers are sized as full attention and the answer says the
-    token count is a lower bound."""
+def test_gpt_oss_is_sized_with_its_mxfp4_experts_and_its_swa_pool() -> None:
+    """The shared layout sizes MXFP4 experts (the vLLM work of issue 31); gpt-oss is one of
+    SGLang's hybrid-SWA architectures, so the answer logs the split pool."""
     s = simulate_sglang(spec("gpt-oss-120b"), get_gpu("H100"), SglangConfig())
     assert s.starts and 60 * 2**30 < s.weights_bytes < 66 * 2**30
-    assert any("lower bound" in n for n in s.notes)
+    assert any("Use sliding window memory pool" in n for n in s.notes)
 
 
 def test_a_rope_scaled_context_is_sglangs_derived_one() -> None:
@@ -174,3 +174,28 @@ def test_a_rope_scaled_context_is_sglangs_derived_one() -> None:
     assert sglang_context_length(spec("llama-3.1-8b")) == 131072
     gemma = spec("gemma-3-27b")  # rope_scaling {"factor": 8.0, "rope_type": "linear"}
     assert sglang_context_length(gemma) == 131072 * 8
+
+
+def test_gpt_oss_gets_sglangs_swa_pool_split_by_the_ratio() -> None:
+    # set_num_tokens_hybrid_swa (sgl-project/sglang model_runner_kv_cache_mixin.py, 226149ac):
+    # full = int(tokens x layers / (ratio x swa_layers + full_layers)), swa = int(full x ratio).
+    oss = spec("gpt-oss-20b")
+    plain = simulate_sglang(oss, get_gpu("H100"), SglangConfig(disable_hybrid_swa_memory=True))
+    swa = simulate_sglang(oss, get_gpu("H100"), SglangConfig())
+    # 12 sliding + 12 full layers at ratio 0.8: 24 / 21.6 more full-layer tokens
+    assert swa.max_total_num_tokens == int(plain.max_total_num_tokens * 24 / 21.6)
+    assert any("swa_layer_tokens=" in n for n in swa.notes)
+    assert abs(swa.kv_pool_bytes - plain.kv_pool_bytes) / plain.kv_pool_bytes < 0.001
+    half = simulate_sglang(oss, get_gpu("H100"), SglangConfig(swa_full_tokens_ratio=0.5))
+    assert half.max_total_num_tokens > swa.max_total_num_tokens
+
+
+def test_gemma_keeps_one_full_size_pool_as_sglang_does() -> None:
+    s = simulate_sglang(spec("gemma-2-9b"), get_gpu("H100"), SglangConfig())
+    assert not any("swa_layer_tokens" in n for n in s.notes)
+    assert any("is_hybrid_swa_model" in n for n in s.notes)
+
+
+def test_swa_ratio_out_of_range_is_refused_with_the_value() -> None:
+    with pytest.raises(SpecError, match=r"--swa-full-tokens-ratio \(1\.5\) must be a number"):
+        SglangConfig(swa_full_tokens_ratio=1.5)

@@ -23,7 +23,7 @@ CITED = [
     ("0.9", 38.3, 130 * MiB, int(0.55 * GiB), False, False, False, "llm-d-benchmark"),
     ("0.11", 38.3, 130 * MiB, int(0.55 * GiB), True, False, False, "llm-d-benchmark"),
     ("0.19", 14.9, int(0.25 * GiB), int(2.1 * GiB), True, True, False, "llm-d-planner"),
-    ("0.21", 14.9, int(0.25 * GiB), int(2.1 * GiB), True, True, True, "gpustack/runner"),
+    ("0.20", 14.9, int(0.25 * GiB), int(2.1 * GiB), True, True, True, "pypi.org/project/vllm"),
 ]
 
 
@@ -50,7 +50,7 @@ def test_every_table_row_is_in_the_matrix() -> None:
 def test_every_minor_release_up_to_the_current_one_is_modelled(minor: int) -> None:
     v = get_version(f"0.{minor}.0")
     assert v.engine == ("v0" if minor < 8 else "v1")
-    assert v.cudagraph_in_budget == (minor >= 21)
+    assert v.cudagraph_in_budget == (minor >= 20)
     assert v.hybrid_allocator == (minor >= 10)
 
 
@@ -59,22 +59,22 @@ def test_a_release_after_the_current_one_is_refused_with_the_range() -> None:
         get_version(f"0.{LATEST_MINOR + 1}.0")
 
 
-def test_from_0_21_the_cuda_graph_estimate_comes_out_of_the_kv_budget() -> None:
+def test_from_0_20_the_cuda_graph_estimate_comes_out_of_the_kv_budget() -> None:
     spec = resolve_model("llama-3.1-8b").spec
     assert spec is not None
     runs = {
         v: simulate_startup(spec, get_gpu("H100"), VllmConfig(max_model_len=8192, vllm_version=v))
-        for v in ("0.20", "0.21")
+        for v in ("0.19", "0.20")
     }
-    gap = runs["0.20"].available_kv_bytes - runs["0.21"].available_kv_bytes
-    assert gap == runs["0.21"].cuda_graph_bytes > 0
-    assert any("Estimated CUDA graph memory" in line for line in runs["0.21"].log_lines())
+    gap = runs["0.19"].available_kv_bytes - runs["0.20"].available_kv_bytes
+    assert gap == runs["0.20"].cuda_graph_estimate_bytes > 0
+    assert any("Estimated CUDA graph memory" in line for line in runs["0.20"].log_lines())
     eager = simulate_startup(
         spec,
         get_gpu("H100"),
-        VllmConfig(max_model_len=8192, vllm_version="0.21", enforce_eager=True),
+        VllmConfig(max_model_len=8192, vllm_version="0.20", enforce_eager=True),
     )
-    assert eager.available_kv_bytes == runs["0.20"].available_kv_bytes
+    assert eager.available_kv_bytes == runs["0.19"].available_kv_bytes
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")

@@ -136,7 +136,7 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--vllm-version",
         default=None,
-        help="vLLM version to model, 0.4 to 0.33 (default 0.19; 0.6 = V0 engine; 0.21+ counts "
+        help="vLLM version to model, 0.4 to 0.33 (default 0.19; 0.6 = V0 engine; 0.20+ counts "
         "the CUDA graph estimate in the budget)",
     )
 

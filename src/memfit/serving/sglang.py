@@ -29,6 +29,16 @@ SGLang 0.5, as its source does it (sgl-project/sglang):
    what the pool left ("Capture cuda graph end. … mem usage=…"); an out-of-memory there is
    "Capture cuda graph failed".
 
+6. Hybrid sliding-window models whose architecture SGLang lists in ``is_hybrid_swa_model``
+   (``python/sglang/srt/configs/model_config.py``: gpt-oss, Llama 4, Gemma 4, MiMo-V2, Step-3.5;
+   not Gemma 2 / 3, whose pool is sized as full attention) get the SWA pool
+   (``model_runner_kv_cache_mixin.py`` ``set_num_tokens_hybrid_swa``, sgl-project/sglang commit
+   226149ac457bd1a1b5d450f55c01f72f604320d6): the tokens of the per-layer profile times the layer
+   count are split so that ``swa_tokens = full_tokens x swa_full_tokens_ratio`` (0.8 by default,
+   ``server_args.py``): ``full = int(tokens x layers / (ratio x swa_layers + full_layers))``,
+   both rounded down to the page size; ``max_total_num_tokens`` is then the full layers' count
+   ("Use sliding window memory pool. full_layer_tokens=…, swa_layer_tokens=…").
+
 "GB" in SGLang's logs is GiB (``get_available_gpu_memory`` divides by ``1 << 30``).
 """
 
@@ -40,7 +50,7 @@ from typing import Any
 from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
-from memfit.serving.layout import kv_layers, parallel_error, rank_weights
+from memfit.serving.layout import LayerKV, kv_layers, parallel_error, rank_weights
 from memfit.serving.startup import model_dtype, served_as_decoder, vllm_total_bytes
 from memfit.spec.serving import DTYPES, VllmConfig
 from memfit.spec.sglang import SGLANG_KV_CACHE_DTYPES, SglangConfig
@@ -380,10 +390,15 @@ def simulate_sglang(
         raise NotModelledError(str(err).replace("vLLM", "SGLang"), engine="sglang") from err
     if w.note:
         notes.append(w.note)
-    if any(x.kind == "sliding" for x in layers):
+    hybrid_swa = (
+        (spec.model_type or "") in HYBRID_SWA_MODEL_TYPES
+        and any(x.kind == "sliding" for x in layers)
+        and not config.disable_hybrid_swa_memory
+    )
+    if any(x.kind == "sliding" for x in layers) and not hybrid_swa:
         notes.append(
-            "sliding-window layers are sized as full attention (SGLang's SWA pool, "
-            "--swa-full-tokens-ratio, is not modelled): the KV token count is a lower bound"
+            "sliding-window layers are sized as full attention, as SGLang does for "
+            f"{spec.model_type} (its SWA pool is for the architectures in is_hybrid_swa_model)"
         )
     cell = sum(x.bytes_per_token for x in layers)
     kv_kind = "mla" if layers and layers[0].kind == "mla" else "mha"
@@ -399,12 +414,22 @@ def simulate_sglang(
     if config.max_total_tokens is not None:
         tokens = min(tokens, config.max_total_tokens)
     tokens = tokens // config.page_size * config.page_size
+    swa_tokens = 0
+    if hybrid_swa and tokens > 0:
+        tokens, swa_tokens = _split_swa(layers, tokens, config)
+        notes.append(
+            f"Use sliding window memory pool. full_layer_tokens={tokens}, "
+            f"swa_layer_tokens={swa_tokens} (--swa-full-tokens-ratio "
+            f"{config.swa_full_tokens_ratio})"
+        )
     if config.max_running_requests is not None:
         reqs = config.max_running_requests
     else:
         reqs = min(max(int(max(tokens, 0) / ctx * REQS_PER_CONTEXT), MIN_REQS), MAX_REQS)
     req_bytes = reqs * (ctx + REQ_ROW_EXTRA) * REQ_ENTRY_BYTES
     pool = (tokens + config.page_size) * cell if tokens > 0 else 0
+    if swa_tokens:
+        pool = _swa_pool_bytes(layers, tokens, swa_tokens, config.page_size)
     capture = () if config.disable_cuda_graph else capture_batch_sizes(min(max_bs, reqs))
     graphs = _graph_bytes(spec, max(capture), act_bytes) if capture else 0
     refused = parallel_error(spec, tp=tp)
@@ -447,6 +472,29 @@ def simulate_sglang(
         notes=tuple(notes),
         refused_layout=before_loading,
     )
+
+
+#: ``is_hybrid_swa_model`` (python/sglang/srt/configs/model_config.py): the architectures whose
+#: sliding-window layers get their own, smaller token pool, as memfit's model_type names them.
+HYBRID_SWA_MODEL_TYPES = frozenset(
+    {"gpt_oss", "llama4", "llama4_text", "gemma4", "gemma4_text", "mimo_v2_flash", "step3p5"}
+)
+
+
+def _split_swa(layers: list[LayerKV], tokens: int, config: SglangConfig) -> tuple[int, int]:
+    """(full-layer tokens, sliding-layer tokens) of SGLang's ``set_num_tokens_hybrid_swa``."""
+    n_swa = sum(1 for x in layers if x.kind == "sliding")
+    n_full = len(layers) - n_swa
+    ratio = config.swa_full_tokens_ratio
+    full = int(tokens * len(layers) / (ratio * n_swa + n_full))
+    swa = int(full * ratio)
+    page = config.page_size
+    return full // page * page, swa // page * page
+
+
+def _swa_pool_bytes(layers: list[LayerKV], full: int, swa: int, page: int) -> int:
+    """The SWA pool's bytes: each layer holds its kind's token slots (plus one page)."""
+    return sum(((swa if x.kind == "sliding" else full) + page) * x.bytes_per_token for x in layers)
 
 
 def _error(

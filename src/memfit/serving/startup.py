@@ -10,8 +10,8 @@ The steps (sources in :mod:`memfit.serving.versions`):
    increase is the larger of the two. Plus the non-torch increase (NCCL, custom all-reduce).
 4. ``available = requested - weights - activation peak - non-torch`` ("Available KV cache
    memory"); blocks, tokens and concurrency as :mod:`memfit.serving.kv_cache` computes them.
-5. CUDA graphs are captured after the KV cache is allocated: up to 0.20 their memory is outside
-   the budget; from 0.21 vLLM estimates it while profiling ("Estimated CUDA graph memory") and
+5. CUDA graphs are captured after the KV cache is allocated: up to 0.19 their memory is outside
+   the budget; from 0.20 vLLM estimates it while profiling ("Estimated CUDA graph memory") and
    takes it out of the KV cache's share (``VllmVersion.cudagraph_in_budget``).
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
+from memfit.serving.cudagraphs import LEGACY_ALLOWANCE_BYTES, plan_cudagraphs
 from memfit.serving.kv_cache import KVPlan, largest_max_model_len, plan_kv
 from memfit.serving.layout import (
     LayerKV,
@@ -33,9 +34,10 @@ from memfit.serving.layout import (
     quantization_error,
     rank_weights,
 )
-from memfit.serving.versions import VllmVersion, get_version
+from memfit.serving.versions import VllmVersion, get_version, release_minor
+from memfit.serving.vllm_matrix import release
 from memfit.spec.serving import DTYPES, KV_CACHE_DTYPES, VllmConfig
-from memfit.units import GiB, MiB
+from memfit.units import GiB
 
 __all__ = ["VllmStartup", "simulate_startup", "vllm_total_bytes"]
 
@@ -60,9 +62,10 @@ CONTEXT_DIST_BYTES = int(1.54 * GiB)
 #: vLLM 0.19's PP=2 Llama-3.1-8B log (1.10 GiB at 8192 tokens, a stage without the sampler).
 FWD_HIDDEN_FACTOR = 4
 FWD_MLP_FACTOR = 4
-#: CUDA graph capture ("Graph capturing finished … took X GiB"): -0.45 to 1.03 GiB in the llm-d
-#: logs (piecewise graphs, 8B-120B); a fixed allowance, used only to warn.
-CUDA_GRAPH_BYTES = 512 * MiB
+#: CUDA graph capture before 0.18 ("Graph capturing finished … took X GiB"): -0.45 to 1.03 GiB
+#: in the llm-d logs (piecewise graphs, 8B-120B); a fixed allowance, used only to warn. From 0.18
+#: memfit.serving.cudagraphs follows vLLM's own estimate by capture sizes.
+CUDA_GRAPH_BYTES = LEGACY_ALLOWANCE_BYTES
 #: vLLM ``_get_and_verify_max_len`` (vllm/config/model.py): the length a config without any of
 #: max_position_embeddings / n_positions / max_seq_len / seq_length / … is given.
 DEFAULT_MAX_MODEL_LEN = 2048
@@ -102,7 +105,9 @@ class VllmStartup:
     #: vLLM refuses the parallel layout before it looks at memory (``error`` says why): no
     #: memory setting starts it
     refused_layout: bool = False
-    #: 0.21+: the CUDA graph estimate is inside vLLM's budget (taken from the KV cache's share)
+    #: vLLM's own CUDA graph estimate while profiling (0.18+; 0 before or with --enforce-eager)
+    cuda_graph_estimate_bytes: int = 0
+    #: 0.20+: the CUDA graph estimate is inside vLLM's budget (taken from the KV cache's share)
     cudagraph_in_budget: bool = False
 
     # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
@@ -165,6 +170,7 @@ class VllmStartup:
             "activation_peak_bytes": self.activation_peak_bytes,
             "non_torch_bytes": self.non_torch_bytes,
             "cuda_graph_bytes": self.cuda_graph_bytes,
+            "cuda_graph_estimate_bytes": self.cuda_graph_estimate_bytes,
             "available_kv_cache_bytes": kv.available_bytes,
             "kv_cache_bytes": kv.kv_cache_bytes,
             "kv_cache_blocks": kv.num_blocks,
@@ -203,8 +209,10 @@ class VllmStartup:
         """The lines vLLM prints at start-up, as this version words them."""
         g = 1 / GiB
         lines = [f"Model loading took {self.weights_bytes * g:.4f} GiB memory"]
-        if self.cudagraph_in_budget and self.cuda_graph_bytes:
-            lines.append(f"Estimated CUDA graph memory: {self.cuda_graph_bytes * g:.2f} GiB total")
+        if self.cuda_graph_estimate_bytes:
+            lines.append(
+                f"Estimated CUDA graph memory: {self.cuda_graph_estimate_bytes * g:.2f} GiB total"
+            )
         lines.append(f"Available KV cache memory: {self.kv.available_bytes * g:.2f} GiB")
         if self.kv.num_blocks > 0:
             if self.engine == "v0":
@@ -292,13 +300,18 @@ def _activation_peak(
     text = spec.text or spec
     h = text.hidden_size or 0
     inter = text.intermediate_size or 4 * h
+    workspace = 0
     if text.n_experts and text.expert_intermediate_size:
-        inter = (text.n_experts_per_token or 1) * text.expert_intermediate_size
+        topk = text.n_experts_per_token or 1
+        inter = topk * text.expert_intermediate_size
         inter += (text.n_shared_experts or 0) * (text.shared_expert_intermediate_size or 0)
+        if v.moe_workspace_persists:  # fused-MoE workspaces held by the WorkspaceManager
+            i_rank = text.expert_intermediate_size // tp
+            workspace = tokens * topk * (max(i_rank, h) + max(2 * i_rank, h)) * act_bytes
     forward = tokens * act_bytes * (FWD_HIDDEN_FACTOR * h + FWD_MLP_FACTOR * inter // tp)
     vocab = text.vocab_size or 0
     sampler = tokens * h * act_bytes + int(rows * vocab * v.sampler_bytes_per_logit)
-    return int(max(forward, sampler))
+    return int(max(forward, sampler + workspace))
 
 
 def simulate_startup(
@@ -343,17 +356,34 @@ def simulate_startup(
     act = _activation_peak(spec, tokens=tokens, rows=rows, tp=tp, act_bytes=act_bytes, v=v)
     non_torch = v.non_torch_tp_bytes if tp > 1 else v.non_torch_bytes
     requested = int(total * config.gpu_memory_utilization)
-    graphs = 0 if config.enforce_eager else CUDA_GRAPH_BYTES
-    # 0.21+: the estimated CUDA graph memory is profiled and kept out of the KV budget
-    in_budget = graphs if v.cudagraph_in_budget else 0
+    minor = release_minor(config.vllm_version)
+    cg = plan_cudagraphs(
+        minor=minor,
+        engine=v.engine,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        n_layers=max(pp_layer_counts((spec.text or spec).n_layers or 0, pp)),
+        enforce_eager=config.enforce_eager,
+        sm100=(gpu.compute_capability or (0, 0))[0] == 10,
+    )
+    graphs = cg.capture_bytes
+    # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget
+    in_budget = cg.estimate_bytes if v.cudagraph_in_budget else 0
+    if v.cudagraph_in_budget and config.gpu_memory_utilization == 0.9:
+        notes.append(
+            f"vLLM 0.{minor} defaults --gpu-memory-utilization to 0.92 (vllm/config/cache.py); "
+            "memfit used 0.9: pass --gpu-memory-utilization 0.92 if your command leaves it unset"
+        )
     available = requested - weights - act - non_torch - in_budget
     all_layers = kv_layers(spec, tp=tp, kv_bytes=kv_bytes)
     stage = max(pp_layer_counts(len(all_layers), pp))  # the stage holding the most layers
     layers = all_layers[-stage:]
+    row = release(minor)
     kv_args: dict[str, Any] = dict(
         block_size=config.block_size,
         max_num_batched_tokens=tokens,
         hybrid_allocator=v.hybrid_allocator,
+        group_ratio=row.kv_group_ratio if row is not None else 1.0,
     )
     kv = plan_kv(
         layers,
@@ -362,7 +392,10 @@ def simulate_startup(
         tokens_from_concurrency=v.tokens_from_concurrency,
         **kv_args,
     )
-    context = CONTEXT_DIST_BYTES if config.world_size > 1 else CONTEXT_BYTES
+    if config.world_size > 1:
+        context = v.context_dist_bytes or CONTEXT_DIST_BYTES
+    else:
+        context = v.context_bytes or CONTEXT_BYTES
     # vLLM's preconditions come before any memory: the layout, the quantization on this GPU
     method = "mxfp4" if w.format == "mxfp4" else config.quantization
     refused = (
@@ -404,6 +437,7 @@ def simulate_startup(
         activation_peak_bytes=act,
         non_torch_bytes=non_torch,
         cuda_graph_bytes=graphs,
+        cuda_graph_estimate_bytes=cg.estimate_bytes,
         kv=kv,
         max_model_len=L,
         max_num_seqs=seqs,

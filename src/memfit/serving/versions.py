@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memfit.errors import SpecError
+from memfit.errors import NotModelledError, SpecError
 from memfit.units import GiB, MiB
 
-__all__ = ["DEFAULT_VERSION", "VERSIONS", "VllmVersion", "get_version"]
+__all__ = ["DEFAULT_VERSION", "VERSIONS", "VllmVersion", "get_version", "release_minor"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,8 +52,20 @@ class VllmVersion:
     tokens_from_concurrency: bool
     source: str
     #: The CUDA graph memory is estimated during profiling and subtracted from the KV budget
-    #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default since 0.21.0).
+    #: (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default from the 0.20.0 sdist).
     cudagraph_in_budget: bool = False
+    #: The fused-MoE workspaces (``workspace13`` and ``workspace2``, ``M x topk x max(I, H)`` and
+    #: ``M x topk x max(2 I, H)`` elements, fused_moe.py ``TritonExperts.workspace_shapes``) come
+    #: from the persistent ``WorkspaceManager`` (vllm/v1/worker/workspace.py, modular_kernel.py
+    #: ``_allocate_buffers``), so they are still held when the dummy sampler pass peaks: read in
+    #: the v0.19.0 sdist; checked against its DeepSeek-V2-Lite / Qwen3-30B-A3B / Mixtral logs.
+    moe_workspace_persists: bool = False
+    #: What the process holds before vLLM's snapshot (CUDA context + torch; with TP/PP > 1 also
+    #: NCCL), when measured for this row: None keeps memfit.serving.startup's 0.61 / 1.54 GiB
+    #: (llm-d 0.1x logs). 0.19: ``init_cuda_memory_gib`` 0.51 GiB at TP 1 (all 1-GPU runs) and
+    #: 1.53 GiB at TP 2 in the llm-d-planner v0.19.0 results_raw.csv.
+    context_bytes: int | None = None
+    context_dist_bytes: int | None = None
     #: The releases this row models, as they were checked: what was read, and what was not.
     covers: str = ""
 
@@ -71,7 +83,7 @@ _LLMD = (
     "https://github.com/llm-d/llm-d-benchmark/blob/main/config_explorer/"
     "empirical-vllm-memory-results.md"
 )
-_CG_LOGS = "https://github.com/gpustack/runner/pull/251"
+_VLLM_SDIST = "https://pypi.org/project/vllm/0.20.0/#files"
 _PLANNER = (
     "https://github.com/jgchn/llm-d-planner/blob/accuracy/accuracy/results/v0.19.0/"
     "accuracy_report.md"
@@ -130,8 +142,9 @@ VERSIONS: dict[str, VllmVersion] = {
     "0.19": VllmVersion(
         name="0.19",
         covers=(
-            "0.14-0.20: constants fitted to the llm-d-planner v0.19.0 logs; the sources at "
-            "the v0.14-v0.20 tags were not read"
+            "0.14-0.19: constants fitted to the llm-d-planner v0.19.0 logs; gpu_worker.py / "
+            "config read in the v0.14.0-v0.19.0 sdists (graphs outside the budget: the "
+            "estimate exists from 0.18 but VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is off)"
         ),
         engine="v1",
         sampler_bytes_per_logit=14.9,
@@ -139,16 +152,19 @@ VERSIONS: dict[str, VllmVersion] = {
         non_torch_tp_bytes=int(2.1 * GiB),
         hybrid_allocator=True,
         tokens_from_concurrency=True,
+        moe_workspace_persists=True,
+        context_bytes=int(0.51 * GiB),
+        context_dist_bytes=int(1.53 * GiB),
         source=_PLANNER,
     ),
-    # 0.21 - 0.33: vLLM's own start-up log says "CUDA graph memory profiling is enabled (default
-    # since v0.21.0). The current --gpu-memory-utilization=U is equivalent to
-    # --gpu-memory-utilization=U' without CUDA graph memory profiling" (gpu_worker.py, after
-    # "Estimated CUDA graph memory: X GiB total" from gpu_model_runner.py): the estimate comes out
-    # of the KV cache's share. Sampler and non-torch constants are 0.19's (no published log with
-    # the activation / non-torch figures of these releases was found to refit them).
-    "0.21": VllmVersion(
-        name="0.21",
+    # 0.20 - 0.33: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults on (vllm/envs.py in the
+    # 0.20.0 sdist: ``os.getenv(..., "1")``; its log line says "default since v0.21.0"), so
+    # ``determine_available_memory`` subtracts ``profile_cudagraph_memory()``'s estimate from the
+    # KV cache's budget (vllm/v1/worker/gpu_worker.py). Sampler and non-torch constants are
+    # 0.19's (no published log with the activation / non-torch figures of these releases was
+    # found to refit them). The per-release defaults are in memfit.serving.vllm_matrix.
+    "0.20": VllmVersion(
+        name="0.20",
         engine="v1",
         sampler_bytes_per_logit=14.9,
         non_torch_bytes=int(0.25 * GiB),
@@ -156,11 +172,14 @@ VERSIONS: dict[str, VllmVersion] = {
         hybrid_allocator=True,
         tokens_from_concurrency=True,
         cudagraph_in_budget=True,
-        source=_CG_LOGS,
+        moe_workspace_persists=True,
+        context_bytes=int(0.51 * GiB),
+        context_dist_bytes=int(1.53 * GiB),
+        source=_VLLM_SDIST,
         covers=(
-            "0.21-0.33: the CUDA-graph-in-budget change read in published logs of vLLM 0.2x "
-            "(gpustack/runner#251: 0.27.1); vLLM's source at the v0.21.0-v0.33.0 tags was not "
-            "read (the repository snapshot is too large for this machine's fetch limit)"
+            "0.20-0.33: gpu_worker.py, gpu_model_runner.py, envs.py, config/cache.py and "
+            "config/vllm.py read in the v0.20.0-v0.33.0 sdists (memfit.serving.vllm_matrix); "
+            "sampler / non-torch constants are 0.19's, not refitted"
         ),
     ),
 }
@@ -169,7 +188,13 @@ DEFAULT_VERSION = "0.19"
 LATEST_MINOR = 33
 
 #: Which row a release maps to: (first minor, row).
-_RANGES = ((0, "0.6"), (8, "0.9"), (10, "0.11"), (14, "0.19"), (21, "0.21"))
+_RANGES = ((0, "0.6"), (8, "0.9"), (10, "0.11"), (14, "0.19"), (20, "0.20"))
+
+
+def release_minor(text: str) -> int:
+    """The minor release of ``text`` ("0.27.1" -> 27); SpecError as :func:`get_version`."""
+    get_version(text)
+    return int(text.strip().lower().removeprefix("v").split(".")[1])
 
 
 def get_version(text: str) -> VllmVersion:
@@ -182,6 +207,14 @@ def get_version(text: str) -> VllmVersion:
         raise SpecError(
             f"--vllm-version ({text!r}) must be a version such as 0.19.0 or 0.11"
         ) from None
+    if major == 0 and minor == LATEST_MINOR + 1:  # a real release whose accounting differs
+        raise NotModelledError(
+            f"vLLM {text} is not modelled: 0.{minor} sizes the KV cache from measured memory by "
+            "default (the extensible KV cache, gpu_memory_utilization resolved to 1.0; "
+            f"vllm/config/cache.py); memfit models vLLM 0.4 to 0.{LATEST_MINOR} — pass "
+            f"--vllm-version 0.{LATEST_MINOR} for the nearest modelled release",
+            engine="vllm",
+        )
     if major != 0 or minor < 4 or minor > LATEST_MINOR:
         raise SpecError(
             f"--vllm-version ({text!r}): memfit models vLLM 0.4 to 0.{LATEST_MINOR} (V0 engine up "

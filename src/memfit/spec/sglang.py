@@ -75,6 +75,11 @@ class SglangConfig:
     quantization: str | None = None
     dtype: str = "auto"
     sglang_version: str = "0.5"
+    #: ``--swa-full-tokens-ratio`` (SGLang's default 0.8): sliding-window layers' token slots per
+    #: full-attention slot, for the architectures with SGLang's SWA pool (gpt-oss, Llama 4 …)
+    swa_full_tokens_ratio: float = 0.8
+    #: ``--disable-hybrid-swa-memory``: one pool sized as full attention
+    disable_hybrid_swa_memory: bool = False
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -98,6 +103,14 @@ class SglangConfig:
             problems.append(
                 f"--chunked-prefill-size ({chunk!r}) must be 1 or more, or -1 (no chunking)"
             )
+        swa = self.swa_full_tokens_ratio
+        if (
+            not isinstance(swa, int | float)
+            or isinstance(swa, bool)
+            or not math.isfinite(swa)
+            or not 0 < swa <= 1
+        ):
+            problems.append(f"--swa-full-tokens-ratio ({swa!r}) must be a number in (0, 1]")
         frac = self.mem_fraction_static
         if frac is not None and (
             not isinstance(frac, int | float) or not math.isfinite(frac) or not 0 < frac < 1
