@@ -18,21 +18,25 @@ from typing import Any
 import torch
 
 from memfit.errors import SpecError
-from memfit.estimate.trace.build import decoder_layers, selective_checkpoint_context
+from memfit.estimate.trace.build import SAC_CONTEXTS, decoder_layers
 
 
 def checkpoint_kwargs(mode: str) -> dict[str, Any]:
-    """The ``torch.utils.checkpoint.checkpoint`` keyword arguments of ``full`` / ``selective``."""
+    """The ``torch.utils.checkpoint.checkpoint`` keyword arguments of ``full`` / ``selective`` /
+    ``selective-op`` (torchtitan's per-op SAC policy)."""
     kwargs: dict[str, Any] = {"use_reentrant": False}
-    if mode == "selective":
-        kwargs["context_fn"] = selective_checkpoint_context
+    if mode in SAC_CONTEXTS:
+        kwargs["context_fn"] = SAC_CONTEXTS[mode]
     return kwargs
 
 
 def enable_checkpointing_(model: torch.nn.Module, mode: str) -> str:
-    """Turn on ``full`` or ``selective`` checkpointing; returns how (for the applied record)."""
-    if mode not in ("full", "selective"):
-        raise SpecError(f"checkpointing ({mode!r}) must be 'full' or 'selective' here")
+    """Turn on ``full``, ``selective`` or ``selective-op`` checkpointing; returns how (for the
+    applied record)."""
+    if mode not in ("full", *SAC_CONTEXTS):
+        raise SpecError(
+            f"checkpointing ({mode!r}) must be 'full', 'selective' or 'selective-op' here"
+        )
     kwargs = checkpoint_kwargs(mode)
     if hasattr(model, "supports_gradient_checkpointing"):
         if not model.supports_gradient_checkpointing:

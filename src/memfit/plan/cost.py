@@ -184,6 +184,10 @@ OPTIMIZER_STEP_BYTES = {
     "none": 0,
 }
 
+#: Share of a block's forward matmul FLOPs torchtitan's per-op SAC recomputes (wk, wo, w3 of
+#: Llama-3-8B: (4096·1024 + 4096² + 4096·14336) / (2·4096² + 2·4096·1024 + 3·4096·14336)).
+SAC_OP_RECOMPUTE = 0.37
+
 #: Bytes per weight as stored, per quantized format (4-bit: 0.5 B plus its scales; bitsandbytes
 #: block of 64 with an fp32 absmax = +1/16, double quant ~ +1/128; GPTQ/AWQ group 128 fp16 scale +
 #: packed zero = +1/64 + 1/256), docs of each library (see memfit.estimate.quant).
@@ -385,8 +389,12 @@ def train_step_cost(
         1.0 + trainable_fraction * (_c("backward_per_forward") - 1)
     )
     attn_bwd = attn_fwd * (1.0 - frozen_share) * _c("backward_per_forward")
-    recompute_mm = {"none": 0.0, "full": mm_fwd, "selective": 0.0}[s.checkpointing]
-    recompute_attn = 0.0 if s.checkpointing == "none" else attn_fwd
+    # torchtitan's per-op SAC (``selective-op``) recomputes every other matmul of a block (wk,
+    # wo, w3 of Llama's seven: 37 % of a Llama-3-8B block's matmul FLOPs) and saves attention
+    recompute_mm = {
+        "none": 0.0, "full": mm_fwd, "selective": 0.0, "selective-op": SAC_OP_RECOMPUTE * mm_fwd,
+    }[s.checkpointing]  # fmt: skip
+    recompute_attn = 0.0 if s.checkpointing in ("none", "selective-op") else attn_fwd
     compute = _flops_s(
         mm_fwd * (1 + bwd_factor) + recompute_mm, attn_fwd + attn_bwd + recompute_attn, s, rates
     )

@@ -178,8 +178,15 @@ def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, 
     if s.checkpointing == "selective":
         out["checkpointing"] = (
             "selective activation checkpointing: torch.utils.checkpoint with "
-            "create_selective_checkpoint_contexts (torchtitan's op-level SAC policy); "
+            "create_selective_checkpoint_contexts saving every matmul output and recomputing "
+            "the rest (memfit.apply.enable_checkpointing_(model, 'selective')); "
             "TrainingArguments offers only full checkpointing"
+        )
+    if s.checkpointing == "selective-op":
+        out["checkpointing"] = (
+            'torchtitan activation_checkpoint.mode = "selective", selective_ac_option = "op" '
+            "(every other matmul output and attention saved); TrainingArguments offers only "
+            "full checkpointing"
         )
     if s.lora_rank is not None:
         out["lora"] = (

@@ -34,7 +34,7 @@ from memfit.spec.rules import precision_rules
 #: Memory order per dimension: a higher index keeps less in device memory. Values of equal index
 #: are not compared (int8 vs fp8, zero3 vs fsdp). ``micro_batch`` is ordered by its value.
 MEMORY_ORDER: dict[str, dict[str, int]] = {
-    "checkpointing": {"none": 0, "selective": 1, "full": 2},
+    "checkpointing": {"none": 0, "selective": 1, "selective-op": 1, "full": 2},
     "optimizer": {"adamw": 0, "adamw-fused": 0, "adamw-8bit": 1, "adafactor": 2},
     "quant": {"none": 0, "int8": 1, "fp8": 1, "nf4": 2, "nf4-dq": 3, "int4-awq": 2},
     "shard": {"none": 0, "ddp": 0, "zero2": 1, "zero3": 2, "fsdp": 2},
