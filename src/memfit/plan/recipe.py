@@ -177,6 +177,19 @@ def frozen_base_cast(s: Any, recipe: Any) -> bool:
     return len(pair) == 1 and kinds == {"mixed", "true"}
 
 
+#: How a memory-only change of checkpointing / loss reads (rules.CHECKPOINTING, rules.LOSSES).
+CHECKPOINTING_CHANGE = {
+    "offload": "full activation checkpointing with the checkpoints in host RAM (Unsloth "
+    'use_gradient_checkpointing="unsloth")'
+}
+LOSS_CHANGE = {
+    "full": "the full-logits cross-entropy",
+    "chunked": "chunked cross-entropy (torchtune LinearCrossEntropyLoss)",
+    "fused": "fused linear cross-entropy (Liger's LigerFusedLinearCrossEntropyLoss, Unsloth's "
+    "fused CE: the same loss, no logits kept)",
+}
+
+
 def _memory_changes(s: Any, recipe: Any, mode: str) -> list[Change]:
     found: list[str] = []
     if mode == "train" and frozen_base_cast(s, recipe):
@@ -186,7 +199,10 @@ def _memory_changes(s: Any, recipe: Any, mode: str) -> list[Change]:
     if s.attention != recipe.attention:
         found.append(f"attention {s.attention}")
     if mode == "train" and s.checkpointing != recipe.checkpointing:
-        found.append(f"{s.checkpointing} activation checkpointing")
+        found.append(CHECKPOINTING_CHANGE.get(s.checkpointing, "{} activation checkpointing"))
+        found[-1] = found[-1].format(s.checkpointing)
+    if mode == "train" and getattr(s, "loss", "full") != getattr(recipe, "loss", "full"):
+        found.append(LOSS_CHANGE[s.loss])
     if (s.micro_batch, s.grad_accum) != (recipe.micro_batch, recipe.grad_accum):
         found.append(
             f"micro-batch {s.micro_batch} x {s.grad_accum} accumulation steps"

@@ -257,6 +257,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         lora_ranks=request.lora_ranks,
         prepare_kbit=request.prepare_kbit,
         optimizer_in_bwd=request.optimizer_in_bwd,
+        loss=request.loss,
         precision=request.precision,
         optimizer=request.optimizer,
         attention=request.attention,

@@ -23,7 +23,15 @@ Mode = Literal["train", "infer"]
 #: says what each stores and computes in; :data:`PRECISION_ALIASES` the other names accepted.
 PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed", "16-true", "32-true")
 ATTENTIONS = ("eager", "sdpa", "flash")
-CHECKPOINTING = ("none", "full", "selective")
+CHECKPOINTING = ("none", "full", "selective", "offload")
+#: How the LM head's cross-entropy runs in training: ``full`` materialises the whole (B, S, V)
+#: logits and their fp32 copy (transformers' ``ForCausalLMLoss``); ``chunked`` runs the LM head
+#: and the cross-entropy a chunk of tokens at a time, each chunk's saved tensors kept for
+#: backward (torchtune ``LinearCrossEntropyLoss`` / ``CEWithChunkedOutputLoss``); ``fused``
+#: computes the loss and its gradients chunk by chunk inside the forward, keeping no logits
+#: (Liger-Kernel ``LigerFusedLinearCrossEntropyLoss``, Unsloth's ``unsloth_fused_ce_loss``).
+#: ``estimate/analytic/loss.py`` models each.
+LOSSES = ("full", "chunked", "fused")
 OPTIMIZERS = (
     "adamw",
     "adamw-fused",
@@ -416,6 +424,7 @@ FIELD_RULES: dict[str, Rule] = {
     "precision": _choice(PRECISION_NAMES),
     "attention": _choice(ATTENTIONS),
     "checkpointing": _choice(CHECKPOINTING),
+    "loss": _choice(LOSSES),
     "optimizer": _choice(OPTIMIZERS),
     "task": _choice(TASKS),
     "quant": _choice(QUANTS),
