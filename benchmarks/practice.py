@@ -375,7 +375,8 @@ TORCHTUNE_8B_SHAPE = ("--mode", "train", "--batch", "2", "--seq", "2048", "--gra
 #: the LoRA / QLoRA configs: lora_attn_modules ['q_proj', 'v_proj', 'output_proj'],
 #: apply_lora_to_mlp: True, lora_rank: 8
 TORCHTUNE_8B_LORA = ("--lora-rank", "8", "--lora-targets", "q,v,o,mlp")
-#: every 8B single-device config: ``loss: _component_: torchtune.modules.loss.LinearCrossEntropyLoss``
+#: every 8B single-device config: ``loss: _component_:
+#: torchtune.modules.loss.LinearCrossEntropyLoss``
 #: (the output projection and cross-entropy in 8 chunks of tokens): memfit's --loss chunked
 TORCHTUNE_8B_LOSS = ("--loss", "chunked")
 
