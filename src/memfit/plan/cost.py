@@ -174,6 +174,7 @@ OPTIMIZER_STEP_BYTES = {
     "adamw-fused": 28,
     "adamw-8bit": 16,
     "paged-adamw-8bit": 16,
+    "paged-adamw-32bit": 28,  # AdamW's traffic, states fp32
     "adafactor": 12,
     "lion": 20,
     "sgd": 12,

@@ -68,7 +68,13 @@ RISKS: dict[tuple[str, str], tuple[int, str]] = {
     ("quant", "int4-gptq"): (2, "4-bit GPTQ weights: check quality on your eval set"),
 }
 #: Optimizers with the same update as AdamW (the fused kernel: one launch, same maths).
-SAME_MATHS_AS = {"adamw": ("adamw", "adamw-fused"), "adamw-fused": ("adamw", "adamw-fused")}
+SAME_MATHS_AS: dict[str, tuple[str, ...]] = {
+    "adamw": ("adamw", "adamw-fused"),
+    "adamw-fused": ("adamw", "adamw-fused"),
+}
+#: bitsandbytes' paged 32-bit AdamW runs AdamW's update with fp32 states (paging moves them, it
+#: changes no value): the same maths as AdamW
+SAME_MATHS_AS["paged-adamw-32bit"] = ("paged-adamw-32bit", "adamw", "adamw-fused")
 #: The family each result-changing optimizer belongs to.
 OPTIMIZER_FAMILY = {"adamw-8bit": "8bit-optim", "paged-adamw-8bit": "8bit-optim"}
 

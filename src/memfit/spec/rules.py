@@ -37,6 +37,7 @@ OPTIMIZERS = (
     "adamw-fused",
     "adamw-8bit",
     "paged-adamw-8bit",
+    "paged-adamw-32bit",
     "adafactor",
     "lion",
     "sgd",

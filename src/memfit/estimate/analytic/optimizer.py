@@ -29,6 +29,7 @@ TEMP_PARAM_MULTIPLE = {
     "adamw-fused": 0,
     "adamw-8bit": 0,
     "paged-adamw-8bit": 0,
+    "paged-adamw-32bit": 0,  # bitsandbytes' 32-bit kernel updates in place
     "lion": 0,
     "adafactor": 0,
     "sgd": 0,

@@ -56,7 +56,7 @@ def make_optimizer(
         from transformers.optimization import Adafactor
 
         return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False)
-    if name in ("adamw-8bit", "paged-adamw-8bit", "lion"):
+    if name in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "lion"):
         from memfit.estimate.trace.optimizers import make_bnb_optimizer
 
         return make_bnb_optimizer(name, params, model)
