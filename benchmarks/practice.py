@@ -292,6 +292,10 @@ def axolotl_jobs() -> list[Job]:
             notes=(
                 "Llama-3-8B modelled as the bundled Llama-3.1-8B (same shapes but rope "
                 "scaling); bf16: auto on a bf16 GPU loads the model in bf16 (bf16-true)",
+                "the example sets no liger_fused_linear_cross_entropy / cut_cross_entropy key "
+                "(nor at axolotl@067b021c8b87): the recipe keeps transformers' full-logits "
+                "loss; a plan with the fused loss (Liger) is a memory-only change memfit may "
+                "propose",
             ),
         ),  # fmt: skip
         Job(
@@ -349,7 +353,9 @@ def axolotl_jobs() -> list[Job]:
             file="benchmarks/data/practice/axolotl-llama-3-lora-8b.yml",
             notes=(
                 "lora_modules_to_save (full embed_tokens and lm_head trained) not expressed "
-                "in memfit flags",
+                "in memfit flags: memfit under-counts this recipe (two trainable 0.5 B-"
+                "parameter matrices, their gradients and 8-bit states); the README's 11 GB "
+                "dates from axolotl@15f7910d33b4 (2024-04-18)",
             ),
         ),  # fmt: skip
     ]
