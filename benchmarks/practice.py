@@ -292,6 +292,10 @@ def axolotl_jobs() -> list[Job]:
             notes=(
                 "Llama-3-8B modelled as the bundled Llama-3.1-8B (same shapes but rope "
                 "scaling); bf16: auto on a bf16 GPU loads the model in bf16 (bf16-true)",
+                "the example sets no liger_fused_linear_cross_entropy / cut_cross_entropy key "
+                "(nor at axolotl@067b021c8b87): the recipe keeps transformers' full-logits "
+                "loss; a plan with the fused loss (Liger) is a memory-only change memfit may "
+                "propose",
             ),
         ),  # fmt: skip
         Job(
@@ -349,7 +353,9 @@ def axolotl_jobs() -> list[Job]:
             file="benchmarks/data/practice/axolotl-llama-3-lora-8b.yml",
             notes=(
                 "lora_modules_to_save (full embed_tokens and lm_head trained) not expressed "
-                "in memfit flags",
+                "in memfit flags: memfit under-counts this recipe (two trainable 0.5 B-"
+                "parameter matrices, their gradients and 8-bit states); the README's 11 GB "
+                "dates from axolotl@15f7910d33b4 (2024-04-18)",
             ),
         ),  # fmt: skip
     ]
@@ -375,12 +381,16 @@ TORCHTUNE_8B_SHAPE = ("--mode", "train", "--batch", "2", "--seq", "2048", "--gra
 #: the LoRA / QLoRA configs: lora_attn_modules ['q_proj', 'v_proj', 'output_proj'],
 #: apply_lora_to_mlp: True, lora_rank: 8
 TORCHTUNE_8B_LORA = ("--lora-rank", "8", "--lora-targets", "q,v,o,mlp")
+#: every 8B single-device config: ``loss: _component_:
+#: torchtune.modules.loss.LinearCrossEntropyLoss``
+#: (the output projection and cross-entropy in 8 chunks of tokens): memfit's --loss chunked
+TORCHTUNE_8B_LOSS = ("--loss", "chunked")
 
 
 def torchtune_8b_job(method: str, config: str, gpu: str, runnable: str, peak: str) -> Job:
-    plan = ["--seq", "2048", "--global-batch", "2"]
+    plan = ["--seq", "2048", "--global-batch", "2", *TORCHTUNE_8B_LOSS]
     if method == "full":
-        recipe = [*TORCHTUNE_8B_SHAPE, "--precision", "bf16-true"]
+        recipe = [*TORCHTUNE_8B_SHAPE, "--precision", "bf16-true", *TORCHTUNE_8B_LOSS]
         recipe += ["--optimizer", "paged-adamw-8bit", "--checkpointing", "full"]
         recipe += ["--optimizer-in-bwd"]
         plan += ["--keep-full-finetune", "--optimizer", "paged-adamw-8bit"]
@@ -400,7 +410,7 @@ def torchtune_8b_job(method: str, config: str, gpu: str, runnable: str, peak: st
             "memfit's HF path keeps them in 32 bits (HF Trainer's override), paged either way",
         )
     else:
-        recipe = [*TORCHTUNE_8B_SHAPE, "--precision", "bf16-true"]
+        recipe = [*TORCHTUNE_8B_SHAPE, "--precision", "bf16-true", *TORCHTUNE_8B_LOSS]
         recipe += ["--optimizer", "adamw-fused", "--checkpointing", "full", *TORCHTUNE_8B_LORA]
         plan += [*TORCHTUNE_8B_LORA, "--optimizer", "adamw-fused"]
         quote = (
@@ -429,11 +439,12 @@ def torchtune_8b_job(method: str, config: str, gpu: str, runnable: str, peak: st
         notes=(
             *notes,
             "the README's packed 2048-token sequences, batch 2 and no accumulation override the "
-            "file's max_seq_len: null and gradient_accumulation_steps; torch.compile (README: "
-            "on) and the config's torchtune.modules.loss.LinearCrossEntropyLoss (output "
-            "projection and loss in chunks, no full logits) are not modelled; the README's "
-            "peak is torch's peak memory, the figure memfit compares with the GPU is device "
-            "memory in use",
+            "file's max_seq_len: null and gradient_accumulation_steps; the config's "
+            "torchtune.modules.loss.LinearCrossEntropyLoss (output projection and loss in 8 "
+            "chunks, no full logits) is memfit's --loss chunked (estimate/analytic/loss.py, "
+            "modelled as eager autograd saves it: the fp32 log-probabilities); torch.compile "
+            "(README: on) is not modelled; the README's peak is torch's peak memory, the "
+            "figure memfit compares with the GPU is device memory in use",
         ),
     )
 
@@ -463,12 +474,20 @@ UNSLOTH_ROWS = (
     ("Qwen3_(14B)-Alpaca", "qwen3-14b", "unsloth/Qwen3-14B-Base-unsloth-bnb-4bit", "12.949"),
 )  # fmt: skip
 UNSLOTH_LORA = ("--lora-rank", "16", "--lora-targets", "q,k,v,o,gate,up,down")
+#: Unsloth's memory techniques memfit models: use_gradient_checkpointing = 'unsloth' with
+#: max_seq_length >= 512 is its smart offloaded checkpointing (unslothai/unsloth@015bdef0d94a
+#: unsloth/models/_utils.py, patch_unsloth_smart_gradient_checkpointing; unslothai/unsloth-zoo@
+#: ce232d6cef9c unsloth_zoo/gradient_checkpointing.py): --checkpointing offload; with labels its
+#: CausalLM_fast_forward (unsloth/models/llama.py, used by gemma2.py and qwen3.py) calls
+#: unsloth_fused_ce_loss (unsloth_zoo/fused_losses/cross_entropy_loss.py): --loss fused
+UNSLOTH_TECHNIQUES = ("--checkpointing", "offload", "--loss", "fused")
 UNSLOTH_NOTES = (
-    "Unsloth's own kernels (fused LoRA MLP / attention, chunked cross-entropy, 'unsloth' "
-    "gradient checkpointing that offloads the saved activations to host RAM) use less memory "
-    "than the Hugging Face transformers + peft stack memfit models, so 'does not fit per "
-    "memfit' on a job Unsloth runs is expected: it is memfit's reading of the recipe on the "
-    "HF stack, recorded as is",
+    "use_gradient_checkpointing = 'unsloth' (max_seq_length 2048 >= 512: Unsloth's smart "
+    "offloaded checkpointing, each layer's input copied to pinned host RAM and back through "
+    "two GPU buffers) is memfit's --checkpointing offload; Unsloth's fused CE "
+    "(unsloth_fused_ce_loss, whenever labels are given) is --loss fused; its fused LoRA "
+    "MLP / attention kernels are not modelled (they save less than peft's, so memfit reads "
+    "high there)",
     "Unsloth pads a batch to its longest sample (packing = False), and these datasets' samples "
     "are mostly far shorter than max_seq_length: memfit's 2048 tokens per sample is the "
     "worst case, not the notebook's run; its printed peak is for its own data",
@@ -487,7 +506,7 @@ def unsloth_job(nb: str, model: str, model_name: str, peak: str) -> Job:
         "--grad-accum",
         "4",
     )
-    recipe += ("--precision", "16-true", "--optimizer", "adamw-8bit", "--checkpointing", "full")
+    recipe += ("--precision", "16-true", "--optimizer", "adamw-8bit", *UNSLOTH_TECHNIQUES)
     recipe += (*UNSLOTH_LORA, "--quant", "nf4-dq")
     plan: tuple[str, ...] = (
         "--seq",
@@ -498,7 +517,7 @@ def unsloth_job(nb: str, model: str, model_name: str, peak: str) -> Job:
         "--quant",
         "nf4-dq",
     )
-    plan += ("--optimizer", "adamw-8bit", "--precision", "16-true")
+    plan += ("--optimizer", "adamw-8bit", "--precision", "16-true", "--loss", "fused")
     extra: tuple[str, ...] = ()
     if model == "mistral-7b-v0.1":
         extra = ("Mistral-7B-Instruct-v0.3 modelled as the bundled Mistral-7B-v0.1 (same "

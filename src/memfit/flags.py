@@ -21,6 +21,7 @@ from memfit.spec import (
     ATTENTIONS,
     CACHE_IMPLEMENTATIONS,
     CHECKPOINTING,
+    LOSSES,
     MODES,
     OFFLOADS,
     OPTIMIZERS,
@@ -223,6 +224,20 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--loss",
+        dest="loss",
+        kind="choice",
+        choices=LOSSES,
+        default="full",
+        help="the LM head's cross-entropy in training: full (the whole logits and their fp32 "
+        "copy, transformers' default), chunked (torchtune LinearCrossEntropyLoss / "
+        "CEWithChunkedOutputLoss: LM head and loss a chunk of tokens at a time), fused "
+        "(Liger's fused linear cross-entropy, Unsloth's fused CE, Cut Cross-Entropy: no logits "
+        "kept)",
+        field="loss",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--optimizer",
         dest="optimizer",
         kind="choice",
@@ -401,6 +416,19 @@ FLAGS: tuple[Flag, ...] = (
         help="the job steps its optimizer in backward (torchtune optimizer_in_bwd: True), kept "
         "by the plan: plans on one GPU without gradient accumulation",
         field="optimizer_in_bwd",
+        target="request",
+        commands=("plan",),
+    ),
+    Flag(
+        name="--loss",
+        dest="loss",
+        kind="choice",
+        choices=LOSSES,
+        default="full",
+        help="the job's training cross-entropy (full, chunked: torchtune "
+        "LinearCrossEntropyLoss, fused: Liger / Unsloth), kept by the plan; the fused one is "
+        "also tried as a memory-only change (same loss, no logits kept)",
+        field="loss",
         target="request",
         commands=("plan",),
     ),

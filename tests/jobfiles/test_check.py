@@ -27,7 +27,7 @@ EXPECTED = {
             seq_len=4096,
             precision="bf16-true",  # axolotl loads the base in bf16 when bf16 is on
             checkpointing="full",
-            optimizer="adamw",
+            optimizer="paged-adamw-32bit",  # optimizer: paged_adamw_32bit
             attention="flash",
             lora_rank=32,
             lora_targets="all-linear",
@@ -47,6 +47,7 @@ EXPECTED = {
             lora_rank=8,
             lora_targets=("q", "v", "k", "o", "gate", "up", "down"),
             quant="nf4-dq",
+            loss="chunked",  # loss: torchtune.modules.loss.LinearCrossEntropyLoss
         ),
     ),
     "litgpt-llama-3.1-8b-qlora.yaml": (

@@ -30,7 +30,9 @@ _WEIGHT = {
 }
 _OPT = {"adamw": 8, "adamw-fused": 8, "adamw-8bit": 2, "adafactor": 1, "none": 0}
 _QUANT = {"none": 1.0, "int8": 0.5, "fp8": 0.5, "nf4": 0.3, "nf4-dq": 0.28, "int4-awq": 0.3}
-_CKPT = {"none": 1.0, "selective": 0.5, "full": 0.1}
+_CKPT = {"none": 1.0, "selective": 0.5, "full": 0.1, "offload": 0.05}
+#: the LM head's loss: the full logits, chunked, fused (estimate/analytic/loss.py)
+_LOSS = {"full": 1.0, "chunked": 0.9, "fused": 0.8}
 _SHARD = {"none": 1.0, "ddp": 1.0, "zero1": 0.8, "zero2": 0.6, "zero3": 0.4, "fsdp": 0.4}
 
 
@@ -45,7 +47,7 @@ def closed_form_estimate(w: WorkloadSpec) -> MemoryEstimate:
     params = int(params * (0.5 if w.offload == "params" else 1))
     grads = int(trainable * grad * shard) if w.is_train else 0
     states = int(trainable * _OPT[w.optimizer or "none"] * shard * offload) if w.is_train else 0
-    act_factor = _CKPT[w.checkpointing] if w.is_train else 0.05
+    act_factor = _CKPT[w.checkpointing] * _LOSS[w.loss] if w.is_train else 0.05
     acts = int(w.batch_size * w.seq_len * 2000 * act_factor)
     kv = w.batch_size * (w.seq_len + w.new_tokens) * 512 if not w.is_train else 0
     comps = {

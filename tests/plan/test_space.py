@@ -241,6 +241,7 @@ def test_settings_print_their_flat_names_in_the_plan_json() -> None:
         "micro_batch",
         "grad_accum",
         "prepare_kbit",
+        "loss",
     ]
     assert s.to_json()["grad_accum"] == 4 and s.to_json()["optimizer"] == "adamw-fused"
 

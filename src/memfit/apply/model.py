@@ -122,7 +122,12 @@ def _preflight(w: WorkloadSpec, device: torch.device, quant_backend: str) -> str
     backend = None
     if w.quant != "none":
         backend = quantization.check_quant(w, device, quant_backend)
-    if w.is_train and w.optimizer in ("adamw-8bit", "paged-adamw-8bit", "lion"):
+    if w.is_train and w.optimizer in (
+        "adamw-8bit",
+        "paged-adamw-8bit",
+        "paged-adamw-32bit",
+        "lion",
+    ):
         import_bitsandbytes(f"optimizer {w.optimizer!r}")
     return backend
 

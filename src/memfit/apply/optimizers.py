@@ -43,6 +43,7 @@ DEFAULT_LR = {
     "adamw-fused": 1e-4,
     "adamw-8bit": 1e-3,
     "paged-adamw-8bit": 1e-3,
+    "paged-adamw-32bit": 1e-4,
     "lion": 1e-4,
     "adafactor": 1e-3,
     "sgd": 1e-3,
@@ -96,6 +97,11 @@ def _bitsandbytes(
     if name == "lion":
         opt: torch.optim.Optimizer = bnb.optim.Lion(params, optim_bits=32, is_paged=False, **kwargs)
         return opt
+    if name == "paged-adamw-32bit":  # what HF Trainer's optim="paged_adamw_32bit" builds
+        paged32: torch.optim.Optimizer = bnb.optim.AdamW(
+            params, optim_bits=32, is_paged=True, **kwargs
+        )
+        return paged32
     opt = bnb.optim.AdamW(params, optim_bits=8, is_paged=name.startswith("paged"), **kwargs)
     manager = bnb.optim.GlobalOptimManager.get_instance()
     for module in model.modules():
@@ -119,7 +125,7 @@ def optimizer_name(optimizer: torch.optim.Optimizer) -> str | None:
         return "muon"
     if module.startswith("bitsandbytes") and qual in ("AdamW", "AdamW8bit", "PagedAdamW8bit"):
         if getattr(getattr(optimizer, "args", None), "optim_bits", 32) != 8:
-            return None
+            return "paged-adamw-32bit" if getattr(optimizer, "is_paged", False) else None
         return "paged-adamw-8bit" if getattr(optimizer, "is_paged", False) else "adamw-8bit"
     if module.startswith("bitsandbytes") and qual == "Lion":
         return "lion"

@@ -136,7 +136,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     p.add_argument("--keep-full-finetune", action="store_true", help="no LoRA, freezing or quant")
     p.add_argument("--no-quant", action="store_true", help="keep 16-bit weights")
-    add_flags(p, "plan", "--prepare-kbit", "--optimizer-in-bwd")
+    add_flags(p, "plan", "--prepare-kbit", "--optimizer-in-bwd", "--loss")
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
     add_flags(
@@ -349,6 +349,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         lora_asked=bool(args.lora_rank),
         prepare_kbit=args.prepare_kbit,
         optimizer_in_bwd=args.optimizer_in_bwd,
+        loss=args.loss,
         n_alternatives=args.alternatives,
         confirm=args.confirm or ("none" if args.recommend_gpu else "shown"),
         precision=args.precision,

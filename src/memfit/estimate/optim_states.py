@@ -20,6 +20,8 @@ adamw-8bit          n ≥ 4096: two uint8 states 2·n + two fp32    bitsandbytes
 paged-adamw-8bit    as adamw-8bit; ``state1``/``state2`` of      bitsandbytes PagedAdamW8bit
                     params with n ≥ 100 000 live in CUDA
                     unified memory (``paged_bytes``)
+paged-adamw-32bit   two fp32 states 8·n (whatever b is);         bitsandbytes PagedAdamW32bit
+                    paged as paged-adamw-8bit                    (HF ``optim="paged_adamw_32bit"``)
 adafactor           ≥ 2-D: fp32 row (∏shape[:-1]) + column       transformers.optimization.Adafactor
                     (∏shape[:-2]·shape[-1]) factors; 1-D: a       (HF Trainer ``optim="adafactor"``,
                     full fp32 n·4; plus a fp32 scalar ``RMS``    beta1=None: no first moment)
@@ -65,6 +67,7 @@ OPTIMIZER_NAMES = (
     "adamw-fused",
     "adamw-8bit",
     "paged-adamw-8bit",
+    "paged-adamw-32bit",
     "adafactor",
     "lion",
     "muon",
@@ -72,6 +75,9 @@ OPTIMIZER_NAMES = (
     "sgd-momentum",
     "none",
 )
+#: bitsandbytes ``PagedAdamW32bit`` (``bnb.optim.AdamW(optim_bits=32, is_paged=True)``): two fp32
+#: states per parameter from ``get_state_buffer``, paged as the 8-bit ones are
+PAGED_ADAMW_32BIT = "paged-adamw-32bit"
 #: Optimizers whose 32-bit fallback applies (bitsandbytes 8-bit optimizers).
 BNB_8BIT = ("adamw-8bit", "paged-adamw-8bit")
 
@@ -152,6 +158,9 @@ def state_tensors(
             StateTensor("absmax1", blocks, FP32_BYTES),
             StateTensor("absmax2", blocks, FP32_BYTES),
         ]
+    if optimizer == PAGED_ADAMW_32BIT:  # Optimizer2State, optim_bits=32: fp32 state buffers
+        paged = n >= BNB_PAGED_MIN_NUMEL
+        return [StateTensor(f"state{i}", n, FP32_BYTES, paged) for i in (1, 2)]
     if optimizer == "adafactor":
         return _adafactor_states(shape, n)
     if optimizer == "lion":

@@ -303,7 +303,7 @@ def assemble(result: EngineResult, workload: WorkloadSpec, gpu: Any) -> MemoryEs
     phases = {name: _peak(name, p, workspaces) for name, p in result.phases.items()}
     top = max(phases.values(), key=lambda p: p.peak_allocated_bytes)
     at_top = result.phases[top.phase]
-    reserved, reserved_range = result.reserved.at(top.peak_allocated_bytes)
+    reserved, reserved_range = _reserved_at(result.reserved, top.peak_allocated_bytes, at_top)
     totals = device_totals(gpu, reserved_bytes=reserved, training=training)
     owners = [(n, b) for n, b in at_top.modules.items() if b > 0]
     owners = sorted(owners, key=lambda nb: -nb[1])[:N_TOP_MODULES]
@@ -333,6 +333,20 @@ def assemble(result: EngineResult, workload: WorkloadSpec, gpu: Any) -> MemoryEs
         trace=result.trace,
         notes=notes + totals.notes,
     )
+
+
+def _reserved_at(
+    rule: ReservedRule, peak_allocated_bytes: int, at_top: PhaseResult
+) -> tuple[int, tuple[int, int] | None]:
+    """Reserved bytes (and range) at the peak. A ratio rule scales what torch's caching allocator
+    holds: paged optimizer states (bitsandbytes ``get_paged``: ``cudaMallocManaged`` through
+    ``lib.cget_managed_ptr``, outside the caching allocator) are added as they are, not scaled
+    by its rounding and fragmentation ratio."""
+    paged = at_top.unified_bytes if rule.ratio is not None else 0
+    reserved, rng = rule.at(peak_allocated_bytes - paged)
+    if not paged:
+        return reserved, rng
+    return reserved + paged, None if rng is None else (rng[0] + paged, rng[1] + paged)
 
 
 def _peak(name: str, phase: PhaseResult, workspaces: int) -> PhasePeak:

@@ -311,6 +311,14 @@ class EnginePolicy:
         try:
             est = run_engine("trace", source, workload, gpu, extrapolate=extrapolate)
             return with_reason(est, "auto: one answer is traced (the precise engine)")
+        except NotModelledError as refused:
+            # a setting only the analytic engine models (a fused / chunked loss, checkpoints in
+            # host RAM): the next engine answers (module docstring)
+            if source.origin == "factory" or not _analytic_models(source):
+                raise
+            est = run_engine("analytic", source, workload, gpu)
+            est = with_notes(est, [f"engine auto: the trace engine refuses ({refused})"])
+            return with_reason(est, "auto: the analytic engine models what the trace refuses")
         except TraceError as exc:
             if source.origin == "factory":
                 raise

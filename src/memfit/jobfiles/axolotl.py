@@ -84,6 +84,12 @@ AXOLOTL_NO_EFFECT = (
 )
 
 
+#: axolotl keys that replace the LM head's cross-entropy by a fused, chunked one
+#: (axolotl-ai-cloud/axolotl@067b021c src/axolotl/integrations/liger/args.py,
+#: src/axolotl/integrations/cut_cross_entropy/): memfit's ``loss: fused``
+FUSED_LOSS_KEYS = ("liger_fused_linear_cross_entropy", "cut_cross_entropy")
+
+
 def _precision(r: KeyReader) -> None:
     """axolotl loads the base model in the dtype its ``resolve_dtype`` derives from the flags
     (src/axolotl/utils/config/__init__.py, axolotl-ai-cloud/axolotl@70be546): bfloat16 when
@@ -154,6 +160,12 @@ def read_axolotl(r: KeyReader) -> None:
         r.set("prepare_kbit", True, "adapter", adapter)
     elif eight:
         r.set("quant", "int8", "load_in_8bit", True)
+    for key in FUSED_LOSS_KEYS:
+        # Liger's fused linear cross-entropy / Apple's Cut Cross-Entropy: no logits kept
+        if r.has(key) and as_bool(r, key, r.flat.get(key)):
+            r.set("loss", "fused", key, r.take(key))
+        elif r.has(key):
+            r.take(key)
     for key, what in (
         (
             "sample_packing",
@@ -163,7 +175,6 @@ def read_axolotl(r: KeyReader) -> None:
         ("unfrozen_parameters", "a parameter-name freeze list (use --freeze N for whole layers)"),
         ("liger_rms_norm", "Liger kernels"),
         ("liger_glu_activation", "Liger kernels"),
-        ("liger_fused_linear_cross_entropy", "Liger's fused cross-entropy (no full logits)"),
         ("liger_cross_entropy", "Liger kernels"),
         ("liger_rope", "Liger kernels"),
         ("torch_compile", "torch.compile"),

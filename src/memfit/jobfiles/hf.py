@@ -91,7 +91,6 @@ HF_NO_EFFECT = (
     "torchdynamo",
     "ray_scope",
     "skip_memory_metrics",
-    "use_liger_kernel",
     "average_tokens_across_devices",
     "project",
     "trackio_space_id",
@@ -269,6 +268,19 @@ def read_hf_common(r: KeyReader) -> None:
     r.not_modelled("fsdp_config", "FSDP options: see fsdp")
     r.not_modelled("precompute_ref_log_probs", "DPO without a reference model in memory")
     r.not_modelled("gradient_checkpointing_kwargs", "non-default checkpointing options")
+    liger_loss_of(r, "use_liger_kernel")
+
+
+def liger_loss_of(r: KeyReader, key: str) -> None:
+    """``TrainingArguments(use_liger_kernel=True)`` / LLaMA-Factory's ``enable_liger_kernel``
+    patch the model with Liger's kernels, whose default includes the fused linear cross-entropy
+    (linkedin/Liger-Kernel@ead96b61 src/liger_kernel/transformers/monkey_patch.py,
+    ``apply_liger_kernel_to_llama(fused_linear_cross_entropy=True)``): memfit's ``loss: fused``.
+    Its other kernels (RMSNorm, SwiGLU, RoPE) are not modelled."""
+    if r.has(key) and as_bool(r, key, r.flat.get(key)):
+        r.set("loss", "fused", key, r.take(key))
+    elif r.has(key):
+        r.take(key)
 
 
 def read_trl_model(r: KeyReader) -> None:
@@ -403,9 +415,9 @@ def read_llamafactory(r: KeyReader) -> None:
         r.set("checkpointing", "none" if off else "full", "disable_gradient_checkpointing", off)
     if r.has("pure_bf16") and as_bool(r, "pure_bf16", r.take("pure_bf16")):
         r.set("precision", TRUE["bf16"], "pure_bf16", True)
+    liger_loss_of(r, "enable_liger_kernel")
     for key, what in (
         ("use_unsloth", "Unsloth's patched kernels"),
-        ("enable_liger_kernel", "Liger's fused kernels (smaller logits/activations)"),
         ("use_galore", "GaLore projected optimizer states"),
         ("use_badam", "BAdam block-wise optimizer"),
     ):

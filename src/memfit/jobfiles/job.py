@@ -33,6 +33,7 @@ WORKLOAD_FIELDS = (
     "reshard_after_forward",
     "zero_hpz_partition_size",
     "optimizer_in_bwd",
+    "loss",
 )
 
 

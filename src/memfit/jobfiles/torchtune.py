@@ -18,6 +18,10 @@ from memfit.jobfiles import yaml_load
 from memfit.jobfiles.names import CLASS_OPTIMIZERS, ROLE_OF_MODULE, TORCHTUNE_MODELS, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
 
+#: torchtune losses that run the output projection and cross-entropy in chunks of tokens
+#: (pytorch/torchtune@bd2a0fc7c314 torchtune/modules/loss/cross_entropy_loss.py,
+#: ce_chunked_output_loss.py): memfit's ``loss: chunked``
+CHUNKED_LOSSES = ("LinearCrossEntropyLoss", "CEWithChunkedOutputLoss")
 TORCHTUNE_NO_EFFECT = (
     "output_dir",
     "tokenizer._component_",
@@ -152,20 +156,21 @@ def read_torchtune(r: KeyReader) -> None:
         # post-accumulate-grad hook (training.register_optim_in_bwd_hooks)
         v = r.take("optimizer_in_bwd")
         r.set("optimizer_in_bwd", as_bool(r, "optimizer_in_bwd", v), "optimizer_in_bwd", v)
+    loss = r.flat.get("loss._component_")
+    if isinstance(loss, str) and loss.rsplit(".", 1)[-1] in CHUNKED_LOSSES:
+        # the LM head and cross-entropy a chunk of tokens at a time (estimate/analytic/loss.py)
+        r.set("loss", "chunked", "loss._component_", r.take("loss._component_"))
     for key, what in (
         ("enable_activation_offloading", "activation offloading to the CPU"),
         ("compile", "torch.compile"),
         ("fsdp_cpu_offload", "FSDP CPU offload"),
-        (
-            "loss._component_",
-            "chunked cross-entropy (CEWithChunkedOutputLoss avoids full fp32 logits)",
-        ),
+        ("loss._component_", "this loss"),
         ("dataset.packed", "packed samples fill max_seq_len (the estimate uses the full length)"),
     ):
         value = r.flat.get(key)
         if key not in r.flat:
             continue
-        if value in (False, None) or (key == "loss._component_" and "Chunked" not in str(value)):
+        if value in (False, None) or (key == "loss._component_" and "." in str(value)):
             r.take(key)
         else:
             r.not_modelled(key, what + " is not modelled")

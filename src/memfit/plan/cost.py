@@ -176,6 +176,7 @@ OPTIMIZER_STEP_BYTES = {
     "adamw-fused": 28,
     "adamw-8bit": 16,
     "paged-adamw-8bit": 16,
+    "paged-adamw-32bit": 28,  # AdamW's traffic, states fp32
     "adafactor": 12,
     "lion": 20,
     "muon": 20,
@@ -365,6 +366,23 @@ def _host_s(s: Settings, facts: ModelFacts, passes: float, eager: bool) -> float
     return facts.n_layers * passes * per_layer
 
 
+def recomputes_layers(checkpointing: str) -> bool:
+    """Full checkpointing, and its host-RAM variant, rerun each layer's forward in backward."""
+    return checkpointing in ("full", "offload")
+
+
+def checkpoint_offload_s(s: Settings, facts: ModelFacts, tokens: int, rates: Rates) -> float:
+    """Host-link time of checkpoints kept in host RAM (``--checkpointing offload``: Unsloth's
+    smart gradient checkpointing, estimate/analytic/host_checkpoint.py): each layer's input
+    goes to the host in the forward and comes back in the backward, ``2 x layers x tokens x
+    d_model`` 16-bit values per micro-batch over the host link at ``host_link_efficiency``.
+    The copies are non-blocking on a side stream (unsloth-zoo ``UnslothCheckpointFunction``),
+    so the caller overlaps them with the compute."""
+    width = 4 if compute_dtype(s.precision) == "fp32" else 2
+    n_bytes = 2.0 * facts.n_layers * tokens * facts.d_model * width
+    return n_bytes / (rates.host_bps * _c("host_link_efficiency"))
+
+
 def train_step_cost(
     s: Settings,
     facts: ModelFacts,
@@ -391,16 +409,16 @@ def train_step_cost(
     attn_bwd = attn_fwd * (1.0 - frozen_share) * _c("backward_per_forward")
     # torchtitan's per-op SAC (``selective-op``) recomputes every other matmul of a block (wk,
     # wo, w3 of Llama's seven: 37 % of a Llama-3-8B block's matmul FLOPs) and saves attention
-    recompute_mm = {
-        "none": 0.0, "full": mm_fwd, "selective": 0.0, "selective-op": SAC_OP_RECOMPUTE * mm_fwd,
-    }[s.checkpointing]  # fmt: skip
+    recompute_mm = mm_fwd if recomputes_layers(s.checkpointing) else 0.0
+    if s.checkpointing == "selective-op":
+        recompute_mm = SAC_OP_RECOMPUTE * mm_fwd
     recompute_attn = 0.0 if s.checkpointing in ("none", "selective-op") else attn_fwd
     compute = _flops_s(
         mm_fwd * (1 + bwd_factor) + recompute_mm, attn_fwd + attn_bwd + recompute_attn, s, rates
     )
     # forward-equivalent passes: forward 1, backward ~2 (both gradients) or ~1 (input only)
-    passes = 1.0 + bwd_factor + (s.checkpointing == "full")
-    weight_passes = 2 + (s.checkpointing == "full")  # forward, backward, recompute read weights
+    passes = 1.0 + bwd_factor + recomputes_layers(s.checkpointing)
+    weight_passes = 2 + recomputes_layers(s.checkpointing)  # fwd, bwd, recompute read weights
     w_bytes = _weight_bytes(s, facts)
     micro = max(compute, weight_passes * w_bytes / (rates.memory_bps * _c("mbu")))
     dequant = weight_passes * _dequant_s(s, facts, tokens, rates)
@@ -437,6 +455,9 @@ def train_step_cost(
         # shards are all-gathered over the GPU link (FSDP CPU offload, ZeRO-3 offload_param)
         parts["offload_pcie"] += s.grad_accum * weight_passes * w_bytes / dp / host_link
     on_gpu = parts["compute"] + parts["dequant"] + parts["host_overhead"]
+    if s.checkpointing == "offload":
+        parts["checkpoint_pcie"] = s.grad_accum * checkpoint_offload_s(s, facts, tokens, rates)
+        on_gpu = max(on_gpu, parts["checkpoint_pcie"])  # non-blocking copies overlap compute
     step = max(on_gpu, parts["communication"]) + parts["optimizer"]
     step += parts.get("offload_pcie", 0.0)
     return StepCost(step_s=step, tokens_per_s=tokens * s.grad_accum * dp / step, parts_s=parts)

@@ -72,7 +72,13 @@ RISKS: dict[tuple[str, str], tuple[int, str]] = {
     ("quant", "int4-gptq"): (2, "4-bit GPTQ weights: check quality on your eval set"),
 }
 #: Optimizers with the same update as AdamW (the fused kernel: one launch, same maths).
-SAME_MATHS_AS = {"adamw": ("adamw", "adamw-fused"), "adamw-fused": ("adamw", "adamw-fused")}
+SAME_MATHS_AS: dict[str, tuple[str, ...]] = {
+    "adamw": ("adamw", "adamw-fused"),
+    "adamw-fused": ("adamw", "adamw-fused"),
+}
+#: bitsandbytes' paged 32-bit AdamW runs AdamW's update with fp32 states (paging moves them, it
+#: changes no value): the same maths as AdamW
+SAME_MATHS_AS["paged-adamw-32bit"] = ("paged-adamw-32bit", "adamw", "adamw-fused")
 #: The family each result-changing optimizer belongs to.
 OPTIMIZER_FAMILY = {"adamw-8bit": "8bit-optim", "paged-adamw-8bit": "8bit-optim"}
 
@@ -181,6 +187,19 @@ def frozen_base_cast(s: Any, recipe: Any) -> bool:
     return len(pair) == 1 and kinds == {"mixed", "true"}
 
 
+#: How a memory-only change of checkpointing / loss reads (rules.CHECKPOINTING, rules.LOSSES).
+CHECKPOINTING_CHANGE = {
+    "offload": "full activation checkpointing with the checkpoints in host RAM (Unsloth "
+    'use_gradient_checkpointing="unsloth")'
+}
+LOSS_CHANGE = {
+    "full": "the full-logits cross-entropy",
+    "chunked": "chunked cross-entropy (torchtune LinearCrossEntropyLoss)",
+    "fused": "fused linear cross-entropy (Liger's LigerFusedLinearCrossEntropyLoss, Unsloth's "
+    "fused CE: the same loss, no logits kept)",
+}
+
+
 def _memory_changes(s: Any, recipe: Any, mode: str) -> list[Change]:
     found: list[str] = []
     if mode == "train" and frozen_base_cast(s, recipe):
@@ -190,7 +209,10 @@ def _memory_changes(s: Any, recipe: Any, mode: str) -> list[Change]:
     if s.attention != recipe.attention:
         found.append(f"attention {s.attention}")
     if mode == "train" and s.checkpointing != recipe.checkpointing:
-        found.append(f"{s.checkpointing} activation checkpointing")
+        found.append(CHECKPOINTING_CHANGE.get(s.checkpointing, "{} activation checkpointing"))
+        found[-1] = found[-1].format(s.checkpointing)
+    if mode == "train" and getattr(s, "loss", "full") != getattr(recipe, "loss", "full"):
+        found.append(LOSS_CHANGE[s.loss])
     if (s.micro_batch, s.grad_accum) != (recipe.micro_batch, recipe.grad_accum):
         found.append(
             f"micro-batch {s.micro_batch} x {s.grad_accum} accumulation steps"

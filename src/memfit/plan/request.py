@@ -21,7 +21,7 @@ from memfit.spec import (
     QUANTS,
     WorkloadSpec,
 )
-from memfit.spec.rules import MAX_LORA_RANK
+from memfit.spec.rules import LOSSES, MAX_LORA_RANK
 
 GOALS = ("throughput", "memory")
 #: Which plans the precise (trace) engine confirms: every plan shown (recommended and
@@ -74,6 +74,8 @@ class PlanRequest:
     #: the job steps its optimizer in backward (``--optimizer-in-bwd``), kept as asked: its plans
     #: run on one GPU without accumulation (WorkloadSpec.optimizer_in_bwd)
     optimizer_in_bwd: bool = False
+    #: the job's training cross-entropy (``--loss``, rules.LOSSES), kept as asked
+    loss: str = "full"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", frozenset(self.allow))
@@ -94,6 +96,8 @@ class PlanRequest:
                 "optimizer_in_bwd needs a training job with an optimizer (--mode train, "
                 "--optimizer other than none)"
             )
+        if self.loss not in LOSSES:
+            p.append(f"loss ({self.loss!r}) must be one of {', '.join(LOSSES)}")
         if self.attention not in ATTENTIONS:
             p.append(f"attention ({self.attention!r}) must be one of {', '.join(ATTENTIONS)}")
         unknown = sorted(set(self.allow) - set(ALLOW))

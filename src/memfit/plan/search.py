@@ -46,7 +46,13 @@ from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdic
 from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
 from memfit.plan.floor import Floor, stack_floor
-from memfit.plan.recipe import changes, families, quality_risk
+from memfit.plan.recipe import (
+    CHECKPOINTING_CHANGE,
+    LOSS_CHANGE,
+    changes,
+    families,
+    quality_risk,
+)
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.space import (
     RISK_LEVELS,
@@ -257,6 +263,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         lora_ranks=request.lora_ranks,
         prepare_kbit=request.prepare_kbit,
         optimizer_in_bwd=request.optimizer_in_bwd,
+        loss=request.loss,
         precision=request.precision,
         optimizer=request.optimizer,
         attention=request.attention,
@@ -851,21 +858,33 @@ class _Search:
         return lo * 256 if lo else None
 
 
-def rank_key(o: PlanOption) -> tuple[int, int, int, float, int]:
+def rank_key(o: PlanOption) -> tuple[int, int, int, int, float, int]:
     """The order plans are visited and recommended in (goal ``throughput``): predicted step time
     in buckets of :data:`RANK_TIE_FRACTION`, then the lower quality risk, then the fewer
     result-changing changes (at equal risk, one change a practitioner knows — QLoRA's 4-bit
     base — before two stacked ones, e.g. int8 weights + 8-bit states of a few adapters), then
-    the step time, then the larger micro-batch (fewer, larger kernels)."""
+    fewer changes that need another library's kernels (:func:`other_kernels`), then the step
+    time, then the larger micro-batch (fewer, larger kernels)."""
     bucket = math.floor(math.log(max(o.cost.step_s, 1e-12)) / math.log1p(RANK_TIE_FRACTION))
-    return (bucket, o.risk_level, len(o.risk_reasons), o.cost.step_s, -o.settings.micro_batch)
+    return (
+        bucket, o.risk_level, len(o.risk_reasons), other_kernels(o), o.cost.step_s,
+        -o.settings.micro_batch,
+    )  # fmt: skip
 
 
-def risk_first_key(o: PlanOption) -> tuple[int, int, int, float, int]:
+def other_kernels(o: PlanOption) -> int:
+    """Changes the job's own code cannot make with a setting: a fused cross-entropy (Liger,
+    Unsloth) or checkpoints in host RAM (Unsloth) the recipe does not use. Within a tie they
+    rank after the plans without them."""
+    texts = (*LOSS_CHANGE.values(), *CHECKPOINTING_CHANGE.values())
+    return sum(c.what in texts for c in o.changes)
+
+
+def risk_first_key(o: PlanOption) -> tuple[int, int, int, int, float, int]:
     """The order of the result-changing tier: the least quality risk first, then as
     :func:`rank_key`."""
-    bucket, risk, n_changes, step_s, mb = rank_key(o)
-    return (risk, n_changes, bucket, step_s, mb)
+    bucket, risk, n_changes, kernels, step_s, mb = rank_key(o)
+    return (risk, n_changes, bucket, kernels, step_s, mb)
 
 
 def _group(s: Settings) -> tuple[Any, ...]:

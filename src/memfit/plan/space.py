@@ -34,7 +34,9 @@ from memfit.spec.rules import precision_rules
 #: Memory order per dimension: a higher index keeps less in device memory. Values of equal index
 #: are not compared (int8 vs fp8, zero3 vs fsdp). ``micro_batch`` is ordered by its value.
 MEMORY_ORDER: dict[str, dict[str, int]] = {
-    "checkpointing": {"none": 0, "selective": 1, "selective-op": 1, "full": 2},
+    "checkpointing": {"none": 0, "selective": 1, "selective-op": 1, "full": 2, "offload": 3},
+    # a chunked / fused cross-entropy keeps no full logits (estimate/analytic/loss.py)
+    "loss": {"full": 0, "chunked": 1, "fused": 2},
     "optimizer": {"adamw": 0, "adamw-fused": 0, "adamw-8bit": 1, "adafactor": 2},
     "quant": {"none": 0, "int8": 1, "fp8": 1, "nf4": 2, "nf4-dq": 3, "int4-awq": 2},
     "shard": {"none": 0, "ddp": 0, "zero2": 1, "zero3": 2, "fsdp": 2},
@@ -61,6 +63,7 @@ SETTINGS_JSON = (
     "micro_batch",
     "grad_accum",
     "prepare_kbit",
+    "loss",
 )
 
 
@@ -131,6 +134,7 @@ class Settings:
     lora_rank = _view("techniques", "lora_rank")
     freeze_layers = _view("techniques", "freeze_layers")
     prepare_kbit = _view("techniques", "prepare_kbit")
+    loss = _view("techniques", "loss")
     gpus = _view("parallel", "gpus")
     shard = _view("parallel", "shard")
     offload = _view("parallel", "offload")
@@ -153,6 +157,7 @@ class Settings:
             self.tp,
             self.prepare_kbit,
             self.techniques.optimizer_in_bwd,
+            self.techniques.loss,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -191,6 +196,8 @@ class Settings:
             parts.append(f"freeze {self.freeze_layers}")
         if self.checkpointing != "none":
             parts.append(f"ckpt {self.checkpointing}")
+        if self.loss != "full":
+            parts.append(f"{self.loss} CE")
         if self.optimizer != "none":
             parts.append(
                 self.optimizer + (" in backward" if self.techniques.optimizer_in_bwd else "")
@@ -279,6 +286,10 @@ class SpaceOptions:
     lora_targets: tuple[str, ...] | str = "all-linear"
     #: the optimizer steps in backward (asked): one GPU, no accumulation, no ZeRO / offload
     optimizer_in_bwd: bool = False
+    #: the job's training cross-entropy (rules.LOSSES); ``memory_only_losses`` adds the fused
+    #: one (Liger / Unsloth: the same loss and gradients, no logits kept) as a memory-only option
+    loss: str = "full"
+    memory_only_losses: bool = True
 
     @property
     def recipe_precision(self) -> str:
@@ -443,7 +454,7 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                     # an adapter job under ZeRO runs as DeepSpeed's bf16 / fp16 optimizer does:
                     # the 16-bit model, fp32 masters of the adapters (the *-mixed name)
                     run_as = precision.replace("-true", "-mixed")
-                for ckpt in ("none", "selective", "full"):
+                for ckpt, loss in _ckpt_losses(o, layout):
                     for m, accum in _micro_batches(o):
                         if o.optimizer_in_bwd and accum > 1:
                             continue  # each parameter steps in backward: nothing accumulates
@@ -458,11 +469,32 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                                 prepare_kbit=o.prepare_kbit
                                 and stack.get("quant", "none") != "none",
                                 optimizer_in_bwd=o.optimizer_in_bwd,
+                                loss=loss,
                                 **stack,
                                 **layout,
                             )
                         )
     return out
+
+
+#: Memory-only training variants beyond the classic three checkpointing modes: checkpoints in
+#: host RAM (Unsloth's "unsloth" checkpointing; one GPU without ZeRO, whose offload already
+#: uses the host link) and the fused cross-entropy.
+HOST_CHECKPOINTING = "offload"
+FUSED_LOSS = "fused"
+
+
+def _ckpt_losses(o: SpaceOptions, layout: dict[str, Any]) -> list[tuple[str, str]]:
+    """(checkpointing, loss) pairs of one training layout: the recipe's loss (and the fused one
+    where allowed) under no / selective / full checkpointing, and host-RAM checkpoints on one
+    GPU without ZeRO offload."""
+    losses = [o.loss]
+    if o.memory_only_losses and o.loss != FUSED_LOSS:
+        losses.append(FUSED_LOSS)
+    ckpts = ["none", "selective", "full"]
+    if o.gpus == 1 and layout.get("offload", "none") == "none":
+        ckpts.append(HOST_CHECKPOINTING)
+    return [(c, loss) for loss in losses for c in ckpts]
 
 
 def recipe(o: SpaceOptions) -> Settings:
@@ -483,6 +515,7 @@ def recipe(o: SpaceOptions) -> Settings:
         quant=o.quant,
         optimizer=o.recipe_optimizer,
         optimizer_in_bwd=o.optimizer_in_bwd,
+        loss=o.loss,
         lora_rank=o.lora_ranks[0] if o.lora_asked and o.lora_ranks else None,
         lora_targets=o.lora_targets if o.lora_asked else "all-linear",
         gpus=o.gpus,

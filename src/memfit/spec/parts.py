@@ -126,13 +126,14 @@ class TechniqueSpec:
     quantization: QuantSpec = QuantSpec()
     zero_grad_set_to_none: bool = True
     optimizer_in_bwd: bool = False
+    loss: str = "full"  # the training cross-entropy (rules.LOSSES)
 
     def __post_init__(self) -> None:
         raise_if(self.problems())
 
     def problems(self) -> list[str]:
         own: tuple[str, ...] = ("precision", "attention", "checkpointing", "optimizer")
-        own += ("freeze_layers", "optimizer_in_bwd")
+        own += ("freeze_layers", "optimizer_in_bwd", "loss")
         values = {k: getattr(self, k) for k in own}
         for name in ("optimizer", "precision"):
             if values[name] is None:
@@ -165,6 +166,7 @@ class TechniqueSpec:
             "freeze_layers": self.freeze_layers,
             "zero_grad_set_to_none": self.zero_grad_set_to_none,
             "optimizer_in_bwd": self.optimizer_in_bwd,
+            "loss": self.loss,
             **self.quantization.flat(),
         }
 

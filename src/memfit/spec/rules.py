@@ -27,13 +27,23 @@ ATTENTIONS = ("eager", "sdpa", "flash")
 #: output; ``selective-op`` is torchtitan's per-op SAC (``activation_checkpoint.mode =
 #: "selective"``, ``selective_ac_option = "op"``): attention outputs and every other matmul output
 #: of a block saved (torchtitan ``parallelize_llama.py`` ``_custom_policy`` / ``_save_list`` at
-#: 9dec370; ``SelectiveAC`` in ``distributed/activation_checkpoint.py`` at b5bcd76).
-CHECKPOINTING = ("none", "full", "selective", "selective-op")
+#: 9dec370; ``SelectiveAC`` in ``distributed/activation_checkpoint.py`` at b5bcd76); ``offload``
+#: is Unsloth's ``use_gradient_checkpointing="unsloth"`` (each layer's input kept in host RAM).
+CHECKPOINTING = ("none", "full", "selective", "selective-op", "offload")
+#: How the LM head's cross-entropy runs in training: ``full`` materialises the whole (B, S, V)
+#: logits and their fp32 copy (transformers' ``ForCausalLMLoss``); ``chunked`` runs the LM head
+#: and the cross-entropy a chunk of tokens at a time, each chunk's saved tensors kept for
+#: backward (torchtune ``LinearCrossEntropyLoss`` / ``CEWithChunkedOutputLoss``); ``fused``
+#: computes the loss and its gradients chunk by chunk inside the forward, keeping no logits
+#: (Liger-Kernel ``LigerFusedLinearCrossEntropyLoss``, Unsloth's ``unsloth_fused_ce_loss``).
+#: ``estimate/analytic/loss.py`` models each.
+LOSSES = ("full", "chunked", "fused")
 OPTIMIZERS = (
     "adamw",
     "adamw-fused",
     "adamw-8bit",
     "paged-adamw-8bit",
+    "paged-adamw-32bit",
     "adafactor",
     "lion",
     "muon",
@@ -422,6 +432,7 @@ FIELD_RULES: dict[str, Rule] = {
     "precision": _choice(PRECISION_NAMES),
     "attention": _choice(ATTENTIONS),
     "checkpointing": _choice(CHECKPOINTING),
+    "loss": _choice(LOSSES),
     "optimizer": _choice(OPTIMIZERS),
     "task": _choice(TASKS),
     "quant": _choice(QUANTS),

@@ -87,6 +87,8 @@ class WorkloadSpec:
     #: (torchtune ``optimizer_in_bwd: True``; torch's ``register_post_accumulate_grad_hook``
     #: pattern): each gradient is freed right after its step, so no full set of gradients exists
     optimizer_in_bwd: bool = False
+    #: the LM head's cross-entropy in training (rules.LOSSES): full logits, chunked, or fused
+    loss: str = "full"
     quant: str = "none"
     quant_group_size: int = 128
     prepare_kbit: bool = False
@@ -273,6 +275,7 @@ class WorkloadSpec:
         p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
         p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
         p += self._optimizer_in_bwd_problems()
+        p += self._loss_problems()
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
         if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
@@ -281,6 +284,15 @@ class WorkloadSpec:
                 "zero3 (ZeRO-Inference) or ddp (one replica per GPU)"
             )
         return p
+
+    def _loss_problems(self) -> list[str]:
+        """A chunked / fused cross-entropy is a training loss (inference has no labels)."""
+        if self.loss == "full" or self.mode == "train":
+            return []
+        return [
+            f"loss {self.loss!r} is the training loss of a causal LM: it needs --mode train "
+            "(inference computes no loss); drop --loss"
+        ]
 
     def _optimizer_in_bwd_problems(self) -> list[str]:
         """What the optimizer step inside backward cannot be combined with (torchtune's
@@ -392,6 +404,8 @@ class WorkloadSpec:
             d.pop("quant_experts")
         if not self.optimizer_in_bwd:
             d.pop("optimizer_in_bwd")
+        if self.loss == "full":
+            d.pop("loss")
         for name, default in PARALLEL_DEFAULTS.items():  # printed where a job uses them
             if d[name] == default:
                 d.pop(name)

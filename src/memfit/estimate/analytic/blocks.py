@@ -33,6 +33,7 @@ from memfit.errors import SpecError
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.attention import EAGER_SOFTMAX, AttnShape, attention
 from memfit.estimate.analytic.graph import KV, Tensor
+from memfit.estimate.analytic.loss import head_loss
 from memfit.estimate.analytic.ops import Ops, promote
 
 
@@ -50,6 +51,7 @@ class Work:
     use_cache: bool = False  # the model keeps K/V in a DynamicCache
     logits_to_keep: int = 0  # 0: all positions; generate() keeps 1
     checkpointed: bool = False  # layers run under activation checkpointing (training)
+    loss: str = "full"  # the training cross-entropy (rules.LOSSES; loss.py)
     #: ``generate()`` passes (B, S) ``position_ids`` (from its all-ones attention mask); a plain
     #: forward (training, classifiers) builds (1, S) ones from ``cache_position``
     batched_positions: bool = False
@@ -336,6 +338,8 @@ def lm_head_and_loss(o: Ops, x: Tensor, w: Work, a: Arch, *, bias: bool = False)
     (LogSoftmaxBackward saves the fp32 log-probabilities). The logits stay referenced by the
     model output (``out.logits``) until the step ends. Inference keeps ``logits_to_keep`` rows and
     ``generate()`` copies the last one to fp32."""
+    if w.train and w.loss != "full":
+        return head_loss(o, x, w.tokens, a, kind=w.loss, bias=bias)
     keep = w.logits_to_keep
     hidden = x
     if keep:

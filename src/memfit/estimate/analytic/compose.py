@@ -37,6 +37,11 @@ from memfit.estimate.analytic.graph import (
     one,
     vadd,
 )
+from memfit.estimate.analytic.host_checkpoint import (
+    OFFLOADED,
+    checkpoints_on_host,
+    recompute_mode,
+)
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import step_temp_in_backward
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
@@ -108,16 +113,19 @@ def run_workload_block(
         return body(o)
 
     lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
-    return run_block(
+    prof = run_block(
         build,
         precision=wl.run_precision,
         train=train,
         frozen=frozen,
         lora=lora,
-        checkpointing=wl.checkpointing if repeated else "none",
+        checkpointing=recompute_mode(wl.checkpointing) if repeated else "none",
         existing_grads=not wl.zero_grad_set_to_none and not wl.optimizer_in_bwd,
         step_temp=step_temp_in_backward(wl.optimizer or "none") if wl.optimizer_in_bwd else None,
     )
+    if repeated and wl.checkpointing == OFFLOADED and prof.checkpoint_bytes:
+        prof = checkpoints_on_host(prof)
+    return prof
 
 
 @dataclass(frozen=True, kw_only=True)

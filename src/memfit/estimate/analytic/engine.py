@@ -34,6 +34,7 @@ from memfit.estimate.analytic.compose import (
 )
 from memfit.estimate.analytic.decoder import DecoderProgram
 from memfit.estimate.analytic.graph import ACTS, DTYPE_BYTES, KV, Tensor, Vec, one, vadd
+from memfit.estimate.analytic.host_checkpoint import OFFLOADED, device_buffer_bytes
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
@@ -124,6 +125,7 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         train=True,
         use_cache=prog.use_cache and wl.checkpointing == "none",
         checkpointed=wl.checkpointing != "none",
+        loss=wl.loss,
     )
     frozen = wl.freeze_layers
     lora = wl.lora_rank is not None
@@ -179,6 +181,8 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     embeddings = embedding_shapes(all_stacks)
     opt = optimizer_bytes(wl.optimizer or "none", shapes, grad_bytes, embedding_shapes=embeddings)
     inputs = prog.input_bytes(wl.batch_size, s, True)
+    if wl.checkpointing == OFFLOADED:  # the GPU buffers the host checkpoints come back through
+        inputs += device_buffer_bytes(max(st.profile.checkpoint_bytes for st in stacks))
     view = rank_view_for(wl, all_stacks, tied=a.tie, opt=opt) if is_distributed(wl) else None
     return training_step(
         all_stacks,

@@ -36,6 +36,7 @@ TEMP_PARAM_MULTIPLE = {
     "adamw-fused": 0,
     "adamw-8bit": 0,
     "paged-adamw-8bit": 0,
+    "paged-adamw-32bit": 0,  # bitsandbytes' 32-bit kernel updates in place
     "lion": 0,
     "muon": 0,  # its AdamW group's square root and Newton-Schulz's transients: muon_temp_bytes
     "adafactor": 0,

@@ -66,6 +66,8 @@ class BlockProfile:
     param_points: list[tuple[int, int]] = field(default_factory=list)
     #: weight casts the block leaves in autocast's cache (inference, checkpointed training)
     cast_bytes: int = 0
+    #: bytes the checkpoint keeps for the recomputation (the block's input; host_checkpoint.py)
+    checkpoint_bytes: int = 0
 
 
 def run_block(
@@ -103,6 +105,7 @@ def run_block(
     g, x, outs = record()
     policy = CHECKPOINT_POLICY[checkpointing]
     ckpt = checkpointing != "none" and train and any(t.rg for t in outs)
+    ckpt_bytes = x.n_bytes if ckpt and x is not None else 0
     if ckpt and x is not None:
         g.hold(x)  # torch.utils.checkpoint keeps the block's inputs for the recomputation
     cast_bytes = recorded[0].held_cast_bytes
@@ -115,6 +118,7 @@ def run_block(
     fwd, fwd_end = g.forward(save_policy=policy if ckpt else "all")
     prof = BlockProfile(fwd=fwd, fwd_end=fwd_end, out_rg=any(t.rg for t in outs))
     prof.cast_bytes = cast_bytes
+    prof.checkpoint_bytes = ckpt_bytes
     _count_params(prof, g)
     if not (backward and train and any(t.rg for t in outs)):
         return prof

@@ -73,6 +73,10 @@ def refusal(source: Any, workload: WorkloadSpec) -> str | None:
         return "the optimizer step in backward (optimizer_in_bwd)"
     if workload.prefill_chunk_size is not None:
         return "a chunked prefill (prefill_chunk_size)"
+    if workload.loss != "full":
+        return f"the {workload.loss} cross-entropy (--loss {workload.loss})"
+    if workload.checkpointing == "offload":
+        return "checkpoints kept in host RAM (--checkpointing offload)"
     return None
 
 

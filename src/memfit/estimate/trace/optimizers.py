@@ -27,6 +27,7 @@ HF Trainer registers every ``nn.Embedding`` weight for 32-bit states when it bui
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -40,7 +41,7 @@ from memfit.estimate.optim_states import (
 )
 
 #: The optimizer names this module provides.
-BNB_OPTIMIZERS = ("adamw-8bit", "paged-adamw-8bit", "lion")
+BNB_OPTIMIZERS = ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "lion")
 
 
 class _BnbStandIn(torch.optim.Optimizer):
@@ -145,6 +146,8 @@ def make_bnb_optimizer(
         return AdamW8bitStandIn(
             params, paged=name.startswith("paged"), fp32_params=embedding_weights(model)
         )
+    if name == "paged-adamw-32bit":  # every parameter under the 8-bit threshold: fp32 states
+        return AdamW8bitStandIn(params, paged=True, min_8bit_size=sys.maxsize)
     raise ValueError(f"no bitsandbytes stand-in for optimizer {name!r}")
 
 

@@ -61,7 +61,7 @@ def make_optimizer(
         from memfit.estimate.trace.muon import MuonWithAdamW
 
         return MuonWithAdamW(params, model)
-    if name in ("adamw-8bit", "paged-adamw-8bit", "lion"):
+    if name in ("adamw-8bit", "paged-adamw-8bit", "paged-adamw-32bit", "lion"):
         from memfit.estimate.trace.optimizers import make_bnb_optimizer
 
         return make_bnb_optimizer(name, params, model)
