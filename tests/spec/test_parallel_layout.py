@@ -54,6 +54,8 @@ def test_bad_layouts_are_refused_with_the_rule(kwargs, message):
         (dict(gpus=8, pp=2, shard="zero3"), r"supports ZeRO stage 0-1 only"),
         (dict(mode="infer", gpus=2, pp=2), r"with mode 'infer'"),
         (dict(gpus=2, pp=2, lora_rank=8), r"lora_rank with pp/cp/ep > 1"),
+        (dict(gpus=2, pp=2, checkpointing="offload"), r"checkpointing 'offload' with pp/cp"),
+        (dict(gpus=2, pp=2, loss="fused"), r"loss \('fused'\) with pp/cp/ep > 1"),
     ],
 )
 def test_job_rules_of_the_layout(kwargs, message):

@@ -240,6 +240,17 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
                 f"{name} ({values[name]!r}) with {what}: the parallel closed form models "
                 f"full training without {name}; drop --{name} or use pp = cp = ep = 1"
             )
+    if values.get("checkpointing") == "offload":
+        p.append(
+            f"checkpointing 'offload' with {what}: Unsloth's host-RAM checkpoints are a one-GPU "
+            "technique the parallel closed form does not model; use --checkpointing full, "
+            "selective or selective-op"
+        )
+    if values.get("loss", "full") != "full":
+        p.append(
+            f"loss ({values['loss']!r}) with {what}: the parallel closed form models the full "
+            "cross-entropy; drop --loss or use pp = cp = ep = 1 without --sp / --float8"
+        )
     if values.get("lora_rank") is not None:
         p.append(
             f"lora_rank with {what}: the parallel closed form models full training; drop "
