@@ -2,17 +2,32 @@
 
     PYTHONPATH=src .venv/bin/python benchmarks/multigpu_points.py            # markdown table
     PYTHONPATH=src .venv/bin/python benchmarks/multigpu_points.py --json     # one JSON per point
+    PYTHONPATH=src .venv/bin/python benchmarks/multigpu_points.py --write    # + results file
+    PYTHONPATH=src .venv/bin/python benchmarks/multigpu_points.py --only ID  # one point
 
 Points: ``benchmarks/data/multigpu_published.jsonl``, one JSON line each with ``source`` (URL with
-the table/row), ``framework``, ``version``, ``model`` (a bundled memfit name), ``gpus``,
-``layout`` {dp, fsdp, tp, pp, cp, ep}, ``precision``, ``micro_batch``, ``seq``,
-``checkpointing``, ``measured_gib`` and ``metric`` (allocated | reserved | device: what the source
-logged). Optional flags a point may carry: ``compile``, ``float8``.
+the table/row), ``framework``, ``version``, ``model`` (a bundled memfit name or a config directory
+under ``benchmarks/configs/``), ``gpus``, ``layout`` {dp, fsdp, tp, pp, cp, ep}, ``precision``,
+``micro_batch``, ``seq``, ``checkpointing``, ``measured_gib`` and ``metric`` (allocated |
+reserved | device: what the source logged), ``notes`` (every assumption). Optional settings a
+point may carry: ``shard`` (memfit's --shard: ddp / zero1-3 / fsdp; default from the layout),
+``offload``, ``optimizer``, ``attention``, ``lora_rank``, ``lora_targets``, ``quant``,
+``compile``, ``float8``, ``engine`` ("megatron": see below), ``expressible`` (false, with a
+``reason``: listed, never scored).
 
 A point is *expressible* when memfit has every setting it names; otherwise the table says which
-setting is missing and no error is computed (an estimate of another job is no evidence). The
-estimate is the analytic engine's (seconds per point; the trace engine of an 8B model takes
-minutes on this machine). Error = (estimate - measured) / measured on the point's metric.
+setting is missing and no error is computed (an estimate of another job is no evidence). Each
+expressible point is run as the ``memfit estimate`` command the table prints (a subprocess with
+``--json``): the analytic engine where it models the job, the derived engine (rank 0's traced
+timeline, grown from a few layers) for QLoRA under FSDP / ZeRO-3, which the analytic engine
+refuses. Error = (estimate - measured) / measured on the point's metric.
+
+Megatron-LM rows (``engine: megatron``) are estimated by memfit's Megatron layout, the parallel
+closed form (``memfit.estimate.parallel.estimate_parallel``: 16-bit parameters, fp32 main
+gradients, fp32 masters + Adam sharded by the distributed optimizer), which ``memfit estimate``
+answers with only when pp, cp or ep > 1; the table also gives what the printed command (the
+analytic engine, transformers' training semantics) answers for the same job: a gap, not hidden.
+
 torchtitan's per-op selective checkpointing (every other matmul output saved) is run as memfit's
 ``selective`` (every matmul output saved): the nearest policy memfit has, which over-predicts.
 """
@@ -21,14 +36,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from memfit import WorkloadSpec, estimate
-from memfit.spec import EstimateOptions
-
-DATA = Path(__file__).resolve().parent / "data" / "multigpu_published.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "multigpu_published.jsonl"
+RESULTS = ROOT / "benchmarks" / "results" / "multigpu_points.md"
 GIB = 2**30
 #: memfit's nearest checkpointing for the sources' names
 CHECKPOINTING = {
@@ -41,6 +58,11 @@ METRIC_FIELD = {
     "allocated": "peak_allocated_bytes",
     "reserved": "peak_reserved_bytes",
     "device": "device_used_bytes",
+}
+#: Models not bundled with memfit: their config.json in the repository (sources in the data rows).
+MODEL_PATHS = {
+    "yi-34b": "benchmarks/configs/yi-34b",
+    "mistral-7b-v0.2": "benchmarks/configs/mistral-7b-v0.2",
 }
 
 
@@ -55,6 +77,9 @@ def missing(point: dict[str, Any]) -> list[str]:
     """Settings of ``point`` memfit cannot express (empty: expressible)."""
     lay = point["layout"]
     out = [f"{k} {lay[k]}" for k in ("pp", "cp", "ep") if lay.get(k, 1) > 1]
+    if point.get("expressible") is False:
+        out.append(point["reason"])
+        return out
     if point.get("float8"):
         out.append("Float8 training")
     if point.get("compile"):
@@ -64,61 +89,191 @@ def missing(point: dict[str, Any]) -> list[str]:
     return out
 
 
-def workload(point: dict[str, Any]) -> WorkloadSpec:
+def shard_of(point: dict[str, Any]) -> str:
     lay = point["layout"]
-    fsdp, dp, tp = lay.get("fsdp", 1), lay.get("dp", 1), lay.get("tp", 1)
-    shard = "fsdp" if fsdp > 1 else ("ddp" if dp > 1 else "none")
-    return WorkloadSpec(
-        batch_size=point["micro_batch"],
-        seq_len=point["seq"],
-        precision="bf16-mixed",
-        checkpointing=CHECKPOINTING[point["checkpointing"]],
-        gpus=point["gpus"],
-        tp=tp,
-        shard=shard,
-        dp_replicate=dp if fsdp > 1 and dp > 1 else 1,
+    if "shard" in point:
+        return str(point["shard"])
+    if lay.get("fsdp", 1) > 1:
+        return "fsdp"
+    return "ddp" if lay.get("dp", 1) > 1 else "none"
+
+
+def precision_of(point: dict[str, Any]) -> str:
+    """memfit's precision name; torchtitan rows spell FSDP2's policy out in prose."""
+    p = str(point["precision"])
+    return "bf16-mixed" if p.startswith("bf16-mixed") else p
+
+
+def command(point: dict[str, Any]) -> list[str]:
+    """The ``memfit estimate`` arguments of ``point`` (without ``--json``)."""
+    lay = point["layout"]
+    model = MODEL_PATHS.get(point["model"], point["model"])
+    shard = shard_of(point)
+    argv = [model, "--gpus", str(point["gpus"])]
+    if lay.get("tp", 1) > 1:
+        argv += ["--tp", str(lay["tp"])]
+    if shard != "none":
+        argv += ["--shard", shard]
+    if shard == "fsdp" and lay.get("dp", 1) > 1 and lay.get("fsdp", 1) > 1:
+        argv += ["--dp-replicate", str(lay["dp"])]
+    if point.get("offload", "none") != "none":
+        argv += ["--offload", point["offload"]]
+    argv += ["--batch", str(point["micro_batch"]), "--seq", str(point["seq"])]
+    argv += ["--precision", precision_of(point)]
+    argv += ["--checkpointing", CHECKPOINTING[point["checkpointing"]]]
+    for key, flag in (("optimizer", "--optimizer"), ("attention", "--attention")):
+        if point.get(key):
+            argv += [flag, str(point[key])]
+    if point.get("lora_rank"):
+        argv += ["--lora-rank", str(point["lora_rank"])]
+        argv += ["--lora-targets", point.get("lora_targets", "all-linear")]
+    if point.get("quant", "none") != "none":
+        argv += ["--quant", point["quant"]]
+    quantized_sharded = point.get("quant", "none") != "none" and shard in ("fsdp", "zero3")
+    argv += ["--engine", "derived" if quantized_sharded else "analytic"]
+    return argv
+
+
+def run_cli(argv: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "memfit", "estimate", *argv, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
     )
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"memfit estimate {' '.join(argv)}: {proc.stderr.strip()[-400:]}")
+    return dict(json.loads(proc.stdout))
+
+
+def megatron_estimate(point: dict[str, Any]) -> dict[str, Any]:
+    """memfit's Megatron layout (the parallel closed form) for a Megatron-LM point."""
+    from memfit.estimate.parallel import estimate_parallel
+    from memfit.hardware.catalog import get_gpu
+    from memfit.models import resolve_model
+    from memfit.spec import WorkloadSpec
+
+    lay = point["layout"]
+    work = WorkloadSpec(
+        gpus=point["gpus"],
+        tp=lay.get("tp", 1),
+        shard=shard_of(point),
+        batch_size=point["micro_batch"],
+        grad_accum=point.get("micro_batches", 1),
+        seq_len=point["seq"],
+        precision=precision_of(point),
+        checkpointing=CHECKPOINTING[point["checkpointing"]],
+        attention=point.get("attention", "flash"),
+    )
+    est = estimate_parallel(
+        resolve_model(point["model"]), work, gpu=get_gpu("H100-80GB"), sequence_parallel=False
+    )
+    return {k: getattr(est, k) for k in METRIC_FIELD.values()} | {"engine": est.engine}
 
 
 def run(point: dict[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {k: point[k] for k in ("id", "model", "gpus", "measured_gib", "metric")}
+    keys = ("id", "framework", "model", "gpus", "measured_gib", "metric")
+    row: dict[str, Any] = {k: point.get(k) for k in keys}
+    row["layout"] = layout_text(point)
     row["missing"] = missing(point)
     if row["missing"]:
         return row
-    est = estimate(point["model"], workload(point), options=EstimateOptions(engine="analytic"))
-    predicted = getattr(est, METRIC_FIELD[point["metric"]]) / GIB
+    argv = command(point)
+    row["command"] = "memfit estimate " + " ".join(argv)
+    cli = run_cli(argv)
+    field = METRIC_FIELD[point["metric"]]
+    est = megatron_estimate(point) if point.get("engine") == "megatron" else cli
+    predicted = est[field] / GIB
+    row["engine"] = str(est["engine"]).split(" (")[0] + (
+        " (closed form: Megatron layout)" if point.get("engine") == "megatron" else ""
+    )
     row["predicted_gib"] = round(predicted, 2)
     row["error"] = round(predicted / point["measured_gib"] - 1, 4)
+    if point.get("engine") == "megatron":
+        row["command_gib"] = round(cli[field] / GIB, 2)
     return row
+
+
+def layout_text(point: dict[str, Any]) -> str:
+    lay = point["layout"]
+    parts = [f"{k} {lay[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep") if lay.get(k, 1) > 1]
+    shard = shard_of(point)
+    if shard in ("zero1", "zero2", "zero3"):
+        parts = [p.replace("fsdp", shard) for p in parts]
+    if point.get("offload", "none") != "none":
+        parts.append(f"offload {point['offload']}")
+    what = "QLoRA" if point.get("quant", "none") != "none" else "LoRA" if point.get("lora_rank") else ""
+    return " x ".join(parts) + (f", {what}" if what else "")
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    errs = [r["error"] for r in rows if "error" in r]
+    if not errs:
+        return "No expressible point."
+    absolute = [abs(e) for e in errs]
+    return (
+        f"Expressible points: {len(errs)} (of {len(rows)}). Median |error|: "
+        f"{statistics.median(absolute):.1%}. Worst under-prediction: {min(errs):+.1%}. Worst "
+        f"over-prediction: {max(errs):+.1%}. Under by more than 10 %: "
+        f"{sum(e < -0.10 for e in errs)}; over by more than 20 %: {sum(e > 0.20 for e in errs)}."
+    )
 
 
 def render(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| point | model | GPUs | metric | measured GiB | memfit GiB | error |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: |",
+        "| point | framework | model | GPUs | layout | metric | measured GiB | memfit GiB "
+        "| error | engine |",
+        "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         if r["missing"]:
-            tail = f"- | not expressible: {', '.join(r['missing'])} |"
+            tail = f"- | - | not expressible: {'; '.join(r['missing'])} |"
         else:
-            tail = f"{r['predicted_gib']:.1f} | {r['error']:+.1%} |"
+            extra = (
+                f"; the printed command (analytic): {r['command_gib']:.1f} GiB"
+                if "command_gib" in r
+                else ""
+            )
+            tail = f"{r['predicted_gib']:.1f} | {r['error']:+.1%} | {r['engine']}{extra} |"
         lines.append(
-            f"| {r['id']} | {r['model']} | {r['gpus']} | {r['metric']} | "
-            f"{r['measured_gib']:.1f} | {tail}"
+            f"| {r['id']} | {r['framework']} | {r['model']} | {r['gpus']} | {r['layout']} | "
+            f"{r['metric']} | {r['measured_gib']:.2f} | {tail}"
         )
+    lines += ["", summary(rows), "", "Commands (each run with `--json`):", ""]
+    lines += [f"- {r['id']}: `{r['command']}`" for r in rows if "command" in r]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON line per point")
+    parser.add_argument("--write", action="store_true", help=f"also write {RESULTS.name}")
+    parser.add_argument("--only", action="append", default=[], help="run only this point id")
     args = parser.parse_args(argv)
-    rows = [run(p) for p in load()]
+    points = [p for p in load() if not args.only or p.get("id") in args.only]
+    rows = []
+    for p in points:
+        rows.append(run(p))
+        print(f"  {p.get('id')}: {rows[-1].get('error', '-')}", file=sys.stderr, flush=True)
     if args.json:
         for r in rows:
             print(json.dumps(r))
-    else:
-        print(render(rows))
+        return 0
+    text = render(rows)
+    print(text)
+    if args.write:
+        head = (
+            "# Multi-GPU training: published per-GPU memory vs memfit (data / fully-sharded / "
+            "ZeRO / tensor parallel)\n\n`PYTHONPATH=src .venv/bin/python "
+            "benchmarks/multigpu_points.py --write` — every point of "
+            "`benchmarks/data/multigpu_published.jsonl` without pp, cp or ep (sources, framework "
+            "versions, what each measured and every assumption are in that file; the pp / cp / "
+            "ep points are `benchmarks/multigpu_parallel.py`'s).\n\n"
+        )
+        RESULTS.write_text(head + text + "\n", encoding="utf-8")
     return 0
 
 
