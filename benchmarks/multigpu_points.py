@@ -205,7 +205,13 @@ def layout_text(point: dict[str, Any]) -> str:
         parts = [p.replace("fsdp", shard) for p in parts]
     if point.get("offload", "none") != "none":
         parts.append(f"offload {point['offload']}")
-    what = "QLoRA" if point.get("quant", "none") != "none" else "LoRA" if point.get("lora_rank") else ""
+    what = (
+        "QLoRA"
+        if point.get("quant", "none") != "none"
+        else "LoRA"
+        if point.get("lora_rank")
+        else ""
+    )
     return " x ".join(parts) + (f", {what}" if what else "")
 
 
