@@ -28,8 +28,13 @@ gradients, fp32 masters + Adam sharded by the distributed optimizer), which ``me
 answers with only when pp, cp or ep > 1; the table also gives what the printed command (the
 analytic engine, transformers' training semantics) answers for the same job: a gap, not hidden.
 
-torchtitan's per-op selective checkpointing (every other matmul output saved) is run as memfit's
-``selective`` (every matmul output saved): the nearest policy memfit has, which over-predicts.
+torchtitan's per-op selective checkpointing (``selective_ac_option = "op"``: every other matmul
+output saved) runs as memfit's ``selective-op``, the same policy (``--before`` runs it as
+``selective``, every matmul output saved). torchtitan's tensor parallelism always shards the
+sequence (``--sp``); its Float8 points run as ``--float8 tensorwise`` (none is compared yet: every
+one also ran torch.compile). ``--closed-form`` answers every expressible point with the per-rank
+closed form (``memfit.estimate.parallel``) instead of the printed command; a point the closed form
+refuses (LoRA, quantized weights) says so.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memfit.errors import SpecError
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "multigpu_published.jsonl"
 RESULTS = ROOT / "benchmarks" / "results" / "multigpu_points.md"
@@ -52,8 +59,13 @@ CHECKPOINTING = {
     "none": "none",
     "full": "full",
     "selective": "selective",
-    "selective-op": "selective",
+    "selective-op": "selective-op",
 }
+#: ``--before``: the policy torchtitan's points ran under before memfit had its op SAC.
+BEFORE_CHECKPOINTING = {**CHECKPOINTING, "selective-op": "selective"}
+#: The catalog GPU of a point, for the closed form (the 96 GB H100 of torchtitan's Grand Teton
+#: hosts is not in the catalog; the capacity does not change the estimate).
+CLOSED_FORM_GPUS = {"H100 96GB HBM2e": "H100-80GB", "H200": "H200", "H800-80GB": "H100-80GB"}
 METRIC_FIELD = {
     "allocated": "peak_allocated_bytes",
     "reserved": "peak_reserved_bytes",
@@ -80,12 +92,8 @@ def missing(point: dict[str, Any]) -> list[str]:
     if point.get("expressible") is False:
         out.append(point["reason"])
         return out
-    if point.get("float8"):
-        out.append("Float8 training")
     if point.get("compile"):
         out.append("torch.compile")
-    if lay.get("tp", 1) > 1 and lay.get("fsdp", 1) > 1:
-        out.append("FSDP x TP (2-D) with sequence parallelism")
     return out
 
 
@@ -104,8 +112,9 @@ def precision_of(point: dict[str, Any]) -> str:
     return "bf16-mixed" if p.startswith("bf16-mixed") else p
 
 
-def command(point: dict[str, Any]) -> list[str]:
-    """The ``memfit estimate`` arguments of ``point`` (without ``--json``)."""
+def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
+    """The ``memfit estimate`` arguments of ``point`` (without ``--json``); ``before``: op SAC
+    run as ``selective``."""
     lay = point["layout"]
     model = MODEL_PATHS.get(point["model"], point["model"])
     shard = shard_of(point)
@@ -120,7 +129,13 @@ def command(point: dict[str, Any]) -> list[str]:
         argv += ["--offload", point["offload"]]
     argv += ["--batch", str(point["micro_batch"]), "--seq", str(point["seq"])]
     argv += ["--precision", precision_of(point)]
-    argv += ["--checkpointing", CHECKPOINTING[point["checkpointing"]]]
+    ckpt = (BEFORE_CHECKPOINTING if before else CHECKPOINTING)[point["checkpointing"]]
+    argv += ["--checkpointing", ckpt]
+    if lay.get("tp", 1) > 1 and point["framework"] == "torchtitan":
+        argv += ["--sp"]  # torchtitan's TP plan always shards the sequence (apply_tp)
+    if point.get("float8"):
+        # torchtitan's Float8 of 2024-12: dynamic tensorwise scaling; fp8 all-gather not stated
+        argv += ["--float8", "tensorwise"]
     for key, flag in (("optimizer", "--optimizer"), ("attention", "--attention")):
         if point.get(key):
             argv += [flag, str(point[key])]
@@ -135,7 +150,11 @@ def command(point: dict[str, Any]) -> list[str]:
 
 
 def run_cli(argv: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    """``memfit estimate ARGV --json`` in a subprocess, on the memfit this process imported."""
+    import memfit
+
+    src = str(Path(memfit.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src}
     proc = subprocess.run(
         [sys.executable, "-m", "memfit", "estimate", *argv, "--json"],
         capture_output=True,
@@ -149,51 +168,70 @@ def run_cli(argv: list[str]) -> dict[str, Any]:
     return dict(json.loads(proc.stdout))
 
 
-def megatron_estimate(point: dict[str, Any]) -> dict[str, Any]:
-    """memfit's Megatron layout (the parallel closed form) for a Megatron-LM point."""
+def closed_form_estimate(point: dict[str, Any], *, before: bool = False) -> dict[str, Any]:
+    """The per-rank closed form (``memfit.estimate.parallel``) for ``point``: Megatron's layout
+    for Megatron-LM points (16-bit parameters, fp32 main gradients, distributed-optimizer
+    shards), torchtitan's (FSDP2) for the others."""
     from memfit.estimate.parallel import estimate_parallel
     from memfit.hardware.catalog import get_gpu
     from memfit.models import resolve_model
     from memfit.spec import WorkloadSpec
 
     lay = point["layout"]
+    extra: dict[str, Any] = {}
+    if lay.get("tp", 1) > 1 and point["framework"] == "torchtitan":
+        extra["sequence_parallel"] = True
+    if point.get("float8"):
+        extra["float8"] = "tensorwise"
     work = WorkloadSpec(
         gpus=point["gpus"],
         tp=lay.get("tp", 1),
         shard=shard_of(point),
+        dp_replicate=lay["dp"] if shard_of(point) == "fsdp" and lay.get("fsdp", 1) > 1 else 1,
         batch_size=point["micro_batch"],
         grad_accum=point.get("micro_batches", 1),
         seq_len=point["seq"],
         precision=precision_of(point),
-        checkpointing=CHECKPOINTING[point["checkpointing"]],
+        checkpointing=(BEFORE_CHECKPOINTING if before else CHECKPOINTING)[point["checkpointing"]],
         attention=point.get("attention", "flash"),
+        **extra,
     )
-    est = estimate_parallel(
-        resolve_model(point["model"]), work, gpu=get_gpu("H100-80GB"), sequence_parallel=False
+    source = resolve_model(
+        str(ROOT / MODEL_PATHS[point["model"]]) if point["model"] in MODEL_PATHS else point["model"]
     )
+    gpu = get_gpu(CLOSED_FORM_GPUS.get(point.get("gpu", ""), "H100-80GB"))
+    est = estimate_parallel(source, work, gpu=gpu)
     return {k: getattr(est, k) for k in METRIC_FIELD.values()} | {"engine": est.engine}
 
 
-def run(point: dict[str, Any]) -> dict[str, Any]:
+def run(point: dict[str, Any], *, before: bool = False, closed: bool = False) -> dict[str, Any]:
+    """``point`` against memfit: the printed command's answer, or the closed form's for a
+    Megatron-LM point (the command's own answer kept as ``command_gib``) or with ``closed``."""
     keys = ("id", "framework", "model", "gpus", "measured_gib", "metric")
     row: dict[str, Any] = {k: point.get(k) for k in keys}
     row["layout"] = layout_text(point)
     row["missing"] = missing(point)
     if row["missing"]:
         return row
-    argv = command(point)
+    argv = command(point, before=before)
     row["command"] = "memfit estimate " + " ".join(argv)
-    cli = run_cli(argv)
     field = METRIC_FIELD[point["metric"]]
-    est = megatron_estimate(point) if point.get("engine") == "megatron" else cli
+    megatron = point.get("engine") == "megatron"
+    if closed or megatron:
+        try:
+            est = closed_form_estimate(point, before=before)
+        except SpecError as exc:
+            row["missing"] = [f"closed form refuses it: {exc}"]
+            return row
+        row["engine"] = "closed form" + (": Megatron layout" if megatron else "")
+    else:
+        est = run_cli(argv)
+        row["engine"] = str(est["engine"]).split(" (")[0]
     predicted = est[field] / GIB
-    row["engine"] = str(est["engine"]).split(" (")[0] + (
-        " (closed form: Megatron layout)" if point.get("engine") == "megatron" else ""
-    )
     row["predicted_gib"] = round(predicted, 2)
     row["error"] = round(predicted / point["measured_gib"] - 1, 4)
-    if point.get("engine") == "megatron":
-        row["command_gib"] = round(cli[field] / GIB, 2)
+    if megatron and not closed:
+        row["command_gib"] = round(run_cli(argv)[field] / GIB, 2)
     return row
 
 
@@ -258,11 +296,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON line per point")
     parser.add_argument("--write", action="store_true", help=f"also write {RESULTS.name}")
     parser.add_argument("--only", action="append", default=[], help="run only this point id")
+    parser.add_argument(
+        "--before", action="store_true", help="torchtitan's op SAC run as memfit's selective"
+    )
+    parser.add_argument(
+        "--closed-form",
+        action="store_true",
+        help="answer with the per-rank closed form (memfit.estimate.parallel) instead",
+    )
     args = parser.parse_args(argv)
     points = [p for p in load() if not args.only or p.get("id") in args.only]
     rows = []
     for p in points:
-        rows.append(run(p))
+        rows.append(run(p, before=args.before, closed=args.closed_form))
         print(f"  {p.get('id')}: {rows[-1].get('error', '-')}", file=sys.stderr, flush=True)
     if args.json:
         for r in rows:
@@ -270,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = render(rows)
     print(text)
-    if args.write:
+    if args.write and not (args.before or args.closed_form):
         head = (
             "# Multi-GPU training: published per-GPU memory vs memfit (data / fully-sharded / "
             "ZeRO / tensor parallel)\n\n`PYTHONPATH=src .venv/bin/python "

@@ -24,7 +24,13 @@ OLD_LOGITS = (
     "for the shift; memfit models transformers 5.23's loss"
 )
 KNOWN_MISSES = {
+    "aai-7b-qlora-s512": QLORA_UNSHARDED,
     "aai-7b-qlora-s2048": QLORA_UNSHARDED,
+    "aai-7b-qlora-offload-b12": QLORA_UNSHARDED,
+    "aai-mistral-qlora-offload-b12": QLORA_UNSHARDED,
+    "aai-mistral-qlora-offload-s24576": QLORA_UNSHARDED,
+    "peft-fsdp-qlora-70b": QLORA_UNSHARDED,
+    "peft-zero3-qlora-70b": QLORA_UNSHARDED + " (ZeRO-3: the same buffers are not partitioned)",
     "aai-yi34b-qlora-b2": QLORA_UNSHARDED
     + "; and the derived engine's reserved is 4.3x its allocated",
     "aai-yi34b-qlora-offload-b4": QLORA_UNSHARDED,
@@ -84,8 +90,8 @@ def _cases() -> list[object]:
 
 @pytest.mark.parametrize("point", _cases())
 def test_expressible_points_are_not_under_predicted(point: dict) -> None:
-    """Tolerance: never more than 10 % under (issue 30's rule), at most 35 % over — memfit's
-    `selective` keeps every matmul output where torchtitan's per-op SAC keeps every other one
-    (docs/accuracy.md, Multi-GPU training)."""
+    """Tolerance: never more than 10 % under (issue 30's rule), at most 10 % over — torchtitan's
+    per-op SAC runs as memfit's ``selective-op``, the same policy (before it, as ``selective``,
+    its points were +18 % / +28 %: docs/accuracy.md, torchtitan's checkpointing)."""
     row = run(point)
-    assert -0.10 <= row["error"] <= 0.35, row
+    assert -0.10 <= row["error"] <= 0.10, row
