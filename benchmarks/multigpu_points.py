@@ -33,8 +33,8 @@ output saved) runs as memfit's ``selective-op``, the same policy (``--before`` r
 ``selective``, every matmul output saved). torchtitan's tensor parallelism always shards the
 sequence (``--sp``); its Float8 points run as ``--float8 tensorwise`` (none is compared yet: every
 one also ran torch.compile). ``--closed-form`` answers every expressible point with the per-rank
-closed form (``memfit.estimate.parallel``) instead of the printed command; a point the closed form
-refuses (LoRA, quantized weights) says so.
+closed form (``memfit.estimate.parallel``) instead of the printed command; a LoRA or QLoRA point,
+which the closed form does not model (it answers them as full fine-tunes), is listed, not scored.
 """
 
 from __future__ import annotations
@@ -217,6 +217,10 @@ def run(point: dict[str, Any], *, before: bool = False, closed: bool = False) ->
     row["command"] = "memfit estimate " + " ".join(argv)
     field = METRIC_FIELD[point["metric"]]
     megatron = point.get("engine") == "megatron"
+    if closed and (point.get("lora_rank") or point.get("quant", "none") != "none"):
+        # the closed form has no LoRA or quantized-weight terms (it would answer a full fine-tune)
+        row["missing"] = ["the closed form models neither LoRA nor quantized weights"]
+        return row
     if closed or megatron:
         try:
             est = closed_form_estimate(point, before=before)
