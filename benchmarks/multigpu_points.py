@@ -2,39 +2,57 @@
 
     PYTHONPATH=src .venv/bin/python benchmarks/multigpu_points.py            # markdown table
     PYTHONPATH=src .venv/bin/python benchmarks/multigpu_points.py --json     # one JSON per point
+    PYTHONPATH=src .venv/bin/python benchmarks/multigpu_points.py --write    # + results file
+    PYTHONPATH=src .venv/bin/python benchmarks/multigpu_points.py --only ID  # one point
 
 Points: ``benchmarks/data/multigpu_published.jsonl``, one JSON line each with ``source`` (URL with
-the table/row), ``framework``, ``version``, ``model`` (a bundled memfit name), ``gpus``,
-``layout`` {dp, fsdp, tp, pp, cp, ep}, ``precision``, ``micro_batch``, ``seq``,
-``checkpointing``, ``measured_gib`` and ``metric`` (allocated | reserved | device: what the source
-logged). Optional flags a point may carry: ``compile``, ``float8`` (torchao Float8 linears:
-memfit's ``--float8 tensorwise``; every such point also ran torch.compile, which memfit does not
-model, so none is compared yet).
+the table/row), ``framework``, ``version``, ``model`` (a bundled memfit name or a config directory
+under ``benchmarks/configs/``), ``gpus``, ``layout`` {dp, fsdp, tp, pp, cp, ep}, ``precision``,
+``micro_batch``, ``seq``, ``checkpointing``, ``measured_gib`` and ``metric`` (allocated |
+reserved | device: what the source logged), ``notes`` (every assumption). Optional settings a
+point may carry: ``shard`` (memfit's --shard: ddp / zero1-3 / fsdp; default from the layout),
+``offload``, ``optimizer``, ``attention``, ``lora_rank``, ``lora_targets``, ``quant``,
+``compile``, ``float8``, ``engine`` ("megatron": see below), ``expressible`` (false, with a
+``reason``: listed, never scored).
 
 A point is *expressible* when memfit has every setting it names; otherwise the table says which
-setting is missing and no error is computed (an estimate of another job is no evidence). The
-estimate is the analytic engine's (seconds per point; the trace engine of an 8B model takes
-minutes on this machine). Error = (estimate - measured) / measured on the point's metric.
+setting is missing and no error is computed (an estimate of another job is no evidence). Each
+expressible point is run as the ``memfit estimate`` command the table prints (a subprocess with
+``--json``): the analytic engine where it models the job, the derived engine (rank 0's traced
+timeline, grown from a few layers) for QLoRA under FSDP / ZeRO-3, which the analytic engine
+refuses. Error = (estimate - measured) / measured on the point's metric.
+
+Megatron-LM rows (``engine: megatron``) are estimated by memfit's Megatron layout, the parallel
+closed form (``memfit.estimate.parallel.estimate_parallel``: 16-bit parameters, fp32 main
+gradients, fp32 masters + Adam sharded by the distributed optimizer), which ``memfit estimate``
+answers with only when pp, cp or ep > 1; the table also gives what the printed command (the
+analytic engine, transformers' training semantics) answers for the same job: a gap, not hidden.
+
 torchtitan's per-op selective checkpointing (``selective_ac_option = "op"``: every other matmul
 output saved) runs as memfit's ``selective-op``, the same policy (``--before`` runs it as
-``selective``, every matmul output saved: the table of docs/accuracy.md before this policy).
+``selective``, every matmul output saved). torchtitan's tensor parallelism always shards the
+sequence (``--sp``); its Float8 points run as ``--float8 tensorwise`` (none is compared yet: every
+one also ran torch.compile). ``--closed-form`` answers every expressible point with the per-rank
+closed form (``memfit.estimate.parallel``) instead of the printed command; a LoRA or QLoRA point,
+which the closed form does not model (it answers them as full fine-tunes), is listed, not scored.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from memfit import WorkloadSpec, estimate
-from memfit.estimate.parallel import estimate_parallel
-from memfit.hardware.catalog import get_gpu
-from memfit.models import resolve_model
-from memfit.spec import EstimateOptions
+from memfit.errors import SpecError
 
-DATA = Path(__file__).resolve().parent / "data" / "multigpu_published.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "multigpu_published.jsonl"
+RESULTS = ROOT / "benchmarks" / "results" / "multigpu_points.md"
 GIB = 2**30
 #: memfit's nearest checkpointing for the sources' names
 CHECKPOINTING = {
@@ -43,15 +61,20 @@ CHECKPOINTING = {
     "selective": "selective",
     "selective-op": "selective-op",
 }
-#: ``--before``: the policy those points ran under before memfit had torchtitan's op SAC.
+#: ``--before``: the policy torchtitan's points ran under before memfit had its op SAC.
 BEFORE_CHECKPOINTING = {**CHECKPOINTING, "selective-op": "selective"}
-#: The catalog GPU of each point's (the 96 GB H100 of torchtitan's Grand Teton hosts is not in
-#: the catalog; the capacity does not change the estimate).
-CLOSED_FORM_GPUS = {"H100 96GB HBM2e": "H100-80GB", "H200": "H200"}
+#: The catalog GPU of a point, for the closed form (the 96 GB H100 of torchtitan's Grand Teton
+#: hosts is not in the catalog; the capacity does not change the estimate).
+CLOSED_FORM_GPUS = {"H100 96GB HBM2e": "H100-80GB", "H200": "H200", "H800-80GB": "H100-80GB"}
 METRIC_FIELD = {
     "allocated": "peak_allocated_bytes",
     "reserved": "peak_reserved_bytes",
     "device": "device_used_bytes",
+}
+#: Models not bundled with memfit: their config.json in the repository (sources in the data rows).
+MODEL_PATHS = {
+    "yi-34b": "benchmarks/configs/yi-34b",
+    "mistral-7b-v0.2": "benchmarks/configs/mistral-7b-v0.2",
 }
 
 
@@ -66,70 +89,217 @@ def missing(point: dict[str, Any]) -> list[str]:
     """Settings of ``point`` memfit cannot express (empty: expressible)."""
     lay = point["layout"]
     out = [f"{k} {lay[k]}" for k in ("pp", "cp", "ep") if lay.get(k, 1) > 1]
+    if point.get("expressible") is False:
+        out.append(point["reason"])
+        return out
     if point.get("compile"):
         out.append("torch.compile")
     return out
 
 
-def workload(point: dict[str, Any], *, before: bool = False) -> WorkloadSpec:
+def shard_of(point: dict[str, Any]) -> str:
     lay = point["layout"]
+    if "shard" in point:
+        return str(point["shard"])
+    if lay.get("fsdp", 1) > 1:
+        return "fsdp"
+    return "ddp" if lay.get("dp", 1) > 1 else "none"
+
+
+def precision_of(point: dict[str, Any]) -> str:
+    """memfit's precision name; torchtitan rows spell FSDP2's policy out in prose."""
+    p = str(point["precision"])
+    return "bf16-mixed" if p.startswith("bf16-mixed") else p
+
+
+def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
+    """The ``memfit estimate`` arguments of ``point`` (without ``--json``); ``before``: op SAC
+    run as ``selective``."""
+    lay = point["layout"]
+    model = MODEL_PATHS.get(point["model"], point["model"])
+    shard = shard_of(point)
+    argv = [model, "--gpus", str(point["gpus"])]
+    if lay.get("tp", 1) > 1:
+        argv += ["--tp", str(lay["tp"])]
+    if shard != "none":
+        argv += ["--shard", shard]
+    if shard == "fsdp" and lay.get("dp", 1) > 1 and lay.get("fsdp", 1) > 1:
+        argv += ["--dp-replicate", str(lay["dp"])]
+    if point.get("offload", "none") != "none":
+        argv += ["--offload", point["offload"]]
+    argv += ["--batch", str(point["micro_batch"]), "--seq", str(point["seq"])]
+    argv += ["--precision", precision_of(point)]
     ckpt = (BEFORE_CHECKPOINTING if before else CHECKPOINTING)[point["checkpointing"]]
-    fsdp, dp, tp = lay.get("fsdp", 1), lay.get("dp", 1), lay.get("tp", 1)
-    shard = "fsdp" if fsdp > 1 else ("ddp" if dp > 1 else "none")
-    return WorkloadSpec(
-        batch_size=point["micro_batch"],
-        seq_len=point["seq"],
-        precision="bf16-mixed",
-        checkpointing=ckpt,
-        gpus=point["gpus"],
-        tp=tp,
-        shard=shard,
-        dp_replicate=dp if fsdp > 1 and dp > 1 else 1,
-        # torchtitan's TP plan always shards the sequence between the blocks (apply_tp)
-        sequence_parallel=tp > 1 and point["framework"] == "torchtitan",
-        # torchtitan's Float8 of 2024-12 was dynamic tensorwise scaling (``float8.recipe_name``
-        # came later); whether its runs all-gathered in fp8 is not stated: not assumed
-        float8="tensorwise" if point.get("float8") else "none",
+    argv += ["--checkpointing", ckpt]
+    if lay.get("tp", 1) > 1 and point["framework"] == "torchtitan":
+        argv += ["--sp"]  # torchtitan's TP plan always shards the sequence (apply_tp)
+    if point.get("float8"):
+        # torchtitan's Float8 of 2024-12: dynamic tensorwise scaling; fp8 all-gather not stated
+        argv += ["--float8", "tensorwise"]
+    for key, flag in (("optimizer", "--optimizer"), ("attention", "--attention")):
+        if point.get(key):
+            argv += [flag, str(point[key])]
+    if point.get("lora_rank"):
+        argv += ["--lora-rank", str(point["lora_rank"])]
+        argv += ["--lora-targets", point.get("lora_targets", "all-linear")]
+    if point.get("quant", "none") != "none":
+        argv += ["--quant", point["quant"]]
+    quantized_sharded = point.get("quant", "none") != "none" and shard in ("fsdp", "zero3")
+    argv += ["--engine", "derived" if quantized_sharded else "analytic"]
+    return argv
+
+
+def run_cli(argv: list[str]) -> dict[str, Any]:
+    """``memfit estimate ARGV --json`` in a subprocess, on the memfit this process imported."""
+    import memfit
+
+    src = str(Path(memfit.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src}
+    proc = subprocess.run(
+        [sys.executable, "-m", "memfit", "estimate", *argv, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
     )
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"memfit estimate {' '.join(argv)}: {proc.stderr.strip()[-400:]}")
+    return dict(json.loads(proc.stdout))
+
+
+def closed_form_estimate(point: dict[str, Any], *, before: bool = False) -> dict[str, Any]:
+    """The per-rank closed form (``memfit.estimate.parallel``) for ``point``: Megatron's layout
+    for Megatron-LM points (16-bit parameters, fp32 main gradients, distributed-optimizer
+    shards), torchtitan's (FSDP2) for the others."""
+    from memfit.estimate.parallel import estimate_parallel
+    from memfit.hardware.catalog import get_gpu
+    from memfit.models import resolve_model
+    from memfit.spec import WorkloadSpec
+
+    lay = point["layout"]
+    extra: dict[str, Any] = {}
+    if lay.get("tp", 1) > 1 and point["framework"] == "torchtitan":
+        extra["sequence_parallel"] = True
+    if point.get("float8"):
+        extra["float8"] = "tensorwise"
+    work = WorkloadSpec(
+        gpus=point["gpus"],
+        tp=lay.get("tp", 1),
+        shard=shard_of(point),
+        dp_replicate=lay["dp"] if shard_of(point) == "fsdp" and lay.get("fsdp", 1) > 1 else 1,
+        batch_size=point["micro_batch"],
+        grad_accum=point.get("micro_batches", 1),
+        seq_len=point["seq"],
+        precision=precision_of(point),
+        checkpointing=(BEFORE_CHECKPOINTING if before else CHECKPOINTING)[point["checkpointing"]],
+        attention=point.get("attention", "flash"),
+        **extra,
+    )
+    source = resolve_model(
+        str(ROOT / MODEL_PATHS[point["model"]]) if point["model"] in MODEL_PATHS else point["model"]
+    )
+    gpu = get_gpu(CLOSED_FORM_GPUS.get(point.get("gpu", ""), "H100-80GB"))
+    est = estimate_parallel(source, work, gpu=gpu)
+    return {k: getattr(est, k) for k in METRIC_FIELD.values()} | {"engine": est.engine}
 
 
 def run(point: dict[str, Any], *, before: bool = False, closed: bool = False) -> dict[str, Any]:
-    row: dict[str, Any] = {k: point[k] for k in ("id", "model", "gpus", "measured_gib", "metric")}
+    """``point`` against memfit: the printed command's answer, or the closed form's for a
+    Megatron-LM point (the command's own answer kept as ``command_gib``) or with ``closed``."""
+    keys = ("id", "framework", "model", "gpus", "measured_gib", "metric")
+    row: dict[str, Any] = {k: point.get(k) for k in keys}
+    row["layout"] = layout_text(point)
     row["missing"] = missing(point)
     if row["missing"]:
         return row
-    wl = workload(point, before=before)
-    if closed:  # the per-rank closed form of memfit.estimate.parallel, on the point's GPU
-        source, gpu = resolve_model(point["model"]), get_gpu(CLOSED_FORM_GPUS[point["gpu"]])
-        est = estimate_parallel(source, wl, gpu=gpu)
+    argv = command(point, before=before)
+    row["command"] = "memfit estimate " + " ".join(argv)
+    field = METRIC_FIELD[point["metric"]]
+    megatron = point.get("engine") == "megatron"
+    if closed and (point.get("lora_rank") or point.get("quant", "none") != "none"):
+        # the closed form has no LoRA or quantized-weight terms (it would answer a full fine-tune)
+        row["missing"] = ["the closed form models neither LoRA nor quantized weights"]
+        return row
+    if closed or megatron:
+        try:
+            est = closed_form_estimate(point, before=before)
+        except SpecError as exc:
+            row["missing"] = [f"closed form refuses it: {exc}"]
+            return row
+        row["engine"] = "closed form" + (": Megatron layout" if megatron else "")
     else:
-        est = estimate(point["model"], wl, options=EstimateOptions(engine="analytic"))
-    predicted = getattr(est, METRIC_FIELD[point["metric"]]) / GIB
+        est = run_cli(argv)
+        row["engine"] = str(est["engine"]).split(" (")[0]
+    predicted = est[field] / GIB
     row["predicted_gib"] = round(predicted, 2)
     row["error"] = round(predicted / point["measured_gib"] - 1, 4)
+    if megatron and not closed:
+        row["command_gib"] = round(run_cli(argv)[field] / GIB, 2)
     return row
+
+
+def layout_text(point: dict[str, Any]) -> str:
+    lay = point["layout"]
+    parts = [f"{k} {lay[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep") if lay.get(k, 1) > 1]
+    shard = shard_of(point)
+    if shard in ("zero1", "zero2", "zero3"):
+        parts = [p.replace("fsdp", shard) for p in parts]
+    if point.get("offload", "none") != "none":
+        parts.append(f"offload {point['offload']}")
+    what = (
+        "QLoRA"
+        if point.get("quant", "none") != "none"
+        else "LoRA"
+        if point.get("lora_rank")
+        else ""
+    )
+    return " x ".join(parts) + (f", {what}" if what else "")
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    errs = [r["error"] for r in rows if "error" in r]
+    if not errs:
+        return "No expressible point."
+    absolute = [abs(e) for e in errs]
+    return (
+        f"Expressible points: {len(errs)} (of {len(rows)}). Median |error|: "
+        f"{statistics.median(absolute):.1%}. Worst under-prediction: {min(errs):+.1%}. Worst "
+        f"over-prediction: {max(errs):+.1%}. Under by more than 10 %: "
+        f"{sum(e < -0.10 for e in errs)}; over by more than 20 %: {sum(e > 0.20 for e in errs)}."
+    )
 
 
 def render(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| point | model | GPUs | metric | measured GiB | memfit GiB | error |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: |",
+        "| point | framework | model | GPUs | layout | metric | measured GiB | memfit GiB "
+        "| error | engine |",
+        "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         if r["missing"]:
-            tail = f"- | not expressible: {', '.join(r['missing'])} |"
+            tail = f"- | - | not expressible: {'; '.join(r['missing'])} |"
         else:
-            tail = f"{r['predicted_gib']:.1f} | {r['error']:+.1%} |"
+            extra = (
+                f"; the printed command (analytic): {r['command_gib']:.1f} GiB"
+                if "command_gib" in r
+                else ""
+            )
+            tail = f"{r['predicted_gib']:.1f} | {r['error']:+.1%} | {r['engine']}{extra} |"
         lines.append(
-            f"| {r['id']} | {r['model']} | {r['gpus']} | {r['metric']} | "
-            f"{r['measured_gib']:.1f} | {tail}"
+            f"| {r['id']} | {r['framework']} | {r['model']} | {r['gpus']} | {r['layout']} | "
+            f"{r['metric']} | {r['measured_gib']:.2f} | {tail}"
         )
+    lines += ["", summary(rows), "", "Commands (each run with `--json`):", ""]
+    lines += [f"- {r['id']}: `{r['command']}`" for r in rows if "command" in r]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON line per point")
+    parser.add_argument("--write", action="store_true", help=f"also write {RESULTS.name}")
+    parser.add_argument("--only", action="append", default=[], help="run only this point id")
     parser.add_argument(
         "--before", action="store_true", help="torchtitan's op SAC run as memfit's selective"
     )
@@ -139,12 +309,27 @@ def main(argv: list[str] | None = None) -> int:
         help="answer with the per-rank closed form (memfit.estimate.parallel) instead",
     )
     args = parser.parse_args(argv)
-    rows = [run(p, before=args.before, closed=args.closed_form) for p in load()]
+    points = [p for p in load() if not args.only or p.get("id") in args.only]
+    rows = []
+    for p in points:
+        rows.append(run(p, before=args.before, closed=args.closed_form))
+        print(f"  {p.get('id')}: {rows[-1].get('error', '-')}", file=sys.stderr, flush=True)
     if args.json:
         for r in rows:
             print(json.dumps(r))
-    else:
-        print(render(rows))
+        return 0
+    text = render(rows)
+    print(text)
+    if args.write and not (args.before or args.closed_form):
+        head = (
+            "# Multi-GPU training: published per-GPU memory vs memfit (data / fully-sharded / "
+            "ZeRO / tensor parallel)\n\n`PYTHONPATH=src .venv/bin/python "
+            "benchmarks/multigpu_points.py --write` — every point of "
+            "`benchmarks/data/multigpu_published.jsonl` without pp, cp or ep (sources, framework "
+            "versions, what each measured and every assumption are in that file; the pp / cp / "
+            "ep points are `benchmarks/multigpu_parallel.py`'s).\n\n"
+        )
+        RESULTS.write_text(head + text + "\n", encoding="utf-8")
     return 0
 
 

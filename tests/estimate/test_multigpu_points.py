@@ -4,13 +4,48 @@ schema, and memfit's per-rank answer on the expressible ones against the measure
 from __future__ import annotations
 
 import pytest
-from benchmarks.multigpu_points import load, missing, run
+from benchmarks.multigpu_points import command, load, missing, run
 
 FIELDS = {
     "source", "framework", "version", "model", "gpus", "layout", "precision", "micro_batch",
     "seq", "checkpointing", "measured_gib", "metric",
 }  # fmt: skip
 LAYOUT = {"dp", "fsdp", "tp", "pp", "cp", "ep"}
+
+#: Points memfit misses by more than the tolerance below, each with the mechanism found
+#: (docs/accuracy.md, "Published multi-GPU training points beyond torchtitan"). Strict xfail: a
+#: fix that brings one inside the band fails the test until its entry is removed.
+QLORA_UNSHARDED = (
+    "FSDP-QLoRA shards (and CPU-offloads) the 4-bit weights (bnb quant_storage); memfit's "
+    "QuantizedLinear holds them as buffers, which fully_shard neither shards nor offloads"
+)
+OLD_LOGITS = (
+    "the run's transformers (4.3x) upcast the whole logits to fp32 in forward and copied them "
+    "for the shift; memfit models transformers 5.23's loss"
+)
+KNOWN_MISSES = {
+    "aai-7b-qlora-s512": QLORA_UNSHARDED,
+    "aai-7b-qlora-s2048": QLORA_UNSHARDED,
+    "aai-7b-qlora-offload-b12": QLORA_UNSHARDED,
+    "aai-mistral-qlora-offload-b12": QLORA_UNSHARDED,
+    "aai-mistral-qlora-offload-s24576": QLORA_UNSHARDED,
+    "peft-fsdp-qlora-70b": QLORA_UNSHARDED,
+    "peft-zero3-qlora-70b": QLORA_UNSHARDED + " (ZeRO-3: the same buffers are not partitioned)",
+    "aai-yi34b-qlora-b2": QLORA_UNSHARDED
+    + "; and the derived engine's reserved is 4.3x its allocated",
+    "aai-yi34b-qlora-offload-b4": QLORA_UNSHARDED,
+    "aai-70b-qlora-offload-b2": QLORA_UNSHARDED,
+    "peft-fsdp-qlora-70b-offload": QLORA_UNSHARDED,
+    "aai-7b-lora-b4": OLD_LOGITS + "; FSDP1's reserved / allocated ratio",
+    "aai-7b-lora-b6": OLD_LOGITS + "; FSDP1's reserved / allocated ratio",
+    "aai-7b-qlora-ddp-b8": OLD_LOGITS,
+    "aai-7b-lora-offload-b10": OLD_LOGITS + "; FSDP1 CPU offload",
+    "peft-zero3-lora-70b-8gpu": OLD_LOGITS + "; DeepSpeed's parameter reuse window",
+    "lit-7b-lora-mb1": "FSDP1 LoRA in lit-gpt 2023-10: not found (the 2-GPU peak equals 1-GPU's)",
+    "lit-7b-lora-mb2": "FSDP1 LoRA in lit-gpt 2023-10: not found (the 2-GPU peak equals 1-GPU's)",
+    "lit-7b-lora-mb4": "FSDP1 LoRA in lit-gpt 2023-10: not found (the 2-GPU peak equals 1-GPU's)",
+    "lit-13b-lora-mb1-4gpu": "FSDP1 LoRA in lit-gpt 2023-10: not found",
+}
 
 
 def test_every_point_has_the_agreed_fields_and_a_layout_that_spans_its_gpus() -> None:
@@ -25,10 +60,38 @@ def test_every_point_has_the_agreed_fields_and_a_layout_that_spans_its_gpus() ->
         assert n == p["gpus"], p["id"]
 
 
-@pytest.mark.parametrize("point", [p for p in load() if not missing(p)], ids=lambda p: p["id"])
+def test_a_point_marked_not_expressible_says_why_and_gets_no_error() -> None:
+    marked = [p for p in load() if p.get("expressible") is False]
+    assert marked
+    for p in marked:
+        assert p["reason"] in missing(p), p["id"]
+
+
+def test_a_qlora_point_under_fsdp_runs_on_the_derived_engine_and_a_lora_one_analytic() -> None:
+    by_id = {p["id"]: p for p in load() if "id" in p}
+    assert command(by_id["aai-7b-qlora-b4"])[-2:] == ["--engine", "derived"]
+    assert command(by_id["aai-7b-lora-b4"])[-2:] == ["--engine", "analytic"]
+    assert "--offload" in command(by_id["aai-7b-lora-offload-b10"])
+
+
+def _cases() -> list[object]:
+    out: list[object] = []
+    for p in load():
+        if missing(p):
+            continue
+        marks = []
+        if command(p)[-1] == "derived":
+            marks.append(pytest.mark.slow)  # the derived engine: minutes on a cold cache
+        if p["id"] in KNOWN_MISSES:
+            marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[p["id"]]))
+        out.append(pytest.param(p, id=p["id"], marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("point", _cases())
 def test_expressible_points_are_not_under_predicted(point: dict) -> None:
     """Tolerance: never more than 10 % under (issue 30's rule), at most 10 % over — torchtitan's
     per-op SAC runs as memfit's ``selective-op``, the same policy (before it, as ``selective``,
-    these points were +18 % / +28 %: docs/accuracy.md, torchtitan's checkpointing)."""
+    its points were +18 % / +28 %: docs/accuracy.md, torchtitan's checkpointing)."""
     row = run(point)
     assert -0.10 <= row["error"] <= 0.10, row
