@@ -126,6 +126,8 @@ def recipe_request(workload: WorkloadSpec) -> PlanRequest:
         allow_quant=quantized,
         allow=frozenset({"quant"}) if quantized else frozenset(),
         n_alternatives=2 * MAX_CHECKED,
+        loss=workload.loss,
+        other_kernels=False,  # a fused loss / host checkpoints: no key of these files says them
     )
 
 

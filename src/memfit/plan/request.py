@@ -76,6 +76,9 @@ class PlanRequest:
     optimizer_in_bwd: bool = False
     #: the job's training cross-entropy (``--loss``, rules.LOSSES), kept as asked
     loss: str = "full"
+    #: also try what needs another library's kernels (Liger / Unsloth's fused cross-entropy,
+    #: Unsloth's host-RAM checkpoints); ``check``'s fix turns it off: its files cannot say them
+    other_kernels: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", frozenset(self.allow))

@@ -264,6 +264,8 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         prepare_kbit=request.prepare_kbit,
         optimizer_in_bwd=request.optimizer_in_bwd,
         loss=request.loss,
+        memory_only_losses=request.other_kernels,
+        host_checkpoints=request.other_kernels,
         precision=request.precision,
         optimizer=request.optimizer,
         attention=request.attention,
@@ -786,7 +788,9 @@ class _Search:
         stacks: dict[tuple[Any, ...], PlanOption] = {}
         for r in [closest, *by_need]:  # the closest attempt, then the nearest other stacks
             stacks.setdefault(r.settings.technique_key, r)
-        for attempt in list(stacks.values())[:4]:
+        # the loss / host-checkpoint variants of one stack come first by need; a shorter sequence
+        # may need a stack further down (parameter offload): try up to 12 (a few ms each)
+        for attempt in list(stacks.values())[:12]:
             seq = self._largest_seq(attempt)
             if seq:
                 out.append(

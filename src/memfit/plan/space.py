@@ -290,6 +290,8 @@ class SpaceOptions:
     #: one (Liger / Unsloth: the same loss and gradients, no logits kept) as a memory-only option
     loss: str = "full"
     memory_only_losses: bool = True
+    #: host-RAM checkpoints (Unsloth's) on one GPU without ZeRO offload, a memory-only option
+    host_checkpoints: bool = True
 
     @property
     def recipe_precision(self) -> str:
@@ -492,7 +494,7 @@ def _ckpt_losses(o: SpaceOptions, layout: dict[str, Any]) -> list[tuple[str, str
     if o.memory_only_losses and o.loss != FUSED_LOSS:
         losses.append(FUSED_LOSS)
     ckpts = ["none", "selective", "full"]
-    if o.gpus == 1 and layout.get("offload", "none") == "none":
+    if o.host_checkpoints and o.gpus == 1 and layout.get("offload", "none") == "none":
         ckpts.append(HOST_CHECKPOINTING)
     return [(c, loss) for loss in losses for c in ckpts]
 

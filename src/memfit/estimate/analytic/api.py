@@ -80,8 +80,11 @@ def estimate_many(
     """Estimates of one model for many workloads. Every byte count is linear in the batch size
     for a fixed model and remaining settings, so workloads that differ only in ``batch_size``
     share two simulations (at batch 1 and 2) and are evaluated by interpolation — the same
-    numbers ``estimate_analytic`` gives, at a fraction of the cost."""
+    numbers ``estimate_analytic`` gives, at a fraction of the cost. A fused cross-entropy's chunk
+    (Liger's size rule: a power of two of the tokens) is not affine in the batch: those
+    workloads are estimated one at a time."""
     config, name = _config_of(model)
+    asked = list(workloads)
     mapped = prepare_workloads(config, workloads)
     workloads = [w for w, _ in mapped]
     for wl in {w.quant: w for w in workloads}.values():
@@ -90,6 +93,9 @@ def estimate_many(
     out: list[MemoryEstimate] = []
     for wl in workloads:
         started = time.perf_counter()
+        if wl.loss == "fused":  # its chunk grows in steps with the tokens: not affine in batch
+            out.append(estimate_analytic(model, asked[len(out)], gpu=gpu))
+            continue
         key = _batch_free_key(wl)
         entry = cache.get(key)
         if entry is None:
