@@ -8,7 +8,8 @@ per-rank memory by the closed form **in order of predicted step time** and judge
 verdict rule (:mod:`memfit.estimate.verdict`) until it holds the fastest fitting layout and
 ``n_alternatives`` runners-up of other degrees — so a 1,024-GPU search estimates the memory of
 the layouts worth running, not of all of them. ``nearest_miss``: the fastest layout that does
-not fit when one fits (what more memory would buy), else the one closest to fitting.
+not fit — of those faster than the pick when one fits (what a little more memory would buy),
+else of all — the one closest to fitting (least device memory).
 
 :func:`recommend_layout_gpus` answers "how many GPUs of which kind": per training GPU of the
 catalog (SXM / OAM / superchip parts), the smallest power-of-two count at or above the
@@ -189,9 +190,8 @@ def _nearest_miss(best: LayoutOption | None, misses: list[LayoutOption]) -> Layo
     if not misses:
         return None
     if best is not None:
-        faster = [m for m in misses if m.cost.step_s < best.cost.step_s]
-        return faster[0] if faster else None
-    return min(misses, key=lambda m: m.peak.device_used_bytes)
+        misses = [m for m in misses if m.cost.step_s < best.cost.step_s]
+    return min(misses, key=lambda m: m.peak.device_used_bytes) if misses else None
 
 
 def _notes(shape: DecoderShape, topo: Topology, gpus: int, n: int) -> list[str]:
