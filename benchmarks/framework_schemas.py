@@ -89,8 +89,8 @@ def deepspeed() -> dict[str, object]:
     for key in ("tensor_parallel", "sequence_parallel_size"):  # read where the JSON is parsed
         if f'"{key}"' not in readers and f"'{key}'" not in readers:
             top.discard(key)
-    ac = set(const.findall(show(repo, "HEAD",
-                                "deepspeed/runtime/activation_checkpointing/config.py")))  # fmt: skip
+    ac_py = show(repo, "HEAD", "deepspeed/runtime/activation_checkpointing/config.py")
+    ac = set(const.findall(ac_py))
     zero = class_fields(zero_py, "DeepSpeedZeroConfig")["DeepSpeedZeroConfig"]
     tp = class_fields(show(repo, "HEAD", "deepspeed/runtime/tensor_parallel/config.py"),
                       "TPTrainingConfig")["TPTrainingConfig"]  # fmt: skip

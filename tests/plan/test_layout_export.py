@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from memfit.estimate.parallel.layouts import LayoutPeak
 from memfit.plan.layout_export import (

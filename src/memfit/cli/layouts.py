@@ -220,7 +220,8 @@ def cmd_plan_layout(args: argparse.Namespace) -> int:
     if plan.best is not None:
         exports = export_layout(
             plan.best.peak, seq_len=args.seq, global_batch=args.global_batch,
-            n_layers=int(source.spec.n_layers or 0), n_nodes=math.ceil(gpus / per_node),
+            n_layers=int(getattr(source.spec, "n_layers", 0) or 0),
+            n_nodes=math.ceil(gpus / per_node),
         )  # fmt: skip
     if args.export:
         if exports is None:

@@ -178,7 +178,7 @@ def plan_layout(
 def _alternatives(fits: list[LayoutOption], n: int) -> list[LayoutOption]:
     """The fastest fitting layout of each other (dp, tp, pp, cp, ep)."""
     seen = {_degrees(fits[0].peak)} if fits else set()
-    out = []
+    out: list[LayoutOption] = []
     for o in fits[1:]:
         if _degrees(o.peak) not in seen and len(out) < n:
             seen.add(_degrees(o.peak))
@@ -281,15 +281,21 @@ def _one_kind(
             break
         progress.report(f"{g.name}: trying {n} GPUs")
         tried.append(n)
-        plan = plan_layout(source, gpus=n, global_batch=global_batch, seq_len=seq_len, gpu=g,
-                           gpus_per_node=per_node, usd_per_gpu_hour=price, n_alternatives=0)  # fmt: skip
+        plan = plan_layout(
+            source, gpus=n, global_batch=global_batch, seq_len=seq_len, gpu=g,
+            gpus_per_node=per_node, usd_per_gpu_hour=price, n_alternatives=0,
+        )  # fmt: skip
         if plan.fits:
             found.append(plan)
         n *= 2
     smallest = found[0] if found else None
-    priced = [p for p in found if p.best and p.best.usd_per_million_tokens is not None]
-    cheapest = min(priced, key=lambda p: p.best.usd_per_million_tokens) if priced else smallest  # type: ignore[union-attr]
+    priced = [(_usd(p), p) for p in found if _usd(p) is not None]
+    cheapest = min(priced, key=lambda up: up[0] or 0.0)[1] if priced else smallest
     return GPUCount(gpu=g.name, smallest=smallest, cheapest=cheapest, tried=tried)
+
+
+def _usd(p: LayoutPlan) -> float | None:
+    return p.best.usd_per_million_tokens if p.best is not None else None
 
 
 def _advice_key(c: GPUCount) -> tuple[Any, ...]:
