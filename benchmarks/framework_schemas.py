@@ -5,9 +5,10 @@ exports of :mod:`memfit.plan.layout_export` against what this script reads from 
 sources at a pinned commit (``/work/.mirror/<owner>+<name>/repo``, bare git mirrors) and writes
 to ``tests/plan/data/framework_schemas.json``:
 
-- torchtitan >= 0.3 (HEAD of the mirror): the fields of ``TrainingConfig`` and
-  ``ParallelismConfig`` in ``torchtitan/config/configs.py`` (the ``--training.*`` /
-  ``--parallelism.*`` overrides), read with ``ast``; torchtitan 0.2.2: the fields of
+- torchtitan 0.3.0 (the PyPI release, ``--torchtitan-configs``): the fields of
+  ``TrainingConfig`` and ``ParallelismConfig`` in ``torchtitan/config/configs.py`` (the
+  ``--training.*`` / ``--parallelism.*`` overrides), read with ``ast``; torchtitan 0.2.2 (the
+  mirror's tag): the fields of
   ``Training``, ``Parallelism`` and ``ActivationCheckpoint`` in ``torchtitan/config/job_config.py``
   (its TOML sections).
 - Megatron-LM: every option of the real parser, ``add_megatron_arguments(ArgumentParser())`` of
@@ -62,15 +63,18 @@ def class_fields(source: str, *names: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def torchtitan() -> dict[str, object]:
+def torchtitan(configs_py: Path | None, old: dict[str, object]) -> dict[str, object]:
     repo = "pytorch+torchtitan"
-    head = class_fields(show(repo, "HEAD", "torchtitan/config/configs.py"),
-                        "TrainingConfig", "ParallelismConfig")  # fmt: skip
+    if configs_py is None:  # keep what an earlier run read from the released package
+        cli = old["torchtitan"]["cli"]  # type: ignore[index]
+    else:
+        head = class_fields(configs_py.read_text(), "TrainingConfig", "ParallelismConfig")
+        cli = {"version": "torchtitan 0.3.0 (PyPI)", "training": head["TrainingConfig"],
+               "parallelism": head["ParallelismConfig"]}  # fmt: skip
     old = class_fields(show(repo, "v0.2.2", "torchtitan/config/job_config.py"),
                        "Training", "Parallelism", "ActivationCheckpoint")  # fmt: skip
     return {
-        "cli": {"commit": commit(repo, "HEAD"), "training": head["TrainingConfig"],
-                "parallelism": head["ParallelismConfig"]},
+        "cli": cli,
         "toml": {"commit": commit(repo, "v0.2.2"), "training": old["Training"],
                  "parallelism": old["Parallelism"],
                  "activation_checkpoint": old["ActivationCheckpoint"]},
@@ -154,11 +158,17 @@ def megatron(src: Path) -> dict[str, object]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--megatron-src", type=Path, help="a checkout of the Megatron-LM mirror")
+    ap.add_argument(
+        "--torchtitan-configs",
+        type=Path,
+        help="torchtitan/config/configs.py of the installed torchtitan 0.3.0 (pip install "
+        "--no-deps torchtitan==0.3.0 into a scratch venv)",
+    )
     args = ap.parse_args()
     old = json.loads(OUTPUT.read_text()) if OUTPUT.exists() else {}
     out = {
         "_comment": "written by benchmarks/framework_schemas.py; see its docstring",
-        "torchtitan": torchtitan(),
+        "torchtitan": torchtitan(args.torchtitan_configs, old),
         "deepspeed": deepspeed(),
         "megatron": megatron(args.megatron_src) if args.megatron_src else old.get("megatron"),
     }

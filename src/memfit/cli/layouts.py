@@ -165,7 +165,7 @@ def add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--export",
         choices=EXPORTS,
-        help="print the chosen layout as that framework's config only (torchtitan: >= 0.3 CLI "
+        help="print the chosen layout as that framework's config only (torchtitan: 0.3.0 CLI "
         "overrides; torchtitan-toml: the 0.2.2 TOML sections; megatron: pretrain_gpt.py "
         "arguments; deepspeed: JSON; accelerate: config YAML as JSON)",
     )
@@ -302,7 +302,7 @@ def render_layout_plan(plan: LayoutPlan, exports: dict[str, Any] | None) -> str:
                   f"  {_figures(m, cap)}"]  # fmt: skip
     if exports is not None:
         lines += [
-            "torchtitan >= 0.3: " + " ".join(exports["torchtitan"]["overrides"]),
+            "torchtitan 0.3: " + " ".join(exports["torchtitan"]["overrides"]),
             "Megatron-LM: " + " ".join(exports["megatron"]["args"]),
             "(--export torchtitan | torchtitan-toml | megatron | deepspeed | accelerate prints "
             "one config; --json has them all with their notes)",

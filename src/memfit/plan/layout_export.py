@@ -3,14 +3,16 @@
 Keys are spelled as the frameworks' own parsers read them, at the commits named here (tests
 check every key against the parser's field / flag list shipped in ``tests/plan/data``):
 
-- **torchtitan >= 0.3** (pytorch/torchtitan b5bcd76, Aug 2026): runs are Python configurations
-  (``Trainer.Config``; ``--module`` / ``--config``); the ``--section.option`` CLI overrides
-  still work ("frozen", ``torchtitan/config/README.md``). :func:`torchtitan_overrides` gives
-  those overrides (``ParallelismConfig`` / ``TrainingConfig`` fields of
-  ``torchtitan/config/configs.py``) and :func:`torchtitan_recipe` the same as the lines of a
-  configuration function, with the activation-checkpointing policy
-  (``torchtitan/distributed/activation_checkpoint.py``: ``FullAC`` / ``SelectiveAC`` / None),
-  which the CLI takes only as a tyro subcommand.
+- **torchtitan 0.3.0** (PyPI, the installed release): runs are Python configurations
+  (``Trainer.Config``; ``--module`` / ``--config``), the ``--section.option`` CLI overrides
+  (tyro) still work. :func:`torchtitan_overrides` gives those overrides (``TrainingConfig`` /
+  ``ParallelismConfig`` fields of ``torchtitan/config/configs.py``) and
+  :func:`torchtitan_recipe` the same as the lines of a configuration function, with the
+  activation-checkpointing policy (``torchtitan/distributed/activation_checkpoint.py``:
+  ``FullAC`` / ``SelectiveAC`` / None), which the CLI takes only as a tyro subcommand. (The
+  repository's main branch after 0.3.0, b5bcd76, renames the batch fields to token counts —
+  ``training.num_tokens_per_microbatch_per_dp_rank`` — and ``num_pp_microbatches``: not
+  exported.)
 - **torchtitan 0.2.2** (73a0e69, the last release with TOML job files,
   ``torchtitan/config/job_config.py``): :func:`torchtitan_toml`.
 - **Megatron-LM** (NVIDIA/Megatron-LM d98e8a6, ``megatron/training/arguments.py``, whose
@@ -48,7 +50,7 @@ TORCHTITAN_SCHEDULES = {
 TORCHTITAN_EXTRA_LAYERS = 2
 #: The commits the keys were read at.
 SOURCES = {
-    "torchtitan": "pytorch/torchtitan b5bcd76c66d0 (torchtitan/config/configs.py)",
+    "torchtitan": "torchtitan 0.3.0 from PyPI (torchtitan/config/configs.py)",
     "torchtitan_toml": "pytorch/torchtitan v0.2.2 73a0e6979dd1 (torchtitan/config/job_config.py)",
     "megatron": "NVIDIA/Megatron-LM d98e8a64ddf3 (megatron/training/arguments.py)",
     "deepspeed": "deepspeedai/DeepSpeed edaa72212672 (deepspeed/runtime/config.py)",
@@ -71,15 +73,17 @@ def _layers_per_stage(p: LayoutPeak, n_layers: int) -> int | None:
 
 
 def torchtitan_values(p: LayoutPeak, *, seq_len: int, global_batch: int, n_layers: int) -> dict:
-    """``{section: {field: value}}`` of torchtitan >= 0.3 (fields left at their default out)."""
+    """``{section: {field: value}}`` of torchtitan 0.3.0 (fields left at their default out;
+    sequence parallelism is its default, ``enable_sequence_parallel = True``). Batch: torchtitan
+    accumulates ``global_batch_size / (local_batch_size x dp)`` steps; under a pipeline the
+    local batch is cut into ``pipeline_parallel_microbatch_size`` micro-batches."""
     par: dict[str, Any] = {"data_parallel_shard_degree": p.dp}
     if p.tp > 1:
         par["tensor_parallel_degree"] = p.tp
-        par["enable_sequence_parallel"] = True
     if p.pp > 1:
         par["pipeline_parallel_degree"] = p.pp
         par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[p.pp_schedule]
-        par["num_pp_microbatches"] = p.grad_accum
+        par["pipeline_parallel_microbatch_size"] = p.micro_batch
         lps = _layers_per_stage(p, n_layers)
         if lps is not None:
             par["pipeline_parallel_layers_per_stage"] = lps
@@ -87,18 +91,16 @@ def torchtitan_values(p: LayoutPeak, *, seq_len: int, global_batch: int, n_layer
         par["context_parallel_degree"] = p.cp
     if p.ep > 1:
         par["expert_parallel_degree"] = p.ep
-    training = {
-        "num_tokens_per_microbatch_per_dp_rank": p.micro_batch * seq_len,
-        "num_tokens_per_train_step": global_batch * seq_len,
-        "max_context_length": seq_len,
-    }
-    return {"parallelism": par, "training": training}
+    local = global_batch // p.dp if p.pp > 1 else p.micro_batch
+    training = {"local_batch_size": local, "global_batch_size": global_batch, "seq_len": seq_len}
+    return {"training": training, "parallelism": par}
 
 
 def torchtitan_overrides(
     p: LayoutPeak, *, seq_len: int, global_batch: int, n_layers: int
 ) -> list[str]:
-    """The ``--section.option value`` CLI overrides of torchtitan >= 0.3."""
+    """The ``--section.option value`` CLI overrides of torchtitan 0.3.0 (tyro over its config
+    dataclasses; a bool field would be a ``--flag`` / ``--no-flag`` pair, none is exported)."""
     out = []
     for section, fields in torchtitan_values(
         p, seq_len=seq_len, global_batch=global_batch, n_layers=n_layers
@@ -112,12 +114,13 @@ def _cli(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-#: torchtitan >= 0.3's activation-checkpointing policy per memfit checkpointing mode.
+#: torchtitan 0.3's activation-checkpointing policy per memfit checkpointing mode (a tyro
+#: subcommand on the CLI: ``activation_checkpoint:full``; a config object in Python).
 TORCHTITAN_AC = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}
 
 
 def torchtitan_recipe(p: LayoutPeak, *, seq_len: int, global_batch: int, n_layers: int) -> str:
-    """The layout as the lines of a torchtitan >= 0.3 configuration function."""
+    """The layout as the lines of a torchtitan 0.3 configuration function."""
     lines = ["config = <your base config>()  # e.g. torchtitan_recipes.llama3"]
     for section, fields in torchtitan_values(
         p, seq_len=seq_len, global_batch=global_batch, n_layers=n_layers
