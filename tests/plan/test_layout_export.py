@@ -166,3 +166,13 @@ def test_torchtitan_0_3_parses_the_overrides_where_installed():
                                                       n_layers=N_LAYERS))  # fmt: skip
         assert job.parallelism.pipeline_parallel_degree == p.pp
         assert job.training.global_batch_size == gb
+
+
+def test_megatrons_own_parser_takes_the_args_where_importable():
+    arguments = pytest.importorskip("megatron.training.arguments")
+    parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    for p in LAYOUTS:
+        ns = parser.parse_args(
+            megatron_args(p, seq_len=SEQ, global_batch=_global_batch(p), n_layers=N_LAYERS)
+        )
+        assert ns.tensor_model_parallel_size == p.tp and ns.pipeline_model_parallel_size == p.pp
