@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,13 @@ def test_megatrons_own_parser_takes_the_args_where_importable():
             megatron_args(p, seq_len=SEQ, global_batch=_global_batch(p), n_layers=N_LAYERS)
         )
         assert ns.tensor_model_parallel_size == p.tp and ns.pipeline_model_parallel_size == p.pp
+
+
+def test_deepspeeds_config_class_takes_the_json_where_installed(monkeypatch):
+    ds_config = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)  # no process group
+    for p in LAYOUTS:
+        gb = _global_batch(p)
+        mpu = types.SimpleNamespace(get_data_parallel_world_size=lambda dp=p.dp: dp)
+        c = ds_config.DeepSpeedConfig(deepspeed_layout_config(p, global_batch=gb), mpu=mpu)
+        assert (c.train_batch_size, c.gradient_accumulation_steps) == (gb, p.grad_accum)
