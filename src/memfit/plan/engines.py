@@ -4,9 +4,9 @@ An estimator is any ``Callable[[WorkloadSpec], MemoryEstimate]`` (tests inject t
 engines the defaults are is the engine policy's choice
 (:meth:`memfit.estimate.policy.EnginePolicy.search_engines`, the policy set by ``--engine``):
 the analytic engine (closed forms, milliseconds) searches and the trace engine (fake-tensor
-execution, seconds) confirms the plans shown; for a model without an analytic program the
-derived engine (the trace's bytes, replayed) searches and needs no confirmation; without either
-the trace engine searches.
+execution, seconds) confirms (plan: ``confirm="auto"``, memfit.plan.search); for a model
+without an analytic program the derived engine (the trace's bytes, replayed) searches and needs
+no confirmation; without either the trace engine searches.
 """
 
 from __future__ import annotations
