@@ -231,6 +231,7 @@ def plan(
     search.recipe = recipe(opts)
     baseline = search.baseline(search.recipe)
     found, tier = search.run_tiers(candidates(opts), baseline)
+    found = search.confirm_first(found)
     result = search.result(found, baseline, time.perf_counter() - start, tier)
     note = opts.precision_note  # a default applied (training), or bf16 asked on a GPU without it
     if note is not None and (request.mode == "train" or request.precision is not None):
@@ -603,6 +604,28 @@ class _Search:
             self._record_failure(done)
         return done
 
+    def confirm_first(self, found: list[PlanOption]) -> list[PlanOption]:
+        """``confirm="auto"``: the recommended plan (``found[0]``: the tiers may put a plan
+        found later first) confirmed by the precise engine unless the band settles it; one it
+        overrules is dropped and the next judged the same way."""
+        confirm = self.engines.confirm
+        if self.request.confirm != "auto" or self.engines.band is None or confirm is None:
+            return found
+        while found:
+            rec = found[0]
+            if rec.confirmed_by == confirm.name or rec.estimate is None or self._band_settles(rec):
+                return found
+            done = self.estimate(rec, confirm)
+            if done.estimate is None:  # the precise engine cannot run it: the fast answer stays
+                reason = f"not confirmed: {done.reason}"
+                return [replace(rec, confirmed_by=None, reason=reason), *found[1:]]
+            if done.fits:
+                return [done, *found[1:]]
+            self.n_overruled += 1
+            self._record_failure(done)
+            found = found[1:]
+        return found
+
     def _band_settles(self, opt: PlanOption) -> bool:
         top = self._band_top(opt)
         return top is not None and top[0]
@@ -763,7 +786,14 @@ class _Search:
         if confirm is None:
             return False, f"the {engine} engine's answer (no precise engine to confirm it)"
         if mode == "auto" and self.engines.band is not None:
-            return False, self._band_why(rec, settled=True) + "; --confirm traces it"
+            top = self._band_top(rec)
+            if top is not None and top[0]:
+                return False, self._band_why(rec, settled=True) + "; --confirm traces it"
+            why = (rec.reason or "").removeprefix("not confirmed: ") or "no answer"
+            return False, (
+                f"the {confirm.name} engine could not check it ({why}): the {engine} engine's "
+                f"answer; {self._band_why(rec, settled=False)}"
+            )
         return False, f"--confirm {mode}: the {engine} engine's answer"
 
     def _band_why(self, rec: PlanOption, *, settled: bool) -> str:
