@@ -74,7 +74,7 @@ VALIDATED: dict[str, tuple[str, ...]] = {
 #: The grid's precision (pure bf16 for every job but ``mixed``: fastpath_grid.py's docstring).
 GRID_PRECISION = "bf16-true"
 #: The grid's training jobs by (precision, LoRA, checkpointing): fastpath_grid.JOBS.
-TRAIN_JOBS = {
+TRAIN_JOBS: dict[tuple[str | None, bool, str], str] = {
     ("bf16-true", False, "none"): "train",
     ("bf16-true", True, "none"): "lora",
     ("bf16-true", False, "full"): "ckpt",
