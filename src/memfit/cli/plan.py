@@ -172,9 +172,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument(
         "--confirm",
         choices=CONFIRM_MODES,
+        nargs="?",
+        const="shown",
         default=None,
-        help="plans the trace engine confirms: every plan shown (default), the recommended one "
-        "only, or none (seconds faster per plan of a 7B model); --recommend-gpu defaults to none",
+        help="plans the trace engine confirms: auto (default: the recommended plan, only where "
+        "the analytic engine's validated error band could change its verdict), every plan "
+        "shown (--confirm alone), the recommended one only, or none (each trace of a 7B model "
+        "costs seconds); --recommend-gpu defaults to none",
     )
     p.add_argument(
         "--recommend-gpu",
@@ -358,7 +362,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         optimizer_in_bwd=args.optimizer_in_bwd,
         loss=args.loss,
         n_alternatives=args.alternatives,
-        confirm=args.confirm or ("none" if args.recommend_gpu else "shown"),
+        confirm=args.confirm or ("none" if args.recommend_gpu else "auto"),
         precision=args.precision,
         optimizer=args.optimizer,
         attention=args.attention,
