@@ -16,7 +16,7 @@ import dataclasses
 import pytest
 from tests.conftest import TINY_LLAMA
 
-from memfit.estimate.trace import quantized
+from memfit.estimate.trace import quantized, step_memo
 from memfit.estimate.trace.engine import trace_hf
 from memfit.spec import WorkloadSpec
 
@@ -106,3 +106,14 @@ def test_int8_stays_whole_and_says_so() -> None:
     assert not quantized.packs_as_parameter(wl)
     assert any("Int8Params" in n for n in quantized.notes(wl))
     assert quantized.packs_as_parameter(dataclasses.replace(wl, quant="nf4-dq"))
+
+
+def test_a_zero2_trace_is_not_reused_for_zero3_when_zero3_packs_the_weights() -> None:
+    """The step memo shares one traced step between ZeRO stages (only the rewrite reads
+    ``shard``), except where the stage changes the model: packed 4-bit weights as parameters."""
+    def key(quant: str, shard: str) -> str | None:
+        wl = WorkloadSpec(batch_size=1, seq_len=32, gpus=2, shard=shard, lora_rank=8, quant=quant)
+        return step_memo.key(dict(CFG), wl)
+
+    assert key("nf4", "zero2") != key("nf4", "zero3")
+    assert key("none", "zero2") == key("none", "zero3")

@@ -79,19 +79,16 @@ COMPUTE_DTYPE = {name: getattr(torch, r.compute) for name, r in PRECISION_RULES.
 INT8_THRESHOLD = 6.0
 #: Largest finite float8_e4m3fn value: the per-tensor scale maps the amax onto it.
 FP8_E4M3_MAX = 448.0
-#: bitsandbytes 4-bit formats whose packed weight FSDP / ZeRO-3 shard (``Params4bit`` with a float
-#: ``quant_storage``; see the module docstring).
-BNB_4BIT = ("nf4", "nf4-dq", "fp4")
+#: bitsandbytes 4-bit formats whose packed weight FSDP / ZeRO-3 shard (module docstring).
+BNB_4BIT = quant.BNB_4BIT_FORMATS
 #: ``bnb_4bit_quant_storage`` of FSDP-QLoRA (Answer.AI train.py, peft's FSDP / ZeRO-3 QLoRA docs).
 QUANT_STORAGE_DTYPE = torch.bfloat16
-#: Setups that shard parameters, and so the packed 4-bit weights (:func:`packs_as_parameter`).
-SHARDS_PARAMETERS = ("fsdp", "zero3")
 
 
 def packs_as_parameter(workload: WorkloadSpec) -> bool:
     """Whether ``workload``'s quantized weights are packed ``Params4bit`` parameters in a bf16
     ``quant_storage`` (FSDP-QLoRA), which FSDP / ZeRO-3 shard, rather than rank-local buffers."""
-    return workload.quant in BNB_4BIT and workload.shard in SHARDS_PARAMETERS
+    return quant.packs_as_parameter(workload.quant, workload.shard)
 
 
 def notes(workload: WorkloadSpec) -> list[str]:
@@ -102,7 +99,7 @@ def notes(workload: WorkloadSpec) -> list[str]:
             f"(bnb_4bit_quant_storage=bfloat16), sharded by {workload.shard} and gathered "
             "with their block; the quant state (absmax, code) is kept whole on every rank"
         ]
-    if workload.quant == "int8" and workload.shard in SHARDS_PARAMETERS:
+    if workload.quant == "int8" and workload.shard in quant.PARAMETER_SHARDING:
         return [
             f"int8 weights under {workload.shard}: bitsandbytes' Int8Params have no float "
             "quant_storage, so FSDP / ZeRO-3 do not shard them; counted whole on every rank"
