@@ -327,7 +327,7 @@ BNB_4BIT_FORMATS = ("nf4", "nf4-dq", "fp4")
 PARAMETER_SHARDING = ("fsdp", "zero3")
 
 
-def packs_as_parameter(fmt: str, shard: str) -> bool:
+def packs_as_parameter(fmt: str, shard: str | None) -> bool:
     """Whether the packed 4-bit weights of ``fmt`` are parameters that ``shard`` shards (the
     FSDP-QLoRA recipe) rather than whole buffers on every rank."""
     return fmt in BNB_4BIT_FORMATS and shard in PARAMETER_SHARDING

@@ -7,9 +7,9 @@ model's build and the fake step read none of ``shard``, ``offload``, ``gpus`` an
 (:data:`REWRITE_ONLY`) but for the precision the step runs in (``bf16-mixed`` under DeepSpeed
 ZeRO is a bf16 model, under DDP fp32 weights with autocast: ``spec.rules.run_precision``, part
 of the key) and, under ZeRO-3, whether 4-bit weights are packed parameters
-(``quant.packs_as_parameter``, part of the key); only the rewrite reads them. So a plan that builds the forms of ZeRO-2 with the
-optimizer offloaded, ZeRO-3 with it offloaded and ZeRO-3 with the parameters offloaded would
-run the same traces three times. Here the first run of a step keeps what the rewrite reads
+(``quant.packs_as_parameter``, part of the key); only the rewrite reads them. So a plan that
+builds the forms of ZeRO-2 with the optimizer offloaded, ZeRO-3 with it offloaded and ZeRO-3
+with the parameters offloaded would run the same traces three times. Here the first run of a step keeps what the rewrite reads
 (:class:`~memfit.estimate.trace.rank_trace.RankTrace`) and the trace's numbers before the
 rewrite; a run whose key matches skips building and stepping the model and runs the rewrite,
 the allocator replay and the run observer only, which gives what the trace gives (tests compare
