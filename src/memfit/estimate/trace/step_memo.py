@@ -9,9 +9,9 @@ ZeRO is a bf16 model, under DDP fp32 weights with autocast: ``spec.rules.run_pre
 of the key) and, under ZeRO-3, whether 4-bit weights are packed parameters
 (``quant.packs_as_parameter``, part of the key); only the rewrite reads them. So a plan that
 builds the forms of ZeRO-2 with the optimizer offloaded, ZeRO-3 with it offloaded and ZeRO-3
-with the parameters offloaded would run the same traces three times. Here the first run of a step keeps what the rewrite reads
-(:class:`~memfit.estimate.trace.rank_trace.RankTrace`) and the trace's numbers before the
-rewrite; a run whose key matches skips building and stepping the model and runs the rewrite,
+with the parameters offloaded would run the same traces three times. Here the first run of a
+step keeps what the rewrite reads (:class:`~memfit.estimate.trace.rank_trace.RankTrace`) and the
+trace's numbers before the rewrite; a run whose key matches skips building and stepping the model and runs the rewrite,
 the allocator replay and the run observer only, which gives what the trace gives (tests compare
 forms and estimates with and without the memo byte for byte). FSDP2 is traced for real (its
 collectives allocate inside the step): never kept; nor a real CPU execution, nor a run whose
