@@ -111,6 +111,7 @@ def test_int8_stays_whole_and_says_so() -> None:
 def test_a_zero2_trace_is_not_reused_for_zero3_when_zero3_packs_the_weights() -> None:
     """The step memo shares one traced step between ZeRO stages (only the rewrite reads
     ``shard``), except where the stage changes the model: packed 4-bit weights as parameters."""
+
     def key(quant: str, shard: str) -> str | None:
         wl = WorkloadSpec(batch_size=1, seq_len=32, gpus=2, shard=shard, lora_rank=8, quant=quant)
         return step_memo.key(dict(CFG), wl)
