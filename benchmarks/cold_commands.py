@@ -70,6 +70,15 @@ COMMANDS: tuple[str, ...] = (
     # what `auto` answered command 3 with before issue 32 (one trace), for the comparison
     "estimate llama-3.1-8b --lora-rank 16 --seq 2048 --precision bf16-true --gpu L4 --engine trace",
     "estimate llama-3.1-8b --lora-rank 16 --seq 2048 --precision bf16-true --gpu L4 --confirm",
+    # issue 32: `plan` <= 5 s cold for bundled models; README's other plan examples
+    "plan llama-3.2-1b --gpu L4 --seq 2048 --global-batch 8",
+    "plan qwen2.5-7b --gpu L4 --seq 2048 --global-batch 16 --lora-rank 16",
+    "plan mistral-7b-v0.1 --gpu A100-80GB --seq 4096 --global-batch 16",
+    "plan qwen3-8b --gpu H100 --seq 4096 --global-batch 32 --lora-rank 16",
+    "plan gemma-2-9b --gpu L40S --seq 2048 --global-batch 16 --lora-rank 16",
+    "plan flux.1-dev --mode infer --gpu RTX-3060",
+    "plan llama-3.2-1b --lora-rank 16 --batch 4 --seq-dist 300,250,1024 --gpu L4",
+    "plan llama-3.1-8b --recommend-gpu --rank cost --seq 4096 --global-batch 16",
 )
 
 

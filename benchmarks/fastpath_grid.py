@@ -16,8 +16,9 @@ cannot run is a row with its error. Nothing is left out. Writes
     PYTHONPATH=src .venv/bin/python benchmarks/fastpath_grid.py --types llama,qwen3 --out /tmp/g
 
 Forms are built into a fresh cache directory (``--cache-dir`` to reuse one), so every row is
-derived by the code under test. Precision is pure bf16 (``bf16-true``) for every job: the MoE
-families' grouped matmul takes bf16 only (docs/accuracy.md §14).
+derived by the code under test. Precision is pure bf16 (``bf16-true``) for every job but
+``mixed`` (``bf16-mixed``, the full fine-tune's default): the MoE families' grouped matmul takes
+bf16 only (docs/accuracy.md §14).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ JOBS: dict[str, dict[str, Any]] = {
     "lora": {"mode": "train", "lora_rank": 8},
     "ckpt": {"mode": "train", "checkpointing": "full"},
     "infer": {"mode": "infer"},
+    # issue 32: the full fine-tune's default precision, and LoRA with checkpointing
+    "mixed": {"mode": "train", "precision": "bf16-mixed"},
+    "lora_ckpt": {"mode": "train", "lora_rank": 8, "checkpointing": "full"},
 }
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
@@ -83,8 +87,8 @@ FIELDS = (("allocated_bytes", "alloc"), ("reserved_bytes", "reserved"))
 def _workload(job: str, family: str, model_type: str, *, batch: int, seq: int) -> Any:
     from memfit.spec import WorkloadSpec
 
-    fields = dict(JOBS[job], batch_size=batch, seq_len=seq, precision="bf16-true")
-    if job == "lora" and family in LORA_TARGETS:
+    fields = {"precision": "bf16-true", **JOBS[job], "batch_size": batch, "seq_len": seq}
+    if job in ("lora", "lora_ckpt") and family in LORA_TARGETS:
         fields["lora_targets"] = LORA_TARGETS[family]
     if job == "infer" and generates(model_type):
         fields["new_tokens"] = NEW_TOKENS
@@ -375,7 +379,9 @@ def render(
         "",
         f"Batch {args.batch} (never traced by the derived form: it traces batch 1-3, or 2-4 where "
         "batch 1 runs other kernels), bf16 weights; training = AdamW, `lora` = rank 8 on all "
-        f"linear layers, `ckpt` = full activation checkpointing; `infer` decodes {NEW_TOKENS} new "
+        "linear layers, `ckpt` = full activation checkpointing, `lora_ckpt` = both, `mixed` = "
+        "bf16-mixed (fp32 weights, the full fine-tune's default; issue 32: run for llama and "
+        f"mistral only so far); `infer` decodes {NEW_TOKENS} new "
         "tokens where the model generates (else one forward). Error = (fast - trace) / trace.",
         "",
         "| family | kind | job | trace alloc | trace reserved | derived alloc (err) "

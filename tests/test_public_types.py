@@ -50,12 +50,12 @@ REVEALS = [
     ('memfit.estimate("gpt2")', "memfit.estimate.result.MemoryEstimate"),
     ('memfit.estimate("gpt2", run)', "memfit.api.SeqRunAnswer"),
     ('memfit.estimate("gpt2", vllm, gpu="L4")', "memfit.serving.startup.VllmStartup"),
-    ('memfit.estimate("sd", sd)', "memfit.estimate.diffusion.pipeline.PipelineEstimate"),
+    ('memfit.estimate("sd", sd)', "memfit.estimate.diffusion.answer.PipelineEstimate"),
     ('memfit.estimate("sd", sdt)', "memfit.estimate.diffusion.train.TrainEstimate"),
     (
         'memfit.estimate("gpt2", job)',  # any job: the union of the records
         "memfit.estimate.result.MemoryEstimate | memfit.api.SeqRunAnswer"
-        " | memfit.estimate.diffusion.pipeline.PipelineEstimate"
+        " | memfit.estimate.diffusion.answer.PipelineEstimate"
         " | memfit.estimate.diffusion.train.TrainEstimate | memfit.serving.startup.VllmStartup"
         " | memfit.serving.sglang.SglangStartup | memfit.estimate.llamacpp.LlamaCppEstimate",
     ),

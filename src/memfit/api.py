@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, overload
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import checkpoint_dtype
 from memfit.estimate import estimate as estimate_step
+from memfit.estimate.diffusion.answer import estimate_pipeline  # a cache hit imports no torch
 from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.estimate.options import using_options
 from memfit.estimate.seqrun.run import estimate_seq_run
@@ -450,15 +451,12 @@ def _pipeline_root(model: Any) -> Any:
 
 
 def _estimate_pipeline(model: Any, job: DiffusionJob, *, gpu: Any, options: Any) -> Any:
-    from memfit.estimate.diffusion.pipelines import estimate_pipeline
-
     return estimate_pipeline(_pipeline_root(model), job, name=str(model), gpu=_gpu(gpu))
 
 
 def pipeline_estimator(model: Any) -> Callable[[DiffusionJob], Any]:
     """``estimate(job)``: the PipelineEstimate of one call of ``model`` (no verdict: the
     planner judges it on its budget), each announced on the progress line."""
-    from memfit.estimate.diffusion.pipelines import estimate_pipeline
 
     root = _pipeline_root(model)
 

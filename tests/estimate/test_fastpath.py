@@ -37,8 +37,11 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({}, "train"),
         ({"checkpointing": "full"}, "ckpt"),
         ({"mode": "infer", "new_tokens": 64}, "infer"),
-        ({"precision": "bf16-mixed"}, None),  # the grid runs bf16-true only
-        ({"lora_rank": 16, "checkpointing": "full"}, None),  # LoRA with checkpointing: no row
+        ({"precision": "bf16-mixed"}, "mixed"),  # the full fine-tune's default (issue 32)
+        ({"lora_rank": 16, "checkpointing": "full"}, "lora_ckpt"),
+        ({"precision": "bf16-mixed", "lora_rank": 16}, None),  # no grid row: traced
+        ({"precision": "bf16-mixed", "checkpointing": "full"}, None),
+        ({"mode": "infer", "precision": "bf16-mixed"}, None),
         ({"optimizer": "adamw-8bit"}, None),
         ({"attention": "eager"}, None),
         ({"gpus": 2}, None),

@@ -201,7 +201,7 @@ def test_confirmation_is_capped_to_the_plans_shown(
 
 def test_an_unknown_confirm_mode_is_refused() -> None:
     with pytest.raises(
-        SpecError, match=r"confirm \('all'\) must be one of shown, recommended, none"
+        SpecError, match=r"confirm \('all'\) must be one of auto, shown, recommended, none"
     ):
         PlanRequest(confirm="all")
 

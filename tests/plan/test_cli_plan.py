@@ -113,3 +113,21 @@ def test_fit_rejects_bad_input_with_exit_2(
     assert exc.value.code == 2
     code = cli.main(["fit", str(tiny_llama_dir), "--gpu-memory", "8MiB", "--solve", "concurrency"])
     assert code == 2 and "--mode infer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode"), [((), "auto"), (("--confirm",), "shown"), (("--confirm", "none"), "none")]
+)
+def test_plan_confirms_automatically_unless_asked(
+    tiny_llama_dir: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], mode: str
+) -> None:
+    """Issue 32: the default is ``auto``; ``--confirm`` alone confirms every plan shown; the
+    JSON says whether the recommended plan's bytes were confirmed."""
+    code, out = _run(
+        capsys, "plan", str(tiny_llama_dir), "--gpu", "A100-80GB", "--gpu-memory", "12MiB",
+        "--seq", "512", "--global-batch", "8", "--json", *flags,
+    )  # fmt: skip
+    data = json.loads(out)
+    assert code == 0 and data["request"]["confirm"] == mode
+    # the stand-in search engine has no confirming engine: its answer is its own
+    assert data["confirmed"] is False and "no precise engine" in data["confirmed_why"]

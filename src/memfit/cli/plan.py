@@ -18,6 +18,7 @@ from typing import Any
 from memfit import api, progress
 from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
+from memfit.cli import layouts as cli_layouts
 from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
 from memfit.cli import web as cli_web
@@ -65,6 +66,9 @@ PLAN_EXAMPLES = """examples:
   memfit plan llama-3.1-8b --recommend-gpu --seq 4096 --global-batch 16 --max-quality-risk low
   memfit plan llama-3.1-8b --recommend-gpu --mode infer --seq 2048 --new-tokens 256 --rank cost
   memfit plan llama-3.2-1b --recommend-gpu --seq 2048 --global-batch 8 --prices my-prices.json
+  memfit plan llama-3.1-70b --gpu H100 --nodes 8 --global-batch 256 --seq 8192
+  memfit plan llama-3.1-70b --gpu H100 --gpus 64 --layout --global-batch 256 --export megatron
+  memfit plan llama-3.1-70b --recommend-gpu --layout --global-batch 256 --seq 8192
   memfit plan flux.1-dev --gpu RTX-4090 --mode train --lora-rank 16 --resolution 512
   memfit plan flux.1-dev --gpu RTX-3060 --mode infer --height 768 --width 768
 """
@@ -168,9 +172,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument(
         "--confirm",
         choices=CONFIRM_MODES,
+        nargs="?",
+        const="shown",
         default=None,
-        help="plans the trace engine confirms: every plan shown (default), the recommended one "
-        "only, or none (seconds faster per plan of a 7B model); --recommend-gpu defaults to none",
+        help="plans the trace engine confirms: auto (default: the recommended plan, only where "
+        "the analytic engine's validated error band could change its verdict), every plan "
+        "shown (--confirm alone), the recommended one only, or none (each trace of a 7B model "
+        "costs seconds); --recommend-gpu defaults to none",
     )
     p.add_argument(
         "--recommend-gpu",
@@ -183,6 +191,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(p, concurrency=True)
     cli_web.add_share_flags(p, snapshot=False)  # --html
+    cli_layouts.add_plan_flags(p)  # --layout, --nodes, --gpus-per-node, --export (issue 30)
     f = sub.add_parser(
         "fit",
         help="the largest batch, longest sequence or most concurrent requests that fit",
@@ -323,6 +332,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
         return cli_diffusion.cmd_plan_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
+    if cli_layouts.wants_layout(args):  # dp/tp/pp/cp/ep layouts of a multi-GPU training job
+        return cli_layouts.cmd_plan_layout(args)
 
     if args.seq_dist is not None and (args.recommend_gpu or args.runtime != "hf"):
         raise SpecError("--seq-dist plans one GPU's training run: drop --recommend-gpu / --runtime")
@@ -351,7 +362,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         optimizer_in_bwd=args.optimizer_in_bwd,
         loss=args.loss,
         n_alternatives=args.alternatives,
-        confirm=args.confirm or ("none" if args.recommend_gpu else "shown"),
+        confirm=args.confirm or ("none" if args.recommend_gpu else "auto"),
         precision=args.precision,
         optimizer=args.optimizer,
         attention=args.attention,

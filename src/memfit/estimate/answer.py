@@ -1,7 +1,7 @@
 """The one answer shape: what every result record reads the same way, whatever the job's kind.
 
 Five records answer "how much GPU memory": :class:`~memfit.estimate.result.MemoryEstimate` (a
-text/vision step, any engine), :class:`~memfit.estimate.diffusion.pipeline.PipelineEstimate`
+text/vision step, any engine), :class:`~memfit.estimate.diffusion.answer.PipelineEstimate`
 (a diffusion pipeline call), :class:`~memfit.estimate.diffusion.train.TrainEstimate` (a
 diffusers training script), :class:`~memfit.estimate.seqrun.run.SeqRunEstimate` (a
 variable-length training run) and :class:`~memfit.serving.startup.VllmStartup` (``vllm serve``

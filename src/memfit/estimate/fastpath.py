@@ -40,8 +40,9 @@ TOLERANCE = 0.02
 #: validation does not hold, and the trace answers.
 VALIDATED_WITH = {"torch": "2.13", "transformers": "5.23", "peft": "0.21"}
 
-#: model_type -> the grid jobs (fastpath_grid.JOBS: train, lora, ckpt, infer) whose every row
-#: (tiny config and bundled real config cut to 2 layers, batch 5, bf16-true, AdamW) has the
+#: model_type -> the grid jobs (fastpath_grid.JOBS: train, lora, ckpt, lora_ckpt, mixed, infer)
+#: whose every row (tiny config and bundled real config cut to 2 layers, batch 5, bf16-true but
+#: for ``mixed``, AdamW) has the
 #: analytic engine's allocated bytes within TOLERANCE of the trace's and its reserved bytes at
 #: the top of the ratio range no more than TOLERANCE under. Computed from
 #: benchmarks/results/fastpath_grid.jsonl by ``fastpath_grid.validated_table`` (the test
@@ -55,8 +56,8 @@ VALIDATED: dict[str, tuple[str, ...]] = {
     "gpt2": ("train", "lora", "ckpt"),
     "gpt_bigcode": ("train", "lora", "ckpt"),
     "gpt_neox": ("train", "lora", "ckpt"),
-    "llama": ("train", "lora", "ckpt"),
-    "mistral": ("train", "lora", "ckpt"),
+    "llama": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
+    "mistral": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
     "mixtral": ("train", "ckpt"),
     "olmo2": ("train", "lora", "ckpt"),
     "opt": ("train", "lora", "ckpt"),
@@ -70,26 +71,32 @@ VALIDATED: dict[str, tuple[str, ...]] = {
     "vit": ("train", "lora", "ckpt"),
 }
 
-#: The grid's precision (pure bf16 for every job: fastpath_grid.py's docstring).
+#: The grid's precision (pure bf16 for every job but ``mixed``: fastpath_grid.py's docstring).
 GRID_PRECISION = "bf16-true"
+#: The grid's training jobs by (precision, LoRA, checkpointing): fastpath_grid.JOBS.
+TRAIN_JOBS: dict[tuple[str | None, bool, str], str] = {
+    ("bf16-true", False, "none"): "train",
+    ("bf16-true", True, "none"): "lora",
+    ("bf16-true", False, "full"): "ckpt",
+    ("bf16-true", True, "full"): "lora_ckpt",
+    ("bf16-mixed", False, "none"): "mixed",
+}
 
 
 def grid_job(w: WorkloadSpec) -> str | None:
-    """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``infer``), its batch
-    size, sequence length, new tokens and LoRA rank free; None where it sets anything the grid
-    does not run (another precision or optimizer, quantization, several GPUs, eager attention,
-    frozen layers, LoRA with checkpointing, beams, ...)."""
-    if w.precision != GRID_PRECISION or w.optimizer not in (None, "adamw", "none"):
+    """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``lora_ckpt``, ``mixed``,
+    ``infer``), its batch size, sequence length, new tokens and LoRA rank free; None where it
+    sets anything the grid does not run (another precision or optimizer, quantization, several
+    GPUs, eager attention, frozen layers, beams, ...)."""
+    if w.optimizer not in (None, "adamw", "none"):
         return None
     if w.mode == "train":
-        job = {(False, "none"): "train", (True, "none"): "lora", (False, "full"): "ckpt"}.get(
-            (w.lora_rank is not None, w.checkpointing)
-        )
+        job = TRAIN_JOBS.get((w.precision, w.lora_rank is not None, w.checkpointing))
     else:
-        job = "infer" if w.mode == "infer" else None
+        job = "infer" if w.mode == "infer" and w.precision == GRID_PRECISION else None
     if job is None:
         return None
-    plain = WorkloadSpec(mode=w.mode, precision=GRID_PRECISION)
+    plain = WorkloadSpec(mode=w.mode, precision=w.precision)
     return job if _fixed(w) == _fixed(plain) else None
 
 

@@ -14,7 +14,7 @@ Three engines:
 **The rule** (``engine="auto"``): the fastest engine that models the job answers it.
 
 - A search (``plan``, ``fit``, ``upgrade``, ``doctor``): the analytic engine where the model's
-  type has a program (the trace engine then confirms the plans shown); else the derived engine;
+  type has a program (the trace engine then confirms; docs/engines.md); else the derived engine;
   else the trace engine. A job an engine refuses (NotModelledError) goes to the next one — never
   "does not fit".
 - One answer (``estimate``): the fastest engine that models the job exactly — the analytic
@@ -345,7 +345,7 @@ class EnginePolicy:
                 search="analytic",
                 confirm="trace" if trace_ok else None,
                 reason=f"auto: {_model_type(source)} has a hand-written analytic program"
-                + ("; the trace engine confirms the plans shown" if trace_ok else ""),
+                + ("; the trace engine confirms" if trace_ok else ""),
             )
         if _derived_may_model(source):
             return SearchEngines(

@@ -317,3 +317,17 @@ def gpu_problems(fmt: str, gpu: object) -> list[str]:
             "(Ada, Hopper, Blackwell); use --quant int8 or nf4, or an FP8-capable --gpu"
         ]
     return []
+
+
+#: bitsandbytes 4-bit formats whose packed weight FSDP / ZeRO-3 shard: FSDP-QLoRA stores it as a
+#: ``Params4bit`` in a float ``bnb_4bit_quant_storage`` ("FSDP only supports sharding float data
+#: types", bitsandbytes docs/source/fsdp_qlora.md at 0.50.2); ``Int8Params`` has no such storage.
+BNB_4BIT_FORMATS = ("nf4", "nf4-dq", "fp4")
+#: Setups that shard (partition) parameters, the packed 4-bit weights included.
+PARAMETER_SHARDING = ("fsdp", "zero3")
+
+
+def packs_as_parameter(fmt: str, shard: str | None) -> bool:
+    """Whether the packed 4-bit weights of ``fmt`` are parameters that ``shard`` shards (the
+    FSDP-QLoRA recipe) rather than whole buffers on every rank."""
+    return fmt in BNB_4BIT_FORMATS and shard in PARAMETER_SHARDING

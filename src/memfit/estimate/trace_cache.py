@@ -14,10 +14,10 @@ replaced, and the answer says so in one note (``cache entry trace/<key>.json was
 **The key** hashes everything the answer depends on: the config.json (canonical JSON), the whole
 workload (``repr`` of the frozen spec: batch size and micro-batch count included), the GPU record
 (the allocator's cuBLAS workspaces and the kernels' workspaces are the GPU's, so the traced bytes
-are too), the layer-extrapolation choice, the
-installed versions of memfit, torch, transformers, peft, bitsandbytes and timm (read from package
-metadata), the Python version, memfit's own source files (size and modification time of each:
-an edited checkout is a new key) and :data:`FORMAT`.
+are too), the layer-extrapolation choice, the installed versions of memfit, torch,
+transformers, peft, bitsandbytes, timm and diffusers (read from package metadata), the Python
+version, memfit's own source files (size and modification time of each: an edited checkout is
+a new key) and :data:`FORMAT`.
 
 **What is kept**: the estimate, every field, exactly (:func:`encode` / :func:`decode`; a loaded
 answer equals the fresh one but for ``trace["cached"] = True``, which says it came from here;
@@ -30,8 +30,9 @@ model (``pkg.mod:fn``: user code that can change without any key seeing it), a m
 code, and runs while a predicted snapshot is recorded (``--snapshot`` needs the run's history).
 
 The same key rule (:func:`key_of`) keeps the other traced results that are not estimates
-(:func:`cached_record`: a diffusion pipeline's per-component forward traces), so a repeated
-pipeline estimate is not traced again either.
+(:func:`cached_record`: a diffusion pipeline's per-component forward traces; :func:`cached_answer`:
+a whole diffusion pipeline estimate, so a repeated pipeline estimate neither traces nor builds
+its components again), under ``installed diffusers`` too.
 
 One switch bypasses it with the derived cache (``--no-cache``, ``MEMFIT_NO_CACHE=1``); deleting
 the directory clears it.
@@ -59,8 +60,9 @@ FORMAT = 2  # 2: MemoryEstimate.confirmed
 #: The sub-directory of the cache (:func:`memfit.estimate.derived.cache.cache_dir`).
 KIND = "trace"
 #: Packages the traced answer may depend on beyond the derived cache's (bitsandbytes' formats,
-#: timm for the DETR-style backbones ``models.media.buildable`` swaps when it is absent).
-EXTRA_VERSIONED = ("bitsandbytes", "timm")
+#: timm for the DETR-style backbones ``models.media.buildable`` swaps when it is absent,
+#: diffusers for the pipelines' components).
+EXTRA_VERSIONED = ("bitsandbytes", "timm", "diffusers")
 #: The records inside an estimate, by the tag they are stored under.
 _RECORDS: dict[str, type] = {"PhasePeak": PhasePeak, "ModuleBytes": ModuleBytes,
                              "FitVerdict": FitVerdict}  # fmt: skip
@@ -230,43 +232,94 @@ def decode(data: dict[str, Any]) -> MemoryEstimate:
     return MemoryEstimate(**{k: _dec(v) for k, v in data.items()})
 
 
-def _enc(v: Any) -> Any:
+def _enc(v: Any, records: dict[str, type] = _RECORDS) -> Any:
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     if isinstance(v, (list, tuple)):
-        items = [_enc(x) for x in v]
+        items = [_enc(x, records) for x in v]
         return items if isinstance(v, list) else {"__tuple__": items}
     if isinstance(v, dict):
         if not all(isinstance(k, str) and not k.startswith("__") for k in v):
             raise TypeError("a dict with a key that is not a plain string")
-        return {k: _enc(x) for k, x in v.items()}
+        return {k: _enc(x, records) for k, x in v.items()}
     tag = type(v).__name__
-    if _RECORDS.get(tag) is type(v) and dataclasses.is_dataclass(v):
-        fields = {f.name: _enc(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if records.get(tag) is type(v) and dataclasses.is_dataclass(v):
+        fields = {f.name: _enc(getattr(v, f.name), records) for f in dataclasses.fields(v)}
         return {"__record__": tag, "fields": fields}
     raise TypeError(f"cannot keep a {tag} in the trace cache")
 
 
-def _dec(v: Any) -> Any:
+def _dec(v: Any, records: dict[str, type] = _RECORDS) -> Any:
     if isinstance(v, list):
-        return [_dec(x) for x in v]
+        return [_dec(x, records) for x in v]
     if not isinstance(v, dict):
         return v
     if "__tuple__" in v:
-        return tuple(_dec(x) for x in v["__tuple__"])
+        return tuple(_dec(x, records) for x in v["__tuple__"])
     if "__record__" in v:
-        cls = _RECORDS[str(v["__record__"])]
-        return cls(**{k: _dec(x) for k, x in v["fields"].items()})
-    return {k: _dec(x) for k, x in v.items()}
+        cls = records[str(v["__record__"])]
+        return cls(**{k: _dec(x, records) for k, x in v["fields"].items()})
+    return {k: _dec(x, records) for k, x in v.items()}
+
+
+def encode_record(obj: Any, records: dict[str, type]) -> dict[str, Any]:
+    """A frozen dataclass ``obj`` (an answer that is not a :class:`MemoryEstimate`, e.g. a
+    diffusion pipeline's) as tagged JSON values; ``records``: the dataclasses it may hold, by
+    class name (its own class included). TypeError for a value it cannot hold exactly."""
+    return _enc(obj, records)  # type: ignore[no-any-return]
+
+
+def decode_record(data: Any, cls: type, records: dict[str, type]) -> Any:
+    """The ``cls`` instance :func:`encode_record` wrote (ValueError / TypeError / KeyError on
+    anything else: another class, a field missing or unknown)."""
+    if not isinstance(data, dict) or data.get("__record__") != cls.__name__:
+        raise ValueError(f"not a kept {cls.__name__}")
+    return _dec(data, records)
+
+
+def cached_answer(
+    parts: dict[str, Any],
+    run: Callable[[], Any],
+    *,
+    encode: Callable[[Any], dict[str, Any]],
+    decode: Callable[[Any], Any],
+) -> tuple[Any, bool]:
+    """A whole traced answer that is not a :class:`MemoryEstimate` (a diffusion pipeline's
+    estimate), kept under :func:`key_of` ``parts`` (THE key rule) in this cache: ``(answer,
+    True)`` from the cache, else ``(run(), False)``, kept. ``decode`` raises (ValueError,
+    TypeError, KeyError) or returns None on a record that is not a plausible answer: such an
+    entry (corrupt, foreign, of another version) is rebuilt and replaced, never used. With the
+    caches off (``--no-cache``) or while a snapshot is recorded, ``run()`` alone."""
+    if not cache.enabled() or is_recording():
+        return run(), False
+    key = key_of({"answer": parts})
+    data = cache.load(key, kind=KIND, fmt=FORMAT)
+    if data is not None:
+        try:
+            found = decode(data.get("answer"))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            found = None
+        if found is not None:
+            return found, True
+    answer = run()
+    try:
+        record = {"answer": encode(answer)}
+    except TypeError:  # a value JSON cannot hold exactly: not kept
+        return answer, False
+    cache.store(key, record, kind=KIND, fmt=FORMAT)
+    return answer, False
 
 
 __all__ = [
     "FORMAT",
     "cacheable",
+    "cached_answer",
     "cached_record",
     "cached_trace",
     "decode",
+    "decode_record",
     "encode",
+    "encode_record",
     "key_of",
     "trace_key",
 ]

@@ -4,9 +4,9 @@ An estimator is any ``Callable[[WorkloadSpec], MemoryEstimate]`` (tests inject t
 engines the defaults are is the engine policy's choice
 (:meth:`memfit.estimate.policy.EnginePolicy.search_engines`, the policy set by ``--engine``):
 the analytic engine (closed forms, milliseconds) searches and the trace engine (fake-tensor
-execution, seconds) confirms the plans shown; for a model without an analytic program the
-derived engine (the trace's bytes, replayed) searches and needs no confirmation; without either
-the trace engine searches.
+execution, seconds) confirms (plan: ``confirm="auto"``, memfit.plan.search); for a model
+without an analytic program the derived engine (the trace's bytes, replayed) searches and needs
+no confirmation; without either the trace engine searches.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from memfit import progress
 from memfit.errors import MemfitError
-from memfit.estimate.policy import EnginePolicy, FirstEstimate, active, with_reason
+from memfit.estimate.policy import EnginePolicy, FirstEstimate, active, run_engine, with_reason
 from memfit.estimate.policy import Estimator as Estimator  # the planner's name for it
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
@@ -152,6 +152,12 @@ class EnginePair:
     search: CachedEstimator
     confirm: CachedEstimator | None  # None: the search engine is already the precise one
     reason: str | None = None  # why these engines (the policy's rule); None when injected
+    #: the search engine's answer at the top of its validated error band (the analytic
+    #: engine's reserved bytes at the top of its measured ratio range, its allocated band
+    #: in the range): where that still fits, the trace cannot change the verdict and
+    #: ``confirm="auto"`` leaves the plan unconfirmed. None: no band known (the plans shown
+    #: are confirmed).
+    band: Estimator | None = None
 
 
 def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -> EnginePair:
@@ -176,7 +182,14 @@ def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -
             with_reason(e, chosen.reason) for e in estimate_many(source, ws, gpu=gpu)
         ]
     confirm = None if chosen.confirm is None else engine(chosen.confirm)
-    return EnginePair(search=search, confirm=confirm, reason=chosen.reason)
+    band: Estimator | None = None
+    if chosen.search == "analytic" and confirm is not None:
+
+        def at_band_top(w: WorkloadSpec) -> MemoryEstimate:
+            return run_engine("analytic", source, w, gpu, reserved_end="high")
+
+        band = at_band_top
+    return EnginePair(search=search, confirm=confirm, reason=chosen.reason, band=band)
 
 
 def _wrap(fn: Estimator, name: str) -> CachedEstimator:
@@ -191,6 +204,9 @@ def resolve_engines(
     if estimator is None:
         default = default_engines(source, gpu)
         return EnginePair(
-            search=default.search, confirm=given_confirm or default.confirm, reason=default.reason
+            search=default.search,
+            confirm=given_confirm or default.confirm,
+            reason=default.reason,
+            band=default.band,
         )
     return EnginePair(search=_wrap(estimator, "injected"), confirm=given_confirm)

@@ -25,9 +25,11 @@ from memfit.spec.rules import LOSSES, MAX_LORA_RANK
 
 GOALS = ("throughput", "memory")
 #: Which plans the precise (trace) engine confirms: every plan shown (recommended and
-#: alternatives), the recommended one only, or none (the search engine's answer, seconds faster
-#: per plan for a 7B-class model).
-CONFIRM_MODES = ("shown", "recommended", "none")
+#: alternatives), the recommended one only, none (the search engine's answer, seconds faster
+#: per plan for a 7B-class model), or ``auto`` (the default): the recommended plan only where
+#: the search engine's validated error band could change its verdict (issue 32; a search
+#: engine without a band, e.g. an injected one, has every plan shown confirmed).
+CONFIRM_MODES = ("auto", "shown", "recommended", "none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +62,7 @@ class PlanRequest:
     #: QLoRA plans run through peft's prepare_model_for_kbit_training (TRL's SFTTrainer does)
     prepare_kbit: bool = False
     n_alternatives: int = 4
-    confirm: str = "shown"
+    confirm: str = "auto"
     precision: str | None = None
     optimizer: str | None = None
     attention: str = "sdpa"

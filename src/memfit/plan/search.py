@@ -40,6 +40,7 @@ from typing import Any
 from memfit import progress
 from memfit.errors import DoesNotFitError, MemfitError
 from memfit.estimate import checkpoint_dtype
+from memfit.estimate.fastpath import verdict_settled
 from memfit.estimate.verdict import Verdict
 from memfit.hardware import list_gpus, load_prices
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
@@ -126,6 +127,11 @@ class Plan:
     compare: list[tuple[str, PlanOption]] = field(default_factory=list)
     #: when nothing fits: the nearest changes that do (what, the plan, its need), closest first
     nearest: list[dict[str, Any]] = field(default_factory=list)
+    #: whether the recommended plan's bytes are the trace's (the trace or derived engine
+    #: answered or confirmed it), or the fast engine's alone (False); None: no plan fits.
+    #: ``confirmed_why`` says why, in one line (the plan's ``confirmed:`` line)
+    confirmed: bool | None = None
+    confirmed_why: str = ""
 
     def preference(self) -> tuple[int, tuple[Any, ...]] | None:
         """How good the recommendation is, smaller better: its tier, then the tier's order
@@ -199,6 +205,8 @@ class Plan:
                 "search_s": self.search_s,
                 "confirm_s": self.confirm_s,
             },
+            "confirmed": self.confirmed,
+            "confirmed_why": self.confirmed_why,
             "notes": list(self.notes),
         }
 
@@ -229,6 +237,7 @@ def plan(
     search.recipe = recipe(opts)
     baseline = search.baseline(search.recipe)
     found, tier = search.run_tiers(candidates(opts), baseline)
+    found = search.confirm_first(found)
     result = search.result(found, baseline, time.perf_counter() - start, tier)
     note = opts.precision_note  # a default applied (training), or bf16 asked on a GPU without it
     if note is not None and (request.mode == "train" or request.precision is not None):
@@ -590,6 +599,10 @@ class _Search:
         if self.engines.confirm is None:
             return opt
         mode = self.request.confirm
+        if mode == "auto" and self.engines.band is not None:
+            mode = "recommended"  # the band settles the others' place: only the first counts
+            if self.n_found == 0 and self._band_settles(opt):
+                return replace(opt, confirmed_by=None)
         if mode == "none" or (mode == "recommended" and self.n_found > 0):
             return replace(opt, confirmed_by=None)
         done = self.estimate(opt, self.engines.confirm)
@@ -599,6 +612,48 @@ class _Search:
             self.n_overruled += 1
             self._record_failure(done)
         return done
+
+    def confirm_first(self, found: list[PlanOption]) -> list[PlanOption]:
+        """``confirm="auto"``: the recommended plan (``found[0]``: the tiers may put a plan
+        found later first) confirmed by the precise engine unless the band settles it; one it
+        overrules is dropped and the next judged the same way."""
+        confirm = self.engines.confirm
+        if self.request.confirm != "auto" or self.engines.band is None or confirm is None:
+            return found
+        while found:
+            rec = found[0]
+            if rec.confirmed_by == confirm.name or rec.estimate is None or self._band_settles(rec):
+                return found
+            done = self.estimate(rec, confirm)
+            if done.estimate is None:  # the precise engine cannot run it: the fast answer stays
+                reason = f"not confirmed: {done.reason}"
+                return [replace(rec, confirmed_by=None, reason=reason), *found[1:]]
+            if done.fits:
+                return [done, *found[1:]]
+            self.n_overruled += 1
+            self._record_failure(done)
+            found = found[1:]
+        return found
+
+    def _band_settles(self, opt: PlanOption) -> bool:
+        top = self._band_top(opt)
+        return top is not None and top[0]
+
+    def _band_top(self, opt: PlanOption) -> tuple[bool, int] | None:
+        """Whether ``opt`` (a fit by the search engine) still fits at the top of the search
+        engine's validated error band (:attr:`EnginePair.band`), by THE verdict rule and the
+        fast path's settling rule (:func:`memfit.estimate.fastpath.verdict_settled`), and its
+        need there: where it fits, the trace cannot change its verdict and ``confirm="auto"``
+        does not run it. None: no band, or the band's estimate failed."""
+        band = self.engines.band
+        if band is None:
+            return None
+        try:
+            top = band(opt.workload)
+        except MemfitError:
+            return None
+        judged = verdict(top, self.budget)
+        return verdict_settled(top, self.budget.capacity_bytes, judged.verdict), need_bytes(top)
 
     def _record_failure(self, opt: PlanOption) -> None:
         if opt.estimate is None:
@@ -680,7 +735,7 @@ class _Search:
         notes += self._slowdown_notes(rec, found[1:] + [o for _, o in compare])
         nearest = [] if rec is not None or not shown else self._nearest(shown[0])
         confirm = self.engines.confirm
-        if confirm is not None and self.request.confirm != "shown" and rec is not None:
+        if confirm is not None and self.request.confirm in ("recommended", "none") and rec:
             which = (
                 "the recommended plan only" if self.request.confirm == "recommended" else "no plan"
             )
@@ -696,7 +751,10 @@ class _Search:
                 f"{len(self.unsupported)} combinations could not be estimated, e.g. "
                 f"{self.unsupported[0]}"
             )
+        confirmed, confirmed_why = self._confirmed(rec)
         return Plan(
+            confirmed=confirmed,
+            confirmed_why=confirmed_why,
             model_name=self.source.name,
             request=self.request,
             budget=self.budget,
@@ -721,6 +779,42 @@ class _Search:
             compare=compare,
             nearest=nearest,
         )
+
+    def _confirmed(self, rec: PlanOption | None) -> tuple[bool | None, str]:
+        """Whether the recommended plan's bytes are the precise engines' (``Plan.confirmed``),
+        and why."""
+        if rec is None or rec.estimate is None:
+            return None, "no plan fits" if rec is None else "not estimated"
+        engine, confirm, mode = rec.estimate.engine, self.engines.confirm, self.request.confirm
+        if confirm is not None and rec.confirmed_by == confirm.name:
+            auto = mode == "auto" and self.engines.band is not None
+            why = self._band_why(rec, settled=False) if auto else f"--confirm {mode}"
+            return True, f"the {confirm.name} engine checked the recommended plan ({why})"
+        if engine in ("trace", "derived"):
+            return True, f"the {engine} engine's bytes"
+        if confirm is None:
+            return False, f"the {engine} engine's answer (no precise engine to confirm it)"
+        if mode == "auto" and self.engines.band is not None:
+            top = self._band_top(rec)
+            if top is not None and top[0]:
+                return False, self._band_why(rec, settled=True) + "; --confirm traces it"
+            why = (rec.reason or "").removeprefix("not confirmed: ") or "no answer"
+            return False, (
+                f"the {confirm.name} engine could not check it ({why}): the {engine} engine's "
+                f"answer; {self._band_why(rec, settled=False)}"
+            )
+        return False, f"--confirm {mode}: the {engine} engine's answer"
+
+    def _band_why(self, rec: PlanOption, *, settled: bool) -> str:
+        top = self._band_top(rec)
+        if top is None:
+            return f"no validated error band for the {self.engines.search.name} engine's answer"
+        limit = format_bytes(self.budget.limit_bytes)
+        need = format_bytes(top[1])
+        at_top = f"at the top of the analytic engine's validated band it needs {need}"
+        if settled:
+            return f"it fits even {at_top} (limit {limit}): the trace cannot change the verdict"
+        return f"{at_top}, over the {limit} limit: the band could change the verdict"
 
     # -- side by side, and the way forward ------------------------------------------------------
     def _compare(

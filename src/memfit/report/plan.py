@@ -55,8 +55,10 @@ def render_plan(p: Plan) -> str:
             else ""
         )
         + f"{p.elapsed_s:.1f} s in all",
-        "",
     ]
+    if p.confirmed is not None:
+        lines.append(f"confirmed: {'yes' if p.confirmed else 'no'} ({p.confirmed_why})")
+    lines.append("")
     rec = p.recommended or p.closest
     if p.recommended is None:
         lines.append("NOTHING FITS. closest attempt:" if rec else "NOTHING FITS.")

@@ -7,7 +7,7 @@ Each validates its own fields when built (:mod:`memfit.spec.rules`), names them 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from memfit.spec.parallel_rules import (
@@ -234,7 +234,9 @@ class ParallelSpec:
         return p
 
     def flat(self) -> dict[str, Any]:
-        return asdict(self)
+        # every field is a scalar: a shallow dict is asdict's result without its deep copies
+        # (asdict was 45 % of an analytic estimate's "nearest change" search, issue 32)
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @property
     def dp(self) -> int:

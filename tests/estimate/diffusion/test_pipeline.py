@@ -211,6 +211,16 @@ def test_a_bad_job_is_refused_naming_the_field(kw: dict[str, object], rule: str)
         job(**kw)
 
 
+def _answer_key(root: Path, j: DiffusionJob, gpu: object = None) -> str:
+    """The trace-cache key of a whole pipeline answer (memfit.estimate.diffusion.answer)."""
+    from memfit.estimate.diffusion.pipeline import read_tree
+    from memfit.estimate.trace_cache import key_of
+
+    index, configs = read_tree(root)
+    parts = {"pipeline": {"index": index, "configs": configs}, "job": repr(j), "gpu": repr(gpu)}
+    return key_of({"answer": parts})
+
+
 def test_a_repeated_pipeline_estimate_reads_its_traces_from_the_cache(
     flux_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,22 +229,93 @@ def test_a_repeated_pipeline_estimate_reads_its_traces_from_the_cache(
     monkeypatch.setenv("MEMFIT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("MEMFIT_NO_CACHE", raising=False)
     monkeypatch.setattr(pipelines, "_TRACES", {})  # a new process: nothing in memory
-    first = estimate_pipeline(flux_tree, job(height=48, width=48), name="tiny")
-    kept = sorted((tmp_path / "trace").glob("*.json"))
-    assert len(kept) == 4  # text_encoder, text_encoder_2, transformer, vae
+    j = job(height=48, width=48)
+    first = estimate_pipeline(flux_tree, j, name="tiny")
+    answer = tmp_path / "trace" / f"{_answer_key(flux_tree, j)}.json"
+    kept = sorted(p for p in (tmp_path / "trace").glob("*.json") if p != answer)
+    assert answer.exists() and len(kept) == 4  # text_encoder, text_encoder_2, transformer, vae
 
     traced: list[str] = []
     real = pipelines.trace_forward
+    answer.unlink()  # the whole answer gone: the components' traces are read back
     monkeypatch.setattr(pipelines, "_TRACES", {})
     monkeypatch.setattr(
         pipelines, "trace_forward", lambda *a, **k: traced.append("x") or real(*a, **k)
     )
-    again = estimate_pipeline(flux_tree, job(height=48, width=48), name="tiny")
+    again = estimate_pipeline(flux_tree, j, name="tiny")
     assert traced == []  # every component read back, none traced
     assert again == first
 
+    answer.unlink()
     kept[0].write_text(kept[0].read_text().replace('"activation":', '"activation_":'))
     monkeypatch.setattr(pipelines, "_TRACES", {})
-    rebuilt = estimate_pipeline(flux_tree, job(height=48, width=48), name="tiny")
+    rebuilt = estimate_pipeline(flux_tree, j, name="tiny")
     assert traced == ["x"]  # the corrupt entry traced again, never used
     assert rebuilt == first
+
+
+def test_a_repeated_pipeline_estimate_is_one_cache_read_without_building_anything(
+    flux_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: the whole answer (verdict on the GPU included) is kept; a repeat neither builds
+    nor traces a component, and the answer comes back equal, under the name asked."""
+    from memfit.estimate.diffusion import pipelines
+    from memfit.hardware import get_gpu
+
+    monkeypatch.setenv("MEMFIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MEMFIT_NO_CACHE", raising=False)
+    gpu = get_gpu("L4")
+    first = estimate_pipeline(flux_tree, job(), name="tiny", gpu=gpu)
+    assert first.fits is not None
+
+    def never(*a: object, **k: object) -> None:
+        raise AssertionError("built or traced although the answer is kept")
+
+    monkeypatch.setattr(pipelines, "traced_pipeline", never)
+    again = estimate_pipeline(flux_tree, job(), name="tiny", gpu=gpu)
+    assert again == first
+    renamed = estimate_pipeline(flux_tree, job(), name="other-name", gpu=gpu)
+    assert renamed.name == "other-name" and renamed.stages == first.stages
+    with pytest.raises(AssertionError, match="although the answer is kept"):
+        estimate_pipeline(flux_tree, job(steps=5), name="tiny", gpu=gpu)  # another job: a miss
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        {"__record__": "ComponentTrace", "fields": {}},  # another record
+        "not a record",
+        None,
+    ],
+    ids=["another-record", "a-string", "nothing"],
+)
+def test_a_foreign_or_implausible_pipeline_entry_is_rebuilt_never_used(
+    flux_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, foreign: object
+) -> None:
+    from memfit.estimate.derived import cache
+    from memfit.estimate.diffusion import answer, pipelines
+    from memfit.estimate.trace_cache import FORMAT, KIND
+
+    monkeypatch.setenv("MEMFIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MEMFIT_NO_CACHE", raising=False)
+    j = job(height=32, width=32)
+    first = estimate_pipeline(flux_tree, j, name="tiny")
+    key = _answer_key(flux_tree, j)
+    runs: list[str] = []
+    real = pipelines.traced_pipeline
+    monkeypatch.setattr(
+        pipelines, "traced_pipeline", lambda *a, **k: runs.append("x") or real(*a, **k)
+    )
+
+    cache.store(key, {"answer": foreign}, kind=KIND, fmt=FORMAT)  # checksummed, but not an answer
+    assert estimate_pipeline(flux_tree, j, name="tiny") == first
+    assert runs == ["x"]  # rebuilt ...
+    assert estimate_pipeline(flux_tree, j, name="tiny") == first
+    assert runs == ["x"]  # ... and replaced: the next one is a hit
+
+    # a kept answer with a negative count is not plausible: rebuilt too
+    bad = answer._encode(first)
+    bad["fields"]["host_weights_bytes"] = -1
+    cache.store(key, {"answer": bad}, kind=KIND, fmt=FORMAT)
+    assert estimate_pipeline(flux_tree, j, name="tiny") == first
+    assert runs == ["x", "x"]

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfit.estimate.diffusion.pipeline import ComponentTrace, PipelineEstimate, StagePeak
+from memfit.estimate.allocator.caching import CachingAllocatorSim
+from memfit.estimate.device import allocator_workspaces
+from memfit.estimate.diffusion.answer import ComponentTrace, PipelineEstimate, StagePeak
 from memfit.spec.diffusion import DiffusionJob
 
 STAGES = ("text_encode", "denoise", "vae_decode")
@@ -188,9 +190,6 @@ def replay_reserved(
     its peak (the upper figure the ``--gpu`` verdict uses). Under model offload,
     accelerate's ``CpuOffload.pre_forward`` offloads the previous component and calls
     ``clear_device_cache()`` (``torch.cuda.empty_cache``) before moving the next one in."""
-    from memfit.estimate.allocator.caching import CachingAllocatorSim
-    from memfit.estimate.device import allocator_workspaces
-
     sim = CachingAllocatorSim()
     for i, n in enumerate(allocator_workspaces(gpu, training=False)):
         sim.malloc(-1 - i, n)

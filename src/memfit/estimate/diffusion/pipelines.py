@@ -23,13 +23,14 @@ from typing import Any
 import torch
 
 from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.diffusion.answer import estimate_pipeline as estimate_pipeline
+from memfit.estimate.diffusion.compose import compose, replay_reserved
 from memfit.estimate.diffusion.pipeline import (
     DTYPES,
     SUPPORTED,
     ComponentTrace,
     PipelineEstimate,
     build_component,
-    read_tree,
     trace_forward,
 )
 from memfit.estimate.diffusion.versions import behaviour
@@ -324,15 +325,19 @@ def _not_converted(model: torch.nn.Module, library: str) -> tuple[str, ...]:
     return tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
 
 
-def estimate_pipeline(
-    root: Path, job: DiffusionJob, *, name: str, gpu: Any = None
+def traced_pipeline(
+    root: Path,
+    index: dict[str, Any],
+    configs: dict[str, Any],
+    job: DiffusionJob,
+    *,
+    name: str,
+    gpu: Any = None,
 ) -> PipelineEstimate:
-    """Trace every component of the pipeline at ``root`` and compose the stages; with ``gpu`` (a
-    catalog record) the answer carries THE verdict on it (``fits``)."""
-    from memfit.estimate.diffusion.compose import compose, replay_reserved
+    """The pipeline at ``root`` (its ``index`` and component ``configs``) traced and composed:
+    :func:`memfit.estimate.diffusion.answer.estimate_pipeline` on a cache miss."""
     from memfit.estimate.diffusion.weights import layout, quantized_components
 
-    index, configs = read_tree(root)
     pipeline = str(index["_class_name"])
     dt = DTYPES[job.precision]
     if job.drop_text_encoder_3 and "text_encoder_3" not in index:

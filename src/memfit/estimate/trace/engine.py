@@ -108,7 +108,7 @@ def trace_hf(
     flat, check = (
         extrapolated(run, targets, period, prefix) if extrapolate else (run(targets), None)
     )
-    notes = distributed.notes(workload)
+    notes = distributed.notes(workload) + quantized.notes(workload)
     if note := unquantized_layers_note(str(config.get("model_type", "")), workload.quant):
         notes.append(note)
     if check is not None:

@@ -33,6 +33,23 @@ Per format (M = tokens in the call, N × K the weight; docs/quantization.md has 
 
 LoRA: peft wraps the quantized base layer with format-specific forwards (peft/tuners/lora/bnb.py,
 awq.py, gptq.py): :func:`quantize_` patches the wrappers so the trace runs the same code.
+
+FSDP / ZeRO-3 (``shard`` ``fsdp`` / ``zero3``): FSDP-QLoRA stores bitsandbytes' packed 4-bit
+weight in a float ``quant_storage`` dtype so that FSDP can shard it ("FSDP only supports sharding
+float data types", bitsandbytes docs ``fsdp_qlora.md`` at 0.50.2; bitsandbytes PR #970); Answer.AI's
+``train.py`` (AnswerDotAI/fsdp_qlora@05ed9f2a, line 532: "The Linear4Bit quant_storage dtype
+should always match the FSDP param_dtype") and peft's docs (huggingface/peft@5d602fdb
+``docs/source/accelerate/fsdp.md`` and ``deepspeed.md``, "Use PEFT QLoRA and FSDP / DeepSpeed
+with ZeRO3": ``bnb_4bit_quant_storage=torch.bfloat16``) run it so. The packed weight is then a
+``Params4bit`` *parameter* of dtype bf16, (numel + 1) // 4 elements (bitsandbytes
+``quantize_4bit``: ``(n + 1) // (2 * itemsize)`` rows), that FSDP shards and all-gathers with its
+block and ZeRO-3 partitions and gathers per module; the quant state (absmax, code, nested
+statistics) is metadata every rank keeps whole. :func:`packs_as_parameter` says when; the stand-in
+then holds ``weight`` as a frozen bf16 parameter (the rest stay buffers). bf16 whatever the run's
+precision: the bytes of a shard and of the gathered block are the packed bytes either way, and a
+bf16 storage is the one FSDP2's ``param_dtype=bf16`` cast leaves alone. 8-bit
+(``Linear8bitLt``): ``Int8Params`` has no ``quant_storage`` (int8 only), so no FSDP-QLoRA recipe
+shards it: memfit keeps it whole on every rank and says so (:func:`notes`).
 """
 
 from __future__ import annotations
@@ -62,6 +79,32 @@ COMPUTE_DTYPE = {name: getattr(torch, r.compute) for name, r in PRECISION_RULES.
 INT8_THRESHOLD = 6.0
 #: Largest finite float8_e4m3fn value: the per-tensor scale maps the amax onto it.
 FP8_E4M3_MAX = 448.0
+#: bitsandbytes 4-bit formats whose packed weight FSDP / ZeRO-3 shard (module docstring).
+BNB_4BIT = quant.BNB_4BIT_FORMATS
+#: ``bnb_4bit_quant_storage`` of FSDP-QLoRA (Answer.AI train.py, peft's FSDP / ZeRO-3 QLoRA docs).
+QUANT_STORAGE_DTYPE = torch.bfloat16
+
+
+def packs_as_parameter(workload: WorkloadSpec) -> bool:
+    """Whether ``workload``'s quantized weights are packed ``Params4bit`` parameters in a bf16
+    ``quant_storage`` (FSDP-QLoRA), which FSDP / ZeRO-3 shard, rather than rank-local buffers."""
+    return quant.packs_as_parameter(workload.quant, workload.shard)
+
+
+def notes(workload: WorkloadSpec) -> list[str]:
+    """What the trace assumes about quantized weights under a sharded setup."""
+    if packs_as_parameter(workload):
+        return [
+            "FSDP-QLoRA: the packed 4-bit weights are bf16 quant_storage parameters "
+            f"(bnb_4bit_quant_storage=bfloat16), sharded by {workload.shard} and gathered "
+            "with their block; the quant state (absmax, code) is kept whole on every rank"
+        ]
+    if workload.quant == "int8" and workload.shard in quant.PARAMETER_SHARDING:
+        return [
+            f"int8 weights under {workload.shard}: bitsandbytes' Int8Params have no float "
+            "quant_storage, so FSDP / ZeRO-3 do not shard them; counted whole on every rank"
+        ]
+    return []
 
 
 class QuantizedLinear(torch.nn.Module):
@@ -79,6 +122,7 @@ class QuantizedLinear(torch.nn.Module):
         group_size: int = 128,
         device: Any = "meta",
         state_dtype: torch.dtype | None = None,
+        packed_param: bool = False,
     ) -> None:
         super().__init__()
         self.fmt = fmt
@@ -91,9 +135,21 @@ class QuantizedLinear(torch.nn.Module):
         self.dtype = dtype
         self.compute_dtype = compute_dtype
         dtype_name = str(dtype).removeprefix("torch.")
+        #: the packed weight is a frozen bf16 parameter (FSDP-QLoRA; module docstring)
+        self.packed_param = packed_param and fmt in BNB_4BIT
         for t in quant.stored_tensors(
             fmt, out_features, in_features, group_size=group_size, bias=bias, dtype=dtype_name
         ):
+            if self.packed_param and t.name == "weight":
+                self.weight = torch.nn.Parameter(
+                    torch.zeros(
+                        _packed_shape(in_features * out_features),
+                        dtype=QUANT_STORAGE_DTYPE,
+                        device=device,
+                    ),
+                    requires_grad=False,
+                )
+                continue
             buf = torch.zeros(t.shape, dtype=TORCH_DTYPE[t.dtype], device=device)
             self.register_buffer(t.name, buf)
         if not bias:
@@ -103,8 +159,8 @@ class QuantizedLinear(torch.nn.Module):
         return f"{self.fmt}, in_features={self.in_features}, out_features={self.out_features}"
 
     def stored(self, name: str) -> torch.Tensor:
-        """One of the stored tensors (a buffer) by its library name."""
-        t = self._buffers[name]
+        """One of the stored tensors (a buffer, or the packed parameter) by its library name."""
+        t = self._buffers.get(name, self._parameters.get(name))
         if t is None:
             raise KeyError(name)
         return t
@@ -112,6 +168,13 @@ class QuantizedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fn = _FUNCTIONS[self.fmt]
         return fn(self, x)
+
+
+def _packed_shape(numel: int) -> tuple[int, int]:
+    """bitsandbytes ``quantize_4bit``'s packed shape in ``quant_storage``: ``((n + 1) // mod, 1)``
+    with ``mod = 2 * itemsize`` (two 4-bit values per byte)."""
+    itemsize = torch.finfo(QUANT_STORAGE_DTYPE).bits // 8
+    return ((numel + 1) // (2 * itemsize), 1)
 
 
 def _bnb4_forward(layer: QuantizedLinear, x: torch.Tensor) -> torch.Tensor:
@@ -362,8 +425,13 @@ def prepare_kbit_(model: torch.nn.Module, fmt: str) -> int:
     enables input gradients only for reentrant checkpointing. Returns the parameters cast."""
     if fmt in PREPARE_KBIT_SKIPS:
         return 0
+    packed = {
+        id(m.weight) for m in model.modules() if isinstance(m, QuantizedLinear) and m.packed_param
+    }
     n = 0
     for param in model.parameters():
+        if id(param) in packed:  # the stand-in's Params4bit (FSDP-QLoRA's bf16 quant_storage)
+            continue
         if param.dtype in (torch.float16, torch.bfloat16) and type(param).__name__ != "Params4bit":
             param.data = param.data.to(torch.float32)
             n += 1
@@ -419,6 +487,7 @@ def quantize_(
             compute_dtype=compute,
             group_size=workload.quant_group_size,
             device=device,
+            packed_param=packs_as_parameter(workload),
         )
         stand_in.train(module.training)
         model.set_submodule(path, stand_in)
@@ -443,11 +512,15 @@ def _features(module: torch.nn.Module) -> tuple[int, int]:
 
 
 def n_quantized_params(model: torch.nn.Module) -> int:
-    """Logical parameter count of the quantized layers (weights and biases held as buffers)."""
+    """Logical parameter count of the quantized layers that ``model.parameters()`` does not
+    already count: weights and biases held as buffers; for a packed weight held as a parameter
+    (FSDP-QLoRA), its logical count less the packed elements ``parameters()`` counts."""
     n = 0
     for m in model.modules():
         if isinstance(m, QuantizedLinear):
             n += m.in_features * m.out_features + (m.out_features if m.bias is not None else 0)
+            if m.packed_param:
+                n -= m.stored("weight").numel()
     return n
 
 

@@ -1,20 +1,21 @@
 """One traced step serves every rank variant of a job: the trace engine's per-process memo.
 
 For ``ddp``, ``zero1/2/3`` and every ``offload`` the trace engine traces the single-GPU step
-(tensor-parallel config, LoRA, quantization, checkpointing, optimizer and all) and then rewrites
-its timeline as rank 0 runs it (:mod:`memfit.estimate.trace.distributed`, ``Plan.finish``). The
-model's build and the fake step read none of ``shard``, ``offload``, ``gpus`` and ``grad_accum``
-(:data:`REWRITE_ONLY`) but for the precision the step runs in (``bf16-mixed`` under DeepSpeed
-ZeRO is a bf16 model, under DDP fp32 weights with autocast: ``spec.rules.run_precision``, part
-of the key); only the rewrite reads them. So a plan that builds the forms of ZeRO-2 with the
-optimizer offloaded, ZeRO-3 with it offloaded and ZeRO-3 with the parameters offloaded would
-run the same traces three times. Here the first run of a step keeps what the rewrite reads
-(:class:`~memfit.estimate.trace.rank_trace.RankTrace`) and the trace's numbers before the
-rewrite; a run whose key matches skips building and stepping the model and runs the rewrite,
-the allocator replay and the run observer only, which gives what the trace gives (tests compare
-forms and estimates with and without the memo byte for byte). FSDP2 is traced for real (its
-collectives allocate inside the step): never kept; nor a real CPU execution, nor a run whose
-history is recorded (``--snapshot``) or whose raw events are asked for (``trace_step_events``).
+(tensor-parallel config, LoRA, quantization, checkpointing, optimizer and all) and then rewrites its
+timeline as rank 0 runs it (:mod:`memfit.estimate.trace.distributed`, ``Plan.finish``). The model's
+build and the fake step read none of ``shard``, ``offload``, ``gpus`` and ``grad_accum``
+(:data:`REWRITE_ONLY`) but for the precision the step runs in (``bf16-mixed`` under DeepSpeed ZeRO
+is a bf16 model, under DDP fp32 weights with autocast: ``spec.rules.run_precision``, part of the
+key) and, under ZeRO-3, whether 4-bit weights are packed parameters (``quant.packs_as_parameter``,
+part of the key); only the rewrite reads them. So a plan that builds the forms of ZeRO-2 with the
+optimizer offloaded, ZeRO-3 with it offloaded and ZeRO-3 with the parameters offloaded would run the
+same traces three times. Here the first run of a step keeps what the rewrite reads
+(:class:`~memfit.estimate.trace.rank_trace.RankTrace`) and the trace's numbers before the rewrite; a
+run whose key matches skips building and stepping the model and runs the rewrite, the allocator
+replay and the run observer only, which gives what the trace gives (tests compare forms and
+estimates with and without the memo byte for byte). FSDP2 is traced for real (its collectives
+allocate inside the step): never kept; nor a real CPU execution, nor a run whose history is recorded
+(``--snapshot``) or whose raw events are asked for (``trace_step_events``).
 
 The key (:func:`key`) hashes everything the traced step depends on: the config with the traced
 layer counts, every workload field but :data:`REWRITE_ONLY`, the precision as run, the task, the
@@ -37,6 +38,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.estimate import quant
 from memfit.estimate.trace.rank_trace import RankTrace
 from memfit.spec import WorkloadSpec
 
@@ -93,6 +95,8 @@ def key(config: dict[str, Any], workload: WorkloadSpec, **run: Any) -> str | Non
     # the one thing of the step the shard decides: ``bf16-mixed`` under DeepSpeed ZeRO runs as
     # a bf16 model (spec.rules.run_precision), under DDP as fp32 weights with autocast
     fields["run_precision"] = workload.run_precision
+    # and whether the packed 4-bit weights are parameters (FSDP-QLoRA under zero3) or buffers
+    fields["quant_packed"] = quant.packs_as_parameter(workload.quant, workload.shard)
     try:
         blob = json.dumps(
             [config, fields, {k: repr(v) for k, v in run.items()}], sort_keys=True, default=repr
