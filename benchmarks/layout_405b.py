@@ -38,8 +38,13 @@ SCHEDULES = {
 
 
 def run(extra: list[str]) -> tuple[float, dict[str, object]]:
+    return memfit_json(["estimate", CONFIG, *BASE, *extra])
+
+
+def memfit_json(argv: list[str]) -> tuple[float, dict[str, object]]:
+    """``memfit ARGV --json`` as a cold process from the checkout: its wall time and answer."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    cmd = [sys.executable, "-m", "memfit", "estimate", CONFIG, *BASE, *extra]
+    cmd = [sys.executable, "-m", "memfit", *argv]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0

@@ -11,13 +11,13 @@ a user runs it) and records its wall time and the layout it picks. The target (i
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from layout_405b import memfit_json  # noqa: E402  (the one cold-process runner)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "benchmarks" / "results" / "plan_layout_405b.md"
@@ -27,14 +27,7 @@ ARGS = ["--gpus", "1024", "--global-batch", "1024", "--seq", "8192", "--gpu", "H
 
 
 def run() -> tuple[float, dict[str, object]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    cmd = [sys.executable, "-m", "memfit", "plan", CONFIG, *ARGS]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - t0
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"memfit failed ({done.returncode}): {done.stderr.strip()}")
-    return wall, json.loads(done.stdout)
+    return memfit_json(["plan", CONFIG, *ARGS])
 
 
 def main() -> int:
