@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from memfit.estimate.analytic.attention import round_up
 from memfit.estimate.analytic.graph import DTYPE_BYTES
-from memfit.estimate.optim_states import model_optimizer_state_bytes
+from memfit.estimate.optim_states import CUDA_MIN_BLOCK_BYTES, model_optimizer_state_bytes
 
 #: Optimizer step temporaries as a multiple of the trainable parameters' bytes (see above).
 TEMP_PARAM_MULTIPLE = {
@@ -132,7 +133,8 @@ def muon_temp_bytes(
 
 
 def _block(n_bytes: int) -> int:
-    return -(-n_bytes // 512) * 512
+    """``n_bytes`` as the caching allocator hands them out (its 512-byte blocks)."""
+    return round_up(n_bytes, CUDA_MIN_BLOCK_BYTES)
 
 
 def step_temp_in_backward(optimizer: str) -> Callable[[Any], int]:
