@@ -62,13 +62,14 @@ error and more (no published multi-node step time is fitted here).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from memfit.estimate.parallel.layouts import LayoutChoice, bubble_fraction
 from memfit.estimate.parallel.schedule import chunks_per_rank
 from memfit.estimate.parallel.shape import DecoderShape
-from memfit.plan.cost import COST_CONSTANTS, OPTIMIZER_STEP_BYTES, Rates, mfu
+from memfit.plan.cost import COST_CONSTANTS, OPTIMIZER_STEP_BYTES, Rates
 
 #: Inter-node bandwidth per GPU, one direction, GB/s, by generation: one NIC per GPU in the
 #: vendors' reference nodes. DGX A100: 8x ConnectX-6 200 Gb/s (25 GB/s;
@@ -96,9 +97,62 @@ TP_STAYS_IN_NODE = True
 #: Bytes per element: activations and gathered weights in bf16, gradient reductions in fp32
 #: (torchtitan's FSDP2 ``reduce_dtype=float32``; Megatron's fp32 ``main_grad`` buffer).
 ACT_BYTES, PARAM_BYTES, GRAD_REDUCE_BYTES = 2, 2, 4
+#: Latency of one ring-attention step (a send / receive of the next K/V block and its
+#: attention kernel's launch): cost.py's small-message NCCL latency on NVLink
+#: (``tp_allreduce_latency_s``, fitted on decode; nccl-tests report ~10-30 us).
+CP_HOP_LATENCY_S = COST_CONSTANTS["tp_allreduce_latency_s"][0]
 #: Forward passes of a layer's all-reduces: forward 1, backward 1 (the input gradient); each
 #: pass all-reduces twice (attention, MLP).
 TP_ALLREDUCES_PER_PASS = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutConstants:
+    """The free constants of the layout step-time model (module docstring, "Calibration").
+
+    ``mfu_by_arch``: model-FLOPs utilization of the matmuls and attention of large per-GPU
+    work, per GPU generation (a generation missing takes ``MFU_FALLBACK_ARCH``'s);
+    ``layer_overhead_s``: fixed time per layer, micro-batch and pass (launches, syncs, the
+    tails of small kernels) that no FLOP count sees; ``tp_exposed``: share of the
+    tensor-parallel collectives not hidden under compute (``tp_overlap_exposed`` with
+    Megatron's ``--tp-comm-overlap`` / torchtitan's async TP); ``cp_attention_overhead``:
+    extra attention time per doubling of the context-parallel degree (ring steps, partial
+    softmax merges, causal load balancing)."""
+
+    mfu_by_arch: dict[str, float]
+    layer_overhead_s: float
+    tp_exposed: float
+    tp_overlap_exposed: float
+    cp_attention_overhead: float
+
+    def mfu(self, arch: str) -> float:
+        fallback = MFU_FALLBACK_ARCH.get(arch, "hopper")
+        return self.mfu_by_arch.get(arch, self.mfu_by_arch[fallback])
+
+
+#: Generations without a fitted layout MFU take a fitted one's (no multi-GPU point of theirs).
+MFU_FALLBACK_ARCH = {
+    "volta": "ampere",
+    "turing": "ampere",
+    "ada": "ampere",
+    "blackwell": "hopper",
+    "cdna3": "hopper",
+    "cdna4": "hopper",
+}
+
+#: Fitted by ``benchmarks/layout_step_time_calibration.py --fit`` on the published multi-GPU
+#: throughputs of ``benchmarks/data/layout_throughput_published.jsonl`` (torchtitan 8-512
+#: H100 / H200, Megatron-LM 48-6,144 H100 and 32-3,072 A100, Llama 3 on 8,192-16,384 H100);
+#: errors per point in ``benchmarks/results/layout_step_time_calibration.md`` and
+#: docs/accuracy.md "Layout step time". Apart from :mod:`memfit.plan.cost`'s single-GPU
+#: constants (its Hopper MFU was fitted on 500 W parts).
+LAYOUT_FIT = LayoutConstants(
+    mfu_by_arch={"hopper": 0.61, "ampere": 0.57},
+    layer_overhead_s=146e-6,
+    tp_exposed=0.34,
+    tp_overlap_exposed=0.0,
+    cp_attention_overhead=0.42,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,31 +222,51 @@ def rank_params(shape: DecoderShape, lay: LayoutShape) -> float:
     return (dense / lay.tp + experts / lay.ep) / lay.pp
 
 
+def stage_layers(shape: DecoderShape, lay: LayoutShape) -> int:
+    """Layers of the busiest pipeline rank: the stages split the layers as evenly as they can
+    (``ceil(L / pp)``; torchtitan's and Megatron's default split)."""
+    return math.ceil(shape.n_layers / lay.pp)
+
+
 def layout_step_cost(
-    shape: DecoderShape, lay: LayoutShape, rates: Rates, topo: Topology
+    shape: DecoderShape,
+    lay: LayoutShape,
+    rates: Rates,
+    topo: Topology,
+    *,
+    consts: LayoutConstants = LAYOUT_FIT,
+    tp_overlap: bool = False,
+    matmul_speedup: float = 1.0,
 ) -> LayoutCost:
-    """One optimizer step of ``lay`` (module docstring)."""
+    """One optimizer step of ``lay`` (module docstring); ``tp_overlap`` prices the TP
+    collectives as overlapped (Megatron ``--tp-comm-overlap``, torchtitan async TP);
+    ``matmul_speedup`` divides the matmul time (Float8 linears; the calibration's only)."""
     b, s, h = lay.micro_batch, lay.seq_len, shape.hidden
-    m, n_layers = lay.grad_accum, shape.n_layers / lay.pp
+    m, n_layers = lay.grad_accum, stage_layers(shape, lay)
     tokens = b * s
-    rate = rates.flops.get("bf16", rates.flops["fp16"]) * mfu(rates)
-    mm_fwd = 2.0 * active_matmul_params(shape) * tokens
-    attn_fwd = 2.0 * shape.n_layers * s * h * tokens
+    rate = rates.flops.get("bf16", rates.flops["fp16"]) * consts.mfu(rates.arch)
+    mm_fwd, head_fwd, attn_fwd = _stage_forward_flops(shape, lay, n_layers)
+    attn_fwd *= 1.0 + consts.cp_attention_overhead * math.log2(lay.cp)
+    mm_fwd /= matmul_speedup
+    head_fwd /= matmul_speedup
     recompute = {"none": 0.0, "selective": attn_fwd, "full": mm_fwd + attn_fwd}[lay.checkpointing]
-    split = lay.tp * lay.cp * lay.pp
-    micro_s = (3 * (mm_fwd + attn_fwd) + recompute) / split / rate
-    attn_layer_s = 3 * attn_fwd + (attn_fwd if lay.checkpointing != "none" else 0.0)
-    attn_layer_s /= split * n_layers * rate
+    passes = 3 + (lay.checkpointing == "full")
+    micro_s = (3 * (mm_fwd + head_fwd + attn_fwd) + recompute) / (lay.tp * lay.cp * rate)
+    micro_s += passes * n_layers * consts.layer_overhead_s
+    attn_layer_s = (3 * attn_fwd + (attn_fwd if lay.checkpointing != "none" else 0.0)) / (
+        lay.tp * lay.cp * n_layers * rate
+    )
     v = chunks_per_rank(lay.pp_schedule, lay.pp_virtual_stages) if lay.pp > 1 else 1
     bubble = bubble_fraction(lay.pp_schedule, pp=lay.pp, micro_batches=m, virtual=v)
     parts = {"compute": m * micro_s, "bubble": m * micro_s * bubble}
     act = tokens / lay.cp * h * ACT_BYTES
-    passes = 2 + (lay.checkpointing == "full")
+    tp_passes = 2 + (lay.checkpointing == "full")
     tp_ring = 2.0 * (lay.tp - 1) / lay.tp
-    tp_s = passes * TP_ALLREDUCES_PER_PASS * n_layers * tp_ring * act / topo.link(lay.tp)
-    parts["tp"] = m * tp_s
+    exposed = consts.tp_overlap_exposed if tp_overlap else consts.tp_exposed
+    tp_s = tp_passes * TP_ALLREDUCES_PER_PASS * n_layers * tp_ring * act / topo.link(lay.tp)
+    parts["tp"] = m * tp_s * exposed
     parts["cp"] = m * n_layers * _cp_exposed_s(shape, lay, topo, attn_layer_s)
-    parts["ep"] = m * _ep_s(shape, lay, topo, passes)
+    parts["ep"] = m * _ep_s(shape, lay, topo, tp_passes)
     parts["pp_p2p"] = _p2p_s(lay, topo, act, v)
     params = rank_params(shape, lay)
     parts["fsdp_dp"] = _sharding_exposed_s(lay, topo, params, m * micro_s, micro_s)
@@ -204,10 +278,26 @@ def layout_step_cost(
     return LayoutCost(step_s=step, tokens_per_s=tokens_step / step, bubble=bubble, parts_s=parts)
 
 
+def _stage_forward_flops(
+    shape: DecoderShape, lay: LayoutShape, n_layers: int
+) -> tuple[float, float, float]:
+    """Forward FLOPs of one micro-batch on the busiest pipeline rank: its layers' matmuls, the
+    output head (on the last stage, which also holds the most layers when they do not divide
+    evenly) and its layers' attention (causal: ``2 s h`` per token and layer)."""
+    tokens = lay.micro_batch * lay.seq_len
+    per_layer = (active_matmul_params(shape) - shape.embedding_params) / shape.n_layers
+    mm = 2.0 * per_layer * n_layers * tokens
+    head = 2.0 * shape.embedding_params * tokens
+    attn = 2.0 * n_layers * lay.seq_len * shape.hidden * tokens
+    return mm, head, attn
+
+
 def _cp_exposed_s(
     shape: DecoderShape, lay: LayoutShape, topo: Topology, attn_layer_s: float
 ) -> float:
-    """One layer's ring-attention traffic beyond its attention compute (one micro-batch)."""
+    """One layer's ring-attention traffic beyond its attention compute (one micro-batch), and
+    the latency of each ring step (:data:`CP_HOP_LATENCY_S`: a step waits for its block, which
+    a short sequence's tiny blocks cannot hide)."""
     if lay.cp == 1:
         return 0.0
     kv = 2 * lay.micro_batch * lay.seq_len / lay.cp * shape.kv_dim / lay.tp * ACT_BYTES
@@ -215,7 +305,8 @@ def _cp_exposed_s(
     # forward: K/V round the ring; backward: K/V again and dK/dV back (fp32 accumulators in
     # torch's ring attention are local; the wire carries the compute dtype)
     wire = hops * kv * (1 + 2) / topo.link(lay.tp * lay.cp)
-    return max(0.0, wire - attn_layer_s)
+    rings = 2 + (lay.checkpointing != "none")  # forward, backward, a recomputed forward
+    return max(0.0, wire - attn_layer_s) + rings * hops * CP_HOP_LATENCY_S
 
 
 def _ep_s(shape: DecoderShape, lay: LayoutShape, topo: Topology, passes: int) -> float:
@@ -252,10 +343,13 @@ def _sharding_exposed_s(
         wire = rounds * share * params * (2 * PARAM_BYTES + GRAD_REDUCE_BYTES) / link
         return max(0.0, wire - compute_s)
     if lay.shard == "zero1":
+        # reduce-scatter under the last micro-batch's backward (--overlap-grad-reduce), the
+        # parameter all-gather under the next step's first forward (--overlap-param-gather)
         wire = share * params * (GRAD_REDUCE_BYTES + PARAM_BYTES) / link
-    else:  # ddp: one ring all-reduce of the fp32 gradients
-        wire = 2 * share * params * GRAD_REDUCE_BYTES / link
-    return max(0.0, wire - micro_s * 2 / 3)  # hidden under the last micro-batch's backward
+        return max(0.0, wire - micro_s)
+    # ddp: one ring all-reduce of the fp32 gradients under the last micro-batch's backward
+    wire = 2 * share * params * GRAD_REDUCE_BYTES / link
+    return max(0.0, wire - micro_s * 2 / 3)
 
 
 __all__ = [
@@ -265,7 +359,10 @@ __all__ = [
     "LayoutShape",
     "Topology",
     "active_matmul_params",
+    "LAYOUT_FIT",
+    "LayoutConstants",
     "bubble_fraction",
     "layout_step_cost",
     "rank_params",
+    "stage_layers",
 ]
