@@ -1,19 +1,28 @@
 """Predicted step time of a dp x tp x pp x cp (x ep) training layout (issue 30 item 3).
 
-One optimizer step over the global batch, as the slowest pipeline rank sees it; every rate
-comes from :mod:`memfit.plan.cost` (the GPU's dense 16-bit rate at the generation's fitted MFU,
-:func:`~memfit.plan.cost.mfu`; the ring efficiency ``link_efficiency``; the memory-bound
-optimizer step), the links from :class:`Topology`::
+One optimizer step over the global batch, as the busiest pipeline rank sees it; the GPU's
+dense 16-bit rate at the layout model's own fitted MFU (:data:`LAYOUT_FIT`, apart from
+:mod:`memfit.plan.cost`'s single-GPU constants), the ring efficiency ``link_efficiency`` and
+the memory-bound optimizer step of :mod:`memfit.plan.cost`, the links from :class:`Topology`::
 
-    step    = compute · (1 + bubble) + p2p + tp + cp + ep + exposed(fsdp / dp) + optimizer
-    compute = m · F_micro / (tp · cp · pp · rate · MFU)
-    F_micro = (1 + 2) · (2 N_active + 2 L s h) · b s  +  recomputation     (6N rule, cost.py)
+    step    = compute · (1 + bubble) + p2p + tp · exposed + cp + ep + exposed(fsdp / dp) + opt
+    compute = m · (F_stage / (tp · cp · rate · MFU) + passes · L_stage · layer_overhead)
+    F_stage = (1 + 2) · (2 N_layer L_stage + 2 V h [last stage] + 2 L_stage s h · c_cp) · b s
+              + recomputation                                            (6N rule, cost.py)
 
-``m`` micro-batches of ``b`` sequences of ``s`` tokens per data-parallel replica; ``N_active``
-the matmul parameters one token passes (a MoE layer: its top-k routed experts and the shared
-ones). Recomputation adds a forward: ``full`` the whole layer (matmuls + attention), ``selective``
-the attention core only (Korthikanti et al. 2022 §5, Megatron's ``--recompute-granularity
-selective``), as :func:`memfit.plan.cost.train_step_cost` charges it.
+``m`` micro-batches of ``b`` sequences of ``s`` tokens per data-parallel replica; ``N_layer``
+the matmul parameters one token passes in a layer (a MoE layer: its top-k routed experts and
+the shared ones). ``L_stage = ceil(L / pp)``: the busiest stage holds the rounded-up share of
+the layers and the last one also the output head (``V h``) — the pipeline runs at its pace
+(the Llama 3 paper, §3.3.2, drops a layer from the first and last stages for this balance).
+``c_cp = 1 + cp_attention_overhead · log2(cp)``: ring attention's partial blocks, merges and
+causal load balancing make its attention slower than one fused kernel (fitted on torchtitan's
+FSDP + CP tables). ``layer_overhead``: fixed time per layer, micro-batch and pass (launches,
+syncs, small-kernel tails) that no FLOP count sees: it makes many small micro-batches, high tp
+x cp and short sequences cost more. Recomputation adds a forward: ``full`` the whole layer
+(matmuls + attention), ``selective`` the attention core only (Korthikanti et al. 2022 §5,
+Megatron's ``--recompute-granularity selective``), as :func:`memfit.plan.cost.train_step_cost`
+charges it.
 
 Pipeline bubble, the idle share added to the compute
 (:func:`memfit.estimate.parallel.layouts.bubble_fraction`, the one rule):
@@ -36,10 +45,13 @@ Communication, ring collectives at ``link · link_efficiency`` (a ring all-reduc
   h`` activations in the forward, two in the backward (Shoeybi et al. 2019 §3), two more per
   full recomputation; sequence parallelism swaps each for a reduce-scatter + all-gather of the
   same volume (Korthikanti et al. 2022 §4.2.2). Always inside a node (:data:`TP_STAYS_IN_NODE`);
-  not overlapped (torchtitan's async TP is off by default).
+  ``tp_exposed`` of it not hidden (``tp_overlap_exposed`` with Megatron's
+  ``--tp-comm-overlap`` or torchtitan's async TP; the planner prices plain TP, torchtitan's
+  and Megatron's default).
 - **cp** ring attention: each layer's K/V (``b s / cp x kv_dim / tp``) passes ``cp - 1`` hops
   in the forward, K/V plus dK/dV in the backward (Liu et al. 2023, Ring Attention); overlapped
-  with the layer's attention compute, only the excess counts.
+  with the layer's attention compute, only the excess counts, plus a latency per ring step
+  (:data:`CP_HOP_LATENCY_S`) that short sequences cannot hide.
 - **ep** all-to-all: dispatch and combine of ``b s / cp x top_k`` token copies per MoE layer in
   the forward and again in the backward; not overlapped (DualPipe's overlap is not modelled).
 - **pp** point-to-point: a micro-batch's activations forward and its gradient back per chunk
@@ -49,15 +61,23 @@ Communication, ring collectives at ``link · link_efficiency`` (a ring all-reduc
   reduce-scatter of its gradients — per micro-batch without a pipeline (as cost.py), once per
   step with one (torchtitan keeps a stage unsharded across micro-batches); prefetched under the
   compute, only the excess counts.
-- **zero1** (Megatron's distributed optimizer) / **ddp**: one fp32 reduce-scatter (all-reduce)
-  of the gradients and a bf16 all-gather of the parameters per step, overlapped with the last
-  micro-batch's backward (``--overlap-grad-reduce``).
+- **zero1** (Megatron's distributed optimizer): one fp32 reduce-scatter of the gradients under
+  the last micro-batch's backward (``--overlap-grad-reduce``) and a bf16 all-gather of the
+  parameters under the next step's first forward (``--overlap-param-gather``); **ddp**: one
+  fp32 all-reduce under the last micro-batch's backward.
 
 Data-parallel and FSDP collectives run inside the node when their group (``tp x cp x dp`` ranks
 with tp innermost, torchtitan's ``ParallelDims`` mesh order) fits in ``gpus_per_node``, else at
-the inter-node link (one NIC per GPU, :data:`SCALE_OUT_GBPS_PER_GPU`). Latency and congestion
-are not modelled: the figure ranks layouts; its absolute value carries cost.py's calibration
-error and more (no published multi-node step time is fitted here).
+the inter-node link (one NIC per GPU, :data:`SCALE_OUT_GBPS_PER_GPU`). Congestion is not
+modelled.
+
+Calibration: the free constants (:class:`LayoutConstants`) are fitted by
+``benchmarks/layout_step_time_calibration.py`` on 48 published multi-GPU throughputs
+(``benchmarks/data/layout_throughput_published.jsonl``: torchtitan on 8-512 H100 / H200,
+Megatron-LM on 48-6,144 H100 and 32-3,072 A100, Llama 3 on 8,192-16,384 H100): median
+|error| 7 % on all points and on the held-out third, worst -35 % (torchtitan's Llama 3 8B at
+TP 8); docs/accuracy.md "Layout step time". The figure ranks layouts; it is a calibrated
+roofline, not a measurement of the user's cluster.
 """
 
 from __future__ import annotations

@@ -202,8 +202,9 @@ def _notes(shape: DecoderShape, topo: Topology, gpus: int, n: int) -> list[str]:
         f"{nodes} node(s) of {topo.gpus_per_node} GPUs: {topo.intra_bps / 1e9:.0f} GB/s per GPU "
         f"per direction inside a node, {topo.inter_bps / 1e9:.0f} GB/s between nodes; tensor "
         "parallelism stays inside a node",
-        "step time: a calibrated roofline (plan/cost.py's MFU and link efficiency) plus bubble "
-        "and exposed collectives; it ranks layouts, it is not a measurement of your cluster",
+        "step time: a roofline calibrated on 48 published multi-GPU runs (median error 7 %, "
+        "docs/accuracy.md 'Layout step time') plus bubble and exposed collectives; it ranks "
+        "layouts, it is not a measurement of your cluster",
     ]
 
 
