@@ -24,16 +24,24 @@ constants before this calibration (single-GPU MFU, no overheads) for comparison.
 Error sign: + means memfit predicts a slower step (fewer tokens/s) than published (the safe
 side for a planner that promises a step time).
 
-    PYTHONPATH=src python benchmarks/layout_step_time_calibration.py [--fit]
+``--before REV`` also prices every point with ``src/memfit/plan/layout_cost.py`` as it was at
+git revision ``REV`` (its own constants; Float8, async TP and the 500 W parts unknown to it,
+priced as bf16 on a 700 W H100) and prints its median and worst error.
+
+    PYTHONPATH=src python benchmarks/layout_step_time_calibration.py [--fit] [--before REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import math
 import statistics
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,8 +285,9 @@ def report(points: list[Point], theta: dict[str, float], old: dict[str, float]) 
         f"{len(points)} published points (`benchmarks/data/layout_throughput_published.jsonl`, "
         "sources and assumptions per row). Error = predicted step time / published - 1 "
         "(+ = memfit slower, the safe side). Fit: rows whose index is not 2 mod 3; held out: "
-        "the rest. 'before': the constants before this calibration (cost.py's single-GPU "
-        "MFU, no overheads).",
+        "the rest. 'before': this model's formulas with the constants before this calibration "
+        "(cost.py's single-GPU MFU, no overheads); `--before REV` prices the points with "
+        "layout_cost.py as it was at a revision.",
         "",
         "Constants: " + ", ".join(f"{k} = {v:.4g}" for k, v in theta.items()),
         "",
@@ -325,11 +334,36 @@ def report(points: list[Point], theta: dict[str, float], old: dict[str, float]) 
     return "\n".join(lines) + "\n"
 
 
+def before_revision(points: list[Point], rev: str) -> tuple[float, float]:
+    """Median |error| and worst error of layout_cost.py as it was at ``rev``."""
+    src = subprocess.run(
+        ["git", "show", f"{rev}:src/memfit/plan/layout_cost.py"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location("layout_cost_before", f.name)
+    assert spec is not None and spec.loader is not None
+    old = importlib.util.module_from_spec(spec)
+    sys.modules["layout_cost_before"] = old
+    spec.loader.exec_module(old)
+    errs = []
+    for p in points:
+        g = get_gpu("H100-80GB" if p.raw["gpu"] == "H100-96GB-500W" else p.raw["gpu"])
+        cost = old.layout_step_cost(p.shape, p.lay, Rates.of(g), old.Topology.of(g, 8))
+        errs.append(p.measured / (cost.tokens_per_s / p.lay.gpus) - 1.0)
+    return _stats(errs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="fit the constants and print them")
+    ap.add_argument("--before", metavar="REV", help="also price the points at git revision REV")
     args = ap.parse_args()
     points = load()
+    if args.before:
+        med, worst = before_revision(points, args.before)
+        print(f"layout_cost.py at {args.before}: median |error| {med:.0%}, worst {worst:+.0%}")
     theta = shipped()
     if args.fit:
         theta = fit(points, theta)
