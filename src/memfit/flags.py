@@ -57,6 +57,11 @@ def _targets(text: str) -> Any:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
+def _modules(text: str) -> tuple[str, ...]:
+    """``--lora-modules-to-save embed_tokens,lm_head`` as a tuple of module names."""
+    return tuple(t.strip() for t in str(text).split(",") if t.strip())
+
+
 def _reshard_after_forward(text: Any) -> Any:
     """``--reshard-after-forward true|false|N`` as FSDP2 takes it (a bool or an int); other
     text is passed on for the spec to refuse with its rule."""
@@ -264,6 +269,18 @@ FLAGS: tuple[Flag, ...] = (
         commands=(*ESTIMATE_LIKE, "plan"),
         needs="lora_rank",
         parse=_targets,
+    ),
+    Flag(
+        name="--lora-modules-to-save",
+        dest="lora_modules_to_save",
+        kind="text",
+        help="comma-separated modules trained in full beside the adapters (peft's "
+        "modules_to_save, axolotl's lora_modules_to_save), e.g. embed_tokens,lm_head when new "
+        "tokens are added: peft keeps the original and a trainable copy of each",
+        field="lora_modules_to_save",
+        commands=(*ESTIMATE_LIKE, "plan"),
+        needs="lora_rank",
+        parse=_modules,
     ),
     Flag(
         name="--freeze",

@@ -123,6 +123,7 @@ def recipe_request(workload: WorkloadSpec) -> PlanRequest:
         optimizer_in_bwd=workload.optimizer_in_bwd,
         quant=workload.quant,
         lora_targets=workload.lora_targets if lora is not None else "all-linear",
+        lora_modules_to_save=workload.lora_modules_to_save if lora is not None else (),
         allow_quant=quantized,
         allow=frozenset({"quant"}) if quantized else frozenset(),
         n_alternatives=2 * MAX_CHECKED,
@@ -257,7 +258,7 @@ def _checked(
         new_workload, est = estimate_job(reread(job, {e.path: e.new_text for e in edits}), None)
     changes = {
         f: (getattr(workload, f), getattr(new_workload, f))
-        for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", "lora_targets")
+        for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", "lora_targets", "lora_modules_to_save")
         if getattr(workload, f) != getattr(new_workload, f)
     }
     return CheckFix(edits=edits, keys=keys, changes=changes, estimate=est, plan=how)

@@ -56,8 +56,9 @@ def _defaults(command: str, job: Any) -> dict[str, Any]:
             fields.pop(name, None)
         if fields.get("lora_rank") is not None:  # plan's --lora-rank takes the ranks to try
             fields["lora_ranks"] = [fields.pop("lora_rank")]
-    if isinstance(fields.get("lora_targets"), tuple):
-        fields["lora_targets"] = ",".join(fields["lora_targets"])
+    for key in ("lora_targets", "lora_modules_to_save"):
+        if isinstance(fields.get(key), tuple):
+            fields[key] = ",".join(fields[key])
     defaults: dict[str, Any] = {}
     for flag in flags_for(command):
         if flag.field in fields and flag.dest not in defaults:

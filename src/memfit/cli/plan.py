@@ -327,6 +327,16 @@ def _lora_targets(args: argparse.Namespace) -> tuple[str, ...] | str:
     ]
 
 
+def _modules_to_save(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--lora-modules-to-save`` as the workload reads it, or none."""
+    text = getattr(args, "lora_modules_to_save", None)
+    if not text:
+        return ()
+    if not args.lora_rank:
+        raise SpecError("--lora-modules-to-save trains modules beside LoRA: add --lora-rank")
+    return tuple(workload_kwargs({"lora_modules_to_save": text}, "plan")["lora_modules_to_save"])
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     cli_web.check_output_paths(args)  # --html: a typo is refused before the search
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
@@ -369,6 +379,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         allow=parse_allow(args.allow),
         quant=args.quant,
         lora_targets=_lora_targets(args),
+        lora_modules_to_save=_modules_to_save(args),
     )
     if args.recommend_gpu:
         prices = load_prices(args.prices)

@@ -10,7 +10,13 @@ goes through peft's ``prepare_model_for_kbit_training``.
 
 from __future__ import annotations
 
-from memfit.jobfiles.hf import optimizer_of, precision_of, targets_of
+from memfit.jobfiles.hf import (
+    attention_of,
+    modules_to_save_of,
+    optimizer_of,
+    precision_of,
+    targets_of,
+)
 from memfit.jobfiles.names import MIXED, TRUE
 from memfit.jobfiles.reader import KeyReader, as_bool, as_int, is_unset
 
@@ -133,6 +139,9 @@ def read_axolotl(r: KeyReader) -> None:
     for key, impl in (("flash_attention", "flash"), ("sdp_attention", "sdpa")):
         if r.has(key) and as_bool(r, key, r.take(key)):
             r.set("attention", impl, key, True)
+    # the canonical key since axolotl replaced the boolean flags (normalize_attn_implementation
+    # in src/axolotl/utils/schemas/config.py, axolotl-ai-cloud/axolotl@067b021c8)
+    attention_of(r, "attn_implementation")
     r.not_modelled("xformers_attention", "xFormers attention is estimated as sdpa")
     for key in ("torch_dtype", "dtype"):
         # axolotl computes the load dtype from bf16 / fp16 / bfloat16 / float16 / load_in_8bit
@@ -151,6 +160,7 @@ def read_axolotl(r: KeyReader) -> None:
             r.set("lora_targets", "all-linear", "lora_target_linear", linear)
         else:
             r.set("lora_targets", targets_of(modules), "lora_target_modules", modules)
+        modules_to_save_of(r, "lora_modules_to_save")
     elif adapter is not None:
         raise r.fail("adapter", adapter, "must be lora or qlora (or absent for full fine-tuning)")
     if adapter == "qlora" or four:

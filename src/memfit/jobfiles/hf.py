@@ -137,7 +137,6 @@ HF_NO_EFFECT = (
     "plot_loss",
     "ddp_timeout",
     "lora_target_modules_to_save",
-    "additional_target",
     "pref_beta",
     "pref_loss",
     "trust_remote_code",
@@ -199,6 +198,23 @@ def targets_of(value: Any) -> tuple[str, ...] | str:
     items = value.split(",") if isinstance(value, str) else list(value)
     names = [str(v).strip() for v in items if str(v).strip()]
     return tuple(ROLE_OF_MODULE.get(n, n) for n in names)
+
+
+def modules_to_save_of(r: KeyReader, key: str) -> None:
+    """peft's ``modules_to_save`` under the framework's key (axolotl / TRL
+    ``lora_modules_to_save``, LLaMA-Factory ``additional_target``): a list or a comma-separated
+    string of module names; empty or null: none."""
+    if not r.has(key):
+        return
+    value = r.take(key)
+    if is_unset(value):
+        return
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise r.fail(key, value, "must be a list of module names (e.g. [embed_tokens, lm_head])")
+    names = tuple(str(v).strip() for v in items if str(v).strip())
+    if names:
+        r.set("lora_modules_to_save", names, key, value)
 
 
 def read_shape_and_steps(r: KeyReader, *, seq_keys: tuple[str, ...]) -> None:
@@ -301,6 +317,7 @@ def read_trl_model(r: KeyReader) -> None:
         if r.has("lora_target_modules"):
             v = r.take("lora_target_modules")
             r.set("lora_targets", targets_of(v), "lora_target_modules", v)
+        modules_to_save_of(r, "lora_modules_to_save")  # TRL ModelConfig
     if four:
         qt = r.take("bnb_4bit_quant_type", "nf4")
         dq = as_bool(r, "use_bnb_nested_quant", r.take("use_bnb_nested_quant", False))
@@ -386,6 +403,7 @@ def read_llamafactory(r: KeyReader) -> None:
         r.set("lora_rank", as_int(r, "lora_rank", rank), "lora_rank", rank)
         target = r.take("lora_target", "all")
         r.set("lora_targets", targets_of(target), "lora_target", target)
+        modules_to_save_of(r, "additional_target")
     elif kind == "freeze":
         n = r.take("freeze_trainable_layers", 2)
         r.not_modelled("freeze_trainable_modules", "which modules stay trainable")

@@ -21,6 +21,7 @@ WORKLOAD_FIELDS = (
     "optimizer",
     "lora_rank",
     "lora_targets",
+    "lora_modules_to_save",
     "quant",
     "prepare_kbit",
     "attention",

@@ -15,6 +15,7 @@ from memfit.estimate.analytic.ops import COMPUTE_DTYPE
 from memfit.estimate.analytic.quant_ops import QUANT_DTYPE
 from memfit.flags import workload_flags
 from memfit.jobfiles.names import HF_OPTIM_OF as HF_OPTIM  # the one table, both directions
+from memfit.models.lora_targets import GROUPS, ROLES
 from memfit.plan.request import PlanRequest
 from memfit.plan.space import Settings
 from memfit.serving.command import hub_id  # a bundled name is not a hub id vLLM can load
@@ -188,11 +189,17 @@ def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, 
             "(every other matmul output and attention saved); TrainingArguments offers only "
             "full checkpointing"
         )
-    if s.lora_rank is not None:
+    lora = s.techniques.lora
+    if lora is not None:
+        targets = '"all-linear"' if lora.targets == "all-linear" else repr(list(lora.targets))
+        saved = f", modules_to_save={list(lora.modules_to_save)!r}" if lora.modules_to_save else ""
         out["lora"] = (
-            f"LoraConfig(r={s.lora_rank}, lora_alpha={2 * s.lora_rank}, "
-            'target_modules="all-linear", task_type="CAUSAL_LM")'
+            f"LoraConfig(r={lora.rank}, lora_alpha={2 * lora.rank}, "
+            f'target_modules={targets}{saved}, task_type="CAUSAL_LM")'
         )
+        roles = [t for t in lora.targets if t in ROLES or t in GROUPS]
+        if lora.targets != "all-linear" and roles:
+            out["lora"] += f"  # {', '.join(roles)}: roles, written as your model's module names"
     if s.prepare_kbit:
         out["prepare_kbit"] = (
             "prepare_model_for_kbit_training(model) before get_peft_model (what TRL's "

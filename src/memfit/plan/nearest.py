@@ -68,6 +68,7 @@ def request_of(w: WorkloadSpec) -> PlanRequest:
         lora_ranks=(w.lora_rank,) if lora and w.lora_rank else (16, 64),
         lora_asked=lora,
         lora_targets=w.lora_targets if lora else "all-linear",
+        lora_modules_to_save=w.lora_modules_to_save if lora else (),
         quant=w.quant,
         prepare_kbit=w.prepare_kbit,
         confirm="none",

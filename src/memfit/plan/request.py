@@ -73,6 +73,8 @@ class PlanRequest:
     quant: str = "none"
     #: the modules the job's LoRA adapts (``--lora-targets``), kept as asked
     lora_targets: tuple[str, ...] | str = "all-linear"
+    #: the modules an asked LoRA trains in full (``--lora-modules-to-save``), kept as asked
+    lora_modules_to_save: tuple[str, ...] = ()
     #: the job steps its optimizer in backward (``--optimizer-in-bwd``), kept as asked: its plans
     #: run on one GPU without accumulation (WorkloadSpec.optimizer_in_bwd)
     optimizer_in_bwd: bool = False

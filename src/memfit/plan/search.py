@@ -282,6 +282,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         checkpoint_dtype=checkpoint_dtype(source),
         quant=request.quant,
         lora_targets=request.lora_targets,
+        lora_modules_to_save=request.lora_modules_to_save,
     )
 
 

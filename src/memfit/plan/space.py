@@ -284,6 +284,8 @@ class SpaceOptions:
     quant: str = "none"
     #: the modules an asked LoRA adapts (a LoRA the planner proposes adapts every linear)
     lora_targets: tuple[str, ...] | str = "all-linear"
+    #: the modules an asked LoRA trains in full (peft modules_to_save), kept as asked
+    lora_modules_to_save: tuple[str, ...] = ()
     #: the optimizer steps in backward (asked): one GPU, no accumulation, no ZeRO / offload
     optimizer_in_bwd: bool = False
     #: the job's training cross-entropy (rules.LOSSES); ``memory_only_losses`` adds the fused
@@ -372,6 +374,7 @@ def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
                         "lora_rank": rank,
                         "quant": q,
                         "lora_targets": o.lora_targets,
+                        "lora_modules_to_save": o.lora_modules_to_save,
                     }
         return
     yield from ({"optimizer": opt} for opt in opts)
@@ -520,6 +523,7 @@ def recipe(o: SpaceOptions) -> Settings:
         loss=o.loss,
         lora_rank=o.lora_ranks[0] if o.lora_asked and o.lora_ranks else None,
         lora_targets=o.lora_targets if o.lora_asked else "all-linear",
+        lora_modules_to_save=o.lora_modules_to_save if o.lora_asked else (),
         gpus=o.gpus,
         shard="ddp" if o.gpus > 1 else "none",
         micro_batch=o.per_rank_batch,

@@ -37,6 +37,9 @@ def _workload_line(est: MemoryEstimate) -> str:
             targets = w.get("lora_targets")
             shown = targets if isinstance(targets, str) else ",".join(targets or [])
             parts.append(f"LoRA r={w['lora_rank']} on {shown}")
+            if w.get("lora_modules_to_save"):
+                saved = ",".join(w["lora_modules_to_save"])
+                parts.append(f"{saved} trained in full (modules_to_save)")
         if w.get("freeze_layers"):
             parts.append(f"first {w['freeze_layers']} layers frozen")
     if w.get("quant", "none") != "none":

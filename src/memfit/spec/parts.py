@@ -73,16 +73,24 @@ class LoraSpec:
 
     rank: int
     targets: tuple[str, ...] | str = "all-linear"
+    #: peft's ``modules_to_save`` (axolotl / TRL ``lora_modules_to_save``, LLaMA-Factory
+    #: ``additional_target``): modules trained in full beside the adapters, e.g. ``embed_tokens``
+    #: and ``lm_head`` when new tokens are added; peft keeps the original and a trainable copy
+    modules_to_save: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.targets, list):
             object.__setattr__(self, "targets", tuple(self.targets))
+        if isinstance(self.modules_to_save, list):
+            object.__setattr__(self, "modules_to_save", tuple(self.modules_to_save))
         raise_if(self.problems())
 
     def problems(self) -> list[str]:
         if self.rank is None:
             return ["lora_rank (None) must be a positive integer (no LoRA: lora=None)"]
-        return field_problems({"lora_rank": self.rank})
+        return field_problems(
+            {"lora_rank": self.rank, "lora_modules_to_save": self.modules_to_save}
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +152,7 @@ class TechniqueSpec:
     def from_flat(cls, **flat: Any) -> TechniqueSpec:
         """From :class:`WorkloadSpec` names (``lora_rank``, ``quant``, ``quant_group_size``...)."""
         rank, targets = flat.pop("lora_rank", None), flat.pop("lora_targets", "all-linear")
+        to_save = flat.pop("lora_modules_to_save", ())
         q = {k: flat.pop(k) for k in ("quant", "quant_group_size", "prepare_kbit") if k in flat}
         quant = QuantSpec(
             format=q.get("quant", "none"),
@@ -151,7 +160,11 @@ class TechniqueSpec:
             prepare_kbit=q.get("prepare_kbit", False),
             compute_dtype=flat.pop("quant_compute_dtype", None),
         )
-        lora = None if rank is None else LoraSpec(rank=rank, targets=targets)
+        lora = (
+            None
+            if rank is None
+            else LoraSpec(rank=rank, targets=targets, modules_to_save=tuple(to_save))
+        )
         return cls(lora=lora, quantization=quant, **flat)
 
     def flat(self) -> dict[str, Any]:
@@ -163,6 +176,7 @@ class TechniqueSpec:
             "optimizer": self.optimizer,
             "lora_rank": self.lora_rank,
             "lora_targets": self.lora.targets if self.lora else "all-linear",
+            "lora_modules_to_save": self.lora.modules_to_save if self.lora else (),
             "freeze_layers": self.freeze_layers,
             "zero_grad_set_to_none": self.zero_grad_set_to_none,
             "optimizer_in_bwd": self.optimizer_in_bwd,

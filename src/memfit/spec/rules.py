@@ -407,6 +407,18 @@ def _lora_targets(name: str, value: Any) -> str | None:
     )
 
 
+def _module_names(name: str, value: Any) -> str | None:
+    ok = isinstance(value, tuple) and all(
+        isinstance(t, str) and t.strip() and "," not in t for t in value
+    )
+    if ok:
+        return None
+    return (
+        f"{name} ({value!r}) must be a list of module names (peft's modules_to_save, e.g. "
+        "embed_tokens, lm_head)"
+    )
+
+
 def _switch(name: str, value: Any) -> str | None:
     return None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
 
@@ -446,6 +458,7 @@ FIELD_RULES: dict[str, Rule] = {
     "new_tokens": _new_tokens,
     "lora_rank": _lora_rank,
     "lora_targets": _lora_targets,
+    "lora_modules_to_save": _module_names,
     "freeze_layers": _count_or_zero,
     "zero_grad_set_to_none": _switch,
     "optimizer_in_bwd": _switch,

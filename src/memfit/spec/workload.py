@@ -80,6 +80,9 @@ class WorkloadSpec:
     optimizer: str | None = None  # None: "adamw" for train, "none" for infer
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] | str = "all-linear"
+    #: peft ``modules_to_save`` (:class:`~memfit.spec.parts.LoraSpec`): modules trained in full
+    #: beside the adapters (a trainable copy next to the frozen original)
+    lora_modules_to_save: tuple[str, ...] = ()
     freeze_layers: int = 0
     task: str = "auto"
     zero_grad_set_to_none: bool = True
@@ -150,6 +153,8 @@ class WorkloadSpec:
             object.__setattr__(self, "shard", default_shard(self.gpus, mp))
         if isinstance(self.lora_targets, list):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        if isinstance(self.lora_modules_to_save, list):
+            object.__setattr__(self, "lora_modules_to_save", tuple(self.lora_modules_to_save))
         raise_if(self.problems())
 
     def settle_precision(
@@ -276,6 +281,12 @@ class WorkloadSpec:
         p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
         p += self._optimizer_in_bwd_problems()
         p += self._loss_problems()
+        if self.lora_modules_to_save and (self.lora_rank is None or self.mode != "train"):
+            p.append(
+                f"lora_modules_to_save ({', '.join(self.lora_modules_to_save)}) are trained "
+                "beside LoRA adapters: it needs --lora-rank and --mode train (a full fine-tune "
+                "trains every module already)"
+            )
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
         if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
@@ -424,8 +435,11 @@ class WorkloadSpec:
                 d.pop(k)
         elif self.lora_rank is None:
             d.pop("lora_targets")
-        if isinstance(d.get("lora_targets"), tuple):
-            d["lora_targets"] = list(d["lora_targets"])
+        if not self.lora_modules_to_save or self.mode == "infer":
+            d.pop("lora_modules_to_save", None)
+        for key in ("lora_targets", "lora_modules_to_save"):
+            if isinstance(d.get(key), tuple):
+                d[key] = list(d[key])
         return d
 
 

@@ -110,6 +110,7 @@ def run_workload_block(
         o.in_repeated_block = repeated
         o.batch = batch
         o.casts_exist = casts_exist
+        o.saved_modules = saved_module_roles(wl)
         return body(o)
 
     lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None
@@ -126,6 +127,52 @@ def run_workload_block(
     if repeated and wl.checkpointing == OFFLOADED and prof.checkpoint_bytes:
         prof = checkpoints_on_host(prof)
     return prof
+
+
+#: peft ``modules_to_save`` names the chain programs model, by role: the input embedding and the
+#: LM head as the families of transformers name them (Llama ``embed_tokens``, GPT-2 ``wte``,
+#: BLOOM / Falcon ``word_embeddings``, GPT-NeoX ``embed_in`` / ``embed_out``).
+SAVED_MODULE_ROLES = {
+    "embed_tokens": "embed",
+    "wte": "embed",
+    "word_embeddings": "embed",
+    "embed_in": "embed",
+    "lm_head": "head",
+    "embed_out": "head",
+}
+
+
+def saved_module_roles(wl: WorkloadSpec) -> frozenset[str]:
+    """The roles of ``wl``'s LoRA ``modules_to_save`` (training with LoRA only); a name the
+    analytic engine does not model is refused by :func:`check_saved_modules` first."""
+    if not (wl.lora_rank and wl.is_train):
+        return frozenset()
+    return frozenset(SAVED_MODULE_ROLES[n.rsplit(".", 1)[-1]] for n in wl.lora_modules_to_save)
+
+
+def check_saved_modules(wl: WorkloadSpec, *, tied: bool, chain: bool) -> None:
+    """NotModelledError where the analytic engine cannot model ``wl``'s ``modules_to_save``:
+    other modules than the embedding / LM head, tied embeddings (peft wraps each side of the
+    tie), programs that are not one chain, distributed ranks."""
+    names = wl.lora_modules_to_save if wl.lora_rank and wl.is_train else ()
+    if not names:
+        return
+    why = ""
+    unknown = [n for n in names if n.rsplit(".", 1)[-1] not in SAVED_MODULE_ROLES]
+    if unknown:
+        why = f"modules_to_save {', '.join(unknown)} (it models the embedding and the LM head)"
+    elif tied:
+        why = "modules_to_save on a model with tied embeddings"
+    elif not chain:
+        why = "modules_to_save on an encoder-decoder / two-tower model"
+    elif is_distributed(wl):
+        why = "modules_to_save across ranks"
+    if why:
+        raise NotModelledError(
+            f"the analytic engine does not model {why}; the trace engine runs peft's "
+            "ModulesToSaveWrapper (--engine trace)",
+            engine="analytic",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

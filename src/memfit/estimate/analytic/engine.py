@@ -22,6 +22,7 @@ from memfit.estimate.analytic.compose import (
     ID_BYTES,
     Simulated,
     cast_cache_bytes,
+    check_saved_modules,
     embedding_shapes,
     forward_pass,
     hidden_dtype,
@@ -367,6 +368,8 @@ def simulate(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     (encoder-decoder, two-tower) composes its own step: it defines ``simulate(wl, task)``."""
     wl = kbit_workload(wl)
     custom = getattr(prog, "simulate", None)
+    a = getattr(prog, "a", None)
+    check_saved_modules(wl, tied=bool(getattr(a, "tie", False)), chain=custom is None)
     if custom is not None:
         return custom(wl, task)  # type: ignore[no-any-return]
     if wl.is_train:

@@ -51,8 +51,14 @@ def chunked_loss(o: Ops, x: Tensor, tokens: int, a: Arch, *, bias: bool) -> list
     go when the chunk's loss is computed. Returns the loss."""
     n_chunks = min(TORCHTUNE_OUTPUT_CHUNKS, tokens)
     rows = -(-tokens // n_chunks)
-    w = o.weight(a.vocab, a.hidden, trainable=o.lm_head_trainable)  # the model's ``output``
-    b = o.weight(a.vocab, trainable=o.lm_head_trainable) if bias else None
+    w = o.weight(
+        a.vocab, a.hidden, trainable=o.lm_head_trainable, saved="head" in o.saved_modules
+    )  # the model's ``output``
+    b = (
+        o.weight(a.vocab, trainable=o.lm_head_trainable, saved="head" in o.saved_modules)
+        if bias
+        else None
+    )
     wi = o.autocast_weight(w)
     extra = [o.autocast_weight(b)] if b is not None else []
     losses: list[Tensor] = []
@@ -87,8 +93,12 @@ def fused_loss(o: Ops, x: Tensor, tokens: int, a: Arch, *, bias: bool) -> list[T
     chunk's logits; backward scales the saved gradients. The gradient buffer is a forward
     workspace here: the graph's backward allocates the LM head's gradient itself (one copy,
     not two). Returns the loss."""
-    w = o.weight(a.vocab, a.hidden, trainable=o.lm_head_trainable)
-    b = o.weight(a.vocab, trainable=o.lm_head_trainable) if bias else None
+    w = o.weight(a.vocab, a.hidden, trainable=o.lm_head_trainable, saved="head" in o.saved_modules)
+    b = (
+        o.weight(a.vocab, trainable=o.lm_head_trainable, saved="head" in o.saved_modules)
+        if bias
+        else None
+    )
     xi, wi = o.autocast_input(x), o.autocast_weight(w)
     inputs = [xi, wi] + ([o.autocast_weight(b)] if b is not None else [])
     chunk_bytes = liger_chunk_rows(tokens, a.vocab, a.hidden) * a.vocab * DTYPE_BYTES[xi.dtype]

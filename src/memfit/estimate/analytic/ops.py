@@ -70,6 +70,9 @@ class Ops:
         self.existing_grads = False
         #: The LM head's weight is the (tied) embedding's: trainable only if the embedding is.
         self.lm_head_trainable = True
+        #: peft ``modules_to_save`` roles (``embed``: the input embedding, ``head``: the LM
+        #: head): a frozen original and a trainable copy of each (``ModulesToSaveWrapper``)
+        self.saved_modules: frozenset[str] = frozenset()
         #: Tensors a Python local keeps until the current module returns (``touch`` them then).
         self.locals: list[Tensor] = []
         #: Tensors a local of the running decoder layer keeps until the layer returns: the
@@ -111,12 +114,17 @@ class Ops:
         self.layer_locals = []
 
     # ------------------------------------------------------------------ basics
-    def weight(self, *shape: int, trainable: bool = True) -> Tensor:
+    def weight(self, *shape: int, trainable: bool = True, saved: bool = False) -> Tensor:
         """A parameter in the precision's dtype; frozen in a frozen block and, with LoRA, all
-        base weights are (peft's ``mark_only_lora_as_trainable``)."""
+        base weights are (peft's ``mark_only_lora_as_trainable``). ``saved``: the weight of a
+        module peft's ``modules_to_save`` wraps: the frozen original stays and a trainable
+        ``copy.deepcopy`` of it (same dtype) is what the forward uses."""
         numel = 1
         for d in shape:
             numel *= d
+        if saved and self.train:
+            self.g.param(numel, self.pdtype, trainable=False, shape=tuple(shape))
+            return self.g.param(numel, self.pdtype, trainable=True, shape=tuple(shape))
         train = trainable and not self.frozen and self.lora is None
         return self.g.param(numel, self.pdtype, trainable=train, shape=tuple(shape))
 
@@ -181,8 +189,9 @@ class Ops:
             out = quantized_linear(self, x, n_in, n_out, bias=bias)
             return lora_on_quantized(self, x, out, n_in, n_out) if adapted else out
         shape = (n_in, n_out) if conv1d else (n_out, n_in)
-        w = self.weight(*shape, trainable=trainable and not adapted)
-        b = self.weight(n_out, trainable=trainable and not adapted) if bias else None
+        saved = name == "lm_head" and "head" in self.saved_modules
+        w = self.weight(*shape, trainable=trainable and not adapted, saved=saved)
+        b = self.weight(n_out, trainable=trainable and not adapted, saved=saved) if bias else None
         xi, wi = self.autocast_input(x), self.autocast_weight(w)
         bi = self.autocast_weight(b) if b is not None else None
         inputs = [xi, wi] + ([bi] if bi is not None else [])
@@ -236,7 +245,10 @@ class Ops:
 
     def embedding(self, n_tokens: int, vocab: int, dim: int, *, trainable: bool = True) -> Tensor:
         """``F.embedding`` saves the (int64) indices only."""
-        w = self.weight(vocab, dim, trainable=trainable and not self.freeze_token_embedding)
+        saved = "embed" in self.saved_modules and not self.freeze_token_embedding
+        w = self.weight(
+            vocab, dim, trainable=trainable and not self.freeze_token_embedding, saved=saved
+        )
         w.is_embedding = True
         self.freeze_token_embedding = False
         if self.tied_embedding and w.rg:  # the token embedding comes first

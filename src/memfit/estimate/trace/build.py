@@ -339,7 +339,15 @@ def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> 
     targets = workload.lora_targets
     target_modules: Any = "all-linear" if targets == "all-linear" else list(targets)
     rank = workload.lora_rank or 8
-    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=target_modules)
+    to_save = list(workload.lora_modules_to_save) or None
+    candidates = _module_leaf_names(model) if to_save else []
+    cfg = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.0,
+        target_modules=target_modules,
+        modules_to_save=to_save,
+    )
     with torch.device(device):
         try:
             wrapped = get_peft_model(model, cfg)
@@ -349,6 +357,12 @@ def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> 
                 f"are {', '.join(linear_module_names(model))} (or name roles: q,k,v,o,gate,up,"
                 "down, attention, mlp, all-linear)"
             ) from exc
+    missing = _unsaved_modules(wrapped, workload.lora_modules_to_save)
+    if missing:
+        raise SpecError(
+            f"lora_modules_to_save ({', '.join(missing)}) match no module of this model; its "
+            f"top-level modules are {', '.join(candidates)}"
+        )
     unwrappable = _non_tensor_linears(wrapped)
     if unwrappable:
         name, cls = unwrappable[0]
@@ -359,6 +373,28 @@ def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> 
             "--lora-targets attention,mlp"
         )
     return wrapped
+
+
+def _unsaved_modules(model: torch.nn.Module, names: tuple[str, ...]) -> list[str]:
+    """The ``modules_to_save`` names peft wrapped no module for (it skips them silently)."""
+    wrapped = {
+        name.rsplit(".", 1)[-1]
+        for name, m in model.named_modules()
+        if type(m).__name__ == "ModulesToSaveWrapper"
+    }
+    return [n for n in names if n.rsplit(".", 1)[-1] not in wrapped]
+
+
+def _module_leaf_names(model: torch.nn.Module) -> list[str]:
+    """Leaf names of the model's non-repeated modules (candidates for ``modules_to_save``)."""
+    names = {
+        n.rsplit(".", 1)[-1]
+        for n, m in model.named_modules()
+        if n
+        and not any(p.isdigit() for p in n.split("."))
+        and not isinstance(m, torch.nn.ModuleList)
+    }
+    return sorted(names)
 
 
 def _non_tensor_linears(model: torch.nn.Module) -> list[tuple[str, str]]:
