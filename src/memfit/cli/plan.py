@@ -148,6 +148,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "plan",
         "--lora-rank",
         "--lora-targets",
+        "--lora-modules-to-save",
         "--quant",
         "--precision",
         "--optimizer",
