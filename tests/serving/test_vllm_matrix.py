@@ -59,12 +59,19 @@ def test_each_release_row_is_what_its_source_says(minor: int) -> None:
         assert len(SDIST_SHA256[minor]) == 64 and SDIST_SHA256[minor] in r.source
 
 
-@pytest.mark.parametrize("minor", range(11, 34))
+@pytest.mark.parametrize("minor", range(11, 35))
 def test_memfits_accounting_follows_each_releases_row(minor: int) -> None:
     r = release(minor)
     assert r is not None
-    assert get_version(f"0.{minor}.0").cudagraph_in_budget == r.cudagraph_estimate_in_budget
-    assert VllmConfig().block_size == r.block_size
+    v = get_version(f"0.{minor}.0")
+    # the extensible KV cache's profile_cudagraph_memory returns 0: graphs are measured instead
+    assert v.cudagraph_in_budget == (r.cudagraph_estimate_in_budget and not r.extensible_kv_cache)
+    assert v.extensible_kv_cache == r.extensible_kv_cache
+    spec = resolve_model("llama-3.1-8b").spec
+    assert spec is not None
+    s = simulate_startup(spec, get_gpu("H100"), VllmConfig(vllm_version=f"0.{minor}.0"))
+    assert s.block_size == r.block_size  # unset flags take the release's defaults
+    assert s.gpu_memory_utilization == (1.0 if r.extensible_kv_cache else r.gpu_memory_utilization)
     h100, l4 = get_gpu("H100"), get_gpu("L4")
     assert batch_defaults(h100, vllm_total_bytes(h100)) == r.batch_defaults_large
     assert batch_defaults(l4, vllm_total_bytes(l4)) == r.batch_defaults_small
@@ -79,11 +86,12 @@ def test_memfits_accounting_follows_each_releases_row(minor: int) -> None:
     assert plan.estimated == r.profiles_cudagraphs
 
 
-def test_0_34_is_said_to_be_not_modelled_with_the_reason_and_the_nearest_release() -> None:
-    with pytest.raises(NotModelledError, match=r"measured memory.*pass --vllm-version 0\.33"):
-        get_version("0.34.0")
-    with pytest.raises(SpecError, match=r"memfit models vLLM 0\.4 to 0\.33"):
+def test_0_34_is_modelled_and_0_35_is_said_not_to_be_with_the_nearest_release() -> None:
+    assert get_version("0.34.0").extensible_kv_cache
+    with pytest.raises(NotModelledError, match=r"0\.4 to 0\.34.*pass --vllm-version 0\.34"):
         get_version("0.35.0")
+    with pytest.raises(SpecError, match=r"memfit models vLLM 0\.4 to 0\.34"):
+        get_version("0.2.7")
 
 
 def test_capture_sizes_match_vllms_logged_list() -> None:
@@ -155,6 +163,9 @@ def test_the_installed_vllm_agrees_with_its_row() -> None:  # pragma: no cover
         assert default_util == row.gpu_memory_utilization
     if hasattr(CacheConfig, "DEFAULT_BLOCK_SIZE"):
         assert row.block_size == CacheConfig.DEFAULT_BLOCK_SIZE
+    assert hasattr(CacheConfig, "resolved_gpu_memory_utilization") == row.extensible_kv_cache
+    if row.extensible_kv_cache:  # unset: 1.0 with the extensible cache, this without it
+        assert row.gpu_memory_utilization == CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION
     has = hasattr(envs, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     assert has == row.profiles_cudagraphs
     if has:
@@ -198,7 +209,8 @@ def test_graph_capture_of_llama_8b_is_within_20_percent_of_its_log() -> None:
 
 
 @pytest.mark.parametrize(
-    ("minor", "ratio"), [(11, 1.0), (12, 1.25), (17, 1.25), (18, 1.5), (27, 1.5), (32, 1.5)]
+    ("minor", "ratio"),
+    [(11, 1.0), (12, 1.25), (17, 1.25), (18, 1.5), (27, 1.5), (32, 1.5), (33, 1.5), (34, 1.5)],
 )
 def test_kv_group_ratio_is_the_one_read_in_kv_cache_utils(minor: int, ratio: float) -> None:
     # "max_num_layers < min_num_layers * R" in _get_kv_cache_groups_uniform_page_size
