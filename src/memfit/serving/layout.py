@@ -7,7 +7,8 @@ to a multiple of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) and split it across TP rank
 ``QKVParallelLinear`` splits query heads and splits K/V heads, replicating them when TP exceeds the
 K/V head count; ``RowParallelLinear`` / ``MergedColumnParallelLinear`` split the MLP; norms are
 replicated; one ``RotaryEmbedding`` ``cos_sin_cache`` of ``max_position x rotary_dim`` in the model
-dtype is shared by all layers (``get_rope`` caches instances). Pipeline stages take layers as
+dtype per distinct rope is shared by the layers (``get_rope`` caches instances; a linear scaling
+multiplies the rows, Gemma 3's sliding layers have their own). Pipeline stages take layers as
 ``vllm/distributed/utils.py:get_pp_indices`` splits them (the remainder to the stages before the
 last); the first stage holds the embedding, the last the final norm and lm_head.
 """
@@ -289,10 +290,24 @@ def rank_weights(
 
 
 def _rope_cache_params(spec: ModelSpec) -> int:
-    """Elements of the shared rotary ``cos_sin_cache``: max_position x rotary_dim."""
+    """Elements of the rotary ``cos_sin_cache`` buffers: max_position x rotary_dim for each
+    distinct rope ``get_rope`` builds (it caches one instance per configuration). A ``linear``
+    rope_scaling multiplies the rows by its factor (``LinearScalingRotaryEmbedding.
+    _compute_cos_sin_cache``: ``max_len = max_position_embeddings * scaling_factor``,
+    vllm/model_executor/layers/rotary_embedding/linear_scaling_rope.py); Gemma 3's sliding layers
+    (``rope_local_base_freq``) get a second, unscaled rope (``config.rope_parameters[layer_type]``
+    in vllm/model_executor/models/gemma3.py; both read in the v0.33.0 and v0.34.0 sdists)."""
     if spec.rotary_dim is None or spec.max_positions is None:
         return 0
-    return spec.max_positions * spec.rotary_dim
+    rows = spec.max_positions
+    rope = spec.get("rope_scaling")
+    if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "linear":
+        factor = rope.get("factor")
+        if isinstance(factor, int | float) and factor > 1:
+            rows = int(spec.max_positions * factor)
+    if spec.get("rope_local_base_freq") is not None and spec.sliding_window:
+        rows += spec.max_positions  # the sliding layers' own, unscaled rope
+    return rows * spec.rotary_dim
 
 
 def kv_layers(spec: ModelSpec, *, tp: int, kv_bytes: int) -> list[LayerKV]:
