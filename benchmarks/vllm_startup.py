@@ -43,8 +43,13 @@ def load() -> list[dict[str, Any]]:
 
 
 def spec_of(r: dict[str, Any]) -> ModelSpec:
+    """The served checkpoint's config: the record's own, or the bundled one of ``arch``; a
+    multimodal checkpoint's top level (its vision_config, source in
+    ``multimodal_wrapper_source``) wraps a bundled text config as its text_config."""
     config = dict(r["config"]) if r.get("config") else dict(resolve_model(r["arch"]).config or {})
     config.update(r.get("config_overrides") or {})
+    if r.get("multimodal_wrapper"):
+        config = {**r["multimodal_wrapper"], "text_config": config}
     if r.get("quantization_config"):
         config["quantization_config"] = r["quantization_config"]
     return ModelSpec.from_config(config)

@@ -270,3 +270,41 @@ def test_linear_rope_scaling_multiplies_the_rotary_cache_rows() -> None:
     assert gemma is not None and llama is not None
     assert _rope_cache_params(gemma) == (131072 * 8 + 131072) * 256  # full x8 + sliding
     assert _rope_cache_params(llama) == 131072 * 128  # llama3 rope: one unscaled cache
+
+
+def _wrapped(model: str, wrapper_id: str) -> VllmStartup:
+    """The served -it checkpoint: benchmarks/data's multimodal wrapper (vision_config, with its
+    source) around the bundled text config, as benchmarks/vllm_startup.py builds it."""
+    import json
+    from pathlib import Path
+
+    from memfit.models import ModelSpec
+
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "vllm_startup_logs.jsonl"
+    rec = next(r for r in map(json.loads, data.read_text().splitlines()) if r["id"] == wrapper_id)
+    text = dict(resolve_model(model).config or {})
+    spec = ModelSpec.from_config({**rec["multimodal_wrapper"], "text_config": text})
+    kw = {"tensor_parallel_size": rec["flags"].get("tensor-parallel-size", 1)}
+    cfg = VllmConfig(gpu_memory_utilization=0.95, max_model_len=8192, vllm_version="0.19", **kw)
+    return simulate_startup(spec, get_gpu("H100"), cfg, total_bytes=int(79.19 * GiB))
+
+
+@pytest.mark.parametrize(("model", "rec", "logged"), [
+    ("gemma-3-4b", "pln_gemma3_4b", 8.58),
+    ("mistral-small-3.1-24b", "pln_mistral_small_bf16", 44.76),
+])  # fmt: skip
+def test_a_multimodal_checkpoint_loads_its_vision_tower(
+    model: str, rec: str, logged: float
+) -> None:
+    s = _wrapped(model, rec)
+    assert abs(s.weights_bytes / GiB / logged - 1) < 0.01
+    assert any("vision tower + projector" in n for n in s.notes)
+
+
+def test_the_vision_tower_is_split_across_tensor_parallel_ranks() -> None:
+    # Pixtral's attention / MLP and the projector's linear_1 / linear_2 are vLLM parallel
+    # layers (0.82 GiB at TP 1): replicated, TP 2 would hold ~0.4 GiB more than half of TP 1
+    # (bf16 here; benchmarks/vllm_startup.py puts the w8a8 TP 2 log at -0.5 % with it split).
+    one = _wrapped("mistral-small-3.1-24b", "pln_mistral_small_bf16")
+    two = _wrapped("mistral-small-3.1-24b", "pln_mistral_small_w8a8_tp2")
+    assert two.weights_bytes < one.weights_bytes / 2 + 0.1 * GiB

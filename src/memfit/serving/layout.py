@@ -24,6 +24,7 @@ from memfit.models.checkpoint_quant import checkpoint_format
 from memfit.serving.ignored import unquantized_linear_params
 from memfit.serving.mxfp4 import mxfp4_experts
 from memfit.serving.params import attention_shape, decoder_params
+from memfit.serving.vision import vision_tower
 
 __all__ = [
     "LayerKV",
@@ -266,6 +267,7 @@ def rank_weights(
         )
     skipped_per_layer = skipped / n_layers * (b_model - b_lin)  # extra bytes, before TP
     rope = _rope_cache_params(text) * (4 / b_model if text.model_type in ROPE_FP32 else 1)
+    vision, note = _vision(spec, tp, note)
     stages = pp_layer_counts(n_layers, pp)
     best = 0
     for i, n in enumerate(stages):
@@ -273,7 +275,7 @@ def rank_weights(
         emb = (padded // tp) * h * ((i == 0) + (i == pp - 1 and (not tied or pp > 1)))
         if pp == 1 and tied:
             emb = (padded // tp) * h
-        other = 2 * n * h + (h if i == pp - 1 else 0) + rope
+        other = 2 * n * h + (h if i == pp - 1 else 0) + rope + (vision if i == 0 else 0)
         total = int(lin * b_lin + (emb + other) * b_model + n * skipped_per_layer / tp)
         total += n * experts.bytes_per_layer if experts else 0
         best = max(best, total)
@@ -287,6 +289,26 @@ def rank_weights(
         format=label,
         note=note,
     )
+
+
+def _vision(spec: ModelSpec, tp: int, note: str | None) -> tuple[int, str | None]:
+    """Parameters of the vision tower + projector on a first-stage rank (memfit.serving.vision),
+    in the model dtype, and the note that says so; 0 for a text model. A config whose parameter
+    count already holds its towers (``spec.n_params``) adds nothing here."""
+    if spec.vision is None or spec.n_params is not None:
+        return 0, note
+    tower = vision_tower(spec)
+    if tower is None:
+        said = (
+            f"the vision tower ({spec.vision.model_type}) of this checkpoint is not counted: "
+            "memfit counts Gemma 3's SigLIP and Mistral 3's Pixtral towers"
+        )
+        return 0, f"{note}; {said}" if note else said
+    said = (
+        f"{tower.kind} vision tower + projector ({tower.n_params / 1e9:.2f} B parameters) in "
+        "the model dtype"
+    )
+    return tower.rank_params(tp), f"{note}; {said}" if note else said
 
 
 def _rope_cache_params(spec: ModelSpec) -> int:
