@@ -24,7 +24,72 @@ from dataclasses import dataclass
 
 from memfit.models import ModelSpec
 
-__all__ = ["VisionTower", "vision_tower"]
+__all__ = ["MULTIMODAL_CHECKPOINTS", "VisionTower", "served_spec", "vision_tower"]
+
+_GEMMA3_MM = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "model_type": "gemma3",
+    "mm_tokens_per_image": 256,
+    "vision_config": {
+        "hidden_size": 1152,
+        "image_size": 896,
+        "intermediate_size": 4304,
+        "model_type": "siglip_vision_model",
+        "num_attention_heads": 16,
+        "num_hidden_layers": 27,
+        "patch_size": 14,
+        "vision_use_head": False,
+    },
+}
+_MISTRAL3_MM = {
+    "architectures": ["Mistral3ForConditionalGeneration"],
+    "model_type": "mistral3",
+    "spatial_merge_size": 2,  # Mistral3Config's defaults (the hub file leaves them out)
+    "multimodal_projector_bias": False,
+    "vision_config": {
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "hidden_size": 1024,
+        "image_size": 1540,
+        "intermediate_size": 4096,
+        "model_type": "pixtral",
+        "num_attention_heads": 16,
+        "num_channels": 3,
+        "num_hidden_layers": 24,
+        "patch_size": 14,
+    },
+}
+#: Hub checkpoints whose bundled config is their text tower only (models/configs/index.json says
+#: "the vision tower and projector are not bundled") while vLLM serves the whole multimodal
+#: model: the top level of their config.json, which :func:`served_spec` puts around the text
+#: config. Gemma 3: huggingface.co/google/gemma-3-{4b,12b,27b}-it config.json (one vision_config
+#: for the three; copies in public test fixtures, e.g. a GEMMA3_27B_CONFIG and a gemma-3-4b-it
+#: C# test). Mistral-Small-3.1: huggingface.co/mistralai/Mistral-Small-3.1-24B-Instruct-2503
+#: config.json (copy: TensorRT-LLM's mistral_small_3_1_24b_config fixture, the one the bundled
+#: text config was taken from).
+MULTIMODAL_CHECKPOINTS: dict[str, dict[str, object]] = {
+    "google/gemma-3-4b-it": _GEMMA3_MM,
+    "google/gemma-3-12b-it": _GEMMA3_MM,
+    "google/gemma-3-27b-it": _GEMMA3_MM,
+    "mistralai/Mistral-Small-3.1-24B-Instruct-2503": _MISTRAL3_MM,
+}
+
+
+def served_spec(spec: ModelSpec, hf_id: str) -> ModelSpec:
+    """The model vLLM serves for the checkpoint ``hf_id``: ``spec`` itself, or, for a bundled
+    text tower of a multimodal checkpoint (:data:`MULTIMODAL_CHECKPOINTS`), the multimodal model
+    around it (its quantization_config moved to the top level, where the checkpoint has it)."""
+    top = MULTIMODAL_CHECKPOINTS.get(hf_id)
+    if top is None or spec.vision is not None or spec.text is not None or not spec.raw:
+        return spec
+    text = dict(spec.raw)
+    quant = text.pop("quantization_config", None)
+    config: dict[str, object] = {**top, "text_config": text}
+    if spec.dtype is not None:
+        config["torch_dtype"] = spec.dtype
+    if quant is not None:
+        config["quantization_config"] = quant
+    return ModelSpec.from_config(config)
 
 
 @dataclass(frozen=True, kw_only=True)
