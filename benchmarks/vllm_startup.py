@@ -18,6 +18,8 @@ from typing import Any
 from memfit.hardware.catalog import get_gpu
 from memfit.models import ModelSpec, resolve_model
 from memfit.serving import simulate_startup
+from memfit.serving.command import hub_id
+from memfit.serving.vision import served_spec
 from memfit.spec.serving import VllmConfig
 from memfit.units import GiB
 
@@ -43,11 +45,15 @@ def load() -> list[dict[str, Any]]:
 
 
 def spec_of(r: dict[str, Any]) -> ModelSpec:
+    """The served checkpoint's config: the record's own, or the bundled one of ``arch`` (a
+    multimodal checkpoint's bundled text tower wrapped as vLLM serves it, memfit.serving.vision
+    ``served_spec``, as ``memfit vllm`` does)."""
     config = dict(r["config"]) if r.get("config") else dict(resolve_model(r["arch"]).config or {})
     config.update(r.get("config_overrides") or {})
     if r.get("quantization_config"):
         config["quantization_config"] = r["quantization_config"]
-    return ModelSpec.from_config(config)
+    spec = ModelSpec.from_config(config)
+    return served_spec(spec, hub_id(r["arch"])) if r.get("arch") and not r.get("config") else spec
 
 
 def predict(r: dict[str, Any]) -> Any:

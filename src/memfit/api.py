@@ -59,9 +59,11 @@ from memfit.plan.request import PlanRequest
 from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
 from memfit.progress import report
 from memfit.serving import simulate_startup
+from memfit.serving.command import hub_id
 from memfit.serving.sglang import simulate_sglang
 from memfit.serving.sglang_fit import solve_sglang
 from memfit.serving.solve import plan_serving, solve_concurrency, solve_max_model_len
+from memfit.serving.vision import served_spec
 from memfit.spec import (
     DiffusionJob,
     DiffusionTrainJob,
@@ -566,6 +568,8 @@ def serving_spec(model: ModelRef, options: EstimateOptions | None = None) -> Mod
     source = _source(model, options or EstimateOptions())
     if source.spec is None:
         raise SpecError(f"memfit vllm needs a config.json model, not a factory ({model!r})")
+    if isinstance(model, str):  # a bundled text tower of a multimodal checkpoint: the whole model
+        return served_spec(source.spec, hub_id(model))
     return source.spec
 
 

@@ -31,7 +31,6 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.flags import workload_from_args
-from memfit.serving.versions import DEFAULT_VERSION
 from memfit.spec import WorkloadSpec
 from memfit.spec.diffusion import DiffusionJob, DiffusionTrainJob
 from memfit.spec.llamacpp import LlamaCppJob
@@ -210,7 +209,7 @@ def serving_job(args: argparse.Namespace, gpus: int | None = None) -> VllmConfig
         quantization=args.quantization,
         enforce_eager=args.enforce_eager,
         cpu_offload_gb=args.cpu_offload_gb,
-        vllm_version=args.vllm_version or DEFAULT_VERSION,
+        vllm_version=args.vllm_version,
     )
 
 
@@ -228,7 +227,7 @@ def runtime_serving_job(args: argparse.Namespace, *, tp: int = 1, length: int | 
         kv_cache_dtype=args.kv_cache_dtype,
         max_model_len=length,
         quantization="fp8" if quant == "fp8" else None,
-        vllm_version=args.vllm_version or DEFAULT_VERSION,
+        vllm_version=args.vllm_version,
     )
 
 

@@ -46,7 +46,7 @@ def test_a_vllm_startup_is_an_answer_whose_question_is_whether_it_starts() -> No
 
     spec = resolve_model("llama-3.1-8b").spec
     assert spec is not None
-    s = simulate_startup(spec, get_gpu("L40S"), VllmConfig())
+    s = simulate_startup(spec, get_gpu("L40S"), VllmConfig(vllm_version="0.19"))
     _common(s)
     assert s.verdict is None and s.starts
     assert s.peak_components == {
@@ -57,6 +57,12 @@ def test_a_vllm_startup_is_an_answer_whose_question_is_whether_it_starts() -> No
     # what nvidia-smi shows once serving: within the GPU, above vLLM's own budget's tensors
     assert s.requested_bytes < s.device_used_bytes <= s.total_bytes + s.cuda_graph_bytes
     assert s.to_json()["starts"] is True and "command" not in s.to_json()
+    # 0.34's extensible KV cache fills the device but for the margin it keeps free
+    ext = simulate_startup(spec, get_gpu("L40S"), VllmConfig(vllm_version="0.34"))
+    _common(ext)
+    assert ext.extensible is not None and ext.starts
+    assert s.device_used_bytes < ext.device_used_bytes
+    assert ext.device_used_bytes <= ext.total_bytes - ext.extensible.margin_bytes
 
 
 def test_a_seq_run_is_an_answer_of_the_device_bytes_after_the_run() -> None:

@@ -20,6 +20,7 @@ H100_LOG_TOTAL = int(79.19 * GiB)  # "79.19 GiB" in the llm-d-planner v0.19.0 H1
 
 
 def _llama8b(**kw: object) -> object:
+    kw.setdefault("vllm_version", "0.19")  # the llm-d-planner logs' release
     config = VllmConfig(gpu_memory_utilization=0.95, max_model_len=8192, **kw)  # type: ignore[arg-type]
     spec = resolve_model("llama-3.1-8b").spec
     assert spec is not None
@@ -120,7 +121,11 @@ def test_versions_resolve_to_their_rows_and_bad_ones_are_refused() -> None:
     assert get_version("v0.19.0").name == "0.19"
     assert get_version("0.10.1").name == "0.11"
     assert get_version("0.6.5").engine == "v0"
-    with pytest.raises(SpecError, match=r"--vllm-version \('1.0'\)"):
+    with pytest.raises(SpecError, match=r"--vllm-version \('0.3'\): memfit models vLLM 0.4 to"):
+        get_version("0.3")
+    with pytest.raises(SpecError, match=r"--vllm-version \('latest'\) must be a version"):
+        get_version("latest")
+    with pytest.raises(NotModelledError, match=r"vLLM 1.0 is not modelled"):
         get_version("1.0")
 
 

@@ -99,8 +99,9 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--gpu-memory-utilization",
         type=finite_float,
-        default=0.9,
-        help="fraction of GPU memory vLLM may use (default 0.9)",
+        default=None,
+        help="fraction of GPU memory vLLM may use (default: the version's: 0.9; 0.92 from 0.20; "
+        "1.0 with 0.34's extensible KV cache)",
     )
     g.add_argument(
         "--max-model-len",
@@ -120,7 +121,9 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="tokens per step (default 8192 on >=70 GiB GPUs except A100, else 2048)",
     )
-    g.add_argument("--block-size", type=positive_int, default=16, help="KV block (default 16)")
+    g.add_argument(
+        "--block-size", type=positive_int, default=None, help="KV block (default 16; 64 from 0.34)"
+    )
     g.add_argument("--kv-cache-dtype", default="auto", help="auto | fp8 | fp8_e4m3 | fp8_e5m2")
     g.add_argument("--dtype", default="auto", help="auto | half | float16 | bfloat16 | float32")
     g.add_argument(
@@ -136,8 +139,9 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--vllm-version",
         default=None,
-        help="vLLM version to model, 0.4 to 0.33 (default 0.19; 0.6 = V0 engine; 0.20+ counts "
-        "the CUDA graph estimate in the budget)",
+        help="vLLM version to model, 0.4 to 0.34 (default: the installed vLLM's, else the newest "
+        "modelled, 0.34; 0.6 = V0 engine; 0.20+ counts the CUDA graph estimate in the budget; "
+        "0.34 sizes the KV cache after warmup, the extensible KV cache)",
     )
 
 
@@ -235,11 +239,15 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, concurrency: bool = False) 
     g.add_argument(
         "--gpu-memory-utilization",
         type=finite_float,
-        default=0.9,
-        help="vllm: fraction of GPU memory vLLM may use (default 0.9)",
+        default=None,
+        help="vllm: fraction of GPU memory vLLM may use (default: the version's; 1.0 from 0.34)",
     )
     g.add_argument("--kv-cache-dtype", default="auto", help="vllm: auto | fp8")
-    g.add_argument("--vllm-version", default=None, help="vllm: version to model (default 0.19)")
+    g.add_argument(
+        "--vllm-version",
+        default=None,
+        help="vllm: version to model (default: the installed vLLM's, else the newest modelled)",
+    )
     if concurrency:
         g.add_argument(
             "--concurrency",

@@ -31,8 +31,10 @@ def render_startup(s: VllmStartup, model: str, nearest: ServingOption | None = N
     """The start-up lines, the verdict and the way out (``nearest``: the nearest configuration
     that starts, found by the serving planner)."""
     g = 1 / GiB
+    why = {"installed": "the installed vLLM", "newest modelled": "newest modelled release"}
     out = [
-        f"vLLM {s.version} ({s.engine.upper()} engine) serving {model} on {s.gpu} "
+        f"vLLM {s.release or s.version} ({s.engine.upper()} engine; "
+        f"{why.get(s.version_source, s.version_source)}) serving {model} on {s.gpu} "
         f"(per GPU: {s.total_bytes * g:.2f} GiB, weights {s.weight_format}):"
     ]
     if s.refused_layout:  # vLLM stops before it loads the model: no memory lines, no memory fix
@@ -42,7 +44,7 @@ def render_startup(s: VllmStartup, model: str, nearest: ServingOption | None = N
     out.append(
         f"  [memfit] activation peak {s.activation_peak_bytes * g:.2f} GiB, non-torch "
         f"{s.non_torch_bytes * g:.2f} GiB, CUDA graphs ~{s.cuda_graph_bytes * g:.2f} GiB "
-        f"({'inside' if s.cudagraph_in_budget else 'outside'} the budget); max_num_seqs "
+        f"({_graph_place(s)}); max_num_seqs "
         f"{s.max_num_seqs}, max_num_batched_tokens {s.max_num_batched_tokens}"
     )
     if s.starts:
@@ -65,6 +67,12 @@ def render_startup(s: VllmStartup, model: str, nearest: ServingOption | None = N
             out.append(f"  nearest change that starts: {nearest.describe()}: {nearest.command}")
     out += [f"note: {n}" for n in s.notes]
     return "\n".join(out)
+
+
+def _graph_place(s: VllmStartup) -> str:
+    if s.extensible is not None:
+        return "measured before the KV cache is sized"
+    return f"{'inside' if s.cudagraph_in_budget else 'outside'} the budget"
 
 
 def serving_plan_json(

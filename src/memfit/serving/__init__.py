@@ -11,12 +11,13 @@
 """
 
 from memfit.serving.startup import VllmStartup, simulate_startup, vllm_total_bytes
-from memfit.serving.versions import DEFAULT_VERSION, VERSIONS, get_version
+from memfit.serving.versions import DEFAULT_VERSION, VERSIONS, default_version, get_version
 
 __all__ = [
     "DEFAULT_VERSION",
     "VERSIONS",
     "VllmStartup",
+    "default_version",
     "get_version",
     "simulate_startup",
     "vllm_total_bytes",

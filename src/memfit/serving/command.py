@@ -19,13 +19,14 @@ def hub_id(model: str) -> str:
 
 
 def serve_command(model: str, config: VllmConfig, *, max_model_len: int | None = None) -> str:
-    """``vllm serve <hub id> …`` with every flag that differs from vLLM's default."""
+    """``vllm serve <hub id> …`` with every flag the configuration sets (unset ones are vLLM's
+    defaults)."""
     parts = ["vllm", "serve", shlex.quote(hub_id(model))]
     if config.tensor_parallel_size > 1:
         parts += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
     if config.pipeline_parallel_size > 1:
         parts += ["--pipeline-parallel-size", str(config.pipeline_parallel_size)]
-    if config.gpu_memory_utilization != 0.9:
+    if config.gpu_memory_utilization is not None:
         parts += ["--gpu-memory-utilization", f"{config.gpu_memory_utilization:g}"]
     length = max_model_len or config.max_model_len
     if length is not None:
@@ -36,7 +37,7 @@ def serve_command(model: str, config: VllmConfig, *, max_model_len: int | None =
     ):
         if value is not None:
             parts += [flag, str(value)]
-    if config.block_size != 16:
+    if config.block_size is not None:
         parts += ["--block-size", str(config.block_size)]
     if config.kv_cache_dtype != "auto":
         parts += ["--kv-cache-dtype", config.kv_cache_dtype]

@@ -7,7 +7,8 @@ to a multiple of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) and split it across TP rank
 ``QKVParallelLinear`` splits query heads and splits K/V heads, replicating them when TP exceeds the
 K/V head count; ``RowParallelLinear`` / ``MergedColumnParallelLinear`` split the MLP; norms are
 replicated; one ``RotaryEmbedding`` ``cos_sin_cache`` of ``max_position x rotary_dim`` in the model
-dtype is shared by all layers (``get_rope`` caches instances). Pipeline stages take layers as
+dtype per distinct rope is shared by the layers (``get_rope`` caches instances; a linear scaling
+multiplies the rows, Gemma 3's sliding layers have their own). Pipeline stages take layers as
 ``vllm/distributed/utils.py:get_pp_indices`` splits them (the remainder to the stages before the
 last); the first stage holds the embedding, the last the final norm and lm_head.
 """
@@ -23,6 +24,7 @@ from memfit.models.checkpoint_quant import checkpoint_format
 from memfit.serving.ignored import unquantized_linear_params
 from memfit.serving.mxfp4 import mxfp4_experts
 from memfit.serving.params import attention_shape, decoder_params
+from memfit.serving.vision import vision_tower
 
 __all__ = [
     "LayerKV",
@@ -265,6 +267,7 @@ def rank_weights(
         )
     skipped_per_layer = skipped / n_layers * (b_model - b_lin)  # extra bytes, before TP
     rope = _rope_cache_params(text) * (4 / b_model if text.model_type in ROPE_FP32 else 1)
+    vision, note = _vision(spec, tp, note)
     stages = pp_layer_counts(n_layers, pp)
     best = 0
     for i, n in enumerate(stages):
@@ -272,7 +275,7 @@ def rank_weights(
         emb = (padded // tp) * h * ((i == 0) + (i == pp - 1 and (not tied or pp > 1)))
         if pp == 1 and tied:
             emb = (padded // tp) * h
-        other = 2 * n * h + (h if i == pp - 1 else 0) + rope
+        other = 2 * n * h + (h if i == pp - 1 else 0) + rope + (vision if i == 0 else 0)
         total = int(lin * b_lin + (emb + other) * b_model + n * skipped_per_layer / tp)
         total += n * experts.bytes_per_layer if experts else 0
         best = max(best, total)
@@ -288,11 +291,45 @@ def rank_weights(
     )
 
 
+def _vision(spec: ModelSpec, tp: int, note: str | None) -> tuple[int, str | None]:
+    """Parameters of the vision tower + projector on a first-stage rank (memfit.serving.vision),
+    in the model dtype, and the note that says so; 0 for a text model. A config whose parameter
+    count already holds its towers (``spec.n_params``) adds nothing here."""
+    if spec.vision is None or spec.n_params is not None:
+        return 0, note
+    tower = vision_tower(spec)
+    if tower is None:
+        said = (
+            f"the vision tower ({spec.vision.model_type}) of this checkpoint is not counted: "
+            "memfit counts Gemma 3's SigLIP and Mistral 3's Pixtral towers"
+        )
+        return 0, f"{note}; {said}" if note else said
+    said = (
+        f"{tower.kind} vision tower + projector ({tower.n_params / 1e9:.2f} B parameters) in "
+        "the model dtype"
+    )
+    return tower.rank_params(tp), f"{note}; {said}" if note else said
+
+
 def _rope_cache_params(spec: ModelSpec) -> int:
-    """Elements of the shared rotary ``cos_sin_cache``: max_position x rotary_dim."""
+    """Elements of the rotary ``cos_sin_cache`` buffers: max_position x rotary_dim for each
+    distinct rope ``get_rope`` builds (it caches one instance per configuration). A ``linear``
+    rope_scaling multiplies the rows by its factor (``LinearScalingRotaryEmbedding.
+    _compute_cos_sin_cache``: ``max_len = max_position_embeddings * scaling_factor``,
+    vllm/model_executor/layers/rotary_embedding/linear_scaling_rope.py); Gemma 3's sliding layers
+    (``rope_local_base_freq``) get a second, unscaled rope (``config.rope_parameters[layer_type]``
+    in vllm/model_executor/models/gemma3.py; both read in the v0.33.0 and v0.34.0 sdists)."""
     if spec.rotary_dim is None or spec.max_positions is None:
         return 0
-    return spec.max_positions * spec.rotary_dim
+    rows = spec.max_positions
+    rope = spec.get("rope_scaling")
+    if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "linear":
+        factor = rope.get("factor")
+        if isinstance(factor, int | float) and factor > 1:
+            rows = int(spec.max_positions * factor)
+    if spec.get("rope_local_base_freq") is not None and spec.sliding_window:
+        rows += spec.max_positions  # the sliding layers' own, unscaled rope
+    return rows * spec.rotary_dim
 
 
 def kv_layers(spec: ModelSpec, *, tp: int, kv_bytes: int) -> list[LayerKV]:

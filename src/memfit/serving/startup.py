@@ -13,6 +13,12 @@ The steps (sources in :mod:`memfit.serving.versions`):
 5. CUDA graphs are captured after the KV cache is allocated: up to 0.19 their memory is outside
    the budget; from 0.20 vLLM estimates it while profiling ("Estimated CUDA graph memory") and
    takes it out of the KV cache's share (``VllmVersion.cudagraph_in_budget``).
+6. From 0.34 the KV cache is sized after warmup and capture from measured memory (the extensible
+   KV cache, :mod:`memfit.serving.extensible`); step 4's figure is only its capacity.
+
+Unset flags take the modelled release's defaults (``gpu_memory_utilization`` 0.9, 0.92 from 0.20,
+1.0 with 0.34's extensible KV cache; block size 16, 64 from 0.34: memfit.serving.vllm_matrix); an
+unset version is the installed vLLM's, else the newest modelled (``resolve_version``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,12 @@ from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
 from memfit.serving.cudagraphs import LEGACY_ALLOWANCE_BYTES, plan_cudagraphs
+from memfit.serving.extensible import (
+    VMM_GRANULE_BYTES,
+    ExtensibleSizing,
+    size_extensible,
+    too_small_error,
+)
 from memfit.serving.kv_cache import KVPlan, largest_max_model_len, plan_kv
 from memfit.serving.layout import (
     LayerKV,
@@ -34,8 +46,13 @@ from memfit.serving.layout import (
     quantization_error,
     rank_weights,
 )
-from memfit.serving.versions import VllmVersion, get_version, release_minor
-from memfit.serving.vllm_matrix import release
+from memfit.serving.versions import (
+    VllmVersion,
+    get_version,
+    release_minor,
+    resolve_version,
+)
+from memfit.serving.vllm_matrix import VllmRelease, release
 from memfit.spec.serving import DTYPES, KV_CACHE_DTYPES, VllmConfig
 from memfit.units import GiB
 
@@ -109,6 +126,14 @@ class VllmStartup:
     cuda_graph_estimate_bytes: int = 0
     #: 0.20+: the CUDA graph estimate is inside vLLM's budget (taken from the KV cache's share)
     cudagraph_in_budget: bool = False
+    #: the release modelled ("0.34.0", "0.19") and why: "--vllm-version", "installed" or
+    #: "newest modelled"
+    release: str = ""
+    version_source: str = "--vllm-version"
+    #: the gpu_memory_utilization vLLM resolves (the flag, else the release's default)
+    gpu_memory_utilization: float = 0.9
+    #: 0.34+: the extensible KV cache's measurement after warmup (None before 0.34)
+    extensible: ExtensibleSizing | None = None
 
     # -- the Answer protocol (memfit.estimate.answer) -------------------------------------------
     @property
@@ -161,7 +186,14 @@ class VllmStartup:
         return {
             "runtime": "vllm",
             "vllm_version": self.version,
+            "vllm_release": self.release or self.version,
+            "vllm_version_source": self.version_source,
             "engine": self.engine,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "extensible_kv_cache": self.extensible is not None,
+            "kv_cache_capacity_bytes": (
+                self.extensible.capacity_bytes if self.extensible is not None else None
+            ),
             "gpu": self.gpu,
             "total_bytes": self.total_bytes,
             "requested_bytes": self.requested_bytes,
@@ -207,6 +239,8 @@ class VllmStartup:
 
     def log_lines(self) -> list[str]:
         """The lines vLLM prints at start-up, as this version words them."""
+        if self.extensible is not None:
+            return self._extensible_lines(self.extensible)
         g = 1 / GiB
         lines = [f"Model loading took {self.weights_bytes * g:.4f} GiB memory"]
         if self.cuda_graph_estimate_bytes:
@@ -223,6 +257,35 @@ class VllmStartup:
                 f"{self.kv.max_concurrency:.2f}x"
             )
         return lines
+
+    def _extensible_lines(self, ext: ExtensibleSizing) -> list[str]:
+        """vLLM 0.34's lines (gpu_worker.py, extensible_kv_cache.py, kv_cache_utils.py
+        ``update_kv_cache_capacity``), figures as its ``format_gib`` rounds them."""
+        kv = self.kv
+        per_block = kv.page_bytes * kv.group_size
+        lines = [
+            f"Model loading took {round(self.weights_bytes / GiB, 2)} GiB memory",
+            f"Available KV cache memory: {round(ext.capacity_bytes / GiB, 2)} GiB",
+        ]
+        # vLLM stops at the capacity check (get_kv_cache_configs) before warmup when the
+        # reserved capacity, less the null block, cannot hold one max_model_len request
+        if ext.capacity_bytes - per_block >= kv.needed_bytes:
+            lines.append(ext.log_line(kv.num_blocks, per_block))
+        if self.starts:  # shrink_kv_cache_configs raised otherwise, before the cache is extended
+            lines.append(ext.committed_line(kv.num_blocks, per_block))
+            lines.append(
+                f"GPU KV cache size: {kv.kv_cache_tokens:,} tokens, Maximum concurrency for "
+                f"{self.max_model_len:,} tokens per request: {kv.max_concurrency:.2f}x"
+            )
+        return lines
+
+
+def default_utilization(v: VllmVersion, row: VllmRelease | None) -> float:
+    """vLLM's ``gpu_memory_utilization`` when the flag is unset: 1.0 with the extensible KV cache
+    (``CacheConfig.resolved_gpu_memory_utilization``), else the release's field default."""
+    if v.extensible_kv_cache:
+        return 1.0
+    return row.gpu_memory_utilization if row is not None else 0.9
 
 
 def vllm_total_bytes(gpu: GPU) -> int:
@@ -319,9 +382,20 @@ def simulate_startup(
 ) -> VllmStartup:
     """Run vLLM's start-up accounting for ``spec`` served with ``config`` on ``gpu``
     (``total_bytes``: the total a log printed, instead of the GPU's usual one)."""
-    v = get_version(config.vllm_version)
+    modelled = resolve_version(config.vllm_version)
+    v = get_version(modelled.release)
+    minor = release_minor(modelled.release)
+    row = release(minor)
+    util = (
+        config.gpu_memory_utilization
+        if config.gpu_memory_utilization is not None
+        else default_utilization(v, row)
+    )
+    block_size = config.block_size or (row.block_size if row is not None else 16)
     total = total_bytes or vllm_total_bytes(gpu)
     notes: list[str] = []
+    if modelled.note:
+        notes.append(modelled.note)
     dtype = model_dtype(spec, config, gpu)
     act_bytes = DTYPES[dtype]
     kv_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
@@ -355,8 +429,9 @@ def simulate_startup(
     weights = max(0, w.weights_bytes - int(config.cpu_offload_gb * GiB))
     act = _activation_peak(spec, tokens=tokens, rows=rows, tp=tp, act_bytes=act_bytes, v=v)
     non_torch = v.non_torch_tp_bytes if tp > 1 else v.non_torch_bytes
-    requested = int(total * config.gpu_memory_utilization)
-    minor = release_minor(config.vllm_version)
+    requested = int(total * util)
+    if v.extensible_kv_cache:  # request_memory: math.ceil(total x utilization)
+        requested = math.ceil(total * util)
     cg = plan_cudagraphs(
         minor=minor,
         engine=v.engine,
@@ -369,18 +444,12 @@ def simulate_startup(
     graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget
     in_budget = cg.estimate_bytes if v.cudagraph_in_budget else 0
-    if v.cudagraph_in_budget and config.gpu_memory_utilization == 0.9:
-        notes.append(
-            f"vLLM 0.{minor} defaults --gpu-memory-utilization to 0.92 (vllm/config/cache.py); "
-            "memfit used 0.9: pass --gpu-memory-utilization 0.92 if your command leaves it unset"
-        )
     available = requested - weights - act - non_torch - in_budget
     all_layers = kv_layers(spec, tp=tp, kv_bytes=kv_bytes)
     stage = max(pp_layer_counts(len(all_layers), pp))  # the stage holding the most layers
     layers = all_layers[-stage:]
-    row = release(minor)
     kv_args: dict[str, Any] = dict(
-        block_size=config.block_size,
+        block_size=block_size,
         max_num_batched_tokens=tokens,
         hybrid_allocator=v.hybrid_allocator,
         group_ratio=row.kv_group_ratio if row is not None else 1.0,
@@ -396,6 +465,27 @@ def simulate_startup(
         context = v.context_dist_bytes or CONTEXT_DIST_BYTES
     else:
         context = v.context_bytes or CONTEXT_BYTES
+    ext: ExtensibleSizing | None = None
+    if v.extensible_kv_cache:  # 0.34+: sized after warmup and capture; `kv` was the capacity
+        ext = size_extensible(
+            total_bytes=total,
+            context_bytes=context,
+            requested_bytes=requested,
+            weights_bytes=weights,
+            non_torch_bytes=non_torch,
+            activation_bytes=act,
+            graph_bytes=0 if config.enforce_eager else graphs,
+            n_segments=kv.group_size,
+        )
+        per_block = kv.page_bytes * kv.group_size
+        blocks = ext.blocks_within(per_block, kv.num_blocks)
+        kv = plan_kv(
+            layers,
+            available_bytes=blocks * per_block,
+            max_model_len=L,
+            tokens_from_concurrency=v.tokens_from_concurrency,
+            **kv_args,
+        )
     # vLLM's preconditions come before any memory: the layout, the quantization on this GPU
     method = "mxfp4" if w.format == "mxfp4" else config.quantization
     refused = (
@@ -405,19 +495,29 @@ def simulate_startup(
     )
     if refused is not None:
         notes.append(refused[1])
-    error = (
-        refused[0]
-        if refused
-        else _error(v, config, total, requested, context, kv, L, derived, layers, kv_args)
-    )
-    if error is None and requested + graphs - in_budget + context > total:
+    if refused:
+        error: str | None = refused[0]
+    elif ext is not None:
+        error = _extensible_error(config, ext, kv, L, derived, layers, kv_args, util)
         notes.append(
-            f"gpu_memory_utilization {config.gpu_memory_utilization} leaves "
+            f"vLLM 0.{minor} sizes the KV cache from the memory free after warmup and CUDA graph "
+            "capture (the extensible KV cache): memfit simulates that measurement with its own "
+            "activation-peak and CUDA-graph figures; the growth of torch's reservation during "
+            "the sizing steps is measured by vLLM and not modelled (assumed not to exceed the "
+            "activation peak)"
+        )
+    else:
+        error = _error(v, config, util, total, requested, context, kv, L, derived, layers, kv_args)
+    if ext is None and error is None and requested + graphs - in_budget + context > total:
+        notes.append(
+            f"gpu_memory_utilization {util} leaves "
             f"{(total - requested - context) / GiB:.2f} GiB outside vLLM's budget; CUDA graph "
             f"capture (~{graphs / GiB:.1f} GiB) may run out of memory: lower it or pass "
             "--enforce-eager"
         )
     fixed = weights + act + non_torch + in_budget
+    if ext is not None:  # the pool less the null block; graphs and the margin come out too
+        available = max(0, (kv.num_blocks - 1) * kv.page_bytes * kv.group_size)
     largest = (
         largest_max_model_len(
             layers, available_bytes=available, upper=max(derived or L, L), **kv_args
@@ -425,8 +525,7 @@ def simulate_startup(
         if available > 0 and refused is None
         else 0
     )
-    util = math.ceil((fixed + kv.needed_bytes) / total * 100) / 100
-    smallest = util if total * util + context <= total and refused is None else None
+    smallest = _smallest_utilization(fixed, kv, total, context, ext, refused is not None)
     return VllmStartup(
         version=v.name,
         engine=v.engine,
@@ -437,12 +536,13 @@ def simulate_startup(
         activation_peak_bytes=act,
         non_torch_bytes=non_torch,
         cuda_graph_bytes=graphs,
-        cuda_graph_estimate_bytes=cg.estimate_bytes,
+        # profile_cudagraph_memory returns 0 with the extensible KV cache (graphs are measured)
+        cuda_graph_estimate_bytes=0 if ext is not None else cg.estimate_bytes,
         kv=kv,
         max_model_len=L,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
-        block_size=config.block_size,
+        block_size=block_size,
         kv_cache_dtype=config.kv_cache_dtype if config.kv_cache_dtype != "auto" else dtype,
         weight_format=w.format,
         starts=error is None,
@@ -453,7 +553,37 @@ def simulate_startup(
         context_bytes=context,
         refused_layout=refused is not None,
         cudagraph_in_budget=v.cudagraph_in_budget,
+        release=modelled.release,
+        version_source=modelled.source,
+        gpu_memory_utilization=util,
+        extensible=ext,
     )
+
+
+def _smallest_utilization(
+    fixed: int,
+    kv: KVPlan,
+    total: int,
+    context: int,
+    ext: ExtensibleSizing | None,
+    refused: bool,
+) -> float | None:
+    """The smallest ``--gpu-memory-utilization`` (two decimals) whose budget holds the fixed
+    bytes and one max_model_len request; None when none does. With the extensible KV cache the
+    budget must also hold the graphs and the transient kept free, and the device's headroom
+    less the margin must hold the request whatever the utilization."""
+    if refused:
+        return None
+    if ext is None:
+        util = math.ceil((fixed + kv.needed_bytes) / total * 100) / 100
+        return util if total * util + context <= total else None
+    pool_block = kv.page_bytes * kv.group_size
+    need = kv.needed_bytes + pool_block + ext.n_segments * VMM_GRANULE_BYTES
+    headroom = ext.free_bytes + ext.committed_bytes
+    if headroom - ext.margin_bytes - ext.transient_bytes < need:
+        return None
+    used = total - context - headroom  # weights, non-torch, graphs
+    return min(1.0, math.ceil((used + ext.transient_bytes + need) / total * 100) / 100)
 
 
 #: Architectures vLLM added after the V1 engine: (first minor release that loads them, the
@@ -475,9 +605,59 @@ def architecture_error(spec: ModelSpec, v: VllmVersion) -> tuple[str, str] | Non
     )
 
 
+def _too_long(config: VllmConfig, derived: int | None) -> str | None:
+    """``_get_and_verify_max_len``'s refusal of a --max-model-len above the config's."""
+    if config.max_model_len is not None and derived is not None and config.max_model_len > derived:
+        return (
+            f"ValueError: User-specified max_model_len ({config.max_model_len}) is greater than "
+            f"the derived max_model_len (max_position_embeddings={derived} in model's "
+            "config.json). To allow overriding this maximum, set the env var "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+        )
+    return None
+
+
+def _extensible_error(
+    config: VllmConfig,
+    ext: ExtensibleSizing,
+    kv: KVPlan,
+    L: int,
+    derived: int | None,
+    layers: list[LayerKV],
+    kv_args: dict[str, Any],
+    util: float,
+) -> str | None:
+    """vLLM 0.34's error with the extensible KV cache, None when it starts: the capacity checked
+    before warmup (``get_kv_cache_configs``), then the measured size (``shrink_kv_cache_configs``);
+    both hold back the null block."""
+    too_long = _too_long(config, derived)
+    if too_long is not None:
+        return too_long
+    pool_block = kv.page_bytes * kv.group_size
+    for pool, after in ((ext.capacity_bytes - pool_block, False),
+                        ((kv.num_blocks - 1) * pool_block, True)):  # fmt: skip
+        est = (
+            largest_max_model_len(layers, available_bytes=pool, upper=L, **kv_args)
+            if pool > 0
+            else 0
+        )
+        error = too_small_error(
+            available_bytes=pool if ext.capacity_bytes > 0 else 0,
+            needed_bytes=kv.needed_bytes,
+            max_model_len=L,
+            estimated_max_len=est,
+            utilization=util,
+            after_warmup=after,
+        )
+        if error is not None:
+            return error
+    return None
+
+
 def _error(
     v: VllmVersion,
     config: VllmConfig,
+    util: float,
     total: int,
     requested: int,
     context: int,
@@ -489,18 +669,14 @@ def _error(
 ) -> str | None:
     """vLLM's own error for this start-up, None when it starts."""
     g = 1 / GiB
-    if config.max_model_len is not None and derived is not None and config.max_model_len > derived:
-        return (
-            f"ValueError: User-specified max_model_len ({config.max_model_len}) is greater than "
-            f"the derived max_model_len (max_position_embeddings={derived} in model's "
-            "config.json). To allow overriding this maximum, set the env var "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
-        )
+    too_long = _too_long(config, derived)
+    if too_long is not None:
+        return too_long
     if v.name != "0.6" and total - context < requested:
         return (
             f"ValueError: Free memory on device ({(total - context) * g:.2f}/{total * g:.2f} GiB) "
             f"on startup is less than desired GPU memory utilization "
-            f"({config.gpu_memory_utilization}, {requested * g:.2f} GiB). Decrease GPU memory "
+            f"({util}, {requested * g:.2f} GiB). Decrease GPU memory "
             "utilization or reduce GPU memory used by other processes."
         )
     if kv.available_bytes <= 0 or kv.num_blocks <= 0:
@@ -509,7 +685,7 @@ def _error(
             "`gpu_memory_utilization` when initializing the engine."
         )
     if v.engine == "v0":
-        capacity = kv.num_blocks * config.block_size
+        capacity = kv.num_blocks * kv_args["block_size"]
         if capacity < L:
             return (
                 f"ValueError: The model's max seq len ({L}) is larger than the maximum number of "
@@ -567,10 +743,14 @@ def not_modelled_answer(
     weights = None
     if spec is not None and spec.n_params is not None:
         weights = spec.n_params * DTYPES[model_dtype(spec, config, gpu)]
+    util = config.gpu_memory_utilization
+    if util is None:  # the newest modelled release's default (the asked one is not modelled)
+        newest = resolve_version(None).release
+        util = default_utilization(get_version(newest), release(release_minor(newest)))
     return NotModelledServing(
         reason=reason,
         gpu=gpu.name,
         weights_bytes=weights,
-        requested_bytes=int(vllm_total_bytes(gpu) * config.gpu_memory_utilization),
+        requested_bytes=int(vllm_total_bytes(gpu) * util),
         nearest_command=f"memfit estimate {model} --mode infer --gpu {gpu.name}",
     )

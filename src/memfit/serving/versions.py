@@ -24,11 +24,21 @@ logs named in each row and checked against the others in benchmarks/vllm_startup
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import metadata
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.units import GiB, MiB
 
-__all__ = ["DEFAULT_VERSION", "VERSIONS", "VllmVersion", "get_version", "release_minor"]
+__all__ = [
+    "DEFAULT_VERSION",
+    "VERSIONS",
+    "ModelledVersion",
+    "VllmVersion",
+    "default_version",
+    "get_version",
+    "release_minor",
+    "resolve_version",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +78,10 @@ class VllmVersion:
     context_dist_bytes: int | None = None
     #: The releases this row models, as they were checked: what was read, and what was not.
     covers: str = ""
+    #: 0.34+: the extensible KV cache is the default on CUDA (vllm/config/vllm.py
+    #: ``VllmConfig._resolve_extensible_kv_cache``): the cache is sized from the memory free after
+    #: warmup and CUDA graph capture (memfit.serving.extensible), not from the profile's budget.
+    extensible_kv_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in ("v0", "v1"):
@@ -182,13 +196,87 @@ VERSIONS: dict[str, VllmVersion] = {
             "sampler / non-torch constants are 0.19's, not refitted"
         ),
     ),
+    # 0.34: the extensible KV cache is the default on CUDA (vllm/config/vllm.py
+    # ``_resolve_extensible_kv_cache``; vllm/config/cache.py ``resolved_gpu_memory_utilization``:
+    # 1.0 when unset; ``DEFAULT_BLOCK_SIZE = 64``). The profile run is 0.20's, but
+    # ``profile_cudagraph_memory`` returns 0 with it (vllm/v1/worker/gpu/model_runner.py), and the
+    # cache is sized after warmup and capture by ``measure_kv_cache_bytes``
+    # (vllm/v1/worker/extensible_kv_cache.py): memfit.serving.extensible. Sampler / non-torch /
+    # context constants are 0.19's (no published 0.34 log was found to refit them).
+    "0.34": VllmVersion(
+        name="0.34",
+        engine="v1",
+        sampler_bytes_per_logit=14.9,
+        non_torch_bytes=int(0.25 * GiB),
+        non_torch_tp_bytes=int(2.1 * GiB),
+        hybrid_allocator=True,
+        tokens_from_concurrency=True,
+        cudagraph_in_budget=False,
+        moe_workspace_persists=True,
+        context_bytes=int(0.51 * GiB),
+        context_dist_bytes=int(1.53 * GiB),
+        extensible_kv_cache=True,
+        source="https://pypi.org/project/vllm/0.34.0/#files",
+        covers=(
+            "0.34: gpu_worker.py, extensible_kv_cache.py, gpu/warmup.py, config/cache.py, "
+            "config/vllm.py and core/kv_cache_planning.py read in the v0.34.0 sdist; sampler / "
+            "non-torch constants are 0.19's, not refitted"
+        ),
+    ),
 }
-DEFAULT_VERSION = "0.19"
-#: The newest minor release memfit models (vLLM's current release, 2026-12).
-LATEST_MINOR = 33
+#: The newest minor release memfit models (vLLM's current release on PyPI, 2026-12: 0.34.0).
+LATEST_MINOR = 34
+#: The version modelled when ``--vllm-version`` is not given and no vLLM is installed: the
+#: newest modelled release (:func:`default_version` prefers the installed one).
+DEFAULT_VERSION = f"0.{LATEST_MINOR}"
 
 #: Which row a release maps to: (first minor, row).
-_RANGES = ((0, "0.6"), (8, "0.9"), (10, "0.11"), (14, "0.19"), (20, "0.20"))
+_RANGES = ((0, "0.6"), (8, "0.9"), (10, "0.11"), (14, "0.19"), (20, "0.20"), (34, "0.34"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelledVersion:
+    """Which vLLM release an answer models and why: ``source`` is "--vllm-version" (asked),
+    "installed" (the vLLM distribution in this environment) or "newest modelled"."""
+
+    release: str
+    source: str
+    #: why the installed vLLM was not used, when one is installed but not modelled
+    note: str | None = None
+
+
+def _installed_vllm() -> str | None:
+    """The installed vLLM distribution's version (importlib.metadata: vLLM is not imported)."""
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def default_version() -> ModelledVersion:
+    """The release modelled when none is asked: the installed vLLM's, when it is installed and
+    modelled; else the newest modelled release."""
+    installed = _installed_vllm()
+    if installed is None:
+        return ModelledVersion(release=DEFAULT_VERSION, source="newest modelled")
+    try:
+        get_version(installed)
+    except (SpecError, NotModelledError) as exc:
+        return ModelledVersion(
+            release=DEFAULT_VERSION,
+            source="newest modelled",
+            note=f"the installed vLLM {installed} is not modelled ({exc})",
+        )
+    return ModelledVersion(release=installed, source="installed")
+
+
+def resolve_version(asked: str | None) -> ModelledVersion:
+    """``--vllm-version`` when given (checked by :func:`get_version`), else
+    :func:`default_version`."""
+    if asked is None:
+        return default_version()
+    get_version(asked)
+    return ModelledVersion(release=asked, source="--vllm-version")
 
 
 def release_minor(text: str) -> int:
@@ -198,24 +286,24 @@ def release_minor(text: str) -> int:
 
 
 def get_version(text: str) -> VllmVersion:
-    """The row that models vLLM ``text`` ("0.10.1", "v0.19.0", "0.11"); SpecError otherwise."""
+    """The row that models vLLM ``text`` ("0.10.1", "v0.19.0", "0.11"); SpecError otherwise,
+    NotModelledError for a release newer than the newest modelled one."""
     t = text.strip().lower().removeprefix("v")
     parts = t.split(".")
     try:
         major, minor = int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
         raise SpecError(
-            f"--vllm-version ({text!r}) must be a version such as 0.19.0 or 0.11"
+            f"--vllm-version ({text!r}) must be a version such as 0.34.0 or 0.11"
         ) from None
-    if major == 0 and minor == LATEST_MINOR + 1:  # a real release whose accounting differs
+    if (major == 0 and minor > LATEST_MINOR) or major >= 1:  # released after memfit's rows
         raise NotModelledError(
-            f"vLLM {text} is not modelled: 0.{minor} sizes the KV cache from measured memory by "
-            "default (the extensible KV cache, gpu_memory_utilization resolved to 1.0; "
-            f"vllm/config/cache.py); memfit models vLLM 0.4 to 0.{LATEST_MINOR} — pass "
-            f"--vllm-version 0.{LATEST_MINOR} for the nearest modelled release",
+            f"vLLM {text} is not modelled: memfit models vLLM 0.4 to 0.{LATEST_MINOR} (each "
+            "release's start-up accounting read in its source); pass --vllm-version "
+            f"0.{LATEST_MINOR} for the nearest modelled release",
             engine="vllm",
         )
-    if major != 0 or minor < 4 or minor > LATEST_MINOR:
+    if minor < 4:
         raise SpecError(
             f"--vllm-version ({text!r}): memfit models vLLM 0.4 to 0.{LATEST_MINOR} (V0 engine up "
             f"to 0.7, V1 from 0.8); pass one of those"

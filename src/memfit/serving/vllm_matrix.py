@@ -26,13 +26,15 @@ sha256 in :data:`SDIST_SHA256`, so the exact files can be fetched again), in the
   v0.21.0", but the 0.20.0 sdist already reads ``os.getenv(..., "1")``). Before 0.18 graphs are
   captured after the KV cache is allocated, outside the budget.
 - 0.34.0 makes the "extensible KV cache" (sized from measured memory, ``gpu_memory_utilization``
-  resolved to 1.0) the default on CUDA (``CacheConfig.resolved_gpu_memory_utilization``): a
-  different accounting, not modelled; memfit models up to 0.33.
+  resolved to 1.0) the default on CUDA (``CacheConfig.resolved_gpu_memory_utilization``,
+  ``VllmConfig._resolve_extensible_kv_cache``); with it ``profile_cudagraph_memory`` returns 0
+  (vllm/v1/worker/gpu/model_runner.py) and the cache is sized after warmup and capture
+  (modelled in :mod:`memfit.serving.extensible`).
 
 - ``vllm/v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``: hybrid models'
   KV group size is the smallest layer kind's count, or the largest when below ``ratio`` times
-  it: no such rule in 0.11.0, 1.25 in 0.12-0.17, 1.5 in 0.18-0.32; 0.33 moved the function out of
-  kv_cache_utils.py and it was not re-read (1.5 assumed).
+  it: no such rule in 0.11.0, 1.25 in 0.12-0.17, 1.5 from 0.18 (0.33 and 0.34: the same function
+  in ``vllm/v1/core/kv_cache_planning.py``, ``max_num_layers < min_num_layers * 1.5``).
 
 0.15.x has no source distribution on PyPI and was not read; its row repeats 0.14's and 0.16's
 (equal in every field below).
@@ -96,7 +98,7 @@ class VllmRelease:
     profiles_cudagraphs: bool
     #: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults on: the estimate leaves the KV budget
     cudagraph_estimate_in_budget: bool
-    #: the extensible KV cache is the default (not modelled)
+    #: the extensible KV cache is the default (memfit.serving.extensible)
     extensible_kv_cache: bool = False
     #: hybrid KV groups (``_get_kv_cache_groups_uniform_page_size``, vllm/v1/core/
     #: kv_cache_utils.py): the group size is the largest layer kind's count when it is below this

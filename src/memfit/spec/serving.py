@@ -40,26 +40,30 @@ QUANTIZATIONS = (
 
 @dataclass(frozen=True, kw_only=True)
 class VllmConfig:
-    """One ``vllm serve`` configuration (None: vLLM's default for the model / GPU / version)."""
+    """One ``vllm serve`` configuration (None: vLLM's default for the model / GPU / version:
+    ``gpu_memory_utilization`` and ``block_size`` are the modelled release's, ``vllm_version``
+    the installed vLLM's, else the newest modelled; memfit.serving.startup resolves them)."""
 
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
-    block_size: int = 16
+    block_size: int | None = None
     kv_cache_dtype: str = "auto"
     dtype: str = "auto"
     quantization: str | None = None
     enforce_eager: bool = False
     cpu_offload_gb: float = 0.0
-    vllm_version: str = "0.19"
+    vllm_version: str | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "block_size"):
             value = getattr(self, name)
+            if value is None and name == "block_size":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 problems.append(f"--{name.replace('_', '-')} ({value!r}) must be 1 or more")
             elif name != "block_size" and value > MAX_GPUS:
@@ -73,15 +77,16 @@ class VllmConfig:
                 problems.append(f"--{name.replace('_', '-')} ({value!r}) must be 1 or more")
         for name in ("gpu_memory_utilization", "cpu_offload_gb"):
             value = getattr(self, name)
+            if value is None and name == "gpu_memory_utilization":
+                continue
             if not isinstance(value, int | float) or not math.isfinite(value):
                 problems.append(f"--{name.replace('_', '-')} ({value!r}) must be a finite number")
         if problems:
             raise SpecError.from_problems(problems)
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            problems.append(
-                f"--gpu-memory-utilization ({self.gpu_memory_utilization}) must be in (0, 1]"
-            )
-        if self.block_size not in (1, 8, 16, 32, 64, 128, 256):
+        util = self.gpu_memory_utilization
+        if util is not None and not 0.0 < util <= 1.0:
+            problems.append(f"--gpu-memory-utilization ({util}) must be in (0, 1]")
+        if self.block_size is not None and self.block_size not in (1, 8, 16, 32, 64, 128, 256):
             problems.append(
                 f"--block-size ({self.block_size}) must be one of 1, 8, 16, 32, 64, 128, 256"
             )
@@ -99,6 +104,8 @@ class VllmConfig:
             )
         if self.cpu_offload_gb < 0:
             problems.append(f"--cpu-offload-gb ({self.cpu_offload_gb}) must be 0 or more")
+        if self.vllm_version is not None and not isinstance(self.vllm_version, str):
+            problems.append(f"--vllm-version ({self.vllm_version!r}) must be a version string")
         if problems:
             raise SpecError.from_problems(problems)
 
