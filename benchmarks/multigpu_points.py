@@ -18,15 +18,22 @@ point may carry: ``shard`` (memfit's --shard: ddp / zero1-3 / fsdp; default from
 A point is *expressible* when memfit has every setting it names; otherwise the table says which
 setting is missing and no error is computed (an estimate of another job is no evidence). Each
 expressible point is run as the ``memfit estimate`` command the table prints (a subprocess with
-``--json``): the analytic engine where it models the job, the derived engine (rank 0's traced
-timeline, grown from a few layers) for QLoRA under FSDP / ZeRO-3, which the analytic engine
-refuses. Error = (estimate - measured) / measured on the point's metric.
+``--json``) on the engine memfit's own ``--engine auto`` answers a multi-GPU job with: the fast-path
+grid validates the analytic engine for no job on several GPUs (``estimate/fastpath.grid_job``), so
+auto takes the precise route (``estimate/policy.EnginePolicy._precise``): the trace engine's bytes,
+which the derived engine gives without a full trace (rank 0's traced timeline through the allocator
+simulation, grown from a few layers; auto answers with it wherever its form is cached). Where the
+derived engine refuses a job, the analytic engine answers, as auto does (:data:`FALLBACK`). Before
+2026-12-07 the non-quantized points ran ``--engine analytic``, an answer ``memfit estimate`` never
+gives for them: its reserved bytes (allocated + its ratio's middle) missed what the allocator
+replay finds (aai-7b-lora-offload-b10: analytic 15.3 GiB reserved, derived 20.2, measured 22.7).
+Error = (estimate - measured) / measured on the point's metric.
 
 Megatron-LM rows (``engine: megatron``) are estimated by memfit's Megatron layout, the parallel
 closed form (``memfit.estimate.parallel.estimate_parallel``: 16-bit parameters, fp32 main
 gradients, fp32 masters + Adam sharded by the distributed optimizer), which ``memfit estimate``
 answers with only when pp, cp or ep > 1; the table also gives what the printed command (the
-analytic engine, transformers' training semantics) answers for the same job: a gap, not hidden.
+derived engine, transformers' training semantics) answers for the same job: a gap, not hidden.
 
 torchtitan's per-op selective checkpointing (``selective_ac_option = "op"``: every other matmul
 output saved) runs as memfit's ``selective-op``, the same policy (``--before`` runs it as
@@ -71,6 +78,8 @@ METRIC_FIELD = {
     "reserved": "peak_reserved_bytes",
     "device": "device_used_bytes",
 }
+#: The engine that answers where the derived engine refuses a point (``--engine auto`` likewise).
+FALLBACK = "analytic"
 #: Models not bundled with memfit: their config.json in the repository (sources in the data rows).
 MODEL_PATHS = {
     "yi-34b": "benchmarks/configs/yi-34b",
@@ -144,8 +153,7 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
         argv += ["--lora-targets", point.get("lora_targets", "all-linear")]
     if point.get("quant", "none") != "none":
         argv += ["--quant", point["quant"]]
-    quantized_sharded = point.get("quant", "none") != "none" and shard in ("fsdp", "zero3")
-    argv += ["--engine", "derived" if quantized_sharded else "analytic"]
+    argv += ["--engine", "derived"]
     return argv
 
 
@@ -163,6 +171,10 @@ def run_cli(argv: list[str]) -> dict[str, Any]:
         env=env,
         check=False,
     )
+    if proc.returncode == 2 and argv[-2:] == ["--engine", "derived"]:
+        # the derived engine refuses the job (a setting only the analytic engine models): the
+        # analytic engine answers, as --engine auto's precise route falls back
+        return run_cli([*argv[:-1], FALLBACK])
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"memfit estimate {' '.join(argv)}: {proc.stderr.strip()[-400:]}")
     return dict(json.loads(proc.stdout))
@@ -235,7 +247,9 @@ def run(point: dict[str, Any], *, before: bool = False, closed: bool = False) ->
     row["predicted_gib"] = round(predicted, 2)
     row["error"] = round(predicted / point["measured_gib"] - 1, 4)
     if megatron and not closed:
-        row["command_gib"] = round(run_cli(argv)[field] / GIB, 2)
+        said = run_cli(argv)
+        row["command_gib"] = round(said[field] / GIB, 2)
+        row["command_engine"] = str(said["engine"]).split(" (")[0]
     return row
 
 
@@ -281,7 +295,7 @@ def render(rows: list[dict[str, Any]]) -> str:
             tail = f"- | - | not expressible: {'; '.join(r['missing'])} |"
         else:
             extra = (
-                f"; the printed command (analytic): {r['command_gib']:.1f} GiB"
+                f"; the printed command ({r['command_engine']}): {r['command_gib']:.1f} GiB"
                 if "command_gib" in r
                 else ""
             )

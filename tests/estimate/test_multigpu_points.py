@@ -3,8 +3,15 @@ schema, and memfit's per-rank answer on the expressible ones against the measure
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
-from benchmarks.multigpu_points import command, load, missing, run
+from benchmarks import multigpu_points
+from benchmarks.multigpu_points import FALLBACK, command, load, missing, run, run_cli
+
+from memfit.estimate.fastpath import grid_job
+from memfit.spec import WorkloadSpec
 
 FIELDS = {
     "source", "framework", "version", "model", "gpus", "layout", "precision", "micro_batch",
@@ -29,21 +36,16 @@ OLD_LOGITS = (
 )
 KNOWN_MISSES = {
     "aai-7b-qlora-s2048": DERIVED_RESERVED + " (its allocated: -5.0 %)",
-    "aai-yi34b-qlora-b2": DERIVED_RESERVED + " (its allocated: -5.2 %)",
     "aai-yi34b-qlora-offload-b4": OLD_LOGITS + " (vocabulary 64,000); FSDP1's reserved / allocated",
     "peft-fsdp-qlora-70b": PEFT_70B_GAP,
     "peft-fsdp-qlora-70b-offload": PEFT_70B_GAP,
-    "peft-zero3-qlora-70b": DERIVED_RESERVED
-    + "; its allocated + context is -21 % (as peft-zero3-lora-70b-8gpu: DeepSpeed's reuse window)",
-    "aai-7b-lora-b4": OLD_LOGITS + "; FSDP1's reserved / allocated ratio",
+    "peft-zero3-qlora-70b": (
+        "its device figure is -17 %, as peft-zero3-lora-70b-8gpu's (DeepSpeed's parameter reuse "
+        "window; the run's fp32 logits)"
+    ),
     "aai-7b-lora-b6": OLD_LOGITS + "; FSDP1's reserved / allocated ratio",
-    "aai-7b-qlora-ddp-b8": OLD_LOGITS,
     "aai-7b-lora-offload-b10": OLD_LOGITS + "; FSDP1 CPU offload",
     "peft-zero3-lora-70b-8gpu": OLD_LOGITS + "; DeepSpeed's parameter reuse window",
-    "lit-7b-lora-mb1": "FSDP1 LoRA in lit-gpt 2023-10: not found (the 2-GPU peak equals 1-GPU's)",
-    "lit-7b-lora-mb2": "FSDP1 LoRA in lit-gpt 2023-10: not found (the 2-GPU peak equals 1-GPU's)",
-    "lit-7b-lora-mb4": "FSDP1 LoRA in lit-gpt 2023-10: not found (the 2-GPU peak equals 1-GPU's)",
-    "lit-13b-lora-mb1-4gpu": "FSDP1 LoRA in lit-gpt 2023-10: not found",
 }
 
 
@@ -66,11 +68,33 @@ def test_a_point_marked_not_expressible_says_why_and_gets_no_error() -> None:
         assert p["reason"] in missing(p), p["id"]
 
 
-def test_a_qlora_point_under_fsdp_runs_on_the_derived_engine_and_a_lora_one_analytic() -> None:
+def test_every_point_runs_on_the_engine_auto_answers_a_multi_gpu_job_with() -> None:
+    """The fast-path grid validates no multi-GPU job, so ``--engine auto`` answers each with the
+    trace engine's bytes (the derived form where cached): the points run the derived engine, the
+    LoRA ones as the QLoRA ones (before: ``--engine analytic``, which auto never answers with)."""
     by_id = {p["id"]: p for p in load() if "id" in p}
     assert command(by_id["aai-7b-qlora-b4"])[-2:] == ["--engine", "derived"]
-    assert command(by_id["aai-7b-lora-b4"])[-2:] == ["--engine", "analytic"]
+    assert command(by_id["aai-7b-lora-b4"])[-2:] == ["--engine", "derived"]
     assert "--offload" in command(by_id["aai-7b-lora-offload-b10"])
+    work = WorkloadSpec(gpus=2, shard="fsdp", lora_rank=64, checkpointing="full")
+    assert grid_job(work) is None
+
+
+def test_a_point_the_derived_engine_refuses_is_answered_by_the_analytic_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    def fake_run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        engine = cmd[cmd.index("--engine") + 1]
+        asked.append(engine)
+        if engine == "derived":
+            return subprocess.CompletedProcess(cmd, 2, "", "memfit: the derived engine refuses")
+        return subprocess.CompletedProcess(cmd, 0, json.dumps({"engine": "analytic (x)"}), "")
+
+    monkeypatch.setattr(multigpu_points.subprocess, "run", fake_run)
+    out = run_cli(["llama-2-7b", "--gpus", "2", "--engine", "derived"])
+    assert asked == ["derived", FALLBACK] and out["engine"].startswith("analytic")
 
 
 def _cases() -> list[object]:
