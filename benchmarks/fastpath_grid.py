@@ -49,6 +49,11 @@ JOBS: dict[str, dict[str, Any]] = {
     # issue 32: the full fine-tune's default precision, and LoRA with checkpointing
     "mixed": {"mode": "train", "precision": "bf16-mixed"},
     "lora_ckpt": {"mode": "train", "lora_rank": 8, "checkpointing": "full"},
+    # issue 32: a plan's micro-batches under gradient accumulation hold the earlier ones'
+    # gradients (``zero_grad_set_to_none=False``, memfit.plan.space): the LoRA plans' jobs
+    "lora_held": {"mode": "train", "lora_rank": 8, "zero_grad_set_to_none": False},
+    "lora_ckpt_held": {"mode": "train", "lora_rank": 8, "checkpointing": "full",
+                       "zero_grad_set_to_none": False},  # fmt: skip
 }
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names

@@ -51,20 +51,20 @@ VALIDATED: dict[str, tuple[str, ...]] = {
     "bert": ("train", "lora", "ckpt"),
     "bloom": ("train", "lora", "ckpt"),
     "falcon": ("train", "lora", "ckpt"),
-    "gemma2": ("train", "lora", "ckpt"),
-    "gemma3_text": ("train", "lora", "ckpt"),
+    "gemma2": ("train", "lora", "ckpt", "lora_ckpt"),
+    "gemma3_text": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
     "gpt2": ("train", "lora", "ckpt"),
     "gpt_bigcode": ("train", "lora", "ckpt"),
     "gpt_neox": ("train", "lora", "ckpt"),
     "llama": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
     "mistral": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
     "mixtral": ("train", "ckpt"),
-    "olmo2": ("train", "lora", "ckpt"),
+    "olmo2": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
     "opt": ("train", "lora", "ckpt"),
     "phi": ("train", "lora", "ckpt"),
-    "phi3": ("train", "lora", "ckpt"),
-    "qwen2": ("train", "lora", "ckpt"),
-    "qwen3": ("train", "lora", "ckpt"),
+    "phi3": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
+    "qwen2": ("train", "lora", "ckpt", "lora_ckpt"),
+    "qwen3": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
     "qwen3_moe": ("train", "ckpt"),
     "roberta": ("train", "lora", "ckpt"),
     "t5": ("train", "lora", "ckpt"),
@@ -73,25 +73,30 @@ VALIDATED: dict[str, tuple[str, ...]] = {
 
 #: The grid's precision (pure bf16 for every job but ``mixed``: fastpath_grid.py's docstring).
 GRID_PRECISION = "bf16-true"
-#: The grid's training jobs by (precision, LoRA, checkpointing): fastpath_grid.JOBS.
-TRAIN_JOBS: dict[tuple[str | None, bool, str], str] = {
-    ("bf16-true", False, "none"): "train",
-    ("bf16-true", True, "none"): "lora",
-    ("bf16-true", False, "full"): "ckpt",
-    ("bf16-true", True, "full"): "lora_ckpt",
-    ("bf16-mixed", False, "none"): "mixed",
+#: The grid's training jobs by (precision, LoRA, checkpointing, gradients held from earlier
+#: micro-batches: ``zero_grad_set_to_none=False``, a plan's jobs under accumulation):
+#: fastpath_grid.JOBS.
+TRAIN_JOBS: dict[tuple[str | None, bool, str, bool], str] = {
+    ("bf16-true", False, "none", False): "train",
+    ("bf16-true", True, "none", False): "lora",
+    ("bf16-true", False, "full", False): "ckpt",
+    ("bf16-true", True, "full", False): "lora_ckpt",
+    ("bf16-mixed", False, "none", False): "mixed",
+    ("bf16-true", True, "none", True): "lora_held",
+    ("bf16-true", True, "full", True): "lora_ckpt_held",
 }
 
 
 def grid_job(w: WorkloadSpec) -> str | None:
     """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``lora_ckpt``, ``mixed``,
-    ``infer``), its batch size, sequence length, new tokens and LoRA rank free; None where it
+    ``lora_held``, ``lora_ckpt_held``, ``infer``), its batch size, sequence length, new tokens and LoRA rank free; None where it
     sets anything the grid does not run (another precision or optimizer, quantization, several
     GPUs, eager attention, frozen layers, beams, ...)."""
     if w.optimizer not in (None, "adamw", "none"):
         return None
     if w.mode == "train":
-        job = TRAIN_JOBS.get((w.precision, w.lora_rank is not None, w.checkpointing))
+        held = not w.zero_grad_set_to_none
+        job = TRAIN_JOBS.get((w.precision, w.lora_rank is not None, w.checkpointing, held))
     else:
         job = "infer" if w.mode == "infer" and w.precision == GRID_PRECISION else None
     if job is None:
@@ -100,9 +105,21 @@ def grid_job(w: WorkloadSpec) -> str | None:
     return job if _fixed(w) == _fixed(plain) else None
 
 
-#: The workload fields a validated job may set freely (the rest must be the grid's).
+#: The workload fields a validated job may set freely (the rest must be the grid's);
+#: ``grad_accum`` is read by no engine (a trace runs one micro-batch; the held gradients are
+#: ``zero_grad_set_to_none``, part of the job).
 FREE_FIELDS = frozenset(
-    {"batch_size", "seq_len", "new_tokens", "lora_rank", "checkpointing", "optimizer", "precision"}
+    {
+        "batch_size",
+        "seq_len",
+        "new_tokens",
+        "lora_rank",
+        "checkpointing",
+        "optimizer",
+        "precision",
+        "grad_accum",
+        "zero_grad_set_to_none",
+    }
 )
 
 
@@ -144,6 +161,16 @@ def not_validated(config: dict[str, Any] | None, w: WorkloadSpec) -> str | None:
     if mismatch is not None:
         return f"the grid's validation ran other library versions: installed {mismatch}"
     return None
+
+
+def band_class(config: dict[str, Any] | None, w: WorkloadSpec) -> str | None:
+    """The grid job whose own reserved band (``analytic/reserved_bands.py``, fitted to the
+    grid's rows of that job by ``benchmarks/reserved_bands.py``) settles ``w``'s verdict: the
+    job ``w`` is, where the grid validates the model type for it with the installed library
+    versions (:func:`not_validated`); None elsewhere (the wide band applies)."""
+    if not_validated(config, w) is not None:
+        return None
+    return grid_job(w)
 
 
 def shown_reserved_end(w: WorkloadSpec) -> str:

@@ -98,7 +98,7 @@ def run_engine(
     pipeline, context or expert parallelism (pp / cp / ep > 1) is answered by the parallel
     closed form whichever engine is named (no engine models those ranks on one GPU); the
     estimate says so (``engine_reason``). ``reserved_end``: the analytic engine's point of its
-    reserved ratio range (mid, high)."""
+    reserved ratio range (``reserved.RESERVED_ENDS``: mid, high, band)."""
     if is_parallel_job(workload):
         return estimate_parallel(source, workload, gpu=gpu)
     if workload.num_beams > 1 or workload.cache_implementation != "dynamic":
@@ -171,9 +171,10 @@ def _confirm_why(est: MemoryEstimate) -> str | None:
         return None
     if fastpath.verdict_settled(est, est.fits.capacity_bytes, est.fits.verdict):
         return None
+    band = (est.trace or {}).get("reserved_band") or "not recorded"
     return (
         f"the verdict ({est.fits.verdict}) lies within the analytic engine's validated band of "
-        f"{est.fits.gpu}'s capacity"
+        f"{est.fits.gpu}'s capacity; reserved band: {band}"
     )
 
 
@@ -272,13 +273,14 @@ class EnginePolicy:
         if fastpath.not_validated(source.config, workload) is not None:
             return None
         try:
-            high = run_engine("analytic", source, workload, gpu, reserved_end="high")
             end = fastpath.shown_reserved_end(workload)
-            est = high if end == "high" else run_engine("analytic", source, workload, gpu)
+            est = run_engine("analytic", source, workload, gpu, reserved_end=end)
+            # the verdict is settled only if the top of the job class's band settles it
+            band = run_engine("analytic", source, workload, gpu, reserved_end="band")
         except MemfitError:  # a setting the analytic engine refuses: the precise route says so
             return None
         est = with_reason(est, fastpath.validated_reason(source.config, workload))
-        why = _confirm_why(high)  # the verdict is settled only if the band's top settles it
+        why = _confirm_why(band)
         if why is None or trace_stack_missing(source) is not None:
             return dataclasses.replace(est, confirmed=False)
         precise = self._precise(source, workload, gpu, extrapolate)
