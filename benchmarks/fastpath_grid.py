@@ -52,8 +52,12 @@ JOBS: dict[str, dict[str, Any]] = {
     # issue 32: a plan's micro-batches under gradient accumulation hold the earlier ones'
     # gradients (``zero_grad_set_to_none=False``, memfit.plan.space): the LoRA plans' jobs
     "lora_held": {"mode": "train", "lora_rank": 8, "zero_grad_set_to_none": False},
-    "lora_ckpt_held": {"mode": "train", "lora_rank": 8, "checkpointing": "full",
-                       "zero_grad_set_to_none": False},  # fmt: skip
+    "lora_ckpt_held": {
+        "mode": "train",
+        "lora_rank": 8,
+        "checkpointing": "full",
+        "zero_grad_set_to_none": False,
+    },  # fmt: skip
 }
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
@@ -385,8 +389,10 @@ def render(
         f"Batch {args.batch} (never traced by the derived form: it traces batch 1-3, or 2-4 where "
         "batch 1 runs other kernels), bf16 weights; training = AdamW, `lora` = rank 8 on all "
         "linear layers, `ckpt` = full activation checkpointing, `lora_ckpt` = both, `mixed` = "
-        "bf16-mixed (fp32 weights, the full fine-tune's default; issue 32: run for llama and "
-        f"mistral only so far); `infer` decodes {NEW_TOKENS} new "
+        "bf16-mixed (fp32 weights, the full fine-tune's default; issue 32: run for a few "
+        "families so far), `lora_held` / `lora_ckpt_held` = `lora` / `lora_ckpt` holding the "
+        "earlier micro-batches' gradients (`zero_grad_set_to_none=False`: a plan's job under "
+        f"gradient accumulation; a few families so far); `infer` decodes {NEW_TOKENS} new "
         "tokens where the model generates (else one forward). Error = (fast - trace) / trace.",
         "",
         "| family | kind | job | trace alloc | trace reserved | derived alloc (err) "

@@ -141,8 +141,9 @@ def render(table: dict[str, dict[str, Any] | None], source: str) -> str:
         "",
         "from typing import Any",
         "",
-        "#: grid job -> top of the band = ratio x analytic allocated bytes + fixed_bytes; low_ratio:",
-        "#: the lowest covered / allocated of the class's rows; worst: the row that set the ratio.",
+        "#: grid job -> top of the band = ratio x analytic allocated bytes + fixed_bytes;",
+        "#: low_ratio: the lowest covered / allocated of the class's rows; worst: the row that set",
+        "#: the ratio.",
         "BANDS: dict[str, dict[str, Any] | None] = {",
     ]
     for job, band in table.items():
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT / "src"))
         from memfit.estimate.analytic.reserved_bands import BANDS
 
-        return 0 if BANDS == table else 1
+        return 0 if table == BANDS else 1
     OUTPUT.write_text(render(table, grid_source()), encoding="utf-8")
     for job, band in table.items():
         print(f"{job}: {band}")

@@ -40,7 +40,8 @@ TOLERANCE = 0.02
 #: validation does not hold, and the trace answers.
 VALIDATED_WITH = {"torch": "2.13", "transformers": "5.23", "peft": "0.21"}
 
-#: model_type -> the grid jobs (fastpath_grid.JOBS: train, lora, ckpt, lora_ckpt, mixed, infer)
+#: model_type -> the grid jobs (fastpath_grid.JOBS: train, lora, ckpt, lora_ckpt, mixed, infer,
+#: lora_held, lora_ckpt_held)
 #: whose every row (tiny config and bundled real config cut to 2 layers, batch 5, bf16-true but
 #: for ``mixed``, AdamW) has the
 #: analytic engine's allocated bytes within TOLERANCE of the trace's and its reserved bytes at
@@ -51,20 +52,20 @@ VALIDATED: dict[str, tuple[str, ...]] = {
     "bert": ("train", "lora", "ckpt"),
     "bloom": ("train", "lora", "ckpt"),
     "falcon": ("train", "lora", "ckpt"),
-    "gemma2": ("train", "lora", "ckpt", "lora_ckpt"),
-    "gemma3_text": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
+    "gemma2": ("train", "lora", "ckpt", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "gemma3_text": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
     "gpt2": ("train", "lora", "ckpt"),
     "gpt_bigcode": ("train", "lora", "ckpt"),
     "gpt_neox": ("train", "lora", "ckpt"),
-    "llama": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
-    "mistral": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
+    "llama": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "mistral": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
     "mixtral": ("train", "ckpt"),
-    "olmo2": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
+    "olmo2": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
     "opt": ("train", "lora", "ckpt"),
     "phi": ("train", "lora", "ckpt"),
-    "phi3": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
-    "qwen2": ("train", "lora", "ckpt", "lora_ckpt"),
-    "qwen3": ("train", "lora", "ckpt", "mixed", "lora_ckpt"),
+    "phi3": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "qwen2": ("train", "lora", "ckpt", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "qwen3": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
     "qwen3_moe": ("train", "ckpt"),
     "roberta": ("train", "lora", "ckpt"),
     "t5": ("train", "lora", "ckpt"),
@@ -89,9 +90,10 @@ TRAIN_JOBS: dict[tuple[str | None, bool, str, bool], str] = {
 
 def grid_job(w: WorkloadSpec) -> str | None:
     """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``lora_ckpt``, ``mixed``,
-    ``lora_held``, ``lora_ckpt_held``, ``infer``), its batch size, sequence length, new tokens and LoRA rank free; None where it
-    sets anything the grid does not run (another precision or optimizer, quantization, several
-    GPUs, eager attention, frozen layers, beams, ...)."""
+    ``lora_held``, ``lora_ckpt_held``, ``infer``), its batch size, sequence length, new tokens,
+    LoRA rank and gradient accumulation free; None where it sets anything the grid does not
+    run (another precision or optimizer, quantization, several GPUs, eager attention, frozen
+    layers, beams, ...)."""
     if w.optimizer not in (None, "adamw", "none"):
         return None
     if w.mode == "train":

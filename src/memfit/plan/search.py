@@ -644,7 +644,8 @@ class _Search:
         engine's validated error band (:attr:`EnginePair.band`), by THE verdict rule and the
         fast path's settling rule (:func:`memfit.estimate.fastpath.verdict_settled`), and its
         need there: where it fits, the trace cannot change its verdict and ``confirm="auto"``
-        does not run it. None: no band, or the band's estimate failed."""
+        does not run it, and which reserved band it took (the job class's, or the wide one).
+        None: no band, or the band's estimate failed."""
         band = self.engines.band
         if band is None:
             return None
@@ -653,9 +654,9 @@ class _Search:
         except MemfitError:
             return None
         judged = verdict(top, self.budget)
-        band = (top.trace or {}).get("reserved_band") or "not recorded"
+        which = (top.trace or {}).get("reserved_band") or "not recorded"
         settled = verdict_settled(top, self.budget.capacity_bytes, judged.verdict)
-        return settled, need_bytes(top), f"reserved band: {band}"
+        return settled, need_bytes(top), f"reserved band: {which}"
 
     def _record_failure(self, opt: PlanOption) -> None:
         if opt.estimate is None:

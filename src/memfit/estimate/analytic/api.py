@@ -302,4 +302,3 @@ def _band_note(band: ClassBand | None, ratio: tuple[float, float, float]) -> str
         f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}: the fast-path grid "
         "has no band of its own for this job, or does not validate the model type for it)"
     )
-

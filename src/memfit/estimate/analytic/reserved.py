@@ -58,7 +58,8 @@ class ClassBand:
         return int(allocated_bytes * self.ratio) + self.fixed_bytes
 
     def describe(self) -> str:
-        """``job class 'lora' (28 fast-path grid rows): reserved <= allocated x 1.0430 + 24 MiB``."""
+        """One line: ``job class 'lora' (27 fast-path grid rows, ...): reserved <= allocated x
+        1.0431 + 23.81 MiB``."""
         return (
             f"job class {self.job!r} ({self.n_rows} fast-path grid rows, {self.n_large_rows} of "
             f"them >= 1 GiB; widest: {self.worst}): reserved <= allocated x {self.ratio:.4f} + "
