@@ -1,7 +1,7 @@
 """The analytic engine's reserved-bytes band per job class: GENERATED, do not edit.
 
 Written by ``benchmarks/reserved_bands.py`` (its docstring: how the band is fitted) from
-``benchmarks/results/fastpath_grid.jsonl`` (its working-tree copy); the test
+``benchmarks/results/fastpath_grid.jsonl`` (at commit 27ec5f0); the test
 tests/estimate/analytic/test_reserved_bands.py recomputes it from that file and checks
 every grid row of each class lies under its band's top. None: the grid has fewer than
 3 rows of at least 1024 MiB for that class (the wide band applies)."""
