@@ -57,6 +57,7 @@ from memfit.estimate import fastpath
 from memfit.estimate.parallel import estimate_parallel
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.trace.refusals import refusal as trace_refusal
 from memfit.spec import WorkloadSpec
 from memfit.spec.options import ENGINES
 from memfit.spec.parallel_rules import is_parallel_job
@@ -116,6 +117,9 @@ def run_engine(
         from memfit.estimate.derived import estimate_derived
 
         return estimate_derived(source, workload, gpu=gpu, progress=progress.report)
+    refused = trace_refusal(workload) if source.origin != "factory" else None
+    if refused is not None:  # known from the workload: no torch import, no model build
+        raise refused
     _require_trace_stack(source)
     from memfit.estimate.trace_cache import cached_trace  # answers kept on disk
 
