@@ -57,7 +57,16 @@ JOBS: dict[str, dict[str, Any]] = {
         "lora_rank": 8,
         "checkpointing": "full",
         "zero_grad_set_to_none": False,
-    },  # fmt: skip
+    },
+    # issue 32: the full fine-tune's plan on one GPU (bf16-mixed, DeepSpeed ZeRO-2 with the
+    # optimizer offloaded to host RAM, gradients held under accumulation)
+    "mixed_offload_held": {
+        "mode": "train",
+        "precision": "bf16-mixed",
+        "shard": "zero2",
+        "offload": "optimizer",
+        "zero_grad_set_to_none": False,
+    },
 }
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names

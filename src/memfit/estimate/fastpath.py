@@ -75,35 +75,41 @@ VALIDATED: dict[str, tuple[str, ...]] = {
 #: The grid's precision (pure bf16 for every job but ``mixed``: fastpath_grid.py's docstring).
 GRID_PRECISION = "bf16-true"
 #: The grid's training jobs by (precision, LoRA, checkpointing, gradients held from earlier
-#: micro-batches: ``zero_grad_set_to_none=False``, a plan's jobs under accumulation):
-#: fastpath_grid.JOBS.
-TRAIN_JOBS: dict[tuple[str | None, bool, str, bool], str] = {
-    ("bf16-true", False, "none", False): "train",
-    ("bf16-true", True, "none", False): "lora",
-    ("bf16-true", False, "full", False): "ckpt",
-    ("bf16-true", True, "full", False): "lora_ckpt",
-    ("bf16-mixed", False, "none", False): "mixed",
-    ("bf16-true", True, "none", True): "lora_held",
-    ("bf16-true", True, "full", True): "lora_ckpt_held",
+#: micro-batches: ``zero_grad_set_to_none=False``, a plan's jobs under accumulation, sharding,
+#: offload): fastpath_grid.JOBS.
+TRAIN_JOBS: dict[tuple[str | None, bool, str, bool, str, str], str] = {
+    ("bf16-true", False, "none", False, "none", "none"): "train",
+    ("bf16-true", True, "none", False, "none", "none"): "lora",
+    ("bf16-true", False, "full", False, "none", "none"): "ckpt",
+    ("bf16-true", True, "full", False, "none", "none"): "lora_ckpt",
+    ("bf16-mixed", False, "none", False, "none", "none"): "mixed",
+    ("bf16-true", True, "none", True, "none", "none"): "lora_held",
+    ("bf16-true", True, "full", True, "none", "none"): "lora_ckpt_held",
+    ("bf16-mixed", False, "none", True, "zero2", "optimizer"): "mixed_offload_held",
+}
+#: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
+JOB_LAYOUT: dict[str, dict[str, str]] = {
+    "mixed_offload_held": {"shard": "zero2", "offload": "optimizer"},
 }
 
 
 def grid_job(w: WorkloadSpec) -> str | None:
     """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``lora_ckpt``, ``mixed``,
-    ``lora_held``, ``lora_ckpt_held``, ``infer``), its batch size, sequence length, new tokens,
-    LoRA rank and gradient accumulation free; None where it sets anything the grid does not
-    run (another precision or optimizer, quantization, several GPUs, eager attention, frozen
-    layers, beams, ...)."""
+    ``lora_held``, ``lora_ckpt_held``, ``mixed_offload_held``, ``infer``), its batch size,
+    sequence length, new tokens, LoRA rank and gradient accumulation free; None where it sets
+    anything the grid does not run (another precision or optimizer, quantization, several
+    GPUs, eager attention, frozen layers, beams, ...)."""
     if w.optimizer not in (None, "adamw", "none"):
         return None
     if w.mode == "train":
         held = not w.zero_grad_set_to_none
-        job = TRAIN_JOBS.get((w.precision, w.lora_rank is not None, w.checkpointing, held))
+        layout = (w.shard or "none", w.offload)
+        job = TRAIN_JOBS.get((w.precision, w.lora_rank is not None, w.checkpointing, held, *layout))
     else:
         job = "infer" if w.mode == "infer" and w.precision == GRID_PRECISION else None
     if job is None:
         return None
-    plain = WorkloadSpec(mode=w.mode, precision=w.precision)
+    plain = WorkloadSpec(mode=w.mode, precision=w.precision, **JOB_LAYOUT.get(job, {}))
     return job if _fixed(w) == _fixed(plain) else None
 
 
@@ -183,8 +189,9 @@ def shown_reserved_end(w: WorkloadSpec) -> str:
     ("mid") is within −4 % … +12 % of the measured ``max_memory_reserved`` on every job but the
     checkpointed one (−8.7 %), where the top of the range is +9.5 %; the top everywhere puts
     three jobs 20–26 % over. So checkpointed jobs show the top, the others the median — and the
-    verdict is settled on the top in both cases (:func:`verdict_settled`; the trace confirms
-    otherwise). The tiny grid rows, whose reserved bytes are the allocator's minimum segments,
+    verdict is settled on the top of the job class's band in both cases (:func:`band_class`,
+    :func:`verdict_settled`; the trace confirms otherwise, and where the answer shown and the
+    band's top reach different verdicts). The tiny grid rows, whose reserved bytes are the allocator's minimum segments,
     lie up to 17 % under the trace at the median: docs/accuracy.md says so."""
     return "high" if w.checkpointing != "none" else "mid"
 
@@ -196,7 +203,8 @@ def validated_reason(config: dict[str, Any] | None, w: WorkloadSpec) -> str:
     return (
         f"auto: the fast-path grid validates the analytic engine for model_type {model_type!r} "
         f"({grid_job(w)}) within {TOLERANCE:.0%} of the trace; reserved bytes at {point} of its "
-        "measured range (the verdict is settled on the top; the trace confirms otherwise)"
+        "measured range (the verdict is settled on the top of the job class's band; the trace "
+        "confirms otherwise)"
     )
 
 

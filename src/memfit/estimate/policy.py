@@ -182,6 +182,18 @@ def _confirm_why(est: MemoryEstimate) -> str | None:
     )
 
 
+def _verdicts_differ(shown: MemoryEstimate, band: MemoryEstimate) -> str | None:
+    """Why the trace confirms where the answer shown (its reserved bytes at the median or the
+    wide top) and the top of the job class's band reach different verdicts (None: the same):
+    the band settles its own verdict, not the one shown, and the trace decides between them."""
+    if shown.fits is None or band.fits is None or shown.fits.verdict == band.fits.verdict:
+        return None
+    return (
+        f"the answer shown ({shown.fits.verdict}) and the top of the job class's reserved band "
+        f"({band.fits.verdict}) differ on {shown.fits.gpu}"
+    )
+
+
 def _bytes_pair(est: MemoryEstimate) -> str:
     gib = 2**30
     return (
@@ -284,7 +296,7 @@ class EnginePolicy:
         except MemfitError:  # a setting the analytic engine refuses: the precise route says so
             return None
         est = with_reason(est, fastpath.validated_reason(source.config, workload))
-        why = _confirm_why(band)
+        why = _confirm_why(band) or _verdicts_differ(est, band)
         if why is None or trace_stack_missing(source) is not None:
             return dataclasses.replace(est, confirmed=False)
         precise = self._precise(source, workload, gpu, extrapolate)
