@@ -191,8 +191,9 @@ def shown_reserved_end(w: WorkloadSpec) -> str:
     three jobs 20–26 % over. So checkpointed jobs show the top, the others the median — and the
     verdict is settled on the top of the job class's band in both cases (:func:`band_class`,
     :func:`verdict_settled`; the trace confirms otherwise, and where the answer shown and the
-    band's top reach different verdicts). The tiny grid rows, whose reserved bytes are the allocator's minimum segments,
-    lie up to 17 % under the trace at the median: docs/accuracy.md says so."""
+    band's top reach different verdicts). The tiny grid rows, whose reserved bytes are the
+    allocator's minimum segments, lie up to 17 % under the trace at the median: docs/accuracy.md
+    says so."""
     return "high" if w.checkpointing != "none" else "mid"
 
 
