@@ -58,6 +58,13 @@ JOBS: dict[str, dict[str, Any]] = {
         "checkpointing": "full",
         "zero_grad_set_to_none": False,
     },
+    # issue 32: the LoRA plan with selective checkpointing (the recomputed attention)
+    "lora_selckpt_held": {
+        "mode": "train",
+        "lora_rank": 8,
+        "checkpointing": "selective",
+        "zero_grad_set_to_none": False,
+    },
     # issue 32: the full fine-tune's plan on one GPU (bf16-mixed, DeepSpeed ZeRO-2 with the
     # optimizer offloaded to host RAM, gradients held under accumulation)
     "mixed_offload_held": {

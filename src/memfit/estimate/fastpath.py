@@ -106,7 +106,7 @@ TRAIN_JOBS: dict[tuple[str | None, bool, str, bool, str, str], str] = {
     ("bf16-mixed", False, "none", True, "zero2", "optimizer"): "mixed_offload_held",
 }
 #: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
-JOB_LAYOUT: dict[str, dict[str, str]] = {
+JOB_LAYOUT: dict[str, dict[str, Any]] = {
     "mixed_offload_held": {"shard": "zero2", "offload": "optimizer"},
 }
 
@@ -127,7 +127,10 @@ def grid_job(w: WorkloadSpec) -> str | None:
         job = "infer" if w.mode == "infer" and w.precision == GRID_PRECISION else None
     if job is None:
         return None
-    plain = WorkloadSpec(mode=w.mode, precision=w.precision, **JOB_LAYOUT.get(job, {}))
+    layout_of = JOB_LAYOUT.get(job, {"shard": None, "offload": "none"})
+    plain = WorkloadSpec(
+        mode=w.mode, precision=w.precision, shard=layout_of["shard"], offload=layout_of["offload"]
+    )
     return job if _fixed(w) == _fixed(plain) else None
 
 

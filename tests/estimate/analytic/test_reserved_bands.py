@@ -91,6 +91,7 @@ def test_the_band_an_estimate_takes_is_named_in_it() -> None:
     qlora = WorkloadSpec(mode="train", seq_len=2048, lora_rank=16, quant="nf4")
     est = estimate_analytic(source, qlora, reserved_end="band")
     assert "the wide band of every job" in est.trace["reserved_band"]
+    assert "the fast-path grid does not run this job's settings" in est.trace["reserved_band"]
     high = estimate_analytic(source, qlora, reserved_end="high")
     assert est.peak_reserved_bytes == high.peak_reserved_bytes
 

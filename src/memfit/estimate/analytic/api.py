@@ -66,9 +66,12 @@ def estimate_analytic(
         sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
     job = fastpath.band_class(config, workload) if reserved_end == "band" else None
+    why_wide = _wide_band_reason(config, workload) if reserved_end == "band" else ""
     result = _result(
         sim, workload, name=name, task=task, started=started, end=reserved_end, job=job
     )
+    if why_wide:
+        result.trace["reserved_band"] += f": {why_wide}"
     est = assemble(result, workload, gpu)
     return with_notes(est, prepared_notes)
 
@@ -298,7 +301,16 @@ def _band_note(band: ClassBand | None, ratio: tuple[float, float, float]) -> str
     ``trace["reserved_band"]``: the plan and the confirmation say it)."""
     if band is not None:
         return band.describe()
-    return (
-        f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}: the fast-path grid "
-        "has no band of its own for this job, or does not validate the model type for it)"
-    )
+    return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f})"
+
+
+def _wide_band_reason(config: dict[str, Any], workload: WorkloadSpec) -> str:
+    """Why ``workload``'s verdict is settled on the wide band, not a job class's own (one line;
+    "" where ``fastpath.band_class`` names a class with a band)."""
+    why = fastpath.not_validated(config, workload)
+    if why is not None:
+        return why
+    job = fastpath.grid_job(workload)
+    if job is not None and class_band(job) is None:
+        return f"the fast-path grid has too few job-sized rows of {job} for a band of its own"
+    return ""
