@@ -408,7 +408,8 @@ def render(
         "bf16-mixed (fp32 weights, the full fine-tune's default; issue 32: run for a few "
         "families so far), `lora_held` / `lora_ckpt_held` = `lora` / `lora_ckpt` holding the "
         "earlier micro-batches' gradients (`zero_grad_set_to_none=False`: a plan's job under "
-        "gradient accumulation; a few families so far), `mixed_offload_held` = `mixed` with "
+        "gradient accumulation; a few families so far), `lora_selckpt_held` = the same with "
+        "selective checkpointing, `mixed_offload_held` = `mixed` with "
         "DeepSpeed ZeRO-2 offloading the optimizer to host RAM, gradients held (the full "
         f"fine-tune's plan on one GPU; a few families); `infer` decodes {NEW_TOKENS} new "
         "tokens where the model generates (else one forward). Error = (fast - trace) / trace.",

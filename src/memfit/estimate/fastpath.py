@@ -41,7 +41,7 @@ TOLERANCE = 0.02
 VALIDATED_WITH = {"torch": "2.13", "transformers": "5.23", "peft": "0.21"}
 
 #: model_type -> the grid jobs (fastpath_grid.JOBS: train, lora, ckpt, lora_ckpt, mixed, infer,
-#: lora_held, lora_ckpt_held)
+#: lora_held, lora_ckpt_held, lora_selckpt_held, mixed_offload_held)
 #: whose every row (tiny config and bundled real config cut to 2 layers, batch 5, bf16-true but
 #: for ``mixed``, AdamW) has the
 #: analytic engine's allocated bytes within TOLERANCE of the trace's and its reserved bytes at
@@ -53,7 +53,16 @@ VALIDATED: dict[str, tuple[str, ...]] = {
     "bloom": ("train", "lora", "ckpt"),
     "falcon": ("train", "lora", "ckpt"),
     "gemma2": ("train", "lora", "ckpt", "lora_ckpt", "lora_held", "lora_ckpt_held"),
-    "gemma3_text": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "gemma3_text": (
+        "train",
+        "lora",
+        "ckpt",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+    ),
     "gpt2": ("train", "lora", "ckpt"),
     "gpt_bigcode": ("train", "lora", "ckpt"),
     "gpt_neox": ("train", "lora", "ckpt"),
@@ -65,15 +74,51 @@ VALIDATED: dict[str, tuple[str, ...]] = {
         "lora_ckpt",
         "lora_held",
         "lora_ckpt_held",
+        "lora_selckpt_held",
         "mixed_offload_held",
     ),
-    "mistral": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "mistral": (
+        "train",
+        "lora",
+        "ckpt",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+    ),
     "mixtral": ("train", "ckpt"),
-    "olmo2": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "olmo2": (
+        "train",
+        "lora",
+        "ckpt",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+    ),
     "opt": ("train", "lora", "ckpt"),
     "phi": ("train", "lora", "ckpt"),
-    "phi3": ("train", "lora", "ckpt", "mixed", "lora_ckpt", "lora_held", "lora_ckpt_held"),
-    "qwen2": ("train", "lora", "ckpt", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "phi3": (
+        "train",
+        "lora",
+        "ckpt",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+    ),
+    "qwen2": (
+        "train",
+        "lora",
+        "ckpt",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+    ),
     "qwen3": (
         "train",
         "lora",
@@ -82,6 +127,7 @@ VALIDATED: dict[str, tuple[str, ...]] = {
         "lora_ckpt",
         "lora_held",
         "lora_ckpt_held",
+        "lora_selckpt_held",
         "mixed_offload_held",
     ),
     "qwen3_moe": ("train", "ckpt"),
@@ -103,6 +149,7 @@ TRAIN_JOBS: dict[tuple[str | None, bool, str, bool, str, str], str] = {
     ("bf16-mixed", False, "none", False, "none", "none"): "mixed",
     ("bf16-true", True, "none", True, "none", "none"): "lora_held",
     ("bf16-true", True, "full", True, "none", "none"): "lora_ckpt_held",
+    ("bf16-true", True, "selective", True, "none", "none"): "lora_selckpt_held",
     ("bf16-mixed", False, "none", True, "zero2", "optimizer"): "mixed_offload_held",
 }
 #: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
@@ -113,7 +160,8 @@ JOB_LAYOUT: dict[str, dict[str, Any]] = {
 
 def grid_job(w: WorkloadSpec) -> str | None:
     """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``lora_ckpt``, ``mixed``,
-    ``lora_held``, ``lora_ckpt_held``, ``mixed_offload_held``, ``infer``), its batch size,
+    ``lora_held``, ``lora_ckpt_held``, ``lora_selckpt_held``, ``mixed_offload_held``,
+    ``infer``), its batch size,
     sequence length, new tokens, LoRA rank and gradient accumulation free; None where it sets
     anything the grid does not run (another precision or optimizer, quantization, several
     GPUs, eager attention, frozen layers, beams, ...)."""
