@@ -1,7 +1,7 @@
 """The analytic engine's reserved-bytes band per job class: GENERATED, do not edit.
 
 Written by ``benchmarks/reserved_bands.py`` (its docstring: how the band is fitted) from
-``benchmarks/results/fastpath_grid.jsonl`` (at commit daa56a2); the test
+``benchmarks/results/fastpath_grid.jsonl`` (at commit bbcfdca); the test
 tests/estimate/analytic/test_reserved_bands.py recomputes it from that file and checks
 every grid row of each class lies under its band's top. None: the grid has fewer than
 3 rows of at least 1024 MiB for that class (the wide band applies)."""
@@ -66,6 +66,15 @@ BANDS: dict[str, dict[str, Any] | None] = {
         "n_rows": 11,
         "n_large_rows": 5,
         "largest_allocated_bytes": 5405992480,
+        "worst": "phi-4 (bundled-2)",
+    },
+    "lora_selckpt_held": {
+        "ratio": 1.0653,
+        "fixed_bytes": 3282176,
+        "low_ratio": 1.02,
+        "n_rows": 9,
+        "n_large_rows": 5,
+        "largest_allocated_bytes": 5374527520,
         "worst": "phi-4 (bundled-2)",
     },
     "mixed": {
