@@ -4,6 +4,7 @@ so a band narrower than its evidence fails here."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -103,5 +104,17 @@ def test_a_plans_held_gradients_are_their_own_grid_job() -> None:
     w = WorkloadSpec(mode="train", lora_rank=16, precision="bf16-true", grad_accum=16,
                      zero_grad_set_to_none=False, checkpointing="full")  # fmt: skip
     assert fastpath.grid_job(w) == "lora_ckpt_held"
+    sel = dataclasses.replace(w, checkpointing="selective")
+    assert fastpath.grid_job(sel) == "lora_selckpt_held"
+    offload = WorkloadSpec(
+        mode="train",
+        precision="bf16-mixed",
+        shard="zero2",
+        offload="optimizer",
+        zero_grad_set_to_none=False,
+        grad_accum=8,
+    )
+    assert fastpath.grid_job(offload) == "mixed_offload_held"
+    assert fastpath.grid_job(dataclasses.replace(offload, shard="zero3")) is None
     full = WorkloadSpec(mode="train", precision="bf16-true", zero_grad_set_to_none=False)
     assert fastpath.grid_job(full) is None  # not run by the grid: the wide band
