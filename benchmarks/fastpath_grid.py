@@ -497,6 +497,33 @@ def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
     return {mt: tuple(j for j in JOBS if j in jobs) for mt, jobs in sorted(table.items())}
 
 
+def settles_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
+    """model_type -> the jobs whose every row has the analytic engine's allocated bytes no more
+    than TOLERANCE **under** the trace's (over by any amount): where a plan's "fits" may be
+    settled on the job class's reserved band (``memfit.estimate.fastpath.SETTLES``; the band's
+    top covers the trace's reserved bytes on every row, over-predicted allocations included, and
+    an over-prediction cannot turn the trace's "fits" into "does not fit"). A job with a row the
+    analytic engine refuses, or no row, does not settle."""
+    from memfit.estimate.fastpath import TOLERANCE
+
+    by: dict[tuple[str, str], list[bool]] = {}
+    for r in _latest(rows):
+        if r["job"] not in JOBS or r.get("analytic", {}).get("status") == "none":
+            continue
+        a, t = r.get("analytic", {}), r["trace"]
+        ok = (
+            a.get("status") == "ok"
+            and t["status"] == "ok"
+            and (a["allocated_bytes"] >= t["allocated_bytes"] * (1 - TOLERANCE))
+        )
+        by.setdefault((model_type_of(r), r["job"]), []).append(ok)
+    table: dict[str, list[str]] = {}
+    for (mt, job), oks in by.items():
+        if oks and all(oks):
+            table.setdefault(mt, []).append(job)
+    return {mt: tuple(j for j in JOBS if j in jobs) for mt, jobs in sorted(table.items())}
+
+
 def render_default(rows: list[dict]) -> list[str]:
     """The "Default engine" section: per family and job, which engine answers one ``estimate``
     of that job under auto, and its error against the trace (allocated, reserved)."""

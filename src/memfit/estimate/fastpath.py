@@ -136,6 +136,110 @@ VALIDATED: dict[str, tuple[str, ...]] = {
     "vit": ("train", "lora", "ckpt"),
 }
 
+#: model_type -> the grid jobs whose every row has the analytic engine's allocated bytes no more
+#: than TOLERANCE under the trace's (over by any amount): where a search's "fits" is settled on
+#: the job class's reserved band (:func:`band_class`; an over-prediction cannot turn the trace's
+#: "fits" into "does not fit", and the band's top covers every row's reserved bytes). Computed
+#: from benchmarks/results/fastpath_grid.jsonl by ``fastpath_grid.settles_table`` (the test
+#: tests/estimate/analytic/test_reserved_bands.py recomputes it). A superset of VALIDATED.
+SETTLES: dict[str, tuple[str, ...]] = {
+    "bert": ("train", "lora", "ckpt", "infer"),
+    "bloom": ("train", "lora", "ckpt", "infer"),
+    "falcon": ("train", "lora", "ckpt", "infer"),
+    "gemma2": ("train", "lora", "ckpt", "infer", "lora_ckpt", "lora_held", "lora_ckpt_held"),
+    "gemma3_text": (
+        "train",
+        "lora",
+        "ckpt",
+        "infer",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+        "mixed_offload_held",
+    ),
+    "gpt2": ("train", "lora", "ckpt", "infer"),
+    "gpt_bigcode": ("train", "lora", "ckpt", "infer"),
+    "gpt_neox": ("train", "lora", "ckpt", "infer"),
+    "llama": (
+        "train",
+        "lora",
+        "ckpt",
+        "infer",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+        "mixed_offload_held",
+    ),
+    "mistral": (
+        "train",
+        "lora",
+        "ckpt",
+        "infer",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+        "mixed_offload_held",
+    ),
+    "mixtral": ("train", "ckpt", "infer"),
+    "olmo2": (
+        "train",
+        "lora",
+        "ckpt",
+        "infer",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+        "mixed_offload_held",
+    ),
+    "opt": ("train", "lora", "ckpt", "infer"),
+    "phi": ("train", "lora", "ckpt", "infer"),
+    "phi3": (
+        "train",
+        "lora",
+        "ckpt",
+        "infer",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+    ),
+    "qwen2": (
+        "train",
+        "lora",
+        "ckpt",
+        "infer",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+    ),
+    "qwen3": (
+        "train",
+        "lora",
+        "ckpt",
+        "infer",
+        "mixed",
+        "lora_ckpt",
+        "lora_held",
+        "lora_ckpt_held",
+        "lora_selckpt_held",
+        "mixed_offload_held",
+    ),
+    "qwen3_moe": ("train", "ckpt", "infer"),
+    "roberta": ("train", "lora", "ckpt", "infer"),
+    "t5": ("train", "lora", "ckpt", "infer"),
+    "vit": ("train", "lora", "ckpt", "infer"),
+}
+
 #: The grid's precision (pure bf16 for every job but ``mixed``: fastpath_grid.py's docstring).
 GRID_PRECISION = "bf16-true"
 #: The grid's training jobs by (precision, LoRA, checkpointing, gradients held from earlier
@@ -243,11 +347,30 @@ def not_validated(config: dict[str, Any] | None, w: WorkloadSpec) -> str | None:
 def band_class(config: dict[str, Any] | None, w: WorkloadSpec) -> str | None:
     """The grid job whose own reserved band (``analytic/reserved_bands.py``, fitted to the
     grid's rows of that job by ``benchmarks/reserved_bands.py``) settles ``w``'s verdict: the
-    job ``w`` is, where the grid validates the model type for it with the installed library
-    versions (:func:`not_validated`); None elsewhere (the wide band applies)."""
-    if not_validated(config, w) is not None:
-        return None
-    return grid_job(w)
+    job ``w`` is, where the grid's rows of the model type for it never have the analytic
+    engine's allocated bytes under the trace's (:data:`SETTLES`), with the installed library
+    versions; None elsewhere (the wide band applies: :func:`wide_band_reason` says why)."""
+    return None if wide_band_reason(config, w, own_band=True) else grid_job(w)
+
+
+def wide_band_reason(config: dict[str, Any] | None, w: WorkloadSpec, *, own_band: bool) -> str:
+    """Why ``w``'s verdict is settled on the wide band (one line), "" where :func:`band_class`
+    names its job. ``own_band``: whether the job's class has a band of its own."""
+    model_type = str((config or {}).get("model_type") or "?")
+    job = grid_job(w)
+    if job is None:
+        return "the fast-path grid does not run this job's settings"
+    if job not in SETTLES.get(model_type, ()):
+        return (
+            f"the fast-path grid has no {job} rows of model_type {model_type!r}, or one where the "
+            "analytic engine's allocated bytes lie more than 2 % under the trace's"
+        )
+    if not own_band:
+        return f"the fast-path grid has no band of its own for {job}"
+    mismatch = version_mismatch()
+    if mismatch is not None:
+        return f"the grid ran other library versions: installed {mismatch}"
+    return ""
 
 
 def shown_reserved_end(w: WorkloadSpec) -> str:

@@ -66,7 +66,12 @@ def estimate_analytic(
         sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
     job = fastpath.band_class(config, workload) if reserved_end == "band" else None
-    why_wide = _wide_band_reason(config, workload) if reserved_end == "band" else ""
+    if reserved_end == "band" and job is not None and class_band(job) is None:
+        job = None  # a grid job without a band of its own
+    why_wide = ""
+    if reserved_end == "band" and job is None:
+        own = class_band(fastpath.grid_job(workload)) is not None
+        why_wide = fastpath.wide_band_reason(config, workload, own_band=own)
     result = _result(
         sim, workload, name=name, task=task, started=started, end=reserved_end, job=job
     )
@@ -302,15 +307,3 @@ def _band_note(band: ClassBand | None, ratio: tuple[float, float, float]) -> str
     if band is not None:
         return band.describe()
     return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f})"
-
-
-def _wide_band_reason(config: dict[str, Any], workload: WorkloadSpec) -> str:
-    """Why ``workload``'s verdict is settled on the wide band, not a job class's own (one line;
-    "" where ``fastpath.band_class`` names a class with a band)."""
-    why = fastpath.not_validated(config, workload)
-    if why is not None:
-        return why
-    job = fastpath.grid_job(workload)
-    if job is not None and class_band(job) is None:
-        return f"the fast-path grid has too few job-sized rows of {job} for a band of its own"
-    return ""
