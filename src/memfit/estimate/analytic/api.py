@@ -65,13 +65,7 @@ def estimate_analytic(
     with reduce_device(gpu):  # CUDA kernels' workspaces sized for this GPU
         sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
-    job = fastpath.band_class(config, workload) if reserved_end == "band" else None
-    if reserved_end == "band" and job is not None and class_band(job) is None:
-        job = None  # a grid job without a band of its own
-    why_wide = ""
-    if reserved_end == "band" and job is None:
-        own = class_band(fastpath.grid_job(workload)) is not None
-        why_wide = fastpath.wide_band_reason(config, workload, own_band=own)
+    job, why_wide = _band_of(config, workload) if reserved_end == "band" else (None, "")
     result = _result(
         sim, workload, name=name, task=task, started=started, end=reserved_end, job=job
     )
@@ -79,6 +73,16 @@ def estimate_analytic(
         result.trace["reserved_band"] += f": {why_wide}"
     est = assemble(result, workload, gpu)
     return with_notes(est, prepared_notes)
+
+
+def _band_of(config: dict[str, Any], workload: WorkloadSpec) -> tuple[str | None, str]:
+    """The grid job whose own reserved band settles ``workload``'s verdict, ""; or None and
+    why the wide band does (``fastpath.wide_band_reason``)."""
+    job = fastpath.band_class(config, workload)
+    if job is not None and class_band(job) is not None:
+        return job, ""
+    own = class_band(fastpath.grid_job(workload)) is not None
+    return None, fastpath.wide_band_reason(config, workload, own_band=own)
 
 
 def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None:
