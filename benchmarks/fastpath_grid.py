@@ -464,8 +464,9 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
     a = row.get("analytic", {})
     if a.get("status") != "ok" or row["trace"]["status"] != "ok":
         return None
-    if end is None:
-        end = "high" if row["job"] == "ckpt" else "mid"
+    if end is None:  # fastpath.shown_reserved_end: the top for every checkpointed job
+        checkpointing = JOBS.get(row["job"], {}).get("checkpointing", "none")
+        end = "high" if checkpointing != "none" else "mid"
     median, _lowest, highest = RESERVED_RATIO["infer" if row["job"] == "infer" else "train"]
     ratio = highest if end == "high" else median
     return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
