@@ -43,7 +43,7 @@ VALIDATED_WITH = {"torch": "2.13", "transformers": "5.23", "peft": "0.21"}
 #: model_type -> the grid jobs (fastpath_grid.JOBS: train, lora, ckpt, lora_ckpt, mixed, infer,
 #: lora_held, lora_ckpt_held, lora_selckpt_held, mixed_offload_held)
 #: whose every row (tiny config and bundled real config cut to 2 layers, batch 5, bf16-true but
-#: for ``mixed``, AdamW) has the
+#: for ``mixed`` and ``mixed_offload_held``, AdamW) has the
 #: analytic engine's allocated bytes within TOLERANCE of the trace's and its reserved bytes at
 #: the top of the ratio range no more than TOLERANCE under. Computed from
 #: benchmarks/results/fastpath_grid.jsonl by ``fastpath_grid.validated_table`` (the test
