@@ -49,6 +49,31 @@ JOBS: dict[str, dict[str, Any]] = {
     # issue 32: the full fine-tune's default precision, and LoRA with checkpointing
     "mixed": {"mode": "train", "precision": "bf16-mixed"},
     "lora_ckpt": {"mode": "train", "lora_rank": 8, "checkpointing": "full"},
+    # issue 32: a plan's micro-batches under gradient accumulation hold the earlier ones'
+    # gradients (``zero_grad_set_to_none=False``, memfit.plan.space): the LoRA plans' jobs
+    "lora_held": {"mode": "train", "lora_rank": 8, "zero_grad_set_to_none": False},
+    "lora_ckpt_held": {
+        "mode": "train",
+        "lora_rank": 8,
+        "checkpointing": "full",
+        "zero_grad_set_to_none": False,
+    },
+    # issue 32: the LoRA plan with selective checkpointing (the recomputed attention)
+    "lora_selckpt_held": {
+        "mode": "train",
+        "lora_rank": 8,
+        "checkpointing": "selective",
+        "zero_grad_set_to_none": False,
+    },
+    # issue 32: the full fine-tune's plan on one GPU (bf16-mixed, DeepSpeed ZeRO-2 with the
+    # optimizer offloaded to host RAM, gradients held under accumulation)
+    "mixed_offload_held": {
+        "mode": "train",
+        "precision": "bf16-mixed",
+        "shard": "zero2",
+        "offload": "optimizer",
+        "zero_grad_set_to_none": False,
+    },
 }
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
@@ -380,8 +405,13 @@ def render(
         f"Batch {args.batch} (never traced by the derived form: it traces batch 1-3, or 2-4 where "
         "batch 1 runs other kernels), bf16 weights; training = AdamW, `lora` = rank 8 on all "
         "linear layers, `ckpt` = full activation checkpointing, `lora_ckpt` = both, `mixed` = "
-        "bf16-mixed (fp32 weights, the full fine-tune's default; issue 32: run for llama and "
-        f"mistral only so far); `infer` decodes {NEW_TOKENS} new "
+        "bf16-mixed (fp32 weights, the full fine-tune's default; issue 32: run for a few "
+        "families so far), `lora_held` / `lora_ckpt_held` = `lora` / `lora_ckpt` holding the "
+        "earlier micro-batches' gradients (`zero_grad_set_to_none=False`: a plan's job under "
+        "gradient accumulation; a few families so far), `lora_selckpt_held` = the same with "
+        "selective checkpointing, `mixed_offload_held` = `mixed` with "
+        "DeepSpeed ZeRO-2 offloading the optimizer to host RAM, gradients held (the full "
+        f"fine-tune's plan on one GPU; a few families); `infer` decodes {NEW_TOKENS} new "
         "tokens where the model generates (else one forward). Error = (fast - trace) / trace.",
         "",
         "| family | kind | job | trace alloc | trace reserved | derived alloc (err) "
@@ -434,8 +464,9 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
     a = row.get("analytic", {})
     if a.get("status") != "ok" or row["trace"]["status"] != "ok":
         return None
-    if end is None:
-        end = "high" if row["job"] == "ckpt" else "mid"
+    if end is None:  # fastpath.shown_reserved_end: the top for every checkpointed job
+        checkpointing = JOBS.get(row["job"], {}).get("checkpointing", "none")
+        end = "high" if checkpointing != "none" else "mid"
     median, _lowest, highest = RESERVED_RATIO["infer" if row["job"] == "infer" else "train"]
     ratio = highest if end == "high" else median
     return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
@@ -459,6 +490,33 @@ def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
             for f, lo, hi in (("allocated_bytes", -TOLERANCE, TOLERANCE),
                               ("reserved_bytes", -TOLERANCE, float("inf")))
         )  # fmt: skip
+        by.setdefault((model_type_of(r), r["job"]), []).append(ok)
+    table: dict[str, list[str]] = {}
+    for (mt, job), oks in by.items():
+        if oks and all(oks):
+            table.setdefault(mt, []).append(job)
+    return {mt: tuple(j for j in JOBS if j in jobs) for mt, jobs in sorted(table.items())}
+
+
+def settles_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
+    """model_type -> the jobs whose every row has the analytic engine's allocated bytes no more
+    than TOLERANCE **under** the trace's (over by any amount): where a plan's "fits" may be
+    settled on the job class's reserved band (``memfit.estimate.fastpath.SETTLES``; the band's
+    top covers the trace's reserved bytes on every row, over-predicted allocations included, and
+    an over-prediction cannot turn the trace's "fits" into "does not fit"). A job with a row the
+    analytic engine refuses, or no row, does not settle."""
+    from memfit.estimate.fastpath import TOLERANCE
+
+    by: dict[tuple[str, str], list[bool]] = {}
+    for r in _latest(rows):
+        if r["job"] not in JOBS or r.get("analytic", {}).get("status") == "none":
+            continue
+        a, t = r.get("analytic", {}), r["trace"]
+        ok = (
+            a.get("status") == "ok"
+            and t["status"] == "ok"
+            and (a["allocated_bytes"] >= t["allocated_bytes"] * (1 - TOLERANCE))
+        )
         by.setdefault((model_type_of(r), r["job"]), []).append(ok)
     table: dict[str, list[str]] = {}
     for (mt, job), oks in by.items():

@@ -144,3 +144,31 @@ def test_the_checklists_estimator_traces_every_job_under_confirm() -> None:
         True,
         "auto: --confirm: traced",
     )
+
+
+def test_the_trace_decides_where_the_answer_shown_and_the_class_band_disagree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """llama-3.2-1b, LoRA with checkpointing, batch 3 x 2048 on L4: shown at the top of the wide
+    ratio range (a checkpointed job) it is ``tight``; at the top of its job class's band
+    (``lora_ckpt``, fitted to the grid) it ``fits``. The band settles its own verdict, not the
+    one shown: the trace (a stand-in here) decides, and the answer says why."""
+    from memfit.estimate import policy
+    from memfit.estimate.analytic import estimate_analytic
+    from memfit.hardware import get_gpu
+    from memfit.models import resolve_model
+
+    source, gpu = resolve_model("llama-3.2-1b"), get_gpu("L4")
+    w = WorkloadSpec(mode="train", lora_rank=16, precision="bf16-true", checkpointing="full",
+                     batch_size=3, seq_len=2048)  # fmt: skip
+    shown = estimate_analytic(source, w, gpu=gpu, reserved_end="high")
+    band = estimate_analytic(source, w, gpu=gpu, reserved_end="band")
+    assert shown.fits is not None and band.fits is not None
+    assert (shown.fits.verdict, band.fits.verdict) == ("tight", "fits")
+    stand_in = dataclasses.replace(band, engine="trace")
+    monkeypatch.setattr(policy.EnginePolicy, "_precise", lambda self, *a: stand_in)
+    est = memfit.estimate("llama-3.2-1b", w, gpu="L4")
+    assert est.confirmed is True and est.engine == "trace"
+    assert "the answer shown (tight) and the top of the job class's reserved band (fits)" in str(
+        est.engine_reason
+    )

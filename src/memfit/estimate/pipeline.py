@@ -247,10 +247,13 @@ class ReservedRule:
     """How an engine knows the allocator's peak reserved bytes: ``replayed_bytes`` (its allocation
     history replayed through the caching-allocator model, workspaces included; never taken below
     the peak allocated bytes), or ``ratio`` = (mid, low, high) times the peak allocated bytes, the
-    low..high product its range (a closed form knows the peak, not the history)."""
+    low..high product its range (a closed form knows the peak, not the history).
+    ``fixed_bytes``: (to the point, to the range's top) bytes added to a ratio rule's products
+    (a job class's band: ``analytic/reserved.py``, ``band_rule``)."""
 
     replayed_bytes: int | None = None
     ratio: tuple[float, float, float] | None = None
+    fixed_bytes: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         if (self.replayed_bytes is None) == (self.ratio is None):
@@ -261,8 +264,9 @@ class ReservedRule:
         if self.ratio is None:
             return max(int(self.replayed_bytes or 0), peak_allocated_bytes), None
         mid, low, high = self.ratio
-        rng = (int(peak_allocated_bytes * low), int(peak_allocated_bytes * high))
-        return int(peak_allocated_bytes * mid), rng
+        at_point, at_top = self.fixed_bytes
+        rng = (int(peak_allocated_bytes * low), int(peak_allocated_bytes * high) + at_top)
+        return int(peak_allocated_bytes * mid) + at_point, rng
 
 
 @dataclass(frozen=True, kw_only=True)

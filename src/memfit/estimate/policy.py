@@ -57,6 +57,7 @@ from memfit.estimate import fastpath
 from memfit.estimate.parallel import estimate_parallel
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
+from memfit.estimate.trace.refusals import refusal as trace_refusal
 from memfit.spec import WorkloadSpec
 from memfit.spec.options import ENGINES
 from memfit.spec.parallel_rules import is_parallel_job
@@ -98,7 +99,7 @@ def run_engine(
     pipeline, context or expert parallelism (pp / cp / ep > 1) is answered by the parallel
     closed form whichever engine is named (no engine models those ranks on one GPU); the
     estimate says so (``engine_reason``). ``reserved_end``: the analytic engine's point of its
-    reserved ratio range (mid, high)."""
+    reserved ratio range (``reserved.RESERVED_ENDS``: mid, high, band)."""
     if is_parallel_job(workload):
         return estimate_parallel(source, workload, gpu=gpu)
     if workload.num_beams > 1 or workload.cache_implementation != "dynamic":
@@ -116,6 +117,9 @@ def run_engine(
         from memfit.estimate.derived import estimate_derived
 
         return estimate_derived(source, workload, gpu=gpu, progress=progress.report)
+    refused = trace_refusal(workload) if source.origin != "factory" else None
+    if refused is not None:  # known from the workload: no torch import, no model build
+        raise refused
     _require_trace_stack(source)
     from memfit.estimate.trace_cache import cached_trace  # answers kept on disk
 
@@ -171,9 +175,22 @@ def _confirm_why(est: MemoryEstimate) -> str | None:
         return None
     if fastpath.verdict_settled(est, est.fits.capacity_bytes, est.fits.verdict):
         return None
+    band = (est.trace or {}).get("reserved_band") or "not recorded"
     return (
         f"the verdict ({est.fits.verdict}) lies within the analytic engine's validated band of "
-        f"{est.fits.gpu}'s capacity"
+        f"{est.fits.gpu}'s capacity; reserved band: {band}"
+    )
+
+
+def _verdicts_differ(shown: MemoryEstimate, band: MemoryEstimate) -> str | None:
+    """Why the trace confirms where the answer shown (its reserved bytes at the median or the
+    wide top) and the top of the job class's band reach different verdicts (None: the same):
+    the band settles its own verdict, not the one shown, and the trace decides between them."""
+    if shown.fits is None or band.fits is None or shown.fits.verdict == band.fits.verdict:
+        return None
+    return (
+        f"the answer shown ({shown.fits.verdict}) and the top of the job class's reserved band "
+        f"({band.fits.verdict}) differ on {shown.fits.gpu}"
     )
 
 
@@ -272,13 +289,14 @@ class EnginePolicy:
         if fastpath.not_validated(source.config, workload) is not None:
             return None
         try:
-            high = run_engine("analytic", source, workload, gpu, reserved_end="high")
             end = fastpath.shown_reserved_end(workload)
-            est = high if end == "high" else run_engine("analytic", source, workload, gpu)
+            est = run_engine("analytic", source, workload, gpu, reserved_end=end)
+            # the verdict is settled only if the top of the job class's band settles it
+            band = run_engine("analytic", source, workload, gpu, reserved_end="band")
         except MemfitError:  # a setting the analytic engine refuses: the precise route says so
             return None
         est = with_reason(est, fastpath.validated_reason(source.config, workload))
-        why = _confirm_why(high)  # the verdict is settled only if the band's top settles it
+        why = _confirm_why(band) or _verdicts_differ(est, band)
         if why is None or trace_stack_missing(source) is not None:
             return dataclasses.replace(est, confirmed=False)
         precise = self._precise(source, workload, gpu, extrapolate)

@@ -153,8 +153,9 @@ class EnginePair:
     confirm: CachedEstimator | None  # None: the search engine is already the precise one
     reason: str | None = None  # why these engines (the policy's rule); None when injected
     #: the search engine's answer at the top of its validated error band (the analytic
-    #: engine's reserved bytes at the top of its measured ratio range, its allocated band
-    #: in the range): where that still fits, the trace cannot change the verdict and
+    #: engine's reserved bytes at the top of its job class's band, or of the wide measured
+    #: ratio range where the grid has no band for the class; its allocated band in the
+    #: range): where that still fits, the trace cannot change the verdict and
     #: ``confirm="auto"`` leaves the plan unconfirmed. None: no band known (the plans shown
     #: are confirmed).
     band: Estimator | None = None
@@ -186,7 +187,7 @@ def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -
     if chosen.search == "analytic" and confirm is not None:
 
         def at_band_top(w: WorkloadSpec) -> MemoryEstimate:
-            return run_engine("analytic", source, w, gpu, reserved_end="high")
+            return run_engine("analytic", source, w, gpu, reserved_end="band")
 
         band = at_band_top
     return EnginePair(search=search, confirm=confirm, reason=chosen.reason, band=band)

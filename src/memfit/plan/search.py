@@ -640,12 +640,13 @@ class _Search:
         top = self._band_top(opt)
         return top is not None and top[0]
 
-    def _band_top(self, opt: PlanOption) -> tuple[bool, int] | None:
+    def _band_top(self, opt: PlanOption) -> tuple[bool, int, str] | None:
         """Whether ``opt`` (a fit by the search engine) still fits at the top of the search
         engine's validated error band (:attr:`EnginePair.band`), by THE verdict rule and the
         fast path's settling rule (:func:`memfit.estimate.fastpath.verdict_settled`), and its
         need there: where it fits, the trace cannot change its verdict and ``confirm="auto"``
-        does not run it. None: no band, or the band's estimate failed."""
+        does not run it, and which reserved band it took (the job class's, or the wide one).
+        None: no band, or the band's estimate failed."""
         band = self.engines.band
         if band is None:
             return None
@@ -654,7 +655,9 @@ class _Search:
         except MemfitError:
             return None
         judged = verdict(top, self.budget)
-        return verdict_settled(top, self.budget.capacity_bytes, judged.verdict), need_bytes(top)
+        which = (top.trace or {}).get("reserved_band") or "not recorded"
+        settled = verdict_settled(top, self.budget.capacity_bytes, judged.verdict)
+        return settled, need_bytes(top), f"reserved band: {which}"
 
     def _record_failure(self, opt: PlanOption) -> None:
         if opt.estimate is None:
@@ -811,11 +814,17 @@ class _Search:
         if top is None:
             return f"no validated error band for the {self.engines.search.name} engine's answer"
         limit = format_bytes(self.budget.limit_bytes)
-        need = format_bytes(top[1])
-        at_top = f"at the top of the analytic engine's validated band it needs {need}"
+        need, band = format_bytes(top[1]), top[2]
+        at_top = "at the top of the analytic engine's validated band"
         if settled:
-            return f"it fits even {at_top} (limit {limit}): the trace cannot change the verdict"
-        return f"{at_top}, over the {limit} limit: the band could change the verdict"
+            return (
+                f"it fits even {at_top} (it needs {need} of the {limit} limit; {band}): the "
+                "trace cannot change the verdict"
+            )
+        return (
+            f"{at_top} it needs {need}, over the {limit} limit ({band}): the band could change "
+            "the verdict"
+        )
 
     # -- side by side, and the way forward ------------------------------------------------------
     def _compare(

@@ -10,14 +10,14 @@ from dataclasses import replace
 from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
-from memfit.estimate import sharding
+from memfit.estimate import fastpath, sharding
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.distributed import per_rank_config
 from memfit.estimate.analytic.engine import Simulated, simulate
 from memfit.estimate.analytic.graph import TEMP, Vec
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
-from memfit.estimate.analytic.reserved import reserved_rule
+from memfit.estimate.analytic.reserved import ClassBand, class_band, reserved_rule
 from memfit.estimate.analytic.versions import WRITTEN_AGAINST, version_notes
 from memfit.estimate.cuda_reduce import reduce_device
 from memfit.estimate.pipeline import (
@@ -52,7 +52,8 @@ def estimate_analytic(
 ) -> MemoryEstimate:
     """Estimate ``source`` (a ``ModelSource`` or a config.json dict) running ``workload``;
     ``reserved_end``: the point of the reserved/allocated ratio range its reserved bytes take
-    (``reserved.RESERVED_ENDS``: the median, or the top for a default answer).
+    (``reserved.RESERVED_ENDS``: the median, the top for a default answer, or the top of the job
+    class's band, ``fastpath.band_class``, where a verdict is settled).
 
     Raises NotModelledError (a SpecError) for a model_type, task or setting without closed forms,
     SpecError for a job the model cannot run."""
@@ -64,9 +65,24 @@ def estimate_analytic(
     with reduce_device(gpu):  # CUDA kernels' workspaces sized for this GPU
         sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
-    result = _result(sim, workload, name=name, task=task, started=started, end=reserved_end)
+    job, why_wide = _band_of(config, workload) if reserved_end == "band" else (None, "")
+    result = _result(
+        sim, workload, name=name, task=task, started=started, end=reserved_end, job=job
+    )
+    if why_wide:
+        result.trace["reserved_band"] += f": {why_wide}"
     est = assemble(result, workload, gpu)
     return with_notes(est, prepared_notes)
+
+
+def _band_of(config: dict[str, Any], workload: WorkloadSpec) -> tuple[str | None, str]:
+    """The grid job whose own reserved band settles ``workload``'s verdict, ""; or None and
+    why the wide band does (``fastpath.wide_band_reason``)."""
+    job = fastpath.band_class(config, workload)
+    if job is not None and class_band(job) is not None:
+        return job, ""
+    own = class_band(fastpath.grid_job(workload)) is not None
+    return None, fastpath.wide_band_reason(config, workload, own_band=own)
 
 
 def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None:
@@ -231,7 +247,14 @@ def _with_full_counts(
 
 
 def _result(
-    sim: Simulated, wl: WorkloadSpec, *, name: str, task: str, started: float, end: str = "mid"
+    sim: Simulated,
+    wl: WorkloadSpec,
+    *,
+    name: str,
+    task: str,
+    started: float,
+    end: str = "mid",
+    job: str | None = None,
 ) -> EngineResult:
     assert COMPONENTS.index("temporary") == TEMP
     paged = int(sim.info.get("paged_bytes", 0))
@@ -240,9 +263,17 @@ def _result(
         best: Vec = max(pts, key=sum)
         comps = {c: int(best[i]) for i, c in enumerate(COMPONENTS)}
         phases[phase] = PhaseResult(components=comps, unified_bytes=paged)
-    reserved = reserved_rule(training=wl.is_train, end=end)
+    reserved = reserved_rule(training=wl.is_train, end=end, job=job)
     assert reserved.ratio is not None
-    which = "the top of the measured range of" if end == "high" else "a fit to"
+    band = class_band(job) if end == "band" else None
+    if band is not None:
+        reserved_note = f"reserved bytes at the top of the band of {band.describe()}"
+    else:
+        which = "a fit to" if end == "mid" else "the top of the measured range of"
+        reserved_note = (
+            f"reserved bytes are allocated x {reserved.ratio[0]:.3f} ({which} the trace's "
+            "allocator replay)"
+        )
     return EngineResult(
         engine="analytic",
         model_name=name,
@@ -260,15 +291,23 @@ def _result(
                 "task": task,
                 "wall_s": round(time.perf_counter() - started, 6),
                 **sim.info,
-            }
+            },
+            **({"reserved_band": _band_note(band, reserved.ratio)} if end == "band" else {}),
         },
         notes=[
             f"analytic engine: closed forms of what transformers {WRITTEN_AGAINST['transformers']}"
             f" / torch {WRITTEN_AGAINST['torch']} allocate per "
-            "layer, calibrated against the trace engine (docs/accuracy.md); reserved bytes are "
-            f"allocated x {reserved.ratio[0]:.3f} ({which} the trace's allocator replay)"
+            f"layer, calibrated against the trace engine (docs/accuracy.md); {reserved_note}"
         ]
         + list(version_notes())
         + sharding.layout_notes(wl)
         + sim.notes,
     )
+
+
+def _band_note(band: ClassBand | None, ratio: tuple[float, float, float]) -> str:
+    """Which reserved band an estimate at ``end="band"`` took (the estimate's
+    ``trace["reserved_band"]``: the plan and the confirmation say it)."""
+    if band is not None:
+        return band.describe()
+    return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f})"

@@ -5,13 +5,21 @@ analytic engine has no allocation sequence, only the peak, so it scales the peak
 ratio ``peak_reserved / peak_allocated`` the trace engine reports over the calibration grid of
 ``benchmarks/analytic_vs_trace.py`` (its results file lists each ratio and the error this causes),
 with the grid's spread as the range.
+
+Where the verdict is settled without a trace (memfit.estimate.fastpath), the band is the job
+class's own (:func:`class_band`): ``benchmarks/reserved_bands.py`` fits, per fast-path grid job
+(full fine-tune bf16-true / bf16-mixed, LoRA, checkpointing, LoRA + checkpointing, inference),
+a line ``ratio x allocated + fixed`` over every row of that class, into the generated table
+``reserved_bands.py``. Classes the grid does not cover keep the wide range.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memfit.estimate.analytic.reserved_bands import BANDS
 from memfit.estimate.pipeline import ReservedRule
+from memfit.units import format_bytes
 
 #: Median, lowest and highest ``peak_reserved_bytes / peak_allocated_bytes`` of the trace engine
 #: over the single-GPU cases of the calibration grid (benchmarks/results/analytic_vs_trace.md,
@@ -32,18 +40,69 @@ class Reserved:
     range: tuple[int, int]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ClassBand:
+    """One job class's reserved band, fitted to the fast-path grid's rows of that class by
+    ``benchmarks/reserved_bands.py`` (:data:`BANDS`): the trace's reserved bytes lie at most
+    ``ratio`` x the analytic allocated bytes + ``fixed_bytes`` on every row of the class."""
+
+    job: str
+    ratio: float
+    fixed_bytes: int
+    low_ratio: float
+    n_rows: int
+    n_large_rows: int
+    worst: str
+
+    def top_bytes(self, allocated_bytes: int) -> int:
+        return int(allocated_bytes * self.ratio) + self.fixed_bytes
+
+    def describe(self) -> str:
+        """One line: ``job class 'lora' (27 fast-path grid rows, ...): reserved <= allocated x
+        1.0431 + 23.81 MiB``."""
+        return (
+            f"job class {self.job!r} ({self.n_rows} fast-path grid rows, {self.n_large_rows} of "
+            f"them >= 1 GiB; widest: {self.worst}): reserved <= allocated x {self.ratio:.4f} + "
+            f"{format_bytes(self.fixed_bytes)}"
+        )
+
+
+def class_band(job: str | None) -> ClassBand | None:
+    """The reserved band of the grid job ``job`` (``memfit.estimate.fastpath.grid_job``); None
+    where the grid has no band for it (the wide :data:`RESERVED_RATIO` band applies)."""
+    row = BANDS.get(job or "")
+    if row is None or job is None:
+        return None
+    return ClassBand(
+        job=job,
+        ratio=float(row["ratio"]),
+        fixed_bytes=int(row["fixed_bytes"]),
+        low_ratio=float(row["low_ratio"]),
+        n_rows=int(row["n_rows"]),
+        n_large_rows=int(row["n_large_rows"]),
+        worst=str(row["worst"]),
+    )
+
+
 #: Which point of the ratio range an estimate's reserved bytes take: ``mid`` (the median: every
-#: search, ``--engine analytic``) or ``high`` (the top: the default answer of ``estimate`` under
-#: ``--engine auto``, never far under the trace: memfit.estimate.fastpath).
-RESERVED_ENDS = ("mid", "high")
+#: search, ``--engine analytic``), ``high`` (the top of the wide range: the default answer of a
+#: checkpointed job under ``--engine auto``, memfit.estimate.fastpath) or ``band`` (the top of
+#: the job class's band, :func:`class_band`, where the grid has one, else ``high``: the point
+#: the trace's verdict is settled on, memfit.estimate.fastpath.verdict_settled).
+RESERVED_ENDS = ("mid", "high", "band")
 
 
-def reserved_rule(*, training: bool, end: str = "mid") -> ReservedRule:
-    """The rule the analytic engine hands the pipeline (``pipeline.assemble`` applies it)."""
+def reserved_rule(*, training: bool, end: str = "mid", job: str | None = None) -> ReservedRule:
+    """The rule the analytic engine hands the pipeline (``pipeline.assemble`` applies it).
+    ``job``: the grid job class whose band ``end="band"`` takes (None: the wide band)."""
     mid, low, high = RESERVED_RATIO["train" if training else "infer"]
     if end not in RESERVED_ENDS:
         raise ValueError(f"end ({end!r}) must be one of {', '.join(RESERVED_ENDS)}")
-    return ReservedRule(ratio=(high if end == "high" else mid, low, high))
+    band = class_band(job) if end == "band" else None
+    if band is not None:
+        fixed = (band.fixed_bytes, band.fixed_bytes)
+        return ReservedRule(ratio=(band.ratio, band.low_ratio, band.ratio), fixed_bytes=fixed)
+    return ReservedRule(ratio=(mid if end == "mid" else high, low, high))
 
 
 def reserved_bytes(peak_allocated_bytes: int, *, training: bool) -> Reserved:

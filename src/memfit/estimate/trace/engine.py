@@ -44,6 +44,7 @@ from memfit.estimate.trace import (
     quantized,
     quantized_experts,
     rank_trace,
+    refusals,
     step_memo,
     steps,
 )
@@ -232,14 +233,9 @@ def _trace_run(
             "--gpus 1 --shard none, or drop --optimizer-in-bwd",
             engine="trace",
         )
-    if wl.loss != "full" or wl.checkpointing == "offload":
-        raise NotModelledError(
-            f"loss {wl.loss!r} / checkpointing {wl.checkpointing!r}: the trace engine runs "
-            "transformers' own loss and torch's checkpoint; a chunked or fused cross-entropy "
-            "and checkpoints kept in host RAM are modelled by the analytic engine (--engine "
-            "analytic)",
-            engine="trace",
-        )
+    refused = refusals.refusal(wl)
+    if refused is not None:
+        raise refused
     cfg = full_cfg if plan is None else plan.config
     observer = RUN_OBSERVER.get()
     memo_key = None

@@ -1,0 +1,27 @@
+"""The settings the trace engine refuses, judged from the workload alone (torch-free).
+
+The trace engine runs transformers' own loss and torch's checkpoint: a chunked or fused
+cross-entropy and checkpoints kept in host RAM are the analytic engine's alone. The trace engine
+raises this refusal itself (``engine._trace_run``); the engine policy asks first
+(``memfit.estimate.policy.run_engine``), so a confirmation the trace would refuse costs no torch
+import and no model build (issue 32: ``plan``'s recommended plan with a fused loss paid ~20 s
+for the refusal).
+"""
+
+from __future__ import annotations
+
+from memfit.errors import NotModelledError
+from memfit.spec import WorkloadSpec
+
+
+def refusal(workload: WorkloadSpec) -> NotModelledError | None:
+    """The trace engine's refusal of ``workload`` (a NotModelledError to raise), or None."""
+    if workload.loss != "full" or workload.checkpointing == "offload":
+        return NotModelledError(
+            f"loss {workload.loss!r} / checkpointing {workload.checkpointing!r}: the trace "
+            "engine runs transformers' own loss and torch's checkpoint; a chunked or fused "
+            "cross-entropy and checkpoints kept in host RAM are modelled by the analytic engine "
+            "(--engine analytic)",
+            engine="trace",
+        )
+    return None
