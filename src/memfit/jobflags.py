@@ -46,6 +46,7 @@ PIPELINE_REFUSED = {
     "checkpointing": None,
     "shard": None,
     "optimizer": None,
+    "compile": None,
 }
 
 #: flags of the inference pipeline that mean nothing to a training run: refused when set
@@ -66,6 +67,7 @@ TRAIN_UNSUPPORTED = {
     "freeze": (0,),
     "grad_accum": (1,),
     "float8": ("none",),
+    "compile": (False,),
 }
 
 

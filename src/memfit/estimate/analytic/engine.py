@@ -18,6 +18,7 @@ from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.analytic.blocks import Shared, Work
+from memfit.estimate.analytic.compile import compile_ratio, compiled_profile
 from memfit.estimate.analytic.compose import (
     ID_BYTES,
     Simulated,
@@ -102,7 +103,7 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
         o.g.hold(out)
         return x, [out]
 
-    return run_workload_block(
+    prof = run_workload_block(
         wl,
         body,
         model_type=a.model_type,
@@ -111,6 +112,12 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
         repeated=kind == "layer",
         **kw,
     )
+    if kind == "layer" and w.train and wl.compile:  # torch.compile's saved set (compile.py)
+        ratio = compile_ratio(
+            a.model_type, wl.checkpointing, hidden=h, kv=a.kv_dim, ffn=a.ffn, heads=a.n_heads
+        )
+        prof = compiled_profile(prof, ratio)
+    return prof
 
 
 def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:

@@ -128,6 +128,8 @@ class Layout:
     sequence_parallel: bool
     float8: str = "none"
     float8_all_gather: bool = False
+    #: ``--compile``: the blocks run under torch.compile (:func:`compile_dropped_elements`)
+    compile: bool = False
 
     @property
     def tokens(self) -> int:
@@ -253,7 +255,34 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
     - ``selective-op`` (torchtitan's per-op SAC, :func:`op_sac_per_token`): the layer's input,
       the attention kernel's output and statistics and every other matmul's output.
     - ``full``: the layer's input only, ``h`` (``/t`` with sequence parallelism).
+
+    Under ``--compile`` the tensors torch.compile does not keep are taken off
+    (:func:`compile_dropped_elements`).
     """
+    eager = _eager_layer_bytes(shape, lay, moe=moe, how=how)
+    if not lay.compile or moe:
+        return eager
+    return eager - int(lay.tokens * compile_dropped_elements(shape, lay, how) * lay.act_bytes)
+
+
+def compile_dropped_elements(shape: DecoderShape, lay: Layout, how: str) -> float:
+    """Elements per token a dense layer's saved set loses under torch.compile, as this closed
+    form counts the saved set. The measured partition (``memfit.estimate.analytic.compile``,
+    :data:`~memfit.estimate.analytic.compile.DROPPED_BY_COMPILE`) differs from eager autograd
+    by: without checkpointing, RMSNorm's fp32 copies (which this closed form, counting fused
+    norms, never had) and the SwiGLU's SiLU output (recomputed from the gate: ``ffn / t``);
+    under selective checkpointing, the block's last linear output, which no backward reads
+    (w2's: the closed form's ``selective`` never counted it; ``selective-op`` saves it, the
+    full-width partial sum ``h``, and under sequence parallelism its reduce-scatter output
+    ``h / t``); under full checkpointing nothing (the checkpoint keeps the input)."""
+    if how == "none":
+        return shape.ffn / lay.tp
+    if how == "selective-op":
+        return shape.hidden + (shape.hidden / lay.tp if lay.sequence_parallel else 0)
+    return 0.0
+
+
+def _eager_layer_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: str) -> int:
     t, a_b, tokens = lay.tp, lay.act_bytes, lay.tokens
     rep_div = t if lay.sequence_parallel else 1
     if how == "full":
@@ -539,6 +568,7 @@ def layout_of(w: Any) -> Layout:
         sequence_parallel=sp and w.tp > 1,
         float8=getattr(w, "float8", "none"),
         float8_all_gather=bool(getattr(w, "float8_all_gather", False)),
+        compile=bool(getattr(w, "compile", False)),
     )
 
 

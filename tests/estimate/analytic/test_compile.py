@@ -1,0 +1,144 @@
+"""``--compile``: torch.compile's saved-for-backward set in the analytic engine
+(analytic/compile.py, measured by trace/compile_saved.py), and the engines that refuse it."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from memfit.errors import NotModelledError, SpecError
+from memfit.estimate import estimate
+from memfit.estimate.analytic.compile import (
+    DROPPED_BY_COMPILE,
+    MEASURED_POLICIES,
+    SAVED_PER_TOKEN,
+    compile_ratio,
+    saved_per_token,
+)
+from memfit.flags import workload_kwargs
+from memfit.spec import WorkloadSpec
+
+#: Llama-3.1-8B (bundled): hidden, K/V width, MLP width, heads, layers
+HIDDEN, KV, FFN, HEADS, LAYERS = 4096, 1024, 14336, 32, 32
+BATCH, SEQ = 2, 1024
+TOKENS = BATCH * SEQ
+
+
+def _acts(**kw) -> int:
+    """The activations at the step's peak of an 8B FSDP2 job (bf16 blocks: FSDP2's policy)."""
+    wl = WorkloadSpec(
+        gpus=8, shard="fsdp", batch_size=BATCH, seq_len=SEQ, precision="bf16-mixed", **kw
+    )
+    return estimate("llama-3.1-8b", wl, engine="analytic").components["activations"]
+
+
+@pytest.mark.parametrize("model_type", ["llama"])
+def test_the_partitioner_keeps_what_the_table_says(model_type: str) -> None:
+    """Recomputes the measurement on a tiny layer (real tensors, torch's own partitioner): the
+    bytes eager autograd and torch.compile keep, per checkpointing policy, equal the fitted
+    coefficients at a shape the fit did not use."""
+    pytest.importorskip("transformers")
+    from memfit.estimate.trace.compile_saved import BlockShape, measure_block
+
+    shape = BlockShape(
+        hidden=384, intermediate=640, n_heads=3, n_kv_heads=1, batch=1, seq=96,
+        model_type=model_type,
+    )  # fmt: skip
+    got = measure_block(shape)
+    tokens = shape.batch * shape.seq
+    dims = {"hidden": 384, "kv": 128, "ffn": 640, "heads": 3}
+    for policy in MEASURED_POLICIES:
+        for mode, measured in (("eager", got.eager_bytes), ("compile", got.compile_bytes)):
+            fitted = saved_per_token(model_type, mode, policy, **dims) * tokens
+            assert measured[policy] == fitted, (mode, policy)
+    assert got.compile_bytes["none"] < got.eager_bytes["none"]
+
+
+def test_the_measured_differences_are_the_tensors_the_closed_form_takes_off() -> None:
+    """compile - eager of every measured model type is DROPPED_BY_COMPILE: RMSNorm's fp32
+    copies and the SiLU output without checkpointing, the last linear's output under the
+    selective policies (what the per-rank closed form subtracts)."""
+    for model_type, table in SAVED_PER_TOKEN.items():
+        for policy in MEASURED_POLICIES:
+            diff = tuple(
+                c - e
+                for c, e in zip(table[("compile", policy)], table[("eager", policy)], strict=True)
+            )
+            assert diff == DROPPED_BY_COMPILE[policy], (model_type, policy)
+
+
+def test_the_8b_ratio_is_the_measured_one() -> None:
+    """At Llama-3.1-8B's widths a layer keeps 34/49 of eager's bytes without checkpointing
+    (the 8B check row of benchmarks/results/compile_saved.md)."""
+    dims = {"hidden": HIDDEN, "kv": KV, "ffn": FFN, "heads": HEADS}
+    eager = saved_per_token("llama", "eager", "none", **dims)
+    assert eager == 20 * HIDDEN + 4 * KV + 8 * FFN + 4 * HEADS + 8  # tracing.md's closed form
+    assert compile_ratio("llama", "none", **dims) == pytest.approx(0.6941, abs=1e-4)
+    assert compile_ratio("llama", "full", **dims) == 1.0
+
+
+@pytest.mark.parametrize("policy", ["none", "selective", "selective-op"])
+def test_compile_takes_the_dropped_tensors_off_every_layer(policy: str) -> None:
+    """The analytic engine's activations under --compile lose exactly the dropped bytes per
+    token of each layer (its eager layer is the measured eager layer)."""
+    dropped = -sum(
+        c * v for c, v in zip(DROPPED_BY_COMPILE[policy], (HIDDEN, KV, FFN, HEADS, 1), strict=True)
+    )
+    expected = dropped * TOKENS * LAYERS
+    saved = _acts(checkpointing=policy) - _acts(checkpointing=policy, compile=True)
+    assert saved == pytest.approx(float(expected), rel=2e-3)
+    assert saved > 0
+
+
+def test_full_checkpointing_keeps_the_same_activations() -> None:
+    """Under full checkpointing the blocks keep their input, compiled or not."""
+    assert _acts(checkpointing="full", compile=True) == _acts(checkpointing="full")
+
+
+def test_the_trace_and_derived_engines_refuse_compile() -> None:
+    wl = WorkloadSpec(batch_size=1, seq_len=128, precision="bf16-true", compile=True)
+    for engine in ("trace", "derived"):
+        with pytest.raises(NotModelledError, match=f"compile: the {engine} engine runs eager"):
+            estimate("llama-3.1-8b", wl, engine=engine)
+
+
+def test_auto_answers_compile_with_the_analytic_engine() -> None:
+    wl = WorkloadSpec(batch_size=1, seq_len=128, precision="bf16-true", compile=True)
+    est = estimate("llama-3.1-8b", wl)
+    assert est.engine.startswith("analytic")
+    assert "compile" in est.engine_reason
+    assert any(n.startswith("compile: each layer keeps x0.") for n in est.notes)
+
+
+@pytest.mark.parametrize(
+    ("model", "kw", "match"),
+    [
+        ("gpt2", {}, "model_type 'gpt2'"),
+        ("llama-3.1-8b", {"precision": "bf16-mixed"}, "precision 'bf16-mixed'"),
+        ("llama-3.1-8b", {"attention": "eager"}, "attention 'eager'"),
+        ("llama-3.1-8b", {"lora_rank": 8}, "LoRA adapters"),
+    ],
+)
+def test_unmeasured_compile_jobs_are_not_modelled(model: str, kw: dict, match: str) -> None:
+    wl = WorkloadSpec(**{"batch_size": 1, "seq_len": 128, "precision": "bf16-true", **kw})
+    with pytest.raises(NotModelledError, match=match):
+        estimate(model, WorkloadSpec(**{**wl.__dict__, "compile": True}), engine="analytic")
+
+
+def test_compile_is_a_training_flag() -> None:
+    with pytest.raises(SpecError, match="compile with mode 'infer'"):
+        WorkloadSpec(mode="infer", compile=True)
+    assert WorkloadSpec(compile=True).normalized()["compile"] is True
+    assert "compile" not in WorkloadSpec().normalized()
+
+
+def test_the_compile_flag_sets_the_field() -> None:
+    assert workload_kwargs({"compile": True})["compile"] is True
+    assert "compile" not in workload_kwargs({"compile": None})
+
+
+def test_coefficients_are_exact_fractions() -> None:
+    for table in SAVED_PER_TOKEN.values():
+        for coeffs in table.values():
+            assert all(isinstance(c, Fraction) for c in coeffs) and len(coeffs) == 5
