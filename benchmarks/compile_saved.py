@@ -123,6 +123,17 @@ def render(results: dict, seconds: float) -> str:
                 f"{', '.join(str(v) for v in c)} | {ce[0]} / {ce[1]}, {cc[0]} / {cc[1]} | "
                 f"{cc[1] / ce[1]:.4f} |"
             )
+    inexact = sorted(
+        {mt for mt, r in results.items() for fit_, got in r["check"].values() if fit_ != got}
+    )
+    if inexact:
+        lines += [
+            "",
+            f"Not exact for {', '.join(inexact)} (the check differs from the fit): the five "
+            "terms do not span that layer (Qwen3's per-head q/k RMSNorms keep fp32 copies and "
+            "statistics per query and per key/value head), so memfit's table "
+            "(`memfit.estimate.analytic.compile.SAVED_PER_TOKEN`) leaves it out.",
+        ]
     return "\n".join(lines) + "\n"
 
 

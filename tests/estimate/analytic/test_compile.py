@@ -10,10 +10,11 @@ import pytest
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import estimate
 from memfit.estimate.analytic.compile import (
-    DROPPED_BY_COMPILE,
+    FP32_NORM_COPIES,
     MEASURED_POLICIES,
     SAVED_PER_TOKEN,
     compile_ratio,
+    dropped,
     saved_per_token,
 )
 from memfit.flags import workload_kwargs
@@ -55,17 +56,19 @@ def test_the_partitioner_keeps_what_the_table_says(model_type: str) -> None:
     assert got.compile_bytes["none"] < got.eager_bytes["none"]
 
 
-def test_the_measured_differences_are_the_tensors_the_closed_form_takes_off() -> None:
-    """compile - eager of every measured model type is DROPPED_BY_COMPILE: RMSNorm's fp32
-    copies and the SiLU output without checkpointing, the last linear's output under the
-    selective policies (what the per-rank closed form subtracts)."""
-    for model_type, table in SAVED_PER_TOKEN.items():
-        for policy in MEASURED_POLICIES:
-            diff = tuple(
-                c - e
-                for c, e in zip(table[("compile", policy)], table[("eager", policy)], strict=True)
-            )
-            assert diff == DROPPED_BY_COMPILE[policy], (model_type, policy)
+def test_the_measured_differences_are_named_tensors() -> None:
+    """compile - eager of every measured model type is made of the tensors compile.py names:
+    RMSNorm's fp32 copies and the SiLU output without checkpointing; under a selective policy
+    the last linear's output where the policy saved it (Qwen2's per-op policy does not: its
+    biased q/k/v run addmm, which the policy does not count)."""
+    silu = (0, 0, -2, 0, 0)
+    last_linear = (-2, 0, 0, 0, 0)
+    for model_type in SAVED_PER_TOKEN:
+        none = dropped(model_type, "none")
+        assert tuple(d - n for d, n in zip(none, FP32_NORM_COPIES, strict=True)) == silu
+        assert dropped(model_type, "selective") == last_linear
+        assert dropped(model_type, "selective-op") in (last_linear, (0, 0, 0, 0, 0))
+    assert dropped("llama", "selective-op") == last_linear
 
 
 def test_the_8b_ratio_is_the_measured_one() -> None:
@@ -82,10 +85,10 @@ def test_the_8b_ratio_is_the_measured_one() -> None:
 def test_compile_takes_the_dropped_tensors_off_every_layer(policy: str) -> None:
     """The analytic engine's activations under --compile lose exactly the dropped bytes per
     token of each layer (its eager layer is the measured eager layer)."""
-    dropped = -sum(
-        c * v for c, v in zip(DROPPED_BY_COMPILE[policy], (HIDDEN, KV, FFN, HEADS, 1), strict=True)
+    per_token = -sum(
+        c * v for c, v in zip(dropped("llama", policy), (HIDDEN, KV, FFN, HEADS, 1), strict=True)
     )
-    expected = dropped * TOKENS * LAYERS
+    expected = per_token * TOKENS * LAYERS
     saved = _acts(checkpointing=policy) - _acts(checkpointing=policy, compile=True)
     assert saved == pytest.approx(float(expected), rel=2e-3)
     assert saved > 0

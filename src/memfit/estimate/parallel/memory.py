@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.estimate.analytic.compile import dropped
 from memfit.estimate.optim_states import optimizer_state_bytes
 from memfit.estimate.parallel.schedule import RankStages
 from memfit.estimate.parallel.shape import DecoderShape
@@ -267,19 +268,20 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
 
 def compile_dropped_elements(shape: DecoderShape, lay: Layout, how: str) -> float:
     """Elements per token a dense layer's saved set loses under torch.compile, as this closed
-    form counts the saved set. The measured partition (``memfit.estimate.analytic.compile``,
-    :data:`~memfit.estimate.analytic.compile.DROPPED_BY_COMPILE`) differs from eager autograd
-    by: without checkpointing, RMSNorm's fp32 copies (which this closed form, counting fused
-    norms, never had) and the SwiGLU's SiLU output (recomputed from the gate: ``ffn / t``);
-    under selective checkpointing, the block's last linear output, which no backward reads
-    (w2's: the closed form's ``selective`` never counted it; ``selective-op`` saves it, the
-    full-width partial sum ``h``, and under sequence parallelism its reduce-scatter output
-    ``h / t``); under full checkpointing nothing (the checkpoint keeps the input)."""
+    form counts the saved set: the measured compile - eager difference of the model type's
+    layer (:func:`memfit.estimate.analytic.compile.dropped`) less what this closed form never
+    counted. Without checkpointing: RMSNorm's fp32 copies (this closed form counts fused norms)
+    are not here to drop; the SiLU output (``ffn / t``) is. Under ``selective`` the block's
+    last linear output was never counted; under ``selective-op`` it is (w2's full-width partial
+    sum ``h``, and under sequence parallelism its reduce-scatter output ``h / t``), dropped
+    where the measurement drops it. Under full checkpointing nothing (the input is kept)."""
+    if how not in ("none", "selective-op"):
+        return 0.0
+    delta = dropped(shape.model_type, how)
     if how == "none":
-        return shape.ffn / lay.tp
-    if how == "selective-op":
-        return shape.hidden + (shape.hidden / lay.tp if lay.sequence_parallel else 0)
-    return 0.0
+        return float(-delta[2] / 2) * shape.ffn / lay.tp  # 2 bytes per 16-bit element
+    last_linear = shape.hidden + (shape.hidden / lay.tp if lay.sequence_parallel else 0)
+    return float(-delta[0] / 2) * last_linear
 
 
 def _eager_layer_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: str) -> int:
