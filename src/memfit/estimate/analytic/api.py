@@ -231,6 +231,7 @@ def _check_compile(arch: Arch, wl: WorkloadSpec) -> None:
         attention=wl.attention,
         moe=arch.n_experts > 0,
         lora=wl.lora_rank is not None,
+        frozen=wl.freeze_layers > 0,
         engine="analytic",
     )
     if wl.checkpointing in UNCHANGED_POLICIES:

@@ -96,7 +96,14 @@ def dropped(model_type: str, checkpointing: str) -> tuple[Fraction, ...]:
 
 
 def compile_problem(
-    model_type: str, *, precision: str, checkpointing: str, attention: str, moe: bool, lora: bool
+    model_type: str,
+    *,
+    precision: str,
+    checkpointing: str,
+    attention: str,
+    moe: bool,
+    lora: bool,
+    frozen: bool = False,
 ) -> str | None:
     """Why ``--compile`` is not modelled for this job (None: it is)."""
     if checkpointing in UNCHANGED_POLICIES:
@@ -116,8 +123,8 @@ def compile_problem(
         )
     if attention == "eager":
         return "compile with attention 'eager': measured with SDPA; use --attention sdpa/flash"
-    if moe or lora:
-        what = "a MoE layer" if moe else "LoRA adapters"
+    if moe or lora or frozen:
+        what = "a MoE layer" if moe else "LoRA adapters" if lora else "frozen layers"
         return (
             f"compile with {what}: torch.compile's saved set was measured on dense, fully "
             "trained decoder layers; use --checkpointing full or drop --compile"
@@ -134,6 +141,7 @@ def raise_if_not_modelled(
     moe: bool,
     lora: bool,
     engine: str,
+    frozen: bool = False,
 ) -> None:
     problem = compile_problem(
         model_type,
@@ -142,6 +150,7 @@ def raise_if_not_modelled(
         attention=attention,
         moe=moe,
         lora=lora,
+        frozen=frozen,
     )
     if problem is not None:
         raise NotModelledError(problem, engine=engine)

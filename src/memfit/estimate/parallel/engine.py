@@ -107,6 +107,7 @@ def _check_compile(shape: DecoderShape, w: WorkloadSpec) -> None:
         attention=w.attention,
         moe=shape.moe,
         lora=w.lora_rank is not None,
+        frozen=w.freeze_layers > 0,
         engine="analytic",
     )
     if w.checkpointing not in UNCHANGED_POLICIES and not shape.gated:
