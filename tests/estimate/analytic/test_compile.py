@@ -94,9 +94,26 @@ def test_compile_takes_the_dropped_tensors_off_every_layer(policy: str) -> None:
     assert saved > 0
 
 
-def test_full_checkpointing_keeps_the_same_activations() -> None:
-    """Under full checkpointing the blocks keep their input, compiled or not."""
-    assert _acts(checkpointing="full", compile=True) == _acts(checkpointing="full")
+def test_full_checkpointing_keeps_the_inputs_and_compiles_the_recomputed_layer() -> None:
+    """Under full checkpointing the blocks keep their input, compiled or not (the forward is
+    the same); in backward the recomputed layer rises by its compiled set, at most by eager's
+    (here, batch 2 x 1024, that layer's backward is the peak: lower by a part of one layer)."""
+
+    def run(**kw):
+        wl = WorkloadSpec(
+            gpus=8, shard="fsdp", batch_size=BATCH, seq_len=SEQ, precision="bf16-mixed",
+            checkpointing="full", **kw,
+        )  # fmt: skip
+        return estimate("llama-3.1-8b", wl, engine="analytic")
+
+    eager, compiled = run(), run(compile=True)
+    fwd = "forward"
+    assert compiled.phases[fwd].peak_allocated_bytes == eager.phases[fwd].peak_allocated_bytes
+    one_layer = saved_per_token(
+        "llama", "eager", "none", hidden=HIDDEN, kv=KV, ffn=FFN, heads=HEADS
+    )
+    drop = eager.components["activations"] - compiled.components["activations"]
+    assert 0 < drop < one_layer * TOKENS
 
 
 def test_the_trace_and_derived_engines_refuse_compile() -> None:
@@ -145,3 +162,31 @@ def test_coefficients_are_exact_fractions() -> None:
     for table in SAVED_PER_TOKEN.values():
         for coeffs in table.values():
             assert all(isinstance(c, Fraction) for c in coeffs) and len(coeffs) == 5
+
+
+def test_a_recomputed_layer_rises_by_its_compiled_recomputed_set() -> None:
+    """A backward point above the backward's start (the checkpointed layer recomputed) is
+    scaled by the recomputed set's ratio; releases and the forward by the saved set's."""
+    from memfit.estimate.analytic.compile import compiled_profile, recompute_ratio
+    from memfit.estimate.analytic.step import BlockProfile
+
+    dims = {"hidden": HIDDEN, "kv": KV, "ffn": FFN, "heads": HEADS}
+    r_rec = recompute_ratio("llama", "selective-op", **dims)
+    kept = {
+        m: saved_per_token("llama", m, "none", **dims)
+        - saved_per_token("llama", m, "selective-op", **dims)
+        for m in ("eager", "compile")
+    }
+    assert r_rec == pytest.approx(float(kept["compile"] / kept["eager"]))
+    assert recompute_ratio("llama", "none", **dims) is None
+    assert recompute_ratio("llama", "full", **dims) == compile_ratio("llama", "none", **dims)
+    prof = BlockProfile(
+        fwd=[(0, 0, 0, 1000, 0, 0)],
+        fwd_end=(0, 0, 0, 1000, 0, 0),
+        bwd=[(0, 0, 0, 2000, 0, 50), (0, 0, 0, -500, 0, 0)],
+        bwd_end=(0, 0, 0, -1000, 0, 0),
+    )
+    out = compiled_profile(prof, 0.5, r_rec)
+    assert out.fwd_end[3] == 500 and out.bwd_end[3] == -500
+    assert out.bwd[0] == (0, 0, 0, round(2000 * r_rec), 0, 50)
+    assert out.bwd[1][3] == -250

@@ -85,7 +85,7 @@ def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None
         if wl.checkpointing in MEASURED_POLICIES:  # full: the profile is left as is
             dims = {"hidden": arch.hidden, "kv": arch.kv_dim, "ffn": arch.ffn}
             ratio = compile_ratio(arch.model_type, wl.checkpointing, heads=arch.n_heads, **dims)
-        sim.notes.append(compile_note(wl.checkpointing, engine="analytic", ratio=ratio))
+        sim.notes.append(compile_note(wl.checkpointing, ratio=ratio))
 
 
 def estimate_many(

@@ -275,7 +275,7 @@ def _notes(
     if getattr(w, "float8", "none") != "none":
         notes.append(FLOAT8_NOTE)
     if getattr(w, "compile", False):
-        notes.append(compile_note(w.checkpointing, engine="closed form"))
+        notes.append(compile_note(w.checkpointing))
     if w.pp > 1 and w.grad_accum < w.pp:
         notes.append(
             f"grad_accum ({w.grad_accum}) is the pipeline's micro-batch count: fewer than pp "
