@@ -18,12 +18,14 @@ fit at Llama-3.1-8B's proportions (``benchmarks/results/compile_saved.md``).
 :data:`SAVED_PER_TOKEN` holds those coefficients; ``tests/estimate/analytic/test_compile.py``
 measures a tiny block again and compares.
 
-How the engines use them: the ratio compile / eager of the fitted bytes at the model's own
-widths scales the activations a layer keeps (the analytic engine: the activation component of
-every point of the layer's profile; the per-rank closed form: its per-layer saved bytes and
-the recomputed layer of full / op checkpointing). Under ``full`` checkpointing (and host
+How the engines use them: the analytic engine scales the activation component of a layer's
+profile by the ratio compile / eager of the fitted bytes at the model's own widths (forward
+points and the passes' net changes by the saved set's ratio, a backward point's rise — the
+layer a checkpoint recomputes — by the recomputed set's, :func:`recompute_ratio`); the per-rank
+closed form takes off the tensors the measurement drops that it counts (:func:`dropped`,
+``parallel.memory.compile_dropped_elements``). Under ``full`` checkpointing (and host
 checkpoints) compile changes nothing between blocks: the checkpoint keeps the block's input
-either way, so the profile is left as is. Inductor's fused kernels also lower transient peaks
+either way; only the recomputed layer is compiled. Inductor's fused kernels also lower transient peaks
 inside a block (not modelled: the eager transients stay, an over-estimate).
 """
 
