@@ -25,8 +25,8 @@ layer a checkpoint recomputes — by the recomputed set's, :func:`recompute_rati
 closed form takes off the tensors the measurement drops that it counts (:func:`dropped`,
 ``parallel.memory.compile_dropped_elements``). Under ``full`` checkpointing (and host
 checkpoints) compile changes nothing between blocks: the checkpoint keeps the block's input
-either way; only the recomputed layer is compiled. Inductor's fused kernels also lower transient peaks
-inside a block (not modelled: the eager transients stay, an over-estimate).
+either way; only the recomputed layer is compiled. Inductor's fused kernels also lower
+transient peaks inside a block (not modelled: the eager transients stay, an over-estimate).
 """
 
 from __future__ import annotations
