@@ -813,6 +813,19 @@ FLAGS: tuple[Flag, ...] = (
         field="float8_all_gather",
         commands=ESTIMATE_LIKE,
     ),
+    Flag(
+        name="--compile",
+        dest="compile",
+        kind="switch",
+        default=False,
+        help="the transformer blocks run under torch.compile (torchtitan compile.enable, "
+        "torchtune compile: True, HF torch_compile=True): AOTAutograd's min-cut partitioner "
+        "saves less for backward than eager autograd (measured per block kind; "
+        "benchmarks/results/compile_saved.md); training, analytic engine and per-rank closed "
+        "form only",
+        field="compile",
+        commands=ESTIMATE_LIKE,
+    ),
 )
 
 

@@ -45,6 +45,7 @@ PIPELINE_REFUSED = {
     "checkpointing": None,
     "shard": None,
     "optimizer": None,
+    "compile": None,
 }
 
 #: flags of the inference pipeline that mean nothing to a training run: refused when set
@@ -65,6 +66,7 @@ TRAIN_UNSUPPORTED = {
     "freeze": (0,),
     "grad_accum": (1,),
     "float8": ("none",),
+    "compile": (False,),
 }
 
 

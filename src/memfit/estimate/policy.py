@@ -85,6 +85,13 @@ def analytic_available() -> bool:
     return hasattr(module, "estimate_analytic")
 
 
+#: Why the trace and derived engines refuse ``--compile`` (they run or replay eager autograd).
+COMPILE_REFUSAL = (
+    "compile: the {engine} engine runs eager autograd (what torch.compile saves for backward "
+    "is not what eager saves); the analytic engine models it (--engine analytic)"
+)
+
+
 def run_engine(
     name: str,
     source: Any,
@@ -109,6 +116,8 @@ def run_engine(
             return run_engine(name, source, w, gpu, extrapolate=extrapolate)
 
         return with_generation(source, workload, inner)
+    if workload.compile and name in ("derived", "trace"):
+        raise NotModelledError(COMPILE_REFUSAL.format(engine=name), engine=name)
     if name == "analytic":
         from memfit.estimate.analytic import estimate_analytic
 
@@ -273,6 +282,9 @@ class EnginePolicy:
         if self.engine != "auto":
             est = run_engine(self.engine, source, workload, gpu, extrapolate=extrapolate)
             return with_reason(est, f"--engine {self.engine}")
+        if workload.compile and not is_parallel_job(workload):
+            est = run_engine("analytic", source, workload, gpu)
+            return with_reason(est, "auto: --compile is modelled by the analytic engine only")
         fast = self._validated_fast(source, workload, gpu, extrapolate)
         if fast is not None:
             return fast
@@ -401,6 +413,8 @@ class EnginePolicy:
 
             if w.num_beams > 1 or w.cache_implementation != "dynamic":
                 raise NotModelledError("no guide for beams or a static cache", engine="derived")
+            if w.compile:
+                raise NotModelledError(COMPILE_REFUSAL.format(engine="derived"), engine="derived")
 
             return with_reason(guide_derived(source, w, gpu=gpu), reason)
 
@@ -414,7 +428,7 @@ class EnginePolicy:
         def first(w: WorkloadSpec, settles: Callable[[MemoryEstimate], bool]) -> Any:
             from memfit.estimate.derived import estimate_first
 
-            if w.num_beams > 1 or w.cache_implementation != "dynamic":
+            if w.num_beams > 1 or w.cache_implementation != "dynamic" or w.compile:
                 return None
             try:
                 est = estimate_first(source, w, gpu=gpu, settles=settles, progress=progress.report)

@@ -98,7 +98,9 @@ def nearest_fit(model: Any, w: WorkloadSpec, gpu: Any, *, model_name: str) -> Ne
         return None
     gpu_name = gpu if isinstance(gpu, str) else getattr(gpu, "name", str(gpu))
     command = plan_command(model_name, w, gpu_name)
-    if w.tp > 1 or w.shard not in ("none", "ddp") or w.offload != "none":
+    # the planner searches eager jobs (PlanRequest has no torch.compile): no change for a
+    # --compile job, only the command
+    if w.tp > 1 or w.shard not in ("none", "ddp") or w.offload != "none" or w.compile:
         return NearestFit(change=None, plan=None, kind=None, command=command)
     try:
         source = model if isinstance(model, ModelSource) else resolve_model(str(model))

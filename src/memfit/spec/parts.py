@@ -135,6 +135,7 @@ class TechniqueSpec:
     zero_grad_set_to_none: bool = True
     optimizer_in_bwd: bool = False
     loss: str = "full"  # the training cross-entropy (rules.LOSSES)
+    compile: bool = False  # the blocks run under torch.compile (WorkloadSpec.compile)
 
     def __post_init__(self) -> None:
         raise_if(self.problems())
@@ -142,6 +143,7 @@ class TechniqueSpec:
     def problems(self) -> list[str]:
         own: tuple[str, ...] = ("precision", "attention", "checkpointing", "optimizer")
         own += ("freeze_layers", "optimizer_in_bwd", "loss")
+        own += ("compile",)
         values = {k: getattr(self, k) for k in own}
         for name in ("optimizer", "precision"):
             if values[name] is None:
@@ -181,6 +183,7 @@ class TechniqueSpec:
             "zero_grad_set_to_none": self.zero_grad_set_to_none,
             "optimizer_in_bwd": self.optimizer_in_bwd,
             "loss": self.loss,
+            "compile": self.compile,
             **self.quantization.flat(),
         }
 

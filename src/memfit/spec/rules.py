@@ -462,6 +462,7 @@ FIELD_RULES: dict[str, Rule] = {
     "freeze_layers": _count_or_zero,
     "zero_grad_set_to_none": _switch,
     "optimizer_in_bwd": _switch,
+    "compile": _switch,
     "prepare_kbit": _switch,
     "quant_experts": _switch,
     "grad_accum": _positive(MAX_GRAD_ACCUM, "is more micro-batches per step than memfit models"),

@@ -92,6 +92,10 @@ class WorkloadSpec:
     optimizer_in_bwd: bool = False
     #: the LM head's cross-entropy in training (rules.LOSSES): full logits, chunked, or fused
     loss: str = "full"
+    #: the transformer blocks run under ``torch.compile`` (torchtitan ``compile.enable``,
+    #: torchtune ``compile: True``, HF ``torch_compile=True``): AOTAutograd's min-cut
+    #: partitioner picks what a block saves for backward (``estimate.analytic.compile``)
+    compile: bool = False
     quant: str = "none"
     quant_group_size: int = 128
     prepare_kbit: bool = False
@@ -287,6 +291,11 @@ class WorkloadSpec:
                 "beside LoRA adapters: it needs --lora-rank and --mode train (a full fine-tune "
                 "trains every module already)"
             )
+        if self.compile is True and self.mode != "train":
+            p.append(
+                "compile with mode 'infer': memfit models what torch.compile saves for backward "
+                "in training; drop --compile"
+            )
         if self.mode == "infer" and self.offload == "optimizer":
             p.append("offload 'optimizer' has no effect with mode 'infer' (there is no optimizer)")
         if self.mode == "infer" and self.shard in ("zero1", "zero2", "fsdp"):
@@ -417,6 +426,8 @@ class WorkloadSpec:
             d.pop("optimizer_in_bwd")
         if self.loss == "full":
             d.pop("loss")
+        if not self.compile:
+            d.pop("compile")
         for name, default in PARALLEL_DEFAULTS.items():  # printed where a job uses them
             if d[name] == default:
                 d.pop(name)

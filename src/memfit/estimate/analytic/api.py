@@ -12,6 +12,13 @@ from typing import Any
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import fastpath, sharding
 from memfit.estimate.analytic.arch import Arch
+from memfit.estimate.analytic.compile import (
+    MEASURED_POLICIES,
+    UNCHANGED_POLICIES,
+    compile_note,
+    compile_ratio,
+    raise_if_not_modelled,
+)
 from memfit.estimate.analytic.distributed import per_rank_config
 from memfit.estimate.analytic.engine import Simulated, simulate
 from memfit.estimate.analytic.graph import TEMP, Vec
@@ -88,6 +95,13 @@ def _band_of(config: dict[str, Any], workload: WorkloadSpec) -> tuple[str | None
 def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None:
     if note := unquantized_layers_note(str(config.get("model_type", "")), wl.quant):
         sim.notes.append(note)
+    if wl.compile and wl.is_train:
+        arch = read_arch(config if wl.tp == 1 else per_rank_config(config, wl.tp))
+        ratio = None
+        if wl.checkpointing in MEASURED_POLICIES:  # full: the profile is left as is
+            dims = {"hidden": arch.hidden, "kv": arch.kv_dim, "ffn": arch.ffn}
+            ratio = compile_ratio(arch.model_type, wl.checkpointing, heads=arch.n_heads, **dims)
+        sim.notes.append(compile_note(wl.checkpointing, ratio=ratio))
 
 
 def estimate_many(
@@ -214,11 +228,44 @@ def _prepare(config: dict[str, Any], wl: WorkloadSpec) -> tuple[Any, str]:
     check_positions(config, wl, task)
     check_freeze_depth(wl, arch.n_layers)
     check_generation(wl, task)
+    if wl.compile:
+        _check_compile(arch, wl)
     try:
         prog = program_for(arch, task, lora_rank=wl.lora_rank if wl.is_train else None)
     except SpecError as exc:  # every refusal of program_for is a family/task/technique it lacks
         raise NotModelledError(str(exc), engine="analytic") from None
     return prog, task
+
+
+def _check_compile(arch: Arch, wl: WorkloadSpec) -> None:
+    """``--compile`` where its saved set is measured (``compile.compile_problem``); the ratio
+    assumes the query width is the hidden width (what the fit's basis spans)."""
+    raise_if_not_modelled(
+        arch.model_type,
+        precision=wl.run_precision,
+        checkpointing=wl.checkpointing,
+        attention=wl.attention,
+        moe=arch.n_experts > 0,
+        lora=wl.lora_rank is not None,
+        frozen=wl.freeze_layers > 0,
+        engine="analytic",
+    )
+    if wl.checkpointing in UNCHANGED_POLICIES:
+        return
+    if wl.tp > 1:
+        raise NotModelledError(
+            f"compile with tp {wl.tp}: the analytic engine runs tensor parallelism as a narrower "
+            "layer, whose compiled saved set is not measured; add --sp (the per-rank closed "
+            "form), use --checkpointing full, or drop --compile",
+            engine="analytic",
+        )
+    if arch.q_dim != arch.hidden:
+        raise NotModelledError(
+            f"compile with heads x head_dim ({arch.q_dim}) != hidden_size ({arch.hidden}): "
+            "torch.compile's saved set was measured on layers whose query width is the hidden "
+            "width; use --checkpointing full or drop --compile",
+            engine="analytic",
+        )
 
 
 def _arch(config: dict[str, Any]) -> Arch:

@@ -18,6 +18,13 @@ from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.analytic.blocks import Shared, Work
+from memfit.estimate.analytic.compile import (
+    UNCHANGED_POLICIES,
+    compile_problem,
+    compile_ratio,
+    compiled_profile,
+    recompute_ratio,
+)
 from memfit.estimate.analytic.compose import (
     ID_BYTES,
     Simulated,
@@ -66,6 +73,24 @@ def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
 HALF_PRECISIONS = ("bf16-true", "16-true")
 
 
+def _compile_measured(a: Any, wl: WorkloadSpec) -> bool:
+    """Whether torch.compile's sets are measured for this layer: always for the policies
+    ``api._check_compile`` let through; under full checkpointing (which it lets through for
+    any layer) where the recomputed layer, as without checkpointing, is measured."""
+    if wl.checkpointing not in UNCHANGED_POLICIES:
+        return True
+    problem = compile_problem(
+        a.model_type,
+        precision=wl.run_precision,
+        checkpointing="none",
+        attention=wl.attention,
+        moe=a.n_experts > 0,
+        lora=wl.lora_rank is not None,
+        frozen=wl.freeze_layers > 0,
+    )
+    return problem is None and wl.tp == 1 and a.q_dim == a.hidden
+
+
 def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockProfile:
     """One of a chain program's blocks (``kind``: embed, layer, head) under ``wl``."""
     a = prog.a
@@ -103,7 +128,7 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
         o.g.hold(out)
         return x, [out]
 
-    return run_workload_block(
+    prof = run_workload_block(
         wl,
         body,
         model_type=a.model_type,
@@ -112,6 +137,14 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
         repeated=kind == "layer",
         **kw,
     )
+    if kind == "layer" and w.train and wl.compile and _compile_measured(a, wl):
+        # torch.compile's saved set and recomputed set (compile.py)
+        dims = {"hidden": h, "kv": a.kv_dim, "ffn": a.ffn, "heads": a.n_heads}
+        ratio = compile_ratio(a.model_type, wl.checkpointing, **dims)
+        prof = compiled_profile(
+            prof, ratio, recompute_ratio(a.model_type, wl.checkpointing, **dims)
+        )
+    return prof
 
 
 def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:

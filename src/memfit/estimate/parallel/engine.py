@@ -13,7 +13,13 @@ import dataclasses
 import platform
 from typing import Any
 
-from memfit.errors import SpecError
+from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.analytic.compile import (
+    UNCHANGED_POLICIES,
+    compile_note,
+    compile_problem,
+    raise_if_not_modelled,
+)
 from memfit.estimate.analytic.reserved import reserved_bytes
 from memfit.estimate.device import allocator_workspaces, device_totals, fit_verdict
 from memfit.estimate.parallel.memory import Layout, RankBytes, layout_of, rank_bytes
@@ -60,6 +66,10 @@ def per_rank(
     if sequence_parallel is not None:
         lay = dataclasses.replace(lay, sequence_parallel=sequence_parallel and w.tp > 1)
     _check(shape, w, lay)
+    if lay.compile:
+        _check_compile(shape, w)
+        if w.checkpointing in UNCHANGED_POLICIES and not _recompute_measured(shape, w):
+            lay = dataclasses.replace(lay, compile=False)
     try:
         stages = pipeline_ranks(
             shape.n_layers,
@@ -71,6 +81,41 @@ def per_rank(
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     return stages, [rank_bytes(shape, s, lay) for s in stages]
+
+
+def _recompute_measured(shape: DecoderShape, w: WorkloadSpec) -> bool:
+    """Whether the compiled saved set of the layer full checkpointing recomputes in backward
+    is measured (as without checkpointing)."""
+    problem = compile_problem(
+        shape.model_type,
+        precision=w.run_precision,
+        checkpointing="none",
+        attention=w.attention,
+        moe=shape.moe,
+        lora=False,
+    )
+    return problem is None and shape.gated
+
+
+def _check_compile(shape: DecoderShape, w: WorkloadSpec) -> None:
+    """``--compile`` where torch.compile's saved set is measured: the model types and settings
+    of ``memfit.estimate.analytic.compile`` on a dense gated (SwiGLU) layer."""
+    raise_if_not_modelled(
+        shape.model_type,
+        precision=w.run_precision,
+        checkpointing=w.checkpointing,
+        attention=w.attention,
+        moe=shape.moe,
+        lora=w.lora_rank is not None,
+        frozen=w.freeze_layers > 0,
+        engine="analytic",
+    )
+    if w.checkpointing not in UNCHANGED_POLICIES and not shape.gated:
+        raise NotModelledError(
+            "compile with a plain (not gated) MLP: torch.compile's saved set was measured on "
+            "SwiGLU layers; use --checkpointing full or drop --compile",
+            engine="analytic",
+        )
 
 
 def _check(shape: DecoderShape, w: WorkloadSpec, lay: Layout) -> None:
@@ -165,8 +210,8 @@ def _check_float8_gpu(w: WorkloadSpec, gpu: Any) -> None:
 
 FLOAT8_NOTE = (
     "Float8 (torchao Float8Linear): the blocks' linears save their bf16 inputs as without it; "
-    "counted: fp8 casts in backward, fp8 all-gather where set. torch.compile is not modelled "
-    "(it fuses the amax and cast kernels); no eager Float8 run has been measured"
+    "counted: fp8 casts in backward, fp8 all-gather where set. torch.compile's fusion of the "
+    "amax and cast kernels is not modelled; no eager Float8 run has been measured"
 )
 
 
@@ -229,6 +274,8 @@ def _notes(
     ]
     if getattr(w, "float8", "none") != "none":
         notes.append(FLOAT8_NOTE)
+    if getattr(w, "compile", False):
+        notes.append(compile_note(w.checkpointing))
     if w.pp > 1 and w.grad_accum < w.pp:
         notes.append(
             f"grad_accum ({w.grad_accum}) is the pipeline's micro-batch count: fewer than pp "

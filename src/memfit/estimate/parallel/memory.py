@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memfit.estimate.analytic.compile import dropped
 from memfit.estimate.optim_states import optimizer_state_bytes
 from memfit.estimate.parallel.schedule import RankStages
 from memfit.estimate.parallel.shape import DecoderShape
@@ -128,6 +129,8 @@ class Layout:
     sequence_parallel: bool
     float8: str = "none"
     float8_all_gather: bool = False
+    #: ``--compile``: the blocks run under torch.compile (:func:`compile_dropped_elements`)
+    compile: bool = False
 
     @property
     def tokens(self) -> int:
@@ -253,7 +256,35 @@ def layer_activation_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: 
     - ``selective-op`` (torchtitan's per-op SAC, :func:`op_sac_per_token`): the layer's input,
       the attention kernel's output and statistics and every other matmul's output.
     - ``full``: the layer's input only, ``h`` (``/t`` with sequence parallelism).
+
+    Under ``--compile`` the tensors torch.compile does not keep are taken off
+    (:func:`compile_dropped_elements`).
     """
+    eager = _eager_layer_bytes(shape, lay, moe=moe, how=how)
+    if not lay.compile or moe:
+        return eager
+    return eager - int(lay.tokens * compile_dropped_elements(shape, lay, how) * lay.act_bytes)
+
+
+def compile_dropped_elements(shape: DecoderShape, lay: Layout, how: str) -> float:
+    """Elements per token a dense layer's saved set loses under torch.compile, as this closed
+    form counts the saved set: the measured compile - eager difference of the model type's
+    layer (:func:`memfit.estimate.analytic.compile.dropped`) less what this closed form never
+    counted. Without checkpointing: RMSNorm's fp32 copies (this closed form counts fused norms)
+    are not here to drop; the SiLU output (``ffn / t``) is. Under ``selective`` the block's
+    last linear output was never counted; under ``selective-op`` it is (w2's full-width partial
+    sum ``h``, and under sequence parallelism its reduce-scatter output ``h / t``), dropped
+    where the measurement drops it. Under full checkpointing nothing (the input is kept)."""
+    if how not in ("none", "selective-op"):
+        return 0.0
+    delta = dropped(shape.model_type, how)
+    if how == "none":
+        return float(-delta[2] / 2) * shape.ffn / lay.tp  # 2 bytes per 16-bit element
+    last_linear = shape.hidden + (shape.hidden / lay.tp if lay.sequence_parallel else 0)
+    return float(-delta[0] / 2) * last_linear
+
+
+def _eager_layer_bytes(shape: DecoderShape, lay: Layout, *, moe: bool, how: str) -> int:
     t, a_b, tokens = lay.tp, lay.act_bytes, lay.tokens
     rep_div = t if lay.sequence_parallel else 1
     if how == "full":
@@ -539,6 +570,7 @@ def layout_of(w: Any) -> Layout:
         sequence_parallel=sp and w.tp > 1,
         float8=getattr(w, "float8", "none"),
         float8_all_gather=bool(getattr(w, "float8_all_gather", False)),
+        compile=bool(getattr(w, "compile", False)),
     )
 
 

@@ -44,6 +44,7 @@ class DecoderShape:
     n_dense_layers: int  # leading dense layers of a MoE model (DeepSeek first_k_dense_replace)
     attention_params: int  # one layer's attention block (with its biases, without norms)
     norm_params: int  # one layer's norms
+    model_type: str = ""  # config.json's (what --compile's measured ratios are keyed by)
 
     @property
     def moe(self) -> bool:
@@ -128,6 +129,7 @@ def read_shape(spec: ModelSpec) -> DecoderShape:
         n_dense_layers=dense_first,
         attention_params=0,
         norm_params=norm,
+        model_type=str(spec.model_type or ""),
     )
     attention = _attention_params(spec, shape)
     return DecoderShape(**{**shape.__dict__, "attention_params": attention})
