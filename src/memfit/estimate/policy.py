@@ -85,6 +85,13 @@ def analytic_available() -> bool:
     return hasattr(module, "estimate_analytic")
 
 
+#: The note of a ``--compile`` job answered as its eager twin (``MemoryEstimate.notes``).
+COMPILE_AS_EAGER = (
+    "--compile not modelled here ({why}); answered for eager autograd, an upper bound: "
+    "torch.compile keeps 0.69-1.0 of the activations eager autograd keeps in the layers where "
+    "memfit measured it (benchmarks/results/compile_saved.md)"
+)
+
 #: Why the trace and derived engines refuse ``--compile`` (they run or replay eager autograd).
 COMPILE_REFUSAL = (
     "compile: the {engine} engine runs eager autograd (what torch.compile saves for backward "
@@ -283,7 +290,19 @@ class EnginePolicy:
             est = run_engine(self.engine, source, workload, gpu, extrapolate=extrapolate)
             return with_reason(est, f"--engine {self.engine}")
         if workload.compile and not is_parallel_job(workload):
-            est = run_engine("analytic", source, workload, gpu)
+            try:
+                est = run_engine("analytic", source, workload, gpu)
+            except NotModelledError as exc:
+                # compile only changes what a block saves for backward: where its saved set is
+                # not measured, the eager job's answer stands in as the upper end (measured
+                # compiled / eager: 0.69-1.0 of a layer's activations, compile_saved.md)
+                eager = self.estimate(
+                    source,
+                    dataclasses.replace(workload, compile=False),
+                    gpu,
+                    extrapolate=extrapolate,
+                )
+                return with_notes(eager, [COMPILE_AS_EAGER.format(why=exc)], first=True)
             return with_reason(est, "auto: --compile is modelled by the analytic engine only")
         fast = self._validated_fast(source, workload, gpu, extrapolate)
         if fast is not None:

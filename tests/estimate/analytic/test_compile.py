@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -190,3 +191,14 @@ def test_a_recomputed_layer_rises_by_its_compiled_recomputed_set() -> None:
     assert out.fwd_end[3] == 500 and out.bwd_end[3] == -500
     assert out.bwd[0] == (0, 0, 0, round(2000 * r_rec), 0, 50)
     assert out.bwd[1][3] == -250
+
+
+def test_auto_answers_an_unmeasured_compile_job_as_its_eager_twin_and_says_so() -> None:
+    """``--compile`` with LoRA (not measured): the default engine answers the eager job, an
+    upper bound, with a note naming why; never a refusal for a valid question."""
+    wl = WorkloadSpec(batch_size=1, seq_len=512, lora_rank=8, precision="bf16-true")
+    compiled = estimate("llama-3.1-8b", replace(wl, compile=True))
+    eager = estimate("llama-3.1-8b", wl)
+    assert compiled.peak_allocated_bytes == eager.peak_allocated_bytes
+    lead = "--compile not modelled here (compile with LoRA"
+    assert any(n.startswith(lead) for n in compiled.notes)
