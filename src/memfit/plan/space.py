@@ -110,8 +110,8 @@ class Settings:
         layout = parallel.flat() if parallel else {}
         layout.update((k, v) for k, v in flat.items() if k in PARALLEL_FIELDS)
         set_ = object.__setattr__
-        set_(self, "techniques", TechniqueSpec.from_flat(**tech))
-        set_(self, "parallel", ParallelSpec(**layout))
+        set_(self, "techniques", _shared(TechniqueSpec.from_flat, tech))
+        set_(self, "parallel", _shared(ParallelSpec, layout))
         set_(self, "micro_batch", micro_batch)
         set_(self, "grad_accum", grad_accum)
 
@@ -210,6 +210,29 @@ class Settings:
             f"mb {self.micro_batch}" + (f" x {self.grad_accum}" if self.grad_accum > 1 else "")
         )
         return ", ".join(parts)
+
+
+#: Validated spec parts by their flat fields (:func:`_shared`), at most this many kept.
+SHARED_PARTS_MAX = 4096
+_SHARED_PARTS: dict[tuple[Any, ...], Any] = {}
+
+
+def _shared(build: Any, flat: dict[str, Any]) -> Any:
+    """``build(**flat)``, one frozen record per distinct ``flat``: a plan search builds ~2 000
+    settings from a few dozen technique stacks and layouts, and validating each part anew was a
+    third of the "nearest change that fits" search (issue 32). Keyed with each value's type, so
+    that ``True`` and ``1`` stay apart; an unhashable value builds a new record."""
+    try:
+        key = (build, *((k, type(v), v) for k, v in sorted(flat.items())))
+        hash(key)
+    except TypeError:
+        return build(**flat)
+    part = _SHARED_PARTS.get(key)
+    if part is None:
+        if len(_SHARED_PARTS) >= SHARED_PARTS_MAX:
+            _SHARED_PARTS.clear()
+        part = _SHARED_PARTS[key] = build(**flat)
+    return part
 
 
 def dominates(worse: Settings, failed: Settings) -> bool:
