@@ -74,7 +74,10 @@ def fast_answers() -> dict[int, dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("i", range(len(JOBS)), ids=[f"{m}-{g}-{n}" for n, (m, _, g) in enumerate(JOBS)])
+IDS = [f"{m}-{g}-{n}" for n, (m, _, g) in enumerate(JOBS)]
+
+
+@pytest.mark.parametrize("i", range(len(JOBS)), ids=IDS)
 def test_fast_nearest_change_is_the_plain_searchs(
     i: int, fast_answers: dict[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
