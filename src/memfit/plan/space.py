@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from memfit.hardware.precision import FP16_COUNTERPART
@@ -68,8 +69,15 @@ SETTINGS_JSON = (
 
 
 def _view(part: str, name: str) -> Any:
-    """A read-only flat attribute of :class:`Settings`: ``name`` of its ``part`` record."""
-    return property(lambda self: getattr(getattr(self, part), name), doc=f"``{part}.{name}``")
+    """A read-only flat attribute of :class:`Settings`: ``name`` of its ``part`` record, read
+    once per instance (the records are frozen; a plan search reads these ~700 000 times:
+    issue 32)."""
+
+    def read(self: Any) -> Any:
+        return getattr(getattr(self, part), name)
+
+    read.__doc__ = f"``{part}.{name}``"
+    return cached_property(read)
 
 
 @dataclass(frozen=True, init=False)
@@ -141,7 +149,7 @@ class Settings:
     tp = _view("parallel", "tp")
     dp = _view("parallel", "dp")
 
-    @property
+    @cached_property
     def technique_key(self) -> tuple[Any, ...]:
         """Everything but the batch split: two settings with one key are one technique stack."""
         return (
