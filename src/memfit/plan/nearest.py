@@ -10,6 +10,8 @@ so elsewhere the line names the ``memfit plan`` command instead of running it.
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,9 +109,47 @@ def nearest_fit(model: Any, w: WorkloadSpec, gpu: Any, *, model_name: str) -> Ne
         source = take_media(source, w.media)
         if active().search_engines(source).search != "analytic":
             return NearestFit(change=None, plan=None, kind=None, command=command)
+        key = _job_key(source, w, gpu)
+        if key is not None and key in _ANSWERS:
+            _ANSWERS.move_to_end(key)
+            return _with_command(_ANSWERS[key], command)
         p = plan(source, request_of(w), gpu=gpu)
     except MemfitError:
         return NearestFit(change=None, plan=None, kind=None, command=command)
+    found = _answer(p, command)
+    if key is not None:
+        _ANSWERS[key] = found
+        while len(_ANSWERS) > MAX_ANSWERS_KEPT:
+            _ANSWERS.popitem(last=False)
+    return found
+
+
+#: Searched answers kept in this process (least recently used dropped first): ``memfit web``'s
+#: worker processes answer a repeated job without a second search (issue 32).
+MAX_ANSWERS_KEPT = 256
+_ANSWERS: OrderedDict[tuple[str, ...], NearestFit] = OrderedDict()
+
+
+def _job_key(source: ModelSource, w: WorkloadSpec, gpu: Any) -> tuple[str, ...] | None:
+    """Everything the search reads: the model (its config as read, its checkpoint's header
+    facts), the job, the GPU record and the engine policy; None (not kept) for a model memfit
+    builds by running code."""
+    if source.config is None:
+        return None
+    try:
+        config = json.dumps(source.config, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+    model = repr((source.name, source.origin, source.config_path, source.safetensors))
+    return (model, config, repr(source.spec), repr(w), repr(gpu), repr(active()))
+
+
+def _with_command(found: NearestFit, command: str) -> NearestFit:
+    return NearestFit(change=found.change, plan=found.plan, kind=found.kind, command=command)
+
+
+def _answer(p: Any, command: str) -> NearestFit:
+    """The plan's recommendation as the nearest change, else its nearest changes' first."""
     rec = p.recommended
     if rec is not None:
         kind = "changes the result" if rec.changes_result else "memory-only"

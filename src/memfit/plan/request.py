@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from memfit.errors import SpecError
@@ -181,7 +182,8 @@ class PlanOption:
     estimated — the estimate, the bytes it is charged, and whether it fits."""
 
     settings: Settings
-    workload: WorkloadSpec
+    #: the job it runs: (mode, seq_len, new_tokens); :attr:`workload` is built from it on use
+    job: tuple[str, int, int]
     cost: StepCost
     risk_level: int
     risk_reasons: tuple[str, ...]
@@ -192,6 +194,12 @@ class PlanOption:
     reason: str | None = None
     #: what the option changes about the job as asked (memfit.plan.recipe.changes)
     changes: tuple[Change, ...] = ()
+
+    @property
+    def workload(self) -> WorkloadSpec:
+        """The workload of one micro-batch (:meth:`Settings.workload`), built and validated when
+        first asked: a search visits a few dozen of its ~2 000 options (issue 32)."""
+        return _workload(self.settings, *self.job)
 
     @property
     def changes_result(self) -> bool:
@@ -223,3 +231,8 @@ class PlanOption:
             "components": None if est is None else dict(est.components),
             "device_used_bytes": None if est is None else est.device_used_bytes,
         }
+
+
+@lru_cache(maxsize=4096)
+def _workload(settings: Settings, mode: str, seq_len: int, new_tokens: int) -> WorkloadSpec:
+    return settings.workload(mode, seq_len, new_tokens)

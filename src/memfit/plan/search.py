@@ -318,7 +318,7 @@ class _Search:
         return PlanOption(
             changes=tuple(found),
             settings=s,
-            workload=s.workload(self.request.mode, self.request.seq_len, self.request.new_tokens),
+            job=(self.request.mode, self.request.seq_len, self.request.new_tokens),
             cost=self.cost(s),
             risk_level=level,
             risk_reasons=reasons,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from memfit.hardware.precision import FP16_COUNTERPART
@@ -68,8 +69,15 @@ SETTINGS_JSON = (
 
 
 def _view(part: str, name: str) -> Any:
-    """A read-only flat attribute of :class:`Settings`: ``name`` of its ``part`` record."""
-    return property(lambda self: getattr(getattr(self, part), name), doc=f"``{part}.{name}``")
+    """A read-only flat attribute of :class:`Settings`: ``name`` of its ``part`` record, read
+    once per instance (the records are frozen; a plan search reads these ~700 000 times:
+    issue 32)."""
+
+    def read(self: Any) -> Any:
+        return getattr(getattr(self, part), name)
+
+    read.__doc__ = f"``{part}.{name}``"
+    return cached_property(read)
 
 
 @dataclass(frozen=True, init=False)
@@ -110,8 +118,8 @@ class Settings:
         layout = parallel.flat() if parallel else {}
         layout.update((k, v) for k, v in flat.items() if k in PARALLEL_FIELDS)
         set_ = object.__setattr__
-        set_(self, "techniques", TechniqueSpec.from_flat(**tech))
-        set_(self, "parallel", ParallelSpec(**layout))
+        set_(self, "techniques", _shared(TechniqueSpec.from_flat, tech))
+        set_(self, "parallel", _shared(ParallelSpec, layout))
         set_(self, "micro_batch", micro_batch)
         set_(self, "grad_accum", grad_accum)
 
@@ -141,7 +149,7 @@ class Settings:
     tp = _view("parallel", "tp")
     dp = _view("parallel", "dp")
 
-    @property
+    @cached_property
     def technique_key(self) -> tuple[Any, ...]:
         """Everything but the batch split: two settings with one key are one technique stack."""
         return (
@@ -210,6 +218,29 @@ class Settings:
             f"mb {self.micro_batch}" + (f" x {self.grad_accum}" if self.grad_accum > 1 else "")
         )
         return ", ".join(parts)
+
+
+#: Validated spec parts by their flat fields (:func:`_shared`), at most this many kept.
+SHARED_PARTS_MAX = 4096
+_SHARED_PARTS: dict[tuple[Any, ...], Any] = {}
+
+
+def _shared(build: Any, flat: dict[str, Any]) -> Any:
+    """``build(**flat)``, one frozen record per distinct ``flat``: a plan search builds ~2 000
+    settings from a few dozen technique stacks and layouts, and validating each part anew was a
+    third of the "nearest change that fits" search (issue 32). Keyed with each value's type, so
+    that ``True`` and ``1`` stay apart; an unhashable value builds a new record."""
+    try:
+        key = (build, *((k, type(v), v) for k, v in sorted(flat.items())))
+        hash(key)
+    except TypeError:
+        return build(**flat)
+    part = _SHARED_PARTS.get(key)
+    if part is None:
+        if len(_SHARED_PARTS) >= SHARED_PARTS_MAX:
+            _SHARED_PARTS.clear()
+        part = _SHARED_PARTS[key] = build(**flat)
+    return part
 
 
 def dominates(worse: Settings, failed: Settings) -> bool:
