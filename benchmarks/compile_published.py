@@ -5,7 +5,7 @@
 
 Points: every row of ``benchmarks/data/multigpu_published.jsonl`` with ``"compile": true``
 (sources, versions and assumptions are in that file). Each is run as the ``memfit estimate``
-command ``benchmarks/multigpu_points.py`` prints for it, plus ``--compile`` (a subprocess with
+command ``benchmarks/multigpu_points.py`` prints for it (with ``--compile``; a subprocess with
 ``--json``; the float8 and sequence-parallel points go to the per-rank closed form, the others
 to the analytic engine). Where the source also measured the same job without torch.compile
 (torchtitan's Table 1 and 3 FSDP rows), the table gives that eager point too, so the saving
@@ -75,17 +75,19 @@ def run(point: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[str, An
     row["missing"] = other_missing(point)
     if row["missing"]:
         return row
-    argv = [*command(point), "--compile"]
+    argv = command(point)  # multigpu_points.command adds --compile for a compile point
     row["command"] = "memfit estimate " + " ".join(argv)
     predicted, row["engine"] = estimate_gib(argv, point["metric"])
     row["predicted_gib"] = round(predicted, 2)
     row["error"] = round(predicted / point["measured_gib"] - 1, 4)
     twin = by_id.get(EAGER_TWIN.get(point["id"], ""))
     if twin is not None:
-        eager_argv = command(twin)
+        # the eager twin on the engine that answers the compile point (the derived engine
+        # refuses --compile: the analytic engine answers), so the saving compares like with like
+        eager_argv = command(twin)[: command(twin).index("--engine")]
         if point.get("float8"):
-            eager_argv = [*eager_argv[: eager_argv.index("--engine")], "--float8", "tensorwise"]
-            eager_argv += ["--engine", "analytic"]
+            eager_argv += ["--float8", "tensorwise"]
+        eager_argv += ["--engine", "analytic"]
         eager_pred, _ = estimate_gib(eager_argv, twin["metric"])
         row["eager"] = {
             "id": twin["id"],

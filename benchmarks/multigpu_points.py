@@ -38,10 +38,15 @@ derived engine, transformers' training semantics) answers for the same job: a ga
 torchtitan's per-op selective checkpointing (``selective_ac_option = "op"``: every other matmul
 output saved) runs as memfit's ``selective-op``, the same policy (``--before`` runs it as
 ``selective``, every matmul output saved). torchtitan's tensor parallelism always shards the
-sequence (``--sp``); its Float8 points run as ``--float8 tensorwise`` (none is compared yet: every
-one also ran torch.compile). ``--closed-form`` answers every expressible point with the per-rank
-closed form (``memfit.estimate.parallel``) instead of the printed command; a LoRA or QLoRA point,
-which the closed form does not model (it answers them as full fine-tunes), is listed, not scored.
+sequence (``--sp``); its Float8 points run as ``--float8 tensorwise`` (``--float8-all-gather`` where
+the source's command sets ``enable_fsdp_float8_all_gather``), its torch.compile points with
+``--compile``. A Float8 point under per-op SAC run by a torchtitan whose ``_save_list`` has no
+``aten._scaled_mm`` (:data:`OP_SAC_RECOMPUTED_FLOAT8`: every Float8 linear output recomputed) is
+listed, not scored: memfit's closed form follows torchtitan since 114151ad4, which saves them all
+(``memfit.estimate.parallel.memory.OP_SAC_SAVES_FLOAT8_SINCE``). ``--closed-form`` answers every
+expressible point with the per-rank closed form (``memfit.estimate.parallel``) instead of the
+printed command; a LoRA or QLoRA point, which the closed form does not model (it answers them as
+full fine-tunes), is listed, not scored.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate.parallel.memory import OP_SAC_SAVES_FLOAT8_SINCE
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "multigpu_published.jsonl"
@@ -80,6 +86,12 @@ METRIC_FIELD = {
 }
 #: The engine that answers where the derived engine refuses a point (``--engine auto`` likewise).
 FALLBACK = "analytic"
+#: torchtitan commits (with their dates) that published Float8 points ran and whose per-op SAC
+#: ``_save_list`` lists no ``aten._scaled_mm`` (``torchtitan/parallelisms/parallelize_llama.py``
+#: at 9dec370, ``torchtitan/models/llama3/parallelize_llama.py`` at e7c0cae): a Float8 linear's
+#: output is recomputed there, saved since ``OP_SAC_SAVES_FLOAT8_SINCE`` (the rule memfit's
+#: closed form follows: ``memfit.estimate.parallel.memory``).
+OP_SAC_RECOMPUTED_FLOAT8 = {"9dec370": "2024-12-26", "e7c0cae": "2025-06-13"}
 #: Models not bundled with memfit: their config.json in the repository (sources in the data rows).
 MODEL_PATHS = {
     "yi-34b": "benchmarks/configs/yi-34b",
@@ -101,9 +113,24 @@ def missing(point: dict[str, Any]) -> list[str]:
     if point.get("expressible") is False:
         out.append(point["reason"])
         return out
-    if point.get("compile"):
-        out.append("torch.compile")
+    if point.get("float8") and point["checkpointing"] == "selective-op":
+        commit = torchtitan_commit(point)
+        if commit in OP_SAC_RECOMPUTED_FLOAT8:
+            out.append(
+                f"per-op SAC of torchtitan {commit} ({OP_SAC_RECOMPUTED_FLOAT8[commit]}): its "
+                "_save_list has no aten._scaled_mm, so every Float8 linear output is recomputed; "
+                "memfit models torchtitan since "
+                f"{OP_SAC_SAVES_FLOAT8_SINCE} (all saved) and has no flag for the older list"
+            )
     return out
+
+
+def torchtitan_commit(point: dict[str, Any]) -> str | None:
+    """The torchtitan commit a point's ``version`` names ("torchtitan 9dec370 (...)")."""
+    version = str(point.get("version", ""))
+    if point["framework"] != "torchtitan" or not version.startswith("torchtitan "):
+        return None
+    return version.split()[1]
 
 
 def shard_of(point: dict[str, Any]) -> str:
@@ -143,8 +170,11 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
     if lay.get("tp", 1) > 1 and point["framework"] == "torchtitan":
         argv += ["--sp"]  # torchtitan's TP plan always shards the sequence (apply_tp)
     if point.get("float8"):
-        # torchtitan's Float8 of 2024-12: dynamic tensorwise scaling; fp8 all-gather not stated
+        # torchtitan's Float8 of 2024-12: dynamic tensorwise scaling; fp8 all-gather where the
+        # point's source command sets it (float8_all_gather)
         argv += ["--float8", "tensorwise"]
+        if point.get("float8_all_gather"):
+            argv += ["--float8-all-gather"]
     for key, flag in (("optimizer", "--optimizer"), ("attention", "--attention")):
         if point.get(key):
             argv += [flag, str(point[key])]
@@ -153,6 +183,8 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
         argv += ["--lora-targets", point.get("lora_targets", "all-linear")]
     if point.get("quant", "none") != "none":
         argv += ["--quant", point["quant"]]
+    if point.get("compile"):
+        argv += ["--compile"]  # the blocks under torch.compile (memfit.estimate.analytic.compile)
     argv += ["--engine", "derived"]
     return argv
 
@@ -195,6 +227,7 @@ def closed_form_estimate(point: dict[str, Any], *, before: bool = False) -> dict
         extra["sequence_parallel"] = True
     if point.get("float8"):
         extra["float8"] = "tensorwise"
+        extra["float8_all_gather"] = bool(point.get("float8_all_gather"))
     work = WorkloadSpec(
         gpus=point["gpus"],
         tp=lay.get("tp", 1),

@@ -11,6 +11,7 @@ from benchmarks import multigpu_points
 from benchmarks.multigpu_points import FALLBACK, command, load, missing, run, run_cli
 
 from memfit.estimate.fastpath import grid_job
+from memfit.estimate.parallel.memory import OP_SAC_SAVES_FLOAT8_SINCE
 from memfit.spec import WorkloadSpec
 
 FIELDS = {
@@ -46,6 +47,12 @@ KNOWN_MISSES = {
     "aai-7b-lora-b6": OLD_LOGITS + "; FSDP1's reserved / allocated ratio",
     "aai-7b-lora-offload-b10": OLD_LOGITS + "; FSDP1 CPU offload",
     "peft-zero3-lora-70b-8gpu": OLD_LOGITS + "; DeepSpeed's parameter reuse window",
+    "tt-t4-70b-2d": (
+        "-24.6 %, mechanism not found: the closed form's full-checkpointing activations (29.8 "
+        "GiB) and loss transient (16.9 GiB) leave ~17 GiB of torchtitan 9dec370's 2D Float8 "
+        "run unexplained; a candidate, unchecked: the loss over 131,072 tokens x 16,032-wide "
+        "vocabulary shards outside the compiled blocks (8.4 GB per fp32 copy)"
+    ),
 }
 
 
@@ -95,6 +102,34 @@ def test_a_point_the_derived_engine_refuses_is_answered_by_the_analytic_engine(
     monkeypatch.setattr(multigpu_points.subprocess, "run", fake_run)
     out = run_cli(["llama-2-7b", "--gpus", "2", "--engine", "derived"])
     assert asked == ["derived", FALLBACK] and out["engine"].startswith("analytic")
+
+
+def test_trainy_points_gather_float8_weights_as_their_source_command_sets() -> None:
+    """Trainy's command sets ``enable_fsdp_float8_all_gather`` (quoted in the rows' notes); the
+    rows said nothing of it before, and memfit gathered bf16 weights for them."""
+    by_id = {p["id"]: p for p in load() if "id" in p}
+    for pid in ("trainy-h200-4n", "trainy-h200-8n"):
+        assert "--float8-all-gather" in command(by_id[pid]), pid
+        assert "enable_fsdp_float8_all_gather" in by_id[pid]["notes"], pid
+
+
+def test_compile_points_run_with_compile_unless_their_torchtitan_saves_what_memfit_does_not() -> (
+    None
+):
+    """torch.compile is modelled (``--compile``); a Float8 point under per-op SAC run by a
+    torchtitan whose save list has no ``aten._scaled_mm`` (9dec370, e7c0cae: every Float8 linear
+    output recomputed) is another job than memfit's (torchtitan since 114151ad4: all saved), so
+    it is listed with that reason, not scored; under full checkpointing the list does not
+    matter."""
+    by_id = {p["id"]: p for p in load() if "id" in p}
+    for pid in ("tt-t1-fsdp8-compile", "tt-t3-fsdp128-compile", "tt-t4-70b-2d"):
+        assert not missing(by_id[pid]), pid
+        assert "--compile" in command(by_id[pid]), pid
+    old = ("tt-t1-fsdp8-compile-float8", "tt-t3-fsdp128-compile-float8", "trainy-h200-4n")
+    for pid in (*old, "trainy-h200-8n"):
+        (reason,) = missing(by_id[pid])
+        assert "aten._scaled_mm" in reason and OP_SAC_SAVES_FLOAT8_SINCE in reason, pid
+    assert not any("torch.compile" in " ".join(missing(p)) for p in load())
 
 
 def _cases() -> list[object]:

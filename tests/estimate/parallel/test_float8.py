@@ -3,6 +3,8 @@
 import dataclasses
 
 import pytest
+import torch
+from torch._functorch.partitioners import get_default_op_list
 
 from memfit.errors import SpecError
 from memfit.estimate.parallel.memory import (
@@ -77,6 +79,16 @@ def test_under_op_sac_float8_keeps_every_linear_output(llama8):
     extra = layer_activation_bytes(llama8, fp8, moe=False, how="selective-op")
     extra -= layer_activation_bytes(llama8, bf16, moe=False, how="selective-op")
     assert extra == bf16.tokens * (1024 + 4096 + 14336) * 2
+
+
+def test_the_op_sac_float8_rule_rests_on_torchs_compute_intensive_list():
+    """The rule above is torchtitan's since 114151ad4 (``OP_SAC_SAVES_FLOAT8_SINCE``), which builds
+    its save set from torch's ``get_default_op_list().compute_intensive_ops``: that list must
+    hold ``aten._scaled_mm`` (the op a Float8 linear runs) and not count it as an ``aten.mm``.
+    Older torchtitan (9dec370, e7c0cae) listed ``aten.mm`` only: its Float8 points are not
+    scored (benchmarks/multigpu_points.py)."""
+    ops = get_default_op_list().compute_intensive_ops
+    assert torch.ops.aten._scaled_mm in ops and torch.ops.aten._scaled_mm != torch.ops.aten.mm
 
 
 def test_fp8_all_gather_gathers_the_blocks_in_one_byte(llama8):

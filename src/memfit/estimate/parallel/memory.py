@@ -99,6 +99,19 @@ P2P_BUFFERS = 2
 #: bytes, eager). Bytes per element of the largest linear's gradient, at once: a rule of thumb
 #: (no Float8 point without torch.compile has been measured: docs/accuracy.md).
 FLOAT8_BWD_CAST_BYTES = 1 + 1 + 2
+#: The torchtitan commit since which per-op SAC saves every Float8 linear's output, the rule
+#: :func:`op_sac_per_token` follows (memfit models the current torchtitan; it has no notion of
+#: an older one). 114151ad4 ("[SAC] Centralize selective AC policy and remove per-model op save
+#: lists", #2357, 2026-03-23) builds the save set from torch's
+#: ``get_default_op_list().compute_intensive_ops``, which lists ``aten._scaled_mm``. Before it
+#: each model's ``_save_list`` held ``aten.mm`` (counted, every other one saved), the SDPA
+#: kernels, ``reduce_scatter_tensor`` and ``aten.max`` (``abs`` too from bcebc0de5, 2024-11-26,
+#: to 88247277c, 2025-02-06), never ``aten._scaled_mm``: a Float8 linear's output was
+#: recomputed, none saved (``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370,
+#: ``torchtitan/models/llama3/parallelize_llama.py`` at e7c0cae). Published Float8 points run
+#: under op SAC with such a torchtitan are therefore another job (``benchmarks/
+#: multigpu_points.py``).
+OP_SAC_SAVES_FLOAT8_SINCE = "114151ad4"
 #: Bytes per element of a Float8 linear's weight gathered by FSDP2 with
 #: ``enable_fsdp_float8_all_gather`` (``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather``
 #: casts the shard to fp8 and all-gathers ``float8_training_tensor._data``: torchao 0.18
@@ -348,7 +361,8 @@ def op_sac_per_token(shape: DecoderShape, lay: Layout) -> float:
     # Float8 linears run aten._scaled_mm, which torchtitan's policy saves always (on torch's
     # compute-intensive list, ``_get_default_save_ops``) and does not count among the mms it
     # alternates (``mm_ops``: aten.mm, aten.linear): every linear output is kept (torchtitan
-    # ``torchtitan/distributed/activation_checkpoint.py`` at b5bcd76)
+    # ``torchtitan/distributed/activation_checkpoint.py`` at b5bcd76), as torchtitan does since
+    # :data:`OP_SAC_SAVES_FLOAT8_SINCE`; older torchtitan recomputed them (its docstring)
     every = 1 if lay.float8 != "none" else 2
     saved_mm = sum(n / d for i, (n, d) in enumerate(zip(mms, split, strict=True)) if i % every == 0)
     attention_out = shape.q_dim / t + shape.n_heads * 4 / (a_b * t)
