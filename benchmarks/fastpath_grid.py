@@ -174,10 +174,15 @@ def _error_pct(fast: dict[str, Any], trace: dict[str, Any], field: str) -> float
 
 
 def run_family(
-    item: tuple[str, str, str, int, tuple[str, ...]], batch: int, sink: str | None = None
+    item: tuple[str, str, str, int, tuple[str, ...]],
+    batch: int,
+    sink: str | None = None,
+    derived: bool = True,
 ) -> list[dict]:
     """Every job of one family (run in a worker process: forms stay in its memory); each row is
-    appended to the JSONL file ``sink`` as soon as it is measured (one line per write)."""
+    appended to the JSONL file ``sink`` as soon as it is measured (one line per write).
+    ``derived=False`` (``--skip-derived``): the derived engine is not run (it traces three more
+    batch sizes per row); the row says so (status "skipped")."""
     family, kind, origin, seq, jobs = item
     from memfit.estimate.analytic import supports
     from memfit.models import resolve_model
@@ -200,7 +205,11 @@ def run_family(
                                "batch": batch, "seq": seq, "new_tokens": w.new_tokens,
                                "lora_targets": w.lora_targets if w.lora_rank else None}  # fmt: skip
         row["trace"] = _one("trace", source, w)
-        row["derived"] = _one("derived", source, w)
+        row["derived"] = (
+            _one("derived", source, w)
+            if derived
+            else {"status": "skipped", "reason": "not run (--skip-derived)"}
+        )
         row["analytic"] = _one("analytic", source, w) if has_analytic else {"status": "none"}
         for eng in ("derived", "analytic"):
             for field, key in FIELDS:
@@ -258,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redo", help="with --resume: comma-separated families measured again "
                    "(their rows are replaced by the new ones)")  # fmt: skip
     p.add_argument("--first", help="comma-separated families run first (the rest follow)")
+    p.add_argument("--skip-derived", action="store_true",
+                   help="run the trace and analytic engines only (the derived engine traces "
+                   "three more batch sizes per row)")  # fmt: skip
     p.add_argument("--cache-dir", help="derived-form cache (default: a fresh temporary one)")
     p.add_argument("--out", default=str(RESULTS / "fastpath_grid"), help="output path stem")
     p.add_argument("--all", action="store_true", help="every type in tiny_models (default: 40)")
@@ -306,7 +318,10 @@ def _run(todo: list, args: argparse.Namespace, rows: list[dict], sink: str, star
     while pending:
         broken = []
         with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(run_family, it, args.batch, sink): it for it in pending}
+            futures = {
+                pool.submit(run_family, it, args.batch, sink, not args.skip_derived): it
+                for it in pending
+            }
             for fut in concurrent.futures.as_completed(futures):
                 item = futures[fut]
                 try:
@@ -374,7 +389,7 @@ def render(
     families = sorted({r["family"] for r in rows})
     compared = [r for r in rows if r.get("derived_alloc_err_pct") is not None]
     count = {s: sum(1 for r in rows if r.get("derived", {}).get("status") == s)
-             for s in ("ok", "refused", "error", "crash")}  # fmt: skip
+             for s in ("ok", "refused", "error", "crash", "skipped")}  # fmt: skip
     trace_bad = sum(1 for r in rows if r["trace"]["status"] != "ok")
     how = (
         "rendered from the rows of the .jsonl"
@@ -399,19 +414,21 @@ def render(
     lines += [
         f"- {len(families)} families, {len(rows)} rows: derived answered {count['ok']} "
         f"({len(compared)} compared with a trace), refused {count['refused']}, failed "
-        f"{count['error'] + count['crash']}; the trace itself failed on {trace_bad} rows",
+        f"{count['error'] + count['crash']}, not run {count['skipped']}; the trace itself "
+        f"failed on {trace_bad} rows",
         f"- rows by the memfit commit that measured them: {_by_commit(rows)}",
         "",
         f"Batch {args.batch} (never traced by the derived form: it traces batch 1-3, or 2-4 where "
         "batch 1 runs other kernels), bf16 weights; training = AdamW, `lora` = rank 8 on all "
         "linear layers, `ckpt` = full activation checkpointing, `lora_ckpt` = both, `mixed` = "
-        "bf16-mixed (fp32 weights, the full fine-tune's default; issue 32: run for a few "
-        "families so far), `lora_held` / `lora_ckpt_held` = `lora` / `lora_ckpt` holding the "
-        "earlier micro-batches' gradients (`zero_grad_set_to_none=False`: a plan's job under "
-        "gradient accumulation; a few families so far), `lora_selckpt_held` = the same with "
-        "selective checkpointing, `mixed_offload_held` = `mixed` with "
-        "DeepSpeed ZeRO-2 offloading the optimizer to host RAM, gradients held (the full "
-        f"fine-tune's plan on one GPU; a few families); `infer` decodes {NEW_TOKENS} new "
+        "bf16-mixed (fp32 weights, the full fine-tune's default), `lora_held` / "
+        "`lora_ckpt_held` = `lora` / `lora_ckpt` holding the earlier micro-batches' gradients "
+        "(`zero_grad_set_to_none=False`: a plan's job under gradient accumulation), "
+        "`lora_selckpt_held` = the same with selective checkpointing (issue 32: these run for "
+        "the families with an analytic program; derived 'not run' = measured with "
+        "`--skip-derived`), `mixed_offload_held` = `mixed` with DeepSpeed ZeRO-2 offloading the "
+        "optimizer to host RAM, gradients held (the full fine-tune's plan on one GPU; a few "
+        f"families); `infer` decodes {NEW_TOKENS} new "
         "tokens where the model generates (else one forward). Error = (fast - trace) / trace.",
         "",
         "| family | kind | job | trace alloc | trace reserved | derived alloc (err) "
@@ -428,13 +445,17 @@ def render(
         lines += ["", f"**Not run** ({len(missing)} jobs asked for but not measured by the runs "
                   "that wrote the .jsonl; `--resume` runs them): "
                   + "; ".join(f"{f}: {', '.join(js)}" for f, js in by.items())]  # fmt: skip
-    notes = [r for r in rows if any(r.get(e, {}).get("reason") for e in ENGINES)]
+
+    def noted(res: dict) -> bool:  # a skipped engine is counted in the summary, not listed
+        return bool(res.get("reason")) and res.get("status") != "skipped"
+
+    notes = [r for r in rows if any(noted(r.get(e, {})) for e in ENGINES)]
     if notes:
         lines += ["", "Reasons (refusals and failures, first line of each message):", ""]
         for r in notes:
             for e in ENGINES:
                 res = r.get(e, {})
-                if res.get("reason"):
+                if noted(res):
                     lines.append(f"- {r['family']} {r['job']}, {e} {res['status']}: "
                                  f"{res['reason']}")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -286,3 +286,30 @@ def test_per_layer_lists_are_unknown_not_errors() -> None:
         {"model_type": "openelm", "num_kv_heads": [3, 3, 4], "sliding_window": False}
     )
     assert spec.n_kv_heads is None and spec.sliding_window is None
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra", "kv", "ffn"),
+    [
+        ("gpt2", {"n_inner": None}, 4, 128),
+        ("gpt_bigcode", {"n_inner": None, "multi_query": True}, 1, 128),
+        ("falcon", {"ffn_hidden_size": None, "multi_query": False}, 4, 128),
+        ("gpt_neox", {"intermediate_size": 96}, 4, 96),
+        ("opt", {"ffn_dim": 96}, 4, 96),
+    ],
+)
+def test_keys_the_config_class_never_reads_are_skipped(model_type, extra, kv, ffn) -> None:
+    # issue 32: stray num_key_value_heads / intermediate_size keys (transformers keeps them as
+    # attributes, its model never reads them) made the analytic engine build GQA and a narrower
+    # MLP than transformers does
+    config = {
+        "model_type": model_type,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 64,
+        **extra,
+    }
+    spec = ModelSpec.from_config(config)
+    assert (spec.n_kv_heads, spec.intermediate_size) == (kv, ffn)

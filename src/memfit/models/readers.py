@@ -188,6 +188,24 @@ FAMILY_DEFAULTS["roberta"]["tie_word_embeddings"] = True
 Reader = Callable[[Mapping[str, Any], dict[str, Any]], None]
 READERS: dict[str, Reader] = {}
 
+#: model_type -> config.json spellings of :data:`KEY_TABLE` its transformers config class never
+#: reads (5.23): a config may carry them (transformers keeps unknown keys as attributes), but the
+#: model is built from the class's own key, so they are skipped. GPT2MLP / GPTBigCodeMLP size
+#: their MLP from ``n_inner`` (null: 4·n_embd) and GPT2Attention has one K/V head per query head
+#: (``models/gpt2/modeling_gpt2.py``; BigCode's K/V heads come from ``multi_query``); FalconMLP
+#: reads ``ffn_hidden_size`` and its K/V heads come from ``num_kv_heads`` / ``multi_query``
+#: (``models/falcon/configuration_falcon.py``); OPT's MLP is ``ffn_dim`` wide; GPT-NeoX and OPT
+#: have no grouped K/V. Found by the fast-path grid (issue 32): the tiny configs carry these
+#: keys, and the analytic engine built a 1-K/V-head, 64-wide MLP where transformers builds 2 and
+#: 128.
+IGNORED_KEYS: dict[str, frozenset[str]] = {
+    "gpt2": frozenset({"intermediate_size", "num_key_value_heads", "num_kv_heads"}),
+    "gpt_bigcode": frozenset({"intermediate_size", "num_key_value_heads", "num_kv_heads"}),
+    "falcon": frozenset({"intermediate_size", "num_key_value_heads"}),
+    "gpt_neox": frozenset({"num_key_value_heads", "num_kv_heads"}),
+    "opt": frozenset({"intermediate_size", "num_key_value_heads", "num_kv_heads"}),
+}
+
 
 def reader(*model_types: str) -> Callable[[Reader], Reader]:
     """Register a reader for ``model_types`` (run after the key table and the defaults)."""
@@ -217,7 +235,9 @@ def read_fields(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
     fields: dict[str, Any] = {}
     keys: dict[str, str] = {}
     defaults = FAMILY_DEFAULTS.get(str(config.get("model_type")), {})
+    ignored = IGNORED_KEYS.get(str(config.get("model_type")), frozenset())
     for name, spellings in KEY_TABLE.items():
+        spellings = tuple(k for k in spellings if k not in ignored)
         key, value = first_given(config, spellings)
         if key is None and name == "partial_rotary_factor":  # transformers 5 saves it here
             rope = config.get("rope_parameters")
