@@ -886,7 +886,7 @@ def workload_flags(w: WorkloadSpec, *, explicit: tuple[str, ...] = ()) -> str:
         if f.kind == "switch":
             out += [f.name] if value else []
         elif isinstance(value, tuple):
-            out.append(f"{f.name} {','.join(value)}")
+            out += [f"{f.name} {','.join(value)}"] if value else []
         else:
             out.append(f"{f.name} {value}")
     return " ".join(out)

@@ -285,9 +285,10 @@ class WorkloadSpec:
         p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
         p += self._optimizer_in_bwd_problems()
         p += self._loss_problems()
-        if self.lora_modules_to_save and (self.lora_rank is None or self.mode != "train"):
+        saved = self.lora_modules_to_save
+        if saved and isinstance(saved, tuple) and (self.lora_rank is None or self.mode != "train"):
             p.append(
-                f"lora_modules_to_save ({', '.join(self.lora_modules_to_save)}) are trained "
+                f"lora_modules_to_save ({', '.join(map(str, saved))}) are trained "
                 "beside LoRA adapters: it needs --lora-rank and --mode train (a full fine-tune "
                 "trains every module already)"
             )
