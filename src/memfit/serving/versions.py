@@ -23,7 +23,7 @@ logs named in each row and checked against the others in benchmarks/vllm_startup
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 
 from memfit.errors import NotModelledError, SpecError
@@ -196,34 +196,26 @@ VERSIONS: dict[str, VllmVersion] = {
             "sampler / non-torch constants are 0.19's, not refitted"
         ),
     ),
-    # 0.34: the extensible KV cache is the default on CUDA (vllm/config/vllm.py
-    # ``_resolve_extensible_kv_cache``; vllm/config/cache.py ``resolved_gpu_memory_utilization``:
-    # 1.0 when unset; ``DEFAULT_BLOCK_SIZE = 64``). The profile run is 0.20's, but
-    # ``profile_cudagraph_memory`` returns 0 with it (vllm/v1/worker/gpu/model_runner.py), and the
-    # cache is sized after warmup and capture by ``measure_kv_cache_bytes``
-    # (vllm/v1/worker/extensible_kv_cache.py): memfit.serving.extensible. Sampler / non-torch /
-    # context constants are 0.19's (no published 0.34 log was found to refit them).
-    "0.34": VllmVersion(
-        name="0.34",
-        engine="v1",
-        sampler_bytes_per_logit=14.9,
-        non_torch_bytes=int(0.25 * GiB),
-        non_torch_tp_bytes=int(2.1 * GiB),
-        hybrid_allocator=True,
-        tokens_from_concurrency=True,
-        cudagraph_in_budget=False,
-        moe_workspace_persists=True,
-        context_bytes=int(0.51 * GiB),
-        context_dist_bytes=int(1.53 * GiB),
-        extensible_kv_cache=True,
-        source="https://pypi.org/project/vllm/0.34.0/#files",
-        covers=(
-            "0.34: gpu_worker.py, extensible_kv_cache.py, gpu/warmup.py, config/cache.py, "
-            "config/vllm.py and core/kv_cache_planning.py read in the v0.34.0 sdist; sampler / "
-            "non-torch constants are 0.19's, not refitted"
-        ),
-    ),
 }
+# 0.34: the extensible KV cache is the default on CUDA (vllm/config/vllm.py
+# ``_resolve_extensible_kv_cache``; vllm/config/cache.py ``resolved_gpu_memory_utilization``:
+# 1.0 when unset; ``DEFAULT_BLOCK_SIZE = 64``). The profile run is 0.20's, but
+# ``profile_cudagraph_memory`` returns 0 with it (vllm/v1/worker/gpu/model_runner.py), and the
+# cache is sized after warmup and capture by ``measure_kv_cache_bytes``
+# (vllm/v1/worker/extensible_kv_cache.py): memfit.serving.extensible. Sampler / non-torch /
+# context constants are 0.19's (no published 0.34 log was found to refit them).
+VERSIONS["0.34"] = replace(
+    VERSIONS["0.20"],
+    name="0.34",
+    cudagraph_in_budget=False,
+    extensible_kv_cache=True,
+    source="https://pypi.org/project/vllm/0.34.0/#files",
+    covers=(
+        "0.34: gpu_worker.py, extensible_kv_cache.py, gpu/warmup.py, config/cache.py, "
+        "config/vllm.py and core/kv_cache_planning.py read in the v0.34.0 sdist; sampler / "
+        "non-torch constants are 0.19's, not refitted"
+    ),
+)
 #: The newest minor release memfit models (vLLM's current release on PyPI, 2026-12: 0.34.0).
 LATEST_MINOR = 34
 #: The version modelled when ``--vllm-version`` is not given and no vLLM is installed: the
