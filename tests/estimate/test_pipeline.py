@@ -87,10 +87,15 @@ def _without(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
 
 
 # -- the policy ----------------------------------------------------------------------------------
+#: A job the fast-path grid does not validate (eager attention is no grid job), so ``auto``
+#: answers it with the precise engine.
+UNVALIDATED = WorkloadSpec(attention="eager")
+
+
 def test_auto_answers_with_the_trace_engine_where_its_stack_is_installed(
     engines: FakeEngines,
 ) -> None:
-    est = EnginePolicy().estimate(resolve_model("gpt2"), WorkloadSpec(), None)
+    est = EnginePolicy().estimate(resolve_model("gpt2"), UNVALIDATED, None)
     assert est.engine == "trace" and engines.calls == ["trace"]
     assert not any(n.startswith("engine auto") for n in est.notes)
 
@@ -99,7 +104,7 @@ def test_auto_without_the_trace_stack_answers_with_analytic_and_says_why_first(
     engines: FakeEngines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _without(monkeypatch, "transformers")
-    est = EnginePolicy().estimate(resolve_model("gpt2"), WorkloadSpec(), None)
+    est = EnginePolicy().estimate(resolve_model("gpt2"), UNVALIDATED, None)
     assert engines.calls == ["analytic"]
     assert est.notes[0] == "engine auto: transformers is not installed; used analytic"
 
@@ -108,7 +113,7 @@ def test_auto_falls_back_to_analytic_when_the_trace_fails_and_says_why_first(
     engines: FakeEngines,
 ) -> None:
     engines.answers["trace"] = TraceError("no fake kernel for op X")
-    est = EnginePolicy().estimate(resolve_model("gpt2"), WorkloadSpec(), None)
+    est = EnginePolicy().estimate(resolve_model("gpt2"), UNVALIDATED, None)
     assert est.engine == "analytic" and engines.calls == ["trace", "analytic"]
     assert est.notes[0] == (
         "engine auto: the trace engine failed (no fake kernel for op X); used analytic"

@@ -382,7 +382,10 @@ def test_what_took_gigabytes_is_refused_under_a_3_gb_limit(
 def test_ctrl_c_in_a_real_run_exits_130_without_a_traceback() -> None:
     # a command that says it is running, then works until interrupted: the signal lands inside
     # main() every time, whatever the machine's load
+    # (SIGINT restored to Python's handler: a test run started in the background by a
+    # non-interactive shell inherits SIGINT ignored, which a user's terminal never does)
     prelude = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys, time, memfit.cli.entry as e\n"
         "def busy(_args):\n"
         "    print('running', flush=True)\n"
