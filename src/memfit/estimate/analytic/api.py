@@ -240,16 +240,7 @@ def _prepare(config: dict[str, Any], wl: WorkloadSpec) -> tuple[Any, str]:
 def _check_compile(arch: Arch, wl: WorkloadSpec) -> None:
     """``--compile`` where its saved set is measured (``compile.compile_problem``); the ratio
     assumes the query width is the hidden width (what the fit's basis spans)."""
-    raise_if_not_modelled(
-        arch.model_type,
-        precision=wl.run_precision,
-        checkpointing=wl.checkpointing,
-        attention=wl.attention,
-        moe=arch.n_experts > 0,
-        lora=wl.lora_rank is not None,
-        frozen=wl.freeze_layers > 0,
-        engine="analytic",
-    )
+    raise_if_not_modelled(arch.model_type, wl, moe=arch.n_experts > 0, engine="analytic")
     if wl.checkpointing in UNCHANGED_POLICIES:
         return
     if wl.tp > 1:

@@ -37,6 +37,7 @@ from fractions import Fraction
 from memfit.errors import NotModelledError
 from memfit.estimate.analytic.graph import ACTS, Vec
 from memfit.estimate.analytic.step import BlockProfile
+from memfit.spec import WorkloadSpec
 
 
 def _f(*coeffs: int) -> tuple[Fraction, ...]:
@@ -134,26 +135,25 @@ def compile_problem(
     return None
 
 
-def raise_if_not_modelled(
-    model_type: str,
-    *,
-    precision: str,
-    checkpointing: str,
-    attention: str,
-    moe: bool,
-    lora: bool,
-    engine: str,
-    frozen: bool = False,
-) -> None:
-    problem = compile_problem(
+def workload_compile_problem(
+    model_type: str, wl: WorkloadSpec, *, moe: bool, checkpointing: str | None = None
+) -> str | None:
+    """:func:`compile_problem` of ``wl`` on a layer of ``model_type`` (``checkpointing``: that
+    policy instead of the job's, e.g. "none" for the layer full checkpointing recomputes)."""
+    return compile_problem(
         model_type,
-        precision=precision,
-        checkpointing=checkpointing,
-        attention=attention,
+        precision=wl.run_precision,
+        checkpointing=wl.checkpointing if checkpointing is None else checkpointing,
+        attention=wl.attention,
         moe=moe,
-        lora=lora,
-        frozen=frozen,
+        lora=wl.lora_rank is not None,
+        frozen=wl.freeze_layers > 0,
     )
+
+
+def raise_if_not_modelled(model_type: str, wl: WorkloadSpec, *, moe: bool, engine: str) -> None:
+    """NotModelledError naming :func:`workload_compile_problem`'s reason, where there is one."""
+    problem = workload_compile_problem(model_type, wl, moe=moe)
     if problem is not None:
         raise NotModelledError(problem, engine=engine)
 
@@ -263,6 +263,7 @@ __all__ = [
     "dropped",
     "compiled_profile",
     "raise_if_not_modelled",
+    "workload_compile_problem",
     "recompute_ratio",
     "saved_per_token",
 ]

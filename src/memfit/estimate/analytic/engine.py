@@ -20,10 +20,10 @@ from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.analytic.blocks import Shared, Work
 from memfit.estimate.analytic.compile import (
     UNCHANGED_POLICIES,
-    compile_problem,
     compile_ratio,
     compiled_profile,
     recompute_ratio,
+    workload_compile_problem,
 )
 from memfit.estimate.analytic.compose import (
     ID_BYTES,
@@ -79,15 +79,7 @@ def _compile_measured(a: Any, wl: WorkloadSpec) -> bool:
     any layer) where the recomputed layer, as without checkpointing, is measured."""
     if wl.checkpointing not in UNCHANGED_POLICIES:
         return True
-    problem = compile_problem(
-        a.model_type,
-        precision=wl.run_precision,
-        checkpointing="none",
-        attention=wl.attention,
-        moe=a.n_experts > 0,
-        lora=wl.lora_rank is not None,
-        frozen=wl.freeze_layers > 0,
-    )
+    problem = workload_compile_problem(a.model_type, wl, moe=a.n_experts > 0, checkpointing="none")
     return problem is None and wl.tp == 1 and a.q_dim == a.hidden
 
 

@@ -100,16 +100,7 @@ def _recompute_measured(shape: DecoderShape, w: WorkloadSpec) -> bool:
 def _check_compile(shape: DecoderShape, w: WorkloadSpec) -> None:
     """``--compile`` where torch.compile's saved set is measured: the model types and settings
     of ``memfit.estimate.analytic.compile`` on a dense gated (SwiGLU) layer."""
-    raise_if_not_modelled(
-        shape.model_type,
-        precision=w.run_precision,
-        checkpointing=w.checkpointing,
-        attention=w.attention,
-        moe=shape.moe,
-        lora=w.lora_rank is not None,
-        frozen=w.freeze_layers > 0,
-        engine="analytic",
-    )
+    raise_if_not_modelled(shape.model_type, w, moe=shape.moe, engine="analytic")
     if w.checkpointing not in UNCHANGED_POLICIES and not shape.gated:
         raise NotModelledError(
             "compile with a plain (not gated) MLP: torch.compile's saved set was measured on "
