@@ -36,6 +36,7 @@ def test_json_run_of_a_tiny_llama_matches_the_fixed_estimate_at_max(
     hist = tmp_path / "lengths.csv"
     hist.write_text("64,3\n128,1\n")
     argv = ["estimate", str(tmp_path), "--precision", precision, "--lora-rank", "4", "--json"]
+    argv += ["--engine", "trace"]  # the run replays the trace: compare like with like
     rc = main([*argv, "--seq-dist", str(hist), "--run-steps", "20"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0

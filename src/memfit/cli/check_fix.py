@@ -37,6 +37,7 @@ from memfit.jobfiles import FileEdit, Job, plan_edits
 from memfit.jobfiles.files import reread
 from memfit.jobfiles.reader import MISSING
 from memfit.plan import PlanRequest, plan
+from memfit.plan.recipe import frozen_base_cast
 from memfit.spec import WorkloadSpec
 from memfit.units import format_bytes
 
@@ -218,6 +219,8 @@ def _kept(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
             continue  # the file's own 4-bit base: kept as written
         if name == "precision" and FP16_COUNTERPART.get(old) == new:
             continue  # planned in fp16 on a GPU without bf16 (same bytes): the estimate says so
+        if name == "precision" and frozen_base_cast(s, workload):
+            continue  # an adapter job's frozen base loaded in 16 bits: memory-only (_wanted)
         if new != old:
             out[name] = new
     return out
@@ -233,7 +236,12 @@ def _wanted(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
     for f in ("shard", "offload"):
         if new[f] in ("none", "ddp"):
             new[f] = getattr(workload, f)
-    return {f: new[f] for f in FIX_FIELDS if new[f] != getattr(workload, f)}
+    out = {f: new[f] for f in FIX_FIELDS if new[f] != getattr(workload, f)}
+    if frozen_base_cast(s, workload):
+        # LoRA over a base loaded in fp32 (TRL's default dtype) -> the base in its 16-bit
+        # dtype: the adapters, what trains and how, stay the same (plan/recipe.py)
+        out["precision"] = s.precision
+    return out
 
 
 def _checked(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from memfit.jobfiles.hf import (
     attention_of,
+    compile_of,
     modules_to_save_of,
     optimizer_of,
     precision_of,
@@ -170,6 +171,7 @@ def read_axolotl(r: KeyReader) -> None:
         r.set("prepare_kbit", True, "adapter", adapter)
     elif eight:
         r.set("quant", "int8", "load_in_8bit", True)
+    compile_of(r, "torch_compile")
     for key in FUSED_LOSS_KEYS:
         # Liger's fused linear cross-entropy / Apple's Cut Cross-Entropy: no logits kept
         if r.has(key) and as_bool(r, key, r.flat.get(key)):
@@ -187,7 +189,6 @@ def read_axolotl(r: KeyReader) -> None:
         ("liger_glu_activation", "Liger kernels"),
         ("liger_cross_entropy", "Liger kernels"),
         ("liger_rope", "Liger kernels"),
-        ("torch_compile", "torch.compile"),
         ("fsdp", "FSDP from axolotl's fsdp keys: pass --shard fsdp --gpus N"),
         ("fsdp_config", "FSDP options"),
         ("relora_steps", "ReLoRA"),

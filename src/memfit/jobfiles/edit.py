@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from memfit.jobfiles.edit_check import check_edit
 from memfit.jobfiles.files import JobFile
+from memfit.jobfiles.hf import LOAD_DTYPE_KEYS
 from memfit.jobfiles.names import HF_OPTIM_OF
 from memfit.jobfiles.yaml_edit import EditRefusedError, Keys, set_yaml
 from memfit.userwrites import write_files
@@ -47,8 +48,21 @@ def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
         ),
         "lora_rank": lambda v: [("use_peft", True), ("lora_r", v)] if v else [],
         "attention": lambda v: [("attn_implementation", {"flash": "flash_attention_2"}.get(v, v))],
+        "precision": lambda v: _load_dtype(v, f),
     }
     return table[field](value) if field in table else None
+
+
+def _load_dtype(precision: str, f: JobFile) -> Keys:
+    """An adapter job's frozen base loaded in 16 bits (``bf16-true`` / ``fp16-true``): the load
+    dtype key the file has (``model_init_kwargs.dtype`` …), else TRL ``ModelConfig``'s
+    ``dtype``, which ``trl sft --config`` reads from the same file. Other precision changes
+    are not the file's to make here (check_fix offers only this one)."""
+    name = {"bf16-true": "bfloat16", "fp16-true": "float16"}.get(precision)
+    if name is None:
+        return []
+    key = next((k for k in LOAD_DTYPE_KEYS if k in f.reader.flat), "dtype")
+    return [(key, name)]
 
 
 def _llamafactory(field: str, value: Any, f: JobFile) -> Keys | None:

@@ -262,15 +262,7 @@ def read_hf_common(r: KeyReader) -> None:
     r.set("mode", "train", "(a training config)", "train")
     read_shape_and_steps(r, seq_keys=("max_length", "max_seq_length", "cutoff_len"))
     precision_of(r)
-    if r.has("torch_compile"):
-        if as_bool(r, "torch_compile", r.flat["torch_compile"]):
-            r.not_modelled(
-                "torch_compile",
-                "torch.compile fuses kernels and changes activation "
-                "memory; the estimate is of the eager step",
-            )
-        else:
-            r.take("torch_compile")
+    compile_of(r, "torch_compile")
     r.not_modelled(
         "packing",
         "packing fills every sample to the full length: the estimate "
@@ -285,6 +277,35 @@ def read_hf_common(r: KeyReader) -> None:
     r.not_modelled("precompute_ref_log_probs", "DPO without a reference model in memory")
     r.not_modelled("gradient_checkpointing_kwargs", "non-default checkpointing options")
     liger_loss_of(r, "use_liger_kernel")
+
+
+def compile_of(r: KeyReader, key: str, *, hf_modes: bool = True) -> None:
+    """A job file's torch.compile switch (HF ``torch_compile``, axolotl ``torch_compile``,
+    torchtune ``compile``) as memfit's ``compile`` field: AOTAutograd's saved set where it is
+    measured (estimate/analytic/compile.py), the eager estimate with a note where it is not."""
+    if r.has(key):
+        v = r.take(key)
+        r.set("compile", as_bool(r, key, v), key, v)
+    if not hf_modes:
+        return
+    # TrainingArguments' torch_compile_backend / torch_compile_mode (axolotl spells them the
+    # same): the measured saved set is inductor's default mode; CUDA-graph modes add static
+    # input / output buffers and a graph pool, another backend another partitioner
+    backend = r.flat.get("torch_compile_backend")
+    if "torch_compile_backend" in r.flat and backend not in (None, "", "inductor"):
+        r.not_modelled(
+            "torch_compile_backend", f"torch.compile backend {backend!r} is not modelled"
+        )
+    else:
+        r.take("torch_compile_backend", None)
+    mode = r.flat.get("torch_compile_mode")
+    if "torch_compile_mode" in r.flat and mode not in (None, "", "default"):
+        r.not_modelled(
+            "torch_compile_mode",
+            f"torch.compile mode {mode!r} (CUDA graphs' static buffers and pool) is not modelled",
+        )
+    else:
+        r.take("torch_compile_mode", None)
 
 
 def liger_loss_of(r: KeyReader, key: str) -> None:
@@ -382,10 +403,12 @@ def read_hf(r: KeyReader) -> None:
             r_warning(
                 r,
                 "bf16" if precision.value != TRUE["fp32"] else "dtype",
-                f"estimated as {precision.value}: fp32 weights (the larger figure). transformers 5 "
-                "loads a checkpoint in its own dtype by default (bf16 for most), which trains in "
-                "pure bf16 and needs about half the weight + optimizer memory: pass --precision "
-                "bf16-true (or set dtype: bfloat16 here) if that is your run",
+                f"estimated as {precision.value}: fp32 weights, as TRL loads a model it is given "
+                "by name (ModelConfig / model_init_kwargs dtype defaults to float32, "
+                "huggingface/trl#4778). Your own from_pretrained under transformers 5 loads the "
+                "checkpoint's dtype (bf16 for most), which trains in pure bf16 and needs about "
+                "half the weight + optimizer memory: pass --precision bf16-true (or set dtype: "
+                "bfloat16 here) if that is your run",
             )
         )
     if r.has("deepspeed") and not isinstance(r.flat.get("deepspeed"), str):

@@ -35,6 +35,7 @@ WORKLOAD_FIELDS = (
     "zero_hpz_partition_size",
     "optimizer_in_bwd",
     "loss",
+    "compile",
 )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.jobfiles import yaml_load
+from memfit.jobfiles.hf import compile_of
 from memfit.jobfiles.names import CLASS_OPTIMIZERS, ROLE_OF_MODULE, TORCHTUNE_MODELS, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
 
@@ -156,13 +157,13 @@ def read_torchtune(r: KeyReader) -> None:
         # post-accumulate-grad hook (training.register_optim_in_bwd_hooks)
         v = r.take("optimizer_in_bwd")
         r.set("optimizer_in_bwd", as_bool(r, "optimizer_in_bwd", v), "optimizer_in_bwd", v)
+    compile_of(r, "compile", hf_modes=False)
     loss = r.flat.get("loss._component_")
     if isinstance(loss, str) and loss.rsplit(".", 1)[-1] in CHUNKED_LOSSES:
         # the LM head and cross-entropy a chunk of tokens at a time (estimate/analytic/loss.py)
         r.set("loss", "chunked", "loss._component_", r.take("loss._component_"))
     for key, what in (
         ("enable_activation_offloading", "activation offloading to the CPU"),
-        ("compile", "torch.compile"),
         ("fsdp_cpu_offload", "FSDP CPU offload"),
         ("loss._component_", "this loss"),
         ("dataset.packed", "packed samples fill max_seq_len (the estimate uses the full length)"),

@@ -67,6 +67,9 @@ def _fix_json(
     }
 
 
+_ENGINE_NOTES = ("analytic engine:", "traced through")
+
+
 def render_check(
     job: Job,
     model: str,
@@ -93,6 +96,9 @@ def render_check(
     out.append(f"answered by: {answer['answered_by']}")
     if answer["note"]:
         out.append(f"note: {answer['note']}")
+    # the estimate's own notes (what it counts or leaves out: accumulation, paged states,
+    # compile), less the engine's description, which "answered by" already names
+    out += [f"note: {n}" for n in est.notes if not n.startswith(_ENGINE_NOTES)]
     for w in job.warnings:
         out.append(f"warning: {w.describe()}")
     unknown = job.unknown()

@@ -171,8 +171,10 @@ def default_precision_note(
             dtype += ", loaded as fp16: this GPU has no bf16"
         return (
             f"precision {precision}: the default for LoRA / QLoRA: the frozen base in its "
-            f"checkpoint dtype ({dtype}) as transformers >= 5, TRL, axolotl and Unsloth load it, "
-            "the adapters in fp32 (peft's autocast_adapter_dtype); --precision sets it"
+            f"checkpoint dtype ({dtype}) as transformers >= 5's from_pretrained, axolotl and "
+            "Unsloth load it, the adapters in fp32 (peft's autocast_adapter_dtype); TRL's "
+            "SFTTrainer loads float32 unless model_init_kwargs sets dtype (--precision "
+            "bf16-mixed for that); --precision sets it"
         )
     if adapters:
         return (
