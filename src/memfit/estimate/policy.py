@@ -92,6 +92,44 @@ COMPILE_AS_EAGER = (
     "memfit measured it (benchmarks/results/compile_saved.md)"
 )
 
+#: The note of a ``--compile`` job whose analytic answer was tight and whose eager twin, answered
+#: by a precise engine, has the lower upper end (:func:`compile_answer`).
+COMPILE_EAGER_BOUND = (
+    "--compile: answered by the eager step's {engine} estimate, an upper bound on the compiled "
+    "job (torch.compile keeps 0.69-1.0 of the activations eager autograd keeps where memfit "
+    "measured it, benchmarks/results/compile_saved.md), whose range ends lower than the "
+    "analytic engine's for the compiled step ({compiled}: tight on {gpu})"
+)
+
+
+def _upper(est: MemoryEstimate) -> int:
+    return est.ranges.get("device_used_bytes", (0, est.device_used_bytes))[1]
+
+
+def compile_answer(
+    compiled: Callable[[], MemoryEstimate], eager: Callable[[], MemoryEstimate]
+) -> MemoryEstimate:
+    """The ``auto`` answer of a ``--compile`` job (one GPU): the analytic engine's compiled step
+    (``compiled``), which alone models what AOTAutograd saves; where it cannot, the eager step
+    (``eager``: the precise route of the same job without compile) with a note, an upper bound.
+    Where the compiled answer is tight (its band reaches past the limit), the eager step's
+    precise answer bounds it from above: the one whose range ends lower is the answer, so a
+    compiled job that runs is not called tight because only the fast engine can model it."""
+    try:
+        est = compiled()
+    except NotModelledError as exc:
+        return with_notes(eager(), [COMPILE_AS_EAGER.format(why=exc)], first=True)
+    if est.fits is None or est.fits.verdict != "tight":
+        return est
+    bound = eager()
+    if _upper(bound) >= _upper(est):
+        return est
+    note = COMPILE_EAGER_BOUND.format(
+        engine=bound.engine, compiled=_bytes_pair(est), gpu=est.fits.gpu
+    )
+    return with_notes(bound, [note], first=True)
+
+
 #: Why the trace and derived engines refuse ``--compile`` (they run or replay eager autograd).
 COMPILE_REFUSAL = (
     "compile: the {engine} engine runs eager autograd (what torch.compile saves for backward "
@@ -290,20 +328,18 @@ class EnginePolicy:
             est = run_engine(self.engine, source, workload, gpu, extrapolate=extrapolate)
             return with_reason(est, f"--engine {self.engine}")
         if workload.compile and not is_parallel_job(workload):
-            try:
-                est = run_engine("analytic", source, workload, gpu)
-            except NotModelledError as exc:
-                # compile only changes what a block saves for backward: where its saved set is
-                # not measured, the eager job's answer stands in as the upper end (measured
-                # compiled / eager: 0.69-1.0 of a layer's activations, compile_saved.md)
-                eager = self.estimate(
-                    source,
-                    dataclasses.replace(workload, compile=False),
-                    gpu,
-                    extrapolate=extrapolate,
-                )
-                return with_notes(eager, [COMPILE_AS_EAGER.format(why=exc)], first=True)
-            return with_reason(est, "auto: --compile is modelled by the analytic engine only")
+            # compile only changes what a block saves for backward: where its saved set is not
+            # measured, or the compiled answer is tight, the eager job's precise answer is the
+            # upper bound (measured compiled / eager: 0.69-1.0 of a layer's activations,
+            # compile_saved.md)
+            eager_job = dataclasses.replace(workload, compile=False)
+            return compile_answer(
+                lambda: with_reason(
+                    run_engine("analytic", source, workload, gpu),
+                    "auto: --compile is modelled by the analytic engine only",
+                ),
+                lambda: self.estimate(source, eager_job, gpu, extrapolate=extrapolate),
+            )
         fast = self._validated_fast(source, workload, gpu, extrapolate)
         if fast is not None:
             return fast
@@ -419,8 +455,8 @@ class EnginePolicy:
         """The estimator of engine ``name`` in a search: under ``auto`` the derived engine hands
         a job it cannot model to the trace engine; a named engine answers alone."""
         if name == "derived" and self.engine == "auto":
-            return Chain(source, gpu, ("derived", "trace"), reason=reason)
-        return Chain(source, gpu, (name,), reason=reason)
+            return Chain(source, gpu, ("derived", "trace"), reason=reason, compile_auto=True)
+        return Chain(source, gpu, (name,), reason=reason, compile_auto=self.engine == "auto")
 
     def search_guide(self, source: Any, gpu: Any, reason: str) -> Estimator:
         """The derived engine's cheap probe for a search (``guide_derived``: exact live bytes,
@@ -510,10 +546,38 @@ class Chain:
     """Estimator: the engines in ``order``; one that cannot model the job (NotModelledError)
     hands it to the next. Each estimate carries ``reason`` and, after a hand-over, why."""
 
-    def __init__(self, source: Any, gpu: Any, order: tuple[str, ...], *, reason: str) -> None:
+    def __init__(
+        self,
+        source: Any,
+        gpu: Any,
+        order: tuple[str, ...],
+        *,
+        reason: str,
+        compile_auto: bool = False,
+    ) -> None:
         self.source, self.gpu, self.order, self.reason = source, gpu, order, reason
+        #: under ``auto``, a ``--compile`` job these eager engines cannot model is answered as
+        #: :func:`compile_answer` does (the analytic compiled step, bounded by these engines'
+        #: answer for the eager step): a search's confirmation of a compiled job
+        self.compile_auto = compile_auto
 
     def __call__(self, w: WorkloadSpec) -> MemoryEstimate:
+        if (
+            self.compile_auto
+            and w.compile
+            and not is_parallel_job(w)
+            and any(n in ("derived", "trace") for n in self.order)
+        ):
+            return compile_answer(
+                lambda: with_reason(
+                    run_engine("analytic", self.source, w, self.gpu),
+                    "auto: --compile is modelled by the analytic engine only",
+                ),
+                lambda: self._chain(dataclasses.replace(w, compile=False)),
+            )
+        return self._chain(w)
+
+    def _chain(self, w: WorkloadSpec) -> MemoryEstimate:
         refusals: list[str] = []
         for i, name in enumerate(self.order):
             last = i == len(self.order) - 1
