@@ -10,22 +10,44 @@ How much: vLLM's estimate (0.18+, ``GPUModelRunner.profile_cudagraph_memory`` in
 ``vllm/v1/worker/gpu_model_runner.py``) captures the two largest graphs of each mode and reports
 ``max(first capture of each mode) + sum over modes of (n - 1) x second capture`` ("Estimated CUDA
 graph memory: X GiB total"); from 0.20 it leaves the KV cache's budget. The capture itself runs
-after the KV cache is allocated ("Graph capturing finished in N secs, took X GiB"). Both grow with
-the number of graphs and, per graph, with the layers on the rank (a piecewise graph is one CUDA
-graph per layer's piece; a FULL graph replays every layer), so memfit models each as
+after the KV cache is allocated ("Graph capturing finished … took X GiB", a free-memory
+difference around ``capture_model``). memfit counts two mechanisms:
 
-    bytes = n_graphs x (PER_GRAPH_BASE + PER_GRAPH_PER_LAYER x layers on the rank)
+1. **FlashAttention's split-KV workspace, once** (not fitted). With FULL graphs the FlashAttention
+   metadata builders fix ``max_num_splits`` to ``flash_attn_max_num_splits_for_cuda_graph`` = 32
+   "so that large enough intermediate buffers are pre-allocated during capture"
+   (``vllm/v1/attention/backends/flash_attn.py`` and ``mla/flashattn_mla.py``,
+   ``FlashAttentionMetadataBuilder.__init__``; the 32 is ``VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH``
+   in ``vllm/envs.py`` of the 0.11-0.14 sdists and ``AttentionConfig`` in ``vllm/config/attention.py``
+   of every 0.19-0.34 sdist). FlashAttention 3 then allocates its fp32 accumulators
+   ``out_accum [splits, tokens, heads, head_dim_v]`` and ``softmax_lse_accum [splits, tokens,
+   heads]`` inside the largest FULL graph's capture (flash-attention ``hopper/flash_api.cpp``,
+   ``mha_fwd``), in the graph pool every later graph shares: ``32 x B x H/TP x (Dv + 1) x 4`` bytes,
+   B the largest FULL (decode) capture size, Dv the head dim (MLA: ``kv_lora_rank``, the latent the
+   decode kernel attends in). The llm-d-planner v0.19.0 logs print this as the FULL mode's first
+   capture ("Estimated FULL CUDA graph memory: 260.00 MiB first-capture" for Llama-3.1-8B: 256 MiB
+   + 4; 132 / 70 MiB at TP 2 / 4; 522 MiB for DeepSeek-V2-Lite's 16 x 512 latent), which is why
+   the capture shrinks with TP (0.91 / 0.76 / 0.67 GiB at TP 1 / 2 / 4).
+2. **Per captured graph** (fitted): the instantiated graphs' own device memory, which grows with
+   the kernels a graph replays: a piecewise graph is one CUDA graph per layer's piece
+   (``vllm/compilation/backends.py``, split at each attention op), a FULL graph replays every
+   layer; a fused-MoE layer adds its routing / align / grouped-GEMM / reduce kernels. The per-graph
+   samples in the same logs are 2-26 MiB and roughly the same for every capture size (the second
+   largest graph is sampled), so the term is per graph, not per token:
 
-with the constants least-squares fitted to the 34 vLLM 0.19.0 H100 runs of the llm-d-planner
-accuracy data (github.com/jgchn/llm-d-planner, accuracy/results/v0.19.0/results_raw.csv at commit
-30ec05f7: ``cuda_graph_estimated_gib`` and ``cuda_graph_actual_gib``, 8-80 layers, TP 1-4, PP
-1-4, 102 graphs each): leave-one-out error of the capture: median 4.4 %, 28 of 34 within 20 %;
-of vLLM's own estimate: median 11 %, 22 of 34 within 20 % (its two-sample extrapolation is
-noisy: 1.69 GiB for Llama-3.1-8B at TP 2, 0.57 at TP 4). Outside 20 %: DeepSeek-V2-Lite's MoE
-capture (**-50 %**, under), Gemma 3 (+21 to +39 %), 7-8B models at TP 4 (+31 to +35 %).
-benchmarks/vllm_startup.py reproduces the fit and the leave-one-out errors. Every run has 102
-graphs, so the scaling with ``max_num_seqs`` (the graph count) is vLLM's per-graph arithmetic,
-not a fitted figure.
+    bytes = split workspace + n_graphs x (BASE + PER_LAYER x layers + PER_MOE_LAYER x MoE layers)
+
+with the three constants least-squares fitted (the workspace subtracted first) to the 34 vLLM
+0.19.0 H100 runs of the llm-d-planner accuracy data (github.com/jgchn/llm-d-planner,
+accuracy/results/v0.19.0/results_raw.csv at commit 30ec05f7: ``cuda_graph_actual_gib`` and
+``cuda_graph_estimated_gib``; the debug lines quoted above are in accuracy/results/v0.19.0/logs/
+at commit 6417620b). benchmarks/vllm_startup.py refits them and prints each log's leave-one-out
+error (docs/accuracy.md section 9). What stays outside 20 %: DeepSeek-V2-Lite (MLA + shared
+experts: more kernels per layer than the MoE term; under-predicted) and Gemma 3 (over-predicted:
+its per-layer cost is about 2/3 of the other families', a mechanism not found). Every fitted run
+has 102 graphs on an H100 (FlashAttention 3): the per-graph scaling with ``max_num_seqs`` is
+vLLM's graph count, and the workspace's use on other GPUs (FlashAttention 2 / FlashInfer) is an
+allowance on the safe side, not checked against a log.
 
 V0 and V1 before the FULL_AND_PIECEWISE default (0.8-0.10) keep a flat 0.5 GiB allowance, used
 only to warn (the llm-d logs show -0.45 to 1.03 GiB for 0.1x captures: a free-memory difference,
@@ -39,11 +61,16 @@ from dataclasses import dataclass
 from memfit.serving.vllm_matrix import cudagraph_capture_sizes
 from memfit.units import GiB, MiB
 
-__all__ = ["CudaGraphPlan", "plan_cudagraphs"]
+__all__ = ["CudaGraphPlan", "fa_split_workspace_bytes", "plan_cudagraphs"]
 
-#: (base, per layer) bytes per captured graph, fitted as the module docstring says.
-CAPTURE_PER_GRAPH = (int(0.39132 * GiB / 102), int(0.015806 * GiB / 102))
-ESTIMATE_PER_GRAPH = (int(0.29888 * GiB / 102), int(0.017158 * GiB / 102))
+#: (base, per layer, per MoE layer) bytes per captured graph, fitted as the module docstring
+#: says (``benchmarks/vllm_startup.py`` prints the refit: MiB per graph).
+CAPTURE_PER_GRAPH = (int(1.4304 * MiB), int(0.1609 * MiB), int(0.0738 * MiB))
+ESTIMATE_PER_GRAPH = (int(0.6439 * MiB), int(0.1735 * MiB), int(0.0409 * MiB))
+#: ``flash_attn_max_num_splits_for_cuda_graph`` (32 in every modelled release, docstring)
+FA_MAX_SPLITS_FOR_CUDA_GRAPH = 32
+#: FlashAttention's split accumulators are fp32 (``out_accum``, ``softmax_lse_accum``)
+FA_ACCUM_BYTES = 4
 #: V0 and 0.8-0.10: the allowance for the capture after the KV cache (llm-d H100 logs).
 LEGACY_ALLOWANCE_BYTES = 512 * MiB
 #: First release with FULL_AND_PIECEWISE by default (``vllm/config/__init__.py``, 0.11.0)
@@ -73,6 +100,14 @@ class CudaGraphPlan:
         return self.estimate_bytes > 0
 
 
+def fa_split_workspace_bytes(*, largest_full: int, n_heads_per_rank: int, head_dim_v: int) -> int:
+    """FlashAttention's split-KV accumulators for the largest FULL graph (module docstring, 1):
+    ``splits x B x H x Dv`` fp32 for ``out_accum`` plus ``splits x B x H`` for the LSEs."""
+    return (
+        FA_MAX_SPLITS_FOR_CUDA_GRAPH * largest_full * n_heads_per_rank * (head_dim_v + 1)
+    ) * FA_ACCUM_BYTES
+
+
 def plan_cudagraphs(
     *,
     minor: int,
@@ -82,8 +117,12 @@ def plan_cudagraphs(
     n_layers: int,
     enforce_eager: bool,
     sm100: bool = False,
+    n_heads_per_rank: int = 0,
+    head_dim_v: int = 0,
+    n_moe_layers: int = 0,
 ) -> CudaGraphPlan:
-    """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers, and the bytes
+    """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers (``n_moe_layers`` of
+    them fused-MoE, ``n_heads_per_rank`` query heads of value width ``head_dim_v``), and the bytes
     memfit counts for it (module docstring)."""
     if enforce_eager:
         return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, capture_bytes=0, estimate_bytes=0)
@@ -94,13 +133,20 @@ def plan_cudagraphs(
     full = [s for s in sizes if s <= max_num_seqs]
     n = len(sizes) + len(full)
     largest = sizes[-1] if sizes else 0
+    workspace = fa_split_workspace_bytes(
+        largest_full=max(full, default=0), n_heads_per_rank=n_heads_per_rank, head_dim_v=head_dim_v
+    )
+
+    def per_graph(c: tuple[int, int, int]) -> int:
+        return c[0] + c[1] * n_layers + c[2] * n_moe_layers
+
     if engine != "v1" or minor < FIRST_MODELLED_MINOR:
         capture = LEGACY_ALLOWANCE_BYTES
     else:
-        capture = n * (CAPTURE_PER_GRAPH[0] + CAPTURE_PER_GRAPH[1] * n_layers)
+        capture = workspace + n * per_graph(CAPTURE_PER_GRAPH)
     estimate = 0
     if engine == "v1" and minor >= FIRST_ESTIMATE_MINOR:
-        estimate = n * (ESTIMATE_PER_GRAPH[0] + ESTIMATE_PER_GRAPH[1] * n_layers)
+        estimate = workspace + n * per_graph(ESTIMATE_PER_GRAPH)
     return CudaGraphPlan(
         n_piecewise=len(sizes),
         n_full=len(full),

@@ -357,6 +357,22 @@ def batch_defaults(gpu: GPU, total_bytes: int) -> tuple[int, int]:
     return 2048, 256
 
 
+def graph_shape(spec: ModelSpec, *, tp: int, pp: int) -> tuple[int, int, int, int]:
+    """What memfit.serving.cudagraphs sizes a rank's graphs by: the layers of the stage holding
+    the most, the fused-MoE ones among them (DeepSeek's ``first_k_dense_replace`` leading dense
+    layers sit on the first stage), the attention's query heads per rank and their value width
+    (MLA decodes in the ``kv_lora_rank`` latent)."""
+    text = spec.text or spec
+    n_layers = max(pp_layer_counts(text.n_layers or 0, pp))
+    n_moe = 0
+    if text.n_experts:
+        dense = int(text.raw.get("first_k_dense_replace") or 0) if pp == 1 else 0
+        n_moe = max(0, n_layers - dense)
+    heads = text.n_heads or 0
+    head_dim = text.head_dim or ((text.hidden_size or 0) // heads if heads else 0)
+    return n_layers, n_moe, heads // tp, int(text.raw.get("kv_lora_rank") or head_dim)
+
+
 def _activation_peak(
     spec: ModelSpec, *, tokens: int, rows: int, tp: int, act_bytes: int, v: VllmVersion
 ) -> int:
@@ -432,14 +448,18 @@ def simulate_startup(
     requested = int(total * util)
     if v.extensible_kv_cache:  # request_memory: math.ceil(total x utilization)
         requested = math.ceil(total * util)
+    g_layers, g_moe, g_heads, g_dv = graph_shape(spec, tp=tp, pp=pp)
     cg = plan_cudagraphs(
         minor=minor,
         engine=v.engine,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
-        n_layers=max(pp_layer_counts((spec.text or spec).n_layers or 0, pp)),
         enforce_eager=config.enforce_eager,
         sm100=(gpu.compute_capability or (0, 0))[0] == 10,
+        n_layers=g_layers,
+        n_moe_layers=g_moe,
+        n_heads_per_rank=g_heads,
+        head_dim_v=g_dv,
     )
     graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget
