@@ -21,8 +21,8 @@ from memfit.serving import simulate_startup
 from memfit.serving.command import hub_id
 from memfit.serving.cudagraphs import fa_split_workspace_bytes
 from memfit.serving.startup import graph_shape
-from memfit.serving.vllm_matrix import cudagraph_capture_sizes
 from memfit.serving.vision import served_spec
+from memfit.serving.vllm_matrix import cudagraph_capture_sizes
 from memfit.spec.serving import VllmConfig
 from memfit.units import GiB
 

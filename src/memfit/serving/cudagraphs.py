@@ -17,9 +17,11 @@ difference around ``capture_model``). memfit counts two mechanisms:
    metadata builders fix ``max_num_splits`` to ``flash_attn_max_num_splits_for_cuda_graph`` = 32
    "so that large enough intermediate buffers are pre-allocated during capture"
    (``vllm/v1/attention/backends/flash_attn.py`` and ``mla/flashattn_mla.py``,
-   ``FlashAttentionMetadataBuilder.__init__``; the 32 is ``VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH``
-   in ``vllm/envs.py`` of the 0.11-0.14 sdists and ``AttentionConfig`` in ``vllm/config/attention.py``
-   of every 0.19-0.34 sdist). FlashAttention 3 then allocates its fp32 accumulators
+   ``FlashAttentionMetadataBuilder.__init__``; the 32 is the default of
+   ``VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH`` in ``vllm/envs.py`` of the 0.11 and 0.12
+   PyPI sdists and of ``AttentionConfig.flash_attn_max_num_splits_for_cuda_graph`` in
+   ``vllm/config/attention.py`` of every sdist from 0.13 to 0.34). FlashAttention 3 then
+   allocates its fp32 accumulators
    ``out_accum [splits, tokens, heads, head_dim_v]`` and ``softmax_lse_accum [splits, tokens,
    heads]`` inside the largest FULL graph's capture (flash-attention ``hopper/flash_api.cpp``,
    ``mha_fwd``), in the graph pool every later graph shares: ``32 x B x H/TP x (Dv + 1) x 4`` bytes,
@@ -59,7 +61,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit.serving.vllm_matrix import cudagraph_capture_sizes
-from memfit.units import GiB, MiB
+from memfit.units import MiB
 
 __all__ = ["CudaGraphPlan", "fa_split_workspace_bytes", "plan_cudagraphs"]
 
