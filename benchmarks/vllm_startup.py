@@ -124,13 +124,18 @@ def _graph_points(key: str) -> list[tuple[tuple[float, float, float], float, flo
             continue
         tp = int(r["flags"].get("tensor-parallel-size", 1))
         pp = int(r["flags"].get("pipeline-parallel-size", 1))
-        layers, moe, heads, dv = graph_shape(spec_of(r), tp=tp, pp=pp)
+        minor = int(r["vllm_version"].split(".")[1])
+        layers, moe, heads, dv, fa = graph_shape(spec_of(r), tp=tp, pp=pp, minor=minor)
         n_pw, n_full = r["measured"]["graph_counts"]
         largest_full = cudagraph_capture_sizes(max_num_seqs=4096, max_num_batched_tokens=8192)[
             n_full - 1
         ]
-        ws = fa_split_workspace_bytes(
-            largest_full=largest_full, n_heads_per_rank=heads, head_dim_v=dv
+        ws = (
+            fa_split_workspace_bytes(
+                largest_full=largest_full, n_heads_per_rank=heads, head_dim_v=dv
+            )
+            if fa
+            else 0
         )
         n = float(n_pw + n_full)
         logged = r["measured"][key]

@@ -29,7 +29,21 @@ difference around ``capture_model``). memfit counts two mechanisms:
    decode kernel attends in). The llm-d-planner v0.19.0 logs print this as the FULL mode's first
    capture ("Estimated FULL CUDA graph memory: 260.00 MiB first-capture" for Llama-3.1-8B: 256 MiB
    + 4; 132 / 70 MiB at TP 2 / 4; 522 MiB for DeepSeek-V2-Lite's 16 x 512 latent), which is why
-   the capture shrinks with TP (0.91 / 0.76 / 0.67 GiB at TP 1 / 2 / 4).
+   the capture shrinks with TP (0.91 / 0.76 / 0.67 GiB at TP 1 / 2 / 4). Not for an "mm-prefix"
+   checkpoint (bidirectional attention over image tokens: ``ModelConfig.is_mm_prefix_lm``, the
+   model types in ``MM_PREFIX_LM_MODEL_TYPES`` from 0.13): FlashAttention's backend does not
+   declare ``supports_mm_prefix`` (the base ``AttentionBackend`` returns False; Triton and Flex
+   attention return True), so such a model is served by the Triton backend, whose decode
+   buffers are persistent, allocated before the capture. That is why Gemma 3 4B / 12B / 27B -it
+   capture 0.67 / 0.94 / 1.14 GiB, what the per-graph term alone gives (memfit had them +20 to
+   +39 % with a workspace-free fit that spread the other families' workspace over every graph).
+   Measured with FlashAttention 3 (Hopper) only: the builders set ``aot_schedule =
+   get_flash_attn_version() == 3`` and fix ``max_num_splits`` only under it; FlashAttention 2
+   keeps ``max_num_splits = 0`` ("no upper bound": its own heuristic decides, not read here). On
+   other GPUs the workspace stays as an allowance on the safe side: the one non-Hopper log
+   (Qwen3-8B on an RTX A5000, vLLM 0.21, LMCache#3430) estimates 0.52 GiB where memfit says 0.72,
+   but without the allowance that log's KV tokens would be +4.0 % over the log (the estimate
+   leaves the 0.20+ budget), past the 3 % memfit holds itself to.
 2. **Per captured graph** (fitted): the instantiated graphs' own device memory, which grows with
    the kernels a graph replays: a piecewise graph is one CUDA graph per layer's piece
    (``vllm/compilation/backends.py``, split at each attention op), a FULL graph replays every
@@ -44,12 +58,11 @@ with the three constants least-squares fitted (the workspace subtracted first) t
 accuracy/results/v0.19.0/results_raw.csv at commit 30ec05f7: ``cuda_graph_actual_gib`` and
 ``cuda_graph_estimated_gib``; the debug lines quoted above are in accuracy/results/v0.19.0/logs/
 at commit 6417620b). benchmarks/vllm_startup.py refits them and prints each log's leave-one-out
-error (docs/accuracy.md section 9). What stays outside 20 %: DeepSeek-V2-Lite (MLA + shared
-experts: more kernels per layer than the MoE term; under-predicted) and Gemma 3 (over-predicted:
-its per-layer cost is about 2/3 of the other families', a mechanism not found). Every fitted run
-has 102 graphs on an H100 (FlashAttention 3): the per-graph scaling with ``max_num_seqs`` is
-vLLM's graph count, and the workspace's use on other GPUs (FlashAttention 2 / FlashInfer) is an
-allowance on the safe side, not checked against a log.
+error (docs/accuracy.md section 9): 33 of 34 within 20 %. The one outside is DeepSeek-V2-Lite
+(-24 %, under): MLA + shared experts run more kernels per layer than the MoE term carries, and it
+is the only MLA log. Every fitted run has 102 graphs on an H100: the per-graph scaling with
+``max_num_seqs`` (the graph count) and the workspace's with the largest FULL size are vLLM's
+arithmetic, not checked against a log with other counts.
 
 V0 and V1 before the FULL_AND_PIECEWISE default (0.8-0.10) keep a flat 0.5 GiB allowance, used
 only to warn (the llm-d logs show -0.45 to 1.03 GiB for 0.1x captures: a free-memory difference,
@@ -63,16 +76,26 @@ from dataclasses import dataclass
 from memfit.serving.vllm_matrix import cudagraph_capture_sizes
 from memfit.units import MiB
 
-__all__ = ["CudaGraphPlan", "fa_split_workspace_bytes", "plan_cudagraphs"]
+__all__ = [
+    "CudaGraphPlan",
+    "fa_split_workspace_bytes",
+    "is_mm_prefix_lm",
+    "plan_cudagraphs",
+]
 
 #: (base, per layer, per MoE layer) bytes per captured graph, fitted as the module docstring
 #: says (``benchmarks/vllm_startup.py`` prints the refit: MiB per graph).
-CAPTURE_PER_GRAPH = (int(1.4304 * MiB), int(0.1609 * MiB), int(0.0738 * MiB))
-ESTIMATE_PER_GRAPH = (int(0.6439 * MiB), int(0.1735 * MiB), int(0.0409 * MiB))
+CAPTURE_PER_GRAPH = (int(1.4574 * MiB), int(0.1651 * MiB), int(0.0689 * MiB))
+ESTIMATE_PER_GRAPH = (int(0.6709 * MiB), int(0.1777 * MiB), int(0.0359 * MiB))
 #: ``flash_attn_max_num_splits_for_cuda_graph`` (32 in every modelled release, docstring)
 FA_MAX_SPLITS_FOR_CUDA_GRAPH = 32
 #: FlashAttention's split accumulators are fp32 (``out_accum``, ``softmax_lse_accum``)
 FA_ACCUM_BYTES = 4
+#: checkpoints vLLM serves with bidirectional attention over image tokens (no FlashAttention):
+#: first minor -> the model types ``ModelConfig.is_mm_prefix_lm`` lists from it
+#: (``vllm/config/model.py`` of the 0.13 / 0.16 / 0.18 PyPI sdists; absent from 0.11 and 0.12;
+#: 0.20+ reads the same list in ``vllm/transformers_utils/model_arch_config_convertor.py``)
+MM_PREFIX_LM_MODEL_TYPES = {13: ("gemma3", "paligemma"), 16: ("molmo2",), 18: ("bagel",)}
 #: V0 and 0.8-0.10: the allowance for the capture after the KV cache (llm-d H100 logs).
 LEGACY_ALLOWANCE_BYTES = 512 * MiB
 #: First release with FULL_AND_PIECEWISE by default (``vllm/config/__init__.py``, 0.11.0)
@@ -102,6 +125,18 @@ class CudaGraphPlan:
         return self.estimate_bytes > 0
 
 
+def is_mm_prefix_lm(model_type: str | None, minor: int, *, declared: bool | None = None) -> bool:
+    """Whether vLLM 0.``minor`` serves a checkpoint of ``model_type`` with bidirectional attention
+    over image tokens (``declared``: the config's own ``is_mm_prefix_lm``, read first from 0.18)."""
+    if minor < min(MM_PREFIX_LM_MODEL_TYPES):
+        return False
+    if declared is not None and minor >= 18:
+        return declared
+    return any(
+        model_type in types for first, types in MM_PREFIX_LM_MODEL_TYPES.items() if minor >= first
+    )
+
+
 def fa_split_workspace_bytes(*, largest_full: int, n_heads_per_rank: int, head_dim_v: int) -> int:
     """FlashAttention's split-KV accumulators for the largest FULL graph (module docstring, 1):
     ``splits x B x H x Dv`` fp32 for ``out_accum`` plus ``splits x B x H`` for the LSEs."""
@@ -122,10 +157,12 @@ def plan_cudagraphs(
     n_heads_per_rank: int = 0,
     head_dim_v: int = 0,
     n_moe_layers: int = 0,
+    flash_attention: bool = True,
 ) -> CudaGraphPlan:
     """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers (``n_moe_layers`` of
-    them fused-MoE, ``n_heads_per_rank`` query heads of value width ``head_dim_v``), and the bytes
-    memfit counts for it (module docstring)."""
+    them fused-MoE, ``n_heads_per_rank`` query heads of value width ``head_dim_v``; without
+    ``flash_attention`` (an mm-prefix checkpoint) no split workspace), and the bytes memfit
+    counts for it (module docstring)."""
     if enforce_eager:
         return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, capture_bytes=0, estimate_bytes=0)
     ceiling = 1024 if sm100 and minor >= 28 else 512
@@ -135,9 +172,13 @@ def plan_cudagraphs(
     full = [s for s in sizes if s <= max_num_seqs]
     n = len(sizes) + len(full)
     largest = sizes[-1] if sizes else 0
-    workspace = fa_split_workspace_bytes(
-        largest_full=max(full, default=0), n_heads_per_rank=n_heads_per_rank, head_dim_v=head_dim_v
-    )
+    workspace = 0
+    if flash_attention:
+        workspace = fa_split_workspace_bytes(
+            largest_full=max(full, default=0),
+            n_heads_per_rank=n_heads_per_rank,
+            head_dim_v=head_dim_v,
+        )
 
     def per_graph(c: tuple[int, int, int]) -> int:
         return c[0] + c[1] * n_layers + c[2] * n_moe_layers

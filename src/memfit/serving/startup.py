@@ -30,7 +30,7 @@ from typing import Any
 from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
-from memfit.serving.cudagraphs import LEGACY_ALLOWANCE_BYTES, plan_cudagraphs
+from memfit.serving.cudagraphs import LEGACY_ALLOWANCE_BYTES, is_mm_prefix_lm, plan_cudagraphs
 from memfit.serving.extensible import (
     VMM_GRANULE_BYTES,
     ExtensibleSizing,
@@ -357,11 +357,14 @@ def batch_defaults(gpu: GPU, total_bytes: int) -> tuple[int, int]:
     return 2048, 256
 
 
-def graph_shape(spec: ModelSpec, *, tp: int, pp: int) -> tuple[int, int, int, int]:
+def graph_shape(
+    spec: ModelSpec, *, tp: int, pp: int, minor: int
+) -> tuple[int, int, int, int, bool]:
     """What memfit.serving.cudagraphs sizes a rank's graphs by: the layers of the stage holding
     the most, the fused-MoE ones among them (DeepSeek's ``first_k_dense_replace`` leading dense
     layers sit on the first stage), the attention's query heads per rank and their value width
-    (MLA decodes in the ``kv_lora_rank`` latent)."""
+    (MLA decodes in the ``kv_lora_rank`` latent), and whether FlashAttention serves it (not an
+    mm-prefix checkpoint, ``memfit.serving.cudagraphs.is_mm_prefix_lm``)."""
     text = spec.text or spec
     n_layers = max(pp_layer_counts(text.n_layers or 0, pp))
     n_moe = 0
@@ -370,7 +373,11 @@ def graph_shape(spec: ModelSpec, *, tp: int, pp: int) -> tuple[int, int, int, in
         n_moe = max(0, n_layers - dense)
     heads = text.n_heads or 0
     head_dim = text.head_dim or ((text.hidden_size or 0) // heads if heads else 0)
-    return n_layers, n_moe, heads // tp, int(text.raw.get("kv_lora_rank") or head_dim)
+    declared = spec.raw.get("is_mm_prefix_lm")
+    fa = not is_mm_prefix_lm(
+        spec.model_type, minor, declared=None if declared is None else bool(declared)
+    )
+    return n_layers, n_moe, heads // tp, int(text.raw.get("kv_lora_rank") or head_dim), fa
 
 
 def _activation_peak(
@@ -448,7 +455,7 @@ def simulate_startup(
     requested = int(total * util)
     if v.extensible_kv_cache:  # request_memory: math.ceil(total x utilization)
         requested = math.ceil(total * util)
-    g_layers, g_moe, g_heads, g_dv = graph_shape(spec, tp=tp, pp=pp)
+    g_layers, g_moe, g_heads, g_dv, g_fa = graph_shape(spec, tp=tp, pp=pp, minor=minor)
     cg = plan_cudagraphs(
         minor=minor,
         engine=v.engine,
@@ -460,6 +467,7 @@ def simulate_startup(
         n_moe_layers=g_moe,
         n_heads_per_rank=g_heads,
         head_dim_v=g_dv,
+        flash_attention=g_fa,
     )
     graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget
