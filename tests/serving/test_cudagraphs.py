@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from memfit.errors import SpecError
 from memfit.hardware.catalog import get_gpu
 from memfit.models import ModelSpec, resolve_model
 from memfit.serving import simulate_startup
@@ -162,3 +163,31 @@ def test_capture_is_within_issue_31s_20_percent_of_the_logged_capture(
 def test_capture_shrinks_with_tensor_parallelism_as_the_logs_do() -> None:
     tp1, tp2, tp4 = (_capture_gib("llama-3.1-8b", tp=tp) for tp in (1, 2, 4))
     assert tp1 > tp2 > tp4
+
+
+def test_max_cudagraph_capture_size_caps_both_modes_and_the_workspace() -> None:
+    # vLLM 0.19 _set_cudagraph_sizes: a user max replaces min(2 x max_num_seqs, 512), capped by
+    # max_num_batched_tokens; FULL decode graphs are the sizes up to max_num_seqs.
+    plan = plan_cudagraphs(
+        minor=19,
+        engine="v1",
+        max_num_seqs=1024,
+        max_num_batched_tokens=8192,
+        n_layers=32,
+        enforce_eager=False,
+        n_heads_per_rank=32,
+        head_dim_v=128,
+        max_capture_size=64,
+    )
+    assert (plan.n_piecewise, plan.n_full, plan.largest) == (11, 11, 64)  # 1, 2, 4, 8 … 64
+    ws = fa_split_workspace_bytes(largest_full=64, n_heads_per_rank=32, head_dim_v=128)
+    per_graph = CAPTURE_PER_GRAPH[0] + 32 * CAPTURE_PER_GRAPH[1]
+    assert plan.capture_bytes == ws + 22 * per_graph
+
+
+def test_max_cudagraph_capture_size_is_refused_before_0_13_with_the_release_named() -> None:
+    config = VllmConfig(vllm_version="0.11", max_cudagraph_capture_size=64)
+    with pytest.raises(SpecError, match=r"0\.13\+ flag.*vLLM 0\.11 has no such flag"):
+        simulate_startup(_spec("llama-3.1-8b"), get_gpu("H100"), config)
+    with pytest.raises(SpecError, match=r"--max-cudagraph-capture-size \(0\) must be 1 or more"):
+        VllmConfig(max_cudagraph_capture_size=0)

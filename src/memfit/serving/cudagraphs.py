@@ -158,16 +158,21 @@ def plan_cudagraphs(
     head_dim_v: int = 0,
     n_moe_layers: int = 0,
     flash_attention: bool = True,
+    max_capture_size: int | None = None,
 ) -> CudaGraphPlan:
     """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers (``n_moe_layers`` of
     them fused-MoE, ``n_heads_per_rank`` query heads of value width ``head_dim_v``; without
-    ``flash_attention`` (an mm-prefix checkpoint) no split workspace), and the bytes memfit
+    ``flash_attention`` (an mm-prefix checkpoint) no split workspace; ``max_capture_size``:
+    ``--max-cudagraph-capture-size``), and the bytes memfit
     counts for it (module docstring)."""
     if enforce_eager:
         return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, capture_bytes=0, estimate_bytes=0)
     ceiling = 1024 if sm100 and minor >= 28 else 512
     sizes = cudagraph_capture_sizes(
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, ceiling=ceiling
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        ceiling=ceiling,
+        max_capture_size=max_capture_size,
     )
     full = [s for s in sizes if s <= max_num_seqs]
     n = len(sizes) + len(full)

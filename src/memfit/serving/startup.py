@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, SpecError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
 from memfit.serving.cudagraphs import LEGACY_ALLOWANCE_BYTES, is_mm_prefix_lm, plan_cudagraphs
@@ -415,6 +415,12 @@ def simulate_startup(
         else default_utilization(v, row)
     )
     block_size = config.block_size or (row.block_size if row is not None else 16)
+    if config.max_cudagraph_capture_size is not None and (v.engine != "v1" or minor < 13):
+        raise SpecError(
+            "--max-cudagraph-capture-size is a vLLM 0.13+ flag (arg_utils.py of the 0.13 sdist); "
+            f"vLLM {modelled.release} has no such flag: pass --vllm-version 0.13 or later, or "
+            "drop it"
+        )
     total = total_bytes or vllm_total_bytes(gpu)
     notes: list[str] = []
     if modelled.note:
@@ -468,6 +474,7 @@ def simulate_startup(
         n_heads_per_rank=g_heads,
         head_dim_v=g_dv,
         flash_attention=g_fa,
+        max_capture_size=config.max_cudagraph_capture_size,
     )
     graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget
