@@ -127,9 +127,9 @@ def _graph_points(key: str) -> list[tuple[tuple[float, float, float], float, flo
         minor = int(r["vllm_version"].split(".")[1])
         layers, moe, heads, dv, fa = graph_shape(spec_of(r), tp=tp, pp=pp, minor=minor)
         n_pw, n_full = r["measured"]["graph_counts"]
-        largest_full = cudagraph_capture_sizes(max_num_seqs=4096, max_num_batched_tokens=8192)[
-            n_full - 1
-        ]
+        largest_full = cudagraph_capture_sizes(
+            max_num_seqs=4096, max_num_batched_tokens=8192, max_capture_size=8192
+        )[n_full - 1]
         ws = (
             fa_split_workspace_bytes(
                 largest_full=largest_full, n_heads_per_rank=heads, head_dim_v=dv

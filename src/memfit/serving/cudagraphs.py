@@ -78,6 +78,7 @@ from memfit.units import MiB
 
 __all__ = [
     "CudaGraphPlan",
+    "default_max_capture_size",
     "fa_split_workspace_bytes",
     "is_mm_prefix_lm",
     "plan_cudagraphs",
@@ -91,6 +92,22 @@ ESTIMATE_PER_GRAPH = (int(0.6709 * MiB), int(0.1777 * MiB), int(0.0359 * MiB))
 FA_MAX_SPLITS_FOR_CUDA_GRAPH = 32
 #: FlashAttention's split accumulators are fp32 (``out_accum``, ``softmax_lse_accum``)
 FA_ACCUM_BYTES = 4
+#: gpt-oss's own largest capture size when the user sets none
+#: (``GptOssForCausalLMConfig.verify_and_update_config``, ``vllm/model_executor/models/config.py``):
+#: 992 in 0.11 (vllm-project/vllm#25508: FlashAttention 3's FULL graphs then stopped at 992), 1024
+#: from 0.12 (vllm#28345, merged 2025-11-08, before 0.12.0; the llm-d-planner v0.19.0 gpt-oss-20b
+#: log captures 83 + 83 graphs, the largest 1024). Not capped by 2 x max_num_seqs.
+GPT_OSS_MAX_CAPTURE = {11: 992, 12: 1024}
+
+
+def default_max_capture_size(model_type: str | None, minor: int) -> int | None:
+    """The largest capture size a model's own vLLM config sets when the user sets none (gpt-oss),
+    else None (vLLM's ``min(2 x max_num_seqs, 512)``)."""
+    if model_type != "gpt_oss" or minor < min(GPT_OSS_MAX_CAPTURE):
+        return None
+    return GPT_OSS_MAX_CAPTURE[min(minor, max(GPT_OSS_MAX_CAPTURE))]
+
+
 #: checkpoints vLLM serves with bidirectional attention over image tokens (no FlashAttention):
 #: first minor -> the model types ``ModelConfig.is_mm_prefix_lm`` lists from it
 #: (``vllm/config/model.py`` of the 0.13 / 0.16 / 0.18 PyPI sdists; absent from 0.11 and 0.12;

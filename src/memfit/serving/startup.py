@@ -30,7 +30,12 @@ from typing import Any
 from memfit.errors import NotModelledError, SpecError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
-from memfit.serving.cudagraphs import LEGACY_ALLOWANCE_BYTES, is_mm_prefix_lm, plan_cudagraphs
+from memfit.serving.cudagraphs import (
+    LEGACY_ALLOWANCE_BYTES,
+    default_max_capture_size,
+    is_mm_prefix_lm,
+    plan_cudagraphs,
+)
 from memfit.serving.extensible import (
     VMM_GRANULE_BYTES,
     ExtensibleSizing,
@@ -474,7 +479,8 @@ def simulate_startup(
         n_heads_per_rank=g_heads,
         head_dim_v=g_dv,
         flash_attention=g_fa,
-        max_capture_size=config.max_cudagraph_capture_size,
+        max_capture_size=config.max_cudagraph_capture_size
+        or default_max_capture_size((spec.text or spec).model_type, minor),
     )
     graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget
