@@ -60,9 +60,9 @@ accuracy/results/v0.19.0/results_raw.csv at commit 30ec05f7: ``cuda_graph_actual
 at commit 6417620b). benchmarks/vllm_startup.py refits them and prints each log's leave-one-out
 error (docs/accuracy.md section 9): 33 of 34 within 20 %. The one outside is DeepSeek-V2-Lite
 (-24 %, under): MLA + shared experts run more kernels per layer than the MoE term carries, and it
-is the only MLA log. Every fitted run has 102 graphs on an H100: the per-graph scaling with
-``max_num_seqs`` (the graph count) and the workspace's with the largest FULL size are vLLM's
-arithmetic, not checked against a log with other counts.
+is the only MLA log. Every fitted run has 102 graphs on an H100; three runs held out of the fit
+(``graph_held_out`` in the data) check the rest: phi-2 +9.2 %, and gpt-oss-20b at TP 1 / 2
+(166 graphs up to 1024, ``GPT_OSS_MAX_CAPTURE``) -10.1 / -9.6 %.
 
 V0 and V1 before the FULL_AND_PIECEWISE default (0.8-0.10) keep a flat 0.5 GiB allowance, used
 only to warn (the llm-d logs show -0.45 to 1.03 GiB for 0.1x captures: a free-memory difference,
