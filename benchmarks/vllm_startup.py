@@ -19,7 +19,10 @@ from memfit.hardware.catalog import get_gpu
 from memfit.models import ModelSpec, resolve_model
 from memfit.serving import simulate_startup
 from memfit.serving.command import hub_id
+from memfit.serving.cudagraphs import fa_split_workspace_bytes
+from memfit.serving.startup import graph_shape
 from memfit.serving.vision import served_spec
+from memfit.serving.vllm_matrix import cudagraph_capture_sizes
 from memfit.spec.serving import VllmConfig
 from memfit.units import GiB
 
@@ -91,6 +94,7 @@ def compare(r: dict[str, Any]) -> dict[str, Any]:
         "graph": (s.cuda_graph_bytes / GiB, m.get("graph_actual_gib")),
         "graph_est": (s.cuda_graph_estimate_bytes / GiB, m.get("graph_estimated_gib")),
         "url": r["url"],
+        "graph_held_out": bool(r.get("graph_held_out")),
     }
 
 
@@ -111,45 +115,96 @@ def _within(rows: list[dict[str, Any]], key: str, tol: float) -> str:
     )
 
 
+def _graph_points(key: str) -> list[tuple[tuple[float, float, float], float, float]]:
+    """Per logged graph figure: memfit.serving.cudagraphs' per-graph regressors (n_graphs, n_graphs
+    x layers, n_graphs x MoE layers), the figure less FlashAttention's split workspace (the
+    module's mechanism 1, not fitted) and the figure, in GiB."""
+    pts = []
+    for r in load():
+        if r["measured"].get(key) is None or not r["measured"].get("graph_counts"):
+            continue
+        if r.get("graph_held_out") or not r["gpu"].startswith("H100"):
+            continue  # added after the fit (an out-of-sample check), or not FlashAttention 3
+        tp = int(r["flags"].get("tensor-parallel-size", 1))
+        pp = int(r["flags"].get("pipeline-parallel-size", 1))
+        minor = int(r["vllm_version"].split(".")[1])
+        layers, moe, heads, dv, fa = graph_shape(spec_of(r), tp=tp, pp=pp, minor=minor)
+        n_pw, n_full = r["measured"]["graph_counts"]
+        largest_full = cudagraph_capture_sizes(
+            max_num_seqs=4096, max_num_batched_tokens=8192, max_capture_size=8192
+        )[n_full - 1]
+        ws = (
+            fa_split_workspace_bytes(
+                largest_full=largest_full, n_heads_per_rank=heads, head_dim_v=dv
+            )
+            if fa
+            else 0
+        )
+        n = float(n_pw + n_full)
+        logged = r["measured"][key]
+        pts.append(((n, n * layers, n * moe), logged - ws / GiB, logged))
+    return pts
+
+
 def loo_graph_fit() -> list[str]:
-    """Refit memfit.serving.cudagraphs' per-graph constants (bytes = n_graphs x (base + per_layer
-    x layers on the rank)) by least squares on the logged graph figures, leaving each log out in
-    turn: the leave-one-out error of the model, and the constants fitted on all logs."""
-    recs = [r for r in load() if r["measured"].get("graph_actual_gib") is not None]
+    """Refit memfit.serving.cudagraphs' per-graph constants by least squares on the logged graph
+    figures, leaving each log out in turn: the leave-one-out error of the model (workspace
+    included), and the constants fitted on all logs (the ones the module carries)."""
     lines = []
     for key, name in (("graph_actual_gib", "capture"), ("graph_estimated_gib", "estimate")):
-        pts = []
-        for r in recs:
-            text = spec_of(r).text or spec_of(r)
-            pp = int(r["flags"].get("pipeline-parallel-size", 1))
-            n = sum(r["measured"]["graph_counts"])
-            layers = -(-(text.n_layers or 0) // pp)
-            pts.append((float(n), float(n * layers), r["measured"][key]))
+        pts = _graph_points(key)
         fit_all = _lstsq(pts)
         errs = []
-        for i, (a, b, y) in enumerate(pts):
-            c0, c1 = _lstsq(pts[:i] + pts[i + 1 :])
-            errs.append(100.0 * (c0 * a + c1 * b - y) / y)
+        for i, (x, y, logged) in enumerate(pts):
+            c = _lstsq(pts[:i] + pts[i + 1 :])
+            errs.append(100.0 * (sum(ci * xi for ci, xi in zip(c, x)) - y) / logged)
         errs.sort(key=abs)
         med = abs(errs[len(errs) // 2])
         lines.append(
-            f"CUDA graph {name} fit on {len(pts)} logs: per graph {fit_all[0] * 1024:.2f} MiB + "
-            f"{fit_all[1] * 1024:.3f} MiB per layer; leave-one-out |error| median {med:.1f} %, "
+            f"CUDA graph {name} fit on {len(pts)} logs: FlashAttention split workspace + per graph "
+            f"{fit_all[0] * 1024:.4f} MiB + {fit_all[1] * 1024:.4f} MiB per layer + "
+            f"{fit_all[2] * 1024:.4f} MiB per MoE layer; leave-one-out |error| median {med:.1f} %, "
             f"max {abs(errs[-1]):.1f} %, {sum(abs(e) <= 20 for e in errs)} of {len(errs)} "
             "within 20 %"
         )
     return lines
 
 
-def _lstsq(pts: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """Least squares y = c0 a + c1 b (two unknowns, normal equations)."""
-    saa = sum(a * a for a, _, _ in pts)
-    sab = sum(a * b for a, b, _ in pts)
-    sbb = sum(b * b for _, b, _ in pts)
-    say = sum(a * y for a, _, y in pts)
-    sby = sum(b * y for _, b, y in pts)
-    det = saa * sbb - sab * sab
-    return (say * sbb - sby * sab) / det, (saa * sby - sab * say) / det
+def _held_out(rows: list[dict[str, Any]]) -> str:
+    """The logged graph figures of the records added after the fit (``graph_held_out``)."""
+    out = []
+    for c in rows:
+        if not c["graph_held_out"]:
+            continue
+        for key, name in (("graph", "capture"), ("graph_est", "estimate")):
+            e = _err(*c[key])
+            if e is not None:
+                out.append(f"{c['id']} {name} {e:+.1f} %")
+    return "CUDA graphs held out of the fit: " + (", ".join(out) or "none")
+
+
+def _lstsq(
+    pts: list[tuple[tuple[float, float, float], float, float]],
+) -> tuple[float, float, float]:
+    """Least squares y = c . x for three unknowns (normal equations, Cramer's rule)."""
+    a = [[sum(p[0][i] * p[0][j] for p in pts) for j in range(3)] for i in range(3)]
+    b = [sum(p[0][i] * p[1] for p in pts) for i in range(3)]
+
+    def det(m: list[list[float]]) -> float:
+        return (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        )
+
+    d = det(a)
+    out = []
+    for k in range(3):
+        m = [row[:] for row in a]
+        for i in range(3):
+            m[i][k] = b[i]
+        out.append(det(m) / d)
+    return out[0], out[1], out[2]
 
 
 def main() -> int:
@@ -193,6 +248,7 @@ def main() -> int:
         _within(rows, "graph_est", 20.0),
         "more KV tokens than logged by > 3 %: " + (", ".join(over_tokens) or "none"),
         *loo_graph_fit(),
+        _held_out(rows),
         f"{len(rows)} published start-ups; worst errors (setups that started): "
         + ", ".join(f"{k} {e:+.1f} % ({i})" for k, (e, i) in worst.items()),
         "predicted 'starts' for a setup that failed: "

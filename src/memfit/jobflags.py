@@ -210,6 +210,7 @@ def serving_job(args: argparse.Namespace, gpus: int | None = None) -> VllmConfig
         dtype=args.dtype,
         quantization=args.quantization,
         enforce_eager=args.enforce_eager,
+        max_cudagraph_capture_size=getattr(args, "max_cudagraph_capture_size", None),
         cpu_offload_gb=args.cpu_offload_gb,
         vllm_version=args.vllm_version,
     )

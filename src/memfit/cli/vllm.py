@@ -134,6 +134,12 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     g.add_argument(
+        "--max-cudagraph-capture-size",
+        type=positive_int,
+        default=None,
+        help="largest CUDA graph batch (0.13+; default min(2 x max_num_seqs, 512))",
+    )
+    g.add_argument(
         "--cpu-offload-gb", type=finite_float, default=0.0, help="GiB of weights in CPU RAM"
     )
     g.add_argument(

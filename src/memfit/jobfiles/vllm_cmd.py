@@ -27,6 +27,8 @@ VLLM_KEYS = frozenset(
         "max-num-batched-tokens",
         "enforce_eager",
         "enforce-eager",
+        "max_cudagraph_capture_size",
+        "max-cudagraph-capture-size",
     }
 )
 

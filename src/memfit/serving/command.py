@@ -47,6 +47,8 @@ def serve_command(model: str, config: VllmConfig, *, max_model_len: int | None =
         parts += ["--quantization", config.quantization]
     if config.enforce_eager:
         parts.append("--enforce-eager")
+    if config.max_cudagraph_capture_size is not None:
+        parts += ["--max-cudagraph-capture-size", str(config.max_cudagraph_capture_size)]
     if config.cpu_offload_gb:
         parts += ["--cpu-offload-gb", f"{config.cpu_offload_gb:g}"]
     return " ".join(parts)

@@ -10,22 +10,59 @@ How much: vLLM's estimate (0.18+, ``GPUModelRunner.profile_cudagraph_memory`` in
 ``vllm/v1/worker/gpu_model_runner.py``) captures the two largest graphs of each mode and reports
 ``max(first capture of each mode) + sum over modes of (n - 1) x second capture`` ("Estimated CUDA
 graph memory: X GiB total"); from 0.20 it leaves the KV cache's budget. The capture itself runs
-after the KV cache is allocated ("Graph capturing finished in N secs, took X GiB"). Both grow with
-the number of graphs and, per graph, with the layers on the rank (a piecewise graph is one CUDA
-graph per layer's piece; a FULL graph replays every layer), so memfit models each as
+after the KV cache is allocated ("Graph capturing finished … took X GiB", a free-memory
+difference around ``capture_model``). memfit counts two mechanisms:
 
-    bytes = n_graphs x (PER_GRAPH_BASE + PER_GRAPH_PER_LAYER x layers on the rank)
+1. **FlashAttention's split-KV workspace, once** (not fitted). With FULL graphs the FlashAttention
+   metadata builders fix ``max_num_splits`` to ``flash_attn_max_num_splits_for_cuda_graph`` = 32
+   "so that large enough intermediate buffers are pre-allocated during capture"
+   (``vllm/v1/attention/backends/flash_attn.py`` and ``mla/flashattn_mla.py``,
+   ``FlashAttentionMetadataBuilder.__init__``; the 32 is the default of
+   ``VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH`` in ``vllm/envs.py`` of the 0.11 and 0.12
+   PyPI sdists and of ``AttentionConfig.flash_attn_max_num_splits_for_cuda_graph`` in
+   ``vllm/config/attention.py`` of every sdist from 0.13 to 0.34). FlashAttention 3 then
+   allocates its fp32 accumulators
+   ``out_accum [splits, tokens, heads, head_dim_v]`` and ``softmax_lse_accum [splits, tokens,
+   heads]`` inside the largest FULL graph's capture (flash-attention ``hopper/flash_api.cpp``,
+   ``mha_fwd``), in the graph pool every later graph shares: ``32 x B x H/TP x (Dv + 1) x 4`` bytes,
+   B the largest FULL (decode) capture size, Dv the head dim (MLA: ``kv_lora_rank``, the latent the
+   decode kernel attends in). The llm-d-planner v0.19.0 logs print this as the FULL mode's first
+   capture ("Estimated FULL CUDA graph memory: 260.00 MiB first-capture" for Llama-3.1-8B: 256 MiB
+   + 4; 132 / 70 MiB at TP 2 / 4; 522 MiB for DeepSeek-V2-Lite's 16 x 512 latent), which is why
+   the capture shrinks with TP (0.91 / 0.76 / 0.67 GiB at TP 1 / 2 / 4). Not for an "mm-prefix"
+   checkpoint (bidirectional attention over image tokens: ``ModelConfig.is_mm_prefix_lm``, the
+   model types in ``MM_PREFIX_LM_MODEL_TYPES`` from 0.13): FlashAttention's backend does not
+   declare ``supports_mm_prefix`` (the base ``AttentionBackend`` returns False; Triton and Flex
+   attention return True), so such a model is served by the Triton backend, whose decode
+   buffers are persistent, allocated before the capture. That is why Gemma 3 4B / 12B / 27B -it
+   capture 0.67 / 0.94 / 1.14 GiB, what the per-graph term alone gives (memfit had them +20 to
+   +39 % with a workspace-free fit that spread the other families' workspace over every graph).
+   Measured with FlashAttention 3 (Hopper) only: the builders set ``aot_schedule =
+   get_flash_attn_version() == 3`` and fix ``max_num_splits`` only under it; FlashAttention 2
+   keeps ``max_num_splits = 0`` ("no upper bound": its own heuristic decides, not read here). On
+   other GPUs the workspace stays as an allowance on the safe side: the one non-Hopper log
+   (Qwen3-8B on an RTX A5000, vLLM 0.21, LMCache#3430) estimates 0.52 GiB where memfit says 0.72,
+   but without the allowance that log's KV tokens would be +4.0 % over the log (the estimate
+   leaves the 0.20+ budget), past the 3 % memfit holds itself to.
+2. **Per captured graph** (fitted): the instantiated graphs' own device memory, which grows with
+   the kernels a graph replays: a piecewise graph is one CUDA graph per layer's piece
+   (``vllm/compilation/backends.py``, split at each attention op), a FULL graph replays every
+   layer; a fused-MoE layer adds its routing / align / grouped-GEMM / reduce kernels. The per-graph
+   samples in the same logs are 2-26 MiB and roughly the same for every capture size (the second
+   largest graph is sampled), so the term is per graph, not per token:
 
-with the constants least-squares fitted to the 34 vLLM 0.19.0 H100 runs of the llm-d-planner
-accuracy data (github.com/jgchn/llm-d-planner, accuracy/results/v0.19.0/results_raw.csv at commit
-30ec05f7: ``cuda_graph_estimated_gib`` and ``cuda_graph_actual_gib``, 8-80 layers, TP 1-4, PP
-1-4, 102 graphs each): leave-one-out error of the capture: median 4.4 %, 28 of 34 within 20 %;
-of vLLM's own estimate: median 11 %, 22 of 34 within 20 % (its two-sample extrapolation is
-noisy: 1.69 GiB for Llama-3.1-8B at TP 2, 0.57 at TP 4). Outside 20 %: DeepSeek-V2-Lite's MoE
-capture (**-50 %**, under), Gemma 3 (+21 to +39 %), 7-8B models at TP 4 (+31 to +35 %).
-benchmarks/vllm_startup.py reproduces the fit and the leave-one-out errors. Every run has 102
-graphs, so the scaling with ``max_num_seqs`` (the graph count) is vLLM's per-graph arithmetic,
-not a fitted figure.
+    bytes = split workspace + n_graphs x (BASE + PER_LAYER x layers + PER_MOE_LAYER x MoE layers)
+
+with the three constants least-squares fitted (the workspace subtracted first) to the 34 vLLM
+0.19.0 H100 runs of the llm-d-planner accuracy data (github.com/jgchn/llm-d-planner,
+accuracy/results/v0.19.0/results_raw.csv at commit 30ec05f7: ``cuda_graph_actual_gib`` and
+``cuda_graph_estimated_gib``; the debug lines quoted above are in accuracy/results/v0.19.0/logs/
+at commit 6417620b). benchmarks/vllm_startup.py refits them and prints each log's leave-one-out
+error (docs/accuracy.md section 9): 33 of 34 within 20 %. The one outside is DeepSeek-V2-Lite
+(-24 %, under): MLA + shared experts run more kernels per layer than the MoE term carries, and it
+is the only MLA log. Every fitted run has 102 graphs on an H100; three runs held out of the fit
+(``graph_held_out`` in the data) check the rest: phi-2 +9.2 %, and gpt-oss-20b at TP 1 / 2
+(166 graphs up to 1024, ``GPT_OSS_MAX_CAPTURE``) -10.1 / -9.6 %.
 
 V0 and V1 before the FULL_AND_PIECEWISE default (0.8-0.10) keep a flat 0.5 GiB allowance, used
 only to warn (the llm-d logs show -0.45 to 1.03 GiB for 0.1x captures: a free-memory difference,
@@ -37,13 +74,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memfit.serving.vllm_matrix import cudagraph_capture_sizes
-from memfit.units import GiB, MiB
+from memfit.units import MiB
 
-__all__ = ["CudaGraphPlan", "plan_cudagraphs"]
+__all__ = [
+    "CudaGraphPlan",
+    "default_max_capture_size",
+    "fa_split_workspace_bytes",
+    "is_mm_prefix_lm",
+    "plan_cudagraphs",
+]
 
-#: (base, per layer) bytes per captured graph, fitted as the module docstring says.
-CAPTURE_PER_GRAPH = (int(0.39132 * GiB / 102), int(0.015806 * GiB / 102))
-ESTIMATE_PER_GRAPH = (int(0.29888 * GiB / 102), int(0.017158 * GiB / 102))
+#: (base, per layer, per MoE layer) bytes per captured graph, fitted as the module docstring
+#: says (``benchmarks/vllm_startup.py`` prints the refit: MiB per graph).
+CAPTURE_PER_GRAPH = (int(1.4574 * MiB), int(0.1651 * MiB), int(0.0689 * MiB))
+ESTIMATE_PER_GRAPH = (int(0.6709 * MiB), int(0.1777 * MiB), int(0.0359 * MiB))
+#: ``flash_attn_max_num_splits_for_cuda_graph`` (32 in every modelled release, docstring)
+FA_MAX_SPLITS_FOR_CUDA_GRAPH = 32
+#: FlashAttention's split accumulators are fp32 (``out_accum``, ``softmax_lse_accum``)
+FA_ACCUM_BYTES = 4
+#: gpt-oss's own largest capture size when the user sets none
+#: (``GptOssForCausalLMConfig.verify_and_update_config``, ``vllm/model_executor/models/config.py``):
+#: 992 in 0.11 (vllm-project/vllm#25508: FlashAttention 3's FULL graphs then stopped at 992), 1024
+#: from 0.12 (vllm#28345, merged 2025-11-08, before 0.12.0; the llm-d-planner v0.19.0 gpt-oss-20b
+#: log captures 83 + 83 graphs, the largest 1024). Not capped by 2 x max_num_seqs.
+GPT_OSS_MAX_CAPTURE = {11: 992, 12: 1024}
+
+
+def default_max_capture_size(model_type: str | None, minor: int) -> int | None:
+    """The largest capture size a model's own vLLM config sets when the user sets none (gpt-oss),
+    else None (vLLM's ``min(2 x max_num_seqs, 512)``)."""
+    if model_type != "gpt_oss" or minor < min(GPT_OSS_MAX_CAPTURE):
+        return None
+    return GPT_OSS_MAX_CAPTURE[min(minor, max(GPT_OSS_MAX_CAPTURE))]
+
+
+#: checkpoints vLLM serves with bidirectional attention over image tokens (no FlashAttention):
+#: first minor -> the model types ``ModelConfig.is_mm_prefix_lm`` lists from it
+#: (``vllm/config/model.py`` of the 0.13 / 0.16 / 0.18 PyPI sdists; absent from 0.11 and 0.12;
+#: 0.20+ reads the same list in ``vllm/transformers_utils/model_arch_config_convertor.py``)
+MM_PREFIX_LM_MODEL_TYPES = {13: ("gemma3", "paligemma"), 16: ("molmo2",), 18: ("bagel",)}
 #: V0 and 0.8-0.10: the allowance for the capture after the KV cache (llm-d H100 logs).
 LEGACY_ALLOWANCE_BYTES = 512 * MiB
 #: First release with FULL_AND_PIECEWISE by default (``vllm/config/__init__.py``, 0.11.0)
@@ -73,6 +142,26 @@ class CudaGraphPlan:
         return self.estimate_bytes > 0
 
 
+def is_mm_prefix_lm(model_type: str | None, minor: int, *, declared: bool | None = None) -> bool:
+    """Whether vLLM 0.``minor`` serves a checkpoint of ``model_type`` with bidirectional attention
+    over image tokens (``declared``: the config's own ``is_mm_prefix_lm``, read first from 0.18)."""
+    if minor < min(MM_PREFIX_LM_MODEL_TYPES):
+        return False
+    if declared is not None and minor >= 18:
+        return declared
+    return any(
+        model_type in types for first, types in MM_PREFIX_LM_MODEL_TYPES.items() if minor >= first
+    )
+
+
+def fa_split_workspace_bytes(*, largest_full: int, n_heads_per_rank: int, head_dim_v: int) -> int:
+    """FlashAttention's split-KV accumulators for the largest FULL graph (module docstring, 1):
+    ``splits x B x H x Dv`` fp32 for ``out_accum`` plus ``splits x B x H`` for the LSEs."""
+    return (
+        FA_MAX_SPLITS_FOR_CUDA_GRAPH * largest_full * n_heads_per_rank * (head_dim_v + 1)
+    ) * FA_ACCUM_BYTES
+
+
 def plan_cudagraphs(
     *,
     minor: int,
@@ -82,25 +171,47 @@ def plan_cudagraphs(
     n_layers: int,
     enforce_eager: bool,
     sm100: bool = False,
+    n_heads_per_rank: int = 0,
+    head_dim_v: int = 0,
+    n_moe_layers: int = 0,
+    flash_attention: bool = True,
+    max_capture_size: int | None = None,
 ) -> CudaGraphPlan:
-    """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers, and the bytes
-    memfit counts for it (module docstring)."""
+    """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers (``n_moe_layers`` of
+    them fused-MoE, ``n_heads_per_rank`` query heads of value width ``head_dim_v``; without
+    ``flash_attention`` (an mm-prefix checkpoint) no split workspace; ``max_capture_size``:
+    ``--max-cudagraph-capture-size``), and the bytes memfit
+    counts for it (module docstring)."""
     if enforce_eager:
         return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, capture_bytes=0, estimate_bytes=0)
     ceiling = 1024 if sm100 and minor >= 28 else 512
     sizes = cudagraph_capture_sizes(
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, ceiling=ceiling
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        ceiling=ceiling,
+        max_capture_size=max_capture_size,
     )
     full = [s for s in sizes if s <= max_num_seqs]
     n = len(sizes) + len(full)
     largest = sizes[-1] if sizes else 0
+    workspace = 0
+    if flash_attention:
+        workspace = fa_split_workspace_bytes(
+            largest_full=max(full, default=0),
+            n_heads_per_rank=n_heads_per_rank,
+            head_dim_v=head_dim_v,
+        )
+
+    def per_graph(c: tuple[int, int, int]) -> int:
+        return c[0] + c[1] * n_layers + c[2] * n_moe_layers
+
     if engine != "v1" or minor < FIRST_MODELLED_MINOR:
         capture = LEGACY_ALLOWANCE_BYTES
     else:
-        capture = n * (CAPTURE_PER_GRAPH[0] + CAPTURE_PER_GRAPH[1] * n_layers)
+        capture = workspace + n * per_graph(CAPTURE_PER_GRAPH)
     estimate = 0
     if engine == "v1" and minor >= FIRST_ESTIMATE_MINOR:
-        estimate = n * (ESTIMATE_PER_GRAPH[0] + ESTIMATE_PER_GRAPH[1] * n_layers)
+        estimate = workspace + n * per_graph(ESTIMATE_PER_GRAPH)
     return CudaGraphPlan(
         n_piecewise=len(sizes),
         n_full=len(full),

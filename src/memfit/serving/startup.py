@@ -27,10 +27,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from memfit.errors import NotModelledError
+from memfit.errors import NotModelledError, SpecError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
-from memfit.serving.cudagraphs import LEGACY_ALLOWANCE_BYTES, plan_cudagraphs
+from memfit.serving.cudagraphs import (
+    LEGACY_ALLOWANCE_BYTES,
+    default_max_capture_size,
+    is_mm_prefix_lm,
+    plan_cudagraphs,
+)
 from memfit.serving.extensible import (
     VMM_GRANULE_BYTES,
     ExtensibleSizing,
@@ -357,6 +362,29 @@ def batch_defaults(gpu: GPU, total_bytes: int) -> tuple[int, int]:
     return 2048, 256
 
 
+def graph_shape(
+    spec: ModelSpec, *, tp: int, pp: int, minor: int
+) -> tuple[int, int, int, int, bool]:
+    """What memfit.serving.cudagraphs sizes a rank's graphs by: the layers of the stage holding
+    the most, the fused-MoE ones among them (DeepSeek's ``first_k_dense_replace`` leading dense
+    layers sit on the first stage), the attention's query heads per rank and their value width
+    (MLA decodes in the ``kv_lora_rank`` latent), and whether FlashAttention serves it (not an
+    mm-prefix checkpoint, ``memfit.serving.cudagraphs.is_mm_prefix_lm``)."""
+    text = spec.text or spec
+    n_layers = max(pp_layer_counts(text.n_layers or 0, pp))
+    n_moe = 0
+    if text.n_experts:
+        dense = int(text.raw.get("first_k_dense_replace") or 0) if pp == 1 else 0
+        n_moe = max(0, n_layers - dense)
+    heads = text.n_heads or 0
+    head_dim = text.head_dim or ((text.hidden_size or 0) // heads if heads else 0)
+    declared = spec.raw.get("is_mm_prefix_lm")
+    fa = not is_mm_prefix_lm(
+        spec.model_type, minor, declared=None if declared is None else bool(declared)
+    )
+    return n_layers, n_moe, heads // tp, int(text.raw.get("kv_lora_rank") or head_dim), fa
+
+
 def _activation_peak(
     spec: ModelSpec, *, tokens: int, rows: int, tp: int, act_bytes: int, v: VllmVersion
 ) -> int:
@@ -392,6 +420,12 @@ def simulate_startup(
         else default_utilization(v, row)
     )
     block_size = config.block_size or (row.block_size if row is not None else 16)
+    if config.max_cudagraph_capture_size is not None and (v.engine != "v1" or minor < 13):
+        raise SpecError(
+            "--max-cudagraph-capture-size is a vLLM 0.13+ flag (arg_utils.py of the 0.13 sdist); "
+            f"vLLM {modelled.release} has no such flag: pass --vllm-version 0.13 or later, or "
+            "drop it"
+        )
     total = total_bytes or vllm_total_bytes(gpu)
     notes: list[str] = []
     if modelled.note:
@@ -432,14 +466,21 @@ def simulate_startup(
     requested = int(total * util)
     if v.extensible_kv_cache:  # request_memory: math.ceil(total x utilization)
         requested = math.ceil(total * util)
+    g_layers, g_moe, g_heads, g_dv, g_fa = graph_shape(spec, tp=tp, pp=pp, minor=minor)
     cg = plan_cudagraphs(
         minor=minor,
         engine=v.engine,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
-        n_layers=max(pp_layer_counts((spec.text or spec).n_layers or 0, pp)),
         enforce_eager=config.enforce_eager,
         sm100=(gpu.compute_capability or (0, 0))[0] == 10,
+        n_layers=g_layers,
+        n_moe_layers=g_moe,
+        n_heads_per_rank=g_heads,
+        head_dim_v=g_dv,
+        flash_attention=g_fa,
+        max_capture_size=config.max_cudagraph_capture_size
+        or default_max_capture_size((spec.text or spec).model_type, minor),
     )
     graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget

@@ -142,12 +142,20 @@ def release(minor: int) -> VllmRelease | None:
 
 
 def cudagraph_capture_sizes(
-    *, max_num_seqs: int, max_num_batched_tokens: int, ceiling: int = 512
+    *,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    ceiling: int = 512,
+    max_capture_size: int | None = None,
 ) -> list[int]:
     """vLLM's default ``cudagraph_capture_sizes`` (``VllmConfig._set_cudagraph_sizes``):
     1, 2, 4, then steps of 8 below 256 and of 16 from 256, up to ``min(2 x max_num_seqs,
-    ceiling, max_num_batched_tokens)``."""
+    ceiling, max_num_batched_tokens)``; ``max_capture_size`` (``--max-cudagraph-capture-size``)
+    replaces ``min(2 x max_num_seqs, ceiling)``, still capped by the batched tokens
+    (``vllm/config/vllm.py`` of the v0.19.0 sdist)."""
     top = min(max_num_seqs * 2, ceiling, max_num_batched_tokens)
+    if max_capture_size is not None:
+        top = min(max_capture_size, max_num_batched_tokens)
     sizes = [s for s in (1, 2, 4) if s <= top]
     if top >= 8:
         sizes += list(range(8, min(top + 1, 256), 8))

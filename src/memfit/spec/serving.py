@@ -57,6 +57,8 @@ class VllmConfig:
     enforce_eager: bool = False
     cpu_offload_gb: float = 0.0
     vllm_version: str | None = None
+    #: ``--max-cudagraph-capture-size`` (0.13+; None: vLLM's min(2 x max_num_seqs, 512))
+    max_cudagraph_capture_size: int | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -71,7 +73,12 @@ class VllmConfig:
                     f"--{name.replace('_', '-')} ({value:,}) must be at most {MAX_GPUS:,} GPUs "
                     "(memfit.spec.rules.MAX_GPUS)"
                 )
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+        for name in (
+            "max_model_len",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_cudagraph_capture_size",
+        ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 problems.append(f"--{name.replace('_', '-')} ({value!r}) must be 1 or more")
