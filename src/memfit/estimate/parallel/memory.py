@@ -16,7 +16,8 @@ compute dtype's bytes, ``V`` the vocabulary, ``h`` the hidden width):
   head rank. Context parallelism divides ``T`` by ``c``; sequence parallelism (where the job says
   so) divides the norm tensors by ``t``.
 - **Temporaries** (:func:`transients`): the larger of the loss over the vocabulary
-  (:data:`LOSS_BYTES_PER_LOGIT`) and a layer's backward (the layer recomputed under full
+  (:data:`LOSS_BYTES_PER_LOGIT`; :data:`LOSS_PARALLEL_BYTES_PER_LOGIT` under torchtitan's loss
+  parallel) and a layer's backward (the layer recomputed under full
   checkpointing + ring attention's K/V buffers, :func:`cp_buffer_bytes` + the MoE all-to-all
   buffers and grouped-GEMM workspace, :func:`ep_buffer_bytes`); plus FSDP / ZeRO-3's gathered
   layers and the pipeline's receive buffers (:func:`p2p_bytes`).
@@ -63,6 +64,18 @@ STATE_BYTES: dict[tuple[str, str], tuple[int, int, int]] = {
 #: backward (:data:`LOSS_SAVED_BYTES`).
 LOSS_BYTES_PER_LOGIT = 4 + 4 + 4
 LOSS_SAVED_BYTES = 4
+#: The same peak under loss parallelism, which torchtitan turns on with tensor parallelism
+#: (``training.disable_loss_parallel`` False by default; the output head ``ColwiseParallel(
+#: output_layouts=Shard(-1), use_local_output=False)`` and ``loss_parallel()`` around the step:
+#: ``apply_tp`` in ``torchtitan/parallelisms/parallelize_llama.py`` and ``train.py`` at 9dec370).
+#: torch's vocabulary-sharded cross entropy fuses the ``nll_loss`` and ``log_softmax`` backward
+#: into ``(grad_input + torch.exp(x)) * grad_output`` over a dense ``zeros_like(x)``
+#: (``_nll_loss_and_log_softmax_backward`` in ``torch/distributed/tensor/parallel/loss.py``):
+#: the saved fp32 log-probabilities, the scattered zeros, ``exp(x)`` and their sum are live at
+#: once, 4 fp32 copies of the logit shard — 16 bytes per logit where the fused CUDA
+#: ``log_softmax`` backward needs 12 (measured on CPU through torch's own code in
+#: ``tests/estimate/parallel/test_loss_peak.py``).
+LOSS_PARALLEL_BYTES_PER_LOGIT = 4 + 4 + 4 + 4
 #: torch.distributed.pipelining keeps the last stage's output (the logits, compute dtype) of
 #: every micro-batch for the merged return (``_PipelineStageBase.forward_one_chunk``:
 #: ``output_chunks.append``, pytorch 00722e6; ``save_forward_output`` defaults to True). Megatron
@@ -415,6 +428,18 @@ def head_in_flight(lay: Layout) -> int:
 
 
 # ----------------------------------------------------------------------------- temporaries
+def loss_parallel(lay: Layout) -> bool:
+    """Whether the loss runs vocabulary-parallel as torchtitan runs it with tensor parallelism
+    (torch's ``loss_parallel``; :data:`LOSS_PARALLEL_BYTES_PER_LOGIT`). Megatron-core's
+    ``vocab_parallel_cross_entropy`` (``ddp`` / ``zero1`` layouts here) keeps the 12 bytes."""
+    return lay.torch_native and lay.tp > 1
+
+
+def loss_bytes_per_logit(lay: Layout) -> int:
+    """Peak bytes per logit of the loss on the head rank (saved log-probabilities included)."""
+    return LOSS_PARALLEL_BYTES_PER_LOGIT if loss_parallel(lay) else LOSS_BYTES_PER_LOGIT
+
+
 def cp_buffer_bytes(shape: DecoderShape, lay: Layout) -> int:
     """Ring attention's buffers for one layer on one GPU (0 without context parallelism).
 
@@ -492,8 +517,9 @@ def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[in
     over the vocabulary comes at another moment."""
     options: dict[str, int] = {"none": 0}
     if stages.head:
-        options["loss over the vocabulary"] = (
-            lay.tokens * (shape.vocab // lay.tp) * (LOSS_BYTES_PER_LOGIT - LOSS_SAVED_BYTES)
+        name = "loss over the vocabulary" + (" (loss parallel)" if loss_parallel(lay) else "")
+        options[name] = (
+            lay.tokens * (shape.vocab // lay.tp) * (loss_bytes_per_logit(lay) - LOSS_SAVED_BYTES)
         )
     parts: list[tuple[str, int]] = []
     if lay.checkpointing in ("full", "selective-op") and stages.layers:
