@@ -37,6 +37,7 @@ from memfit.estimate.optim_states import optimizer_state_bytes
 from memfit.estimate.parallel.schedule import RankStages
 from memfit.estimate.parallel.shape import DecoderShape
 from memfit.estimate.sharding import per_rank_model_states
+from memfit.spec.rules import LAYER_SAC, SELECTIVE_AC_OPTION_DEFAULT, layer_sac_checkpointed
 from memfit.units import MiB
 
 #: Bytes per parameter (parameters, gradients, master copy) by precision family and sharding
@@ -157,6 +158,9 @@ class Layout:
     float8_all_gather: bool = False
     #: ``--compile``: the blocks run under torch.compile (:func:`compile_dropped_elements`)
     compile: bool = False
+    #: ``--checkpointing selective-layer``: every N-th block of a rank checkpointed
+    #: (:func:`rank_layer_policies`)
+    selective_ac_option: int = SELECTIVE_AC_OPTION_DEFAULT
 
     @property
     def tokens(self) -> int:
@@ -396,8 +400,8 @@ def rank_activation_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) 
     if not layers and not (stages.embedding or stages.head):
         return 0
     per_layer = [
-        layer_activation_bytes(shape, lay, moe=shape.is_moe_layer(i), how=lay.checkpointing)
-        for i in layers
+        layer_activation_bytes(shape, lay, moe=shape.is_moe_layer(i), how=how)
+        for i, how in zip(layers, rank_layer_policies(stages, lay), strict=True)
     ]
     mean = sum(per_layer) / len(per_layer) if per_layer else 0
     total = stages.in_flight_layers * mean
@@ -410,6 +414,17 @@ def rank_activation_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) 
         total += head_in_flight(lay) * saved
         total += kept_outputs_bytes(shape, lay)
     return int(total)
+
+
+def rank_layer_policies(stages: RankStages, lay: Layout) -> list[str]:
+    """Each of this rank's layers' checkpointing, in order. ``selective-layer``: torchtitan
+    applies its per-layer SAC per process, one counter over the blocks of every model part the
+    rank holds (``_layer_sac_count``, ``rules.layer_sac_checkpointed``): ``full`` on the blocks
+    it wraps, ``none`` on the others; every other policy: the job's on every layer."""
+    if lay.checkpointing != LAYER_SAC:
+        return [lay.checkpointing] * len(stages.layers)
+    wrapped = layer_sac_checkpointed(len(stages.layers), lay.selective_ac_option)
+    return ["full" if w else "none" for w in wrapped]
 
 
 def kept_outputs_bytes(shape: DecoderShape, lay: Layout) -> int:
@@ -522,7 +537,9 @@ def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[in
             lay.tokens * (shape.vocab // lay.tp) * (loss_bytes_per_logit(lay) - LOSS_SAVED_BYTES)
         )
     parts: list[tuple[str, int]] = []
-    if lay.checkpointing in ("full", "selective-op") and stages.layers:
+    if "full" in rank_layer_policies(stages, lay) or (
+        lay.checkpointing == "selective-op" and stages.layers
+    ):
         moe = any(shape.is_moe_layer(i) for i in stages.layers)
         recompute = layer_activation_bytes(shape, lay, moe=moe, how="none")
         if lay.checkpointing == "selective-op":  # what the policy did not store is recomputed
@@ -611,6 +628,7 @@ def layout_of(w: Any) -> Layout:
         float8=getattr(w, "float8", "none"),
         float8_all_gather=bool(getattr(w, "float8_all_gather", False)),
         compile=bool(getattr(w, "compile", False)),
+        selective_ac_option=int(getattr(w, "selective_ac_option", SELECTIVE_AC_OPTION_DEFAULT)),
     )
 
 
