@@ -163,7 +163,12 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     # stay trainable, so the frozen layers still carry gradients through to them.
     emb_rg = embed.out_rg
     if wl.checkpointing == LAYER_SAC:
-        stacks = _layer_sac_stacks(prog, wl, w, emb_rg=emb_rg, n_periods=n_periods)
+        # transformers makes the embedding output require grad under any checkpointing of an
+        # input_ids model (ChainProgram.input_ids): a plain frozen block then keeps what a
+        # trainable one does (checked against the trace; under full checkpointing the blocks'
+        # inputs are kept either way)
+        input_grads = emb_rg or getattr(prog, "input_ids", False)
+        stacks = _layer_sac_stacks(prog, wl, w, emb_rg=input_grads, n_periods=n_periods)
     else:
         stacks = _layer_stacks(prog, wl, w, emb_rg=emb_rg, n_periods=n_periods)
     head = _block(
