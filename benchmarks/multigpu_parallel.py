@@ -8,7 +8,8 @@ jobs to — and compares the metric the source measured (``allocated``:
 ``max_memory_allocated``, ``reserved``: ``max_memory_reserved``, ``device``: nvidia-smi).
 torchtitan runs tensor parallelism with sequence parallelism, so its points are estimated with
 it; the runs whose notes say torch.compile + Float8 (:data:`RAN_COMPILED_FLOAT8`) with
-``--float8 tensorwise --compile``. Writes ``benchmarks/results/multigpu_parallel.md`` (the table quoted in docs/accuracy.md).
+``--float8 tensorwise --compile``. Writes ``benchmarks/results/multigpu_parallel.md`` (the table
+quoted in docs/accuracy.md).
 
     .venv/bin/python benchmarks/multigpu_parallel.py
 """
