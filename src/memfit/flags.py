@@ -224,7 +224,9 @@ FLAGS: tuple[Flag, ...] = (
         choices=CHECKPOINTING,
         help="selective: every matmul and attention output saved; selective-op: torchtitan's "
         'per-op SAC (activation_checkpoint.mode "selective", selective_ac_option "op": every '
-        "other matmul output and the attention outputs saved); full: each block recomputed",
+        "other matmul output and the attention outputs saved); full: each block recomputed; "
+        "selective-layer: torchtitan's per-layer SAC, every N-th block recomputed "
+        "(--selective-ac-option N)",
         field="checkpointing",
         commands=ESTIMATE_LIKE,
     ),
@@ -824,6 +826,16 @@ FLAGS: tuple[Flag, ...] = (
         "benchmarks/results/compile_saved.md); training, analytic engine and per-rank closed "
         "form only",
         field="compile",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--selective-ac-option",
+        dest="selective_ac_option",
+        kind="int",
+        help="with --checkpointing selective-layer: checkpoint every N-th block, the others "
+        "not at all (torchtitan activation_checkpoint.mode selective, selective_ac_option N; "
+        "default 2; 0: every block)",
+        field="selective_ac_option",
         commands=ESTIMATE_LIKE,
     ),
 )

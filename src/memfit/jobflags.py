@@ -149,6 +149,11 @@ def diffusion_train_job(
             f"--checkpointing {ckpt}: the diffusers scripts have --gradient_checkpointing "
             "only (use full or none)"
         )
+    if ckpt == "selective-layer":
+        raise SpecError(
+            "--checkpointing selective-layer: the diffusers scripts have --gradient_checkpointing "
+            "only (use full or none)"
+        )
     rank = getattr(args, "lora_rank", None) if lora_rank is None else lora_rank
     if isinstance(rank, list):
         rank = rank[0]

@@ -48,10 +48,9 @@ KNOWN_MISSES = {
     "aai-7b-lora-offload-b10": OLD_LOGITS + "; FSDP1 CPU offload",
     "peft-zero3-lora-70b-8gpu": OLD_LOGITS + "; DeepSpeed's parameter reuse window",
     "tt-t4-70b-2d": (
-        "-24.6 %, mechanism not found: the closed form's full-checkpointing activations (29.8 "
-        "GiB) and loss transient (16.9 GiB) leave ~17 GiB of torchtitan 9dec370's 2D Float8 "
-        "run unexplained; a candidate, unchecked: the loss over 131,072 tokens x 16,032-wide "
-        "vocabulary shards outside the compiled blocks (8.4 GB per fp32 copy)"
+        "-13.0 % (-24.6 % before the loss-parallel backward, 16 bytes per logit, was counted): "
+        "~8 GiB of torchtitan 9dec370's 2D Float8 run still unexplained; Table 4's AsyncTP row is "
+        "4.3 GiB lower, which points at a layer's full-sequence transients, not the loss"
     ),
 }
 

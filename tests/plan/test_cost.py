@@ -59,6 +59,15 @@ def test_full_checkpointing_adds_one_forward_and_selective_only_attention() -> N
     assert none < selective < none * 1.1
 
 
+def test_per_layer_checkpointing_reruns_the_forward_of_the_blocks_it_wraps() -> None:
+    """torchtitan's per-layer SAC at its default (every 2nd of the 32 blocks): half a forward
+    more, 6N -> 7N."""
+    none, full = _train(BASE), _train(replace(BASE, checkpointing="full"))
+    every_other = _train(replace(BASE, checkpointing="selective-layer"))
+    assert every_other / none == pytest.approx(7 / 6, rel=0.01)
+    assert none < every_other < full
+
+
 def test_lora_skips_the_weight_gradient_matmuls() -> None:
     # short sequences: attention (no weights, so its backward stays 2 forwards) is negligible
     lora = _train(replace(BASE, lora_rank=16), seq=128, trainable=0.0)

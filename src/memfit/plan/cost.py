@@ -47,6 +47,7 @@ from memfit.errors import SpecError
 from memfit.models.model_spec import ModelSpec
 from memfit.plan.space import Settings
 from memfit.spec import PRECISION_RULES, fsdp_mixed_policy, precision_rule
+from memfit.spec.rules import LAYER_SAC, layer_sac_checkpointed
 
 _FIT = "fitted by benchmarks/step_time_calibration.py (median log-ratio of its class)"
 
@@ -371,6 +372,16 @@ def recomputes_layers(checkpointing: str) -> bool:
     return checkpointing in ("full", "offload")
 
 
+def recompute_share(s: Settings, n_layers: int) -> float:
+    """The share of the layers whose forward reruns in backward: all of them under
+    :func:`recomputes_layers`, the blocks torchtitan's per-layer SAC wraps under
+    ``selective-layer`` (``rules.layer_sac_checkpointed``), none otherwise."""
+    if s.checkpointing == LAYER_SAC and n_layers:
+        every = s.techniques.selective_ac_option
+        return sum(layer_sac_checkpointed(n_layers, every)) / n_layers
+    return 1.0 if recomputes_layers(s.checkpointing) else 0.0
+
+
 def checkpoint_offload_s(s: Settings, facts: ModelFacts, tokens: int, rates: Rates) -> float:
     """Host-link time of checkpoints kept in host RAM (``--checkpointing offload``: Unsloth's
     smart gradient checkpointing, estimate/analytic/host_checkpoint.py): each layer's input
@@ -409,16 +420,19 @@ def train_step_cost(
     attn_bwd = attn_fwd * (1.0 - frozen_share) * _c("backward_per_forward")
     # torchtitan's per-op SAC (``selective-op``) recomputes every other matmul of a block (wk,
     # wo, w3 of Llama's seven: 37 % of a Llama-3-8B block's matmul FLOPs) and saves attention
-    recompute_mm = mm_fwd if recomputes_layers(s.checkpointing) else 0.0
+    share = recompute_share(s, facts.n_layers)
+    recompute_mm = share * mm_fwd
     if s.checkpointing == "selective-op":
         recompute_mm = SAC_OP_RECOMPUTE * mm_fwd
     recompute_attn = 0.0 if s.checkpointing in ("none", "selective-op") else attn_fwd
+    if s.checkpointing == LAYER_SAC:
+        recompute_attn = share * attn_fwd
     compute = _flops_s(
         mm_fwd * (1 + bwd_factor) + recompute_mm, attn_fwd + attn_bwd + recompute_attn, s, rates
     )
     # forward-equivalent passes: forward 1, backward ~2 (both gradients) or ~1 (input only)
-    passes = 1.0 + bwd_factor + recomputes_layers(s.checkpointing)
-    weight_passes = 2 + recomputes_layers(s.checkpointing)  # fwd, bwd, recompute read weights
+    passes = 1.0 + bwd_factor + share
+    weight_passes = 2 + share  # fwd, bwd, recompute read weights
     w_bytes = _weight_bytes(s, facts)
     micro = max(compute, weight_passes * w_bytes / (rates.memory_bps * _c("mbu")))
     dequant = weight_passes * _dequant_s(s, facts, tokens, rates)

@@ -183,6 +183,12 @@ def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, 
             "the rest (memfit.apply.enable_checkpointing_(model, 'selective')); "
             "TrainingArguments offers only full checkpointing"
         )
+    if s.checkpointing == "selective-layer":
+        out["checkpointing"] = (
+            'torchtitan activation_checkpoint.mode = "selective", selective_ac_option = '
+            f'"{s.techniques.selective_ac_option}" (every such block checkpointed whole, the '
+            "others not); TrainingArguments offers only full checkpointing"
+        )
     if s.checkpointing == "selective-op":
         out["checkpointing"] = (
             'torchtitan activation_checkpoint.mode = "selective", selective_ac_option = "op" '

@@ -136,6 +136,7 @@ class TechniqueSpec:
     optimizer_in_bwd: bool = False
     loss: str = "full"  # the training cross-entropy (rules.LOSSES)
     compile: bool = False  # the blocks run under torch.compile (WorkloadSpec.compile)
+    selective_ac_option: int = 2  # checkpointing selective-layer: every N-th block (0: all)
 
     def __post_init__(self) -> None:
         raise_if(self.problems())
@@ -143,7 +144,7 @@ class TechniqueSpec:
     def problems(self) -> list[str]:
         own: tuple[str, ...] = ("precision", "attention", "checkpointing", "optimizer")
         own += ("freeze_layers", "optimizer_in_bwd", "loss")
-        own += ("compile",)
+        own += ("compile", "selective_ac_option")
         values = {k: getattr(self, k) for k in own}
         for name in ("optimizer", "precision"):
             if values[name] is None:
@@ -184,6 +185,7 @@ class TechniqueSpec:
             "optimizer_in_bwd": self.optimizer_in_bwd,
             "loss": self.loss,
             "compile": self.compile,
+            "selective_ac_option": self.selective_ac_option,
             **self.quantization.flat(),
         }
 

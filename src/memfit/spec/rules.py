@@ -28,8 +28,28 @@ ATTENTIONS = ("eager", "sdpa", "flash")
 #: "selective"``, ``selective_ac_option = "op"``): attention outputs and every other matmul output
 #: of a block saved (torchtitan ``parallelize_llama.py`` ``_custom_policy`` / ``_save_list`` at
 #: 9dec370; ``SelectiveAC`` in ``distributed/activation_checkpoint.py`` at b5bcd76); ``offload``
-#: is Unsloth's ``use_gradient_checkpointing="unsloth"`` (each layer's input kept in host RAM).
-CHECKPOINTING = ("none", "full", "selective", "selective-op", "offload")
+#: is Unsloth's ``use_gradient_checkpointing="unsloth"`` (each layer's input kept in host RAM);
+#: ``selective-layer`` is torchtitan's per-layer SAC (``mode = "selective"``,
+#: ``selective_ac_option = "N"``, N a number, ``WorkloadSpec.selective_ac_option``): every N-th
+#: block wrapped whole in ``checkpoint_wrapper``, the others not checkpointed (``_apply_layer_sac``
+#: in ``torchtitan/distributed/activation_checkpoint.py`` at 114151ad4^, the last torchtitan that
+#: has it; ``_apply_ac_to_transformer_block`` in ``parallelisms/parallelize_llama.py`` at 9dec370).
+CHECKPOINTING = ("none", "full", "selective", "selective-op", "offload", "selective-layer")
+#: ``--checkpointing selective-layer``: torchtitan's ``selective_ac_option`` default ("2": every
+#: other layer, ``config_manager.py`` at 9dec370).
+SELECTIVE_AC_OPTION_DEFAULT = 2
+#: The ``--checkpointing`` name of torchtitan's per-layer SAC.
+LAYER_SAC = "selective-layer"
+
+
+def layer_sac_checkpointed(n_layers: int, every: int) -> tuple[bool, ...]:
+    """Which of ``n_layers`` blocks torchtitan's per-layer SAC checkpoints, in order: the
+    ``k``-th block wrapped (``k`` counted from 1 by one counter per process, over the blocks of
+    every model part the process holds) where ``k % every == 0``, every block where ``every``
+    is 0 (``if not ac_freq or _layer_sac_count % ac_freq == 0``)."""
+    return tuple(every == 0 or k % every == 0 for k in range(1, n_layers + 1))
+
+
 #: How the LM head's cross-entropy runs in training: ``full`` materialises the whole (B, S, V)
 #: logits and their fp32 copy (transformers' ``ForCausalLMLoss``); ``chunked`` runs the LM head
 #: and the cross-entropy a chunk of tokens at a time, each chunk's saved tensors kept for
@@ -462,6 +482,7 @@ FIELD_RULES: dict[str, Rule] = {
     "lora_targets": _lora_targets,
     "lora_modules_to_save": _module_names,
     "freeze_layers": _count_or_zero,
+    "selective_ac_option": _count_or_zero,
     "zero_grad_set_to_none": _switch,
     "optimizer_in_bwd": _switch,
     "compile": _switch,

@@ -96,6 +96,9 @@ class WorkloadSpec:
     #: torchtune ``compile: True``, HF ``torch_compile=True``): AOTAutograd's min-cut
     #: partitioner picks what a block saves for backward (``estimate.analytic.compile``)
     compile: bool = False
+    #: ``checkpointing = "selective-layer"``: torchtitan's ``selective_ac_option`` N, every N-th
+    #: block checkpointed (counted from 1; 0: every block, as torchtitan reads it)
+    selective_ac_option: int = 2
     quant: str = "none"
     quant_group_size: int = 128
     prepare_kbit: bool = False
@@ -268,6 +271,12 @@ class WorkloadSpec:
         if not (is_count(self.gpus) and is_count(self.tp)):
             return []
         p = layout_rules(self.gpus, self.tp, self.shard, mp=model_parallel_size(vars(self)))
+        if self.selective_ac_option != 2 and self.checkpointing != "selective-layer":
+            p.append(
+                f"selective_ac_option ({self.selective_ac_option}) is the block frequency of "
+                "torchtitan's per-layer checkpointing: use it with --checkpointing "
+                "selective-layer, or drop it"
+            )
         p += kbit_rules(self.mode, self.quant, self.prepare_kbit)
         if self.mode == "train" and self.quant != "none" and self.lora_rank is None:
             p.append(
@@ -429,6 +438,8 @@ class WorkloadSpec:
             d.pop("loss")
         if not self.compile:
             d.pop("compile")
+        if self.checkpointing != "selective-layer":
+            d.pop("selective_ac_option")
         for name, default in PARALLEL_DEFAULTS.items():  # printed where a job uses them
             if d[name] == default:
                 d.pop(name)

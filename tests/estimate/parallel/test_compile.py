@@ -72,3 +72,31 @@ def test_the_closed_form_refuses_an_unmeasured_block():
     wl = _job(checkpointing="selective-op", float8="tensorwise", compile=True)
     with pytest.raises(NotModelledError, match="compile with model_type 'mixtral'"):
         estimate("mixtral-8x7b", wl, gpu="H100-80GB")
+
+
+def test_the_recomputed_layer_of_a_frozen_job_is_asked_about_as_the_analytic_engine_asks(llama8):
+    """Full checkpointing + compile: the layer recomputed in backward is compiled only where its
+    saved set is measured. A job with frozen layers is not (``compile_problem``: "frozen
+    layers"); the closed form asked about a fully trained layer before, the analytic engine
+    about the job's own — both now answer uncompiled for it, compiled for the unfrozen job."""
+    from memfit.estimate.analytic.engine import _compile_measured
+    from memfit.estimate.analytic.registry import read_arch
+    from memfit.estimate.parallel.engine import _recompute_measured, per_rank
+
+    # pipeline rank 0 of 2 holds no loss: its largest transient is the recomputed layer
+    trained = _job(gpus=16, pp=2, grad_accum=2, checkpointing="full", compile=True)
+    frozen = dataclasses.replace(trained, freeze_layers=4)
+    assert _recompute_measured(llama8, trained)
+    assert not _recompute_measured(llama8, frozen)
+    arch = read_arch(resolve_model("llama-3.1-8b").config)
+    for w in (trained, frozen):
+        assert _recompute_measured(llama8, w) == _compile_measured(arch, w)
+
+    def recompute_bytes(w):
+        first = per_rank(llama8, w)[1][0]
+        assert first.temporary_kind.startswith("one layer recomputed")
+        return first.temporary_bytes
+
+    eager = dataclasses.replace(trained, compile=False)
+    assert recompute_bytes(trained) < recompute_bytes(eager)
+    assert recompute_bytes(frozen) == recompute_bytes(dataclasses.replace(frozen, compile=False))

@@ -54,3 +54,61 @@ def test_the_loss_peaks_at_12_bytes_per_logit_as_the_closed_form_counts():
     per_logit = mode.peak / (tokens * vocab)
     # the head's own gradients (w, x: hidden / tokens of a logit's bytes) ride on top
     assert per_logit == pytest.approx(LOSS_BYTES_PER_LOGIT, rel=0.05)
+
+
+def _timeline_peak_per_logit(step, n_logits: int) -> float:
+    """Peak live CPU bytes per logit of ``step()``, from torch's own memory timeline (the
+    profiler's allocation records: tensors freed inside DTensor's handlers are seen, which a
+    dispatch mode above DTensor is not)."""
+    np = pytest.importorskip("numpy")
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import MemoryProfileTimeline
+
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        step()
+    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
+    total = np.array(sizes).sum(axis=1)
+    return float(total.max() - total[0]) / n_logits
+
+
+def test_loss_parallel_peaks_at_16_bytes_per_logit_as_the_closed_form_counts():
+    """torchtitan's loss under tensor parallelism: the head's output sharded over the vocabulary
+    (``Shard(-1)`` DTensor), ``cross_entropy`` under torch's ``loss_parallel()``, run here by
+    torch's own handlers on a one-rank gloo mesh. The plain loss through the same timeline: 12."""
+    dist = pytest.importorskip("torch.distributed")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    from memfit.estimate.parallel.memory import LOSS_PARALLEL_BYTES_PER_LOGIT
+
+    tokens, hidden, vocab = 1024, 64, 16384
+    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (tokens,))
+
+    def plain() -> None:
+        pred = x @ w.t()
+        loss = F.cross_entropy(pred.float(), labels)
+        del pred
+        loss.backward()
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        w_shard = distribute_tensor(w.detach(), mesh, [Shard(0)]).requires_grad_()
+
+        def sharded() -> None:
+            with loss_parallel():
+                pred = DTensor.from_local(x, mesh, [Replicate()]) @ w_shard.t()
+                loss = F.cross_entropy(pred.float(), labels)
+                del pred
+                loss.backward()
+
+        parallel = _timeline_peak_per_logit(sharded, tokens * vocab)
+    finally:
+        dist.destroy_process_group()
+    assert _timeline_peak_per_logit(plain, tokens * vocab) == pytest.approx(12, rel=0.05)
+    assert parallel == pytest.approx(LOSS_PARALLEL_BYTES_PER_LOGIT, rel=0.05)

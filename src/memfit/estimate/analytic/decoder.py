@@ -62,6 +62,10 @@ class ChainProgram:
 
     period = 1
     tasks: tuple[str, ...] = ("causal-lm",)
+    #: the model's main input is ``input_ids``: transformers' ``activation_checkpointing_enable``
+    #: then calls ``enable_input_require_grads`` (``modeling_utils.py``, transformers 5.23), so
+    #: under checkpointing the embedding output requires grad even where the embedding is frozen
+    input_ids = True
 
     def __init__(self, a: Arch) -> None:
         self.a = a

@@ -48,6 +48,7 @@ from memfit.estimate.analytic.optimizer import optimizer_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
 from memfit.models.lora_targets import role_names
 from memfit.spec import WorkloadSpec
+from memfit.spec.rules import LAYER_SAC, SELECTIVE_AC_OPTION_DEFAULT, layer_sac_checkpointed
 
 
 def kbit_workload(wl: WorkloadSpec) -> WorkloadSpec:
@@ -158,21 +159,18 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     tied_grad = a.tie and not lora and not frozen
     embed = _block(prog, "embed", wl, w, freeze_tokens=bool(frozen), tied=tied_grad)
     n_periods = a.n_layers // prog.period
-    stacks = []
     # freeze_layers freezes the token embedding only (get_input_embeddings): learned positions
     # stay trainable, so the frozen layers still carry gradients through to them.
     emb_rg = embed.out_rg
-    if frozen:
-        stacks.append(Stack(_block(prog, "layer", wl, w, frozen=True, in_rg=emb_rg), frozen))
-    if n_periods - frozen > 0:
-        first_rg = emb_rg
-        trainable = _block(prog, "layer", wl, w, in_rg=True)
-        if not first_rg:
-            # The first trainable layer's input needs no gradient (frozen embeddings below).
-            stacks.append(Stack(_block(prog, "layer", wl, w, in_rg=False), 1))
-            stacks.append(Stack(trainable, n_periods - frozen - 1))
-        else:
-            stacks.append(Stack(trainable, n_periods - frozen))
+    if wl.checkpointing == LAYER_SAC:
+        # transformers makes the embedding output require grad under any checkpointing of an
+        # input_ids model (ChainProgram.input_ids): a plain frozen block then keeps what a
+        # trainable one does (checked against the trace; under full checkpointing the blocks'
+        # inputs are kept either way)
+        input_grads = emb_rg or getattr(prog, "input_ids", False)
+        stacks = _layer_sac_stacks(prog, wl, w, emb_rg=input_grads, n_periods=n_periods)
+    else:
+        stacks = _layer_stacks(prog, wl, w, emb_rg=emb_rg, n_periods=n_periods)
     head = _block(
         prog,
         "head",
@@ -221,6 +219,64 @@ def simulate_train(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
         n_params=n_params,
         n_trainable=n_train,
     )
+
+
+def _layer_stacks(
+    prog: Any, wl: WorkloadSpec, w: Work, *, emb_rg: bool, n_periods: int
+) -> list[Stack]:
+    """The repeated layers of a training job, in order: the frozen ones, then the trainable."""
+    frozen = wl.freeze_layers
+    stacks = []
+    if frozen:
+        stacks.append(Stack(_block(prog, "layer", wl, w, frozen=True, in_rg=emb_rg), frozen))
+    if n_periods - frozen > 0:
+        first_rg = emb_rg
+        trainable = _block(prog, "layer", wl, w, in_rg=True)
+        if not first_rg:
+            # The first trainable layer's input needs no gradient (frozen embeddings below).
+            stacks.append(Stack(_block(prog, "layer", wl, w, in_rg=False), 1))
+            stacks.append(Stack(trainable, n_periods - frozen - 1))
+        else:
+            stacks.append(Stack(trainable, n_periods - frozen))
+    return stacks
+
+
+def _layer_sac_stacks(
+    prog: Any, wl: WorkloadSpec, w: Work, *, emb_rg: bool, n_periods: int
+) -> list[Stack]:
+    """torchtitan's per-layer SAC (``--checkpointing selective-layer``): the layers of the job
+    under full checkpointing where ``rules.layer_sac_checkpointed`` says the block is wrapped,
+    without checkpointing elsewhere, in order (runs of the same profile merged)."""
+    every = wl.selective_ac_option
+    if prog.period != 1 and every not in (0, 1):
+        raise NotModelledError(
+            f"checkpointing 'selective-layer' on {prog.a.model_type!r}: its layers are modelled "
+            f"{prog.period} at a time (alternating kinds), and every {every}-th one checkpointed "
+            "splits them; use --checkpointing full or none",
+            engine="analytic",
+        )
+    by_policy = {
+        policy: [
+            st.profile
+            for st in _layer_stacks(
+                prog,
+                replace(wl, checkpointing=policy, selective_ac_option=SELECTIVE_AC_OPTION_DEFAULT),
+                w,
+                emb_rg=emb_rg,
+                n_periods=n_periods,
+            )
+            for _ in range(st.count)
+        ]
+        for policy in ("full", "none")
+    }
+    stacks: list[Stack] = []
+    for i, wrapped in enumerate(layer_sac_checkpointed(n_periods, every)):
+        prof = by_policy["full" if wrapped else "none"][i]
+        if stacks and stacks[-1].profile is prof:
+            stacks[-1].count += 1
+        else:
+            stacks.append(Stack(prof, 1))
+    return stacks
 
 
 def _no_lora_module(model_type: str, targets: Any) -> Exception:

@@ -116,6 +116,7 @@ class ViTProgram(BertProgram):
     ``(image_size / patch_size)² + 1`` whatever ``seq_len`` says."""
 
     tasks = ("image-cls",)
+    input_ids = False  # pixel_values
 
     @property
     def image(self) -> tuple[int, int, int]:

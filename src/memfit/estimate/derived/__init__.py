@@ -77,6 +77,9 @@ def refusal(source: Any, workload: WorkloadSpec) -> str | None:
         return f"the {workload.loss} cross-entropy (--loss {workload.loss})"
     if workload.checkpointing == "offload":
         return "checkpoints kept in host RAM (--checkpointing offload)"
+    if workload.checkpointing == "selective-layer":
+        # a form grows from a few identical layers; here every N-th one differs
+        return "per-layer checkpointing (--checkpointing selective-layer): its layers differ"
     return None
 
 

@@ -16,7 +16,8 @@ compute dtype's bytes, ``V`` the vocabulary, ``h`` the hidden width):
   head rank. Context parallelism divides ``T`` by ``c``; sequence parallelism (where the job says
   so) divides the norm tensors by ``t``.
 - **Temporaries** (:func:`transients`): the larger of the loss over the vocabulary
-  (:data:`LOSS_BYTES_PER_LOGIT`) and a layer's backward (the layer recomputed under full
+  (:data:`LOSS_BYTES_PER_LOGIT`; :data:`LOSS_PARALLEL_BYTES_PER_LOGIT` under torchtitan's loss
+  parallel) and a layer's backward (the layer recomputed under full
   checkpointing + ring attention's K/V buffers, :func:`cp_buffer_bytes` + the MoE all-to-all
   buffers and grouped-GEMM workspace, :func:`ep_buffer_bytes`); plus FSDP / ZeRO-3's gathered
   layers and the pipeline's receive buffers (:func:`p2p_bytes`).
@@ -36,6 +37,7 @@ from memfit.estimate.optim_states import optimizer_state_bytes
 from memfit.estimate.parallel.schedule import RankStages
 from memfit.estimate.parallel.shape import DecoderShape
 from memfit.estimate.sharding import per_rank_model_states
+from memfit.spec.rules import LAYER_SAC, SELECTIVE_AC_OPTION_DEFAULT, layer_sac_checkpointed
 from memfit.units import MiB
 
 #: Bytes per parameter (parameters, gradients, master copy) by precision family and sharding
@@ -63,6 +65,18 @@ STATE_BYTES: dict[tuple[str, str], tuple[int, int, int]] = {
 #: backward (:data:`LOSS_SAVED_BYTES`).
 LOSS_BYTES_PER_LOGIT = 4 + 4 + 4
 LOSS_SAVED_BYTES = 4
+#: The same peak under loss parallelism, which torchtitan turns on with tensor parallelism
+#: (``training.disable_loss_parallel`` False by default; the output head ``ColwiseParallel(
+#: output_layouts=Shard(-1), use_local_output=False)`` and ``loss_parallel()`` around the step:
+#: ``apply_tp`` in ``torchtitan/parallelisms/parallelize_llama.py`` and ``train.py`` at 9dec370).
+#: torch's vocabulary-sharded cross entropy fuses the ``nll_loss`` and ``log_softmax`` backward
+#: into ``(grad_input + torch.exp(x)) * grad_output`` over a dense ``zeros_like(x)``
+#: (``_nll_loss_and_log_softmax_backward`` in ``torch/distributed/tensor/parallel/loss.py``):
+#: the saved fp32 log-probabilities, the scattered zeros, ``exp(x)`` and their sum are live at
+#: once, 4 fp32 copies of the logit shard — 16 bytes per logit where the fused CUDA
+#: ``log_softmax`` backward needs 12 (measured on CPU through torch's own code in
+#: ``tests/estimate/parallel/test_loss_peak.py``).
+LOSS_PARALLEL_BYTES_PER_LOGIT = 4 + 4 + 4 + 4
 #: torch.distributed.pipelining keeps the last stage's output (the logits, compute dtype) of
 #: every micro-batch for the merged return (``_PipelineStageBase.forward_one_chunk``:
 #: ``output_chunks.append``, pytorch 00722e6; ``save_forward_output`` defaults to True). Megatron
@@ -144,6 +158,9 @@ class Layout:
     float8_all_gather: bool = False
     #: ``--compile``: the blocks run under torch.compile (:func:`compile_dropped_elements`)
     compile: bool = False
+    #: ``--checkpointing selective-layer``: every N-th block of a rank checkpointed
+    #: (:func:`rank_layer_policies`)
+    selective_ac_option: int = SELECTIVE_AC_OPTION_DEFAULT
 
     @property
     def tokens(self) -> int:
@@ -383,8 +400,8 @@ def rank_activation_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) 
     if not layers and not (stages.embedding or stages.head):
         return 0
     per_layer = [
-        layer_activation_bytes(shape, lay, moe=shape.is_moe_layer(i), how=lay.checkpointing)
-        for i in layers
+        layer_activation_bytes(shape, lay, moe=shape.is_moe_layer(i), how=how)
+        for i, how in zip(layers, rank_layer_policies(stages, lay), strict=True)
     ]
     mean = sum(per_layer) / len(per_layer) if per_layer else 0
     total = stages.in_flight_layers * mean
@@ -397,6 +414,17 @@ def rank_activation_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) 
         total += head_in_flight(lay) * saved
         total += kept_outputs_bytes(shape, lay)
     return int(total)
+
+
+def rank_layer_policies(stages: RankStages, lay: Layout) -> list[str]:
+    """Each of this rank's layers' checkpointing, in order. ``selective-layer``: torchtitan
+    applies its per-layer SAC per process, one counter over the blocks of every model part the
+    rank holds (``_layer_sac_count``, ``rules.layer_sac_checkpointed``): ``full`` on the blocks
+    it wraps, ``none`` on the others; every other policy: the job's on every layer."""
+    if lay.checkpointing != LAYER_SAC:
+        return [lay.checkpointing] * len(stages.layers)
+    wrapped = layer_sac_checkpointed(len(stages.layers), lay.selective_ac_option)
+    return ["full" if w else "none" for w in wrapped]
 
 
 def kept_outputs_bytes(shape: DecoderShape, lay: Layout) -> int:
@@ -415,6 +443,18 @@ def head_in_flight(lay: Layout) -> int:
 
 
 # ----------------------------------------------------------------------------- temporaries
+def loss_parallel(lay: Layout) -> bool:
+    """Whether the loss runs vocabulary-parallel as torchtitan runs it with tensor parallelism
+    (torch's ``loss_parallel``; :data:`LOSS_PARALLEL_BYTES_PER_LOGIT`). Megatron-core's
+    ``vocab_parallel_cross_entropy`` (``ddp`` / ``zero1`` layouts here) keeps the 12 bytes."""
+    return lay.torch_native and lay.tp > 1
+
+
+def loss_bytes_per_logit(lay: Layout) -> int:
+    """Peak bytes per logit of the loss on the head rank (saved log-probabilities included)."""
+    return LOSS_PARALLEL_BYTES_PER_LOGIT if loss_parallel(lay) else LOSS_BYTES_PER_LOGIT
+
+
 def cp_buffer_bytes(shape: DecoderShape, lay: Layout) -> int:
     """Ring attention's buffers for one layer on one GPU (0 without context parallelism).
 
@@ -492,11 +532,14 @@ def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[in
     over the vocabulary comes at another moment."""
     options: dict[str, int] = {"none": 0}
     if stages.head:
-        options["loss over the vocabulary"] = (
-            lay.tokens * (shape.vocab // lay.tp) * (LOSS_BYTES_PER_LOGIT - LOSS_SAVED_BYTES)
+        name = "loss over the vocabulary" + (" (loss parallel)" if loss_parallel(lay) else "")
+        options[name] = (
+            lay.tokens * (shape.vocab // lay.tp) * (loss_bytes_per_logit(lay) - LOSS_SAVED_BYTES)
         )
     parts: list[tuple[str, int]] = []
-    if lay.checkpointing in ("full", "selective-op") and stages.layers:
+    if "full" in rank_layer_policies(stages, lay) or (
+        lay.checkpointing == "selective-op" and stages.layers
+    ):
         moe = any(shape.is_moe_layer(i) for i in stages.layers)
         recompute = layer_activation_bytes(shape, lay, moe=moe, how="none")
         if lay.checkpointing == "selective-op":  # what the policy did not store is recomputed
@@ -585,6 +628,7 @@ def layout_of(w: Any) -> Layout:
         float8=getattr(w, "float8", "none"),
         float8_all_gather=bool(getattr(w, "float8_all_gather", False)),
         compile=bool(getattr(w, "compile", False)),
+        selective_ac_option=int(getattr(w, "selective_ac_option", SELECTIVE_AC_OPTION_DEFAULT)),
     )
 
 

@@ -20,12 +20,13 @@ from typing import Any
 
 import torch
 
-from memfit.errors import MissingDependencyError, SpecError, TraceError
+from memfit.errors import MissingDependencyError, NotModelledError, SpecError, TraceError
 from memfit.estimate.tasks import resolve_task as resolve_task  # callers use build.resolve_task
 from memfit.estimate.trace.peft_import import without_bitsandbytes
 from memfit.models.config_values import unknown_activations, value_problems, with_float_values
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import PRECISION_RULES, WorkloadSpec
+from memfit.spec.rules import LAYER_SAC, layer_sac_checkpointed
 
 #: Parameter dtype per precision as run (``WorkloadSpec.run_precision``), from the one table.
 PARAM_DTYPE = {name: getattr(torch, r.params) for name, r in PRECISION_RULES.items()}
@@ -316,6 +317,26 @@ def _apply_training_techniques(model: torch.nn.Module, workload: WorkloadSpec) -
             enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # type: ignore[operator]
+        if workload.checkpointing == LAYER_SAC:
+            keep_every_nth_checkpointed_(model, workload.selective_ac_option)
+
+
+def keep_every_nth_checkpointed_(model: torch.nn.Module, every: int) -> None:
+    """torchtitan's per-layer SAC on a transformers model whose blocks checkpointing turned on:
+    only the blocks ``rules.layer_sac_checkpointed`` picks stay checkpointed (each block a
+    ``GradientCheckpointingLayer`` whose ``gradient_checkpointing`` flag
+    ``activation_checkpointing_enable`` set, transformers ``modeling_layers.py``)."""
+    layers = decoder_layers(model)
+    flags = [getattr(layer, "gradient_checkpointing", None) for layer in layers or ()]
+    if not layers or any(f is not True for f in flags):
+        raise NotModelledError(
+            f"checkpointing 'selective-layer': {type(model).__name__}'s repeated blocks are not "
+            "checkpointed one by one (no per-block gradient_checkpointing switch); use "
+            "--checkpointing full",
+            engine="trace",
+        )
+    for layer, wrapped in zip(layers, layer_sac_checkpointed(len(layers), every), strict=True):
+        layer.gradient_checkpointing = wrapped  # type: ignore[assignment]
 
 
 def apply_lora_(

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from memfit.errors import SpecError
+from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import quant
 from memfit.spec import WorkloadSpec
 
@@ -157,6 +157,12 @@ def checkpoint_blocks_(model: torch.nn.Module, mode: str) -> str:
     """Turn on activation checkpointing; returns how (for the notes)."""
     from memfit.estimate.trace import build
 
+    if mode == "selective-layer":
+        raise NotModelledError(
+            "checkpointing 'selective-layer' on a factory model: memfit checkpoints a factory's "
+            "blocks all alike; use --checkpointing full",
+            engine="trace",
+        )
     kwargs: dict[str, Any] = {"use_reentrant": False}
     if mode in build.SAC_CONTEXTS:
         kwargs["context_fn"] = build.SAC_CONTEXTS[mode]
