@@ -406,6 +406,18 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--fsdp-version",
+        dest="fsdp_version",
+        kind="int",
+        default=2,
+        help="which PyTorch FSDP runs --shard fsdp: 2 (default; fully_shard, per-parameter "
+        "shards, as torchtitan) or 1 (FullyShardedDataParallel: a flat parameter per wrapped "
+        "block, accelerate's fsdp_version: 1, HF Trainer's fsdp, Lightning's FSDPStrategy; with "
+        "--grad-accum > 1 each rank holds every trainable block's unsharded gradient)",
+        field="fsdp_version",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--task",
         dest="task",
         kind="choice",

@@ -438,6 +438,20 @@ def _reshard_after_forward(name: str, value: Any) -> str | None:
     )
 
 
+#: PyTorch's two FSDP implementations (``shard='fsdp'``): 2, ``fully_shard`` (per-parameter
+#: DTensor shards; torchtitan, accelerate's ``fsdp_version: 2``), 1, ``FullyShardedDataParallel``
+#: (one FlatParameter per wrapped module; accelerate's default ``fsdp_version``,
+#: ``accelerate/commands/launch.py`` ``--fsdp_version`` default "1" at huggingface/accelerate
+#: 16cb6eb8, HF Trainer's ``fsdp``, Lightning's FSDPStrategy).
+FSDP_VERSIONS = (1, 2)
+
+
+def _fsdp_version(name: str, value: Any) -> str | None:
+    if not isinstance(value, bool) and value in FSDP_VERSIONS:
+        return None
+    return f"{name} ({value!r}) must be 1 (FullyShardedDataParallel) or 2 (fully_shard)"
+
+
 #: Every checked flat field and its rule, in the order problems are reported.
 FIELD_RULES: dict[str, Rule] = {
     "mode": _choice(MODES),
@@ -476,6 +490,8 @@ FIELD_RULES: dict[str, Rule] = {
     "dp_replicate": _positive(MAX_GPUS),
     "reshard_after_forward": _reshard_after_forward,
     "zero_hpz_partition_size": _positive(MAX_GPUS),
+    # -- FSDP1 (issue 30) --
+    "fsdp_version": _fsdp_version,
 }
 
 
@@ -630,6 +646,46 @@ def hpz_rules(shard: str | None, dp: int, hpz: Any) -> list[str]:
             "DeepSpeed recommends the GPUs per node"
         ]
     return []
+
+
+def fsdp_version_rules(values: dict[str, Any]) -> list[str]:
+    """FSDP1 (``fsdp_version`` 1) is a ``shard='fsdp'`` setting that memfit models for a data-
+    parallel decoder job (:mod:`memfit.estimate.fsdp1`); the settings only FSDP2 runs with here
+    (torchtitan's tp / pp / cp / ep / Float8 layouts, HSDP-2's reshard group) are refused by
+    name, as is a quantized base (Answer.AI's fsdp_qlora: its own flat-parameter layout)."""
+    version = values.get("fsdp_version", 2)
+    if version != 1:
+        return []
+    shard = values.get("shard")
+    if shard != "fsdp":
+        return [
+            f"fsdp_version (1) sets which PyTorch FSDP runs --shard fsdp; it needs --shard fsdp "
+            f"(got shard {shard!r})"
+        ]
+    p: list[str] = []
+    rf = values.get("reshard_after_forward", True)
+    if rf is not True:
+        p.append(
+            f"reshard_after_forward ({rf!r}) with fsdp_version 1: FSDP1 spells it as its "
+            "sharding_strategy (SHARD_GRAD_OP, which memfit answers as --shard zero2); use "
+            "--fsdp-version 2 for fully_shard's reshard_after_forward"
+        )
+    layout = ("tp", "pp", "cp", "ep")
+    other = [f"{k} {values[k]}" for k in layout if is_count(values.get(k)) and values[k] > 1]
+    if values.get("float8", "none") != "none":
+        other.append(f"float8 {values['float8']}")
+    if other:
+        p.append(
+            f"fsdp_version 1 with {', '.join(other)}: memfit models FSDP1 for data-parallel jobs "
+            "only (these layouts run on FSDP2, as torchtitan does); use --fsdp-version 2"
+        )
+    quant = values.get("quant", "none")
+    if quant != "none":
+        p.append(
+            f"fsdp_version 1 with quant {quant!r}: FSDP1 over a quantized base (Answer.AI's "
+            "fsdp_qlora) is not modelled; use --fsdp-version 2"
+        )
+    return p
 
 
 def kbit_rules(mode: str, quant: str, prepare_kbit: Any) -> list[str]:

@@ -1,0 +1,261 @@
+"""FSDP1 (``FullyShardedDataParallel``) per rank: FSDP2's answer plus what FSDP1's flat
+parameters hold that FSDP2's per-parameter shards do not.
+
+``--shard fsdp --fsdp-version 1`` is how accelerate runs FSDP by default (``fsdp_version`` 1:
+``accelerate/commands/launch.py`` ``--fsdp_version`` default "1", huggingface/accelerate
+16cb6eb8), and how HF Trainer's ``fsdp: "full_shard auto_wrap"``, Lightning's ``FSDPStrategy``
+(LitGPT) and Answer.AI's fsdp_qlora run it. Every engine answers the job as FSDP2 with the same
+wrapping (one unit per decoder block, the root holding the embeddings, final norm and head:
+accelerate's ``TRANSFORMER_BASED_WRAP`` on ``_no_split_modules``, LitGPT's
+``auto_wrap_policy={Block}``); :func:`with_fsdp1` then adds the terms where FSDP1 differs. The
+torch code cited is torch 2.13's ``torch/distributed/fsdp/`` (the paths are those torch 2.1 ran):
+
+- **A flat parameter per unit** (``_flat_param.py`` ``FlatParamHandle``): the unit's tensors
+  flattened into one 1-D ``FlatParameter``, padded to a multiple of the world size
+  (``_init_flat_param_and_metadata``: ``numel_to_pad = world_size - total_numel % world_size``)
+  and sharded in equal chunks: each rank holds ``ceil(unit / W)`` elements (FSDP2 pads each
+  parameter's dim 0: the same bytes within ``W`` elements a parameter, not modelled).
+- **requires_grad of the flat parameter**: with ``use_orig_params=True`` (Lightning's default,
+  ``lightning/fabric/strategies/fsdp.py``; accelerate's for PEFT) a unit may mix frozen and
+  trainable tensors, and the flat parameter requires grad if any of them does
+  (``_validate_tensors_to_flatten``: ``flat_param_requires_grad = flat_param_requires_grad or
+  tensor.requires_grad``). Its gradient is the whole unit's: a LoRA block's frozen weights get
+  a (zero) gradient like the adapters. After a synchronised backward the rank keeps the
+  *sharded* gradient of the whole flat parameter (``_post_backward_hook`` reduce-scatters it into
+  ``_saved_grad_shard``; ``prepare_gradient_for_optim`` moves it to ``.grad``), cast to the
+  sharded parameter's dtype (``_cast_grad_to_param_dtype``). FSDP2 gives frozen parameters no
+  gradient: the difference is ``frozen numel / W`` per unit, held at the optimizer step.
+- **no_sync gradient accumulation**: accelerate's ``Accelerator.accumulate`` enters
+  ``no_sync`` on every micro-batch but the last (``accelerator.py`` ``accumulate``, unless
+  ``sync_each_batch``), Lightning Fabric's ``no_backward_sync`` returns ``module.no_sync()``.
+  Under ``no_sync`` the post-backward hook returns before the reduce-scatter
+  (``_runtime_utils.py`` ``_post_backward_hook``: ``if not state._sync_gradients: ...
+  _use_unsharded_grad_views(); return``) and ``prepare_gradient_for_backward`` keeps the padded
+  *unsharded* gradient for the next micro-batch: every rank holds every grad-requiring unit's
+  whole gradient, in the forward / backward dtype (``MixedPrecision.param_dtype``), from the first
+  micro-batch's backward to the last one's (``FullyShardedDataParallel.no_sync`` docstring:
+  "accumulate the full model gradients (instead of gradient shards)"). With ``grad_accum`` > 1
+  memfit adds them to the forward and backward peaks (less the sharded gradients an FSDP2 answer
+  already holds there with ``zero_grad_set_to_none=False``). Measured on torch's own FSDP1 on
+  CPU: ``benchmarks/fsdp1_lora_no_sync.py``, ``tests/estimate/test_fsdp1.py``.
+- **What is the same** as FSDP2 here: FULL_SHARD frees a unit's unsharded parameters after its
+  forward and backward; ``backward_prefetch=BACKWARD_PRE`` (the constructor's default) gathers
+  the next unit before the current one's gradient is computed, ``limit_all_gathers=True``
+  allows two units' all-gathers in flight (``_runtime_utils._unshard``, the rate limiter):
+  the running unit and the next, as FSDP2's implicit prefetch holds (forward_prefetch=False:
+  no more). ``MixedPrecision(param_dtype, reduce_dtype, buffer_dtype)`` as accelerate and
+  Lightning set it (all three the 16-bit dtype, ``set_mixed_precision`` /
+  ``FSDPPrecision.mixed_precision_config``) casts the gathered parameters as FSDP2's policy
+  does; FSDP1 reduce-scatters in that 16-bit ``reduce_dtype`` where memfit's FSDP2 follows
+  torchtitan's fp32 (a per-unit fp32 gradient copy FSDP1 does not make: an over-count of one
+  unit's gradient in fp32, left in). ``sync_module_states`` broadcasts at wrap time only.
+
+Not modelled: a unit's parameters offloaded to CPU with ``no_sync`` (FSDP1 keeps the unsharded
+gradients on the GPU there, as here), NO_SHARD / SHARD_GRAD_OP (memfit's ddp / zero2), FSDP1
+over quantized weights (Answer.AI's fsdp_qlora), ``use_orig_params=False`` with a frozen
+base (FSDP1 refuses mixed ``requires_grad`` there; Answer.AI and peft wrap LoRA layers as their
+own units).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from memfit.estimate.device import fit_verdict
+from memfit.estimate.parallel.shape import read_shape
+from memfit.estimate.pipeline import with_notes
+from memfit.estimate.result import MemoryEstimate, PhasePeak
+from memfit.spec import WorkloadSpec
+
+#: The caching allocator's rounding of a large block (> 10 MiB requests round to 2 MiB:
+#: ``CUDACachingAllocator.cpp`` ``kRoundLarge``); each held unsharded gradient is such a block.
+ROUND_LARGE_BYTES = 2 * 2**20
+#: Bytes of a tensor in the forward / backward dtype (``MixedPrecision.param_dtype``) and in the
+#: sharded parameter's dtype, per precision: ``*-mixed`` keeps fp32 sharded parameters (the
+#: model loaded in fp32) and computes in 16-bit (accelerate ``set_mixed_precision``, Lightning
+#: ``FSDPPrecision.mixed_precision_config``: param_dtype bf16 / fp16); ``*-true`` is 16-bit
+#: throughout; ``32-true`` fp32.
+DTYPE_BYTES: dict[str, tuple[int, int]] = {
+    "bf16-mixed": (2, 4),
+    "16-mixed": (2, 4),
+    "bf16-true": (2, 2),
+    "16-true": (2, 2),
+    "32-true": (4, 4),
+}
+#: LoRA targets / modules_to_save that live in the root unit (embeddings, final norm, head).
+ROOT_MODULES = ("lm_head", "embed_tokens", "wte", "embed_out", "norm")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fsdp1Units:
+    """A decoder's FSDP1 units on ``world`` shard ranks: per block its flat parameter's element
+    count and whether it requires grad, and the root's."""
+
+    blocks: tuple[tuple[int, bool], ...]
+    root: tuple[int, bool]
+    world: int
+
+    def shard_numel(self, numel: int) -> int:
+        """One rank's chunk of a flat parameter padded to a multiple of the world size."""
+        return -(-numel // self.world)
+
+    def padded_numel(self, numel: int) -> int:
+        return self.shard_numel(numel) * self.world
+
+    @property
+    def units(self) -> tuple[tuple[int, bool], ...]:
+        return (*self.blocks, self.root)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fsdp1Terms:
+    """What FSDP1 holds beyond FSDP2, per rank: ``held_grad_bytes`` (no_sync's unsharded
+    gradients, forward and backward), ``held_segment_bytes`` (the same as allocator blocks),
+    ``frozen_grad_bytes`` (sharded gradients of frozen weights in grad-requiring units, at the
+    optimizer step)."""
+
+    held_grad_bytes: int
+    held_segment_bytes: int
+    frozen_grad_bytes: int
+
+
+def units_of(source: Any, workload: WorkloadSpec, n_trainable: int) -> Fsdp1Units:
+    """The units of ``source`` (a decoder LLM: NotModelledError otherwise) under ``workload``:
+    one per decoder layer, the root with the embeddings, final norm and head; the LoRA
+    adapters (``n_trainable`` of a LoRA job) spread evenly over the blocks."""
+    shape = read_shape(source.spec)
+    lora = workload.lora_rank is not None
+    root_numel = shape.embedding_params * (1 if shape.tied else 2) + shape.hidden
+    blocks = []
+    for layer in range(shape.n_layers):
+        numel = shape.attention_params + shape.norm_params
+        if shape.is_moe_layer(layer):
+            numel += shape.n_experts * shape.expert_params
+            numel += shape.shared_params + shape.router_params
+        else:
+            numel += shape.dense_mlp_params
+        if lora:
+            numel += n_trainable // max(shape.n_layers, 1)
+        trains = lora or layer >= workload.freeze_layers
+        blocks.append((numel, trains))
+    root_trains = not lora or _root_trains(workload)
+    return Fsdp1Units(blocks=tuple(blocks), root=(root_numel, root_trains), world=workload.dp_shard)
+
+
+def _root_trains(workload: WorkloadSpec) -> bool:
+    """Whether a LoRA job trains anything in the root unit (its head or embeddings)."""
+    names = [*workload.lora_modules_to_save]
+    if isinstance(workload.lora_targets, tuple):
+        names += workload.lora_targets
+    return any(n in ROOT_MODULES for n in names)
+
+
+def terms(units: Fsdp1Units, workload: WorkloadSpec, n_trainable: int) -> Fsdp1Terms:
+    """FSDP1's extra bytes per rank for ``workload`` (module docstring)."""
+    compute_b, shard_b = DTYPE_BYTES[str(workload.precision)]
+    grad_units = [n for n, trains in units.units if trains]
+    held = held_segments = 0
+    if workload.is_train and workload.grad_accum > 1:
+        sizes = [units.padded_numel(n) * compute_b for n in grad_units]
+        held = sum(sizes)
+        held_segments = sum(-(-s // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES for s in sizes)
+        if not workload.zero_grad_set_to_none:
+            # FSDP2's answer already holds the earlier micro-batches' sharded gradients there
+            fsdp2 = -(-n_trainable // units.world) * _fsdp2_grad_bytes(workload)
+            held, held_segments = max(0, held - fsdp2), max(0, held_segments - fsdp2)
+    frozen = 0
+    if workload.is_train and workload.offload == "none":
+        whole = sum(units.shard_numel(n) for n in grad_units) * shard_b
+        frozen = max(0, whole - -(-n_trainable // units.world) * _fsdp2_grad_bytes(workload))
+    return Fsdp1Terms(
+        held_grad_bytes=held, held_segment_bytes=held_segments, frozen_grad_bytes=frozen
+    )
+
+
+def _fsdp2_grad_bytes(workload: WorkloadSpec) -> int:
+    """Bytes of an FSDP2 sharded gradient element: fp32 under memfit's FSDP2 policy for
+    ``*-mixed`` (``WorkloadSpec.fsdp_policy``), else the parameters' dtype."""
+    return 4 if workload.fsdp_policy is not None else DTYPE_BYTES[str(workload.precision)][1]
+
+
+def fsdp2_twin(workload: WorkloadSpec) -> WorkloadSpec:
+    """The FSDP2 job the engines answer for an FSDP1 ``workload`` (itself for any other)."""
+    if workload.fsdp_version == 2:
+        return workload
+    return dataclasses.replace(workload, fsdp_version=2)
+
+
+def with_fsdp1(
+    est: MemoryEstimate, source: Any, workload: WorkloadSpec, gpu: Any
+) -> MemoryEstimate:
+    """``est`` (the FSDP2 answer of :func:`fsdp2_twin`) as FSDP1 runs ``workload``: the held
+    unsharded gradients added to the forward and backward phases, the frozen weights' sharded
+    gradients to the optimizer step, reserved and device bytes by the allocator blocks they
+    take, the verdict judged again; the workload and notes say FSDP1."""
+    units = units_of(source, workload, est.n_trainable_params)
+    t = terms(units, workload, est.n_trainable_params)
+    added = {"forward": t.held_grad_bytes, "backward": t.held_grad_bytes}
+    added["optimizer"] = t.frozen_grad_bytes
+    phases = {}
+    for name, p in est.phases.items():
+        extra = added.get(name, 0)
+        comps = {**p.components, "gradients": p.components.get("gradients", 0) + extra}
+        phases[name] = PhasePeak(
+            phase=name, peak_allocated_bytes=p.peak_allocated_bytes + extra, components=comps
+        )
+    top = max(phases.values(), key=lambda p: p.peak_allocated_bytes)
+    grown = top.peak_allocated_bytes - est.peak_allocated_bytes
+    # the held gradients are blocks of their own for the whole run (each > 10 MiB, rounded to
+    # 2 MiB), on top of whatever FSDP2's run reserved; otherwise what the peak grew by
+    segments = t.held_segment_bytes if t.held_grad_bytes else grown
+    reserved = max(est.peak_reserved_bytes + segments, top.peak_allocated_bytes)
+    device = est.device_used_bytes + (reserved - est.peak_reserved_bytes)
+    shift = {
+        "peak_allocated_bytes": grown,
+        "peak_reserved_bytes": reserved - est.peak_reserved_bytes,
+        "device_used_bytes": device - est.device_used_bytes,
+    }
+    ranges = {k: (lo + shift.get(k, 0), hi + shift.get(k, 0)) for k, (lo, hi) in est.ranges.items()}
+    out = dataclasses.replace(
+        est,
+        workload=workload.normalized(),
+        peak_allocated_bytes=top.peak_allocated_bytes,
+        peak_reserved_bytes=reserved,
+        device_used_bytes=device,
+        peak_phase=top.phase,
+        components=dict(top.components),
+        phases=phases,
+        ranges=ranges,
+        fits=fit_verdict(gpu, device) if est.fits is not None else None,
+    )
+    return with_notes(out, notes(units, workload, t), first=True)
+
+
+def notes(units: Fsdp1Units, workload: WorkloadSpec, t: Fsdp1Terms) -> list[str]:
+    """What the FSDP1 answer adds to FSDP2's, in words."""
+    n_grad = sum(trains for _, trains in units.units)
+    out = [
+        f"FSDP1 (FullyShardedDataParallel, use_orig_params=True): {len(units.units)} flat "
+        f"parameters ({len(units.blocks)} blocks + the root), each padded to a multiple of "
+        f"{units.world} and sharded; answered as FSDP2 with the same units plus FSDP1's "
+        "gradients (memfit.estimate.fsdp1)"
+    ]
+    if t.held_grad_bytes:
+        out.append(
+            f"no_sync accumulation over {workload.grad_accum} micro-batches (accelerate's "
+            "accumulate, Lightning's no_backward_sync): every rank holds the unsharded gradient "
+            f"of the {n_grad} units that require grad, {t.held_grad_bytes / 2**30:.2f} GiB, "
+            "through the forward and backward of every micro-batch"
+        )
+    if t.frozen_grad_bytes:
+        out.append(
+            "flat parameters mixing frozen and trainable weights get a gradient of the whole "
+            f"shard: +{t.frozen_grad_bytes / 2**30:.2f} GiB of sharded gradients at the "
+            "optimizer step"
+        )
+    return out
+
+
+__all__ = ["Fsdp1Terms", "Fsdp1Units", "fsdp2_twin", "terms", "units_of", "with_fsdp1"]
