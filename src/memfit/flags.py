@@ -418,6 +418,20 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--fsdp-lora-wrap",
+        dest="fsdp_lora_wrap",
+        kind="choice",
+        choices=("peft", "block"),
+        default="peft",
+        help="FSDP1 units of a LoRA job's adapters: peft (default; peft's "
+        "fsdp_auto_wrap_policy, each lora_A/lora_B its own unit, as HF Trainer / TRL wrap a "
+        "PEFT model) or block (inside their decoder block's flat parameter with the frozen "
+        "weights, use_orig_params=True, as LitGPT's FSDPStrategy(auto_wrap_policy={Block}): "
+        "every block then gets a gradient; needs --fsdp-version 1)",
+        field="fsdp_lora_wrap",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--task",
         dest="task",
         kind="choice",

@@ -20,8 +20,12 @@ torch code cited is torch 2.13's ``torch/distributed/fsdp/`` (the paths are thos
   trainable tensors, and the flat parameter requires grad if any of them does
   (``_validate_tensors_to_flatten``: ``flat_param_requires_grad = flat_param_requires_grad or
   tensor.requires_grad``). Its gradient is the whole unit's: a LoRA block's frozen weights get
-  a (zero) gradient like the adapters. After a synchronised backward the rank keeps the
-  *sharded* gradient of the whole flat parameter (``_post_backward_hook`` reduce-scatters it into
+  a (zero) gradient like the adapters, where the adapters sit in their block's unit
+  (``fsdp_lora_wrap`` ``block``: LitGPT's ``auto_wrap_policy={Block}``). Under peft's
+  ``fsdp_auto_wrap_policy`` (``peft`` — HF Trainer installs it for a PEFT model,
+  ``transformers/distributed/fsdp.py`` ``update_fsdp_plugin_peft``) each lora_A / lora_B is a
+  unit of its own and the blocks' flat parameters are frozen: no gradient there. After a
+  synchronised backward the rank keeps the *sharded* gradient of the whole flat parameter (``_post_backward_hook`` reduce-scatters it into
   ``_saved_grad_shard``; ``prepare_gradient_for_optim`` moves it to ``.grad``), cast to the
   sharded parameter's dtype (``_cast_grad_to_param_dtype``). FSDP2 gives frozen parameters no
   gradient: the difference is ``frozen numel / W`` per unit, held at the optimizer step.
@@ -90,11 +94,13 @@ ROOT_MODULES = ("lm_head", "embed_tokens", "wte", "embed_out", "norm")
 
 @dataclass(frozen=True, kw_only=True)
 class Fsdp1Units:
-    """A decoder's FSDP1 units on ``world`` shard ranks: per block its flat parameter's element
-    count and whether it requires grad, and the root's."""
+    """A decoder's FSDP1 units on ``world`` shard ranks: per unit its flat parameter's element
+    count and whether it requires grad (the blocks, then peft's adapter units if any, then the
+    root)."""
 
-    blocks: tuple[tuple[int, bool], ...]
-    root: tuple[int, bool]
+    units: tuple[tuple[int, bool], ...]
+    n_blocks: int
+    n_adapter_units: int
     world: int
 
     def shard_numel(self, numel: int) -> int:
@@ -103,10 +109,6 @@ class Fsdp1Units:
 
     def padded_numel(self, numel: int) -> int:
         return self.shard_numel(numel) * self.world
-
-    @property
-    def units(self) -> tuple[tuple[int, bool], ...]:
-        return (*self.blocks, self.root)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,12 +125,15 @@ class Fsdp1Terms:
 
 def units_of(source: Any, workload: WorkloadSpec, n_trainable: int) -> Fsdp1Units:
     """The units of ``source`` (a decoder LLM: NotModelledError otherwise) under ``workload``:
-    one per decoder layer, the root with the embeddings, final norm and head; the LoRA
-    adapters (``n_trainable`` of a LoRA job) spread evenly over the blocks."""
+    one per decoder layer, the root with the embeddings, final norm and head. A LoRA job's
+    adapters (``n_trainable``, spread evenly over the layers) sit in their block's unit
+    (``fsdp_lora_wrap`` ``block``) or, under peft's policy, in units of their own (two per
+    adapted module: lora_A, lora_B), leaving the blocks frozen."""
     shape = read_shape(source.spec)
     lora = workload.lora_rank is not None
-    root_numel = shape.embedding_params * (1 if shape.tied else 2) + shape.hidden
-    blocks = []
+    own = lora and workload.fsdp_lora_wrap == "peft"
+    per_layer_lora = n_trainable // max(shape.n_layers, 1) if lora else 0
+    units: list[tuple[int, bool]] = []
     for layer in range(shape.n_layers):
         numel = shape.attention_params + shape.norm_params
         if shape.is_moe_layer(layer):
@@ -136,12 +141,28 @@ def units_of(source: Any, workload: WorkloadSpec, n_trainable: int) -> Fsdp1Unit
             numel += shape.shared_params + shape.router_params
         else:
             numel += shape.dense_mlp_params
-        if lora:
-            numel += n_trainable // max(shape.n_layers, 1)
-        trains = lora or layer >= workload.freeze_layers
-        blocks.append((numel, trains))
+        if lora and not own:
+            units.append((numel + per_layer_lora, True))
+        else:
+            units.append((numel, not lora and layer >= workload.freeze_layers))
+    adapters = _adapter_units(per_layer_lora, workload) * shape.n_layers if own else []
+    root = shape.embedding_params * (1 if shape.tied else 2) + shape.hidden
     root_trains = not lora or _root_trains(workload)
-    return Fsdp1Units(blocks=tuple(blocks), root=(root_numel, root_trains), world=workload.dp_shard)
+    return Fsdp1Units(
+        units=(*units, *adapters, (root, root_trains)),
+        n_blocks=shape.n_layers,
+        n_adapter_units=len(adapters),
+        world=workload.dp_shard,
+    )
+
+
+def _adapter_units(per_layer: int, workload: WorkloadSpec) -> list[tuple[int, bool]]:
+    """One layer's adapter units under peft's policy: lora_A and lora_B of each adapted module,
+    the layer's adapter elements split evenly among them (their padding is what matters)."""
+    targets = workload.lora_targets
+    n_modules = len(targets) if isinstance(targets, tuple) else 7  # all-linear: a Llama block's 7
+    n_units = 2 * max(n_modules, 1)
+    return [(max(per_layer // n_units, 1), True)] * n_units
 
 
 def _root_trains(workload: WorkloadSpec) -> bool:
@@ -236,10 +257,15 @@ def with_fsdp1(
 def notes(units: Fsdp1Units, workload: WorkloadSpec, t: Fsdp1Terms) -> list[str]:
     """What the FSDP1 answer adds to FSDP2's, in words."""
     n_grad = sum(trains for _, trains in units.units)
+    adapters = (
+        f" + {units.n_adapter_units} adapter units (peft's fsdp_auto_wrap_policy)"
+        if units.n_adapter_units
+        else ""
+    )
     out = [
         f"FSDP1 (FullyShardedDataParallel, use_orig_params=True): {len(units.units)} flat "
-        f"parameters ({len(units.blocks)} blocks + the root), each padded to a multiple of "
-        f"{units.world} and sharded; answered as FSDP2 with the same units plus FSDP1's "
+        f"parameters ({units.n_blocks} blocks{adapters} + the root), each padded to a multiple "
+        f"of {units.world} and sharded; answered as FSDP2 with the same blocks plus FSDP1's "
         "gradients (memfit.estimate.fsdp1)"
     ]
     if t.held_grad_bytes:

@@ -234,6 +234,7 @@ class ParallelSpec:
     zero_hpz_partition_size: int = 1
     # -- FSDP1 (issue 30): WorkloadSpec.fsdp_version --
     fsdp_version: int = 2
+    fsdp_lora_wrap: str = "peft"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pp_schedule", resolve_schedule(self.pp_schedule))

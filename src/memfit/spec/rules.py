@@ -446,6 +446,16 @@ def _reshard_after_forward(name: str, value: Any) -> str | None:
 FSDP_VERSIONS = (1, 2)
 
 
+#: How FSDP1 wraps a LoRA job's adapters: ``peft`` — peft's ``fsdp_auto_wrap_policy``
+#: (``peft/utils/other.py``: every leaf module whose weight requires grad, lora_A / lora_B, is a
+#: unit of its own beside the decoder layers), which HF Trainer installs for a PEFT model under
+#: FSDP (``transformers/distributed/fsdp.py`` ``update_fsdp_plugin_peft``, transformers 5.23);
+#: ``block`` — the adapters flattened into their decoder block's unit with the frozen weights
+#: (``use_orig_params=True``): Lightning's ``FSDPStrategy(auto_wrap_policy={Block})`` as LitGPT
+#: ran LoRA until it moved to FSDP2, accelerate's TRANSFORMER_BASED_WRAP in a script of one's own.
+FSDP_LORA_WRAPS = ("peft", "block")
+
+
 def _fsdp_version(name: str, value: Any) -> str | None:
     if not isinstance(value, bool) and value in FSDP_VERSIONS:
         return None
@@ -492,6 +502,7 @@ FIELD_RULES: dict[str, Rule] = {
     "zero_hpz_partition_size": _positive(MAX_GPUS),
     # -- FSDP1 (issue 30) --
     "fsdp_version": _fsdp_version,
+    "fsdp_lora_wrap": _choice(FSDP_LORA_WRAPS),
 }
 
 
@@ -654,7 +665,13 @@ def fsdp_version_rules(values: dict[str, Any]) -> list[str]:
     (torchtitan's tp / pp / cp / ep / Float8 layouts, HSDP-2's reshard group) are refused by
     name, as is a quantized base (Answer.AI's fsdp_qlora: its own flat-parameter layout)."""
     version = values.get("fsdp_version", 2)
+    wrap = values.get("fsdp_lora_wrap", "peft")
     if version != 1:
+        if wrap != "peft":
+            return [
+                f"fsdp_lora_wrap ({wrap!r}) is how FSDP1 wraps LoRA adapters; it needs "
+                "--fsdp-version 1 (FSDP2 shards every parameter on its own)"
+            ]
         return []
     shard = values.get("shard")
     if shard != "fsdp":

@@ -145,6 +145,10 @@ class WorkloadSpec:
     #: block, as accelerate's ``fsdp_version: 1``, HF Trainer's ``fsdp``, Lightning's
     #: FSDPStrategy run it): :mod:`memfit.estimate.fsdp1`
     fsdp_version: int = 2
+    #: FSDP1's units for a LoRA job's adapters: ``peft`` (peft's fsdp_auto_wrap_policy, HF
+    #: Trainer's) or ``block`` (inside the decoder block's flat parameter, LitGPT's):
+    #: :data:`~memfit.spec.rules.FSDP_LORA_WRAPS`
+    fsdp_lora_wrap: str = "peft"
     #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
     #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
     #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
@@ -449,6 +453,8 @@ class WorkloadSpec:
             d.pop("zero_hpz_partition_size")
         if self.fsdp_version == 2:
             d.pop("fsdp_version")
+        if self.fsdp_version == 2 or self.lora_rank is None:
+            d.pop("fsdp_lora_wrap")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -472,5 +478,5 @@ SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation", "prefill_chu
 PARALLEL_FIELDS: tuple[str, ...] = ("gpus", "tp", "shard", "offload")
 PARALLEL_FIELDS += tuple(PARALLEL_DEFAULTS)  # pp, pp_schedule, ..., etp
 PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward", "zero_hpz_partition_size")  # par-a
-PARALLEL_FIELDS += ("fsdp_version",)  # FSDP1 (issue 30)
+PARALLEL_FIELDS += ("fsdp_version", "fsdp_lora_wrap")  # FSDP1 (issue 30)
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())
