@@ -25,8 +25,8 @@ torch code cited is torch 2.13's ``torch/distributed/fsdp/`` (the paths are thos
   ``fsdp_auto_wrap_policy`` (``peft`` — HF Trainer installs it for a PEFT model,
   ``transformers/distributed/fsdp.py`` ``update_fsdp_plugin_peft``) each lora_A / lora_B is a
   unit of its own and the blocks' flat parameters are frozen: no gradient there. After a
-  synchronised backward the rank keeps the *sharded* gradient of the whole flat parameter (``_post_backward_hook`` reduce-scatters it into
-  ``_saved_grad_shard``; ``prepare_gradient_for_optim`` moves it to ``.grad``), cast to the
+  synchronised backward the rank keeps the *sharded* gradient of the whole flat parameter
+  (``_post_backward_hook`` reduce-scatters it into ``_saved_grad_shard``; ``prepare_gradient_for_optim`` moves it to ``.grad``), cast to the
   sharded parameter's dtype (``_cast_grad_to_param_dtype``). FSDP2 gives frozen parameters no
   gradient: the difference is ``frozen numel / W`` per unit, held at the optimizer step.
 - **no_sync gradient accumulation**: accelerate's ``Accelerator.accumulate`` enters
