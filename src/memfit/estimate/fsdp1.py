@@ -19,16 +19,17 @@ torch code cited is torch 2.13's ``torch/distributed/fsdp/`` (the paths are thos
   ``lightning/fabric/strategies/fsdp.py``; accelerate's for PEFT) a unit may mix frozen and
   trainable tensors, and the flat parameter requires grad if any of them does
   (``_validate_tensors_to_flatten``: ``flat_param_requires_grad = flat_param_requires_grad or
-  tensor.requires_grad``). Its gradient is the whole unit's: a LoRA block's frozen weights get
-  a (zero) gradient like the adapters, where the adapters sit in their block's unit
+  tensor.requires_grad``). Its gradient is the whole unit's: a LoRA block's frozen weights get a
+  (zero) gradient like the adapters, where the adapters sit in their block's unit
   (``fsdp_lora_wrap`` ``block``: LitGPT's ``auto_wrap_policy={Block}``). Under peft's
   ``fsdp_auto_wrap_policy`` (``peft`` — HF Trainer installs it for a PEFT model,
   ``transformers/distributed/fsdp.py`` ``update_fsdp_plugin_peft``) each lora_A / lora_B is a
   unit of its own and the blocks' flat parameters are frozen: no gradient there. After a
   synchronised backward the rank keeps the *sharded* gradient of the whole flat parameter
-  (``_post_backward_hook`` reduce-scatters it into ``_saved_grad_shard``; ``prepare_gradient_for_optim`` moves it to ``.grad``), cast to the
-  sharded parameter's dtype (``_cast_grad_to_param_dtype``). FSDP2 gives frozen parameters no
-  gradient: the difference is ``frozen numel / W`` per unit, held at the optimizer step.
+  (``_post_backward_hook`` reduce-scatters it into ``_saved_grad_shard``;
+  ``prepare_gradient_for_optim`` moves it to ``.grad``), cast to the sharded parameter's dtype
+  (``_cast_grad_to_param_dtype``). FSDP2 gives frozen parameters no gradient: the difference is
+  ``frozen numel / W`` per unit, held at the optimizer step.
 - **no_sync gradient accumulation**: accelerate's ``Accelerator.accumulate`` enters
   ``no_sync`` on every micro-batch but the last (``accelerator.py`` ``accumulate``, unless
   ``sync_each_batch``), Lightning Fabric's ``no_backward_sync`` returns ``module.no_sync()``.
