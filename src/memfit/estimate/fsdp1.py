@@ -206,7 +206,7 @@ def fsdp2_twin(workload: WorkloadSpec) -> WorkloadSpec:
     """The FSDP2 job the engines answer for an FSDP1 ``workload`` (itself for any other)."""
     if workload.fsdp_version == 2:
         return workload
-    return dataclasses.replace(workload, fsdp_version=2)
+    return dataclasses.replace(workload, fsdp_version=2, fsdp_lora_wrap="peft")
 
 
 def with_fsdp1(
