@@ -89,6 +89,15 @@ DTYPE_BYTES: dict[str, tuple[int, int]] = {
     "16-true": (2, 2),
     "32-true": (4, 4),
 }
+#: FSDP1 aligns each tensor of a flat parameter to this many bytes with use_orig_params=True
+#: (``torch/distributed/fsdp/_flat_param.py`` ``_get_aligned_numel``: "This alignment
+#: constraint comes from TorchInductor").
+ALIGNMENT_BYTES = 16
+#: Tensors of a decoder layer besides its MLP: q, k, v, o projections and two norms (biases,
+#: where a model has them, are not counted: at most one alignment pad each).
+ATTENTION_TENSORS, NORM_TENSORS = 4, 2
+#: Linear modules per layer peft's ``all-linear`` adapts in a Llama-style block.
+ALL_LINEAR_MODULES = 7
 #: LoRA targets / modules_to_save that live in the root unit (embeddings, final norm, head).
 ROOT_MODULES = ("lm_head", "embed_tokens", "wte", "embed_out", "norm")
 
@@ -134,20 +143,29 @@ def units_of(source: Any, workload: WorkloadSpec, n_trainable: int) -> Fsdp1Unit
     lora = workload.lora_rank is not None
     own = lora and workload.fsdp_lora_wrap == "peft"
     per_layer_lora = n_trainable // max(shape.n_layers, 1) if lora else 0
+    n_adapted = _n_adapted(workload)
+    pad = _alignment_pad(workload)
     units: list[tuple[int, bool]] = []
     for layer in range(shape.n_layers):
         numel = shape.attention_params + shape.norm_params
+        n_tensors = ATTENTION_TENSORS + NORM_TENSORS
         if shape.is_moe_layer(layer):
             numel += shape.n_experts * shape.expert_params
             numel += shape.shared_params + shape.router_params
+            n_tensors += (shape.n_experts + (1 if shape.shared_ffn else 0)) * shape.mlp_matrices
+            n_tensors += 1  # the router
         else:
             numel += shape.dense_mlp_params
+            n_tensors += shape.mlp_matrices
         if lora and not own:
-            units.append((numel + per_layer_lora, True))
+            n_tensors += 2 * n_adapted
+            units.append((numel + per_layer_lora + (n_tensors - 1) * pad, True))
         else:
-            units.append((numel, not lora and layer >= workload.freeze_layers))
-    adapters = _adapter_units(per_layer_lora, workload) * shape.n_layers if own else []
+            trains = not lora and layer >= workload.freeze_layers
+            units.append((numel + (n_tensors - 1) * pad, trains))
+    adapters = _adapter_units(per_layer_lora, n_adapted) * shape.n_layers if own else []
     root = shape.embedding_params * (1 if shape.tied else 2) + shape.hidden
+    root += (1 if shape.tied else 2) * pad  # embeddings, final norm (, head): their alignment
     root_trains = not lora or _root_trains(workload)
     return Fsdp1Units(
         units=(*units, *adapters, (root, root_trains)),
@@ -157,12 +175,26 @@ def units_of(source: Any, workload: WorkloadSpec, n_trainable: int) -> Fsdp1Unit
     )
 
 
-def _adapter_units(per_layer: int, workload: WorkloadSpec) -> list[tuple[int, bool]]:
-    """One layer's adapter units under peft's policy: lora_A and lora_B of each adapted module,
-    the layer's adapter elements split evenly among them (their padding is what matters)."""
+def _alignment_pad(workload: WorkloadSpec) -> int:
+    """The most elements FSDP1 inserts before a tensor of a flat parameter: with
+    ``use_orig_params=True`` it aligns every tensor's start to 16 bytes
+    (``_flat_param.py``: ``align_addresses = use_orig_params``; ``_get_aligned_numel``,
+    ``ALIGNMENT = 16``), so up to ``16 / itemsize - 1`` padding elements each (an upper
+    bound: memfit does not know the tensors' order)."""
+    itemsize = DTYPE_BYTES[str(workload.precision)][1]
+    return ALIGNMENT_BYTES // itemsize - 1
+
+
+def _n_adapted(workload: WorkloadSpec) -> int:
+    """Modules with a LoRA adapter per layer."""
     targets = workload.lora_targets
-    n_modules = len(targets) if isinstance(targets, tuple) else 7  # all-linear: a Llama block's 7
-    n_units = 2 * max(n_modules, 1)
+    return len(targets) if isinstance(targets, tuple) else ALL_LINEAR_MODULES
+
+
+def _adapter_units(per_layer: int, n_adapted: int) -> list[tuple[int, bool]]:
+    """One layer's adapter units under peft's policy: lora_A and lora_B of each adapted module
+    (one tensor each: no alignment padding), the layer's adapter elements split evenly."""
+    n_units = 2 * max(n_adapted, 1)
     return [(max(per_layer // n_units, 1), True)] * n_units
 
 
