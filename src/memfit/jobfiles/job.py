@@ -35,6 +35,9 @@ WORKLOAD_FIELDS = (
     "zero_hpz_partition_size",
     "optimizer_in_bwd",
     "loss",
+    # FSDP1 (issue 30)
+    "fsdp_version",
+    "fsdp_lora_wrap",
 )
 
 
