@@ -10,6 +10,7 @@ bitsandbytes path quantize a different set of layers (issue 15 part 2) — said 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from memfit.jobfiles.names import CLASS_OPTIMIZERS, MIXED, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
