@@ -32,6 +32,8 @@ torch code cited is torch 2.13's ``torch/distributed/fsdp/`` (the paths are thos
   ``frozen numel / W`` per unit, held at the optimizer step.
 - **no_sync gradient accumulation**: accelerate's ``Accelerator.accumulate`` enters
   ``no_sync`` on every micro-batch but the last (``accelerator.py`` ``accumulate``, unless
+  ``sync_each_batch``), HF Trainer wraps every micro-batch but the last in
+  ``accelerator.no_sync`` (``transformers/trainer.py``, transformers 5.23, unless
   ``sync_each_batch``), Lightning Fabric's ``no_backward_sync`` returns ``module.no_sync()``.
   Under ``no_sync`` the post-backward hook returns before the reduce-scatter
   (``_runtime_utils.py`` ``_post_backward_hook``: ``if not state._sync_gradients: ...
