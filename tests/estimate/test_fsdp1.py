@@ -102,6 +102,9 @@ def test_an_fsdp1_answer_is_the_fsdp2_answer_plus_the_held_gradients() -> None:
     assert one.peak_reserved_bytes >= two.peak_reserved_bytes + t.held_grad_bytes
     assert one.workload["fsdp_version"] == 1
     assert any(n.startswith("FSDP1 (FullyShardedDataParallel") for n in one.notes)
+    # FSDP2's "held gradients not counted" warning does not apply: FSDP1's are counted
+    assert any("zero_grad_set_to_none" in n for n in two.notes)
+    assert not any("zero_grad_set_to_none" in n for n in one.notes)
 
 
 def test_the_cli_flag_reaches_the_workload(capsys: pytest.CaptureFixture[str]) -> None:

@@ -100,6 +100,8 @@ ALIGNMENT_BYTES = 16
 ATTENTION_TENSORS, NORM_TENSORS = 4, 2
 #: Linear modules per layer peft's ``all-linear`` adapts in a Llama-style block.
 ALL_LINEAR_MODULES = 7
+#: Below this, a term is alignment padding: counted, not worth a note.
+NOTE_MIN_BYTES = 2**20
 #: LoRA targets / modules_to_save that live in the root unit (embeddings, final norm, head).
 ROOT_MODULES = ("lm_head", "embed_tokens", "wte", "embed_out", "norm")
 
@@ -286,6 +288,10 @@ def with_fsdp1(
         ranges=ranges,
         fits=fit_verdict(gpu, device) if est.fits is not None else None,
     )
+    # the FSDP2 twin's workload warnings that do not hold for FSDP1 (its no_sync gradients are
+    # counted here whatever zero_grad does)
+    stale = set(fsdp2_twin(workload).warnings()) - set(workload.warnings())
+    out = dataclasses.replace(out, notes=[n for n in out.notes if n not in stale])
     return with_notes(out, notes(units, workload, t), first=True)
 
 
@@ -310,7 +316,7 @@ def notes(units: Fsdp1Units, workload: WorkloadSpec, t: Fsdp1Terms) -> list[str]
             f"of the {n_grad} units that require grad, {t.held_grad_bytes / 2**30:.2f} GiB, "
             "through the forward and backward of every micro-batch"
         )
-    if t.frozen_grad_bytes:
+    if t.frozen_grad_bytes >= NOTE_MIN_BYTES:
         out.append(
             "flat parameters mixing frozen and trainable weights get a gradient of the whole "
             f"shard: +{t.frozen_grad_bytes / 2**30:.2f} GiB of sharded gradients at the "
