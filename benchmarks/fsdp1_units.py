@@ -126,7 +126,7 @@ def measure(port: str = "29547") -> dict[str, dict[str, Any]]:
 
 def memfit_terms(case: str, trainable: int, config_dir: Path) -> dict[str, int]:
     """memfit's FSDP1 terms for ``case``: held unsharded and whole sharded gradient bytes."""
-    from memfit.estimate.fsdp1 import _fsdp2_grad_bytes, terms, units_of
+    from memfit.estimate.fsdp1 import fsdp2_grad_bytes, terms, units_of
     from memfit.models import resolve_model
     from memfit.spec import WorkloadSpec
 
@@ -145,7 +145,7 @@ def memfit_terms(case: str, trainable: int, config_dir: Path) -> dict[str, int]:
     source = resolve_model(str(config_dir))
     units = units_of(source, work, trainable)
     t = terms(units, work, trainable)
-    fsdp2 = -(-trainable // WORLD) * _fsdp2_grad_bytes(work)
+    fsdp2 = -(-trainable // WORLD) * fsdp2_grad_bytes(work)
     return {"held": t.held_grad_bytes, "synced": t.frozen_grad_bytes + fsdp2}
 
 

@@ -221,18 +221,18 @@ def terms(units: Fsdp1Units, workload: WorkloadSpec, n_trainable: int) -> Fsdp1T
         held_segments = sum(-(-s // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES for s in sizes)
         if not workload.zero_grad_set_to_none:
             # FSDP2's answer already holds the earlier micro-batches' sharded gradients there
-            fsdp2 = -(-n_trainable // units.world) * _fsdp2_grad_bytes(workload)
+            fsdp2 = -(-n_trainable // units.world) * fsdp2_grad_bytes(workload)
             held, held_segments = max(0, held - fsdp2), max(0, held_segments - fsdp2)
     frozen = 0
     if workload.is_train and workload.offload == "none":
         whole = sum(units.shard_numel(n) for n in grad_units) * shard_b
-        frozen = max(0, whole - -(-n_trainable // units.world) * _fsdp2_grad_bytes(workload))
+        frozen = max(0, whole - -(-n_trainable // units.world) * fsdp2_grad_bytes(workload))
     return Fsdp1Terms(
         held_grad_bytes=held, held_segment_bytes=held_segments, frozen_grad_bytes=frozen
     )
 
 
-def _fsdp2_grad_bytes(workload: WorkloadSpec) -> int:
+def fsdp2_grad_bytes(workload: WorkloadSpec) -> int:
     """Bytes of an FSDP2 sharded gradient element: fp32 under memfit's FSDP2 policy for
     ``*-mixed`` (``WorkloadSpec.fsdp_policy``), else the parameters' dtype."""
     return 4 if workload.fsdp_policy is not None else DTYPE_BYTES[str(workload.precision)][1]
@@ -325,4 +325,12 @@ def notes(units: Fsdp1Units, workload: WorkloadSpec, t: Fsdp1Terms) -> list[str]
     return out
 
 
-__all__ = ["Fsdp1Terms", "Fsdp1Units", "fsdp2_twin", "terms", "units_of", "with_fsdp1"]
+__all__ = [
+    "Fsdp1Terms",
+    "Fsdp1Units",
+    "fsdp2_grad_bytes",
+    "fsdp2_twin",
+    "terms",
+    "units_of",
+    "with_fsdp1",
+]
