@@ -13,7 +13,9 @@ reserved | device: what the source logged), ``notes`` (every assumption). Option
 point may carry: ``shard`` (memfit's --shard: ddp / zero1-3 / fsdp; default from the layout),
 ``offload``, ``optimizer``, ``attention``, ``lora_rank``, ``lora_targets``, ``quant``,
 ``compile``, ``float8``, ``engine`` ("megatron": see below), ``expressible`` (false, with a
-``reason``: listed, never scored).
+``reason``: listed, never scored), ``fsdp_version`` (1: PyTorch's FSDP1, run as
+``--fsdp-version 1 --grad-accum MICRO_BATCHES``: its no_sync accumulation is part of the job)
+and ``fsdp_lora_wrap`` (``--fsdp-lora-wrap``: block for LitGPT's FSDPStrategy).
 
 A point is *expressible* when memfit has every setting it names; otherwise the table says which
 setting is missing and no error is computed (an estimate of another job is no evidence). Each
@@ -161,6 +163,12 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
         argv += ["--shard", shard]
     if shard == "fsdp" and lay.get("dp", 1) > 1 and lay.get("fsdp", 1) > 1:
         argv += ["--dp-replicate", str(lay["dp"])]
+    if point.get("fsdp_version") == 1:
+        # FSDP1 (FullyShardedDataParallel): its no_sync accumulation holds every unit's
+        # unsharded gradient, so the micro-batch count is part of the job (memfit.estimate.fsdp1)
+        argv += ["--fsdp-version", "1", "--grad-accum", str(point.get("micro_batches", 1))]
+        if point.get("fsdp_lora_wrap"):
+            argv += ["--fsdp-lora-wrap", point["fsdp_lora_wrap"]]
     if point.get("offload", "none") != "none":
         argv += ["--offload", point["offload"]]
     argv += ["--batch", str(point["micro_batch"]), "--seq", str(point["seq"])]
@@ -239,6 +247,8 @@ def closed_form_estimate(point: dict[str, Any], *, before: bool = False) -> dict
         precision=precision_of(point),
         checkpointing=(BEFORE_CHECKPOINTING if before else CHECKPOINTING)[point["checkpointing"]],
         attention=point.get("attention", "flash"),
+        fsdp_version=point.get("fsdp_version", 2),
+        fsdp_lora_wrap=point.get("fsdp_lora_wrap", "peft"),
         **extra,
     )
     source = resolve_model(
@@ -294,6 +304,8 @@ def layout_text(point: dict[str, Any]) -> str:
         parts = [p.replace("fsdp", shard) for p in parts]
     if point.get("offload", "none") != "none":
         parts.append(f"offload {point['offload']}")
+    if point.get("fsdp_version") == 1:
+        parts.append("FSDP1")
     what = (
         "QLoRA"
         if point.get("quant", "none") != "none"

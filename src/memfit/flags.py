@@ -408,6 +408,32 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--fsdp-version",
+        dest="fsdp_version",
+        kind="int",
+        default=2,
+        help="which PyTorch FSDP runs --shard fsdp: 2 (default; fully_shard, per-parameter "
+        "shards, as torchtitan) or 1 (FullyShardedDataParallel: a flat parameter per wrapped "
+        "block, accelerate's fsdp_version: 1, HF Trainer's fsdp, Lightning's FSDPStrategy; with "
+        "--grad-accum > 1 each rank holds every trainable block's unsharded gradient)",
+        field="fsdp_version",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--fsdp-lora-wrap",
+        dest="fsdp_lora_wrap",
+        kind="choice",
+        choices=("peft", "block"),
+        default="peft",
+        help="FSDP1 units of a LoRA job's adapters: peft (default; peft's "
+        "fsdp_auto_wrap_policy, each lora_A/lora_B its own unit, as HF Trainer / TRL wrap a "
+        "PEFT model) or block (inside their decoder block's flat parameter with the frozen "
+        "weights, use_orig_params=True, as LitGPT's FSDPStrategy(auto_wrap_policy={Block}): "
+        "every block then gets a gradient; needs --fsdp-version 1)",
+        field="fsdp_lora_wrap",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--task",
         dest="task",
         kind="choice",

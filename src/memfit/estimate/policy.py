@@ -53,7 +53,7 @@ from memfit.errors import (
     SpecError,
     TraceError,
 )
-from memfit.estimate import fastpath
+from memfit.estimate import fastpath, fsdp1
 from memfit.estimate.parallel import estimate_parallel
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
@@ -152,6 +152,12 @@ def run_engine(
     closed form whichever engine is named (no engine models those ranks on one GPU); the
     estimate says so (``engine_reason``). ``reserved_end``: the analytic engine's point of its
     reserved ratio range (``reserved.RESERVED_ENDS``: mid, high, band)."""
+    if workload.fsdp_version == 1:  # FSDP2's answer + FSDP1's flat-parameter gradients
+        twin = fsdp1.fsdp2_twin(workload)
+        est = run_engine(
+            name, source, twin, gpu, extrapolate=extrapolate, reserved_end=reserved_end
+        )
+        return fsdp1.with_fsdp1(est, source, workload, gpu)
     if is_parallel_job(workload):
         return estimate_parallel(source, workload, gpu=gpu)
     if workload.num_beams > 1 or workload.cache_implementation != "dynamic":

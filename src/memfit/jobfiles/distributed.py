@@ -148,7 +148,6 @@ ACCELERATE_NO_EFFECT = (
     "fsdp_config.fsdp_use_orig_params",
     "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
     "fsdp_config.fsdp_cpu_ram_efficient_loading",
-    "fsdp_config.fsdp_version",
     "deepspeed_config.deepspeed_multinode_launcher",
     "deepspeed_config.zero3_init_flag",
     "deepspeed_config.zero3_save_16bit_model",
@@ -171,6 +170,21 @@ def _fsdp2_layout(r: KeyReader, strategy: str) -> None:
         r.set("dp_replicate", int(machines), "num_machines", machines)
 
 
+def _fsdp_version(r: KeyReader) -> None:
+    """``fsdp_config.fsdp_version``: 1 when absent, as accelerate runs it (``accelerate launch
+    --fsdp_version`` default "1"; ``FullyShardedDataParallelPlugin`` reads ``FSDP_VERSION``
+    with default "1": huggingface/accelerate 16cb6eb8). FSDP1 applies to ``--shard fsdp``
+    (FULL_SHARD / HYBRID_SHARD); the other strategies are read as ddp / zero2 above."""
+    raw = r.take("fsdp_config.fsdp_version", None)
+    version = 1 if raw is None else as_int(r, "fsdp_config.fsdp_version", raw)
+    if version not in (1, 2):
+        raise r.fail("fsdp_config.fsdp_version", raw, "must be 1 or 2")
+    shard = next((s.value for s in reversed(r.settings) if s.field == "shard"), None)
+    if version == 1 and shard == "fsdp":
+        key = "fsdp_config.fsdp_version"
+        r.set("fsdp_version", 1, key, "1 (accelerate's default)" if raw is None else raw)
+
+
 def read_accelerate(r: KeyReader) -> None:
     kind = str(r.take("distributed_type", "NO")).upper()
     procs = as_int(r, "num_processes", r.take("num_processes", 1))
@@ -188,6 +202,7 @@ def read_accelerate(r: KeyReader) -> None:
             r.set("shard", "zero2", "fsdp_config.fsdp_sharding_strategy", strategy)
         elif strategy in ("3", "NO_SHARD"):
             r.set("shard", "ddp", "fsdp_config.fsdp_sharding_strategy", strategy)
+        _fsdp_version(r)
         _fsdp2_layout(r, strategy)
         off = r.take("fsdp_config.fsdp_offload_params", False)
         if as_bool(r, "fsdp_config.fsdp_offload_params", off):

@@ -268,12 +268,7 @@ def read_hf_common(r: KeyReader) -> None:
         "packing fills every sample to the full length: the estimate "
         "uses the full sequence length, which is right for packed batches",
     )
-    r.not_modelled(
-        "fsdp",
-        "FSDP from TrainingArguments: read through the accelerate config or "
-        "pass --shard fsdp; not applied from this key",
-    )
-    r.not_modelled("fsdp_config", "FSDP options: see fsdp")
+    read_trainer_fsdp(r)
     r.not_modelled("precompute_ref_log_probs", "DPO without a reference model in memory")
     r.not_modelled("gradient_checkpointing_kwargs", "non-default checkpointing options")
     liger_loss_of(r, "use_liger_kernel")
@@ -467,3 +462,60 @@ def read_llamafactory(r: KeyReader) -> None:
         elif r.has(key):
             r.take(key)
     r.no_effect(HF_NO_EFFECT)
+
+
+#: TrainingArguments' ``fsdp`` words onto memfit's shard (accelerate's strategy names, as
+#: ``distributed.read_accelerate`` maps them; ``auto_wrap`` is the block wrap memfit assumes).
+TRAINER_FSDP_SHARDS = {
+    "full_shard": "fsdp",
+    "hybrid_shard": "fsdp",
+    "shard_grad_op": "zero2",
+    "no_shard": "ddp",
+}
+
+
+#: ``fsdp_config`` keys that leave memfit's per-rank answer as it is: the wrap policy (memfit
+#: wraps each decoder block, as ``transformer_layer_cls_to_wrap`` / ``_no_split_modules`` do),
+#: prefetch and rate limiting (:mod:`memfit.estimate.fsdp1`: the same two units in flight),
+#: how states are saved or loaded.
+TRAINER_FSDP_NO_EFFECT = (
+    "transformer_layer_cls_to_wrap",
+    "min_num_params",
+    "backward_prefetch",
+    "forward_prefetch",
+    "limit_all_gathers",
+    "sync_module_states",
+    "use_orig_params",
+    "state_dict_type",
+    "cpu_ram_efficient_loading",
+    "reshard_after_forward",
+)
+
+
+def read_trainer_fsdp(r: KeyReader) -> None:
+    """HF Trainer's ``fsdp`` (``"full_shard auto_wrap"``, a list, or True) and
+    ``fsdp_config.version``: FSDP2 unless the version is 1 (transformers 5.23
+    ``training_args.py``: ``version = int(fsdp_config.get("version", 2))``; transformers 4.x ran
+    FSDP1 only). The process count comes from the launcher (accelerate config or ``--gpus``)."""
+    raw = r.take("fsdp", None) if r.has("fsdp") else None
+    if is_unset(raw):
+        r.not_modelled("fsdp_config", "FSDP options without fsdp set")
+        return
+    items = raw.split() if isinstance(raw, str) else ["full_shard"] if raw is True else raw
+    if not isinstance(items, list):
+        raise r.fail("fsdp", raw, 'must be FSDP options ("full_shard auto_wrap"), a list or true')
+    words = [str(i).lower() for i in items]
+    shards = [TRAINER_FSDP_SHARDS[w] for w in words if w in TRAINER_FSDP_SHARDS]
+    shard = shards[0] if shards else "fsdp"
+    r.set("shard", shard, "fsdp", raw)
+    if "offload" in words:
+        r.set("offload", "params", "fsdp", raw)
+    version = r.take("fsdp_config.version", 2) if r.has("fsdp_config.version") else 2
+    if as_int(r, "fsdp_config.version", version) == 1 and shard == "fsdp":
+        r.set("fsdp_version", 1, "fsdp_config.version", version)
+    ac = "fsdp_config.activation_checkpointing"
+    if r.has(ac) and as_bool(r, ac, r.take(ac)):
+        r.set("checkpointing", "full", ac, True)
+    r.no_effect(tuple(f"fsdp_config.{k}" for k in TRAINER_FSDP_NO_EFFECT))
+    for key in [k for k in r.flat if k.startswith("fsdp_config.") and k not in r.used]:
+        r.not_modelled(key, "an FSDP option memfit does not model")

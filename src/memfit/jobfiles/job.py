@@ -36,6 +36,9 @@ WORKLOAD_FIELDS = (
     "optimizer_in_bwd",
     "loss",
     "compile",
+    # FSDP1 (issue 30)
+    "fsdp_version",
+    "fsdp_lora_wrap",
 )
 
 

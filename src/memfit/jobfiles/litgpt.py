@@ -10,6 +10,7 @@ bitsandbytes path quantize a different set of layers (issue 15 part 2) — said 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from memfit.jobfiles.names import CLASS_OPTIMIZERS, MIXED, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
@@ -57,6 +58,18 @@ LITGPT_NO_EFFECT = (
 )
 
 
+def _strategy(r: KeyReader, devices: Any) -> None:
+    """LitGPT's finetune scripts on several devices (Lightning-AI/litgpt 26857050):
+    ``finetune/full.py`` wraps each ``Block`` with Lightning's ``FSDPStrategy`` (FSDP1, FULL_SHARD,
+    ``activation_checkpointing_policy={Block}``, gradient accumulation under
+    ``fabric.no_backward_sync``); ``finetune/lora.py`` uses ``ModelParallelStrategy`` whose
+    ``parallelize_fn`` applies ``fully_shard`` (FSDP2) per block with activation checkpointing."""
+    r.set("shard", "fsdp", "devices", devices)
+    r.set("checkpointing", "full", "devices", devices)
+    if not r.has("lora_r"):
+        r.set("fsdp_version", 1, "devices", devices)
+
+
 def read_litgpt(r: KeyReader) -> None:
     r.set("mode", "train", "(a training config)", "train")
     ckpt = r.take("checkpoint_dir", None)
@@ -102,6 +115,8 @@ def read_litgpt(r: KeyReader) -> None:
     devices = r.take("devices", 1)
     n = as_int(r, "devices", devices) if devices not in ("auto", -1) else 1
     r.set("gpus", n, "devices", devices)
+    if n > 1:
+        _strategy(r, devices)
     glob = r.take("train.global_batch_size", None)
     if glob is not None:
         g = as_int(r, "train.global_batch_size", glob)

@@ -71,6 +71,8 @@ def _workload_line(est: MemoryEstimate) -> str:
             layout.append(f"reshard_after_forward {w['reshard_after_forward']}")
         if "zero_hpz_partition_size" in w:
             layout.append(f"ZeRO++ hpZ {w['zero_hpz_partition_size']}")
+        if w.get("fsdp_version", 2) == 1:  # FSDP1 (issue 30)
+            layout.append("FSDP1")
         parts.append(" ".join(layout) + " (per-GPU figures)")
     return ", ".join(parts)
 

@@ -20,6 +20,7 @@ from memfit.spec.rules import (
     default_shard,
     field_problems,
     fsdp_rules,
+    fsdp_version_rules,
     generation_rules,
     hpz_rules,
     is_count,
@@ -233,6 +234,9 @@ class ParallelSpec:
     dp_replicate: int = 1
     reshard_after_forward: bool | int = True
     zero_hpz_partition_size: int = 1
+    # -- FSDP1 (issue 30): WorkloadSpec.fsdp_version --
+    fsdp_version: int = 2
+    fsdp_lora_wrap: str = "peft"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pp_schedule", resolve_schedule(self.pp_schedule))
@@ -249,6 +253,7 @@ class ParallelSpec:
             p += offload_rules(self.shard, self.offload)
             p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
             p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
+            p += fsdp_version_rules(self.flat())
         p += parallel_layout_rules(self.flat())
         return p
 

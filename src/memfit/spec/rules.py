@@ -460,6 +460,30 @@ def _reshard_after_forward(name: str, value: Any) -> str | None:
     )
 
 
+#: PyTorch's two FSDP implementations (``shard='fsdp'``): 2, ``fully_shard`` (per-parameter
+#: DTensor shards; torchtitan, accelerate's ``fsdp_version: 2``), 1, ``FullyShardedDataParallel``
+#: (one FlatParameter per wrapped module; accelerate's default ``fsdp_version``,
+#: ``accelerate/commands/launch.py`` ``--fsdp_version`` default "1" at huggingface/accelerate
+#: 16cb6eb8, HF Trainer's ``fsdp``, Lightning's FSDPStrategy).
+FSDP_VERSIONS = (1, 2)
+
+
+#: How FSDP1 wraps a LoRA job's adapters: ``peft`` — peft's ``fsdp_auto_wrap_policy``
+#: (``peft/utils/other.py``: every leaf module whose weight requires grad, lora_A / lora_B, is a
+#: unit of its own beside the decoder layers), which HF Trainer installs for a PEFT model under
+#: FSDP (``transformers/distributed/fsdp.py`` ``update_fsdp_plugin_peft``, transformers 5.23);
+#: ``block`` — the adapters flattened into their decoder block's unit with the frozen weights
+#: (``use_orig_params=True``): Lightning's ``FSDPStrategy(auto_wrap_policy={Block})`` as LitGPT
+#: ran LoRA until it moved to FSDP2, accelerate's TRANSFORMER_BASED_WRAP in a script of one's own.
+FSDP_LORA_WRAPS = ("peft", "block")
+
+
+def _fsdp_version(name: str, value: Any) -> str | None:
+    if not isinstance(value, bool) and value in FSDP_VERSIONS:
+        return None
+    return f"{name} ({value!r}) must be 1 (FullyShardedDataParallel) or 2 (fully_shard)"
+
+
 #: Every checked flat field and its rule, in the order problems are reported.
 FIELD_RULES: dict[str, Rule] = {
     "mode": _choice(MODES),
@@ -499,6 +523,9 @@ FIELD_RULES: dict[str, Rule] = {
     "dp_replicate": _positive(MAX_GPUS),
     "reshard_after_forward": _reshard_after_forward,
     "zero_hpz_partition_size": _positive(MAX_GPUS),
+    # -- FSDP1 (issue 30) --
+    "fsdp_version": _fsdp_version,
+    "fsdp_lora_wrap": _choice(FSDP_LORA_WRAPS),
 }
 
 
@@ -653,6 +680,52 @@ def hpz_rules(shard: str | None, dp: int, hpz: Any) -> list[str]:
             "DeepSpeed recommends the GPUs per node"
         ]
     return []
+
+
+def fsdp_version_rules(values: dict[str, Any]) -> list[str]:
+    """FSDP1 (``fsdp_version`` 1) is a ``shard='fsdp'`` setting that memfit models for a data-
+    parallel decoder job (:mod:`memfit.estimate.fsdp1`); the settings only FSDP2 runs with here
+    (torchtitan's tp / pp / cp / ep / Float8 layouts, HSDP-2's reshard group) are refused by
+    name, as is a quantized base (Answer.AI's fsdp_qlora: its own flat-parameter layout)."""
+    version = values.get("fsdp_version", 2)
+    wrap = values.get("fsdp_lora_wrap", "peft")
+    if version != 1:
+        if wrap != "peft":
+            return [
+                f"fsdp_lora_wrap ({wrap!r}) is how FSDP1 wraps LoRA adapters; it needs "
+                "--fsdp-version 1 (FSDP2 shards every parameter on its own)"
+            ]
+        return []
+    shard = values.get("shard")
+    if shard != "fsdp":
+        return [
+            f"fsdp_version (1) sets which PyTorch FSDP runs --shard fsdp; it needs --shard fsdp "
+            f"(got shard {shard!r})"
+        ]
+    p: list[str] = []
+    rf = values.get("reshard_after_forward", True)
+    if rf is not True:
+        p.append(
+            f"reshard_after_forward ({rf!r}) with fsdp_version 1: FSDP1 spells it as its "
+            "sharding_strategy (SHARD_GRAD_OP, which memfit answers as --shard zero2); use "
+            "--fsdp-version 2 for fully_shard's reshard_after_forward"
+        )
+    layout = ("tp", "pp", "cp", "ep")
+    other = [f"{k} {values[k]}" for k in layout if is_count(values.get(k)) and values[k] > 1]
+    if values.get("float8", "none") != "none":
+        other.append(f"float8 {values['float8']}")
+    if other:
+        p.append(
+            f"fsdp_version 1 with {', '.join(other)}: memfit models FSDP1 for data-parallel jobs "
+            "only (these layouts run on FSDP2, as torchtitan does); use --fsdp-version 2"
+        )
+    quant = values.get("quant", "none")
+    if quant != "none":
+        p.append(
+            f"fsdp_version 1 with quant {quant!r}: FSDP1 over a quantized base (Answer.AI's "
+            "fsdp_qlora) is not modelled; use --fsdp-version 2"
+        )
+    return p
 
 
 def kbit_rules(mode: str, quant: str, prepare_kbit: Any) -> list[str]:

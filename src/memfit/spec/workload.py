@@ -26,6 +26,7 @@ from memfit.spec.rules import (
     field_problems,
     fsdp_mixed_policy,
     fsdp_rules,
+    fsdp_version_rules,
     generation_rules,
     hpz_rules,
     is_count,
@@ -141,6 +142,16 @@ class WorkloadSpec:
     #: ZeRO++ hpZ (DeepSpeed's ``zero_hpz_partition_size``): ZeRO-3 also keeps a 16-bit
     #: secondary partition of each parameter over this many ranks; 1: off
     zero_hpz_partition_size: int = 1
+    # -- FSDP1 (issue 30) --
+    #: Which PyTorch FSDP runs ``shard='fsdp'``: 2 (``fully_shard``, per-parameter DTensor
+    #: shards, torchtitan) or 1 (``FullyShardedDataParallel``: one FlatParameter per wrapped
+    #: block, as accelerate's ``fsdp_version: 1``, HF Trainer's ``fsdp``, Lightning's
+    #: FSDPStrategy run it): :mod:`memfit.estimate.fsdp1`
+    fsdp_version: int = 2
+    #: FSDP1's units for a LoRA job's adapters: ``peft`` (peft's fsdp_auto_wrap_policy, HF
+    #: Trainer's) or ``block`` (inside the decoder block's flat parameter, LitGPT's):
+    #: :data:`~memfit.spec.rules.FSDP_LORA_WRAPS`
+    fsdp_lora_wrap: str = "peft"
     #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
     #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
     #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
@@ -292,6 +303,7 @@ class WorkloadSpec:
         p += offload_rules(self.shard, self.offload)
         p += fsdp_rules(self.shard, self.dp, self.dp_replicate, self.reshard_after_forward)
         p += hpz_rules(self.shard, self.dp, self.zero_hpz_partition_size)
+        p += fsdp_version_rules(vars(self))
         p += self._optimizer_in_bwd_problems()
         p += self._loss_problems()
         saved = self.lora_modules_to_save
@@ -377,7 +389,8 @@ class WorkloadSpec:
                 "fp8 here stores frozen base weights in fp8 (per-tensor scales); fp8 training "
                 "recipes (transformer-engine) keep higher-precision masters and are not modelled"
             )
-        if self.grad_accum > 1 and self.zero_grad_set_to_none:
+        # FSDP1's no_sync keeps unsharded gradients whatever zero_grad does: counted there
+        if self.grad_accum > 1 and self.zero_grad_set_to_none and self.fsdp_version == 2:
             w.append(
                 f"grad_accum {self.grad_accum} with zero_grad_set_to_none: the gradients of the "
                 "earlier micro-batches are held through the later ones, which this estimate does "
@@ -449,6 +462,10 @@ class WorkloadSpec:
             d.pop("reshard_after_forward")
         if self.zero_hpz_partition_size == 1:
             d.pop("zero_hpz_partition_size")
+        if self.fsdp_version == 2:
+            d.pop("fsdp_version")
+        if self.fsdp_version == 2 or self.lora_rank is None:
+            d.pop("fsdp_lora_wrap")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -472,4 +489,5 @@ SHAPE_FIELDS += ("grad_accum", "num_beams", "cache_implementation", "prefill_chu
 PARALLEL_FIELDS: tuple[str, ...] = ("gpus", "tp", "shard", "offload")
 PARALLEL_FIELDS += tuple(PARALLEL_DEFAULTS)  # pp, pp_schedule, ..., etp
 PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward", "zero_hpz_partition_size")  # par-a
+PARALLEL_FIELDS += ("fsdp_version", "fsdp_lora_wrap")  # FSDP1 (issue 30)
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())

@@ -45,6 +45,7 @@ from memfit.estimate.derived import cache
 from memfit.estimate.derived.compiled import compile_run
 from memfit.estimate.derived.staging import staging_sizes
 from memfit.estimate.device import allocator_workspaces
+from memfit.estimate.fsdp1 import fsdp2_twin
 from memfit.estimate.pipeline import assemble, check_gpu, prepare_workload, with_notes
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace.flat import Flat, engine_result, extrapolated
@@ -85,6 +86,7 @@ def refusal(source: Any, workload: WorkloadSpec) -> str | None:
 
 def is_cached(source: Any, workload: WorkloadSpec) -> bool:
     """Whether a form (not a refusal) for this job's variant is in memory or on disk."""
+    workload = fsdp2_twin(workload)  # an FSDP1 job is answered from its FSDP2 form (run_engine)
     if refusal(source, workload) is not None:
         return False
     key = cache.variant_key(source.config, workload)
@@ -134,7 +136,9 @@ def estimate_first(
     at another batch size). None where it does not settle or does not apply; the traces run
     are then the form's first ones (the caller builds the form with :func:`estimate_derived`)."""
     started = time.perf_counter()
-    if workload.batch_size != 1 or refusal(source, workload) is not None:
+    if workload.batch_size != 1 or workload.fsdp_version != 2:
+        return None  # FSDP1 adds its terms to the FSDP2 answer (policy.run_engine)
+    if refusal(source, workload) is not None:
         return None
     key = cache.variant_key(source.config, workload)
     if key in _FORMS or cache.load(key) is not None:
@@ -176,7 +180,7 @@ def guide_derived(source: Any, workload: WorkloadSpec, *, gpu: Any = None) -> Me
     NotModelledError where the job's form is not loaded in this process (a guide never builds
     or reads one) or no batch size of it was replayed exactly on this GPU yet."""
     started = time.perf_counter()
-    if refusal(source, workload) is not None:
+    if refusal(source, workload) is not None or workload.fsdp_version != 2:
         raise NotModelledError("no guide: the derived engine does not model it", engine="derived")
     form = _FORMS.get(cache.variant_key(source.config, workload))
     if form is None or "refused" in form:  # a guide never builds a form

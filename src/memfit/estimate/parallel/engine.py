@@ -14,6 +14,7 @@ import platform
 from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
+from memfit.estimate import fsdp1
 from memfit.estimate.analytic.compile import (
     UNCHANGED_POLICIES,
     compile_note,
@@ -146,6 +147,10 @@ def estimate_parallel(
             f"{source.name}: the parallel closed form reads a config.json model (a bundled "
             "name, a path or a hub id), not a factory"
         )
+    if workload.fsdp_version == 1:  # FSDP2's per-rank form + FSDP1's flat-parameter terms
+        twin = fsdp1.fsdp2_twin(workload)
+        est = estimate_parallel(source, twin, gpu=gpu, sequence_parallel=sequence_parallel)
+        return fsdp1.with_fsdp1(est, source, workload, gpu)
     _check_float8_gpu(workload, gpu)
     shape = read_shape(source.spec)
     stages, ranks = per_rank(shape, workload, sequence_parallel=sequence_parallel)
