@@ -38,8 +38,10 @@ the index, the shards' headers, the config, plus the redirect of each ``resolve`
 and TLS. So hf-mem's times here are a lower bound of what it takes against the hub.
 
 Timed, each as a new process, ``--repeat`` times, in turns (hf-mem, memfit analytic, memfit's
-default engine, then again): wall seconds, the child's CPU seconds and peak RSS (``wait4``); the
-median of each. memfit runs with a fresh, empty answers cache each time (``MEMFIT_CACHE_DIR``).
+default engine, then again) after one untimed warm-up turn (files in the page cache; memfit's
+modules compiled to bytecode once, as an installed package has them: hf-mem's venv has its
+bytecode from pip): wall seconds, the child's CPU seconds and peak RSS (``wait4``); the median
+of each. memfit runs with a fresh, empty answers cache each time (``MEMFIT_CACHE_DIR``).
 The job: inference of the model in its checkpoint dtype, ``--batch B`` sequences of ``--seq S``
 tokens: hf-mem ``--experimental --max-model-len S --batch-size B`` (KV-cache dtype ``auto``: the
 config's ``torch_dtype``), memfit ``estimate NAME --mode infer --seq S --batch B`` (weights in
@@ -299,9 +301,13 @@ def measure(name: str, hf_id: str, hub: LocalHub, shim: Path, args: Any) -> dict
     runs: dict[str, list[dict[str, Any]]] = {}
     answers: dict[str, Any] = {}
     load = [os.getloadavg()[0]]
-    for _ in range(args.repeat):
+    for turn in range(args.repeat + 1):  # turn 0: a warm-up, not counted
         for tool, argv in tools(name, hf_id, args.seq, args.batch).items():
-            env = {k: v for k, v in os.environ.items() if k not in ("MEMFIT_NO_CACHE",)}
+            # memfit's modules compiled once and read back as bytecode, as from an installed
+            # package (hf-mem's venv has its bytecode from pip; PYTHONDONTWRITEBYTECODE here
+            # would make every memfit process compile its ~250 modules from source again)
+            drop = ("MEMFIT_NO_CACHE", "PYTHONDONTWRITEBYTECODE")
+            env = {k: v for k, v in os.environ.items() if k not in drop}
             if tool == "hf-mem":
                 env.update(PYTHONPATH=str(shim), HFMEM_LOCAL_HUB=hub.url, HF_HOME=str(shim))
                 env.pop("HF_TOKEN", None)
@@ -315,7 +321,8 @@ def measure(name: str, hf_id: str, hub: LocalHub, shim: Path, args: Any) -> dict
             if r["rc"] != 0:
                 raise SystemExit(f"{tool} on {name} exited {r['rc']}: {r['err']}")
             answers[tool] = json.loads(r.pop("out"))
-            runs.setdefault(tool, []).append(r)
+            if turn:
+                runs.setdefault(tool, []).append(r)
             load.append(os.getloadavg()[0])
     return {"model": name, "hf_id": hf_id, "runs": runs, "answers": answers,
             "load": [min(load), max(load)]}  # fmt: skip
@@ -359,7 +366,8 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"{meta['batch']}, {meta['seq']} tokens (hf-mem `--experimental --max-model-len "
         f"{meta['seq']} --batch-size {meta['batch']}`; memfit `estimate NAME --mode infer "
         f"--seq {meta['seq']} --batch {meta['batch']}`, a fresh answers cache each run). "
-        f"Each tool {meta['repeat']} times per model, in turns; medians. CPU s: the process's "
+        f"Each tool {meta['repeat']} times per model, in turns, after an untimed warm-up turn "
+        "(memfit's modules read as bytecode, as installed); medians. CPU s: the process's "
         "user + system time (less sensitive to the other work on the machine than wall s).",
         "",
         "| model (hub id) | tool | wall s (median) | CPU s | RSS MiB | HTTP requests | load avg |",
