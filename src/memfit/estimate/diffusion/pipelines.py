@@ -304,8 +304,12 @@ def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> None:
             m.enable_slicing()
         if job.vae_tiling:
             m.enable_tiling()
-    elif _switches(comp, job) == [True] and hasattr(m, "set_attention_slice"):
+    elif _attention_sliced(comp, job) and hasattr(m, "set_attention_slice"):
         m.set_attention_slice("auto")
+
+
+def _attention_sliced(comp: str, job: DiffusionJob) -> bool:
+    return job.attention_slicing and comp in ("unet", "transformer")
 
 
 def _switches(comp: str, job: DiffusionJob) -> list[bool]:
@@ -317,7 +321,7 @@ def _switches(comp: str, job: DiffusionJob) -> list[bool]:
 
 def _prepare_notes(comp: str, job: DiffusionJob, facts: ComponentFacts) -> list[str]:
     """What :func:`_prepare` does to ``comp``, said in the notes."""
-    if comp == "vae" or not (job.attention_slicing and comp in ("unet", "transformer")):
+    if not _attention_sliced(comp, job):
         return []
     if facts.has_attention_slice:
         return [f"attention slicing: {comp}.set_attention_slice('auto')"]
