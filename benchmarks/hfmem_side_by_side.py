@@ -305,14 +305,16 @@ def measure(name: str, hf_id: str, hub: LocalHub, shim: Path, args: Any) -> dict
         for tool, argv in tools(name, hf_id, args.seq, args.batch).items():
             # memfit's modules compiled once and read back as bytecode, as from an installed
             # package (hf-mem's venv has its bytecode from pip; PYTHONDONTWRITEBYTECODE here
-            # would make every memfit process compile its ~250 modules from source again)
+            # would make every memfit process compile its ~250 modules from source again),
+            # kept under a folder of this run's (PYTHONPYCACHEPREFIX) so that the checkout's
+            # src/ stays without bytecode for benchmarks/cold_commands.py
             drop = ("MEMFIT_NO_CACHE", "PYTHONDONTWRITEBYTECODE")
             env = {k: v for k, v in os.environ.items() if k not in drop}
             if tool == "hf-mem":
                 env.update(PYTHONPATH=str(shim), HFMEM_LOCAL_HUB=hub.url, HF_HOME=str(shim))
                 env.pop("HF_TOKEN", None)
             else:
-                env["PYTHONPATH"] = str(ROOT / "src")
+                env.update(PYTHONPATH=str(ROOT / "src"), PYTHONPYCACHEPREFIX=str(shim / "pyc"))
             with tempfile.TemporaryDirectory(prefix="memfit-hfmem-") as cache_dir:
                 env["MEMFIT_CACHE_DIR"] = cache_dir
                 before = hub.n_requests
