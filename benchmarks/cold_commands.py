@@ -107,6 +107,9 @@ def run_once(args: str, cache_dir: str) -> dict[str, Any]:
     why = [line.strip() for line in out.splitlines() if line.strip().startswith(("why:", "conf"))]
     return {
         "wall_s": round(wall_s, 2),
+        # the child's user + system CPU seconds: what the command costs, less sensitive than
+        # wall seconds to the other work on a shared machine
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "rss_mib": rss_mib,
         "rc": proc.returncode,
         "engine": " | ".join([engine, *why])[:300],

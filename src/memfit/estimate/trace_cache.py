@@ -30,7 +30,8 @@ model (``pkg.mod:fn``: user code that can change without any key seeing it), a m
 code, and runs while a predicted snapshot is recorded (``--snapshot`` needs the run's history).
 
 The same key rule (:func:`key_of`) keeps the other traced results that are not estimates
-(:func:`cached_record`: a diffusion pipeline's per-component forward traces; :func:`cached_answer`:
+(:func:`cached_record`: a diffusion pipeline's per-component forward traces, and its components'
+facts and weight layouts, :mod:`memfit.estimate.diffusion.built`; :func:`cached_answer`:
 a whole diffusion pipeline estimate, so a repeated pipeline estimate neither traces nor builds
 its components again), under ``installed diffusers`` too.
 

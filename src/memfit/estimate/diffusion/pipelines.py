@@ -17,6 +17,7 @@ Each recipe says what ``pipe.__call__`` feeds each component (read from
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.diffusion.answer import estimate_pipeline as estimate_pipeline
+from memfit.estimate.diffusion.built import ComponentFacts, component_facts, component_layout
 from memfit.estimate.diffusion.compose import compose, replay_reserved
 from memfit.estimate.diffusion.pipeline import (
     DTYPES,
@@ -34,6 +36,7 @@ from memfit.estimate.diffusion.pipeline import (
     trace_forward,
 )
 from memfit.estimate.diffusion.versions import behaviour
+from memfit.estimate.diffusion.weights import WeightLayout, layout, quantized_components
 from memfit.estimate.trace_cache import cached_record
 from memfit.spec.diffusion import BACKEND, DiffusionJob
 
@@ -291,23 +294,94 @@ def _from_record(r: dict[str, Any]) -> tuple[int, int, list[tuple[str, int, int]
     return int(r["activation"]), int(r["output"]), events, int(r["workspace"])
 
 
-def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> list[str]:
+def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> None:
     """The pipeline's memory switches that change the traced code: VAE slicing/tiling and
     ``enable_attention_slicing`` (``DiffusionPipeline.set_attention_slice`` calls
-    ``set_attention_slice("auto")`` on every component that has it). Returns notes."""
+    ``set_attention_slice("auto")`` on every component that has it)."""
     m: Any = model
     if comp == "vae":
         if job.vae_slicing:
             m.enable_slicing()
         if job.vae_tiling:
             m.enable_tiling()
+    elif _attention_sliced(comp, job) and hasattr(m, "set_attention_slice"):
+        m.set_attention_slice("auto")
+
+
+def _attention_sliced(comp: str, job: DiffusionJob) -> bool:
+    return job.attention_slicing and comp in ("unet", "transformer")
+
+
+def _switches(comp: str, job: DiffusionJob) -> list[bool]:
+    """The switches :func:`_prepare` reads for ``comp`` (a layout's key has them)."""
+    if comp == "vae":
+        return [job.vae_slicing, job.vae_tiling]
+    return [job.attention_slicing] if comp in ("unet", "transformer") else []
+
+
+def _prepare_notes(comp: str, job: DiffusionJob, facts: ComponentFacts) -> list[str]:
+    """What :func:`_prepare` does to ``comp``, said in the notes."""
+    if not _attention_sliced(comp, job):
         return []
-    if job.attention_slicing and comp in ("unet", "transformer"):
-        if hasattr(m, "set_attention_slice"):
-            m.set_attention_slice("auto")
-            return [f"attention slicing: {comp}.set_attention_slice('auto')"]
-        return [f"attention slicing: {type(m).__name__} has no set_attention_slice (no effect)"]
-    return []
+    if facts.has_attention_slice:
+        return [f"attention slicing: {comp}.set_attention_slice('auto')"]
+    return [f"attention slicing: {facts.type_name} has no set_attention_slice (no effect)"]
+
+
+#: Components built on the meta device in this process, by the canonical JSON of (library,
+#: class, config, dtype, the switches applied, fp32 modules kept): a layout reads a module without
+#: changing it, so every variant of a search that lays one out again under another weight format
+#: reuses it. A traced module is taken out (``meta_to_fake_`` swaps its weights for fake tensors);
+#: the oldest goes beyond :data:`MAX_BUILT` (a long-lived web worker sizing many pipelines).
+_MODELS: dict[str, torch.nn.Module] = {}
+MAX_BUILT = 16
+
+
+class _Builds:
+    """The components of one pipeline call, each built on the meta device on first need only
+    (:mod:`memfit.estimate.diffusion.built`): in its dtype, the job's switches applied, and the
+    modules transformers keeps in fp32 under bitsandbytes when asked."""
+
+    def __init__(self, index: dict[str, Any], configs: dict[str, Any], job: DiffusionJob,
+                 dtype_of: dict[str, torch.dtype]) -> None:  # fmt: skip
+        self._index, self._configs, self._job, self._dtype_of = index, configs, job, dtype_of
+
+    def _key(self, comp: str, keep_fp32: bool) -> str:
+        parts = [*self._index[comp], self._configs[comp], str(self._dtype_of[comp]),
+                 _switches(comp, self._job), keep_fp32]  # fmt: skip
+        return json.dumps(parts, sort_keys=True, default=str)
+
+    def _build(self, comp: str, keep_fp32: bool) -> torch.nn.Module:
+        library, class_name = self._index[comp]
+        model = build_component(library, class_name, self._configs[comp])
+        model = _to_dtype(model, self._dtype_of[comp], library)
+        _prepare(model, comp, self._job)
+        if keep_fp32:
+            _keep_in_fp32(model, _not_converted(model, "transformers"))
+        return model
+
+    def model(self, comp: str, *, keep_fp32: bool = False) -> torch.nn.Module:
+        """The module to read (facts, layouts): built once, kept."""
+        key = self._key(comp, keep_fp32)
+        if key not in _MODELS:
+            while len(_MODELS) >= MAX_BUILT:
+                del _MODELS[next(iter(_MODELS))]
+            _MODELS[key] = self._build(comp, keep_fp32)
+        return _MODELS[key]
+
+    def to_trace(self, comp: str, *, keep_fp32: bool = False) -> torch.nn.Module:
+        """The module to trace: the kept one, taken out (tracing changes it), or a new build."""
+        return _MODELS.pop(self._key(comp, keep_fp32), None) or self._build(comp, keep_fp32)
+
+
+def _trace_built(
+    build: _Builds, comp: str, legacy: bool, make_inputs: Any, call: Any
+) -> dict[str, Any]:
+    return _trace_record(build.to_trace(comp, keep_fp32=legacy), make_inputs, call)
+
+
+def _layout_built(build: _Builds, comp: str, legacy: bool, args: dict[str, Any]) -> WeightLayout:
+    return layout(build.model(comp, keep_fp32=legacy), **args)
 
 
 def _keep_in_fp32(model: torch.nn.Module, keep: tuple[str, ...]) -> None:
@@ -336,8 +410,6 @@ def traced_pipeline(
 ) -> PipelineEstimate:
     """The pipeline at ``root`` (its ``index`` and component ``configs``) traced and composed:
     :func:`memfit.estimate.diffusion.answer.estimate_pipeline` on a cache miss."""
-    from memfit.estimate.diffusion.weights import layout, quantized_components
-
     pipeline = str(index["_class_name"])
     dt = DTYPES[job.precision]
     if job.drop_text_encoder_3 and "text_encoder_3" not in index:
@@ -352,13 +424,12 @@ def traced_pipeline(
     if pipeline not in SUPPORTED:
         _recipe(pipeline, configs, job, dt)  # raises NotModelledError naming the pipeline
     steps, vae_dt, recipe_notes = _recipe(pipeline, configs, job, dt, index)
-    models: dict[str, torch.nn.Module] = {}
-    for comp in steps:
-        library, class_name = index[comp]
-        model = build_component(library, class_name, configs[comp])
-        models[comp] = _to_dtype(model, vae_dt if comp == "vae" else dt, library)
+    dtype_of = {c: vae_dt if c == "vae" else dt for c in steps}
+    build = _Builds(index, configs, job, dtype_of)
+    facts = {c: component_facts([*index[c], configs[c]], functools.partial(build.model, c))
+             for c in steps}  # fmt: skip
     denoiser = "transformer" if "transformer" in steps else "unet"
-    sizes = {c: sum(p.numel() for p in m.parameters()) for c, m in models.items()}
+    sizes = {c: f.n_params for c, f in facts.items()}
     quants = quantized_components(configs, denoiser, sizes, job)
     beh = behaviour(job.transformers_version, job.bitsandbytes_version)
     notes: list[str] = list(recipe_notes)
@@ -376,44 +447,41 @@ def traced_pipeline(
     tensor_allocs: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
     forward_events: dict[str, list[tuple[str, int, int]]] = {}
     for comp, (make_inputs, call, stage) in steps.items():
-        model = models[comp]
-        notes += _prepare(model, comp, job)
+        notes += _prepare_notes(comp, job, facts[comp])
         fmt = quants.get(comp, "none")
         lw = job.layerwise_casting if comp == denoiser else None
+        keep = facts[comp].keep_in_fp32
         legacy = (
             BACKEND.get(fmt) == "bitsandbytes"
             and index[comp][0] == "transformers"
             and beh.bnb_keeps_fp32_modules_in_fp32
-            and bool(_not_converted(model, "transformers"))
+            and bool(keep)
         )
         if legacy:
-            _keep_in_fp32(model, _not_converted(model, "transformers"))
             notes.append(
                 f"{comp}: transformers {beh.transformers} keeps "
-                f"{', '.join(_not_converted(model, 'transformers'))} in fp32 under bitsandbytes"
+                f"{', '.join(keep)} in fp32 under bitsandbytes"
             )
-        lay = layout(
-            model,
-            quant=fmt,
-            layerwise=lw,
-            compute_dtype=dt,
-            num_blocks_per_group=job.num_blocks_per_group,
-            not_converted=_not_converted(model, index[comp][0]) if fmt != "none" else (),
-        )
+        lay_args: dict[str, Any] = {
+            "quant": fmt,
+            "layerwise": lw,
+            "compute_dtype": dt,
+            "num_blocks_per_group": job.num_blocks_per_group,
+            "not_converted": keep if fmt != "none" else (),
+        }
+        options = {**lay_args, "dtype": str(dtype_of[comp]), "switches": _switches(comp, job),
+                   "fp32_modules": list(keep) if legacy else []}  # fmt: skip
+        run = functools.partial(_layout_built, build, comp, legacy, lay_args)
+        lay = component_layout([*index[comp], configs[comp]], options, run)
         if fmt != "none":
             notes.append(f"{comp}: linear weights in {fmt} ({BACKEND.get(fmt, 'GGUF')})")
         if lw:
             notes.append(f"{comp}: enable_layerwise_casting(storage {lw}, compute {job.precision})")
-        key = (*_trace_key(root, comp, vae_dt if comp == "vae" else dt, job), legacy)
+        key = (*_trace_key(root, comp, dtype_of[comp], job), legacy)
         if key not in _TRACES:
             parts = {"component": [*index[comp], configs[comp]], "trace": key[1:]}
-            _TRACES[key] = _from_record(
-                cached_record(
-                    parts,
-                    functools.partial(_trace_record, model, make_inputs, call),
-                    valid=_valid_record,
-                )
-            )
+            trace = functools.partial(_trace_built, build, comp, legacy, make_inputs, call)
+            _TRACES[key] = _from_record(cached_record(parts, trace, valid=_valid_record))
         act, out, forward_events[comp], workspace = _TRACES[key]
         traces[comp] = ComponentTrace(
             name=comp,
