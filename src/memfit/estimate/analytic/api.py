@@ -170,17 +170,17 @@ def _envelopes(one_: Simulated, two: Simulated) -> dict[str, list[tuple[Vec, Vec
             for p1, p2 in zip(pts1, two.candidates[phase], strict=True)
         ]
         keep: list[tuple[Vec, Vec]] = []
-        best = max(lines, key=lambda ln: (sum(ln[0]), sum(ln[1])))
+        # each line's (total at batch 1, total's change per sequence), summed once
+        sums = [(sum(p1), sum(dp)) for p1, dp in lines]
+        i = max(range(len(lines)), key=lambda j: sums[j])  # the first of the largest
         while True:
-            keep.append(best)  # type: ignore[arg-type]
-            a0, s0 = sum(best[0]), sum(best[1])
+            keep.append(lines[i])  # type: ignore[arg-type]
+            a0, s0 = sums[i]
             # the steeper line that overtakes ``best`` first (smallest crossing batch)
-            steeper = [
-                ((a0 - sum(ln[0])) / (sum(ln[1]) - s0), ln) for ln in lines if sum(ln[1]) > s0
-            ]
+            steeper = [((a0 - a) / (d - s0), j) for j, (a, d) in enumerate(sums) if d > s0]
             if not steeper:
                 break
-            best = min(steeper, key=lambda c: (c[0], -sum(c[1][1])))[1]
+            i = min(steeper, key=lambda c: (c[0], -sums[c[1]][1]))[1]
         out[phase] = keep
     return out
 
