@@ -99,6 +99,7 @@ VALIDATED: dict[str, tuple[str, ...]] = {
         "lora_held",
         "lora_ckpt_held",
         "lora_selckpt_held",
+        "mixed_offload_held",
     ),
     "gpt2": (
         "train",
@@ -150,6 +151,7 @@ VALIDATED: dict[str, tuple[str, ...]] = {
         "lora_held",
         "lora_ckpt_held",
         "lora_selckpt_held",
+        "mixed_offload_held",
     ),
     "mixtral": ("train", "ckpt"),
     "olmo2": (
@@ -161,6 +163,7 @@ VALIDATED: dict[str, tuple[str, ...]] = {
         "lora_held",
         "lora_ckpt_held",
         "lora_selckpt_held",
+        "mixed_offload_held",
     ),
     "opt": (
         "train",
