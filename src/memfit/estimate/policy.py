@@ -99,25 +99,6 @@ COMPILE_REFUSAL = (
 )
 
 
-def run_analytic_ends(
-    source: Any, workload: WorkloadSpec, gpu: Any, ends: tuple[str, ...]
-) -> list[MemoryEstimate]:
-    """``run_engine("analytic", ..., reserved_end=e)`` for each of ``ends``: one simulation
-    where the analytic engine answers the job itself (the reserved end changes only the
-    reserved rule), one run per end where another route answers (parallel ranks, beams,
-    a static cache)."""
-    direct = (
-        not is_parallel_job(workload)
-        and workload.num_beams == 1
-        and workload.cache_implementation == "dynamic"
-    )
-    if not direct:
-        return [run_engine("analytic", source, workload, gpu, reserved_end=e) for e in ends]
-    from memfit.estimate.analytic import estimate_analytic_ends
-
-    return estimate_analytic_ends(source, workload, gpu=gpu, reserved_ends=ends)
-
-
 def run_engine(
     name: str,
     source: Any,
@@ -340,8 +321,9 @@ class EnginePolicy:
             return None
         try:
             end = fastpath.shown_reserved_end(workload)
+            est = run_engine("analytic", source, workload, gpu, reserved_end=end)
             # the verdict is settled only if the top of the job class's band settles it
-            est, band = run_analytic_ends(source, workload, gpu, (end, "band"))
+            band = run_engine("analytic", source, workload, gpu, reserved_end="band")
         except MemfitError:  # a setting the analytic engine refuses: the precise route says so
             return None
         est = with_reason(est, fastpath.validated_reason(source.config, workload))

@@ -13,11 +13,6 @@ result splits into the same components and phases as the trace engine's, against
 calibrated (``benchmarks/analytic_vs_trace.py``, docs/accuracy.md).
 """
 
-from memfit.estimate.analytic.api import (
-    estimate_analytic,
-    estimate_analytic_ends,
-    estimate_many,
-    supports,
-)
+from memfit.estimate.analytic.api import estimate_analytic, estimate_many, supports
 
-__all__ = ["estimate_analytic", "estimate_analytic_ends", "estimate_many", "supports"]
+__all__ = ["estimate_analytic", "estimate_many", "supports"]
