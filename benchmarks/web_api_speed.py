@@ -106,6 +106,7 @@ def main() -> None:
     args = ap.parse_args()
     engines = args.engines.split(",")
     unique = " --unique" if args.unique else ""
+    load_before = os.getloadavg()[0]  # the machine is shared: say how busy it was
     with running(run=memfit_main, parser_factory=build_parser, n_workers=2) as base:
         # warm-up: each worker imports memfit and reads the configs (with --unique on jobs
         # after the measured ones)
@@ -139,7 +140,8 @@ def main() -> None:
             else "a repeated job that does not fit is answered from the worker's kept answer. "
         )
         + f"Target: >= {TARGET_PER_S:g} estimates/s "
-        f"(issue 32: >= {TARGET_DEFAULT_PER_S:g} on the default engine).",
+        f"(issue 32: >= {TARGET_DEFAULT_PER_S:g} on the default engine). Load average (1 min) "
+        f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
         "",
         "| engine | clients | requests | wall s | estimates / s | p50 ms | p95 ms |",
         "|---|---|---|---|---|---|---|",

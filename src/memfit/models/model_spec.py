@@ -17,6 +17,8 @@ the value and the rule; a config of a family memfit has no reader for still reso
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -226,8 +228,22 @@ class ModelSpec:
 
     @classmethod
     def of(cls, model: ModelSpec | Mapping[str, Any]) -> ModelSpec:
-        """``model`` itself when it is a ModelSpec, else the spec of that config.json dict."""
-        return model if isinstance(model, ModelSpec) else cls.from_config(model)
+        """``model`` itself when it is a ModelSpec, else the spec of that config.json dict.
+        The spec of a dict read recently is kept (:data:`SPECS_KEPT`): an analytic estimate
+        asks for it four times, a plan search ~2 000 times (issue 32); it is reused only while
+        the dict is the same object with the same contents (a copy taken when it was read is
+        compared, so a dict changed in place since is read again)."""
+        if isinstance(model, ModelSpec):
+            return model
+        kept = _SPECS.get(id(model))
+        if kept is not None and kept[0] is model and kept[1] == model:
+            _SPECS.move_to_end(id(model))
+            return kept[2]
+        spec = cls.from_config(model)
+        _SPECS[id(model)] = (model, copy.deepcopy(dict(model)), spec)
+        while len(_SPECS) > SPECS_KEPT:
+            _SPECS.popitem(last=False)
+        return spec
 
     def get(self, key: str, default: Any = None) -> Any:
         """The raw config.json value of ``key`` (a family knob with no general field)."""
@@ -426,6 +442,12 @@ def _towers(config: Mapping[str, Any]) -> tuple[ModelSpec | None, ModelSpec | No
 def _quantization(config: Mapping[str, Any]) -> QuantizationConfig | None:
     q = config.get("quantization_config")
     return QuantizationConfig.from_config(q) if isinstance(q, Mapping) else None
+
+
+#: How many config dicts' specs :meth:`ModelSpec.of` keeps (least recently used dropped first);
+#: each entry holds the dict (so its id is not reused while kept) and a deep copy of it.
+SPECS_KEPT = 64
+_SPECS: OrderedDict[int, tuple[Mapping[str, Any], dict[str, Any], ModelSpec]] = OrderedDict()
 
 
 def _frozen(value: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -32,6 +32,7 @@ The result always comes back; ``Plan.raise_if_not_fit()`` raises when nothing fi
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -50,6 +51,7 @@ from memfit.plan.floor import Floor, stack_floor
 from memfit.plan.recipe import (
     CHECKPOINTING_CHANGE,
     LOSS_CHANGE,
+    Change,
     changes,
     families,
     quality_risk,
@@ -236,7 +238,7 @@ def plan(
     search = _Search(request, budget, engines, Rates.of(gpu_rec), source)
     search.recipe = recipe(opts)
     baseline = search.baseline(search.recipe)
-    found, tier = search.run_tiers(candidates(opts), baseline)
+    found, tier = search.run_tiers(judged_candidates(opts), baseline)
     found = search.confirm_first(found)
     result = search.result(found, baseline, time.perf_counter() - start, tier)
     note = opts.precision_note  # a default applied (training), or bf16 asked on a GPU without it
@@ -286,6 +288,29 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
     )
 
 
+#: A candidate with what it changes about the job as asked and its quality risk
+#: (:func:`judged_candidates`): (settings, changes, risk level, risk reasons).
+Judged = tuple[Settings, tuple[Change, ...], int, tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=16)
+def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
+    """Every candidate of ``opts`` (:func:`memfit.plan.space.candidates`) with its changes to
+    the recipe (``recipe(opts)``) and their quality risk: pure functions of the frozen
+    ``opts``, kept per process (``memfit web``'s workers, a ``fit`` sweep: issue 32). What
+    depends on the job's sequence (the step cost, the estimates) is computed per search.
+    Memory: 5.6 MiB for the 3 312 candidates of a one-GPU full fine-tune at batch 8
+    (tracemalloc), so the 16 spaces kept cost up to ~100 MiB a process."""
+    base = recipe(opts)
+    asked = opts.lora_ranks if opts.lora_asked else ()
+    out = []
+    for s in candidates(opts):
+        found = tuple(changes(s, base, opts.mode, asked_ranks=asked))
+        level, reasons = quality_risk(list(found))
+        out.append((s, found, level, reasons))
+    return tuple(out)
+
+
 class _Search:
     """The state of one search: engines, budget, what did not fit, counters."""
 
@@ -315,8 +340,12 @@ class _Search:
         asked = r.lora_ranks if r.lora_asked else ()
         found = changes(s, self.recipe or s, r.mode, asked_ranks=asked)
         level, reasons = quality_risk(found)
+        return self._option_of((s, tuple(found), level, reasons))
+
+    def _option_of(self, judged: Judged) -> PlanOption:
+        s, found, level, reasons = judged
         return PlanOption(
-            changes=tuple(found),
+            changes=found,
             settings=s,
             job=(self.request.mode, self.request.seq_len, self.request.new_tokens),
             cost=self.cost(s),
@@ -382,11 +411,13 @@ class _Search:
 
     # -- the search --------------------------------------------------------------------------
     def run_tiers(
-        self, all_settings: list[Settings], baseline: PlanOption
+        self, all_judged: tuple[Judged, ...], baseline: PlanOption
     ) -> tuple[list[PlanOption], str | None]:
-        """Search the tiers of the module docstring in order; the first with a plan wins."""
+        """Search the tiers of the module docstring in order; the first with a plan wins.
+        ``all_judged``: :func:`judged_candidates` of the search's space (changes relative to
+        :attr:`recipe`)."""
         max_risk = RISK_LEVELS.index(self.request.max_quality_risk)
-        opts = [o for o in map(self.option, all_settings) if o.risk_level <= max_risk]
+        opts = [self._option_of(j) for j in all_judged if j[2] <= max_risk]
         self.n_candidates = len(opts)
         for o in opts:
             self.by_stack.setdefault(o.settings.technique_key, []).append(o)

@@ -132,10 +132,16 @@ def test_the_settles_table_is_what_the_grid_rows_say_and_holds_every_validated_j
     assert settles_table(rows) == fastpath.SETTLES
     for model_type, jobs in fastpath.VALIDATED.items():
         assert set(jobs) <= set(fastpath.SETTLES[model_type]), model_type
-    # mistral's ZeRO-2 offload row: the analytic engine over-predicts (+19.8 %), so the job is
-    # not validated for the fast answer, but a plan's "fits" may settle on its class band
+    # mistral's ZeRO-2 offload rows: the analytic engine's allocated bytes are the trace's
+    # since a held job's new gradient is counted once under ZeRO-2/3 (mistral-nemo-12b was
+    # +19.8 %: compose.holds_grads), so the job is validated and settles
     assert "mixed_offload_held" in fastpath.SETTLES["mistral"]
-    assert "mixed_offload_held" not in fastpath.VALIDATED["mistral"]
+    assert "mixed_offload_held" in fastpath.VALIDATED["mistral"]
+    # inference: the allocated bytes are never under the trace's, but the fast answer's
+    # reserved bytes are (tiny mistral's short decode: -44.8 % at the top of the range), so
+    # a plan's "fits" may settle on the band while the fast answer is not validated
+    assert "infer" in fastpath.SETTLES["mistral"]
+    assert "infer" not in fastpath.VALIDATED["mistral"]
 
 
 def test_inference_keeps_the_wide_band() -> None:
