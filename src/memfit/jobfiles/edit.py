@@ -153,6 +153,7 @@ WRITERS: dict[str, Callable[[str, Any, JobFile], Keys | None]] = {
     "litgpt": _litgpt,
     "deepspeed": _deepspeed,
     "accelerate": lambda field, value, f: None,
+    "torchtitan": lambda field, value, f: None,
 }
 
 
