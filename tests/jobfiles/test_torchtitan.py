@@ -14,8 +14,10 @@ from benchmarks.multigpu_points import load as load_points
 
 from memfit.cli import main
 from memfit.errors import SpecError
+from memfit.estimate.parallel.layouts import LayoutChoice, LayoutPeak
 from memfit.jobfiles import model_of, read_job, workload_of
 from memfit.jobfiles.files import detect, parse_toml
+from memfit.plan.layout_export import torchtitan_toml
 from memfit.spec import WorkloadSpec
 
 EXAMPLES = Path(__file__).parent / "examples"
@@ -356,3 +358,50 @@ def test_the_published_point_as_a_toml_gives_the_estimate_of_its_command(capsys)
     checked = json.loads(capsys.readouterr().out)["estimate"]
     for key in ("workload", "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes"):
         assert checked[key] == direct[key], key
+
+
+# ---------------------------------------------------------------- memfit's own export, read back
+def _layout(**kw) -> LayoutPeak:
+    base = dict(dp=4, tp=2, pp=1, cp=1, micro_batch=1, grad_accum=4, checkpointing="full",
+                peak_pp_rank=0, peak_allocated_bytes=1, device_used_bytes=1,
+                device_used_high_bytes=1, verdict="fits", bubble=0.0, shard="fsdp")  # fmt: skip
+    return LayoutPeak(**{**base, **kw})
+
+
+#: Layouts of Llama 3.1 8B (32 layers) the planner can choose, one per kind of key.
+ROUND_TRIP = [
+    _layout(),
+    _layout(dp=8, tp=1, micro_batch=2, grad_accum=2, checkpointing="selective"),
+    _layout(dp=2, tp=2, pp=4, grad_accum=8, checkpointing="none"),
+    # 32 + 2 layers over 4 x 2 stages: torchtitan's default split (no layers_per_stage)
+    _layout(dp=2, pp=4, pp_schedule="interleaved-1f1b", pp_virtual_stages=2, grad_accum=8),
+    _layout(dp=2, pp=4, pp_schedule="interleaved-1f1b", pp_virtual_stages=3, grad_accum=8),
+    _layout(dp=2, pp=2, pp_schedule="zbv", grad_accum=4, micro_batch=2),
+    _layout(dp=2, cp=2, tp=2, grad_accum=2),
+    _layout(dp=1, tp=8, grad_accum=16),
+    _layout(dp=4, tp=2, ep=2, shard="zero1"),
+]
+
+
+@pytest.mark.parametrize("p", ROUND_TRIP, ids=lambda p: f"dp{p.dp}tp{p.tp}pp{p.pp}cp{p.cp}ep{p.ep}"
+                         f"{p.pp_schedule}{p.pp_virtual_stages}{p.checkpointing}")  # fmt: skip
+def test_the_torchtitan_toml_export_reads_back_as_its_layout(tmp_path, p):
+    glob = p.dp * p.micro_batch * p.grad_accum
+    text = torchtitan_toml(p, seq_len=4096, global_batch=glob, n_layers=32)
+    path = tmp_path / "exported.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n\n' + text)
+    w = workload_of(read_job([path]), n_layers=32)  # the degrees are fixed: no --gpus
+    planned = LayoutChoice(
+        dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, micro_batch=p.micro_batch,
+        grad_accum=p.grad_accum, seq_len=4096, checkpointing=p.checkpointing,
+        pp_schedule=p.pp_schedule, pp_virtual_stages=p.pp_virtual_stages, shard=p.shard,
+    ).workload()  # fmt: skip
+    fields = ("gpus", "tp", "pp", "cp", "ep", "batch_size", "grad_accum", "seq_len",
+              "pp_schedule", "pp_virtual_stages", "reshard_after_forward",
+              "dp_replicate")  # fmt: skip
+    assert {f: getattr(w, f) for f in fields} == {f: getattr(planned, f) for f in fields}
+    # torchtitan has no ZeRO-1 (the export's note: FSDP is the nearest) and its selective
+    # checkpointing is per-op (the export's note says memfit planned `selective`)
+    assert w.shard == ("fsdp" if planned.shard == "zero1" else planned.shard)
+    assert w.checkpointing == {"selective": "selective-op"}.get(p.checkpointing, p.checkpointing)
+    assert w.sequence_parallel == (p.tp > 1)  # torchtitan's TP always shards the sequence
