@@ -17,6 +17,8 @@ from memfit.errors import SpecError
 from memfit.estimate.parallel.layouts import LayoutChoice, LayoutPeak
 from memfit.jobfiles import model_of, read_job, workload_of
 from memfit.jobfiles.files import detect, parse_toml
+from memfit.jobfiles.toml_edit import set_toml
+from memfit.jobfiles.yaml_edit import EditRefusedError
 from memfit.plan.layout_export import torchtitan_toml
 from memfit.spec import WorkloadSpec
 
@@ -405,3 +407,55 @@ def test_the_torchtitan_toml_export_reads_back_as_its_layout(tmp_path, p):
     assert w.shard == ("fsdp" if planned.shard == "zero1" else planned.shard)
     assert w.checkpointing == {"selective": "selective-op"}.get(p.checkpointing, p.checkpointing)
     assert w.sequence_parallel == (p.tp > 1)  # torchtitan's TP always shards the sequence
+
+
+# ---------------------------------------------------------------- the fix, in torchtitan's keys
+def test_check_writes_the_fix_into_the_toml_and_the_written_file_fits(tmp_path, capsys):
+    text = (EXAMPLES / "torchtitan-llama3_8b.toml").read_text()
+    path = tmp_path / "llama3_8b.toml"
+    path.write_text(text.replace("local_batch_size = 1\n", "local_batch_size = 4\n"))
+    argv = ["check", str(path), "--gpu", "H100-80GB", "--gpus", "8", "--write", "--json"]
+    assert main(argv) == 0  # the written file's verdict
+    out = json.loads(capsys.readouterr().out)
+    assert out["estimate"]["fits"]["verdict"] == "does not fit"
+    written = path.read_text()
+    assert "local_batch_size = 1\n" in written
+    assert "global_batch_size = 32\n" in written  # 4 x 8 dp ranks: the samples per step kept
+    assert "max_norm = 1.0  # grad norm clipping\n" in written  # comments and layout kept
+    w = workload_of(read_job([path], gpus=8))
+    assert (w.batch_size, w.grad_accum, w.checkpointing) == (1, 4, "selective-op")
+    assert (tmp_path / "llama3_8b.toml.memfit-orig").read_text() == path.read_text().replace(
+        "local_batch_size = 1\n", "local_batch_size = 4\n"
+    ).replace("global_batch_size = 32\n", "")
+
+
+def test_the_fix_can_turn_checkpointing_on(tmp_path, capsys):
+    text = (EXAMPLES / "torchtitan-llama3_70b.toml").read_text()
+    path = tmp_path / "llama3_70b.toml"
+    path.write_text(text.replace('mode = "full"\n', 'mode = "none"\n'))
+    code = main(["check", str(path), "--gpu", "H100-80GB", "--gpus", "64", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    keys = {k["key"]: k["new"] for k in out["fix"]["keys"]}
+    assert keys.get("activation_checkpoint.mode") == "full"
+    assert "global_batch_size = 64" in out["fix"]["diff"]  # 8 x 8 dp ranks held
+
+
+def test_a_2024_file_has_no_accumulation_to_write(tmp_path, capsys):
+    path = tmp_path / "tt1.toml"
+    shutil.copy(EXAMPLES / "torchtitan-tt-t1-fsdp8.toml", path)
+    main(["check", str(path), "--gpu", "H100-80GB", "--gpus", "8", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert "global_batch_size" not in out["fix"]["diff"]  # added to torchtitan in 2025-06
+
+
+def test_set_toml_keeps_comments_adds_keys_and_sections_and_refuses_what_it_cannot_say():
+    text = '[training]\nlocal_batch_size = 8  # per rank\nsteps = 10\n\n[job]\nx = "y"\n'
+    new = set_toml(text, [("training.local_batch_size", 2), ("training.global_batch_size", 64),
+                          ("activation_checkpoint.mode", "full")], source="t.toml")  # fmt: skip
+    assert "local_batch_size = 2  # per rank\nsteps = 10\nglobal_batch_size = 64\n" in new
+    assert new.endswith('\n[activation_checkpoint]\nmode = "full"\n')
+    with pytest.raises(EditRefusedError, match="set by hand: training.seq_len = 4"):
+        set_toml("[training]\nseq_len = [\n 1]\n", [("training.seq_len", 4)], source="t.toml")
+    with pytest.raises(EditRefusedError, match=r"\[training\] appears twice"):
+        set_toml("[training]\na = 1\n[training]\nb = 1\n", [("training.a", 2)], source="t.toml")
