@@ -459,3 +459,15 @@ def test_set_toml_keeps_comments_adds_keys_and_sections_and_refuses_what_it_cann
         set_toml("[training]\nseq_len = [\n 1]\n", [("training.seq_len", 4)], source="t.toml")
     with pytest.raises(EditRefusedError, match=r"\[training\] appears twice"):
         set_toml("[training]\na = 1\n[training]\nb = 1\n", [("training.a", 2)], source="t.toml")
+
+
+def test_estimate_from_a_torchtitan_file_takes_the_launchers_gpus(tmp_path, capsys):
+    path = toml(tmp_path, "local_batch_size = 8\n[parallelism]\npipeline_parallel_degree = 2\n"
+                'pipeline_parallel_schedule = "Interleaved1F1B"\n[activation_checkpoint]\n'
+                'mode = "full"\n')  # fmt: skip
+    argv = ["estimate", "--from", str(path), "--gpus", "8", "--engine", "analytic", "--json"]
+    assert main(argv) == 0
+    w = json.loads(capsys.readouterr().out)["workload"]
+    assert (w["gpus"], w["pp"], w["pp_virtual_stages"], w["batch_size"]) == (8, 2, 2, 1)
+    assert main(["estimate", "--from", str(path), "--engine", "analytic"]) == 2
+    assert "pass --gpus N" in capsys.readouterr().err

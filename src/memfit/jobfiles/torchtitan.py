@@ -45,6 +45,7 @@ from typing import Any
 from memfit.errors import SpecError
 from memfit.jobfiles.names import MIXED, TRUE
 from memfit.jobfiles.reader import KeyReader, as_bool, as_int
+from memfit.spec.parallel_rules import resolve_schedule
 
 #: torchtitan's ``(model.name, model.flavor)`` → memfit's bundled model
 #: (``torchtitan/models/llama3/__init__.py`` ``llama3_args``: the Llama 3.1 shapes).
@@ -393,6 +394,9 @@ def _batch(r: KeyReader, degrees: dict[str, int]) -> None:
         r.take("parallelism.pipeline_parallel_last_stage_less_layers", 1),
         low=0,
     )
+    if lps is None and resolve_schedule(schedule) == "interleaved-1f1b":
+        # torchtitan's default split: two stages per rank for a multi-stage schedule
+        r.set("pp_virtual_stages", 2, skey, schedule)
     if lps is not None:
         # resolved with the model's layer count (job.workload_of): torchtitan's
         # ceil((layers + first + last) / layers_per_stage) stages over the pp ranks
