@@ -336,6 +336,7 @@ def test_check_the_8b_reference_config_end_to_end(capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["estimate"]["fits"]["verdict"] == "fits"
     assert out["model"] == "llama-3.1-8b"
+    assert "_model_refused" not in out["from"]
 
 
 def test_check_without_gpus_is_one_line_and_exit_2(capsys):
@@ -439,6 +440,7 @@ def test_the_fix_can_turn_checkpointing_on(tmp_path, capsys):
     keys = {k["key"]: k["new"] for k in out["fix"]["keys"]}
     assert keys.get("activation_checkpoint.mode") == "full"
     assert "global_batch_size = 64" in out["fix"]["diff"]  # 8 x 8 dp ranks held
+    assert "per-rank closed form" in out["answered_by"]  # TP with sequence parallelism
 
 
 def test_a_2024_file_has_no_accumulation_to_write(tmp_path, capsys):

@@ -42,6 +42,7 @@ from memfit.models import resolve_model
 from memfit.progress import report
 from memfit.report.check import check_json, render_check
 from memfit.spec import WorkloadSpec
+from memfit.spec.parallel_rules import is_parallel_job
 from memfit.userfiles import read_text
 from memfit.userwrites import Written
 
@@ -168,6 +169,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return w, est
 
     workload, est = estimate_job(job)
+    if framework is None and is_parallel_job(workload):  # whichever engine was named
+        answered_by = "the per-rank closed form (memfit.estimate.parallel), the files' settings"
     answer = {"answered_by": answered_by, "note": note}
     fits = None if est.fits is None else est.fits.fits
     fix: CheckFix | None = None

@@ -57,8 +57,8 @@ def model_of(job: Job, override: str | None = None) -> str:
     if override:
         return override
     model = job.value("model")
-    if not model and job.value("model_refused"):  # a model the file names, not bundled
-        raise SpecError(str(job.value("model_refused")))
+    if not model and job.value("_model_refused"):  # a model the file names, not bundled
+        raise SpecError(str(job.value("_model_refused")))
     if not model:
         names = ", ".join(f.reader.file for f in job.files)
         raise SpecError(
@@ -80,7 +80,7 @@ def workload_of(
             "the files give no sequence length (max_length / sequence_len / cutoff_len / "
             "max_seq_len / max_seq_length): pass --seq N"
         )
-    split = job.value("pp_layers_per_stage")
+    split = job.value("_pp_layers_per_stage")
     if kwargs.get("pp", 1) > 1 and "pp_virtual_stages" not in kwargs:
         # torchtitan's stages per rank: from pipeline_parallel_layers_per_stage and the layer
         # count, else its default for the schedule (one chunk, or two for a looped schedule)

@@ -199,7 +199,7 @@ def _model(r: KeyReader) -> None:
         else f"memfit knows torchtitan's {known} (and a model.hf_assets_path holding config.json)"
     )
     r.set(
-        "model_refused",
+        "_model_refused",
         f"{r.file}: model.name {name!r} flavor {flavor!r}: {why}; pass --model NAME (a bundled "
         "name, a hub id, or a folder holding the model's config.json)",
         "model.flavor",
@@ -402,7 +402,7 @@ def _batch(r: KeyReader, degrees: dict[str, int]) -> None:
         # ceil((layers + first + last) / layers_per_stage) stages over the pp ranks
         n = as_int(r, "parallelism.pipeline_parallel_layers_per_stage", lps)
         r.set(
-            "pp_layers_per_stage",
+            "_pp_layers_per_stage",
             (n, first + last),
             "parallelism.pipeline_parallel_layers_per_stage",
             lps,
