@@ -171,11 +171,11 @@ def read_torchtitan(r: KeyReader) -> None:
         ("parallelism.module_fqns_per_model_part", "a hand-made split of the pipeline stages"),
         ("parallelism.pipeline_parallel_schedule_csv", "a pipeline schedule read from a CSV"),
         ("experimental.pipeline_parallel_schedule_csv", "a pipeline schedule read from a CSV"),
-        ("parallelism.enable_async_tensor_parallel", "async TP's symmetric-memory buffers"),
-        ("experimental.enable_async_tensor_parallel", "async TP's symmetric-memory buffers"),
+        ("parallelism.enable_async_tensor_parallel", "async TP (its symmetric-memory buffers)"),
+        ("experimental.enable_async_tensor_parallel", "async TP (its symmetric-memory buffers)"),
         ("fault_tolerance.enable", "torchft fault tolerance"),
     ):
-        r.not_modelled(key, what + " is not modelled")
+        r.not_modelled(key, what + ": not modelled")
     r.no_effect(TORCHTITAN_NO_EFFECT)
 
 
