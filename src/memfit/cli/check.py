@@ -42,6 +42,7 @@ from memfit.models import resolve_model
 from memfit.progress import report
 from memfit.report.check import check_json, render_check
 from memfit.spec import WorkloadSpec
+from memfit.spec.parallel_rules import is_parallel_job
 from memfit.userfiles import read_text
 from memfit.userwrites import Written
 
@@ -50,6 +51,7 @@ CHECK_EXAMPLES = """examples:
   memfit check sft_config.yaml accelerate.yaml ds_zero2.json --gpu A100-80GB
   memfit check llama3_1_8B_qlora_single_device.yaml batch_size=4 --gpu L4
   memfit check litgpt-qlora.yaml --gpu T4 --write
+  memfit check llama3_8b.toml --gpu H100 --gpus 8            # torchtitan: GPUs from the launcher
 """
 
 
@@ -58,7 +60,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "check",
         help="estimate the job your own training config files describe, and the edit that fits",
         description="Read training / launcher configs (Hugging Face TrainingArguments, TRL, "
-        "axolotl, LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate; several combine), "
+        "axolotl, LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate, torchtitan TOML; "
+        "several combine), "
         "estimate the job, give the verdict on --gpu and, when it does not fit, the edit to your "
         "files that makes it fit, keeping their LoRA / quantization / precision (a unified diff, "
         "checked on the edited files; --write applies it). Every key memfit does not "
@@ -76,6 +79,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     c.add_argument("--model", default=None, help="the model, when the files name none")
     c.add_argument(
         "--seq", type=integer, default=None, help="sequence length, when the files give none"
+    )
+    c.add_argument(
+        "--gpus",
+        type=integer,
+        default=None,
+        help="GPUs the launcher starts (torchrun --nproc-per-node x nodes; torchtitan's NGPU): "
+        "a torchtitan file's data_parallel_shard_degree = -1 takes the rest of them",
     )
     c.add_argument("--format", choices=tuple(FORMATS), default=None, help="the first file's format")
     c.add_argument(
@@ -109,7 +119,9 @@ FRAMEWORK_FORMATS = ("litgpt", "torchtune")
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    paths = [f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json"))]
+    paths = [
+        f for f in args.files if "=" not in f or f.endswith((".yml", ".yaml", ".json", ".toml"))
+    ]
     overrides = [f for f in args.files if f not in paths]
     served_by_llamacpp = _llamacpp_argv(paths, args.gpu)
     if served_by_llamacpp is not None:  # llama-server / Ollama: `memfit llama-server` answers
@@ -130,7 +142,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         gpu = ["--gpu", args.gpu] if args.gpu else []
         as_json = ["--json"] if args.json else []
         return cli_vllm.cmd_vllm(_vllm_args(args.subparsers["vllm"], [*served, *gpu, *as_json]))
-    job = read_job(paths, fmt=args.format, overrides=overrides)
+    job = read_job(paths, fmt=args.format, overrides=overrides, gpus=args.gpus)
     model = model_of(job, args.model)
     framework, answered_by, note = route(job, args.check_engine)
     try:
@@ -144,7 +156,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     def estimate_job(j: Job, w: WorkloadSpec | None = None) -> tuple[WorkloadSpec, MemoryEstimate]:
         """The route every estimate of this command takes: the job's, the edited files'."""
         if w is None:
-            w = workload_of(j, overrides={"seq_len": args.seq}, n_layers=n_layers)
+            w = workload_of(
+                j, overrides={"seq_len": args.seq, "gpus": args.gpus}, n_layers=n_layers
+            )
         if framework is not None:
             data = next(f.data for f in j.files if f.format == framework)
             report(f"tracing {model} through {framework}'s own code")
@@ -155,6 +169,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return w, est
 
     workload, est = estimate_job(job)
+    if framework is None and is_parallel_job(workload):  # whichever engine was named
+        answered_by = "the per-rank closed form (memfit.estimate.parallel), the files' settings"
     answer = {"answered_by": answered_by, "note": note}
     fits = None if est.fits is None else est.fits.fits
     fix: CheckFix | None = None
@@ -169,7 +185,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     after: tuple[list[Written], MemoryEstimate] | None = None
     if args.write and fix is not None and fix.found:  # atomic, all files or none, originals kept
         written = write_edits(fix.edits)
-        again = read_job(paths, fmt=args.format, overrides=overrides)  # the files as written
+        again = read_job(paths, fmt=args.format, overrides=overrides, gpus=args.gpus)
         after = (written, estimate_job(again)[1])
     if args.json:
         out = check_json(job, model, workload, est, fix, args.write, answer, after)

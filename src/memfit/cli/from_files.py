@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,8 @@ def add_from(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         default=None,
         help="read the job from your config files (axolotl, TRL / TrainingArguments, "
-        "LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate; repeat to combine); "
+        "LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate, torchtitan TOML; repeat to "
+        "combine); "
         "flags given here override them (see `memfit check`)",
     )
 
@@ -81,7 +83,9 @@ def reparse(
         # a fresh parser: the caller's may be reused (memfit web keeps one), and set_defaults
         # would leave this job's values on it for the next command line
 
-        job = read_job(list(paths))
+        given = sys.argv[1:] if argv is None else list(argv)
+        gpus = args.gpus if any(a.split("=")[0] == "--gpus" for a in given) else None
+        job = read_job(list(paths), gpus=gpus)  # a torchtitan file's -1 degree takes --gpus
         fresh = build_parser()
         fresh.get_default("subparsers")[command].set_defaults(**_defaults(command, job))
         args = fresh.parse_args(argv)

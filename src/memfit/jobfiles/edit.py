@@ -19,6 +19,8 @@ from memfit.jobfiles.edit_check import check_edit
 from memfit.jobfiles.files import JobFile
 from memfit.jobfiles.hf import LOAD_DTYPE_KEYS
 from memfit.jobfiles.names import HF_OPTIM_OF
+from memfit.jobfiles.toml_edit import set_toml
+from memfit.jobfiles.torchtitan import is_old_layout
 from memfit.jobfiles.yaml_edit import EditRefusedError, Keys, set_yaml
 from memfit.userwrites import write_files
 
@@ -159,6 +161,46 @@ def _deepspeed(field: str, value: Any, f: JobFile) -> Keys | None:
     return table[field](value) if field in table else None
 
 
+def _torchtitan(field: str, value: Any, f: JobFile) -> Keys | None:
+    """torchtitan's keys: the local batch (under no pipeline: a pipeline's micro-batches are
+    cut from it, which this edit does not say), the accumulation through
+    ``training.global_batch_size`` (held: a fix keeps the samples per step, so the new local
+    batch sets the accumulation; written where the file leaves it at -1, which would otherwise
+    mean no accumulation), activation checkpointing (torchtitan has no ``selective`` of memfit's:
+    its selective is per-op or per-block)."""
+    flat = f.reader.flat
+    if any(s.field == "pp" for s in f.reader.settings):
+        return [] if field in ("batch_size", "grad_accum") else _torchtitan_ac(field, value)
+    if field == "batch_size":
+        key = (
+            "training.batch_size" if "training.batch_size" in flat else "training.local_batch_size"
+        )
+        return [(key, value)]
+    if field == "grad_accum":
+        if is_old_layout(f.data):  # no accumulation before 2025-06 (8570415c3)
+            return []
+        glob = flat.get("training.global_batch_size", -1)
+        if glob == -1:
+            values = {s.field: s.value for s in f.reader.settings}
+            dp = values["gpus"] // (values.get("tp", 1) * values.get("cp", 1))
+            glob = values["batch_size"] * dp
+        return [("training.global_batch_size", glob)]
+    return _torchtitan_ac(field, value)
+
+
+def _torchtitan_ac(field: str, value: Any) -> Keys | None:
+    if field != "checkpointing":
+        return None
+    return {
+        "none": [("activation_checkpoint.mode", "none")],
+        "full": [("activation_checkpoint.mode", "full")],
+        "selective-op": [
+            ("activation_checkpoint.mode", "selective"),
+            ("activation_checkpoint.selective_ac_option", "op"),
+        ],
+    }.get(value, [])
+
+
 WRITERS: dict[str, Callable[[str, Any, JobFile], Keys | None]] = {
     "hf": _hf,
     "llamafactory": _llamafactory,
@@ -167,6 +209,7 @@ WRITERS: dict[str, Callable[[str, Any, JobFile], Keys | None]] = {
     "litgpt": _litgpt,
     "deepspeed": _deepspeed,
     "accelerate": lambda field, value, f: None,
+    "torchtitan": _torchtitan,
 }
 
 
@@ -231,8 +274,11 @@ _ABSENT = object()
 def _edit(f: JobFile, keys: Keys) -> FileEdit:
     """The edit of one file, or its refusal (the edit is checked by parsing its result)."""
     try:
-        new = set_yaml(f.text, keys, source=f.path) if f.is_yaml else set_json(f.text, keys)
-        check_edit(f.text, new, keys, is_yaml=f.is_yaml, source=f.path)
+        if f.format == "torchtitan":  # TOML: set and checked with tomllib
+            new = set_toml(f.text, keys, source=f.path)
+        else:
+            new = set_yaml(f.text, keys, source=f.path) if f.is_yaml else set_json(f.text, keys)
+            check_edit(f.text, new, keys, is_yaml=f.is_yaml, source=f.path)
     except EditRefusedError as exc:
         return FileEdit(
             path=f.path, old_text=f.text, new_text=f.text, keys=tuple(keys), refused=str(exc)

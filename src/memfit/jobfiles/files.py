@@ -1,8 +1,10 @@
 """Read a user's job files, name each one's format, and combine them into one job.
 
 Formats (``FORMATS``): Hugging Face ``TrainingArguments`` / TRL configs (``hf``), axolotl,
-LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate. Files are read through the bounded reader
-(:mod:`memfit.userfiles`), JSON strictly and YAML with ``yaml.safe_load`` (no tags, no code).
+LLaMA-Factory, torchtune, LitGPT, DeepSpeed, accelerate, torchtitan's TOML job files. Files are
+read through the bounded reader (:mod:`memfit.userfiles`), JSON strictly, YAML with
+``yaml.safe_load`` (no tags, no code) and TOML (a ``.toml`` file) with the standard library's
+``tomllib``.
 
 Combining: a field set explicitly by two files must agree (as Hugging Face's Trainer refuses a
 DeepSpeed config whose micro-batch differs from its own); a file's *default* (a key it leaves
@@ -16,6 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the same parser as the tomli package, when installed
+    try:
+        import tomli as tomllib  # type: ignore[no-redef]
+    except ImportError:
+        tomllib = None  # type: ignore[assignment]
+
 from memfit.errors import SpecError
 from memfit.jobfiles import yaml_load
 from memfit.jobfiles.axolotl import read_axolotl
@@ -23,6 +33,7 @@ from memfit.jobfiles.distributed import read_accelerate, read_deepspeed
 from memfit.jobfiles.hf import read_hf, read_llamafactory
 from memfit.jobfiles.litgpt import read_litgpt
 from memfit.jobfiles.reader import KeyReader, Setting, Warning_
+from memfit.jobfiles.torchtitan import read_torchtitan
 from memfit.jobfiles.torchtune import apply_overrides, read_torchtune
 from memfit.userfiles import CONFIG_MAX_BYTES, parse_json, read_text
 
@@ -34,6 +45,7 @@ FORMATS: dict[str, Callable[[KeyReader], None]] = {
     "litgpt": read_litgpt,
     "deepspeed": read_deepspeed,
     "accelerate": read_accelerate,
+    "torchtitan": read_torchtitan,
 }
 FORMAT_NAMES = {
     "hf": "Hugging Face TrainingArguments / TRL config",
@@ -43,6 +55,7 @@ FORMAT_NAMES = {
     "litgpt": "LitGPT fine-tune YAML",
     "deepspeed": "DeepSpeed JSON",
     "accelerate": "accelerate config",
+    "torchtitan": "torchtitan TOML job file",
 }
 #: Defaults of each format for a key it leaves out (the framework's own default).
 FORMAT_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -67,6 +80,8 @@ class JobFile:
     reader: KeyReader
     #: ``tune run``-style ``key=value`` overrides applied over the text (the first file's)
     overrides: tuple[str, ...] = ()
+    #: the launcher's GPU count given with the file (``memfit check --gpus``)
+    gpus: int | None = None
 
     @property
     def is_yaml(self) -> bool:
@@ -80,7 +95,10 @@ def parse(path: str | Path) -> tuple[str, dict[str, Any]]:
 
 
 def parse_text(text: str, path: str | Path) -> dict[str, Any]:
-    """The mapping a JSON or YAML job file's ``text`` holds (``path`` names it in errors)."""
+    """The mapping a JSON, YAML or TOML (``*.toml``) job file's ``text`` holds (``path`` names
+    it in errors)."""
+    if str(path).lower().endswith(".toml"):
+        return parse_toml(text, path)
     if text.lstrip().startswith("{"):
         data = parse_json(text, what="job file", source=str(path))
     else:
@@ -93,12 +111,30 @@ def parse_text(text: str, path: str | Path) -> dict[str, Any]:
     return data
 
 
+def parse_toml(text: str, path: str | Path) -> dict[str, Any]:
+    """The mapping a TOML job file holds (torchtitan's), errors as one line naming the file."""
+    if tomllib is None:
+        raise SpecError(f"{path}: reading TOML needs Python 3.11 or later (or: pip install tomli)")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML ({exc}); fix the file") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a real job file") from None
+
+
 def detect(data: Mapping[str, Any], path: str) -> str:
     """The format of a parsed file, from the keys each format is known by."""
     keys = set(data)
     model = data.get("model")
     if isinstance(model, dict) and "_component_" in model:
         return "torchtune"
+    if (
+        isinstance(model, dict)
+        and {"name", "flavor"} & set(model)
+        and any(isinstance(data.get(k), dict) for k in ("training", "parallelism", "experimental"))
+    ):
+        return "torchtitan"
     if keys & {"zero_optimization", "train_micro_batch_size_per_gpu"} or (
         isinstance(data.get("bf16"), dict) or isinstance(data.get("fp16"), dict)
     ):
@@ -121,14 +157,23 @@ def detect(data: Mapping[str, Any], path: str) -> str:
 
 
 def read_file(
-    path: str | Path, *, fmt: str | None = None, overrides: Sequence[str] = ()
+    path: str | Path,
+    *,
+    fmt: str | None = None,
+    overrides: Sequence[str] = (),
+    gpus: int | None = None,
 ) -> JobFile:
     text = read_text(path, what="job file", max_bytes=CONFIG_MAX_BYTES)
-    return read_text_as(text, path, fmt=fmt, overrides=overrides)
+    return read_text_as(text, path, fmt=fmt, overrides=overrides, gpus=gpus)
 
 
 def read_text_as(
-    text: str, path: str | Path, *, fmt: str | None = None, overrides: Sequence[str] = ()
+    text: str,
+    path: str | Path,
+    *,
+    fmt: str | None = None,
+    overrides: Sequence[str] = (),
+    gpus: int | None = None,
 ) -> JobFile:
     """The job file ``path`` would be if it held ``text``."""
     data = parse_text(text, path)
@@ -137,7 +182,7 @@ def read_text_as(
     kind = fmt or detect(data, str(path))
     if kind not in FORMATS:
         raise SpecError(f"--format ({kind!r}) must be one of {', '.join(FORMATS)}")
-    reader = KeyReader(file=Path(path).name, data=data)
+    reader = KeyReader(file=Path(path).name, data=data, launcher_gpus=gpus)
     FORMATS[kind](reader)
     return JobFile(
         path=str(path),
@@ -146,6 +191,7 @@ def read_text_as(
         text=text,
         reader=reader,
         overrides=tuple(overrides),
+        gpus=gpus,
     )
 
 
@@ -199,14 +245,19 @@ def combine(files: list[JobFile]) -> Job:
 
 
 def read_job(
-    paths: Sequence[str | Path], *, fmt: str | None = None, overrides: Sequence[str] = ()
+    paths: Sequence[str | Path],
+    *,
+    fmt: str | None = None,
+    overrides: Sequence[str] = (),
+    gpus: int | None = None,
 ) -> Job:
     """Read and combine ``paths`` (``overrides``: ``tune run``-style ``key=value``, applied to
-    the first file)."""
+    the first file; ``gpus``: the launcher's GPU count, for a file that leaves it to the
+    launcher)."""
     if not paths:
         raise SpecError("name at least one job file (e.g. memfit check axolotl.yml)")
     files = [
-        read_file(p, fmt=fmt if i == 0 else None, overrides=overrides if i == 0 else ())
+        read_file(p, fmt=fmt if i == 0 else None, overrides=overrides if i == 0 else (), gpus=gpus)
         for i, p in enumerate(paths)
     ]
     files += _referenced_deepspeed(files)
@@ -218,7 +269,9 @@ def reread(job: Job, texts: Mapping[str, str]) -> Job:
     each file re-read in its own format, with its overrides, and combined again (the check of
     an edit before it is written: the edited files must read as the job the fix promised)."""
     files = [
-        read_text_as(texts.get(f.path, f.text), f.path, fmt=f.format, overrides=f.overrides)
+        read_text_as(
+            texts.get(f.path, f.text), f.path, fmt=f.format, overrides=f.overrides, gpus=f.gpus
+        )
         for f in job.files
     ]
     for f in files:  # a referenced DeepSpeed file is among the files already

@@ -8,7 +8,9 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.jobfiles.files import Job
+from memfit.jobfiles.torchtitan import chunks_per_rank
 from memfit.spec import WorkloadSpec
+from memfit.spec.parallel_rules import resolve_schedule
 
 #: Job fields that are WorkloadSpec fields.
 WORKLOAD_FIELDS = (
@@ -39,6 +41,19 @@ WORKLOAD_FIELDS = (
     # FSDP1 (issue 30)
     "fsdp_version",
     "fsdp_lora_wrap",
+    # tensor / pipeline / context / expert parallelism, Float8 (torchtitan files)
+    "tp",
+    "sequence_parallel",
+    "pp",
+    "pp_schedule",
+    "pp_virtual_stages",
+    "cp",
+    "cp_rotate",
+    "ep",
+    "etp",
+    "float8",
+    "float8_all_gather",
+    "selective_ac_option",
 )
 
 
@@ -46,6 +61,8 @@ def model_of(job: Job, override: str | None = None) -> str:
     if override:
         return override
     model = job.value("model")
+    if not model and job.value("_model_refused"):  # a model the file names, not bundled
+        raise SpecError(str(job.value("_model_refused")))
     if not model:
         names = ", ".join(f.reader.file for f in job.files)
         raise SpecError(
@@ -67,6 +84,17 @@ def workload_of(
             "the files give no sequence length (max_length / sequence_len / cutoff_len / "
             "max_seq_len / max_seq_length): pass --seq N"
         )
+    split = job.value("_pp_layers_per_stage")
+    if kwargs.get("pp", 1) > 1 and "pp_virtual_stages" not in kwargs:
+        # torchtitan's stages per rank: from pipeline_parallel_layers_per_stage and the layer
+        # count, else its default for the schedule (one chunk, or two for a looped schedule)
+        if split is not None and n_layers is None:
+            raise SpecError("pipeline_parallel_layers_per_stage needs the model's layer count")
+        schedule = resolve_schedule(kwargs.get("pp_schedule", "1f1b"))
+        if schedule == "interleaved-1f1b":
+            kwargs["pp_virtual_stages"] = chunks_per_rank(
+                schedule, kwargs["pp"], split, n_layers or 0
+            )
     freeze = kwargs.get("freeze_layers", 0)
     if isinstance(freeze, int) and freeze < 0:  # LLaMA-Factory: the last N layers train
         if n_layers is None:

@@ -63,6 +63,9 @@ class KeyReader:
     warnings: list[Warning_] = field(default_factory=list)
     no_effect_keys: list[str] = field(default_factory=list)
     used: set[str] = field(default_factory=set)
+    #: the GPUs the launcher starts (``memfit check --gpus N``), for a format whose file leaves
+    #: them to it (torchtitan's ``data_parallel_shard_degree = -1``); None: not given
+    launcher_gpus: int | None = None
 
     def __post_init__(self) -> None:
         self.flat = flatten(self.data)

@@ -66,10 +66,25 @@ def _v(p: LayoutPeak) -> int:
 
 
 def _layers_per_stage(p: LayoutPeak, n_layers: int) -> int | None:
-    """torchtitan's ``pipeline_parallel_layers_per_stage`` for multi-chunk schedules."""
-    if _v(p) == 1:
+    """torchtitan's ``pipeline_parallel_layers_per_stage`` for multi-chunk schedules: None
+    where its default gives the layout's chunks (two per rank for every multi-stage schedule,
+    ``torchtitan/distributed/pipeline_parallel.py`` ``pipeline_llm``), else a value whose
+    ``ceil((layers + 2) / layers_per_stage)`` stages are exactly ``pp x chunks`` (torchtitan
+    refuses a count the pipeline ranks do not divide; a plain ``ceil`` of the quotient can give
+    one: 32 layers over 4 x 2 stages of 5 is 7 stages)."""
+    v = _v(p)
+    if v <= 2:
         return None
-    return math.ceil((n_layers + TORCHTITAN_EXTRA_LAYERS) / (p.pp * _v(p)))
+    total, stages = n_layers + TORCHTITAN_EXTRA_LAYERS, p.pp * v
+    return next((k for k in range(1, total + 1) if math.ceil(total / k) == stages), None)
+
+
+def _fsdp_pipeline(p: LayoutPeak) -> dict[str, Any]:
+    """torchtitan reshards FSDP2's parameters after forward except under a pipeline
+    (``fsdp_reshard_after_forward = "default"``, ``apply_fsdp``); memfit's layouts are
+    estimated resharded (``WorkloadSpec.reshard_after_forward``), so a pipeline layout says
+    ``always`` to run as planned."""
+    return {"fsdp_reshard_after_forward": "always"} if p.pp > 1 and p.dp * p.cp > 1 else {}
 
 
 def torchtitan_values(p: LayoutPeak, *, seq_len: int, global_batch: int, n_layers: int) -> dict:
@@ -87,6 +102,7 @@ def torchtitan_values(p: LayoutPeak, *, seq_len: int, global_batch: int, n_layer
         lps = _layers_per_stage(p, n_layers)
         if lps is not None:
             par["pipeline_parallel_layers_per_stage"] = lps
+        par.update(_fsdp_pipeline(p))
     if p.cp > 1:
         par["context_parallel_degree"] = p.cp
     if p.ep > 1:
@@ -142,6 +158,7 @@ def torchtitan_toml(p: LayoutPeak, *, seq_len: int, global_batch: int, n_layers:
         lps = _layers_per_stage(p, n_layers)
         if lps is not None:
             par["pipeline_parallel_layers_per_stage"] = lps
+        par.update(_fsdp_pipeline(p))
     par["context_parallel_degree"] = p.cp
     if p.ep > 1:
         par["expert_parallel_degree"] = p.ep

@@ -31,7 +31,9 @@ def check_json(
         **answer,
         "workload": {k: v for k, v in asdict(workload).items() if k != "media"},
         "from": {
-            name: {"key": s.key, "file": s.file, "value": s.raw} for name, s in job.fields.items()
+            name: {"key": s.key, "file": s.file, "value": s.raw}
+            for name, s in job.fields.items()
+            if not name.startswith("_")  # a reader's own note (jobfiles.torchtitan)
         },
         "estimate": est.to_json(),
         "fits": None if est.fits is None else est.fits.fits,
@@ -89,7 +91,7 @@ def render_check(
         + ", ".join(
             f"{name}={s.value}" + (f" [{s.key}]" if not s.key.startswith("(") else " [default]")
             for name, s in job.fields.items()
-            if name != "model"
+            if name != "model" and not name.startswith("_")
         )
     )
     out.append(_verdict_line("peak on the device", est))
