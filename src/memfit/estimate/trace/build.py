@@ -344,7 +344,7 @@ def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> 
     cfg = LoraConfig(
         r=rank,
         lora_alpha=2 * rank,
-        lora_dropout=0.0,
+        lora_dropout=workload.lora_dropout,  # peft: nn.Identity at 0, nn.Dropout above
         target_modules=target_modules,
         modules_to_save=to_save,
     )
