@@ -113,6 +113,24 @@ def test_trainy_points_gather_float8_weights_as_their_source_command_sets() -> N
         assert "enable_fsdp_float8_all_gather" in by_id[pid]["notes"], pid
 
 
+def test_peft_script_points_run_with_their_lora_dropout_and_transformers_release() -> None:
+    """Answer.AI's train.py (``lora_dropout=0.1`` default) and peft's examples/sft commands
+    (``--lora_dropout 0.1``) run peft's adapter dropout, on a transformers before 4.46 (README /
+    requirements at the cited commits), whose Llama forward returns fp32 logits: the points say
+    so and their commands pass both (memfit.spec.hf_versions); before, memfit ran them without
+    dropout on the installed transformers' loss."""
+    points = [p for p in load() if p.get("id", "").startswith(("aai-", "peft-"))]
+    assert len(points) >= 20
+    for p in points:
+        if missing(p):
+            continue
+        argv = command(p)
+        assert argv[argv.index("--lora-dropout") + 1] == "0.1", p["id"]
+        version = argv[argv.index("--transformers-version") + 1]
+        assert version.startswith("4.3"), p["id"]
+        assert "lora_dropout 0.1" in p["notes"] and "transformers_version" in p["notes"], p["id"]
+
+
 def test_compile_points_run_with_compile_unless_their_torchtitan_saves_what_memfit_does_not() -> (
     None
 ):

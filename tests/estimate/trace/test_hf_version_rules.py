@@ -30,7 +30,9 @@ def test_before_446_the_output_holds_fp32_logits_through_backward() -> None:
     now = _trace(config, **job)
     old = _trace(config, **job, transformers_version="4.40")
     n = 2 * 64 * 32000
-    grown = old.phases["backward"].peak_allocated_bytes - now.phases["backward"].peak_allocated_bytes
+    grown = (
+        old.phases["backward"].peak_allocated_bytes - now.phases["backward"].peak_allocated_bytes
+    )
     assert 1.5 * n <= grown <= 6 * n, grown / n
     assert any("4.40" in note and "fp32" in note for note in old.notes)
     same = _trace(config, **job, transformers_version="4.50")
