@@ -13,7 +13,8 @@ reserved | device: what the source logged), ``notes`` (every assumption). Option
 point may carry: ``shard`` (memfit's --shard: ddp / zero1-3 / fsdp; default from the layout),
 ``offload``, ``optimizer``, ``attention``, ``lora_rank``, ``lora_targets``, ``quant``,
 ``lora_dropout`` (peft's, as the source's script sets it), ``transformers_version`` (the release
-the source ran, where memfit has a rule for it: ``memfit.spec.hf_versions``), ``compile``,
+the source ran, where memfit has a rule for it: ``memfit.spec.hf_versions``), ``peft_version``
+(likewise: adapters in the base dtype before peft 0.12), ``compile``,
 ``float8``, ``engine`` ("megatron": see below), ``expressible`` (false, with a
 ``reason``: listed, never scored).
 
@@ -190,6 +191,8 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
     if point.get("transformers_version"):
         # the release the source ran: its step rules where they differ (memfit.spec.hf_versions)
         argv += ["--transformers-version", str(point["transformers_version"])]
+    if point.get("peft_version"):
+        argv += ["--peft-version", str(point["peft_version"])]
     if point.get("compile"):
         argv += ["--compile"]  # the blocks under torch.compile (memfit.estimate.analytic.compile)
     argv += ["--engine", "derived"]

@@ -316,6 +316,16 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--peft-version",
+        dest="peft_version",
+        kind="text",
+        help="the peft release the job ran (default: the installed one's rules); before 0.12 "
+        "LoRA adapters stay in the base layer's dtype (bf16 on a bf16 base), not fp32 "
+        "(memfit.spec.hf_versions)",
+        field="peft_version",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--freeze",
         dest="freeze",
         kind="int",

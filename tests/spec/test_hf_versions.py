@@ -7,7 +7,14 @@ import pytest
 
 from memfit.errors import SpecError
 from memfit.spec import WorkloadSpec
-from memfit.spec.hf_versions import FP32_LOGITS_UNTIL, parse, returns_fp32_logits, rule_note
+from memfit.spec.hf_versions import (
+    FP32_LOGITS_UNTIL,
+    autocasts_adapters,
+    parse,
+    peft_note,
+    returns_fp32_logits,
+    rule_note,
+)
 
 
 @pytest.mark.parametrize(
@@ -61,3 +68,18 @@ def test_the_fields_round_trip_through_the_technique_record_and_print_only_when_
 def test_bad_values_are_refused_with_the_rule(kwargs: dict, words: str) -> None:
     with pytest.raises(SpecError, match=words.replace("[", r"\[").replace(")", r"\)")):
         WorkloadSpec(**kwargs)
+
+
+def test_peft_before_012_leaves_adapters_in_the_base_dtype() -> None:
+    """peft ae1ae20b7 (#1706, released in 0.12.0) added ``autocast_adapter_dtype=True``; before,
+    ``update_layer`` moved the adapters to the base weight's dtype."""
+    assert not autocasts_adapters("0.9.0") and not autocasts_adapters("0.10.0.dev0")
+    assert autocasts_adapters("0.12.0") and autocasts_adapters("0.21.2")
+    assert autocasts_adapters(None)  # the installed peft
+    assert "base layer's dtype" in (peft_note("0.10") or "")
+    assert peft_note("0.13") is None
+    w = WorkloadSpec(lora_rank=8, peft_version="0.9")
+    assert WorkloadSpec.of(techniques=w.techniques, shape=w.shape) == w
+    assert w.normalized()["peft_version"] == "0.9"
+    with pytest.raises(SpecError, match="must be a version"):
+        WorkloadSpec(lora_rank=8, peft_version="latest")

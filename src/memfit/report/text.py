@@ -44,6 +44,8 @@ def _workload_line(est: MemoryEstimate) -> str:
                 parts.append(f"lora_dropout {w['lora_dropout']}")
         if w.get("transformers_version"):
             parts.append(f"transformers {w['transformers_version']}'s step")
+        if w.get("peft_version"):
+            parts.append(f"peft {w['peft_version']}'s adapters")
         if w.get("freeze_layers"):
             parts.append(f"first {w['freeze_layers']} layers frozen")
     if w.get("quant", "none") != "none":

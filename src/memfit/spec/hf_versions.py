@@ -1,4 +1,5 @@
-"""transformers-version rules of a training step (``WorkloadSpec.transformers_version``).
+"""transformers- and peft-version rules of a training step (``WorkloadSpec.transformers_version``,
+``WorkloadSpec.peft_version``).
 
 memfit traces the installed transformers. A published measurement was made with the release of
 its day; where that release ran the step differently in a way that moves memory, the rule is
@@ -21,6 +22,16 @@ what it does not model).
   still shifted the fp32 logits with ``.contiguous()`` (removed by
   https://github.com/huggingface/transformers/pull/35646, merged 2025-01), a transient copy at
   the loss; memfit runs every release from 4.46 as the installed one.
+* **peft kept LoRA adapters in the base layer's dtype before 0.12.** ``LoraLayer.update_layer``
+  created the adapters and moved them with ``self.to(weight.device, dtype=weight.dtype)`` when
+  the base weight is a float (peft 6008f272a565f56c146c5d9fd78d00cb24392d7b,
+  ``src/peft/tuners/lora/layer.py``): bf16 adapters on a bf16 base, and on a bitsandbytes 4-bit
+  base stored in a bf16 ``quant_storage`` (FSDP-QLoRA). peft ae1ae20b7 ("Autocast adapter
+  weights if fp16/bf16", #1706, 2024-05-16; first released in 0.12.0) added
+  ``get_peft_model(..., autocast_adapter_dtype=True)``, which casts them to fp32: the adapters,
+  their gradients and Adam states in fp32, and each adapter's input upcast to fp32. memfit traces
+  the installed peft; for a release before 0.12 it passes ``autocast_adapter_dtype=False``, which
+  leaves them in the base weight's dtype as the old ``update_layer`` did.
 """
 
 from __future__ import annotations
@@ -35,6 +46,10 @@ FP32_LOGITS_UNTIL = (4, 46)
 #: The model types whose pre-4.46 forward was read to upcast (cited above); Yi and most
 #: Llama-architecture checkpoints are ``llama``.
 FP32_LOGITS_MODEL_TYPES = ("llama", "mistral")
+
+
+#: The first peft release that casts bf16 / fp16 adapters to fp32 (``autocast_adapter_dtype``).
+PEFT_FP32_ADAPTERS_SINCE = (0, 12)
 
 
 def parse(version: str) -> tuple[int, ...]:
@@ -56,6 +71,22 @@ def returns_fp32_logits(version: str | None, model_type: str | None) -> bool:
     if version is None or model_type not in FP32_LOGITS_MODEL_TYPES:
         return False
     return parse(version)[:2] < FP32_LOGITS_UNTIL
+
+
+def autocasts_adapters(peft_version: str | None) -> bool:
+    """Whether peft ``peft_version`` casts 16-bit LoRA adapters to fp32 (None: the installed
+    one, which does)."""
+    return peft_version is None or parse(peft_version)[:2] >= PEFT_FP32_ADAPTERS_SINCE
+
+
+def peft_note(peft_version: str | None) -> str | None:
+    """The line an estimate of a LoRA job naming an old ``peft_version`` carries."""
+    if autocasts_adapters(peft_version):
+        return None
+    return (
+        f"peft {peft_version}: LoRA adapters in the base layer's dtype (no fp32 autocast before "
+        "0.12; memfit.spec.hf_versions)"
+    )
 
 
 def rule_note(version: str | None, model_type: str | None) -> str | None:

@@ -147,6 +147,8 @@ class TechniqueSpec:
     #: the transformers release whose step rules apply (memfit.spec.hf_versions; None: the
     #: installed one)
     transformers_version: str | None = None
+    #: the peft release whose adapter rules apply (memfit.spec.hf_versions; None: the installed)
+    peft_version: str | None = None
 
     def __post_init__(self) -> None:
         raise_if(self.problems())
@@ -154,7 +156,7 @@ class TechniqueSpec:
     def problems(self) -> list[str]:
         own: tuple[str, ...] = ("precision", "attention", "checkpointing", "optimizer")
         own += ("freeze_layers", "optimizer_in_bwd", "loss")
-        own += ("compile", "transformers_version")
+        own += ("compile", "transformers_version", "peft_version")
         values = {k: getattr(self, k) for k in own}
         for name in ("optimizer", "precision"):
             if values[name] is None:
@@ -200,6 +202,7 @@ class TechniqueSpec:
             "loss": self.loss,
             "compile": self.compile,
             "transformers_version": self.transformers_version,
+            "peft_version": self.peft_version,
             **self.quantization.flat(),
         }
 

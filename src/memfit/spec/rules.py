@@ -468,6 +468,7 @@ FIELD_RULES: dict[str, Rule] = {
     "lora_modules_to_save": _module_names,
     "lora_dropout": _dropout,
     "transformers_version": version_problem,
+    "peft_version": version_problem,
     "freeze_layers": _count_or_zero,
     "zero_grad_set_to_none": _switch,
     "optimizer_in_bwd": _switch,

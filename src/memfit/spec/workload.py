@@ -102,6 +102,9 @@ class WorkloadSpec:
     #: the transformers release the job ran, where its step differs from the installed one's in
     #: memory (:mod:`memfit.spec.hf_versions`: fp32 logits before 4.46); None: the installed one
     transformers_version: str | None = None
+    #: the peft release the job ran (:mod:`memfit.spec.hf_versions`: before 0.12 the adapters
+    #: stay in the base layer's dtype, not fp32); None: the installed one
+    peft_version: str | None = None
     quant: str = "none"
     quant_group_size: int = 128
     prepare_kbit: bool = False
@@ -464,6 +467,8 @@ class WorkloadSpec:
             d.pop("lora_dropout", None)
         if self.transformers_version is None:
             d.pop("transformers_version", None)
+        if self.peft_version is None:
+            d.pop("peft_version", None)
         for key in ("lora_targets", "lora_modules_to_save"):
             if isinstance(d.get(key), tuple):
                 d[key] = list(d[key])

@@ -19,6 +19,8 @@ def test_lora_dropout_and_old_fp32_logits_are_refused_by_the_analytic_engine() -
         estimate_analytic(source, WorkloadSpec(lora_rank=8, lora_dropout=0.05))
     with pytest.raises(NotModelledError, match="fp32 logits"):
         estimate_analytic(source, WorkloadSpec(transformers_version="4.40"))
+    with pytest.raises(NotModelledError, match="peft_version"):
+        estimate_analytic(source, WorkloadSpec(lora_rank=8, peft_version="0.10"))
     # a release from 4.46 on runs the installed rules: answered
     assert estimate_analytic(source, WorkloadSpec(transformers_version="4.50")).peak_allocated_bytes
 

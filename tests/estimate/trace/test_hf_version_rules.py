@@ -54,3 +54,19 @@ def test_lora_dropout_keeps_a_mask_and_a_dropped_copy_per_adapter() -> None:
     masks = 2 * 2 * per_input  # layers x adapters x 1 B
     grown = dropped.peak_allocated_bytes - plain.peak_allocated_bytes
     assert masks <= grown <= 2 * 2 * per_input * (4 + 1), grown
+
+
+def test_peft_before_012_trains_bf16_adapters_on_a_bf16_base() -> None:
+    """The installed peft casts the adapters to fp32 (``autocast_adapter_dtype``); peft 0.9 kept
+    them in the base's bf16: the adapters' Adam states take half the bytes (2 x 2 B, not
+    2 x 4 B per trainable parameter)."""
+    wide = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4}
+    config = {**tiny_config("llama"), **wide, "num_key_value_heads": 2}  # 512 B-aligned states
+    job = {"batch_size": 2, "seq_len": 16, "precision": "bf16-true", "lora_rank": 64}
+    now = _trace(config, **job)
+    old = _trace(config, **job, peft_version="0.9")
+    states_now = now.phases["optimizer"].components["optimizer_states"]
+    states_old = old.phases["optimizer"].components["optimizer_states"]
+    assert now.n_trainable_params == old.n_trainable_params > 0
+    assert states_now == 2 * states_old
+    assert any("peft 0.9" in note for note in old.notes)
