@@ -12,10 +12,13 @@ under ``benchmarks/configs/``), ``gpus``, ``layout`` {dp, fsdp, tp, pp, cp, ep},
 reserved | device: what the source logged), ``notes`` (every assumption). Optional settings a
 point may carry: ``shard`` (memfit's --shard: ddp / zero1-3 / fsdp; default from the layout),
 ``offload``, ``optimizer``, ``attention``, ``lora_rank``, ``lora_targets``, ``quant``,
-``compile``, ``float8``, ``engine`` ("megatron": see below), ``expressible`` (false, with a
-``reason``: listed, never scored), ``fsdp_version`` (1: PyTorch's FSDP1, run as
-``--fsdp-version 1 --grad-accum MICRO_BATCHES``: its no_sync accumulation is part of the job)
-and ``fsdp_lora_wrap`` (``--fsdp-lora-wrap``: block for LitGPT's FSDPStrategy).
+``lora_dropout`` (peft's, as the source's script sets it), ``transformers_version`` (the release
+the source ran, where memfit has a rule for it: ``memfit.spec.hf_versions``), ``peft_version``
+(likewise: adapters in the base dtype before peft 0.12), ``compile``, ``float8``, ``engine``
+("megatron": see below), ``expressible`` (false, with a ``reason``: listed, never scored),
+``fsdp_version`` (1: PyTorch's FSDP1, run as ``--fsdp-version 1 --grad-accum MICRO_BATCHES``: its
+no_sync accumulation is part of the job) and ``fsdp_lora_wrap`` (``--fsdp-lora-wrap``: block for
+LitGPT's FSDPStrategy).
 
 A point is *expressible* when memfit has every setting it names; otherwise the table says which
 setting is missing and no error is computed (an estimate of another job is no evidence). Each
@@ -191,6 +194,13 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
         argv += ["--lora-targets", point.get("lora_targets", "all-linear")]
     if point.get("quant", "none") != "none":
         argv += ["--quant", point["quant"]]
+    if point.get("lora_dropout"):
+        argv += ["--lora-dropout", str(point["lora_dropout"])]
+    if point.get("transformers_version"):
+        # the release the source ran: its step rules where they differ (memfit.spec.hf_versions)
+        argv += ["--transformers-version", str(point["transformers_version"])]
+    if point.get("peft_version"):
+        argv += ["--peft-version", str(point["peft_version"])]
     if point.get("compile"):
         argv += ["--compile"]  # the blocks under torch.compile (memfit.estimate.analytic.compile)
     argv += ["--engine", "derived"]

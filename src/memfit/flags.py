@@ -62,6 +62,17 @@ def _modules(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in str(text).split(",") if t.strip())
 
 
+def _probability(text: Any) -> Any:
+    """``--lora-dropout 0.1`` as a float; other text is passed on for the spec to refuse with
+    its rule (a probability in [0, 1))."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        return text
+
+
 def _reshard_after_forward(text: Any) -> Any:
     """``--reshard-after-forward true|false|N`` as FSDP2 takes it (a bool or an int); other
     text is passed on for the spec to refuse with its rule."""
@@ -283,6 +294,38 @@ FLAGS: tuple[Flag, ...] = (
         commands=(*ESTIMATE_LIKE, "plan"),
         needs="lora_rank",
         parse=_modules,
+    ),
+    Flag(
+        name="--lora-dropout",
+        dest="lora_dropout",
+        kind="text",
+        help="peft's lora_dropout (default 0): above 0 each adapter keeps a dropped copy of its "
+        "input and the dropout mask for backward (TRL / axolotl / Answer.AI fsdp_qlora "
+        "examples use 0.05-0.1)",
+        field="lora_dropout",
+        commands=ESTIMATE_LIKE,
+        needs="lora_rank",
+        parse=_probability,
+    ),
+    Flag(
+        name="--transformers-version",
+        dest="transformers_version",
+        kind="text",
+        help="the transformers release the job ran, for a published measurement made with an "
+        "older one (default: the installed one's rules); before 4.46 a Llama / Mistral forward "
+        "returns fp32 logits (memfit.spec.hf_versions)",
+        field="transformers_version",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--peft-version",
+        dest="peft_version",
+        kind="text",
+        help="the peft release the job ran (default: the installed one's rules); before 0.12 "
+        "LoRA adapters stay in the base layer's dtype (bf16 on a bf16 base), not fp32 "
+        "(memfit.spec.hf_versions)",
+        field="peft_version",
+        commands=ESTIMATE_LIKE,
     ),
     Flag(
         name="--freeze",

@@ -50,6 +50,7 @@ from memfit.models.checkpoint_quant import CheckpointFormat, checkpoint_format
 from memfit.models.lora_targets import resolve_lora_targets
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import WorkloadSpec
+from memfit.spec.hf_versions import peft_note, rule_note
 from memfit.units import format_bytes
 
 #: How many module owners the estimate lists.
@@ -86,7 +87,11 @@ def prepare_workloads(
         w, quant_notes = checkpoint_quant(found, w)
         quant_notes += experts_quant(config, w)
         w, lora_notes = lora_by_role(config, w)
-        out.append((w, quant_notes + lora_notes))
+        versions = [
+            rule_note(w.transformers_version, config.get("model_type")) if w.is_train else None,
+            peft_note(w.peft_version) if w.is_train and w.lora_rank is not None else None,
+        ]
+        out.append((w, quant_notes + lora_notes + [n for n in versions if n]))
     return out
 
 

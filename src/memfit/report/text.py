@@ -40,6 +40,12 @@ def _workload_line(est: MemoryEstimate) -> str:
             if w.get("lora_modules_to_save"):
                 saved = ",".join(w["lora_modules_to_save"])
                 parts.append(f"{saved} trained in full (modules_to_save)")
+            if w.get("lora_dropout"):
+                parts.append(f"lora_dropout {w['lora_dropout']}")
+        if w.get("transformers_version"):
+            parts.append(f"transformers {w['transformers_version']}'s step")
+        if w.get("peft_version"):
+            parts.append(f"peft {w['peft_version']}'s adapters")
         if w.get("freeze_layers"):
             parts.append(f"first {w['freeze_layers']} layers frozen")
     if w.get("quant", "none") != "none":

@@ -78,6 +78,10 @@ class LoraSpec:
     #: ``additional_target``): modules trained in full beside the adapters, e.g. ``embed_tokens``
     #: and ``lm_head`` when new tokens are added; peft keeps the original and a trainable copy
     modules_to_save: tuple[str, ...] = ()
+    #: peft's ``LoraConfig.lora_dropout``: an ``nn.Dropout`` on each adapter's input (0: peft's
+    #: ``nn.Identity``); above 0 every adapter keeps its own dropped copy of the input and the
+    #: mask for backward (peft ``tuners/lora/layer.py``: ``lora_B(lora_A(dropout(x)))``)
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.targets, list):
@@ -90,7 +94,11 @@ class LoraSpec:
         if self.rank is None:
             return ["lora_rank (None) must be a positive integer (no LoRA: lora=None)"]
         return field_problems(
-            {"lora_rank": self.rank, "lora_modules_to_save": self.modules_to_save}
+            {
+                "lora_rank": self.rank,
+                "lora_modules_to_save": self.modules_to_save,
+                "lora_dropout": self.dropout,
+            }
         )
 
 
@@ -138,6 +146,11 @@ class TechniqueSpec:
     loss: str = "full"  # the training cross-entropy (rules.LOSSES)
     compile: bool = False  # the blocks run under torch.compile (WorkloadSpec.compile)
     selective_ac_option: int = 2  # checkpointing selective-layer: every N-th block (0: all)
+    #: the transformers release whose step rules apply (memfit.spec.hf_versions; None: the
+    #: installed one)
+    transformers_version: str | None = None
+    #: the peft release whose adapter rules apply (memfit.spec.hf_versions; None: the installed)
+    peft_version: str | None = None
 
     def __post_init__(self) -> None:
         raise_if(self.problems())
@@ -145,7 +158,7 @@ class TechniqueSpec:
     def problems(self) -> list[str]:
         own: tuple[str, ...] = ("precision", "attention", "checkpointing", "optimizer")
         own += ("freeze_layers", "optimizer_in_bwd", "loss")
-        own += ("compile", "selective_ac_option")
+        own += ("compile", "selective_ac_option", "transformers_version", "peft_version")
         values = {k: getattr(self, k) for k in own}
         for name in ("optimizer", "precision"):
             if values[name] is None:
@@ -157,6 +170,7 @@ class TechniqueSpec:
         """From :class:`WorkloadSpec` names (``lora_rank``, ``quant``, ``quant_group_size``...)."""
         rank, targets = flat.pop("lora_rank", None), flat.pop("lora_targets", "all-linear")
         to_save = flat.pop("lora_modules_to_save", ())
+        dropout = flat.pop("lora_dropout", 0.0)
         q = {k: flat.pop(k) for k in ("quant", "quant_group_size", "prepare_kbit") if k in flat}
         quant = QuantSpec(
             format=q.get("quant", "none"),
@@ -167,7 +181,9 @@ class TechniqueSpec:
         lora = (
             None
             if rank is None
-            else LoraSpec(rank=rank, targets=targets, modules_to_save=tuple(to_save))
+            else LoraSpec(
+                rank=rank, targets=targets, modules_to_save=tuple(to_save), dropout=dropout
+            )
         )
         return cls(lora=lora, quantization=quant, **flat)
 
@@ -181,12 +197,15 @@ class TechniqueSpec:
             "lora_rank": self.lora_rank,
             "lora_targets": self.lora.targets if self.lora else "all-linear",
             "lora_modules_to_save": self.lora.modules_to_save if self.lora else (),
+            "lora_dropout": self.lora.dropout if self.lora else 0.0,
             "freeze_layers": self.freeze_layers,
             "zero_grad_set_to_none": self.zero_grad_set_to_none,
             "optimizer_in_bwd": self.optimizer_in_bwd,
             "loss": self.loss,
             "compile": self.compile,
             "selective_ac_option": self.selective_ac_option,
+            "transformers_version": self.transformers_version,
+            "peft_version": self.peft_version,
             **self.quantization.flat(),
         }
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from memfit.errors import SpecError
+from memfit.spec.hf_versions import version_problem
 from memfit.spec.parallel_rules import PARALLEL_FIELD_RULES
 
 Mode = Literal["train", "infer"]
@@ -445,6 +446,12 @@ def _switch(name: str, value: Any) -> str | None:
     return None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
 
 
+def _dropout(name: str, value: Any) -> str | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1:
+        return None
+    return f"{name} ({value!r}) must be a probability in [0, 1) (peft's LoraConfig.lora_dropout)"
+
+
 def _compute_dtype(name: str, value: Any) -> str | None:
     if value is None or value in COMPUTE_DTYPES:
         return None
@@ -505,6 +512,9 @@ FIELD_RULES: dict[str, Rule] = {
     "lora_rank": _lora_rank,
     "lora_targets": _lora_targets,
     "lora_modules_to_save": _module_names,
+    "lora_dropout": _dropout,
+    "transformers_version": version_problem,
+    "peft_version": version_problem,
     "freeze_layers": _count_or_zero,
     "selective_ac_option": _count_or_zero,
     "zero_grad_set_to_none": _switch,

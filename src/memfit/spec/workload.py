@@ -84,6 +84,9 @@ class WorkloadSpec:
     #: peft ``modules_to_save`` (:class:`~memfit.spec.parts.LoraSpec`): modules trained in full
     #: beside the adapters (a trainable copy next to the frozen original)
     lora_modules_to_save: tuple[str, ...] = ()
+    #: peft ``LoraConfig.lora_dropout`` (:class:`~memfit.spec.parts.LoraSpec`): above 0 each
+    #: adapter keeps a dropped copy of its input and the mask for backward
+    lora_dropout: float = 0.0
     freeze_layers: int = 0
     task: str = "auto"
     zero_grad_set_to_none: bool = True
@@ -100,6 +103,12 @@ class WorkloadSpec:
     #: ``checkpointing = "selective-layer"``: torchtitan's ``selective_ac_option`` N, every N-th
     #: block checkpointed (counted from 1; 0: every block, as torchtitan reads it)
     selective_ac_option: int = 2
+    #: the transformers release the job ran, where its step differs from the installed one's in
+    #: memory (:mod:`memfit.spec.hf_versions`: fp32 logits before 4.46); None: the installed one
+    transformers_version: str | None = None
+    #: the peft release the job ran (:mod:`memfit.spec.hf_versions`: before 0.12 the adapters
+    #: stay in the base layer's dtype, not fp32); None: the installed one
+    peft_version: str | None = None
     quant: str = "none"
     quant_group_size: int = 128
     prepare_kbit: bool = False
@@ -313,6 +322,11 @@ class WorkloadSpec:
                 "beside LoRA adapters: it needs --lora-rank and --mode train (a full fine-tune "
                 "trains every module already)"
             )
+        if self.lora_dropout and (self.lora_rank is None or self.mode != "train"):
+            p.append(
+                f"lora_dropout ({self.lora_dropout}) is the LoRA adapters' dropout in training: "
+                "it needs --lora-rank and --mode train"
+            )
         if self.compile is True and self.mode != "train":
             p.append(
                 "compile with mode 'infer': memfit models what torch.compile saves for backward "
@@ -477,6 +491,12 @@ class WorkloadSpec:
             d.pop("lora_targets")
         if not self.lora_modules_to_save or self.mode == "infer":
             d.pop("lora_modules_to_save", None)
+        if not self.lora_dropout or self.lora_rank is None or self.mode == "infer":
+            d.pop("lora_dropout", None)
+        if self.transformers_version is None:
+            d.pop("transformers_version", None)
+        if self.peft_version is None:
+            d.pop("peft_version", None)
         for key in ("lora_targets", "lora_modules_to_save"):
             if isinstance(d.get(key), tuple):
                 d[key] = list(d[key])

@@ -28,6 +28,7 @@ from memfit.estimate.parallel.schedule import RankStages, pipeline_ranks
 from memfit.estimate.parallel.shape import DecoderShape, read_shape
 from memfit.estimate.result import MemoryEstimate, PhasePeak
 from memfit.spec import WorkloadSpec
+from memfit.spec.hf_versions import returns_fp32_logits
 from memfit.spec.parallel_rules import is_parallel_job
 
 #: The engine name every parallel estimate carries.
@@ -69,6 +70,13 @@ def per_rank(
     if sequence_parallel is not None:
         lay = dataclasses.replace(lay, sequence_parallel=sequence_parallel and w.tp > 1)
     _check(shape, w, lay)
+    if w.is_train and returns_fp32_logits(w.transformers_version, shape.model_type):
+        raise NotModelledError(
+            f"transformers_version {w.transformers_version}: the per-rank closed form has no "
+            "rule for that release's fp32 logits (memfit.spec.hf_versions); drop "
+            "--transformers-version",
+            engine="analytic",
+        )
     if lay.compile:
         _check_compile(shape, w)
         if w.checkpointing in UNCHANGED_POLICIES and not _recompute_measured(shape, w):

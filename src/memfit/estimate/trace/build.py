@@ -21,11 +21,13 @@ from typing import Any
 import torch
 
 from memfit.errors import MissingDependencyError, NotModelledError, SpecError, TraceError
+from memfit.estimate import quant
 from memfit.estimate.tasks import resolve_task as resolve_task  # callers use build.resolve_task
 from memfit.estimate.trace.peft_import import without_bitsandbytes
 from memfit.models.config_values import unknown_activations, value_problems, with_float_values
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import PRECISION_RULES, WorkloadSpec
+from memfit.spec.hf_versions import autocasts_adapters
 from memfit.spec.rules import LAYER_SAC, layer_sac_checkpointed
 
 #: Parameter dtype per precision as run (``WorkloadSpec.run_precision``), from the one table.
@@ -365,7 +367,7 @@ def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> 
     cfg = LoraConfig(
         r=rank,
         lora_alpha=2 * rank,
-        lora_dropout=0.0,
+        lora_dropout=workload.lora_dropout,  # peft: nn.Identity at 0, nn.Dropout above
         target_modules=target_modules,
         modules_to_save=to_save,
     )
@@ -378,6 +380,8 @@ def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> 
                 f"are {', '.join(linear_module_names(model))} (or name roles: q,k,v,o,gate,up,"
                 "down, attention, mlp, all-linear)"
             ) from exc
+    if not autocasts_adapters(workload.peft_version) and _float_storage(workload):
+        _adapters_to_base_dtype_(wrapped)
     missing = _unsaved_modules(wrapped, workload.lora_modules_to_save)
     if missing:
         raise SpecError(
@@ -394,6 +398,31 @@ def _apply_lora(model: torch.nn.Module, workload: WorkloadSpec, device: str) -> 
             "--lora-targets attention,mlp"
         )
     return wrapped
+
+
+def _float_storage(workload: WorkloadSpec) -> bool:
+    """Whether the base weights the adapters wrap are stored in a float dtype: unquantized, or
+    bitsandbytes 4-bit packed in a bf16 ``quant_storage`` (FSDP-QLoRA under fsdp / zero3)."""
+    return workload.quant == "none" or quant.packs_as_parameter(workload.quant, workload.shard)
+
+
+def _adapters_to_base_dtype_(model: torch.nn.Module) -> None:
+    """peft before 0.12 (:mod:`memfit.spec.hf_versions`): ``update_layer`` moved each new
+    adapter to its base weight's dtype when that is a float (``self.to(weight.device,
+    dtype=weight.dtype)``); the installed peft keeps them fp32 (``autocast_adapter_dtype``, and
+    on the meta device it moves nothing). Cast them as the old release did."""
+    names = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "lora_magnitude_vector")
+    for module in model.modules():
+        base_of = getattr(module, "get_base_layer", None)
+        if base_of is None or not hasattr(module, "lora_A"):
+            continue
+        weight = getattr(base_of(), "weight", None)
+        if not isinstance(weight, torch.Tensor) or not weight.dtype.is_floating_point:
+            continue
+        for name in names:
+            adapters = getattr(module, name, None)
+            if isinstance(adapters, torch.nn.Module):
+                adapters.to(dtype=weight.dtype)
 
 
 def _unsaved_modules(model: torch.nn.Module, names: tuple[str, ...]) -> list[str]:

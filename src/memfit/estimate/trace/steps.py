@@ -27,6 +27,7 @@ from memfit.estimate.trace import media_inputs
 from memfit.estimate.trace.tracker import StorageTracker
 from memfit.models.model_spec import ModelSpec
 from memfit.spec import PRECISION_RULES, WorkloadSpec
+from memfit.spec.hf_versions import returns_fp32_logits
 
 #: The autocast dtype of each precision that runs under autocast (``*-mixed``), from the one table.
 AUTOCAST_DTYPE = {
@@ -216,10 +217,15 @@ def run_train_steps(
         optimizer = make_optimizer(params, name, model)
     paged: set[int] = set()
     scaler = _LossScaler() if PRECISION_RULES[workload.run_precision].grad_scaler else None
+    config = getattr(model, "config", None)
+    legacy = returns_fp32_logits(workload.transformers_version, getattr(config, "model_type", None))
     for _ in range(n_steps):
         tracker.set_phase("forward")
         with _autocast(workload):
-            out = model(**inputs)
+            if legacy and "labels" in inputs:
+                out = _forward_fp32_logits(model, inputs)
+            else:
+                out = model(**inputs)
         loss = out.loss if hasattr(out, "loss") and out.loss is not None else _fallback_loss(out)
         tracker.set_phase("backward")
         (scaler.scale(loss) if scaler is not None else loss).backward()
@@ -238,6 +244,24 @@ def run_train_steps(
             model.zero_grad(set_to_none=workload.zero_grad_set_to_none)
     tracker.set_phase("end")
     return paged
+
+
+def _forward_fp32_logits(model: torch.nn.Module, inputs: dict[str, Any]) -> Any:
+    """A causal LM's training forward as transformers before 4.46 ran it
+    (:mod:`memfit.spec.hf_versions`): the logits upcast to fp32 and returned in the output (the
+    model's own dtype copy dropped), the loss a ``CrossEntropyLoss`` over the shifted fp32 slice
+    copied with ``.contiguous()``. The installed forward runs without labels (its own loss
+    would upcast again), then the old tail runs here."""
+    labels = inputs["labels"]
+    out = model(**{k: v for k, v in inputs.items() if k != "labels"})
+    logits = out.logits.float()
+    out["logits"] = logits  # the caller now holds the fp32 copy; the 16-bit one is freed
+    shift_logits = logits[..., :-1, :].contiguous()
+    shift_labels = labels[..., 1:].contiguous()
+    out["loss"] = torch.nn.functional.cross_entropy(
+        shift_logits.view(-1, shift_logits.shape[-1]), shift_labels.view(-1)
+    )
+    return out
 
 
 class _LossScaler:
