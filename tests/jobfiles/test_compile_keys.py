@@ -67,3 +67,17 @@ def test_torchtune_compile(tmp_path) -> None:
     assert "compile" not in _warned(job)
     path.write_text(text)
     assert _job(path)[1].compile is False
+
+
+def test_an_autocast_switch_over_a_half_load_in_another_file_is_one_precision(tmp_path) -> None:
+    """accelerate's ``mixed_precision: bf16`` beside a TRL file that loads the model in bfloat16
+    is pure bf16 training (autocast over bf16 weights), not a disagreement: the edit memfit's
+    own check fix writes (``dtype: bfloat16``) must read back."""
+    examples = Path(__file__).parent / "examples"
+    trl = tmp_path / "sft.yaml"
+    trl.write_text((examples / "trl-sft-config.yaml").read_text() + "dtype: bfloat16\n")
+    acc = tmp_path / "accelerate.yaml"
+    acc.write_text((examples / "accelerate-fsdp2.yaml").read_text())
+    job = read_job([trl, acc])
+    assert job.fields["precision"].value == "bf16-true"
+    assert job.fields["precision"].key == "dtype"

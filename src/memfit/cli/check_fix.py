@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memfit.errors import SpecError
 from memfit.estimate.result import MemoryEstimate
 from memfit.hardware.precision import FP16_COUNTERPART
 from memfit.jobfiles import FileEdit, Job, plan_edits
@@ -260,10 +261,16 @@ def _checked(
         for e in edits
         for k, v in e.keys
     ]
-    if any(e.refused is not None for e in edits):
-        new_workload, est = estimate_job(job, replace(workload, **wanted))
-    else:
-        new_workload, est = estimate_job(reread(job, {e.path: e.new_text for e in edits}), None)
+    try:
+        if any(e.refused is not None for e in edits):
+            new_workload, est = estimate_job(job, replace(workload, **wanted))
+        else:
+            texts = {e.path: e.new_text for e in edits}
+            new_workload, est = estimate_job(reread(job, texts), None)
+    except SpecError:
+        # the edited files no longer read as one job (a key one file sets that another
+        # contradicts): never offered
+        return CheckFix(edits=edits, keys=keys, changes={}, estimate=None, plan=how)
     changes = {
         f: (getattr(workload, f), getattr(new_workload, f))
         for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", "lora_targets", "lora_modules_to_save")

@@ -30,7 +30,7 @@ from memfit.errors import SpecError
 from memfit.jobfiles import yaml_load
 from memfit.jobfiles.axolotl import read_axolotl
 from memfit.jobfiles.distributed import read_accelerate, read_deepspeed
-from memfit.jobfiles.hf import read_hf, read_llamafactory
+from memfit.jobfiles.hf import LOAD_DTYPE_KEYS, read_hf, read_llamafactory
 from memfit.jobfiles.litgpt import read_litgpt
 from memfit.jobfiles.reader import KeyReader, Setting, Warning_
 from memfit.jobfiles.torchtitan import read_torchtitan
@@ -221,6 +221,22 @@ def _is_default(s: Setting) -> bool:
     return s.key.startswith("(") or (isinstance(s.raw, str) and s.raw.endswith("(default)"))
 
 
+def _half_load(a: Setting, b: Setting) -> Setting | None:
+    """The ``*-true`` precision of a half-dtype model load when the other setting is the same
+    width's ``*-mixed`` autocast (None: another disagreement)."""
+    if a.field != "precision" or b.field != "precision":
+        return None
+    for true, mixed in ((a, b), (b, a)):
+        if (
+            true.key in LOAD_DTYPE_KEYS
+            and str(true.value).endswith("-true")
+            and str(mixed.value).endswith("-mixed")
+            and str(true.value).rsplit("-", 1)[0] == str(mixed.value).rsplit("-", 1)[0]
+        ):
+            return true
+    return None
+
+
 def combine(files: list[JobFile]) -> Job:
     job = Job(files=files)
     for f in files:
@@ -235,6 +251,12 @@ def combine(files: list[JobFile]) -> Job:
                 job.fields[s.field] = s
             elif _is_default(s) or old.value == s.value:
                 continue
+            elif _half_load(old, s) is not None:
+                # one file's autocast switch (accelerate mixed_precision: bf16) over the model
+                # another file loads in that half dtype (TRL dtype: bfloat16): autocast over
+                # half weights is pure half-precision training, one precision (read_hf's rule
+                # within one file)
+                job.fields[s.field] = _half_load(old, s)  # type: ignore[assignment]
             else:
                 raise SpecError(
                     f"the files disagree on {s.field}: {old.key}: {old.raw!r} in {old.file} but "
