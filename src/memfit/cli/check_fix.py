@@ -187,11 +187,17 @@ def find_fix(
 def _variants(wanted: dict[str, Any], workload: WorkloadSpec) -> list[dict[str, Any]]:
     """A plan's changes, first without a swap between AdamW and its fused kernel (the same
     update: the planner picks the kernel it predicts faster, and the file's own choice is kept
-    when the edit fits without the swap), then as planned."""
+    when the edit fits without the swap) and without loading an adapter job's base in 16 bits,
+    then as planned."""
     same = ("adamw", "adamw-fused")
+    out = [wanted]
     if wanted.get("optimizer") in same and workload.optimizer in same:
-        return [{k: v for k, v in wanted.items() if k != "optimizer"}, wanted]
-    return [wanted]
+        out.insert(0, {k: v for k, v in wanted.items() if k != "optimizer"})
+    if "precision" in wanted:
+        # the frozen base's 16-bit load (memory-only) only where the plan needs it: first the
+        # same changes keeping the files' load dtype
+        out = [{k: v for k, v in w.items() if k != "precision"} for w in out] + out
+    return out
 
 
 def _used(fix: CheckFix) -> int:
