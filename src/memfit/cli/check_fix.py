@@ -142,7 +142,7 @@ def find_fix(
     result = plan(source, recipe_request(workload), gpu=gpu)
     options = [] if result.recommended is None else [result.recommended, *result.alternatives]
     tries = [
-        (o.settings.describe(), wanted, _kept(o.settings, workload), False)
+        (_how(o.settings, wanted, workload), wanted, _kept(o.settings, workload), False)
         for o in options
         for wanted in _variants(_wanted(o.settings, workload), workload)
     ] + [(*t, True) for t in _smallest_splits(workload)]
@@ -182,6 +182,15 @@ def find_fix(
             if closest is None or _used(fixed) < _used(closest):
                 closest = fixed
     return CheckFix(message=_no_fix(job, workload, gpu, not_kept, not_said, closest))
+
+
+def _how(s: Any, wanted: dict[str, Any], workload: WorkloadSpec) -> str:
+    """The plan a try comes from, as tried: with the files' own precision where the try keeps
+    the adapter job's load dtype (:func:`_variants`)."""
+    how = s.describe()
+    if "precision" not in wanted and frozen_base_cast(s, workload):
+        how = how.replace(str(s.precision), str(workload.precision), 1)
+    return how
 
 
 def _variants(wanted: dict[str, Any], workload: WorkloadSpec) -> list[dict[str, Any]]:
