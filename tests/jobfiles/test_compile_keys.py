@@ -81,3 +81,20 @@ def test_an_autocast_switch_over_a_half_load_in_another_file_is_one_precision(tm
     job = read_job([trl, acc])
     assert job.fields["precision"].value == "bf16-true"
     assert job.fields["precision"].key == "dtype"
+
+
+def test_check_prints_the_estimates_caveats_not_the_engines_description(capsys, monkeypatch):
+    """``check`` prints the estimate's notes less the engine's description of itself ("answered
+    by" names the engine); a caveat of the same engine (an installed library version other
+    than the one its programs were written against) is printed."""
+    from memfit.cli import main
+    from memfit.estimate.analytic import api
+
+    caveat = "analytic engine: installed torch 9.9 differs from 2.13, the version its programs"
+    monkeypatch.setattr(api, "version_notes", lambda: (caveat,))
+    examples = Path(__file__).parent / "examples"
+    argv = ["check", str(examples / "trl-sft-config.yaml"), "--gpu", "H100", "--engine", "analytic"]
+    main(argv)
+    out = capsys.readouterr().out
+    assert f"note: {caveat}" in out
+    assert f"note: {api.DESCRIPTION_START}" not in out

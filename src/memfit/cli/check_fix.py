@@ -187,10 +187,9 @@ def find_fix(
 def _how(s: Any, wanted: dict[str, Any], workload: WorkloadSpec) -> str:
     """The plan a try comes from, as tried: with the files' own precision where the try keeps
     the adapter job's load dtype (:func:`_variants`)."""
-    how = s.describe()
     if "precision" not in wanted and frozen_base_cast(s, workload):
-        how = how.replace(str(s.precision), str(workload.precision), 1)
-    return how
+        s = replace(s, precision=workload.precision)
+    return str(s.describe())
 
 
 def _variants(wanted: dict[str, Any], workload: WorkloadSpec) -> list[dict[str, Any]]:

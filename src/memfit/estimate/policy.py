@@ -130,6 +130,12 @@ def compile_answer(
     return with_notes(bound, [note], first=True)
 
 
+def _analytic_compiled(source: Any, workload: WorkloadSpec, gpu: Any) -> MemoryEstimate:
+    """The analytic engine's answer for a ``--compile`` job (the one engine that models it)."""
+    est = run_engine("analytic", source, workload, gpu)
+    return with_reason(est, "auto: --compile is modelled by the analytic engine only")
+
+
 #: Why the trace and derived engines refuse ``--compile`` (they run or replay eager autograd).
 COMPILE_REFUSAL = (
     "compile: the {engine} engine runs eager autograd (what torch.compile saves for backward "
@@ -340,10 +346,7 @@ class EnginePolicy:
             # compile_saved.md)
             eager_job = dataclasses.replace(workload, compile=False)
             return compile_answer(
-                lambda: with_reason(
-                    run_engine("analytic", source, workload, gpu),
-                    "auto: --compile is modelled by the analytic engine only",
-                ),
+                lambda: _analytic_compiled(source, workload, gpu),
                 lambda: self.estimate(source, eager_job, gpu, extrapolate=extrapolate),
             )
         fast = self._validated_fast(source, workload, gpu, extrapolate)
@@ -575,10 +578,7 @@ class Chain:
             and any(n in ("derived", "trace") for n in self.order)
         ):
             return compile_answer(
-                lambda: with_reason(
-                    run_engine("analytic", self.source, w, self.gpu),
-                    "auto: --compile is modelled by the analytic engine only",
-                ),
+                lambda: _analytic_compiled(self.source, w, self.gpu),
                 lambda: self._chain(dataclasses.replace(w, compile=False)),
             )
         return self._chain(w)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from memfit.jobfiles.hf import (
     attention_of,
     compile_of,
+    compile_options_of,
     modules_to_save_of,
     optimizer_of,
     precision_of,
@@ -172,6 +173,7 @@ def read_axolotl(r: KeyReader) -> None:
     elif eight:
         r.set("quant", "int8", "load_in_8bit", True)
     compile_of(r, "torch_compile")
+    compile_options_of(r)
     for key in FUSED_LOSS_KEYS:
         # Liger's fused linear cross-entropy / Apple's Cut Cross-Entropy: no logits kept
         if r.has(key) and as_bool(r, key, r.flat.get(key)):

@@ -251,12 +251,12 @@ def combine(files: list[JobFile]) -> Job:
                 job.fields[s.field] = s
             elif _is_default(s) or old.value == s.value:
                 continue
-            elif _half_load(old, s) is not None:
+            elif (load := _half_load(old, s)) is not None:
                 # one file's autocast switch (accelerate mixed_precision: bf16) over the model
                 # another file loads in that half dtype (TRL dtype: bfloat16): autocast over
                 # half weights is pure half-precision training, one precision (read_hf's rule
                 # within one file)
-                job.fields[s.field] = _half_load(old, s)  # type: ignore[assignment]
+                job.fields[s.field] = load
             else:
                 raise SpecError(
                     f"the files disagree on {s.field}: {old.key}: {old.raw!r} in {old.file} but "

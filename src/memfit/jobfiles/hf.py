@@ -263,6 +263,7 @@ def read_hf_common(r: KeyReader) -> None:
     read_shape_and_steps(r, seq_keys=("max_length", "max_seq_length", "cutoff_len"))
     precision_of(r)
     compile_of(r, "torch_compile")
+    compile_options_of(r)
     r.not_modelled(
         "packing",
         "packing fills every sample to the full length: the estimate "
@@ -274,33 +275,37 @@ def read_hf_common(r: KeyReader) -> None:
     liger_loss_of(r, "use_liger_kernel")
 
 
-def compile_of(r: KeyReader, key: str, *, hf_modes: bool = True) -> None:
+def compile_of(r: KeyReader, key: str) -> None:
     """A job file's torch.compile switch (HF ``torch_compile``, axolotl ``torch_compile``,
     torchtune ``compile``) as memfit's ``compile`` field: AOTAutograd's saved set where it is
     measured (estimate/analytic/compile.py), the eager estimate with a note where it is not."""
     if r.has(key):
         v = r.take(key)
         r.set("compile", as_bool(r, key, v), key, v)
-    if not hf_modes:
-        return
-    # TrainingArguments' torch_compile_backend / torch_compile_mode (axolotl spells them the
-    # same): the measured saved set is inductor's default mode; CUDA-graph modes add static
-    # input / output buffers and a graph pool, another backend another partitioner
-    backend = r.flat.get("torch_compile_backend")
-    if "torch_compile_backend" in r.flat and backend not in (None, "", "inductor"):
-        r.not_modelled(
-            "torch_compile_backend", f"torch.compile backend {backend!r} is not modelled"
-        )
-    else:
-        r.take("torch_compile_backend", None)
-    mode = r.flat.get("torch_compile_mode")
-    if "torch_compile_mode" in r.flat and mode not in (None, "", "default"):
-        r.not_modelled(
-            "torch_compile_mode",
-            f"torch.compile mode {mode!r} (CUDA graphs' static buffers and pool) is not modelled",
-        )
-    else:
-        r.take("torch_compile_mode", None)
+
+
+#: TrainingArguments' torch.compile options (axolotl spells them the same) and the value memfit
+#: models: the measured saved set is inductor's default mode; CUDA-graph modes add static input
+#: / output buffers and a graph pool, another backend another partitioner.
+COMPILE_OPTIONS = (
+    ("torch_compile_backend", "inductor", "torch.compile backend {!r} is not modelled"),
+    (
+        "torch_compile_mode",
+        "default",
+        "torch.compile mode {!r} (CUDA graphs' static buffers and pool) is not modelled",
+    ),
+)
+
+
+def compile_options_of(r: KeyReader) -> None:
+    """``torch_compile_backend`` / ``torch_compile_mode``: read where they are what memfit
+    models (or unset), a "not modelled" warning otherwise."""
+    for key, modelled, message in COMPILE_OPTIONS:
+        value = r.flat.get(key)
+        if key in r.flat and value not in (None, "", modelled):
+            r.not_modelled(key, message.format(value))
+        else:
+            r.take(key, None)
 
 
 def liger_loss_of(r: KeyReader, key: str) -> None:

@@ -157,7 +157,7 @@ def read_torchtune(r: KeyReader) -> None:
         # post-accumulate-grad hook (training.register_optim_in_bwd_hooks)
         v = r.take("optimizer_in_bwd")
         r.set("optimizer_in_bwd", as_bool(r, "optimizer_in_bwd", v), "optimizer_in_bwd", v)
-    compile_of(r, "compile", hf_modes=False)
+    compile_of(r, "compile")
     loss = r.flat.get("loss._component_")
     if isinstance(loss, str) and loss.rsplit(".", 1)[-1] in CHUNKED_LOSSES:
         # the LM head and cross-entropy a chunk of tokens at a time (estimate/analytic/loss.py)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from memfit.estimate.analytic.api import DESCRIPTION_START
 from memfit.estimate.result import MemoryEstimate
 from memfit.jobfiles import FORMAT_NAMES, Job
 from memfit.spec import WorkloadSpec
@@ -69,7 +70,9 @@ def _fix_json(
     }
 
 
-_ENGINE_NOTES = ("analytic engine:", "traced through")
+#: The engines' descriptions of themselves (the analytic engine's, and the framework traces'
+#: "traced through …"): "answered by" names the engine; its caveats (version notes) stay.
+_ENGINE_NOTES = (DESCRIPTION_START, "traced through")
 
 
 def render_check(

@@ -52,6 +52,11 @@ from memfit.spec.hf_versions import autocasts_adapters, returns_fp32_logits
 UNSUPPORTED_DEFAULTS: dict[str, Any] = {"lora_dropout": 0.0}
 
 
+#: How the analytic engine's description note begins (a report that names the engine already
+#: leaves this note out: report/check.py).
+DESCRIPTION_START = "analytic engine: closed forms"
+
+
 def supports(config: dict[str, Any] | None) -> bool:
     """Whether ``estimate_analytic`` has closed forms for this config.json dict (its
     ``model_type`` has a layer program; the workload may still name a setting not modelled)."""
@@ -368,7 +373,7 @@ def _result(
             **({"reserved_band": _band_note(band, reserved.ratio)} if end == "band" else {}),
         },
         notes=[
-            f"analytic engine: closed forms of what transformers {WRITTEN_AGAINST['transformers']}"
+            f"{DESCRIPTION_START} of what transformers {WRITTEN_AGAINST['transformers']}"
             f" / torch {WRITTEN_AGAINST['torch']} allocate per "
             f"layer, calibrated against the trace engine (docs/accuracy.md); {reserved_note}"
         ]
