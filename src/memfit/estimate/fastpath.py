@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.metadata
 from typing import Any
 
+from memfit.estimate.analytic.versions import installed_version, major_minor
 from memfit.spec import WorkloadSpec
 
 #: The most the default answer may lie under the trace on any grid row (allocated and reserved),
@@ -546,10 +546,6 @@ def _fixed(w: WorkloadSpec) -> dict[str, Any]:
     }
 
 
-def _major_minor(version: str) -> str:
-    return ".".join(version.split("+")[0].split(".")[:2])
-
-
 @functools.lru_cache(maxsize=1)
 def version_mismatch() -> str | None:
     """The first library whose installed major.minor differs from :data:`VALIDATED_WITH` (or is
@@ -557,11 +553,10 @@ def version_mismatch() -> str | None:
     process (as ``analytic.versions.version_notes``): package metadata is parsed from disk, 3.3 ms
     a package, and every default answer asks it twice (issue 32: 20 ms of a 2 ms estimate)."""
     for package, validated in VALIDATED_WITH.items():
-        try:
-            got = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
+        got = installed_version(package)
+        if got is None:
             return f"{package} not installed (validated: {validated})"
-        if _major_minor(got) != validated:
+        if major_minor(got) != validated:
             return f"{package} {got} (validated: {validated})"
     return None
 

@@ -26,7 +26,8 @@ def installed_version(package: str) -> str | None:
         return None
 
 
-def _major_minor(version: str) -> str:
+def major_minor(version: str) -> str:
+    """``"5.23.0+cu121"`` -> ``"5.23"``."""
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
@@ -37,7 +38,7 @@ def version_notes() -> tuple[str, ...]:
     notes = []
     for package, written in WRITTEN_AGAINST.items():
         got = installed_version(package)
-        if got is None or _major_minor(got) == written:
+        if got is None or major_minor(got) == written:
             continue
         notes.append(
             f"analytic engine: installed {package} {got} differs from {written}, the version its "
