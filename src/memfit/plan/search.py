@@ -303,12 +303,14 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
     (tracemalloc), so the 16 spaces kept cost up to ~100 MiB a process."""
     base = recipe(opts)
     asked = opts.lora_ranks if opts.lora_asked else ()
-    out = []
-    for s in candidates(opts):
-        found = tuple(changes(s, base, opts.mode, asked_ranks=asked))
-        level, reasons = quality_risk(list(found))
-        out.append((s, found, level, reasons))
-    return tuple(out)
+    return tuple(_judge(s, base, opts.mode, asked) for s in candidates(opts))
+
+
+def _judge(s: Settings, base: Any, mode: str, asked: tuple[int, ...]) -> Judged:
+    """``s`` with what it changes about ``base`` (the job as asked) and their quality risk."""
+    found = tuple(changes(s, base, mode, asked_ranks=asked))
+    level, reasons = quality_risk(list(found))
+    return (s, found, level, reasons)
 
 
 class _Search:
@@ -338,9 +340,7 @@ class _Search:
     def option(self, s: Settings) -> PlanOption:
         r = self.request
         asked = r.lora_ranks if r.lora_asked else ()
-        found = changes(s, self.recipe or s, r.mode, asked_ranks=asked)
-        level, reasons = quality_risk(found)
-        return self._option_of((s, tuple(found), level, reasons))
+        return self._option_of(_judge(s, self.recipe or s, r.mode, asked))
 
     def _option_of(self, judged: Judged) -> PlanOption:
         s, found, level, reasons = judged
