@@ -160,12 +160,13 @@ def read_torchtitan(r: KeyReader) -> None:
     fsdp = degrees["dp_shard"] > 1 or degrees["cp"] > 1
     _precision(r, degrees, fsdp)
     _batch(r, degrees)
-    _checkpointing(r)
-    _float8(r, degrees)
     key, on = _take(r, "compile.enable", False)
-    if as_bool(r, key, on):
+    compiled = as_bool(r, key, on)
+    if compiled:
         components = r.flat.get("compile.components", ["model", "loss"])
         r.set("compile", isinstance(components, list) and "model" in components, key, on)
+    _checkpointing(r, compiled=compiled)
+    _float8(r, degrees)
     _optimizer(r)
     for key, what in (
         ("parallelism.module_fqns_per_model_part", "a hand-made split of the pipeline stages"),
@@ -428,16 +429,7 @@ def chunks_per_rank(schedule: str, pp: int, split: tuple[int, int] | None, n_lay
     return stages // pp
 
 
-def _compiled(r: KeyReader) -> bool:
-    """Whether the file compiles the model (read without marking the key used)."""
-    for k in ("compile.enable", *OLD_KEYS.get("compile.enable", ())):
-        if k in r.flat:
-            v = r.flat[k]
-            return v is True or str(v).lower() == "true"
-    return False
-
-
-def _checkpointing(r: KeyReader) -> None:
+def _checkpointing(r: KeyReader, *, compiled: bool) -> None:
     mode = r.take("activation_checkpoint.mode", "selective")
     option = str(r.take("activation_checkpoint.selective_ac_option", "2"))
     key = "activation_checkpoint.mode"
@@ -448,7 +440,7 @@ def _checkpointing(r: KeyReader) -> None:
     elif mode == "selective" and option.isdigit() and int(option) >= 1:
         if int(option) == 1:  # every block checkpointed: full checkpointing
             r.set("checkpointing", "full", "activation_checkpoint.selective_ac_option", option)
-        elif not _compiled(r):
+        elif not compiled:
             # torchtitan's per-layer SAC (every N-th block wrapped whole): memfit's
             # selective-layer (the analytic / trace engines and the per-rank closed form)
             key = "activation_checkpoint.selective_ac_option"
