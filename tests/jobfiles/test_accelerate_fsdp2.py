@@ -41,3 +41,31 @@ def test_reshard_after_forward_false_is_read_and_full_shard_stays_one_group(
         False,
         ("bfloat16", "float32"),
     )
+
+
+def test_the_launchers_gpu_count_wins_over_num_processes_and_is_said(tmp_path: Path) -> None:
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(CONFIG.format(reshard="true", strategy="FULL_SHARD"))
+    job = read_job([path], gpus=8)
+    w = workload_of(job, overrides={"seq_len": 512})
+    assert w.gpus == 8
+    assert job.fields["gpus"].key == "num_processes"
+    said = [x.message for x in job.warnings if x.key == "num_processes"]
+    assert said and "--gpus 8" in said[0] and "num_processes 8" in said[0]
+    # the same count as the file: no word
+    assert not [x for x in read_job([path], gpus=16).warnings if x.key == "num_processes"]
+
+
+def test_litgpt_devices_overridden_by_the_launcher_splits_the_global_batch(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "full.yaml"
+    cfg.write_text(
+        "checkpoint_dir: checkpoints/meta-llama/Llama-3.2-1B\nprecision: bf16-true\n"
+        "devices: 2\ntrain:\n  global_batch_size: 8\n  micro_batch_size: 2\n"
+        "  max_seq_length: 512\n"
+    )
+    job = read_job([cfg], gpus=4)
+    w = workload_of(job)
+    assert (w.gpus, w.grad_accum) == (4, 1)
+    assert any("litgpt finetune --devices 4" in x.message for x in job.warnings)

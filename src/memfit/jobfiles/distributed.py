@@ -188,7 +188,7 @@ def _fsdp_version(r: KeyReader) -> None:
 def read_accelerate(r: KeyReader) -> None:
     kind = str(r.take("distributed_type", "NO")).upper()
     procs = as_int(r, "num_processes", r.take("num_processes", 1))
-    r.set("gpus", procs, "num_processes", procs)
+    r.gpus("num_processes", procs, procs, "accelerate launch --num_processes")
     mp = str(r.take("mixed_precision", "no")).lower()
     if mp in MIXED:
         r.set("precision", MIXED[mp], "mixed_precision", mp)

@@ -114,7 +114,7 @@ def read_litgpt(r: KeyReader) -> None:
     r.set("batch_size", as_int(r, "train.micro_batch_size", micro), "train.micro_batch_size", micro)
     devices = r.take("devices", 1)
     n = as_int(r, "devices", devices) if devices not in ("auto", -1) else 1
-    r.set("gpus", n, "devices", devices)
+    n = r.gpus("devices", n, devices, "litgpt finetune --devices")
     if n > 1:
         _strategy(r, devices)
     glob = r.take("train.global_batch_size", None)

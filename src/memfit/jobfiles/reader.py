@@ -95,6 +95,22 @@ class KeyReader:
             )
         )
 
+    def gpus(self, key: str, count: int, raw: Any, launcher: str) -> int:
+        """The job's GPU count: the file's ``key`` (``count``), unless the launcher's count
+        (``memfit check --gpus N``) differs, which wins as the launcher's flag does
+        (``launcher``, e.g. ``accelerate launch --num_processes``) and is said. Returns it."""
+        launched = self.launcher_gpus
+        if launched is None or launched == count:
+            self.set("gpus", count, key, raw)
+            return count
+        self.set("gpus", launched, key, f"{raw}, launched on --gpus {launched}")
+        self.warn(
+            key,
+            f"{key} is {raw} but --gpus {launched} was given: estimated on {launched} GPUs, "
+            f"as {launcher} {launched} would run it",
+        )
+        return launched
+
     def int_key(self, key: str, field_: str, *, low: int = 1) -> None:
         """``field_`` from the whole number at ``key``, when the file has it."""
         if self.has(key):
