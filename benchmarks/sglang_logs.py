@@ -129,12 +129,16 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
         for k in ("tokens_e2e_err_pct", "tokens_given_avail_err_pct")
         if k in r
     ]
-    within = sum(1 for r in kept if all(abs(r[k]) <= 3 for k in r if k.startswith("tokens_")
-                                        and k.endswith("_err_pct")))
+    within = sum(
+        1
+        for r in kept
+        if all(abs(r[k]) <= 3 for k in r if k.startswith("tokens_") and k.endswith("_err_pct"))
+    )
     over = [f"{i} {e:+.2f} % ({k.split('_')[1]})" for i, k, e in errs if e > 3]
     weights = [r for r in kept if "weights_err_pct" in r]
-    w_out = [f"{r['id']} {r['weights_err_pct']:+.2f} %" for r in weights
-             if abs(r["weights_err_pct"]) > 1]
+    w_out = [
+        f"{r['id']} {r['weights_err_pct']:+.2f} %" for r in weights if abs(r["weights_err_pct"]) > 1
+    ]
     return [
         f"- {len(kept)} comparable logs ({len(results) - len(kept)} excluded); KV tokens within "
         f"3 % on every prediction made: {within} of {len(kept)}",

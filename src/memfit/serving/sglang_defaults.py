@@ -36,7 +36,8 @@ __all__ = [
     "gpu_memory_defaults",
 ]
 
-#: ``_handle_gpu_memory_settings`` tiers of 0.5.3+: (GPU memory below, MiB) -> (chunked_prefill_size,
+#: ``_handle_gpu_memory_settings`` tiers of 0.5.3+: (GPU memory below, MiB) ->
+#: (chunked_prefill_size,
 #: cuda_graph_max_bs at TP < 4, at TP >= 4). Its comments name the GPUs: T4 / 4080; A10 / 4090;
 #: A100-40GB / L40; H100 / A100-80GB; H20 / H200; above: B200 / MI300.
 MEMORY_TIERS = (
