@@ -82,6 +82,15 @@ def check(row: dict[str, Any]) -> dict[str, Any]:
         )
         out["tokens_given_avail"] = given.max_total_num_tokens
         out["tokens_given_avail_err_pct"] = _pct(given.max_total_num_tokens, logged["tokens"])
+    # every log here started ("max_total_num_tokens=…" printed after the capture); memfit's verdict
+    # from the run that models the log's own free memory when it has one, else end to end
+    # (not for a log taken on a Windows desktop, ``e2e`` set: the Windows driver can place CUDA
+    # allocations in host memory when the GPU is full, NVIDIA's "CUDA sysmem fallback policy", so
+    # that a start says nothing of the GPU's memory: the 3.23 GiB log reports 0.00 GB free after
+    # its pool and still captures its graphs)
+    verdict = given if "load_begin_avail_gb" in logged else e2e
+    out["starts"] = None if "e2e" in row else verdict.starts
+    out["error"] = verdict.error
     if logged.get("graph_mem_gb"):  # a 0.00 GB capture (no memory left to sample) is no figure
         out["graph_err_pct"] = _pct(e2e.cuda_graph_bytes / GiB, logged["graph_mem_gb"])
     if "weights_gb" in logged:
@@ -139,7 +148,12 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
     w_out = [
         f"{r['id']} {r['weights_err_pct']:+.2f} %" for r in weights if abs(r["weights_err_pct"]) > 1
     ]
+    failed = [f"{r['id']} ({(r['error'] or '').split(' (')[0]})" for r in results
+              if r["starts"] is False]  # fmt: skip
+    judged = sum(1 for r in results if r["starts"] is not None)
     return [
+        f"- predicted a failure for a setup that started: {', '.join(failed) or 'none'} (of "
+        f"{judged} judged; Windows-desktop logs not judged); no logged failure in the data",
         f"- {len(kept)} comparable logs ({len(results) - len(kept)} excluded); KV tokens within "
         f"3 % on every prediction made: {within} of {len(kept)}",
         f"- more KV tokens than logged by > 3 %: {', '.join(over) or 'none'}",
