@@ -3,7 +3,11 @@ formula of profile_max_num_token, the errors, and published logs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from benchmarks.sglang_logs import DATA as SGLANG_LOGS
+from benchmarks.sglang_logs import check as check_log
 
 from memfit.errors import SpecError
 from memfit.estimate.answer import Answer
@@ -199,3 +203,81 @@ def test_gemma_keeps_one_full_size_pool_as_sglang_does() -> None:
 def test_swa_ratio_out_of_range_is_refused_with_the_value() -> None:
     with pytest.raises(SpecError, match=r"--swa-full-tokens-ratio \(1\.5\) must be a number"):
         SglangConfig(swa_full_tokens_ratio=1.5)
+
+
+@pytest.mark.parametrize(
+    ("version", "mib", "tp", "frac", "chunk", "bs"),
+    [
+        # 0.4.0-0.4.6: a table by TP size whatever the GPU; 2048 / 8 below 25,000 MiB
+        ("0.4.2", 24576, 1, 0.88, 2048, 8),
+        ("0.4.4", 81559, 2, 0.87, 8192, 160),
+        ("0.4.6", 24564, 4, 0.85, 2048, 80),
+        ("0.4.1", 143771, 8, 0.81, 8192, 160),
+        ("0.4.6", 81559, 16, 0.79, 8192, 160),
+        # 0.4.7-0.5.2 (sgl-project/sglang#7054): (gpu - (2.8 + tp / 10) GiB) / gpu below 35 GiB;
+        # the RTX 5080 log (16,303 MiB) implies 0.818, the 24 GB log 0.879
+        ("0.4.10", 16303, 1, 0.818, 2048, 8),
+        ("0.4.9", 24564, 1, 0.879, 2048, 8),
+        ("0.5.2", 24564, 4, 0.867, 2048, 80),
+        # (9.5 + tp / 2) GiB below 90 GiB, (12 + tp / 2) GiB below 160 GiB (the graph batch
+        # there is 0.5.3's tiers': this series' was not read)
+        ("0.4.7", 81559, 1, 0.874, 8192, 256),
+        ("0.5.0", 143771, 8, 0.886, 8192, 512),
+    ],
+)
+def test_the_default_mem_fraction_follows_the_releases_rule(
+    version: str, mib: int, tp: int, frac: float, chunk: int, bs: int
+) -> None:
+    config = SglangConfig(tp_size=tp, sglang_version=version)
+    assert gpu_memory_defaults(mib, tp, config.series) == (chunk, bs)
+    assert default_mem_fraction_static(mib, config, chunk, bs) == frac
+
+
+def test_the_rtx_5080_log_needs_its_releases_rule() -> None:
+    """Qwen3-0.6B on an RTX 5080 (16,303 MiB), SGLang of August 2025, default mem_fraction_static:
+    "Load weight end. … avail mem=13.91 GB, mem usage=1.25 GB", "#tokens: 104273" (memfit code
+    index file 47444754202; benchmarks/data/sglang_logs.jsonl). Modelled as 0.4.10 the tokens
+    are within the issue's 3 %; with 0.5.3's rule (0.771) they would be 7 % short."""
+    before = (13.91 + 1.25) * GiB
+    runs = {
+        v: simulate_sglang(
+            spec("qwen3-0.6b"), get_gpu("RTX-4070-Ti-SUPER"), SglangConfig(sglang_version=v),
+            total_bytes=int(before + 0.75 * GiB), context_bytes=int(0.75 * GiB),
+            gpu_memory_mib=16303,
+        )
+        for v in ("0.4.10", "0.5")
+    }  # fmt: skip
+    assert runs["0.4.10"].mem_fraction_static == 0.818
+    assert abs(runs["0.4.10"].max_total_num_tokens - 104273) / 104273 < 0.03
+    assert runs["0.5"].max_total_num_tokens < 0.95 * 104273
+
+
+def test_a_published_4_x_4090_tp4_log_is_matched_end_to_end() -> None:
+    """Qwen3-14B on 4 x RTX 4090 (24,564 MiB), TP 4, --mem-fraction-static 0.80 (memfit code
+    index file 55529353766, SGLang at commit ebaf86d4): "mem usage=7.08 GB", "#tokens:
+    298447", max_running_requests=3730. Tolerances: the issue's 3 % on tokens, 1 % on weights;
+    the PCIe TP 4 context is memfit's 0.75 GiB (no custom all-reduce buffers)."""
+    s = simulate_sglang(
+        spec("qwen3-14b"), get_gpu("RTX-4090"),
+        SglangConfig(tp_size=4, mem_fraction_static=0.8),
+        total_bytes=24564 * 2**20, gpu_memory_mib=24564,
+    )  # fmt: skip
+    assert abs(s.max_total_num_tokens - 298447) / 298447 < 0.03
+    assert abs(s.loaded_bytes / GiB - 7.08) / 7.08 < 0.01
+    assert s.max_running_requests == int(s.max_total_num_tokens / 40960 * 512)
+    assert s.chunked_prefill_size == 2048
+
+
+def test_every_comparable_published_log_is_never_over_by_more_than_3_percent() -> None:
+    """benchmarks/data/sglang_logs.jsonl through benchmarks/sglang_logs.py: no prediction of
+    max_total_num_tokens (end to end, or given the log's free memory) more than 3 % above the
+    log (over-predicting the pool promises concurrency the server does not have), at least ten
+    comparable logs, and no logged failure (the Qwen3-8B RTX 5060 Ti one) said to start."""
+    rows = [json.loads(x) for x in SGLANG_LOGS.read_text().splitlines() if x.strip()]
+    results = [check_log(r) for r in rows if "excluded" not in r]
+    failures = [r for r in results if r.get("failed")]
+    assert len(results) - len(failures) >= 10
+    assert failures and not any(r["starts"] for r in failures)  # never "starts" for a failure
+    for r in results:
+        for key in ("tokens_e2e_err_pct", "tokens_given_avail_err_pct"):
+            assert r.get(key, 0) <= 3, (r["id"], key, r[key])

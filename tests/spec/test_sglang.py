@@ -56,5 +56,25 @@ def test_dp_attention_splits_attention_over_tp_over_dp_gpus() -> None:
 
 
 def test_an_unmodelled_version_is_refused() -> None:
-    with pytest.raises(SpecError, match=r"--sglang-version \('0.3'\) must be one of 0.5"):
+    with pytest.raises(SpecError, match=r"--sglang-version \('0.3'\) must be an SGLang release"):
         SglangConfig(sglang_version="0.3")
+    with pytest.raises(SpecError, match=r"--sglang-version \('0.6.1'\) must be an SGLang release"):
+        SglangConfig(sglang_version="0.6.1")
+
+
+@pytest.mark.parametrize(
+    ("version", "series"),
+    [
+        ("0.4.1", "0.4"),
+        ("0.4.6.post2", "0.4"),
+        ("0.4.7", "0.4.7"),
+        ("0.4.10", "0.4.7"),
+        ("0.5.2", "0.4.7"),
+        ("0.5.3", "0.5"),
+        ("0.5.19", "0.5"),
+        ("0.5", "0.5"),
+        ("0.4", "0.4"),
+    ],
+)
+def test_a_release_maps_to_the_series_of_its_default_rule(version: str, series: str) -> None:
+    assert SglangConfig(sglang_version=version).series == series

@@ -138,7 +138,12 @@ def add_sglang_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--page-size", type=positive_int, default=1, help="KV page (default 1)")
     g.add_argument("--quantization", default=None, help="fp8 (online) | awq | gptq | …")
     g.add_argument("--dtype", default="auto", help="auto | half | float16 | bfloat16 | float32")
-    g.add_argument("--sglang-version", default=None, help="SGLang version to model (default 0.5)")
+    g.add_argument(
+        "--sglang-version",
+        default=None,
+        help="SGLang release to model: 0.4.x or 0.5.x (default 0.5: 0.5.3 and later); the default "
+        "--mem-fraction-static rule changed in 0.4.7 and 0.5.3",
+    )
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:

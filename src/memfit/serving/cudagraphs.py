@@ -59,8 +59,26 @@ accuracy/results/v0.19.0/results_raw.csv at commit 30ec05f7: ``cuda_graph_actual
 ``cuda_graph_estimated_gib``; the debug lines quoted above are in accuracy/results/v0.19.0/logs/
 at commit 6417620b). benchmarks/vllm_startup.py refits them and prints each log's leave-one-out
 error (docs/accuracy.md section 9): 33 of 34 within 20 %. The one outside is DeepSeek-V2-Lite
-(-24 %, under): MLA + shared experts run more kernels per layer than the MoE term carries, and it
-is the only MLA log. Every fitted run has 102 graphs on an H100; three runs held out of the fit
+(-24 %, under; -19 % in-sample): its MLA layers run more kernels per piece than a GQA layer (the
+latent projections ``kv_a_proj_with_mqa`` / ``kv_a_layernorm``, the rope split, the decode's
+``mla_decode_concat_quant_fp8`` and the W_UK / W_UV absorption around the FULL graphs' attention,
+``vllm/model_executor/layers/attention/mla_attention.py``), with the same number of pieces (the
+log stores subgraphs 0-27 for 27 layers, as Llama-3.1-8B's 0-32 for 32). The log's own samples
+say so: 10 / 8 MiB per PIECEWISE / FULL graph against Llama-3.1-8B's 6 / 6 with more layers.
+Hence a third term:
+
+3. **Per MLA layer per graph** (fitted on that one log, checked on two held out): what
+   DeepSeek-V2-Lite's capture / estimate leave over the three constants, over its 102 graphs x 27
+   MLA layers: 0.112 / 0.093 MiB. Checked on Kimi-VL-A3B-Instruct (llm-d-planner results_raw.csv
+   at commit 3c876c8a, vLLM 0.19.0, H100; a DeepSeek-V3-style text stack of the same shape — the
+   logs' custom-op counts rms_norm 82, mla_decode_concat_quant_fp8 27, fused_moe 26 equal
+   DeepSeek-V2-Lite's, and its FULL first capture is the same 522 MiB): capture 1.57 / 1.32 GiB
+   against 1.50 / 1.26 logged at TP 1 / 2 (+4.7 / +4.7 %; without the term -15 / -19 %),
+   estimate 1.39 / 1.14 against 1.19 / 1.04 (+17 / +10 %; an over-estimate of what leaves the
+   0.20+ budget, the KV cache's safe side). The term may also carry the shared experts' MLP
+   (every MLA model checked has them): the two are not separable on these logs.
+
+Every fitted run has 102 graphs on an H100; three runs held out of the fit
 (``graph_held_out`` in the data) check the rest: phi-2 +9.2 %, and gpt-oss-20b at TP 1 / 2
 (166 graphs up to 1024, ``GPT_OSS_MAX_CAPTURE``) -10.1 / -9.6 %.
 
@@ -88,6 +106,11 @@ __all__ = [
 #: says (``benchmarks/vllm_startup.py`` prints the refit: MiB per graph).
 CAPTURE_PER_GRAPH = (int(1.4574 * MiB), int(0.1651 * MiB), int(0.0689 * MiB))
 ESTIMATE_PER_GRAPH = (int(0.6709 * MiB), int(0.1777 * MiB), int(0.0359 * MiB))
+#: bytes per MLA layer per captured graph beyond the terms above (module docstring, 3):
+#: DeepSeek-V2-Lite's logged 1.57 / 1.39 GiB (capture / estimate) less memfit's 1,362,161,394 /
+#: 1,222,660,176 bytes without it, over 102 graphs x 27 MLA layers
+CAPTURE_PER_MLA_LAYER = int((1.57 * 2**30 - 1_362_161_394) / (102 * 27))
+ESTIMATE_PER_MLA_LAYER = int((1.39 * 2**30 - 1_222_660_176) / (102 * 27))
 #: ``flash_attn_max_num_splits_for_cuda_graph`` (32 in every modelled release, docstring)
 FA_MAX_SPLITS_FOR_CUDA_GRAPH = 32
 #: FlashAttention's split accumulators are fp32 (``out_accum``, ``softmax_lse_accum``)
@@ -176,12 +199,13 @@ def plan_cudagraphs(
     n_moe_layers: int = 0,
     flash_attention: bool = True,
     max_capture_size: int | None = None,
+    n_mla_layers: int = 0,
 ) -> CudaGraphPlan:
     """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers (``n_moe_layers`` of
     them fused-MoE, ``n_heads_per_rank`` query heads of value width ``head_dim_v``; without
     ``flash_attention`` (an mm-prefix checkpoint) no split workspace; ``max_capture_size``:
-    ``--max-cudagraph-capture-size``), and the bytes memfit
-    counts for it (module docstring)."""
+    ``--max-cudagraph-capture-size``; ``n_mla_layers``: the MLA layers among ``n_layers``), and
+    the bytes memfit counts for it (module docstring)."""
     if enforce_eager:
         return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, capture_bytes=0, estimate_bytes=0)
     ceiling = 1024 if sm100 and minor >= 28 else 512
@@ -202,16 +226,16 @@ def plan_cudagraphs(
             head_dim_v=head_dim_v,
         )
 
-    def per_graph(c: tuple[int, int, int]) -> int:
-        return c[0] + c[1] * n_layers + c[2] * n_moe_layers
+    def per_graph(c: tuple[int, int, int], mla: int) -> int:
+        return c[0] + c[1] * n_layers + c[2] * n_moe_layers + mla * n_mla_layers
 
     if engine != "v1" or minor < FIRST_MODELLED_MINOR:
         capture = LEGACY_ALLOWANCE_BYTES
     else:
-        capture = workspace + n * per_graph(CAPTURE_PER_GRAPH)
+        capture = workspace + n * per_graph(CAPTURE_PER_GRAPH, CAPTURE_PER_MLA_LAYER)
     estimate = 0
     if engine == "v1" and minor >= FIRST_ESTIMATE_MINOR:
-        estimate = workspace + n * per_graph(ESTIMATE_PER_GRAPH)
+        estimate = workspace + n * per_graph(ESTIMATE_PER_GRAPH, ESTIMATE_PER_MLA_LAYER)
     return CudaGraphPlan(
         n_piecewise=len(sizes),
         n_full=len(full),

@@ -10,6 +10,9 @@ SGLang 0.5, as its source does it (sgl-project/sglang):
    tp x pp / 8 x 1024`` MiB (+ DP-attention padding), at least 10 GiB on GPUs over 60 GiB. The
    same reserve is in the current main branch (``python/sglang/srt/runtime_context.py``
    ``pre_capture_activation_reserve_mb``, commit b404e8e50d4f657bbf03beb6d345c87d7e0ee5f3).
+   That is the 0.5.3+ rule; 0.4.0-0.4.6 and 0.4.7-0.5.2 set the default otherwise
+   (``--sglang-version``; :mod:`memfit.serving.sglang_defaults`). Steps 2-5 are the same in
+   every modelled release.
 2. ``model_executor/model_runner.py``: ``init_torch_distributed`` measures the free memory after
    the CUDA context and NCCL ("Load weight begin. avail mem=…"): ``total_gpu_memory``;
    ``load_model`` loads the weights ("Load weight end. … mem usage=…").
@@ -51,6 +54,7 @@ from memfit.errors import NotModelledError
 from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
 from memfit.serving.layout import LayerKV, kv_layers, parallel_error, rank_weights
+from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memory_defaults
 from memfit.serving.startup import model_dtype, served_as_decoder, vllm_total_bytes
 from memfit.spec.serving import DTYPES, VllmConfig
 from memfit.spec.sglang import SGLANG_KV_CACHE_DTYPES, SglangConfig
@@ -59,31 +63,12 @@ from memfit.units import GiB, MiB
 __all__ = [
     "SglangStartup",
     "capture_batch_sizes",
+    "default_mem_fraction_static",
     "gpu_memory_defaults",
     "simulate_sglang",
     "sglang_context_length",
 ]
 
-#: ``_handle_gpu_memory_settings`` tiers: (GPU memory below, MiB) -> (chunked_prefill_size,
-#: cuda_graph_max_bs at TP < 4, at TP >= 4). Its comments name the GPUs: T4 / 4080; A10 / 4090;
-#: A100-40GB / L40; H100 / A100-80GB; H20 / H200; above: B200 / MI300.
-MEMORY_TIERS = (
-    (20 * 1024, 2048, 8, 8),
-    (35 * 1024, 2048, 24, 80),
-    (60 * 1024, 4096, 32, 160),
-    (90 * 1024, 8192, 256, 512),
-    (160 * 1024, 8192, 256, 512),
-    (None, 16384, 512, 512),
-)
-#: reserved_mem terms (MiB): constant metadata, activation per prefill token, per captured batch
-#: size, per GPU of TP x PP (/8 x 1024), DP attention padding per bs x dp (and extra above 300).
-RESERVED_BASE_MIB = 512
-RESERVED_PER_PREFILL_TOKEN_MIB = 1.5
-RESERVED_PER_GRAPH_BS_MIB = 2
-RESERVED_PER_GPU_MIB = 1024 / 8
-RESERVED_DP_ATTN_MIB = 3
-RESERVED_DP_ATTN_LARGE_BS_MIB = 1.5
-RESERVED_FLOOR_MIB = 10 * 1024  # on GPUs of more than 60 GiB
 #: ``max_num_reqs`` when not given: tokens / context_len x 512, clamped to [2048, 4096].
 REQS_PER_CONTEXT = 512
 MIN_REQS, MAX_REQS = 2048, 4096
@@ -109,8 +94,6 @@ LOAD_OVERHEAD_BYTES = int(0.25 * GiB)
 GRAPH_BASE_BYTES = int(0.8 * GiB)
 GRAPH_HIDDEN_BUFFERS = 16
 LOGIT_BYTES = 4
-
-VERSION = "0.5"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,32 +272,6 @@ class SglangStartup:
         return lines
 
 
-def gpu_memory_defaults(gpu_mem_mib: int, tp: int) -> tuple[int, int]:
-    """(chunked_prefill_size, cuda_graph_max_bs) SGLang picks for a GPU of ``gpu_mem_mib``."""
-    for below, chunk, bs_small, bs_large in MEMORY_TIERS:
-        if below is None or gpu_mem_mib < below:
-            return chunk, bs_small if tp < 4 else bs_large
-    raise AssertionError("unreachable: the last tier has no bound")
-
-
-def default_mem_fraction_static(
-    gpu_mem_mib: int, config: SglangConfig, chunked_prefill_size: int, cuda_graph_max_bs: int
-) -> float:
-    """``mem_fraction_static`` SGLang computes when it is not given (module docstring, step 1;
-    ``max_prefill_tokens`` is its default 16384 when chunking is off)."""
-    tokens = chunked_prefill_size if chunked_prefill_size > 0 else 16384
-    reserved = RESERVED_BASE_MIB + max(tokens, 2048) * RESERVED_PER_PREFILL_TOKEN_MIB
-    reserved += cuda_graph_max_bs * RESERVED_PER_GRAPH_BS_MIB
-    reserved += config.tp_size * RESERVED_PER_GPU_MIB
-    if config.enable_dp_attention:
-        reserved += cuda_graph_max_bs * config.dp_size * RESERVED_DP_ATTN_MIB
-        if cuda_graph_max_bs > 300:
-            reserved += cuda_graph_max_bs * config.dp_size * RESERVED_DP_ATTN_LARGE_BS_MIB
-    if gpu_mem_mib > 60 * 1024:
-        reserved = max(reserved, RESERVED_FLOOR_MIB)
-    return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
-
-
 def capture_batch_sizes(max_bs: int) -> tuple[int, ...]:
     """The decode batch sizes SGLang captures up to ``max_bs`` (``_generate_cuda_graph_batch_
     sizes``: 1, 2, 4, 8, 12, then steps of 8 to 256, 16 to 512, 32 beyond)."""
@@ -355,17 +312,19 @@ def simulate_sglang(
     *,
     total_bytes: int | None = None,
     context_bytes: int | None = None,
+    gpu_memory_mib: int | None = None,
 ) -> SglangStartup:
     """Run SGLang's start-up accounting for ``spec`` served with ``config`` on ``gpu``
-    (``total_bytes`` / ``context_bytes``: what a log printed, instead of memfit's figures)."""
+    (``total_bytes`` / ``context_bytes``: what a log printed, instead of memfit's figures;
+    ``gpu_memory_mib``: the ``nvidia-smi`` total SGLang's defaults read, when a log printed it)."""
     try:  # an encoder, encoder-decoder or classifier: SGLang's generative path does not serve it
         served_as_decoder(spec)
     except NotModelledError as err:
         raise NotModelledError(str(err).replace("vLLM", "SGLang"), engine="sglang") from err
     notes: list[str] = []
-    gpu_mem_mib = gpu.memory_bytes // MiB
+    gpu_mem_mib = gpu_memory_mib or gpu.memory_bytes // MiB
     tp = config.tp_size
-    d_chunk, d_bs = gpu_memory_defaults(gpu_mem_mib, tp)
+    d_chunk, d_bs = gpu_memory_defaults(gpu_mem_mib, tp, config.series)
     chunk = config.chunked_prefill_size or d_chunk
     max_bs = config.cuda_graph_max_bs or d_bs
     frac = config.mem_fraction_static
@@ -443,7 +402,7 @@ def simulate_sglang(
     fixed = loaded + cell * (ctx + config.page_size) + req_bytes
     smallest = -(-fixed * 1000 // before) / 1000
     return SglangStartup(
-        version=VERSION,
+        version=config.sglang_version,
         gpu=gpu.name,
         gpu_memory_mib=gpu_mem_mib,
         total_bytes=total,

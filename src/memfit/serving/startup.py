@@ -481,6 +481,7 @@ def simulate_startup(
         flash_attention=g_fa,
         max_capture_size=config.max_cudagraph_capture_size
         or default_max_capture_size((spec.text or spec).model_type, minor),
+        n_mla_layers=g_layers if (spec.text or spec).raw.get("kv_lora_rank") else 0,
     )
     graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget

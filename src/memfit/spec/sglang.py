@@ -7,6 +7,7 @@ it computes from the GPU's memory and the TP size (``ServerArgs._handle_gpu_memo
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from memfit.errors import SpecError
@@ -18,6 +19,7 @@ __all__ = [
     "SGLANG_QUANTIZATIONS",
     "SGLANG_VERSIONS",
     "SglangConfig",
+    "sglang_series",
 ]
 
 #: ``--kv-cache-dtype`` choices (server_args.py) and bytes per element; "auto": the model dtype.
@@ -38,8 +40,16 @@ SGLANG_QUANTIZATIONS = (
     "w8a8_fp8",
     "compressed-tensors",
 )
-#: The SGLang releases whose start-up accounting memfit models (memfit.serving.sglang).
-SGLANG_VERSIONS = ("0.5",)
+#: The SGLang release series whose start-up accounting memfit models (memfit.serving.sglang), named
+#: by their first release: the rule that sets the default ``--mem-fraction-static`` changed twice
+#: (memfit.serving.sglang_defaults): "0.4" = 0.4.0-0.4.6 (a table by TP size), "0.4.7" = 0.4.7-0.5.2
+#: (sgl-project/sglang#7054: GPU memory less a reserve by memory tier), "0.5" = 0.5.3 and later
+#: (sgl-project/sglang#10975: a reserve itemised from the prefill chunk and the graph batch).
+SGLANG_VERSIONS = ("0.4", "0.4.7", "0.5")
+#: ``--sglang-version``: a series name or a release such as 0.4.6.post2, 0.5.2, 0.5.9
+_RELEASE_RE = re.compile(r"^0\.(4|5)(?:\.(\d+))?(?:(?:\.?post|rc|\.dev)\d*)?$")
+#: the first patch release of each later series within its minor (0.4.7, 0.5.3)
+_SERIES_FROM_PATCH = {4: (7, "0.4.7"), 5: (3, "0.5")}
 
 _SIZES = ("tp_size", "dp_size", "ep_size", "page_size")
 _OPTIONAL_COUNTS = (
@@ -146,14 +156,42 @@ class SglangConfig:
                 f"--quantization ({self.quantization!r}) is not modelled for SGLang; memfit "
                 f"sizes {', '.join(SGLANG_QUANTIZATIONS)}"
             )
-        if self.sglang_version not in SGLANG_VERSIONS:
+        if sglang_series(self.sglang_version) is None:
             problems.append(
-                f"--sglang-version ({self.sglang_version!r}) must be one of "
-                f"{', '.join(SGLANG_VERSIONS)} (the start-up accounting memfit models)"
+                f"--sglang-version ({self.sglang_version!r}) must be an SGLang release from 0.4.0 "
+                "on (0.4.x or 0.5.x, e.g. 0.4.6.post2 or 0.5.9) or a series name "
+                f"({', '.join(SGLANG_VERSIONS)}): the start-up accounting memfit models"
             )
         return problems
+
+    @property
+    def series(self) -> str:
+        """The release series of ``sglang_version`` (:data:`SGLANG_VERSIONS`)."""
+        series = sglang_series(self.sglang_version)
+        if series is None:  # unreachable: __post_init__ refused it
+            raise SpecError(f"--sglang-version ({self.sglang_version!r}) is not modelled")
+        return series
 
     @property
     def attn_tp_size(self) -> int:
         """GPUs one attention layer is split over: tp / dp with DP attention, else tp."""
         return self.tp_size // self.dp_size if self.enable_dp_attention else self.tp_size
+
+
+def sglang_series(version: object) -> str | None:
+    """The series (:data:`SGLANG_VERSIONS`) of an SGLang release: "0.4.6.post2" -> "0.4",
+    "0.5.2" -> "0.4.7", "0.5.9" -> "0.5"; a series name maps to itself ("0.5": 0.5.3 and later);
+    None for what memfit does not model (before 0.4, after 0.5)."""
+    if not isinstance(version, str):
+        return None
+    if version in SGLANG_VERSIONS:
+        return version
+    match = _RELEASE_RE.match(version)
+    if match is None:
+        return None
+    minor, patch = int(match.group(1)), match.group(2)
+    first_patch, later = _SERIES_FROM_PATCH[minor]
+    earlier = "0.4" if minor == 4 else "0.4.7"
+    if patch is None:  # "0.4.post1"-like spellings are not releases
+        return None
+    return later if int(patch) >= first_patch else earlier
