@@ -62,3 +62,28 @@ def test_the_overhead_closes_the_tp_4_logs_to_within_half_a_percent(
 
 def test_layouts_the_replay_does_not_draw_return_none() -> None:
     assert load_tensor_sizes(_spec("deepseek-v2-lite"), tp=1, dtype_bytes=2) is None  # MLA
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-0.6b", "qwen3-14b", "qwq", "qwen2.5-7b"])
+def test_the_compact_replay_reserves_what_the_full_allocator_replay_does(name: str) -> None:
+    from memfit.estimate.allocator.caching import CachingAllocatorSim
+    from memfit.serving.sglang_load import FREE_TEMPORARIES
+
+    spec = _qwq() if name == "qwq" else _spec(name)
+    tp = 4 if name in ("qwq", "qwen3-14b") else 1
+    sizes = load_tensor_sizes(spec, tp=tp, dtype_bytes=2)
+    assert sizes is not None
+    sim, live = CachingAllocatorSim(), []
+    for n in sizes:
+        if n == FREE_TEMPORARIES:
+            for key in live[-4:-1]:
+                sim.free(key)
+            continue
+        live.append(len(live))
+        sim.malloc(live[-1], n)
+    sim.empty_cache()
+    r = replay_load(spec, tp=tp, dtype_bytes=2)
+    assert r is not None
+    assert r.reserved_bytes == sim.reserved_bytes
+    # the replay counts tensor bytes; torch's stats count them rounded up to 512 B
+    assert 0 <= sim.allocated_bytes - r.allocated_bytes < 512 * len(sizes)
