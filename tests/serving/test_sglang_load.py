@@ -85,5 +85,6 @@ def test_the_compact_replay_reserves_what_the_full_allocator_replay_does(name: s
     r = replay_load(spec, tp=tp, dtype_bytes=2)
     assert r is not None
     assert r.reserved_bytes == sim.reserved_bytes
-    # the replay counts tensor bytes; torch's stats count them rounded up to 512 B
-    assert 0 <= sim.allocated_bytes - r.allocated_bytes < 512 * len(sizes)
+    # the replay counts tensor bytes; torch's stats also count the 512 B rounding and the
+    # remainders (at most 1 MiB) a block keeps unsplit
+    assert 0 <= sim.allocated_bytes - r.allocated_bytes <= len(sizes) * 2**20
