@@ -15,7 +15,9 @@ SGLang 0.5, as its source does it (sgl-project/sglang):
    every modelled release.
 2. ``model_executor/model_runner.py``: ``init_torch_distributed`` measures the free memory after
    the CUDA context and NCCL ("Load weight begin. avail mem=…"): ``total_gpu_memory``;
-   ``load_model`` loads the weights ("Load weight end. … mem usage=…").
+   ``load_model`` loads the weights ("Load weight end. … mem usage=…"; what that holds beyond
+   the weights, the allocator's segment tails and the fp32 rotary cache:
+   :mod:`memfit.serving.sglang_load`).
 3. ``profile_max_num_token`` (commit 01cc04e2b5b01ce379698a3fee1bd17706e1d0ec and later):
    ``rest = avail_after_weights - total_gpu_memory x (1 - mem_fraction_static)``;
    ``max_total_num_tokens = rest // cell_size`` where ``cell_size`` is the KV bytes of one token
