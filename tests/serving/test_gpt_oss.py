@@ -8,7 +8,7 @@ import pytest
 from memfit.hardware.catalog import get_gpu
 from memfit.models import resolve_model
 from memfit.serving import simulate_startup
-from memfit.serving.mxfp4 import backend_for, mxfp4_experts
+from memfit.serving.mxfp4 import backend_for, mxfp4_experts, triton_layout
 from memfit.spec.serving import VllmConfig
 from memfit.units import GiB
 
@@ -31,8 +31,8 @@ def test_mxfp4_weights_match_vllms_model_loading_line_within_one_percent(
     name: str, logged_gib: float
 ) -> None:
     # llm-d-benchmark config_explorer/empirical-vllm-memory-results.md (H100, triton backend);
-    # 64.38 GiB also in vllm-project/vllm#33155 (v0.14.1). Under by 0.3-0.4 %: bytes vLLM holds
-    # after loading that memfit does not know of (docs/accuracy.md section 9).
+    # 64.38 GiB also in vllm-project/vllm#33155 (v0.14.1). Within 1 % because the loaded
+    # scales are counted next to their swizzled copy (memfit.serving.mxfp4).
     s = _run(name, max_model_len=16000, vllm_version="0.11")
     assert s.weights_bytes / GiB == pytest.approx(logged_gib, rel=0.01)
     assert s.weight_format == "mxfp4"
@@ -104,3 +104,42 @@ def test_awq_on_a_bundled_model_sizes_its_usual_4bit_checkpoint_offline() -> Non
         s = simulate_startup(spec, get_gpu("H100"), config, total_bytes=int(79.19 * GiB))
         assert s.weights_bytes / GiB == pytest.approx(5.38, rel=0.01)
         assert s.weight_format.endswith("g128") and any("group 128" in n for n in s.notes)
+
+
+# llm-d-planner accuracy/results/v0.19.0/logs/ (commit 56dc5b76), vLLM 0.19.0 on an H100:
+# "Model loading took 13.64 GiB" (TP 1, --gpu-memory-utilization 0.95) and 7.01 GiB (TP 2, 0.9).
+@pytest.mark.parametrize(("tp", "util", "logged_gib"), [(1, 0.95, 13.64), (2, 0.9, 7.01)])
+def test_vllm_0_19_weights_match_its_logs_within_one_percent(
+    tp: int, util: float, logged_gib: float
+) -> None:
+    config = VllmConfig(
+        vllm_version="0.19.0",
+        max_model_len=8192,
+        gpu_memory_utilization=util,
+        tensor_parallel_size=tp,
+    )
+    s = simulate_startup(
+        _spec("gpt-oss-20b"), get_gpu("H100"), config, total_bytes=int(79.19 * GiB)
+    )
+    assert s.weights_bytes / GiB == pytest.approx(logged_gib, rel=0.01)
+    assert any("triton_kernels v3.6.0, its loaded scales kept" in n for n in s.notes)
+
+
+def test_the_vendored_triton_kernels_and_the_kept_scales_follow_the_release() -> None:
+    # cmake/external_projects/triton_kernels.cmake: v3.5.0 (0.12-0.16), v3.6.0 (0.17-0.21),
+    # v3.5.1 (0.22-); fused_moe/oracle/mxfp4.py deletes the loaded scales from 0.27.
+    assert triton_layout(14).tag == "v3.5.0" and triton_layout(14).scales_kept
+    assert triton_layout(17).tag == triton_layout(21).tag == "v3.6.0"
+    assert triton_layout(22).tag == "v3.5.1" and triton_layout(26).scales_kept
+    assert not triton_layout(27).scales_kept and not triton_layout(34).scales_kept
+    assert triton_layout(None).tag == "main" and not triton_layout(None).scales_kept
+
+
+def test_v3_6_pads_gpt_oss_values_to_64_bytes_and_0_27_frees_the_loaded_scales() -> None:
+    spec = _spec("gpt-oss-20b")
+    e = {m: mxfp4_experts(spec, tp=1, cc=(9, 0), vllm_minor=m).bytes_per_layer for m in (16, 19)}
+    # w13 (5760 rows x 1440 bytes) and w2 (2880 x 1440): 1440 -> 1472 bytes a row, 32 experts
+    assert e[19] - e[16] == 32 * (5760 + 2880) * (1472 - 1440)
+    kept = mxfp4_experts(spec, tp=1, cc=(9, 0), vllm_minor=26).bytes_per_layer
+    freed = mxfp4_experts(spec, tp=1, cc=(9, 0), vllm_minor=27).bytes_per_layer
+    assert kept - freed == 32 * (5760 * 2880 // 32 + 2880 * 2880 // 32)  # one uint8 per 32

@@ -230,9 +230,12 @@ def rank_weights(
     dtype: str,
     quantization: str | None,
     compute_capability: tuple[int, int] | None = None,
+    vllm_minor: int | None = None,
 ) -> RankWeights:
     """Weight bytes of the fullest rank (the last pipeline stage, or the first if it holds more).
-    ``compute_capability``: the GPU's, which picks the MXFP4 MoE backend (and its padding)."""
+    ``compute_capability``: the GPU's, which picks the MXFP4 MoE backend (and its padding);
+    ``vllm_minor``: the vLLM release, which picks how MXFP4 experts are held
+    (memfit.serving.mxfp4)."""
     text = spec.text or spec
     h, v, n_layers = text.hidden_size, text.vocab_size, text.n_layers
     n_params = spec.n_params if spec.n_params is not None else decoder_params(spec)
@@ -247,7 +250,11 @@ def rank_weights(
     heads = embed if not tied else 0
     norms = (2 * n_layers + 1) * h
     quant, group, note = weight_format(spec, quantization)
-    experts = mxfp4_experts(spec, tp=tp, cc=compute_capability) if quant == "mxfp4" else None
+    experts = (
+        mxfp4_experts(spec, tp=tp, cc=compute_capability, vllm_minor=vllm_minor)
+        if quant == "mxfp4"
+        else None
+    )
     linear = max(0, n_params - embed - heads - norms - (experts.logical_params if experts else 0))
     per_layer = linear / n_layers
     kv_extra = 0.0  # K/V projections replicated when TP exceeds the K/V heads

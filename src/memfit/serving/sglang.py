@@ -15,7 +15,9 @@ SGLang 0.5, as its source does it (sgl-project/sglang):
    every modelled release.
 2. ``model_executor/model_runner.py``: ``init_torch_distributed`` measures the free memory after
    the CUDA context and NCCL ("Load weight begin. avail mem=…"): ``total_gpu_memory``;
-   ``load_model`` loads the weights ("Load weight end. … mem usage=…").
+   ``load_model`` loads the weights ("Load weight end. … mem usage=…"; what that holds beyond
+   the weights, the allocator's segment tails and the fp32 rotary cache:
+   :mod:`memfit.serving.sglang_load`).
 3. ``profile_max_num_token`` (commit 01cc04e2b5b01ce379698a3fee1bd17706e1d0ec and later):
    ``rest = avail_after_weights - total_gpu_memory x (1 - mem_fraction_static)``;
    ``max_total_num_tokens = rest // cell_size`` where ``cell_size`` is the KV bytes of one token
@@ -55,6 +57,7 @@ from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
 from memfit.serving.layout import LayerKV, kv_layers, parallel_error, rank_weights
 from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memory_defaults
+from memfit.serving.sglang_load import load_overhead_bytes
 from memfit.serving.startup import model_dtype, served_as_decoder, vllm_total_bytes
 from memfit.spec.serving import DTYPES, VllmConfig
 from memfit.spec.sglang import SGLANG_KV_CACHE_DTYPES, SglangConfig
@@ -80,10 +83,12 @@ REQ_ROW_EXTRA, REQ_ENTRY_BYTES = 4, 4
 #: 21.63 = 0.73 GiB; 8 x H200 (NVLink): 139.80 - 137.29 = 2.51 GiB (sgl-project/sglang#11716).
 CONTEXT_BYTES = int(0.75 * GiB)
 CONTEXT_TP_BYTES = int(2.5 * GiB)
-#: "Load weight end … mem usage" minus the weights memfit counts: what loading adds (CUDA modules
-#: loaded on first use, the rotary cache). 15.54 GiB logged vs 15.29 GiB of QwQ-32B weights per
-#: rank on 4 x L4 (the log in benchmarks/data/sglang_logs.jsonl): 0.25 GiB. Fitted on that one
-#: log; the other logs' KV token counts check it.
+#: "Load weight end … mem usage" minus the weights memfit counts, for layouts whose load
+#: memfit.serving.sglang_load does not replay (MLA, quantized checkpoints or ``--quantization``):
+#: 15.54 GiB logged vs 15.29 GiB of QwQ-32B weights per rank on 4 x L4 (benchmarks/data/
+#: sglang_logs.jsonl): 0.25 GiB, fitted on that one log (the replay gives 0.22 GiB of
+#: allocator tails + 0.03 GiB of fp32 rotary cache for it). Dense and MoE bf16 / fp16
+#: decoders use the replay.
 LOAD_OVERHEAD_BYTES = int(0.25 * GiB)
 #: CUDA-graph capture ("Capture cuda graph end … mem usage=X GB"): 0.54-1.44 GB in published
 #: logs (sgl-project/sglang#10088, #12978, #11830; 0.93 GB for QwQ-32B on 4 x L4, bs <= 80, in
@@ -367,7 +372,11 @@ def simulate_sglang(
         context_bytes = CONTEXT_TP_BYTES if custom_all_reduce else CONTEXT_BYTES
     context = context_bytes
     before = total - context
-    loaded = w.weights_bytes + LOAD_OVERHEAD_BYTES
+    replayed = None
+    if config.quantization is None:
+        replayed = load_overhead_bytes(spec, tp=tp, dtype_bytes=act_bytes)
+    overhead = LOAD_OVERHEAD_BYTES if replayed is None else replayed
+    loaded = w.weights_bytes + overhead
     rest = (before - loaded) - before * (1 - frac)
     tokens = int(rest // cell) if cell else 0
     if config.max_total_tokens is not None:
@@ -412,7 +421,7 @@ def simulate_sglang(
         cuda_graph_max_bs=max_bs,
         capture_bs=capture,
         weights_bytes=w.weights_bytes,
-        load_overhead_bytes=LOAD_OVERHEAD_BYTES,
+        load_overhead_bytes=overhead,
         weight_format=w.format,
         cell_size_bytes=cell,
         kv_kind=kv_kind,

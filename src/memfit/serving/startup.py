@@ -457,6 +457,7 @@ def simulate_startup(
         dtype=dtype,
         quantization=config.quantization,
         compute_capability=gpu.compute_capability,
+        vllm_minor=minor,
     )
     if w.note:
         notes.append(w.note)

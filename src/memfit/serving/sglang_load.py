@@ -1,0 +1,196 @@
+"""What SGLang's "Load weight end. ... mem usage=X GB" counts beyond the weights (torch-free).
+
+SGLang's ``ModelRunner.load_model`` (``python/sglang/srt/model_executor/model_runner.py``, read in
+the 0.4.1, 0.4.3, 0.4.4, 0.4.9 and 0.5.3 wheels) logs ``before_avail_memory -
+after_avail_memory``, both from ``get_available_gpu_memory`` (``sglang/srt/utils.py``), which calls
+``torch.cuda.empty_cache()`` and then ``torch.cuda.mem_get_info``: device free memory. So "mem
+usage" is the weights plus what the caching allocator keeps reserved around them (a segment that
+holds any live tensor is not released) plus what loading added outside torch. Two parts of it are
+modelled here, from the source:
+
+- The rotary ``cos_sin_cache`` stays fp32 on CUDA: ``RotaryEmbedding.__init__`` casts it to the
+  model dtype only ``if not _is_cuda_available`` ("cache needs to be in FP32 for numerical
+  stability", ``sglang/srt/layers/rotary_embedding.py`` of every release read). Its temporaries
+  (``freqs``, ``cos``, ``sin``, each max_position x rotary_dim / 2 fp32) are freed at once.
+- The caching allocator's segments: the model is built under ``torch.device("cuda")``
+  (``model_loader/loader.py``), so each parameter is one request in construction order; a
+  request above 10 MiB gets its own segment rounded up to 2 MiB, one of 1-10 MiB a share of a
+  20 MiB segment, one of at most 1 MiB a share of a 2 MiB one (PyTorch
+  ``c10/cuda/CUDACachingAllocator.cpp``: ``kMinLargeAlloc``, ``kRoundLarge``, ``kLargeBuffer``,
+  ``kSmallBuffer``; best fit, remainders above 1 MiB split off). The tails no later request fills
+  stay reserved after ``empty_cache``. The replay here follows those rules for one rank's
+  parameters (memfit.estimate.allocator.caching is the full replay; serving may not import it).
+
+Not modelled (the TP 1 logs keep 0.00-0.09 GiB more than this, the same Llama-3.1-8B 0.00 on an
+RTX 4090 and 0.07 / 0.09 on H100s): non-torch memory loading adds (CUDA modules loaded on first
+use, the cuBLAS handle and workspace if the rope's ``einsum`` reaches cuBLAS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memfit.models import ModelSpec
+from memfit.serving.layout import ROPE_FP32
+from memfit.units import MiB
+
+__all__ = ["LoadReplay", "load_overhead_bytes", "load_tensor_sizes", "replay_load"]
+
+#: PyTorch CUDACachingAllocator constants (c10/cuda/CUDACachingAllocator.cpp).
+SMALL_SIZE = 1 * MiB  # kSmallSize: at most this goes to the small pool
+SMALL_BUFFER = 2 * MiB  # kSmallBuffer
+LARGE_BUFFER = 20 * MiB  # kLargeBuffer: segment for 1-10 MiB requests
+MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
+ROUND_LARGE = 2 * MiB  # kRoundLarge
+MIN_BLOCK = 512  # kMinBlockSize
+#: Bytes of the fp32 rotary cache SGLang keeps on CUDA.
+ROPE_BYTES = 4
+#: Marker in a request list: free the rotary cache's three temporaries (freqs, cos, sin).
+FREE_TEMPORARIES = -1
+#: SGLang's VocabParallelEmbedding pads the vocabulary to a multiple of 64 (x TP).
+VOCAB_PAD = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadReplay:
+    """One rank's load as the caching allocator holds it."""
+
+    allocated_bytes: int  # the tensors (weights, rotary cache)
+    reserved_bytes: int  # the segments that hold them after empty_cache
+    rope_bytes: int  # the fp32 rotary cache among the tensors
+
+
+def _up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def load_tensor_sizes(spec: ModelSpec, *, tp: int, dtype_bytes: int) -> list[int] | None:
+    """One rank's requests in SGLang's construction order, for a dense or MoE decoder in the
+    model dtype: a positive entry allocates that many bytes, ``FREE_TEMPORARIES`` frees the
+    rotary cache's temporaries; None for layouts not drawn here (MLA, quantized checkpoints)."""
+    t = spec.text or spec
+    h, v, n, i = t.hidden_size, t.vocab_size, t.n_layers, t.intermediate_size
+    heads = t.n_heads
+    if not (h and v and n and i and heads) or t.get("kv_lora_rank") or spec.quantization:
+        return None
+    kv = t.n_kv_heads or heads
+    hd = t.head_dim or h // heads
+    b = dtype_bytes
+    q, k = max(heads // tp, 1) * hd, max(kv // tp, 1) * hd
+    vp = _up(v, VOCAB_PAD * tp) // tp
+    qkv_bias = bool(t.get("attention_bias")) or t.model_type in ("qwen2", "qwen2_moe")
+    qk_norm = t.model_type in ("qwen3", "qwen3_moe")
+    experts = t.n_experts or 0
+    ei = t.expert_intermediate_size or i
+    sizes = [vp * h * b]
+    rot, rows = t.rotary_dim, t.max_positions
+    for layer in range(n):
+        sizes.append((q + 2 * k) * h * b)
+        if qkv_bias:
+            sizes.append((q + 2 * k) * b)
+        sizes.append(h * q * b)
+        if qk_norm:
+            sizes += [hd * b, hd * b]
+        if layer == 0 and rot and rows:  # get_rope's one cache, built in the first layer
+            half = rows * rot // 2 * ROPE_BYTES
+            sizes += [half, half, half, rows * rot * ROPE_BYTES, FREE_TEMPORARIES]
+        if experts:
+            sizes += [experts * h * b, experts * 2 * _up(ei, tp) // tp * h * b]
+            sizes.append(experts * h * _up(ei, tp) // tp * b)
+        else:
+            sizes += [2 * (i // tp) * h * b, h * (i // tp) * b]
+        sizes += [h * b, h * b]
+    sizes.append(h * b)
+    if not t.tie_word_embeddings:
+        sizes.append(vp * h * b)
+    return sizes
+
+
+class _Segments:
+    """The large and small pools of the caching allocator, for allocations and whole frees
+    of blocks (merging with free neighbours in their segment, as ``free_block`` does)."""
+
+    def __init__(self) -> None:
+        self.segments: list[list[list[int]]] = []  # [size, live] blocks, address order
+        self.small: list[bool] = []
+
+    def malloc(self, n_bytes: int) -> tuple[int, int]:
+        size = max(MIN_BLOCK, _up(n_bytes, MIN_BLOCK))
+        is_small = size <= SMALL_SIZE
+        best: tuple[int, int, int] | None = None  # (block size, segment, index)
+        for s, seg in enumerate(self.segments):
+            if self.small[s] != is_small:
+                continue
+            for j, (bsize, live) in enumerate(seg):
+                if not live and bsize >= size and (best is None or bsize < best[0]):
+                    best = (bsize, s, j)
+        if best is None:
+            if is_small:
+                seg_size = SMALL_BUFFER
+            elif size < MIN_LARGE_ALLOC:
+                seg_size = LARGE_BUFFER
+            else:
+                seg_size = _up(size, ROUND_LARGE)
+            self.segments.append([[seg_size, 0]])
+            self.small.append(is_small)
+            best = (seg_size, len(self.segments) - 1, 0)
+        bsize, s, j = best
+        rest = bsize - size
+        if rest >= MIN_BLOCK if is_small else rest > SMALL_SIZE:
+            self.segments[s][j] = [size, 1]
+            self.segments[s].insert(j + 1, [rest, 0])
+        else:
+            self.segments[s][j][1] = 1
+        return s, id(self.segments[s][j])
+
+    def free(self, where: tuple[int, int]) -> None:
+        s, key = where
+        seg = self.segments[s]
+        j = next(k for k, blk in enumerate(seg) if id(blk) == key)
+        seg[j][1] = 0
+        if j + 1 < len(seg) and not seg[j + 1][1]:
+            seg[j][0] += seg.pop(j + 1)[0]
+        if j > 0 and not seg[j - 1][1]:
+            seg[j - 1][0] += seg.pop(j)[0]
+
+    def reserved_after_empty_cache(self) -> int:
+        return sum(sum(b[0] for b in seg) for seg in self.segments if any(b[1] for b in seg))
+
+
+def replay_load(spec: ModelSpec, *, tp: int, dtype_bytes: int) -> LoadReplay | None:
+    """Replay one rank's load through the caching allocator's rules (None: layout not drawn)."""
+    sizes = load_tensor_sizes(spec, tp=tp, dtype_bytes=dtype_bytes)
+    if sizes is None:
+        return None
+    pools = _Segments()
+    live: list[tuple[tuple[int, int], int]] = []
+    allocated = rope = 0
+    for n in sizes:
+        if n == FREE_TEMPORARIES:  # freqs, cos, sin: the three requests before the cache
+            for where, size in live[-4:-1]:
+                pools.free(where)
+                allocated -= size
+            rope = live[-1][1]
+            del live[-4:-1]
+            continue
+        live.append((pools.malloc(n), n))
+        allocated += n
+    return LoadReplay(
+        allocated_bytes=allocated,
+        reserved_bytes=pools.reserved_after_empty_cache(),
+        rope_bytes=rope,
+    )
+
+
+def load_overhead_bytes(spec: ModelSpec, *, tp: int, dtype_bytes: int) -> int | None:
+    """ "mem usage" at load end minus the weights memfit counts (:func:`rank_weights
+    <memfit.serving.layout.rank_weights>`, whose rotary cache is in the model dtype): the
+    allocator's unreleased tails plus the fp32 rotary cache's extra bytes; None for layouts
+    :func:`load_tensor_sizes` does not draw."""
+    r = replay_load(spec, tp=tp, dtype_bytes=dtype_bytes)
+    if r is None:
+        return None
+    text = spec.text or spec
+    fp32 = text.model_type in ROPE_FP32
+    counted = r.rope_bytes if fp32 else r.rope_bytes // ROPE_BYTES * dtype_bytes
+    return r.reserved_bytes - r.allocated_bytes + r.rope_bytes - counted
