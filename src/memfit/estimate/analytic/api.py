@@ -45,6 +45,7 @@ from memfit.estimate.quant import unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.spec import WorkloadSpec
 from memfit.spec.hf_versions import autocasts_adapters, returns_fp32_logits
+from memfit.units import format_bytes
 
 #: Workload settings the analytic engine does not model yet, with their default value.
 #: peft's LoRA dropout (each adapter's dropped input copy and mask) has no closed form yet: the
@@ -352,6 +353,12 @@ def _result(
             f"reserved bytes are allocated x {reserved.ratio[0]:.3f} ({which} the trace's "
             "allocator replay)"
         )
+        if reserved.floor_bytes:  # inference: the allocator's smallest segments
+            plus = "" if end == "mid" else f" + {format_bytes(reserved.fixed_bytes[0])}"
+            reserved_note = reserved_note.replace(" (", f"{plus} (", 1) + (
+                f", at least {format_bytes(reserved.floor_bytes)} (one 20 MiB large-pool and one "
+                "2 MiB small-pool segment)"
+            )
     return EngineResult(
         engine="analytic",
         model_name=name,
