@@ -231,9 +231,17 @@ class DecoderProgram(ChainProgram):
         return x
 
     def embed_masks(self, o: Ops, w: Work, shared: Shared, x_dtype: str) -> None:
-        """The mask the model builds once for every layer."""
+        """The mask the model builds once for every layer. SDPA's sliding-window bool mask of
+        an inference pass is one (1, 1, S, S) mask expanded over the batch (stride 0: traced,
+        transformers 5.23's ``sdpa_mask``), so it holds S x S bytes, not B x S x S; the
+        efficient kernel still widens it to B x S x S (``attention.py``). Training keeps the
+        batch-sized mask (its grid rows were measured with it: docs/accuracy.md, "Inference on
+        the default engine")."""
         dtype = self.mask_dtype(w, x_dtype)
-        if dtype:
+        if dtype == "bool" and not w.train and w.kv_len == w.q_len and w.impl == "sdpa":
+            shared.mask = o.new(w.q_len * w.kv_len, dtype)
+            o.g.hold(shared.mask)
+        elif dtype:
             shared.mask = eager_mask(o, w, dtype)
 
     def embed(self, o: Ops, w: Work) -> tuple[Tensor, Shared]:
