@@ -444,7 +444,9 @@ def render(
         "`--skip-derived`), `mixed_offload_held` = `mixed` with DeepSpeed ZeRO-2 offloading the "
         "optimizer to host RAM, gradients held (the full fine-tune's plan on one GPU; a few "
         f"families); `infer` decodes {NEW_TOKENS} new "
-        "tokens where the model generates (else one forward). Error = (fast - trace) / trace.",
+        "tokens where the model generates (else one forward); `infer_long` = `infer` at 4 x the "
+        "batch and the sequence, 16 new tokens (issue 32: serving size; the fast path validates "
+        "inference where both pass). Error = (fast - trace) / trace.",
         "",
         "| family | kind | job | trace alloc | trace reserved | derived alloc (err) "
         "| derived reserved (err) | analytic alloc (err) | analytic reserved (err) |",
