@@ -377,7 +377,11 @@ def _result(
                 "wall_s": round(time.perf_counter() - started, 6),
                 **sim.info,
             },
-            **({"reserved_band": _band_note(band, reserved.ratio)} if end == "band" else {}),
+            **(
+                {"reserved_band": _band_note(band, reserved.ratio, reserved.fixed_bytes[1])}
+                if end == "band"
+                else {}
+            ),
         },
         notes=[
             f"{DESCRIPTION_START} of what transformers {WRITTEN_AGAINST['transformers']}"
@@ -390,9 +394,13 @@ def _result(
     )
 
 
-def _band_note(band: ClassBand | None, ratio: tuple[float, float, float]) -> str:
+def _band_note(
+    band: ClassBand | None, ratio: tuple[float, float, float], top_bytes: int = 0
+) -> str:
     """Which reserved band an estimate at ``end="band"`` took (the estimate's
-    ``trace["reserved_band"]``: the plan and the confirmation say it)."""
+    ``trace["reserved_band"]``: the plan and the confirmation say it). ``top_bytes``: what the
+    top adds to the ratio (inference: the allocator's smallest segments)."""
     if band is not None:
         return band.describe()
-    return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f})"
+    plus = f" + {format_bytes(top_bytes)}" if top_bytes else ""
+    return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}{plus})"
