@@ -74,7 +74,19 @@ JOBS: dict[str, dict[str, Any]] = {
         "offload": "optimizer",
         "zero_grad_set_to_none": False,
     },
+    # issue 32: inference at serving size (SCALED: 4x the batch and the sequence, 16 new
+    # tokens): the KV cache and the attention's temporaries large enough to fragment the
+    # allocator's segments, which the short ``infer`` job does not show
+    "infer_long": {"mode": "infer"},
 }
+#: Jobs run at a multiple of the command line's batch size and sequence length: job ->
+#: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
+#: 256 positions hold 4 x 32 + 16.
+SCALED: dict[str, tuple[int, int, int]] = {"infer_long": (4, 4, 16)}
+#: Grid jobs that stand for another job of ``memfit.estimate.fastpath`` (its ``grid_job``): the
+#: fast path validates that job for a model type only where the rows of every grid job that
+#: stands for it pass (``validated_table``, ``settles_table``).
+JUDGED_AS: dict[str, str] = {"infer_long": "infer"}
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
 #: the targets (by role, or the module names).
@@ -112,11 +124,13 @@ FIELDS = (("allocated_bytes", "alloc"), ("reserved_bytes", "reserved"))
 def _workload(job: str, family: str, model_type: str, *, batch: int, seq: int) -> Any:
     from memfit.spec import WorkloadSpec
 
-    fields = {"precision": "bf16-true", **JOBS[job], "batch_size": batch, "seq_len": seq}
+    batch_factor, seq_factor, new_tokens = SCALED.get(job, (1, 1, NEW_TOKENS))
+    fields = {"precision": "bf16-true", **JOBS[job], "batch_size": batch * batch_factor,
+              "seq_len": seq * seq_factor}  # fmt: skip
     if job in ("lora", "lora_ckpt") and family in LORA_TARGETS:
         fields["lora_targets"] = LORA_TARGETS[family]
-    if job == "infer" and generates(model_type):
-        fields["new_tokens"] = NEW_TOKENS
+    if JOBS[job]["mode"] == "infer" and generates(model_type):
+        fields["new_tokens"] = new_tokens
     return WorkloadSpec(**fields)
 
 
@@ -202,7 +216,8 @@ def run_family(
     for job in jobs:
         w = _workload(job, family, model_type, batch=batch, seq=seq)
         row: dict[str, Any] = {"family": family, "kind": kind, "origin": origin, "job": job,
-                               "batch": batch, "seq": seq, "new_tokens": w.new_tokens,
+                               "batch": w.batch_size, "seq": w.seq_len, "grid_batch": batch,
+                               "new_tokens": w.new_tokens,
                                "lora_targets": w.lora_targets if w.lora_rank else None}  # fmt: skip
         row["trace"] = _one("trace", source, w)
         row["derived"] = (
@@ -355,7 +370,7 @@ def _done_rows(jsonl: Path, args: argparse.Namespace) -> list[dict]:
     if not jsonl.exists():
         return []
     rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r.get("batch") == args.batch]
+    return [r for r in rows if r.get("grid_batch", r.get("batch")) == args.batch]
 
 
 def _family_wall_s(rows: list[dict]) -> float:
@@ -429,7 +444,9 @@ def render(
         "`--skip-derived`), `mixed_offload_held` = `mixed` with DeepSpeed ZeRO-2 offloading the "
         "optimizer to host RAM, gradients held (the full fine-tune's plan on one GPU; a few "
         f"families); `infer` decodes {NEW_TOKENS} new "
-        "tokens where the model generates (else one forward). Error = (fast - trace) / trace.",
+        "tokens where the model generates (else one forward); `infer_long` = `infer` at 4 x the "
+        "batch and the sequence, 16 new tokens (issue 32: serving size; the fast path validates "
+        "inference where both pass). Error = (fast - trace) / trace.",
         "",
         "| family | kind | job | trace alloc | trace reserved | derived alloc (err) "
         "| derived reserved (err) | analytic alloc (err) | analytic reserved (err) |",
@@ -480,7 +497,7 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
     its reserved ratio range — None: the one ``estimate`` shows under auto (the median, the top
     for a checkpointed job: ``memfit.estimate.fastpath.shown_reserved_end``); "high": the top of
     the band, on which the verdict is settled (what the validation judges)."""
-    from memfit.estimate.analytic.reserved import RESERVED_RATIO
+    from memfit.estimate.analytic.reserved import RESERVED_RATIO, reserved_rule
 
     a = row.get("analytic", {})
     if a.get("status") != "ok" or row["trace"]["status"] != "ok":
@@ -488,7 +505,11 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
     if end is None:  # fastpath.shown_reserved_end: the top for every checkpointed job
         checkpointing = JOBS.get(row["job"], {}).get("checkpointing", "none")
         end = "high" if checkpointing != "none" else "mid"
-    median, _lowest, highest = RESERVED_RATIO["infer" if row["job"] == "infer" else "train"]
+    if JOBS.get(row["job"], {}).get("mode") == "infer":  # the engine's own rule (its floor)
+        reserved, _range = reserved_rule(training=False, end=end).at(a["allocated_bytes"])
+        return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
+                "reserved_bytes": reserved}  # fmt: skip
+    median, _lowest, highest = RESERVED_RATIO["train"]
     ratio = highest if end == "high" else median
     return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
             "reserved_bytes": int(a["allocated_bytes"] * ratio)}  # fmt: skip
@@ -512,11 +533,23 @@ def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
                               ("reserved_bytes", -TOLERANCE, float("inf")))
         )  # fmt: skip
         by.setdefault((model_type_of(r), r["job"]), []).append(ok)
+    return _judged(by)
+
+
+def _judged(by: dict[tuple[str, str], list[bool]]) -> dict[str, tuple[str, ...]]:
+    """model_type -> the fast path's jobs whose every grid row passed (``by``: (model_type, grid
+    job) -> each row's pass), where a job other grid jobs stand for (:data:`JUDGED_AS`) passes
+    only with rows of each of them, all passing."""
     table: dict[str, list[str]] = {}
-    for (mt, job), oks in by.items():
-        if oks and all(oks):
-            table.setdefault(mt, []).append(job)
-    return {mt: tuple(j for j in JOBS if j in jobs) for mt, jobs in sorted(table.items())}
+    for mt in sorted({mt for mt, _ in by}):
+        for job in JOBS:
+            if job in JUDGED_AS:
+                continue
+            grid_jobs = [job, *(g for g, j in JUDGED_AS.items() if j == job)]
+            oks = [by.get((mt, g), []) for g in grid_jobs]
+            if all(o and all(o) for o in oks):
+                table.setdefault(mt, []).append(job)
+    return {mt: tuple(jobs) for mt, jobs in table.items()}
 
 
 def settles_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
@@ -539,11 +572,7 @@ def settles_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
             and (a["allocated_bytes"] >= t["allocated_bytes"] * (1 - TOLERANCE))
         )
         by.setdefault((model_type_of(r), r["job"]), []).append(ok)
-    table: dict[str, list[str]] = {}
-    for (mt, job), oks in by.items():
-        if oks and all(oks):
-            table.setdefault(mt, []).append(job)
-    return {mt: tuple(j for j in JOBS if j in jobs) for mt, jobs in sorted(table.items())}
+    return _judged(by)
 
 
 def render_default(rows: list[dict]) -> list[str]:

@@ -68,6 +68,10 @@ EXCLUDED = {
     "(llama-3.2-1b) and 1.303 (roberta-base): the KV cache's growth the short decode does not show",
 }
 
+#: Grid jobs fitted with the job they stand for (``fastpath_grid.JUDGED_AS``): the serving-size
+#: inference rows are inference rows.
+FOLDED = {"infer_long": "infer"}
+
 
 @dataclass(frozen=True)
 class Point:
@@ -103,7 +107,7 @@ def points(rows: list[dict[str, Any]]) -> dict[str, list[Point]]:
             continue
         allocated = int(a["allocated_bytes"])
         excess = max(0, allocated - int(t["allocated_bytes"]))
-        out[r["job"]].append(
+        out[FOLDED.get(r["job"], r["job"])].append(
             Point(r["family"], r["origin"], allocated, int(t["reserved_bytes"]) + excess)
         )
     return dict(out)

@@ -37,6 +37,8 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({}, "train"),
         ({"checkpointing": "full"}, "ckpt"),
         ({"mode": "infer", "new_tokens": 64}, "infer"),
+        ({"mode": "infer", "batch_size": 20, "seq_len": 512, "new_tokens": 16}, "infer"),
+        ({"mode": "infer", "new_tokens": 8, "cache_implementation": "static"}, None),
         ({"precision": "bf16-mixed"}, "mixed"),  # the full fine-tune's default (issue 32)
         ({"lora_rank": 16, "checkpointing": "full"}, "lora_ckpt"),
         ({"precision": "bf16-mixed", "lora_rank": 16}, None),  # no grid row: traced
@@ -70,9 +72,48 @@ def test_auto_answers_a_validated_job_with_the_analytic_engine_unconfirmed() -> 
 
 
 def test_a_job_the_grid_does_not_validate_is_traced_and_confirmed() -> None:
-    est = memfit.estimate("gpt2", WorkloadSpec(mode="infer", seq_len=32))
+    est = memfit.estimate("gpt2", WorkloadSpec(mode="infer", seq_len=32, precision="16-true"))
     assert est.engine == "trace"
     assert est.confirmed is True
+
+
+def test_auto_answers_an_inference_job_with_the_analytic_engine_the_trace_confirms() -> None:
+    """Issue 32: ``--mode infer`` (bf16) answers analytic where the grid's ``infer`` and
+    ``infer_long`` rows of the model type pass; its reserved bytes at the median ratio, never
+    under the allocator's smallest segments; the trace's answer lies within the tolerance."""
+    w = WorkloadSpec(mode="infer", seq_len=32, new_tokens=8)
+    fast = memfit.estimate("gpt2", w)
+    assert (fast.engine, fast.confirmed) == ("analytic", False)
+    assert "for model_type 'gpt2' (infer)" in str(fast.engine_reason)
+    mid = RESERVED_RATIO["infer"][0]
+    assert fast.peak_reserved_bytes == max(int(fast.peak_allocated_bytes * mid), 22 * 2**20)
+    est = memfit.estimate("gpt2", w, options=EstimateOptions(confirm=True))
+    assert est.engine == "trace"
+    assert abs(fast.peak_allocated_bytes / est.peak_allocated_bytes - 1) <= fastpath.TOLERANCE
+    assert fast.peak_reserved_bytes >= est.peak_reserved_bytes * (1 - fastpath.TOLERANCE)
+
+
+def _row(family: str, job: str, analytic_bytes: int, trace_bytes: int) -> dict:
+    return {"family": family, "origin": "tiny", "job": job,
+            "analytic": {"status": "ok", "allocated_bytes": analytic_bytes},
+            "trace": {"status": "ok", "allocated_bytes": trace_bytes,
+                      "reserved_bytes": trace_bytes}}  # fmt: skip
+
+
+def test_inference_is_validated_only_where_its_serving_size_rows_pass_too() -> None:
+    """``infer_long`` stands for ``infer`` (fastpath_grid.JUDGED_AS): short rows alone, or a
+    serving-size row more than the tolerance off, leave inference to the trace."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import JUDGED_AS, validated_table
+
+    assert JUDGED_AS == {"infer_long": "infer"}
+    mib = 2**20
+    short = _row("llama", "infer", 100 * mib, 100 * mib)
+    assert validated_table([short]) == {}
+    assert validated_table([short, _row("llama", "infer_long", 100 * mib, 100 * mib)]) == {
+        "llama": ("infer",)
+    }
+    assert validated_table([short, _row("llama", "infer_long", 96 * mib, 100 * mib)]) == {}
 
 
 def test_other_library_versions_void_the_validation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -254,11 +254,14 @@ class ReservedRule:
     the peak allocated bytes), or ``ratio`` = (mid, low, high) times the peak allocated bytes, the
     low..high product its range (a closed form knows the peak, not the history).
     ``fixed_bytes``: (to the point, to the range's top) bytes added to a ratio rule's products
-    (a job class's band: ``analytic/reserved.py``, ``band_rule``)."""
+    (a job class's band: ``analytic/reserved.py``, ``band_rule``). ``floor_bytes``: the least a
+    ratio rule's point and range bottom take (the allocator's smallest segments:
+    ``analytic/reserved.py``, ``MIN_SEGMENTS_BYTES``)."""
 
     replayed_bytes: int | None = None
     ratio: tuple[float, float, float] | None = None
     fixed_bytes: tuple[int, int] = (0, 0)
+    floor_bytes: int = 0
 
     def __post_init__(self) -> None:
         if (self.replayed_bytes is None) == (self.ratio is None):
@@ -270,8 +273,10 @@ class ReservedRule:
             return max(int(self.replayed_bytes or 0), peak_allocated_bytes), None
         mid, low, high = self.ratio
         at_point, at_top = self.fixed_bytes
-        rng = (int(peak_allocated_bytes * low), int(peak_allocated_bytes * high) + at_top)
-        return int(peak_allocated_bytes * mid) + at_point, rng
+        floor = self.floor_bytes
+        top = int(peak_allocated_bytes * high) + at_top
+        rng = (min(max(int(peak_allocated_bytes * low), floor), top), top)
+        return min(max(int(peak_allocated_bytes * mid) + at_point, floor), top), rng
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -137,8 +137,8 @@ def test_the_settles_table_is_what_the_grid_rows_say_and_holds_every_validated_j
     # +19.8 %: compose.holds_grads), so the job is validated and settles
     assert "mixed_offload_held" in fastpath.SETTLES["mistral"]
     assert "mixed_offload_held" in fastpath.VALIDATED["mistral"]
-    # inference: the allocated bytes are never under the trace's, but the fast answer's
-    # reserved bytes are (tiny mistral's short decode: -44.8 % at the top of the range), so
+    # inference: the allocated bytes are never under the trace's, but over by more than the
+    # tolerance (tiny mistral at 20 x 128, a sliding window of 16: +2.7 %, infer_long), so
     # a plan's "fits" may settle on the band while the fast answer is not validated
     assert "infer" in fastpath.SETTLES["mistral"]
     assert "infer" not in fastpath.VALIDATED["mistral"]

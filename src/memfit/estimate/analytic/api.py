@@ -45,6 +45,7 @@ from memfit.estimate.quant import unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.spec import WorkloadSpec
 from memfit.spec.hf_versions import autocasts_adapters, returns_fp32_logits
+from memfit.units import format_bytes
 
 #: Workload settings the analytic engine does not model yet, with their default value.
 #: peft's LoRA dropout (each adapter's dropped input copy and mask) has no closed form yet: the
@@ -352,6 +353,12 @@ def _result(
             f"reserved bytes are allocated x {reserved.ratio[0]:.3f} ({which} the trace's "
             "allocator replay)"
         )
+        if reserved.floor_bytes:  # inference: the allocator's smallest segments
+            plus = "" if end == "mid" else f" + {format_bytes(reserved.fixed_bytes[0])}"
+            reserved_note = reserved_note.replace(" (", f"{plus} (", 1) + (
+                f", at least {format_bytes(reserved.floor_bytes)} (one 20 MiB large-pool and one "
+                "2 MiB small-pool segment)"
+            )
     return EngineResult(
         engine="analytic",
         model_name=name,
@@ -370,7 +377,11 @@ def _result(
                 "wall_s": round(time.perf_counter() - started, 6),
                 **sim.info,
             },
-            **({"reserved_band": _band_note(band, reserved.ratio)} if end == "band" else {}),
+            **(
+                {"reserved_band": _band_note(band, reserved.ratio, reserved.fixed_bytes[1])}
+                if end == "band"
+                else {}
+            ),
         },
         notes=[
             f"{DESCRIPTION_START} of what transformers {WRITTEN_AGAINST['transformers']}"
@@ -383,9 +394,13 @@ def _result(
     )
 
 
-def _band_note(band: ClassBand | None, ratio: tuple[float, float, float]) -> str:
+def _band_note(
+    band: ClassBand | None, ratio: tuple[float, float, float], top_bytes: int = 0
+) -> str:
     """Which reserved band an estimate at ``end="band"`` took (the estimate's
-    ``trace["reserved_band"]``: the plan and the confirmation say it)."""
+    ``trace["reserved_band"]``: the plan and the confirmation say it). ``top_bytes``: what the
+    top adds to the ratio (inference: the allocator's smallest segments)."""
     if band is not None:
         return band.describe()
-    return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f})"
+    plus = f" + {format_bytes(top_bytes)}" if top_bytes else ""
+    return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}{plus})"

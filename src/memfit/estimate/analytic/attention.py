@@ -117,8 +117,10 @@ def attention(
             k, v = _repeat_kv(o, k, n_rep, interleave=True), _repeat_kv(o, v, n_rep, True)
         bias = None
         if mask is not None and mask.dtype == "bool":  # zeros(...).masked_fill_(~mask, -inf)
-            (inverted,) = o.g.op([mask], [(mask.numel, "bool")])  # ``logical_not``: transient
-            bias = o.g.op([mask, inverted], [(mask.numel, q.dtype)])[0]
+            # of the mask's (B, 1, S, S) shape, even where it is one mask expanded over the batch
+            n = max(mask.numel, shape.batch * shape.q_len * shape.kv_len)
+            (inverted,) = o.g.op([mask], [(n, "bool")])  # ``logical_not``: transient
+            bias = o.g.op([mask, inverted], [(n, q.dtype)])[0]
         return fused_attention(
             o, q, k, v, shape, lse_len=round_up(shape.q_len, EFFICIENT_LSE_ROUND), bias=bias
         )

@@ -116,6 +116,10 @@ def sparse_moe(
         weights = o.g.op([vals, denom], [(tokens * k, "f32")], saves=[vals, denom])[0]
     if routing == "qwen3":
         weights = o.cast(weights, logits.dtype)  # .to(router_logits.dtype)
+    if not o.train and not (quantizes_experts(o.quant) and o.quant_experts):
+        res = grouped_experts(o, x, weights, idx, a)
+        o.g.touch(logits)  # ``_, weights, index = self.gate(...)``: a local until the block returns
+        return res
     out = o.new(tokens * h, x.dtype)  # zeros_like(hidden_states)
     mask = o.new(tokens * k * (e + 1), "i64")  # one_hot(top_k_index, E + 1)
     rows = k * tokens
@@ -143,6 +147,42 @@ def sparse_moe(
     return res
 
 
+def grouped_experts(o: Ops, x: Tensor, weights: Tensor, idx: Tensor, a: Arch) -> Tensor:
+    """An inference pass's experts as transformers 5.23 runs them by default
+    (``integrations/moe.py``, ``grouped_mm_experts_forward``; ``experts_implementation``
+    "grouped_mm", what memfit's trace runs): the ``S = top_k x tokens`` (token, expert) pairs
+    sorted by expert, the hidden states gathered into that order, one grouped matmul per
+    projection, the routing weights applied (the product in the promoted dtype: fp32 for
+    Mixtral's fp32 weights), the rows put back in token order and summed over the top-k. Every
+    tensor it makes is a local until it returns, so at the reordering four S x hidden tensors
+    are alive (the gathered input, the down projection, the weighted rows and their reordered
+    copy): qwen3-30b-a3b cut to 2 layers at 20 x 512 tokens allocates 4 % more than the
+    per-expert loop the training pass keeps (docs/accuracy.md, "Inference on the default
+    engine"; training's grid rows were measured with that loop and stay so)."""
+    e, k, h, f = a.n_experts, a.top_k, a.hidden, a.expert_ffn or a.ffn
+    tokens = x.numel // h
+    rows = k * tokens
+    ids_sorted, perm = o.g.op([idx], [(rows, "i64"), (rows, "i64")])  # torch.sort(expert_ids)
+    (div,) = o.g.op([perm], [(rows, "i64")])  # perm // num_top_k: a temporary
+    (sel,) = o.g.op([x, div], [(rows * h, x.dtype)])  # hidden_states[perm // num_top_k]
+    (w_g,) = o.g.op([weights, perm], [(rows, weights.dtype)])  # sample_weights[perm]
+    (hist_in,) = o.g.op([ids_sorted], [(rows, "i32")])  # expert_ids_g.int() (CUDA)
+    (counts,) = o.g.op([hist_in], [(e, "i32")])  # torch.histc
+    (offsets,) = o.g.op([counts], [(e, "i32")])  # cumsum
+    gate_up, down = o.weight(e, 2 * f, h), o.weight(e, h, f)
+    (gu,) = o.g.op([sel, gate_up, offsets], [(rows * 2 * f, x.dtype)], matmul=True, mm=True)
+    g_, up = o.split(gu, [f, f])
+    act = o.mul(o.act(g_, "silu"), up)  # _apply_gate: act_fn(gate) * up
+    (y,) = o.g.op([act, down, offsets], [(rows * h, x.dtype)], matmul=True, mm=True)
+    weighted = o.mul(y, w_g)  # proj_out * sample_weights_g.unsqueeze(-1)
+    (inv,) = o.g.op([perm], [(rows, "i64")])  # inv_perm[perm] = arange(S)
+    (ordered,) = o.g.op([weighted, inv], [(rows * h, weighted.dtype)])  # weighted_out[inv_perm]
+    (summed,) = o.g.op([ordered], [(tokens * h, weighted.dtype)])  # .view(T, k, h).sum(dim=1)
+    res = o.cast(summed, x.dtype)
+    o.g.touch(ids_sorted, perm, sel, w_g, hist_in, counts, offsets, y, inv, ordered)
+    return res
+
+
 def _expert_linear(o: Ops, x: Tensor, w: Tensor, n_in: int, n_out: int) -> Tensor:
     """``F.linear(x, W[e])`` with a selected expert weight (a view of the 3-D parameter)."""
     xi, wi = o.autocast_input(x), o.autocast_weight(w)
@@ -156,4 +196,12 @@ def _expert_linear(o: Ops, x: Tensor, w: Tensor, n_in: int, n_out: int) -> Tenso
     return out
 
 
-__all__ = ["ACT_KIND", "MLP_KINDS", "MOE_ROUTINGS", "Mlp", "mlp_block", "sparse_moe"]
+__all__ = [
+    "ACT_KIND",
+    "MLP_KINDS",
+    "MOE_ROUTINGS",
+    "Mlp",
+    "grouped_experts",
+    "mlp_block",
+    "sparse_moe",
+]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memfit.estimate.allocator.caching import LARGE_BUFFER_BYTES, SMALL_BUFFER_BYTES
 from memfit.estimate.analytic.reserved_bands import BANDS
 from memfit.estimate.pipeline import ReservedRule
 from memfit.units import format_bytes
@@ -31,6 +32,17 @@ RESERVED_RATIO = {
     "train": (1.066, 1.002, 1.278),
     "infer": (1.082, 1.0, 1.303),
 }
+
+#: The least an inference job reserves, and what its range's top adds to the ratio: the caching
+#: allocator's smallest segments, one of the large pool (``kLargeBuffer``, 20 MiB: the segment a
+#: 1-10 MiB request is carved from) and one of the small pool (``kSmallBuffer``, 2 MiB: requests
+#: up to 1 MiB), PyTorch's c10/cuda/CUDACachingAllocator.cpp (memfit.estimate.allocator.caching
+#: models them). A forward pass allocates in both pools, so a job whose allocated bytes are a
+#: few MiB still reserves 22 MiB (every tiny inference row of the fast-path grid: trace reserved
+#: = 2.31-2.37 x allocated), and one partly used segment of each pool is granularity the ratio
+#: (fitted to job-sized cases) does not carry: t5-small cut to 2 layers at 32 x 512 reserves
+#: 1.360 x (docs/accuracy.md, "Inference on the default engine"). Training keeps its rule.
+MIN_SEGMENTS_BYTES = LARGE_BUFFER_BYTES + SMALL_BUFFER_BYTES
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,13 @@ def reserved_rule(*, training: bool, end: str = "mid", job: str | None = None) -
     if band is not None:
         fixed = (band.fixed_bytes, band.fixed_bytes)
         return ReservedRule(ratio=(band.ratio, band.low_ratio, band.ratio), fixed_bytes=fixed)
+    if not training:  # the allocator's smallest segments: a floor, and granularity at the top
+        at_point = 0 if end == "mid" else MIN_SEGMENTS_BYTES
+        return ReservedRule(
+            ratio=(mid if end == "mid" else high, low, high),
+            fixed_bytes=(at_point, MIN_SEGMENTS_BYTES),
+            floor_bytes=MIN_SEGMENTS_BYTES,
+        )
     return ReservedRule(ratio=(mid if end == "mid" else high, low, high))
 
 
