@@ -80,9 +80,7 @@ def test_nothing_fits_with_the_saved_modules_names_the_plan_without_them() -> No
 
 def test_the_plan_without_saved_modules_fits_by_the_verdict_rule() -> None:
     p = _plan("llama-3.1-8b", "RTX-3060", **AXOLOTL_8BIT_LORA)
-    without = _plan(
-        "llama-3.1-8b", "RTX-3060", **{**AXOLOTL_8BIT_LORA, "lora_modules_to_save": ()}
-    )
+    without = _plan("llama-3.1-8b", "RTX-3060", **{**AXOLOTL_8BIT_LORA, "lora_modules_to_save": ()})
     dropped = next(n for n in p.nearest if n["kind"] == "changes what is trained")
     assert without.recommended is not None
     # the nearest change is a plan the planner, asked without the copies, finds fitting

@@ -17,8 +17,8 @@ from typing import Any
 from memfit.errors import SpecError
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.estimate.verdict import DEFAULT_HEADROOM as DEFAULT_HEADROOM
-from memfit.estimate.verdict import TIGHT
 from memfit.estimate.verdict import (
+    TIGHT,
     Verdict,
     evictable_bytes,
     judge,

@@ -210,9 +210,7 @@ class Settings:
             q = "Q" if self.quant in QLORA_QUANTS else ""
             lora = self.techniques.lora
             saved = lora.modules_to_save if lora is not None else ()
-            parts.append(
-                f"{q}LoRA r{self.lora_rank}" + (f" + {','.join(saved)}" if saved else "")
-            )
+            parts.append(f"{q}LoRA r{self.lora_rank}" + (f" + {','.join(saved)}" if saved else ""))
         if self.quant != "none":
             parts.append(self.quant + (" (prepare_kbit)" if self.prepare_kbit else ""))
         if self.freeze_layers:
