@@ -362,6 +362,19 @@ def axolotl_jobs() -> list[Job]:
                 "dates from axolotl@15f7910d3 (2024-04-18), before axolotl@230e0ac36 "
                 "(2024-05-28, 'Fix Lora config error for Llama3') added the key to the example "
                 "because it sets special_tokens: the 11 GB is a job without these copies",
+                "no plan that trains these copies fits 12 GB on one GPU by memfit's counts: the "
+                "closest attempt's parameters (7.58 GiB: the base in nf4 or int8, the frozen "
+                "bf16 embed_tokens / lm_head and their trained bf16 copies, peft "
+                "ModulesToSaveWrapper's copy.deepcopy, huggingface/peft@5d602fdbf "
+                "src/peft/utils/other.py), their gradients (2.27 GiB) and AdamW-8bit states "
+                "(5.07 GiB: transformers' Trainer gives every nn.Embedding 32-bit states, "
+                "register_module_override(module, 'weight', {'optim_bits': 32})) are 14.9 GiB "
+                "before any activation, over the 11.4 GiB limit; axolotl keeps the embeddings "
+                "in bf16 (axolotl-ai-cloud/axolotl@067b021c8 src/axolotl/loaders/model.py "
+                "_configure_embedding_dtypes: fp32 before prepare_model_for_kbit_training, "
+                "back to torch_dtype for an adapter). The recipe itself (mb 2 x 4096 packed "
+                "tokens) also keeps 8192 x 128256 logits: 3.9 GiB per fp32 copy. memfit names "
+                "the way forward: the plan without the copies",
             ),
         ),  # fmt: skip
     ]
@@ -529,7 +542,27 @@ def unsloth_job(nb: str, model: str, model_name: str, peak: str) -> Job:
         extra = ("Mistral-7B-Instruct-v0.3 modelled as the bundled Mistral-7B-v0.1 (same "
                  "shapes but a 32768-token vocabulary instead of 32000)",)  # fmt: skip
     if model == "qwen3-14b":
-        extra = ("Qwen3-14B-Base modelled as the bundled Qwen3-14B (same shapes)",)
+        extra = (
+            "Qwen3-14B-Base modelled as the bundled Qwen3-14B (same shapes)",
+            "at the edge of the T4, by the notebook's own output: '11.898 GB of memory "
+            "reserved' after loading (before training), 'Peak reserved memory = 12.949 GB' "
+            "= 87.8 % of 'Max memory = 14.741 GB' (torch's GiB), on Alpaca samples far "
+            "shorter than 2048 tokens and Unsloth 2025.4.4 (before its fused CE, "
+            "unslothai/unsloth@806bee2433 2025-08-13). memfit's estimate of the recipe "
+            "(current Unsloth, 2048-token samples) is 12.66 GiB reserved, 13.17 GiB on the "
+            "device: within the card, its upper end (15.69 GiB; the analytic engine's "
+            "reserved range, allocated x 1.002-1.278) is not: tight. Nothing memfit counts "
+            "is over-counted against this evidence: the after-load reserve alone is 2.4 GiB "
+            "above memfit's 9.49 GiB of weights (the dynamic 4-bit checkpoint "
+            "'unsloth-bnb-4bit' leaves some modules in 16 bits: its shards, 4.97 + 4.59 + "
+            "1.56 GB in the notebook's download bars, are 1.1 GiB more than uniform "
+            "nf4-dq; https://huggingface.co/collections/unsloth/unsloth-4-bit-dynamic-quants "
+            "'selectively skips quantizing certain parameters'). One component is "
+            "over-counted for Unsloth: peft's bitsandbytes LoRA forward copies each input "
+            "to fp32 outside autocast (0.6 GiB at this peak), which Unsloth's own LoRA "
+            "kernels do not; it is smaller than the checkpoint's 16-bit modules memfit "
+            "leaves out, so it stays",
+        )
     return Job(
         id="unsloth-" + nb.lower().replace("_(", "-").replace(")", "").replace("_", "-"),
         framework="unsloth",
@@ -923,8 +956,14 @@ def check_train(job: Job) -> dict[str, Any]:
     row["recipe_step_s"] = doc.cost.step_s
     row["recipe_reason"] = doc.reason
     if rec is None or not rec.get("fits"):
-        closest = (plan.get("closest") or {}).get("summary")
-        row.update(a=(FAIL, f"nothing fits per memfit (closest: {closest})"))
+        closest = plan.get("closest") or {}
+        why = (
+            f"nothing fits per memfit (closest: {closest.get('summary')}: {closest.get('reason')})"
+        )
+        nearest = plan.get("nearest") or []
+        if nearest:  # the way forward memfit names (issue 29: every "no" with one)
+            why += f"; memfit's nearest change: {nearest[0]['change']}: {nearest[0]['plan']}"
+        row.update(a=(FAIL, why))
         row.update(b=(NA, "no recommendation"), c=(NA, "no recommendation"))
         return row
     row["recommended"] = rec["summary"]

@@ -178,7 +178,7 @@ def test_check_write_on_a_read_only_file_is_exit_2_one_line(tmp_path, capsys):
     shutil.copy(EXAMPLES / "axolotl-llama3-qlora.yml", f)
     f.chmod(0o444)
     before = f.read_bytes()
-    assert main(["check", str(f), "--gpu", "V100-32GB", "--write"]) == 2
+    assert main(["check", str(f), "--gpu", "RTX-4090", "--write"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is read-only (mode 0444)" in err[0] and "Traceback" not in err[0]
     assert f.read_bytes() == before
@@ -189,11 +189,11 @@ def test_check_write_refuses_an_unsafe_yaml_edit_and_writes_nothing(tmp_path, ca
     text = (EXAMPLES / "axolotl-llama3-qlora.yml").read_text()
     text = text.replace("micro_batch_size: 2", "micro_batch_size: &mb 2\neval_batch_size: *mb")
     f.write_text(text)
-    assert main(["check", str(f), "--gpu", "V100-32GB"]) == 1  # the refusal is shown with the fix
+    assert main(["check", str(f), "--gpu", "RTX-4090"]) == 1  # the refusal is shown with the fix
     out = capsys.readouterr().out
     assert "memfit cannot edit" in out and "apply with --write" not in out
     assert "not written: edit the keys above by hand" in out
-    assert main(["check", str(f), "--gpu", "V100-32GB", "--write"]) == 2
+    assert main(["check", str(f), "--gpu", "RTX-4090", "--write"]) == 2
     err = capsys.readouterr().err
     assert "micro_batch_size carries the anchor &mb" in err and "by hand" in err
     assert "no file was written" in err

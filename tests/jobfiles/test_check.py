@@ -32,7 +32,9 @@ EXPECTED = {
             lora_rank=32,
             lora_targets="all-linear",
             quant="nf4-dq",
-            prepare_kbit=True,
+            # prepare_model_for_kbit_training's fp32 upcast is undone by axolotl (its norms and
+            # embeddings go back to torch_dtype for an adapter job): no prepare_kbit
+            prepare_kbit=False,
         ),
     ),
     "torchtune-llama3_1-8B_qlora_single_device.yaml": (
@@ -207,12 +209,12 @@ def test_the_fix_is_a_diff_of_the_users_own_file_and_write_applies_it(tmp_path, 
     f = tmp_path / "axolotl.yml"
     shutil.copy(EXAMPLES / "axolotl-llama3-qlora.yml", f)
     before = f.read_text()
-    # a V100-32GB: TIGHT as written, fits at micro-batch 1 (tests/jobfiles/test_check_fix.py
+    # an RTX-4090: TIGHT as written, fits at micro-batch 1 (tests/jobfiles/test_check_fix.py
     # runs the other files and GPUs, with and without a fix)
-    code, out = run_json(capsys, str(f), "--gpu", "V100-32GB")
+    code, out = run_json(capsys, str(f), "--gpu", "RTX-4090")
     assert code == 1 and out["fix"]["diff"].startswith("--- a/" + str(f).lstrip("/"))
     assert f.read_text() == before  # nothing written without --write
-    code, _ = run_json(capsys, str(f), "--gpu", "V100-32GB", "--write")
+    code, _ = run_json(capsys, str(f), "--gpu", "RTX-4090", "--write")
     after = f.read_text()
     assert code == 0 and after != before
     assert after.startswith("# From axolotl's")  # comments and layout kept

@@ -23,9 +23,11 @@ CASES = [
     (("trl-sft-config.yaml",), "T4", True),
     (("trl-sft-full.yaml", "ds_z2_config.json"), "T4", True),  # edits both files
     (("trl-sft-full.yaml", "ds_z2_config.json"), "L4", True),
-    (("axolotl-llama3-qlora.yml",), "RTX-4090", False),
-    (("axolotl-llama3-qlora.yml",), "V100-32GB", True),
-    (("axolotl-llama3-qlora.yml",), "L4", False),
+    # axolotl's QLoRA trains its base in bf16 (no prepare_kbit: docs/decisions.md): tight as
+    # written on 24 GB cards, fits at micro-batch 1; on a T4 micro-batch 1 is only tight
+    (("axolotl-llama3-qlora.yml",), "RTX-4090", True),
+    (("axolotl-llama3-qlora.yml",), "T4", False),
+    (("axolotl-llama3-qlora.yml",), "L4", True),
     # a torchtune / LitGPT file answered through transformers' model carries the other-framework
     # band (+96.5 % of the dynamic part); torchtune's chunked loss (read from loss._component_)
     # keeps no full logits: micro-batch 1 fits (8.3 GiB on a T4)
@@ -108,9 +110,9 @@ def test_write_then_check_gives_the_verdict_the_fix_promised(tmp_path, capsys, n
     assert now[:3] + now[4:] == kept[:3] + kept[4:]
 
 
-def test_axolotl_qlora_on_a_4090_is_never_turned_into_a_full_fine_tune(tmp_path, capsys):
+def test_axolotl_qlora_on_a_t4_is_never_turned_into_a_full_fine_tune(tmp_path, capsys):
     (path,) = _copy(tmp_path, ("axolotl-llama3-qlora.yml",))
-    code, out = _check(capsys, [path], "RTX-4090")
+    code, out = _check(capsys, [path], "T4")
     fix = out["fix"]
     assert code == 1 and fix["changes"] == {} and fix["diff"] == ""
     assert "keeping LoRA r32, nf4-dq base" in fix["message"]

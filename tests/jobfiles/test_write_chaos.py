@@ -35,7 +35,7 @@ EXAMPLES = Path(__file__).parent / "examples"
 SRC = str(Path(memfit.__file__).parents[1])
 ONE = ("axolotl-llama3-qlora.yml",)
 TWO = ("trl-sft-full.yaml", "ds_z2_config.json")  # on a T4 the fix edits both
-GPU = {ONE: "V100-32GB", TWO: "T4"}
+GPU = {ONE: "RTX-4090", TWO: "T4"}  # each: does not fit as written, a fix does
 MODE = 0o640  # not the umask's default, not mkstemp's 0600
 
 CHILD = r"""

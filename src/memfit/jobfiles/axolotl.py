@@ -4,8 +4,15 @@
 ``gradient_checkpointing``, ``flash_attention`` / ``sdp_attention``, ``deepspeed``, ``fsdp``.
 
 axolotl trains through Hugging Face's Trainer, so its keys map onto the same settings; a QLoRA
-adapter loads NF4 with double quantization (axolotl's ``bnb_4bit_use_double_quant`` default) and
-goes through peft's ``prepare_model_for_kbit_training``.
+adapter loads NF4 with double quantization (axolotl's ``bnb_4bit_use_double_quant`` default).
+It goes through peft's ``prepare_model_for_kbit_training``, which casts every non-quantized
+parameter to fp32, but axolotl casts the norms and the embedding modules (``embed_tokens``,
+``lm_head``) back to ``torch_dtype`` for every adapter job before the LoRA layers are added
+(axolotl-ai-cloud/axolotl@067b021c8 ``src/axolotl/loaders/model.py``
+``_configure_embedding_dtypes``: ``needs_fa2_dtype`` is True for ``lora`` / ``qlora``, then
+``_convert_embedding_modules_dtype(..., dist_dtype=self.cfg.torch_dtype)``; with FSDP or ZeRO-3
+it skips ``prepare_model_for_kbit_training`` altogether): the base trains in its 16-bit dtype,
+so a file is read without ``prepare_kbit`` (memfit's fp32 non-quantized parameters).
 """
 
 from __future__ import annotations
@@ -169,7 +176,7 @@ def read_axolotl(r: KeyReader) -> None:
         dq = as_bool(r, "bnb_4bit_use_double_quant", r.take("bnb_4bit_use_double_quant", True))
         qtype = r.take("bnb_4bit_quant_type", "nf4")
         r.set("quant", "fp4" if qtype == "fp4" else ("nf4-dq" if dq else "nf4"), "adapter", adapter)
-        r.set("prepare_kbit", True, "adapter", adapter)
+        # no prepare_kbit: axolotl casts its fp32 upcast back (module docstring)
     elif eight:
         r.set("quant", "int8", "load_in_8bit", True)
     compile_of(r, "torch_compile")

@@ -18,6 +18,7 @@ from memfit.errors import SpecError
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.estimate.verdict import DEFAULT_HEADROOM as DEFAULT_HEADROOM
 from memfit.estimate.verdict import (
+    TIGHT,
     Verdict,
     evictable_bytes,
     judge,
@@ -101,7 +102,9 @@ def overflow_reason(
 ) -> str:
     """Why ``est`` does not fit: by how much, its largest component, and what grew most against
     ``reference`` (the recommended plan) when given. ``verb``: "needs" for the job's own figure
-    (one "needs" figure per job), "takes" for a plan memfit considered."""
+    (one "needs" figure per job), "takes" for a plan memfit considered. A plan that is only
+    tight (THE verdict rule: its estimate is within the capacity, its upper end plus headroom
+    is not) says so with its estimate: it may run, with no margin for the range."""
     over = need_bytes(est) - budget.limit_bytes
     comps = {c: est.components.get(c, 0) for c in COMPONENTS}
     top = max(comps, key=lambda c: comps[c])
@@ -110,6 +113,12 @@ def overflow_reason(
         f"{format_bytes(budget.limit_bytes)}: over by {format_bytes(over)}; largest component "
         f"{top} {format_bytes(comps[top])}"
     )
+    v = verdict(est, budget)
+    if v.verdict == TIGHT:
+        text += (
+            f"; tight: the estimate, {format_bytes(v.point_bytes)}, is within the "
+            f"{format_bytes(budget.capacity_bytes)}"
+        )
     if reference is not None:
         grew = {c: comps[c] - reference.components.get(c, 0) for c in COMPONENTS}
         worst = max(grew, key=lambda c: grew[c])

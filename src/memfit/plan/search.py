@@ -66,7 +66,7 @@ from memfit.plan.space import (
     recipe,
 )
 from memfit.report.plan_html import plan_fragment
-from memfit.spec import ParallelSpec
+from memfit.spec import ParallelSpec, TechniqueSpec
 from memfit.units import format_bytes
 
 #: The tiers of the search (the module docstring), by the start of their names, in order.
@@ -923,6 +923,8 @@ class _Search:
         stacks: dict[tuple[Any, ...], PlanOption] = {}
         for r in [closest, *by_need]:  # the closest attempt, then the nearest other stacks
             stacks.setdefault(r.settings.technique_key, r)
+        if saved := self._without_saved_modules(list(stacks.values())):
+            out.append(saved)
         # the loss / host-checkpoint variants of one stack come first by need; a shorter sequence
         # may need a stack further down (parameter offload): try up to 12 (a few ms each)
         for attempt in list(stacks.values())[:12]:
@@ -946,6 +948,37 @@ class _Search:
                 out += rows
                 break
         return out
+
+    def _without_saved_modules(self, stacks: list[PlanOption]) -> dict[str, Any] | None:
+        """When the asked LoRA trains modules in full (peft ``modules_to_save``: a full copy of
+        each, its gradients and optimizer states) and nothing fits: the nearest stack that fits
+        without them — those keeping the asked weight format first (a practitioner drops the
+        copies or shortens the sequence before changing the quantization) — at the asked
+        sequence or the longest shorter one. It changes what is trained: the named modules stay
+        frozen (needed only where the job adds tokens to the vocabulary)."""
+        saved = self.request.lora_modules_to_save
+        if not saved or self.request.mode != "train":
+            return None
+        ordered = sorted(stacks, key=lambda r: r.settings.quant != self.request.quant)
+        engine, seq = self.engines.search, self.request.seq_len
+        for attempt in ordered[:12]:
+            tech = attempt.settings.techniques.flat()
+            tech["lora_modules_to_save"] = ()
+            s = replace(attempt.settings, techniques=TechniqueSpec.from_flat(**tech))
+            try:
+                ok = fits(engine(s.workload("train", seq)), self.budget)
+            except MemfitError:
+                continue
+            longest = None if ok else self._largest_seq_of(s)
+            if ok or longest:
+                shorter = f" and --seq {longest} (asked {seq})" if longest else ""
+                return {
+                    "change": f"no --lora-modules-to-save ({','.join(saved)} stay frozen)"
+                    + shorter,
+                    "plan": s.describe(),
+                    "kind": "changes what is trained",
+                }
+        return None
 
     def _gpus_holding(self, target: PlanOption) -> list[dict[str, Any]]:
         """The 3 cheapest catalog GPUs (on-demand price) whose memory holds ``target``."""
@@ -981,9 +1014,13 @@ class _Search:
     def _largest_seq(self, closest: PlanOption) -> int | None:
         """The longest sequence (a multiple of 256 below the asked one) at which the closest
         attempt fits, by the search engine; None when not even 256 tokens do."""
+        return self._largest_seq_of(closest.settings)
+
+    def _largest_seq_of(self, s: Settings) -> int | None:
+        """:meth:`_largest_seq` of the settings ``s``."""
         if self.request.mode != "train":
             return None
-        engine, s = self.engines.search, closest.settings
+        engine = self.engines.search
         lo, hi = 0, self.request.seq_len // 256
         if self.request.seq_len % 256 == 0:
             hi -= 1

@@ -48,6 +48,10 @@ MEMORY_ORDER: dict[str, dict[str, int]] = {
 PRECISION_KEEPS_MORE = {("bf16-mixed", "bf16-true"), ("16-mixed", "16-true")}
 #: The pure 16-bit precision of each mixed one (the ``pure-bf16`` result-changing option).
 PURE_OF = {"bf16-mixed": "bf16-true", "16-mixed": "16-true"}
+#: The 4-bit weight formats whose LoRA is "QLoRA" in a plan's short form (Dettmers et al. 2023,
+#: "QLoRA: Efficient Finetuning of Quantized LLMs": LoRA on a 4-bit base); LoRA on an 8-bit base
+#: (int8 LLM.int8(), fp8) is "LoRA" beside its format.
+QLORA_QUANTS = frozenset({"nf4", "nf4-dq", "fp4", "int4-gptq", "int4-awq", "mxfp4"})
 #: The flat names ``Settings.to_json`` gives, in the order ``memfit plan --json`` prints them.
 SETTINGS_JSON = (
     "precision",
@@ -194,10 +198,19 @@ class Settings:
         )
 
     def describe(self) -> str:
-        """Short human form: ``bf16-mixed, LoRA r16, nf4-dq, ckpt full, adamw-8bit, mb 4 x 8``."""
+        """Short human form: ``bf16-mixed, QLoRA r16, nf4-dq, ckpt full, adamw-8bit, mb 4 x 8``.
+
+        "QLoRA" names LoRA on a 4-bit base (:data:`QLORA_QUANTS`), as Dettmers et al. 2023 do;
+        LoRA on an 8-bit base (``int8``, ``fp8``) is "LoRA" with its format beside it. Modules
+        an asked LoRA trains in full (peft ``modules_to_save``) follow the rank with a ``+``:
+        they can outweigh the adapters many times (a Llama-3 8B embedding is 0.5 B parameters).
+        """
         parts = [self.precision]
         if self.lora_rank:
-            parts.append(f"{'Q' if self.quant != 'none' else ''}LoRA r{self.lora_rank}")
+            q = "Q" if self.quant in QLORA_QUANTS else ""
+            lora = self.techniques.lora
+            saved = lora.modules_to_save if lora is not None else ()
+            parts.append(f"{q}LoRA r{self.lora_rank}" + (f" + {','.join(saved)}" if saved else ""))
         if self.quant != "none":
             parts.append(self.quant + (" (prepare_kbit)" if self.prepare_kbit else ""))
         if self.freeze_layers:
