@@ -74,6 +74,35 @@ JOBS: dict[str, dict[str, Any]] = {
         "offload": "optimizer",
         "zero_grad_set_to_none": False,
     },
+    # peft's LoRA dropout (TRL's and LitGPT's default 0.05, axolotl's examples): the LoRA jobs
+    # with lora_dropout 0.1 (the probability changes no byte; above 0 each adapter keeps a
+    # dropped copy of its input and a bool mask)
+    **{
+        f"{job}_dropout": {**fields, "lora_dropout": 0.1}
+        for job, fields in (
+            ("lora", {"mode": "train", "lora_rank": 8}),
+            ("lora_ckpt", {"mode": "train", "lora_rank": 8, "checkpointing": "full"}),
+            ("lora_held", {"mode": "train", "lora_rank": 8, "zero_grad_set_to_none": False}),
+            (
+                "lora_ckpt_held",
+                {
+                    "mode": "train",
+                    "lora_rank": 8,
+                    "checkpointing": "full",
+                    "zero_grad_set_to_none": False,
+                },
+            ),
+            (
+                "lora_selckpt_held",
+                {
+                    "mode": "train",
+                    "lora_rank": 8,
+                    "checkpointing": "selective",
+                    "zero_grad_set_to_none": False,
+                },
+            ),
+        )
+    },
 }
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
@@ -113,7 +142,7 @@ def _workload(job: str, family: str, model_type: str, *, batch: int, seq: int) -
     from memfit.spec import WorkloadSpec
 
     fields = {"precision": "bf16-true", **JOBS[job], "batch_size": batch, "seq_len": seq}
-    if job in ("lora", "lora_ckpt") and family in LORA_TARGETS:
+    if (job in ("lora", "lora_ckpt") or job.endswith("_dropout")) and family in LORA_TARGETS:
         fields["lora_targets"] = LORA_TARGETS[family]
     if job == "infer" and generates(model_type):
         fields["new_tokens"] = NEW_TOKENS

@@ -490,6 +490,12 @@ TRAIN_JOBS: dict[tuple[str | None, bool, str, bool, str, str], str] = {
     ("bf16-true", True, "selective", True, "none", "none"): "lora_selckpt_held",
     ("bf16-mixed", False, "none", True, "zero2", "optimizer"): "mixed_offload_held",
 }
+#: A LoRA grid job -> the same job with peft's ``lora_dropout`` above 0 (fastpath_grid.JOBS'
+#: ``*_dropout``: ``lora_dropout`` 0.1; the probability itself changes no byte, so it is free).
+DROPOUT_JOBS = {
+    job: f"{job}_dropout"
+    for job in ("lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "lora_selckpt_held")
+}
 #: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
 JOB_LAYOUT: dict[str, dict[str, Any]] = {
     "mixed_offload_held": {"shard": "zero2", "offload": "optimizer"},
@@ -509,6 +515,8 @@ def grid_job(w: WorkloadSpec) -> str | None:
         held = not w.zero_grad_set_to_none
         layout = (w.shard or "none", w.offload)
         job = TRAIN_JOBS.get((w.precision, w.lora_rank is not None, w.checkpointing, held, *layout))
+        if w.lora_dropout and job is not None:
+            job = DROPOUT_JOBS.get(job)
     else:
         job = "infer" if w.mode == "infer" and w.precision == GRID_PRECISION else None
     if job is None:
@@ -534,6 +542,7 @@ FREE_FIELDS = frozenset(
         "precision",
         "grad_accum",
         "zero_grad_set_to_none",
+        "lora_dropout",  # only a *_dropout job (DROPOUT_JOBS) has it above 0
     }
 )
 
