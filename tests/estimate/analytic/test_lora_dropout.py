@@ -79,3 +79,26 @@ def test_in_pure_bf16_the_dropout_costs_each_adapter_its_bool_mask() -> None:
     ]
     assert config["num_hidden_layers"] == layers
     assert peaks[1] - peaks[0] == masks
+
+
+@pytest.mark.parametrize(
+    ("fields", "job"),
+    [
+        ({"lora_rank": 16}, "lora_dropout"),
+        ({"lora_rank": 16, "checkpointing": "full"}, "lora_ckpt_dropout"),
+        ({"lora_rank": 16, "zero_grad_set_to_none": False}, "lora_held_dropout"),
+        ({"lora_rank": 16, "quant": "nf4"}, None),  # QLoRA: no grid row, traced
+        ({"lora_rank": 16, "precision": "bf16-mixed"}, None),
+    ],
+)
+def test_a_lora_job_with_dropout_is_its_own_grid_job(fields: dict, job: str | None) -> None:
+    """The grid validates the LoRA jobs with dropout on their own rows (``*_dropout``); the
+    probability itself is free (it changes no byte)."""
+    from memfit.estimate import fastpath
+
+    for p in (0.05, 0.1):
+        w = WorkloadSpec(**{"precision": "bf16-true", **fields, "lora_dropout": p})
+        assert fastpath.grid_job(w) == job
+    assert fastpath.grid_job(WorkloadSpec(precision="bf16-true", lora_rank=16)) == "lora"
+    if job is not None:
+        assert job in fastpath.VALIDATED["llama"]
