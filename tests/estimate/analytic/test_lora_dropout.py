@@ -102,3 +102,26 @@ def test_a_lora_job_with_dropout_is_its_own_grid_job(fields: dict, job: str | No
     assert fastpath.grid_job(WorkloadSpec(precision="bf16-true", lora_rank=16)) == "lora"
     if job is not None:
         assert job in fastpath.VALIDATED["llama"]
+
+
+def test_real_cpu_execution_keeps_what_the_analytic_engine_counts(trace_hf) -> None:
+    """One real training step on CPU tensors (random weights, the trace's tracker; CUDA's fused
+    dropout kernel, which CPU also has, and eager attention, as CPU has no bf16 SDPA kernel):
+    the bytes dropout adds are the analytic engine's to the byte; the peaks within 1 %
+    (benchmarks/lora_dropout_cpu.py, docs/accuracy.md: +0.19 %)."""
+    config = TINY["llama"]
+    peaks = []
+    for p in (0.0, 0.1):
+        w = WorkloadSpec(
+            batch_size=2,
+            seq_len=128,
+            lora_rank=8,
+            precision="bf16-true",
+            attention="eager",
+            lora_dropout=p,
+        )
+        real = trace_hf(config, w, name="t", extrapolate=False, execution="real")
+        peaks.append((real.peak_allocated_bytes, estimate_analytic(config, w).peak_allocated_bytes))
+    (r0, a0), (r1, a1) = peaks
+    assert a1 - a0 == r1 - r0 > 0
+    assert abs(a1 / r1 - 1) <= 0.01
