@@ -31,6 +31,7 @@ EXPECTED = {
             attention="flash",
             lora_rank=32,
             lora_targets="all-linear",
+            lora_dropout=0.05,  # lora_dropout: 0.05
             quant="nf4-dq",
             prepare_kbit=True,
         ),
@@ -60,6 +61,7 @@ EXPECTED = {
             optimizer="adamw",
             lora_rank=32,
             lora_targets=("q", "v"),
+            lora_dropout=0.05,  # lora_dropout: 0.05
             quant="nf4",
         ),
     ),
@@ -88,6 +90,7 @@ EXPECTED = {
             optimizer="adamw-fused",
             lora_rank=32,
             lora_targets="all-linear",
+            lora_dropout=0.05,  # TRL ModelConfig's default under use_peft
         ),
     ),
 }

@@ -28,6 +28,9 @@ CASES = [
     # on its fp32 copy without)
     ("llama", {"quant": "nf4", "prepare_kbit": True}),
     ("llama", {"quant": "nf4", "precision": "bf16-true"}),
+    # the caller's argument (down_proj's input) lives until the adapter returns: was the
+    # recomputed layer's peak, 262 KB under the trace
+    ("llama", {"quant": "nf4", "precision": "bf16-true", "checkpointing": "full"}),
     ("llama", {"quant": "int8", "prepare_kbit": True, "checkpointing": "full"}),
     ("mistral", {"quant": "int4-awq", "prepare_kbit": True, "precision": "16-true"}),
     ("qwen3", {"precision": "bf16-true"}),

@@ -157,8 +157,9 @@ def lora_on_quantized(o: Ops, x: Tensor, base: Tensor, n_in: int, n_out: int) ->
     if style == "awq":
         y = o.unary(y)  # * scaling, after the cast
     out = o.add(result, y)
-    # peft rebinds the local ``x`` to the fp32 copy: it lives until forward returns
-    o.g.touch(output, *([xc] if convert and xc is not x else []))
+    # peft rebinds the local ``x`` to the fp32 copy: it lives until forward returns, as does
+    # the caller's argument (``down_proj(act(gate(x)) * up(x))``: the product)
+    o.g.touch(output, x, *([xc] if convert and xc is not x else []))
     return out
 
 
