@@ -518,7 +518,8 @@ JOB_LAYOUT: dict[str, dict[str, Any]] = {
 def grid_job(w: WorkloadSpec) -> str | None:
     """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``lora_ckpt``, ``mixed``,
     ``lora_held``, ``lora_ckpt_held``, ``lora_selckpt_held``, ``mixed_offload_held``,
-    ``infer``), its batch size,
+    ``infer``; a LoRA job with ``lora_dropout`` above 0: its ``*_dropout`` job,
+    :data:`DROPOUT_JOBS`), its batch size,
     sequence length, new tokens, LoRA rank and gradient accumulation free; None where it sets
     anything the grid does not run (another precision or optimizer, quantization, several
     GPUs, eager attention, frozen layers, beams, ...)."""
