@@ -78,6 +78,35 @@ JOBS: dict[str, dict[str, Any]] = {
     # tokens): the KV cache and the attention's temporaries large enough to fragment the
     # allocator's segments, which the short ``infer`` job does not show
     "infer_long": {"mode": "infer"},
+    # peft's LoRA dropout (TRL's and LitGPT's default 0.05, axolotl's examples): the LoRA jobs
+    # with lora_dropout 0.1 (the probability changes no byte; above 0 each adapter keeps a
+    # dropped copy of its input and a bool mask)
+    **{
+        f"{job}_dropout": {**fields, "lora_dropout": 0.1}
+        for job, fields in (
+            ("lora", {"mode": "train", "lora_rank": 8}),
+            ("lora_ckpt", {"mode": "train", "lora_rank": 8, "checkpointing": "full"}),
+            ("lora_held", {"mode": "train", "lora_rank": 8, "zero_grad_set_to_none": False}),
+            (
+                "lora_ckpt_held",
+                {
+                    "mode": "train",
+                    "lora_rank": 8,
+                    "checkpointing": "full",
+                    "zero_grad_set_to_none": False,
+                },
+            ),
+            (
+                "lora_selckpt_held",
+                {
+                    "mode": "train",
+                    "lora_rank": 8,
+                    "checkpointing": "selective",
+                    "zero_grad_set_to_none": False,
+                },
+            ),
+        )
+    },
 }
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
@@ -127,7 +156,7 @@ def _workload(job: str, family: str, model_type: str, *, batch: int, seq: int) -
     batch_factor, seq_factor, new_tokens = SCALED.get(job, (1, 1, NEW_TOKENS))
     fields = {"precision": "bf16-true", **JOBS[job], "batch_size": batch * batch_factor,
               "seq_len": seq * seq_factor}  # fmt: skip
-    if job in ("lora", "lora_ckpt") and family in LORA_TARGETS:
+    if (job in ("lora", "lora_ckpt") or job.endswith("_dropout")) and family in LORA_TARGETS:
         fields["lora_targets"] = LORA_TARGETS[family]
     if JOBS[job]["mode"] == "infer" and generates(model_type):
         fields["new_tokens"] = new_tokens

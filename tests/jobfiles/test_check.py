@@ -31,6 +31,7 @@ EXPECTED = {
             attention="flash",
             lora_rank=32,
             lora_targets="all-linear",
+            lora_dropout=0.05,  # lora_dropout: 0.05
             quant="nf4-dq",
             # prepare_model_for_kbit_training's fp32 upcast is undone by axolotl (its norms and
             # embeddings go back to torch_dtype for an adapter job): no prepare_kbit
@@ -62,6 +63,7 @@ EXPECTED = {
             optimizer="adamw",
             lora_rank=32,
             lora_targets=("q", "v"),
+            lora_dropout=0.05,  # lora_dropout: 0.05
             quant="nf4",
         ),
     ),
@@ -90,6 +92,7 @@ EXPECTED = {
             optimizer="adamw-fused",
             lora_rank=32,
             lora_targets="all-linear",
+            lora_dropout=0.05,  # TRL ModelConfig's default under use_peft
         ),
     ),
 }

@@ -512,6 +512,25 @@ TRAIN_JOBS: dict[tuple[str | None, bool, str, bool, str, str], str] = {
     ("bf16-true", True, "selective", True, "none", "none"): "lora_selckpt_held",
     ("bf16-mixed", False, "none", True, "zero2", "optimizer"): "mixed_offload_held",
 }
+#: A LoRA grid job -> the same job with peft's ``lora_dropout`` above 0 (fastpath_grid.JOBS'
+#: ``*_dropout``: ``lora_dropout`` 0.1; the probability itself changes no byte, so it is free).
+DROPOUT_JOBS = {
+    job: f"{job}_dropout"
+    for job in ("lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "lora_selckpt_held")
+}
+#: The model types whose grid rows of every ``*_dropout`` job (fastpath_grid.jsonl: the tiny
+#: configs and bundled real configs cut to 2 layers, lora_dropout 0.1) have the analytic answer
+#: within TOLERANCE of the trace (allocated: within 0.5 % on all 134 rows): those jobs are
+#: validated and settle for them, beside the jobs the tables above list
+#: (``fastpath_grid.validated_table`` / ``settles_table`` over the same rows; the tests
+#: compare).
+DROPOUT_VALIDATED_TYPES = (
+    "bert", "bloom", "falcon", "gemma2", "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox",
+    "llama", "mistral", "olmo2", "opt", "phi", "phi3", "qwen2", "qwen3", "roberta", "t5", "vit",
+)  # fmt: skip
+for _model_type in DROPOUT_VALIDATED_TYPES:
+    VALIDATED[_model_type] += tuple(DROPOUT_JOBS.values())
+    SETTLES[_model_type] += tuple(DROPOUT_JOBS.values())
 #: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
 JOB_LAYOUT: dict[str, dict[str, Any]] = {
     "mixed_offload_held": {"shard": "zero2", "offload": "optimizer"},
@@ -521,7 +540,8 @@ JOB_LAYOUT: dict[str, dict[str, Any]] = {
 def grid_job(w: WorkloadSpec) -> str | None:
     """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``lora_ckpt``, ``mixed``,
     ``lora_held``, ``lora_ckpt_held``, ``lora_selckpt_held``, ``mixed_offload_held``,
-    ``infer``), its batch size,
+    ``infer``; a LoRA job with ``lora_dropout`` above 0: its ``*_dropout`` job,
+    :data:`DROPOUT_JOBS`), its batch size,
     sequence length, new tokens, LoRA rank and gradient accumulation free; None where it sets
     anything the grid does not run (another precision or optimizer, quantization, several
     GPUs, eager attention, frozen layers, beams, ...)."""
@@ -531,6 +551,8 @@ def grid_job(w: WorkloadSpec) -> str | None:
         held = not w.zero_grad_set_to_none
         layout = (w.shard or "none", w.offload)
         job = TRAIN_JOBS.get((w.precision, w.lora_rank is not None, w.checkpointing, held, *layout))
+        if w.lora_dropout and job is not None:
+            job = DROPOUT_JOBS.get(job)
     else:
         job = "infer" if w.mode == "infer" and w.precision == GRID_PRECISION else None
     if job is None:
@@ -556,6 +578,7 @@ FREE_FIELDS = frozenset(
         "precision",
         "grad_accum",
         "zero_grad_set_to_none",
+        "lora_dropout",  # only a *_dropout job (DROPOUT_JOBS) has it above 0
     }
 )
 

@@ -21,6 +21,7 @@ from memfit.jobfiles.hf import (
     attention_of,
     compile_of,
     compile_options_of,
+    lora_dropout_of,
     modules_to_save_of,
     optimizer_of,
     precision_of,
@@ -41,7 +42,6 @@ AXOLOTL_NO_EFFECT = (
     "val_set_size",
     "output_dir",
     "lora_alpha",
-    "lora_dropout",
     "lora_fan_in_fan_out",
     "lora_model_dir",
     "wandb_project",
@@ -170,6 +170,7 @@ def read_axolotl(r: KeyReader) -> None:
         else:
             r.set("lora_targets", targets_of(modules), "lora_target_modules", modules)
         modules_to_save_of(r, "lora_modules_to_save")
+        lora_dropout_of(r, "lora_dropout", "axolotl")
     elif adapter is not None:
         raise r.fail("adapter", adapter, "must be lora or qlora (or absent for full fine-tuning)")
     if adapter == "qlora" or four:

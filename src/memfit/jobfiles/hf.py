@@ -108,7 +108,6 @@ HF_NO_EFFECT = (
     "dataset_train_split",
     "dataset_test_split",
     "lora_alpha",
-    "lora_dropout",
     "lora_task_type",
     "use_rslora",
     "use_dora",
@@ -141,7 +140,6 @@ HF_NO_EFFECT = (
     "pref_loss",
     "trust_remote_code",
     "report_to",
-    "lora_dropout",
     "lora_alpha",
     "cache_dir",
 )
@@ -215,6 +213,47 @@ def modules_to_save_of(r: KeyReader, key: str) -> None:
     names = tuple(str(v).strip() for v in items if str(v).strip())
     if names:
         r.set("lora_modules_to_save", names, key, value)
+
+
+#: The frameworks' own ``lora_dropout`` default where a LoRA job file leaves it out: TRL
+#: ``ModelConfig.lora_dropout = 0.05`` (huggingface/trl@f2cd5771 trl/trainer/model_config.py,
+#: handed to ``LoraConfig`` by ``get_peft_config``, trl/trainer/utils.py); LitGPT
+#: ``finetune/lora.py`` ``setup(lora_dropout=0.05)`` (Lightning-AI/litgpt@26857050);
+#: axolotl's schema ``lora_dropout: float | None = 0.0`` (axolotl-ai-cloud/axolotl@067b021c
+#: src/axolotl/utils/schemas/peft.py); LLaMA-Factory ``LoraArguments.lora_dropout = 0.0``
+#: (hiyouga/LLaMA-Factory@00577a85 src/llamafactory/hparams/finetuning_args.py); torchtune's
+#: builders ``lora_dropout: float = 0.0`` (pytorch/torchtune@bd2a0fc7
+#: torchtune/models/llama3_1/_model_builders.py).
+LORA_DROPOUT_DEFAULT = {
+    "trl": 0.05,
+    "litgpt": 0.05,
+    "axolotl": 0.0,
+    "llamafactory": 0.0,
+    "torchtune": 0.0,
+}
+
+
+def lora_dropout_of(r: KeyReader, key: str, framework: str) -> float:
+    """peft's ``LoraConfig.lora_dropout`` under the framework's ``key`` (the framework's own
+    default, :data:`LORA_DROPOUT_DEFAULT`, where the file leaves it out; an empty key or null is
+    0, as peft's ``nn.Identity``), set as ``lora_dropout`` when above 0; the value read."""
+    default = LORA_DROPOUT_DEFAULT[framework]
+    value = r.take(key, default)
+    if value is None or value == "":
+        value = 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise r.fail(key, value, "must be a probability in [0, 1) (peft's LoraConfig.lora_dropout)")
+    try:
+        p = float(value)
+    except ValueError:
+        raise r.fail(
+            key, value, "must be a probability in [0, 1) (peft's LoraConfig.lora_dropout)"
+        ) from None
+    if not 0.0 <= p < 1.0:
+        raise r.fail(key, value, "must be a probability in [0, 1) (peft's LoraConfig.lora_dropout)")
+    if p > 0.0:
+        r.set("lora_dropout", p, key, value)
+    return p
 
 
 def read_shape_and_steps(r: KeyReader, *, seq_keys: tuple[str, ...]) -> None:
@@ -339,6 +378,7 @@ def read_trl_model(r: KeyReader) -> None:
             v = r.take("lora_target_modules")
             r.set("lora_targets", targets_of(v), "lora_target_modules", v)
         modules_to_save_of(r, "lora_modules_to_save")  # TRL ModelConfig
+        lora_dropout_of(r, "lora_dropout", "trl")
     if four:
         qt = r.take("bnb_4bit_quant_type", "nf4")
         dq = as_bool(r, "use_bnb_nested_quant", r.take("use_bnb_nested_quant", False))
@@ -427,6 +467,7 @@ def read_llamafactory(r: KeyReader) -> None:
         target = r.take("lora_target", "all")
         r.set("lora_targets", targets_of(target), "lora_target", target)
         modules_to_save_of(r, "additional_target")
+        lora_dropout_of(r, "lora_dropout", "llamafactory")
     elif kind == "freeze":
         n = r.take("freeze_trainable_layers", 2)
         r.not_modelled("freeze_trainable_modules", "which modules stay trainable")

@@ -54,6 +54,8 @@ WORKLOAD_FIELDS = (
     "float8",
     "float8_all_gather",
     "selective_ac_option",
+    # peft's LoRA dropout (the frameworks' lora_dropout keys)
+    "lora_dropout",
 )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from memfit.jobfiles.hf import lora_dropout_of
 from memfit.jobfiles.names import CLASS_OPTIMIZERS, MIXED, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
 
@@ -35,7 +36,6 @@ LITGPT_QUANT = {
 LITGPT_NO_EFFECT = (
     "out_dir",
     "lora_alpha",
-    "lora_dropout",
     "data",
     "train.save_interval",
     "train.log_interval",
@@ -110,6 +110,16 @@ def read_litgpt(r: KeyReader) -> None:
                 )
             )
         r.set("lora_targets", tuple(roles), "lora_query", "…")
+        if lora_dropout_of(r, "lora_dropout", "litgpt") > 0.0:
+            r.warnings.append(
+                Warning_(
+                    key="lora_dropout",
+                    file=r.file,
+                    message="estimated with peft's LoRA dropout (an fp32 dropped copy and a mask "
+                    "per adapted projection); LitGPT's LoRAQKVLinear drops the fused q/k/v input "
+                    "once, in the model's dtype (litgpt/lora.py): it needs less than estimated",
+                )
+            )
     micro = r.take("train.micro_batch_size", 1)
     r.set("batch_size", as_int(r, "train.micro_batch_size", micro), "train.micro_batch_size", micro)
     devices = r.take("devices", 1)

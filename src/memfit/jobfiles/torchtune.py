@@ -15,7 +15,7 @@ from typing import Any
 
 from memfit.errors import SpecError
 from memfit.jobfiles import yaml_load
-from memfit.jobfiles.hf import compile_of
+from memfit.jobfiles.hf import compile_of, lora_dropout_of
 from memfit.jobfiles.names import CLASS_OPTIMIZERS, ROLE_OF_MODULE, TORCHTUNE_MODELS, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int
 
@@ -48,7 +48,6 @@ TORCHTUNE_NO_EFFECT = (
     "log_level",
     "profiler",
     "model.lora_alpha",
-    "model.lora_dropout",
     "optimizer.lr",
     "optimizer.weight_decay",
     "optimizer.betas",
@@ -126,6 +125,10 @@ def read_torchtune(r: KeyReader) -> None:
                 )
             )
         r.set("lora_targets", tuple(roles), "model.lora_attn_modules", attn)
+        # torchtune's LoRALinear: ``lora_a(self.dropout(x))`` on x in the model's dtype
+        # (torchtune/modules/peft/lora.py at bd2a0fc7); estimated as peft's, which drops an fp32
+        # copy (adapters kept in fp32): the estimate is the higher of the two
+        lora_dropout_of(r, "model.lora_dropout", "torchtune")
     if builder.startswith("qlora_"):
         # torchao's NF4Tensor: blocks of 64 with the block scales themselves quantized (blocks
         # of 256), which is bitsandbytes' double quantization in all but name

@@ -1,6 +1,7 @@
 """The analytic engine and the per-rank closed form refuse what only the trace engine runs:
-peft's LoRA dropout and an old transformers' fp32 logits (memfit.spec.hf_versions); a job they
-refuse goes to the next engine (estimate/policy.py), never answered as another job."""
+an old transformers' fp32 logits and an old peft's adapter dtype (memfit.spec.hf_versions); a
+job they refuse goes to the next engine (estimate/policy.py), never answered as another job.
+peft's LoRA dropout is modelled (tests/estimate/analytic/test_lora_dropout.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,8 @@ from memfit.models import resolve_model
 from memfit.spec import WorkloadSpec
 
 
-def test_lora_dropout_and_old_fp32_logits_are_refused_by_the_analytic_engine() -> None:
+def test_old_fp32_logits_and_old_peft_are_refused_by_the_analytic_engine() -> None:
     source = resolve_model("llama-3.2-1b")
-    with pytest.raises(NotModelledError, match="lora_dropout"):
-        estimate_analytic(source, WorkloadSpec(lora_rank=8, lora_dropout=0.05))
     with pytest.raises(NotModelledError, match="fp32 logits"):
         estimate_analytic(source, WorkloadSpec(transformers_version="4.40"))
     with pytest.raises(NotModelledError, match="peft_version"):

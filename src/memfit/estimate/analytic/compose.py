@@ -111,6 +111,7 @@ def run_workload_block(
         o.batch = batch
         o.casts_exist = casts_exist
         o.saved_modules = saved_module_roles(wl)
+        o.lora_dropout = wl.lora_dropout if wl.lora_rank and wl.is_train else 0.0
         return body(o)
 
     lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None

@@ -60,6 +60,9 @@ class Ops:
         self.train = train
         self.frozen = frozen or not train
         self.lora = lora
+        #: peft's ``LoraConfig.lora_dropout``: above 0 an ``nn.Dropout`` on each adapter's
+        #: input (:meth:`lora_dropout_of`); 0: peft's ``nn.Identity``
+        self.lora_dropout = 0.0
         self.cast_cache: dict[int, Tensor] = {}
         #: The embedding weight is the LM head's (tied): its gradient arrives second and
         #: AccumulateGrad sums it out of place (the old, new and summed tensors coexist).
@@ -218,16 +221,17 @@ class Ops:
         return name in targets
 
     def lora_default(self, x: Tensor, base: Tensor, n_in: int, n_out: int) -> Tensor:
-        """peft ``lora.Linear.forward``: ``result + lora_B(lora_A(x.to(fp32))) * scaling``, cast
-        back to the base output's dtype. Adapters are fp32 (peft ``autocast_adapter_dtype``);
-        ``_cast_input_dtype`` copies a half ``x`` to fp32 under autocast too, and autocast's
-        ``F.linear`` then casts that copy back to the half dtype."""
+        """peft ``lora.Linear.forward``: ``result + lora_B(lora_A(dropout(x.to(fp32)))) *
+        scaling``, cast back to the base output's dtype. Adapters are fp32 (peft
+        ``autocast_adapter_dtype``); ``_cast_input_dtype`` copies a half ``x`` to fp32 under
+        autocast too, the dropout (if any) runs on that fp32 copy, and autocast's ``F.linear``
+        then casts the result back to the half dtype."""
         assert self.lora is not None
         r = self.lora[0]
         a = self.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
         bw = self.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
         xf = self.cast(x, "f32")
-        xa = self.autocast_input(xf)
+        xa = self.autocast_input(self.lora_dropout_of(xf))
         xa_w, b_w = self.autocast_weight(a), self.autocast_weight(bw)
         (h,) = self.g.op(
             [xa, xa_w], [(x.numel // n_in * r, xa.dtype)], saves=[xa, xa_w], matmul=True, mm=True
@@ -380,6 +384,21 @@ class Ops:
         """Dropout in training: CUDA's fused ``native_dropout`` returns the output and a bool mask,
         and saves the mask (memfit's trace emulates the same kernel)."""
         if not self.train or p <= 0.0 or not x.rg:
+            return x
+        out, mask = self.g.op([x], [(x.numel, x.dtype), (x.numel, "bool")])
+        self.save_outputs(mask)
+        return out
+
+    def lora_dropout_of(self, x: Tensor) -> Tensor:
+        """peft's ``lora_dropout[adapter](x)`` on an adapter's input (``nn.Dropout``; 0: peft's
+        ``nn.Identity``, ``x`` itself). CUDA's fused ``native_dropout`` always runs in training
+        (``aten::dropout`` takes it for any CUDA input, ``is_fused_kernel_acceptable`` in
+        ``aten/src/ATen/native/Dropout.cpp``): a new tensor in ``x``'s dtype, which lora_A's
+        ``mm`` then saves in place of ``x`` (each adapter its own copy), and a 1-byte bool mask,
+        saved for backward (``native_dropout_backward`` uses only the mask) where ``x`` requires
+        grad, else freed at once. Unlike :meth:`dropout`, the copy exists even when ``x`` does
+        not require grad: the adapter's weight does."""
+        if not self.train or self.lora_dropout <= 0.0:
             return x
         out, mask = self.g.op([x], [(x.numel, x.dtype), (x.numel, "bool")])
         self.save_outputs(mask)

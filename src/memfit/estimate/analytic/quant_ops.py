@@ -139,7 +139,11 @@ def lora_on_quantized(o: Ops, x: Tensor, base: Tensor, n_in: int, n_out: int) ->
     a = o.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
     b = o.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
     convert = not o.autocast
-    xa = o.cast(x, "f32") if convert else o.autocast_input(x)
+    # peft: ``x = self._cast_input_dtype(x, lora_A.weight.dtype)`` without autocast, then
+    # ``lora_A(dropout(x))`` (autocast casts the dropped copy for the matmul)
+    xc = o.cast(x, "f32") if convert else x
+    xd = o.lora_dropout_of(xc)
+    xa = xd if convert else o.autocast_input(xd)
     aw, bw = o.autocast_weight(a), o.autocast_weight(b)
     (h,) = o.g.op([xa, aw], [(x.numel // n_in * r, xa.dtype)], saves=[xa, aw], matmul=True, mm=True)
     (y,) = o.g.op(
@@ -153,8 +157,9 @@ def lora_on_quantized(o: Ops, x: Tensor, base: Tensor, n_in: int, n_out: int) ->
     if style == "awq":
         y = o.unary(y)  # * scaling, after the cast
     out = o.add(result, y)
-    # peft rebinds the local ``x`` to the fp32 copy: it lives until forward returns
-    o.g.touch(output, *([xa] if convert and xa is not x else []))
+    # peft rebinds the local ``x`` to the fp32 copy: it lives until forward returns, as does
+    # the caller's argument (``down_proj(act(gate(x)) * up(x))``: the product)
+    o.g.touch(output, x, *([xc] if convert and xc is not x else []))
     return out
 
 
