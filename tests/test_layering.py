@@ -151,6 +151,10 @@ OPTIONAL = frozenset(
 SLOW = {
     "memfit.estimate.derived": "numpy and the derived engine's forms (~0.2 s of the CLI's start);"
     " `--no-cache` alone needs it before a command runs",
+    "memfit.api": "every job's routes: the engines, the planner, serving and diffusion (~0.3 s);"
+    " `import memfit` and the command line load it when a verb first runs (issue 32)",
+    "memfit.plan": "the planner's search, advice and checklists (~0.1 s); `memfit.upgrade_verdict`"
+    " and `doctor` load it when called (issue 32)",
 }
 
 #: Where every import inside a function must be of an optional or slow module (above).
