@@ -39,8 +39,19 @@ _LAZY = {
     "ModelSpec": "memfit.models.model_spec",
     **dict.fromkeys(("Monitor", "diagnose", "oom_guard"), "memfit.monitor"),  # torch: when run
     **dict.fromkeys(
-        ("DiffusionJob", "DiffusionTrainJob", "EstimateOptions", "Job", "LlamaCppJob",
-         "MediaSpec", "SeqDist", "SeqRun", "SglangConfig", "VllmConfig", "WorkloadSpec"),
+        (
+            "DiffusionJob",
+            "DiffusionTrainJob",
+            "EstimateOptions",
+            "Job",
+            "LlamaCppJob",
+            "MediaSpec",
+            "SeqDist",
+            "SeqRun",
+            "SglangConfig",
+            "VllmConfig",
+            "WorkloadSpec",
+        ),
         "memfit.spec",
     ),  # fmt: skip
     "ModelRef": "memfit.api",
@@ -112,10 +123,10 @@ if typing.TYPE_CHECKING:
     from memfit.plan.diffusion_infer import PipelinePlans
     from memfit.plan.diffusion_train import TrainFit, TrainPlan
     from memfit.plan.doctor_findings import DoctorReport
+    from memfit.plan.request import PlanRequest as PlanRequest
     from memfit.plan.search import Plan
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
-    from memfit.plan.request import PlanRequest as PlanRequest
     from memfit.plan.upgrade import UpgradeVerdict
     from memfit.serving.sglang import SglangStartup
     from memfit.serving.solve import ServingOption
@@ -249,8 +260,6 @@ def render_html_report(
     from memfit.report.html import render_html_report as _render
 
     return _render(log_path, out_path, estimate=estimate)
-
-
 
 
 def _routes() -> Any:

@@ -75,7 +75,6 @@ from memfit.spec import (
     VllmConfig,
     WorkloadSpec,
 )
-from memfit.spec.arguments import check_arguments  # for the facades of ``memfit`` itself
 
 if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.estimate.diffusion.pipeline import PipelineEstimate

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memfit.errors import SpecError
 from memfit.estimate.history import RecordedTrace, recording
@@ -22,15 +22,16 @@ from memfit.flags import (
     workload_flags,
     workload_from_args,
 )
-from memfit.plan.search import Plan
 from memfit.report.estimate_html import write_estimate_html
 from memfit.report.plan_html import write_plan_html
-from memfit.snapshot.predicted import pick, write_history
 from memfit.spec import WorkloadSpec
 from memfit.userwrites import check_output
 from memfit.web.query import REFUSED
 from memfit.web.serve import serve
 from memfit.web.workers import CommandLine, ParserFactory
+
+if TYPE_CHECKING:
+    from memfit.plan.search import Plan
 
 WEB_EXAMPLES = """examples:
   memfit web                       # http://127.0.0.1:8000, this machine only
@@ -151,6 +152,8 @@ def write_estimate_outputs(
 ) -> None:
     """Write what --html / --snapshot asked for; say so on stderr (stdout stays the answer)."""
     if getattr(args, "snapshot", None):
+        from memfit.snapshot.predicted import pick, write_history  # --snapshot only
+
         trace = pick(traces, est.engine)
         out = write_history(trace, args.snapshot)
         print(f"wrote {out} (predicted: {trace.n_allocations} allocations)", file=sys.stderr)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from memfit.estimate.policy import use_confirm, use_engine
 from memfit.models.source import allowing_code
 from memfit.spec.options import EstimateOptions
 
@@ -29,10 +28,13 @@ from memfit.spec.options import EstimateOptions
 @contextlib.contextmanager
 def using_options(options: EstimateOptions) -> Iterator[EstimateOptions]:
     """Inside the block, everything answers with ``options``' engine, caches and code rule (the
-    settings that differ from the defaults; see the module docstring). The derived cache's module
-    (numpy, ~0.15 s) is imported only when the caches are switched off."""
+    settings that differ from the defaults; see the module docstring). The engine policy (every
+    fast engine, ~0.25 s) and the derived cache (numpy, ~0.15 s) are imported only where a setting
+    needs them: ``memfit models`` and ``gpus`` run under the default options and load neither."""
     with contextlib.ExitStack() as stack:
         if options.engine != "auto":
+            from memfit.estimate.policy import use_engine
+
             stack.enter_context(use_engine(options.engine))
         if not options.use_cache:
             from memfit.estimate.derived.cache import disabled
@@ -41,5 +43,7 @@ def using_options(options: EstimateOptions) -> Iterator[EstimateOptions]:
         if options.allow_code:
             stack.enter_context(allowing_code(True))
         if options.confirm:
+            from memfit.estimate.policy import use_confirm
+
             stack.enter_context(use_confirm())
         yield options
