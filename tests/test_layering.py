@@ -162,6 +162,9 @@ SLOW = {
     " `estimate --snapshot` only (issue 32)",
     "memfit.report.plan": "a plan's text, with its flags and configs (the job-file writers,"
     " ~0.1 s): `plan --seq-dist` only among the commands that register its flags (issue 32)",
+    "memfit.web.query": "the web's request reader, with the pasted-config scratch and the worker"
+    " pool (multiprocessing, ~0.05 s): `plan --html` reads its refused flags when it writes a"
+    " page (issue 32)",
     "memfit.api": "every job's routes: the engines, the planner, serving and diffusion (~0.3 s);"
     " `import memfit` and the command line load it when a verb first runs (issue 32)",
     "memfit.plan": "the planner's search, advice and checklists (~0.1 s); `memfit.upgrade_verdict`"

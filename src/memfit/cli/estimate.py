@@ -17,8 +17,8 @@ from typing import Any
 from memfit import progress
 from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
+from memfit.cli import outputs as cli_outputs
 from memfit.cli import seqdist as cli_seqdist
-from memfit.cli import web as cli_web
 from memfit.cli.engine import add_engine_flags, options_from
 from memfit.estimate import estimate as estimate_step
 from memfit.estimate.result import MemoryEstimate
@@ -89,7 +89,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "--top", type=non_negative_int, default=5, help="modules to list at the peak (default 5)"
     )
     e.add_argument("--json", action="store_true", help="print one JSON object")
-    cli_web.add_share_flags(e, snapshot=True)  # --html, --snapshot
+    cli_outputs.add_share_flags(e, snapshot=True)  # --html, --snapshot
     return {"estimate": cmd_estimate}
 
 
@@ -115,12 +115,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     cli_diffusion.refuse_pipeline_flags(args)
     if args.seq_dist is not None:
         return cli_seqdist.cmd(args, workload_from_args(args))
-    with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
+    with cli_outputs.history(args) as traces:  # --snapshot: the trace's allocation history
         est = cli_from.framework_estimate(args, workload_from_args(args)) or estimate(
             args.model, workload_from_args(args), gpu=args.gpu, options=options_from(args)
         )
         est = cli_from.with_framework_band(args, est)
-    cli_web.write_estimate_outputs(args, est, traces)
+    cli_outputs.write_estimate_outputs(args, est, traces)
     answer = cli_from.answer(args, est.engine)  # a torchtune / LitGPT --from file: who answered
     nearest = _nearest(args, est)
     if args.json:
