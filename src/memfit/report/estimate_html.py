@@ -11,7 +11,6 @@ command and the versions of memfit and of the libraries the estimate depends on.
 
 from __future__ import annotations
 
-import platform
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ def versions() -> dict[str, str]:
     """memfit's, Python's and the installed libraries' versions (absent ones left out).
     ``importlib.metadata`` (~0.04 s of imports) is loaded here, when a page is written, not with
     the estimate record that imports this module for its notebook view."""
+    import platform
     from importlib import metadata
 
     out = {"memfit": __version__, "python": platform.python_version()}
