@@ -200,6 +200,9 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None) -> 
     # for those libraries' own callers, not for a CLI user.
     warnings.filterwarnings("ignore", category=FutureWarning)
     words = sys.argv[1:] if argv is None else list(argv)
+    if parser is None and words == ["--version"]:  # no command: no command's module needed
+        print(__version__)
+        return EXIT_OK
     parser = parser or build_parser(command_of(words))
     args = parser.parse_args(words)
     if args.version:
