@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memfit import progress
 from memfit.cli import diffusion as cli_diffusion
@@ -29,9 +29,11 @@ from memfit.flags import (
     non_negative_int,
     workload_from_args,
 )
-from memfit.plan.nearest import NearestFit, nearest_fit
 from memfit.report.text import render_estimate
 from memfit.spec import EstimateOptions, WorkloadSpec
+
+if TYPE_CHECKING:
+    from memfit.plan.nearest import NearestFit
 
 ESTIMATE_EXAMPLES = """examples:
   memfit estimate llama-3.2-1b --batch 4 --seq 2048 --gpu A100-40GB
@@ -138,5 +140,7 @@ def _nearest(args: argparse.Namespace, est: Any) -> NearestFit | None:
     if est.fits is None or est.fits.verdict != "does not fit" or cli_from.answer(args, est.engine):
         return None
     settled = dataclasses.replace(workload_from_args(args), precision=est.workload["precision"])
+    from memfit.plan.nearest import nearest_fit  # the planner's search: for a job that does not fit
+
     progress.report("looking for the nearest change that fits")
     return nearest_fit(args.model, settled, args.gpu, model_name=str(args.model))
