@@ -49,6 +49,10 @@ bf16, ``bf16-true``, the infer default; KV cache in the weights' dtype).
 
     PYTHONPATH=src .venv/bin/python benchmarks/hfmem_side_by_side.py            # writes results
     PYTHONPATH=src .venv/bin/python benchmarks/hfmem_side_by_side.py --repeat 3 --models qwen3-8b
+    # before/after on one machine: hf-mem and the analytic engine only, another commit's tree
+    git archive BASE src | tar -x -C /tmp/base
+    PYTHONPATH=src .venv/bin/python benchmarks/hfmem_side_by_side.py \
+        --tools "hf-mem,memfit analytic" --memfit-src /tmp/base/src --out /tmp/before
 """
 
 from __future__ import annotations
@@ -288,13 +292,16 @@ def run_process(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
             "rss_mib": usage.ru_maxrss / 1024, "rc": rc, "out": out, "err": err[-400:]}  # fmt: skip
 
 
-def tools(name: str, hf_id: str, seq: int, batch: int) -> dict[str, list[str]]:
+def tools(
+    name: str, hf_id: str, seq: int, batch: int, only: str | None = None
+) -> dict[str, list[str]]:
     memfit = [sys.executable, "-m", "memfit", "estimate", name, "--mode", "infer",
               "--seq", str(seq), "--batch", str(batch), "--json"]  # fmt: skip
     hfmem = [str(HFMEM_VENV / "bin" / "hf-mem"), "--model-id", hf_id, "--experimental",
              "--max-model-len", str(seq), "--batch-size", str(batch), "--json-output"]  # fmt: skip
-    return {"hf-mem": hfmem, "memfit analytic": [*memfit, "--engine", "analytic"],
-            "memfit default": memfit}  # fmt: skip
+    every = {"hf-mem": hfmem, "memfit analytic": [*memfit, "--engine", "analytic"],
+             "memfit default": memfit}  # fmt: skip
+    return every if only is None else {k: v for k, v in every.items() if k in only.split(",")}
 
 
 def measure(name: str, hf_id: str, hub: LocalHub, shim: Path, args: Any) -> dict[str, Any]:
@@ -302,7 +309,7 @@ def measure(name: str, hf_id: str, hub: LocalHub, shim: Path, args: Any) -> dict
     answers: dict[str, Any] = {}
     load = [os.getloadavg()[0]]
     for turn in range(args.repeat + 1):  # turn 0: a warm-up, not counted
-        for tool, argv in tools(name, hf_id, args.seq, args.batch).items():
+        for tool, argv in tools(name, hf_id, args.seq, args.batch, args.tools).items():
             # memfit's modules compiled once and read back as bytecode, as from an installed
             # package (hf-mem's venv has its bytecode from pip; PYTHONDONTWRITEBYTECODE here
             # would make every memfit process compile its ~250 modules from source again),
@@ -314,7 +321,7 @@ def measure(name: str, hf_id: str, hub: LocalHub, shim: Path, args: Any) -> dict
                 env.update(PYTHONPATH=str(shim), HFMEM_LOCAL_HUB=hub.url, HF_HOME=str(shim))
                 env.pop("HF_TOKEN", None)
             else:
-                env.update(PYTHONPATH=str(ROOT / "src"), PYTHONPYCACHEPREFIX=str(shim / "pyc"))
+                env.update(PYTHONPATH=str(args.memfit_src), PYTHONPYCACHEPREFIX=str(shim / "pyc"))
             with tempfile.TemporaryDirectory(prefix="memfit-hfmem-") as cache_dir:
                 env["MEMFIT_CACHE_DIR"] = cache_dir
                 before = hub.n_requests
@@ -382,6 +389,8 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                 f"{med(runs, 'cpu_s'):.2f} | {med(runs, 'rss_mib'):.0f} | "
                 f"{runs[0]['n_requests']} | {row['load'][0]:.1f}-{row['load'][1]:.1f} |"
             )
+    if any(len(row["answers"]) < 3 for row in rows):  # --tools: a subset ran, no bytes compared
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         "What each answers (GiB): hf-mem counts the weight tensors as stored (the sum of every "
@@ -415,6 +424,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--out", type=Path, default=RESULTS / "hfmem_side_by_side")
     p.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--tools",
+        default=None,
+        help="a comma-separated subset of: hf-mem,memfit analytic,memfit default (default all; "
+        "the results tables need all three)",
+    )
+    p.add_argument(
+        "--memfit-src",
+        type=Path,
+        default=ROOT / "src",
+        help="the memfit source tree the memfit processes run (default this checkout's src/; "
+        "another commit's, exported with `git archive`, for a before/after on one machine)",
+    )
     args = p.parse_args(argv)
     if not (HFMEM_VENV / "bin" / "hf-mem").exists():
         raise SystemExit(f"hf-mem is not installed in {HFMEM_VENV} (set HFMEM_VENV)")

@@ -151,6 +151,24 @@ OPTIONAL = frozenset(
 SLOW = {
     "memfit.estimate.derived": "numpy and the derived engine's forms (~0.2 s of the CLI's start);"
     " `--no-cache` alone needs it before a command runs",
+    "memfit.estimate.policy": "the engine policy: it loads every fast engine (the analytic closed"
+    " forms, the fast path, the parallel engines: ~0.25 s, ~60 modules), which `memfit models`,"
+    " `gpus` and a module needing one piece of `memfit.estimate` do not need (issue 32)",
+    "memfit.jobfiles": "the job-file readers and editors (~0.07 s): `--from` reads them only when"
+    " given (issue 32)",
+    "memfit.cli.check": "the check door: the job files, the fix search and the serving doors"
+    " (~0.15 s); `estimate`, `plan` and `fit` load it for `--from` only (issue 32)",
+    "memfit.snapshot": "the snapshot reader and the predicted-history writer (~0.06 s):"
+    " `estimate --snapshot` only (issue 32)",
+    "memfit.report.plan": "a plan's text, with its flags and configs (the job-file writers,"
+    " ~0.1 s): `plan --seq-dist` only among the commands that register its flags (issue 32)",
+    "memfit.web.query": "the web's request reader, with the pasted-config scratch and the worker"
+    " pool (multiprocessing, ~0.05 s): `plan --html` reads its refused flags when it writes a"
+    " page (issue 32)",
+    "memfit.api": "every job's routes: the engines, the planner, serving and diffusion (~0.3 s);"
+    " `import memfit` and the command line load it when a verb first runs (issue 32)",
+    "memfit.plan": "the planner's search, advice and checklists (~0.1 s); `memfit.upgrade_verdict`"
+    " and `doctor` load it when called (issue 32)",
 }
 
 #: Where every import inside a function must be of an optional or slow module (above).

@@ -91,3 +91,21 @@ def test_raise_if_not_fit_names_the_gpu_and_the_shortfall() -> None:
     big = memfit.estimate("llama-2-7b", memfit.WorkloadSpec(seq_len=64), gpu="T4")
     with pytest.raises(memfit.DoesNotFitError, match=r"DOES NOT FIT on T4: needs .* more than its"):
         big.raise_if_not_fit()
+
+
+def test_the_verbs_keep_their_names_when_their_packages_load_later() -> None:
+    """Issue 32: ``import memfit`` loads its names on first use, so the packages ``memfit.plan``,
+    ``memfit.estimate`` and ``memfit.bench`` may be imported after it; the import system binds a
+    subpackage on its parent, and the verbs of the same names must stay the verbs."""
+    code = (
+        "import memfit, sys\n"
+        "assert 'memfit.plan' not in sys.modules and 'memfit.api' not in sys.modules\n"
+        "import memfit.plan.search, memfit.estimate.policy, memfit.bench.result\n"
+        "import memfit.plan.doctor\n"
+        "from memfit.plan import doctor\n"
+        "print(all(callable(f) and not isinstance(f, type(sys)) for f in\n"
+        "          (memfit.plan, memfit.estimate, memfit.bench, doctor)),\n"
+        "      memfit.plan.__module__, doctor.__module__, memfit.WorkloadSpec.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "memfit", "memfit.plan.doctor", "WorkloadSpec"]

@@ -5,6 +5,10 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
+import types
 import typing
 from typing import Any
 
@@ -21,23 +25,68 @@ from memfit.errors import (
     UnknownGPUError,
     UnknownModelError,
 )
-from memfit.estimate.result import COMPONENTS, FitVerdict, MemoryEstimate, ModuleBytes, PhasePeak
-from memfit.models.model_spec import ModelSpec
-from memfit.monitor import Monitor, diagnose, oom_guard  # torch is imported when one starts
-from memfit.spec import (
-    DiffusionJob,
-    DiffusionTrainJob,
-    EstimateOptions,
-    Job,
-    LlamaCppJob,
-    MediaSpec,
-    SeqDist,
-    SeqRun,
-    SglangConfig,
-    VllmConfig,
-    WorkloadSpec,
-)
 from memfit.version import __version__
+
+#: The public names whose modules load on first use (PEP 562 ``__getattr__`` below), so that
+#: ``import memfit`` and every ``memfit.x`` module the command line imports do not load the
+#: engines, the planner and the monitor up front (issue 32: the CLI imported ~240 modules, 0.4 s,
+#: before answering ``memfit models``). Name -> the module that defines it.
+_LAZY = {
+    **dict.fromkeys(
+        ("COMPONENTS", "FitVerdict", "MemoryEstimate", "ModuleBytes", "PhasePeak"),
+        "memfit.estimate.result",
+    ),
+    "ModelSpec": "memfit.models.model_spec",
+    **dict.fromkeys(("Monitor", "diagnose", "oom_guard"), "memfit.monitor"),  # torch: when run
+    **dict.fromkeys(
+        (
+            "DiffusionJob",
+            "DiffusionTrainJob",
+            "EstimateOptions",
+            "Job",
+            "LlamaCppJob",
+            "MediaSpec",
+            "SeqDist",
+            "SeqRun",
+            "SglangConfig",
+            "VllmConfig",
+            "WorkloadSpec",
+        ),
+        "memfit.spec",
+    ),  # fmt: skip
+    "ModelRef": "memfit.api",
+    "PlanRequest": "memfit.plan.request",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of :data:`_LAZY`, imported now and kept; a memfit module not imported yet
+    (``memfit.units``), as ``import memfit`` used to bind them all."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"memfit.{name}") is not None:
+        return importlib.import_module(f"memfit.{name}")
+    raise AttributeError(f"module 'memfit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+class _PublicModule(types.ModuleType):
+    """``memfit`` itself: its functions ``estimate``, ``plan`` and ``bench`` keep their names when
+    the packages of the same names are imported later (the import system binds a subpackage on
+    its parent; ``import memfit`` no longer imports those packages first)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("estimate", "plan", "bench") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _PublicModule
 
 # Types only. The torch layers' functions (find_batch_size, apply_plan_, build_optimizer, bench,
 # quality, trace_step) come with their own signatures, not a copy; at run time the wrappers below
@@ -48,6 +97,7 @@ if typing.TYPE_CHECKING:
     import os
     from pathlib import Path
 
+    from memfit.api import ModelRef as ModelRef
     from memfit.api import SeqRunAnswer
     from memfit.apply.batch_size import find_batch_size as find_batch_size
     from memfit.apply.model import apply_plan_ as apply_plan_
@@ -57,13 +107,23 @@ if typing.TYPE_CHECKING:
     from memfit.estimate.diffusion.pipeline import PipelineEstimate
     from memfit.estimate.diffusion.train import TrainEstimate
     from memfit.estimate.llamacpp import LlamaCppEstimate
+    from memfit.estimate.result import COMPONENTS as COMPONENTS
+    from memfit.estimate.result import FitVerdict as FitVerdict
+    from memfit.estimate.result import MemoryEstimate as MemoryEstimate
+    from memfit.estimate.result import ModuleBytes as ModuleBytes
+    from memfit.estimate.result import PhasePeak as PhasePeak
     from memfit.estimate.trace.user_step import trace_step as trace_step
     from memfit.hardware.gpu import GPU
+    from memfit.models.model_spec import ModelSpec as ModelSpec
+    from memfit.monitor import Monitor as Monitor
+    from memfit.monitor import diagnose as diagnose
+    from memfit.monitor import oom_guard as oom_guard
     from memfit.monitor.reader import RunData
     from memfit.plan.diffusion_fit import PipelineFit
     from memfit.plan.diffusion_infer import PipelinePlans
     from memfit.plan.diffusion_train import TrainFit, TrainPlan
     from memfit.plan.doctor_findings import DoctorReport
+    from memfit.plan.request import PlanRequest as PlanRequest
     from memfit.plan.search import Plan
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
     from memfit.plan.solve import FitResult
@@ -72,6 +132,17 @@ if typing.TYPE_CHECKING:
     from memfit.serving.solve import ServingOption
     from memfit.serving.startup import VllmStartup
     from memfit.snapshot.analyze import SnapshotAnalysis
+    from memfit.spec import DiffusionJob as DiffusionJob
+    from memfit.spec import DiffusionTrainJob as DiffusionTrainJob
+    from memfit.spec import EstimateOptions as EstimateOptions
+    from memfit.spec import Job as Job
+    from memfit.spec import LlamaCppJob as LlamaCppJob
+    from memfit.spec import MediaSpec as MediaSpec
+    from memfit.spec import SeqDist as SeqDist
+    from memfit.spec import SeqRun as SeqRun
+    from memfit.spec import SglangConfig as SglangConfig
+    from memfit.spec import VllmConfig as VllmConfig
+    from memfit.spec import WorkloadSpec as WorkloadSpec
 
 __all__ = [
     "Job",
@@ -191,14 +262,13 @@ def render_html_report(
     return _render(log_path, out_path, estimate=estimate)
 
 
-# The memfit.plan package is imported here (it is torch-free) so that the function below, not the
-# package, is what ``memfit.plan`` names: importing a submodule later would rebind the attribute.
-import memfit.api as _api  # noqa: E402
-import memfit.plan as _plan_package  # noqa: E402
-from memfit.api import ModelRef  # noqa: E402
-from memfit.estimate.options import using_options as _using_options  # noqa: E402
-from memfit.plan.request import PlanRequest  # noqa: E402
-from memfit.spec.arguments import check_arguments as _check_arguments  # noqa: E402
+def _routes() -> Any:
+    """:mod:`memfit.api`, the one door, imported when a verb first runs (every engine's and the
+    planner's modules: ~0.3 s that ``import memfit`` does not pay)."""
+    import memfit.api
+
+    return memfit.api
+
 
 #: The keywords the verbs took before EstimateOptions, with their defaults.
 _OLD_OPTIONS = {"engine": "auto", "trust_remote_code": False, "extrapolate": None}
@@ -314,7 +384,7 @@ def estimate(
         "extrapolate": extrapolate,
     }
     opts = _options(options, allow_code, workload=workload, gpu=gpu, **old)
-    return _api.estimate(model, workload, gpu=gpu, options=opts)
+    return _routes().estimate(model, workload, gpu=gpu, options=opts)
 
 
 # plan / fit **kwargs: the planner's fields (PlanRequest's; a job kind's: concurrency, solve,
@@ -377,7 +447,7 @@ def plan(
     ``request`` may be any job of :mod:`memfit.spec` with a planner (``memfit.api``).
     ``allow_code=True``: a ``pkg.mod:fn`` MODEL may be imported and called (as for the others)."""
     job: Any = request  # any kind; the route answers with that kind's record
-    return _api.plan(model, job, options=_options(options, allow_code), **kwargs)
+    return _routes().plan(model, job, options=_options(options, allow_code), **kwargs)
 
 
 @typing.overload
@@ -458,22 +528,26 @@ def fit(
     kinds: ``memfit.api``)."""
     opts = _options(options, allow_code, workload=workload, required=True)
     job: Any = workload  # any kind; the route answers with that kind's record
-    return _api.fit(model, job, options=opts, **kwargs)
+    return _routes().fit(model, job, options=opts, **kwargs)
 
 
 # upgrade_verdict / doctor **kwargs: memfit.plan.upgrade_verdict's / doctor's keywords, typed there.
 def upgrade_verdict(model: ModelRef, *, allow_code: bool = False, **kwargs: Any) -> UpgradeVerdict:
     """The "when should you upgrade" checklist as a verdict (``memfit.plan.upgrade_verdict``)."""
+    from memfit.plan import upgrade_verdict as _upgrade_verdict
+
     with _code_allowed(allow_code):
-        return _plan_package.upgrade_verdict(model, **kwargs)
+        return _upgrade_verdict(model, **kwargs)
 
 
 def doctor(
     model: ModelRef, workload: WorkloadSpec, *, allow_code: bool = False, **kwargs: Any
 ) -> DoctorReport:
     """A described job checked for the seven common memory mistakes (``memfit.plan.doctor``)."""
+    from memfit.plan import doctor as _doctor
+
     with _code_allowed(allow_code, workload=workload):
-        return _plan_package.doctor(model, workload, **kwargs)
+        return _doctor(model, workload, **kwargs)
 
 
 def _options(
@@ -493,14 +567,15 @@ def _options(
             names = ", ".join([*given, *(["allow_code"] if allow_code is not False else [])])
             raise SpecError(f"{names}: give them in options ({options!r}), not beside it")
         return options  # type: ignore[no-any-return]
-    job_kinds = tuple(_api.ROUTES)
+    api = _routes()
+    job_kinds = tuple(api.ROUTES)
     arguments = {k: v for k, v in old.items() if k != "engine"}
     if workload is not True and not isinstance(workload, job_kinds):
         arguments["workload"] = workload
-    _check_arguments(allow_code=allow_code, **arguments)
+    api.check_arguments(allow_code=allow_code, **arguments)
     if required and workload is None:
         raise SpecError("workload (None) must be a WorkloadSpec: pass memfit.WorkloadSpec(...)")
-    return EstimateOptions(
+    return api.EstimateOptions(
         engine=old.get("engine", "auto"),
         trust_remote_code=old.get("trust_remote_code", False),
         extrapolate=old.get("extrapolate"),
@@ -511,7 +586,8 @@ def _options(
 def _code_allowed(allow_code: Any, **arguments: Any) -> Any:
     """The arguments checked, then the context in which ``pkg.mod:fn`` MODELs may resolve."""
 
-    _check_arguments(allow_code=allow_code, **arguments)
+    api = _routes()
+    api.check_arguments(allow_code=allow_code, **arguments)
     if arguments.get("workload", True) is None:
         raise SpecError("workload (None) must be a WorkloadSpec: pass memfit.WorkloadSpec(...)")
-    return _using_options(EstimateOptions(allow_code=allow_code))
+    return api.using_options(api.EstimateOptions(allow_code=allow_code))

@@ -75,6 +75,7 @@ from memfit.spec import (
     VllmConfig,
     WorkloadSpec,
 )
+from memfit.spec.arguments import check_arguments  # noqa: F401 - memfit's facades call it here
 
 if TYPE_CHECKING:  # the diffusion records live in torch modules: types only
     from memfit.estimate.diffusion.pipeline import PipelineEstimate

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import signal
 import stat
 import threading
@@ -212,6 +211,8 @@ def _prepare(p: _Pending, *, what: str, backup: bool, keep: bool, expected: str 
 
 def _write_temp(real: Path, data: bytes, st: os.stat_result | None) -> Path:
     """A fully written, fsync-ed temp file beside ``real`` with ``st``'s mode and owner."""
+    import secrets  # ~0.02 s of imports (hmac, hashlib): paid by a command that writes a file
+
     tmp = real.parent / f".{real.name}.memfit-tmp.{os.getpid()}.{secrets.token_hex(4)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file

@@ -45,8 +45,62 @@ def _imported(args: list[str], tmp_path: Path) -> list[str]:
         # the default engine's validated fast answer (memfit.estimate.fastpath): no trace, no torch
         ["estimate", "llama-3.1-8b", "--lora-rank", "16", "--seq", "2048", "--precision",
          "bf16-true", "--gpu", "L4"],
+        ["fit", "llama-3.1-8b", "--engine", "analytic", "--gpu", "L4", "--seq", "2048",
+         "--lora-rank", "16", "--solve", "batch"],
+        ["vllm", "meta-llama/Llama-3.1-8B", "--gpu", "L4", "--max-model-len", "8192"],
+        ["llama-server", "-m", "llama-3.1-8b", "--gpu", "L4", "-c", "8192"],
+        ["sglang", "--model-path", "meta-llama/Llama-3.1-8B", "--gpu", "L4"],
+        ["--version"],
     ],
     ids=lambda a: " ".join(a[:2]) if a[0] == "estimate" else " ".join(a),
 )  # fmt: skip
 def test_a_torch_free_command_imports_no_torch(args: list[str], tmp_path: Path) -> None:
     assert _imported(args, tmp_path) == []
+
+
+#: Run the command line in this process, then print the memfit modules and the slow standard
+#: library packages it imported.
+MODULES_PROBE = (
+    "import sys, json\n"
+    "from memfit.cli.entry import main\n"
+    "try:\n"
+    "    main(sys.argv[1:])\n"
+    "except SystemExit:\n"
+    "    pass\n"
+    "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+)
+
+
+def _modules(args: list[str], tmp_path: Path) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MEMFIT_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", MODULES_PROBE, *args],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("args", [["models"], ["gpus"], ["--version"]], ids=" ".join)
+def test_a_listing_loads_no_engine_no_planner_and_no_other_command(
+    args: list[str], tmp_path: Path
+) -> None:
+    """Issue 32: the command line imports only the running command's modules (the lazy table of
+    memfit.cli.entry), so a catalog listing loads no engine, no search and no job route."""
+    loaded = _modules(args, tmp_path)
+    assert "memfit.cli.plan" not in loaded and "memfit.cli.estimate" not in loaded
+    for module in ("memfit.estimate.analytic", "memfit.estimate.policy", "memfit.plan.search",
+                   "memfit.api", "memfit.jobfiles", "numpy"):  # fmt: skip
+        assert module not in loaded
+
+
+def test_the_analytic_estimate_loads_only_what_it_answers_with(tmp_path: Path) -> None:
+    """Issue 32: ``estimate --engine analytic`` (the answer hf-mem's is compared with) loads the
+    analytic engine, not the other routes of memfit.api, the job-file readers, the snapshot
+    writer, the web server's worker pool, numpy (the derived engine) or urllib (the hub)."""
+    loaded = _modules(["estimate", "llama-3.1-8b", "--engine", "analytic", "--mode", "infer"],
+                      tmp_path)  # fmt: skip
+    assert "memfit.estimate.analytic" in loaded
+    for module in ("memfit.api", "memfit.cli.plan", "memfit.cli.check", "memfit.jobfiles",
+                   "memfit.snapshot", "memfit.web.workers", "memfit.estimate.derived",
+                   "memfit.serving", "numpy", "urllib.request", "multiprocessing"):  # fmt: skip
+        assert module not in loaded

@@ -132,7 +132,7 @@ def analytic_estimate(monkeypatch):
     def routed(*a, options, **k):  # the estimate door calls the route with its options
         return api.estimate(*a, options=dataclasses.replace(options, engine="analytic"), **k)
 
-    monkeypatch.setattr(importlib.import_module("memfit.cli.entry"), "estimate", routed)
+    monkeypatch.setattr(importlib.import_module("memfit.cli.estimate"), "estimate", routed)
 
 
 def run(capsys, *argv):

@@ -15,6 +15,7 @@ from memfit.cli import llamacpp as cli_llamacpp
 from memfit.cli import sglang as cli_sglang
 from memfit.cli import vllm as cli_vllm
 from memfit.cli.check_fix import CheckFix, find_fix
+from memfit.cli.from_files import FRAMEWORK_FORMATS
 from memfit.errors import SpecError, UnknownModelError
 from memfit.estimate import ENGINES, estimate
 from memfit.estimate.policy import use_engine
@@ -111,11 +112,6 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     return {"check": cmd_check}
-
-
-#: File formats whose own code runs the job (memfit answers them through transformers' model
-#: when their framework engine does not): their estimates carry the other-framework band.
-FRAMEWORK_FORMATS = ("litgpt", "torchtune")
 
 
 def cmd_check(args: argparse.Namespace) -> int:

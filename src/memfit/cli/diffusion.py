@@ -13,7 +13,6 @@ import json
 import sys
 from typing import Any
 
-from memfit.api import estimate, fit, plan
 from memfit.cli import diffusion_train as cli_diffusion_train
 from memfit.errors import SpecError
 from memfit.estimate.verdict import EXIT_CODES
@@ -44,6 +43,14 @@ TEXT_PLAN_FLAGS = (
     ("--allow-offload", "allow_offload", False), ("--attention", "attention", "sdpa"),
     ("--new-tokens", "new_tokens", 0), ("--html", "html", None), ("--confirm", "confirm", None),
 )  # fmt: skip
+
+
+def api() -> Any:
+    """:mod:`memfit.api`, the one door (its routes load the engines and the planner: imported
+    when a pipeline command runs, not when ``memfit estimate`` registers its flags)."""
+    import memfit.api
+
+    return memfit.api
 
 
 def add_plan_flags(parser: argparse.ArgumentParser) -> None:
@@ -83,11 +90,11 @@ def cmd_estimate_pipeline(args: argparse.Namespace) -> int:
     gpu = None
     if args.gpu:
         gpu = get_gpu(args.gpu)
-    est = estimate(args.model, job, gpu=gpu)  # judged on gpu
+    est = api().estimate(args.model, job, gpu=gpu)  # judged on gpu
     out: dict[str, Any] = est.to_json()
     text = render_pipeline(est)
     if est.fits is not None and not est.fits.fits:  # tight or does not fit: the nearest plan
-        plans = plan(args.model, job, gpu=gpu)
+        plans = api().plan(args.model, job, gpu=gpu)
         best = plans.best
         out["nearest_change_that_fits"] = best.to_json() if best is not None else None
         text += "\n" + nearest_fit_line(plans, args.model, args.gpu)
@@ -127,7 +134,7 @@ def cmd_plan_pipeline(args: argparse.Namespace) -> int:
     )
     if not args.gpu and args.gpu_memory is None:
         raise SpecError("plan of a diffusion pipeline needs --gpu NAME or --gpu-memory SIZE")
-    result = plan(
+    result = api().plan(
         args.model, job, gpu=args.gpu or None, gpu_memory_bytes=args.gpu_memory,
         headroom=args.headroom,
     )  # fmt: skip
@@ -151,7 +158,7 @@ def cmd_fit_pipeline(args: argparse.Namespace) -> int:
     job = diffusion_job(args)
     if not args.gpu and args.gpu_memory is None:
         raise SpecError("fit of a diffusion pipeline needs --gpu NAME or --gpu-memory SIZE")
-    result = fit(
+    result = api().fit(
         args.model, job, gpu=args.gpu or None, solve=args.solve,
         gpu_memory_bytes=args.gpu_memory, headroom=args.headroom,
     )  # fmt: skip

@@ -11,12 +11,19 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+from typing import Any
 
-from memfit import api
 from memfit.errors import MissingDependencyError, SpecError
 from memfit.estimate.verdict import EXIT_CODES
 from memfit.jobflags import diffusion_train_job
 from memfit.report.diffusion import render_training, render_training_fit, render_training_plan
+
+
+def _api() -> Any:
+    """:mod:`memfit.api` (its routes load the engines: imported when a training command runs)."""
+    import memfit.api
+
+    return memfit.api
 
 
 def _installed(module: str) -> bool:
@@ -40,7 +47,7 @@ def require_diffusion_stack() -> None:
 def cmd_estimate(args: argparse.Namespace) -> int:
     require_diffusion_stack()
     job = diffusion_train_job(args)
-    est = api.estimate(args.model, job, gpu=args.gpu or None)  # judged on the GPU asked
+    est = _api().estimate(args.model, job, gpu=args.gpu or None)  # judged on the GPU asked
     print(json.dumps(est.to_json(), indent=2) if args.json else render_training(est))
     return EXIT_CODES[est.fits.verdict] if est.fits is not None else 0
 
@@ -61,7 +68,7 @@ def _checked_gpu(args: argparse.Namespace) -> str | None:
 def cmd_fit(args: argparse.Namespace) -> int:
     require_diffusion_stack()
     job = diffusion_train_job(args)
-    result = api.fit(
+    result = _api().fit(
         args.model, job, gpu=_checked_gpu(args), solve=args.solve,
         gpu_memory_bytes=getattr(args, "gpu_memory", None), headroom=args.headroom,
     )  # fmt: skip
@@ -100,7 +107,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _refuse_text_plan_flags(args)
     ranks = args.lora_rank or []
     job = diffusion_train_job(args, lora_rank=ranks[0] if ranks else None)
-    result = api.plan(
+    result = _api().plan(
         args.model, job, gpu=_checked_gpu(args),
         gpu_memory_bytes=getattr(args, "gpu_memory", None), headroom=args.headroom,
     )  # fmt: skip

@@ -7,59 +7,51 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
+import importlib
 import io
-import json
 import logging
 import os
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from memfit import progress
-from memfit.api import estimate
-from memfit.cli import bench as cli_bench
-from memfit.cli import check as cli_check
-from memfit.cli import diffusion as cli_diffusion
-from memfit.cli import from_files as cli_from
-from memfit.cli import gpus as cli_gpus
-from memfit.cli import layouts as cli_layouts
-from memfit.cli import llamacpp as cli_llamacpp
-from memfit.cli import monitor as cli_monitor
-from memfit.cli import plan as cli_plan
-from memfit.cli import report as cli_report
-from memfit.cli import seqdist as cli_seqdist
-from memfit.cli import sglang as cli_sglang
-from memfit.cli import vllm as cli_vllm
-from memfit.cli import web as cli_web
-from memfit.cli.engine import add_engine_flags, applied, options_from
+from memfit.cli.engine import applied
 from memfit.errors import DoesNotFitError, MemfitError
-from memfit.flags import (
-    EXIT_BAD_INPUT,
-    EXIT_DOES_NOT_FIT,
-    EXIT_OK,
-    add_flags,
-    non_negative_int,
-    workload_from_args,
-)
-from memfit.models import list_bundled
-from memfit.models.pipelines import list_pipelines
-from memfit.plan.nearest import NearestFit, nearest_fit
-from memfit.report.text import render_estimate, render_models
+from memfit.flags import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_OK
 from memfit.version import __version__
 
-ESTIMATE_EXAMPLES = """examples:
-  memfit estimate llama-3.2-1b --batch 4 --seq 2048 --gpu A100-40GB
-  memfit estimate mistral-7b-v0.1 --lora-rank 16 --checkpointing full --gpu L4
-  memfit estimate llama-3.1-8b --mode infer --seq 4096 --new-tokens 256 --gpu L40S --json
-  memfit estimate ./my-model/config.json --precision amp-bf16 --optimizer adamw-fused
-  memfit estimate mypkg.models:make_unet --allow-code --batch 8 --precision fp16
-  memfit estimate vit-base-patch16-224 --image-size 384 --batch 64 --checkpointing full
-  memfit estimate whisper-large-v3 --mode infer --audio-seconds 600 --new-tokens 224
-"""
+#: Each command's modules under ``memfit.cli``, in ``memfit --help``'s order: a command line
+#: imports only the modules of the command it runs (``memfit models`` does not load the planner,
+#: the engines or the web server: issue 32), ``memfit --help`` and a mistyped command all of
+#: them. Each module's ``register(sub)`` adds its subcommands and returns their handlers;
+#: ``check`` answers a serving file through the ``vllm``, ``sglang`` and ``llama-server``
+#: parsers, so it registers them too.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "estimate": ("estimate",),
+    "models": ("models",),
+    "gpus": ("gpus",),
+    "layouts": ("layouts",),
+    "monitor": ("monitor",),
+    "diagnose": ("monitor",),
+    "report": ("report",),
+    "snapshot": ("report",),
+    "plan": ("plan",),
+    "fit": ("plan",),
+    "upgrade": ("plan",),
+    "doctor": ("plan",),
+    "bench": ("bench",),
+    "quality": ("bench",),
+    "vllm": ("vllm",),
+    "sglang": ("sglang",),
+    "llama-server": ("llamacpp",),
+    "llamacpp": ("llamacpp",),
+    "check": ("check", "vllm", "sglang", "llamacpp"),
+    "web": ("web",),
+}
+#: The handlers of the commands registered so far, by name (filled by :func:`build_parser`).
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,7 +59,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"memfit: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``memfit`` parser: with ``command`` (a name of :data:`COMMAND_MODULES`), only that
+    command's subcommands (what one command line needs); else every command."""
     p = _Parser(
         prog="memfit",
         description="Predict the GPU memory of training and inference.",
@@ -77,71 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    e = sub.add_parser(
-        "estimate",
-        help="peak memory of a training step or an inference run, by component",
-        description="Trace MODEL's step on fake tensors (no GPU, no weights) and report peak "
-        "allocated / reserved / device memory by component and phase.",
-        epilog=ESTIMATE_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    e.add_argument(
-        "model",
-        nargs="?",
-        help="bundled name (see `memfit models`), path to config.json or a "
-        "model dir, Hugging Face hub id",
-    )
-    add_flags(e, "estimate")
-    cli_seqdist.add_flags(e)
-    cli_from.add_from(e)
-    e.add_argument("--gpu", default=None, help="GPU name for a fits verdict (see `memfit gpus`)")
-    add_engine_flags(e, framework=True)
-    e.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="allow configs that need the repo's own Python code (runs that code)",
-    )
-    x = e.add_mutually_exclusive_group()
-    x.add_argument(
-        "--no-extrapolate",
-        dest="extrapolate",
-        action="store_const",
-        const=False,
-        help="trace every layer (default up to 48 layers; slower, exact reserved)",
-    )
-    x.add_argument(
-        "--extrapolate",
-        dest="extrapolate",
-        action="store_const",
-        const=True,
-        help="trace a few layers and extrapolate (default beyond 48 layers; fast)",
-    )
-    e.add_argument(
-        "--top", type=non_negative_int, default=5, help="modules to list at the peak (default 5)"
-    )
-    e.add_argument("--json", action="store_true", help="print one JSON object")
-    cli_web.add_share_flags(e, snapshot=True)  # --html, --snapshot
-    m = sub.add_parser(
-        "models",
-        help="list the bundled model configs",
-        epilog="examples:\n  memfit models\n  memfit models --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    m.add_argument("--json", action="store_true")
-    COMMANDS.update(cli_gpus.register(sub))  # gpus
-    COMMANDS.update(cli_layouts.register(sub))  # layouts (pp / cp layouts of N GPUs)
-    COMMANDS.update(cli_monitor.register(sub))  # monitor, diagnose
-    COMMANDS.update(cli_report.register(sub))  # report, snapshot
-    COMMANDS.update(cli_plan.register(sub))  # plan, fit, upgrade, doctor
-    COMMANDS.update(cli_bench.register(sub))  # bench, quality
-    COMMANDS.update(cli_vllm.register(sub))  # vllm
-    COMMANDS.update(cli_sglang.register(sub))  # sglang
-    COMMANDS.update(cli_llamacpp.register(sub))  # llama-server (alias llamacpp)
-    COMMANDS.update(cli_check.register(sub))  # check
-    p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse)
-    COMMANDS.update(cli_web.register(sub, run=main, parser_factory=build_parser))  # web
+    every = dict.fromkeys(m for ms in COMMAND_MODULES.values() for m in ms)
+    for name in COMMAND_MODULES.get(command or "", every):
+        module = importlib.import_module(f"memfit.cli.{name}")
+        if name == "web":  # the web page runs command lines: it is handed this entry point
+            COMMANDS.update(module.register(sub, run=main, parser_factory=build_parser))
+        else:
+            COMMANDS.update(module.register(sub))
+    p.set_defaults(subparsers=sub.choices)  # for --from (cli_from.reparse) and check
     add_allow_code(sub)
     return p
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command a command line names: its first word that is not an option (``memfit``'s
+    own options, ``--version`` and ``--help``, take no value); None when there is none."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 #: The commands whose MODEL may be a ``package.module:function`` factory, with --allow-code.
@@ -163,56 +108,6 @@ def add_allow_code(sub: Any) -> None:
         for action in parser._actions:  # argparse keeps no public list of the positionals
             if action.dest == "model" and "--allow-code" not in (action.help or ""):
                 action.help = f"{action.help}; package.module:function with --allow-code"
-
-
-def cmd_estimate(args: argparse.Namespace) -> int:
-    if cli_diffusion.is_pipeline(args.model):
-        return cli_diffusion.cmd_estimate_pipeline(args)
-    cli_diffusion.refuse_pipeline_flags(args)
-    if args.seq_dist is not None:
-        return cli_seqdist.cmd(args, workload_from_args(args))
-    with cli_web.history(args) as traces:  # --snapshot: the trace's allocation history
-        est = cli_from.framework_estimate(args, workload_from_args(args)) or estimate(
-            args.model, workload_from_args(args), gpu=args.gpu, options=options_from(args)
-        )
-        est = cli_from.with_framework_band(args, est)
-    cli_web.write_estimate_outputs(args, est, traces)
-    answer = cli_from.answer(args, est.engine)  # a torchtune / LitGPT --from file: who answered
-    nearest = _nearest(args, est)
-    if args.json:
-        extra = {} if nearest is None else {"nearest_fit": nearest.to_json()}
-        print(json.dumps({**est.to_json(), **answer, **extra}, indent=2))
-    else:
-        tail = "" if nearest is None else "\n" + nearest.text()
-        print(render_estimate(est, top=args.top) + cli_from.answer_lines(answer) + tail)
-    return EXIT_DOES_NOT_FIT if est.fits is not None and not est.fits.fits else EXIT_OK
-
-
-def _nearest(args: argparse.Namespace, est: Any) -> NearestFit | None:
-    """For a text job that does not fit: the nearest change that does (memfit.plan.nearest),
-    searched with the fast engine; None when it fits, or for a --from framework answer."""
-    if est.fits is None or est.fits.verdict != "does not fit" or cli_from.answer(args, est.engine):
-        return None
-    settled = dataclasses.replace(workload_from_args(args), precision=est.workload["precision"])
-    progress.report("looking for the nearest change that fits")
-    return nearest_fit(args.model, settled, args.gpu, model_name=str(args.model))
-
-
-def _print_records(records: list[Any]) -> None:
-    """The JSON form of catalog rows (frozen dataclasses), all fields."""
-    print(json.dumps([asdict(r) for r in records], indent=2))
-
-
-def cmd_models(args: argparse.Namespace) -> int:
-    rows = list_bundled()
-    if args.json:
-        _print_records(rows)
-        return EXIT_OK
-    print(render_models(rows, list_pipelines()))
-    return EXIT_OK
-
-
-COMMANDS = {"estimate": cmd_estimate, "models": cmd_models}
 
 
 #: Libraries whose import-time warnings are noise for a CLI user: bitsandbytes and torchao on CPU
@@ -304,15 +199,22 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None) -> 
     # Deprecations inside transformers / peft (e.g. peft reading is_gradient_checkpointing) are
     # for those libraries' own callers, not for a CLI user.
     warnings.filterwarnings("ignore", category=FutureWarning)
-    parser = parser or build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    if parser is None and words == ["--version"]:  # no command: no command's module needed
+        print(__version__)
+        return EXIT_OK
+    parser = parser or build_parser(command_of(words))
+    args = parser.parse_args(words)
     if args.version:
         print(__version__)
         return EXIT_OK
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
-    args = cli_from.reparse(build_parser, args, argv)
+    command = args.command
+    reparse = getattr(args, "reparse_from", None)  # a command that takes --from: its job files
+    if reparse is not None:
+        args = reparse(lambda: build_parser(command), args, words)
     with applied(args):
         code = COMMANDS[args.command](args)
     try:

@@ -17,20 +17,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memfit.cli.check import FRAMEWORK_FORMATS, route, settings_answer
 from memfit.errors import SpecError
 from memfit.estimate.trace import frameworks
 from memfit.flags import flags_for, workload_from_args
-from memfit.jobfiles import read_job
 from memfit.plan.budget import fits, need_bytes
 from memfit.progress import report
 from memfit.units import format_bytes
 
+#: File formats whose own code runs the job (memfit answers them through transformers' model
+#: when their framework engine does not): their estimates carry the other-framework band.
+FRAMEWORK_FORMATS = ("litgpt", "torchtune")
 #: Commands that take ``--from``.
 FROM_COMMANDS = ("estimate", "fit", "plan")
 
 
 def add_from(parser: argparse.ArgumentParser) -> None:
+    """``--from FILE`` on ``parser``, whose command line the entry point then parses again with
+    the file's job (:func:`reparse`, handed over as the parser's ``reparse_from`` default: the
+    entry point imports no command's module but the one it runs)."""
     parser.add_argument(
         "--from",
         dest="from_files",
@@ -42,10 +46,13 @@ def add_from(parser: argparse.ArgumentParser) -> None:
         "combine); "
         "flags given here override them (see `memfit check`)",
     )
+    parser.set_defaults(reparse_from=reparse)
 
 
 def job_defaults(command: str, paths: Sequence[str]) -> dict[str, Any]:
     """argparse defaults (by dest) of the job the files describe, for ``command``."""
+    from memfit.jobfiles import read_job
+
     return _defaults(command, read_job(list(paths)))
 
 
@@ -82,6 +89,8 @@ def reparse(
     if command in FROM_COMMANDS and paths:
         # a fresh parser: the caller's may be reused (memfit web keeps one), and set_defaults
         # would leave this job's values on it for the next command line
+
+        from memfit.jobfiles import read_job  # the job-file readers: for --from only
 
         given = sys.argv[1:] if argv is None else list(argv)
         gpus = args.gpus if any(a.split("=")[0] == "--gpus" for a in given) else None
@@ -131,6 +140,8 @@ class FromRoute:
 
     def answered_by(self, engine: str) -> str:
         """What answered, ``engine`` being the one transformers' model ran on (when it did)."""
+        from memfit.cli.check import settings_answer  # the check door: for --from only
+
         if self.framework is not None:
             return frameworks.ANSWERED_BY[self.framework]
         return settings_answer(self.asked or engine, asked=self.asked is not None)
@@ -143,6 +154,8 @@ def _route(
     argv: Any,
     build_parser: Callable[[], argparse.ArgumentParser],
 ) -> FromRoute | None:
+    from memfit.cli.check import route
+
     file_framework = next((f.format for f in job.files if f.format in frameworks.EXTRAS), None)
     if file_framework is None:
         if args.engine == "framework":
@@ -243,6 +256,8 @@ def answer_lines(info: dict[str, Any]) -> str:
 def confirm_fit(args: argparse.Namespace, result: Any) -> tuple[dict[str, Any], str, bool]:
     """For ``fit --from`` a framework's file: the search ran on transformers' model; trace its
     answer once through the framework. ``(JSON keys, text lines, whether it still fits)``."""
+    from memfit.cli.check import settings_answer
+
     r = route_of(args)
     if r is None:
         return {}, "", True
@@ -277,6 +292,8 @@ def confirm_fit(args: argparse.Namespace, result: Any) -> tuple[dict[str, Any], 
 def plan_answer(args: argparse.Namespace, engine: str) -> dict[str, Any]:
     """For ``plan --from`` a framework's file: the search runs on transformers' model, and its
     plans are not traced through the framework (they change settings it reads from its file)."""
+    from memfit.cli.check import settings_answer
+
     r = route_of(args)
     if r is None:
         return {}

@@ -19,9 +19,9 @@ from memfit import api, progress
 from memfit.cli import diffusion as cli_diffusion
 from memfit.cli import from_files as cli_from
 from memfit.cli import layouts as cli_layouts
+from memfit.cli import outputs as cli_outputs
 from memfit.cli import seqdist as cli_seqdist
 from memfit.cli import vllm as cli_vllm
-from memfit.cli import web as cli_web
 from memfit.cli.engine import add_engine_flags, options_from
 from memfit.cli.runtimes import OTHER_RUNTIMES, cmd_fit_runtime, cmd_plan_runtime
 from memfit.errors import SpecError
@@ -191,7 +191,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add_engine_flags(p, framework=True, confirm=False)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     cli_vllm.add_runtime_flags(p, concurrency=True)
-    cli_web.add_share_flags(p, snapshot=False)  # --html
+    cli_outputs.add_share_flags(p, snapshot=False)  # --html
     cli_layouts.add_plan_flags(p)  # --layout, --nodes, --gpus-per-node, --export (issue 30)
     f = sub.add_parser(
         "fit",
@@ -339,7 +339,7 @@ def _modules_to_save(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    cli_web.check_output_paths(args)  # --html: a typo is refused before the search
+    cli_outputs.check_output_paths(args)  # --html: a typo is refused before the search
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
         return cli_diffusion.cmd_plan_pipeline(args)
     cli_diffusion.refuse_pipeline_flags(args)
@@ -406,7 +406,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         options=options_from(args),
         gpu_memory_bytes=args.gpu_memory,
     )
-    cli_web.write_plan_outputs(args, result)
+    cli_outputs.write_plan_outputs(args, result)
     info = cli_from.plan_answer(args, args.engine)  # a torchtune / LitGPT file: who answered
     if args.json:
         print(json.dumps({**result.to_json(), **info}, indent=2))

@@ -6,18 +6,24 @@ import argparse
 import json
 from typing import Any
 
-from memfit import api
 from memfit.cli.engine import options_from
 from memfit.errors import SpecError
 from memfit.estimate.seqrun.dist import parse_seq_dist
 from memfit.flags import count_at_most, integer
 from memfit.jobflags import seq_run_job
-from memfit.report.plan import render_plan
 from memfit.report.seqrun import render_seq_fit, render_seq_plan, render_seq_run
 from memfit.report.text import render_estimate
 from memfit.spec import WorkloadSpec
 from memfit.spec.rules import MAX_RUN_STEPS
 from memfit.spec.seqrun import DEFAULT_STEPS
+
+
+def _api() -> Any:
+    """:mod:`memfit.api`, the one door (its routes load the planner and the run replay: imported
+    when a ``--seq-dist`` command runs, not when ``estimate`` registers these flags)."""
+    import memfit.api
+
+    return memfit.api
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +68,7 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     dist = parse_seq_dist(args.seq_dist)
     if not workload.is_train:
         raise SpecError(f"--seq-dist models training runs, not --mode {workload.mode}")
-    answer = api.estimate(str(args.model), seq_run_job(args, workload, dist), gpu=args.gpu,
+    answer = _api().estimate(str(args.model), seq_run_job(args, workload, dist), gpu=args.gpu,
                       options=options_from(args))  # fmt: skip
     est, run = answer.estimate, answer.run
     used_bytes = run.device_used_bytes
@@ -93,7 +99,7 @@ def cmd_fit(args: argparse.Namespace, workload: Any) -> int:
     if args.gpu is None and args.gpu_memory is None:
         raise SpecError("fit needs --gpu NAME or --gpu-memory SIZE (e.g. 24GB)")
     dist = parse_seq_dist(args.seq_dist)
-    result = api.fit(
+    result = _api().fit(
         str(args.model), seq_run_job(args, workload, dist), gpu=args.gpu,
         options=options_from(args), solve="batch", gpu_memory_bytes=args.gpu_memory,
         headroom=args.headroom,
@@ -111,13 +117,15 @@ def cmd_plan(args: argparse.Namespace, request: Any) -> int:
         raise SpecError(f"--seq-dist models training runs, not --mode {request.mode}")
     dist = parse_seq_dist(args.seq_dist)
     run = seq_run_job(args, WorkloadSpec(batch_size=request.batch_size or 1), dist)  # its steps
-    result = api.plan(
+    result = _api().plan(
         str(args.model), run, gpu=args.gpu, options=options_from(args), request=request,
         gpu_memory_bytes=args.gpu_memory,
     )  # fmt: skip
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
+        from memfit.report.plan import render_plan  # the plan's flags and configs: plan only
+
         print(render_plan(result.plan))
         print(render_seq_plan(result))
     return 0 if result.fits else 1

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from memfit.estimate.policy import EnginePolicy
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.hardware import get_gpu
 from memfit.hardware.precision import FP16_COUNTERPART
@@ -52,6 +51,8 @@ def estimate(
         allow_code=allow_code,
         gpu=gpu,
     )
+    from memfit.estimate.policy import EnginePolicy  # every fast engine: loaded when one runs
+
     policy = EnginePolicy(engine=engine)
     workload = workload or WorkloadSpec()
     gpu_record = _gpu(gpu)

@@ -17,9 +17,6 @@ HubUnavailableError (no network, offline mode, gated or private repository) and 
 from __future__ import annotations
 
 import os
-import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from memfit.errors import HubUnavailableError, ModelConfigError, SpecError, UnknownModelError
@@ -76,6 +73,8 @@ def fetch_config(hf_id: str, *, cache_dir: str | os.PathLike[str] | None = None)
 
 def _write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so readers never see half a config."""
+    import tempfile  # only when a downloaded config is kept
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
@@ -157,6 +156,11 @@ def _download_with_hf_hub(hf_id: str, *, token: str | None, offline: bool) -> st
 
 
 def _download_with_urllib(hf_id: str, *, token: str | None) -> str:
+    # urllib.request (http.client, ssl, email: ~0.03 s) is imported when memfit downloads, not
+    # with every MODEL resolved from a bundled name or a path (issue 32)
+    import urllib.error
+    import urllib.request
+
     endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
     request = urllib.request.Request(f"{endpoint}/{hf_id}/resolve/main/config.json")
     if token:
