@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from benchmarks import qlora_load_replay
 
 from memfit.estimate import zero3_load
 from memfit.estimate.parallel.shape import read_shape
@@ -112,3 +113,13 @@ def test_other_jobs_are_untouched() -> None:
     est = run_engine("analytic", source, w, None)  # through run_engine, which adds the phase
     assert zero3_load.PHASE not in est.phases
     assert zero3_load.with_zero3_load(est, source, w, None) is est
+
+
+def test_loading_quantizes_weight_by_weight_and_keeps_only_the_quant_state() -> None:
+    """benchmarks/qlora_load_replay.py: bitsandbytes quantizing Llama-2-70B on the GPU during
+    loading (transformers >= 4.39 under FSDP / ZeRO-3) leaves the nested quant state (one uint8
+    per 64 weights, ~1 GiB) and reserves under 2 GiB: not the peak of either recipe, and not the
+    6-7 GiB peft's FSDP rows are over memfit's step."""
+    allocated, reserved, peak = qlora_load_replay.replay("llama-2-70b")
+    assert allocated == pytest.approx(QUANTIZED / 64, rel=0.02)
+    assert reserved == peak < 2 * GIB
