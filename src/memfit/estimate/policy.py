@@ -497,7 +497,8 @@ class EnginePolicy:
             if w.compile:
                 raise NotModelledError(COMPILE_REFUSAL.format(engine="derived"), engine="derived")
 
-            return with_reason(guide_derived(source, w, gpu=gpu), reason)
+            est = zero3_load.with_zero3_load(guide_derived(source, w, gpu=gpu), source, w, gpu)
+            return with_reason(est, reason)
 
         return guide
 
@@ -512,10 +513,19 @@ class EnginePolicy:
             if w.num_beams > 1 or w.cache_implementation != "dynamic" or w.compile:
                 return None
             try:
-                est = estimate_first(source, w, gpu=gpu, settles=settles, progress=progress.report)
+                est = estimate_first(
+                    source,
+                    w,
+                    gpu=gpu,
+                    # judged with a ZeRO3-QLoRA job's engine-init phase, as the answer is
+                    settles=lambda e: settles(zero3_load.with_zero3_load(e, source, w, gpu)),
+                    progress=progress.report,
+                )
             except MemfitError:  # the search estimator meets it again and says so
                 return None
-            return None if est is None else with_reason(est, reason)
+            if est is None:
+                return None
+            return with_reason(zero3_load.with_zero3_load(est, source, w, gpu), reason)
 
         return first
 
