@@ -53,7 +53,7 @@ from memfit.errors import (
     SpecError,
     TraceError,
 )
-from memfit.estimate import fastpath, fsdp1
+from memfit.estimate import fastpath, fsdp1, zero3_load
 from memfit.estimate.parallel import estimate_parallel
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
@@ -158,6 +158,23 @@ def run_engine(
     closed form whichever engine is named (no engine models those ranks on one GPU); the
     estimate says so (``engine_reason``). ``reserved_end``: the analytic engine's point of its
     reserved ratio range (``reserved.RESERVED_ENDS``: mid, high, band)."""
+    est = _run_step_engine(
+        name, source, workload, gpu, extrapolate=extrapolate, reserved_end=reserved_end
+    )
+    # a ZeRO3-QLoRA job peaks where DeepSpeed moves the whole model to each GPU
+    return zero3_load.with_zero3_load(est, source, workload, gpu)
+
+
+def _run_step_engine(
+    name: str,
+    source: Any,
+    workload: WorkloadSpec,
+    gpu: Any,
+    *,
+    extrapolate: bool | None = None,
+    reserved_end: str = "mid",
+) -> MemoryEstimate:
+    """The training step (or serving) of :func:`run_engine`, without the engine-init phase."""
     if workload.fsdp_version == 1:  # FSDP2's answer + FSDP1's flat-parameter gradients
         twin = fsdp1.fsdp2_twin(workload)
         est = run_engine(
@@ -480,7 +497,8 @@ class EnginePolicy:
             if w.compile:
                 raise NotModelledError(COMPILE_REFUSAL.format(engine="derived"), engine="derived")
 
-            return with_reason(guide_derived(source, w, gpu=gpu), reason)
+            est = zero3_load.with_zero3_load(guide_derived(source, w, gpu=gpu), source, w, gpu)
+            return with_reason(est, reason)
 
         return guide
 
@@ -495,10 +513,19 @@ class EnginePolicy:
             if w.num_beams > 1 or w.cache_implementation != "dynamic" or w.compile:
                 return None
             try:
-                est = estimate_first(source, w, gpu=gpu, settles=settles, progress=progress.report)
+                est = estimate_first(
+                    source,
+                    w,
+                    gpu=gpu,
+                    # judged with a ZeRO3-QLoRA job's engine-init phase, as the answer is
+                    settles=lambda e: settles(zero3_load.with_zero3_load(e, source, w, gpu)),
+                    progress=progress.report,
+                )
             except MemfitError:  # the search estimator meets it again and says so
                 return None
-            return None if est is None else with_reason(est, reason)
+            if est is None:
+                return None
+            return with_reason(zero3_load.with_zero3_load(est, source, w, gpu), reason)
 
         return first
 
