@@ -1,10 +1,11 @@
 """The answers of the web API benchmark's job list, to compare two commits (a check, not a test).
 
 ``benchmarks/web_api_speed.py`` times ``GET /api/estimate`` on a list of jobs; a change made to
-answer faster must not change any answer. This script runs the same list (``web_api_speed.queries``,
-``--unique`` jobs: every one new; ``--workload mix``: ``web_api_speed.mix_queries``) in one
-process through the web worker's own entry point (``memfit.web.workers.run_cli``: the argv
-the server builds, stdout and stderr captured) and writes every answer as JSON: the exit code, the ``--json`` output parsed, stderr. Fields that
+answer faster must not change any answer. This script runs the same list
+(``web_api_speed.queries``, ``--unique`` jobs: every one new; ``--workload mix``:
+``web_api_speed.mix_queries``) in one process through the web worker's own entry point
+(``memfit.web.workers.run_cli``: the argv the server builds, stdout and stderr captured) and
+writes every answer as JSON: the exit code, the ``--json`` output parsed, stderr. Fields that
 time the run (``wall_s``, ``elapsed_s``, ``search_s``, ``confirm_s``) and the trace cache's
 ``cached`` flag (whether an earlier run left the trace on disk) are left out; everything else
 must be equal. Also prints the CPU time per answer (``time.process_time``: the figure a loaded

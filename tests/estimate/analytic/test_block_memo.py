@@ -35,6 +35,9 @@ JOBS = [
     {"precision": "bf16-true"},
     {"precision": "bf16-true", "lora_rank": 16},
     {"precision": "bf16-true", "lora_rank": 16, "zero_grad_set_to_none": False},
+    {"loss": "chunked"},
+    {"loss": "fused"},
+    {"loss": "fused", "checkpointing": "full"},
     {"mode": "infer", "new_tokens": 8},
 ]
 
@@ -79,3 +82,6 @@ def test_jobs_that_differ_only_in_the_optimizer_share_their_blocks() -> None:
     _answer(source, {"shard": "zero2", "offload": "optimizer"})  # ZeRO's 16-bit model
     _answer(source, {})  # bf16-mixed: fp32 parameters
     assert len(engine._BLOCKS) > m + 3
+    k = len(engine._BLOCKS)
+    _answer(source, {**true, "loss": "fused"})
+    assert len(engine._BLOCKS) == k + 1  # the head computes the loss: the layers are kept

@@ -114,6 +114,10 @@ STEP_ONLY_FIELDS = frozenset(
         "zero_grad_set_to_none",
     }
 )
+#: ... and for the embedding and the layers, the training loss too: only the head computes it
+#: (``blocks.lm_head_and_loss`` reads ``Work.loss``), so a fused or chunked cross-entropy's
+#: candidates share the layers of the full one's.
+HEAD_ONLY_FIELDS = STEP_ONLY_FIELDS | {"loss"}
 #: Block profiles kept in this process, least recently used dropped first: a planner search
 #: estimates ~30 stacks of one model, and stacks that differ only in the optimizer, its
 #: offload or the sharding run the same blocks (issue 32: the web API's "nearest change that
@@ -126,12 +130,14 @@ def _block_key(
     prog: Any, kind: str, wl: WorkloadSpec, w: Work, kw: dict[str, Any]
 ) -> tuple[Any, ...]:
     """Everything a block reads: the program (its class, architecture and family), the block,
-    the pass (``w``), the switches ``kw``, the workload's fields but :data:`STEP_ONLY_FIELDS`
+    the pass (``w``; its loss for the head only), the switches ``kw``, the workload's fields
+    but :data:`STEP_ONLY_FIELDS` (:data:`HEAD_ONLY_FIELDS` for the embedding and the layers)
     (with what ``optimizer`` and ``shard`` decide for a block) and the GPU the CUDA reductions'
     workspaces are sized for."""
-    job = tuple(
-        repr(getattr(wl, f.name)) for f in dataclasses.fields(wl) if f.name not in STEP_ONLY_FIELDS
-    )
+    skip = STEP_ONLY_FIELDS if kind == "head" else HEAD_ONLY_FIELDS
+    job = tuple(repr(getattr(wl, f.name)) for f in dataclasses.fields(wl) if f.name not in skip)
+    if kind != "head" and w.loss != "full":
+        w = replace(w, loss="full")
     in_bwd = wl.optimizer if wl.optimizer_in_bwd else None
     return (
         wl.run_precision,
