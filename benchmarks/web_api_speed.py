@@ -79,12 +79,12 @@ MIX_MODELS = (
     "gemma-2-9b",
     "qwen3-8b",
 )
-MIX_KINDS = {
-    "infer": "mode=infer&batch={b2}&seq={seq}&new-tokens=256&precision=bf16",
-    "lora": "batch={b}&seq={seq}&lora-rank=16&precision=bf16&checkpointing=full",
-    "qlora": "batch={b}&seq={seq}&lora-rank=16&quant=nf4&precision=bf16&checkpointing=full",
+MIX_KINDS = {  # no precision: the default (bf16-true); "bf16": bf16-mixed (AMP)
+    "infer": "mode=infer&batch={b2}&seq={seq}&new-tokens=256",
+    "lora": "batch={b}&seq={seq}&lora-rank=16&checkpointing=full",
+    "qlora": "batch={b}&seq={seq}&lora-rank=16&quant=nf4&checkpointing=full",
     "full": "batch={b}&seq={seq}&precision=bf16",
-    "chat": "mode=infer&batch={b}&seq={seq2}&new-tokens=512&precision=bf16",
+    "chat": "mode=infer&batch={b}&seq={seq2}&new-tokens=512",
 }
 MIX_GPUS = ("RTX-4090", "L4", "A100-80GB", "H100-80GB", "A100-40GB")
 
@@ -181,8 +181,8 @@ def mix_main(args: argparse.Namespace) -> None:
     """The mix's passes for each engine (module docstring), each engine on its own server."""
     rows = []
     load_before = os.getloadavg()[0]
-    n = args.requests
     for engine in args.engines.split(","):
+        n = args.auto_requests if engine == "auto" and args.auto_requests else args.requests
         with tempfile.TemporaryDirectory() as cache:
             os.environ["MEMFIT_CACHE_DIR"] = cache  # the spawned workers read it
             with running(run=memfit_main, parser_factory=build_parser, n_workers=2) as base:
@@ -191,16 +191,18 @@ def mix_main(args: argparse.Namespace) -> None:
                 rows.append(run_mix(base, n, 1, engine, 0, "warm server, repeats"))
                 rows.append(run_mix(base, n, 2, engine, 2 * n, "warm server, new jobs"))
     kinds = ", ".join(MIX_KINDS)
+    auto_n = f" --auto-requests {args.auto_requests}" if args.auto_requests else ""
     lines = [
         "# Web API speed: a mix of distinct jobs",
         "",
-        f"`PYTHONPATH=src python benchmarks/web_api_speed.py --workload mix --requests {n} "
-        f"--engines {args.engines}` on {platform.machine()} ({os.cpu_count()} logical CPUs, "
-        f"shared with other work), Python {sys.version.split()[0]}, at commit {_commit()}. "
+        f"`PYTHONPATH=src python benchmarks/web_api_speed.py --workload mix --requests "
+        f"{args.requests}{auto_n} --engines {args.engines}` on {platform.machine()} "
+        f"({os.cpu_count()} logical CPUs, shared with other work), Python {sys.version.split()[0]}, at commit {_commit()}. "
         "Each request: `GET /api/estimate?...` over HTTP to the `memfit web` app (uvicorn, 2 "
         "worker processes running `memfit estimate ... --json`). Jobs: "
         f"{', '.join(MIX_MODELS)}; kinds {kinds} (`mix_queries`: batch 1-8, sequence "
-        f"512-4096, bf16); GPUs {', '.join(MIX_GPUS)}. Each engine gets its own server with an "
+        f"512-4096; the default precision, bf16-true, but for the full fine-tunes' bf16, i.e. "
+        f"bf16-mixed); GPUs {', '.join(MIX_GPUS)}. Each engine gets its own server with an "
         "empty answers cache (`MEMFIT_CACHE_DIR`): a cold pass (the server's first requests), "
         "other new jobs on the warm server, the cold pass's jobs again (repeats), new jobs from "
         "2 clients; no job of a new-jobs pass was sent before. `auto` sends no `engine=` (the "
@@ -245,6 +247,13 @@ def main() -> None:
         "--unique",
         action="store_true",
         help="every request its own job: no nearest change kept by a worker serves it",
+    )
+    ap.add_argument(
+        "--auto-requests",
+        type=int,
+        default=None,
+        help="--workload mix: requests per pass for the auto engine (default --requests): "
+        "its new jobs that the fast path does not validate are traced, seconds each",
     )
     ap.add_argument("--output", type=Path, default=None)
     args = ap.parse_args()
