@@ -197,7 +197,8 @@ def mix_main(args: argparse.Namespace) -> None:
         "",
         f"`PYTHONPATH=src python benchmarks/web_api_speed.py --workload mix --requests "
         f"{args.requests}{auto_n} --engines {args.engines}` on {platform.machine()} "
-        f"({os.cpu_count()} logical CPUs, shared with other work), Python {sys.version.split()[0]}, at commit {_commit()}. "
+        f"({os.cpu_count()} logical CPUs, shared with other work), Python "
+        f"{sys.version.split()[0]}, at commit {_commit()}. "
         "Each request: `GET /api/estimate?...` over HTTP to the `memfit web` app (uvicorn, 2 "
         "worker processes running `memfit estimate ... --json`). Jobs: "
         f"{', '.join(MIX_MODELS)}; kinds {kinds} (`mix_queries`: batch 1-8, sequence "
