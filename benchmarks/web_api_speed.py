@@ -114,12 +114,15 @@ def fetch(url: str) -> float:
 
 def fetch_answer(url: str) -> tuple[float, str]:
     """The request's latency and what answered it: the engine, "+nearest" for a job that does
-    not fit (its nearest change was searched or kept), "+confirmed" where the trace confirmed."""
+    not fit (its nearest change was searched or kept), "+confirmed" where the trace confirmed;
+    "HTTP 503" / "HTTP 504" where the server was busy or the job ran past its time."""
     t0 = time.perf_counter()
     try:
         with urllib.request.urlopen(url, timeout=600) as r:
             body = json.loads(r.read())
     except urllib.error.HTTPError as exc:  # say which job, and what the server answered
+        if exc.code in (503, 504):  # busy / ran past its time: an answer the user sees, counted
+            return time.perf_counter() - t0, f"HTTP {exc.code}"
         text = exc.read().decode(errors="replace")[:300]
         raise RuntimeError(f"{url}: HTTP {exc.code}: {text}") from None
     dt = time.perf_counter() - t0
@@ -210,7 +213,9 @@ def mix_main(args: argparse.Namespace) -> None:
         "default engine); the server runs at most one job that may trace at a time, and every "
         "`auto` job may. Answers: which engine answered, `+nearest` where the job does not fit "
         "(the nearest change that fits is searched, or kept from an earlier search), "
-        "`+confirmed` where the trace confirmed the analytic answer. Load average (1 min) "
+        "`+confirmed` where the trace confirmed the analytic answer, `HTTP 503` where the "
+        "job waited past the server's 30 s for the one trace slot (`HTTP 504`: ran past its "
+        "time). Load average (1 min) "
         f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
         "",
         "| engine | pass | clients | requests (distinct) | wall s | estimates / s | p50 ms "
