@@ -1,8 +1,9 @@
 """The answers of the web API benchmark's job list, to compare two commits (a check, not a test).
 
 ``benchmarks/web_api_speed.py`` times ``GET /api/estimate`` on a list of jobs; a change made to
-answer faster must not change any answer. This script runs the same list (``web_api_speed.queries``,
-``--unique`` jobs: every one new) in one process through the web worker's own entry point
+answer faster must not change any answer. This script runs the same list
+(``web_api_speed.queries``, ``--unique`` jobs: every one new; ``--workload mix``:
+``web_api_speed.mix_queries``) in one process through the web worker's own entry point
 (``memfit.web.workers.run_cli``: the argv the server builds, stdout and stderr captured) and
 writes every answer as JSON: the exit code, the ``--json`` output parsed, stderr. Fields that
 time the run (``wall_s``, ``elapsed_s``, ``search_s``, ``confirm_s``) and the trace cache's
@@ -31,7 +32,7 @@ from memfit.web.query import build_job
 from memfit.web.workers import run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from web_api_speed import queries  # noqa: E402
+from web_api_speed import mix_queries, queries  # noqa: E402
 
 #: Output fields that depend on the run, not on the answer.
 RUN_FIELDS = frozenset({"wall_s", "elapsed_s", "search_s", "confirm_s", "cached"})
@@ -45,11 +46,18 @@ def without_run_fields(x: Any) -> Any:
     return x
 
 
-def answers(n: int, engine: str, start: int) -> tuple[list[dict[str, Any]], list[float]]:
+def answers(
+    n: int, engine: str, start: int, workload: str = "grid"
+) -> tuple[list[dict[str, Any]], list[float]]:
     parser = build_parser()
+    jobs = (
+        mix_queries(n, engine, start=start)
+        if workload == "mix"
+        else queries(n, engine, unique=True, start=start)
+    )
     argvs = [
         build_job(parser, "estimate", parse_qsl(q), pasted=None, allow_paths=False).argv
-        for q in queries(n, engine, unique=True, start=start)
+        for q in jobs
     ]
     out, cpu = [], []
     for argv in argvs:
@@ -67,11 +75,17 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=100)
     ap.add_argument("--engine", default="auto", help="auto (no engine= parameter) or analytic")
     ap.add_argument("--start", type=int, default=0, help="the first job of the unique sequence")
+    ap.add_argument(
+        "--workload",
+        choices=("grid", "mix"),
+        default="grid",
+        help="grid: web_api_speed.queries (--unique); mix: web_api_speed.mix_queries",
+    )
     group = ap.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", type=Path, help="write the answers to this JSON file")
     group.add_argument("--compare", type=Path, help="compare with answers written before")
     args = ap.parse_args()
-    got, cpu = answers(args.requests, args.engine, args.start)
+    got, cpu = answers(args.requests, args.engine, args.start, args.workload)
     fits = [c for c, a in zip(cpu, got, strict=True) if a["exit_code"] == 0]
     misses = [c for c, a in zip(cpu, got, strict=True) if a["exit_code"] == 1]
     print(

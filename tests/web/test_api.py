@@ -36,6 +36,23 @@ def test_api_estimate_is_the_cli_json_of_the_same_flags(server: str) -> None:
     )
 
 
+def test_api_default_engine_is_the_clis_default_engine(server: str) -> None:
+    """No ``engine=``: the CLI's own policy (memfit.estimate.policy), in the same words. A
+    LoRA job of a family the fast-path grid validates, far from the capacity: the analytic
+    engine answers, unconfirmed, as ``memfit estimate`` does; nothing traces."""
+    query = "model=llama-3.2-1b&batch=2&seq=512&lora-rank=16&gpu=A100-80GB"  # bf16-true
+    status, headers, body = get(f"{server}/api/estimate?{query}")
+    code, expected = cli_json(
+        "estimate", "llama-3.2-1b", "--batch", "2", "--seq", "512", "--lora-rank", "16",
+        "--gpu", "A100-80GB",
+    )  # fmt: skip
+    assert status == 200 and headers["X-Memfit-Exit"] == str(code) == "0"
+    assert body["engine"] == expected["engine"] == "analytic"
+    assert body["confirmed"] is expected["confirmed"] is False
+    assert body["engine_reason"] == expected["engine_reason"]
+    assert without_timings(body) == without_timings(expected)
+
+
 def test_api_does_not_fit_is_an_answer_with_exit_1(server: str) -> None:
     status, headers, body = get(
         f"{server}/api/estimate?model=llama-3.1-8b&engine=analytic&precision=bf16&gpu=T4"

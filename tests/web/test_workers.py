@@ -77,3 +77,30 @@ def test_a_derived_engine_request_forks_its_trace_worker_and_answers(
         status, headers, body = get(f"{base}/api/estimate?model=gpt2&engine=derived&gpu=T4")
     assert status == 200, body
     assert headers["X-Memfit-Exit"] == "0" and body["engine"] == "derived"
+
+
+def print_pid(argv: list[str], *, parser: object) -> int:
+    """A command line that says which worker ran it (after a moment, so two jobs overlap)."""
+    import os
+    import time
+
+    time.sleep(0.3)
+    print(os.getpid())
+    return 0
+
+
+def test_a_repeated_job_goes_to_the_worker_that_ran_it() -> None:
+    """What a worker keeps (a nearest change searched, the analytic engine's blocks) answers
+    the same command line again only on that worker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = WorkerPool(run=print_pid, parser_factory=build_parser, n_workers=2)
+    try:
+        jobs = [("estimate", "gpt2", "--batch=1"), ("estimate", "gpt2", "--batch=2")]
+        with ThreadPoolExecutor(2) as ex:  # both at once: one on each worker
+            first = list(ex.map(lambda a: pool.run(a, heavy=False).stdout, jobs))
+        assert first[0] != first[1]
+        for argv in [jobs[1], jobs[0], jobs[1], jobs[0]]:  # one at a time: either is idle
+            assert pool.run(argv, heavy=False).stdout == first[jobs.index(argv)], argv
+    finally:
+        pool.close()

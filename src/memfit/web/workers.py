@@ -15,6 +15,11 @@ A worker still never outlives the server: it ends when its pipe closes (the serv
 included), and :meth:`WorkerPool.close` (also registered with :mod:`atexit`, so that an exit
 without it cannot wait on a worker forever) stops every one.
 
+A job goes to the worker that last ran the same command line where that worker is idle (else
+to any idle one): what a worker keeps in memory (the nearest change that fits of a job that does
+not fit, ``memfit.plan.nearest``; the analytic engine's blocks and the planner's candidate
+tables) answers a repeated request without a second search; the trace cache on disk is shared.
+
 Bounds: ``n_workers`` processes (two by default, the machine's cores), of which at most
 ``n_heavy`` run a heavy job (a trace or a planner search) at once, so an analytic estimate always
 finds a worker; a job waits at most ``wait_s`` for one (then :class:`Busy`), and runs at most
@@ -30,6 +35,7 @@ import io
 import multiprocessing
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -38,7 +44,9 @@ from typing import Any, Protocol
 from memfit.errors import MemfitError
 
 #: What a worker answers for one job.
-EXIT_INTERNAL = 70  # sysexits' EX_SOFTWARE: a memfit bug, not the user's input
+EXIT_INTERNAL = 70
+#: Command lines whose last worker the pool remembers (least recently run forgotten first).
+MAX_AFFINITIES = 4096  # sysexits' EX_SOFTWARE: a memfit bug, not the user's input
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +159,8 @@ class WorkerPool:
         self._all = list(self._idle)
         self._cond = threading.Condition()
         self._heavy = threading.BoundedSemaphore(n_heavy)
+        #: command line -> the worker that last ran it (module docstring)
+        self._ran: OrderedDict[tuple[str, ...], _Worker] = OrderedDict()
         self.wait_s = wait_s
         self.light_timeout_s = light_timeout_s
         self.heavy_timeout_s = heavy_timeout_s
@@ -164,7 +174,7 @@ class WorkerPool:
                 "try again when it finishes (or ask the analytic engine)"
             )
         try:
-            worker = self._take()
+            worker = self._take(argv)
             start = time.perf_counter()
             timeout = self.heavy_timeout_s if heavy else self.light_timeout_s
             try:
@@ -184,7 +194,7 @@ class WorkerPool:
                     "the worker running this job ended (out of host memory?); it was restarted"
                 ) from None
             finally:
-                self._give(worker)
+                self._give(worker, argv)
             return Outcome(
                 exit_code=code, stdout=out, stderr=err, wall_s=time.perf_counter() - start
             )
@@ -192,14 +202,24 @@ class WorkerPool:
             if heavy:
                 self._heavy.release()
 
-    def _take(self) -> _Worker:
+    def _take(self, argv: tuple[str, ...]) -> _Worker:
+        """An idle worker: the one that last ran ``argv`` if it is idle, else the last freed."""
         with self._cond:
             if not self._cond.wait_for(lambda: bool(self._idle), timeout=self.wait_s):
                 raise Busy(f"every worker stayed busy for {self.wait_s:g} s: try again")
+            ran = self._ran.get(tuple(argv))
+            if ran is not None and ran in self._idle:
+                self._idle.remove(ran)
+                return ran
             return self._idle.pop()
 
-    def _give(self, worker: _Worker) -> None:
+    def _give(self, worker: _Worker, argv: tuple[str, ...] | None = None) -> None:
         with self._cond:
+            if argv is not None:
+                self._ran[tuple(argv)] = worker
+                self._ran.move_to_end(tuple(argv))
+                while len(self._ran) > MAX_AFFINITIES:
+                    self._ran.popitem(last=False)
             self._idle.append(worker)
             self._cond.notify()
 

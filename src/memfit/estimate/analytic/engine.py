@@ -13,6 +13,8 @@ torch.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +35,7 @@ from memfit.estimate.analytic.compose import (
     embedding_shapes,
     forward_pass,
     hidden_dtype,
+    holds_grads,
     is_distributed,
     rank_view_for,
     run_workload_block,
@@ -46,6 +49,7 @@ from memfit.estimate.analytic.host_checkpoint import OFFLOADED, device_buffer_by
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
+from memfit.estimate.cuda_reduce import current_device
 from memfit.models.lora_targets import role_names
 from memfit.spec import WorkloadSpec
 from memfit.spec.rules import LAYER_SAC, SELECTIVE_AC_OPTION_DEFAULT, layer_sac_checkpointed
@@ -84,8 +88,91 @@ def _compile_measured(a: Any, wl: WorkloadSpec) -> bool:
     return problem is None and wl.tp == 1 and a.q_dim == a.hidden
 
 
+#: Workload fields no block reads (:func:`_block`, ``compose.run_workload_block``, the chain
+#: programs, which see only :class:`Work` and :class:`Ops`): what the optimizer keeps, where
+#: the states live, how the ranks share them and how many micro-batches an update sums are
+#: the training step's (``compose.training_step``, the rank view), not a block's; the batch
+#: a block runs is ``Work.batch``, the frozen layers reach it as its switches (``frozen``,
+#: ``freeze_tokens``, ``lm_head_trainable``: ``compile.py`` reads ``freeze_layers`` itself,
+#: and ``--compile`` blocks are not kept). ``optimizer``, ``shard`` and
+#: ``zero_grad_set_to_none`` reach a block only through ``optimizer_in_bwd``,
+#: ``compose.holds_grads`` and ``WorkloadSpec.run_precision`` (DeepSpeed ZeRO runs a
+#: ``*-mixed`` job as a 16-bit model), which :func:`_block_key` keeps.
+STEP_ONLY_FIELDS = frozenset(
+    {
+        "optimizer",
+        "offload",
+        "shard",
+        "gpus",
+        "grad_accum",
+        "batch_size",
+        "dp_replicate",
+        "reshard_after_forward",
+        "zero_hpz_partition_size",
+        "fsdp_version",
+        "freeze_layers",
+        "zero_grad_set_to_none",
+    }
+)
+#: ... and for the embedding and the layers, the training loss too: only the head computes it
+#: (``blocks.lm_head_and_loss`` reads ``Work.loss``), so a fused or chunked cross-entropy's
+#: candidates share the layers of the full one's.
+HEAD_ONLY_FIELDS = STEP_ONLY_FIELDS | {"loss"}
+#: Block profiles kept in this process, least recently used dropped first: a planner search
+#: estimates ~30 stacks of one model, and stacks that differ only in the optimizer, its
+#: offload or the sharding run the same blocks (issue 32: the web API's "nearest change that
+#: fits"). A profile is never changed after it is built (``step.run_block``'s callers read it).
+MAX_BLOCKS_KEPT = 512
+_BLOCKS: OrderedDict[tuple[Any, ...], BlockProfile] = OrderedDict()
+
+
+def _block_key(
+    prog: Any, kind: str, wl: WorkloadSpec, w: Work, kw: dict[str, Any]
+) -> tuple[Any, ...]:
+    """Everything a block reads: the program (its class, architecture and family), the block,
+    the pass (``w``; its loss for the head only), the switches ``kw``, the workload's fields
+    but :data:`STEP_ONLY_FIELDS` (:data:`HEAD_ONLY_FIELDS` for the embedding and the layers)
+    (with what ``optimizer`` and ``shard`` decide for a block) and the GPU the CUDA reductions'
+    workspaces are sized for."""
+    skip = STEP_ONLY_FIELDS if kind == "head" else HEAD_ONLY_FIELDS
+    job = tuple(repr(getattr(wl, f.name)) for f in dataclasses.fields(wl) if f.name not in skip)
+    if kind != "head" and w.loss != "full":
+        w = replace(w, loss="full")
+    in_bwd = wl.optimizer if wl.optimizer_in_bwd else None
+    return (
+        wl.run_precision,
+        type(prog),
+        id(getattr(prog, "family", None)),
+        repr(prog.a),
+        kind,
+        w,
+        tuple(sorted(kw.items())),
+        job,
+        in_bwd,
+        holds_grads(wl),
+        current_device(),
+    )
+
+
 def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockProfile:
-    """One of a chain program's blocks (``kind``: embed, layer, head) under ``wl``."""
+    """One of a chain program's blocks (``kind``: embed, layer, head) under ``wl``; kept per
+    :func:`_block_key` (``MAX_BLOCKS_KEPT``), except under ``--compile``, whose check reads
+    more of the workload."""
+    if wl.compile:
+        return _run_block(prog, kind, wl, w, **kw)
+    key = _block_key(prog, kind, wl, w, kw)
+    found = _BLOCKS.get(key)
+    if found is not None:
+        _BLOCKS.move_to_end(key)
+        return found
+    prof = _BLOCKS[key] = _run_block(prog, kind, wl, w, **kw)
+    while len(_BLOCKS) > MAX_BLOCKS_KEPT:
+        _BLOCKS.popitem(last=False)
+    return prof
+
+
+def _run_block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockProfile:
+    """:func:`_block` without the memo."""
     a = prog.a
     h = a.hidden
     in_rg = kw.pop("in_rg", True)
