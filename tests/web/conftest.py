@@ -46,16 +46,20 @@ def cli_error(*argv: str) -> str:
 
 #: The planner's clock readings (``search``): how long this run took, not a prediction.
 CLOCK_KEYS = ("elapsed_s", "search_s", "confirm_s")
+#: where an answer came from rather than what it is: the trace cache marks a stored answer
+#: ``cached`` (memfit.estimate.trace_cache), so two runs differ in it by which ran first
+PROVENANCE_KEYS = ("cached",)
 
 
 def without_timings(value: Any) -> Any:
-    """``value`` less its wall-clock readings (``*wall_s``, the planner's ``elapsed_s`` ...): the
-    one part of an answer that differs between two runs of the same command."""
+    """``value`` less its wall-clock readings (``*wall_s``, the planner's ``elapsed_s`` ...) and
+    the trace cache's ``cached`` mark: the parts of an answer that differ between two runs of the
+    same command."""
     if isinstance(value, dict):
         return {
             k: without_timings(v)
             for k, v in value.items()
-            if not (k.endswith("wall_s") or k in CLOCK_KEYS)
+            if not (k.endswith("wall_s") or k in CLOCK_KEYS or k in PROVENANCE_KEYS)
         }
     if isinstance(value, list):
         return [without_timings(v) for v in value]
