@@ -73,6 +73,10 @@ JOBS: tuple[tuple[str, int | None, int, int, int], ...] = (
     ("mistral-7b-v0.1", 4, 1, 4096, 32),
     ("qwen3-0.6b", 4, 8, 2048, 64),  # qwen3-0.6b cut: the ratio in depth
     ("qwen3-0.6b", 14, 8, 2048, 64),
+    ("llama-3.1-8b", None, 16, 2048, 256),  # full depth: the cuts against the whole model
+    ("llama-3.1-8b", None, 32, 512, 64),
+    ("llama-3.1-8b", None, 1, 8192, 16),
+    ("mistral-7b-v0.1", None, 1, 4096, 32),  # the H200 row, traced
 )
 
 

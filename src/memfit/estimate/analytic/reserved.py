@@ -50,11 +50,11 @@ MIN_SEGMENTS_BYTES = LARGE_BUFFER_BYTES + SMALL_BUFFER_BYTES
 #: the allocator's segments costs (a few %); the rest (KV cache, activations, temporaries) is
 #: what the caching allocator fragments; the 22 MiB are one partly used segment of each pool,
 #: present once whatever the job's size. A ratio of the whole peak cannot be right at every
-#: depth: a 2-layer cut of phi-4 reserves 1.17 x (its weights are a third of the peak), a
+#: depth: a 2-layer cut of phi-4 reserves 1.17 x (its weights 63 % of the peak), a
 #: full-depth 7B 1.02 x. Fitted by ``benchmarks/infer_reserved.py --fit`` (its docstring) to
-#: every row of ``benchmarks/results/infer_reserved.jsonl`` (the trace's replay: 16 serving-size
-#: jobs of qwen3-0.6b, llama-3.2-1b at full depth and of llama-3.1-8b, mistral-7b-v0.1 and
-#: qwen3-0.6b cut to 2-14 layers, batches 1-32, prompts 512-8192, 16-256 new tokens; and the
+#: every row of ``benchmarks/results/infer_reserved.jsonl`` (the trace's replay: 20 serving-size
+#: jobs of qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, mistral-7b-v0.1 at full depth and cut to
+#: 2-14 layers, batches 1-32, prompts 512-8192, 16-256 new tokens; and the
 #: fast-path grid's 60 ``infer`` / ``infer_long`` rows) and the 2 inference cases of
 #: ``benchmarks/results/gpu_h200_measurements.jsonl`` (a real H200: llama-3.2-1b reserves
 #: 1.119 x there, the trace 1.056 x): ``shown`` puts every row at >= 98 % of its measured
@@ -63,7 +63,7 @@ MIN_SEGMENTS_BYTES = LARGE_BUFFER_BYTES + SMALL_BUFFER_BYTES
 #: (held_ratio, ratio) each.
 INFER_RESERVED = {"shown": (1.005, 1.447), "top": (1.026, 1.475)}
 #: How many rows the fit rests on, how many of them >= 1 GiB, and which set the top's ratio.
-INFER_BAND_ROWS = (78, 27, "qwen3-0.6b (depth full, 1 x 512 + 16)")
+INFER_BAND_ROWS = (82, 31, "qwen3-0.6b (depth full, 1 x 512 + 16)")
 
 
 @dataclass(frozen=True)
