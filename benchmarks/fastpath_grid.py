@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import json
 import os
 import platform
@@ -535,13 +536,38 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
         checkpointing = JOBS.get(row["job"], {}).get("checkpointing", "none")
         end = "high" if checkpointing != "none" else "mid"
     if JOBS.get(row["job"], {}).get("mode") == "infer":  # the engine's own rule (its floor)
-        reserved, _range = reserved_rule(training=False, end=end).at(a["allocated_bytes"])
+        # the answer shown scales the parameters apart (INFER_RESERVED): their bytes on this
+        # row, from benchmarks/results/infer_reserved.jsonl (None there: the wide rule)
+        held = _held_bytes(row) if end == "mid" else None
+        rule = reserved_rule(training=False, end=end, held_bytes=held)
+        reserved, _range = rule.at(a["allocated_bytes"])
         return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
                 "reserved_bytes": reserved}  # fmt: skip
     median, _lowest, highest = RESERVED_RATIO["train"]
     ratio = highest if end == "high" else median
     return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
             "reserved_bytes": int(a["allocated_bytes"] * ratio)}  # fmt: skip
+
+
+@functools.cache
+def _held_table() -> dict[tuple[str, str, str, int], int]:
+    """(family, origin, job, analytic allocated bytes) -> the analytic engine's parameters'
+    bytes at the peak, for the grid's inference rows ``benchmarks/infer_reserved.py --grid``
+    recorded."""
+    path = RESULTS / "infer_reserved.jsonl"
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        r = json.loads(line) if line.strip() else {}
+        if r.get("source") == "grid":
+            a = r["analytic"]
+            key = (r["family"], r["origin"], r["job"], int(a["allocated_bytes"]))
+            out[key] = int(a["components"].get("parameters", 0))
+    return out
+
+
+def _held_bytes(row: dict) -> int | None:
+    key = (row["family"], row["origin"], row["job"], int(row["analytic"]["allocated_bytes"]))
+    return _held_table().get(key)
 
 
 def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:

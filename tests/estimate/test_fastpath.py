@@ -14,7 +14,7 @@ import pytest
 
 import memfit
 from memfit.estimate import fastpath
-from memfit.estimate.analytic.reserved import RESERVED_RATIO
+from memfit.estimate.analytic.reserved import RESERVED_RATIO, infer_rule
 from memfit.spec import EstimateOptions, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,8 +85,9 @@ def test_auto_answers_an_inference_job_with_the_analytic_engine_the_trace_confir
     fast = memfit.estimate("gpt2", w)
     assert (fast.engine, fast.confirmed) == ("analytic", False)
     assert "for model_type 'gpt2' (infer)" in str(fast.engine_reason)
-    mid = RESERVED_RATIO["infer"][0]
-    assert fast.peak_reserved_bytes == max(int(fast.peak_allocated_bytes * mid), 22 * 2**20)
+    held = fast.components["parameters"]  # analytic/reserved.py, INFER_RESERVED
+    shown, _range = infer_rule(held, band=False).at(fast.peak_allocated_bytes)
+    assert fast.peak_reserved_bytes == shown
     est = memfit.estimate("gpt2", w, options=EstimateOptions(confirm=True))
     assert est.engine == "trace"
     assert abs(fast.peak_allocated_bytes / est.peak_allocated_bytes - 1) <= fastpath.TOLERANCE

@@ -256,12 +256,16 @@ class ReservedRule:
     ``fixed_bytes``: (to the point, to the range's top) bytes added to a ratio rule's products
     (a job class's band: ``analytic/reserved.py``, ``band_rule``). ``floor_bytes``: the least a
     ratio rule's point and range bottom take (the allocator's smallest segments:
-    ``analytic/reserved.py``, ``MIN_SEGMENTS_BYTES``)."""
+    ``analytic/reserved.py``, ``MIN_SEGMENTS_BYTES``). ``held_bytes``: bytes of the peak the
+    ratio does not scale, counted once (an inference job's weights: allocated once, in blocks
+    of their own sizes, never freed, so never fragmented: ``analytic/reserved.py``,
+    ``INFER_RESERVED``); 0: the ratio scales the whole peak."""
 
     replayed_bytes: int | None = None
     ratio: tuple[float, float, float] | None = None
     fixed_bytes: tuple[int, int] = (0, 0)
     floor_bytes: int = 0
+    held_bytes: int = 0
 
     def __post_init__(self) -> None:
         if (self.replayed_bytes is None) == (self.ratio is None):
@@ -274,9 +278,11 @@ class ReservedRule:
         mid, low, high = self.ratio
         at_point, at_top = self.fixed_bytes
         floor = self.floor_bytes
-        top = int(peak_allocated_bytes * high) + at_top
-        rng = (min(max(int(peak_allocated_bytes * low), floor), top), top)
-        return min(max(int(peak_allocated_bytes * mid) + at_point, floor), top), rng
+        held = min(max(self.held_bytes, 0), peak_allocated_bytes)
+        scaled = peak_allocated_bytes - held
+        top = held + int(scaled * high) + at_top
+        rng = (min(max(held + int(scaled * low), floor), top), top)
+        return min(max(held + int(scaled * mid) + at_point, floor), top), rng
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,13 @@ from memfit.estimate.analytic.engine import Simulated, simulate
 from memfit.estimate.analytic.graph import TEMP, Vec
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
-from memfit.estimate.analytic.reserved import ClassBand, class_band, reserved_rule
+from memfit.estimate.analytic.reserved import (
+    INFER_RESERVED,
+    MIN_SEGMENTS_BYTES,
+    ClassBand,
+    class_band,
+    reserved_rule,
+)
 from memfit.estimate.analytic.versions import WRITTEN_AGAINST, version_notes
 from memfit.estimate.cuda_reduce import reduce_device
 from memfit.estimate.pipeline import (
@@ -344,11 +350,21 @@ def _result(
         best: Vec = max(pts, key=sum)
         comps = {c: int(best[i]) for i, c in enumerate(COMPONENTS)}
         phases[phase] = PhaseResult(components=comps, unified_bytes=paged)
-    reserved = reserved_rule(training=wl.is_train, end=end, job=job)
+    # an inference job's parameters at its peak: what its reserved rule does not fragment
+    held = None if wl.is_train else max(phases.values(), key=_total).components["parameters"]
+    reserved = reserved_rule(training=wl.is_train, end=end, job=job, held_bytes=held)
     assert reserved.ratio is not None
     band = class_band(job) if end == "band" else None
     if band is not None:
         reserved_note = f"reserved bytes at the top of the band of {band.describe()}"
+    elif reserved.held_bytes:  # inference (reserved.INFER_RESERVED)
+        held_ratio = INFER_RESERVED["shown" if end == "mid" else "top"][0]
+        reserved_note = (
+            f"reserved bytes are the parameters x {held_ratio:.3f} + the rest of the peak x "
+            f"{reserved.ratio[0]:.3f} + {format_bytes(MIN_SEGMENTS_BYTES)} (a fit to measured "
+            "serving-size inference: the trace's allocator replay and an H200; one 20 MiB "
+            "large-pool and one 2 MiB small-pool segment)"
+        )
     else:
         which = "a fit to" if end == "mid" else "the top of the measured range of"
         reserved_note = (
@@ -394,6 +410,10 @@ def _result(
         + sharding.layout_notes(wl)
         + sim.notes,
     )
+
+
+def _total(phase: PhaseResult) -> int:
+    return sum(phase.components.values())
 
 
 def _band_note(

@@ -44,6 +44,27 @@ RESERVED_RATIO = {
 #: 1.360 x (docs/accuracy.md, "Inference on the default engine"). Training keeps its rule.
 MIN_SEGMENTS_BYTES = LARGE_BUFFER_BYTES + SMALL_BUFFER_BYTES
 
+#: An inference job's reserved bytes where the analytic engine knows its parameters' share of
+#: the peak (``held``): ``held x held_ratio + (allocated - held) x ratio + MIN_SEGMENTS_BYTES``.
+#: The weights are allocated once at load and never freed, so only their sizes' rounding into
+#: the allocator's segments costs (a few %); the rest (KV cache, activations, temporaries) is
+#: what the caching allocator fragments; the 22 MiB are one partly used segment of each pool,
+#: present once whatever the job's size. A ratio of the whole peak cannot be right at every
+#: depth: a 2-layer cut of phi-4 reserves 1.17 x (its weights 63 % of the peak), a
+#: full-depth 7B 1.02 x. Fitted by ``benchmarks/infer_reserved.py --fit`` (its docstring) to
+#: every row of ``benchmarks/results/infer_reserved.jsonl`` (the trace's replay: 20 serving-size
+#: jobs of qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, mistral-7b-v0.1 at full depth and cut to
+#: 2-14 layers, batches 1-32, prompts 512-8192, 16-256 new tokens; and the
+#: fast-path grid's 60 ``infer`` / ``infer_long`` rows) and the 2 inference cases of
+#: ``benchmarks/results/gpu_h200_measurements.jsonl`` (a real H200: llama-3.2-1b reserves
+#: 1.119 x there, the trace 1.056 x): ``shown`` puts every row at >= 98 % of its measured
+#: reserved bytes (the answer ``estimate`` shows), ``top`` over every row (the band a verdict
+#: settles on); tests/estimate/analytic/test_infer_reserved.py refits and compares.
+#: (held_ratio, ratio) each.
+INFER_RESERVED = {"shown": (1.005, 1.447), "top": (1.026, 1.475)}
+#: How many rows the fit rests on, how many of them >= 1 GiB, and which set the top's ratio.
+INFER_BAND_ROWS = (82, 31, "qwen3-0.6b (depth full, 1 x 512 + 16)")
+
 
 @dataclass(frozen=True)
 class Reserved:
@@ -65,13 +86,27 @@ class ClassBand:
     n_rows: int
     n_large_rows: int
     worst: str
+    #: inference (:data:`INFER_RESERVED`): the ratio of the parameters' bytes, which ``ratio``
+    #: then scales the rest of the peak beyond; None: ``ratio`` scales the whole peak.
+    held_ratio: float | None = None
 
-    def top_bytes(self, allocated_bytes: int) -> int:
-        return int(allocated_bytes * self.ratio) + self.fixed_bytes
+    def top_bytes(self, allocated_bytes: int, held_bytes: int = 0) -> int:
+        if self.held_ratio is None:
+            return int(allocated_bytes * self.ratio) + self.fixed_bytes
+        held = min(held_bytes, allocated_bytes)
+        rest = int((allocated_bytes - held) * self.ratio)
+        return held + int(held * (self.held_ratio - 1)) + rest + self.fixed_bytes
 
     def describe(self) -> str:
         """One line: ``job class 'lora' (27 fast-path grid rows, ...): reserved <= allocated x
         1.0431 + 23.81 MiB``."""
+        if self.held_ratio is not None:
+            return (
+                f"job class {self.job!r} ({self.n_rows} measured inference rows, "
+                f"{self.n_large_rows} of them >= 1 GiB; widest: {self.worst}): reserved <= "
+                f"parameters x {self.held_ratio:.3f} + the rest of the peak x {self.ratio:.3f} + "
+                f"{format_bytes(self.fixed_bytes)}"
+            )
         return (
             f"job class {self.job!r} ({self.n_rows} fast-path grid rows, {self.n_large_rows} of "
             f"them >= 1 GiB; widest: {self.worst}): reserved <= allocated x {self.ratio:.4f} + "
@@ -82,6 +117,12 @@ class ClassBand:
 def class_band(job: str | None) -> ClassBand | None:
     """The reserved band of the grid job ``job`` (``memfit.estimate.fastpath.grid_job``); None
     where the grid has no band for it (the wide :data:`RESERVED_RATIO` band applies)."""
+    if job == "infer":  # its own fit (INFER_RESERVED), not the grid's short decodes
+        held_ratio, ratio = INFER_RESERVED["top"]
+        n_rows, n_large, worst = INFER_BAND_ROWS
+        return ClassBand(job=job, ratio=ratio, fixed_bytes=MIN_SEGMENTS_BYTES, low_ratio=1.0,
+                         n_rows=n_rows, n_large_rows=n_large, worst=worst,
+                         held_ratio=held_ratio)  # fmt: skip
     row = BANDS.get(job or "")
     if row is None or job is None:
         return None
@@ -104,13 +145,23 @@ def class_band(job: str | None) -> ClassBand | None:
 RESERVED_ENDS = ("mid", "high", "band")
 
 
-def reserved_rule(*, training: bool, end: str = "mid", job: str | None = None) -> ReservedRule:
+def reserved_rule(
+    *, training: bool, end: str = "mid", job: str | None = None, held_bytes: int | None = None
+) -> ReservedRule:
     """The rule the analytic engine hands the pipeline (``pipeline.assemble`` applies it).
-    ``job``: the grid job class whose band ``end="band"`` takes (None: the wide band)."""
+    ``job``: the grid job class whose band ``end="band"`` takes (None: the wide band).
+    ``held_bytes``: an inference job's parameters' bytes at its peak (None: not known), which
+    its answer shown (``mid``) and its own band take (:data:`INFER_RESERVED`)."""
     mid, low, high = RESERVED_RATIO["train" if training else "infer"]
     if end not in RESERVED_ENDS:
         raise ValueError(f"end ({end!r}) must be one of {', '.join(RESERVED_ENDS)}")
     band = class_band(job) if end == "band" else None
+    held_rule = not training and held_bytes is not None
+    if held_rule and (end == "mid" or (band is not None and band.held_ratio is not None)):
+        return infer_rule(int(held_bytes or 0), band=end == "band")
+    if band is not None and band.held_ratio is not None:  # no parameters' share: the wide band
+        band = None
+        end = "high"
     if band is not None:
         fixed = (band.fixed_bytes, band.fixed_bytes)
         return ReservedRule(ratio=(band.ratio, band.low_ratio, band.ratio), fixed_bytes=fixed)
@@ -122,6 +173,23 @@ def reserved_rule(*, training: bool, end: str = "mid", job: str | None = None) -
             floor_bytes=MIN_SEGMENTS_BYTES,
         )
     return ReservedRule(ratio=(mid if end == "mid" else high, low, high))
+
+
+def infer_rule(held_bytes: int, *, band: bool) -> ReservedRule:
+    """An inference job's rule (:data:`INFER_RESERVED`) for parameters of ``held_bytes``: the
+    answer shown (``band=False``: the ``shown`` fit, its range's top the ``top`` fit) or the
+    band's top (``band=True``). The held bytes' ratio rides in ``fixed_bytes`` (the pipeline's
+    rule scales the rest of the peak)."""
+    shown_held, shown = INFER_RESERVED["shown"]
+    top_held, top = INFER_RESERVED["top"]
+    at_top = MIN_SEGMENTS_BYTES + int(held_bytes * (top_held - 1))
+    at_point = at_top if band else MIN_SEGMENTS_BYTES + int(held_bytes * (shown_held - 1))
+    return ReservedRule(
+        ratio=(top if band else shown, 1.0, top),
+        fixed_bytes=(at_point, at_top),
+        floor_bytes=MIN_SEGMENTS_BYTES,
+        held_bytes=held_bytes,
+    )
 
 
 def reserved_bytes(peak_allocated_bytes: int, *, training: bool) -> Reserved:
