@@ -593,7 +593,8 @@ TRL = "huggingface/trl@f2cd57710ae3"
 TRL_DEFAULTS = (
     TRL + " trl/trainer/sft_config.py (SFTConfig: 'gradient_checkpointing: Defaults to True', "
     "'bf16: Defaults to True if fp16 is not set', max_length default 1024) and "
-    "trl/trainer/model_config.py (dtype default 'float32', lora_r default 16, "
+    "trl/trainer/model_config.py (dtype default 'float32', lora_r default 16, lora_dropout "
+    "default 0.05, "
     "bnb_4bit_quant_type 'nf4', use_bnb_nested_quant False); LoRA targets left out: peft's "
     "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING ('llama' and 'qwen2': q_proj, v_proj)"
 )
@@ -642,7 +643,8 @@ def trl_job(row: tuple[Any, ...]) -> Job:
     if rank is None:
         plan += ["--keep-full-finetune"]
     else:
-        lora = ["--lora-rank", str(rank), "--lora-targets", targets]
+        # ModelConfig.lora_dropout defaults to 0.05: each adapter keeps a dropped copy of its input
+        lora = ["--lora-rank", str(rank), "--lora-targets", targets, "--lora-dropout", "0.05"]
         recipe += lora
         plan += lora
     # TRL loads float32 weights (ModelConfig.dtype) under bf16 autocast: not memfit's LoRA

@@ -303,7 +303,7 @@ FLAGS: tuple[Flag, ...] = (
         "input and the dropout mask for backward (TRL / axolotl / Answer.AI fsdp_qlora "
         "examples use 0.05-0.1)",
         field="lora_dropout",
-        commands=ESTIMATE_LIKE,
+        commands=(*ESTIMATE_LIKE, "plan"),
         needs="lora_rank",
         parse=_probability,
     ),

@@ -126,6 +126,7 @@ def recipe_request(workload: WorkloadSpec) -> PlanRequest:
         quant=workload.quant,
         lora_targets=workload.lora_targets if lora is not None else "all-linear",
         lora_modules_to_save=workload.lora_modules_to_save if lora is not None else (),
+        lora_dropout=workload.lora_dropout if lora is not None else 0.0,
         allow_quant=quantized,
         allow=frozenset({"quant"}) if quantized else frozenset(),
         n_alternatives=2 * MAX_CHECKED,
@@ -287,10 +288,14 @@ def _checked(
         return CheckFix(edits=edits, keys=keys, changes={}, estimate=None, plan=how)
     changes = {
         f: (getattr(workload, f), getattr(new_workload, f))
-        for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", "lora_targets", "lora_modules_to_save")
+        for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", *LORA_KEPT)
         if getattr(workload, f) != getattr(new_workload, f)
     }
     return CheckFix(edits=edits, keys=keys, changes=changes, estimate=est, plan=how)
+
+
+#: the asked LoRA's fields every fix keeps (the planner is asked to keep them)
+LORA_KEPT = ("lora_targets", "lora_modules_to_save", "lora_dropout")
 
 
 def _value(job: Job, path: str, key: str) -> Any:

@@ -149,6 +149,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "--lora-rank",
         "--lora-targets",
         "--lora-modules-to-save",
+        "--lora-dropout",
         "--quant",
         "--precision",
         "--optimizer",
@@ -328,6 +329,16 @@ def _lora_targets(args: argparse.Namespace) -> tuple[str, ...] | str:
     ]
 
 
+def _lora_dropout(args: argparse.Namespace) -> float:
+    """``--lora-dropout`` as the workload reads it, or 0."""
+    text = getattr(args, "lora_dropout", None)
+    if text is None:
+        return 0.0
+    if not args.lora_rank:
+        raise SpecError("--lora-dropout is the LoRA adapters' dropout: add --lora-rank")
+    return float(workload_kwargs({"lora_dropout": text}, "plan")["lora_dropout"])
+
+
 def _modules_to_save(args: argparse.Namespace) -> tuple[str, ...]:
     """``--lora-modules-to-save`` as the workload reads it, or none."""
     text = getattr(args, "lora_modules_to_save", None)
@@ -381,6 +392,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         quant=args.quant,
         lora_targets=_lora_targets(args),
         lora_modules_to_save=_modules_to_save(args),
+        lora_dropout=_lora_dropout(args),
     )
     if args.recommend_gpu:
         prices = load_prices(args.prices)

@@ -71,6 +71,7 @@ def request_of(w: WorkloadSpec) -> PlanRequest:
         lora_asked=lora,
         lora_targets=w.lora_targets if lora else "all-linear",
         lora_modules_to_save=w.lora_modules_to_save if lora else (),
+        lora_dropout=w.lora_dropout if lora else 0.0,
         quant=w.quant,
         prepare_kbit=w.prepare_kbit,
         confirm="none",

@@ -76,6 +76,9 @@ class PlanRequest:
     lora_targets: tuple[str, ...] | str = "all-linear"
     #: the modules an asked LoRA trains in full (``--lora-modules-to-save``), kept as asked
     lora_modules_to_save: tuple[str, ...] = ()
+    #: the asked LoRA's dropout (``--lora-dropout``, peft ``lora_dropout``), kept as asked: above
+    #: 0 each adapter keeps a dropped copy of its input for backward
+    lora_dropout: float = 0.0
     #: the job steps its optimizer in backward (``--optimizer-in-bwd``), kept as asked: its plans
     #: run on one GPU without accumulation (WorkloadSpec.optimizer_in_bwd)
     optimizer_in_bwd: bool = False

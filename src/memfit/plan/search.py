@@ -285,6 +285,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         quant=request.quant,
         lora_targets=request.lora_targets,
         lora_modules_to_save=request.lora_modules_to_save,
+        lora_dropout=request.lora_dropout,
     )
 
 

@@ -330,6 +330,8 @@ class SpaceOptions:
     lora_targets: tuple[str, ...] | str = "all-linear"
     #: the modules an asked LoRA trains in full (peft modules_to_save), kept as asked
     lora_modules_to_save: tuple[str, ...] = ()
+    #: the asked LoRA's dropout (peft lora_dropout), kept as asked
+    lora_dropout: float = 0.0
     #: the optimizer steps in backward (asked): one GPU, no accumulation, no ZeRO / offload
     optimizer_in_bwd: bool = False
     #: the job's training cross-entropy (rules.LOSSES); ``memory_only_losses`` adds the fused
@@ -419,6 +421,7 @@ def _train_stacks(o: SpaceOptions) -> Iterator[dict[str, Any]]:
                         "quant": q,
                         "lora_targets": o.lora_targets,
                         "lora_modules_to_save": o.lora_modules_to_save,
+                        "lora_dropout": o.lora_dropout,
                     }
         return
     yield from ({"optimizer": opt} for opt in opts)
@@ -568,6 +571,7 @@ def recipe(o: SpaceOptions) -> Settings:
         lora_rank=o.lora_ranks[0] if o.lora_asked and o.lora_ranks else None,
         lora_targets=o.lora_targets if o.lora_asked else "all-linear",
         lora_modules_to_save=o.lora_modules_to_save if o.lora_asked else (),
+        lora_dropout=o.lora_dropout if o.lora_asked else 0.0,
         gpus=o.gpus,
         shard="ddp" if o.gpus > 1 else "none",
         micro_batch=o.per_rank_batch,
