@@ -7,13 +7,13 @@ from memfit.hardware.gpu import (
     A100_DATASHEET,
     AMD_DATASHEETS,
     GPU,
-    reserved_below,
     H100_DATASHEET,
     H200_DATASHEET,
     PCIE3,
     PCIE4,
     PCIE5,
     V100_DATASHEET,
+    reserved_below,
 )
 from memfit.units import MiB
 
@@ -239,9 +239,7 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         memory_bytes=24576 * MiB,
         # torch: 23.53 GiB total capacity (one OOM message)
         driver_reserved_bytes=reserved_below(24576 * MiB, 23.53),
-        capacity_source=(
-            "https://github.com/google/RB-Modulation/issues/5 (23.53 GiB)"
-        ),
+        capacity_source=("https://github.com/google/RB-Modulation/issues/5 (23.53 GiB)"),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 0),
@@ -418,9 +416,7 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         memory_bytes=46068 * MiB,  # nvidia-smi: 46068MiB (48 GiB GDDR6, ECC on)
         # torch: 44.40 GiB total capacity (one OOM message, CUDA 12.8)
         driver_reserved_bytes=reserved_below(46068 * MiB, 44.40),
-        capacity_source=(
-            "https://github.com/NVlabs/Eagle/issues/68 (44.40 GiB)"
-        ),
+        capacity_source=("https://github.com/NVlabs/Eagle/issues/68 (44.40 GiB)"),
         vendor="nvidia",
         arch="ada",
         compute_capability=(8, 9),
@@ -444,9 +440,7 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         memory_bytes=46068 * MiB,  # nvidia-smi: 46068MiB (ECC on)
         # torch: 44.53 GiB total capacity (one OOM message)
         driver_reserved_bytes=reserved_below(46068 * MiB, 44.53),
-        capacity_source=(
-            "https://github.com/Wan-Video/Wan2.1/issues/205 (44.53 GiB)"
-        ),
+        capacity_source=("https://github.com/Wan-Video/Wan2.1/issues/205 (44.53 GiB)"),
         vendor="nvidia",
         arch="ada",
         compute_capability=(8, 9),

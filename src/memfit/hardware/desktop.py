@@ -8,9 +8,9 @@ from memfit.hardware.gpu import (
     BLACKWELL_RTX_WHITEPAPER,
     GA102_WHITEPAPER,
     GPU,
-    reserved_below,
     PCIE4,
     PCIE5,
+    reserved_below,
 )
 from memfit.units import MiB
 
@@ -22,9 +22,7 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         memory_bytes=16376 * MiB,  # nvidia-smi: 16376MiB (ECC off, the workstation default)
         # torch: 15.61 GiB total capacity (one OOM message)
         driver_reserved_bytes=reserved_below(16376 * MiB, 15.61),
-        capacity_source=(
-            "https://github.com/DengKaiCQ/VGGT-Long/issues/6 (15.61 GiB)"
-        ),
+        capacity_source=("https://github.com/DengKaiCQ/VGGT-Long/issues/6 (15.61 GiB)"),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -49,9 +47,7 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         memory_bytes=24564 * MiB,  # nvidia-smi: 24564MiB (ECC off, the workstation default)
         # vLLM 0.21 log: mem_get_info total 23.85 GiB (benchmarks/data/vllm_startup_logs.jsonl)
         driver_reserved_bytes=reserved_below(24564 * MiB, 23.85),
-        capacity_source=(
-            "https://github.com/LMCache/LMCache/issues/3430 (23.85 GiB)"
-        ),
+        capacity_source=("https://github.com/LMCache/LMCache/issues/3430 (23.85 GiB)"),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -133,9 +129,7 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         memory_bytes=24576 * MiB,  # nvidia-smi: 24576MiB on current drivers (older: 24268MiB)
         # torch: 23.70 GiB total capacity (2022 driver, whose memory.total was 24268 MiB)
         driver_reserved_bytes=reserved_below(24576 * MiB, 23.70),
-        capacity_source=(
-            "https://github.com/GaoLii/DSP/issues/10 (23.70 GiB)"
-        ),
+        capacity_source=("https://github.com/GaoLii/DSP/issues/10 (23.70 GiB)"),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -309,9 +303,7 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         memory_bytes=32607 * MiB,  # nvidia-smi: 32607MiB
         # torch: 31.37 GiB total capacity (one OOM message)
         driver_reserved_bytes=reserved_below(32607 * MiB, 31.37),
-        capacity_source=(
-            "https://github.com/Wan-Video/Wan2.1/issues/465 (31.37 GiB)"
-        ),
+        capacity_source=("https://github.com/Wan-Video/Wan2.1/issues/465 (31.37 GiB)"),
         vendor="nvidia",
         arch="blackwell",
         compute_capability=(12, 0),
