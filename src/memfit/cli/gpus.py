@@ -28,9 +28,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="list the GPU catalog: memory, rates, on-demand prices, plan-ready",
         description="Every GPU of the catalog with its capacity (what torch can allocate: the "
         "torch-visible total where published, else estimated below nvidia-smi's memory.total; "
-        "every fits verdict judges against it), bandwidth, dense bf16/fp8 tensor TFLOPS, GPU-to-GPU link, the on-demand $/GPU-hour with its "
-        "provider and date, and whether `memfit plan` can rank it (it needs a compute rate and "
-        "a memory bandwidth). Sources of every row and price: --json.",
+        "every fits verdict judges against it), bandwidth, dense bf16/fp8 tensor TFLOPS, "
+        "GPU-to-GPU link, the on-demand $/GPU-hour with its provider and date, and whether "
+        "`memfit plan` can rank it (it needs a compute rate and a memory bandwidth). Sources of "
+        "every row, capacity and price, and nvidia-smi's totals: --json.",
         epilog=GPUS_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -69,6 +70,9 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
 
+    def mark(g: Any) -> str:
+        return "" if g.capacity_measured else "~"
+
     def num(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f}"
 
@@ -85,7 +89,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         usd = "-" if price.usd_per_hour is None else f"{price.usd_per_hour:.2f}"
         unpriced += price.usd_per_hour is None
         print(
-            f"{g.name:<23}{g.capacity_bytes / GiB:>5.1f} GiB{'' if g.capacity_measured else '~':<1} "
+            f"{g.name:<23}{g.capacity_bytes / GiB:>5.1f} GiB{mark(g):<1} "
             f"{g.arch:<9}"
             f"{num(g.memory_bandwidth_gbps):>8}{num(g.bf16_dense_tflops):>8}"
             f"{num(g.fp8_dense_tflops):>7}{num(g.interconnect_gbps):>10}  "

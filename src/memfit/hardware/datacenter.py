@@ -559,7 +559,10 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         supports_fp8=True,
         source=H200_DATASHEET,
         driver_reserved_bytes=616 * MiB,
-        capacity_source="measured by memfit (docs/decisions.md: the H200 capacity measurement)",
+        capacity_source=(
+            "measured on an H200 of this project (driver 580.159.04, torch 2.11): nvidia-smi "
+            "memory.reserved 616 MiB; torch total_memory 150,109,880,320 B"
+        ),
         fp16_dense_tflops=989.4,
         fp8_dense_tflops=1979.0,
         int8_dense_tops=1979.0,
