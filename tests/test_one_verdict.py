@@ -51,6 +51,9 @@ from memfit.cli import main
 from memfit.estimate.verdict import EXIT_CODES, headroom_bytes
 from memfit.units import format_bytes
 
+#: a synthetic card whose capacity is its memory_bytes (observed reservation 0)
+CARD = "test card: capacity = memory_bytes"
+
 TEXT_MODEL = "Qwen/Qwen2.5-0.5B"
 TEXT_JOB = {"mode": "train", "batch": "4", "seq": "1024", "engine": "analytic"}
 TRL_CONFIG = """\
@@ -251,7 +254,7 @@ def _card_around(need: int, verdict: str) -> Any:
     """A T4 whose capacity puts ``need`` in ``verdict``'s band (no driver reservation)."""
     from memfit.hardware import catalog
 
-    t4 = dataclasses.replace(catalog.get_gpu("T4"), driver_reserved_bytes=None)
+    t4 = dataclasses.replace(catalog.get_gpu("T4"), driver_reserved_bytes=0, capacity_source=CARD)
     memory = {
         "fits": need * 2,
         "tight": need + headroom_bytes(need) // 2,

@@ -10,6 +10,9 @@ import pytest
 from memfit.cli import main
 from memfit.models.pipelines import find_pipeline, list_pipelines, pipeline_dir
 
+#: a synthetic card whose capacity is its memory_bytes (observed reservation 0)
+CARD = "test card: capacity = memory_bytes"
+
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
@@ -117,7 +120,7 @@ def test_the_tensors_decide_the_verdict_and_a_need_within_the_headroom_is_tight(
     fits = json.loads(out)["fits"]
     need, upper = fits["need_bytes"], fits["need_with_conv_workspace_bytes"]
     assert need < upper
-    t4 = dataclasses.replace(catalog.get_gpu("T4"), driver_reserved_bytes=None)
+    t4 = dataclasses.replace(catalog.get_gpu("T4"), driver_reserved_bytes=0, capacity_source=CARD)
     between = dataclasses.replace(t4, memory_bytes=(need + upper) // 2)
     assert need + headroom_bytes(between.memory_bytes) <= between.memory_bytes  # fits, headroom too
     monkeypatch.setitem(catalog._INDEX, catalog._normalize("T4"), between)  # every door's get_gpu

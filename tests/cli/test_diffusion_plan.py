@@ -12,6 +12,9 @@ import pytest
 
 from memfit.cli import main
 
+#: a synthetic card whose capacity is its memory_bytes (observed reservation 0)
+CARD = "test card: capacity = memory_bytes"
+
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
@@ -73,7 +76,10 @@ def _card(monkeypatch: pytest.MonkeyPatch, capacity_bytes: int) -> None:
     from memfit.hardware import catalog
 
     t4 = dataclasses.replace(
-        catalog.get_gpu("T4"), driver_reserved_bytes=None, memory_bytes=capacity_bytes
+        catalog.get_gpu("T4"),
+        driver_reserved_bytes=0,
+        capacity_source=CARD,
+        memory_bytes=capacity_bytes,
     )
     monkeypatch.setitem(catalog._INDEX, catalog._normalize("T4"), t4)
 

@@ -103,9 +103,7 @@ def test_a_diffusion_pipeline_is_an_answer_judged_by_the_one_rule(flux: Path) ->
     _common(est)
     assert est.peak_allocated_bytes == est.peak_bytes
     assert sum(est.peak_components.values()) == est.peak_bytes
-    assert est.verdict == judge_point(
-        est.device_used_bytes, gpu.cuda_visible_bytes or gpu.memory_bytes
-    )
+    assert est.verdict == judge_point(est.device_used_bytes, gpu.capacity_bytes)
     fits = est.to_json()["fits"]
     assert fits["verdict"] in VERDICTS and fits["need_bytes"] == est.device_used_bytes
     assert fits["fits"] is (fits["verdict"] == "fits")

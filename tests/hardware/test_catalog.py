@@ -123,7 +123,8 @@ def test_reported_memory_is_below_the_marketing_size_for_gddr_with_ecc():
 
 def test_cuda_visible_memory_subtracts_the_measured_driver_reservation():
     assert get_gpu("H200").cuda_visible_bytes == 150_109_880_320 // MiB * MiB
-    assert get_gpu("A100-80GB").cuda_visible_bytes is None
+    assert get_gpu("A100-80GB").cuda_visible_bytes == int(79.318 * GiB)  # notebook outputs
+    assert get_gpu("B200").cuda_visible_bytes is None  # nobody published B200's torch total
 
 
 def test_gpu_rows_are_validated_with_every_problem_named():
@@ -267,12 +268,14 @@ def test_gpus_table_shows_rates_within_100_columns(capsys):
     assert main(["gpus"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
-        *("name", "memory", "arch", "mem", "GB/s", "bf16", "TF", "fp8", "TF"),
+        *("name", "capacity", "arch", "mem", "GB/s", "bf16", "TF", "fp8", "TF"),
         *("link", "GB/s", "form", "$/h", "plan"),
     ]
     assert max(len(line) for line in lines) <= 100
     h100 = next(line for line in lines if line.startswith("H100-80GB "))
-    assert h100.split()[3:] == ["hopper", "3350", "989", "1979", "900", "sxm", "3.78", "yes"]
+    assert h100.split()[1:] == [
+        *("79.2", "GiB", "hopper", "3350", "989", "1979", "900", "sxm", "3.78", "yes")
+    ]  # capacity: vLLM's logged 79.19 GiB, not nvidia-smi's 79.65
     rows = [line for line in lines[1:] if not line.startswith(("note:", "  "))]
     assert len(rows) == len(list_gpus())
     assert all(line.endswith(" yes") for line in rows)  # every GPU listed can be planned
@@ -286,7 +289,7 @@ def test_gpus_json_prints_every_field(capsys):
 
     assert main(["gpus", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    extra = {"price", "plan_ready", "plan_not_ready_reason"}
+    extra = {"price", "plan_ready", "plan_not_ready_reason", "capacity_bytes", "capacity_measured"}
     assert set(rows[0]) == {field.name for field in dataclasses.fields(GPU)} | extra
     l40s = next(row for row in rows if row["name"] == "L40S")
     assert (l40s["fp8_dense_tflops"], l40s["interconnect_gbps"], l40s["tdp_w"]) == (733, 64, 350)

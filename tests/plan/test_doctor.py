@@ -26,12 +26,17 @@ from memfit.plan.solve import fit
 from memfit.spec import WorkloadSpec
 from memfit.units import MiB, format_bytes
 
+#: a synthetic card whose capacity is its memory_bytes (observed reservation 0)
+CARD = "test card: capacity = memory_bytes"
+
 # the module, not the function of the same name that memfit.plan exports
 doctor_module = importlib.import_module("memfit.plan.doctor")
 
 
 def _gpu(memory_bytes: int) -> GPU:
-    return dataclasses.replace(get_gpu("L4"), memory_bytes=memory_bytes, driver_reserved_bytes=None)
+    return dataclasses.replace(
+        get_gpu("L4"), memory_bytes=memory_bytes, driver_reserved_bytes=0, capacity_source=CARD
+    )
 
 
 def _doctor(model: Path, w: WorkloadSpec, **kw: Any) -> doctor_module.DoctorReport:

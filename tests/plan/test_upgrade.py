@@ -25,11 +25,14 @@ from memfit.plan.upgrade import UPGRADE_THRESHOLDS, precision_item, upgrade_verd
 from memfit.spec import WorkloadSpec
 from memfit.units import GiB, MiB
 
+#: a synthetic card whose capacity is its memory_bytes (observed reservation 0)
+CARD = "test card: capacity = memory_bytes"
+
 
 def _gpu(name: str = "L4", memory_bytes: int | None = None, **changes: Any) -> GPU:
     g = get_gpu(name)
     if memory_bytes is not None:
-        changes.update(memory_bytes=memory_bytes, driver_reserved_bytes=None)
+        changes.update(memory_bytes=memory_bytes, driver_reserved_bytes=0, capacity_source=CARD)
     return dataclasses.replace(g, **changes)
 
 

@@ -26,10 +26,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     g = sub.add_parser(
         "gpus",
         help="list the GPU catalog: memory, rates, on-demand prices, plan-ready",
-        description="Every GPU of the catalog with its memory (as CUDA reports it), bandwidth, "
-        "dense bf16/fp8 tensor TFLOPS, GPU-to-GPU link, the on-demand $/GPU-hour with its "
-        "provider and date, and whether `memfit plan` can rank it (it needs a compute rate and "
-        "a memory bandwidth). Sources of every row and price: --json.",
+        description="Every GPU of the catalog with its capacity (what torch can allocate: the "
+        "torch-visible total where published, else estimated below nvidia-smi's memory.total; "
+        "every fits verdict judges against it), bandwidth, dense bf16/fp8 tensor TFLOPS, "
+        "GPU-to-GPU link, the on-demand $/GPU-hour with its provider and date, and whether "
+        "`memfit plan` can rank it (it needs a compute rate and a memory bandwidth). Sources of "
+        "every row, capacity and price, and nvidia-smi's totals: --json.",
         epilog=GPUS_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -58,35 +60,47 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         rows = []
         for g in gpus:
             ready, why = plan_ready(g)
-            row = asdict(g) | {"price": prices.of(g).to_json(), "plan_ready": ready}
+            row = asdict(g) | {
+                "capacity_bytes": g.capacity_bytes,
+                "capacity_measured": g.capacity_measured,
+                "price": prices.of(g).to_json(),
+                "plan_ready": ready,
+            }
             rows.append(row | {"plan_not_ready_reason": why})
         print(json.dumps(rows, indent=2))
         return 0
+
+    def mark(g: Any) -> str:
+        return "" if g.capacity_measured else "~"
 
     def num(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f}"
 
     # 100 columns: the price's provider and date, every source: --json
     print(
-        f"{'name':<23}{'memory':>9}  {'arch':<10}{'mem GB/s':>8}{'bf16 TF':>8}{'fp8 TF':>7}"
+        f"{'name':<23}{'capacity':>9}  {'arch':<9}{'mem GB/s':>8}{'bf16 TF':>8}{'fp8 TF':>7}"
         f"{'link GB/s':>10}  {'form':<9}{'$/h':>6}  plan"
     )
     unpriced = 0
+    estimated = sum(not g.capacity_measured for g in gpus)
     for g in gpus:
         price = prices.of(g)
         ready, _ = plan_ready(g)
         usd = "-" if price.usd_per_hour is None else f"{price.usd_per_hour:.2f}"
         unpriced += price.usd_per_hour is None
         print(
-            f"{g.name:<23}{g.memory_bytes / GiB:>5.1f} GiB  {g.arch:<10}"
+            f"{g.name:<23}{g.capacity_bytes / GiB:>5.1f} GiB{mark(g):<1} "
+            f"{g.arch:<9}"
             f"{num(g.memory_bandwidth_gbps):>8}{num(g.bf16_dense_tflops):>8}"
             f"{num(g.fp8_dense_tflops):>7}{num(g.interconnect_gbps):>10}  "
             f"{g.form_factor or '-':<9}{usd:>6}  {'yes' if ready else 'no'}"
         )
     print(
-        f"note: {len(gpus)} GPUs; memory as CUDA reports it; TFLOPS dense (no sparsity); $/h: one\n"
-        f"  GPU on demand, one published offer ({unpriced} without a public price); plan: `memfit\n"
-        "  plan` can time it; sources, providers, dates and reasons: --json"
+        f"note: {len(gpus)} GPUs; capacity: what torch can allocate (total_memory), the figure\n"
+        f"  verdicts use; ~ estimated ({estimated} GPUs: nothing published), else observed;\n"
+        f"  TFLOPS dense (no sparsity); $/h: one GPU on demand, one published offer ({unpriced}\n"
+        "  without a public price); plan: `memfit plan` can time it; sources, providers, dates,\n"
+        "  nvidia-smi totals and reasons: --json"
     )
     if prices.files:
         print(f"note: prices from {', '.join(prices.files)} over the catalog's")

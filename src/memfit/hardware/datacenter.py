@@ -13,6 +13,7 @@ from memfit.hardware.gpu import (
     PCIE4,
     PCIE5,
     V100_DATASHEET,
+    reserved_below,
 )
 from memfit.units import MiB
 
@@ -24,6 +25,7 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="V100-16GB",
         aliases=("v100 16gb", "Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
         memory_bytes=16160 * MiB,  # torch prints total_memory=16160MB for Tesla V100-SXM2-16GB
+        # capacity estimated: no published torch total with a source was found
         vendor="nvidia",
         arch="volta",
         compute_capability=(7, 0),
@@ -43,6 +45,14 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="V100-32GB",
         aliases=("v100 32gb", "Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
         memory_bytes=32510 * MiB,  # nvidia-smi: 32510MiB (V100-SXM2-32GB and V100-PCIE-32GB)
+        # torch: 31.74 GiB total capacity (two OOM messages), 31.75 (one): old drivers, whose
+        # memory.total (32510 MiB = 31.748 GiB) already left the reservation out
+        driver_reserved_bytes=reserved_below(32510 * MiB, 31.74),
+        capacity_source=(
+            "https://github.com/hiyouga/LlamaFactory/issues/182 (31.75 GiB); "
+            "https://github.com/haotian-liu/LLaVA/issues/812 (31.74 GiB); "
+            "https://github.com/liucongg/ChatGLM-Finetuning/issues/73 (31.74 GiB)"
+        ),
         vendor="nvidia",
         arch="volta",
         compute_capability=(7, 0),
@@ -82,6 +92,14 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         # The V100S (1134 GB/s, higher clocks) shares this row: its rates here are a lower bound.
         aliases=("Tesla V100-PCIE-32GB", "v100 pcie 32gb", "Tesla V100S-PCIE-32GB"),
         memory_bytes=32510 * MiB,  # nvidia-smi: 32510MiB
+        # as V100-32GB (the sources name a V100 32GB, not its form factor): torch 31.74 GiB
+        # total capacity (two OOM messages), 31.75 (one), of memory.total 32510 MiB
+        driver_reserved_bytes=reserved_below(32510 * MiB, 31.74),
+        capacity_source=(
+            "https://github.com/hiyouga/LlamaFactory/issues/182 (31.75 GiB); "
+            "https://github.com/haotian-liu/LLaVA/issues/812 (31.74 GiB); "
+            "https://github.com/liucongg/ChatGLM-Finetuning/issues/73 (31.74 GiB)"
+        ),
         vendor="nvidia",
         arch="volta",
         compute_capability=(7, 0),
@@ -102,6 +120,16 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="T4",
         aliases=("Tesla T4", "NVIDIA T4", "t4 16gb"),
         memory_bytes=15360 * MiB,  # nvidia-smi: 15360MiB (16 GiB GDDR6, ECC on)
+        # torch total_memory 14.741 GiB in 142 Colab notebook outputs; 14.748 (96), 14.563 (20, the
+        # 2026 notebooks); OOM messages 14.56-14.58 GiB (driver 535, memory.total 15360 MiB)
+        driver_reserved_bytes=reserved_below(15360 * MiB, 14.741),
+        capacity_source=(
+            "unslothai/notebooks@bdda2efc7ad5ae129ea63cd2065d23c391406283 "
+            "nb/All_MiniLM_L6_v2.ipynb (14.741), nb/CodeGemma_(7B)-Conversational.ipynb (14.748), "
+            "nb/Gemma4_(E2B)-Audio.ipynb (14.563); "
+            "https://github.com/Zheng-Chong/CatVTON/issues/133 (14.56 GiB); "
+            "https://github.com/mbzuai-oryx/GeoPixel/issues/5 (14.58 GiB)"
+        ),
         vendor="nvidia",
         arch="turing",
         compute_capability=(7, 5),
@@ -126,6 +154,12 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="A10G",
         aliases=("NVIDIA A10G", "a10g 24gb"),
         memory_bytes=23028 * MiB,  # nvidia-smi on AWS g5: 23028MiB (ECC on)
+        # torch total_memory 22.184 GiB (4 notebook outputs, AWS g5)
+        driver_reserved_bytes=reserved_below(23028 * MiB, 22.184),
+        capacity_source=(
+            "unslothai/notebooks@bdda2efc7ad5ae129ea63cd2065d23c391406283 "
+            "nb/Llama3.2_(1B)-RAFT.ipynb (22.184)"
+        ),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -149,6 +183,12 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="A10",
         aliases=("NVIDIA A10", "a10 24gb"),
         memory_bytes=23028 * MiB,  # nvidia-smi: 23028MiB with ECC on (24564MiB with ECC off)
+        # torch: 21.99 GiB total capacity (Lambda A10, ECC on); ECC off: 23.70 GiB of 24564 MiB
+        driver_reserved_bytes=reserved_below(23028 * MiB, 21.99),
+        capacity_source=(
+            "https://github.com/zai-org/CogVLM/issues/236 (21.99 GiB); "
+            "https://github.com/tatsu-lab/stanford_alpaca/issues/76 (23.70 GiB, ECC off)"
+        ),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -197,6 +237,9 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         # Derived: 24 GiB HBM2, which (as on the A100) nvidia-smi reports in full (24576MiB);
         # one nvidia-smi listing of a 165 W MIG-capable card showed exactly that.
         memory_bytes=24576 * MiB,
+        # torch: 23.53 GiB total capacity (one OOM message)
+        driver_reserved_bytes=reserved_below(24576 * MiB, 23.53),
+        capacity_source=("https://github.com/google/RB-Modulation/issues/5 (23.53 GiB)"),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 0),
@@ -245,6 +288,16 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="A100-40GB",
         aliases=("a100 40gb", "a100-sxm4-40gb", "NVIDIA A100-SXM4-40GB", "a100 40g"),
         memory_bytes=40960 * MiB,  # nvidia-smi: 40960MiB on current drivers (older: 40536MiB)
+        # torch total_memory 39.494 GiB (16 notebook outputs); 39.557 (12); OOM 39.50 GiB; vLLM
+        # 0.8.3 log 39.38 GiB
+        driver_reserved_bytes=reserved_below(40960 * MiB, 39.494),
+        capacity_source=(
+            "unslothai/notebooks@bdda2efc7ad5ae129ea63cd2065d23c391406283 "
+            "nb/Gemma4_(12B)_Audio.ipynb (39.494), "
+            "nb/CodeForces-cot-Finetune_for_Reasoning_on_CodeForces.ipynb (39.557); "
+            "https://github.com/TianheWu/CoSeR/issues/10 (39.50 GiB); "
+            "https://github.com/vllm-project/vllm/issues/16570 (39.38 GiB)"
+        ),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 0),
@@ -285,6 +338,14 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="A100-80GB",
         aliases=("a100 80gb", "a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB", "a100 80g"),
         memory_bytes=81920 * MiB,  # nvidia-smi: 81920MiB
+        # torch total_memory 79.318 GiB (26 notebook outputs); 79.251 (6, the 2026 notebooks); OOM
+        # 79.25 GiB
+        driver_reserved_bytes=reserved_below(81920 * MiB, 79.318),
+        capacity_source=(
+            "unslothai/notebooks@bdda2efc7ad5ae129ea63cd2065d23c391406283 "
+            "nb/ERNIE_4_5_VL_28B_A3B_PT_Vision.ipynb (79.318), nb/Gemma4_(26B_A4B)-Text.ipynb "
+            "(79.251); https://github.com/levihsu/OOTDiffusion/issues/235 (79.25 GiB)"
+        ),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 0),
@@ -326,6 +387,12 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="L4",
         aliases=("NVIDIA L4", "l4 24gb"),
         memory_bytes=23034 * MiB,  # nvidia-smi: 23034MiB (ECC on)
+        # torch total_memory 22.161 GiB (30 notebook outputs)
+        driver_reserved_bytes=reserved_below(23034 * MiB, 22.161),
+        capacity_source=(
+            "unslothai/notebooks@bdda2efc7ad5ae129ea63cd2065d23c391406283 "
+            "nb/Deepseek_OCR_(3B)-Eval.ipynb (22.161)"
+        ),
         vendor="nvidia",
         arch="ada",
         compute_capability=(8, 9),
@@ -347,6 +414,9 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="L40",
         aliases=("NVIDIA L40", "l40 48gb"),
         memory_bytes=46068 * MiB,  # nvidia-smi: 46068MiB (48 GiB GDDR6, ECC on)
+        # torch: 44.40 GiB total capacity (one OOM message, CUDA 12.8)
+        driver_reserved_bytes=reserved_below(46068 * MiB, 44.40),
+        capacity_source=("https://github.com/NVlabs/Eagle/issues/68 (44.40 GiB)"),
         vendor="nvidia",
         arch="ada",
         compute_capability=(8, 9),
@@ -368,6 +438,9 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="L40S",
         aliases=("NVIDIA L40S", "l40s 48gb"),
         memory_bytes=46068 * MiB,  # nvidia-smi: 46068MiB (ECC on)
+        # torch: 44.53 GiB total capacity (one OOM message)
+        driver_reserved_bytes=reserved_below(46068 * MiB, 44.53),
+        capacity_source=("https://github.com/Wan-Video/Wan2.1/issues/205 (44.53 GiB)"),
         vendor="nvidia",
         arch="ada",
         compute_capability=(8, 9),
@@ -401,6 +474,13 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
             "NVIDIA H100 80GB HBM3",
         ),
         memory_bytes=81559 * MiB,  # nvidia-smi: 81559MiB
+        # vLLM's mem_get_info total 79.19 GiB in 41 of the 52 H100 logs of
+        # benchmarks/data/vllm_startup_logs.jsonl (79.18-79.22); OOM message 79.11 GiB
+        driver_reserved_bytes=reserved_below(81559 * MiB, 79.19),
+        capacity_source=(
+            "benchmarks/data/vllm_startup_logs.jsonl (llm-d-planner and llm-d-benchmark logs, "
+            "79.19 GiB); https://github.com/vllm-project/vllm/issues/27508 (79.11 GiB)"
+        ),
         vendor="nvidia",
         arch="hopper",
         compute_capability=(9, 0),
@@ -422,6 +502,7 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         name="H100-PCIe",
         aliases=("NVIDIA H100 PCIe", "h100 pcie", "h100-pcie-80gb"),
         memory_bytes=81559 * MiB,  # nvidia-smi: 81559MiB
+        # capacity estimated (no PCIe observation; the SXM's 79.19 GiB is not carried over)
         vendor="nvidia",
         arch="hopper",
         compute_capability=(9, 0),
@@ -478,6 +559,10 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         supports_fp8=True,
         source=H200_DATASHEET,
         driver_reserved_bytes=616 * MiB,
+        capacity_source=(
+            "measured on an H200 of this project (driver 580.159.04, torch 2.11): nvidia-smi "
+            "memory.reserved 616 MiB; torch total_memory 150,109,880,320 B"
+        ),
         fp16_dense_tflops=989.4,
         fp8_dense_tflops=1979.0,
         int8_dense_tops=1979.0,

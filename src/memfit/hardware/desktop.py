@@ -10,6 +10,7 @@ from memfit.hardware.gpu import (
     GPU,
     PCIE4,
     PCIE5,
+    reserved_below,
 )
 from memfit.units import MiB
 
@@ -19,6 +20,9 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         name="RTX-A4000",
         aliases=("NVIDIA RTX A4000", "rtx a4000", "a4000"),
         memory_bytes=16376 * MiB,  # nvidia-smi: 16376MiB (ECC off, the workstation default)
+        # torch: 15.61 GiB total capacity (one OOM message)
+        driver_reserved_bytes=reserved_below(16376 * MiB, 15.61),
+        capacity_source=("https://github.com/DengKaiCQ/VGGT-Long/issues/6 (15.61 GiB)"),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -41,6 +45,9 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         name="RTX-A5000",
         aliases=("NVIDIA RTX A5000", "rtx a5000", "a5000"),
         memory_bytes=24564 * MiB,  # nvidia-smi: 24564MiB (ECC off, the workstation default)
+        # vLLM 0.21 log: mem_get_info total 23.85 GiB (benchmarks/data/vllm_startup_logs.jsonl)
+        driver_reserved_bytes=reserved_below(24564 * MiB, 23.85),
+        capacity_source=("https://github.com/LMCache/LMCache/issues/3430 (23.85 GiB)"),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -92,6 +99,13 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         # The 12 GB card; an 8 GB RTX 3060 (128-bit, 240 GB/s) reports the same device name.
         aliases=("NVIDIA GeForce RTX 3060", "rtx 3060", "rtx 3060 12gb", "3060"),
         memory_bytes=12288 * MiB,  # nvidia-smi: 12288MiB
+        # torch: 11.76 GiB total capacity; 11.75 in two other OOM messages
+        driver_reserved_bytes=reserved_below(12288 * MiB, 11.76),
+        capacity_source=(
+            "https://github.com/TencentARC/PhotoMaker/issues/47 (11.76 GiB); "
+            "https://github.com/Kunhao-Liu/StyleGaussian/issues/12 (11.75 GiB); "
+            "https://github.com/smy20011/dreambooth-gui/issues/78 (11.75 GiB)"
+        ),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -113,6 +127,9 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         name="RTX-3090",
         aliases=("NVIDIA GeForce RTX 3090", "rtx 3090", "3090"),
         memory_bytes=24576 * MiB,  # nvidia-smi: 24576MiB on current drivers (older: 24268MiB)
+        # torch: 23.70 GiB total capacity (2022 driver, whose memory.total was 24268 MiB)
+        driver_reserved_bytes=reserved_below(24576 * MiB, 23.70),
+        capacity_source=("https://github.com/GaoLii/DSP/issues/10 (23.70 GiB)"),
         vendor="nvidia",
         arch="ampere",
         compute_capability=(8, 6),
@@ -136,6 +153,8 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         name="RTX-4080",
         aliases=("NVIDIA GeForce RTX 4080", "rtx 4080", "4080"),
         memory_bytes=16376 * MiB,  # nvidia-smi --query-gpu=memory.total: 16376 (MiB)
+        # capacity estimated: the OOM message found (15.99 GiB, aigc-apps/sd-webui-EasyPhoto#281)
+        # is from Windows, whose WDDM driver reports the full memory.total
         vendor="nvidia",
         arch="ada",
         compute_capability=(8, 9),
@@ -225,6 +244,16 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         name="RTX-4090",
         aliases=("NVIDIA GeForce RTX 4090", "rtx 4090", "4090"),
         memory_bytes=24564 * MiB,  # nvidia-smi: 24564MiB
+        # torch: 23.64 GiB total capacity (two OOM messages); 23.65 (two), 23.68 (2023), 23.61 (one,
+        # a display attached)
+        driver_reserved_bytes=reserved_below(24564 * MiB, 23.64),
+        capacity_source=(
+            "https://github.com/ali-vilab/VGen/issues/104 (23.64 GiB); "
+            "https://github.com/3DTopia/Phidias-Diffusion/issues/8 (23.64 GiB); "
+            "https://github.com/MotrixLab/AiOS/issues/29 (23.65 GiB); "
+            "https://github.com/zai-org/CogVideo/issues/36 (23.68 GiB); "
+            "https://github.com/pinokiofactory/flux-webui/issues/11 (23.61 GiB)"
+        ),
         vendor="nvidia",
         arch="ada",
         compute_capability=(8, 9),
@@ -248,6 +277,8 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         # nvidia-smi: 49140MiB (ECC off, the workstation default); torch.cuda.mem_get_info total
         # was 50,865,307,648 B (48509 MiB) in one published run (unsloth-zoo PR #1053).
         memory_bytes=49140 * MiB,
+        # capacity estimated: the one OOM message found (44.43 GiB, DINGYANB/MTVCrafter#21) is of a
+        # card with ECC on (memory.total 46068 MiB), not this row's ECC-off 49140 MiB
         vendor="nvidia",
         arch="ada",
         compute_capability=(8, 9),
@@ -270,6 +301,9 @@ DESKTOP_GPUS: tuple[GPU, ...] = (
         name="RTX-5090",
         aliases=("NVIDIA GeForce RTX 5090", "rtx 5090", "5090"),
         memory_bytes=32607 * MiB,  # nvidia-smi: 32607MiB
+        # torch: 31.37 GiB total capacity (one OOM message)
+        driver_reserved_bytes=reserved_below(32607 * MiB, 31.37),
+        capacity_source=("https://github.com/Wan-Video/Wan2.1/issues/465 (31.37 GiB)"),
         vendor="nvidia",
         arch="blackwell",
         compute_capability=(12, 0),

@@ -8,8 +8,20 @@ report less (A10: 23028 MiB with ECC on, 24564 MiB with it off). Each value is o
 published ``nvidia-smi`` output; where none was found the comment says how it was derived.
 On recent drivers CUDA (``cudaMemGetInfo``, ``torch.cuda.get_device_properties().total_memory``)
 sees ``memory.total`` minus ``memory.reserved``: measured on an H200 (driver 580.159.04, torch
-2.11): 143771 - 616 = 143155 MiB (torch: 150,109,880,320 B). ``driver_reserved_bytes`` holds
-that reservation where it was measured.
+2.11): 143771 - 616 = 143155 MiB (torch: 150,109,880,320 B).
+
+Capacity
+--------
+``capacity_bytes`` -- what a process can allocate, the figure every verdict judges against -- is
+the torch-visible total. ``driver_reserved_bytes`` = ``memory.total`` - that total where it was
+observed: the most common published value of ``total_memory`` (Unsloth notebooks' saved outputs
+print it), of a PyTorch OOM message's "X GiB total capacity" / "a total capacity of X GiB", or of
+a vLLM log's ``mem_get_info`` total; ``capacity_source`` names them and the row's comment gives
+the range (drivers differ: newer ones reserve more). Older drivers printed a ``memory.total``
+that already left the reservation out (V100 rows): there the reservation is 0.
+Where nothing was observed the reservation is estimated (``capacity_measured`` False) by
+``ESTIMATED_RESERVED_MIN_BYTES`` / ``ESTIMATED_RESERVED_MIN_FRACTION``, so no verdict uses the
+raw ``memory.total``. docs/accuracy.md lists every GPU's figures.
 
 Rates
 -----
@@ -40,9 +52,11 @@ A communication model that wants one direction halves ``interconnect_gbps``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from memfit.errors import SpecError
+from memfit.units import GiB, MiB
 
 ARCHS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
 VENDORS = ("nvidia", "amd")
@@ -65,6 +79,21 @@ TENSOR_PRECISIONS: dict[str, tuple[str, ...]] = {
     "cdna3": ("fp16", "bf16", "fp8", "int8"),
     "cdna4": ("fp16", "bf16", "fp8", "int8", "fp4"),
 }
+
+#: The reservation of a GPU whose torch-visible total nobody published: the larger of the largest
+#: reservation observed on a catalog GPU (A100-80GB: 81920 MiB - 79.318 GiB = 698 MiB) and the
+#: smallest observed share of ``memory.total`` (H200: 616 / 143771 MiB = 0.43 %), an estimate that
+#: says "at least what the GPUs measured so far lost". tests/hardware/test_capacity.py checks both
+#: against the catalog's measured rows.
+ESTIMATED_RESERVED_MIN_BYTES = 81920 * MiB - int(79.318 * GiB)
+ESTIMATED_RESERVED_MIN_FRACTION = 616 / 143771
+
+
+def reserved_below(memory_total_bytes: int, torch_total_gib: float) -> int:
+    """``driver_reserved_bytes`` from a torch-visible total printed in GiB (``total_memory /
+    2**30``, as notebooks, OOM messages and vLLM logs print it): ``memory.total`` less it."""
+    return memory_total_bytes - int(torch_total_gib * GiB)
+
 
 #: Rate fields, the precision each needs (None: always available), for validation.
 _RATE_FIELDS: tuple[tuple[str, str | None], ...] = (
@@ -94,7 +123,8 @@ class GPU:
     supports_bf16: bool
     supports_fp8: bool
     source: str
-    driver_reserved_bytes: int | None = None  # nvidia-smi memory.reserved, where measured
+    #: ``memory.total`` - the torch-visible total, where one was observed (module docstring)
+    driver_reserved_bytes: int | None = None
     fp16_dense_tflops: float | None = None
     fp8_dense_tflops: float | None = None
     int8_dense_tops: float | None = None
@@ -110,6 +140,8 @@ class GPU:
     #: GPUs one ``interconnect_gbps`` fabric joins: 8 in an HGX / DGX / OAM platform, 72 in an
     #: NVL72 rack (NVLink Switch); None where the GPU is not sold in such a platform
     scale_up_gpus: int | None = None
+    #: where ``driver_reserved_bytes`` was observed (URLs, repo+path+commit); None where unmeasured
+    capacity_source: str | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -133,6 +165,18 @@ class GPU:
             problems.append(f"{self.name}: tdp_w ({self.tdp_w}) must be > 0")
         if self.scale_up_gpus is not None and self.scale_up_gpus < 1:
             problems.append(f"{self.name}: scale_up_gpus ({self.scale_up_gpus}) must be >= 1")
+        if self.driver_reserved_bytes is not None and not (
+            0 <= self.driver_reserved_bytes < self.memory_bytes
+        ):
+            problems.append(
+                f"{self.name}: driver_reserved_bytes ({self.driver_reserved_bytes}) must be in "
+                f"[0, memory_bytes ({self.memory_bytes}))"
+            )
+        if (self.driver_reserved_bytes is None) != (self.capacity_source is None):
+            problems.append(
+                f"{self.name}: driver_reserved_bytes and capacity_source go together (an "
+                "observed torch-visible total names its source)"
+            )
         if self.interconnect_gbps is not None and not self.interconnect:
             problems.append(f"{self.name}: interconnect_gbps needs interconnect (the link's name)")
         if problems:
@@ -179,10 +223,24 @@ class GPU:
         return self.memory_bytes - self.driver_reserved_bytes
 
     @property
+    def capacity_measured(self) -> bool:
+        """Whether ``capacity_bytes`` is an observed torch-visible total (else estimated)."""
+        return self.driver_reserved_bytes is not None
+
+    @property
+    def estimated_reserved_bytes(self) -> int:
+        """The reservation assumed where none was observed (``ESTIMATED_RESERVED_MIN_*``)."""
+        share = math.ceil(self.memory_bytes * ESTIMATED_RESERVED_MIN_FRACTION)
+        return max(ESTIMATED_RESERVED_MIN_BYTES, share)
+
+    @property
     def capacity_bytes(self) -> int:
-        """What a process can allocate, the capacity every verdict judges against: the memory
-        CUDA can hand out where the driver's reservation was measured, else the marketed size."""
-        return self.cuda_visible_bytes or self.memory_bytes
+        """What a process can allocate, the capacity every verdict judges against: the
+        torch-visible total where it was observed, else ``memory.total`` less the estimated
+        reservation (never the raw ``memory.total``)."""
+        if self.cuda_visible_bytes is not None:
+            return self.cuda_visible_bytes
+        return self.memory_bytes - self.estimated_reserved_bytes
 
 
 # Sources and link names shared by the catalog's row modules (datacenter.py, desktop.py).

@@ -30,8 +30,9 @@ from memfit.units import format_bytes
 
 @dataclass(frozen=True, kw_only=True)
 class Budget:
-    """``capacity_bytes``: what CUDA can hand out (catalog: total minus the driver's reservation
-    where measured; or the ``--gpu-memory`` the user gave). ``headroom_bytes`` stays free."""
+    """``capacity_bytes``: what CUDA can hand out (catalog: ``GPU.capacity_bytes``, the
+    torch-visible total where observed, else estimated; or the ``--gpu-memory`` the user gave).
+    ``headroom_bytes`` stays free."""
 
     gpu_name: str
     capacity_bytes: int

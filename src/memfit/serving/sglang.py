@@ -79,9 +79,11 @@ MIN_REQS, MAX_REQS = 2048, 4096
 REQ_ROW_EXTRA, REQ_ENTRY_BYTES = 4, 4
 #: Memory taken before "Load weight begin" (CUDA context, torch, NCCL; with TP > 1 on NVLink
 #: GPUs or two PCIe GPUs, SGLang's custom all-reduce buffers too): total - "avail mem" at load
-#: begin in benchmarks/data/sglang_logs.jsonl: 4 x L4 (PCIe, no custom all-reduce): 22.36 -
-#: 21.63 = 0.73 GiB; 8 x H200 (NVLink): 139.80 - 137.29 = 2.51 GiB (sgl-project/sglang#11716).
-CONTEXT_BYTES = int(0.75 * GiB)
+#: begin in benchmarks/data/sglang_logs.jsonl: 4 x L4 (PCIe, no custom all-reduce): 22.16 (the
+#: L4's torch-visible total, memfit.hardware) - 21.63 = 0.53 GiB (the file's "context_gb" 0.73
+#: was taken against the 22.36 GiB serving assumed before the catalog's capacity was observed);
+#: 8 x H200 (NVLink): 139.80 - 137.29 = 2.51 GiB (sgl-project/sglang#11716).
+CONTEXT_BYTES = int(0.53 * GiB)
 CONTEXT_TP_BYTES = int(2.5 * GiB)
 #: "Load weight end … mem usage" minus the weights memfit counts, for layouts whose load
 #: memfit.serving.sglang_load does not replay (MLA, quantized checkpoints or ``--quantization``):

@@ -63,18 +63,6 @@ from memfit.units import GiB
 
 __all__ = ["VllmStartup", "simulate_startup", "vllm_total_bytes"]
 
-#: ``torch.cuda.mem_get_info()`` totals printed in vLLM logs ("Free memory on device (78.57/79.18
-#: GiB)"): the memory CUDA can hand out, below the marketed size. H100 80GB: 79.18-79.22 GiB in
-#: llm-d-benchmark, llm-d-planner and PR #10511 logs; A100 40GB: "total_gpu_memory (39.38GiB)" in
-#: vllm-project/vllm#16570 (0.8.3, 4 x A100).
-OBSERVED_TOTAL_BYTES = {
-    "H100-80GB": int(79.19 * GiB),
-    "H100-PCIe": int(79.19 * GiB),
-    "A100-40GB": int(39.38 * GiB),
-}
-#: Fraction of the marketed memory CUDA keeps for itself where unmeasured: H100 80GB 79.65 ->
-#: 79.19 GiB (0.58 %), H200 140.4 -> 139.8 GiB (0.43 %, catalog); the larger is used.
-DRIVER_RESERVED_FRACTION = 0.0058
 #: Used before the snapshot: CUDA context + torch (79.18 - 78.57 GiB in the llm-d H100 logs) and,
 #: with TP/PP > 1, NCCL communicators (79.18 - 77.64 GiB at TP=2, same source).
 CONTEXT_BYTES = int(0.61 * GiB)
@@ -294,13 +282,10 @@ def default_utilization(v: VllmVersion, row: VllmRelease | None) -> float:
 
 
 def vllm_total_bytes(gpu: GPU) -> int:
-    """``torch.cuda.mem_get_info()[1]`` on ``gpu``: observed, measured, or the marketed size less
-    the driver's reservation."""
-    if gpu.name in OBSERVED_TOTAL_BYTES:
-        return OBSERVED_TOTAL_BYTES[gpu.name]
-    if gpu.cuda_visible_bytes is not None:
-        return gpu.cuda_visible_bytes
-    return int(gpu.memory_bytes * (1 - DRIVER_RESERVED_FRACTION))
+    """``torch.cuda.mem_get_info()[1]`` on ``gpu``: the catalog's capacity (the torch-visible total
+    where observed -- H100 80GB: 79.19 GiB, vLLM's own logs -- else its estimate), the figure every
+    verdict judges against (:attr:`memfit.hardware.gpu.GPU.capacity_bytes`)."""
+    return gpu.capacity_bytes
 
 
 def model_dtype(spec: ModelSpec, config: VllmConfig, gpu: GPU) -> str:

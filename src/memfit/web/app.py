@@ -96,7 +96,15 @@ def schema(parser: argparse.ArgumentParser) -> dict[str, Any]:
             c: [asdict(o) | {"key": o.key} for o in options(parser, c).values()] for c in COMMANDS
         },
         "models": [asdict(m) for m in list_bundled()],
-        "gpus": [{"name": g.name, "memory_bytes": g.memory_bytes} for g in list_gpus()],
+        "gpus": [
+            {
+                "name": g.name,
+                "memory_bytes": g.memory_bytes,
+                "capacity_bytes": g.capacity_bytes,
+                "capacity_measured": g.capacity_measured,
+            }
+            for g in list_gpus()
+        ],
         "engines": list(ENGINES),
     }
 
