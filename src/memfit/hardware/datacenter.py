@@ -121,8 +121,9 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         aliases=("Tesla T4", "NVIDIA T4", "t4 16gb"),
         memory_bytes=15360 * MiB,  # nvidia-smi: 15360MiB (16 GiB GDDR6, ECC on)
         # torch total_memory 14.741 GiB in 142 Colab notebook outputs; 14.748 (96), 14.563 (20, the
-        # 2026 notebooks); OOM messages 14.56-14.58 GiB (driver 535, memory.total 15360 MiB)
-        driver_reserved_bytes=reserved_below(15360 * MiB, 14.741),
+        # 2026 notebooks); OOM messages 14.56-14.58 GiB (driver 535, memory.total 15360 MiB). The
+        # current drivers' figure is used (the older ones reserved less): the safe side
+        driver_reserved_bytes=reserved_below(15360 * MiB, 14.563),
         capacity_source=(
             "unslothai/notebooks@bdda2efc7ad5ae129ea63cd2065d23c391406283 "
             "nb/All_MiniLM_L6_v2.ipynb (14.741), nb/CodeGemma_(7B)-Conversational.ipynb (14.748), "
@@ -339,8 +340,8 @@ DATACENTER_GPUS: tuple[GPU, ...] = (
         aliases=("a100 80gb", "a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB", "a100 80g"),
         memory_bytes=81920 * MiB,  # nvidia-smi: 81920MiB
         # torch total_memory 79.318 GiB (26 notebook outputs); 79.251 (6, the 2026 notebooks); OOM
-        # 79.25 GiB
-        driver_reserved_bytes=reserved_below(81920 * MiB, 79.318),
+        # 79.25 GiB. The current drivers' figure is used (the older ones reserved less)
+        driver_reserved_bytes=reserved_below(81920 * MiB, 79.251),
         capacity_source=(
             "unslothai/notebooks@bdda2efc7ad5ae129ea63cd2065d23c391406283 "
             "nb/ERNIE_4_5_VL_28B_A3B_PT_Vision.ipynb (79.318), nb/Gemma4_(26B_A4B)-Text.ipynb "

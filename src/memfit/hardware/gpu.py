@@ -81,11 +81,11 @@ TENSOR_PRECISIONS: dict[str, tuple[str, ...]] = {
 }
 
 #: The reservation of a GPU whose torch-visible total nobody published: the larger of the largest
-#: reservation observed on a catalog GPU (A100-80GB: 81920 MiB - 79.318 GiB = 698 MiB) and the
+#: reservation observed on a catalog GPU (A100-80GB: 81920 MiB - 79.251 GiB = 766 MiB) and the
 #: smallest observed share of ``memory.total`` (H200: 616 / 143771 MiB = 0.43 %), an estimate that
 #: says "at least what the GPUs measured so far lost". tests/hardware/test_capacity.py checks both
 #: against the catalog's measured rows.
-ESTIMATED_RESERVED_MIN_BYTES = 81920 * MiB - int(79.318 * GiB)
+ESTIMATED_RESERVED_MIN_BYTES = 81920 * MiB - int(79.251 * GiB)
 ESTIMATED_RESERVED_MIN_FRACTION = 616 / 143771
 
 
