@@ -27,6 +27,7 @@ import pytest
 from tests.fuzz.test_fuzz_cli import SUBPARSERS, assert_clean, run
 
 from memfit.cli import entry
+from memfit.cli import models as cli_models
 from memfit.errors import ModelConfigError, SpecError
 from memfit.models.model_spec import COUNT_LIMITS, ModelSpec
 from memfit.spec import VllmConfig
@@ -272,6 +273,8 @@ def test_a_read_only_job_file_with_write_is_refused_in_one_line(
 
 
 # -- main's last resort: one line for what no reader refuses by name --------------------------
+# (the command is replaced in its module: main registers a command's handler from its module
+# when it runs it, memfit.cli.entry.COMMAND_MODULES)
 def _raising(exc: BaseException) -> Any:
     def command(_args: argparse.Namespace) -> int:
         raise exc
@@ -301,7 +304,7 @@ def test_main_turns_what_no_reader_refused_into_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.delenv("MEMFIT_DEBUG")
-    monkeypatch.setitem(entry.COMMANDS, "models", _raising(exc))
+    monkeypatch.setattr(cli_models, "cmd_models", _raising(exc))
     assert entry.main(["models"]) == code
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith("memfit: error: "), err
@@ -311,7 +314,7 @@ def test_main_turns_what_no_reader_refused_into_one_line_and_exit_2(
 
 
 def test_memfit_debug_lets_an_unexpected_exception_raise(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(entry.COMMANDS, "models", _raising(ZeroDivisionError("x")))
+    monkeypatch.setattr(cli_models, "cmd_models", _raising(ZeroDivisionError("x")))
     with pytest.raises(ZeroDivisionError):
         entry.main(["models"])  # the fuzz conftest sets MEMFIT_DEBUG=1
 
@@ -319,7 +322,7 @@ def test_memfit_debug_lets_an_unexpected_exception_raise(monkeypatch: pytest.Mon
 def test_ctrl_c_exits_130_with_nothing_printed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(entry.COMMANDS, "models", _raising(KeyboardInterrupt()))
+    monkeypatch.setattr(cli_models, "cmd_models", _raising(KeyboardInterrupt()))
     assert entry.main(["models"]) == 130
     assert capsys.readouterr().err == ""
 
@@ -386,11 +389,11 @@ def test_ctrl_c_in_a_real_run_exits_130_without_a_traceback() -> None:
     # non-interactive shell inherits SIGINT ignored, which a user's terminal never does)
     prelude = (
         "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "import sys, time, memfit.cli.entry as e\n"
+        "import sys, time, memfit.cli.models as m\n"
         "def busy(_args):\n"
         "    print('running', flush=True)\n"
         "    time.sleep(120)\n"
-        "e.COMMANDS['models'] = busy"
+        "m.cmd_models = busy"
     )
     proc = memfit_process(["models"], prelude=prelude)
     assert proc.stdout is not None
