@@ -587,13 +587,14 @@ def grid_job(w: WorkloadSpec) -> str | None:
     if job is None:
         return None
     layout_of = JOB_LAYOUT.get(job, {"shard": None, "offload": "none"})
-    quant = {"quant": w.quant, "lora_rank": w.lora_rank} if job in QLORA_JOBS.values() else {}
+    qlora = job in QLORA_JOBS.values()  # the base's 4-bit format is the job's (QLORA_JOBS)
     plain = WorkloadSpec(
         mode=w.mode,
         precision=w.precision,
         shard=layout_of["shard"],
         offload=layout_of["offload"],
-        **quant,
+        quant=w.quant if qlora else "none",
+        lora_rank=w.lora_rank if qlora else None,
     )
     return job if _fixed(w) == _fixed(plain) else None
 

@@ -93,7 +93,9 @@ def test_the_band_an_estimate_takes_is_named_in_it() -> None:
     assert est.peak_reserved_bytes == band.top_bytes(est.peak_allocated_bytes)
     # QLoRA (bf16 compute, NF4 base): the grid's qlora rows give it a band of its own, narrower
     # than the wide one (issue 32: QLoRA jobs were "tight" on the wide band)
-    qlora = WorkloadSpec(mode="train", seq_len=2048, lora_rank=16, quant="nf4", precision="bf16-true")
+    qlora = WorkloadSpec(
+        mode="train", seq_len=2048, lora_rank=16, quant="nf4", precision="bf16-true"
+    )
     assert fastpath.band_class(source.config, qlora) == "qlora"
     est = estimate_analytic(source, qlora, reserved_end="band")
     qband = class_band("qlora")
