@@ -119,6 +119,21 @@ JOBS: dict[str, dict[str, Any]] = {
         "quant": "nf4-dq",
         "checkpointing": "full",
     },
+    # the QLoRA plans' jobs under gradient accumulation (gradients held, as ``lora_held``)
+    **{
+        f"{job}_held": {**fields, "zero_grad_set_to_none": False}
+        for job, fields in (
+            ("qlora", {"mode": "train", "lora_rank": 8, "quant": "nf4"}),
+            (
+                "qlora_ckpt",
+                {"mode": "train", "lora_rank": 8, "quant": "nf4", "checkpointing": "full"},
+            ),
+            (
+                "qlora_dq_ckpt",
+                {"mode": "train", "lora_rank": 8, "quant": "nf4-dq", "checkpointing": "full"},
+            ),
+        )
+    },
 }
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'

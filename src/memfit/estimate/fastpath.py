@@ -542,17 +542,20 @@ QLORA_JOBS: dict[tuple[str, str], str] = {
     ("nf4", "lora"): "qlora",
     ("nf4", "lora_ckpt"): "qlora_ckpt",
     ("nf4-dq", "lora_ckpt"): "qlora_dq_ckpt",
+    ("nf4", "lora_held"): "qlora_held",
+    ("nf4", "lora_ckpt_held"): "qlora_ckpt_held",
+    ("nf4-dq", "lora_ckpt_held"): "qlora_dq_ckpt_held",
 }
 #: The model types whose grid rows of every ``qlora*`` job (fastpath_grid.jsonl: the tiny
 #: configs and bundled real configs cut to 2 layers, batch 5, trace and analytic engines,
 #: ``--skip-derived``) have the analytic answer within TOLERANCE of the trace (allocated:
-#: within 1.2 % on all 78 rows, within 0.04 % on the real-width decoders): those jobs are
+#: within 1.2 % on all 81 rows, within 0.04 % on the real-width decoders): those jobs are
 #: validated and settle for them (``fastpath_grid.validated_table`` / ``settles_table`` over
 #: the same rows; the tests compare). Not here: the MoE types (the analytic engine refuses
-#: LoRA on experts), the types without an analytic program, and gpt_bigcode (no qlora rows).
+#: LoRA on experts) and the types without an analytic program.
 QLORA_VALIDATED_TYPES = (
-    "bert", "bloom", "falcon", "gemma2", "gemma3_text", "gpt2", "gpt_neox", "llama", "mistral",
-    "olmo2", "opt", "phi", "phi3", "qwen2", "qwen3", "roberta", "t5", "vit",
+    "bert", "bloom", "falcon", "gemma2", "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox", "llama",
+    "mistral", "olmo2", "opt", "phi", "phi3", "qwen2", "qwen3", "roberta", "t5", "vit",
 )  # fmt: skip
 for _model_type in QLORA_VALIDATED_TYPES:
     VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + tuple(QLORA_JOBS.values())
