@@ -54,7 +54,18 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({"lora_rank": 16, "quant": "fp4"}, None),
         ({"lora_rank": 16, "quant": "nf4", "prepare_kbit": True}, None),
         ({"lora_rank": 16, "quant": "nf4", "lora_dropout": 0.05}, None),
-        ({"lora_rank": 16, "quant": "nf4", "zero_grad_set_to_none": False}, None),
+        ({"lora_rank": 16, "quant": "nf4", "zero_grad_set_to_none": False}, "qlora_held"),
+        (
+            {
+                "lora_rank": 16,
+                "quant": "nf4-dq",
+                "checkpointing": "full",
+                "grad_accum": 4,
+                "zero_grad_set_to_none": False,
+            },
+            "qlora_dq_ckpt_held",
+        ),  # fmt: skip
+        ({"lora_rank": 16, "quant": "nf4", "checkpointing": "selective"}, None),
         ({"lora_rank": 16, "quant": "nf4", "precision": "bf16-mixed"}, None),
     ],
 )
@@ -236,7 +247,7 @@ def test_a_qlora_job_is_its_qlora_grid_job_and_validated_for_llama() -> None:
     assert fastpath.grid_job(w) == "qlora"
     dq = dataclasses.replace(w, quant="nf4-dq", checkpointing="full")
     assert fastpath.grid_job(dq) == "qlora_dq_ckpt"
-    for job in ("qlora", "qlora_ckpt", "qlora_dq_ckpt"):
+    for job in fastpath.QLORA_JOBS.values():
         assert job in fastpath.VALIDATED["llama"] and job in fastpath.SETTLES["llama"]
     assert fastpath.not_validated({"model_type": "llama"}, dq) is None
     # the MoE types' qlora rows are refused by the analytic engine: not validated, traced
