@@ -108,6 +108,32 @@ JOBS: dict[str, dict[str, Any]] = {
             ),
         )
     },
+    # QLoRA (issue 32): the LoRA jobs on a base stored by bitsandbytes in 4-bit NF4 (``--quant
+    # nf4``; ``nf4-dq``: with double quantization), compute in bf16, peft's adapters; no
+    # prepare_model_for_kbit_training (memfit's default QLoRA: bf16-true, prepare_kbit False)
+    "qlora": {"mode": "train", "lora_rank": 8, "quant": "nf4"},
+    "qlora_ckpt": {"mode": "train", "lora_rank": 8, "quant": "nf4", "checkpointing": "full"},
+    "qlora_dq_ckpt": {
+        "mode": "train",
+        "lora_rank": 8,
+        "quant": "nf4-dq",
+        "checkpointing": "full",
+    },
+    # the QLoRA plans' jobs under gradient accumulation (gradients held, as ``lora_held``)
+    **{
+        f"{job}_held": {**fields, "zero_grad_set_to_none": False}
+        for job, fields in (
+            ("qlora", {"mode": "train", "lora_rank": 8, "quant": "nf4"}),
+            (
+                "qlora_ckpt",
+                {"mode": "train", "lora_rank": 8, "quant": "nf4", "checkpointing": "full"},
+            ),
+            (
+                "qlora_dq_ckpt",
+                {"mode": "train", "lora_rank": 8, "quant": "nf4-dq", "checkpointing": "full"},
+            ),
+        )
+    },
 }
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
@@ -157,7 +183,8 @@ def _workload(job: str, family: str, model_type: str, *, batch: int, seq: int) -
     batch_factor, seq_factor, new_tokens = SCALED.get(job, (1, 1, NEW_TOKENS))
     fields = {"precision": "bf16-true", **JOBS[job], "batch_size": batch * batch_factor,
               "seq_len": seq * seq_factor}  # fmt: skip
-    if (job in ("lora", "lora_ckpt") or job.endswith("_dropout")) and family in LORA_TARGETS:
+    lora_like = job in ("lora", "lora_ckpt") or job.endswith("_dropout") or job.startswith("qlora")
+    if lora_like and family in LORA_TARGETS:
         fields["lora_targets"] = LORA_TARGETS[family]
     if JOBS[job]["mode"] == "infer" and generates(model_type):
         fields["new_tokens"] = new_tokens

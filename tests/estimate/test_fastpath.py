@@ -47,7 +47,26 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({"optimizer": "adamw-8bit"}, None),
         ({"attention": "eager"}, None),
         ({"gpus": 2}, None),
-        ({"lora_rank": 16, "quant": "nf4"}, None),
+        ({"lora_rank": 16, "quant": "nf4"}, "qlora"),  # the grid's QLoRA jobs (issue 32)
+        ({"lora_rank": 16, "quant": "nf4", "checkpointing": "full"}, "qlora_ckpt"),
+        ({"lora_rank": 16, "quant": "nf4-dq", "checkpointing": "full"}, "qlora_dq_ckpt"),
+        ({"lora_rank": 16, "quant": "nf4-dq"}, None),  # no grid row: traced
+        ({"lora_rank": 16, "quant": "fp4"}, None),
+        ({"lora_rank": 16, "quant": "nf4", "prepare_kbit": True}, None),
+        ({"lora_rank": 16, "quant": "nf4", "lora_dropout": 0.05}, None),
+        ({"lora_rank": 16, "quant": "nf4", "zero_grad_set_to_none": False}, "qlora_held"),
+        (
+            {
+                "lora_rank": 16,
+                "quant": "nf4-dq",
+                "checkpointing": "full",
+                "grad_accum": 4,
+                "zero_grad_set_to_none": False,
+            },
+            "qlora_dq_ckpt_held",
+        ),  # fmt: skip
+        ({"lora_rank": 16, "quant": "nf4", "checkpointing": "selective"}, None),
+        ({"lora_rank": 16, "quant": "nf4", "precision": "bf16-mixed"}, None),
     ],
 )
 def test_grid_job_names_only_the_settings_the_grid_runs(fields: dict, job: str | None) -> None:
@@ -218,3 +237,22 @@ def test_the_trace_decides_where_the_answer_shown_and_the_class_band_disagree(
     assert "the answer shown (tight) and the top of the job class's reserved band (fits)" in str(
         est.engine_reason
     )
+
+
+def test_a_qlora_job_is_its_qlora_grid_job_and_validated_for_llama() -> None:
+    """A QLoRA workload (NF4 base + LoRA, bf16) is the grid's ``qlora*`` job, never a ``lora``
+    one (the base's bytes differ), and the grid's qlora rows validate it for llama: ``estimate``
+    answers with the analytic engine under auto (issue 32: it was traced)."""
+    w = WorkloadSpec(mode="train", seq_len=32, lora_rank=8, precision="bf16-true", quant="nf4")
+    assert fastpath.grid_job(w) == "qlora"
+    dq = dataclasses.replace(w, quant="nf4-dq", checkpointing="full")
+    assert fastpath.grid_job(dq) == "qlora_dq_ckpt"
+    for job in fastpath.QLORA_JOBS.values():
+        assert job in fastpath.VALIDATED["llama"] and job in fastpath.SETTLES["llama"]
+    assert fastpath.not_validated({"model_type": "llama"}, dq) is None
+    # the MoE types' qlora rows are refused by the analytic engine: not validated, traced
+    assert "qlora" not in fastpath.VALIDATED.get("qwen3_moe", ())
+    why = fastpath.not_validated({"model_type": "qwen3_moe"}, w)
+    assert why == "the fast-path grid does not validate model_type 'qwen3_moe' for qlora"
+    est = memfit.estimate("gpt2", w)
+    assert est.engine == "analytic" and "(qlora)" in str(est.engine_reason)

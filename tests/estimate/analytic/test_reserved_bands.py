@@ -91,12 +91,24 @@ def test_the_band_an_estimate_takes_is_named_in_it() -> None:
     band = class_band("lora")
     assert band is not None and "job class 'lora'" in est.trace["reserved_band"]
     assert est.peak_reserved_bytes == band.top_bytes(est.peak_allocated_bytes)
-    # QLoRA: no grid row, the wide band, and the estimate says so
-    qlora = WorkloadSpec(mode="train", seq_len=2048, lora_rank=16, quant="nf4")
+    # QLoRA (bf16 compute, NF4 base): the grid's qlora rows give it a band of its own, narrower
+    # than the wide one (issue 32: QLoRA jobs were "tight" on the wide band)
+    qlora = WorkloadSpec(
+        mode="train", seq_len=2048, lora_rank=16, quant="nf4", precision="bf16-true"
+    )
+    assert fastpath.band_class(source.config, qlora) == "qlora"
     est = estimate_analytic(source, qlora, reserved_end="band")
+    qband = class_band("qlora")
+    assert qband is not None and "job class 'qlora'" in est.trace["reserved_band"]
+    assert est.peak_reserved_bytes == qband.top_bytes(est.peak_allocated_bytes)
+    high = estimate_analytic(source, qlora, reserved_end="high")
+    assert est.peak_reserved_bytes < high.peak_reserved_bytes
+    # a QLoRA job the grid does not run (fp4 base): the wide band, and the estimate says so
+    fp4 = dataclasses.replace(qlora, quant="fp4")
+    est = estimate_analytic(source, fp4, reserved_end="band")
     assert "the wide band of every job" in est.trace["reserved_band"]
     assert "the fast-path grid does not run this job's settings" in est.trace["reserved_band"]
-    high = estimate_analytic(source, qlora, reserved_end="high")
+    high = estimate_analytic(source, fp4, reserved_end="high")
     assert est.peak_reserved_bytes == high.peak_reserved_bytes
 
 
