@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from memfit.errors import NotModelledError, SpecError
-from memfit.estimate import checkpoint_dtype
-from memfit.estimate import estimate as estimate_step
+from memfit.estimate import checkpoint_dtype, estimate_with
 from memfit.estimate.diffusion.answer import estimate_pipeline  # a cache hit imports no torch
 from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.estimate.options import using_options
@@ -360,15 +359,7 @@ def _source(model: Any, options: EstimateOptions) -> Any:
 
 # -- text: one step, a search ------------------------------------------------------------------
 def _estimate_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: EstimateOptions) -> Any:
-    return estimate_step(
-        model,
-        job,
-        gpu=gpu,
-        engine=options.engine,
-        trust_remote_code=options.trust_remote_code,
-        extrapolate=options.extrapolate,
-        allow_code=options.allow_code,
-    )
+    return estimate_with(model, job, gpu=gpu, options=options)
 
 
 def _fit_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Any, **solve: Any) -> Any:

@@ -20,7 +20,7 @@ from memfit.cli import from_files as cli_from
 from memfit.cli import outputs as cli_outputs
 from memfit.cli import seqdist as cli_seqdist
 from memfit.cli.engine import add_engine_flags, options_from
-from memfit.estimate import estimate as estimate_step
+from memfit.estimate import estimate_with
 from memfit.estimate.result import MemoryEstimate
 from memfit.flags import (
     EXIT_DOES_NOT_FIT,
@@ -100,15 +100,7 @@ def estimate(
 ) -> MemoryEstimate:
     """The text route of :func:`memfit.api.estimate` (``memfit.estimate.estimate`` with the
     options' fields; the command has applied the options already)."""
-    return estimate_step(
-        model,
-        workload,
-        gpu=gpu,
-        engine=options.engine,
-        trust_remote_code=options.trust_remote_code,
-        extrapolate=options.extrapolate,
-        allow_code=options.allow_code,
-    )
+    return estimate_with(model, workload, gpu=gpu, options=options)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:

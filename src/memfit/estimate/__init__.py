@@ -23,7 +23,7 @@ from memfit.spec import WorkloadSpec
 from memfit.spec.arguments import check_arguments
 from memfit.spec.options import ENGINES
 
-__all__ = ["COMPONENTS", "ENGINES", "MemoryEstimate", "estimate"]
+__all__ = ["COMPONENTS", "ENGINES", "MemoryEstimate", "estimate", "estimate_with"]
 
 
 def estimate(
@@ -115,3 +115,18 @@ def _gpu(gpu: Any) -> Any:
         return gpu
 
     return get_gpu(gpu)
+
+
+def estimate_with(model: Any, workload: WorkloadSpec, *, gpu: Any, options: Any) -> MemoryEstimate:
+    """:func:`estimate` with an :class:`~memfit.spec.EstimateOptions`' fields (engine, remote
+    code, extrapolation, factories): the one text route of ``memfit estimate`` and of
+    :func:`memfit.api.estimate`."""
+    return estimate(
+        model,
+        workload,
+        gpu=gpu,
+        engine=options.engine,
+        trust_remote_code=options.trust_remote_code,
+        extrapolate=options.extrapolate,
+        allow_code=options.allow_code,
+    )
