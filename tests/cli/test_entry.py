@@ -192,7 +192,7 @@ def test_gpus_table_shows_capacity_and_marks_estimates(capsys: pytest.CaptureFix
     code, out, _ = run(capsys, "gpus")
     assert code == 0 and "capacity" in out.splitlines()[0]
     lines = {line.split()[0]: line for line in out.splitlines() if line and line[0] != " "}
-    assert "14.7 GiB " in lines["T4"] and "178.3 GiB~" in lines["B200"]
+    assert "14.6 GiB " in lines["T4"] and "178.3 GiB~" in lines["B200"]
 
 
 def test_python_dash_m_and_help_end_with_examples() -> None:
