@@ -16,21 +16,14 @@ dtype is the only difference.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
-#: tests/conftest.py TINY_LLAMA
-CONFIG: dict[str, Any] = dict(
-    model_type="llama",
-    architectures=["LlamaForCausalLM"],
-    hidden_size=128,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=256,
-    vocab_size=500,
-    max_position_embeddings=2048,
-    tie_word_embeddings=False,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests package
+from tests.conftest import TINY_LLAMA  # noqa: E402
+
+CONFIG: dict[str, Any] = TINY_LLAMA
 #: (precision, checkpointing, attention)
 JOBS = (
     ("bf16-true", "none", "eager"),
