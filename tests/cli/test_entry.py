@@ -82,7 +82,7 @@ def test_human_output_shows_components_peak_phase_modules_and_verdict(
 def test_does_not_fit_exits_1_with_the_shortfall(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "estimate", "llama-2-7b", "--seq", "256", "--gpu", "T4")
     assert code == 1
-    # the T4's capacity: torch's 14.563 GiB (current drivers' notebook outputs), not nvidia-smi's 15.00
+    # the T4's capacity: torch's 14.563 GiB (current drivers), not nvidia-smi's 15.00 GiB
     assert "DOES NOT FIT on T4" in out and "GiB more than its 14.56 GiB" in out
 
 
