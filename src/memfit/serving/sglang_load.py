@@ -30,19 +30,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memfit.hardware.cuda_allocator import (
+    MIN_BLOCK_BYTES,
+    SMALL_SIZE_BYTES,
+    round_size,
+    segment_size,
+)
 from memfit.models import ModelSpec
 from memfit.serving.layout import ROPE_FP32
-from memfit.units import MiB
 
 __all__ = ["LoadReplay", "load_overhead_bytes", "load_tensor_sizes", "replay_load"]
 
-#: PyTorch CUDACachingAllocator constants (c10/cuda/CUDACachingAllocator.cpp).
-SMALL_SIZE = 1 * MiB  # kSmallSize: at most this goes to the small pool
-SMALL_BUFFER = 2 * MiB  # kSmallBuffer
-LARGE_BUFFER = 20 * MiB  # kLargeBuffer: segment for 1-10 MiB requests
-MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
-ROUND_LARGE = 2 * MiB  # kRoundLarge
-MIN_BLOCK = 512  # kMinBlockSize
 #: Bytes of the fp32 rotary cache SGLang keeps on CUDA.
 ROPE_BYTES = 4
 #: Marker in a request list: free the rotary cache's three temporaries (freqs, cos, sin).
@@ -115,8 +113,8 @@ class _Segments:
         self.small: list[bool] = []
 
     def malloc(self, n_bytes: int) -> tuple[int, int]:
-        size = max(MIN_BLOCK, _up(n_bytes, MIN_BLOCK))
-        is_small = size <= SMALL_SIZE
+        size = round_size(n_bytes)
+        is_small = size <= SMALL_SIZE_BYTES
         best: tuple[int, int, int] | None = None  # (block size, segment, index)
         for s, seg in enumerate(self.segments):
             if self.small[s] != is_small:
@@ -125,18 +123,13 @@ class _Segments:
                 if not live and bsize >= size and (best is None or bsize < best[0]):
                     best = (bsize, s, j)
         if best is None:
-            if is_small:
-                seg_size = SMALL_BUFFER
-            elif size < MIN_LARGE_ALLOC:
-                seg_size = LARGE_BUFFER
-            else:
-                seg_size = _up(size, ROUND_LARGE)
+            seg_size = segment_size(size)
             self.segments.append([[seg_size, 0]])
             self.small.append(is_small)
             best = (seg_size, len(self.segments) - 1, 0)
         bsize, s, j = best
         rest = bsize - size
-        if rest >= MIN_BLOCK if is_small else rest > SMALL_SIZE:
+        if rest >= MIN_BLOCK_BYTES if is_small else rest > SMALL_SIZE_BYTES:
             self.segments[s][j] = [size, 1]
             self.segments[s].insert(j + 1, [rest, 0])
         else:

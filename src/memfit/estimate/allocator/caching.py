@@ -57,39 +57,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memfit.errors import SpecError
-from memfit.units import MiB
 
-# The allocator's own constants, verbatim from CUDACachingAllocator.cpp (their names in brackets).
-MIN_BLOCK_BYTES = 512  # [kMinBlockSize] every size is rounded up to a multiple of this
-SMALL_SIZE_BYTES = 1 * MiB  # [kSmallSize] largest request served by the small pool
-SMALL_BUFFER_BYTES = 2 * MiB  # [kSmallBuffer] small-pool segment; small expandable page
-LARGE_BUFFER_BYTES = 20 * MiB  # [kLargeBuffer] segment for 1-10 MiB requests; large expandable page
-MIN_LARGE_ALLOC_BYTES = 10 * MiB  # [kMinLargeAlloc] from here on a request gets its own segment
-ROUND_LARGE_BYTES = 2 * MiB  # [kRoundLarge] own segments are rounded up to this
+# The allocator's own constants and size rules: one place for this replay and for the serving
+# models' load replays (memfit.hardware.cuda_allocator)
+from memfit.hardware.cuda_allocator import (
+    LARGE_BUFFER_BYTES,
+    MIN_BLOCK_BYTES,
+    SMALL_BUFFER_BYTES,
+    SMALL_SIZE_BYTES,
+    round_size,
+    segment_size,
+)
 
 _KEY_SHIFT = 64  # free-list key = size << 64 | address: one int sorts by (size, address)
 _ADDR_MASK = (1 << _KEY_SHIFT) - 1
 # Expandable segments reserve address space, not memory; torch takes 1.125 x the GPU's memory.
 # Any size far above a real GPU behaves the same here.
 _EXPANDABLE_ADDRESS_SPACE_BYTES = 1 << 50
-
-
-def round_size(n_bytes: int) -> int:
-    """The block size the caching allocator uses for a request of ``n_bytes`` (``round_size``)."""
-    if n_bytes < 0:
-        raise SpecError(f"allocation size ({n_bytes}) must be >= 0 bytes")
-    if n_bytes < MIN_BLOCK_BYTES:
-        return MIN_BLOCK_BYTES
-    return -(-n_bytes // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
-
-
-def segment_size(rounded_bytes: int) -> int:
-    """Size of the ``cudaMalloc`` made for a rounded request (``get_allocation_size``)."""
-    if rounded_bytes <= SMALL_SIZE_BYTES:
-        return SMALL_BUFFER_BYTES
-    if rounded_bytes < MIN_LARGE_ALLOC_BYTES:
-        return LARGE_BUFFER_BYTES
-    return -(-rounded_bytes // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)

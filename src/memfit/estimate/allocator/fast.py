@@ -21,14 +21,14 @@ import numpy as np
 
 from memfit.errors import SpecError
 from memfit.estimate.allocator import jit as allocator_jit
-from memfit.estimate.allocator.caching import (
+from memfit.estimate.allocator.caching import AllocatorResult
+from memfit.hardware.cuda_allocator import (
     LARGE_BUFFER_BYTES,
     MIN_BLOCK_BYTES,
     MIN_LARGE_ALLOC_BYTES,
     ROUND_LARGE_BYTES,
     SMALL_BUFFER_BYTES,
     SMALL_SIZE_BYTES,
-    AllocatorResult,
 )
 
 _SHIFT = 64  # free-list key = size << 64 | address

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memfit.estimate.allocator.caching import LARGE_BUFFER_BYTES, SMALL_BUFFER_BYTES
 from memfit.estimate.analytic.reserved_bands import BANDS
 from memfit.estimate.pipeline import ReservedRule
+from memfit.hardware.cuda_allocator import LARGE_BUFFER_BYTES, SMALL_BUFFER_BYTES
 from memfit.units import format_bytes
 
 #: Median, lowest and highest ``peak_reserved_bytes / peak_allocated_bytes`` of the trace engine

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from memfit.estimate.allocator.caching import SMALL_SIZE_BYTES
 from memfit.estimate.allocator.fast import (
     compiled_replay,
     count_python_replay,
     simulate_default_arrays,
 )
 from memfit.estimate.trace.flat import Flat
+from memfit.hardware.cuda_allocator import SMALL_SIZE_BYTES
 
 #: The caching allocator's block size: the tracker rounds every storage up to it.
 BLOCK_BYTES = 512
