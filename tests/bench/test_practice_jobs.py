@@ -7,7 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from benchmarks.practice import KINDS, all_jobs, plan_argv, recipe_argv
+from benchmarks.practice import (
+    FAIL,
+    KINDS,
+    KNOWN,
+    PASS,
+    all_jobs,
+    closest_verdict,
+    expected_outcome,
+    plan_argv,
+    recipe_argv,
+    summary,
+)
 
 from memfit.cli.entry import build_parser
 from memfit.hardware import get_gpu
@@ -59,3 +70,58 @@ def test_every_job_is_a_memfit_command_line_that_parses(job) -> None:
         assert (plan.command, plan.model, plan.gpu) == ("plan", job.model, job.gpu)
     else:
         assert plan_argv(job) == []
+
+
+# -- jobs whose documented GPU the evidence contradicts (issue 29 practice helper) ---------------
+GIB = 2**30
+
+
+def _plan(point_gib: float, need_gib: float) -> dict:
+    """A plan JSON where nothing fits: its closest option's point and upper end on a 16 GiB
+    card with a 1 GiB headroom."""
+    budget = {"capacity_bytes": 16 * GIB, "limit_bytes": 15 * GIB}
+    closest = {"device_used_bytes": int(point_gib * GIB), "need_bytes": int(need_gib * GIB)}
+    return {"budget": budget, "closest": closest}
+
+
+def _job(job_id: str):
+    return next(j for j in JOBS if j.id == job_id)
+
+
+def test_the_closest_plan_is_judged_by_the_one_verdict_rule() -> None:
+    assert closest_verdict(_plan(14, 17)) == "tight"  # point within 16, upper end over 15
+    assert closest_verdict(_plan(17, 19)) == "does not fit"
+    assert closest_verdict({"budget": {}, "closest": {}}) is None
+
+
+def test_a_job_without_an_expectation_where_nothing_fits_fails() -> None:
+    job = _job("litgpt-llama-3.1-8b-lora")
+    assert job.expect is None
+    assert expected_outcome(job, "nothing fits", "tight") == (FAIL, "nothing fits")
+
+
+def test_the_axolotl_lora_8b_recipe_is_known_not_to_fit_its_documented_11_gb() -> None:
+    """memfit's answer is right (the hand check in the job's expectation): the row says so,
+    and a memfit that answered 'tight' (an under-count of the trained copies) would FAIL."""
+    job = _job("axolotl-llama-3-lora-8b")
+    assert job.expect is not None and job.expect.verdict == "does not fit"
+    assert "copy.deepcopy" in job.expect.why and "optim_bits 32" in job.expect.why
+    assert expected_outcome(job, "x", "does not fit")[0] == KNOWN
+    status, why = expected_outcome(job, "x", "tight")
+    assert status == FAIL and "expected the closest plan does not fit, memfit: tight" in why
+
+
+def test_the_unsloth_qwen3_14b_notebook_is_known_to_run_at_the_edge_of_a_t4() -> None:
+    job = _job("unsloth-qwen3-14b-alpaca")
+    assert job.expect is not None and job.expect.verdict == "tight"
+    assert "14.508" in job.expect.why  # its r32 sibling's printed peak, 98.4 % of the card
+    assert expected_outcome(job, "x", "tight")[0] == KNOWN
+    assert expected_outcome(job, "x", "does not fit")[0] == FAIL
+    others = [j.id for j in JOBS if j.expect is not None]
+    assert sorted(others) == ["axolotl-llama-3-lora-8b", "unsloth-qwen3-14b-alpaca"]
+
+
+def test_the_summary_counts_known_apart_from_fail() -> None:
+    row = {k: (PASS, "") for k in "bcd"}
+    rows = [{**row, "a": (KNOWN, "")}, {**row, "a": (FAIL, "")}]
+    assert summary(rows).startswith("2 jobs: (a) 0 pass, 1 FAIL, 1 known, 0 n/a; (b) 2 pass")
