@@ -1294,6 +1294,10 @@ def write_doc(rows: list[dict[str, Any]]) -> None:
         "",
         *(failures(rows) or ["- none"]),
         "",
+        "Known (the documented GPU is too small for the recipe, by the evidence in the note):",
+        "",
+        *(known(rows) or ["- none"]),
+        "",
         DOC_END,
     ])  # fmt: skip
     if DOC_BEGIN in text:
