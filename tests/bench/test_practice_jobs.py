@@ -125,3 +125,31 @@ def test_the_summary_counts_known_apart_from_fail() -> None:
     row = {k: (PASS, "") for k in "bcd"}
     rows = [{**row, "a": (KNOWN, "")}, {**row, "a": (FAIL, "")}]
     assert summary(rows).startswith("2 jobs: (a) 0 pass, 1 FAIL, 1 known, 0 n/a; (b) 2 pass")
+
+
+def _recipe_estimate(job_id: str) -> dict:
+    from benchmarks.practice import analytic, run_cli
+
+    rc, est, err = run_cli(analytic(recipe_argv(_job(job_id))))
+    assert est is not None, (rc, err)
+    return est
+
+
+def test_the_figures_the_axolotl_expectation_quotes_are_memfits_current_ones() -> None:
+    est = _recipe_estimate("axolotl-llama-3-lora-8b")
+    parts = {k: f"{v / GIB:.2f}" for k, v in est["components"].items()}
+    why = _job("axolotl-llama-3-lora-8b").expect.why
+    assert f"parameters {parts['parameters']} GiB" in why
+    assert f"optimizer states {parts['optimizer_states']} GiB" in why
+    # the hand check's own arithmetic: 128256 x 4096 per matrix, bf16 copies, 8 B + 2 B states
+    n = 128256 * 4096
+    assert f"{n / 1e6:.1f} M parameters" in why
+    assert f"copies {2 * n * 2 / GIB:.2f} GiB" in why
+    assert f"{(n * 8 + n * 2) / GIB:.2f} GiB (embed copy" in why
+
+
+def test_the_figures_the_unsloth_expectation_quotes_are_memfits_current_ones() -> None:
+    est = _recipe_estimate("unsloth-qwen3-14b-alpaca")
+    why = _job("unsloth-qwen3-14b-alpaca").expect.why
+    assert f"{est['device_used_bytes'] / GIB:.2f} GiB on the device at mb 2" in why
+    assert est["fits"]["verdict"] == "tight"
