@@ -167,8 +167,9 @@ def estimate_parallel(
     comps = peak.components()
     comps["temporary"] += workspaces
     allocated = sum(comps.values())
-    res = reserved_bytes(allocated, training=True)
-    dev = device_totals(gpu, reserved_bytes=res.bytes, training=True)
+    # torchtitan logs the max over ranks: the head rank's loss segments may reserve the most
+    reserved = max(rank_reserved_bytes(r, workspaces) for r in ranks)
+    dev = device_totals(gpu, reserved_bytes=reserved, training=True)
     return MemoryEstimate(
         model_name=source.name,
         n_params=int(source.spec.n_params or 0),
@@ -190,11 +191,24 @@ def estimate_parallel(
         top_modules=[],
         fits=fit_verdict(gpu, dev.device_used_bytes),
         ranges=_ranges(allocated, dev.reserved_bytes, dev.device_used_bytes),
-        trace={"parallel": _per_rank_json(stages, ranks, peak, workspaces, res.ratio)},
+        trace={"parallel": _per_rank_json(stages, ranks, peak, workspaces)},
         notes=[*_notes(shape, workload, stages, peak), *dev.notes],
         engine_reason=engine_reason(workload),
         band_path="other-framework",
     )
+
+
+def rank_reserved_bytes(r: RankBytes, workspaces: int) -> int:
+    """One rank's reserved bytes: its peak at the calibrated ratio
+    (:func:`~memfit.estimate.analytic.reserved.reserved_bytes`), or, on the head rank whose loss
+    needs segments of its own (:func:`~memfit.estimate.parallel.memory.loss_reserve_parts`),
+    the rest of the step at that ratio plus the loss's segments as they are, where that is
+    more: the segments stay cached once the loss has run, whatever peaks later."""
+    scaled = reserved_bytes(r.peak_allocated_bytes + workspaces, training=True).bytes
+    if r.loss_reserve is None:
+        return scaled
+    rest, segments = r.loss_reserve
+    return max(scaled, reserved_bytes(rest + workspaces, training=True).bytes + segments)
 
 
 def _check_float8_gpu(w: WorkloadSpec, gpu: Any) -> None:
@@ -230,7 +244,7 @@ def _ranges(allocated: int, reserved: int, device: int) -> dict[str, tuple[int, 
 
 
 def _per_rank_json(
-    stages: list[RankStages], ranks: list[RankBytes], peak: RankBytes, workspaces: int, ratio: float
+    stages: list[RankStages], ranks: list[RankBytes], peak: RankBytes, workspaces: int
 ) -> dict[str, Any]:
     rows = []
     for s, r in zip(stages, ranks, strict=True):
@@ -243,7 +257,7 @@ def _per_rank_json(
                 "head": s.head,
                 "in_flight_micro_batches": s.in_flight,
                 "peak_allocated_bytes": r.peak_allocated_bytes + workspaces,
-                "peak_reserved_bytes_approx": int((r.peak_allocated_bytes + workspaces) * ratio),
+                "peak_reserved_bytes_approx": rank_reserved_bytes(r, workspaces),
                 "components": r.components(),
                 "temporary_kind": r.temporary_kind,
             }
@@ -290,4 +304,11 @@ def needs_parallel(w: WorkloadSpec) -> bool:
     return is_parallel_job(w)
 
 
-__all__ = ["ENGINE", "engine_reason", "estimate_parallel", "needs_parallel", "per_rank"]
+__all__ = [
+    "ENGINE",
+    "engine_reason",
+    "estimate_parallel",
+    "needs_parallel",
+    "per_rank",
+    "rank_reserved_bytes",
+]
