@@ -4,7 +4,9 @@ The trace and analytic engines model one GPU of a dp x tp job; a pipeline rank h
 layers than its neighbours and keeps a schedule-dependent number of micro-batches, ring
 attention and expert dispatch add buffers no single-GPU program has. This engine evaluates
 :mod:`.memory` for every pipeline rank and answers for the rank that peaks, listing every rank
-in ``trace["parallel"]`` (``--json``). Torch-free; microseconds per layout.
+in ``trace["parallel"]`` (``--json``). Reserved bytes are the most any rank reserves
+(:func:`rank_reserved_bytes`: the calibrated ratio on its peak, or on a torchtitan-style head
+rank the loss's own segments beside the rest of the step). Torch-free; microseconds per layout.
 """
 
 from __future__ import annotations
