@@ -618,9 +618,9 @@ def loss_segment_bytes(shape: DecoderShape, lay: Layout) -> int | None:
     (:func:`forward_transient_bytes`' largest tensor, ``max(h, ffn / t)`` per token). The
     caching allocator hands a request only a free block at least as large (best fit,
     ``get_free_block`` in ``c10/cuda/CUDACachingAllocator.cpp``; memfit's replay,
-    :mod:`memfit.estimate.allocator.caching`) and never merges blocks across segments, so each of the loss's
-    fp32 tensors live at its peak gets a segment of its own (the peak's bytes per logit,
-    :func:`loss_bytes_per_logit`), and the bf16 logits' segment, freed before backward
+    :mod:`memfit.estimate.allocator.caching`) and never merges blocks across segments, so each
+    of the loss's fp32 tensors live at its peak gets a segment of its own (the peak's bytes per
+    logit, :func:`loss_bytes_per_logit`), and the bf16 logits' segment, freed before backward
     (``del pred``), stays cached beside them: none of the fp32 tensors fits in it. Under a
     pipeline, torch.distributed.pipelining keeps the logits (:func:`kept_outputs_bytes`):
     allocated, so not counted here."""
