@@ -46,11 +46,6 @@ KNOWN_MISSES = {
         "~11.6 GiB not found (a bf16 model built under zero.Init: no engine-init phase); "
         "candidates: DeepSpeed's parameter reuse window, NCCL buffers outside the allocator"
     ),
-    "tt-t4-70b-2d": (
-        "-13.0 % (-24.6 % before the loss-parallel backward, 16 bytes per logit, was counted): "
-        "~8 GiB of torchtitan 9dec370's 2D Float8 run still unexplained; Table 4's AsyncTP row is "
-        "4.3 GiB lower, which points at a layer's full-sequence transients, not the loss"
-    ),
 }
 
 

@@ -131,6 +131,9 @@ OP_SAC_SAVES_FLOAT8_SINCE = "114151ad4"
 #: casts the shard to fp8 and all-gathers ``float8_training_tensor._data``: torchao 0.18
 #: ``torchao/float8/fsdp_utils.py``).
 FLOAT8_GATHERED_BYTES = 1
+#: Bytes per element of the loss's own tensors (torchtitan's ``pred.flatten(0, 1).float()`` and
+#: everything ``cross_entropy`` builds from it: log-probabilities, their gradients), fp32.
+LOSS_TENSOR_BYTES = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,6 +199,11 @@ class RankBytes:
     activations_bytes: int
     temporary_bytes: int
     temporary_kind: str
+    #: On the head rank of a torch-native job whose loss tensors outgrow every block the rest
+    #: of the step frees: ``(rest_bytes, loss_segment_bytes)`` at the loss
+    #: (:func:`loss_reserve_parts`), which the engine turns into reserved bytes apart; None
+    #: elsewhere.
+    loss_reserve: tuple[int, int] | None = None
 
     @property
     def peak_allocated_bytes(self) -> int:
@@ -525,11 +533,11 @@ def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
     return (dense + expert) * (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
 
 
-def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[int, str]:
-    """The largest transient on this rank and its name, plus the gathered FSDP layers and the
-    p2p receive buffers. A layer's backward holds its recomputed activations (full
-    checkpointing), ring attention's buffers and the MoE all-to-all buffers at once; the loss
-    over the vocabulary comes at another moment."""
+def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[int, str, int]:
+    """The largest transient on this rank, its name and its own bytes (total: plus the gathered
+    FSDP layers and the p2p receive buffers). A layer's backward holds its recomputed
+    activations (full checkpointing), ring attention's buffers and the MoE all-to-all buffers
+    at once; the loss over the vocabulary comes at another moment."""
     options: dict[str, int] = {"none": 0}
     if stages.head:
         name = "loss over the vocabulary" + (" (loss parallel)" if loss_parallel(lay) else "")
@@ -559,7 +567,8 @@ def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[in
     if named:
         options[" + ".join(named)] = sum(n for _, n in parts)
     kind = max(options, key=lambda k: options[k])
-    return options[kind] + gathered_bytes(shape, stages, lay) + p2p_bytes(shape, stages, lay), kind
+    total = options[kind] + gathered_bytes(shape, stages, lay) + p2p_bytes(shape, stages, lay)
+    return total, kind, options[kind]
 
 
 def p2p_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
@@ -583,24 +592,89 @@ def p2p_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
     return ends * lay.micro_batches * boundary
 
 
+# ----------------------------------------------------------------------------- the loss's segments
+def forward_transient_bytes(shape: DecoderShape, lay: Layout) -> int:
+    """The most a dense block's forward holds at once on one GPU beyond what it keeps, when it
+    keeps nothing (full checkpointing): a gated MLP's gate and up outputs and their product,
+    ``3 ffn / t`` elements per token (``2 ffn / t`` plain); with sequence parallelism, a
+    row-parallel linear's (wo's, w2's) full-width partial sums ``h`` and the copy
+    ``reduce_scatter_tensor`` makes of them to scatter along the sequence (``scatter_dim != 0``:
+    ``torch.cat(torch.chunk(x, group_size, dim=scatter_dim))``, torch's
+    ``distributed/_functional_collectives.py``, in the 2024 releases and in 2.13 as
+    ``_chunk_or_narrow_cat``), ``2 h``. torchtitan's embeddings (``RowwiseParallel(
+    output_layouts=Shard(1))``, ``apply_tp`` at 9dec370) make the same pair."""
+    mlp = (3 if shape.gated else 2) * shape.ffn / lay.tp
+    row = 2 * shape.hidden if lay.tp > 1 and lay.sequence_parallel else shape.hidden
+    return int(lay.tokens * max(mlp, row) * lay.act_bytes)
+
+
+def loss_segment_bytes(shape: DecoderShape, lay: Layout) -> int | None:
+    """The caching allocator's segments the loss holds on the head rank of a torch-native job,
+    or None where blocks the rest of the step frees can serve its tensors.
+
+    torchtitan's loss (``cross_entropy(pred.flatten(0, 1).float(), labels)``, ``train.py`` at
+    9dec370) runs on tensors of ``tokens x vocab / t`` elements, fp32
+    (:data:`LOSS_TENSOR_BYTES`): far larger than anything a block allocates
+    (:func:`forward_transient_bytes`' largest tensor, ``max(h, ffn / t)`` per token). The
+    caching allocator hands a request only a free block at least as large (best fit,
+    ``get_free_block`` in ``c10/cuda/CUDACachingAllocator.cpp``; memfit's replay,
+    :mod:`memfit.estimate.allocator.caching`) and never merges blocks across segments, so each
+    of the loss's fp32 tensors live at its peak gets a segment of its own (the peak's bytes per
+    logit, :func:`loss_bytes_per_logit`), and the bf16 logits' segment, freed before backward
+    (``del pred``), stays cached beside them: none of the fp32 tensors fits in it. Under a
+    pipeline, torch.distributed.pipelining keeps the logits (:func:`kept_outputs_bytes`):
+    allocated, so not counted here."""
+    if not lay.torch_native or shape.moe:
+        return None
+    widest = max(shape.hidden, shape.ffn // lay.tp) * lay.act_bytes
+    if (shape.vocab // lay.tp) * LOSS_TENSOR_BYTES <= widest:
+        return None
+    logits = lay.tokens * (shape.vocab // lay.tp)
+    freed_logits = 0 if kept_outputs_bytes(shape, lay) else logits * lay.act_bytes
+    return logits * loss_bytes_per_logit(lay) + freed_logits
+
+
+def loss_reserve_parts(
+    shape: DecoderShape, stages: RankStages, lay: Layout, held_bytes: int
+) -> tuple[int, int] | None:
+    """``(rest_bytes, loss_segment_bytes)`` on the head rank when the loss peaks: what the rest
+    of the step holds as the caching allocator sees it — ``held_bytes`` (this rank's bytes at
+    the loss, the loss's own fp32 tensors excluded) plus a block's forward transient, whose
+    segments the forward left cached (:func:`forward_transient_bytes`) — and the loss's own
+    segments (:func:`loss_segment_bytes`). The engine reserves the first at the calibrated
+    ratio and the second as it is. None off the head rank or where the loss shares segments."""
+    if not stages.head or not stages.layers:
+        return None
+    segments = loss_segment_bytes(shape, lay)
+    if segments is None:
+        return None
+    return held_bytes + forward_transient_bytes(shape, lay), segments
+
+
 def rank_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> RankBytes:
     """Every component of one GPU of pipeline rank ``stages.rank``."""
     dense, expert = rank_params(shape, stages, lay)
     p1, g1, o1 = model_state_bytes(dense, lay.dp * lay.cp, lay)
     p2, g2, o2 = model_state_bytes(expert, lay.expert_dp, lay) if expert else (0, 0, 0)
-    temporary, kind = transients(shape, stages, lay)
+    temporary, kind, largest = transients(shape, stages, lay)
     resident = fsdp_pipeline_resident_bytes(dense, expert, lay)
     if resident:  # the gathered layers are part of the resident stage
         temporary -= gathered_bytes(shape, stages, lay)
     unsharded_params = resident * lay.act_bytes // (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
+    activations = rank_activation_bytes(shape, stages, lay)
+    # at the loss: everything but the largest transient and the current micro-batch's saved
+    # log-probabilities (the loss's own tensors, in its segments)
+    held = p1 + p2 + o1 + o2 + g1 + g2 + resident + activations + temporary - largest
+    held -= lay.tokens * (shape.vocab // lay.tp) * LOSS_SAVED_BYTES if stages.head else 0
     return RankBytes(
         rank=stages.rank,
         parameters_bytes=p1 + p2 + unsharded_params,
         gradients_bytes=g1 + g2 + resident - unsharded_params,
         optimizer_states_bytes=o1 + o2,
-        activations_bytes=rank_activation_bytes(shape, stages, lay),
+        activations_bytes=activations,
         temporary_bytes=temporary,
         temporary_kind=kind,
+        loss_reserve=loss_reserve_parts(shape, stages, lay, held),
     )
 
 
