@@ -10,7 +10,7 @@ import pytest
 from benchmarks.sglang_logs import DATA as SGLANG_LOGS
 from benchmarks.sglang_logs import check as check_log
 
-from memfit.models import resolve_model
+from memfit.models import ModelSpec, resolve_model
 from memfit.serving.cudagraphs import CAPTURE_PER_GRAPH
 from memfit.serving.sglang_defaults import gpu_memory_defaults
 from memfit.serving.sglang_graphs import (
@@ -19,8 +19,9 @@ from memfit.serving.sglang_graphs import (
     PER_CAPTURED_COLLECTIVE_BYTES,
     capture_batch_sizes,
     sglang_graph_bytes,
+    shares_logits_buffer,
 )
-from memfit.units import MiB
+from memfit.units import GiB, MiB
 
 
 def test_each_series_captures_its_own_list() -> None:
@@ -44,9 +45,9 @@ def test_large_gpus_capture_past_160_before_0_5_3() -> None:
     assert capture_batch_sizes(192, "0.4.7", h100)[-3:] == (160, 176, 192)
 
 
-def test_every_graph_keeps_its_fp32_logits() -> None:
-    """One more captured size adds its output's bs x vocab x 4 bytes, one graph's own bytes and
-    the attention state's larger rows; nothing else."""
+def test_every_graph_keeps_its_fp32_logits_before_0_5() -> None:
+    """One more captured size adds its output's bs x vocab x 4 bytes (0.4.x), one graph's own
+    bytes and the attention state's larger rows; nothing else."""
     spec = resolve_model("llama-3.1-8b").spec
     small = sglang_graph_bytes(spec, (1, 2, 4, 8), context_len=131072)
     large = sglang_graph_bytes(spec, (1, 2, 4, 8, 16), context_len=131072)
@@ -81,3 +82,22 @@ def test_published_captures_are_within_20_percent(log_id: str) -> None:
     rows = [json.loads(line) for line in SGLANG_LOGS.read_text().splitlines() if line.strip()]
     row = next(r for r in rows if r["id"] == log_id)
     assert abs(check_log(row)["graph_err_pct"]) < 20
+
+
+def test_from_0_5_the_graphs_share_one_logits_buffer() -> None:
+    """sgl-project/sglang#8579 (GLM-4.5-Air, TP 4): sharing next_token_logits_buffer took the
+    capture from 5.16 to 2.89 GB; the per-graph logits memfit drops for it, for the list up to
+    256 (a GPU over 90 GiB) and GLM-4.5-Air's 151,552-token vocabulary, are that 2.27 GB within
+    3 %."""
+    glm = ModelSpec.from_config(
+        {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 4096,
+         "num_hidden_layers": 46, "num_attention_heads": 96, "num_key_value_heads": 8,
+         "head_dim": 128, "vocab_size": 151552, "intermediate_size": 10944,
+         "max_position_embeddings": 131072}
+    )  # fmt: skip
+    capture = capture_batch_sizes(256, "0.4.7", 143771)
+    each = sglang_graph_bytes(glm, capture, context_len=131072)
+    shared = sglang_graph_bytes(glm, capture, context_len=131072, shared_logits=True)
+    assert abs((each - shared) / GiB / (5.16 - 2.89) - 1) < 0.03
+    assert shares_logits_buffer("0.5") and shares_logits_buffer("0.5.1")
+    assert not shares_logits_buffer("0.4.10") and not shares_logits_buffer("0.4.7")

@@ -58,7 +58,11 @@ from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
 from memfit.serving.layout import LayerKV, kv_layers, parallel_error, rank_weights
 from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memory_defaults
-from memfit.serving.sglang_graphs import capture_batch_sizes, sglang_graph_bytes
+from memfit.serving.sglang_graphs import (
+    capture_batch_sizes,
+    sglang_graph_bytes,
+    shares_logits_buffer,
+)
 from memfit.serving.sglang_load import load_overhead_bytes
 from memfit.serving.startup import model_dtype, served_as_decoder, vllm_total_bytes
 from memfit.spec.serving import DTYPES, VllmConfig
@@ -392,6 +396,7 @@ def simulate_sglang(
         context_len=ctx,
         n_moe_layers=n_moe,
         nccl_in_graph=tp > 1 and not custom_all_reduce,
+        shared_logits=shares_logits_buffer(config.sglang_version),
     )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:

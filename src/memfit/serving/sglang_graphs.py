@@ -13,12 +13,15 @@ leaves on the device (``cuda_graph_runner.py``):
    ``page_table`` of int32 ``max_bs x context_len / page_size``. Counted as
    :data:`ATTN_STATE_BYTES_PER_SLOT` = 5 bytes per (batch row, context token): FlashInfer's,
    on the safe side of FA3's 4.
-2. **Each captured graph's output** (``self.output_buffers[bs] = output_buffers``): the decode
-   graphs are captured into one shared pool (``torch.cuda.graph(graph,
-   pool=global_graph_memory_pool)``), so the intermediates of one capture are reused by the next,
-   but every graph's outputs stay alive, among them the fp32 ``next_token_logits``
-   (``logits_processor.py``: ``logits[:, :vocab_size].float()``, after the TP all-gather):
-   ``sum(capture_bs) x vocab x 4`` bytes.
+2. **The graphs' fp32 logits** (``next_token_logits``, after the TP all-gather). Up to 0.4.x
+   each graph keeps its own (``self.output_buffers[bs] = output_buffers``; the decode graphs
+   share one pool, ``torch.cuda.graph(graph, pool=global_graph_memory_pool)``, so one capture's
+   intermediates are reused by the next, but outputs stay alive; ``logits_processor.py``:
+   ``logits[:, :vocab_size].float()``): ``sum(capture_bs) x vocab x 4`` bytes. From 0.5 the
+   graphs write into one ``next_token_logits_buffer`` of ``max_bs x vocab`` fp32
+   (sgl-project/sglang#8579, merged 2025-07-30: absent from the 0.4.10 wheel, present in 0.5.1's
+   ``cuda_graph_runner.py``), which that PR measured as GLM-4.5-Air's capture falling from 5.16
+   to 2.89 GB at TP 4 — the 2.24 GiB this term gives for bs up to 256 (151,552 tokens).
 3. **The graphs themselves**: an instantiated graph's device memory grows with the kernels it
    replays. SGLang captures one FULL decode graph per batch size, as vLLM's FULL graphs are;
    the per-graph bytes are vLLM's (:data:`memfit.serving.cudagraphs.CAPTURE_PER_GRAPH`: base +
@@ -48,6 +51,7 @@ __all__ = [
     "PER_CAPTURED_COLLECTIVE_BYTES",
     "capture_batch_sizes",
     "sglang_graph_bytes",
+    "shares_logits_buffer",
 ]
 
 #: FlashInfer's ``cuda_graph_kv_indices`` (int32) + ``cuda_graph_custom_mask`` (uint8) per batch
@@ -60,8 +64,10 @@ LOGIT_BYTES = 4
 COLLECTIVES_PER_LAYER, COLLECTIVES_PER_GRAPH = 2, 1
 
 
-def _vocab_logits_bytes(capture: tuple[int, ...], vocab: int) -> int:
-    return sum(capture) * vocab * LOGIT_BYTES
+def _vocab_logits_bytes(capture: tuple[int, ...], vocab: int, shared: bool = False) -> int:
+    """Module docstring, 2: every graph's logits, or (``shared``, 0.5+) one buffer of the
+    largest."""
+    return (max(capture) if shared else sum(capture)) * vocab * LOGIT_BYTES
 
 
 def _per_graph(n_layers: int, n_moe_layers: int) -> int:
@@ -104,6 +110,12 @@ _BASE_04 = (1, 2, 4, 8, *range(16, 161, 8))
 _LARGE_GPU_04 = {"0.4": (96 * 1024, None), "0.4.7": (90 * 1024, 160 * 1000)}
 
 
+def shares_logits_buffer(sglang_version: str) -> bool:
+    """Whether SGLang ``sglang_version`` (a release or a series name) writes every graph's logits
+    into one shared buffer (module docstring, 2: the 0.5 releases; 0.4.x keep one per graph)."""
+    return not sglang_version.startswith("0.4")
+
+
 def capture_batch_sizes(
     max_bs: int, series: str = "0.5", gpu_memory_mib: int | None = None
 ) -> tuple[int, ...]:
@@ -135,10 +147,12 @@ def sglang_graph_bytes(
     context_len: int,
     n_moe_layers: int = 0,
     nccl_in_graph: bool = False,
+    shared_logits: bool = False,
 ) -> int:
     """What "Capture cuda graph end ... mem usage" counts for ``capture`` (module docstring):
-    start-up + attention state + every graph's fp32 logits + per-graph bytes + captured
-    collectives (``nccl_in_graph``: TP > 1 without SGLang's custom all-reduce)."""
+    start-up + attention state + the graphs' fp32 logits (every graph's, or one shared buffer:
+    ``shared_logits``, SGLang 0.5+) + per-graph bytes + captured collectives (``nccl_in_graph``:
+    TP > 1 without SGLang's custom all-reduce)."""
     if not capture:
         return 0
     text = spec.text or spec
@@ -151,7 +165,7 @@ def sglang_graph_bytes(
     return (
         CAPTURE_START_BYTES
         + max(capture) * context_len * ATTN_STATE_BYTES_PER_SLOT
-        + _vocab_logits_bytes(capture, text.vocab_size or 0)
+        + _vocab_logits_bytes(capture, text.vocab_size or 0, shared_logits)
         + graphs
         + collectives
     )
