@@ -158,6 +158,7 @@ def test_the_verdict_keeps_llama_cpps_own_one_gib_fit_margin() -> None:
                           LlamaCppJob(ctx_size=4096, n_parallel=1), small, solve=False)  # fmt: skip
     assert e.verdict is not None and e.verdict.headroom_bytes == LLAMACPP_FIT_TARGET_BYTES
     assert e.verdict.verdict == "tight"  # the buffers fit the GPU, not with llama.cpp's margin
+    assert any("--fit margin" in n for n in e.notes)
     l4 = get_gpu("L4")
     five_percent = round(l4.capacity_bytes * 0.05)
     assert llamacpp_headroom_bytes(l4) == five_percent > LLAMACPP_FIT_TARGET_BYTES

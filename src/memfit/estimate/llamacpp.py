@@ -40,6 +40,10 @@ __all__ = [
 #: fits -ngl / -c to a GPU (common/common.h ``fit_params_target = 1024 * 1024*1024``,
 #: ggml-org/llama.cpp commit 001d906a).
 LLAMACPP_FIT_TARGET_BYTES = 1024 * MiB
+FIT_TARGET_NOTE = (
+    "headroom: 1 GiB kept free on each GPU, llama.cpp's own --fit margin (--fit-target 1024): "
+    "'fits' is what llama.cpp itself would plan there"
+)
 
 
 def llamacpp_headroom_bytes(gpu: GPU) -> int:
@@ -122,8 +126,10 @@ def estimate_llamacpp(model: GgufModel, job: LlamaCppJob, gpu: GPU | None, *,
     buffers = llamacpp_buffers(model, job, gpu)
     if gpu is None:
         return LlamaCppEstimate(buffers=buffers)
-    verdict = judge_point(buffers.device_used_bytes, gpu.capacity_bytes,
-                          llamacpp_headroom_bytes(gpu))  # fmt: skip
+    headroom = llamacpp_headroom_bytes(gpu)
+    verdict = judge_point(buffers.device_used_bytes, gpu.capacity_bytes, headroom)
+    if headroom == LLAMACPP_FIT_TARGET_BYTES:
+        buffers = replace(buffers, notes=(*buffers.notes, FIT_TARGET_NOTE))
     est = LlamaCppEstimate(buffers=buffers, verdict=verdict)
     if solve:
         est = replace(est, largest_n_gpu_layers=largest_ngl(model, job, gpu),
