@@ -2,7 +2,7 @@
 ... mem usage=X GB" counts (torch-free).
 
 ``ModelRunner.init_cuda_graphs`` (``python/sglang/srt/model_executor/model_runner.py``, read in
-the 0.4.3, 0.4.6.post2, 0.4.10 and 0.5.3 wheels) logs the free-memory difference around
+the 0.4.3, 0.4.6.post2, 0.4.10, 0.5.1 and 0.5.3 wheels) logs the free-memory difference around
 ``CudaGraphRunner(self)``, both ends after ``torch.cuda.empty_cache()``. What that constructor
 leaves on the device (``cuda_graph_runner.py``):
 
