@@ -165,6 +165,9 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
     failed = [f"{r['id']} ({(r['error'] or '').split(' (')[0]})" for r in started
               if r["starts"] is False]  # fmt: skip
     judged = sum(1 for r in started if r["starts"] is not None)
+    graphs = [r for r in kept if "graph_err_pct" in r]
+    worst_graph = max((f"{r['graph_err_pct']:+.1f} %" for r in graphs),
+                      key=lambda e: abs(float(e.split()[0])), default="none")  # fmt: skip
     return [
         f"- predicted a failure for a setup that started: {', '.join(failed) or 'none'} (of "
         f"{judged} judged; Windows-desktop logs not judged)",
@@ -175,6 +178,9 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
         f"- more KV tokens than logged by > 3 %: {', '.join(over) or 'none'}",
         f"- weights (load end 'mem usage') within 1 %: {len(weights) - len(w_out)} of "
         f"{len(weights)}; outside: {', '.join(w_out) or 'none'}",
+        f"- CUDA graphs: {len(graphs)} logged captures, all in the fit of "
+        "memfit.serving.sglang_graphs (its two fitted constants come from them): the column "
+        f"shows residuals, not a validation; worst {worst_graph}",
     ]
 
 

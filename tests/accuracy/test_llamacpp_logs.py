@@ -29,7 +29,10 @@ def test_kv_buffers_match_the_logs_to_the_printed_mib(rows: list[dict]) -> None:
 
 
 def test_a_logged_failure_on_a_known_budget_is_not_judged_fits(rows: list[dict]) -> None:
-    """The 32B on 20252 MiB (RamaLama) failed; memfit says it does not fit. (The 7B on a 6 GiB
-    desktop GPU is a documented miss: docs/accuracy.md, "llama.cpp".)"""
-    ramalama = next(r for r in rows if r["id"] == "qwen25-32b-q4km-ramalama-20gb")
-    assert ramalama["outcome"]["agrees"]
+    """The 32B on 20252 MiB (RamaLama) failed; memfit says it does not fit. The 7B Q4_K_M at
+    -c 4096 that crashed on a 6141 MiB laptop GPU is "tight": its buffers fit, but not with the
+    1 GiB llama.cpp's own --fit leaves free (it was "fits" with memfit's 5 % headroom)."""
+    outcomes = {r["id"]: r["outcome"] for r in rows if "outcome" in r}
+    assert set(outcomes) >= {"qwen25-32b-q4km-ramalama-20gb", "r1-distill-qwen7b-q4km-6gb"}
+    assert all(o["agrees"] for o in outcomes.values()), outcomes
+    assert outcomes["r1-distill-qwen7b-q4km-6gb"]["memfit"] == "tight"

@@ -8,7 +8,13 @@ import dataclasses
 import pytest
 
 from memfit.estimate.answer import Answer
-from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
+from memfit.estimate.llamacpp import (
+    LLAMACPP_FIT_TARGET_BYTES,
+    estimate_llamacpp,
+    largest_ctx,
+    largest_ngl,
+    llamacpp_headroom_bytes,
+)
 from memfit.hardware.catalog import get_gpu
 from memfit.models.gguf import resolve_gguf
 from memfit.serving.llamacpp import layer_devices
@@ -122,3 +128,37 @@ def test_every_mix_gives_a_model_within_its_bits(name: str) -> None:
     assert {"Q8_0": 8.0 < bits < 8.6, "Q4_K_M": 4.5 < bits < 5.3, "F16": 15.9 < bits < 16.1}[
         name.split(":")[1]
     ], bits
+
+
+def test_without_flash_attention_the_cuda_pool_holds_the_f16_scores() -> None:
+    """ggml-cuda's batched cuBLAS kqv converts the softmaxed scores to f16 in its pool:
+    n_kv x n_ubatch x n_head x 2 bytes, on top of the logged buffers."""
+    off = estimate_llamacpp(LLAMA_8B, LlamaCppJob(ctx_size=8192, n_parallel=1, flash_attn="off"),
+                            None)  # fmt: skip
+    on = estimate_llamacpp(LLAMA_8B, LlamaCppJob(ctx_size=8192, n_parallel=1, flash_attn="on"),
+                           None)  # fmt: skip
+    assert off.devices[0].pool_bytes == 8192 * 512 * 32 * 2
+    assert on.devices[0].pool_bytes == 0
+    d = off.devices[0]
+    assert d.total_bytes == d.model_bytes + d.kv_bytes + d.compute_bytes + d.pool_bytes + (
+        d.context_bytes
+    )
+    quant = estimate_llamacpp(
+        LLAMA_8B, LlamaCppJob(ctx_size=8192, n_parallel=1, cache_type_k="q8_0",
+                              cache_type_v="q8_0", flash_attn="on"), None,
+    )  # fmt: skip
+    assert quant.devices[0].pool_bytes == 2 * 8192 * 1024 * 2  # one layer's K and V in f16
+
+
+def test_the_verdict_keeps_llama_cpps_own_one_gib_fit_margin() -> None:
+    """A 6 GiB GPU: 1 GiB (llama.cpp's --fit-target) exceeds 5 % of it; on an L4, 5 % is larger."""
+    small = dataclasses.replace(get_gpu("RTX-3060"), name="6141 MiB GPU",
+                                memory_bytes=6141 * 2**20, aliases=())  # fmt: skip
+    e = estimate_llamacpp(resolve_gguf("qwen2.5-7b:Q4_K_M"),
+                          LlamaCppJob(ctx_size=4096, n_parallel=1), small, solve=False)  # fmt: skip
+    assert e.verdict is not None and e.verdict.headroom_bytes == LLAMACPP_FIT_TARGET_BYTES
+    assert e.verdict.verdict == "tight"  # the buffers fit the GPU, not with llama.cpp's margin
+    assert any("--fit margin" in n for n in e.notes)
+    l4 = get_gpu("L4")
+    five_percent = round(l4.capacity_bytes * 0.05)
+    assert llamacpp_headroom_bytes(l4) == five_percent > LLAMACPP_FIT_TARGET_BYTES

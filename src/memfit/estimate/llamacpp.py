@@ -4,8 +4,18 @@
 error range), and the largest ``-ngl`` and ``-c`` whose verdict is ``fits``.
 
 The busiest GPU is the one judged (with ``-ts`` / several GPUs, every GPU has the same capacity);
-``device_used_bytes`` is its model, KV and compute buffers plus the CUDA context and cuBLAS
-workspace.
+``device_used_bytes`` is its model, KV and compute buffers, ggml-cuda's pool, the CUDA context and
+cuBLAS workspace.
+
+The headroom kept free is llama.cpp's own (:func:`llamacpp_headroom_bytes`): when llama.cpp sizes
+``-ngl`` / ``-c`` to a GPU (``--fit``, on by default since late 2025) it leaves
+``fit_params_target`` = 1024 MiB of the device's free memory unplanned per GPU (common/common.h,
+ggml-org/llama.cpp commit 001d906a; ``--fit-target`` changes it), on top of the buffers it
+measures with the CUDA context already created: what kernels loaded later, the pool's growth, CUDA
+graphs and the other processes on a desktop GPU take. memfit keeps the larger of that and its
+default 5 %, so "fits" means what llama.cpp itself would plan on that GPU; a job inside the margin
+is "tight". (A 6141 MiB laptop GPU on which a 7B Q4_K_M crashed at -c 4096 had 4.6 GiB of logged
+buffers: docs/accuracy.md, "llama.cpp verdicts".)
 """
 
 from __future__ import annotations
@@ -13,14 +23,33 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from memfit.estimate.verdict import Verdict, judge_point
+from memfit.estimate.verdict import Verdict, headroom_bytes, judge_point
 from memfit.hardware.gpu import GPU
 from memfit.models.gguf import GgufModel
 from memfit.monotone import largest
 from memfit.serving.llamacpp import CTX_PAD, DeviceBuffers, LlamaCppBuffers, llamacpp_buffers
 from memfit.spec.llamacpp import LlamaCppJob
+from memfit.units import MiB
 
-__all__ = ["LlamaCppEstimate", "estimate_llamacpp", "largest_ctx", "largest_ngl"]
+__all__ = [
+    "LLAMACPP_FIT_TARGET_BYTES", "LlamaCppEstimate", "estimate_llamacpp", "largest_ctx",
+    "largest_ngl", "llamacpp_headroom_bytes",
+]  # fmt: skip
+
+#: llama.cpp's ``--fit-target`` default: the free memory it leaves unplanned per device when it
+#: fits -ngl / -c to a GPU (common/common.h ``fit_params_target = 1024 * 1024*1024``,
+#: ggml-org/llama.cpp commit 001d906a).
+LLAMACPP_FIT_TARGET_BYTES = 1024 * MiB
+FIT_TARGET_NOTE = (
+    "headroom: 1 GiB kept free on each GPU, llama.cpp's own --fit margin (--fit-target 1024): "
+    "'fits' is what llama.cpp itself would plan there"
+)
+
+
+def llamacpp_headroom_bytes(gpu: GPU) -> int:
+    """The headroom a llama.cpp verdict keeps free on ``gpu``: llama.cpp's own fit margin, or
+    memfit's default share of the capacity where that is larger (module docstring)."""
+    return max(LLAMACPP_FIT_TARGET_BYTES, headroom_bytes(gpu.capacity_bytes))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +92,7 @@ class LlamaCppEstimate:
     def peak_components(self) -> dict[str, int]:
         d = self.busiest
         return {"model": d.model_bytes, "kv_cache": d.kv_bytes, "compute": d.compute_bytes,
-                "cuda_context": d.context_bytes}  # fmt: skip
+                "cuda_pool": d.pool_bytes, "cuda_context": d.context_bytes}  # fmt: skip
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -97,9 +126,11 @@ def estimate_llamacpp(model: GgufModel, job: LlamaCppJob, gpu: GPU | None, *,
     buffers = llamacpp_buffers(model, job, gpu)
     if gpu is None:
         return LlamaCppEstimate(buffers=buffers)
-    est = LlamaCppEstimate(
-        buffers=buffers, verdict=judge_point(buffers.device_used_bytes, gpu.capacity_bytes)
-    )
+    headroom = llamacpp_headroom_bytes(gpu)
+    verdict = judge_point(buffers.device_used_bytes, gpu.capacity_bytes, headroom)
+    if headroom == LLAMACPP_FIT_TARGET_BYTES:
+        buffers = replace(buffers, notes=(*buffers.notes, FIT_TARGET_NOTE))
+    est = LlamaCppEstimate(buffers=buffers, verdict=verdict)
     if solve:
         est = replace(est, largest_n_gpu_layers=largest_ngl(model, job, gpu),
                       largest_ctx_size=largest_ctx(model, job, gpu))  # fmt: skip

@@ -22,8 +22,8 @@ def render_llamacpp(e: LlamaCppEstimate) -> str:
     out += [f"  {line}" for line in e.log_lines()]
     out.append(
         f"  [memfit] {d.name}: {d.total_bytes * g:.2f} GiB = model {d.model_bytes * g:.2f} + KV "
-        f"{d.kv_bytes * g:.2f} + compute {d.compute_bytes * g:.2f} + CUDA context "
-        f"{d.context_bytes * g:.2f} GiB"
+        f"{d.kv_bytes * g:.2f} + compute {d.compute_bytes * g:.2f} + CUDA pool "
+        f"{d.pool_bytes * g:.2f} + CUDA context {d.context_bytes * g:.2f} GiB"
     )
     if e.verdict is not None and e.gpu is not None:
         out.append(e.verdict.text(e.gpu))

@@ -27,6 +27,13 @@ Per device, as llama.cpp allocates them (ggml-org/llama.cpp, src/llama-model.cpp
   stream; with layers left on the host, llama.cpp runs their large-batch matmuls on the GPU
   (``op_offload``) and copies the largest such weight into this buffer. The constants
   (:data:`COMPUTE_TERMS`) are fitted to published logs (benchmarks/data/llamacpp_logs.jsonl).
+- **CUDA pool** (not logged): ggml-cuda's per-device memory pool (ggml/src/ggml-cuda/ggml-cuda.cu,
+  ``ggml_cuda_pool_vmm``: physical memory is mapped as the pool grows and never unmapped) holds
+  the temporaries of each matmul and attention op. Its peak (:func:`pool_bytes`) comes at a full
+  ``n_ubatch`` with a full cache: without flash attention, the batched cuBLAS ``kqv`` product
+  (``ggml_cuda_mul_mat_batched_cublas``) converts the f32 softmaxed scores to f16 in the pool,
+  ``n_kv x n_ubatch x n_head x 2`` bytes; with flash attention and a quantized cache, the kernels
+  (fattn-common.cuh ``launch_fattn``) convert one layer's K and V to f16 there.
 - **CUDA context** and cuBLAS workspace: :func:`memfit.hardware.overhead.device_overhead`.
 """
 
@@ -45,6 +52,7 @@ from memfit.units import MiB
 #: llama-context.cpp: ``cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)`` (PR #17046).
 CTX_PAD = 256
 F32 = 4
+F16 = 2
 #: Compute-graph terms (T = n_ubatch tokens): at the attention, the KQ mask (f16, n_kv x T), four
 #: f32 (T x n_embd) activations (input, norm, Q, output) and four (T x n_embd_k_gqa) rows (K, V
 #: and their copies into the cache), plus without flash attention the f32 scores; the FFN keeps
@@ -67,10 +75,12 @@ class DeviceBuffers:
     kv_bytes: int
     compute_bytes: int
     context_bytes: int  # CUDA context + cuBLAS workspace (not logged by llama.cpp)
+    pool_bytes: int = 0  # ggml-cuda's pool at its peak (not logged by llama.cpp): pool_bytes()
 
     @property
     def buffers_bytes(self) -> int:
-        return self.model_bytes + self.kv_bytes + self.compute_bytes
+        """What the process allocates on this device: the logged buffers and the CUDA pool."""
+        return self.model_bytes + self.kv_bytes + self.compute_bytes + self.pool_bytes
 
     @property
     def total_bytes(self) -> int:
@@ -80,7 +90,8 @@ class DeviceBuffers:
         return {
             "device": self.name, "n_layers": self.n_layers, "model_bytes": self.model_bytes,
             "kv_bytes": self.kv_bytes, "compute_bytes": self.compute_bytes,
-            "context_bytes": self.context_bytes, "total_bytes": self.total_bytes,
+            "pool_bytes": self.pool_bytes, "context_bytes": self.context_bytes,
+            "total_bytes": self.total_bytes,
         }  # fmt: skip
 
 
@@ -241,6 +252,23 @@ def compute_bytes(model: GgufModel, job: LlamaCppJob, *, n_kv: int, flash: bool,
     return max(attn, ffn, logits) + offloaded_weight_bytes
 
 
+def pool_bytes(model: GgufModel, job: LlamaCppJob, *, n_kv: int, flash: bool) -> int:
+    """ggml-cuda's pool at its peak on a device holding attention layers (module docstring):
+    without flash attention the f16 copy of the softmaxed scores (``kqv``: n_kv x T x n_head x
+    F16); with it, one layer's K and V converted to f16 when the cache is quantized; else the
+    small matmul temporaries only (the q8_1 copy of the activations: not counted)."""
+    t = min(job.ubatch_size, n_kv)
+    if not flash:
+        return n_kv * t * model.n_head * F16
+    quantized = [job.cache_type_k != "f16", job.cache_type_v != "f16"]
+    if not any(quantized):
+        return 0
+    widest = max(range(model.n_layer), key=model.n_embd_k_gqa)
+    k = n_kv * model.n_embd_k_gqa(widest) * F16 if quantized[0] else 0
+    v = n_kv * model.n_embd_v_gqa(widest) * F16 if quantized[1] else 0
+    return k + v
+
+
 def llamacpp_buffers(model: GgufModel, job: LlamaCppJob, gpu: GPU | None) -> LlamaCppBuffers:
     """The buffers of ``job`` on ``gpu`` (``job.n_gpus`` of them; None: no CUDA context named)."""
     ngl = resolve_ngl(model, job)
@@ -277,14 +305,16 @@ def llamacpp_buffers(model: GgufModel, job: LlamaCppJob, gpu: GPU | None) -> Lla
     ]  # fmt: skip
     offload = max(cpu_weights, default=0) if ngl > 0 else 0
     overhead = device_overhead(gpu.arch if gpu else None, training=False).total_bytes
+    n_kv = n_ctx_seq if not job.unified else n_ctx
     devices = tuple(
         DeviceBuffers(
             name=f"CUDA{i}", n_layers=layers[i], model_bytes=model_b[i], kv_bytes=kv_b[i],
             compute_bytes=compute_bytes(
-                model, job, n_kv=n_ctx_seq if not job.unified else n_ctx, flash=flash,
+                model, job, n_kv=n_kv, flash=flash,
                 output_here=(out_dev == i) or (out_dev is None and i == 0 and ngl > 0),
                 offloaded_weight_bytes=offload if i == 0 else 0,
             ) if (layers[i] or out_dev == i or i == 0) else 0,
+            pool_bytes=pool_bytes(model, job, n_kv=n_kv, flash=flash) if layers[i] else 0,
             context_bytes=overhead,
         )
         for i in range(n_dev)
@@ -323,5 +353,10 @@ def _notes(model: GgufModel, job: LlamaCppJob, gpu: GPU | None) -> list[str]:
         ctx = device_overhead(gpu.arch, training=False).total_bytes / MiB
         out.append(
             f"CUDA context and cuBLAS workspace: {ctx:.0f} MiB per GPU (not in llama.cpp's log)"
+        )
+    if job.flash_attn == "off":
+        out.append(
+            "-fa off: ggml-cuda's pool holds an f16 copy of the attention scores of one "
+            "ubatch (n_kv x n_ubatch x n_head x 2 bytes; not in llama.cpp's log)"
         )
     return out

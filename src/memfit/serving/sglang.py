@@ -31,7 +31,8 @@ SGLang 0.5, as its source does it (sgl-project/sglang):
    4)`` int32; the KV pool ``(tokens + page_size)`` slots per layer ("KV Cache is allocated.
    #tokens: …, K size: … GB, V size: … GB"; "Memory pool end. avail mem=…").
 5. ``cuda_graph_runner.py`` captures the decode batch sizes up to ``cuda_graph_max_bs`` out of
-   what the pool left ("Capture cuda graph end. … mem usage=…"); an out-of-memory there is
+   what the pool left ("Capture cuda graph end. … mem usage=…", by capture sizes, layers,
+   vocabulary and context: :mod:`memfit.serving.sglang_graphs`); an out-of-memory there is
    "Capture cuda graph failed".
 
 6. Hybrid sliding-window models whose architecture SGLang lists in ``is_hybrid_swa_model``
@@ -57,6 +58,11 @@ from memfit.hardware.catalog import GPU
 from memfit.models import ModelSpec
 from memfit.serving.layout import LayerKV, kv_layers, parallel_error, rank_weights
 from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memory_defaults
+from memfit.serving.sglang_graphs import (
+    capture_batch_sizes,
+    sglang_graph_bytes,
+    shares_logits_buffer,
+)
 from memfit.serving.sglang_load import load_overhead_bytes
 from memfit.serving.startup import model_dtype, served_as_decoder, vllm_total_bytes
 from memfit.spec.serving import DTYPES, VllmConfig
@@ -92,15 +98,6 @@ CONTEXT_TP_BYTES = int(2.5 * GiB)
 #: allocator tails + 0.03 GiB of fp32 rotary cache for it). Dense and MoE bf16 / fp16
 #: decoders use the replay.
 LOAD_OVERHEAD_BYTES = int(0.25 * GiB)
-#: CUDA-graph capture ("Capture cuda graph end … mem usage=X GB"): 0.54-1.44 GB in published
-#: logs (sgl-project/sglang#10088, #12978, #11830; 0.93 GB for QwQ-32B on 4 x L4, bs <= 80, in
-#: benchmarks/data/sglang_logs.jsonl); allowance = a base plus, for the largest captured batch,
-#: its fp32 logits and a few hidden-state buffers, the base set so the QwQ log is not
-#: under-predicted by more than 10 %. A rule of thumb, used to judge whether capture fits in
-#: what the pool leaves (docs/serving.md, "SGLang").
-GRAPH_BASE_BYTES = int(0.8 * GiB)
-GRAPH_HIDDEN_BUFFERS = 16
-LOGIT_BYTES = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,13 +276,6 @@ class SglangStartup:
         return lines
 
 
-def capture_batch_sizes(max_bs: int) -> tuple[int, ...]:
-    """The decode batch sizes SGLang captures up to ``max_bs`` (``_generate_cuda_graph_batch_
-    sizes``: 1, 2, 4, 8, 12, then steps of 8 to 256, 16 to 512, 32 beyond)."""
-    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
-    return tuple(b for b in sizes if b <= max_bs)
-
-
 def sglang_context_length(spec: ModelSpec) -> int | None:
     """SGLang's derived context length (``hf_transformers_utils.get_context_length``): the
     config's positions times a rope-scaling factor, except llama3 / longrope-style scalings
@@ -303,13 +293,6 @@ def sglang_context_length(spec: ModelSpec) -> int | None:
         if isinstance(factor, int | float) and factor > 1:
             base = int(base * factor)
     return base
-
-
-def _graph_bytes(spec: ModelSpec, max_bs: int, act_bytes: int) -> int:
-    text = spec.text or spec
-    per_seq = (text.vocab_size or 0) * LOGIT_BYTES
-    per_seq += GRAPH_HIDDEN_BUFFERS * (text.hidden_size or 0) * act_bytes
-    return GRAPH_BASE_BYTES + max_bs * per_seq
 
 
 def simulate_sglang(
@@ -369,8 +352,8 @@ def simulate_sglang(
     cell = sum(x.bytes_per_token for x in layers)
     kv_kind = "mla" if layers and layers[0].kind == "mla" else "mha"
     total = total_bytes or vllm_total_bytes(gpu)
+    custom_all_reduce = tp > 1 and (gpu.form_factor == "sxm" or tp == 2)
     if context_bytes is None:
-        custom_all_reduce = tp > 1 and (gpu.form_factor == "sxm" or tp == 2)
         context_bytes = CONTEXT_TP_BYTES if custom_all_reduce else CONTEXT_BYTES
     context = context_bytes
     before = total - context
@@ -400,8 +383,21 @@ def simulate_sglang(
     pool = (tokens + config.page_size) * cell if tokens > 0 else 0
     if swa_tokens:
         pool = _swa_pool_bytes(layers, tokens, swa_tokens, config.page_size)
-    capture = () if config.disable_cuda_graph else capture_batch_sizes(min(max_bs, reqs))
-    graphs = _graph_bytes(spec, max(capture), act_bytes) if capture else 0
+    capture: tuple[int, ...] = ()
+    if not config.disable_cuda_graph:
+        capture = capture_batch_sizes(min(max_bs, reqs), config.series, gpu_mem_mib)
+    text = spec.text or spec
+    n_moe = 0
+    if text.n_experts:  # DeepSeek's first_k_dense_replace leading layers are dense
+        n_moe = max(0, (text.n_layers or 0) - int(text.raw.get("first_k_dense_replace") or 0))
+    graphs = sglang_graph_bytes(
+        spec,
+        capture,
+        context_len=ctx,
+        n_moe_layers=n_moe,
+        nccl_in_graph=tp > 1 and not custom_all_reduce,
+        shared_logits=shares_logits_buffer(config.sglang_version),
+    )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:
         notes.append(refused[1].replace("vLLM", "SGLang").replace("--tensor-parallel-size", "--tp"))

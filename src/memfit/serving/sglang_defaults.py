@@ -19,8 +19,11 @@
   160 GiB, else 16384; ``cuda_graph_max_bs`` 8 (TP < 4) or 80 below 35 GiB. Read in a copy of
   that ``server_args.py`` (code-index file 53148039833, which carries #7054's comments: "T4,
   4080. (chunked_prefill_size 2k, cuda_graph_max_bs 8)" …). An RTX 5080 log of August 2025
-  (16,303 MiB) checks it: 0.818, where 0.5.3's rule gives 0.771 and the 0.4 table 0.88. Not
-  read: the capture batch for GPUs of 35 GiB and more in this series (memfit takes 0.5.3's).
+  (16,303 MiB) checks it: 0.818, where 0.5.3's rule gives 0.771 and the 0.4 table 0.88. From
+  35 GiB ``cuda_graph_max_bs`` stays unset and the capture list's own ceiling applies
+  (``get_batch_sizes_to_capture`` in the 0.4.9 and 0.4.10 wheels: sizes to 160, to 256 above
+  90 GiB, to 512 above 160 GB; ``server_args.py``'s comments: "H100, A100 … cuda_graph_max_bs
+  160", "H20 … 256", "B200, MI300 … 512").
   Which release first shipped #7054 (0.4.7 or 0.4.8) was not pinned; memfit takes 0.4.7.
 * **"0.5"** (sgl-project/sglang#10975 "Use more general heuristics to set the default value of
   --mem-fraction-static", merged 2025-09-27, after 0.5.3rc0): the reserve itemised from the
@@ -77,6 +80,8 @@ SMALL_GPU_MIB_047 = 35 * 1024
 #: the small-GPU graph batch of "0.4" and "0.4.7": 8 at TP < 4, 80 from TP 4; elsewhere 160 ("0.4")
 SMALL_GPU_GRAPH_BS = (8, 80)
 GRAPH_BS_04 = 160
+#: "0.4.7" from 35 GiB: the capture list's ceiling by GPU memory (MiB above the bound)
+GRAPH_BS_047 = ((160 * 1000, 512), (90 * 1024, 256), (0, 160))
 
 
 def gpu_memory_defaults(gpu_mem_mib: int, tp: int, series: str = "0.5") -> tuple[int, int]:
@@ -88,12 +93,13 @@ def gpu_memory_defaults(gpu_mem_mib: int, tp: int, series: str = "0.5") -> tuple
             return 2048, small_bs
         return 8192, GRAPH_BS_04
     chunk_047 = next(c for below, c in CHUNK_TIERS_047 if below is None or gpu_mem_mib < below)
-    if series == "0.4.7" and gpu_mem_mib < SMALL_GPU_MIB_047:
-        return chunk_047, small_bs
+    if series == "0.4.7":
+        if gpu_mem_mib < SMALL_GPU_MIB_047:
+            return chunk_047, small_bs
+        return chunk_047, next(bs for above, bs in GRAPH_BS_047 if gpu_mem_mib > above)
     for below, chunk, bs_small, bs_large in MEMORY_TIERS:
         if below is None or gpu_mem_mib < below:
-            bs = bs_small if tp < 4 else bs_large
-            return (chunk_047, bs) if series == "0.4.7" else (chunk, bs)
+            return chunk, bs_small if tp < 4 else bs_large
     raise AssertionError("unreachable: the last tier has no bound")
 
 
