@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
+from benchmarks import fsdp1_sharded_save
 
 from memfit.errors import SpecError
 from memfit.estimate import fsdp1, fsdp1_save
@@ -140,3 +142,16 @@ def test_the_cli_flag_reaches_the_workload(capsys: pytest.CaptureFixture[str]) -
     out = json.loads(capsys.readouterr().out)
     assert out["workload"]["fsdp_state_dict_type"] == "SHARDED_STATE_DICT"
     assert fsdp1_save.PHASE in out["phases"]
+
+
+@pytest.mark.slow  # two spawned ranks importing transformers and peft: about a minute
+def test_the_copies_match_torchs_fsdp1_sharded_state_dict(tmp_path: Path) -> None:
+    """torch's own FSDP1 on two CPU ranks (benchmarks/fsdp1_sharded_save.py): the state dict
+    holds a copy of each rank's chunk of every parameter. Tolerance: within 1 % of either rank
+    (``chunk`` splits rows, so rank 0 holds up to one row more a tensor; memfit splits bytes)."""
+    ranks = fsdp1_sharded_save.measure(port="29565")
+    (tmp_path / "config.json").write_text(json.dumps(fsdp1_sharded_save.CONFIG))
+    mine = fsdp1_sharded_save.memfit_chunks(ranks[0]["trainable"], tmp_path)
+    for rank in ranks:
+        assert rank["copy_bytes"] > 0
+        assert mine == pytest.approx(rank["copy_bytes"], rel=0.01), (mine, ranks)

@@ -122,33 +122,47 @@ def _layer_tensors(shape: DecoderShape, workload: WorkloadSpec) -> list[int]:
     return out
 
 
+def _root_tensors(shape: DecoderShape, workload: WorkloadSpec) -> list[int]:
+    """Bytes of the root unit's parameters: embeddings (and the untied head), final norm."""
+    shard_b = DTYPE_BYTES[str(workload.precision)][1]
+    embeddings = [shape.embedding_params * shard_b] * (1 if shape.tied else 2)
+    return [*embeddings, shape.hidden * shard_b]
+
+
+def _adapter_tensors(shape: DecoderShape, workload: WorkloadSpec, n_trainable: int) -> list[int]:
+    """Bytes of one layer's adapter tensors (lora_A, lora_B of each adapted module, the layer's
+    adapter elements split evenly), in peft's adapter dtype."""
+    if workload.lora_rank is None or not n_trainable:
+        return []
+    shard_b = DTYPE_BYTES[str(workload.precision)][1]
+    adapter_b = FP32_BYTES if autocasts_adapters(workload.peft_version) else shard_b
+    per_layer = n_trainable // max(shape.n_layers, 1)
+    targets = workload.lora_targets
+    n_tensors = 2 * (len(targets) if isinstance(targets, tuple) else ALL_LINEAR_MODULES)
+    return [per_layer // n_tensors * adapter_b] * n_tensors
+
+
+def chunk_bytes(shape: DecoderShape, workload: WorkloadSpec, n_trainable: int) -> list[int]:
+    """Each parameter's per-rank chunk as a SHARDED_STATE_DICT clones it (``tensor.chunk(W)``:
+    ``ceil(n / W)`` of its elements, here of its bytes), before the allocator's rounding."""
+    world = max(workload.dp_shard, 1)
+    layer = _layer_tensors(shape, workload) + _adapter_tensors(shape, workload, n_trainable)
+    per_layer = [-(-t // world) for t in layer]
+    return per_layer * shape.n_layers + [-(-t // world) for t in _root_tensors(shape, workload)]
+
+
 def save_bytes(shape: DecoderShape, workload: WorkloadSpec, n_trainable: int) -> SaveBytes:
     """The checkpoint phase's bytes of one rank (module docstring) for a dense decoder."""
     world = max(workload.dp_shard, 1)
-    shard_b = DTYPE_BYTES[str(workload.precision)][1]
-    layer = _layer_tensors(shape, workload)
-    root = [shape.embedding_params * shard_b] * (1 if shape.tied else 2) + [shape.hidden * shard_b]
-    adapter_b = FP32_BYTES if autocasts_adapters(workload.peft_version) else shard_b
-    adapters: list[int] = []
-    if workload.lora_rank is not None and n_trainable:
-        # peft's wrap policy: lora_A, lora_B of each adapted module, one tensor each
-        per_layer = n_trainable // max(shape.n_layers, 1)
-        targets = workload.lora_targets
-        n_units = 2 * (len(targets) if isinstance(targets, tuple) else ALL_LINEAR_MODULES)
-        adapters = [per_layer // n_units * adapter_b] * n_units
-    sharded = workload.fsdp_state_dict_type == "SHARDED_STATE_DICT"
-    clones = 0
-    if sharded:  # chunk(W, dim=0)[rank].clone() of every parameter
-        per_layer_clones = sum(_round(-(-t // world)) for t in layer + adapters)
-        clones = shape.n_layers * per_layer_clones + sum(_round(-(-t // world)) for t in root)
-    block = sum(layer)
-    padded = -(-block // world) * world  # the flat parameter padded to a multiple of W
+    padded = -(-sum(_layer_tensors(shape, workload)) // world) * world  # a block's flat param
     unit = _round(padded)
     if workload.offload != "none":
         unit += _round(padded // world)  # the shard the all-gather copies up (pre_unshard)
-    root_whole = _round(-(-sum(root) // world) * world)
-    if not sharded:  # FULL_STATE_DICT: one unit whole at a time, moved to the CPU
+    root_whole = _round(-(-sum(_root_tensors(shape, workload)) // world) * world)
+    if workload.fsdp_state_dict_type != "SHARDED_STATE_DICT":
+        # FULL_STATE_DICT: one unit whole at a time, moved to the CPU; no copies on the GPU
         return SaveBytes(clone_bytes=0, root_bytes=0, unit_bytes=max(unit, root_whole))
+    clones = sum(_round(c) for c in chunk_bytes(shape, workload, n_trainable))
     return SaveBytes(clone_bytes=clones, root_bytes=root_whole, unit_bytes=unit)
 
 
@@ -233,4 +247,12 @@ NOT_MOE = (
     "layers"
 )
 
-__all__ = ["PHASE", "SaveBytes", "applies", "resident_bytes", "save_bytes", "with_checkpoint_save"]
+__all__ = [
+    "PHASE",
+    "SaveBytes",
+    "applies",
+    "chunk_bytes",
+    "resident_bytes",
+    "save_bytes",
+    "with_checkpoint_save",
+]
