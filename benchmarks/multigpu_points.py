@@ -19,7 +19,8 @@ the source ran, where memfit has a rule for it: ``memfit.spec.hf_versions``), ``
 ``fsdp_version`` (1: PyTorch's FSDP1, run as ``--fsdp-version 1 --grad-accum MICRO_BATCHES``: its
 no_sync accumulation is part of the job) and ``fsdp_lora_wrap`` (``--fsdp-lora-wrap``: block for
 LitGPT's FSDPStrategy) and ``fsdp_state_dict_type`` (``--fsdp-state-dict-type``: the FSDP1
-state-dict type the run writes its checkpoint with, accelerate's ``fsdp_state_dict_type``).
+state-dict type the run writes its checkpoint with, accelerate's ``fsdp_state_dict_type``; the
+sources' chain for it in ``fsdp_notes``).
 
 A point is *expressible* when memfit has every setting it names; otherwise the table says which
 setting is missing and no error is computed (an estimate of another job is no evidence). Each
