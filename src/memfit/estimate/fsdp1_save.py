@@ -171,8 +171,12 @@ def resident_bytes(est: MemoryEstimate, workload: WorkloadSpec) -> int:
     parameter shards unless offloaded, a 4-bit base's quant state) and optimizer states, and the
     gradients where zero_grad keeps them."""
     opt = est.phases.get("optimizer")
-    if opt is None:
-        return 0
+    if opt is None:  # no separate step (optimizer in backward): the least any phase holds
+        held_by = [
+            p.components.get("parameters", 0) + p.components.get("optimizer_states", 0)
+            for p in est.phases.values()
+        ]
+        return min(held_by, default=0)
     held = opt.components.get("parameters", 0) + opt.components.get("optimizer_states", 0)
     if not workload.zero_grad_set_to_none:
         held += opt.components.get("gradients", 0)
