@@ -18,7 +18,9 @@ the source ran, where memfit has a rule for it: ``memfit.spec.hf_versions``), ``
 ("megatron": see below), ``expressible`` (false, with a ``reason``: listed, never scored),
 ``fsdp_version`` (1: PyTorch's FSDP1, run as ``--fsdp-version 1 --grad-accum MICRO_BATCHES``: its
 no_sync accumulation is part of the job) and ``fsdp_lora_wrap`` (``--fsdp-lora-wrap``: block for
-LitGPT's FSDPStrategy).
+LitGPT's FSDPStrategy) and ``fsdp_state_dict_type`` (``--fsdp-state-dict-type``: the FSDP1
+state-dict type the run writes its checkpoint with, accelerate's ``fsdp_state_dict_type``; the
+sources' chain for it in ``fsdp_notes``).
 
 A point is *expressible* when memfit has every setting it names; otherwise the table says which
 setting is missing and no error is computed (an estimate of another job is no evidence). Each
@@ -172,6 +174,9 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
         argv += ["--fsdp-version", "1", "--grad-accum", str(point.get("micro_batches", 1))]
         if point.get("fsdp_lora_wrap"):
             argv += ["--fsdp-lora-wrap", point["fsdp_lora_wrap"]]
+        if point.get("fsdp_state_dict_type"):
+            # the checkpoint the run writes (memfit.estimate.fsdp1_save)
+            argv += ["--fsdp-state-dict-type", point["fsdp_state_dict_type"]]
     if point.get("offload", "none") != "none":
         argv += ["--offload", point["offload"]]
     argv += ["--batch", str(point["micro_batch"]), "--seq", str(point["seq"])]

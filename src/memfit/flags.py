@@ -34,6 +34,7 @@ from memfit.spec import (
 from memfit.spec.diffusion import DIFFUSION_QUANTS, FORMATS
 from memfit.spec.media import MediaSpec
 from memfit.spec.parallel_rules import CP_ROTATES, FLOAT8_RECIPES, PP_SCHEDULES
+from memfit.spec.rules import FSDP_STATE_DICT_TYPES
 
 #: The exit codes of every command: 0 ok, 1 a valid "does not fit", 2 bad input.
 EXIT_OK, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
@@ -474,6 +475,20 @@ FLAGS: tuple[Flag, ...] = (
         "weights, use_orig_params=True, as LitGPT's FSDPStrategy(auto_wrap_policy={Block}): "
         "every block then gets a gradient; needs --fsdp-version 1)",
         field="fsdp_lora_wrap",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--fsdp-state-dict-type",
+        dest="fsdp_state_dict_type",
+        kind="choice",
+        choices=FSDP_STATE_DICT_TYPES,
+        default=None,
+        help="the FSDP1 state-dict type the run writes its checkpoints with (accelerate's "
+        "fsdp_state_dict_type; HF Trainer saves one per save_strategy): SHARDED_STATE_DICT "
+        "clones every rank's chunk of every parameter on the GPU while the state dict is built, "
+        "FULL_STATE_DICT gathers unit by unit to the CPU; adds that phase (needs --fsdp-version "
+        "1; default: no checkpoint phase)",
+        field="fsdp_state_dict_type",
         commands=ESTIMATE_LIKE,
     ),
     Flag(

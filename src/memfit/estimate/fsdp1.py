@@ -242,7 +242,9 @@ def fsdp2_twin(workload: WorkloadSpec) -> WorkloadSpec:
     """The FSDP2 job the engines answer for an FSDP1 ``workload`` (itself for any other)."""
     if workload.fsdp_version == 2:
         return workload
-    return dataclasses.replace(workload, fsdp_version=2, fsdp_lora_wrap="peft")
+    return dataclasses.replace(
+        workload, fsdp_version=2, fsdp_lora_wrap="peft", fsdp_state_dict_type=None
+    )
 
 
 def with_fsdp1(

@@ -53,7 +53,7 @@ from memfit.errors import (
     SpecError,
     TraceError,
 )
-from memfit.estimate import fastpath, fsdp1, zero3_load
+from memfit.estimate import fastpath, fsdp1, fsdp1_save, zero3_load
 from memfit.estimate.parallel import estimate_parallel
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import MemoryEstimate
@@ -180,7 +180,9 @@ def _run_step_engine(
         est = run_engine(
             name, source, twin, gpu, extrapolate=extrapolate, reserved_end=reserved_end
         )
-        return fsdp1.with_fsdp1(est, source, workload, gpu)
+        est = fsdp1.with_fsdp1(est, source, workload, gpu)
+        # the checkpoint it writes (SHARDED_STATE_DICT: every rank's chunk cloned on the GPU)
+        return fsdp1_save.with_checkpoint_save(est, source, workload, gpu)
     if is_parallel_job(workload):
         return estimate_parallel(source, workload, gpu=gpu)
     if workload.num_beams > 1 or workload.cache_implementation != "dynamic":

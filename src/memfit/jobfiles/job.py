@@ -41,6 +41,7 @@ WORKLOAD_FIELDS = (
     # FSDP1 (issue 30)
     "fsdp_version",
     "fsdp_lora_wrap",
+    "fsdp_state_dict_type",
     # tensor / pipeline / context / expert parallelism, Float8 (torchtitan files)
     "tp",
     "sequence_parallel",

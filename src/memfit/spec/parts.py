@@ -256,6 +256,7 @@ class ParallelSpec:
     # -- FSDP1 (issue 30): WorkloadSpec.fsdp_version --
     fsdp_version: int = 2
     fsdp_lora_wrap: str = "peft"
+    fsdp_state_dict_type: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pp_schedule", resolve_schedule(self.pp_schedule))

@@ -484,6 +484,12 @@ FSDP_VERSIONS = (1, 2)
 #: ran LoRA until it moved to FSDP2, accelerate's TRANSFORMER_BASED_WRAP in a script of one's own.
 FSDP_LORA_WRAPS = ("peft", "block")
 
+#: The FSDP1 state-dict types a training job's checkpoints are written with (accelerate's
+#: ``fsdp_state_dict_type``, ``accelerate/utils/constants.py`` ``FSDP_STATE_DICT_TYPE`` at
+#: v0.28.0; ``FSDP.state_dict_type``): :mod:`memfit.estimate.fsdp1_save`. None: no checkpoint
+#: written during the run (or not modelled).
+FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
+
 
 def _fsdp_version(name: str, value: Any) -> str | None:
     if not isinstance(value, bool) and value in FSDP_VERSIONS:
@@ -536,6 +542,7 @@ FIELD_RULES: dict[str, Rule] = {
     # -- FSDP1 (issue 30) --
     "fsdp_version": _fsdp_version,
     "fsdp_lora_wrap": _choice(FSDP_LORA_WRAPS),
+    "fsdp_state_dict_type": _optional(_choice(FSDP_STATE_DICT_TYPES)),
 }
 
 
@@ -696,16 +703,27 @@ def fsdp_version_rules(values: dict[str, Any]) -> list[str]:
     """FSDP1 (``fsdp_version`` 1) is a ``shard='fsdp'`` setting that memfit models for a data-
     parallel decoder job (:mod:`memfit.estimate.fsdp1`); the settings only FSDP2 runs with here
     (torchtitan's tp / pp / cp / ep / Float8 layouts, HSDP-2's reshard group) are refused by
-    name, as is a quantized base (Answer.AI's fsdp_qlora: its own flat-parameter layout)."""
+    name, as is a quantized base with its adapters inside the block's flat parameter
+    (``fsdp_lora_wrap`` block). A quantized base under peft's wrap policy (transformers PR
+    #29587's FSDP-QLoRA: frozen packed blocks, each lora_A / lora_B a unit of its own) is
+    modelled. ``fsdp_state_dict_type`` (the checkpoint's FSDP1 state-dict type) needs FSDP1 and
+    a training job."""
     version = values.get("fsdp_version", 2)
     wrap = values.get("fsdp_lora_wrap", "peft")
+    sd_type = values.get("fsdp_state_dict_type")
     if version != 1:
+        p0: list[str] = []
         if wrap != "peft":
-            return [
+            p0.append(
                 f"fsdp_lora_wrap ({wrap!r}) is how FSDP1 wraps LoRA adapters; it needs "
                 "--fsdp-version 1 (FSDP2 shards every parameter on its own)"
-            ]
-        return []
+            )
+        if sd_type is not None:
+            p0.append(
+                f"fsdp_state_dict_type ({sd_type!r}) is FSDP1's (FSDP.state_dict_type); it "
+                "needs --fsdp-version 1 (FSDP2's checkpoints hold DTensor shards, no copy)"
+            )
+        return p0
     shard = values.get("shard")
     if shard != "fsdp":
         return [
@@ -730,10 +748,17 @@ def fsdp_version_rules(values: dict[str, Any]) -> list[str]:
             "only (these layouts run on FSDP2, as torchtitan does); use --fsdp-version 2"
         )
     quant = values.get("quant", "none")
-    if quant != "none":
+    if quant != "none" and wrap != "peft":
         p.append(
-            f"fsdp_version 1 with quant {quant!r}: FSDP1 over a quantized base (Answer.AI's "
-            "fsdp_qlora) is not modelled; use --fsdp-version 2"
+            f"fsdp_version 1 with quant {quant!r} and fsdp_lora_wrap {wrap!r}: FSDP1 over a "
+            "quantized base with the adapters in the block's flat parameter is not modelled; "
+            "use --fsdp-lora-wrap peft (peft's fsdp_auto_wrap_policy, as HF Trainer runs "
+            "FSDP-QLoRA) or --fsdp-version 2"
+        )
+    if sd_type is not None and values.get("mode", "train") != "train":
+        p.append(
+            f"fsdp_state_dict_type ({sd_type!r}) is the state-dict type of a training job's "
+            f"checkpoints; mode is {values.get('mode')!r}"
         )
     return p
 

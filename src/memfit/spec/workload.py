@@ -161,6 +161,10 @@ class WorkloadSpec:
     #: Trainer's) or ``block`` (inside the decoder block's flat parameter, LitGPT's):
     #: :data:`~memfit.spec.rules.FSDP_LORA_WRAPS`
     fsdp_lora_wrap: str = "peft"
+    #: The FSDP1 state-dict type the job writes its checkpoints with during training
+    #: (accelerate's ``fsdp_state_dict_type``: FULL_STATE_DICT or SHARDED_STATE_DICT); None:
+    #: no checkpoint phase is modelled (:mod:`memfit.estimate.fsdp1_save`)
+    fsdp_state_dict_type: str | None = None
     #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
     #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
     #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
@@ -480,6 +484,8 @@ class WorkloadSpec:
             d.pop("fsdp_version")
         if self.fsdp_version == 2 or self.lora_rank is None:
             d.pop("fsdp_lora_wrap")
+        if self.fsdp_state_dict_type is None:
+            d.pop("fsdp_state_dict_type")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -510,4 +516,5 @@ PARALLEL_FIELDS: tuple[str, ...] = ("gpus", "tp", "shard", "offload")
 PARALLEL_FIELDS += tuple(PARALLEL_DEFAULTS)  # pp, pp_schedule, ..., etp
 PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward", "zero_hpz_partition_size")  # par-a
 PARALLEL_FIELDS += ("fsdp_version", "fsdp_lora_wrap")  # FSDP1 (issue 30)
+PARALLEL_FIELDS += ("fsdp_state_dict_type",)  # FSDP1 checkpoints (issue 30, helper peft70b)
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())
