@@ -77,6 +77,20 @@ JOBS: tuple[tuple[str, int | None, int, int, int], ...] = (
     ("llama-3.1-8b", None, 32, 512, 64),
     ("llama-3.1-8b", None, 1, 8192, 16),
     ("mistral-7b-v0.1", None, 1, 4096, 32),  # the H200 row, traced
+    # KV-heavy jobs (helper "kvinfer"): the cache a large share of the peak, grown over many
+    # decode steps (docs/accuracy.md, "Inference reserved bytes: the KV cache apart")
+    ("gpt2", None, 94, 768, 256),
+    ("gpt2", None, 150, 768, 256),
+    ("gpt2", None, 64, 256, 768),
+    ("qwen3-0.6b", None, 64, 1024, 512),
+    ("qwen3-0.6b", None, 16, 4096, 1024),
+    ("qwen3-0.6b", None, 128, 256, 256),
+    ("llama-3.2-1b", None, 128, 512, 512),
+    ("llama-3.2-1b", None, 64, 2048, 256),
+    ("llama-3.2-1b", None, 64, 256, 1024),  # decode-dominated: the cache grows 5x
+    ("gpt2", None, 32, 128, 896),
+    ("qwen3-0.6b", None, 32, 512, 2048),
+    ("qwen3-0.6b", None, 256, 128, 128),
 )
 
 
@@ -111,6 +125,11 @@ def measure(name: str, depth: int | None, batch: int, seq: int, new: int) -> dic
             "reserved_bytes": est.peak_reserved_bytes,
             "phase": est.peak_phase,
             "components": {k: v for k, v in est.components.items() if v},
+            "phases": {
+                name: {"allocated_bytes": ph.peak_allocated_bytes,
+                       "components": {k: v for k, v in ph.components.items() if v}}
+                for name, ph in est.phases.items()
+            },  # fmt: skip
             "wall_s": round(time.perf_counter() - started, 2),
         }
     row["trace_ratio"] = round(row["trace"]["reserved_bytes"] / row["trace"]["allocated_bytes"], 4)
