@@ -372,3 +372,43 @@ def test_the_fit_command_exits_by_the_verdict_of_what_it_reports(
 
 def memfit_estimate(path: Path) -> MemoryEstimate:
     return memfit.estimate(str(path), WorkloadSpec(seq_len=256), engine="analytic")
+
+
+def test_the_kv_table_agrees_with_the_confirming_engine_where_it_confirms(
+    tiny_llama_dir: Path,
+) -> None:
+    """The KV-cache table of ``--solve concurrency`` was the fast engine's alone (gpt2 on a T4:
+    127 requests at 1024 tokens where the trace fits 154). Where the answer is confirmed, each
+    row is now the confirming engine's largest batch (certified at it and the batch after it),
+    whatever the fast engine's own range."""
+    w = WorkloadSpec(mode="infer", seq_len=512, new_tokens=16)
+
+    def pessimistic(x: WorkloadSpec) -> MemoryEstimate:  # a wider range than the precise one
+        est = closed_form_estimate(x)
+        hi = need_bytes(est) + est.peak_allocated_bytes // 4
+        ranges = {"device_used_bytes": (est.device_used_bytes, hi)}
+        return dataclasses.replace(est, engine="pessimistic", ranges=ranges)
+
+    memory = 96 * MiB
+    r = fit(str(tiny_llama_dir), w, solve="concurrency", gpu_memory_bytes=memory,
+            estimator=pessimistic, confirm=closed_form_estimate)  # fmt: skip
+    assert r.confirmed_by == "confirm"
+    assert [row["context_tokens"] for row in r.kv_table] == [1024, 2048]
+    for row in r.kv_table:
+        at = dataclasses.replace(w, seq_len=row["context_tokens"] - w.new_tokens)
+        precise = largest(
+            lambda b, at=at: (
+                budget_verdict(
+                    closed_form_estimate(dataclasses.replace(at, batch_size=b)), r.budget
+                ).fits
+            ),
+            cap=memfit.spec.MAX_BATCH_SIZE,
+        )
+        fast = largest(
+            lambda b, at=at: (
+                budget_verdict(pessimistic(dataclasses.replace(at, batch_size=b)), r.budget).fits
+            ),
+            cap=memfit.spec.MAX_BATCH_SIZE,
+        )
+        assert row["max_concurrency"] == precise > fast  # the fast engine alone was lower
+    assert any("certified by the confirm engine" in n for n in r.notes)
