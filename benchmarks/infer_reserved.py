@@ -15,26 +15,36 @@ the parameters' share), with the grid row's trace bytes as they are (``"source":
 
 ``--fit`` prints the rule fitted to every row (the trace's) and to the H200 measurements
 (``gpu_h200_measurements.jsonl``, inference cases: the real allocator, which reserves more than
-the trace's replay on llama-3.2-1b): the reserved bytes of an inference job are
+the trace's replay on llama-3.2-1b), each row's parts (``InferParts``: its phases' peaks, the
+parameters and the KV cache in them) taken from the analytic engine now (it must still allocate
+the row's bytes): the reserved bytes of an inference job are the larger of
 
-    held x ratio_held + (allocated - held) x ratio + 22 MiB
+    prefill: held x held_ratio + prompt KV x kv_ratio + (the rest of its peak) x ratio
+    decode:  held x held_ratio + prompt KV x prompt_kv_ratio + grown KV x grown_kv_ratio
+             + (the rest of its peak) x ratio
 
-``held``: the parameters (allocated once at load, never freed: only their sizes' rounding into
-the allocator's segments costs, a few %); the rest (KV cache, activations, temporaries) is
-where the caching allocator fragments: the KV cache grows by ``torch.cat`` every decode step
-(transformers' DynamicCache), the old and the new copy alive at once, the freed block too
-small for the next; 22 MiB: one partly used segment of each pool (a 20 MiB large-pool one
-for 1-10 MiB requests, a 2 MiB small-pool one), which no ratio of a job's bytes reaches
-(PyTorch c10/cuda/CUDACachingAllocator.cpp, ``kLargeBuffer`` / ``kSmallBuffer``). Two
-rules: ``shown`` (the least pair putting every row at >= 98 % of its measured reserved bytes)
-and ``top`` (every row's reserved bytes, plus any excess of the analytic allocated bytes
-over the measured: the band a verdict settles on); of the pairs that reach it, the one with
-the least mean over-prediction on the job-sized rows (>= 1 GiB).
+plus 22 MiB (``estimate/analytic/reserved.py``, ``infer_bytes``). ``held``: the parameters
+(allocated once at load, never freed: only their sizes' rounding into the allocator's segments
+costs, a few %); the rest (activations, temporaries) is where the caching allocator fragments;
+the KV cache lives from the prefill on, but transformers' DynamicCache grows it by
+``torch.cat`` every decode step (``DynamicLayer.update``: the new copy allocated while the old
+one is alive), so the grown tensors need blocks larger than those they leave, and the prompt's
+blocks stay behind as holes unless the prefill's freed activations held the grown cache; 22
+MiB: one partly used segment of each pool (a 20 MiB large-pool one for 1-10 MiB requests, a 2
+MiB small-pool one), which no ratio of a job's bytes reaches (PyTorch
+c10/cuda/CUDACachingAllocator.cpp, ``kLargeBuffer`` / ``kSmallBuffer``). Two fits: ``shown``
+(every row at >= 98 % of its measured reserved bytes) and ``top`` (every row's reserved bytes,
+plus any excess of the analytic allocated bytes over the measured: the band a verdict settles
+on); of the grid of ratios (``HELD_RATIOS`` ... ``GROWN_KV_RATIOS``, ``ratio`` the least that
+reaches every row), the one with the least mean over-prediction on the job-sized rows (>= 1
+GiB). The jobs after the first 20 are KV-heavy (the cache 32-91 % of the peak, 128-2048 new
+tokens), added by helper "kvinfer" (docs/accuracy.md, "Inference reserved bytes: the KV cache
+apart").
 
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py         # the jobs not yet there
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --only llama-3.2-1b
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --grid     # the grid's rows
-    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit
+    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit > benchmarks/results/infer_reserved_fit.txt
 """
 
 from __future__ import annotations
