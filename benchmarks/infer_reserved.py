@@ -44,7 +44,7 @@ apart").
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py         # the jobs not yet there
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --only llama-3.2-1b
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --grid     # the grid's rows
-    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit > benchmarks/results/infer_reserved_fit.txt
+    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit  # infer_reserved_fit.txt
 """
 
 from __future__ import annotations
