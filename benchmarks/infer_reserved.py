@@ -45,6 +45,7 @@ apart").
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --only llama-3.2-1b
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --grid     # the grid's rows
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit  # infer_reserved_fit.txt
+    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --timeline gpt2 150 768 256
 """
 
 from __future__ import annotations
@@ -363,12 +364,49 @@ def grid_rows() -> list[dict[str, Any]]:
     return out
 
 
+def timeline(name: str, batch: int, seq: int, new: int) -> dict[str, int]:
+    """The trace's reserved bytes of a bundled model's job at the end of its prefill and at
+    the end (its allocation events replayed through the allocator model up to each phase
+    mark): how much of the reserved peak the decode's cache growth adds (``--timeline``)."""
+    from memfit.estimate.allocator.caching import simulate
+    from memfit.estimate.trace import build
+    from memfit.estimate.trace import engine as trace_engine
+    from memfit.models import resolve_model
+    from memfit.spec import WorkloadSpec
+
+    config = resolve_model(name).config
+    w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=batch, seq_len=seq,
+                     new_tokens=new)  # fmt: skip
+    w, _notes = trace_engine.prepare_workload(config, w)
+    stacks = build.layer_plan(config, False)
+    counts = {v.name: v.count for v in stacks}
+    sink: list[Any] = []
+    task = build.resolve_task(config, w.task)
+    trace_engine._trace_once(config, w, task, stacks, counts, False, gpu=None, sink=sink)
+    events, marks = sink
+    at = dict(marks)
+    return {
+        "prefill_end_reserved_bytes": simulate(events[: at["decode"]]).peak_reserved_bytes,
+        "end_reserved_bytes": simulate(events).peak_reserved_bytes,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", help="measure only this bundled config's jobs")
     p.add_argument("--grid", action="store_true", help="add the fast-path grid's inference rows")
     p.add_argument("--fit", action="store_true", help="print the fitted rules and every row")
+    p.add_argument(
+        "--timeline",
+        nargs=4,
+        metavar=("MODEL", "BATCH", "SEQ", "NEW"),
+        help="the trace's reserved bytes at the prefill's end and at the end",
+    )
     args = p.parse_args(argv)
+    if args.timeline:
+        name, *sizes = args.timeline
+        print(json.dumps(timeline(name, *map(int, sizes))))
+        return 0
     done = set()
     if OUT.exists():
         done = {_key(json.loads(line)) for line in OUT.read_text().splitlines() if line.strip()}
