@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecError, TraceError
+from memfit.estimate.policy import confirming
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.verdict import DOES_NOT_FIT, EXIT_CODES, FITS, TIGHT, Verdict
 from memfit.hardware import get_gpu
@@ -250,14 +251,10 @@ def fit(
         answered = _with(workload, name, max(value, step))
         confirmed_answer = confirmed is not None and confirmed == _confirm_name(engines)
         guide = _guide_budget(engines, budget, answered, est) if confirmed_answer else None
-        table = _kv_table(engines, budget, workload, source, guide)
+        certify = guide is not None and confirming()
+        table = _kv_table(engines, budget, workload, source, guide, certify=certify)
         if guide is not None and engines.confirm is not None:
-            notes.append(
-                f"KV-cache table: each row's answer certified by the {engines.confirm.name} "
-                f"engine (at it and the value after it), led by the {engines.search.name} "
-                "engine judged on the capacity scaled by its need over the "
-                f"{engines.confirm.name} engine's at the answer"
-            )
+            notes.append(_table_note(engines, budget, guide, certify))
     n = engines.search.n_calls + (engines.confirm.n_calls if engines.confirm else 0)
     if engines.search.n_guided:
         notes.append(
@@ -478,27 +475,45 @@ def _guide_budget(
     )
 
 
+def _table_note(engines: EnginePair, budget: Budget, guide: Budget, certify: bool) -> str:
+    search, confirm = engines.search.name, engines.confirm.name if engines.confirm else "?"
+    scale = guide.capacity_bytes / budget.capacity_bytes
+    if certify:
+        return (
+            f"KV-cache table: each row certified by the {confirm} engine (--confirm: at the "
+            f"{search} engine's answer on the capacity x {scale:.3f} and the value after it)"
+        )
+    return (
+        f"KV-cache table: the {search} engine's answers on the capacity x {scale:.3f} (its need "
+        f"over the {confirm} engine's at the confirmed answer); --confirm certifies each row "
+        f"with the {confirm} engine"
+    )
+
+
 def _kv_table(
     engines: EnginePair,
     budget: Budget,
     w: WorkloadSpec,
     source: Any,
     guide: Budget | None = None,
+    *,
+    certify: bool = False,
 ) -> list[dict[str, int]]:
-    """Context length x the most concurrent requests that fit: the search engine's answer, or
-    with a ``guide`` budget (:func:`_guide_budget`) the confirming engine's, led by the search
-    engine judged on that budget and certified as the answer is (:func:`_certified`)."""
+    """Context length x the most concurrent requests that fit: the search engine's answer; with
+    a ``guide`` budget (:func:`_guide_budget`), its answer judged on that budget (measured
+    equal to the trace's own on every row of gpt2 on a T4 and llama-3.2-1b on an L4:
+    docs/accuracy.md, "Inference reserved bytes: the KV cache apart"), and with ``certify`` the
+    confirming engine's, asked there first (:func:`_certified`)."""
     limit = _context_limit(source) or KV_TABLE_CONTEXTS[-1]
     rows = []
     for ctx in (c for c in KV_TABLE_CONTEXTS if c <= limit):
         base = replace(w, seq_len=max(ctx - w.new_tokens, 1))
         engine = engines.search
-        if guide is None or engines.confirm is None:
-            n = _largest(engine, budget, base, "batch_size", cap=MAX_BATCH_SIZE, step=1)
-        else:
-            led = _largest(engine, guide, base, "batch_size", cap=MAX_BATCH_SIZE, step=1)
+        on = budget if guide is None else guide
+        n = _largest(engine, on, base, "batch_size", cap=MAX_BATCH_SIZE, step=1)
+        if certify and engines.confirm is not None:
             engine = engines.confirm
-            n = _certified(engine, budget, base, led, cap=MAX_BATCH_SIZE)
+            n = _certified(engine, budget, base, n, cap=MAX_BATCH_SIZE)
         est = _try(engine, replace(base, batch_size=max(n, 1)))
         kv = est.components.get("kv_cache", 0) if est is not None and n else 0
         rows.append({"context_tokens": ctx, "max_concurrency": n, "kv_cache_bytes": kv})
