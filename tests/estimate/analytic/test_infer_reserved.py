@@ -168,3 +168,27 @@ def test_the_old_rule_was_further_over_on_the_kv_heavy_jobs() -> None:
     old = sum(_shown_error(p, OLD_SHOWN) for p in KV_HEAVY) / len(KV_HEAVY)
     new = sum(_shown_error(p, INFER_RESERVED["shown"]) for p in KV_HEAVY) / len(KV_HEAVY)
     assert old > 2 * new > 0
+
+
+def test_each_part_takes_its_own_ratio() -> None:
+    """The rule by hand (``INFER_RESERVED["shown"]``): an encoder's forward (no cache) is
+    parameters x h + the rest x r + 22 MiB; a prefill's cache is charged k, not the rest's r;
+    a decode whose grown cache outweighs the prefill's activations takes the decode's sum."""
+    from memfit.estimate.analytic.reserved import infer_bytes
+
+    fit = INFER_RESERVED["shown"]
+    gib = 2**30
+    encoder = InferParts.of({"forward": {"parameters": gib, "activations": gib}})
+    assert encoder.decode_bytes == encoder.prompt_kv_bytes == 0
+    assert infer_bytes(encoder, fit) == (
+        gib + int(gib * (fit.held_ratio - 1)) + MIN_SEGMENTS_BYTES + int(gib * fit.ratio)
+    )
+    prefill = {"parameters": gib, "kv_cache": 4 * gib, "activations": 4 * gib}
+    short = InferParts.of({"prefill": prefill, "decode": {"parameters": gib, "kv_cache": 4 * gib}})
+    base = gib + int(gib * (fit.held_ratio - 1)) + MIN_SEGMENTS_BYTES
+    assert infer_bytes(short, fit) == base + int(4 * gib * fit.kv_ratio) + int(4 * gib * fit.ratio)
+    grown = {"parameters": gib, "kv_cache": 12 * gib}
+    long = InferParts.of({"prefill": prefill, "decode": grown})
+    cache = int(4 * gib * fit.prompt_kv_ratio) + int(12 * gib * fit.grown_kv_ratio)
+    assert (long.peak_bytes, long.grown_kv_bytes) == (13 * gib, 12 * gib)
+    assert infer_bytes(long, fit) == base + cache > infer_bytes(short, fit)
