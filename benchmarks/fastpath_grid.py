@@ -563,10 +563,10 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
         checkpointing = JOBS.get(row["job"], {}).get("checkpointing", "none")
         end = "high" if checkpointing != "none" else "mid"
     if JOBS.get(row["job"], {}).get("mode") == "infer":  # the engine's own rule (its floor)
-        # the answer shown scales the parameters apart (INFER_RESERVED): their bytes on this
-        # row, from benchmarks/results/infer_reserved.jsonl (None there: the wide rule)
-        held = _held_bytes(row) if end == "mid" else None
-        rule = reserved_rule(training=False, end=end, held_bytes=held)
+        # the answer shown takes the parameters and the KV cache apart (INFER_RESERVED): their
+        # bytes on this row, from the analytic engine's phases (None: the wide rule)
+        parts = _infer_parts(row) if end == "mid" else None
+        rule = reserved_rule(training=False, end=end, infer=parts)
         reserved, _range = rule.at(a["allocated_bytes"])
         return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
                 "reserved_bytes": reserved}  # fmt: skip
@@ -576,25 +576,33 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
             "reserved_bytes": int(a["allocated_bytes"] * ratio)}  # fmt: skip
 
 
-@functools.cache
-def _held_table() -> dict[tuple[str, str, str, int], int]:
-    """(family, origin, job, analytic allocated bytes) -> the analytic engine's parameters'
-    bytes at the peak, for the grid's inference rows ``benchmarks/infer_reserved.py --grid``
-    recorded."""
-    path = RESULTS / "infer_reserved.jsonl"
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
-        r = json.loads(line) if line.strip() else {}
-        if r.get("source") == "grid":
-            a = r["analytic"]
-            key = (r["family"], r["origin"], r["job"], int(a["allocated_bytes"]))
-            out[key] = int(a["components"].get("parameters", 0))
-    return out
-
-
-def _held_bytes(row: dict) -> int | None:
+def _infer_parts(row: dict) -> Any:
+    """The analytic engine's parts (``InferParts``: its phases' peaks, the parameters and the
+    KV cache in them) of a grid inference row; None for a row
+    ``benchmarks/infer_reserved.py --grid`` did not record (the wide rule)."""
     key = (row["family"], row["origin"], row["job"], int(row["analytic"]["allocated_bytes"]))
-    return _held_table().get(key)
+    return _parts_table().get(key)
+
+
+@functools.cache
+def _parts_table() -> dict[tuple[str, str, str, int], Any]:
+    """(family, origin, job, analytic allocated bytes) -> the analytic engine's parts now, for
+    the grid's inference rows ``benchmarks/infer_reserved.py --grid`` recorded (its engine
+    check: the same allocated bytes as the row's)."""
+    from benchmarks import infer_reserved
+
+    rows = _recorded_grid_rows()
+    points = infer_reserved.trace_points(rows)
+    keys = [(r["family"], r["origin"], r["job"], int(r["analytic"]["allocated_bytes"]))
+            for r in rows]  # fmt: skip
+    return {k: p.parts for k, p in zip(keys, points, strict=True)}
+
+
+def _recorded_grid_rows() -> list[dict]:
+    path = RESULTS / "infer_reserved.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [r for r in rows if r.get("source") == "grid"]
 
 
 def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:

@@ -15,33 +15,43 @@ the parameters' share), with the grid row's trace bytes as they are (``"source":
 
 ``--fit`` prints the rule fitted to every row (the trace's) and to the H200 measurements
 (``gpu_h200_measurements.jsonl``, inference cases: the real allocator, which reserves more than
-the trace's replay on llama-3.2-1b): the reserved bytes of an inference job are
+the trace's replay on llama-3.2-1b), each row's parts (``InferParts``: its phases' peaks, the
+parameters and the KV cache in them) taken from the analytic engine now (it must still allocate
+the row's bytes): the reserved bytes of an inference job are the larger of
 
-    held x ratio_held + (allocated - held) x ratio + 22 MiB
+    prefill: held x held_ratio + prompt KV x kv_ratio + (the rest of its peak) x ratio
+    decode:  held x held_ratio + prompt KV x prompt_kv_ratio + grown KV x grown_kv_ratio
+             + (the rest of its peak) x ratio
 
-``held``: the parameters (allocated once at load, never freed: only their sizes' rounding into
-the allocator's segments costs, a few %); the rest (KV cache, activations, temporaries) is
-where the caching allocator fragments: the KV cache grows by ``torch.cat`` every decode step
-(transformers' DynamicCache), the old and the new copy alive at once, the freed block too
-small for the next; 22 MiB: one partly used segment of each pool (a 20 MiB large-pool one
-for 1-10 MiB requests, a 2 MiB small-pool one), which no ratio of a job's bytes reaches
-(PyTorch c10/cuda/CUDACachingAllocator.cpp, ``kLargeBuffer`` / ``kSmallBuffer``). Two
-rules: ``shown`` (the least pair putting every row at >= 98 % of its measured reserved bytes)
-and ``top`` (every row's reserved bytes, plus any excess of the analytic allocated bytes
-over the measured: the band a verdict settles on); of the pairs that reach it, the one with
-the least mean over-prediction on the job-sized rows (>= 1 GiB).
+plus 22 MiB (``estimate/analytic/reserved.py``, ``infer_bytes``). ``held``: the parameters
+(allocated once at load, never freed: only their sizes' rounding into the allocator's segments
+costs, a few %); the rest (activations, temporaries) is where the caching allocator fragments;
+the KV cache lives from the prefill on, but transformers' DynamicCache grows it by
+``torch.cat`` every decode step (``DynamicLayer.update``: the new copy allocated while the old
+one is alive), so the grown tensors need blocks larger than those they leave, and the prompt's
+blocks stay behind as holes unless the prefill's freed activations held the grown cache; 22
+MiB: one partly used segment of each pool (a 20 MiB large-pool one for 1-10 MiB requests, a 2
+MiB small-pool one), which no ratio of a job's bytes reaches (PyTorch
+c10/cuda/CUDACachingAllocator.cpp, ``kLargeBuffer`` / ``kSmallBuffer``). Two fits: ``shown``
+(every row at >= 98 % of its measured reserved bytes) and ``top`` (every row's reserved bytes,
+plus any excess of the analytic allocated bytes over the measured: the band a verdict settles
+on); of the grid of ratios (``HELD_RATIOS`` ... ``GROWN_KV_RATIOS``, ``ratio`` the least that
+reaches every row), the one with the least mean over-prediction on the job-sized rows (>= 1
+GiB). The jobs after the first 20 are KV-heavy (the cache 32-91 % of the peak, 128-2048 new
+tokens), added by helper "kvinfer" (docs/accuracy.md, "Inference reserved bytes: the KV cache
+apart").
 
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py         # the jobs not yet there
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --only llama-3.2-1b
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --grid     # the grid's rows
-    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit
+    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit  # infer_reserved_fit.txt
+    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --timeline gpt2 150 768 256
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -49,6 +59,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from memfit.estimate.analytic.reserved import InferFit, InferParts, infer_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "infer_reserved.jsonl"
@@ -77,6 +89,20 @@ JOBS: tuple[tuple[str, int | None, int, int, int], ...] = (
     ("llama-3.1-8b", None, 32, 512, 64),
     ("llama-3.1-8b", None, 1, 8192, 16),
     ("mistral-7b-v0.1", None, 1, 4096, 32),  # the H200 row, traced
+    # KV-heavy jobs (helper "kvinfer"): the cache a large share of the peak, grown over many
+    # decode steps (docs/accuracy.md, "Inference reserved bytes: the KV cache apart")
+    ("gpt2", None, 94, 768, 256),
+    ("gpt2", None, 150, 768, 256),
+    ("gpt2", None, 64, 256, 768),
+    ("qwen3-0.6b", None, 64, 1024, 512),
+    ("qwen3-0.6b", None, 16, 4096, 1024),
+    ("qwen3-0.6b", None, 128, 256, 256),
+    ("llama-3.2-1b", None, 128, 512, 512),
+    ("llama-3.2-1b", None, 64, 2048, 256),
+    ("llama-3.2-1b", None, 64, 256, 1024),  # decode-dominated: the cache grows 5x
+    ("gpt2", None, 32, 128, 896),
+    ("qwen3-0.6b", None, 32, 512, 2048),
+    ("qwen3-0.6b", None, 256, 128, 128),
 )
 
 
@@ -111,6 +137,13 @@ def measure(name: str, depth: int | None, batch: int, seq: int, new: int) -> dic
             "reserved_bytes": est.peak_reserved_bytes,
             "phase": est.peak_phase,
             "components": {k: v for k, v in est.components.items() if v},
+            "phases": {
+                name: {
+                    "allocated_bytes": ph.peak_allocated_bytes,
+                    "components": {k: v for k, v in ph.components.items() if v},
+                }
+                for name, ph in est.phases.items()
+            },  # fmt: skip
             "wall_s": round(time.perf_counter() - started, 2),
         }
     row["trace_ratio"] = round(row["trace"]["reserved_bytes"] / row["trace"]["allocated_bytes"], 4)
@@ -131,22 +164,33 @@ FIXED_BYTES = 22 * MIB
 #: What the answer shown may lie under a measured row (memfit.estimate.fastpath.TOLERANCE).
 SHOWN_UNDER = 0.02
 #: Rows of at least this many analytic allocated bytes are job-sized (their mean
-#: over-prediction picks the pair).
+#: over-prediction picks the fit).
 LARGE_ROW_BYTES = 2**30
-#: The held ratios tried (1.000 ... 1.100 by 0.001).
-HELD_RATIOS = tuple(1 + i / 1000 for i in range(101))
+#: The ratios tried (``InferFit``'s fields but ``ratio``, which the rows then set).
+HELD_RATIOS = tuple(1 + i / 200 for i in range(13))  # 1.000 ... 1.060
+KV_RATIOS = tuple(1 + i / 100 for i in range(21))  # 1.00 ... 1.20
+PROMPT_KV_RATIOS = tuple(i / 20 for i in range(21))  # 0.00 ... 1.00
+GROWN_KV_RATIOS = tuple(1 + i / 100 for i in range(41))  # 1.00 ... 1.40
 
 
 @dataclass(frozen=True)
 class Point:
-    """One measured inference job: the analytic engine's peak and its parameters' share, the
-    measured allocated and reserved bytes (the trace's, or a real GPU's)."""
+    """One measured inference job: the analytic engine's parts (its phases' peaks, the
+    parameters and the KV cache in them), the measured allocated and reserved bytes (the
+    trace's, or a real GPU's)."""
 
     label: str
-    held_bytes: int
-    allocated_bytes: int  # the analytic engine's
+    parts: InferParts
     measured_allocated_bytes: int
     measured_reserved_bytes: int
+
+    @property
+    def allocated_bytes(self) -> int:  # the analytic engine's
+        return self.parts.peak_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        return self.parts.held_bytes
 
     @property
     def covered_bytes(self) -> int:
@@ -154,18 +198,40 @@ class Point:
         return self.measured_reserved_bytes + excess
 
 
-def rule_bytes(p: Point, held_ratio: float, ratio: float) -> int:
-    """The rule's reserved bytes for ``p`` (module docstring)."""
-    held = p.held_bytes  # as ``ReservedRule.at`` and ``ClassBand.top_bytes`` round
-    return (
-        held
-        + int(held * (held_ratio - 1))
-        + int((p.allocated_bytes - held) * ratio)
-        + (FIXED_BYTES)
-    )
+def row_source(r: dict[str, Any]) -> Any:
+    """The model of a row: a grid row's tiny or cut config, a job row's bundled config at its
+    depth."""
+    if r.get("source") != "grid":
+        return _source(r["model"], r["depth"])
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import real_config
+    from benchmarks.tiny_models import write_tiny
+    from memfit.models import resolve_model
+
+    folder = Path(tempfile.mkdtemp(prefix="memfit-infer-"))
+    if r["origin"] == "tiny":
+        return resolve_model(str(write_tiny(folder, r["family"])))
+    path = folder / r["family"] / "config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(real_config(r["family"], int(r["origin"].split("-")[1]))))
+    return resolve_model(str(path.parent))
+
+
+def analytic_parts(source: Any, w: Any, recorded_bytes: int | None, what: str) -> InferParts:
+    """The analytic engine's parts of a job now; it must still allocate ``recorded_bytes``
+    (the row's), else the row no longer measures this engine."""
+    from memfit.estimate.policy import run_engine
+
+    est = run_engine("analytic", source, w, None)
+    if recorded_bytes is not None and est.peak_allocated_bytes != recorded_bytes:
+        raise SystemExit(f"{what}: analytic {est.peak_allocated_bytes} != the row's "
+                         f"{recorded_bytes}: the engine moved since the row")  # fmt: skip
+    return InferParts.of({name: ph.components for name, ph in est.phases.items()})
 
 
 def trace_points(rows: list[dict[str, Any]]) -> list[Point]:
+    from memfit.spec import WorkloadSpec
+
     out = []
     for r in rows:
         a, t = r["analytic"], r["trace"]
@@ -175,15 +241,15 @@ def trace_points(rows: list[dict[str, Any]]) -> list[Point]:
             else f"{r['model']} (depth {r['depth'] or 'full'}, {r['batch']} x {r['seq']} + "
             f"{r['new_tokens']})"
         )
-        out.append(Point(label, int(a["components"].get("parameters", 0)),
-                         int(a["allocated_bytes"]), int(t["allocated_bytes"]),
-                         int(t["reserved_bytes"])))  # fmt: skip
+        w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=r["batch"],
+                         seq_len=r["seq"], new_tokens=r.get("new_tokens") or 0)  # fmt: skip
+        parts = analytic_parts(row_source(r), w, int(a["allocated_bytes"]), label)
+        out.append(Point(label, parts, int(t["allocated_bytes"]), int(t["reserved_bytes"])))
     return out
 
 
 def h200_points() -> list[Point]:
     """The real-GPU inference measurements against the analytic engine's answer now."""
-    from memfit.estimate.policy import run_engine
     from memfit.models import resolve_model
     from memfit.spec import WorkloadSpec
 
@@ -193,38 +259,72 @@ def h200_points() -> list[Point]:
         if (r.get("workload") or {}).get("mode") != "infer":
             continue
         w = WorkloadSpec(precision="bf16-true", **r["workload"])
-        est = run_engine("analytic", resolve_model(r["config"]), w, None)
-        out.append(Point(f"{r['case']} (H200)", int(est.components["parameters"]),
-                         est.peak_allocated_bytes, int(r["max_memory_allocated"]),
+        parts = analytic_parts(resolve_model(r["config"]), w, None, r["case"])
+        out.append(Point(f"{r['case']} (H200)", parts, int(r["max_memory_allocated"]),
                          int(r["max_memory_reserved"])))  # fmt: skip
     return out
 
 
 def fit(pts: list[Point]) -> dict[str, Any]:
-    """The shown and the top rule (module docstring): (held ratio, ratio) each, rounded up to
-    3 places."""
-
-    def need_ratio(p: Point, held_ratio: float, need: float) -> float:
-        rest = p.allocated_bytes - p.held_bytes
-        return (need - p.held_bytes * held_ratio - FIXED_BYTES) / rest if rest > 0 else 0.0
-
-    def best(need_of: Any) -> tuple[float, float]:
-        large = [p for p in pts if p.allocated_bytes >= LARGE_ROW_BYTES] or pts
-        options = []
-        for hr in HELD_RATIOS:
-            r = max(1.0, max(need_ratio(p, hr, need_of(p)) for p in pts))
-            r = math.ceil(r * 1000) / 1000
-            over = sum(rule_bytes(p, hr, r) / need_of(p) for p in large) / len(large)
-            options.append((over, hr, r))
-        _over, hr, r = min(options)
-        return hr, r
-
-    shown = best(lambda p: p.measured_reserved_bytes * (1 - SHOWN_UNDER))
-    top = best(lambda p: p.covered_bytes)
-    worst = min(pts, key=lambda p: rule_bytes(p, *top) / p.covered_bytes)
+    """The shown and the top fit (module docstring): ``InferFit`` each, ``ratio`` rounded up
+    to 3 places."""
+    shown = _best(pts, [p.measured_reserved_bytes * (1 - SHOWN_UNDER) for p in pts])
+    top = _best(pts, [p.covered_bytes for p in pts])
+    worst = min(pts, key=lambda p: infer_bytes(p.parts, top) / p.covered_bytes)
     return {"shown": shown, "top": top, "fixed_bytes": FIXED_BYTES, "n_rows": len(pts),
             "n_large_rows": sum(1 for p in pts if p.allocated_bytes >= LARGE_ROW_BYTES),
             "worst": worst.label}  # fmt: skip
+
+
+def _best(pts: list[Point], need: list[float]) -> InferFit:
+    """Of every fit on the grid of ratios, with the least ``ratio`` that reaches ``need`` on
+    every row, the one with the least mean over-prediction on the job-sized rows (the first
+    such in the grid's order); the sums in floats (numpy), checked in integers after."""
+    import numpy as np
+
+    def col(values: list[float]) -> Any:
+        return np.array(values, dtype=np.float64)
+
+    held = col([min(p.held_bytes, p.allocated_bytes) for p in pts])
+    prompt = col([p.parts.prompt_kv_bytes for p in pts])
+    rest_pre = col([max(p.parts.prefill_bytes - h - p.parts.prompt_kv_bytes, 0)
+                    for p, h in zip(pts, held, strict=True)])  # fmt: skip
+    decoded = col([1.0 if p.parts.decode_bytes else 0.0 for p in pts])
+    grown = col([p.parts.grown_kv_bytes for p in pts])
+    rest_dec = col([max(p.parts.decode_bytes - h - p.parts.grown_kv_bytes, 0)
+                    for p, h in zip(pts, held, strict=True)])  # fmt: skip
+    needed = col(need)
+    large = col([1.0 if p.allocated_bytes >= LARGE_ROW_BYTES else 0.0 for p in pts])
+    large /= large.sum()
+    measured = col([p.measured_reserved_bytes for p in pts])
+    k = col(list(KV_RATIOS))[:, None, None, None]
+    a = col(list(PROMPT_KV_RATIOS))[None, :, None, None]
+    b = col(list(GROWN_KV_RATIOS))[None, None, :, None]
+
+    def ratio_for(gap: Any, rest: Any) -> Any:  # the ratio of the rest that closes the gap
+        safe = np.where(rest > 0, rest, 1.0)
+        return np.where(rest > 0, gap / safe, np.where(gap <= 0, 0.0, np.inf))
+
+    options = []
+    for h in HELD_RATIOS:
+        base = held * h + FIXED_BYTES
+        pre_cache, dec_cache = prompt * k, prompt * a + grown * b
+        r_pre = ratio_for(needed - base - pre_cache, rest_pre)
+        r_dec = np.where(decoded > 0, ratio_for(needed - base - dec_cache, rest_dec), np.inf)
+        r = np.maximum(1.0, np.minimum(r_pre, r_dec).max(axis=-1))
+        r = np.ceil(r * 1000 - 1e-9) / 1000
+        rr = r[..., None]
+        rule = base + np.maximum(pre_cache + rest_pre * rr,
+                                 np.where(decoded > 0, dec_cache + rest_dec * rr, 0.0))  # fmt: skip
+        over = (rule / measured * large).sum(axis=-1)
+        i = np.unravel_index(int(np.argmin(over)), over.shape)
+        options.append((float(over[i]), h, float(r[i]), KV_RATIOS[i[0]],
+                        PROMPT_KV_RATIOS[i[1]], GROWN_KV_RATIOS[i[2]]))  # fmt: skip
+    _over, h, r, k0, a0, b0 = min(options)
+    best = InferFit(h, r, k0, a0, b0)
+    while any(infer_bytes(p.parts, best) < n for p, n in zip(pts, need, strict=True)):
+        best = best._replace(ratio=round(best.ratio + 0.001, 3))  # integer rounding
+    return best
 
 
 def all_points() -> list[Point]:
@@ -235,10 +335,8 @@ def all_points() -> list[Point]:
 def grid_rows() -> list[dict[str, Any]]:
     """The fast-path grid's inference rows with the analytic engine's components (--grid)."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks.fastpath_grid import _latest, real_config
-    from benchmarks.tiny_models import write_tiny
+    from benchmarks.fastpath_grid import _latest
     from memfit.estimate.policy import run_engine
-    from memfit.models import resolve_model
     from memfit.spec import WorkloadSpec
 
     grid = [json.loads(line) for line in GRID.read_text(encoding="utf-8").splitlines() if line]
@@ -249,15 +347,7 @@ def grid_rows() -> list[dict[str, Any]]:
             continue
         if a.get("status") != "ok" or t.get("status") != "ok":
             continue
-        folder = Path(tempfile.mkdtemp(prefix="memfit-infer-"))
-        if r["origin"] == "tiny":
-            source = resolve_model(str(write_tiny(folder, r["family"])))
-        else:
-            path = folder / r["family"] / "config.json"
-            path.parent.mkdir(parents=True)
-            depth = int(r["origin"].split("-")[1])
-            path.write_text(json.dumps(real_config(r["family"], depth)))
-            source = resolve_model(str(path.parent))
+        source = row_source({**r, "source": "grid"})
         w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=r["batch"],
                          seq_len=r["seq"], new_tokens=r.get("new_tokens") or 0)  # fmt: skip
         est = run_engine("analytic", source, w, None)
@@ -274,12 +364,49 @@ def grid_rows() -> list[dict[str, Any]]:
     return out
 
 
+def timeline(name: str, batch: int, seq: int, new: int) -> dict[str, int]:
+    """The trace's reserved bytes of a bundled model's job at the end of its prefill and at
+    the end (its allocation events replayed through the allocator model up to each phase
+    mark): how much of the reserved peak the decode's cache growth adds (``--timeline``)."""
+    from memfit.estimate.allocator.caching import simulate
+    from memfit.estimate.trace import build
+    from memfit.estimate.trace import engine as trace_engine
+    from memfit.models import resolve_model
+    from memfit.spec import WorkloadSpec
+
+    config = resolve_model(name).config
+    w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=batch, seq_len=seq,
+                     new_tokens=new)  # fmt: skip
+    w, _notes = trace_engine.prepare_workload(config, w)
+    stacks = build.layer_plan(config, False)
+    counts = {v.name: v.count for v in stacks}
+    sink: list[Any] = []
+    task = build.resolve_task(config, w.task)
+    trace_engine._trace_once(config, w, task, stacks, counts, False, gpu=None, sink=sink)
+    events, marks = sink
+    at = dict(marks)
+    return {
+        "prefill_end_reserved_bytes": simulate(events[: at["decode"]]).peak_reserved_bytes,
+        "end_reserved_bytes": simulate(events).peak_reserved_bytes,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", help="measure only this bundled config's jobs")
     p.add_argument("--grid", action="store_true", help="add the fast-path grid's inference rows")
     p.add_argument("--fit", action="store_true", help="print the fitted rules and every row")
+    p.add_argument(
+        "--timeline",
+        nargs=4,
+        metavar=("MODEL", "BATCH", "SEQ", "NEW"),
+        help="the trace's reserved bytes at the prefill's end and at the end",
+    )
     args = p.parse_args(argv)
+    if args.timeline:
+        name, *sizes = args.timeline
+        print(json.dumps(timeline(name, *map(int, sizes))))
+        return 0
     done = set()
     if OUT.exists():
         done = {_key(json.loads(line)) for line in OUT.read_text().splitlines() if line.strip()}
@@ -287,12 +414,12 @@ def main(argv: list[str] | None = None) -> int:
         pts = all_points()
         result = fit(pts)
         print(json.dumps(result))
-        (hs, rs), (ht, rt) = result["shown"], result["top"]
+        shown, top = result["shown"], result["top"]
         for pt in pts:
             m = pt.measured_reserved_bytes
             print(f"{pt.label}: measured {m / MIB:.0f} MiB, shown "
-                  f"{100 * (rule_bytes(pt, hs, rs) / m - 1):+.2f} %, top "
-                  f"{100 * (rule_bytes(pt, ht, rt) / m - 1):+.2f} %")  # fmt: skip
+                  f"{100 * (infer_bytes(pt.parts, shown) / m - 1):+.2f} %, top "
+                  f"{100 * (infer_bytes(pt.parts, top) / m - 1):+.2f} %")  # fmt: skip
         return 0
     if args.grid:
         with open(OUT, "a", encoding="utf-8") as f:

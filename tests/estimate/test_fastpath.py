@@ -14,7 +14,7 @@ import pytest
 
 import memfit
 from memfit.estimate import fastpath
-from memfit.estimate.analytic.reserved import RESERVED_RATIO, infer_rule
+from memfit.estimate.analytic.reserved import RESERVED_RATIO, InferParts, infer_rule
 from memfit.spec import EstimateOptions, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,9 +104,11 @@ def test_auto_answers_an_inference_job_with_the_analytic_engine_the_trace_confir
     fast = memfit.estimate("gpt2", w)
     assert (fast.engine, fast.confirmed) == ("analytic", False)
     assert "for model_type 'gpt2' (infer)" in str(fast.engine_reason)
-    held = fast.components["parameters"]  # analytic/reserved.py, INFER_RESERVED
-    shown, _range = infer_rule(held, band=False).at(fast.peak_allocated_bytes)
-    assert fast.peak_reserved_bytes == shown
+    # analytic/reserved.py, INFER_RESERVED: the parameters and the KV cache apart (the
+    # estimate's phases carry the workspaces the rule adds after it: a few bytes of rounding)
+    parts = InferParts.of({k: p.components for k, p in fast.phases.items()})
+    shown, _range = infer_rule(parts, band=False).at(fast.peak_allocated_bytes)
+    assert abs(fast.peak_reserved_bytes - shown) <= 4
     est = memfit.estimate("gpt2", w, options=EstimateOptions(confirm=True))
     assert est.engine == "trace"
     assert abs(fast.peak_allocated_bytes / est.peak_allocated_bytes - 1) <= fastpath.TOLERANCE

@@ -17,7 +17,7 @@ from memfit.cli import main
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.verdict import EXIT_CODES
 from memfit.plan import fit
-from memfit.plan.budget import DEFAULT_HEADROOM, need_bytes
+from memfit.plan.budget import DEFAULT_HEADROOM, Budget, need_bytes
 from memfit.plan.budget import verdict as budget_verdict
 from memfit.plan.solve import GUIDED_ROUNDS, FitResult, largest, largest_guided
 from memfit.report.plan import render_fit
@@ -372,3 +372,65 @@ def test_the_fit_command_exits_by_the_verdict_of_what_it_reports(
 
 def memfit_estimate(path: Path) -> MemoryEstimate:
     return memfit.estimate(str(path), WorkloadSpec(seq_len=256), engine="analytic")
+
+
+def _largest_fitting(
+    estimator: Callable[[WorkloadSpec], MemoryEstimate], w: WorkloadSpec, budget: Budget
+) -> int:
+    return largest(
+        lambda b: budget_verdict(estimator(dataclasses.replace(w, batch_size=b)), budget).fits,
+        cap=memfit.spec.MAX_BATCH_SIZE,
+    )
+
+
+def _widened(extra: Callable[[MemoryEstimate], int]) -> Callable[[WorkloadSpec], MemoryEstimate]:
+    """The closed form with a wider device range (a fast engine's): its upper end ``extra``
+    over the closed form's."""
+
+    def estimator(x: WorkloadSpec) -> MemoryEstimate:
+        est = closed_form_estimate(x)
+        ranges = {"device_used_bytes": (est.device_used_bytes, need_bytes(est) + extra(est))}
+        return dataclasses.replace(est, engine="pessimistic", ranges=ranges)
+
+    return estimator
+
+
+def test_the_kv_table_is_the_fast_engines_answer_scaled_to_the_confirmed_one(
+    tiny_llama_dir: Path,
+) -> None:
+    """The KV-cache table of ``--solve concurrency`` was the fast engine's alone, judged on its
+    own wider range (gpt2 on a T4: 127 requests at 1024 tokens where the trace fits 154). Now,
+    where the answer is confirmed, the fast engine judges each row on the capacity scaled by its
+    need over the confirming engine's at the answer: a fast engine whose range is a constant
+    25 % wider then gives the confirming engine's own answers."""
+    w = WorkloadSpec(mode="infer", seq_len=512, new_tokens=16)
+    wide = _widened(lambda est: need_bytes(est) // 4)
+    r = fit(str(tiny_llama_dir), w, solve="concurrency", gpu_memory_bytes=96 * MiB,
+            estimator=wide, confirm=closed_form_estimate)  # fmt: skip
+    assert r.confirmed_by == "confirm"
+    assert [row["context_tokens"] for row in r.kv_table] == [1024, 2048]
+    for row in r.kv_table:
+        at = dataclasses.replace(w, seq_len=row["context_tokens"] - w.new_tokens)
+        precise = _largest_fitting(closed_form_estimate, at, r.budget)
+        assert row["max_concurrency"] == precise > _largest_fitting(wide, at, r.budget)
+    assert any("answers on the capacity x 1.25" in n for n in r.notes)
+
+
+def test_confirm_certifies_each_row_of_the_kv_table_with_the_confirming_engine(
+    tiny_llama_dir: Path,
+) -> None:
+    """Under ``--confirm`` each row is the confirming engine's largest batch, asked first at
+    the scaled fast answer and the batch after it, whatever the fast engine's range (here 8 MiB
+    wider at every batch, so the scale at the answer does not hold at other contexts)."""
+    from memfit.estimate.policy import use_confirm
+
+    w = WorkloadSpec(mode="infer", seq_len=512, new_tokens=16)
+    wide = _widened(lambda est: 8 * MiB)
+    with use_confirm():
+        r = fit(str(tiny_llama_dir), w, solve="concurrency", gpu_memory_bytes=96 * MiB,
+                estimator=wide, confirm=closed_form_estimate)  # fmt: skip
+    assert r.confirmed_by == "confirm"
+    for row in r.kv_table:
+        at = dataclasses.replace(w, seq_len=row["context_tokens"] - w.new_tokens)
+        assert row["max_concurrency"] == _largest_fitting(closed_form_estimate, at, r.budget)
+    assert any("each row certified by the confirm engine" in n for n in r.notes)

@@ -23,8 +23,9 @@ temporaries fragment the allocator's segments), both of which must pass for the 
 ``MIN_SEGMENTS_BYTES``, which the top of the range adds to the ratio): without that floor the
 tiny models' reserved bytes, 2.4x their allocated, failed every inference row (issue 32). The
 reserved bytes an inference answer shows, and the band its verdict settles on, scale the
-parameters and the rest of the peak apart (``analytic/reserved.py``, ``INFER_RESERVED``,
-fitted to serving-size traces and H200 runs by ``benchmarks/infer_reserved.py``).
+parameters, the KV cache and the rest of the peak apart (``analytic/reserved.py``,
+``INFER_RESERVED``, fitted to serving-size traces and H200 runs by
+``benchmarks/infer_reserved.py``).
 
 A fast answer is confirmed by the trace (``--confirm``; :func:`verdict_settled` says when the
 policy confirms on its own): where the capacity lies inside the band the trace's answer may
@@ -712,7 +713,7 @@ def validated_reason(config: dict[str, Any] | None, w: WorkloadSpec) -> str:
         return (
             f"auto: the fast-path grid validates the analytic engine for model_type "
             f"{model_type!r} ({grid_job(w)}) within {TOLERANCE:.0%} of the trace; reserved bytes "
-            "by the inference fit (parameters and the rest of the peak apart; never more than "
+            "by the inference fit (parameters, KV cache and the rest apart; never more than "
             f"{TOLERANCE:.0%} under a measured serving-size job: the verdict is settled on the "
             "top of the inference band; the trace confirms otherwise)"
         )

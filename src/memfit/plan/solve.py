@@ -18,11 +18,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memfit.errors import DoesNotFitError, MemfitError, NotModelledError, SpecError, TraceError
+from memfit.estimate.policy import confirming
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.verdict import DOES_NOT_FIT, EXIT_CODES, FITS, TIGHT, Verdict
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model, take_media
-from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits, verdict
+from memfit.plan.budget import DEFAULT_HEADROOM, Budget, fits, need_bytes, verdict
 from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
 from memfit.report.plan_html import fit_fragment
 from memfit.spec import MAX_BATCH_SIZE, MAX_SEQ_LEN, WorkloadSpec
@@ -245,11 +246,15 @@ def fit(
     if tight and value < cap:
         most, most_est, _ = _solve(engines, budget, workload, name, cap, step, accept=_not_over)
         most = max(most, value)
-    table = (
-        _kv_table(engines.search, budget, workload, source)
-        if solve == "concurrency" and kv_table
-        else []
-    )
+    table: list[dict[str, int]] = []
+    if solve == "concurrency" and kv_table:
+        answered = _with(workload, name, max(value, step))
+        confirmed_answer = confirmed is not None and confirmed == _confirm_name(engines)
+        guide = _guide_budget(engines, budget, answered, est) if confirmed_answer else None
+        certify = guide is not None and confirming()
+        table = _kv_table(engines, budget, workload, source, guide, certify=certify)
+        if guide is not None and engines.confirm is not None:
+            notes.append(_table_note(engines, budget, guide, certify))
     n = engines.search.n_calls + (engines.confirm.n_calls if engines.confirm else 0)
     if engines.search.n_guided:
         notes.append(
@@ -445,18 +450,87 @@ def _try(engine: CachedEstimator, w: WorkloadSpec) -> MemoryEstimate | None:
         return None
 
 
+def _confirm_name(engines: EnginePair) -> str | None:
+    return None if engines.confirm is None else engines.confirm.name
+
+
+def _guide_budget(
+    engines: EnginePair, budget: Budget, answered: WorkloadSpec, precise: MemoryEstimate | None
+) -> Budget | None:
+    """The budget on which the search engine leads the confirming engine's search of the
+    KV-cache table (a guide only: the confirming engine's own verdict certifies each row): the
+    capacity scaled by the search engine's need over the confirming engine's (``precise``) at
+    the answer ``answered`` (the fast engine's range is wider than the trace's: gpt2 on a T4,
+    1024 tokens, 154 requests: 16.6 GiB against 13.8). None without a confirmed answer."""
+    if precise is None or engines.confirm is None:
+        return None
+    fast = _try(engines.search, answered)
+    if fast is None or need_bytes(fast) <= 0 or need_bytes(precise) <= 0:
+        return None
+    scale = need_bytes(fast) / need_bytes(precise)
+    return Budget(
+        gpu_name=budget.gpu_name,
+        capacity_bytes=round(budget.capacity_bytes * scale),
+        headroom_bytes=round(budget.headroom_bytes * scale),
+    )
+
+
+def _table_note(engines: EnginePair, budget: Budget, guide: Budget, certify: bool) -> str:
+    search, confirm = engines.search.name, engines.confirm.name if engines.confirm else "?"
+    scale = guide.capacity_bytes / budget.capacity_bytes
+    if certify:
+        return (
+            f"KV-cache table: each row certified by the {confirm} engine (--confirm: at the "
+            f"{search} engine's answer on the capacity x {scale:.3f} and the value after it)"
+        )
+    return (
+        f"KV-cache table: the {search} engine's answers on the capacity x {scale:.3f} (its need "
+        f"over the {confirm} engine's at the confirmed answer); --confirm certifies each row "
+        f"with the {confirm} engine"
+    )
+
+
 def _kv_table(
-    engine: CachedEstimator, budget: Budget, w: WorkloadSpec, source: Any
+    engines: EnginePair,
+    budget: Budget,
+    w: WorkloadSpec,
+    source: Any,
+    guide: Budget | None = None,
+    *,
+    certify: bool = False,
 ) -> list[dict[str, int]]:
-    """Context length x the most concurrent requests that fit (fast engine only)."""
+    """Context length x the most concurrent requests that fit: the search engine's answer; with
+    a ``guide`` budget (:func:`_guide_budget`), its answer judged on that budget (measured
+    equal to the trace's own on every row of gpt2 on a T4 and llama-3.2-1b on an L4:
+    docs/accuracy.md, "Inference reserved bytes: the KV cache apart"), and with ``certify`` the
+    confirming engine's, asked there first (:func:`_certified`)."""
     limit = _context_limit(source) or KV_TABLE_CONTEXTS[-1]
     rows = []
     for ctx in (c for c in KV_TABLE_CONTEXTS if c <= limit):
         base = replace(w, seq_len=max(ctx - w.new_tokens, 1))
-        n = _largest(engine, budget, base, "batch_size", cap=MAX_BATCH_SIZE, step=1)
+        engine = engines.search
+        on = budget if guide is None else guide
+        n = _largest(engine, on, base, "batch_size", cap=MAX_BATCH_SIZE, step=1)
+        if certify and engines.confirm is not None:
+            engine = engines.confirm
+            n = _certified(engine, budget, base, n, cap=MAX_BATCH_SIZE)
         est = _try(engine, replace(base, batch_size=max(n, 1)))
         kv = est.components.get("kv_cache", 0) if est is not None and n else 0
         rows.append({"context_tokens": ctx, "max_concurrency": n, "kv_cache_bytes": kv})
         if n == 0:
             break
     return rows
+
+
+def _certified(engine: CachedEstimator, budget: Budget, w: WorkloadSpec, led: int, *,
+               cap: int) -> int:  # fmt: skip
+    """The largest batch ``engine`` fits, asked first at ``led`` and the batch after it (the
+    answer where it fits there and not after), else searched on up or below with it."""
+    pred = _predicate(engine, budget, w, "batch_size")
+    if not led:
+        return _largest_above(pred, 1, cap=cap, step=1) if pred(1) else 0
+    if pred(led):
+        if led >= cap or not pred(led + 1):
+            return led
+        return _largest_above(pred, led + 1, cap=cap, step=1)
+    return largest(pred, cap=led - 1, step=1)

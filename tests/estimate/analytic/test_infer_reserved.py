@@ -1,9 +1,11 @@
-"""An inference job's reserved bytes: parameters and the rest of the peak apart (issue 32).
+"""An inference job's reserved bytes: parameters, the KV cache and the rest of the peak apart
+(issue 32).
 
 ``analytic/reserved.py``'s ``INFER_RESERVED`` is fitted by ``benchmarks/infer_reserved.py`` to
-the rows of ``benchmarks/results/infer_reserved.jsonl`` (serving-size traces, the fast-path
-grid's inference rows) and the H200 inference measurements; these tests refit it, and hold the
-answer shown within 2 % under, and the band's top over, every one of those rows.
+the rows of ``benchmarks/results/infer_reserved.jsonl`` (serving-size traces, KV-heavy ones
+among them, the fast-path grid's inference rows) and the H200 inference measurements; these
+tests refit it, and hold the answer shown within 2 % under, and the band's top over, every one
+of those rows, and the KV-heavy jobs' answers near the trace's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from memfit.estimate.analytic.reserved import (
     INFER_BAND_ROWS,
     INFER_RESERVED,
     MIN_SEGMENTS_BYTES,
+    InferParts,
     class_band,
     infer_rule,
     reserved_rule,
@@ -47,22 +50,30 @@ def test_the_fit_is_the_one_the_rows_give() -> None:
     assert result["fixed_bytes"] == MIN_SEGMENTS_BYTES
     # serving-size traces at real width, the grid's 60 inference rows, the two H200 cases
     assert sum(1 for p in POINTS if p.label.endswith("(H200)")) == 2
-    assert sum(1 for p in POINTS if "depth" in p.label) >= 12
+    assert sum(1 for p in POINTS if "depth" in p.label) >= 32
+    assert len(KV_HEAVY) >= 12
+
+
+#: The KV-heavy serving jobs (benchmarks/infer_reserved.py JOBS after the first 20, helper
+#: "kvinfer"): gpt2, qwen3-0.6b, llama-3.2-1b at full depth, the cache 32-91 % of the analytic
+#: peak, 128-2048 new tokens.
+KV_HEAVY_JOBS = {f"{m} (depth full, {b} x {s} + {n})" for m, _d, b, s, n in bench.JOBS[20:]}
+KV_HEAVY = [p for p in POINTS if p.label in KV_HEAVY_JOBS]
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: p.label)
 def test_the_band_is_never_under_a_recorded_row(point: bench.Point) -> None:
     band = class_band("infer")
     assert band is not None
-    top = band.top_bytes(point.allocated_bytes, point.held_bytes)
+    top = band.top_bytes(point.allocated_bytes, point.parts)
     assert top >= point.covered_bytes >= point.measured_reserved_bytes
-    rule_top, _range = infer_rule(point.held_bytes, band=True).at(point.allocated_bytes)
+    rule_top, _range = infer_rule(point.parts, band=True).at(point.allocated_bytes)
     assert rule_top == top  # the rule the engine applies is the band the test holds
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: p.label)
 def test_the_answer_shown_is_at_most_2_percent_under_a_recorded_row(point: bench.Point) -> None:
-    shown, rng = infer_rule(point.held_bytes, band=False).at(point.allocated_bytes)
+    shown, rng = infer_rule(point.parts, band=False).at(point.allocated_bytes)
     assert shown >= point.measured_reserved_bytes * (1 - fastpath.TOLERANCE)
     assert rng is not None and rng[0] <= shown <= rng[1]
 
@@ -90,15 +101,17 @@ def test_the_engine_applies_the_rule_to_its_parameters_share() -> None:
     w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=8, seq_len=2048, new_tokens=64)
     source = resolve_model("qwen3-0.6b")
     shown = run_engine("analytic", source, w, None)
-    held = shown.components["parameters"]
-    assert (
-        shown.peak_reserved_bytes == infer_rule(held, band=False).at(shown.peak_allocated_bytes)[0]
-    )
+    parts = InferParts.of({k: p.components for k, p in shown.phases.items()})
+    assert parts.prompt_kv_bytes and parts.grown_kv_bytes > parts.prompt_kv_bytes
+    # the estimate's phases carry the cuBLAS workspaces the engine's rule adds after it: the
+    # same bytes up to the rounding of each product (a few bytes)
+    at = infer_rule(parts, band=False).at(shown.peak_allocated_bytes)[0]
+    assert abs(shown.peak_reserved_bytes - at) <= 4
     band = run_engine("analytic", source, w, None, reserved_end="band")
     top = class_band("infer")
     assert top is not None
-    assert band.peak_reserved_bytes == top.top_bytes(band.peak_allocated_bytes, held)
-    assert "parameters x 1.026" in band.trace["reserved_band"]
+    assert abs(band.peak_reserved_bytes - top.top_bytes(band.peak_allocated_bytes, parts)) <= 4
+    assert "parameters x 1.050 + its KV cache x 1.010" in band.trace["reserved_band"]
 
 
 def test_training_ignores_the_parameters_share() -> None:
@@ -108,7 +121,74 @@ def test_training_ignores_the_parameters_share() -> None:
 
 
 def test_an_8b_inference_estimate_on_an_l4_settles_without_the_trace() -> None:
-    """The band's top (parameters x 1.026 + the rest x 1.475 + 22 MiB) leaves the verdict
-    "fits" at L4's capacity; the wide band (allocated x 1.303 + 22 MiB) left it "tight"."""
+    """The band's top (parameters x 1.050 + the KV cache x 1.010 + the rest x 1.492 + 22 MiB)
+    leaves the verdict "fits" at L4's capacity; the wide band (allocated x 1.303 + 22 MiB) left
+    it "tight"."""
     est = memfit.estimate("llama-3.1-8b", WorkloadSpec(mode="infer"), gpu="L4")
     assert (est.engine, est.confirmed, est.fits.verdict) == ("analytic", False, "fits")
+
+
+def _shown_error(point: bench.Point, fit: tuple[float, ...]) -> float:
+    """The answer shown by ``fit`` on ``point``, relative to its measured reserved bytes."""
+    from memfit.estimate.analytic.reserved import InferFit, infer_bytes
+
+    return infer_bytes(point.parts, InferFit(*fit)) / point.measured_reserved_bytes - 1
+
+
+#: The rule before the KV cache was taken apart (parameters x 1.005 + the rest of the peak x
+#: 1.447 + 22 MiB, the cache among the rest): as an InferFit, the cache at the rest's ratio.
+OLD_SHOWN = (1.005, 1.447, 1.447, 0.0, 1.447)
+
+
+def test_gpt2_at_150_x_1024_tokens_is_shown_within_10_percent_of_the_trace() -> None:
+    """The lead's case (docs/accuracy.md, "Known over-prediction of the inference rule"):
+    gpt2, 150 requests of 768 + 256 tokens, KV cache 3.96 GiB of a 7.82 GiB prefill peak; the
+    trace reserves 8.70 GiB (x 1.113). The rule with the cache among the rest showed 11.24 GiB
+    (+29 %); the cache apart, +9.3 %."""
+    (point,) = [p for p in POINTS if p.label == "gpt2 (depth full, 150 x 768 + 256)"]
+    assert _shown_error(point, OLD_SHOWN) > 0.28  # the old rule, on the same parts
+    w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=150, seq_len=768,
+                     new_tokens=256)  # fmt: skip
+    est = run_engine("analytic", resolve_model("gpt2"), w, None)
+    error = est.peak_reserved_bytes / point.measured_reserved_bytes - 1
+    assert -fastpath.TOLERANCE <= error <= 0.10
+
+
+@pytest.mark.parametrize("point", KV_HEAVY, ids=lambda p: p.label)
+def test_a_kv_heavy_job_is_shown_at_most_16_percent_over_the_trace(point: bench.Point) -> None:
+    """Each KV-heavy serving job (12: gpt2, qwen3-0.6b, llama-3.2-1b at 16-256 requests of
+    up to 5120 tokens, up to 2048 new): the answer shown -2 % ... +16 % of the trace; the rule
+    with the cache among the rest reached +29 % (gpt2) and +16 % (llama-3.2-1b at 64 x 2048)."""
+    assert -fastpath.TOLERANCE <= _shown_error(point, INFER_RESERVED["shown"]) <= 0.16
+
+
+def test_the_old_rule_was_further_over_on_the_kv_heavy_jobs() -> None:
+    """The mean over-prediction of the answer shown on the KV-heavy jobs: the old rule's more
+    than twice the new one's (measured: +14.4 % against +5.6 %)."""
+    old = sum(_shown_error(p, OLD_SHOWN) for p in KV_HEAVY) / len(KV_HEAVY)
+    new = sum(_shown_error(p, INFER_RESERVED["shown"]) for p in KV_HEAVY) / len(KV_HEAVY)
+    assert old > 2 * new > 0
+
+
+def test_each_part_takes_its_own_ratio() -> None:
+    """The rule by hand (``INFER_RESERVED["shown"]``): an encoder's forward (no cache) is
+    parameters x h + the rest x r + 22 MiB; a prefill's cache is charged k, not the rest's r;
+    a decode whose grown cache outweighs the prefill's activations takes the decode's sum."""
+    from memfit.estimate.analytic.reserved import infer_bytes
+
+    fit = INFER_RESERVED["shown"]
+    gib = 2**30
+    encoder = InferParts.of({"forward": {"parameters": gib, "activations": gib}})
+    assert encoder.decode_bytes == encoder.prompt_kv_bytes == 0
+    assert infer_bytes(encoder, fit) == (
+        gib + int(gib * (fit.held_ratio - 1)) + MIN_SEGMENTS_BYTES + int(gib * fit.ratio)
+    )
+    prefill = {"parameters": gib, "kv_cache": 4 * gib, "activations": 4 * gib}
+    short = InferParts.of({"prefill": prefill, "decode": {"parameters": gib, "kv_cache": 4 * gib}})
+    base = gib + int(gib * (fit.held_ratio - 1)) + MIN_SEGMENTS_BYTES
+    assert infer_bytes(short, fit) == base + int(4 * gib * fit.kv_ratio) + int(4 * gib * fit.ratio)
+    grown = {"parameters": gib, "kv_cache": 12 * gib}
+    long = InferParts.of({"prefill": prefill, "decode": grown})
+    cache = int(4 * gib * fit.prompt_kv_ratio) + int(12 * gib * fit.grown_kv_ratio)
+    assert (long.peak_bytes, long.grown_kv_bytes) == (13 * gib, 12 * gib)
+    assert infer_bytes(long, fit) == base + cache > infer_bytes(short, fit)

@@ -27,9 +27,10 @@ from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch,
 from memfit.estimate.analytic.registry import supports as _family_supports
 from memfit.estimate.analytic.reserved import (
     INFER_RESERVED,
-    MIN_SEGMENTS_BYTES,
     ClassBand,
+    InferParts,
     class_band,
+    describe_infer,
     reserved_rule,
 )
 from memfit.estimate.analytic.versions import WRITTEN_AGAINST, version_notes
@@ -350,20 +351,20 @@ def _result(
         best: Vec = max(pts, key=sum)
         comps = {c: int(best[i]) for i, c in enumerate(COMPONENTS)}
         phases[phase] = PhaseResult(components=comps, unified_bytes=paged)
-    # an inference job's parameters at its peak: what its reserved rule does not fragment
-    held = None if wl.is_train else max(phases.values(), key=_total).components["parameters"]
-    reserved = reserved_rule(training=wl.is_train, end=end, job=job, held_bytes=held)
+    # an inference job's parameters, KV cache and the rest at its phases' peaks: its reserved
+    # rule takes each apart (reserved.INFER_RESERVED)
+    parts = None if wl.is_train else InferParts.of({k: p.components for k, p in phases.items()})
+    reserved = reserved_rule(training=wl.is_train, end=end, job=job, infer=parts)
     assert reserved.ratio is not None
     band = class_band(job) if end == "band" else None
     if band is not None:
         reserved_note = f"reserved bytes at the top of the band of {band.describe()}"
     elif reserved.held_bytes:  # inference (reserved.INFER_RESERVED)
-        held_ratio = INFER_RESERVED["shown" if end == "mid" else "top"][0]
+        fit = INFER_RESERVED["shown" if end == "mid" else "top"]
         reserved_note = (
-            f"reserved bytes are the parameters x {held_ratio:.3f} + the rest of the peak x "
-            f"{reserved.ratio[0]:.3f} + {format_bytes(MIN_SEGMENTS_BYTES)} (a fit to measured "
-            "serving-size inference: the trace's allocator replay and an H200; one 20 MiB "
-            "large-pool and one 2 MiB small-pool segment)"
+            f"reserved bytes are {describe_infer(fit)} (a fit to measured serving-size "
+            "inference: the trace's allocator replay and an H200; the KV cache grows by "
+            "torch.cat each decode step; one 20 MiB large-pool and one 2 MiB small-pool segment)"
         )
     else:
         which = "a fit to" if end == "mid" else "the top of the measured range of"
@@ -410,10 +411,6 @@ def _result(
         + sharding.layout_notes(wl)
         + sim.notes,
     )
-
-
-def _total(phase: PhaseResult) -> int:
-    return sum(phase.components.values())
 
 
 def _band_note(

@@ -15,7 +15,9 @@ a line ``ratio x allocated + fixed`` over every row of that class, into the gene
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from memfit.estimate.analytic.reserved_bands import BANDS
 from memfit.estimate.pipeline import ReservedRule
@@ -44,26 +46,107 @@ RESERVED_RATIO = {
 #: 1.360 x (docs/accuracy.md, "Inference on the default engine"). Training keeps its rule.
 MIN_SEGMENTS_BYTES = LARGE_BUFFER_BYTES + SMALL_BUFFER_BYTES
 
-#: An inference job's reserved bytes where the analytic engine knows its parameters' share of
-#: the peak (``held``): ``held x held_ratio + (allocated - held) x ratio + MIN_SEGMENTS_BYTES``.
-#: The weights are allocated once at load and never freed, so only their sizes' rounding into
-#: the allocator's segments costs (a few %); the rest (KV cache, activations, temporaries) is
-#: what the caching allocator fragments; the 22 MiB are one partly used segment of each pool,
-#: present once whatever the job's size. A ratio of the whole peak cannot be right at every
-#: depth: a 2-layer cut of phi-4 reserves 1.17 x (its weights 63 % of the peak), a
-#: full-depth 7B 1.02 x. Fitted by ``benchmarks/infer_reserved.py --fit`` (its docstring) to
-#: every row of ``benchmarks/results/infer_reserved.jsonl`` (the trace's replay: 20 serving-size
-#: jobs of qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, mistral-7b-v0.1 at full depth and cut to
-#: 2-14 layers, batches 1-32, prompts 512-8192, 16-256 new tokens; and the
-#: fast-path grid's 60 ``infer`` / ``infer_long`` rows) and the 2 inference cases of
-#: ``benchmarks/results/gpu_h200_measurements.jsonl`` (a real H200: llama-3.2-1b reserves
-#: 1.119 x there, the trace 1.056 x): ``shown`` puts every row at >= 98 % of its measured
-#: reserved bytes (the answer ``estimate`` shows), ``top`` over every row (the band a verdict
-#: settles on); tests/estimate/analytic/test_infer_reserved.py refits and compares.
-#: (held_ratio, ratio) each.
-INFER_RESERVED = {"shown": (1.005, 1.447), "top": (1.026, 1.475)}
+
+class InferFit(NamedTuple):
+    """One fit of :data:`INFER_RESERVED`: the ratio of each part of an inference job's bytes."""
+
+    #: the parameters (allocated once at load, never freed: only their sizes' rounding costs)
+    held_ratio: float
+    #: the rest of a phase's peak: activations, temporaries (the transients that fragment)
+    ratio: float
+    #: the live KV cache at the prefill's peak
+    kv_ratio: float
+    #: the prompt's cache blocks at the decode peak: holes the grown cache does not fit back into
+    prompt_kv_ratio: float
+    #: the grown cache at the decode peak (the last step's ``torch.cat``, new segments)
+    grown_kv_ratio: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferParts:
+    """An inference job's bytes at its phases' peaks, as the analytic engine knows them:
+    ``held_bytes`` (the parameters), the prefill's (or an encoder's forward's) peak and the KV
+    cache in it (the prompt's), the decode's peak and the cache in it (grown to its last
+    length; 0 without decode steps)."""
+
+    held_bytes: int
+    prefill_bytes: int
+    prompt_kv_bytes: int = 0
+    decode_bytes: int = 0
+    grown_kv_bytes: int = 0
+
+    @classmethod
+    def of(cls, phases: Mapping[str, Mapping[str, int]]) -> InferParts:
+        """The parts of an estimate's ``{phase: components}`` (``prefill`` or ``forward``, and
+        ``decode``)."""
+        totals = {name: sum(c.values()) for name, c in phases.items()}
+        peak = max(totals, key=lambda name: totals[name])
+        first = phases.get("prefill", phases.get("forward", phases[peak]))
+        decode = phases.get("decode", {})
+        return cls(
+            held_bytes=int(phases[peak].get("parameters", 0)),
+            prefill_bytes=sum(first.values()),
+            prompt_kv_bytes=int(first.get("kv_cache", 0)),
+            decode_bytes=sum(decode.values()),
+            grown_kv_bytes=int(decode.get("kv_cache", 0)),
+        )
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(self.prefill_bytes, self.decode_bytes)
+
+
+#: An inference job's reserved bytes, from its parts (:class:`InferParts`; :func:`infer_bytes`):
+#: the larger of the prefill's and the decode's
+#:
+#:     prefill: held x held_ratio + prompt KV x kv_ratio + (the rest of its peak) x ratio
+#:     decode:  held x held_ratio + prompt KV x prompt_kv_ratio + grown KV x grown_kv_ratio
+#:              + (the rest of its peak) x ratio
+#:
+#: plus :data:`MIN_SEGMENTS_BYTES`. The weights are allocated once at load and never freed, so
+#: only their sizes' rounding into the allocator's segments costs (a few %); activations and
+#: temporaries are what the caching allocator fragments; the KV cache is neither: its blocks
+#: live from the prefill on (no more than their rounding at the prefill's peak), but
+#: transformers' DynamicCache grows each layer's keys and values by ``torch.cat`` every decode
+#: step (``DynamicLayer.update``, transformers 5.x ``cache_utils.py``: the new copy allocated
+#: while the old one is alive, then the old freed), so every grown tensor needs a block larger
+#: than the one it leaves, and the prompt's blocks stay behind as holes the grown cache does
+#: not fit back into unless the prefill's freed activations were larger. The trace (which
+#: replays 16 decode steps, then jumps the cache to its last length: trace/steps.py) reserves
+#: 1.11 x on gpt2 at 150 x 768 + 256 (KV 51 % of the prefill's peak; its eager attention's
+#: freed scores hold the grown cache) and 1.30 x on qwen3-0.6b at 128 x 256 + 256 (the grown
+#: cache in fresh segments). A ratio of the whole non-weight peak (the previous rule, 1.447)
+#: showed the first +29 %. Fitted by ``benchmarks/infer_reserved.py --fit`` (its docstring)
+#: to every row of ``benchmarks/results/infer_reserved.jsonl`` (the trace's replay: 32
+#: serving-size jobs of gpt2, qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, mistral-7b-v0.1 at full
+#: depth and cut to 2-14 layers, batches 1-256, prompts 128-8192, 16-2048 new tokens, 12 of
+#: them KV-heavy; and the fast-path grid's 60 ``infer`` / ``infer_long`` rows) and the 2
+#: inference cases of ``benchmarks/results/gpu_h200_measurements.jsonl`` (a real H200:
+#: llama-3.2-1b reserves 1.119 x there, the trace 1.056 x): ``shown`` puts every row at
+#: >= 98 % of its measured reserved bytes (the answer ``estimate`` shows), ``top`` over every
+#: row (the band a verdict settles on); tests/estimate/analytic/test_infer_reserved.py refits
+#: and compares.
+INFER_RESERVED = {
+    "shown": InferFit(1.03, 1.457, 1.0, 0.4, 1.19),
+    "top": InferFit(1.05, 1.492, 1.01, 0.4, 1.22),
+}
 #: How many rows the fit rests on, how many of them >= 1 GiB, and which set the top's ratio.
-INFER_BAND_ROWS = (82, 31, "qwen3-0.6b (depth full, 1 x 512 + 16)")
+INFER_BAND_ROWS = (94, 43, "llama1b-infer-gen (H200)")
+
+
+def infer_bytes(parts: InferParts, fit: InferFit) -> int:
+    """The reserved bytes :data:`INFER_RESERVED`'s ``fit`` gives ``parts``."""
+    held = min(parts.held_bytes, parts.peak_bytes)
+    base = held + int(held * (fit.held_ratio - 1)) + MIN_SEGMENTS_BYTES
+    prompt = parts.prompt_kv_bytes
+    rest = max(parts.prefill_bytes - held - prompt, 0)
+    out = base + int(prompt * fit.kv_ratio) + int(rest * fit.ratio)
+    if parts.decode_bytes:
+        grown = parts.grown_kv_bytes
+        rest = max(parts.decode_bytes - held - grown, 0)
+        cache = int(prompt * fit.prompt_kv_ratio) + int(grown * fit.grown_kv_ratio)
+        out = max(out, base + cache + int(rest * fit.ratio))
+    return out
 
 
 @dataclass(frozen=True)
@@ -87,15 +170,16 @@ class ClassBand:
     n_large_rows: int
     worst: str
     #: inference (:data:`INFER_RESERVED`): the ratio of the parameters' bytes, which ``ratio``
-    #: then scales the rest of the peak beyond; None: ``ratio`` scales the whole peak.
+    #: then scales the rest of the peak beyond (the KV cache apart); None: ``ratio`` scales the
+    #: whole peak.
     held_ratio: float | None = None
 
-    def top_bytes(self, allocated_bytes: int, held_bytes: int = 0) -> int:
+    def top_bytes(self, allocated_bytes: int, parts: InferParts | int = 0) -> int:
+        """The band's top at a peak of ``allocated_bytes``; inference: of the job's ``parts``
+        (or only its parameters' bytes: the rest of the peak all activations)."""
         if self.held_ratio is None:
             return int(allocated_bytes * self.ratio) + self.fixed_bytes
-        held = min(held_bytes, allocated_bytes)
-        rest = int((allocated_bytes - held) * self.ratio)
-        return held + int(held * (self.held_ratio - 1)) + rest + self.fixed_bytes
+        return infer_rule(parts, band=True).at(allocated_bytes)[0]
 
     def describe(self) -> str:
         """One line: ``job class 'lora' (27 fast-path grid rows, ...): reserved <= allocated x
@@ -104,8 +188,7 @@ class ClassBand:
             return (
                 f"job class {self.job!r} ({self.n_rows} measured inference rows, "
                 f"{self.n_large_rows} of them >= 1 GiB; widest: {self.worst}): reserved <= "
-                f"parameters x {self.held_ratio:.3f} + the rest of the peak x {self.ratio:.3f} + "
-                f"{format_bytes(self.fixed_bytes)}"
+                f"{describe_infer(INFER_RESERVED['top'])}"
             )
         return (
             f"job class {self.job!r} ({self.n_rows} fast-path grid rows, {self.n_large_rows} of "
@@ -118,7 +201,7 @@ def class_band(job: str | None) -> ClassBand | None:
     """The reserved band of the grid job ``job`` (``memfit.estimate.fastpath.grid_job``); None
     where the grid has no band for it (the wide :data:`RESERVED_RATIO` band applies)."""
     if job == "infer":  # its own fit (INFER_RESERVED), not the grid's short decodes
-        held_ratio, ratio = INFER_RESERVED["top"]
+        held_ratio, ratio = INFER_RESERVED["top"][:2]
         n_rows, n_large, worst = INFER_BAND_ROWS
         return ClassBand(job=job, ratio=ratio, fixed_bytes=MIN_SEGMENTS_BYTES, low_ratio=1.0,
                          n_rows=n_rows, n_large_rows=n_large, worst=worst,
@@ -146,19 +229,27 @@ RESERVED_ENDS = ("mid", "high", "band")
 
 
 def reserved_rule(
-    *, training: bool, end: str = "mid", job: str | None = None, held_bytes: int | None = None
+    *,
+    training: bool,
+    end: str = "mid",
+    job: str | None = None,
+    held_bytes: int | None = None,
+    infer: InferParts | None = None,
 ) -> ReservedRule:
     """The rule the analytic engine hands the pipeline (``pipeline.assemble`` applies it).
     ``job``: the grid job class whose band ``end="band"`` takes (None: the wide band).
-    ``held_bytes``: an inference job's parameters' bytes at its peak (None: not known), which
-    its answer shown (``mid``) and its own band take (:data:`INFER_RESERVED`)."""
+    ``infer``: an inference job's parts (:class:`InferParts`), or ``held_bytes``: only its
+    parameters' bytes at its peak (the rest of the peak then counts as activations); None:
+    not known. Its answer shown (``mid``) and its own band take them (:data:`INFER_RESERVED`)."""
+    if infer is not None:
+        held_bytes = infer.held_bytes
     mid, low, high = RESERVED_RATIO["train" if training else "infer"]
     if end not in RESERVED_ENDS:
         raise ValueError(f"end ({end!r}) must be one of {', '.join(RESERVED_ENDS)}")
     band = class_band(job) if end == "band" else None
     held_rule = not training and held_bytes is not None
     if held_rule and (end == "mid" or (band is not None and band.held_ratio is not None)):
-        return infer_rule(int(held_bytes or 0), band=end == "band")
+        return infer_rule(infer or int(held_bytes or 0), band=end == "band")
     if band is not None and band.held_ratio is not None:  # no parameters' share: the wide band
         band = None
         end = "high"
@@ -175,20 +266,40 @@ def reserved_rule(
     return ReservedRule(ratio=(mid if end == "mid" else high, low, high))
 
 
-def infer_rule(held_bytes: int, *, band: bool) -> ReservedRule:
-    """An inference job's rule (:data:`INFER_RESERVED`) for parameters of ``held_bytes``: the
-    answer shown (``band=False``: the ``shown`` fit, its range's top the ``top`` fit) or the
-    band's top (``band=True``). The held bytes' ratio rides in ``fixed_bytes`` (the pipeline's
-    rule scales the rest of the peak)."""
-    shown_held, shown = INFER_RESERVED["shown"]
-    top_held, top = INFER_RESERVED["top"]
-    at_top = MIN_SEGMENTS_BYTES + int(held_bytes * (top_held - 1))
-    at_point = at_top if band else MIN_SEGMENTS_BYTES + int(held_bytes * (shown_held - 1))
+def infer_rule(parts: InferParts | int, *, band: bool) -> ReservedRule:
+    """An inference job's rule (:data:`INFER_RESERVED`) for its ``parts`` (or only its
+    parameters' bytes: the rest of the peak all activations, no KV cache apart): the answer
+    shown (``band=False``: the ``shown`` fit, its range's top the ``top`` fit) or the band's top
+    (``band=True``). The pipeline's rule scales the rest of the peak by the fit's ``ratio``;
+    what the parameters' and the cache's own ratios make of the parts at their peak rides in
+    ``fixed_bytes`` (:func:`infer_bytes` at the peak, exactly)."""
+    shown, top = INFER_RESERVED["shown"], INFER_RESERVED["top"]
+    held = parts if isinstance(parts, int) else parts.held_bytes
+
+    def fixed(fit: InferFit) -> int:
+        if isinstance(parts, int):
+            return MIN_SEGMENTS_BYTES + int(held * (fit.held_ratio - 1))
+        peak = parts.peak_bytes
+        at = min(held, peak)
+        return infer_bytes(parts, fit) - at - int((peak - at) * fit.ratio)
+
+    at_top = fixed(top)
     return ReservedRule(
-        ratio=(top if band else shown, 1.0, top),
-        fixed_bytes=(at_point, at_top),
+        ratio=(top.ratio if band else shown.ratio, 1.0, top.ratio),
+        fixed_bytes=(at_top if band else fixed(shown), at_top),
         floor_bytes=MIN_SEGMENTS_BYTES,
-        held_bytes=held_bytes,
+        held_bytes=held,
+    )
+
+
+def describe_infer(fit: InferFit) -> str:
+    """The rule of ``fit`` in words (an estimate's note, the band's description)."""
+    return (
+        f"the larger of the prefill's (parameters x {fit.held_ratio:.3f} + its KV cache x "
+        f"{fit.kv_ratio:.3f} + the rest of its peak x {fit.ratio:.3f}) and the decode's "
+        f"(parameters x {fit.held_ratio:.3f} + the prompt's cache x {fit.prompt_kv_ratio:.3f} + "
+        f"the grown cache x {fit.grown_kv_ratio:.3f} + the rest x {fit.ratio:.3f}), "
+        f"+ {format_bytes(MIN_SEGMENTS_BYTES)}"
     )
 
 
