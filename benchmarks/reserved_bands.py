@@ -71,6 +71,16 @@ EXCLUDED = {
 #: Grid jobs fitted with the job they stand for (``fastpath_grid.JUDGED_AS``): the serving-size
 #: inference rows are inference rows.
 FOLDED = {"infer_long": "infer"}
+#: The LoRA jobs on part of the linear layers: the attention-only and MLP-only rows are fitted
+#: with the q,v ones (``fastpath_grid.PART_TARGETS``: the fast path's ``*_part`` job is any
+#: targets named by role).
+FOLDED.update(
+    {
+        f"{job}_{suffix}": f"{job}_part"
+        for job in ("lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "lora_selckpt_held")
+        for suffix in ("part_attn", "part_mlp")
+    }
+)
 
 
 @dataclass(frozen=True)
