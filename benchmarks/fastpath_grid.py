@@ -177,10 +177,25 @@ NEEDS_REAL_WIDTH = frozenset(f"{job}_8bit" for job in OPTIM_8BIT_BASE)
 IMG_BASE = ("train", "mixed", "ckpt", "infer", "lora", "lora_ckpt", "lora_held", "lora_ckpt_held")
 IMAGE_SCALE = (12, 7)
 JOBS.update({f"{job}_img": JOBS[job] for job in IMG_BASE})
+#: Eager attention (issue 32: ``--attention eager``, ``attn_implementation="eager"``: the
+#: attention matrix materialised, softmax in fp32; what transformers recommends for Gemma 2
+#: training, and older setups' default): these jobs with ``attention="eager"``; the fast path's
+#: ``infer_eager`` is judged with its serving-size rows too (:data:`JUDGED_AS`), as is
+#: ``infer_flash``.
+EAGER_BASE = (
+    "train", "mixed", "ckpt", "lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "infer",
+    "infer_long",
+)  # fmt: skip
+JOBS.update({f"{job}_eager": {**JOBS[job], "attention": "eager"} for job in EAGER_BASE})
+#: FlashAttention-2 (``--attention flash``, ``attn_implementation="flash_attention_2"``:
+#: axolotl's ``flash_attention: true``, Unsloth): the same jobs with ``attention="flash"``.
+JOBS.update({f"{job}_flash": {**JOBS[job], "attention": "flash"} for job in EAGER_BASE})
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
 #: 256 positions hold 4 x 32 + 16.
-SCALED: dict[str, tuple[int, int, int]] = {"infer_long": (4, 4, 16)}
+SCALED: dict[str, tuple[int, int, int]] = {
+    job: (4, 4, 16) for job in ("infer_long", "infer_long_eager", "infer_long_flash")
+}
 #: Grid jobs that stand for another job of ``memfit.estimate.fastpath`` (its ``grid_job``): the
 #: fast path validates that job for a model type only where the rows of every grid job that
 #: stands for it pass (``validated_table``, ``settles_table``).
@@ -188,6 +203,7 @@ JUDGED_AS: dict[str, str] = {"infer_long": "infer"}
 JUDGED_AS.update(
     {f"{job}_{suffix}": f"{job}_part" for job in LORA_BASE for suffix in ("part_attn", "part_mlp")}
 )
+JUDGED_AS.update({"infer_long_eager": "infer_eager", "infer_long_flash": "infer_flash"})
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
 #: the targets (by role, or the module names).

@@ -44,7 +44,18 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({"precision": "bf16-mixed", "lora_rank": 16}, None),  # no grid row: traced
         ({"precision": "bf16-mixed", "checkpointing": "full"}, None),
         ({"mode": "infer", "precision": "bf16-mixed"}, None),
-        ({"optimizer": "adamw-8bit"}, None),
+        ({"optimizer": "adamw-8bit"}, "train_8bit"),  # the grid's 8-bit AdamW jobs (gridfree)
+        ({"optimizer": "adamw-8bit", "lora_rank": 16, "checkpointing": "full"}, "lora_ckpt_8bit"),
+        ({"optimizer": "adamw-8bit", "lora_rank": 16, "quant": "nf4"}, "qlora_8bit"),
+        ({"optimizer": "paged-adamw-8bit"}, None),  # not run by the grid: traced
+        ({"optimizer": "adamw-8bit", "lora_rank": 16, "lora_dropout": 0.05}, None),
+        ({"lora_rank": 16, "lora_targets": ("q", "v")}, "lora_part"),  # by role (gridfree)
+        ({"lora_rank": 16, "lora_targets": ("attention",), "checkpointing": "full"},
+         "lora_ckpt_part"),  # fmt: skip
+        ({"lora_rank": 16, "lora_targets": ("q_proj", "v_proj")}, None),  # no model type given
+        ({"lora_rank": 16, "lora_targets": ("q", "v"), "lora_dropout": 0.1}, None),
+        ({"lora_rank": 16, "lora_targets": ("q", "v"), "quant": "nf4"}, None),
+        ({"lora_rank": 16, "lora_targets": ("q", "v"), "optimizer": "adamw-8bit"}, None),
         ({"attention": "eager"}, None),
         ({"gpus": 2}, None),
         ({"lora_rank": 16, "quant": "nf4"}, "qlora"),  # the grid's QLoRA jobs (issue 32)
@@ -126,7 +137,7 @@ def test_inference_is_validated_only_where_its_serving_size_rows_pass_too() -> N
     sys.path.insert(0, str(ROOT))
     from benchmarks.fastpath_grid import JUDGED_AS, validated_table
 
-    assert JUDGED_AS == {"infer_long": "infer"}
+    assert JUDGED_AS["infer_long"] == "infer"
     mib = 2**20
     short = _row("llama", "infer", 100 * mib, 100 * mib)
     assert validated_table([short]) == {}

@@ -592,6 +592,16 @@ IMG_JOBS = {
         "train", "mixed", "ckpt", "infer", "lora", "lora_ckpt", "lora_held", "lora_ckpt_held",
     )
 }  # fmt: skip
+#: Eager attention and FlashAttention-2 (``--attention eager`` / ``flash``; issue 32,
+#: gridfree): (attention, job) -> its ``*_eager`` / ``*_flash`` grid job (fastpath_grid.JOBS:
+#: the job with that attention; ``infer_*`` judged with its serving-size rows too).
+ATTENTION_JOBS = {
+    (attention, job): f"{job}_{attention}"
+    for attention in ("eager", "flash")
+    for job in (
+        "train", "mixed", "ckpt", "lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "infer",
+    )
+}  # fmt: skip
 #: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
 JOB_LAYOUT: dict[str, dict[str, Any]] = {
     "mixed_offload_held": {"shard": "zero2", "offload": "optimizer"},
@@ -602,11 +612,15 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
     """The fast-path grid job ``w`` is (``train``, ``lora``, ``ckpt``, ``lora_ckpt``, ``mixed``,
     ``lora_held``, ``lora_ckpt_held``, ``lora_selckpt_held``, ``mixed_offload_held``,
     ``infer``; a LoRA job with ``lora_dropout`` above 0: its ``*_dropout`` job,
-    :data:`DROPOUT_JOBS`; a LoRA job on an NF4 base: its ``qlora*`` job, :data:`QLORA_JOBS`),
-    its batch size,
-    sequence length, new tokens, LoRA rank and gradient accumulation free; None where it sets
-    anything the grid does not run (another precision or optimizer, quantization, several
-    GPUs, eager attention, frozen layers, beams, ...)."""
+    :data:`DROPOUT_JOBS`; a LoRA job on an NF4 base: its ``qlora*`` job, :data:`QLORA_JOBS`;
+    LoRA targets named by role: its ``*_part`` job, :data:`PART_JOBS` (``model_type``: whose
+    module leaf names count as roles too); 8-bit AdamW: its ``*_8bit`` job,
+    :data:`OPTIM_8BIT_JOBS`; another image size: its ``*_img`` job, :data:`IMG_JOBS`; eager or
+    flash attention: its ``*_eager`` / ``*_flash`` job, :data:`ATTENTION_JOBS`; one of these
+    at a time), its batch size, sequence length, new tokens, LoRA rank and gradient
+    accumulation free; None where it sets anything the grid does not run (another precision or
+    optimizer, quantization, several GPUs, frozen layers, beams, two of the variants above
+    together, ...)."""
     if w.optimizer not in (None, "adamw", "none", "adamw-8bit"):
         return None
     if w.mode == "train":
@@ -627,6 +641,8 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
     image = w.media.image_size is not None and w.media.num_channels is None
     if image and w.media.audio_seconds is None and job is not None:
         job = IMG_JOBS.get(job)
+    if w.attention != "sdpa" and job is not None:
+        job = ATTENTION_JOBS.get((w.attention, job))
     if job is None:
         return None
     layout_of = JOB_LAYOUT.get(job, {"shard": None, "offload": "none"})
@@ -640,6 +656,7 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
         lora_rank=w.lora_rank if qlora or part else None,
         lora_targets=w.lora_targets if part else "all-linear",
         media=w.media if job.endswith("_img") else MediaSpec(),
+        attention=w.attention,  # sdpa, or the job's own (ATTENTION_JOBS)
     )
     return job if _fixed(w) == _fixed(plain) else None
 
