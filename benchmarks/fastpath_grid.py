@@ -135,14 +135,75 @@ JOBS: dict[str, dict[str, Any]] = {
         )
     },
 }
+#: LoRA on part of the linear layers (issue 32: ``--lora-targets q,v`` is peft's default for
+#: Llama-style models, attention-only and MLP-only are LitGPT's ``lora_query/...`` switches and
+#: axolotl's ``lora_target_modules``): each LoRA job with the targets by role, suffix -> targets.
+#: The fast path's ``*_part`` job (any targets named by role) is judged on all three
+#: (:data:`JUDGED_AS`).
+PART_TARGETS: dict[str, tuple[str, ...]] = {
+    "part": ("q", "v"),
+    "part_attn": ("attention",),
+    "part_mlp": ("mlp",),
+}
+#: The LoRA jobs the part-target and 8-bit AdamW variants are run for (their fields).
+LORA_BASE: dict[str, dict[str, Any]] = {
+    job: JOBS[job]
+    for job in ("lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "lora_selckpt_held")
+}
+JOBS.update(
+    {
+        f"{job}_{suffix}": {**fields, "lora_targets": targets}
+        for job, fields in LORA_BASE.items()
+        for suffix, targets in PART_TARGETS.items()
+    }
+)
+#: bitsandbytes' 8-bit AdamW (issue 32: Unsloth's default ``optim="adamw_8bit"``, axolotl's
+#: ``optimizer: adamw_bnb_8bit``; the trace's stand-in is ``estimate/trace/optimizers.py``):
+#: the full fine-tunes, the LoRA jobs and the QLoRA jobs with ``optimizer="adamw-8bit"``. A
+#: tensor under 4096 elements keeps 32-bit states (``min_8bit_size``), so the tiny configs
+#: (width 32) barely reach the 8-bit path: these jobs are judged only with a row of a bundled
+#: config at its real width (:data:`NEEDS_REAL_WIDTH`).
+OPTIM_8BIT_BASE = (
+    "train", "ckpt", "mixed", "lora", "lora_ckpt", "lora_held", "lora_ckpt_held",
+    "lora_selckpt_held", "qlora", "qlora_ckpt", "qlora_held", "qlora_ckpt_held",
+)  # fmt: skip
+JOBS.update({f"{job}_8bit": {**JOBS[job], "optimizer": "adamw-8bit"} for job in OPTIM_8BIT_BASE})
+#: Grid jobs a model type passes only with at least one row of a bundled config (real widths).
+NEEDS_REAL_WIDTH = frozenset(f"{job}_8bit" for job in OPTIM_8BIT_BASE)
+#: An image model at another image size than its config's (issue 32: ``--image-size 384`` on a
+#: 224-pixel ViT; ``memfit.models.media`` writes the size into the config, so the patch grid
+#: and the position table follow it): these jobs at ``image_size`` = the config's x
+#: IMAGE_SCALE, down to a multiple of the patch (224 -> 384; the tiny configs' 32 -> 48).
+IMG_BASE = ("train", "mixed", "ckpt", "infer", "lora", "lora_ckpt", "lora_held", "lora_ckpt_held")
+IMAGE_SCALE = (12, 7)
+JOBS.update({f"{job}_img": JOBS[job] for job in IMG_BASE})
+#: Eager attention (issue 32: ``--attention eager``, ``attn_implementation="eager"``: the
+#: attention matrix materialised, softmax in fp32; what transformers recommends for Gemma 2
+#: training, and older setups' default): these jobs with ``attention="eager"``; the fast path's
+#: ``infer_eager`` is judged with its serving-size rows too (:data:`JUDGED_AS`), as is
+#: ``infer_flash``.
+EAGER_BASE = (
+    "train", "mixed", "ckpt", "lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "infer",
+    "infer_long",
+)  # fmt: skip
+JOBS.update({f"{job}_eager": {**JOBS[job], "attention": "eager"} for job in EAGER_BASE})
+#: FlashAttention-2 (``--attention flash``, ``attn_implementation="flash_attention_2"``:
+#: axolotl's ``flash_attention: true``, Unsloth): the same jobs with ``attention="flash"``.
+JOBS.update({f"{job}_flash": {**JOBS[job], "attention": "flash"} for job in EAGER_BASE})
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
 #: 256 positions hold 4 x 32 + 16.
-SCALED: dict[str, tuple[int, int, int]] = {"infer_long": (4, 4, 16)}
+SCALED: dict[str, tuple[int, int, int]] = {
+    job: (4, 4, 16) for job in ("infer_long", "infer_long_eager", "infer_long_flash")
+}
 #: Grid jobs that stand for another job of ``memfit.estimate.fastpath`` (its ``grid_job``): the
 #: fast path validates that job for a model type only where the rows of every grid job that
 #: stands for it pass (``validated_table``, ``settles_table``).
 JUDGED_AS: dict[str, str] = {"infer_long": "infer"}
+JUDGED_AS.update(
+    {f"{job}_{suffix}": f"{job}_part" for job in LORA_BASE for suffix in ("part_attn", "part_mlp")}
+)
+JUDGED_AS.update({"infer_long_eager": "infer_eager", "infer_long_flash": "infer_flash"})
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
 #: the targets (by role, or the module names).
@@ -177,18 +238,29 @@ DEFAULT = (
 FIELDS = (("allocated_bytes", "alloc"), ("reserved_bytes", "reserved"))
 
 
-def _workload(job: str, family: str, model_type: str, *, batch: int, seq: int) -> Any:
-    from memfit.spec import WorkloadSpec
+def _workload(
+    job: str, family: str, model_type: str, *, batch: int, seq: int, config: Any = None
+) -> Any:
+    from memfit.spec import MediaSpec, WorkloadSpec
 
     batch_factor, seq_factor, new_tokens = SCALED.get(job, (1, 1, NEW_TOKENS))
     fields = {"precision": "bf16-true", **JOBS[job], "batch_size": batch * batch_factor,
               "seq_len": seq * seq_factor}  # fmt: skip
     lora_like = job in ("lora", "lora_ckpt") or job.endswith("_dropout") or job.startswith("qlora")
-    if lora_like and family in LORA_TARGETS:
+    lora_like = lora_like or (job.endswith("_8bit") and "lora_rank" in JOBS[job])
+    if lora_like and family in LORA_TARGETS and "lora_targets" not in JOBS[job]:
         fields["lora_targets"] = LORA_TARGETS[family]
     if JOBS[job]["mode"] == "infer" and generates(model_type):
         fields["new_tokens"] = new_tokens
+    if job.endswith("_img"):
+        fields["media"] = MediaSpec(image_size=scaled_image_size(config or {}))
     return WorkloadSpec(**fields)
+
+
+def scaled_image_size(config: dict[str, Any]) -> int:
+    """An ``*_img`` job's image size: the config's x IMAGE_SCALE, down to a patch multiple."""
+    size, patch = int(config.get("image_size", 224)), int(config.get("patch_size", 16))
+    return size * IMAGE_SCALE[0] // IMAGE_SCALE[1] // patch * patch
 
 
 def real_config(name: str, depth: int) -> dict[str, Any]:
@@ -256,7 +328,7 @@ def run_family(
     batch sizes per row); the row says so (status "skipped")."""
     family, kind, origin, seq, jobs = item
     from memfit.estimate.analytic import supports
-    from memfit.models import resolve_model
+    from memfit.models import resolve_model, take_media
 
     folder = Path(tempfile.mkdtemp(prefix="memfit-grid-"))
     if origin == "tiny":
@@ -271,18 +343,21 @@ def run_family(
     started = time.perf_counter()
     rows = []
     for job in jobs:
-        w = _workload(job, family, model_type, batch=batch, seq=seq)
+        w = _workload(job, family, model_type, batch=batch, seq=seq, config=source.config)
+        job_source = take_media(source, w.media) if w.media.is_set else source
         row: dict[str, Any] = {"family": family, "kind": kind, "origin": origin, "job": job,
                                "batch": w.batch_size, "seq": w.seq_len, "grid_batch": batch,
                                "new_tokens": w.new_tokens,
                                "lora_targets": w.lora_targets if w.lora_rank else None}  # fmt: skip
-        row["trace"] = _one("trace", source, w)
+        if w.media.is_set:
+            row["image_size"] = w.media.image_size
+        row["trace"] = _one("trace", job_source, w)
         row["derived"] = (
-            _one("derived", source, w)
+            _one("derived", job_source, w)
             if derived
             else {"status": "skipped", "reason": "not run (--skip-derived)"}
         )
-        row["analytic"] = _one("analytic", source, w) if has_analytic else {"status": "none"}
+        row["analytic"] = _one("analytic", job_source, w) if has_analytic else {"status": "none"}
         for eng in ("derived", "analytic"):
             for field, key in FIELDS:
                 row[f"{eng}_{key}_err_pct"] = _error_pct(row[eng], row["trace"], field)
@@ -314,11 +389,12 @@ def _commit() -> str:
 def _items(args: argparse.Namespace) -> list[tuple[str, str, str, int, tuple[str, ...]]]:
     types = args.types.split(",") if args.types else list(TYPES if args.all else DEFAULT)
     jobs = tuple(args.jobs_list.split(","))
-    items = [(t, TYPES[t][0], "tiny", args.seq, jobs) for t in types]
+    items = [(t, TYPES[t][0], "tiny", args.seq, jobs) for t in types] if args.tiny else []
     if args.real:
         origin = f"bundled-{args.real_depth}"
         names = args.real_names.split(",") if args.real_names else [n for n, _ in REAL]
-        items += [(name, "real", origin, seq, jobs) for name, seq in REAL if name in names]
+        seqs = dict(REAL)  # a bundled name not in REAL: sequence 128
+        items += [(name, "real", origin, seqs.get(name, 128), jobs) for name in names]
     return items
 
 
@@ -331,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1), help="processes")
     p.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
                    help="also the bundled real configs (default: on)")  # fmt: skip
+    p.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=True,
+                   help="the tiny configs of --types (default: on; off: bundled only)")  # fmt: skip
     p.add_argument("--real-depth", type=int, default=2,
                    help="layers the bundled real configs are cut to (default 2)")  # fmt: skip
     p.add_argument("--real-names", help="comma-separated bundled configs (default: all of REAL)")
@@ -623,7 +701,18 @@ def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
                               ("reserved_bytes", -TOLERANCE, float("inf")))
         )  # fmt: skip
         by.setdefault((model_type_of(r), r["job"]), []).append(ok)
-    return _judged(by)
+    return _judged(_real_width_rule(by, rows))
+
+
+def _real_width_rule(
+    by: dict[tuple[str, str], list[bool]], rows: list[dict]
+) -> dict[tuple[str, str], list[bool]]:
+    """``by`` with a failing mark on each (model_type, job) of :data:`NEEDS_REAL_WIDTH` that has
+    no row of a bundled config (real widths): the tiny rows alone do not judge those jobs."""
+    real = {(model_type_of(r), r["job"]) for r in _latest(rows)
+            if str(r.get("origin", "")).startswith("bundled-")}  # fmt: skip
+    return {key: oks if key[1] not in NEEDS_REAL_WIDTH or key in real else [*oks, False]
+            for key, oks in by.items()}  # fmt: skip
 
 
 def _judged(by: dict[tuple[str, str], list[bool]]) -> dict[str, tuple[str, ...]]:
@@ -662,7 +751,7 @@ def settles_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
             and (a["allocated_bytes"] >= t["allocated_bytes"] * (1 - TOLERANCE))
         )
         by.setdefault((model_type_of(r), r["job"]), []).append(ok)
-    return _judged(by)
+    return _judged(_real_width_rule(by, rows))
 
 
 def render_default(rows: list[dict]) -> list[str]:

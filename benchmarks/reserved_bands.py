@@ -67,10 +67,26 @@ EXCLUDED = {
     "benchmarks/results/analytic_vs_trace.md reaches 1.037 (qwen2.5-7b, 8 x 1024), 1.087 "
     "(llama-3.2-1b) and 1.303 (roberta-base): the KV cache's growth the short decode does not show",
 }
+EXCLUDED["infer_eager"] = "inference with eager attention: the short decodes, as 'infer'"
+EXCLUDED["infer_flash"] = "inference with FlashAttention-2: the short decodes, as 'infer'"
 
 #: Grid jobs fitted with the job they stand for (``fastpath_grid.JUDGED_AS``): the serving-size
 #: inference rows are inference rows.
-FOLDED = {"infer_long": "infer"}
+FOLDED = {
+    "infer_long": "infer",
+    "infer_long_eager": "infer_eager",
+    "infer_long_flash": "infer_flash",
+}
+#: The LoRA jobs on part of the linear layers: the attention-only and MLP-only rows are fitted
+#: with the q,v ones (``fastpath_grid.PART_TARGETS``: the fast path's ``*_part`` job is any
+#: targets named by role).
+FOLDED.update(
+    {
+        f"{job}_{suffix}": f"{job}_part"
+        for job in ("lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "lora_selckpt_held")
+        for suffix in ("part_attn", "part_mlp")
+    }
+)
 
 
 @dataclass(frozen=True)

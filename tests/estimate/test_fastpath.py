@@ -15,7 +15,7 @@ import pytest
 import memfit
 from memfit.estimate import fastpath
 from memfit.estimate.analytic.reserved import RESERVED_RATIO, InferParts, infer_rule
-from memfit.spec import EstimateOptions, WorkloadSpec
+from memfit.spec import EstimateOptions, MediaSpec, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 LORA = WorkloadSpec(mode="train", seq_len=32, lora_rank=8, precision="bf16-true")
@@ -44,8 +44,25 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({"precision": "bf16-mixed", "lora_rank": 16}, None),  # no grid row: traced
         ({"precision": "bf16-mixed", "checkpointing": "full"}, None),
         ({"mode": "infer", "precision": "bf16-mixed"}, None),
-        ({"optimizer": "adamw-8bit"}, None),
-        ({"attention": "eager"}, None),
+        ({"optimizer": "adamw-8bit"}, "train_8bit"),  # the grid's 8-bit AdamW jobs (gridfree)
+        ({"optimizer": "adamw-8bit", "lora_rank": 16, "checkpointing": "full"}, "lora_ckpt_8bit"),
+        ({"optimizer": "adamw-8bit", "lora_rank": 16, "quant": "nf4"}, "qlora_8bit"),
+        ({"optimizer": "paged-adamw-8bit"}, None),  # not run by the grid: traced
+        ({"optimizer": "adamw-8bit", "lora_rank": 16, "lora_dropout": 0.05}, None),
+        ({"lora_rank": 16, "lora_targets": ("q", "v")}, "lora_part"),  # by role (gridfree)
+        (
+            {"lora_rank": 16, "lora_targets": ("attention",), "checkpointing": "full"},
+            "lora_ckpt_part",
+        ),  # fmt: skip
+        ({"lora_rank": 16, "lora_targets": ("q_proj", "v_proj")}, None),  # no model type given
+        ({"lora_rank": 16, "lora_targets": ("q", "v"), "lora_dropout": 0.1}, None),
+        ({"lora_rank": 16, "lora_targets": ("q", "v"), "quant": "nf4"}, None),
+        ({"lora_rank": 16, "lora_targets": ("q", "v"), "optimizer": "adamw-8bit"}, None),
+        ({"attention": "eager"}, "train_eager"),  # the grid's attention jobs (gridfree)
+        ({"mode": "infer", "attention": "flash", "new_tokens": 8}, "infer_flash"),
+        ({"attention": "eager", "lora_rank": 16, "quant": "nf4"}, None),
+        ({"mode": "train", "batch_size": 8, "media": MediaSpec(image_size=384)}, "train_img"),
+        ({"media": MediaSpec(image_size=384, num_channels=1)}, None),
         ({"gpus": 2}, None),
         ({"lora_rank": 16, "quant": "nf4"}, "qlora"),  # the grid's QLoRA jobs (issue 32)
         ({"lora_rank": 16, "quant": "nf4", "checkpointing": "full"}, "qlora_ckpt"),
@@ -128,7 +145,7 @@ def test_inference_is_validated_only_where_its_serving_size_rows_pass_too() -> N
     sys.path.insert(0, str(ROOT))
     from benchmarks.fastpath_grid import JUDGED_AS, validated_table
 
-    assert JUDGED_AS == {"infer_long": "infer"}
+    assert JUDGED_AS["infer_long"] == "infer"
     mib = 2**20
     short = _row("llama", "infer", 100 * mib, 100 * mib)
     assert validated_table([short]) == {}
@@ -258,3 +275,96 @@ def test_a_qlora_job_is_its_qlora_grid_job_and_validated_for_llama() -> None:
     assert why == "the fast-path grid does not validate model_type 'qwen3_moe' for qlora"
     est = memfit.estimate("gpt2", w)
     assert est.engine == "analytic" and "(qlora)" in str(est.engine_reason)
+
+
+def _grid_rows() -> list[dict]:
+    path = ROOT / "benchmarks" / "results" / "fastpath_grid.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "job"),
+    [
+        ("qwen3", "lora_part"),  # LoRA on q,v / attention / mlp (gridfree)
+        ("llama", "lora_ckpt_held_part"),
+        ("qwen3", "lora_8bit"),  # 8-bit AdamW: judged on a real-width row
+        ("llama", "train_8bit"),
+        ("vit", "mixed_img"),  # another image size
+        ("gemma2", "lora_eager"),  # eager / flash attention
+        ("llama", "train_flash"),
+    ],
+)
+def test_a_new_setting_is_validated_only_with_its_own_grid_rows(model_type: str, job: str) -> None:
+    """Issue 32 (gridfree): each new grid job is validated for a model type because the grid
+    ran it for that type (``validated_table`` over the committed rows names it), and the same
+    rows without that type's rows of the job (tiny and bundled) validate it no more: a setting
+    is free for a type only where rows with it were measured for that type."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import JUDGED_AS, model_type_of, validated_table
+
+    assert job in fastpath.VALIDATED[model_type]
+    rows = _grid_rows()
+    grid_jobs = {job, *(g for g, j in JUDGED_AS.items() if j == job)}
+    kept = [r for r in rows if not (r["job"] in grid_jobs and model_type_of(r) == model_type)]
+    assert len(kept) < len(rows)
+    assert job not in validated_table(kept).get(model_type, ())
+    assert validated_table(kept).get("bert") == fastpath.VALIDATED["bert"]  # the rest stands
+
+
+def test_eight_bit_adamw_needs_a_row_at_real_width() -> None:
+    """The tiny configs' tensors are under bitsandbytes' 4096-element ``min_8bit_size`` (their
+    states stay 32-bit), so passing tiny rows alone do not validate an ``*_8bit`` job; a
+    bundled config's row at its real width does."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import NEEDS_REAL_WIDTH, validated_table
+
+    assert "train_8bit" in NEEDS_REAL_WIDTH
+    mib = 2**20
+    tiny = _row("llama", "train_8bit", 100 * mib, 100 * mib)
+    assert validated_table([tiny]) == {}
+    real = {**_row("llama-3.2-1b", "train_8bit", 900 * mib, 900 * mib), "origin": "bundled-2"}
+    assert validated_table([tiny, real]) == {"llama": ("train_8bit",)}
+
+
+def test_part_targets_need_their_q_v_attention_and_mlp_rows() -> None:
+    """The fast path's ``lora_part`` (any LoRA targets named by role) is judged on three grid
+    jobs: q,v, attention-only and MLP-only (fastpath_grid.JUDGED_AS); one target set alone
+    validates nothing."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import validated_table
+
+    mib = 2**20
+    qv = _row("llama", "lora_part", 100 * mib, 100 * mib)
+    assert validated_table([qv]) == {}
+    attn, mlp = (_row("llama", f"lora_part_{s}", 100 * mib, 100 * mib) for s in ("attn", "mlp"))
+    assert validated_table([qv, attn, mlp]) == {"llama": ("lora_part",)}
+    off = _row("llama", "lora_part_mlp", 97 * mib, 100 * mib)
+    assert validated_table([qv, attn, off]) == {}
+
+
+def test_lora_targets_by_role_or_the_familys_module_names_are_the_part_job() -> None:
+    w = WorkloadSpec(mode="train", lora_rank=16, lora_targets=("q_proj", "v_proj"))
+    assert fastpath.grid_job(w, "qwen3") == "lora_part"
+    assert fastpath.grid_job(w, "gpt2") is None  # GPT-2's modules are c_attn / c_proj
+    gpt2 = dataclasses.replace(w, lora_targets=("c_attn",))
+    assert fastpath.grid_job(gpt2, "gpt2") == "lora_part"
+    head = dataclasses.replace(w, lora_targets=("q", "lm_head"))
+    assert fastpath.grid_job(head, "llama") is None  # the head is no role: traced
+    why = fastpath.not_validated(
+        {"model_type": "mixtral"}, dataclasses.replace(w, lora_targets=("q", "v"))
+    )
+    assert why == "the fast-path grid does not validate model_type 'mixtral' for lora_part"
+
+
+def test_a_qv_lora_and_a_vit_at_384_answer_from_the_analytic_engine() -> None:
+    """The two jobs issue 32 found traced (``estimate qwen3-0.6b --lora-rank 16 --lora-targets
+    q,v --seq 4096``; ``estimate vit-base-patch16-224 --image-size 384 --batch 32``) answer
+    from the validated analytic engine, unconfirmed (no GPU: no verdict the band could
+    change; on an L4 the q,v job is "tight", which the trace confirms)."""
+    qv = WorkloadSpec(mode="train", lora_rank=16, lora_targets=("q", "v"), seq_len=4096)
+    est = memfit.estimate("qwen3-0.6b", qv)
+    assert (est.engine, est.confirmed) == ("analytic", False)
+    assert "(lora_part)" in str(est.engine_reason)
+    vit = WorkloadSpec(mode="train", batch_size=32, media=MediaSpec(image_size=384))
+    est = memfit.estimate("vit-base-patch16-224", vit)
+    assert est.engine == "analytic" and "(mixed_img)" in str(est.engine_reason)

@@ -87,9 +87,9 @@ def _without(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
 
 
 # -- the policy ----------------------------------------------------------------------------------
-#: A job the fast-path grid does not validate (eager attention is no grid job), so ``auto``
-#: answers it with the precise engine.
-UNVALIDATED = WorkloadSpec(attention="eager")
+#: A job the fast-path grid does not validate (frozen layers are no grid job; eager attention
+#: is one since issue 32's gridfree rows), so ``auto`` answers it with the precise engine.
+UNVALIDATED = WorkloadSpec(freeze_layers=2)
 
 
 def test_auto_answers_with_the_trace_engine_where_its_stack_is_installed(

@@ -128,7 +128,7 @@ def _band_of(config: dict[str, Any], workload: WorkloadSpec) -> tuple[str | None
     job = fastpath.band_class(config, workload)
     if job is not None and class_band(job) is not None:
         return job, ""
-    own = class_band(fastpath.grid_job(workload)) is not None
+    own = class_band(fastpath.grid_job(workload, config.get("model_type"))) is not None
     return None, fastpath.wide_band_reason(config, workload, own_band=own)
 
 
