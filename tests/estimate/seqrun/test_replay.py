@@ -13,7 +13,9 @@ from memfit.estimate.seqrun.replay import replay_run, templates_from_traces
 from memfit.units import KiB, MiB
 
 
-def fake_trace(length: int, *, n_steps: int = 3, extra: bool = False, fifo: bool = False):
+def fake_trace(
+    length: int, *, n_steps: int = 3, extra: bool = False, fifo: bool = False, leak: bool = False
+):
     """A training-like event list: weights, then steps of length-sized activations freed in
     reverse, optimizer states born in the first step, a loss kept until the next step."""
     keys = itertools.count()
@@ -35,6 +37,8 @@ def fake_trace(length: int, *, n_steps: int = 3, extra: bool = False, fifo: bool
             acts.append(alloc(4 * KiB))
         marks.append(("backward", len(events)))
         grads = [alloc(8 * MiB) for _ in range(3)]
+        if leak:  # a block no later step frees
+            alloc(64 * KiB)
         for k in acts if fifo else reversed(acts):
             events.append(("f", k, 0))
         marks.append(("optimizer", len(events)))
@@ -137,3 +141,68 @@ def test_a_capacity_caps_the_growth_without_an_oom_while_the_steps_fit() -> None
     assert capped.n_ooms == 0 and capped.peak_reserved_bytes <= capacity
     too_small = replay_run(templates, growing, capacity_bytes=fixed.peak_allocated_bytes // 2)
     assert too_small.n_ooms > 0
+
+
+def _reference_replay(templates, lengths, *, expandable_segments=False, capacity_bytes=None):
+    """The replay event by event through CachingAllocatorSim, as replay_run made it before its
+    events were laid out as arrays (the step keys of every step its own, frees matched against
+    the live set one by one)."""
+    from memfit.estimate.allocator.caching import CachingAllocatorSim
+    from memfit.estimate.seqrun.replay import N_TRACED_STEPS, _replay_key
+
+    sim = CachingAllocatorSim(
+        expandable_segments=expandable_segments, capacity_bytes=capacity_bytes
+    )
+    for i, n_bytes in enumerate(templates.workspace_bytes):
+        sim.malloc(-1 - i, n_bytes)
+    live: set[int] = set()
+    unmatched = 0
+    steps = [(0, 0, lengths[0])] + [
+        (k, min(k, N_TRACED_STEPS), n) for k, n in enumerate(lengths, start=1)
+    ]
+    for step, seg, length in steps:
+        segment = templates.segments[0][seg]
+        for kind, (ref_step, pos), n_bytes in zip(
+            segment.kinds, segment.refs, templates.sizes_at(seg, length)
+        ):
+            if ref_step < 0:
+                unmatched += kind == "f"
+                continue
+            key = _replay_key(step, seg, ref_step, pos)
+            if kind == "a":
+                sim.malloc(key, n_bytes)
+                live.add(key)
+            elif key in live:
+                sim.free(key)
+                live.discard(key)
+            else:
+                unmatched += 1
+    res = sim.result()
+    return (res.peak_reserved_bytes, res.peak_allocated_bytes, unmatched, res.n_ooms)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("expandable", [False, True])
+def test_the_array_replay_equals_the_event_by_event_replay(seed: int, expandable: bool) -> None:
+    """replay_run lays the run out as arrays (the steady step's pattern repeated, step keys in
+    rotation) and replays the default settings with the default-configuration loop: every
+    figure equals the event-by-event replay, with and without a capacity (below the run's
+    growth: the capped replay; above it: the unbounded one stands)."""
+    templates = templates_from_traces({n: fake_trace(n, leak=seed == 3) for n in (128, 1024, 2048)})
+    rng = random.Random(seed)
+    lengths = [rng.randint(128, 2048) for _ in range(40)]
+    unbounded = _reference_replay(templates, lengths, expandable_segments=expandable)
+    fixed = replay_run(templates, [2048] * 3, expandable_segments=expandable)
+    for capacity in (None, unbounded[0], (fixed.peak_reserved_bytes + unbounded[0]) // 2,
+                     fixed.peak_allocated_bytes // 2):  # fmt: skip
+        got = replay_run(templates, lengths, expandable_segments=expandable,
+                         capacity_bytes=capacity)  # fmt: skip
+        want = _reference_replay(templates, lengths, expandable_segments=expandable,
+                                 capacity_bytes=capacity)  # fmt: skip
+        assert (got.peak_reserved_bytes, got.peak_allocated_bytes, got.unmatched_frees,
+                got.n_ooms) == want, capacity  # fmt: skip
+    for short in ([512], [512, 2048], lengths[:6], lengths[:7]):  # around the lead steps
+        got = replay_run(templates, short, expandable_segments=expandable)
+        assert (got.peak_reserved_bytes, got.peak_allocated_bytes, got.unmatched_frees,
+                got.n_ooms) == _reference_replay(templates, short,
+                                                 expandable_segments=expandable)  # fmt: skip

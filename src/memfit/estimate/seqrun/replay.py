@@ -27,8 +27,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from memfit.errors import NotModelledError
 from memfit.estimate.allocator.caching import MIN_BLOCK_BYTES, CachingAllocatorSim
+from memfit.estimate.allocator.fast import simulate_default_arrays
 
 Event = tuple[str, int, int]
 #: Traced steps per anchor: the first (optimizer states created), the second, the steady third.
@@ -180,52 +183,149 @@ def replay_run(
 ) -> RunReplay:
     """Replay a run whose step ``k`` is ``lengths[k]`` tokens long. ``capacity_bytes``: what the
     allocator may reserve (the GPU's memory less the CUDA context); at the limit it frees its
-    cached segments and retries, as torch does, and a request that still fails is an OOM."""
+    cached segments and retries, as torch does, and a request that still fails is an OOM.
+
+    The run's events are laid out once as arrays (:func:`run_events`). With torch's default
+    settings they go through the default-configuration replay
+    (:func:`memfit.estimate.allocator.fast.simulate_default_arrays`: the compiled kernel where it
+    is loaded, else its Python loop; the same rules and integers as
+    :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`); a capacity changes nothing
+    where that unbounded replay never reserves more than it (every new segment was asked for
+    below it), else the run is replayed again with the capacity. Expandable segments replay
+    through :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`."""
+    events = run_events(templates, lengths)
+    if not expandable_segments:
+        free = simulate_default_arrays(events.is_alloc, events.keys, events.n_bytes, events.n_keys)
+        if capacity_bytes is None or free.peak_reserved_bytes <= capacity_bytes:
+            return RunReplay(
+                peak_reserved_bytes=free.peak_reserved_bytes,
+                peak_allocated_bytes=free.peak_allocated_bytes,
+                unmatched_frees=events.unmatched_frees,
+            )
     sim = CachingAllocatorSim(
         expandable_segments=expandable_segments, capacity_bytes=capacity_bytes
     )
-    for i, n_bytes in enumerate(templates.workspace_bytes):
-        sim.malloc(-1 - i, n_bytes)
-    live: set[int] = set()
-    unmatched = 0
-    init = templates.segments[0][0]
-    unmatched += _replay_segment(sim, live, init, 0, 0, templates.sizes_at(0, lengths[0]))
-    for k, length in enumerate(lengths, start=1):
-        seg = min(k, N_TRACED_STEPS)
-        segment = templates.segments[0][seg]
-        unmatched += _replay_segment(sim, live, segment, k, seg, templates.sizes_at(seg, length))
+    malloc, free_key = sim.malloc, sim.free
+    for born, key, n_bytes in zip(
+        events.is_alloc.tolist(), events.keys.tolist(), events.n_bytes.tolist(), strict=True
+    ):
+        if born:
+            malloc(key, n_bytes)
+        else:
+            free_key(key)
     res = sim.result()
     return RunReplay(
         peak_reserved_bytes=res.peak_reserved_bytes,
         peak_allocated_bytes=res.peak_allocated_bytes,
-        unmatched_frees=unmatched,
+        unmatched_frees=events.unmatched_frees,
         n_ooms=res.n_ooms,
     )
 
 
-def _replay_segment(
-    sim: CachingAllocatorSim,
-    live: set[int],
-    segment: _Segment,
-    step: int,
-    traced: int,
-    sizes: list[int],
-) -> int:
+@dataclass(frozen=True, kw_only=True)
+class RunEvents:
+    """A run's allocator events as arrays: event ``i`` allocates ``n_bytes[i]`` under ``keys[i]``
+    where ``is_alloc[i]``, else frees ``keys[i]``; keys are dense (``0..n_keys-1``: the
+    workspaces, the blocks made before the first step, then three rotating key ranges of one
+    step each, as no block outlives the step after the one that made it). Frees of blocks the
+    replay cannot place are left out and counted (``unmatched_frees``)."""
+
+    is_alloc: np.ndarray
+    keys: np.ndarray
+    n_bytes: np.ndarray
+    n_keys: int
+    unmatched_frees: int
+
+
+#: Steps laid out one by one before the steady step's pattern is repeated (:func:`run_events`).
+_LEAD_STEPS = N_TRACED_STEPS + 3
+#: Key ranges the steady steps take in turn: a steady step's block lives at most into the next
+#: step (:func:`_replay_key`), so a range is free again two steps later (checked).
+_ROTATION = 3
+
+
+def run_events(templates: StepTemplates, lengths: Sequence[int]) -> RunEvents:
+    """The events of the run ``lengths`` as :func:`replay_run` replays them: the workspaces, the
+    events before the first step, the first traced step, the second, then the steady third once
+    per remaining step at its length; a free reaching back a step names the previous step's
+    block, and a free of a block that is not live is left out (counted).
+
+    The first :data:`_LEAD_STEPS` steps are matched event by event; every later step repeats
+    the last lead step's pattern (which events are kept, the blocks they name relative to the
+    step), checked to be the one before it too, with its sizes at the step's length."""
+    n_steps = len(lengths)
+    segs = templates.segments[0]
+    width = max(len(s.kinds) for s in segs)
+    n_ws = len(templates.workspace_bytes)
+    base = n_ws + len(segs[0].kinds)  # the first step's keys; before: workspaces, model state
+    lead = min(n_steps, _LEAD_STEPS)
+    alloc_parts: list[np.ndarray] = [np.ones(n_ws, dtype=np.uint8)]
+    key_parts: list[np.ndarray] = [np.arange(n_ws, dtype=np.int64)]
+    byte_parts: list[np.ndarray] = [np.asarray(templates.workspace_bytes, dtype=np.int64)]
+    live: dict[int, int] = {}  # replay key -> the step that made it
     unmatched = 0
-    for kind, (ref_step, pos), n_bytes in zip(segment.kinds, segment.refs, sizes):
-        if ref_step < 0:
-            unmatched += kind == "f"
-            continue
-        key = _replay_key(step, traced, ref_step, pos)
-        if kind == "a":
-            sim.malloc(key, n_bytes)
-            live.add(key)
-        elif key is not None and key in live:
-            sim.free(key)
-            live.discard(key)
+    rows: list[tuple[np.ndarray, ...]] = []  # per lead step: alloc, index, back, pos
+    for k in range(lead + 1):  # 0: the events before the first step
+        seg = min(k, N_TRACED_STEPS)
+        segment = segs[seg]
+        alloc, index, back, pos_row = [], [], [], []
+        for i, (kind, (ref_step, pos)) in enumerate(zip(segment.kinds, segment.refs)):
+            if ref_step < 0:
+                unmatched += kind == "f"
+                continue
+            key = _replay_key(k, seg, ref_step, pos)
+            if kind == "a":
+                live[key] = k
+            elif key in live:
+                del live[key]
+            else:
+                unmatched += 1
+                continue
+            alloc.append(kind == "a")
+            index.append(i)
+            back.append(-1 if key < _STEP_KEY else k - key // _STEP_KEY)
+            pos_row.append(pos)
+        rows.append(tuple(np.asarray(r, dtype=np.int64) for r in (alloc, index, back, pos_row)))
+    # a steady step's block outliving the step after it would share a key range (a leak): keys
+    # of their own per step then
+    rotate = not any(N_TRACED_STEPS <= made < lead for made in live.values())
+    if n_steps > lead:
+        last, before = rows[-1], rows[-2]
+        if not all(np.array_equal(x, y) for x, y in zip(last, before)):
+            raise NotModelledError(
+                "the steady step's allocations do not repeat from one step to the next; "
+                "--seq-dist cannot replay the run from it",
+                engine="trace",
+            )
+        per_step_unmatched = sum(kind == "f" for kind in segs[N_TRACED_STEPS].kinds) - int(
+            np.count_nonzero(last[0] == 0)
+        )
+        unmatched += per_step_unmatched * (n_steps - lead)
+
+    def keys_of(k: int, back: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        target = k - back
+        if rotate:
+            slot = np.where(target < N_TRACED_STEPS, target - 1,
+                            N_TRACED_STEPS - 1 + (target - N_TRACED_STEPS) % _ROTATION)  # fmt: skip
         else:
-            unmatched += 1
-    return unmatched
+            slot = target - 1
+        return np.where(back < 0, n_ws + pos, base + slot * width + pos)
+
+    for k in range(n_steps + 1):
+        alloc, index, back, pos = rows[min(k, lead)]
+        length = lengths[max(k - 1, 0)]
+        sizes = np.asarray(templates.sizes_at(min(k, N_TRACED_STEPS), length), dtype=np.int64)
+        alloc_parts.append(alloc.astype(np.uint8))
+        key_parts.append(keys_of(k, back, pos))
+        byte_parts.append(sizes[index] * alloc)
+    n_slots = N_TRACED_STEPS - 1 + _ROTATION if rotate else n_steps
+    return RunEvents(
+        is_alloc=np.concatenate(alloc_parts),
+        keys=np.concatenate(key_parts),
+        n_bytes=np.concatenate(byte_parts),
+        n_keys=base + n_slots * width,
+        unmatched_frees=unmatched,
+    )
 
 
 def _replay_key(step: int, traced: int, ref_step: int, pos: int) -> int:

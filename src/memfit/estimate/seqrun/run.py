@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
+from memfit.estimate import trace_cache
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.seqrun.dist import step_lengths
 from memfit.estimate.seqrun.replay import (
@@ -150,14 +151,70 @@ def estimate_seq_run(
 ) -> SeqRunEstimate:
     """Replay the run ``plan`` samples from ``dist`` for ``source`` (a ``ModelSource``);
     ``capacity_bytes``: what the allocator may reserve (None: unlimited, reserved only grows);
-    ``progress`` is called with a line before each slow stage."""
-    say = progress or (lambda _line: None)
+    ``progress`` is called with a line before each slow stage.
+
+    Kept in the trace cache (:func:`memfit.estimate.trace_cache.cached_answer`, its one key rule:
+    the config, the job, the distribution, the step plan, the GPU and the capacity with the
+    installed versions and memfit's source): a repeated run is a cache read, without a trace."""
+    _check_job(source, workload)
+
+    def run() -> SeqRunEstimate:
+        return _estimate_seq_run(source, workload, dist, plan, gpu, capacity_bytes, progress)
+
+    if not trace_cache.cacheable(source):
+        return run()
+    parts = {
+        "seq_run": {"config": source.config, "workload": repr(workload), "dist": repr(dist),
+                    "plan": repr(plan), "gpu": repr(gpu), "capacity_bytes": capacity_bytes},
+    }  # fmt: skip
+    est, _ = trace_cache.cached_answer(
+        parts,
+        run,
+        encode=lambda e: trace_cache.encode_record(e, _KEPT),
+        decode=_decode,
+    )
+    return est  # type: ignore[no-any-return]
+
+
+#: The records a kept run holds (:func:`estimate_seq_run`).
+_KEPT: dict[str, type] = {"SeqRunEstimate": SeqRunEstimate, "Variant": Variant}
+
+
+def _decode(data: Any) -> SeqRunEstimate | None:
+    """A kept run, None where it is not a plausible one (counts whole and non-negative)."""
+    est = trace_cache.decode_record(data, SeqRunEstimate, _KEPT)
+    if not isinstance(est, SeqRunEstimate) or est.fits is not None:
+        return None
+    variants = (est.fixed, est.run, *est.alternatives)
+    if not all(isinstance(v, Variant) for v in variants):
+        return None
+    counts = [est.n_steps, est.max_len, est.floor_len, est.unmatched_frees,
+              est.peak_allocated_bytes, est.overhead_bytes, *est.anchors]  # fmt: skip
+    for v in variants:
+        counts += [v.reserved_bytes, v.reserved_expandable_bytes, v.n_ooms, v.n_ooms_expandable]
+    ok = all(type(c) is int and c >= 0 for c in counts)
+    return est if ok and isinstance(est.recommendations, tuple) else None
+
+
+def _check_job(source: Any, workload: WorkloadSpec) -> None:
     if not workload.is_train:
         raise SpecError("--seq-dist models training runs: use it with --mode train")
     if getattr(source, "origin", "") == "factory" or not getattr(source, "config", None):
         raise NotModelledError(
             "--seq-dist needs a config.json model (the trace engine)", engine="trace"
         )
+
+
+def _estimate_seq_run(
+    source: Any,
+    workload: WorkloadSpec,
+    dist: SeqDist,
+    plan: StepPlan,
+    gpu: Any,
+    capacity_bytes: int | None,
+    progress: Callable[[str], None] | None,
+) -> SeqRunEstimate:
+    say = progress or (lambda _line: None)
     runs = {"run": step_lengths(dist, plan)}
     if not plan.packing:
         if not plan.pad_to_multiple_of:
