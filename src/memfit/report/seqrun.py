@@ -11,8 +11,13 @@ if TYPE_CHECKING:  # the replay's modules reach the trace engine; report/ stays 
     from memfit.plan.seq_fit import SeqFitResult, SeqPlanResult
 
 
-def render_seq_run(run: SeqRunEstimate, used_bytes: int, fits: bool | None) -> str:
-    """The text block of a variable-length run."""
+def render_seq_run(run: SeqRunEstimate, used_bytes: int, fits: bool | str | None) -> str:
+    """The text block of a variable-length run; ``fits``: its verdict (a word of THE verdict
+    rule, or whether it fits), None without a GPU."""
+    if isinstance(fits, str):
+        word = "  " + (fits if fits == "fits" else fits.upper())
+    else:
+        word = "" if fits is None else ("  fits" if fits else "  DOES NOT FIT")
     lines = [
         "",
         f"variable-length run: {run.n_steps} steps (seed {run.seed}), mean step "
@@ -24,7 +29,7 @@ def render_seq_run(run: SeqRunEstimate, used_bytes: int, fits: bool | None) -> s
         f"({run.growth:+.1%})   expandable_segments: "
         f"{format_bytes(run.run.reserved_expandable_bytes)}",
         f"  device used after the run: {format_bytes(used_bytes)}"
-        + ("" if fits is None else ("  fits" if fits else "  DOES NOT FIT"))
+        + word
         + (f" ({run.run.n_ooms} OOMs in the replay)" if run.run.n_ooms else ""),
     ]
     for v in run.alternatives:
