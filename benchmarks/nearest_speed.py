@@ -56,7 +56,8 @@ JOBS: list[tuple[str, dict[str, Any], str]] = [
     ),
     (
         "gemma-2-9b",
-        {"batch_size": 8, "seq_len": 4096, "lora_rank": 16, "quant": "nf4", "checkpointing": "full"},
+        {"batch_size": 8, "seq_len": 4096, "lora_rank": 16, "quant": "nf4"}
+        | {"checkpointing": "full"},
         "RTX-4090",
     ),
     (
@@ -65,7 +66,11 @@ JOBS: list[tuple[str, dict[str, Any], str]] = [
         "L4",
     ),
     ("llama-3.1-8b", {"mode": "infer", "batch_size": 64, "seq_len": 4096, "new_tokens": 256}, "L4"),
-    ("qwen3-8b", {"mode": "infer", "batch_size": 8, "seq_len": 16384, "new_tokens": 512}, "A100-40GB"),
+    (
+        "qwen3-8b",
+        {"mode": "infer", "batch_size": 8, "seq_len": 16384, "new_tokens": 512},
+        "A100-40GB",
+    ),
     ("llama-3.1-8b", {"batch_size": 4, "seq_len": 2048, "gpus": 2}, "A100-40GB"),
     ("gemma-3-27b", {"batch_size": 1, "seq_len": 2048, "lora_rank": 16}, "RTX-4090"),
     ("llama-3.1-70b", {"batch_size": 1, "seq_len": 2048, "lora_rank": 16, "quant": "nf4"}, "L4"),
