@@ -74,7 +74,11 @@ JOBS: list[tuple[str, dict[str, Any], str]] = [
     ("llama-3.1-8b", {"batch_size": 4, "seq_len": 2048, "gpus": 2}, "A100-40GB"),
     ("gemma-3-27b", {"batch_size": 1, "seq_len": 2048, "lora_rank": 16}, "RTX-4090"),
     ("llama-3.1-70b", {"batch_size": 1, "seq_len": 2048, "lora_rank": 16, "quant": "nf4"}, "L4"),
-    ("llama-3.2-1b", {"batch_size": 8, "seq_len": 4096, "compile": True}, "L4"),
+    (
+        "llama-3.2-1b",
+        {"batch_size": 8, "seq_len": 8192, "precision": "bf16-true", "compile": True},
+        "L4",
+    ),
 ]
 
 
