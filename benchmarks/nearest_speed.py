@@ -124,12 +124,14 @@ def cli_args(model: str, fields: dict[str, Any], gpu: str) -> list[str]:
 def forget() -> None:
     """Drop what the process keeps between jobs (kept answers, block profiles, candidate
     spaces, the last simulation): each timed job is a new one."""
-    from memfit.estimate.analytic import api, engine
+    from memfit.estimate.analytic import api, distributed, engine
     from memfit.plan import nearest, search
 
     nearest._ANSWERS.clear()
     engine._BLOCKS.clear()
+    engine._JOB_KEYS.clear()
     api._LAST.clear()
+    distributed._gathered_walks.cache_clear()
     search.judged_candidates.cache_clear()
 
 
