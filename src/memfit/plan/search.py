@@ -55,6 +55,8 @@ from memfit.plan.recipe import (
     changes,
     families,
     quality_risk,
+    split_change,
+    stack_changes,
 )
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.space import (
@@ -304,7 +306,18 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
     (tracemalloc), so the 16 spaces kept cost up to ~100 MiB a process."""
     base = recipe(opts)
     asked = opts.lora_ranks if opts.lora_asked else ()
-    return tuple(_judge(s, base, opts.mode, asked) for s in candidates(opts))
+    stacks: dict[tuple[int, int], tuple[Any, ...]] = {}  # the parts are held by the settings
+    out = []
+    for s in candidates(opts):
+        key = (id(s.techniques), id(s.parallel))
+        stack = stacks.get(key)
+        if stack is None:
+            head, tail = stack_changes(s, base, opts.mode, asked_ranks=asked)
+            stack = stacks[key] = (head, tail, *quality_risk(head))
+        head, tail, level, reasons = stack
+        # the split's change is memory-only: no risk of its own (quality_risk)
+        out.append((s, (*head, *split_change(s, base, opts.mode), *tail), level, reasons))
+    return tuple(out)
 
 
 def _judge(s: Settings, base: Any, mode: str, asked: tuple[int, ...]) -> Judged:
