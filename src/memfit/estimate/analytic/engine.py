@@ -45,7 +45,11 @@ from memfit.estimate.analytic.compose import (
 )
 from memfit.estimate.analytic.decoder import DecoderProgram
 from memfit.estimate.analytic.graph import ACTS, DTYPE_BYTES, KV, Tensor, Vec, one, vadd
-from memfit.estimate.analytic.host_checkpoint import OFFLOADED, device_buffer_bytes
+from memfit.estimate.analytic.host_checkpoint import (
+    OFFLOADED,
+    checkpoints_on_host,
+    device_buffer_bytes,
+)
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
@@ -183,7 +187,14 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
     if found is not None:
         _BLOCKS.move_to_end(key)
         return found
-    prof = _BLOCKS[key] = _run_block(prog, kind, wl, w, **kw)
+    if kind == "layer" and wl.checkpointing == OFFLOADED:
+        # the layer recomputes as under full checkpointing and only its checkpoint goes to the
+        # host (compose.run_workload_block reads the mode for nothing else; the programs see
+        # Work, whose checkpointed / use_cache are the same): the full one's profile, moved
+        full = _block(prog, kind, replace(wl, checkpointing="full"), w, **kw)
+        prof = _BLOCKS[key] = checkpoints_on_host(full) if full.checkpoint_bytes else full
+    else:
+        prof = _BLOCKS[key] = _run_block(prog, kind, wl, w, **kw)
     while len(_BLOCKS) > MAX_BLOCKS_KEPT:
         _BLOCKS.popitem(last=False)
     return prof
