@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from memfit.estimate import trace_cache
 from memfit.plan import nearest as nearest_mod
 from memfit.plan.nearest import nearest_fit
 from memfit.spec import WorkloadSpec
@@ -51,3 +52,34 @@ def test_recorded_jobs_cover_the_kinds_of_job() -> None:
     assert kinds == {"lora", "full"} and modes == {"train", "infer"}
     assert any(r["workload"].get("quant") == "nf4" for r in RECORDED)  # QLoRA
     assert sum(r["nearest_fit"]["change"] is not None for r in RECORDED) >= 10
+
+
+REAL_CACHEABLE = trace_cache.cacheable  # tests/conftest.py turns the trace cache off per test
+
+
+def test_a_repeated_job_reads_its_nearest_change_from_disk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Kept with the trace engine's answers (one key rule): a new process (nothing kept in
+    memory) answers a repeated job without searching; another job, or --no-cache, searches."""
+    monkeypatch.setattr(trace_cache, "cacheable", REAL_CACHEABLE)
+    monkeypatch.setenv("MEMFIT_CACHE_DIR", str(tmp_path))
+    row = RECORDED[2]
+    nearest_mod._ANSWERS.clear()
+    assert _search(row) == row["nearest_fit"]
+    assert list(tmp_path.rglob("*.json"))  # kept on disk
+
+    def searched(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(nearest_mod, "plan", searched)
+    nearest_mod._ANSWERS.clear()
+    assert _search(row) == row["nearest_fit"]  # read back, command included
+    other = {**row, "gpu": "A100-80GB"}
+    nearest_mod._ANSWERS.clear()
+    with pytest.raises(AssertionError, match="searched again"):
+        _search(other)
+    monkeypatch.setenv("MEMFIT_NO_CACHE", "1")
+    nearest_mod._ANSWERS.clear()
+    with pytest.raises(AssertionError, match="searched again"):
+        _search(row)
