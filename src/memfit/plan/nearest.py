@@ -157,7 +157,14 @@ def _searched(source: ModelSource, w: WorkloadSpec, gpu: Any, key: tuple[str, ..
     the trace cache keeps nothing (``--no-cache``, a factory model), searched each time."""
 
     def run() -> NearestFit:
-        return _answer(plan(source, request_of(w), gpu=gpu), "")
+        # stacks whose weights (and a full fine-tune's gradients) alone overflow are ruled out
+        # unestimated (memfit.plan.floor: a lower bound of every engine's need): the same
+        # recommendation; where nothing fits, the nearest changes read every miss's estimate,
+        # so that search runs again without the floors
+        found = plan(source, request_of(w), gpu=gpu, analytic_floors=True)
+        if found.recommended is None:
+            found = plan(source, request_of(w), gpu=gpu)
+        return _answer(found, "")
 
     if key is None or not trace_cache.cacheable(source):
         return run()

@@ -223,6 +223,7 @@ def plan(
     gpu_memory_bytes: int | None = None,
     estimator: Estimator | None = None,
     confirm: Estimator | None = None,
+    analytic_floors: bool = False,
     **request_fields: Any,
 ) -> Plan:
     """Plan ``model`` (a MODEL string or ``ModelSource``) for ``request`` on ``gpu`` (a catalog
@@ -230,6 +231,10 @@ def plan(
 
     ``estimator`` / ``confirm``: ``Callable[[WorkloadSpec], MemoryEstimate]``; default the analytic
     engine to search and the trace engine to confirm (see :mod:`memfit.plan.engines`).
+    ``analytic_floors``: rule stacks out by their floor (:mod:`memfit.plan.floor`) with the
+    analytic engine too (without it, only where the search engine is slower): the same plan is
+    recommended, found with fewer estimates, but the misses shown lack those stacks, so only a
+    caller that reads the recommendation alone asks for it (``memfit.plan.nearest``).
     ``request_fields``: :class:`PlanRequest` fields, applied over ``request``."""
     start = time.perf_counter()
     request = replace(request or PlanRequest(), **request_fields)
@@ -238,6 +243,7 @@ def plan(
     engines = resolve_engines(source, gpu_rec, estimator, confirm)
     opts = _space_options(request, gpu_rec, source)
     search = _Search(request, budget, engines, Rates.of(gpu_rec), source)
+    search.analytic_floors = analytic_floors
     search.recipe = recipe(opts)
     baseline = search.baseline(search.recipe)
     found, tier = search.run_tiers(judged_candidates(opts), baseline)
@@ -349,6 +355,7 @@ class _Search:
         self.ruled_out: dict[tuple[Any, ...], tuple[Settings, Floor]] = {}
         self.opts: list[PlanOption] = []  # every option searched (set by run_tiers)
         self.weigh_note: str | None = None  # why offload was or was not recommended
+        self.analytic_floors = False  # floors rule stacks out with the analytic engine too
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -580,7 +587,9 @@ class _Search:
         (:mod:`memfit.plan.floor`): then the smallest split of the stack not dominated yet is
         noted as a failure (the one a full estimate of the stack would have noted first), so
         its larger splits and the stacks that keep more are pruned as before, without a form."""
-        if self.floor_params is None or self.engines.search.name == "analytic":
+        if self.floor_params is None:
+            return False
+        if self.engines.search.name == "analytic" and not self.analytic_floors:
             return False  # the analytic engine answers in milliseconds: its misses are shown
         floor = stack_floor(s, self.floor_params, train=self.request.mode == "train")
         if floor is None or floor.bytes <= self.budget.limit_bytes:
