@@ -157,6 +157,8 @@ def test_ruling_stacks_out_by_their_floor_changes_no_plan_and_saves_estimates(
         ("llama-3.2-1b", {"mode": "train", "seq_len": 512, "global_batch": 2,
                           "precision": "bf16-true"}),
         ("qwen3-0.6b", {"mode": "infer", "seq_len": 1024, "batch_size": 4}),
+        ("llama-3.2-1b", {"mode": "train", "seq_len": 1024, "global_batch": 4,
+                          "lora_asked": True, "lora_ranks": (16,)}),
     ],
 )  # fmt: skip
 def test_every_floor_is_below_the_analytic_engines_need(
@@ -170,7 +172,11 @@ def test_every_floor_is_below_the_analytic_engines_need(
     request = PlanRequest(confirm="none", **request_fields)  # type: ignore[arg-type]
     opts = search_module._space_options(request, gpu, source)
     engine = default_engines(source, gpu).search
-    base = search_module.recipe(opts)
+    # the base model's count, as the search takes it (_Search.count_base_params)
+    asked = search_module.recipe(opts)
+    base = Settings(
+        techniques=asked.techniques, parallel=asked.parallel, lora_rank=None, quant="none"
+    )
     train = request.mode == "train"
     n_params = engine(base.workload(request.mode, request.seq_len, request.new_tokens)).n_params
     smallest: dict[tuple[object, ...], Settings] = {}

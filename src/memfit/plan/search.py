@@ -246,6 +246,8 @@ def plan(
     search.analytic_floors = analytic_floors
     search.recipe = recipe(opts)
     baseline = search.baseline(search.recipe)
+    if analytic_floors and search.floor_params is None:
+        search.count_base_params(search.recipe)
     found, tier = search.run_tiers(judged_candidates(opts), baseline)
     found = search.confirm_first(found)
     result = search.result(found, baseline, time.perf_counter() - start, tier)
@@ -423,6 +425,19 @@ class _Search:
         self.facts = ModelFacts.from_spec(self.source.spec, est.n_params)
         self._count_params(s, est.n_params)
         return replace(opt, cost=self.cost(s))
+
+    def count_base_params(self, s: Settings) -> None:
+        """The base model's parameter count for the floors where the job as asked has LoRA
+        adapters or quantized weights (its own count is not the base's): the count of its
+        full fine-tune at micro-batch 1 by the search engine (no floor where that fails)."""
+        base = Settings(
+            techniques=s.techniques, parallel=s.parallel, lora_rank=None, quant="none"
+        )  # micro-batch 1, no accumulation
+        try:
+            est = self.engines.search(base.workload(self.request.mode, self.request.seq_len))
+        except MemfitError:
+            return
+        self._count_params(base, est.n_params)
 
     def _count_params(self, s: Settings, n_params: int) -> None:
         """Keep the baseline's parameter count for the floors where it is the base model's
