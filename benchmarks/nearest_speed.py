@@ -66,6 +66,18 @@ JOBS: list[tuple[str, dict[str, Any], str]] = [
         {"batch_size": 4, "seq_len": 4096, "lora_rank": 16, "quant": "nf4", "prepare_kbit": True},
         "L4",
     ),
+    (
+        "llama-3.1-8b",
+        {"batch_size": 4, "seq_len": 4096, "lora_rank": 16, "lora_dropout": 0.05}
+        | {"lora_modules_to_save": ("embed_tokens", "lm_head")},
+        "L4",
+    ),
+    (
+        "qwen3-8b",
+        {"batch_size": 4, "seq_len": 2048, "lora_rank": 16, "quant": "nf4", "prepare_kbit": True}
+        | {"lora_dropout": 0.1},
+        "T4",
+    ),
     ("llama-3.1-8b", {"mode": "infer", "batch_size": 64, "seq_len": 4096, "new_tokens": 256}, "L4"),
     (
         "qwen3-8b",

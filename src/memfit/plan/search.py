@@ -430,10 +430,16 @@ class _Search:
         """The base model's parameter count for the floors where the job as asked has LoRA
         adapters or quantized weights (its own count is not the base's): the count of its
         full fine-tune at micro-batch 1 by the search engine (no floor where that fails)."""
-        base = Settings(
-            techniques=s.techniques, parallel=s.parallel, lora_rank=None, quant="none"
-        )  # micro-batch 1, no accumulation
-        try:
+        try:  # micro-batch 1, no accumulation
+            base = Settings(
+                techniques=s.techniques,
+                parallel=s.parallel,
+                lora_rank=None,
+                quant="none",
+                prepare_kbit=False,
+                lora_dropout=0.0,
+                lora_modules_to_save=(),
+            )
             est = self.engines.search(base.workload(self.request.mode, self.request.seq_len))
         except MemfitError:
             return
