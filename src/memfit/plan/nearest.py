@@ -22,7 +22,9 @@ from typing import Any
 from memfit.errors import MemfitError
 from memfit.estimate import trace_cache
 from memfit.estimate.policy import active
+from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model, take_media
+from memfit.plan.engines import default_engines
 from memfit.plan.request import PlanRequest
 from memfit.plan.search import plan
 from memfit.spec import WorkloadSpec
@@ -160,10 +162,12 @@ def _searched(source: ModelSource, w: WorkloadSpec, gpu: Any, key: tuple[str, ..
         # stacks whose weights (and a full fine-tune's gradients) alone overflow are ruled out
         # unestimated (memfit.plan.floor: a lower bound of every engine's need): the same
         # recommendation; where nothing fits, the nearest changes read every miss's estimate,
-        # so that search runs again without the floors
-        found = plan(source, request_of(w), gpu=gpu, analytic_floors=True)
+        # so that search runs again without the floors, on the first one's kept estimates
+        record = get_gpu(gpu) if isinstance(gpu, str) else gpu
+        engines = default_engines(source, record)
+        found = plan(source, request_of(w), gpu=record, analytic_floors=True, engines=engines)
         if found.recommended is None:
-            found = plan(source, request_of(w), gpu=gpu)
+            found = plan(source, request_of(w), gpu=record, engines=engines)
         return _answer(found, "")
 
     if key is None or not trace_cache.cacheable(source):

@@ -224,6 +224,7 @@ def plan(
     estimator: Estimator | None = None,
     confirm: Estimator | None = None,
     analytic_floors: bool = False,
+    engines: EnginePair | None = None,
     **request_fields: Any,
 ) -> Plan:
     """Plan ``model`` (a MODEL string or ``ModelSource``) for ``request`` on ``gpu`` (a catalog
@@ -235,12 +236,14 @@ def plan(
     analytic engine too (without it, only where the search engine is slower): the same plan is
     recommended, found with fewer estimates, but the misses shown lack those stacks, so only a
     caller that reads the recommendation alone asks for it (``memfit.plan.nearest``).
+    ``engines``: the default engines of an earlier search of this model on this GPU record
+    (:func:`memfit.plan.engines.default_engines`), whose kept estimates this one reads.
     ``request_fields``: :class:`PlanRequest` fields, applied over ``request``."""
     start = time.perf_counter()
     request = replace(request or PlanRequest(), **request_fields)
     source, gpu_rec = _resolve(model, gpu)
     budget = Budget.of(gpu_rec, memory_bytes=gpu_memory_bytes, headroom=request.headroom)
-    engines = resolve_engines(source, gpu_rec, estimator, confirm)
+    engines = engines or resolve_engines(source, gpu_rec, estimator, confirm)
     opts = _space_options(request, gpu_rec, source)
     search = _Search(request, budget, engines, Rates.of(gpu_rec), source)
     search.analytic_floors = analytic_floors
