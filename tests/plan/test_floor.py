@@ -11,8 +11,12 @@ import pytest
 from tests.plan.conftest import closed_form_estimate
 
 from memfit.estimate.result import MemoryEstimate
+from memfit.hardware import get_gpu
+from memfit.models import resolve_model
 from memfit.plan import PlanRequest, plan
 from memfit.plan import search as search_module
+from memfit.plan.budget import need_bytes
+from memfit.plan.engines import default_engines
 from memfit.plan.floor import stack_floor
 from memfit.plan.space import Settings
 from memfit.spec import WorkloadSpec
@@ -143,3 +147,49 @@ def test_ruling_stacks_out_by_their_floor_changes_no_plan_and_saves_estimates(
     assert "weights and gradients alone need" in note
     assert with_floor.n_estimated < without.n_estimated  # type: ignore[attr-defined]
     assert not any("ruled out" in n for n in without.notes)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("model", "request_fields"),
+    [
+        ("qwen3-0.6b", {"mode": "train", "seq_len": 1024, "global_batch": 4}),
+        ("llama-3.2-1b", {"mode": "train", "seq_len": 2048, "global_batch": 2, "gpus": 2}),
+        ("llama-3.2-1b", {"mode": "train", "seq_len": 512, "global_batch": 2,
+                          "precision": "bf16-true"}),
+        ("qwen3-0.6b", {"mode": "infer", "seq_len": 1024, "batch_size": 4}),
+        ("llama-3.2-1b", {"mode": "train", "seq_len": 1024, "global_batch": 4,
+                          "lora_asked": True, "lora_ranks": (16,)}),
+    ],
+)  # fmt: skip
+def test_every_floor_is_below_the_analytic_engines_need(
+    model: str, request_fields: dict[str, object]
+) -> None:
+    """``memfit.plan.nearest`` rules stacks out by their floor with the analytic engine too
+    (``plan(..., analytic_floors=True)``), which leaves its answer unchanged only if no floor
+    exceeds the need the analytic engine charges (``budget.need_bytes``, THE verdict rule's
+    figure): checked for every technique stack of the planner's space, at its smallest split."""
+    source, gpu = resolve_model(model), get_gpu("L4")
+    request = PlanRequest(confirm="none", **request_fields)  # type: ignore[arg-type]
+    opts = search_module._space_options(request, gpu, source)
+    engine = default_engines(source, gpu).search
+    # the base model's count, as the search takes it (_Search.count_base_params)
+    asked = search_module.recipe(opts)
+    base = Settings(
+        techniques=asked.techniques, parallel=asked.parallel, lora_rank=None, quant="none"
+    )
+    train = request.mode == "train"
+    n_params = engine(base.workload(request.mode, request.seq_len, request.new_tokens)).n_params
+    smallest: dict[tuple[object, ...], Settings] = {}
+    for s, *_ in search_module.judged_candidates(opts):
+        kept = smallest.get(s.technique_key)
+        if kept is None or s.micro_batch < kept.micro_batch:
+            smallest[s.technique_key] = s
+    checked = 0
+    for s in smallest.values():
+        floor = stack_floor(s, n_params, train=train)
+        if floor is None:
+            continue
+        est = engine(s.workload(request.mode, request.seq_len, request.new_tokens))
+        assert need_bytes(est) >= floor.bytes, (s.describe(), floor)
+        checked += 1
+    assert checked >= (4 if train else 1)  # inference: the unquantized stack alone

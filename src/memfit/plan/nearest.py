@@ -6,6 +6,10 @@ the least change that fits — memory-only first — or, when nothing does, the 
 :meth:`memfit.plan.search.Plan.nearest` (a shorter sequence, another GPU with its price). Only
 where the fast (analytic) engine models the model: a search with the trace engine takes minutes,
 so elsewhere the line names the ``memfit plan`` command instead of running it.
+
+An answer is kept in the process (the last :data:`MAX_ANSWERS_KEPT`) and on disk with the
+trace engine's answers (:func:`memfit.estimate.trace_cache.cached_answer`, THE key rule): a
+repeated job that does not fit is not searched again (issue 32).
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from memfit.errors import MemfitError
+from memfit.estimate import trace_cache
 from memfit.estimate.policy import active
+from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model, take_media
+from memfit.plan.engines import default_engines
 from memfit.plan.request import PlanRequest
 from memfit.plan.search import plan
 from memfit.spec import WorkloadSpec
@@ -114,10 +121,9 @@ def nearest_fit(model: Any, w: WorkloadSpec, gpu: Any, *, model_name: str) -> Ne
         if key is not None and key in _ANSWERS:
             _ANSWERS.move_to_end(key)
             return _with_command(_ANSWERS[key], command)
-        p = plan(source, request_of(w), gpu=gpu)
+        found = _with_command(_searched(source, w, gpu, key), command)
     except MemfitError:
         return NearestFit(change=None, plan=None, kind=None, command=command)
-    found = _answer(p, command)
     if key is not None:
         _ANSWERS[key] = found
         while len(_ANSWERS) > MAX_ANSWERS_KEPT:
@@ -143,6 +149,49 @@ def _job_key(source: ModelSource, w: WorkloadSpec, gpu: Any) -> tuple[str, ...] 
         return None
     model = repr((source.name, source.origin, source.config_path, source.safetensors))
     return (model, config, repr(source.spec), repr(w), repr(gpu), repr(active()))
+
+
+def _searched(source: ModelSource, w: WorkloadSpec, gpu: Any, key: tuple[str, ...] | None) -> Any:
+    """The search's answer (its command left empty), kept on disk under the trace cache's one
+    key rule (:func:`memfit.estimate.trace_cache.cached_answer`: the job's key parts with the
+    installed versions and memfit's source files), so a repeated ``memfit estimate`` that does
+    not fit, or another worker of ``memfit web``, reads it instead of searching again; where
+    the trace cache keeps nothing (``--no-cache``, a factory model), searched each time."""
+
+    def run() -> NearestFit:
+        # stacks whose weights (and a full fine-tune's gradients) alone overflow are ruled out
+        # unestimated (memfit.plan.floor: a lower bound of every engine's need): the same
+        # recommendation; where nothing fits, the nearest changes read every miss's estimate,
+        # so that search runs again without the floors, on the first one's kept estimates
+        record = get_gpu(gpu) if isinstance(gpu, str) else gpu
+        engines = default_engines(source, record)
+        found = plan(source, request_of(w), gpu=record, analytic_floors=True, engines=engines)
+        if found.recommended is None:
+            found = plan(source, request_of(w), gpu=record, engines=engines)
+        return _answer(found, "")
+
+    if key is None or not trace_cache.cacheable(source):
+        return run()
+    found, _ = trace_cache.cached_answer(
+        {"nearest_fit": list(key)}, run, encode=_encode, decode=_decode
+    )
+    return found
+
+
+def _encode(found: NearestFit) -> dict[str, Any]:
+    return {"change": found.change, "plan": found.plan, "kind": found.kind}
+
+
+def _decode(data: Any) -> NearestFit | None:
+    """A kept answer, None where the record is not one (a value missing or not a string)."""
+    if not isinstance(data, dict):
+        return None
+    values = [data.get(k) for k in ("change", "plan", "kind")]
+    if set(data) != {"change", "plan", "kind"} or any(
+        v is not None and not isinstance(v, str) for v in values
+    ):
+        return None
+    return NearestFit(change=values[0], plan=values[1], kind=values[2], command="")
 
 
 def _with_command(found: NearestFit, command: str) -> NearestFit:

@@ -135,6 +135,15 @@ def _result(what: str, family: str, key: tuple[str, str]) -> Change:
 def changes(s: Any, recipe: Any, mode: str, *, asked_ranks: tuple[int, ...] = ()) -> list[Change]:
     """What ``s`` (a plan's :class:`~memfit.plan.space.Settings`) changes about ``recipe`` (the
     job as asked), result-changing ones first. ``asked_ranks``: LoRA ranks the user asked for."""
+    head, tail = stack_changes(s, recipe, mode, asked_ranks=asked_ranks)
+    return [*head, *split_change(s, recipe, mode), *tail]
+
+
+def stack_changes(
+    s: Any, recipe: Any, mode: str, *, asked_ranks: tuple[int, ...] = ()
+) -> tuple[list[Change], list[Change]]:
+    """:func:`changes` but the batch split's, which goes between the two lists: what the
+    technique stack of ``s`` changes (the same for every micro-batch split of the stack)."""
     out: list[Change] = []
     if s.precision != recipe.precision and not frozen_base_cast(s, recipe):
         out.append(_result(f"precision {s.precision}", "pure-bf16", ("precision", s.precision)))
@@ -153,7 +162,7 @@ def changes(s: Any, recipe: Any, mode: str, *, asked_ranks: tuple[int, ...] = ()
     if mode == "train":
         out += _training_changes(s, recipe, asked_ranks)
     out += _memory_changes(s, recipe, mode)
-    return out
+    return out, _layout_changes(s, recipe)
 
 
 def _training_changes(s: Any, recipe: Any, asked_ranks: tuple[int, ...]) -> list[Change]:
@@ -213,12 +222,23 @@ def _memory_changes(s: Any, recipe: Any, mode: str) -> list[Change]:
         found[-1] = found[-1].format(s.checkpointing)
     if mode == "train" and getattr(s, "loss", "full") != getattr(recipe, "loss", "full"):
         found.append(LOSS_CHANGE[s.loss])
-    if (s.micro_batch, s.grad_accum) != (recipe.micro_batch, recipe.grad_accum):
-        found.append(
-            f"micro-batch {s.micro_batch} x {s.grad_accum} accumulation steps"
-            if mode == "train"
-            else f"{s.micro_batch} requests per replica"
-        )
+    return [Change(what=w, kind=MEMORY_ONLY) for w in found]
+
+
+def split_change(s: Any, recipe: Any, mode: str) -> list[Change]:
+    """The change of the batch split, if any (memory-only)."""
+    if (s.micro_batch, s.grad_accum) == (recipe.micro_batch, recipe.grad_accum):
+        return []
+    what = (
+        f"micro-batch {s.micro_batch} x {s.grad_accum} accumulation steps"
+        if mode == "train"
+        else f"{s.micro_batch} requests per replica"
+    )
+    return [Change(what=what, kind=MEMORY_ONLY)]
+
+
+def _layout_changes(s: Any, recipe: Any) -> list[Change]:
+    found: list[str] = []
     if s.shard != recipe.shard:
         found.append(f"shard {s.shard}")
     if s.offload != recipe.offload:

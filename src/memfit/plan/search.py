@@ -55,6 +55,8 @@ from memfit.plan.recipe import (
     changes,
     families,
     quality_risk,
+    split_change,
+    stack_changes,
 )
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.space import (
@@ -221,6 +223,8 @@ def plan(
     gpu_memory_bytes: int | None = None,
     estimator: Estimator | None = None,
     confirm: Estimator | None = None,
+    analytic_floors: bool = False,
+    engines: EnginePair | None = None,
     **request_fields: Any,
 ) -> Plan:
     """Plan ``model`` (a MODEL string or ``ModelSource``) for ``request`` on ``gpu`` (a catalog
@@ -228,16 +232,25 @@ def plan(
 
     ``estimator`` / ``confirm``: ``Callable[[WorkloadSpec], MemoryEstimate]``; default the analytic
     engine to search and the trace engine to confirm (see :mod:`memfit.plan.engines`).
+    ``analytic_floors``: rule stacks out by their floor (:mod:`memfit.plan.floor`) with the
+    analytic engine too (without it, only where the search engine is slower): the same plan is
+    recommended, found with fewer estimates, but the misses shown lack those stacks, so only a
+    caller that reads the recommendation alone asks for it (``memfit.plan.nearest``).
+    ``engines``: the default engines of an earlier search of this model on this GPU record
+    (:func:`memfit.plan.engines.default_engines`), whose kept estimates this one reads.
     ``request_fields``: :class:`PlanRequest` fields, applied over ``request``."""
     start = time.perf_counter()
     request = replace(request or PlanRequest(), **request_fields)
     source, gpu_rec = _resolve(model, gpu)
     budget = Budget.of(gpu_rec, memory_bytes=gpu_memory_bytes, headroom=request.headroom)
-    engines = resolve_engines(source, gpu_rec, estimator, confirm)
+    engines = engines or resolve_engines(source, gpu_rec, estimator, confirm)
     opts = _space_options(request, gpu_rec, source)
     search = _Search(request, budget, engines, Rates.of(gpu_rec), source)
+    search.analytic_floors = analytic_floors
     search.recipe = recipe(opts)
     baseline = search.baseline(search.recipe)
+    if analytic_floors and search.floor_params is None:
+        search.count_base_params(search.recipe)
     found, tier = search.run_tiers(judged_candidates(opts), baseline)
     found = search.confirm_first(found)
     result = search.result(found, baseline, time.perf_counter() - start, tier)
@@ -304,7 +317,18 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
     (tracemalloc), so the 16 spaces kept cost up to ~100 MiB a process."""
     base = recipe(opts)
     asked = opts.lora_ranks if opts.lora_asked else ()
-    return tuple(_judge(s, base, opts.mode, asked) for s in candidates(opts))
+    stacks: dict[tuple[int, int], tuple[Any, ...]] = {}  # the parts are held by the settings
+    out = []
+    for s in candidates(opts):
+        key = (id(s.techniques), id(s.parallel))
+        stack = stacks.get(key)
+        if stack is None:
+            head, tail = stack_changes(s, base, opts.mode, asked_ranks=asked)
+            stack = stacks[key] = (head, tail, *quality_risk(head))
+        head, tail, level, reasons = stack
+        # the split's change is memory-only: no risk of its own (quality_risk)
+        out.append((s, (*head, *split_change(s, base, opts.mode), *tail), level, reasons))
+    return tuple(out)
 
 
 def _judge(s: Settings, base: Any, mode: str, asked: tuple[int, ...]) -> Judged:
@@ -336,6 +360,7 @@ class _Search:
         self.ruled_out: dict[tuple[Any, ...], tuple[Settings, Floor]] = {}
         self.opts: list[PlanOption] = []  # every option searched (set by run_tiers)
         self.weigh_note: str | None = None  # why offload was or was not recommended
+        self.analytic_floors = False  # floors rule stacks out with the analytic engine too
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -403,6 +428,25 @@ class _Search:
         self.facts = ModelFacts.from_spec(self.source.spec, est.n_params)
         self._count_params(s, est.n_params)
         return replace(opt, cost=self.cost(s))
+
+    def count_base_params(self, s: Settings) -> None:
+        """The base model's parameter count for the floors where the job as asked has LoRA
+        adapters or quantized weights (its own count is not the base's): the count of its
+        full fine-tune at micro-batch 1 by the search engine (no floor where that fails)."""
+        try:  # micro-batch 1, no accumulation
+            base = Settings(
+                techniques=s.techniques,
+                parallel=s.parallel,
+                lora_rank=None,
+                quant="none",
+                prepare_kbit=False,
+                lora_dropout=0.0,
+                lora_modules_to_save=(),
+            )
+            est = self.engines.search(base.workload(self.request.mode, self.request.seq_len))
+        except MemfitError:
+            return
+        self._count_params(base, est.n_params)
 
     def _count_params(self, s: Settings, n_params: int) -> None:
         """Keep the baseline's parameter count for the floors where it is the base model's
@@ -567,7 +611,9 @@ class _Search:
         (:mod:`memfit.plan.floor`): then the smallest split of the stack not dominated yet is
         noted as a failure (the one a full estimate of the stack would have noted first), so
         its larger splits and the stacks that keep more are pruned as before, without a form."""
-        if self.floor_params is None or self.engines.search.name == "analytic":
+        if self.floor_params is None:
+            return False
+        if self.engines.search.name == "analytic" and not self.analytic_floors:
             return False  # the analytic engine answers in milliseconds: its misses are shown
         floor = stack_floor(s, self.floor_params, train=self.request.mode == "train")
         if floor is None or floor.bytes <= self.budget.limit_bytes:

@@ -122,10 +122,27 @@ class Settings:
         layout = parallel.flat() if parallel else {}
         layout.update((k, v) for k, v in flat.items() if k in PARALLEL_FIELDS)
         set_ = object.__setattr__
-        set_(self, "techniques", _shared(TechniqueSpec.from_flat, tech))
-        set_(self, "parallel", _shared(ParallelSpec, layout))
+        techniques = _shared(TechniqueSpec.from_flat, tech)
+        parallel = _shared(ParallelSpec, layout)
+        set_(self, "techniques", techniques)
+        set_(self, "parallel", parallel)
         set_(self, "micro_batch", micro_batch)
         set_(self, "grad_accum", grad_accum)
+        # the flat views and the technique key, read from the parts once per pair of parts
+        # (instance attributes shadow the cached properties below: same values, no lock)
+        self.__dict__.update(_flat_views(techniques, parallel))
+
+    def split(self, micro_batch: int, grad_accum: int) -> Settings:
+        """These settings with another batch split (the same parts: no flat names read or
+        validated again; a plan search builds ~4 000 splits of a few dozen stacks)."""
+        out = object.__new__(Settings)
+        set_ = object.__setattr__
+        set_(out, "techniques", self.techniques)
+        set_(out, "parallel", self.parallel)
+        set_(out, "micro_batch", micro_batch)
+        set_(out, "grad_accum", grad_accum)
+        out.__dict__.update(_flat_views(self.techniques, self.parallel))
+        return out
 
     @classmethod
     def of(cls, w: WorkloadSpec) -> Settings:
@@ -254,6 +271,38 @@ def _shared(build: Any, flat: dict[str, Any]) -> Any:
             _SHARED_PARTS.clear()
         part = _SHARED_PARTS[key] = build(**flat)
     return part
+
+
+#: The flat views of a pair of parts (:func:`_flat_views`), by their ids (the entry holds the
+#: parts, so ``is`` tells a reused id), at most :data:`SHARED_PARTS_MAX` kept.
+_VIEWS: dict[tuple[int, int], tuple[Any, Any, dict[str, Any]]] = {}
+TECHNIQUE_VIEWS = (
+    "precision", "quant", "attention", "checkpointing", "optimizer", "lora_rank",
+    "freeze_layers", "prepare_kbit", "loss",
+)  # fmt: skip
+PARALLEL_VIEWS = ("gpus", "shard", "offload", "tp", "dp")
+
+
+def _flat_views(techniques: Any, parallel: Any) -> dict[str, Any]:
+    """What :class:`Settings`' flat views and ``technique_key`` read for these parts: a plan
+    search builds ~4 000 settings from a few dozen pairs of parts, and reading each view
+    through its cached property was a fifth of building and judging them (issue 32)."""
+    key = (id(techniques), id(parallel))
+    found = _VIEWS.get(key)
+    if found is not None and found[0] is techniques and found[1] is parallel:
+        return found[2]
+    views = {n: getattr(techniques, n) for n in TECHNIQUE_VIEWS}
+    views.update((n, getattr(parallel, n)) for n in PARALLEL_VIEWS)
+    v = views
+    views["technique_key"] = (
+        v["precision"], v["quant"], v["attention"], v["checkpointing"], v["optimizer"],
+        v["lora_rank"], v["freeze_layers"], v["shard"], v["offload"], v["tp"],
+        v["prepare_kbit"], techniques.optimizer_in_bwd, techniques.loss,
+    )  # fmt: skip
+    if len(_VIEWS) >= SHARED_PARTS_MAX:
+        _VIEWS.clear()
+    _VIEWS[key] = (techniques, parallel, views)
+    return views
 
 
 def dominates(worse: Settings, failed: Settings) -> bool:
@@ -507,25 +556,29 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                     # the 16-bit model, fp32 masters of the adapters (the *-mixed name)
                     run_as = precision.replace("-true", "-mixed")
                 for ckpt, loss in _ckpt_losses(o, layout):
-                    for m, accum in _micro_batches(o):
-                        if o.optimizer_in_bwd and accum > 1:
-                            continue  # each parameter steps in backward: nothing accumulates
-                        out.append(
-                            Settings(
-                                precision=run_as,
-                                attention=o.attention,
-                                checkpointing=ckpt,
-                                gpus=o.gpus,
-                                micro_batch=m,
-                                grad_accum=accum,
-                                prepare_kbit=o.prepare_kbit
-                                and stack.get("quant", "none") != "none",
-                                optimizer_in_bwd=o.optimizer_in_bwd,
-                                loss=loss,
-                                **stack,
-                                **layout,
-                            )
-                        )
+                    splits = [
+                        (m, accum)
+                        for m, accum in _micro_batches(o)
+                        # with the optimizer step in backward nothing accumulates
+                        if not (o.optimizer_in_bwd and accum > 1)
+                    ]
+                    if not splits:
+                        continue
+                    first = Settings(
+                        precision=run_as,
+                        attention=o.attention,
+                        checkpointing=ckpt,
+                        gpus=o.gpus,
+                        micro_batch=splits[0][0],
+                        grad_accum=splits[0][1],
+                        prepare_kbit=o.prepare_kbit and stack.get("quant", "none") != "none",
+                        optimizer_in_bwd=o.optimizer_in_bwd,
+                        loss=loss,
+                        **stack,
+                        **layout,
+                    )
+                    out.append(first)
+                    out += [first.split(m, accum) for m, accum in splits[1:]]
     return out
 
 

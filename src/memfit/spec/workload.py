@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from memfit.spec.media import MediaSpec
@@ -452,7 +452,7 @@ class WorkloadSpec:
         micro-batch count per step is the exports' concern, not the estimate's; the media are
         printed as the estimate's ``inputs``)."""
         skip = ("grad_accum", "media", "precision_defaulted")
-        d = {f: v for f, v in asdict(self).items() if f not in skip}
+        d = _as_dict(self, skip)
         if self.quant_compute_dtype is None:
             d.pop("quant_compute_dtype")
         if self.num_beams == 1:
@@ -518,3 +518,27 @@ PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward", "zero_hpz_partition
 PARALLEL_FIELDS += ("fsdp_version", "fsdp_lora_wrap")  # FSDP1 (issue 30)
 PARALLEL_FIELDS += ("fsdp_state_dict_type",)  # FSDP1 checkpoints (issue 30, helper peft70b)
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())
+
+
+#: Values ``dataclasses.asdict`` returns as they are (atomic: it copies them with deepcopy,
+#: which returns the same object).
+_ATOMIC = (str, int, float, bool, type(None))
+
+
+def _as_dict(w: WorkloadSpec, skip: tuple[str, ...]) -> dict[str, Any]:
+    """``dataclasses.asdict(w)`` but the fields ``skip``, without its recursion where every
+    value kept is atomic or a tuple of atomic values (almost every job: an estimate's
+    ``normalized()`` workload, ~1 000 a planner search, issue 32); by ``asdict`` otherwise."""
+    out: dict[str, Any] = {}
+    for name in _FIELD_NAMES:
+        if name in skip:
+            continue
+        v = getattr(w, name)
+        if isinstance(v, _ATOMIC) or (type(v) is tuple and all(isinstance(x, _ATOMIC) for x in v)):
+            out[name] = v
+        else:
+            return {f: v for f, v in asdict(w).items() if f not in skip}
+    return out
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(WorkloadSpec))

@@ -8,6 +8,8 @@ import json
 import pytest
 
 from memfit.estimate.analytic import engine, estimate_analytic
+from memfit.estimate.analytic.api import _prepare
+from memfit.estimate.analytic.blocks import Work
 from memfit.models import resolve_model
 from memfit.spec import WorkloadSpec
 
@@ -85,3 +87,30 @@ def test_jobs_that_differ_only_in_the_optimizer_share_their_blocks() -> None:
     k = len(engine._BLOCKS)
     _answer(source, {**true, "loss": "fused"})
     assert len(engine._BLOCKS) == k + 1  # the head computes the loss: the layers are kept
+
+
+@pytest.mark.parametrize("model", ["llama-3.2-1b", "gpt2"])
+@pytest.mark.parametrize(
+    "job",
+    [{}, {"precision": "bf16-true", "lora_rank": 16}, {"precision": "bf16-true", "batch_size": 4}],
+)
+def test_host_checkpointed_layer_is_the_full_ones_with_its_checkpoint_moved(
+    model: str, job: dict[str, object]
+) -> None:
+    """The memo derives a ``--checkpointing offload`` layer from the full one's profile (the
+    same recomputation): it must be the layer built on its own, point for point."""
+    source = resolve_model(model)
+    fields = {"batch_size": 2, "seq_len": 256, "precision": "bf16-mixed", **job}
+    wl = WorkloadSpec(**{**fields, "checkpointing": "offload"})  # type: ignore[arg-type]
+    prog, task = _prepare(source.config, wl)
+    s = prog.q_len(wl.seq_len)
+    w = Work(
+        batch=wl.batch_size, q_len=s, kv_len=s, impl=wl.attention, task=task, train=True,
+        use_cache=False, checkpointed=True, loss=wl.loss,
+    )  # fmt: skip
+    for in_rg in (True, False):
+        engine._BLOCKS.clear()
+        derived = engine._block(prog, "layer", wl, w, in_rg=in_rg)
+        built = engine._run_block(prog, "layer", wl, w, in_rg=in_rg)
+        assert derived.checkpoint_bytes > 0
+        assert derived == built

@@ -26,6 +26,7 @@ defaults come from :mod:`memfit.estimate.sharding` (DeepSpeed's code defaults, D
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,11 +263,26 @@ def _zero3_gathered(
     running module plus the prefetch of the modules that follow while they fit in
     ``stage3_prefetch_bucket_size`` (and ``stage3_max_live_parameters``); a module's parameters
     are released when it finishes (``rank_replay._Zero`` applies the same rules to a trace)."""
+    units = tuple(
+        tuple((p.numel, p.n_bytes) for p in ps if not sharding.zero3_persists(p.numel))
+        for ps in params
+    )
+    fwd, bwd = _gathered_walks(units, tuple(counts))
+    return list(fwd), list(bwd)
+
+
+@functools.lru_cache(maxsize=256)
+def _gathered_walks(
+    units: tuple[tuple[tuple[int, int], ...], ...], counts: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """:func:`_zero3_gathered` of each stack's partitioned parameters (numel, bytes) repeated
+    ``counts`` times: a pure function of them, kept per process (a planner search runs the
+    ZeRO-3 stacks of one model ~100 times with the same parameters, and each walk visits every
+    parameter of the model: issue 32)."""
     seq: list[tuple[int, int, int]] = []  # (stack, numel, bytes) per partitioned parameter
-    for i, (ps, c) in enumerate(zip(params, counts, strict=True)):
-        units = [(i, p.numel, p.n_bytes) for p in ps if not sharding.zero3_persists(p.numel)]
-        seq.extend(units * c)
-    return _walk(seq, len(params)), _walk(seq[::-1], len(params))
+    for i, (us, c) in enumerate(zip(units, counts, strict=True)):
+        seq.extend([(i, numel, n_bytes) for numel, n_bytes in us] * c)
+    return tuple(_walk(seq, len(units))), tuple(_walk(seq[::-1], len(units)))
 
 
 def _walk(seq: list[tuple[int, int, int]], n_stacks: int) -> list[int]:

@@ -45,7 +45,11 @@ from memfit.estimate.analytic.compose import (
 )
 from memfit.estimate.analytic.decoder import DecoderProgram
 from memfit.estimate.analytic.graph import ACTS, DTYPE_BYTES, KV, Tensor, Vec, one, vadd
-from memfit.estimate.analytic.host_checkpoint import OFFLOADED, device_buffer_bytes
+from memfit.estimate.analytic.host_checkpoint import (
+    OFFLOADED,
+    checkpoints_on_host,
+    device_buffer_bytes,
+)
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
@@ -134,8 +138,7 @@ def _block_key(
     but :data:`STEP_ONLY_FIELDS` (:data:`HEAD_ONLY_FIELDS` for the embedding and the layers)
     (with what ``optimizer`` and ``shard`` decide for a block) and the GPU the CUDA reductions'
     workspaces are sized for."""
-    skip = STEP_ONLY_FIELDS if kind == "head" else HEAD_ONLY_FIELDS
-    job = tuple(repr(getattr(wl, f.name)) for f in dataclasses.fields(wl) if f.name not in skip)
+    job = _job_key(wl, kind == "head")
     if kind != "head" and w.loss != "full":
         w = replace(w, loss="full")
     in_bwd = wl.optimizer if wl.optimizer_in_bwd else None
@@ -154,6 +157,25 @@ def _block_key(
     )
 
 
+#: The last workloads' block-key parts (:func:`_job_key`): a simulation asks for 3 to 5 blocks
+#: of one workload, and the repr of its ~50 fields was a fifth of a cached block's cost.
+_JOB_KEYS: list[tuple[WorkloadSpec, tuple[str, ...], tuple[str, ...]]] = []
+
+
+def _job_key(wl: WorkloadSpec, head: bool) -> tuple[str, ...]:
+    """The workload's fields a block reads, as reprs: all but :data:`STEP_ONLY_FIELDS` for the
+    head, but :data:`HEAD_ONLY_FIELDS` for the other blocks; the last workload's kept (the
+    entry holds the workload itself, so ``is`` tells it)."""
+    for entry in _JOB_KEYS:
+        if entry[0] is wl:
+            return entry[1] if head else entry[2]
+    pairs = [(f.name, repr(getattr(wl, f.name))) for f in dataclasses.fields(wl)]
+    head_key = tuple(r for name, r in pairs if name not in STEP_ONLY_FIELDS)
+    body_key = tuple(r for name, r in pairs if name not in HEAD_ONLY_FIELDS)
+    _JOB_KEYS[:] = [(wl, head_key, body_key)]
+    return head_key if head else body_key
+
+
 def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockProfile:
     """One of a chain program's blocks (``kind``: embed, layer, head) under ``wl``; kept per
     :func:`_block_key` (``MAX_BLOCKS_KEPT``), except under ``--compile``, whose check reads
@@ -165,7 +187,14 @@ def _block(prog: Any, kind: str, wl: WorkloadSpec, w: Work, **kw: Any) -> BlockP
     if found is not None:
         _BLOCKS.move_to_end(key)
         return found
-    prof = _BLOCKS[key] = _run_block(prog, kind, wl, w, **kw)
+    if kind == "layer" and wl.checkpointing == OFFLOADED:
+        # the layer recomputes as under full checkpointing and only its checkpoint goes to the
+        # host (compose.run_workload_block reads the mode for nothing else; the programs see
+        # Work, whose checkpointed / use_cache are the same): the full one's profile, moved
+        full = _block(prog, kind, replace(wl, checkpointing="full"), w, **kw)
+        prof = _BLOCKS[key] = checkpoints_on_host(full) if full.checkpoint_bytes else full
+    else:
+        prof = _BLOCKS[key] = _run_block(prog, kind, wl, w, **kw)
     while len(_BLOCKS) > MAX_BLOCKS_KEPT:
         _BLOCKS.popitem(last=False)
     return prof

@@ -44,8 +44,11 @@ def vscale(a: Vec, k: int) -> Vec:
     return (a[0] * k, a[1] * k, a[2] * k, a[3] * k, a[4] * k, a[5] * k)
 
 
-def _sub(a: Vec, b: Vec) -> Vec:
+def vsub(a: Vec, b: Vec) -> Vec:
     return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], a[4] - b[4], a[5] - b[5])
+
+
+_sub = vsub
 
 
 def one(comp: int, n_bytes: int) -> Vec:

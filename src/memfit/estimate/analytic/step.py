@@ -181,11 +181,15 @@ def run_stacks(
         if st.count <= 0:
             continue
         for k in {0, st.count - 1}:
-            base = vadd(cur, vscale(net, k))
+            b0, b1, b2, b3, b4, b5 = vadd(cur, vscale(net, k))
+            # vadd(base, p) for each point, inline (a planner search adds ~10^6 of them)
+            shifted = [
+                (b0 + p[0], b1 + p[1], b2 + p[2], b3 + p[3], b4 + p[4], b5 + p[5]) for p in pts
+            ]
             if point is None:
-                points.extend(vadd(base, p) for p in pts)
+                points.extend(shifted)
             else:
-                points.extend(point(i, j, vadd(base, p)) for j, p in enumerate(pts))
+                points.extend([point(i, j, v) for j, v in enumerate(shifted)])
         cur = vadd(cur, vscale(net, st.count))
     return points, cur
 
