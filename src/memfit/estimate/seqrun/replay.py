@@ -312,12 +312,12 @@ def run_events(templates: StepTemplates, lengths: Sequence[int]) -> RunEvents:
         return np.where(back < 0, n_ws + pos, base + slot * width + pos)
 
     for k in range(n_steps + 1):
-        alloc, index, back, pos = rows[min(k, lead)]
+        row_alloc, row_index, row_back, row_pos = rows[min(k, lead)]
         length = lengths[max(k - 1, 0)]
         sizes = np.asarray(templates.sizes_at(min(k, N_TRACED_STEPS), length), dtype=np.int64)
-        alloc_parts.append(alloc.astype(np.uint8))
-        key_parts.append(keys_of(k, back, pos))
-        byte_parts.append(sizes[index] * alloc)
+        alloc_parts.append(row_alloc.astype(np.uint8))
+        key_parts.append(keys_of(k, row_back, row_pos))
+        byte_parts.append(sizes[row_index] * row_alloc)
     n_slots = N_TRACED_STEPS - 1 + _ROTATION if rotate else n_steps
     return RunEvents(
         is_alloc=np.concatenate(alloc_parts),
