@@ -61,9 +61,10 @@ def add_engine_flags(
         "--no-cache",
         dest="no_cache",
         action="store_true",
-        help="neither read nor write the disk caches (derived forms, trace answers; kept under "
-        "$MEMFIT_CACHE_DIR, else ~/.cache/memfit: delete it to clear them): every answer is "
-        "traced or derived again",
+        help="neither read nor write the disk caches (derived forms, trace answers, variable-"
+        "length runs, the nearest change that fits; kept under $MEMFIT_CACHE_DIR, else "
+        "~/.cache/memfit: delete it to clear them): every answer is traced, derived or "
+        "searched again",
     )
 
 
