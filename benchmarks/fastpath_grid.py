@@ -831,7 +831,9 @@ def render_default(rows: list[dict]) -> list[str]:
         if r["job"] not in JOBS or r["trace"]["status"] != "ok":
             continue
         mt = model_type_of(r)
-        d = default_answer(r) if r["job"] in VALIDATED.get(mt, ()) else None
+        # a serving-size row (``infer_long*``) is answered as the job it stands for (JUDGED_AS)
+        judged = JUDGED_AS.get(r["job"], r["job"]) in VALIDATED.get(mt, ())
+        d = default_answer(r) if judged else None
         engine = "analytic" if d is not None else "trace"
         d = d or r["trace"]
         errs = [100.0 * (d[f] - r["trace"][f]) / r["trace"][f] for f, _ in FIELDS]
