@@ -708,11 +708,48 @@ def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:
 
 
 def _not_pending(row: dict) -> bool:
-    """False for a row of an inference variant whose rows' parts the inference fit has not
-    recorded yet (``memfit.estimate.fastpath.INFER_VARIANTS_PENDING``): it cannot pass."""
+    """False for a row of an inference variant its model type leaves to the trace
+    (``memfit.estimate.fastpath.INFER_VARIANTS_PENDING``, :func:`infer_pending_table`): it
+    cannot pass."""
     from memfit.estimate.fastpath import INFER_VARIANTS_PENDING
 
-    return JUDGED_AS.get(row["job"], row["job"]) not in INFER_VARIANTS_PENDING
+    job = JUDGED_AS.get(row["job"], row["job"])
+    if not any(job == JUDGED_AS.get(v, v) for v in _variant_jobs()):
+        return True
+    return (model_type_of(row), job) not in INFER_VARIANTS_PENDING
+
+
+def _variant_jobs() -> tuple[str, ...]:
+    from benchmarks.infer_reserved import VARIANT_JOBS
+
+    return VARIANT_JOBS
+
+
+def infer_pending_table(rows: list[dict]) -> frozenset[tuple[str, str]]:
+    """(model_type, fast-path job) of the inference variants (``infer_reserved.VARIANT_JOBS``)
+    with a grid row (both engines answered) on which the inference rule as fitted does not
+    hold (``infer_reserved.judge``: the answer shown more than TOLERANCE under the trace's
+    reserved bytes, or the band's top under them), or whose parts
+    ``benchmarks/infer_reserved.py --grid`` has not recorded at the row's allocated bytes:
+    what ``memfit.estimate.fastpath.INFER_VARIANTS_PENDING`` must say."""
+    from benchmarks import infer_reserved
+
+    recorded = infer_reserved.variant_rows()
+    judged = infer_reserved.judge(recorded)
+    holds = {
+        (r["family"], r["origin"], r["job"], int(r["analytic"]["allocated_bytes"])): j["holds"]
+        for r, j in zip(recorded, judged, strict=True)
+    }
+    out = set()
+    for r in _latest(rows):
+        if r["job"] not in infer_reserved.VARIANT_JOBS:
+            continue
+        if r.get("analytic", {}).get("status") != "ok" or r["trace"]["status"] != "ok":
+            continue
+        key = (r["family"], r["origin"], r["job"], int(r["analytic"]["allocated_bytes"]))
+        if not holds.get(key, False):
+            out.add((model_type_of(r), JUDGED_AS.get(r["job"], r["job"])))
+    return frozenset(out)
 
 
 def _real_width_rule(
@@ -794,7 +831,9 @@ def render_default(rows: list[dict]) -> list[str]:
         if r["job"] not in JOBS or r["trace"]["status"] != "ok":
             continue
         mt = model_type_of(r)
-        d = default_answer(r) if r["job"] in VALIDATED.get(mt, ()) else None
+        # a serving-size row (``infer_long*``) is answered as the job it stands for (JUDGED_AS)
+        judged = JUDGED_AS.get(r["job"], r["job"]) in VALIDATED.get(mt, ())
+        d = default_answer(r) if judged else None
         engine = "analytic" if d is not None else "trace"
         d = d or r["trace"]
         errs = [100.0 * (d[f] - r["trace"][f]) / r["trace"][f] for f, _ in FIELDS]

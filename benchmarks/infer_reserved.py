@@ -11,7 +11,11 @@ on bundled real configs at their real widths, at full depth or cut to a few laye
 Rows are appended to ``benchmarks/results/infer_reserved.jsonl`` (one per job, as measured).
 ``--grid`` adds, per inference row of ``benchmarks/results/fastpath_grid.jsonl`` (``infer``,
 ``infer_long``), the analytic engine's components at the peak (the grid records the bytes, not
-the parameters' share), with the grid row's trace bytes as they are (``"source": "grid"``).
+the parameters' share), with the grid row's trace bytes as they are (``"source": "grid"``);
+and the same for the rows of the grid's inference variants (:data:`VARIANT_JOBS`: eager or
+flash attention, another image size), whose workload is the grid job's fields
+(``fastpath_grid.JOBS``): those rows are judged by the fit (``--judge``), not fitted to, so
+the fit (:data:`FIT_JOBS`' rows) stays the one the constants are.
 
 ``--fit`` prints the rule fitted to every row (the trace's) and to the H200 measurements
 (``gpu_h200_measurements.jsonl``, inference cases: the real allocator, which reserves more than
@@ -45,6 +49,7 @@ apart").
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --only llama-3.2-1b
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --grid     # the grid's rows
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit  # infer_reserved_fit.txt
+    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --judge  # the variant rows
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --timeline gpt2 150 768 256
 """
 
@@ -198,6 +203,28 @@ class Point:
         return self.measured_reserved_bytes + excess
 
 
+#: The fast-path grid's inference jobs the fit rests on (their rows' parts are fitted to).
+FIT_JOBS = ("infer", "infer_long")
+#: The grid's inference variants (``fastpath_grid.JOBS``): their rows' parts are recorded by
+#: ``--grid`` and judged by the fit as it is (``--judge``; the fast path's per-(model type,
+#: job) pending set, ``memfit.estimate.fastpath.INFER_VARIANTS_PENDING``), never fitted to.
+VARIANT_JOBS = ("infer_eager", "infer_long_eager", "infer_flash", "infer_long_flash", "infer_img")
+
+
+def grid_workload(r: dict[str, Any]) -> Any:
+    """A grid row's workload: its grid job's fields (``fastpath_grid.JOBS``: attention ...),
+    its batch, sequence and new tokens, and its image size where it has one."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import JOBS as GRID_JOBS
+    from memfit.spec import MediaSpec, WorkloadSpec
+
+    fields = {"precision": "bf16-true", **GRID_JOBS[r["job"]], "batch_size": r["batch"],
+              "seq_len": r["seq"], "new_tokens": r.get("new_tokens") or 0}  # fmt: skip
+    if r.get("image_size"):
+        fields["media"] = MediaSpec(image_size=int(r["image_size"]))
+    return WorkloadSpec(**fields)
+
+
 def row_source(r: dict[str, Any]) -> Any:
     """The model of a row: a grid row's tiny or cut config, a job row's bundled config at its
     depth."""
@@ -230,6 +257,7 @@ def analytic_parts(source: Any, w: Any, recorded_bytes: int | None, what: str) -
 
 
 def trace_points(rows: list[dict[str, Any]]) -> list[Point]:
+    from memfit.models import take_media
     from memfit.spec import WorkloadSpec
 
     out = []
@@ -241,9 +269,14 @@ def trace_points(rows: list[dict[str, Any]]) -> list[Point]:
             else f"{r['model']} (depth {r['depth'] or 'full'}, {r['batch']} x {r['seq']} + "
             f"{r['new_tokens']})"
         )
-        w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=r["batch"],
-                         seq_len=r["seq"], new_tokens=r.get("new_tokens") or 0)  # fmt: skip
-        parts = analytic_parts(row_source(r), w, int(a["allocated_bytes"]), label)
+        if r.get("source") == "grid":
+            w = grid_workload(r)
+            source = take_media(row_source(r), w.media)
+        else:
+            w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=r["batch"],
+                             seq_len=r["seq"], new_tokens=r.get("new_tokens") or 0)  # fmt: skip
+            source = row_source(r)
+        parts = analytic_parts(source, w, int(a["allocated_bytes"]), label)
         out.append(Point(label, parts, int(t["allocated_bytes"]), int(t["reserved_bytes"])))
     return out
 
@@ -327,9 +360,41 @@ def _best(pts: list[Point], need: list[float]) -> InferFit:
     return best
 
 
+def _rows() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in OUT.read_text(encoding="utf-8").splitlines() if line]
+
+
 def all_points() -> list[Point]:
-    rows = [json.loads(line) for line in OUT.read_text(encoding="utf-8").splitlines() if line]
+    """The rows the fit rests on: the serving-size jobs, the grid's :data:`FIT_JOBS` rows and
+    the H200 measurements."""
+    rows = [r for r in _rows() if r.get("source") != "grid" or r["job"] in FIT_JOBS]
     return trace_points(rows) + h200_points()
+
+
+def variant_rows() -> list[dict[str, Any]]:
+    """The recorded grid rows of the inference variants (:data:`VARIANT_JOBS`)."""
+    return [r for r in _rows() if r.get("source") == "grid" and r["job"] in VARIANT_JOBS]
+
+
+def judge(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each recorded grid row judged by the fit as it is (:data:`INFER_RESERVED`): the answer
+    shown and the band's top against the trace's reserved bytes (``shown_err``, ``top_err``:
+    (rule - trace) / trace) and whether the shown answer is no more than :data:`SHOWN_UNDER`
+    under the trace and the top covers the row (the trace's reserved bytes plus any excess of
+    the analytic allocated bytes over the trace's: ``Point.covered_bytes``)."""
+    from memfit.estimate.analytic.reserved import INFER_RESERVED
+
+    out = []
+    for r, p in zip(rows, trace_points(rows), strict=True):
+        shown = infer_bytes(p.parts, INFER_RESERVED["shown"])
+        top = infer_bytes(p.parts, INFER_RESERVED["top"])
+        m = p.measured_reserved_bytes
+        holds = shown >= m * (1 - SHOWN_UNDER) and top >= p.covered_bytes
+        out.append({"family": r["family"], "origin": r["origin"], "job": r["job"],
+                    "label": p.label, "trace_reserved_bytes": m, "shown_bytes": shown,
+                    "top_bytes": top, "shown_err": shown / m - 1, "top_err": top / m - 1,
+                    "holds": holds})  # fmt: skip
+    return out
 
 
 def grid_rows() -> list[dict[str, Any]]:
@@ -337,19 +402,18 @@ def grid_rows() -> list[dict[str, Any]]:
     sys.path.insert(0, str(ROOT))
     from benchmarks.fastpath_grid import _latest
     from memfit.estimate.policy import run_engine
-    from memfit.spec import WorkloadSpec
+    from memfit.models import take_media
 
     grid = [json.loads(line) for line in GRID.read_text(encoding="utf-8").splitlines() if line]
     out = []
     for r in _latest(grid):
         a, t = r.get("analytic") or {}, r.get("trace") or {}
-        if r["job"] not in ("infer", "infer_long"):
+        if r["job"] not in FIT_JOBS + VARIANT_JOBS:
             continue
         if a.get("status") != "ok" or t.get("status") != "ok":
             continue
-        source = row_source({**r, "source": "grid"})
-        w = WorkloadSpec(mode="infer", precision="bf16-true", batch_size=r["batch"],
-                         seq_len=r["seq"], new_tokens=r.get("new_tokens") or 0)  # fmt: skip
+        w = grid_workload(r)
+        source = take_media(row_source({**r, "source": "grid"}), w.media)
         est = run_engine("analytic", source, w, None)
         if est.peak_allocated_bytes != a["allocated_bytes"]:  # the engine moved since the row
             raise SystemExit(f"{r['family']} {r['job']}: analytic {est.peak_allocated_bytes} "
@@ -357,6 +421,7 @@ def grid_rows() -> list[dict[str, Any]]:
         out.append({"source": "grid", "family": r["family"], "origin": r["origin"],
                     "job": r["job"], "batch": r["batch"], "seq": r["seq"],
                     "new_tokens": r.get("new_tokens") or 0, "grid_commit": r.get("commit"),
+                    **({"image_size": r["image_size"]} if r.get("image_size") else {}),
                     "analytic": {"allocated_bytes": est.peak_allocated_bytes,
                                  "components": {k: v for k, v in est.components.items() if v}},
                     "trace": {"allocated_bytes": t["allocated_bytes"],
@@ -396,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help="measure only this bundled config's jobs")
     p.add_argument("--grid", action="store_true", help="add the fast-path grid's inference rows")
     p.add_argument("--fit", action="store_true", help="print the fitted rules and every row")
+    p.add_argument("--judge", action="store_true",
+                   help="judge the grid's inference variant rows by the fit as it is")  # fmt: skip
     p.add_argument(
         "--timeline",
         nargs=4,
@@ -420,6 +487,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{pt.label}: measured {m / MIB:.0f} MiB, shown "
                   f"{100 * (infer_bytes(pt.parts, shown) / m - 1):+.2f} %, top "
                   f"{100 * (infer_bytes(pt.parts, top) / m - 1):+.2f} %")  # fmt: skip
+        return 0
+    if args.judge:
+        judged = judge(variant_rows())
+        for j in judged:
+            print(f"{j['label']}: trace {j['trace_reserved_bytes'] / MIB:.2f} MiB, shown "
+                  f"{100 * j['shown_err']:+.2f} %, top {100 * j['top_err']:+.2f} %"
+                  f"{'' if j['holds'] else '  FAILS'}")  # fmt: skip
+        fails = sum(1 for j in judged if not j["holds"])
+        print(f"{len(judged)} rows, {fails} fail; shown "
+              f"{100 * min(j['shown_err'] for j in judged):+.2f} % .. "
+              f"{100 * max(j['shown_err'] for j in judged):+.2f} %, top "
+              f"{100 * min(j['top_err'] for j in judged):+.2f} % .. "
+              f"{100 * max(j['top_err'] for j in judged):+.2f} %")  # fmt: skip
         return 0
     if args.grid:
         with open(OUT, "a", encoding="utf-8") as f:
