@@ -215,6 +215,7 @@ def with_checkpoint_save(
     )
     if device <= est.device_used_bytes:
         return with_notes(dataclasses.replace(est, phases=phases), [note])
+    note += AVOID if workload.fsdp_state_dict_type == "SHARDED_STATE_DICT" else ""
     floor = {
         "peak_allocated_bytes": total,
         "peak_reserved_bytes": total,
@@ -245,6 +246,24 @@ NOTE = (
     "GPU, each rank cloning its chunk of every parameter ({clones:.2f} GiB) beside the root unit "
     "and one unit unsharded: {total:.2f} GiB allocated, vs {step:.2f} GiB for the training step "
     "(memfit.estimate.fsdp1_save)"
+)
+#: Said where a SHARDED_STATE_DICT save sets the job's peak: the ways to keep the copies off the
+#: GPU. FULL_STATE_DICT: accelerate's ``set_state_dict_type`` gives it
+#: ``FullStateDictConfig(offload_to_cpu=True, rank0_only=True)`` and ``save_fsdp_model`` keeps
+#: both on when there is more than one process (huggingface/accelerate v1.14.0, beb0672a,
+#: ``utils/dataclasses.py`` / ``utils/fsdp_utils.py``; the same at v0.28.0). accelerate >= 0.31
+#: gives SHARDED_STATE_DICT ``ShardedStateDictConfig(offload_to_cpu=True)`` (PR #2762, 67308ca6,
+#: 2024-05-10; first in v0.31.0), so torch's sharded post-hook moves each clone to the CPU as
+#: it makes it (``_state_dict_utils._sharded_post_state_dict_hook``: ``sharded_tensor.cpu()``):
+#: this module counts the copies as accelerate 0.28-0.30 left them on the GPU.
+AVOID = (
+    "; this save is the job's peak. To avoid it: fsdp_state_dict_type FULL_STATE_DICT "
+    "(accelerate gathers one unit at a time to rank 0's CPU: offload_to_cpu=True, "
+    "rank0_only=True; rank 0's CPU memory then holds the whole state dict), or no checkpoint "
+    "during training (save_strategy no). memfit counts the copies on the GPU as accelerate "
+    "0.28-0.30 made them; accelerate >= 0.31 moves each copy to the CPU as it is made "
+    "(ShardedStateDictConfig(offload_to_cpu=True)), so on a current accelerate the phase is "
+    "about FULL_STATE_DICT's"
 )
 NOT_MOE = (
     "FSDP1 checkpoint of a MoE model: the state dict's per-rank copies are not modelled for MoE "

@@ -201,6 +201,14 @@ def _torchtitan_ac(field: str, value: Any) -> Keys | None:
     }.get(value, [])
 
 
+def _accelerate(field: str, value: Any, f: JobFile) -> Keys | None:
+    """accelerate's config: only the FSDP checkpoint's state-dict type is written here (the
+    batch and the techniques live in the training config)."""
+    if field == "fsdp_state_dict_type" and str(f.reader.flat.get("distributed_type")) == "FSDP":
+        return [("fsdp_config.fsdp_state_dict_type", value)]
+    return None
+
+
 WRITERS: dict[str, Callable[[str, Any, JobFile], Keys | None]] = {
     "hf": _hf,
     "llamafactory": _llamafactory,
@@ -208,7 +216,7 @@ WRITERS: dict[str, Callable[[str, Any, JobFile], Keys | None]] = {
     "torchtune": _torchtune,
     "litgpt": _litgpt,
     "deepspeed": _deepspeed,
-    "accelerate": lambda field, value, f: None,
+    "accelerate": lambda field, value, f: _accelerate(field, value, f),
     "torchtitan": _torchtitan,
 }
 
