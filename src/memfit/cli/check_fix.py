@@ -201,7 +201,7 @@ def _full_state_dict_tries(
     if workload.fsdp_state_dict_type != "SHARDED_STATE_DICT":
         return tries
     how = "checkpoint as FULL_STATE_DICT"
-    out = [(how, dict(FULL_SAVE), {}, True)]
+    out: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [(how, dict(FULL_SAVE), {}, True)]
     for t_how, wanted, kept, last in tries:
         out.append((t_how, wanted, kept, last))
         out.append((f"{t_how}, {how}", {**wanted, **FULL_SAVE}, kept, last))
