@@ -1,6 +1,8 @@
 """accelerate's ``fsdp_state_dict_type`` in the user's own config: carried into the job under FSDP1
-(the checkpoint-save phase of :mod:`memfit.estimate.fsdp1_save`), read and said to change nothing
-under FSDP2, and the key ``check``'s fix writes when the save is what does not fit."""
+(the checkpoint-save phase of :mod:`memfit.estimate.fsdp1_save`; before accelerate 0.31 a
+SHARDED_STATE_DICT save keeps its copies on the GPU, since then it moves them to the CPU), read
+and said to change nothing under FSDP2, and the key ``check``'s fix writes when the save is what
+does not fit."""
 
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from memfit.jobfiles.job import workload_of
 EXAMPLES = Path(__file__).parent / "examples"
 
 #: A full fine-tune of a 7B model whose step, with accelerate's parameter offload over 2 ranks,
-#: is a few GiB, while a SHARDED_STATE_DICT save copies each rank's half of the fp32 weights
-#: (~14 GiB) on the GPU: a T4 holds the step but not that save.
+#: is a few GiB, while a SHARDED_STATE_DICT save under accelerate < 0.31 copies each rank's half
+#: of the fp32 weights (~14 GiB) on the GPU: a T4 holds the step but not that save.
 ARGS = """\
 model_name_or_path: Qwen/Qwen2.5-7B
 per_device_train_batch_size: 1
@@ -53,26 +55,42 @@ def _check(capsys, files: list[Path], *extra: str) -> tuple[int, dict]:  # type:
     return code, json.loads(capsys.readouterr().out)
 
 
+OLD = ("--accelerate-version", "0.30")  # before ShardedStateDictConfig(offload_to_cpu=True)
+
+
 def test_a_sharded_state_dict_fsdp1_config_gets_the_save_phase_as_its_peak(capsys, tmp_path):
     files = _files(tmp_path, "SHARDED_STATE_DICT")
     job = read_job(files)
     w = workload_of(job)
     assert (w.fsdp_version, w.fsdp_state_dict_type) == (1, "SHARDED_STATE_DICT")
     assert job.fields["fsdp_state_dict_type"].key == "fsdp_config.fsdp_state_dict_type"
-    code, out = _check(capsys, files)
+    code, out = _check(capsys, files, *OLD)
     est = out["estimate"]
     assert est["peak_phase"] == PHASE and PHASE in est["phases"]
     save = est["phases"][PHASE]["peak_allocated_bytes"]
     step = max(p["peak_allocated_bytes"] for k, p in est["phases"].items() if k != PHASE)
     assert save > step + 8 * 2**30  # the copies of ~14 GiB, the step a few GiB
     said = est["notes"][0]
-    assert "this save is the job's peak" in said and "FULL_STATE_DICT" in said
-    assert "accelerate >= 0.31" in said  # the version caveat travels with the figure
+    assert "this save is the job's peak (accelerate 0.30)" in said and "FULL_STATE_DICT" in said
+    assert "accelerate >= 0.31" in said  # each way to avoid it is said
     assert code == 1  # does not fit on a T4 as written
 
 
+def test_a_current_accelerate_moves_the_copies_off_the_gpu(capsys, tmp_path):
+    """The installed accelerate's rules (>= 0.31): the same file's save holds one copy at a
+    time (the largest: a rank's half of one fp32 embedding, 152064 x 3584 x 4 B / 2 = 1.02 GiB)
+    beside the root unit and one unit whole; it fits on the T4, no fix."""
+    code, out = _check(capsys, _files(tmp_path, "SHARDED_STATE_DICT"))
+    _, old = _check(capsys, _files(tmp_path, "SHARDED_STATE_DICT"), *OLD)
+    copies = out["estimate"]["phases"][PHASE]["components"]["temporary"]
+    assert copies == pytest.approx(152064 * 3584 * 4 / 2, rel=0.01)
+    assert old["estimate"]["phases"][PHASE]["components"]["temporary"] > 12 * copies
+    assert any("its copies moved to the CPU one at a time" in n for n in out["estimate"]["notes"])
+    assert code == 0 and out["fix"] is None
+
+
 def test_a_full_state_dict_config_is_not_peaked_by_its_save(capsys, tmp_path):
-    code, out = _check(capsys, _files(tmp_path, "FULL_STATE_DICT"))
+    code, out = _check(capsys, _files(tmp_path, "FULL_STATE_DICT"), *OLD)
     est = out["estimate"]
     assert est["peak_phase"] != PHASE
     assert not any("this save is the job's peak" in n for n in est["notes"])
@@ -81,7 +99,7 @@ def test_a_full_state_dict_config_is_not_peaked_by_its_save(capsys, tmp_path):
 
 def test_the_fix_switches_the_files_own_key_and_write_applies_it(capsys, tmp_path):
     files = _files(tmp_path, "SHARDED_STATE_DICT")
-    code, out = _check(capsys, files)
+    code, out = _check(capsys, files, *OLD)
     fix = out["fix"]
     assert fix["keys"] == [
         {
@@ -93,11 +111,11 @@ def test_the_fix_switches_the_files_own_key_and_write_applies_it(capsys, tmp_pat
     ]
     assert fix["changes"] == {"fsdp_state_dict_type": "FULL_STATE_DICT"}
     assert files[0].read_text() == ARGS  # the training config untouched
-    code, _ = _check(capsys, files, "--write")
+    code, _ = _check(capsys, files, *OLD, "--write")
     assert code == 0
     text = files[1].read_text()
     assert "fsdp_state_dict_type: FULL_STATE_DICT" in text and text.startswith("# accelerate")
-    code, again = _check(capsys, files)
+    code, again = _check(capsys, files, *OLD)
     assert code == 0 and again["fix"] is None and again["estimate"]["peak_phase"] != PHASE
 
 
@@ -135,3 +153,9 @@ def test_shard_grad_op_reads_the_key_without_a_phase(tmp_path):
     files[1].write_text(text.replace("fsdp_offload_params: true", "fsdp_offload_params: false"))
     w = workload_of(read_job(files))
     assert (w.shard, w.fsdp_state_dict_type) == ("zero2", None)
+
+
+def test_a_bad_accelerate_version_is_exit_2_naming_it(capsys, tmp_path):
+    argv = ["check", *map(str, _files(tmp_path, "SHARDED_STATE_DICT")), "--gpu", "T4"]
+    assert main([*argv, "--accelerate-version", "new"]) == 2
+    assert "accelerate_version ('new') must be a version" in capsys.readouterr().err

@@ -40,6 +40,7 @@ from memfit.jobfiles.reader import MISSING
 from memfit.plan import PlanRequest, plan
 from memfit.plan.recipe import frozen_base_cast
 from memfit.spec import WorkloadSpec
+from memfit.spec.hf_versions import sharded_save_offloads
 from memfit.units import format_bytes
 
 #: Settings a fix may change, in the order they are printed: the batch split and memory-only
@@ -187,7 +188,7 @@ def find_fix(
 
 
 #: The state-dict type a fix may switch an FSDP1 job's checkpoint to: FULL_STATE_DICT gathers
-#: one unit at a time to rank 0's CPU, where SHARDED_STATE_DICT (accelerate 0.28-0.30) copies
+#: one unit at a time to rank 0's CPU, where SHARDED_STATE_DICT under accelerate < 0.31 copies
 #: each rank's chunk of every parameter on the GPU (memfit.estimate.fsdp1_save). The training
 #: step is the same; the checkpoint is one file written by rank 0.
 FULL_SAVE = {"fsdp_state_dict_type": "FULL_STATE_DICT"}
@@ -198,7 +199,9 @@ def _full_state_dict_tries(
 ) -> list[tuple[str, dict[str, Any], dict[str, Any], bool]]:
     """For a job that saves with SHARDED_STATE_DICT: first the checkpoint as FULL_STATE_DICT
     alone (the step unchanged), then each try as it was and with FULL_STATE_DICT."""
-    if workload.fsdp_state_dict_type != "SHARDED_STATE_DICT":
+    if workload.fsdp_state_dict_type != "SHARDED_STATE_DICT" or sharded_save_offloads(
+        workload.accelerate_version
+    ):
         return tries
     how = "checkpoint as FULL_STATE_DICT"
     out: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [(how, dict(FULL_SAVE), {}, True)]
