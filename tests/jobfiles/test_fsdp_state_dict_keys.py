@@ -159,3 +159,44 @@ def test_a_bad_accelerate_version_is_exit_2_naming_it(capsys, tmp_path):
     argv = ["check", *map(str, _files(tmp_path, "SHARDED_STATE_DICT")), "--gpu", "T4"]
     assert main([*argv, "--accelerate-version", "new"]) == 2
     assert "accelerate_version ('new') must be a version" in capsys.readouterr().err
+
+
+#: HF TrainingArguments with FSDP1 (``fsdp_config.version: 1``): transformers hands
+#: ``fsdp_config.state_dict_type`` to accelerate's plugin (default FULL_STATE_DICT).
+TRAINER = """\
+model_name_or_path: Qwen/Qwen2.5-7B
+per_device_train_batch_size: 1
+max_length: 128
+bf16: true
+fsdp: "full_shard offload auto_wrap"
+fsdp_config:
+  version: {version}
+  state_dict_type: SHARDED_STATE_DICT
+"""
+
+
+def test_trainer_fsdp1_state_dict_type_is_carried_and_its_fix_is_that_key(capsys, tmp_path):
+    args = tmp_path / "args.yaml"
+    args.write_text(TRAINER.format(version=1))
+    job = read_job([args], gpus=2)
+    w = workload_of(job)
+    assert (w.fsdp_version, w.offload, w.fsdp_state_dict_type) == (
+        1,
+        "params",
+        "SHARDED_STATE_DICT",
+    )
+    assert job.fields["fsdp_state_dict_type"].key == "fsdp_config.state_dict_type"
+    code, out = _check(capsys, [args], "--gpus", "2", *OLD)
+    assert code == 1 and out["estimate"]["peak_phase"] == PHASE
+    assert [(k["key"], k["new"]) for k in out["fix"]["keys"]] == [
+        ("fsdp_config.state_dict_type", "FULL_STATE_DICT")
+    ]
+
+
+def test_trainer_fsdp2_state_dict_type_is_said_to_change_nothing(tmp_path):
+    args = tmp_path / "args.yaml"
+    args.write_text(TRAINER.format(version=2))
+    job = read_job([args], gpus=2)
+    assert workload_of(job).fsdp_state_dict_type is None
+    said = [x.message for x in job.warnings if x.key == "fsdp_config.state_dict_type"]
+    assert said == [FSDP2_SAVE_NOTE]

@@ -182,7 +182,7 @@ def _fsdp_version(r: KeyReader) -> None:
     if version == 1 and shard == "fsdp":
         key = "fsdp_config.fsdp_version"
         r.set("fsdp_version", 1, key, "1 (accelerate's default)" if raw is None else raw)
-    _fsdp_state_dict_type(r, version if shard == "fsdp" else None)
+    read_fsdp_state_dict_type(r, "fsdp_config.fsdp_state_dict_type", version, shard)
 
 
 #: accelerate's state-dict types (``accelerate/utils/constants.py`` ``FSDP_STATE_DICT_TYPE``
@@ -202,23 +202,23 @@ FSDP2_SAVE_NOTE = (
 )
 
 
-def _fsdp_state_dict_type(r: KeyReader, version: int | None) -> None:
-    """``fsdp_config.fsdp_state_dict_type``: the checkpoint's state-dict type, carried into the
-    job under FSDP1 (:mod:`memfit.estimate.fsdp1_save` adds the save phase); absent, no phase
-    (whether the script saves during training is not in this file; accelerate's default type
-    for FSDP1 is FULL_STATE_DICT, one unit at a time). Under FSDP2 it is read and said to
-    change nothing; under other strategies (NO_SHARD / SHARD_GRAD_OP, read as ddp / zero2) it
-    has no effect here."""
-    key = "fsdp_config.fsdp_state_dict_type"
+def read_fsdp_state_dict_type(r: KeyReader, key: str, version: int, shard: Any) -> None:
+    """``key`` (accelerate's ``fsdp_config.fsdp_state_dict_type``, HF Trainer's
+    ``fsdp_config.state_dict_type``): the checkpoint's state-dict type, carried into the job
+    under FSDP1 with ``shard`` fsdp (:mod:`memfit.estimate.fsdp1_save` adds the save phase);
+    absent, no phase (whether the script saves during training is not in the file; accelerate's
+    and transformers' default type for FSDP1 is FULL_STATE_DICT, one unit at a time). Under
+    FSDP2 it is read and said to change nothing; under other strategies (NO_SHARD /
+    SHARD_GRAD_OP, read as ddp / zero2) it has no effect here."""
     if not r.has(key):
         return
     raw = r.take(key)
-    if is_unset(raw) or version is None:
+    if is_unset(raw) or shard != "fsdp":
         return
     name = ACCELERATE_STATE_DICT_TYPES.get(str(raw), str(raw).upper())
     if name not in ACCELERATE_STATE_DICT_TYPES.values():
         raise r.fail(key, raw, "must be FULL_STATE_DICT, LOCAL_STATE_DICT or SHARDED_STATE_DICT")
-    if version == 2:
+    if version != 1:
         r.warn(key, FSDP2_SAVE_NOTE)
     elif name == "LOCAL_STATE_DICT":
         r.warn(key, "LOCAL_STATE_DICT saves each rank's flat-parameter shard itself: no copy")

@@ -31,6 +31,7 @@ __all__ = ["EditRefusedError", "FileEdit", "plan_edits", "set_json", "set_yaml",
 
 
 def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
+    flat = f.reader.flat
     ckpt_key = (
         "activation_checkpointing"
         if "activation_checkpointing" in f.data
@@ -51,6 +52,11 @@ def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
         "lora_rank": lambda v: [("use_peft", True), ("lora_r", v)] if v else [],
         "attention": lambda v: [("attn_implementation", {"flash": "flash_attention_2"}.get(v, v))],
         "precision": lambda v: _load_dtype(v, f),
+        # TrainingArguments' fsdp_config.state_dict_type, where the file sets it (else the
+        # accelerate config's key is written)
+        "fsdp_state_dict_type": lambda v: (
+            [("fsdp_config.state_dict_type", v)] if "fsdp_config.state_dict_type" in flat else []
+        ),
     }
     return table[field](value) if field in table else None
 
