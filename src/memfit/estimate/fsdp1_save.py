@@ -217,7 +217,7 @@ def with_checkpoint_save(
     device = total + est.cuda_context_bytes
     offloads = sharded_save_offloads(workload.accelerate_version)
     sharded = workload.fsdp_state_dict_type == "SHARDED_STATE_DICT"
-    template = NOTE if sharded and not offloads else NOTE_OFFLOADED
+    template = (NOTE if not offloads else NOTE_OFFLOADED) if sharded else NOTE_FULL
     note = template.format(
         kind=workload.fsdp_state_dict_type,
         clones=b.clone_bytes / 2**30,
@@ -283,6 +283,11 @@ NOTE_OFFLOADED = (
     "unsharded on the GPU in turn beside the root unit, its copies moved to the CPU one at a "
     "time: {total:.2f} GiB allocated, vs {step:.2f} GiB for the training step "
     "(memfit.estimate.fsdp1_save)"
+)
+NOTE_FULL = (
+    "FSDP1 checkpoint ({kind}, accelerate's save_fsdp_model with offload_to_cpu and "
+    "rank0_only): one unit at a time gathered whole and moved to rank 0's CPU: {total:.2f} GiB "
+    "allocated, vs {step:.2f} GiB for the training step (memfit.estimate.fsdp1_save)"
 )
 NOT_MOE = (
     "FSDP1 checkpoint of a MoE model: the state dict's per-rank copies are not modelled for MoE "
