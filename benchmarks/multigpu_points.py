@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -177,6 +178,8 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
         if point.get("fsdp_state_dict_type"):
             # the checkpoint the run writes (memfit.estimate.fsdp1_save)
             argv += ["--fsdp-state-dict-type", point["fsdp_state_dict_type"]]
+            if accelerate_of(point):
+                argv += ["--accelerate-version", accelerate_of(point)]
     if point.get("offload", "none") != "none":
         argv += ["--offload", point["offload"]]
     argv += ["--batch", str(point["micro_batch"]), "--seq", str(point["seq"])]
@@ -210,6 +213,17 @@ def command(point: dict[str, Any], *, before: bool = False) -> list[str]:
         argv += ["--compile"]  # the blocks under torch.compile (memfit.estimate.analytic.compile)
     argv += ["--engine", "derived"]
     return argv
+
+
+def accelerate_of(point: dict[str, Any]) -> str | None:
+    """The accelerate release that saved the point's checkpoint (before 0.31 a
+    SHARDED_STATE_DICT save kept its copies on the GPU: memfit.spec.hf_versions): the row's
+    ``accelerate_version``, else the release its ``version`` text requires ("accelerate>=0.28.0"
+    on peft's FSDP-QLoRA page of 2024-03-13, when 0.28.0, of 2024-03-12, was the newest)."""
+    if point.get("accelerate_version"):
+        return str(point["accelerate_version"])
+    found = re.search(r"accelerate\s*>=?\s*(\d+\.\d+(?:\.\d+)?)", str(point.get("version", "")))
+    return found.group(1) if found else None
 
 
 def run_cli(argv: list[str]) -> dict[str, Any]:

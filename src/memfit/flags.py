@@ -485,10 +485,21 @@ FLAGS: tuple[Flag, ...] = (
         default=None,
         help="the FSDP1 state-dict type the run writes its checkpoints with (accelerate's "
         "fsdp_state_dict_type; HF Trainer saves one per save_strategy): SHARDED_STATE_DICT "
-        "clones every rank's chunk of every parameter on the GPU while the state dict is built, "
-        "FULL_STATE_DICT gathers unit by unit to the CPU; adds that phase (needs --fsdp-version "
-        "1; default: no checkpoint phase)",
+        "clones every rank's chunk of every parameter while the state dict is built, kept on "
+        "the GPU before accelerate 0.31 (--accelerate-version), moved to the CPU one by one "
+        "since; FULL_STATE_DICT gathers unit by unit to the CPU; adds that phase (needs "
+        "--fsdp-version 1; default: no checkpoint phase)",
         field="fsdp_state_dict_type",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--accelerate-version",
+        dest="accelerate_version",
+        kind="text",
+        help="the accelerate release that saves the run's FSDP1 checkpoints (default: the "
+        "installed one's rules); before 0.31 a SHARDED_STATE_DICT save keeps every copy on the "
+        "GPU (memfit.spec.hf_versions)",
+        field="accelerate_version",
         commands=ESTIMATE_LIKE,
     ),
     Flag(

@@ -32,6 +32,7 @@ def _peft_qlora(**kw: object) -> WorkloadSpec:
         shard="fsdp",
         fsdp_version=1,
         fsdp_state_dict_type="SHARDED_STATE_DICT",
+        accelerate_version="0.28",  # the recipe's: the copies stay on the GPU (hf_versions)
         grad_accum=2,
         batch_size=2,
         seq_len=2048,
@@ -82,6 +83,24 @@ def test_a_sharded_save_clones_every_ranks_chunk_of_every_parameter() -> None:
     four = fsdp1_save.save_bytes(shape, _peft_qlora(gpus=4), n_trainable=103_546_880)
     assert four.clone_bytes == pytest.approx(b.clone_bytes / 2, rel=0.01)
     assert four.root_bytes == b.root_bytes
+
+
+def test_accelerate_since_0_31_moves_each_copy_to_the_cpu_as_it_is_made() -> None:
+    """accelerate >= 0.31 (and the installed one, None) gives SHARDED_STATE_DICT
+    ``offload_to_cpu=True``: the GPU holds the largest single chunk, not their sum."""
+    shape = read_shape(resolve_model("llama-2-70b").spec)
+    old = fsdp1_save.save_bytes(shape, _peft_qlora(), n_trainable=103_546_880)
+    chunks = fsdp1_save.chunk_bytes(shape, _peft_qlora(), 103_546_880)
+    for version in (None, "0.31.0", "1.14"):
+        w = _peft_qlora(accelerate_version=version)
+        new = fsdp1_save.save_bytes(shape, w, n_trainable=103_546_880)
+        # the largest chunk: a rank's half of the bf16 embedding (32000 x 8192 x 2 B / 2)
+        assert new.clone_bytes == pytest.approx(max(chunks), rel=0.01)
+        assert new.clone_bytes == pytest.approx(LLAMA2_70B_EMBEDDINGS // 2 * 2 / 2, rel=0.01)
+        assert (new.root_bytes, new.unit_bytes) == (old.root_bytes, old.unit_bytes)
+    assert fsdp1_save.save_bytes(shape, _peft_qlora(accelerate_version="0.30.1"), 0).clone_bytes > (
+        16 * GIB
+    )
 
 
 def test_a_full_state_dict_goes_to_the_cpu_unit_by_unit() -> None:
@@ -138,9 +157,10 @@ def test_the_cli_flag_reaches_the_workload(capsys: pytest.CaptureFixture[str]) -
 
     argv = ["estimate", "llama-3.2-1b", "--gpus", "2", "--shard", "fsdp", "--fsdp-version", "1"]
     argv += ["--fsdp-state-dict-type", "SHARDED_STATE_DICT", "--engine", "analytic", "--json"]
-    assert main(argv) == 0
+    assert main([*argv, "--accelerate-version", "0.28"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["workload"]["fsdp_state_dict_type"] == "SHARDED_STATE_DICT"
+    assert out["workload"]["accelerate_version"] == "0.28"
     assert fsdp1_save.PHASE in out["phases"]
 
 

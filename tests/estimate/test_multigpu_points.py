@@ -171,3 +171,5 @@ def test_peft_fsdp_qlora_rows_run_as_fsdp1_with_their_epoch_checkpoint() -> None
         assert argv[argv.index("--fsdp-version") + 1] == "1", pid
         assert argv[argv.index("--grad-accum") + 1] == "2", pid
         assert argv[argv.index("--fsdp-state-dict-type") + 1] == "SHARDED_STATE_DICT", pid
+        # the page's accelerate (>= 0.28.0, 2024-03): the copies on the GPU (hf_versions)
+        assert argv[argv.index("--accelerate-version") + 1] == "0.28.0", pid

@@ -88,6 +88,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="GPUs the launcher starts (torchrun --nproc-per-node x nodes; torchtitan's NGPU): "
         "a torchtitan file's data_parallel_shard_degree = -1 takes the rest of them",
     )
+    c.add_argument(
+        "--accelerate-version",
+        default=None,
+        help="the accelerate release that runs the files (default: the installed one's rules); "
+        "before 0.31 an FSDP1 SHARDED_STATE_DICT checkpoint keeps every rank's copies on the GPU",
+    )
     c.add_argument("--format", choices=tuple(FORMATS), default=None, help="the first file's format")
     c.add_argument(
         "--engine",
@@ -153,7 +159,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         """The route every estimate of this command takes: the job's, the edited files'."""
         if w is None:
             w = workload_of(
-                j, overrides={"seq_len": args.seq, "gpus": args.gpus}, n_layers=n_layers
+                j,
+                overrides={
+                    "seq_len": args.seq,
+                    "gpus": args.gpus,
+                    "accelerate_version": args.accelerate_version,
+                },
+                n_layers=n_layers,
             )
         if framework is not None:
             data = next(f.data for f in j.files if f.format == framework)

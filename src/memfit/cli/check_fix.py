@@ -40,6 +40,7 @@ from memfit.jobfiles.reader import MISSING
 from memfit.plan import PlanRequest, plan
 from memfit.plan.recipe import frozen_base_cast
 from memfit.spec import WorkloadSpec
+from memfit.spec.hf_versions import sharded_save_offloads
 from memfit.units import format_bytes
 
 #: Settings a fix may change, in the order they are printed: the batch split and memory-only
@@ -147,6 +148,7 @@ def find_fix(
         for o in options
         for wanted in _variants(_wanted(o.settings, workload), workload)
     ] + [(*t, True) for t in _smallest_splits(workload)]
+    tries = _full_state_dict_tries(tries, workload)
     if workload.optimizer_in_bwd:  # each parameter steps in backward: no accumulation
         tries = [t for t in tries if t[1].get("grad_accum", workload.grad_accum) == 1]
     set_by = {name: st.file for name, st in job.fields.items()}
@@ -183,6 +185,30 @@ def find_fix(
             if closest is None or _used(fixed) < _used(closest):
                 closest = fixed
     return CheckFix(message=_no_fix(job, workload, gpu, not_kept, not_said, closest))
+
+
+#: The state-dict type a fix may switch an FSDP1 job's checkpoint to: FULL_STATE_DICT gathers
+#: one unit at a time to rank 0's CPU, where SHARDED_STATE_DICT under accelerate < 0.31 copies
+#: each rank's chunk of every parameter on the GPU (memfit.estimate.fsdp1_save). The training
+#: step is the same; the checkpoint is one file written by rank 0.
+FULL_SAVE = {"fsdp_state_dict_type": "FULL_STATE_DICT"}
+
+
+def _full_state_dict_tries(
+    tries: list[tuple[str, dict[str, Any], dict[str, Any], bool]], workload: WorkloadSpec
+) -> list[tuple[str, dict[str, Any], dict[str, Any], bool]]:
+    """For a job that saves with SHARDED_STATE_DICT: first the checkpoint as FULL_STATE_DICT
+    alone (the step unchanged), then each try as it was and with FULL_STATE_DICT."""
+    if workload.fsdp_state_dict_type != "SHARDED_STATE_DICT" or sharded_save_offloads(
+        workload.accelerate_version
+    ):
+        return tries
+    how = "checkpoint as FULL_STATE_DICT"
+    out: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [(how, dict(FULL_SAVE), {}, True)]
+    for t_how, wanted, kept, last in tries:
+        out.append((t_how, wanted, kept, last))
+        out.append((f"{t_how}, {how}", {**wanted, **FULL_SAVE}, kept, last))
+    return out
 
 
 def _how(s: Any, wanted: dict[str, Any], workload: WorkloadSpec) -> str:
@@ -288,7 +314,7 @@ def _checked(
         return CheckFix(edits=edits, keys=keys, changes={}, estimate=None, plan=how)
     changes = {
         f: (getattr(workload, f), getattr(new_workload, f))
-        for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", *LORA_KEPT)
+        for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", *LORA_KEPT, "fsdp_state_dict_type")
         if getattr(workload, f) != getattr(new_workload, f)
     }
     return CheckFix(edits=edits, keys=keys, changes=changes, estimate=est, plan=how)

@@ -243,7 +243,11 @@ def fsdp2_twin(workload: WorkloadSpec) -> WorkloadSpec:
     if workload.fsdp_version == 2:
         return workload
     return dataclasses.replace(
-        workload, fsdp_version=2, fsdp_lora_wrap="peft", fsdp_state_dict_type=None
+        workload,
+        fsdp_version=2,
+        fsdp_lora_wrap="peft",
+        fsdp_state_dict_type=None,
+        accelerate_version=None,
     )
 
 

@@ -33,6 +33,12 @@ shard that unit's all-gather copies up). With ``FULL_STATE_DICT`` accelerate set
 to the CPU in turn (``_unshard_fsdp_state_params``: ``handle.to_cpu()``), so the GPU holds one
 unit whole at a time and no copies.
 
+accelerate >= 0.31 gives SHARDED_STATE_DICT ``ShardedStateDictConfig(offload_to_cpu=True)``
+(:mod:`memfit.spec.hf_versions`, ``WorkloadSpec.accelerate_version``; None: the installed
+release, which does): the sharded post-hook moves each clone to the CPU as it makes it
+(``_sharded_post_state_dict_hook``: ``sharded_tensor.cpu()``), so the GPU holds one copy at a
+time (the largest chunk) beside the root unit and one unit.
+
 Each tensor is its own allocation, rounded as the caching allocator rounds it; the phase's
 reserved bytes are at least its allocated bytes (the clones may reuse the step's cached blocks),
 and the device figure adds the CUDA context the step's answer carries.
@@ -55,7 +61,7 @@ from memfit.estimate.parallel.shape import DecoderShape, read_shape
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, PhasePeak
 from memfit.spec import WorkloadSpec
-from memfit.spec.hf_versions import autocasts_adapters
+from memfit.spec.hf_versions import autocasts_adapters, sharded_save_offloads
 
 #: The phase's name in ``MemoryEstimate.phases``.
 PHASE = "checkpoint save"
@@ -162,7 +168,9 @@ def save_bytes(shape: DecoderShape, workload: WorkloadSpec, n_trainable: int) ->
     if workload.fsdp_state_dict_type != "SHARDED_STATE_DICT":
         # FULL_STATE_DICT: one unit whole at a time, moved to the CPU; no copies on the GPU
         return SaveBytes(clone_bytes=0, root_bytes=0, unit_bytes=max(unit, root_whole))
-    clones = sum(_round(c) for c in chunk_bytes(shape, workload, n_trainable))
+    chunks = [_round(c) for c in chunk_bytes(shape, workload, n_trainable)]
+    # accelerate >= 0.31: each copy goes to the CPU as it is made; before, all stay on the GPU
+    clones = max(chunks) if sharded_save_offloads(workload.accelerate_version) else sum(chunks)
     return SaveBytes(clone_bytes=clones, root_bytes=root_whole, unit_bytes=unit)
 
 
@@ -207,7 +215,10 @@ def with_checkpoint_save(
     )
     phases = {**est.phases, PHASE: phase}
     device = total + est.cuda_context_bytes
-    note = NOTE.format(
+    offloads = sharded_save_offloads(workload.accelerate_version)
+    sharded = workload.fsdp_state_dict_type == "SHARDED_STATE_DICT"
+    template = (NOTE if not offloads else NOTE_OFFLOADED) if sharded else NOTE_FULL
+    note = template.format(
         kind=workload.fsdp_state_dict_type,
         clones=b.clone_bytes / 2**30,
         total=total / 2**30,
@@ -215,6 +226,10 @@ def with_checkpoint_save(
     )
     if device <= est.device_used_bytes:
         return with_notes(dataclasses.replace(est, phases=phases), [note])
+    if sharded and not offloads:
+        note += AVOID.format(version=workload.accelerate_version)
+    else:
+        note += "; this save is the job's peak"
     floor = {
         "peak_allocated_bytes": total,
         "peak_reserved_bytes": total,
@@ -245,6 +260,34 @@ NOTE = (
     "GPU, each rank cloning its chunk of every parameter ({clones:.2f} GiB) beside the root unit "
     "and one unit unsharded: {total:.2f} GiB allocated, vs {step:.2f} GiB for the training step "
     "(memfit.estimate.fsdp1_save)"
+)
+#: Said where a SHARDED_STATE_DICT save sets the job's peak: the ways to keep the copies off the
+#: GPU. FULL_STATE_DICT: accelerate's ``set_state_dict_type`` gives it
+#: ``FullStateDictConfig(offload_to_cpu=True, rank0_only=True)`` and ``save_fsdp_model`` keeps
+#: both on when there is more than one process (huggingface/accelerate v1.14.0, beb0672a,
+#: ``utils/dataclasses.py`` / ``utils/fsdp_utils.py``; the same at v0.28.0). accelerate >= 0.31
+#: gives SHARDED_STATE_DICT ``ShardedStateDictConfig(offload_to_cpu=True)`` (PR #2762, 67308ca6,
+#: 2024-05-10; first in v0.31.0), so torch's sharded post-hook moves each clone to the CPU as
+#: it makes it (``_state_dict_utils._sharded_post_state_dict_hook``: ``sharded_tensor.cpu()``;
+#: :func:`memfit.spec.hf_versions.sharded_save_offloads`).
+AVOID = (
+    "; this save is the job's peak (accelerate {version}). To avoid it: fsdp_state_dict_type "
+    "FULL_STATE_DICT (accelerate gathers one unit at a time to rank 0's CPU: "
+    "offload_to_cpu=True, rank0_only=True; rank 0's CPU memory then holds the whole state "
+    "dict), accelerate >= 0.31 (its SHARDED_STATE_DICT moves each copy to the CPU as it is "
+    "made: ShardedStateDictConfig(offload_to_cpu=True)), or no checkpoint during training "
+    "(save_strategy no)"
+)
+NOTE_OFFLOADED = (
+    "FSDP1 checkpoint ({kind}, accelerate's save_fsdp_model with offload_to_cpu): each unit "
+    "unsharded on the GPU in turn beside the root unit, its copies moved to the CPU one at a "
+    "time: {total:.2f} GiB allocated, vs {step:.2f} GiB for the training step "
+    "(memfit.estimate.fsdp1_save)"
+)
+NOTE_FULL = (
+    "FSDP1 checkpoint ({kind}, accelerate's save_fsdp_model with offload_to_cpu and "
+    "rank0_only): one unit at a time gathered whole and moved to rank 0's CPU: {total:.2f} GiB "
+    "allocated, vs {step:.2f} GiB for the training step (memfit.estimate.fsdp1_save)"
 )
 NOT_MOE = (
     "FSDP1 checkpoint of a MoE model: the state dict's per-rank copies are not modelled for MoE "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.jobfiles.names import MIXED
-from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int, is_auto
+from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int, is_auto, is_unset
 
 DS_NO_EFFECT = (
     "optimizer.params",
@@ -143,7 +143,6 @@ ACCELERATE_NO_EFFECT = (
     "fsdp_config.fsdp_auto_wrap_policy",
     "fsdp_config.fsdp_backward_prefetch",
     "fsdp_config.fsdp_forward_prefetch",
-    "fsdp_config.fsdp_state_dict_type",
     "fsdp_config.fsdp_sync_module_states",
     "fsdp_config.fsdp_use_orig_params",
     "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
@@ -183,6 +182,48 @@ def _fsdp_version(r: KeyReader) -> None:
     if version == 1 and shard == "fsdp":
         key = "fsdp_config.fsdp_version"
         r.set("fsdp_version", 1, key, "1 (accelerate's default)" if raw is None else raw)
+    read_fsdp_state_dict_type(r, "fsdp_config.fsdp_state_dict_type", version, shard)
+
+
+#: accelerate's state-dict types (``accelerate/utils/constants.py`` ``FSDP_STATE_DICT_TYPE``
+#: at v1.14.0, beb0672a): ``accelerate config`` writes the name, ``FullyShardedDataParallelPlugin``
+#: also takes the enum's number (``StateDictType(int(...))``: 1 FULL, 2 LOCAL, 3 SHARDED).
+ACCELERATE_STATE_DICT_TYPES = {"1": "FULL_STATE_DICT", "2": "LOCAL_STATE_DICT"}
+ACCELERATE_STATE_DICT_TYPES["3"] = "SHARDED_STATE_DICT"
+
+#: Why an FSDP2 file's ``fsdp_state_dict_type`` changes no GPU figure (accelerate v1.14.0
+#: ``utils/fsdp_utils.py`` ``_prepare_sd_options``: FSDP2 saves through
+#: ``torch.distributed.checkpoint.state_dict.get_model_state_dict`` with ``cpu_offload`` from the
+#: plugin's config, which ``set_state_dict_type`` sets True for both types).
+FSDP2_SAVE_NOTE = (
+    "read, no GPU phase: accelerate saves an FSDP2 (fsdp_version 2) model with "
+    "torch.distributed.checkpoint's get_model_state_dict(cpu_offload=True), each tensor copied "
+    "to the CPU in turn; memfit models the checkpoint's GPU copies for FSDP1 only"
+)
+
+
+def read_fsdp_state_dict_type(r: KeyReader, key: str, version: int, shard: Any) -> None:
+    """``key`` (accelerate's ``fsdp_config.fsdp_state_dict_type``, HF Trainer's
+    ``fsdp_config.state_dict_type``): the checkpoint's state-dict type, carried into the job
+    under FSDP1 with ``shard`` fsdp (:mod:`memfit.estimate.fsdp1_save` adds the save phase);
+    absent, no phase (whether the script saves during training is not in the file; accelerate's
+    and transformers' default type for FSDP1 is FULL_STATE_DICT, one unit at a time). Under
+    FSDP2 it is read and said to change nothing; under other strategies (NO_SHARD /
+    SHARD_GRAD_OP, read as ddp / zero2) it has no effect here."""
+    if not r.has(key):
+        return
+    raw = r.take(key)
+    if is_unset(raw) or shard != "fsdp":
+        return
+    name = ACCELERATE_STATE_DICT_TYPES.get(str(raw), str(raw).upper())
+    if name not in ACCELERATE_STATE_DICT_TYPES.values():
+        raise r.fail(key, raw, "must be FULL_STATE_DICT, LOCAL_STATE_DICT or SHARDED_STATE_DICT")
+    if version != 1:
+        r.warn(key, FSDP2_SAVE_NOTE)
+    elif name == "LOCAL_STATE_DICT":
+        r.warn(key, "LOCAL_STATE_DICT saves each rank's flat-parameter shard itself: no copy")
+    else:
+        r.set("fsdp_state_dict_type", name, key, raw)
 
 
 def read_accelerate(r: KeyReader) -> None:

@@ -31,6 +31,7 @@ __all__ = ["EditRefusedError", "FileEdit", "plan_edits", "set_json", "set_yaml",
 
 
 def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
+    flat = f.reader.flat
     ckpt_key = (
         "activation_checkpointing"
         if "activation_checkpointing" in f.data
@@ -51,6 +52,11 @@ def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
         "lora_rank": lambda v: [("use_peft", True), ("lora_r", v)] if v else [],
         "attention": lambda v: [("attn_implementation", {"flash": "flash_attention_2"}.get(v, v))],
         "precision": lambda v: _load_dtype(v, f),
+        # TrainingArguments' fsdp_config.state_dict_type, where the file sets it (else the
+        # accelerate config's key is written)
+        "fsdp_state_dict_type": lambda v: (
+            [("fsdp_config.state_dict_type", v)] if "fsdp_config.state_dict_type" in flat else []
+        ),
     }
     return table[field](value) if field in table else None
 
@@ -201,6 +207,14 @@ def _torchtitan_ac(field: str, value: Any) -> Keys | None:
     }.get(value, [])
 
 
+def _accelerate(field: str, value: Any, f: JobFile) -> Keys | None:
+    """accelerate's config: only the FSDP checkpoint's state-dict type is written here (the
+    batch and the techniques live in the training config)."""
+    if field == "fsdp_state_dict_type" and str(f.reader.flat.get("distributed_type")) == "FSDP":
+        return [("fsdp_config.fsdp_state_dict_type", value)]
+    return None
+
+
 WRITERS: dict[str, Callable[[str, Any, JobFile], Keys | None]] = {
     "hf": _hf,
     "llamafactory": _llamafactory,
@@ -208,7 +222,7 @@ WRITERS: dict[str, Callable[[str, Any, JobFile], Keys | None]] = {
     "torchtune": _torchtune,
     "litgpt": _litgpt,
     "deepspeed": _deepspeed,
-    "accelerate": lambda field, value, f: None,
+    "accelerate": lambda field, value, f: _accelerate(field, value, f),
     "torchtitan": _torchtitan,
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memfit.jobfiles.distributed import read_fsdp_state_dict_type
 from memfit.jobfiles.names import HF_OPTIMIZERS, MIXED, ROLE_OF_MODULE, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int, is_unset
 
@@ -532,7 +533,6 @@ TRAINER_FSDP_NO_EFFECT = (
     "limit_all_gathers",
     "sync_module_states",
     "use_orig_params",
-    "state_dict_type",
     "cpu_ram_efficient_loading",
     "reshard_after_forward",
 )
@@ -557,8 +557,12 @@ def read_trainer_fsdp(r: KeyReader) -> None:
     if "offload" in words:
         r.set("offload", "params", "fsdp", raw)
     version = r.take("fsdp_config.version", 2) if r.has("fsdp_config.version") else 2
-    if as_int(r, "fsdp_config.version", version) == 1 and shard == "fsdp":
+    version = as_int(r, "fsdp_config.version", version)
+    if version == 1 and shard == "fsdp":
         r.set("fsdp_version", 1, "fsdp_config.version", version)
+    # transformers' TrainingArguments: fsdp_plugin_args["state_dict_type"] =
+    # fsdp_config.get("state_dict_type", "FULL_STATE_DICT"), saved by accelerate's save_fsdp_model
+    read_fsdp_state_dict_type(r, "fsdp_config.state_dict_type", version, shard)
     ac = "fsdp_config.activation_checkpointing"
     if r.has(ac) and as_bool(r, ac, r.take(ac)):
         r.set("checkpointing", "full", ac, True)

@@ -1,5 +1,6 @@
-"""transformers- and peft-version rules of a training step (``WorkloadSpec.transformers_version``,
-``WorkloadSpec.peft_version``).
+"""transformers-, peft- and accelerate-version rules of a training step
+(``WorkloadSpec.transformers_version``, ``WorkloadSpec.peft_version``,
+``WorkloadSpec.accelerate_version``).
 
 memfit traces the installed transformers. A published measurement was made with the release of
 its day; where that release ran the step differently in a way that moves memory, the rule is
@@ -32,6 +33,16 @@ what it does not model).
   their gradients and Adam states in fp32, and each adapter's input upcast to fp32. memfit traces
   the installed peft; for a release before 0.12 it passes ``autocast_adapter_dtype=False``, which
   leaves them in the base weight's dtype as the old ``update_layer`` did.
+* **accelerate kept an FSDP1 SHARDED_STATE_DICT save's copies on the GPU before 0.31.**
+  ``FullyShardedDataParallelPlugin.set_state_dict_type`` built a state-dict config only for
+  FULL_STATE_DICT (huggingface/accelerate v0.28.0, ``utils/dataclasses.py``), so
+  ``save_fsdp_model`` entered ``FSDP.state_dict_type(model, SHARDED_STATE_DICT, None, None)`` and
+  torch's default ``ShardedStateDictConfig(offload_to_cpu=False)`` applied. accelerate 67308ca6
+  ("Enable sharded cpu resume", #2762, 2024-05-10; first released in 0.31.0, still so at v1.14.0
+  beb0672a) sets ``ShardedStateDictConfig(offload_to_cpu=True)``, and torch's
+  ``_sharded_post_state_dict_hook`` then moves each clone to the CPU as it makes it
+  (``sharded_tensor = sharded_tensor.cpu()``): the GPU holds one copy at a time
+  (:mod:`memfit.estimate.fsdp1_save`).
 """
 
 from __future__ import annotations
@@ -77,6 +88,19 @@ def autocasts_adapters(peft_version: str | None) -> bool:
     """Whether peft ``peft_version`` casts 16-bit LoRA adapters to fp32 (None: the installed
     one, which does)."""
     return peft_version is None or parse(peft_version)[:2] >= PEFT_FP32_ADAPTERS_SINCE
+
+
+#: The first accelerate release whose SHARDED_STATE_DICT config offloads to the CPU (above).
+ACCELERATE_SHARDED_OFFLOAD_SINCE = (0, 31)
+
+
+def sharded_save_offloads(accelerate_version: str | None) -> bool:
+    """Whether accelerate ``accelerate_version`` moves a SHARDED_STATE_DICT save's copies to
+    the CPU as they are made (None: the installed one, which does)."""
+    return (
+        accelerate_version is None
+        or parse(accelerate_version)[:2] >= ACCELERATE_SHARDED_OFFLOAD_SINCE
+    )
 
 
 def peft_note(peft_version: str | None) -> str | None:

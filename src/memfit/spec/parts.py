@@ -257,6 +257,7 @@ class ParallelSpec:
     fsdp_version: int = 2
     fsdp_lora_wrap: str = "peft"
     fsdp_state_dict_type: str | None = None
+    accelerate_version: str | None = None  # WorkloadSpec.accelerate_version
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pp_schedule", resolve_schedule(self.pp_schedule))

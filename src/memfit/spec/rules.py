@@ -521,6 +521,7 @@ FIELD_RULES: dict[str, Rule] = {
     "lora_dropout": _dropout,
     "transformers_version": version_problem,
     "peft_version": version_problem,
+    "accelerate_version": version_problem,
     "freeze_layers": _count_or_zero,
     "selective_ac_option": _count_or_zero,
     "zero_grad_set_to_none": _switch,

@@ -165,6 +165,10 @@ class WorkloadSpec:
     #: (accelerate's ``fsdp_state_dict_type``: FULL_STATE_DICT or SHARDED_STATE_DICT); None:
     #: no checkpoint phase is modelled (:mod:`memfit.estimate.fsdp1_save`)
     fsdp_state_dict_type: str | None = None
+    #: The accelerate release that saves those checkpoints (:mod:`memfit.spec.hf_versions`:
+    #: before 0.31 a SHARDED_STATE_DICT save keeps its copies on the GPU); None: the installed
+    #: one's rules (a current release)
+    accelerate_version: str | None = None
     #: True when ``precision`` was not given and :func:`~memfit.spec.rules.default_precision`
     #: chose it (the door may refine it by the GPU and the checkpoint's dtype, and says why);
     #: not part of the job's identity (no effect on equality, ``repr`` or cache keys)
@@ -486,6 +490,8 @@ class WorkloadSpec:
             d.pop("fsdp_lora_wrap")
         if self.fsdp_state_dict_type is None:
             d.pop("fsdp_state_dict_type")
+        if self.accelerate_version is None:
+            d.pop("accelerate_version")
         if self.quant not in ("int4-gptq", "int4-awq"):
             d.pop("quant_group_size")
         if self.quant == "none" or self.mode != "train":
@@ -517,6 +523,7 @@ PARALLEL_FIELDS += tuple(PARALLEL_DEFAULTS)  # pp, pp_schedule, ..., etp
 PARALLEL_FIELDS += ("dp_replicate", "reshard_after_forward", "zero_hpz_partition_size")  # par-a
 PARALLEL_FIELDS += ("fsdp_version", "fsdp_lora_wrap")  # FSDP1 (issue 30)
 PARALLEL_FIELDS += ("fsdp_state_dict_type",)  # FSDP1 checkpoints (issue 30, helper peft70b)
+PARALLEL_FIELDS += ("accelerate_version",)  # the release saving them (helper fsdpsave)
 TECHNIQUE_FIELDS = tuple(TechniqueSpec().flat())
 
 
