@@ -50,13 +50,12 @@ holds the shards themselves).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from memfit.estimate import quant
-from memfit.estimate.device import fit_verdict
 from memfit.estimate.fsdp1 import ALL_LINEAR_MODULES, DTYPE_BYTES
+from memfit.estimate.outside_phase import with_outside_phase
 from memfit.estimate.parallel.shape import DecoderShape, read_shape
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, PhasePeak
@@ -213,8 +212,6 @@ def with_checkpoint_save(
             "temporary": b.clone_bytes,
         },
     )
-    phases = {**est.phases, PHASE: phase}
-    device = total + est.cuda_context_bytes
     offloads = sharded_save_offloads(workload.accelerate_version)
     sharded = workload.fsdp_state_dict_type == "SHARDED_STATE_DICT"
     template = (NOTE if not offloads else NOTE_OFFLOADED) if sharded else NOTE_FULL
@@ -224,35 +221,12 @@ def with_checkpoint_save(
         total=total / 2**30,
         step=est.peak_allocated_bytes / 2**30,
     )
-    if device <= est.device_used_bytes:
-        return with_notes(dataclasses.replace(est, phases=phases), [note])
-    if sharded and not offloads:
-        note += AVOID.format(version=workload.accelerate_version)
-    else:
-        note += "; this save is the job's peak"
-    floor = {
-        "peak_allocated_bytes": total,
-        "peak_reserved_bytes": total,
-        "device_used_bytes": device,
-    }
-    ranges = {
-        k: (max(lo, floor.get(k, 0)), max(hi, floor.get(k, 0)))
-        for k, (lo, hi) in est.ranges.items()
-    }
-    peak_moves = total > est.peak_allocated_bytes
-    out = dataclasses.replace(
-        est,
-        peak_allocated_bytes=max(est.peak_allocated_bytes, total),
-        peak_reserved_bytes=max(est.peak_reserved_bytes, total),
-        device_used_bytes=device,
-        peak_phase=PHASE if peak_moves else est.peak_phase,
-        components=dict(phase.components) if peak_moves else est.components,
-        top_modules=[] if peak_moves else est.top_modules,  # the step's modules, not this phase's
-        phases=phases,
-        ranges=ranges,
-        fits=fit_verdict(gpu, device) if est.fits is not None else None,
+    peak_note = (
+        AVOID.format(version=workload.accelerate_version)
+        if sharded and not offloads
+        else "; this save is the job's peak"
     )
-    return with_notes(out, [note], first=True)
+    return with_outside_phase(est, phase, gpu, note, peak_note=peak_note)
 
 
 NOTE = (

@@ -39,12 +39,11 @@ the embeddings (peft's example adds its chat tokens, 32,000 → 32,008 rows).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from memfit.estimate import quant
-from memfit.estimate.device import fit_verdict
+from memfit.estimate.outside_phase import with_outside_phase
 from memfit.estimate.parallel.shape import DecoderShape, read_shape
 from memfit.estimate.pipeline import with_notes
 from memfit.estimate.result import COMPONENTS, MemoryEstimate, PhasePeak
@@ -147,37 +146,10 @@ def with_zero3_load(
             "temporary": b.partition_bytes,
         },
     )
-    phases = {**est.phases, PHASE: load}
-    device = b.total_bytes + est.cuda_context_bytes
     note = NOTE.format(
         whole=b.total_bytes / 2**30, step=est.device_used_bytes / 2**30, w=workload.dp_shard
     )
-    if device <= est.device_used_bytes:
-        return with_notes(dataclasses.replace(est, phases=phases), [note])
-    # the phase is what the engine allocates, not a band: each end of a range is at least it
-    floor = {
-        "peak_allocated_bytes": b.total_bytes,
-        "peak_reserved_bytes": b.total_bytes,
-        "device_used_bytes": device,
-    }
-    ranges = {
-        k: (max(lo, floor.get(k, 0)), max(hi, floor.get(k, 0)))
-        for k, (lo, hi) in est.ranges.items()
-    }
-    peak_moves = b.total_bytes > est.peak_allocated_bytes
-    out = dataclasses.replace(
-        est,
-        peak_allocated_bytes=max(est.peak_allocated_bytes, b.total_bytes),
-        peak_reserved_bytes=max(est.peak_reserved_bytes, b.total_bytes),
-        device_used_bytes=device,
-        peak_phase=PHASE if peak_moves else est.peak_phase,
-        components=dict(load.components) if peak_moves else est.components,
-        top_modules=[] if peak_moves else est.top_modules,  # the step's modules, not this phase's
-        phases=phases,
-        ranges=ranges,
-        fits=fit_verdict(gpu, device) if est.fits is not None else None,
-    )
-    return with_notes(out, [note], first=True)
+    return with_outside_phase(est, load, gpu, note)
 
 
 NOTE = (
