@@ -166,3 +166,39 @@ def test_a_snapshot_recording_runs_the_trace(on: Path) -> None:
     with recording():
         assert not trace_cache.cacheable(_source())  # --snapshot needs the run's history
     assert trace_cache.cacheable(_source())
+
+
+def test_a_variable_length_run_is_kept_and_read_back(on: Path, monkeypatch: pytest.MonkeyPatch):
+    """estimate_seq_run keeps the whole run under the one key rule: the same run again is read
+    back equal without replaying; another distribution, a corrupt entry or --no-cache replay."""
+    from memfit.estimate.seqrun import run as seqrun
+    from memfit.spec.seqrun import SeqDist, StepPlan
+
+    calls: list[int] = []
+
+    def fake_run(source, workload, dist, plan, gpu, capacity_bytes, progress):
+        calls.append(plan.n_steps)
+        v = seqrun.Variant(name="run", reserved_bytes=3 * 2**30, reserved_expandable_bytes=2**31,
+                           memory_only=True, how="as asked", n_ooms=0)  # fmt: skip
+        return seqrun.SeqRunEstimate(
+            n_steps=plan.n_steps, seed=plan.seed, max_len=dist.max_len, mean_step_len=300.5,
+            n_distinct_lengths=7, anchors=(2, 128, 256), floor_len=2,
+            fixed=dataclasses.replace(v, name="fixed"), run=v, alternatives=(v,),
+            recommendations=("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",),
+            unmatched_frees=0, peak_allocated_bytes=2**30,
+        )  # fmt: skip
+
+    monkeypatch.setattr(seqrun, "_estimate_seq_run", fake_run)
+    source, dist, plan = _source(), SeqDist(max_len=256, mean=100, std=50), StepPlan(batch_size=2)
+    first = seqrun.estimate_seq_run(source, TRAIN, dist, plan, gpu=get_gpu("L4"))
+    again = seqrun.estimate_seq_run(source, TRAIN, dist, plan, gpu=get_gpu("L4"))
+    assert again == first and calls == [1000]
+    seqrun.estimate_seq_run(source, TRAIN, dataclasses.replace(dist, max_len=512), plan)
+    assert len(calls) == 2
+    for entry in on.glob("*.json"):
+        entry.write_text("{not json")
+    assert seqrun.estimate_seq_run(source, TRAIN, dist, plan, gpu=get_gpu("L4")) == first
+    assert len(calls) == 3
+    monkeypatch.setenv("MEMFIT_NO_CACHE", "1")
+    seqrun.estimate_seq_run(source, TRAIN, dist, plan, gpu=get_gpu("L4"))
+    assert len(calls) == 4
