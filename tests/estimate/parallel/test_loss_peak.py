@@ -8,6 +8,7 @@ from __future__ import annotations
 import weakref
 
 import pytest
+from tests.estimate.parallel.loss_steps import measure_loss_steps
 
 from memfit.estimate.parallel.memory import LOSS_BYTES_PER_LOGIT
 
@@ -77,41 +78,11 @@ def test_loss_parallel_peaks_at_16_bytes_per_logit_as_the_closed_form_counts():
     """torchtitan's loss under tensor parallelism: the head's output sharded over the vocabulary
     (``Shard(-1)`` DTensor), ``cross_entropy`` under torch's ``loss_parallel()``, run here by
     torch's own handlers on a one-rank gloo mesh. The plain loss through the same timeline: 12."""
-    dist = pytest.importorskip("torch.distributed")
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
-    from torch.distributed.tensor.parallel import loss_parallel
-
     from memfit.estimate.parallel.memory import LOSS_PARALLEL_BYTES_PER_LOGIT
 
     tokens, hidden, vocab = 1024, 64, 16384
-    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
-    w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
-    labels = torch.randint(0, vocab, (tokens,))
-
-    def plain() -> None:
-        pred = x @ w.t()
-        loss = F.cross_entropy(pred.float(), labels)
-        del pred
-        loss.backward()
-
-    if dist.is_initialized():  # memfit's FSDP trace keeps its fake group (re-made when needed)
-        assert dist.get_backend() == "fake"
-        dist.destroy_process_group()
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        mesh = init_device_mesh("cpu", (1,))
-        w_shard = distribute_tensor(w.detach(), mesh, [Shard(0)]).requires_grad_()
-
-        def sharded() -> None:
-            with loss_parallel():
-                pred = DTensor.from_local(x, mesh, [Replicate()]) @ w_shard.t()
-                loss = F.cross_entropy(pred.float(), labels)
-                del pred
-                loss.backward()
-
-        parallel = _timeline_peak_per_logit(sharded, tokens * vocab)
-    finally:
-        dist.destroy_process_group()
-    assert _timeline_peak_per_logit(plain, tokens * vocab) == pytest.approx(12, rel=0.05)
-    assert parallel == pytest.approx(LOSS_PARALLEL_BYTES_PER_LOGIT, rel=0.05)
+    peaks = measure_loss_steps(
+        lambda step: _timeline_peak_per_logit(step, tokens * vocab), tokens, hidden, vocab
+    )
+    assert peaks["plain"] == pytest.approx(12, rel=0.05)
+    assert peaks["parallel"] == pytest.approx(LOSS_PARALLEL_BYTES_PER_LOGIT, rel=0.05)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from tests.estimate.parallel.loss_steps import measure_loss_steps
 
 from memfit.estimate.allocator.caching import simulate
 from memfit.estimate.parallel.engine import rank_reserved_bytes
@@ -25,7 +26,6 @@ from memfit.models import resolve_model
 from memfit.spec import WorkloadSpec
 
 torch = pytest.importorskip("torch")
-F = torch.nn.functional
 
 TOKENS, HIDDEN, VOCAB = 1024, 64, 16384
 
@@ -59,41 +59,7 @@ def loss_events() -> dict[str, list[tuple[str, int, int]]]:
     """torchtitan's loss step (``cross_entropy(pred.float(), labels)``, ``del pred``,
     ``backward``: train.py at 9dec370), plain and vocabulary-parallel (torch's
     ``loss_parallel()`` on a one-rank gloo mesh, as tests/estimate/parallel/test_loss_peak.py)."""
-    dist = pytest.importorskip("torch.distributed")
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
-    from torch.distributed.tensor.parallel import loss_parallel
-
-    x = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
-    w = torch.randn(VOCAB, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
-    labels = torch.randint(0, VOCAB, (TOKENS,))
-
-    def plain() -> None:
-        pred = x @ w.t()
-        loss = F.cross_entropy(pred.float(), labels)
-        del pred
-        loss.backward()
-
-    if dist.is_initialized():  # memfit's FSDP trace keeps its fake group (re-made when needed)
-        assert dist.get_backend() == "fake"
-        dist.destroy_process_group()
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        mesh = init_device_mesh("cpu", (1,))
-        w_shard = distribute_tensor(w.detach(), mesh, [Shard(0)]).requires_grad_()
-
-        def sharded() -> None:
-            with loss_parallel():
-                pred = DTensor.from_local(x, mesh, [Replicate()]) @ w_shard.t()
-                loss = F.cross_entropy(pred.float(), labels)
-                del pred
-                loss.backward()
-
-        events = {"parallel": _record(sharded)}
-    finally:
-        dist.destroy_process_group()
-    events["plain"] = _record(plain)
-    return events
+    return measure_loss_steps(_record, TOKENS, HIDDEN, VOCAB)
 
 
 def _layout(kind: str):
