@@ -43,6 +43,7 @@ from memfit.estimate.diffusion.answer import estimate_pipeline  # a cache hit im
 from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.estimate.options import using_options
 from memfit.estimate.seqrun.run import estimate_seq_run
+from memfit.estimate.verdict import judge_point
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model
 from memfit.models.gguf import resolve_gguf
@@ -383,7 +384,9 @@ def _plan_text(model: Any, job: PlanRequest, *, gpu: Any, options: Any, **reques
 @dataclass(frozen=True, kw_only=True)
 class SeqRunAnswer:
     """A variable-length run: the estimate of its longest step and the run replayed (with a GPU,
-    capped at what its memory leaves after the CUDA context)."""
+    capped at what its memory leaves after the CUDA context). With a GPU, ``run.fits`` is THE
+    verdict of the run (:func:`memfit.estimate.verdict.judge_point` of ``run.need_bytes`` on the
+    estimate's budget): what ``estimate --seq-dist`` prints and exits with."""
 
     estimate: MemoryEstimate
     run: SeqRunEstimate
@@ -402,6 +405,11 @@ def _estimate_seq(model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions
         capacity_bytes=capacity, progress=report,
     )  # fmt: skip
     run = dataclasses.replace(run, overhead_bytes=overhead_bytes)  # CUDA context and the like
+    if est.fits is not None:  # THE verdict rule, on the estimate's budget (the replay: no range)
+        run = dataclasses.replace(
+            run,
+            fits=judge_point(run.need_bytes, est.fits.capacity_bytes, est.fits.headroom_bytes),
+        )
     return SeqRunAnswer(estimate=est, run=run)
 
 

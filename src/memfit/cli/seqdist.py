@@ -9,7 +9,6 @@ from typing import Any
 from memfit.cli.engine import options_from
 from memfit.errors import SpecError
 from memfit.estimate.seqrun.dist import parse_seq_dist
-from memfit.estimate.verdict import judge_point
 from memfit.flags import count_at_most, integer
 from memfit.jobflags import seq_run_job
 from memfit.report.seqrun import render_seq_fit, render_seq_plan, render_seq_run
@@ -74,22 +73,16 @@ def cmd(args: argparse.Namespace, workload: Any) -> int:
     est, run = answer.estimate, answer.run
     used_bytes = run.device_used_bytes
     # With a GPU the replay is capped at its memory (the allocator frees its cache and retries
-    # there, as torch does): THE verdict rule judges the device bytes after the run on the
-    # estimate's budget, and a request that still failed (an OOM in the replay) does not fit.
-    verdict = None
-    if est.fits is not None:
-        verdict = (
-            "does not fit"
-            if run.run.n_ooms
-            else str(
-                judge_point(used_bytes, est.fits.capacity_bytes, est.fits.headroom_bytes).verdict
-            )
-        )
+    # there, as torch does); the API judges the run by THE verdict rule on the estimate's budget
+    # (a run whose capped replay still ran out of memory: on what it reserves without a cap).
+    verdict = None if run.fits is None else run.fits.verdict
     fits = None if verdict is None else verdict == "fits"
     if args.json:
         out = {**est.to_json(), "seq_dist": {**run.to_json(), "device_used_bytes": used_bytes}}
         out["seq_dist"]["fits"] = fits
         out["seq_dist"]["verdict"] = verdict
+        if run.fits is not None:
+            out["seq_dist"]["judged"] = run.fits.to_json()
         print(json.dumps(out, indent=2))
     else:
         print(render_estimate(est, top=args.top))

@@ -30,7 +30,12 @@ def render_seq_run(run: SeqRunEstimate, used_bytes: int, fits: bool | str | None
         f"{format_bytes(run.run.reserved_expandable_bytes)}",
         f"  device used after the run: {format_bytes(used_bytes)}"
         + word
-        + (f" ({run.run.n_ooms} OOMs in the replay)" if run.run.n_ooms else ""),
+        + (
+            f" ({run.run.n_ooms} OOMs in the replay capped at the GPU; without a cap the run "
+            f"reserves {format_bytes(run.need_bytes)} with the CUDA context)"
+            if run.run.n_ooms
+            else ""
+        ),
     ]
     for v in run.alternatives:
         lines.append(

@@ -143,6 +143,24 @@ def test_a_capacity_caps_the_growth_without_an_oom_while_the_steps_fit() -> None
     assert too_small.n_ooms > 0
 
 
+def test_a_capped_replay_keeps_what_the_run_reserves_without_a_cap() -> None:
+    """The run's need where the capped replay runs out of memory: the unbounded replay's peak
+    (above the capacity: the replay is capped only then); uncapped, it is the peak itself."""
+    templates = templates_from_traces({n: fake_trace(n) for n in (128, 512, 2048)})
+    growing = list(range(128, 2049, 64))
+    unlimited = replay_run(templates, growing)
+    assert unlimited.unbounded_peak_reserved_bytes == unlimited.peak_reserved_bytes
+    fixed = replay_run(templates, [2048] * 3)
+    too_small = replay_run(templates, growing, capacity_bytes=fixed.peak_allocated_bytes // 2)
+    assert too_small.n_ooms > 0
+    assert too_small.peak_reserved_bytes <= fixed.peak_allocated_bytes // 2
+    assert too_small.unbounded_peak_reserved_bytes == unlimited.peak_reserved_bytes
+    expandable = replay_run(
+        templates, growing, expandable_segments=True, capacity_bytes=fixed.peak_allocated_bytes
+    )
+    assert expandable.unbounded_peak_reserved_bytes is None
+
+
 def _reference_replay(templates, lengths, *, expandable_segments=False, capacity_bytes=None):
     """The replay event by event through CachingAllocatorSim, as replay_run made it before its
     events were laid out as arrays (the step keys of every step its own, frees matched against

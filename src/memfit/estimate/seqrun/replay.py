@@ -172,6 +172,10 @@ class RunReplay:
     peak_allocated_bytes: int
     unmatched_frees: int
     n_ooms: int = 0
+    #: torch's default settings: the run's reserved peak replayed without a capacity (equal to
+    #: ``peak_reserved_bytes`` where the capacity was never reached); None for expandable
+    #: segments, replayed capped only
+    unbounded_peak_reserved_bytes: int | None = None
 
 
 def replay_run(
@@ -201,6 +205,7 @@ def replay_run(
                 peak_reserved_bytes=free.peak_reserved_bytes,
                 peak_allocated_bytes=free.peak_allocated_bytes,
                 unmatched_frees=events.unmatched_frees,
+                unbounded_peak_reserved_bytes=free.peak_reserved_bytes,
             )
     sim = CachingAllocatorSim(
         expandable_segments=expandable_segments, capacity_bytes=capacity_bytes
@@ -224,6 +229,7 @@ def replay_run(
         peak_allocated_bytes=res.peak_allocated_bytes,
         unmatched_frees=events.unmatched_frees,
         n_ooms=res.n_ooms,
+        unbounded_peak_reserved_bytes=None if expandable_segments else free.peak_reserved_bytes,
     )
 
 

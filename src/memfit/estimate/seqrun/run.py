@@ -49,6 +49,10 @@ class Variant:
     how: str
     n_ooms: int = 0
     n_ooms_expandable: int = 0
+    #: torch's default settings replayed without a capacity: what the run reserves where
+    #: nothing stops its cache from growing (``reserved_bytes`` where the capacity was never
+    #: reached)
+    reserved_unbounded_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,6 +97,17 @@ class SeqRunEstimate:
     @property
     def device_used_bytes(self) -> int:
         return self.overhead_bytes + self.run.reserved_bytes
+
+    @property
+    def need_bytes(self) -> int:
+        """The device bytes the run needs, as THE verdict rule judges them: after the run (the
+        replay capped at the GPU, whose cache flushes may keep it below the capacity); where the
+        capped replay still ran out of memory, what the run reserves without a cap (above the
+        capacity by construction: the replay is capped only where that peak exceeds it)."""
+        if self.run.n_ooms:
+            return self.overhead_bytes + max(self.run.reserved_unbounded_bytes,
+                                             self.run.reserved_bytes)  # fmt: skip
+        return self.device_used_bytes
 
     @property
     def ranges(self) -> dict[str, tuple[int, int]]:
@@ -191,7 +206,8 @@ def _decode(data: Any) -> SeqRunEstimate | None:
     counts = [est.n_steps, est.max_len, est.floor_len, est.unmatched_frees,
               est.peak_allocated_bytes, est.overhead_bytes, *est.anchors]  # fmt: skip
     for v in variants:
-        counts += [v.reserved_bytes, v.reserved_expandable_bytes, v.n_ooms, v.n_ooms_expandable]
+        counts += [v.reserved_bytes, v.reserved_expandable_bytes, v.n_ooms, v.n_ooms_expandable,
+                   v.reserved_unbounded_bytes]  # fmt: skip
     ok = all(type(c) is int and c >= 0 for c in counts)
     return est if ok and isinstance(est.recommendations, tuple) else None
 
@@ -357,6 +373,7 @@ def _variant(
         how=how,
         n_ooms=default.n_ooms,
         n_ooms_expandable=expandable.n_ooms,
+        reserved_unbounded_bytes=int(default.unbounded_peak_reserved_bytes or 0),
     )
     return variant, default.peak_allocated_bytes
 
