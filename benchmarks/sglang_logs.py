@@ -9,7 +9,8 @@ tested). Weights are compared where the log prints "mem usage" at load end. Each
 as the SGLang release it states (``--sglang-version``: the default ``mem_fraction_static`` rule
 changed in 0.4.7 and 0.5.3); a log that states none (a main-branch checkout) as the newest.
 ``gpu_memory_mib``: the ``nvidia-smi`` total a log printed, read by SGLang's defaults and used as
-the end-to-end GPU total.
+the end-to-end GPU total. ``host: "windows"``: a log taken under WSL2 or Docker Desktop
+(``simulate_sglang(windows_host=True)``).
 
     PYTHONPATH=src python benchmarks/sglang_logs.py [--json] [--write]
 """
@@ -58,8 +59,14 @@ def check(row: dict[str, Any]) -> dict[str, Any]:
     logged = row["logged"]
     mib = row.get("gpu_memory_mib")
     out: dict[str, Any] = {"id": row["id"], "source": row["source"], "release": release(row)}
+    windows = row.get("host") == "windows"
     e2e = simulate_sglang(
-        spec, gpu, config, total_bytes=mib * MiB if mib else None, gpu_memory_mib=mib
+        spec,
+        gpu,
+        config,
+        total_bytes=mib * MiB if mib else None,
+        gpu_memory_mib=mib,
+        windows_host=windows,
     )
     out["mem_fraction_static"] = e2e.mem_fraction_static
     if logged.get("starts") is False:  # a logged failure: only the verdict is compared
@@ -82,6 +89,7 @@ def check(row: dict[str, Any]) -> dict[str, Any]:
             total_bytes=int(before + context),
             context_bytes=int(context),
             gpu_memory_mib=mib,
+            windows_host=windows,
         )
         out["tokens_given_avail"] = given.max_total_num_tokens
         out["tokens_given_avail_err_pct"] = _pct(given.max_total_num_tokens, logged["tokens"])

@@ -88,3 +88,55 @@ def test_the_compact_replay_reserves_what_the_full_allocator_replay_does(name: s
     # the replay counts tensor bytes; torch's stats also count the 512 B rounding and the
     # remainders (at most 1 MiB) a block keeps unsplit
     assert 0 <= sim.allocated_bytes - r.allocated_bytes <= len(sizes) * 2**20
+
+
+def _rows() -> dict[str, dict]:
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    return {r["id"]: r for r in rows}
+
+
+@pytest.mark.parametrize(
+    "log_id", ["llama-3.1-8b-h100-docs", "llama-3.1-8b-h100-pr4760", "qwen3-0.6b-rtx5080-2025-08"]
+)
+def test_tp_1_linux_logs_hold_the_first_kernels_and_land_within_one_percent(log_id: str) -> None:
+    """At TP 1 no NCCL warm-up runs before "Load weight begin", so the first kernels' memory is
+    in "mem usage": without it the three native-Linux TP-1 logs are 0.06-0.09 GiB above the
+    replay (Qwen3-0.6B on an RTX 5080: -5.2 %); with it, within 1 % and not above the log by more
+    than the log's rounding (the constant is fitted on these logs)."""
+    from memfit.serving.sglang_load import first_kernels_bytes
+
+    row = _rows()[log_id]
+    spec = _spec(row["model"])
+    weights = rank_weights(spec, tp=1, pp=1, dtype="bfloat16", quantization=None).weights_bytes
+    extra = load_overhead_bytes(spec, tp=1, dtype_bytes=2)
+    assert extra is not None
+    logged = row["logged"]["weights_gb"] * GiB
+    without = weights + extra - first_kernels_bytes(tp=1)
+    assert (logged - without) > 0.05 * GiB  # the gap the term closes
+    assert abs(weights + extra - logged) / logged < 0.01
+    assert weights + extra - logged < 0.005 * GiB
+
+
+def test_the_first_kernels_count_only_at_tp_1_on_a_linux_host() -> None:
+    from memfit.serving.sglang_load import FIRST_KERNELS_BYTES, first_kernels_bytes
+
+    spec = _spec("qwen3-0.6b")
+    linux = load_overhead_bytes(spec, tp=1, dtype_bytes=2)
+    windows = load_overhead_bytes(spec, tp=1, dtype_bytes=2, windows_host=True)
+    assert linux is not None and windows is not None
+    assert linux - windows == FIRST_KERNELS_BYTES == 64 * MiB
+    assert first_kernels_bytes(tp=2) == first_kernels_bytes(tp=1, windows_host=True) == 0
+
+
+def test_the_windows_host_logs_are_not_given_the_first_kernels() -> None:
+    """The three Windows-desktop logs (WSL2, Docker Desktop) keep -0.002 to 0.04 GiB beyond the
+    replay: with the Linux term they would be over by up to 0.064 GiB (Qwen3-0.6B: +4 %), and its
+    KV tokens under by 4 %."""
+    from benchmarks.sglang_logs import check
+
+    windows = [r for r in _rows().values() if r.get("host") == "windows"]
+    assert len(windows) == 3
+    for row in windows:
+        out = check(row)
+        assert out["weights_err_pct"] < 0.5
+        assert abs(out["tokens_given_avail_err_pct"]) < 3
