@@ -17,7 +17,7 @@ SGLang 0.5, as its source does it (sgl-project/sglang):
    the CUDA context and NCCL ("Load weight begin. avail mem=…"): ``total_gpu_memory``;
    ``load_model`` loads the weights ("Load weight end. … mem usage=…"; what that holds beyond
    the weights, the allocator's segment tails, the fp32 rotary cache and, at TP 1, the first
-   CUDA kernels' memory: :mod:`memfit.serving.sglang_load`).
+   CUDA kernels' memory before 0.5.8: :mod:`memfit.serving.sglang_load`).
 3. ``profile_max_num_token`` (commit 01cc04e2b5b01ce379698a3fee1bd17706e1d0ec and later):
    ``rest = avail_after_weights - total_gpu_memory x (1 - mem_fraction_static)``;
    ``max_total_num_tokens = rest // cell_size`` where ``cell_size`` is the KV bytes of one token
@@ -363,7 +363,11 @@ def simulate_sglang(
     replayed = None
     if config.quantization is None:
         replayed = load_overhead_bytes(
-            spec, tp=tp, dtype_bytes=act_bytes, windows_host=windows_host
+            spec,
+            tp=tp,
+            dtype_bytes=act_bytes,
+            sglang_version=config.sglang_version,
+            windows_host=windows_host,
         )
     overhead = LOAD_OVERHEAD_BYTES if replayed is None else replayed
     loaded = w.weights_bytes + overhead
