@@ -59,6 +59,7 @@ from memfit.models import ModelSpec
 from memfit.serving.layout import LayerKV, kv_layers, parallel_error, rank_weights
 from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memory_defaults
 from memfit.serving.sglang_graphs import (
+    attn_state_bytes_per_slot,
     capture_batch_sizes,
     sglang_graph_bytes,
     shares_logits_buffer,
@@ -406,6 +407,7 @@ def simulate_sglang(
         n_moe_layers=n_moe,
         nccl_in_graph=tp > 1 and not custom_all_reduce,
         shared_logits=shares_logits_buffer(config.sglang_version),
+        attn_bytes_per_slot=attn_state_bytes_per_slot(config.sglang_version, gpu.arch),
     )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:
