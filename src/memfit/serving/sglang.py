@@ -16,8 +16,8 @@ SGLang 0.5, as its source does it (sgl-project/sglang):
 2. ``model_executor/model_runner.py``: ``init_torch_distributed`` measures the free memory after
    the CUDA context and NCCL ("Load weight begin. avail mem=…"): ``total_gpu_memory``;
    ``load_model`` loads the weights ("Load weight end. … mem usage=…"; what that holds beyond
-   the weights, the allocator's segment tails and the fp32 rotary cache:
-   :mod:`memfit.serving.sglang_load`).
+   the weights, the allocator's segment tails, the fp32 rotary cache and, at TP 1, the first
+   CUDA kernels' memory before 0.5.8: :mod:`memfit.serving.sglang_load`).
 3. ``profile_max_num_token`` (commit 01cc04e2b5b01ce379698a3fee1bd17706e1d0ec and later):
    ``rest = avail_after_weights - total_gpu_memory x (1 - mem_fraction_static)``;
    ``max_total_num_tokens = rest // cell_size`` where ``cell_size`` is the KV bytes of one token
@@ -59,6 +59,7 @@ from memfit.models import ModelSpec
 from memfit.serving.layout import LayerKV, kv_layers, parallel_error, rank_weights
 from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memory_defaults
 from memfit.serving.sglang_graphs import (
+    attn_state_bytes_per_slot,
     capture_batch_sizes,
     sglang_graph_bytes,
     shares_logits_buffer,
@@ -303,10 +304,13 @@ def simulate_sglang(
     total_bytes: int | None = None,
     context_bytes: int | None = None,
     gpu_memory_mib: int | None = None,
+    windows_host: bool = False,
 ) -> SglangStartup:
     """Run SGLang's start-up accounting for ``spec`` served with ``config`` on ``gpu``
     (``total_bytes`` / ``context_bytes``: what a log printed, instead of memfit's figures;
-    ``gpu_memory_mib``: the ``nvidia-smi`` total SGLang's defaults read, when a log printed it)."""
+    ``gpu_memory_mib``: the ``nvidia-smi`` total SGLang's defaults read, when a log printed it;
+    ``windows_host``: SGLang under WSL2 or Docker Desktop, whose load keeps no first-kernels
+    memory, :func:`memfit.serving.sglang_load.first_kernels_bytes`)."""
     try:  # an encoder, encoder-decoder or classifier: SGLang's generative path does not serve it
         served_as_decoder(spec)
     except NotModelledError as err:
@@ -359,7 +363,13 @@ def simulate_sglang(
     before = total - context
     replayed = None
     if config.quantization is None:
-        replayed = load_overhead_bytes(spec, tp=tp, dtype_bytes=act_bytes)
+        replayed = load_overhead_bytes(
+            spec,
+            tp=tp,
+            dtype_bytes=act_bytes,
+            sglang_version=config.sglang_version,
+            windows_host=windows_host,
+        )
     overhead = LOAD_OVERHEAD_BYTES if replayed is None else replayed
     loaded = w.weights_bytes + overhead
     rest = (before - loaded) - before * (1 - frac)
@@ -397,6 +407,7 @@ def simulate_sglang(
         n_moe_layers=n_moe,
         nccl_in_graph=tp > 1 and not custom_all_reduce,
         shared_logits=shares_logits_buffer(config.sglang_version),
+        attn_bytes_per_slot=attn_state_bytes_per_slot(config.sglang_version, gpu.arch),
     )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:

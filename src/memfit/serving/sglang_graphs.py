@@ -12,7 +12,15 @@ leaves on the device (``cuda_graph_runner.py``):
    the same length) (``layers/attention/flashinfer_backend.py``); FlashAttention 3 (Hopper) a
    ``page_table`` of int32 ``max_bs x context_len / page_size``. Counted as
    :data:`ATTN_STATE_BYTES_PER_SLOT` = 5 bytes per (batch row, context token): FlashInfer's,
-   on the safe side of FA3's 4.
+   on the safe side of FA3's 4 from 0.5.1. Before 0.5, on Hopper: 8
+   (:data:`FA3_04_STATE_BYTES_PER_SLOT`). ``ModelRunner`` picks FA3 by default on Hopper with
+   CUDA >= 12.3 for MLA and the usual MHA architectures (``model_runner.py`` of the 0.4.6.post2
+   and 0.4.10 wheels: ``is_hopper_with_cuda_12_3()``), and that release's
+   ``FlashAttentionBackend.init_cuda_graph_state`` allocates a second int32 table of the same
+   shape, ``page_table_draft_decode``, whether or not speculative decoding runs
+   (``layers/attention/flashattention_backend.py``, 0.4.6.post2 and 0.4.10; gone from the 0.5.1
+   and 0.5.3 wheels). 0.4.0-0.4.5 on Hopper get the 8 as well (the over-predicting side where
+   they still ran FlashInfer).
 2. **The graphs' fp32 logits** (``next_token_logits``, after the TP all-gather). Up to 0.4.x
    each graph keeps its own (``self.output_buffers[bs] = output_buffers``; the decode graphs
    share one pool, ``torch.cuda.graph(graph, pool=global_graph_memory_pool)``, so one capture's
@@ -47,8 +55,10 @@ from memfit.units import GiB
 
 __all__ = [
     "ATTN_STATE_BYTES_PER_SLOT",
+    "FA3_04_STATE_BYTES_PER_SLOT",
     "CAPTURE_START_BYTES",
     "PER_CAPTURED_COLLECTIVE_BYTES",
+    "attn_state_bytes_per_slot",
     "capture_batch_sizes",
     "sglang_graph_bytes",
     "shares_logits_buffer",
@@ -57,6 +67,9 @@ __all__ = [
 #: FlashInfer's ``cuda_graph_kv_indices`` (int32) + ``cuda_graph_custom_mask`` (uint8) per batch
 #: row and context token (module docstring, 1)
 ATTN_STATE_BYTES_PER_SLOT = 4 + 1
+#: FA3's ``page_table`` + ``page_table_draft_decode`` (int32 each) in 0.4.x on Hopper (module
+#: docstring, 1)
+FA3_04_STATE_BYTES_PER_SLOT = 4 + 4
 #: ``next_token_logits`` are fp32 (module docstring, 2)
 LOGIT_BYTES = 4
 #: collectives captured per layer at TP > 1 (attention and MLP all-reduce), and per graph (the
@@ -116,6 +129,15 @@ def shares_logits_buffer(sglang_version: str) -> bool:
     return not sglang_version.startswith("0.4")
 
 
+def attn_state_bytes_per_slot(sglang_version: str, gpu_arch: str | None) -> int:
+    """Bytes of the attention backend's graph state per (batch row, context token) for SGLang
+    ``sglang_version`` on a GPU of ``gpu_arch`` (module docstring, 1): FA3's two int32 page
+    tables on Hopper before 0.5, else FlashInfer's 5."""
+    if gpu_arch == "hopper" and sglang_version.startswith("0.4"):
+        return FA3_04_STATE_BYTES_PER_SLOT
+    return ATTN_STATE_BYTES_PER_SLOT
+
+
 def capture_batch_sizes(
     max_bs: int, series: str = "0.5", gpu_memory_mib: int | None = None
 ) -> tuple[int, ...]:
@@ -148,11 +170,13 @@ def sglang_graph_bytes(
     n_moe_layers: int = 0,
     nccl_in_graph: bool = False,
     shared_logits: bool = False,
+    attn_bytes_per_slot: int = ATTN_STATE_BYTES_PER_SLOT,
 ) -> int:
     """What "Capture cuda graph end ... mem usage" counts for ``capture`` (module docstring):
     start-up + attention state + the graphs' fp32 logits (every graph's, or one shared buffer:
     ``shared_logits``, SGLang 0.5+) + per-graph bytes + captured collectives (``nccl_in_graph``:
-    TP > 1 without SGLang's custom all-reduce)."""
+    TP > 1 without SGLang's custom all-reduce; ``attn_bytes_per_slot``:
+    :func:`attn_state_bytes_per_slot`)."""
     if not capture:
         return 0
     text = spec.text or spec
@@ -164,7 +188,7 @@ def sglang_graph_bytes(
         collectives = len(capture) * per_graph * PER_CAPTURED_COLLECTIVE_BYTES
     return (
         CAPTURE_START_BYTES
-        + max(capture) * context_len * ATTN_STATE_BYTES_PER_SLOT
+        + max(capture) * context_len * attn_bytes_per_slot
         + _vocab_logits_bytes(capture, text.vocab_size or 0, shared_logits)
         + graphs
         + collectives

@@ -21,13 +21,41 @@ modelled here, from the source:
   stay reserved after ``empty_cache``. The replay here follows those rules for one rank's
   parameters (memfit.estimate.allocator.caching is the full replay; serving may not import it).
 
-Not modelled (the TP 1 logs keep 0.00-0.09 GiB more than this, the same Llama-3.1-8B 0.00 on an
-RTX 4090 and 0.07 / 0.09 on H100s): non-torch memory loading adds (CUDA modules loaded on first
-use, the cuBLAS handle and workspace if the rope's ``einsum`` reaches cuBLAS).
+- The process's first CUDA kernels (:data:`FIRST_KERNELS_BYTES`, at TP 1, releases before
+  0.5.8). At TP > 1 the TP group's ``PyNcclCommunicator`` runs a warm-up all-reduce on a CUDA
+  tensor before "Load weight begin" (``distributed/parallel_state.py``: ``if use_pynccl and
+  self.world_size > 1``; ``device_communicators/pynccl.py``: "A small all_reduce for warmup",
+  ``torch.zeros(1, device=device)``; both in the 0.4.6.post2 and 0.4.10 wheels). At TP 1 nothing
+  launches a kernel before ``load_model`` ("Init torch distributed ends. mem usage=0.00 GB" in
+  the TP-1 logs of 0.4.6.post2 and 0.5.6.post2), so the first ones (``RMSNorm``'s
+  ``torch.ones``, ``layers/layernorm.py``; the rotary cache's ``arange`` / ``cos`` / ``sin`` /
+  ``cat``) run between the two samples, and the device memory the driver commits for them
+  (lazily loaded kernel modules: CUDA's "Lazy Loading", the default on Linux since CUDA 12.2) is
+  in "mem usage". ``init_cublas`` runs after the KV pool, so no cuBLAS handle or workspace is in
+  it (the rotary ``einsum("i,j -> ij")`` is an outer product that torch lowers to ``mul``, no
+  matmul: checked with torch 2.13's profiler). The amount is not derived: it is fitted (see the
+  constant) on the three native-Linux TP-1 logs of 0.4.1, 0.4.4 and 0.4.10, the same logs it is
+  judged on.
+
+  From 0.5.8 ``GroupCoordinator.__init__`` builds ``active_ranks = torch.ones(len(ranks), ...,
+  device=self.device)`` for every group, world size 1 included (``distributed/parallel_state.py``
+  of the 0.5.8 and 0.5.9 wheels; absent from 0.5.6's and 0.5.7's): the first kernel now runs in
+  ``init_torch_distributed``, before "Load weight begin". The two TP-1 logs of SGLang's docs CI
+  (February 2026, a 0.5.9-era main with 0.5.9's "Init torch distributed ends. elapsed=" line)
+  show it: "Init torch distributed ends. ... mem usage=0.09 GB", and load "mem usage" equal to
+  the replay (Llama-3.1-8B 15.02 GB, Qwen2.5-0.5B 0.98 GB). The series name "0.5" (the newest)
+  counts as 0.5.8+.
+
+Windows hosts (WSL2, Docker Desktop; ``windows_host``): the three Windows-desktop TP-1 logs keep
+0.00-0.04 GiB beyond the replay, not 0.06-0.09, so the first-kernels term is left out for them.
+Why is not established (the Windows driver's memory accounting, WDDM; or the GPUs: those three
+are Ampere / Ada, the Linux ones Hopper / Blackwell): a Linux host on an Ampere or Ada GPU gets
+the term, the side that over-predicts if the GPU is the cause.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from memfit.hardware.cuda_allocator import (
@@ -39,7 +67,16 @@ from memfit.hardware.cuda_allocator import (
 from memfit.models import ModelSpec
 from memfit.serving.layout import ROPE_FP32
 
-__all__ = ["LoadReplay", "load_overhead_bytes", "load_tensor_sizes", "replay_load"]
+__all__ = [
+    "FIRST_KERNELS_BYTES",
+    "FIRST_KERNELS_IN_INIT_FROM",
+    "LoadReplay",
+    "first_kernels_bytes",
+    "first_kernels_in_load",
+    "load_overhead_bytes",
+    "load_tensor_sizes",
+    "replay_load",
+]
 
 #: Bytes of the fp32 rotary cache SGLang keeps on CUDA.
 ROPE_BYTES = 4
@@ -47,6 +84,13 @@ ROPE_BYTES = 4
 FREE_TEMPORARIES = -1
 #: SGLang's VocabParallelEmbedding pads the vocabulary to a multiple of 64 (x TP).
 VOCAB_PAD = 64
+#: The first kernels' device memory at TP 1 (module docstring), fitted: "mem usage" at load end
+#: minus the replay's reserved bytes on the native-Linux TP-1 logs of benchmarks/data/
+#: sglang_logs.jsonl is 0.068 GiB (Llama-3.1-8B, H100, 0.4.1), 0.089 GiB (Llama-3.1-8B, H100,
+#: 0.4.4) and 0.064 GiB (Qwen3-0.6B, RTX 5080, 0.4.10), each +-0.005 GiB of log rounding; the TP-4
+#: logs (QwQ-32B on L4, Qwen3-14B on RTX 4090) keep -0.002 and +0.004 GiB, i.e. none. 64 MiB, at
+#: the smallest of the three, leaves the H100 logs 0.005 and 0.027 GiB under.
+FIRST_KERNELS_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,15 +219,59 @@ def replay_load(spec: ModelSpec, *, tp: int, dtype_bytes: int) -> LoadReplay | N
     )
 
 
-def load_overhead_bytes(spec: ModelSpec, *, tp: int, dtype_bytes: int) -> int | None:
+#: The first release whose ``init_torch_distributed`` launches a kernel at TP 1 (module
+#: docstring: ``GroupCoordinator``'s ``active_ranks``), as (minor, patch) of 0.x.y
+FIRST_KERNELS_IN_INIT_FROM = (5, 8)
+_RELEASE = re.compile(r"^0\.(\d+)(?:\.(\d+))?")
+
+
+def first_kernels_in_load(sglang_version: str) -> bool:
+    """Whether SGLang ``sglang_version`` (a release, "0.5.6.post2", or a series name: "0.4",
+    "0.4.7"; "0.5", the newest, counts as 0.5.8+) runs its first CUDA kernels inside
+    ``load_model`` at TP 1 (module docstring): every release before 0.5.8."""
+    match = _RELEASE.match(sglang_version)
+    if match is None:
+        return False
+    minor, patch = int(match.group(1)), match.group(2)
+    if sglang_version == "0.4.7":  # the series name: 0.4.7-0.5.2
+        return True
+    if patch is None:  # "0.4": 0.4.0-0.4.6; "0.5": the newest
+        return minor < FIRST_KERNELS_IN_INIT_FROM[0]
+    return (minor, int(patch)) < FIRST_KERNELS_IN_INIT_FROM
+
+
+def first_kernels_bytes(*, tp: int, sglang_version: str = "0.4", windows_host: bool = False) -> int:
+    """The first CUDA kernels' device memory that "mem usage" at load end holds: at TP 1 on a
+    Linux host for releases before 0.5.8 (:func:`first_kernels_in_load`, module docstring); 0 at
+    TP > 1 (the NCCL warm-up ran before "Load weight begin"), from 0.5.8 (committed in
+    ``init_torch_distributed``) and on a Windows host (WSL2, Docker Desktop)."""
+    in_load = tp == 1 and first_kernels_in_load(sglang_version)
+    return FIRST_KERNELS_BYTES if in_load and not windows_host else 0
+
+
+def load_overhead_bytes(
+    spec: ModelSpec,
+    *,
+    tp: int,
+    dtype_bytes: int,
+    sglang_version: str = "0.4",
+    windows_host: bool = False,
+) -> int | None:
     """ "mem usage" at load end minus the weights memfit counts (:func:`rank_weights
     <memfit.serving.layout.rank_weights>`, whose rotary cache is in the model dtype): the
-    allocator's unreleased tails plus the fp32 rotary cache's extra bytes; None for layouts
-    :func:`load_tensor_sizes` does not draw."""
+    allocator's unreleased tails, the fp32 rotary cache's extra bytes and the first kernels'
+    memory (:func:`first_kernels_bytes`); None for layouts :func:`load_tensor_sizes` does not
+    draw."""
     r = replay_load(spec, tp=tp, dtype_bytes=dtype_bytes)
     if r is None:
         return None
     text = spec.text or spec
     fp32 = text.model_type in ROPE_FP32
     counted = r.rope_bytes if fp32 else r.rope_bytes // ROPE_BYTES * dtype_bytes
-    return r.reserved_bytes - r.allocated_bytes + r.rope_bytes - counted
+    tails = r.reserved_bytes - r.allocated_bytes
+    return (
+        tails
+        + r.rope_bytes
+        - counted
+        + first_kernels_bytes(tp=tp, sglang_version=sglang_version, windows_host=windows_host)
+    )
