@@ -22,14 +22,27 @@ def measure_loss_steps(
     on ``tokens x hidden`` bf16 activations and a ``vocab x hidden`` head."""
     torch: Any = pytest.importorskip("torch")
     dist = pytest.importorskip("torch.distributed")
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
-    from torch.distributed.tensor.parallel import loss_parallel
-
     F = torch.nn.functional
     x = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, vocab, (tokens,))
+
+    # One CPU thread: with more, torch's CPU kernels allocate per-thread buffers of their own
+    # (run alone on a 2-core machine, at torch's default 2 threads, the plain step recorded one
+    # more 20 MiB segment and test_loss_segments failed), which a CUDA kernel does not make.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _measure(measure, torch, dist, F, x, w, labels)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(measure: Callable[[Callable[[], None]], T], torch: Any, dist: Any, F: Any,
+             x: Any, w: Any, labels: Any) -> dict[str, T]:  # fmt: skip
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import loss_parallel
 
     def plain() -> None:
         pred = x @ w.t()
