@@ -9,8 +9,8 @@ jobs to — and compares the metric the source measured (``allocated``:
 torchtitan runs tensor parallelism with sequence parallelism, so its points are estimated with
 it; the runs whose notes say torch.compile + Float8 (:data:`RAN_COMPILED_FLOAT8`) with
 ``--float8 tensorwise --compile``, and those of the tables run with AsyncTP
-(:data:`RAN_ASYNC_TP`) with ``--async-tp``. Writes ``benchmarks/results/multigpu_parallel.md`` (the table
-quoted in docs/accuracy.md).
+(:data:`RAN_ASYNC_TP`) with ``--async-tp``. Writes ``benchmarks/results/multigpu_parallel.md``
+(the table quoted in docs/accuracy.md).
 
     .venv/bin/python benchmarks/multigpu_parallel.py
 """
