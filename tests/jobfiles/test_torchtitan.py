@@ -147,6 +147,19 @@ def test_async_tp_without_the_model_compiled_is_refused_as_torchtitan_refuses_it
         job_of(tmp_path, text)
 
 
+def test_a_2024_file_with_async_tp_and_no_compile_is_told_its_own_compile_key(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nbatch_size = 1\n'
+        "tensor_parallel_degree = 2\ncompile = false\n"
+        "[experimental]\nenable_async_tensor_parallel = true\n"
+    )
+    with pytest.raises(
+        SpecError, match=r'raises "Async TP requires --training.compile"; set training.compile ='
+    ):
+        read_job([path], gpus=8)
+
+
 def test_async_tp_without_tensor_parallelism_is_a_warning_and_no_async_tp(tmp_path):
     text = "[parallelism]\nenable_async_tensor_parallel = true\n[compile]\nenable = true\n"
     job, w = job_of(tmp_path, text)

@@ -169,7 +169,7 @@ def read_torchtitan(r: KeyReader) -> None:
         components = r.flat.get("compile.components", ["model", "loss"])
         model_compiled = isinstance(components, list) and "model" in components
         r.set("compile", model_compiled, key, on)
-    _async_tp(r, degrees, model_compiled=model_compiled)
+    _async_tp(r, degrees, model_compiled=model_compiled, compile_key=key)
     _checkpointing(r, compiled=compiled)
     _float8(r, degrees)
     _optimizer(r)
@@ -302,10 +302,14 @@ def _degrees(r: KeyReader) -> dict[str, int]:
     return out
 
 
-def _async_tp(r: KeyReader, degrees: dict[str, int], *, model_compiled: bool) -> None:
+def _async_tp(
+    r: KeyReader, degrees: dict[str, int], *, model_compiled: bool, compile_key: str
+) -> None:
     """``enable_async_tensor_parallel``: torchtitan turns Inductor's micro-pipelined TP on
     only with tensor parallelism, and refuses it without the model compiled
-    (``maybe_enable_async_tp``, ``torchtitan/distributed/tensor_parallel.py`` at 238fa9953)."""
+    (``maybe_enable_async_tp``, ``torchtitan/distributed/tensor_parallel.py`` at 238fa9953;
+    the 2024 layout's ``parallelize_llama`` at 9dec370: "Async TP requires
+    --training.compile"). ``compile_key``: the key the file spells compile with."""
     key, on = _take(r, "parallelism.enable_async_tensor_parallel", False)
     if not as_bool(r, key, on):
         return
@@ -313,13 +317,13 @@ def _async_tp(r: KeyReader, degrees: dict[str, int], *, model_compiled: bool) ->
         r.warn(key, "no effect with tensor_parallel_degree 1 (torchtitan applies it with TP only)")
         return
     if not model_compiled:
-        raise r.fail(
-            key,
-            on,
-            "needs the model compiled: torchtitan raises \"Async TP requires 'model' in "
-            '--compile.components and --compile.enable"; set compile.enable = true with '
-            '"model" in compile.components, or turn async TP off',
-        )
+        if compile_key == "compile.enable":
+            said = "Async TP requires 'model' in --compile.components and --compile.enable"
+            fix = 'set compile.enable = true with "model" in compile.components'
+        else:  # the 2024 layout's [training] compile
+            said, fix = "Async TP requires --training.compile", f"set {compile_key} = true"
+        rule = f'needs the model compiled: torchtitan raises "{said}"; {fix}, or turn async TP off'
+        raise r.fail(key, on, rule)
     r.set("async_tp", True, key, on)
 
 
