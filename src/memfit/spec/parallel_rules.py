@@ -14,7 +14,7 @@ cp_rotate           context_parallel_rotate_method       (--cp-comm-type p2p / a
 ep                  expert_parallel_degree               --expert-model-parallel-size
 etp                 expert_tensor_parallel_degree        --expert-tensor-parallel-size
 sequence_parallel   (always on with tp > 1)              --sequence-parallel
-async_tp            enable_async_tensor_parallel         (--tp-comm-overlap: TransformerEngine's)
+async_tp            enable_async_tensor_parallel         (none: --tp-comm-overlap is TE's, other)
 ==================  ===================================  ========================================
 
 ``sequence_parallel``: tensor parallelism also splits the norms' and the residual stream's
