@@ -890,6 +890,19 @@ FLAGS: tuple[Flag, ...] = (
         commands=ESTIMATE_LIKE,
     ),
     Flag(
+        name="--async-tp",
+        dest="async_tp",
+        kind="switch",
+        default=False,
+        help="async tensor parallelism with --tp --sp --compile (torchtitan "
+        "--parallelism.enable_async_tensor_parallel: torch's micro-pipelined TP fuses the "
+        "sequence-parallel all-gathers / reduce-scatters with their matmuls over a "
+        "SymmetricMemory workspace, outside the caching allocator: counted in the device "
+        "figure); answered by the per-rank closed form",
+        field="async_tp",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
         name="--float8",
         dest="float8",
         kind="choice",

@@ -48,7 +48,7 @@ EXPECTED = {
         str(LLAMA_405B),
         dict(gpus=128, tp=8, sequence_parallel=True, shard="fsdp", precision="bf16-mixed",
              batch_size=2, seq_len=8192, checkpointing="full", optimizer="adamw-fused",
-             float8="tensorwise", float8_all_gather=True, compile=True),
+             float8="tensorwise", float8_all_gather=True, compile=True, async_tp=True),
     ),
 }  # fmt: skip
 
@@ -110,9 +110,70 @@ def test_405b_is_refused_with_the_flag_that_names_a_model():
         model_of(job)
 
 
-def test_the_405b_file_warns_of_async_tp():
+def test_the_405b_files_async_tp_is_read_not_warned_of():
     job = read_job([EXAMPLES / "torchtitan-llama3_405b.toml"], gpus=128)
-    assert "async TP" in warnings_of(job)
+    assert "async" not in warnings_of(job).lower()
+    assert workload_of(job, n_layers=126).async_tp is True
+
+
+#: torchtitan's key for async TP, and its 2024 spelling under [experimental] (9dec370)
+ASYNC_TP_TABLES = {
+    "parallelism": "[parallelism]\ntensor_parallel_degree = 2\n"
+    "enable_async_tensor_parallel = true\n",
+    "experimental": "[parallelism]\ntensor_parallel_degree = 2\n"
+    "[experimental]\nenable_async_tensor_parallel = true\n",
+}
+
+
+@pytest.mark.parametrize("table", sorted(ASYNC_TP_TABLES))
+def test_async_tp_is_read_with_tp_and_the_model_compiled(tmp_path, table):
+    _, w = job_of(tmp_path, ASYNC_TP_TABLES[table] + "[compile]\nenable = true\n")
+    assert (w.async_tp, w.tp, w.sequence_parallel, w.compile) == (True, 2, True, True)
+
+
+@pytest.mark.parametrize(
+    "compile_table",
+    ["", "[compile]\nenable = false\n", '[compile]\nenable = true\ncomponents = ["loss"]\n'],
+)
+def test_async_tp_without_the_model_compiled_is_refused_as_torchtitan_refuses_it(
+    tmp_path, compile_table
+):
+    text = (
+        "[parallelism]\ntensor_parallel_degree = 2\nenable_async_tensor_parallel = true\n"
+        + compile_table
+    )
+    with pytest.raises(SpecError, match=r"enable_async_tensor_parallel \(True\) needs the model "
+                       r"compiled: torchtitan raises .Async TP requires 'model'"):  # fmt: skip
+        job_of(tmp_path, text)
+
+
+def test_a_2024_file_with_async_tp_and_no_compile_is_told_its_own_compile_key(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nbatch_size = 1\n'
+        "tensor_parallel_degree = 2\ncompile = false\n"
+        "[experimental]\nenable_async_tensor_parallel = true\n"
+    )
+    with pytest.raises(
+        SpecError, match=r'raises "Async TP requires --training.compile"; set training.compile ='
+    ):
+        read_job([path], gpus=8)
+
+
+def test_async_tp_without_tensor_parallelism_is_a_warning_and_no_async_tp(tmp_path):
+    text = "[parallelism]\nenable_async_tensor_parallel = true\n[compile]\nenable = true\n"
+    job, w = job_of(tmp_path, text)
+    assert "no effect with tensor_parallel_degree 1" in warnings_of(job)
+    assert w.async_tp is False
+
+
+def test_check_of_a_file_with_async_tp_but_no_compile_exits_2(tmp_path, capsys):
+    path = toml(
+        tmp_path, "[parallelism]\ntensor_parallel_degree = 2\nenable_async_tensor_parallel = true\n"
+    )
+    assert main(["check", str(path), "--gpus", "8", "--gpu", "H100"]) == 2
+    err = capsys.readouterr().err
+    assert "Async TP requires" in err and "Traceback" not in err
 
 
 def test_a_model_torchtitan_names_and_memfit_does_not_is_refused(tmp_path):

@@ -45,6 +45,7 @@ WORKLOAD_FIELDS = (
     # tensor / pipeline / context / expert parallelism, Float8 (torchtitan files)
     "tp",
     "sequence_parallel",
+    "async_tp",
     "pp",
     "pp_schedule",
     "pp_virtual_stages",

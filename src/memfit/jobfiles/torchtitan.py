@@ -30,6 +30,8 @@ How torchtitan runs a job, and so how memfit reads it (238fa9953):
 - ``activation_checkpoint.mode = "selective"`` with ``selective_ac_option = "op"`` is the per-op
   policy (memfit's ``selective-op``); an integer N checkpoints every N-th block (1: all of them,
   full checkpointing; N >= 2: memfit's ``selective-layer``, not under compile).
+- ``enable_async_tensor_parallel`` (with TP): memfit's ``async_tp``; it needs ``compile.enable``
+  with ``"model"`` in ``compile.components`` (torchtitan's RuntimeError: exit 2 here).
 - Float8: ``model.converters = ["float8"]`` (older: ``float8.enable_float8_linear``) with
   ``quantize.linear.float8.recipe_name`` (None: tensorwise) and
   ``enable_fsdp_float8_all_gather`` (taken only with ``dp_shard > 1``,
@@ -162,9 +164,12 @@ def read_torchtitan(r: KeyReader) -> None:
     _batch(r, degrees)
     key, on = _take(r, "compile.enable", False)
     compiled = as_bool(r, key, on)
+    model_compiled = False
     if compiled:
         components = r.flat.get("compile.components", ["model", "loss"])
-        r.set("compile", isinstance(components, list) and "model" in components, key, on)
+        model_compiled = isinstance(components, list) and "model" in components
+        r.set("compile", model_compiled, key, on)
+    _async_tp(r, degrees, model_compiled=model_compiled, compile_key=key)
     _checkpointing(r, compiled=compiled)
     _float8(r, degrees)
     _optimizer(r)
@@ -172,8 +177,6 @@ def read_torchtitan(r: KeyReader) -> None:
         ("parallelism.module_fqns_per_model_part", "a hand-made split of the pipeline stages"),
         ("parallelism.pipeline_parallel_schedule_csv", "a pipeline schedule read from a CSV"),
         ("experimental.pipeline_parallel_schedule_csv", "a pipeline schedule read from a CSV"),
-        ("parallelism.enable_async_tensor_parallel", "async TP (its symmetric-memory buffers)"),
-        ("experimental.enable_async_tensor_parallel", "async TP (its symmetric-memory buffers)"),
         ("fault_tolerance.enable", "torchft fault tolerance"),
     ):
         r.not_modelled(key, what + ": not modelled")
@@ -297,6 +300,31 @@ def _degrees(r: KeyReader) -> dict[str, int]:
         r.take("parallelism.fsdp_reshard_after_forward")
         r.take("training.enable_cpu_offload")
     return out
+
+
+def _async_tp(
+    r: KeyReader, degrees: dict[str, int], *, model_compiled: bool, compile_key: str
+) -> None:
+    """``enable_async_tensor_parallel``: torchtitan turns Inductor's micro-pipelined TP on
+    only with tensor parallelism, and refuses it without the model compiled
+    (``maybe_enable_async_tp``, ``torchtitan/distributed/tensor_parallel.py`` at 238fa9953;
+    the 2024 layout's ``parallelize_llama`` at 9dec370: "Async TP requires
+    --training.compile"). ``compile_key``: the key the file spells compile with."""
+    key, on = _take(r, "parallelism.enable_async_tensor_parallel", False)
+    if not as_bool(r, key, on):
+        return
+    if degrees["tp"] == 1:
+        r.warn(key, "no effect with tensor_parallel_degree 1 (torchtitan applies it with TP only)")
+        return
+    if not model_compiled:
+        if compile_key == "compile.enable":
+            said = "Async TP requires 'model' in --compile.components and --compile.enable"
+            fix = 'set compile.enable = true with "model" in compile.components'
+        else:  # the 2024 layout's [training] compile
+            said, fix = "Async TP requires --training.compile", f"set {compile_key} = true"
+        rule = f'needs the model compiled: torchtitan raises "{said}"; {fix}, or turn async TP off'
+        raise r.fail(key, on, rule)
+    r.set("async_tp", True, key, on)
 
 
 def _precision(r: KeyReader, degrees: dict[str, int], fsdp: bool) -> None:

@@ -14,6 +14,7 @@ cp_rotate           context_parallel_rotate_method       (--cp-comm-type p2p / a
 ep                  expert_parallel_degree               --expert-model-parallel-size
 etp                 expert_tensor_parallel_degree        --expert-tensor-parallel-size
 sequence_parallel   (always on with tp > 1)              --sequence-parallel
+async_tp            enable_async_tensor_parallel         (none: --tp-comm-overlap is TE's, other)
 ==================  ===================================  ========================================
 
 ``sequence_parallel``: tensor parallelism also splits the norms' and the residual stream's
@@ -21,6 +22,16 @@ tensors along the sequence (Korthikanti et al. 2022, §4.2.2). torchtitan's TP p
 (``SequenceParallel()`` on the norms, ``Shard(1)`` layouts between the blocks: ``apply_tp`` in
 ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370, no switch to turn it off);
 Megatron-core only with ``--sequence-parallel`` (off by default). memfit: off unless set.
+
+``async_tp``: torch's micro-pipelined tensor parallelism (torchtitan's
+``parallelism.enable_async_tensor_parallel``, ``maybe_enable_async_tp`` in
+``torchtitan/distributed/tensor_parallel.py`` at 238fa9953): Inductor's ``micro_pipeline_tp``
+pass fuses the sequence-parallel all-gathers and reduce-scatters with the matmuls next to them,
+which run through a SymmetricMemory workspace per tensor-parallel group. It needs
+torch.compile of the model (torchtitan raises "Async TP requires 'model' in
+--compile.components and --compile.enable") and sequence parallelism (there is nothing to fuse
+without its all-gathers); the workspace is sized in
+:func:`memfit.estimate.parallel.memory.symm_mem_workspace_bytes`.
 
 ``float8``: torchao's ``Float8Linear`` on the transformer blocks' linears, as torchtitan applies it
 (``[quantize.linear.float8]`` / ``float8.recipe_name``: ``tensorwise``, its default, or
@@ -118,6 +129,9 @@ PARALLEL_FIELD_RULES: dict[str, Callable[[str, Any], str | None]] = {
     "sequence_parallel": lambda name, value: (
         None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
     ),
+    "async_tp": lambda name, value: (
+        None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
+    ),
     "float8": _one_of(FLOAT8_RECIPES, ", ".join(FLOAT8_RECIPES) + " (torchao's recipe names)"),
     "float8_all_gather": lambda name, value: (
         None if isinstance(value, bool) else f"{name} ({value!r}) must be True or False"
@@ -134,6 +148,7 @@ PARALLEL_DEFAULTS: dict[str, Any] = {
     "ep": 1,
     "etp": 1,
     "sequence_parallel": False,
+    "async_tp": False,
     "float8": "none",
     "float8_all_gather": False,
 }
@@ -199,7 +214,7 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
             "leaves whole over the tp ranks; set --tp > 1 or drop --sp"
         ]
     f8 = values.get("float8", "none")
-    p: list[str] = []
+    p: list[str] = async_tp_rules(values)
     if values.get("float8_all_gather") is True and (
         f8 != "tensorwise" or values.get("shard") != "fsdp"
     ):
@@ -261,6 +276,34 @@ def parallel_job_rules(values: dict[str, Any]) -> list[str]:
             f"shard {values['shard']!r} with pp {pp}: DeepSpeed's pipeline engine supports ZeRO "
             "stage 0-1 only; use --shard zero1 (or fsdp, as torchtitan runs FSDP2 with PP)"
         )
+    return p
+
+
+def async_tp_rules(values: dict[str, Any]) -> list[str]:
+    """What async tensor parallelism needs, as torchtitan checks it (``maybe_enable_async_tp``)
+    and as there is something to fuse: tp > 1, sequence parallelism, torch.compile, training."""
+    if values.get("async_tp") is not True:
+        return []
+    p: list[str] = []
+    if values.get("tp", 1) == 1:
+        p.append(
+            "async_tp with tp 1: async tensor parallelism overlaps the tensor-parallel "
+            "collectives with the matmuls; set --tp > 1 or drop --async-tp"
+        )
+    elif values.get("sequence_parallel") is not True:
+        p.append(
+            "async_tp without sequence_parallel: torch's micro-pipelined TP fuses the "
+            "sequence-parallel all-gathers and reduce-scatters (torchtitan's TP always shards "
+            "the sequence); add --sp"
+        )
+    if values.get("compile") is not True:
+        p.append(
+            "async_tp without compile: async TP is an Inductor pass (torchtitan raises "
+            "\"Async TP requires 'model' in --compile.components and --compile.enable\"); add "
+            "--compile or drop --async-tp"
+        )
+    if values.get("mode") == "infer":
+        p.append("async_tp with mode 'infer': memfit models async TP for training only")
     return p
 
 

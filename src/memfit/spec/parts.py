@@ -247,6 +247,7 @@ class ParallelSpec:
     ep: int = 1
     etp: int = 1
     sequence_parallel: bool = False
+    async_tp: bool = False
     float8: str = "none"
     float8_all_gather: bool = False
     # -- FSDP2 / HSDP / ZeRO++ (par-a): WorkloadSpec's fields of the same names --

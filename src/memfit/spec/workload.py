@@ -137,6 +137,10 @@ class WorkloadSpec:
     #: tensor parallelism also splits the norms / residual stream along the sequence (Megatron
     #: ``--sequence-parallel``; torchtitan always with tp > 1): spec.parallel_rules
     sequence_parallel: bool = False
+    #: torch's micro-pipelined (async) tensor parallelism over SymmetricMemory (torchtitan
+    #: ``enable_async_tensor_parallel``; needs compile and sequence parallelism):
+    #: spec.parallel_rules
+    async_tp: bool = False
     #: torchao Float8 training of the blocks' linears (``tensorwise`` / ``rowwise``; ``none``)
     #: and FSDP2's fp8 all-gather of their weights: spec.parallel_rules
     float8: str = "none"

@@ -131,6 +131,24 @@ OP_SAC_SAVES_FLOAT8_SINCE = "114151ad4"
 #: casts the shard to fp8 and all-gathers ``float8_training_tensor._data``: torchao 0.18
 #: ``torchao/float8/fsdp_utils.py``).
 FLOAT8_GATHERED_BYTES = 1
+#: Async TP (torch's micro-pipelined TP, torchtitan ``enable_async_tensor_parallel``): the fused
+#: ``symm_mem::fused_all_gather_matmul`` asks the process group's SymmetricMemory workspace for
+#: one input shard (``_pipelined_multi_all_gather_and_consume``: the sum of the shards' bytes)
+#: and ``fused_matmul_reduce_scatter`` for two output chunks, double-buffered
+#: (``_pipelined_produce_and_all2all``: ``out_chunks[0]`` bytes x 2); ``get_symm_mem_workspace``
+#: grows the group's one workspace to the largest request and never shrinks it
+#: (``torch/distributed/_symmetric_memory/__init__.py``, pytorch/pytorch 006b161). Its
+#: ``_SymmetricMemory.empty_strided_p2p`` maps driver memory (``cuMemCreate``) outside the
+#: caching allocator, the request plus a signal pad rounded up to the allocation granularity
+#: (``CUDASymmetricMemoryAllocator::alloc``, ``torch/csrc/distributed/c10d/symm_mem/
+#: CUDASymmetricMemory.cu``, pytorch 875165b): ``nvidia-smi`` sees it,
+#: ``max_memory_reserved()`` does not. Output chunks double-buffered per request:
+ASYNC_TP_RS_CHUNKS = 2
+#: ``CU_MEM_ALLOC_GRANULARITY_RECOMMENDED`` on current NVIDIA GPUs (2 MiB pages) and the signal
+#: pad's upper bound (``default_signal_pad_size`` = 32 blocks x 72 peers x 4 bytes,
+#: ``CUDASymmetricMemoryTypes.hpp``; older releases 2 KiB), both a rounding here.
+SYMM_MEM_GRANULARITY_BYTES = 2 * MiB
+SYMM_MEM_SIGNAL_PAD_BYTES = 32 * 72 * 4
 #: Bytes per element of the loss's own tensors (torchtitan's ``pred.flatten(0, 1).float()`` and
 #: everything ``cross_entropy`` builds from it: log-probabilities, their gradients), fp32.
 LOSS_TENSOR_BYTES = 4
@@ -159,6 +177,8 @@ class Layout:
     sequence_parallel: bool
     float8: str = "none"
     float8_all_gather: bool = False
+    #: ``--async-tp``: the SymmetricMemory workspace (:func:`symm_mem_workspace_bytes`)
+    async_tp: bool = False
     #: ``--compile``: the blocks run under torch.compile (:func:`compile_dropped_elements`)
     compile: bool = False
     #: ``--checkpointing selective-layer``: every N-th block of a rank checkpointed
@@ -592,6 +612,32 @@ def p2p_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
     return ends * lay.micro_batches * boundary
 
 
+def symm_mem_workspace_bytes(shape: DecoderShape, lay: Layout) -> int:
+    """Async TP's SymmetricMemory workspace on one GPU (0 without async TP): outside the caching
+    allocator, so in the device figure only (:data:`ASYNC_TP_RS_CHUNKS`).
+
+    Under sequence parallelism every fused all-gather gathers a ``tokens / t x h`` shard (the
+    norms' outputs into wq/wk/wv and w1/w3, the final norm into the output head, the incoming
+    gradient of wo and w2 in backward) and every fused reduce-scatter scatters a ``tokens x h``
+    output into ``t`` chunks of ``tokens / t x h`` (wo, w2 forward; the column-parallel inputs'
+    gradient in backward), both in the compute dtype, so the largest request is the
+    reduce-scatter's two chunks: ``2 x tokens / t x h`` elements. A Float8 job's fused
+    ``_scaled_mm`` ops request the same (bf16 outputs; fp8 shards are smaller). Rounded up with
+    the signal pad to :data:`SYMM_MEM_GRANULARITY_BYTES`. One workspace per tensor-parallel
+    group; torchtitan's job has one."""
+    if not lay.async_tp:
+        return 0
+    request = async_tp_request_bytes(shape, lay) + SYMM_MEM_SIGNAL_PAD_BYTES
+    pages = -(-request // SYMM_MEM_GRANULARITY_BYTES)
+    return pages * SYMM_MEM_GRANULARITY_BYTES
+
+
+def async_tp_request_bytes(shape: DecoderShape, lay: Layout) -> int:
+    """The largest ``min_size`` a block's fused ops pass to ``get_symm_mem_workspace``: a
+    reduce-scatter's two ``tokens / t x h`` output chunks (:func:`symm_mem_workspace_bytes`)."""
+    return ASYNC_TP_RS_CHUNKS * (lay.tokens // lay.tp) * shape.hidden * lay.act_bytes
+
+
 # ----------------------------------------------------------------------------- the loss's segments
 def forward_transient_bytes(shape: DecoderShape, lay: Layout) -> int:
     """The most a dense block's forward holds at once on one GPU beyond what it keeps, when it
@@ -701,6 +747,7 @@ def layout_of(w: Any) -> Layout:
         sequence_parallel=sp and w.tp > 1,
         float8=getattr(w, "float8", "none"),
         float8_all_gather=bool(getattr(w, "float8_all_gather", False)),
+        async_tp=bool(getattr(w, "async_tp", False)) and sp and w.tp > 1,
         compile=bool(getattr(w, "compile", False)),
         selective_ac_option=int(getattr(w, "selective_ac_option", SELECTIVE_AC_OPTION_DEFAULT)),
     )
@@ -709,9 +756,11 @@ def layout_of(w: Any) -> Layout:
 __all__ = [
     "Layout",
     "RankBytes",
+    "async_tp_request_bytes",
     "cp_buffer_bytes",
     "ep_buffer_bytes",
     "layer_activation_bytes",
     "layout_of",
     "rank_bytes",
+    "symm_mem_workspace_bytes",
 ]
