@@ -385,12 +385,14 @@ class EnginePolicy:
             return None
         try:
             end = fastpath.shown_reserved_end(workload)
-            est = run_engine("analytic", source, workload, gpu, reserved_end=end)
+            shown = run_engine("analytic", source, workload, gpu, reserved_end=end)
             # the verdict is settled only if the top of the job class's band settles it
             band = run_engine("analytic", source, workload, gpu, reserved_end="band")
         except MemfitError:  # a setting the analytic engine refuses: the precise route says so
             return None
-        est = with_reason(est, fastpath.validated_reason(source.config, workload))
+        # never above the band's top: then the answer shown is the band's (one verdict)
+        est, capped = fastpath.shown_answer(shown, band)
+        est = with_reason(est, fastpath.validated_reason(source.config, workload, capped=capped))
         why = _confirm_why(band) or _verdicts_differ(est, band)
         if why is None or trace_stack_missing(source) is not None:
             return dataclasses.replace(est, confirmed=False)
