@@ -29,7 +29,9 @@ parameters, the KV cache and the rest of the peak apart (``analytic/reserved.py`
 
 A fast answer is confirmed by the trace (``--confirm``; :func:`verdict_settled` says when the
 policy confirms on its own): where the capacity lies inside the band the trace's answer may
-take, the trace decides the verdict.
+take, the trace decides the verdict. The answer shown is never above the top of the job class's
+band its verdict is settled on (:func:`shown_answer`): where that top is lower, the answer is
+the band's, one estimate and one verdict.
 """
 
 from __future__ import annotations
