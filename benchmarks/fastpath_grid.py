@@ -633,13 +633,15 @@ def model_type_of(row: dict) -> str:
 def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
     """The analytic engine's default answer on a row, None without one. ``end``: the point of
     its reserved ratio range — None: the one ``estimate`` shows under auto (the median, the top
-    for a checkpointed job: ``memfit.estimate.fastpath.shown_reserved_end``); "high": the top of
-    the band, on which the verdict is settled (what the validation judges)."""
+    for a checkpointed job: ``memfit.estimate.fastpath.shown_reserved_end``, a training row's
+    capped at the top of its job class's band: ``fastpath.shown_answer``); "high": the top of
+    the wide range (what the validation judges)."""
     from memfit.estimate.analytic.reserved import RESERVED_RATIO, reserved_rule
 
     a = row.get("analytic", {})
     if a.get("status") != "ok" or row["trace"]["status"] != "ok":
         return None
+    shown = end is None
     if end is None:  # fastpath.shown_reserved_end: the top for every checkpointed job
         checkpointing = JOBS.get(row["job"], {}).get("checkpointing", "none")
         end = "high" if checkpointing != "none" else "mid"
@@ -653,8 +655,25 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
                 "reserved_bytes": reserved}  # fmt: skip
     median, _lowest, highest = RESERVED_RATIO["train"]
     ratio = highest if end == "high" else median
+    reserved = int(a["allocated_bytes"] * ratio)
+    if shown:  # never above the top of the job class's band (fastpath.shown_answer)
+        reserved = min(reserved, _band_top(row))
     return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
-            "reserved_bytes": int(a["allocated_bytes"] * ratio)}  # fmt: skip
+            "reserved_bytes": reserved}  # fmt: skip
+
+
+def _band_top(row: dict) -> int:
+    """The top of the reserved band a training row's verdict is settled on (``end="band"``:
+    its job class's, ``fastpath.band_class``, where the class has one and the row's model type
+    settles it; the wide top elsewhere), at the row's analytic allocated bytes."""
+    from memfit.estimate.analytic.reserved import class_band, reserved_rule
+    from memfit.estimate.fastpath import SETTLES
+
+    job = row["job"] if row["job"] in SETTLES.get(model_type_of(row), ()) else None
+    job = job if class_band(job) is not None else None
+    return reserved_rule(training=True, end="band", job=job).at(row["analytic"]["allocated_bytes"])[
+        0
+    ]
 
 
 def _infer_parts(row: dict) -> Any:
@@ -818,7 +837,8 @@ def render_default(rows: list[dict]) -> list[str]:
         f"{TOLERANCE:.0%} of the trace (allocated within +-{TOLERANCE:.0%}, reserved no more "
         f"than {TOLERANCE:.0%} under), else the trace (or a cached derived form: the trace's own "
         "bytes, error 0). The answer shown takes the median ratio (the top for a checkpointed "
-        "job), which the 14 H200 measurements judge closest (docs/accuracy.md); the verdict is "
+        "job), which the 14 H200 measurements judge closest (docs/accuracy.md), never above the "
+        "top of the job class's band (`fastpath.shown_answer`); the verdict is "
         "settled on the band's top, the trace confirms otherwise. Error of the answer shown = "
         "(default - trace) / trace.",
         "",

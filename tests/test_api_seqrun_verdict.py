@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import memfit
-from memfit import api
 from memfit.cli.entry import main
 from memfit.estimate.options import EstimateOptions
+from memfit.estimate.seqrun import run as seqrun_run
 from memfit.estimate.seqrun.run import SeqRunEstimate, Variant
 from memfit.spec import WorkloadSpec
 from memfit.spec.seqrun import SeqDist, SeqRun
@@ -36,7 +36,7 @@ def _run(reserved: int, *, n_ooms: int = 0, unbounded: int | None = None) -> Seq
 
 
 def _answer(monkeypatch: pytest.MonkeyPatch, run: SeqRunEstimate, gpu: str | None) -> Any:
-    monkeypatch.setattr(api, "estimate_seq_run", lambda *a, **k: run)
+    monkeypatch.setattr(seqrun_run, "estimate_seq_run", lambda *a, **k: run)
     job = SeqRun(workload=WORKLOAD, dist=SeqDist(max_len=1024, mean=300.0, std=250.0))
     return memfit.estimate("llama-3.2-1b", job, gpu=gpu,
                            options=EstimateOptions(engine="analytic"))  # fmt: skip
@@ -78,7 +78,7 @@ def test_the_cli_prints_and_exits_with_the_api_verdict(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     oom = _run(20 * GiB, n_ooms=3, unbounded=31 * GiB)
-    monkeypatch.setattr(api, "estimate_seq_run", lambda *a, **k: oom)
+    monkeypatch.setattr(seqrun_run, "estimate_seq_run", lambda *a, **k: oom)
     argv = ["estimate", "llama-3.2-1b", "--lora-rank", "16", "--batch", "4", "--gpu", "L4",
             "--engine", "analytic", "--seq-dist", "300,250,1024"]  # fmt: skip
     assert main([*argv, "--json"]) == 1

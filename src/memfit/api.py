@@ -42,7 +42,6 @@ from memfit.estimate import checkpoint_dtype, estimate_with
 from memfit.estimate.diffusion.answer import estimate_pipeline  # a cache hit imports no torch
 from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.estimate.options import using_options
-from memfit.estimate.seqrun.run import estimate_seq_run
 from memfit.estimate.verdict import judge_point
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model
@@ -56,7 +55,6 @@ from memfit.plan.diffusion_fit import fit_pipeline
 from memfit.plan.diffusion_infer import plan_pipeline
 from memfit.plan.diffusion_train import fit_training, plan_training
 from memfit.plan.request import PlanRequest
-from memfit.plan.seq_fit import fit_seq_dist, plan_seq_dist
 from memfit.progress import report
 from memfit.serving import simulate_startup
 from memfit.serving.command import hub_id
@@ -400,6 +398,8 @@ def _estimate_seq(model: Any, job: SeqRun, *, gpu: Any, options: EstimateOptions
     )  # fmt: skip
     overhead_bytes = est.device_used_bytes - est.peak_reserved_bytes
     capacity = None if est.fits is None else est.fits.capacity_bytes - overhead_bytes
+    from memfit.estimate.seqrun.run import estimate_seq_run  # numpy: only a --seq-dist run needs it
+
     run = estimate_seq_run(
         source, job.workload, job.dist, job.steps, gpu=_gpu(gpu) if gpu else None,
         capacity_bytes=capacity, progress=report,
@@ -423,6 +423,8 @@ def _fit_seq(
             "solve a fixed shape with a WorkloadSpec instead",
             engine="fit",
         )
+    from memfit.plan.seq_fit import fit_seq_dist  # numpy: only a --seq-dist run needs it
+
     return fit_seq_dist(
         _source(model, options), job.workload, job.dist, job.steps,
         gpu=_gpu(gpu) if gpu else None, gpu_memory_bytes=gpu_memory_bytes,
@@ -435,6 +437,8 @@ def _plan_seq(
     gpu_memory_bytes: int | None = None, request: PlanRequest | None = None, **fields: Any,
 ) -> Any:  # fmt: skip
     asked = dataclasses.replace(request or PlanRequest(), **fields)
+    from memfit.plan.seq_fit import plan_seq_dist  # numpy: only a --seq-dist run needs it
+
     return plan_seq_dist(
         _source(model, options), asked, job.dist, job.steps, gpu=gpu,
         gpu_memory_bytes=gpu_memory_bytes, progress=report,

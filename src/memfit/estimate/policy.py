@@ -19,10 +19,11 @@ Three engines:
   "does not fit".
 - One answer (``estimate``): the fastest engine that models the job exactly — the analytic
   engine where the fast-path grid validates it for the model type, the job's settings and the
-  installed library versions (:mod:`memfit.estimate.fastpath`: reserved bytes at the top of its
-  measured range), else the derived form where one for this job is cached, else the trace engine
-  (one trace costs less than deriving a form), else the analytic engine when the trace stack is
-  missing or the trace fails. The trace confirms an analytic answer on request (``--confirm``,
+  installed library versions (:mod:`memfit.estimate.fastpath`: reserved bytes at the median or
+  the top of its measured range, never above the top of its job class's band), else the
+  derived form where one for this job is cached, else the trace engine (one trace costs less
+  than deriving a form), else the analytic engine when the trace stack is missing or the trace
+  fails. The trace confirms an analytic answer on request (``--confirm``,
   :func:`confirming`) and where its validated band could change the verdict on the GPU asked
   (:func:`memfit.estimate.fastpath.verdict_settled`); ``MemoryEstimate.confirmed`` says which.
 
@@ -270,7 +271,9 @@ def _confirm_why(est: MemoryEstimate) -> str | None:
 def _verdicts_differ(shown: MemoryEstimate, band: MemoryEstimate) -> str | None:
     """Why the trace confirms where the answer shown (its reserved bytes at the median or the
     wide top) and the top of the job class's band reach different verdicts (None: the same):
-    the band settles its own verdict, not the one shown, and the trace decides between them."""
+    the band settles its own verdict, not the one shown, and the trace decides between them.
+    The answer shown is never above the band's top (``fastpath.shown_answer``), so a verdict
+    the band settles is the answer's too: this guard fires only beside an unsettled band."""
     if shown.fits is None or band.fits is None or shown.fits.verdict == band.fits.verdict:
         return None
     return (
@@ -385,12 +388,14 @@ class EnginePolicy:
             return None
         try:
             end = fastpath.shown_reserved_end(workload)
-            est = run_engine("analytic", source, workload, gpu, reserved_end=end)
+            shown = run_engine("analytic", source, workload, gpu, reserved_end=end)
             # the verdict is settled only if the top of the job class's band settles it
             band = run_engine("analytic", source, workload, gpu, reserved_end="band")
         except MemfitError:  # a setting the analytic engine refuses: the precise route says so
             return None
-        est = with_reason(est, fastpath.validated_reason(source.config, workload))
+        # never above the band's top: then the answer shown is the band's (one verdict)
+        est, capped = fastpath.shown_answer(shown, band)
+        est = with_reason(est, fastpath.validated_reason(source.config, workload, capped=capped))
         why = _confirm_why(band) or _verdicts_differ(est, band)
         if why is None or trace_stack_missing(source) is not None:
             return dataclasses.replace(est, confirmed=False)

@@ -42,8 +42,6 @@ from typing import Any
 from memfit.errors import MemfitError, NotModelledError, TraceError
 from memfit.estimate import cuda_reduce
 from memfit.estimate.derived import cache
-from memfit.estimate.derived.compiled import compile_run
-from memfit.estimate.derived.staging import staging_sizes
 from memfit.estimate.device import allocator_workspaces
 from memfit.estimate.fsdp1 import fsdp2_twin
 from memfit.estimate.pipeline import assemble, check_gpu, prepare_workload, with_notes
@@ -355,6 +353,11 @@ def _flat(
         raise TraceError(failed)
     chosen = form.get("exact", {}).get(str(x), form["runs"])
     runs = {_counts_key(r["counts"]): r for r in chosen}
+
+    # numpy's evaluator: imported where a form is replayed, so that reading the caches (the
+    # trace's answers, memfit.estimate.trace_cache) and the analytic engine import no numpy
+    from memfit.estimate.derived.compiled import compile_run
+    from memfit.estimate.derived.staging import staging_sizes
 
     def replay(run: dict[str, Any]) -> Flat:
         extra = staging_sizes(run, x, device)

@@ -24,8 +24,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from memfit.estimate.derived.entry import CorruptEntry, read_entry, write_entry
 
 #: The fields of a run kept as arrays.
@@ -56,6 +54,8 @@ def read(json_path: Path, key: str, fmt: int) -> dict[str, Any] | None:
     payload = read_entry(path_for(json_path), kind=KIND, key=key, fmt=fmt, max_bytes=MAX_BYTES)
     if payload is None:
         return None
+    import numpy as np  # here, not at the top: an answer that reads no form imports no numpy
+
     try:
         with np.load(io.BytesIO(payload), allow_pickle=False) as z:
             if [int(v) for v in z["stat"]] != [stat.st_size, stat.st_mtime_ns]:
@@ -84,6 +84,8 @@ def read(json_path: Path, key: str, fmt: int) -> dict[str, Any] | None:
 def write(json_path: Path, data: dict[str, Any]) -> None:
     """Write the sidecar of ``json_path`` (holding ``data``, as stored) atomically; skipped
     where it cannot be written or ``data`` has no run to keep (a refusal)."""
+    import numpy as np  # here, not at the top: an answer that writes no form imports no numpy
+
     arrays: dict[str, Any] = {}  # Any: numpy's savez stub would type them as its allow_pickle
 
     def strip(run: dict[str, Any], where: str) -> dict[str, Any]:
