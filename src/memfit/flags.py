@@ -251,7 +251,8 @@ FLAGS: tuple[Flag, ...] = (
         choices=LOSSES,
         help="the LM head's cross-entropy in training: full (the whole logits and their fp32 "
         "copy, transformers' default; with --kernels unsloth: fused), chunked (torchtune "
-        "LinearCrossEntropyLoss / CEWithChunkedOutputLoss: LM head and loss a chunk of tokens at a time), fused "
+        "LinearCrossEntropyLoss / CEWithChunkedOutputLoss: LM head and loss a chunk of tokens "
+        "at a time), fused "
         "(Liger's fused linear cross-entropy, Unsloth's fused CE, Cut Cross-Entropy: no logits "
         "kept)",
         field="loss",
