@@ -176,6 +176,8 @@ def compare_context(model: str, vram_gb: int, seq: int) -> dict[str, Any]:
         "vram_gb": vram_gb,
         "seq": seq,
         "point": point,
+        "high": est["device_used_bytes_high"] / GIB,
+        "vram_gib": vram_gb * 1e9 / GIB,
         "dynamic": dynamic,
         "dynamic_per_token_kib": dynamic * 2**20 / seq,
         "over": point / vram_gb - 1,
