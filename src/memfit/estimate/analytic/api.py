@@ -170,7 +170,7 @@ def _unsloth_note(config: dict[str, Any], wl: WorkloadSpec) -> str:
         o_bias=arch.o_bias,
         mlp_bias=arch.mlp_bias,
     )
-    return unsloth.note(arch.model_type, applied, why, wl.kernel_defaults)
+    return unsloth.note(arch.model_type, applied, why, wl.kernel_defaults, loss=wl.loss)
 
 
 def estimate_many(

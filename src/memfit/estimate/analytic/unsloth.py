@@ -53,6 +53,15 @@ if TYPE_CHECKING:
 #: estimated with transformers' modules, and the note says so.
 UNSLOTH_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 SOURCE = "unslothai/unsloth@015bdef0d94a unsloth/kernels/fast_lora.py"
+#: Unsloth's fused CE (unslothai/unsloth-zoo@ce232d6c ``unsloth_zoo/fused_losses/
+#: cross_entropy_loss.py`` ``_get_chunk_multiplier`` / ``get_chunk_size``) sizes its chunk of
+#: fp32 logits to half the GPU's free memory at its first call, at most 4 GiB: it takes what is
+#: free, so memfit counts the need (``loss.fused_loss``: a Liger-sized chunk), and says so.
+CE_CHUNK = (
+    "Unsloth's fused CE sizes its fp32-logits chunk to half the free memory (at most 4 GiB): "
+    "counted here at the chunk it needs, so on a roomy GPU max_memory_reserved() can read "
+    "higher by up to that chunk"
+)
 
 
 def kernels_applied(
@@ -96,10 +105,14 @@ def note(
     applied: dict[str, bool],
     why: list[str],
     defaults_applied: tuple[tuple[str, str], ...],
+    *,
+    loss: str = "full",
 ) -> str:
     """The line that says which Unsloth kernels and defaults the estimate applied."""
     defaults = ", ".join(f"--{k} {v}" for k, v in defaults_applied)
     said = f"; Unsloth's defaults applied: {defaults}" if defaults else ""
+    if loss == "fused":
+        said += f"; {CE_CHUNK}"
     if not applied["norm"]:
         return (
             f"kernels unsloth: model_type {model_type!r} is not one memfit runs through "
