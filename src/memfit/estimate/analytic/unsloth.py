@@ -183,7 +183,7 @@ def _fused(
     layers: list[tuple[str, int, int]],
     outs: list[int],
     *,
-    saved_extra: list[int] = (),  # type: ignore[assignment]
+    saved_extra: tuple[int, ...] = (),
     fwd_temp: int = 0,
     bwd_temp: int = 0,
     dx_into_x: bool,
@@ -217,7 +217,9 @@ def _fused(
     return made[: len(outs)]
 
 
-def lora_qkv(o: Ops, x: Tensor, h: int, q_dim: int, kv_dim: int, names: tuple[str, ...]):
+def lora_qkv(
+    o: Ops, x: Tensor, h: int, q_dim: int, kv_dim: int, names: tuple[str, ...]
+) -> tuple[Tensor, Tensor, Tensor]:
     """``LoRA_QKV`` (module docstring): Q, K, V."""
     rows = x.numel // h
     layers = [(names[0], h, q_dim), (names[1], h, kv_dim), (names[2], h, kv_dim)]
@@ -243,7 +245,7 @@ def lora_mlp(o: Ops, x: Tensor, h: int, f: int, names: tuple[str, ...]) -> Tenso
         x,
         layers,
         [rows * h],
-        saved_extra=[rows * f, rows * f],
+        saved_extra=(rows * f, rows * f),
         fwd_temp=inter,
         bwd_temp=inter,
         dx_into_x=True,
