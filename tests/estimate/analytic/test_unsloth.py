@@ -110,3 +110,23 @@ def test_a_family_unsloth_runs_otherwise_is_estimated_as_hf_and_says_so() -> Non
     estimate is transformers' and the note says it reads high."""
     gemma = dict(TINY["gemma2"])
     assert _layer_saved_bytes(gemma, "unsloth") == _layer_saved_bytes(gemma, "hf")
+
+
+def test_llamafactory_use_unsloth_reads_as_unsloths_kernels_and_defaults(tmp_path) -> None:
+    """LLaMA-Factory's ``use_unsloth: true`` on a LoRA job: ``get_unsloth_peft_model`` passes
+    ``use_gradient_checkpointing="unsloth"`` whatever the file says, and the patched model runs
+    Unsloth's kernels and fused CE."""
+    from pathlib import Path
+
+    from memfit.jobfiles.files import read_job
+    from memfit.jobfiles.job import workload_of
+
+    example = Path(__file__).resolve().parents[2] / "jobfiles" / "examples"
+    text = (example / "llamafactory-qwen3-lora-sft-otfq.yaml").read_text()
+    path = tmp_path / "unsloth.yaml"
+    path.write_text(text + "use_unsloth: true\ndisable_gradient_checkpointing: true\n")
+    w = workload_of(read_job([path]), overrides={"seq_len": 1024})
+    assert (w.kernels, w.checkpointing, w.loss) == ("unsloth", "offload", "fused")
+    path.write_text(text)
+    w = workload_of(read_job([path]), overrides={"seq_len": 1024})
+    assert (w.kernels, w.loss) == ("hf", "full")
