@@ -118,6 +118,7 @@ def test_llamafactory_use_unsloth_reads_as_unsloths_kernels_and_defaults(tmp_pat
     Unsloth's kernels and fused CE."""
     from pathlib import Path
 
+    from memfit.cli.check import route
     from memfit.jobfiles.files import read_job
     from memfit.jobfiles.job import workload_of
 
@@ -125,8 +126,10 @@ def test_llamafactory_use_unsloth_reads_as_unsloths_kernels_and_defaults(tmp_pat
     text = (example / "llamafactory-qwen3-lora-sft-otfq.yaml").read_text()
     path = tmp_path / "unsloth.yaml"
     path.write_text(text + "use_unsloth: true\ndisable_gradient_checkpointing: true\n")
-    w = workload_of(read_job([path]), overrides={"seq_len": 1024})
+    job = read_job([path])
+    w = workload_of(job, overrides={"seq_len": 1024})
     assert (w.kernels, w.checkpointing, w.loss) == ("unsloth", "offload", "fused")
+    assert "Unsloth's kernels" in route(job, None)[1]
     path.write_text(text)
     w = workload_of(read_job([path]), overrides={"seq_len": 1024})
     assert (w.kernels, w.loss) == ("hf", "full")
