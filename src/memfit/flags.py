@@ -21,6 +21,7 @@ from memfit.spec import (
     ATTENTIONS,
     CACHE_IMPLEMENTATIONS,
     CHECKPOINTING,
+    KERNELS,
     LOSSES,
     MODES,
     OFFLOADS,
@@ -29,6 +30,7 @@ from memfit.spec import (
     QUANTS,
     SHARDS,
     TASKS,
+    UNSLOTH_DEFAULTS,
     WorkloadSpec,
 )
 from memfit.spec.diffusion import DIFFUSION_QUANTS, FORMATS
@@ -247,13 +249,25 @@ FLAGS: tuple[Flag, ...] = (
         dest="loss",
         kind="choice",
         choices=LOSSES,
-        default="full",
         help="the LM head's cross-entropy in training: full (the whole logits and their fp32 "
-        "copy, transformers' default), chunked (torchtune LinearCrossEntropyLoss / "
-        "CEWithChunkedOutputLoss: LM head and loss a chunk of tokens at a time), fused "
+        "copy, transformers' default; with --kernels unsloth: fused), chunked (torchtune "
+        "LinearCrossEntropyLoss / CEWithChunkedOutputLoss: LM head and loss a chunk of tokens "
+        "at a time), fused "
         "(Liger's fused linear cross-entropy, Unsloth's fused CE, Cut Cross-Entropy: no logits "
         "kept)",
         field="loss",
+        commands=ESTIMATE_LIKE,
+    ),
+    Flag(
+        name="--kernels",
+        dest="kernels",
+        kind="choice",
+        choices=KERNELS,
+        help="whose kernels run the layers in training: hf (transformers' modules and peft's "
+        "LoRA layers, the default) or unsloth (Unsloth's FastLanguageModel: fast RMSNorm / "
+        "RoPE, fused LoRA QKV / O / MLP; also --checkpointing offload and --loss fused unless "
+        "given)",
+        field="kernels",
         commands=ESTIMATE_LIKE,
     ),
     Flag(
@@ -972,6 +986,10 @@ def workload_kwargs(values: Mapping[str, Any], command: str = "estimate") -> dic
         kwargs[f.field] = f.parse(value) if f.parse else value
     if values.get("lora_targets") and values.get("lora_rank") is None:
         kwargs["lora_rank"] = 0  # reported as "lora_rank must be positive" with the other problems
+    if kwargs.get("kernels") == "unsloth" and kwargs.get("mode", "train") == "train":
+        applied = tuple((k, v) for k, v in UNSLOTH_DEFAULTS if kwargs.get(k) is None)
+        kwargs.update(dict(applied))
+        kwargs["kernel_defaults"] = applied
     return kwargs
 
 

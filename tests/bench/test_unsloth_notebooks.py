@@ -50,12 +50,15 @@ def test_the_qwen3_14b_t4_peaks_stay_under_memfits_upper_end() -> None:
         assert c["point"] < row.peak <= c["high"], (row.nb, c)
 
 
-def test_memfit_reads_unsloths_long_context_claims_high_never_low() -> None:
-    """Unsloth's README context lengths (batch 1, offloaded checkpoints, Cut Cross Entropy): the
-    run fit in the VRAM, so memfit's point must not be below it; it is above by up to +84 %
-    (Llama-3.1-8B at 342,733 tokens): memfit's per-token activations are about twice what
-    Unsloth's fused LoRA kernels keep (docs/accuracy.md). A memfit that read them low fails."""
+def test_unsloths_long_context_claims_lie_under_memfits_upper_end() -> None:
+    """Unsloth's README context lengths (batch 1, offloaded checkpoints, Cut Cross Entropy):
+    the run fit in the VRAM, and a *maximum* context is one the next tokens would not fit. With
+    Unsloth's kernels (``--kernels unsloth``) memfit's point is up to 21 % under that VRAM (a
+    claim read off a line, docs/accuracy.md), so it must never be under silently: the upper
+    end of memfit's range covers the card on every row. On transformers' kernels (``--kernels
+    hf``) memfit read every row high (up to +84 %): the fused kernels keep about half."""
     for model, vram_gb, seq in CONTEXT_ROWS[::3]:  # 8 / 24 / 80 GB of the 8B, 48 GB of the 70B
         c = compare_context(model, vram_gb, seq)
-        assert c["over"] >= 0, c
-        assert c["over"] < 1.0, c  # no more than twice the card: the over-count stays bounded
+        assert c["high"] >= c["vram_gib"], c
+        assert -0.25 < c["over"] < 0.05, c
+        assert c["hf_over"] >= 0, c

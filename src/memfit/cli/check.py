@@ -227,6 +227,8 @@ def route(
             raise SpecError(
                 "--engine framework needs a torchtune recipe or a LitGPT config among the files"
             )
+        if job.value("kernels") == "unsloth":
+            return None, "transformers' model with Unsloth's kernels (analytic engine)", None
         return None, f"transformers' model ({engine or default} engine)", None
     if engine == "framework":
         frameworks.require(framework)

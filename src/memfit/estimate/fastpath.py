@@ -959,7 +959,7 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
     accumulation free; None where it sets anything the grid does not run (another precision or
     optimizer, quantization, several GPUs, frozen layers, beams, two of the variants above
     together, ...)."""
-    if w.optimizer not in (None, "adamw", "none", "adamw-8bit"):
+    if w.optimizer not in (None, "adamw", "none", "adamw-8bit") or w.kernels != "hf":
         return None
     if w.mode == "train":
         held = not w.zero_grad_set_to_none

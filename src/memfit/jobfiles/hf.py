@@ -14,6 +14,7 @@ from typing import Any
 from memfit.jobfiles.distributed import read_fsdp_state_dict_type
 from memfit.jobfiles.names import HF_OPTIMIZERS, MIXED, ROLE_OF_MODULE, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int, is_unset
+from memfit.spec.rules import UNSLOTH_DEFAULTS
 
 #: TrainingArguments keys that do not change the memory of a training step.
 HF_NO_EFFECT = (
@@ -348,6 +349,20 @@ def compile_options_of(r: KeyReader) -> None:
             r.take(key, None)
 
 
+def unsloth_of(r: KeyReader, key: str) -> None:
+    """LLaMA-Factory's ``use_unsloth: true`` on a LoRA job loads the model with Unsloth's
+    ``FastLanguageModel`` and adds the adapters with ``get_peft_model(...,
+    use_gradient_checkpointing="unsloth")`` whatever the file says about checkpointing
+    (hiyouga/LlamaFactory@355d5c5e ``src/llamafactory/model/model_utils/unsloth.py``
+    ``get_unsloth_peft_model``): Unsloth's kernels (``kernels: unsloth``), its offloaded
+    checkpoints and, from the patched model's forward, its fused CE (rules.UNSLOTH_DEFAULTS)."""
+    value = r.take(key)
+    r.set("kernels", "unsloth", key, value)
+    for field_, default in UNSLOTH_DEFAULTS:
+        r.drop_setting(field_)
+        r.set(field_, default, key, value)
+
+
 def liger_loss_of(r: KeyReader, key: str) -> None:
     """``TrainingArguments(use_liger_kernel=True)`` / LLaMA-Factory's ``enable_liger_kernel``
     patch the model with Liger's kernels, whose default includes the fused linear cross-entropy
@@ -499,11 +514,18 @@ def read_llamafactory(r: KeyReader) -> None:
     if r.has("pure_bf16") and as_bool(r, "pure_bf16", r.take("pure_bf16")):
         r.set("precision", TRUE["bf16"], "pure_bf16", True)
     liger_loss_of(r, "enable_liger_kernel")
+    unsloth = r.has("use_unsloth") and as_bool(r, "use_unsloth", r.flat["use_unsloth"])
+    if unsloth and kind == "lora":
+        unsloth_of(r, "use_unsloth")
     for key, what in (
-        ("use_unsloth", "Unsloth's patched kernels"),
+        ("use_unsloth", "Unsloth's kernels without LoRA (its full fine-tuning path)"),
         ("use_galore", "GaLore projected optimizer states"),
         ("use_badam", "BAdam block-wise optimizer"),
     ):
+        if key == "use_unsloth" and kind == "lora":
+            if not unsloth and r.has(key):
+                r.take(key)
+            continue  # use_unsloth: true is read above (unsloth_of)
         if r.has(key) and as_bool(r, key, r.flat[key]):
             r.not_modelled(key, what + " is not modelled")
         elif r.has(key):

@@ -37,6 +37,7 @@ WORKLOAD_FIELDS = (
     "zero_hpz_partition_size",
     "optimizer_in_bwd",
     "loss",
+    "kernels",
     "compile",
     # FSDP1 (issue 30)
     "fsdp_version",

@@ -144,6 +144,7 @@ class TechniqueSpec:
     zero_grad_set_to_none: bool = True
     optimizer_in_bwd: bool = False
     loss: str = "full"  # the training cross-entropy (rules.LOSSES)
+    kernels: str = "hf"  # whose kernels run the layers (rules.KERNELS)
     compile: bool = False  # the blocks run under torch.compile (WorkloadSpec.compile)
     selective_ac_option: int = 2  # checkpointing selective-layer: every N-th block (0: all)
     #: the transformers release whose step rules apply (memfit.spec.hf_versions; None: the
@@ -157,7 +158,7 @@ class TechniqueSpec:
 
     def problems(self) -> list[str]:
         own: tuple[str, ...] = ("precision", "attention", "checkpointing", "optimizer")
-        own += ("freeze_layers", "optimizer_in_bwd", "loss")
+        own += ("freeze_layers", "optimizer_in_bwd", "loss", "kernels")
         own += ("compile", "selective_ac_option", "transformers_version", "peft_version")
         values = {k: getattr(self, k) for k in own}
         for name in ("optimizer", "precision"):
@@ -202,6 +203,7 @@ class TechniqueSpec:
             "zero_grad_set_to_none": self.zero_grad_set_to_none,
             "optimizer_in_bwd": self.optimizer_in_bwd,
             "loss": self.loss,
+            "kernels": self.kernels,
             "compile": self.compile,
             "selective_ac_option": self.selective_ac_option,
             "transformers_version": self.transformers_version,

@@ -59,6 +59,19 @@ def layer_sac_checkpointed(n_layers: int, every: int) -> tuple[bool, ...]:
 #: (Liger-Kernel ``LigerFusedLinearCrossEntropyLoss``, Unsloth's ``unsloth_fused_ce_loss``).
 #: ``estimate/analytic/loss.py`` models each.
 LOSSES = ("full", "chunked", "fused")
+#: Whose kernels run the model's layers in training: ``hf`` (transformers' modules, peft's LoRA
+#: layers) or ``unsloth`` (Unsloth's patched forward: its Triton RMSNorm and in-place RoPE, and
+#: for LoRA without dropout or bias its fused autograd functions ``LoRA_QKV`` / ``LoRA_W`` /
+#: ``LoRA_MLP``, unslothai/unsloth@015bdef0 ``unsloth/kernels/fast_lora.py``;
+#: ``estimate/analytic/unsloth.py`` models them). ``unsloth`` defaults ``--checkpointing offload``
+#: and ``--loss fused`` when the job does not set them (:data:`UNSLOTH_DEFAULTS`).
+KERNELS = ("hf", "unsloth")
+#: What ``FastLanguageModel`` does unless told otherwise, as memfit flags: ``get_peft_model``'s
+#: ``use_gradient_checkpointing = "unsloth"`` (its default, unslothai/unsloth@015bdef0
+#: ``unsloth/models/llama.py``) is ``--checkpointing offload``; ``CausalLM_fast_forward`` calls
+#: ``unsloth_fused_ce_loss`` whenever labels are given (Unsloth 2025.8 and later,
+#: unslothai/unsloth@806bee2433) is ``--loss fused``.
+UNSLOTH_DEFAULTS = (("checkpointing", "offload"), ("loss", "fused"))
 OPTIMIZERS = (
     "adamw",
     "adamw-fused",
@@ -504,6 +517,7 @@ FIELD_RULES: dict[str, Rule] = {
     "attention": _choice(ATTENTIONS),
     "checkpointing": _choice(CHECKPOINTING),
     "loss": _choice(LOSSES),
+    "kernels": _choice(KERNELS),
     "optimizer": _choice(OPTIMIZERS),
     "task": _choice(TASKS),
     "quant": _choice(QUANTS),

@@ -96,6 +96,12 @@ class WorkloadSpec:
     optimizer_in_bwd: bool = False
     #: the LM head's cross-entropy in training (rules.LOSSES): full logits, chunked, or fused
     loss: str = "full"
+    #: whose kernels run the layers in training (rules.KERNELS): transformers' + peft's, or
+    #: Unsloth's fast RMSNorm / RoPE and fused LoRA QKV / O / MLP (estimate.analytic.unsloth)
+    kernels: str = "hf"
+    #: the Unsloth defaults (rules.UNSLOTH_DEFAULTS) the door applied because the job did not
+    #: set them, as (field, value) pairs; not part of the job's identity
+    kernel_defaults: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
     #: the transformer blocks run under ``torch.compile`` (torchtitan ``compile.enable``,
     #: torchtune ``compile: True``, HF ``torch_compile=True``): AOTAutograd's min-cut
     #: partitioner picks what a block saves for backward (``estimate.analytic.compile``)
@@ -293,6 +299,11 @@ class WorkloadSpec:
             )
         if self.lora_rank is not None:
             p.append("lora_rank is a training technique; it has no effect with mode 'infer'")
+        if self.kernels != "hf":
+            p.append(
+                f"kernels ({self.kernels!r}) models Unsloth's training kernels; with mode "
+                "'infer' drop --kernels (its inference path is not modelled)"
+            )
         if self.freeze_layers:
             p.append("freeze_layers is a training technique; it has no effect with mode 'infer'")
         return p
@@ -459,8 +470,10 @@ class WorkloadSpec:
         """The inputs as JSON-ready values (what ``--json`` prints under ``workload``; the
         micro-batch count per step is the exports' concern, not the estimate's; the media are
         printed as the estimate's ``inputs``)."""
-        skip = ("grad_accum", "media", "precision_defaulted")
+        skip = ("grad_accum", "media", "precision_defaulted", "kernel_defaults")
         d = _as_dict(self, skip)
+        if self.kernels == "hf":
+            d.pop("kernels")
         if self.quant_compute_dtype is None:
             d.pop("quant_compute_dtype")
         if self.num_beams == 1:

@@ -12,6 +12,7 @@ from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import fastpath, sharding
+from memfit.estimate.analytic import unsloth
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.compile import (
     MEASURED_POLICIES,
@@ -146,6 +147,8 @@ def _band_of(config: dict[str, Any], workload: WorkloadSpec) -> tuple[str | None
 def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None:
     if note := unquantized_layers_note(str(config.get("model_type", "")), wl.quant):
         sim.notes.append(note)
+    if wl.kernels == "unsloth" and wl.is_train:
+        sim.notes.append(_unsloth_note(config, wl))
     if wl.compile and wl.is_train:
         arch = read_arch(config if wl.tp == 1 else per_rank_config(config, wl.tp))
         ratio = None
@@ -153,6 +156,21 @@ def _add_notes(sim: Simulated, config: dict[str, Any], wl: WorkloadSpec) -> None
             dims = {"hidden": arch.hidden, "kv": arch.kv_dim, "ffn": arch.ffn}
             ratio = compile_ratio(arch.model_type, wl.checkpointing, heads=arch.n_heads, **dims)
         sim.notes.append(compile_note(wl.checkpointing, ratio=ratio))
+
+
+def _unsloth_note(config: dict[str, Any], wl: WorkloadSpec) -> str:
+    """Which of Unsloth's kernels and defaults the estimate of ``wl`` applied (one line)."""
+    arch = read_arch(config)
+    lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank else None
+    applied, why = unsloth.kernels_applied(
+        arch.model_type,
+        lora=lora,
+        lora_dropout=wl.lora_dropout,
+        qkv_bias=arch.qkv_bias,
+        o_bias=arch.o_bias,
+        mlp_bias=arch.mlp_bias,
+    )
+    return unsloth.note(arch.model_type, applied, why, wl.kernel_defaults, loss=wl.loss)
 
 
 def estimate_many(

@@ -45,6 +45,7 @@ from memfit.estimate.analytic.host_checkpoint import (
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import step_temp_in_backward
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
+from memfit.estimate.analytic.unsloth import UNSLOTH_MODEL_TYPES
 from memfit.estimate.quant import LINEAR_SUBCLASSES
 from memfit.spec import WorkloadSpec
 
@@ -112,6 +113,8 @@ def run_workload_block(
         o.casts_exist = casts_exist
         o.saved_modules = saved_module_roles(wl)
         o.lora_dropout = wl.lora_dropout if wl.lora_rank and wl.is_train else 0.0
+        if wl.kernels == "unsloth" and wl.is_train and model_type in UNSLOTH_MODEL_TYPES:
+            o.kernels = "unsloth"
         return body(o)
 
     lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None

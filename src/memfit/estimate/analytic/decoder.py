@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate.analytic import unsloth
 from memfit.estimate.analytic.arch import Arch, read_config
 from memfit.estimate.analytic.blocks import (
     NORMS,
@@ -276,13 +277,51 @@ class DecoderProgram(ChainProgram):
         KV cache, the core, the output projection; then the attention module returns and its
         locals (q, k, v and what the layout keeps) may go. Subclasses replace a step:
         ``project_qkv``, ``attend``, ``project_out``."""
-        q, k, v = self.project_qkv(o, x)
-        q, k = apply_rotary(o, q, k, self.a, self.family.attention, sh)
+        fused = self.unsloth_kernels(o)
+        if fused is not None and fused["qkv"]:
+            q, k, v = self.unsloth_qkv(o, x)
+        else:
+            q, k, v = self.project_qkv(o, x)
+        if fused is not None and self.family.attention.rot_dim(self.a) == self.a.head_dim:
+            q, k = unsloth.rope_in_place(o, q), unsloth.rope_in_place(o, k)
+        else:
+            q, k = apply_rotary(o, q, k, self.a, self.family.attention, sh)
         k, v = cache_kv(o, w, k, v)
         out = self.attend(o, q, k, v, w, sh)
-        out = self.project_out(o, out)
+        if fused is not None and fused["o"]:
+            out = unsloth.lora_o(
+                o, out, self.a.q_dim, self.a.hidden, self.family.attention.out_name
+            )
+        else:
+            out = self.project_out(o, out)
         o.release_locals(q, k, v)
         return out
+
+    def unsloth_kernels(self, o: Ops) -> dict[str, bool] | None:
+        """Which of Unsloth's kernels run this layer (``unsloth.kernels_applied``), None where
+        transformers' modules do (``--kernels hf``, inference, a model Unsloth runs otherwise)."""
+        if o.kernels != "unsloth" or type(self) is not DecoderProgram:
+            return None
+        a, spec = self.a, self.family.attention
+        applied, _ = unsloth.kernels_applied(
+            a.model_type,
+            lora=o.lora,
+            lora_dropout=o.lora_dropout,
+            qkv_bias=a.qkv_bias if spec.qkv_bias is None else spec.qkv_bias,
+            o_bias=a.o_bias if spec.out_bias is None else spec.out_bias,
+            mlp_bias=a.mlp_bias if self.family.mlp.bias is None else self.family.mlp.bias,
+        )
+        return applied
+
+    def unsloth_qkv(self, o: Ops, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``LoRA_QKV``, then the q / k norms (Qwen3: ``fast_rms_layernorm`` on each head)."""
+        a, spec = self.a, self.family.attention
+        q, k, v = unsloth.lora_qkv(o, x, a.hidden, a.q_dim, a.kv_dim, spec.names)
+        if spec.qk_norm:
+            whole = spec.qk_norm_over == "all"
+            q = norm(o, q, a.q_dim if whole else a.head_dim, spec.qk_norm)
+            k = norm(o, k, a.kv_dim if whole else a.head_dim, spec.qk_norm)
+        return q, k, v
 
     def project_qkv(self, o: Ops, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return project_qkv(o, x, self.a, self.family.attention)
@@ -294,7 +333,11 @@ class DecoderProgram(ChainProgram):
         return project_out(o, x, self.a, self.family.attention)
 
     def mlp(self, o: Ops, x: Tensor) -> Tensor:
-        return mlp_block(o, x, self.a, self.family.mlp)
+        fused = self.unsloth_kernels(o)
+        spec = self.family.mlp
+        if fused is not None and fused["mlp"] and spec.kind == "gated":
+            return unsloth.lora_mlp(o, x, self.a.hidden, self.a.ffn, spec.names)
+        return mlp_block(o, x, self.a, spec)
 
     def layer(self, o: Ops, x: Tensor, w: Work, sh: Shared, index: int = 0) -> Tensor:
         residual = self.family.residual

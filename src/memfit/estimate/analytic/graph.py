@@ -140,6 +140,9 @@ class Node:
     rg: bool = False
     passthrough: bool = False
     mm: bool = False
+    #: a saved tensor the backward writes the first input's gradient into (``torch.matmul(...,
+    #: out=X)``: Unsloth's fused LoRA kernels): that storage becomes the gradient, no allocation
+    grad_into: Tensor | None = None
 
 
 #: Selective checkpointing policies of :meth:`Graph.forward`: ``matmul`` stores every matmul and
@@ -479,6 +482,9 @@ class Graph:
                     t.grad = passed.grad  # the incoming gradient itself: no allocation
                     t.grad.refs += 1
                     continue
+                if node.grad_into is not None and t is node.inputs[0] and t.grad is None:
+                    t.grad = self._take_over(node.grad_into.storage)
+                    continue
                 if t.leaf:
                     g = Storage(t.n_bytes, GRADS)
                     self._alloc(g)
@@ -536,6 +542,16 @@ class Graph:
             self._release_saved(node)
         self._release_kept()
         return [_sub(p, base) for p in self._points] + [_sub(self._now(), base)]
+
+    def _take_over(self, s: Storage) -> Storage:
+        """A saved tensor's live storage becomes a gradient (held until its last holder lets
+        go, as a gradient: counted as a temporary from here on)."""
+        s.refs += 1
+        if s.live and s.comp != TEMP:
+            self._live[s.comp] -= s.n_bytes
+            self._live[TEMP] += s.n_bytes
+        s.comp = TEMP
+        return s
 
     def _unref_grad(self, g: Storage) -> None:
         """A holder of gradient ``g`` lets go of it: freed with its last holder."""

@@ -9,10 +9,17 @@ hidden state (double buffering: the next layer's copy overlaps this layer's reco
 recomputes the layer (unslothai/unsloth-zoo@ce232d6c ``unsloth_zoo/gradient_checkpointing.py``,
 ``UnslothCheckpointFunction`` and ``Unsloth_Offloaded_Gradient_Checkpointer``).
 
+``UnslothCheckpointFunction`` is a reentrant checkpoint: its backward reruns the whole layer
+(``outputs = ctx.run_function(*detached_inputs)``) and then calls
+``torch.autograd.backward(outputs_with_grad, args_with_grad)``, so the recomputed layer's output
+(the size of its input, a hidden state) is alive through the layer's whole backward, where
+torch's non-reentrant checkpoint stops the recomputation at the last saved tensor.
+
 So against ``full`` checkpointing, per repeated layer of input ``c`` bytes:
 
     forward   the layer's net change loses ``c`` (its input leaves for host RAM);
     backward  the input is in a GPU buffer already counted, so the layer no longer frees ``c``;
+              the recomputed output, ``c``, is alive at every point of the layer's backward;
     static    the two GPU buffers, ``2 c``, from the first backward on (they are kept).
 
 The host holds ``c`` per layer (``host_checkpoint_bytes``); the step moves each checkpoint over
@@ -43,6 +50,7 @@ def checkpoints_on_host(prof: BlockProfile) -> BlockProfile:
     return replace(
         prof,
         fwd_end=vadd(prof.fwd_end, vscale(c, -1)),
+        bwd=[vadd(p, c) for p in prof.bwd],  # the reentrant recomputation's output
         bwd_end=vadd(prof.bwd_end, c),
     )
 

@@ -105,6 +105,9 @@ class Ops:
         #: False while a layer multiplies by a view of its weight (FalconLinear's
         #: ``input @ self.weight.T``): autocast caches casts of leaf tensors only.
         self.cache_weight_casts = True
+        #: whose kernels run the block (``WorkloadSpec.kernels``; ``unsloth`` only where
+        #: ``unsloth.UNSLOTH_MODEL_TYPES`` has the model, set by ``compose``)
+        self.kernels = "hf"
 
     def release_locals(self, *more: Tensor) -> None:
         """The module returns: its locals (and ``more``) may be freed after this point."""
@@ -292,6 +295,10 @@ class Ops:
         t5: ``x * rsqrt(x.float().pow(2).mean(-1) + eps)``: the mul saves ``x`` itself.
         olmo: ``(w * (x.float() * rsqrt(...))).to(x.dtype)``: the weight times the fp32 product
         (an fp32 result), then cast back."""
+        if self.kernels == "unsloth" and self.train and style in ("llama", "gemma"):
+            from memfit.estimate.analytic.unsloth import fast_rms_norm
+
+            return fast_rms_norm(self, x, dim, gemma=style == "gemma")
         w = self.weight(dim)
         xf = self.cast(x, "f32")
         rows = x.numel // dim

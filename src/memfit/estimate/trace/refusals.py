@@ -24,4 +24,11 @@ def refusal(workload: WorkloadSpec) -> NotModelledError | None:
             "(--engine analytic)",
             engine="trace",
         )
+    if workload.kernels != "hf":
+        return NotModelledError(
+            f"kernels {workload.kernels!r}: the trace engine runs transformers' modules and "
+            "peft's LoRA layers; Unsloth's fused kernels are modelled by the analytic engine "
+            "(--engine analytic)",
+            engine="trace",
+        )
     return None
