@@ -643,9 +643,20 @@ class _Search:
             for o in self.by_stack.get(opt.settings.technique_key, [opt])
             if o is opt or not self._dominated(o.settings)
         ]
-        if engine.batch is not None:
+        splits.sort(key=lambda o: o.settings.micro_batch)
+        if engine.batch is not None and len(splits) > 1:
+            # the smallest split first, through the batch function (the same answer as the
+            # call for all splits: estimate_many's batch-1 line): where it does not fit, as
+            # it mostly does not, it prunes the others unestimated (one simulation, not two)
+            engine.prefetch([splits[0].workload], batched=True)
+            first = self.estimate(splits[0], engine)
+            if first.estimate is not None and not first.fits:
+                self._record_failure(first)
+                return
             engine.prefetch([o.workload for o in splits])
-        for o in sorted(splits, key=lambda o: o.settings.micro_batch):
+        elif engine.batch is not None:
+            engine.prefetch([o.workload for o in splits])
+        for o in splits:
             done = self.estimate(o, engine)  # cached: the batch call above estimated it
             if done.estimate is None:
                 continue
