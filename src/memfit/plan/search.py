@@ -318,6 +318,9 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
     base = recipe(opts)
     asked = opts.lora_ranks if opts.lora_asked else ()
     stacks: dict[tuple[int, int], tuple[Any, ...]] = {}  # the parts are held by the settings
+    # split_change reads the split alone (the recipe's and the mode are the call's): ~2 000
+    # candidates share a handful of splits, and its frozen Change records are shared too
+    splits: dict[tuple[int, int], tuple[Change, ...]] = {}
     out = []
     for s in candidates(opts):
         key = (id(s.techniques), id(s.parallel))
@@ -326,8 +329,12 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
             head, tail = stack_changes(s, base, opts.mode, asked_ranks=asked)
             stack = stacks[key] = (head, tail, *quality_risk(head))
         head, tail, level, reasons = stack
+        split = splits.get((s.micro_batch, s.grad_accum))
+        if split is None:
+            split = tuple(split_change(s, base, opts.mode))
+            splits[(s.micro_batch, s.grad_accum)] = split
         # the split's change is memory-only: no risk of its own (quality_risk)
-        out.append((s, (*head, *split_change(s, base, opts.mode), *tail), level, reasons))
+        out.append((s, (*head, *split, *tail), level, reasons))
     return tuple(out)
 
 
