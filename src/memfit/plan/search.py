@@ -641,9 +641,10 @@ class _Search:
     def _prefetch_stack(self, opt: PlanOption) -> None:
         """Estimate the splits of ``opt``'s stack not dominated yet, smallest micro-batch first,
         and let the smallest one that does not fit prune the others (and larger stacks). With a
-        batch function (the analytic engine's) every split in one call; without one (the derived
-        and trace engines: a form per variant, or a trace per split) one at a time up to that
-        first miss: the larger splits it prunes are never estimated."""
+        batch function (the analytic engine's) the smallest split alone first, then, where it
+        fits, the others in one call; without one (the derived and trace engines: a form per
+        variant, or a trace per split) one at a time up to that first miss: the larger splits
+        it prunes are never estimated."""
         engine = self.engines.search
         splits = [
             o
