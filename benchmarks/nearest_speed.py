@@ -9,6 +9,11 @@ imports done, nothing kept from an earlier job), written to benchmarks/results/n
 
     PYTHONPATH=src python benchmarks/nearest_speed.py --record
     PYTHONPATH=src python benchmarks/nearest_speed.py
+    PYTHONPATH=src python benchmarks/nearest_speed.py --count
+
+``--count``: each job's work in one search, counted rather than timed (the same on a busy
+machine): the analytic engine's simulations (a training step or a generation of one workload)
+and its block recordings (an embedding, layer or head run through the op graph, the rest kept).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -199,6 +203,38 @@ def speed(repeats: int) -> list[str]:
     return rows
 
 
+def count() -> list[str]:
+    """Each job's simulations and block recordings in one search (nothing kept before it)."""
+    import importlib
+
+    api = importlib.import_module("memfit.estimate.analytic.api")
+    engine = importlib.import_module("memfit.estimate.analytic.engine")
+    from memfit.plan import nearest
+
+    counts = {"simulate": 0, "_run_block": 0}
+
+    def counted(module: Any, name: str) -> None:
+        real = getattr(module, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        setattr(module, name, call)
+
+    counted(api, "simulate")  # api's own name: estimate_many and _simulated call it
+    counted(engine, "_run_block")
+    os.environ["MEMFIT_NO_CACHE"] = "1"
+    rows = []
+    for model, fields, gpu in JOBS:
+        forget()
+        counts.update(simulate=0, _run_block=0)
+        nearest.nearest_fit(model, workload(fields), gpu, model_name=model)
+        job = ", ".join(f"{k}={v}" for k, v in fields.items())
+        rows.append(f"| {model} | {job} | {gpu} | {counts['simulate']} | {counts['_run_block']} |")
+    return rows
+
+
 def commit() -> str:
     got = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return got.stdout.strip() or "unknown"
@@ -208,12 +244,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", action="store_true", help="write the answers file")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--count", action="store_true", help="count simulations, not time")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--title", default="", help="a section title (appended to --output)")
     args = parser.parse_args()
     if args.record:
         ANSWERS.write_text(json.dumps(answers(), indent=1) + "\n")
         print(f"wrote {ANSWERS}")
+        return
+    if args.count:
+        import memfit
+
+        text = "\n".join(
+            [
+                f"## {args.title or 'work per search'} (memfit from "
+                f"`{Path(memfit.__file__).resolve().parents[1]}`, script at {commit()})",
+                "",
+                "`PYTHONPATH=src python benchmarks/nearest_speed.py --count`: one search per "
+                "job (`nearest_fit`, `MEMFIT_NO_CACHE=1`, nothing kept from an earlier job); "
+                "`simulations`: calls of the analytic engine's `simulate` (one workload's "
+                "training step or generation); `block recordings`: embedding / layer / head "
+                "blocks run through the op graph (the others were kept).",
+                "",
+                "| model | job | GPU | simulations | block recordings |",
+                "|---|---|---|---|---|",
+                *count(),
+                "",
+            ]
+        )
+        print(text)
+        with args.output.open("a") as f:
+            f.write(text + "\n")
         return
     load = os.getloadavg()[0]
     rows = speed(args.repeats)
@@ -242,4 +303,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -21,9 +21,14 @@ answer them) and new jobs from 2 clients. Each row says how many answers each en
 how many did not fit (the nearest-change search) and how many the trace confirmed. Writes
 benchmarks/results/web_api_mix.md.
 
+``--workload mix --in-process`` runs the same jobs through the command line's handler in this
+process instead (what one worker does per request, without HTTP), with their CPU time: on a
+shared machine the wall time of a pass moves with the other work, the CPU time much less.
+
     PYTHONPATH=src python benchmarks/web_api_speed.py              # 200 requests per run
     PYTHONPATH=src python benchmarks/web_api_speed.py --requests 40 --unique
     PYTHONPATH=src python benchmarks/web_api_speed.py --workload mix --requests 40
+    PYTHONPATH=src python benchmarks/web_api_speed.py --workload mix --in-process --requests 40
 """
 
 from __future__ import annotations
@@ -234,6 +239,86 @@ def mix_main(args: argparse.Namespace) -> None:
     print("\n".join(lines))
 
 
+def run_mix_in_process(n: int, engine: str, start: int, name: str) -> dict[str, Any]:
+    """The mix's jobs ``start`` to ``start + n`` through :func:`memfit.cli.main` in this process
+    (a worker's loop: :func:`memfit.web.workers.run_cli` on the argv :func:`build_job` makes),
+    each job's wall and CPU time."""
+    import urllib.parse
+
+    from memfit.web.query import build_job
+    from memfit.web.workers import run_cli
+
+    parser = build_parser()
+    rows = []
+    for q in mix_queries(n, engine, start=start):
+        job = build_job(
+            parser, "estimate", urllib.parse.parse_qsl(q), pasted=None, allow_paths=True
+        )
+        t0, c0 = time.perf_counter(), time.process_time()
+        code, out, _ = run_cli(list(job.argv), run=memfit_main, parser=parser)
+        rows.append((time.perf_counter() - t0, time.process_time() - c0, code, out))
+    cpu = [c for _, c, _, _ in rows]
+    wall = sum(w for w, _, _, _ in rows)
+    nearest = [c for _, c, _, out in rows if '"nearest_fit"' in out]
+    return {
+        "engine": engine,
+        "pass": name,
+        "requests": n,
+        "wall_s": wall,
+        "cpu_s": sum(cpu),
+        "per_cpu_s": n / sum(cpu),
+        "p50_cpu_ms": 1000 * statistics.median(cpu),
+        "p95_cpu_ms": 1000 * sorted(cpu)[int(0.95 * (len(cpu) - 1))],
+        "nearest": len(nearest),
+        "nearest_cpu_ms": 1000 * statistics.mean(nearest) if nearest else 0.0,
+        "others_cpu_ms": 1000 * (sum(cpu) - sum(nearest)) / max(n - len(nearest), 1),
+    }
+
+
+def mix_in_process_main(args: argparse.Namespace) -> None:
+    """``--workload mix --in-process``: the mix's passes (new jobs, new jobs, repeats) in this
+    process, with their CPU time (module docstring)."""
+    load_before = os.getloadavg()[0]
+    rows = []
+    for engine in args.engines.split(","):
+        n = args.requests
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["MEMFIT_CACHE_DIR"] = cache
+            rows.append(run_mix_in_process(n, engine, 0, "first jobs (imports, first reads)"))
+            rows.append(run_mix_in_process(n, engine, n, "new jobs"))
+            rows.append(run_mix_in_process(n, engine, 2 * n, "new jobs"))
+            rows.append(run_mix_in_process(n, engine, 0, "repeats of the first jobs"))
+    lines = [
+        "| engine | pass | jobs | wall s | CPU s | estimates / CPU s | p50 CPU ms | p95 CPU ms "
+        "| does not fit: jobs, mean CPU ms | fits: mean CPU ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['engine']} | {r['pass']} | {r['requests']} | {r['wall_s']:.2f} | "
+            f"{r['cpu_s']:.2f} | {r['per_cpu_s']:.1f} | {r['p50_cpu_ms']:.1f} | "
+            f"{r['p95_cpu_ms']:.1f} | {r['nearest']}, {r['nearest_cpu_ms']:.0f} | "
+            f"{r['others_cpu_ms']:.1f} |"
+        )
+    head = (
+        f"`PYTHONPATH=src python benchmarks/web_api_speed.py --workload mix --in-process "
+        f"--requests {args.requests} --engines {args.engines}` on {platform.machine()} "
+        f"({os.cpu_count()} logical CPUs, shared with other work), Python "
+        f"{sys.version.split()[0]}, this script at commit {_commit()}, memfit imported from "
+        f"`{_memfit_src()}`: the mix's jobs (`mix_queries`, as "
+        "`--workload mix` sends them) run one after another through `memfit estimate ... "
+        "--json`'s handler in one process, as one `memfit web` worker runs them (no HTTP, one "
+        "client), each with an empty answers cache at the start (`MEMFIT_CACHE_DIR`); CPU time "
+        "is `time.process_time()` per job. Load average (1 min) "
+        f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end."
+    )
+    text = "\n".join([f"## {args.title or 'in-process mix'}", "", head, "", *lines, ""])
+    print(text)
+    if args.output:
+        with args.output.open("a") as f:
+            f.write(text + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -261,8 +346,18 @@ def main() -> None:
         help="--workload mix: requests per pass for the auto engine (default --requests): "
         "its new jobs that the fast path does not validate are traced, seconds each",
     )
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="--workload mix: the jobs through the CLI's handler in this process, with their "
+        "CPU time (appended to --output under --title)",
+    )
+    ap.add_argument("--title", default="", help="--in-process: the section's title")
     ap.add_argument("--output", type=Path, default=None)
     args = ap.parse_args()
+    if args.workload == "mix" and args.in_process:
+        mix_in_process_main(args)
+        return
     if args.workload == "mix":
         mix_main(args)
         return
@@ -316,6 +411,13 @@ def main() -> None:
         )
     args.output.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _memfit_src() -> str:
+    """Where memfit was imported from (a before/after pair runs this script on two trees)."""
+    import memfit
+
+    return str(Path(memfit.__file__).resolve().parents[1])
 
 
 def _commit() -> str:

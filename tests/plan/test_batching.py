@@ -21,6 +21,7 @@ from memfit.errors import SpecError
 from memfit.estimate.result import MemoryEstimate
 from memfit.hardware import get_gpu
 from memfit.plan import Plan, PlanRequest, plan, recommend_gpus
+from memfit.plan.budget import fits
 from memfit.plan.engines import CachedEstimator
 from memfit.plan.space import Settings, dominates
 from memfit.spec import WorkloadSpec
@@ -32,8 +33,13 @@ def _summary(p: Plan) -> list[tuple[str, int | None, str | None]]:
     return [(o.settings.describe(), o.need_bytes, o.reason) for o in shown if o is not None]
 
 
-# -- one batch call per stack ---------------------------------------------------------------------
-def test_a_stacks_splits_are_estimated_in_one_batch_call(tiny_llama_dir: Path) -> None:
+# -- the smallest split, then the others in one batch call ---------------------------------------
+def test_a_stacks_smallest_split_comes_first_then_the_others_in_one_batch_call(
+    tiny_llama_dir: Path,
+) -> None:
+    """The smallest split alone first (where it does not fit it prunes the others: issue 32),
+    then, where it fits, the stack's other splits in one call; the plans are those of one at a
+    time."""
     batches: list[int] = []
 
     def batch(ws: Sequence[WorkloadSpec]) -> list[MemoryEstimate]:
@@ -54,8 +60,39 @@ def test_a_stacks_splits_are_estimated_in_one_batch_call(tiny_llama_dir: Path) -
     p = plan(str(tiny_llama_dir), request, estimator=batched, **kw)
     q = plan(str(tiny_llama_dir), request, estimator=one_by_one, **kw)
     assert p.recommended is not None and _summary(p) == _summary(q)
-    assert batched.n_batches == len(batches) > 0 and max(batches) == 4  # splits of 8: 1, 2, 4, 8
+    assert batched.n_batches == len(batches) > 0
+    # splits of 8: 1 alone, then (where it fits) 2, 4 and 8 in one call
+    assert max(batches) == 3 and batches.count(1) > batches.count(3)
     assert batched.n_calls >= sum(batches)
+
+
+def test_a_stack_whose_smallest_split_does_not_fit_is_estimated_once(
+    tiny_llama_dir: Path,
+) -> None:
+    """Its larger splits keep more: they cannot fit either, and are not estimated; where the
+    smallest fits, the others follow in one call."""
+    asked: dict[str, list[list[MemoryEstimate]]] = {}
+
+    def batch(ws: Sequence[WorkloadSpec]) -> list[MemoryEstimate]:
+        stack = repr(dataclasses.replace(ws[0], batch_size=1, grad_accum=1))
+        found = [closed_form_estimate(w) for w in ws]
+        asked.setdefault(stack, []).append(found)
+        return found
+
+    request = PlanRequest(seq_len=512, global_batch=8)
+    engine = CachedEstimator(closed_form_estimate, "closed-form", batch=batch)
+    kw: dict[str, Any] = {"gpu": "A100-80GB", "gpu_memory_bytes": 6 * MiB}
+    p = plan(str(tiny_llama_dir), request, estimator=engine, **kw)
+    assert p.recommended is not None
+    once = twice = 0
+    for calls in asked.values():
+        assert len(calls[0]) == 1 and len(calls) <= 2  # the smallest split alone first
+        if fits(calls[0][0], p.budget):
+            twice += len(calls) == 2  # (none left where the others were pruned already)
+        else:
+            assert len(calls) == 1  # a miss: the larger splits are never estimated
+            once += 1
+    assert once > 0 and twice > 0
 
 
 def test_the_analytic_engine_in_batches_gives_the_plans_of_one_at_a_time(

@@ -262,3 +262,20 @@ def test_the_optimizer_step_in_backward_is_kept_on_one_gpu_without_accumulation(
     assert r.techniques.optimizer_in_bwd and "in backward" in r.describe()
     with pytest.raises(SpecError, match="optimizer_in_bwd needs a training job"):
         PlanRequest(mode="infer", optimizer_in_bwd=True)
+
+
+def test_judged_candidates_name_each_candidates_own_split() -> None:
+    """The split changes are shared per (micro-batch, accumulation) in a search's space: every
+    candidate's still names its own split, and the recipe's split none (issue 32)."""
+    from memfit.plan.search import judged_candidates
+
+    opts = _opts(per_rank_batch=12)  # splits 1x12, 2x6, 3x4, 4x3, 6x2, 12x1
+    seen = set()
+    for s, found, _, _ in judged_candidates(opts):
+        named = [c.what for c in found if c.what.startswith("micro-batch ")]
+        if (s.micro_batch, s.grad_accum) == (12, 1):
+            assert named == []
+        else:
+            assert named == [f"micro-batch {s.micro_batch} x {s.grad_accum} accumulation steps"]
+        seen.add((s.micro_batch, s.grad_accum))
+    assert seen == {(1, 12), (2, 6), (3, 4), (4, 3), (6, 2), (12, 1)}

@@ -101,9 +101,11 @@ class CachedEstimator:
             self.n_calls += 1
             self._cache[key] = est
 
-    def prefetch(self, workloads: Sequence[WorkloadSpec]) -> None:
+    def prefetch(self, workloads: Sequence[WorkloadSpec], *, batched: bool = False) -> None:
         """Estimate the ``workloads`` not cached yet in one batch call (one at a time without a
-        batch function, or when the batch call fails: each workload then gets its own answer)."""
+        batch function, or when the batch call fails: each workload then gets its own answer).
+        ``batched``: through the batch function even for one workload (answers as the call
+        for all of them gives: a stack's smallest split before its others, issue 32)."""
         todo: dict[str, WorkloadSpec] = {}
         for w in workloads:
             key = workload_key(w)
@@ -111,7 +113,7 @@ class CachedEstimator:
                 todo.setdefault(key, w)
         if not todo:
             return
-        if self.batch is None or len(todo) == 1:
+        if self.batch is None or (len(todo) == 1 and not batched):
             for w in todo.values():
                 self._try(w)
             return

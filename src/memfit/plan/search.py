@@ -318,6 +318,9 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
     base = recipe(opts)
     asked = opts.lora_ranks if opts.lora_asked else ()
     stacks: dict[tuple[int, int], tuple[Any, ...]] = {}  # the parts are held by the settings
+    # split_change reads the split alone (the recipe's and the mode are the call's): ~2 000
+    # candidates share a handful of splits, and its frozen Change records are shared too
+    splits: dict[tuple[int, int], tuple[Change, ...]] = {}
     out = []
     for s in candidates(opts):
         key = (id(s.techniques), id(s.parallel))
@@ -326,8 +329,12 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
             head, tail = stack_changes(s, base, opts.mode, asked_ranks=asked)
             stack = stacks[key] = (head, tail, *quality_risk(head))
         head, tail, level, reasons = stack
+        split = splits.get((s.micro_batch, s.grad_accum))
+        if split is None:
+            split = tuple(split_change(s, base, opts.mode))
+            splits[(s.micro_batch, s.grad_accum)] = split
         # the split's change is memory-only: no risk of its own (quality_risk)
-        out.append((s, (*head, *split_change(s, base, opts.mode), *tail), level, reasons))
+        out.append((s, (*head, *split, *tail), level, reasons))
     return tuple(out)
 
 
@@ -634,18 +641,30 @@ class _Search:
     def _prefetch_stack(self, opt: PlanOption) -> None:
         """Estimate the splits of ``opt``'s stack not dominated yet, smallest micro-batch first,
         and let the smallest one that does not fit prune the others (and larger stacks). With a
-        batch function (the analytic engine's) every split in one call; without one (the derived
-        and trace engines: a form per variant, or a trace per split) one at a time up to that
-        first miss: the larger splits it prunes are never estimated."""
+        batch function (the analytic engine's) the smallest split alone first, then, where it
+        fits, the others in one call; without one (the derived and trace engines: a form per
+        variant, or a trace per split) one at a time up to that first miss: the larger splits
+        it prunes are never estimated."""
         engine = self.engines.search
         splits = [
             o
             for o in self.by_stack.get(opt.settings.technique_key, [opt])
             if o is opt or not self._dominated(o.settings)
         ]
-        if engine.batch is not None:
+        splits.sort(key=lambda o: o.settings.micro_batch)
+        if engine.batch is not None and len(splits) > 1:
+            # the smallest split first, through the batch function (the same answer as the
+            # call for all splits: estimate_many's batch-1 line): where it does not fit, as
+            # it mostly does not, it prunes the others unestimated (one simulation, not two)
+            engine.prefetch([splits[0].workload], batched=True)
+            first = self.estimate(splits[0], engine)
+            if first.estimate is not None and not first.fits:
+                self._record_failure(first)
+                return
             engine.prefetch([o.workload for o in splits])
-        for o in sorted(splits, key=lambda o: o.settings.micro_batch):
+        elif engine.batch is not None:
+            engine.prefetch([o.workload for o in splits])
+        for o in splits:
             done = self.estimate(o, engine)  # cached: the batch call above estimated it
             if done.estimate is None:
                 continue

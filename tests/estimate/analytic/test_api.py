@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
+from typing import Any
+from unittest import mock
 
 import pytest
 from tests.estimate.analytic.configs import TINY
@@ -49,6 +52,34 @@ def test_estimate_many_gives_the_single_estimates_at_every_batch_size() -> None:
         assert fast.peak_allocated_bytes == one.peak_allocated_bytes, wl
         assert fast.components == one.components
         assert fast.peak_phase == one.peak_phase
+
+
+def test_estimate_many_at_batch_1_alone_simulates_once_with_the_same_answer() -> None:
+    """A stack's smallest split asked alone (the planner's first probe, issue 32): one
+    simulation, not the two the batch-size lines need, and the answer the call with larger
+    batch sizes gives at batch 1 (reserved bytes, every phase's components, the notes)."""
+    from memfit.estimate.analytic import api, engine
+
+    source = resolve_model("qwen2.5-0.5b")
+    calls: list[int] = []
+    real = engine.simulate
+
+    def counted(prog: Any, wl: WorkloadSpec, task: str) -> Any:
+        calls.append(wl.batch_size)
+        return real(prog, wl, task)
+
+    for extra in ({}, {"checkpointing": "full", "lora_rank": 8}, {"grad_accum": 4}):
+        one = WorkloadSpec(batch_size=1, seq_len=512, **extra)
+        with mock.patch.object(api, "simulate", counted):
+            calls.clear()
+            [alone] = estimate_many(source, [one])
+            assert calls == [1]
+            calls.clear()
+            [with_more, _] = estimate_many(source, [one, replace(one, batch_size=4)])
+            assert calls == [1, 2]
+        assert alone.peak_reserved_bytes == with_more.peak_reserved_bytes
+        assert alone.phases == with_more.phases and alone.notes == with_more.notes
+        assert alone.peak_phase == with_more.peak_phase
 
 
 def test_estimates_have_the_trace_engines_shape() -> None:

@@ -23,7 +23,7 @@ from memfit.estimate.analytic.compile import (
 )
 from memfit.estimate.analytic.distributed import per_rank_config
 from memfit.estimate.analytic.engine import Simulated, simulate
-from memfit.estimate.analytic.graph import TEMP, Vec, vsub
+from memfit.estimate.analytic.graph import TEMP, ZERO, Vec, vsub
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
 from memfit.estimate.analytic.reserved import (
@@ -189,13 +189,17 @@ def estimate_many(
     for wl in {w.quant: w for w in workloads}.values():
         check_gpu(wl, gpu)
     cache: dict[tuple[Any, ...], tuple[str, Simulated, dict[str, list[tuple[Vec, Vec]]]]] = {}
+    batches: dict[tuple[Any, ...], set[int]] = {}  # the batch sizes asked per batch-free key
+    keys = [None if wl.loss == "fused" else _batch_free_key(wl) for wl in workloads]
+    for key, wl in zip(keys, workloads, strict=True):
+        if key is not None:
+            batches.setdefault(key, set()).add(wl.batch_size)
     out: list[MemoryEstimate] = []
-    for wl in workloads:
+    for key, wl in zip(keys, workloads, strict=True):
         started = time.perf_counter()
-        if wl.loss == "fused":  # its chunk grows in steps with the tokens: not affine in batch
+        if key is None:  # a fused loss: its chunk grows in steps with the tokens, not affine
             out.append(estimate_analytic(model, asked[len(out)], gpu=gpu))
             continue
-        key = _batch_free_key(wl)
         entry = cache.get(key)
         if entry is None:
             prog, task = _prepare(config, wl)
@@ -203,8 +207,11 @@ def estimate_many(
                 one_ = simulate(prog, replace(wl, batch_size=1), task)
                 one_ = _with_full_counts(one_, config, wl, task)
                 _add_notes(one_, config, wl)
-                two = simulate(prog, replace(wl, batch_size=2), task)
-            entry = cache[key] = (task, one_, _envelopes(one_, two))
+                if batches[key] == {1}:  # batch 1 only: no second simulation (issue 32)
+                    lines = _peaks(one_)
+                else:
+                    lines = _envelopes(one_, simulate(prog, replace(wl, batch_size=2), task))
+            entry = cache[key] = (task, one_, lines)
         task, one_, lines = entry
         sim = _at_batch(one_, lines, wl.batch_size)
         est = assemble(_result(sim, wl, name=name, task=task, started=started), wl, gpu)
@@ -239,6 +246,13 @@ def _envelopes(one_: Simulated, two: Simulated) -> dict[str, list[tuple[Vec, Vec
             i = min(steeper, key=lambda c: (c[0], -sums[c[1]][1]))[1]
         out[phase] = keep
     return out
+
+
+def _peaks(one_: Simulated) -> dict[str, list[tuple[Vec, Vec]]]:
+    """Per phase, the peak at batch 1 alone, as :func:`_envelopes`' lines with no change per
+    sequence: at batch 1 the envelope's first line is that peak (the first of the largest),
+    so :func:`_at_batch` gives the same answer at batch 1 without a second simulation."""
+    return {phase: [(max(pts, key=sum), ZERO)] for phase, pts in one_.candidates.items()}
 
 
 def _at_batch(one_: Simulated, lines: dict[str, list[tuple[Vec, Vec]]], batch: int) -> Simulated:
