@@ -254,7 +254,14 @@ class _Zero(_Rewrite):
         self.fused_adam = workload.optimizer in DEEPSPEED_FUSED_ADAM
         self.gathered: dict[str, list[int]] = {}
         self.units = self._units() if self.stage == 3 else {}
-        self.fwd_order, self.bwd_order = self._orders()
+        #: every module fetch of the step in order (forward, recompute and backward pre-hooks):
+        #: DeepSpeed's recorded trace, which its prefetch walks; ``_fetch`` counts the fetches
+        self.fetches = [m for _, kind, m in trace.marks if kind in ("fwd_in", "bwd_in")]
+        self._fetch = 0
+        #: elements of every parameter a module owns (persistent ones too): the reuse walk's unit
+        self.module_numel: dict[str, int] = defaultdict(int)
+        for p in self.params.values():
+            self.module_numel[p.module] += p.numel
         self.step_keys: list[int] = []
 
     # -- sizes
@@ -341,10 +348,10 @@ class _Zero(_Rewrite):
             self._on_phase(payload)
         elif kind in ("fwd_in", "bwd_in") and self.stage == 3:
             self._gather(payload)
-            order = self.fwd_order if kind == "fwd_in" else self.bwd_order
-            self._prefetch(payload, order)
+            self._fetch += 1
+            self._prefetch(self.fetches[self._fetch :])
         elif kind in ("fwd_out", "bwd_out") and self.stage == 3:
-            self._release(payload)
+            self._release(payload, reuse=self.tl.phase == "backward")
 
     def _on_phase(self, phase: str) -> None:
         tl = self.tl
@@ -382,16 +389,6 @@ class _Zero(_Rewrite):
                 units[p.module].append((key, p))
         return dict(units)
 
-    def _orders(self) -> tuple[list[str], list[str]]:
-        fwd: dict[str, None] = {}
-        bwd: dict[str, None] = {}
-        for _, kind, payload in self.trace.marks:
-            if kind == "fwd_in":
-                fwd.setdefault(payload)
-            elif kind == "bwd_in":
-                bwd.setdefault(payload)
-        return list(fwd), list(bwd)
-
     def _numel(self, name: str) -> int:
         return sum(p.numel for _, p in self.units.get(name, []))
 
@@ -405,28 +402,51 @@ class _Zero(_Rewrite):
             keys.append(key)
         self.gathered[name] = keys
 
-    def _prefetch(self, name: str, order: list[str]) -> None:
+    def _prefetch(self, ahead: list[str]) -> None:
+        """DeepSpeed's prefetch after a fetch (``PartitionedParameterCoordinator.fetch_sub_module``,
+        deepspeed v0.13.1, unchanged at master edaa7221): it takes what the trace fetches next
+        ``while numel_prefetching < max_params_to_prefetch``, ``min(stage3_max_live_parameters -
+        live, stage3_prefetch_bucket_size)``, counting only what it gathers — so the module
+        that crosses the bucket is gathered too (memfit takes whole modules where DeepSpeed
+        takes parameters; a LoRA layer's base weight is one module, one parameter)."""
         d = sharding.DEEPSPEED_DEFAULTS
-        budget = d["stage3_prefetch_bucket_size"]
         live = sum(self._numel(n) for n in self.gathered)
-        try:
-            ahead = order[order.index(name) + 1 :]
-        except ValueError:
-            return
+        budget = min(d["stage3_max_live_parameters"] - live, d["stage3_prefetch_bucket_size"])
+        taken = 0
         for nxt in ahead:
-            need = self._numel(nxt)
-            if need > budget:
+            if taken >= budget:
                 break
-            if nxt not in self.gathered:
-                if live + need > d["stage3_max_live_parameters"]:
-                    break
+            need = self._numel(nxt)
+            if need and nxt not in self.gathered:
                 self._gather(nxt)
-                live += need
-            budget -= need
+                taken += need
 
-    def _release(self, name: str) -> None:
+    def _release(self, name: str, *, reuse: bool = False) -> None:
+        """Free ``name``'s gathered parameters — unless (``reuse``) the trace fetches it again
+        within ``stage3_max_reuse_distance`` elements: DeepSpeed's ``__params_to_release``
+        (deepspeed v0.13.1 ``partitioned_param_coordinator.py``) walks the modules fetched
+        after the current step, summing their parameters' elements, and keeps every parameter
+        it meets before the sum reaches the distance. So a block's large matrices stay gathered
+        from the backward's recompute to their own backward when less than the distance lies
+        between (Llama-2-70B: gate / up / down). Applied in the backward only: the walk from
+        the forward to the backward's first blocks spans the model's depth, which a trace of a
+        few layers does not have (extrapolated, it would keep every block), so the blocks
+        DeepSpeed keeps gathered over the forward/backward turn are not counted."""
+        if reuse and self._reused_soon(name):
+            return
         for key in self.gathered.pop(name, []):
             self.tl.free(key)
+
+    def _reused_soon(self, name: str) -> bool:
+        distance = sharding.DEEPSPEED_DEFAULTS["stage3_max_reuse_distance"]
+        walked = 0
+        for nxt in self.fetches[self._fetch :]:
+            if walked >= distance:
+                return False
+            if nxt == name:
+                return True
+            walked += self.module_numel.get(nxt, 0)
+        return False
 
 
 def strategy(workload: WorkloadSpec, trace: RankTrace) -> _Rewrite:
