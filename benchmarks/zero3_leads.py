@@ -1,17 +1,17 @@
-"""How far torch's detached recompute aliases move `peft-zero3-lora-70b-8gpu` (issue 30).
+"""How far holding recomputed modules to their backward moves `peft-zero3-lora-70b-8gpu`.
 
 A measurement of memfit's own replay, not of a GPU: rank 0's ZeRO-3 rewrite of the traced step
 (``memfit.estimate.trace.rank_replay._Zero``) is run as is and with one rule patched in for this
 process only (nothing in ``src`` changes):
 
 - ``hold``: every module gathered by the backward's recompute stays gathered until its own
-  backward has run. torch's non-reentrant checkpoint before pytorch/pytorch#127959 stored
-  ``x.detach()`` of every recomputed saved tensor, an alias that keeps a gathered frozen weight's
-  storage after ZeRO-3 sets ``param.data`` to an empty tensor (#127959 stopped the detach for
-  tensors without grad), while DeepSpeed gathers it again for that backward. The modules
-  DeepSpeed's ``stage3_max_reuse_distance`` keeps gathered anyway are one storage and modelled
-  (``_Zero._release``); the others' aliases are what this adds. memfit has no torch-version
-  input, so they are not in the estimate.
+  backward has run. Two sources give it: DeepSpeed's ``stage3_max_reuse_distance`` (1e9
+  elements, ``__params_to_release``) keeps a Llama-2-70B layer's gate / up / down gathered from
+  their recompute to their backward on any torch; torch's non-reentrant checkpoint before
+  pytorch/pytorch#127959 stored ``x.detach()`` of every recomputed saved tensor, an alias that
+  keeps the others' gathered storage (q / k / v / o) after ZeRO-3 sets ``param.data`` to an
+  empty tensor, while DeepSpeed gathers them again for their backward (not counted here: an
+  upper bound of the first, a lower bound of both).
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/zero3_leads.py`` (two trace-engine runs,
 ~45 s each, ``--no-cache``). Output: peak allocated / reserved / device (GiB) for each variant.
@@ -44,9 +44,7 @@ def _patched(hold: bool) -> Iterator[None]:
     held: dict[str, list[int]] = {}
 
     def on_mark(self: rank_replay._Zero, kind: str, payload: str) -> None:
-        recompute = kind == "fwd_out" and self.tl.phase == "backward" and self.stage == 3
-        # a module the reuse distance keeps is one storage; one released leaves its alias
-        if hold and recompute and not self._reused_soon(payload):
+        if hold and kind == "fwd_out" and self.tl.phase == "backward" and self.stage == 3:
             held.setdefault(payload, []).extend(self.gathered.pop(payload, []))
             return
         saved(self, kind, payload)

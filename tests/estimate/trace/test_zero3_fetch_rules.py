@@ -1,7 +1,6 @@
 """Rank 0's ZeRO-3 gathers on a hand-built timeline: DeepSpeed's prefetch takes the module that
-crosses ``stage3_prefetch_bucket_size``, and a module the backward's recompute gathers stays
-gathered until its own backward when the trace fetches it again within
-``stage3_max_reuse_distance`` elements (deepspeed v0.13.1 ``partitioned_param_coordinator.py``)."""
+crosses ``stage3_prefetch_bucket_size`` and walks the step's own fetch order
+(deepspeed v0.13.1 ``partitioned_param_coordinator.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from memfit.estimate.trace.rank_trace import Param, RankTrace
 from memfit.spec import WorkloadSpec
 
 BUCKET = DEEPSPEED_DEFAULTS["stage3_prefetch_bucket_size"]
-DISTANCE = DEEPSPEED_DEFAULTS["stage3_max_reuse_distance"]
 ZERO3 = WorkloadSpec(gpus=2, shard="zero3")
 
 
@@ -71,23 +69,10 @@ def test_the_prefetch_takes_the_module_that_crosses_the_bucket() -> None:
     assert tl.peaks["forward"].components["parameters"] == partitions + gathered
 
 
-def test_a_recomputed_module_reused_within_the_distance_is_gathered_once_in_backward() -> None:
-    numels = {"a": 300_000_000, "b": 300_000_000}
-    marks = [("phase", "backward"), *_forward("a", "b"), *_backward("b", "a")]
-    # between a's recompute and its backward: b twice (600 M < 1e9): a stays gathered
-    assert _gathers(_trace(numels, marks), "a", "backward") == 1
-
-
-def test_a_recomputed_module_reused_beyond_the_distance_is_gathered_again() -> None:
-    numels = {"a": 300_000_000, "b": DISTANCE, "c": 300_000_000}
-    marks = [("phase", "backward"), *_forward("a", "b", "c"), *_backward("c", "b", "a")]
-    assert _gathers(_trace(numels, marks), "a", "backward") == 2
-
-
-def test_the_forward_releases_a_module_even_when_the_backward_fetches_it_soon() -> None:
-    """Over the forward/backward turn memfit does not keep modules (a trace of a few layers
-    lacks the model's depth the reuse walk needs): ``a`` is released at its forward's end, so
-    ``b``'s fetch prefetches it again (the trace's next fetch of ``a`` is the backward's)."""
+def test_the_prefetch_walks_into_the_backward_fetches() -> None:
+    """``a`` is released at its forward's end; ``b``'s fetch prefetches it again, because the
+    step's next fetch after ``b`` is ``a``'s backward (separate forward / backward orders, as
+    memfit walked before, never crossed the turn)."""
     numels = {"a": 300_000_000, "b": 300_000_000}
     marks = [
         ("phase", "forward"),

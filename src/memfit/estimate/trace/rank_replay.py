@@ -258,10 +258,6 @@ class _Zero(_Rewrite):
         #: DeepSpeed's recorded trace, which its prefetch walks; ``_fetch`` counts the fetches
         self.fetches = [m for _, kind, m in trace.marks if kind in ("fwd_in", "bwd_in")]
         self._fetch = 0
-        #: elements of every parameter a module owns (persistent ones too): the reuse walk's unit
-        self.module_numel: dict[str, int] = defaultdict(int)
-        for p in self.params.values():
-            self.module_numel[p.module] += p.numel
         self.step_keys: list[int] = []
 
     # -- sizes
@@ -351,7 +347,7 @@ class _Zero(_Rewrite):
             self._fetch += 1
             self._prefetch(self.fetches[self._fetch :])
         elif kind in ("fwd_out", "bwd_out") and self.stage == 3:
-            self._release(payload, reuse=self.tl.phase == "backward")
+            self._release(payload)
 
     def _on_phase(self, phase: str) -> None:
         tl = self.tl
@@ -421,32 +417,14 @@ class _Zero(_Rewrite):
                 self._gather(nxt)
                 taken += need
 
-    def _release(self, name: str, *, reuse: bool = False) -> None:
-        """Free ``name``'s gathered parameters — unless (``reuse``) the trace fetches it again
-        within ``stage3_max_reuse_distance`` elements: DeepSpeed's ``__params_to_release``
-        (deepspeed v0.13.1 ``partitioned_param_coordinator.py``) walks the modules fetched
-        after the current step, summing their parameters' elements, and keeps every parameter
-        it meets before the sum reaches the distance. So a block's large matrices stay gathered
-        from the backward's recompute to their own backward when less than the distance lies
-        between (Llama-2-70B: gate / up / down). Applied in the backward only: the walk from
-        the forward to the backward's first blocks spans the model's depth, which a trace of a
-        few layers does not have (extrapolated, it would keep every block), so the blocks
-        DeepSpeed keeps gathered over the forward/backward turn are not counted."""
-        if reuse and self._reused_soon(name):
-            return
+    def _release(self, name: str) -> None:
+        """Free ``name``'s gathered parameters when it finishes. Not modelled:
+        ``stage3_max_reuse_distance`` (DeepSpeed's ``__params_to_release`` keeps a module the
+        trace fetches again within 1e9 elements): a walk over a trace of a few layers gave
+        every layer's gathered matrices at once on a QLoRA job once extrapolated (docs/
+        accuracy.md, "the leads sized from source")."""
         for key in self.gathered.pop(name, []):
             self.tl.free(key)
-
-    def _reused_soon(self, name: str) -> bool:
-        distance = sharding.DEEPSPEED_DEFAULTS["stage3_max_reuse_distance"]
-        walked = 0
-        for nxt in self.fetches[self._fetch :]:
-            if walked >= distance:
-                return False
-            if nxt == name:
-                return True
-            walked += self.module_numel.get(nxt, 0)
-        return False
 
 
 def strategy(workload: WorkloadSpec, trace: RankTrace) -> _Rewrite:
