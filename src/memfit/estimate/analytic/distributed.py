@@ -12,8 +12,7 @@ defaults come from :mod:`memfit.estimate.sharding` (DeepSpeed's code defaults, D
   gradient into the bucket as it is produced and keeps only its partition.
 * ``zero3``: parameters of at least ``stage3_param_persistence_threshold`` elements partitioned;
   each module's parameters gathered around its forward and backward, with the modules that follow
-  prefetched while fewer than ``stage3_prefetch_bucket_size`` elements are taken (the one that
-  crosses it too, as DeepSpeed's ``fetch_sub_module`` loop does; simulated over the model's module
+  prefetched while they fit in ``stage3_prefetch_bucket_size`` (simulated over the model's module
   order; each block gets the most it ever holds gathered); bucket and gradient partition from the
   start.
 * ``fsdp`` (FSDP2, ``fully_shard`` per decoder block and on the root): every parameter sharded on
@@ -261,9 +260,8 @@ def _zero3_gathered(
     params: list[list[Param]], counts: Sequence[int]
 ) -> tuple[list[int], list[int]]:
     """Most bytes each stack holds gathered in forward and in backward: DeepSpeed's fetch of the
-    running module plus the prefetch of the parameters that follow while fewer than
-    ``stage3_prefetch_bucket_size`` elements are taken — the one that crosses it too — (and
-    ``stage3_max_live_parameters``, less what is live); a module's parameters
+    running module plus the prefetch of the modules that follow while they fit in
+    ``stage3_prefetch_bucket_size`` (and ``stage3_max_live_parameters``); a module's parameters
     are released when it finishes (``rank_replay._Zero`` applies the same rules to a trace)."""
     units = tuple(
         tuple((p.numel, p.n_bytes) for p in ps if not sharding.zero3_persists(p.numel))
@@ -293,17 +291,18 @@ def _walk(seq: list[tuple[int, int, int]], n_stacks: int) -> list[int]:
     gathered: dict[int, tuple[int, int]] = {}  # position → (numel, bytes)
     for pos, (stack, numel, n_bytes) in enumerate(seq):
         gathered.setdefault(pos, (numel, n_bytes))
+        budget = d["stage3_prefetch_bucket_size"]
         live = sum(n for n, _ in gathered.values())
-        # DeepSpeed takes the parameters that follow while what it has taken is below the
-        # bucket (and the live limit): the one that crosses it is taken too
-        budget = min(d["stage3_max_live_parameters"] - live, d["stage3_prefetch_bucket_size"])
-        taken = 0
         for ahead in range(pos + 1, len(seq)):
-            if taken >= budget:
+            need = seq[ahead][1]
+            if need > budget:
                 break
             if ahead not in gathered:
-                gathered[ahead] = (seq[ahead][1], seq[ahead][2])
-                taken += seq[ahead][1]
+                if live + need > d["stage3_max_live_parameters"]:
+                    break
+                gathered[ahead] = (need, seq[ahead][2])
+                live += need
+            budget -= need
         most[stack] = max(most[stack], sum(b for _, b in gathered.values()))
         del gathered[pos]
     return most

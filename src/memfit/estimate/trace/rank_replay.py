@@ -254,10 +254,7 @@ class _Zero(_Rewrite):
         self.fused_adam = workload.optimizer in DEEPSPEED_FUSED_ADAM
         self.gathered: dict[str, list[int]] = {}
         self.units = self._units() if self.stage == 3 else {}
-        #: every module fetch of the step in order (forward, recompute and backward pre-hooks):
-        #: DeepSpeed's recorded trace, which its prefetch walks; ``_fetch`` counts the fetches
-        self.fetches = [m for _, kind, m in trace.marks if kind in ("fwd_in", "bwd_in")]
-        self._fetch = 0
+        self.fwd_order, self.bwd_order = self._orders()
         self.step_keys: list[int] = []
 
     # -- sizes
@@ -344,8 +341,8 @@ class _Zero(_Rewrite):
             self._on_phase(payload)
         elif kind in ("fwd_in", "bwd_in") and self.stage == 3:
             self._gather(payload)
-            self._fetch += 1
-            self._prefetch(self.fetches[self._fetch :])
+            order = self.fwd_order if kind == "fwd_in" else self.bwd_order
+            self._prefetch(payload, order)
         elif kind in ("fwd_out", "bwd_out") and self.stage == 3:
             self._release(payload)
 
@@ -385,6 +382,16 @@ class _Zero(_Rewrite):
                 units[p.module].append((key, p))
         return dict(units)
 
+    def _orders(self) -> tuple[list[str], list[str]]:
+        fwd: dict[str, None] = {}
+        bwd: dict[str, None] = {}
+        for _, kind, payload in self.trace.marks:
+            if kind == "fwd_in":
+                fwd.setdefault(payload)
+            elif kind == "bwd_in":
+                bwd.setdefault(payload)
+        return list(fwd), list(bwd)
+
     def _numel(self, name: str) -> int:
         return sum(p.numel for _, p in self.units.get(name, []))
 
@@ -398,31 +405,26 @@ class _Zero(_Rewrite):
             keys.append(key)
         self.gathered[name] = keys
 
-    def _prefetch(self, ahead: list[str]) -> None:
-        """DeepSpeed's prefetch after a fetch (``PartitionedParameterCoordinator.fetch_sub_module``,
-        deepspeed v0.13.1, unchanged at master edaa7221): it takes what the trace fetches next
-        ``while numel_prefetching < max_params_to_prefetch``, ``min(stage3_max_live_parameters -
-        live, stage3_prefetch_bucket_size)``, counting only what it gathers — so the module
-        that crosses the bucket is gathered too (memfit takes whole modules where DeepSpeed
-        takes parameters; a LoRA layer's base weight is one module, one parameter)."""
+    def _prefetch(self, name: str, order: list[str]) -> None:
         d = sharding.DEEPSPEED_DEFAULTS
+        budget = d["stage3_prefetch_bucket_size"]
         live = sum(self._numel(n) for n in self.gathered)
-        budget = min(d["stage3_max_live_parameters"] - live, d["stage3_prefetch_bucket_size"])
-        taken = 0
+        try:
+            ahead = order[order.index(name) + 1 :]
+        except ValueError:
+            return
         for nxt in ahead:
-            if taken >= budget:
-                break
             need = self._numel(nxt)
-            if need and nxt not in self.gathered:
+            if need > budget:
+                break
+            if nxt not in self.gathered:
+                if live + need > d["stage3_max_live_parameters"]:
+                    break
                 self._gather(nxt)
-                taken += need
+                live += need
+            budget -= need
 
     def _release(self, name: str) -> None:
-        """Free ``name``'s gathered parameters when it finishes. Not modelled:
-        ``stage3_max_reuse_distance`` (DeepSpeed's ``__params_to_release`` keeps a module the
-        trace fetches again within 1e9 elements): a walk over a trace of a few layers gave
-        every layer's gathered matrices at once on a QLoRA job once extrapolated (docs/
-        accuracy.md, "the leads sized from source")."""
         for key in self.gathered.pop(name, []):
             self.tl.free(key)
 
