@@ -41,6 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.tiny_models import TYPES, generates, write_tiny  # noqa: E402
 
+#: The GPUs of the grid's sharded jobs (``mixed_zero3``, ``mixed_fsdp``, ...): the fast path
+#: validates them at this count only (``memfit.estimate.fastpath.JOB_LAYOUT``).
+SHARD_GPUS = 8
 #: Jobs per family: name -> WorkloadSpec fields (batch and seq set by the command line).
 JOBS: dict[str, dict[str, Any]] = {
     "train": {"mode": "train"},
@@ -74,6 +77,28 @@ JOBS: dict[str, dict[str, Any]] = {
         "shard": "zero2",
         "offload": "optimizer",
         "zero_grad_set_to_none": False,
+    },
+    # issue 32 (shardgrid): the sharded jobs people run, over 8 GPUs (rank 0's bytes): the full
+    # fine-tune in bf16-mixed under DeepSpeed ZeRO-3 / ZeRO-2 / ZeRO-1 and FSDP2 (torchtitan's
+    # bf16/fp32 policy), the same with full checkpointing, and LoRA at memfit's default
+    # precision for each (ZeRO: bf16-mixed, DeepSpeed's bf16 optimizer; FSDP2: bf16-true)
+    **{
+        f"{base}_{shard}": {**fields, "gpus": SHARD_GPUS, "shard": shard}
+        for base, fields, shards in (
+            ("mixed", {"mode": "train", "precision": "bf16-mixed"},
+             ("zero3", "zero2", "zero1", "fsdp")),
+            ("mixed_ckpt", {"mode": "train", "precision": "bf16-mixed", "checkpointing": "full"},
+             ("zero3", "fsdp")),
+            ("lora", {"mode": "train", "precision": "bf16-mixed", "lora_rank": 8}, ("zero3",)),
+        )
+        for shard in shards
+    },  # fmt: skip
+    "lora_fsdp": {
+        "mode": "train",
+        "precision": "bf16-true",
+        "lora_rank": 8,
+        "gpus": SHARD_GPUS,
+        "shard": "fsdp",
     },
     # issue 32: inference at serving size (SCALED: 4x the batch and the sequence, 16 new
     # tokens): the KV cache and the attention's temporaries large enough to fragment the
