@@ -515,6 +515,15 @@ TRAIN_JOBS: dict[tuple[str | None, bool, str, bool, str, str], str] = {
     ("bf16-true", True, "full", True, "none", "none"): "lora_ckpt_held",
     ("bf16-true", True, "selective", True, "none", "none"): "lora_selckpt_held",
     ("bf16-mixed", False, "none", True, "zero2", "optimizer"): "mixed_offload_held",
+    # issue 32 (shardgrid): the sharded jobs over SHARD_GPUS GPUs (JOB_LAYOUT fixes the count)
+    ("bf16-mixed", False, "none", False, "zero3", "none"): "mixed_zero3",
+    ("bf16-mixed", False, "none", False, "zero2", "none"): "mixed_zero2",
+    ("bf16-mixed", False, "none", False, "zero1", "none"): "mixed_zero1",
+    ("bf16-mixed", False, "none", False, "fsdp", "none"): "mixed_fsdp",
+    ("bf16-mixed", False, "full", False, "zero3", "none"): "mixed_ckpt_zero3",
+    ("bf16-mixed", False, "full", False, "fsdp", "none"): "mixed_ckpt_fsdp",
+    ("bf16-mixed", True, "none", False, "zero3", "none"): "lora_zero3",
+    ("bf16-true", True, "none", False, "fsdp", "none"): "lora_fsdp",
 }
 #: A LoRA grid job -> the same job with peft's ``lora_dropout`` above 0 (fastpath_grid.JOBS'
 #: ``*_dropout``: ``lora_dropout`` 0.1; the probability itself changes no byte, so it is free).
@@ -942,6 +951,16 @@ for _model_type, _jobs in VARIANTS_SETTLES.items():
 JOB_LAYOUT: dict[str, dict[str, Any]] = {
     "mixed_offload_held": {"shard": "zero2", "offload": "optimizer"},
 }
+#: The GPUs of the grid's sharded jobs over several GPUs (fastpath_grid.SHARD_GPUS): rank 0's
+#: bytes at another count are not run by the grid (traced).
+SHARD_GPUS = 8
+JOB_LAYOUT.update(
+    {
+        job: {"shard": shard, "offload": "none", "gpus": SHARD_GPUS}
+        for (_, _, _, _, shard, offload), job in TRAIN_JOBS.items()
+        if shard in ("zero1", "zero2", "zero3", "fsdp") and offload == "none"
+    }
+)
 
 
 def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
@@ -986,6 +1005,7 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
     plain = WorkloadSpec(
         mode=w.mode,
         precision=w.precision,
+        gpus=layout_of.get("gpus", 1),
         shard=layout_of["shard"],
         offload=layout_of["offload"],
         quant=w.quant if qlora else "none",
