@@ -195,6 +195,10 @@ OPTIM_8BIT_BASE = (
 JOBS.update({f"{job}_8bit": {**JOBS[job], "optimizer": "adamw-8bit"} for job in OPTIM_8BIT_BASE})
 #: Grid jobs a model type passes only with at least one row of a bundled config (real widths).
 NEEDS_REAL_WIDTH = frozenset(f"{job}_8bit" for job in OPTIM_8BIT_BASE)
+#: The sharded jobs over SHARD_GPUS GPUs need a real-width row too: on the tiny configs a ZeRO
+#: rank's peak is DeepSpeed's 5e8-element reduce bucket (973 MiB of a 973 MiB peak) and an
+#: FSDP2 rank's under 25 MiB, so they show nothing of the gathers or the root group.
+NEEDS_REAL_WIDTH |= frozenset(j for j, f in JOBS.items() if f.get("gpus") == SHARD_GPUS)
 #: An image model at another image size than its config's (issue 32: ``--image-size 384`` on a
 #: 224-pixel ViT; ``memfit.models.media`` writes the size into the config, so the patch grid
 #: and the position table follow it): these jobs at ``image_size`` = the config's x
