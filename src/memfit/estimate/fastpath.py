@@ -964,9 +964,108 @@ JOB_LAYOUT: dict[str, dict[str, Any]] = {
 #: bytes lie more than 2 % over (llama-2-7b lora_fsdp), roberta-base's ZeRO-1 (reserves 1.76 x)
 #: and LoRA ZeRO-3 (+2.75 %), qwen3-30b-a3b's ZeRO-3 (-3.0 %: docs/accuracy.md "Fast path:
 #: sharded jobs over 8 GPUs").
-SHARD_VALIDATED: dict[str, tuple[str, ...]] = {}
+SHARD_VALIDATED: dict[str, tuple[str, ...]] = {
+    "gemma3_text": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_ckpt_zero3",
+        "lora_zero3",
+        "lora_fsdp",
+    ),
+    "llama": ("mixed_zero3", "mixed_zero2", "mixed_zero1", "mixed_ckpt_zero3"),
+    "mistral": ("mixed_zero3", "mixed_zero2", "mixed_zero1", "mixed_ckpt_zero3", "lora_zero3"),
+    "olmo2": ("mixed_zero3", "mixed_zero2", "mixed_zero1", "mixed_ckpt_zero3", "lora_zero3"),
+    "phi3": ("mixed_zero3", "mixed_zero2", "mixed_zero1", "mixed_ckpt_zero3", "lora_zero3"),
+    "qwen3": ("mixed_zero3", "mixed_zero2", "mixed_zero1", "mixed_ckpt_zero3"),
+    "qwen3_moe": ("mixed_zero2", "mixed_zero1"),
+    "roberta": ("mixed_zero3", "mixed_zero2", "mixed_ckpt_zero3"),
+    "t5": ("mixed_zero3", "mixed_zero2", "mixed_zero1", "mixed_ckpt_zero3", "lora_zero3"),
+    "vit": ("mixed_zero3", "mixed_zero2", "mixed_zero1", "mixed_ckpt_zero3", "lora_zero3"),
+}
 #: The same jobs whose rows settle a search's "fits" (:data:`SETTLES`' rule).
-SHARD_SETTLES: dict[str, tuple[str, ...]] = {}
+SHARD_SETTLES: dict[str, tuple[str, ...]] = {
+    "gemma3_text": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_fsdp",
+        "mixed_ckpt_zero3",
+        "mixed_ckpt_fsdp",
+        "lora_zero3",
+        "lora_fsdp",
+    ),
+    "llama": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_fsdp",
+        "mixed_ckpt_zero3",
+        "mixed_ckpt_fsdp",
+        "lora_zero3",
+        "lora_fsdp",
+    ),
+    "mistral": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_fsdp",
+        "mixed_ckpt_zero3",
+        "mixed_ckpt_fsdp",
+        "lora_zero3",
+        "lora_fsdp",
+    ),
+    "olmo2": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_fsdp",
+        "mixed_ckpt_zero3",
+        "mixed_ckpt_fsdp",
+        "lora_zero3",
+        "lora_fsdp",
+    ),
+    "phi3": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_fsdp",
+        "mixed_ckpt_zero3",
+        "mixed_ckpt_fsdp",
+        "lora_zero3",
+        "lora_fsdp",
+    ),
+    "qwen3": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_fsdp",
+        "mixed_ckpt_zero3",
+        "mixed_ckpt_fsdp",
+        "lora_zero3",
+    ),
+    "qwen3_moe": ("mixed_zero2", "mixed_zero1", "mixed_fsdp", "mixed_ckpt_fsdp"),
+    "roberta": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_fsdp",
+        "mixed_ckpt_zero3",
+        "mixed_ckpt_fsdp",
+        "lora_zero3",
+    ),
+    "t5": ("mixed_zero3", "mixed_zero2", "mixed_zero1", "mixed_ckpt_zero3", "lora_zero3"),
+    "vit": (
+        "mixed_zero3",
+        "mixed_zero2",
+        "mixed_zero1",
+        "mixed_fsdp",
+        "mixed_ckpt_zero3",
+        "mixed_ckpt_fsdp",
+        "lora_zero3",
+        "lora_fsdp",
+    ),
+}
 for _model_type, _jobs in SHARD_VALIDATED.items():
     VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
 for _model_type, _jobs in SHARD_SETTLES.items():
