@@ -41,6 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.tiny_models import TYPES, generates, write_tiny  # noqa: E402
 
+#: The GPUs of the grid's sharded jobs (``mixed_zero3``, ``mixed_fsdp``, ...): the fast path
+#: validates them at this count only (``memfit.estimate.fastpath.JOB_LAYOUT``).
+SHARD_GPUS = 8
 #: Jobs per family: name -> WorkloadSpec fields (batch and seq set by the command line).
 JOBS: dict[str, dict[str, Any]] = {
     "train": {"mode": "train"},
@@ -190,6 +193,35 @@ JOBS.update({f"{job}_eager": {**JOBS[job], "attention": "eager"} for job in EAGE
 #: FlashAttention-2 (``--attention flash``, ``attn_implementation="flash_attention_2"``:
 #: axolotl's ``flash_attention: true``, Unsloth): the same jobs with ``attention="flash"``.
 JOBS.update({f"{job}_flash": {**JOBS[job], "attention": "flash"} for job in EAGER_BASE})
+#: Issue 32 (shardgrid): the sharded jobs people run, over SHARD_GPUS GPUs (rank 0's bytes):
+#: the full fine-tune in bf16-mixed under DeepSpeed ZeRO-3 / ZeRO-2 / ZeRO-1 and FSDP2
+#: (torchtitan's bf16/fp32 policy), the same with full checkpointing, and LoRA at memfit's
+#: default precision for each (ZeRO: bf16-mixed, DeepSpeed's bf16 optimizer; FSDP2: bf16-true).
+#: Last in JOBS: the fast path's tables add them after the others (fastpath.SHARD_VALIDATED).
+JOBS.update(
+    {
+        f"{base}_{shard}": {**fields, "gpus": SHARD_GPUS, "shard": shard}
+        for base, fields, shards in (
+            ("mixed", {"mode": "train", "precision": "bf16-mixed"},
+             ("zero3", "zero2", "zero1", "fsdp")),
+            ("mixed_ckpt", {"mode": "train", "precision": "bf16-mixed", "checkpointing": "full"},
+             ("zero3", "fsdp")),
+            ("lora", {"mode": "train", "precision": "bf16-mixed", "lora_rank": 8}, ("zero3",)),
+        )
+        for shard in shards
+    }
+)  # fmt: skip
+JOBS["lora_fsdp"] = {
+    "mode": "train",
+    "precision": "bf16-true",
+    "lora_rank": 8,
+    "gpus": SHARD_GPUS,
+    "shard": "fsdp",
+}
+#: The sharded jobs over SHARD_GPUS GPUs need a real-width row too: on the tiny configs a ZeRO
+#: rank's peak is DeepSpeed's 5e8-element reduce bucket (973 MiB of a 973 MiB peak) and an
+#: FSDP2 rank's under 25 MiB, so they show nothing of the gathers or the root group.
+NEEDS_REAL_WIDTH |= frozenset(j for j, f in JOBS.items() if f.get("gpus") == SHARD_GPUS)
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
 #: 256 positions hold 4 x 32 + 16.

@@ -64,6 +64,33 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({"mode": "train", "batch_size": 8, "media": MediaSpec(image_size=384)}, "train_img"),
         ({"media": MediaSpec(image_size=384, num_channels=1)}, None),
         ({"gpus": 2}, None),
+        # the grid's sharded jobs over 8 GPUs (issue 32, shardgrid): that count only
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero3"}, "mixed_zero3"),
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero1"}, "mixed_zero1"),
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "fsdp"}, "mixed_fsdp"),
+        (
+            {"precision": "bf16-mixed", "gpus": 8, "shard": "zero3", "checkpointing": "full"},
+            "mixed_ckpt_zero3",
+        ),
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero3", "lora_rank": 16}, "lora_zero3"),
+        ({"gpus": 8, "shard": "fsdp", "lora_rank": 16, "seq_len": 4096}, "lora_fsdp"),
+        ({"precision": "bf16-mixed", "gpus": 16, "shard": "zero3"}, None),  # another count
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero3", "tp": 2}, None),
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "fsdp", "dp_replicate": 2}, None),
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "fsdp", "fsdp_version": 1}, None),
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero3", "offload": "optimizer"}, None),
+        (
+            {
+                "precision": "bf16-mixed",
+                "gpus": 8,
+                "shard": "zero3",
+                "lora_rank": 16,
+                "lora_dropout": 0.1,
+            },
+            None,
+        ),  # fmt: skip
+        ({"precision": "bf16-true", "gpus": 8, "shard": "zero3"}, None),
+        ({"precision": "bf16-mixed", "gpus": 8, "shard": "ddp"}, None),
         ({"lora_rank": 16, "quant": "nf4"}, "qlora"),  # the grid's QLoRA jobs (issue 32)
         ({"lora_rank": 16, "quant": "nf4", "checkpointing": "full"}, "qlora_ckpt"),
         ({"lora_rank": 16, "quant": "nf4-dq", "checkpointing": "full"}, "qlora_dq_ckpt"),

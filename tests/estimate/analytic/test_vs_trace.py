@@ -498,7 +498,22 @@ def test_fsdp2_mixed_precision_policy_reshard_and_hsdp_agree_with_the_trace(
     overrides, trace_hf
 ) -> None:
     wl = WorkloadSpec(**{"batch_size": 1, "seq_len": 32, **overrides})
-    _compare(trace_hf, TINY["mid-llama"], wl)
+    if wl.precision != "bf16-mixed":
+        _compare(trace_hf, TINY["mid-llama"], wl)
+        return
+    # shardgrid (issue 32): the root group's LM-head gradient is held unsharded from its
+    # backward to the final callback (analytic/distributed.py::_fsdp); the rank view places it
+    # at every block's backward point, where this 2-layer model's peak is set by the block's
+    # most gathered copies: +3.2 ... +3.7 % (before: +2.5 %), never under the trace
+    traced = trace_hf(TINY["mid-llama"], wl, name="case")
+    analytic = estimate_analytic(TINY["mid-llama"], wl)
+    error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
+    assert 0 <= error <= FSDP_MIXED_OVER, error
+    assert analytic.host_memory_bytes == pytest.approx(traced.host_memory_bytes, rel=0.01)
+
+
+#: The most the bf16-mixed FSDP2 cases above may lie over the trace (measured +3.7 % at most).
+FSDP_MIXED_OVER = 0.04
 
 
 #: FSDP2 under the bf16 / fp32 policy where the closed form is a little above the trace (never

@@ -312,6 +312,8 @@ def training_step(
         "paged_bytes": opt.paged_bytes,
     }
     if view is not None:
+        if view.bwd_end_extra is not None:  # a point of its own at the end of backward
+            bpts = [*bpts, vadd(view.point(end, backward=True), view.bwd_end_extra)]
         static, optim = view.point(static), view.point(optim, optimizer=True)
         cur = view.point(cur, backward=True)
         info["host_bytes"] = view.host_bytes

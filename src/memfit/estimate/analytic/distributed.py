@@ -84,6 +84,9 @@ class RankView:
     #: extras at one point only, by (stack, point index), instead of the stack's
     fwd_at: dict[tuple[int, int], Vec] = field(default_factory=dict)
     bwd_at: dict[tuple[int, int], Vec] = field(default_factory=dict)
+    #: bytes added to the end of backward, a point of its own (FSDP2's root group reduce-scatters
+    #: its gradients there, in the final backward callback)
+    bwd_end_extra: Vec | None = None
     host_bytes: int = 0
     dp: int = 1
 
@@ -377,6 +380,20 @@ def _fsdp(
     temp = round(-(-opt_temp_bytes // dp) * scale)
     n_layers = sum(c for c in counts[1:-1])
     fwd_blocks, bwd_blocks, at_head = policy.unsharded_bytes(n_layers, layer, dp)
+    # The root group (embeddings, final norm, LM head: ``fully_shard(model)``), torch 2.13.0
+    # (pytorch/pytorch cf30153c, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py):
+    # in forward ``wait_for_unshard`` keeps a group's all-gather output until the next group's
+    # copy-out (implicit prefetch), so the first block's copy-out holds the root's all-gather
+    # output beside the root and the block's own gather (placed at the embeddings' points,
+    # just before); the root's ``post_backward`` runs in the final backward callback, so its
+    # 16-bit unsharded gradients (the LM head's from its backward on) live to the end of
+    # backward, where ``reshard()`` frees the root's parameters and ``foreach_reduce``
+    # (_fsdp_collectives.py) copies the gradients into a ``reduce_dtype`` reduce-scatter
+    # input before they are freed. The view counts every gradient as a shard (below): the
+    # root's are added unsharded, less their shard.
+    root_grads = sum(p.n_bytes for p in params[0] + params[-1] if p.trainable)
+    head_grads = sum(p.n_bytes for p in params[-1] if p.trainable)
+    first_gather = (FSDP_FWD_BLOCKS - 1) * layer  # the first block's all-gather and copy-out
     view = RankView(
         params_bytes=shards - full,
         grads="shard",
@@ -393,10 +410,17 @@ def _fsdp(
         # places the most a stack holds at every point of it (the safe side)
         held_fwd = fwd_blocks if in_block else at_head * (i == last)
         held_bwd = bwd_blocks if in_block else at_head * (i == last)
+        if i == 0 and last > 1:  # the root's all-gather output and the first block's gather
+            held_fwd = root + first_gather
         view.fwd_extra[i] = one(PARAMS, root + held_fwd)
+        held_head = head_grads - _shard_bytes(head_grads, dp, scale)
         view.bwd_extra[i] = vadd(
-            one(PARAMS, root + held_bwd), one(GRADS, reduce_input if in_block else 0)
+            one(PARAMS, root + held_bwd),
+            one(GRADS, (reduce_input if in_block else 0) + held_head),
         )
+    if root_grads:
+        unsharded = root_grads - _shard_bytes(root_grads, dp, scale)
+        view.bwd_end_extra = one(GRADS, unsharded + round(root_grads * scale))
         if offload == "params" and 0 < i < last:  # the reduce-scatter output before its D2H copy
             out = round(-(-layer_grads // dp) * scale)
             view.bwd_extra[i] = vadd(view.bwd_extra[i], one(GRADS, out))
@@ -413,6 +437,11 @@ def _fsdp(
         view.opt_temp_bytes = 0
         view.grads = "drop"
     return view
+
+
+def _shard_bytes(n_bytes: int, dp: int, scale: float) -> int:
+    """The view's shard of ``n_bytes`` of single-GPU gradients (``RankView.point``)."""
+    return round(-(-n_bytes // dp) * scale)
 
 
 def _r512(n: int) -> int:
