@@ -45,11 +45,22 @@ from memfit.estimate.analytic.host_checkpoint import (
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import step_temp_in_backward
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
+from memfit.estimate.optim_states import CUDA_MIN_BLOCK_BYTES
 from memfit.estimate.quant import LINEAR_SUBCLASSES
-from memfit.spec import WorkloadSpec
+from memfit.spec import PRECISION_RULES, WorkloadSpec
 
 #: Bytes of one int64 token id (``input_ids``, ``labels``).
 ID_BYTES = DTYPE_BYTES["i64"]
+#: What ``torch.amp.GradScaler`` keeps on the device in a ``16-mixed`` step (the precision's
+#: ``grad_scaler``), as 0-d tensors of one caching-allocator block each (``CUDA_MIN_BLOCK_BYTES``),
+#: by phase (torch/amp/grad_scaler.py, pytorch/pytorch 0202916b): ``static`` — ``_scale``
+#: (float32) and ``_growth_tracker`` (int32), created by the first ``scale()``
+#: (``_lazy_init_scale_growth_tracker``) and kept for the run; ``backward`` — the scaled loss
+#: ``outputs * self._scale`` that ``.backward()`` runs from; ``optimizer`` — the ``found_inf``
+#: flag ``unscale_`` stores per optimizer (``found_inf_per_device``; ``inv_scale`` and the
+#: master ``found_inf`` are locals of ``unscale_``, freed before ``optimizer.step()``), dropped
+#: by ``update()``. ``_amp_foreach_non_finite_check_and_unscale_`` unscales the gradients in place.
+GRAD_SCALER_BLOCKS = {"static": 2, "backward": 1, "optimizer": 1}
 #: A block's recorded body: its input (None for embeddings) and the outputs gradients flow from.
 Body = Callable[[Ops], tuple[Tensor | None, list[Tensor]]]
 
@@ -292,8 +303,10 @@ def training_step(
             engine="analytic",
         )
     held = grad_bytes if not (wl.zero_grad_set_to_none or in_bwd) else 0
-    static = _state(param_bytes, opt.state_bytes, held, inputs)
+    scaler = _grad_scaler_bytes(wl)
+    static = vadd(_state(param_bytes, opt.state_bytes, held, inputs), scaler["static"])
     pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
+    cur = vadd(cur, scaler["backward"])  # the scaled loss backward() runs from
     bpts, end = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
     # optimizer_in_bwd: every parameter stepped in backward (Graph.step_in_backward); the
     # optimizer phase holds the gradients backward left (a tied weight's, stepped last)
@@ -304,6 +317,7 @@ def training_step(
             _state(param_bytes, opt.state_bytes, grad_bytes, inputs), one(TEMP, opt.temp_bytes)
         )
     )
+    optim = vadd(optim, vadd(scaler["static"], scaler["optimizer"]))
     info: dict[str, Any] = {
         "optimizer_state_bytes": opt.state_bytes,
         "paged_bytes": opt.paged_bytes,
@@ -319,6 +333,18 @@ def training_step(
         n_trainable=n_trainable,
         info=info,
     )
+
+
+def _grad_scaler_bytes(wl: WorkloadSpec) -> dict[str, Vec]:
+    """:data:`GRAD_SCALER_BLOCKS` as vectors by phase: its state counted with the optimizer's
+    (as the trace labels it), the scaled loss and ``found_inf`` as temporaries; all zero where
+    the step's precision runs no GradScaler (``PRECISION_RULES``: only ``16-mixed``)."""
+    n = GRAD_SCALER_BLOCKS if PRECISION_RULES[wl.run_precision].grad_scaler else {}
+    return {
+        "static": one(STATES, n.get("static", 0) * CUDA_MIN_BLOCK_BYTES),
+        "backward": one(TEMP, n.get("backward", 0) * CUDA_MIN_BLOCK_BYTES),
+        "optimizer": one(TEMP, n.get("optimizer", 0) * CUDA_MIN_BLOCK_BYTES),
+    }
 
 
 def _state(param_bytes: int, state_bytes: int, grad_bytes: int, inputs: int) -> Vec:
