@@ -938,6 +938,37 @@ for _model_type, _jobs in VARIANTS_VALIDATED.items():
     VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
 for _model_type, _jobs in VARIANTS_SETTLES.items():
     SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+#: fp16 (issue 32, fp16grid): on a GPU without bf16 (T4, V100) memfit's defaults are the fp16
+#: counterparts (``spec.rules.FP16_COUNTERPART``: a full fine-tune ``16-mixed``, with
+#: torch.amp.GradScaler; LoRA / QLoRA ``16-true``): those jobs -> their ``*_fp16`` grid job
+#: (fastpath_grid.JOBS' ``FP16_BASE``). The other variants (dropout, targets by role, 8-bit
+#: AdamW, attention, image size) are not run in fp16: traced.
+TRAIN_JOBS.update(
+    {
+        ("16-mixed", False, "none", False, "none", "none"): "mixed_fp16",
+        ("16-true", True, "none", False, "none", "none"): "lora_fp16",
+        ("16-true", True, "full", False, "none", "none"): "lora_ckpt_fp16",
+        ("16-true", True, "none", True, "none", "none"): "lora_held_fp16",
+        ("16-true", True, "full", True, "none", "none"): "lora_ckpt_held_fp16",
+        ("16-true", True, "selective", True, "none", "none"): "lora_selckpt_held_fp16",
+    }
+)
+QLORA_JOBS.update(
+    {(quant, f"{job}_fp16"): f"{qjob}_fp16" for (quant, job), qjob in QLORA_JOBS.items()}
+)
+#: The fp16 grid jobs by model type whose every row (fastpath_grid.jsonl, rows of 2026-12-07:
+#: the types' tiny configs and bundled configs cut to 2 layers, batch 5, ``--skip-derived``)
+#: passes as :data:`VALIDATED` judges / settles as :data:`SETTLES` does
+#: (``fastpath_grid.validated_table`` / ``settles_table``; the tests compare).
+FP16_JOBS = tuple(TRAIN_JOBS[k] for k in TRAIN_JOBS if k[0] in ("16-mixed", "16-true")) + tuple(
+    QLORA_JOBS[k] for k in QLORA_JOBS if k[1].endswith("_fp16")
+)
+FP16_VALIDATED: dict[str, tuple[str, ...]] = {}
+FP16_SETTLES: dict[str, tuple[str, ...]] = {}
+for _model_type, _jobs in FP16_VALIDATED.items():
+    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
+for _model_type, _jobs in FP16_SETTLES.items():
+    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
 #: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
 JOB_LAYOUT: dict[str, dict[str, Any]] = {
     "mixed_offload_held": {"shard": "zero2", "offload": "optimizer"},
