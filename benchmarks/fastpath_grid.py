@@ -193,6 +193,21 @@ JOBS.update({f"{job}_eager": {**JOBS[job], "attention": "eager"} for job in EAGE
 #: FlashAttention-2 (``--attention flash``, ``attn_implementation="flash_attention_2"``:
 #: axolotl's ``flash_attention: true``, Unsloth): the same jobs with ``attention="flash"``.
 JOBS.update({f"{job}_flash": {**JOBS[job], "attention": "flash"} for job in EAGER_BASE})
+#: fp16 (issue 32, fp16grid): on a GPU without bf16 (T4, V100: Colab, Kaggle) memfit's defaults
+#: are the fp16 counterparts (``memfit.spec.rules.FP16_COUNTERPART``: a full fine-tune
+#: ``16-mixed``, with torch.amp.GradScaler; LoRA / QLoRA ``16-true``): these jobs with the
+#: job's precision (``bf16-true`` unless it names one) replaced by its counterpart.
+FP16_BASE = (
+    "mixed", "lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "lora_selckpt_held", "qlora",
+    "qlora_ckpt", "qlora_dq_ckpt", "qlora_held", "qlora_ckpt_held", "qlora_dq_ckpt_held",
+)  # fmt: skip
+_FP16 = {"bf16-mixed": "16-mixed", "bf16-true": "16-true"}  # spec.rules.FP16_COUNTERPART
+JOBS.update(
+    {
+        f"{job}_fp16": {**JOBS[job], "precision": _FP16[JOBS[job].get("precision", "bf16-true")]}
+        for job in FP16_BASE
+    }
+)
 #: Issue 32 (shardgrid): the sharded jobs people run, over SHARD_GPUS GPUs (rank 0's bytes):
 #: the full fine-tune in bf16-mixed under DeepSpeed ZeRO-3 / ZeRO-2 / ZeRO-1 and FSDP2
 #: (torchtitan's bf16/fp32 policy), the same with full checkpointing, and LoRA at memfit's
@@ -279,7 +294,7 @@ def _workload(
     fields = {"precision": "bf16-true", **JOBS[job], "batch_size": batch * batch_factor,
               "seq_len": seq * seq_factor}  # fmt: skip
     lora_like = job in ("lora", "lora_ckpt") or job.endswith("_dropout") or job.startswith("qlora")
-    lora_like = lora_like or (job.endswith("_8bit") and "lora_rank" in JOBS[job])
+    lora_like = lora_like or (job.endswith(("_8bit", "_fp16")) and "lora_rank" in JOBS[job])
     if lora_like and family in LORA_TARGETS and "lora_targets" not in JOBS[job]:
         fields["lora_targets"] = LORA_TARGETS[family]
     if JOBS[job]["mode"] == "infer" and generates(model_type):

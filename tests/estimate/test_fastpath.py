@@ -454,3 +454,44 @@ def test_a_qv_lora_and_a_vit_at_384_answer_from_the_analytic_engine() -> None:
     vit = WorkloadSpec(mode="train", batch_size=32, media=MediaSpec(image_size=384))
     est = memfit.estimate("vit-base-patch16-224", vit)
     assert est.engine == "analytic" and "(mixed_img)" in str(est.engine_reason)
+
+
+@pytest.mark.parametrize(
+    ("fields", "quant", "job"),
+    [
+        ({}, "none", "mixed_fp16"),  # a full fine-tune: 16-mixed (GradScaler)
+        ({"lora_rank": 16}, "none", "lora_fp16"),  # LoRA on a 16-bit checkpoint: 16-true
+        ({"lora_rank": 16, "checkpointing": "full"}, "none", "lora_ckpt_fp16"),
+        ({"lora_rank": 16, "zero_grad_set_to_none": False}, "none", "lora_held_fp16"),
+        ({"lora_rank": 16}, "nf4", "qlora_fp16"),
+        ({"lora_rank": 16, "checkpointing": "full"}, "nf4-dq", "qlora_dq_ckpt_fp16"),
+        ({"lora_rank": 16, "lora_dropout": 0.05}, "none", None),  # no fp16 dropout rows
+        ({"lora_rank": 16, "lora_targets": ("q", "v")}, "none", None),
+        ({"checkpointing": "full"}, "none", None),  # no bf16-mixed + ckpt job either
+        ({"mode": "infer"}, "none", None),  # 16-true inference: not run in fp16
+    ],
+)
+def test_a_gpu_without_bf16_defaults_to_the_fp16_grid_jobs(
+    fields: dict, quant: str, job: str | None
+) -> None:
+    """fp16grid: the precision memfit settles on a GPU without bf16 (T4, V100) when the user
+    names none is the precision of an ``*_fp16`` grid job, so the job stays on the fast path."""
+    w = WorkloadSpec(**{"mode": "train", "quant": quant, **fields})
+    t4, _note = w.settle_precision(bf16=False)
+    assert t4.precision in ("16-mixed", "16-true")
+    assert fastpath.grid_job(t4, "llama") == job
+    if job is not None:  # the bf16 counterpart is the job without the suffix
+        bf16, _note = w.settle_precision(bf16=True)
+        assert fastpath.grid_job(bf16, "llama") == job.removesuffix("_fp16")
+
+
+def test_t4_defaults_answer_from_the_analytic_engine() -> None:
+    """Issue 29/32: ``estimate gpt2 --batch 2 --seq 256 --gpu T4`` (16-mixed) and a LoRA job
+    on a T4 (16-true) answer from the validated analytic engine, not the trace."""
+    full = memfit.estimate("gpt2", WorkloadSpec(mode="train", batch_size=2, seq_len=256), gpu="T4")
+    assert full.to_json()["workload"]["precision"] == "16-mixed"
+    assert full.engine == "analytic" and "(mixed_fp16)" in str(full.engine_reason)
+    lora = WorkloadSpec(mode="train", lora_rank=16, seq_len=1024)
+    est = memfit.estimate("llama-3.2-1b", lora, gpu="T4")
+    assert est.to_json()["workload"]["precision"] == "16-true"
+    assert est.engine == "analytic" and "(lora_fp16)" in str(est.engine_reason)

@@ -46,11 +46,24 @@ from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import step_temp_in_backward
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
 from memfit.estimate.analytic.unsloth import UNSLOTH_MODEL_TYPES
+from memfit.estimate.optim_states import CUDA_MIN_BLOCK_BYTES
 from memfit.estimate.quant import LINEAR_SUBCLASSES
-from memfit.spec import WorkloadSpec
+from memfit.spec import PRECISION_RULES, WorkloadSpec
 
 #: Bytes of one int64 token id (``input_ids``, ``labels``).
 ID_BYTES = DTYPE_BYTES["i64"]
+#: What ``torch.amp.GradScaler`` keeps on the device in a ``16-mixed`` step (the precision's
+#: ``grad_scaler``), as 0-d tensors of one caching-allocator block each (``CUDA_MIN_BLOCK_BYTES``),
+#: by point of the step (torch/amp/grad_scaler.py, torch 2.13.0): ``static`` — ``_scale``
+#: (float32) and ``_growth_tracker`` (int32), created by the first ``scale()``
+#: (``_lazy_init_scale_growth_tracker``) and kept for the run; ``backward`` — the scaled loss
+#: ``outputs * self._scale`` that ``.backward()`` runs from; ``unscale`` — inside ``unscale_``,
+#: ``inv_scale`` (``_scale.double().reciprocal().float()``) and ``found_inf``, and the copies
+#: ``_unscale_grads_`` takes of both (``_MultiDeviceReplicator.get``: ``.to(device,
+#: copy=True)``) for ``_amp_foreach_non_finite_check_and_unscale_``, which unscales the
+#: gradients in place; ``optimizer`` — the ``found_inf`` copy kept per optimizer
+#: (``found_inf_per_device``) through ``optimizer.step()`` until ``update()``.
+GRAD_SCALER_BLOCKS = {"static": 2, "backward": 1, "unscale": 4, "optimizer": 1}
 #: A block's recorded body: its input (None for embeddings) and the outputs gradients flow from.
 Body = Callable[[Ops], tuple[Tensor | None, list[Tensor]]]
 
@@ -295,8 +308,10 @@ def training_step(
             engine="analytic",
         )
     held = grad_bytes if not (wl.zero_grad_set_to_none or in_bwd) else 0
-    static = _state(param_bytes, opt.state_bytes, held, inputs)
+    scaler = _grad_scaler_bytes(wl)
+    static = vadd(_state(param_bytes, opt.state_bytes, held, inputs), scaler["static"])
     pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
+    cur = vadd(cur, scaler["backward"])  # the scaled loss backward() runs from
     bpts, end = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
     # optimizer_in_bwd: every parameter stepped in backward (Graph.step_in_backward); the
     # optimizer phase holds the gradients backward left (a tied weight's, stepped last)
@@ -307,6 +322,14 @@ def training_step(
             _state(param_bytes, opt.state_bytes, grad_bytes, inputs), one(TEMP, opt.temp_bytes)
         )
     )
+    optim = vadd(optim, vadd(scaler["static"], scaler["optimizer"]))
+    # 16-mixed: GradScaler.unscale_ before the step is a point of its own (its temporaries, the
+    # step's not yet allocated)
+    unscale = (
+        [vadd(_state(param_bytes, opt.state_bytes, grad_bytes, inputs), scaler["unscale"])]
+        if PRECISION_RULES[wl.run_precision].grad_scaler
+        else []
+    )
     info: dict[str, Any] = {
         "optimizer_state_bytes": opt.state_bytes,
         "paged_bytes": opt.paged_bytes,
@@ -315,15 +338,36 @@ def training_step(
         if view.bwd_end_extra is not None:  # a point of its own at the end of backward
             bpts = [*bpts, vadd(view.point(end, backward=True), view.bwd_end_extra)]
         static, optim = view.point(static), view.point(optim, optimizer=True)
+        unscale = [view.point(p, optimizer=True) for p in unscale]
         cur = view.point(cur, backward=True)
         info["host_bytes"] = view.host_bytes
         info["optimizer_state_bytes"] = view.states_bytes
     return Simulated(
-        candidates={"forward": [static, *pts], "backward": [cur, *bpts], "optimizer": [optim]},
+        candidates={
+            "forward": [static, *pts],
+            "backward": [cur, *bpts],
+            "optimizer": [optim, *unscale],
+        },
         n_params=n_params,
         n_trainable=n_trainable,
         info=info,
     )
+
+
+def _grad_scaler_bytes(wl: WorkloadSpec) -> dict[str, Vec]:
+    """:data:`GRAD_SCALER_BLOCKS` as vectors by point (``unscale`` with the state): its state
+    counted with the optimizer's (as the trace labels it), the rest as temporaries; all zero where
+    the step's precision runs no GradScaler (``PRECISION_RULES``: only ``16-mixed``)."""
+    n = GRAD_SCALER_BLOCKS if PRECISION_RULES[wl.run_precision].grad_scaler else {}
+    return {
+        "static": one(STATES, n.get("static", 0) * CUDA_MIN_BLOCK_BYTES),
+        "backward": one(TEMP, n.get("backward", 0) * CUDA_MIN_BLOCK_BYTES),
+        "unscale": vadd(
+            one(STATES, n.get("static", 0) * CUDA_MIN_BLOCK_BYTES),
+            one(TEMP, n.get("unscale", 0) * CUDA_MIN_BLOCK_BYTES),
+        ),
+        "optimizer": one(TEMP, n.get("optimizer", 0) * CUDA_MIN_BLOCK_BYTES),
+    }
 
 
 def _state(param_bytes: int, state_bytes: int, grad_bytes: int, inputs: int) -> Vec:

@@ -277,10 +277,15 @@ class _LossScaler:
         return loss * self.scale_t
 
     def unscale_(self, params: list[torch.nn.Parameter]) -> None:
-        self.found_inf = torch.full((), 0.0, dtype=torch.float32)
+        # GradScaler.unscale_ (torch/amp/grad_scaler.py, torch 2.13): the reciprocal in fp64,
+        # then found_inf; _unscale_grads_ takes both through _MultiDeviceReplicator.get(), which
+        # copies the master for the gradients' device (``copy=True``), and keeps the found_inf
+        # copy (``found_inf_per_device``) until update(); the masters die with unscale_
         inv_scale = self.scale_t.double().reciprocal().float()
+        found_inf = torch.full((), 0.0, dtype=torch.float32)
+        inv_copy, self.found_inf = inv_scale.clone(), found_inf.clone()
         grads = [p.grad for p in params if p.grad is not None]
-        torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found_inf, inv_scale)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found_inf, inv_copy)
 
     def update(self) -> None:
         torch._amp_update_scale_(self.scale_t, self.growth_tracker, self.found_inf, 2.0, 0.5, 2000)
