@@ -149,6 +149,8 @@ OPTIONAL = frozenset(
 #: memfit modules that are slow to import although they need no optional dependency, imported
 #: inside the function that needs them, each with its reason.
 SLOW = {
+    "memfit.estimate.seqrun": "the variable-length run's replay (numpy, ~0.24 s): `memfit.api`"
+    " loads it for a `--seq-dist` run only (issue 32)",
     "memfit.estimate.derived": "numpy and the derived engine's forms (~0.2 s of the CLI's start);"
     " `--no-cache` alone needs it before a command runs",
     "memfit.estimate.policy": "the engine policy: it loads every fast engine (the analytic closed"

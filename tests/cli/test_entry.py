@@ -66,7 +66,11 @@ def test_estimate_json_has_the_documented_fields(capsys: pytest.CaptureFixture[s
 def test_human_output_shows_components_peak_phase_modules_and_verdict(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, _ = run(capsys, "estimate", "gpt2", "--seq", "128", "--gpu", "T4")
+    # the trace names the modules at the peak (the analytic engine, auto's answer on a T4 now,
+    # has no module attribution)
+    code, out, _ = run(
+        capsys, "estimate", "gpt2", "--seq", "128", "--gpu", "T4", "--engine", "trace"
+    )
     assert code == 0
     for text in (
         "parameters",

@@ -140,7 +140,9 @@ def test_a_form_of_a_deep_stack_with_a_dense_prefix_follows_the_traces_extrapola
             replayed.append(self.layers)
             return {"peak_bytes/forward": 100.0 + 10.0 * self.layers}
 
-    monkeypatch.setattr(derived, "compile_run", Compiled)
+    from memfit.estimate.derived import compiled  # derived._flat imports it when it replays
+
+    monkeypatch.setattr(compiled, "compile_run", Compiled)
     form = {"runs": [{"counts": {"layers": n}} for n in (5, 6, 7)],
             "trace": {"layers": {"layers": 61}}}  # fmt: skip
     flat = derived._flat(form, 1, (), None, reserved=False)
