@@ -50,12 +50,11 @@ def quantizes(fmt: str | None, name: str, *, in_repeated_block: bool) -> bool:
     return in_repeated_block or not quant.KEPT_OUT[fmt].only_repeated_blocks
 
 
-def quantized_linear(o: Ops, x: Tensor, n_in: int, n_out: int, *, bias: bool) -> Tensor:
-    """A frozen quantized ``Linear(n_in, n_out)`` on ``x``: its stored tensors (each rounded to
-    the allocator's 512 B) as one parameter, and the format's temporaries (module docstring)."""
-    fmt = str(o.quant)
+def quantized_weight(o: Ops, n_in: int, n_out: int, *, bias: bool) -> Tensor:
+    """A frozen quantized ``Linear(n_in, n_out)``'s stored tensors (each rounded to the
+    allocator's 512 B) as one parameter."""
     stored = quant.quantized_linear_bytes(
-        fmt,
+        str(o.quant),
         n_out,
         n_in,
         o.quant_group_size,
@@ -65,6 +64,14 @@ def quantized_linear(o: Ops, x: Tensor, n_in: int, n_out: int, *, bias: bool) ->
     )
     w = o.g.param(n_in * n_out + (n_out if bias else 0), o.pdtype, trainable=False)
     w.stored_bytes = sum(stored.values())
+    return w
+
+
+def quantized_linear(o: Ops, x: Tensor, n_in: int, n_out: int, *, bias: bool) -> Tensor:
+    """A frozen quantized ``Linear(n_in, n_out)`` on ``x``: its stored tensors
+    (:func:`quantized_weight`) and the format's temporaries (module docstring)."""
+    fmt = str(o.quant)
+    quantized_weight(o, n_in, n_out, bias=bias)
     m = x.numel // n_in
     mk, mn, nk = m * n_in, m * n_out, n_in * n_out
     if fmt in BNB_4BIT:

@@ -39,9 +39,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memfit.estimate import quant
 from memfit.estimate.analytic.graph import DTYPE_BYTES, Tensor
-from memfit.estimate.analytic.quant_ops import QUANT_DTYPE, quantizes
+from memfit.estimate.analytic.quant_ops import quantized_weight, quantizes
 
 if TYPE_CHECKING:
     from memfit.estimate.analytic.ops import Ops
@@ -152,18 +151,7 @@ def _base(o: Ops, name: str, n_in: int, n_out: int) -> tuple[Tensor, int]:
     """A frozen base weight (quantized as ``--quant`` stores it) and the bytes of its
     dequantized copy (0: a 16-bit weight is used as it is)."""
     if quantizes(o.quant, name, in_repeated_block=o.in_repeated_block):
-        fmt = str(o.quant)
-        stored = quant.quantized_linear_bytes(
-            fmt,
-            n_out,
-            n_in,
-            o.quant_group_size,
-            bias=False,
-            dtype=QUANT_DTYPE[o.pdtype],
-            round_to=quant.ALLOCATION_ROUND_BYTES,
-        )
-        w = o.g.param(n_in * n_out, o.pdtype, trainable=False)
-        w.stored_bytes = sum(stored.values())
+        w = quantized_weight(o, n_in, n_out, bias=False)
         return w, n_in * n_out * DTYPE_BYTES[o.cdtype]
     return o.weight(n_out, n_in, trainable=False), 0
 
