@@ -266,9 +266,9 @@ FLAGS: tuple[Flag, ...] = (
         help="whose kernels run the layers in training: hf (transformers' modules and peft's "
         "LoRA layers, the default) or unsloth (Unsloth's FastLanguageModel: fast RMSNorm / "
         "RoPE, fused LoRA QKV / O / MLP; also --checkpointing offload and --loss fused unless "
-        "given; plan / upgrade keep them in every plan)",
+        "given; plan keeps them in every plan)",
         field="kernels",
-        commands=EVERY,
+        commands=(*ESTIMATE_LIKE, "plan"),
     ),
     Flag(
         name="--optimizer",

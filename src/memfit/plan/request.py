@@ -197,6 +197,11 @@ class PlanRequest:
         d = asdict(self)
         d["lora_ranks"] = list(self.lora_ranks)
         d["allow"] = sorted(self.allow)
+        if self.kernels == "hf":  # transformers' kernels: said by their absence, as estimate does
+            for k in ("kernels", "kernel_defaults"):
+                d.pop(k)
+        if self.checkpointing == "none":
+            d.pop("checkpointing")
         return d
 
 
