@@ -135,3 +135,13 @@ def test_doctor_and_nearest_ask_the_planner_with_the_jobs_kernels() -> None:
     r = request_of(w)
     assert (r.kernels, r.checkpointing, r.loss) == ("unsloth", "offload", "fused")
     assert request_of(WorkloadSpec(lora_rank=16)).kernels == "hf"
+
+
+def test_doctors_plan_commands_keep_the_kernels(capsys) -> None:
+    main([
+        "doctor", "qwen3-14b", "--gpu", "T4", "--batch", "2", "--seq", "2048", "--grad-accum",
+        "4", "--lora-rank", "16", "--quant", "nf4-dq", "--kernels", "unsloth",
+        "--engine", "analytic",
+    ])  # fmt: skip
+    plans = [ln for ln in capsys.readouterr().out.splitlines() if "memfit plan " in ln]
+    assert plans and all("--kernels unsloth" in ln for ln in plans)

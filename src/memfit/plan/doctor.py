@@ -170,6 +170,7 @@ class DoctorChecks(Checklist[Finding]):
         if asked != DEFAULT_PRECISION[w.mode]:  # the planner's default is right for each GPU
             f += [f"--precision {precision_on(asked, self.gpu if gpu else None)}"]
         f += [f"--lora-rank {w.lora_rank}"] if w.is_train and w.lora_rank is not None else []
+        f += [f"--kernels {w.kernels}"] if w.is_train and w.kernels != "hf" else []
         return " ".join(f + list(extra))
 
     # -- 1 -----------------------------------------------------------------------------------

@@ -99,6 +99,8 @@ def plan_command(model: str, w: WorkloadSpec, gpu: str) -> str:
     if r.quant != "none":
         parts.append(f"--quant {r.quant}")
     parts.append(f"--precision {r.precision}")
+    if r.kernels != "hf":  # kept by every plan, as the LoRA rank is
+        parts.append(f"--kernels {r.kernels}")
     return " ".join(parts)
 
 
