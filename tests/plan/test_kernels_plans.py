@@ -145,3 +145,14 @@ def test_doctors_plan_commands_keep_the_kernels(capsys) -> None:
     ])  # fmt: skip
     plans = [ln for ln in capsys.readouterr().out.splitlines() if "memfit plan " in ln]
     assert plans and all("--kernels unsloth" in ln for ln in plans)
+
+
+def test_the_web_page_carries_kernels_to_plan_instead_of_naming_them_not_taken() -> None:
+    from memfit.cli.entry import build_parser
+    from memfit.web.query import build_job
+
+    query = [("model", "llama-3.1-8b"), ("gpu", "T4"), ("lora-rank", "16")]
+    job = build_job(
+        build_parser(), "plan", [*query, ("kernels", "unsloth")], pasted=None, allow_paths=False
+    )
+    assert "--kernels=unsloth" in job.argv and job.not_taken == ()
