@@ -541,14 +541,16 @@ UNSLOTH_LORA = ("--lora-rank", "16", "--lora-targets", "q,k,v,o,gate,up,down")
 #: ce232d6cef9c unsloth_zoo/gradient_checkpointing.py): --checkpointing offload; with labels its
 #: CausalLM_fast_forward (unsloth/models/llama.py, used by gemma2.py and qwen3.py) calls
 #: unsloth_fused_ce_loss (unsloth_zoo/fused_losses/cross_entropy_loss.py): --loss fused
-UNSLOTH_TECHNIQUES = ("--checkpointing", "offload", "--loss", "fused")
+#: --kernels unsloth runs the job as FastLanguageModel does (its RMSNorm / RoPE / fused LoRA
+#: kernels, estimate/analytic/unsloth.py); the two flags after it are its defaults, said anyway
+UNSLOTH_TECHNIQUES = ("--kernels", "unsloth", "--checkpointing", "offload", "--loss", "fused")
 UNSLOTH_NOTES = (
     "use_gradient_checkpointing = 'unsloth' (max_seq_length 2048 >= 512: Unsloth's smart "
     "offloaded checkpointing, each layer's input copied to pinned host RAM and back through "
     "two GPU buffers) is memfit's --checkpointing offload; Unsloth's fused CE "
-    "(unsloth_fused_ce_loss, whenever labels are given) is --loss fused; its fused LoRA "
-    "MLP / attention kernels are not modelled (they save less than peft's, so memfit reads "
-    "high there)",
+    "(unsloth_fused_ce_loss, whenever labels are given) is --loss fused; FastLanguageModel's "
+    "fast RMSNorm / RoPE and fused LoRA QKV / O / MLP kernels are --kernels unsloth "
+    "(estimate/analytic/unsloth.py), which implies both; the plan keeps the kernels",
     "Unsloth pads a batch to its longest sample (packing = False), and these datasets' samples "
     "are mostly far shorter than max_seq_length: memfit's 2048 tokens per sample is the "
     "worst case, not the notebook's run; its printed peak is for its own data",
@@ -563,7 +565,8 @@ UNSLOTH_QWEN3_14B_EXPECT = (
     "'Peak reserved memory' 12.949 GB (this notebook, r16, Alpaca's short samples), 14.066 and "
     "14.508 GB (its r32 siblings nb/Qwen3_(14B).ipynb, nb/Qwen3_(14B)-Reasoning-"
     "Conversational.ipynb, same commit) of 'Max memory = 14.741 GB' (95.4 and 98.4 %). memfit's "
-    "point for 2048-token samples (13.22 GiB on the device at mb 2, 12.12 GiB at mb 1) is "
+    "point for 2048-token samples with --kernels unsloth (12.26 GiB on the device at mb 2, "
+    "11.83 GiB at mb 1; 13.22 and 12.12 GiB with transformers' + peft's kernels) is "
     "within the 14.56 GiB card, its upper end is not: tight, the verdict this evidence "
     "supports. The Unsloth runs with a printed peak on the current Unsloth (fused CE) lie "
     "within memfit's current-HF band; they are two, too few to fit an Unsloth band of their "
@@ -593,7 +596,7 @@ def unsloth_job(nb: str, model: str, model_name: str, peak: str) -> Job:
         "--quant",
         "nf4-dq",
     )
-    plan += ("--optimizer", "adamw-8bit", "--precision", "16-true", "--loss", "fused")
+    plan += ("--optimizer", "adamw-8bit", "--precision", "16-true", "--kernels", "unsloth")
     extra: tuple[str, ...] = ()
     if model == "mistral-7b-v0.1":
         extra = ("Mistral-7B-Instruct-v0.3 modelled as the bundled Mistral-7B-v0.1 (same "
@@ -606,19 +609,18 @@ def unsloth_job(nb: str, model: str, model_name: str, peak: str) -> Job:
             "= 87.8 % of 'Max memory = 14.741 GB' (torch's GiB), on Alpaca samples far "
             "shorter than 2048 tokens and Unsloth 2025.4.4 (before its fused CE, "
             "unslothai/unsloth@806bee2433 2025-08-13). memfit's estimate of the recipe "
-            "(current Unsloth, 2048-token samples) is 12.70 GiB reserved, 13.22 GiB on the "
-            "device: within the card, its upper end (15.74 GiB; the analytic engine's "
-            "reserved range, allocated x 1.002-1.278) is not: tight. Nothing memfit counts "
+            "(current Unsloth, --kernels unsloth, 2048-token samples) is 11.74 GiB reserved, "
+            "12.26 GiB on the device: within the card, its upper end (14.59 GiB; the analytic "
+            "engine's reserved range, allocated x 1.002-1.278) is not: tight. Nothing memfit "
+            "counts "
             "is over-counted against this evidence: the after-load reserve alone is 2.4 GiB "
             "above memfit's 9.49 GiB of weights (the dynamic 4-bit checkpoint "
             "'unsloth-bnb-4bit' leaves some modules in 16 bits: its shards, 4.97 + 4.59 + "
             "1.56 GB in the notebook's download bars, are 1.1 GiB more than uniform "
             "nf4-dq; https://huggingface.co/collections/unsloth/unsloth-4-bit-dynamic-quants "
-            "'selectively skips quantizing certain parameters'). One component is "
-            "over-counted for Unsloth: peft's bitsandbytes LoRA forward copies each input "
-            "to fp32 outside autocast (0.6 GiB at this peak), which Unsloth's own LoRA "
-            "kernels do not; it is smaller than the checkpoint's 16-bit modules memfit "
-            "leaves out, so it stays",
+            "'selectively skips quantizing certain parameters'). With --kernels unsloth "
+            "memfit no longer counts peft's fp32 copy of each LoRA input (Unsloth's fused "
+            "LoRA kernels make none; estimate/analytic/unsloth.py)",
         )
     expect = Expect(verdict="tight", why=UNSLOTH_QWEN3_14B_EXPECT) if model == "qwen3-14b" else None
     return Job(

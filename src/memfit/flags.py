@@ -30,8 +30,8 @@ from memfit.spec import (
     QUANTS,
     SHARDS,
     TASKS,
-    UNSLOTH_DEFAULTS,
     WorkloadSpec,
+    with_kernel_defaults,
 )
 from memfit.spec.diffusion import DIFFUSION_QUANTS, FORMATS
 from memfit.spec.media import MediaSpec
@@ -266,9 +266,9 @@ FLAGS: tuple[Flag, ...] = (
         help="whose kernels run the layers in training: hf (transformers' modules and peft's "
         "LoRA layers, the default) or unsloth (Unsloth's FastLanguageModel: fast RMSNorm / "
         "RoPE, fused LoRA QKV / O / MLP; also --checkpointing offload and --loss fused unless "
-        "given)",
+        "given; plan keeps them in every plan)",
         field="kernels",
-        commands=ESTIMATE_LIKE,
+        commands=(*ESTIMATE_LIKE, "plan"),
     ),
     Flag(
         name="--optimizer",
@@ -552,10 +552,9 @@ FLAGS: tuple[Flag, ...] = (
         dest="loss",
         kind="choice",
         choices=LOSSES,
-        default="full",
-        help="the job's training cross-entropy (full, chunked: torchtune "
-        "LinearCrossEntropyLoss, fused: Liger / Unsloth), kept by the plan; the fused one is "
-        "also tried as a memory-only change (same loss, no logits kept)",
+        help="the job's training cross-entropy (full, the default; with --kernels unsloth: "
+        "fused; chunked: torchtune LinearCrossEntropyLoss, fused: Liger / Unsloth), kept by the "
+        "plan; the fused one is also tried as a memory-only change (same loss, no logits kept)",
         field="loss",
         target="request",
         commands=("plan",),
@@ -986,11 +985,7 @@ def workload_kwargs(values: Mapping[str, Any], command: str = "estimate") -> dic
         kwargs[f.field] = f.parse(value) if f.parse else value
     if values.get("lora_targets") and values.get("lora_rank") is None:
         kwargs["lora_rank"] = 0  # reported as "lora_rank must be positive" with the other problems
-    if kwargs.get("kernels") == "unsloth" and kwargs.get("mode", "train") == "train":
-        applied = tuple((k, v) for k, v in UNSLOTH_DEFAULTS if kwargs.get(k) is None)
-        kwargs.update(dict(applied))
-        kwargs["kernel_defaults"] = applied
-    return kwargs
+    return with_kernel_defaults(kwargs)
 
 
 #: The fields other defaults depend on (the optimizer on the mode, the sharding on the layout).

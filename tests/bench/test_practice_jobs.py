@@ -41,12 +41,16 @@ def test_the_jobs_come_from_every_framework_issue_29_names() -> None:
 
 def test_unsloth_jobs_say_which_of_unsloths_techniques_memfit_models() -> None:
     """Its offloaded checkpoints and fused CE are run as memfit's --checkpointing offload and
-    --loss fused; its fused LoRA kernels are not modelled, and the notes say both."""
+    --loss fused, its layer kernels as --kernels unsloth (issue 29): the recipe and the plan
+    both run the job as Unsloth runs it, and the notes say so."""
     for job in (j for j in JOBS if j.framework == "unsloth"):
         assert any(
-            "--checkpointing offload" in n and "--loss fused" in n and "not modelled" in n
+            "--checkpointing offload" in n and "--loss fused" in n and "--kernels unsloth" in n
             for n in job.notes
         ), job.id
+        for flags in (job.recipe, job.plan):
+            assert "--kernels" in flags, job.id
+            assert flags[flags.index("--kernels") + 1] == "unsloth", job.id
 
 
 @pytest.mark.parametrize("job", JOBS, ids=lambda j: j.id)

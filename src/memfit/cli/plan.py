@@ -52,6 +52,7 @@ from memfit.plan.upgrade import DEFAULT_MAX_QUALITY_RISK, MAX_TRACE_FALLBACKS, u
 from memfit.report.advice import render_advice
 from memfit.report.checklist import render_doctor, render_upgrade
 from memfit.report.plan import render_fit, render_plan
+from memfit.spec import with_kernel_defaults
 from memfit.units import parse_bytes
 
 EXIT_OK, EXIT_DOES_NOT_FIT = 0, 1
@@ -140,7 +141,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--headroom", type=_headroom, default=DEFAULT_HEADROOM, help=headroom_help)
     p.add_argument("--keep-full-finetune", action="store_true", help="no LoRA, freezing or quant")
     p.add_argument("--no-quant", action="store_true", help="keep 16-bit weights")
-    add_flags(p, "plan", "--prepare-kbit", "--optimizer-in-bwd", "--loss")
+    add_flags(p, "plan", "--prepare-kbit", "--optimizer-in-bwd", "--loss", "--kernels")
     p.add_argument("--max-quality-risk", choices=RISK_LEVELS, default="high")
     p.add_argument("--allow-offload", action="store_true", help="try ZeRO-Offload to host RAM")
     add_flags(
@@ -349,6 +350,21 @@ def _modules_to_save(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(workload_kwargs({"lora_modules_to_save": text}, "plan")["lora_modules_to_save"])
 
 
+def _kernel_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """``--kernels`` / ``--loss`` as the request reads them, with Unsloth's defaults filled in
+    where the job does not set them, by the rule ``memfit estimate`` applies
+    (:func:`memfit.spec.with_kernel_defaults`): the recipe checkpoints to host RAM and runs the
+    fused cross-entropy, as ``FastLanguageModel`` does."""
+    kernels = getattr(args, "kernels", None) or "hf"
+    fields = with_kernel_defaults(
+        {"mode": args.mode, "kernels": kernels, "loss": args.loss, "checkpointing": None}
+    )
+    fields.pop("mode")
+    fields["loss"] = fields["loss"] or "full"
+    fields["checkpointing"] = fields["checkpointing"] or "none"
+    return fields
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     cli_outputs.check_output_paths(args)  # --html: a typo is refused before the search
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
@@ -365,7 +381,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cmd_plan_runtime(args, "plan")
     if args.lora_rank and args.mode == "infer":  # as estimate says it (spec/workload.py)
         raise SpecError("lora_rank is a training technique; it has no effect with mode 'infer'")
+    kernels = _kernel_fields(args)
     request = PlanRequest(
+        **kernels,
         mode=args.mode,
         seq_len=args.seq,
         batch_size=args.batch,
@@ -382,7 +400,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         lora_asked=bool(args.lora_rank),
         prepare_kbit=args.prepare_kbit,
         optimizer_in_bwd=args.optimizer_in_bwd,
-        loss=args.loss,
         n_alternatives=args.alternatives,
         confirm=args.confirm or ("none" if args.recommend_gpu else "auto"),
         precision=args.precision,

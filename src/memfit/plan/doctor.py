@@ -48,7 +48,7 @@ from memfit.plan.doctor_findings import MISTAKES as MISTAKES
 from memfit.plan.doctor_findings import SIZED_BY as SIZED_BY
 from memfit.plan.doctor_findings import DoctorReport, Finding, UserFacts
 from memfit.plan.engines import CachedEstimator, Estimator
-from memfit.plan.request import PlanRequest
+from memfit.plan.request import PlanRequest, kernel_fields
 from memfit.plan.search import Plan, plan
 from memfit.plan.solve import fit
 from memfit.plan.space import RISKS, Settings
@@ -170,6 +170,7 @@ class DoctorChecks(Checklist[Finding]):
         if asked != DEFAULT_PRECISION[w.mode]:  # the planner's default is right for each GPU
             f += [f"--precision {precision_on(asked, self.gpu if gpu else None)}"]
         f += [f"--lora-rank {w.lora_rank}"] if w.is_train and w.lora_rank is not None else []
+        f += [f"--kernels {w.kernels}"] if w.is_train and w.kernels != "hf" else []
         return " ".join(f + list(extra))
 
     # -- 1 -----------------------------------------------------------------------------------
@@ -309,7 +310,7 @@ class DoctorChecks(Checklist[Finding]):
             gpus=w.gpus, headroom=self.headroom, allow_offload=True, n_alternatives=0,
             confirm="none", precision=w.precision,
             optimizer=w.optimizer if w.is_train else None, attention=w.attention,
-            lora_ranks=ranks or (16, 64), lora_asked=ranks is not None,
+            lora_ranks=ranks or (16, 64), lora_asked=ranks is not None, **kernel_fields(w),
         )  # fmt: skip
         try:
             return plan(self.source, request, gpu=self.gpu, estimator=self.est_fn)

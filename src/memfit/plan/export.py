@@ -152,6 +152,34 @@ def _vllm(s: Settings, request: PlanRequest, model: str) -> str:
     return " ".join(cmd)
 
 
+#: ``use_gradient_checkpointing`` of Unsloth's ``FastLanguageModel.get_peft_model`` for each
+#: checkpointing memfit plans (unslothai/unsloth@015bdef0d94a ``unsloth/models/llama.py``:
+#: ``"unsloth"`` is its offloaded checkpointing, ``True`` transformers' full recomputation).
+UNSLOTH_CHECKPOINTING = {"offload": '"unsloth"', "full": "True", "none": "False"}
+
+
+def _unsloth(s: Settings) -> str:
+    """How Unsloth runs the settings: its loader's checkpointing switch."""
+    ckpt = UNSLOTH_CHECKPOINTING.get(s.checkpointing)
+    if ckpt is None:
+        return (
+            f"FastLanguageModel (Unsloth's kernels); checkpointing {s.checkpointing} is not an "
+            'Unsloth option (its use_gradient_checkpointing takes "unsloth", True or False)'
+        )
+    lora = s.techniques.lora
+    if lora is None:
+        call = (
+            "FastLanguageModel.from_pretrained(..., full_finetuning=True, "
+            f"use_gradient_checkpointing={ckpt})"
+        )
+    else:
+        call = (
+            f"FastLanguageModel.get_peft_model(model, r={lora.rank}, "
+            f'lora_dropout={lora.dropout:g}, bias="none", use_gradient_checkpointing={ckpt})'
+        )
+    return f"{call} (Unsloth's kernels; its fused CE runs whenever labels are given)"
+
+
 def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, Any]:
     """Every form of the settings; keys absent where they do not apply."""
     out: dict[str, Any] = {"memfit": memfit_flags(s, request, model)}
@@ -206,6 +234,8 @@ def export_settings(s: Settings, request: PlanRequest, model: str) -> dict[str, 
         roles = [t for t in lora.targets if t in ROLES or t in GROUPS]
         if lora.targets != "all-linear" and roles:
             out["lora"] += f"  # {', '.join(roles)}: roles, written as your model's module names"
+    if s.kernels == "unsloth":
+        out["unsloth"] = _unsloth(s)
     if s.prepare_kbit:
         out["prepare_kbit"] = (
             "prepare_model_for_kbit_training(model) before get_peft_model (what TRL's "

@@ -25,7 +25,7 @@ from memfit.estimate.policy import active
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model, take_media
 from memfit.plan.engines import default_engines
-from memfit.plan.request import PlanRequest
+from memfit.plan.request import PlanRequest, kernel_fields
 from memfit.plan.search import plan
 from memfit.spec import WorkloadSpec
 from memfit.spec.parallel_rules import is_parallel_job
@@ -81,6 +81,7 @@ def request_of(w: WorkloadSpec) -> PlanRequest:
         lora_dropout=w.lora_dropout if lora else 0.0,
         quant=w.quant,
         prepare_kbit=w.prepare_kbit,
+        **kernel_fields(w),
         confirm="none",
         n_alternatives=0,
     )
@@ -98,6 +99,8 @@ def plan_command(model: str, w: WorkloadSpec, gpu: str) -> str:
     if r.quant != "none":
         parts.append(f"--quant {r.quant}")
     parts.append(f"--precision {r.precision}")
+    if r.kernels != "hf":  # kept by every plan, as the LoRA rank is
+        parts.append(f"--kernels {r.kernels}")
     return " ".join(parts)
 
 

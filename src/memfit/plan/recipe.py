@@ -198,8 +198,9 @@ def frozen_base_cast(s: Any, recipe: Any) -> bool:
 
 #: How a memory-only change of checkpointing / loss reads (rules.CHECKPOINTING, rules.LOSSES).
 CHECKPOINTING_CHANGE = {
+    "none": "no activation checkpointing",
     "offload": "full activation checkpointing with the checkpoints in host RAM (Unsloth "
-    'use_gradient_checkpointing="unsloth")'
+    'use_gradient_checkpointing="unsloth")',
 }
 LOSS_CHANGE = {
     "full": "the full-logits cross-entropy",

@@ -22,7 +22,7 @@ from memfit.spec import (
     QUANTS,
     WorkloadSpec,
 )
-from memfit.spec.rules import LOSSES, MAX_LORA_RANK
+from memfit.spec.rules import CHECKPOINTING, KERNELS, LOSSES, MAX_LORA_RANK
 
 GOALS = ("throughput", "memory")
 #: Which plans the precise (trace) engine confirms: every plan shown (recommended and
@@ -84,6 +84,16 @@ class PlanRequest:
     optimizer_in_bwd: bool = False
     #: the job's training cross-entropy (``--loss``, rules.LOSSES), kept as asked
     loss: str = "full"
+    #: whose kernels run the layers (``--kernels``, rules.KERNELS), kept in every plan: a plan
+    #: does not swap Unsloth's kernels for transformers' any more than it turns LoRA into a full
+    #: fine-tune
+    kernels: str = "hf"
+    #: the job's own activation checkpointing (the recipe's; the planner tries the others as
+    #: memory-only changes): ``none``, or Unsloth's ``offload`` under ``kernels="unsloth"``
+    checkpointing: str = "none"
+    #: the Unsloth defaults (rules.UNSLOTH_DEFAULTS) the door filled in
+    #: (rules.with_kernel_defaults), said in the plan's notes
+    kernel_defaults: tuple[tuple[str, str], ...] = ()
     #: also try what needs another library's kernels (Liger / Unsloth's fused cross-entropy,
     #: Unsloth's host-RAM checkpoints); ``check``'s fix turns it off: its files cannot say them
     other_kernels: bool = True
@@ -109,6 +119,17 @@ class PlanRequest:
             )
         if self.loss not in LOSSES:
             p.append(f"loss ({self.loss!r}) must be one of {', '.join(LOSSES)}")
+        if self.kernels not in KERNELS:
+            p.append(f"kernels ({self.kernels!r}) must be one of {', '.join(KERNELS)}")
+        elif self.kernels != "hf" and self.mode == "infer":
+            p.append(
+                f"kernels ({self.kernels!r}) models Unsloth's training kernels; with mode "
+                "'infer' drop --kernels (its inference path is not modelled)"
+            )
+        if self.checkpointing not in CHECKPOINTING:
+            p.append(
+                f"checkpointing ({self.checkpointing!r}) must be one of {', '.join(CHECKPOINTING)}"
+            )
         if self.attention not in ATTENTIONS:
             p.append(f"attention ({self.attention!r}) must be one of {', '.join(ATTENTIONS)}")
         unknown = sorted(set(self.allow) - set(ALLOW))
@@ -176,6 +197,11 @@ class PlanRequest:
         d = asdict(self)
         d["lora_ranks"] = list(self.lora_ranks)
         d["allow"] = sorted(self.allow)
+        if self.kernels == "hf":  # transformers' kernels: said by their absence, as estimate does
+            for k in ("kernels", "kernel_defaults"):
+                d.pop(k)
+        if self.checkpointing == "none":
+            d.pop("checkpointing")
         return d
 
 
@@ -239,3 +265,11 @@ class PlanOption:
 @lru_cache(maxsize=4096)
 def _workload(settings: Settings, mode: str, seq_len: int, new_tokens: int) -> WorkloadSpec:
     return settings.workload(mode, seq_len, new_tokens)
+
+
+def kernel_fields(w: WorkloadSpec) -> dict[str, Any]:
+    """The job's kernels for a :class:`PlanRequest`, kept by every plan; with Unsloth's, its
+    checkpointing and loss too (the recipe runs as ``FastLanguageModel`` does)."""
+    if w.mode != "train" or w.kernels == "hf":
+        return {}
+    return {"kernels": w.kernels, "loss": w.loss, "checkpointing": w.checkpointing}

@@ -254,6 +254,12 @@ def plan(
     found, tier = search.run_tiers(judged_candidates(opts), baseline)
     found = search.confirm_first(found)
     result = search.result(found, baseline, time.perf_counter() - start, tier)
+    if request.kernel_defaults:  # Unsloth's defaults filled in (rules.with_kernel_defaults)
+        said = " and ".join(f"--{k} {v}" for k, v in request.kernel_defaults)
+        result.notes.append(
+            f"kernels {request.kernels}: the job runs {said} (Unsloth's defaults, not set); "
+            "every plan keeps the kernels"
+        )
     note = opts.precision_note  # a default applied (training), or bf16 asked on a GPU without it
     if note is not None and (request.mode == "train" or request.precision is not None):
         result.notes.append(note)
@@ -288,6 +294,8 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         prepare_kbit=request.prepare_kbit,
         optimizer_in_bwd=request.optimizer_in_bwd,
         loss=request.loss,
+        kernels=request.kernels,
+        checkpointing=request.checkpointing,
         memory_only_losses=request.other_kernels,
         host_checkpoints=request.other_kernels,
         precision=request.precision,

@@ -164,6 +164,7 @@ class Settings:
     freeze_layers = _view("techniques", "freeze_layers")
     prepare_kbit = _view("techniques", "prepare_kbit")
     loss = _view("techniques", "loss")
+    kernels = _view("techniques", "kernels")
     gpus = _view("parallel", "gpus")
     shard = _view("parallel", "shard")
     offload = _view("parallel", "offload")
@@ -190,8 +191,12 @@ class Settings:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The settings by their flat names (what ``memfit plan --json`` prints)."""
-        return {k: getattr(self, k) for k in SETTINGS_JSON}
+        """The settings by their flat names (what ``memfit plan --json`` prints); ``kernels``
+        only where they are not transformers' (``hf``)."""
+        out = {k: getattr(self, k) for k in SETTINGS_JSON}
+        if self.kernels != "hf":
+            out["kernels"] = self.kernels
+        return out
 
     def workload(self, mode: str, seq_len: int, new_tokens: int = 0) -> WorkloadSpec:
         """The workload of one micro-batch. Training keeps the techniques; inference drops the
@@ -203,7 +208,10 @@ class Settings:
         tech["prepare_kbit"] = self.prepare_kbit and train and self.quant != "none"
         tech["zero_grad_set_to_none"] = not (train and self.grad_accum > 1)
         if not train:
-            tech.update(checkpointing="none", optimizer="none", lora_rank=None, freeze_layers=0)
+            tech.update(
+                checkpointing="none", optimizer="none", lora_rank=None, freeze_layers=0,
+                kernels="hf",
+            )  # fmt: skip
         return WorkloadSpec(
             mode="train" if train else "infer",
             batch_size=self.micro_batch,
@@ -236,6 +244,8 @@ class Settings:
             parts.append(f"ckpt {self.checkpointing}")
         if self.loss != "full":
             parts.append(f"{self.loss} CE")
+        if self.kernels != "hf":
+            parts.append(f"{self.kernels} kernels")
         if self.optimizer != "none":
             parts.append(
                 self.optimizer + (" in backward" if self.techniques.optimizer_in_bwd else "")
@@ -386,6 +396,10 @@ class SpaceOptions:
     #: the job's training cross-entropy (rules.LOSSES); ``memory_only_losses`` adds the fused
     #: one (Liger / Unsloth: the same loss and gradients, no logits kept) as a memory-only option
     loss: str = "full"
+    #: whose kernels run the layers (rules.KERNELS), the job's own: every candidate keeps them
+    kernels: str = "hf"
+    #: the job's own checkpointing (the recipe's; Unsloth's default is ``offload``)
+    checkpointing: str = "none"
     memory_only_losses: bool = True
     #: host-RAM checkpoints (Unsloth's) on one GPU without ZeRO offload, a memory-only option
     host_checkpoints: bool = True
@@ -574,6 +588,7 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                         prepare_kbit=o.prepare_kbit and stack.get("quant", "none") != "none",
                         optimizer_in_bwd=o.optimizer_in_bwd,
                         loss=loss,
+                        kernels=o.kernels,
                         **stack,
                         **layout,
                     )
@@ -621,6 +636,8 @@ def recipe(o: SpaceOptions) -> Settings:
         optimizer=o.recipe_optimizer,
         optimizer_in_bwd=o.optimizer_in_bwd,
         loss=o.loss,
+        kernels=o.kernels,
+        checkpointing=o.checkpointing,
         lora_rank=o.lora_ranks[0] if o.lora_asked and o.lora_ranks else None,
         lora_targets=o.lora_targets if o.lora_asked else "all-linear",
         lora_modules_to_save=o.lora_modules_to_save if o.lora_asked else (),

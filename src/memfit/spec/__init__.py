@@ -62,6 +62,7 @@ from memfit.spec.rules import (  # FSDP2 (par-a)
     fsdp_mixed_policy,
     precision_rule,
     resolve_precision,
+    with_kernel_defaults,
 )
 from memfit.spec.seqrun import SeqDist, SeqRun, StepPlan
 from memfit.spec.serving import VllmConfig
@@ -82,6 +83,7 @@ __all__ = [
     "KERNELS",
     "LOSSES",
     "UNSLOTH_DEFAULTS",
+    "with_kernel_defaults",
     "COMPUTE_DTYPES",
     "FIELD_RULES",
     "MAX_BATCH_SIZE",

@@ -72,6 +72,23 @@ KERNELS = ("hf", "unsloth")
 #: ``unsloth_fused_ce_loss`` whenever labels are given (Unsloth 2025.8 and later,
 #: unslothai/unsloth@806bee2433) is ``--loss fused``.
 UNSLOTH_DEFAULTS = (("checkpointing", "offload"), ("loss", "fused"))
+
+
+def with_kernel_defaults(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` (:class:`WorkloadSpec` / ``PlanRequest`` keywords, a field absent or None being
+    unset) with :data:`UNSLOTH_DEFAULTS` filled in where ``kernels`` is ``unsloth`` in training,
+    and ``kernel_defaults`` naming the ones filled in. The one rule ``memfit estimate`` / ``fit``
+    / ``doctor`` / ``plan`` / ``upgrade`` and the Python API share:
+    ``WorkloadSpec(**with_kernel_defaults({"kernels": "unsloth", "lora_rank": 16}))``."""
+    out = dict(fields)
+    if out.get("kernels") != "unsloth" or out.get("mode", "train") not in (None, "train"):
+        return out
+    applied = tuple((k, v) for k, v in UNSLOTH_DEFAULTS if out.get(k) is None)
+    out.update(dict(applied))
+    out["kernel_defaults"] = applied
+    return out
+
+
 OPTIMIZERS = (
     "adamw",
     "adamw-fused",
