@@ -20,7 +20,9 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from memfit.estimate.allocator import jit as allocator_jit
 from memfit.estimate.allocator.caching import CachingAllocatorSim
@@ -87,7 +89,7 @@ def kernel_replay(events: RunEvents, capacity: int) -> tuple[int, int, int]:
     return r.peak_reserved_bytes, r.peak_allocated_bytes, r.n_ooms
 
 
-def best_of(fn, *args, n: int = 3):  # type: ignore[no-untyped-def]
+def best_of(fn: Callable[..., Any], *args: Any, n: int = 3) -> tuple[float, Any]:
     best, got = float("inf"), None
     for _ in range(n):
         t0 = time.perf_counter()
@@ -127,16 +129,17 @@ def main() -> None:
         "# Capped default replay: CachingAllocatorSim vs the compiled kernel",
         "",
         f"`PYTHONPATH=src python benchmarks/capped_replay_speed.py {n_steps}` "
-        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; Python {platform.python_version()},"
-        f" {os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"
         " (shared machine); kernel load/compile before timing "
         f"{load_s:.1f} s). Synthetic run: {n_steps} steps, {len(events.keys):,} events "
         f"(see the script's docstring). Unbounded reserved peak "
         f"{unbounded.peak_reserved_bytes / MiB:,.0f} MiB. Best of 3 wall-clock runs each; both "
         "replays gave identical peak reserved, peak allocated and OOM count (asserted).",
         "",
-        "| capacity | MiB | peak reserved MiB | OOMs | sim (before) s | kernel (after) s | speed-up "
-        "| whole replay_run now s |",
+        "| capacity | MiB | peak reserved MiB | OOMs | sim (before) s | kernel (after) s "
+        "| speed-up | whole replay_run now s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, capacity, (peak_r, _peak_a, n_ooms), sim_s, jit_s, run_s in rows:
