@@ -251,3 +251,26 @@ def test_the_capped_replay_runs_compiled_and_equals_the_event_by_event_replay(se
                 got.n_ooms) == _reference_replay(templates, lengths,
                                                  capacity_bytes=capacity), capacity  # fmt: skip
         assert got.unbounded_peak_reserved_bytes == unbounded[0]
+
+
+def test_without_the_kernel_the_capped_replay_runs_in_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``MEMFIT_NO_JIT``: the capped default replay goes through CachingAllocatorSim (counted
+    as a Python replay), with the event-by-event replay's figures."""
+    from memfit.estimate.allocator import fast as allocator_fast
+
+    monkeypatch.setenv("MEMFIT_NO_JIT", "1")
+    templates = templates_from_traces({n: fake_trace(n) for n in (128, 1024, 2048)})
+    lengths = list(range(128, 2049, 64))
+    unbounded = _reference_replay(templates, lengths)
+    fixed = replay_run(templates, [2048] * 3)
+    capacity = fixed.peak_allocated_bytes // 2
+    before = dict(allocator_fast.REPLAYS)
+    got = replay_run(templates, lengths, capacity_bytes=capacity)
+    assert allocator_fast.REPLAYS["compiled"] == before["compiled"]
+    assert allocator_fast.REPLAYS["python"] == before["python"] + 2  # unbounded, capped
+    assert (got.peak_reserved_bytes, got.peak_allocated_bytes, got.unmatched_frees,
+            got.n_ooms) == _reference_replay(templates, lengths,
+                                             capacity_bytes=capacity)  # fmt: skip
+    assert got.n_ooms > 0 and got.unbounded_peak_reserved_bytes == unbounded[0]
