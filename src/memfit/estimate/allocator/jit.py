@@ -14,6 +14,12 @@ kernel stops (and the Python replay answers) when a request or the reserved byte
 (beyond any GPU, though a search may probe such sizes). Keys are dense (0..n_keys-1): the live
 table is an array.
 
+With a capacity (``replay_arrays(..., capacity_bytes=)``) the kernel follows
+``CachingAllocatorSim(capacity_bytes=...)``: a new segment above the capacity is refused, the
+whole free segments of both pools are given back and the segment asked for again, and a request
+that still fails is an OOM (counted, not allocated; its key's free does nothing);
+``tests/estimate/allocator/test_jit_capacity.py`` compares every field with the sim.
+
 The kernel does not raise: on a malformed list (a key allocated twice, a free of a key that is
 not live, a negative size) it returns a status, and the caller replays the events in Python,
 which raises the error with its message. ``tests/estimate/allocator/test_jit.py`` compares
