@@ -224,3 +224,53 @@ def test_the_array_replay_equals_the_event_by_event_replay(seed: int, expandable
         assert (got.peak_reserved_bytes, got.peak_allocated_bytes, got.unmatched_frees,
                 got.n_ooms) == _reference_replay(templates, short,
                                                  expandable_segments=expandable)  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_capped_replay_runs_compiled_and_equals_the_event_by_event_replay(seed: int) -> None:
+    """With the kernel loaded, the capped default replay (a capacity below the run's unbounded
+    peak) runs compiled, not through CachingAllocatorSim: the same figures as the event-by-event
+    replay, OOMs included."""
+    pytest.importorskip("numba")
+    from memfit.estimate.allocator import fast as allocator_fast
+    from memfit.estimate.allocator import jit as allocator_jit
+
+    if allocator_jit.load_kernel(wait=True) is None:
+        pytest.skip(f"no compiled replay here: {allocator_jit.describe()}")
+    templates = templates_from_traces({n: fake_trace(n, leak=seed == 2) for n in (128, 1024, 2048)})
+    rng = random.Random(seed)
+    lengths = [rng.randint(128, 2048) for _ in range(60)]
+    unbounded = _reference_replay(templates, lengths)
+    fixed = replay_run(templates, [2048] * 3)
+    for capacity in ((fixed.peak_reserved_bytes + unbounded[0]) // 2,
+                     fixed.peak_allocated_bytes // 2, unbounded[0] - 1):  # fmt: skip
+        compiled_before = allocator_fast.REPLAYS["compiled"]
+        got = replay_run(templates, lengths, capacity_bytes=capacity)
+        assert allocator_fast.REPLAYS["compiled"] == compiled_before + 2  # unbounded, capped
+        assert (got.peak_reserved_bytes, got.peak_allocated_bytes, got.unmatched_frees,
+                got.n_ooms) == _reference_replay(templates, lengths,
+                                                 capacity_bytes=capacity), capacity  # fmt: skip
+        assert got.unbounded_peak_reserved_bytes == unbounded[0]
+
+
+def test_without_the_kernel_the_capped_replay_runs_in_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``MEMFIT_NO_JIT``: the capped default replay goes through CachingAllocatorSim (counted
+    as a Python replay), with the event-by-event replay's figures."""
+    from memfit.estimate.allocator import fast as allocator_fast
+
+    monkeypatch.setenv("MEMFIT_NO_JIT", "1")
+    templates = templates_from_traces({n: fake_trace(n) for n in (128, 1024, 2048)})
+    lengths = list(range(128, 2049, 64))
+    unbounded = _reference_replay(templates, lengths)
+    fixed = replay_run(templates, [2048] * 3)
+    capacity = fixed.peak_allocated_bytes // 2
+    before = dict(allocator_fast.REPLAYS)
+    got = replay_run(templates, lengths, capacity_bytes=capacity)
+    assert allocator_fast.REPLAYS["compiled"] == before["compiled"]
+    assert allocator_fast.REPLAYS["python"] == before["python"] + 2  # unbounded, capped
+    assert (got.peak_reserved_bytes, got.peak_allocated_bytes, got.unmatched_frees,
+            got.n_ooms) == _reference_replay(templates, lengths,
+                                             capacity_bytes=capacity)  # fmt: skip
+    assert got.n_ooms > 0 and got.unbounded_peak_reserved_bytes == unbounded[0]

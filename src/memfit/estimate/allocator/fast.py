@@ -99,15 +99,23 @@ def simulate_default_arrays(
 
 
 def compiled_replay(
-    is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, n_keys: int
+    is_alloc: np.ndarray,
+    keys: np.ndarray,
+    n_bytes: np.ndarray,
+    n_keys: int,
+    *,
+    capacity_bytes: int | None = None,
 ) -> AllocatorResult | None:
     """:func:`simulate_default_arrays` by the compiled replay, or None where it does not run
     (no numba, ``MEMFIT_NO_JIT``, not yet loaded in this process: see ``JIT_AFTER_LONG_REPLAYS``,
     or a list it hands back: see :func:`memfit.estimate.allocator.jit.replay_arrays`).
-    The caller counts a Python replay it makes instead."""
+    ``capacity_bytes``: as ``CachingAllocatorSim(capacity_bytes=...)`` (default configuration),
+    the same result field for field. The caller counts a Python replay it makes instead."""
     if not _wants_kernel(len(keys)):
         return None
-    got = allocator_jit.replay_arrays(is_alloc, keys, n_bytes, n_keys)
+    got = allocator_jit.replay_arrays(
+        is_alloc, keys, n_bytes, n_keys, capacity_bytes=capacity_bytes
+    )
     if got is not None:
         REPLAYS["compiled"] += 1
     return got

@@ -14,6 +14,12 @@ kernel stops (and the Python replay answers) when a request or the reserved byte
 (beyond any GPU, though a search may probe such sizes). Keys are dense (0..n_keys-1): the live
 table is an array.
 
+With a capacity (``replay_arrays(..., capacity_bytes=)``) the kernel follows
+``CachingAllocatorSim(capacity_bytes=...)``: a new segment above the capacity is refused, the
+whole free segments of both pools are given back and the segment asked for again, and a request
+that still fails is an OOM (counted, not allocated; its key's free does nothing);
+``tests/estimate/allocator/test_jit_capacity.py`` compares every field with the sim.
+
 The kernel does not raise: on a malformed list (a key allocated twice, a free of a key that is
 not live, a negative size) it returns a status, and the caller replays the events in Python,
 which raises the error with its message. ``tests/estimate/allocator/test_jit.py`` compares
@@ -187,10 +193,17 @@ def _disk_cache_on() -> bool:
 
 
 def replay_arrays(
-    is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, n_keys: int
+    is_alloc: np.ndarray,
+    keys: np.ndarray,
+    n_bytes: np.ndarray,
+    n_keys: int,
+    *,
+    capacity_bytes: int | None = None,
 ) -> AllocatorResult | None:
     """The replay of events given as arrays (``is_alloc``: malloc or free; ``keys`` dense in
-    ``0..n_keys-1``; ``n_bytes``: the request, ignored on a free), or None where the kernel
+    ``0..n_keys-1``; ``n_bytes``: the request, ignored on a free), with ``capacity_bytes`` the
+    bytes the allocator may reserve (None: unlimited; the rules of
+    ``CachingAllocatorSim(capacity_bytes=...)``, default configuration), or None where the kernel
     cannot answer: no numba, ``MEMFIT_NO_JIT``, a request or reserved bytes of 1 TiB or more
     (the kernel's packed free-list keys hold addresses below it), keys outside the range, or
     a malformed list (the caller's Python replay then answers, or raises the error)."""
@@ -202,20 +215,41 @@ def replay_arrays(
         raise ValueError(f"event arrays differ in length: {len(is_alloc)}, {n}, {len(n_bytes)}")
     if n and (int(keys.min()) < 0 or int(keys.max()) >= n_keys):
         return None  # the kernel's live table is indexed by key
-    out = np.zeros(6, dtype=np.int64)
+    if capacity_bytes is not None and capacity_bytes < 0:
+        return None  # the Python replay names the error
+    # a capacity of 1 TiB or more is never reached: the kernel stops (TOO_LARGE) before
+    capacity = -1 if capacity_bytes is None or capacity_bytes >= _LIMIT_BYTES else capacity_bytes
+    out = np.zeros(_N_OUT, dtype=np.int64)
     kernel(
         np.ascontiguousarray(is_alloc, dtype=np.uint8),
         np.ascontiguousarray(keys, dtype=np.int64),
         np.ascontiguousarray(n_bytes, dtype=np.int64),
         int(n_keys),
+        int(capacity),
         out,
     )
-    status, _at, peak_allocated, reserved, n_segments, peak_at = (int(v) for v in out)
+    status, _at, peak_allocated, reserved, n_segments, peak_at = (int(v) for v in out[:6])
     if status != 0:
         return None
-    return AllocatorResult.unbounded(
-        peak_allocated=peak_allocated, reserved=reserved, n_segments=n_segments, peak_at=peak_at
+    if capacity_bytes is None:
+        return AllocatorResult.unbounded(
+            peak_allocated=peak_allocated, reserved=reserved, n_segments=n_segments, peak_at=peak_at
+        )
+    peak_reserved, n_ooms, first_oom = (int(v) for v in out[6:9])
+    return AllocatorResult(
+        peak_allocated_bytes=peak_allocated,
+        peak_reserved_bytes=peak_reserved,
+        final_reserved_bytes=reserved,
+        n_segments=n_segments,
+        n_ooms=n_ooms,
+        peak_reserved_at_event=peak_at,
+        first_oom_at_event=None if first_oom < 0 else first_oom,
     )
+
+
+# kernel.N_OUT and kernel.LIMIT_BYTES, written out: kernel.py imports numba (loaded lazily)
+_N_OUT = 9
+_LIMIT_BYTES = 1 << 40
 
 
 def replay_events(events: list[tuple]) -> AllocatorResult | None:
@@ -262,7 +296,8 @@ def _compile() -> Any:
                 np.zeros(1, dtype=np.int64),
                 np.ones(1, dtype=np.int64),
                 1,
-                np.zeros(6, dtype=np.int64),
+                -1,
+                np.zeros(_N_OUT, dtype=np.int64),
             )
     except (NumbaError, KeyError, TypeError) as e:  # a numba that cannot compile the kernel
         _WHY[0] = f"numba could not compile the replay ({type(e).__name__}: {e})"[:300]

@@ -182,16 +182,32 @@ def _relayout(fkey: np.ndarray, fblk: np.ndarray, start: np.ndarray,
 
 # The replay's scalar state, kept in one int64 array between the inner loop's calls.
 _N_SPARE, _N_BLOCKS, _NEXT_ADDR, _RESERVED, _ALLOCATED, _PEAK_ALLOCATED, _N_SEGMENTS = range(7)
-_PEAK_AT, _N_STATE = 7, 8
+_PEAK_AT, _PEAK_RESERVED, _N_OOMS, _FIRST_OOM, _N_STATE = 7, 8, 9, 10, 11
+#: ``out``'s length: status, event of the error, peak allocated, final reserved, segments, event
+#: of the reserved peak, peak reserved, OOMs, event of the first OOM (-1: none)
+N_OUT = 9
+# ``live``: the key's block row, or one of these
+_NOT_LIVE, _ZERO_BYTES, _FAILED = -1, -2, -3
 
 
 @_jit
 def replay_default(
-    is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, n_keys: int, out: np.ndarray
+    is_alloc: np.ndarray,
+    keys: np.ndarray,
+    n_bytes: np.ndarray,
+    n_keys: int,
+    capacity: int,
+    out: np.ndarray,
 ) -> None:
     """Replay the events (see :mod:`memfit.estimate.allocator.jit`); write
-    ``out`` = [status, event of the error, peak allocated, reserved, segments, event of the
-    reserved peak].
+    ``out`` = [status, event of the error, peak allocated, final reserved, segments, event of
+    the reserved peak, peak reserved, OOMs, event of the first OOM or -1] (:data:`N_OUT`).
+
+    ``capacity``: the bytes the allocator may reserve, or -1 (unlimited). At the limit it does
+    what ``CachingAllocatorSim(capacity_bytes=...)`` does: a new segment that would take the
+    reserved bytes above it is refused, every free block that is a whole segment (of either
+    pool) is given back, and the segment is asked for once more; a request that still fails is
+    an OOM (counted, not allocated; a later free of its key does nothing).
 
     The tables grow here, between calls of :func:`_replay_from`, which stops before an event
     that might not find room: the event loop allocates nothing, so it is compiled without
@@ -207,12 +223,13 @@ def replay_default(
     half = _FIRST_CAPACITY // 2
     start = np.array([half, 3 * half], dtype=np.int64)
     stop = start.copy()
-    live = np.full(n_keys, -1, dtype=np.int64)  # -1: not live, -2: a zero-byte request
+    live = np.full(n_keys, _NOT_LIVE, dtype=np.int64)
     state = np.zeros(_N_STATE, dtype=np.int64)
+    state[_FIRST_OOM] = -1
     i = 0
     while True:
         i = _replay_from(is_alloc, keys, n_bytes, live, blocks, spare, fkey, fblk, start, stop,
-                         state, i, out)  # fmt: skip
+                         state, i, capacity, out)  # fmt: skip
         if i < 0 or i >= len(keys):
             break
         # event i may need two more rows, or an entry on either side of a free list
@@ -227,6 +244,32 @@ def replay_default(
         return
     out[0], out[2], out[3] = OK, state[_PEAK_ALLOCATED], state[_RESERVED]
     out[4], out[5] = state[_N_SEGMENTS], state[_PEAK_AT]
+    out[6], out[7], out[8] = state[_PEAK_RESERVED], state[_N_OOMS], state[_FIRST_OOM]
+
+
+@_jit(inline="always")
+def _release_whole_segments(blocks: np.ndarray, spare: np.ndarray, n_spare: int,
+                            fkey: np.ndarray, fblk: np.ndarray, lo: int,
+                            hi: int) -> tuple[int, int, int, int]:  # fmt: skip
+    """``release_cached_blocks`` for one pool's free list ``[lo, hi)``: every free block that
+    is a whole segment (no neighbour) leaves the list, its row goes to ``spare``; the list's new
+    end, the spare rows, and the bytes and segments given back. The kept entries stay in order
+    from ``lo`` (the list only shrinks: no room is needed)."""
+    w = lo
+    released = 0
+    n_released = 0
+    for m in range(lo, hi):
+        b = fblk[m]
+        if blocks[b, _PREV] == _NONE and blocks[b, _NEXT] == _NONE:
+            released += blocks[b, _SIZE]
+            n_released += 1
+            spare[n_spare] = b
+            n_spare += 1
+        else:
+            fkey[w] = fkey[m]
+            fblk[w] = fblk[m]
+            w += 1
+    return w, n_spare, released, n_released
 
 
 @_jit(inline="always")
@@ -241,7 +284,7 @@ def _cramped(room: int, lo0: int, hi0: int, lo1: int, hi1: int) -> bool:
 def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, live: np.ndarray,
                  blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
                  start: np.ndarray, stop: np.ndarray, state: np.ndarray, first: int,
-                 out: np.ndarray) -> int:  # fmt: skip
+                 capacity: int, out: np.ndarray) -> int:  # fmt: skip
     """Events ``first..`` until the end (its length returned), an event for which a table
     may be too small (its index returned, nothing of it done: the caller grows the tables and
     calls again from there), or an error (-1; ``out[0]`` and ``out[1]`` say which and where)."""
@@ -252,6 +295,7 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
         state[_N_SEGMENTS],
         state[_PEAK_AT],
     )
+    peak_reserved, n_ooms, first_oom = state[_PEAK_RESERVED], state[_N_OOMS], state[_FIRST_OOM]
     # the free lists' bounds as locals (stores to the tables cannot then change them)
     room = len(fkey) // 2
     lo0, hi0, lo1, hi1 = start[0], stop[0], start[1], stop[1]
@@ -262,7 +306,7 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
             break
         k = keys[i]
         if is_alloc[i]:
-            if live[k] != -1:
+            if live[k] != _NOT_LIVE and live[k] != _FAILED:
                 out[0], out[1] = KEY_LIVE, i
                 return -1
             req = n_bytes[i]
@@ -270,7 +314,7 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
                 if req < 0:
                     out[0], out[1] = NEGATIVE_SIZE, i
                     return -1
-                live[k] = -2
+                live[k] = _ZERO_BYTES
                 continue
             if req >= LIMIT_BYTES:
                 out[0], out[1] = TOO_LARGE, i
@@ -289,6 +333,25 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
                     seg = _LARGE_BUFFER
                 else:
                     seg = (size + _ROUND_LARGE - 1) // _ROUND_LARGE * _ROUND_LARGE
+                if capacity >= 0 and reserved + seg > capacity:
+                    # refused: give back every whole free segment of both pools, ask again
+                    hi0, n_spare, freed, n_freed = _release_whole_segments(
+                        blocks, spare, n_spare, fkey, fblk, lo0, hi0
+                    )
+                    reserved -= freed
+                    n_segments -= n_freed
+                    hi1, n_spare, freed, n_freed = _release_whole_segments(
+                        blocks, spare, n_spare, fkey, fblk, lo1, hi1
+                    )
+                    reserved -= freed
+                    n_segments -= n_freed
+                    lo, hi = (lo1, hi1) if p == 1 else (lo0, hi0)
+                    if reserved + seg > capacity:  # an OOM: nothing allocated
+                        n_ooms += 1
+                        if first_oom < 0:
+                            first_oom = i
+                        live[k] = _FAILED
+                        continue
                 if next_addr + seg >= LIMIT_BYTES:
                     out[0], out[1] = TOO_LARGE, i
                     return -1
@@ -303,7 +366,9 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
                 next_addr += seg
                 n_segments += 1
                 reserved += seg
-                peak_at = i
+                if reserved > peak_reserved:
+                    peak_reserved = reserved
+                    peak_at = i
             remaining = blocks[blk, _SIZE] - size
             split = remaining >= _MIN_BLOCK if p == 1 else remaining > _SMALL_SIZE
             if split:
@@ -339,11 +404,11 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
                 peak_allocated = allocated
         else:
             blk = live[k]
-            if blk == -1:
+            if blk == _NOT_LIVE:
                 out[0], out[1] = KEY_NOT_LIVE, i
                 return -1
-            live[k] = -1
-            if blk == -2:
+            live[k] = _NOT_LIVE
+            if blk < 0:  # a zero-byte request, or one that failed (an OOM): nothing to free
                 continue
             allocated -= blocks[blk, _SIZE]
             blocks[blk, _ALLOC] = 0
@@ -390,4 +455,5 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
         n_segments,
         peak_at,
     )
+    state[_PEAK_RESERVED], state[_N_OOMS], state[_FIRST_OOM] = peak_reserved, n_ooms, first_oom
     return stopped

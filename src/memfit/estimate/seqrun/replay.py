@@ -31,7 +31,11 @@ import numpy as np
 
 from memfit.errors import NotModelledError
 from memfit.estimate.allocator.caching import MIN_BLOCK_BYTES, CachingAllocatorSim
-from memfit.estimate.allocator.fast import simulate_default_arrays
+from memfit.estimate.allocator.fast import (
+    compiled_replay,
+    count_python_replay,
+    simulate_default_arrays,
+)
 
 Event = tuple[str, int, int]
 #: Traced steps per anchor: the first (optimizer states created), the second, the steady third.
@@ -195,7 +199,9 @@ def replay_run(
     is loaded, else its Python loop; the same rules and integers as
     :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`); a capacity changes nothing
     where that unbounded replay never reserves more than it (every new segment was asked for
-    below it), else the run is replayed again with the capacity. Expandable segments replay
+    below it), else the run is replayed again with the capacity: by the compiled kernel where it
+    is loaded (the capped rules of the sim, same integers), else by
+    :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`. Expandable segments replay
     through :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`."""
     events = run_events(templates, lengths)
     if not expandable_segments:
@@ -207,6 +213,19 @@ def replay_run(
                 unmatched_frees=events.unmatched_frees,
                 unbounded_peak_reserved_bytes=free.peak_reserved_bytes,
             )
+        capped = compiled_replay(
+            events.is_alloc, events.keys, events.n_bytes, events.n_keys,
+            capacity_bytes=capacity_bytes,
+        )  # fmt: skip
+        if capped is not None:
+            return RunReplay(
+                peak_reserved_bytes=capped.peak_reserved_bytes,
+                peak_allocated_bytes=capped.peak_allocated_bytes,
+                unmatched_frees=events.unmatched_frees,
+                n_ooms=capped.n_ooms,
+                unbounded_peak_reserved_bytes=free.peak_reserved_bytes,
+            )
+        count_python_replay(len(events.keys))
     sim = CachingAllocatorSim(
         expandable_segments=expandable_segments, capacity_bytes=capacity_bytes
     )
