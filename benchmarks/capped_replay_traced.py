@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -22,24 +23,13 @@ from memfit.estimate.allocator import jit as allocator_jit
 from memfit.estimate.allocator.caching import AllocatorResult, CachingAllocatorSim
 from memfit.estimate.allocator.fast import compiled_replay
 from memfit.estimate.seqrun.replay import RunEvents, replay_run, run_events, templates_from_traces
-from memfit.spec import WorkloadSpec
 from memfit.units import MiB
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the run of tests/estimate/seqrun/test_run.py (one definition of its model and job)
+from tests.estimate.seqrun.test_run import CONFIG, LENGTHS, WORKLOAD  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results" / "capped_replay_traced.md"
-CONFIG = dict(  # tests/estimate/seqrun/test_run.py's model
-    model_type="llama",
-    architectures=["LlamaForCausalLM"],
-    hidden_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=512,
-    vocab_size=8000,
-    max_position_embeddings=2048,
-    tie_word_embeddings=False,
-)
-LENGTHS = (64, 160, 256, 512)
-WORKLOAD = WorkloadSpec(batch_size=4, seq_len=512, precision="bf16-mixed", lora_rank=8)
 
 
 def sim_replay(events: RunEvents, capacity: int) -> AllocatorResult:
