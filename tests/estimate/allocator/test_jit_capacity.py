@@ -149,3 +149,12 @@ def test_no_capacity_and_huge_capacity_are_the_unbounded_replay() -> None:
     assert free == allocator_fast.simulate_default_arrays(*arrays, compiled=False)
     assert allocator_jit.replay_arrays(*arrays, capacity_bytes=1 << 50) == free
     assert allocator_jit.replay_arrays(*arrays, capacity_bytes=-1) is None
+
+
+def test_the_jit_modules_copies_of_the_kernels_constants_match() -> None:
+    """jit.py writes out kernel.N_OUT and kernel.LIMIT_BYTES (importing kernel.py loads numba):
+    the copies must not drift from the kernel they describe."""
+    from memfit.estimate.allocator import kernel
+
+    assert allocator_jit._N_OUT == kernel.N_OUT
+    assert allocator_jit._LIMIT_BYTES == kernel.LIMIT_BYTES

@@ -223,6 +223,15 @@ class Ops:
             return name != "lm_head"
         return name in targets
 
+    def lora_adapters(self, n_in: int, n_out: int) -> tuple[Tensor, Tensor]:
+        """peft's fp32 ``lora_A`` (r, n_in) and ``lora_B`` (n_out, r) of one layer, trainable
+        (peft ``autocast_adapter_dtype``), in that order."""
+        assert self.lora is not None
+        r = self.lora[0]
+        a = self.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
+        b = self.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
+        return a, b
+
     def lora_default(self, x: Tensor, base: Tensor, n_in: int, n_out: int) -> Tensor:
         """peft ``lora.Linear.forward``: ``result + lora_B(lora_A(dropout(x.to(fp32)))) *
         scaling``, cast back to the base output's dtype. Adapters are fp32 (peft
@@ -231,8 +240,7 @@ class Ops:
         then casts the result back to the half dtype."""
         assert self.lora is not None
         r = self.lora[0]
-        a = self.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
-        bw = self.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
+        a, bw = self.lora_adapters(n_in, n_out)
         xf = self.cast(x, "f32")
         xa = self.autocast_input(self.lora_dropout_of(xf))
         xa_w, b_w = self.autocast_weight(a), self.autocast_weight(bw)

@@ -143,8 +143,7 @@ def lora_on_quantized(o: Ops, x: Tensor, base: Tensor, n_in: int, n_out: int) ->
     assert o.lora is not None
     r = o.lora[0]
     result = o.unary(base) if style == "bnb4" else base  # "defensively clone"
-    a = o.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
-    b = o.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
+    a, b = o.lora_adapters(n_in, n_out)
     convert = not o.autocast
     # peft: ``x = self._cast_input_dtype(x, lora_A.weight.dtype)`` without autocast, then
     # ``lora_A(dropout(x))`` (autocast casts the dropped copy for the matmul)

@@ -156,15 +156,6 @@ def _base(o: Ops, name: str, n_in: int, n_out: int) -> tuple[Tensor, int]:
     return o.weight(n_out, n_in, trainable=False), 0
 
 
-def _adapters(o: Ops, n_in: int, n_out: int) -> list[Tensor]:
-    """peft's fp32 ``lora_A`` (r, n_in) and ``lora_B`` (n_out, r) of one layer."""
-    assert o.lora is not None
-    r = o.lora[0]
-    a = o.g.param(n_in * r, "f32", trainable=True, shape=(r, n_in))
-    b = o.g.param(r * n_out, "f32", trainable=True, shape=(n_out, r))
-    return [a, b]
-
-
 def _fused(
     o: Ops,
     x: Tensor,
@@ -186,7 +177,7 @@ def _fused(
     dq = 0
     for name, n_in, n_out in layers:
         w, n_dq = _base(o, name, n_in, n_out)
-        params += [w, *_adapters(o, n_in, n_out)]
+        params += [w, *o.lora_adapters(n_in, n_out)]
         dq = max(dq, n_dq)
     rows = x.numel // layers[0][1]
     small = 2 * rows * r * DTYPE_BYTES[x.dtype]  # X @ A / dY @ B^T, T x r

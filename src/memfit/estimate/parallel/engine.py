@@ -184,6 +184,7 @@ def estimate_parallel(
     dev = device_totals(gpu, reserved_bytes=reserved, training=True)
     # async TP's SymmetricMemory workspace: driver memory beside the caching allocator's
     symm_mem = symm_mem_workspace_bytes(shape, layout_of(workload))
+    device_used = dev.device_used_bytes + symm_mem
     parallel_json = _per_rank_json(stages, ranks, peak, workspaces)
     parallel_json["symm_mem_workspace_bytes"] = symm_mem
     return MemoryEstimate(
@@ -196,7 +197,7 @@ def estimate_parallel(
         peak_allocated_bytes=allocated,
         peak_reserved_bytes=dev.reserved_bytes,
         cuda_context_bytes=dev.cuda_context_bytes,
-        device_used_bytes=dev.device_used_bytes + symm_mem,
+        device_used_bytes=device_used,
         peak_phase="backward",
         components=comps,
         phases={
@@ -205,8 +206,8 @@ def estimate_parallel(
             )
         },  # fmt: skip
         top_modules=[],
-        fits=fit_verdict(gpu, dev.device_used_bytes + symm_mem),
-        ranges=_ranges(allocated, dev.reserved_bytes, dev.device_used_bytes + symm_mem),
+        fits=fit_verdict(gpu, device_used),
+        ranges=_ranges(allocated, dev.reserved_bytes, device_used),
         trace={"parallel": parallel_json},
         notes=[
             *_notes(shape, workload, stages, peak),
