@@ -290,6 +290,30 @@ def _bytes_pair(est: MemoryEstimate) -> str:
     )
 
 
+def fast_answer(
+    source: Any, workload: WorkloadSpec, gpu: Any
+) -> tuple[MemoryEstimate, MemoryEstimate] | None:
+    """The analytic engine's first answer of a default estimate where the fast-path grid
+    validates the job (None elsewhere, or where the analytic engine refuses a setting), and the
+    same job at the top of its job class's band (whether the trace could change the verdict):
+    the answer is reserved at :func:`fastpath.shown_reserved_end`, never above the band's top
+    (:func:`fastpath.shown_answer`, one verdict). ``memfit estimate`` shows it and the planner
+    judges a plan the search engine leaves tight with it (memfit.plan.search), so a plan's
+    verdict is the one ``memfit estimate`` gives its job."""
+    if not _analytic_models(source) or fastpath.not_validated(source.config, workload) is not None:
+        return None
+    try:
+        end = fastpath.shown_reserved_end(workload)
+        shown = run_engine("analytic", source, workload, gpu, reserved_end=end)
+        # the verdict is settled only if the top of the job class's band settles it
+        band = run_engine("analytic", source, workload, gpu, reserved_end="band")
+    except MemfitError:  # a setting the analytic engine refuses: the precise route says so
+        return None
+    est, capped = fastpath.shown_answer(shown, band)
+    est = with_reason(est, fastpath.validated_reason(source.config, workload, capped=capped))
+    return est, band
+
+
 def with_reason(est: MemoryEstimate, reason: str) -> MemoryEstimate:
     """``est`` saying why its engine answered (kept when already said)."""
     if est.engine_reason:
@@ -382,20 +406,12 @@ class EnginePolicy:
         """The analytic engine's default answer where the fast-path grid validates it (None
         elsewhere), confirmed by the trace where asked or where its band could change the
         verdict (module docstring)."""
-        if extrapolate is not None or not _analytic_models(source):
+        if extrapolate is not None:
             return None
-        if fastpath.not_validated(source.config, workload) is not None:
+        answered = fast_answer(source, workload, gpu)
+        if answered is None:
             return None
-        try:
-            end = fastpath.shown_reserved_end(workload)
-            shown = run_engine("analytic", source, workload, gpu, reserved_end=end)
-            # the verdict is settled only if the top of the job class's band settles it
-            band = run_engine("analytic", source, workload, gpu, reserved_end="band")
-        except MemfitError:  # a setting the analytic engine refuses: the precise route says so
-            return None
-        # never above the band's top: then the answer shown is the band's (one verdict)
-        est, capped = fastpath.shown_answer(shown, band)
-        est = with_reason(est, fastpath.validated_reason(source.config, workload, capped=capped))
+        est, band = answered
         why = _confirm_why(band) or _verdicts_differ(est, band)
         if why is None or trace_stack_missing(source) is not None:
             return dataclasses.replace(est, confirmed=False)
@@ -697,6 +713,7 @@ __all__ = [
     "SearchEngines",
     "active",
     "analytic_available",
+    "fast_answer",
     "confirming",
     "run_engine",
     "trace_stack_missing",

@@ -19,7 +19,14 @@ from typing import Any
 
 from memfit import progress
 from memfit.errors import MemfitError
-from memfit.estimate.policy import EnginePolicy, FirstEstimate, active, run_engine, with_reason
+from memfit.estimate.policy import (
+    EnginePolicy,
+    FirstEstimate,
+    active,
+    fast_answer,
+    run_engine,
+    with_reason,
+)
 from memfit.estimate.policy import Estimator as Estimator  # the planner's name for it
 from memfit.estimate.result import MemoryEstimate
 from memfit.spec import WorkloadSpec
@@ -161,6 +168,11 @@ class EnginePair:
     #: ``confirm="auto"`` leaves the plan unconfirmed. None: no band known (the plans shown
     #: are confirmed).
     band: Estimator | None = None
+    #: the answer ``memfit estimate`` shows first for a job (:func:`memfit.estimate.policy.
+    #: fast_answer`: the analytic engine's, never above its job class's band), None where the
+    #: grid does not validate the job: a plan the search engine leaves tight is judged with it
+    #: (one verdict with ``memfit estimate``). None: no fast answer (the search engine's stands).
+    fast: Callable[[WorkloadSpec], MemoryEstimate | None] | None = None
 
 
 def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -> EnginePair:
@@ -192,6 +204,14 @@ def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -
             return run_engine("analytic", source, w, gpu, reserved_end="band")
 
         band = at_band_top
+
+        def fast(w: WorkloadSpec) -> MemoryEstimate | None:
+            answered = fast_answer(source, w, gpu)
+            return None if answered is None else answered[0]
+
+        return EnginePair(
+            search=search, confirm=confirm, reason=chosen.reason, band=band, fast=fast
+        )
     return EnginePair(search=search, confirm=confirm, reason=chosen.reason, band=band)
 
 
@@ -211,5 +231,6 @@ def resolve_engines(
             confirm=given_confirm or default.confirm,
             reason=default.reason,
             band=default.band,
+            fast=default.fast,
         )
     return EnginePair(search=_wrap(estimator, "injected"), confirm=given_confirm)

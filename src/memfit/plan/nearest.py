@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memfit.errors import MemfitError
@@ -29,6 +29,7 @@ from memfit.plan.request import PlanRequest, kernel_fields
 from memfit.plan.search import plan
 from memfit.spec import WorkloadSpec
 from memfit.spec.parallel_rules import is_parallel_job
+from memfit.units import format_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,14 +42,22 @@ class NearestFit:
     plan: str | None
     kind: str | None
     command: str
+    #: a change the fast engine leaves tight that would be preferred (faster, or memory-only
+    #: where ``change`` changes the result; ``memfit.plan.search.Plan.tight``): what it needs,
+    #: one line; the trace decides it (``memfit plan`` checks it), None: none
+    tight: str | None = None
 
     def text(self) -> str:
         if self.change is None:
-            return f"nearest change that fits: search it with `{self.command}`"
-        return (
-            f"nearest change that fits ({self.kind}): {self.change} — {self.plan}; "
-            f"compare all with `{self.command}`"
-        )
+            head = f"nearest change that fits: search it with `{self.command}`"
+        else:
+            head = (
+                f"nearest change that fits ({self.kind}): {self.change} — {self.plan}; "
+                f"compare all with `{self.command}`"
+            )
+        if self.tight is None:
+            return head
+        return head + f"\nmay fit instead (tight): {self.tight}; `{self.command}` checks it"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +65,7 @@ class NearestFit:
             "plan": self.plan,
             "kind": self.kind,
             "command": self.command,
+            "tight": self.tight,
         }
 
 
@@ -181,37 +191,56 @@ def _searched(source: ModelSource, w: WorkloadSpec, gpu: Any, key: tuple[str, ..
     return found
 
 
+_FIELDS = ("change", "plan", "kind", "tight")
+
+
 def _encode(found: NearestFit) -> dict[str, Any]:
-    return {"change": found.change, "plan": found.plan, "kind": found.kind}
+    return {k: getattr(found, k) for k in _FIELDS}
 
 
 def _decode(data: Any) -> NearestFit | None:
     """A kept answer, None where the record is not one (a value missing or not a string)."""
     if not isinstance(data, dict):
         return None
-    values = [data.get(k) for k in ("change", "plan", "kind")]
-    if set(data) != {"change", "plan", "kind"} or any(
-        v is not None and not isinstance(v, str) for v in values
-    ):
+    values = [data.get(k) for k in _FIELDS]
+    if set(data) != set(_FIELDS) or any(v is not None and not isinstance(v, str) for v in values):
         return None
-    return NearestFit(change=values[0], plan=values[1], kind=values[2], command="")
+    return NearestFit(change=values[0], plan=values[1], kind=values[2], tight=values[3], command="")
 
 
 def _with_command(found: NearestFit, command: str) -> NearestFit:
-    return NearestFit(change=found.change, plan=found.plan, kind=found.kind, command=command)
+    return replace(found, command=command)
 
 
 def _answer(p: Any, command: str) -> NearestFit:
-    """The plan's recommendation as the nearest change, else its nearest changes' first."""
+    """The plan's recommendation as the nearest change, else its nearest changes' first; with
+    the tight change that would be preferred to it (:attr:`memfit.plan.search.Plan.tight`)."""
     rec = p.recommended
+    tight = None if p.tight is None else _tight_line(p.tight, p.budget)
     if rec is not None:
         kind = "changes the result" if rec.changes_result else "memory-only"
         what = ", ".join(c.what for c in rec.changes) or "the job as asked"
-        return NearestFit(change=what, plan=rec.settings.describe(), kind=kind, command=command)
+        plan_ = rec.settings.describe()
+        return NearestFit(change=what, plan=plan_, kind=kind, command=command, tight=tight)
     if p.nearest:
         n = p.nearest[0]
-        return NearestFit(change=n["change"], plan=n["plan"], kind=n["kind"], command=command)
-    return NearestFit(change=None, plan=None, kind=None, command=command)
+        return NearestFit(
+            change=n["change"], plan=n["plan"], kind=n["kind"], command=command, tight=tight
+        )
+    return NearestFit(change=None, plan=None, kind=None, command=command, tight=tight)
+
+
+def _tight_line(opt: Any, budget: Any) -> str:
+    """``opt`` (a tight plan) in one line: what it changes, its kind, its point and upper end
+    against the limit."""
+    kind = "changes the result" if opt.changes_result else "memory-only"
+    what = ", ".join(c.what for c in opt.changes) or "the job as asked"
+    est = opt.estimate
+    point = "" if est is None else f"{format_bytes(int(est.device_used_bytes))} "
+    return (
+        f"{what} ({kind}) needs {point}({format_bytes(opt.need_bytes or 0)} at the upper end "
+        f"of its range, over the {format_bytes(budget.limit_bytes)} limit)"
+    )
 
 
 __all__ = ["NearestFit", "nearest_fit", "plan_command", "request_of"]

@@ -46,7 +46,13 @@ from memfit.estimate.verdict import Verdict
 from memfit.hardware import list_gpus, load_prices
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
 from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
-from memfit.plan.engines import CachedEstimator, EnginePair, Estimator, resolve_engines
+from memfit.plan.engines import (
+    CachedEstimator,
+    EnginePair,
+    Estimator,
+    resolve_engines,
+    workload_key,
+)
 from memfit.plan.floor import Floor, stack_floor
 from memfit.plan.recipe import (
     CHECKPOINTING_CHANGE,
@@ -95,6 +101,12 @@ SLOWDOWN_LIMIT = 3.0
 #: instead, at most, per plan: beyond it they are reported as not estimated (keeps a plan to
 #: about a minute when the trace engine takes seconds per estimate).
 MAX_FALLBACK_ESTIMATES = 8
+#: Plans the search engine leaves *tight* (the point fits, the upper end of its range does not)
+#: that the precise engine checks, at most, per plan: only while no plan is found yet (a tight
+#: plan faster than every plan found, e.g. checkpointing before a quantized base), and only
+#: where plans are confirmed (``confirm`` not ``none``). ``memfit estimate`` traces such a job
+#: too: a plan's verdict is the one ``memfit estimate`` gives its job (issue 29).
+MAX_TIGHT_CONFIRMS = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +148,10 @@ class Plan:
     #: ``confirmed_why`` says why, in one line (the plan's ``confirmed:`` line)
     confirmed: bool | None = None
     confirmed_why: str = ""
+    #: a plan the fast engine leaves tight (its point fits, its upper end does not) that the
+    #: precise engine did not check (``confirm`` none, or its checks spent), where it would be
+    #: preferred to the recommendation (faster, or memory-only where that changes the result)
+    tight: PlanOption | None = None
 
     def preference(self) -> tuple[int, tuple[Any, ...]] | None:
         """How good the recommendation is, smaller better: its tier, then the tier's order
@@ -197,6 +213,7 @@ class Plan:
             "closest": None if self.closest is None else self.closest.to_json(),
             "compare": [{"label": label, **o.to_json()} for label, o in self.compare],
             "nearest": list(self.nearest),
+            "tight": None if self.tight is None else self.tight.to_json(),
             "search": {
                 "engine": self.search_engine,
                 "confirm_engine": self.confirm_engine,
@@ -376,6 +393,11 @@ class _Search:
         self.opts: list[PlanOption] = []  # every option searched (set by run_tiers)
         self.weigh_note: str | None = None  # why offload was or was not recommended
         self.analytic_floors = False  # floors rule stacks out with the analytic engine too
+        self.n_tight_confirmed = 0  # tight plans sent to the precise engine (MAX_TIGHT_CONFIRMS)
+        #: tight plans already judged by :meth:`_settle_tight`, by workload: the answer
+        self.settled_tight: dict[str, PlanOption] = {}
+        #: the first tight plan the precise engine did not check (:meth:`_settle_tight`)
+        self.tight_left: PlanOption | None = None
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -426,12 +448,71 @@ class _Search:
             reason=None if ok else overflow_reason(est, self.budget, None),
         )
 
+    def search_estimate(self, opt: PlanOption) -> PlanOption:
+        """``opt`` by the search engine, a tight answer settled as ``memfit estimate`` settles
+        it (:meth:`_settle_tight`)."""
+        return self._settle_tight(self.estimate(opt, self.engines.search))
+
+    def _settle_tight(self, done: PlanOption) -> PlanOption:
+        """``done`` (the search engine's answer) where it fits or does not fit outright; where
+        it is tight (its point fits, the upper end of its range does not), the verdict
+        ``memfit estimate`` gives the job: the fast answer it shows first
+        (:attr:`EnginePair.fast`: never above the job class's band, so its range may fit where
+        the search engine's wide one does not), and where that too is tight, the precise
+        engine's (the trace), as ``memfit estimate`` confirms it — at most
+        :data:`MAX_TIGHT_CONFIRMS` times, before the first plan is found, and only where plans
+        are confirmed. Otherwise ``done`` stands (tight counts as not fitting)."""
+        if done.fits or done.estimate is None:
+            return done
+        if verdict(done.estimate, self.budget).verdict != "tight":
+            return done
+        key = workload_key(done.workload)
+        if key in self.settled_tight:
+            return self.settled_tight[key]
+        settled = done
+        fast = None
+        if self.engines.fast is not None:
+            try:
+                fast = self.engines.fast(done.workload)
+            except MemfitError:
+                fast = None
+        if fast is not None and fits(fast, self.budget):
+            settled = replace(
+                done,
+                estimate=fast,
+                need_bytes=need_bytes(fast),
+                fits=True,
+                confirmed_by=self.engines.search.name,
+                reason=None,
+            )
+        elif self._may_confirm_tight(fast):
+            self.n_tight_confirmed += 1
+            assert self.engines.confirm is not None
+            checked = self.estimate(done, self.engines.confirm)
+            if checked.estimate is not None:
+                settled = checked
+        elif self.tight_left is None and (fast is None or not fits(fast, self.budget)):
+            # the first (fastest) tight plan left unchecked: shown beside the recommendation
+            est = done.estimate if fast is None else fast
+            self.tight_left = replace(done, estimate=est, need_bytes=need_bytes(est))
+        self.settled_tight[key] = settled
+        return settled
+
+    def _may_confirm_tight(self, fast: Any) -> bool:
+        """Whether a tight plan goes to the precise engine (:meth:`_settle_tight`); ``fast``:
+        the fast answer, which must be tight too where there is one."""
+        if self.engines.confirm is None or self.request.confirm == "none" or self.n_found:
+            return False
+        if fast is not None and verdict(fast, self.budget).verdict != "tight":
+            return False
+        return self.n_tight_confirmed < MAX_TIGHT_CONFIRMS
+
     # -- baseline ----------------------------------------------------------------------------
     def baseline(self, s: Settings) -> PlanOption:
         """The naive plan (the "before" column), by the search engine; by the precise one only
         where the search engine cannot estimate it (it is shown, not recommended: one trace of
         an 8B model costs seconds)."""
-        opt = self.estimate(self.option(s), self.engines.search)
+        opt = self.search_estimate(self.option(s))
         if opt.estimate is None and self.engines.confirm is not None and self._may_fall_back():
             opt = self.estimate(self.option(s), self.engines.confirm)
         if opt.estimate is not None:
@@ -605,7 +686,7 @@ class _Search:
             if self._rule_out(opt.settings):
                 continue
             progress.report(f"plan: checking {opt.settings.describe()}")
-            done = self.estimate(opt, self.engines.search)
+            done = self.search_estimate(opt)
             if done.fits:
                 estimated.append(done)
             else:
@@ -665,7 +746,7 @@ class _Search:
             # call for all splits: estimate_many's batch-1 line): where it does not fit, as
             # it mostly does not, it prunes the others unestimated (one simulation, not two)
             engine.prefetch([splits[0].workload], batched=True)
-            first = self.estimate(splits[0], engine)
+            first = self.search_estimate(splits[0])
             if first.estimate is not None and not first.fits:
                 self._record_failure(first)
                 return
@@ -673,7 +754,7 @@ class _Search:
         elif engine.batch is not None:
             engine.prefetch([o.workload for o in splits])
         for o in splits:
-            done = self.estimate(o, engine)  # cached: the batch call above estimated it
+            done = self.search_estimate(o)  # cached: the batch call above estimated it
             if done.estimate is None:
                 continue
             if not done.fits:
@@ -688,7 +769,7 @@ class _Search:
             # trace). The stack's nearest miss, the one shown, is that smaller split.
             self.n_pruned += 1
             return replace(opt, fits=False, reason="a smaller split of this stack does not fit")
-        done = self.estimate(opt, self.engines.search)
+        done = self.search_estimate(opt)
         if done.estimate is None and self.engines.confirm is not None and self._may_fall_back():
             self.n_fallback += 1
             # the fast engine does not model this combination: ask the precise one directly
@@ -860,6 +941,9 @@ class _Search:
                 f"{len(self.unsupported)} combinations could not be estimated, e.g. "
                 f"{self.unsupported[0]}"
             )
+        tight = self._tight_shown(rec)
+        if tight is not None:
+            notes.append(self._tight_note(tight))
         confirmed, confirmed_why = self._confirmed(rec)
         return Plan(
             confirmed=confirmed,
@@ -887,6 +971,29 @@ class _Search:
             tier_rank=self.tier_rank(tier),
             compare=compare,
             nearest=nearest,
+            tight=tight,
+        )
+
+    def _tight_shown(self, rec: PlanOption | None) -> PlanOption | None:
+        """The tight plan left unchecked (:meth:`_settle_tight`) where it would be preferred
+        to ``rec``: nothing fits, it is faster, or it is memory-only where ``rec`` changes the
+        result."""
+        tight = self.tight_left
+        if tight is None or rec is None:
+            return tight
+        if tight.cost.step_s < rec.cost.step_s:
+            return tight
+        return tight if rec.changes_result and not tight.changes_result else None
+
+    def _tight_note(self, tight: PlanOption) -> str:
+        est = tight.estimate
+        kind = "changes the result" if tight.changes_result else "memory-only"
+        point = "" if est is None else f"{format_bytes(int(est.device_used_bytes))} "
+        return (
+            f"tight ({kind}): {tight.settings.describe()} needs {point}"
+            f"({format_bytes(tight.need_bytes or 0)} at the upper end of its range, over the "
+            f"{format_bytes(self.budget.limit_bytes)} limit): it may fit, which the trace "
+            "engine decides (`memfit estimate` of that job runs it)"
         )
 
     def _confirmed(self, rec: PlanOption | None) -> tuple[bool | None, str]:
