@@ -42,7 +42,8 @@ path** (:data:`PATHS`), each on the measurements of jobs that ran that way
 framework that answered); ``MemoryEstimate.band_path`` overrides it where the caller knows better
 (a LitGPT / torchtune file answered through transformers' model; the per-rank closed form sets
 its own path). A part with fewer than ``MIN_POINTS`` measurements on a path takes the widest band
-of the paths that have them, and the band says so. The analytic engine adds its documented error against the trace engine.
+of the paths that have them, and the band says so. The analytic engine adds its documented error
+against the trace engine.
 """
 
 from __future__ import annotations
