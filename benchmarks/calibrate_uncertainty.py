@@ -15,7 +15,17 @@ with fewer than ``MIN_POINTS`` points for a part takes the widest band of the pa
 them. Leave-one-out coverage (refit without a measurement, all its metrics, then test it) is
 the honest out-of-sample figure.
 
+The per-rank closed form (``memfit.estimate.parallel``) has its own path, fitted on every published
+per-rank point of ``benchmarks/data/multigpu_published.jsonl`` it estimates as the source ran it
+(:func:`closed_form_points`): the pp / cp / ep points (``benchmarks/multigpu_parallel.py``) and the
+full-training data / tensor-parallel ones (``benchmarks/multigpu_points.py --closed-form``; the
+layout search prices such layouts with it). Those points measured a whole figure (torchtitan's max
+reserved, Megatron-LM's max allocated), so the path is fitted as one fraction of the figure, every
+part the same band (``memfit.estimate.uncertainty.WHOLE_FIGURE_PATHS``), covering every point on
+both sides (:data:`WHOLE_FIGURE_COVERAGE`).
+
     .venv/bin/python benchmarks/calibrate_uncertainty.py
+    .venv/bin/python benchmarks/calibrate_uncertainty.py --refresh-closed-form  # those points only
 
 writes ``benchmarks/results/uncertainty.md`` and ``uncertainty_points.jsonl`` (the parts and the
 measurement of every point, so the fit can be re-run without tracing).
@@ -40,11 +50,13 @@ from memfit.estimate.uncertainty import (  # noqa: E402
     MIN_POINTS,
     PARTS,
     STATIC_COMPONENTS,
+    WHOLE_FIGURE_PATHS,
+    estimate_path,
     path_of,
 )
 
 #: Report order of the paths (memfit.estimate.uncertainty.PATHS).
-PATH_ORDER = ("current-hf", "other-framework", "old-stack")
+PATH_ORDER = ("current-hf", "other-framework", "old-stack", "per-rank-closed-form")
 #: Which parts each metric's range is made of (see memfit.estimate.uncertainty.ranges).
 METRIC_PARTS = {
     "static": ("static",),
@@ -61,6 +73,11 @@ STEP = 0.005
 #: than b4 x 1024 in the HF table) and covering them would make the low ends useless. Which points
 #: fall outside is listed in the results.
 COVERAGE = {"low": 0.95, "high": 1.0}
+#: The share a whole-figure path (memfit.estimate.uncertainty.WHOLE_FIGURE_PATHS) covers: all of
+#: them on both sides. Its points have no outlier of the kind the 95 % rule drops (the per-rank
+#: points lie within -10 % / +12 % of the estimate), and its range's low end is what a layout's
+#: smallest per-rank memory is read from.
+WHOLE_FIGURE_COVERAGE = {"low": 1.0, "high": 1.0}
 #: The versions the H200 runs used (every line of gpu_h200_measurements.jsonl says so).
 H200_ENVIRONMENT_KEYS = ("torch", "transformers")
 
@@ -227,6 +244,37 @@ def framework_points() -> list[dict[str, Any]]:
     return points
 
 
+def closed_form_estimates() -> list[tuple[str, dict[str, Any], Any]]:
+    """``(name, row, estimate)`` of every published per-rank point the per-rank closed form
+    estimates as the source ran it: the pp / cp / ep points as ``benchmarks/multigpu_parallel.py``
+    estimates them (what ``memfit estimate`` answers), the others where
+    ``multigpu_points.closed_form_models`` says it models them (full training, no offload;
+    Megatron-LM's points are scored with it there, torchtitan's data / tensor-parallel ones are
+    what ``plan --gpus`` prices such a layout with, and the 70B 2D point is what ``memfit
+    estimate --sp`` answers)."""
+    import multigpu_parallel as par
+    import multigpu_points as mgpu
+
+    rows = [json.loads(x) for x in par.DATA.read_text(encoding="utf-8").splitlines() if x]
+    out = []
+    for row in rows:
+        if par.in_scope(row):
+            out.append((f"parallel:{par.label(row)}", row, par.estimate_of(row)))
+        elif mgpu.closed_form_models(row):
+            out.append((f"closed-form:{row['id']}", row, mgpu.closed_form_job(row)))
+    return out
+
+
+def closed_form_points() -> list[dict[str, Any]]:
+    """:func:`closed_form_estimates` as points, each on the path its estimate carries."""
+    points = []
+    for name, row, est in closed_form_estimates():
+        measured = round(row["measured_gib"] * 2**30)
+        p = point(name, row["metric"], measured, est, row["source"])
+        points.append({**p, "path": estimate_path(est)})
+    return points
+
+
 def point(name: str, metric: str, measured: int, est: Any, source: str) -> dict[str, Any]:
     attr = {
         "allocated": "peak_allocated_bytes",
@@ -266,9 +314,10 @@ def fit(points: list[dict[str, Any]]) -> Bands:
     previous one's range). A part a path has fewer than :data:`MIN_POINTS` points for takes, on
     each side, the widest of the paths that have them."""
     bands: Bands = {path: {} for path in PATH_ORDER}
+    by_part = [path for path in PATH_ORDER if path not in WHOLE_FIGURE_PATHS]
     for metric, part in zip(METRIC_PARTS, PARTS, strict=True):
         fitted = {}
-        for path in PATH_ORDER:
+        for path in by_part:
             sel = [p for p in points if p["path"] == path and p["metric"] == metric]
             sel = [p for p in sel if p["parts"][part] > 0]
             if len(sel) < MIN_POINTS:
@@ -282,9 +331,32 @@ def fit(points: list[dict[str, Any]]) -> Bands:
             max((b[0] for b in fitted.values()), default=0.0),
             max((b[1] for b in fitted.values()), default=0.0),
         )
-        for path in PATH_ORDER:
+        for path in by_part:
             bands[path][part] = fitted.get(path, widest)
+    for path in WHOLE_FIGURE_PATHS:
+        sel = [p for p in points if p["path"] == path and p["predicted_bytes"] > 0]
+        if len(sel) < MIN_POINTS:  # too few: each part the widest band of the other paths
+            bands[path] = {
+                part: (
+                    max(bands[q][part][0] for q in by_part),
+                    max(bands[q][part][1] for q in by_part),
+                )
+                for part in PARTS
+            }
+            continue
+        band = whole_figure_band(sel)
+        bands[path] = {part: band for part in PARTS}
     return bands
+
+
+def whole_figure_band(points: list[dict[str, Any]]) -> tuple[float, float]:
+    """``(low, high)``: the smallest fractions of each point's estimated figure that cover
+    :data:`WHOLE_FIGURE_COVERAGE` of ``points`` below and above it."""
+    values = [p["measured_bytes"] / p["predicted_bytes"] - 1 for p in points]
+    lows = [-v if v < 0 else 0.0 for v in values]
+    highs = [v if v > 0 else 0.0 for v in values]
+    low = quantile(lows, WHOLE_FIGURE_COVERAGE["low"])
+    return round_up(low), round_up(quantile(highs, WHOLE_FIGURE_COVERAGE["high"]))
 
 
 def evidence(points: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -292,6 +364,10 @@ def evidence(points: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     (fewer than :data:`MIN_POINTS`: the widest band instead)."""
     out: dict[str, dict[str, int]] = {}
     for path in PATH_ORDER:
+        if path in WHOLE_FIGURE_PATHS:  # every point of the path fits every part
+            n = sum(1 for p in points if p["path"] == path and p["predicted_bytes"] > 0)
+            out[path] = dict.fromkeys(PARTS, n)
+            continue
         out[path] = {}
         for metric, part in zip(METRIC_PARTS, PARTS, strict=True):
             out[path][part] = sum(
@@ -344,7 +420,9 @@ def markdown(points: list[dict[str, Any]], bands: Bands) -> str:
         "",
         f"{len(points)} measurement points ({n_h200} from the H200 runs, the rest published), "
         f"each of the code path of the job measured; a part with fewer than {MIN_POINTS} points "
-        "on a path takes the widest band of the paths that have them (*widest*).",
+        "on a path takes the widest band of the paths that have them (*widest*). "
+        f"{', '.join(WHOLE_FIGURE_PATHS)}: fitted on the whole figure each point measured, one "
+        "band for every part, covering every point on both sides.",
         "",
         "| path | part | points | truth below the estimate by up to | above by up to |",
         "|---|---|---|---|---|",
@@ -404,12 +482,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reuse", action="store_true", help="refit from uncertainty_points.jsonl, no tracing"
     )
+    parser.add_argument(
+        "--refresh-closed-form",
+        action="store_true",
+        help="estimate the per-rank closed form's points again (milliseconds), keep the others",
+    )
     args = parser.parse_args(argv)
     points_file = RESULTS / "uncertainty_points.jsonl"
-    if args.reuse:
+    if args.reuse or args.refresh_closed_form:
         points = [json.loads(x) for x in points_file.read_text().splitlines()]
+        if args.refresh_closed_form:
+            points = [p for p in points if p["path"] not in WHOLE_FIGURE_PATHS]
+            points += closed_form_points()
+            points_file.write_text("".join(json.dumps(p) + "\n" for p in points))
     else:
         points = h200_points() + published_points() + block_points() + framework_points()
+        points += closed_form_points()
         points_file.write_text("".join(json.dumps(p) + "\n" for p in points))
     bands = fit(points)
     (RESULTS / "uncertainty.md").write_text(markdown(points, bands))

@@ -96,7 +96,9 @@ def workload(row: dict[str, Any]) -> Any:
     )
 
 
-def estimate(row: dict[str, Any]) -> float:
+def estimate_of(row: dict[str, Any]) -> Any:
+    """The closed form's MemoryEstimate of ``row`` (benchmarks/calibrate_uncertainty.py fits the
+    per-rank band on it)."""
     from memfit.estimate.parallel import estimate_parallel
     from memfit.hardware.catalog import get_gpu
     from memfit.models import resolve_model
@@ -104,10 +106,25 @@ def estimate(row: dict[str, Any]) -> float:
     path = MODEL_PATHS.get(row["model"])
     source = resolve_model(str(ROOT / path) if path else row["model"])
     gpu = get_gpu(GPUS.get(row["gpu"], row["gpu"]))
-    est = estimate_parallel(
+    return estimate_parallel(
         source, workload(row), gpu=gpu, sequence_parallel=row["framework"] == "torchtitan"
     )
-    return float(getattr(est, METRIC[row["metric"]])) / 2**30
+
+
+def estimate(row: dict[str, Any]) -> float:
+    return float(getattr(estimate_of(row), METRIC[row["metric"]])) / 2**30
+
+
+def label(row: dict[str, Any]) -> str:
+    """``llama-3.1-405b fsdp 8 x tp 8 x pp 8 1f1b, 4 x 8, seq 8192``: a point's name."""
+    lay = row["layout"]
+    layout = " x ".join(f"{k} {lay[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep")
+                        if lay.get(k, 1) > 1)  # fmt: skip
+    sched = f" {lay.get('pp_schedule', '1f1b')}" if lay.get("pp", 1) > 1 else ""
+    return (
+        f"{row['model']} {layout}{sched}, {row['micro_batch']} x {row.get('micro_batches', 1)}, "
+        f"seq {row['seq']}"
+    )
 
 
 def main() -> int:

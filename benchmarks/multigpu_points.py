@@ -250,9 +250,24 @@ def run_cli(argv: list[str]) -> dict[str, Any]:
 
 
 def closed_form_estimate(point: dict[str, Any], *, before: bool = False) -> dict[str, Any]:
-    """The per-rank closed form (``memfit.estimate.parallel``) for ``point``: Megatron's layout
-    for Megatron-LM points (16-bit parameters, fp32 main gradients, distributed-optimizer
-    shards), torchtitan's (FSDP2) for the others."""
+    """The figures of :func:`closed_form_job` and its engine."""
+    est = closed_form_job(point, before=before)
+    return {k: getattr(est, k) for k in METRIC_FIELD.values()} | {"engine": est.engine}
+
+
+def closed_form_models(point: dict[str, Any]) -> bool:
+    """Whether the per-rank closed form estimates ``point`` as the source ran it: expressible
+    (:func:`missing`), neither LoRA nor quantized weights (it has no terms for them), no
+    offload (refused)."""
+    lora = point.get("lora_rank") or point.get("quant", "none") != "none"
+    return not missing(point) and not lora and point.get("offload", "none") == "none"
+
+
+def closed_form_job(point: dict[str, Any], *, before: bool = False) -> Any:
+    """The per-rank closed form (``memfit.estimate.parallel``) for ``point``, a MemoryEstimate:
+    Megatron's layout for Megatron-LM points (16-bit parameters, fp32 main gradients,
+    distributed-optimizer shards), torchtitan's (FSDP2) for the others; torch.compile and
+    Float8 where the point ran them (as the printed command passes them)."""
     from memfit.estimate.parallel import estimate_parallel
     from memfit.hardware.catalog import get_gpu
     from memfit.models import resolve_model
@@ -265,6 +280,8 @@ def closed_form_estimate(point: dict[str, Any], *, before: bool = False) -> dict
     if point.get("float8"):
         extra["float8"] = "tensorwise"
         extra["float8_all_gather"] = bool(point.get("float8_all_gather"))
+    if point.get("compile"):
+        extra["compile"] = True
     work = WorkloadSpec(
         gpus=point["gpus"],
         tp=lay.get("tp", 1),
@@ -284,8 +301,7 @@ def closed_form_estimate(point: dict[str, Any], *, before: bool = False) -> dict
         str(ROOT / MODEL_PATHS[point["model"]]) if point["model"] in MODEL_PATHS else point["model"]
     )
     gpu = get_gpu(CLOSED_FORM_GPUS.get(point.get("gpu", ""), "H100-80GB"))
-    est = estimate_parallel(source, work, gpu=gpu)
-    return {k: getattr(est, k) for k in METRIC_FIELD.values()} | {"engine": est.engine}
+    return estimate_parallel(source, work, gpu=gpu)
 
 
 def run(point: dict[str, Any], *, before: bool = False, closed: bool = False) -> dict[str, Any]:

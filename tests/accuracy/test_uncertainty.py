@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import memfit
-from memfit.estimate.uncertainty import DEFAULT_PATH, MIN_POINTS, PARTS, PATHS, ranges
+from memfit.estimate.uncertainty import DEFAULT_PATH, MIN_POINTS, PARTS, PATHS, PER_RANK, ranges
 from memfit.report.text import render_estimate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,3 +187,67 @@ def test_a_caller_that_knows_the_job_runs_another_framework_widens_its_range_and
     assert est.verdict is not None and other.verdict is not None
     assert other.verdict.need_bytes == other.ranges["device_used_bytes"][1]  # judged again
     assert other.verdict.need_bytes > est.verdict.need_bytes
+
+
+# ---------------------------------------------------------------- the per-rank closed form's band
+PER_RANK_POINTS = [p for p in POINTS if p["path"] == PER_RANK]
+METRIC_ATTR = {
+    "allocated": "peak_allocated_bytes",
+    "reserved": "peak_reserved_bytes",
+    "device": "device_used_bytes",
+}
+
+
+def test_the_per_rank_closed_form_has_a_band_of_its_own_fitted_on_its_published_points() -> None:
+    band = PATHS[PER_RANK]
+    assert band.fallback == () and len(PER_RANK_POINTS) >= MIN_POINTS
+    # one fraction of the whole figure: the same band on every part
+    assert len({(b.low, b.high) for b in band.parts.values()}) == 1
+    fitted = calib.whole_figure_band(PER_RANK_POINTS)
+    assert {part: (b.low, b.high) for part, b in band.parts.items()} == dict.fromkeys(PARTS, fitted)
+    # no wider than the evidence: each end is the worst miss on its side, rounded up one step
+    ratios = [p["measured_bytes"] / p["predicted_bytes"] for p in PER_RANK_POINTS]
+    low, high = fitted
+    assert max(ratios) - 1 <= high < max(ratios) - 1 + calib.STEP
+    assert 1 - min(ratios) <= low < 1 - min(ratios) + calib.STEP
+
+
+def test_the_committed_per_rank_points_are_what_the_closed_form_answers_now() -> None:
+    # a change to the closed form that moves a published point must refit the band
+    # (benchmarks/calibrate_uncertainty.py --refresh-closed-form)
+    live = calib.closed_form_points()
+    keys = ("name", "metric", "measured_bytes", "predicted_bytes", "parts", "path")
+    assert [{k: p[k] for k in keys} for p in live] == [
+        {k: p[k] for k in keys} for p in PER_RANK_POINTS
+    ]
+
+
+def test_every_published_per_rank_point_is_inside_the_range_its_estimate_carries() -> None:
+    estimates = calib.closed_form_estimates()
+    assert len(estimates) == len(PER_RANK_POINTS)
+    outside = []
+    for name, row, est in estimates:
+        assert est.band.path == PER_RANK, name
+        low, high = est.ranges[METRIC_ATTR[row["metric"]]]
+        measured = round(row["measured_gib"] * 2**30)
+        if not low <= measured <= high:
+            outside.append(f"{name}: {measured / 2**30:.1f} GiB not in [{low / 2**30:.1f}, "
+                           f"{high / 2**30:.1f}]")  # fmt: skip
+    assert not outside, outside
+
+
+def test_the_70b_sequence_parallel_estimate_upper_end_is_within_the_evidence() -> None:
+    # docs/distributed.md's gap: the other-framework band put this job's allocated upper end
+    # at +72 % of the estimate
+    wl = memfit.WorkloadSpec(
+        gpus=64, tp=8, sequence_parallel=True, shard="fsdp", seq_len=8192
+    )  # fmt: skip
+    est = memfit.estimate("llama-3.1-70b", wl, gpu="H100")
+    assert est.engine.startswith("analytic (closed form: parallel)")
+    assert est.band.path == PER_RANK
+    worst_under = max(p["measured_bytes"] / p["predicted_bytes"] - 1 for p in PER_RANK_POINTS)
+    for metric in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes"):
+        value = getattr(est, metric)
+        low, high = est.ranges[metric]
+        assert value * (1 + worst_under) <= high <= value * (1 + worst_under + calib.STEP) + 1
+        assert high < 1.2 * value and low < value, metric

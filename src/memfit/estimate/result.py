@@ -133,10 +133,11 @@ class MemoryEstimate:
     #: engine was called directly.
     engine_reason: str | None = None
     #: The code path whose measured error the range carries (memfit.estimate.uncertainty.PATHS:
-    #: ``current-hf``, ``quantized``, ``other-framework``, ``old-stack``); None derives it from
-    #: the estimate (its workload, the versions it traced with, the framework that answered).
-    #: Set by a caller that knows the job runs elsewhere (a LitGPT / torchtune file answered
-    #: through transformers' model: ``other-framework``).
+    #: ``current-hf``, ``other-framework``, ``old-stack``, ``per-rank-closed-form``); None
+    #: derives it from the estimate (its workload, the versions it traced with, the framework
+    #: that answered). Set by a caller that knows the job runs elsewhere (a LitGPT / torchtune
+    #: file answered through transformers' model: ``other-framework``) and by the per-rank
+    #: closed form (``per-rank-closed-form``, memfit.estimate.parallel).
     band_path: str | None = None
     #: Whether the bytes are the trace engine's (True: traced, read from the trace cache or a
     #: derived form, or a fast answer the trace confirmed), a fast engine's answer no trace

@@ -30,12 +30,20 @@ path** (:data:`PATHS`), each on the measurements of jobs that ran that way
   zero1|zero2|zero3``), vLLM.
 * ``old-stack`` — the trace ran a torch older than 2.5 (:data:`CURRENT_STACK`): the HF-docs tables
   of PyTorch 2.2–2.4 runs allocate up to 23 % more than memfit's trace of today's stack.
+* ``per-rank-closed-form`` — the per-rank closed form (:mod:`memfit.estimate.parallel`: pipeline,
+  context, expert and sequence parallelism, Float8, and every layout ``plan --gpus`` prices)
+  answered: no code was traced, torchtitan's or Megatron-LM's stack runs the job. Fitted on the
+  published per-rank points that closed form estimates (``benchmarks/multigpu_parallel.py``, the
+  full-training points of ``benchmarks/multigpu_points.py``), which measured a whole figure
+  (torchtitan logs max reserved, Megatron-LM max allocated), not its parts: one fraction of each
+  figure, every part the same band (:data:`WHOLE_FIGURE_PATHS`).
 
 :func:`path_of` decides from the estimate itself (its workload, the versions it traced with, the
 framework that answered); ``MemoryEstimate.band_path`` overrides it where the caller knows better
-(a LitGPT / torchtune file answered through transformers' model). A part with fewer than
-``MIN_POINTS`` measurements on a path takes the widest band of the paths that have them, and the
-band says so. The analytic engine adds its documented error against the trace engine.
+(a LitGPT / torchtune file answered through transformers' model; the per-rank closed form sets
+its own path). A part with fewer than ``MIN_POINTS`` measurements on a path takes the widest band
+of the paths that have them, and the band says so. The analytic engine adds its documented error
+against the trace engine.
 """
 
 from __future__ import annotations
@@ -56,7 +64,15 @@ DYNAMIC_COMPONENTS = ("activations", "temporary")
 PARTS = ("static", "dynamic", "cache", "context")
 
 CURRENT_HF, OTHER_FRAMEWORK, OLD_STACK = ("current-hf", "other-framework", "old-stack")
+PER_RANK = "per-rank-closed-form"
 DEFAULT_PATH = CURRENT_HF
+#: Paths whose measurements are of a whole figure of an engine that splits no part off by
+#: measurement (the per-rank closed form: the published points are torchtitan's max reserved and
+#: Megatron-LM's max allocated, mostly reserved): fitted as one fraction of the figure, the same
+#: band on every part, instead of part by part (which would leave the dynamic part with four
+#: allocated points and the widest band of the other paths). The estimate's range is then that
+#: fraction of each of its figures (:func:`ranges`).
+WHOLE_FIGURE_PATHS = (PER_RANK,)
 #: A trace on a torch older than this (major, minor) carries the old-stack band: the versions of
 #: the HF-docs tables it is fitted on (PyTorch 2.2.0, 2.2.1, 2.4.0). The current-stack points ran
 #: torch 2.11 / transformers 5.17 (the H200 runs); nothing was measured on torch 2.5-2.10, which
@@ -153,6 +169,18 @@ PATHS: dict[str, PathBands] = {
             "context": Band(low=0.02, high=0.0),
         },
         fallback=("static", "cache", "context"),
+    ),
+    # one fraction of the whole figure, every part alike (WHOLE_FIGURE_PATHS): the worst
+    # under-prediction, torchtitan's 405B 1F1B run (82.5 GiB reserved, estimate 74.1: -10.1 %),
+    # needs +11.3 %; the worst over-prediction, its interleaved 1F1B run (72.7 GiB, estimate
+    # 81.2: +11.7 %), needs -10.5 %
+    PER_RANK: PathBands(
+        path=PER_RANK,
+        label="per-rank closed form",
+        evidence="published per-rank peaks of torchtitan (pp / cp / tp / FSDP2, 8-512 H100s) and "
+        "Megatron-LM (dp / tp / pp, 8 GPUs) it estimates; no expert-parallel point",
+        n_points=18,
+        parts={part: Band(low=0.105, high=0.115) for part in PARTS},
     ),
 }
 #: The analytic engine's documented worst error against the trace engine on its calibration grid

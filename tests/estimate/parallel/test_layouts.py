@@ -33,3 +33,18 @@ def test_a_pipeline_idles_less_with_more_micro_batches():
     ]
     by_mb = {r.micro_batch: r.bubble for r in rows}
     assert by_mb[1] < by_mb[2] < by_mb[4]  # 8, 4, 2 micro-batches for 8 stages
+
+
+def test_the_layout_search_reads_the_per_rank_closed_forms_own_band():
+    # the upper end a layout is judged on is its figure plus the per-rank band (the fit of the
+    # published per-rank points), not the other-framework band of LitGPT / torchtune misses
+    from memfit.estimate.uncertainty import PATHS, PER_RANK
+
+    high = PATHS[PER_RANK].parts["dynamic"].high
+    rows = enumerate_layouts(
+        resolve_model("llama-3.1-8b"), gpus=16, global_batch=32, seq_len=4096,
+        gpu=get_gpu("H100-80GB"),
+    )  # fmt: skip
+    assert rows
+    for r in rows:
+        assert abs(r.device_used_high_bytes - r.device_used_bytes * (1 + high)) <= 2, r

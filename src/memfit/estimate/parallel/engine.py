@@ -35,6 +35,7 @@ from memfit.estimate.parallel.memory import (
 from memfit.estimate.parallel.schedule import RankStages, pipeline_ranks
 from memfit.estimate.parallel.shape import DecoderShape, read_shape
 from memfit.estimate.result import MemoryEstimate, PhasePeak
+from memfit.estimate.uncertainty import PATHS, PER_RANK
 from memfit.spec import WorkloadSpec
 from memfit.spec.hf_versions import returns_fp32_logits
 from memfit.spec.parallel_rules import is_parallel_job
@@ -42,17 +43,11 @@ from memfit.units import format_bytes
 
 #: The engine name every parallel estimate carries.
 ENGINE = "analytic (closed form: parallel)"
-#: The range around each figure, from the errors against published per-rank measurements
-#: (benchmarks/results/multigpu_parallel.md): the worst under-prediction, -10.1 % (405B 1F1B,
-#: 4 x 8,192-token micro-batches; -12.2 % before torchtitan's runs were estimated with the
-#: torch.compile and Float8 they ran, -14.5 % before the sequence-parallel all-gathers were
-#: counted), needs the upper end 1 / (1 - 0.101) - 1 = +11 % above, rounded up to +20 %; the
-#: worst over-prediction, +11.7 % (405B interleaved 1F1B, whose head rank's loss segments now
-#: count: :func:`rank_reserved_bytes`; +9.6 % before, +7.3 % before the loss-parallel backward
-#: was counted), needs the lower end 1 - 1 / 1.117 = -10.5 %, rounded to -11 %.
-#: Under-prediction is the costly side: the band is asymmetric. (No expert-parallel point exists
-#: yet: those terms are unvalidated.)
-ERROR_BAND = (-0.11, 0.20)
+#: The band the range carries: the per-rank closed form's own path, fitted on the published
+#: per-rank points it estimates (memfit.estimate.uncertainty, benchmarks/calibrate_uncertainty.py).
+#: Before 2026-12-07: the other-framework band merged with a hand-set -11 % / +20 %
+#: (docs/decisions.md, "The per-rank closed form's own band").
+BAND_PATH = PER_RANK
 #: What the schedules and formulas were read from (the engine line shows it).
 SOURCES = "torch.distributed.pipelining 00722e6, Megatron-LM 00caa53, torchtitan fb3b230"
 
@@ -207,7 +202,6 @@ def estimate_parallel(
         },  # fmt: skip
         top_modules=[],
         fits=fit_verdict(gpu, device_used),
-        ranges=_ranges(allocated, dev.reserved_bytes, device_used),
         trace={"parallel": parallel_json},
         notes=[
             *_notes(shape, workload, stages, peak),
@@ -216,7 +210,7 @@ def estimate_parallel(
             *dev.notes,
         ],
         engine_reason=engine_reason(workload),
-        band_path="other-framework",
+        band_path=BAND_PATH,
     )
 
 
@@ -281,19 +275,6 @@ FLOAT8_NOTE = (
 )
 
 
-def _ranges(allocated: int, reserved: int, device: int) -> dict[str, tuple[int, int]]:
-    """Each metric widened by :data:`ERROR_BAND`."""
-    low, high = ERROR_BAND
-    return {
-        name: (int(v * (1 + low)), int(v * (1 + high)))
-        for name, v in (
-            ("peak_allocated_bytes", allocated),
-            ("peak_reserved_bytes", reserved),
-            ("device_used_bytes", device),
-        )
-    }
-
-
 def _per_rank_json(
     stages: list[RankStages], ranks: list[RankBytes], peak: RankBytes, workspaces: int
 ) -> dict[str, Any]:
@@ -339,9 +320,7 @@ def _notes(
         ),  # fmt: skip
         "closed form for torchtitan / Megatron-style decoder blocks (fused norms, FlashAttention);"
         " the largest transient here: " + peak.temporary_kind,
-        f"range: {ERROR_BAND[0]:+.0%} / {ERROR_BAND[1]:+.0%} of each figure at least, the worst "
-        "errors of this closed form against published per-rank measurements (docs/accuracy.md, "
-        "'Pipeline, context and expert parallelism')",
+        _range_note(),
     ]
     if getattr(w, "float8", "none") != "none":
         notes.append(FLOAT8_NOTE)
@@ -353,6 +332,18 @@ def _notes(
             f"({w.pp}) leaves stages idle (raise --grad-accum)"
         )
     return notes
+
+
+def _range_note() -> str:
+    """The range's band in words: one fraction of every figure (a whole-figure path)."""
+    band = PATHS[BAND_PATH]
+    part = band.parts["dynamic"]
+    return (
+        f"range: -{part.low:.1%} / +{part.high:.1%} of each figure, the worst errors of this "
+        f"closed form on the {band.n_points} published per-rank points it estimates "
+        "(benchmarks/results/uncertainty.md, path per-rank-closed-form; docs/accuracy.md, "
+        "'The per-rank closed form's own band')"
+    )
 
 
 def needs_parallel(w: WorkloadSpec) -> bool:
