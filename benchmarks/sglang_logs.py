@@ -91,8 +91,9 @@ def check(row: dict[str, Any]) -> dict[str, Any]:
         out["tokens_e2e"] = e2e.max_total_num_tokens
         out["tokens_e2e_err_pct"] = _pct(e2e.max_total_num_tokens, logged["tokens"])
     cell_half = e2e.cell_size_bytes / 2 if e2e.kv_kind == "mha" else e2e.cell_size_bytes
-    k_pred = (logged["tokens"] + 1) * cell_half / GiB
-    out["k_size_err_pct_at_logged_tokens"] = _pct(k_pred, logged["k_size_gb"])
+    if "k_size_gb" in logged:  # a log whose excerpt stops before "KV Cache is allocated" has none
+        k_pred = (logged["tokens"] + 1) * cell_half / GiB
+        out["k_size_err_pct_at_logged_tokens"] = _pct(k_pred, logged["k_size_gb"])
     if "load_begin_avail_gb" in logged:
         before = logged["load_begin_avail_gb"] * GiB
         context = logged.get("context_gb", 0.75) * GiB
