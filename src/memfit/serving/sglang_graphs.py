@@ -46,7 +46,8 @@ leaves on the device (``cuda_graph_runner.py``):
    :data:`SGLANG_PER_LAYER_BYTES`, about twice vLLM's 0.165 MiB: two logged captures that
    print their bar readings (Llama-3.x-70B at TP 8 on H200s, sgl-project/sglang#11716, a
    dense bf16 model; Grok-2 at TP 8 on H100s, FP8 MoE) leave 0.35 / 0.39 MiB per layer per graph
-   after terms 1, 2 and 5, so the excess is not an FP8-MoE mechanism. Fitted jointly with the
+   after terms 1, 2 and 5 (Grok-2: 0.32 after vLLM's per-fused-MoE-layer bytes), so the excess is
+   not an FP8-MoE mechanism. Fitted jointly with the
    start-up (term 5) on the Llama-70B capture and the two bs 1-8 logs; why SGLang's eager decode
    graphs hold more per layer than vLLM's compiled ones is not established.
 4. **Collectives in the graphs** (TP > 1 where SGLang's custom all-reduce is off: PCIe GPUs beyond
