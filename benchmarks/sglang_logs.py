@@ -31,12 +31,14 @@ from memfit.units import GiB, MiB
 
 DATA = Path(__file__).parent / "data" / "sglang_logs.jsonl"
 RESULTS = Path(__file__).parent / "results" / "sglang_logs.md"
-#: the captures memfit.serving.sglang_graphs fitted its two constants on (CAPTURE_START_BYTES:
-#: the two bs 1-8 logs; PER_CAPTURED_COLLECTIVE_BYTES: the QwQ log): residuals, not a validation
+#: the captures memfit.serving.sglang_graphs fitted its three constants on (CAPTURE_START_BYTES
+#: and SGLANG_PER_LAYER_BYTES: the two bs 1-8 logs and the Llama-70B capture;
+#: PER_CAPTURED_COLLECTIVE_BYTES: the QwQ log): residuals, not a validation
 GRAPH_FIT_LOGS = (
     "qwq-32b-l4-tp4",
     "llama-3.1-8b-24gb-docker-2025-07",
     "qwen3-0.6b-rtx5080-2025-08",
+    "llama-70b-h200-tp8",
 )
 #: the release a record's free-text ``sglang_version`` starts with ("0.4.9 (July 2025)")
 _RELEASE = re.compile(r"^(0\.\d+(?:\.\d+)?(?:\.?post\d+)?)")
@@ -80,12 +82,18 @@ def check(row: dict[str, Any]) -> dict[str, Any]:
         out.update(tokens_logged=None, failed=True, starts=e2e.starts, error=e2e.error)
         return out
     out["tokens_logged"] = logged["tokens"]
+    if "graph_only" in row:  # only the capture is compared: memfit does not size its weights
+        out["graph_only"] = row["graph_only"]
+        out["starts"], out["error"] = None, e2e.error
+        out["graph_err_pct"] = _pct(e2e.cuda_graph_bytes / GiB, logged["graph_mem_gb"])
+        return out
     if "e2e" not in row:
         out["tokens_e2e"] = e2e.max_total_num_tokens
         out["tokens_e2e_err_pct"] = _pct(e2e.max_total_num_tokens, logged["tokens"])
     cell_half = e2e.cell_size_bytes / 2 if e2e.kv_kind == "mha" else e2e.cell_size_bytes
-    k_pred = (logged["tokens"] + 1) * cell_half / GiB
-    out["k_size_err_pct_at_logged_tokens"] = _pct(k_pred, logged["k_size_gb"])
+    if "k_size_gb" in logged:  # a log whose excerpt stops before "KV Cache is allocated" has none
+        k_pred = (logged["tokens"] + 1) * cell_half / GiB
+        out["k_size_err_pct_at_logged_tokens"] = _pct(k_pred, logged["k_size_gb"])
     if "load_begin_avail_gb" in logged:
         before = logged["load_begin_avail_gb"] * GiB
         context = logged.get("context_gb", 0.75) * GiB
@@ -137,7 +145,9 @@ def table(results: list[dict[str, Any]]) -> list[str]:
         weights = f"{r['weights_err_pct']:+.2f} %" if "weights_err_pct" in r else "—"
         graphs = f"{r['graph_err_pct']:+.1f} %" if "graph_err_pct" in r else "—"
         link = f"[{r['id']}]({r['source']})" if r["source"].startswith("http") else r["id"]
-        name = link + (" (excluded)" if "excluded" in r else "")
+        name = link + (
+            " (excluded)" if "excluded" in r else " (graph only)" if "graph_only" in r else ""
+        )
         if r.get("failed"):
             said = "starts" if r["starts"] else (r["error"] or "").split(" (")[0].split(". ")[0]
             lines.append(
@@ -145,10 +155,14 @@ def table(results: list[dict[str, Any]]) -> list[str]:
                 "| — | — | — | — |"
             )
             continue
+        k_size = (
+            f"{r['k_size_err_pct_at_logged_tokens']:+.2f} %"
+            if "k_size_err_pct_at_logged_tokens" in r
+            else "—"
+        )
         lines.append(
             f"| {name} | {r['release']} | {r['mem_fraction_static']} | {r['tokens_logged']:,} "
-            f"| {e2e} | {given} | {r['k_size_err_pct_at_logged_tokens']:+.2f} % | {weights} "
-            f"| {graphs} |"
+            f"| {e2e} | {given} | {k_size} | {weights} | {graphs} |"
         )
     return lines
 
@@ -159,7 +173,9 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
     failures = [r for r in results if r.get("failed")]
     excluded = sum(1 for r in results if "excluded" in r)
     wrong = [r["id"] for r in failures if r["starts"]]
-    kept = [r for r in results if "excluded" not in r and not r.get("failed")]
+    kept = [
+        r for r in results if "excluded" not in r and "graph_only" not in r and not r.get("failed")
+    ]
     errs = [
         (r["id"], k, r[k])
         for r in kept
@@ -180,7 +196,10 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
     failed = [f"{r['id']} ({(r['error'] or '').split(' (')[0]})" for r in started
               if r["starts"] is False]  # fmt: skip
     judged = sum(1 for r in started if r["starts"] is not None)
-    graphs = [r for r in kept if "graph_err_pct" in r]
+    graphs = [
+        r for r in results if "graph_err_pct" in r and "excluded" not in r and not r.get("failed")
+    ]
+    graph_only = sum(1 for r in results if "graph_only" in r)
     fitted = [r for r in graphs if r["id"] in GRAPH_FIT_LOGS]
     held = [r for r in graphs if r["id"] not in GRAPH_FIT_LOGS]
     worst_fit = max((f"{r['graph_err_pct']:+.1f} %" for r in fitted),
@@ -191,12 +210,13 @@ def summary(results: list[dict[str, Any]]) -> list[str]:
         f"{judged} judged; Windows-desktop logs not judged)",
         f"- predicted 'starts' for a logged failure: {', '.join(wrong) or 'none'} (of "
         f"{len(failures)} logged failures)",
-        f"- {len(kept)} comparable logs ({excluded} excluded); KV tokens within "
+        f"- {len(kept)} comparable logs ({excluded} excluded, {graph_only} compared on the "
+        "CUDA graphs only); KV tokens within "
         f"3 % on every prediction made: {within} of {len(kept)}",
         f"- more KV tokens than logged by > 3 %: {', '.join(over) or 'none'}",
         f"- weights (load end 'mem usage') within 1 %: {len(weights) - len(w_out)} of "
         f"{len(weights)}; outside: {', '.join(w_out) or 'none'}",
-        f"- CUDA graphs, in the fit of memfit.serving.sglang_graphs (its two fitted constants "
+        f"- CUDA graphs, in the fit of memfit.serving.sglang_graphs (its three fitted constants "
         f"come from them; residuals, not a validation): {len(fitted)} captures, worst "
         f"{worst_fit}",
         f"- CUDA graphs, held out (not used by any fit): {len(held)} captures: {held_out}; "

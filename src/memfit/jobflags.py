@@ -259,6 +259,7 @@ def sglang_job(args: argparse.Namespace) -> SglangConfig:
         quantization=args.quantization,
         dtype=args.dtype,
         sglang_version=args.sglang_version or "0.5",
+        attention_backend=getattr(args, "attention_backend", None),
     )
 
 

@@ -52,7 +52,6 @@ _IGNORED_VALUED = (
     "--tool-call-parser",
     "--reasoning-parser",
     "--load-format",
-    "--attention-backend",
     "--schedule-policy",
     "--grammar-backend",
 )
@@ -138,6 +137,11 @@ def add_sglang_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--page-size", type=positive_int, default=1, help="KV page (default 1)")
     g.add_argument("--quantization", default=None, help="fp8 (online) | awq | gptq | …")
     g.add_argument("--dtype", default="auto", help="auto | half | float16 | bfloat16 | float32")
+    g.add_argument(
+        "--attention-backend",
+        default=None,
+        help="flashinfer | fa3 | triton: sizes its CUDA-graph state (default: SGLang's own choice)",
+    )
     g.add_argument(
         "--sglang-version",
         default=None,

@@ -63,6 +63,7 @@ from memfit.serving.sglang_graphs import (
     capture_batch_sizes,
     sglang_graph_bytes,
     shares_logits_buffer,
+    triton_split_bytes,
 )
 from memfit.serving.sglang_load import load_overhead_bytes
 from memfit.serving.startup import model_dtype, served_as_decoder, vllm_total_bytes
@@ -400,6 +401,13 @@ def simulate_sglang(
     n_moe = 0
     if text.n_experts:  # DeepSeek's first_k_dense_replace leading layers are dense
         n_moe = max(0, (text.n_layers or 0) - int(text.raw.get("first_k_dense_replace") or 0))
+    backend = config.attention_backend
+    workspace = 0
+    if backend == "triton" and capture:
+        heads = (text.n_heads or 0) // config.attn_tp_size
+        head_dim = text.head_dim or ((text.hidden_size or 0) // (text.n_heads or 1))
+        dv = int(text.raw.get("kv_lora_rank") or head_dim)  # MLA decodes in the latent
+        workspace = triton_split_bytes(max(capture), heads, dv)
     graphs = sglang_graph_bytes(
         spec,
         capture,
@@ -407,7 +415,8 @@ def simulate_sglang(
         n_moe_layers=n_moe,
         nccl_in_graph=tp > 1 and not custom_all_reduce,
         shared_logits=shares_logits_buffer(config.sglang_version),
-        attn_bytes_per_slot=attn_state_bytes_per_slot(config.sglang_version, gpu.arch),
+        attn_bytes_per_slot=attn_state_bytes_per_slot(config.sglang_version, gpu.arch, backend),
+        attn_workspace_bytes=workspace,
     )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:

@@ -28,6 +28,7 @@ def launch_command(model: str, config: SglangConfig) -> str:
         ("--page-size", config.page_size, 1),
         ("--quantization", config.quantization, None),
         ("--dtype", config.dtype, "auto"),
+        ("--attention-backend", config.attention_backend, None),
     ):
         if value != default:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]

@@ -21,6 +21,15 @@ leaves on the device (``cuda_graph_runner.py``):
    (``layers/attention/flashattention_backend.py``, 0.4.6.post2 and 0.4.10; gone from the 0.5.1
    and 0.5.3 wheels). 0.4.0-0.4.5 on Hopper get the 8 as well (the over-predicting side where
    they still ran FlashInfer).
+   ``--attention-backend triton`` (``layers/attention/triton_backend.py``):
+   ``cuda_graph_kv_indices`` of ``max_bs x context_len`` (int32 in the 0.4.6.post2 and 0.4.10
+   wheels, **int64** in the 0.5.1 and 0.5.3 wheels), the same uint8 ``cuda_graph_custom_mask``,
+   and the split-KV decode's fp32 ``cuda_graph_attn_logits`` ``[max_bs, heads, num_kv_splits,
+   v_head_dim]`` with its ``cuda_graph_attn_lse`` ``[max_bs, heads, num_kv_splits]``
+   (``--triton-attention-num-kv-splits``, default 8): 9 bytes per slot from 0.5
+   (:data:`TRITON_STATE_BYTES_PER_SLOT`), plus :func:`triton_split_bytes`. An explicit
+   ``--attention-backend fa3`` in 0.5 keeps only
+   ``page_table`` (4 bytes).
 2. **The graphs' fp32 logits** (``next_token_logits``, after the TP all-gather). Up to 0.4.x
    each graph keeps its own (``self.output_buffers[bs] = output_buffers``; the decode graphs
    share one pool, ``torch.cuda.graph(graph, pool=global_graph_memory_pool)``, so one capture's
@@ -31,17 +40,33 @@ leaves on the device (``cuda_graph_runner.py``):
    ``cuda_graph_runner.py``), which that PR measured as GLM-4.5-Air's capture falling from 5.16
    to 2.89 GB at TP 4 — the 2.24 GiB this term gives for bs up to 256 (151,552 tokens).
 3. **The graphs themselves**: an instantiated graph's device memory grows with the kernels it
-   replays. SGLang captures one FULL decode graph per batch size, as vLLM's FULL graphs are;
-   the per-graph bytes are vLLM's (:data:`memfit.serving.cudagraphs.CAPTURE_PER_GRAPH`: base +
-   per layer + per fused-MoE layer, fitted on 34 vLLM 0.19 H100 captures).
+   replays. SGLang captures one FULL decode graph per batch size. The base and the per-fused-MoE-
+   layer bytes are vLLM's (:data:`memfit.serving.cudagraphs.CAPTURE_PER_GRAPH`, fitted on 34
+   vLLM 0.19 H100 captures); the per-layer bytes are SGLang's own,
+   :data:`SGLANG_PER_LAYER_BYTES`, about twice vLLM's 0.165 MiB: two logged captures that
+   print their bar readings (Llama-3.x-70B at TP 8 on H200s, sgl-project/sglang#11716, a
+   dense bf16 model; Grok-2 at TP 8 on H100s, FP8 MoE) leave 0.35 / 0.39 MiB per layer per graph
+   after terms 1, 2 and 5 (Grok-2: 0.32 after vLLM's per-fused-MoE-layer bytes), so the excess is
+   not an FP8-MoE mechanism. Fitted jointly with the
+   start-up (term 5) on the Llama-70B capture and the two bs 1-8 logs; why SGLang's eager decode
+   graphs hold more per layer than vLLM's compiled ones is not established.
 4. **Collectives in the graphs** (TP > 1 where SGLang's custom all-reduce is off: PCIe GPUs beyond
    two): NCCL's all-reduce after each attention and MLP block and the logits all-gather are
    captured in every graph; :data:`PER_CAPTURED_COLLECTIVE_BYTES` each, fitted on the one such
    log (QwQ-32B on 4 x L4, 0.93 GB; not checked on a second log).
 5. **Capture start-up** (:data:`CAPTURE_START_BYTES`, fitted): the decode kernels loaded lazily
    at the first capture, the capture stream's cuBLAS workspace and the pool's first segments.
-   Fitted on the two small-batch logs (Llama-3.1-8B, RTX 4090, 0.4.9; Qwen3-0.6B, RTX 5080,
-   0.4.10; bs 1-8, both 0.11 GB), which leave 73.3 and 78.1 MiB after terms 1-3.
+   Fitted with :data:`SGLANG_PER_LAYER_BYTES` on the two small-batch logs (Llama-3.1-8B, RTX
+   4090, 0.4.9; Qwen3-0.6B, RTX 5080, 0.4.10; bs 1-8, both 0.11 GB) and the Llama-70B capture
+   (1.98 GB, 52 graphs of 80 layers).
+
+Not in the graphs: fused MoE's own buffers. ``fused_experts_impl``
+(``layers/moe/fused_moe_triton/fused_moe.py``, 0.5.1 wheel) allocates ``cache`` (``M x topk x
+max(N, hidden)``), ``intermediate_cache2`` (``M x topk x N / 2``) and the output per call, and
+``moe_align_block_size`` its sorted ids: transient tensors of the decode batch, reused across
+graphs because SGLang captures the largest batch first into one shared pool
+(``cuda_graph_runner.py``: ``reversed(self.capture_bs)``, ``global_graph_memory_pool``). For
+Grok-2 at TP 8 and bs 160 that is 160 x 2 x 8192 x 2 bytes = 5 MiB, once, not per graph.
 
 The batch sizes (``get_batch_sizes_to_capture`` up to 0.5.2, ``ServerArgs.
 _generate_cuda_graph_batch_sizes`` from 0.5.3): :func:`capture_batch_sizes`.
@@ -51,17 +76,22 @@ from __future__ import annotations
 
 from memfit.models import ModelSpec
 from memfit.serving.cudagraphs import CAPTURE_PER_GRAPH
+from memfit.spec.sglang import SGLANG_ATTENTION_BACKENDS
 from memfit.units import GiB
 
 __all__ = [
+    "ATTENTION_BACKENDS",
     "ATTN_STATE_BYTES_PER_SLOT",
     "FA3_04_STATE_BYTES_PER_SLOT",
     "CAPTURE_START_BYTES",
     "PER_CAPTURED_COLLECTIVE_BYTES",
+    "SGLANG_PER_LAYER_BYTES",
+    "TRITON_STATE_BYTES_PER_SLOT",
     "attn_state_bytes_per_slot",
     "capture_batch_sizes",
     "sglang_graph_bytes",
     "shares_logits_buffer",
+    "triton_split_bytes",
 ]
 
 #: FlashInfer's ``cuda_graph_kv_indices`` (int32) + ``cuda_graph_custom_mask`` (uint8) per batch
@@ -70,6 +100,19 @@ ATTN_STATE_BYTES_PER_SLOT = 4 + 1
 #: FA3's ``page_table`` + ``page_table_draft_decode`` (int32 each) in 0.4.x on Hopper (module
 #: docstring, 1)
 FA3_04_STATE_BYTES_PER_SLOT = 4 + 4
+#: ``--attention-backend`` values whose graph state memfit sizes (module docstring, 1); None:
+#: SGLang's default for the release and GPU
+ATTENTION_BACKENDS = SGLANG_ATTENTION_BACKENDS
+#: FA3's ``page_table`` alone (int32), 0.5.1 and 0.5.3 wheels (module docstring, 1)
+FA3_STATE_BYTES_PER_SLOT = 4
+#: Triton's ``cuda_graph_kv_indices`` (int64 from 0.5, int32 before) + ``cuda_graph_custom_mask``
+#: (uint8) per batch row and context token (module docstring, 1)
+TRITON_STATE_BYTES_PER_SLOT = 8 + 1
+TRITON_04_STATE_BYTES_PER_SLOT = 4 + 1
+#: ``--triton-attention-num-kv-splits`` default (``server_args.py``, 0.4.6.post2 to 0.5.3)
+TRITON_NUM_KV_SPLITS = 8
+#: Triton's split-KV accumulators are fp32 (``cuda_graph_attn_logits`` / ``cuda_graph_attn_lse``)
+TRITON_ACCUM_BYTES = 4
 #: ``next_token_logits`` are fp32 (module docstring, 2)
 LOGIT_BYTES = 4
 #: collectives captured per layer at TP > 1 (attention and MLP all-reduce), and per graph (the
@@ -83,24 +126,50 @@ def _vocab_logits_bytes(capture: tuple[int, ...], vocab: int, shared: bool = Fal
     return (max(capture) if shared else sum(capture)) * vocab * LOGIT_BYTES
 
 
-def _per_graph(n_layers: int, n_moe_layers: int) -> int:
-    base, per_layer, per_moe = CAPTURE_PER_GRAPH
-    return base + per_layer * n_layers + per_moe * n_moe_layers
+#: Module docstring, 3 and 5: the two small-batch logs (context, vocabulary, layers; four
+#: graphs, bs 1, 2, 4, 8; 0.4.x: every graph's logits; 0.11 GiB each) and the Llama-70B capture
+#: of sgl-project/sglang#11716 (main of 2025-10-16, H200, TP 8: 52 graphs, bs 1-512, context
+#: 131072, vocab 128256, 80 layers, the shared logits buffer; "mem usage=1.98 GB" on TP0).
+_SMALL_LOGS = ((131072, 128256, 32), (40960, 151936, 28))
+_L70B_CAPTURE = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 513, 16))
 
 
-#: Module docstring, 5: each small-batch log's 0.11 GiB less terms 1-3 (Llama-3.1-8B: context
-#: 131072, vocab 128256, 32 layers; Qwen3-0.6B: context 40960, vocab 151936, 28 layers; four
-#: graphs, bs 1, 2, 4, 8 each), averaged.
-CAPTURE_START_BYTES = int(
-    sum(
+def _solve_start_and_per_layer() -> tuple[int, int]:
+    """Start-up S and SGLang's per-layer bytes P from ``S + 4 x layers_i x P = left_i`` (the two
+    small logs, averaged) and ``S + 52 x 80 x P = left_70B``, where ``left`` is each capture less
+    terms 1, 2 and the per-graph base."""
+    base = CAPTURE_PER_GRAPH[0]
+    small = [
         0.11 * GiB
         - 8 * ctx * ATTN_STATE_BYTES_PER_SLOT
         - _vocab_logits_bytes((1, 2, 4, 8), vocab)
-        - 4 * _per_graph(layers, 0)
-        for ctx, vocab, layers in ((131072, 128256, 32), (40960, 151936, 28))
+        - 4 * base
+        for ctx, vocab, _ in _SMALL_LOGS
+    ]
+    mean_left = sum(small) / len(small)
+    mean_layers = sum(layers for *_, layers in _SMALL_LOGS) / len(_SMALL_LOGS)
+    n = len(_L70B_CAPTURE)
+    left_70b = (
+        1.98 * GiB
+        - max(_L70B_CAPTURE) * 131072 * ATTN_STATE_BYTES_PER_SLOT
+        - _vocab_logits_bytes(_L70B_CAPTURE, 128256, shared=True)
+        - n * base
     )
-    / 2
-)
+    per_layer = (left_70b - mean_left) / (n * 80 - 4 * mean_layers)
+    return int(mean_left - 4 * mean_layers * per_layer), int(per_layer)
+
+
+#: Module docstring, 5 (start-up) and 3 (SGLang's bytes per layer per captured graph)
+CAPTURE_START_BYTES, SGLANG_PER_LAYER_BYTES = _solve_start_and_per_layer()
+
+
+def _per_graph(n_layers: int, n_moe_layers: int) -> int:
+    """One captured graph's own bytes (module docstring, 3): vLLM's base and per-fused-MoE-layer
+    terms, SGLang's per-layer term."""
+    base, _, per_moe = CAPTURE_PER_GRAPH
+    return base + SGLANG_PER_LAYER_BYTES * n_layers + per_moe * n_moe_layers
+
+
 #: Module docstring, 4: QwQ-32B on 4 x L4 (sglang 0.4.3, didier-durand/llms-in-clouds
 #: docs/sglang.md at 3e1df42a): 0.93 GiB for 13 graphs (bs 1-80) of 64 layers, context 131072,
 #: vocab 152064, less terms 1, 2, 3 and 5, over 13 x (2 x 64 + 1) collectives.
@@ -129,13 +198,29 @@ def shares_logits_buffer(sglang_version: str) -> bool:
     return not sglang_version.startswith("0.4")
 
 
-def attn_state_bytes_per_slot(sglang_version: str, gpu_arch: str | None) -> int:
+def attn_state_bytes_per_slot(
+    sglang_version: str, gpu_arch: str | None, backend: str | None = None
+) -> int:
     """Bytes of the attention backend's graph state per (batch row, context token) for SGLang
-    ``sglang_version`` on a GPU of ``gpu_arch`` (module docstring, 1): FA3's two int32 page
-    tables on Hopper before 0.5, else FlashInfer's 5."""
-    if gpu_arch == "hopper" and sglang_version.startswith("0.4"):
+    ``sglang_version`` on a GPU of ``gpu_arch`` (module docstring, 1). ``backend``
+    (``--attention-backend``): Triton's int64 indices and mask from 0.5 (int32 before), FA3's
+    page table(s), FlashInfer's indices and mask; None (SGLang's default): FA3's two int32 page
+    tables on Hopper before 0.5, else FlashInfer's 5 (the safe side of FA3's 4 from 0.5)."""
+    before_05 = sglang_version.startswith("0.4")
+    if backend == "triton":
+        return TRITON_04_STATE_BYTES_PER_SLOT if before_05 else TRITON_STATE_BYTES_PER_SLOT
+    if backend == "fa3":
+        return FA3_04_STATE_BYTES_PER_SLOT if before_05 else FA3_STATE_BYTES_PER_SLOT
+    if backend is None and gpu_arch == "hopper" and before_05:
         return FA3_04_STATE_BYTES_PER_SLOT
     return ATTN_STATE_BYTES_PER_SLOT
+
+
+def triton_split_bytes(max_bs: int, n_heads_per_rank: int, head_dim_v: int) -> int:
+    """Triton decode attention's split-KV accumulators, allocated with the graph state (module
+    docstring, 1): ``cuda_graph_attn_logits`` ``[max_bs, heads, splits, Dv]`` and
+    ``cuda_graph_attn_lse`` ``[max_bs, heads, splits]``, fp32 (MLA: Dv is ``kv_lora_rank``)."""
+    return max_bs * n_heads_per_rank * TRITON_NUM_KV_SPLITS * (head_dim_v + 1) * TRITON_ACCUM_BYTES
 
 
 def capture_batch_sizes(
@@ -171,12 +256,14 @@ def sglang_graph_bytes(
     nccl_in_graph: bool = False,
     shared_logits: bool = False,
     attn_bytes_per_slot: int = ATTN_STATE_BYTES_PER_SLOT,
+    attn_workspace_bytes: int = 0,
 ) -> int:
     """What "Capture cuda graph end ... mem usage" counts for ``capture`` (module docstring):
     start-up + attention state + the graphs' fp32 logits (every graph's, or one shared buffer:
     ``shared_logits``, SGLang 0.5+) + per-graph bytes + captured collectives (``nccl_in_graph``:
     TP > 1 without SGLang's custom all-reduce; ``attn_bytes_per_slot``:
-    :func:`attn_state_bytes_per_slot`)."""
+    :func:`attn_state_bytes_per_slot`; ``attn_workspace_bytes``: the backend's fixed graph
+    buffers, :func:`triton_split_bytes`)."""
     if not capture:
         return 0
     text = spec.text or spec
@@ -189,6 +276,7 @@ def sglang_graph_bytes(
     return (
         CAPTURE_START_BYTES
         + max(capture) * context_len * attn_bytes_per_slot
+        + attn_workspace_bytes
         + _vocab_logits_bytes(capture, text.vocab_size or 0, shared_logits)
         + graphs
         + collectives

@@ -14,6 +14,7 @@ from memfit.errors import SpecError
 from memfit.spec.rules import MAX_GPUS
 
 __all__ = [
+    "SGLANG_ATTENTION_BACKENDS",
     "SGLANG_DTYPES",
     "SGLANG_KV_CACHE_DTYPES",
     "SGLANG_QUANTIZATIONS",
@@ -40,6 +41,9 @@ SGLANG_QUANTIZATIONS = (
     "w8a8_fp8",
     "compressed-tensors",
 )
+#: ``--attention-backend`` choices whose CUDA-graph state memfit sizes
+#: (memfit.serving.sglang_graphs); None: SGLang's default for the release and the GPU.
+SGLANG_ATTENTION_BACKENDS = ("flashinfer", "fa3", "triton")
 #: The SGLang release series whose start-up accounting memfit models (memfit.serving.sglang), named
 #: by their first release: the rule that sets the default ``--mem-fraction-static`` changed twice
 #: (memfit.serving.sglang_defaults): "0.4" = 0.4.0-0.4.6 (a table by TP size), "0.4.7" = 0.4.7-0.5.2
@@ -90,6 +94,8 @@ class SglangConfig:
     swa_full_tokens_ratio: float = 0.8
     #: ``--disable-hybrid-swa-memory``: one pool sized as full attention
     disable_hybrid_swa_memory: bool = False
+    #: ``--attention-backend`` (:data:`SGLANG_ATTENTION_BACKENDS`); None: SGLang's default
+    attention_backend: str | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -148,6 +154,13 @@ class SglangConfig:
             problems.append(
                 f"--kv-cache-dtype ({self.kv_cache_dtype!r}) must be one of "
                 f"{', '.join(SGLANG_KV_CACHE_DTYPES)}"
+            )
+        backend = self.attention_backend
+        if backend is not None and backend not in SGLANG_ATTENTION_BACKENDS:
+            problems.append(
+                f"--attention-backend ({backend!r}) is not modelled; memfit sizes the CUDA-graph "
+                f"state of {', '.join(SGLANG_ATTENTION_BACKENDS)} (leave it out for SGLang's "
+                "default)"
             )
         if self.dtype not in SGLANG_DTYPES:
             problems.append(f"--dtype ({self.dtype!r}) must be one of {', '.join(SGLANG_DTYPES)}")
