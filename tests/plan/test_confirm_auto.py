@@ -53,7 +53,9 @@ def test_the_recommended_plan_is_traced_where_the_band_could_change_its_verdict(
     assert not fits(band_top, p.budget)  # why it was confirmed
     # a quantized job: the grid has no band of its own for it, the wide one applies
     assert "the wide band of every job" in p.confirmed_why
-    assert confirm.n_calls == 1 and p.n_confirmed == 1
+    # and, before it, the one tight plan faster than any that fit (search.MAX_TIGHT_CONFIRMS)
+    assert p.n_tight_checked == 1
+    assert confirm.n_calls == 1 + p.n_tight_checked and p.n_confirmed == confirm.n_calls
     assert all(o.confirmed_by is None for o in p.alternatives)
     assert p.confirmed is True and "the band could change the verdict" in p.confirmed_why
     assert "confirmed: yes (the stand-in-trace engine checked" in render_plan(p)
@@ -84,7 +86,9 @@ def test_the_job_classs_own_band_settles_a_plan_the_wide_band_would_trace() -> N
     confirm = CachedEstimator(estimate, "stand-in-trace")
     request = PlanRequest(seq_len=2048, global_batch=16, lora_ranks=(16,), lora_asked=True)
     p = plan(source, request, gpu="L40S", confirm=confirm)
-    assert p.recommended is not None and confirm.n_calls == 0 and p.confirmed is False
+    # the recommended plan is not traced; only a faster tight one was (search._settle_tight)
+    assert p.recommended is not None and confirm.n_calls == p.n_tight_checked <= 1
+    assert p.confirmed is False
     assert "job class 'lora_ckpt_held'" in p.confirmed_why
     assert "fits even at the top of the analytic engine's validated band" in p.confirmed_why
     wide = run_engine("analytic", source, p.recommended.workload, gpu, reserved_end="high")

@@ -4,7 +4,9 @@
 data-parallel job, a --compile job it answers with the command only, jobs nothing fits on the
 GPU asked), recorded by ``benchmarks/nearest_speed.py --record``. Every job is searched anew
 (nothing kept from an earlier job), then once more in the same process after the other jobs
-(what a ``memfit web`` worker keeps between jobs must not change an answer).
+(what a ``memfit web`` worker keeps between jobs must not change an answer). Each answer's
+``tight`` (a memory-only change the fast engine leaves tight, issue 29) was added by the lead on
+2026-12-07 from the answers of that day's search, whose other fields equalled the recorded ones.
 """
 
 from __future__ import annotations

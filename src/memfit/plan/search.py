@@ -102,11 +102,12 @@ SLOWDOWN_LIMIT = 3.0
 #: about a minute when the trace engine takes seconds per estimate).
 MAX_FALLBACK_ESTIMATES = 8
 #: Plans the search engine leaves *tight* (the point fits, the upper end of its range does not)
-#: that the precise engine checks, at most, per plan: only while no plan is found yet (a tight
-#: plan faster than every plan found, e.g. checkpointing before a quantized base), and only
-#: where plans are confirmed (``confirm`` not ``none``). ``memfit estimate`` traces such a job
-#: too: a plan's verdict is the one ``memfit estimate`` gives its job (issue 29).
-MAX_TIGHT_CONFIRMS = 2
+#: that the precise engine checks, at most, per plan: one trace, of the fastest such plan, while
+#: no plan is found yet (so it is faster than every plan found, e.g. checkpointing before a
+#: quantized base), and only where plans are confirmed (``confirm`` not ``none``). ``memfit
+#: estimate`` traces such a job too: a plan's verdict is the one ``memfit estimate`` gives it
+#: (issue 29). A tight plan left unchecked is shown beside the recommendation (``Plan.tight``).
+MAX_TIGHT_CONFIRMS = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +153,8 @@ class Plan:
     #: precise engine did not check (``confirm`` none, or its checks spent), where it would be
     #: preferred to the recommendation (faster, or memory-only where that changes the result)
     tight: PlanOption | None = None
+    #: tight plans the precise engine checked (at most :data:`MAX_TIGHT_CONFIRMS`)
+    n_tight_checked: int = 0
 
     def preference(self) -> tuple[int, tuple[Any, ...]] | None:
         """How good the recommendation is, smaller better: its tier, then the tier's order
@@ -218,6 +221,7 @@ class Plan:
                 "engine": self.search_engine,
                 "confirm_engine": self.confirm_engine,
                 "n_candidates": self.n_candidates,
+                "n_tight_checked": self.n_tight_checked,
                 "n_estimated": self.n_estimated,
                 "n_pruned": self.n_pruned,
                 "n_overruled": self.n_overruled,
@@ -396,7 +400,7 @@ class _Search:
         self.n_tight_confirmed = 0  # tight plans sent to the precise engine (MAX_TIGHT_CONFIRMS)
         #: tight plans already judged by :meth:`_settle_tight`, by workload: the answer
         self.settled_tight: dict[str, PlanOption] = {}
-        #: the first tight plan the precise engine did not check (:meth:`_settle_tight`)
+        #: the first memory-only tight plan the precise engine did not check (:meth:`_settle_tight`)
         self.tight_left: PlanOption | None = None
 
     # -- one option --------------------------------------------------------------------------
@@ -491,7 +495,12 @@ class _Search:
             checked = self.estimate(done, self.engines.confirm)
             if checked.estimate is not None:
                 settled = checked
-        elif self.tight_left is None and (fast is None or not fits(fast, self.budget)):
+        elif (
+            self.tight_left is None
+            and not done.changes_result
+            and done.settings.offload == "none"
+            and (fast is None or not fits(fast, self.budget))
+        ):
             # the first (fastest) tight plan left unchecked: shown beside the recommendation
             est = done.estimate if fast is None else fast
             self.tight_left = replace(done, estimate=est, need_bytes=need_bytes(est))
@@ -972,16 +981,18 @@ class _Search:
             compare=compare,
             nearest=nearest,
             tight=tight,
+            n_tight_checked=self.n_tight_confirmed,
         )
 
     def _tight_shown(self, rec: PlanOption | None) -> PlanOption | None:
-        """The tight plan left unchecked (:meth:`_settle_tight`) where it would be preferred
-        to ``rec``: nothing fits, it is faster, or it is memory-only where ``rec`` changes the
-        result."""
+        """The memory-only tight plan left unchecked (:meth:`_settle_tight`; never one that
+        offloads to host RAM, the last resort whatever its range) where it would be preferred
+        to ``rec``: nothing fits, it is faster beyond a tie (:data:`RANK_TIE_FRACTION`), or
+        ``rec`` changes the result."""
         tight = self.tight_left
-        if tight is None or rec is None:
-            return tight
-        if tight.cost.step_s < rec.cost.step_s:
+        if tight is None or tight.settings.offload != "none" or rec is None:
+            return tight if tight is None or tight.settings.offload == "none" else None
+        if tight.cost.step_s * (1 + RANK_TIE_FRACTION) < rec.cost.step_s:
             return tight
         return tight if rec.changes_result and not tight.changes_result else None
 
