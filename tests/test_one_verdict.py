@@ -220,17 +220,18 @@ def test_doctor_upgrade_and_the_page_print_the_verdicts_needs_figure(
     assert (doctor["verdict"]["verdict"], doctor["verdict"]["need_bytes"]) == want
     assert set(NEEDS.findall(cli_text("doctor", *job))) == {need}  # every line, one figure
 
-    if not lora:  # upgrade takes the job's shape: its as-asked is this job at the precision
-        # memfit defaults to on the GPU (16-mixed on a T4, no bf16: its GradScaler's blocks
-        # make it a few KB more than bf16-mixed, fp16grid)
-        _, asked = cli("estimate", *argv)
-        want_asked = (asked["fits"]["verdict"], asked["fits"]["need_bytes"])
-        _, upgrade = cli("upgrade", *argv)
-        assert (upgrade["as_asked"]["verdict"], upgrade["as_asked"]["need_bytes"]) == want_asked
-        text = cli_text("upgrade", *argv)
-        assert text.splitlines()[1].startswith("as asked: ")
-        # plans are named by their settings
-        assert set(NEEDS.findall(text)) == {format_bytes(want_asked[1])}, text
+    # upgrade takes the job's shape and recipe (its LoRA too, as plan spells it): its as-asked
+    # is this job at the precision memfit defaults to on the GPU (16-mixed on a T4, no bf16: its
+    # GradScaler's blocks make it a few KB more than bf16-mixed, fp16grid)
+    _, asked = cli("estimate", *argv, *lora)
+    want_asked = (asked["fits"]["verdict"], asked["fits"]["need_bytes"])
+    _, upgrade = cli("upgrade", *argv, *lora, "--no-recommend")
+    assert (upgrade["as_asked"]["verdict"], upgrade["as_asked"]["need_bytes"]) == want_asked
+    assert upgrade["request"]["lora_asked"] is bool(lora)
+    text = cli_text("upgrade", *argv, *lora, "--no-recommend")
+    assert text.splitlines()[1].startswith("as asked: ")
+    # plans are named by their settings
+    assert set(NEEDS.findall(text)) == {format_bytes(want_asked[1])}, text
 
     query = {**LLAMA_JOB, "precision": "bf16-mixed", **dict(zip(lora[::2], lora[1::2]))}
     query = {k.removeprefix("--"): v for k, v in query.items()}

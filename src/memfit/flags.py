@@ -268,7 +268,7 @@ FLAGS: tuple[Flag, ...] = (
         "RoPE, fused LoRA QKV / O / MLP; also --checkpointing offload and --loss fused unless "
         "given; plan keeps them in every plan)",
         field="kernels",
-        commands=(*ESTIMATE_LIKE, "plan"),
+        commands=EVERY,
     ),
     Flag(
         name="--optimizer",
@@ -294,7 +294,7 @@ FLAGS: tuple[Flag, ...] = (
         help="comma-separated roles (q,k,v,o,gate,up,down, attention, mlp), module names or "
         "all-linear (default all-linear)",
         field="lora_targets",
-        commands=(*ESTIMATE_LIKE, "plan"),
+        commands=EVERY,
         needs="lora_rank",
         parse=_targets,
     ),
@@ -306,7 +306,7 @@ FLAGS: tuple[Flag, ...] = (
         "modules_to_save, axolotl's lora_modules_to_save), e.g. embed_tokens,lm_head when new "
         "tokens are added: peft keeps the original and a trainable copy of each",
         field="lora_modules_to_save",
-        commands=(*ESTIMATE_LIKE, "plan"),
+        commands=EVERY,
         needs="lora_rank",
         parse=_modules,
     ),
@@ -318,7 +318,7 @@ FLAGS: tuple[Flag, ...] = (
         "input and the dropout mask for backward (TRL / axolotl / Answer.AI fsdp_qlora "
         "examples use 0.05-0.1)",
         field="lora_dropout",
-        commands=(*ESTIMATE_LIKE, "plan"),
+        commands=EVERY,
         needs="lora_rank",
         parse=_probability,
     ),
@@ -357,10 +357,10 @@ FLAGS: tuple[Flag, ...] = (
         choices=(*QUANTS, *DIFFUSION_QUANTS),
         default="none",
         help="weight format (train: QLoRA, needs --lora-rank; default none; diffusion "
-        "pipelines: the denoiser's, also torchao-*/gguf-* formats; plan: the job's own, kept "
-        "as asked)",
+        "pipelines: the denoiser's, also torchao-*/gguf-* formats; plan / upgrade: the job's "
+        "own, kept as asked)",
         field="quant",
-        commands=(*ESTIMATE_LIKE, "plan"),
+        commands=EVERY,
     ),
     Flag(
         name="--group-size",
@@ -534,7 +534,7 @@ FLAGS: tuple[Flag, ...] = (
         "embeddings, norms and LM head in fp32",
         field="prepare_kbit",
         target="request",
-        commands=("plan",),
+        commands=PLANNERS,
     ),
     Flag(
         name="--optimizer-in-bwd",
@@ -545,7 +545,7 @@ FLAGS: tuple[Flag, ...] = (
         "by the plan: plans on one GPU without gradient accumulation",
         field="optimizer_in_bwd",
         target="request",
-        commands=("plan",),
+        commands=PLANNERS,
     ),
     Flag(
         name="--loss",
@@ -557,17 +557,17 @@ FLAGS: tuple[Flag, ...] = (
         "plan; the fused one is also tried as a memory-only change (same loss, no logits kept)",
         field="loss",
         target="request",
-        commands=("plan",),
+        commands=PLANNERS,
     ),
     Flag(
         name="--lora-rank",
         dest="lora_rank",
         kind="ints",
-        help="the job is LoRA at these ranks (repeat); left out: the job is a full fine-tune "
-        "and LoRA r16 / r64 are result-changing options (--allow lora)",
+        help="the job is LoRA at these ranks (repeat), kept by every plan; left out: the job is "
+        "a full fine-tune and LoRA r16 / r64 are result-changing options (plan: --allow lora)",
         field="lora_ranks",
         target="request",
-        commands=("plan",),
+        commands=PLANNERS,
     ),
     Flag(
         name="--precision",
@@ -579,7 +579,7 @@ FLAGS: tuple[Flag, ...] = (
         "pure-bf16",
         field="precision",
         target="request",
-        commands=("plan",),
+        commands=PLANNERS,
     ),
     Flag(
         name="--optimizer",
@@ -590,7 +590,7 @@ FLAGS: tuple[Flag, ...] = (
         "memory-only, 8-bit states need --allow 8bit-optim; prodigy: diffusion training only)",
         field="optimizer",
         target="request",
-        commands=("plan",),
+        commands=PLANNERS,
     ),
     Flag(
         name="--attention",
@@ -601,7 +601,7 @@ FLAGS: tuple[Flag, ...] = (
         help="the job's attention kernel (default sdpa)",
         field="attention",
         target="request",
-        commands=("plan",),
+        commands=PLANNERS,
     ),
     # image and speech models (estimate vit-base-patch16-224 --image-size 384): docs/vision.md
     Flag(

@@ -39,6 +39,7 @@ from memfit.jobfiles.files import reread
 from memfit.jobfiles.reader import MISSING
 from memfit.plan import PlanRequest, plan
 from memfit.plan.recipe import frozen_base_cast
+from memfit.plan.request import job_request
 from memfit.spec import WorkloadSpec
 from memfit.spec.hf_versions import sharded_save_offloads
 from memfit.units import format_bytes
@@ -55,8 +56,9 @@ FIX_FIELDS = (
     "shard",
 )
 #: What the user chose and a fix never changes: a plan that would is not offered (LoRA / QLoRA
-#: never becomes a full fine-tune, a quantized base is never un-quantized).
-KEPT = ("lora_rank", "quant", "freeze_layers", "precision")
+#: never becomes a full fine-tune, a quantized base is never un-quantized, Unsloth's kernels are
+#: never swapped for transformers' and peft's).
+KEPT = ("lora_rank", "quant", "freeze_layers", "precision", "kernels")
 #: 4-bit bitsandbytes bases: the planner searches NF4 with double quantization for all of them.
 FOUR_BIT = frozenset({"nf4", "nf4-dq", "fp4"})
 #: The planner's plans checked by re-reading and estimating their edited files, at most (each is
@@ -106,33 +108,38 @@ class CheckFix:
         return any(e.refused is not None for e in self.edits)
 
 
-def recipe_request(workload: WorkloadSpec) -> PlanRequest:
-    """The planner's request for the job the files describe, keeping its recipe."""
+def recipe_request(workload: WorkloadSpec, *, keep_checkpointing: bool = False) -> PlanRequest:
+    """The planner's request for the job the files describe, keeping its recipe: the request
+    every described job takes to the planner (:func:`memfit.plan.request.job_request`: its
+    LoRA, weight format, loss and kernels — Unsloth's with their checkpointing), with full
+    fine-tuning kept full, quantization searched only where the files quantize, and no change
+    that needs another library's kernels (a fused loss, host-RAM checkpoints: no key of these
+    files says them) unless the job runs them already. ``keep_checkpointing``: the files cannot
+    change the job's checkpointing (LLaMA-Factory's ``use_unsloth`` sets Unsloth's whatever
+    they say), so no plan changes it."""
     lora = workload.lora_rank
     quantized = workload.quant != "none"
-    return PlanRequest(
-        mode="train",
-        seq_len=workload.seq_len,
-        global_batch=workload.batch_size * workload.grad_accum * workload.gpus,
-        gpus=workload.gpus,
-        confirm="none",
-        precision=workload.precision,
+    return job_request(
+        workload,
         optimizer=workload.optimizer if workload.optimizer != "none" else None,
-        attention=workload.attention,
         keep_full_finetune=lora is None,
-        lora_asked=lora is not None,
-        lora_ranks=(lora,) if lora is not None else (16, 64),
-        prepare_kbit=workload.prepare_kbit,
-        optimizer_in_bwd=workload.optimizer_in_bwd,
-        quant=workload.quant,
-        lora_targets=workload.lora_targets if lora is not None else "all-linear",
-        lora_modules_to_save=workload.lora_modules_to_save if lora is not None else (),
-        lora_dropout=workload.lora_dropout if lora is not None else 0.0,
         allow_quant=quantized,
         allow=frozenset({"quant"}) if quantized else frozenset(),
         n_alternatives=2 * MAX_CHECKED,
-        loss=workload.loss,
-        other_kernels=False,  # a fused loss / host checkpoints: no key of these files says them
+        other_kernels=False,
+        keep_checkpointing=keep_checkpointing,
+    )
+
+
+def _checkpointing_fixed(job: Job) -> bool:
+    """The files' checkpointing is the kernels' (set by the key that sets ``kernels``, as
+    LLaMA-Factory's ``use_unsloth`` sets Unsloth's offloaded checkpoints): no edit of a
+    checkpointing key changes it."""
+    ckpt, kernels = job.fields.get("checkpointing"), job.fields.get("kernels")
+    return (
+        ckpt is not None
+        and kernels is not None
+        and (ckpt.file, ckpt.key) == (kernels.file, kernels.key)
     )
 
 
@@ -141,13 +148,14 @@ def find_fix(
 ) -> CheckFix:
     """The least costly plan, in the files' own keys, whose edited files fit (see the module
     docstring), or a :class:`CheckFix` with only a message."""
-    result = plan(source, recipe_request(workload), gpu=gpu)
+    ckpt_fixed = _checkpointing_fixed(job)
+    result = plan(source, recipe_request(workload, keep_checkpointing=ckpt_fixed), gpu=gpu)
     options = [] if result.recommended is None else [result.recommended, *result.alternatives]
     tries = [
         (_how(o.settings, wanted, workload), wanted, _kept(o.settings, workload), False)
         for o in options
         for wanted in _variants(_wanted(o.settings, workload), workload)
-    ] + [(*t, True) for t in _smallest_splits(workload)]
+    ] + [(*t, True) for t in _smallest_splits(workload, keep_checkpointing=ckpt_fixed)]
     tries = _full_state_dict_tries(tries, workload)
     if workload.optimizer_in_bwd:  # each parameter steps in backward: no accumulation
         tries = [t for t in tries if t[1].get("grad_accum", workload.grad_accum) == 1]
@@ -179,6 +187,8 @@ def find_fix(
         seen.add(diff)
         n_checked += 1
         fixed = _checked(job, edits, wanted, workload, estimate_job, how)
+        if "kernels" in fixed.changes:  # never offered: the edited files run other kernels
+            continue
         if fixed.estimate is not None and fixed.estimate.fits is not None:
             if fixed.estimate.fits.fits:
                 return fixed
@@ -239,16 +249,19 @@ def _used(fix: CheckFix) -> int:
     return 0 if fix.estimate is None else fix.estimate.device_used_bytes
 
 
-def _smallest_splits(workload: WorkloadSpec) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _smallest_splits(
+    workload: WorkloadSpec, *, keep_checkpointing: bool = False
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """The last tries, after the planner's plans: the job as written at micro-batch 1 (the same
-    samples per step), then with full activation checkpointing too. A planner's plan may need
-    a change the files cannot say; these need only the batch keys (and checkpointing)."""
+    samples per step), then with full activation checkpointing too (unless the files'
+    checkpointing is the kernels', :func:`_checkpointing_fixed`). A planner's plan may need a
+    change the files cannot say; these need only the batch keys (and checkpointing)."""
     per_step = workload.batch_size * workload.grad_accum
     split: dict[str, Any] = {"batch_size": 1, "grad_accum": per_step}
-    out: list[tuple[str, dict[str, Any]]] = [
-        (f"micro-batch 1 x {per_step}", split),
-        (f"micro-batch 1 x {per_step}, full checkpointing", {**split, "checkpointing": "full"}),
-    ]
+    out: list[tuple[str, dict[str, Any]]] = [(f"micro-batch 1 x {per_step}", split)]
+    if not keep_checkpointing:
+        full = {**split, "checkpointing": "full"}
+        out.append((f"micro-batch 1 x {per_step}, full checkpointing", full))
     return [(how, {k: v for k, v in w.items() if getattr(workload, k) != v}, {}) for how, w in out]
 
 

@@ -241,6 +241,23 @@ def _register_upgrade(sub: Any, headroom_help: str) -> None:
     u.add_argument("--gpu", required=True, help="the GPU you have or plan to use")
     add_flags(u, "upgrade", "--gpus", "--mode", "--seq")
     add_flags(u, "upgrade", "--batch", "--global-batch", "--new-tokens")
+    # the job's recipe, as plan spells it (the flag table's planner rows): kept by every plan
+    add_flags(
+        u,
+        "upgrade",
+        "--lora-rank",
+        "--lora-targets",
+        "--lora-modules-to-save",
+        "--lora-dropout",
+        "--quant",
+        "--kernels",
+        "--loss",
+        "--prepare-kbit",
+        "--optimizer-in-bwd",
+        "--precision",
+        "--optimizer",
+        "--attention",
+    )
     u.add_argument("--concurrency", type=integer, help="infer: requests served at once")
     u.add_argument("--context", type=integer, help="infer: tokens per request (prompt + new)")
     u.add_argument(
@@ -365,6 +382,31 @@ def _kernel_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+def recipe_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The job's recipe as ``plan`` and ``upgrade`` read it from their shared flags (the flag
+    table's planner rows): precision, optimizer, attention, LoRA at the asked ranks (kept:
+    never a full fine-tune), its targets / modules to save / dropout, the weight format, the
+    loss and the kernels with Unsloth's defaults (:func:`_kernel_fields`), as
+    :class:`PlanRequest` fields. One reading, so ``upgrade --lora-rank 16`` asks the planner
+    for the job ``plan --lora-rank 16`` plans."""
+    if args.lora_rank and args.mode == "infer":  # as estimate says it (spec/workload.py)
+        raise SpecError("lora_rank is a training technique; it has no effect with mode 'infer'")
+    return {
+        **_kernel_fields(args),
+        "lora_ranks": tuple(args.lora_rank or (16, 64)),
+        "lora_asked": bool(args.lora_rank),
+        "prepare_kbit": args.prepare_kbit,
+        "optimizer_in_bwd": args.optimizer_in_bwd,
+        "precision": args.precision,
+        "optimizer": args.optimizer,
+        "attention": args.attention,
+        "quant": args.quant,
+        "lora_targets": _lora_targets(args),
+        "lora_modules_to_save": _modules_to_save(args),
+        "lora_dropout": _lora_dropout(args),
+    }
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     cli_outputs.check_output_paths(args)  # --html: a typo is refused before the search
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
@@ -379,11 +421,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cli_vllm.cmd_plan_vllm(args)
     if args.runtime in OTHER_RUNTIMES:
         return cmd_plan_runtime(args, "plan")
-    if args.lora_rank and args.mode == "infer":  # as estimate says it (spec/workload.py)
-        raise SpecError("lora_rank is a training technique; it has no effect with mode 'infer'")
-    kernels = _kernel_fields(args)
     request = PlanRequest(
-        **kernels,
+        **recipe_fields(args),
         mode=args.mode,
         seq_len=args.seq,
         batch_size=args.batch,
@@ -396,20 +435,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         allow_quant=not args.no_quant,
         max_quality_risk=args.max_quality_risk,
         allow_offload=args.allow_offload,
-        lora_ranks=tuple(args.lora_rank or (16, 64)),
-        lora_asked=bool(args.lora_rank),
-        prepare_kbit=args.prepare_kbit,
-        optimizer_in_bwd=args.optimizer_in_bwd,
         n_alternatives=args.alternatives,
         confirm=args.confirm or ("none" if args.recommend_gpu else "auto"),
-        precision=args.precision,
-        optimizer=args.optimizer,
-        attention=args.attention,
         allow=parse_allow(args.allow),
-        quant=args.quant,
-        lora_targets=_lora_targets(args),
-        lora_modules_to_save=_modules_to_save(args),
-        lora_dropout=_lora_dropout(args),
     )
     if args.recommend_gpu:
         prices = load_prices(args.prices)
@@ -510,7 +538,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, context=args.context,
         throughput_target=args.throughput_target, headroom=args.headroom,
         max_quality_risk=args.max_quality_risk, recommend=not args.no_recommend,
-        trace_fallbacks=args.trace_fallbacks, runtime=args.runtime,
+        trace_fallbacks=args.trace_fallbacks, runtime=args.runtime, recipe=recipe_fields(args),
     )  # fmt: skip
     v = replace(v, resolving=rank_advice(v.resolving, args.rank, prices=prices))
     print(json.dumps(v.to_json(), indent=2) if args.json else render_upgrade(v))

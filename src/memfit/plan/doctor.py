@@ -48,7 +48,7 @@ from memfit.plan.doctor_findings import MISTAKES as MISTAKES
 from memfit.plan.doctor_findings import SIZED_BY as SIZED_BY
 from memfit.plan.doctor_findings import DoctorReport, Finding, UserFacts
 from memfit.plan.engines import CachedEstimator, Estimator
-from memfit.plan.request import PlanRequest, kernel_fields
+from memfit.plan.request import job_request
 from memfit.plan.search import Plan, plan
 from memfit.plan.solve import fit
 from memfit.plan.space import RISKS, Settings
@@ -304,13 +304,11 @@ class DoctorChecks(Checklist[Finding]):
         """The planner's answer for the job's recipe (its precision, optimizer, attention and
         adapter) on this GPU, offload allowed, with doctor's estimator (no confirmation)."""
         w = self.proposed
-        ranks = (w.lora_rank,) if w.is_train and w.lora_rank is not None else None
-        request = PlanRequest(
-            mode=w.mode, seq_len=w.seq_len, batch_size=w.batch_size, new_tokens=w.new_tokens,
-            gpus=w.gpus, headroom=self.headroom, allow_offload=True, n_alternatives=0,
-            confirm="none", precision=w.precision,
-            optimizer=w.optimizer if w.is_train else None, attention=w.attention,
-            lora_ranks=ranks or (16, 64), lora_asked=ranks is not None, **kernel_fields(w),
+        # the job as described (memfit.plan.request.job_request, the one door), at its own
+        # micro-batch without accumulation, offload allowed, no confirmation
+        request = job_request(
+            w, batch_size=w.batch_size, global_batch=None, headroom=self.headroom,
+            allow_offload=True,
         )  # fmt: skip
         try:
             return plan(self.source, request, gpu=self.gpu, estimator=self.est_fn)

@@ -25,7 +25,7 @@ from memfit.estimate.policy import active
 from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model, take_media
 from memfit.plan.engines import default_engines
-from memfit.plan.request import PlanRequest, kernel_fields
+from memfit.plan.request import PlanRequest, job_request
 from memfit.plan.search import plan
 from memfit.spec import WorkloadSpec
 from memfit.spec.parallel_rules import is_parallel_job
@@ -70,31 +70,9 @@ class NearestFit:
 
 
 def request_of(w: WorkloadSpec) -> PlanRequest:
-    """The planner's request for the job ``w`` as asked (training: its batch x accumulation as
-    the global batch per GPU; inference: its concurrent requests)."""
-    train = w.mode == "train"
-    lora = w.lora_rank is not None
-    return PlanRequest(
-        mode=w.mode,
-        seq_len=w.seq_len,
-        new_tokens=w.new_tokens,
-        batch_size=None if train else w.batch_size,
-        global_batch=w.batch_size * w.grad_accum * w.gpus if train else None,
-        gpus=w.gpus,
-        precision=w.precision,
-        optimizer=w.optimizer if train else None,
-        attention=w.attention,
-        lora_ranks=(w.lora_rank,) if lora and w.lora_rank else (16, 64),
-        lora_asked=lora,
-        lora_targets=w.lora_targets if lora else "all-linear",
-        lora_modules_to_save=w.lora_modules_to_save if lora else (),
-        lora_dropout=w.lora_dropout if lora else 0.0,
-        quant=w.quant,
-        prepare_kbit=w.prepare_kbit,
-        **kernel_fields(w),
-        confirm="none",
-        n_alternatives=0,
-    )
+    """The planner's request for the job ``w`` as asked (:func:`memfit.plan.request.job_request`,
+    the one door every described job takes to the planner)."""
+    return job_request(w)
 
 
 def plan_command(model: str, w: WorkloadSpec, gpu: str) -> str:

@@ -97,6 +97,10 @@ class PlanRequest:
     #: also try what needs another library's kernels (Liger / Unsloth's fused cross-entropy,
     #: Unsloth's host-RAM checkpoints); ``check``'s fix turns it off: its files cannot say them
     other_kernels: bool = True
+    #: the job's checkpointing is not the planner's to change (``check``'s fix of a
+    #: LLaMA-Factory ``use_unsloth`` file: Unsloth's offloaded checkpoints whatever the file
+    #: says); every plan keeps :attr:`checkpointing`
+    keep_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", frozenset(self.allow))
@@ -202,6 +206,8 @@ class PlanRequest:
                 d.pop(k)
         if self.checkpointing == "none":
             d.pop("checkpointing")
+        if not self.keep_checkpointing:  # said only where a caller holds it (check's fix)
+            d.pop("keep_checkpointing")
         return d
 
 
@@ -273,3 +279,42 @@ def kernel_fields(w: WorkloadSpec) -> dict[str, Any]:
     if w.mode != "train" or w.kernels == "hf":
         return {}
     return {"kernels": w.kernels, "loss": w.loss, "checkpointing": w.checkpointing}
+
+
+def job_request(w: WorkloadSpec, **fields: Any) -> PlanRequest:
+    """The planner's request for the job ``w`` as asked, keeping its recipe: precision,
+    optimizer, attention, LoRA (rank, targets, modules to save, dropout), weight format, the
+    loss, the optimizer in backward and the kernels (:func:`kernel_fields`; Unsloth's with
+    their checkpointing). Training: its batch x accumulation as the global batch over its GPUs;
+    inference: its concurrent requests. ``fields``: :class:`PlanRequest` fields over these
+    (the caller's own: headroom, confirmation, alternatives ...).
+
+    The one door from a described job to the planner: ``estimate`` / ``fit``'s nearest change
+    (memfit.plan.nearest), ``doctor``'s way forward and ``check``'s fix build their requests
+    here, so none of them plans a LoRA job as a full fine-tune or drops Unsloth's kernels."""
+    train = w.mode == "train"
+    lora = w.lora_rank is not None
+    recipe: dict[str, Any] = {
+        "mode": w.mode,
+        "seq_len": w.seq_len,
+        "new_tokens": w.new_tokens,
+        "batch_size": None if train else w.batch_size,
+        "global_batch": w.batch_size * w.grad_accum * w.gpus if train else None,
+        "gpus": w.gpus,
+        "precision": w.precision,
+        "optimizer": w.optimizer if train else None,
+        "optimizer_in_bwd": w.optimizer_in_bwd,
+        "attention": w.attention,
+        "lora_ranks": (w.lora_rank,) if lora and w.lora_rank else (16, 64),
+        "lora_asked": lora,
+        "lora_targets": w.lora_targets if lora else "all-linear",
+        "lora_modules_to_save": w.lora_modules_to_save if lora else (),
+        "lora_dropout": w.lora_dropout if lora else 0.0,
+        "quant": w.quant,
+        "prepare_kbit": w.prepare_kbit,
+        "loss": w.loss if train else "full",
+        **kernel_fields(w),
+        "confirm": "none",
+        "n_alternatives": 0,
+    }
+    return PlanRequest(**{**recipe, **fields})

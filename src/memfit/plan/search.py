@@ -319,6 +319,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         checkpointing=request.checkpointing,
         memory_only_losses=request.other_kernels,
         host_checkpoints=request.other_kernels,
+        keep_checkpointing=request.keep_checkpointing,
         precision=request.precision,
         optimizer=request.optimizer,
         attention=request.attention,

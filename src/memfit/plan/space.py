@@ -403,6 +403,8 @@ class SpaceOptions:
     memory_only_losses: bool = True
     #: host-RAM checkpoints (Unsloth's) on one GPU without ZeRO offload, a memory-only option
     host_checkpoints: bool = True
+    #: the job's checkpointing is kept by every candidate (PlanRequest.keep_checkpointing)
+    keep_checkpointing: bool = False
 
     @property
     def recipe_precision(self) -> str:
@@ -614,6 +616,8 @@ def _ckpt_losses(o: SpaceOptions, layout: dict[str, Any]) -> list[tuple[str, str
     ckpts = ["none", "selective", "full"]
     if o.host_checkpoints and o.gpus == 1 and layout.get("offload", "none") == "none":
         ckpts.append(HOST_CHECKPOINTING)
+    if o.keep_checkpointing:
+        ckpts = [o.checkpointing]
     return [(c, loss) for loss in losses for c in ckpts]
 
 

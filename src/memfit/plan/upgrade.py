@@ -33,6 +33,7 @@ The items' vocabulary and thresholds are in :mod:`memfit.plan.upgrade_items`, th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +132,7 @@ def upgrade_verdict(
     trace_fallbacks: int = MAX_TRACE_FALLBACKS,
     estimator: Estimator | None = None,
     runtime: str = "hf",
+    recipe: Mapping[str, Any] | None = None,
 ) -> UpgradeVerdict:
     """The upgrade checklist for ``model`` on ``gpus`` x ``gpu`` (catalog name or record).
 
@@ -139,7 +141,12 @@ def upgrade_verdict(
     ``batch_size`` or 1). ``throughput_target``: tokens/s over all GPUs (training: tokens
     trained; inference: tokens generated, or prompt tokens without generation). ``estimator``:
     ``Callable[[WorkloadSpec], MemoryEstimate]`` for every GPU (tests); default analytic first.
-    ``runtime="vllm"``: the KV-cache concurrency item asks :mod:`memfit.serving` (vLLM)."""
+    ``runtime="vllm"``: the KV-cache concurrency item asks :mod:`memfit.serving` (vLLM).
+    ``recipe``: the job's own recipe as :class:`PlanRequest` fields (``precision``,
+    ``optimizer``, ``attention``, ``lora_ranks`` with ``lora_asked``, ``lora_targets``,
+    ``quant``, ``loss``, ``kernels`` ...; validated there), kept by every plan of the checklist
+    and of the GPU scan as ``plan`` keeps them: a LoRA job stays LoRA, Unsloth's kernels stay
+    (``memfit.spec.with_kernel_defaults`` fills in their defaults first)."""
 
     if gpu is None:
         raise SpecError("upgrade needs --gpu NAME: the GPU you have or plan to use")
@@ -147,7 +154,7 @@ def upgrade_verdict(
     gpu_rec = get_gpu(gpu) if isinstance(gpu, str) else gpu
     request, ctx_tokens, conc = _request(
         mode, seq_len, batch_size, global_batch, gpus, new_tokens, concurrency, context,
-        throughput_target, headroom, max_quality_risk,
+        throughput_target, headroom, max_quality_risk, dict(recipe or {}),
     )  # fmt: skip
     if not isinstance(trace_fallbacks, int) or trace_fallbacks < 0:
         raise SpecError(f"trace_fallbacks ({trace_fallbacks!r}) must be a whole number >= 0")
@@ -190,6 +197,7 @@ def _request(
     throughput_target: float | None,
     headroom: float,
     max_quality_risk: str,
+    recipe: dict[str, Any],
 ) -> tuple[PlanRequest, int, int | None]:
     """The planner request, the context per sample / request, and the concurrency (inference)."""
     p: list[str] = []
@@ -208,7 +216,7 @@ def _request(
         req = PlanRequest(
             mode="train", seq_len=seq_len, batch_size=batch_size, global_batch=global_batch,
             gpus=gpus, headroom=headroom, allow_offload=True, n_alternatives=0,
-            max_quality_risk=max_quality_risk,
+            max_quality_risk=max_quality_risk, **recipe,
         )  # fmt: skip
         return req, seq_len, None
     conc = concurrency if concurrency is not None else batch_size or 1
@@ -216,7 +224,7 @@ def _request(
     req = PlanRequest(
         mode="infer", seq_len=seq_len, batch_size=conc, global_batch=global_batch,
         new_tokens=n_new, gpus=gpus, headroom=headroom, n_alternatives=0,
-        max_quality_risk=max_quality_risk,
+        max_quality_risk=max_quality_risk, **recipe,
     )  # fmt: skip
     return req, seq_len + n_new, conc
 
