@@ -145,7 +145,8 @@ def forget() -> None:
     from memfit.plan import nearest, search, space
 
     # (what a module does not have is skipped: the script also times main's code before)
-    for kept in (nearest._ANSWERS, engine._BLOCKS, api._LAST, space._SHARED_PARTS):
+    simulations = getattr(api, "_SIMULATIONS", getattr(api, "_LAST", {}))  # main's: _LAST
+    for kept in (nearest._ANSWERS, engine._BLOCKS, simulations, space._SHARED_PARTS):
         kept.clear()
     for name in ("_JOB_KEYS", "_VIEWS"):
         getattr(engine, name, getattr(space, name, {})).clear()

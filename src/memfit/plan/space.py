@@ -135,13 +135,21 @@ class Settings:
     def split(self, micro_batch: int, grad_accum: int) -> Settings:
         """These settings with another batch split (the same parts: no flat names read or
         validated again; a plan search builds ~4 000 splits of a few dozen stacks)."""
+        return Settings.of_parts(self.techniques, self.parallel, micro_batch, grad_accum)
+
+    @staticmethod
+    def of_parts(
+        techniques: TechniqueSpec, parallel: ParallelSpec, micro_batch: int, grad_accum: int
+    ) -> Settings:
+        """Settings made of these validated parts (those of another :class:`Settings`: no
+        flat names read or validated again)."""
         out = object.__new__(Settings)
         set_ = object.__setattr__
-        set_(out, "techniques", self.techniques)
-        set_(out, "parallel", self.parallel)
+        set_(out, "techniques", techniques)
+        set_(out, "parallel", parallel)
         set_(out, "micro_batch", micro_batch)
         set_(out, "grad_accum", grad_accum)
-        out.__dict__.update(_flat_views(self.techniques, self.parallel))
+        out.__dict__.update(_flat_views(techniques, parallel))
         return out
 
     @classmethod
@@ -555,9 +563,17 @@ def candidates(o: SpaceOptions) -> list[Settings]:
         return out
     own = o.recipe_precision
     precisions = (own, PURE_OF[own]) if own in PURE_OF else (own,)
+    # each technique part is shared by the stack's layouts, each layout's part by every stack:
+    # a part is built (through the Settings constructor, which validates it) once, and the
+    # settings of the other combinations made of built parts (issue 32: ~1 000 constructions
+    # of ~350 technique parts were most of a full fine-tune's candidate space)
+    techs: dict[tuple[Any, ...], TechniqueSpec] = {}
+    layouts = _parallel_layouts(o)
+    parallels: list[ParallelSpec | None] = [None] * len(layouts)
     for precision in precisions:
         for stack in _train_stacks(o):
-            for layout in _parallel_layouts(o):
+            stack_key = tuple(stack.items())
+            for i, layout in enumerate(layouts):
                 if o.optimizer_in_bwd and (
                     layout.get("shard", "none") != "none" or layout.get("offload", "none") != "none"
                 ):
@@ -578,20 +594,27 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                     ]
                     if not splits:
                         continue
-                    first = Settings(
-                        precision=run_as,
-                        attention=o.attention,
-                        checkpointing=ckpt,
-                        gpus=o.gpus,
-                        micro_batch=splits[0][0],
-                        grad_accum=splits[0][1],
-                        prepare_kbit=o.prepare_kbit and stack.get("quant", "none") != "none",
-                        optimizer_in_bwd=o.optimizer_in_bwd,
-                        loss=loss,
-                        kernels=o.kernels,
-                        **stack,
-                        **layout,
-                    )
+                    kbit = o.prepare_kbit and stack.get("quant", "none") != "none"
+                    tech_key = (run_as, ckpt, loss, kbit, stack_key)
+                    tech, par = techs.get(tech_key), parallels[i]
+                    if tech is None or par is None:
+                        first = Settings(
+                            precision=run_as,
+                            attention=o.attention,
+                            checkpointing=ckpt,
+                            gpus=o.gpus,
+                            micro_batch=splits[0][0],
+                            grad_accum=splits[0][1],
+                            prepare_kbit=kbit,
+                            optimizer_in_bwd=o.optimizer_in_bwd,
+                            loss=loss,
+                            kernels=o.kernels,
+                            **stack,
+                            **layout,
+                        )
+                        techs[tech_key], parallels[i] = first.techniques, first.parallel
+                    else:
+                        first = Settings.of_parts(tech, par, *splits[0])
                     out.append(first)
                     out += [first.split(m, accum) for m, accum in splits[1:]]
     return out
