@@ -150,7 +150,12 @@ def forget() -> None:
         kept.clear()
     for name in ("_JOB_KEYS", "_VIEWS"):
         getattr(engine, name, getattr(space, name, {})).clear()
-    for memo in (search.judged_candidates, getattr(distributed, "_gathered_walks", None)):
+    memos = (
+        search.judged_candidates,
+        getattr(search, "judged_stacks", None),  # (kept across batch sizes; not on main)
+        getattr(distributed, "_gathered_walks", None),
+    )
+    for memo in memos:
         if memo is not None:
             memo.cache_clear()
 

@@ -11,7 +11,7 @@ fit, in every ordered dimension, is not estimated.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -451,7 +451,9 @@ class SpaceOptions:
         return self.optimizer or "adamw"
 
 
-def _micro_batches(o: SpaceOptions) -> list[tuple[int, int]]:
+def micro_batch_splits(o: SpaceOptions) -> list[tuple[int, int]]:
+    """The (micro-batch, accumulation) splits of the per-rank batch (the asked one alone where
+    the micro-batch is fixed)."""
     if o.fixed_micro_batch:
         return [(o.per_rank_batch, 1)]
     n = o.per_rank_batch
@@ -523,6 +525,13 @@ def _parallel_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
     return layouts
 
 
+def stack_options(o: SpaceOptions) -> SpaceOptions:
+    """``o`` with its batch made neutral (one sample, fixed): its training space is the
+    technique stacks of ``o``'s, one split each, whatever ``o``'s batch
+    (:func:`memfit.plan.search.judged_stacks` keeps them across jobs: issue 32)."""
+    return replace(o, per_rank_batch=1, fixed_micro_batch=True)
+
+
 def offload_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
     """ZeRO-Offload layouts (memory-only, slow): always candidates for training; the planner
     tries them before any result-changing option unless ``--allow-offload`` ranks them with the
@@ -536,9 +545,11 @@ def offload_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
     ]
 
 
-def candidates(o: SpaceOptions) -> list[Settings]:
+def candidates(o: SpaceOptions, *, share_parts: bool = True) -> list[Settings]:
     """Every combination the planner considers, unordered (the recipe's and the ones that
-    change it; the planner sorts them into memory-only and result-changing ones)."""
+    change it; the planner sorts them into memory-only and result-changing ones).
+    ``share_parts``: training settings whose technique and layout parts were built already are
+    made of those (False: each through the constructor, the reference the tests compare)."""
     out: list[Settings] = []
     if o.mode == "infer":
         quants = [o.quant]
@@ -588,7 +599,7 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                 for ckpt, loss in _ckpt_losses(o, layout):
                     splits = [
                         (m, accum)
-                        for m, accum in _micro_batches(o)
+                        for m, accum in micro_batch_splits(o)
                         # with the optimizer step in backward nothing accumulates
                         if not (o.optimizer_in_bwd and accum > 1)
                     ]
@@ -597,7 +608,7 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                     kbit = o.prepare_kbit and stack.get("quant", "none") != "none"
                     tech_key = (run_as, ckpt, loss, kbit, stack_key)
                     tech, par = techs.get(tech_key), parallels[i]
-                    if tech is None or par is None:
+                    if tech is None or par is None or not share_parts:
                         first = Settings(
                             precision=run_as,
                             attention=o.attention,
