@@ -145,11 +145,17 @@ def forget() -> None:
     from memfit.plan import nearest, search, space
 
     # (what a module does not have is skipped: the script also times main's code before)
-    for kept in (nearest._ANSWERS, engine._BLOCKS, api._LAST, space._SHARED_PARTS):
+    simulations = getattr(api, "_SIMULATIONS", getattr(api, "_LAST", {}))  # main's: _LAST
+    for kept in (nearest._ANSWERS, engine._BLOCKS, simulations, space._SHARED_PARTS):
         kept.clear()
     for name in ("_JOB_KEYS", "_VIEWS"):
         getattr(engine, name, getattr(space, name, {})).clear()
-    for memo in (search.judged_candidates, getattr(distributed, "_gathered_walks", None)):
+    memos = (
+        search.judged_candidates,
+        getattr(search, "judged_stacks", None),  # (kept across batch sizes; not on main)
+        getattr(distributed, "_gathered_walks", None),
+    )
+    for memo in memos:
         if memo is not None:
             memo.cache_clear()
 

@@ -279,3 +279,69 @@ def test_judged_candidates_name_each_candidates_own_split() -> None:
             assert named == [f"micro-batch {s.micro_batch} x {s.grad_accum} accumulation steps"]
         seen.add((s.micro_batch, s.grad_accum))
     assert seen == {(1, 12), (2, 6), (3, 4), (4, 3), (6, 2), (12, 1)}
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},  # a full fine-tune on one GPU, bf16-mixed (and its pure-bf16 variants)
+        {"gpus": 2, "per_rank_batch": 8},
+        {"lora_asked": True, "lora_ranks": (16,), "quant": "nf4", "prepare_kbit": True},
+        {"lora_asked": True, "lora_ranks": (8,), "lora_dropout": 0.1, "precision": "bf16-true"},
+        {"optimizer_in_bwd": True, "per_rank_batch": 4},
+        {"supports_bf16": False, "supports_fp8": False, "precision": "16-mixed"},
+    ],
+    ids=["full", "2-gpus", "qlora-kbit", "lora-dropout", "in-bwd", "fp16"],
+)
+def test_candidates_made_of_shared_parts_are_the_constructors(kw: dict[str, object]) -> None:
+    """The space built from parts it built already (issue 32) is the one built through the
+    Settings constructor for every combination: the same settings, in the same order."""
+    o = _opts(**kw)
+    shared, built = candidates(o), candidates(o, share_parts=False)
+    assert len(shared) == len(built) > 100
+    for a, b in zip(shared, built, strict=True):
+        assert a == b
+        assert (a.technique_key, a.describe(), a.to_json()) == (
+            b.technique_key,
+            b.describe(),
+            b.to_json(),
+        )
+        assert a.techniques.flat() == b.techniques.flat()
+    # distinct stacks stay distinct: sharing never merged two of them
+    assert len({a.technique_key for a in shared}) == len({b.technique_key for b in built})
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"per_rank_batch": 12},
+        {"per_rank_batch": 6, "fixed_micro_batch": True},
+        {"gpus": 2, "per_rank_batch": 4, "keep_full_finetune": True},
+        {"lora_asked": True, "lora_ranks": (16, 64), "quant": "nf4", "per_rank_batch": 4},
+        {"optimizer_in_bwd": True, "per_rank_batch": 4},
+        {"mode": "infer", "gpus": 2, "per_rank_batch": 8},
+    ],
+    ids=["full-12", "fixed", "2-gpus", "qlora", "in-bwd", "infer"],
+)
+def test_judged_candidates_from_kept_stacks_are_each_candidates_own(kw: dict[str, object]) -> None:
+    """The judged space built from technique stacks kept across batch sizes (``judged_stacks``,
+    issue 32) is each candidate's settings with its own changes (``changes``) and risk, in the
+    order of the space, whatever batch read the stacks first."""
+    from memfit.plan import search
+
+    opts = _opts(**kw)
+    search.judged_candidates.cache_clear()
+    search.judged_stacks.cache_clear()
+    other = dataclasses.replace(opts, per_rank_batch=opts.per_rank_batch * 2 + 1)
+    search.judged_candidates(other)  # the stacks kept by another batch size first
+    got = search.judged_candidates(opts)
+    base = recipe(opts)
+    asked = opts.lora_ranks if opts.lora_asked else ()
+    want = []
+    for s in candidates(opts, share_parts=False):
+        found = changes(s, base, opts.mode, asked_ranks=asked)
+        want.append((s, tuple(found), *quality_risk(found)))
+    assert len(got) == len(want) > 5
+    for (s, found, level, reasons), expected in zip(got, want, strict=True):
+        assert (s, found, level, reasons) == expected
+        assert s.to_json() == expected[0].to_json()

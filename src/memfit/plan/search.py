@@ -71,7 +71,9 @@ from memfit.plan.space import (
     SpaceOptions,
     candidates,
     dominates,
+    micro_batch_splits,
     recipe,
+    stack_options,
 )
 from memfit.report.plan_html import plan_fragment
 from memfit.spec import ParallelSpec, TechniqueSpec
@@ -344,27 +346,61 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
     ``opts``, kept per process (``memfit web``'s workers, a ``fit`` sweep: issue 32). What
     depends on the job's sequence (the step cost, the estimates) is computed per search.
     Memory: 5.6 MiB for the 3 312 candidates of a one-GPU full fine-tune at batch 8
-    (tracemalloc), so the 16 spaces kept cost up to ~100 MiB a process."""
+    (tracemalloc), so the 16 spaces kept cost up to ~100 MiB a process.
+
+    Training: the technique stacks and their changes are those of :func:`judged_stacks`, kept
+    per space but its batch (a job of another batch size on the same model and GPU kind reads
+    them), each stack's batch splits made here, in :func:`candidates`' order."""
     base = recipe(opts)
-    asked = opts.lora_ranks if opts.lora_asked else ()
-    stacks: dict[tuple[int, int], tuple[Any, ...]] = {}  # the parts are held by the settings
+    if opts.mode != "train":
+        return _judged_space(opts, candidates(opts), base)
+    splits = [
+        (m, accum)
+        for m, accum in micro_batch_splits(opts)
+        if not (opts.optimizer_in_bwd and accum > 1)  # nothing accumulates (candidates)
+    ]
     # split_change reads the split alone (the recipe's and the mode are the call's): ~2 000
     # candidates share a handful of splits, and its frozen Change records are shared too
-    splits: dict[tuple[int, int], tuple[Change, ...]] = {}
+    split_changes = [tuple(split_change(base.split(m, a), base, "train")) for m, a in splits]
     out = []
-    for s in candidates(opts):
-        key = (id(s.techniques), id(s.parallel))
-        stack = stacks.get(key)
-        if stack is None:
-            head, tail = stack_changes(s, base, opts.mode, asked_ranks=asked)
-            stack = stacks[key] = (head, tail, *quality_risk(head))
-        head, tail, level, reasons = stack
-        split = splits.get((s.micro_batch, s.grad_accum))
-        if split is None:
-            split = tuple(split_change(s, base, opts.mode))
-            splits[(s.micro_batch, s.grad_accum)] = split
-        # the split's change is memory-only: no risk of its own (quality_risk)
-        out.append((s, (*head, *split, *tail), level, reasons))
+    for first, head, tail, level, reasons in judged_stacks(stack_options(opts)):
+        for (m, accum), split in zip(splits, split_changes, strict=True):
+            s = first.split(m, accum)
+            # the split's change is memory-only: no risk of its own (quality_risk)
+            out.append((s, (*head, *split, *tail), level, reasons))
+    return tuple(out)
+
+
+#: A training space's technique stack, judged (:func:`judged_stacks`): its settings at
+#: micro-batch 1, what it changes about the recipe before and after the batch split's change,
+#: its risk level and reasons.
+JudgedStack = tuple[Settings, tuple[Change, ...], tuple[Change, ...], int, tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=64)
+def judged_stacks(opts: SpaceOptions) -> tuple[JudgedStack, ...]:
+    """The technique stacks of a training space (``opts`` with its batch made neutral:
+    :func:`memfit.plan.space.stack_options`) in :func:`candidates`' order, each with what it
+    changes about the recipe (:func:`memfit.plan.recipe.stack_changes`, which reads no batch
+    split) and its quality risk; kept per process across jobs of any batch size (issue 32)."""
+    base = recipe(opts)
+    asked = opts.lora_ranks if opts.lora_asked else ()
+    out: list[JudgedStack] = []
+    for s in candidates(opts):  # one split per stack: the neutral batch has one
+        head, tail = stack_changes(s, base, opts.mode, asked_ranks=asked)
+        level, reasons = quality_risk(head)
+        out.append((s, tuple(head), tuple(tail), level, reasons))
+    return tuple(out)
+
+
+def _judged_space(opts: SpaceOptions, space: list[Settings], base: Settings) -> tuple[Judged, ...]:
+    """:func:`judged_candidates` of an inference space (a handful of candidates)."""
+    asked = opts.lora_ranks if opts.lora_asked else ()
+    out = []
+    for s in space:
+        head, tail = stack_changes(s, base, opts.mode, asked_ranks=asked)
+        level, reasons = quality_risk(head)
+        out.append((s, (*head, *split_change(s, base, opts.mode), *tail), level, reasons))
     return tuple(out)
 
 

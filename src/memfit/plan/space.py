@@ -11,7 +11,7 @@ fit, in every ordered dimension, is not estimated.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -135,13 +135,21 @@ class Settings:
     def split(self, micro_batch: int, grad_accum: int) -> Settings:
         """These settings with another batch split (the same parts: no flat names read or
         validated again; a plan search builds ~4 000 splits of a few dozen stacks)."""
+        return Settings.of_parts(self.techniques, self.parallel, micro_batch, grad_accum)
+
+    @staticmethod
+    def of_parts(
+        techniques: TechniqueSpec, parallel: ParallelSpec, micro_batch: int, grad_accum: int
+    ) -> Settings:
+        """Settings made of these validated parts (those of another :class:`Settings`: no
+        flat names read or validated again)."""
         out = object.__new__(Settings)
         set_ = object.__setattr__
-        set_(out, "techniques", self.techniques)
-        set_(out, "parallel", self.parallel)
+        set_(out, "techniques", techniques)
+        set_(out, "parallel", parallel)
         set_(out, "micro_batch", micro_batch)
         set_(out, "grad_accum", grad_accum)
-        out.__dict__.update(_flat_views(self.techniques, self.parallel))
+        out.__dict__.update(_flat_views(techniques, parallel))
         return out
 
     @classmethod
@@ -445,7 +453,9 @@ class SpaceOptions:
         return self.optimizer or "adamw"
 
 
-def _micro_batches(o: SpaceOptions) -> list[tuple[int, int]]:
+def micro_batch_splits(o: SpaceOptions) -> list[tuple[int, int]]:
+    """The (micro-batch, accumulation) splits of the per-rank batch (the asked one alone where
+    the micro-batch is fixed)."""
     if o.fixed_micro_batch:
         return [(o.per_rank_batch, 1)]
     n = o.per_rank_batch
@@ -517,6 +527,13 @@ def _parallel_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
     return layouts
 
 
+def stack_options(o: SpaceOptions) -> SpaceOptions:
+    """``o`` with its batch made neutral (one sample, fixed): its training space is the
+    technique stacks of ``o``'s, one split each, whatever ``o``'s batch
+    (:func:`memfit.plan.search.judged_stacks` keeps them across jobs: issue 32)."""
+    return replace(o, per_rank_batch=1, fixed_micro_batch=True)
+
+
 def offload_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
     """ZeRO-Offload layouts (memory-only, slow): always candidates for training; the planner
     tries them before any result-changing option unless ``--allow-offload`` ranks them with the
@@ -530,9 +547,11 @@ def offload_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
     ]
 
 
-def candidates(o: SpaceOptions) -> list[Settings]:
+def candidates(o: SpaceOptions, *, share_parts: bool = True) -> list[Settings]:
     """Every combination the planner considers, unordered (the recipe's and the ones that
-    change it; the planner sorts them into memory-only and result-changing ones)."""
+    change it; the planner sorts them into memory-only and result-changing ones).
+    ``share_parts``: training settings whose technique and layout parts were built already are
+    made of those (False: each through the constructor, the reference the tests compare)."""
     out: list[Settings] = []
     if o.mode == "infer":
         quants = [o.quant]
@@ -557,9 +576,17 @@ def candidates(o: SpaceOptions) -> list[Settings]:
         return out
     own = o.recipe_precision
     precisions = (own, PURE_OF[own]) if own in PURE_OF else (own,)
+    # each technique part is shared by the stack's layouts, each layout's part by every stack:
+    # a part is built (through the Settings constructor, which validates it) once, and the
+    # settings of the other combinations made of built parts (issue 32: ~1 000 constructions
+    # of ~350 technique parts were most of a full fine-tune's candidate space)
+    techs: dict[tuple[Any, ...], TechniqueSpec] = {}
+    layouts = _parallel_layouts(o)
+    parallels: list[ParallelSpec | None] = [None] * len(layouts)
     for precision in precisions:
         for stack in _train_stacks(o):
-            for layout in _parallel_layouts(o):
+            stack_key = tuple(stack.items())
+            for i, layout in enumerate(layouts):
                 if o.optimizer_in_bwd and (
                     layout.get("shard", "none") != "none" or layout.get("offload", "none") != "none"
                 ):
@@ -574,26 +601,33 @@ def candidates(o: SpaceOptions) -> list[Settings]:
                 for ckpt, loss in _ckpt_losses(o, layout):
                     splits = [
                         (m, accum)
-                        for m, accum in _micro_batches(o)
+                        for m, accum in micro_batch_splits(o)
                         # with the optimizer step in backward nothing accumulates
                         if not (o.optimizer_in_bwd and accum > 1)
                     ]
                     if not splits:
                         continue
-                    first = Settings(
-                        precision=run_as,
-                        attention=o.attention,
-                        checkpointing=ckpt,
-                        gpus=o.gpus,
-                        micro_batch=splits[0][0],
-                        grad_accum=splits[0][1],
-                        prepare_kbit=o.prepare_kbit and stack.get("quant", "none") != "none",
-                        optimizer_in_bwd=o.optimizer_in_bwd,
-                        loss=loss,
-                        kernels=o.kernels,
-                        **stack,
-                        **layout,
-                    )
+                    kbit = o.prepare_kbit and stack.get("quant", "none") != "none"
+                    tech_key = (run_as, ckpt, loss, kbit, stack_key)
+                    tech, par = techs.get(tech_key), parallels[i]
+                    if tech is None or par is None or not share_parts:
+                        first = Settings(
+                            precision=run_as,
+                            attention=o.attention,
+                            checkpointing=ckpt,
+                            gpus=o.gpus,
+                            micro_batch=splits[0][0],
+                            grad_accum=splits[0][1],
+                            prepare_kbit=kbit,
+                            optimizer_in_bwd=o.optimizer_in_bwd,
+                            loss=loss,
+                            kernels=o.kernels,
+                            **stack,
+                            **layout,
+                        )
+                        techs[tech_key], parallels[i] = first.techniques, first.parallel
+                    else:
+                        first = Settings.of_parts(tech, par, *splits[0])
                     out.append(first)
                     out += [first.split(m, accum) for m, accum in splits[1:]]
     return out

@@ -71,6 +71,7 @@ def test_estimate_many_at_batch_1_alone_simulates_once_with_the_same_answer() ->
     for extra in ({}, {"checkpointing": "full", "lora_rank": 8}, {"grad_accum": 4}):
         one = WorkloadSpec(batch_size=1, seq_len=512, **extra)
         with mock.patch.object(api, "simulate", counted):
+            api._SIMULATIONS.clear()  # counted as a process that kept none (test_kept_simulations)
             calls.clear()
             [alone] = estimate_many(source, [one])
             assert calls == [1]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from memfit.estimate.analytic import engine, estimate_analytic
+from memfit.estimate.analytic import api, engine, estimate_analytic
 from memfit.estimate.analytic.api import _prepare
 from memfit.estimate.analytic.blocks import Work
 from memfit.models import resolve_model
@@ -47,6 +47,7 @@ JOBS = [
 def _answer(source: object, job: dict[str, object]) -> str:
     fields = {"batch_size": 2, "seq_len": 256, "precision": "bf16-mixed", **job}
     wl = WorkloadSpec(**fields)  # type: ignore[arg-type]
+    api._SIMULATIONS.clear()  # simulated again: the blocks are what is kept (test_kept_simulations)
     est = estimate_analytic(source, wl, gpu=None)
     out = est.to_json()
     out.pop("elapsed_s", None)

@@ -398,7 +398,7 @@ def test_both_engines_add_the_same_cuda_reduction_staging(case, trace_hf, monkey
 
         # the patch below changes what a block allocates: nothing kept from the first run
         engine._BLOCKS.clear()
-        api._LAST.clear()
+        api._SIMULATIONS.clear()
         traced = trace_hf(TINY[family], wl, name=family, gpu=gpu)
         analytic = estimate_analytic(TINY[family], wl, gpu=gpu)
         return (

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import platform
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -51,6 +53,7 @@ from memfit.estimate.pipeline import (
 )
 from memfit.estimate.quant import unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
+from memfit.hardware.gpu import GPU
 from memfit.hardware.overhead import device_overhead
 from memfit.spec import PRECISION_RULES, WorkloadSpec
 from memfit.spec.hf_versions import autocasts_adapters, returns_fp32_logits
@@ -95,24 +98,89 @@ def estimate_analytic(
     return with_notes(est, prepared_notes)
 
 
-#: The last job simulated: (config, a copy of it, workload asked, gpu) -> what
-#: :func:`_simulated` returns. A default answer asks for the same job at two reserved ends (the
-#: shown one and the band's top, ``policy.EnginePolicy._validated_fast``), which change only the
-#: reserved rule, not the simulation (issue 32: half a default answer's time).
-_LAST: list[tuple[tuple[Any, ...], tuple[WorkloadSpec, list[str], str, Simulated]]] = []
+#: Simulations kept in this process, least recently used dropped first: :func:`_simulated`'s
+#: (one workload) and :func:`estimate_many`'s (a batch-free workload's batch-1 simulation and
+#: its batch lines), keyed by everything they read (:func:`_sim_key`): the model's config as
+#: JSON, the workload's every field and the GPU record. A default answer asks for the same job
+#: at two reserved ends (``policy.EnginePolicy._validated_fast``), which change only the
+#: reserved rule; ``memfit web``'s worker answers jobs of one model on one GPU whose "nearest
+#: change that fits" searches estimate the same stacks (issue 32). Nothing downstream changes
+#: a kept value (:func:`_result` and :func:`_at_batch` build new records from it). Memory:
+#: ~100 KiB a simulation (512 held 52.7 MiB after the web mix's 160 first jobs, tracemalloc),
+#: so ~13 MiB a process.
+MAX_SIMULATIONS_KEPT = 128
+_SIMULATIONS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+#: The last configs' and GPU records' key parts, by object (the entry holds the object, so
+#: ``is`` tells a reused id; a config's deep copy tells a change of it in place).
+_CONFIG_KEYS: list[tuple[dict[str, Any], dict[str, Any], str]] = []
+_GPU_KEYS: list[tuple[Any, str]] = []
+MAX_KEY_OBJECTS = 8
+
+
+def _config_key(config: dict[str, Any]) -> str | None:
+    """``config`` as sorted JSON (THE config key of ``memfit.plan.nearest`` and the trace
+    cache), kept per dict while a deep copy still equals it; None where it is not JSON (then
+    nothing is kept)."""
+    for cfg, copy_, key in _CONFIG_KEYS:
+        if cfg is config and copy_ == config:
+            return key
+    try:
+        key = json.dumps(config, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+    _CONFIG_KEYS.insert(0, (config, copy.deepcopy(config), key))
+    del _CONFIG_KEYS[MAX_KEY_OBJECTS:]
+    return key
+
+
+def _gpu_key(gpu: Any) -> str:
+    """``repr(gpu)`` (a catalog record, or None), kept per record (frozen: its repr stays)."""
+    for g, key in _GPU_KEYS:
+        if g is gpu:
+            return key
+    key = repr(gpu)
+    if isinstance(gpu, GPU):
+        _GPU_KEYS.insert(0, (gpu, key))
+        del _GPU_KEYS[MAX_KEY_OBJECTS:]
+    return key
+
+
+def _sim_key(kind: str, config: dict[str, Any], job: Any, gpu: Any) -> tuple[Any, ...] | None:
+    """The key of a kept simulation (``job``: the workload's fields as :func:`_simulated` or
+    :func:`estimate_many` reads them); None: not kept (a config that is not JSON)."""
+    config_key = _config_key(config)
+    if config_key is None:
+        return None
+    return (kind, config_key, job, _gpu_key(gpu))
+
+
+def _kept(key: tuple[Any, ...] | None) -> Any:
+    if key is None:
+        return None
+    found = _SIMULATIONS.get(key)
+    if found is not None:
+        _SIMULATIONS.move_to_end(key)
+    return found
+
+
+def _keep(key: tuple[Any, ...] | None, value: Any) -> None:
+    if key is None:
+        return
+    _SIMULATIONS[key] = value
+    while len(_SIMULATIONS) > MAX_SIMULATIONS_KEPT:
+        _SIMULATIONS.popitem(last=False)
 
 
 def _simulated(
     config: dict[str, Any], workload: WorkloadSpec, gpu: Any
 ) -> tuple[WorkloadSpec, list[str], str, Simulated]:
     """The prepared workload, its notes, the task and the simulation of ``workload`` on the
-    model of ``config``; the last one is reused for the same config dict (same object, same
-    contents), workload and GPU record. Nothing downstream changes a :class:`Simulated`."""
-    if _LAST:
-        (cfg, copy_, wl, g), value = _LAST[0]
-        if cfg is config and g is gpu and wl == workload and copy_ == config:
-            return value
-    asked = workload
+    model of ``config``; kept (:data:`_SIMULATIONS`) per config, workload and GPU record.
+    Nothing downstream changes a :class:`Simulated`."""
+    key = _sim_key("one", config, repr(workload), gpu)
+    found = _kept(key)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
     workload, prepared_notes = prepare_workload(config, workload)
     check_gpu(workload, gpu)
     prog, task = _prepare(config, workload)
@@ -124,7 +192,7 @@ def _simulated(
                 sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
     value = (workload, prepared_notes, task, sim)
-    _LAST[:] = [((config, _copy_of(config), asked, gpu), value)]
+    _keep(key, value)
     return value
 
 
@@ -151,17 +219,6 @@ def _unsloth_ce_free_bytes(
     if free * loss.UNSLOTH_CE_FREE_SHARE >= loss.UNSLOTH_CE_TARGET_CAP_BYTES:
         return None
     return free
-
-
-def _copy_of(config: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of ``config`` to tell a later change of it; the last one kept where it is
-    the copy of this very dict and still equal to it (a planner search estimates one config
-    ~100 times one at a time: a deep copy each was a tenth of its estimates, issue 32)."""
-    if _LAST:
-        (cfg, copy_, _, _), _ = _LAST[0]
-        if cfg is config and copy_ == config:
-            return copy_
-    return copy.deepcopy(config)
 
 
 def _band_of(config: dict[str, Any], workload: WorkloadSpec) -> tuple[str | None, str]:
@@ -231,6 +288,13 @@ def estimate_many(
             out.append(estimate_analytic(model, asked[len(out)], gpu=gpu))
             continue
         entry = cache.get(key)
+        kept_key = None
+        if entry is None:
+            # batch 1 alone (its peaks) or its lines through the batch-2 simulation: kept apart
+            kept_key = _sim_key("lines", config, (key, batches[key] == {1}), gpu)
+            entry = _kept(kept_key)
+            if entry is not None:
+                cache[key] = entry
         if entry is None:
             prog, task = _prepare(config, wl)
             with reduce_device(gpu):
@@ -242,6 +306,7 @@ def estimate_many(
                 else:
                     lines = _envelopes(one_, simulate(prog, replace(wl, batch_size=2), task))
             entry = cache[key] = (task, one_, lines)
+            _keep(kept_key, entry)
         task, one_, lines = entry
         sim = _at_batch(one_, lines, wl.batch_size)
         est = assemble(_result(sim, wl, name=name, task=task, started=started), wl, gpu)

@@ -51,6 +51,12 @@ def vsub(a: Vec, b: Vec) -> Vec:
 _sub = vsub
 
 
+def _relative(points: list[Vec], base: Vec) -> list[Vec]:
+    """``[vsub(p, base) for p in points]``, inline (a planner search shifts ~10^5 points)."""
+    b0, b1, b2, b3, b4, b5 = base
+    return [(p[0] - b0, p[1] - b1, p[2] - b2, p[3] - b3, p[4] - b4, p[5] - b5) for p in points]
+
+
 def one(comp: int, n_bytes: int) -> Vec:
     v = [0] * N_COMP
     v[comp] = n_bytes
@@ -262,7 +268,13 @@ class Graph:
         passthrough: bool = False,
         mm: bool = False,
     ) -> list[Tensor]:
-        rg = self.grad_enabled and differentiable and any(t.rg for t in inputs)
+        # (loops and Node's fields by position: a planner search records ~10^4 ops, issue 32)
+        rg = False
+        if self.grad_enabled and differentiable:
+            for t in inputs:
+                if t.rg:
+                    rg = True
+                    break
         outs: list[Tensor] = []
         shared = view_of.storage if view_of is not None else None
         for o in outputs:
@@ -271,19 +283,21 @@ class Graph:
                 outs.append(o)
             else:
                 outs.append(Tensor(o[0], o[1], rg=rg, storage=shared))
-        node = Node(
-            inputs=list(inputs),
-            outputs=outs,
-            saves=[t for t in (saves or []) if t is not None] if rg else [],
-            grad_to=grad_to,
-            bwd_workspace=bwd_workspace,
-            fwd_workspace=fwd_workspace,
-            matmul=matmul,
-            rg=rg,
-            passthrough=passthrough,
-            mm=mm,
+        kept = [t for t in saves if t is not None] if rg and saves else []
+        self.nodes.append(
+            Node(
+                list(inputs),
+                outs,
+                kept,
+                grad_to,
+                bwd_workspace,
+                fwd_workspace,
+                matmul,
+                rg,
+                passthrough,
+                mm,
+            )  # fmt: skip
         )
-        self.nodes.append(node)
         return outs
 
     def hold(self, *tensors: Tensor) -> None:
@@ -396,7 +410,7 @@ class Graph:
         base = self._now()
         self._points = []
         self._replay(save_policy)
-        return [_sub(p, base) for p in self._points], _sub(self._now(), base)
+        return _relative(self._points, base), _sub(self._now(), base)
 
     def _replay(self, save_policy: str) -> None:
         """The forward's allocations and frees, as points appended to ``_points`` (a
@@ -453,7 +467,8 @@ class Graph:
         counted). ``existing_grads``: parameters already hold a gradient (accumulation, or
         ``zero_grad(set_to_none=False)``): new ones are summed in place. A recomputation
         (:meth:`recomputation`) runs when backward reaches its last saving node."""
-        self._points = []
+        points: list[Vec] = []
+        self._points = points  # the recomputation's forward points go here too (_replay)
         base = self._now()
         for t in self.freed_at_backward:
             t.held = False
@@ -467,8 +482,10 @@ class Graph:
                 self._replay("all")
             if not node.rg:
                 continue
-            incoming = [t.grad for t in node.outputs if t.grad is not None]
-            if not incoming:
+            for t in node.outputs:
+                if t.grad is not None:
+                    break
+            else:  # no incoming gradient
                 self._release_saved(node)
                 continue
             if node.bwd_workspace:
@@ -527,10 +544,11 @@ class Graph:
                     g = Storage(t.n_bytes, TEMP)
                     self._alloc(g)
                     transient.append(g)
-            self._point()
+            v = self._live
+            points.append((v[0], v[1], v[2], v[3], v[4], v[5]))
             for t in node.inputs:
                 if t.leaf:
-                    self.bwd_point_of.setdefault(id(t), len(self._points) - 1)
+                    self.bwd_point_of.setdefault(id(t), len(points) - 1)
             if node.bwd_workspace:
                 self._live[TEMP] -= node.bwd_workspace
             for g in transient:
@@ -541,7 +559,7 @@ class Graph:
                     t.grad = None
             self._release_saved(node)
         self._release_kept()
-        return [_sub(p, base) for p in self._points] + [_sub(self._now(), base)]
+        return _relative(self._points, base) + [_sub(self._now(), base)]
 
     def _take_over(self, s: Storage) -> Storage:
         """A saved tensor's live storage becomes a gradient (held until its last holder lets
