@@ -152,9 +152,7 @@ CONTEXT_ROWS = (
 
 
 def context_argv(model: str, seq: int, kernels: str = "unsloth") -> list[str]:
-    """A README context-length row as one ``memfit estimate`` line (bf16: an A100); the
-    benchmark runs the same job through the Python API on :func:`context_gpu`'s card, which the
-    command line cannot name (an A100 of the row's VRAM)."""
+    """A README context-length row as one ``memfit estimate`` line (bf16: an A100)."""
     out = ["estimate", model, "--mode", "train", "--batch", "1", "--seq", str(seq)]
     out += ["--kernels", kernels]
     out += ["--precision", "bf16-true", "--optimizer", "adamw-8bit", "--checkpointing", "offload"]
@@ -162,42 +160,13 @@ def context_argv(model: str, seq: int, kernels: str = "unsloth") -> list[str]:
     return out + ["--quant", "nf4-dq", "--gpu", "A100-80GB", "--engine", "analytic", "--quiet"]
 
 
-def context_gpu(vram_gb: int) -> Any:
-    """An A100-80GB with ``vram_gb`` GB of torch-visible memory: Unsloth's fused CE sizes its
-    chunk from the free memory of the card it runs on (memfit.estimate.analytic.loss
-    ``unsloth_ce_chunks``), so the row's card is the claim's VRAM, not the A100's 80 GB."""
-    import dataclasses
-
-    from memfit.hardware import get_gpu
-
-    a100 = get_gpu("A100-80GB")
-    return dataclasses.replace(a100, memory_bytes=vram_gb * 10**9, driver_reserved_bytes=0)
-
-
-def _estimate_context(model: str, seq: int, vram_gb: int, kernels: str) -> dict[str, Any]:
-    """:func:`context_argv`'s job through the Python API, on :func:`context_gpu`'s card."""
-    from memfit.estimate import estimate as memfit_estimate
-    from memfit.flags import workload_kwargs
-    from memfit.spec import WorkloadSpec
-
-    flags = {
-        "mode": "train", "batch": 1, "seq": seq, "kernels": kernels,
-        "precision": "bf16-true", "optimizer": "adamw-8bit", "checkpointing": "offload",
-        "loss": "fused", "lora_rank": 32, "lora_targets": "q,k,v,o,gate,up,down",
-        "quant": "nf4-dq",
-    }  # fmt: skip
-    workload = WorkloadSpec(**workload_kwargs(flags))
-    gpu = context_gpu(vram_gb)
-    return dict(memfit_estimate(model, workload, gpu=gpu, engine="analytic").to_json())
-
-
 def compare_context(model: str, vram_gb: int, seq: int) -> dict[str, Any]:
     """memfit's device point for Unsloth's longest context on a card of ``vram_gb``, against
     that memory (the run fit in it: a point above it over-counts by at least the difference)."""
-    est = _estimate_context(model, seq, vram_gb, "unsloth")
+    est = _run(context_argv(model, seq))
     point = est["device_used_bytes"] / GIB
     dynamic = (est["components"]["activations"] + est["components"]["temporary"]) / GIB
-    hf = _estimate_context(model, seq, vram_gb, "hf")
+    hf = _run(context_argv(model, seq, "hf"))
     hf_dynamic = (hf["components"]["activations"] + hf["components"]["temporary"]) / GIB
     return {
         "hf_point": hf["device_used_bytes"] / GIB,
@@ -301,9 +270,7 @@ def render_context(results: list[dict[str, Any]]) -> str:
         "",
         f"Source: {UNSLOTH_CONTEXT_SOURCE} (a claim: the 8B column is linear in the VRAM). "
         "memfit: QLoRA r32 on all linear layers, batch 1, `--kernels unsloth --checkpointing "
-        "offload --loss fused`, nf4-dq, bf16, AdamW-8bit, on an A100-80GB record whose capacity "
-        "is the row's VRAM (Unsloth's fused CE sizes its chunk from the card's free memory); "
-        "over = memfit's device point / the "
+        "offload --loss fused`, nf4-dq, bf16, AdamW-8bit; over = memfit's device point / the "
         "VRAM - 1 (the run fit in that VRAM: a positive value over-counts by at least this, a "
         "negative one is consistent with the claim); *hf kernels*: the same job with `--kernels "
         "hf` (before).",

@@ -39,14 +39,14 @@ def test_the_fix_of_an_unsloth_file_is_planned_and_written_with_unsloths_kernels
 ) -> None:
     path = _copy(tmp_path)
     assert _kernels(path) == ("unsloth", "offload", "fused")
-    code, out = _check(capsys, path, "A100-40GB")
+    code, out = _check(capsys, path, "L40S")
     fix = out["fix"]
     assert code == 1 and fix["verdict"] == "fits"
     # the plan it comes from runs Unsloth's kernels and checkpoints (not peft's layers)
     assert "unsloth kernels" in fix["plan"] and "ckpt offload" in fix["plan"]
     assert "use_unsloth" not in fix["diff"] and "gradient_checkpointing" not in fix["diff"]
     assert set(fix["changes"]) <= {"batch_size", "grad_accum", "attention", "optimizer"}
-    code, wrote = _check(capsys, path, "A100-40GB", "--write")
+    code, wrote = _check(capsys, path, "L40S", "--write")
     assert code == 0 and wrote["fix"]["written_verdict"] == "fits"
     assert _kernels(path) == ("unsloth", "offload", "fused")  # the written file, read again
     assert "use_unsloth: true" in path.read_text()
@@ -65,13 +65,13 @@ def test_use_unsloth_holds_the_checkpointing_in_every_plan_of_the_fix() -> None:
     """LLaMA-Factory's Unsloth path checkpoints to host RAM whatever the file says: the fix's
     planner keeps ``offload`` (a plan changing it would edit a key with no effect)."""
     w = workload_of(read_job([EXAMPLES / UNSLOTH]))
-    result = plan("qwen3-4b", recipe_request(w, keep_checkpointing=True), gpu="A100-40GB")
+    result = plan("qwen3-8b", recipe_request(w, keep_checkpointing=True), gpu="L40S")
     shown = [result.recommended, *result.alternatives]
     assert shown[0] is not None
     assert {(o.settings.kernels, o.settings.checkpointing) for o in shown} == {
         ("unsloth", "offload")
     }
-    free = plan("qwen3-4b", recipe_request(w), gpu="A100-40GB")
+    free = plan("qwen3-8b", recipe_request(w), gpu="L40S")
     ckpts = {o.settings.checkpointing for o in [free.recommended, *free.alternatives] if o}
     assert {o.settings.kernels for o in [free.recommended, *free.alternatives] if o} == {"unsloth"}
     assert ckpts - {"offload"}  # without the hold the planner does try the others

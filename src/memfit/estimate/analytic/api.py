@@ -14,7 +14,7 @@ from typing import Any
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import fastpath, sharding
-from memfit.estimate.analytic import loss, unsloth
+from memfit.estimate.analytic import unsloth
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.compile import (
     MEASURED_POLICIES,
@@ -25,7 +25,7 @@ from memfit.estimate.analytic.compile import (
 )
 from memfit.estimate.analytic.distributed import per_rank_config
 from memfit.estimate.analytic.engine import Simulated, simulate
-from memfit.estimate.analytic.graph import ACTS, KV, PARAMS, TEMP, ZERO, Vec, vsub
+from memfit.estimate.analytic.graph import TEMP, ZERO, Vec, vsub
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
 from memfit.estimate.analytic.reserved import (
@@ -54,8 +54,7 @@ from memfit.estimate.pipeline import (
 from memfit.estimate.quant import unquantized_layers_note
 from memfit.estimate.result import COMPONENTS, MemoryEstimate
 from memfit.hardware.gpu import GPU
-from memfit.hardware.overhead import device_overhead
-from memfit.spec import PRECISION_RULES, WorkloadSpec
+from memfit.spec import WorkloadSpec
 from memfit.spec.hf_versions import autocasts_adapters, returns_fp32_logits
 from memfit.units import format_bytes
 
@@ -186,39 +185,10 @@ def _simulated(
     prog, task = _prepare(config, workload)
     with reduce_device(gpu):  # CUDA kernels' workspaces sized for this GPU
         sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
-        free = _unsloth_ce_free_bytes(sim, workload, gpu, config)
-        if free is not None:  # a GPU tight enough that the fused CE's chunk is smaller
-            with loss.unsloth_ce_free(free):
-                sim = _with_full_counts(simulate(prog, workload, task), config, workload, task)
     _add_notes(sim, config, workload)
     value = (workload, prepared_notes, task, sim)
     _keep(key, value)
     return value
-
-
-def _unsloth_ce_free_bytes(
-    sim: Simulated, workload: WorkloadSpec, gpu: Any, config: dict[str, Any]
-) -> int | None:
-    """The free bytes Unsloth's fused CE sees at its first call (``loss.unsloth_ce_chunks``)
-    where they cut its chunk below the capped target; None where they do not (or the job runs
-    no Unsloth fused CE, or no GPU is given: the capped chunk). The first call is step 1's
-    forward: the GPU less what lives outside the allocator and the forward's bytes without
-    gradients, optimizer states and the loss's own chunk (allocated bytes: at most what is
-    reserved, so this reads the free memory high and the chunk large, not small)."""
-    if gpu is None or not workload.is_train or workload.kernels != "unsloth":
-        return None
-    if workload.loss != "fused":
-        return None
-    tokens = workload.batch_size * workload.seq_len
-    logit_bytes = 4 if PRECISION_RULES[workload.run_precision].compute == "float32" else 2
-    vocab = read_arch(config).vocab
-    chunk = loss.unsloth_ce_chunk_bytes(tokens, vocab, logit_bytes)  # the capped chunk
-    held = max(p[PARAMS] + p[ACTS] + p[KV] + p[TEMP] for p in sim.candidates["forward"]) - chunk
-    outside = device_overhead(getattr(gpu, "arch", None), training=True).outside_allocator_bytes
-    free = max(int(gpu.capacity_bytes) - outside - max(held, 0), 0)
-    if free * loss.UNSLOTH_CE_FREE_SHARE >= loss.UNSLOTH_CE_TARGET_CAP_BYTES:
-        return None
-    return free
 
 
 def _band_of(config: dict[str, Any], workload: WorkloadSpec) -> tuple[str | None, str]:

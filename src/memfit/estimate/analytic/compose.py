@@ -128,8 +128,6 @@ def run_workload_block(
         o.lora_dropout = wl.lora_dropout if wl.lora_rank and wl.is_train else 0.0
         if wl.kernels == "unsloth" and wl.is_train and model_type in UNSLOTH_MODEL_TYPES:
             o.kernels = "unsloth"
-        if wl.kernels == "unsloth" and wl.is_train:
-            o.fused_ce = "unsloth"
         return body(o)
 
     lora = (wl.lora_rank, wl.lora_targets) if wl.lora_rank and wl.is_train else None

@@ -50,7 +50,6 @@ from memfit.estimate.analytic.host_checkpoint import (
     checkpoints_on_host,
     device_buffer_bytes,
 )
-from memfit.estimate.analytic.loss import unsloth_ce_free_bytes
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
@@ -138,8 +137,7 @@ def _block_key(
     the pass (``w``; its loss for the head only), the switches ``kw``, the workload's fields
     but :data:`STEP_ONLY_FIELDS` (:data:`HEAD_ONLY_FIELDS` for the embedding and the layers)
     (with what ``optimizer`` and ``shard`` decide for a block) and the GPU the CUDA reductions'
-    workspaces are sized for (and, for the head, the free bytes Unsloth's fused CE sizes its
-    chunk from, ``loss.unsloth_ce_free``)."""
+    workspaces are sized for."""
     job = _job_key(wl, kind == "head")
     if kind != "head" and w.loss != "full":
         w = replace(w, loss="full")
@@ -156,7 +154,6 @@ def _block_key(
         in_bwd,
         holds_grads(wl),
         current_device(),
-        unsloth_ce_free_bytes() if kind == "head" else None,  # Unsloth's fused CE chunk
     )
 
 

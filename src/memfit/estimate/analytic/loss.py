@@ -23,17 +23,12 @@ replace it (``WorkloadSpec.loss``, ``rules.LOSSES``):
     ``grad_input`` (the hidden states' shape) and ``grad_weight`` (the LM head's, when it trains).
     The transient is one chunk's logits: Liger's ``chunk_size = next_power_of_2(ceil(BT /
     ceil(V / H)))`` rows of V in the input dtype (about the hidden states' size). Unsloth sizes its
-    chunk from the free memory at the loss's first call (:func:`unsloth_ce_chunks`): half of it,
-    at most 4 GiB, of fp32 logits per chunk, so up to a few thousand tokens the whole logits are
-    one chunk; the chunk holds its logits and their fp32 upcast (:data:`UNSLOTH_CE_UPCAST_BYTES`).
+    chunk from the free memory at the call (``_get_chunk_multiplier``: half the free memory, at
+    most 4 GiB of fp32 logits): it takes what is free, so the need is modelled with Liger's
+    chunk.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.graph import DTYPE_BYTES, Tensor
@@ -41,65 +36,6 @@ from memfit.estimate.analytic.ops import Ops
 
 #: torchtune ``LinearCrossEntropyLoss(num_output_chunks=8)`` / ``CEWithChunkedOutputLoss``'s default
 TORCHTUNE_OUTPUT_CHUNKS = 8
-
-#: Unsloth's fused CE chunk count (unslothai/unsloth-zoo@ce232d6cef9c
-#: ``unsloth_zoo/fused_losses/cross_entropy_loss.py`` ``_get_chunk_multiplier`` /
-#: ``get_chunk_size``; Unsloth calls it with ``target_gb=None``): the target is this share of
-#: ``torch.cuda.mem_get_info()``'s free bytes at the loss's first call (``functools.cache``: kept
-#: for the process), at most the cap; the rule budgets fp32 logits (4 bytes each) and splits
-#: into one chunk when they fit the target, else the ratio rounded up to a multiple of 4.
-UNSLOTH_CE_FREE_SHARE = 0.5
-UNSLOTH_CE_TARGET_CAP_BYTES = 4 * 2**30
-UNSLOTH_CE_BUDGET_BYTES_PER_LOGIT = 4
-UNSLOTH_CE_CHUNK_MULTIPLE = 4
-#: What one chunk holds at once beyond its logits in the input dtype: their fp32 upcast
-#: (``logits.float()``; the maintainers' words for the one-chunk case, unslothai/unsloth-zoo@
-#: d9fe1f43ec96 commit message: it "materializes the full logits and their float32 upcast in a
-#: single transient").
-UNSLOTH_CE_UPCAST_BYTES = 4
-#: The free bytes the fused CE sees at its first call (None: the capped target, a GPU with at
-#: least twice the cap free), set by the analytic engine's second pass (api._simulated).
-_UNSLOTH_FREE: ContextVar[int | None] = ContextVar("unsloth_ce_free_bytes", default=None)
-
-
-@contextmanager
-def unsloth_ce_free(free_bytes: int | None) -> Iterator[None]:
-    """Within this context, Unsloth's fused CE sizes its chunk from ``free_bytes``."""
-    token = _UNSLOTH_FREE.set(free_bytes)
-    try:
-        yield
-    finally:
-        _UNSLOTH_FREE.reset(token)
-
-
-def unsloth_ce_free_bytes() -> int | None:
-    """The free bytes :func:`unsloth_ce_free` set (None: the capped target)."""
-    return _UNSLOTH_FREE.get()
-
-
-def unsloth_ce_chunks(tokens: int, vocab: int, free_bytes: int | None) -> int:
-    """How many chunks Unsloth's fused CE splits ``tokens`` rows into, given the free bytes at
-    its first call (None: plenty, the capped target): ``exact = tokens * vocab * 4 / target``;
-    1 when ``exact <= 1``, else ``ceil(exact / 4) * 4`` (``torch.chunk`` then gives chunks of
-    ``ceil(tokens / n)`` rows, at most ``tokens`` chunks). No free memory: one row a chunk
-    (Unsloth raises there; the job does not fit anyway)."""
-    cap = UNSLOTH_CE_TARGET_CAP_BYTES
-    target = cap if free_bytes is None else min(free_bytes * UNSLOTH_CE_FREE_SHARE, cap)
-    if target <= 0:
-        return max(tokens, 1)
-    exact = tokens * vocab * UNSLOTH_CE_BUDGET_BYTES_PER_LOGIT / target
-    if exact <= 1.0:
-        return 1
-    multiple = UNSLOTH_CE_CHUNK_MULTIPLE
-    return min(math.ceil(exact / multiple) * multiple, max(tokens, 1))
-
-
-def unsloth_ce_chunk_bytes(tokens: int, vocab: int, logit_bytes: int) -> int:
-    """The bytes one chunk of Unsloth's fused CE holds at once: its rows of logits in the input
-    dtype (``logit_bytes``) and their fp32 upcast, for the free bytes of this context."""
-    n = unsloth_ce_chunks(tokens, vocab, _UNSLOTH_FREE.get())
-    rows = -(-tokens // n)
-    return rows * vocab * (logit_bytes + UNSLOTH_CE_UPCAST_BYTES)
 
 
 def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
@@ -165,10 +101,7 @@ def fused_loss(o: Ops, x: Tensor, tokens: int, a: Arch, *, bias: bool) -> list[T
     )
     xi, wi = o.autocast_input(x), o.autocast_weight(w)
     inputs = [xi, wi] + ([o.autocast_weight(b)] if b is not None else [])
-    if o.fused_ce == "unsloth":
-        chunk_bytes = unsloth_ce_chunk_bytes(tokens, a.vocab, DTYPE_BYTES[xi.dtype])
-    else:
-        chunk_bytes = liger_chunk_rows(tokens, a.vocab, a.hidden) * a.vocab * DTYPE_BYTES[xi.dtype]
+    chunk_bytes = liger_chunk_rows(tokens, a.vocab, a.hidden) * a.vocab * DTYPE_BYTES[xi.dtype]
     grad_w_bytes = wi.numel * DTYPE_BYTES[wi.dtype] if wi.rg else 0
     loss, grad_input = o.g.op(
         inputs,
@@ -202,14 +135,4 @@ def head_loss(
     return out
 
 
-__all__ = [
-    "TORCHTUNE_OUTPUT_CHUNKS",
-    "chunked_loss",
-    "fused_loss",
-    "head_loss",
-    "liger_chunk_rows",
-    "unsloth_ce_chunk_bytes",
-    "unsloth_ce_chunks",
-    "unsloth_ce_free",
-    "unsloth_ce_free_bytes",
-]
+__all__ = ["TORCHTUNE_OUTPUT_CHUNKS", "chunked_loss", "fused_loss", "head_loss", "liger_chunk_rows"]

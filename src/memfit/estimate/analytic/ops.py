@@ -108,10 +108,6 @@ class Ops:
         #: whose kernels run the block (``WorkloadSpec.kernels``; ``unsloth`` only where
         #: ``unsloth.UNSLOTH_MODEL_TYPES`` has the model, set by ``compose``)
         self.kernels = "hf"
-        #: whose fused cross-entropy a ``fused`` loss is (``loss.fused_loss``): Liger's chunk,
-        #: or ``unsloth`` (``--kernels unsloth`` in training, any model: Unsloth's forward
-        #: calls its fused CE for every model it patches), set by ``compose``
-        self.fused_ce = "liger"
 
     def release_locals(self, *more: Tensor) -> None:
         """The module returns: its locals (and ``more``) may be freed after this point."""

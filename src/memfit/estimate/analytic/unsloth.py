@@ -54,13 +54,12 @@ UNSLOTH_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 SOURCE = "unslothai/unsloth@015bdef0d94a unsloth/kernels/fast_lora.py"
 #: Unsloth's fused CE (unslothai/unsloth-zoo@ce232d6c ``unsloth_zoo/fused_losses/
 #: cross_entropy_loss.py`` ``_get_chunk_multiplier`` / ``get_chunk_size``) sizes its chunk of
-#: logits from the GPU's free memory at its first call (half of it, at most 4 GiB of fp32
-#: logits): ``loss.unsloth_ce_chunks``, the free memory from the GPU given (none: the capped
-#: chunk), the chunk holding its logits and their fp32 upcast.
+#: fp32 logits to half the GPU's free memory at its first call, at most 4 GiB: it takes what is
+#: free, so memfit counts the need (``loss.fused_loss``: a Liger-sized chunk), and says so.
 CE_CHUNK = (
-    "Unsloth's fused CE sizes its chunk of logits to half the GPU's free memory at its first "
-    "call (at most 4 GiB of fp32 logits; unsloth-zoo@ce232d6c get_chunk_size): counted at that "
-    "chunk, its logits and their fp32 upcast (without --gpu: the 4 GiB cap's chunk)"
+    "Unsloth's fused CE sizes its fp32-logits chunk to half the free memory (at most 4 GiB): "
+    "counted here at the chunk it needs, so on a roomy GPU max_memory_reserved() can read "
+    "higher by up to that chunk"
 )
 
 
