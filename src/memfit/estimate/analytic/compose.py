@@ -342,6 +342,8 @@ def training_step(
         cur = view.point(cur, backward=True)
         info["host_bytes"] = view.host_bytes
         info["optimizer_state_bytes"] = view.states_bytes
+        if view.stranded_bytes:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
+            info["fsdp_stranded_bytes"] = view.stranded_bytes
     return Simulated(
         candidates={
             "forward": [static, *pts],

@@ -34,6 +34,7 @@ from typing import Any
 from memfit.estimate import sharding
 from memfit.estimate.analytic.graph import GRADS, PARAMS, TEMP, Vec, one, vadd
 from memfit.estimate.analytic.step import BlockProfile
+from memfit.hardware.cuda_allocator import round_size, segment_size
 
 #: Optimizers DeepSpeed runs as its fused multi-tensor Adam (no parameter-sized temporaries);
 #: the trace engine's rule (``rank_replay.DEEPSPEED_FUSED_ADAM``).
@@ -87,6 +88,10 @@ class RankView:
     #: bytes added to the end of backward, a point of its own (FSDP2's root group reduce-scatters
     #: its gradients there, in the final backward callback)
     bwd_end_extra: Vec | None = None
+    #: FSDP2: segments the caching allocator takes again for the root group's two one-off
+    #: buffers, whose earlier segments were carved up in between (:func:`fsdp_stranded_bytes`);
+    #: reserved, never allocated at once (``analytic/reserved.py`` adds them)
+    stranded_bytes: int = 0
     host_bytes: int = 0
     dp: int = 1
 
@@ -421,6 +426,16 @@ def _fsdp(
     if root_grads:
         unsharded = root_grads - _shard_bytes(root_grads, dp, scale)
         view.bwd_end_extra = one(GRADS, unsharded + round(root_grads * scale))
+    if last > 0:
+        root_params = params[0] + params[-1]
+        view.stranded_bytes = fsdp_stranded_bytes(
+            gather_bytes=sum(sharding.fsdp_shard_numel(p.shape, dp) * dp * p.elem_bytes
+                             for p in root_params),
+            reduce_bytes=sum(sharding.fsdp_shard_numel(p.shape, dp) * dp
+                             * round(p.elem_bytes * scale) for p in root_params if p.trainable),
+            regathered=policy.reshard_after_forward is not False,
+            states_on_device=offload != "params",
+        )  # fmt: skip
         if offload == "params" and 0 < i < last:  # the reduce-scatter output before its D2H copy
             out = round(-(-layer_grads // dp) * scale)
             view.bwd_extra[i] = vadd(view.bwd_extra[i], one(GRADS, out))
@@ -437,6 +452,41 @@ def _fsdp(
         view.opt_temp_bytes = 0
         view.grads = "drop"
     return view
+
+
+def fsdp_stranded_bytes(
+    *, gather_bytes: int, reduce_bytes: int, regathered: bool, states_on_device: bool
+) -> int:
+    """Reserved bytes a training step under FSDP2 holds beyond its fragmentation ratio: one more
+    segment for each of the root group's (embeddings, final norm, LM head: ``fully_shard(model)``)
+    two one-off buffers, the largest single requests of a step, whose first segment the caching
+    allocator has carved up by the time the buffer is requested again. Source: torch 2.13.0
+    (pytorch/pytorch cf30153c), ``torch/distributed/fsdp/_fully_shard/``:
+
+    - ``gather_bytes``: the root's all-gather output (``_fsdp_collectives.foreach_all_gather``:
+      one flat buffer of every parameter's dim-0-padded shard x world size, ``param_dtype``
+      wide). Requested in forward and again at the start of backward where the root reshards
+      after forward (``regathered``: ``fully_shard(model, reshard_after_forward=True)`` as
+      torchtitan and memfit's trace call it; ``_fsdp_state._lazy_init`` keeps the root whole
+      only when the argument is left to its default). In between, the blocks' all-gather
+      outputs and copy-outs are placed by best fit in the forward's freed buffer, so the
+      backward's request takes a new segment.
+    - ``reduce_bytes``: the root's reduce-scatter input (``foreach_reduce``: its unsharded
+      gradients, padded, copied into one ``reduce_dtype`` buffer, fp32 under torchtitan's
+      policy), allocated in the final backward callback
+      (``_fsdp_state._root_post_backward_final_callback``). After it is freed, the first
+      optimizer step creates the Adam states lazily (``torch.optim.AdamW``'s first ``step``),
+      and best fit places them in that freed segment (``states_on_device``; FSDP2's
+      CPUOffloadPolicy keeps them on the host): the next step's request takes a new segment.
+
+    Each is counted at its segment size (``cuda_allocator.segment_size``). Found in the trace
+    engine's allocator replay of the fast-path grid's FSDP2 rows (docs/accuracy.md, "Fast path:
+    FSDP2"): the replay (one stream, as ``allocator/caching.py`` models) makes exactly these
+    two segments again on every real-width row of ``mixed_fsdp`` that has no tied LM head."""
+    out = segment_size(round_size(gather_bytes)) if regathered and gather_bytes else 0
+    if states_on_device and reduce_bytes:
+        out += segment_size(round_size(reduce_bytes))
+    return out
 
 
 def _shard_bytes(n_bytes: int, dp: int, scale: float) -> int:
