@@ -312,7 +312,13 @@ def training_step(
     static = vadd(_state(param_bytes, opt.state_bytes, held, inputs), scaler["static"])
     pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
     cur = vadd(cur, scaler["backward"])  # the scaled loss backward() runs from
-    bpts, end = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
+    bpts, end = run_stacks(
+        cur,
+        stacks,
+        backward=True,
+        point=view.bwd if view else None,
+        last_point=view.bwd_last if view else None,
+    )
     # optimizer_in_bwd: every parameter stepped in backward (Graph.step_in_backward); the
     # optimizer phase holds the gradients backward left (a tied weight's, stepped last)
     optim = (

@@ -85,6 +85,9 @@ class RankView:
     #: extras at one point only, by (stack, point index), instead of the stack's
     fwd_at: dict[tuple[int, int], Vec] = field(default_factory=dict)
     bwd_at: dict[tuple[int, int], Vec] = field(default_factory=dict)
+    #: backward extras of the stack's block run last (its first), by stack index, instead of
+    #: ``bwd_extra`` (FSDP2: nothing left to prefetch)
+    bwd_last_extra: dict[int, Vec] = field(default_factory=dict)
     #: bytes added to the end of backward, a point of its own (FSDP2's root group reduce-scatters
     #: its gradients there, in the final backward callback)
     bwd_end_extra: Vec | None = None
@@ -115,6 +118,12 @@ class RankView:
         extra = self.bwd_at.get((i, j)) or self.bwd_extra.get(i)
         p = self.point(v, backward=True)
         return vadd(p, extra) if extra else p
+
+    def bwd_last(self, i: int, j: int, v: Vec) -> Vec:
+        """:meth:`bwd` for the stack's block run last in backward (its first in forward)."""
+        if i not in self.bwd_last_extra or (i, j) in self.bwd_at:
+            return self.bwd(i, j, v)
+        return vadd(self.point(v, backward=True), self.bwd_last_extra[i])
 
 
 def params_of(
@@ -418,11 +427,28 @@ def _fsdp(
         if i == 0 and last > 1:  # the root's all-gather output and the first block's gather
             held_fwd = root + first_gather
         view.fwd_extra[i] = one(PARAMS, root + held_fwd)
+        if in_block:
+            # the previous block's all-gather output and the block's own go at its copy-out, in
+            # its pre-forward (``FSDPParamGroup.wait_for_unshard``): the rest of its forward
+            # holds its own parameters (torch 2.13.0, _fsdp_param_group.py; the trace of
+            # llama-2-7b cut to 2 layers peaks at the second block's copy-out, the previous
+            # block's activations saved, and no later)
+            gathers = (FSDP_FWD_BLOCKS - 1) * layer
+            view.fwd_at[(i, 0)] = view.fwd_extra[i]
+            view.fwd_extra[i] = one(PARAMS, root + held_fwd - gathers)
         held_head = head_grads - _shard_bytes(head_grads, dp, scale)
         view.bwd_extra[i] = vadd(
             one(PARAMS, root + held_bwd),
             one(GRADS, (reduce_input if in_block else 0) + held_head),
         )
+        if in_block and i == 1 and policy.reshard_after_forward is True:
+            # the model's first block runs last in backward: no block before it to prefetch
+            # (``FSDPState._pre_backward`` prefetches the group that runs next; the root is
+            # already whole), so its backward holds itself only (torch 2.13.0; the trace of
+            # llama-2-7b cut to 2 layers peaks there with the root and one block whole)
+            view.bwd_last_extra[i] = vadd(
+                view.bwd_extra[i], one(PARAMS, -(FSDP_BWD_BLOCKS - 1) * layer)
+            )
     if root_grads:
         unsharded = root_grads - _shard_bytes(root_grads, dp, scale)
         view.bwd_end_extra = one(GRADS, unsharded + round(root_grads * scale))
