@@ -428,14 +428,13 @@ def _fsdp(
             held_fwd = root + first_gather
         view.fwd_extra[i] = one(PARAMS, root + held_fwd)
         if in_block:
-            # the previous block's all-gather output and the block's own go at its copy-out, in
-            # its pre-forward (``FSDPParamGroup.wait_for_unshard``): the rest of its forward
-            # holds its own parameters (torch 2.13.0, _fsdp_param_group.py; the trace of
-            # llama-2-7b cut to 2 layers peaks at the second block's copy-out, the previous
-            # block's activations saved, and no later)
-            gathers = (FSDP_FWD_BLOCKS - 1) * layer
+            # the previous block's all-gather output is freed at this block's copy-out, in its
+            # pre-forward (``FSDPParamGroup.wait_for_unshard``): the rest of its forward holds
+            # its own parameters and its own all-gather output (kept until the next group's
+            # copy-out) (torch 2.13.0, _fsdp_param_group.py; the trace of llama-2-7b cut to 2
+            # layers peaks at the second block's copy-out, the first block's activations saved)
             view.fwd_at[(i, 0)] = view.fwd_extra[i]
-            view.fwd_extra[i] = one(PARAMS, root + held_fwd - gathers)
+            view.fwd_extra[i] = one(PARAMS, root + held_fwd - layer)
         held_head = head_grads - _shard_bytes(head_grads, dp, scale)
         view.bwd_extra[i] = vadd(
             one(PARAMS, root + held_bwd),
