@@ -346,6 +346,8 @@ def training_step(
         static, optim = view.point(static), view.point(optim, optimizer=True)
         unscale = [view.point(p, optimizer=True) for p in unscale]
         cur = view.point(cur, backward=True)
+        if view.bwd_start_extra is not None:  # a point of its own at the start of backward
+            cur = vadd(cur, view.bwd_start_extra)
         info["host_bytes"] = view.host_bytes
         info["optimizer_state_bytes"] = view.states_bytes
         if view.stranded_bytes:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)

@@ -91,6 +91,9 @@ class RankView:
     #: bytes added to the end of backward, a point of its own (FSDP2's root group reduce-scatters
     #: its gradients there, in the final backward callback)
     bwd_end_extra: Vec | None = None
+    #: bytes added to the start of backward (before its first op), a point of its own (FSDP2
+    #: gathers a root resharded after forward again there)
+    bwd_start_extra: Vec | None = None
     #: FSDP2: segments the caching allocator takes again for the root group's two one-off
     #: buffers, whose earlier segments were carved up in between (:func:`fsdp_stranded_bytes`);
     #: reserved, never allocated at once (``analytic/reserved.py`` adds them)
@@ -448,14 +451,22 @@ def _fsdp(
             view.bwd_last_extra[i] = vadd(
                 view.bwd_extra[i], one(PARAMS, -(FSDP_BWD_BLOCKS - 1) * layer)
             )
+    root_gather = sum(
+        sharding.fsdp_shard_numel(p.shape, dp) * dp * p.elem_bytes for p in params[0] + params[-1]
+    )
+    if last > 0 and policy.reshard_after_forward is not False:
+        # the root resharded after forward (``fully_shard(model, reshard_after_forward=True)``,
+        # as torchtitan and memfit's trace call it) is gathered again where backward starts,
+        # its all-gather output beside its copy-out and the loss's saved logits until the
+        # copy-out ends (the trace of qwen3-8b lora_fsdp cut to 2 layers peaks there)
+        view.bwd_start_extra = one(PARAMS, root + root_gather)
     if root_grads:
         unsharded = root_grads - _shard_bytes(root_grads, dp, scale)
         view.bwd_end_extra = one(GRADS, unsharded + round(root_grads * scale))
     if last > 0:
         root_params = params[0] + params[-1]
         view.stranded_bytes = fsdp_stranded_bytes(
-            gather_bytes=sum(sharding.fsdp_shard_numel(p.shape, dp) * dp * p.elem_bytes
-                             for p in root_params),
+            gather_bytes=root_gather,
             reduce_bytes=sum(sharding.fsdp_shard_numel(p.shape, dp) * dp
                              * round(p.elem_bytes * scale) for p in root_params if p.trainable),
             regathered=policy.reshard_after_forward is not False,
