@@ -21,9 +21,11 @@ GRID = ROOT / "benchmarks" / "results" / "fastpath_grid.jsonl"
 #: the grid's FSDP2 jobs (benchmarks/fastpath_grid.py JOBS) on the bundled configs with an
 #: untied LM head as large as a block or more (olmo-2-7b: 100352 x 4096 embeddings and head)
 UNTIED = ("olmo-2-7b", "mistral-nemo-12b", "llama-3.1-8b", "phi-4")
-#: llama-2-7b's root (32000 x 4096, twice) is about a block's size: its peak is inside a block,
-#: where the rank view places the block's most gathered copies at every point (over, the safe
-#: side: +1.6 % mixed_fsdp, +10.5 % lora_fsdp)
+#: llama-2-7b's root (32000 x 4096, twice) is about a block's size: its peaks lie inside the
+#: blocks, where the rank view's placement of the gathers is exact in forward (three copies
+#: only at a block's copy-out) and the first block's backward prefetches nothing, but the
+#: running block's backward keeps the prefetched copy at every point (over, the safe side:
+#: mixed_fsdp +1.6 %; lora_fsdp +0.25 %, mixed_ckpt_fsdp +0.31 %, were +10.5 % / +2.9 %)
 OVER = ("llama-2-7b",)
 FSDP_JOBS = ("mixed_fsdp", "mixed_ckpt_fsdp", "lora_fsdp")
 
@@ -47,7 +49,8 @@ def _rows() -> list[dict]:
 def test_the_analytic_fsdp2_peak_is_the_traced_one_with_an_untied_head(row: dict) -> None:
     """The trace runs FSDP2 itself (a fake process group); the analytic answer now lies within
     0.5 % of its allocated peak on every such grid row (before: -11 % to -24 %, the root's
-    all-gather output and its unsharded gradients missing), and never under it on llama-2-7b."""
+    all-gather output and its unsharded gradients missing), and on llama-2-7b never under it
+    nor more than 2 % over."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.fastpath_grid import _workload
 
@@ -56,7 +59,7 @@ def test_the_analytic_fsdp2_peak_is_the_traced_one_with_an_untied_head(row: dict
     est = estimate_analytic(config, w)
     traced = row["trace"]["allocated_bytes"]
     if row["family"] in OVER:
-        assert est.peak_allocated_bytes >= traced
+        assert traced <= est.peak_allocated_bytes <= traced * 1.02
     else:
         assert est.peak_allocated_bytes == pytest.approx(traced, rel=0.005)
 
@@ -163,3 +166,28 @@ def test_the_range_top_covers_every_fsdp2_grid_row_and_needs_the_root_buffers() 
             assert stranded > 0
             under_without += 1
     assert judged >= 60 and under_without >= 4
+
+
+@pytest.mark.parametrize(
+    ("family", "job"),
+    [
+        ("llama-2-7b", "lora_fsdp"),  # peaks at the second block's copy-out (forward)
+        ("llama-2-7b", "mixed_ckpt_fsdp"),  # peaks in the first block's backward: no prefetch
+        ("qwen3-8b", "lora_fsdp"),  # peaks where backward gathers the root again
+        ("roberta-base", "lora_fsdp"),
+    ],
+)
+def test_the_gathers_are_placed_where_fsdp2_holds_them(family: str, job: str) -> None:
+    """Where a block's gathers and the root's second gather sit decides these rows' peaks: the
+    analytic allocated bytes lie within 0.5 % of the trace's (before: +10.5 %, +2.9 %, -2.8 %,
+    -10.2 %: three gathered copies at every forward point, a prefetched copy in the first
+    block's backward, no second gather of the root)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import _workload
+
+    rows = {(r["family"], r["job"]): r for r in _fsdp_rows()}
+    row = rows[(family, job)]
+    config = _two_layers(family)
+    w = _workload(job, family, config["model_type"], batch=5, seq=row["seq"])
+    est = estimate_analytic(config, w)
+    assert est.peak_allocated_bytes == pytest.approx(row["trace"]["allocated_bytes"], rel=0.005)
