@@ -191,3 +191,19 @@ def test_the_gathers_are_placed_where_fsdp2_holds_them(family: str, job: str) ->
     w = _workload(job, family, config["model_type"], batch=5, seq=row["seq"])
     est = estimate_analytic(config, w)
     assert est.peak_allocated_bytes == pytest.approx(row["trace"]["allocated_bytes"], rel=0.005)
+
+
+def test_the_rule_holds_at_4_and_16_gpus_on_the_probed_rows() -> None:
+    """``benchmarks/fsdp_gpu_counts.py``'s rows (the grid's 2-layer FSDP2 rows at 4 and 16
+    GPUs, both engines): the analytic allocated bytes within the validation's tolerance, the top
+    of its range over the trace's reserved bytes, on each; both counts probed."""
+    from memfit.estimate.fastpath import TOLERANCE
+
+    path = ROOT / "benchmarks" / "results" / "fsdp_gpu_counts.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for r in rows:
+        traced = r["trace_allocated_bytes"]
+        assert abs(r["analytic_allocated_bytes"] - traced) <= TOLERANCE * traced, r
+        assert r["analytic_top_reserved_bytes"] >= r["trace_reserved_bytes"], r
+        assert r["stranded_bytes"] > 0, r
+    assert {r["gpus"] for r in rows} == {4, 16}
