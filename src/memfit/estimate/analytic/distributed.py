@@ -517,8 +517,10 @@ def fsdp_stranded_bytes(
 
     Each is counted at its segment size (``cuda_allocator.segment_size``). Found in the trace
     engine's allocator replay of the fast-path grid's FSDP2 rows (docs/accuracy.md, "Fast path:
-    FSDP2"): the replay (one stream, as ``allocator/caching.py`` models) makes exactly these
-    two segments again on every real-width row of ``mixed_fsdp`` that has no tied LM head."""
+    FSDP2"; one stream, as ``allocator/caching.py`` models): olmo-2-7b, mistral-nemo-12b,
+    llama-3.1-8b and qwen3-8b cut to 2 layers take both segments again, as does the 32-layer
+    llama-3.1-8b at 4096 tokens; where the second step finds a hole for the reduce input
+    (phi-4, qwen3-8b with checkpointing) or the head is tied, the rule lies over."""
     out = segment_size(round_size(gather_bytes)) if regathered and gather_bytes else 0
     if states_on_device and reduce_bytes:
         out += segment_size(round_size(reduce_bytes))
