@@ -340,12 +340,17 @@ def _one(engine: str, source: Any, w: Any) -> dict[str, Any]:
     except Exception as exc:  # a crash of the library is a finding: shown, never dropped
         return {"status": "crash", "reason": f"{type(exc).__name__}: {_line(exc)}",
                 "wall_s": _since(started)}  # fmt: skip
-    return {
+    out = {
         "status": "ok",
         "allocated_bytes": est.peak_allocated_bytes,
         "reserved_bytes": est.peak_reserved_bytes,
         "wall_s": _since(started),
     }
+    # FSDP2's root buffers the analytic rule reserves beyond its ratio (its every point)
+    stranded = (est.trace or {}).get("analytic", {}).get("fsdp_stranded_bytes")
+    if engine == "analytic" and stranded:
+        out["stranded_bytes"] = int(stranded)
+    return out
 
 
 def _line(exc: BaseException) -> str:
@@ -702,7 +707,8 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
                 "reserved_bytes": reserved}  # fmt: skip
     median, _lowest, highest = RESERVED_RATIO["train"]
     ratio = highest if end == "high" else median
-    reserved = int(a["allocated_bytes"] * ratio)
+    # FSDP2: the root buffers' segments, at every point (reserved_rule's stranded_bytes)
+    reserved = int(a["allocated_bytes"] * ratio) + int(a.get("stranded_bytes", 0))
     if shown:  # never above the top of the job class's band (fastpath.shown_answer)
         reserved = min(reserved, _band_top(row))
     return {"status": "ok", "allocated_bytes": a["allocated_bytes"],
@@ -718,9 +724,11 @@ def _band_top(row: dict) -> int:
 
     job = row["job"] if row["job"] in SETTLES.get(model_type_of(row), ()) else None
     job = job if class_band(job) is not None else None
-    return reserved_rule(training=True, end="band", job=job).at(row["analytic"]["allocated_bytes"])[
-        0
-    ]
+    a = row["analytic"]
+    rule = reserved_rule(
+        training=True, end="band", job=job, stranded_bytes=int(a.get("stranded_bytes", 0))
+    )
+    return rule.at(a["allocated_bytes"])[0]
 
 
 def _infer_parts(row: dict) -> Any:

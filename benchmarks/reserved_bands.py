@@ -20,7 +20,9 @@ The band's top is ``ratio x allocated + fixed`` (analytic allocated bytes), wher
   large-pool segments, so a 19 MiB job reserves 24 MiB).
 
 ``covered`` is the trace's reserved bytes plus, where the analytic allocated bytes lie above the
-trace's, that excess: the band's top must bound the trace's reserved bytes and its cache bytes
+trace's, that excess, less the segments the analytic rule adds for FSDP2's root buffers (the
+row's ``stranded_bytes``: ``analytic/distributed.py``, ``fsdp_stranded_bytes``; never below the
+allocated bytes): the band's top must bound the trace's reserved bytes and its cache bytes
 (reserved - allocated, which the verdict's range scales), so every row of the class lies under
 it (tests/estimate/analytic/test_reserved_bands.py checks each one). A class with fewer than
 :data:`MIN_LARGE_ROWS` job-sized rows gets no band of its own (the wide band applies), nor does
@@ -123,8 +125,12 @@ def points(rows: list[dict[str, Any]]) -> dict[str, list[Point]]:
             continue
         allocated = int(a["allocated_bytes"])
         excess = max(0, allocated - int(t["allocated_bytes"]))
+        # FSDP2's root buffers: the analytic rule adds their segments to the band's top itself
+        # (analytic/distributed.py, fsdp_stranded_bytes): the ratio covers the rest
+        stranded = int(a.get("stranded_bytes", 0))
+        covered = max(int(t["reserved_bytes"]) + excess - stranded, allocated)
         out[FOLDED.get(r["job"], r["job"])].append(
-            Point(r["family"], r["origin"], allocated, int(t["reserved_bytes"]) + excess)
+            Point(r["family"], r["origin"], allocated, covered)
         )
     return dict(out)
 

@@ -459,7 +459,10 @@ def _result(
     # an inference job's parameters, KV cache and the rest at its phases' peaks: its reserved
     # rule takes each apart (reserved.INFER_RESERVED)
     parts = None if wl.is_train else InferParts.of({k: p.components for k, p in phases.items()})
-    reserved = reserved_rule(training=wl.is_train, end=end, job=job, infer=parts)
+    stranded = int(sim.info.get("fsdp_stranded_bytes", 0))
+    reserved = reserved_rule(
+        training=wl.is_train, end=end, job=job, infer=parts, stranded_bytes=stranded
+    )
     assert reserved.ratio is not None
     band = class_band(job) if end == "band" else None
     if band is not None:
@@ -483,6 +486,11 @@ def _result(
                 f", at least {format_bytes(reserved.floor_bytes)} (one 20 MiB large-pool and one "
                 "2 MiB small-pool segment)"
             )
+    if stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
+        reserved_note += (
+            f", + {format_bytes(stranded)}: the segments the caching allocator takes again for "
+            "FSDP2's root-group all-gather output and fp32 reduce-scatter input"
+        )
     return EngineResult(
         engine="analytic",
         model_name=name,
@@ -525,6 +533,7 @@ def _band_note(
     ``trace["reserved_band"]``: the plan and the confirmation say it). ``top_bytes``: what the
     top adds to the ratio (inference: the allocator's smallest segments)."""
     if band is not None:
-        return band.describe()
+        more = top_bytes - band.fixed_bytes
+        return band.describe() + (f" + {format_bytes(more)} (FSDP2's root buffers)" if more else "")
     plus = f" + {format_bytes(top_bytes)}" if top_bytes else ""
     return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}{plus})"

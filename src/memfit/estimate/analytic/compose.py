@@ -312,7 +312,13 @@ def training_step(
     static = vadd(_state(param_bytes, opt.state_bytes, held, inputs), scaler["static"])
     pts, cur = run_stacks(static, stacks, backward=False, point=view.fwd if view else None)
     cur = vadd(cur, scaler["backward"])  # the scaled loss backward() runs from
-    bpts, end = run_stacks(cur, stacks, backward=True, point=view.bwd if view else None)
+    bpts, end = run_stacks(
+        cur,
+        stacks,
+        backward=True,
+        point=view.bwd if view else None,
+        last_point=view.bwd_last if view else None,
+    )
     # optimizer_in_bwd: every parameter stepped in backward (Graph.step_in_backward); the
     # optimizer phase holds the gradients backward left (a tied weight's, stepped last)
     optim = (
@@ -340,8 +346,12 @@ def training_step(
         static, optim = view.point(static), view.point(optim, optimizer=True)
         unscale = [view.point(p, optimizer=True) for p in unscale]
         cur = view.point(cur, backward=True)
+        if view.bwd_start_extra is not None:  # a point of its own at the start of backward
+            cur = vadd(cur, view.bwd_start_extra)
         info["host_bytes"] = view.host_bytes
         info["optimizer_state_bytes"] = view.states_bytes
+        if view.stranded_bytes:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
+            info["fsdp_stranded_bytes"] = view.stranded_bytes
     return Simulated(
         candidates={
             "forward": [static, *pts],

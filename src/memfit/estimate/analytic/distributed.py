@@ -34,6 +34,7 @@ from typing import Any
 from memfit.estimate import sharding
 from memfit.estimate.analytic.graph import GRADS, PARAMS, TEMP, Vec, one, vadd
 from memfit.estimate.analytic.step import BlockProfile
+from memfit.hardware.cuda_allocator import round_size, segment_size
 
 #: Optimizers DeepSpeed runs as its fused multi-tensor Adam (no parameter-sized temporaries);
 #: the trace engine's rule (``rank_replay.DEEPSPEED_FUSED_ADAM``).
@@ -84,9 +85,19 @@ class RankView:
     #: extras at one point only, by (stack, point index), instead of the stack's
     fwd_at: dict[tuple[int, int], Vec] = field(default_factory=dict)
     bwd_at: dict[tuple[int, int], Vec] = field(default_factory=dict)
+    #: backward extras of the stack's block run last (its first), by stack index, instead of
+    #: ``bwd_extra`` (FSDP2: nothing left to prefetch)
+    bwd_last_extra: dict[int, Vec] = field(default_factory=dict)
     #: bytes added to the end of backward, a point of its own (FSDP2's root group reduce-scatters
     #: its gradients there, in the final backward callback)
     bwd_end_extra: Vec | None = None
+    #: bytes added to the start of backward (before its first op), a point of its own (FSDP2
+    #: gathers a root resharded after forward again there)
+    bwd_start_extra: Vec | None = None
+    #: FSDP2: segments the caching allocator takes again for the root group's two one-off
+    #: buffers, whose earlier segments were carved up in between (:func:`fsdp_stranded_bytes`);
+    #: reserved, never allocated at once (``analytic/reserved.py`` adds them)
+    stranded_bytes: int = 0
     host_bytes: int = 0
     dp: int = 1
 
@@ -110,6 +121,12 @@ class RankView:
         extra = self.bwd_at.get((i, j)) or self.bwd_extra.get(i)
         p = self.point(v, backward=True)
         return vadd(p, extra) if extra else p
+
+    def bwd_last(self, i: int, j: int, v: Vec) -> Vec:
+        """:meth:`bwd` for the stack's block run last in backward (its first in forward)."""
+        if i not in self.bwd_last_extra or (i, j) in self.bwd_at:
+            return self.bwd(i, j, v)
+        return vadd(self.point(v, backward=True), self.bwd_last_extra[i])
 
 
 def params_of(
@@ -413,14 +430,48 @@ def _fsdp(
         if i == 0 and last > 1:  # the root's all-gather output and the first block's gather
             held_fwd = root + first_gather
         view.fwd_extra[i] = one(PARAMS, root + held_fwd)
+        if in_block:
+            # the previous block's all-gather output is freed at this block's copy-out, in its
+            # pre-forward (``FSDPParamGroup.wait_for_unshard``): the rest of its forward holds
+            # its own parameters and its own all-gather output (kept until the next group's
+            # copy-out) (torch 2.13.0, _fsdp_param_group.py; the trace of llama-2-7b cut to 2
+            # layers peaks at the second block's copy-out, the first block's activations saved)
+            view.fwd_at[(i, 0)] = view.fwd_extra[i]
+            view.fwd_extra[i] = one(PARAMS, root + held_fwd - layer)
         held_head = head_grads - _shard_bytes(head_grads, dp, scale)
         view.bwd_extra[i] = vadd(
             one(PARAMS, root + held_bwd),
             one(GRADS, (reduce_input if in_block else 0) + held_head),
         )
+        if in_block and i == 1 and policy.reshard_after_forward is True:
+            # the model's first block runs last in backward: no block before it to prefetch
+            # (``FSDPState._pre_backward`` prefetches the group that runs next; the root is
+            # already whole), so its backward holds itself only (torch 2.13.0; the trace of
+            # llama-2-7b cut to 2 layers peaks there with the root and one block whole)
+            view.bwd_last_extra[i] = vadd(
+                view.bwd_extra[i], one(PARAMS, -(FSDP_BWD_BLOCKS - 1) * layer)
+            )
+    root_gather = sum(
+        sharding.fsdp_shard_numel(p.shape, dp) * dp * p.elem_bytes for p in params[0] + params[-1]
+    )
+    if last > 0 and policy.reshard_after_forward is not False:
+        # the root resharded after forward (``fully_shard(model, reshard_after_forward=True)``,
+        # as torchtitan and memfit's trace call it) is gathered again where backward starts,
+        # its all-gather output beside its copy-out and the loss's saved logits until the
+        # copy-out ends (the trace of qwen3-8b lora_fsdp cut to 2 layers peaks there)
+        view.bwd_start_extra = one(PARAMS, root + root_gather)
     if root_grads:
         unsharded = root_grads - _shard_bytes(root_grads, dp, scale)
         view.bwd_end_extra = one(GRADS, unsharded + round(root_grads * scale))
+    if last > 0:
+        root_params = params[0] + params[-1]
+        view.stranded_bytes = fsdp_stranded_bytes(
+            gather_bytes=root_gather,
+            reduce_bytes=sum(sharding.fsdp_shard_numel(p.shape, dp) * dp
+                             * round(p.elem_bytes * scale) for p in root_params if p.trainable),
+            regathered=policy.reshard_after_forward is not False,
+            states_on_device=offload != "params",
+        )  # fmt: skip
         if offload == "params" and 0 < i < last:  # the reduce-scatter output before its D2H copy
             out = round(-(-layer_grads // dp) * scale)
             view.bwd_extra[i] = vadd(view.bwd_extra[i], one(GRADS, out))
@@ -437,6 +488,43 @@ def _fsdp(
         view.opt_temp_bytes = 0
         view.grads = "drop"
     return view
+
+
+def fsdp_stranded_bytes(
+    *, gather_bytes: int, reduce_bytes: int, regathered: bool, states_on_device: bool
+) -> int:
+    """Reserved bytes a training step under FSDP2 holds beyond its fragmentation ratio: one more
+    segment for each of the root group's (embeddings, final norm, LM head: ``fully_shard(model)``)
+    two one-off buffers, the largest single requests of a step, whose first segment the caching
+    allocator has carved up by the time the buffer is requested again. Source: torch 2.13.0
+    (pytorch/pytorch cf30153c), ``torch/distributed/fsdp/_fully_shard/``:
+
+    - ``gather_bytes``: the root's all-gather output (``_fsdp_collectives.foreach_all_gather``:
+      one flat buffer of every parameter's dim-0-padded shard x world size, ``param_dtype``
+      wide). Requested in forward and again at the start of backward where the root reshards
+      after forward (``regathered``: ``fully_shard(model, reshard_after_forward=True)`` as
+      torchtitan and memfit's trace call it; ``_fsdp_state._lazy_init`` keeps the root whole
+      only when the argument is left to its default). In between, the blocks' all-gather
+      outputs and copy-outs are placed by best fit in the forward's freed buffer, so the
+      backward's request takes a new segment.
+    - ``reduce_bytes``: the root's reduce-scatter input (``foreach_reduce``: its unsharded
+      gradients, padded, copied into one ``reduce_dtype`` buffer, fp32 under torchtitan's
+      policy), allocated in the final backward callback
+      (``_fsdp_state._root_post_backward_final_callback``). After it is freed, the first
+      optimizer step creates the Adam states lazily (``torch.optim.AdamW``'s first ``step``),
+      and best fit places them in that freed segment (``states_on_device``; FSDP2's
+      CPUOffloadPolicy keeps them on the host): the next step's request takes a new segment.
+
+    Each is counted at its segment size (``cuda_allocator.segment_size``). Found in the trace
+    engine's allocator replay of the fast-path grid's FSDP2 rows (docs/accuracy.md, "Fast path:
+    FSDP2"; one stream, as ``allocator/caching.py`` models): olmo-2-7b, mistral-nemo-12b,
+    llama-3.1-8b and qwen3-8b cut to 2 layers take both segments again, as does the 32-layer
+    llama-3.1-8b at 4096 tokens; where the second step finds a hole for the reduce input
+    (phi-4, qwen3-8b with checkpointing) or the head is tied, the rule lies over."""
+    out = segment_size(round_size(gather_bytes)) if regathered and gather_bytes else 0
+    if states_on_device and reduce_bytes:
+        out += segment_size(round_size(reduce_bytes))
+    return out
 
 
 def _shard_bytes(n_bytes: int, dp: int, scale: float) -> int:

@@ -235,12 +235,16 @@ def reserved_rule(
     job: str | None = None,
     held_bytes: int | None = None,
     infer: InferParts | None = None,
+    stranded_bytes: int = 0,
 ) -> ReservedRule:
     """The rule the analytic engine hands the pipeline (``pipeline.assemble`` applies it).
     ``job``: the grid job class whose band ``end="band"`` takes (None: the wide band).
     ``infer``: an inference job's parts (:class:`InferParts`), or ``held_bytes``: only its
     parameters' bytes at its peak (the rest of the peak then counts as activations); None:
-    not known. Its answer shown (``mid``) and its own band take them (:data:`INFER_RESERVED`)."""
+    not known. Its answer shown (``mid``) and its own band take them (:data:`INFER_RESERVED`).
+    ``stranded_bytes``: a training step's segments reserved beyond the ratio, at every point
+    of the range (FSDP2's root buffers, ``distributed.fsdp_stranded_bytes``; a job class's
+    band is fitted to the rows less them, ``benchmarks/reserved_bands.py``)."""
     if infer is not None:
         held_bytes = infer.held_bytes
     mid, low, high = RESERVED_RATIO["train" if training else "infer"]
@@ -253,8 +257,9 @@ def reserved_rule(
     if band is not None and band.held_ratio is not None:  # no parameters' share: the wide band
         band = None
         end = "high"
+    extra = stranded_bytes if training else 0
     if band is not None:
-        fixed = (band.fixed_bytes, band.fixed_bytes)
+        fixed = (band.fixed_bytes + extra, band.fixed_bytes + extra)
         return ReservedRule(ratio=(band.ratio, band.low_ratio, band.ratio), fixed_bytes=fixed)
     if not training:  # the allocator's smallest segments: a floor, and granularity at the top
         at_point = 0 if end == "mid" else MIN_SEGMENTS_BYTES
@@ -263,7 +268,9 @@ def reserved_rule(
             fixed_bytes=(at_point, MIN_SEGMENTS_BYTES),
             floor_bytes=MIN_SEGMENTS_BYTES,
         )
-    return ReservedRule(ratio=(mid if end == "mid" else high, low, high))
+    return ReservedRule(
+        ratio=(mid if end == "mid" else high, low, high), fixed_bytes=(extra, extra)
+    )
 
 
 def infer_rule(parts: InferParts | int, *, band: bool) -> ReservedRule:

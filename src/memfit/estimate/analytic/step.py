@@ -162,10 +162,12 @@ def run_stacks(
     *,
     backward: bool,
     point: Callable[[int, int, Vec], Vec] | None = None,
+    last_point: Callable[[int, int, Vec], Vec] | None = None,
 ) -> tuple[list[Vec], Vec]:
     """Points of a sequence of stacks (reversed for backward), from ``start``. ``point(i, j, v)``
     rewrites point ``v``, the ``j``-th of stack ``i`` (a multi-GPU rank's view,
-    ``distributed.py``)."""
+    ``distributed.py``); ``last_point`` (default ``point``) those of the stack's block run
+    last (backward: its first block)."""
     points: list[Vec] = []
     cur = start
     order = list(enumerate(stacks))
@@ -186,10 +188,11 @@ def run_stacks(
             shifted = [
                 (b0 + p[0], b1 + p[1], b2 + p[2], b3 + p[3], b4 + p[4], b5 + p[5]) for p in pts
             ]
-            if point is None:
+            rewrite = last_point if last_point is not None and k == st.count - 1 else point
+            if rewrite is None:
                 points.extend(shifted)
             else:
-                points.extend([point(i, j, v) for j, v in enumerate(shifted)])
+                points.extend([rewrite(i, j, v) for j, v in enumerate(shifted)])
         cur = vadd(cur, vscale(net, st.count))
     return points, cur
 
