@@ -1,7 +1,7 @@
 """The analytic engine's reserved-bytes band per job class: GENERATED, do not edit.
 
 Written by ``benchmarks/reserved_bands.py`` (its docstring: how the band is fitted) from
-``benchmarks/results/fastpath_grid.jsonl`` (at commit 357fdfb); the test
+``benchmarks/results/fastpath_grid.jsonl`` (at commit 12a44d1); the test
 tests/estimate/analytic/test_reserved_bands.py recomputes it from that file and checks
 every grid row of each class lies under its band's top. None: the grid has fewer than
 3 rows of at least 1024 MiB for that class, or the script's
@@ -239,13 +239,13 @@ BANDS: dict[str, dict[str, Any] | None] = {
         "worst": "phi-2 (bundled-2)",
     },
     "lora_fsdp": {
-        "ratio": 1.4086,
-        "fixed_bytes": 28785557,
-        "low_ratio": 1.075,
+        "ratio": 1.1797,
+        "fixed_bytes": 0,
+        "low_ratio": 1.0,
         "n_rows": 28,
         "n_large_rows": 8,
         "largest_allocated_bytes": 6964756224,
-        "worst": "qwen3-8b (bundled-2)",
+        "worst": "llama-2-7b (bundled-2)",
     },
     "lora_held": {
         "ratio": 1.0419,
@@ -394,13 +394,13 @@ BANDS: dict[str, dict[str, Any] | None] = {
         "worst": "opt-125m (bundled-2)",
     },
     "mixed_ckpt_fsdp": {
-        "ratio": 1.8471,
+        "ratio": 1.1864,
         "fixed_bytes": 0,
-        "low_ratio": 1.195,
+        "low_ratio": 1.0,
         "n_rows": 31,
         "n_large_rows": 9,
         "largest_allocated_bytes": 11343907840,
-        "worst": "mistral-nemo-12b (bundled-2)",
+        "worst": "gemma-3-1b (bundled-2)",
     },
     "mixed_ckpt_zero3": {
         "ratio": 1.2469,
@@ -439,13 +439,13 @@ BANDS: dict[str, dict[str, Any] | None] = {
         "worst": "bloom-560m (bundled-2)",
     },
     "mixed_fsdp": {
-        "ratio": 1.8479,
-        "fixed_bytes": 0,
-        "low_ratio": 1.213,
+        "ratio": 1.1373,
+        "fixed_bytes": 2447864,
+        "low_ratio": 1.0,
         "n_rows": 31,
         "n_large_rows": 9,
         "largest_allocated_bytes": 11349150720,
-        "worst": "qwen3-8b (bundled-2)",
+        "worst": "olmo-2-7b (bundled-2)",
     },
     "mixed_img": None,
     "mixed_offload_held": {
