@@ -243,6 +243,12 @@ JOBS.update(
         for job in FP16_ATTENTION_BASE
     }
 )
+#: fp16's reserved bytes part from bf16's at real width (bloom-560m / qwen2.5-0.5b
+#: ``mixed_fp16``: docs/accuracy.md, "Fast path: the fp16 jobs of GPUs without bf16"), so every
+#: fp16infer job is judged only with a row of a bundled config at its real width too.
+NEEDS_REAL_WIDTH |= frozenset(
+    job for job in JOBS if "fp16" in job and job not in {f"{b}_fp16" for b in FP16_BASE}
+)
 #: Issue 32 (shardgrid): the sharded jobs people run, over SHARD_GPUS GPUs (rank 0's bytes):
 #: the full fine-tune in bf16-mixed under DeepSpeed ZeRO-3 / ZeRO-2 / ZeRO-1 and FSDP2
 #: (torchtitan's bf16/fp32 policy), the same with full checkpointing, and LoRA at memfit's
