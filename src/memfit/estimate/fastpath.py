@@ -14,8 +14,9 @@ the median leaves the reserved bytes up to 17 % under the trace's replay
 default answer is at most :data:`TOLERANCE` under the trace on every validated grid row
 (``fastpath_grid.md``, "Default engine"), over by up to ~30 % where fragmentation is low.
 
-Inference (``--mode infer`` in bf16, any batch, sequence and new tokens: the grid job ``infer``)
-is judged on two grid jobs, the short ``infer`` (batch 5, 4 new tokens) and ``infer_long`` (4x
+Inference (``--mode infer`` in bf16, any batch, sequence and new tokens: the grid job ``infer``;
+in fp16, a T4 / V100's ``16-true``: ``infer_fp16`` with ``infer_long_fp16``, the same way) is
+judged on two grid jobs, the short ``infer`` (batch 5, 4 new tokens) and ``infer_long`` (4x
 the batch and the sequence, 16 new tokens: serving size, where the KV cache and the attention's
 temporaries fragment the allocator's segments), both of which must pass for the model type
 (``fastpath_grid.JUDGED_AS``). Its reserved bytes are at least the allocator's smallest segments
@@ -1053,6 +1054,8 @@ FP16_VARIANTS_RUN = frozenset(
         "infer_fp16", "infer_fp16_eager", "infer_fp16_flash", "lora_fp16_dropout",
         "lora_fp16_part", "mixed_fp16_8bit", "lora_fp16_8bit", "qlora_fp16_8bit",
         "mixed_fp16_eager", "lora_fp16_eager", "mixed_fp16_flash", "lora_fp16_flash",
+        "lora_ckpt_fp16_dropout", "lora_ckpt_fp16_part", "lora_ckpt_fp16_8bit",
+        "qlora_ckpt_fp16_8bit", "lora_ckpt_fp16_eager", "lora_ckpt_fp16_flash",
         *(job for job in FP16_VARIANT_JOBS if job.endswith("_img")),
     }
 )  # fmt: skip

@@ -237,6 +237,7 @@ def test_gemma_2_2b_at_serving_size_is_under_the_fitted_rule() -> None:
     """The rows that keep gemma2's variants pending: the trace reserves 1.223 x its allocated
     bytes; the answer shown is 2.60 % under, the band's top 0.55 % under."""
     rows = [r for r in VARIANTS if (r["family"], r["job"][:10]) == ("gemma-2-2b", "infer_long")]
+    rows = [r for r in rows if "fp16" not in r["job"]]  # bf16's (fp16's: the fp16infer test)
     judged = bench.judge(rows)
     assert len(judged) == 2 and not any(j["holds"] for j in judged)
     for j in judged:
