@@ -208,6 +208,47 @@ JOBS.update(
         for job in FP16_BASE
     }
 )
+#: fp16 inference and the fp16 variants (issue 32, fp16infer): on a T4 / V100 an inference job
+#: runs in ``16-true`` (``spec.rules.FP16_COUNTERPART`` of ``bf16-true``): ``infer_fp16`` and
+#: its serving-size ``infer_long_fp16`` (SCALED, judged together: JUDGED_AS). The variants the
+#: bf16 jobs have on the fast path, on the fp16 jobs: LoRA dropout, LoRA targets by role
+#: (PART_TARGETS), 8-bit AdamW (at real width: NEEDS_REAL_WIDTH), another image size, eager /
+#: flash attention; each named ``<fp16 job>_<variant>`` (``lora_fp16_dropout``, ...), as
+#: ``memfit.estimate.fastpath.grid_job`` chains them.
+JOBS["infer_fp16"] = {"mode": "infer", "precision": "16-true"}
+JOBS["infer_long_fp16"] = {"mode": "infer", "precision": "16-true"}
+FP16_LORA = ("lora_fp16", "lora_ckpt_fp16", "lora_held_fp16", "lora_ckpt_held_fp16",
+             "lora_selckpt_held_fp16")  # fmt: skip
+JOBS.update({f"{job}_dropout": {**JOBS[job], "lora_dropout": 0.1} for job in FP16_LORA})
+JOBS.update(
+    {
+        f"{job}_{suffix}": {**JOBS[job], "lora_targets": targets}
+        for job in FP16_LORA
+        for suffix, targets in PART_TARGETS.items()
+    }
+)
+FP16_8BIT_BASE = ("mixed_fp16", *FP16_LORA, "qlora_fp16", "qlora_ckpt_fp16", "qlora_held_fp16",
+                  "qlora_ckpt_held_fp16")  # fmt: skip
+JOBS.update({f"{job}_8bit": {**JOBS[job], "optimizer": "adamw-8bit"} for job in FP16_8BIT_BASE})
+NEEDS_REAL_WIDTH |= frozenset(f"{job}_8bit" for job in FP16_8BIT_BASE)
+FP16_IMG_BASE = ("mixed_fp16", "infer_fp16", "lora_fp16", "lora_ckpt_fp16", "lora_held_fp16",
+                 "lora_ckpt_held_fp16")  # fmt: skip
+JOBS.update({f"{job}_img": JOBS[job] for job in FP16_IMG_BASE})
+FP16_ATTENTION_BASE = ("mixed_fp16", "lora_fp16", "lora_ckpt_fp16", "lora_held_fp16",
+                       "lora_ckpt_held_fp16", "infer_fp16", "infer_long_fp16")  # fmt: skip
+JOBS.update(
+    {
+        f"{job}_{attention}": {**JOBS[job], "attention": attention}
+        for attention in ("eager", "flash")
+        for job in FP16_ATTENTION_BASE
+    }
+)
+#: fp16's reserved bytes part from bf16's at real width (bloom-560m / qwen2.5-0.5b
+#: ``mixed_fp16``: docs/accuracy.md, "Fast path: the fp16 jobs of GPUs without bf16"), so every
+#: fp16infer job is judged only with a row of a bundled config at its real width too.
+NEEDS_REAL_WIDTH |= frozenset(
+    job for job in JOBS if "fp16" in job and job not in {f"{b}_fp16" for b in FP16_BASE}
+)
 #: Issue 32 (shardgrid): the sharded jobs people run, over SHARD_GPUS GPUs (rank 0's bytes):
 #: the full fine-tune in bf16-mixed under DeepSpeed ZeRO-3 / ZeRO-2 / ZeRO-1 and FSDP2
 #: (torchtitan's bf16/fp32 policy), the same with full checkpointing, and LoRA at memfit's
@@ -241,8 +282,12 @@ NEEDS_REAL_WIDTH |= frozenset(j for j, f in JOBS.items() if f.get("gpus") == SHA
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
 #: 256 positions hold 4 x 32 + 16.
 SCALED: dict[str, tuple[int, int, int]] = {
-    job: (4, 4, 16) for job in ("infer_long", "infer_long_eager", "infer_long_flash")
-}
+    job: (4, 4, 16)
+    for job in (
+        "infer_long", "infer_long_eager", "infer_long_flash", "infer_long_fp16",
+        "infer_long_fp16_eager", "infer_long_fp16_flash",
+    )
+}  # fmt: skip
 #: Grid jobs that stand for another job of ``memfit.estimate.fastpath`` (its ``grid_job``): the
 #: fast path validates that job for a model type only where the rows of every grid job that
 #: stands for it pass (``validated_table``, ``settles_table``).
@@ -251,6 +296,13 @@ JUDGED_AS.update(
     {f"{job}_{suffix}": f"{job}_part" for job in LORA_BASE for suffix in ("part_attn", "part_mlp")}
 )
 JUDGED_AS.update({"infer_long_eager": "infer_eager", "infer_long_flash": "infer_flash"})
+JUDGED_AS.update(
+    {"infer_long_fp16": "infer_fp16", "infer_long_fp16_eager": "infer_fp16_eager",
+     "infer_long_fp16_flash": "infer_fp16_flash"}
+)  # fmt: skip
+JUDGED_AS.update(
+    {f"{job}_{suffix}": f"{job}_part" for job in FP16_LORA for suffix in ("part_attn", "part_mlp")}
+)
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
 #: the targets (by role, or the module names).

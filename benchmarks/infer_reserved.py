@@ -209,6 +209,9 @@ FIT_JOBS = ("infer", "infer_long")
 #: ``--grid`` and judged by the fit as it is (``--judge``; the fast path's per-(model type,
 #: job) pending set, ``memfit.estimate.fastpath.INFER_VARIANTS_PENDING``), never fitted to.
 VARIANT_JOBS = ("infer_eager", "infer_long_eager", "infer_flash", "infer_long_flash", "infer_img")
+#: fp16 inference (a T4 / V100's 16-true; helper "fp16infer") and its variants: judged too.
+VARIANT_JOBS += ("infer_fp16", "infer_long_fp16", "infer_fp16_eager", "infer_long_fp16_eager",
+                 "infer_fp16_flash", "infer_long_fp16_flash", "infer_fp16_img")  # fmt: skip
 
 
 def grid_workload(r: dict[str, Any]) -> Any:

@@ -71,6 +71,11 @@ EXCLUDED = {
 }
 EXCLUDED["infer_eager"] = "inference with eager attention: the short decodes, as 'infer'"
 EXCLUDED["infer_flash"] = "inference with FlashAttention-2: the short decodes, as 'infer'"
+# fp16infer: fp16 inference (a T4 / V100's 16-true) settles on the inference fit as 'infer'
+# does (memfit.estimate.analytic.reserved.class_band); its variants on the wide band
+EXCLUDED["infer_fp16"] = "fp16 inference: the short decodes, as 'infer'"
+EXCLUDED["infer_fp16_eager"] = "fp16 inference with eager attention: as 'infer_eager'"
+EXCLUDED["infer_fp16_flash"] = "fp16 inference with FlashAttention-2: as 'infer_flash'"
 
 #: Grid jobs fitted with the job they stand for (``fastpath_grid.JUDGED_AS``): the serving-size
 #: inference rows are inference rows.
@@ -78,6 +83,9 @@ FOLDED = {
     "infer_long": "infer",
     "infer_long_eager": "infer_eager",
     "infer_long_flash": "infer_flash",
+    "infer_long_fp16": "infer_fp16",
+    "infer_long_fp16_eager": "infer_fp16_eager",
+    "infer_long_fp16_flash": "infer_fp16_flash",
 }
 #: The LoRA jobs on part of the linear layers: the attention-only and MLP-only rows are fitted
 #: with the q,v ones (``fastpath_grid.PART_TARGETS``: the fast path's ``*_part`` job is any
@@ -86,6 +94,13 @@ FOLDED.update(
     {
         f"{job}_{suffix}": f"{job}_part"
         for job in ("lora", "lora_ckpt", "lora_held", "lora_ckpt_held", "lora_selckpt_held")
+        + (
+            "lora_fp16",
+            "lora_ckpt_fp16",
+            "lora_held_fp16",
+            "lora_ckpt_held_fp16",
+            "lora_selckpt_held_fp16",
+        )
         for suffix in ("part_attn", "part_mlp")
     }
 )

@@ -11,9 +11,9 @@ from memfit.errors import MissingDependencyError
 
 
 def test_auto_uses_the_trace_engine_when_torch_and_transformers_are_installed() -> None:
-    # fp16 inference: a job the fast-path grid does not validate (bf16 inference of gpt2 it
-    # does, and the analytic engine answers it: tests/estimate/test_fastpath.py)
-    w = memfit.WorkloadSpec(mode="infer", seq_len=32, precision="16-true")
+    # fp32 inference: a job the fast-path grid does not run (bf16 and fp16 inference of gpt2
+    # it validates, and the analytic engine answers them: tests/estimate/test_fastpath.py)
+    w = memfit.WorkloadSpec(mode="infer", seq_len=32, precision="32-true")
     est = memfit.estimate("gpt2", w)
     assert est.engine == "trace"
 
@@ -27,7 +27,7 @@ def test_auto_falls_back_to_analytic_without_transformers_and_says_so(
         "find_spec",
         lambda name, *a: None if name == "transformers" else real(name, *a),
     )
-    w = memfit.WorkloadSpec(mode="infer", seq_len=32, precision="16-true")  # not validated
+    w = memfit.WorkloadSpec(mode="infer", seq_len=32, precision="32-true")  # not validated
     est = memfit.estimate("gpt2", w)
     assert est.engine == "analytic"
     assert est.notes[0] == "engine auto: transformers is not installed; used analytic"

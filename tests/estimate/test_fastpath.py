@@ -15,6 +15,7 @@ import pytest
 import memfit
 from memfit.estimate import fastpath
 from memfit.estimate.analytic.reserved import RESERVED_RATIO, InferParts, infer_rule
+from memfit.models import resolve_model
 from memfit.spec import EstimateOptions, MediaSpec, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +136,7 @@ def test_auto_answers_a_validated_job_with_the_analytic_engine_unconfirmed() -> 
 
 
 def test_a_job_the_grid_does_not_validate_is_traced_and_confirmed() -> None:
-    est = memfit.estimate("gpt2", WorkloadSpec(mode="infer", seq_len=32, precision="16-true"))
+    est = memfit.estimate("gpt2", WorkloadSpec(mode="infer", seq_len=32, precision="32-true"))
     assert est.engine == "trace"
     assert est.confirmed is True
 
@@ -378,6 +379,10 @@ def _grid_rows() -> list[dict]:
         ("vit", "mixed_img"),  # another image size
         ("gemma2", "lora_eager"),  # eager / flash attention
         ("llama", "train_flash"),
+        ("llama", "infer_fp16"),  # fp16 inference and the fp16 variants (fp16infer)
+        ("qwen3", "lora_fp16_part"),
+        ("qwen3", "lora_ckpt_fp16_8bit"),
+        ("llama", "lora_fp16_dropout"),
     ],
 )
 def test_a_new_setting_is_validated_only_with_its_own_grid_rows(model_type: str, job: str) -> None:
@@ -465,10 +470,26 @@ def test_a_qv_lora_and_a_vit_at_384_answer_from_the_analytic_engine() -> None:
         ({"lora_rank": 16, "zero_grad_set_to_none": False}, "none", "lora_held_fp16"),
         ({"lora_rank": 16}, "nf4", "qlora_fp16"),
         ({"lora_rank": 16, "checkpointing": "full"}, "nf4-dq", "qlora_dq_ckpt_fp16"),
-        ({"lora_rank": 16, "lora_dropout": 0.05}, "none", None),  # no fp16 dropout rows
-        ({"lora_rank": 16, "lora_targets": ("q", "v")}, "none", None),
+        # fp16infer: fp16 inference and the variants the bf16 jobs have, on the fp16 jobs
+        ({"lora_rank": 16, "lora_dropout": 0.05}, "none", "lora_fp16_dropout"),
+        ({"lora_rank": 16, "lora_targets": ("q", "v")}, "none", "lora_fp16_part"),
+        (
+            {"lora_rank": 16, "lora_targets": ("mlp",), "checkpointing": "full"},
+            "none",
+            "lora_ckpt_fp16_part",
+        ),
+        ({"optimizer": "adamw-8bit"}, "none", "mixed_fp16_8bit"),
+        ({"lora_rank": 16, "optimizer": "adamw-8bit"}, "nf4", "qlora_fp16_8bit"),
+        ({"lora_rank": 16, "attention": "eager"}, "none", "lora_fp16_eager"),
+        ({"attention": "flash"}, "none", "mixed_fp16_flash"),
+        ({"lora_rank": 16, "media": MediaSpec(image_size=384)}, "none", "lora_fp16_img"),
+        ({"mode": "infer"}, "none", "infer_fp16"),  # 16-true inference
+        ({"mode": "infer", "attention": "eager"}, "none", "infer_fp16_eager"),
+        ({"mode": "infer", "media": MediaSpec(image_size=384)}, "none", "infer_fp16_img"),
         ({"checkpointing": "full"}, "none", None),  # no bf16-mixed + ckpt job either
-        ({"mode": "infer"}, "none", None),  # 16-true inference: not run in fp16
+        ({"lora_rank": 16, "lora_dropout": 0.05, "optimizer": "adamw-8bit"}, "none", None),
+        ({"lora_rank": 16, "attention": "eager"}, "nf4", None),  # as in bf16: not run
+        ({"mode": "infer", "attention": "eager", "media": MediaSpec(image_size=384)}, "none", None),
     ],
 )
 def test_a_gpu_without_bf16_defaults_to_the_fp16_grid_jobs(
@@ -480,9 +501,9 @@ def test_a_gpu_without_bf16_defaults_to_the_fp16_grid_jobs(
     t4, _note = w.settle_precision(bf16=False)
     assert t4.precision in ("16-mixed", "16-true")
     assert fastpath.grid_job(t4, "llama") == job
-    if job is not None:  # the bf16 counterpart is the job without the suffix
+    if job is not None:  # the bf16 counterpart is the job without "_fp16"
         bf16, _note = w.settle_precision(bf16=True)
-        assert fastpath.grid_job(bf16, "llama") == job.removesuffix("_fp16")
+        assert fastpath.grid_job(bf16, "llama") == job.replace("_fp16", "")
 
 
 def test_t4_defaults_answer_from_the_analytic_engine() -> None:
@@ -495,3 +516,49 @@ def test_t4_defaults_answer_from_the_analytic_engine() -> None:
     est = memfit.estimate("llama-3.2-1b", lora, gpu="T4")
     assert est.to_json()["workload"]["precision"] == "16-true"
     assert est.engine == "analytic" and "(lora_fp16)" in str(est.engine_reason)
+
+
+def test_t4_and_v100_inference_answers_from_the_analytic_engine_on_the_inference_fit() -> None:
+    """fp16infer: ``estimate llama-3.2-1b --mode infer --seq 4096 --gpu T4`` (16-true: no bf16
+    on a T4) answers from the validated analytic engine (``infer_fp16``), its reserved bytes by
+    the inference fit (parameters, KV cache and the rest apart) and its verdict settled on the
+    inference band (``class_band("infer_fp16")``), not on the wide one."""
+    w = WorkloadSpec(mode="infer", seq_len=4096)
+    est = memfit.estimate("llama-3.2-1b", w, gpu="T4")
+    assert est.to_json()["workload"]["precision"] == "16-true"
+    assert (est.engine, est.confirmed) == ("analytic", False)
+    assert "(infer_fp16)" in str(est.engine_reason) and "inference fit" in str(est.engine_reason)
+    parts = InferParts.of({k: p.components for k, p in est.phases.items()})
+    shown, _range = infer_rule(parts, band=False).at(est.peak_allocated_bytes)
+    assert abs(est.peak_reserved_bytes - shown) <= 4
+    t4 = dataclasses.replace(w, precision="16-true")
+    config = resolve_model("llama-3.2-1b").config
+    assert fastpath.band_class(config, t4) == "infer_fp16"
+    v100 = memfit.estimate("qwen3-0.6b", WorkloadSpec(mode="infer"), gpu="V100-32GB")
+    assert v100.engine == "analytic" and "(infer_fp16)" in str(v100.engine_reason)
+    # mistral's tiny sliding-window rows over-predict (as bf16's infer): left to the trace
+    mistral = resolve_model("mistral-7b-v0.1").config
+    why = fastpath.not_validated(mistral, t4)
+    assert why == "the fast-path grid does not validate model_type 'mistral' for infer_fp16"
+
+
+def test_an_fp16_variant_needs_a_row_at_real_width() -> None:
+    """fp16infer: fp16's reserved bytes part from bf16's only at real width (bloom-560m's
+    ``mixed_fp16``), so a passing tiny row alone validates no fp16 inference or variant job;
+    with a bundled config's row it does, and inference needs its serving-size rows too."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastpath_grid import NEEDS_REAL_WIDTH, validated_table
+
+    assert {"infer_fp16", "infer_long_fp16", "lora_fp16_dropout"} <= NEEDS_REAL_WIDTH
+    assert "lora_fp16" not in NEEDS_REAL_WIDTH  # fp16grid's jobs: judged as they were
+    mib = 2**20
+    tiny = _row("llama", "lora_fp16_dropout", 100 * mib, 100 * mib)
+    assert validated_table([tiny]) == {}
+    real = {**_row("llama-3.2-1b", "lora_fp16_dropout", 900 * mib, 900 * mib),
+            "origin": "bundled-2"}  # fmt: skip
+    assert validated_table([tiny, real]) == {"llama": ("lora_fp16_dropout",)}
+    short = [{**_row(f, "infer_fp16", 900 * mib, 900 * mib), "origin": o}
+             for f, o in (("llama", "tiny"), ("llama-3.2-1b", "bundled-2"))]  # fmt: skip
+    assert validated_table(short) == {}
+    long = [{**r, "job": "infer_long_fp16"} for r in short]
+    assert validated_table(short + long) == {"llama": ("infer_fp16",)}

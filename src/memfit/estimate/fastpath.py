@@ -14,8 +14,9 @@ the median leaves the reserved bytes up to 17 % under the trace's replay
 default answer is at most :data:`TOLERANCE` under the trace on every validated grid row
 (``fastpath_grid.md``, "Default engine"), over by up to ~30 % where fragmentation is low.
 
-Inference (``--mode infer`` in bf16, any batch, sequence and new tokens: the grid job ``infer``)
-is judged on two grid jobs, the short ``infer`` (batch 5, 4 new tokens) and ``infer_long`` (4x
+Inference (``--mode infer`` in bf16, any batch, sequence and new tokens: the grid job ``infer``;
+in fp16, a T4 / V100's ``16-true``: ``infer_fp16`` with ``infer_long_fp16``, the same way) is
+judged on two grid jobs, the short ``infer`` (batch 5, 4 new tokens) and ``infer_long`` (4x
 the batch and the sequence, 16 new tokens: serving size, where the KV cache and the attention's
 temporaries fragment the allocator's segments), both of which must pass for the model type
 (``fastpath_grid.JUDGED_AS``). Its reserved bytes are at least the allocator's smallest segments
@@ -937,6 +938,14 @@ VARIANTS_SETTLES: dict[str, tuple[str, ...]] = {
 INFER_VARIANTS_PENDING: frozenset[tuple[str, str]] = frozenset(
     {("gemma2", "infer_eager"), ("gemma2", "infer_flash")}
 )
+#: fp16infer: fp16 inference (``infer_fp16``: a T4 / V100's ``16-true``) and its variants are
+#: judged by the same fit (``infer_reserved.VARIANT_JOBS``): gemma-2-2b at 20 x 512 + 16
+#: reserves as in bf16 (shown -2.60 %, top -0.55 %: all three of its fp16 jobs), and t5-small's
+#: eager serving-size row (analytic allocated -10.7 %: the t5 eager inference gap).
+INFER_VARIANTS_PENDING |= {
+    ("gemma2", "infer_fp16"), ("gemma2", "infer_fp16_eager"), ("gemma2", "infer_fp16_flash"),
+    ("t5", "infer_fp16_eager"),
+}  # fmt: skip
 VARIANTS_VALIDATED = {
     mt: tuple(j for j in jobs if (mt, j) not in INFER_VARIANTS_PENDING)
     for mt, jobs in VARIANTS_VALIDATED.items()
@@ -993,6 +1002,107 @@ FP16_VALIDATED: dict[str, tuple[str, ...]] = {
 for _model_type, _jobs in FP16_VALIDATED.items():
     VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
 for _model_type, _jobs in FP16_SETTLES.items():
+    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+#: fp16 inference and the fp16 variants (issue 32, fp16infer): an inference job's precision ->
+#: its grid job (``16-true``, a T4 / V100's default for ``--mode infer``: ``infer_fp16``,
+#: judged with its serving-size ``infer_long_fp16`` rows, fastpath_grid.JUDGED_AS), and the
+#: variants the bf16 jobs have (dropout, targets by role, 8-bit AdamW, image size, eager /
+#: flash attention) on the ``*_fp16`` jobs: ``<fp16 job>_<variant>`` (fastpath_grid.JOBS).
+INFER_JOBS = {GRID_PRECISION: "infer", "16-true": "infer_fp16"}
+_FP16_LORA = ("lora_fp16", "lora_ckpt_fp16", "lora_held_fp16", "lora_ckpt_held_fp16",
+              "lora_selckpt_held_fp16")  # fmt: skip
+DROPOUT_JOBS.update({job: f"{job}_dropout" for job in _FP16_LORA})
+PART_JOBS.update({job: f"{job}_part" for job in _FP16_LORA})
+OPTIM_8BIT_JOBS.update(
+    {
+        job: f"{job}_8bit"
+        for job in ("mixed_fp16", *_FP16_LORA, "qlora_fp16", "qlora_ckpt_fp16", "qlora_held_fp16",
+                    "qlora_ckpt_held_fp16")
+    }
+)  # fmt: skip
+IMG_JOBS.update(
+    {
+        job: f"{job}_img"
+        for job in ("mixed_fp16", "infer_fp16", "lora_fp16", "lora_ckpt_fp16", "lora_held_fp16",
+                    "lora_ckpt_held_fp16")
+    }
+)  # fmt: skip
+ATTENTION_JOBS.update(
+    {
+        (attention, job): f"{job}_{attention}"
+        for attention in ("eager", "flash")
+        for job in ("mixed_fp16", "lora_fp16", "lora_ckpt_fp16", "lora_held_fp16",
+                    "lora_ckpt_held_fp16", "infer_fp16")
+    }
+)  # fmt: skip
+#: The fp16 inference and variant grid jobs, in fastpath_grid.JOBS' order.
+FP16_VARIANT_JOBS = (
+    "infer_fp16",
+    *(f"{job}_dropout" for job in _FP16_LORA),
+    *(f"{job}_part" for job in _FP16_LORA),
+    *(OPTIM_8BIT_JOBS[job] for job in OPTIM_8BIT_JOBS if job.endswith("_fp16")),
+    *(IMG_JOBS[job] for job in IMG_JOBS if job.endswith("_fp16")),
+    *(j for (a, base), j in ATTENTION_JOBS.items() if a == "eager" and base.endswith("_fp16")),
+    *(j for (a, base), j in ATTENTION_JOBS.items() if a == "flash" and base.endswith("_fp16")),
+)
+#: The jobs of FP16_VARIANT_JOBS the grid has rows of (fastpath_grid.jsonl, rows of fp16infer,
+#: 2026-12-07: the 19 types of FP16_VALIDATED_TYPES, tiny configs and one bundled config each
+#: cut to 2 layers at real width, batch 5, ``--skip-derived``; the image-size jobs on vit only);
+#: the others are traced until the grid runs them.
+FP16_VARIANTS_RUN = frozenset(
+    {
+        "infer_fp16", "infer_fp16_eager", "infer_fp16_flash", "lora_fp16_dropout",
+        "lora_fp16_part", "mixed_fp16_8bit", "lora_fp16_8bit", "qlora_fp16_8bit",
+        "mixed_fp16_eager", "lora_fp16_eager", "mixed_fp16_flash", "lora_fp16_flash",
+        "lora_ckpt_fp16_dropout", "lora_ckpt_fp16_part", "lora_ckpt_fp16_8bit",
+        "qlora_ckpt_fp16_8bit", "lora_ckpt_fp16_eager", "lora_ckpt_fp16_flash",
+        *(job for job in FP16_VARIANT_JOBS if job.endswith("_img")),
+    }
+)  # fmt: skip
+#: (model_type, job) of FP16_VALIDATED_TYPES x FP16_VARIANTS_RUN with a row that does not pass
+#: as :data:`VALIDATED` judges (``fastpath_grid.validated_table``; docs/accuracy.md, "Fast path:
+#: fp16 inference and variants"), and those with a row whose analytic allocated bytes lie more
+#: than TOLERANCE under the trace's (:data:`SETTLES`' rule, ``settles_table``).
+#: ``mixed_fp16_8bit`` of 7 types: their real-width rows reserve more than the top of the range
+#: (as bf16's ``mixed_8bit`` on the same types); bloom / qwen2's ``mixed_fp16`` variants: as
+#: ``mixed_fp16`` itself (FP16_NOT_VALIDATED); falcon / gemma3_text / mistral inference: their
+#: tiny serving-size rows over-predict allocated bytes by 2.5-4.1 % (sliding-window caches at 16
+#: tokens), as bf16's ``infer`` / ``infer_flash`` there. Every row settles.
+FP16_VARIANTS_NOT_VALIDATED = frozenset(
+    {
+        *((mt, "mixed_fp16_8bit") for mt in ("bloom", "gemma3_text", "gpt2", "opt", "qwen2",
+                                             "qwen3", "t5")),
+        *((mt, job) for mt in ("bloom", "qwen2") for job in ("mixed_fp16_eager",
+                                                             "mixed_fp16_flash")),
+        ("falcon", "infer_fp16_flash"), ("gemma3_text", "infer_fp16"),
+        ("gemma3_text", "infer_fp16_flash"), ("mistral", "infer_fp16"),
+        ("mistral", "infer_fp16_flash"),
+    }
+)  # fmt: skip
+FP16_VARIANTS_NOT_SETTLED: frozenset[tuple[str, str]] = frozenset()
+
+
+def _fp16_variants(model_type: str, left_out: frozenset[tuple[str, str]]) -> tuple[str, ...]:
+    """The jobs of FP16_VARIANT_JOBS the grid ran for ``model_type`` (the image-size ones for
+    vit only) but those of ``left_out`` and of :data:`INFER_VARIANTS_PENDING`."""
+    return tuple(
+        job
+        for job in FP16_VARIANT_JOBS
+        if job in FP16_VARIANTS_RUN
+        and (model_type == "vit" or not job.endswith("_img"))
+        and (model_type, job) not in left_out | INFER_VARIANTS_PENDING
+    )
+
+
+FP16_VARIANTS_VALIDATED = {
+    mt: _fp16_variants(mt, FP16_VARIANTS_NOT_VALIDATED) for mt in FP16_VALIDATED_TYPES
+}
+FP16_VARIANTS_SETTLES = {
+    mt: _fp16_variants(mt, FP16_VARIANTS_NOT_SETTLED) for mt in FP16_VALIDATED_TYPES
+}
+for _model_type, _jobs in FP16_VARIANTS_VALIDATED.items():
+    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
+for _model_type, _jobs in FP16_VARIANTS_SETTLES.items():
     SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
 #: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
 JOB_LAYOUT: dict[str, dict[str, Any]] = {
@@ -1143,7 +1253,7 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
         if w.quant != "none" and job is not None:  # QLoRA: only the grid's qlora jobs
             job = QLORA_JOBS.get((w.quant, job))
     else:
-        job = "infer" if w.mode == "infer" and w.precision == GRID_PRECISION else None
+        job = INFER_JOBS.get(str(w.precision)) if w.mode == "infer" else None
     part = w.lora_rank is not None and w.lora_targets != "all-linear"
     if part and job is not None:  # LoRA on part of the linear layers: by role only
         job = PART_JOBS.get(job) if _by_role(w.lora_targets, model_type) else None

@@ -197,10 +197,16 @@ class ClassBand:
         )
 
 
+#: The grid jobs whose band is the inference fit (:data:`INFER_RESERVED`): bf16 inference and
+#: fp16 inference (a T4 / V100's ``16-true``; helper "fp16infer": its grid rows, recorded by
+#: ``benchmarks/infer_reserved.py --grid``, are judged by the fit as it is, not fitted to).
+INFER_FIT_JOBS = ("infer", "infer_fp16")
+
+
 def class_band(job: str | None) -> ClassBand | None:
     """The reserved band of the grid job ``job`` (``memfit.estimate.fastpath.grid_job``); None
     where the grid has no band for it (the wide :data:`RESERVED_RATIO` band applies)."""
-    if job == "infer":  # its own fit (INFER_RESERVED), not the grid's short decodes
+    if job in INFER_FIT_JOBS:  # its own fit (INFER_RESERVED), not the grid's short decodes
         held_ratio, ratio = INFER_RESERVED["top"][:2]
         n_rows, n_large, worst = INFER_BAND_ROWS
         return ClassBand(job=job, ratio=ratio, fixed_bytes=MIN_SEGMENTS_BYTES, low_ratio=1.0,
