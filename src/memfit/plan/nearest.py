@@ -214,10 +214,10 @@ def _tight_line(opt: Any, budget: Any) -> str:
     kind = "changes the result" if opt.changes_result else "memory-only"
     what = ", ".join(c.what for c in opt.changes) or "the job as asked"
     est = opt.estimate
-    point = "" if est is None else f"{format_bytes(int(est.device_used_bytes))} "
+    point = "" if est is None else f"estimate {format_bytes(int(est.device_used_bytes))}, "
     return (
-        f"{what} ({kind}) needs {point}({format_bytes(opt.need_bytes or 0)} at the upper end "
-        f"of its range, over the {format_bytes(budget.limit_bytes)} limit)"
+        f"{what} ({kind}; {point}upper end {format_bytes(opt.need_bytes or 0)}, over the "
+        f"{format_bytes(budget.limit_bytes)} limit)"
     )
 
 

@@ -1036,10 +1036,10 @@ class _Search:
     def _tight_note(self, tight: PlanOption) -> str:
         est = tight.estimate
         kind = "changes the result" if tight.changes_result else "memory-only"
-        point = "" if est is None else f"{format_bytes(int(est.device_used_bytes))} "
+        point = "" if est is None else f"estimate {format_bytes(int(est.device_used_bytes))}, "
         return (
-            f"tight ({kind}): {tight.settings.describe()} needs {point}"
-            f"({format_bytes(tight.need_bytes or 0)} at the upper end of its range, over the "
+            f"tight ({kind}): {tight.settings.describe()} ({point}upper end "
+            f"{format_bytes(tight.need_bytes or 0)}, over the "
             f"{format_bytes(self.budget.limit_bytes)} limit): it may fit, which the trace "
             "engine decides (`memfit estimate` of that job runs it)"
         )
