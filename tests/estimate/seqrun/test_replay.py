@@ -274,3 +274,34 @@ def test_without_the_kernel_the_capped_replay_runs_in_python(
             got.n_ooms) == _reference_replay(templates, lengths,
                                              capacity_bytes=capacity)  # fmt: skip
     assert got.n_ooms > 0 and got.unbounded_peak_reserved_bytes == unbounded[0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_expandable_replay_runs_compiled_and_equals_the_event_by_event_replay(
+    seed: int,
+) -> None:
+    """With the kernel loaded, the expandable-segments replay runs compiled, not through
+    CachingAllocatorSim: the same figures as the event-by-event replay, with no capacity, one
+    that gives pages back and one that fails requests."""
+    pytest.importorskip("numba")
+    from memfit.estimate.allocator import fast as allocator_fast
+    from memfit.estimate.allocator import jit as allocator_jit
+
+    if allocator_jit.load_kernel(wait=True) is None:
+        pytest.skip(f"no compiled replay here: {allocator_jit.describe()}")
+    templates = templates_from_traces({n: fake_trace(n, leak=seed == 2) for n in (128, 1024, 2048)})
+    rng = random.Random(seed)
+    lengths = [rng.randint(128, 2048) for _ in range(60)]
+    unbounded = _reference_replay(templates, lengths, expandable_segments=True)
+    n_ooms = []
+    for capacity in (None, unbounded[0] - 1, unbounded[1] // 2):
+        compiled_before = allocator_fast.REPLAYS["compiled"]
+        got = replay_run(templates, lengths, expandable_segments=True, capacity_bytes=capacity)
+        assert allocator_fast.REPLAYS["compiled"] == compiled_before + 1
+        want = _reference_replay(templates, lengths, expandable_segments=True,
+                                 capacity_bytes=capacity)  # fmt: skip
+        assert (got.peak_reserved_bytes, got.peak_allocated_bytes, got.unmatched_frees,
+                got.n_ooms) == want, capacity  # fmt: skip
+        assert got.unbounded_peak_reserved_bytes is None
+        n_ooms.append(got.n_ooms)
+    assert n_ooms[0] == 0 and n_ooms[-1] > 0

@@ -202,6 +202,8 @@ def replay_run(
     below it), else the run is replayed again with the capacity: by the compiled kernel where it
     is loaded (the capped rules of the sim, same integers), else by
     :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`. Expandable segments replay
+    through the compiled expandable-segments kernel where it is loaded
+    (:mod:`memfit.estimate.allocator.kernel_expandable`: the sim's rules, same integers), else
     through :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`."""
     events = run_events(templates, lengths)
     if not expandable_segments:
@@ -224,6 +226,19 @@ def replay_run(
                 unmatched_frees=events.unmatched_frees,
                 n_ooms=capped.n_ooms,
                 unbounded_peak_reserved_bytes=free.peak_reserved_bytes,
+            )
+        count_python_replay(len(events.keys))
+    else:
+        compiled = compiled_replay(
+            events.is_alloc, events.keys, events.n_bytes, events.n_keys,
+            capacity_bytes=capacity_bytes, expandable_segments=True,
+        )  # fmt: skip
+        if compiled is not None:
+            return RunReplay(
+                peak_reserved_bytes=compiled.peak_reserved_bytes,
+                peak_allocated_bytes=compiled.peak_allocated_bytes,
+                unmatched_frees=events.unmatched_frees,
+                n_ooms=compiled.n_ooms,
             )
         count_python_replay(len(events.keys))
     sim = CachingAllocatorSim(
