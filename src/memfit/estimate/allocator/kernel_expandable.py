@@ -67,7 +67,7 @@ _NONE = -1
 _NOT_LIVE, _ZERO_BYTES, _FAILED = -1, -2, -3
 # the replay's scalar state (one int64 array, shared with the helpers)
 _N_BLOCKS, _N_SPARE, _RESERVED, _PEAK_RESERVED, _PEAK_AT, _EVENT, _STATUS = range(7)
-_N_STATE = 7
+_ALLOCATED, _PEAK_ALLOCATED, _N_OOMS, _FIRST_OOM, _N_STATE = 7, 8, 9, 10, 11
 _FIRST_ROWS = 256
 
 
@@ -163,7 +163,7 @@ def _ul_insert(ulist: np.ndarray, ulen: np.ndarray, blocks: np.ndarray, p: int, 
     ulen[p] += 1
 
 
-@_jit
+@_jit(_nrt=False)  # allocates nothing: no reference counting
 def _merge(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
            nfree: np.ndarray, ulist: np.ndarray, ulen: np.ndarray, st: np.ndarray, dst: int,
            src: int) -> None:  # fmt: skip
@@ -190,7 +190,7 @@ def _merge(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.nda
     st[_N_SPARE] += 1
 
 
-@_jit
+@_jit(_nrt=False)  # allocates nothing: no reference counting
 def _map_block(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
                nfree: np.ndarray, ulist: np.ndarray, ulen: np.ndarray, mapped_bytes: np.ndarray,
                st: np.ndarray, b: int, n_bytes: int, capacity: int) -> bool:  # fmt: skip
@@ -232,7 +232,7 @@ def _map_block(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np
     return True
 
 
-@_jit
+@_jit(_nrt=False)  # allocates nothing: no reference counting
 def _alloc_expandable(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
                       nfree: np.ndarray, ulist: np.ndarray, ulen: np.ndarray,
                       mapped_bytes: np.ndarray, st: np.ndarray, p: int, size: int,
@@ -286,19 +286,22 @@ def _alloc_expandable(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, f
     return cand
 
 
-@_jit
+@_jit(_nrt=False)  # allocates nothing: no reference counting
 def _release_cached_blocks(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray,
                            fblk: np.ndarray, nfree: np.ndarray, ulist: np.ndarray,
-                           ulen: np.ndarray, mapped_bytes: np.ndarray,
-                           st: np.ndarray) -> None:  # fmt: skip
+                           ulen: np.ndarray, mapped_bytes: np.ndarray, st: np.ndarray,
+                           todo: np.ndarray) -> None:  # fmt: skip
     """The sim's ``_release_cached_blocks`` with expandable segments: every free block gives
     back the whole pages inside it (``_unmap_block``); the pieces before and after stay mapped
     and free. Each block's outcome does not depend on the others' (no two free mapped blocks
     are neighbours), so the order they are visited in does not matter."""
     for p in range(2):
         page = _SMALL_BUFFER if p == 1 else _LARGE_BUFFER
-        todo = fblk[p, : nfree[p]].copy()
-        for b in todo:
+        n_todo = nfree[p]
+        for m in range(n_todo):  # the free blocks before any is cut (``todo``: scratch room)
+            todo[m] = fblk[p, m]
+        for m in range(n_todo):
+            b = todo[m]
             addr, size = blocks[b, _ADDR], blocks[b, _SIZE]
             first = (addr + page - 1) // page * page
             end = (addr + size) // page * page
@@ -376,46 +379,87 @@ def replay_expandable(
     """Replay the events with expandable segments (module docstring); ``out`` as the default
     kernel's (``kernel.N_OUT``): [status, event of the error, peak allocated, final reserved,
     pools holding mapped pages, event of the reserved peak, peak reserved, OOMs, event of the
-    first OOM or -1]. ``capacity``: the bytes the allocator may reserve, or -1 (unlimited)."""
+    first OOM or -1]. ``capacity``: the bytes the allocator may reserve, or -1 (unlimited).
+
+    The tables grow here, between calls of :func:`_replay_from` (compiled without reference
+    counting, as the default kernel's loop), which stops before an event that might not find
+    room in them."""
     blocks = np.empty((_FIRST_ROWS, _N_COLS), dtype=np.int64)
     spare = np.empty(_FIRST_ROWS, dtype=np.int64)
     fkey = np.empty((2, _FIRST_ROWS), dtype=np.int64)
     fblk = np.empty((2, _FIRST_ROWS), dtype=np.int64)
-    nfree = np.zeros(2, dtype=np.int64)
     ulist = np.empty((2, 16), dtype=np.int64)
+    todo = np.empty(_FIRST_ROWS, dtype=np.int64)
+    nfree = np.zeros(2, dtype=np.int64)
     ulen = np.zeros(2, dtype=np.int64)
     mapped_bytes = np.zeros(2, dtype=np.int64)
     live = np.full(n_keys, _NOT_LIVE, dtype=np.int64)
     st = np.zeros(_N_STATE, dtype=np.int64)
-    allocated = peak_allocated = n_ooms = 0
-    first_oom = -1
-    for i in range(len(keys)):
-        # room for the worst this event can do: a release cuts every free block in three
-        # (two new rows, one more unmapped range each), then one new row per unmapped range
-        # mapped, the pool's first row and a split
-        n_free = nfree[0] + nfree[1]
-        n_unmapped = ulen[0] + ulen[1] + n_free
-        need_rows = st[_N_BLOCKS] + 2 * n_free + n_unmapped + 8
-        need_free = 2 * max(nfree[0], nfree[1]) + n_unmapped + 8
-        if need_rows > len(blocks) or need_free > fkey.shape[1] or n_unmapped + 4 > ulist.shape[1]:
-            blocks, spare, fkey, fblk, ulist = _room(blocks, spare, fkey, fblk, ulist, need_rows,
-                                                     need_free, n_unmapped + 4)  # fmt: skip
+    st[_FIRST_OOM] = -1
+    i = 0
+    while True:
+        i = _replay_from(is_alloc, keys, n_bytes, live, blocks, spare, fkey, fblk, nfree, ulist,
+                         ulen, mapped_bytes, todo, st, i, capacity, out)  # fmt: skip
+        if i < 0 or i >= len(keys):
+            break
+        need_rows, need_free, need_unmapped = _need(st, nfree, ulen)
+        blocks, spare, fkey, fblk, ulist = _room(blocks, spare, fkey, fblk, ulist, need_rows,
+                                                 need_free, need_unmapped)  # fmt: skip
+        if len(todo) < fkey.shape[1]:
+            todo = np.empty(fkey.shape[1], dtype=np.int64)
+    if i < 0:
+        return
+    out[0], out[1], out[2], out[3] = OK, 0, st[_PEAK_ALLOCATED], st[_RESERVED]
+    out[4] = (mapped_bytes[0] > 0) + (mapped_bytes[1] > 0)
+    out[5], out[6], out[7], out[8] = st[_PEAK_AT], st[_PEAK_RESERVED], st[_N_OOMS], st[_FIRST_OOM]
+
+
+@_jit(inline="always")
+def _need(st: np.ndarray, nfree: np.ndarray, ulen: np.ndarray) -> tuple[int, int, int]:
+    """The table sizes the next event may need: a release cuts every free block in three (two
+    new rows, one more unmapped range each); then a new row per unmapped range mapped, the
+    pool's first row and a split; as many free-list entries."""
+    n_free = nfree[0] + nfree[1]
+    n_unmapped = ulen[0] + ulen[1] + n_free
+    need_rows = st[_N_BLOCKS] + 2 * n_free + n_unmapped + 8
+    need_free = 2 * max(nfree[0], nfree[1]) + n_unmapped + 8
+    return need_rows, need_free, n_unmapped + 4
+
+
+@_jit(_nrt=False)  # allocates nothing: no reference counting (see replay_expandable)
+def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, live: np.ndarray,
+                 blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
+                 nfree: np.ndarray, ulist: np.ndarray, ulen: np.ndarray,
+                 mapped_bytes: np.ndarray, todo: np.ndarray, st: np.ndarray, first: int,
+                 capacity: int, out: np.ndarray) -> int:  # fmt: skip
+    """Events ``first..`` until the end (its length returned), an event the tables may be too
+    small for (its index returned, nothing of it done: the caller grows them and calls again
+    from there), or an error (-1; ``out[0]`` and ``out[1]`` say which and where)."""
+    allocated, peak_allocated = st[_ALLOCATED], st[_PEAK_ALLOCATED]
+    n_ooms, first_oom = st[_N_OOMS], st[_FIRST_OOM]
+    stopped = len(keys)
+    for i in range(first, len(keys)):
+        need_rows, need_free, need_unmapped = _need(st, nfree, ulen)
+        if (need_rows > len(blocks) or need_free > fkey.shape[1]
+                or need_unmapped > ulist.shape[1]):  # fmt: skip
+            stopped = i
+            break
         st[_EVENT] = i
         k = keys[i]
         if is_alloc[i]:
             if live[k] != _NOT_LIVE and live[k] != _FAILED:
                 out[0], out[1] = KEY_LIVE, i
-                return
+                return -1
             req = n_bytes[i]
             if req <= 0:
                 if req < 0:
                     out[0], out[1] = NEGATIVE_SIZE, i
-                    return
+                    return -1
                 live[k] = _ZERO_BYTES
                 continue
             if req >= LIMIT_BYTES:
                 out[0], out[1] = TOO_LARGE, i
-                return
+                return -1
             size = (max(req, _MIN_BLOCK) + _MIN_BLOCK - 1) // _MIN_BLOCK * _MIN_BLOCK
             p = 1 if size <= _SMALL_SIZE else 0
             b = _get_free_block(blocks, fkey, fblk, nfree, p, size)
@@ -424,12 +468,12 @@ def replay_expandable(
                                       mapped_bytes, st, p, size, capacity)  # fmt: skip
                 if b == _NONE and capacity >= 0 and st[_STATUS] == OK:
                     _release_cached_blocks(blocks, spare, fkey, fblk, nfree, ulist, ulen,
-                                           mapped_bytes, st)  # fmt: skip
+                                           mapped_bytes, st, todo)  # fmt: skip
                     b = _alloc_expandable(blocks, spare, fkey, fblk, nfree, ulist, ulen,
                                           mapped_bytes, st, p, size, capacity)  # fmt: skip
             if st[_STATUS] != OK:
                 out[0], out[1] = st[_STATUS], i
-                return
+                return -1
             if b == _NONE:  # an OOM: nothing allocated
                 n_ooms += 1
                 if first_oom < 0:
@@ -455,7 +499,7 @@ def replay_expandable(
             b = live[k]
             if b == _NOT_LIVE:
                 out[0], out[1] = KEY_NOT_LIVE, i
-                return
+                return -1
             live[k] = _NOT_LIVE
             if b < 0:  # a zero-byte request, or one that failed: nothing to free
                 continue
@@ -466,10 +510,10 @@ def replay_expandable(
             _fl_insert(fkey, fblk, nfree, blocks, b)
             if st[_STATUS] != OK:
                 out[0], out[1] = st[_STATUS], i
-                return
-    out[0], out[1], out[2], out[3] = OK, 0, peak_allocated, st[_RESERVED]
-    out[4] = (mapped_bytes[0] > 0) + (mapped_bytes[1] > 0)
-    out[5], out[6], out[7], out[8] = st[_PEAK_AT], st[_PEAK_RESERVED], n_ooms, first_oom
+                return -1
+    st[_ALLOCATED], st[_PEAK_ALLOCATED] = allocated, peak_allocated
+    st[_N_OOMS], st[_FIRST_OOM] = n_ooms, first_oom
+    return stopped
 
 
 @_jit(inline="always")
