@@ -305,3 +305,25 @@ def test_the_expandable_replay_runs_compiled_and_equals_the_event_by_event_repla
         assert got.unbounded_peak_reserved_bytes is None
         n_ooms.append(got.n_ooms)
     assert n_ooms[0] == 0 and n_ooms[-1] > 0
+
+
+def test_the_numpy_sizes_are_the_python_interpolations_integers() -> None:
+    """``sizes_array`` (what run_events lays out) equals ``sizes_at`` (the Python chord, rounded
+    up to 512 B) at every length between, below and above the anchors, for affine, convex and
+    unrounded sizes."""
+    import numpy as np
+
+    def odd_trace(length: int):
+        events, marks = fake_trace(length)
+        # convex (S x S) and unrounded sizes in place of some allocations
+        odd = [(kind, key, length * length * 3 + 7 if kind == "a" and i % 3 == 0 else n)
+               for i, (kind, key, n) in enumerate(events)]  # fmt: skip
+        return odd, marks
+
+    for make in (fake_trace, odd_trace):
+        templates = templates_from_traces({n: make(n) for n in (128, 1000, 1024, 2048)})
+        for seg in range(4):
+            for length in (*range(1, 2100, 37), 127, 128, 129, 1000, 1023, 1024, 2047, 2048):
+                want = templates.sizes_at(seg, length)
+                got = templates.sizes_array(seg, length)
+                assert got.dtype == np.int64 and got.tolist() == want, (seg, length)
