@@ -402,8 +402,10 @@ def run_events(templates: StepTemplates, lengths: Sequence[int]) -> RunEvents:
     steady_alloc = rows[lead][0].astype(np.uint8)
     steady_bytes: dict[int, np.ndarray] = {}
     steady_keys: dict[int, np.ndarray] = {}
-    back = rows[lead][2]
-    keys_repeat = rotate and (len(back) == 0 or int(back.max()) <= lead - N_TRACED_STEPS)
+    steady_back = rows[lead][2]
+    keys_repeat = rotate and (
+        len(steady_back) == 0 or int(steady_back.max()) <= lead - N_TRACED_STEPS
+    )
     for k in range(n_steps + 1):
         row_alloc, row_index, row_back, row_pos = rows[min(k, lead)]
         length = lengths[max(k - 1, 0)]
