@@ -410,7 +410,7 @@ def replay_expandable(
     if i < 0:
         return
     out[0], out[1], out[2], out[3] = OK, 0, st[_PEAK_ALLOCATED], st[_RESERVED]
-    out[4] = (mapped_bytes[0] > 0) + (mapped_bytes[1] > 0)
+    out[4] = int(mapped_bytes[0] > 0) + int(mapped_bytes[1] > 0)  # pools holding pages
     out[5], out[6], out[7], out[8] = st[_PEAK_AT], st[_PEAK_RESERVED], st[_N_OOMS], st[_FIRST_OOM]
 
 
