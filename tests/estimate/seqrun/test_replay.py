@@ -274,3 +274,56 @@ def test_without_the_kernel_the_capped_replay_runs_in_python(
             got.n_ooms) == _reference_replay(templates, lengths,
                                              capacity_bytes=capacity)  # fmt: skip
     assert got.n_ooms > 0 and got.unbounded_peak_reserved_bytes == unbounded[0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_expandable_replay_runs_compiled_and_equals_the_event_by_event_replay(
+    seed: int,
+) -> None:
+    """With the kernel loaded, the expandable-segments replay runs compiled, not through
+    CachingAllocatorSim: the same figures as the event-by-event replay, with no capacity, one
+    that gives pages back and one that fails requests."""
+    pytest.importorskip("numba")
+    from memfit.estimate.allocator import fast as allocator_fast
+    from memfit.estimate.allocator import jit as allocator_jit
+
+    if allocator_jit.load_kernel(wait=True) is None:
+        pytest.skip(f"no compiled replay here: {allocator_jit.describe()}")
+    templates = templates_from_traces({n: fake_trace(n, leak=seed == 2) for n in (128, 1024, 2048)})
+    rng = random.Random(seed)
+    lengths = [rng.randint(128, 2048) for _ in range(60)]
+    unbounded = _reference_replay(templates, lengths, expandable_segments=True)
+    n_ooms = []
+    for capacity in (None, unbounded[0] - 1, unbounded[1] // 2):
+        compiled_before = allocator_fast.REPLAYS["compiled"]
+        got = replay_run(templates, lengths, expandable_segments=True, capacity_bytes=capacity)
+        assert allocator_fast.REPLAYS["compiled"] == compiled_before + 1
+        want = _reference_replay(templates, lengths, expandable_segments=True,
+                                 capacity_bytes=capacity)  # fmt: skip
+        assert (got.peak_reserved_bytes, got.peak_allocated_bytes, got.unmatched_frees,
+                got.n_ooms) == want, capacity  # fmt: skip
+        assert got.unbounded_peak_reserved_bytes is None
+        n_ooms.append(got.n_ooms)
+    assert n_ooms[0] == 0 and n_ooms[-1] > 0
+
+
+def test_the_numpy_sizes_are_the_python_interpolations_integers() -> None:
+    """``sizes_array`` (what run_events lays out) equals ``sizes_at`` (the Python chord, rounded
+    up to 512 B) at every length between, below and above the anchors, for affine, convex and
+    unrounded sizes."""
+    import numpy as np
+
+    def odd_trace(length: int):
+        events, marks = fake_trace(length)
+        # convex (S x S) and unrounded sizes in place of some allocations
+        odd = [(kind, key, length * length * 3 + 7 if kind == "a" and i % 3 == 0 else n)
+               for i, (kind, key, n) in enumerate(events)]  # fmt: skip
+        return odd, marks
+
+    for make in (fake_trace, odd_trace):
+        templates = templates_from_traces({n: make(n) for n in (128, 1000, 1024, 2048)})
+        for seg in range(4):
+            for length in (*range(1, 2100, 37), 127, 128, 129, 1000, 1023, 1024, 2047, 2048):
+                want = templates.sizes_at(seg, length)
+                got = templates.sizes_array(seg, length)
+                assert got.dtype == np.int64 and got.tolist() == want, (seg, length)

@@ -105,17 +105,20 @@ def compiled_replay(
     n_keys: int,
     *,
     capacity_bytes: int | None = None,
+    expandable_segments: bool = False,
 ) -> AllocatorResult | None:
     """:func:`simulate_default_arrays` by the compiled replay, or None where it does not run
     (no numba, ``MEMFIT_NO_JIT``, not yet loaded in this process: see ``JIT_AFTER_LONG_REPLAYS``,
     or a list it hands back: see :func:`memfit.estimate.allocator.jit.replay_arrays`).
-    ``capacity_bytes``: as ``CachingAllocatorSim(capacity_bytes=...)`` (default configuration),
-    the same result field for field. The caller counts a Python replay it makes instead."""
+    ``capacity_bytes``, ``expandable_segments``: as ``CachingAllocatorSim(capacity_bytes=...,
+    expandable_segments=...)``, the same result field for field. The caller counts a Python
+    replay it makes instead."""
     if not _wants_kernel(len(keys)):
         return None
     got = allocator_jit.replay_arrays(
-        is_alloc, keys, n_bytes, n_keys, capacity_bytes=capacity_bytes
-    )
+        is_alloc, keys, n_bytes, n_keys, capacity_bytes=capacity_bytes,
+        expandable_segments=expandable_segments,
+    )  # fmt: skip
     if got is not None:
         REPLAYS["compiled"] += 1
     return got

@@ -54,6 +54,7 @@ from memfit.estimate.allocator.caching import AllocatorResult
 NO_JIT_ENV = "MEMFIT_NO_JIT"
 
 _KERNEL: list[Any] = []  # [compiled function] once loaded; [None] when numba is unavailable
+_EXPANDABLE: list[Any] = []  # [the expandable-segments replay], loaded with _KERNEL
 _WHY = [""]  # why not, then
 
 
@@ -108,18 +109,24 @@ def load_kernel(*, wait: bool = True) -> Any:
 _WARMING: list[str] = []  # [why the Python replay answers] once a background compile is asked
 
 
+#: The modules the compiled replays are made of (their machine code depends on them).
+_KERNEL_FILES = ("kernel.py", "kernel_expandable.py")
+
+
 def _stamp() -> str:
-    """What the kernel's machine code depends on: kernel.py (size, mtime), numba, Python."""
+    """What the kernels' machine code depends on: :data:`_KERNEL_FILES` (size, mtime), numba,
+    Python."""
     import importlib.metadata
     import platform
 
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel.py")
+    here = os.path.dirname(os.path.abspath(__file__))
     try:
-        st = os.stat(src)
+        files = [os.stat(os.path.join(here, name)) for name in _KERNEL_FILES]
         numba_version = importlib.metadata.version("numba")
     except (OSError, importlib.metadata.PackageNotFoundError):
         return ""
-    text = f"{st.st_size}-{st.st_mtime_ns}-{numba_version}-{platform.python_version()}"
+    text = "-".join(f"{st.st_size}-{st.st_mtime_ns}" for st in files)
+    text = f"{text}-{numba_version}-{platform.python_version()}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -199,17 +206,23 @@ def replay_arrays(
     n_keys: int,
     *,
     capacity_bytes: int | None = None,
+    expandable_segments: bool = False,
 ) -> AllocatorResult | None:
     """The replay of events given as arrays (``is_alloc``: malloc or free; ``keys`` dense in
     ``0..n_keys-1``; ``n_bytes``: the request, ignored on a free), with ``capacity_bytes`` the
-    bytes the allocator may reserve (None: unlimited; the rules of
-    ``CachingAllocatorSim(capacity_bytes=...)``, default configuration), or None where the kernel
-    cannot answer: no numba, ``MEMFIT_NO_JIT``, a request or reserved bytes of 1 TiB or more
-    (the kernel's packed free-list keys hold addresses below it), keys outside the range, or
-    a malformed list (the caller's Python replay then answers, or raises the error)."""
+    bytes the allocator may reserve (None: unlimited) and ``expandable_segments`` (the rules of
+    ``CachingAllocatorSim(capacity_bytes=..., expandable_segments=...)``, no
+    ``max_split_size``), or None where the kernel cannot answer: no numba, ``MEMFIT_NO_JIT``, a
+    request or reserved bytes (with expandable segments: a mapped address) of 1 TiB or more (the
+    kernel's packed free-list keys hold addresses below it), keys outside the range, or a
+    malformed list (the caller's Python replay then answers, or raises the error)."""
     kernel = load_kernel(wait=False)
     if kernel is None:
         return None
+    if expandable_segments:
+        if not _EXPANDABLE:  # loaded apart from _compile (a test's stand-in): not this replay
+            return None
+        kernel = _EXPANDABLE[0]
     n = len(keys)
     if len(is_alloc) != n or len(n_bytes) != n:
         raise ValueError(f"event arrays differ in length: {len(is_alloc)}, {n}, {len(n_bytes)}")
@@ -231,7 +244,7 @@ def replay_arrays(
     status, _at, peak_allocated, reserved, n_segments, peak_at = (int(v) for v in out[:6])
     if status != 0:
         return None
-    if capacity_bytes is None:
+    if capacity_bytes is None and not expandable_segments:
         return AllocatorResult.unbounded(
             peak_allocated=peak_allocated, reserved=reserved, n_segments=n_segments, peak_at=peak_at
         )
@@ -280,6 +293,7 @@ def replay_events(events: list[tuple]) -> AllocatorResult | None:
 def _compile() -> Any:
     try:
         from memfit.estimate.allocator import kernel as allocator_kernel
+        from memfit.estimate.allocator import kernel_expandable
     except ImportError:
         _WHY[0] = "numba is not installed: pip install 'memfit[fast]'"
         return None
@@ -289,16 +303,18 @@ def _compile() -> Any:
     kernel = allocator_kernel.replay_default
     from numba.core.errors import NumbaError
 
+    expandable = kernel_expandable.replay_expandable
     try:
         with _no_scipy_blas_probe():  # load (or compile) the machine code now, not at first use
-            kernel(
-                np.ones(1, dtype=np.uint8),
-                np.zeros(1, dtype=np.int64),
-                np.ones(1, dtype=np.int64),
-                1,
-                -1,
-                np.zeros(_N_OUT, dtype=np.int64),
-            )
+            for replay in (kernel, expandable):
+                replay(
+                    np.ones(1, dtype=np.uint8),
+                    np.zeros(1, dtype=np.int64),
+                    np.ones(1, dtype=np.int64),
+                    1,
+                    -1,
+                    np.zeros(_N_OUT, dtype=np.int64),
+                )
     except (NumbaError, KeyError, TypeError) as e:  # a numba that cannot compile the kernel
         _WHY[0] = f"numba could not compile the replay ({type(e).__name__}: {e})"[:300]
         return None
@@ -308,6 +324,7 @@ def _compile() -> Any:
             shutil.rmtree(allocator_kernel._FOLDER, ignore_errors=True)
         _WHY[0] = f"numba's cached machine code was damaged ({type(e).__name__}): removed"
         return None
+    _EXPANDABLE[:] = [expandable]
     return kernel
 
 

@@ -62,6 +62,7 @@ class StepTemplates:
     segments: tuple[tuple[_Segment, ...], ...]  # [anchor][0: init, 1..3: traced steps]
     workspace_bytes: tuple[int, ...] = ()
     _cache: dict[tuple[int, int], list[int]] = field(default_factory=dict, compare=False)
+    _arrays: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, compare=False)
 
     def sizes_at(self, seg: int, length: int) -> list[int]:
         """Event sizes of segment ``seg`` at ``length`` tokens (interpolated, rounded up)."""
@@ -81,6 +82,38 @@ class StepTemplates:
             out = [x if x == y else -(-math.ceil(x + (y - x) * w) // r) * r for x, y in zip(lo, hi)]
         self._cache[key] = out
         return out
+
+    def sizes_array(self, seg: int, length: int) -> np.ndarray:
+        """:meth:`sizes_at` as an int64 array, computed with numpy in the same IEEE-754 steps
+        (the same integers: ``tests/estimate/seqrun/test_replay.py`` compares them): what
+        :func:`run_events` lays out, without a Python loop over the events."""
+        key = (seg, length)
+        got = self._arrays.get(key)
+        if got is not None:
+            return got
+        a = self.anchors
+        if length <= a[0] or len(a) == 1:
+            out = self._anchor_sizes(0, seg)
+        elif length >= a[-1]:
+            out = self._anchor_sizes(len(a) - 1, seg)
+        else:
+            i = max(j for j in range(len(a)) if a[j] <= length)
+            lo, hi = self._anchor_sizes(i, seg), self._anchor_sizes(i + 1, seg)
+            w = (length - a[i]) / (a[i + 1] - a[i])
+            r = MIN_BLOCK_BYTES
+            # int - int, then as float (exact below 2**53) times w, plus x: math.ceil's input
+            up = np.ceil(lo + (hi - lo).astype(np.float64) * w).astype(np.int64)
+            out = np.where(lo == hi, lo, -(-up // r) * r)
+        self._arrays[key] = out
+        return out
+
+    def _anchor_sizes(self, anchor: int, seg: int) -> np.ndarray:
+        key = (-1 - anchor, seg)  # anchors' own sizes, beside the lengths' (seg >= 0 keys)
+        got = self._arrays.get(key)
+        if got is None:
+            got = np.asarray(self.segments[anchor][seg].sizes, dtype=np.int64)
+            self._arrays[key] = got
+        return got
 
 
 def templates_from_traces(
@@ -188,6 +221,7 @@ def replay_run(
     *,
     expandable_segments: bool = False,
     capacity_bytes: int | None = None,
+    events: RunEvents | None = None,
 ) -> RunReplay:
     """Replay a run whose step ``k`` is ``lengths[k]`` tokens long. ``capacity_bytes``: what the
     allocator may reserve (the GPU's memory less the CUDA context); at the limit it frees its
@@ -202,8 +236,14 @@ def replay_run(
     below it), else the run is replayed again with the capacity: by the compiled kernel where it
     is loaded (the capped rules of the sim, same integers), else by
     :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`. Expandable segments replay
-    through :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`."""
-    events = run_events(templates, lengths)
+    through the compiled expandable-segments kernel where it is loaded
+    (:mod:`memfit.estimate.allocator.kernel_expandable`: the sim's rules, same integers), else
+    through :class:`~memfit.estimate.allocator.caching.CachingAllocatorSim`.
+
+    ``events``: the run's :func:`run_events` where the caller laid them out already (one run
+    replayed with both allocator settings)."""
+    if events is None:
+        events = run_events(templates, lengths)
     if not expandable_segments:
         free = simulate_default_arrays(events.is_alloc, events.keys, events.n_bytes, events.n_keys)
         if capacity_bytes is None or free.peak_reserved_bytes <= capacity_bytes:
@@ -224,6 +264,19 @@ def replay_run(
                 unmatched_frees=events.unmatched_frees,
                 n_ooms=capped.n_ooms,
                 unbounded_peak_reserved_bytes=free.peak_reserved_bytes,
+            )
+        count_python_replay(len(events.keys))
+    else:
+        compiled = compiled_replay(
+            events.is_alloc, events.keys, events.n_bytes, events.n_keys,
+            capacity_bytes=capacity_bytes, expandable_segments=True,
+        )  # fmt: skip
+        if compiled is not None:
+            return RunReplay(
+                peak_reserved_bytes=compiled.peak_reserved_bytes,
+                peak_allocated_bytes=compiled.peak_allocated_bytes,
+                unmatched_frees=events.unmatched_frees,
+                n_ooms=compiled.n_ooms,
             )
         count_python_replay(len(events.keys))
     sim = CachingAllocatorSim(
@@ -344,13 +397,37 @@ def run_events(templates: StepTemplates, lengths: Sequence[int]) -> RunEvents:
             slot = target - 1
         return np.where(back < 0, n_ws + pos, base + slot * width + pos)
 
+    # the steps from the last lead step on share its row: their bytes depend on the length
+    # only, their keys (in rotation, no block older than the step before) on k % _ROTATION only
+    steady_alloc = rows[lead][0].astype(np.uint8)
+    steady_bytes: dict[int, np.ndarray] = {}
+    steady_keys: dict[int, np.ndarray] = {}
+    steady_back = rows[lead][2]
+    keys_repeat = rotate and (
+        len(steady_back) == 0 or int(steady_back.max()) <= lead - N_TRACED_STEPS
+    )
     for k in range(n_steps + 1):
         row_alloc, row_index, row_back, row_pos = rows[min(k, lead)]
         length = lengths[max(k - 1, 0)]
-        sizes = np.asarray(templates.sizes_at(min(k, N_TRACED_STEPS), length), dtype=np.int64)
-        alloc_parts.append(row_alloc.astype(np.uint8))
-        key_parts.append(keys_of(k, row_back, row_pos))
-        byte_parts.append(sizes[row_index] * row_alloc)
+        if k < max(lead, N_TRACED_STEPS):
+            sizes = templates.sizes_array(min(k, N_TRACED_STEPS), length)
+            alloc_parts.append(row_alloc.astype(np.uint8))
+            key_parts.append(keys_of(k, row_back, row_pos))
+            byte_parts.append(sizes[row_index] * row_alloc)
+            continue
+        step_bytes = steady_bytes.get(length)
+        if step_bytes is None:
+            sizes = templates.sizes_array(N_TRACED_STEPS, length)
+            step_bytes = steady_bytes[length] = sizes[row_index] * row_alloc
+        if keys_repeat:
+            step_keys = steady_keys.get(k % _ROTATION)
+            if step_keys is None:
+                step_keys = steady_keys[k % _ROTATION] = keys_of(k, row_back, row_pos)
+        else:
+            step_keys = keys_of(k, row_back, row_pos)
+        alloc_parts.append(steady_alloc)
+        key_parts.append(step_keys)
+        byte_parts.append(step_bytes)
     n_slots = N_TRACED_STEPS - 1 + _ROTATION if rotate else n_steps
     return RunEvents(
         is_alloc=np.concatenate(alloc_parts),

@@ -23,6 +23,7 @@ from memfit.estimate.seqrun.replay import (
     MAX_ANCHORS,
     StepTemplates,
     replay_run,
+    run_events,
     same_steps,
     templates_from_traces,
 )
@@ -361,10 +362,12 @@ def _variant(
 ) -> tuple[Variant, int]:
     """The replayed run and its allocated peak (default allocator settings)."""
     how, memory_only = _HOW[name]
-    default = replay_run(templates, lengths, capacity_bytes=capacity_bytes)
+    events = run_events(templates, lengths)  # laid out once for both settings
+    default = replay_run(templates, lengths, capacity_bytes=capacity_bytes, events=events)
     expandable = replay_run(
-        templates, lengths, expandable_segments=True, capacity_bytes=capacity_bytes
-    )
+        templates, lengths, expandable_segments=True, capacity_bytes=capacity_bytes,
+        events=events,
+    )  # fmt: skip
     variant = Variant(
         name=name,
         reserved_bytes=default.peak_reserved_bytes,
