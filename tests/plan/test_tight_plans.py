@@ -97,4 +97,5 @@ def test_without_confirmation_the_tight_plan_is_shown_beside_the_recommendation(
     assert p.to_json()["tight"]["settings"] == p.tight.to_json()["settings"]
     assert any(n.startswith("tight (memory-only): ") for n in p.notes)
     line = _answer(p, "memfit plan ...").text()
-    assert "\nmay fit instead (tight): " in line and "(memory-only; estimate " in line.split("\n")[1]
+    assert "\nmay fit instead (tight): " in line
+    assert "(memory-only; estimate " in line.split("\n")[1]
