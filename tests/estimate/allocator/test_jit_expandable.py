@@ -12,6 +12,8 @@ import random
 
 import numpy as np
 import pytest
+from tests.estimate.allocator.random_events import Arrays, sim_replay
+from tests.estimate.allocator.random_events import random_arrays as _arrays
 
 from memfit.estimate.allocator import fast as allocator_fast
 from memfit.estimate.allocator import jit as allocator_jit
@@ -26,43 +28,8 @@ def _compiled() -> None:
     allocator_jit.load_kernel(wait=True)
 
 
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, int]
-
-
-def _arrays(seed: int, n: int, *, lo: float, hi: float, p_free: float, n_keys: int) -> Arrays:
-    """Random births (sizes 2**uniform(lo, hi) bytes, a few 0 B) and frees over a small key
-    range (keys born again after a free); a key is freed only while it is born."""
-    rng = random.Random(seed)
-    live: list[int] = []
-    idle = list(range(n_keys))
-    is_alloc, keys, n_bytes = [], [], []
-    for _ in range(n):
-        if live and (not idle or rng.random() < p_free):
-            key = live.pop(rng.randrange(len(live)))
-            idle.append(key)
-            is_alloc.append(0), keys.append(key), n_bytes.append(0)
-            continue
-        key = idle.pop(rng.randrange(len(idle)))
-        live.append(key)
-        size = 0 if rng.random() < 0.02 else int(2 ** rng.uniform(lo, hi))
-        is_alloc.append(1), keys.append(key), n_bytes.append(size)
-    return (
-        np.asarray(is_alloc, dtype=np.uint8),
-        np.asarray(keys, dtype=np.int64),
-        np.asarray(n_bytes, dtype=np.int64),
-        n_keys,
-    )
-
-
 def _sim(arrays: Arrays, capacity_bytes: int | None) -> AllocatorResult:
-    sim = CachingAllocatorSim(capacity_bytes=capacity_bytes, expandable_segments=True)
-    is_alloc, keys, n_bytes, _ = arrays
-    for born, key, size in zip(is_alloc.tolist(), keys.tolist(), n_bytes.tolist(), strict=True):
-        if born:
-            sim.malloc(key, size)
-        else:
-            sim.free(key)
-    return sim.result()
+    return sim_replay(arrays, capacity_bytes, expandable_segments=True)
 
 
 def _kernel(arrays: Arrays, capacity_bytes: int | None) -> AllocatorResult:
