@@ -79,6 +79,10 @@ COMMANDS: tuple[str, ...] = (
     "plan flux.1-dev --mode infer --gpu RTX-3060",
     "plan llama-3.2-1b --lora-rank 16 --batch 4 --seq-dist 300,250,1024 --gpu L4",
     "plan llama-3.1-8b --recommend-gpu --rank cost --seq 4096 --global-batch 16",
+    # added 2026-12-07 (evening): FSDP2 and fp16 inference on the fast path, the tight plan
+    "estimate llama-3.1-8b --gpus 8 --shard fsdp --seq 4096 --gpu H200",
+    "estimate llama-3.2-1b --mode infer --seq 4096 --gpu T4",
+    "plan qwen3-8b --gpu L4 --seq 1024 --global-batch 1 --lora-rank 16",
 )
 
 
