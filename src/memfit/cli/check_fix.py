@@ -151,11 +151,18 @@ def find_fix(
     ckpt_fixed = _checkpointing_fixed(job)
     result = plan(source, recipe_request(workload, keep_checkpointing=ckpt_fixed), gpu=gpu)
     options = [] if result.recommended is None else [result.recommended, *result.alternatives]
-    tries = [
+    planned = [
         (_how(o.settings, wanted, workload), wanted, _kept(o.settings, workload), False)
         for o in options
         for wanted in _variants(_wanted(o.settings, workload), workload)
-    ] + [(*t, True) for t in _smallest_splits(workload, keep_checkpointing=ckpt_fixed)]
+    ]
+    splits = [(*t, True) for t in _smallest_splits(workload, keep_checkpointing=ckpt_fixed)]
+    tries = planned + splits
+    if workload.checkpointing not in PLANNED_CHECKPOINTING:
+        # the files' checkpointing is one the planner does not search (torchtitan's per-op
+        # selective, a per-layer policy): its plans would swap it for another, the job as
+        # written at micro-batch 1 keeps it, so that smaller change is tried first
+        tries = splits[:1] + planned + splits[1:]
     tries = _full_state_dict_tries(tries, workload)
     if workload.optimizer_in_bwd:  # each parameter steps in backward: no accumulation
         tries = [t for t in tries if t[1].get("grad_accum", workload.grad_accum) == 1]
@@ -247,6 +254,11 @@ def _variants(wanted: dict[str, Any], workload: WorkloadSpec) -> list[dict[str, 
 
 def _used(fix: CheckFix) -> int:
     return 0 if fix.estimate is None else fix.estimate.device_used_bytes
+
+
+#: The checkpointing modes the planner searches (memfit.plan.space._ckpt_losses); a file's other
+#: mode is kept by its first try (:func:`find_fix`).
+PLANNED_CHECKPOINTING = frozenset({"none", "selective", "full", "offload"})
 
 
 def _smallest_splits(

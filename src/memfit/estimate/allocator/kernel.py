@@ -95,6 +95,13 @@ def _lower_bound(fkey: np.ndarray, lo: int, hi: int, key: int) -> int:
     return lo
 
 
+#: Shared with the expandable-segments replay (``kernel_expandable.py``): the same compile
+#: options and on-disk cache, and the same free-list keys and search.
+compiled = _jit
+free_key = _key
+lower_bound = _lower_bound
+
+
 @_jit(inline="always")
 def _delete(fkey: np.ndarray, fblk: np.ndarray, lo: int, hi: int, j: int) -> tuple[int, int]:
     """Remove entry ``j`` of the sorted run ``[lo, hi)``, moving the shorter side by one; the

@@ -1,6 +1,6 @@
 """The compiled replay of ``CachingAllocatorSim(expandable_segments=True[, capacity_bytes=])``
 (numba; imported only by :func:`memfit.estimate.allocator.jit.load_kernel`, with
-:mod:`memfit.estimate.allocator.kernel`, whose cached ``_jit`` and folder it shares).
+:mod:`memfit.estimate.allocator.kernel`, whose cached ``compiled`` and folder it shares).
 
 Same rules as the sim's expandable path (:mod:`memfit.estimate.allocator.caching`, read from
 ``c10/cuda/CUDACachingAllocator.cpp``), same integers:
@@ -44,9 +44,9 @@ from memfit.estimate.allocator.kernel import (
     NEGATIVE_SIZE,
     OK,
     TOO_LARGE,
-    _jit,
-    _key,
-    _lower_bound,
+    compiled,
+    free_key,
+    lower_bound,
 )
 
 #: A broken invariant (a bug): the caller replays the events in Python.
@@ -71,7 +71,7 @@ _ALLOCATED, _PEAK_ALLOCATED, _N_OOMS, _FIRST_OOM, _N_STATE = 7, 8, 9, 10, 11
 _FIRST_ROWS = 256
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _new_row(blocks: np.ndarray, spare: np.ndarray, st: np.ndarray, addr: int, size: int,
              pool: int, mapped: int) -> int:  # fmt: skip
     """A row for a new block (a reused one where a merge freed one); the caller links it."""
@@ -86,13 +86,13 @@ def _new_row(blocks: np.ndarray, spare: np.ndarray, st: np.ndarray, addr: int, s
     return b
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _fl_insert(fkey: np.ndarray, fblk: np.ndarray, nfree: np.ndarray, blocks: np.ndarray,
                b: int) -> None:  # fmt: skip
     p = blocks[b, _POOL]
-    key = _key(blocks[b, _SIZE], blocks[b, _ADDR])
+    key = free_key(blocks[b, _SIZE], blocks[b, _ADDR])
     n = nfree[p]
-    j = _lower_bound(fkey[p], 0, n, key)
+    j = lower_bound(fkey[p], 0, n, key)
     for m in range(n, j, -1):
         fkey[p, m] = fkey[p, m - 1]
         fblk[p, m] = fblk[p, m - 1]
@@ -101,7 +101,7 @@ def _fl_insert(fkey: np.ndarray, fblk: np.ndarray, nfree: np.ndarray, blocks: np
     nfree[p] = n + 1
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _fl_delete_at(fkey: np.ndarray, fblk: np.ndarray, nfree: np.ndarray, p: int, j: int) -> None:
     n = nfree[p] - 1
     for m in range(j, n):
@@ -110,18 +110,18 @@ def _fl_delete_at(fkey: np.ndarray, fblk: np.ndarray, nfree: np.ndarray, p: int,
     nfree[p] = n
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _fl_remove(fkey: np.ndarray, fblk: np.ndarray, nfree: np.ndarray, blocks: np.ndarray,
                b: int, st: np.ndarray) -> None:  # fmt: skip
     p = blocks[b, _POOL]
-    j = _lower_bound(fkey[p], 0, nfree[p], _key(blocks[b, _SIZE], blocks[b, _ADDR]))
+    j = lower_bound(fkey[p], 0, nfree[p], free_key(blocks[b, _SIZE], blocks[b, _ADDR]))
     if j >= nfree[p] or fblk[p, j] != b:
         st[_STATUS] = INTERNAL
         return
     _fl_delete_at(fkey, fblk, nfree, p, j)
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _ul_find(ulist: np.ndarray, ulen: np.ndarray, blocks: np.ndarray, p: int, b: int) -> int:
     """Index of unmapped row ``b`` in pool ``p``'s list (in address order), or -1."""
     lo, hi = 0, ulen[p]
@@ -135,7 +135,7 @@ def _ul_find(ulist: np.ndarray, ulen: np.ndarray, blocks: np.ndarray, p: int, b:
     return lo if lo < ulen[p] and ulist[p, lo] == b else -1
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _ul_remove(ulist: np.ndarray, ulen: np.ndarray, blocks: np.ndarray, p: int, b: int,
                st: np.ndarray) -> None:  # fmt: skip
     j = _ul_find(ulist, ulen, blocks, p, b)
@@ -147,7 +147,7 @@ def _ul_remove(ulist: np.ndarray, ulen: np.ndarray, blocks: np.ndarray, p: int, 
     ulen[p] -= 1
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _ul_insert(ulist: np.ndarray, ulen: np.ndarray, blocks: np.ndarray, p: int, b: int) -> None:
     addr = blocks[b, _ADDR]
     lo, hi = 0, ulen[p]
@@ -163,7 +163,7 @@ def _ul_insert(ulist: np.ndarray, ulen: np.ndarray, blocks: np.ndarray, p: int, 
     ulen[p] += 1
 
 
-@_jit(_nrt=False)  # allocates nothing: no reference counting
+@compiled(_nrt=False)  # allocates nothing: no reference counting
 def _merge(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
            nfree: np.ndarray, ulist: np.ndarray, ulen: np.ndarray, st: np.ndarray, dst: int,
            src: int) -> None:  # fmt: skip
@@ -190,7 +190,7 @@ def _merge(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.nda
     st[_N_SPARE] += 1
 
 
-@_jit(_nrt=False)  # allocates nothing: no reference counting
+@compiled(_nrt=False)  # allocates nothing: no reference counting
 def _map_block(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
                nfree: np.ndarray, ulist: np.ndarray, ulen: np.ndarray, mapped_bytes: np.ndarray,
                st: np.ndarray, b: int, n_bytes: int, capacity: int) -> bool:  # fmt: skip
@@ -232,7 +232,7 @@ def _map_block(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np
     return True
 
 
-@_jit(_nrt=False)  # allocates nothing: no reference counting
+@compiled(_nrt=False)  # allocates nothing: no reference counting
 def _alloc_expandable(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
                       nfree: np.ndarray, ulist: np.ndarray, ulen: np.ndarray,
                       mapped_bytes: np.ndarray, st: np.ndarray, p: int, size: int,
@@ -286,7 +286,7 @@ def _alloc_expandable(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, f
     return cand
 
 
-@_jit(_nrt=False)  # allocates nothing: no reference counting
+@compiled(_nrt=False)  # allocates nothing: no reference counting
 def _release_cached_blocks(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray,
                            fblk: np.ndarray, nfree: np.ndarray, ulist: np.ndarray,
                            ulen: np.ndarray, mapped_bytes: np.ndarray, st: np.ndarray,
@@ -332,7 +332,7 @@ def _release_cached_blocks(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarr
             st[_RESERVED] -= end - first
 
 
-@_jit
+@compiled
 def _room(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
           ulist: np.ndarray, need_rows: int, need_free: int,
           need_unmapped: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -367,7 +367,7 @@ def _room(blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndar
     return blocks, spare, fkey, fblk, ulist
 
 
-@_jit
+@compiled
 def replay_expandable(
     is_alloc: np.ndarray,
     keys: np.ndarray,
@@ -414,7 +414,7 @@ def replay_expandable(
     out[5], out[6], out[7], out[8] = st[_PEAK_AT], st[_PEAK_RESERVED], st[_N_OOMS], st[_FIRST_OOM]
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _need(st: np.ndarray, nfree: np.ndarray, ulen: np.ndarray) -> tuple[int, int, int]:
     """The table sizes the next event may need: a release cuts every free block in three (two
     new rows, one more unmapped range each); then a new row per unmapped range mapped, the
@@ -426,7 +426,7 @@ def _need(st: np.ndarray, nfree: np.ndarray, ulen: np.ndarray) -> tuple[int, int
     return need_rows, need_free, n_unmapped + 4
 
 
-@_jit(_nrt=False)  # allocates nothing: no reference counting (see replay_expandable)
+@compiled(_nrt=False)  # allocates nothing: no reference counting (see replay_expandable)
 def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, live: np.ndarray,
                  blocks: np.ndarray, spare: np.ndarray, fkey: np.ndarray, fblk: np.ndarray,
                  nfree: np.ndarray, ulist: np.ndarray, ulen: np.ndarray,
@@ -516,13 +516,13 @@ def _replay_from(is_alloc: np.ndarray, keys: np.ndarray, n_bytes: np.ndarray, li
     return stopped
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _get_free_block(blocks: np.ndarray, fkey: np.ndarray, fblk: np.ndarray, nfree: np.ndarray,
                     p: int, size: int) -> int:  # fmt: skip
     """Best fit by (size, offset), taken off the free list; a block that can grow into an
     unmapped range after it is taken last (the sim's ``_get_free_block``); or -1."""
     n = nfree[p]
-    i = _lower_bound(fkey[p], 0, n, _key(size, 0))
+    i = lower_bound(fkey[p], 0, n, free_key(size, 0))
     if i == n:
         return _NONE
     while i + 1 < n and _grow_size(blocks, fblk[p, i + 1]) < _grow_size(blocks, fblk[p, i]):
@@ -532,7 +532,7 @@ def _get_free_block(blocks: np.ndarray, fkey: np.ndarray, fblk: np.ndarray, nfre
     return b
 
 
-@_jit(inline="always")
+@compiled(inline="always")
 def _grow_size(blocks: np.ndarray, b: int) -> int:
     """The block's size with the unmapped range after it (the sim's ``_expandable_size``)."""
     nxt = blocks[b, _NEXT]
