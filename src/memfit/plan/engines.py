@@ -198,21 +198,18 @@ def default_engines(source: Any, gpu: Any, policy: EnginePolicy | None = None) -
         ]
     confirm = None if chosen.confirm is None else engine(chosen.confirm)
     band: Estimator | None = None
+    fast: Callable[[WorkloadSpec], MemoryEstimate | None] | None = None
     if chosen.search == "analytic" and confirm is not None:
 
         def at_band_top(w: WorkloadSpec) -> MemoryEstimate:
             return run_engine("analytic", source, w, gpu, reserved_end="band")
 
-        band = at_band_top
-
-        def fast(w: WorkloadSpec) -> MemoryEstimate | None:
+        def fast_first(w: WorkloadSpec) -> MemoryEstimate | None:
             answered = fast_answer(source, w, gpu)
             return None if answered is None else answered[0]
 
-        return EnginePair(
-            search=search, confirm=confirm, reason=chosen.reason, band=band, fast=fast
-        )
-    return EnginePair(search=search, confirm=confirm, reason=chosen.reason, band=band)
+        band, fast = at_band_top, fast_first
+    return EnginePair(search=search, confirm=confirm, reason=chosen.reason, band=band, fast=fast)
 
 
 def _wrap(fn: Estimator, name: str) -> CachedEstimator:

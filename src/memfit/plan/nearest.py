@@ -26,10 +26,9 @@ from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model, take_media
 from memfit.plan.engines import default_engines
 from memfit.plan.request import PlanRequest, job_request
-from memfit.plan.search import plan
+from memfit.plan.search import plan, tight_figures
 from memfit.spec import WorkloadSpec
 from memfit.spec.parallel_rules import is_parallel_job
-from memfit.units import format_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,16 +208,10 @@ def _answer(p: Any, command: str) -> NearestFit:
 
 
 def _tight_line(opt: Any, budget: Any) -> str:
-    """``opt`` (a tight plan) in one line: what it changes, its kind, its point and upper end
-    against the limit."""
+    """``opt`` (a tight plan) in one line: what it changes, its kind and its figures."""
     kind = "changes the result" if opt.changes_result else "memory-only"
     what = ", ".join(c.what for c in opt.changes) or "the job as asked"
-    est = opt.estimate
-    point = "" if est is None else f"estimate {format_bytes(int(est.device_used_bytes))}, "
-    return (
-        f"{what} ({kind}; {point}upper end {format_bytes(opt.need_bytes or 0)}, over the "
-        f"{format_bytes(budget.limit_bytes)} limit)"
-    )
+    return f"{what} ({kind}; {tight_figures(opt, budget)})"
 
 
 __all__ = ["NearestFit", "nearest_fit", "plan_command", "request_of"]

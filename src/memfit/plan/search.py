@@ -371,6 +371,18 @@ def judged_candidates(opts: SpaceOptions) -> tuple[Judged, ...]:
     return tuple(out)
 
 
+def tight_figures(opt: PlanOption, budget: Budget) -> str:
+    """A tight plan's figures against the limit, as its note and the nearest change say them:
+    ``estimate 20.09 GiB, upper end 22.56 GiB, over the 21.05 GiB limit`` (no second "needs"
+    figure beside the job's own)."""
+    est = opt.estimate
+    point = "" if est is None else f"estimate {format_bytes(int(est.device_used_bytes))}, "
+    return (
+        f"{point}upper end {format_bytes(opt.need_bytes or 0)}, over the "
+        f"{format_bytes(budget.limit_bytes)} limit"
+    )
+
+
 #: A training space's technique stack, judged (:func:`judged_stacks`): its settings at
 #: micro-batch 1, what it changes about the recipe before and after the batch split's change,
 #: its risk level and reasons.
@@ -517,7 +529,8 @@ class _Search:
                 fast = self.engines.fast(done.workload)
             except MemfitError:
                 fast = None
-        if fast is not None and fits(fast, self.budget):
+        fast_verdict = None if fast is None else verdict(fast, self.budget).verdict
+        if fast is not None and fast_verdict == "fits":
             settled = replace(
                 done,
                 estimate=fast,
@@ -526,30 +539,27 @@ class _Search:
                 confirmed_by=self.engines.search.name,
                 reason=None,
             )
-        elif self._may_confirm_tight(fast):
-            self.n_tight_confirmed += 1
-            assert self.engines.confirm is not None
-            checked = self.estimate(done, self.engines.confirm)
-            if checked.estimate is not None:
-                settled = checked
-        elif (
-            self.tight_left is None
-            and not done.changes_result
-            and done.settings.offload == "none"
-            and (fast is None or not fits(fast, self.budget))
-        ):
-            # the first (fastest) tight plan left unchecked: shown beside the recommendation
-            est = done.estimate if fast is None else fast
-            self.tight_left = replace(done, estimate=est, need_bytes=need_bytes(est))
+        elif fast_verdict in (None, "tight"):  # the fast answer, where there is one, agrees
+            if self._may_confirm_tight():
+                self.n_tight_confirmed += 1
+                assert self.engines.confirm is not None
+                checked = self.estimate(done, self.engines.confirm)
+                if checked.estimate is not None:
+                    settled = checked
+            elif (
+                self.tight_left is None
+                and not done.changes_result
+                and done.settings.offload == "none"
+            ):
+                # the first (fastest) tight plan left unchecked: shown beside the recommendation
+                est = done.estimate if fast is None else fast
+                self.tight_left = replace(done, estimate=est, need_bytes=need_bytes(est))
         self.settled_tight[key] = settled
         return settled
 
-    def _may_confirm_tight(self, fast: Any) -> bool:
-        """Whether a tight plan goes to the precise engine (:meth:`_settle_tight`); ``fast``:
-        the fast answer, which must be tight too where there is one."""
+    def _may_confirm_tight(self) -> bool:
+        """Whether a tight plan goes to the precise engine (:meth:`_settle_tight`)."""
         if self.engines.confirm is None or self.request.confirm == "none" or self.n_found:
-            return False
-        if fast is not None and verdict(fast, self.budget).verdict != "tight":
             return False
         return self.n_tight_confirmed < MAX_TIGHT_CONFIRMS
 
@@ -1027,21 +1037,17 @@ class _Search:
         to ``rec``: nothing fits, it is faster beyond a tie (:data:`RANK_TIE_FRACTION`), or
         ``rec`` changes the result."""
         tight = self.tight_left
-        if tight is None or tight.settings.offload != "none" or rec is None:
-            return tight if tight is None or tight.settings.offload == "none" else None
+        if tight is None or rec is None:
+            return tight
         if tight.cost.step_s * (1 + RANK_TIE_FRACTION) < rec.cost.step_s:
             return tight
         return tight if rec.changes_result and not tight.changes_result else None
 
     def _tight_note(self, tight: PlanOption) -> str:
-        est = tight.estimate
         kind = "changes the result" if tight.changes_result else "memory-only"
-        point = "" if est is None else f"estimate {format_bytes(int(est.device_used_bytes))}, "
         return (
-            f"tight ({kind}): {tight.settings.describe()} ({point}upper end "
-            f"{format_bytes(tight.need_bytes or 0)}, over the "
-            f"{format_bytes(self.budget.limit_bytes)} limit): it may fit, which the trace "
-            "engine decides (`memfit estimate` of that job runs it)"
+            f"tight ({kind}): {tight.settings.describe()} ({tight_figures(tight, self.budget)}): "
+            "it may fit, which the trace engine decides (`memfit estimate` of that job runs it)"
         )
 
     def _confirmed(self, rec: PlanOption | None) -> tuple[bool | None, str]:
