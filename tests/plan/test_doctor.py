@@ -307,9 +307,32 @@ def test_no_batch_that_fits_is_said_with_the_way_forward() -> None:
     assert batch["numbers"]["max_batch"] == 0
     assert "is 0" not in text
     assert batch["evidence"].startswith("no batch size fits T4 as the job is set up")
-    nearest = batch["numbers"]["nearest_plan"]  # the planner's recommended plan on T4
-    assert f"the nearest change that fits is {nearest}" in batch["evidence"]
-    assert batch["next_step"].startswith("change the job as the plan says: memfit plan")
+    # the nearest change `memfit estimate` names for the same job (one search, one answer)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        cli.main(["estimate", "llama-3.2-3b", "--gpu", "T4", "--seq", "2048", "--json"])
+    nearest = json.loads(buf.getvalue())["nearest_fit"]
+    assert nearest["change"] and batch["numbers"]["nearest_plan"] == nearest["plan"]
+    assert (
+        f"the nearest change that fits ({nearest['kind']}) is {nearest['change']} — "
+        f"{nearest['plan']}" in batch["evidence"]
+    )
+    assert batch["next_step"] == f"compare the plans: {nearest['command']}"
+
+
+def test_doctor_settles_the_default_precision_for_the_gpu_as_estimate_does() -> None:
+    """No --precision on a T4 (no bf16): doctor judges the job `memfit estimate` judges, in
+    16-mixed, and says which default applied."""
+    text, data = _doctor_cli("llama-3.2-3b", "--gpu", "T4", "--seq", "2048")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        cli.main(["estimate", "llama-3.2-3b", "--gpu", "T4", "--seq", "2048", "--json"])
+    est = json.loads(buf.getvalue())
+    assert est["workload"]["precision"] == "16-mixed"
+    assert data["workload"]["precision"] == "16-mixed"
+    assert data["verdict"]["need_bytes"] == est["fits"]["need_bytes"]
+    assert "precision 16-mixed: the default for a full fine-tune" in text
+    assert "bf16" not in text.split("note:")[0]
 
 
 @pytest.mark.parametrize(("gpu", "bf16"), [("T4", False), ("V100-32GB", False), ("L4", True)])

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from memfit.errors import SpecError
+from memfit.estimate import checkpoint_dtype
 from memfit.estimate.policy import AUTO, AnalyticFirst
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.verdict import DOES_NOT_FIT
@@ -48,6 +49,7 @@ from memfit.plan.doctor_findings import MISTAKES as MISTAKES
 from memfit.plan.doctor_findings import SIZED_BY as SIZED_BY
 from memfit.plan.doctor_findings import DoctorReport, Finding, UserFacts
 from memfit.plan.engines import CachedEstimator, Estimator
+from memfit.plan.nearest import NearestFit, nearest_fit
 from memfit.plan.request import job_request
 from memfit.plan.search import Plan, plan
 from memfit.plan.solve import fit
@@ -93,12 +95,19 @@ def doctor(
     source = model if isinstance(model, ModelSource) else resolve_model(str(model))
     source = take_media(source, workload.media)
     gpu_rec = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    # the job as `memfit estimate` runs it: a defaulted precision settled for this GPU (fp16 on
+    # one without bf16) and the checkpoint's dtype, with the line that says which default applied
+    workload, precision_note = workload.settle_precision(
+        bf16=bool(getattr(gpu_rec, "supports_bf16", True)),
+        checkpoint_dtype=checkpoint_dtype(source),
+    )
     est_fn, first = _estimator(source, gpu_rec, estimator)
     est = est_fn(workload)
-    notes = []
+    notes = [] if precision_note is None or workload.mode != "train" else [precision_note]
     if first is not None and first.n_trace:
         notes.append(f"estimated by the trace engine: {first.rejected[0]}")
     d = DoctorChecks(source, workload, gpu_rec, est, est_fn, headroom, told)
+    d.nearest_searched = estimator is None  # an injected estimator (tests): its own plan
     findings = d.run()
     return DoctorReport(
         verdict=None if d.budget is None else verdict(est, d.budget),
@@ -144,6 +153,9 @@ class DoctorChecks(Checklist[Finding]):
         self.facts = ModelFacts.from_spec(source.spec, est.n_params)
         self.model = source.name
         self.notes: list[str] = []
+        #: whether "no batch fits" names `memfit estimate`'s nearest change (memfit.plan.nearest,
+        #: the same search and words), or the planner's plan over ``est_fn`` (an injected one)
+        self.nearest_searched = False
         #: the job as the next steps propose it: its precision as this GPU runs it
         asked = w.precision or DEFAULT_PRECISION[w.mode]  # resolved by WorkloadSpec: never None
         self.proposed = replace(w, precision=precision_on(asked, gpu))
@@ -279,6 +291,15 @@ class DoctorChecks(Checklist[Finding]):
             f"{format_bytes(self.need)} (upper end) at batch {self.w.batch_size}, over the "
             f"{format_bytes(limit)} limit"
         )
+        nearest = self._nearest()
+        if nearest is not None and nearest.change is not None:
+            numbers["nearest_plan"] = nearest.plan
+            numbers["nearest_kind"] = nearest.kind
+            text += (
+                f"; the nearest change that fits ({nearest.kind}) is {nearest.change} — "
+                f"{nearest.plan}"
+            )
+            return text, f"compare the plans: {nearest.command}"
         p = self._plan()
         rec = None if p is None else p.recommended
         if rec is None:
@@ -299,6 +320,13 @@ class DoctorChecks(Checklist[Finding]):
             f"{format_bytes(rec.need_bytes or 0)}, upper end)"
         )
         return text, f"change the job as the plan says: {self.plan_cmd('--allow-offload')}"
+
+    def _nearest(self) -> NearestFit | None:
+        """`memfit estimate`'s nearest change for this job (memfit.plan.nearest: one search,
+        one answer on every surface); None where doctor's own estimator is injected."""
+        if not self.nearest_searched or self.gpu is None:
+            return None
+        return nearest_fit(self.source, self.proposed, self.gpu, model_name=self.model)
 
     def _plan(self) -> Plan | None:
         """The planner's answer for the job's recipe (its precision, optimizer, attention and
