@@ -59,13 +59,27 @@ def test_plan_runtime_sglang_says_how_many_requests_it_holds(
     assert code == 1 and json.loads(out)["fits"] is False
 
 
+@pytest.mark.parametrize("runtime", ["vllm", "sglang", "llama.cpp"])
+def test_a_serving_runtime_without_mode_is_inference(
+    capsys: pytest.CaptureFixture[str], runtime: str
+) -> None:
+    """``plan MODEL --runtime R --gpu G`` (no --mode): a server serves; the answer is the same
+    as with ``--mode infer``, not a "pass --mode infer" error."""
+    argv = ["plan", "qwen2.5-7b", "--runtime", runtime, "--gpu", "L4", "--json"]
+    code, out, err = run(capsys, *argv)
+    want_code, want, _ = run(capsys, *argv, "--mode", "infer")
+    assert code == want_code != 2, err
+    assert json.loads(out) == json.loads(want)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["fit", "llama-3.1-8b", "--runtime", "sglang", "--gpu", "L4", "--solve", "batch"],
          "solve max-model-len or concurrency"),
         (["fit", "llama-3.1-8b", "--runtime", "llama.cpp", "--solve", "seq"], "needs --gpu NAME"),
-        (["plan", "llama-3.1-8b", "--runtime", "llama.cpp", "--gpu", "L4"], "pass --mode infer"),
+        (["plan", "llama-3.1-8b", "--runtime", "llama.cpp", "--gpu", "L4", "--mode", "train"],
+         "pass --mode infer"),
         (["fit", "llama-3.1-8b", "--gpu", "L4", "--solve", "n-gpu-layers"],
          "add --runtime llama.cpp"),
     ],

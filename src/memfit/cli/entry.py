@@ -212,6 +212,8 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None) -> 
         parser.print_help()
         return EXIT_BAD_INPUT
     command = args.command
+    if _serving_implies_infer(args, words):
+        args.mode = "infer"
     reparse = getattr(args, "reparse_from", None)  # a command that takes --from: its job files
     if reparse is not None:
         args = reparse(lambda: build_parser(command), args, words)
@@ -223,6 +225,19 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None) -> 
         _drop_stdout()
         raise
     return code
+
+
+#: the --runtime values that name a serving engine (not Hugging Face's generate() / a training
+#: step): a job for them is inference whether or not --mode says so
+SERVING_RUNTIMES = ("vllm", "sglang", "llama.cpp")
+
+
+def _serving_implies_infer(args: argparse.Namespace, words: Sequence[str]) -> bool:
+    """``plan / fit / upgrade --runtime vllm|sglang|llama.cpp`` without ``--mode``: a server
+    serves, so the job is inference (``--mode train`` given with it stays an error)."""
+    if getattr(args, "runtime", "hf") not in SERVING_RUNTIMES or not hasattr(args, "mode"):
+        return False
+    return not any(w == "--mode" or w.startswith("--mode=") for w in words)
 
 
 def _error(message: str) -> None:
