@@ -77,3 +77,17 @@ def test_check_refuses_a_flag_sglang_does_not_take(
     with pytest.raises(SystemExit) as exit_:  # argparse's exit, as for the whole command line
         main(["check", str(line), "--gpu", "L40S"])
     assert exit_.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("gpu", "fp8"), [("T4", False), ("A100-80GB", False), ("H100", True)])
+def test_the_way_out_names_fp8_only_for_a_gpu_that_has_it(
+    capsys: pytest.CaptureFixture[str], gpu: str, fp8: bool
+) -> None:
+    """Weights that do not fit: FP8 weights are named only where the GPU has FP8 (never a
+    precision the GPU lacks); elsewhere a 4-bit AWQ / GPTQ checkpoint."""
+    code = main(["sglang", "llama-3.1-70b", "--gpu", gpu])
+    out = capsys.readouterr().out
+    assert code == 1
+    way_out = next(line for line in out.splitlines() if "no --mem-fraction-static" in line)
+    assert ("--quantization fp8" in way_out) is fp8
+    assert ("4-bit AWQ / GPTQ" in way_out) is not fp8

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from memfit.errors import MemfitError
+from memfit.hardware import get_gpu
 from memfit.serving.sglang import SglangStartup
 from memfit.units import GiB
 
@@ -50,7 +52,17 @@ def render_sglang(s: SglangStartup, model: str) -> str:
         else:
             out.append(
                 "  no --mem-fraction-static holds the weights and one request: more GPUs "
-                "(--tp), --quantization fp8 or a shorter --context-length"
+                f"(--tp), {_smaller_weights(s.gpu)} or a shorter --context-length"
             )
     out += [f"note: {n}" for n in s.notes]
     return "\n".join(out)
+
+
+def _smaller_weights(gpu: str) -> str:
+    """The weight format to name for a GPU: online FP8 where it has FP8 tensor cores, else a
+    4-bit AWQ / GPTQ checkpoint (FP8 is never proposed to a GPU without it)."""
+    try:
+        fp8 = bool(get_gpu(gpu).supports_fp8)
+    except MemfitError:  # a GPU memfit's catalog does not name: the format every GPU runs
+        fp8 = False
+    return "--quantization fp8" if fp8 else "a 4-bit AWQ / GPTQ checkpoint (this GPU has no FP8)"
