@@ -27,6 +27,21 @@ def test_a_setup_that_fails_exits_1_with_the_way_out(capsys: pytest.CaptureFixtu
     assert "largest --max-model-len that starts:" in out
 
 
+def test_without_max_model_len_the_nearest_configuration_is_still_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No --max-model-len (the model's own 131,072 tokens) and weights that fill one T4: the
+    answer names a configuration that starts at that length (it was left out: the planner
+    refused a job without its length)."""
+    rc = main(["vllm", "qwen2.5-7b", "--gpu", "T4", "--json"])
+    nearest = json.loads(capsys.readouterr().out)["nearest_start"]
+    assert rc == 1 and nearest is not None and nearest["gpus"] > 1
+    assert "--max-model-len 131072" in nearest["command"]
+    flags = nearest["command"].split()[3:]
+    rc = main(["vllm", "qwen2.5-7b", "--gpu", "T4", *flags])
+    assert rc == 0 and "STARTS" in capsys.readouterr().out
+
+
 def test_a_model_too_large_for_the_gpu_names_the_nearest_configuration_that_starts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -222,7 +222,9 @@ def _nearest_start(args: argparse.Namespace, config: Any, gpu: Any, s: Any) -> A
         return None
     progress.report("looking for the nearest configuration that starts")
     try:
-        options = api.plan(args.model, config, gpu=gpu, concurrency=1, max_gpus=8)
+        # the length the start-up used (the model's own when --max-model-len is unset)
+        asked = config if config.max_model_len else replace_len(config, s.max_model_len)
+        options = api.plan(args.model, asked, gpu=gpu, concurrency=1, max_gpus=8)
     except MemfitError:
         return None
     return options[0] if options else None
