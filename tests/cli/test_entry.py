@@ -266,3 +266,28 @@ def test_gpus_and_shard_give_per_gpu_memory_and_host_memory(
     # sharded params, grads and AdamW states (bf16) in host RAM: at least a quarter of the model's
     assert fsdp["host_memory_bytes"] >= one["model"]["n_params"] * 2 * 4 // 4
     assert any("FSDP2 traced" in note for note in fsdp["notes"])
+
+
+def test_torchs_user_warnings_are_not_shown_to_a_cli_user(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A UserWarning torch raises while memfit traces a model (a dtype mismatch that "cannot
+    dispatch to fused implementation") is about a kernel the trace never runs: not printed;
+    MEMFIT_DEBUG=1 keeps it, and other libraries' warnings are untouched."""
+    import warnings
+
+    def warned(*, debug: bool) -> list[str]:
+        if debug:
+            monkeypatch.setenv("MEMFIT_DEBUG", "1")
+        else:
+            monkeypatch.delenv("MEMFIT_DEBUG", raising=False)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("default")
+            assert main(["gpus", "--json"]) == 0
+            for module in ("torch.nn.functional", "peft.tuners"):
+                warnings.warn_explicit("w", UserWarning, "f.py", 1, module=module)
+        capsys.readouterr()
+        return sorted(str(w.filename) + ":" + str(w.message) for w in seen)
+
+    assert len(warned(debug=False)) == 1  # peft's, not torch's
+    assert len(warned(debug=True)) == 2

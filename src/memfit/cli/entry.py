@@ -199,6 +199,11 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None) -> 
     # Deprecations inside transformers / peft (e.g. peft reading is_gradient_checkpointing) are
     # for those libraries' own callers, not for a CLI user.
     warnings.filterwarnings("ignore", category=FutureWarning)
+    # torch's own UserWarnings while memfit runs a model on fake tensors (a dtype mismatch that
+    # "cannot dispatch to fused implementation", a deprecated kernel) are about kernels the
+    # trace never executes: the user can do nothing with them (MEMFIT_DEBUG=1 keeps them)
+    if os.environ.get(DEBUG_ENV) != "1":
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch(\.|$)")
     words = sys.argv[1:] if argv is None else list(argv)
     if parser is None and words == ["--version"]:  # no command: no command's module needed
         print(__version__)
