@@ -61,6 +61,7 @@ from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memo
 from memfit.serving.sglang_graphs import (
     attn_state_bytes_per_slot,
     capture_batch_sizes,
+    keeps_fa3_page_table_copies,
     sglang_graph_bytes,
     shares_logits_buffer,
     triton_split_bytes,
@@ -417,6 +418,8 @@ def simulate_sglang(
         shared_logits=shares_logits_buffer(config.sglang_version),
         attn_bytes_per_slot=attn_state_bytes_per_slot(config.sglang_version, gpu.arch, backend),
         attn_workspace_bytes=workspace,
+        fa3_copies=keeps_fa3_page_table_copies(config.sglang_version, gpu.arch, backend),
+        page_size=config.page_size,
     )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:
