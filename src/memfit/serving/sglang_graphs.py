@@ -70,7 +70,12 @@ leaves on the device (``cuda_graph_runner.py``):
    at the first capture, the capture stream's cuBLAS workspace and the pool's first segments.
    Fitted with :data:`SGLANG_PER_LAYER_BYTES` on the two small-batch logs (Llama-3.1-8B, RTX
    4090, 0.4.9; Qwen3-0.6B, RTX 5080, 0.4.10; bs 1-8, both 0.11 GB) and the Llama-70B capture
-   (1.98 GB, 52 graphs of 80 layers).
+   (1.98 GB, 52 graphs of 80 layers). On the two FlashInfer logs this includes FlashInfer's own
+   per-graph bytes, not separated: ``flashinfer_backend.py`` (0.4.10 wheel) keeps one
+   ``BatchDecodeWithPagedKVCacheWrapper(use_cuda_graph=True)`` per captured batch size, and
+   FlashInfer's wrapper allocates an 8 MiB device ``_int_workspace_buffer`` in ``__init__``;
+   counting it apart (and refitting) leaves 24 MiB of start-up and puts the FA3 Qwen2.5-0.5B
+   capture under by 23 % instead of over by 22 % (docs/accuracy.md, helper "sglgraph").
 
 Not in the graphs: fused MoE's own buffers. ``fused_experts_impl``
 (``layers/moe/fused_moe_triton/fused_moe.py``, 0.5.1 wheel) allocates ``cache`` (``M x topk x
