@@ -243,6 +243,11 @@ def test_fa3_before_0_5_keeps_a_page_table_copy_per_captured_batch_size() -> Non
     assert not keeps_fa3_page_table_copies("0.4.10", "ada")
     assert not keeps_fa3_page_table_copies("0.4.10", "hopper", "triton")
     assert not keeps_fa3_page_table_copies("0.5.1", "hopper", "fa3")
+    # the Hopper default is FA3 for MLA and for is_fa3_default_architecture's MHA set only
+    assert keeps_fa3_page_table_copies("0.4.9", "hopper", architecture="LlamaForCausalLM")
+    assert not keeps_fa3_page_table_copies("0.4.9", "hopper", architecture="Phi3ForCausalLM")
+    assert keeps_fa3_page_table_copies("0.4.9", "hopper", architecture="Phi3ForCausalLM", mla=True)
+    assert keeps_fa3_page_table_copies("0.4.9", "hopper", "fa3", architecture="Phi3ForCausalLM")
     # page_size-token pages shrink the table's rows
     assert fa3_page_table_copy_bytes((1, 2), 1000, page_size=64) == 3 * 16 * 4
 

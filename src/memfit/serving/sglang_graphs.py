@@ -140,6 +140,26 @@ FA3_PAGE_TABLE_ENTRY_BYTES = 4
 #: of the 0.4.6.post2 wheel: ``is_hopper_with_cuda_12_3()``); memfit does not know 0.4.5's rule
 FA3_DEFAULT_FROM_PATCH = 6
 _PATCH_04 = re.compile(r"^0\.4\.(\d+)")
+#: the MHA architectures SGLang runs with FA3 by default on Hopper (``utils.py``
+#: ``is_fa3_default_architecture``: the 0.4.6.post2 and 0.4.10 wheels' sets, united, the safe
+#: side), plus ``Gemma3ForCausalLM``: memfit's bundled Gemma 3 text configs name it where the
+#: served checkpoints name ``Gemma3ForConditionalGeneration``. MLA models get FA3 on Hopper
+#: whatever their architecture (``model_runner.py``, the same wheels).
+FA3_DEFAULT_ARCHITECTURES = frozenset(
+    {
+        "Qwen2ForCausalLM",
+        "Llama4ForConditionalGeneration",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForConditionalGeneration",
+        "Gemma3ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Glm4MoeForCausalLM",
+    }
+)
 #: ``next_token_logits`` are fp32 (module docstring, 2)
 LOGIT_BYTES = 4
 #: collectives captured per layer at TP > 1 (attention and MLP all-reduce), and per graph (the
@@ -244,17 +264,26 @@ def attn_state_bytes_per_slot(
 
 
 def keeps_fa3_page_table_copies(
-    sglang_version: str, gpu_arch: str | None, backend: str | None = None
+    sglang_version: str,
+    gpu_arch: str | None,
+    backend: str | None = None,
+    *,
+    architecture: str | None = None,
+    mla: bool = False,
 ) -> bool:
     """Whether SGLang ``sglang_version`` keeps a copy of FA3's page table per captured batch size
     (module docstring, 1): FA3 (``backend`` "fa3", or SGLang's default on Hopper from 0.4.6 —
-    a series name such as "0.4" counts, the safe side) in a release before 0.5
-    (sgl-project/sglang#8567 is absent from the 0.4.10 wheel, present in 0.5.1's)."""
+    a series name such as "0.4" counts, the safe side — for an ``mla`` model or an
+    ``architecture`` in :data:`FA3_DEFAULT_ARCHITECTURES`; an unknown architecture counts, the
+    safe side) in a release before 0.5 (sgl-project/sglang#8567 is absent from the 0.4.10
+    wheel, present in 0.5.1's)."""
     if not sglang_version.startswith("0.4"):
         return False
     if backend == "fa3":
         return True
     if backend is not None or gpu_arch != "hopper":
+        return False
+    if not mla and architecture is not None and architecture not in FA3_DEFAULT_ARCHITECTURES:
         return False
     patch = _PATCH_04.match(sglang_version)
     return patch is None or int(patch.group(1)) >= FA3_DEFAULT_FROM_PATCH
