@@ -228,7 +228,8 @@ def test_fa3_before_0_5_keeps_a_page_table_copy_per_captured_batch_size() -> Non
     """flashattention_backend.py (0.4.6.post2, 0.4.10 wheels): the normal-decode capture stores
     ``page_table[req_pool_indices, :]``, a bs x context int32 copy, per batch size; 0.5.1
     (sgl-project/sglang#8567) a view. FA3 is the Hopper default for MLA from 0.4.6; Triton (the
-    default off Hopper, or asked for) keeps no copies; 0.4.4 predates FA3's default."""
+    default off Hopper, or asked for) keeps no copies; 0.4.4 predates FA3's default (#5210, in
+    the 0.4.5 series)."""
     from memfit.serving.sglang_graphs import fa3_page_table_copy_bytes, keeps_fa3_page_table_copies
 
     run = _deepseek_v3_run("0.4.6.post2")
@@ -240,6 +241,7 @@ def test_fa3_before_0_5_keeps_a_page_table_copy_per_captured_batch_size() -> Non
     assert keeps_fa3_page_table_copies("0.4.10", "hopper")
     assert keeps_fa3_page_table_copies("0.4.3", "ampere", "fa3")
     assert not keeps_fa3_page_table_copies("0.4.4", "hopper")
+    assert keeps_fa3_page_table_copies("0.4.5.post1", "hopper")
     assert not keeps_fa3_page_table_copies("0.4.10", "ada")
     assert not keeps_fa3_page_table_copies("0.4.10", "hopper", "triton")
     assert not keeps_fa3_page_table_copies("0.5.1", "hopper", "fa3")

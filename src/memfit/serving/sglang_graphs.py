@@ -40,7 +40,7 @@ leaves on the device (``cuda_graph_runner.py``):
    wanna save are the sliced page_tables for different bsz"). sgl-project/sglang#8567 ("Save
    cuda graph memory for fa3", merged 2025-07-30) took contiguous views instead (``[:bs, :]`` in
    the 0.5.1 and 0.5.3 wheels) and measured GLM-4.5-Air at TP 4 falling from 5.16 to 3.22 GB.
-   For DeepSeek-V3 (MLA, FA3 by default on Hopper from 0.4.6, context 163,840, bs 1-256) the
+   For DeepSeek-V3 (MLA, FA3 by default on Hopper from 0.4.5, context 163,840, bs 1-256) the
    copies are ``sum(capture) x 163,840 x 4`` = 2.58 GiB, most of what memfit missed there.
 2. **The graphs' fp32 logits** (``next_token_logits``, after the TP all-gather). Up to 0.4.x
    each graph keeps its own (``self.output_buffers[bs] = output_buffers``; the decode graphs
@@ -136,9 +136,11 @@ TRITON_NUM_KV_SPLITS = 8
 TRITON_ACCUM_BYTES = 4
 #: FA3's page table is int32 (module docstring, 1)
 FA3_PAGE_TABLE_ENTRY_BYTES = 4
-#: the first 0.4 patch release whose SGLang picks FA3 by default on Hopper (``model_runner.py``
-#: of the 0.4.6.post2 wheel: ``is_hopper_with_cuda_12_3()``); memfit does not know 0.4.5's rule
-FA3_DEFAULT_FROM_PATCH = 6
+#: the first 0.4 patch release whose SGLang may pick FA3 by default on Hopper: read in the
+#: 0.4.6.post2 wheel (``model_runner.py``, ``is_hopper_with_cuda_12_3()``); sgl-project/sglang#5210
+#: ("use fa3 mla by default on hopper") merged 2025-04-09, in the 0.4.5 series, so 0.4.5 counts
+#: (the safe side: its wheel was not read)
+FA3_DEFAULT_FROM_PATCH = 5
 _PATCH_04 = re.compile(r"^0\.4\.(\d+)")
 #: the MHA architectures SGLang runs with FA3 by default on Hopper (``utils.py``
 #: ``is_fa3_default_architecture``: the 0.4.6.post2 and 0.4.10 wheels' sets, united, the safe
@@ -272,7 +274,7 @@ def keeps_fa3_page_table_copies(
     mla: bool = False,
 ) -> bool:
     """Whether SGLang ``sglang_version`` keeps a copy of FA3's page table per captured batch size
-    (module docstring, 1): FA3 (``backend`` "fa3", or SGLang's default on Hopper from 0.4.6 —
+    (module docstring, 1): FA3 (``backend`` "fa3", or SGLang's default on Hopper from 0.4.5 —
     a series name such as "0.4" counts, the safe side — for an ``mla`` model or an
     ``architecture`` in :data:`FA3_DEFAULT_ARCHITECTURES`; an unknown architecture counts, the
     safe side) in a release before 0.5 (sgl-project/sglang#8567 is absent from the 0.4.10
