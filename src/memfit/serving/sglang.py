@@ -61,6 +61,7 @@ from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memo
 from memfit.serving.sglang_graphs import (
     attn_state_bytes_per_slot,
     capture_batch_sizes,
+    keeps_fa3_page_table_copies,
     sglang_graph_bytes,
     shares_logits_buffer,
     triton_split_bytes,
@@ -417,6 +418,14 @@ def simulate_sglang(
         shared_logits=shares_logits_buffer(config.sglang_version),
         attn_bytes_per_slot=attn_state_bytes_per_slot(config.sglang_version, gpu.arch, backend),
         attn_workspace_bytes=workspace,
+        fa3_copies=keeps_fa3_page_table_copies(
+            config.sglang_version,
+            gpu.arch,
+            backend,
+            architecture=_architecture(spec),
+            mla=bool(text.raw.get("kv_lora_rank")),
+        ),
+        page_size=config.page_size,
     )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:
@@ -465,6 +474,13 @@ def simulate_sglang(
 HYBRID_SWA_MODEL_TYPES = frozenset(
     {"gpt_oss", "llama4", "llama4_text", "gemma4", "gemma4_text", "mimo_v2_flash", "step3p5"}
 )
+
+
+def _architecture(spec: ModelSpec) -> str | None:
+    """The first of the checkpoint's ``architectures`` (SGLang picks its default attention backend
+    by it), or None where the config names none."""
+    names = spec.raw.get("architectures") or (spec.text or spec).raw.get("architectures")
+    return str(names[0]) if isinstance(names, list) and names else None
 
 
 def _split_swa(layers: list[LayerKV], tokens: int, config: SglangConfig) -> tuple[int, int]:

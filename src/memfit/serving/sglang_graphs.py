@@ -30,6 +30,18 @@ leaves on the device (``cuda_graph_runner.py``):
    (:data:`TRITON_STATE_BYTES_PER_SLOT`), plus :func:`triton_split_bytes`. An explicit
    ``--attention-backend fa3`` in 0.5 keeps only
    ``page_table`` (4 bytes).
+   **FA3 before 0.5 also keeps one page table per captured batch size**
+   (:func:`fa3_page_table_copy_bytes`): its ``init_forward_metadata_capture_cuda_graph`` (normal
+   decode) sets ``metadata.page_table = self.decode_cuda_graph_metadata["page_table"]
+   [req_pool_indices, :]`` — advanced indexing, a copy of ``bs x ceil(context_len / page_size)``
+   int32 — and stores that metadata under ``decode_cuda_graph_metadata[bs]``, so every graph's
+   copy stays alive (``layers/attention/flashattention_backend.py`` of the 0.4.6.post2 and
+   0.4.10 wheels; the review of sgl-project/sglang#4680, which added it: "the main tensors we
+   wanna save are the sliced page_tables for different bsz"). sgl-project/sglang#8567 ("Save
+   cuda graph memory for fa3", merged 2025-07-30) took contiguous views instead (``[:bs, :]`` in
+   the 0.5.1 and 0.5.3 wheels) and measured GLM-4.5-Air at TP 4 falling from 5.16 to 3.22 GB.
+   For DeepSeek-V3 (MLA, FA3 by default on Hopper from 0.4.5, context 163,840, bs 1-256) the
+   copies are ``sum(capture) x 163,840 x 4`` = 2.58 GiB, most of what memfit missed there.
 2. **The graphs' fp32 logits** (``next_token_logits``, after the TP all-gather). Up to 0.4.x
    each graph keeps its own (``self.output_buffers[bs] = output_buffers``; the decode graphs
    share one pool, ``torch.cuda.graph(graph, pool=global_graph_memory_pool)``, so one capture's
@@ -58,7 +70,12 @@ leaves on the device (``cuda_graph_runner.py``):
    at the first capture, the capture stream's cuBLAS workspace and the pool's first segments.
    Fitted with :data:`SGLANG_PER_LAYER_BYTES` on the two small-batch logs (Llama-3.1-8B, RTX
    4090, 0.4.9; Qwen3-0.6B, RTX 5080, 0.4.10; bs 1-8, both 0.11 GB) and the Llama-70B capture
-   (1.98 GB, 52 graphs of 80 layers).
+   (1.98 GB, 52 graphs of 80 layers). On the two FlashInfer logs this includes FlashInfer's own
+   per-graph bytes, not separated: ``flashinfer_backend.py`` (0.4.10 wheel) keeps one
+   ``BatchDecodeWithPagedKVCacheWrapper(use_cuda_graph=True)`` per captured batch size, and
+   FlashInfer's wrapper allocates an 8 MiB device ``_int_workspace_buffer`` in ``__init__``;
+   counting it apart (and refitting) leaves 24 MiB of start-up and puts the FA3 Qwen2.5-0.5B
+   capture under by 23 % instead of over by 22 % (docs/accuracy.md, helper "sglgraph").
 
 Not in the graphs: fused MoE's own buffers. ``fused_experts_impl``
 (``layers/moe/fused_moe_triton/fused_moe.py``, 0.5.1 wheel) allocates ``cache`` (``M x topk x
@@ -73,6 +90,8 @@ _generate_cuda_graph_batch_sizes`` from 0.5.3): :func:`capture_batch_sizes`.
 """
 
 from __future__ import annotations
+
+import re
 
 from memfit.models import ModelSpec
 from memfit.serving.cudagraphs import CAPTURE_PER_GRAPH
@@ -89,6 +108,8 @@ __all__ = [
     "TRITON_STATE_BYTES_PER_SLOT",
     "attn_state_bytes_per_slot",
     "capture_batch_sizes",
+    "fa3_page_table_copy_bytes",
+    "keeps_fa3_page_table_copies",
     "sglang_graph_bytes",
     "shares_logits_buffer",
     "triton_split_bytes",
@@ -113,6 +134,34 @@ TRITON_04_STATE_BYTES_PER_SLOT = 4 + 1
 TRITON_NUM_KV_SPLITS = 8
 #: Triton's split-KV accumulators are fp32 (``cuda_graph_attn_logits`` / ``cuda_graph_attn_lse``)
 TRITON_ACCUM_BYTES = 4
+#: FA3's page table is int32 (module docstring, 1)
+FA3_PAGE_TABLE_ENTRY_BYTES = 4
+#: the first 0.4 patch release whose SGLang may pick FA3 by default on Hopper: read in the
+#: 0.4.6.post2 wheel (``model_runner.py``, ``is_hopper_with_cuda_12_3()``); sgl-project/sglang#5210
+#: ("use fa3 mla by default on hopper") merged 2025-04-09, in the 0.4.5 series, so 0.4.5 counts
+#: (the safe side: its wheel was not read)
+FA3_DEFAULT_FROM_PATCH = 5
+_PATCH_04 = re.compile(r"^0\.4\.(\d+)")
+#: the MHA architectures SGLang runs with FA3 by default on Hopper (``utils.py``
+#: ``is_fa3_default_architecture``: the 0.4.6.post2 and 0.4.10 wheels' sets, united, the safe
+#: side), plus ``Gemma3ForCausalLM``: memfit's bundled Gemma 3 text configs name it where the
+#: served checkpoints name ``Gemma3ForConditionalGeneration``. MLA models get FA3 on Hopper
+#: whatever their architecture (``model_runner.py``, the same wheels).
+FA3_DEFAULT_ARCHITECTURES = frozenset(
+    {
+        "Qwen2ForCausalLM",
+        "Llama4ForConditionalGeneration",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForConditionalGeneration",
+        "Gemma3ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Glm4MoeForCausalLM",
+    }
+)
 #: ``next_token_logits`` are fp32 (module docstring, 2)
 LOGIT_BYTES = 4
 #: collectives captured per layer at TP > 1 (attention and MLP all-reduce), and per graph (the
@@ -216,6 +265,41 @@ def attn_state_bytes_per_slot(
     return ATTN_STATE_BYTES_PER_SLOT
 
 
+def keeps_fa3_page_table_copies(
+    sglang_version: str,
+    gpu_arch: str | None,
+    backend: str | None = None,
+    *,
+    architecture: str | None = None,
+    mla: bool = False,
+) -> bool:
+    """Whether SGLang ``sglang_version`` keeps a copy of FA3's page table per captured batch size
+    (module docstring, 1): FA3 (``backend`` "fa3", or SGLang's default on Hopper from 0.4.5 —
+    a series name such as "0.4" counts, the safe side — for an ``mla`` model or an
+    ``architecture`` in :data:`FA3_DEFAULT_ARCHITECTURES`; an unknown architecture counts, the
+    safe side) in a release before 0.5 (sgl-project/sglang#8567 is absent from the 0.4.10
+    wheel, present in 0.5.1's)."""
+    if not sglang_version.startswith("0.4"):
+        return False
+    if backend == "fa3":
+        return True
+    if backend is not None or gpu_arch != "hopper":
+        return False
+    if not mla and architecture is not None and architecture not in FA3_DEFAULT_ARCHITECTURES:
+        return False
+    patch = _PATCH_04.match(sglang_version)
+    return patch is None or int(patch.group(1)) >= FA3_DEFAULT_FROM_PATCH
+
+
+def fa3_page_table_copy_bytes(
+    capture: tuple[int, ...], context_len: int, page_size: int = 1
+) -> int:
+    """The per-batch-size page-table copies FA3 keeps before 0.5 (module docstring, 1):
+    ``sum(capture) x ceil(context_len / page_size)`` int32 entries."""
+    pages = -(-context_len // page_size)
+    return sum(capture) * pages * FA3_PAGE_TABLE_ENTRY_BYTES
+
+
 def triton_split_bytes(max_bs: int, n_heads_per_rank: int, head_dim_v: int) -> int:
     """Triton decode attention's split-KV accumulators, allocated with the graph state (module
     docstring, 1): ``cuda_graph_attn_logits`` ``[max_bs, heads, splits, Dv]`` and
@@ -257,13 +341,16 @@ def sglang_graph_bytes(
     shared_logits: bool = False,
     attn_bytes_per_slot: int = ATTN_STATE_BYTES_PER_SLOT,
     attn_workspace_bytes: int = 0,
+    fa3_copies: bool = False,
+    page_size: int = 1,
 ) -> int:
     """What "Capture cuda graph end ... mem usage" counts for ``capture`` (module docstring):
     start-up + attention state + the graphs' fp32 logits (every graph's, or one shared buffer:
     ``shared_logits``, SGLang 0.5+) + per-graph bytes + captured collectives (``nccl_in_graph``:
     TP > 1 without SGLang's custom all-reduce; ``attn_bytes_per_slot``:
     :func:`attn_state_bytes_per_slot`; ``attn_workspace_bytes``: the backend's fixed graph
-    buffers, :func:`triton_split_bytes`)."""
+    buffers, :func:`triton_split_bytes`; ``fa3_copies``: FA3's per-batch-size page tables before
+    0.5, :func:`keeps_fa3_page_table_copies`, of ``page_size``-token pages)."""
     if not capture:
         return 0
     text = spec.text or spec
@@ -277,6 +364,7 @@ def sglang_graph_bytes(
         CAPTURE_START_BYTES
         + max(capture) * context_len * attn_bytes_per_slot
         + attn_workspace_bytes
+        + (fa3_page_table_copy_bytes(capture, context_len, page_size) if fa3_copies else 0)
         + _vocab_logits_bytes(capture, text.vocab_size or 0, shared_logits)
         + graphs
         + collectives
