@@ -288,6 +288,13 @@ SCALED: dict[str, tuple[int, int, int]] = {
         "infer_long_fp16_eager", "infer_long_fp16_flash",
     )
 }  # fmt: skip
+#: Issue 32 (moeinfer): generation as people run DeepSeek-V2 and gpt-oss (``memfit estimate
+#: deepseek-v2-lite --mode infer --seq 4096 --new-tokens 64``): 4x the sequence and 64 new tokens
+#: (a decode long enough that gpt-oss's sliding layers' caches pass their window), at the grid's
+#: batch. Evidence beside ``infer`` / ``infer_long`` for the MoE families' inference (their rows
+#: only; not judged as ``infer``: the other families have no rows of it).
+JOBS["infer_gen"] = {"mode": "infer"}
+SCALED["infer_gen"] = (1, 4, 64)
 #: Grid jobs that stand for another job of ``memfit.estimate.fastpath`` (its ``grid_job``): the
 #: fast path validates that job for a model type only where the rows of every grid job that
 #: stands for it pass (``validated_table``, ``settles_table``).
