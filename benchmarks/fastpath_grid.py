@@ -295,10 +295,16 @@ SCALED: dict[str, tuple[int, int, int]] = {
 #: only; not judged as ``infer``: the other families have no rows of it).
 JOBS["infer_gen"] = {"mode": "infer"}
 SCALED["infer_gen"] = (1, 4, 64)
+#: gpt-oss as its checkpoints ship (``quantization_config: mxfp4``: ``memfit estimate
+#: gpt-oss-20b --mode infer`` runs with ``quant="mxfp4"``): inference with the routed experts in
+#: MXFP4 (``memfit.estimate.fastpath.INFER_QUANT_JOBS``), and at serving size (judged together).
+JOBS["infer_mxfp4"] = {"mode": "infer", "quant": "mxfp4"}
+JOBS["infer_long_mxfp4"] = {"mode": "infer", "quant": "mxfp4"}
+SCALED["infer_long_mxfp4"] = SCALED["infer_long"]
 #: Grid jobs that stand for another job of ``memfit.estimate.fastpath`` (its ``grid_job``): the
 #: fast path validates that job for a model type only where the rows of every grid job that
 #: stands for it pass (``validated_table``, ``settles_table``).
-JUDGED_AS: dict[str, str] = {"infer_long": "infer"}
+JUDGED_AS: dict[str, str] = {"infer_long": "infer", "infer_long_mxfp4": "infer_mxfp4"}
 JUDGED_AS.update(
     {f"{job}_{suffix}": f"{job}_part" for job in LORA_BASE for suffix in ("part_attn", "part_mlp")}
 )

@@ -20,6 +20,7 @@ from memfit.estimate.analytic import (
     families,
     families_clip,
     families_deepseek,
+    families_gptoss,
     families_enc,
     families_falcon,
     families_gpt,
@@ -39,6 +40,7 @@ FAMILY_MODULES = (
     families_t5,
     families_clip,
     families_deepseek,
+    families_gptoss,
 )
 
 
