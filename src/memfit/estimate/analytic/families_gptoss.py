@@ -142,12 +142,21 @@ class GptOssProgram(DecoderProgram):
         q_r, k_r = self.rotary(o, q, sh), self.rotary(o, k, sh)
         o.g.touch(q, k)
         k_c, v_c = cache_kv(o, w, k_r, v)
+        if w.use_cache:  # ``key_states, value_states = past_key_values.update(...)`` rebinds
+            o.g.touch(k_r, v)
         n_rep = heads // kv_heads
         b, s, kvl = w.batch, w.q_len, w.kv_len
-        k_rep = o.g.op([k_c], [(k_c.numel * n_rep, k_c.dtype)])[0] if n_rep > 1 else k_c
-        v_rep = o.g.op([v_c], [(v_c.numel * n_rep, v_c.dtype)])[0] if n_rep > 1 else v_c
+        # ``repeat_kv``: a copy with every query head, but with one K/V head (multi-query) the
+        # reshape of the expanded tensor is a view and each ``matmul`` copies its broadcast
+        # operand for its ``bmm`` only (as ``attention._eager``)
+        mqa = n_rep > 1 and kv_heads == 1
+        k_rep, v_rep = k_c, v_c
+        if n_rep > 1 and not mqa:
+            k_rep = o.g.op([k_c], [(k_c.numel * n_rep, k_c.dtype)])[0]
+            v_rep = o.g.op([v_c], [(v_c.numel * n_rep, v_c.dtype)])[0]
         n_scores = b * heads * s * kvl
-        att = o.unary(o.matmul(q_r, k_rep, n_scores))  # matmul(q, k^T) * scaling
+        k_mm = o.g.op([k_c], [(k_c.numel * n_rep, k_c.dtype)])[0] if mqa else k_rep
+        att = o.unary(o.matmul(q_r, k_mm, n_scores))  # matmul(q, k^T) * scaling
         if sh.mask is not None:
             att = o.add(att, sh.mask)
         sinks = o.weight(heads)
@@ -158,11 +167,12 @@ class GptOssProgram(DecoderProgram):
         o.g.touch(comb, mx)
         probs = softmax(o, comb2)
         o.g.touch(att)  # ``attn_weights`` rebound to the sliced probabilities
-        out = o.matmul(probs, v_rep, b * heads * s * d)
+        v_mm = o.g.op([v_c], [(v_c.numel * n_rep, v_c.dtype)])[0] if mqa else v_rep
+        out = o.matmul(probs, v_mm, b * heads * s * d)
         out = o.unary(out)  # transpose(1, 2).contiguous()
         o.g.touch(k_rep, v_rep, comb2)
         y = o.linear(out, heads * d, h, bias=bias, name="o_proj")
-        o.release_locals(q_r, k_r, v, k_c, v_c)
+        o.release_locals(q_r, k_c, v_c)
         return y, probs
 
     def moe(self, o: Ops, x: Tensor) -> Tensor:
