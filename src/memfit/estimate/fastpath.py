@@ -1241,6 +1241,7 @@ INFER_QUANT_JOBS: dict[tuple[str, str], str] = {("infer", "mxfp4"): "infer_mxfp4
 #: tests compare); they settle on the same rows (``settles_table``).
 MOE_INFER_VALIDATED: dict[str, tuple[str, ...]] = {
     "deepseek_v2": ("infer", "infer_gen"),
+    "gpt_oss": ("infer", "infer_gen", "infer_mxfp4"),
 }
 for _model_type, _jobs in MOE_INFER_VALIDATED.items():
     VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
