@@ -101,7 +101,7 @@ def device_for(gpu: Any) -> ReduceDevice | None:
     cc = getattr(gpu, "compute_capability", None)
     threads = THREADS_PER_SM.get(tuple(cc), 2048) if cc else 2048
     n_sms = SM_COUNT.get(getattr(gpu, "name", ""), DEFAULT_DEVICE.n_sms)
-    hopper = bool(cc) and int(cc[0]) == 9
+    hopper = cc is not None and len(cc) > 0 and int(cc[0]) == 9
     return ReduceDevice(n_sms=n_sms, max_threads_per_sm=threads, hopper=hopper)
 
 

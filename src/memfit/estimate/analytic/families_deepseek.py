@@ -57,9 +57,12 @@ MLA_DEFAULTS = {
 
 
 def _dims(a: Arch) -> dict[str, Any]:
-    """The MLA and MoE widths of a DeepSeek-V2 config (``MLA_DEFAULTS`` where it omits one)."""
-    d = {k: int(a.extra.get(k) if a.extra.get(k) is not None else v)
-         for k, v in MLA_DEFAULTS.items()}  # fmt: skip
+    """The MLA and MoE widths of a DeepSeek-V2 config (``MLA_DEFAULTS`` where it omits one);
+    ``q_lora_rank`` None: the plain ``q_proj``."""
+    d: dict[str, Any] = {}
+    for key, default in MLA_DEFAULTS.items():
+        value = a.extra.get(key)
+        d[key] = int(value) if value is not None else default
     q_lora = a.extra.get("q_lora_rank")
     d["q_lora_rank"] = int(q_lora) if q_lora else None
     d["qk_head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
@@ -168,9 +171,12 @@ class DeepseekV2Program(DecoderProgram):
         returns."""
         a, d = self.a, self.d
         h, heads = a.hidden, a.n_heads
-        nope, rope, vd, rank = d["qk_nope_head_dim"], d["qk_rope_head_dim"], d["v_head_dim"], d[
-            "kv_lora_rank"
-        ]
+        nope, rope, vd, rank = (
+            d["qk_nope_head_dim"],
+            d["qk_rope_head_dim"],
+            d["v_head_dim"],
+            d["kv_lora_rank"],
+        )
         qk = d["qk_head_dim"]
         bias = bool(a.extra.get("attention_bias"))
         t = x.numel // h

@@ -20,10 +20,10 @@ from memfit.estimate.analytic import (
     families,
     families_clip,
     families_deepseek,
-    families_gptoss,
     families_enc,
     families_falcon,
     families_gpt,
+    families_gptoss,
     families_t5,
 )
 from memfit.estimate.analytic.arch import Arch
