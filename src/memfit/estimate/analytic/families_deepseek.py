@@ -131,7 +131,8 @@ class DeepseekV2Program(DecoderProgram):
         o.g.touch(hn)
         x = o.add(x, y)
         hn = self.norm(o, x)
-        dense = self.period == 1 and self.n_dense == self.a.n_layers or index < self.n_dense
+        all_dense = self.n_dense == self.a.n_layers
+        dense = all_dense if self.period == 1 else index < self.n_dense
         y = self.dense_mlp(o, hn) if dense else self.moe(o, hn)
         o.g.touch(hn)
         return o.add(x, y)
