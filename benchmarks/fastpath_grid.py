@@ -288,10 +288,23 @@ SCALED: dict[str, tuple[int, int, int]] = {
         "infer_long_fp16_eager", "infer_long_fp16_flash",
     )
 }  # fmt: skip
+#: Issue 32 (moeinfer): generation as people run DeepSeek-V2 and gpt-oss (``memfit estimate
+#: deepseek-v2-lite --mode infer --seq 4096 --new-tokens 64``): 4x the sequence and 64 new tokens
+#: (a decode long enough that gpt-oss's sliding layers' caches pass their window), at the grid's
+#: batch. Evidence beside ``infer`` / ``infer_long`` for the MoE families' inference (their rows
+#: only; not judged as ``infer``: the other families have no rows of it).
+JOBS["infer_gen"] = {"mode": "infer"}
+SCALED["infer_gen"] = (1, 4, 64)
+#: gpt-oss as its checkpoints ship (``quantization_config: mxfp4``: ``memfit estimate
+#: gpt-oss-20b --mode infer`` runs with ``quant="mxfp4"``): inference with the routed experts in
+#: MXFP4 (``memfit.estimate.fastpath.INFER_QUANT_JOBS``), and at serving size (judged together).
+JOBS["infer_mxfp4"] = {"mode": "infer", "quant": "mxfp4"}
+JOBS["infer_long_mxfp4"] = {"mode": "infer", "quant": "mxfp4"}
+SCALED["infer_long_mxfp4"] = SCALED["infer_long"]
 #: Grid jobs that stand for another job of ``memfit.estimate.fastpath`` (its ``grid_job``): the
 #: fast path validates that job for a model type only where the rows of every grid job that
 #: stands for it pass (``validated_table``, ``settles_table``).
-JUDGED_AS: dict[str, str] = {"infer_long": "infer"}
+JUDGED_AS: dict[str, str] = {"infer_long": "infer", "infer_long_mxfp4": "infer_mxfp4"}
 JUDGED_AS.update(
     {f"{job}_{suffix}": f"{job}_part" for job in LORA_BASE for suffix in ("part_attn", "part_mlp")}
 )
@@ -840,9 +853,22 @@ def _not_pending(row: dict) -> bool:
     from memfit.estimate.fastpath import INFER_VARIANTS_PENDING
 
     job = JUDGED_AS.get(row["job"], row["job"])
-    if not any(job == JUDGED_AS.get(v, v) for v in _variant_jobs()):
+    if not _judged_by_fit(row):
         return True
     return (model_type_of(row), job) not in INFER_VARIANTS_PENDING
+
+
+def _judged_by_fit(row: dict) -> bool:
+    """Whether the inference fit as it is judges ``row`` (``infer_reserved.judge``): a row of
+    an inference variant, or an inference row of the MoE families whose programs were added
+    after the fit (``infer_reserved.MOE_FAMILIES``: ``infer``, ``infer_long``, ``MOE_JOBS``)."""
+    from benchmarks import infer_reserved
+
+    job = JUDGED_AS.get(row["job"], row["job"])
+    if any(job == JUDGED_AS.get(v, v) for v in _variant_jobs()):
+        return True
+    moe_jobs = infer_reserved.FIT_JOBS + infer_reserved.MOE_JOBS
+    return row["family"] in infer_reserved.MOE_FAMILIES and row["job"] in moe_jobs
 
 
 def _variant_jobs() -> tuple[str, ...]:
@@ -853,14 +879,15 @@ def _variant_jobs() -> tuple[str, ...]:
 
 def infer_pending_table(rows: list[dict]) -> frozenset[tuple[str, str]]:
     """(model_type, fast-path job) of the inference variants (``infer_reserved.VARIANT_JOBS``)
-    with a grid row (both engines answered) on which the inference rule as fitted does not
-    hold (``infer_reserved.judge``: the answer shown more than TOLERANCE under the trace's
-    reserved bytes, or the band's top under them), or whose parts
+    and of the MoE families' inference (:func:`_judged_by_fit`) with a grid row (both engines
+    answered) on which the inference rule as fitted does not hold (``infer_reserved.judge``:
+    the answer shown more than TOLERANCE under the trace's reserved bytes, or the band's top
+    under them), or whose parts
     ``benchmarks/infer_reserved.py --grid`` has not recorded at the row's allocated bytes:
     what ``memfit.estimate.fastpath.INFER_VARIANTS_PENDING`` must say."""
     from benchmarks import infer_reserved
 
-    recorded = infer_reserved.variant_rows()
+    recorded = infer_reserved.variant_rows() + infer_reserved.moe_rows()
     judged = infer_reserved.judge(recorded)
     holds = {
         (r["family"], r["origin"], r["job"], int(r["analytic"]["allocated_bytes"])): j["holds"]
@@ -868,7 +895,7 @@ def infer_pending_table(rows: list[dict]) -> frozenset[tuple[str, str]]:
     }
     out = set()
     for r in _latest(rows):
-        if r["job"] not in infer_reserved.VARIANT_JOBS:
+        if r["job"] not in infer_reserved.VARIANT_JOBS and not _judged_by_fit(r):
             continue
         if r.get("analytic", {}).get("status") != "ok" or r["trace"]["status"] != "ok":
             continue

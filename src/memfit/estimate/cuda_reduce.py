@@ -54,6 +54,10 @@ class ReduceDevice:
 
     n_sms: int
     max_threads_per_sm: int
+    #: a compute capability 9.x GPU (Hopper): what else the kernels lay out per GPU generation
+    #: reads it (triton's ``HopperMXValueLayout`` for MXFP4 experts,
+    #: ``quant_experts.stored_expert_tensors``), as the trace engine does from ``--gpu``
+    hopper: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_sms", "max_threads_per_sm"):
@@ -97,7 +101,8 @@ def device_for(gpu: Any) -> ReduceDevice | None:
     cc = getattr(gpu, "compute_capability", None)
     threads = THREADS_PER_SM.get(tuple(cc), 2048) if cc else 2048
     n_sms = SM_COUNT.get(getattr(gpu, "name", ""), DEFAULT_DEVICE.n_sms)
-    return ReduceDevice(n_sms=n_sms, max_threads_per_sm=threads)
+    hopper = cc is not None and len(cc) > 0 and int(cc[0]) == 9
+    return ReduceDevice(n_sms=n_sms, max_threads_per_sm=threads, hopper=hopper)
 
 
 @contextmanager

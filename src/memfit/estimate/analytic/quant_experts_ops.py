@@ -29,11 +29,16 @@ QUANT_DTYPE = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 UP_PREFIXES = ("gate_up_proj", "up_proj", "gate_proj")
 
 
-def stored_experts(o: Ops, shape: ExpertsShape) -> None:
+def stored_experts(o: Ops, shape: ExpertsShape, *, hopper: bool = False) -> None:
     """The experts' stored tensors (each rounded to the allocator's 512 B) as two frozen
-    parameters, the up and the down projection, with their logical element counts."""
+    parameters, the up and the down projection, with their logical element counts.
+    ``hopper``: MXFP4 weights padded as triton's ``HopperMXValueLayout`` stores them."""
     tensors = quant_experts.stored_expert_tensors(
-        str(o.quant), shape, dtype=QUANT_DTYPE[o.pdtype], group_size=o.quant_group_size
+        str(o.quant),
+        shape,
+        dtype=QUANT_DTYPE[o.pdtype],
+        group_size=o.quant_group_size,
+        hopper=hopper,
     )
     e, h, i = shape.n_experts, shape.hidden, shape.intermediate
     up = [t for t in tensors if t.name.startswith(UP_PREFIXES)]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memfit.estimate import quant
+from memfit.estimate import quant, quant_experts
 from memfit.estimate.analytic.graph import DTYPE_BYTES, Tensor
 
 if TYPE_CHECKING:
@@ -44,8 +44,11 @@ LORA_STYLE = {"nf4": "bnb4", "nf4-dq": "bnb4", "fp4": "bnb4", "int8": "bnb8", "i
 
 
 def quantizes(fmt: str | None, name: str, *, in_repeated_block: bool) -> bool:
-    """Whether the Linear ``name`` is stored quantized under ``fmt`` (``KEPT_OUT`` rules)."""
+    """Whether the Linear ``name`` is stored quantized under ``fmt`` (``KEPT_OUT`` rules; a
+    format that converts the routed experts only, ``quant_experts.EXPERTS_ONLY``: none)."""
     if fmt is None or fmt == "none" or name in KEPT_OUT_NAMES:
+        return False
+    if fmt in quant_experts.EXPERTS_ONLY:  # mxfp4: gpt-oss's experts, no nn.Linear
         return False
     return in_repeated_block or not quant.KEPT_OUT[fmt].only_repeated_blocks
 

@@ -19,9 +19,11 @@ from memfit.errors import SpecError
 from memfit.estimate.analytic import (
     families,
     families_clip,
+    families_deepseek,
     families_enc,
     families_falcon,
     families_gpt,
+    families_gptoss,
     families_t5,
 )
 from memfit.estimate.analytic.arch import Arch
@@ -30,7 +32,16 @@ from memfit.estimate.tasks import resolve_task as resolve_task  # the trace engi
 
 Family = DecoderFamily | CustomFamily
 #: The modules whose declarations are the analytic engine's families.
-FAMILY_MODULES = (families, families_gpt, families_falcon, families_enc, families_t5, families_clip)
+FAMILY_MODULES = (
+    families,
+    families_gpt,
+    families_falcon,
+    families_enc,
+    families_t5,
+    families_clip,
+    families_deepseek,
+    families_gptoss,
+)
 
 
 def _declared() -> tuple[Family, ...]:
