@@ -117,3 +117,13 @@ def test_a_repeating_block_is_copied_with_new_keys_freeing_the_copy_before() -> 
             live.remove(k)  # every free names a live allocation
     assert not live
     assert blockwise.peak_bytes(full) == 512 + 2048 + 512
+
+
+def test_an_encoder_that_returns_every_layers_hidden_states_is_traced_whole() -> None:
+    # SDXL / SD3 call their CLIPs with output_hidden_states=True: each layer's output is kept
+    spec, inputs = CASES["clip"]
+
+    def call(m: Any, **kw: Any) -> Any:
+        return m(**kw, output_hidden_states=True)
+
+    assert _trace_cut_record(_build(spec), inputs, call) is None
