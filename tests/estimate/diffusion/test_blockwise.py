@@ -7,6 +7,8 @@ storage keys renamed in order of first appearance (keys are arbitrary counters).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 pytest.importorskip("diffusers")
 
 import torch  # noqa: E402
-from tests.estimate.diffusion.test_pipeline import CLIP, FLUX, T5  # noqa: E402
+from tests.estimate.diffusion.test_pipeline import CLIP, FLUX, T5, job, tiny_flux  # noqa: E402
 
 from memfit.estimate.diffusion import blockwise  # noqa: E402
 from memfit.estimate.diffusion.pipeline import build_component  # noqa: E402
@@ -22,6 +24,7 @@ from memfit.estimate.diffusion.pipelines import (  # noqa: E402
     _encoder_call,
     _trace_cut_record,
     _trace_record,
+    estimate_pipeline,  # noqa: E402
 )
 
 
@@ -127,3 +130,39 @@ def test_an_encoder_that_returns_every_layers_hidden_states_is_traced_whole() ->
         return m(**kw, output_hidden_states=True)
 
     assert _trace_cut_record(_build(spec), inputs, call) is None
+
+
+def test_a_deep_flux_pipeline_runs_five_blocks_per_stack_for_the_whole_traces_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memfit.estimate.diffusion import pipelines
+
+    root = tiny_flux(tmp_path)
+    deep = {"transformer": FLUX_DEEP, "text_encoder_2": {**T5, "num_layers": 8},
+            "text_encoder": {**CLIP, "num_hidden_layers": 6}}  # fmt: skip
+    for comp, cfg in deep.items():
+        (root / comp / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setenv("MEMFIT_NO_CACHE", "1")  # in-process memos only
+    calls: list[str] = []
+
+    def count(module: torch.nn.Module, _args: Any) -> None:
+        if type(module).__name__ in ("FluxTransformerBlock", "FluxSingleTransformerBlock"):
+            calls.append(type(module).__name__)
+
+    def run() -> Any:
+        monkeypatch.setattr(pipelines, "_TRACES", {})
+        monkeypatch.setattr(pipelines, "_MODELS", {})
+        calls.clear()
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(count)
+        try:
+            return estimate_pipeline(root, job(height=64, width=64), name="deep")
+        finally:
+            handle.remove()
+
+    cut = run()
+    assert len(calls) == 2 * blockwise.KEPT  # five of 7 double-stream, five of 9 single
+    with monkeypatch.context() as m:
+        m.setattr(blockwise, "stacks_of", lambda model: [])  # every component traced whole
+        whole = run()
+    assert len(calls) == 7 + 9
+    assert cut == whole
