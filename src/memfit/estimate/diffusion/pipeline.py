@@ -19,6 +19,7 @@ embeddings live until the pipeline returns; latents). Offloaded weights are in h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -84,11 +85,14 @@ def trace_forward(
     *,
     real: bool = False,
     events: list[tuple[str, int, int]] | None = None,
+    marked: Sequence[torch.nn.Module] = (),
+    marks: list[int] | None = None,
 ) -> tuple[int, int]:
     """(peak bytes above the weights, bytes of the output) of ``call(model, **make_inputs())``
     under ``no_grad``; on fake tensors (the model on meta) or, ``real=True``, on real CPU ones.
     ``events``: filled with the forward's allocations and frees (the inputs' first, the weights'
-    left out), each storage still alive at the end freed, for the allocator replay."""
+    left out), each storage still alive at the end freed, for the allocator replay. ``marks``:
+    filled with the index in ``events`` where each forward of a module of ``marked`` starts."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     tracker = StorageTracker(device_type="cpu", record_events=events is not None)
@@ -107,6 +111,11 @@ def trace_forward(
         base = tracker.current_bytes
         weight_keys = set(tracker.live)
         tracker.label(_tensors(inputs), "activations")
+        raw: list[int] = []
+        hooks = [
+            m.register_forward_pre_hook(lambda *_: raw.append(len(tracker.events or ())))
+            for m in marked
+        ]
         try:
             out = call(model, **inputs)
         except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
@@ -114,9 +123,17 @@ def trace_forward(
                 f"{type(model).__name__} failed on fake tensors: {type(exc).__name__}: "
                 f"{str(exc).splitlines()[0][:300]}"
             ) from exc
+        finally:
+            for h in hooks:
+                h.remove()
         peak = tracker.peak.total_bytes - base
         out_bytes = sum(t.untyped_storage().nbytes() for t in _tensors(out))
     if events is not None and tracker.events is not None:
+        if marks is not None:  # each index among the events kept (the weights' left out)
+            kept = [0]
+            for e in tracker.events:
+                kept.append(kept[-1] + (e[1] not in weight_keys))
+            marks.extend(kept[i] for i in raw)
         events.extend(e for e in tracker.events if e[1] not in weight_keys)
         events.extend(("f", k, 0) for k, n in tracker.live.items() if n and k not in weight_keys)
     return peak, out_bytes

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from memfit.errors import NotModelledError, SpecError
+from memfit.estimate.diffusion import blockwise
 from memfit.estimate.diffusion.answer import estimate_pipeline as estimate_pipeline
 from memfit.estimate.diffusion.built import ComponentFacts, component_facts, component_layout
 from memfit.estimate.diffusion.compose import compose, replay_reserved
@@ -377,7 +378,35 @@ class _Builds:
 def _trace_built(
     build: _Builds, comp: str, legacy: bool, make_inputs: Any, call: Any
 ) -> dict[str, Any]:
-    return _trace_record(build.to_trace(comp, keep_fp32=legacy), make_inputs, call)
+    """The component's record: traced with its stacks cut to four blocks each where the middle
+    blocks repeat one pattern (:mod:`memfit.estimate.diffusion.blockwise`), else whole."""
+    model = build.to_trace(comp, keep_fp32=legacy)
+    if blockwise.stacks_of(model):
+        record = _trace_cut_record(model, make_inputs, call)
+        if record is not None:
+            return record
+        model = build.to_trace(comp, keep_fp32=legacy)  # the cut one is spent: built again
+    return _trace_record(model, make_inputs, call)
+
+
+def _trace_cut_record(model: torch.nn.Module, make_inputs: Any, call: Any) -> dict[str, Any] | None:
+    """:func:`_trace_record` of ``model`` from a trace of its stacks cut to four blocks, the
+    middle block's events repeated for the others; None where they do not repeat."""
+    from memfit.estimate.diffusion.workspace import conv_workspace_probe
+
+    stacks = blockwise.stacks_of(model)
+    kept = blockwise.cut_(model, stacks)
+    events: list[tuple[str, int, int]] = []
+    marks: list[int] = []
+    with conv_workspace_probe(model) as probe:
+        _, out = trace_forward(model, make_inputs, call, events=events, marked=kept, marks=marks)
+    if len(marks) != len(kept):
+        return None  # a kept block ran more or less than once: not a plain loop
+    full = blockwise.expand(events, marks, [cut for cut, _ in stacks])
+    if full is None:
+        return None
+    return {"activation": blockwise.peak_bytes(full), "output": out,
+            "events": [list(e) for e in full], "workspace": probe.bytes}  # fmt: skip
 
 
 def _layout_built(build: _Builds, comp: str, legacy: bool, args: dict[str, Any]) -> WeightLayout:
