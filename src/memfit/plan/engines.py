@@ -83,6 +83,10 @@ class CachedEstimator:
                 self.elapsed_s += time.perf_counter() - started
         return _unwrap(self._cache[key])
 
+    def known(self, w: WorkloadSpec) -> bool:
+        """Whether ``w`` was estimated already (its answer or error kept)."""
+        return workload_key(w) in self._cache
+
     def probe(self, w: WorkloadSpec) -> MemoryEstimate:
         """The guide's estimate of ``w`` (not cached: it may change as exact answers arrive);
         this engine's own answer where it has no guide, where the guide cannot estimate ``w``,

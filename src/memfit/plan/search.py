@@ -75,6 +75,7 @@ from memfit.plan.space import (
     recipe,
     stack_options,
 )
+from memfit.plan.split_bound import proven_miss
 from memfit.report.plan_html import plan_fragment
 from memfit.spec import ParallelSpec, TechniqueSpec
 from memfit.units import format_bytes
@@ -451,6 +452,9 @@ class _Search:
         self.settled_tight: dict[str, PlanOption] = {}
         #: the first memory-only tight plan the precise engine did not check (:meth:`_settle_tight`)
         self.tight_left: PlanOption | None = None
+        #: per technique stack, its smallest split's miss (:meth:`_prefetch_stack`), which may
+        #: prove a larger split misses unestimated (:meth:`_proven_miss`)
+        self.stack_miss: dict[tuple[Any, ...], PlanOption] = {}
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -805,6 +809,7 @@ class _Search:
             first = self.search_estimate(splits[0])
             if first.estimate is not None and not first.fits:
                 self._record_failure(first)
+                self.stack_miss[opt.settings.technique_key] = first
                 return
             engine.prefetch([o.workload for o in splits])
         elif engine.batch is not None:
@@ -819,6 +824,13 @@ class _Search:
 
     def _check(self, opt: PlanOption) -> PlanOption:
         self._prefetch_stack(opt)
+        if self._proven_miss(opt):
+            # a smaller split of the stack missed, and its estimate proves this one misses
+            # outright (memfit.plan.split_bound): not estimated, never shown (analytic_floors);
+            # its failure noted as its estimate's was (the antichain of failures)
+            self._note_failure(opt.settings)
+            self.n_pruned += 1
+            return replace(opt, fits=False, reason="a smaller split of this stack does not fit")
         if self.engines.search.batch is None and self._dominated(opt.settings):
             # a smaller split of the stack did not fit (noted by the prefetch): ``opt`` cannot
             # either; without a batch call it was not estimated, and is not now (a form or a
@@ -837,6 +849,19 @@ class _Search:
             self._record_failure(done)
             return done
         return self._confirm(done)
+
+    def _proven_miss(self, opt: PlanOption) -> bool:
+        """Whether ``opt`` need not be estimated: a search that reads the recommendation alone
+        (:attr:`analytic_floors`, whose misses are not shown), without a fallback to the precise
+        engine, where its stack's smaller split missed and proves ``opt`` misses too
+        (:func:`memfit.plan.split_bound.proven_miss`, the analytic engine's one-GPU steps)."""
+        miss = self.stack_miss.get(opt.settings.technique_key)
+        engine = self.engines.search
+        if miss is None or miss.estimate is None or not self.analytic_floors:
+            return False
+        if self._may_fall_back() or engine.known(opt.workload):
+            return False  # (an estimate kept already costs nothing: read as before)
+        return proven_miss(miss.workload, miss.estimate, opt.workload, self.budget.capacity_bytes)
 
     def _confirm(self, opt: PlanOption) -> PlanOption:
         if self.engines.confirm is None:
