@@ -228,7 +228,7 @@ def _half_load(a: Setting, b: Setting) -> Setting | None:
         return None
     for true, mixed in ((a, b), (b, a)):
         if (
-            true.key in LOAD_DTYPE_KEYS
+            (true.key in LOAD_DTYPE_KEYS or true.load_dtype)
             and str(true.value).endswith("-true")
             and str(mixed.value).endswith("-mixed")
             and str(true.value).rsplit("-", 1)[0] == str(mixed.value).rsplit("-", 1)[0]
