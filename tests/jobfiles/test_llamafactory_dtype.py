@@ -73,10 +73,19 @@ def test_under_deepspeed_zero3_the_reading_stays_deepspeeds_16_bit_model_with_fp
 ):
     job, w = _job(LORA_DS3, DS3)
     assert (w.precision, w.shard) == ("bf16-mixed", "zero3")
-    assert any(x.key == "deepspeed" and "ZeRO-3" in x.message for x in job.warnings)
+    assert any("bf16-mixed under DeepSpeed ZeRO" in x.message for x in job.warnings)
+    assert "under DeepSpeed zero3" in str(job.fields["precision"].raw)
     # the DeepSpeed file beside it is read once, by the reference
     _, alone = _job(LORA_DS3)
     assert (alone.precision, alone.shard) == ("bf16-mixed", "zero3")
+
+
+def test_a_deepspeed_file_given_beside_the_yaml_is_the_same_reading() -> None:
+    """LLaMA-Factory's QLoRA file with a ZeRO-2 config passed next to it (not named by its
+    ``deepspeed`` key): DeepSpeed's 16-bit model with fp32 masters, not pure bf16 states."""
+    _, w = _job(QLORA, EXAMPLES / "ds_z2_config.json")
+    assert (w.precision, w.shard, w.quant) == ("bf16-mixed", "zero2", "nf4-dq")
+    assert not [n for n in w.warnings() if "bf16-true with shard" in n]
 
 
 def test_a_full_fine_tune_upcasts_its_weights_to_fp32() -> None:

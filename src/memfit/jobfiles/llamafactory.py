@@ -23,7 +23,8 @@ fine-tune upcasts every weight to fp32: ``bf16-mixed``. A freeze job holds its f
 16 bits and its trainable layers in fp32, which no memfit precision is: ``bf16-mixed`` (frozen
 layers counted in fp32: over, never under). Under DeepSpeed (any stage) the engine holds the
 model in its 16-bit dtype with fp32 masters whatever the load dtype, which memfit's ``*-mixed``
-under ZeRO already models (``spec.rules.run_precision``): the reading stays ``*-mixed``.
+under ZeRO already models (``spec.rules.run_precision``): an adapter job under a ZeRO shard (from
+the file's ``deepspeed`` or another file) is read ``*-mixed`` (``files.combine``).
 """
 
 from __future__ import annotations
@@ -48,32 +49,26 @@ def _compute_dtype(r: KeyReader) -> tuple[str, str, str]:
 
 def llamafactory_precision_(r: KeyReader, kind: str, quantized: bool) -> None:
     """Replace the Trainer reading of ``bf16`` / ``fp16`` (autocast over fp32 weights) with the
-    dtypes LLaMA-Factory loads and trains in (module docstring), and say which rule applied."""
+    dtypes LLaMA-Factory loads and trains in (module docstring), and say which rule applied. An
+    adapter job's reading is marked ``load_dtype``: under a DeepSpeed ZeRO shard, which another
+    file may name, :func:`memfit.jobfiles.files.combine` reads it as DeepSpeed runs it."""
     if r.has("pure_bf16") and as_bool(r, "pure_bf16", r.flat["pure_bf16"]):
         return  # read as bf16-true already: every weight and state in bf16
-    deepspeed = r.has("deepspeed") and not is_unset(r.flat.get("deepspeed", True))
     dtype, key, raw = _compute_dtype(r)
     current = next((s for s in reversed(r.settings) if s.field == "precision"), None)
-    if kind == "lora" and not deepspeed:
+    if kind == "lora":
         r.drop_setting("precision")
         r.set("precision", TRUE[dtype], key, raw, load_dtype=True)
         what = "QLoRA: the non-quantized weights" if quantized else "LoRA: the frozen base"
         r.warn(
             key,
-            f"estimated as {TRUE[dtype]}: LLaMA-Factory loads the model in its compute dtype "
-            f"({dtype}; {what} in {dtype}) and upcasts the trainable adapters to fp32 "
+            f"estimated as {TRUE[dtype]} ({MIXED[dtype]} under DeepSpeed ZeRO, which holds the "
+            "16-bit model and fp32 masters itself): LLaMA-Factory loads the model in its compute "
+            f"dtype ({what} in {dtype}) and upcasts the trainable adapters to fp32 "
             f"({LLAMAFACTORY_SOURCE} patch_config; model/adapter.py init_adapter), not an fp32 "
-            "model under autocast as Hugging Face's Trainer alone would run bf16: true",
+            f"model under autocast as Hugging Face's Trainer alone runs {key}: true",
         )
-    elif kind == "lora":
-        r.warn(
-            "deepspeed",
-            f"estimated as {current.value if current else MIXED[dtype]}: under DeepSpeed the "
-            "engine holds the model in its 16-bit dtype with fp32 master weights for the "
-            "trainable parameters (LLaMA-Factory does not cast the model under ZeRO-3 without "
-            f"quantization_bit: {LLAMAFACTORY_SOURCE} patch_config)",
-        )
-    elif kind == "freeze" and not deepspeed and current is not None:
+    elif kind == "freeze" and current is not None and not r.has("deepspeed"):
         r.warn(
             key,
             f"estimated as {current.value}: LLaMA-Factory holds the frozen layers in {dtype} and "
