@@ -73,7 +73,9 @@ EXPECTED = {
             batch_size=1,
             grad_accum=8,
             seq_len=2048,
-            precision="bf16-mixed",
+            # LLaMA-Factory loads the model in its compute dtype, adapters upcast to fp32
+            # (jobfiles/llamafactory.py)
+            precision="bf16-true",
             checkpointing="full",
             optimizer="adamw-fused",
             lora_rank=8,

@@ -39,14 +39,14 @@ def test_the_fix_of_an_unsloth_file_is_planned_and_written_with_unsloths_kernels
 ) -> None:
     path = _copy(tmp_path)
     assert _kernels(path) == ("unsloth", "offload", "fused")
-    code, out = _check(capsys, path, "L40S")
+    code, out = _check(capsys, path, "RTX-4090")
     fix = out["fix"]
     assert code == 1 and fix["verdict"] == "fits"
     # the plan it comes from runs Unsloth's kernels and checkpoints (not peft's layers)
     assert "unsloth kernels" in fix["plan"] and "ckpt offload" in fix["plan"]
     assert "use_unsloth" not in fix["diff"] and "gradient_checkpointing" not in fix["diff"]
     assert set(fix["changes"]) <= {"batch_size", "grad_accum", "attention", "optimizer"}
-    code, wrote = _check(capsys, path, "L40S", "--write")
+    code, wrote = _check(capsys, path, "RTX-4090", "--write")
     assert code == 0 and wrote["fix"]["written_verdict"] == "fits"
     assert _kernels(path) == ("unsloth", "offload", "fused")  # the written file, read again
     assert "use_unsloth: true" in path.read_text()

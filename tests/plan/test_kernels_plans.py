@@ -156,3 +156,54 @@ def test_the_web_page_carries_kernels_to_plan_instead_of_naming_them_not_taken()
         build_parser(), "plan", [*query, ("kernels", "unsloth")], pasted=None, allow_paths=False
     )
     assert "--kernels=unsloth" in job.argv and job.not_taken == ()
+
+
+def _layouts(**kw: object) -> set[tuple[str, str]]:
+    base: dict[str, object] = dict(
+        mode="train", per_rank_batch=2, fixed_micro_batch=False, n_layers=4,
+        supports_bf16=True, supports_fp8=False, lora_asked=True, lora_ranks=(16,),
+    )  # fmt: skip
+    base.update(kw)
+    return {(s.shard, s.offload) for s in candidates(SpaceOptions(**base))}  # type: ignore[arg-type]
+
+
+def test_unsloths_kernels_are_never_planned_under_deepspeed_zero3_or_its_param_offload() -> None:
+    """Unsloth's fused LoRA kernels read the projections' weights without their forward, where
+    ZeRO-3 gathers them (rules.KERNEL_EXCLUDED_SHARDS): no ZeRO-3 layout, on one GPU or several;
+    the other layouts stay, and transformers' kernels keep ZeRO-3."""
+    for gpus in (1, 4):
+        hf = _layouts(gpus=gpus, kernels="hf")
+        unsloth = _layouts(gpus=gpus, kernels="unsloth")
+        assert ("zero3", "params") in hf and ("zero3", "optimizer") in hf
+        assert not {shard for shard, _ in unsloth} & {"zero3"}
+        assert unsloth == {(s, o) for s, o in hf if s != "zero3"}
+    assert ("fsdp", "none") in _layouts(gpus=4, kernels="unsloth")
+
+
+@pytest.mark.parametrize("gpu,gpus", [("T4", "1"), ("L4", "2")])
+def test_a_plan_with_unsloth_kernels_proposes_no_layout_unsloth_cannot_run(
+    capsys, gpu: str, gpus: str
+) -> None:
+    rc = main([
+        "plan", "llama-3.1-8b", "--gpu", gpu, "--gpus", gpus, "--seq", "4096",
+        "--lora-rank", "16", "--kernels", "unsloth", "--engine", "analytic",
+        "--confirm", "none", "--alternatives", "12", "--json",
+    ])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1)
+    shown = [p for p in [out["recommended"], *out["alternatives"]] if p]
+    assert shown
+    assert all(p["settings"].get("shard") != "zero3" for p in shown)
+    assert any("no ZeRO-3 layouts" in n for n in out["notes"])
+
+
+def test_upgrade_with_unsloth_kernels_judges_no_zero3_offload_plan(capsys) -> None:
+    """The T4 job whose 'only impractical offload fits' came from a ZeRO-3 parameter-offload
+    plan with Unsloth's kernels (issue 29)."""
+    rc = main([
+        "upgrade", "llama-3.1-8b", "--gpu", "T4", "--seq", "4096", "--lora-rank", "16",
+        "--kernels", "unsloth", "--json",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc in (0, 1)
+    assert "zero3" not in out and "offload params" not in out

@@ -84,6 +84,9 @@ def _llamafactory(field: str, value: Any, f: JobFile) -> Keys | None:
         ),
         "lora_rank": lambda v: [("finetuning_type", "lora"), ("lora_rank", v)] if v else [],
         "attention": lambda v: [("flash_attn", {"flash": "fa2"}.get(v, v))],
+        # LLaMA-Factory has no load-dtype key (TRL's dtype would be refused as unknown):
+        # pure_bf16 keeps every weight and state in bf16, memfit's bf16-true
+        "precision": lambda v: [("pure_bf16", True)] if v == "bf16-true" else [],
     }
     if field in table:
         return table[field](value)

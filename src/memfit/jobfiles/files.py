@@ -14,7 +14,7 @@ out, shown as ``(default)``) yields to any file that sets the field.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from memfit.jobfiles.litgpt import read_litgpt
 from memfit.jobfiles.reader import KeyReader, Setting, Warning_
 from memfit.jobfiles.torchtitan import read_torchtitan
 from memfit.jobfiles.torchtune import apply_overrides, read_torchtune
+from memfit.spec.rules import DEEPSPEED_SHARDS
 from memfit.userfiles import CONFIG_MAX_BYTES, parse_json, read_text
 
 FORMATS: dict[str, Callable[[KeyReader], None]] = {
@@ -228,7 +229,7 @@ def _half_load(a: Setting, b: Setting) -> Setting | None:
         return None
     for true, mixed in ((a, b), (b, a)):
         if (
-            true.key in LOAD_DTYPE_KEYS
+            (true.key in LOAD_DTYPE_KEYS or true.load_dtype)
             and str(true.value).endswith("-true")
             and str(mixed.value).endswith("-mixed")
             and str(true.value).rsplit("-", 1)[0] == str(mixed.value).rsplit("-", 1)[0]
@@ -263,7 +264,24 @@ def combine(files: list[JobFile]) -> Job:
                     f'{s.key}: {s.raw!r} in {s.file}; make them agree (or set one to "auto")'
                 )
     # A Trainer config's `deepspeed: path` names a DeepSpeed file: it must be among the files.
+    _deepspeed_over_load_dtype(job)
     return job
+
+
+def _deepspeed_over_load_dtype(job: Job) -> None:
+    """A model a file loads in 16 bits (a ``load_dtype`` reading, LLaMA-Factory's) trained under
+    DeepSpeed ZeRO runs as DeepSpeed's bf16 / fp16 optimizer does: the 16-bit model with fp32
+    masters of the trainable parameters, memfit's ``*-mixed`` under ZeRO
+    (``spec.rules.run_precision``; ``*-true`` there is refused as pure 16-bit states)."""
+    prec, shard = job.fields.get("precision"), job.fields.get("shard")
+    if prec is None or shard is None or not prec.load_dtype:
+        return
+    if shard.value in DEEPSPEED_SHARDS and prec.value in ("bf16-true", "16-true"):
+        job.fields["precision"] = replace(
+            prec,
+            value=str(prec.value).replace("-true", "-mixed"),
+            raw=f"{prec.raw}, under DeepSpeed {shard.value}",
+        )
 
 
 def read_job(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfit.jobfiles.distributed import read_fsdp_state_dict_type
+from memfit.jobfiles.llamafactory import llamafactory_precision_
 from memfit.jobfiles.names import HF_OPTIMIZERS, MIXED, ROLE_OF_MODULE, TRUE
 from memfit.jobfiles.reader import KeyReader, Warning_, as_bool, as_int, is_unset
 from memfit.spec.rules import UNSLOTH_DEFAULTS
@@ -512,7 +513,9 @@ def read_llamafactory(r: KeyReader) -> None:
         off = as_bool(r, "disable_gradient_checkpointing", r.take("disable_gradient_checkpointing"))
         r.set("checkpointing", "none" if off else "full", "disable_gradient_checkpointing", off)
     if r.has("pure_bf16") and as_bool(r, "pure_bf16", r.take("pure_bf16")):
+        r.drop_setting("precision")
         r.set("precision", TRUE["bf16"], "pure_bf16", True)
+    llamafactory_precision_(r, kind, quantized=bits is not None)
     liger_loss_of(r, "enable_liger_kernel")
     unsloth = r.has("use_unsloth") and as_bool(r, "use_unsloth", r.flat["use_unsloth"])
     if unsloth and kind == "lora":

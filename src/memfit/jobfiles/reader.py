@@ -26,6 +26,10 @@ class Setting:
     key: str
     file: str
     raw: Any = None
+    #: a ``precision`` that is the dtype the file loads the model in (TRL ``dtype``,
+    #: LLaMA-Factory's compute dtype): another file's same-width autocast switch over it is one
+    #: reading, not a disagreement (files.combine)
+    load_dtype: bool = False
 
     def describe(self) -> str:
         return f"{self.field}={self.value!r} ({self.key}: {self.raw!r} in {self.file})"
@@ -84,7 +88,9 @@ class KeyReader:
             return _unflatten(sub)
         return default
 
-    def set(self, field_: str, value: Any, key: str, raw: Any = MISSING) -> None:
+    def set(
+        self, field_: str, value: Any, key: str, raw: Any = MISSING, *, load_dtype: bool = False
+    ) -> None:
         self.settings.append(
             Setting(
                 field=field_,
@@ -92,6 +98,7 @@ class KeyReader:
                 key=key,
                 file=self.file,
                 raw=value if raw is MISSING else raw,
+                load_dtype=load_dtype,
             )
         )
 

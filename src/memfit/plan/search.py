@@ -78,6 +78,7 @@ from memfit.plan.space import (
 from memfit.plan.split_bound import proven_miss
 from memfit.report.plan_html import plan_fragment
 from memfit.spec import ParallelSpec, TechniqueSpec
+from memfit.spec.rules import kernel_shard_note
 from memfit.units import format_bytes
 
 #: The tiers of the search (the module docstring), by the start of their names, in order.
@@ -284,6 +285,8 @@ def plan(
             f"kernels {request.kernels}: the job runs {said} (Unsloth's defaults, not set); "
             "every plan keeps the kernels"
         )
+    if request.mode == "train" and (shards := kernel_shard_note(request.kernels)) is not None:
+        result.notes.append(shards)  # layouts the kernels cannot run under, left out (space.py)
     note = opts.precision_note  # a default applied (training), or bf16 asked on a GPU without it
     if note is not None and (request.mode == "train" or request.precision is not None):
         result.notes.append(note)

@@ -30,7 +30,7 @@ from memfit.spec import (
     default_precision_note,
     resolve_precision,
 )
-from memfit.spec.rules import precision_rules
+from memfit.spec.rules import KERNEL_EXCLUDED_SHARDS, precision_rules
 
 #: Memory order per dimension: a higher index keeps less in device memory. Values of equal index
 #: are not compared (int8 vs fp8, zero3 vs fsdp). ``micro_batch`` is ordered by its value.
@@ -524,7 +524,8 @@ def _parallel_layouts(o: SpaceOptions) -> list[dict[str, Any]]:
     else:
         layouts.append({"shard": "none"})
     layouts += offload_layouts(o)
-    return layouts
+    excluded = KERNEL_EXCLUDED_SHARDS.get(o.kernels, ())  # shards the kernels cannot run under
+    return [layout for layout in layouts if layout["shard"] not in excluded]
 
 
 def stack_options(o: SpaceOptions) -> SpaceOptions:

@@ -66,6 +66,37 @@ LOSSES = ("full", "chunked", "fused")
 #: ``estimate/analytic/unsloth.py`` models them). ``unsloth`` defaults ``--checkpointing offload``
 #: and ``--loss fused`` when the job does not set them (:data:`UNSLOTH_DEFAULTS`).
 KERNELS = ("hf", "unsloth")
+#: The shards a kernel family cannot run under; the planner leaves their layouts out (ZeRO-3's
+#: parameter offload with them) and says why (:func:`kernel_shard_note`). Unsloth's fused LoRA
+#: functions read the base weights straight off the projections (``apply_lora_mlp_swiglu`` /
+#: ``apply_lora_qkv`` call ``get_lora_parameters(self.gate_proj)`` ..., which returns
+#: ``base_layer.weight``, unslothai/unsloth@015bdef0 ``unsloth/kernels/fast_lora.py``,
+#: ``unsloth/kernels/utils.py``) without running those modules' forward, and DeepSpeed ZeRO-3
+#: gathers a module's own parameters only in that module's forward hook (``fetch_sub_module``:
+#: ``iter_params(module, recurse=z3_leaf_module(module))``, microsoft/DeepSpeed@03aecee8
+#: ``deepspeed/runtime/zero/partitioned_param_coordinator.py``): the kernels would read empty
+#: partitions. Unsloth handles ZeRO-3 only to gather weights for generation (``unsloth/models/
+#: rl.py``) and to count parameters; LLaMA-Factory refuses the pair ("Unsloth is incompatible
+#: with DeepSpeed ZeRO-3", hiyouga/LLaMA-Factory@c867e280 ``src/llamafactory/hparams/
+#: parser.py``). DDP, ZeRO-1/2 and FSDP (whose wrapped block is unsharded before its forward)
+#: stay: Unsloth's docs name DDP and "Accelerate and DeepSpeed ... FSDP" as its multi-GPU paths
+#: (unsloth.ai/docs/basics/multi-gpu-training-with-unsloth).
+KERNEL_EXCLUDED_SHARDS: dict[str, tuple[str, ...]] = {"unsloth": ("zero3",)}
+
+
+def kernel_shard_note(kernels: str) -> str | None:
+    """The plan's line for the layouts left out for ``kernels`` (None: none are)."""
+    shards = KERNEL_EXCLUDED_SHARDS.get(kernels)
+    if not shards:
+        return None
+    return (
+        f"kernels {kernels}: no {' / '.join(s.upper().replace('ZERO', 'ZeRO-') for s in shards)} "
+        "layouts (nor its parameter offload): Unsloth's fused LoRA kernels read the projections' "
+        "weights without their forward, where DeepSpeed ZeRO-3 gathers them, and LLaMA-Factory "
+        "refuses Unsloth with ZeRO-3 (docs/decisions.md)"
+    )
+
+
 #: What ``FastLanguageModel`` does unless told otherwise, as memfit flags: ``get_peft_model``'s
 #: ``use_gradient_checkpointing = "unsloth"`` (its default, unslothai/unsloth@015bdef0
 #: ``unsloth/models/llama.py``) is ``--checkpointing offload``; ``CausalLM_fast_forward`` calls
