@@ -156,3 +156,22 @@ def test_a_refused_edit_is_shown_instead_of_its_diff(tmp_path):
     edits, _ = plan_edits(job.files, {"batch_size": 2}, {})
     assert edits[0].refused and edits[0].new_text == edits[0].old_text
     assert edits[0].diff().startswith(f"memfit cannot edit {f}: {f} line 3: micro_batch_size")
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("bf16-true", "bfloat16"), ("16-true", "float16")]
+)
+def test_a_16_bit_base_is_written_as_the_trl_load_dtype(tmp_path, precision, dtype):
+    """The fix's precision (memfit's names: ``16-true`` on a GPU without bf16) becomes TRL's
+    ``model_init_kwargs.dtype`` where the file has that key."""
+    from memfit.jobfiles import read_job
+
+    f = tmp_path / "sft.yaml"
+    f.write_text(
+        "model_name_or_path: gpt2\nuse_peft: true\nlora_r: 16\nbf16: true\n"
+        "model_init_kwargs:\n  dtype: float32\n"
+    )
+    job = read_job([f])
+    edits, unexpressed = plan_edits(job.files, {"precision": precision}, {})
+    assert not unexpressed and len(edits) == 1
+    assert yaml.safe_load(edits[0].new_text)["model_init_kwargs"]["dtype"] == dtype

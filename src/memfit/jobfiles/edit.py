@@ -62,11 +62,11 @@ def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
 
 
 def _load_dtype(precision: str, f: JobFile) -> Keys:
-    """An adapter job's frozen base loaded in 16 bits (``bf16-true`` / ``fp16-true``): the load
+    """An adapter job's frozen base loaded in 16 bits (``bf16-true`` / ``16-true``): the load
     dtype key the file has (``model_init_kwargs.dtype`` …), else TRL ``ModelConfig``'s
     ``dtype``, which ``trl sft --config`` reads from the same file. Other precision changes
     are not the file's to make here (check_fix offers only this one)."""
-    name = {"bf16-true": "bfloat16", "fp16-true": "float16"}.get(precision)
+    name = {"bf16-true": "bfloat16", "16-true": "float16"}.get(precision)
     if name is None:
         return []
     key = next((k for k in LOAD_DTYPE_KEYS if k in f.reader.flat), "dtype")
