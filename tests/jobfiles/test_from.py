@@ -58,3 +58,28 @@ def test_fit_and_plan_take_the_files_job_as_their_defaults():
 def test_without_model_or_from_it_is_a_clear_error(capsys):
     assert main(["estimate"]) == 2
     assert "needs MODEL (or --from FILE" in capsys.readouterr().err
+
+
+LLAMAFACTORY = str(EXAMPLES / "llamafactory-qwen3-lora-sft-otfq.yaml")
+
+
+def test_plans_as_asked_is_the_files_job_with_checks_verdict(capsys):
+    """``plan --from FILE``: "as asked" is the file's job — its micro-batch x accumulation and
+    its checkpointing (LLaMA-Factory: 1 x 8, checkpointing on by default) — with the verdict
+    and need ``check`` gives the same file, not the global batch at once without checkpointing
+    (77.9 GiB, does not fit, where check said it fits)."""
+    check = out_json(capsys, "check", LLAMAFACTORY, "--gpu", "L4")["estimate"]
+    plan = out_json(capsys, "plan", "--from", LLAMAFACTORY, "--gpu", "L4", "--confirm", "none")
+    assert plan["request"]["asked_micro_batch"] == 1
+    assert plan["request"]["checkpointing"] == check["workload"]["checkpointing"] == "full"
+    assert plan["as_asked"]["verdict"] == check["fits"]["verdict"] == "fits"
+    # the planner holds the earlier micro-batches' LoRA gradients through the accumulation
+    # (zero_grad_set_to_none=False), which check's estimate notes it leaves out: a few MB
+    plan_need, check_need = plan["as_asked"]["need_bytes"], check["fits"]["need_bytes"]
+    assert check_need <= plan_need <= check_need * 1.01
+    # a --global-batch over the file's asks another job: the planner's recipe (whole batch)
+    other = out_json(
+        capsys, "plan", "--from", LLAMAFACTORY, "--gpu", "T4", "--confirm", "none",
+        "--global-batch", "4",
+    )  # fmt: skip
+    assert "asked_micro_batch" not in other["request"]

@@ -58,9 +58,17 @@ def job_defaults(command: str, paths: Sequence[str]) -> dict[str, Any]:
 
 def _defaults(command: str, job: Any) -> dict[str, Any]:
     fields = {name: s.value for name, s in job.fields.items()}
+    asked: dict[str, Any] = {}
     if command == "plan":  # the planner splits the global batch itself
         per_step = fields.get("batch_size", 1) * fields.get("grad_accum", 1)
         fields["global_batch"] = per_step * fields.get("gpus", 1)
+        # the file's own split and checkpointing: "as asked" is the file's job (not flags:
+        # plan searches those; memfit.plan.request.PlanRequest.asked_micro_batch)
+        asked = {
+            "asked_micro_batch": fields.get("batch_size", 1),
+            "asked_checkpointing": fields.get("checkpointing"),
+            "asked_global_batch": fields["global_batch"],
+        }
         for name in ("batch_size", "grad_accum"):
             fields.pop(name, None)
         if fields.get("lora_rank") is not None:  # plan's --lora-rank takes the ranks to try
@@ -74,7 +82,7 @@ def _defaults(command: str, job: Any) -> dict[str, Any]:
             defaults[flag.dest] = fields[flag.field]
     if "model" in fields:
         defaults["model"] = fields["model"]
-    return defaults
+    return {**defaults, **asked}
 
 
 def reparse(

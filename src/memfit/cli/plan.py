@@ -407,6 +407,25 @@ def recipe_fields(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _asked_from_file(args: argparse.Namespace) -> dict[str, Any]:
+    """``plan --from FILE``: the file's micro-batch and checkpointing as the job as asked
+    (memfit.cli.from_files), where the global batch is still the file's (a --global-batch or
+    --gpus given over it asks another job: the planner's recipe then) and the kernels' defaults
+    do not set the checkpointing."""
+    micro = getattr(args, "asked_micro_batch", None)
+    if micro is None or args.mode != "train" or args.global_batch is None:
+        return {}
+    if args.global_batch != getattr(args, "asked_global_batch", None):
+        return {}
+    if (args.global_batch // max(args.gpus, 1)) % micro:
+        return {}
+    out: dict[str, Any] = {"asked_micro_batch": micro}
+    ckpt = getattr(args, "asked_checkpointing", None)
+    if ckpt and ckpt != "none" and _kernel_fields(args)["checkpointing"] == "none":
+        out["checkpointing"] = ckpt
+    return out
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     cli_outputs.check_output_paths(args)  # --html: a typo is refused before the search
     if args.model and cli_diffusion.is_pipeline(args.model):  # diffusion training / inference
@@ -422,7 +441,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.runtime in OTHER_RUNTIMES:
         return cmd_plan_runtime(args, "plan")
     request = PlanRequest(
-        **recipe_fields(args),
+        **{**recipe_fields(args), **_asked_from_file(args)},
         mode=args.mode,
         seq_len=args.seq,
         batch_size=args.batch,

@@ -215,7 +215,8 @@ def _memory_changes(s: Any, recipe: Any, mode: str) -> list[Change]:
     if mode == "train" and frozen_base_cast(s, recipe):
         found.append(f"precision {s.precision} (how the frozen base is stored; adapters stay fp32)")
     if mode == "train" and s.optimizer != recipe.optimizer and s.optimizer in SAME_MATHS_AS:
-        found.append(f"optimizer {s.optimizer} (same update, one fused kernel)")
+        kernel = "one fused kernel" if s.optimizer.endswith("-fused") else "foreach kernels"
+        found.append(f"optimizer {s.optimizer} (same update, {kernel})")
     if s.attention != recipe.attention:
         found.append(f"attention {s.attention}")
     if mode == "train" and s.checkpointing != recipe.checkpointing:

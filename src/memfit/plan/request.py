@@ -101,6 +101,11 @@ class PlanRequest:
     #: LLaMA-Factory ``use_unsloth`` file: Unsloth's offloaded checkpoints whatever the file
     #: says); every plan keeps :attr:`checkpointing`
     keep_checkpointing: bool = False
+    #: training: the job's own micro-batch per GPU (``plan --from FILE``: the file's
+    #: ``per_device_train_batch_size``), so that "as asked" is the file's split of the per-GPU
+    #: batch (micro-batch x accumulation) and not the whole batch at once; None: the whole
+    #: per-GPU batch (the planner's recipe). Candidates still try every split.
+    asked_micro_batch: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", frozenset(self.allow))
@@ -129,6 +134,13 @@ class PlanRequest:
             p.append(
                 f"kernels ({self.kernels!r}) models Unsloth's training kernels; with mode "
                 "'infer' drop --kernels (its inference path is not modelled)"
+            )
+        if self.asked_micro_batch is not None and (
+            self.asked_micro_batch < 1 or self.per_rank_batch % self.asked_micro_batch
+        ):
+            p.append(
+                f"asked_micro_batch ({self.asked_micro_batch!r}) must divide the per-GPU batch "
+                f"({self.per_rank_batch})"
             )
         if self.checkpointing not in CHECKPOINTING:
             p.append(
@@ -208,6 +220,8 @@ class PlanRequest:
             d.pop("checkpointing")
         if not self.keep_checkpointing:  # said only where a caller holds it (check's fix)
             d.pop("keep_checkpointing")
+        if self.asked_micro_batch is None:  # said only where a job file gave its split
+            d.pop("asked_micro_batch")
         return d
 
 

@@ -326,6 +326,7 @@ def _space_options(request: PlanRequest, gpu: Any, source: Any) -> SpaceOptions:
         memory_only_losses=request.other_kernels,
         host_checkpoints=request.other_kernels,
         keep_checkpointing=request.keep_checkpointing,
+        asked_micro_batch=request.asked_micro_batch if request.mode == "train" else None,
         precision=request.precision,
         optimizer=request.optimizer,
         attention=request.attention,

@@ -413,6 +413,8 @@ class SpaceOptions:
     host_checkpoints: bool = True
     #: the job's checkpointing is kept by every candidate (PlanRequest.keep_checkpointing)
     keep_checkpointing: bool = False
+    #: the job's own micro-batch (PlanRequest.asked_micro_batch): the recipe's split
+    asked_micro_batch: int | None = None
 
     @property
     def recipe_precision(self) -> str:
@@ -467,7 +469,9 @@ def _optimizers(o: SpaceOptions) -> tuple[str, ...]:
     result-changing ones: 8-bit AdamW and Adafactor. Paged 8-bit AdamW is left out (its states
     are counted on the device until evicted, like adamw-8bit)."""
     own = o.recipe_optimizer
-    same = ("adamw", "adamw-fused") if own in ("adamw", "adamw-fused") else (own,)
+    # the recipe's own kernel first: a tie keeps what the job asked
+    pair = ("adamw", "adamw-fused")
+    same = (own, *(x for x in pair if x != own)) if own in pair else (own,)
     return same + tuple(x for x in ("adamw-8bit", "adafactor") if x not in same)
 
 
@@ -657,8 +661,10 @@ def _ckpt_losses(o: SpaceOptions, layout: dict[str, Any]) -> list[tuple[str, str
 
 
 def recipe(o: SpaceOptions) -> Settings:
-    """The job as asked: its precision, optimizer, attention and adapter, no checkpointing, the
-    whole per-GPU batch at once, DDP (training) or tensor parallelism over all GPUs (inference)."""
+    """The job as asked: its precision, optimizer, attention and adapter, its own checkpointing
+    (none unless the job gave one), the whole per-GPU batch at once unless the job gave its split
+    (a job file's micro-batch x accumulation), DDP (training) or tensor parallelism over all GPUs
+    (inference)."""
     if o.mode == "infer":
         return Settings(
             precision=o.recipe_precision,
@@ -683,8 +689,18 @@ def recipe(o: SpaceOptions) -> Settings:
         lora_dropout=o.lora_dropout if o.lora_asked else 0.0,
         gpus=o.gpus,
         shard="ddp" if o.gpus > 1 else "none",
-        micro_batch=o.per_rank_batch,
+        micro_batch=_asked_split(o)[0],
+        grad_accum=_asked_split(o)[1],
     )
+
+
+def _asked_split(o: SpaceOptions) -> tuple[int, int]:
+    """The recipe's (micro-batch, accumulation): the job's own split where it gave one (a job
+    file's), else the whole per-GPU batch at once."""
+    micro = o.asked_micro_batch
+    if micro is None or micro < 1 or o.per_rank_batch % micro:
+        return o.per_rank_batch, 1
+    return micro, o.per_rank_batch // micro
 
 
 #: The job as asked (the plan's baseline; the name before the recipe-first planner).
