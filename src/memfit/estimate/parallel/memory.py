@@ -547,7 +547,9 @@ def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
     ``set_reshard_after_backward`` False), so the stage's parameters stay gathered in the
     compute dtype and its unsharded gradients accumulate in the reduce dtype (fp32:
     ``FSDPParam.to_accumulated_grad_if_needed``) — :data:`FSDP_PP_RESIDENT_BYTES` per
-    parameter. 0 without FSDP / ZeRO-3, without a pipeline or with one micro-batch."""
+    parameter. 0 without FSDP / ZeRO-3, without a pipeline or with one micro-batch. A rank of
+    several chunks holds each chunk's gradients only between its first and last backward
+    (:func:`worst_moment`)."""
     if lay.shard not in ("zero3", "fsdp") or lay.pp == 1 or lay.micro_batches == 1:
         return 0
     return (dense + expert) * (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
