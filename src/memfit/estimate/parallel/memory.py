@@ -572,7 +572,7 @@ def worst_moment(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[
     params = sum(per_chunk)
     grad_scale = FSDP_PP_GRAD_ACCUM_BYTES / lay.act_bytes
     best = (-1, 0, 0)
-    for m in stages.moments:
+    for m in dict.fromkeys(stages.moments):  # a steady 1F1B phase repeats one moment
         act = rank_activation_bytes(shape, stages.at(m), lay)
         grads = int(sum(p * grad_scale for p, live in zip(per_chunk, m.grads, strict=True) if live))
         if act + grads > best[0] + best[2] - best[1] or best[0] < 0:
