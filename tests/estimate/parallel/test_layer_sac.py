@@ -65,4 +65,9 @@ def test_interleaved_ranks_count_over_both_of_their_chunks(llama70):
     lay = layout_of(w)
     full = layer_activation_bytes(llama70, lay, moe=False, how="full")
     none = layer_activation_bytes(llama70, lay, moe=False, how="none")
-    assert ranks[1].activations_bytes == int(s.in_flight_layers * (5 * full + 16 * none) / 21)
+    mean = (5 * full + 16 * none) / 21
+    # an FSDP rank of several chunks answers at its worst backward (schedule.Moment), each
+    # chunk with its own micro-batches in flight
+    assert s.moments and ranks[1].activations_bytes in {
+        int(s.at(m).in_flight_layers * mean) for m in s.moments
+    }

@@ -177,3 +177,31 @@ def test_op_sac_under_tensor_parallelism_keeps_the_row_parallel_partial_sums(lla
     want = h / t + h / t + 1024 / t + 28672 / t + h + h / t + 64 * 4 / 2 / t + 2 * h / t
     assert per["selective-op"] == pytest.approx(want)
     assert per["full"] < per["selective"] < per["selective-op"]
+
+
+def test_fsdp_interleaved_rank_holds_one_chunks_unsharded_grads_in_one_round(llama70):
+    """FSDP2 under torch's interleaved schedule: a chunk's fp32 unsharded gradients live from
+    its first backward to its last (then REDUCE_GRAD reshards); with m = pp the rank finishes
+    one chunk before starting the other, so it holds one chunk's, not both (the old accounting
+    kept every chunk's all step); with m = 2 pp the backwards alternate and it holds both."""
+    from memfit.estimate.parallel.memory import FSDP_PP_GRAD_ACCUM_BYTES
+
+    def unsharded_grads(m):
+        w = job(gpus=256, shard="fsdp", pp_schedule="interleaved-1f1b", pp_virtual_stages=2,
+                grad_accum=m)  # fmt: skip
+        lay = layout_of(w)
+        stages = pipeline_ranks(80, pp=4, schedule="interleaved-1f1b", virtual_stages=2,
+                                micro_batches=m)[1]  # fmt: skip
+        dense, _ = rank_params(llama70, stages, lay)
+        sharded = model_state_bytes(dense, lay.dp * lay.cp, lay)[1]
+        per_chunk = [
+            rank_params(llama70, dataclasses.replace(stages, chunks=(c,)), lay)[0]
+            for c in stages.chunks
+        ]
+        return rank_bytes(llama70, stages, lay).gradients_bytes - sharded, per_chunk
+
+    one_round, chunks = unsharded_grads(4)
+    two_rounds, _ = unsharded_grads(8)
+    assert one_round in {c * FSDP_PP_GRAD_ACCUM_BYTES for c in chunks}
+    assert one_round < sum(chunks) * FSDP_PP_GRAD_ACCUM_BYTES
+    assert two_rounds == sum(chunks) * FSDP_PP_GRAD_ACCUM_BYTES

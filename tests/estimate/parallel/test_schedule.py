@@ -67,3 +67,54 @@ def test_every_layer_is_on_exactly_one_rank():
 def test_too_many_stages_for_the_layers_is_refused():
     with pytest.raises(ValueError, match="cannot fill 16 pipeline chunks"):
         pipeline_ranks(4, pp=8, schedule="zbv", virtual_stages=1, micro_batches=16)
+
+
+def _torch_interleaved_order(rank, pp, m, v):
+    """torch's own ScheduleInterleaved1F1B op list for ``rank`` (its method run on the fields
+    it reads), as ``(is_forward, local chunk)``; None where torch is not installed."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    rounds = max(1, m // pp)
+    fields = dict(n_local_stages=v, pp_group_size=pp, _n_microbatches=m,
+                  microbatches_per_round=m // rounds)  # fmt: skip
+    me = type("Fields", (), fields)()
+    ops = schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(me, rank)
+    forward = schedules._ComputationType.FORWARD
+    return [(a.computation_type == forward, a.stage_index // pp) for a in ops if a is not None]
+
+
+@pytest.mark.parametrize(("pp", "m", "v"), [(4, 4, 2), (4, 8, 2), (8, 8, 2), (4, 2, 3), (4, 12, 3)])
+def test_interleaved_order_is_torchs(pp, m, v):
+    from memfit.estimate.parallel.schedule import rank_actions
+
+    for r in range(pp):
+        ours = rank_actions("interleaved-1f1b", rank=r, pp=pp, micro_batches=m, virtual=v)
+        assert ours == _torch_interleaved_order(r, pp, m, v)
+
+
+def test_one_round_interleaved_finishes_a_chunks_backwards_before_the_next():
+    """torch's REDUCE_GRAD after a stage's last backward frees its unsharded gradients: with
+    m <= pp (one round) a rank never has two chunks mid-backward; with two rounds it does."""
+    from memfit.estimate.parallel.schedule import backward_moments, rank_actions
+
+    def most_chunks_with_grads(m):
+        worst = 0
+        for r in range(4):
+            acts = rank_actions("interleaved-1f1b", rank=r, pp=4, micro_batches=m, virtual=2)
+            worst = max(worst, *(sum(x.grads) for x in backward_moments(acts, 2)))
+        return worst
+
+    assert most_chunks_with_grads(4) == 1
+    assert most_chunks_with_grads(8) == 2
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved-1f1b"])
+def test_simulated_order_holds_the_formulas_in_flight_when_pp_divides_m(schedule):
+    from memfit.estimate.parallel.schedule import backward_moments, rank_actions
+
+    v = 2 if schedule == "interleaved-1f1b" else 1
+    for pp, m in ((4, 4), (4, 8), (8, 16)):
+        for r in range(pp):
+            acts = rank_actions(schedule, rank=r, pp=pp, micro_batches=m, virtual=v)
+            assert acts is not None
+            peak = max(sum(x.in_flight) for x in backward_moments(acts, v))
+            assert peak == in_flight(schedule, rank=r, pp=pp, micro_batches=m, virtual=v)

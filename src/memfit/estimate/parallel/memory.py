@@ -547,10 +547,37 @@ def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
     ``set_reshard_after_backward`` False), so the stage's parameters stay gathered in the
     compute dtype and its unsharded gradients accumulate in the reduce dtype (fp32:
     ``FSDPParam.to_accumulated_grad_if_needed``) — :data:`FSDP_PP_RESIDENT_BYTES` per
-    parameter. 0 without FSDP / ZeRO-3, without a pipeline or with one micro-batch."""
+    parameter. 0 without FSDP / ZeRO-3, without a pipeline or with one micro-batch. A rank of
+    several chunks holds each chunk's gradients only between its first and last backward
+    (:func:`worst_moment`)."""
     if lay.shard not in ("zero3", "fsdp") or lay.pp == 1 or lay.micro_batches == 1:
         return 0
     return (dense + expert) * (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
+
+
+def worst_moment(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[int, int, int]:
+    """``(activations, unsharded parameters, unsharded parameters + gradients)`` bytes of a
+    rank holding several chunks of an FSDP pipeline at its worst backward
+    (:class:`~memfit.estimate.parallel.schedule.Moment`): every chunk stays gathered from its
+    first forward (torchtitan: ``reshard_after_forward=False`` under pp, ``apply_fsdp`` in
+    ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370) and is resharded with its
+    gradients reduce-scattered after its last backward (``REDUCE_GRAD`` /
+    ``perform_reduce_grad``, torch 2.13 ``torch/distributed/pipelining/stage.py``); a chunk's
+    unsharded fp32 gradients exist only between its first and last backward. At a backward
+    every chunk has run forwards (the warm-up reaches each), so all are gathered."""
+    per_chunk = []
+    for c in stages.chunks:
+        d, e = rank_params(shape, RankStages(rank=stages.rank, chunks=(c,), in_flight=0), lay)
+        per_chunk.append((d + e) * lay.act_bytes)
+    params = sum(per_chunk)
+    grad_scale = FSDP_PP_GRAD_ACCUM_BYTES / lay.act_bytes
+    best = (-1, 0, 0)
+    for m in dict.fromkeys(stages.moments):  # a steady 1F1B phase repeats one moment
+        act = rank_activation_bytes(shape, stages.at(m), lay)
+        grads = int(sum(p * grad_scale for p, live in zip(per_chunk, m.grads, strict=True) if live))
+        if act + grads > best[0] + best[2] - best[1] or best[0] < 0:
+            best = (act, params, params + grads)
+    return best
 
 
 def transients(shape: DecoderShape, stages: RankStages, lay: Layout) -> tuple[int, str, int]:
@@ -708,6 +735,8 @@ def rank_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> RankByte
         temporary -= gathered_bytes(shape, stages, lay)
     unsharded_params = resident * lay.act_bytes // (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
     activations = rank_activation_bytes(shape, stages, lay)
+    if resident and len(stages.chunks) > 1 and stages.moments:
+        activations, unsharded_params, resident = worst_moment(shape, stages, lay)
     # at the loss: everything but the largest transient and the current micro-batch's saved
     # log-probabilities (the loss's own tensors, in its segments)
     held = p1 + p2 + o1 + o2 + g1 + g2 + resident + activations + temporary - largest
