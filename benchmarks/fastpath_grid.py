@@ -819,10 +819,13 @@ def _parts_table() -> dict[tuple[str, str, str, int], Any]:
 
 
 def _recorded_grid_rows() -> list[dict]:
+    """infer_reserved.jsonl's grid rows, the last of each (family, origin, job): a row the
+    grid re-ran with a moved analytic engine is recorded again (``infer_reserved --grid``)."""
     path = RESULTS / "infer_reserved.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     rows = [json.loads(line) for line in lines if line.strip()]
-    return [r for r in rows if r.get("source") == "grid"]
+    last = {(r["family"], r["origin"], r["job"]): r for r in rows if r.get("source") == "grid"}
+    return list(last.values())
 
 
 def validated_table(rows: list[dict]) -> dict[str, tuple[str, ...]]:

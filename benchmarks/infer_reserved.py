@@ -372,7 +372,10 @@ def _best(pts: list[Point], need: list[float]) -> InferFit:
 
 
 def _rows() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in OUT.read_text(encoding="utf-8").splitlines() if line]
+    """The recorded rows, the last of each key (a grid row recorded again after the grid
+    re-ran it with a moved analytic engine replaces the earlier one: ``--grid``)."""
+    rows = [json.loads(line) for line in OUT.read_text(encoding="utf-8").splitlines() if line]
+    return list({_key(r): r for r in rows}.values())
 
 
 def all_points() -> list[Point]:
@@ -502,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     done = set()
     if OUT.exists():
-        done = {_key(json.loads(line)) for line in OUT.read_text().splitlines() if line.strip()}
+        # a grid row counts as done at the analytic bytes it was recorded with: a grid row the
+        # grid re-ran (the engine moved) is recorded again
+        done = {(_key(r), (r.get("analytic") or {}).get("allocated_bytes")) for r in _rows()}
     if args.fit:
         pts = all_points()
         result = fit(pts)
@@ -530,11 +535,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.grid:
         with open(OUT, "a", encoding="utf-8") as f:
             for row in grid_rows():
-                if _key(row) not in done:
+                if (_key(row), row["analytic"]["allocated_bytes"]) not in done:
                     f.write(json.dumps(row, sort_keys=True) + "\n")
         return 0
+    measured = {key for key, _ in done}
     for job in JOBS:
-        if job in done or (args.only and job[0] != args.only):
+        if job in measured or (args.only and job[0] != args.only):
             continue
         row = measure(*job)
         with open(OUT, "a", encoding="utf-8") as f:

@@ -152,11 +152,11 @@ def test_the_settles_table_is_what_the_grid_rows_say_and_holds_every_validated_j
     # +19.8 %: compose.holds_grads), so the job is validated and settles
     assert "mixed_offload_held" in fastpath.SETTLES["mistral"]
     assert "mixed_offload_held" in fastpath.VALIDATED["mistral"]
-    # inference: the allocated bytes are never under the trace's, but over by more than the
-    # tolerance (tiny mistral at 20 x 128, a sliding window of 16: +2.7 %, infer_long), so
-    # a plan's "fits" may settle on the band while the fast answer is not validated
+    # inference: tiny mistral at 20 x 128 (a sliding window of 16, one K/V head) was +2.7 %
+    # over the trace (infer_long) and only settled; since fp16rest (a single K/V head is not
+    # copied for SDPA) its rows are within 0.05 % and the job is validated
     assert "infer" in fastpath.SETTLES["mistral"]
-    assert "infer" not in fastpath.VALIDATED["mistral"]
+    assert "infer" in fastpath.VALIDATED["mistral"]
 
 
 def test_inference_takes_its_own_fit_not_the_grids_short_decodes() -> None:

@@ -91,6 +91,7 @@ def attention(
     softcap: float | None = None,
     q_head_major: bool = False,
     eager_softmax: str = "f32",
+    repeat_kv_view: bool = True,
 ) -> Tensor:
     """Attention output in (B, S, H·D) layout (after HF's ``transpose(1, 2).contiguous()``).
     ``mask``: an explicit mask tensor (None: causal or full attention without one).
@@ -98,13 +99,21 @@ def attention(
     rotary) rather than as a transposed (B, S, H, D) projection; FlashAttention's output follows
     q's layout, so ``transpose(1, 2).contiguous()`` then copies it.
     ``eager_softmax``: how the family's ``eager_attention_forward`` normalises the scores (see
-    ``EAGER_SOFTMAX``)."""
+    ``EAGER_SOFTMAX``).
+    ``repeat_kv_view``: the heads reach SDPA through transformers' ``sdpa_attention_forward``,
+    whose ``repeat_kv`` of a single key/value head is a view (below); False for a family that
+    calls SDPA itself with fewer key/value heads (Falcon: the kernel path repeats them)."""
     n_rep = shape.n_heads // shape.n_kv
     d = shape.head_dim
     if impl == "eager" or softcap:
         return _eager(o, q, k, v, shape, mask, dropout_p, softcap, eager_softmax)
     gqa_native = n_rep > 1 and mask is None and d == shape.vd and d <= 256
-    if n_rep > 1 and not gqa_native:
+    # ``repeat_kv`` of one key/value head (multi-query: Gemma-3-1B, Gemma-2B, the tiny grid
+    # configs) is a view: ``expand`` then ``reshape`` merges the size-1 head dim with the
+    # stride-0 repeat dim, no copy (transformers 5.23, integrations/sdpa_attention.py); the fused
+    # kernels take the stride-0 heads as they are, the math path's matmuls copy them.
+    mqa_view = repeat_kv_view and n_rep > 1 and not gqa_native and shape.n_kv == 1
+    if n_rep > 1 and not gqa_native and not mqa_view:
         k, v = _repeat_kv(o, k, n_rep), _repeat_kv(o, v, n_rep)
     if o.autocast:
         q, k, v = (o.cast(t, o.cdtype) if t.dtype == "f32" else t for t in (q, k, v))
@@ -124,7 +133,7 @@ def attention(
         return fused_attention(
             o, q, k, v, shape, lse_len=round_up(shape.q_len, EFFICIENT_LSE_ROUND), bias=bias
         )
-    if gqa_native:
+    if gqa_native or mqa_view:
         k, v = _repeat_kv(o, k, n_rep, interleave=True), _repeat_kv(o, v, n_rep, True)
     return math_attention(o, q, k, v, shape, mask, dropout_p)
 

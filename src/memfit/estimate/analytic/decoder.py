@@ -234,14 +234,15 @@ class DecoderProgram(ChainProgram):
     def embed_masks(self, o: Ops, w: Work, shared: Shared, x_dtype: str) -> None:
         """The mask the model builds once for every layer. SDPA's sliding-window bool mask of
         an inference pass is one (1, 1, S, S) mask expanded over the batch (stride 0: traced,
-        transformers 5.23's ``sdpa_mask``), so it holds S x S bytes, not B x S x S (Falcon's
-        ``allow_is_causal_skip=False`` mask is batch-sized: traced); the
+        transformers 5.23's ``sdpa_mask``; ``flash``: memfit's trace runs FlashAttention under
+        the SDPA model, whose mask is the same), so it holds S x S bytes, not B x S x S (Falcon's
+        ``allow_is_causal_skip=False`` causal mask too: ``families_falcon.py``); the
         efficient kernel still widens it to B x S x S (``attention.py``). Training keeps the
         batch-sized mask (its grid rows were measured with it: docs/accuracy.md, "Inference on
         the default engine")."""
         dtype = self.mask_dtype(w, x_dtype)
         sliding = self.window is not None and w.kv_len > self.window and w.kv_len == w.q_len
-        if dtype == "bool" and sliding and not w.train and w.impl == "sdpa":
+        if dtype == "bool" and sliding and not w.train and w.impl in ("sdpa", "flash"):
             shared.mask = o.new(w.q_len * w.kv_len, dtype)
             o.g.hold(shared.mask)
         elif dtype:

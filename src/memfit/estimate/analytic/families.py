@@ -43,13 +43,24 @@ class Gemma3Program(Gemma2Program):
     """``Gemma3TextModel``: Gemma 2's layer without the soft-caps (so SDPA runs unless eager is
     asked), per-head q/k norms, and two rotary tables — the global one and the sliding layers'
     local one (``rope_local_base_freq``) — computed once per forward, each with its
-    ``inv_freq`` buffers. Masks: eager builds the full and the sliding float masks (Gemma 2's
-    pair); SDPA the sliding bool mask only when the sequence outruns the window. The sliding
-    layers' ``DynamicSlidingWindowLayer`` keeps ``full[:, :, -window + 1:]``, a view of the
-    whole ``cat``: a prefill's (and a training step's) cache is as long as a full layer's."""
+    ``inv_freq`` buffers (one table where ``layer_types`` has one type). Masks: eager builds
+    the full and the sliding float masks (Gemma 2's pair); SDPA the sliding bool mask only when
+    the sequence outruns the window. The sliding layers' ``DynamicSlidingWindowLayer`` keeps
+    ``full[:, :, -window + 1:]``, a view of the whole ``cat``: a prefill's (and a training
+    step's) cache is as long as a full layer's."""
+
+    @property
+    def n_rotary_tables(self) -> int:
+        """One rotary table per layer type the config has (transformers 5.23,
+        ``Gemma3RotaryEmbedding``: buffers for ``sorted(set(config.layer_types))``, and
+        ``Gemma3TextModel.forward`` computes ``position_embeddings`` for
+        ``set(config.layer_types)``): a model cut to its first layers (all sliding) has one."""
+        types = set(self.a.layer_types)
+        return len(types) if types else 2
 
     def buffer_bytes(self, precision: str) -> int:
-        return 2 * super().buffer_bytes(precision) + 4  # two tables; the fp32 embed_scale
+        # the tables' inv_freq buffers; the fp32 embed_scale
+        return self.n_rotary_tables * super().buffer_bytes(precision) + 4
 
     def embed_masks(self, o: Ops, w: Work, shared: Shared, x_dtype: str) -> None:
         if self.eager(w):
@@ -64,8 +75,9 @@ class Gemma3Program(Gemma2Program):
 
     def embed(self, o: Ops, w: Work) -> tuple[Tensor, Shared]:
         x, shared = super().embed(o, w)
-        rd = self.family.attention.table_dim(self.a)
-        rotary_tables(o, w, rd, x.dtype)  # the local table (held through the forward)
+        if self.n_rotary_tables > 1:
+            rd = self.family.attention.table_dim(self.a)
+            rotary_tables(o, w, rd, x.dtype)  # the local table (held through the forward)
         return x, shared
 
 

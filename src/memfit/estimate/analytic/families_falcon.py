@@ -82,6 +82,18 @@ class FalconProgram(DecoderProgram):
         """``create_causal_mask(..., allow_is_causal_skip=False)``: always a (B, 1, q, kv) mask."""
         return x_dtype if w.impl == "eager" else "bool"
 
+    def embed_masks(self, o: Ops, w: Work, shared: Shared, x_dtype: str) -> None:
+        """An inference pass's SDPA bool mask (``sdpa_mask`` without a padding mask: the causal
+        (1, 1, S, S) mask expanded over the batch, stride 0) holds S x S bytes, as the trace
+        shows (falcon at 20 x 128: one 16 KiB ``le`` mask; the memory-efficient kernel still
+        widens it, ``attention.py``); training and eager keep the batch-sized mask."""
+        dtype = self.mask_dtype(w, x_dtype)
+        if dtype == "bool" and not w.train and w.impl != "eager" and w.kv_len == w.q_len > 1:
+            shared.mask = o.new(w.q_len * w.kv_len, dtype)
+            o.g.hold(shared.mask)
+        else:
+            super().embed_masks(o, w, shared, x_dtype)
+
     def _linear(self, o: Ops, x: Tensor, n_in: int, n_out: int, name: str) -> Tensor:
         """``FalconLinear``: ``input @ weight.T`` then ``+ bias`` (a second tensor, while the
         input, an argument, is still referenced). ``weight.T`` is a view, not a leaf: autocast
@@ -99,6 +111,7 @@ class FalconProgram(DecoderProgram):
         a = self.a
         d = a.head_dim
         fused = self._linear(o, hn, a.hidden, self.fused_heads * d, "query_key_value")
+        o.locals.append(fused)  # ``fused_qkv``: a local of FalconAttention.forward
         per_head = fused.numel // self.fused_heads
         q_view = o.g.op([fused], [(per_head * a.n_heads, fused.dtype)], view_of=fused)[0]
         n_kv_fused = (self.fused_heads - a.n_heads) // 2
@@ -145,7 +158,10 @@ class FalconProgram(DecoderProgram):
             return self._eager(o, q, k, v, w, sh.mask)
         # flash takes the single K/V head natively and handles the causal mask itself
         mask = sh.mask if w.impl != "flash" else None
-        return attention(o, q, k, v, attn_shape(self.a, w), impl=w.impl, mask=mask)
+        # FalconAttention calls SDPA itself with its one K/V head: the kernel repeats them
+        return attention(
+            o, q, k, v, attn_shape(self.a, w), impl=w.impl, mask=mask, repeat_kv_view=False
+        )
 
     def project_out(self, o: Ops, x: Tensor) -> Tensor:
         return self._linear(o, x, self.a.q_dim, self.a.hidden, "dense")
@@ -270,8 +286,10 @@ class FalconAlibiProgram(FalconProgram):
             return self._eager_alibi(o, q, k, v, w, sh.bias, sh.mask)
         q, k, v = (o.autocast_input(t) for t in (q, k, v))  # SDPA is on autocast's half list
         mask = None if w.impl == "flash" else o.autocast_input(sh.mask)
+        shape = attn_shape(a, w)
+        p = a.attn_dropout
         out = attention(
-            o, q, k, v, attn_shape(a, w), impl=w.impl, mask=mask, dropout_p=a.attn_dropout
+            o, q, k, v, shape, impl=w.impl, mask=mask, dropout_p=p, repeat_kv_view=False
         )
         node = o.g.nodes[-1]
         if mask is not None and node.rg and node.matmul:  # the kernel saves its attn_bias
