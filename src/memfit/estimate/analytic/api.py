@@ -510,7 +510,18 @@ def _result(
                 **sim.info,
             },
             **(
-                {"reserved_band": _band_note(band, reserved.ratio, reserved.fixed_bytes[1])}
+                {
+                    "reserved_band": _band_note(
+                        band,
+                        reserved.ratio,
+                        reserved.fixed_bytes[1],
+                        extra="FSDP2's root buffers"
+                        if stranded and wl.is_train
+                        else "the weights' and the KV cache's own segments"
+                        if not wl.is_train
+                        else "fixed segments",
+                    )
+                }
                 if end == "band"
                 else {}
             ),
@@ -527,13 +538,19 @@ def _result(
 
 
 def _band_note(
-    band: ClassBand | None, ratio: tuple[float, float, float], top_bytes: int = 0
+    band: ClassBand | None,
+    ratio: tuple[float, float, float],
+    top_bytes: int = 0,
+    *,
+    extra: str = "fixed segments",
 ) -> str:
     """Which reserved band an estimate at ``end="band"`` took (the estimate's
     ``trace["reserved_band"]``: the plan and the confirmation say it). ``top_bytes``: what the
-    top adds to the ratio (inference: the allocator's smallest segments)."""
+    top adds to the ratio (inference: the allocator's smallest segments); ``extra``: what the
+    bytes over the band's own fixed part are (FSDP2's root buffers for an FSDP2 training job,
+    the weights' and cache's own ratios for inference)."""
     if band is not None:
         more = top_bytes - band.fixed_bytes
-        return band.describe() + (f" + {format_bytes(more)} (FSDP2's root buffers)" if more else "")
+        return band.describe() + (f" + {format_bytes(more)} ({extra})" if more else "")
     plus = f" + {format_bytes(top_bytes)}" if top_bytes else ""
     return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}{plus})"
