@@ -1227,6 +1227,22 @@ JOB_LAYOUT.update(
         if shard in ("zero1", "zero2", "zero3", "fsdp") and offload == "none"
     }
 )
+#: Issue 32 (helper "fsdpcounts"): the other GPU counts the grid runs its FSDP2 jobs at
+#: (fastpath_grid.FSDP_GPU_COUNTS): ``<job>_g<N>`` is the FSDP2 job ``<job>`` over N GPUs, judged
+#: by its own rows (real widths only), so a count is validated for a model type where its rows
+#: pass; any other count (6, 12, 128, ...) is not run by the grid (traced).
+FSDP_GPU_COUNTS = (2, 4, 16, 32, 64)
+FSDP_JOBS = ("mixed_fsdp", "mixed_ckpt_fsdp", "lora_fsdp")
+JOB_LAYOUT.update(
+    {f"{job}_g{n}": {**JOB_LAYOUT[job], "gpus": n} for job in FSDP_JOBS for n in FSDP_GPU_COUNTS}
+)
+
+
+def _at_count(job: str, gpus: int) -> str:
+    """``job`` over ``gpus`` GPUs: an FSDP2 job at another of :data:`FSDP_GPU_COUNTS` than
+    :data:`SHARD_GPUS` is its ``<job>_g<N>`` job; any other job or count is ``job`` (its layout
+    then decides)."""
+    return f"{job}_g{gpus}" if job in FSDP_JOBS and gpus in FSDP_GPU_COUNTS else job
 
 
 def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
@@ -1238,7 +1254,8 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
     module leaf names count as roles too); 8-bit AdamW: its ``*_8bit`` job,
     :data:`OPTIM_8BIT_JOBS`; another image size: its ``*_img`` job, :data:`IMG_JOBS`; eager or
     flash attention: its ``*_eager`` / ``*_flash`` job, :data:`ATTENTION_JOBS`; one of these
-    at a time), its batch size, sequence length, new tokens, LoRA rank and gradient
+    at a time; an FSDP2 job over another of :data:`FSDP_GPU_COUNTS`: its ``*_g<N>`` job), its
+    batch size, sequence length, new tokens, LoRA rank and gradient
     accumulation free; None where it sets anything the grid does not run (another precision or
     optimizer, quantization, several GPUs, frozen layers, beams, two of the variants above
     together, ...)."""
@@ -1266,6 +1283,7 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
         job = ATTENTION_JOBS.get((w.attention, job))
     if job is None:
         return None
+    job = _at_count(job, w.gpus)
     layout_of = JOB_LAYOUT.get(job, {"shard": None, "offload": "none"})
     qlora = job.startswith("qlora")  # the base's 4-bit format is the job's (QLORA_JOBS)
     plain = WorkloadSpec(

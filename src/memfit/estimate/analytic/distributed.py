@@ -461,8 +461,17 @@ def _fsdp(
         # copy-out ends (the trace of qwen3-8b lora_fsdp cut to 2 layers peaks there)
         view.bwd_start_extra = one(PARAMS, root + root_gather)
     if root_grads:
+        # the reduce-scatter input beside (a) the root's unsharded gradients at their copy-in, or
+        # (b) once they are freed, the reduce-scatter output (the root's gradient shards, in the
+        # view's point) and the last one of them, which ``foreach_reduce``'s loop over
+        # ``zip(fsdp_params, unsharded_grads)`` (world size > 1) leaves bound to its variable
+        # ``unsharded_grad`` until the function returns (torch 2.13.0, _fsdp_collectives.py,
+        # pytorch/pytorch cf30153c): (b) is the larger where the LM head's gradient exceeds the
+        # unsharded part, at 2 GPUs (llama-3.1-8b mixed_fsdp cut to 2 layers: the trace's peak
+        # holds the reduce input, its output and the LM head's bf16 gradient, 1 002 MiB)
         unsharded = root_grads - _shard_bytes(root_grads, dp, scale)
-        view.bwd_end_extra = one(GRADS, unsharded + round(root_grads * scale))
+        held = max(unsharded, _last_grad_bytes(params[0] + params[-1]) if dp > 1 else 0)
+        view.bwd_end_extra = one(GRADS, held + round(root_grads * scale))
     if last > 0:
         root_params = params[0] + params[-1]
         view.stranded_bytes = fsdp_stranded_bytes(
@@ -525,6 +534,14 @@ def fsdp_stranded_bytes(
     if states_on_device and reduce_bytes:
         out += segment_size(round_size(reduce_bytes))
     return out
+
+
+def _last_grad_bytes(root_params: Sequence[Param]) -> int:
+    """Bytes of the unsharded gradient of the root group's last trainable parameter in
+    registration order (``fully_shard`` manages a module's parameters in
+    ``named_parameters()`` order: embeddings, final norm, LM head), 0 without one."""
+    trainable = [p for p in root_params if p.trainable]
+    return trainable[-1].n_bytes if trainable else 0
 
 
 def _shard_bytes(n_bytes: int, dp: int, scale: float) -> int:
