@@ -286,9 +286,7 @@ NEEDS_REAL_WIDTH |= frozenset(j for j, f in JOBS.items() if f.get("gpus") == SHA
 #: peak is under 25 MiB).
 FSDP_GPU_COUNTS = (2, 4, 16, 32, 64)
 FSDP_JOBS = ("mixed_fsdp", "mixed_ckpt_fsdp", "lora_fsdp")
-JOBS.update(
-    {f"{job}_g{n}": {**JOBS[job], "gpus": n} for job in FSDP_JOBS for n in FSDP_GPU_COUNTS}
-)
+JOBS.update({f"{job}_g{n}": {**JOBS[job], "gpus": n} for job in FSDP_JOBS for n in FSDP_GPU_COUNTS})
 NEEDS_REAL_WIDTH |= frozenset(f"{job}_g{n}" for job in FSDP_JOBS for n in FSDP_GPU_COUNTS)
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
