@@ -278,6 +278,16 @@ JOBS["lora_fsdp"] = {
 #: rank's peak is DeepSpeed's 5e8-element reduce bucket (973 MiB of a 973 MiB peak) and an
 #: FSDP2 rank's under 25 MiB, so they show nothing of the gathers or the root group.
 NEEDS_REAL_WIDTH |= frozenset(j for j, f in JOBS.items() if f.get("gpus") == SHARD_GPUS)
+#: Issue 32 (helper "fsdpcounts"): the FSDP2 jobs at the other GPU counts people launch
+#: (``memfit.estimate.fastpath.FSDP_GPU_COUNTS``): ``<job>_g<N>`` is ``<job>`` over N GPUs. What
+#: depends on the count (each parameter's dim-0 shard padded to ``ceil(dim0 / N)`` rows, the root
+#: group's all-gather and reduce-scatter buffers, whose segments the caching allocator may or may
+#: not find again) is judged by rows at each count, at real widths only (the tiny configs' FSDP2
+#: peak is under 25 MiB).
+FSDP_GPU_COUNTS = (2, 4, 16, 32, 64)
+FSDP_JOBS = ("mixed_fsdp", "mixed_ckpt_fsdp", "lora_fsdp")
+JOBS.update({f"{job}_g{n}": {**JOBS[job], "gpus": n} for job in FSDP_JOBS for n in FSDP_GPU_COUNTS})
+NEEDS_REAL_WIDTH |= frozenset(f"{job}_g{n}" for job in FSDP_JOBS for n in FSDP_GPU_COUNTS)
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
 #: 256 positions hold 4 x 32 + 16.

@@ -76,6 +76,17 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero3", "lora_rank": 16}, "lora_zero3"),
         ({"gpus": 8, "shard": "fsdp", "lora_rank": 16, "seq_len": 4096}, "lora_fsdp"),
         ({"precision": "bf16-mixed", "gpus": 16, "shard": "zero3"}, None),  # another count
+        # FSDP2 at the grid's other counts (fsdpcounts): its own job per count, no other count
+        ({"precision": "bf16-mixed", "gpus": 4, "shard": "fsdp"}, "mixed_fsdp_g4"),
+        ({"gpus": 16, "shard": "fsdp", "lora_rank": 16, "seq_len": 4096}, "lora_fsdp_g16"),
+        (
+            {"precision": "bf16-mixed", "gpus": 64, "shard": "fsdp", "checkpointing": "full"},
+            "mixed_ckpt_fsdp_g64",
+        ),
+        ({"precision": "bf16-mixed", "gpus": 6, "shard": "fsdp"}, None),
+        ({"precision": "bf16-mixed", "gpus": 128, "shard": "fsdp"}, None),
+        ({"precision": "bf16-mixed", "gpus": 16, "shard": "fsdp", "dp_replicate": 2}, None),
+        ({"precision": "bf16-mixed", "gpus": 4, "shard": "zero3"}, None),
         ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero3", "tp": 2}, None),
         ({"precision": "bf16-mixed", "gpus": 8, "shard": "fsdp", "dp_replicate": 2}, None),
         ({"precision": "bf16-mixed", "gpus": 8, "shard": "fsdp", "fsdp_version": 1}, None),

@@ -1222,6 +1222,68 @@ JOB_LAYOUT.update(
         if shard in ("zero1", "zero2", "zero3", "fsdp") and offload == "none"
     }
 )
+#: Issue 32 (helper "fsdpcounts"): the other GPU counts the grid runs its FSDP2 jobs at
+#: (fastpath_grid.FSDP_GPU_COUNTS): ``<job>_g<N>`` is the FSDP2 job ``<job>`` over N GPUs, judged
+#: by its own rows (real widths only), so a count is validated for a model type where its rows
+#: pass; any other count (6, 12, 128, ...) is not run by the grid (traced).
+FSDP_GPU_COUNTS = (2, 4, 16, 32, 64)
+FSDP_JOBS = ("mixed_fsdp", "mixed_ckpt_fsdp", "lora_fsdp")
+JOB_LAYOUT.update(
+    {f"{job}_g{n}": {**JOB_LAYOUT[job], "gpus": n} for job in FSDP_JOBS for n in FSDP_GPU_COUNTS}
+)
+
+
+def _counts(jobs: tuple[str, ...] = FSDP_JOBS, *, but: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``<job>_g<N>`` for each of ``jobs`` and :data:`FSDP_GPU_COUNTS` (the grid's order), less
+    ``but``."""
+    out = (f"{job}_g{n}" for job in jobs for n in FSDP_GPU_COUNTS)
+    return tuple(j for j in out if j not in but)
+
+
+#: model_type -> the FSDP2 jobs at the grid's other counts whose every row passes as
+#: :data:`VALIDATED` judges (fastpath_grid.jsonl: the bundled configs cut to 2 layers, batch 5,
+#: rows of 2026-12-07 at 96d1fbf by helper "fsdpcounts"; ``fastpath_grid.validated_table`` over
+#: them, the tests compare), for the types whose 8-GPU job passes. Not here (each row's cause:
+#: docs/accuracy.md "Fast path: FSDP2 at other GPU counts"): phi-4's full fine-tunes at 32 / 64
+#: GPUs and olmo-2-7b's at 64 (the trace reserves up to 11 % over the range's top: the root
+#: buffers' segments are not reused as at 8), llama-2-7b's and qwen3-30b-a3b's checkpointed
+#: full fine-tunes at 32 / 64 (allocated +2.2 ... +3.0 %, over), vit-base's LoRA over 16 or
+#: more (-3.3 ... -12.7 %, under).
+FSDP_COUNT_VALIDATED: dict[str, tuple[str, ...]] = {
+    "gemma3_text": _counts(),
+    "llama": _counts(but=("mixed_ckpt_fsdp_g32", "mixed_ckpt_fsdp_g64")),
+    "mistral": _counts(),
+    "olmo2": _counts(but=("mixed_fsdp_g64",)),
+    "phi3": _counts(but=("mixed_fsdp_g32", "mixed_ckpt_fsdp_g32", "mixed_ckpt_fsdp_g64")),
+    "qwen3": _counts(),
+    "qwen3_moe": _counts(("mixed_fsdp", "mixed_ckpt_fsdp"), but=("mixed_ckpt_fsdp_g64",)),
+    "roberta": _counts(),
+    "vit": _counts(("lora_fsdp",), but=("lora_fsdp_g16", "lora_fsdp_g32", "lora_fsdp_g64")),
+}
+#: The same jobs whose rows settle a search's "fits" (:data:`SETTLES`' rule: the analytic
+#: allocated bytes never more than TOLERANCE under the trace's).
+FSDP_COUNT_SETTLES: dict[str, tuple[str, ...]] = {
+    "gemma3_text": _counts(),
+    "llama": _counts(),
+    "mistral": _counts(),
+    "olmo2": _counts(),
+    "phi3": _counts(),
+    "qwen3": _counts(),
+    "qwen3_moe": _counts(("mixed_fsdp", "mixed_ckpt_fsdp")),
+    "roberta": _counts(),
+    "vit": _counts(("lora_fsdp",), but=("lora_fsdp_g16", "lora_fsdp_g32", "lora_fsdp_g64")),
+}
+for _model_type, _jobs in FSDP_COUNT_VALIDATED.items():
+    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
+for _model_type, _jobs in FSDP_COUNT_SETTLES.items():
+    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+
+
+def _at_count(job: str, gpus: int) -> str:
+    """``job`` over ``gpus`` GPUs: an FSDP2 job at another of :data:`FSDP_GPU_COUNTS` than
+    :data:`SHARD_GPUS` is its ``<job>_g<N>`` job; any other job or count is ``job`` (its layout
+    then decides)."""
+    return f"{job}_g{gpus}" if job in FSDP_JOBS and gpus in FSDP_GPU_COUNTS else job
 
 #: Issue 32 (moeinfer): inference of a model whose routed experts the job stores quantized
 #: (gpt-oss's MXFP4, from its checkpoint's ``quantization_config``): (inference grid job, quant)
@@ -1259,7 +1321,8 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
     module leaf names count as roles too); 8-bit AdamW: its ``*_8bit`` job,
     :data:`OPTIM_8BIT_JOBS`; another image size: its ``*_img`` job, :data:`IMG_JOBS`; eager or
     flash attention: its ``*_eager`` / ``*_flash`` job, :data:`ATTENTION_JOBS`; one of these
-    at a time), its batch size, sequence length, new tokens, LoRA rank and gradient
+    at a time; an FSDP2 job over another of :data:`FSDP_GPU_COUNTS`: its ``*_g<N>`` job), its
+    batch size, sequence length, new tokens, LoRA rank and gradient
     accumulation free; None where it sets anything the grid does not run (another precision or
     optimizer, quantization, several GPUs, frozen layers, beams, two of the variants above
     together, ...)."""
@@ -1289,6 +1352,7 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
         job = ATTENTION_JOBS.get((w.attention, job))
     if job is None:
         return None
+    job = _at_count(job, w.gpus)
     layout_of = JOB_LAYOUT.get(job, {"shard": None, "offload": "none"})
     # the base's 4-bit format is the job's (QLORA_JOBS), the experts' (INFER_QUANT_JOBS)
     qlora = job.startswith("qlora") or job in INFER_QUANT_JOBS.values()

@@ -88,6 +88,14 @@ class RankView:
     #: backward extras of the stack's block run last (its first), by stack index, instead of
     #: ``bwd_extra`` (FSDP2: nothing left to prefetch)
     bwd_last_extra: dict[int, Vec] = field(default_factory=dict)
+    #: bytes taken off the backward extras at every point but the last of the block run first
+    #: in backward (the model's last: stack index -> (bytes, the block's number of backward
+    #: points, whether the stack's one block is also the one run last)). FSDP2: its fp32
+    #: reduce-scatter input exists only from its ``post_backward``, after its last op; before,
+    #: the block holds its unsharded 16-bit gradients (at most the block's) and no earlier
+    #: block's input (each later block runs beside the one before it, kept by
+    #: ``comm_ctx.reduce_scatter_states``)
+    bwd_relief: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
     #: bytes added to the end of backward, a point of its own (FSDP2's root group reduce-scatters
     #: its gradients there, in the final backward callback)
     bwd_end_extra: Vec | None = None
@@ -100,9 +108,15 @@ class RankView:
     stranded_bytes: int = 0
     host_bytes: int = 0
     dp: int = 1
+    #: FSDP2: the share of a trainable parameter's bytes rank 0 holds (its dim-0 shards padded
+    #: to ``ceil(dim0 / dp)`` rows, :func:`fsdp_shard_ratio`); 0: ``1 / dp``
+    shard_ratio: float = 0.0
 
     def point(self, v: Vec, *, backward: bool = False, optimizer: bool = False) -> Vec:
-        shard = round(-(-v[GRADS] // self.dp) * self.grad_shard_scale)
+        if self.shard_ratio:
+            shard = round(v[GRADS] * self.shard_ratio * self.grad_shard_scale)
+        else:
+            shard = round(-(-v[GRADS] // self.dp) * self.grad_shard_scale)
         grads = {"keep": v[GRADS], "drop": 0, "shard": shard}[self.grads]
         grads += self.grad_fixed_bytes
         if backward:
@@ -120,13 +134,22 @@ class RankView:
     def bwd(self, i: int, j: int, v: Vec) -> Vec:
         extra = self.bwd_at.get((i, j)) or self.bwd_extra.get(i)
         p = self.point(v, backward=True)
+        if extra and (i, j) not in self.bwd_at:
+            extra = self._relieved(i, j, extra)
         return vadd(p, extra) if extra else p
 
     def bwd_last(self, i: int, j: int, v: Vec) -> Vec:
         """:meth:`bwd` for the stack's block run last in backward (its first in forward)."""
         if i not in self.bwd_last_extra or (i, j) in self.bwd_at:
             return self.bwd(i, j, v)
-        return vadd(self.point(v, backward=True), self.bwd_last_extra[i])
+        extra = self._relieved(i, j, self.bwd_last_extra[i], last=True)
+        return vadd(self.point(v, backward=True), extra)
+
+    def _relieved(self, i: int, j: int, extra: Vec, *, last: bool = False) -> Vec:
+        relief = self.bwd_relief.get(i)
+        if relief is None or j >= relief[1] - 1 or (last and not relief[2]):
+            return extra
+        return vadd(extra, one(GRADS, -relief[0]))
 
 
 def params_of(
@@ -163,20 +186,28 @@ def rank_view(
     fsdp_masters: bool = False,
     reshard_after_forward: bool | int = True,
     hpz: int = 1,
+    bwd_points: Sequence[int] = (),
 ) -> RankView:
     """Rank 0's view (see the module docstring). ``params``: per stack, one block's
     parameters; ``state_bytes``/``opt_temp_bytes``: the single GPU's optimizer states and step
     temporaries; ``dp``: the ranks the model is partitioned over (an HSDP shard group);
     ``fsdp_masters``: FSDP2 runs a MixedPrecisionPolicy over fp32 shards (the single-GPU
     points are the 16-bit model's); ``reshard_after_forward``: FSDP2's; ``hpz``: ZeRO++'s
-    ``zero_hpz_partition_size`` (a secondary partition of every partitioned ZeRO-3 parameter)."""
+    ``zero_hpz_partition_size`` (a secondary partition of every partitioned ZeRO-3 parameter);
+    ``bwd_points``: per stack, its block's number of backward points (FSDP2 places the
+    reduce-scatter input at the last one)."""
     trainable = [p for ps, c in zip(params, counts, strict=True) for p in ps * c if p.trainable]
     n_tr = sum(p.numel for p in trainable)
     pb = max((p.elem_bytes for p in trainable), default=4)
     if shard == "fsdp":
         full = sum(p.n_bytes * c for ps, c in zip(params, counts, strict=True) for p in ps)
         policy = FsdpPolicy(masters=fsdp_masters, reshard_after_forward=reshard_after_forward)
-        return _fsdp(dp, offload, params, counts, full, state_bytes, opt_temp_bytes, policy)
+        view = _fsdp(dp, offload, params, counts, full, state_bytes, opt_temp_bytes, policy)
+        relief = _fsdp_relief(params, policy.masters)
+        first = len(params) - 2  # the stack of the block run first in backward
+        if relief and first > 0 and len(bwd_points) == len(params) and offload != "params":
+            view.bwd_relief = {first: (relief, bwd_points[first], counts[first] == 1)}
+        return view
     if shard == "ddp" or shard == "none":
         fixed = 0
         if shard == "ddp" and train:
@@ -393,8 +424,9 @@ def _fsdp(
     # the block's unsharded gradients as the reduce-scatter input: ``reduce_dtype`` (fp32) wide
     # under a mixed-precision policy
     reduce_input = round(layer_grads * scale)
-    states = round(-(-state_bytes // dp) * scale)
-    temp = round(-(-opt_temp_bytes // dp) * scale)
+    ratio = fsdp_shard_ratio(params, counts, dp)
+    states = round(state_bytes * ratio * scale)
+    temp = round(opt_temp_bytes * ratio * scale)
     n_layers = sum(c for c in counts[1:-1])
     fwd_blocks, bwd_blocks, at_head = policy.unsharded_bytes(n_layers, layer, dp)
     # The root group (embeddings, final norm, LM head: ``fully_shard(model)``), torch 2.13.0
@@ -419,8 +451,15 @@ def _fsdp(
         opt_temp_bytes=temp,
         single_opt_temp_bytes=opt_temp_bytes,
         dp=dp,
+        shard_ratio=ratio,
     )
     last = len(params) - 1
+    # the root's all-gather output: every parameter's padded shard x the world size (a
+    # parameter of fewer rows than ranks, such as ViT's (1, 197, 768) position embeddings, is
+    # gathered dp times whole: 19 MiB at 64 GPUs)
+    root_gather = sum(
+        sharding.fsdp_shard_numel(p.shape, dp) * dp * p.elem_bytes for p in params[0] + params[-1]
+    )
     for i in range(len(params)):
         in_block = 0 < i < last
         # blocks kept unsharded after their forward are still held at the LM head; memfit
@@ -428,7 +467,7 @@ def _fsdp(
         held_fwd = fwd_blocks if in_block else at_head * (i == last)
         held_bwd = bwd_blocks if in_block else at_head * (i == last)
         if i == 0 and last > 1:  # the root's all-gather output and the first block's gather
-            held_fwd = root + first_gather
+            held_fwd = root_gather + first_gather
         view.fwd_extra[i] = one(PARAMS, root + held_fwd)
         if in_block:
             # the previous block's all-gather output is freed at this block's copy-out, in its
@@ -438,7 +477,7 @@ def _fsdp(
             # layers peaks at the second block's copy-out, the first block's activations saved)
             view.fwd_at[(i, 0)] = view.fwd_extra[i]
             view.fwd_extra[i] = one(PARAMS, root + held_fwd - layer)
-        held_head = head_grads - _shard_bytes(head_grads, dp, scale)
+        held_head = head_grads - _shard_bytes(head_grads, ratio, scale)
         view.bwd_extra[i] = vadd(
             one(PARAMS, root + held_bwd),
             one(GRADS, (reduce_input if in_block else 0) + held_head),
@@ -451,9 +490,6 @@ def _fsdp(
             view.bwd_last_extra[i] = vadd(
                 view.bwd_extra[i], one(PARAMS, -(FSDP_BWD_BLOCKS - 1) * layer)
             )
-    root_gather = sum(
-        sharding.fsdp_shard_numel(p.shape, dp) * dp * p.elem_bytes for p in params[0] + params[-1]
-    )
     if last > 0 and policy.reshard_after_forward is not False:
         # the root resharded after forward (``fully_shard(model, reshard_after_forward=True)``,
         # as torchtitan and memfit's trace call it) is gathered again where backward starts,
@@ -461,8 +497,17 @@ def _fsdp(
         # copy-out ends (the trace of qwen3-8b lora_fsdp cut to 2 layers peaks there)
         view.bwd_start_extra = one(PARAMS, root + root_gather)
     if root_grads:
-        unsharded = root_grads - _shard_bytes(root_grads, dp, scale)
-        view.bwd_end_extra = one(GRADS, unsharded + round(root_grads * scale))
+        # the reduce-scatter input beside (a) the root's unsharded gradients at their copy-in, or
+        # (b) once they are freed, the reduce-scatter output (the root's gradient shards, in the
+        # view's point) and the last one of them, which ``foreach_reduce``'s loop over
+        # ``zip(fsdp_params, unsharded_grads)`` (world size > 1) leaves bound to its variable
+        # ``unsharded_grad`` until the function returns (torch 2.13.0, _fsdp_collectives.py,
+        # pytorch/pytorch cf30153c): (b) is the larger where the LM head's gradient exceeds the
+        # unsharded part, at 2 GPUs (llama-3.1-8b mixed_fsdp cut to 2 layers: the trace's peak
+        # holds the reduce input, its output and the LM head's bf16 gradient, 1 002 MiB)
+        unsharded = root_grads - _shard_bytes(root_grads, ratio, scale)
+        held = max(unsharded, _last_grad_bytes(params[0] + params[-1]) if dp > 1 else 0)
+        view.bwd_end_extra = one(GRADS, held + round(root_grads * scale))
     if last > 0:
         root_params = params[0] + params[-1]
         view.stranded_bytes = fsdp_stranded_bytes(
@@ -473,7 +518,7 @@ def _fsdp(
             states_on_device=offload != "params",
         )  # fmt: skip
         if offload == "params" and 0 < i < last:  # the reduce-scatter output before its D2H copy
-            out = round(-(-layer_grads // dp) * scale)
+            out = _shard_bytes(layer_grads, ratio, scale)
             view.bwd_extra[i] = vadd(view.bwd_extra[i], one(GRADS, out))
     if offload == "params":
         grad_shards = sum(
@@ -527,9 +572,49 @@ def fsdp_stranded_bytes(
     return out
 
 
-def _shard_bytes(n_bytes: int, dp: int, scale: float) -> int:
+def _fsdp_relief(params: list[list[Param]], masters: bool) -> int:
+    """What a block's backward holds less than at its ``post_backward`` before its last op:
+    the fp32 reduce-scatter input (``foreach_reduce``, torch 2.13.0 _fsdp_collectives.py,
+    allocated in the group's ``post_backward`` after the block's backward ran) beyond the
+    running block's unsharded 16-bit gradients, which are all the block holds of it while its
+    ops run (at most the block's; the rank view counts the input at every point otherwise).
+    0 without a mixed-precision policy (the input is the gradients' own width)."""
+    if not masters:
+        return 0
+    layer_grads = max((sum(p.n_bytes for p in ps if p.trainable) for ps in params[1:-1]), default=0)
+    width = max((p.elem_bytes for ps in params for p in ps if p.trainable), default=4)
+    return round(layer_grads * sharding.FP32_MASTER_BYTES / width) - layer_grads
+
+
+def _last_grad_bytes(root_params: Sequence[Param]) -> int:
+    """Bytes of the unsharded gradient of the root group's last trainable parameter in
+    registration order (``fully_shard`` manages a module's parameters in
+    ``named_parameters()`` order: embeddings, final norm, LM head), 0 without one."""
+    trainable = [p for p in root_params if p.trainable]
+    return trainable[-1].n_bytes if trainable else 0
+
+
+def _shard_bytes(n_bytes: int, ratio: float, scale: float) -> int:
     """The view's shard of ``n_bytes`` of single-GPU gradients (``RankView.point``)."""
-    return round(-(-n_bytes // dp) * scale)
+    return round(n_bytes * ratio * scale)
+
+
+def fsdp_shard_ratio(params: list[list[Param]], counts: Sequence[int], dp: int) -> float:
+    """The share of the trainable parameters' elements rank 0 holds under FSDP2: each
+    parameter's dim 0 chunked into ``dp`` pieces, rank 0's padded to ``ceil(dim0 / dp)`` rows
+    (torch 2.13.0 ``FSDPParam._init_sharded_param``, ``_fsdp_param.py``: the gradient shard is
+    a view of that size into the reduce-scatter output, ``foreach_reduce``; the Adam states are
+    ``zeros_like`` it). Above ``1 / dp`` where dim 0 is not a multiple of ``dp``: a LoRA A
+    matrix (rank rows) over more GPUs than its rank holds a whole row, 1/8 of it at rank 8 on
+    16-64 GPUs (vit-base lora_fsdp cut to 2 layers: -3.3 / -6.7 / -12.7 % under the trace at
+    16 / 32 / 64 GPUs with ``1 / dp``). ``1 / dp`` without trainable parameters."""
+    total = padded = 0
+    for ps, c in zip(params, counts, strict=True):
+        for p in ps:
+            if p.trainable:
+                total += p.numel * c
+                padded += sharding.fsdp_shard_numel(p.shape, dp) * c
+    return padded / total if total else 1 / dp
 
 
 def _r512(n: int) -> int:
