@@ -789,7 +789,7 @@ class _T5Step:
         enc_bytes = enc_n * DTYPE_BYTES[self.hd]
         inner = a.n_heads * a.head_dim
         cdt = COMPUTE_DTYPE[wl.run_precision]
-        cross_cache = 2 * a.n_dec_layers * b * wl.seq_len * inner * DTYPE_BYTES[cdt]
+        cross_cache = 2 * a.n_dec_layers * b * ew.q_len * inner * DTYPE_BYTES[cdt]
         per_token = 2 * a.n_dec_layers * b * inner * DTYPE_BYTES[cdt]
         casts = cast_cache_bytes(prefill_stacks + first)  # autocast's cache, until it exits
         kept = vadd(

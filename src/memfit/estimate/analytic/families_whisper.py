@@ -110,8 +110,17 @@ class WhisperProgram(T5Program):
         if causal and w.impl == "eager" and w.q_len > 1:  # create_causal_mask's float mask
             mask = o.g.external(w.batch * w.q_len * kv_len, self.mask_dtype)
         p = self.attn_p if o.train else 0.0
+        # q, k and v are contiguous (B, H, S, D) copies: FlashAttention's output follows q's
+        # layout, so ``transpose(1, 2).contiguous()`` copies it
         return attention(
-            o, *qkv, shape, impl=w.impl, mask=mask, dropout_p=p, eager_softmax=EAGER_SOFTMAX
+            o,
+            *qkv,
+            shape,
+            impl=w.impl,
+            mask=mask,
+            dropout_p=p,
+            q_head_major=True,
+            eager_softmax=EAGER_SOFTMAX,
         )
 
     def _sublayer(
@@ -248,6 +257,7 @@ class _WhisperStep(_T5Step):
             (pe,) = o.g.op([pos, ar], [(prog.source * d, self.pd)])
             x = o.add(h2, pe)
             y = o.dropout(x, prog.p)
+            o.g.hold(y)
             return None, [y]
 
         return self.block(w, body)
@@ -338,7 +348,9 @@ class _WhisperStep(_T5Step):
             x = o.add(emb, pos)
             if w.impl == "eager" and w.q_len > 1:
                 o.g.hold(o.new(w.batch * w.q_len * w.kv_len, self.pd))
-            return None, [o.dropout(x, prog.p)]
+            y = o.dropout(x, prog.p)
+            o.g.hold(y)
+            return None, [y]
 
         return self.block(w, body)
 
