@@ -514,6 +514,7 @@ TRAIN_JOBS: dict[tuple[str | None, bool, str, bool, str, str], str] = {
     ("bf16-true", False, "full", False, "none", "none"): "ckpt",
     ("bf16-true", True, "full", False, "none", "none"): "lora_ckpt",
     ("bf16-mixed", False, "none", False, "none", "none"): "mixed",
+    ("bf16-mixed", False, "full", False, "none", "none"): "mixed_ckpt",
     ("bf16-true", True, "none", True, "none", "none"): "lora_held",
     ("bf16-true", True, "full", True, "none", "none"): "lora_ckpt_held",
     ("bf16-true", True, "selective", True, "none", "none"): "lora_selckpt_held",

@@ -192,7 +192,8 @@ def _t5(spec: ModelSpec, family: str) -> Arch:
 def _whisper(spec: ModelSpec, family: str) -> Arch:
     """Whisper (``WhisperConfig``, transformers 5.23 configuration_whisper.py): ``d_model``,
     encoder and decoder depths, heads and feed-forward widths, and its defaults where the
-    config.json leaves them out; ``extra`` keeps the mel bins and the position counts."""
+    config.json leaves them out. The Arch's heads and ``ffn`` are the encoder's; ``extra`` keeps
+    the decoder's, the mel bins and the position counts."""
 
     def num(key: str, default: Any) -> Any:
         value = spec.get(key)
@@ -203,11 +204,10 @@ def _whisper(spec: ModelSpec, family: str) -> Arch:
     dec_heads = int(num("decoder_attention_heads", 6))
     ffn = int(num("encoder_ffn_dim", 1536))
     dec_ffn = int(num("decoder_ffn_dim", 1536))
-    if dec_heads != heads or dec_ffn != ffn:
+    if d % heads or d % dec_heads:
         raise SpecError(
-            f"model_type 'whisper': decoder heads/ffn ({dec_heads}, {dec_ffn}) "
-            f"differ from the encoder's ({heads}, {ffn}); the analytic engine models equal "
-            "widths; use --engine trace"
+            f"model_type 'whisper': encoder/decoder attention heads ({heads}, {dec_heads}) must "
+            f"divide d_model ({d})"
         )
     p = float(num("dropout", 0.0))
     return Arch(
@@ -233,6 +233,8 @@ def _whisper(spec: ModelSpec, family: str) -> Arch:
         extra={
             **dict(spec.raw),
             "_mels": int(num("num_mel_bins", 80)),
+            "_dec_heads": dec_heads,
+            "_dec_ffn": dec_ffn,
             "_source_positions": int(num("max_source_positions", 1500)),
             "_act_dropout": float(num("activation_dropout", 0.0)),
             "_scale_embedding": bool(num("scale_embedding", False)),

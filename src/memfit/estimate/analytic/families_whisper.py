@@ -78,6 +78,9 @@ class WhisperProgram(T5Program):
         self.source = int(a.extra["_source_positions"])
         self.act_p = float(a.extra["_act_dropout"])
         self.attn_p = a.attn_dropout
+        #: the decoder's heads and feed-forward width (the Arch's are the encoder's)
+        self.dec_heads = int(a.extra.get("_dec_heads", a.n_heads))
+        self.dec_ffn = int(a.extra.get("_dec_ffn", a.ffn))
 
     def input_bytes(self, batch: int, seq_len: int, train: bool) -> int:  # type: ignore[override]
         """``input_features`` (B, mels, 2·max_source_positions) in the weights' dtype (memfit's
@@ -95,14 +98,20 @@ class WhisperProgram(T5Program):
         return o.unary(t)
 
     def _attention_core(
-        self, o: Ops, qkv: tuple[Tensor, Tensor, Tensor], w: Work, kv_len: int, *, causal: bool
+        self,
+        o: Ops,
+        qkv: tuple[Tensor, Tensor, Tensor],
+        w: Work,
+        kv_len: int,
+        *,
+        causal: bool,
+        heads: int,
     ) -> Tensor:
-        a = self.a
         shape = AttnShape(
             batch=w.batch,
-            n_heads=a.n_heads,
-            n_kv=a.n_heads,
-            head_dim=a.head_dim,
+            n_heads=heads,
+            n_kv=heads,
+            head_dim=self.a.hidden // heads,
             q_len=w.q_len,
             kv_len=kv_len,
         )
@@ -130,6 +139,7 @@ class WhisperProgram(T5Program):
         w: Work,
         *,
         causal: bool,
+        heads: int,
         cache: bool = False,
         enc_out: Tensor | None = None,
         cw: Work | None = None,
@@ -160,17 +170,17 @@ class WhisperProgram(T5Program):
                 v = self._heads(o, o.linear(enc_out, d, d, bias=True, name="v_proj"))
                 if cross == "cache":
                     k, v = _update_cache(o, replace(cw, use_cache=True), k, v)
-        out = self._attention_core(o, (q, k, v), w, kv_len, causal=causal)
+        out = self._attention_core(o, (q, k, v), w, kv_len, causal=causal, heads=heads)
         out = o.linear(out, d, d, bias=True, name="out_proj")
         o.release_locals(q, k, v)
         o.g.touch(hn)
         out = o.dropout(out, self.p)
         return o.add(x, out)
 
-    def _mlp(self, o: Ops, x: Tensor) -> Tensor:
+    def _mlp(self, o: Ops, x: Tensor, ff: int) -> Tensor:
         """``final_layer_norm``, fc1, the activation, dropouts, fc2, the residual add."""
         a = self.a
-        d, ff = a.hidden, a.ffn
+        d = a.hidden
         hn = self._norm(o, x)
         m = o.act(o.linear(hn, d, ff, bias=True, name="fc1"), ACT_KIND.get(a.act, "gelu"))
         m = o.dropout(m, self.act_p)
@@ -181,8 +191,8 @@ class WhisperProgram(T5Program):
 
     def whisper_enc_layer(self, o: Ops, x: Tensor, w: Work) -> Tensor:
         """``WhisperEncoderLayer``: self-attention, MLP, the fp16 clamp."""
-        x = self._sublayer(o, x, w, causal=False)
-        x = self._mlp(o, x)
+        x = self._sublayer(o, x, w, causal=False, heads=self.a.n_heads)
+        x = self._mlp(o, x, self.a.ffn)
         o.release_layer_locals()
         if x.dtype == "f16":  # torch.clamp: ClampBackward saves its input
             (x,) = o.g.op([x], [(x.numel, x.dtype)], saves=[x])
@@ -194,11 +204,12 @@ class WhisperProgram(T5Program):
         """``WhisperDecoderLayer``: causal self-attention (with the cache), cross-attention over
         the encoder output, MLP. ``cross``: ``cache`` / ``project`` / ``reuse`` (T5's)."""
         a = self.a
-        x = self._sublayer(o, x, w, causal=True, cache=w.use_cache)
+        h = self.dec_heads
+        x = self._sublayer(o, x, w, causal=True, heads=h, cache=w.use_cache)
         s_enc = enc_out.numel // (w.batch * a.hidden)
         cw = replace(w, q_len=s_enc, kv_len=s_enc)
-        x = self._sublayer(o, x, w, causal=False, enc_out=enc_out, cw=cw, cross=cross)
-        x = self._mlp(o, x)
+        x = self._sublayer(o, x, w, causal=False, heads=h, enc_out=enc_out, cw=cw, cross=cross)
+        x = self._mlp(o, x, self.dec_ffn)
         o.release_layer_locals()
         return x
 
@@ -247,6 +258,11 @@ class _WhisperStep(_T5Step):
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
             feats = o.g.external(w.batch * prog.mels * frames, self.pd)
             h1 = self._conv(o, feats, prog.mels, w.batch * frames)
+            if self.emb_leaf:  # enable_input_require_grads hooks conv1 (the encoder's input
+                # embedding, ``_input_embed_layer``): its output is a leaf that requires grad,
+                # which the autograd graph keeps until the step ends, its ``.grad`` too
+                h1.rg = h1.leaf = True
+                o.g.hold(h1)
             h1 = o.act(h1, "gelu")
             h2 = o.act(self._conv(o, h1, d, w.tokens), "gelu")
             o.g.hold(h2)  # ``inputs_embeds``
@@ -264,7 +280,8 @@ class _WhisperStep(_T5Step):
 
     def _conv(self, o: Ops, x: Tensor, c_in: int, rows: int) -> Tensor:
         """``nn.Conv1d(c_in, d, kernel_size=3)`` with its bias: ConvolutionBackward saves the
-        input and the weight; under autocast both are cast to the half dtype."""
+        input and the weight (both, where the node exists: a frozen conv2 under LoRA keeps its
+        input); under autocast both are cast to the half dtype."""
         d = self.a.hidden
         wc = o.weight(d, c_in, 3)
         bc = o.weight(d)
@@ -272,7 +289,7 @@ class _WhisperStep(_T5Step):
         (out,) = o.g.op(
             [xi, wi, bi],
             [(rows * d, xi.dtype)],
-            saves=[xi if wi.rg else None, wi if xi.rg else None],  # type: ignore[list-item]
+            saves=[xi, wi],  # convolution_backward takes both, whichever gradient it makes
             matmul=True,
         )
         return out
@@ -380,10 +397,11 @@ class _WhisperStep(_T5Step):
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
             x = o.g.input(w.tokens * a.hidden, self.res, rg=self.train)
             locals_ = [
-                o.g.input(w.tokens * a.hidden, self.pd, rg=False),  # inputs_embeds
                 o.g.input(w.tokens, "i64", rg=False),  # position_ids
                 o.g.input(w.tokens * a.hidden, self.pd, rg=False),  # positions
             ]
+            if not self.emb_leaf:  # inputs_embeds (else the autograd graph keeps it)
+                locals_.append(o.g.input(w.tokens * a.hidden, self.pd, rg=False))
             if w.impl == "eager" and w.q_len > 1:
                 locals_.append(o.g.input(w.batch * w.q_len * w.kv_len, self.pd, rg=False))
             y = self.prog._norm(o, x)
