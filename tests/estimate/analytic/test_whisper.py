@@ -2,8 +2,8 @@
 
 The tiny config has 750 encoder positions (1500 mel frames) so that the encoder's activations,
 not the fixed cuBLAS workspaces, make most of the peak: a missing (batch x positions x d_model)
-tensor is ~2 % of the net peak here. Bounds: test_vs_trace.py's (3 % gross, 5 % without the
-fixed bytes), and never more than 2 % under gross (the fast path's tolerance).
+tensor is ~2 % of the net peak here. Bounds: 3 % gross per phase, never more than 2 % under
+gross (the fast path's tolerance), and 2.5 % without the fixed bytes.
 """
 
 from __future__ import annotations
@@ -43,6 +43,14 @@ TINY_WHISPER = dict(
 )
 #: The fast path's bound: never more than this under the trace.
 UNDER = 0.02
+#: Without the cuBLAS workspaces (measured: -1.42 % ... +2.34 %; a missing encoder-sized
+#: tensor, e.g. the flash output's ``transpose(1, 2).contiguous()`` copy, is ~2 % more).
+NET_TOLERANCE = 0.025
+
+
+def analytic_workload(overrides: dict) -> WorkloadSpec:
+    return WorkloadSpec(**{"batch_size": 2, "seq_len": 32, **overrides})
+
 
 CASES = [
     {},  # bf16-mixed: fp32 weights, an fp32 residual stream (the position tables promote it)
@@ -69,6 +77,9 @@ def test_whisper_analytic_peak_matches_the_trace(overrides: dict, trace_hf) -> N
     )
     error = analytic.peak_allocated_bytes / traced.peak_allocated_bytes - 1
     assert error >= -UNDER, f"{overrides}: {error:+.2%} under the trace"
+    fixed = _fixed_bytes(analytic_workload(overrides))
+    net = (analytic.peak_allocated_bytes - fixed) / (traced.peak_allocated_bytes - fixed) - 1
+    assert abs(net) <= NET_TOLERANCE, f"{overrides}: {net:+.2%} without the fixed bytes"
     for phase, est in analytic.phases.items():
         ratio = est.peak_allocated_bytes / traced.phases[phase].peak_allocated_bytes - 1
         assert abs(ratio) <= 0.03, f"{overrides} phase {phase}: {ratio:+.2%}"
@@ -106,9 +117,16 @@ def test_whisper_is_an_analytic_family_read_from_its_config() -> None:
     assert a.extra["_mels"] == 16 and a.extra["_source_positions"] == 750
 
 
-def test_whisper_with_a_decoder_of_another_width_is_refused_with_the_values() -> None:
-    config = dict(TINY_WHISPER, decoder_ffn_dim=256)
-    with pytest.raises(SpecError, match=r"decoder heads/ffn \(4, 256\).*\(4, 128\)"):
+def test_whisper_decoder_of_its_own_heads_and_width_matches_the_trace(trace_hf) -> None:
+    """The decoder's heads and feed-forward width are its own (the grid's tiny whisper has 2
+    encoder heads and 1 decoder head)."""
+    config = dict(TINY_WHISPER, decoder_attention_heads=2, decoder_ffn_dim=256)
+    assert_matches_trace(config, {"seq_len": 32}, trace_hf, "whisper:decoder-width")
+
+
+def test_whisper_heads_that_do_not_divide_d_model_are_refused_with_the_values() -> None:
+    config = dict(TINY_WHISPER, decoder_attention_heads=3)
+    with pytest.raises(SpecError, match=r"heads \(4, 3\) must divide d_model \(64\)"):
         read_arch(config)
 
 

@@ -46,11 +46,11 @@ from memfit.estimate.analytic.compose import (
 )
 from memfit.estimate.analytic.decoder import CustomFamily
 from memfit.estimate.analytic.families_t5 import (
+    LayerKey,
     T5Program,
-    _LayerKey,
-    _preset_grad,
-    _T5Step,
-    _update_cache,
+    T5Step,
+    preset_grad,
+    update_cache,
 )
 from memfit.estimate.analytic.graph import DTYPE_BYTES, KV, Tensor
 from memfit.estimate.analytic.ops import COMPUTE_DTYPE, PARAM_DTYPE, Ops
@@ -157,7 +157,7 @@ class WhisperProgram(T5Program):
             k = self._heads(o, o.linear(hn, d, d, name="k_proj"))
             v = self._heads(o, o.linear(hn, d, d, bias=True, name="v_proj"))
             if cache:
-                k, v = _update_cache(o, w, k, v)
+                k, v = update_cache(o, w, k, v)
         else:
             assert cw is not None
             kv_len = cw.kv_len
@@ -169,7 +169,7 @@ class WhisperProgram(T5Program):
                 k = self._heads(o, o.linear(enc_out, d, d, name="k_proj"))
                 v = self._heads(o, o.linear(enc_out, d, d, bias=True, name="v_proj"))
                 if cross == "cache":
-                    k, v = _update_cache(o, replace(cw, use_cache=True), k, v)
+                    k, v = update_cache(o, replace(cw, use_cache=True), k, v)
         out = self._attention_core(o, (q, k, v), w, kv_len, causal=causal, heads=heads)
         out = o.linear(out, d, d, bias=True, name="out_proj")
         o.release_locals(q, k, v)
@@ -229,8 +229,8 @@ class WhisperProgram(T5Program):
         return _WhisperStep(self, wl, task).run()
 
 
-class _WhisperStep(_T5Step):
-    """Whisper's blocks in T5's composition (``_T5Step``)."""
+class _WhisperStep(T5Step):
+    """Whisper's blocks in T5's composition (``T5Step``)."""
 
     prog: WhisperProgram
 
@@ -294,7 +294,7 @@ class _WhisperStep(_T5Step):
         )
         return out
 
-    def enc_layer(self, w: Work, key: _LayerKey) -> BlockProfile:
+    def enc_layer(self, w: Work, key: LayerKey) -> BlockProfile:
         a = self.a
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
@@ -352,7 +352,7 @@ class _WhisperStep(_T5Step):
                 ids = o.g.external(w.tokens, "i64")
             o.freeze_token_embedding = self.frozen_emb
             o.tied_embedding = self.tied_grad
-            emb = prog._embed_tokens(o, ids, w.tokens)
+            emb = prog.embed_tokens(o, ids, w.tokens)
             emb.rg = emb.rg or self.emb_leaf
             o.g.hold(emb)
             (ar,) = o.g.op([], [(w.q_len, "i64")])  # arange(S) + past length
@@ -371,14 +371,14 @@ class _WhisperStep(_T5Step):
 
         return self.block(w, body)
 
-    def dec_layer(self, w: Work, key: _LayerKey, enc_n: int, cross: str) -> BlockProfile:
+    def dec_layer(self, w: Work, key: LayerKey, enc_n: int, cross: str) -> BlockProfile:
         a, m = self.a, self.a.n_dec_layers
 
         def body(o: Ops) -> tuple[Tensor | None, list[Tensor]]:
             x = o.g.input(w.tokens * a.hidden, self.res, rg=key.in_rg)
             enc = o.g.external(enc_n, self.res, rg=self.train)
             if self.train and not key.last and m > 1:
-                _preset(enc)
+                preset_grad(enc)
             out = self.prog.whisper_dec_layer(o, x, w, enc, cross=cross)
             o.g.touch(x)
             o.g.hold(out)
@@ -473,10 +473,6 @@ class _WhisperStep(_T5Step):
 def _conv_dtype(wl: WorkloadSpec) -> str:
     """The dtype of the convolutions' outputs: autocast's half dtype, else the weights'."""
     return COMPUTE_DTYPE[wl.run_precision]
-
-
-def _preset(t: Tensor) -> None:
-    _preset_grad(t)
 
 
 def _totals(stacks: list[Stack]) -> tuple[int, int, int, int]:
