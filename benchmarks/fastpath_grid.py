@@ -53,6 +53,9 @@ JOBS: dict[str, dict[str, Any]] = {
     # issue 32: the full fine-tune's default precision, and LoRA with checkpointing
     "mixed": {"mode": "train", "precision": "bf16-mixed"},
     "lora_ckpt": {"mode": "train", "lora_rank": 8, "checkpointing": "full"},
+    # issue 32 (whisperan): the full fine-tune's default precision with full checkpointing (the
+    # README's ``memfit estimate whisper-small --batch 16 --seq 448 --checkpointing full``)
+    "mixed_ckpt": {"mode": "train", "precision": "bf16-mixed", "checkpointing": "full"},
     # issue 32: a plan's micro-batches under gradient accumulation hold the earlier ones'
     # gradients (``zero_grad_set_to_none=False``, memfit.plan.space): the LoRA plans' jobs
     "lora_held": {"mode": "train", "lora_rank": 8, "zero_grad_set_to_none": False},

@@ -43,7 +43,8 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
         ({"precision": "bf16-mixed"}, "mixed"),  # the full fine-tune's default (issue 32)
         ({"lora_rank": 16, "checkpointing": "full"}, "lora_ckpt"),
         ({"precision": "bf16-mixed", "lora_rank": 16}, None),  # no grid row: traced
-        ({"precision": "bf16-mixed", "checkpointing": "full"}, None),
+        # issue 32 (whisperan): the README's Whisper job, a grid job since
+        ({"precision": "bf16-mixed", "checkpointing": "full"}, "mixed_ckpt"),
         ({"mode": "infer", "precision": "bf16-mixed"}, None),
         ({"optimizer": "adamw-8bit"}, "train_8bit"),  # the grid's 8-bit AdamW jobs (gridfree)
         ({"optimizer": "adamw-8bit", "lora_rank": 16, "checkpointing": "full"}, "lora_ckpt_8bit"),

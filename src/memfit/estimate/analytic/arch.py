@@ -189,6 +189,59 @@ def _t5(spec: ModelSpec, family: str) -> Arch:
     )
 
 
+def _whisper(spec: ModelSpec, family: str) -> Arch:
+    """Whisper (``WhisperConfig``, transformers 5.23 configuration_whisper.py): ``d_model``,
+    encoder and decoder depths, heads and feed-forward widths, and its defaults where the
+    config.json leaves them out. The Arch's heads and ``ffn`` are the encoder's; ``extra`` keeps
+    the decoder's, the mel bins and the position counts."""
+
+    def num(key: str, default: Any) -> Any:
+        value = spec.get(key)
+        return default if value is None else value
+
+    d = int(num("d_model", 384))
+    heads = int(num("encoder_attention_heads", 6))
+    dec_heads = int(num("decoder_attention_heads", 6))
+    ffn = int(num("encoder_ffn_dim", 1536))
+    dec_ffn = int(num("decoder_ffn_dim", 1536))
+    if d % heads or d % dec_heads:
+        raise SpecError(
+            f"model_type 'whisper': encoder/decoder attention heads ({heads}, {dec_heads}) must "
+            f"divide d_model ({d})"
+        )
+    p = float(num("dropout", 0.0))
+    return Arch(
+        family=family,
+        model_type="whisper",
+        hidden=d,
+        n_layers=int(num("encoder_layers", 4)),
+        n_dec_layers=int(num("decoder_layers", 4)),
+        n_heads=heads,
+        n_kv=heads,
+        head_dim=d // heads,
+        ffn=ffn,
+        vocab=int(num("vocab_size", 51865)),
+        tie=True,
+        act=str(num("activation_function", "gelu")),
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
+        n_positions=int(num("max_target_positions", 448)),
+        attn_dropout=float(num("attention_dropout", 0.0)),
+        resid_dropout=p,
+        emb_dropout=p,
+        extra={
+            **dict(spec.raw),
+            "_mels": int(num("num_mel_bins", 80)),
+            "_dec_heads": dec_heads,
+            "_dec_ffn": dec_ffn,
+            "_source_positions": int(num("max_source_positions", 1500)),
+            "_act_dropout": float(num("activation_dropout", 0.0)),
+            "_scale_embedding": bool(num("scale_embedding", False)),
+        },
+    )
+
+
 def _clip(spec: ModelSpec, family: str) -> Arch:
     """CLIP: the text tower's dimensions (the trace's first layer stack; ``freeze_layers`` is
     checked against it); ``extra`` keeps the whole config for the CLIP program."""
@@ -207,6 +260,7 @@ def _clip(spec: ModelSpec, family: str) -> Arch:
 
 _VIEWS: dict[str, Callable[[ModelSpec, str], Arch]] = {
     "t5": _t5,
+    "whisper": _whisper,
     "clip": _clip,
     "falcon": _falcon,
     "bloom": _bloom,

@@ -83,7 +83,7 @@ from memfit.spec import WorkloadSpec
 ACT_KIND = {"relu": "relu", "gelu_new": "gelu_new", "gelu": "gelu", "silu": "silu"}
 
 
-def _update_cache(o: Ops, w: Work, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+def update_cache(o: Ops, w: Work, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """``past_key_values.update(key_states, value_states)``: both projections stay referenced
     by the caller's locals until both copies into the cache are made."""
     kc, vc = cache_kv(o, w, k, v)
@@ -92,7 +92,7 @@ def _update_cache(o: Ops, w: Work, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor
     return kc, vc
 
 
-def _preset_grad(t: Tensor) -> None:
+def preset_grad(t: Tensor) -> None:
     """``t``'s gradient buffer exists already (counted where it was allocated)."""
     g = Storage(t.n_bytes, TEMP)
     g.live = True
@@ -100,7 +100,7 @@ def _preset_grad(t: Tensor) -> None:
 
 
 @dataclass(frozen=True)
-class _LayerKey:
+class LayerKey:
     """Which of a stack's layer profiles a layer needs."""
 
     first: bool
@@ -138,7 +138,7 @@ class T5Program(ChainProgram):
     def _norm(self, o: Ops, x: Tensor) -> Tensor:
         return o.rms_norm(x, self.a.hidden, style="t5")
 
-    def _embed_tokens(self, o: Ops, ids: Tensor, n_tokens: int) -> Tensor:
+    def embed_tokens(self, o: Ops, ids: Tensor, n_tokens: int) -> Tensor:
         """``shared(input_ids)``: EmbeddingBackward saves the indices."""
         a = self.a
         w = o.weight(a.vocab, a.hidden, trainable=not o.freeze_token_embedding)
@@ -262,7 +262,7 @@ class T5Program(ChainProgram):
         v = o.linear(hn, d, inner, name="v")
         kv = w.kv_len
         if cache:
-            k, v = _update_cache(o, w, k, v)
+            k, v = update_cache(o, w, k, v)
         if bias is None:
             bias = self._position_bias(o, w.q_len, kv, bidirectional=bidirectional)
             o.g.hold(bias)
@@ -398,7 +398,7 @@ class T5Program(ChainProgram):
             k = o.linear(enc_out, d, inner, name="k")
             v = o.linear(enc_out, d, inner, name="v")
             if cross == "cache":
-                k, v = _update_cache(o, replace(cw, use_cache=True), k, v)
+                k, v = update_cache(o, replace(cw, use_cache=True), k, v)
         if zeros is None:
             zeros = o.new(a.n_heads * w.q_len * cw.kv_len, o.cdtype)
             zeros.rg = cross_rg
@@ -414,10 +414,10 @@ class T5Program(ChainProgram):
                 "one GPU, DDP and ZeRO-1/2/3 with offload in training; use --engine trace"
             )
         self.wo_fp32 = PARAM_DTYPE[wl.run_precision] == "f16"
-        return _T5Step(self, wl, task).run()
+        return T5Step(self, wl, task).run()
 
 
-class _T5Step:
+class T5Step:
     """Blocks of one training step or one generation, composed (module docstring)."""
 
     def __init__(self, prog: T5Program, wl: WorkloadSpec, task: str) -> None:
@@ -480,7 +480,7 @@ class _T5Step:
         return prof
 
     def _layers(
-        self, n: int, n_frozen: int, in_rg0: bool, make: Callable[[_LayerKey], BlockProfile]
+        self, n: int, n_frozen: int, in_rg0: bool, make: Callable[[LayerKey], BlockProfile]
     ) -> list[Stack]:
         """A stack's layers as runs of identical profiles (layer 0, the middle, the last one;
         frozen ones first; under checkpointing layer 1 too)."""
@@ -488,7 +488,7 @@ class _T5Step:
         rg = in_rg0
         for i in range(n):
             frozen = i < n_frozen
-            key = _LayerKey(i == 0, i == n - 1 and n > 1, frozen, rg, self.ckpt and i == 1)
+            key = LayerKey(i == 0, i == n - 1 and n > 1, frozen, rg, self.ckpt and i == 1)
             prof = make(key)
             if stacks and stacks[-1].profile is prof:
                 stacks[-1].count += 1
@@ -523,7 +523,7 @@ class _T5Step:
         builds (``causal_mask``) and the dropout; returns the first layer's input."""
         o.freeze_token_embedding = self.frozen_emb
         o.tied_embedding = self.tied_grad
-        emb = self.prog._embed_tokens(o, ids, w.tokens)
+        emb = self.prog.embed_tokens(o, ids, w.tokens)
         emb.rg = emb.rg or self.emb_leaf
         o.g.hold(emb)
         if causal_mask:
@@ -534,7 +534,7 @@ class _T5Step:
         o.g.hold(y)
         return y
 
-    def enc_layer(self, w: Work, key: _LayerKey) -> BlockProfile:
+    def enc_layer(self, w: Work, key: LayerKey) -> BlockProfile:
         a, n = self.a, self.a.n_layers
         bias_n = a.n_heads * w.q_len * w.kv_len
         rg = self.enc_bias_rg
@@ -546,11 +546,11 @@ class _T5Step:
             if key.first:
                 out, made = self.prog._enc_layer(o, x, w, None)
                 if made is not None and rg and n > 1:
-                    _preset_grad(made)
+                    preset_grad(made)
             else:
                 p = o.g.external(bias_n, self.pd, rg=rg)
                 if rg and not key.last:
-                    _preset_grad(p)
+                    preset_grad(p)
                 if key.second:
                     o.checkpoint_args.append(p)
                 out, _ = self.prog._enc_layer(o, x, w, p)
@@ -602,7 +602,7 @@ class _T5Step:
 
         return self.block(w, body)
 
-    def dec_layer(self, w: Work, key: _LayerKey, enc_n: int, cross: str) -> BlockProfile:
+    def dec_layer(self, w: Work, key: LayerKey, enc_n: int, cross: str) -> BlockProfile:
         a, m = self.a, self.a.n_dec_layers
         bias_n = a.n_heads * w.q_len * w.kv_len
         s_enc = enc_n // (w.batch * a.hidden)
@@ -616,20 +616,20 @@ class _T5Step:
                 o.g.hold(x)
             enc = o.g.external(enc_n, self.hd, rg=self.train)
             if self.train and not key.last and m > 1:
-                _preset_grad(enc)
+                preset_grad(enc)
             if key.first:
                 out, made = self.prog._dec_layer(o, x, w, enc, None, cross=cross, cross_rg=cross_rg)
                 assert made is not None
                 if rg and m > 1:
-                    _preset_grad(made[0])
+                    preset_grad(made[0])
                 if cross_rg and m > 1:
-                    _preset_grad(made[1])
+                    preset_grad(made[1])
             else:
                 p = o.g.external(bias_n, self.pd, rg=rg)
                 z = o.g.external(cross_n, COMPUTE_DTYPE[self.wl.run_precision], rg=cross_rg)
                 for t, on in ((p, rg), (z, cross_rg)):
                     if on and not key.last:
-                        _preset_grad(t)
+                        preset_grad(t)
                 if key.second:  # the zero bias is a leaf: its AccumulateGrad keeps it
                     o.checkpoint_args.append(p)
                 out, _ = self.prog._dec_layer(o, x, w, enc, (p, z), cross=cross)
@@ -789,7 +789,7 @@ class _T5Step:
         enc_bytes = enc_n * DTYPE_BYTES[self.hd]
         inner = a.n_heads * a.head_dim
         cdt = COMPUTE_DTYPE[wl.run_precision]
-        cross_cache = 2 * a.n_dec_layers * b * wl.seq_len * inner * DTYPE_BYTES[cdt]
+        cross_cache = 2 * a.n_dec_layers * b * ew.q_len * inner * DTYPE_BYTES[cdt]
         per_token = 2 * a.n_dec_layers * b * inner * DTYPE_BYTES[cdt]
         casts = cast_cache_bytes(prefill_stacks + first)  # autocast's cache, until it exits
         kept = vadd(

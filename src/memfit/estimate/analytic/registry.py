@@ -25,6 +25,7 @@ from memfit.estimate.analytic import (
     families_gpt,
     families_gptoss,
     families_t5,
+    families_whisper,
 )
 from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.decoder import CustomFamily, DecoderFamily
@@ -41,6 +42,7 @@ FAMILY_MODULES = (
     families_clip,
     families_deepseek,
     families_gptoss,
+    families_whisper,
 )
 
 
