@@ -40,6 +40,7 @@ from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.attention import AttnShape, attention
 from memfit.estimate.analytic.blocks import Shared, Work, norm
 from memfit.estimate.analytic.decoder import DecoderFamily, DecoderProgram
+from memfit.estimate.analytic.engine import simulate_infer
 from memfit.estimate.analytic.graph import KV, Tensor
 from memfit.estimate.analytic.mlp import Mlp, grouped_experts, mlp_block
 from memfit.estimate.analytic.ops import Ops
@@ -100,8 +101,6 @@ class DeepseekV2Program(DecoderProgram):
                 "(the routed experts' autograd); the trace engine models it",
                 engine="analytic",
             )
-        from memfit.estimate.analytic.engine import simulate_infer
-
         return simulate_infer(self, wl, task)
 
     # ------------------------------------------------------------------ embed

@@ -39,6 +39,7 @@ from memfit.estimate.analytic.arch import Arch
 from memfit.estimate.analytic.attention import softmax
 from memfit.estimate.analytic.blocks import Shared, Work, cache_kv, eager_mask, keep_local
 from memfit.estimate.analytic.decoder import DecoderFamily, DecoderProgram
+from memfit.estimate.analytic.engine import simulate_infer
 from memfit.estimate.analytic.graph import Tensor
 from memfit.estimate.analytic.mlp import Mlp
 from memfit.estimate.analytic.ops import Ops
@@ -78,8 +79,6 @@ class GptOssProgram(DecoderProgram):
                 "the analytic engine; the trace engine models it",
                 engine="analytic",
             )
-        from memfit.estimate.analytic.engine import simulate_infer
-
         return simulate_infer(self, wl, task)
 
     # ------------------------------------------------------------------ embed
