@@ -1286,6 +1286,7 @@ def _at_count(job: str, gpus: int) -> str:
     then decides)."""
     return f"{job}_g{gpus}" if job in FSDP_JOBS and gpus in FSDP_GPU_COUNTS else job
 
+
 #: Issue 32 (moeinfer): inference of a model whose routed experts the job stores quantized
 #: (gpt-oss's MXFP4, from its checkpoint's ``quantization_config``): (inference grid job, quant)
 #: -> its grid job (fastpath_grid.JOBS: ``infer_mxfp4``, judged with ``infer_long_mxfp4``).
