@@ -325,14 +325,6 @@ class _WhisperStep(T5Step):
 
         return self.block(w, body)
 
-    def encoder(self) -> list[Stack]:
-        w = self.enc_work()
-        embed = self.enc_embed(w)
-        layers = self._layers(
-            self.a.n_layers, self.freeze_enc, embed.out_rg, lambda k: self.enc_layer(w, k)
-        )
-        return [Stack(embed, 1), *layers, Stack(self.enc_final(w), 1)]
-
     # -------------------------------------------------------------- decoder
     def dec_embed(self, w: Work, *, shift: bool) -> BlockProfile:
         """``shift_tokens_right(labels)`` (training), ``embed_tokens``, ``position_ids``
