@@ -46,6 +46,9 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
 
 
 def test_idle_sockets_held_open_do_not_stop_a_request(guarded: str) -> None:
+    url = f"{guarded}/api/estimate?model=gpt2&engine=analytic"
+    with urllib.request.urlopen(url) as r:  # the worker's first job (imports) before the clock
+        assert r.status == 200
     socks = []
     try:
         for i in range(40):  # silent ones and ones stuck half-way through their request head
@@ -54,7 +57,7 @@ def test_idle_sockets_held_open_do_not_stop_a_request(guarded: str) -> None:
                 s.sendall(b"GET /api/schema HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             socks.append(s)
         started = time.monotonic()
-        with urllib.request.urlopen(f"{guarded}/api/estimate?model=gpt2&engine=analytic") as r:
+        with urllib.request.urlopen(url) as r:
             assert r.status == 200 and r.headers["X-Memfit-Exit"] == "0"
         assert time.monotonic() - started < 1.9  # answered before any deadline freed a slot
     finally:
