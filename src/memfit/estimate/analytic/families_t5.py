@@ -666,25 +666,37 @@ class T5Step:
             o.g.touch(*locals_)
             if self.prog.scale_out:
                 y = o.unary(y)  # * d_model ** -0.5
-            o.lm_head_trainable = self.tied_grad
-            logits = o.linear(y, a.hidden, a.vocab, name="lm_head", trainable=self.tied_grad)
-            if self.tied_grad and o.existing_grads:
-                o.g.nodes[-1].inputs[1].hold_grad = True
-            o.g.hold(logits)
-            if not w.train:  # generate(): next-token logits copied to fp32
-                o.g.hold(o.unary(logits, dtype="f32"))
-                return x, [logits]
-            lf = o.fp32_op(logits)  # cross_entropy is on autocast's fp32 list
-            (logp,) = o.g.op([lf], [(lf.numel, lf.dtype)])  # log_softmax saves its output
-            o.save_outputs(logp)
-            (loss,) = o.g.op([logp], [(1, lf.dtype)])
-            o.g.hold(loss)
-            o.g.touch(stack_out)  # decoder_outputs[0]: a local of the model until it returns
-            if cached_casts:
-                o.g.touch(o.g.input(cached_casts, "u8", rg=False))
-            return x, [loss]  # backward starts from the loss
+            # decoder_outputs[0]: a local of the model until it returns
+            return x, self.lm_head_loss(o, y, w, cached_casts, kept=(stack_out,))
 
         return self.block(w, body, key=("head", w, s_enc, cached_casts))
+
+    def lm_head_loss(
+        self, o: Ops, y: Tensor, w: Work, cached_casts: int, *, kept: tuple[Tensor, ...] = ()
+    ) -> list[Tensor]:
+        """The tied LM head over ``y`` and (training) the cross-entropy, then the model returns:
+        ``kept`` (its locals held to the end) and ``cached_casts`` bytes of autocast's cached
+        weight casts go. The block's outputs: the loss (backward starts from it), or the
+        logits when generating (their next-token row copied to fp32)."""
+        a = self.a
+        o.lm_head_trainable = self.tied_grad
+        logits = o.linear(y, a.hidden, a.vocab, name="lm_head", trainable=self.tied_grad)
+        if self.tied_grad and o.existing_grads:
+            o.g.nodes[-1].inputs[1].hold_grad = True
+        o.g.hold(logits)
+        if not w.train:  # generate(): next-token logits copied to fp32
+            o.g.hold(o.unary(logits, dtype="f32"))
+            return [logits]
+        lf = o.fp32_op(logits)  # cross_entropy is on autocast's fp32 list
+        (logp,) = o.g.op([lf], [(lf.numel, lf.dtype)])  # log_softmax saves its output
+        o.save_outputs(logp)
+        (loss,) = o.g.op([logp], [(1, lf.dtype)])
+        o.g.hold(loss)
+        if kept:
+            o.g.touch(*kept)
+        if cached_casts:
+            o.g.touch(o.g.input(cached_casts, "u8", rg=False))
+        return [loss]
 
     def dec_work(self, q_len: int, kv_len: int) -> Work:
         return self._work(q_len, kv_len, use_cache=self.prog.use_cache and not self.ckpt)

@@ -398,22 +398,7 @@ class _WhisperStep(T5Step):
                 locals_.append(o.g.input(w.batch * w.q_len * w.kv_len, self.pd, rg=False))
             y = self.prog._norm(o, x)
             o.g.touch(*locals_)
-            o.lm_head_trainable = self.tied_grad
-            logits = o.linear(y, a.hidden, a.vocab, name="lm_head", trainable=self.tied_grad)
-            if self.tied_grad and o.existing_grads:
-                o.g.nodes[-1].inputs[1].hold_grad = True
-            o.g.hold(logits)
-            if not w.train:  # generate(): next-token logits copied to fp32
-                o.g.hold(o.unary(logits, dtype="f32"))
-                return x, [logits]
-            lf = o.fp32_op(logits)  # cross_entropy is on autocast's fp32 list
-            (logp,) = o.g.op([lf], [(lf.numel, lf.dtype)])  # log_softmax saves its output
-            o.save_outputs(logp)
-            (loss,) = o.g.op([logp], [(1, lf.dtype)])
-            o.g.hold(loss)
-            if cached_casts:
-                o.g.touch(o.g.input(cached_casts, "u8", rg=False))
-            return x, [loss]
+            return x, self.lm_head_loss(o, y, w, cached_casts)
 
         return self.block(w, body, key=("head", w, s_enc, cached_casts))
 
