@@ -15,6 +15,10 @@ from memfit.spec import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 GRID = ROOT / "benchmarks" / "results" / "fastpath_grid.jsonl"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.reserved_bands import latest_rows  # noqa: E402  (the grid: last row per key)
+
 COUNTS = (2, 4, 16, 32, 64)
 #: bundled configs whose root (untied embeddings and LM head) is a block's size or more, and
 #: whose every FSDP2 row at 8 GPUs the analytic engine matches within 0.5 % (test_fsdp_root.py)
@@ -46,14 +50,9 @@ def test_two_gpus_hold_the_lm_heads_gradient_past_the_reduce_scatter_output() ->
 
 
 def _count_rows() -> list[dict]:
-    rows: dict[tuple[str, str, str], dict] = {}
-    for line in GRID.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            r = json.loads(line)
-            rows[(r["family"], r["origin"], r["job"])] = r
     return [
         r
-        for r in rows.values()
+        for r in latest_rows(GRID.read_text(encoding="utf-8").splitlines())
         if r["family"] in UNTIED
         and r["job"].rsplit("_g", 1)[-1].isdigit()
         and "fsdp" in r["job"]

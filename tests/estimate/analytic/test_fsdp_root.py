@@ -18,6 +18,10 @@ from memfit.spec import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 GRID = ROOT / "benchmarks" / "results" / "fastpath_grid.jsonl"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.reserved_bands import latest_rows  # noqa: E402  (the grid: last row per key)
+
 #: the grid's FSDP2 jobs (benchmarks/fastpath_grid.py JOBS) on the bundled configs with an
 #: untied LM head as large as a block or more (olmo-2-7b: 100352 x 4096 embeddings and head)
 UNTIED = ("olmo-2-7b", "mistral-nemo-12b", "llama-3.1-8b", "phi-4")
@@ -37,12 +41,8 @@ def _two_layers(name: str) -> dict:
 
 
 def _rows() -> list[dict]:
-    rows: dict[tuple[str, str, str], dict] = {}
-    for line in GRID.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            r = json.loads(line)
-            rows[(r["family"], r["origin"], r["job"])] = r
-    return [r for r in rows.values() if r["family"] in UNTIED + OVER and r["job"] in FSDP_JOBS]
+    rows = latest_rows(GRID.read_text(encoding="utf-8").splitlines())
+    return [r for r in rows if r["family"] in UNTIED + OVER and r["job"] in FSDP_JOBS]
 
 
 @pytest.mark.parametrize("row", _rows(), ids=lambda r: f"{r['family']}-{r['job']}")
@@ -128,14 +128,9 @@ def test_lora_reserves_only_the_roots_gather_and_no_reshard_nothing() -> None:
 
 
 def _fsdp_rows() -> list[dict]:
-    rows: dict[tuple[str, str, str], dict] = {}
-    for line in GRID.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            r = json.loads(line)
-            rows[(r["family"], r["origin"], r["job"])] = r
     return [
         r
-        for r in rows.values()
+        for r in latest_rows(GRID.read_text(encoding="utf-8").splitlines())
         if r["job"] in FSDP_JOBS
         and r["trace"].get("status") == "ok"
         and r.get("analytic", {}).get("status") == "ok"

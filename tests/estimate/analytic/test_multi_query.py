@@ -14,7 +14,6 @@ measured by ``benchmarks/fastpath_grid.py``), not copied from the engine under t
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -27,6 +26,9 @@ from memfit.models import resolve_model, take_media
 
 ROOT = Path(__file__).resolve().parents[3]
 GRID = ROOT / "benchmarks" / "results" / "fastpath_grid.jsonl"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.reserved_bands import latest_rows  # noqa: E402  (the grid: last row per key)
 
 #: (family, origin) of the grid's multi-query configs, the jobs whose rows were off.
 CASES = [
@@ -47,12 +49,8 @@ TOLERANCE = 0.002
 
 
 def _latest_rows() -> dict[tuple[str, str, str], dict]:
-    rows: dict[tuple[str, str, str], dict] = {}
-    for line in GRID.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            r = json.loads(line)
-            rows[(r["family"], r["origin"], r["job"])] = r
-    return rows
+    rows = latest_rows(GRID.read_text(encoding="utf-8").splitlines())
+    return {(r["family"], r["origin"], r["job"]): r for r in rows}
 
 
 ROWS = _latest_rows()
