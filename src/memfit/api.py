@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from memfit.errors import NotModelledError, SpecError
-from memfit.estimate import checkpoint_dtype, estimate_with
+from memfit.estimate import estimate_with, settled_for
 from memfit.estimate.diffusion.answer import estimate_pipeline  # a cache hit imports no torch
 from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.estimate.options import using_options
@@ -364,10 +364,7 @@ def _estimate_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Estimate
 def _fit_text(model: Any, job: WorkloadSpec, *, gpu: Any, options: Any, **solve: Any) -> Any:
     source = _source(model, options)
     gpu_rec = _gpu(gpu)
-    job, note = job.settle_precision(
-        bf16=bool(getattr(gpu_rec, "supports_bf16", True)),
-        checkpoint_dtype=checkpoint_dtype(source),
-    )
+    job, note = settled_for(job, source, gpu_rec)
     result = fit_step(source, job, **({"gpu": gpu_rec} if gpu_rec is not None else {}), **solve)
     if note is not None and job.mode == "train":
         result.notes.append(note)

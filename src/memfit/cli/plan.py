@@ -407,11 +407,12 @@ def recipe_fields(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _asked_from_file(args: argparse.Namespace) -> dict[str, Any]:
+def _asked_from_file(args: argparse.Namespace, recipe: dict[str, Any]) -> dict[str, Any]:
     """``plan --from FILE``: the file's micro-batch and checkpointing as the job as asked
-    (memfit.cli.from_files), where the global batch is still the file's (a --global-batch or
-    --gpus given over it asks another job: the planner's recipe then) and the kernels' defaults
-    do not set the checkpointing."""
+    (memfit.cli.from_files), where the global batch is still the file's (a --global-batch given
+    over it asks another job: the planner's recipe then), the file's micro-batch divides the
+    per-GPU batch (`--gpus` over the file keeps it where it does), and the kernels' defaults
+    (``recipe``: :func:`recipe_fields`) do not set the checkpointing."""
     micro = getattr(args, "asked_micro_batch", None)
     if micro is None or args.mode != "train" or args.global_batch is None:
         return {}
@@ -421,7 +422,7 @@ def _asked_from_file(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {"asked_micro_batch": micro}
     ckpt = getattr(args, "asked_checkpointing", None)
-    if ckpt and ckpt != "none" and _kernel_fields(args)["checkpointing"] == "none":
+    if ckpt and ckpt != "none" and recipe["checkpointing"] == "none":
         out["checkpointing"] = ckpt
     return out
 
@@ -440,8 +441,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cli_vllm.cmd_plan_vllm(args)
     if args.runtime in OTHER_RUNTIMES:
         return cmd_plan_runtime(args, "plan")
+    recipe = recipe_fields(args)
     request = PlanRequest(
-        **{**recipe_fields(args), **_asked_from_file(args)},
+        **{**recipe, **_asked_from_file(args, recipe)},
         mode=args.mode,
         seq_len=args.seq,
         batch_size=args.batch,

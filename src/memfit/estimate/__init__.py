@@ -66,10 +66,7 @@ def estimate(
             media=workload.media,
         )
     )
-    workload, precision_note = workload.settle_precision(
-        bf16=bool(getattr(gpu_record, "supports_bf16", True)),
-        checkpoint_dtype=checkpoint_dtype(source),
-    )
+    workload, precision_note = settled_for(workload, source, gpu_record)
     est = policy.estimate(source, workload, gpu_record, extrapolate=extrapolate)
     if precision_note is not None and workload.mode == "train":
         est = dataclasses.replace(est, notes=[*est.notes, precision_note])
@@ -82,6 +79,15 @@ def estimate(
         )
         est = dataclasses.replace(est, notes=[*est.notes, note])
     return _with_inputs(est, source, workload)
+
+
+def settled_for(workload: WorkloadSpec, source: Any, gpu: Any) -> tuple[WorkloadSpec, str | None]:
+    """``workload`` with a defaulted precision settled for ``gpu`` (fp16 where it has no bf16)
+    and ``source``'s checkpoint dtype, and the line saying which default applied (None: the
+    precision was given): the job every surface (estimate, fit, doctor) judges."""
+    return workload.settle_precision(
+        bf16=bool(getattr(gpu, "supports_bf16", True)), checkpoint_dtype=checkpoint_dtype(source)
+    )
 
 
 def _bf16(precision: str | None) -> bool:

@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from memfit.errors import SpecError
-from memfit.estimate import checkpoint_dtype
+from memfit.estimate import settled_for
 from memfit.estimate.policy import AUTO, AnalyticFirst
 from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.verdict import DOES_NOT_FIT
@@ -97,17 +97,16 @@ def doctor(
     gpu_rec = get_gpu(gpu) if isinstance(gpu, str) else gpu
     # the job as `memfit estimate` runs it: a defaulted precision settled for this GPU (fp16 on
     # one without bf16) and the checkpoint's dtype, with the line that says which default applied
-    workload, precision_note = workload.settle_precision(
-        bf16=bool(getattr(gpu_rec, "supports_bf16", True)),
-        checkpoint_dtype=checkpoint_dtype(source),
-    )
+    workload, precision_note = settled_for(workload, source, gpu_rec)
     est_fn, first = _estimator(source, gpu_rec, estimator)
     est = est_fn(workload)
     notes = [] if precision_note is None or workload.mode != "train" else [precision_note]
     if first is not None and first.n_trace:
         notes.append(f"estimated by the trace engine: {first.rejected[0]}")
-    d = DoctorChecks(source, workload, gpu_rec, est, est_fn, headroom, told)
-    d.nearest_searched = estimator is None  # an injected estimator (tests): its own plan
+    # an injected estimator (tests) gets the planner's plan over it, not estimate's search
+    d = DoctorChecks(
+        source, workload, gpu_rec, est, est_fn, headroom, told, nearest_searched=estimator is None
+    )
     findings = d.run()
     return DoctorReport(
         verdict=None if d.budget is None else verdict(est, d.budget),
@@ -145,6 +144,8 @@ class DoctorChecks(Checklist[Finding]):
         est_fn: Estimator,
         headroom: float,
         told: UserFacts,
+        *,
+        nearest_searched: bool = False,
     ) -> None:
         self.source, self.w, self.gpu, self.est, self.est_fn = source, w, gpu, est, est_fn
         self.headroom, self.told = headroom, told
@@ -155,7 +156,7 @@ class DoctorChecks(Checklist[Finding]):
         self.notes: list[str] = []
         #: whether "no batch fits" names `memfit estimate`'s nearest change (memfit.plan.nearest,
         #: the same search and words), or the planner's plan over ``est_fn`` (an injected one)
-        self.nearest_searched = False
+        self.nearest_searched = nearest_searched
         #: the job as the next steps propose it: its precision as this GPU runs it
         asked = w.precision or DEFAULT_PRECISION[w.mode]  # resolved by WorkloadSpec: never None
         self.proposed = replace(w, precision=precision_on(asked, gpu))
