@@ -515,11 +515,7 @@ def _result(
                         band,
                         reserved.ratio,
                         reserved.fixed_bytes[1],
-                        extra="FSDP2's root buffers"
-                        if stranded and wl.is_train
-                        else "the weights' and the KV cache's own segments"
-                        if not wl.is_train
-                        else "fixed segments",
+                        extra=_band_extra(wl, stranded),
                     )
                 }
                 if end == "band"
@@ -554,3 +550,11 @@ def _band_note(
         return band.describe() + (f" + {format_bytes(more)} ({extra})" if more else "")
     plus = f" + {format_bytes(top_bytes)}" if top_bytes else ""
     return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}{plus})"
+
+
+def _band_extra(wl: Any, stranded: int) -> str:
+    """What a reserved rule's top adds over its band's fixed part, in words: FSDP2's root buffers
+    (an FSDP2 training job), the weights' and KV cache's own segments (inference)."""
+    if not wl.is_train:
+        return "the weights' and the KV cache's own segments"
+    return "FSDP2's root buffers" if stranded else "fixed segments"
