@@ -232,15 +232,11 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None) -> 
     return code
 
 
-#: the --runtime values that name a serving engine (not Hugging Face's generate() / a training
-#: step): a job for them is inference whether or not --mode says so
-SERVING_RUNTIMES = ("vllm", "sglang", "llama.cpp")
-
-
 def _serving_implies_infer(args: argparse.Namespace, words: Sequence[str]) -> bool:
-    """``plan / fit / upgrade --runtime vllm|sglang|llama.cpp`` without ``--mode``: a server
-    serves, so the job is inference (``--mode train`` given with it stays an error)."""
-    if getattr(args, "runtime", "hf") not in SERVING_RUNTIMES or not hasattr(args, "mode"):
+    """``plan / fit / upgrade --runtime vllm|sglang|llama.cpp`` without ``--mode``: every
+    ``--runtime`` but ``hf`` (Hugging Face's generate() or a training step) names a server, and a
+    server serves, so the job is inference (``--mode train`` given with it stays an error)."""
+    if getattr(args, "runtime", "hf") in (None, "hf") or not hasattr(args, "mode"):
         return False
     return not any(w == "--mode" or w.startswith("--mode=") for w in words)
 
