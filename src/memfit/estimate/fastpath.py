@@ -505,6 +505,15 @@ SETTLES: dict[str, tuple[str, ...]] = {
     ),
 }
 
+
+def _extend(table: dict[str, tuple[str, ...]], jobs_of: Any) -> None:
+    """Add ``jobs_of`` (model_type -> grid jobs, a mapping or (model_type, jobs) pairs) to
+    ``table`` (:data:`VALIDATED` or :data:`SETTLES`), after the jobs it already has."""
+    pairs = jobs_of.items() if hasattr(jobs_of, "items") else jobs_of
+    for model_type, jobs in pairs:
+        table[model_type] = table.get(model_type, ()) + tuple(jobs)
+
+
 #: The grid's precision (pure bf16 for every job but ``mixed``: fastpath_grid.py's docstring).
 GRID_PRECISION = "bf16-true"
 #: The grid's training jobs by (precision, LoRA, checkpointing, gradients held from earlier
@@ -547,9 +556,8 @@ DROPOUT_VALIDATED_TYPES = (
     "bert", "bloom", "falcon", "gemma2", "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox",
     "llama", "mistral", "olmo2", "opt", "phi", "phi3", "qwen2", "qwen3", "roberta", "t5", "vit",
 )  # fmt: skip
-for _model_type in DROPOUT_VALIDATED_TYPES:
-    VALIDATED[_model_type] += tuple(DROPOUT_JOBS.values())
-    SETTLES[_model_type] += tuple(DROPOUT_JOBS.values())
+_extend(VALIDATED, ((t, DROPOUT_JOBS.values()) for t in DROPOUT_VALIDATED_TYPES))
+_extend(SETTLES, ((t, DROPOUT_JOBS.values()) for t in DROPOUT_VALIDATED_TYPES))
 #: QLoRA (issue 32): (bitsandbytes 4-bit format, the LoRA grid job the workload would be
 #: unquantized) -> the grid job (fastpath_grid.JOBS' ``qlora*``: LoRA rank 8 on an NF4 base,
 #: bf16-true, no prepare_model_for_kbit_training). Only these pairs are run by the grid; any
@@ -573,9 +581,8 @@ QLORA_VALIDATED_TYPES = (
     "bert", "bloom", "falcon", "gemma2", "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox", "llama",
     "mistral", "olmo2", "opt", "phi", "phi3", "qwen2", "qwen3", "roberta", "t5", "vit",
 )  # fmt: skip
-for _model_type in QLORA_VALIDATED_TYPES:
-    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + tuple(QLORA_JOBS.values())
-    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + tuple(QLORA_JOBS.values())
+_extend(VALIDATED, ((t, QLORA_JOBS.values()) for t in QLORA_VALIDATED_TYPES))
+_extend(SETTLES, ((t, QLORA_JOBS.values()) for t in QLORA_VALIDATED_TYPES))
 #: LoRA on part of the linear layers (issue 32, gridfree): a LoRA job whose ``lora_targets``
 #: names roles (``q``, ``k``, ``v``, ``o``, ``gate``, ``up``, ``down``, ``attention``, ``mlp``)
 #: or the module leaf names the family gives roles (``models.lora_targets.role_names``: the same
@@ -936,10 +943,8 @@ VARIANTS_SETTLES = {
     mt: tuple(j for j in jobs if (mt, j) not in INFER_VARIANTS_PENDING)
     for mt, jobs in VARIANTS_SETTLES.items()
 }
-for _model_type, _jobs in VARIANTS_VALIDATED.items():
-    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
-for _model_type, _jobs in VARIANTS_SETTLES.items():
-    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+_extend(VALIDATED, VARIANTS_VALIDATED)
+_extend(SETTLES, VARIANTS_SETTLES)
 #: fp16 (issue 32, fp16grid): on a GPU without bf16 (T4, V100) memfit's defaults are the fp16
 #: counterparts (``spec.rules.FP16_COUNTERPART``: a full fine-tune ``16-mixed``, with
 #: torch.amp.GradScaler; LoRA / QLoRA ``16-true``): those jobs -> their ``*_fp16`` grid job
@@ -981,10 +986,8 @@ FP16_VALIDATED: dict[str, tuple[str, ...]] = {
     mt: tuple(job for job in FP16_JOBS if (mt, job) not in FP16_NOT_VALIDATED)
     for mt in FP16_VALIDATED_TYPES
 }
-for _model_type, _jobs in FP16_VALIDATED.items():
-    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
-for _model_type, _jobs in FP16_SETTLES.items():
-    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+_extend(VALIDATED, FP16_VALIDATED)
+_extend(SETTLES, FP16_SETTLES)
 #: fp16 inference and the fp16 variants (issue 32, fp16infer): an inference job's precision ->
 #: its grid job (``16-true``, a T4 / V100's default for ``--mode infer``: ``infer_fp16``,
 #: judged with its serving-size ``infer_long_fp16`` rows, fastpath_grid.JUDGED_AS), and the
@@ -1096,10 +1099,8 @@ FP16_VARIANTS_VALIDATED = {
 FP16_VARIANTS_SETTLES = {
     mt: _fp16_variants(mt, FP16_VARIANTS_NOT_SETTLED) for mt in FP16_VALIDATED_TYPES
 }
-for _model_type, _jobs in FP16_VARIANTS_VALIDATED.items():
-    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
-for _model_type, _jobs in FP16_VARIANTS_SETTLES.items():
-    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+_extend(VALIDATED, FP16_VARIANTS_VALIDATED)
+_extend(SETTLES, FP16_VARIANTS_SETTLES)
 #: The grid jobs that shard or offload on their one GPU: those settings (fixed, the rest free).
 JOB_LAYOUT: dict[str, dict[str, Any]] = {
     "mixed_offload_held": {"shard": "zero2", "offload": "optimizer"},
@@ -1209,10 +1210,8 @@ SHARD_SETTLES: dict[str, tuple[str, ...]] = {
     ),
     "vit": _ALL_SHARD_JOBS,
 }
-for _model_type, _jobs in SHARD_VALIDATED.items():
-    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
-for _model_type, _jobs in SHARD_SETTLES.items():
-    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+_extend(VALIDATED, SHARD_VALIDATED)
+_extend(SETTLES, SHARD_SETTLES)
 #: The GPUs of the grid's sharded jobs over several GPUs (fastpath_grid.SHARD_GPUS): rank 0's
 #: bytes at another count are not run by the grid (traced).
 SHARD_GPUS = 8
@@ -1274,10 +1273,8 @@ FSDP_COUNT_SETTLES: dict[str, tuple[str, ...]] = {
     "roberta": _counts(),
     "vit": _counts(("lora_fsdp",), but=("lora_fsdp_g16", "lora_fsdp_g32", "lora_fsdp_g64")),
 }
-for _model_type, _jobs in FSDP_COUNT_VALIDATED.items():
-    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
-for _model_type, _jobs in FSDP_COUNT_SETTLES.items():
-    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+_extend(VALIDATED, FSDP_COUNT_VALIDATED)
+_extend(SETTLES, FSDP_COUNT_SETTLES)
 
 
 def _at_count(job: str, gpus: int) -> str:
@@ -1309,9 +1306,8 @@ MOE_INFER_VALIDATED: dict[str, tuple[str, ...]] = {
     "gpt_oss": ("infer", "infer_gen", "infer_mxfp4"),
 }
 INFER_VARIANTS_PENDING |= {("deepseek_v2", "infer")}
-for _model_type, _jobs in MOE_INFER_VALIDATED.items():
-    VALIDATED[_model_type] = VALIDATED.get(_model_type, ()) + _jobs
-    SETTLES[_model_type] = SETTLES.get(_model_type, ()) + _jobs
+_extend(VALIDATED, MOE_INFER_VALIDATED)
+_extend(SETTLES, MOE_INFER_VALIDATED)
 
 #: issue 32 (helper whisperan): Whisper's analytic program (``analytic/families_whisper.py``),
 #: on the grid's tiny whisper and whisper-base cut to 2 layers (``fastpath_grid.py --types
@@ -1337,8 +1333,8 @@ WHISPER_VALIDATED: dict[str, tuple[str, ...]] = {
 WHISPER_SETTLES: dict[str, tuple[str, ...]] = {
     "whisper": ("train", *WHISPER_VALIDATED["whisper"]),
 }
-VALIDATED.update(WHISPER_VALIDATED)
-SETTLES.update(WHISPER_SETTLES)
+_extend(VALIDATED, WHISPER_VALIDATED)
+_extend(SETTLES, WHISPER_SETTLES)
 
 
 def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
