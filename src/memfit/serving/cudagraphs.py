@@ -105,12 +105,52 @@ __all__ = [
 #: (base, per layer, per MoE layer) bytes per captured graph, fitted as the module docstring
 #: says (``benchmarks/vllm_startup.py`` prints the refit: MiB per graph).
 CAPTURE_PER_GRAPH = (int(1.4574 * MiB), int(0.1651 * MiB), int(0.0689 * MiB))
-ESTIMATE_PER_GRAPH = (int(0.6709 * MiB), int(0.1777 * MiB), int(0.0359 * MiB))
 #: bytes per MLA layer per captured graph beyond the terms above (module docstring, 3):
-#: DeepSeek-V2-Lite's logged 1.57 / 1.39 GiB (capture / estimate) less memfit's 1,362,161,394 /
-#: 1,222,660,176 bytes without it, over 102 graphs x 27 MLA layers
+#: DeepSeek-V2-Lite's logged 1.57 GiB capture less memfit's 1,362,161,394 bytes without it, over
+#: 102 graphs x 27 MLA layers
 CAPTURE_PER_MLA_LAYER = int((1.57 * 2**30 - 1_362_161_394) / (102 * 27))
-ESTIMATE_PER_MLA_LAYER = int((1.39 * 2**30 - 1_222_660_176) / (102 * 27))
+#: vLLM's estimate (module docstring, "The estimate"): the mean of the one per-graph sample each
+#: mode's second-largest capture gives, (base, per layer, per MoE layer) bytes, least squares on
+#: the 34 fitted logs' "Estimated PIECEWISE / FULL CUDA graph memory: ... × X MiB per-graph"
+#: debug lines (``graph_samples`` in benchmarks/data/vllm_startup_logs.jsonl; two samples left
+#: out, see ``is_segment_outlier`` in benchmarks/vllm_startup.py, which prints the refit)
+ESTIMATE_SAMPLE_PIECEWISE = (int(-1.7059 * MiB), int(0.2428 * MiB), int(0.0336 * MiB))
+ESTIMATE_SAMPLE_FULL = (int(1.1653 * MiB), int(0.1289 * MiB), int(0.0752 * MiB))
+#: per MLA layer per sampled graph beyond the terms above, (PIECEWISE, FULL): what
+#: DeepSeek-V2-Lite's logged samples (10 / 8 MiB, llm-d-planner log at commit 6417620b) leave over
+#: the fitted mean at its 27 layers (26 fused-MoE), per MLA layer. Fitted on that one log, checked
+#: on two held out (Kimi-VL-A3B at TP 1 / 2, tests/serving/test_cudagraphs.py)
+ESTIMATE_SAMPLE_PER_MLA_LAYER = (
+    int(
+        (
+            10 * MiB
+            - ESTIMATE_SAMPLE_PIECEWISE[0]
+            - 27 * ESTIMATE_SAMPLE_PIECEWISE[1]
+            - 26 * ESTIMATE_SAMPLE_PIECEWISE[2]
+        )
+        / 27
+    ),
+    int(
+        (
+            8 * MiB
+            - ESTIMATE_SAMPLE_FULL[0]
+            - 27 * ESTIMATE_SAMPLE_FULL[1]
+            - 26 * ESTIMATE_SAMPLE_FULL[2]
+        )
+        / 27
+    ),
+)
+#: ``max(second sample, 1 << 20)`` in ``profile_cudagraph_memory``: "at least 1 MiB per graph for
+#: driver overhead"
+VLLM_MIN_PER_GRAPH_BYTES = 1 * MiB
+#: the FULL mode's first capture beyond FlashAttention's split workspace (the logs: 0-13 MiB,
+#: median 4; the graph itself and the FA3 scheduler metadata)
+ESTIMATE_FULL_FIRST_EXTRA_BYTES = 4 * MiB
+#: the PIECEWISE mode's first capture (the largest capture size, the pool's first fill):
+#: (base, multiple of the largest graph's MLP input projection output
+#: ``largest x 2 x intermediate / TP x activation bytes``), least squares on the same 34 logs
+#: ("... MiB first-capture" of PIECEWISE; residuals -47 to +34 MiB)
+ESTIMATE_PIECEWISE_FIRST = (int(72.78 * MiB), 2.0913)
 #: ``flash_attn_max_num_splits_for_cuda_graph`` (32 in every modelled release, docstring)
 FA_MAX_SPLITS_FOR_CUDA_GRAPH = 32
 #: FlashAttention's split accumulators are fp32 (``out_accum``, ``softmax_lse_accum``)
@@ -200,12 +240,16 @@ def plan_cudagraphs(
     flash_attention: bool = True,
     max_capture_size: int | None = None,
     n_mla_layers: int = 0,
+    mlp_out_bytes_per_token: int = 0,
+    fa_dtype: bool = True,
 ) -> CudaGraphPlan:
     """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers (``n_moe_layers`` of
     them fused-MoE, ``n_heads_per_rank`` query heads of value width ``head_dim_v``; without
     ``flash_attention`` (an mm-prefix checkpoint) no split workspace; ``max_capture_size``:
-    ``--max-cudagraph-capture-size``; ``n_mla_layers``: the MLA layers among ``n_layers``), and
-    the bytes memfit counts for it (module docstring)."""
+    ``--max-cudagraph-capture-size``; ``n_mla_layers``: the MLA layers among ``n_layers``;
+    ``mlp_out_bytes_per_token``: a token's MLP input projection output on this rank, ``2 x
+    intermediate / TP x activation bytes``; ``fa_dtype``: the activations are fp16 / bf16, the
+    dtypes FlashAttention serves), and the bytes memfit counts for it (module docstring)."""
     if enforce_eager:
         return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, capture_bytes=0, estimate_bytes=0)
     ceiling = 1024 if sm100 and minor >= 28 else 512
@@ -226,16 +270,29 @@ def plan_cudagraphs(
             head_dim_v=head_dim_v,
         )
 
-    def per_graph(c: tuple[int, int, int], mla: int) -> int:
-        return c[0] + c[1] * n_layers + c[2] * n_moe_layers + mla * n_mla_layers
+    per_graph = (
+        CAPTURE_PER_GRAPH[0]
+        + CAPTURE_PER_GRAPH[1] * n_layers
+        + CAPTURE_PER_GRAPH[2] * n_moe_layers
+        + CAPTURE_PER_MLA_LAYER * n_mla_layers
+    )
 
     if engine != "v1" or minor < FIRST_MODELLED_MINOR:
         capture = LEGACY_ALLOWANCE_BYTES
     else:
-        capture = workspace + n * per_graph(CAPTURE_PER_GRAPH, CAPTURE_PER_MLA_LAYER)
+        capture = workspace + n * per_graph
     estimate = 0
     if engine == "v1" and minor >= FIRST_ESTIMATE_MINOR:
-        estimate = workspace + n * per_graph(ESTIMATE_PER_GRAPH, ESTIMATE_PER_MLA_LAYER)
+        estimate = vllm_estimate_bytes(
+            n_piecewise=len(sizes),
+            n_full=len(full),
+            full_first=(workspace if fa_dtype else 0) + ESTIMATE_FULL_FIRST_EXTRA_BYTES,
+            piecewise_first=ESTIMATE_PIECEWISE_FIRST[0]
+            + int(ESTIMATE_PIECEWISE_FIRST[1] * largest * mlp_out_bytes_per_token),
+            n_layers=n_layers,
+            n_moe_layers=n_moe_layers,
+            n_mla_layers=n_mla_layers,
+        )
     return CudaGraphPlan(
         n_piecewise=len(sizes),
         n_full=len(full),
@@ -243,3 +300,41 @@ def plan_cudagraphs(
         capture_bytes=capture,
         estimate_bytes=estimate,
     )
+
+
+def estimate_sample_bytes(
+    mode: str, *, n_layers: int, n_moe_layers: int, n_mla_layers: int = 0
+) -> int:
+    """memfit's mean of the per-graph sample vLLM takes for ``mode`` ("PIECEWISE" or "FULL"):
+    the second-largest capture's free-memory difference, at least 1 MiB (module docstring)."""
+    pw = mode == "PIECEWISE"
+    c = ESTIMATE_SAMPLE_PIECEWISE if pw else ESTIMATE_SAMPLE_FULL
+    mla = ESTIMATE_SAMPLE_PER_MLA_LAYER[0 if pw else 1] * n_mla_layers
+    return max(c[0] + c[1] * n_layers + c[2] * n_moe_layers + mla, VLLM_MIN_PER_GRAPH_BYTES)
+
+
+def vllm_estimate_bytes(
+    *,
+    n_piecewise: int,
+    n_full: int,
+    full_first: int,
+    piecewise_first: int,
+    n_layers: int,
+    n_moe_layers: int,
+    n_mla_layers: int = 0,
+) -> int:
+    """``GPUModelRunner.profile_cudagraph_memory`` (0.18-0.33, module docstring): the largest of
+    the modes' first captures (they share one pool) plus, per mode, ``(n - 1)`` x its per-graph
+    sample."""
+    firsts = [f for f, n in ((piecewise_first, n_piecewise), (full_first, n_full)) if n]
+    if not firsts:
+        return 0
+    extrapolated = sum(
+        (n - 1)
+        * estimate_sample_bytes(
+            mode, n_layers=n_layers, n_moe_layers=n_moe_layers, n_mla_layers=n_mla_layers
+        )
+        for mode, n in (("PIECEWISE", n_piecewise), ("FULL", n_full))
+        if n
+    )
+    return max(firsts) + extrapolated
