@@ -260,7 +260,8 @@ def test_vllm_estimate_misses_are_within_its_own_2_mib_sampling_step() -> None:
     number of 2 MiB pages (docs/accuracy.md, "vLLM's graph estimate"). memfit's mean per graph
     sits within one page of the sample on most logs and within 1.5 pages on all but the two that
     sampled a 20 MiB allocator segment (>= 3 pages under). Descriptive over the logs the
-    constants were fitted on: it fails if the constants or the data move the residuals out of the sample's step."""
+    constants were fitted on: it fails if the constants or the data move the residuals out of
+    the sample's step."""
     from benchmarks.vllm_startup import compare, load, pages_per_sampled_graph
 
     rows = [compare(r) for r in load()]
