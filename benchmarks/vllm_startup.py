@@ -258,6 +258,37 @@ def loo_sample_fit() -> list[str]:
     return lines
 
 
+def piecewise_first_fit() -> str:
+    """Refit memfit.serving.cudagraphs.ESTIMATE_PIECEWISE_FIRST: the PIECEWISE mode's logged
+    first capture (MiB) against the largest graph's MLP input projection output (MiB: ``largest
+    x 2 x intermediate / TP x activation bytes``), least squares over the fitted logs."""
+    xs, ys = [], []
+    for r in load():
+        g = r.get("graph_samples")
+        if not g or "PIECEWISE" not in g or r.get("graph_held_out"):
+            continue
+        if not r["gpu"].startswith("H100"):
+            continue
+        tp = int(r["flags"].get("tensor-parallel-size", 1))
+        text = spec_of(r).text or spec_of(r)
+        inter = text.intermediate_size or 0
+        if text.n_experts and text.expert_intermediate_size:
+            inter = (text.n_experts_per_token or 1) * text.expert_intermediate_size
+        act = 4 if r["flags"].get("dtype") == "float32" else 2
+        largest = cudagraph_capture_sizes(max_num_seqs=1024, max_num_batched_tokens=8192)[-1]
+        xs.append(largest * 2 * inter / tp * act / 2**20)
+        ys.append(g["PIECEWISE"]["first_mib"])
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    base = my - slope * mx
+    res = [y - (base + slope * x) for x, y in zip(xs, ys)]
+    return (
+        f"vLLM PIECEWISE first capture fit on {n} logs: {base:.2f} MiB + {slope:.4f} x the largest "
+        f"graph's MLP input projection output; residuals {min(res):+.0f} to {max(res):+.0f} MiB"
+    )
+
+
 def _held_out(rows: list[dict[str, Any]]) -> str:
     """The logged graph figures of the records added after the fit (``graph_held_out``)."""
     out = []
@@ -338,6 +369,7 @@ def main() -> int:
         "more KV tokens than logged by > 3 %: " + (", ".join(over_tokens) or "none"),
         *loo_graph_fit(),
         *loo_sample_fit(),
+        piecewise_first_fit(),
         _held_out(rows),
         f"{len(rows)} published start-ups; worst errors (setups that started): "
         + ", ".join(f"{k} {e:+.1f} % ({i})" for k, (e, i) in worst.items()),
