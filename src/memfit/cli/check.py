@@ -14,7 +14,8 @@ from typing import Any
 from memfit.cli import llamacpp as cli_llamacpp
 from memfit.cli import sglang as cli_sglang
 from memfit.cli import vllm as cli_vllm
-from memfit.cli.check_fix import CheckFix, find_fix
+from memfit.cli.check_fix import CheckFix, checkpointing_fixed, find_fix
+from memfit.cli.check_options import CHECK_FAMILIES, with_result_changing
 from memfit.cli.from_files import FRAMEWORK_FORMATS
 from memfit.errors import SpecError, UnknownModelError
 from memfit.estimate import ENGINES, estimate
@@ -116,6 +117,16 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="apply the fix to the files (one whose edited files the estimate says fit; the "
         "originals kept as NAME.memfit-orig), then check the written files: exit by their verdict",
     )
+    c.add_argument(
+        "--allow",
+        action="append",
+        choices=CHECK_FAMILIES,
+        default=[],
+        help="let the fix change the result in this family, as `memfit plan --allow` does "
+        "(quant: a LoRA job's base loaded in 4 bits, QLoRA, in the files' own keys: "
+        "LLaMA-Factory quantization_bit, axolotl adapter: qlora + load_in_4bit, TRL "
+        "load_in_4bit, LitGPT quantize); without it such a fix is only named",
+    )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     return {"check": cmd_check}
 
@@ -189,6 +200,17 @@ def cmd_check(args: argparse.Namespace) -> int:
                 find_fix(job, source, workload, args.gpu, estimate_job)
                 if source is not None
                 else CheckFix(message=_no_plan(model))
+            )
+            fix = with_result_changing(
+                fix,
+                job,
+                source,
+                workload,
+                est.n_params,
+                args.gpu,
+                estimate_job,
+                allow=frozenset(args.allow),
+                keep_checkpointing=checkpointing_fixed(job),
             )
     after: tuple[list[Written], MemoryEstimate] | None = None
     if args.write and fix is not None and fix.found:  # atomic, all files or none, originals kept
