@@ -167,7 +167,11 @@ def find_fix(
         for wanted in _variants(_wanted(o.settings, workload), workload)
     ]
     # the planner's step time of each plan tried, to show beside a plan that is not offered
-    step_of = {str(o.settings.describe()): o.cost.step_s for o in options}
+    step_of = {
+        _how(o.settings, wanted, workload): o.cost.step_s
+        for o in options
+        for wanted in _variants(_wanted(o.settings, workload), workload)
+    }
     splits = [(*t, True) for t in _smallest_splits(workload, keep_checkpointing=ckpt_fixed)]
     tries = planned + splits
     if workload.checkpointing not in PLANNED_CHECKPOINTING:
@@ -198,7 +202,8 @@ def find_fix(
             # what the files cannot say (a fused optimizer kernel torchtune names by class, a
             # ZeRO stage with no DeepSpeed file) is left as the files have it: the edit of the
             # rest is offered if the edited files fit without it
-            not_said.append((how, unexpressed))
+            step = f" (predicted {step_of[how]:.3g} s/step)" if how in step_of else ""
+            not_said.append((how + step, unexpressed))
             wanted = {k: v for k, v in wanted.items() if f"{k}={v}" not in unexpressed}
             edits, _ = plan_edits(job.files, wanted, set_by)
         diff = "".join(e.diff() for e in edits)

@@ -101,7 +101,11 @@ def render_check(
             if name != "model" and not name.startswith("_")
         )
     )
-    out.append(_verdict_line("peak on the device", est))
+    if answer.get("not_runnable"):
+        out.append(answer["not_runnable"])
+        out.append(_verdict_line("peak on the device, in fp16 (the fix below)", est))
+    else:
+        out.append(_verdict_line("peak on the device", est))
     out.append(f"answered by: {answer['answered_by']}")
     if answer["note"]:
         out.append(f"note: {answer['note']}")
