@@ -44,8 +44,9 @@ from memfit.spec import WorkloadSpec
 #: The result-changing families ``memfit check --allow`` takes (``memfit plan --allow``'s names):
 #: the ones a job file says in its own keys.
 CHECK_FAMILIES = ("quant",)
-#: The planner's result-changing plans checked on edited files, at most.
-MAX_RESULT_CHECKED = 3
+#: The planner's result-changing plans (and their micro-batch-1 splits) checked on edited files,
+#: at most.
+MAX_RESULT_CHECKED = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +122,8 @@ def quant_fix(
             continue  # a plan that changes more than the base's format (8-bit states ...)
         if o.fits is False:
             continue
-        for wanted in _variants({**_wanted(s, workload), "quant": s.quant}, workload):
+        planned = _variants({**_wanted(s, workload), "quant": s.quant}, workload)
+        for wanted in planned + _smaller(planned[-1], workload, keep_checkpointing):
             edits, unexpressed = plan_edits(job.files, wanted, set_by)
             if any(u.startswith("quant=") for u in unexpressed):
                 return None  # these files cannot say a quantized base
@@ -145,6 +147,17 @@ def quant_fix(
                 )
                 return replace(fixed, result_changes=labels)
     return None
+
+
+def _smaller(
+    wanted: dict[str, Any], workload: WorkloadSpec, keep_checkpointing: bool
+) -> list[dict[str, Any]]:
+    """The planned QLoRA change at micro-batch 1 (the same samples per step), then with full
+    checkpointing too: where the edited files' estimate finds the planner's split only tight."""
+    per_step = workload.batch_size * workload.grad_accum
+    one = {**wanted, "batch_size": 1, "grad_accum": per_step}
+    out = [one] if keep_checkpointing else [one, {**one, "checkpointing": "full"}]
+    return [{k: v for k, v in w.items() if getattr(workload, k) != v} for w in out]
 
 
 def with_result_changing(
