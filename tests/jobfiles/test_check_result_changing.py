@@ -157,3 +157,20 @@ def test_the_refusal_quoted_is_the_installed_transformers_text():
     source = (Path(spec.origin).parent / "training_args.py").read_text()
     first, second = TRANSFORMERS_REFUSAL.split(" You need Ampere+")
     assert f'"{first}"' in source and '" You need Ampere+' + second + '"' in source
+
+
+def test_an_accelerate_config_naming_bf16_is_switched_with_the_training_arguments(tmp_path, capsys):
+    """Files that disagree on the precision do not combine: the launcher's mixed_precision
+    is written fp16 with the Trainer's flags, and the edited pair reads back as one job."""
+    args = tmp_path / "args.yaml"
+    args.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 1\n"
+        "max_length: 512\nbf16: true\nuse_peft: true\nlora_r: 8\noutput_dir: out\n"
+    )
+    acc = tmp_path / "accelerate.yaml"
+    acc.write_text("distributed_type: MULTI_GPU\nmixed_precision: bf16\nnum_processes: 2\n")
+    code, out = _check(capsys, [args, acc], "T4", "--write")
+    keys = {(Path(k["file"]).name, k["key"], k["new"]) for k in out["fix"]["keys"]}
+    assert ("accelerate.yaml", "mixed_precision", "fp16") in keys
+    assert ("args.yaml", "fp16", True) in keys
+    assert code == 0 and "mixed_precision: fp16" in acc.read_text()

@@ -96,9 +96,11 @@ def in_front(fix: CheckFix, edits: list[FileEdit], keys: list[KeyChange], before
     merged = []
     for e in edits:
         later = by_path.pop(e.path, None)
-        new = e.new_text if later is None else later.new_text
-        merged.append(replace(e, new_text=new, keys=e.keys + (() if later is None else later.keys)))
-    merged += [replace(e, old_text=e.old_text) for e in by_path.values()]
+        if later is None:
+            merged.append(e)
+        else:  # the later edit was made on the fp16 text: from the original, both edits
+            merged.append(replace(later, old_text=e.old_text, keys=e.keys + later.keys))
+    merged += list(by_path.values())  # files the fp16 edit left: their original text
     changes = dict(fix.changes)
     if fix.workload is not None and "precision" not in changes:
         changes = {"precision": (before, fix.workload.precision), **changes}
