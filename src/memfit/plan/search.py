@@ -46,7 +46,14 @@ from memfit.estimate.trace.refusals import refusal
 from memfit.estimate.verdict import Verdict
 from memfit.hardware import list_gpus, load_prices
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
-from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
+from memfit.plan.cost import (
+    ModelFacts,
+    Rates,
+    StepCost,
+    infer_cost,
+    train_step_cost,
+    trainable_fraction,
+)
 from memfit.plan.engines import (
     CachedEstimator,
     EnginePair,
@@ -516,13 +523,7 @@ class _Search:
         )
 
     def _trainable(self, s: Settings) -> float:
-        """Trainable share of the parameters: LoRA on every linear adds r·(in + out) per linear
-        (Hu et al. 2021), ~ r·12·d per layer for a transformer block (4 attention projections
-        + 3 MLP ones of 4d); freezing k of L layers leaves (L - k) / L."""
-        f = self.facts
-        if s.lora_rank is not None:
-            return min(1.0, s.lora_rank * 12 * f.d_model * f.n_layers / max(f.n_params, 1))
-        return 1.0 - s.freeze_layers / f.n_layers if f.n_layers else 1.0
+        return trainable_fraction(s, self.facts)
 
     def estimate(self, opt: PlanOption, engine: CachedEstimator) -> PlanOption:
         try:
