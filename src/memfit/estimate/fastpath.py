@@ -1535,6 +1535,11 @@ def shown_answer(shown: Any, band: Any) -> tuple[Any, bool]:
     return shown, False
 
 
+#: config.json keys of a routed-experts count (DeepSeek-V2, Qwen-MoE, Mixtral / gpt-oss): the
+#: analytic engine's MoE inference answer takes the allocator replay too (``analytic/replay.py``)
+MOE_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
+
+
 def validated_reason(
     config: dict[str, Any] | None, w: WorkloadSpec, *, capped: bool = False
 ) -> str:
@@ -1543,11 +1548,19 @@ def validated_reason(
     model_type = str((config or {}).get("model_type") or "?")
     job = grid_job(w, _type_of(config))
     point = "the top" if shown_reserved_end(w) == "high" else "the median"
-    if w.mode == "infer":  # analytic/reserved.py, INFER_RESERVED
+    if w.mode == "infer":  # analytic/reserved.py, INFER_RESERVED (and REPLAYED_RATIO)
+        experts = any((config or {}).get(k) for k in MOE_EXPERT_KEYS)
+        replay = (
+            "; at least the caching allocator's replay of the prefill's own allocation order: "
+            "routed experts"
+            if experts
+            else ""
+        )
         return (
             f"auto: the fast-path grid validates the analytic engine for model_type "
             f"{model_type!r} ({job}) within {TOLERANCE:.0%} of the trace; reserved bytes "
-            "by the inference fit (parameters, KV cache and the rest apart; never more than "
+            f"by the inference fit (parameters, KV cache and the rest apart{replay}; never "
+            "more than "
             f"{TOLERANCE:.0%} under a measured serving-size job: the verdict is settled on the "
             "top of the inference band; the trace confirms otherwise)"
         )

@@ -160,3 +160,4 @@ def test_auto_answers_moe_inference_with_the_analytic_engine(argv, monkeypatch, 
     assert out["engine"] == "analytic"
     model_type = "deepseek_v2" if argv[0].startswith("deepseek") else "gpt_oss"
     assert f"validates the analytic engine for model_type '{model_type}'" in out["engine_reason"]
+    assert "the caching allocator's replay of the prefill" in out["engine_reason"]

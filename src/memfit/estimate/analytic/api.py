@@ -490,6 +490,12 @@ def _result(
             "inference: the trace's allocator replay and an H200; the KV cache grows by "
             "torch.cat each decode step; one 20 MiB large-pool and one 2 MiB small-pool segment)"
         )
+        if parts is not None and parts.replayed_bytes:
+            reserved_note += (
+                f"; at least the parameters' and the caching allocator's replay of the "
+                f"prefill's own allocation order ({format_bytes(parts.replayed_bytes)}: routed "
+                "experts' tensors in fresh segments, analytic/replay.py)"
+            )
     else:
         which = "a fit to" if end == "mid" else "the top of the measured range of"
         reserved_note = (
