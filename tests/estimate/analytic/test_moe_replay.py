@@ -42,10 +42,17 @@ from benchmarks.fastpath_grid import _latest  # noqa: E402
 MIB = 2**20
 GRID = ROOT / "benchmarks" / "results" / "fastpath_grid.jsonl"
 ROWS = [json.loads(x) for x in GRID.read_text().splitlines() if x.strip()]
-#: every recorded inference row of deepseek-v2-lite cut to a few layers (real widths)
+#: The same grid job's rows at other cuts: deepseek-v2-lite cut to 3 layers at batch 8 and to
+#: 4 at batch 6 (``fastpath_grid.py ... --real-depth 3 --batch 8`` / ``--real-depth 4 --batch
+#: 6``), kept apart: the grid's tables judge one row per (family, job), the reserved bands one
+#: per (family, origin, job), and these are a check of the replay, not rows of the grid's
+DEPTHS = ROOT / "benchmarks" / "results" / "fastpath_grid_deepseek_depths.jsonl"
+DEPTH_ROWS = [json.loads(x) for x in DEPTHS.read_text().splitlines() if x.strip()]
+#: every inference row of deepseek-v2-lite cut to a few layers (real widths): the grid's own
+#: (the 2-layer cut at batch 5, the last of each job) and those of :data:`DEPTHS`
 DEEPSEEK_ROWS = [
     r
-    for r in _latest(ROWS)
+    for r in _latest(ROWS) + DEPTH_ROWS
     if r["family"] == "deepseek-v2-lite"
     and r["job"].startswith("infer")
     and r["trace"].get("status") == "ok"

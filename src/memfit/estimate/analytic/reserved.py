@@ -147,7 +147,7 @@ INFER_BAND_ROWS = (96, 45, "llama1b-infer-gen (H200)")
 #: tokens; 9 rows) the parameters x 1.025 + the replay are +1.4 ... +2.3 % of the trace's
 #: reserved bytes, and +0.9 ... +2.2 % on qwen3-30b-a3b's and mixtral-8x7b's (cut to 2
 #: layers, batch 8 and 32), which the fit alone shows up to 17 % over; the replay's own bytes
-#: lie within 31 MiB of the trace's reserved bytes less the parameters on every row
+#: lie within 52 MiB of the trace's reserved bytes less the parameters on those rows
 #: (docs/accuracy.md, "DeepSeek-V2 inference on the fast path"). ``top``'s 4 % on the replay
 #: (with the parameters at the fit's top 1.05) is a margin for allocation orders the rows do
 #: not show, not fitted: the band's top is +4.1 ... +6.0 % over those rows.
