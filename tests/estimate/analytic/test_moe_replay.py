@@ -154,3 +154,14 @@ def test_fastpath_answers_deepseek_inference_with_the_analytic_engine() -> None:
     assert fastpath.not_validated(config, wl) is None
     assert ("deepseek_v2", "infer") not in fastpath.INFER_VARIANTS_PENDING
     assert "infer" in fastpath.SETTLES["deepseek_v2"]
+
+
+def test_the_note_names_the_replay_only_where_it_sets_the_answer() -> None:
+    """deepseek-v2-lite at 16 x 1024: the replay is over the fit, and the estimate says so;
+    mixtral-8x7b at the same job: the fit is over the replay, no such note."""
+    w = WorkloadSpec(mode="infer", batch_size=16, seq_len=1024, new_tokens=16)
+    said = "the caching allocator's replay of the prefill's own allocation order"
+    deepseek = run_engine("analytic", resolve_model("deepseek-v2-lite"), w, None)
+    mixtral = run_engine("analytic", resolve_model("mixtral-8x7b"), w, None)
+    assert any(said in n for n in deepseek.notes)
+    assert not any(said in n for n in mixtral.notes)

@@ -31,10 +31,12 @@ from memfit.estimate.analytic.registry import supports as _family_supports
 from memfit.estimate.analytic.replay import REPLAYED_KEY
 from memfit.estimate.analytic.reserved import (
     INFER_RESERVED,
+    REPLAYED_RATIO,
     ClassBand,
     InferParts,
     class_band,
     describe_infer,
+    infer_bytes,
     reserved_rule,
 )
 from memfit.estimate.analytic.versions import WRITTEN_AGAINST, version_notes
@@ -323,6 +325,16 @@ def _peaks(one_: Simulated) -> dict[str, list[tuple[Vec, Vec]]]:
     return {phase: [(max(pts, key=sum), ZERO)] for phase, pts in one_.candidates.items()}
 
 
+def _replay_sets(parts: InferParts, fit: Any, end: str) -> bool:
+    """Whether the allocator replay (routed experts) sets the reserved bytes of ``parts``
+    over what the fitted rule alone gives (the note then says so)."""
+    if not parts.replayed_bytes:
+        return False
+    ratio = REPLAYED_RATIO["shown" if end == "mid" else "top"]
+    alone = replace(parts, replayed_bytes=0)
+    return infer_bytes(parts, fit, ratio) > infer_bytes(alone, fit)
+
+
 def _replayed_at(config: dict[str, Any], wl: WorkloadSpec, gpu: Any) -> int | None:
     """The allocator replay's bytes of ``wl`` at its own batch size (``replay.py``; routed
     experts only): the segments' rounding is not affine in the batch, so a search replays each
@@ -490,7 +502,7 @@ def _result(
             "inference: the trace's allocator replay and an H200; the KV cache grows by "
             "torch.cat each decode step; one 20 MiB large-pool and one 2 MiB small-pool segment)"
         )
-        if parts is not None and parts.replayed_bytes:
+        if parts is not None and _replay_sets(parts, fit, end):
             reserved_note += (
                 f"; at least the parameters' and the caching allocator's replay of the "
                 f"prefill's own allocation order ({format_bytes(parts.replayed_bytes)}: routed "
