@@ -50,12 +50,14 @@ apart").
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --grid     # the grid's rows
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --fit  # infer_reserved_fit.txt
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --judge  # the variant rows
+    PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --judge-moe  # MoE families' rows
     PYTHONPATH=src .venv/bin/python benchmarks/infer_reserved.py --timeline gpt2 150 768 256
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -65,6 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memfit.estimate.analytic.replay import REPLAYED_KEY
 from memfit.estimate.analytic.reserved import InferFit, InferParts, infer_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,7 +267,10 @@ def analytic_parts(source: Any, w: Any, recorded_bytes: int | None, what: str) -
     if recorded_bytes is not None and est.peak_allocated_bytes != recorded_bytes:
         raise SystemExit(f"{what}: analytic {est.peak_allocated_bytes} != the row's "
                          f"{recorded_bytes}: the engine moved since the row")  # fmt: skip
-    return InferParts.of({name: ph.components for name, ph in est.phases.items()})
+    parts = InferParts.of({name: ph.components for name, ph in est.phases.items()})
+    # routed experts: the allocator's replay of the program's order (analytic/replay.py)
+    replayed = int((est.trace or {}).get("analytic", {}).get(REPLAYED_KEY) or 0)
+    return dataclasses.replace(parts, replayed_bytes=replayed)
 
 
 def trace_points(rows: list[dict[str, Any]]) -> list[Point]:
@@ -386,7 +392,11 @@ def all_points() -> list[Point]:
         for r in _rows()
         if r.get("source") != "grid" or (r["job"] in FIT_JOBS and r["family"] not in MOE_FAMILIES)
     ]
-    return trace_points(rows) + h200_points()
+    # the fitted rule alone: a MoE row's replay (REPLAYED_RATIO) is judged, not fitted to
+    return [
+        dataclasses.replace(p, parts=dataclasses.replace(p.parts, replayed_bytes=0))
+        for p in trace_points(rows) + h200_points()
+    ]
 
 
 def variant_rows() -> list[dict[str, Any]]:
@@ -410,12 +420,12 @@ def judge(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (rule - trace) / trace) and whether the shown answer is no more than :data:`SHOWN_UNDER`
     under the trace and the top covers the row (the trace's reserved bytes plus any excess of
     the analytic allocated bytes over the trace's: ``Point.covered_bytes``)."""
-    from memfit.estimate.analytic.reserved import INFER_RESERVED
+    from memfit.estimate.analytic.reserved import INFER_RESERVED, REPLAYED_RATIO
 
     out = []
     for r, p in zip(rows, trace_points(rows), strict=True):
-        shown = infer_bytes(p.parts, INFER_RESERVED["shown"])
-        top = infer_bytes(p.parts, INFER_RESERVED["top"])
+        shown = infer_bytes(p.parts, INFER_RESERVED["shown"], REPLAYED_RATIO["shown"])
+        top = infer_bytes(p.parts, INFER_RESERVED["top"], REPLAYED_RATIO["top"])
         m = p.measured_reserved_bytes
         holds = shown >= m * (1 - SHOWN_UNDER) and top >= p.covered_bytes
         out.append({"family": r["family"], "origin": r["origin"], "job": r["job"],
@@ -492,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fit", action="store_true", help="print the fitted rules and every row")
     p.add_argument("--judge", action="store_true",
                    help="judge the grid's inference variant rows by the fit as it is")  # fmt: skip
+    p.add_argument("--judge-moe", action="store_true",
+                   help="judge the MoE families' recorded grid rows likewise")  # fmt: skip
     p.add_argument(
         "--timeline",
         nargs=4,
@@ -519,8 +531,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{100 * (infer_bytes(pt.parts, shown) / m - 1):+.2f} %, top "
                   f"{100 * (infer_bytes(pt.parts, top) / m - 1):+.2f} %")  # fmt: skip
         return 0
-    if args.judge:
-        judged = judge(variant_rows())
+    if args.judge or args.judge_moe:
+        judged = judge(variant_rows() if args.judge else moe_rows())
         for j in judged:
             print(f"{j['label']}: trace {j['trace_reserved_bytes'] / MIB:.2f} MiB, shown "
                   f"{100 * j['shown_err']:+.2f} %, top {100 * j['top_err']:+.2f} %"

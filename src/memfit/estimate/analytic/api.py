@@ -28,12 +28,15 @@ from memfit.estimate.analytic.engine import Simulated, simulate
 from memfit.estimate.analytic.graph import TEMP, ZERO, Vec, vsub
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
+from memfit.estimate.analytic.replay import REPLAYED_KEY
 from memfit.estimate.analytic.reserved import (
     INFER_RESERVED,
+    REPLAYED_RATIO,
     ClassBand,
     InferParts,
     class_band,
     describe_infer,
+    infer_bytes,
     reserved_rule,
 )
 from memfit.estimate.analytic.versions import WRITTEN_AGAINST, version_notes
@@ -279,6 +282,8 @@ def estimate_many(
             _keep(kept_key, entry)
         task, one_, lines = entry
         sim = _at_batch(one_, lines, wl.batch_size)
+        if REPLAYED_KEY in one_.info and wl.batch_size > 1:  # routed experts (replay.py)
+            sim.info[REPLAYED_KEY] = _replayed_at(config, wl, gpu)
         est = assemble(_result(sim, wl, name=name, task=task, started=started), wl, gpu)
         out.append(with_notes(est, mapped[len(out)][1]))
     return out
@@ -320,8 +325,29 @@ def _peaks(one_: Simulated) -> dict[str, list[tuple[Vec, Vec]]]:
     return {phase: [(max(pts, key=sum), ZERO)] for phase, pts in one_.candidates.items()}
 
 
+def _replay_sets(parts: InferParts, fit: Any, end: str) -> bool:
+    """Whether the allocator replay (routed experts) sets the reserved bytes of ``parts``
+    over what the fitted rule alone gives (the note then says so)."""
+    if not parts.replayed_bytes:
+        return False
+    ratio = REPLAYED_RATIO["shown" if end == "mid" else "top"]
+    alone = replace(parts, replayed_bytes=0)
+    return infer_bytes(parts, fit, ratio) > infer_bytes(alone, fit)
+
+
+def _replayed_at(config: dict[str, Any], wl: WorkloadSpec, gpu: Any) -> int | None:
+    """The allocator replay's bytes of ``wl`` at its own batch size (``replay.py``; routed
+    experts only): the segments' rounding is not affine in the batch, so a search replays each
+    batch it asks (one simulation of ``wl``, its blocks kept as every other)."""
+    prog, task = _prepare(config, wl)
+    with reduce_device(gpu):
+        return simulate(prog, wl, task).info.get(REPLAYED_KEY)
+
+
 def _at_batch(one_: Simulated, lines: dict[str, list[tuple[Vec, Vec]]], batch: int) -> Simulated:
-    """Points at ``batch`` from the envelope lines (each point is affine in the batch size)."""
+    """Points at ``batch`` from the envelope lines (each point is affine in the batch size);
+    the allocator replay's bytes (routed experts) are batch 1's: the caller replays another
+    batch (:func:`_replayed_at`)."""
     k = batch - 1
     cands = {
         phase: [
@@ -335,7 +361,7 @@ def _at_batch(one_: Simulated, lines: dict[str, list[tuple[Vec, Vec]]], batch: i
         n_params=one_.n_params,
         n_trainable=one_.n_trainable,
         notes=one_.notes,
-        info=one_.info,
+        info=dict(one_.info),
     )
 
 
@@ -459,6 +485,8 @@ def _result(
     # an inference job's parameters, KV cache and the rest at its phases' peaks: its reserved
     # rule takes each apart (reserved.INFER_RESERVED)
     parts = None if wl.is_train else InferParts.of({k: p.components for k, p in phases.items()})
+    if parts is not None and sim.info.get(REPLAYED_KEY):  # routed experts (replay.py)
+        parts = replace(parts, replayed_bytes=int(sim.info[REPLAYED_KEY]))
     stranded = int(sim.info.get("fsdp_stranded_bytes", 0))
     reserved = reserved_rule(
         training=wl.is_train, end=end, job=job, infer=parts, stranded_bytes=stranded
@@ -474,6 +502,12 @@ def _result(
             "inference: the trace's allocator replay and an H200; the KV cache grows by "
             "torch.cat each decode step; one 20 MiB large-pool and one 2 MiB small-pool segment)"
         )
+        if parts is not None and _replay_sets(parts, fit, end):
+            reserved_note += (
+                f"; at least the parameters' and the caching allocator's replay of the "
+                f"prefill's own allocation order ({format_bytes(parts.replayed_bytes)}: routed "
+                "experts' tensors in fresh segments, analytic/replay.py)"
+            )
     else:
         which = "a fit to" if end == "mid" else "the top of the measured range of"
         reserved_note = (

@@ -222,6 +222,12 @@ class Graph:
         #: allocates (``step_temp_bytes(param)``), then the hook's ``zero_grad`` frees it.
         self.step_in_backward = False
         self.step_temp_bytes: Callable[[Tensor], int] = lambda t: 0
+        #: The forward's allocations and frees in the program's order, ``("a", key, n_bytes)``
+        #: / ``("f", key, n_bytes)`` (a storage's ``id``; a free of the block's input carries
+        #: its bytes, whose allocation the caller's block made), as the trace's StorageTracker
+        #: records them: kept where a program asks for its reserved bytes by the caching
+        #: allocator's replay (:mod:`memfit.estimate.analytic.replay`); None: not kept.
+        self.events: list[tuple[str, int, int]] | None = None
 
     # ------------------------------------------------------------------ recording
     def external(self, numel: int, dtype: str, *, rg: bool = False, comp: int = ACTS) -> Tensor:
@@ -374,11 +380,15 @@ class Graph:
         if not storage.live:
             storage.live = True
             self._live[storage.comp] += storage.n_bytes
+            if self.events is not None:
+                self.events.append(("a", id(storage), storage.n_bytes))
 
     def _release(self, storage: Storage) -> None:
         if storage.live:
             storage.live = False
             self._live[storage.comp] -= storage.n_bytes
+            if self.events is not None:
+                self.events.append(("f", id(storage), storage.n_bytes))
 
     def _point(self) -> None:
         v = self._live
@@ -441,6 +451,8 @@ class Graph:
                         self._alloc(t.storage)
             if node.fwd_workspace:
                 self._live[TEMP if not self.grad_enabled else ACTS] += node.fwd_workspace
+                if self.events is not None:
+                    self.events.append(("a", id(node), node.fwd_workspace))
             if node.outputs or node.fwd_workspace:
                 self._point()
                 for t in node.inputs:
@@ -448,6 +460,8 @@ class Graph:
                         self.fwd_point_of.setdefault(id(t), len(self._points) - 1)
             if node.fwd_workspace:
                 self._live[TEMP if not self.grad_enabled else ACTS] -= node.fwd_workspace
+                if self.events is not None:
+                    self.events.append(("f", id(node), node.fwd_workspace))
             for t in node.inputs:
                 t.n_uses -= 1
                 if t.n_uses == 0 and t.n_savers == 0 and not t.held and not t.external:
