@@ -101,21 +101,34 @@ def test_the_replay_takes_the_staging_block_a_second_segment_in_a_later_step() -
 
 
 def test_whisper_inference_and_the_full_fine_tune_answer_on_the_fast_path() -> None:
-    """``memfit estimate whisper-small --mode infer --gpu T4`` (16-true there) and the full
-    fine-tune are answered by the analytic engine; ``ckpt`` only settles (whisper-small's row
-    allocates 2.009 % over the trace)."""
+    """``memfit estimate whisper-small --mode infer --gpu T4`` (16-true there), bf16
+    inference, the full fine-tune and its checkpointed form are answered by the analytic
+    engine."""
     config = {"model_type": "whisper"}
     for fields in (
         {"mode": "infer", "precision": "16-true", "new_tokens": 64},
         {"mode": "infer", "precision": "bf16-true", "new_tokens": 64},
         TRAIN,
+        {**TRAIN, "checkpointing": "full"},
     ):
-        assert fastpath.not_validated(config, WorkloadSpec(**fields)) is None, fields  # type: ignore[arg-type]
-    ckpt = WorkloadSpec(**{**TRAIN, "checkpointing": "full"})  # type: ignore[arg-type]
-    assert "does not validate model_type 'whisper' for ckpt" in str(
-        fastpath.not_validated(config, ckpt)
-    )
-    assert "ckpt" in fastpath.SETTLES["whisper"]
+        w = WorkloadSpec(**fields)  # type: ignore[arg-type]
+        assert fastpath.not_validated(config, w) is None, fields
+
+
+@pytest.mark.parametrize(
+    ("name", "batch", "seq"), [("whisper-base", 5, 32), ("whisper-small", 5, 128)]
+)
+def test_a_checkpointed_full_fine_tune_frees_the_recomputed_input_before_the_bias_staging(
+    name: str, batch: int, seq: int
+) -> None:
+    """The grid rows' trace (cut to 2 layers, bf16-true, full checkpointing): the analytic
+    peak within 0.1 % (it was +1.20 % / +2.009 %: fc1's recomputed input counted at the bias
+    gradient's 108 MiB staging, which the trace frees first)."""
+    w = WorkloadSpec(mode="train", precision="bf16-true", batch_size=batch, seq_len=seq,
+                     checkpointing="full")  # fmt: skip
+    est = estimate_analytic(real_config(name, 2), w)
+    trace = _grid_row(name, "bundled-2", "ckpt")["trace"]["allocated_bytes"]
+    assert abs(est.peak_allocated_bytes / trace - 1) < 0.001
 
 
 def test_whisper_inference_rows_are_judged_by_the_fit_not_fitted_to() -> None:

@@ -152,12 +152,12 @@ class WhisperProgram(T5Program):
         a = self.a
         d = a.hidden
         hn = self._norm(o, x)
-        q = o.linear(hn, d, d, bias=True, name="q_proj")
+        q = o.linear(hn, d, d, bias=True, name="q_proj", late_staging=True)
         q = self._heads(o, o.unary(q))  # * scaling
         kv_len = w.kv_len
         if enc_out is None:
             k = self._heads(o, o.linear(hn, d, d, name="k_proj"))
-            v = self._heads(o, o.linear(hn, d, d, bias=True, name="v_proj"))
+            v = self._heads(o, o.linear(hn, d, d, bias=True, name="v_proj", late_staging=True))
             if cache:
                 k, v = update_cache(o, w, k, v)
         else:
@@ -169,11 +169,13 @@ class WhisperProgram(T5Program):
                 v = o.g.external(n, o.cdtype, comp=KV)
             else:
                 k = self._heads(o, o.linear(enc_out, d, d, name="k_proj"))
-                v = self._heads(o, o.linear(enc_out, d, d, bias=True, name="v_proj"))
+                v = self._heads(
+                    o, o.linear(enc_out, d, d, bias=True, name="v_proj", late_staging=True)
+                )
                 if cross == "cache":
                     k, v = update_cache(o, replace(cw, use_cache=True), k, v)
         out = self._attention_core(o, (q, k, v), w, kv_len, causal=causal, heads=heads)
-        out = o.linear(out, d, d, bias=True, name="out_proj")
+        out = o.linear(out, d, d, bias=True, name="out_proj", late_staging=True)
         o.release_locals(q, k, v)
         o.g.touch(hn)
         out = o.dropout(out, self.p)
@@ -184,9 +186,12 @@ class WhisperProgram(T5Program):
         a = self.a
         d = a.hidden
         hn = self._norm(o, x)
-        m = o.act(o.linear(hn, d, ff, bias=True, name="fc1"), ACT_KIND.get(a.act, "gelu"))
+        m = o.act(
+            o.linear(hn, d, ff, bias=True, name="fc1", late_staging=True),
+            ACT_KIND.get(a.act, "gelu"),
+        )
         m = o.dropout(m, self.act_p)
-        m = o.linear(m, ff, d, bias=True, name="fc2")
+        m = o.linear(m, ff, d, bias=True, name="fc2", late_staging=True)
         o.g.touch(hn)
         m = o.dropout(m, self.p)
         return o.add(x, m)
