@@ -223,6 +223,13 @@ VARIANT_JOBS += ("infer_fp16", "infer_long_fp16", "infer_fp16_eager", "infer_lon
 #: is, never fitted to (they were added after it: ``all_points`` leaves them out).
 MOE_FAMILIES = ("deepseek_v2", "deepseek-v2-lite", "gpt_oss", "gpt-oss-20b")
 MOE_JOBS = ("infer_gen", "infer_mxfp4", "infer_long_mxfp4")
+#: Issue 32 (whisper2): Whisper's analytic program (``families_whisper.py``) on the grid's tiny
+#: whisper, whisper-base and whisper-small cut to 2 layers: their ``infer`` / ``infer_long``
+#: rows (and the fp16 variants) are recorded by ``--grid`` and judged by the fit as it is,
+#: never fitted to (added after it).
+WHISPER_FAMILIES = ("whisper", "whisper-base", "whisper-small")
+#: The families whose :data:`FIT_JOBS` rows the fit judges but does not rest on.
+JUDGED_FAMILIES = MOE_FAMILIES + WHISPER_FAMILIES
 
 
 def grid_workload(r: dict[str, Any]) -> Any:
@@ -390,7 +397,8 @@ def all_points() -> list[Point]:
     rows = [
         r
         for r in _rows()
-        if r.get("source") != "grid" or (r["job"] in FIT_JOBS and r["family"] not in MOE_FAMILIES)
+        if r.get("source") != "grid"
+        or (r["job"] in FIT_JOBS and r["family"] not in JUDGED_FAMILIES)
     ]
     # the fitted rule alone: a MoE row's replay (REPLAYED_RATIO) is judged, not fitted to
     return [
@@ -405,12 +413,14 @@ def variant_rows() -> list[dict[str, Any]]:
 
 
 def moe_rows() -> list[dict[str, Any]]:
-    """The recorded grid rows of the MoE families' inference (:data:`MOE_FAMILIES`)."""
+    """The recorded grid rows of the families the fit judges but does not rest on
+    (:data:`JUDGED_FAMILIES`: the MoE families' inference, :data:`MOE_JOBS` too, and
+    Whisper's)."""
     jobs = FIT_JOBS + MOE_JOBS
     return [
         r
         for r in _rows()
-        if r.get("source") == "grid" and r["family"] in MOE_FAMILIES and r["job"] in jobs
+        if r.get("source") == "grid" and r["family"] in JUDGED_FAMILIES and r["job"] in jobs
     ]
 
 

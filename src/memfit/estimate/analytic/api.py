@@ -487,7 +487,12 @@ def _result(
     parts = None if wl.is_train else InferParts.of({k: p.components for k, p in phases.items()})
     if parts is not None and sim.info.get(REPLAYED_KEY):  # routed experts (replay.py)
         parts = replace(parts, replayed_bytes=int(sim.info[REPLAYED_KEY]))
-    stranded = int(sim.info.get("fsdp_stranded_bytes", 0))
+    # segments a later step takes again beyond the ratio: FSDP2's root buffers
+    # (distributed.fsdp_stranded_bytes), a reduction staging block (Whisper's
+    # WhisperStep.staging_stranded_bytes)
+    fsdp_stranded = int(sim.info.get("fsdp_stranded_bytes", 0))
+    staging_stranded = int(sim.info.get("staging_stranded_bytes", 0))
+    stranded = fsdp_stranded + staging_stranded
     reserved = reserved_rule(
         training=wl.is_train, end=end, job=job, infer=parts, stranded_bytes=stranded
     )
@@ -520,10 +525,16 @@ def _result(
                 f", at least {format_bytes(reserved.floor_bytes)} (one 20 MiB large-pool and one "
                 "2 MiB small-pool segment)"
             )
-    if stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
+    if fsdp_stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
         reserved_note += (
-            f", + {format_bytes(stranded)}: the segments the caching allocator takes again for "
-            "FSDP2's root-group all-gather output and fp32 reduce-scatter input"
+            f", + {format_bytes(fsdp_stranded)}: the segments the caching allocator takes again "
+            "for FSDP2's root-group all-gather output and fp32 reduce-scatter input"
+        )
+    if staging_stranded and wl.is_train:  # Whisper: WhisperStep.staging_stranded_bytes
+        reserved_note += (
+            f", + {format_bytes(staging_stranded)}: the segment a later step takes again for "
+            "the backward's largest CUDA reduction staging block (a bias gradient summed over "
+            "every encoder frame)"
         )
     return EngineResult(
         engine="analytic",
@@ -549,7 +560,7 @@ def _result(
                         band,
                         reserved.ratio,
                         reserved.fixed_bytes[1],
-                        extra=_band_extra(wl, stranded),
+                        extra=_band_extra(wl, fsdp_stranded, staging_stranded),
                     )
                 }
                 if end == "band"
@@ -586,9 +597,12 @@ def _band_note(
     return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}{plus})"
 
 
-def _band_extra(wl: Any, stranded: int) -> str:
+def _band_extra(wl: Any, fsdp_stranded: int, staging_stranded: int = 0) -> str:
     """What a reserved rule's top adds over its band's fixed part, in words: FSDP2's root buffers
-    (an FSDP2 training job), the weights' and KV cache's own segments (inference)."""
+    (an FSDP2 training job), a reduction staging block's second segment (Whisper training), the
+    weights' and KV cache's own segments (inference)."""
     if not wl.is_train:
         return "the weights' and the KV cache's own segments"
-    return "FSDP2's root buffers" if stranded else "fixed segments"
+    if fsdp_stranded:
+        return "FSDP2's root buffers"
+    return "a reduction staging block's second segment" if staging_stranded else "fixed segments"

@@ -149,6 +149,11 @@ class Node:
     #: a saved tensor the backward writes the first input's gradient into (``torch.matmul(...,
     #: out=X)``: Unsloth's fused LoRA kernels): that storage becomes the gradient, no allocation
     grad_into: Tensor | None = None
+    #: ``bwd_workspace`` is the bias gradient's reduction staging, run after the input's and
+    #: the weight's gradients (``AddmmBackward0``: the bias ``sum`` last); in a recomputed
+    #: block the saved tensors unpacked from the checkpoint are gone by then (see
+    #: :meth:`Graph.backward`)
+    late_staging: bool = False
 
 
 #: Selective checkpointing policies of :meth:`Graph.forward`: ``matmul`` stores every matmul and
@@ -273,6 +278,7 @@ class Graph:
         view_of: Tensor | None = None,
         passthrough: bool = False,
         mm: bool = False,
+        late_staging: bool = False,
     ) -> list[Tensor]:
         # (loops and Node's fields by position: a planner search records ~10^4 ops, issue 32)
         rg = False
@@ -290,20 +296,21 @@ class Graph:
             else:
                 outs.append(Tensor(o[0], o[1], rg=rg, storage=shared))
         kept = [t for t in saves if t is not None] if rg and saves else []
-        self.nodes.append(
-            Node(
-                list(inputs),
-                outs,
-                kept,
-                grad_to,
-                bwd_workspace,
-                fwd_workspace,
-                matmul,
-                rg,
-                passthrough,
-                mm,
-            )  # fmt: skip
-        )
+        node = Node(
+            list(inputs),
+            outs,
+            kept,
+            grad_to,
+            bwd_workspace,
+            fwd_workspace,
+            matmul,
+            rg,
+            passthrough,
+            mm,
+        )  # fmt: skip
+        if late_staging:
+            node.late_staging = True
+        self.nodes.append(node)
         return outs
 
     def hold(self, *tensors: Tensor) -> None:
@@ -491,9 +498,11 @@ class Graph:
             t.grad = Storage(t.n_bytes, TEMP)
             t.grad.live = True
             t.grad.refs = 1
+        recomputed = False
         for node in reversed(self.nodes):
             if node is self._last_saver:  # the first unpack: the checkpoint recomputes
                 self._replay("all")
+                recomputed = True
             if not node.rg:
                 continue
             for t in node.outputs:
@@ -502,7 +511,8 @@ class Graph:
             else:  # no incoming gradient
                 self._release_saved(node)
                 continue
-            if node.bwd_workspace:
+            late = recomputed and node.late_staging
+            if node.bwd_workspace and not late:
                 self._live[TEMP] += node.bwd_workspace
             transient: list[Storage] = []
             passed = node.outputs[0] if node.passthrough else None
@@ -563,7 +573,9 @@ class Graph:
             for t in node.inputs:
                 if t.leaf:
                     self.bwd_point_of.setdefault(id(t), len(points) - 1)
-            if node.bwd_workspace:
+            if late and node.bwd_workspace:
+                self._late_staging(node)
+            elif node.bwd_workspace:
                 self._live[TEMP] -= node.bwd_workspace
             for g in transient:
                 self._release(g)
@@ -574,6 +586,25 @@ class Graph:
             self._release_saved(node)
         self._release_kept()
         return _relative(self._points, base) + [_sub(self._now(), base)]
+
+    def _late_staging(self, node: Node) -> None:
+        """A recomputed block's ``AddmmBackward0`` with a trainable bias: the input's and the
+        weight's gradients are made, then the saved tensors the node alone held die (a
+        checkpoint's saved tensor is unpacked into the node's locals, its last owner: the
+        checkpoint's frame lets go of it on unpack, torch ``utils/checkpoint.py``
+        ``_checkpoint_hook.unpack_hook``), then the bias's ``sum`` takes its reduction staging.
+        Seen in the trace (docs/accuracy.md, "Whisper training and inference on the fast
+        path"): without checkpointing the ``SavedVariable`` keeps the input until the node's
+        variables are released, after the staging."""
+        for t in node.saves:
+            s = t.storage
+            alone = t.n_savers == 1 and t.n_uses == 0 and not t.held and s.refs <= 1
+            if alone and not t.external and not t.leaf:
+                self._release(s)
+        v = self._live
+        v[TEMP] += node.bwd_workspace
+        self._points.append((v[0], v[1], v[2], v[3], v[4], v[5]))
+        v[TEMP] -= node.bwd_workspace
 
     def _take_over(self, s: Storage) -> Storage:
         """A saved tensor's live storage becomes a gradient (held until its last holder lets
