@@ -1225,8 +1225,13 @@ JOB_LAYOUT.update(
 #: Issue 32 (helper "fsdpcounts"): the other GPU counts the grid runs its FSDP2 jobs at
 #: (fastpath_grid.FSDP_GPU_COUNTS): ``<job>_g<N>`` is the FSDP2 job ``<job>`` over N GPUs, judged
 #: by its own rows (real widths only), so a count is validated for a model type where its rows
-#: pass; any other count (6, 12, 128, ...) is not run by the grid (traced).
-FSDP_GPU_COUNTS = (2, 4, 16, 32, 64)
+#: pass; any other count (3, 10, 48, ...) is not run by the grid (traced). 6, 12, 24 (odd
+#: nodes) and 128 (at scale) added by helper "fsdpmore": the per-rank bytes are not exact in
+#: the count (each parameter's dim-0 padding, and which segments best fit reuses, change with
+#: it: docs/accuracy.md "FSDP2: the root group's segments at any GPU count"), so every count
+#: is judged by rows of its own. An HSDP job (``dp_replicate`` > 1: FSDP2 over a 2-D
+#: replicate x shard mesh) is its FSDP2 job over the shard group (:func:`_hsdp_as_fsdp`).
+FSDP_GPU_COUNTS = (2, 4, 6, 12, 16, 24, 32, 64, 128)
 FSDP_JOBS = ("mixed_fsdp", "mixed_ckpt_fsdp", "lora_fsdp")
 JOB_LAYOUT.update(
     {f"{job}_g{n}": {**JOB_LAYOUT[job], "gpus": n} for job in FSDP_JOBS for n in FSDP_GPU_COUNTS}
@@ -1377,6 +1382,7 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
         job = ATTENTION_JOBS.get((w.attention, job))
     if job is None:
         return None
+    w = _hsdp_as_fsdp(w)
     job = _at_count(job, w.gpus)
     layout_of = JOB_LAYOUT.get(job, {"shard": None, "offload": "none"})
     # the base's 4-bit format is the job's (QLORA_JOBS), the experts' (INFER_QUANT_JOBS)
@@ -1394,6 +1400,20 @@ def grid_job(w: WorkloadSpec, model_type: str | None = None) -> str | None:
         attention=w.attention,  # sdpa, or the job's own (ATTENTION_JOBS)
     )
     return job if _fixed(w) == _fixed(plain) else None
+
+
+def _hsdp_as_fsdp(w: WorkloadSpec) -> WorkloadSpec:
+    """An HSDP job as its FSDP2 job over one shard group (``dp / dp_replicate`` GPUs); any other
+    job as it is. Rank 0 holds the same tensors: the parameters are sharded over the shard mesh
+    dimension only, and the one collective the replicate dimension adds, ``foreach_reduce``'s
+    ``dist.all_reduce`` of the reduce-scatter output, runs in place on it (torch 2.13.0,
+    pytorch/pytorch cf30153c, ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``). The
+    trace engine runs ``fully_shard`` over the 2-D mesh (``trace/distributed.py``): on the grid's
+    30 ``*_hsdp`` rows (2 x 8 GPUs) its allocated and reserved bytes equal those of the job over
+    8 GPUs, byte for byte (tests/estimate/test_fastpath_fsdp_more.py)."""
+    if w.shard != "fsdp" or w.dp_replicate == 1 or w.dp != w.gpus:
+        return w
+    return dataclasses.replace(w, gpus=w.dp_shard, dp_replicate=1)
 
 
 def _by_role(targets: tuple[str, ...] | str, model_type: str | None) -> bool:

@@ -460,8 +460,14 @@ def _result(
     # rule takes each apart (reserved.INFER_RESERVED)
     parts = None if wl.is_train else InferParts.of({k: p.components for k, p in phases.items()})
     stranded = int(sim.info.get("fsdp_stranded_bytes", 0))
+    point = sim.info.get("fsdp_stranded_point_bytes")
     reserved = reserved_rule(
-        training=wl.is_train, end=end, job=job, infer=parts, stranded_bytes=stranded
+        training=wl.is_train,
+        end=end,
+        job=job,
+        infer=parts,
+        stranded_bytes=stranded,
+        stranded_point_bytes=None if point is None else int(point),
     )
     assert reserved.ratio is not None
     band = class_band(job) if end == "band" else None
@@ -486,10 +492,12 @@ def _result(
                 f", at least {format_bytes(reserved.floor_bytes)} (one 20 MiB large-pool and one "
                 "2 MiB small-pool segment)"
             )
-    if stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
+    if stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_reserved_extra)
+        added = int(point) if end == "mid" and point is not None else stranded
         reserved_note += (
-            f", + {format_bytes(stranded)}: the segments the caching allocator takes again for "
-            "FSDP2's root-group all-gather output and fp32 reduce-scatter input"
+            f", + {format_bytes(added)} for FSDP2's root-group buffers (its all-gather output "
+            "and fp32 reduce-scatter input, in segments of their own, which the caching "
+            "allocator takes again)"
         )
     return EngineResult(
         engine="analytic",
