@@ -287,10 +287,18 @@ NEEDS_REAL_WIDTH |= frozenset(j for j, f in JOBS.items() if f.get("gpus") == SHA
 #: group's all-gather and reduce-scatter buffers, whose segments the caching allocator may or may
 #: not find again) is judged by rows at each count, at real widths only (the tiny configs' FSDP2
 #: peak is under 25 MiB).
-FSDP_GPU_COUNTS = (2, 4, 16, 32, 64)
+FSDP_GPU_COUNTS = (2, 4, 6, 12, 16, 24, 32, 64, 128)
 FSDP_JOBS = ("mixed_fsdp", "mixed_ckpt_fsdp", "lora_fsdp")
 JOBS.update({f"{job}_g{n}": {**JOBS[job], "gpus": n} for job in FSDP_JOBS for n in FSDP_GPU_COUNTS})
 NEEDS_REAL_WIDTH |= frozenset(f"{job}_g{n}" for job in FSDP_JOBS for n in FSDP_GPU_COUNTS)
+#: Issue 30 / 32 (helper "fsdpmore"): HSDP, FSDP2's ``fully_shard`` over a 2-D (replicate,
+#: shard) mesh: ``<job>_hsdp`` is ``<job>`` over 16 GPUs as 2 replicas x an 8-way shard group
+#: (torchtitan's ``data_parallel_replicate_degree = 2``). The fast path answers an HSDP job as
+#: its FSDP2 job over the shard group (``fastpath._hsdp_as_fsdp``), so these rows are judged
+#: with the 8-GPU job's (JUDGED_AS, below): it passes only where both do.
+HSDP_LAYOUT = {"gpus": 16, "dp_replicate": 2}
+JOBS.update({f"{job}_hsdp": {**JOBS[job], **HSDP_LAYOUT} for job in FSDP_JOBS})
+NEEDS_REAL_WIDTH |= frozenset(f"{job}_hsdp" for job in FSDP_JOBS)
 #: Jobs run at a multiple of the command line's batch size and sequence length: job ->
 #: (batch factor, sequence factor, new tokens where the model generates). The tiny configs'
 #: 256 positions hold 4 x 32 + 16.
@@ -329,6 +337,7 @@ JUDGED_AS.update(
 JUDGED_AS.update(
     {f"{job}_{suffix}": f"{job}_part" for job in FP16_LORA for suffix in ("part_attn", "part_mlp")}
 )
+JUDGED_AS.update({f"{job}_hsdp": job for job in FSDP_JOBS})  # HSDP: its FSDP2 job's
 #: Families where peft's ``all-linear`` cannot run (refused, exit 2: Llama 4's router subclasses
 #: nn.Linear and returns a tuple; peft itself rejects Mamba's out_proj): their ``lora`` job names
 #: the targets (by role, or the module names).
@@ -425,11 +434,15 @@ def _one(engine: str, source: Any, w: Any) -> dict[str, Any]:
         "wall_s": _since(started),
     }
     # FSDP2's root buffers and Whisper's staging segment, which the analytic rule reserves
-    # beyond its ratio (its every point: analytic/api.py)
+    # beyond its ratio (its every point: analytic/api.py; FSDP2's at the median ratio apart)
     info = (est.trace or {}).get("analytic", {})
-    stranded = int(info.get("fsdp_stranded_bytes", 0)) + int(info.get("staging_stranded_bytes", 0))
+    fsdp = int(info.get("fsdp_stranded_bytes", 0))
+    staging = int(info.get("staging_stranded_bytes", 0))
+    stranded = fsdp + staging
     if engine == "analytic" and stranded:
         out["stranded_bytes"] = int(stranded)
+        # at the answer shown (the median ratio): distributed.fsdp_reserved_extra
+        out["stranded_point_bytes"] = int(info.get("fsdp_stranded_point_bytes", fsdp)) + staging
     return out
 
 
@@ -787,8 +800,12 @@ def default_answer(row: dict, end: str | None = None) -> dict[str, Any] | None:
                 "reserved_bytes": reserved}  # fmt: skip
     median, _lowest, highest = RESERVED_RATIO["train"]
     ratio = highest if end == "high" else median
-    # FSDP2: the root buffers' segments, at every point (reserved_rule's stranded_bytes)
-    reserved = int(a["allocated_bytes"] * ratio) + int(a.get("stranded_bytes", 0))
+    # FSDP2: the root buffers' segments (reserved_rule's stranded_bytes, at the median its
+    # stranded_point_bytes: rows before helper "fsdpmore" record one value for both)
+    stranded = int(a.get("stranded_bytes", 0))
+    if end == "mid":
+        stranded = int(a.get("stranded_point_bytes", stranded))
+    reserved = int(a["allocated_bytes"] * ratio) + stranded
     if shown:  # never above the top of the job class's band (fastpath.shown_answer)
         reserved = min(reserved, _band_top(row))
     return {"status": "ok", "allocated_bytes": a["allocated_bytes"],

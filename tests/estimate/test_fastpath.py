@@ -84,12 +84,18 @@ def test_validated_table_is_what_the_grid_rows_say() -> None:
             {"precision": "bf16-mixed", "gpus": 64, "shard": "fsdp", "checkpointing": "full"},
             "mixed_ckpt_fsdp_g64",
         ),
-        ({"precision": "bf16-mixed", "gpus": 6, "shard": "fsdp"}, None),
-        ({"precision": "bf16-mixed", "gpus": 128, "shard": "fsdp"}, None),
-        ({"precision": "bf16-mixed", "gpus": 16, "shard": "fsdp", "dp_replicate": 2}, None),
+        # 6, 12, 24 and 128 (fsdpmore); HSDP is its FSDP2 job over the shard group
+        ({"precision": "bf16-mixed", "gpus": 6, "shard": "fsdp"}, "mixed_fsdp_g6"),
+        ({"precision": "bf16-mixed", "gpus": 128, "shard": "fsdp"}, "mixed_fsdp_g128"),
+        ({"precision": "bf16-mixed", "gpus": 10, "shard": "fsdp"}, None),
+        ({"precision": "bf16-mixed", "gpus": 16, "shard": "fsdp", "dp_replicate": 2}, "mixed_fsdp"),
         ({"precision": "bf16-mixed", "gpus": 4, "shard": "zero3"}, None),
         ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero3", "tp": 2}, None),
-        ({"precision": "bf16-mixed", "gpus": 8, "shard": "fsdp", "dp_replicate": 2}, None),
+        (
+            {"precision": "bf16-mixed", "gpus": 8, "shard": "fsdp", "dp_replicate": 2},
+            "mixed_fsdp_g4",
+        ),
+        ({"precision": "bf16-mixed", "gpus": 20, "shard": "fsdp", "dp_replicate": 2}, None),
         ({"precision": "bf16-mixed", "gpus": 8, "shard": "fsdp", "fsdp_version": 1}, None),
         ({"precision": "bf16-mixed", "gpus": 8, "shard": "zero3", "offload": "optimizer"}, None),
         (

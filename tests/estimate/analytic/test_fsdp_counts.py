@@ -85,7 +85,7 @@ def test_every_count_has_rows_of_each_fsdp2_job() -> None:
 def test_auto_answers_llama_fsdp2_at_other_counts_with_the_analytic_engine(gpus: int) -> None:
     """``memfit estimate llama-3.1-8b --gpus 4|16 --shard fsdp --seq 4096 --gpu H200`` (a full
     fine-tune: bf16-mixed, FSDP2's policy) is its grid job at that count, validated for llama
-    by the rows: auto answers from the analytic engine (it traced the 8B model before); 6 GPUs
+    by the rows: auto answers from the analytic engine (it traced the 8B model before); 10 GPUs
     is no grid count and keeps the trace."""
     import memfit
     from memfit.estimate import fastpath
@@ -95,8 +95,8 @@ def test_auto_answers_llama_fsdp2_at_other_counts_with_the_analytic_engine(gpus:
     assert fastpath.not_validated({"model_type": "llama"}, w) is None
     est = memfit.estimate("llama-3.1-8b", w, gpu="H200")
     assert est.engine == "analytic"
-    six = WorkloadSpec(mode="train", gpus=6, shard="fsdp", seq_len=4096, precision="bf16-mixed")
-    assert fastpath.not_validated({"model_type": "llama"}, six) is not None
+    ten = WorkloadSpec(mode="train", gpus=10, shard="fsdp", seq_len=4096, precision="bf16-mixed")
+    assert fastpath.not_validated({"model_type": "llama"}, ten) is not None
 
 
 def _llama2_rows() -> list[dict]:

@@ -488,13 +488,20 @@ def _result(
     if parts is not None and sim.info.get(REPLAYED_KEY):  # routed experts (replay.py)
         parts = replace(parts, replayed_bytes=int(sim.info[REPLAYED_KEY]))
     # segments a later step takes again beyond the ratio: FSDP2's root buffers
-    # (distributed.fsdp_stranded_bytes), a reduction staging block (Whisper's
-    # WhisperStep.staging_stranded_bytes)
+    # (distributed.fsdp_reserved_extra: at the median ratio its own point), a reduction staging
+    # block (Whisper's WhisperStep.staging_stranded_bytes)
     fsdp_stranded = int(sim.info.get("fsdp_stranded_bytes", 0))
     staging_stranded = int(sim.info.get("staging_stranded_bytes", 0))
     stranded = fsdp_stranded + staging_stranded
+    fsdp_point = sim.info.get("fsdp_stranded_point_bytes")
+    point = None if fsdp_point is None else int(fsdp_point) + staging_stranded
     reserved = reserved_rule(
-        training=wl.is_train, end=end, job=job, infer=parts, stranded_bytes=stranded
+        training=wl.is_train,
+        end=end,
+        job=job,
+        infer=parts,
+        stranded_bytes=stranded,
+        stranded_point_bytes=None if point is None else int(point),
     )
     assert reserved.ratio is not None
     band = class_band(job) if end == "band" else None
@@ -525,10 +532,12 @@ def _result(
                 f", at least {format_bytes(reserved.floor_bytes)} (one 20 MiB large-pool and one "
                 "2 MiB small-pool segment)"
             )
-    if fsdp_stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
+    if fsdp_stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_reserved_extra)
+        added = int(fsdp_point) if end == "mid" and fsdp_point is not None else fsdp_stranded
         reserved_note += (
-            f", + {format_bytes(fsdp_stranded)}: the segments the caching allocator takes again "
-            "for FSDP2's root-group all-gather output and fp32 reduce-scatter input"
+            f", + {format_bytes(added)} for FSDP2's root-group buffers (its all-gather output "
+            "and fp32 reduce-scatter input, in segments of their own, which the caching "
+            "allocator takes again)"
         )
     if staging_stranded and wl.is_train:  # Whisper: WhisperStep.staging_stranded_bytes
         reserved_note += (

@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memfit.errors import NotModelledError
-from memfit.estimate.analytic.distributed import Param, RankView, params_of, rank_view
+from memfit.estimate.analytic.distributed import (
+    Param,
+    RankView,
+    fsdp_reserved_extra,
+    params_of,
+    rank_view,
+)
 from memfit.estimate.analytic.graph import (
     ACTS,
     DTYPE_BYTES,
@@ -44,6 +50,7 @@ from memfit.estimate.analytic.host_checkpoint import (
 )
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import step_temp_in_backward
+from memfit.estimate.analytic.reserved import RESERVED_RATIO
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_block, run_stacks
 from memfit.estimate.analytic.unsloth import UNSLOTH_MODEL_TYPES
 from memfit.estimate.optim_states import CUDA_MIN_BLOCK_BYTES
@@ -355,14 +362,26 @@ def training_step(
             cur = vadd(cur, view.bwd_start_extra)
         info["host_bytes"] = view.host_bytes
         info["optimizer_state_bytes"] = view.states_bytes
-        if view.stranded_bytes:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
-            info["fsdp_stranded_bytes"] = view.stranded_bytes
+    candidates = {
+        "forward": [static, *pts],
+        "backward": [cur, *bpts],
+        "optimizer": [optim, *unscale],
+    }
+    if view is not None and view.stranded_bytes:  # FSDP2's root buffers
+        peak = max(sum(v) for vs in candidates.values() for v in vs)
+        forward = max(sum(v) for v in candidates["forward"])
+        mid, _low, high = RESERVED_RATIO["train"]
+        # what the reserved rule adds at the top of its range and at the answer shown
+        info["fsdp_stranded_bytes"] = fsdp_reserved_extra(
+            view, peak_bytes=peak, forward_bytes=forward, ratio=high
+        )
+        info["fsdp_stranded_point_bytes"] = fsdp_reserved_extra(
+            view, peak_bytes=peak, forward_bytes=forward, ratio=mid
+        )
+        # the segments taken again alone (distributed.fsdp_stranded_bytes)
+        info["fsdp_segments_again_bytes"] = view.stranded_bytes
     return Simulated(
-        candidates={
-            "forward": [static, *pts],
-            "backward": [cur, *bpts],
-            "optimizer": [optim, *unscale],
-        },
+        candidates=candidates,
         n_params=n_params,
         n_trainable=n_trainable,
         info=info,

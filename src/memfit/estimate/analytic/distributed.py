@@ -106,6 +106,14 @@ class RankView:
     #: buffers, whose earlier segments were carved up in between (:func:`fsdp_stranded_bytes`);
     #: reserved, never allocated at once (``analytic/reserved.py`` adds them)
     stranded_bytes: int = 0
+    #: FSDP2: the root group's one-off buffers live at the end of backward (its unsharded
+    #: parameters, and with trainable root parameters the fp32 reduce-scatter input and the
+    #: largest unsharded gradient): single requests in segments of their own, which the
+    #: fragmentation ratio does not scale (:func:`fsdp_reserved_extra`)
+    root_held_bytes: int = 0
+    #: FSDP2 with trainable root parameters and device-resident optimizer states: the segments
+    #: backward and the next step add to the forward's (:func:`fsdp_segment_floor_bytes`)
+    segment_floor_bytes: int = 0
     host_bytes: int = 0
     dp: int = 1
     #: FSDP2: the share of a trainable parameter's bytes rank 0 holds (its dim-0 shards padded
@@ -203,7 +211,7 @@ def rank_view(
         full = sum(p.n_bytes * c for ps, c in zip(params, counts, strict=True) for p in ps)
         policy = FsdpPolicy(masters=fsdp_masters, reshard_after_forward=reshard_after_forward)
         view = _fsdp(dp, offload, params, counts, full, state_bytes, opt_temp_bytes, policy)
-        relief = _fsdp_relief(params, policy.masters)
+        relief = _fsdp_relief(params, policy.masters, dp)
         first = len(params) - 2  # the stack of the block run first in backward
         if relief and first > 0 and len(bwd_points) == len(params) and offload != "params":
             view.bwd_relief = {first: (relief, bwd_points[first], counts[first] == 1)}
@@ -418,9 +426,17 @@ def _fsdp(
         for ps, c in zip(params, counts, strict=True)
         for p in ps
     )
-    root = sum(p.n_bytes for p in params[0] + params[-1])
-    layer = max((sum(p.n_bytes for p in ps) for ps in params[1:-1]), default=0)
-    layer_grads = max((sum(p.n_bytes for p in ps if p.trainable) for ps in params[1:-1]), default=0)
+    # unsharded parameters are views into their all-gather outputs, each of its padded shard x
+    # the world size (``FSDPParam.init_all_gather_outputs`` / ``init_unsharded_param``, torch
+    # 2.13.0 _fsdp_param.py), and the reduce-scatter input is padded alike (``foreach_reduce``'s
+    # ``padded_unsharded_sizes``): a LoRA A matrix of rank 8 over 128 GPUs is gathered as 128
+    # rows (:func:`fsdp_unsharded_bytes`)
+    root = sum(fsdp_unsharded_bytes(p, dp) for p in params[0] + params[-1])
+    layer = max((sum(fsdp_unsharded_bytes(p, dp) for p in ps) for ps in params[1:-1]), default=0)
+    layer_grads = max(
+        (sum(fsdp_unsharded_bytes(p, dp) for p in ps if p.trainable) for ps in params[1:-1]),
+        default=0,
+    )
     # the block's unsharded gradients as the reduce-scatter input: ``reduce_dtype`` (fp32) wide
     # under a mixed-precision policy
     reduce_input = round(layer_grads * scale)
@@ -507,16 +523,30 @@ def _fsdp(
         # holds the reduce input, its output and the LM head's bf16 gradient, 1 002 MiB)
         unsharded = root_grads - _shard_bytes(root_grads, ratio, scale)
         held = max(unsharded, _last_grad_bytes(params[0] + params[-1]) if dp > 1 else 0)
-        view.bwd_end_extra = one(GRADS, held + round(root_grads * scale))
+        root_input = sum(fsdp_unsharded_bytes(p, dp) for p in params[0] + params[-1] if p.trainable)
+        view.bwd_end_extra = one(GRADS, held + round(root_input * scale))
     if last > 0:
         root_params = params[0] + params[-1]
+        reduce_bytes = sum(
+            fsdp_unsharded_bytes(p, dp) // p.elem_bytes * round(p.elem_bytes * scale)
+            for p in root_params
+            if p.trainable
+        )
+        regathered = policy.reshard_after_forward is not False
         view.stranded_bytes = fsdp_stranded_bytes(
             gather_bytes=root_gather,
-            reduce_bytes=sum(sharding.fsdp_shard_numel(p.shape, dp) * dp
-                             * round(p.elem_bytes * scale) for p in root_params if p.trainable),
-            regathered=policy.reshard_after_forward is not False,
+            reduce_bytes=reduce_bytes,
+            regathered=regathered,
             states_on_device=offload != "params",
-        )  # fmt: skip
+        )
+        largest_grad = max((p.n_bytes for p in root_params if p.trainable), default=0)
+        view.root_held_bytes = root + (reduce_bytes + largest_grad if reduce_bytes else 0)
+        if reduce_bytes and offload != "params":
+            view.segment_floor_bytes = fsdp_segment_floor_bytes(
+                gather_bytes=root_gather if regathered else 0,
+                reduce_bytes=reduce_bytes,
+                grad_bytes=largest_grad,
+            )
         if offload == "params" and 0 < i < last:  # the reduce-scatter output before its D2H copy
             out = _shard_bytes(layer_grads, ratio, scale)
             view.bwd_extra[i] = vadd(view.bwd_extra[i], one(GRADS, out))
@@ -572,7 +602,68 @@ def fsdp_stranded_bytes(
     return out
 
 
-def _fsdp_relief(params: list[list[Param]], masters: bool) -> int:
+def fsdp_unsharded_bytes(p: Param, dp: int) -> int:
+    """Bytes of ``p`` unsharded under FSDP2 over ``dp`` ranks: its all-gather output, every
+    rank's dim-0 shard padded to ``ceil(dim0 / dp)`` rows, x ``dp`` (the unsharded parameter is
+    a view into it: torch 2.13.0 ``FSDPParam.init_all_gather_outputs``, ``_fsdp_param.py``).
+    ``p.n_bytes`` where ``dp`` divides dim 0."""
+    return sharding.fsdp_shard_numel(p.shape, dp) * dp * p.elem_bytes
+
+
+def fsdp_segment_floor_bytes(*, gather_bytes: int, reduce_bytes: int, grad_bytes: int) -> int:
+    """The segments a training step under FSDP2 adds to its forward's where the root group's
+    buffers outweigh the blocks' (many GPUs, a large vocabulary): the least it reserves is the
+    forward's peak plus these (:func:`fsdp_reserved_extra`). Found segment by segment in the
+    trace engine's allocator replay (one stream, ``allocator/caching.py``) of the fast-path
+    grid's rows (docs/accuracy.md, "FSDP2: the root group's segments at any GPU count"): after
+    the forward's segments (the shards, the root's all-gather output and copy-out, the first
+    block's gather and copy-out) the step takes new segments only for
+
+    - ``gather_bytes``: the root's all-gather output requested again where backward starts
+      (0 where the root stays unsharded after forward), the forward's copy carved up by then;
+    - ``grad_bytes``: the largest of the root's unsharded 16-bit gradients (the LM head's or
+      the embeddings'), produced in backward while the root is whole;
+    - ``reduce_bytes`` twice: the root's fp32 reduce-scatter input in the final backward
+      callback, and again in the next step where the first optimizer step's lazily created
+      Adam states or the next forward's gathers were placed in its freed segment by best fit
+      (phi-4 cut to 2 layers takes it again at 12, 24, 32, 128 GPUs and not at 8, 16, 64:
+      which free block best fit picks cannot be told from the sizes, so both are counted).
+
+    Each at its segment size (``cuda_allocator.segment_size``)."""
+    out = 2 * segment_size(round_size(reduce_bytes)) if reduce_bytes else 0
+    for n in (gather_bytes, grad_bytes):
+        out += segment_size(round_size(n)) if n else 0
+    return out
+
+
+def fsdp_reserved_extra(
+    view: RankView, *, peak_bytes: int, forward_bytes: int, ratio: float
+) -> int:
+    """The bytes the analytic reserved rule adds to ``peak_bytes`` x its ratio under FSDP2
+    (``reserved_rule(stranded_bytes=...)``), chosen so that the top of the range (``ratio``:
+    ``RESERVED_RATIO["train"]``'s high end) is the larger of
+
+    - the ratio rule with the root's buffers taken out of the scaled bytes: ``ratio`` x (peak -
+      ``root_held_bytes``) + ``root_held_bytes`` + the segments taken again
+      (:func:`fsdp_stranded_bytes`). The root's buffers are single requests in segments of
+      their own (the replay's segment lists), never fragmented; never below ``ratio`` x peak,
+      since the stranded segments outweigh ``(ratio - 1)`` x the held bytes;
+    - the segment floor: the forward's peak (``forward_bytes``) + the segments backward and the
+      next step add (:func:`fsdp_segment_floor_bytes`), what the replay reserves where the root
+      dominates (phi-4 / olmo-2-7b full fine-tunes over 12-128 GPUs: the ratio rule was up to
+      14 % under there).
+
+    At the answer shown (``ratio`` the median) the same rule with that ratio.
+    ``view.stranded_bytes`` where the view holds none of these."""
+    held = min(view.root_held_bytes, peak_bytes)
+    by_ratio = view.stranded_bytes - round((ratio - 1) * held)
+    by_floor = forward_bytes + view.segment_floor_bytes - round(ratio * peak_bytes)
+    if not view.segment_floor_bytes:
+        by_floor = 0
+    return max(0, by_ratio, by_floor)
+
+
+def _fsdp_relief(params: list[list[Param]], masters: bool, dp: int = 1) -> int:
     """What a block's backward holds less than at its ``post_backward`` before its last op:
     the fp32 reduce-scatter input (``foreach_reduce``, torch 2.13.0 _fsdp_collectives.py,
     allocated in the group's ``post_backward`` after the block's backward ran) beyond the
@@ -581,9 +672,13 @@ def _fsdp_relief(params: list[list[Param]], masters: bool) -> int:
     0 without a mixed-precision policy (the input is the gradients' own width)."""
     if not masters:
         return 0
+    padded = max(
+        (sum(fsdp_unsharded_bytes(p, dp) for p in ps if p.trainable) for ps in params[1:-1]),
+        default=0,
+    )
     layer_grads = max((sum(p.n_bytes for p in ps if p.trainable) for ps in params[1:-1]), default=0)
     width = max((p.elem_bytes for ps in params for p in ps if p.trainable), default=4)
-    return round(layer_grads * sharding.FP32_MASTER_BYTES / width) - layer_grads
+    return round(padded * sharding.FP32_MASTER_BYTES / width) - layer_grads
 
 
 def _last_grad_bytes(root_params: Sequence[Param]) -> int:

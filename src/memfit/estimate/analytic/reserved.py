@@ -272,6 +272,7 @@ def reserved_rule(
     held_bytes: int | None = None,
     infer: InferParts | None = None,
     stranded_bytes: int = 0,
+    stranded_point_bytes: int | None = None,
 ) -> ReservedRule:
     """The rule the analytic engine hands the pipeline (``pipeline.assemble`` applies it).
     ``job``: the grid job class whose band ``end="band"`` takes (None: the wide band).
@@ -280,7 +281,10 @@ def reserved_rule(
     not known. Its answer shown (``mid``) and its own band take them (:data:`INFER_RESERVED`).
     ``stranded_bytes``: a training step's segments reserved beyond the ratio, at every point
     of the range (FSDP2's root buffers, ``distributed.fsdp_stranded_bytes``; a job class's
-    band is fitted to the rows less them, ``benchmarks/reserved_bands.py``)."""
+    band is fitted to the rows less them, ``benchmarks/reserved_bands.py``);
+    ``stranded_point_bytes``: the same at the answer shown, ``end="mid"`` (None: the top's;
+    FSDP2's root buffers are taken out of the bytes the ratio scales, by the ratio of each end:
+    ``distributed.fsdp_reserved_extra``)."""
     if infer is not None:
         held_bytes = infer.held_bytes
     mid, low, high = RESERVED_RATIO["train" if training else "infer"]
@@ -304,8 +308,11 @@ def reserved_rule(
             fixed_bytes=(at_point, MIN_SEGMENTS_BYTES),
             floor_bytes=MIN_SEGMENTS_BYTES,
         )
+    point = extra
+    if end == "mid" and stranded_point_bytes is not None:
+        point = stranded_point_bytes
     return ReservedRule(
-        ratio=(mid if end == "mid" else high, low, high), fixed_bytes=(extra, extra)
+        ratio=(mid if end == "mid" else high, low, high), fixed_bytes=(point, extra)
     )
 
 
