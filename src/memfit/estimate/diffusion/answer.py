@@ -14,6 +14,7 @@ rebuilt and replaced, never used.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,8 @@ class PipelineEstimate:
     gpu: str | None = None
     arch: str | None = None
     fits: Verdict | None = None
+    #: the derived engine's account of its forms (memfit.estimate.diffusion.derived); None: traced
+    derived_from: str | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -130,10 +133,12 @@ class PipelineEstimate:
 
     @property
     def engine(self) -> str:
-        return "trace"
+        return "trace" if self.derived_from is None else "derived"
 
     @property
     def engine_reason(self) -> str:
+        if self.derived_from is not None:
+            return f"diffusion pipelines: each component's forward {self.derived_from}"
         return "diffusion pipelines: each component's forward traced on fake tensors"
 
     @property
@@ -188,6 +193,8 @@ class PipelineEstimate:
         return {
             "model": self.name,
             "pipeline": self.pipeline,
+            "engine": self.engine,
+            "engine_reason": self.engine_reason,
             "job": asdict(self.job),
             "peak_allocated_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage,
@@ -256,13 +263,35 @@ def _decode(data: Any) -> PipelineEstimate | None:
     return est if ok else None
 
 
+def _engine() -> str:
+    """``trace`` under ``--engine trace`` or ``--confirm``, else the engine asked. The policy
+    module is imported only where a command set either (memfit.estimate.options), so a default
+    command reads neither here."""
+    policy = sys.modules.get("memfit.estimate.policy")
+    if policy is None:
+        return "auto"
+    if policy.confirming():
+        return "trace"
+    return str(policy.active().engine)
+
+
 def estimate_pipeline(
     root: Path, job: DiffusionJob, *, name: str, gpu: Any = None
 ) -> PipelineEstimate:
     """Trace every component of the pipeline at ``root`` and compose the stages; with ``gpu`` (a
-    catalog record) the answer carries THE verdict on it (``fits``). Kept in the trace cache
-    (module docstring): a repeated call is a cache read, without torch."""
+    catalog record) the answer carries THE verdict on it (``fits``). A bundled pipeline's job
+    whose records are shipped is answered by the derived engine, without torch
+    (:mod:`memfit.estimate.diffusion.derived`), unless ``--engine trace`` or ``--confirm``.
+    Traced answers are kept in the trace cache (module docstring): a repeated call is a cache
+    read, without torch."""
     index, configs = read_tree(root)
+    if _engine() != "trace":
+        from memfit.estimate.diffusion.derived import NotDerived, derived_pipeline
+
+        try:
+            return derived_pipeline(root, index, configs, job, name=name, gpu=gpu)
+        except NotDerived:
+            pass  # a record is not shipped: the trace answers
     parts = {"pipeline": {"index": index, "configs": configs}, "job": repr(job), "gpu": repr(gpu)}
 
     def run() -> PipelineEstimate:

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from memfit.spec.diffusion import FORMATS, LAYERWISE_STORAGE_BYTES
+
+if TYPE_CHECKING:  # torch is imported where a module is laid out: WeightLayout is torch-free
+    import torch
 
 #: diffusers/hooks/layerwise_casting.py: DEFAULT_SKIP_MODULES_PATTERN (regexes, re.search).
 LAYERWISE_SKIP = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
@@ -43,6 +44,8 @@ LAYERWISE_SKIP = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
 
 def _supported_layers() -> tuple[type[torch.nn.Module], ...]:
     """diffusers/hooks/_common.py ``_GO_LC_SUPPORTED_PYTORCH_LAYERS``."""
+    import torch
+
     nn = torch.nn
     return (
         nn.Conv1d,
@@ -96,7 +99,7 @@ def layout(
     *,
     quant: str = "none",
     layerwise: str | None = None,
-    compute_dtype: torch.dtype = torch.bfloat16,
+    compute_dtype: torch.dtype | None = None,
     num_blocks_per_group: int = 1,
     not_converted: tuple[str, ...] = (),
 ) -> WeightLayout:
@@ -107,7 +110,10 @@ def layout(
     per: dict[int, int] = {}  # id(tensor) -> device bytes
     parts: dict[int, tuple[int, tuple[int, ...]]] = {}  # quantized ones: as loaded
     transient = 0
-    compute_bytes = torch.empty((), dtype=compute_dtype).element_size()
+    import torch
+
+    dt = torch.bfloat16 if compute_dtype is None else compute_dtype
+    compute_bytes = torch.empty((), dtype=dt).element_size()
     skip = [*LAYERWISE_SKIP, *(getattr(model, "_skip_layerwise_casting_patterns", None) or [])]
     supported = _supported_layers()
     for name, module in model.named_modules():
