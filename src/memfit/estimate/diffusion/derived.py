@@ -3,10 +3,13 @@
 A component's forward, traced at batch ``b`` on latents of ``lh x lw``, allocates and frees the
 same storages in the same order at every size; only their byte counts change. A form keeps that
 sequence once (allocations and which allocation each free names) and each byte count as the
-values the trace gave at the sample sizes: batch 1 and 2 at three latent areas ``P = lh * lw``.
-A count at another size is read off the exact rational interpolation ``n(b, P) = A(P) + b B(P)``,
-``A`` and ``B`` polynomials of degree at most 2 in ``P`` through the samples; a count that does
-not come out whole and non-negative refuses the form (the trace answers). The activation peak is
+values the trace gave at the sample sizes, at three latent areas ``P = lh * lw``: a form for
+batch 1 (a batch of one takes another code path in places: an op that copies at batch 2 is a
+view at batch 1), and one for larger batches from batches 2 and 3. A count at another size is
+read off the exact rational interpolation ``n(b, P) = A(P) + b B(P)``, ``A`` and ``B``
+polynomials of degree at most 2 in ``P`` through the samples; a count that does not come out
+whole and non-negative refuses the form (the trace answers). The samples are traced with each
+storage's own bytes; the form rounds them up to 512 B as the trace does. The activation peak is
 the peak over the events (as the block-wise trace computes it).
 
 The forms, the component facts and the weight layouts of the bundled pipelines are derived by
@@ -67,9 +70,13 @@ def canonical_events(events: Sequence[Event]) -> tuple[list[tuple[str, int]], li
     return seq, sizes
 
 
-def fit_form(samples: list[tuple[int, int, dict[str, Any]]]) -> dict[str, Any] | None:
-    """The form of one component from its records at ``(batch, P, record)`` samples (batch 1 and
-    2 at each P), or None where the sequences differ (the code path changes with the size)."""
+def fit_form(
+    samples: list[tuple[int, int, dict[str, Any]]], round_to: int = 1
+) -> dict[str, Any] | None:
+    """The form of one component from its records at ``(batch, P, record)`` samples (one batch,
+    or two, at each of the areas), or None where the sequences differ (the code path changes
+    with the size). ``round_to``: the records hold the storages' own bytes, and the trace rounds
+    them up to this multiple (:func:`evaluate` does)."""
     seqs = [canonical_events([tuple(e) for e in r["events"]]) for _, _, r in samples]  # type: ignore[misc]
     if any(s != seqs[0][0] for s, _ in seqs[1:]):
         return None
@@ -84,13 +91,18 @@ def fit_form(samples: list[tuple[int, int, dict[str, Any]]]) -> dict[str, Any] |
         "events": encoded,
         "output": refs[-2],
         "workspace": refs[-1],
+        "round_to": round_to,
     }
 
 
 def _weights(samples: list[list[int]], b: int, p: int) -> list[Fraction]:
-    """Each sample's weight in the value at (b, p): linear in b between the batch-1 and batch-2
-    samples at each P, Lagrange in P across the distinct P."""
+    """Each sample's weight in the value at (b, p): linear in the batch between the two
+    batches sampled at each area (or the one batch, which must be ``b``), Lagrange in the area
+    across the distinct areas."""
     areas = sorted({s[1] for s in samples})
+    batches = sorted({s[0] for s in samples})
+    if len(batches) == 1 and b != batches[0]:
+        raise NotDerived(f"a form of batch {batches[0]} only, asked batch {b}")
     w = [Fraction(0)] * len(samples)
     index = {(s[0], s[1]): i for i, s in enumerate(samples)}
     for pj in areas:
@@ -98,15 +110,24 @@ def _weights(samples: list[list[int]], b: int, p: int) -> list[Fraction]:
         for pk in areas:
             if pk != pj:
                 lag *= Fraction(p - pk, pj - pk)
-        # n(b) = n1 + (b - 1) (n2 - n1) = (2 - b) n1 + (b - 1) n2
-        w[index[(1, pj)]] += lag * (2 - b)
-        w[index[(2, pj)]] += lag * (b - 1)
+        if len(batches) == 1:
+            w[index[(batches[0], pj)]] += lag
+            continue
+        lo, hi = batches[0], batches[-1]  # n(b) = n_lo + (b - lo) (n_hi - n_lo) / (hi - lo)
+        w[index[(lo, pj)]] += lag * Fraction(hi - b, hi - lo)
+        w[index[(hi, pj)]] += lag * Fraction(b - lo, hi - lo)
     return w
+
+
+def _rounded(n: int, to: int) -> int:
+    """The tracker's rounding of a storage (``StorageTracker._rounded``: CUDA's 512 B blocks)."""
+    return -(-n // to) * to if to > 1 else n
 
 
 def evaluate(form: dict[str, Any], b: int, p: int) -> tuple[int, int, list[Event], int]:
     """(activation peak, output bytes, events, workspace) of the form at batch ``b``, area
-    ``p``; :class:`NotDerived` where a byte count does not come out whole and non-negative."""
+    ``p``; :class:`NotDerived` where a byte count does not come out whole and non-negative.
+    The events' counts are the storages' own bytes, rounded as the trace rounds them."""
     w = _weights(form["samples"], b, p)
     counts: list[int] = []
     for col in form["values"]:
@@ -114,15 +135,25 @@ def evaluate(form: dict[str, Any], b: int, p: int) -> tuple[int, int, list[Event
         if v.denominator != 1 or v < 0:
             raise NotDerived(f"a byte count at batch {b}, area {p} is not whole: {v}")
         counts.append(int(v))
+    to = int(form.get("round_to", 1))
     events: list[Event] = []
     n_alloc = 0
     for code in form["events"]:
         if code >= 0:
-            events.append(("a", n_alloc, counts[code]))
+            events.append(("a", n_alloc, _rounded(counts[code], to)))
             n_alloc += 1
         else:
             events.append(("f", -1 - code, 0))
     return peak_bytes(events), counts[form["output"]], events, counts[form["workspace"]]
+
+
+def form_for(forms: dict[str, Any], b: int) -> dict[str, Any]:
+    """The form of batch ``b``: a batch of one can take another code path (an op that copies at
+    batch 2 is a view at batch 1), so it has a form of its own."""
+    form = forms.get("b1" if b == 1 else "bN")
+    if form is None:
+        raise NotDerived(f"no form for batch {b}")
+    return form  # type: ignore[no-any-return]
 
 
 # -- the shipped store ----------------------------------------------------------------------------
@@ -207,7 +238,8 @@ class DerivedSource:
 
     def trace(self, comp: str, legacy: bool) -> tuple[int, int, list[Event], int]:
         key = form_key(self._component(comp), self._dtype_of[comp], self._job, comp, legacy)
-        return evaluate(self._get("forms", key), self._job.batch, self._area)
+        return evaluate(form_for(self._get("forms", key), self._job.batch), self._job.batch,
+                        self._area)  # fmt: skip
 
 
 def derived_from(store: dict[str, Any]) -> str:
