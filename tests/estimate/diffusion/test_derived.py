@@ -85,7 +85,7 @@ def _recorded(pipeline: str) -> dict:
     return rows[-1]
 
 
-@pytest.mark.parametrize("pipeline", ["flux.1-dev", "sd3-medium"])
+@pytest.mark.parametrize("pipeline", ["flux.1-dev", "sd3-medium", "sdxl-base-1.0"])
 def test_the_shipped_forms_give_the_traced_answer_at_held_out_sizes(pipeline: str) -> None:
     """At each recorded held-out size (none a derivation sample), the derived engine's
     allocated and reserved peaks are not more than 2 % under the recorded trace's."""
@@ -115,7 +115,10 @@ def test_the_engine_says_where_its_forms_come_from() -> None:
     index, configs = read_tree(root)
     est = derived.derived_pipeline(root, index, configs, DiffusionJob(), name="flux.1-dev")
     assert est.engine == "derived"
-    assert "derived from traces at batch 1 and 2" in est.engine_reason
+    store = derived.shipped("flux.1-dev")
+    assert store is not None
+    assert f"derived from traces at {store['derivation']['derived_at']}" in est.engine_reason
+    assert f"equal to the trace at {store['derivation']['validated_at']}" in est.engine_reason
     assert "--engine trace" in est.engine_reason
     assert est.to_json()["engine"] == "derived"
 
