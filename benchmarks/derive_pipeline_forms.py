@@ -164,6 +164,7 @@ def derive(name: str) -> dict:
     with gzip.open(out, "wt", encoding="utf-8", compresslevel=9) as f:
         json.dump(store, f, separators=(",", ":"), sort_keys=True)
     derived.shipped.cache_clear()
+    incomplete = [key for key in samples if not forms.get(key)]
     whole = []
     for b, h, w in HELD_OUT:
         job = DiffusionJob(batch=b, height=h, width=w)
@@ -178,12 +179,15 @@ def derive(name: str) -> dict:
             "trace": [t.peak_bytes, t.peak_reserved_bytes, t.peak_reserved_upper_bytes],
             "derived": [d.peak_bytes, d.peak_reserved_bytes, d.peak_reserved_upper_bytes],
         })  # fmt: skip
+    if incomplete:  # a component without any form: every job would be traced anyway
+        out.unlink()
+        fit_notes.append(f"{len(incomplete)} component(s) without a form: no store shipped")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()  # fmt: skip
     n_forms = sum(len(f) for f in forms.values())
     return {"pipeline": name, "class": pipeline, "commit": commit, "derive_cpu_s": derive_s,
             "forms": n_forms, "fit_notes": fit_notes, "records": rows, "whole": whole,
-            "store_bytes": out.stat().st_size,
+            "store_bytes": out.stat().st_size if out.exists() else 0,
             "versions": store["derivation"]["versions"]}  # fmt: skip
 
 
