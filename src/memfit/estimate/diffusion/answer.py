@@ -285,14 +285,20 @@ def estimate_pipeline(
     Traced answers are kept in the trace cache (module docstring): a repeated call is a cache
     read, without torch."""
     index, configs = read_tree(root)
+    parts = {"pipeline": {"index": index, "configs": configs}, "job": repr(job), "gpu": repr(gpu)}
     if _engine() != "trace":
         from memfit.estimate.diffusion.derived import NotDerived, derived_pipeline
 
-        try:
+        def derive() -> PipelineEstimate:
             return derived_pipeline(root, index, configs, job, name=name, gpu=gpu)
+
+        try:  # kept under its own key: --engine trace never reads a derived answer
+            est, _ = _trace_cache().cached_answer(
+                {**parts, "engine": "derived"}, derive, encode=_encode, decode=_decode
+            )
+            return est if est.name == name else replace(est, name=name)
         except NotDerived:
             pass  # a record is not shipped: the trace answers
-    parts = {"pipeline": {"index": index, "configs": configs}, "job": repr(job), "gpu": repr(gpu)}
 
     def run() -> PipelineEstimate:
         from memfit.estimate.diffusion.pipelines import traced_pipeline
