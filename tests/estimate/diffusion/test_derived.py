@@ -168,3 +168,25 @@ def test_a_bundled_pipeline_answer_imports_no_torch(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got == {"rc": 1, "heavy": [], "engine": "derived", "nearest": True}
+
+
+@pytest.mark.slow
+def test_the_shipped_flux_forms_still_match_the_installed_trace() -> None:
+    """The trace engine (``--engine trace``) run now, at a size the forms were not derived from,
+    gives the derived engine's bytes: fails when memfit's traced code or the libraries moved
+    and the forms were not derived again (benchmarks/derive_pipeline_forms.py)."""
+    pytest.importorskip("diffusers")
+    from memfit.estimate.derived.cache import disabled
+    from memfit.estimate.diffusion.answer import estimate_pipeline
+    from memfit.estimate.policy import use_engine
+
+    root = pipeline_dir("flux.1-dev")
+    assert root is not None
+    job = DiffusionJob(batch=1, height=768, width=1344, offload="model")
+    with disabled(), use_engine("trace"):
+        traced = estimate_pipeline(root, job, name="flux.1-dev")
+    with disabled():
+        fast = estimate_pipeline(root, job, name="flux.1-dev")
+    assert (traced.engine, fast.engine) == ("trace", "derived")
+    assert fast.peak_bytes == traced.peak_bytes
+    assert fast.peak_reserved_bytes == traced.peak_reserved_bytes

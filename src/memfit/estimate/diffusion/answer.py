@@ -264,9 +264,10 @@ def _decode(data: Any) -> PipelineEstimate | None:
 
 
 def _engine() -> str:
-    """``trace`` under ``--engine trace`` or ``--confirm``, else the engine asked. The policy
-    module is imported only where a command set either (memfit.estimate.options), so a default
-    command reads neither here."""
+    """``trace`` under ``--engine trace`` or ``--confirm``, else the engine asked (``auto`` and
+    ``derived`` read the shipped forms; any other engine has no pipeline program: the trace).
+    The policy module is imported only where a command set either (memfit.estimate.options), so
+    a default command reads neither here."""
     policy = sys.modules.get("memfit.estimate.policy")
     if policy is None:
         return "auto"
@@ -286,7 +287,7 @@ def estimate_pipeline(
     read, without torch."""
     index, configs = read_tree(root)
     parts = {"pipeline": {"index": index, "configs": configs}, "job": repr(job), "gpu": repr(gpu)}
-    if _engine() != "trace":
+    if _engine() in ("auto", "derived"):
         from memfit.estimate.diffusion.derived import NotDerived, derived_pipeline
 
         def derive() -> PipelineEstimate:
