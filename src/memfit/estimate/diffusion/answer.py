@@ -230,6 +230,11 @@ def read_tree(root: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     return index, configs
 
 
+class NotDerived(Exception):
+    """A record of the job is not in the shipped forms (memfit.estimate.diffusion.derived): the
+    trace engine answers the job."""
+
+
 #: The records a kept pipeline estimate holds (trace_cache.encode_record), by class name.
 _KEPT: dict[str, type] = {
     c.__name__: c for c in (PipelineEstimate, ComponentTrace, StagePeak, DiffusionJob, Verdict)
@@ -288,9 +293,10 @@ def estimate_pipeline(
     index, configs = read_tree(root)
     parts = {"pipeline": {"index": index, "configs": configs}, "job": repr(job), "gpu": repr(gpu)}
     if _engine() in ("auto", "derived"):
-        from memfit.estimate.diffusion.derived import NotDerived, derived_pipeline
 
-        def derive() -> PipelineEstimate:
+        def derive() -> PipelineEstimate:  # the forms are loaded on a cache miss only
+            from memfit.estimate.diffusion.derived import derived_pipeline
+
             return derived_pipeline(root, index, configs, job, name=name, gpu=gpu)
 
         try:  # kept under its own key: --engine trace never reads a derived answer

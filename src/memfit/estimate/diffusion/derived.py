@@ -31,6 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from memfit.estimate.diffusion.answer import NotDerived as NotDerived
 from memfit.estimate.diffusion.answer import PipelineEstimate
 from memfit.estimate.diffusion.assemble import assemble, switches
 from memfit.estimate.diffusion.blockwise import peak_bytes
@@ -43,10 +44,6 @@ FORMS_DIR = Path(__file__).parent / "forms"
 #: the denoisers' pipelines the derived engine composes, and their text encoders' stage
 PIPELINES = ("FluxPipeline", "StableDiffusionXLPipeline", "StableDiffusion3Pipeline",
              "PixArtSigmaPipeline")  # fmt: skip
-
-
-class NotDerived(Exception):
-    """A record of the job is not in the shipped forms (the trace engine answers the job)."""
 
 
 def canonical(parts: dict[str, Any]) -> str:
