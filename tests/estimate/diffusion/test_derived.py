@@ -134,14 +134,14 @@ def test_a_job_without_shipped_records_is_left_to_the_trace() -> None:
 
 
 def test_engine_trace_and_confirm_send_a_pipeline_to_the_trace() -> None:
-    from memfit.estimate.diffusion import answer
+    from memfit.estimate.diffusion.route import engine_asked
     from memfit.estimate.policy import use_confirm, use_engine
 
-    assert answer._engine() == "auto"
+    assert engine_asked() == "auto"
     with use_engine("trace"):
-        assert answer._engine() == "trace"
+        assert engine_asked() == "trace"
     with use_confirm():
-        assert answer._engine() == "trace"
+        assert engine_asked() == "trace"
 
 
 def test_a_bundled_pipeline_answer_imports_no_torch(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_the_shipped_flux_forms_still_match_the_installed_trace() -> None:
     and the forms were not derived again (benchmarks/derive_pipeline_forms.py)."""
     pytest.importorskip("diffusers")
     from memfit.estimate.derived.cache import disabled
-    from memfit.estimate.diffusion.answer import estimate_pipeline
+    from memfit.estimate.diffusion.route import estimate_pipeline
     from memfit.estimate.policy import use_engine
 
     root = pipeline_dir("flux.1-dev")

@@ -1,8 +1,8 @@
 """A diffusion pipeline's answer (torch-free): the records an estimate is made of, the tree it
 reads, and the answer kept in the trace cache.
 
-:func:`estimate_pipeline` looks the whole answer up in the trace cache
-(:func:`memfit.estimate.trace_cache.cached_answer`, THE key rule: the pipeline's
+:func:`memfit.estimate.diffusion.route.estimate_pipeline` looks the whole answer up in the
+trace cache (:func:`kept_answer`, THE key rule: the pipeline's
 ``model_index.json`` and component configs, the job, the GPU, the installed versions and
 memfit's own source) before anything imports torch; only a miss builds and traces the
 components (:mod:`memfit.estimate.diffusion.pipelines`). So a repeated estimate, and each
@@ -14,7 +14,7 @@ rebuilt and replaced, never used.
 from __future__ import annotations
 
 import dataclasses
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -268,49 +268,8 @@ def _decode(data: Any) -> PipelineEstimate | None:
     return est if ok else None
 
 
-def _engine() -> str:
-    """``trace`` under ``--engine trace`` or ``--confirm``, else the engine asked (``auto`` and
-    ``derived`` read the shipped forms; any other engine has no pipeline program: the trace).
-    The policy module is imported only where a command set either (memfit.estimate.options), so
-    a default command reads neither here."""
-    policy = sys.modules.get("memfit.estimate.policy")
-    if policy is None:
-        return "auto"
-    if policy.confirming():
-        return "trace"
-    return str(policy.active().engine)
-
-
-def estimate_pipeline(
-    root: Path, job: DiffusionJob, *, name: str, gpu: Any = None
-) -> PipelineEstimate:
-    """Trace every component of the pipeline at ``root`` and compose the stages; with ``gpu`` (a
-    catalog record) the answer carries THE verdict on it (``fits``). A bundled pipeline's job
-    whose records are shipped is answered by the derived engine, without torch
-    (:mod:`memfit.estimate.diffusion.derived`), unless ``--engine trace`` or ``--confirm``.
-    Traced answers are kept in the trace cache (module docstring): a repeated call is a cache
-    read, without torch."""
-    index, configs = read_tree(root)
-    parts = {"pipeline": {"index": index, "configs": configs}, "job": repr(job), "gpu": repr(gpu)}
-    if _engine() in ("auto", "derived"):
-
-        def derive() -> PipelineEstimate:  # the forms are loaded on a cache miss only
-            from memfit.estimate.diffusion.derived import derived_pipeline
-
-            return derived_pipeline(root, index, configs, job, name=name, gpu=gpu)
-
-        try:  # kept under its own key: --engine trace never reads a derived answer
-            est, _ = _trace_cache().cached_answer(
-                {**parts, "engine": "derived"}, derive, encode=_encode, decode=_decode
-            )
-            return est if est.name == name else replace(est, name=name)
-        except NotDerived:
-            pass  # a record is not shipped: the trace answers
-
-    def run() -> PipelineEstimate:
-        from memfit.estimate.diffusion.pipelines import traced_pipeline
-
-        return traced_pipeline(root, index, configs, job, name=name, gpu=gpu)
-
+def kept_answer(parts: dict[str, Any], run: Callable[[], PipelineEstimate]) -> PipelineEstimate:
+    """The pipeline answer kept in the trace cache under ``parts`` (THE key rule), else
+    ``run()``'s, kept (:func:`memfit.estimate.trace_cache.cached_answer`)."""
     est, _ = _trace_cache().cached_answer(parts, run, encode=_encode, decode=_decode)
-    return est if est.name == name else replace(est, name=name)
+    return est  # type: ignore[no-any-return]

@@ -12,11 +12,11 @@ only where a record does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from memfit.estimate.diffusion.answer import ComponentTrace, PipelineEstimate
-from memfit.estimate.diffusion.built import ComponentFacts
 from memfit.estimate.diffusion.compose import compose, replay_reserved
 from memfit.estimate.diffusion.versions import behaviour
 from memfit.estimate.diffusion.weights import WeightLayout, quantized_components
@@ -25,6 +25,19 @@ from memfit.spec.diffusion import BACKEND, DiffusionJob
 Event = tuple[str, int, int]
 #: the pipeline dtype names as ``str(torch.dtype)`` spells them (the layout keys hold that text)
 TORCH_NAMES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentFacts:
+    """A built component's facts the composition reads (none depends on its dtype)."""
+
+    #: ``sum(p.numel() for p in model.parameters())``
+    n_params: int
+    #: the class's ``_keep_in_fp32_modules`` (what quantizers leave unconverted)
+    keep_in_fp32: tuple[str, ...]
+    #: ``type(model).__name__`` and whether it has ``set_attention_slice``
+    type_name: str
+    has_attention_slice: bool
 
 
 class Source(Protocol):

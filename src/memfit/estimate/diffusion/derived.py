@@ -33,10 +33,9 @@ from typing import Any
 
 from memfit.estimate.diffusion.answer import NotDerived as NotDerived
 from memfit.estimate.diffusion.answer import PipelineEstimate
-from memfit.estimate.diffusion.assemble import assemble, switches
+from memfit.estimate.diffusion.assemble import ComponentFacts, assemble, switches
 from memfit.estimate.diffusion.blockwise import peak_bytes
-from memfit.estimate.diffusion.built import ComponentFacts, _layout_from
-from memfit.estimate.diffusion.weights import WeightLayout
+from memfit.estimate.diffusion.weights import WeightLayout, layout_from_record
 from memfit.spec.diffusion import DiffusionJob
 
 Event = tuple[str, int, int]
@@ -231,7 +230,7 @@ class DerivedSource:
     def layout(self, comp: str, legacy: bool, options: dict[str, Any],
                lay_args: dict[str, Any]) -> WeightLayout:  # fmt: skip
         key = canonical({"component": self._component(comp), "layout": options})
-        return _layout_from(self._get("layouts", key))
+        return layout_from_record(self._get("layouts", key))
 
     def trace(self, comp: str, legacy: bool) -> tuple[int, int, list[Event], int]:
         key = form_key(self._component(comp), self._dtype_of[comp], self._job, comp, legacy)

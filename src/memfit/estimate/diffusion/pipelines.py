@@ -25,9 +25,8 @@ import torch
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.diffusion import blockwise
-from memfit.estimate.diffusion.answer import estimate_pipeline as estimate_pipeline
-from memfit.estimate.diffusion.assemble import assemble, attention_sliced, switches
-from memfit.estimate.diffusion.built import ComponentFacts, component_facts, component_layout
+from memfit.estimate.diffusion.assemble import ComponentFacts, assemble, attention_sliced, switches
+from memfit.estimate.diffusion.built import component_facts, component_layout
 from memfit.estimate.diffusion.pipeline import (
     DTYPES,
     SUPPORTED,
@@ -35,6 +34,7 @@ from memfit.estimate.diffusion.pipeline import (
     build_component,
     trace_forward,
 )
+from memfit.estimate.diffusion.route import estimate_pipeline as estimate_pipeline
 from memfit.estimate.diffusion.weights import WeightLayout, layout
 from memfit.estimate.trace_cache import cached_record
 from memfit.spec.diffusion import DiffusionJob
@@ -483,7 +483,7 @@ def traced_pipeline(
     gpu: Any = None,
 ) -> PipelineEstimate:
     """The pipeline at ``root`` (its ``index`` and component ``configs``) traced and composed:
-    :func:`memfit.estimate.diffusion.answer.estimate_pipeline` on a cache miss."""
+    :func:`memfit.estimate.diffusion.route.estimate_pipeline` on a cache miss."""
     steps, vae_dt, recipe_notes = _checked_recipe(index, configs, job)
     dtype_of = {c: vae_dt if c == "vae" else DTYPES[job.precision] for c in steps}
     source = TraceSource(root, index, configs, job, steps, dtype_of)

@@ -82,6 +82,20 @@ class WeightLayout:
         return self.unmatched_bytes + n_groups * self.largest_block_bytes
 
 
+#: WeightLayout's byte fields (every one a whole non-negative count).
+LAYOUT_BYTES = ("weights_bytes", "largest_leaf_bytes", "transient_bytes", "unmatched_bytes",
+                "largest_block_bytes")  # fmt: skip
+
+
+def layout_from_record(r: dict[str, Any]) -> WeightLayout:
+    """A layout from its JSON record (``built._layout_record``; the shipped forms keep them)."""
+    return WeightLayout(
+        **{f: int(r[f]) for f in LAYOUT_BYTES},
+        storage=str(r["storage"]),
+        tensor_allocs=tuple((int(a), tuple(int(n) for n in b)) for a, b in r["tensor_allocs"]),
+    )
+
+
 def _own(module: torch.nn.Module) -> list[torch.Tensor]:
     return [*module.parameters(recurse=False), *module.buffers(recurse=False)]
 
