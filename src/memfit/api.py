@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate import estimate_with, settled_for
-from memfit.estimate.diffusion.answer import estimate_pipeline  # a cache hit imports no torch
+from memfit.estimate.diffusion.route import estimate_pipeline  # derived or a cache hit: no torch
 from memfit.estimate.llamacpp import estimate_llamacpp, largest_ctx, largest_ngl
 from memfit.estimate.options import using_options
 from memfit.estimate.verdict import judge_point

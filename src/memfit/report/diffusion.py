@@ -66,6 +66,7 @@ def render_pipeline(est: PipelineEstimate) -> str:
                 "PyTorch then runs plans with less workspace, which can make the VAE decode slower"
             )
     lines += [f"note: {n}" for n in est.notes]
+    lines.append(f"engine: {est.engine} ({est.engine_reason})")
     return "\n".join(lines)
 
 

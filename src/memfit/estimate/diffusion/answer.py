@@ -1,8 +1,8 @@
 """A diffusion pipeline's answer (torch-free): the records an estimate is made of, the tree it
 reads, and the answer kept in the trace cache.
 
-:func:`estimate_pipeline` looks the whole answer up in the trace cache
-(:func:`memfit.estimate.trace_cache.cached_answer`, THE key rule: the pipeline's
+:func:`memfit.estimate.diffusion.route.estimate_pipeline` looks the whole answer up in the
+trace cache (:func:`kept_answer`, THE key rule: the pipeline's
 ``model_index.json`` and component configs, the job, the GPU, the installed versions and
 memfit's own source) before anything imports torch; only a miss builds and traces the
 components (:mod:`memfit.estimate.diffusion.pipelines`). So a repeated estimate, and each
@@ -14,6 +14,7 @@ rebuilt and replaced, never used.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,8 @@ class PipelineEstimate:
     gpu: str | None = None
     arch: str | None = None
     fits: Verdict | None = None
+    #: the derived engine's account of its forms (memfit.estimate.diffusion.derived); None: traced
+    derived_from: str | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -130,10 +133,12 @@ class PipelineEstimate:
 
     @property
     def engine(self) -> str:
-        return "trace"
+        return "trace" if self.derived_from is None else "derived"
 
     @property
     def engine_reason(self) -> str:
+        if self.derived_from is not None:
+            return f"diffusion pipelines: each component's forward {self.derived_from}"
         return "diffusion pipelines: each component's forward traced on fake tensors"
 
     @property
@@ -188,6 +193,8 @@ class PipelineEstimate:
         return {
             "model": self.name,
             "pipeline": self.pipeline,
+            "engine": self.engine,
+            "engine_reason": self.engine_reason,
             "job": asdict(self.job),
             "peak_allocated_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage,
@@ -223,6 +230,11 @@ def read_tree(root: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     return index, configs
 
 
+class NotDerived(Exception):
+    """A record of the job is not in the shipped forms (memfit.estimate.diffusion.derived): the
+    trace engine answers the job."""
+
+
 #: The records a kept pipeline estimate holds (trace_cache.encode_record), by class name.
 _KEPT: dict[str, type] = {
     c.__name__: c for c in (PipelineEstimate, ComponentTrace, StagePeak, DiffusionJob, Verdict)
@@ -256,19 +268,8 @@ def _decode(data: Any) -> PipelineEstimate | None:
     return est if ok else None
 
 
-def estimate_pipeline(
-    root: Path, job: DiffusionJob, *, name: str, gpu: Any = None
-) -> PipelineEstimate:
-    """Trace every component of the pipeline at ``root`` and compose the stages; with ``gpu`` (a
-    catalog record) the answer carries THE verdict on it (``fits``). Kept in the trace cache
-    (module docstring): a repeated call is a cache read, without torch."""
-    index, configs = read_tree(root)
-    parts = {"pipeline": {"index": index, "configs": configs}, "job": repr(job), "gpu": repr(gpu)}
-
-    def run() -> PipelineEstimate:
-        from memfit.estimate.diffusion.pipelines import traced_pipeline
-
-        return traced_pipeline(root, index, configs, job, name=name, gpu=gpu)
-
+def kept_answer(parts: dict[str, Any], run: Callable[[], PipelineEstimate]) -> PipelineEstimate:
+    """The pipeline answer kept in the trace cache under ``parts`` (THE key rule), else
+    ``run()``'s, kept (:func:`memfit.estimate.trace_cache.cached_answer`)."""
     est, _ = _trace_cache().cached_answer(parts, run, encode=_encode, decode=_decode)
-    return est if est.name == name else replace(est, name=name)
+    return est  # type: ignore[no-any-return]

@@ -30,25 +30,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-from memfit.estimate.diffusion.weights import WeightLayout
+from memfit.estimate.diffusion.assemble import ComponentFacts
+from memfit.estimate.diffusion.weights import LAYOUT_BYTES, WeightLayout, layout_from_record
 from memfit.estimate.trace_cache import cached_record
-
-
-@dataclass(frozen=True, kw_only=True)
-class ComponentFacts:
-    """A built component's facts the composition reads (none depends on its dtype)."""
-
-    #: ``sum(p.numel() for p in model.parameters())``
-    n_params: int
-    #: the class's ``_keep_in_fp32_modules`` (what quantizers leave unconverted)
-    keep_in_fp32: tuple[str, ...]
-    #: ``type(model).__name__`` and whether it has ``set_attention_slice``
-    type_name: str
-    has_attention_slice: bool
-
 
 #: In-process memos in front of the trace cache, by the canonical JSON of their key parts.
 _FACTS: dict[str, ComponentFacts] = {}
@@ -85,7 +72,7 @@ def component_layout(
     key = _canonical(parts)
     if key not in _LAYOUTS:
         record = cached_record(parts, lambda: _layout_record(run()), valid=_valid_layout)
-        _LAYOUTS[key] = _layout_from(record)
+        _LAYOUTS[key] = layout_from_record(record)
     return _LAYOUTS[key]
 
 
@@ -110,11 +97,6 @@ def _valid_facts(r: dict[str, Any]) -> bool:
     )
 
 
-#: WeightLayout's byte fields (every one a whole non-negative count).
-_LAYOUT_BYTES = ("weights_bytes", "largest_leaf_bytes", "transient_bytes", "unmatched_bytes",
-                 "largest_block_bytes")  # fmt: skip
-
-
 def _layout_record(lay: WeightLayout) -> dict[str, Any]:
     record = asdict(lay)
     record["tensor_allocs"] = [[first, list(parts)] for first, parts in lay.tensor_allocs]
@@ -124,7 +106,7 @@ def _layout_record(lay: WeightLayout) -> dict[str, Any]:
 def _valid_layout(r: dict[str, Any]) -> bool:
     allocs = r["tensor_allocs"]
     return (
-        all(type(r[f]) is int and r[f] >= 0 for f in _LAYOUT_BYTES)
+        all(type(r[f]) is int and r[f] >= 0 for f in LAYOUT_BYTES)
         and isinstance(r["storage"], str)
         and isinstance(allocs, list)
         and all(
@@ -133,11 +115,3 @@ def _valid_layout(r: dict[str, Any]) -> bool:
             for a in allocs
         )
     )  # fmt: skip
-
-
-def _layout_from(r: dict[str, Any]) -> WeightLayout:
-    return WeightLayout(
-        **{f: int(r[f]) for f in _LAYOUT_BYTES},
-        storage=str(r["storage"]),
-        tensor_allocs=tuple((int(a), tuple(int(n) for n in b)) for a, b in r["tensor_allocs"]),
-    )

@@ -25,21 +25,19 @@ import torch
 
 from memfit.errors import NotModelledError, SpecError
 from memfit.estimate.diffusion import blockwise
-from memfit.estimate.diffusion.answer import estimate_pipeline as estimate_pipeline
-from memfit.estimate.diffusion.built import ComponentFacts, component_facts, component_layout
-from memfit.estimate.diffusion.compose import compose, replay_reserved
+from memfit.estimate.diffusion.assemble import ComponentFacts, assemble, attention_sliced, switches
+from memfit.estimate.diffusion.built import component_facts, component_layout
 from memfit.estimate.diffusion.pipeline import (
     DTYPES,
     SUPPORTED,
-    ComponentTrace,
     PipelineEstimate,
     build_component,
     trace_forward,
 )
-from memfit.estimate.diffusion.versions import behaviour
-from memfit.estimate.diffusion.weights import WeightLayout, layout, quantized_components
+from memfit.estimate.diffusion.route import estimate_pipeline as estimate_pipeline
+from memfit.estimate.diffusion.weights import WeightLayout, layout
 from memfit.estimate.trace_cache import cached_record
-from memfit.spec.diffusion import BACKEND, DiffusionJob
+from memfit.spec.diffusion import DiffusionJob
 
 
 def _empty(*shape: int, dtype: torch.dtype) -> torch.Tensor:
@@ -305,28 +303,8 @@ def _prepare(model: torch.nn.Module, comp: str, job: DiffusionJob) -> None:
             m.enable_slicing()
         if job.vae_tiling:
             m.enable_tiling()
-    elif _attention_sliced(comp, job) and hasattr(m, "set_attention_slice"):
+    elif attention_sliced(comp, job) and hasattr(m, "set_attention_slice"):
         m.set_attention_slice("auto")
-
-
-def _attention_sliced(comp: str, job: DiffusionJob) -> bool:
-    return job.attention_slicing and comp in ("unet", "transformer")
-
-
-def _switches(comp: str, job: DiffusionJob) -> list[bool]:
-    """The switches :func:`_prepare` reads for ``comp`` (a layout's key has them)."""
-    if comp == "vae":
-        return [job.vae_slicing, job.vae_tiling]
-    return [job.attention_slicing] if comp in ("unet", "transformer") else []
-
-
-def _prepare_notes(comp: str, job: DiffusionJob, facts: ComponentFacts) -> list[str]:
-    """What :func:`_prepare` does to ``comp``, said in the notes."""
-    if not _attention_sliced(comp, job):
-        return []
-    if facts.has_attention_slice:
-        return [f"attention slicing: {comp}.set_attention_slice('auto')"]
-    return [f"attention slicing: {facts.type_name} has no set_attention_slice (no effect)"]
 
 
 #: Components built on the meta device in this process, by the canonical JSON of (library,
@@ -349,7 +327,7 @@ class _Builds:
 
     def _key(self, comp: str, keep_fp32: bool) -> str:
         parts = [*self._index[comp], self._configs[comp], str(self._dtype_of[comp]),
-                 _switches(comp, self._job), keep_fp32]  # fmt: skip
+                 switches(comp, self._job), keep_fp32]  # fmt: skip
         return json.dumps(parts, sort_keys=True, default=str)
 
     def _build(self, comp: str, keep_fp32: bool) -> torch.nn.Module:
@@ -428,17 +406,46 @@ def _not_converted(model: torch.nn.Module, library: str) -> tuple[str, ...]:
     return tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
 
 
-def traced_pipeline(
-    root: Path,
-    index: dict[str, Any],
-    configs: dict[str, Any],
-    job: DiffusionJob,
-    *,
-    name: str,
-    gpu: Any = None,
-) -> PipelineEstimate:
-    """The pipeline at ``root`` (its ``index`` and component ``configs``) traced and composed:
-    :func:`memfit.estimate.diffusion.answer.estimate_pipeline` on a cache miss."""
+class TraceSource:
+    """The records of one pipeline call from the components built and traced here
+    (:class:`memfit.estimate.diffusion.assemble.Source`): facts and layouts kept by
+    :mod:`memfit.estimate.diffusion.built`, forward records by :data:`_TRACES` and the trace
+    cache."""
+
+    def __init__(self, root: Path, index: dict[str, Any], configs: dict[str, Any],
+                 job: DiffusionJob, steps: dict[str, Any],
+                 dtype_of: dict[str, torch.dtype]) -> None:  # fmt: skip
+        self._root, self._index, self._configs, self._job = root, index, configs, job
+        self._steps, self._dtype_of = steps, dtype_of
+        self._build = _Builds(index, configs, job, dtype_of)
+
+    def facts(self, comp: str) -> ComponentFacts:
+        return component_facts([*self._index[comp], self._configs[comp]],
+                               functools.partial(self._build.model, comp))  # fmt: skip
+
+    def layout(self, comp: str, legacy: bool, options: dict[str, Any],
+               lay_args: dict[str, Any]) -> WeightLayout:  # fmt: skip
+        args = {**lay_args, "compute_dtype": DTYPES[_DTYPE_NAMES_BY_STR[lay_args["compute_dtype"]]]}
+        run = functools.partial(_layout_built, self._build, comp, legacy, args)
+        return component_layout([*self._index[comp], self._configs[comp]], options, run)
+
+    def trace(self, comp: str, legacy: bool) -> tuple[int, int, list[tuple[str, int, int]], int]:
+        make_inputs, call, _ = self._steps[comp]
+        key = (*_trace_key(self._root, comp, self._dtype_of[comp], self._job), legacy)
+        if key not in _TRACES:
+            parts = {"component": [*self._index[comp], self._configs[comp]], "trace": key[1:]}
+            trace = functools.partial(_trace_built, self._build, comp, legacy, make_inputs, call)
+            _TRACES[key] = _from_record(cached_record(parts, trace, valid=_valid_record))
+        return _TRACES[key]
+
+
+_DTYPE_NAMES_BY_STR = {str(v): k for k, v in DTYPES.items()}
+
+
+def _checked_recipe(
+    index: dict[str, Any], configs: dict[str, Any], job: DiffusionJob
+) -> tuple[dict[str, Any], torch.dtype, list[str]]:
+    """The recipe of one call of the pipeline (``_recipe``), after refusing what it cannot run."""
     pipeline = str(index["_class_name"])
     dt = DTYPES[job.precision]
     if job.drop_text_encoder_3 and "text_encoder_3" not in index:
@@ -453,105 +460,36 @@ def traced_pipeline(
     if pipeline not in SUPPORTED:
         _recipe(pipeline, configs, job, dt)  # raises NotModelledError naming the pipeline
     steps, vae_dt, recipe_notes = _recipe(pipeline, configs, job, dt, index)
-    dtype_of = {c: vae_dt if c == "vae" else dt for c in steps}
-    build = _Builds(index, configs, job, dtype_of)
-    facts = {c: component_facts([*index[c], configs[c]], functools.partial(build.model, c))
-             for c in steps}  # fmt: skip
-    denoiser = "transformer" if "transformer" in steps else "unet"
-    sizes = {c: f.n_params for c, f in facts.items()}
-    quants = quantized_components(configs, denoiser, sizes, job)
-    beh = behaviour(job.transformers_version, job.bitsandbytes_version)
-    notes: list[str] = list(recipe_notes)
-    #: bitsandbytes 8-bit components diffusers gives no offload hook (they stay on the device)
-    pinned = frozenset(
-        c for c, f in quants.items() if f == "int8" and not beh.bnb_8bit_offload_hooks
-    )
-    if pinned and job.offload == "model":
-        notes.append(
-            f"{', '.join(sorted(pinned))}: bitsandbytes 8-bit, no offload hook under transformers "
-            f"{beh.transformers} / bitsandbytes {beh.bitsandbytes}: stays on the device"
-        )
-    traces: dict[str, ComponentTrace] = {}
-    stage_of: dict[str, str] = {}
-    tensor_allocs: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
-    forward_events: dict[str, list[tuple[str, int, int]]] = {}
-    for comp, (make_inputs, call, stage) in steps.items():
-        notes += _prepare_notes(comp, job, facts[comp])
-        fmt = quants.get(comp, "none")
-        lw = job.layerwise_casting if comp == denoiser else None
-        keep = facts[comp].keep_in_fp32
-        legacy = (
-            BACKEND.get(fmt) == "bitsandbytes"
-            and index[comp][0] == "transformers"
-            and beh.bnb_keeps_fp32_modules_in_fp32
-            and bool(keep)
-        )
-        if legacy:
-            notes.append(
-                f"{comp}: transformers {beh.transformers} keeps "
-                f"{', '.join(keep)} in fp32 under bitsandbytes"
-            )
-        lay_args: dict[str, Any] = {
-            "quant": fmt,
-            "layerwise": lw,
-            "compute_dtype": dt,
-            "num_blocks_per_group": job.num_blocks_per_group,
-            "not_converted": keep if fmt != "none" else (),
-        }
-        options = {**lay_args, "dtype": str(dtype_of[comp]), "switches": _switches(comp, job),
-                   "fp32_modules": list(keep) if legacy else []}  # fmt: skip
-        run = functools.partial(_layout_built, build, comp, legacy, lay_args)
-        lay = component_layout([*index[comp], configs[comp]], options, run)
-        if fmt != "none":
-            notes.append(f"{comp}: linear weights in {fmt} ({BACKEND.get(fmt, 'GGUF')})")
-        if lw:
-            notes.append(f"{comp}: enable_layerwise_casting(storage {lw}, compute {job.precision})")
-        key = (*_trace_key(root, comp, dtype_of[comp], job), legacy)
-        if key not in _TRACES:
-            parts = {"component": [*index[comp], configs[comp]], "trace": key[1:]}
-            trace = functools.partial(_trace_built, build, comp, legacy, make_inputs, call)
-            _TRACES[key] = _from_record(cached_record(parts, trace, valid=_valid_record))
-        act, out, forward_events[comp], workspace = _TRACES[key]
-        traces[comp] = ComponentTrace(
-            name=comp,
-            class_name=index[comp][1],
-            weights_bytes=lay.weights_bytes,
-            largest_leaf_bytes=lay.largest_leaf_bytes,
-            activation_peak_bytes=act + lay.transient_bytes,
-            output_bytes=out,
-            storage=lay.storage,
-            transient_bytes=lay.transient_bytes,
-            conv_workspace_bytes=workspace,
-            group_resident_bytes=lay.group_resident_bytes(job.offload_type, job.use_stream),
-            dtype=_DTYPE_NAMES[vae_dt if comp == "vae" else dt],
-        )
-        tensor_allocs[comp] = lay.tensor_allocs
-        stage_of[comp] = stage
-    calls = list(steps)
-    if pipeline in ("StableDiffusion3Pipeline", "WanPipeline"):
-        # encode_prompt: the encoders for the prompt, then again for the negative prompt (CFG)
-        encoders = [c for c in steps if stage_of[c] == "text_encode"]
-        calls = [*encoders, *calls]
-    replay = {
-        "gpu": gpu,
-        "calls": calls,
-        "pinned": pinned,
-    }
-    args = (job, list(steps), traces, tensor_allocs, forward_events, stage_of)
-    loaded, reserved = replay_reserved(*args, **replay)  # type: ignore[arg-type]
-    _, reserved_upper = replay_reserved(*args, **replay, conv_workspace=True)  # type: ignore[arg-type]
-    est = compose(
-        name,
-        pipeline,
-        job,
-        traces,
-        stage_of,
-        reserved_bytes=reserved,
-        loaded_reserved_bytes=loaded,
-        reserved_upper_bytes=reserved_upper,
-        extra_notes=tuple(dict.fromkeys(notes)),
-        calls=calls,
-        pinned=pinned,
-    )
-    # THE verdict on the GPU asked (memfit.estimate.diffusion.device)
-    return est if gpu is None else est.judge_on(gpu)
+    return steps, vae_dt, list(recipe_notes)
+
+
+def trace_source(
+    root: Path, index: dict[str, Any], configs: dict[str, Any], job: DiffusionJob
+) -> tuple[TraceSource, dict[str, Any]]:
+    """The trace source of one call and its recipe's steps (``{component: (inputs, call,
+    stage)}``): what a derivation traces at each sample size."""
+    steps, vae_dt, _ = _checked_recipe(index, configs, job)
+    dtype_of = {c: vae_dt if c == "vae" else DTYPES[job.precision] for c in steps}
+    return TraceSource(root, index, configs, job, steps, dtype_of), steps
+
+
+def traced_pipeline(
+    root: Path,
+    index: dict[str, Any],
+    configs: dict[str, Any],
+    job: DiffusionJob,
+    *,
+    name: str,
+    gpu: Any = None,
+) -> PipelineEstimate:
+    """The pipeline at ``root`` (its ``index`` and component ``configs``) traced and composed:
+    :func:`memfit.estimate.diffusion.route.estimate_pipeline` on a cache miss."""
+    steps, vae_dt, recipe_notes = _checked_recipe(index, configs, job)
+    dtype_of = {c: vae_dt if c == "vae" else DTYPES[job.precision] for c in steps}
+    source = TraceSource(root, index, configs, job, steps, dtype_of)
+    return assemble(
+        index, configs, job, name=name, gpu=gpu,
+        stages={c: stage for c, (_, _, stage) in steps.items()},
+        dtype_of={c: _DTYPE_NAMES[d] for c, d in dtype_of.items()},
+        recipe_notes=recipe_notes, source=source,
+    )  # fmt: skip

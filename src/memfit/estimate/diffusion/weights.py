@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from memfit.spec.diffusion import FORMATS, LAYERWISE_STORAGE_BYTES
+
+if TYPE_CHECKING:  # torch is imported where a module is laid out: WeightLayout is torch-free
+    import torch
 
 #: diffusers/hooks/layerwise_casting.py: DEFAULT_SKIP_MODULES_PATTERN (regexes, re.search).
 LAYERWISE_SKIP = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
@@ -43,6 +44,8 @@ LAYERWISE_SKIP = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
 
 def _supported_layers() -> tuple[type[torch.nn.Module], ...]:
     """diffusers/hooks/_common.py ``_GO_LC_SUPPORTED_PYTORCH_LAYERS``."""
+    import torch
+
     nn = torch.nn
     return (
         nn.Conv1d,
@@ -79,6 +82,20 @@ class WeightLayout:
         return self.unmatched_bytes + n_groups * self.largest_block_bytes
 
 
+#: WeightLayout's byte fields (every one a whole non-negative count).
+LAYOUT_BYTES = ("weights_bytes", "largest_leaf_bytes", "transient_bytes", "unmatched_bytes",
+                "largest_block_bytes")  # fmt: skip
+
+
+def layout_from_record(r: dict[str, Any]) -> WeightLayout:
+    """A layout from its JSON record (``built._layout_record``; the shipped forms keep them)."""
+    return WeightLayout(
+        **{f: int(r[f]) for f in LAYOUT_BYTES},
+        storage=str(r["storage"]),
+        tensor_allocs=tuple((int(a), tuple(int(n) for n in b)) for a, b in r["tensor_allocs"]),
+    )
+
+
 def _own(module: torch.nn.Module) -> list[torch.Tensor]:
     return [*module.parameters(recurse=False), *module.buffers(recurse=False)]
 
@@ -96,7 +113,7 @@ def layout(
     *,
     quant: str = "none",
     layerwise: str | None = None,
-    compute_dtype: torch.dtype = torch.bfloat16,
+    compute_dtype: torch.dtype | None = None,
     num_blocks_per_group: int = 1,
     not_converted: tuple[str, ...] = (),
 ) -> WeightLayout:
@@ -107,7 +124,10 @@ def layout(
     per: dict[int, int] = {}  # id(tensor) -> device bytes
     parts: dict[int, tuple[int, tuple[int, ...]]] = {}  # quantized ones: as loaded
     transient = 0
-    compute_bytes = torch.empty((), dtype=compute_dtype).element_size()
+    import torch
+
+    dt = torch.bfloat16 if compute_dtype is None else compute_dtype
+    compute_bytes = torch.empty((), dtype=dt).element_size()
     skip = [*LAYERWISE_SKIP, *(getattr(model, "_skip_layerwise_casting_patterns", None) or [])]
     supported = _supported_layers()
     for name, module in model.named_modules():
