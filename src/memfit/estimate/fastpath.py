@@ -1265,12 +1265,11 @@ FSDP_COUNT_VALIDATED: dict[str, tuple[str, ...]] = {
         ("mixed_fsdp", "mixed_ckpt_fsdp"), but=("mixed_ckpt_fsdp_g64", "mixed_ckpt_fsdp_g128")
     ),
     "roberta": _counts(),
+    # vit-base's full fine-tunes at 24 / 32 GPUs pass too, but only where a trend crosses the
+    # tolerance (allocated +2.4 ... +5.5 % at 2-16 GPUs, -8.0 / -20.6 % at 64 / 128, its cause
+    # not found): left out, as the settling table leaves them out below (lead, 2026-12-08)
     "vit": (
-        "mixed_fsdp_g24",
-        "mixed_fsdp_g32",
         "mixed_ckpt_fsdp_g2",
-        "mixed_ckpt_fsdp_g24",
-        "mixed_ckpt_fsdp_g32",
         "lora_fsdp_g2",
         "lora_fsdp_g4",
         "lora_fsdp_g6",
@@ -1287,10 +1286,15 @@ FSDP_COUNT_SETTLES: dict[str, tuple[str, ...]] = {
     "qwen3": _counts(but=("lora_fsdp_g128",)),
     "qwen3_moe": _counts(("mixed_fsdp", "mixed_ckpt_fsdp")),
     "roberta": _counts(),
-    # the full fine-tunes up to 32 GPUs, LoRA up to 6
+    # the full fine-tunes up to 16 GPUs (over the trace there; under it from 64, crossing
+    # between), LoRA up to 6
     "vit": _counts(
         but=(
-            *(f"{job}_g{n}" for job in ("mixed_fsdp", "mixed_ckpt_fsdp") for n in (64, 128)),
+            *(
+                f"{job}_g{n}"
+                for job in ("mixed_fsdp", "mixed_ckpt_fsdp")
+                for n in (24, 32, 64, 128)
+            ),
             *(f"lora_fsdp_g{n}" for n in (12, 16, 24, 32, 64, 128)),
         )
     ),
