@@ -205,3 +205,20 @@ def test_fsdp_interleaved_rank_holds_one_chunks_unsharded_grads_in_one_round(lla
     assert one_round in {c * FSDP_PP_GRAD_ACCUM_BYTES for c in chunks}
     assert one_round < sum(chunks) * FSDP_PP_GRAD_ACCUM_BYTES
     assert two_rounds == sum(chunks) * FSDP_PP_GRAD_ACCUM_BYTES
+
+
+def test_fsdp_pipeline_stage_holds_its_layers_bf16_grads_before_the_fold(llama70):
+    """FSDP2 under a pipeline keeps the stage gathered and its fp32 gradients resident, but
+    autograd still writes each layer's unsharded gradients in bf16, which FSDP2 adds to the fp32
+    accumulator only in the block's post_backward: one layer's bf16 gradients (2 bytes per
+    parameter on this GPU) sit beside the largest transient and the receive buffers. Before, the
+    whole gathered term was dropped for a resident stage, these gradients with it."""
+    from memfit.estimate.parallel.memory import p2p_bytes, transients
+
+    w = job(gpus=64, shard="fsdp", grad_accum=8)  # dp 2 x tp 8 x pp 4, 1F1B
+    lay = layout_of(w)
+    stages = pipeline_ranks(80, pp=4, schedule="1f1b", virtual_stages=1, micro_batches=8)[1]
+    per_layer = (llama70.attention_params + llama70.dense_mlp_params) // 8 + llama70.norm_params
+    _, _, largest = transients(llama70, stages, lay)
+    expected = largest + p2p_bytes(llama70, stages, lay) + per_layer * 2
+    assert rank_bytes(llama70, stages, lay).temporary_bytes == expected
