@@ -222,3 +222,25 @@ def test_fsdp_pipeline_stage_holds_its_layers_bf16_grads_before_the_fold(llama70
     _, _, largest = transients(llama70, stages, lay)
     expected = largest + p2p_bytes(llama70, stages, lay) + per_layer * 2
     assert rank_bytes(llama70, stages, lay).temporary_bytes == expected
+
+
+def test_fsdp2_without_sync_holds_a_blocks_bf16_grads_beside_the_fp32_accumulator():
+    """The rule under unfolded_grad_bytes, observed on the installed torch (CPU, gloo, one
+    rank; benchmarks/fsdp2_unfolded_grads.py in a subprocess): on the second micro-batch, inside
+    a block's backward, the weight already differentiated has a bf16 unsharded .grad and every
+    weight an fp32 accumulator; after the block's post_backward no bf16 .grad is left."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "fsdp2_unfolded_grads.py")],
+        capture_output=True, text=True, timeout=120, check=True, cwd=root,
+        env={**__import__("os").environ, "PYTHONPATH": str(root / "src")},
+    )  # fmt: skip
+    second = json.loads(out.stdout.splitlines()[-1])["micro_batches"][1]
+    a, b = second["inside_block_backward"]
+    assert b == ["bfloat16", "float32"] and a[1] == "float32"
+    assert all(grad is None and acc == "float32" for grad, acc in second["after_backward"])
