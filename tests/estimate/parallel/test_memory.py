@@ -205,3 +205,42 @@ def test_fsdp_interleaved_rank_holds_one_chunks_unsharded_grads_in_one_round(lla
     assert one_round in {c * FSDP_PP_GRAD_ACCUM_BYTES for c in chunks}
     assert one_round < sum(chunks) * FSDP_PP_GRAD_ACCUM_BYTES
     assert two_rounds == sum(chunks) * FSDP_PP_GRAD_ACCUM_BYTES
+
+
+def test_fsdp_pipeline_stage_holds_its_layers_bf16_grads_before_the_fold(llama70):
+    """FSDP2 under a pipeline keeps the stage gathered and its fp32 gradients resident, but
+    autograd still writes each layer's unsharded gradients in bf16, which FSDP2 adds to the fp32
+    accumulator only in the block's post_backward: one layer's bf16 gradients (2 bytes per
+    parameter on this GPU) sit beside the largest transient and the receive buffers. Before, the
+    whole gathered term was dropped for a resident stage, these gradients with it."""
+    from memfit.estimate.parallel.memory import p2p_bytes, transients
+
+    w = job(gpus=64, shard="fsdp", grad_accum=8)  # dp 2 x tp 8 x pp 4, 1F1B
+    lay = layout_of(w)
+    stages = pipeline_ranks(80, pp=4, schedule="1f1b", virtual_stages=1, micro_batches=8)[1]
+    per_layer = (llama70.attention_params + llama70.dense_mlp_params) // 8 + llama70.norm_params
+    _, _, largest = transients(llama70, stages, lay)
+    expected = largest + p2p_bytes(llama70, stages, lay) + per_layer * 2
+    assert rank_bytes(llama70, stages, lay).temporary_bytes == expected
+
+
+def test_fsdp2_without_sync_holds_a_blocks_bf16_grads_beside_the_fp32_accumulator():
+    """The rule under unfolded_grad_bytes, observed on the installed torch (CPU, gloo, one
+    rank; benchmarks/fsdp2_unfolded_grads.py in a subprocess): on the second micro-batch, inside
+    a block's backward, the weight already differentiated has a bf16 unsharded .grad and every
+    weight an fp32 accumulator; after the block's post_backward no bf16 .grad is left."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "fsdp2_unfolded_grads.py")],
+        capture_output=True, text=True, timeout=120, check=True, cwd=root,
+        env={**__import__("os").environ, "PYTHONPATH": str(root / "src")},
+    )  # fmt: skip
+    second = json.loads(out.stdout.splitlines()[-1])["micro_batches"][1]
+    a, b = second["inside_block_backward"]
+    assert b == ["bfloat16", "float32"] and a[1] == "float32"
+    assert all(grad is None and acc == "float32" for grad, acc in second["after_backward"])

@@ -20,7 +20,8 @@ compute dtype's bytes, ``V`` the vocabulary, ``h`` the hidden width):
   parallel) and a layer's backward (the layer recomputed under full
   checkpointing + ring attention's K/V buffers, :func:`cp_buffer_bytes` + the MoE all-to-all
   buffers and grouped-GEMM workspace, :func:`ep_buffer_bytes`); plus FSDP / ZeRO-3's gathered
-  layers and the pipeline's receive buffers (:func:`p2p_bytes`).
+  layers (of a resident pipeline stage only the layer's bf16 gradients before FSDP2 folds them:
+  :func:`unfolded_grad_bytes`) and the pipeline's receive buffers (:func:`p2p_bytes`).
 - **The stack** (:attr:`Layout.torch_native`): ``fsdp`` / ``zero3`` jobs run as torchtitan runs
   them (FSDP2 keeps a pipeline stage unsharded between micro-batches, torch.distributed.pipelining
   keeps receive buffers and the last stage's logits per micro-batch, attention saves K/V
@@ -512,14 +513,8 @@ def ep_buffer_bytes(shape: DecoderShape, lay: Layout) -> int:
     return 2 * slots * shape.hidden * lay.act_bytes + GROUPED_GEMM_WORKSPACE_BYTES
 
 
-def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
-    """FSDP / ZeRO-3's unsharded layers: the layer computed and the one prefetched in the
-    compute dtype, and in backward one layer's unsharded gradients before the reduce-scatter
-    (cast to fp32 for it under torchtitan's ``reduce_dtype``): 2 x 2 + (2 + 4) bytes per
-    parameter of the largest module gathered on this rank — a transformer layer, or the
-    embeddings / output head where the rank holds them (0 when nothing is sharded)."""
-    if lay.shard not in ("zero3", "fsdp") or lay.dp * lay.cp == 1 or not stages.layers:
-        return 0
+def _largest_gathered_params(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
+    """Parameters (on this GPU) of the largest transformer layer this rank gathers."""
     biggest = 0
     for layer in stages.layers[:2] + stages.layers[-1:]:
         n = shape.attention_params // lay.tp + shape.norm_params
@@ -529,6 +524,22 @@ def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
         else:
             n += shape.dense_mlp_params // lay.tp
         biggest = max(biggest, n)
+    return biggest
+
+
+def _gathers(stages: RankStages, lay: Layout) -> bool:
+    return lay.shard in ("zero3", "fsdp") and lay.dp * lay.cp > 1 and bool(stages.layers)
+
+
+def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
+    """FSDP / ZeRO-3's unsharded layers: the layer computed and the one prefetched in the
+    compute dtype, and in backward one layer's unsharded gradients before the reduce-scatter
+    (cast to fp32 for it under torchtitan's ``reduce_dtype``): 2 x 2 + (2 + 4) bytes per
+    parameter of the largest module gathered on this rank — a transformer layer, or the
+    embeddings / output head where the rank holds them (0 when nothing is sharded)."""
+    if not _gathers(stages, lay):
+        return 0
+    biggest = _largest_gathered_params(shape, stages, lay)
     gathered = 2 * lay.act_bytes  # the layer computed and the one prefetched
     if lay.float8_all_gather:  # the blocks' linears in fp8 (the norms' few weights ignored)
         gathered = 2 * FLOAT8_GATHERED_BYTES
@@ -538,6 +549,29 @@ def gathered_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
         vocab = shape.embedding_params // lay.tp
         per_layer = max(per_layer, vocab * (2 * lay.act_bytes + lay.act_bytes + 4))
     return per_layer
+
+
+def unfolded_grad_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> int:
+    """The part of :func:`gathered_bytes` an FSDP2 pipeline stage holds on top of its resident
+    parameters and fp32 gradients: the unsharded gradients of the layer in backward, in the
+    compute dtype, before FSDP2 folds them into the fp32 accumulator.
+
+    Autograd writes each unsharded parameter's ``.grad`` in its dtype (bf16 under torchtitan's
+    ``param_dtype``); FSDP2 adds it to ``unsharded_accumulated_grad`` (fp32, ``reduce_dtype``)
+    and drops it only in the block's ``post_backward`` (``FSDPParam.
+    accumulate_unsharded_grad_if_needed`` / ``to_accumulated_grad_if_needed`` in torch's
+    ``_fsdp_param.py``, called from ``FSDPParamGroup.post_backward``), the same moment a
+    stage without a pipeline reduce-scatters them — so one layer's bf16 gradients count here
+    as :func:`gathered_bytes` counts them without a pipeline (``act_bytes`` per parameter of
+    the largest layer, or of the vocabulary matrix on the embedding / head rank). What a
+    resident stage does not hold again: the gathered layer and the prefetched one (already
+    resident) and the fp32 reduce-scatter copy (no reduce-scatter between micro-batches)."""
+    if not _gathers(stages, lay):
+        return 0
+    n = _largest_gathered_params(shape, stages, lay)
+    if stages.embedding or stages.head:
+        n = max(n, shape.embedding_params // lay.tp)
+    return n * lay.act_bytes
 
 
 def fsdp_pipeline_resident_bytes(dense: int, expert: int, lay: Layout) -> int:
@@ -731,8 +765,9 @@ def rank_bytes(shape: DecoderShape, stages: RankStages, lay: Layout) -> RankByte
     p2, g2, o2 = model_state_bytes(expert, lay.expert_dp, lay) if expert else (0, 0, 0)
     temporary, kind, largest = transients(shape, stages, lay)
     resident = fsdp_pipeline_resident_bytes(dense, expert, lay)
-    if resident:  # the gathered layers are part of the resident stage
-        temporary -= gathered_bytes(shape, stages, lay)
+    if resident:  # the gathered layers are part of the resident stage; the layer's bf16
+        # gradients before FSDP2 folds them into the fp32 accumulator are not
+        temporary -= gathered_bytes(shape, stages, lay) - unfolded_grad_bytes(shape, stages, lay)
     unsharded_params = resident * lay.act_bytes // (lay.act_bytes + FSDP_PP_GRAD_ACCUM_BYTES)
     activations = rank_activation_bytes(shape, stages, lay)
     if resident and len(stages.chunks) > 1 and stages.moments:
