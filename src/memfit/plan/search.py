@@ -45,7 +45,14 @@ from memfit.estimate.fastpath import verdict_settled
 from memfit.estimate.verdict import Verdict
 from memfit.hardware import list_gpus, load_prices
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
-from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost, train_step_cost
+from memfit.plan.cost import (
+    ModelFacts,
+    Rates,
+    StepCost,
+    infer_cost,
+    train_cost_key,
+    train_step_cost,
+)
 from memfit.plan.engines import (
     CachedEstimator,
     EnginePair,
@@ -75,7 +82,7 @@ from memfit.plan.space import (
     recipe,
     stack_options,
 )
-from memfit.plan.split_bound import proven_miss
+from memfit.plan.split_bound import proven_miss, proven_miss_of_other_optimizer
 from memfit.report.plan_html import plan_fragment
 from memfit.spec import ParallelSpec, TechniqueSpec
 from memfit.spec.rules import kernel_shard_note
@@ -259,8 +266,11 @@ def plan(
     engine to search and the trace engine to confirm (see :mod:`memfit.plan.engines`).
     ``analytic_floors``: rule stacks out by their floor (:mod:`memfit.plan.floor`) with the
     analytic engine too (without it, only where the search engine is slower): the same plan is
-    recommended, found with fewer estimates, but the misses shown lack those stacks, so only a
-    caller that reads the recommendation alone asks for it (``memfit.plan.nearest``).
+    recommended, found with fewer estimates, but the misses shown lack those stacks (and
+    stacks proven to miss from another one's estimate, :mod:`memfit.plan.split_bound`), and
+    where nothing fits no nearest changes are worked out from them, so only a caller that
+    reads the recommendation alone, and searches again without floors where there is none,
+    asks for it (``memfit.plan.nearest``).
     ``engines``: the default engines of an earlier search of this model on this GPU record
     (:func:`memfit.plan.engines.default_engines`), whose kept estimates this one reads.
     ``request_fields``: :class:`PlanRequest` fields, applied over ``request``."""
@@ -437,6 +447,9 @@ class _Search:
         self.request, self.budget, self.engines, self.rates = request, budget, engines, rates
         self.source = source
         self.facts = ModelFacts.from_spec(source.spec, n_params=1)
+        #: training step costs by :func:`memfit.plan.cost.train_cost_key`, for these facts
+        self._costs: dict[tuple[Any, ...], StepCost] = {}
+        self._costs_facts = self.facts
         self.failed: dict[tuple[Any, ...], list[Settings]] = {}
         self.rejected: list[PlanOption] = []
         self.unsupported: list[str] = []
@@ -459,6 +472,9 @@ class _Search:
         #: per technique stack, its smallest split's miss (:meth:`_prefetch_stack`), which may
         #: prove a larger split misses unestimated (:meth:`_proven_miss`)
         self.stack_miss: dict[tuple[Any, ...], PlanOption] = {}
+        #: the search engine's misses by their stack less its optimizer (:func:`_twin_key`),
+        #: which may prove a stack with another optimizer misses unestimated (:meth:`_twin_miss`)
+        self.twin_misses: dict[tuple[Any, ...], list[PlanOption]] = {}
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -478,12 +494,21 @@ class _Search:
         )
 
     def cost(self, s: Settings) -> StepCost:
+        """``s``'s predicted step; a training step priced once per :func:`train_cost_key` (the
+        fields the price reads) while the model's facts stay: a search prices ~2 000
+        candidates, about half of them alike (issue 32)."""
         r = self.request
         if r.mode == "infer":
             return infer_cost(s, self.facts, self.rates, seq_len=r.seq_len, new_tokens=r.new_tokens)
-        return train_step_cost(
-            s, self.facts, self.rates, seq_len=r.seq_len, trainable_fraction=self._trainable(s)
-        )
+        if self._costs_facts is not self.facts:  # the baseline's count replaces the facts
+            self._costs, self._costs_facts = {}, self.facts
+        key = train_cost_key(s)
+        found = self._costs.get(key)
+        if found is None:
+            found = self._costs[key] = train_step_cost(
+                s, self.facts, self.rates, seq_len=r.seq_len, trainable_fraction=self._trainable(s)
+            )
+        return found
 
     def _trainable(self, s: Settings) -> float:
         """Trainable share of the parameters: LoRA on every linear adds r·(in + out) per linear
@@ -805,6 +830,12 @@ class _Search:
             if o is opt or not self._dominated(o.settings)
         ]
         splits.sort(key=lambda o: o.settings.micro_batch)
+        if self._twin_miss(splits[0]):
+            # its twin with another optimizer missed and proves the smallest split misses
+            # (memfit.plan.split_bound): noted as its estimate's miss was, not estimated
+            self._note_failure(splits[0].settings)
+            self.n_pruned += 1
+            return
         if engine.batch is not None and len(splits) > 1:
             # the smallest split first, through the batch function (the same answer as the
             # call for all splits: estimate_many's batch-1 line): where it does not fit, as
@@ -835,6 +866,10 @@ class _Search:
             self._note_failure(opt.settings)
             self.n_pruned += 1
             return replace(opt, fits=False, reason="a smaller split of this stack does not fit")
+        if self._twin_miss(opt):  # the same, from the stack's twin with another optimizer
+            self._note_failure(opt.settings)
+            self.n_pruned += 1
+            return replace(opt, fits=False, reason="its stack with another optimizer does not fit")
         if self.engines.search.batch is None and self._dominated(opt.settings):
             # a smaller split of the stack did not fit (noted by the prefetch): ``opt`` cannot
             # either; without a batch call it was not estimated, and is not now (a form or a
@@ -866,6 +901,23 @@ class _Search:
         if self._may_fall_back() or engine.known(opt.workload):
             return False  # (an estimate kept already costs nothing: read as before)
         return proven_miss(miss.workload, miss.estimate, opt.workload, self.budget.capacity_bytes)
+
+    def _twin_miss(self, opt: PlanOption) -> bool:
+        """Whether ``opt`` need not be estimated (as :meth:`_proven_miss`): a stack that differs
+        from it only in the optimizer missed at the same or a smaller micro-batch, by more than
+        its optimizer states (:func:`memfit.plan.split_bound.proven_miss_of_other_optimizer`:
+        the analytic engine's one-GPU steps)."""
+        if not self.analytic_floors or self._may_fall_back():
+            return False
+        misses = self.twin_misses.get(_twin_key(opt.settings))
+        if not misses or self.engines.search.known(opt.workload):
+            return False
+        w, capacity = opt.workload, self.budget.capacity_bytes
+        return any(
+            proven_miss_of_other_optimizer(m.workload, m.estimate, w, capacity)
+            for m in misses
+            if m.estimate is not None
+        )
 
     def _confirm(self, opt: PlanOption) -> PlanOption:
         if self.engines.confirm is None:
@@ -936,6 +988,8 @@ class _Search:
             return
         self._note_failure(opt.settings)
         self.rejected.append(opt)
+        if self.analytic_floors and opt.estimate.engine == "analytic":
+            self.twin_misses.setdefault(_twin_key(opt.settings), []).append(opt)
 
     def _note_failure(self, s: Settings) -> None:
         """Keep the failures as an antichain: a failure that keeps at least as much as a known
@@ -1008,7 +1062,11 @@ class _Search:
         if self.weigh_note is not None:
             notes.append(self.weigh_note)
         notes += self._slowdown_notes(rec, found[1:] + [o for _, o in compare])
-        nearest = [] if rec is not None or not shown else self._nearest(shown[0])
+        # where nothing fits, the nearest changes read every miss's estimate: a search with
+        # ``analytic_floors`` left some out, and its caller searches again without them
+        # (memfit.plan.nearest), whose nearest changes are the answer: none worked out here
+        floors = self.analytic_floors
+        nearest = [] if rec is not None or not shown or floors else self._nearest(shown[0])
         confirm = self.engines.confirm
         if confirm is not None and self.request.confirm in ("recommended", "none") and rec:
             which = (
@@ -1325,6 +1383,15 @@ def risk_first_key(o: PlanOption) -> tuple[int, int, int, int, float, int]:
     :func:`rank_key`."""
     bucket, risk, n_changes, kernels, step_s, mb = rank_key(o)
     return (risk, n_changes, bucket, kernels, step_s, mb)
+
+
+def _twin_key(s: Settings) -> tuple[Any, ...]:
+    """``s``'s technique stack less its optimizer: the stacks :meth:`_Search._twin_miss` relates
+    (the bound compares the two workloads field by field before it claims anything)."""
+    return (
+        s.precision, s.quant, s.attention, s.checkpointing, s.lora_rank, s.freeze_layers,
+        s.shard, s.offload, s.tp, s.prepare_kbit, s.techniques.optimizer_in_bwd, s.loss,
+    )  # fmt: skip
 
 
 def _group(s: Settings) -> tuple[Any, ...]:
