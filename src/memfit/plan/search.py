@@ -482,12 +482,16 @@ class _Search:
         asked = r.lora_ranks if r.lora_asked else ()
         return self._option_of(_judge(s, self.recipe or s, r.mode, asked))
 
+    def _job(self) -> tuple[str, int, int]:
+        """The job every option runs: (mode, sequence, new tokens)."""
+        return (self.request.mode, self.request.seq_len, self.request.new_tokens)
+
     def _option_of(self, judged: Judged) -> PlanOption:
         s, found, level, reasons = judged
         return PlanOption(
             changes=found,
             settings=s,
-            job=(self.request.mode, self.request.seq_len, self.request.new_tokens),
+            job=self._job(),
             cost=self.cost(s),
             risk_level=level,
             risk_reasons=reasons,
@@ -646,8 +650,21 @@ class _Search:
         """Search the tiers of the module docstring in order; the first with a plan wins.
         ``all_judged``: :func:`judged_candidates` of the search's space (changes relative to
         :attr:`recipe`)."""
-        max_risk = RISK_LEVELS.index(self.request.max_quality_risk)
-        opts = [self._option_of(j) for j in all_judged if j[2] <= max_risk]
+        r = self.request
+        max_risk, job, cost = RISK_LEVELS.index(r.max_quality_risk), self._job(), self.cost
+        # (_option_of's PlanOption, ~2 000 times a search: one job tuple, no call per option)
+        opts = [
+            PlanOption(
+                changes=found,
+                settings=s,
+                job=job,
+                cost=cost(s),
+                risk_level=level,
+                risk_reasons=reasons,
+            )
+            for s, found, level, reasons in all_judged
+            if level <= max_risk
+        ]
         self.n_candidates = len(opts)
         for o in opts:
             self.by_stack.setdefault(o.settings.technique_key, []).append(o)
