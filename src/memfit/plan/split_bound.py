@@ -50,7 +50,7 @@ one only in its optimizer (not stepped in backward) and its split is bounded the
 In the planner's searches, a stack's 8-bit AdamW or fused-AdamW twin is visited after its
 AdamW one missed (they tie on speed or follow on risk): a LoRA / QLoRA stack's states are a few
 hundred MiB, so where the AdamW stack missed by more, its twins miss unestimated
-(``memfit.plan.search._Search._sibling_miss``).
+(``memfit.plan.search._Search._twin_miss``).
 """
 
 from __future__ import annotations
