@@ -424,8 +424,10 @@ def _one(engine: str, source: Any, w: Any) -> dict[str, Any]:
         "reserved_bytes": est.peak_reserved_bytes,
         "wall_s": _since(started),
     }
-    # FSDP2's root buffers the analytic rule reserves beyond its ratio (its every point)
-    stranded = (est.trace or {}).get("analytic", {}).get("fsdp_stranded_bytes")
+    # FSDP2's root buffers and Whisper's staging segment, which the analytic rule reserves
+    # beyond its ratio (its every point: analytic/api.py)
+    info = (est.trace or {}).get("analytic", {})
+    stranded = int(info.get("fsdp_stranded_bytes", 0)) + int(info.get("staging_stranded_bytes", 0))
     if engine == "analytic" and stranded:
         out["stranded_bytes"] = int(stranded)
     return out
@@ -877,13 +879,16 @@ def _not_pending(row: dict) -> bool:
 def _judged_by_fit(row: dict) -> bool:
     """Whether the inference fit as it is judges ``row`` (``infer_reserved.judge``): a row of
     an inference variant, or an inference row of the MoE families whose programs were added
-    after the fit (``infer_reserved.MOE_FAMILIES``: ``infer``, ``infer_long``, ``MOE_JOBS``)."""
+    after the fit (``infer_reserved.MOE_FAMILIES``: ``infer``, ``infer_long``, ``MOE_JOBS``;
+    ``infer_reserved.WHISPER_FAMILIES``: ``infer``, ``infer_long``)."""
     from benchmarks import infer_reserved
 
     job = JUDGED_AS.get(row["job"], row["job"])
     if any(job == JUDGED_AS.get(v, v) for v in _variant_jobs()):
         return True
     moe_jobs = infer_reserved.FIT_JOBS + infer_reserved.MOE_JOBS
+    if row["family"] in infer_reserved.WHISPER_FAMILIES:  # issue 32 (whisper2)
+        return row["job"] in infer_reserved.FIT_JOBS
     return row["family"] in infer_reserved.MOE_FAMILIES and row["job"] in moe_jobs
 
 

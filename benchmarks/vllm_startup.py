@@ -152,7 +152,7 @@ def loo_graph_fit() -> list[str]:
     figures, leaving each log out in turn: the leave-one-out error of the model (workspace
     included), and the constants fitted on all logs (the ones the module carries)."""
     lines = []
-    for key, name in (("graph_actual_gib", "capture"), ("graph_estimated_gib", "estimate")):
+    for key, name in (("graph_actual_gib", "capture"),):
         pts = _graph_points(key)
         fit_all = _lstsq(pts)
         errs = []
@@ -198,6 +198,94 @@ def sampling_band(rows: list[dict[str, Any]], pages: float = 1.0) -> str:
         f"graph_est in vLLM's sampling step (memfit - logged, 2 MiB pages per extrapolated graph):"
         f" within {pages:g} page(s) either way on {len(res) - len(out)} of {len(res)}"
         + (f"; outside: {', '.join(out)}" if out else "")
+    )
+
+
+def is_segment_outlier(r: dict[str, Any], mode: str) -> bool:
+    """Whether a log's per-graph sample for ``mode``, extrapolated over that mode's graphs, is
+    more than the whole measured capture: then it is not what a graph costs but a one-off of
+    the sampled capture (a new 20 MiB allocator segment: docs/accuracy.md, "vLLM's graph
+    estimate"), and it is left out of the sample fit."""
+    s = r["graph_samples"][mode]
+    capture = r["measured"].get("graph_actual_gib")
+    return capture is not None and (s["n"] - 1) * s["per_graph_mib"] > capture * 1024
+
+
+def _sample_points(mode: str) -> list[tuple[str, tuple[float, float, float], float]]:
+    """Per log with vLLM's debug lines (H100, not held out): (id, (1, layers, MoE layers) of the
+    rank, the logged per-graph sample in MiB) for ``mode``, segment outliers left out."""
+    pts = []
+    for r in load():
+        g = r.get("graph_samples")
+        if not g or mode not in g or r.get("graph_held_out") or not r["gpu"].startswith("H100"):
+            continue
+        if is_segment_outlier(r, mode):
+            continue
+        tp = int(r["flags"].get("tensor-parallel-size", 1))
+        pp = int(r["flags"].get("pipeline-parallel-size", 1))
+        minor = int(r["vllm_version"].split(".")[1])
+        layers, moe, *_ = graph_shape(spec_of(r), tp=tp, pp=pp, minor=minor)
+        pts.append((r["id"], (1.0, float(layers), float(moe)), g[mode]["per_graph_mib"]))
+    return pts
+
+
+def loo_sample_fit() -> list[str]:
+    """Refit memfit.serving.cudagraphs' ESTIMATE_SAMPLE_* (MiB per graph) on the logged samples,
+    and each sample's leave-one-out error in MiB (vLLM's samples move by 2 MiB pages)."""
+    lines = []
+    for mode in ("PIECEWISE", "FULL"):
+        pts = [(x, y, y) for _, x, y in _sample_points(mode)]
+        c = _lstsq(pts)
+        errs = []
+        for i, (x, y, _) in enumerate(pts):
+            ci = _lstsq(pts[:i] + pts[i + 1 :])
+            errs.append(sum(a * b for a, b in zip(ci, x)) - y)
+        errs.sort(key=abs)
+        lines.append(
+            f"vLLM {mode} per-graph sample fit on {len(pts)} logs: {c[0]:.4f} MiB + {c[1]:.4f} MiB "
+            f"per layer + {c[2]:.4f} MiB per MoE layer; leave-one-out |error| median "
+            f"{abs(errs[len(errs) // 2]):.1f} MiB, max {abs(errs[-1]):.1f} MiB, "
+            f"{sum(abs(e) <= 2.0 for e in errs)} of {len(errs)} within one 2 MiB page"
+        )
+    out = [
+        f"{r['id']} {m} {r['graph_samples'][m]['per_graph_mib']:g} MiB"
+        for r in load()
+        if r.get("graph_samples")
+        for m in ("PIECEWISE", "FULL")
+        if m in r["graph_samples"] and is_segment_outlier(r, m)
+    ]
+    lines.append("per-graph samples left out (segment outliers): " + (", ".join(out) or "none"))
+    return lines
+
+
+def piecewise_first_fit() -> str:
+    """Refit memfit.serving.cudagraphs.ESTIMATE_PIECEWISE_FIRST: the PIECEWISE mode's logged
+    first capture (MiB) against the largest graph's MLP input projection output (MiB: ``largest
+    x 2 x intermediate / TP x activation bytes``), least squares over the fitted logs."""
+    xs, ys = [], []
+    for r in load():
+        g = r.get("graph_samples")
+        if not g or "PIECEWISE" not in g or r.get("graph_held_out"):
+            continue
+        if not r["gpu"].startswith("H100"):
+            continue
+        tp = int(r["flags"].get("tensor-parallel-size", 1))
+        text = spec_of(r).text or spec_of(r)
+        inter = text.intermediate_size or 0
+        if text.n_experts and text.expert_intermediate_size:
+            inter = (text.n_experts_per_token or 1) * text.expert_intermediate_size
+        act = 4 if r["flags"].get("dtype") == "float32" else 2
+        largest = cudagraph_capture_sizes(max_num_seqs=1024, max_num_batched_tokens=8192)[-1]
+        xs.append(largest * 2 * inter / tp * act / 2**20)
+        ys.append(g["PIECEWISE"]["first_mib"])
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    base = my - slope * mx
+    res = [y - (base + slope * x) for x, y in zip(xs, ys)]
+    return (
+        f"vLLM PIECEWISE first capture fit on {n} logs: {base:.2f} MiB + {slope:.4f} x the largest "
+        f"graph's MLP input projection output; residuals {min(res):+.0f} to {max(res):+.0f} MiB"
     )
 
 
@@ -280,6 +368,8 @@ def main() -> int:
         sampling_band(rows),
         "more KV tokens than logged by > 3 %: " + (", ".join(over_tokens) or "none"),
         *loo_graph_fit(),
+        *loo_sample_fit(),
+        piecewise_first_fit(),
         _held_out(rows),
         f"{len(rows)} published start-ups; worst errors (setups that started): "
         + ", ".join(f"{k} {e:+.1f} % ({i})" for k, (e, i) in worst.items()),

@@ -22,12 +22,13 @@ EXAMPLES = Path(__file__).parent / "examples"
 
 #: A full fine-tune of a 7B model whose step, with accelerate's parameter offload over 2 ranks,
 #: is a few GiB, while a SHARDED_STATE_DICT save under accelerate < 0.31 copies each rank's half
-#: of the fp32 weights (~14 GiB) on the GPU: a T4 holds the step but not that save.
+#: of the fp32 weights (~14 GiB) on the GPU: a T4 holds the step but not that save. fp16, as a
+#: T4 runs it (bf16 there is refused or emulated: a bf16 file's fix writes fp16 first).
 ARGS = """\
 model_name_or_path: Qwen/Qwen2.5-7B
 per_device_train_batch_size: 1
 max_length: 128
-bf16: true
+fp16: true
 """
 ACCELERATE = """\
 # accelerate config (FSDP1: no fsdp_version, accelerate's default)
@@ -36,7 +37,7 @@ fsdp_config:
   fsdp_sharding_strategy: FULL_SHARD
   fsdp_offload_params: true
   fsdp_state_dict_type: {sd_type}
-{version}mixed_precision: bf16
+{version}mixed_precision: fp16
 num_processes: 2
 """
 
@@ -167,7 +168,7 @@ TRAINER = """\
 model_name_or_path: Qwen/Qwen2.5-7B
 per_device_train_batch_size: 1
 max_length: 128
-bf16: true
+fp16: true
 fsdp: "full_shard offload auto_wrap"
 fsdp_config:
   version: {version}

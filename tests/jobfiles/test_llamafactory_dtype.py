@@ -115,7 +115,11 @@ def test_a_freeze_job_is_counted_over_and_says_so(tmp_path) -> None:
     job = read_job([_lf(tmp_path, body)])
     w = workload_of(job, n_layers=32)
     assert (w.precision, w.freeze_layers) == ("bf16-mixed", 24)
-    assert any("frozen layers in fp32 too" in x.message for x in job.warnings)
+    # both over-counts named: every weight in fp32, and the final norm / LM head trained
+    assert any(
+        "every weight in fp32" in x.message and "the final norm and an untied LM head" in x.message
+        for x in job.warnings
+    )
 
 
 def test_pure_bf16_next_to_bf16_is_one_precision(tmp_path) -> None:

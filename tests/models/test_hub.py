@@ -258,3 +258,33 @@ def test_an_unwritable_cache_says_how_to_move_it(tmp_path, fake_download):
     blocker.write_text("")
     with pytest.raises(SpecError, match=r"cannot write memfit's hub cache .*MEMFIT_CACHE_DIR"):
         resolve_model(HF_ID, cache_dir=blocker)
+
+
+@pytest.mark.parametrize(
+    ("variant", "base"),
+    [
+        ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+        ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),  # an alias of the base
+        ("mistralai/Mistral-7B-Instruct-v0.1", "mistral-7b-v0.1"),  # version after the suffix
+        ("google/gemma-2-9b-it", "gemma-2-9b"),
+    ],
+)
+def test_an_unreachable_variant_names_its_bundled_base(tmp_path, fake_hf_hub, variant, base):
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    fake_hf_hub.error = LocalEntryNotFoundError("connection error")
+    with pytest.raises(HubUnavailableError) as info:
+        resolve_model(variant, cache_dir=tmp_path)
+    message = str(info.value)
+    assert f"memfit ships the config of its base model, {base} " in message
+    assert f"`{base}` sizes the same layers offline" in message and "\n" not in message
+
+
+def test_an_unreachable_model_without_a_bundled_base_gets_no_base_hint(tmp_path, fake_hf_hub):
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    fake_hf_hub.error = LocalEntryNotFoundError("connection error")
+    for hf_id in ("someone/tiny-model-Instruct", "someone/model-without-suffix"):
+        with pytest.raises(HubUnavailableError) as info:
+            resolve_model(hf_id, cache_dir=tmp_path)
+        assert "base model" not in str(info.value)

@@ -366,3 +366,36 @@ def test_the_sequence_finding_reads_the_activations_at_their_largest() -> None:
     assert nums["phase"] != "optimizer"
     assert nums["bytes"] > 10 * 2**30  # 4096 tokens through 32 layers of an 8B model
     assert seq["applies"] != "no"
+
+
+def test_the_job_itself_is_answered_by_estimates_engine_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """doctor's own estimate of the job is the one `memfit estimate` gives (the engine policy's
+    answer: the trace where the fast-path grid does not validate the analytic engine), not the
+    checklist's analytic-first estimator: one verdict, one needs figure."""
+    from memfit.estimate.policy import run_engine
+    from memfit.models import resolve_model
+
+    gpu, source = get_gpu("T4"), resolve_model("whisper-small")
+    w = WorkloadSpec(mode="infer", batch_size=1, seq_len=512, precision="16-true")
+    analytic = run_engine("analytic", source, w, gpu)
+    # the policy's answer, told apart from the analytic engine's by its engine and 1 GiB more
+    precise = dataclasses.replace(
+        analytic,
+        engine="trace",
+        peak_reserved_bytes=analytic.peak_reserved_bytes + 1024 * MiB,
+        device_used_bytes=analytic.device_used_bytes + 1024 * MiB,
+    )
+    asked: list[WorkloadSpec] = []
+
+    class Policy:
+        def estimate(self, src: Any, job: WorkloadSpec, g: Any) -> Any:
+            asked.append(job)
+            return precise
+
+    monkeypatch.setattr(doctor_module, "active", lambda: Policy())
+    r = doctor("whisper-small", w, gpu="T4")
+    assert asked and asked[0] == w
+    assert r.estimate.engine == "trace"
+    assert r.estimate.device_used_bytes == precise.device_used_bytes

@@ -6,7 +6,9 @@ GPU asked), recorded by ``benchmarks/nearest_speed.py --record``. Every job is s
 (nothing kept from an earlier job), then once more in the same process after the other jobs
 (what a ``memfit web`` worker keeps between jobs must not change an answer). Each answer's
 ``tight`` (a memory-only change the fast engine leaves tight, issue 29) was added by the lead on
-2026-12-07 from the answers of that day's search, whose other fields equalled the recorded ones.
+2026-12-07 from the answers of that day's search, whose other fields equalled the recorded ones;
+on 2026-12-08 the lead set ``tight`` anew the same way (a tight plan the trace engine cannot run
+says a run decides it; a result-changing tight plan is named where it would be preferred).
 """
 
 from __future__ import annotations

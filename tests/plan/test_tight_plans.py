@@ -16,13 +16,14 @@ import dataclasses
 from typing import Any
 
 from memfit.estimate.policy import run_engine
+from memfit.estimate.trace.refusals import refusal
 from memfit.hardware import get_gpu
 from memfit.models import resolve_model
 from memfit.plan import PlanRequest, plan
 from memfit.plan.budget import verdict
 from memfit.plan.engines import CachedEstimator
 from memfit.plan.nearest import _answer
-from memfit.plan.search import MAX_TIGHT_CONFIRMS
+from memfit.plan.search import MAX_TIGHT_CONFIRMS, RUN_DECIDES, SLOWDOWN_LIMIT
 from memfit.spec import WorkloadSpec
 
 SOURCE = resolve_model("qwen3-8b")
@@ -99,3 +100,49 @@ def test_without_confirmation_the_tight_plan_is_shown_beside_the_recommendation(
     line = _answer(p, "memfit plan ...").text()
     assert "\nmay fit instead (tight): " in line
     assert "(memory-only; estimate " in line.split("\n")[1]
+
+
+# -- a result-changing tight plan beside a slow offload recommendation --------------------------
+# gemma-3-27b, LoRA r16 on a bf16 base, 2048 tokens, on an RTX 4090 (24 GiB): only ZeRO-3 with
+# its parameters in host RAM fits outright (~15 s/step); QLoRA with a fused cross-entropy and
+# checkpoints in host RAM is tight (its point fits, the upper end of its range is ~0.2 GiB over)
+# at ~4 s/step. The trace engine cannot run a fused cross-entropy, so nothing but a run settles
+# that plan: it is shown beside the recommendation, and no trace is spent on it.
+GEMMA = resolve_model("gemma-3-27b")
+
+
+def _gemma_request(**kw: Any) -> PlanRequest:
+    return PlanRequest(seq_len=2048, global_batch=1, lora_ranks=(16,), lora_asked=True,
+                       precision="bf16-true", allow=frozenset({"quant"}), **kw)  # fmt: skip
+
+
+def test_a_fast_tight_qlora_plan_is_shown_beside_a_slow_offload_recommendation() -> None:
+    p = plan(GEMMA, _gemma_request(confirm="none"), gpu="RTX-4090")
+    rec = p.recommended
+    assert rec is not None and rec.settings.offload != "none" and not rec.changes_result
+    tight = p.tight
+    assert tight is not None and tight.changes_result and tight.settings.quant != "none"
+    assert tight.cost.step_s * SLOWDOWN_LIMIT <= rec.cost.step_s
+    assert verdict(tight.estimate, p.budget).verdict == "tight"
+    note = next(n for n in p.notes if n.startswith("tight (changes the result): "))
+    assert RUN_DECIDES in note and "cross-entropy" in note
+    line = _answer(p, "memfit plan ...").text()
+    assert "\nmay fit instead (tight): " in line and "checks it" not in line
+
+
+def test_the_tight_check_is_not_spent_on_a_job_the_trace_refuses() -> None:
+    seen: list[WorkloadSpec] = []
+
+    def trace(w: WorkloadSpec) -> Any:
+        seen.append(w)
+        if (refused := refusal(w)) is not None:
+            raise refused  # as the trace engine does, before any model is built
+        est = run_engine("analytic", GEMMA, w, get_gpu("RTX-4090"))
+        return dataclasses.replace(est, engine="trace", ranges={})
+
+    confirm = CachedEstimator(trace, "trace")
+    p = plan(GEMMA, _gemma_request(), gpu="RTX-4090", confirm=confirm)
+    assert p.recommended is not None
+    # the tight QLoRA plans all fuse the cross-entropy: none is sent to the trace
+    assert not [w for w in seen if w.quant != "none" and refusal(w) is not None]
+    assert p.tight is not None and p.tight.changes_result

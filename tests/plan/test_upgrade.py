@@ -205,6 +205,24 @@ def test_full_recomputation_alone_stays_below_the_bound(tmp_path: Path) -> None:
     assert 1.0 < item.numbers["slowdown"] < UPGRADE_THRESHOLDS["impractical_slowdown"][0]
 
 
+def test_an_impractical_offload_plan_names_the_riskier_plan_that_fits_the_gpu() -> None:
+    """A 14B LoRA on a 24 GiB card: within the default quality risk only ZeRO-3 with the
+    parameters in host RAM fits (~7x the step time); QLoRA fits the same card at a fraction of
+    that, and the item says so (a practitioner tries it before buying a GPU)."""
+    kw: dict[str, Any] = dict(gpu="RTX-4090", seq_len=2048, recommend=False,
+                              recipe={"lora_ranks": (16,), "lora_asked": True})  # fmt: skip
+    item = upgrade_verdict("qwen3-14b", **kw).item("impractical_recompute_offload")
+    assert item.status == "triggered"
+    assert "a riskier plan fits this GPU without offload: " in item.evidence
+    riskier = item.evidence.split("a riskier plan fits this GPU without offload: ")[1]
+    assert "QLoRA r16" in riskier and "offload" not in riskier.split(" s/step")[0]
+    assert "--max-quality-risk high" in riskier
+    assert item.numbers["riskier_step_s"] < item.numbers["step_s"]
+    # where the riskiest plans already count, the fastest plan is the riskier one itself
+    high = upgrade_verdict("qwen3-14b", max_quality_risk="high", **kw)
+    assert "a riskier plan" not in high.item("impractical_recompute_offload").evidence
+
+
 # -- (f) precision support and bandwidth ---------------------------------------------------------
 def test_bf16_weights_on_a_gpu_without_bf16_trigger_the_precision_item() -> None:
     config = {**TINY_LLAMA, "torch_dtype": "bfloat16"}

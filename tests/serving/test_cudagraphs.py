@@ -258,10 +258,10 @@ def test_the_mla_term_fitted_on_deepseek_v2_lite_holds_for_kimi_vl(
 def test_vllm_estimate_misses_are_within_its_own_2_mib_sampling_step() -> None:
     """vLLM's estimate is first capture + (n - 1) x one sampled per-graph difference, a whole
     number of 2 MiB pages (docs/accuracy.md, "vLLM's graph estimate"). memfit's mean per graph
-    sits within one page of the sample on most logs; every log it over-estimates lies within 1.5
-    pages (the rounding of a 2.5-4-page mean), the under-estimated ones are the two that sampled
-    a 20 MiB allocator segment (>= 3 pages). Descriptive over the logs the constants were fitted
-    on: it fails if the constants or the data move the residuals out of the sample's step."""
+    sits within one page of the sample on most logs and within 1.5 pages on all but the two that
+    sampled a 20 MiB allocator segment (>= 3 pages under). Descriptive over the logs the
+    constants were fitted on: it fails if the constants or the data move the residuals out of
+    the sample's step."""
     from benchmarks.vllm_startup import compare, load, pages_per_sampled_graph
 
     rows = [compare(r) for r in load()]
@@ -271,9 +271,9 @@ def test_vllm_estimate_misses_are_within_its_own_2_mib_sampling_step() -> None:
         if c["graph_est"][1] is not None and c["graph_counts"]
     }
     assert len(pages) >= 38
-    assert sum(abs(p) <= 1.0 for p in pages.values()) >= 30
+    assert sum(abs(p) <= 1.0 for p in pages.values()) >= 33
     assert all(p <= 1.5 for p in pages.values())
-    under = sorted(i for i, p in pages.items() if p < -1.0)
+    under = sorted(i for i, p in pages.items() if p < -1.5)
     assert under == ["pln_l31_8b_tp2", "pln_mistral_small_w8a8_tp2"]
     assert all(pages[i] <= -3.0 for i in under)
     # one page per extrapolated graph: 50 + 50 graphs x 2 MiB = 0.195 GiB

@@ -11,7 +11,7 @@ from memfit.errors import NotModelledError, SpecError
 from memfit.hardware.catalog import get_gpu
 from memfit.models import resolve_model
 from memfit.serving import get_version, simulate_startup
-from memfit.serving.cudagraphs import ESTIMATE_PER_GRAPH, plan_cudagraphs
+from memfit.serving.cudagraphs import estimate_sample_bytes, plan_cudagraphs
 from memfit.serving.startup import VllmStartup, batch_defaults, vllm_total_bytes
 from memfit.serving.vllm_matrix import (
     SDIST_SHA256,
@@ -132,7 +132,7 @@ def test_more_sequences_mean_more_graph_memory_until_the_512_ceiling() -> None:
         ).estimate_bytes
 
     assert cg(8) < cg(64) < cg(256) < cg(1024)
-    per_graph = ESTIMATE_PER_GRAPH[0] + 32 * ESTIMATE_PER_GRAPH[1]
+    per_graph = estimate_sample_bytes("FULL", n_layers=32, n_moe_layers=0)
     assert cg(1024) - cg(256) == 16 * per_graph  # FULL decode graphs for 272..512
     assert cg(2048) == cg(1024)
 

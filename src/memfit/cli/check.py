@@ -14,7 +14,9 @@ from typing import Any
 from memfit.cli import llamacpp as cli_llamacpp
 from memfit.cli import sglang as cli_sglang
 from memfit.cli import vllm as cli_vllm
-from memfit.cli.check_fix import CheckFix, find_fix
+from memfit.cli.check_bf16 import bf16_problem, fp16_only, in_front, to_fp16
+from memfit.cli.check_fix import CheckFix, KeyChange, checkpointing_fixed, find_fix
+from memfit.cli.check_options import CHECK_FAMILIES, with_result_changing
 from memfit.cli.from_files import FRAMEWORK_FORMATS
 from memfit.errors import SpecError, UnknownModelError
 from memfit.estimate import ENGINES, estimate
@@ -23,7 +25,7 @@ from memfit.estimate.result import MemoryEstimate
 from memfit.estimate.trace import frameworks
 from memfit.flags import EXIT_BAD_INPUT, integer
 from memfit.hardware import get_gpu
-from memfit.jobfiles import FORMATS, Job, model_of, read_job, workload_of
+from memfit.jobfiles import FORMATS, FileEdit, Job, model_of, read_job, workload_of
 from memfit.jobfiles.edit import write_edits
 from memfit.jobfiles.files import parse
 from memfit.jobfiles.llamacpp_cmd import (
@@ -116,6 +118,16 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="apply the fix to the files (one whose edited files the estimate says fit; the "
         "originals kept as NAME.memfit-orig), then check the written files: exit by their verdict",
     )
+    c.add_argument(
+        "--allow",
+        action="append",
+        choices=CHECK_FAMILIES,
+        default=[],
+        help="let the fix change the result in this family, as `memfit plan --allow` does "
+        "(quant: a LoRA job's base loaded in 4 bits, QLoRA, in the files' own keys: "
+        "LLaMA-Factory quantization_bit, axolotl adapter: qlora + load_in_4bit, TRL "
+        "load_in_4bit, LitGPT quantize); without it such a fix is only named",
+    )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     return {"check": cmd_check}
 
@@ -179,17 +191,42 @@ def cmd_check(args: argparse.Namespace) -> int:
     workload, est = estimate_job(job)
     if framework is None and is_parallel_job(workload):  # whichever engine was named
         answered_by = "the per-rank closed form (memfit.estimate.parallel), the files' settings"
-    answer = {"answered_by": answered_by, "note": note}
+    # a bf16 file on a GPU without bf16 does not run as written: estimated, and fixed, as the
+    # fp16 files the fix writes (memfit.cli.check_bf16)
+    not_runnable = bf16_problem(job, workload, get_gpu(args.gpu) if args.gpu else None)
+    fixed_job = job
+    fp16_edits: list[FileEdit] = []
+    fp16_keys: list[KeyChange] = []
+    as_written = workload.precision
+    if not_runnable is not None:
+        fixed_job, fp16_edits, fp16_keys = to_fp16(job, workload)
+        workload, est = estimate_job(fixed_job)
+    answer = {"answered_by": answered_by, "note": note, "not_runnable": not_runnable}
     fits = None if est.fits is None else est.fits.fits
     fix: CheckFix | None = None
     if fits is False:
         planner = args.check_engine if args.check_engine in ENGINES else "analytic"
         with use_engine(planner):  # the fix is planned with transformers' model
             fix = (
-                find_fix(job, source, workload, args.gpu, estimate_job)
+                find_fix(fixed_job, source, workload, args.gpu, estimate_job)
                 if source is not None
                 else CheckFix(message=_no_plan(model))
             )
+            fix = with_result_changing(
+                fix,
+                fixed_job,
+                source,
+                workload,
+                est.n_params,
+                args.gpu,
+                estimate_job,
+                allow=frozenset(args.allow),
+                keep_checkpointing=checkpointing_fixed(fixed_job),
+            )
+        if fp16_edits:
+            fix = in_front(fix, fp16_edits, fp16_keys, as_written)
+    elif fp16_edits:
+        fix = fp16_only(fp16_edits, fp16_keys, workload, est, as_written)
     after: tuple[list[Written], MemoryEstimate] | None = None
     if args.write and fix is not None and fix.found:  # atomic, all files or none, originals kept
         written = write_edits(fix.edits)
@@ -200,6 +237,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(render_check(job, model, est, fix, args.write, answer, after))
+    if after is None and not_runnable is not None:
+        return 1  # the files as written do not run on this GPU
     final = est if after is None else after[1]
     return 1 if final.fits is not None and not final.fits.fits else 0
 

@@ -98,6 +98,16 @@ class CheckFix:
     plan: str | None = None
     message: str | None = None
     unexpressed: list[str] = field(default_factory=list)
+    #: the edited files' workload (None: no edit was estimated)
+    workload: WorkloadSpec | None = None
+    #: the planner's cost of the edited files' step (:mod:`memfit.cli.check_options`)
+    price: Any = None
+    #: what the fix changes of the result (empty: memory-only), each with the planner's reason
+    result_changes: tuple[str, ...] = ()
+    #: the other fix weighed against this one (memory-only vs result-changing), named beside it
+    other: CheckFix | None = None
+    #: why this fix comes first, and how to take the other one
+    why: str | None = None
 
     @property
     def found(self) -> bool:
@@ -131,7 +141,7 @@ def recipe_request(workload: WorkloadSpec, *, keep_checkpointing: bool = False) 
     )
 
 
-def _checkpointing_fixed(job: Job) -> bool:
+def checkpointing_fixed(job: Job) -> bool:
     """The files' checkpointing is the kernels' (set by the key that sets ``kernels``, as
     LLaMA-Factory's ``use_unsloth`` sets Unsloth's offloaded checkpoints): no edit of a
     checkpointing key changes it."""
@@ -148,7 +158,7 @@ def find_fix(
 ) -> CheckFix:
     """The least costly plan, in the files' own keys, whose edited files fit (see the module
     docstring), or a :class:`CheckFix` with only a message."""
-    ckpt_fixed = _checkpointing_fixed(job)
+    ckpt_fixed = checkpointing_fixed(job)
     result = plan(source, recipe_request(workload, keep_checkpointing=ckpt_fixed), gpu=gpu)
     options = [] if result.recommended is None else [result.recommended, *result.alternatives]
     planned = [
@@ -156,6 +166,12 @@ def find_fix(
         for o in options
         for wanted in _variants(_wanted(o.settings, workload), workload)
     ]
+    # the planner's step time of each plan tried, to show beside a plan that is not offered
+    step_of = {
+        _how(o.settings, wanted, workload): o.cost.step_s
+        for o in options
+        for wanted in _variants(_wanted(o.settings, workload), workload)
+    }
     splits = [(*t, True) for t in _smallest_splits(workload, keep_checkpointing=ckpt_fixed)]
     tries = planned + splits
     if workload.checkpointing not in PLANNED_CHECKPOINTING:
@@ -179,13 +195,15 @@ def find_fix(
             cannot = f"; needs {', '.join(unexpressed)}, which these files cannot say" * bool(
                 unexpressed
             )
-            not_kept.append(f"{how} (changes {changed}{cannot})")
+            step = f"; predicted {step_of[how]:.3g} s/step" if how in step_of else ""
+            not_kept.append(f"{how} (changes {changed}{cannot}{step})")
             continue
         if unexpressed:
             # what the files cannot say (a fused optimizer kernel torchtune names by class, a
             # ZeRO stage with no DeepSpeed file) is left as the files have it: the edit of the
             # rest is offered if the edited files fit without it
-            not_said.append((how, unexpressed))
+            step = f" (predicted {step_of[how]:.3g} s/step)" if how in step_of else ""
+            not_said.append((how + step, unexpressed))
             wanted = {k: v for k, v in wanted.items() if f"{k}={v}" not in unexpressed}
             edits, _ = plan_edits(job.files, wanted, set_by)
         diff = "".join(e.diff() for e in edits)
@@ -342,7 +360,9 @@ def _checked(
         for f in (*FIX_FIELDS, *KEPT, "seq_len", "gpus", *LORA_KEPT, "fsdp_state_dict_type")
         if getattr(workload, f) != getattr(new_workload, f)
     }
-    return CheckFix(edits=edits, keys=keys, changes=changes, estimate=est, plan=how)
+    return CheckFix(
+        edits=edits, keys=keys, changes=changes, estimate=est, plan=how, workload=new_workload
+    )
 
 
 #: the asked LoRA's fields every fix keeps (the planner is asked to keep them)

@@ -52,6 +52,7 @@ def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
         "lora_rank": lambda v: [("use_peft", True), ("lora_r", v)] if v else [],
         "attention": lambda v: [("attn_implementation", {"flash": "flash_attention_2"}.get(v, v))],
         "precision": lambda v: _load_dtype(v, f),
+        "amp": lambda v: _amp(v, f),
         # TrainingArguments' fsdp_config.state_dict_type, where the file sets it (else the
         # accelerate config's key is written)
         "fsdp_state_dict_type": lambda v: (
@@ -59,6 +60,25 @@ def _hf(field: str, value: Any, f: JobFile) -> Keys | None:
         ),
     }
     return table[field](value) if field in table else None
+
+
+def _amp(value: str, f: JobFile) -> Keys:
+    """The Trainer's autocast switch as ``fp16`` (``memfit check`` on a GPU without bf16:
+    ``memfit.cli.check_bf16``): ``bf16: false``, ``fp16: true``, and a load dtype key that says
+    bfloat16 as float16 (a bf16 base under fp16 autocast would run bf16 matmuls), or as float32
+    for ``fp16-fp32-weights`` (a full fine-tune: fp16 trainable weights under the Trainer's
+    GradScaler stop at "Attempting to unscale FP16 gradients", torch ``amp/grad_scaler.py``)."""
+    if value not in ("fp16", "fp16-fp32-weights") or f.reader.flat.get("bf16") is not True:
+        return []
+    keys: Keys = [("bf16", False), ("fp16", True)]
+    load = "float16" if value == "fp16" else "float32"
+    for key in (*LOAD_DTYPE_KEYS, "bfloat16"):
+        old = f.reader.flat.get(key)
+        if old in ("bfloat16", "bf16"):
+            keys.append((key, load))
+        elif key == "bfloat16" and old is True:  # axolotl's bfloat16: true
+            keys += [("bfloat16", False), ("float16", True)]
+    return keys
 
 
 def _load_dtype(precision: str, f: JobFile) -> Keys:
@@ -116,6 +136,7 @@ def _axolotl(field: str, value: Any, f: JobFile) -> Keys | None:
             else []
         ),
         "attention": lambda v: [("flash_attention", True)] if v == "flash" else [],
+        "amp": lambda v: _amp(v, f),
     }
     return table[field](value) if field in table else None
 
@@ -159,6 +180,9 @@ def _deepspeed(field: str, value: Any, f: JobFile) -> Keys | None:
             else []
         ),
     }
+    if field == "amp":  # bf16 named on a GPU without it: DeepSpeed's fp16 with loss scaling
+        on = f.reader.flat.get("bf16.enabled") is True
+        return [("bf16.enabled", False), ("fp16.enabled", True)] if on else []
     if field in ("batch_size", "grad_accum"):
         key = (
             "train_micro_batch_size_per_gpu"
@@ -215,6 +239,8 @@ def _accelerate(field: str, value: Any, f: JobFile) -> Keys | None:
     batch and the techniques live in the training config)."""
     if field == "fsdp_state_dict_type" and str(f.reader.flat.get("distributed_type")) == "FSDP":
         return [("fsdp_config.fsdp_state_dict_type", value)]
+    if field == "amp" and f.reader.flat.get("mixed_precision") == "bf16":
+        return [("mixed_precision", "fp16")]  # the launcher's autocast, as the Trainer's (_amp)
     return None
 
 

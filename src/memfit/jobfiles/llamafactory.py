@@ -21,7 +21,8 @@ So a LoRA / QLoRA job trains a 16-bit frozen base with fp32 adapters under the T
 autocast: memfit's ``bf16-true`` / ``16-true`` (its engines keep LoRA adapters in fp32); a full
 fine-tune upcasts every weight to fp32: ``bf16-mixed``. A freeze job holds its frozen layers in
 16 bits and its trainable layers in fp32, which no memfit precision is: ``bf16-mixed`` (frozen
-layers counted in fp32: over, never under). Under DeepSpeed (any stage) the engine holds the
+layers counted in fp32, and the final norm and LM head, which it freezes, counted trainable:
+over, never under; not yet modelled exactly). Under DeepSpeed (any stage) the engine holds the
 model in its 16-bit dtype with fp32 masters whatever the load dtype, which memfit's ``*-mixed``
 under ZeRO already models (``spec.rules.run_precision``): an adapter job under a ZeRO shard (from
 the file's ``deepspeed`` or another file) is read ``*-mixed`` (``files.combine``).
@@ -34,6 +35,10 @@ from memfit.jobfiles.reader import KeyReader, as_bool, is_unset
 
 #: The commit whose source the rule is read from (module docstring).
 LLAMAFACTORY_SOURCE = "hiyouga/LLaMA-Factory@c867e280 src/llamafactory/model/patcher.py"
+#: Where freeze tuning's trainable set and fp32 upcast are read (``_setup_freeze_tuning``: the
+#: last ``freeze_trainable_layers`` layers' parameters, plus ``freeze_extra_modules``, are
+#: trainable and cast to fp32; every other parameter ``requires_grad_(False)`` in the load dtype).
+FREEZE_SOURCE = "hiyouga/LLaMA-Factory@01d87b82 src/llamafactory/model/adapter.py"
 
 
 def _compute_dtype(r: KeyReader) -> tuple[str, str, str]:
@@ -71,8 +76,11 @@ def llamafactory_precision_(r: KeyReader, kind: str, quantized: bool) -> None:
     elif kind == "freeze" and current is not None and not r.has("deepspeed"):
         r.warn(
             key,
-            f"estimated as {current.value}: LLaMA-Factory holds the frozen layers in {dtype} and "
-            "upcasts the trainable ones to fp32 (model/adapter.py init_adapter); memfit counts "
-            f"the frozen layers in fp32 too, 2 bytes per frozen parameter over "
-            f"({LLAMAFACTORY_SOURCE})",
+            f"estimated as {current.value}, an over-estimate: LLaMA-Factory trains the last "
+            "freeze_trainable_layers layers in fp32 and holds everything else — the embeddings, "
+            f"the other layers, the final norm and the LM head — frozen in {dtype} "
+            f"({FREEZE_SOURCE} _setup_freeze_tuning); memfit counts every weight in fp32 (2 "
+            "bytes per frozen parameter over) and trains the final norm and an untied LM head "
+            "too (their fp32 gradients and AdamW states, 12 bytes per parameter over: about "
+            "6 GiB for Llama-3.1-8B's head)",
         )

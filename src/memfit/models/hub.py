@@ -17,7 +17,9 @@ HubUnavailableError (no network, offline mode, gated or private repository) and 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 from memfit.errors import HubUnavailableError, ModelConfigError, SpecError, UnknownModelError
 from memfit.models.config_json import parse_config_text
@@ -97,7 +99,7 @@ def download_config(hf_id: str, *, token: str | None, offline: bool) -> str:
         if offline:
             raise HubUnavailableError(
                 f"HF_HUB_OFFLINE is set and {hf_id!r} is not in memfit's cache; "
-                f"unset HF_HUB_OFFLINE, or {LOCAL_COPY_HINT}"
+                f"unset HF_HUB_OFFLINE, or {LOCAL_COPY_HINT}{_base_hint(hf_id)}"
             ) from None
         return _download_with_urllib(hf_id, token=token)
     return _download_with_hf_hub(hf_id, token=token, offline=offline)
@@ -138,7 +140,7 @@ def _download_with_hf_hub(hf_id: str, *, token: str | None, offline: bool) -> st
         if offline:
             raise HubUnavailableError(
                 f"HF_HUB_OFFLINE is set and {hf_id!r} is in neither memfit's nor the huggingface "
-                f"cache; unset HF_HUB_OFFLINE, or {LOCAL_COPY_HINT}"
+                f"cache; unset HF_HUB_OFFLINE, or {LOCAL_COPY_HINT}{_base_hint(hf_id)}"
             ) from None
         raise _unreachable(hf_id, "no connection") from None
     except errors.EntryNotFoundError:
@@ -207,5 +209,33 @@ def _no_config(hf_id: str) -> UnknownModelError:
 def _unreachable(hf_id: str, why: str) -> HubUnavailableError:
     return HubUnavailableError(
         f"could not fetch config.json for {hf_id!r} from the Hugging Face hub ({why}); "
-        f"{LOCAL_COPY_HINT}"
+        f"{LOCAL_COPY_HINT}{_base_hint(hf_id)}"
     )
+
+
+def _base_hint(hf_id: str) -> str:
+    """Where the hub cannot be read: the bundled base model of an instruct / chat variant."""
+    base = bundled_base(hf_id)
+    if base is None:
+        return ""
+    return (
+        f"; memfit ships the config of its base model, {base.name} ({base.hf_id}): an "
+        "instruct / chat variant usually keeps the base's architecture (its context length "
+        f"may differ), so `{base.name}` sizes the same layers offline"
+    )
+
+
+#: Suffixes of post-trained variants of a base model's hub id (``-Instruct``, ``-it``, ...),
+#: with an optional version tail (``-Instruct-v0.1`` → ``-v0.1`` on the base).
+_VARIANT = re.compile(r"-(instruct|it|chat|sft|dpo)(?=$|-)", re.IGNORECASE)
+
+
+def bundled_base(hf_id: str) -> Any:
+    """The bundled model an instruct / chat variant's hub id names as its base
+    (``meta-llama/Llama-3.1-70B-Instruct`` → llama-3.1-70b), None where none is bundled."""
+    from memfit.models.bundled import find_bundled
+
+    base_id = _VARIANT.sub("", hf_id, count=1)
+    if base_id == hf_id:
+        return None
+    return find_bundled(base_id)

@@ -394,6 +394,16 @@ def checkpoint_offload_s(s: Settings, facts: ModelFacts, tokens: int, rates: Rat
     return n_bytes / (rates.host_bps * _c("host_link_efficiency"))
 
 
+def trainable_fraction(s: Settings, facts: ModelFacts) -> float:
+    """The planner's trainable share of the parameters: LoRA on every linear adds r·(in + out)
+    per linear (Hu et al. 2021), ~ r·12·d per layer for a transformer block (4 attention
+    projections + 3 MLP ones of 4d); freezing k of L layers leaves (L - k) / L."""
+    f = facts
+    if s.lora_rank is not None:
+        return min(1.0, s.lora_rank * 12 * f.d_model * f.n_layers / max(f.n_params, 1))
+    return 1.0 - s.freeze_layers / f.n_layers if f.n_layers else 1.0
+
+
 def train_step_cost(
     s: Settings,
     facts: ModelFacts,
@@ -479,7 +489,7 @@ def train_step_cost(
 
 def train_cost_key(s: Settings) -> tuple[Any, ...]:
     """Every field of ``s`` that :func:`train_step_cost` reads, with ``lora_rank`` (the planner's
-    trainable share, ``search._Search._trainable``, reads it and ``freeze_layers``): settings
+    trainable share, :func:`trainable_fraction`, reads it and ``freeze_layers``): settings
     with one key have one step cost for one model, GPU and sequence, so a search prices each
     key once. A training space's candidates share about half as many keys (the loss,
     ``prepare_kbit``, the LoRA targets and the kernels change no price). Kept beside the

@@ -26,7 +26,7 @@ from memfit.hardware import get_gpu
 from memfit.models import ModelSource, resolve_model, take_media
 from memfit.plan.engines import default_engines
 from memfit.plan.request import PlanRequest, job_request
-from memfit.plan.search import plan, tight_figures
+from memfit.plan.search import RUN_DECIDES, plan, tight_decider, tight_figures
 from memfit.spec import WorkloadSpec
 from memfit.spec.parallel_rules import is_parallel_job
 
@@ -56,6 +56,8 @@ class NearestFit:
             )
         if self.tight is None:
             return head
+        if RUN_DECIDES in self.tight:  # the trace engine cannot run it: the line says who does
+            return head + f"\nmay fit instead (tight): {self.tight}"
         return head + f"\nmay fit instead (tight): {self.tight}; `{self.command}` checks it"
 
     def to_json(self) -> dict[str, Any]:
@@ -211,7 +213,8 @@ def _tight_line(opt: Any, budget: Any) -> str:
     """``opt`` (a tight plan) in one line: what it changes, its kind and its figures."""
     kind = "changes the result" if opt.changes_result else "memory-only"
     what = ", ".join(c.what for c in opt.changes) or "the job as asked"
-    return f"{what} ({kind}; {tight_figures(opt, budget)})"
+    line = f"{what} ({kind}; {tight_figures(opt, budget)})"
+    return f"{line}, {tight_decider(opt)}" if opt.reason else line
 
 
 __all__ = ["NearestFit", "nearest_fit", "plan_command", "request_of"]

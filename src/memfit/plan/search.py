@@ -42,6 +42,7 @@ from memfit import progress
 from memfit.errors import DoesNotFitError, MemfitError
 from memfit.estimate import checkpoint_dtype
 from memfit.estimate.fastpath import verdict_settled
+from memfit.estimate.trace.refusals import refusal
 from memfit.estimate.verdict import Verdict
 from memfit.hardware import list_gpus, load_prices
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
@@ -52,6 +53,7 @@ from memfit.plan.cost import (
     infer_cost,
     train_cost_key,
     train_step_cost,
+    trainable_fraction,
 )
 from memfit.plan.engines import (
     CachedEstimator,
@@ -84,7 +86,7 @@ from memfit.plan.space import (
 )
 from memfit.plan.split_bound import proven_miss, proven_miss_of_other_optimizer
 from memfit.report.plan_html import plan_fragment
-from memfit.spec import ParallelSpec, TechniqueSpec
+from memfit.spec import ParallelSpec, TechniqueSpec, WorkloadSpec
 from memfit.spec.rules import kernel_shard_note
 from memfit.units import format_bytes
 
@@ -398,6 +400,32 @@ def tight_figures(opt: PlanOption, budget: Budget) -> str:
     )
 
 
+#: What decides a tight plan the trace engine cannot run (a fused cross-entropy, checkpoints in
+#: host RAM): a run of the job, not memfit (``tight_decider``).
+RUN_DECIDES = "only a run on the GPU decides"
+
+
+def tight_decider(opt: PlanOption) -> str:
+    """Who settles a tight plan: the trace engine (``memfit estimate`` of the job runs it), or,
+    where the trace engine cannot run the job (``opt.reason``, set by
+    :meth:`_Search._keep_tight`: what it cannot run), a run."""
+    if opt.reason:
+        return f"which {RUN_DECIDES} (the trace engine cannot run {opt.reason})"
+    return "which the trace engine decides (`memfit estimate` of that job runs it)"
+
+
+def trace_cannot_run(w: WorkloadSpec) -> str | None:
+    """What in ``w`` the trace engine refuses (:func:`memfit.estimate.trace.refusals.refusal`,
+    no model built), in a few words; None where it runs the job."""
+    if refusal(w) is None:
+        return None
+    if w.loss != "full":
+        return f"a {w.loss} cross-entropy"
+    if w.checkpointing == "offload":
+        return "checkpoints kept in host RAM"
+    return f"{w.kernels} kernels"
+
+
 #: A training space's technique stack, judged (:func:`judged_stacks`): its settings at
 #: micro-batch 1, what it changes about the recipe before and after the batch split's change,
 #: its risk level and reasons.
@@ -469,6 +497,9 @@ class _Search:
         self.settled_tight: dict[str, PlanOption] = {}
         #: the first memory-only tight plan the precise engine did not check (:meth:`_settle_tight`)
         self.tight_left: PlanOption | None = None
+        #: the first result-changing tight plan the precise engine did not check: shown where
+        #: the recommendation offloads and is several times slower (:meth:`_tight_shown`)
+        self.tight_changing: PlanOption | None = None
         #: per technique stack, its smallest split's miss (:meth:`_prefetch_stack`), which may
         #: prove a larger split misses unestimated (:meth:`_proven_miss`)
         self.stack_miss: dict[tuple[Any, ...], PlanOption] = {}
@@ -515,13 +546,7 @@ class _Search:
         return found
 
     def _trainable(self, s: Settings) -> float:
-        """Trainable share of the parameters: LoRA on every linear adds r·(in + out) per linear
-        (Hu et al. 2021), ~ r·12·d per layer for a transformer block (4 attention projections
-        + 3 MLP ones of 4d); freezing k of L layers leaves (L - k) / L."""
-        f = self.facts
-        if s.lora_rank is not None:
-            return min(1.0, s.lora_rank * 12 * f.d_model * f.n_layers / max(f.n_params, 1))
-        return 1.0 - s.freeze_layers / f.n_layers if f.n_layers else 1.0
+        return trainable_fraction(s, self.facts)
 
     def estimate(self, opt: PlanOption, engine: CachedEstimator) -> PlanOption:
         try:
@@ -577,22 +602,43 @@ class _Search:
                 reason=None,
             )
         elif fast_verdict in (None, "tight"):  # the fast answer, where there is one, agrees
-            if self._may_confirm_tight():
+            confirm = self.engines.confirm
+            traced = confirm is not None and confirm.name == "trace"
+            refused = trace_cannot_run(done.workload) if traced else None
+            if refused is None and self._may_confirm_tight():
+                assert confirm is not None
                 self.n_tight_confirmed += 1
-                assert self.engines.confirm is not None
-                checked = self.estimate(done, self.engines.confirm)
+                checked = self.estimate(done, confirm)
                 if checked.estimate is not None:
                     settled = checked
-            elif (
-                self.tight_left is None
-                and not done.changes_result
-                and done.settings.offload == "none"
-            ):
-                # the first (fastest) tight plan left unchecked: shown beside the recommendation
-                est = done.estimate if fast is None else fast
-                self.tight_left = replace(done, estimate=est, need_bytes=need_bytes(est))
+            if settled is done:  # left unchecked, or the precise engine cannot run it
+                self._keep_tight(replace(done, estimate=fast or done.estimate), refused)
         self.settled_tight[key] = settled
         return settled
+
+    def _keep_tight(self, done: PlanOption, refused: str | None) -> None:
+        """Keep the first (fastest) tight plan left unsettled, memory-only and result-changing
+        apart, to show beside the recommendation (:meth:`_tight_shown`); never one that
+        offloads to host RAM (the last resort whatever its range). ``refused``: why the precise
+        engine could not run it (its reason names it), None where it was not asked."""
+        if done.estimate is None or done.settings.offload != "none":
+            return
+        kept = replace(done, need_bytes=need_bytes(done.estimate), reason=refused)
+        if not done.changes_result:
+            if self.tight_left is None:
+                self.tight_left = kept
+            return
+        held = self.tight_changing
+        # the fastest; among plans as fast (a tie), the one nearest to fitting
+        if (
+            held is None
+            or kept.cost.step_s * (1 + RANK_TIE_FRACTION) < held.cost.step_s
+            or (
+                kept.cost.step_s <= held.cost.step_s * (1 + RANK_TIE_FRACTION)
+                and (kept.need_bytes or 0) < (held.need_bytes or 0)
+            )
+        ):
+            self.tight_changing = kept
 
     def _may_confirm_tight(self) -> bool:
         """Whether a tight plan goes to the precise engine (:meth:`_settle_tight`)."""
@@ -1140,18 +1186,32 @@ class _Search:
         offloads to host RAM, the last resort whatever its range) where it would be preferred
         to ``rec``: nothing fits, it is faster beyond a tie (:data:`RANK_TIE_FRACTION`), or
         ``rec`` changes the result."""
-        tight = self.tight_left
-        if tight is None or rec is None:
-            return tight
-        if tight.cost.step_s * (1 + RANK_TIE_FRACTION) < rec.cost.step_s:
-            return tight
-        return tight if rec.changes_result and not tight.changes_result else None
+        tight, changing = self.tight_left, self.tight_changing
+        if rec is None:
+            return tight or changing
+        if tight is not None:
+            if tight.cost.step_s * (1 + RANK_TIE_FRACTION) < rec.cost.step_s:
+                return tight
+            if rec.changes_result:
+                return tight
+        if changing is None:
+            return None
+        if rec.changes_result and changing.cost.step_s * (1 + RANK_TIE_FRACTION) < rec.cost.step_s:
+            return changing
+        # a memory-only recommendation that offloads to host RAM and costs several times the
+        # step time of a result-changing plan that may fit (SLOWDOWN_LIMIT): both are shown
+        offloads = rec.settings.offload != "none"
+        return (
+            changing
+            if offloads and changing.cost.step_s * SLOWDOWN_LIMIT <= rec.cost.step_s
+            else None
+        )
 
     def _tight_note(self, tight: PlanOption) -> str:
         kind = "changes the result" if tight.changes_result else "memory-only"
         return (
-            f"tight ({kind}): {tight.settings.describe()} ({tight_figures(tight, self.budget)}): "
-            "it may fit, which the trace engine decides (`memfit estimate` of that job runs it)"
+            f"tight ({kind}): {tight.settings.describe()} ({tight_figures(tight, self.budget)}, "
+            f"{tight.cost.step_s:.3g} s/step): it may fit, {tight_decider(tight)}"
         )
 
     def _confirmed(self, rec: PlanOption | None) -> tuple[bool | None, str]:

@@ -19,6 +19,7 @@ from memfit.plan.checklist import Checklist, check, rated_gpus, step_cost, train
 from memfit.plan.cost import ModelFacts, Rates, StepCost, infer_cost
 from memfit.plan.cost import mfu as cost_mfu
 from memfit.plan.engines import Estimator
+from memfit.plan.recipe import RISK_LEVELS
 from memfit.plan.request import PlanOption, PlanRequest
 from memfit.plan.search import Plan, plan
 from memfit.plan.solve import fit
@@ -247,9 +248,30 @@ class UpgradeChecks(Checklist[CheckItem]):
             f"{'>=' if impractical else '<'} the {_t('impractical_slowdown'):g}x bound"
         )
         status = "triggered" if impractical else "not_triggered"
+        riskier = self._riskier_in_gpu(rec) if impractical else None
+        if riskier is not None:
+            numbers["riskier_step_s"] = riskier.cost.step_s
+            text += (
+                f"; a riskier plan fits this GPU without offload: {riskier.settings.describe()},"
+                f" {riskier.cost.step_s:.3g} s/step (changes the result: "
+                f"{'; '.join(riskier.risk_reasons)}; --max-quality-risk high counts it)"
+            )
         return CheckItem(
             id="impractical_recompute_offload", status=status, evidence=text, numbers=numbers
         )
+
+    def _riskier_in_gpu(self, rec: Any) -> Any:
+        """The fastest plan on this GPU at the highest quality risk (a 4-bit base, 8-bit
+        states), without offload, where it is faster than ``rec`` (the fastest plan within the
+        risk asked, offloading or recomputing): what a practitioner would try before buying a
+        GPU; None where the risk asked is already the highest or nothing faster fits."""
+        if self.request.max_quality_risk == RISK_LEVELS[-1]:
+            return None
+        req = replace(self.request, max_quality_risk=RISK_LEVELS[-1], allow_offload=False)
+        found = plan(self.source, req, gpu=self.gpu, estimator=self.estimator).recommended
+        if found is None or found.cost.step_s >= rec.cost.step_s:
+            return None
+        return found
 
     @check
     def precision_support(self) -> CheckItem:

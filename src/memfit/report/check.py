@@ -67,6 +67,10 @@ def _fix_json(
         else after[1].fits.verdict,
         "written_device_used_bytes": None if after is None else after[1].device_used_bytes,
         "message": fix.message,
+        "price": None if fix.price is None else fix.price.to_json(),
+        "changes_result": list(fix.result_changes),
+        "why": fix.why,
+        "other": None if fix.other is None else _fix_json(fix.other, False, None),
     }
 
 
@@ -97,7 +101,11 @@ def render_check(
             if name != "model" and not name.startswith("_")
         )
     )
-    out.append(_verdict_line("peak on the device", est))
+    if answer.get("not_runnable"):
+        out.append(answer["not_runnable"])
+        out.append(_verdict_line("peak on the device, in fp16 (the fix below)", est))
+    else:
+        out.append(_verdict_line("peak on the device", est))
     out.append(f"answered by: {answer['answered_by']}")
     if answer["note"]:
         out.append(f"note: {answer['note']}")
@@ -145,17 +153,12 @@ def _verdict_line(what: str, est: MemoryEstimate) -> str:
 
 def _render_fix(fix: Any, wrote: bool, after: tuple[list[Any], MemoryEstimate] | None) -> list[str]:
     if fix.message:
-        return [fix.message] + (["nothing written."] if wrote else [])
-    by_file: dict[str, list[str]] = {}
-    for k in fix.keys:
-        by_file.setdefault(k.file, []).append(k.describe())
-    out = ["fix: " + "; ".join(f"{f}: {', '.join(keys)}" for f, keys in by_file.items())]
-    if fix.changes:
-        out.append(
-            "  (memfit reads the edited files as: "
-            + ", ".join(f"{f} {old} → {new}" for f, (old, new) in fix.changes.items())
-            + f"; tried as: {fix.plan})"
-        )
+        out = [fix.message]
+        if fix.other is not None:  # a fix that changes the result, named, not written
+            out.append(f"a fix that changes the result fits ({fix.why}):")
+            out += _indented(_option_lines(fix.other, diff=True))
+        return out + (["nothing written."] if wrote else [])
+    out = _option_lines(fix, diff=False)
     for e in fix.edits:
         out.append(e.diff().rstrip("\n"))
     if fix.refused:
@@ -165,6 +168,13 @@ def _render_fix(fix: Any, wrote: bool, after: tuple[list[Any], MemoryEstimate] |
         return out
     if fix.estimate is not None:
         out.append(_verdict_line("the edited files", fix.estimate))
+    if fix.price is not None:
+        out.append(f"  {fix.price.text()}")
+    if fix.other is not None:
+        out.append(f"{fix.why}; the other fix, not written:")
+        out += _indented(_option_lines(fix.other, diff=False, verdict=True))
+    elif fix.why:
+        out.append(fix.why)
     if after is None:
         out.append("apply with --write" if not wrote else "nothing written.")
         return out
@@ -173,3 +183,30 @@ def _render_fix(fix: Any, wrote: bool, after: tuple[list[Any], MemoryEstimate] |
         out.append(f"wrote {w.path}; original kept as {w.backup} (restore: mv {w.backup} {w.path})")
     out.append(_verdict_line("the written files, read again", est))
     return out
+
+
+def _option_lines(fix: Any, *, diff: bool, verdict: bool = False) -> list[str]:
+    """A fix's keys, what it changes of the result, and (``diff``) its diff with the edited
+    files' verdict and price, or (``verdict``) that verdict and price on one line."""
+    by_file: dict[str, list[str]] = {}
+    for k in fix.keys:
+        by_file.setdefault(k.file, []).append(k.describe())
+    out = ["fix: " + "; ".join(f"{f}: {', '.join(keys)}" for f, keys in by_file.items())]
+    out += [f"  changes the result: {c}" for c in fix.result_changes]
+    if fix.changes and not verdict:
+        out.append(
+            "  (memfit reads the edited files as: "
+            + ", ".join(f"{f} {old} → {new}" for f, (old, new) in fix.changes.items())
+            + f"; tried as: {fix.plan})"
+        )
+    if diff or verdict:
+        if diff:
+            out += [e.diff().rstrip("\n") for e in fix.edits]
+        if fix.estimate is not None:
+            line = _verdict_line("the edited files", fix.estimate)
+            out.append(line + (f"; {fix.price.text()}" if fix.price is not None else ""))
+    return out
+
+
+def _indented(lines: list[str]) -> list[str]:
+    return ["  " + part for line in lines for part in line.split("\n")]

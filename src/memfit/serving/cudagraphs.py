@@ -6,12 +6,10 @@ steps of 8 to 256, of 16 beyond, up to ``min(2 x max_num_seqs, 512, max_num_batc
 and one FULL decode graph per capture size up to ``max_num_seqs``
 (``vllm/v1/cudagraph_dispatcher.py``).
 
-How much: vLLM's estimate (0.18+, ``GPUModelRunner.profile_cudagraph_memory`` in
-``vllm/v1/worker/gpu_model_runner.py``) captures the two largest graphs of each mode and reports
-``max(first capture of each mode) + sum over modes of (n - 1) x second capture`` ("Estimated CUDA
-graph memory: X GiB total"); from 0.20 it leaves the KV cache's budget. The capture itself runs
-after the KV cache is allocated ("Graph capturing finished … took X GiB", a free-memory
-difference around ``capture_model``). memfit counts two mechanisms:
+How much: the capture runs after the KV cache is allocated ("Graph capturing finished … took X
+GiB", a free-memory difference around ``capture_model``); vLLM's own estimate (0.18+, "Estimated
+CUDA graph memory: X GiB total", from 0.20 kept out of the KV cache's budget) is computed before
+it, while profiling: see "The estimate" below. For the capture memfit counts two mechanisms:
 
 1. **FlashAttention's split-KV workspace, once** (not fitted). With FULL graphs the FlashAttention
    metadata builders fix ``max_num_splits`` to ``flash_attn_max_num_splits_for_cuda_graph`` = 32
@@ -68,15 +66,14 @@ say so: 10 / 8 MiB per PIECEWISE / FULL graph against Llama-3.1-8B's 6 / 6 with 
 Hence a third term:
 
 3. **Per MLA layer per graph** (fitted on that one log, checked on two held out): what
-   DeepSeek-V2-Lite's capture / estimate leave over the three constants, over its 102 graphs x 27
-   MLA layers: 0.112 / 0.093 MiB. Checked on Kimi-VL-A3B-Instruct (llm-d-planner results_raw.csv
-   at commit 3c876c8a, vLLM 0.19.0, H100; a DeepSeek-V3-style text stack of the same shape — the
-   logs' custom-op counts rms_norm 82, mla_decode_concat_quant_fp8 27, fused_moe 26 equal
+   DeepSeek-V2-Lite's capture leaves over the three constants, over its 102 graphs x 27 MLA
+   layers: 0.112 MiB. Checked on Kimi-VL-A3B-Instruct (llm-d-planner results_raw.csv at commit
+   3c876c8a, vLLM 0.19.0, H100; a DeepSeek-V3-style text stack of the same shape — the logs'
+   custom-op counts rms_norm 82, mla_decode_concat_quant_fp8 27, fused_moe 26 equal
    DeepSeek-V2-Lite's, and its FULL first capture is the same 522 MiB): capture 1.57 / 1.32 GiB
-   against 1.50 / 1.26 logged at TP 1 / 2 (+4.7 / +4.7 %; without the term -15 / -19 %),
-   estimate 1.39 / 1.14 against 1.19 / 1.04 (+17 / +10 %; an over-estimate of what leaves the
-   0.20+ budget, the KV cache's safe side). The term may also carry the shared experts' MLP
-   (every MLA model checked has them): the two are not separable on these logs.
+   against 1.50 / 1.26 logged at TP 1 / 2 (+4.7 / +4.7 %; without the term -15 / -19 %). The
+   term may also carry the shared experts' MLP (every MLA model checked has them): the two are
+   not separable on these logs.
 
 Every fitted run has 102 graphs on an H100; three runs held out of the fit
 (``graph_held_out`` in the data) check the rest: phi-2 +9.2 %, and gpt-oss-20b at TP 1 / 2
@@ -85,6 +82,46 @@ Every fitted run has 102 graphs on an H100; three runs held out of the fit
 V0 and V1 before the FULL_AND_PIECEWISE default (0.8-0.10) keep a flat 0.5 GiB allowance, used
 only to warn (the llm-d logs show -0.45 to 1.03 GiB for 0.1x captures: a free-memory difference,
 negative when the profile's cached segments are reused).
+
+**The estimate** (``GPUModelRunner.profile_cudagraph_memory``,
+``vllm/v1/worker/gpu_model_runner.py``, the same computation in the v0.18.0, v0.19.0, v0.20.0,
+v0.21.0, v0.24.0, v0.28.0 and v0.33.0 sdists; 0.24+ add an opt-in encoder-graph term, not
+modelled): in a temporary graph pool, for each mode (PIECEWISE, FULL) vLLM captures only the two
+largest sizes, each between two
+``torch.cuda.mem_get_info()`` reads. The first read-out is the mode's "first capture"; the second
+is taken as every other graph's cost, ``per_graph = max(second, 1 << 20)`` ("at least 1 MiB per
+graph for driver overhead"). Because "FULL and PIECEWISE graphs share the global pool", the total
+is ``max(first captures) + sum over modes of (n - 1) x per_graph`` (the logs' debug lines
+"Estimated FULL CUDA graph memory: 260.00 MiB first-capture + (51-1) × 6.00 MiB per-graph").
+memfit follows that computation term by term:
+
+- FULL first capture: FlashAttention's split workspace (mechanism 1; none for a float32 model,
+  which FlashAttention does not serve: ``FlashAttentionBackend.supported_dtypes`` is fp16 / bf16,
+  and the llm-d-planner fp32 log picks TRITON_ATTN and logs a 4 MiB FULL first capture) plus
+  :data:`ESTIMATE_FULL_FIRST_EXTRA_BYTES` (the logs: 0-13 MiB over the workspace);
+- PIECEWISE first capture: :data:`ESTIMATE_PIECEWISE_FIRST`, fitted: the pool's first fill at
+  the largest size grows with the MLP's input projection output (``largest x 2 x intermediate /
+  TP x activation bytes``). It decides the total where the workspace is small or absent (Gemma 3
+  served by Triton, fp32, TP 4);
+- the per-graph samples: :data:`ESTIMATE_SAMPLE_PIECEWISE` / :data:`ESTIMATE_SAMPLE_FULL`,
+  least squares per mode on the logged samples (base + per layer + per fused-MoE layer), with
+  vLLM's 1 MiB floor (Llama-3.1-8B at PP 4 logs "(51-1) × 1.00 MiB" for its 8-layer stages), plus
+  :data:`ESTIMATE_SAMPLE_PER_MLA_LAYER` (DeepSeek-V2-Lite's 10 / 8 MiB over the fit, held-out
+  Kimi-VL at TP 1 / 2: 1.38 / 1.13 GiB against 1.19 / 1.04 logged, +16 / +9 %; without it -7 /
+  -18 %).
+
+A sample is one free-memory difference: a whole number of 2 MiB pages, so every page it rounds
+to moves the total by ``(n - 1)`` pages (0.1 GiB per mode on 51 graphs). memfit predicts the
+mean, not the rounding. Two logged samples are not a graph's cost: Llama-3.1-8B at TP 2 and
+Mistral-Small W8A8 at TP 2 sample 26 / 24 MiB for PIECEWISE where memfit's mean is 6 / 8 —
+20 MiB over, PyTorch's ``kLargeBuffer`` (the caching allocator packs requests of 1-10 MiB into
+20 MiB segments, ``c10/cuda/CUDACachingAllocator.cpp``): the sampled capture opened a new
+segment, and vLLM extrapolated it 50 times (1.69 / 1.60 GiB estimated against 0.76 / 1.03
+captured). Whether a capture opens a segment depends on the pool's free blocks at that moment,
+which memfit does not replay: those two logs stay misses (-60 / -48 %), and on 0.20+ such a run
+would keep ~1 GiB more out of the KV cache than memfit says. The fit leaves a sample out when
+``(n - 1) x sample`` exceeds the whole measured capture (``is_segment_outlier`` in
+benchmarks/vllm_startup.py).
 """
 
 from __future__ import annotations
@@ -97,20 +134,62 @@ from memfit.units import MiB
 __all__ = [
     "CudaGraphPlan",
     "default_max_capture_size",
+    "estimate_sample_bytes",
     "fa_split_workspace_bytes",
     "is_mm_prefix_lm",
     "plan_cudagraphs",
+    "vllm_estimate_bytes",
 ]
 
 #: (base, per layer, per MoE layer) bytes per captured graph, fitted as the module docstring
 #: says (``benchmarks/vllm_startup.py`` prints the refit: MiB per graph).
 CAPTURE_PER_GRAPH = (int(1.4574 * MiB), int(0.1651 * MiB), int(0.0689 * MiB))
-ESTIMATE_PER_GRAPH = (int(0.6709 * MiB), int(0.1777 * MiB), int(0.0359 * MiB))
 #: bytes per MLA layer per captured graph beyond the terms above (module docstring, 3):
-#: DeepSeek-V2-Lite's logged 1.57 / 1.39 GiB (capture / estimate) less memfit's 1,362,161,394 /
-#: 1,222,660,176 bytes without it, over 102 graphs x 27 MLA layers
+#: DeepSeek-V2-Lite's logged 1.57 GiB capture less memfit's 1,362,161,394 bytes without it, over
+#: 102 graphs x 27 MLA layers
 CAPTURE_PER_MLA_LAYER = int((1.57 * 2**30 - 1_362_161_394) / (102 * 27))
-ESTIMATE_PER_MLA_LAYER = int((1.39 * 2**30 - 1_222_660_176) / (102 * 27))
+#: vLLM's estimate (module docstring, "The estimate"): the mean of the one per-graph sample each
+#: mode's second-largest capture gives, (base, per layer, per MoE layer) bytes, least squares on
+#: the 34 fitted logs' "Estimated PIECEWISE / FULL CUDA graph memory: ... × X MiB per-graph"
+#: debug lines (``graph_samples`` in benchmarks/data/vllm_startup_logs.jsonl; two samples left
+#: out, see ``is_segment_outlier`` in benchmarks/vllm_startup.py, which prints the refit)
+ESTIMATE_SAMPLE_PIECEWISE = (int(-1.7059 * MiB), int(0.2428 * MiB), int(0.0336 * MiB))
+ESTIMATE_SAMPLE_FULL = (int(1.1653 * MiB), int(0.1289 * MiB), int(0.0752 * MiB))
+#: per MLA layer per sampled graph beyond the terms above, (PIECEWISE, FULL): what
+#: DeepSeek-V2-Lite's logged samples (10 / 8 MiB, llm-d-planner log at commit 6417620b) leave over
+#: the fitted mean at its 27 layers (26 fused-MoE), per MLA layer. Fitted on that one log, checked
+#: on two held out (Kimi-VL-A3B at TP 1 / 2, tests/serving/test_cudagraphs.py)
+ESTIMATE_SAMPLE_PER_MLA_LAYER = (
+    int(
+        (
+            10 * MiB
+            - ESTIMATE_SAMPLE_PIECEWISE[0]
+            - 27 * ESTIMATE_SAMPLE_PIECEWISE[1]
+            - 26 * ESTIMATE_SAMPLE_PIECEWISE[2]
+        )
+        / 27
+    ),
+    int(
+        (
+            8 * MiB
+            - ESTIMATE_SAMPLE_FULL[0]
+            - 27 * ESTIMATE_SAMPLE_FULL[1]
+            - 26 * ESTIMATE_SAMPLE_FULL[2]
+        )
+        / 27
+    ),
+)
+#: ``max(second sample, 1 << 20)`` in ``profile_cudagraph_memory``: "at least 1 MiB per graph for
+#: driver overhead"
+VLLM_MIN_PER_GRAPH_BYTES = 1 * MiB
+#: the FULL mode's first capture beyond FlashAttention's split workspace (the logs: 0-13 MiB,
+#: median 4; the graph itself and the FA3 scheduler metadata)
+ESTIMATE_FULL_FIRST_EXTRA_BYTES = 4 * MiB
+#: the PIECEWISE mode's first capture (the largest capture size, the pool's first fill):
+#: (base, multiple of the largest graph's MLP input projection output
+#: ``largest x 2 x intermediate / TP x activation bytes``), least squares on the same 34 logs
+#: ("... MiB first-capture" of PIECEWISE; residuals -47 to +34 MiB)
+ESTIMATE_PIECEWISE_FIRST = (int(72.78 * MiB), 2.0913)
 #: ``flash_attn_max_num_splits_for_cuda_graph`` (32 in every modelled release, docstring)
 FA_MAX_SPLITS_FOR_CUDA_GRAPH = 32
 #: FlashAttention's split accumulators are fp32 (``out_accum``, ``softmax_lse_accum``)
@@ -200,12 +279,16 @@ def plan_cudagraphs(
     flash_attention: bool = True,
     max_capture_size: int | None = None,
     n_mla_layers: int = 0,
+    mlp_out_bytes_per_token: int = 0,
+    fa_dtype: bool = True,
 ) -> CudaGraphPlan:
     """What vLLM 0.``minor`` captures for a rank holding ``n_layers`` layers (``n_moe_layers`` of
     them fused-MoE, ``n_heads_per_rank`` query heads of value width ``head_dim_v``; without
     ``flash_attention`` (an mm-prefix checkpoint) no split workspace; ``max_capture_size``:
-    ``--max-cudagraph-capture-size``; ``n_mla_layers``: the MLA layers among ``n_layers``), and
-    the bytes memfit counts for it (module docstring)."""
+    ``--max-cudagraph-capture-size``; ``n_mla_layers``: the MLA layers among ``n_layers``;
+    ``mlp_out_bytes_per_token``: a token's MLP input projection output on this rank, ``2 x
+    intermediate / TP x activation bytes``; ``fa_dtype``: the activations are fp16 / bf16, the
+    dtypes FlashAttention serves), and the bytes memfit counts for it (module docstring)."""
     if enforce_eager:
         return CudaGraphPlan(n_piecewise=0, n_full=0, largest=0, capture_bytes=0, estimate_bytes=0)
     ceiling = 1024 if sm100 and minor >= 28 else 512
@@ -226,16 +309,29 @@ def plan_cudagraphs(
             head_dim_v=head_dim_v,
         )
 
-    def per_graph(c: tuple[int, int, int], mla: int) -> int:
-        return c[0] + c[1] * n_layers + c[2] * n_moe_layers + mla * n_mla_layers
+    per_graph = (
+        CAPTURE_PER_GRAPH[0]
+        + CAPTURE_PER_GRAPH[1] * n_layers
+        + CAPTURE_PER_GRAPH[2] * n_moe_layers
+        + CAPTURE_PER_MLA_LAYER * n_mla_layers
+    )
 
     if engine != "v1" or minor < FIRST_MODELLED_MINOR:
         capture = LEGACY_ALLOWANCE_BYTES
     else:
-        capture = workspace + n * per_graph(CAPTURE_PER_GRAPH, CAPTURE_PER_MLA_LAYER)
+        capture = workspace + n * per_graph
     estimate = 0
     if engine == "v1" and minor >= FIRST_ESTIMATE_MINOR:
-        estimate = workspace + n * per_graph(ESTIMATE_PER_GRAPH, ESTIMATE_PER_MLA_LAYER)
+        estimate = vllm_estimate_bytes(
+            n_piecewise=len(sizes),
+            n_full=len(full),
+            full_first=(workspace if fa_dtype else 0) + ESTIMATE_FULL_FIRST_EXTRA_BYTES,
+            piecewise_first=ESTIMATE_PIECEWISE_FIRST[0]
+            + int(ESTIMATE_PIECEWISE_FIRST[1] * largest * mlp_out_bytes_per_token),
+            n_layers=n_layers,
+            n_moe_layers=n_moe_layers,
+            n_mla_layers=n_mla_layers,
+        )
     return CudaGraphPlan(
         n_piecewise=len(sizes),
         n_full=len(full),
@@ -243,3 +339,41 @@ def plan_cudagraphs(
         capture_bytes=capture,
         estimate_bytes=estimate,
     )
+
+
+def estimate_sample_bytes(
+    mode: str, *, n_layers: int, n_moe_layers: int, n_mla_layers: int = 0
+) -> int:
+    """memfit's mean of the per-graph sample vLLM takes for ``mode`` ("PIECEWISE" or "FULL"):
+    the second-largest capture's free-memory difference, at least 1 MiB (module docstring)."""
+    pw = mode == "PIECEWISE"
+    c = ESTIMATE_SAMPLE_PIECEWISE if pw else ESTIMATE_SAMPLE_FULL
+    mla = ESTIMATE_SAMPLE_PER_MLA_LAYER[0 if pw else 1] * n_mla_layers
+    return max(c[0] + c[1] * n_layers + c[2] * n_moe_layers + mla, VLLM_MIN_PER_GRAPH_BYTES)
+
+
+def vllm_estimate_bytes(
+    *,
+    n_piecewise: int,
+    n_full: int,
+    full_first: int,
+    piecewise_first: int,
+    n_layers: int,
+    n_moe_layers: int,
+    n_mla_layers: int = 0,
+) -> int:
+    """``GPUModelRunner.profile_cudagraph_memory`` (0.18-0.33, module docstring): the largest of
+    the modes' first captures (they share one pool) plus, per mode, ``(n - 1)`` x its per-graph
+    sample."""
+    firsts = [f for f, n in ((piecewise_first, n_piecewise), (full_first, n_full)) if n]
+    if not firsts:
+        return 0
+    extrapolated = sum(
+        (n - 1)
+        * estimate_sample_bytes(
+            mode, n_layers=n_layers, n_moe_layers=n_moe_layers, n_mla_layers=n_mla_layers
+        )
+        for mode, n in (("PIECEWISE", n_piecewise), ("FULL", n_full))
+        if n
+    )
+    return max(firsts) + extrapolated

@@ -61,7 +61,9 @@ from memfit.serving.sglang_defaults import default_mem_fraction_static, gpu_memo
 from memfit.serving.sglang_graphs import (
     attn_state_bytes_per_slot,
     capture_batch_sizes,
+    cublas_workspace_bytes,
     keeps_fa3_page_table_copies,
+    runs_flashinfer_decode,
     sglang_graph_bytes,
     shares_logits_buffer,
     triton_split_bytes,
@@ -426,6 +428,14 @@ def simulate_sglang(
             mla=bool(text.raw.get("kv_lora_rank")),
         ),
         page_size=config.page_size,
+        cublas_bytes=cublas_workspace_bytes(gpu.compute_capability),
+        flashinfer_wrappers=runs_flashinfer_decode(
+            config.sglang_version,
+            gpu.arch,
+            backend,
+            architecture=_architecture(spec),
+            mla=bool(text.raw.get("kv_lora_rank")),
+        ),
     )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:

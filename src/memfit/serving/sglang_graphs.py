@@ -66,16 +66,27 @@ leaves on the device (``cuda_graph_runner.py``):
    two): NCCL's all-reduce after each attention and MLP block and the logits all-gather are
    captured in every graph; :data:`PER_CAPTURED_COLLECTIVE_BYTES` each, fitted on the one such
    log (QwQ-32B on 4 x L4, 0.93 GB; not checked on a second log).
-5. **Capture start-up** (:data:`CAPTURE_START_BYTES`, fitted): the decode kernels loaded lazily
-   at the first capture, the capture stream's cuBLAS workspace and the pool's first segments.
-   Fitted with :data:`SGLANG_PER_LAYER_BYTES` on the two small-batch logs (Llama-3.1-8B, RTX
-   4090, 0.4.9; Qwen3-0.6B, RTX 5080, 0.4.10; bs 1-8, both 0.11 GB) and the Llama-70B capture
-   (1.98 GB, 52 graphs of 80 layers). On the two FlashInfer logs this includes FlashInfer's own
-   per-graph bytes, not separated: ``flashinfer_backend.py`` (0.4.10 wheel) keeps one
-   ``BatchDecodeWithPagedKVCacheWrapper(use_cuda_graph=True)`` per captured batch size, and
-   FlashInfer's wrapper allocates an 8 MiB device ``_int_workspace_buffer`` in ``__init__``;
-   counting it apart (and refitting) leaves 24 MiB of start-up and puts the FA3 Qwen2.5-0.5B
-   capture under by 23 % instead of over by 22 % (docs/accuracy.md, helper "sglgraph").
+5. **Capture start-up**: two terms read in source, and a fitted rest.
+   (a) The capture stream's cuBLAS workspace: the eager warm-up runs (``capture_one_batch_size``
+   runs the batch twice before capturing it) are the first GEMMs on ``graph_capture()``'s new
+   stream, and torch allocates one workspace per (handle, stream) through the caching allocator
+   and keeps it: 32 MiB on compute capability 9.0, else 8 MiB + 128 KiB
+   (``parseChosenWorkspaceSize``, ``aten/src/ATen/cuda/CublasHandlePool.cpp`` at
+   pytorch/pytorch@26a39059; :func:`cublas_workspace_bytes`).
+   (b) FlashInfer's decode wrappers: SGLang's FlashInfer backend builds a
+   ``BatchDecodeWithPagedKVCacheWrapper(..., use_cuda_graph=True)`` per captured batch size and
+   keeps it (``decode_cuda_graph_metadata[bs]``, ``layers/attention/flashinfer_backend.py`` of
+   the 0.4.10 and 0.5.9 wheels), and each wrapper allocates an 8 MiB device
+   ``_int_workspace_buffer`` in ``__init__`` (flashinfer ``decode.py``): 8 MiB per graph where
+   FlashInfer runs (:func:`runs_flashinfer_decode`: FA3 is the default on Hopper, FlashInfer
+   elsewhere — B200 included in the 0.5.5.post1 wheel — and trtllm_mha / FA3 / Triton keep none).
+   (c) The rest (:data:`CAPTURE_START_BYTES`, fitted): the decode kernels loaded lazily at the
+   first capture and the pool's first segments. Fitted with :data:`SGLANG_PER_LAYER_BYTES` on
+   the two small-batch logs (Llama-3.1-8B, RTX 4090, 0.4.9; Qwen3-0.6B, RTX 5080, 0.4.10; bs
+   1-8, both 0.11 GB; FlashInfer, 8 MiB cuBLAS workspaces) and the Llama-70B capture (1.98 GB,
+   52 graphs of 80 layers; FA3 on an H200, a 32 MiB one), (a) and (b) subtracted first: 17 MiB
+   (57 MiB while (a) and (b) were in it, which put the FA3 Qwen2.5-0.5B capture on an H100 at
+   +22 %, now +10.5 %; docs/accuracy.md, helper "servegraph").
 
 Not in the graphs: fused MoE's own buffers. ``fused_experts_impl``
 (``layers/moe/fused_moe_triton/fused_moe.py``, 0.5.1 wheel) allocates ``cache`` (``M x topk x
@@ -108,6 +119,8 @@ __all__ = [
     "TRITON_STATE_BYTES_PER_SLOT",
     "attn_state_bytes_per_slot",
     "capture_batch_sizes",
+    "cublas_workspace_bytes",
+    "runs_flashinfer_decode",
     "fa3_page_table_copy_bytes",
     "keeps_fa3_page_table_copies",
     "sglang_graph_bytes",
@@ -162,6 +175,18 @@ FA3_DEFAULT_ARCHITECTURES = frozenset(
         "Glm4MoeForCausalLM",
     }
 )
+#: torch's default cuBLAS workspace per (handle, stream), allocated through the caching allocator
+#: the first time a GEMM runs on a stream (module docstring, 5): ``parseChosenWorkspaceSize`` in
+#: ``aten/src/ATen/cuda/CublasHandlePool.cpp`` (pytorch/pytorch@26a39059): ``4096 * 8 * 1024``
+#: on compute capability 9.0 exactly (H100 / H200), else ``:4096:2:16:8`` (8 MiB + 128 KiB)
+CUBLAS_WORKSPACE_BYTES_SM90 = 4096 * 8 * 1024
+CUBLAS_WORKSPACE_BYTES_OTHER = 4096 * 1024 * 2 + 16 * 1024 * 8
+#: FlashInfer's ``BatchDecodeWithPagedKVCacheWrapper.__init__`` allocates an 8 MiB device
+#: ``_int_workspace_buffer`` (flashinfer ``flashinfer/decode.py``, read in the code index), and
+#: SGLang's FlashInfer backend builds and keeps one such wrapper per captured batch size
+#: (module docstring, 5)
+FLASHINFER_INT_WORKSPACE_BYTES = 8 * 1024 * 1024
+
 #: ``next_token_logits`` are fp32 (module docstring, 2)
 LOGIT_BYTES = 4
 #: collectives captured per layer at TP > 1 (attention and MLP all-reduce), and per graph (the
@@ -186,13 +211,17 @@ _L70B_CAPTURE = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 513, 16))
 def _solve_start_and_per_layer() -> tuple[int, int]:
     """Start-up S and SGLang's per-layer bytes P from ``S + 4 x layers_i x P = left_i`` (the two
     small logs, averaged) and ``S + 52 x 80 x P = left_70B``, where ``left`` is each capture less
-    terms 1, 2 and the per-graph base."""
+    terms 1, 2, the per-graph base, the capture stream's cuBLAS workspace (the small logs' RTX
+    4090 / RTX 5080: 8 MiB + 128 KiB; the H200: 32 MiB) and FlashInfer's per-graph wrappers (the
+    small logs run FlashInfer; the Llama-70B log FA3, SGLang's Hopper default)."""
     base = CAPTURE_PER_GRAPH[0]
     small = [
         0.11 * GiB
         - 8 * ctx * ATTN_STATE_BYTES_PER_SLOT
         - _vocab_logits_bytes((1, 2, 4, 8), vocab)
         - 4 * base
+        - CUBLAS_WORKSPACE_BYTES_OTHER
+        - 4 * FLASHINFER_INT_WORKSPACE_BYTES
         for ctx, vocab, _ in _SMALL_LOGS
     ]
     mean_left = sum(small) / len(small)
@@ -203,6 +232,7 @@ def _solve_start_and_per_layer() -> tuple[int, int]:
         - max(_L70B_CAPTURE) * 131072 * ATTN_STATE_BYTES_PER_SLOT
         - _vocab_logits_bytes(_L70B_CAPTURE, 128256, shared=True)
         - n * base
+        - CUBLAS_WORKSPACE_BYTES_SM90
     )
     per_layer = (left_70b - mean_left) / (n * 80 - 4 * mean_layers)
     return int(mean_left - 4 * mean_layers * per_layer), int(per_layer)
@@ -230,6 +260,8 @@ PER_CAPTURED_COLLECTIVE_BYTES = int(
         - _vocab_logits_bytes(_QWQ_CAPTURE, 152064)
         - len(_QWQ_CAPTURE) * _per_graph(64, 0)
         - CAPTURE_START_BYTES
+        - CUBLAS_WORKSPACE_BYTES_OTHER  # 4 x L4 (compute capability 8.9), FlashInfer
+        - len(_QWQ_CAPTURE) * FLASHINFER_INT_WORKSPACE_BYTES
     )
     / (len(_QWQ_CAPTURE) * (COLLECTIVES_PER_LAYER * 64 + COLLECTIVES_PER_GRAPH))
 )
@@ -291,6 +323,38 @@ def keeps_fa3_page_table_copies(
     return patch is None or int(patch.group(1)) >= FA3_DEFAULT_FROM_PATCH
 
 
+def cublas_workspace_bytes(compute_capability: tuple[int, int] | None) -> int:
+    """The capture stream's cuBLAS workspace on a GPU of ``compute_capability`` (module
+    docstring, 5): 32 MiB on 9.0, else 8 MiB + 128 KiB (an unknown GPU: the larger)."""
+    if compute_capability is None or tuple(compute_capability) == (9, 0):
+        return CUBLAS_WORKSPACE_BYTES_SM90
+    return CUBLAS_WORKSPACE_BYTES_OTHER
+
+
+def runs_flashinfer_decode(
+    sglang_version: str,
+    gpu_arch: str | None,
+    backend: str | None = None,
+    *,
+    architecture: str | None = None,
+    mla: bool = False,
+) -> bool:
+    """Whether SGLang's decode graphs run FlashInfer's wrappers, one per captured batch size
+    (module docstring, 5): ``--attention-backend flashinfer``, or SGLang's default where it is
+    not FA3 on Hopper (0.4.5+, MLA or an architecture in :data:`FA3_DEFAULT_ARCHITECTURES`;
+    the 0.5.9 wheel's ``server_args.py`` picks FA3 for every MHA model on Hopper, the set is
+    kept as the safe side). Elsewhere SGLang's default is FlashInfer (Blackwell's trtllm_mha,
+    which keeps none, is not dated: counted as FlashInfer, the safe side)."""
+    if backend is not None:
+        return backend == "flashinfer"
+    if gpu_arch != "hopper":
+        return True
+    patch = _PATCH_04.match(sglang_version)
+    if patch is not None and int(patch.group(1)) < FA3_DEFAULT_FROM_PATCH:
+        return True
+    return not mla and architecture is not None and architecture not in FA3_DEFAULT_ARCHITECTURES
+
+
 def fa3_page_table_copy_bytes(
     capture: tuple[int, ...], context_len: int, page_size: int = 1
 ) -> int:
@@ -343,6 +407,8 @@ def sglang_graph_bytes(
     attn_workspace_bytes: int = 0,
     fa3_copies: bool = False,
     page_size: int = 1,
+    cublas_bytes: int = CUBLAS_WORKSPACE_BYTES_SM90,
+    flashinfer_wrappers: bool = False,
 ) -> int:
     """What "Capture cuda graph end ... mem usage" counts for ``capture`` (module docstring):
     start-up + attention state + the graphs' fp32 logits (every graph's, or one shared buffer:
@@ -350,7 +416,8 @@ def sglang_graph_bytes(
     TP > 1 without SGLang's custom all-reduce; ``attn_bytes_per_slot``:
     :func:`attn_state_bytes_per_slot`; ``attn_workspace_bytes``: the backend's fixed graph
     buffers, :func:`triton_split_bytes`; ``fa3_copies``: FA3's per-batch-size page tables before
-    0.5, :func:`keeps_fa3_page_table_copies`, of ``page_size``-token pages)."""
+    0.5, :func:`keeps_fa3_page_table_copies`, of ``page_size``-token pages; ``cublas_bytes``:
+    :func:`cublas_workspace_bytes`; ``flashinfer_wrappers``: :func:`runs_flashinfer_decode`)."""
     if not capture:
         return 0
     text = spec.text or spec
@@ -360,8 +427,11 @@ def sglang_graph_bytes(
     if nccl_in_graph:
         per_graph = COLLECTIVES_PER_LAYER * n_layers + COLLECTIVES_PER_GRAPH
         collectives = len(capture) * per_graph * PER_CAPTURED_COLLECTIVE_BYTES
+    wrappers = len(capture) * FLASHINFER_INT_WORKSPACE_BYTES if flashinfer_wrappers else 0
     return (
         CAPTURE_START_BYTES
+        + cublas_bytes
+        + wrappers
         + max(capture) * context_len * attn_bytes_per_slot
         + attn_workspace_bytes
         + (fa3_page_table_copy_bytes(capture, context_len, page_size) if fa3_copies else 0)

@@ -370,6 +370,21 @@ def graph_shape(
     return n_layers, n_moe, heads // tp, int(text.raw.get("kv_lora_rank") or head_dim), fa
 
 
+#: ``FlashAttentionBackend.supported_dtypes`` (``vllm/v1/attention/backends/flash_attn.py`` of
+#: the v0.19.0 sdist): a float32 model is served by TRITON_ATTN ("FLASH_ATTN: [dtype not
+#: supported]" in the llm-d-planner fp32 log), without FlashAttention's split workspace
+FLASH_ATTENTION_DTYPES = ("float16", "bfloat16")
+
+
+def _mlp_intermediate(spec: ModelSpec) -> int:
+    """A token's MLP width: the dense ``intermediate_size``, or a fused-MoE layer's routed
+    experts' (``top_k x expert_intermediate_size``)."""
+    text = spec.text or spec
+    if text.n_experts and text.expert_intermediate_size:
+        return (text.n_experts_per_token or 1) * text.expert_intermediate_size
+    return text.intermediate_size or 4 * (text.hidden_size or 0)
+
+
 def _activation_peak(
     spec: ModelSpec, *, tokens: int, rows: int, tp: int, act_bytes: int, v: VllmVersion
 ) -> int:
@@ -468,6 +483,8 @@ def simulate_startup(
         max_capture_size=config.max_cudagraph_capture_size
         or default_max_capture_size((spec.text or spec).model_type, minor),
         n_mla_layers=g_layers if (spec.text or spec).raw.get("kv_lora_rank") else 0,
+        mlp_out_bytes_per_token=2 * _mlp_intermediate(spec) // tp * act_bytes,
+        fa_dtype=dtype in FLASH_ATTENTION_DTYPES,
     )
     graphs = cg.capture_bytes
     # 0.20+: the estimated CUDA graph memory is profiled and kept out of the KV budget

@@ -28,12 +28,15 @@ from memfit.estimate.analytic.engine import Simulated, simulate
 from memfit.estimate.analytic.graph import TEMP, ZERO, Vec, vsub
 from memfit.estimate.analytic.registry import FAMILY_OF, program_for, read_arch, resolve_task
 from memfit.estimate.analytic.registry import supports as _family_supports
+from memfit.estimate.analytic.replay import REPLAYED_KEY
 from memfit.estimate.analytic.reserved import (
     INFER_RESERVED,
+    REPLAYED_RATIO,
     ClassBand,
     InferParts,
     class_band,
     describe_infer,
+    infer_bytes,
     reserved_rule,
 )
 from memfit.estimate.analytic.versions import WRITTEN_AGAINST, version_notes
@@ -279,6 +282,8 @@ def estimate_many(
             _keep(kept_key, entry)
         task, one_, lines = entry
         sim = _at_batch(one_, lines, wl.batch_size)
+        if REPLAYED_KEY in one_.info and wl.batch_size > 1:  # routed experts (replay.py)
+            sim.info[REPLAYED_KEY] = _replayed_at(config, wl, gpu)
         est = assemble(_result(sim, wl, name=name, task=task, started=started), wl, gpu)
         out.append(with_notes(est, mapped[len(out)][1]))
     return out
@@ -320,8 +325,29 @@ def _peaks(one_: Simulated) -> dict[str, list[tuple[Vec, Vec]]]:
     return {phase: [(max(pts, key=sum), ZERO)] for phase, pts in one_.candidates.items()}
 
 
+def _replay_sets(parts: InferParts, fit: Any, end: str) -> bool:
+    """Whether the allocator replay (routed experts) sets the reserved bytes of ``parts``
+    over what the fitted rule alone gives (the note then says so)."""
+    if not parts.replayed_bytes:
+        return False
+    ratio = REPLAYED_RATIO["shown" if end == "mid" else "top"]
+    alone = replace(parts, replayed_bytes=0)
+    return infer_bytes(parts, fit, ratio) > infer_bytes(alone, fit)
+
+
+def _replayed_at(config: dict[str, Any], wl: WorkloadSpec, gpu: Any) -> int | None:
+    """The allocator replay's bytes of ``wl`` at its own batch size (``replay.py``; routed
+    experts only): the segments' rounding is not affine in the batch, so a search replays each
+    batch it asks (one simulation of ``wl``, its blocks kept as every other)."""
+    prog, task = _prepare(config, wl)
+    with reduce_device(gpu):
+        return simulate(prog, wl, task).info.get(REPLAYED_KEY)
+
+
 def _at_batch(one_: Simulated, lines: dict[str, list[tuple[Vec, Vec]]], batch: int) -> Simulated:
-    """Points at ``batch`` from the envelope lines (each point is affine in the batch size)."""
+    """Points at ``batch`` from the envelope lines (each point is affine in the batch size);
+    the allocator replay's bytes (routed experts) are batch 1's: the caller replays another
+    batch (:func:`_replayed_at`)."""
     k = batch - 1
     cands = {
         phase: [
@@ -335,7 +361,7 @@ def _at_batch(one_: Simulated, lines: dict[str, list[tuple[Vec, Vec]]], batch: i
         n_params=one_.n_params,
         n_trainable=one_.n_trainable,
         notes=one_.notes,
-        info=one_.info,
+        info=dict(one_.info),
     )
 
 
@@ -459,7 +485,14 @@ def _result(
     # an inference job's parameters, KV cache and the rest at its phases' peaks: its reserved
     # rule takes each apart (reserved.INFER_RESERVED)
     parts = None if wl.is_train else InferParts.of({k: p.components for k, p in phases.items()})
-    stranded = int(sim.info.get("fsdp_stranded_bytes", 0))
+    if parts is not None and sim.info.get(REPLAYED_KEY):  # routed experts (replay.py)
+        parts = replace(parts, replayed_bytes=int(sim.info[REPLAYED_KEY]))
+    # segments a later step takes again beyond the ratio: FSDP2's root buffers
+    # (distributed.fsdp_stranded_bytes), a reduction staging block (Whisper's
+    # WhisperStep.staging_stranded_bytes)
+    fsdp_stranded = int(sim.info.get("fsdp_stranded_bytes", 0))
+    staging_stranded = int(sim.info.get("staging_stranded_bytes", 0))
+    stranded = fsdp_stranded + staging_stranded
     reserved = reserved_rule(
         training=wl.is_train, end=end, job=job, infer=parts, stranded_bytes=stranded
     )
@@ -474,6 +507,12 @@ def _result(
             "inference: the trace's allocator replay and an H200; the KV cache grows by "
             "torch.cat each decode step; one 20 MiB large-pool and one 2 MiB small-pool segment)"
         )
+        if parts is not None and _replay_sets(parts, fit, end):
+            reserved_note += (
+                f"; at least the parameters' and the caching allocator's replay of the "
+                f"prefill's own allocation order ({format_bytes(parts.replayed_bytes)}: routed "
+                "experts' tensors in fresh segments, analytic/replay.py)"
+            )
     else:
         which = "a fit to" if end == "mid" else "the top of the measured range of"
         reserved_note = (
@@ -486,10 +525,16 @@ def _result(
                 f", at least {format_bytes(reserved.floor_bytes)} (one 20 MiB large-pool and one "
                 "2 MiB small-pool segment)"
             )
-    if stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
+    if fsdp_stranded and wl.is_train:  # FSDP2's root buffers (distributed.fsdp_stranded_bytes)
         reserved_note += (
-            f", + {format_bytes(stranded)}: the segments the caching allocator takes again for "
-            "FSDP2's root-group all-gather output and fp32 reduce-scatter input"
+            f", + {format_bytes(fsdp_stranded)}: the segments the caching allocator takes again "
+            "for FSDP2's root-group all-gather output and fp32 reduce-scatter input"
+        )
+    if staging_stranded and wl.is_train:  # Whisper: WhisperStep.staging_stranded_bytes
+        reserved_note += (
+            f", + {format_bytes(staging_stranded)}: the segment a later step takes again for "
+            "the backward's largest CUDA reduction staging block (a bias gradient summed over "
+            "every encoder frame)"
         )
     return EngineResult(
         engine="analytic",
@@ -515,7 +560,7 @@ def _result(
                         band,
                         reserved.ratio,
                         reserved.fixed_bytes[1],
-                        extra=_band_extra(wl, stranded),
+                        extra=_band_extra(wl, fsdp_stranded, staging_stranded),
                     )
                 }
                 if end == "band"
@@ -552,9 +597,12 @@ def _band_note(
     return f"the wide band of every job (reserved <= allocated x {ratio[2]:.3f}{plus})"
 
 
-def _band_extra(wl: Any, stranded: int) -> str:
+def _band_extra(wl: Any, fsdp_stranded: int, staging_stranded: int = 0) -> str:
     """What a reserved rule's top adds over its band's fixed part, in words: FSDP2's root buffers
-    (an FSDP2 training job), the weights' and KV cache's own segments (inference)."""
+    (an FSDP2 training job), a reduction staging block's second segment (Whisper training), the
+    weights' and KV cache's own segments (inference)."""
     if not wl.is_train:
         return "the weights' and the KV cache's own segments"
-    return "FSDP2's root buffers" if stranded else "fixed segments"
+    if fsdp_stranded:
+        return "FSDP2's root buffers"
+    return "a reduction staging block's second segment" if staging_stranded else "fixed segments"

@@ -52,6 +52,7 @@ from memfit.estimate.analytic.host_checkpoint import (
 )
 from memfit.estimate.analytic.ops import PARAM_DTYPE, Ops
 from memfit.estimate.analytic.optimizer import optimizer_bytes
+from memfit.estimate.analytic.replay import REPLAYED_KEY, replayed_reserved_bytes
 from memfit.estimate.analytic.step import BlockProfile, Stack, run_stacks
 from memfit.estimate.cuda_reduce import current_device
 from memfit.models.lora_targets import role_names
@@ -456,7 +457,13 @@ def simulate_infer(prog: Any, wl: WorkloadSpec, task: str) -> Simulated:
     if generative:
         casts = one(ACTS, cast_cache_bytes(stacks))
         phases["decode"] = _decode_points(prog, wl, task, vadd(fp.static, casts), fp.end, fp.view)
-    return Simulated(candidates=phases, n_params=n_params, n_trainable=0, info=fp.info)
+    info = fp.info
+    if prog.a.n_experts and fp.view is None and phases[first] is fp.points:
+        # routed experts: the prefill's segments by the allocator's replay (replay.py)
+        replayed = replayed_reserved_bytes(stacks, input_bytes=inputs)
+        if replayed is not None:
+            info = {**info, REPLAYED_KEY: replayed}
+    return Simulated(candidates=phases, n_params=n_params, n_trainable=0, info=info)
 
 
 def _chunked_prefill_points(

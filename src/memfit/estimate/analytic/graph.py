@@ -149,6 +149,11 @@ class Node:
     #: a saved tensor the backward writes the first input's gradient into (``torch.matmul(...,
     #: out=X)``: Unsloth's fused LoRA kernels): that storage becomes the gradient, no allocation
     grad_into: Tensor | None = None
+    #: ``bwd_workspace`` is the bias gradient's reduction staging, run after the input's and
+    #: the weight's gradients (``AddmmBackward0``: the bias ``sum`` last); in a recomputed
+    #: block the saved tensors unpacked from the checkpoint are gone by then (see
+    #: :meth:`Graph.backward`)
+    late_staging: bool = False
 
 
 #: Selective checkpointing policies of :meth:`Graph.forward`: ``matmul`` stores every matmul and
@@ -222,6 +227,12 @@ class Graph:
         #: allocates (``step_temp_bytes(param)``), then the hook's ``zero_grad`` frees it.
         self.step_in_backward = False
         self.step_temp_bytes: Callable[[Tensor], int] = lambda t: 0
+        #: The forward's allocations and frees in the program's order, ``("a", key, n_bytes)``
+        #: / ``("f", key, n_bytes)`` (a storage's ``id``; a free of the block's input carries
+        #: its bytes, whose allocation the caller's block made), as the trace's StorageTracker
+        #: records them: kept where a program asks for its reserved bytes by the caching
+        #: allocator's replay (:mod:`memfit.estimate.analytic.replay`); None: not kept.
+        self.events: list[tuple[str, int, int]] | None = None
 
     # ------------------------------------------------------------------ recording
     def external(self, numel: int, dtype: str, *, rg: bool = False, comp: int = ACTS) -> Tensor:
@@ -267,6 +278,7 @@ class Graph:
         view_of: Tensor | None = None,
         passthrough: bool = False,
         mm: bool = False,
+        late_staging: bool = False,
     ) -> list[Tensor]:
         # (loops and Node's fields by position: a planner search records ~10^4 ops, issue 32)
         rg = False
@@ -284,20 +296,21 @@ class Graph:
             else:
                 outs.append(Tensor(o[0], o[1], rg=rg, storage=shared))
         kept = [t for t in saves if t is not None] if rg and saves else []
-        self.nodes.append(
-            Node(
-                list(inputs),
-                outs,
-                kept,
-                grad_to,
-                bwd_workspace,
-                fwd_workspace,
-                matmul,
-                rg,
-                passthrough,
-                mm,
-            )  # fmt: skip
-        )
+        node = Node(
+            list(inputs),
+            outs,
+            kept,
+            grad_to,
+            bwd_workspace,
+            fwd_workspace,
+            matmul,
+            rg,
+            passthrough,
+            mm,
+        )  # fmt: skip
+        if late_staging:
+            node.late_staging = True
+        self.nodes.append(node)
         return outs
 
     def hold(self, *tensors: Tensor) -> None:
@@ -374,11 +387,15 @@ class Graph:
         if not storage.live:
             storage.live = True
             self._live[storage.comp] += storage.n_bytes
+            if self.events is not None:
+                self.events.append(("a", id(storage), storage.n_bytes))
 
     def _release(self, storage: Storage) -> None:
         if storage.live:
             storage.live = False
             self._live[storage.comp] -= storage.n_bytes
+            if self.events is not None:
+                self.events.append(("f", id(storage), storage.n_bytes))
 
     def _point(self) -> None:
         v = self._live
@@ -441,6 +458,8 @@ class Graph:
                         self._alloc(t.storage)
             if node.fwd_workspace:
                 self._live[TEMP if not self.grad_enabled else ACTS] += node.fwd_workspace
+                if self.events is not None:
+                    self.events.append(("a", id(node), node.fwd_workspace))
             if node.outputs or node.fwd_workspace:
                 self._point()
                 for t in node.inputs:
@@ -448,6 +467,8 @@ class Graph:
                         self.fwd_point_of.setdefault(id(t), len(self._points) - 1)
             if node.fwd_workspace:
                 self._live[TEMP if not self.grad_enabled else ACTS] -= node.fwd_workspace
+                if self.events is not None:
+                    self.events.append(("f", id(node), node.fwd_workspace))
             for t in node.inputs:
                 t.n_uses -= 1
                 if t.n_uses == 0 and t.n_savers == 0 and not t.held and not t.external:
@@ -477,9 +498,11 @@ class Graph:
             t.grad = Storage(t.n_bytes, TEMP)
             t.grad.live = True
             t.grad.refs = 1
+        recomputed = False
         for node in reversed(self.nodes):
             if node is self._last_saver:  # the first unpack: the checkpoint recomputes
                 self._replay("all")
+                recomputed = True
             if not node.rg:
                 continue
             for t in node.outputs:
@@ -488,7 +511,8 @@ class Graph:
             else:  # no incoming gradient
                 self._release_saved(node)
                 continue
-            if node.bwd_workspace:
+            late = recomputed and node.late_staging
+            if node.bwd_workspace and not late:
                 self._live[TEMP] += node.bwd_workspace
             transient: list[Storage] = []
             passed = node.outputs[0] if node.passthrough else None
@@ -549,7 +573,9 @@ class Graph:
             for t in node.inputs:
                 if t.leaf:
                     self.bwd_point_of.setdefault(id(t), len(points) - 1)
-            if node.bwd_workspace:
+            if late and node.bwd_workspace:
+                self._late_staging(node)
+            elif node.bwd_workspace:
                 self._live[TEMP] -= node.bwd_workspace
             for g in transient:
                 self._release(g)
@@ -560,6 +586,25 @@ class Graph:
             self._release_saved(node)
         self._release_kept()
         return _relative(self._points, base) + [_sub(self._now(), base)]
+
+    def _late_staging(self, node: Node) -> None:
+        """A recomputed block's ``AddmmBackward0`` with a trainable bias: the input's and the
+        weight's gradients are made, then the saved tensors the node alone held die (a
+        checkpoint's saved tensor is unpacked into the node's locals, its last owner: the
+        checkpoint's frame lets go of it on unpack, torch ``utils/checkpoint.py``
+        ``_checkpoint_hook.unpack_hook``), then the bias's ``sum`` takes its reduction staging.
+        Seen in the trace (docs/accuracy.md, "Whisper training and inference on the fast
+        path"): without checkpointing the ``SavedVariable`` keeps the input until the node's
+        variables are released, after the staging."""
+        for t in node.saves:
+            s = t.storage
+            alone = t.n_savers == 1 and t.n_uses == 0 and not t.held and s.refs <= 1
+            if alone and not t.external and not t.leaf:
+                self._release(s)
+        v = self._live
+        v[TEMP] += node.bwd_workspace
+        self._points.append((v[0], v[1], v[2], v[3], v[4], v[5]))
+        v[TEMP] -= node.bwd_workspace
 
     def _take_over(self, s: Storage) -> Storage:
         """A saved tensor's live storage becomes a gradient (held until its last holder lets

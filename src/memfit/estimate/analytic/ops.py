@@ -186,10 +186,13 @@ class Ops:
         name: str = "",
         trainable: bool = True,
         conv1d: bool = False,
+        late_staging: bool = False,
     ) -> Tensor:
         """``F.linear``: MmBackward/AddmmBackward save the input (for the weight's gradient) and
         the weight (for the input's); the output is in the compute dtype. ``conv1d``: GPT-2's
-        ``Conv1D``, an addmm with an (in, out) weight."""
+        ``Conv1D``, an addmm with an (in, out) weight. ``late_staging``: in a checkpointed block
+        the bias gradient's staging comes after the recomputed input is freed
+        (``Node.late_staging``; set by the programs validated with it: Whisper's)."""
         adapted = self._lora_applies(name)
         if quantizes(self.quant, name, in_repeated_block=self.in_repeated_block):
             out = quantized_linear(self, x, n_in, n_out, bias=bias)
@@ -210,6 +213,7 @@ class Ops:
             mm=bi is None,  # with a bias: addmm
             # AddmmBackward's bias gradient: the incoming gradient summed over the rows
             bwd_workspace=sum_to_staging_bytes(rows, n_out) if bi is not None and bi.rg else 0,
+            late_staging=late_staging,
         )
         if adapted:
             out = self.lora_default(x, out, n_in, n_out)

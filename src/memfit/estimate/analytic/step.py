@@ -68,6 +68,9 @@ class BlockProfile:
     cast_bytes: int = 0
     #: bytes the checkpoint keeps for the recomputation (the block's input; host_checkpoint.py)
     checkpoint_bytes: int = 0
+    #: inference: the forward's allocations and frees in order (``Graph.events``), for the
+    #: caching allocator's replay (:mod:`memfit.estimate.analytic.replay`); None in training
+    events: list[tuple[str, int, int]] | None = None
 
 
 def run_block(
@@ -96,6 +99,8 @@ def run_block(
         o.existing_grads = existing_grads
         if step_temp is not None:
             g.step_in_backward, g.step_temp_bytes = True, step_temp
+        if not train:  # inference: its order kept for the allocator's replay
+            g.events = []
         if setup is not None:
             setup(o)
         x, outs = build(o)
@@ -117,6 +122,7 @@ def run_block(
         cast_bytes += sum(t.n_bytes for t in casts)
     fwd, fwd_end = g.forward(save_policy=policy if ckpt else "all")
     prof = BlockProfile(fwd=fwd, fwd_end=fwd_end, out_rg=any(t.rg for t in outs))
+    prof.events = g.events
     prof.cast_bytes = cast_bytes
     prof.checkpoint_bytes = ckpt_bytes
     _count_params(prof, g)
