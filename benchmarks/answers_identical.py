@@ -5,7 +5,10 @@ wall-clock fields dropped) for the code on ``PYTHONPATH``; ``--compare A B`` the
 jobs differ. Jobs: the web mix's first ``--mix`` jobs (``web_api_speed.mix_queries``, as a
 ``memfit web`` worker runs them), ``nearest_speed.py``'s jobs as ``memfit estimate --engine
 analytic --json`` and as ``memfit plan --json`` (its plan, rejected plans and nearest changes),
-all in one process, so every memo is warm as in a server (issue 32).
+all in one process, so every memo is warm as in a server (issue 32). ``--grid N``: first the web
+API's default workload's first N jobs (``web_api_speed.queries``, 40 distinct, 16 of which do not
+fit) as the default engine answers them (no ``--engine``: ``auto``, which traces where the
+analytic answer is tight; needs torch).
 
     PYTHONPATH=/tmp/base/src python benchmarks/answers_identical.py --out /tmp/before.jsonl
     PYTHONPATH=src python benchmarks/answers_identical.py --out /tmp/after.jsonl
@@ -41,18 +44,18 @@ def scrub(value: Any, drop: frozenset[str]) -> Any:
     return value
 
 
-def commands(n_mix: int) -> list[list[str]]:
-    """The argv of every job: the mix's first ``n_mix``, then nearest_speed.py's as estimates
-    and as plans."""
+def commands(n_mix: int, n_grid: int = 0) -> list[list[str]]:
+    """The argv of every job: the grid's first ``n_grid`` (the default engine), the mix's first
+    ``n_mix``, then nearest_speed.py's as estimates and as plans."""
     import nearest_speed
-    from web_api_speed import mix_queries
+    from web_api_speed import mix_queries, queries
 
     from memfit.cli import build_parser
     from memfit.web.query import build_job
 
     parser = build_parser()
     out = []
-    for q in mix_queries(n_mix, "analytic"):
+    for q in [*queries(n_grid, "auto"), *mix_queries(n_mix, "analytic")]:
         job = build_job(
             parser, "estimate", urllib.parse.parse_qsl(q), pasted=None, allow_paths=True
         )
@@ -79,11 +82,11 @@ def commands(n_mix: int) -> list[list[str]]:
     return out
 
 
-def record(n_mix: int, out_path: Path) -> None:
+def record(n_mix: int, out_path: Path, n_grid: int = 0) -> None:
     from memfit.cli import main
 
     with out_path.open("w") as f:
-        for argv in commands(n_mix):
+        for argv in commands(n_mix, n_grid):
             buf = io.StringIO()
             with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
                 code = main(argv)
@@ -115,6 +118,9 @@ def compare(a: Path, b: Path, ignore: frozenset[str]) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mix", type=int, default=200, help="the web mix's first N jobs")
+    ap.add_argument(
+        "--grid", type=int, default=0, help="the web grid's first N jobs, default engine (auto)"
+    )
     ap.add_argument("--out", type=Path, help="write the answers (one JSON line a job) here")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"))
     ap.add_argument("--ignore", action="append", default=[], help="a key to leave out")
@@ -123,7 +129,7 @@ def main() -> int:
         return compare(*args.compare, frozenset(args.ignore))
     if args.out is None:
         ap.error("give --out FILE or --compare A B")
-    record(args.mix, args.out)
+    record(args.mix, args.out, args.grid)
     return 0
 
 

@@ -487,6 +487,21 @@ def train_step_cost(
     return StepCost(step_s=step, tokens_per_s=tokens * s.grad_accum * dp / step, parts_s=parts)
 
 
+def train_cost_key(s: Settings) -> tuple[Any, ...]:
+    """Every field of ``s`` that :func:`train_step_cost` reads, with ``lora_rank`` (the planner's
+    trainable share, :func:`trainable_fraction`, reads it and ``freeze_layers``): settings
+    with one key have one step cost for one model, GPU and sequence, so a search prices each
+    key once. A training space's candidates share about half as many keys (the loss,
+    ``prepare_kbit``, the LoRA targets and the kernels change no price). Kept beside the
+    function it names: a field read there is added here (tests/plan/test_cost.py prices whole
+    spaces both ways)."""
+    return (
+        s.micro_batch, s.grad_accum, s.precision, s.quant, s.attention, s.checkpointing,
+        s.techniques.selective_ac_option, s.freeze_layers, s.lora_rank, s.shard, s.offload,
+        s.dp, s.optimizer,
+    )  # fmt: skip
+
+
 def infer_cost(
     s: Settings,
     facts: ModelFacts,

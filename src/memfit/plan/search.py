@@ -51,6 +51,7 @@ from memfit.plan.cost import (
     Rates,
     StepCost,
     infer_cost,
+    train_cost_key,
     train_step_cost,
     trainable_fraction,
 )
@@ -83,7 +84,7 @@ from memfit.plan.space import (
     recipe,
     stack_options,
 )
-from memfit.plan.split_bound import proven_miss
+from memfit.plan.split_bound import proven_miss, proven_miss_of_other_optimizer
 from memfit.report.plan_html import plan_fragment
 from memfit.spec import ParallelSpec, TechniqueSpec, WorkloadSpec
 from memfit.spec.rules import kernel_shard_note
@@ -267,8 +268,11 @@ def plan(
     engine to search and the trace engine to confirm (see :mod:`memfit.plan.engines`).
     ``analytic_floors``: rule stacks out by their floor (:mod:`memfit.plan.floor`) with the
     analytic engine too (without it, only where the search engine is slower): the same plan is
-    recommended, found with fewer estimates, but the misses shown lack those stacks, so only a
-    caller that reads the recommendation alone asks for it (``memfit.plan.nearest``).
+    recommended, found with fewer estimates, but the misses shown lack those stacks (and
+    stacks proven to miss from another one's estimate, :mod:`memfit.plan.split_bound`), and
+    where nothing fits no nearest changes are worked out from them, so only a caller that
+    reads the recommendation alone, and searches again without floors where there is none,
+    asks for it (``memfit.plan.nearest``).
     ``engines``: the default engines of an earlier search of this model on this GPU record
     (:func:`memfit.plan.engines.default_engines`), whose kept estimates this one reads.
     ``request_fields``: :class:`PlanRequest` fields, applied over ``request``."""
@@ -471,6 +475,9 @@ class _Search:
         self.request, self.budget, self.engines, self.rates = request, budget, engines, rates
         self.source = source
         self.facts = ModelFacts.from_spec(source.spec, n_params=1)
+        #: training step costs by :func:`memfit.plan.cost.train_cost_key`, for these facts
+        self._costs: dict[tuple[Any, ...], StepCost] = {}
+        self._costs_facts = self.facts
         self.failed: dict[tuple[Any, ...], list[Settings]] = {}
         self.rejected: list[PlanOption] = []
         self.unsupported: list[str] = []
@@ -496,6 +503,9 @@ class _Search:
         #: per technique stack, its smallest split's miss (:meth:`_prefetch_stack`), which may
         #: prove a larger split misses unestimated (:meth:`_proven_miss`)
         self.stack_miss: dict[tuple[Any, ...], PlanOption] = {}
+        #: the search engine's misses by their stack less its optimizer (:func:`_twin_key`),
+        #: which may prove a stack with another optimizer misses unestimated (:meth:`_twin_miss`)
+        self.twin_misses: dict[tuple[Any, ...], list[PlanOption]] = {}
 
     # -- one option --------------------------------------------------------------------------
     def option(self, s: Settings) -> PlanOption:
@@ -503,24 +513,37 @@ class _Search:
         asked = r.lora_ranks if r.lora_asked else ()
         return self._option_of(_judge(s, self.recipe or s, r.mode, asked))
 
+    def _job(self) -> tuple[str, int, int]:
+        """The job every option runs: (mode, sequence, new tokens)."""
+        return (self.request.mode, self.request.seq_len, self.request.new_tokens)
+
     def _option_of(self, judged: Judged) -> PlanOption:
         s, found, level, reasons = judged
         return PlanOption(
             changes=found,
             settings=s,
-            job=(self.request.mode, self.request.seq_len, self.request.new_tokens),
+            job=self._job(),
             cost=self.cost(s),
             risk_level=level,
             risk_reasons=reasons,
         )
 
     def cost(self, s: Settings) -> StepCost:
+        """``s``'s predicted step; a training step priced once per :func:`train_cost_key` (the
+        fields the price reads) while the model's facts stay: a search prices ~2 000
+        candidates, about half of them alike (issue 32)."""
         r = self.request
         if r.mode == "infer":
             return infer_cost(s, self.facts, self.rates, seq_len=r.seq_len, new_tokens=r.new_tokens)
-        return train_step_cost(
-            s, self.facts, self.rates, seq_len=r.seq_len, trainable_fraction=self._trainable(s)
-        )
+        if self._costs_facts is not self.facts:  # the baseline's count replaces the facts
+            self._costs, self._costs_facts = {}, self.facts
+        key = train_cost_key(s)
+        found = self._costs.get(key)
+        if found is None:
+            found = self._costs[key] = train_step_cost(
+                s, self.facts, self.rates, seq_len=r.seq_len, trainable_fraction=self._trainable(s)
+            )
+        return found
 
     def _trainable(self, s: Settings) -> float:
         return trainable_fraction(s, self.facts)
@@ -673,8 +696,21 @@ class _Search:
         """Search the tiers of the module docstring in order; the first with a plan wins.
         ``all_judged``: :func:`judged_candidates` of the search's space (changes relative to
         :attr:`recipe`)."""
-        max_risk = RISK_LEVELS.index(self.request.max_quality_risk)
-        opts = [self._option_of(j) for j in all_judged if j[2] <= max_risk]
+        r = self.request
+        max_risk, job, cost = RISK_LEVELS.index(r.max_quality_risk), self._job(), self.cost
+        # (_option_of's PlanOption, ~2 000 times a search: one job tuple, no call per option)
+        opts = [
+            PlanOption(
+                changes=found,
+                settings=s,
+                job=job,
+                cost=cost(s),
+                risk_level=level,
+                risk_reasons=reasons,
+            )
+            for s, found, level, reasons in all_judged
+            if level <= max_risk
+        ]
         self.n_candidates = len(opts)
         for o in opts:
             self.by_stack.setdefault(o.settings.technique_key, []).append(o)
@@ -857,6 +893,12 @@ class _Search:
             if o is opt or not self._dominated(o.settings)
         ]
         splits.sort(key=lambda o: o.settings.micro_batch)
+        if self._twin_miss(splits[0]):
+            # its twin with another optimizer missed and proves the smallest split misses
+            # (memfit.plan.split_bound): noted as its estimate's miss was, not estimated
+            self._note_failure(splits[0].settings)
+            self.n_pruned += 1
+            return
         if engine.batch is not None and len(splits) > 1:
             # the smallest split first, through the batch function (the same answer as the
             # call for all splits: estimate_many's batch-1 line): where it does not fit, as
@@ -887,6 +929,10 @@ class _Search:
             self._note_failure(opt.settings)
             self.n_pruned += 1
             return replace(opt, fits=False, reason="a smaller split of this stack does not fit")
+        if self._twin_miss(opt):  # the same, from the stack's twin with another optimizer
+            self._note_failure(opt.settings)
+            self.n_pruned += 1
+            return replace(opt, fits=False, reason="its stack with another optimizer does not fit")
         if self.engines.search.batch is None and self._dominated(opt.settings):
             # a smaller split of the stack did not fit (noted by the prefetch): ``opt`` cannot
             # either; without a batch call it was not estimated, and is not now (a form or a
@@ -918,6 +964,23 @@ class _Search:
         if self._may_fall_back() or engine.known(opt.workload):
             return False  # (an estimate kept already costs nothing: read as before)
         return proven_miss(miss.workload, miss.estimate, opt.workload, self.budget.capacity_bytes)
+
+    def _twin_miss(self, opt: PlanOption) -> bool:
+        """Whether ``opt`` need not be estimated (as :meth:`_proven_miss`): a stack that differs
+        from it only in the optimizer missed at the same or a smaller micro-batch, by more than
+        its optimizer states (:func:`memfit.plan.split_bound.proven_miss_of_other_optimizer`:
+        the analytic engine's one-GPU steps)."""
+        if not self.analytic_floors or self._may_fall_back():
+            return False
+        misses = self.twin_misses.get(_twin_key(opt.settings))
+        if not misses or self.engines.search.known(opt.workload):
+            return False
+        w, capacity = opt.workload, self.budget.capacity_bytes
+        return any(
+            proven_miss_of_other_optimizer(m.workload, m.estimate, w, capacity)
+            for m in misses
+            if m.estimate is not None
+        )
 
     def _confirm(self, opt: PlanOption) -> PlanOption:
         if self.engines.confirm is None:
@@ -988,6 +1051,8 @@ class _Search:
             return
         self._note_failure(opt.settings)
         self.rejected.append(opt)
+        if self.analytic_floors and opt.estimate.engine == "analytic":
+            self.twin_misses.setdefault(_twin_key(opt.settings), []).append(opt)
 
     def _note_failure(self, s: Settings) -> None:
         """Keep the failures as an antichain: a failure that keeps at least as much as a known
@@ -1060,7 +1125,11 @@ class _Search:
         if self.weigh_note is not None:
             notes.append(self.weigh_note)
         notes += self._slowdown_notes(rec, found[1:] + [o for _, o in compare])
-        nearest = [] if rec is not None or not shown else self._nearest(shown[0])
+        # where nothing fits, the nearest changes read every miss's estimate: a search with
+        # ``analytic_floors`` left some out, and its caller searches again without them
+        # (memfit.plan.nearest), whose nearest changes are the answer: none worked out here
+        floors = self.analytic_floors
+        nearest = [] if rec is not None or not shown or floors else self._nearest(shown[0])
         confirm = self.engines.confirm
         if confirm is not None and self.request.confirm in ("recommended", "none") and rec:
             which = (
@@ -1391,6 +1460,15 @@ def risk_first_key(o: PlanOption) -> tuple[int, int, int, int, float, int]:
     :func:`rank_key`."""
     bucket, risk, n_changes, kernels, step_s, mb = rank_key(o)
     return (risk, n_changes, bucket, kernels, step_s, mb)
+
+
+def _twin_key(s: Settings) -> tuple[Any, ...]:
+    """``s``'s technique stack less its optimizer: the stacks :meth:`_Search._twin_miss` relates
+    (the bound compares the two workloads field by field before it claims anything)."""
+    return (
+        s.precision, s.quant, s.attention, s.checkpointing, s.lora_rank, s.freeze_layers,
+        s.shard, s.offload, s.tp, s.prepare_kbit, s.techniques.optimizer_in_bwd, s.loss,
+    )  # fmt: skip
 
 
 def _group(s: Settings) -> tuple[Any, ...]:

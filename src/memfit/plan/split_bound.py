@@ -31,6 +31,26 @@ So where (peak allocated lower bound + context - paged) > capacity, the larger s
 would say "does not fit" outright, and the search skips it. Exact for a caller that reads only
 the recommendation (the estimate of a skipped split is never shown): ``plan(...,
 analytic_floors=True)``, as :mod:`memfit.plan.nearest` runs it (issue 32).
+
+**Another optimizer** (:func:`other_optimizer_floor_bytes`). A stack that differs from a missed
+one only in its optimizer (not stepped in backward) and its split is bounded the same way:
+
+5. No block reads the optimizer (``memfit.estimate.analytic.engine.STEP_ONLY_FIELDS``; only
+   ``optimizer_in_bwd`` reaches a block, and it is kept equal), and the step's static bytes are
+   the parameters, the optimizer states, the held gradients and the inputs
+   (``compose.training_step``'s ``_state``): so every forward point of the other optimizer's
+   step is this one's, less this one's states, plus its own (>= 0). The bound takes off the
+   missed estimate's whole ``optimizer_states`` component at its forward peak (with a
+   16-mixed GradScaler's state, counted there too: a smaller bound, still a bound).
+6. The paged (evictable) states the verdict takes off are part of the other optimizer's own
+   states, which step 5 left out of the bound: so the bound's point is the forward floor plus
+   the context, nothing taken off, and the context is the GPU's (``device_overhead``), the same
+   for both. Steps 2-4 then apply as above.
+
+In the planner's searches, a stack's 8-bit AdamW or fused-AdamW twin is visited after its
+AdamW one missed (they tie on speed or follow on risk): a LoRA / QLoRA stack's states are a few
+hundred MiB, so where the AdamW stack missed by more, its twins miss unestimated
+(``memfit.plan.search._Search._twin_miss``).
 """
 
 from __future__ import annotations
@@ -97,4 +117,60 @@ def proven_miss(smaller: WorkloadSpec, est: Any, larger: WorkloadSpec, capacity_
     return point > capacity_bytes
 
 
-__all__ = ["bounded", "larger_split_floor_bytes", "proven_miss", "same_stack"]
+#: ... and the optimizer, for a stack that differs from a missed one in its optimizer alone
+OPTIMIZER_FIELDS = SPLIT_FIELDS | {"optimizer"}
+
+
+def other_optimizer(smaller: WorkloadSpec, larger: WorkloadSpec) -> bool:
+    """Whether ``larger`` is ``smaller`` with another optimizer (neither stepped in backward) at
+    the same or a larger micro-batch, nothing else changed but the split."""
+    if larger.batch_size < smaller.batch_size or larger.optimizer == smaller.optimizer:
+        return False
+    if smaller.optimizer_in_bwd or larger.optimizer_in_bwd:
+        return False
+    return all(
+        getattr(smaller, f.name) == getattr(larger, f.name)
+        for f in dataclasses.fields(smaller)
+        if f.name not in OPTIMIZER_FIELDS
+    )
+
+
+def other_optimizer_floor_bytes(
+    smaller: WorkloadSpec, est: Any, larger: WorkloadSpec
+) -> int | None:
+    """A lower bound of ``larger``'s peak allocated bytes less its own optimizer states, from
+    ``est``, the analytic engine's estimate of ``smaller``, where ``larger`` runs another
+    optimizer (module docstring, steps 1, 2 and 5); None where the bound does not apply."""
+    if est.engine != "analytic" or not (bounded(smaller) and bounded(larger)):
+        return None
+    if not other_optimizer(smaller, larger):
+        return None
+    forward = est.phases.get("forward")
+    if forward is None:
+        return None
+    comps = forward.components
+    # held gradients only in the smaller one's step: taken off (step 1); held in the larger
+    # one's alone, they add to its points, and the bound stands without them
+    held = not smaller.zero_grad_set_to_none and larger.zero_grad_set_to_none
+    grads = int(comps.get("gradients", 0)) if held else 0
+    return int(forward.peak_allocated_bytes) - int(comps.get("optimizer_states", 0)) - grads
+
+
+def proven_miss_of_other_optimizer(
+    smaller: WorkloadSpec, est: Any, larger: WorkloadSpec, capacity_bytes: int
+) -> bool:
+    """Whether ``larger`` (another optimizer than ``smaller``'s) provably does not fit on a GPU
+    of ``capacity_bytes``: THE verdict rule's "does not fit" (module docstring, step 6)."""
+    floor = other_optimizer_floor_bytes(smaller, est, larger)
+    return floor is not None and floor + int(est.cuda_context_bytes) > capacity_bytes
+
+
+__all__ = [
+    "bounded",
+    "larger_split_floor_bytes",
+    "other_optimizer",
+    "other_optimizer_floor_bytes",
+    "proven_miss",
+    "proven_miss_of_other_optimizer",
+    "same_stack",
+]
