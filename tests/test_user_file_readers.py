@@ -22,6 +22,12 @@ ALLOWED = {
     "userfiles.py::open_regular::os.fdopen": "the bounded reader itself",
     "userfiles.py::iter_lines::os.fdopen": "the bounded reader itself (buffered lines)",
     "models/bundled.py::_index::read_text": "package data: memfit's own configs/index.json",
+    "estimate/diffusion/derived.py::shipped::open": (
+        "package data: memfit's own shipped pipeline forms (estimate/diffusion/forms/*.json.gz)"
+    ),
+    "estimate/diffusion/derived.py::shipped::json.load": (
+        "parses memfit's own shipped pipeline forms (package data, gzip), not a user file"
+    ),
     "models/config_json.py::builtin_model_types::read_text": (
         "transformers' installed source files (auto mappings), not a user file"
     ),

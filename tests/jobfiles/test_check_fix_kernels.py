@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from memfit.cli import main
-from memfit.cli.check_fix import _kept, recipe_request
+from memfit.cli.check_fix import kept_fields, recipe_request
 from memfit.jobfiles import read_job, workload_of
 from memfit.plan import plan
 from memfit.plan.space import Settings
@@ -84,5 +84,5 @@ def test_a_plan_that_swaps_the_kernels_is_a_change_the_fix_never_offers() -> Non
         "lora_rank": w.lora_rank, "lora_targets": w.lora_targets, "loss": w.loss,
         "checkpointing": w.checkpointing, "micro_batch": 1, "grad_accum": 16,
     }  # fmt: skip
-    assert _kept(Settings(**base, kernels="hf"), w) == {"kernels": "hf"}
-    assert _kept(Settings(**base, kernels="unsloth"), w) == {}
+    assert kept_fields(Settings(**base, kernels="hf"), w) == {"kernels": "hf"}
+    assert kept_fields(Settings(**base, kernels="unsloth"), w) == {}

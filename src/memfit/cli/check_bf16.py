@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from memfit.cli.check_fix import CheckFix, KeyChange, _value
+from memfit.cli.check_fix import CheckFix, KeyChange, file_value
 from memfit.jobfiles import FileEdit, Job, plan_edits
 from memfit.jobfiles.files import reread
 
@@ -77,7 +77,7 @@ def to_fp16(job: Job, workload: Any) -> tuple[Job, list[FileEdit], list[KeyChang
     # beside them: files that disagree on the precision do not combine)
     edits = [e for f in job.files for e in plan_edits([f], {"amp": amp}, {})[0]]
     keys = [
-        KeyChange(file=e.path, key=k, old=_value(job, e.path, k), new=v)
+        KeyChange(file=e.path, key=k, old=file_value(job, e.path, k), new=v)
         for e in edits
         for k, v in e.keys
     ]

@@ -22,7 +22,7 @@ Planner behaviour relied on (memfit.plan.space / search): with ``lora_asked`` on
 ``lora_ranks`` are searched; with ``keep_full_finetune`` no LoRA / freezing; quantized stacks only
 with ``allow_quant``; the global batch is held and split into micro-batch x accumulation; layouts
 come from the GPU count (a file's ZeRO stage on one GPU is not in the plan: kept, see
-:func:`_wanted`). Anything else a plan changes is filtered here, not trusted.
+:func:`wanted_fields`). Anything else a plan changes is filtered here, not trusted.
 """
 
 from __future__ import annotations
@@ -162,15 +162,15 @@ def find_fix(
     result = plan(source, recipe_request(workload, keep_checkpointing=ckpt_fixed), gpu=gpu)
     options = [] if result.recommended is None else [result.recommended, *result.alternatives]
     planned = [
-        (_how(o.settings, wanted, workload), wanted, _kept(o.settings, workload), False)
+        (_how(o.settings, wanted, workload), wanted, kept_fields(o.settings, workload), False)
         for o in options
-        for wanted in _variants(_wanted(o.settings, workload), workload)
+        for wanted in fix_variants(wanted_fields(o.settings, workload), workload)
     ]
     # the planner's step time of each plan tried, to show beside a plan that is not offered
     step_of = {
         _how(o.settings, wanted, workload): o.cost.step_s
         for o in options
-        for wanted in _variants(_wanted(o.settings, workload), workload)
+        for wanted in fix_variants(wanted_fields(o.settings, workload), workload)
     }
     splits = [(*t, True) for t in _smallest_splits(workload, keep_checkpointing=ckpt_fixed)]
     tries = planned + splits
@@ -211,7 +211,7 @@ def find_fix(
             continue
         seen.add(diff)
         n_checked += 1
-        fixed = _checked(job, edits, wanted, workload, estimate_job, how)
+        fixed = checked_fix(job, edits, wanted, workload, estimate_job, how)
         if "kernels" in fixed.changes:  # never offered: the edited files run other kernels
             continue
         if fixed.estimate is not None and fixed.estimate.fits is not None:
@@ -248,13 +248,13 @@ def _full_state_dict_tries(
 
 def _how(s: Any, wanted: dict[str, Any], workload: WorkloadSpec) -> str:
     """The plan a try comes from, as tried: with the files' own precision where the try keeps
-    the adapter job's load dtype (:func:`_variants`)."""
+    the adapter job's load dtype (:func:`fix_variants`)."""
     if "precision" not in wanted and frozen_base_cast(s, workload):
         s = replace(s, precision=workload.precision)
     return str(s.describe())
 
 
-def _variants(wanted: dict[str, Any], workload: WorkloadSpec) -> list[dict[str, Any]]:
+def fix_variants(wanted: dict[str, Any], workload: WorkloadSpec) -> list[dict[str, Any]]:
     """A plan's changes, first without a swap between AdamW and its fused kernel (the same
     update: the planner picks the kernel it predicts faster, and the file's own choice is kept
     when the edit fits without the swap) and without loading an adapter job's base in 16 bits,
@@ -295,7 +295,7 @@ def _smallest_splits(
     return [(how, {k: v for k, v in w.items() if getattr(workload, k) != v}, {}) for how, w in out]
 
 
-def _kept(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
+def kept_fields(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
     """What plan settings ``s`` would change of the user's choices (:data:`KEPT`)."""
     out: dict[str, Any] = {}
     for name in KEPT:
@@ -305,13 +305,13 @@ def _kept(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
         if name == "precision" and FP16_COUNTERPART.get(old) == new:
             continue  # planned in fp16 on a GPU without bf16 (same bytes): the estimate says so
         if name == "precision" and frozen_base_cast(s, workload):
-            continue  # an adapter job's frozen base loaded in 16 bits: memory-only (_wanted)
+            continue  # an adapter job's frozen base loaded in 16 bits: memory-only (wanted_fields)
         if new != old:
             out[name] = new
     return out
 
 
-def _wanted(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
+def wanted_fields(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
     """The changes plan settings ``s`` make to the files' job. A layout the files ask for and
     the plan lacks (ZeRO on one GPU, an offload) is kept: the planner builds its layouts from
     the GPU count, not from the files, and taking memory-saving layouts away never helps a job
@@ -329,7 +329,7 @@ def _wanted(s: Any, workload: WorkloadSpec) -> dict[str, Any]:
     return out
 
 
-def _checked(
+def checked_fix(
     job: Job,
     edits: list[FileEdit],
     wanted: dict[str, Any],
@@ -341,7 +341,7 @@ def _checked(
     refuses to make (a YAML construct it does not edit by lines) cannot be read back: it is
     judged on the job with ``wanted`` (memfit settings) applied, and shown to make by hand."""
     keys = [
-        KeyChange(file=e.path, key=k, old=_value(job, e.path, k), new=v)
+        KeyChange(file=e.path, key=k, old=file_value(job, e.path, k), new=v)
         for e in edits
         for k, v in e.keys
     ]
@@ -369,7 +369,7 @@ def _checked(
 LORA_KEPT = ("lora_targets", "lora_modules_to_save", "lora_dropout")
 
 
-def _value(job: Job, path: str, key: str) -> Any:
+def file_value(job: Job, path: str, key: str) -> Any:
     f = next(f for f in job.files if f.path == path)
     value = f.reader.flat.get(key, MISSING)
     return None if value is MISSING else value

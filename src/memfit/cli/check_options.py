@@ -24,11 +24,11 @@ from typing import Any
 from memfit.cli.check_fix import (
     CheckFix,
     EstimateJob,
-    _checked,
-    _kept,
-    _variants,
-    _wanted,
+    checked_fix,
+    fix_variants,
+    kept_fields,
     recipe_request,
+    wanted_fields,
 )
 from memfit.errors import MemfitError
 from memfit.hardware import get_gpu, load_prices
@@ -118,11 +118,11 @@ def quant_fix(
     for o in options:
         s = o.settings
         families = {c.family for c in o.changes} - {None}
-        if s.quant == "none" or families != {"quant"} or set(_kept(s, workload)) != {"quant"}:
+        if s.quant == "none" or families != {"quant"} or set(kept_fields(s, workload)) != {"quant"}:
             continue  # a plan that changes more than the base's format (8-bit states ...)
         if o.fits is False:
             continue
-        planned = _variants({**_wanted(s, workload), "quant": s.quant}, workload)
+        planned = fix_variants({**wanted_fields(s, workload), "quant": s.quant}, workload)
         for wanted in planned + _smaller(planned[-1], workload, keep_checkpointing):
             edits, unexpressed = plan_edits(job.files, wanted, set_by)
             if any(u.startswith("quant=") for u in unexpressed):
@@ -135,7 +135,7 @@ def quant_fix(
                 continue
             seen.add(diff)
             n_checked += 1
-            fixed = _checked(job, edits, wanted, workload, estimate_job, s.describe())
+            fixed = checked_fix(job, edits, wanted, workload, estimate_job, s.describe())
             new_quant = fixed.changes.get("quant", (None, "none"))[1]
             if "kernels" in fixed.changes or new_quant == "none":
                 continue

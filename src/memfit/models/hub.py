@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from memfit.errors import HubUnavailableError, ModelConfigError, SpecError, UnknownModelError
+from memfit.models.bundled import BundledModel, find_bundled
 from memfit.models.config_json import parse_config_text
 from memfit.userfiles import CONFIG_MAX_BYTES, UserFileError, read_text
 
@@ -230,11 +230,9 @@ def _base_hint(hf_id: str) -> str:
 _VARIANT = re.compile(r"-(instruct|it|chat|sft|dpo)(?=$|-)", re.IGNORECASE)
 
 
-def bundled_base(hf_id: str) -> Any:
+def bundled_base(hf_id: str) -> BundledModel | None:
     """The bundled model an instruct / chat variant's hub id names as its base
     (``meta-llama/Llama-3.1-70B-Instruct`` → llama-3.1-70b), None where none is bundled."""
-    from memfit.models.bundled import find_bundled
-
     base_id = _VARIANT.sub("", hf_id, count=1)
     if base_id == hf_id:
         return None
