@@ -146,3 +146,27 @@ def test_the_tight_check_is_not_spent_on_a_job_the_trace_refuses() -> None:
     # the tight QLoRA plans all fuse the cross-entropy: none is sent to the trace
     assert not [w for w in seen if w.quant != "none" and refusal(w) is not None]
     assert p.tight is not None and p.tight.changes_result
+
+
+def test_the_tight_check_is_not_spent_on_a_plan_that_offloads() -> None:
+    """llama-3.1-8b, full fine-tune, 4096 tokens, global batch 16 on an L4: the tight plans are
+    ZeRO-3 with the parameters in host RAM; the trace's own range there is the wide band of other
+    frameworks, so a trace would not settle them (it cost ~8-15 s of a cold `plan` for nothing):
+    none is traced (the recommendation's own confirmation may still be asked)."""
+    source = resolve_model("llama-3.1-8b")
+    seen: list[WorkloadSpec] = []
+
+    def trace(w: WorkloadSpec) -> Any:
+        seen.append(w)
+        if (refused := refusal(w)) is not None:
+            raise refused
+        est = run_engine("analytic", source, w, GPU)
+        return dataclasses.replace(est, engine="trace", ranges={})
+
+    confirm = CachedEstimator(trace, "trace")
+    req = PlanRequest(seq_len=4096, global_batch=16)
+    p = plan(source, req, gpu="L4", confirm=confirm)
+    rec = p.recommended
+    assert rec is not None and rec.settings.offload != "none"
+    tight_checked = [w for w in seen if w.offload != "none" and w != rec.workload]
+    assert not tight_checked, [(w.loss, w.checkpointing, w.batch_size) for w in tight_checked]

@@ -605,7 +605,11 @@ class _Search:
             confirm = self.engines.confirm
             traced = confirm is not None and confirm.name == "trace"
             refused = trace_cannot_run(done.workload) if traced else None
-            if refused is None and self._may_confirm_tight():
+            # a plan that offloads to host RAM is the last resort whatever its range, and the
+            # trace's own range there is the wide band of other frameworks (DeepSpeed offload):
+            # a trace would not settle it (it never traces one, as it never shows one as tight)
+            offloads = done.settings.offload != "none"
+            if refused is None and not offloads and self._may_confirm_tight():
                 assert confirm is not None
                 self.n_tight_confirmed += 1
                 checked = self.estimate(done, confirm)
