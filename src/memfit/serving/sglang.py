@@ -405,6 +405,10 @@ def simulate_sglang(
     if text.n_experts:  # DeepSeek's first_k_dense_replace leading layers are dense
         n_moe = max(0, (text.n_layers or 0) - int(text.raw.get("first_k_dense_replace") or 0))
     backend = config.attention_backend
+    # which attention backend SGLang's graphs run (sglang_graphs: FA3's copies, FlashInfer's
+    # wrappers): the version, GPU and flag, and the model's kind
+    which_backend = (config.sglang_version, gpu.arch, backend)
+    arch, mla = _architecture(spec), bool(text.raw.get("kv_lora_rank"))
     workspace = 0
     if backend == "triton" and capture:
         heads = (text.n_heads or 0) // config.attn_tp_size
@@ -420,22 +424,10 @@ def simulate_sglang(
         shared_logits=shares_logits_buffer(config.sglang_version),
         attn_bytes_per_slot=attn_state_bytes_per_slot(config.sglang_version, gpu.arch, backend),
         attn_workspace_bytes=workspace,
-        fa3_copies=keeps_fa3_page_table_copies(
-            config.sglang_version,
-            gpu.arch,
-            backend,
-            architecture=_architecture(spec),
-            mla=bool(text.raw.get("kv_lora_rank")),
-        ),
+        fa3_copies=keeps_fa3_page_table_copies(*which_backend, architecture=arch, mla=mla),
         page_size=config.page_size,
         cublas_bytes=cublas_workspace_bytes(gpu.compute_capability),
-        flashinfer_wrappers=runs_flashinfer_decode(
-            config.sglang_version,
-            gpu.arch,
-            backend,
-            architecture=_architecture(spec),
-            mla=bool(text.raw.get("kv_lora_rank")),
-        ),
+        flashinfer_wrappers=runs_flashinfer_decode(*which_backend, architecture=arch, mla=mla),
     )
     refused = parallel_error(spec, tp=tp)
     if refused is not None:

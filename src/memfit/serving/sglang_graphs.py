@@ -313,9 +313,18 @@ def keeps_fa3_page_table_copies(
     wheel, present in 0.5.1's)."""
     if not sglang_version.startswith("0.4"):
         return False
-    if backend == "fa3":
-        return True
-    if backend is not None or gpu_arch != "hopper":
+    if backend is not None:
+        return backend == "fa3"
+    return _default_is_fa3(sglang_version, gpu_arch, architecture, mla)
+
+
+def _default_is_fa3(
+    sglang_version: str, gpu_arch: str | None, architecture: str | None, mla: bool
+) -> bool:
+    """Whether SGLang's default attention backend is FA3: on Hopper, from 0.4.5 (a series name
+    such as "0.4" counts, the safe side), for an ``mla`` model or an ``architecture`` in
+    :data:`FA3_DEFAULT_ARCHITECTURES` (an unknown architecture counts)."""
+    if gpu_arch != "hopper":
         return False
     if not mla and architecture is not None and architecture not in FA3_DEFAULT_ARCHITECTURES:
         return False
@@ -347,12 +356,7 @@ def runs_flashinfer_decode(
     which keeps none, is not dated: counted as FlashInfer, the safe side)."""
     if backend is not None:
         return backend == "flashinfer"
-    if gpu_arch != "hopper":
-        return True
-    patch = _PATCH_04.match(sglang_version)
-    if patch is not None and int(patch.group(1)) < FA3_DEFAULT_FROM_PATCH:
-        return True
-    return not mla and architecture is not None and architecture not in FA3_DEFAULT_ARCHITECTURES
+    return not _default_is_fa3(sglang_version, gpu_arch, architecture, mla)
 
 
 def fa3_page_table_copy_bytes(
