@@ -50,7 +50,7 @@ def test_an_8b_lora_file_on_a_t4_names_qlora_in_its_own_key_and_writes_nothing(t
     qlora = fix["other"]
     assert {"file": str(path), "key": "quantization_bit", "old": None, "new": 4} in qlora["keys"]
     assert qlora["changes"]["quant"] == "nf4-dq" and qlora["verdict"] == "fits"
-    assert any("changes the result" in c for c in qlora["changes_result"])
+    assert any(c.startswith("nf4-dq base weights (4-bit") for c in qlora["changes_result"])
     assert qlora["price"]["step_s"] > 0 and qlora["price"]["usd_per_million_tokens"] > 0
     assert "--allow quant --write" in fix["why"]
     assert path.read_text() == original and not list(tmp_path.glob("*.memfit-orig"))
@@ -174,3 +174,13 @@ def test_an_accelerate_config_naming_bf16_is_switched_with_the_training_argument
     assert ("accelerate.yaml", "mixed_precision", "fp16") in keys
     assert ("args.yaml", "fp16", True) in keys
     assert code == 0 and "mixed_precision: fp16" in acc.read_text()
+
+
+def test_a_result_changing_label_says_its_kind_once(tmp_path, capsys):
+    """The report prefixes each result-changing change with its kind: the label must not say
+    it again ("changes the result: nf4-dq base weights (changes the result: ...)")."""
+    main(["check", str(_copy(tmp_path, LF_LORA)), "--gpu", "T4"])
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if "changes the result: " in ln]
+    assert lines, out
+    assert not [ln for ln in lines if ln.count("changes the result") > 1], lines

@@ -140,8 +140,9 @@ def quant_fix(
             if "kernels" in fixed.changes or new_quant == "none":
                 continue
             if fixed.estimate is not None and fixed.estimate.fits and fixed.estimate.fits.fits:
+                # the report prefixes each with "changes the result: " (report/check.py)
                 labels = tuple(
-                    f"{c.what} ({c.kind}: {c.reason})" if c.reason else f"{c.what} ({c.kind})"
+                    f"{c.what} ({c.reason})" if c.reason else c.what
                     for c in o.changes
                     if c.family is not None
                 )
