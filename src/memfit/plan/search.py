@@ -42,7 +42,7 @@ from memfit import progress
 from memfit.errors import DoesNotFitError, MemfitError
 from memfit.estimate import checkpoint_dtype
 from memfit.estimate.fastpath import verdict_settled
-from memfit.estimate.trace.refusals import refusal
+from memfit.estimate.trace.refusals import refused_setting
 from memfit.estimate.verdict import Verdict
 from memfit.hardware import list_gpus, load_prices
 from memfit.plan.budget import Budget, fits, need_bytes, overflow_reason, verdict
@@ -86,7 +86,7 @@ from memfit.plan.space import (
 )
 from memfit.plan.split_bound import proven_miss, proven_miss_of_other_optimizer
 from memfit.report.plan_html import plan_fragment
-from memfit.spec import ParallelSpec, TechniqueSpec, WorkloadSpec
+from memfit.spec import ParallelSpec, TechniqueSpec
 from memfit.spec.rules import kernel_shard_note
 from memfit.units import format_bytes
 
@@ -414,18 +414,6 @@ def tight_decider(opt: PlanOption) -> str:
     return "which the trace engine decides (`memfit estimate` of that job runs it)"
 
 
-def trace_cannot_run(w: WorkloadSpec) -> str | None:
-    """What in ``w`` the trace engine refuses (:func:`memfit.estimate.trace.refusals.refusal`,
-    no model built), in a few words; None where it runs the job."""
-    if refusal(w) is None:
-        return None
-    if w.loss != "full":
-        return f"a {w.loss} cross-entropy"
-    if w.checkpointing == "offload":
-        return "checkpoints kept in host RAM"
-    return f"{w.kernels} kernels"
-
-
 #: A training space's technique stack, judged (:func:`judged_stacks`): its settings at
 #: micro-batch 1, what it changes about the recipe before and after the batch split's change,
 #: its risk level and reasons.
@@ -604,7 +592,7 @@ class _Search:
         elif fast_verdict in (None, "tight"):  # the fast answer, where there is one, agrees
             confirm = self.engines.confirm
             traced = confirm is not None and confirm.name == "trace"
-            refused = trace_cannot_run(done.workload) if traced else None
+            refused = refused_setting(done.workload) if traced else None
             # a plan that offloads to host RAM is the last resort whatever its range, and the
             # trace's own range there is the wide band of other frameworks (DeepSpeed offload):
             # a trace would not settle it (it never traces one, as it never shows one as tight)
@@ -636,11 +624,8 @@ class _Search:
         # the fastest; among plans as fast (a tie), the one nearest to fitting
         if (
             held is None
-            or kept.cost.step_s * (1 + RANK_TIE_FRACTION) < held.cost.step_s
-            or (
-                kept.cost.step_s <= held.cost.step_s * (1 + RANK_TIE_FRACTION)
-                and (kept.need_bytes or 0) < (held.need_bytes or 0)
-            )
+            or _faster(kept, held)
+            or (not _faster(held, kept) and (kept.need_bytes or 0) < (held.need_bytes or 0))
         ):
             self.tight_changing = kept
 
@@ -700,21 +685,8 @@ class _Search:
         """Search the tiers of the module docstring in order; the first with a plan wins.
         ``all_judged``: :func:`judged_candidates` of the search's space (changes relative to
         :attr:`recipe`)."""
-        r = self.request
-        max_risk, job, cost = RISK_LEVELS.index(r.max_quality_risk), self._job(), self.cost
-        # (_option_of's PlanOption, ~2 000 times a search: one job tuple, no call per option)
-        opts = [
-            PlanOption(
-                changes=found,
-                settings=s,
-                job=job,
-                cost=cost(s),
-                risk_level=level,
-                risk_reasons=reasons,
-            )
-            for s, found, level, reasons in all_judged
-            if level <= max_risk
-        ]
+        max_risk = RISK_LEVELS.index(self.request.max_quality_risk)
+        opts = [self._option_of(j) for j in all_judged if j[2] <= max_risk]
         self.n_candidates = len(opts)
         for o in opts:
             self.by_stack.setdefault(o.settings.technique_key, []).append(o)
@@ -1193,14 +1165,11 @@ class _Search:
         tight, changing = self.tight_left, self.tight_changing
         if rec is None:
             return tight or changing
-        if tight is not None:
-            if tight.cost.step_s * (1 + RANK_TIE_FRACTION) < rec.cost.step_s:
-                return tight
-            if rec.changes_result:
-                return tight
+        if tight is not None and (_faster(tight, rec) or rec.changes_result):
+            return tight
         if changing is None:
             return None
-        if rec.changes_result and changing.cost.step_s * (1 + RANK_TIE_FRACTION) < rec.cost.step_s:
+        if rec.changes_result and _faster(changing, rec):
             return changing
         # a memory-only recommendation that offloads to host RAM and costs several times the
         # step time of a result-changing plan that may fit (SLOWDOWN_LIMIT): both are shown
@@ -1464,6 +1433,11 @@ def risk_first_key(o: PlanOption) -> tuple[int, int, int, int, float, int]:
     :func:`rank_key`."""
     bucket, risk, n_changes, kernels, step_s, mb = rank_key(o)
     return (risk, n_changes, bucket, kernels, step_s, mb)
+
+
+def _faster(a: PlanOption, b: PlanOption) -> bool:
+    """Whether ``a`` is predicted faster than ``b`` beyond a tie (:data:`RANK_TIE_FRACTION`)."""
+    return a.cost.step_s * (1 + RANK_TIE_FRACTION) < b.cost.step_s
 
 
 def _twin_key(s: Settings) -> tuple[Any, ...]:

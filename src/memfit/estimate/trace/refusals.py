@@ -32,3 +32,15 @@ def refusal(workload: WorkloadSpec) -> NotModelledError | None:
             engine="trace",
         )
     return None
+
+
+def refused_setting(workload: WorkloadSpec) -> str | None:
+    """What in ``workload`` the trace engine refuses (:func:`refusal`), in a few words for a
+    sentence ("the trace engine cannot run a fused cross-entropy"); None where it runs it."""
+    if refusal(workload) is None:
+        return None
+    if workload.loss != "full":
+        return f"a {workload.loss} cross-entropy"
+    if workload.checkpointing == "offload":
+        return "checkpoints kept in host RAM"
+    return f"{workload.kernels} kernels"
