@@ -31,14 +31,14 @@ from memfit.cli.check_fix import (
     wanted_fields,
 )
 from memfit.errors import MemfitError
-from memfit.hardware import get_gpu, load_prices
+from memfit.hardware import get_gpu
 from memfit.hardware.precision import precision_on
 from memfit.jobfiles import Job, plan_edits
 from memfit.plan import plan
 from memfit.plan.cost import ModelFacts, Rates, train_step_cost, trainable_fraction
-from memfit.plan.cost import usd_per_million_tokens as usd_per_mtok
 from memfit.plan.search import SLOWDOWN_LIMIT
 from memfit.plan.space import Settings
+from memfit.report.plan import usd_per_million_tokens_on
 from memfit.spec import WorkloadSpec
 
 #: The result-changing families ``memfit check --allow`` takes (``memfit plan --allow``'s names):
@@ -81,12 +81,7 @@ def price(source: Any, w: WorkloadSpec | None, n_params: int, gpu_name: str) -> 
     cost = train_step_cost(
         s, facts, rates, seq_len=w.seq_len, trainable_fraction=trainable_fraction(s, facts)
     )
-    try:
-        hourly = load_prices().of(gpu)
-    except MemfitError:
-        hourly = None
-    per_hour = getattr(hourly, "usd_per_hour", None)
-    usd = usd_per_mtok(None if per_hour is None else per_hour * w.gpus, cost.tokens_per_s)
+    usd = usd_per_million_tokens_on(gpu_name, w.gpus, cost.tokens_per_s)
     return Price(step_s=cost.step_s, usd_per_mtok=usd)
 
 

@@ -101,8 +101,8 @@ def doctor(
     est_fn, first = _estimator(source, gpu_rec, estimator)
     # the job itself as `memfit estimate` answers it (one verdict: the analytic engine where the
     # fast-path grid validates it, else the precise route); the what-ifs by ``est_fn``
-    est = est_fn(workload) if estimator is not None else _as_estimate(source, workload, gpu_rec)
-    if est is None:
+    est = None if estimator is not None else _as_estimate(source, workload, gpu_rec)
+    if est is None:  # an injected estimator (tests), or a job estimate's route refuses
         est = est_fn(workload)
     notes = [] if precision_note is None or workload.mode != "train" else [precision_note]
     if first is not None and first.n_trace:

@@ -260,7 +260,7 @@ class UpgradeChecks(Checklist[CheckItem]):
             id="impractical_recompute_offload", status=status, evidence=text, numbers=numbers
         )
 
-    def _riskier_in_gpu(self, rec: Any) -> Any:
+    def _riskier_in_gpu(self, rec: PlanOption) -> PlanOption | None:
         """The fastest plan on this GPU at the highest quality risk (a 4-bit base, 8-bit
         states), without offload, where it is faster than ``rec`` (the fastest plan within the
         risk asked, offloading or recomputing): what a practitioner would try before buying a

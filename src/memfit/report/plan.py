@@ -127,12 +127,18 @@ def render_plan(p: Plan) -> str:
 def plan_usd_per_million_tokens(opt: PlanOption, gpu_name: str, gpus: int) -> float | None:
     """Dollars per 1 M tokens of ``opt`` at its predicted speed on ``gpus`` on-demand GPUs (the
     bundled price table); None without a price or a speed."""
+    return usd_per_million_tokens_on(gpu_name, gpus, opt.cost.tokens_per_s)
+
+
+def usd_per_million_tokens_on(gpu_name: str, gpus: int, tokens_per_s: float) -> float | None:
+    """Dollars per 1 M tokens at ``tokens_per_s`` on ``gpus`` on-demand ``gpu_name`` GPUs (the
+    bundled price table); None without a price or a speed."""
     try:
         price = load_prices().of(get_gpu(gpu_name))
     except MemfitError:  # a GPU given by memory only has no price
         return None
     hourly = getattr(price, "usd_per_hour", None)
-    return usd_per_million_tokens(None if hourly is None else hourly * gpus, opt.cost.tokens_per_s)
+    return usd_per_million_tokens(None if hourly is None else hourly * gpus, tokens_per_s)
 
 
 def compare_lines(p: Plan) -> list[str]:
